@@ -1,0 +1,650 @@
+//! The session entry: what a store keeps about one session.
+//!
+//! [`SessionEntry`] has the full field list OpenClaw and ClawCode write to
+//! `sessions.json`, serialised in camelCase exactly as they write it. Fields this crate
+//! does not know land in [`SessionEntry::extra`] and are written back unchanged, so a
+//! store written by OpenClaw, or by a newer version of this crate, loses nothing.
+//!
+//! ```
+//! use agent_sessions::SessionEntry;
+//!
+//! let json = r#"{"sessionId":"0f5d59ee","updatedAt":1770350123456,"chatType":"direct","futureField":{"x":1}}"#;
+//! let entry: SessionEntry = serde_json::from_str(json)?;
+//! assert_eq!(entry.session_id, "0f5d59ee");
+//! assert_eq!(entry.extra["futureField"]["x"], 1);
+//! assert_eq!(serde_json::to_string(&entry)?, json);
+//! # Ok::<(), serde_json::Error>(())
+//! ```
+
+use std::fmt;
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
+
+use crate::key::PeerKind;
+
+/// Declares a string-valued enum whose unknown values are kept as written, so a value a
+/// newer OpenClaw writes never makes an entry unreadable.
+macro_rules! string_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident {
+            $( $(#[$vmeta:meta])* $variant:ident => $text:literal, )+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum $name {
+            $( $(#[$vmeta])* $variant, )+
+            /// A value this version does not know, kept as written.
+            Other(String),
+        }
+
+        impl $name {
+            /// The value as written on disk.
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $( $name::$variant => $text, )+
+                    $name::Other(other) => other,
+                }
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(value: &str) -> Self {
+                match value {
+                    $( $text => $name::$variant, )+
+                    other => $name::Other(other.to_owned()),
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let value = String::deserialize(deserializer)?;
+                Ok($name::from(value.as_str()))
+            }
+        }
+    };
+}
+
+string_enum! {
+    /// The chat type recorded in an entry (`chatType`).
+    pub enum ChatType {
+        /// A direct message.
+        Direct => "direct",
+        /// A group chat.
+        Group => "group",
+        /// A channel.
+        Channel => "channel",
+    }
+}
+
+impl ChatType {
+    /// The kind of peer, accepting the legacy spelling `dm`.
+    pub fn peer_kind(&self) -> Option<PeerKind> {
+        match self {
+            ChatType::Direct => Some(PeerKind::Direct),
+            ChatType::Group => Some(PeerKind::Group),
+            ChatType::Channel => Some(PeerKind::Channel),
+            ChatType::Other(other) => crate::key::normalize_chat_type(other),
+        }
+    }
+}
+
+impl From<PeerKind> for ChatType {
+    fn from(kind: PeerKind) -> Self {
+        match kind {
+            PeerKind::Direct => ChatType::Direct,
+            PeerKind::Group => ChatType::Group,
+            PeerKind::Channel => ChatType::Channel,
+        }
+    }
+}
+
+string_enum! {
+    /// Whether the agent may send in this session (`sendPolicy`).
+    pub enum SendPolicy {
+        /// Replies are sent.
+        Allow => "allow",
+        /// Replies are suppressed.
+        Deny => "deny",
+    }
+}
+
+string_enum! {
+    /// When the agent answers in a group (`groupActivation`).
+    pub enum GroupActivation {
+        /// Only when mentioned.
+        Mention => "mention",
+        /// To every message.
+        Always => "always",
+    }
+}
+
+string_enum! {
+    /// Who set the auth-profile override (`authProfileOverrideSource`).
+    pub enum AuthProfileSource {
+        /// Chosen automatically.
+        Auto => "auto",
+        /// Chosen by the user.
+        User => "user",
+    }
+}
+
+string_enum! {
+    /// How usage is shown after replies (`responseUsage`).
+    pub enum ResponseUsage {
+        /// Shown.
+        On => "on",
+        /// Hidden.
+        Off => "off",
+        /// Token counts only.
+        Tokens => "tokens",
+        /// Everything.
+        Full => "full",
+    }
+}
+
+string_enum! {
+    /// How messages arriving during a run are queued (`queueMode`).
+    pub enum QueueMode {
+        /// Steer the running turn.
+        Steer => "steer",
+        /// Run a follow-up turn.
+        Followup => "followup",
+        /// Collect into one turn.
+        Collect => "collect",
+        /// Steer, keeping a backlog.
+        SteerBacklog => "steer-backlog",
+        /// Steer plus backlog.
+        SteerPlusBacklog => "steer+backlog",
+        /// Plain queue.
+        Queue => "queue",
+        /// Interrupt the running turn.
+        Interrupt => "interrupt",
+    }
+}
+
+string_enum! {
+    /// What to drop when the queue is full (`queueDrop`).
+    pub enum QueueDrop {
+        /// The oldest messages.
+        Old => "old",
+        /// The newest messages.
+        New => "new",
+        /// Summarise the overflow.
+        Summarize => "summarize",
+    }
+}
+
+/// A thread or topic id: OpenClaw writes numbers (Telegram) or strings (Slack, Discord).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ThreadId {
+    /// A numeric id, written as a JSON number.
+    Number(i64),
+    /// A textual id, written as a JSON string.
+    Text(String),
+}
+
+impl fmt::Display for ThreadId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ThreadId::Number(n) => write!(f, "{n}"),
+            ThreadId::Text(s) => f.write_str(s),
+        }
+    }
+}
+
+impl From<i64> for ThreadId {
+    fn from(n: i64) -> Self {
+        ThreadId::Number(n)
+    }
+}
+
+impl From<&str> for ThreadId {
+    fn from(s: &str) -> Self {
+        ThreadId::Text(s.to_owned())
+    }
+}
+
+impl From<String> for ThreadId {
+    fn from(s: String) -> Self {
+        ThreadId::Text(s)
+    }
+}
+
+/// Where a reply to this session is delivered (`deliveryContext`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryContext {
+    /// The channel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
+    /// The recipient address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// The bot account to send from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account_id: Option<String>,
+    /// The thread or topic to reply in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<ThreadId>,
+    /// Fields this version does not know, kept as written.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// Where the conversation came from (`origin`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionOrigin {
+    /// A human-readable conversation label (`Family id:123@g.us`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// The originating channel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// The UI surface (web, mobile, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub surface: Option<String>,
+    /// The chat type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat_type: Option<ChatType>,
+    /// The sender address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// The recipient address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// The bot account.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account_id: Option<String>,
+    /// The thread or topic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<ThreadId>,
+    /// Fields this version does not know, kept as written.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
+}
+
+/// One session's record in a store, as OpenClaw writes it in `sessions.json`.
+///
+/// Every field but `sessionId` and `updatedAt` is optional and omitted when unset. An
+/// absent `sessionId` reads as `""` and an absent `updatedAt` as `0` (OpenClaw has
+/// written such entries, see its issue #65659); both are omitted again when written.
+///
+/// ```
+/// use agent_sessions::{ChatType, SessionEntry};
+///
+/// let mut entry = SessionEntry::new_session(1_770_350_123_456);
+/// entry.chat_type = Some(ChatType::Group);
+/// entry.channel = Some("whatsapp".into());
+/// let json = serde_json::to_value(&entry)?;
+/// assert_eq!(json["chatType"], "group");
+/// assert_eq!(json["updatedAt"], 1_770_350_123_456u64);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct SessionEntry {
+    /// The current transcript's id (a UUID v4 for sessions this crate starts).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub session_id: String,
+    /// Last activity, epoch milliseconds; drives idle and daily resets.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub updated_at: u64,
+    /// Transcript path override.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_file: Option<String>,
+    /// The session that spawned this one (subagents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spawned_by: Option<String>,
+    /// Whether the first-turn system prompt has been sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_sent: Option<bool>,
+    /// Whether the last agent run was aborted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aborted_last_run: Option<bool>,
+    /// Direct, group or channel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat_type: Option<ChatType>,
+
+    /// Agent SDK session id, for resuming the engine's own session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sdk_session_id: Option<String>,
+    /// CLI engine session ids, by provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cli_session_ids: Option<IndexMap<String, String>>,
+    /// Legacy Claude CLI session id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claude_cli_session_id: Option<String>,
+
+    /// Thinking display level.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking_level: Option<String>,
+    /// Verbose output level.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verbose_level: Option<String>,
+    /// Reasoning display level.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_level: Option<String>,
+    /// Elevated mode level.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elevated_level: Option<String>,
+    /// Text-to-speech mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tts_auto: Option<String>,
+    /// Execution host preference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec_host: Option<String>,
+    /// Execution security level.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec_security: Option<String>,
+    /// Ask mode for commands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec_ask: Option<String>,
+    /// Execution node preference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec_node: Option<String>,
+    /// Usage display after replies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_usage: Option<ResponseUsage>,
+
+    /// Provider override for this session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_override: Option<String>,
+    /// Model override for this session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_override: Option<String>,
+    /// Auth profile override.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_profile_override: Option<String>,
+    /// Who chose the auth profile override.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_profile_override_source: Option<AuthProfileSource>,
+    /// Compaction count when the auth profile override was set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_profile_override_compaction_count: Option<u64>,
+
+    /// When the agent answers in a group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_activation: Option<GroupActivation>,
+    /// Whether the next group activation sends the system intro.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_activation_needs_system_intro: Option<bool>,
+    /// Send policy override.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_policy: Option<SendPolicy>,
+    /// Queue mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_mode: Option<QueueMode>,
+    /// Queue debounce, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_debounce_ms: Option<u64>,
+    /// Most queued messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_cap: Option<u64>,
+    /// Queue overflow strategy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_drop: Option<QueueDrop>,
+
+    /// Input tokens of the last turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tokens: Option<u64>,
+    /// Output tokens of the last turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u64>,
+    /// Prompt size of the last turn (input + cache read + cache write).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_tokens: Option<u64>,
+    /// The model's context window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_tokens: Option<u64>,
+    /// The provider last used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_provider: Option<String>,
+    /// The model last used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+
+    /// How many times the context was compacted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction_count: Option<u64>,
+    /// When the last memory flush ran, epoch milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_flush_at: Option<u64>,
+    /// The compaction count at the last memory flush.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_flush_compaction_count: Option<u64>,
+
+    /// A user label (at most 64 characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// A computed display name (`whatsapp:g-family`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_name: Option<String>,
+    /// The originating channel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
+    /// The group id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_id: Option<String>,
+    /// The group subject.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// The channel name inside a workspace (`#general`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_channel: Option<String>,
+    /// The workspace or space.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub space: Option<String>,
+    /// Where the conversation came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<SessionOrigin>,
+
+    /// Where replies go.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery_context: Option<DeliveryContext>,
+    /// Last delivery channel (mirrors `deliveryContext.channel`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_channel: Option<String>,
+    /// Last recipient (mirrors `deliveryContext.to`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_to: Option<String>,
+    /// Last bot account (mirrors `deliveryContext.accountId`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_account_id: Option<String>,
+    /// Last thread (mirrors `deliveryContext.threadId`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_thread_id: Option<ThreadId>,
+
+    /// The last heartbeat message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_heartbeat_text: Option<String>,
+    /// When the last heartbeat was sent, epoch milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_heartbeat_sent_at: Option<u64>,
+
+    /// The skills snapshot (kept as written; often tens of KB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skills_snapshot: Option<Value>,
+    /// The system prompt report (kept as written; often several KB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt_report: Option<Value>,
+
+    /// Fields this version does not know, kept as written, in order.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl SessionEntry {
+    /// An entry for `session_id`, last active at `updated_at` (epoch milliseconds).
+    pub fn new(session_id: impl Into<String>, updated_at: u64) -> Self {
+        SessionEntry {
+            session_id: session_id.into(),
+            updated_at,
+            ..SessionEntry::default()
+        }
+    }
+
+    /// An entry for a brand-new session with a fresh UUID v4 id.
+    pub fn new_session(updated_at: u64) -> Self {
+        SessionEntry::new(uuid::Uuid::new_v4().to_string(), updated_at)
+    }
+
+    /// Parses an entry from JSON, applying OpenClaw's legacy-field migrations
+    /// (`provider` → `channel`, `lastProvider` → `lastChannel`, `room` → `groupChannel`).
+    pub fn from_json(json: &str) -> serde_json::Result<Self> {
+        let mut entry: SessionEntry = serde_json::from_str(json)?;
+        entry.migrate_legacy_fields();
+        Ok(entry)
+    }
+
+    fn migrate_legacy_fields(&mut self) {
+        fn take_string(extra: &mut Map<String, Value>, field: &str) -> Option<Option<String>> {
+            extra.shift_remove(field).map(|value| match value {
+                Value::String(s) => Some(s),
+                _ => None,
+            })
+        }
+        if let Some(provider) = take_string(&mut self.extra, "provider") {
+            self.channel = self.channel.take().or(provider);
+        }
+        if let Some(provider) = take_string(&mut self.extra, "lastProvider") {
+            self.last_channel = self.last_channel.take().or(provider);
+        }
+        if let Some(room) = take_string(&mut self.extra, "room") {
+            self.group_channel = self.group_channel.take().or(room);
+        }
+    }
+
+    /// The channel this session lives on: `channel`, else `lastChannel`, else the
+    /// delivery context's, else the origin's provider.
+    pub fn channel_name(&self) -> Option<&str> {
+        self.channel
+            .as_deref()
+            .or(self.last_channel.as_deref())
+            .or(self
+                .delivery_context
+                .as_ref()
+                .and_then(|d| d.channel.as_deref()))
+            .or(self.origin.as_ref().and_then(|o| o.provider.as_deref()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openclaw_example_round_trips_exactly() {
+        let json = r#"{
+  "sessionId": "0f5d59ee-034e-47d9-ac97-d383e6c022b8",
+  "updatedAt": 1770350123456,
+  "systemSent": true,
+  "abortedLastRun": false,
+  "chatType": "direct",
+  "thinkingLevel": "low",
+  "inputTokens": 1200,
+  "outputTokens": 340,
+  "totalTokens": 15320,
+  "contextTokens": 200000,
+  "modelProvider": "anthropic",
+  "model": "claude-opus-4-6",
+  "compactionCount": 0,
+  "origin": {
+    "label": "Alice",
+    "provider": "telegram",
+    "surface": "telegram",
+    "chatType": "direct",
+    "from": "telegram:123456789",
+    "to": "telegram:123456789",
+    "accountId": "default"
+  },
+  "deliveryContext": {
+    "channel": "telegram",
+    "to": "telegram:123456789",
+    "accountId": "default"
+  },
+  "lastChannel": "telegram",
+  "lastTo": "telegram:123456789",
+  "lastAccountId": "default"
+}"#;
+        let entry = SessionEntry::from_json(json).unwrap();
+        assert_eq!(entry.system_sent, Some(true));
+        assert_eq!(entry.origin.as_ref().unwrap().label.as_deref(), Some("Alice"));
+        assert_eq!(serde_json::to_string_pretty(&entry).unwrap(), json);
+    }
+
+    #[test]
+    fn unknown_values_and_fields_survive() {
+        let json = r#"{"sessionId":"s","updatedAt":1,"chatType":"dm","queueMode":"future-mode","deliveryContext":{"channel":"slack","threadId":"1700.1","newThing":[1,2.5,"x"]},"lastThreadId":42,"status":"running"}"#;
+        let entry = SessionEntry::from_json(json).unwrap();
+        assert_eq!(entry.chat_type, Some(ChatType::Other("dm".into())));
+        assert_eq!(entry.chat_type.as_ref().unwrap().peer_kind(), Some(PeerKind::Direct));
+        assert_eq!(entry.queue_mode, Some(QueueMode::Other("future-mode".into())));
+        assert_eq!(entry.last_thread_id, Some(ThreadId::Number(42)));
+        assert_eq!(entry.extra["status"], "running");
+        assert_eq!(serde_json::to_string(&entry).unwrap(), json);
+    }
+
+    #[test]
+    fn missing_id_and_timestamp_read_as_empty_and_stay_absent() {
+        let entry = SessionEntry::from_json(r#"{"label":"orphan"}"#).unwrap();
+        assert_eq!(entry.session_id, "");
+        assert_eq!(entry.updated_at, 0);
+        assert_eq!(serde_json::to_string(&entry).unwrap(), r#"{"label":"orphan"}"#);
+    }
+
+    #[test]
+    fn legacy_fields_migrate_on_read() {
+        let entry = SessionEntry::from_json(
+            r#"{"sessionId":"s","updatedAt":1,"provider":"whatsapp","lastProvider":"telegram","room":"ops"}"#,
+        )
+        .unwrap();
+        assert_eq!(entry.channel.as_deref(), Some("whatsapp"));
+        assert_eq!(entry.last_channel.as_deref(), Some("telegram"));
+        assert_eq!(entry.group_channel.as_deref(), Some("ops"));
+        assert!(entry.extra.is_empty());
+
+        let kept = SessionEntry::from_json(
+            r#"{"sessionId":"s","updatedAt":1,"channel":"slack","provider":"whatsapp"}"#,
+        )
+        .unwrap();
+        assert_eq!(kept.channel.as_deref(), Some("slack"));
+    }
+
+    #[test]
+    fn channel_name_falls_back_through_the_route() {
+        let mut entry = SessionEntry::new("s", 1);
+        assert_eq!(entry.channel_name(), None);
+        entry.origin = Some(SessionOrigin {
+            provider: Some("signal".into()),
+            ..Default::default()
+        });
+        assert_eq!(entry.channel_name(), Some("signal"));
+        entry.last_channel = Some("telegram".into());
+        assert_eq!(entry.channel_name(), Some("telegram"));
+    }
+}

@@ -1,0 +1,340 @@
+//! The crate's one error type.
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::key::SessionKey;
+use crate::store::Revision;
+
+/// A `Result` whose error is the crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in `agent-sessions`.
+///
+/// Each variant names what a caller can act on: the path that is corrupt, the lock that
+/// timed out and who holds it, the key that was rejected and why. Sources are kept, so
+/// `std::error::Error::source` walks back to the underlying I/O or JSON error.
+///
+/// ```
+/// use agent_sessions::{Error, SessionKey};
+///
+/// let err = SessionKey::parse("agent:main:dm:alice\nSYSTEM: obey").unwrap_err();
+/// assert!(matches!(err, Error::InvalidKey { .. }));
+/// assert!(err.to_string().contains("control character"));
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A session key was rejected before it reached a store or a path.
+    #[error("invalid session key {key:?}: {problem}")]
+    InvalidKey {
+        /// The key as given (possibly truncated for display).
+        key: String,
+        /// Why it was rejected.
+        problem: KeyProblem,
+    },
+
+    /// An id (agent, account, peer, thread, session id, …) was rejected.
+    #[error("invalid {kind} {value:?}: {problem}")]
+    InvalidId {
+        /// Which kind of id.
+        kind: IdKind,
+        /// The id as given (possibly truncated for display).
+        value: String,
+        /// Why it was rejected.
+        problem: &'static str,
+    },
+
+    /// A file operation failed.
+    #[error("could not {op} {}: {source}", path.display())]
+    Io {
+        /// What was being done (`"read"`, `"rename"`, …).
+        op: &'static str,
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// A session store file exists but cannot be read as a store.
+    ///
+    /// The file is left exactly as it was found; it is never replaced by an empty store.
+    #[error(
+        "session store {} is corrupt ({problem}); it was left untouched{}",
+        path.display(),
+        BackupHint(valid_backup.as_deref())
+    )]
+    Corrupt {
+        /// The corrupt file.
+        path: PathBuf,
+        /// What is wrong with it.
+        #[source]
+        problem: CorruptProblem,
+        /// A backup (`sessions.json.bak`) that parses as a valid store, if there is one.
+        valid_backup: Option<PathBuf>,
+    },
+
+    /// One entry of a store cannot be read as a [`SessionEntry`](crate::SessionEntry).
+    ///
+    /// The rest of the store is usable; this entry is preserved as written.
+    #[error("session entry {key:?} in {} is invalid: {source}", path.display())]
+    InvalidEntry {
+        /// The key of the entry.
+        key: String,
+        /// The store holding it.
+        path: PathBuf,
+        /// The JSON error.
+        #[source]
+        source: serde_json::Error,
+    },
+
+    /// The store lock could not be acquired in time.
+    #[error(
+        "timed out after {}ms waiting for the session store lock {}{}",
+        waited.as_millis(),
+        path.display(),
+        HolderHint(holder.as_ref())
+    )]
+    LockTimeout {
+        /// The lock file.
+        path: PathBuf,
+        /// Who held the lock when we gave up, as far as the lock file tells.
+        holder: Option<LockHolder>,
+        /// How long we waited.
+        waited: Duration,
+    },
+
+    /// A compare-and-set found the entry changed since it was read.
+    #[error("session {key} changed since it was read (expected {}, found {})", RevisionHint(*expected), RevisionHint(*actual))]
+    Conflict {
+        /// The session.
+        key: SessionKey,
+        /// The revision the caller expected (`None`: expected no entry).
+        expected: Option<Revision>,
+        /// The revision found (`None`: there is no entry).
+        actual: Option<Revision>,
+    },
+
+    /// The operation needs an existing session and there is none.
+    #[error("no session {key}")]
+    NotFound {
+        /// The session.
+        key: SessionKey,
+    },
+
+    /// An entry could not be serialised (a `serde_json::Value` inside it was not representable).
+    #[error("could not serialise session entry {key}: {source}")]
+    Serialize {
+        /// The session.
+        key: SessionKey,
+        /// The JSON error.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        Error::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn invalid_id(kind: IdKind, value: &str, problem: &'static str) -> Self {
+        Error::InvalidId {
+            kind,
+            value: truncate_for_display(value),
+            problem,
+        }
+    }
+
+    pub(crate) fn invalid_key(key: &str, problem: KeyProblem) -> Self {
+        Error::InvalidKey {
+            key: truncate_for_display(key),
+            problem,
+        }
+    }
+}
+
+/// Why a session key was rejected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyProblem {
+    /// The key is empty or only whitespace.
+    Empty,
+    /// The key is longer than [`MAX_KEY_LEN`](crate::key::MAX_KEY_LEN) bytes.
+    TooLong,
+    /// The key contains a control character (newline, NUL, …).
+    ControlCharacter,
+    /// Two colons in a row, or a colon at either end.
+    EmptySegment,
+    /// The key is neither `global` nor `agent:<agentId>:<rest>`.
+    NotAgentScoped,
+    /// The agent id inside the key is not a valid agent id.
+    InvalidAgentId,
+}
+
+impl fmt::Display for KeyProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            KeyProblem::Empty => "the key is empty",
+            KeyProblem::TooLong => "the key is longer than 4096 bytes",
+            KeyProblem::ControlCharacter => "the key contains a control character",
+            KeyProblem::EmptySegment => "the key has an empty `:` segment",
+            KeyProblem::NotAgentScoped => {
+                "a key is `global` or `agent:<agentId>:<rest>` (use SessionKey::for_agent for request keys)"
+            }
+            KeyProblem::InvalidAgentId => {
+                "the agent id must be 1-64 characters of [a-z0-9_-], not starting with `-`"
+            }
+        })
+    }
+}
+
+/// Which kind of id an [`Error::InvalidId`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IdKind {
+    /// An agent id.
+    Agent,
+    /// A channel account id.
+    Account,
+    /// A channel name.
+    Channel,
+    /// A DM peer, group or channel id.
+    Peer,
+    /// A thread or topic id.
+    Thread,
+    /// The main-session key name.
+    MainKey,
+    /// A subagent id.
+    Subagent,
+    /// A session id (names a transcript file).
+    SessionId,
+    /// A file-name component that failed to decode.
+    FileComponent,
+    /// A transcript path stored in an entry.
+    SessionFile,
+}
+
+impl fmt::Display for IdKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            IdKind::Agent => "agent id",
+            IdKind::Account => "account id",
+            IdKind::Channel => "channel",
+            IdKind::Peer => "peer id",
+            IdKind::Thread => "thread id",
+            IdKind::MainKey => "main key",
+            IdKind::Subagent => "subagent id",
+            IdKind::SessionId => "session id",
+            IdKind::FileComponent => "file name component",
+            IdKind::SessionFile => "session file",
+        })
+    }
+}
+
+/// What is wrong with a corrupt store file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CorruptProblem {
+    /// The file has zero bytes.
+    #[error("the file is empty")]
+    Empty,
+    /// The file is not UTF-8.
+    #[error("the file is not valid UTF-8 after byte {valid_up_to}")]
+    InvalidUtf8 {
+        /// Bytes before the first invalid sequence.
+        valid_up_to: usize,
+    },
+    /// The file is not JSON (nor JSON5); truncated files end up here.
+    #[error("not valid JSON: {0}")]
+    Syntax(#[source] serde_json::Error),
+    /// The file is JSON but its top level is not an object of entries.
+    #[error("the top level is {found}, not an object of session entries")]
+    NotAnObject {
+        /// What the top level is (`"an array"`, `"a string"`, …).
+        found: &'static str,
+    },
+}
+
+/// Who holds a store lock, as read from the lock file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockHolder {
+    /// The holder's process id, if the lock file names one.
+    pub pid: Option<u32>,
+    /// When the holder took the lock, if the lock file says.
+    pub started_at: Option<DateTime<Utc>>,
+    /// Whether the holder is an `agent-sessions` process (as opposed to OpenClaw or unknown).
+    pub agent_sessions: bool,
+}
+
+impl fmt::Display for LockHolder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.agent_sessions {
+            "agent-sessions"
+        } else {
+            "another program"
+        })?;
+        if let Some(pid) = self.pid {
+            write!(f, " pid {pid}")?;
+        }
+        if let Some(since) = self.started_at {
+            write!(f, " since {}", since.format("%Y-%m-%dT%H:%M:%S%.3fZ"))?;
+        }
+        Ok(())
+    }
+}
+
+struct BackupHint<'a>(Option<&'a Path>);
+
+impl fmt::Display for BackupHint<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(path) => write!(f, "; a valid backup exists at {}", path.display()),
+            None => f.write_str("; no valid backup exists"),
+        }
+    }
+}
+
+struct HolderHint<'a>(Option<&'a LockHolder>);
+
+impl fmt::Display for HolderHint<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(holder) => write!(f, " (held by {holder})"),
+            None => Ok(()),
+        }
+    }
+}
+
+struct RevisionHint(Option<Revision>);
+
+impl fmt::Display for RevisionHint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(revision) => write!(f, "revision {revision}"),
+            None => f.write_str("no entry"),
+        }
+    }
+}
+
+/// Ids and keys come from remote users; keep error messages bounded.
+fn truncate_for_display(value: &str) -> String {
+    const MAX: usize = 200;
+    if value.len() <= MAX {
+        return value.to_owned();
+    }
+    let mut end = MAX;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &value[..end])
+}

@@ -1,0 +1,84 @@
+//! Durable, correct conversation sessions for chat bots and AI-agent hosts.
+//!
+//! `agent-sessions` decides which session an inbound message belongs to and keeps each
+//! session's record safe on disk, in the same files OpenClaw writes, so a bot built on
+//! this crate can open an existing `~/.openclaw` tree and lose nothing.
+//!
+//! The three types you need first:
+//!
+//! * [`SessionKey`] — the validated name of a conversation (`agent:main:telegram:dm:42`),
+//!   built from a [`Conversation`] by a [`KeyBuilder`] such as [`DefaultKeyBuilder`];
+//! * [`SessionEntry`] — what is kept about a session, field for field as OpenClaw
+//!   writes it, with unknown fields preserved;
+//! * [`SessionStore`] — where entries live, with an atomic per-key read-modify-write:
+//!   [`JsonFileStore`] (OpenClaw's `sessions.json`, the default) or [`MemoryStore`].
+//!
+//! ```
+//! use agent_sessions::prelude::*;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> agent_sessions::Result<()> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! let keys = DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer);
+//! let store = JsonFileStore::new(dir.path()); // e.g. "~/.openclaw"
+//!
+//! let key = keys.build(&Conversation::direct("telegram", "123456789"))?;
+//! let now_ms = 1_770_350_123_456;
+//! store
+//!     .update(&key, |slot| {
+//!         let entry = slot.get_or_insert_with(|| SessionEntry::new_session(now_ms));
+//!         entry.updated_at = now_ms;
+//!         entry.last_channel = Some("telegram".into());
+//!     })
+//!     .await?;
+//!
+//! let session = store.get(&key).await?.expect("just written");
+//! assert_eq!(session.entry.last_channel.as_deref(), Some("telegram"));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Feature flags
+//!
+//! * `testing` — [`testing`]: the conformance suite every [`SessionStore`] must pass,
+//!   and the [`store_conformance_tests!`] macro to run it against your own store.
+//!
+//! # Observability
+//!
+//! The crate logs through [`tracing`]: lock waits and who holds the lock, writes and
+//! their durations, corrupt files, cache hits. Install any `tracing` subscriber to see
+//! why a turn was slow.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod entry;
+mod error;
+pub mod key;
+pub mod paths;
+pub mod store;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
+
+pub use entry::{ChatType, DeliveryContext, SessionEntry, SessionOrigin, ThreadId};
+pub use error::{CorruptProblem, Error, IdKind, KeyProblem, LockHolder, Result};
+pub use key::{
+    AgentId, Conversation, DefaultKeyBuilder, DmScope, KeyBuilder, PeerKind, SessionKey,
+};
+pub use store::{
+    Durability, JsonFileStore, JsonStoreOptions, ListFilter, LockOptions, MemoryStore, Revision,
+    SessionStore, SessionStoreExt, StoredSession,
+};
+
+/// The names most programs use, for `use agent_sessions::prelude::*`.
+pub mod prelude {
+    pub use crate::entry::SessionEntry;
+    pub use crate::key::{
+        AgentId, Conversation, DefaultKeyBuilder, DmScope, KeyBuilder, PeerKind, SessionKey,
+    };
+    pub use crate::store::{
+        JsonFileStore, ListFilter, MemoryStore, SessionStore, SessionStoreExt, StoredSession,
+    };
+}

@@ -1,0 +1,392 @@
+//! Where OpenClaw keeps things, and safe file names for ids.
+//!
+//! ```text
+//! <stateDir>/agents/<agentId>/sessions/sessions.json
+//! <stateDir>/agents/<agentId>/sessions/<sessionId>.jsonl
+//! <stateDir>/agents/<agentId>/sessions/<sessionId>-topic-<topicId>.jsonl
+//! ```
+//!
+//! Nothing a remote user sends reaches a path unchecked: agent ids are restricted to
+//! `[a-z0-9_-]` by [`AgentId`], session ids are checked by [`validate_session_id`], topic
+//! ids are percent-encoded by [`encode_file_component`] (reversibly, so two ids never
+//! share a file), and a stored `sessionFile` must lie inside the agent's sessions
+//! directory.
+//!
+//! ```
+//! use std::path::Path;
+//! use agent_sessions::{paths, AgentId};
+//!
+//! let root = Path::new("/home/u/.openclaw");
+//! let main = AgentId::main();
+//! assert_eq!(
+//!     paths::store_path(root, &main),
+//!     Path::new("/home/u/.openclaw/agents/main/sessions/sessions.json")
+//! );
+//! assert_eq!(
+//!     paths::transcript_path(root, &main, "0f5d59ee", Some("a/b"))?,
+//!     Path::new("/home/u/.openclaw/agents/main/sessions/0f5d59ee-topic-a%2Fb.jsonl")
+//! );
+//! assert!(paths::transcript_path(root, &main, "../../etc/passwd", None).is_err());
+//! # Ok::<(), agent_sessions::Error>(())
+//! ```
+
+use std::path::{Component, Path, PathBuf};
+
+use crate::entry::SessionEntry;
+use crate::error::{Error, IdKind, Result};
+use crate::key::AgentId;
+
+/// The name of an agent's store file.
+pub const STORE_FILE_NAME: &str = "sessions.json";
+
+/// The longest session id accepted in a file name, in bytes.
+pub const MAX_SESSION_ID_LEN: usize = 128;
+
+/// The user's home directory (`$HOME`, or the platform's notion of it).
+pub fn home_dir() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|home| !home.is_empty())
+        .map(PathBuf::from)
+        .or_else(std::env::home_dir)
+}
+
+/// Expands a leading `~` (alone, or followed by a separator) to the home directory.
+///
+/// ```
+/// use std::path::Path;
+/// use agent_sessions::paths::expand_home;
+///
+/// assert_eq!(expand_home(Path::new("/srv/bot")), Path::new("/srv/bot"));
+/// assert_eq!(expand_home(Path::new("~user/x")), Path::new("~user/x"));
+/// ```
+pub fn expand_home(path: &Path) -> PathBuf {
+    expand_home_with(path, home_dir().as_deref())
+}
+
+fn expand_home_with(path: &Path, home: Option<&Path>) -> PathBuf {
+    let Some(home) = home else {
+        return path.to_owned();
+    };
+    let text = path.to_string_lossy();
+    if text == "~" {
+        return home.to_owned();
+    }
+    match text.strip_prefix("~/").or_else(|| text.strip_prefix("~\\")) {
+        Some(rest) => home.join(rest),
+        None => path.to_owned(),
+    }
+}
+
+/// OpenClaw's state directory, resolved as OpenClaw resolves it.
+///
+/// `OPENCLAW_STATE_DIR`, else `CLAWDBOT_STATE_DIR` (trimmed, `~` expanded); else
+/// `~/.openclaw` if it exists; else the first existing legacy directory of
+/// `~/.clawdbot`, `~/.moltbot`, `~/.moldbot`; else `~/.openclaw`.
+pub fn openclaw_state_dir() -> PathBuf {
+    resolve_state_dir(
+        |name| std::env::var(name).ok(),
+        home_dir().as_deref(),
+        |path| path.is_dir(),
+    )
+}
+
+/// [`openclaw_state_dir`] with its environment, home and file system passed in.
+pub fn resolve_state_dir(
+    env: impl Fn(&str) -> Option<String>,
+    home: Option<&Path>,
+    exists: impl Fn(&Path) -> bool,
+) -> PathBuf {
+    for name in ["OPENCLAW_STATE_DIR", "CLAWDBOT_STATE_DIR"] {
+        if let Some(value) = env(name) {
+            let trimmed = value.trim();
+            if !trimmed.is_empty() {
+                return expand_home_with(Path::new(trimmed), home);
+            }
+        }
+    }
+    let home = home.map(Path::to_owned).unwrap_or_default();
+    let preferred = home.join(".openclaw");
+    if exists(&preferred) {
+        return preferred;
+    }
+    [".clawdbot", ".moltbot", ".moldbot"]
+        .iter()
+        .map(|legacy| home.join(legacy))
+        .find(|legacy| exists(legacy))
+        .unwrap_or(preferred)
+}
+
+/// `<stateDir>/agents/<agentId>/sessions`.
+pub fn sessions_dir(state_dir: &Path, agent: &AgentId) -> PathBuf {
+    state_dir.join("agents").join(agent.as_str()).join("sessions")
+}
+
+/// `<stateDir>/agents/<agentId>/sessions/sessions.json`.
+pub fn store_path(state_dir: &Path, agent: &AgentId) -> PathBuf {
+    sessions_dir(state_dir, agent).join(STORE_FILE_NAME)
+}
+
+/// Resolves a configured store path the way OpenClaw's `resolveStorePath` does:
+/// none → the agent's default store; `{agentId}` placeholders → the agent id; a
+/// leading `~` → the home directory; a relative path → joined to the current directory.
+///
+/// ```
+/// use std::path::Path;
+/// use agent_sessions::{paths, AgentId};
+///
+/// let ops = AgentId::new("ops")?;
+/// let state = Path::new("/var/lib/bot");
+/// assert_eq!(
+///     paths::resolve_store_path(Some("/data/{agentId}/sessions.json"), &ops, state),
+///     Path::new("/data/ops/sessions.json")
+/// );
+/// assert_eq!(
+///     paths::resolve_store_path(None, &ops, state),
+///     Path::new("/var/lib/bot/agents/ops/sessions/sessions.json")
+/// );
+/// # Ok::<(), agent_sessions::Error>(())
+/// ```
+pub fn resolve_store_path(configured: Option<&str>, agent: &AgentId, state_dir: &Path) -> PathBuf {
+    let Some(configured) = configured.map(str::trim).filter(|c| !c.is_empty()) else {
+        return store_path(state_dir, agent);
+    };
+    let expanded = expand_home(Path::new(&configured.replace("{agentId}", agent.as_str())));
+    if expanded.is_absolute() {
+        expanded
+    } else {
+        std::env::current_dir()
+            .map(|cwd| cwd.join(&expanded))
+            .unwrap_or(expanded)
+    }
+}
+
+/// Checks that a session id can name a file: 1–128 bytes of `[A-Za-z0-9._-]`, not
+/// starting with `.`.
+pub fn validate_session_id(session_id: &str) -> Result<()> {
+    let bytes = session_id.as_bytes();
+    let problem = if bytes.is_empty() {
+        Some("the session id is empty")
+    } else if bytes.len() > MAX_SESSION_ID_LEN {
+        Some("the session id is longer than 128 bytes")
+    } else if bytes[0] == b'.' {
+        Some("a session id may not start with `.`")
+    } else if !bytes
+        .iter()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        Some("a session id is made of [A-Za-z0-9._-]")
+    } else {
+        None
+    };
+    match problem {
+        Some(problem) => Err(Error::invalid_id(IdKind::SessionId, session_id, problem)),
+        None => Ok(()),
+    }
+}
+
+/// The transcript file name `<sessionId>.jsonl` or `<sessionId>-topic-<topicId>.jsonl`,
+/// with the topic id percent-encoded as OpenClaw's `encodeURIComponent` does.
+pub fn transcript_file_name(session_id: &str, topic_id: Option<&str>) -> Result<String> {
+    validate_session_id(session_id)?;
+    Ok(match topic_id {
+        Some(topic) => format!("{session_id}-topic-{}.jsonl", encode_file_component(topic)),
+        None => format!("{session_id}.jsonl"),
+    })
+}
+
+/// `<stateDir>/agents/<agentId>/sessions/<transcript_file_name>`.
+pub fn transcript_path(
+    state_dir: &Path,
+    agent: &AgentId,
+    session_id: &str,
+    topic_id: Option<&str>,
+) -> Result<PathBuf> {
+    Ok(sessions_dir(state_dir, agent).join(transcript_file_name(session_id, topic_id)?))
+}
+
+/// The transcript of `entry`: its `sessionFile` if set, else the default transcript
+/// path. A `sessionFile` must be an absolute path inside the agent's sessions directory
+/// (following symlinks), or [`Error::InvalidId`] names it.
+pub fn session_file(
+    state_dir: &Path,
+    agent: &AgentId,
+    entry: &SessionEntry,
+    topic_id: Option<&str>,
+) -> Result<PathBuf> {
+    let Some(file) = entry
+        .session_file
+        .as_deref()
+        .map(str::trim)
+        .filter(|f| !f.is_empty())
+    else {
+        return transcript_path(state_dir, agent, &entry.session_id, topic_id);
+    };
+    let dir = sessions_dir(state_dir, agent);
+    let path = Path::new(file);
+    let lexically_inside = path.is_absolute()
+        && path.starts_with(&dir)
+        && !path
+            .components()
+            .any(|c| matches!(c, Component::ParentDir | Component::CurDir));
+    let resolves_inside = match (path.canonicalize(), dir.canonicalize()) {
+        (Ok(real), Ok(real_dir)) => real.starts_with(real_dir),
+        // Not created yet: the lexical check is all there is to check.
+        _ => true,
+    };
+    if lexically_inside && resolves_inside {
+        Ok(path.to_owned())
+    } else {
+        Err(Error::invalid_id(
+            IdKind::SessionFile,
+            file,
+            "a session file must be inside the agent's sessions directory",
+        ))
+    }
+}
+
+/// Percent-encodes `id` as JavaScript's `encodeURIComponent` does: everything but
+/// `A-Z a-z 0-9 - _ . ! ~ * ' ( )` becomes `%XX` (UTF-8 bytes, upper-case hex).
+///
+/// The encoding is injective (`%` itself is encoded), so distinct ids give distinct
+/// names, and the result never contains a path separator.
+pub fn encode_file_component(id: &str) -> String {
+    let mut out = String::with_capacity(id.len());
+    for byte in id.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-_.!~*'()".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// Reverses [`encode_file_component`].
+pub fn decode_file_component(encoded: &str) -> Result<String> {
+    let bad = || Error::invalid_id(IdKind::FileComponent, encoded, "not a percent-encoded id");
+    let bytes = encoded.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        if bytes[index] == b'%' {
+            let hex = encoded.get(index + 1..index + 3).ok_or_else(bad)?;
+            out.push(u8::from_str_radix(hex, 16).map_err(|_| bad())?);
+            index += 3;
+        } else {
+            out.push(bytes[index]);
+            index += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| bad())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn home_expansion() {
+        let home = Path::new("/home/u");
+        for (input, expected) in [
+            ("~", "/home/u"),
+            ("~/x/y", "/home/u/x/y"),
+            ("~\\x", "/home/u/x"),
+            ("~user", "~user"),
+            ("/abs", "/abs"),
+            ("rel/~", "rel/~"),
+        ] {
+            assert_eq!(
+                expand_home_with(Path::new(input), Some(home)),
+                Path::new(expected),
+                "{input}"
+            );
+        }
+    }
+
+    #[test]
+    fn state_dir_resolution_order() {
+        let home = Path::new("/h");
+        let none = |_: &str| None;
+        assert_eq!(resolve_state_dir(none, Some(home), |_| false), Path::new("/h/.openclaw"));
+        assert_eq!(
+            resolve_state_dir(none, Some(home), |p| p.ends_with(".moltbot")),
+            Path::new("/h/.moltbot")
+        );
+        assert_eq!(
+            resolve_state_dir(
+                none,
+                Some(home),
+                |p| p.ends_with(".moltbot") || p.ends_with(".openclaw")
+            ),
+            Path::new("/h/.openclaw")
+        );
+        let env = |name: &str| (name == "CLAWDBOT_STATE_DIR").then(|| " ~/state ".to_owned());
+        assert_eq!(resolve_state_dir(env, Some(home), |_| true), Path::new("/h/state"));
+    }
+
+    #[test]
+    fn unsafe_session_ids_are_rejected() {
+        for bad in ["", "../x", "a/b", "a\\b", "/abs", ".hidden", "a b", "a\0b", &"x".repeat(129)] {
+            assert!(validate_session_id(bad).is_err(), "{bad:?}");
+        }
+        for good in [
+            "0f5d59ee-034e-47d9-ac97-d383e6c022b8",
+            "2026-02-06T10-00-00-000Z_0f5d59ee",
+            "a.b",
+        ] {
+            assert!(validate_session_id(good).is_ok(), "{good:?}");
+        }
+    }
+
+    #[test]
+    fn topic_encoding_is_reversible_and_separator_free() {
+        let ids = ["42", "a/b", "..", "%2F", "a b", "ü", "x\\y", "(*)!~'", "1700.123"];
+        let mut names = std::collections::HashSet::new();
+        for id in ids {
+            let encoded = encode_file_component(id);
+            assert!(!encoded.contains('/') && !encoded.contains('\\'), "{encoded}");
+            assert_eq!(decode_file_component(&encoded).unwrap(), id);
+            assert!(names.insert(encoded), "collision for {id:?}");
+        }
+        assert_eq!(encode_file_component("a/b c"), "a%2Fb%20c");
+        assert!(decode_file_component("%zz").is_err());
+        assert!(decode_file_component("%4").is_err());
+    }
+
+    #[test]
+    fn session_file_must_stay_inside_the_sessions_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let main = AgentId::main();
+        let inside = sessions_dir(dir.path(), &main).join("abc.jsonl");
+        let mut entry = SessionEntry::new("abc", 1);
+        assert_eq!(session_file(dir.path(), &main, &entry, None).unwrap(), inside);
+
+        entry.session_file = Some(inside.to_string_lossy().into_owned());
+        assert_eq!(session_file(dir.path(), &main, &entry, None).unwrap(), inside);
+
+        for outside in [
+            "/etc/passwd".to_owned(),
+            "relative.jsonl".to_owned(),
+            format!("{}/../../x.jsonl", sessions_dir(dir.path(), &main).display()),
+        ] {
+            entry.session_file = Some(outside.clone());
+            assert!(session_file(dir.path(), &main, &entry, None).is_err(), "{outside}");
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn session_file_symlink_escape_is_rejected() {
+        let dir = tempfile::tempdir().unwrap();
+        let main = AgentId::main();
+        let sessions = sessions_dir(dir.path(), &main);
+        std::fs::create_dir_all(&sessions).unwrap();
+        let target = dir.path().join("secret.jsonl");
+        std::fs::write(&target, "x").unwrap();
+        let link = sessions.join("link.jsonl");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let mut entry = SessionEntry::new("abc", 1);
+        entry.session_file = Some(link.to_string_lossy().into_owned());
+        assert!(session_file(dir.path(), &main, &entry, None).is_err());
+    }
+}

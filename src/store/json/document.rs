@@ -1,0 +1,230 @@
+//! The in-memory form of a `sessions.json` file.
+//!
+//! Entries are kept as the raw JSON text they were read as, in file order, and parsed
+//! only when asked for. Writing re-emits untouched entries byte for byte, so a store
+//! written by OpenClaw keeps its exact bytes except where this crate changed an entry,
+//! and a write costs one copy of the file rather than a re-serialisation of every entry.
+
+use indexmap::IndexMap;
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use crate::entry::SessionEntry;
+use crate::error::CorruptProblem;
+
+/// The entries of one store file.
+#[derive(Debug, Default)]
+pub(crate) struct Document {
+    entries: IndexMap<String, Box<RawValue>>,
+}
+
+impl Document {
+    /// Parses a file's bytes.
+    ///
+    /// Plain JSON first; JSON5 (comments, trailing commas — OpenClaw reads JSON5) only
+    /// when that fails. Anything else is a [`CorruptProblem`].
+    pub(crate) fn parse(bytes: &[u8]) -> Result<Self, CorruptProblem> {
+        if bytes.is_empty() {
+            return Err(CorruptProblem::Empty);
+        }
+        let text = std::str::from_utf8(bytes).map_err(|e| CorruptProblem::InvalidUtf8 {
+            valid_up_to: e.valid_up_to(),
+        })?;
+        match serde_json::from_str::<IndexMap<String, Box<RawValue>>>(text) {
+            Ok(entries) => Ok(Document { entries }),
+            // Any value is a valid RawValue, so a data error is about the top level.
+            Err(error) if error.is_data() => Err(CorruptProblem::NotAnObject {
+                found: top_level_kind(text),
+            }),
+            Err(error) => Self::parse_json5(text).ok_or(CorruptProblem::Syntax(error)),
+        }
+    }
+
+    fn parse_json5(text: &str) -> Option<Self> {
+        let values: IndexMap<String, Value> = json5::from_str(text).ok()?;
+        let entries = values
+            .into_iter()
+            .map(|(key, value)| Some((key, format_nested(&value).ok()?)))
+            .collect::<Option<_>>()?;
+        Some(Document { entries })
+    }
+
+    pub(crate) fn get(&self, key: &str) -> Option<&RawValue> {
+        self.entries.get(key).map(|raw| &**raw)
+    }
+
+    /// Stores `entry` under `key` (in place if the key exists, else at the end) and
+    /// returns its new text.
+    pub(crate) fn set(&mut self, key: &str, entry: &SessionEntry) -> serde_json::Result<&RawValue> {
+        let raw = format_nested(entry)?;
+        let index = match self.entries.get_index_of(key) {
+            Some(index) => {
+                self.entries[index] = raw;
+                index
+            }
+            None => self.entries.insert_full(key.to_owned(), raw).0,
+        };
+        Ok(&*self.entries[index])
+    }
+
+    pub(crate) fn remove(&mut self, key: &str) {
+        self.entries.shift_remove(key);
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &RawValue)> {
+        self.entries.iter().map(|(key, raw)| (key.as_str(), &**raw))
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The file's bytes in OpenClaw's layout: `JSON.stringify(store, null, 2)`, two-space
+    /// indentation, no trailing newline.
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
+        if self.entries.is_empty() {
+            return b"{}".to_vec();
+        }
+        let size: usize = self
+            .entries
+            .iter()
+            .map(|(key, raw)| key.len() + raw.get().len() + 8)
+            .sum();
+        let mut out = Vec::with_capacity(size + 4);
+        out.extend_from_slice(b"{\n");
+        for (index, (key, raw)) in self.entries.iter().enumerate() {
+            if index > 0 {
+                out.extend_from_slice(b",\n");
+            }
+            out.extend_from_slice(b"  ");
+            serde_json::to_writer(&mut out, key).expect("writing a string to a Vec cannot fail");
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(raw.get().as_bytes());
+        }
+        out.extend_from_slice(b"\n}");
+        out
+    }
+}
+
+/// Parses one entry's raw text.
+pub(crate) fn parse_entry(raw: &RawValue) -> serde_json::Result<SessionEntry> {
+    SessionEntry::from_json(raw.get())
+}
+
+/// Serialises a value as it appears one level inside a pretty-printed object: pretty,
+/// with every line after the first indented by two more spaces. JSON strings cannot
+/// contain a raw newline, so every `\n` in the output is a line break.
+fn format_nested<T: Serialize + ?Sized>(value: &T) -> serde_json::Result<Box<RawValue>> {
+    let pretty = serde_json::to_string_pretty(value)?;
+    RawValue::from_string(pretty.replace('\n', "\n  "))
+}
+
+fn top_level_kind(text: &str) -> &'static str {
+    match text.trim_start().bytes().next() {
+        Some(b'[') => "an array",
+        Some(b'"') => "a string",
+        Some(b't' | b'f') => "a boolean",
+        Some(b'n') => "null",
+        Some(b'-' | b'0'..=b'9') => "a number",
+        _ => "not an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OPENCLAW_FILE: &str = r#"{
+  "agent:main:main": {
+    "sessionId": "0f5d59ee-034e-47d9-ac97-d383e6c022b8",
+    "updatedAt": 1770350123456,
+    "skillsSnapshot": {
+      "prompt": "…",
+      "skills": []
+    },
+    "futureField": 1.5e300
+  },
+  "agent:main:whatsapp:group:120363406150318674@g.us": {
+    "sessionId": "3714f321-b3dd-4609-8fdd-1ca8b0607dd3",
+    "updatedAt": 1770349000000,
+    "chatType": "group"
+  }
+}"#;
+
+    #[test]
+    fn untouched_file_round_trips_byte_for_byte() {
+        let doc = Document::parse(OPENCLAW_FILE.as_bytes()).unwrap();
+        assert_eq!(doc.len(), 2);
+        assert_eq!(String::from_utf8(doc.to_bytes()).unwrap(), OPENCLAW_FILE);
+    }
+
+    #[test]
+    fn rewriting_an_entry_matches_json_stringify_layout() {
+        let mut doc = Document::parse(OPENCLAW_FILE.as_bytes()).unwrap();
+        let key = "agent:main:whatsapp:group:120363406150318674@g.us";
+        let entry = parse_entry(doc.get(key).unwrap()).unwrap();
+        doc.set(key, &entry).unwrap();
+        assert_eq!(String::from_utf8(doc.to_bytes()).unwrap(), OPENCLAW_FILE);
+    }
+
+    #[test]
+    fn empty_store_is_braces() {
+        assert_eq!(Document::default().to_bytes(), b"{}");
+        assert_eq!(Document::parse(b"{}").unwrap().len(), 0);
+    }
+
+    #[test]
+    fn new_keys_go_last_and_removal_keeps_order() {
+        let mut doc = Document::parse(OPENCLAW_FILE.as_bytes()).unwrap();
+        doc.set("agent:main:dm:new", &SessionEntry::new("n", 1)).unwrap();
+        doc.remove("agent:main:main");
+        let keys: Vec<&str> = doc.iter().map(|(k, _)| k).collect();
+        assert_eq!(
+            keys,
+            ["agent:main:whatsapp:group:120363406150318674@g.us", "agent:main:dm:new"]
+        );
+    }
+
+    #[test]
+    fn json5_is_a_read_fallback() {
+        let doc = Document::parse(
+            br#"{
+  // written by hand
+  "agent:main:main": { sessionId: 'abc', updatedAt: 5, },
+}"#,
+        )
+        .unwrap();
+        let entry = parse_entry(doc.get("agent:main:main").unwrap()).unwrap();
+        assert_eq!((entry.session_id.as_str(), entry.updated_at), ("abc", 5));
+        assert_eq!(
+            String::from_utf8(doc.to_bytes()).unwrap(),
+            "{\n  \"agent:main:main\": {\n    \"sessionId\": \"abc\",\n    \"updatedAt\": 5\n  }\n}"
+        );
+    }
+
+    #[test]
+    fn corrupt_inputs_are_classified() {
+        assert!(matches!(Document::parse(b""), Err(CorruptProblem::Empty)));
+        assert!(matches!(
+            Document::parse(b"{\"a\": \xff}"),
+            Err(CorruptProblem::InvalidUtf8 { valid_up_to: 6 })
+        ));
+        assert!(matches!(
+            Document::parse(&OPENCLAW_FILE.as_bytes()[..100]),
+            Err(CorruptProblem::Syntax(_))
+        ));
+        for (text, found) in [
+            ("[]", "an array"),
+            ("\"x\"", "a string"),
+            ("null", "null"),
+            ("42", "a number"),
+            ("true", "a boolean"),
+        ] {
+            match Document::parse(text.as_bytes()) {
+                Err(CorruptProblem::NotAnObject { found: got }) => assert_eq!(got, found),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+    }
+}

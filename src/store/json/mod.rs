@@ -1,0 +1,530 @@
+//! The OpenClaw-compatible JSON file store.
+
+mod document;
+mod io;
+mod lock;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tokio::sync::OwnedMutexGuard;
+
+use self::document::{parse_entry, Document};
+use self::io::{backup_path, lock_path, write_atomically, FileStamp, RealIo, StoreIo};
+use self::lock::{process_mutex, read_holder, Attempt, FileLock};
+use super::{ListFilter, Mutator, Revision, SessionStore, StoredSession};
+use crate::error::{Error, LockHolder, Result};
+use crate::key::{AgentId, SessionKey};
+use crate::paths;
+
+pub use self::io::Durability;
+pub use self::lock::{
+    LockOptions, DEFAULT_LOCK_POLL_INTERVAL, DEFAULT_LOCK_STALE_AFTER, DEFAULT_LOCK_TIMEOUT,
+};
+
+/// How long a read may reuse a parsed store without re-reading it (OpenClaw: 45 s).
+pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(45);
+
+/// Settings of a [`JsonFileStore`].
+///
+/// ```
+/// use std::time::Duration;
+/// use agent_sessions::{Durability, JsonStoreOptions};
+///
+/// let fast_and_loose = JsonStoreOptions {
+///     durability: Durability::Unsynced,
+///     cache_ttl: Duration::ZERO, // no read cache
+///     ..JsonStoreOptions::default()
+/// };
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonStoreOptions {
+    /// Lock timing.
+    pub lock: LockOptions,
+    /// How long reads reuse a parsed file whose size, mtime and inode are unchanged.
+    /// Zero disables the cache. Writes always re-read inside the lock.
+    pub cache_ttl: Duration,
+    /// fsync policy of writes.
+    pub durability: Durability,
+    /// The agent whose file holds the `global` session.
+    pub global_agent: AgentId,
+}
+
+impl Default for JsonStoreOptions {
+    fn default() -> Self {
+        JsonStoreOptions {
+            lock: LockOptions::default(),
+            cache_ttl: DEFAULT_CACHE_TTL,
+            durability: Durability::default(),
+            global_agent: AgentId::main(),
+        }
+    }
+}
+
+/// A [`SessionStore`] in OpenClaw's files: one `sessions.json` per agent under
+/// `<root>/agents/<agentId>/sessions/`.
+///
+/// Point it at an OpenClaw state directory (`~/.openclaw`) and it reads and writes the
+/// same files OpenClaw does, taking the same lock, so the two can run side by side.
+///
+/// * **Writes** take `sessions.json.lock`, re-read the file, apply the change to the one
+///   entry, and replace the file atomically (temp file, fsync, rename, directory fsync
+///   per [`Durability`]), keeping the previous version as `sessions.json.bak`. Untouched
+///   entries are written back byte for byte; nothing is written when nothing changed.
+/// * **Reads** need no lock: they see the previous or the next version, never a torn
+///   file. A parsed file is cached for [`JsonStoreOptions::cache_ttl`] while its size,
+///   mtime and inode stay the same.
+/// * **Corrupt files** are reported as [`Error::Corrupt`] and left untouched, never
+///   replaced by an empty store.
+///
+/// ```
+/// use agent_sessions::prelude::*;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> agent_sessions::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = JsonFileStore::new(dir.path());
+/// let key = SessionKey::parse("agent:main:telegram:dm:123")?;
+/// store.put(&key, SessionEntry::new_session(1_770_000_000_000)).await?;
+/// assert!(dir.path().join("agents/main/sessions/sessions.json").exists());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct JsonFileStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    root: PathBuf,
+    options: JsonStoreOptions,
+    cache: Mutex<HashMap<PathBuf, Cached>>,
+    io: Arc<dyn StoreIo>,
+}
+
+#[derive(Debug)]
+struct Cached {
+    document: Arc<Document>,
+    stamp: FileStamp,
+    loaded_at: Instant,
+}
+
+/// Both halves of the store lock; dropping it releases both.
+struct StoreLock {
+    _file: FileLock,
+    _process: OwnedMutexGuard<()>,
+}
+
+impl JsonFileStore {
+    /// A store rooted at `root` (an OpenClaw state directory; a leading `~` is expanded),
+    /// with default options. Nothing is read or created until the first call.
+    pub fn new(root: impl AsRef<Path>) -> Self {
+        JsonFileStore::with_options(root, JsonStoreOptions::default())
+    }
+
+    /// A store rooted at `root` with `options`.
+    pub fn with_options(root: impl AsRef<Path>, options: JsonStoreOptions) -> Self {
+        JsonFileStore::with_io(root, options, Arc::new(RealIo))
+    }
+
+    fn with_io(root: impl AsRef<Path>, options: JsonStoreOptions, io: Arc<dyn StoreIo>) -> Self {
+        JsonFileStore {
+            inner: Arc::new(Inner {
+                root: paths::expand_home(root.as_ref()),
+                options,
+                cache: Mutex::default(),
+                io,
+            }),
+        }
+    }
+
+    /// The state directory this store lives in.
+    pub fn root(&self) -> &Path {
+        &self.inner.root
+    }
+
+    /// The options this store was opened with.
+    pub fn options(&self) -> &JsonStoreOptions {
+        &self.inner.options
+    }
+
+    /// The `sessions.json` of `agent`.
+    pub fn store_path(&self, agent: &AgentId) -> PathBuf {
+        paths::store_path(&self.inner.root, agent)
+    }
+
+    /// The `sessions.json` that holds `key`: its agent's, or for `global`
+    /// [`JsonStoreOptions::global_agent`]'s.
+    pub fn store_path_for(&self, key: &SessionKey) -> PathBuf {
+        self.store_path(&self.inner.agent_of(key))
+    }
+
+    /// The agents that have a `sessions.json` under this root, sorted.
+    pub async fn agents(&self) -> Result<Vec<AgentId>> {
+        let inner = self.inner.clone();
+        blocking(&self.inner.root, move || inner.agents()).await
+    }
+
+    async fn load(&self, path: &Path) -> Result<Arc<Document>> {
+        let inner = self.inner.clone();
+        let owned = path.to_owned();
+        blocking(path, move || inner.load(&owned)).await
+    }
+
+    /// Takes the in-process queue, then the lock file, within the lock timeout.
+    async fn lock(&self, store_path: &Path) -> Result<StoreLock> {
+        let options = self.inner.options.lock;
+        let started = Instant::now();
+        let lock_path = lock_path(store_path);
+        let mutex = process_mutex(store_path);
+        let process = match tokio::time::timeout(options.timeout, mutex.lock_owned()).await {
+            Ok(guard) => guard,
+            Err(_) => {
+                return Err(Error::LockTimeout {
+                    holder: read_holder(&lock_path),
+                    path: lock_path,
+                    waited: started.elapsed(),
+                })
+            }
+        };
+        let mut logged_wait = false;
+        loop {
+            let attempt_path = lock_path.clone();
+            let stale_after = options.stale_after;
+            let attempt = blocking(&lock_path, move || {
+                FileLock::try_acquire(&attempt_path, stale_after)
+            })
+            .await?;
+            let holder = match attempt {
+                Attempt::Acquired(file) => {
+                    let waited = started.elapsed();
+                    if waited >= Duration::from_millis(100) {
+                        tracing::info!(path = %lock_path.display(), waited_ms = waited.as_millis() as u64, "session store lock acquired after waiting");
+                    } else {
+                        tracing::trace!(path = %lock_path.display(), waited_us = waited.as_micros() as u64, "session store lock acquired");
+                    }
+                    return Ok(StoreLock {
+                        _file: file,
+                        _process: process,
+                    });
+                }
+                Attempt::Busy(holder) => holder,
+            };
+            let waited = started.elapsed();
+            if waited >= options.timeout {
+                tracing::warn!(path = %lock_path.display(), holder = ?holder, waited_ms = waited.as_millis() as u64, "timed out waiting for the session store lock");
+                return Err(Error::LockTimeout {
+                    path: lock_path,
+                    holder,
+                    waited,
+                });
+            }
+            if !logged_wait {
+                tracing::debug!(path = %lock_path.display(), holder = ?holder.as_ref().map(LockHolder::to_string), "session store lock busy; waiting");
+                logged_wait = true;
+            }
+            tokio::time::sleep(options.poll_interval.min(options.timeout - waited)).await;
+        }
+    }
+}
+
+impl Inner {
+    fn agent_of(&self, key: &SessionKey) -> AgentId {
+        match key.agent_id() {
+            // A parsed key's agent id is always a valid AgentId.
+            Some(agent) => AgentId::new(agent).unwrap_or_else(|_| AgentId::normalize(agent)),
+            None => self.options.global_agent.clone(),
+        }
+    }
+
+    fn agents(&self) -> Result<Vec<AgentId>> {
+        let agents_dir = self.root.join("agents");
+        let entries = match fs::read_dir(&agents_dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io("list", agents_dir, e)),
+        };
+        let mut agents = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::io("list", &agents_dir, e))?;
+            let Some(agent) = entry.file_name().to_str().and_then(|n| AgentId::new(n).ok())
+            else {
+                continue;
+            };
+            if paths::store_path(&self.root, &agent).is_file() {
+                agents.push(agent);
+            }
+        }
+        agents.sort();
+        Ok(agents)
+    }
+
+    /// The parsed store at `path`, from the cache when the file is unchanged.
+    fn load(&self, path: &Path) -> Result<Arc<Document>> {
+        let ttl = self.options.cache_ttl;
+        if !ttl.is_zero() {
+            let stamp = self.io.stat(path).map_err(|e| Error::io("stat", path, e))?;
+            let Some(stamp) = stamp else {
+                return Ok(Arc::default());
+            };
+            let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(cached) = cache.get(path) {
+                if cached.stamp == stamp && cached.loaded_at.elapsed() <= ttl {
+                    tracing::trace!(path = %path.display(), "session store cache hit");
+                    return Ok(cached.document.clone());
+                }
+            }
+        }
+        let Some((document, stamp)) = self.read(path)? else {
+            return Ok(Arc::default());
+        };
+        let document = Arc::new(document);
+        self.remember(path, document.clone(), stamp);
+        Ok(document)
+    }
+
+    /// Reads and parses the store at `path`, bypassing the cache.
+    fn read(&self, path: &Path) -> Result<Option<(Document, FileStamp)>> {
+        let started = Instant::now();
+        let Some((bytes, stamp)) = self.io.read(path).map_err(|e| Error::io("read", path, e))?
+        else {
+            return Ok(None);
+        };
+        let document = Document::parse(&bytes).map_err(|problem| {
+            let backup = backup_path(path);
+            let backup_is_valid = matches!(
+                self.io.read(&backup),
+                Ok(Some((bytes, _))) if Document::parse(&bytes).is_ok()
+            );
+            tracing::error!(path = %path.display(), %problem, backup_is_valid, "session store is corrupt; leaving it untouched");
+            Error::Corrupt {
+                path: path.to_owned(),
+                problem,
+                valid_backup: backup_is_valid.then_some(backup),
+            }
+        })?;
+        tracing::debug!(path = %path.display(), bytes = bytes.len(), entries = document.len(), elapsed_us = started.elapsed().as_micros() as u64, "session store read");
+        Ok(Some((document, stamp)))
+    }
+
+    fn remember(&self, path: &Path, document: Arc<Document>, stamp: FileStamp) {
+        if self.options.cache_ttl.is_zero() {
+            return;
+        }
+        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        cache.insert(
+            path.to_owned(),
+            Cached {
+                document,
+                stamp,
+                loaded_at: Instant::now(),
+            },
+        );
+    }
+
+    fn forget(&self, path: &Path) {
+        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        cache.remove(path);
+    }
+
+    fn write(&self, path: &Path, document: Document) -> Result<()> {
+        let started = Instant::now();
+        let bytes = document.to_bytes();
+        // A failed write may have replaced the file (e.g. only the directory fsync
+        // failed); never serve the old version from the cache after trying.
+        self.forget(path);
+        let stamp = write_atomically(&*self.io, path, &bytes, self.options.durability)?;
+        tracing::debug!(path = %path.display(), bytes = bytes.len(), durability = ?self.options.durability, elapsed_us = started.elapsed().as_micros() as u64, "session store written");
+        self.remember(path, Arc::new(document), stamp);
+        Ok(())
+    }
+
+    /// Every session of one store file that passes `filter`.
+    fn scan(&self, agent: &AgentId, filter: &ListFilter) -> Result<Vec<StoredSession>> {
+        let path = paths::store_path(&self.root, agent);
+        let document = self.load(&path)?;
+        let mut sessions = Vec::new();
+        for (key, raw) in document.iter() {
+            let Some(key) = self.served_key(agent, key) else {
+                continue;
+            };
+            if !filter.matches_key(&key) {
+                continue;
+            }
+            match parse_entry(raw) {
+                Ok(entry) if filter.matches(&key, &entry) => sessions.push(StoredSession {
+                    key,
+                    entry,
+                    revision: Revision::of_bytes(raw.get().as_bytes()),
+                }),
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(path = %path.display(), key = %key, %error, "skipping an invalid session entry")
+                }
+            }
+        }
+        Ok(sessions)
+    }
+
+    /// The key of a stored entry if this store serves it from `agent`'s file: a
+    /// canonical key that routes to this file. Other entries are kept on disk untouched.
+    fn served_key(&self, agent: &AgentId, raw_key: &str) -> Option<SessionKey> {
+        let key = SessionKey::parse(raw_key).ok()?;
+        let served = key.as_str() == raw_key && self.agent_of(&key) == *agent;
+        if !served {
+            tracing::debug!(key = raw_key, agent = %agent, "entry not served: key is not canonical or belongs to another agent's file");
+        }
+        served.then_some(key)
+    }
+}
+
+#[async_trait]
+impl SessionStore for JsonFileStore {
+    async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
+        let path = self.store_path_for(key);
+        let document = self.load(&path).await?;
+        document
+            .get(key.as_str())
+            .map(|raw| {
+                let entry = parse_entry(raw).map_err(|source| Error::InvalidEntry {
+                    key: key.to_string(),
+                    path: path.clone(),
+                    source,
+                })?;
+                Ok(StoredSession {
+                    key: key.clone(),
+                    entry,
+                    revision: Revision::of_bytes(raw.get().as_bytes()),
+                })
+            })
+            .transpose()
+    }
+
+    async fn apply(
+        &self,
+        key: &SessionKey,
+        mutator: &mut Mutator<'_>,
+    ) -> Result<Option<StoredSession>> {
+        let path = self.store_path_for(key);
+        let lock = self.lock(&path).await?;
+
+        // Always re-read inside the lock: a cached copy may predate another writer's
+        // update (OpenClaw's lost-update bug #10331).
+        let inner = self.inner.clone();
+        let read_path = path.clone();
+        let fresh = blocking(&path, move || inner.read(&read_path)).await?;
+        let mut document = fresh.map(|(document, _)| document).unwrap_or_default();
+
+        let (before, revision) = match document.get(key.as_str()) {
+            Some(raw) => {
+                let entry = parse_entry(raw).map_err(|source| Error::InvalidEntry {
+                    key: key.to_string(),
+                    path: path.clone(),
+                    source,
+                })?;
+                (Some(entry), Some(Revision::of_bytes(raw.get().as_bytes())))
+            }
+            None => (None, None),
+        };
+        let mut after = before.clone();
+        mutator(&mut after, revision)?;
+        if after == before {
+            return Ok(after.zip(revision).map(|(entry, revision)| StoredSession {
+                key: key.clone(),
+                entry,
+                revision,
+            }));
+        }
+
+        let new_revision = match &after {
+            Some(entry) => {
+                let raw = document
+                    .set(key.as_str(), entry)
+                    .map_err(|source| Error::Serialize {
+                        key: key.clone(),
+                        source,
+                    })?;
+                Some(Revision::of_bytes(raw.get().as_bytes()))
+            }
+            None => {
+                document.remove(key.as_str());
+                None
+            }
+        };
+        let inner = self.inner.clone();
+        let write_path = path.clone();
+        blocking(&path, move || {
+            let written = inner.write(&write_path, document);
+            drop(lock);
+            written
+        })
+        .await?;
+        Ok(after
+            .zip(new_revision)
+            .map(|(entry, revision)| StoredSession {
+                key: key.clone(),
+                entry,
+                revision,
+            }))
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
+        let agents = match &filter.agent {
+            Some(agent) => vec![agent.clone()],
+            None => self.agents().await?,
+        };
+        let inner = self.inner.clone();
+        let filter_copy = filter.clone();
+        let sessions = blocking(&self.inner.root, move || {
+            let mut sessions = Vec::new();
+            for agent in &agents {
+                sessions.extend(inner.scan(agent, &filter_copy)?);
+            }
+            Ok(sessions)
+        })
+        .await?;
+        Ok(filter.finish(sessions))
+    }
+
+    async fn len(&self) -> Result<usize> {
+        let agents = self.agents().await?;
+        let inner = self.inner.clone();
+        blocking(&self.inner.root, move || {
+            let mut count = 0;
+            for agent in &agents {
+                let document = inner.load(&paths::store_path(&inner.root, agent))?;
+                count += document
+                    .iter()
+                    .filter(|(key, _)| inner.served_key(agent, key).is_some())
+                    .count();
+            }
+            Ok(count)
+        })
+        .await
+    }
+}
+
+/// Runs blocking file work off the async executor.
+async fn blocking<T, F>(path: &Path, work: F) -> Result<T>
+where
+    F: FnOnce() -> Result<T> + Send + 'static,
+    T: Send + 'static,
+{
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result,
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        Err(error) => Err(Error::io(
+            "finish file work (the runtime is shutting down)",
+            path,
+            std::io::Error::other(error),
+        )),
+    }
+}

@@ -1,0 +1,125 @@
+//! An in-process store for tests and ephemeral bots.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use async_trait::async_trait;
+
+use super::{entry_revision, ListFilter, Mutator, Revision, SessionStore, StoredSession};
+use crate::entry::SessionEntry;
+use crate::error::{Error, Result};
+use crate::key::SessionKey;
+
+/// A [`SessionStore`] in memory: fast, atomic per key, gone when the process ends.
+///
+/// Cloning a `MemoryStore` is cheap and yields a handle to the same sessions.
+///
+/// ```
+/// use agent_sessions::prelude::*;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> agent_sessions::Result<()> {
+/// let store = MemoryStore::new();
+/// let key = SessionKey::parse("agent:main:main")?;
+/// store.put(&key, SessionEntry::new_session(1)).await?;
+/// assert!(store.get(&key).await?.is_some());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct MemoryStore {
+    sessions: std::sync::Arc<Mutex<HashMap<SessionKey, Slot>>>,
+}
+
+#[derive(Debug)]
+struct Slot {
+    entry: SessionEntry,
+    revision: Revision,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        MemoryStore::default()
+    }
+
+    fn sessions(&self) -> MutexGuard<'_, HashMap<SessionKey, Slot>> {
+        // A panicking mutator cannot leave a half-written slot (the map is only changed
+        // after the mutator returns), so a poisoned lock still guards consistent data.
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[async_trait]
+impl SessionStore for MemoryStore {
+    async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
+        Ok(self.sessions().get(key).map(|slot| StoredSession {
+            key: key.clone(),
+            entry: slot.entry.clone(),
+            revision: slot.revision,
+        }))
+    }
+
+    async fn apply(
+        &self,
+        key: &SessionKey,
+        mutator: &mut Mutator<'_>,
+    ) -> Result<Option<StoredSession>> {
+        let mut sessions = self.sessions();
+        let (before, revision) = match sessions.get(key) {
+            Some(slot) => (Some(slot.entry.clone()), Some(slot.revision)),
+            None => (None, None),
+        };
+        let mut after = before.clone();
+        mutator(&mut after, revision)?;
+        if after == before {
+            return Ok(after.map(|entry| StoredSession {
+                key: key.clone(),
+                entry,
+                revision: revision.expect("an existing entry has a revision"),
+            }));
+        }
+        match after {
+            None => {
+                sessions.remove(key);
+                Ok(None)
+            }
+            Some(entry) => {
+                let revision = entry_revision(&entry).map_err(|source| Error::Serialize {
+                    key: key.clone(),
+                    source,
+                })?;
+                sessions.insert(
+                    key.clone(),
+                    Slot {
+                        entry: entry.clone(),
+                        revision,
+                    },
+                );
+                Ok(Some(StoredSession {
+                    key: key.clone(),
+                    entry,
+                    revision,
+                }))
+            }
+        }
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
+        let matching = self
+            .sessions()
+            .iter()
+            .filter(|(key, slot)| filter.matches(key, &slot.entry))
+            .map(|(key, slot)| StoredSession {
+                key: key.clone(),
+                entry: slot.entry.clone(),
+                revision: slot.revision,
+            })
+            .collect();
+        Ok(filter.finish(matching))
+    }
+
+    async fn len(&self) -> Result<usize> {
+        Ok(self.sessions().len())
+    }
+}

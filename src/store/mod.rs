@@ -1,0 +1,443 @@
+//! Session stores: where entries live.
+//!
+//! [`SessionStore`] is the seam every backend implements. It is shaped around one
+//! operation, [`SessionStore::apply`]: an atomic read-modify-write of one key. A file
+//! store runs it under its lock; a SQL store runs it in a transaction with a row lock;
+//! nothing requires loading every entry. [`SessionStoreExt`] builds the convenient calls
+//! (`update`, `with_session`, `put`, `compare_and_set`) on top, for every store.
+//!
+//! ```
+//! use agent_sessions::prelude::*;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> agent_sessions::Result<()> {
+//! let store = MemoryStore::new();
+//! let key = SessionKey::parse("agent:main:telegram:dm:123")?;
+//!
+//! // Create the session if it is missing, and count a turn either way.
+//! let turns = store
+//!     .update(&key, |slot| {
+//!         let entry = slot.get_or_insert_with(|| SessionEntry::new_session(1_770_000_000_000));
+//!         let turns = entry.compaction_count.unwrap_or(0) + 1;
+//!         entry.compaction_count = Some(turns);
+//!         turns
+//!     })
+//!     .await?;
+//! assert_eq!(turns, 1);
+//! assert_eq!(store.len().await?, 1);
+//! # Ok(())
+//! # }
+//! ```
+
+mod json;
+mod memory;
+
+use std::cmp::Reverse;
+use std::fmt;
+
+use async_trait::async_trait;
+
+use crate::entry::SessionEntry;
+use crate::error::{Error, Result};
+use crate::key::{AgentId, PeerKind, SessionKey};
+
+pub use json::{
+    Durability, JsonFileStore, JsonStoreOptions, LockOptions, DEFAULT_CACHE_TTL,
+    DEFAULT_LOCK_POLL_INTERVAL, DEFAULT_LOCK_STALE_AFTER, DEFAULT_LOCK_TIMEOUT,
+};
+pub use memory::MemoryStore;
+
+/// An opaque token that changes whenever an entry changes.
+///
+/// Read one with [`SessionStore::get`], hand it back to
+/// [`SessionStoreExt::compare_and_set`] to update only if nobody else did in between.
+/// Revisions are only comparable within one store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Revision(u64);
+
+impl Revision {
+    /// A revision from a raw number (for store implementations).
+    pub const fn from_u64(value: u64) -> Self {
+        Revision(value)
+    }
+
+    /// The raw number.
+    pub const fn as_u64(self) -> u64 {
+        self.0
+    }
+
+    /// The revision of a serialised entry: a 64-bit FNV-1a hash of its bytes.
+    pub fn of_bytes(bytes: &[u8]) -> Self {
+        const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+        const PRIME: u64 = 0x0000_0100_0000_01b3;
+        Revision(
+            bytes
+                .iter()
+                .fold(OFFSET, |hash, byte| (hash ^ u64::from(*byte)).wrapping_mul(PRIME)),
+        )
+    }
+}
+
+impl fmt::Display for Revision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+/// One session as a store holds it: its key, its entry and the entry's revision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredSession {
+    /// The key.
+    pub key: SessionKey,
+    /// The entry (a copy: changing it changes nothing in the store).
+    pub entry: SessionEntry,
+    /// The entry's revision, for compare-and-set.
+    pub revision: Revision,
+}
+
+/// The function [`SessionStore::apply`] runs on one key, under the store's lock.
+///
+/// It receives the current entry (`None` when there is none) and its revision. Leaving
+/// the slot unchanged writes nothing; setting it to `None` deletes the entry; returning
+/// an error aborts and writes nothing. It may run more than once (a SQL store retries a
+/// transaction that lost a serialisation race), so it must not have side effects
+/// beyond the slot and its own captured state.
+pub type Mutator<'a> =
+    dyn FnMut(&mut Option<SessionEntry>, Option<Revision>) -> Result<()> + Send + 'a;
+
+/// Which sessions [`SessionStore::list`] returns.
+///
+/// All conditions must hold. Results come most recently updated first, then by key.
+///
+/// ```
+/// use agent_sessions::{AgentId, ListFilter, PeerKind};
+///
+/// let filter = ListFilter::new()
+///     .agent(AgentId::new("support")?)
+///     .chat_type(PeerKind::Group)
+///     .updated_after(1_770_000_000_000)
+///     .limit(20);
+/// # Ok::<(), agent_sessions::Error>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ListFilter {
+    /// Only this agent's sessions.
+    pub agent: Option<AgentId>,
+    /// Only keys starting with this (compared after lower-casing).
+    pub key_prefix: Option<String>,
+    /// Only sessions on this channel (see [`SessionEntry::channel_name`]).
+    pub channel: Option<String>,
+    /// Only this kind of conversation (from the entry's `chatType`, else the key).
+    pub chat_type: Option<PeerKind>,
+    /// Only sessions with `updatedAt` strictly before this (epoch ms).
+    pub updated_before: Option<u64>,
+    /// Only sessions with `updatedAt` strictly after this (epoch ms).
+    pub updated_after: Option<u64>,
+    /// At most this many sessions.
+    pub limit: Option<usize>,
+}
+
+impl ListFilter {
+    /// Every session.
+    pub fn new() -> Self {
+        ListFilter::default()
+    }
+
+    /// Only `agent`'s sessions.
+    pub fn agent(mut self, agent: AgentId) -> Self {
+        self.agent = Some(agent);
+        self
+    }
+
+    /// Only keys starting with `prefix`.
+    pub fn key_prefix(mut self, prefix: &str) -> Self {
+        self.key_prefix = Some(prefix.trim().to_lowercase());
+        self
+    }
+
+    /// Only sessions on `channel`.
+    pub fn channel(mut self, channel: &str) -> Self {
+        self.channel = crate::key::normalize_channel(channel);
+        self
+    }
+
+    /// Only this kind of conversation.
+    pub fn chat_type(mut self, kind: PeerKind) -> Self {
+        self.chat_type = Some(kind);
+        self
+    }
+
+    /// Only sessions updated strictly before `epoch_ms`.
+    pub fn updated_before(mut self, epoch_ms: u64) -> Self {
+        self.updated_before = Some(epoch_ms);
+        self
+    }
+
+    /// Only sessions updated strictly after `epoch_ms`.
+    pub fn updated_after(mut self, epoch_ms: u64) -> Self {
+        self.updated_after = Some(epoch_ms);
+        self
+    }
+
+    /// At most `limit` sessions.
+    pub fn limit(mut self, limit: usize) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// Whether `key` passes the key-only conditions (agent and prefix). Stores check
+    /// this before reading the entry.
+    pub fn matches_key(&self, key: &SessionKey) -> bool {
+        let agent_ok = self
+            .agent
+            .as_ref()
+            .is_none_or(|agent| key.agent_id() == Some(agent.as_str()));
+        let prefix_ok = self
+            .key_prefix
+            .as_deref()
+            .is_none_or(|prefix| key.as_str().starts_with(prefix));
+        agent_ok && prefix_ok
+    }
+
+    /// Whether a session passes every condition except the limit.
+    pub fn matches(&self, key: &SessionKey, entry: &SessionEntry) -> bool {
+        let channel_ok = self.channel.as_deref().is_none_or(|wanted| {
+            entry
+                .channel_name()
+                .and_then(crate::key::normalize_channel)
+                .is_some_and(|channel| channel == wanted)
+        });
+        let kind_ok = self.chat_type.is_none_or(|wanted| {
+            let kind = entry
+                .chat_type
+                .as_ref()
+                .and_then(|t| t.peer_kind())
+                .or_else(|| key.peer_kind());
+            kind == Some(wanted)
+        });
+        self.matches_key(key)
+            && channel_ok
+            && kind_ok
+            && self
+                .updated_before
+                .is_none_or(|before| entry.updated_at < before)
+            && self
+                .updated_after
+                .is_none_or(|after| entry.updated_at > after)
+    }
+
+    /// Sorts sessions most recently updated first (then by key) and applies the limit.
+    pub fn finish(&self, mut sessions: Vec<StoredSession>) -> Vec<StoredSession> {
+        sessions.sort_by(|a, b| {
+            (Reverse(a.entry.updated_at), &a.key).cmp(&(Reverse(b.entry.updated_at), &b.key))
+        });
+        if let Some(limit) = self.limit {
+            sessions.truncate(limit);
+        }
+        sessions
+    }
+}
+
+/// A place that keeps session entries.
+///
+/// Implementations make [`apply`](SessionStore::apply) atomic per key — across tasks,
+/// and for persistent stores across processes — so two writers never lose each other's
+/// updates. Every method returns copies; nothing a caller does to a returned entry
+/// changes the store.
+///
+/// The trait is object safe: a host can hold an `Arc<dyn SessionStore>`.
+#[async_trait]
+pub trait SessionStore: Send + Sync {
+    /// The session stored under `key`, if any.
+    async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>>;
+
+    /// Atomically reads `key`, runs `mutator` on it and writes the result.
+    ///
+    /// Returns the session as it is after the call (`None` if there is no entry). When
+    /// the mutator leaves the entry unchanged nothing is written.
+    async fn apply(
+        &self,
+        key: &SessionKey,
+        mutator: &mut Mutator<'_>,
+    ) -> Result<Option<StoredSession>>;
+
+    /// Sessions matching `filter`, most recently updated first.
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>>;
+
+    /// How many sessions the store holds.
+    async fn len(&self) -> Result<usize>;
+
+    /// Whether the store holds no session.
+    async fn is_empty(&self) -> Result<bool> {
+        Ok(self.len().await? == 0)
+    }
+
+    /// Removes `key`, returning the entry it had.
+    async fn delete(&self, key: &SessionKey) -> Result<Option<SessionEntry>> {
+        let mut removed = None;
+        self.apply(key, &mut |slot, _| {
+            removed = slot.take();
+            Ok(())
+        })
+        .await?;
+        Ok(removed)
+    }
+}
+
+/// Convenient calls built on [`SessionStore::apply`], available on every store.
+#[async_trait]
+pub trait SessionStoreExt: SessionStore {
+    /// Serialised read-modify-write of `key`; returns what `f` returns.
+    ///
+    /// `f` sees `None` when there is no session; it may create one, change it, or set
+    /// the slot to `None` to delete it.
+    async fn update<R, F>(&self, key: &SessionKey, mut f: F) -> Result<R>
+    where
+        F: FnMut(&mut Option<SessionEntry>) -> R + Send,
+        R: Send,
+    {
+        let mut result = None;
+        self.apply(key, &mut |slot, _| {
+            result = Some(f(slot));
+            Ok(())
+        })
+        .await?;
+        Ok(result.expect("a store runs the mutator before returning Ok"))
+    }
+
+    /// Serialised read-modify-write of an existing session; [`Error::NotFound`] when
+    /// there is none.
+    ///
+    /// ```
+    /// use agent_sessions::prelude::*;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// let store = MemoryStore::new();
+    /// let key = SessionKey::parse("agent:main:main")?;
+    /// assert!(matches!(
+    ///     store.with_session(&key, |e| e.label = Some("x".into())).await,
+    ///     Err(agent_sessions::Error::NotFound { .. })
+    /// ));
+    /// store.put(&key, SessionEntry::new_session(1)).await?;
+    /// store.with_session(&key, |e| e.label = Some("inbox".into())).await?;
+    /// assert_eq!(store.get(&key).await?.unwrap().entry.label.as_deref(), Some("inbox"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    async fn with_session<R, F>(&self, key: &SessionKey, mut f: F) -> Result<R>
+    where
+        F: FnMut(&mut SessionEntry) -> R + Send,
+        R: Send,
+    {
+        let mut result = None;
+        self.apply(key, &mut |slot, _| match slot {
+            Some(entry) => {
+                result = Some(f(entry));
+                Ok(())
+            }
+            None => Err(Error::NotFound { key: key.clone() }),
+        })
+        .await?;
+        Ok(result.expect("a store runs the mutator before returning Ok"))
+    }
+
+    /// Stores `entry` under `key`, replacing any entry there.
+    async fn put(&self, key: &SessionKey, entry: SessionEntry) -> Result<StoredSession> {
+        let stored = self
+            .apply(key, &mut |slot, _| {
+                *slot = Some(entry.clone());
+                Ok(())
+            })
+            .await?;
+        Ok(stored.expect("an entry was just stored"))
+    }
+
+    /// Replaces the entry only if its revision is still `expected` (`None`: only if
+    /// there is no entry). `new = None` deletes. [`Error::Conflict`] otherwise, and
+    /// nothing is written.
+    ///
+    /// ```
+    /// use agent_sessions::prelude::*;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// let store = MemoryStore::new();
+    /// let key = SessionKey::parse("agent:main:main")?;
+    /// let first = store.compare_and_set(&key, None, Some(SessionEntry::new("a", 1))).await?;
+    /// let read = first.unwrap().revision;
+    /// store.put(&key, SessionEntry::new("b", 2)).await?; // someone else writes
+    /// let stale = store.compare_and_set(&key, Some(read), Some(SessionEntry::new("c", 3))).await;
+    /// assert!(matches!(stale, Err(agent_sessions::Error::Conflict { .. })));
+    /// # Ok(())
+    /// # }
+    /// ```
+    async fn compare_and_set(
+        &self,
+        key: &SessionKey,
+        expected: Option<Revision>,
+        new: Option<SessionEntry>,
+    ) -> Result<Option<StoredSession>> {
+        self.apply(key, &mut |slot, actual| {
+            if actual != expected {
+                return Err(Error::Conflict {
+                    key: key.clone(),
+                    expected,
+                    actual,
+                });
+            }
+            *slot = new.clone();
+            Ok(())
+        })
+        .await
+    }
+}
+
+impl<S: SessionStore + ?Sized> SessionStoreExt for S {}
+
+/// The revision of an entry as this crate serialises it (compact JSON).
+pub(crate) fn entry_revision(entry: &SessionEntry) -> Result<Revision, serde_json::Error> {
+    serde_json::to_vec(entry).map(|bytes| Revision::of_bytes(&bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv_matches_reference_vectors() {
+        assert_eq!(Revision::of_bytes(b"").as_u64(), 0xcbf29ce484222325);
+        assert_eq!(Revision::of_bytes(b"a").as_u64(), 0xaf63dc4c8601ec8c);
+        assert_eq!(Revision::of_bytes(b"foobar").as_u64(), 0x85944171f73967e8);
+    }
+
+    #[test]
+    fn filter_matches_by_every_condition() {
+        let key = SessionKey::parse("agent:support:whatsapp:group:g1").unwrap();
+        let mut entry = SessionEntry::new("s", 100);
+        entry.channel = Some("WhatsApp".into());
+        let yes = [
+            ListFilter::new(),
+            ListFilter::new().agent(AgentId::new("support").unwrap()),
+            ListFilter::new().key_prefix("AGENT:SUPPORT:whatsapp"),
+            ListFilter::new().channel("whatsapp"),
+            ListFilter::new().chat_type(PeerKind::Group),
+            ListFilter::new().updated_before(101).updated_after(99),
+        ];
+        for filter in yes {
+            assert!(filter.matches(&key, &entry), "{filter:?}");
+        }
+        let no = [
+            ListFilter::new().agent(AgentId::main()),
+            ListFilter::new().key_prefix("agent:support:slack"),
+            ListFilter::new().channel("slack"),
+            ListFilter::new().chat_type(PeerKind::Direct),
+            ListFilter::new().updated_before(100),
+            ListFilter::new().updated_after(100),
+        ];
+        for filter in no {
+            assert!(!filter.matches(&key, &entry), "{filter:?}");
+        }
+    }
+}

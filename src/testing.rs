@@ -1,0 +1,465 @@
+//! The conformance suite every [`SessionStore`] must pass.
+//!
+//! Each public function here is one behaviour, written as a test: it panics with a
+//! message when the store under test behaves differently. Run them all against your
+//! store with [`store_conformance_tests!`](crate::store_conformance_tests), giving it an
+//! async expression that makes a fresh, empty store (and a guard that keeps whatever
+//! the store needs alive, such as a temporary directory):
+//!
+//! ```ignore
+//! // tests/conformance.rs of a crate with its own store
+//! async fn fresh_store() -> (MyStore, tempfile::TempDir) { /* … */ }
+//!
+//! mod my_store {
+//!     agent_sessions::store_conformance_tests!(super::fresh_store());
+//! }
+//! ```
+//!
+//! The generated tests use `#[tokio::test]`, so the calling crate needs `tokio` (with
+//! the `macros` and `rt-multi-thread` features) among its dev-dependencies.
+
+use std::sync::Arc;
+
+use serde_json::json;
+use tokio::task::JoinSet;
+
+use crate::entry::{ChatType, DeliveryContext, SessionEntry, SessionOrigin, ThreadId};
+use crate::error::Error;
+use crate::key::{AgentId, PeerKind, SessionKey};
+use crate::store::{ListFilter, SessionStore, SessionStoreExt};
+
+fn key(raw: &str) -> SessionKey {
+    SessionKey::parse(raw).expect("test keys are valid")
+}
+
+/// An entry with most kinds of field set, including fields this crate does not know.
+pub fn rich_entry(session_id: &str, updated_at: u64) -> SessionEntry {
+    let mut entry = SessionEntry::new(session_id, updated_at);
+    entry.chat_type = Some(ChatType::Group);
+    entry.channel = Some("whatsapp".into());
+    entry.subject = Some("Family".into());
+    entry.total_tokens = Some(15_320);
+    entry.last_thread_id = Some(ThreadId::Number(42));
+    entry.origin = Some(SessionOrigin {
+        label: Some("Family id:120363@g.us".into()),
+        provider: Some("whatsapp".into()),
+        ..SessionOrigin::default()
+    });
+    entry.delivery_context = Some(DeliveryContext {
+        channel: Some("whatsapp".into()),
+        to: Some("120363@g.us".into()),
+        ..DeliveryContext::default()
+    });
+    entry.skills_snapshot = Some(json!({"prompt": "…", "skills": [{"name": "web"}]}));
+    entry.extra.insert(
+        "zFutureField".into(),
+        json!({"nested": [1, 2.5, "three", null], "flag": true}),
+    );
+    entry.extra.insert("aFutureCounter".into(), json!(7));
+    entry
+}
+
+/// A missing key reads as nothing, and an empty store is empty.
+pub async fn get_of_missing_key_is_none<S: SessionStore + ?Sized>(store: &S) {
+    let missing = key("agent:main:dm:nobody");
+    assert!(store.get(&missing).await.unwrap().is_none(), "get of a missing key");
+    assert_eq!(store.len().await.unwrap(), 0, "len of an empty store");
+    assert!(store.is_empty().await.unwrap(), "is_empty of an empty store");
+    assert!(
+        store.list(&ListFilter::new()).await.unwrap().is_empty(),
+        "list of an empty store"
+    );
+    assert_eq!(store.delete(&missing).await.unwrap(), None, "delete of a missing key");
+}
+
+/// What is put is what is got, and what is got is a copy.
+pub async fn put_then_get_returns_the_entry<S: SessionStore + ?Sized>(store: &S) {
+    let k = key("agent:main:whatsapp:group:120363@g.us");
+    let entry = rich_entry("s-1", 1_000);
+    let stored = store.put(&k, entry.clone()).await.unwrap();
+    assert_eq!(stored.key, k);
+    assert_eq!(stored.entry, entry);
+    let mut got = store.get(&k).await.unwrap().expect("entry was put");
+    assert_eq!(got.entry, entry, "entry read back");
+    assert_eq!(got.revision, stored.revision, "revision read back");
+    got.entry.label = Some("changed locally".into());
+    assert_eq!(
+        store.get(&k).await.unwrap().unwrap().entry,
+        entry,
+        "changing a returned entry must not change the store"
+    );
+}
+
+/// `update` sees the current entry, and can create, change and delete it.
+pub async fn update_creates_changes_and_deletes<S: SessionStore + ?Sized>(store: &S) {
+    let k = key("agent:main:telegram:dm:42");
+    let seen = store
+        .update(&k, |slot| {
+            let was = slot.clone();
+            *slot = Some(SessionEntry::new("s-1", 1));
+            was
+        })
+        .await
+        .unwrap();
+    assert_eq!(seen, None, "update of a missing key sees None");
+
+    let seen = store
+        .update(&k, |slot| {
+            let entry = slot.as_mut().expect("entry exists");
+            entry.label = Some("inbox".into());
+            entry.session_id.clone()
+        })
+        .await
+        .unwrap();
+    assert_eq!(seen, "s-1");
+    let got = store.get(&k).await.unwrap().unwrap();
+    assert_eq!(got.entry.label.as_deref(), Some("inbox"));
+    assert_eq!(store.len().await.unwrap(), 1);
+
+    store.update(&k, |slot| *slot = None).await.unwrap();
+    assert!(store.get(&k).await.unwrap().is_none(), "set to None deletes");
+    assert_eq!(store.len().await.unwrap(), 0);
+}
+
+/// `delete` returns the removed entry.
+pub async fn delete_returns_the_removed_entry<S: SessionStore + ?Sized>(store: &S) {
+    let k = key("agent:main:main");
+    let entry = SessionEntry::new("s-1", 5);
+    store.put(&k, entry.clone()).await.unwrap();
+    assert_eq!(store.delete(&k).await.unwrap(), Some(entry));
+    assert!(store.get(&k).await.unwrap().is_none());
+    assert_eq!(store.delete(&k).await.unwrap(), None);
+}
+
+/// Revisions change with content and stay when nothing changes.
+pub async fn revisions_track_changes<S: SessionStore + ?Sized>(store: &S) {
+    let k = key("agent:main:main");
+    let first = store.put(&k, SessionEntry::new("s-1", 1)).await.unwrap().revision;
+    let unchanged = store
+        .apply(&k, &mut |_, _| Ok(()))
+        .await
+        .unwrap()
+        .expect("entry exists")
+        .revision;
+    assert_eq!(first, unchanged, "a no-op update keeps the revision");
+    let same_again = store.put(&k, SessionEntry::new("s-1", 1)).await.unwrap().revision;
+    assert_eq!(first, same_again, "putting an equal entry keeps the revision");
+    let changed = store.put(&k, SessionEntry::new("s-1", 2)).await.unwrap().revision;
+    assert_ne!(first, changed, "a change gives a new revision");
+    assert_eq!(store.get(&k).await.unwrap().unwrap().revision, changed);
+}
+
+/// A mutator that fails writes nothing and its error reaches the caller unchanged.
+pub async fn failed_mutator_writes_nothing<S: SessionStore + ?Sized>(store: &S) {
+    let existing = key("agent:main:main");
+    let missing = key("agent:main:dm:ghost");
+    store.put(&existing, SessionEntry::new("s-1", 1)).await.unwrap();
+    for k in [&existing, &missing] {
+        let result = store
+            .apply(k, &mut |slot, _| {
+                *slot = Some(SessionEntry::new("should-not-be-written", 9));
+                Err(Error::NotFound { key: k.clone() })
+            })
+            .await;
+        assert!(
+            matches!(result, Err(Error::NotFound { .. })),
+            "mutator error returned: {result:?}"
+        );
+    }
+    assert_eq!(store.get(&existing).await.unwrap().unwrap().entry.session_id, "s-1");
+    assert!(store.get(&missing).await.unwrap().is_none());
+}
+
+/// `with_session` works on existing sessions and reports missing ones.
+pub async fn with_session_requires_an_entry<S: SessionStore + ?Sized>(store: &S) {
+    let k = key("agent:main:main");
+    let result = store.with_session(&k, |_| ()).await;
+    assert!(matches!(result, Err(Error::NotFound { .. })), "{result:?}");
+    assert!(store.get(&k).await.unwrap().is_none(), "with_session creates nothing");
+    store.put(&k, SessionEntry::new("s-1", 1)).await.unwrap();
+    let id = store
+        .with_session(&k, |entry| {
+            entry.compaction_count = Some(3);
+            entry.session_id.clone()
+        })
+        .await
+        .unwrap();
+    assert_eq!(id, "s-1");
+    assert_eq!(store.get(&k).await.unwrap().unwrap().entry.compaction_count, Some(3));
+}
+
+/// Compare-and-set succeeds on the expected revision and reports a conflict otherwise.
+pub async fn compare_and_set_detects_conflicts<S: SessionStore + ?Sized>(store: &S) {
+    let k = key("agent:main:main");
+    let created = store
+        .compare_and_set(&k, None, Some(SessionEntry::new("a", 1)))
+        .await
+        .unwrap()
+        .expect("created");
+    let again = store
+        .compare_and_set(&k, None, Some(SessionEntry::new("b", 2)))
+        .await;
+    assert!(
+        matches!(again, Err(Error::Conflict { expected: None, actual: Some(_), .. })),
+        "expected no entry but one exists: {again:?}"
+    );
+    let updated = store
+        .compare_and_set(&k, Some(created.revision), Some(SessionEntry::new("c", 3)))
+        .await
+        .unwrap()
+        .expect("updated");
+    let stale = store
+        .compare_and_set(&k, Some(created.revision), Some(SessionEntry::new("d", 4)))
+        .await;
+    assert!(matches!(stale, Err(Error::Conflict { .. })), "stale revision: {stale:?}");
+    assert_eq!(store.get(&k).await.unwrap().unwrap().entry.session_id, "c");
+    store
+        .compare_and_set(&k, Some(updated.revision), None)
+        .await
+        .unwrap();
+    assert!(store.get(&k).await.unwrap().is_none(), "compare-and-set to None deletes");
+}
+
+/// Fields the crate does not know survive a read-modify-write of other fields.
+pub async fn unknown_fields_survive_updates<S: SessionStore + ?Sized>(store: &S) {
+    let k = key("agent:main:whatsapp:group:120363@g.us");
+    let entry = rich_entry("s-1", 1);
+    store.put(&k, entry.clone()).await.unwrap();
+    store
+        .with_session(&k, |e| e.label = Some("family".into()))
+        .await
+        .unwrap();
+    let got = store.get(&k).await.unwrap().unwrap().entry;
+    assert_eq!(got.extra, entry.extra, "unknown fields and their order");
+    assert_eq!(got.skills_snapshot, entry.skills_snapshot);
+    assert_eq!(got.label.as_deref(), Some("family"));
+}
+
+/// Sessions of different agents never mix.
+pub async fn agents_are_isolated<S: SessionStore + ?Sized>(store: &S) {
+    let main = key("agent:main:telegram:dm:42");
+    let support = key("agent:support:telegram:dm:42");
+    store.put(&main, SessionEntry::new("main-session", 1)).await.unwrap();
+    store
+        .put(&support, SessionEntry::new("support-session", 2))
+        .await
+        .unwrap();
+    assert_eq!(store.get(&main).await.unwrap().unwrap().entry.session_id, "main-session");
+    assert_eq!(
+        store.get(&support).await.unwrap().unwrap().entry.session_id,
+        "support-session"
+    );
+    let support_only = store
+        .list(&ListFilter::new().agent(AgentId::new("support").unwrap()))
+        .await
+        .unwrap();
+    let keys: Vec<_> = support_only.iter().map(|s| s.key.as_str()).collect();
+    assert_eq!(keys, ["agent:support:telegram:dm:42"]);
+    store.delete(&main).await.unwrap();
+    assert!(store.get(&support).await.unwrap().is_some());
+}
+
+/// `list` applies every filter, orders by `updatedAt` descending then key, and limits.
+pub async fn list_filters_and_orders<S: SessionStore + ?Sized>(store: &S) {
+    let sessions = [
+        ("agent:main:telegram:dm:alice", "telegram", ChatType::Direct, 300),
+        ("agent:main:whatsapp:group:family", "whatsapp", ChatType::Group, 200),
+        ("agent:main:slack:channel:c1", "slack", ChatType::Channel, 200),
+        ("agent:ops:telegram:dm:bob", "telegram", ChatType::Direct, 100),
+        ("global", "webchat", ChatType::Direct, 50),
+    ];
+    for (raw, channel, chat_type, updated_at) in sessions.clone() {
+        let mut entry = SessionEntry::new(format!("id-{updated_at}"), updated_at);
+        entry.channel = Some(channel.into());
+        entry.chat_type = Some(chat_type);
+        store.put(&key(raw), entry).await.unwrap();
+    }
+    let keys = |sessions: Vec<crate::store::StoredSession>| -> Vec<String> {
+        sessions.into_iter().map(|s| s.key.to_string()).collect()
+    };
+    let all = keys(store.list(&ListFilter::new()).await.unwrap());
+    assert_eq!(
+        all,
+        [
+            "agent:main:telegram:dm:alice",
+            "agent:main:slack:channel:c1",
+            "agent:main:whatsapp:group:family",
+            "agent:ops:telegram:dm:bob",
+            "global",
+        ],
+        "newest first, ties by key"
+    );
+    let cases: Vec<(ListFilter, Vec<&str>)> = vec![
+        (
+            ListFilter::new().agent(AgentId::new("ops").unwrap()),
+            vec!["agent:ops:telegram:dm:bob"],
+        ),
+        (
+            ListFilter::new().key_prefix("agent:main:whatsapp"),
+            vec!["agent:main:whatsapp:group:family"],
+        ),
+        (
+            ListFilter::new().channel("Telegram"),
+            vec!["agent:main:telegram:dm:alice", "agent:ops:telegram:dm:bob"],
+        ),
+        (
+            ListFilter::new().chat_type(PeerKind::Group),
+            vec!["agent:main:whatsapp:group:family"],
+        ),
+        (
+            ListFilter::new().updated_before(200),
+            vec!["agent:ops:telegram:dm:bob", "global"],
+        ),
+        (
+            ListFilter::new().updated_after(100),
+            vec![
+                "agent:main:telegram:dm:alice",
+                "agent:main:slack:channel:c1",
+                "agent:main:whatsapp:group:family",
+            ],
+        ),
+        (
+            ListFilter::new().chat_type(PeerKind::Direct).limit(2),
+            vec!["agent:main:telegram:dm:alice", "agent:ops:telegram:dm:bob"],
+        ),
+    ];
+    for (filter, expected) in cases {
+        assert_eq!(keys(store.list(&filter).await.unwrap()), expected, "{filter:?}");
+    }
+    assert_eq!(store.len().await.unwrap(), sessions.len());
+}
+
+/// Concurrent read-modify-writes of one key lose no update.
+pub async fn concurrent_updates_to_one_key_lose_nothing<S>(store: &S)
+where
+    S: SessionStore + Clone + 'static,
+{
+    const TASKS: u64 = 8;
+    const UPDATES: u64 = 25;
+    let k = Arc::new(key("agent:main:main"));
+    let mut tasks = JoinSet::new();
+    for _ in 0..TASKS {
+        let (store, k) = (store.clone(), k.clone());
+        tasks.spawn(async move {
+            for _ in 0..UPDATES {
+                store
+                    .update(&k, |slot| {
+                        let entry = slot.get_or_insert_with(|| SessionEntry::new("shared", 1));
+                        entry.compaction_count = Some(entry.compaction_count.unwrap_or(0) + 1);
+                    })
+                    .await
+                    .unwrap();
+            }
+        });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        joined.unwrap();
+    }
+    let count = store.get(&k).await.unwrap().unwrap().entry.compaction_count;
+    assert_eq!(count, Some(TASKS * UPDATES), "every increment is kept");
+}
+
+/// Concurrent updates of distinct keys lose no key and no update.
+pub async fn concurrent_updates_to_distinct_keys_lose_nothing<S>(store: &S)
+where
+    S: SessionStore + Clone + 'static,
+{
+    const TASKS: u64 = 12;
+    const UPDATES: u64 = 5;
+    let mut tasks = JoinSet::new();
+    for task in 0..TASKS {
+        let store = store.clone();
+        tasks.spawn(async move {
+            let k = key(&format!("agent:main:telegram:dm:user{task}"));
+            for _ in 0..UPDATES {
+                store
+                    .update(&k, |slot| {
+                        let entry = slot.get_or_insert_with(|| SessionEntry::new("s", 1));
+                        entry.compaction_count = Some(entry.compaction_count.unwrap_or(0) + 1);
+                    })
+                    .await
+                    .unwrap();
+            }
+        });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        joined.unwrap();
+    }
+    assert_eq!(store.len().await.unwrap() as u64, TASKS, "every key is kept");
+    for task in 0..TASKS {
+        let k = key(&format!("agent:main:telegram:dm:user{task}"));
+        let count = store.get(&k).await.unwrap().unwrap().entry.compaction_count;
+        assert_eq!(count, Some(UPDATES), "{k}");
+    }
+}
+
+/// Racing to create one session creates exactly one.
+pub async fn racing_creators_create_one_session<S>(store: &S)
+where
+    S: SessionStore + Clone + 'static,
+{
+    let k = Arc::new(key("agent:main:telegram:dm:new"));
+    let mut tasks = JoinSet::new();
+    for _ in 0..8 {
+        let (store, k) = (store.clone(), k.clone());
+        tasks.spawn(async move {
+            store
+                .update(&k, |slot| {
+                    slot.get_or_insert_with(|| SessionEntry::new_session(1))
+                        .session_id
+                        .clone()
+                })
+                .await
+                .unwrap()
+        });
+    }
+    let mut ids = std::collections::HashSet::new();
+    while let Some(joined) = tasks.join_next().await {
+        ids.insert(joined.unwrap());
+    }
+    assert_eq!(ids.len(), 1, "every racer sees the one session: {ids:?}");
+}
+
+/// Runs the whole conformance suite against a store made by `$make`, one `#[tokio::test]`
+/// per behaviour.
+///
+/// `$make` is an expression evaluated afresh in every test; awaited, it yields
+/// `(store, guard)`, where the guard lives as long as the test (a temporary directory,
+/// say, or `()`). The store must be `Clone + 'static` (handles to one store).
+///
+/// ```ignore
+/// async fn memory() -> (agent_sessions::MemoryStore, ()) {
+///     (agent_sessions::MemoryStore::new(), ())
+/// }
+/// agent_sessions::store_conformance_tests!(memory());
+/// ```
+#[macro_export]
+macro_rules! store_conformance_tests {
+    ($make:expr) => {
+        $crate::store_conformance_tests!(@each $make;
+            get_of_missing_key_is_none,
+            put_then_get_returns_the_entry,
+            update_creates_changes_and_deletes,
+            delete_returns_the_removed_entry,
+            revisions_track_changes,
+            failed_mutator_writes_nothing,
+            with_session_requires_an_entry,
+            compare_and_set_detects_conflicts,
+            unknown_fields_survive_updates,
+            agents_are_isolated,
+            list_filters_and_orders,
+            concurrent_updates_to_one_key_lose_nothing,
+            concurrent_updates_to_distinct_keys_lose_nothing,
+            racing_creators_create_one_session,
+        );
+    };
+    (@each $make:expr; $($name:ident),+ $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() {
+                let (store, _guard) = $make.await;
+                $crate::testing::$name(&store).await;
+            }
+        )+
+    };
+}
