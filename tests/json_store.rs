@@ -1,0 +1,443 @@
+//! The JSON file store: OpenClaw compatibility, bad inputs, locking and caching.
+
+mod common;
+
+use std::fs;
+use std::time::{Duration, Instant, SystemTime};
+
+use agent_sessions::prelude::*;
+use agent_sessions::{CorruptProblem, Error, JsonStoreOptions};
+use indexmap::IndexMap;
+use serde_json::value::RawValue;
+
+use common::{file_names, main_store_file, openclaw_fixture, store};
+
+type RawObject = IndexMap<String, Box<RawValue>>;
+
+fn raw_object(text: &str) -> RawObject {
+    serde_json::from_str(text).expect("a JSON object")
+}
+
+fn key(raw: &str) -> SessionKey {
+    SessionKey::parse(raw).unwrap()
+}
+
+#[tokio::test]
+async fn openclaw_store_round_trips_unknown_fields_byte_for_byte() {
+    let dir = openclaw_fixture();
+    let file = main_store_file(dir.path());
+    let before = fs::read_to_string(&file).unwrap();
+    let store = store(dir.path());
+
+    let updated = key("agent:main:main");
+    store
+        .with_session(&updated, |entry| entry.label = Some("inbox".into()))
+        .await
+        .unwrap();
+
+    let after = fs::read_to_string(&file).unwrap();
+    let (old, new) = (raw_object(&before), raw_object(&after));
+    assert_eq!(
+        old.keys().collect::<Vec<_>>(),
+        new.keys().collect::<Vec<_>>(),
+        "entries keep their order"
+    );
+    for (k, old_raw) in &old {
+        if k != updated.as_str() {
+            assert_eq!(old_raw.get(), new[k].get(), "untouched entry {k} is byte-identical");
+        }
+    }
+    let (old_entry, new_entry) = (
+        raw_object(old[updated.as_str()].get()),
+        raw_object(new[updated.as_str()].get()),
+    );
+    let unknown = [
+        "status",
+        "startedAt",
+        "costUsd",
+        "tags",
+        "notes",
+        "emptyList",
+        "emptyObject",
+        "nothing",
+    ];
+    for field in unknown {
+        assert_eq!(
+            old_entry[field].get(),
+            new_entry[field].get(),
+            "unknown field {field} is byte-identical"
+        );
+    }
+    for (object, field) in [("origin", "locale"), ("deliveryContext", "replyMarkup")] {
+        let (old_nested, new_nested) = (
+            raw_object(old_entry[object].get()),
+            raw_object(new_entry[object].get()),
+        );
+        assert_eq!(old_nested[field].get(), new_nested[field].get(), "{object}.{field}");
+    }
+    assert_eq!(new_entry["label"].get(), "\"inbox\"");
+    assert!(after.starts_with("{\n  \"agent:main:main\": {\n    \""));
+    assert!(!after.ends_with('\n'), "JSON.stringify writes no trailing newline");
+}
+
+#[tokio::test]
+async fn fixture_entries_read_with_their_fields() {
+    let dir = openclaw_fixture();
+    let store = store(dir.path());
+    let group = store
+        .get(&key("agent:main:whatsapp:group:120363406150318674@g.us"))
+        .await
+        .unwrap()
+        .unwrap()
+        .entry;
+    assert_eq!(group.subject.as_deref(), Some("Family"));
+    assert_eq!(group.display_name.as_deref(), Some("whatsapp:g-family"));
+    assert_eq!(group.skills_snapshot.as_ref().unwrap()["version"], 3);
+    let subagent = store
+        .list(&ListFilter::new().key_prefix("agent:main:subagent:"))
+        .await
+        .unwrap();
+    assert_eq!(subagent.len(), 1);
+    assert_eq!(subagent[0].entry.spawned_by.as_deref(), Some("agent:main:main"));
+    assert_eq!(store.len().await.unwrap(), 3);
+    assert_eq!(store.agents().await.unwrap(), [AgentId::main()]);
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn writes_are_private_and_keep_the_previous_version() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let k = key("agent:main:main");
+    store.put(&k, SessionEntry::new("first", 1)).await.unwrap();
+    let file = main_store_file(dir.path());
+    let first = fs::read(&file).unwrap();
+    store.put(&k, SessionEntry::new("second", 2)).await.unwrap();
+
+    let mode = fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "sessions.json is owner-only");
+    assert_eq!(fs::read(file.with_extension("json.bak")).unwrap(), first);
+    assert_eq!(
+        file_names(file.parent().unwrap()),
+        ["sessions.json", "sessions.json.bak"],
+        "no lock or temporary file is left behind"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_store_is_empty_and_reading_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(&dir.path().join("state"));
+    assert!(store.get(&key("agent:main:main")).await.unwrap().is_none());
+    assert!(store.list(&ListFilter::new()).await.unwrap().is_empty());
+    assert_eq!(store.len().await.unwrap(), 0);
+    assert!(store.agents().await.unwrap().is_empty());
+    assert!(!dir.path().join("state").exists(), "reads create no directory");
+}
+
+#[tokio::test]
+async fn nothing_is_written_when_nothing_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let k = key("agent:main:main");
+    store.put(&k, SessionEntry::new("s", 1)).await.unwrap();
+    let file = main_store_file(dir.path());
+    let before = fs::metadata(&file).unwrap();
+    store.put(&k, SessionEntry::new("s", 1)).await.unwrap();
+    store.update(&k, |_| ()).await.unwrap();
+    let after = fs::metadata(&file).unwrap();
+    assert_eq!(before.modified().unwrap(), after.modified().unwrap());
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(before.ino(), after.ino(), "the file was not replaced");
+    }
+    assert!(!file.with_extension("json.bak").exists(), "no backup without a write");
+}
+
+/// Every corrupt input is a typed error naming the file, and the file is left as found.
+#[tokio::test]
+async fn corrupt_stores_are_reported_and_left_untouched() {
+    let truncated = &fs::read("tests/fixtures/openclaw/agents/main/sessions/sessions.json").unwrap()[..700];
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("empty", Vec::new()),
+        ("truncated", truncated.to_vec()),
+        ("garbage", b"\x00\x01 not json at all".to_vec()),
+        ("array", b"[]".to_vec()),
+        ("string", b"\"sessions\"".to_vec()),
+        ("invalid utf-8", b"{\"agent:main:main\": {\"label\": \"\xff\xfe\"}}".to_vec()),
+    ];
+    for (name, bytes) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let file = main_store_file(dir.path());
+        fs::create_dir_all(file.parent().unwrap()).unwrap();
+        fs::write(&file, &bytes).unwrap();
+        let store = store(dir.path());
+        let k = key("agent:main:main");
+
+        let results = [
+            store.get(&k).await.map(|_| ()),
+            store.put(&k, SessionEntry::new("new", 1)).await.map(|_| ()),
+            store.delete(&k).await.map(|_| ()),
+            store.list(&ListFilter::new()).await.map(|_| ()),
+            store.len().await.map(|_| ()),
+        ];
+        for result in results {
+            match result {
+                Err(Error::Corrupt {
+                    path,
+                    problem,
+                    valid_backup,
+                }) => {
+                    assert_eq!(path, file, "{name}");
+                    assert_eq!(valid_backup, None, "{name}");
+                    let expected = match name {
+                        "empty" => matches!(problem, CorruptProblem::Empty),
+                        "truncated" | "garbage" => matches!(problem, CorruptProblem::Syntax(_)),
+                        "array" | "string" => matches!(problem, CorruptProblem::NotAnObject { .. }),
+                        _ => matches!(problem, CorruptProblem::InvalidUtf8 { .. }),
+                    };
+                    assert!(expected, "{name}: {problem:?}");
+                }
+                other => panic!("{name}: expected Error::Corrupt, got {other:?}"),
+            }
+        }
+        assert_eq!(fs::read(&file).unwrap(), bytes, "{name}: the file is untouched");
+        assert_eq!(
+            file_names(file.parent().unwrap()),
+            ["sessions.json"],
+            "{name}: nothing else was created"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_corrupt_store_names_its_valid_backup() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let k = key("agent:main:main");
+    store.put(&k, SessionEntry::new("one", 1)).await.unwrap();
+    store.put(&k, SessionEntry::new("two", 2)).await.unwrap();
+    let file = main_store_file(dir.path());
+    fs::write(&file, b"").unwrap(); // what OpenClaw issue #77783 left behind
+
+    let error = store.get(&k).await.unwrap_err();
+    let backup = file.with_extension("json.bak");
+    assert!(
+        matches!(&error, Error::Corrupt { valid_backup: Some(b), .. } if *b == backup),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("a valid backup exists at"), "{error}");
+    assert_eq!(fs::read(&file).unwrap(), b"", "still untouched");
+}
+
+#[tokio::test]
+async fn an_invalid_entry_is_reported_preserved_and_isolated() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = main_store_file(dir.path());
+    fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let bad = "{\n    \"sessionId\": \"x\",\n    \"updatedAt\": \"yesterday\"\n  }";
+    fs::write(
+        &file,
+        format!("{{\n  \"agent:main:bad\": {bad},\n  \"agent:main:good\": {{\n    \"sessionId\": \"g\",\n    \"updatedAt\": 1\n  }}\n}}"),
+    )
+    .unwrap();
+    let store = store(dir.path());
+    let (bad_key, good_key) = (key("agent:main:bad"), key("agent:main:good"));
+
+    assert!(matches!(
+        store.get(&bad_key).await,
+        Err(Error::InvalidEntry { ref key, .. }) if key == "agent:main:bad"
+    ));
+    assert!(matches!(
+        store.put(&bad_key, SessionEntry::new("y", 2)).await,
+        Err(Error::InvalidEntry { .. })
+    ));
+    store
+        .with_session(&good_key, |e| e.label = Some("still works".into()))
+        .await
+        .unwrap();
+    let listed = store.list(&ListFilter::new()).await.unwrap();
+    assert_eq!(listed.len(), 1, "list skips the invalid entry");
+    let text = fs::read_to_string(&file).unwrap();
+    assert_eq!(raw_object(&text)["agent:main:bad"].get(), bad, "preserved byte for byte");
+}
+
+#[tokio::test]
+async fn non_canonical_keys_are_kept_but_not_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = main_store_file(dir.path());
+    fs::create_dir_all(file.parent().unwrap()).unwrap();
+    fs::write(
+        &file,
+        r#"{"Agent:Main:Legacy": {"sessionId": "a", "updatedAt": 1}, "+15550100": {"sessionId": "b", "updatedAt": 2}, "agent:ops:misfiled": {"sessionId": "c", "updatedAt": 3}}"#,
+    )
+    .unwrap();
+    let store = store(dir.path());
+    assert!(store.list(&ListFilter::new()).await.unwrap().is_empty());
+    assert_eq!(store.len().await.unwrap(), 0);
+    store.put(&key("agent:main:main"), SessionEntry::new("m", 4)).await.unwrap();
+    let kept = raw_object(&fs::read_to_string(&file).unwrap());
+    assert_eq!(
+        kept.keys().collect::<Vec<_>>(),
+        ["Agent:Main:Legacy", "+15550100", "agent:ops:misfiled", "agent:main:main"]
+    );
+}
+
+#[tokio::test]
+async fn json5_stores_are_read_and_written_back_as_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = main_store_file(dir.path());
+    fs::create_dir_all(file.parent().unwrap()).unwrap();
+    fs::write(
+        &file,
+        "{\n  // edited by hand\n  'agent:main:main': { sessionId: 'abc', updatedAt: 5, },\n}",
+    )
+    .unwrap();
+    let store = store(dir.path());
+    let k = key("agent:main:main");
+    assert_eq!(store.get(&k).await.unwrap().unwrap().entry.session_id, "abc");
+    store.with_session(&k, |e| e.updated_at = 6).await.unwrap();
+    assert_eq!(
+        fs::read_to_string(&file).unwrap(),
+        "{\n  \"agent:main:main\": {\n    \"sessionId\": \"abc\",\n    \"updatedAt\": 6\n  }\n}"
+    );
+}
+
+#[tokio::test]
+async fn a_foreign_lock_times_out_naming_its_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = main_store_file(dir.path());
+    fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let lock = file.with_extension("json.lock");
+    fs::write(&lock, r#"{"pid":4242,"startedAt":1770350000000}"#).unwrap();
+    let store = store(dir.path());
+
+    let started = Instant::now();
+    let error = store
+        .put(&key("agent:main:main"), SessionEntry::new("s", 1))
+        .await
+        .unwrap_err();
+    match &error {
+        Error::LockTimeout {
+            path,
+            holder: Some(holder),
+            waited,
+        } => {
+            assert_eq!(path, &lock);
+            assert_eq!(holder.pid, Some(4242));
+            assert!(!holder.agent_sessions);
+            assert!(*waited >= Duration::from_millis(300));
+        }
+        other => panic!("expected LockTimeout, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(error.to_string().contains("pid 4242"), "{error}");
+    assert!(!file.exists(), "nothing written");
+    assert!(lock.exists(), "a live foreign lock is not removed");
+}
+
+#[tokio::test]
+async fn a_stale_foreign_lock_is_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = main_store_file(dir.path());
+    fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let lock = file.with_extension("json.lock");
+    fs::write(&lock, r#"{"pid":4242,"startedAt":1770350000000}"#).unwrap();
+    let a_minute_ago = SystemTime::now() - Duration::from_secs(60);
+    fs::File::options()
+        .write(true)
+        .open(&lock)
+        .unwrap()
+        .set_modified(a_minute_ago)
+        .unwrap();
+    store(dir.path())
+        .put(&key("agent:main:main"), SessionEntry::new("s", 1))
+        .await
+        .unwrap();
+    assert!(!lock.exists());
+}
+
+#[tokio::test]
+async fn the_lock_of_a_dead_agent_sessions_process_is_taken_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = main_store_file(dir.path());
+    fs::create_dir_all(file.parent().unwrap()).unwrap();
+    // A fresh lock file marked as ours with no process holding its OS lock: the
+    // writer was killed mid-update.
+    fs::write(
+        file.with_extension("json.lock"),
+        r#"{"pid":999999,"startedAt":1770350000000,"lockedBy":"agent-sessions"}"#,
+    )
+    .unwrap();
+    let patient = agent_sessions::JsonFileStore::with_options(
+        dir.path(),
+        JsonStoreOptions {
+            lock: agent_sessions::LockOptions {
+                timeout: Duration::ZERO,
+                ..Default::default()
+            },
+            ..common::test_options()
+        },
+    );
+    patient
+        .put(&key("agent:main:main"), SessionEntry::new("s", 1))
+        .await
+        .expect("taken on the first attempt");
+}
+
+#[tokio::test]
+async fn a_change_by_another_writer_is_seen_despite_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = key("agent:main:main");
+    let reader = store(dir.path());
+    let writer = store(dir.path());
+    writer.put(&k, SessionEntry::new("one", 1)).await.unwrap();
+    assert_eq!(reader.get(&k).await.unwrap().unwrap().entry.session_id, "one");
+    writer.put(&k, SessionEntry::new("two", 2)).await.unwrap();
+    assert_eq!(reader.get(&k).await.unwrap().unwrap().entry.session_id, "two");
+
+    // A foreign program rewriting the file in place is seen too.
+    let file = main_store_file(dir.path());
+    let text = fs::read_to_string(&file).unwrap().replace("\"two\"", "\"three\"");
+    fs::write(&file, text).unwrap();
+    assert_eq!(reader.get(&k).await.unwrap().unwrap().entry.session_id, "three");
+}
+
+#[tokio::test]
+async fn writers_never_trust_the_read_cache() {
+    // Regression test for OpenClaw #10331: an update based on a cached copy clobbered
+    // another process's update. Here the second store's cache holds a stale copy.
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (store(dir.path()), store(dir.path()));
+    let (one, two) = (key("agent:main:dm:one"), key("agent:main:dm:two"));
+    b.put(&one, SessionEntry::new("1", 1)).await.unwrap();
+    assert_eq!(b.len().await.unwrap(), 1); // b has the file cached
+    a.put(&two, SessionEntry::new("2", 2)).await.unwrap();
+    b.with_session(&one, |e| e.label = Some("x".into())).await.unwrap();
+    let fresh = store(dir.path());
+    assert!(fresh.get(&two).await.unwrap().is_some(), "a's update survived b's");
+}
+
+#[tokio::test]
+async fn each_agent_has_its_own_file_and_global_lives_with_the_global_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    store.put(&key("agent:support:main"), SessionEntry::new("s", 1)).await.unwrap();
+    store.put(&SessionKey::global(), SessionEntry::new("g", 2)).await.unwrap();
+    let support = AgentId::new("support").unwrap();
+    assert!(store.store_path(&support).is_file());
+    assert_eq!(store.store_path_for(&SessionKey::global()), main_store_file(dir.path()));
+    assert_eq!(store.agents().await.unwrap(), [AgentId::main(), support]);
+    assert_eq!(store.len().await.unwrap(), 2);
+}
+
+#[tokio::test]
+async fn the_json_store_is_usable_as_a_trait_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: std::sync::Arc<dyn SessionStore> = std::sync::Arc::new(store(dir.path()));
+    let k = key("agent:main:main");
+    store.put(&k, SessionEntry::new("s", 1)).await.unwrap();
+    assert_eq!(store.len().await.unwrap(), 1);
+}
