@@ -114,7 +114,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!(
             "  {:<52} {:<8} {:<22} {}",
             session.key.as_str(),
-            entry.chat_type.as_ref().map(ChatType::as_str).unwrap_or("-"),
+            entry
+                .chat_type
+                .as_ref()
+                .map(ChatType::as_str)
+                .unwrap_or("-"),
             entry.display_name.as_deref().unwrap_or("-"),
             entry.session_id,
         );
@@ -129,10 +133,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// Which conversation a message belongs to: its group or channel, else the DM peer.
 fn conversation_of(message: &Inbound<'_>) -> Conversation {
-    let conversation = match resolve_group(message.from, Some(message.chat_type), Some(message.channel)) {
-        Some(group) => group.conversation(),
-        None => Conversation::direct(message.channel, message.from),
-    };
+    let conversation =
+        match resolve_group(message.from, Some(message.chat_type), Some(message.channel)) {
+            Some(group) => group.conversation(),
+            None => Conversation::direct(message.channel, message.from),
+        };
     let conversation = conversation.with_agent(message.agent);
     match message.thread {
         Some(thread) => conversation.with_thread(thread),
@@ -147,7 +152,10 @@ async fn record_inbound(
     key: &SessionKey,
     message: &Inbound<'_>,
 ) -> agent_sessions::Result<(String, bool, u64)> {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
     let is_group = key.peer_kind().is_some_and(PeerKind::is_group);
     store
         .update(key, |slot| {
@@ -157,7 +165,12 @@ async fn record_inbound(
             entry.chat_type = key.peer_kind().map(ChatType::from);
             entry.channel = Some(message.channel.to_owned());
             entry.origin = Some(SessionOrigin {
-                label: Some(message.group_subject.unwrap_or(message.sender_name).to_owned()),
+                label: Some(
+                    message
+                        .group_subject
+                        .unwrap_or(message.sender_name)
+                        .to_owned(),
+                ),
                 provider: Some(message.channel.to_owned()),
                 chat_type: entry.chat_type.clone(),
                 from: Some(message.from.to_owned()),
@@ -194,7 +207,9 @@ async fn record_inbound(
                 .and_then(serde_json::Value::as_u64)
                 .unwrap_or(0)
                 + 1;
-            entry.extra.insert("quickstartMessages".into(), messages.into());
+            entry
+                .extra
+                .insert("quickstartMessages".into(), messages.into());
             (entry.session_id.clone(), is_new, messages)
         })
         .await

@@ -593,7 +593,10 @@ mod tests {
 }"#;
         let entry = SessionEntry::from_json(json).unwrap();
         assert_eq!(entry.system_sent, Some(true));
-        assert_eq!(entry.origin.as_ref().unwrap().label.as_deref(), Some("Alice"));
+        assert_eq!(
+            entry.origin.as_ref().unwrap().label.as_deref(),
+            Some("Alice")
+        );
         assert_eq!(serde_json::to_string_pretty(&entry).unwrap(), json);
     }
 
@@ -602,8 +605,14 @@ mod tests {
         let json = r#"{"sessionId":"s","updatedAt":1,"chatType":"dm","queueMode":"future-mode","deliveryContext":{"channel":"slack","threadId":"1700.1","newThing":[1,2.5,"x"]},"lastThreadId":42,"status":"running"}"#;
         let entry = SessionEntry::from_json(json).unwrap();
         assert_eq!(entry.chat_type, Some(ChatType::Other("dm".into())));
-        assert_eq!(entry.chat_type.as_ref().unwrap().peer_kind(), Some(PeerKind::Direct));
-        assert_eq!(entry.queue_mode, Some(QueueMode::Other("future-mode".into())));
+        assert_eq!(
+            entry.chat_type.as_ref().unwrap().peer_kind(),
+            Some(PeerKind::Direct)
+        );
+        assert_eq!(
+            entry.queue_mode,
+            Some(QueueMode::Other("future-mode".into()))
+        );
         assert_eq!(entry.last_thread_id, Some(ThreadId::Number(42)));
         assert_eq!(entry.extra["status"], "running");
         assert_eq!(serde_json::to_string(&entry).unwrap(), json);
@@ -614,7 +623,10 @@ mod tests {
         let entry = SessionEntry::from_json(r#"{"label":"orphan"}"#).unwrap();
         assert_eq!(entry.session_id, "");
         assert_eq!(entry.updated_at, 0);
-        assert_eq!(serde_json::to_string(&entry).unwrap(), r#"{"label":"orphan"}"#);
+        assert_eq!(
+            serde_json::to_string(&entry).unwrap(),
+            r#"{"label":"orphan"}"#
+        );
     }
 
     #[test]

@@ -72,6 +72,11 @@ pub use store::{
     SessionStore, SessionStoreExt, StoredSession,
 };
 
+/// The README's example compiles.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 /// The names most programs use, for `use agent_sessions::prelude::*`.
 pub mod prelude {
     pub use crate::entry::SessionEntry;

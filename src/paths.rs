@@ -118,7 +118,10 @@ pub fn resolve_state_dir(
 
 /// `<stateDir>/agents/<agentId>/sessions`.
 pub fn sessions_dir(state_dir: &Path, agent: &AgentId) -> PathBuf {
-    state_dir.join("agents").join(agent.as_str()).join("sessions")
+    state_dir
+        .join("agents")
+        .join(agent.as_str())
+        .join("sessions")
 }
 
 /// `<stateDir>/agents/<agentId>/sessions/sessions.json`.
@@ -307,26 +310,39 @@ mod tests {
     fn state_dir_resolution_order() {
         let home = Path::new("/h");
         let none = |_: &str| None;
-        assert_eq!(resolve_state_dir(none, Some(home), |_| false), Path::new("/h/.openclaw"));
+        assert_eq!(
+            resolve_state_dir(none, Some(home), |_| false),
+            Path::new("/h/.openclaw")
+        );
         assert_eq!(
             resolve_state_dir(none, Some(home), |p| p.ends_with(".moltbot")),
             Path::new("/h/.moltbot")
         );
         assert_eq!(
-            resolve_state_dir(
-                none,
-                Some(home),
-                |p| p.ends_with(".moltbot") || p.ends_with(".openclaw")
-            ),
+            resolve_state_dir(none, Some(home), |p| p.ends_with(".moltbot")
+                || p.ends_with(".openclaw")),
             Path::new("/h/.openclaw")
         );
         let env = |name: &str| (name == "CLAWDBOT_STATE_DIR").then(|| " ~/state ".to_owned());
-        assert_eq!(resolve_state_dir(env, Some(home), |_| true), Path::new("/h/state"));
+        assert_eq!(
+            resolve_state_dir(env, Some(home), |_| true),
+            Path::new("/h/state")
+        );
     }
 
     #[test]
     fn unsafe_session_ids_are_rejected() {
-        for bad in ["", "../x", "a/b", "a\\b", "/abs", ".hidden", "a b", "a\0b", &"x".repeat(129)] {
+        for bad in [
+            "",
+            "../x",
+            "a/b",
+            "a\\b",
+            "/abs",
+            ".hidden",
+            "a b",
+            "a\0b",
+            &"x".repeat(129),
+        ] {
             assert!(validate_session_id(bad).is_err(), "{bad:?}");
         }
         for good in [
@@ -340,11 +356,16 @@ mod tests {
 
     #[test]
     fn topic_encoding_is_reversible_and_separator_free() {
-        let ids = ["42", "a/b", "..", "%2F", "a b", "ü", "x\\y", "(*)!~'", "1700.123"];
+        let ids = [
+            "42", "a/b", "..", "%2F", "a b", "ü", "x\\y", "(*)!~'", "1700.123",
+        ];
         let mut names = std::collections::HashSet::new();
         for id in ids {
             let encoded = encode_file_component(id);
-            assert!(!encoded.contains('/') && !encoded.contains('\\'), "{encoded}");
+            assert!(
+                !encoded.contains('/') && !encoded.contains('\\'),
+                "{encoded}"
+            );
             assert_eq!(decode_file_component(&encoded).unwrap(), id);
             assert!(names.insert(encoded), "collision for {id:?}");
         }
@@ -359,18 +380,30 @@ mod tests {
         let main = AgentId::main();
         let inside = sessions_dir(dir.path(), &main).join("abc.jsonl");
         let mut entry = SessionEntry::new("abc", 1);
-        assert_eq!(session_file(dir.path(), &main, &entry, None).unwrap(), inside);
+        assert_eq!(
+            session_file(dir.path(), &main, &entry, None).unwrap(),
+            inside
+        );
 
         entry.session_file = Some(inside.to_string_lossy().into_owned());
-        assert_eq!(session_file(dir.path(), &main, &entry, None).unwrap(), inside);
+        assert_eq!(
+            session_file(dir.path(), &main, &entry, None).unwrap(),
+            inside
+        );
 
         for outside in [
             "/etc/passwd".to_owned(),
             "relative.jsonl".to_owned(),
-            format!("{}/../../x.jsonl", sessions_dir(dir.path(), &main).display()),
+            format!(
+                "{}/../../x.jsonl",
+                sessions_dir(dir.path(), &main).display()
+            ),
         ] {
             entry.session_file = Some(outside.clone());
-            assert!(session_file(dir.path(), &main, &entry, None).is_err(), "{outside}");
+            assert!(
+                session_file(dir.path(), &main, &entry, None).is_err(),
+                "{outside}"
+            );
         }
     }
 

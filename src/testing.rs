@@ -62,14 +62,24 @@ pub fn rich_entry(session_id: &str, updated_at: u64) -> SessionEntry {
 /// A missing key reads as nothing, and an empty store is empty.
 pub async fn get_of_missing_key_is_none<S: SessionStore + ?Sized>(store: &S) {
     let missing = key("agent:main:dm:nobody");
-    assert!(store.get(&missing).await.unwrap().is_none(), "get of a missing key");
+    assert!(
+        store.get(&missing).await.unwrap().is_none(),
+        "get of a missing key"
+    );
     assert_eq!(store.len().await.unwrap(), 0, "len of an empty store");
-    assert!(store.is_empty().await.unwrap(), "is_empty of an empty store");
+    assert!(
+        store.is_empty().await.unwrap(),
+        "is_empty of an empty store"
+    );
     assert!(
         store.list(&ListFilter::new()).await.unwrap().is_empty(),
         "list of an empty store"
     );
-    assert_eq!(store.delete(&missing).await.unwrap(), None, "delete of a missing key");
+    assert_eq!(
+        store.delete(&missing).await.unwrap(),
+        None,
+        "delete of a missing key"
+    );
 }
 
 /// What is put is what is got, and what is got is a copy.
@@ -117,7 +127,10 @@ pub async fn update_creates_changes_and_deletes<S: SessionStore + ?Sized>(store:
     assert_eq!(store.len().await.unwrap(), 1);
 
     store.update(&k, |slot| *slot = None).await.unwrap();
-    assert!(store.get(&k).await.unwrap().is_none(), "set to None deletes");
+    assert!(
+        store.get(&k).await.unwrap().is_none(),
+        "set to None deletes"
+    );
     assert_eq!(store.len().await.unwrap(), 0);
 }
 
@@ -134,7 +147,11 @@ pub async fn delete_returns_the_removed_entry<S: SessionStore + ?Sized>(store: &
 /// Revisions change with content and stay when nothing changes.
 pub async fn revisions_track_changes<S: SessionStore + ?Sized>(store: &S) {
     let k = key("agent:main:main");
-    let first = store.put(&k, SessionEntry::new("s-1", 1)).await.unwrap().revision;
+    let first = store
+        .put(&k, SessionEntry::new("s-1", 1))
+        .await
+        .unwrap()
+        .revision;
     let unchanged = store
         .apply(&k, &mut |_, _| Ok(()))
         .await
@@ -142,9 +159,20 @@ pub async fn revisions_track_changes<S: SessionStore + ?Sized>(store: &S) {
         .expect("entry exists")
         .revision;
     assert_eq!(first, unchanged, "a no-op update keeps the revision");
-    let same_again = store.put(&k, SessionEntry::new("s-1", 1)).await.unwrap().revision;
-    assert_eq!(first, same_again, "putting an equal entry keeps the revision");
-    let changed = store.put(&k, SessionEntry::new("s-1", 2)).await.unwrap().revision;
+    let same_again = store
+        .put(&k, SessionEntry::new("s-1", 1))
+        .await
+        .unwrap()
+        .revision;
+    assert_eq!(
+        first, same_again,
+        "putting an equal entry keeps the revision"
+    );
+    let changed = store
+        .put(&k, SessionEntry::new("s-1", 2))
+        .await
+        .unwrap()
+        .revision;
     assert_ne!(first, changed, "a change gives a new revision");
     assert_eq!(store.get(&k).await.unwrap().unwrap().revision, changed);
 }
@@ -153,7 +181,10 @@ pub async fn revisions_track_changes<S: SessionStore + ?Sized>(store: &S) {
 pub async fn failed_mutator_writes_nothing<S: SessionStore + ?Sized>(store: &S) {
     let existing = key("agent:main:main");
     let missing = key("agent:main:dm:ghost");
-    store.put(&existing, SessionEntry::new("s-1", 1)).await.unwrap();
+    store
+        .put(&existing, SessionEntry::new("s-1", 1))
+        .await
+        .unwrap();
     for k in [&existing, &missing] {
         let result = store
             .apply(k, &mut |slot, _| {
@@ -166,7 +197,16 @@ pub async fn failed_mutator_writes_nothing<S: SessionStore + ?Sized>(store: &S) 
             "mutator error returned: {result:?}"
         );
     }
-    assert_eq!(store.get(&existing).await.unwrap().unwrap().entry.session_id, "s-1");
+    assert_eq!(
+        store
+            .get(&existing)
+            .await
+            .unwrap()
+            .unwrap()
+            .entry
+            .session_id,
+        "s-1"
+    );
     assert!(store.get(&missing).await.unwrap().is_none());
 }
 
@@ -175,7 +215,10 @@ pub async fn with_session_requires_an_entry<S: SessionStore + ?Sized>(store: &S)
     let k = key("agent:main:main");
     let result = store.with_session(&k, |_| ()).await;
     assert!(matches!(result, Err(Error::NotFound { .. })), "{result:?}");
-    assert!(store.get(&k).await.unwrap().is_none(), "with_session creates nothing");
+    assert!(
+        store.get(&k).await.unwrap().is_none(),
+        "with_session creates nothing"
+    );
     store.put(&k, SessionEntry::new("s-1", 1)).await.unwrap();
     let id = store
         .with_session(&k, |entry| {
@@ -185,7 +228,10 @@ pub async fn with_session_requires_an_entry<S: SessionStore + ?Sized>(store: &S)
         .await
         .unwrap();
     assert_eq!(id, "s-1");
-    assert_eq!(store.get(&k).await.unwrap().unwrap().entry.compaction_count, Some(3));
+    assert_eq!(
+        store.get(&k).await.unwrap().unwrap().entry.compaction_count,
+        Some(3)
+    );
 }
 
 /// Compare-and-set succeeds on the expected revision and reports a conflict otherwise.
@@ -200,7 +246,14 @@ pub async fn compare_and_set_detects_conflicts<S: SessionStore + ?Sized>(store: 
         .compare_and_set(&k, None, Some(SessionEntry::new("b", 2)))
         .await;
     assert!(
-        matches!(again, Err(Error::Conflict { expected: None, actual: Some(_), .. })),
+        matches!(
+            again,
+            Err(Error::Conflict {
+                expected: None,
+                actual: Some(_),
+                ..
+            })
+        ),
         "expected no entry but one exists: {again:?}"
     );
     let updated = store
@@ -211,13 +264,19 @@ pub async fn compare_and_set_detects_conflicts<S: SessionStore + ?Sized>(store: 
     let stale = store
         .compare_and_set(&k, Some(created.revision), Some(SessionEntry::new("d", 4)))
         .await;
-    assert!(matches!(stale, Err(Error::Conflict { .. })), "stale revision: {stale:?}");
+    assert!(
+        matches!(stale, Err(Error::Conflict { .. })),
+        "stale revision: {stale:?}"
+    );
     assert_eq!(store.get(&k).await.unwrap().unwrap().entry.session_id, "c");
     store
         .compare_and_set(&k, Some(updated.revision), None)
         .await
         .unwrap();
-    assert!(store.get(&k).await.unwrap().is_none(), "compare-and-set to None deletes");
+    assert!(
+        store.get(&k).await.unwrap().is_none(),
+        "compare-and-set to None deletes"
+    );
 }
 
 /// Fields the crate does not know survive a read-modify-write of other fields.
@@ -239,12 +298,18 @@ pub async fn unknown_fields_survive_updates<S: SessionStore + ?Sized>(store: &S)
 pub async fn agents_are_isolated<S: SessionStore + ?Sized>(store: &S) {
     let main = key("agent:main:telegram:dm:42");
     let support = key("agent:support:telegram:dm:42");
-    store.put(&main, SessionEntry::new("main-session", 1)).await.unwrap();
+    store
+        .put(&main, SessionEntry::new("main-session", 1))
+        .await
+        .unwrap();
     store
         .put(&support, SessionEntry::new("support-session", 2))
         .await
         .unwrap();
-    assert_eq!(store.get(&main).await.unwrap().unwrap().entry.session_id, "main-session");
+    assert_eq!(
+        store.get(&main).await.unwrap().unwrap().entry.session_id,
+        "main-session"
+    );
     assert_eq!(
         store.get(&support).await.unwrap().unwrap().entry.session_id,
         "support-session"
@@ -262,10 +327,30 @@ pub async fn agents_are_isolated<S: SessionStore + ?Sized>(store: &S) {
 /// `list` applies every filter, orders by `updatedAt` descending then key, and limits.
 pub async fn list_filters_and_orders<S: SessionStore + ?Sized>(store: &S) {
     let sessions = [
-        ("agent:main:telegram:dm:alice", "telegram", ChatType::Direct, 300),
-        ("agent:main:whatsapp:group:family", "whatsapp", ChatType::Group, 200),
-        ("agent:main:slack:channel:c1", "slack", ChatType::Channel, 200),
-        ("agent:ops:telegram:dm:bob", "telegram", ChatType::Direct, 100),
+        (
+            "agent:main:telegram:dm:alice",
+            "telegram",
+            ChatType::Direct,
+            300,
+        ),
+        (
+            "agent:main:whatsapp:group:family",
+            "whatsapp",
+            ChatType::Group,
+            200,
+        ),
+        (
+            "agent:main:slack:channel:c1",
+            "slack",
+            ChatType::Channel,
+            200,
+        ),
+        (
+            "agent:ops:telegram:dm:bob",
+            "telegram",
+            ChatType::Direct,
+            100,
+        ),
         ("global", "webchat", ChatType::Direct, 50),
     ];
     for (raw, channel, chat_type, updated_at) in sessions.clone() {
@@ -324,7 +409,11 @@ pub async fn list_filters_and_orders<S: SessionStore + ?Sized>(store: &S) {
         ),
     ];
     for (filter, expected) in cases {
-        assert_eq!(keys(store.list(&filter).await.unwrap()), expected, "{filter:?}");
+        assert_eq!(
+            keys(store.list(&filter).await.unwrap()),
+            expected,
+            "{filter:?}"
+        );
     }
     assert_eq!(store.len().await.unwrap(), sessions.len());
 }
@@ -385,7 +474,11 @@ where
     while let Some(joined) = tasks.join_next().await {
         joined.unwrap();
     }
-    assert_eq!(store.len().await.unwrap() as u64, TASKS, "every key is kept");
+    assert_eq!(
+        store.len().await.unwrap() as u64,
+        TASKS,
+        "every key is kept"
+    );
     for task in 0..TASKS {
         let k = key(&format!("agent:main:telegram:dm:user{task}"));
         let count = store.get(&k).await.unwrap().unwrap().entry.compaction_count;

@@ -44,7 +44,11 @@ async fn openclaw_store_round_trips_unknown_fields_byte_for_byte() {
     );
     for (k, old_raw) in &old {
         if k != updated.as_str() {
-            assert_eq!(old_raw.get(), new[k].get(), "untouched entry {k} is byte-identical");
+            assert_eq!(
+                old_raw.get(),
+                new[k].get(),
+                "untouched entry {k} is byte-identical"
+            );
         }
     }
     let (old_entry, new_entry) = (
@@ -73,11 +77,18 @@ async fn openclaw_store_round_trips_unknown_fields_byte_for_byte() {
             raw_object(old_entry[object].get()),
             raw_object(new_entry[object].get()),
         );
-        assert_eq!(old_nested[field].get(), new_nested[field].get(), "{object}.{field}");
+        assert_eq!(
+            old_nested[field].get(),
+            new_nested[field].get(),
+            "{object}.{field}"
+        );
     }
     assert_eq!(new_entry["label"].get(), "\"inbox\"");
     assert!(after.starts_with("{\n  \"agent:main:main\": {\n    \""));
-    assert!(!after.ends_with('\n'), "JSON.stringify writes no trailing newline");
+    assert!(
+        !after.ends_with('\n'),
+        "JSON.stringify writes no trailing newline"
+    );
 }
 
 #[tokio::test]
@@ -98,7 +109,10 @@ async fn fixture_entries_read_with_their_fields() {
         .await
         .unwrap();
     assert_eq!(subagent.len(), 1);
-    assert_eq!(subagent[0].entry.spawned_by.as_deref(), Some("agent:main:main"));
+    assert_eq!(
+        subagent[0].entry.spawned_by.as_deref(),
+        Some("agent:main:main")
+    );
     assert_eq!(store.len().await.unwrap(), 3);
     assert_eq!(store.agents().await.unwrap(), [AgentId::main()]);
 }
@@ -133,7 +147,10 @@ async fn a_missing_store_is_empty_and_reading_creates_nothing() {
     assert!(store.list(&ListFilter::new()).await.unwrap().is_empty());
     assert_eq!(store.len().await.unwrap(), 0);
     assert!(store.agents().await.unwrap().is_empty());
-    assert!(!dir.path().join("state").exists(), "reads create no directory");
+    assert!(
+        !dir.path().join("state").exists(),
+        "reads create no directory"
+    );
 }
 
 #[tokio::test]
@@ -153,20 +170,27 @@ async fn nothing_is_written_when_nothing_changes() {
         use std::os::unix::fs::MetadataExt;
         assert_eq!(before.ino(), after.ino(), "the file was not replaced");
     }
-    assert!(!file.with_extension("json.bak").exists(), "no backup without a write");
+    assert!(
+        !file.with_extension("json.bak").exists(),
+        "no backup without a write"
+    );
 }
 
 /// Every corrupt input is a typed error naming the file, and the file is left as found.
 #[tokio::test]
 async fn corrupt_stores_are_reported_and_left_untouched() {
-    let truncated = &fs::read("tests/fixtures/openclaw/agents/main/sessions/sessions.json").unwrap()[..700];
+    let truncated =
+        &fs::read("tests/fixtures/openclaw/agents/main/sessions/sessions.json").unwrap()[..700];
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("empty", Vec::new()),
         ("truncated", truncated.to_vec()),
         ("garbage", b"\x00\x01 not json at all".to_vec()),
         ("array", b"[]".to_vec()),
         ("string", b"\"sessions\"".to_vec()),
-        ("invalid utf-8", b"{\"agent:main:main\": {\"label\": \"\xff\xfe\"}}".to_vec()),
+        (
+            "invalid utf-8",
+            b"{\"agent:main:main\": {\"label\": \"\xff\xfe\"}}".to_vec(),
+        ),
     ];
     for (name, bytes) in cases {
         let dir = tempfile::tempdir().unwrap();
@@ -203,7 +227,11 @@ async fn corrupt_stores_are_reported_and_left_untouched() {
                 other => panic!("{name}: expected Error::Corrupt, got {other:?}"),
             }
         }
-        assert_eq!(fs::read(&file).unwrap(), bytes, "{name}: the file is untouched");
+        assert_eq!(
+            fs::read(&file).unwrap(),
+            bytes,
+            "{name}: the file is untouched"
+        );
         assert_eq!(
             file_names(file.parent().unwrap()),
             ["sessions.json"],
@@ -228,7 +256,10 @@ async fn a_corrupt_store_names_its_valid_backup() {
         matches!(&error, Error::Corrupt { valid_backup: Some(b), .. } if *b == backup),
         "{error:?}"
     );
-    assert!(error.to_string().contains("a valid backup exists at"), "{error}");
+    assert!(
+        error.to_string().contains("a valid backup exists at"),
+        "{error}"
+    );
     assert_eq!(fs::read(&file).unwrap(), b"", "still untouched");
 }
 
@@ -261,7 +292,11 @@ async fn an_invalid_entry_is_reported_preserved_and_isolated() {
     let listed = store.list(&ListFilter::new()).await.unwrap();
     assert_eq!(listed.len(), 1, "list skips the invalid entry");
     let text = fs::read_to_string(&file).unwrap();
-    assert_eq!(raw_object(&text)["agent:main:bad"].get(), bad, "preserved byte for byte");
+    assert_eq!(
+        raw_object(&text)["agent:main:bad"].get(),
+        bad,
+        "preserved byte for byte"
+    );
 }
 
 #[tokio::test]
@@ -277,11 +312,19 @@ async fn non_canonical_keys_are_kept_but_not_served() {
     let store = store(dir.path());
     assert!(store.list(&ListFilter::new()).await.unwrap().is_empty());
     assert_eq!(store.len().await.unwrap(), 0);
-    store.put(&key("agent:main:main"), SessionEntry::new("m", 4)).await.unwrap();
+    store
+        .put(&key("agent:main:main"), SessionEntry::new("m", 4))
+        .await
+        .unwrap();
     let kept = raw_object(&fs::read_to_string(&file).unwrap());
     assert_eq!(
         kept.keys().collect::<Vec<_>>(),
-        ["Agent:Main:Legacy", "+15550100", "agent:ops:misfiled", "agent:main:main"]
+        [
+            "Agent:Main:Legacy",
+            "+15550100",
+            "agent:ops:misfiled",
+            "agent:main:main"
+        ]
     );
 }
 
@@ -297,7 +340,10 @@ async fn json5_stores_are_read_and_written_back_as_json() {
     .unwrap();
     let store = store(dir.path());
     let k = key("agent:main:main");
-    assert_eq!(store.get(&k).await.unwrap().unwrap().entry.session_id, "abc");
+    assert_eq!(
+        store.get(&k).await.unwrap().unwrap().entry.session_id,
+        "abc"
+    );
     store.with_session(&k, |e| e.updated_at = 6).await.unwrap();
     assert_eq!(
         fs::read_to_string(&file).unwrap(),
@@ -394,15 +440,26 @@ async fn a_change_by_another_writer_is_seen_despite_the_cache() {
     let reader = store(dir.path());
     let writer = store(dir.path());
     writer.put(&k, SessionEntry::new("one", 1)).await.unwrap();
-    assert_eq!(reader.get(&k).await.unwrap().unwrap().entry.session_id, "one");
+    assert_eq!(
+        reader.get(&k).await.unwrap().unwrap().entry.session_id,
+        "one"
+    );
     writer.put(&k, SessionEntry::new("two", 2)).await.unwrap();
-    assert_eq!(reader.get(&k).await.unwrap().unwrap().entry.session_id, "two");
+    assert_eq!(
+        reader.get(&k).await.unwrap().unwrap().entry.session_id,
+        "two"
+    );
 
     // A foreign program rewriting the file in place is seen too.
     let file = main_store_file(dir.path());
-    let text = fs::read_to_string(&file).unwrap().replace("\"two\"", "\"three\"");
+    let text = fs::read_to_string(&file)
+        .unwrap()
+        .replace("\"two\"", "\"three\"");
     fs::write(&file, text).unwrap();
-    assert_eq!(reader.get(&k).await.unwrap().unwrap().entry.session_id, "three");
+    assert_eq!(
+        reader.get(&k).await.unwrap().unwrap().entry.session_id,
+        "three"
+    );
 }
 
 #[tokio::test]
@@ -415,20 +472,34 @@ async fn writers_never_trust_the_read_cache() {
     b.put(&one, SessionEntry::new("1", 1)).await.unwrap();
     assert_eq!(b.len().await.unwrap(), 1); // b has the file cached
     a.put(&two, SessionEntry::new("2", 2)).await.unwrap();
-    b.with_session(&one, |e| e.label = Some("x".into())).await.unwrap();
+    b.with_session(&one, |e| e.label = Some("x".into()))
+        .await
+        .unwrap();
     let fresh = store(dir.path());
-    assert!(fresh.get(&two).await.unwrap().is_some(), "a's update survived b's");
+    assert!(
+        fresh.get(&two).await.unwrap().is_some(),
+        "a's update survived b's"
+    );
 }
 
 #[tokio::test]
 async fn each_agent_has_its_own_file_and_global_lives_with_the_global_agent() {
     let dir = tempfile::tempdir().unwrap();
     let store = store(dir.path());
-    store.put(&key("agent:support:main"), SessionEntry::new("s", 1)).await.unwrap();
-    store.put(&SessionKey::global(), SessionEntry::new("g", 2)).await.unwrap();
+    store
+        .put(&key("agent:support:main"), SessionEntry::new("s", 1))
+        .await
+        .unwrap();
+    store
+        .put(&SessionKey::global(), SessionEntry::new("g", 2))
+        .await
+        .unwrap();
     let support = AgentId::new("support").unwrap();
     assert!(store.store_path(&support).is_file());
-    assert_eq!(store.store_path_for(&SessionKey::global()), main_store_file(dir.path()));
+    assert_eq!(
+        store.store_path_for(&SessionKey::global()),
+        main_store_file(dir.path())
+    );
     assert_eq!(store.agents().await.unwrap(), [AgentId::main(), support]);
     assert_eq!(store.len().await.unwrap(), 2);
 }

@@ -39,7 +39,12 @@ fn processes_incrementing_one_entry_lose_no_update() {
     let children: Vec<_> = (0..PROCESSES)
         .map(|worker| {
             Command::new(&exe)
-                .args(["child_process_worker", "--exact", "--ignored", "--test-threads=1"])
+                .args([
+                    "child_process_worker",
+                    "--exact",
+                    "--ignored",
+                    "--test-threads=1",
+                ])
                 .env(ROOT_VAR, dir.path())
                 .env(WORKER_VAR, worker.to_string())
                 .stdout(Stdio::piped())
@@ -64,7 +69,9 @@ fn processes_incrementing_one_entry_lose_no_update() {
         );
     }
 
-    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     runtime.block_on(async {
         let store = common::store(dir.path());
         let shared = store.get(&shared_key()).await.unwrap().unwrap().entry;

@@ -314,7 +314,8 @@ impl DefaultKeyBuilder {
             DmScope::PerPeer => format!("agent:{agent}:{marker}:{peer}"),
             DmScope::PerChannelPeer => format!("agent:{agent}:{channel}:{marker}:{peer}"),
             DmScope::PerAccountChannelPeer => {
-                let account = normalize_account_id(conversation.account_id.as_deref().unwrap_or(""));
+                let account =
+                    normalize_account_id(conversation.account_id.as_deref().unwrap_or(""));
                 format!("agent:{agent}:{channel}:{account}:{marker}:{peer}")
             }
         })
@@ -344,7 +345,11 @@ impl KeyBuilder for DefaultKeyBuilder {
                 format!("agent:{agent}:{channel}:{kind}:{id}")
             }
         };
-        let thread = match conversation.thread_id.as_deref().and_then(normalize_peer_id) {
+        let thread = match conversation
+            .thread_id
+            .as_deref()
+            .and_then(normalize_peer_id)
+        {
             Some(id) => Some(key_segment(IdKind::Thread, &id)?),
             None => None,
         };
@@ -371,14 +376,26 @@ pub(crate) fn key_segment(kind: IdKind, raw: &str) -> Result<String> {
         return Err(Error::invalid_id(kind, raw, "the id is empty"));
     };
     if id.len() > MAX_SEGMENT_LEN {
-        return Err(Error::invalid_id(kind, raw, "the id is longer than 1024 bytes"));
+        return Err(Error::invalid_id(
+            kind,
+            raw,
+            "the id is longer than 1024 bytes",
+        ));
     }
     if id.chars().any(char::is_control) {
-        return Err(Error::invalid_id(kind, raw, "the id contains a control character"));
+        return Err(Error::invalid_id(
+            kind,
+            raw,
+            "the id contains a control character",
+        ));
     }
     for segment in id.split(':') {
         if segment.is_empty() {
-            return Err(Error::invalid_id(kind, raw, "the id has an empty `:` segment"));
+            return Err(Error::invalid_id(
+                kind,
+                raw,
+                "the id has an empty `:` segment",
+            ));
         }
         if RESERVED_SEGMENTS.contains(&segment) {
             return Err(Error::invalid_id(
@@ -447,7 +464,10 @@ mod tests {
             "agent:main:whatsapp:group:120363@g.us"
         );
         assert_eq!(
-            build(&builder, Conversation::channel("slack", "C1").with_agent("Ops Bot")),
+            build(
+                &builder,
+                Conversation::channel("slack", "C1").with_agent("Ops Bot")
+            ),
             "agent:ops-bot:slack:channel:c1"
         );
         assert_eq!(
@@ -464,15 +484,24 @@ mod tests {
     fn telegram_threads_are_topics_only_in_forums() {
         let builder = DefaultKeyBuilder::new();
         assert_eq!(
-            build(&builder, Conversation::group("telegram", "-1001").with_forum_topic(42)),
+            build(
+                &builder,
+                Conversation::group("telegram", "-1001").with_forum_topic(42)
+            ),
             "agent:main:telegram:group:-1001:topic:42"
         );
         assert_eq!(
-            build(&builder, Conversation::group("telegram", "-1001").with_thread(42)),
+            build(
+                &builder,
+                Conversation::group("telegram", "-1001").with_thread(42)
+            ),
             "agent:main:telegram:group:-1001"
         );
         assert_eq!(
-            build(&builder, Conversation::group("discord", "g1").with_thread("T9")),
+            build(
+                &builder,
+                Conversation::group("discord", "g1").with_thread("T9")
+            ),
             "agent:main:discord:group:g1:thread:t9"
         );
     }
@@ -480,7 +509,10 @@ mod tests {
     #[test]
     fn global_scope_ignores_everything() {
         let builder = DefaultKeyBuilder::new().scope(SessionScope::Global);
-        assert_eq!(build(&builder, Conversation::group("slack", "c1")), "global");
+        assert_eq!(
+            build(&builder, Conversation::group("slack", "c1")),
+            "global"
+        );
     }
 
     #[test]
@@ -506,7 +538,10 @@ mod tests {
     fn identity_links_do_not_apply_to_the_main_scope() {
         let links = IdentityLinks::new().link("alice", ["123"]);
         let builder = DefaultKeyBuilder::new().identity_links(links);
-        assert_eq!(build(&builder, Conversation::direct("telegram", "123")), "agent:main:main");
+        assert_eq!(
+            build(&builder, Conversation::direct("telegram", "123")),
+            "agent:main:main"
+        );
     }
 
     #[test]

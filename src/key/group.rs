@@ -113,18 +113,39 @@ mod tests {
     #[test]
     fn detects_groups_as_openclaw_does() {
         // (from, chat type, provider) → expected group key
-        let cases: &[(&str, Option<&str>, Option<&str>, Option<&str>)] = &[
+        type Case<'a> = (&'a str, Option<&'a str>, Option<&'a str>, Option<&'a str>);
+        let cases: &[Case<'_>] = &[
             (
                 "whatsapp:group:120363@g.us",
                 None,
                 None,
                 Some("whatsapp:group:120363@g.us"),
             ),
-            ("120363@G.US", None, None, Some("whatsapp:group:120363@g.us")),
+            (
+                "120363@G.US",
+                None,
+                None,
+                Some("whatsapp:group:120363@g.us"),
+            ),
             ("slack:channel:C1", None, None, Some("slack:channel:c1")),
-            ("discord:123", Some("channel"), None, Some("discord:channel:123")),
-            ("discord:123", Some("group"), None, Some("discord:group:123")),
-            ("room-7", Some("group"), Some("Matrix"), Some("matrix:group:room-7")),
+            (
+                "discord:123",
+                Some("channel"),
+                None,
+                Some("discord:channel:123"),
+            ),
+            (
+                "discord:123",
+                Some("group"),
+                None,
+                Some("discord:group:123"),
+            ),
+            (
+                "room-7",
+                Some("group"),
+                Some("Matrix"),
+                Some("matrix:group:room-7"),
+            ),
             ("room-7", Some("group"), None, None),
             ("telegram:123456789", None, None, None),
             ("telegram:123456789", Some("direct"), None, None),
@@ -150,7 +171,9 @@ mod tests {
     fn resolution_feeds_the_key_builder() {
         use crate::key::{DefaultKeyBuilder, KeyBuilder};
         let group = resolve_group("whatsapp:group:120363@g.us", None, None).unwrap();
-        let key = DefaultKeyBuilder::new().build(&group.conversation()).unwrap();
+        let key = DefaultKeyBuilder::new()
+            .build(&group.conversation())
+            .unwrap();
         assert_eq!(key.as_str(), "agent:main:whatsapp:group:120363@g.us");
     }
 }

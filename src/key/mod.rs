@@ -350,7 +350,8 @@ impl SessionKey {
 
     /// Whether this is a subagent session (`agent:<id>:subagent:…`).
     pub fn is_subagent(&self) -> bool {
-        self.rest().is_some_and(|rest| rest.starts_with("subagent:"))
+        self.rest()
+            .is_some_and(|rest| rest.starts_with("subagent:"))
     }
 
     /// How deeply nested a subagent is: the number of `subagent` segments.
@@ -522,9 +523,13 @@ mod tests {
         assert_eq!(nested.subagent_depth(), 2);
         let fresh = SessionKey::new_subagent(&main);
         assert!(fresh.is_subagent());
-        assert!(uuid::Uuid::parse_str(fresh.rest().unwrap().strip_prefix("subagent:").unwrap()).is_ok());
+        assert!(
+            uuid::Uuid::parse_str(fresh.rest().unwrap().strip_prefix("subagent:").unwrap()).is_ok()
+        );
         assert!(!SessionKey::main(&main).is_subagent());
-        assert!(SessionKey::parse("agent:main:cron:nightly").unwrap().is_cron());
+        assert!(SessionKey::parse("agent:main:cron:nightly")
+            .unwrap()
+            .is_cron());
     }
 
     #[test]

@@ -313,7 +313,11 @@ mod tests {
             ("Ünïcode Agent", "n-code-agent"),
         ];
         for (raw, expected) in cases {
-            assert_eq!(normalize_agent_id(raw), *expected, "normalize_agent_id({raw:?})");
+            assert_eq!(
+                normalize_agent_id(raw),
+                *expected,
+                "normalize_agent_id({raw:?})"
+            );
         }
     }
 

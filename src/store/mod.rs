@@ -70,11 +70,9 @@ impl Revision {
     pub fn of_bytes(bytes: &[u8]) -> Self {
         const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
         const PRIME: u64 = 0x0000_0100_0000_01b3;
-        Revision(
-            bytes
-                .iter()
-                .fold(OFFSET, |hash, byte| (hash ^ u64::from(*byte)).wrapping_mul(PRIME)),
-        )
+        Revision(bytes.iter().fold(OFFSET, |hash, byte| {
+            (hash ^ u64::from(*byte)).wrapping_mul(PRIME)
+        }))
     }
 }
 

@@ -177,12 +177,16 @@ mod tests {
     #[test]
     fn new_keys_go_last_and_removal_keeps_order() {
         let mut doc = Document::parse(OPENCLAW_FILE.as_bytes()).unwrap();
-        doc.set("agent:main:dm:new", &SessionEntry::new("n", 1)).unwrap();
+        doc.set("agent:main:dm:new", &SessionEntry::new("n", 1))
+            .unwrap();
         doc.remove("agent:main:main");
         let keys: Vec<&str> = doc.iter().map(|(k, _)| k).collect();
         assert_eq!(
             keys,
-            ["agent:main:whatsapp:group:120363406150318674@g.us", "agent:main:dm:new"]
+            [
+                "agent:main:whatsapp:group:120363406150318674@g.us",
+                "agent:main:dm:new"
+            ]
         );
     }
 

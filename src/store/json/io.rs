@@ -156,7 +156,11 @@ pub(crate) fn create_private(path: &Path) -> io::Result<File> {
 /// orphan if a crash leaves it behind.
 pub(crate) fn temp_sibling(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(".{}.{}.tmp", std::process::id(), uuid::Uuid::new_v4()));
+    name.push(format!(
+        ".{}.{}.tmp",
+        std::process::id(),
+        uuid::Uuid::new_v4()
+    ));
     path.with_file_name(name)
 }
 
@@ -193,14 +197,21 @@ pub(crate) fn write_atomically(
 
     let result = (|| {
         let stamp = io
-            .step(WriteStep::WriteTemp, StepArgs::Create { path: &temp, bytes })
+            .step(
+                WriteStep::WriteTemp,
+                StepArgs::Create { path: &temp, bytes },
+            )
             .map_err(|e| Error::io("write", &temp, e))?
             .expect("creating a file yields its stamp");
         if durability != Durability::Unsynced {
             io.step(WriteStep::SyncTemp, StepArgs::Sync { path: &temp })
                 .map_err(|e| Error::io("fsync", &temp, e))?;
         }
-        if io.stat(path).map_err(|e| Error::io("stat", path, e))?.is_some() {
+        if io
+            .stat(path)
+            .map_err(|e| Error::io("stat", path, e))?
+            .is_some()
+        {
             io.step(
                 WriteStep::LinkBackup,
                 StepArgs::Link {

@@ -255,7 +255,10 @@ impl Inner {
         let mut agents = Vec::new();
         for entry in entries {
             let entry = entry.map_err(|e| Error::io("list", &agents_dir, e))?;
-            let Some(agent) = entry.file_name().to_str().and_then(|n| AgentId::new(n).ok())
+            let Some(agent) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| AgentId::new(n).ok())
             else {
                 continue;
             };

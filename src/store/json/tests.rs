@@ -79,9 +79,15 @@ async fn a_crash_at_any_write_step_leaves_the_old_or_the_new_store() {
     for (step, expected) in steps {
         let dir = tempfile::tempdir().unwrap();
         let healthy = JsonFileStore::with_options(dir.path(), options());
-        healthy.put(&key(), SessionEntry::new("old", 1)).await.unwrap();
+        healthy
+            .put(&key(), SessionEntry::new("old", 1))
+            .await
+            .unwrap();
         // One more write so that a backup exists and LinkBackup runs.
-        healthy.put(&key(), SessionEntry::new("old", 2)).await.unwrap();
+        healthy
+            .put(&key(), SessionEntry::new("old", 2))
+            .await
+            .unwrap();
 
         let crashing = JsonFileStore::with_io(dir.path(), options(), Arc::new(CrashAt(step)));
         let error = crashing
@@ -101,8 +107,14 @@ async fn a_crash_at_any_write_step_leaves_the_old_or_the_new_store() {
             "{step:?}: temporary files and the lock are cleaned up"
         );
         // The lock was released: the next writer proceeds at once.
-        healthy.put(&key(), SessionEntry::new("after", 4)).await.unwrap();
-        assert_eq!(session_id_on_disk(dir.path()).await.as_deref(), Some("after"));
+        healthy
+            .put(&key(), SessionEntry::new("after", 4))
+            .await
+            .unwrap();
+        assert_eq!(
+            session_id_on_disk(dir.path()).await.as_deref(),
+            Some("after")
+        );
     }
 }
 
@@ -110,11 +122,18 @@ async fn a_crash_at_any_write_step_leaves_the_old_or_the_new_store() {
 async fn orphaned_temp_files_from_a_real_crash_are_ignored() {
     let dir = tempfile::tempdir().unwrap();
     let store = JsonFileStore::with_options(dir.path(), options());
-    store.put(&key(), SessionEntry::new("old", 1)).await.unwrap();
+    store
+        .put(&key(), SessionEntry::new("old", 1))
+        .await
+        .unwrap();
     // What a process killed between writing its temp file and the rename leaves.
     let file = paths::store_path(dir.path(), &AgentId::main());
     let orphan = temp_sibling(&file);
-    std::fs::write(&orphan, b"{\n  \"agent:main:main\": {\n    \"sessionId\": \"torn").unwrap();
+    std::fs::write(
+        &orphan,
+        b"{\n  \"agent:main:main\": {\n    \"sessionId\": \"torn",
+    )
+    .unwrap();
     assert!(orphan
         .file_name()
         .unwrap()
@@ -122,23 +141,30 @@ async fn orphaned_temp_files_from_a_real_crash_are_ignored() {
         .starts_with("sessions.json."));
 
     assert_eq!(session_id_on_disk(dir.path()).await.as_deref(), Some("old"));
-    store.put(&key(), SessionEntry::new("new", 2)).await.unwrap();
+    store
+        .put(&key(), SessionEntry::new("new", 2))
+        .await
+        .unwrap();
     assert_eq!(session_id_on_disk(dir.path()).await.as_deref(), Some("new"));
 }
 
 #[tokio::test]
 async fn a_failed_write_is_not_served_from_the_cache() {
     let dir = tempfile::tempdir().unwrap();
-    let crashing = JsonFileStore::with_io(
-        dir.path(),
-        options(),
-        Arc::new(CrashAt(WriteStep::SyncDir)),
-    );
+    let crashing =
+        JsonFileStore::with_io(dir.path(), options(), Arc::new(CrashAt(WriteStep::SyncDir)));
     // The first write renames and then fails; the store must not keep serving a
     // cached "missing" state, nor claim the write as cached.
-    assert!(crashing.put(&key(), SessionEntry::new("new", 1)).await.is_err());
+    assert!(crashing
+        .put(&key(), SessionEntry::new("new", 1))
+        .await
+        .is_err());
     assert_eq!(
-        crashing.get(&key()).await.unwrap().map(|s| s.entry.session_id),
+        crashing
+            .get(&key())
+            .await
+            .unwrap()
+            .map(|s| s.entry.session_id),
         Some("new".to_owned()),
         "reads see what is on disk"
     );
