@@ -418,6 +418,17 @@ pub async fn list_filters_and_orders<S: SessionStore + ?Sized>(store: &S) {
     assert_eq!(store.len().await.unwrap(), sessions.len());
 }
 
+/// Adds one to the entry's `compactionCount`, creating the entry if needed.
+async fn increment<S: SessionStore + ?Sized>(store: &S, k: &SessionKey) {
+    store
+        .update(k, |slot| {
+            let entry = slot.get_or_insert_with(|| SessionEntry::new("counter", 1));
+            entry.compaction_count = Some(entry.compaction_count.unwrap_or(0) + 1);
+        })
+        .await
+        .unwrap();
+}
+
 /// Concurrent read-modify-writes of one key lose no update.
 pub async fn concurrent_updates_to_one_key_lose_nothing<S>(store: &S)
 where
@@ -431,13 +442,7 @@ where
         let (store, k) = (store.clone(), k.clone());
         tasks.spawn(async move {
             for _ in 0..UPDATES {
-                store
-                    .update(&k, |slot| {
-                        let entry = slot.get_or_insert_with(|| SessionEntry::new("shared", 1));
-                        entry.compaction_count = Some(entry.compaction_count.unwrap_or(0) + 1);
-                    })
-                    .await
-                    .unwrap();
+                increment(&store, &k).await;
             }
         });
     }
@@ -461,13 +466,7 @@ where
         tasks.spawn(async move {
             let k = key(&format!("agent:main:telegram:dm:user{task}"));
             for _ in 0..UPDATES {
-                store
-                    .update(&k, |slot| {
-                        let entry = slot.get_or_insert_with(|| SessionEntry::new("s", 1));
-                        entry.compaction_count = Some(entry.compaction_count.unwrap_or(0) + 1);
-                    })
-                    .await
-                    .unwrap();
+                increment(&store, &k).await;
             }
         });
     }

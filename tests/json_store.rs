@@ -22,6 +22,15 @@ fn key(raw: &str) -> SessionKey {
     SessionKey::parse(raw).unwrap()
 }
 
+/// Writes the main agent's lock file under `root` with `content`, as another process
+/// holding (or having held) the lock would.
+fn write_lock_file(root: &std::path::Path, content: &str) -> std::path::PathBuf {
+    let lock = main_store_file(root).with_extension("json.lock");
+    fs::create_dir_all(lock.parent().unwrap()).unwrap();
+    fs::write(&lock, content).unwrap();
+    lock
+}
+
 #[tokio::test]
 async fn openclaw_store_round_trips_unknown_fields_byte_for_byte() {
     let dir = openclaw_fixture();
@@ -355,9 +364,7 @@ async fn json5_stores_are_read_and_written_back_as_json() {
 async fn a_foreign_lock_times_out_naming_its_holder() {
     let dir = tempfile::tempdir().unwrap();
     let file = main_store_file(dir.path());
-    fs::create_dir_all(file.parent().unwrap()).unwrap();
-    let lock = file.with_extension("json.lock");
-    fs::write(&lock, r#"{"pid":4242,"startedAt":1770350000000}"#).unwrap();
+    let lock = write_lock_file(dir.path(), r#"{"pid":4242,"startedAt":1770350000000}"#);
     let store = store(dir.path());
 
     let started = Instant::now();
@@ -387,10 +394,7 @@ async fn a_foreign_lock_times_out_naming_its_holder() {
 #[tokio::test]
 async fn a_stale_foreign_lock_is_removed() {
     let dir = tempfile::tempdir().unwrap();
-    let file = main_store_file(dir.path());
-    fs::create_dir_all(file.parent().unwrap()).unwrap();
-    let lock = file.with_extension("json.lock");
-    fs::write(&lock, r#"{"pid":4242,"startedAt":1770350000000}"#).unwrap();
+    let lock = write_lock_file(dir.path(), r#"{"pid":4242,"startedAt":1770350000000}"#);
     let a_minute_ago = SystemTime::now() - Duration::from_secs(60);
     fs::File::options()
         .write(true)
@@ -408,15 +412,12 @@ async fn a_stale_foreign_lock_is_removed() {
 #[tokio::test]
 async fn the_lock_of_a_dead_agent_sessions_process_is_taken_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    let file = main_store_file(dir.path());
-    fs::create_dir_all(file.parent().unwrap()).unwrap();
     // A fresh lock file marked as ours with no process holding its OS lock: the
     // writer was killed mid-update.
-    fs::write(
-        file.with_extension("json.lock"),
+    write_lock_file(
+        dir.path(),
         r#"{"pid":999999,"startedAt":1770350000000,"lockedBy":"agent-sessions"}"#,
-    )
-    .unwrap();
+    );
     let patient = agent_sessions::JsonFileStore::with_options(
         dir.path(),
         JsonStoreOptions {

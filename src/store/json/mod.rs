@@ -84,6 +84,10 @@ impl Default for JsonStoreOptions {
 /// * **Corrupt files** are reported as [`Error::Corrupt`] and left untouched, never
 ///   replaced by an empty store.
 ///
+/// File work runs on Tokio's blocking pool and lock waits use Tokio's timer, so call
+/// the store from a Tokio runtime with the time driver enabled (`#[tokio::main]` and
+/// `#[tokio::test]` enable it).
+///
 /// ```
 /// use agent_sessions::prelude::*;
 ///
