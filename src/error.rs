@@ -222,6 +222,8 @@ pub enum IdKind {
     FileComponent,
     /// A transcript path stored in an entry.
     SessionFile,
+    /// A time zone.
+    TimeZone,
 }
 
 impl fmt::Display for IdKind {
@@ -237,6 +239,7 @@ impl fmt::Display for IdKind {
             IdKind::SessionId => "session id",
             IdKind::FileComponent => "file name component",
             IdKind::SessionFile => "session file",
+            IdKind::TimeZone => "time zone",
         })
     }
 }

@@ -53,8 +53,10 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod clock;
 pub mod entry;
 mod error;
+pub mod freshness;
 pub mod key;
 pub mod paths;
 pub mod store;
