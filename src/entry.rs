@@ -493,7 +493,245 @@ pub struct SessionEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_prompt_report: Option<Value>,
 
+    /// Lifecycle status (see [`SessionStatus`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<SessionStatus>,
+    /// When the current session started, epoch milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_started_at: Option<u64>,
+    /// When the session was closed, epoch milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed_at: Option<u64>,
+    /// Inbound messages in the current session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_count: Option<u64>,
+    /// Completed turns (replies) in the current session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_count: Option<u64>,
+    /// The beginning of the last inbound message (at most
+    /// [`MESSAGE_PREVIEW_MAX_CHARS`] characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_message_preview: Option<String>,
+    /// What the session is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Who wrote the description.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description_source: Option<DescriptionSource>,
+    /// Where the session came from (CLI, web, API, channel, schedule).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<SessionSource>,
+    /// The session this thread session was forked from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ForkOrigin>,
+
     /// Fields this version does not know, kept as written, in order.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// The longest [`SessionEntry::last_message_preview`], in characters.
+pub const MESSAGE_PREVIEW_MAX_CHARS: usize = 120;
+
+string_enum! {
+    /// Where a session is in its life.
+    ///
+    /// One model for ClawOS (`active` / `closed`) and the durable session model of seed
+    /// 003 (`idle`, `running`, `awaiting_approval`, `inactive`):
+    ///
+    /// | status | ClawOS | seed 003 | next message |
+    /// | --- | --- | --- | --- |
+    /// | `Idle` | active | idle | continues (if fresh) |
+    /// | `Running` | active | running | continues (if fresh) |
+    /// | `AwaitingApproval` | active | awaiting_approval | continues (if fresh) |
+    /// | `Inactive` | active | inactive | reopens it (if fresh) |
+    /// | `Closed` | closed | — | starts a new session (`session_closed`) |
+    pub enum SessionStatus {
+        /// Open and ready.
+        Idle => "idle",
+        /// A turn is executing.
+        Running => "running",
+        /// A tool call waits for the user's approval.
+        AwaitingApproval => "awaiting_approval",
+        /// Hidden from normal lists; reopened by the next message.
+        Inactive => "inactive",
+        /// Over: the next message starts a new session.
+        Closed => "closed",
+    }
+}
+
+impl SessionStatus {
+    /// Whether the next message must start a new session (also ClawOS's `closed`).
+    pub fn is_closed(&self) -> bool {
+        matches!(self, SessionStatus::Closed)
+    }
+
+    /// The ClawOS status: `closed` or `active`.
+    pub fn clawos(&self) -> &'static str {
+        if self.is_closed() {
+            "closed"
+        } else {
+            "active"
+        }
+    }
+}
+
+string_enum! {
+    /// Who wrote a session's description.
+    pub enum DescriptionSource {
+        /// The user.
+        User => "user",
+        /// The agent.
+        Agent => "agent",
+        /// The introspection (checkpoint) run.
+        Introspection => "introspection",
+    }
+}
+
+string_enum! {
+    /// The kind of [`SessionSource`].
+    pub enum SourceKind {
+        /// A command-line session.
+        Cli => "cli",
+        /// A web client.
+        Web => "web",
+        /// An API client.
+        Api => "api",
+        /// A chat channel (Telegram, Slack, …).
+        Channel => "channel",
+        /// A scheduled job.
+        Schedule => "schedule",
+    }
+}
+
+/// Where a session came from (seed 003's `SessionSource`).
+///
+/// ```
+/// use agent_sessions::entry::SessionSource;
+/// use agent_sessions::AgentId;
+///
+/// let nightly = SessionSource::schedule("nightly-report");
+/// assert_eq!(nightly.key(&AgentId::main())?.as_str(), "agent:main:schedule:nightly-report");
+/// assert!(!nightly.interactive);
+/// # Ok::<(), agent_sessions::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionSource {
+    /// CLI, web, API, channel or schedule.
+    pub kind: SourceKind,
+    /// Whether a person is on the other end.
+    #[serde(default)]
+    pub interactive: bool,
+    /// The channel platform (`telegram`, …) for channel sources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<String>,
+    /// The CLI session name, web device or API client.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The schedule or trigger that started the session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger_id: Option<String>,
+    /// Direct or group, for channel sources.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub chat_type: Option<ChatType>,
+    /// Fields this version does not know, kept as written.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl SessionSource {
+    fn new(kind: SourceKind, interactive: bool) -> Self {
+        SessionSource {
+            kind,
+            interactive,
+            platform: None,
+            name: None,
+            trigger_id: None,
+            chat_type: None,
+            extra: Map::new(),
+        }
+    }
+
+    /// A named command-line session (`cli:{name}`).
+    pub fn cli(name: impl Into<String>) -> Self {
+        SessionSource {
+            name: Some(name.into()),
+            ..SessionSource::new(SourceKind::Cli, true)
+        }
+    }
+
+    /// A web client session (`web:{deviceOrSession}`).
+    pub fn web(device: impl Into<String>) -> Self {
+        SessionSource {
+            name: Some(device.into()),
+            ..SessionSource::new(SourceKind::Web, true)
+        }
+    }
+
+    /// An API client session (`api:{client}`).
+    pub fn api(client: impl Into<String>) -> Self {
+        SessionSource {
+            name: Some(client.into()),
+            ..SessionSource::new(SourceKind::Api, false)
+        }
+    }
+
+    /// A scheduled job's session (`schedule:{scheduleId}`).
+    pub fn schedule(schedule_id: impl Into<String>) -> Self {
+        SessionSource {
+            trigger_id: Some(schedule_id.into()),
+            ..SessionSource::new(SourceKind::Schedule, false)
+        }
+    }
+
+    /// A chat channel session.
+    pub fn channel(platform: impl Into<String>, chat_type: ChatType) -> Self {
+        SessionSource {
+            platform: Some(platform.into()),
+            chat_type: Some(chat_type),
+            ..SessionSource::new(SourceKind::Channel, true)
+        }
+    }
+
+    /// The session key of a CLI, web, API or schedule source under `agent`:
+    /// `agent:<agentId>:cli:<name>`, `…:web:<device>`, `…:api:<client>`,
+    /// `…:schedule:<scheduleId>` (seed 003's id forms, as key rests).
+    ///
+    /// Channel sessions are keyed from their conversation by a
+    /// [`KeyBuilder`](crate::KeyBuilder); asking here is an [`Error::InvalidId`].
+    pub fn key(&self, agent: &crate::AgentId) -> crate::Result<crate::SessionKey> {
+        use crate::error::{Error, IdKind};
+        let (prefix, id) = match &self.kind {
+            SourceKind::Cli => ("cli", self.name.as_deref()),
+            SourceKind::Web => ("web", self.name.as_deref()),
+            SourceKind::Api => ("api", self.name.as_deref()),
+            SourceKind::Schedule => ("schedule", self.trigger_id.as_deref()),
+            SourceKind::Channel | SourceKind::Other(_) => {
+                return Err(Error::invalid_id(
+                    IdKind::Peer,
+                    self.kind.as_str(),
+                    "channel sessions are keyed from their conversation by a KeyBuilder",
+                ))
+            }
+        };
+        let id = crate::key::key_segment(IdKind::Peer, id.unwrap_or(""))?;
+        crate::SessionKey::parse(&format!("agent:{agent}:{prefix}:{id}"))
+    }
+}
+
+/// The parent of a forked thread session: what its context starts from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ForkOrigin {
+    /// The parent session's key.
+    pub session_key: String,
+    /// The parent's session id at the time of the fork.
+    pub session_id: String,
+    /// The parent's transcript, if it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_file: Option<String>,
+    /// Fields this version does not know, kept as written.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }

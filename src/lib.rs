@@ -57,8 +57,10 @@ pub mod clock;
 pub mod entry;
 mod error;
 pub mod freshness;
+pub mod inbound;
 pub mod key;
 pub mod paths;
+pub mod reset;
 pub mod store;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]

@@ -27,6 +27,7 @@
 //! cannot forge a key that reads as someone else's thread or group.
 
 mod builder;
+pub(crate) use builder::key_segment;
 mod group;
 mod normalize;
 
