@@ -530,6 +530,34 @@ pub struct SessionEntry {
     pub extra: Map<String, Value>,
 }
 
+/// The longest session label, in characters (OpenClaw's `SESSION_LABEL_MAX_LENGTH`).
+pub const SESSION_LABEL_MAX_CHARS: usize = 64;
+
+/// Validates a session label as OpenClaw's `parseSessionLabel` does: trimmed, not
+/// empty, at most [`SESSION_LABEL_MAX_CHARS`] characters.
+///
+/// ```
+/// use agent_sessions::entry::parse_session_label;
+///
+/// assert_eq!(parse_session_label("  trip planning ")?, "trip planning");
+/// assert!(parse_session_label("   ").is_err());
+/// assert!(parse_session_label(&"x".repeat(65)).is_err());
+/// # Ok::<(), agent_sessions::Error>(())
+/// ```
+pub fn parse_session_label(raw: &str) -> crate::Result<String> {
+    let trimmed = raw.trim();
+    if trimmed.is_empty() {
+        return Err(crate::Error::invalid_label(raw, "invalid label: empty"));
+    }
+    if trimmed.chars().count() > SESSION_LABEL_MAX_CHARS {
+        return Err(crate::Error::invalid_label(
+            raw,
+            "invalid label: too long (max 64)",
+        ));
+    }
+    Ok(trimmed.to_owned())
+}
+
 /// The longest [`SessionEntry::last_message_preview`], in characters.
 pub const MESSAGE_PREVIEW_MAX_CHARS: usize = 120;
 
@@ -840,7 +868,7 @@ mod tests {
 
     #[test]
     fn unknown_values_and_fields_survive() {
-        let json = r#"{"sessionId":"s","updatedAt":1,"chatType":"dm","queueMode":"future-mode","deliveryContext":{"channel":"slack","threadId":"1700.1","newThing":[1,2.5,"x"]},"lastThreadId":42,"status":"running"}"#;
+        let json = r#"{"sessionId":"s","updatedAt":1,"chatType":"dm","queueMode":"future-mode","deliveryContext":{"channel":"slack","threadId":"1700.1","newThing":[1,2.5,"x"]},"lastThreadId":42,"runState":"running"}"#;
         let entry = SessionEntry::from_json(json).unwrap();
         assert_eq!(entry.chat_type, Some(ChatType::Other("dm".into())));
         assert_eq!(
@@ -852,7 +880,7 @@ mod tests {
             Some(QueueMode::Other("future-mode".into()))
         );
         assert_eq!(entry.last_thread_id, Some(ThreadId::Number(42)));
-        assert_eq!(entry.extra["status"], "running");
+        assert_eq!(entry.extra["runState"], "running");
         assert_eq!(serde_json::to_string(&entry).unwrap(), json);
     }
 

@@ -127,6 +127,24 @@ pub enum Error {
         key: SessionKey,
     },
 
+    /// A session label was rejected (OpenClaw's `parseSessionLabel` rules).
+    #[error("invalid label {label:?}: {problem}")]
+    InvalidLabel {
+        /// The label as given (possibly truncated for display).
+        label: String,
+        /// Why: empty, or longer than 64 characters.
+        problem: &'static str,
+    },
+
+    /// A session may not be deleted (seed 003's deletion rules).
+    #[error("session {key} was not deleted: {reason}")]
+    DeleteRefused {
+        /// The session.
+        key: SessionKey,
+        /// Why.
+        reason: DeleteRefusal,
+    },
+
     /// An entry could not be serialised (a `serde_json::Value` inside it was not representable).
     #[error("could not serialise session entry {key}: {source}")]
     Serialize {
@@ -155,11 +173,39 @@ impl Error {
         }
     }
 
+    pub(crate) fn invalid_label(label: &str, problem: &'static str) -> Self {
+        Error::InvalidLabel {
+            label: truncate_for_display(label),
+            problem,
+        }
+    }
+
     pub(crate) fn invalid_key(key: &str, problem: KeyProblem) -> Self {
         Error::InvalidKey {
             key: truncate_for_display(key),
             problem,
         }
+    }
+}
+
+/// Why a session was not deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DeleteRefusal {
+    /// A turn is running in it.
+    Running,
+    /// It is a group or channel session, kept as shared history unless forced.
+    SharedHistory,
+}
+
+impl fmt::Display for DeleteRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DeleteRefusal::Running => "a turn is running in it",
+            DeleteRefusal::SharedHistory => {
+                "group and channel sessions are shared history; delete with force to remove one"
+            }
+        })
     }
 }
 

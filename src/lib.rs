@@ -54,23 +54,30 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod clock;
+pub mod drift;
 pub mod entry;
 mod error;
 pub mod freshness;
 pub mod inbound;
 pub mod key;
+pub mod manager;
 pub mod paths;
 pub mod reset;
+pub mod route;
 pub mod store;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
-pub use entry::{ChatType, DeliveryContext, SessionEntry, SessionOrigin, ThreadId};
-pub use error::{CorruptProblem, Error, IdKind, KeyProblem, LockHolder, Result};
+pub use entry::{
+    ChatType, DeliveryContext, SessionEntry, SessionOrigin, SessionSource, SessionStatus, ThreadId,
+};
+pub use error::{CorruptProblem, DeleteRefusal, Error, IdKind, KeyProblem, LockHolder, Result};
+pub use inbound::{InboundMessage, Sender};
 pub use key::{
     AgentId, Conversation, DefaultKeyBuilder, DmScope, KeyBuilder, PeerKind, SessionKey,
 };
+pub use manager::{Decision, Reason, Resolution, SessionManager};
 pub use store::{
     Durability, JsonFileStore, JsonStoreOptions, ListFilter, LockOptions, MemoryStore, Revision,
     SessionStore, SessionStoreExt, StoredSession,
@@ -84,9 +91,11 @@ struct ReadmeDoctests;
 /// The names most programs use, for `use agent_sessions::prelude::*`.
 pub mod prelude {
     pub use crate::entry::SessionEntry;
+    pub use crate::inbound::InboundMessage;
     pub use crate::key::{
         AgentId, Conversation, DefaultKeyBuilder, DmScope, KeyBuilder, PeerKind, SessionKey,
     };
+    pub use crate::manager::{Decision, Reason, Resolution, SessionManager};
     pub use crate::store::{
         JsonFileStore, ListFilter, MemoryStore, SessionStore, SessionStoreExt, StoredSession,
     };

@@ -65,7 +65,7 @@ async fn openclaw_store_round_trips_unknown_fields_byte_for_byte() {
         raw_object(new[updated.as_str()].get()),
     );
     let unknown = [
-        "status",
+        "lastRunId",
         "startedAt",
         "costUsd",
         "tags",

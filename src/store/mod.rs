@@ -394,6 +394,35 @@ pub trait SessionStoreExt: SessionStore {
 
 impl<S: SessionStore + ?Sized> SessionStoreExt for S {}
 
+/// A shared store is a store: `Arc<JsonFileStore>` can be handed to a
+/// [`SessionManager`](crate::SessionManager) and used elsewhere at the same time.
+#[async_trait]
+impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
+    async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
+        (**self).get(key).await
+    }
+
+    async fn apply(
+        &self,
+        key: &SessionKey,
+        mutator: &mut Mutator<'_>,
+    ) -> Result<Option<StoredSession>> {
+        (**self).apply(key, mutator).await
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
+        (**self).list(filter).await
+    }
+
+    async fn len(&self) -> Result<usize> {
+        (**self).len().await
+    }
+
+    async fn delete(&self, key: &SessionKey) -> Result<Option<SessionEntry>> {
+        (**self).delete(key).await
+    }
+}
+
 /// The revision of an entry as this crate serialises it (compact JSON).
 pub(crate) fn entry_revision(entry: &SessionEntry) -> Result<Revision, serde_json::Error> {
     serde_json::to_vec(entry).map(|bytes| Revision::of_bytes(&bytes))

@@ -1,0 +1,540 @@
+//! The rest of a session's life: close, delete, prune, labels, descriptions, overrides,
+//! routes, turns, threads, subagents and non-channel sources.
+//!
+//! None of these is a conversation turn, so none of them moves `updatedAt` (and with it
+//! the idle and daily resets) — except [`SessionManager::record_turn`], which is one.
+
+use std::time::Duration;
+
+use super::meta::start_session;
+use super::{Decision, Reason, Resolution, SessionManager};
+use crate::entry::{
+    parse_session_label, AuthProfileSource, DescriptionSource, ForkOrigin, GroupActivation,
+    QueueMode, SendPolicy, SessionEntry, SessionSource, SessionStatus,
+};
+use crate::error::{DeleteRefusal, Error, Result};
+use crate::key::{AgentId, SessionKey};
+use crate::reset::ModelRef;
+use crate::route::{apply_route, DeliveryRoute};
+use crate::store::{ListFilter, SessionStoreExt, StoredSession};
+
+/// How [`SessionManager::delete`] treats shared sessions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeleteOptions {
+    /// Delete group and channel sessions too (they are kept as shared history
+    /// otherwise). A running session is never deleted.
+    pub force: bool,
+}
+
+/// Which sessions [`SessionManager::prune`] removes.
+///
+/// ```
+/// use std::time::Duration;
+/// use agent_sessions::manager::PruneOptions;
+///
+/// // Sessions idle for 30 days, but always keep the 500 most recent; report only.
+/// let options = PruneOptions::older_than(Duration::from_secs(30 * 24 * 3600))
+///     .keep_newest(500)
+///     .dry_run();
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PruneOptions {
+    /// Only sessions whose last activity is older than this.
+    pub older_than: Option<Duration>,
+    /// Never the this-many most recently active sessions (of those `filter` selects).
+    pub keep_newest: Option<usize>,
+    /// Only sessions this filter selects (its `limit` is ignored).
+    pub filter: ListFilter,
+    /// Report what would be removed, remove nothing.
+    pub dry_run: bool,
+}
+
+impl PruneOptions {
+    /// Sessions inactive for longer than `age`.
+    pub fn older_than(age: Duration) -> Self {
+        PruneOptions {
+            older_than: Some(age),
+            ..PruneOptions::default()
+        }
+    }
+
+    /// Keeps the `count` most recent sessions whatever their age.
+    pub fn keep_newest(mut self, count: usize) -> Self {
+        self.keep_newest = Some(count);
+        self
+    }
+
+    /// Only sessions `filter` selects.
+    pub fn filter(mut self, filter: ListFilter) -> Self {
+        self.filter = filter;
+        self
+    }
+
+    /// Removes nothing; returns what would be removed.
+    pub fn dry_run(mut self) -> Self {
+        self.dry_run = true;
+        self
+    }
+}
+
+/// A per-session setting the manager can set and clear.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SessionOverride {
+    /// The model (and its provider). Clears an auth-profile override, which belongs to
+    /// a provider.
+    Model(ModelRef),
+    /// The auth profile, and who chose it.
+    AuthProfile {
+        /// The profile.
+        profile: String,
+        /// Who chose it.
+        source: AuthProfileSource,
+    },
+    /// Thinking display level.
+    ThinkingLevel(String),
+    /// Verbose output level.
+    VerboseLevel(String),
+    /// Reasoning display level.
+    ReasoningLevel(String),
+    /// Whether replies are sent.
+    SendPolicy(SendPolicy),
+    /// When the agent answers in a group.
+    GroupActivation(GroupActivation),
+    /// How messages arriving during a run are queued.
+    QueueMode(QueueMode),
+}
+
+/// Which [`SessionOverride`] to clear.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OverrideKind {
+    /// Model and provider.
+    Model,
+    /// Auth profile.
+    AuthProfile,
+    /// Thinking level.
+    ThinkingLevel,
+    /// Verbose level.
+    VerboseLevel,
+    /// Reasoning level.
+    ReasoningLevel,
+    /// Send policy.
+    SendPolicy,
+    /// Group activation.
+    GroupActivation,
+    /// Queue mode.
+    QueueMode,
+}
+
+/// How a turn ended, for [`SessionManager::record_turn`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TurnOutcome {
+    /// The run was aborted.
+    pub aborted: bool,
+}
+
+impl TurnOutcome {
+    /// A turn that completed.
+    pub fn completed() -> Self {
+        TurnOutcome::default()
+    }
+
+    /// A turn that was aborted.
+    pub fn aborted() -> Self {
+        TurnOutcome { aborted: true }
+    }
+}
+
+impl SessionManager {
+    /// The session under `key`.
+    pub async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
+        self.store.get(key).await
+    }
+
+    /// Sessions matching `filter`, most recently active first.
+    pub async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
+        self.store.list(filter).await
+    }
+
+    /// Closes a session: its next message starts a new one (`session_closed`).
+    pub async fn close(&self, key: &SessionKey) -> Result<StoredSession> {
+        let now_ms = self.clock.now_millis();
+        self.change(key, |entry| {
+            entry.status = Some(SessionStatus::Closed);
+            entry.closed_at = Some(now_ms);
+        })
+        .await
+    }
+
+    /// Sets a session's status (a host marks turns `Running`, approvals
+    /// `AwaitingApproval`, hidden sessions `Inactive`).
+    pub async fn set_status(
+        &self,
+        key: &SessionKey,
+        status: SessionStatus,
+    ) -> Result<StoredSession> {
+        let now_ms = self.clock.now_millis();
+        self.change(key, |entry| {
+            entry.closed_at = status.is_closed().then_some(now_ms);
+            entry.status = Some(status.clone());
+        })
+        .await
+    }
+
+    /// Deletes a session (seed 003's rules): never while a turn runs
+    /// ([`DeleteRefusal::Running`]); group and channel sessions only with `force`
+    /// ([`DeleteRefusal::SharedHistory`]). Returns the deleted entry, `None` if there
+    /// was none.
+    pub async fn delete(
+        &self,
+        key: &SessionKey,
+        options: DeleteOptions,
+    ) -> Result<Option<SessionEntry>> {
+        let mut removed = None;
+        self.store
+            .apply(key, &mut |slot, _| {
+                let Some(entry) = slot.as_ref() else {
+                    return Ok(());
+                };
+                let refusal = if entry.status == Some(SessionStatus::Running) {
+                    Some(DeleteRefusal::Running)
+                } else if !options.force && is_shared(key, entry) {
+                    Some(DeleteRefusal::SharedHistory)
+                } else {
+                    None
+                };
+                if let Some(reason) = refusal {
+                    return Err(Error::DeleteRefused {
+                        key: key.clone(),
+                        reason,
+                    });
+                }
+                removed = slot.take();
+                Ok(())
+            })
+            .await?;
+        Ok(removed)
+    }
+
+    /// Removes inactive sessions: those `options.filter` selects, older than
+    /// `options.older_than`, beyond the `options.keep_newest` most recent — never a
+    /// running session, and never one that changed while pruning (each removal is a
+    /// compare-and-set on the revision that was judged). Returns what was (or, in a dry
+    /// run, would be) removed, most recent first.
+    pub async fn prune(&self, options: &PruneOptions) -> Result<Vec<StoredSession>> {
+        let now_ms = self.clock.now_millis();
+        let cutoff = options
+            .older_than
+            .map(|age| now_ms.saturating_sub(u64::try_from(age.as_millis()).unwrap_or(u64::MAX)));
+        let mut filter = options.filter.clone();
+        filter.limit = None;
+        let candidates: Vec<StoredSession> = self
+            .store
+            .list(&filter)
+            .await?
+            .into_iter()
+            .skip(options.keep_newest.unwrap_or(0))
+            .filter(|s| cutoff.is_none_or(|cutoff| s.entry.updated_at < cutoff))
+            .filter(|s| s.entry.status != Some(SessionStatus::Running))
+            .collect();
+        if options.dry_run || (options.older_than.is_none() && options.keep_newest.is_none()) {
+            return Ok(if options.dry_run {
+                candidates
+            } else {
+                Vec::new()
+            });
+        }
+        let mut removed = Vec::with_capacity(candidates.len());
+        for session in candidates {
+            match self
+                .store
+                .compare_and_set(&session.key, Some(session.revision), None)
+                .await
+            {
+                Ok(_) => removed.push(session),
+                Err(Error::Conflict { .. }) => {
+                    tracing::debug!(key = %session.key, "not pruned: changed while pruning");
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        tracing::info!(removed = removed.len(), "sessions pruned");
+        Ok(removed)
+    }
+
+    /// Sets (or with `None` clears) a session's label: trimmed, 1–64 characters, else
+    /// [`Error::InvalidLabel`].
+    pub async fn set_label(&self, key: &SessionKey, label: Option<&str>) -> Result<StoredSession> {
+        let label = label.map(parse_session_label).transpose()?;
+        self.change(key, |entry| entry.label = label.clone()).await
+    }
+
+    /// Sets (or with `None` clears) what a session is about, and who said so.
+    pub async fn set_description(
+        &self,
+        key: &SessionKey,
+        description: Option<&str>,
+        source: DescriptionSource,
+    ) -> Result<StoredSession> {
+        let description = description.map(str::trim).filter(|d| !d.is_empty());
+        self.change(key, |entry| {
+            entry.description = description.map(str::to_owned);
+            entry.description_source = description.map(|_| source.clone());
+        })
+        .await
+    }
+
+    /// Sets a per-session override.
+    pub async fn set_override(
+        &self,
+        key: &SessionKey,
+        setting: SessionOverride,
+    ) -> Result<StoredSession> {
+        self.change(key, |entry| match &setting {
+            SessionOverride::Model(model) => {
+                entry.provider_override = Some(model.provider.clone());
+                entry.model_override = Some(model.model.clone());
+                clear_override(entry, OverrideKind::AuthProfile);
+            }
+            SessionOverride::AuthProfile { profile, source } => {
+                entry.auth_profile_override = Some(profile.clone());
+                entry.auth_profile_override_source = Some(source.clone());
+                entry.auth_profile_override_compaction_count =
+                    Some(entry.compaction_count.unwrap_or(0));
+            }
+            SessionOverride::ThinkingLevel(level) => entry.thinking_level = Some(level.clone()),
+            SessionOverride::VerboseLevel(level) => entry.verbose_level = Some(level.clone()),
+            SessionOverride::ReasoningLevel(level) => entry.reasoning_level = Some(level.clone()),
+            SessionOverride::SendPolicy(policy) => entry.send_policy = Some(policy.clone()),
+            SessionOverride::GroupActivation(activation) => {
+                entry.group_activation = Some(activation.clone())
+            }
+            SessionOverride::QueueMode(mode) => entry.queue_mode = Some(mode.clone()),
+        })
+        .await
+    }
+
+    /// Clears a per-session override.
+    pub async fn clear_override(
+        &self,
+        key: &SessionKey,
+        kind: OverrideKind,
+    ) -> Result<StoredSession> {
+        self.change(key, |entry| clear_override(entry, kind)).await
+    }
+
+    /// Changes where replies go, without touching `updatedAt` (OpenClaw 3.x, #49515: a
+    /// route update is not activity, or idle resets would never fire).
+    pub async fn update_last_route(
+        &self,
+        key: &SessionKey,
+        route: &DeliveryRoute,
+    ) -> Result<StoredSession> {
+        self.change(key, |entry| apply_route(entry, route)).await
+    }
+
+    /// Records a completed (or aborted) turn: the turn count, that the system prompt was
+    /// sent, whether the run was aborted, the status back to idle, and — a turn being
+    /// real activity — `updatedAt`.
+    pub async fn record_turn(
+        &self,
+        key: &SessionKey,
+        outcome: TurnOutcome,
+    ) -> Result<StoredSession> {
+        let now_ms = self.clock.now_millis();
+        self.change(key, |entry| {
+            entry.turn_count = Some(entry.turn_count.unwrap_or(0) + 1);
+            entry.system_sent = Some(true);
+            entry.aborted_last_run = Some(outcome.aborted);
+            if matches!(
+                entry.status,
+                Some(SessionStatus::Running | SessionStatus::AwaitingApproval)
+            ) {
+                entry.status = Some(SessionStatus::Idle);
+            }
+            entry.updated_at = entry.updated_at.max(now_ms);
+        })
+        .await
+    }
+
+    /// Starts a thread session `<parent>:thread:<threadId>` forked from `parent`: it
+    /// records its parent ([`SessionEntry::forked_from`]) and takes the parent's reply
+    /// route and group metadata; its first message continues it (`first_message`).
+    /// An existing thread session is returned unchanged.
+    pub async fn fork_thread(&self, parent: &SessionKey, thread_id: &str) -> Result<StoredSession> {
+        let key = parent.thread(thread_id)?;
+        let parent_entry = self
+            .store
+            .get(parent)
+            .await?
+            .ok_or_else(|| Error::NotFound {
+                key: parent.clone(),
+            })?
+            .entry;
+        let now_ms = self.clock.now_millis();
+        self.store
+            .apply(&key, &mut |slot, _| {
+                if slot.is_none() {
+                    let mut entry = start_session(Some(parent_entry.clone()), now_ms);
+                    entry.label = None;
+                    entry.spawned_by = None;
+                    entry.chat_type = parent_entry.chat_type.clone();
+                    entry.channel = parent_entry.channel.clone();
+                    entry.group_id = parent_entry.group_id.clone();
+                    entry.subject = parent_entry.subject.clone();
+                    entry.group_channel = parent_entry.group_channel.clone();
+                    entry.space = parent_entry.space.clone();
+                    entry.display_name = parent_entry.display_name.clone();
+                    entry.forked_from = Some(ForkOrigin {
+                        session_key: parent.to_string(),
+                        session_id: parent_entry.session_id.clone(),
+                        session_file: parent_entry.session_file.clone(),
+                        extra: Default::default(),
+                    });
+                    apply_route(
+                        &mut entry,
+                        &DeliveryRoute::default().with_thread(thread_id.trim()),
+                    );
+                    *slot = Some(entry);
+                }
+                Ok(())
+            })
+            .await?
+            .ok_or_else(|| Error::NotFound { key: key.clone() })
+    }
+
+    /// Spawns a subagent session under `agent`, `agent:<agent>:subagent:<uuid>` (nested
+    /// under `parent` when `parent` is itself a subagent of `agent`), recording
+    /// `spawnedBy`.
+    pub async fn spawn_subagent(
+        &self,
+        parent: &SessionKey,
+        agent: &AgentId,
+        label: Option<&str>,
+    ) -> Result<StoredSession> {
+        let label = label.map(parse_session_label).transpose()?;
+        let nested = parent.is_subagent() && parent.agent_id() == Some(agent.as_str());
+        let key = if nested {
+            parent.nested_subagent(&uuid::Uuid::new_v4().to_string())?
+        } else {
+            SessionKey::new_subagent(agent)
+        };
+        let now_ms = self.clock.now_millis();
+        let mut entry = start_session(None, now_ms);
+        entry.spawned_by = Some(parent.to_string());
+        entry.label = label;
+        entry.source = Some(SessionSource::api(parent.to_string()));
+        self.store.put(&key, entry).await
+    }
+
+    /// Opens the session of a CLI, web, API or schedule source (seed 003's
+    /// `openSession`): creates it (`no_session`), starts a new one over a closed one
+    /// (`session_closed`), or reopens it — an inactive session becomes idle — keeping its
+    /// original source (`first_message` if it has had no message yet, else
+    /// `within_timeout`). Opening is not a message: counts and `updatedAt` move only
+    /// when one arrives.
+    pub async fn open(
+        &self,
+        source: &SessionSource,
+        agent: Option<&AgentId>,
+    ) -> Result<Resolution> {
+        let agent = agent.unwrap_or(&self.default_agent);
+        let key = source.key(agent)?;
+        let now_ms = self.clock.now_millis();
+        let mut outcome = None;
+        let stored = self
+            .store
+            .apply(&key, &mut |slot, _| {
+                let current = slot.take();
+                let (decision, reason, previous) = match &current {
+                    None => (Decision::New, Reason::NoSession, None),
+                    Some(e) if e.status.as_ref().is_some_and(SessionStatus::is_closed) => {
+                        (Decision::New, Reason::SessionClosed, current.clone())
+                    }
+                    Some(e) if e.message_count == Some(0) => {
+                        (Decision::Continue, Reason::FirstMessage, None)
+                    }
+                    Some(_) => (Decision::Continue, Reason::WithinTimeout, None),
+                };
+                let mut entry = match decision {
+                    Decision::New => start_session(current.clone(), now_ms),
+                    Decision::Continue => current.unwrap_or_default(),
+                };
+                if entry.status == Some(SessionStatus::Inactive) {
+                    entry.status = Some(SessionStatus::Idle);
+                }
+                if entry.source.is_none() {
+                    entry.source = Some(source.clone());
+                }
+                *slot = Some(entry);
+                outcome = Some((decision, reason, previous));
+                Ok(())
+            })
+            .await?;
+        let (Some(session), Some((decision, reason, previous))) = (stored, outcome) else {
+            return Err(Error::NotFound { key });
+        };
+        Ok(Resolution {
+            key,
+            system_sent: session.entry.system_sent.unwrap_or(false)
+                && decision == Decision::Continue,
+            aborted_last_run: session.entry.aborted_last_run.unwrap_or(false)
+                && decision == Decision::Continue,
+            session,
+            previous,
+            decision,
+            reason,
+            reset_triggered: false,
+            body: String::new(),
+            model_override: None,
+            expires_at: None,
+        })
+    }
+
+    /// Changes an existing session without touching `updatedAt`.
+    async fn change<F>(&self, key: &SessionKey, mut f: F) -> Result<StoredSession>
+    where
+        F: FnMut(&mut SessionEntry) + Send,
+    {
+        self.store
+            .apply(key, &mut |slot, _| match slot {
+                Some(entry) => {
+                    f(entry);
+                    Ok(())
+                }
+                None => Err(Error::NotFound { key: key.clone() }),
+            })
+            .await?
+            .ok_or_else(|| Error::NotFound { key: key.clone() })
+    }
+}
+
+fn is_shared(key: &SessionKey, entry: &SessionEntry) -> bool {
+    let kind = entry
+        .chat_type
+        .as_ref()
+        .and_then(|t| t.peer_kind())
+        .or_else(|| key.peer_kind());
+    kind.is_some_and(|k| k.is_group())
+}
+
+fn clear_override(entry: &mut SessionEntry, kind: OverrideKind) {
+    match kind {
+        OverrideKind::Model => {
+            entry.provider_override = None;
+            entry.model_override = None;
+        }
+        OverrideKind::AuthProfile => {
+            entry.auth_profile_override = None;
+            entry.auth_profile_override_source = None;
+            entry.auth_profile_override_compaction_count = None;
+        }
+        OverrideKind::ThinkingLevel => entry.thinking_level = None,
+        OverrideKind::VerboseLevel => entry.verbose_level = None,
+        OverrideKind::ReasoningLevel => entry.reasoning_level = None,
+        OverrideKind::SendPolicy => entry.send_policy = None,
+        OverrideKind::GroupActivation => entry.group_activation = None,
+        OverrideKind::QueueMode => entry.queue_mode = None,
+    }
+}

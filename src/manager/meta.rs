@@ -1,0 +1,308 @@
+//! What one inbound message changes in an entry (OpenClaw's `initSessionState` steps
+//! 9–14 and `deriveSessionMetaPatch`).
+
+use crate::entry::{
+    ChatType, ForkOrigin, SessionEntry, SessionOrigin, SessionSource, SessionStatus,
+    MESSAGE_PREVIEW_MAX_CHARS,
+};
+use crate::inbound::InboundMessage;
+use crate::key::{
+    group_display_name, normalize_channel, GroupNameParts, GroupResolution, PeerKind, SessionKey,
+};
+use crate::reset::ModelRef;
+use crate::route::{apply_route, DeliveryRoute};
+
+/// Everything about the message that the entry records.
+pub(crate) struct Inbound<'a> {
+    pub(crate) key: &'a SessionKey,
+    pub(crate) message: &'a InboundMessage,
+    pub(crate) group: Option<&'a GroupResolution>,
+    pub(crate) body: &'a str,
+    pub(crate) model: Option<&'a ModelRef>,
+    pub(crate) fork: Option<&'a ForkOrigin>,
+    pub(crate) now_ms: u64,
+}
+
+/// A new session over `base` (the key's previous entry, if any), as OpenClaw starts one:
+/// a fresh id, per-session settings and counters cleared, everything else kept — the
+/// label, the auth profile, exec settings, skills, heartbeat and unknown fields survive a
+/// reset, as they do in OpenClaw. Engine session ids (SDK, CLI) are cleared: they belong
+/// to the old conversation (ClawCode clears them on reset).
+pub(crate) fn start_session(base: Option<SessionEntry>, now_ms: u64) -> SessionEntry {
+    let mut entry = base.unwrap_or_default();
+    entry.session_id = uuid::Uuid::new_v4().to_string();
+    entry.session_file = None;
+    entry.system_sent = Some(false);
+    entry.aborted_last_run = Some(false);
+    // Settings OpenClaw keeps only while a session continues.
+    entry.thinking_level = None;
+    entry.verbose_level = None;
+    entry.reasoning_level = None;
+    entry.tts_auto = None;
+    entry.model_override = None;
+    entry.provider_override = None;
+    entry.response_usage = None;
+    entry.send_policy = None;
+    entry.queue_mode = None;
+    entry.queue_debounce_ms = None;
+    entry.queue_cap = None;
+    entry.queue_drop = None;
+    // Group metadata is re-derived from the message.
+    entry.display_name = None;
+    entry.chat_type = None;
+    entry.channel = None;
+    entry.group_id = None;
+    entry.subject = None;
+    entry.group_channel = None;
+    entry.space = None;
+    // Counters of the old session.
+    entry.compaction_count = Some(0);
+    entry.memory_flush_at = None;
+    entry.memory_flush_compaction_count = None;
+    entry.input_tokens = None;
+    entry.output_tokens = None;
+    entry.total_tokens = None;
+    entry.context_tokens = None;
+    entry.sdk_session_id = None;
+    entry.cli_session_ids = None;
+    entry.claude_cli_session_id = None;
+    // This crate's lifecycle.
+    entry.status = Some(SessionStatus::Idle);
+    entry.session_started_at = Some(now_ms);
+    entry.closed_at = None;
+    entry.message_count = Some(0);
+    entry.turn_count = Some(0);
+    entry.last_message_preview = None;
+    entry.description = None;
+    entry.description_source = None;
+    entry.forked_from = None;
+    entry.updated_at = now_ms;
+    entry
+}
+
+/// Records the message in `entry`: activity time, counts, preview, status, source,
+/// reply route, origin, group metadata and a model hint.
+pub(crate) fn record_message(entry: &mut SessionEntry, inbound: &Inbound<'_>) {
+    let message = inbound.message;
+    entry.updated_at = inbound.now_ms;
+    entry.message_count = Some(entry.message_count.unwrap_or(0) + 1);
+    let preview_source = if inbound.body.trim().is_empty() {
+        &message.body
+    } else {
+        inbound.body
+    };
+    entry.last_message_preview = preview(preview_source);
+    if matches!(entry.status, None | Some(SessionStatus::Inactive)) {
+        entry.status = Some(SessionStatus::Idle);
+    }
+    let kind = inbound.group.map_or(message.peer_kind(), |g| g.kind);
+    if entry.source.is_none() {
+        entry.source = Some(SessionSource::channel(
+            normalize_channel(&message.channel).unwrap_or_default(),
+            kind.into(),
+        ));
+    }
+    if inbound.fork.is_some() {
+        entry.forked_from = inbound.fork.cloned();
+    }
+    apply_route(
+        entry,
+        &DeliveryRoute {
+            channel: Some(message.channel.clone()),
+            to: message.reply_to(),
+            account_id: message.account_id.clone(),
+            thread_id: message.thread_id.clone(),
+        },
+    );
+    merge_origin(entry, message, inbound.group, kind);
+    if let Some(group) = inbound.group {
+        apply_group(entry, message, group, inbound.key);
+    }
+    if entry.chat_type.is_none() {
+        entry.chat_type = Some(kind.into());
+    }
+    if let Some(label) = present(message.thread_label.as_deref()) {
+        entry.display_name = Some(label.to_owned());
+    }
+    if let Some(model) = inbound.model {
+        entry.provider_override = Some(model.provider.clone());
+        entry.model_override = Some(model.model.clone());
+        entry.auth_profile_override = None;
+        entry.auth_profile_override_source = None;
+        entry.auth_profile_override_compaction_count = None;
+    }
+}
+
+/// The first [`MESSAGE_PREVIEW_MAX_CHARS`] characters of `text`, whitespace collapsed.
+pub(crate) fn preview(text: &str) -> Option<String> {
+    let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if collapsed.is_empty() {
+        return None;
+    }
+    if collapsed.chars().count() <= MESSAGE_PREVIEW_MAX_CHARS {
+        return Some(collapsed);
+    }
+    let mut cut: String = collapsed
+        .chars()
+        .take(MESSAGE_PREVIEW_MAX_CHARS - 1)
+        .collect();
+    cut.push('…');
+    Some(cut)
+}
+
+fn present(value: Option<&str>) -> Option<&str> {
+    value.map(str::trim).filter(|v| !v.is_empty())
+}
+
+/// New non-empty origin fields overwrite the old ones (OpenClaw's origin merge).
+fn merge_origin(
+    entry: &mut SessionEntry,
+    message: &InboundMessage,
+    group: Option<&GroupResolution>,
+    kind: PeerKind,
+) {
+    let origin = entry.origin.get_or_insert_with(SessionOrigin::default);
+    let set = |field: &mut Option<String>, value: Option<String>| {
+        if let Some(value) = value.filter(|v| !v.trim().is_empty()) {
+            *field = Some(value);
+        }
+    };
+    set(&mut origin.label, conversation_label(message, group));
+    set(&mut origin.provider, normalize_channel(&message.channel));
+    set(
+        &mut origin.surface,
+        message.surface.as_deref().map(str::to_lowercase),
+    );
+    set(&mut origin.from, message.from.clone());
+    set(&mut origin.to, message.reply_to());
+    set(&mut origin.account_id, message.account_id.clone());
+    origin.chat_type = Some(ChatType::from(kind));
+    if message.thread_id.is_some() {
+        origin.thread_id = message.thread_id.clone();
+    }
+}
+
+/// OpenClaw's `resolveConversationLabel`.
+fn conversation_label(message: &InboundMessage, group: Option<&GroupResolution>) -> Option<String> {
+    if let Some(label) =
+        present(message.conversation_label.as_deref()).or(present(message.thread_label.as_deref()))
+    {
+        return Some(label.to_owned());
+    }
+    let from = present(message.from.as_deref());
+    if group.is_none() {
+        return present(message.sender.name.as_deref())
+            .or(from)
+            .map(str::to_owned);
+    }
+    let base = present(message.group_channel.as_deref())
+        .or(present(message.group_subject.as_deref()))
+        .or(present(message.group_space.as_deref()))
+        .or(from)?;
+    let id = from.and_then(|f| f.rsplit(':').next()).unwrap_or("");
+    let id_worth_adding = !id.is_empty()
+        && (id.bytes().all(|b| b.is_ascii_digit()) || id.contains("@g.us"))
+        && !base.contains(id)
+        && !base.contains(" id:")
+        && !base.starts_with(['#', '@']);
+    Some(if id_worth_adding {
+        format!("{base} id:{id}")
+    } else {
+        base.to_owned()
+    })
+}
+
+/// OpenClaw's group patch: chat type, channel, group id, subject or channel name,
+/// space and display name.
+fn apply_group(
+    entry: &mut SessionEntry,
+    message: &InboundMessage,
+    group: &GroupResolution,
+    key: &SessionKey,
+) {
+    entry.chat_type = Some(group.kind.into());
+    entry.channel = Some(group.channel.clone());
+    entry.group_id = Some(group.id.clone());
+    if let Some(subject) = present(message.group_subject.as_deref()) {
+        if group.kind == PeerKind::Channel && subject.starts_with('#') {
+            entry.group_channel = Some(subject.to_owned());
+        } else {
+            entry.subject = Some(subject.to_owned());
+        }
+    }
+    if let Some(channel) = present(message.group_channel.as_deref()) {
+        entry.group_channel = Some(channel.to_owned());
+    }
+    if let Some(space) = present(message.group_space.as_deref()) {
+        entry.space = Some(space.to_owned());
+    }
+    entry.display_name = Some(group_display_name(&GroupNameParts {
+        provider: Some(&group.channel),
+        subject: entry.subject.as_deref(),
+        group_channel: entry.group_channel.as_deref(),
+        space: entry.space.as_deref(),
+        id: Some(&group.id),
+        key: Some(key.as_str()),
+    }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn previews_are_collapsed_and_bounded() {
+        assert_eq!(
+            preview("  hello \n  world ").as_deref(),
+            Some("hello world")
+        );
+        assert_eq!(preview("   "), None);
+        let long = preview(&"x".repeat(500)).unwrap();
+        assert_eq!(long.chars().count(), MESSAGE_PREVIEW_MAX_CHARS);
+        assert!(long.ends_with('…'));
+    }
+
+    #[test]
+    fn conversation_labels_follow_openclaw() {
+        let group = |from: &str| crate::key::resolve_group(from, Some("group"), Some("whatsapp"));
+        let message = InboundMessage::group("whatsapp", "120363@g.us", "+1", "hi")
+            .with_group_subject("Family");
+        assert_eq!(
+            conversation_label(&message, group("120363@g.us").as_ref()).as_deref(),
+            Some("Family id:120363@g.us")
+        );
+        let dm = InboundMessage::direct("telegram", "42", "hi").with_sender_name("Alice");
+        assert_eq!(conversation_label(&dm, None).as_deref(), Some("Alice"));
+        let channel =
+            InboundMessage::group("slack", "C1", "U1", "hi").with_group_subject("#general");
+        assert_eq!(
+            conversation_label(&channel, group("C1").as_ref()).as_deref(),
+            Some("#general")
+        );
+    }
+
+    #[test]
+    fn a_new_session_keeps_what_openclaw_keeps() {
+        let mut old = SessionEntry::new("old", 1);
+        old.label = Some("trip".into());
+        old.thinking_level = Some("high".into());
+        old.compaction_count = Some(3);
+        old.total_tokens = Some(90_000);
+        old.sdk_session_id = Some("sdk-1".into());
+        old.elevated_level = Some("on".into());
+        old.extra.insert("custom".into(), serde_json::json!(1));
+        let new = start_session(Some(old), 5);
+        assert_ne!(new.session_id, "old");
+        assert_eq!(new.label.as_deref(), Some("trip"));
+        assert_eq!(new.elevated_level.as_deref(), Some("on"));
+        assert_eq!(new.extra["custom"], 1);
+        assert_eq!(new.thinking_level, None);
+        assert_eq!(new.compaction_count, Some(0));
+        assert_eq!(new.total_tokens, None);
+        assert_eq!(new.sdk_session_id, None);
+        assert_eq!(
+            (new.message_count, new.session_started_at),
+            (Some(0), Some(5))
+        );
+    }
+}

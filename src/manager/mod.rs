@@ -1,0 +1,379 @@
+//! The session manager: the one object a host bot calls.
+//!
+//! [`SessionManager::resolve`] takes every inbound message and answers which session it
+//! belongs to, whether that session is new, and why — in one atomic store update. The
+//! rest of the lifecycle (close, delete, prune, labels, overrides, routes, turns,
+//! threads, subagents) lives here too.
+//!
+//! ```
+//! use agent_sessions::prelude::*;
+//! use agent_sessions::{Decision, InboundMessage, Reason};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> agent_sessions::Result<()> {
+//! let manager = SessionManager::new(MemoryStore::new());
+//!
+//! let first = manager.resolve(&InboundMessage::direct("telegram", "42", "hello")).await?;
+//! assert_eq!((first.decision, first.reason), (Decision::New, Reason::NoSession));
+//!
+//! let second = manager.resolve(&InboundMessage::direct("telegram", "42", "and then?")).await?;
+//! assert_eq!((second.decision, second.reason), (Decision::Continue, Reason::WithinTimeout));
+//! assert_eq!(second.session_id(), first.session_id());
+//!
+//! let reset = manager.resolve(&InboundMessage::direct("telegram", "42", "/new plan a trip")).await?;
+//! assert_eq!(reset.reason, Reason::ExplicitReset);
+//! assert_eq!(reset.body, "plan a trip");
+//! # Ok(())
+//! # }
+//! ```
+
+mod lifecycle;
+mod meta;
+mod resolution;
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::clock::{to_millis, Clock, SystemClock};
+use crate::drift::{DriftClassifier, DEFAULT_DRIFT_THRESHOLD};
+use crate::entry::ForkOrigin;
+use crate::error::{Error, Result};
+use crate::freshness::{Freshness, FreshnessPolicy, ResetConfig, ResetType};
+use crate::inbound::InboundMessage;
+use crate::key::{normalize_channel, AgentId, DefaultKeyBuilder, KeyBuilder, SessionKey};
+use crate::reset::{parse_model_hint, ModelCatalog, ResetTriggers};
+use crate::store::SessionStore;
+
+pub use lifecycle::{DeleteOptions, OverrideKind, PruneOptions, SessionOverride, TurnOutcome};
+pub use resolution::{Decision, Reason, Resolution};
+
+use self::meta::{record_message, start_session, Inbound};
+use self::resolution::Policy;
+
+/// Decides which session each message belongs to, and keeps the sessions.
+///
+/// Built from a [`SessionStore`] and, optionally, the other seams: a [`KeyBuilder`],
+/// a [`FreshnessPolicy`], [`ResetTriggers`], a [`Clock`], a [`DriftClassifier`] and a
+/// [`ModelCatalog`]. Cheap to share: wrap it in an `Arc`.
+pub struct SessionManager {
+    store: Arc<dyn SessionStore>,
+    keys: Arc<dyn KeyBuilder>,
+    freshness: Arc<dyn FreshnessPolicy>,
+    triggers: ResetTriggers,
+    clock: Arc<dyn Clock>,
+    drift: Option<(Arc<dyn DriftClassifier>, f32)>,
+    models: Option<Arc<dyn ModelCatalog>>,
+    default_agent: AgentId,
+}
+
+impl fmt::Debug for SessionManager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionManager")
+            .field("freshness", &self.freshness)
+            .field("triggers", &self.triggers)
+            .field("clock", &self.clock)
+            .field("drift", &self.drift.as_ref().map(|(c, t)| (c, t)))
+            .field("models", &self.models)
+            .field("default_agent", &self.default_agent)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`SessionManager`]; every seam has OpenClaw's default.
+///
+/// ```
+/// use agent_sessions::prelude::*;
+/// use agent_sessions::clock::ManualClock;
+/// use agent_sessions::freshness::{ResetConfig, ResetSpec};
+/// use agent_sessions::reset::ResetTriggers;
+///
+/// let manager = SessionManager::builder(MemoryStore::new())
+///     .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
+///     .freshness(ResetConfig::default().reset(ResetSpec::idle(30)))
+///     .reset_triggers(ResetTriggers::clawos())
+///     .clock(ManualClock::at_millis(1_770_000_000_000))
+///     .build();
+/// ```
+pub struct SessionManagerBuilder {
+    manager: SessionManager,
+}
+
+impl SessionManagerBuilder {
+    /// How keys are built (default: [`DefaultKeyBuilder`] with OpenClaw's defaults).
+    pub fn key_builder(mut self, keys: impl KeyBuilder + 'static) -> Self {
+        self.manager.keys = Arc::new(keys);
+        self
+    }
+
+    /// When sessions go stale (default: [`ResetConfig::default`], daily at 04:00 local).
+    pub fn freshness(mut self, policy: impl FreshnessPolicy + 'static) -> Self {
+        self.manager.freshness = Arc::new(policy);
+        self
+    }
+
+    /// Which texts reset a session (default: `/new`, `/reset`).
+    pub fn reset_triggers(mut self, triggers: ResetTriggers) -> Self {
+        self.manager.triggers = triggers;
+        self
+    }
+
+    /// The clock (default: the system clock).
+    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.manager.clock = Arc::new(clock);
+        self
+    }
+
+    /// Turns on the topic-drift gate, firing at [`DEFAULT_DRIFT_THRESHOLD`] confidence.
+    pub fn drift_classifier(self, classifier: impl DriftClassifier + 'static) -> Self {
+        self.drift_classifier_with_threshold(classifier, DEFAULT_DRIFT_THRESHOLD)
+    }
+
+    /// Turns on the topic-drift gate, firing at `threshold` confidence or more.
+    pub fn drift_classifier_with_threshold(
+        mut self,
+        classifier: impl DriftClassifier + 'static,
+        threshold: f32,
+    ) -> Self {
+        self.manager.drift = Some((Arc::new(classifier), threshold));
+        self
+    }
+
+    /// The models a reset's hint may name (default: none; hints are ordinary text).
+    pub fn model_catalog(mut self, catalog: impl ModelCatalog + 'static) -> Self {
+        self.manager.models = Some(Arc::new(catalog));
+        self
+    }
+
+    /// The agent for messages and sources that name none (default: `main`). Keep it in
+    /// step with the key builder's default agent.
+    pub fn default_agent(mut self, agent: AgentId) -> Self {
+        self.manager.default_agent = agent;
+        self
+    }
+
+    /// The manager.
+    pub fn build(self) -> SessionManager {
+        self.manager
+    }
+}
+
+fn present(value: Option<&str>) -> Option<&str> {
+    value.map(str::trim).filter(|v| !v.is_empty())
+}
+
+impl SessionManager {
+    /// A manager over `store` with every other seam at its default.
+    pub fn new(store: impl SessionStore + 'static) -> Self {
+        SessionManager::builder(store).build()
+    }
+
+    /// A builder over `store`. To share one store with other code, pass an
+    /// `Arc<YourStore>`: `Arc` of a store is a store.
+    pub fn builder(store: impl SessionStore + 'static) -> SessionManagerBuilder {
+        SessionManagerBuilder {
+            manager: SessionManager {
+                store: Arc::new(store),
+                keys: Arc::new(DefaultKeyBuilder::new()),
+                freshness: Arc::new(ResetConfig::default()),
+                triggers: ResetTriggers::default(),
+                clock: Arc::new(SystemClock),
+                drift: None,
+                models: None,
+                default_agent: AgentId::main(),
+            },
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &dyn SessionStore {
+        &*self.store
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &dyn Clock {
+        &*self.clock
+    }
+
+    /// The session key `message` belongs to: its explicit key (placed under its agent),
+    /// else the key builder's.
+    pub fn key_for(&self, message: &InboundMessage) -> Result<SessionKey> {
+        match present(message.session_key.as_deref()) {
+            Some(explicit) => SessionKey::for_agent(&self.agent_of(message), explicit),
+            None => self.keys.build(&message.conversation()),
+        }
+    }
+
+    fn agent_of(&self, message: &InboundMessage) -> AgentId {
+        present(message.agent_id.as_deref())
+            .map_or_else(|| self.default_agent.clone(), AgentId::normalize)
+    }
+
+    /// Decides which session `message` belongs to and records the message in it.
+    ///
+    /// The decision policy, in order (seed 001 over OpenClaw's rules):
+    ///
+    /// 1. an authorised reset trigger → new (`explicit_reset`);
+    /// 2. no session for the key → new (`no_session`);
+    /// 3. the session is closed → new (`session_closed`);
+    /// 4. the session is stale (daily boundary or idle window) → new (`timeout`);
+    /// 5. the drift gate, if configured, fires → new (`topic_drift`);
+    /// 6. else continue (`first_message` for a prepared session, else `within_timeout`).
+    ///
+    /// The message is recorded in the same atomic update that decides (activity time,
+    /// counts, preview, reply route, origin, group metadata), so one message costs one
+    /// store update, and two messages racing for a new key create exactly one session.
+    pub async fn resolve(&self, message: &InboundMessage) -> Result<Resolution> {
+        let key = self.key_for(message)?;
+        let group = message.group_resolution();
+        let reset_type = ResetType::of(&key, message.is_group(), message.is_thread());
+        let channel = group
+            .as_ref()
+            .map(|g| g.channel.clone())
+            .or_else(|| normalize_channel(&message.channel));
+        let trigger = self.triggers.detect(message);
+        let hint = trigger
+            .as_ref()
+            .filter(|t| !t.body.is_empty())
+            .zip(self.models.as_deref())
+            .and_then(|(t, models)| parse_model_hint(models, &t.body));
+        let body = match (&hint, &trigger) {
+            (Some(hint), _) => hint.body.clone(),
+            (None, Some(trigger)) => trigger.body.clone(),
+            (None, None) => message.body.clone(),
+        };
+        let policy = Policy {
+            freshness: &*self.freshness,
+            reset_type,
+            channel: channel.as_deref(),
+            reset_triggered: trigger.is_some(),
+        };
+        let drifted = self.drifted_session(&key, message, &policy).await?;
+        let fork = self.fork_origin(message, &key).await?;
+
+        let now = self.clock.now();
+        let now_ms = to_millis(now);
+        let mut outcome = None;
+        let stored = self
+            .store
+            .apply(&key, &mut |slot, _| {
+                let current = slot.take();
+                let (decision, reason) =
+                    policy.decide(&key, current.as_ref(), now, drifted.as_deref());
+                let (system_sent, aborted_last_run) = match (&current, decision) {
+                    (Some(entry), Decision::Continue) => (
+                        entry.system_sent.unwrap_or(false),
+                        entry.aborted_last_run.unwrap_or(false),
+                    ),
+                    _ => (false, false),
+                };
+                let (mut entry, previous) = match decision {
+                    Decision::Continue => (current.unwrap_or_default(), None),
+                    Decision::New => (start_session(current.clone(), now_ms), current),
+                };
+                let is_new = decision == Decision::New;
+                record_message(
+                    &mut entry,
+                    &Inbound {
+                        key: &key,
+                        message,
+                        group: group.as_ref(),
+                        body: &body,
+                        model: hint.as_ref().map(|h| &h.model),
+                        fork: fork.as_ref().filter(|_| is_new),
+                        now_ms,
+                    },
+                );
+                let expires_at = match policy.freshness(&key, &entry, now) {
+                    Freshness::Fresh { expires_at } => expires_at,
+                    Freshness::Stale { .. } => None,
+                };
+                *slot = Some(entry);
+                outcome = Some((
+                    decision,
+                    reason,
+                    previous,
+                    system_sent,
+                    aborted_last_run,
+                    expires_at,
+                ));
+                Ok(())
+            })
+            .await?;
+        let (
+            Some(session),
+            Some((decision, reason, previous, system_sent, aborted_last_run, expires_at)),
+        ) = (stored, outcome)
+        else {
+            return Err(Error::NotFound { key });
+        };
+        tracing::debug!(key = %key, session_id = %session.entry.session_id, decision = ?decision, reason = %reason, "session resolved");
+        Ok(Resolution {
+            key,
+            session,
+            previous,
+            decision,
+            reason,
+            reset_triggered: trigger.is_some(),
+            body,
+            system_sent,
+            aborted_last_run,
+            model_override: hint.map(|h| h.model),
+            expires_at,
+        })
+    }
+
+    /// The session id the drift gate fires for, if it is on and fires. Asked only when
+    /// the session would otherwise continue, and never under a store lock.
+    async fn drifted_session(
+        &self,
+        key: &SessionKey,
+        message: &InboundMessage,
+        policy: &Policy<'_>,
+    ) -> Result<Option<String>> {
+        let Some((classifier, threshold)) = &self.drift else {
+            return Ok(None);
+        };
+        if policy.reset_triggered {
+            return Ok(None);
+        }
+        let Some(current) = self.store.get(key).await? else {
+            return Ok(None);
+        };
+        let (decision, _) = policy.decide(key, Some(&current.entry), self.clock.now(), None);
+        if decision != Decision::Continue {
+            return Ok(None);
+        }
+        match classifier.classify(&current, message).await {
+            Ok(verdict) if verdict.drifted && verdict.confidence >= *threshold => {
+                Ok(Some(current.entry.session_id))
+            }
+            Ok(_) => Ok(None),
+            Err(error) => {
+                tracing::warn!(key = %key, %error, "topic-drift classifier failed; continuing the session");
+                Ok(None)
+            }
+        }
+    }
+
+    /// The parent a new thread session forks from: the message's parent session, when it
+    /// exists and is not this session.
+    async fn fork_origin(
+        &self,
+        message: &InboundMessage,
+        key: &SessionKey,
+    ) -> Result<Option<ForkOrigin>> {
+        let Some(raw) = present(message.parent_session_key.as_deref()) else {
+            return Ok(None);
+        };
+        let parent = SessionKey::for_agent(&self.agent_of(message), raw)?;
+        if parent == *key {
+            return Ok(None);
+        }
+        Ok(self.store.get(&parent).await?.map(|stored| ForkOrigin {
+            session_key: parent.to_string(),
+            session_id: stored.entry.session_id,
+            session_file: stored.entry.session_file,
+            extra: Default::default(),
+        }))
+    }
+}

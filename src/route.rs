@@ -1,0 +1,217 @@
+//! Where replies go: OpenClaw's delivery context, normalised and merged.
+//!
+//! An entry keeps its reply route twice, as OpenClaw writes it: in `deliveryContext` and
+//! mirrored in `lastChannel`, `lastTo`, `lastAccountId` and `lastThreadId`. Every change
+//! goes through [`apply_route`], which keeps the two in step.
+//!
+//! ```
+//! use agent_sessions::route::{apply_route, DeliveryRoute};
+//! use agent_sessions::{SessionEntry, ThreadId};
+//!
+//! let mut entry = SessionEntry::new("s", 1);
+//! apply_route(&mut entry, &DeliveryRoute::to(" Slack ", "C1").with_thread("1700.1"));
+//! assert_eq!(entry.last_channel.as_deref(), Some("slack"));
+//! assert_eq!(entry.last_thread_id, Some(ThreadId::Text("1700.1".into())));
+//!
+//! // A new recipient without a thread drops the old thread.
+//! apply_route(&mut entry, &DeliveryRoute::to("slack", "C2"));
+//! assert_eq!(entry.delivery_context.as_ref().unwrap().thread_id, None);
+//! assert_eq!(entry.last_thread_id, None);
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+use crate::entry::{DeliveryContext, SessionEntry, ThreadId};
+use crate::key::normalize_channel;
+
+/// A reply route, or a change to one: the fields given replace the entry's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryRoute {
+    /// The channel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
+    /// The recipient address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// The bot account to send from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account_id: Option<String>,
+    /// The thread to reply in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<ThreadId>,
+}
+
+impl DeliveryRoute {
+    /// Replies go to `to` on `channel`.
+    pub fn to(channel: impl Into<String>, to: impl Into<String>) -> Self {
+        DeliveryRoute {
+            channel: Some(channel.into()),
+            to: Some(to.into()),
+            ..DeliveryRoute::default()
+        }
+    }
+
+    /// Sends from this bot account.
+    pub fn with_account(mut self, account_id: impl Into<String>) -> Self {
+        self.account_id = Some(account_id.into());
+        self
+    }
+
+    /// Replies in this thread.
+    pub fn with_thread(mut self, thread_id: impl Into<ThreadId>) -> Self {
+        self.thread_id = Some(thread_id.into());
+        self
+    }
+}
+
+/// The entry's current route: the `last*` fields (with `channel` as a fallback for
+/// `lastChannel`) over `deliveryContext`, field by field, as OpenClaw's
+/// `normalizeSessionDeliveryFields` merges them.
+pub fn current_route(entry: &SessionEntry) -> DeliveryRoute {
+    let context = entry.delivery_context.as_ref();
+    DeliveryRoute {
+        channel: entry
+            .last_channel
+            .clone()
+            .or_else(|| entry.channel.clone())
+            .or_else(|| context.and_then(|c| c.channel.clone())),
+        to: entry
+            .last_to
+            .clone()
+            .or_else(|| context.and_then(|c| c.to.clone())),
+        account_id: entry
+            .last_account_id
+            .clone()
+            .or_else(|| context.and_then(|c| c.account_id.clone())),
+        thread_id: entry
+            .last_thread_id
+            .clone()
+            .or_else(|| context.and_then(|c| c.thread_id.clone())),
+    }
+}
+
+/// Changes the entry's reply route: the fields of `route` replace the current ones; a
+/// route naming a recipient but no thread drops the current thread (OpenClaw 3.x, so a
+/// reply does not land in a stale thread). The result is normalised (channel
+/// lower-cased and de-aliased, ids trimmed, empty values removed) and written to both
+/// `deliveryContext` and the `last*` fields. `updatedAt` is not touched.
+pub fn apply_route(entry: &mut SessionEntry, route: &DeliveryRoute) {
+    let current = current_route(entry);
+    let thread_id = match (&route.thread_id, &route.to) {
+        (Some(thread), _) => Some(thread.clone()),
+        (None, Some(_)) => None,
+        (None, None) => current.thread_id,
+    };
+    let merged = DeliveryRoute {
+        channel: route.channel.clone().or(current.channel),
+        to: route.to.clone().or(current.to),
+        account_id: route.account_id.clone().or(current.account_id),
+        thread_id,
+    };
+    let normalized = normalize_route(merged);
+    entry.last_channel = normalized.channel.clone();
+    entry.last_to = normalized.to.clone();
+    entry.last_account_id = normalized.account_id.clone();
+    entry.last_thread_id = normalized.thread_id.clone();
+    let extra = entry
+        .delivery_context
+        .take()
+        .map(|context| context.extra)
+        .unwrap_or_default();
+    let empty = normalized == DeliveryRoute::default();
+    entry.delivery_context = (!empty || !extra.is_empty()).then(|| DeliveryContext {
+        channel: normalized.channel,
+        to: normalized.to,
+        account_id: normalized.account_id,
+        thread_id: normalized.thread_id,
+        extra,
+    });
+}
+
+/// OpenClaw's `normalizeDeliveryContext`: the channel normalised, the recipient and
+/// account trimmed (not lower-cased), a textual thread id trimmed, empty values dropped.
+pub fn normalize_route(route: DeliveryRoute) -> DeliveryRoute {
+    let trimmed =
+        |value: Option<String>| value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+    DeliveryRoute {
+        channel: route.channel.as_deref().and_then(normalize_channel),
+        to: trimmed(route.to),
+        account_id: trimmed(route.account_id),
+        thread_id: match route.thread_id {
+            Some(ThreadId::Text(text)) => trimmed(Some(text)).map(ThreadId::Text),
+            other => other,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_merge_and_mirror() {
+        let mut entry = SessionEntry::new("s", 1);
+        entry.channel = Some("discord".into());
+        apply_route(&mut entry, &DeliveryRoute::default());
+        assert_eq!(entry.last_channel.as_deref(), Some("discord"));
+        assert_eq!(
+            entry.delivery_context.as_ref().unwrap().channel.as_deref(),
+            Some("discord")
+        );
+
+        apply_route(
+            &mut entry,
+            &DeliveryRoute {
+                to: Some("  chan-1 ".into()),
+                account_id: Some(" Work ".into()),
+                ..DeliveryRoute::default()
+            },
+        );
+        let context = entry.delivery_context.clone().unwrap();
+        assert_eq!(context.channel.as_deref(), Some("discord"));
+        assert_eq!(context.to.as_deref(), Some("chan-1"));
+        assert_eq!(
+            context.account_id.as_deref(),
+            Some("Work"),
+            "account ids keep their case"
+        );
+        assert_eq!(entry.last_account_id.as_deref(), Some("Work"));
+    }
+
+    #[test]
+    fn thread_is_kept_without_a_new_recipient_and_dropped_with_one() {
+        let mut entry = SessionEntry::new("s", 1);
+        apply_route(
+            &mut entry,
+            &DeliveryRoute::to("telegram", "42").with_thread(7),
+        );
+        apply_route(
+            &mut entry,
+            &DeliveryRoute {
+                account_id: Some("a".into()),
+                ..Default::default()
+            },
+        );
+        assert_eq!(entry.last_thread_id, Some(ThreadId::Number(7)));
+        apply_route(&mut entry, &DeliveryRoute::to("telegram", "42"));
+        assert_eq!(entry.last_thread_id, None);
+    }
+
+    #[test]
+    fn blank_values_are_dropped_and_unknown_context_fields_kept() {
+        let mut entry = SessionEntry::new("s", 1);
+        let mut context = DeliveryContext::default();
+        context
+            .extra
+            .insert("replyMarkup".into(), serde_json::json!({"inline": true}));
+        entry.delivery_context = Some(context);
+        apply_route(&mut entry, &DeliveryRoute::to(" ", " ").with_thread(" "));
+        let context = entry.delivery_context.unwrap();
+        assert_eq!(
+            (context.channel, context.to, context.thread_id),
+            (None, None, None)
+        );
+        assert_eq!(context.extra["replyMarkup"]["inline"], true);
+    }
+}
