@@ -622,13 +622,14 @@ mod tests {
     fn policy_resolution_follows_openclaw() {
         let minutes = |m: u64| Some(Duration::from_secs(m * 60));
         // (config, reset type, channel) → (daily hour, idle)
-        let cases: Vec<(
+        type Case<'a> = (
             ResetConfig,
             ResetType,
-            Option<&str>,
+            Option<&'a str>,
             Option<u8>,
             Option<Duration>,
-        )> = vec![
+        );
+        let cases: Vec<Case<'_>> = vec![
             (
                 ResetConfig::default(),
                 ResetType::Direct,

@@ -223,6 +223,10 @@ impl SessionManager {
     /// compare-and-set on the revision that was judged). Returns what was (or, in a dry
     /// run, would be) removed, most recent first.
     pub async fn prune(&self, options: &PruneOptions) -> Result<Vec<StoredSession>> {
+        if options.older_than.is_none() && options.keep_newest.is_none() {
+            // No criterion: nothing is old enough.
+            return Ok(Vec::new());
+        }
         let now_ms = self.clock.now_millis();
         let cutoff = options
             .older_than
@@ -238,12 +242,8 @@ impl SessionManager {
             .filter(|s| cutoff.is_none_or(|cutoff| s.entry.updated_at < cutoff))
             .filter(|s| s.entry.status != Some(SessionStatus::Running))
             .collect();
-        if options.dry_run || (options.older_than.is_none() && options.keep_newest.is_none()) {
-            return Ok(if options.dry_run {
-                candidates
-            } else {
-                Vec::new()
-            });
+        if options.dry_run {
+            return Ok(candidates);
         }
         let mut removed = Vec::with_capacity(candidates.len());
         for session in candidates {
