@@ -727,7 +727,7 @@ impl SessionSource {
     /// `…:schedule:<scheduleId>` (seed 003's id forms, as key rests).
     ///
     /// Channel sessions are keyed from their conversation by a
-    /// [`KeyBuilder`](crate::KeyBuilder); asking here is an [`Error::InvalidId`].
+    /// [`KeyBuilder`](crate::KeyBuilder); asking here is an [`Error::InvalidId`](crate::Error::InvalidId).
     pub fn key(&self, agent: &crate::AgentId) -> crate::Result<crate::SessionKey> {
         use crate::error::{Error, IdKind};
         let (prefix, id) = match &self.kind {
