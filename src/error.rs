@@ -145,6 +145,24 @@ pub enum Error {
         reason: DeleteRefusal,
     },
 
+    /// A transcript read started at an offset that is not the start of a line of it.
+    #[error("offset {offset} is not the start of a line in {} ({len} bytes)", path.display())]
+    InvalidOffset {
+        /// The transcript.
+        path: PathBuf,
+        /// The offset asked for.
+        offset: u64,
+        /// The transcript's length.
+        len: u64,
+    },
+
+    /// The operation needs a part the manager was built without.
+    #[error("this needs {what}")]
+    NotConfigured {
+        /// What is missing.
+        what: &'static str,
+    },
+
     /// An entry could not be serialised (a `serde_json::Value` inside it was not representable).
     #[error("could not serialise session entry {key}: {source}")]
     Serialize {

@@ -58,6 +58,7 @@ pub mod drift;
 pub mod entry;
 mod error;
 pub mod freshness;
+mod fsutil;
 pub mod inbound;
 pub mod key;
 pub mod manager;
@@ -68,6 +69,7 @@ pub mod store;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
+pub mod transcript;
 
 pub use entry::{
     ChatType, DeliveryContext, SessionEntry, SessionOrigin, SessionSource, SessionStatus, ThreadId,

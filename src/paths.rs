@@ -216,14 +216,20 @@ pub fn session_file(
     entry: &SessionEntry,
     topic_id: Option<&str>,
 ) -> Result<PathBuf> {
-    let Some(file) = entry
+    match entry
         .session_file
         .as_deref()
         .map(str::trim)
         .filter(|f| !f.is_empty())
-    else {
-        return transcript_path(state_dir, agent, &entry.session_id, topic_id);
-    };
+    {
+        Some(file) => checked_session_file(state_dir, agent, file),
+        None => transcript_path(state_dir, agent, &entry.session_id, topic_id),
+    }
+}
+
+/// `file` as a path, if it is absolute and inside the agent's sessions directory
+/// (following symlinks), else [`Error::InvalidId`].
+pub fn checked_session_file(state_dir: &Path, agent: &AgentId, file: &str) -> Result<PathBuf> {
     let dir = sessions_dir(state_dir, agent);
     let path = Path::new(file);
     let lexically_inside = path.is_absolute()

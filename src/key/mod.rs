@@ -349,6 +349,16 @@ impl SessionKey {
         SessionKey::parse(&self.0[..cut]).ok()
     }
 
+    /// The thread or topic id of a thread key: everything after its last `:thread:` or
+    /// `:topic:`.
+    pub fn thread_id(&self) -> Option<&str> {
+        [":thread:", ":topic:"]
+            .iter()
+            .filter_map(|marker| self.0.rfind(marker).map(|at| at + marker.len()))
+            .max()
+            .map(|start| &self.0[start..])
+    }
+
     /// Whether this is a subagent session (`agent:<id>:subagent:…`).
     pub fn is_subagent(&self) -> bool {
         self.rest()
@@ -510,7 +520,16 @@ mod tests {
                 *parent,
                 "{raw}"
             );
+            assert_eq!(key.thread_id().is_some(), *thread, "{raw}");
         }
+    }
+
+    #[test]
+    fn thread_ids_are_the_last_thread_segment() {
+        let key = SessionKey::parse("agent:main:slack:channel:c1:thread:t1:thread:1700.5").unwrap();
+        assert_eq!(key.thread_id(), Some("1700.5"));
+        let topic = SessionKey::parse("agent:main:telegram:group:-1:topic:42").unwrap();
+        assert_eq!(topic.thread_id(), Some("42"));
     }
 
     #[test]

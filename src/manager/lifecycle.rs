@@ -17,6 +17,7 @@ use crate::key::{AgentId, SessionKey};
 use crate::reset::ModelRef;
 use crate::route::{apply_route, DeliveryRoute};
 use crate::store::{ListFilter, SessionStoreExt, StoredSession};
+use crate::transcript::ArchiveReason;
 
 /// How [`SessionManager::delete`] treats shared sessions.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -24,6 +25,9 @@ pub struct DeleteOptions {
     /// Delete group and channel sessions too (they are kept as shared history
     /// otherwise). A running session is never deleted.
     pub force: bool,
+    /// Erase the session's transcript instead of archiving it as
+    /// `<file>.deleted.<timestamp>`.
+    pub erase_transcript: bool,
 }
 
 /// Which sessions [`SessionManager::prune`] removes.
@@ -159,27 +163,26 @@ impl SessionManager {
 
     /// Closes a session: its next message starts a new one (`session_closed`).
     pub async fn close(&self, key: &SessionKey) -> Result<StoredSession> {
-        let now_ms = self.clock.now_millis();
-        self.change(key, |entry| {
-            entry.status = Some(SessionStatus::Closed);
-            entry.closed_at = Some(now_ms);
-        })
-        .await
+        self.set_status(key, SessionStatus::Closed).await
     }
 
     /// Sets a session's status (a host marks turns `Running`, approvals
-    /// `AwaitingApproval`, hidden sessions `Inactive`).
+    /// `AwaitingApproval`, hidden sessions `Inactive`). With a transcript store, the
+    /// change is also an event in the session's log.
     pub async fn set_status(
         &self,
         key: &SessionKey,
         status: SessionStatus,
     ) -> Result<StoredSession> {
         let now_ms = self.clock.now_millis();
-        self.change(key, |entry| {
-            entry.closed_at = status.is_closed().then_some(now_ms);
-            entry.status = Some(status.clone());
-        })
-        .await
+        let stored = self
+            .change(key, |entry| {
+                entry.closed_at = status.is_closed().then_some(now_ms);
+                entry.status = Some(status.clone());
+            })
+            .await?;
+        self.record_status(key, status.as_str()).await?;
+        Ok(stored)
     }
 
     /// Deletes a session (seed 003's rules): never while a turn runs
@@ -214,6 +217,10 @@ impl SessionManager {
                 Ok(())
             })
             .await?;
+        if let Some(entry) = &removed {
+            self.retire_transcript(key, entry, ArchiveReason::Deleted, options.erase_transcript)
+                .await;
+        }
         Ok(removed)
     }
 

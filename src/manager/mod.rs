@@ -28,6 +28,7 @@
 //! ```
 
 mod lifecycle;
+mod log;
 mod meta;
 mod resolution;
 
@@ -43,8 +44,10 @@ use crate::inbound::InboundMessage;
 use crate::key::{normalize_channel, AgentId, DefaultKeyBuilder, KeyBuilder, SessionKey};
 use crate::reset::{parse_model_hint, ModelCatalog, ResetTriggers};
 use crate::store::SessionStore;
+use crate::transcript::{ArchiveReason, TranscriptStore};
 
 pub use lifecycle::{DeleteOptions, OverrideKind, PruneOptions, SessionOverride, TurnOutcome};
+pub use log::LogMessage;
 pub use resolution::{Decision, Reason, Resolution};
 
 use self::meta::{record_message, start_session, Inbound};
@@ -63,6 +66,7 @@ pub struct SessionManager {
     clock: Arc<dyn Clock>,
     drift: Option<(Arc<dyn DriftClassifier>, f32)>,
     models: Option<Arc<dyn ModelCatalog>>,
+    transcripts: Option<Arc<dyn TranscriptStore>>,
     default_agent: AgentId,
 }
 
@@ -74,6 +78,7 @@ impl fmt::Debug for SessionManager {
             .field("clock", &self.clock)
             .field("drift", &self.drift.as_ref().map(|(c, t)| (c, t)))
             .field("models", &self.models)
+            .field("transcripts", &self.transcripts.is_some())
             .field("default_agent", &self.default_agent)
             .finish_non_exhaustive()
     }
@@ -144,6 +149,13 @@ impl SessionManagerBuilder {
         self
     }
 
+    /// Keeps transcripts, the message log and session events (default: none; the
+    /// logging calls then return [`Error::NotConfigured`]).
+    pub fn transcripts(mut self, transcripts: impl TranscriptStore + 'static) -> Self {
+        self.manager.transcripts = Some(Arc::new(transcripts));
+        self
+    }
+
     /// The agent for messages and sources that name none (default: `main`). Keep it in
     /// step with the key builder's default agent.
     pub fn default_agent(mut self, agent: AgentId) -> Self {
@@ -179,6 +191,7 @@ impl SessionManager {
                 clock: Arc::new(SystemClock),
                 drift: None,
                 models: None,
+                transcripts: None,
                 default_agent: AgentId::main(),
             },
         }
@@ -307,6 +320,10 @@ impl SessionManager {
             return Err(Error::NotFound { key });
         };
         tracing::debug!(key = %key, session_id = %session.entry.session_id, decision = ?decision, reason = %reason, "session resolved");
+        if let (Reason::ExplicitReset, Some(old)) = (reason, &previous) {
+            self.retire_transcript(&key, old, ArchiveReason::Reset, false)
+                .await;
+        }
         Ok(Resolution {
             key,
             session,

@@ -29,7 +29,7 @@
 //! # }
 //! ```
 
-mod json;
+pub(crate) mod json;
 mod memory;
 
 use std::cmp::Reverse;

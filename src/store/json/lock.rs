@@ -14,11 +14,9 @@
 //! Within one process, writers to one store queue on an async mutex first, so only one
 //! task per process polls the file.
 
-use std::collections::HashMap;
 use std::fs::{self, File, TryLockError};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use chrono::DateTime;
@@ -233,21 +231,6 @@ fn is_same_file(file: &File, path: &Path) -> bool {
 #[cfg(not(unix))]
 fn is_same_file(_file: &File, path: &Path) -> bool {
     path.exists()
-}
-
-/// The in-process queue for one store file: one async mutex per path, shared by every
-/// `JsonFileStore` of the process.
-pub(crate) fn process_mutex(path: &Path) -> Arc<tokio::sync::Mutex<()>> {
-    static MUTEXES: LazyLock<Mutex<HashMap<PathBuf, Weak<tokio::sync::Mutex<()>>>>> =
-        LazyLock::new(Mutex::default);
-    let mut mutexes = MUTEXES.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(mutex) = mutexes.get(path).and_then(Weak::upgrade) {
-        return mutex;
-    }
-    mutexes.retain(|_, weak| weak.strong_count() > 0);
-    let mutex = Arc::new(tokio::sync::Mutex::new(()));
-    mutexes.insert(path.to_owned(), Arc::downgrade(&mutex));
-    mutex
 }
 
 #[cfg(test)]

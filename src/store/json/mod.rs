@@ -1,7 +1,7 @@
 //! The OpenClaw-compatible JSON file store.
 
 mod document;
-mod io;
+pub(crate) mod io;
 mod lock;
 
 #[cfg(test)]
@@ -18,9 +18,10 @@ use tokio::sync::OwnedMutexGuard;
 
 use self::document::{parse_entry, Document};
 use self::io::{backup_path, lock_path, write_atomically, FileStamp, RealIo, StoreIo};
-use self::lock::{process_mutex, read_holder, Attempt, FileLock};
+use self::lock::{read_holder, Attempt, FileLock};
 use super::{ListFilter, Mutator, Revision, SessionStore, StoredSession};
 use crate::error::{Error, LockHolder, Result};
+use crate::fsutil::{blocking, process_mutex};
 use crate::key::{AgentId, SessionKey};
 use crate::paths;
 
@@ -516,22 +517,5 @@ impl SessionStore for JsonFileStore {
             Ok(count)
         })
         .await
-    }
-}
-
-/// Runs blocking file work off the async executor.
-async fn blocking<T, F>(path: &Path, work: F) -> Result<T>
-where
-    F: FnOnce() -> Result<T> + Send + 'static,
-    T: Send + 'static,
-{
-    match tokio::task::spawn_blocking(work).await {
-        Ok(result) => result,
-        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-        Err(error) => Err(Error::io(
-            "finish file work (the runtime is shutting down)",
-            path,
-            std::io::Error::other(error),
-        )),
     }
 }

@@ -1,0 +1,352 @@
+//! The manager's side of transcripts: the one message-log call every channel makes, and
+//! the session events that go with a session's life.
+
+use serde_json::{Map, Value};
+
+use super::SessionManager;
+use crate::entry::SessionEntry;
+use crate::error::{Error, Result};
+use crate::inbound::InboundMessage;
+use crate::key::{normalize_channel, SessionKey};
+use crate::reset::ModelRef;
+use crate::store::SessionStoreExt;
+use crate::transcript::{
+    ArchiveReason, CheckpointReason, Direction, LogFields, Offset, SessionEvent, SessionHeader,
+    TranscriptEntry, TranscriptRead, TranscriptRef, TranscriptStore, TranscriptSubscription, Usage,
+};
+
+/// One message for the message log: in or out, its text, and what is known about it
+/// (seed 000 §8, `logType2Message`).
+///
+/// ```
+/// use agent_sessions::manager::LogMessage;
+///
+/// let reply = LogMessage::outbound("Your shift starts at 9.")
+///     .from_person("staff:17")
+///     .with_agent("reggie_oc", "reggie")
+///     .took(1_840)
+///     .with_tool_calls(2)
+///     .correlated("msg-8812");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct LogMessage {
+    /// In or out.
+    pub direction: Direction,
+    /// The text.
+    pub text: String,
+    /// The canonical person (default: none).
+    pub person_id: Option<String>,
+    /// The agent variant (default: the key's agent id).
+    pub agent_name: Option<String>,
+    /// The agent identity (default: the agent name).
+    pub agent_identity: Option<String>,
+    /// The channel (default: the session's).
+    pub channel: Option<String>,
+    /// Processing time, milliseconds.
+    pub processing_ms: Option<u64>,
+    /// Tool calls made.
+    pub tool_calls_count: Option<u64>,
+    /// Correlates a message with its replies.
+    pub correlation_id: Option<String>,
+    /// Anything else to keep.
+    pub metadata: Map<String, Value>,
+    /// The model that wrote an outbound message.
+    pub model: Option<ModelRef>,
+    /// Its token usage.
+    pub usage: Option<Usage>,
+}
+
+impl LogMessage {
+    fn new(direction: Direction, text: impl Into<String>) -> Self {
+        LogMessage {
+            direction,
+            text: text.into(),
+            person_id: None,
+            agent_name: None,
+            agent_identity: None,
+            channel: None,
+            processing_ms: None,
+            tool_calls_count: None,
+            correlation_id: None,
+            metadata: Map::new(),
+            model: None,
+            usage: None,
+        }
+    }
+
+    /// A message from a person to the agent.
+    pub fn inbound(text: impl Into<String>) -> Self {
+        LogMessage::new(Direction::Inbound, text)
+    }
+
+    /// A message from the agent to a person.
+    pub fn outbound(text: impl Into<String>) -> Self {
+        LogMessage::new(Direction::Outbound, text)
+    }
+
+    /// An inbound message as an adapter described it: its text, channel, sender (E.164,
+    /// else id) and message id as correlation id.
+    pub fn from_inbound(message: &InboundMessage) -> Self {
+        let mut log = LogMessage::inbound(message.body.clone());
+        log.channel = normalize_channel(&message.channel);
+        log.person_id = message
+            .sender
+            .e164
+            .clone()
+            .or_else(|| message.sender.id.clone());
+        log.correlation_id = message.message_id.clone();
+        log
+    }
+
+    /// Who the person is.
+    pub fn from_person(mut self, person_id: impl Into<String>) -> Self {
+        self.person_id = Some(person_id.into());
+        self
+    }
+
+    /// The agent variant and its identity (`reggie_oc`, `reggie`).
+    pub fn with_agent(mut self, name: impl Into<String>, identity: impl Into<String>) -> Self {
+        self.agent_name = Some(name.into());
+        self.agent_identity = Some(identity.into());
+        self
+    }
+
+    /// The channel.
+    pub fn on_channel(mut self, channel: impl Into<String>) -> Self {
+        self.channel = Some(channel.into());
+        self
+    }
+
+    /// How long processing took.
+    pub fn took(mut self, millis: u64) -> Self {
+        self.processing_ms = Some(millis);
+        self
+    }
+
+    /// How many tool calls were made.
+    pub fn with_tool_calls(mut self, count: u64) -> Self {
+        self.tool_calls_count = Some(count);
+        self
+    }
+
+    /// The correlation id.
+    pub fn correlated(mut self, id: impl Into<String>) -> Self {
+        self.correlation_id = Some(id.into());
+        self
+    }
+
+    /// One metadata field.
+    pub fn with_metadata(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.metadata.insert(key.into(), value.into());
+        self
+    }
+
+    /// The model that wrote an outbound message, and its usage.
+    pub fn by_model(mut self, model: ModelRef, usage: Option<Usage>) -> Self {
+        self.model = Some(model);
+        self.usage = usage;
+        self
+    }
+}
+
+impl SessionManager {
+    fn transcripts(&self) -> Result<&dyn TranscriptStore> {
+        self.transcripts.as_deref().ok_or(Error::NotConfigured {
+            what: "a transcript store (SessionManagerBuilder::transcripts)",
+        })
+    }
+
+    /// The transcript of `key`'s current session, created on first use — as a fork of
+    /// its parent's when the session was forked — and recorded as the entry's
+    /// `sessionFile`.
+    async fn transcript_of(&self, key: &SessionKey) -> Result<(TranscriptRef, SessionEntry)> {
+        let transcripts = self.transcripts()?;
+        let entry = self
+            .store
+            .get(key)
+            .await?
+            .ok_or_else(|| Error::NotFound { key: key.clone() })?
+            .entry;
+        let transcript = TranscriptRef::of(key, &entry, &self.default_agent);
+        if transcript.session_file.is_some() {
+            return Ok((transcript, entry));
+        }
+        let header = SessionHeader::new(&entry.session_id, self.clock.now());
+        match &entry.forked_from {
+            Some(origin) => {
+                let parent_key = SessionKey::parse(&origin.session_key)?;
+                let parent = TranscriptRef {
+                    session_id: origin.session_id.clone(),
+                    session_file: origin.session_file.clone(),
+                    ..TranscriptRef::of(
+                        &parent_key,
+                        &SessionEntry::new(&origin.session_id, 0),
+                        &self.default_agent,
+                    )
+                };
+                transcripts.fork(&parent, &transcript, &header).await?
+            }
+            None => transcripts.create(&transcript, &header).await?,
+        };
+        let Some(location) = transcripts.location(&transcript) else {
+            return Ok((transcript, entry));
+        };
+        let session_id = entry.session_id.clone();
+        // Metadata only: `updatedAt` stays. Skipped if the session changed meanwhile.
+        self.store
+            .update(key, |slot| {
+                if let Some(current) = slot.as_mut().filter(|e| e.session_id == session_id) {
+                    current.session_file.get_or_insert_with(|| location.clone());
+                }
+            })
+            .await?;
+        Ok((
+            TranscriptRef {
+                session_file: Some(location),
+                ..transcript
+            },
+            entry,
+        ))
+    }
+
+    /// Logs one inbound or outbound message in `key`'s session: the one call every
+    /// channel makes (seed 000 §8). The message becomes a transcript line — a user
+    /// message in, an assistant message out — carrying the message-log fields, so it
+    /// is in the session's event log and in [`query_log`](TranscriptStore::query_log).
+    pub async fn log_message(&self, key: &SessionKey, message: LogMessage) -> Result<SessionEvent> {
+        let (transcript, entry) = self.transcript_of(key).await?;
+        let now = self.clock.now();
+        let agent_name = message
+            .agent_name
+            .clone()
+            .or_else(|| key.agent_id().map(str::to_owned));
+        let log = LogFields {
+            direction: Some(message.direction),
+            session_key: Some(key.to_string()),
+            person_id: message.person_id,
+            agent_identity: message.agent_identity.or_else(|| agent_name.clone()),
+            agent_name,
+            channel: message
+                .channel
+                .or_else(|| entry.channel_name().map(str::to_owned)),
+            processing_ms: message.processing_ms,
+            tool_calls_count: message.tool_calls_count,
+            correlation_id: message.correlation_id,
+            metadata: message.metadata,
+            extra: Map::new(),
+        };
+        let line = match message.direction {
+            Direction::Inbound => TranscriptEntry::user_text(message.text, now),
+            Direction::Outbound => {
+                let mut line = TranscriptEntry::assistant_text(message.text, "", "", now);
+                if let Some(assistant) = line.message.as_mut() {
+                    assistant.provider = message.model.as_ref().map(|m| m.provider.clone());
+                    assistant.model = message.model.map(|m| m.model);
+                    assistant.usage = message.usage;
+                }
+                line
+            }
+        };
+        let mut events = self
+            .transcripts()?
+            .append(&transcript, vec![line.with_log(log)])
+            .await?;
+        events
+            .pop()
+            .ok_or_else(|| Error::NotFound { key: key.clone() })
+    }
+
+    /// Mirrors a message delivered outside the model (a reminder, a broadcast) into the
+    /// session's transcript, as OpenClaw does. `None` when there is nothing to mirror.
+    pub async fn mirror_delivery(
+        &self,
+        key: &SessionKey,
+        text: &str,
+        media_urls: &[String],
+    ) -> Result<Option<SessionEvent>> {
+        let Some(line) = TranscriptEntry::delivery_mirror(text, media_urls, self.clock.now())
+        else {
+            return Ok(None);
+        };
+        let (transcript, _) = self.transcript_of(key).await?;
+        Ok(self
+            .transcripts()?
+            .append(&transcript, vec![line])
+            .await?
+            .pop())
+    }
+
+    /// Records a checkpoint in the session's event log.
+    pub async fn checkpoint(
+        &self,
+        key: &SessionKey,
+        reason: CheckpointReason,
+    ) -> Result<SessionEvent> {
+        let (transcript, _) = self.transcript_of(key).await?;
+        let line = TranscriptEntry::checkpoint(reason, self.clock.now());
+        let mut events = self.transcripts()?.append(&transcript, vec![line]).await?;
+        events
+            .pop()
+            .ok_or_else(|| Error::NotFound { key: key.clone() })
+    }
+
+    /// Records a status change in the session's event log, when transcripts are kept.
+    pub(super) async fn record_status(&self, key: &SessionKey, status: &str) -> Result<()> {
+        if self.transcripts.is_none() {
+            return Ok(());
+        }
+        let (transcript, _) = self.transcript_of(key).await?;
+        let line = TranscriptEntry::status_change(status, self.clock.now());
+        self.transcripts()?.append(&transcript, vec![line]).await?;
+        Ok(())
+    }
+
+    /// The events of `key`'s current session from `from` on: a client that reconnects
+    /// passes the `next` offset of its last read and gets only what it missed.
+    pub async fn replay(&self, key: &SessionKey, from: Offset) -> Result<TranscriptRead> {
+        let entry = self
+            .store
+            .get(key)
+            .await?
+            .ok_or_else(|| Error::NotFound { key: key.clone() })?
+            .entry;
+        let transcript = TranscriptRef::of(key, &entry, &self.default_agent);
+        self.transcripts()?.read(&transcript, from).await
+    }
+
+    /// Live transcript updates of every session (in-process). Dropping the subscription
+    /// unsubscribes.
+    pub fn subscribe(&self) -> Result<TranscriptSubscription> {
+        Ok(self.transcripts()?.subscribe())
+    }
+
+    /// Archives (or erases) the transcript of a session that was reset or deleted.
+    /// Failures are logged, not returned: the session change they follow has happened.
+    pub(super) async fn retire_transcript(
+        &self,
+        key: &SessionKey,
+        entry: &SessionEntry,
+        reason: ArchiveReason,
+        erase: bool,
+    ) {
+        let Some(transcripts) = self.transcripts.as_deref() else {
+            return;
+        };
+        if entry.session_id.is_empty() {
+            return;
+        }
+        let transcript = TranscriptRef::of(key, entry, &self.default_agent);
+        let outcome = if erase {
+            transcripts.remove(&transcript).await.map(|_| ())
+        } else {
+            transcripts
+                .archive(&transcript, reason, self.clock.now())
+                .await
+                .map(|_| ())
+        };
+        if let Err(error) = outcome {
+            tracing::warn!(key = %key, %error, "could not retire the old transcript; it stays in place");
+        }
+    }
+}

@@ -1,0 +1,703 @@
+//! Transcripts as OpenClaw's JSONL files.
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::{
+    iso_timestamp, ArchiveReason, LogQuery, LogRecord, Offset, ReadIssue, SessionEvent,
+    SessionHeader, TranscriptEntry, TranscriptRead, TranscriptRef, TranscriptStore,
+    TranscriptSubscription, TranscriptUpdate, UpdateHub,
+};
+use crate::error::{Error, Result};
+use crate::fsutil::{blocking, process_mutex};
+use crate::key::AgentId;
+use crate::paths;
+use crate::store::json::io::create_private;
+use crate::store::Durability;
+
+/// Transcripts in OpenClaw's files, beside its `sessions.json`:
+/// `<root>/agents/<agentId>/sessions/<sessionId>.jsonl` (or `-topic-<topicId>.jsonl`),
+/// mode 0600.
+///
+/// Appends are whole lines written with one `write` on a file opened `O_APPEND`, queued
+/// per file within the process, and fsynced per [`Durability`] (the default,
+/// [`Durability::SyncFileAndDir`], also fsyncs the directory when a transcript is
+/// created). A crash mid-append leaves at most a torn last line, which reads skip and
+/// report and the next append steps over.
+#[derive(Debug, Clone)]
+pub struct FileTranscriptStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    root: PathBuf,
+    durability: Durability,
+    hub: UpdateHub,
+    /// What this process knows of each file's end: its length, whether it ends with a
+    /// newline, and the id of its last entry.
+    tails: Mutex<HashMap<PathBuf, Tail>>,
+    /// Message-log records already extracted from each file, and how far.
+    logs: Mutex<HashMap<PathBuf, ExtractedLog>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Tail {
+    len: u64,
+    lines: usize,
+    ends_with_newline: bool,
+    leaf: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+struct ExtractedLog {
+    len: u64,
+    modified: Option<SystemTime>,
+    next: Offset,
+    session_id: Option<String>,
+    records: Vec<LogRecord>,
+}
+
+impl FileTranscriptStore {
+    /// Transcripts under the state directory `root` (a leading `~` is expanded), with
+    /// the default durability.
+    pub fn new(root: impl AsRef<Path>) -> Self {
+        FileTranscriptStore::with_durability(root, Durability::default())
+    }
+
+    /// Transcripts under `root`, fsynced per `durability`.
+    pub fn with_durability(root: impl AsRef<Path>, durability: Durability) -> Self {
+        FileTranscriptStore {
+            inner: Arc::new(Inner {
+                root: paths::expand_home(root.as_ref()),
+                durability,
+                hub: UpdateHub::default(),
+                tails: Mutex::default(),
+                logs: Mutex::default(),
+            }),
+        }
+    }
+
+    /// The state directory.
+    pub fn root(&self) -> &Path {
+        &self.inner.root
+    }
+
+    /// The file of `transcript`: its `session_file` (checked to be inside the agent's
+    /// sessions directory), else `<sessionId>.jsonl` or `<sessionId>-topic-<topic>.jsonl`
+    /// (session id checked, topic percent-encoded).
+    pub fn path(&self, transcript: &TranscriptRef) -> Result<PathBuf> {
+        match transcript
+            .session_file
+            .as_deref()
+            .map(str::trim)
+            .filter(|f| !f.is_empty())
+        {
+            Some(file) => paths::checked_session_file(&self.inner.root, &transcript.agent, file),
+            None => paths::transcript_path(
+                &self.inner.root,
+                &transcript.agent,
+                &transcript.session_id,
+                transcript.topic.as_deref(),
+            ),
+        }
+    }
+}
+
+impl Inner {
+    fn tail(&self, path: &Path, file: &mut File) -> Result<Tail> {
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io("stat", path, e))?
+            .len();
+        let cached = self
+            .tails
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(path)
+            .cloned();
+        if let Some(tail) = cached.filter(|tail| tail.len == len) {
+            return Ok(tail);
+        }
+        let (ends_with_newline, leaf) =
+            read_tail(file, len).map_err(|e| Error::io("read", path, e))?;
+        Ok(Tail {
+            len,
+            lines: count_lines(path, len)?,
+            ends_with_newline,
+            leaf,
+        })
+    }
+
+    fn remember_tail(&self, path: &Path, tail: Tail) {
+        self.tails
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(path.to_owned(), tail);
+    }
+
+    fn forget(&self, path: &Path) {
+        self.tails
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(path);
+        self.logs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(path);
+    }
+
+    /// Creates `path` with `lines` (each ending in a newline) unless it exists.
+    fn create_with(&self, path: &Path, lines: &[u8]) -> Result<bool> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
+        let mut file = match create_private(path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
+            Err(e) => return Err(Error::io("create", path, e)),
+        };
+        file.write_all(lines)
+            .map_err(|e| Error::io("write", path, e))?;
+        if self.durability != Durability::Unsynced {
+            file.sync_all().map_err(|e| Error::io("fsync", path, e))?;
+        }
+        if self.durability == Durability::SyncFileAndDir {
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| Error::io("fsync", dir, e))?;
+        }
+        Ok(true)
+    }
+
+    fn append(
+        &self,
+        transcript: &TranscriptRef,
+        path: &Path,
+        mut entries: Vec<TranscriptEntry>,
+    ) -> Result<Vec<SessionEvent>> {
+        let mut created_header = None;
+        if !path.exists() {
+            let header = SessionHeader::new(&transcript.session_id, Utc::now());
+            let mut line = serde_json::to_vec(&header).expect("a header serialises");
+            line.push(b'\n');
+            if self.create_with(path, &line)? {
+                created_header = Some(line.len() as u64);
+            }
+        }
+        let mut file = open_append(path).map_err(|e| Error::io("open", path, e))?;
+        let tail = match created_header {
+            Some(len) => Tail {
+                len,
+                lines: 1,
+                ends_with_newline: true,
+                leaf: None,
+            },
+            None => self.tail(path, &mut file)?,
+        };
+        let mut buffer = Vec::new();
+        if tail.len > 0 && !tail.ends_with_newline {
+            // Step over a torn last line: our lines start fresh.
+            buffer.push(b'\n');
+        }
+        let mut line_number = tail.lines + usize::from(!buffer.is_empty());
+        let now = iso_timestamp(Utc::now());
+        let mut leaf = tail.leaf.clone();
+        let mut events = Vec::with_capacity(entries.len());
+        for entry in entries.iter_mut() {
+            if entry.id.is_none() {
+                entry.id = Some(new_entry_id());
+                entry.parent_id = leaf.clone();
+            }
+            if entry.timestamp.is_none() {
+                entry.timestamp = Some(now.clone());
+            }
+            leaf = entry.id.clone().or(leaf);
+            let offset = Offset(tail.len + buffer.len() as u64);
+            serde_json::to_writer(&mut buffer, &*entry).map_err(|source| {
+                Error::io("serialise an entry for", path, io::Error::other(source))
+            })?;
+            buffer.push(b'\n');
+            line_number += 1;
+            events.push(SessionEvent {
+                offset,
+                line: line_number,
+                entry: entry.clone(),
+            });
+        }
+        file.write_all(&buffer)
+            .map_err(|e| Error::io("append to", path, e))?;
+        if self.durability != Durability::Unsynced {
+            file.sync_data().map_err(|e| Error::io("fsync", path, e))?;
+        }
+        self.remember_tail(
+            path,
+            Tail {
+                len: tail.len + buffer.len() as u64,
+                lines: line_number,
+                ends_with_newline: true,
+                leaf,
+            },
+        );
+        Ok(events)
+    }
+
+    /// Message-log records of one file, extracting only what was appended since the
+    /// last time.
+    fn log_records(&self, agent: &AgentId, path: &Path) -> Result<Vec<LogRecord>> {
+        let metadata = match fs::metadata(path) {
+            Ok(metadata) => metadata,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io("stat", path, e)),
+        };
+        let (len, modified) = (metadata.len(), metadata.modified().ok());
+        let cached = self
+            .logs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(path)
+            .cloned();
+        let mut extracted = match cached {
+            Some(cached) if cached.len == len && cached.modified == modified => {
+                return Ok(cached.records)
+            }
+            // Transcripts only grow: continue where the last extraction stopped.
+            Some(cached) if cached.len < len => cached,
+            _ => ExtractedLog {
+                len: 0,
+                modified: None,
+                next: Offset::START,
+                session_id: None,
+                records: Vec::new(),
+            },
+        };
+        let read = read_transcript(path, extracted.next)?;
+        if let Some(header) = &read.header {
+            extracted.session_id = Some(header.id.clone());
+        }
+        let session_id = extracted
+            .session_id
+            .clone()
+            .unwrap_or_else(|| session_id_from_file_name(path));
+        for event in read.events {
+            let Some(record) = log_record(agent, &session_id, &event) else {
+                continue;
+            };
+            extracted.records.push(record);
+        }
+        extracted.len = len;
+        extracted.modified = modified;
+        extracted.next = read.next;
+        let records = extracted.records.clone();
+        self.logs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(path.to_owned(), extracted);
+        Ok(records)
+    }
+
+    fn query_log(&self, query: &LogQuery) -> Result<Vec<LogRecord>> {
+        let agents = match &query.agent {
+            Some(agent) => vec![agent.clone()],
+            None => agent_dirs(&self.root)?,
+        };
+        let mut records = Vec::new();
+        for agent in agents {
+            let dir = paths::sessions_dir(&self.root, &agent);
+            for path in transcript_files(&dir)? {
+                let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                if query
+                    .session_id
+                    .as_deref()
+                    .is_some_and(|id| !name.starts_with(id))
+                {
+                    continue;
+                }
+                records.extend(
+                    self.log_records(&agent, &path)?
+                        .into_iter()
+                        .filter(|record| query.matches(record)),
+                );
+            }
+        }
+        records
+            .sort_by(|a, b| (a.at, &a.session_id, a.offset).cmp(&(b.at, &b.session_id, b.offset)));
+        if let Some(limit) = query.limit {
+            records.truncate(limit);
+        }
+        Ok(records)
+    }
+}
+
+fn open_append(path: &Path) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.append(true).read(true);
+    options.open(path)
+}
+
+/// A random 8-hex-digit entry id, as pi-coding-agent writes them.
+fn new_entry_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
+}
+
+/// The end of a file: whether it ends with a newline, and the id of its last entry.
+fn read_tail(file: &mut File, len: u64) -> io::Result<(bool, Option<String>)> {
+    const CHUNK: u64 = 64 * 1024;
+    let mut start = len;
+    let mut buffer: Vec<u8> = Vec::new();
+    let mut ends_with_newline = len == 0;
+    loop {
+        let from = start.saturating_sub(CHUNK);
+        let mut chunk = vec![0; (start - from) as usize];
+        file.seek(SeekFrom::Start(from))?;
+        file.read_exact(&mut chunk)?;
+        if start == len {
+            ends_with_newline = chunk.last().is_none_or(|b| *b == b'\n');
+        }
+        chunk.extend_from_slice(&buffer);
+        buffer = chunk;
+        start = from;
+        // Complete lines in the buffer, newest first (skip a partial first line unless
+        // the buffer reaches the file's start).
+        let complete_from = if start == 0 {
+            0
+        } else {
+            buffer
+                .iter()
+                .position(|b| *b == b'\n')
+                .map_or(buffer.len(), |p| p + 1)
+        };
+        let leaf = buffer[complete_from..]
+            .split(|b| *b == b'\n')
+            .rev()
+            .filter_map(|line| serde_json::from_slice::<TranscriptEntry>(line).ok())
+            .find_map(|entry| entry.id);
+        if leaf.is_some() || start == 0 {
+            return Ok((ends_with_newline, leaf));
+        }
+    }
+}
+
+/// The number of newlines in the first `len` bytes of `path`.
+fn count_lines(path: &Path, len: u64) -> Result<usize> {
+    if len == 0 {
+        return Ok(0);
+    }
+    let file = File::open(path).map_err(|e| Error::io("open", path, e))?;
+    let mut reader = io::BufReader::with_capacity(256 * 1024, file.take(len));
+    let mut lines = 0;
+    loop {
+        let buffer = io::BufRead::fill_buf(&mut reader).map_err(|e| Error::io("read", path, e))?;
+        if buffer.is_empty() {
+            return Ok(lines);
+        }
+        lines += buffer.iter().filter(|b| **b == b'\n').count();
+        let consumed = buffer.len();
+        io::BufRead::consume(&mut reader, consumed);
+    }
+}
+
+/// Reads `path` from `from`: complete lines only, damage reported.
+pub(super) fn read_transcript(path: &Path, from: Offset) -> Result<TranscriptRead> {
+    let mut file = match File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Ok(TranscriptRead {
+                next: from,
+                ..TranscriptRead::default()
+            })
+        }
+        Err(e) => return Err(Error::io("open", path, e)),
+    };
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io("stat", path, e))?
+        .len();
+    let invalid_offset = || Error::InvalidOffset {
+        path: path.to_owned(),
+        offset: from.0,
+        len,
+    };
+    if from.0 > len {
+        return Err(invalid_offset());
+    }
+    if from.0 > 0 {
+        let mut previous = [0u8];
+        file.seek(SeekFrom::Start(from.0 - 1))
+            .map_err(|e| Error::io("seek", path, e))?;
+        file.read_exact(&mut previous)
+            .map_err(|e| Error::io("read", path, e))?;
+        if previous[0] != b'\n' {
+            return Err(invalid_offset());
+        }
+    }
+    let mut bytes = Vec::with_capacity((len - from.0) as usize);
+    file.read_to_end(&mut bytes)
+        .map_err(|e| Error::io("read", path, e))?;
+    let mut read = TranscriptRead {
+        next: Offset(from.0 + bytes.len() as u64),
+        ..TranscriptRead::default()
+    };
+    let mut line = count_lines(path, from.0)?;
+    let mut position = 0usize;
+    while position < bytes.len() {
+        line += 1;
+        let offset = Offset(from.0 + position as u64);
+        let Some(end) = bytes[position..].iter().position(|b| *b == b'\n') else {
+            read.issues.push(ReadIssue::TornLastLine {
+                line,
+                offset,
+                bytes: bytes.len() - position,
+            });
+            tracing::warn!(path = %path.display(), line, "transcript ends with a torn line; skipped");
+            read.next = offset;
+            break;
+        };
+        let text = &bytes[position..position + end];
+        position += end + 1;
+        if text.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        if line == 1 {
+            match serde_json::from_slice::<SessionHeader>(text) {
+                Ok(header) if header.kind == "session" => {
+                    read.header = Some(header);
+                    continue;
+                }
+                _ => read.issues.push(ReadIssue::MissingHeader),
+            }
+        }
+        match serde_json::from_slice::<TranscriptEntry>(text) {
+            Ok(entry) => read.events.push(SessionEvent {
+                offset,
+                line,
+                entry,
+            }),
+            Err(error) => {
+                tracing::warn!(path = %path.display(), line, %error, "invalid transcript line; skipped");
+                read.issues.push(ReadIssue::InvalidLine {
+                    line,
+                    offset,
+                    message: error.to_string(),
+                });
+            }
+        }
+    }
+    Ok(read)
+}
+
+fn log_record(agent: &AgentId, session_id: &str, event: &SessionEvent) -> Option<LogRecord> {
+    let log = event.entry.log.clone()?;
+    let message = event.entry.message.as_ref()?;
+    let at = event
+        .entry
+        .timestamp
+        .as_deref()
+        .and_then(|ts| DateTime::parse_from_rfc3339(ts).ok())
+        .map(|ts| ts.with_timezone(&Utc))
+        .or_else(|| message.timestamp.map(crate::clock::from_millis))
+        .unwrap_or_default();
+    Some(LogRecord {
+        agent: agent.clone(),
+        session_id: session_id.to_owned(),
+        at,
+        text: message.text(),
+        log,
+        offset: event.offset,
+    })
+}
+
+fn session_id_from_file_name(path: &Path) -> String {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let stem = name.split(".jsonl").next().unwrap_or(name);
+    stem.split("-topic-").next().unwrap_or(stem).to_owned()
+}
+
+/// Agents with a directory under `<root>/agents`, sorted.
+fn agent_dirs(root: &Path) -> Result<Vec<AgentId>> {
+    let agents_dir = root.join("agents");
+    let entries = match fs::read_dir(&agents_dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io("list", agents_dir, e)),
+    };
+    let mut agents: Vec<AgentId> = entries
+        .filter_map(|entry| entry.ok())
+        .filter_map(|entry| {
+            entry
+                .file_name()
+                .to_str()
+                .and_then(|n| AgentId::new(n).ok())
+        })
+        .collect();
+    agents.sort();
+    Ok(agents)
+}
+
+/// Transcript files in `dir`, live and archived (`*.jsonl`, `*.jsonl.reset.*`,
+/// `*.jsonl.deleted.*`), sorted by name.
+pub(super) fn transcript_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io("list", dir, e)),
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.path())
+        .filter(|path| {
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            name.ends_with(".jsonl")
+                || name.contains(".jsonl.reset.")
+                || name.contains(".jsonl.deleted.")
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+#[async_trait]
+impl TranscriptStore for FileTranscriptStore {
+    async fn create(&self, transcript: &TranscriptRef, header: &SessionHeader) -> Result<bool> {
+        let path = self.path(transcript)?;
+        let _queue = process_mutex(&path).lock_owned().await;
+        let mut line = serde_json::to_vec(header).expect("a header serialises");
+        line.push(b'\n');
+        let inner = self.inner.clone();
+        let file = path.clone();
+        blocking(&path, move || inner.create_with(&file, &line)).await
+    }
+
+    async fn fork(
+        &self,
+        parent: &TranscriptRef,
+        child: &TranscriptRef,
+        header: &SessionHeader,
+    ) -> Result<bool> {
+        let parent_path = self.path(parent)?;
+        let child_path = self.path(child)?;
+        let _queue = process_mutex(&child_path).lock_owned().await;
+        let mut header = header.clone();
+        if header.parent_session.is_none() {
+            header.parent_session = Some(parent_path.to_string_lossy().into_owned());
+        }
+        let inner = self.inner.clone();
+        let file = child_path.clone();
+        blocking(&child_path, move || {
+            let mut lines = serde_json::to_vec(&header).expect("a header serialises");
+            lines.push(b'\n');
+            // The parent's entries, verbatim: the same ids, so the last entry is still
+            // the leaf and the fork's context is the parent's.
+            let parent_bytes = match fs::read(&parent_path) {
+                Ok(bytes) => bytes,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+                Err(e) => return Err(Error::io("read", &parent_path, e)),
+            };
+            let mut complete = parent_bytes
+                .split_inclusive(|b| *b == b'\n')
+                .filter(|l| l.ends_with(b"\n"));
+            for (index, line) in complete.by_ref().enumerate() {
+                let is_header = index == 0
+                    && serde_json::from_slice::<SessionHeader>(line)
+                        .is_ok_and(|h| h.kind == "session");
+                if !is_header && serde_json::from_slice::<TranscriptEntry>(line).is_ok() {
+                    lines.extend_from_slice(line);
+                }
+            }
+            inner.create_with(&file, &lines)
+        })
+        .await
+    }
+
+    async fn append(
+        &self,
+        transcript: &TranscriptRef,
+        entries: Vec<TranscriptEntry>,
+    ) -> Result<Vec<SessionEvent>> {
+        let path = self.path(transcript)?;
+        let _queue = process_mutex(&path).lock_owned().await;
+        let inner = self.inner.clone();
+        let (owned_ref, file) = (transcript.clone(), path.clone());
+        let events = blocking(&path, move || inner.append(&owned_ref, &file, entries)).await?;
+        self.inner.hub.publish(TranscriptUpdate {
+            transcript: transcript.clone(),
+            path: Some(path),
+            events: events.clone(),
+        });
+        Ok(events)
+    }
+
+    async fn read(&self, transcript: &TranscriptRef, from: Offset) -> Result<TranscriptRead> {
+        let path = self.path(transcript)?;
+        let file = path.clone();
+        blocking(&path, move || read_transcript(&file, from)).await
+    }
+
+    async fn archive(
+        &self,
+        transcript: &TranscriptRef,
+        reason: ArchiveReason,
+        at: DateTime<Utc>,
+    ) -> Result<Option<PathBuf>> {
+        let path = self.path(transcript)?;
+        let _queue = process_mutex(&path).lock_owned().await;
+        let inner = self.inner.clone();
+        let file = path.clone();
+        blocking(&path, move || {
+            if !file.exists() {
+                return Ok(None);
+            }
+            let stamp = iso_timestamp(at).replace(':', "-");
+            let base = format!("{}.{}.{stamp}", file.display(), reason.as_str());
+            let mut target = PathBuf::from(&base);
+            let mut attempt = 1;
+            while target.exists() {
+                target = PathBuf::from(format!("{base}-{attempt}"));
+                attempt += 1;
+            }
+            fs::rename(&file, &target).map_err(|e| Error::io("archive", &file, e))?;
+            inner.forget(&file);
+            tracing::info!(from = %file.display(), to = %target.display(), "transcript archived");
+            Ok(Some(target))
+        })
+        .await
+    }
+
+    async fn remove(&self, transcript: &TranscriptRef) -> Result<bool> {
+        let path = self.path(transcript)?;
+        let _queue = process_mutex(&path).lock_owned().await;
+        let inner = self.inner.clone();
+        let file = path.clone();
+        blocking(&path, move || match fs::remove_file(&file) {
+            Ok(()) => {
+                inner.forget(&file);
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(Error::io("remove", &file, e)),
+        })
+        .await
+    }
+
+    async fn query_log(&self, query: &LogQuery) -> Result<Vec<LogRecord>> {
+        let inner = self.inner.clone();
+        let query = query.clone();
+        blocking(&self.inner.root, move || inner.query_log(&query)).await
+    }
+
+    fn subscribe(&self) -> TranscriptSubscription {
+        self.inner.hub.subscribe()
+    }
+
+    fn location(&self, transcript: &TranscriptRef) -> Option<String> {
+        self.path(transcript)
+            .ok()
+            .map(|path| path.to_string_lossy().into_owned())
+    }
+}

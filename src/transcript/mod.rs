@@ -1,0 +1,444 @@
+//! Transcripts: every message of a session, durably, in OpenClaw's JSONL format.
+//!
+//! A transcript is the session's event log: user and assistant messages, tool calls and
+//! results, status changes and checkpoints, one JSON line each, in order. Each event has
+//! an [`Offset`] that only grows, so a client that reconnects replays from the last one
+//! it saw. The message log (who said what to which agent, on which channel, how long it
+//! took) rides on the message lines as a [`LogFields`] object; see `docs/transcripts.md`
+//! for why it lives there.
+//!
+//! [`TranscriptStore`] is the seam; [`FileTranscriptStore`] writes OpenClaw's files:
+//!
+//! ```text
+//! <root>/agents/<agentId>/sessions/<sessionId>.jsonl
+//! <root>/agents/<agentId>/sessions/<sessionId>-topic-<topicId>.jsonl
+//! ```
+//!
+//! ```
+//! use agent_sessions::transcript::{FileTranscriptStore, Offset, SessionHeader, TranscriptEntry, TranscriptRef, TranscriptStore};
+//! use agent_sessions::AgentId;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> agent_sessions::Result<()> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! let store = FileTranscriptStore::new(dir.path());
+//! let transcript = TranscriptRef::new(AgentId::main(), "0f5d59ee-034e-47d9-ac97-d383e6c022b8");
+//! let now = chrono::Utc::now();
+//! store.create(&transcript, &SessionHeader::new(&transcript.session_id, now)).await?;
+//! store.append(&transcript, vec![TranscriptEntry::user_text("Hello", now)]).await?;
+//!
+//! let read = store.read(&transcript, Offset::START).await?;
+//! assert_eq!(read.events[0].entry.message.as_ref().unwrap().text(), "Hello");
+//! // Later: only what is new.
+//! assert!(store.read(&transcript, read.next).await?.events.is_empty());
+//! # Ok(())
+//! # }
+//! ```
+
+mod entry;
+mod file;
+mod index;
+
+use std::fmt;
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use tokio::sync::broadcast;
+
+use crate::entry::SessionEntry;
+use crate::error::Result;
+use crate::key::{AgentId, SessionKey};
+
+pub use entry::{
+    iso_timestamp, AgentMessage, CheckpointReason, Content, ContentBlock, Cost, Direction,
+    EventKind, LogFields, Role, SessionHeader, TranscriptEntry, Usage, CHECKPOINT_CUSTOM_TYPE,
+    STATUS_CUSTOM_TYPE, TRANSCRIPT_VERSION,
+};
+pub use file::FileTranscriptStore;
+pub use index::{IndexDelta, IndexedTranscript, TranscriptIndexer};
+
+/// A position in a transcript: events at or after it are newer than events before it.
+///
+/// For files it is a byte offset; other stores may use any number that only grows.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct Offset(pub u64);
+
+impl Offset {
+    /// The beginning: read everything.
+    pub const START: Offset = Offset(0);
+}
+
+impl fmt::Display for Offset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Which transcript: an agent's session, optionally a thread topic of it, optionally at
+/// an explicit path (an entry's `sessionFile`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TranscriptRef {
+    /// The agent.
+    pub agent: AgentId,
+    /// The session id (names the file).
+    pub session_id: String,
+    /// The thread or topic, for `<sessionId>-topic-<topicId>.jsonl`.
+    pub topic: Option<String>,
+    /// An explicit transcript path (must be inside the agent's sessions directory).
+    pub session_file: Option<String>,
+}
+
+impl TranscriptRef {
+    /// The transcript of `session_id` under `agent`.
+    pub fn new(agent: AgentId, session_id: impl Into<String>) -> Self {
+        TranscriptRef {
+            agent,
+            session_id: session_id.into(),
+            topic: None,
+            session_file: None,
+        }
+    }
+
+    /// The transcript of a stored session: its `sessionFile` if set, else named after
+    /// its session id, with the key's thread or topic id for thread sessions.
+    pub fn of(key: &SessionKey, entry: &SessionEntry, default_agent: &AgentId) -> Self {
+        let agent = key
+            .agent_id()
+            .and_then(|agent| AgentId::new(agent).ok())
+            .unwrap_or_else(|| default_agent.clone());
+        TranscriptRef {
+            agent,
+            session_id: entry.session_id.clone(),
+            topic: key.thread_id().map(str::to_owned),
+            session_file: entry
+                .session_file
+                .clone()
+                .filter(|file| !file.trim().is_empty()),
+        }
+    }
+}
+
+/// One event read from a transcript.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionEvent {
+    /// Where it starts; replaying from here yields it again.
+    pub offset: Offset,
+    /// Its line number (1 is the header).
+    pub line: usize,
+    /// The entry.
+    pub entry: TranscriptEntry,
+}
+
+impl SessionEvent {
+    /// What kind of event it is.
+    pub fn kind(&self) -> EventKind {
+        self.entry.event_kind()
+    }
+}
+
+/// Something wrong found while reading; the rest was still read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReadIssue {
+    /// The last line has no newline: a writer crashed mid-append. It is skipped, and
+    /// the next append starts on a fresh line.
+    TornLastLine {
+        /// Its line number.
+        line: usize,
+        /// Where it starts.
+        offset: Offset,
+        /// How many bytes it has.
+        bytes: usize,
+    },
+    /// A line that is not a JSON object with a `type`. It is skipped.
+    InvalidLine {
+        /// Its line number.
+        line: usize,
+        /// Where it starts.
+        offset: Offset,
+        /// What the parser said.
+        message: String,
+    },
+    /// The first line is not a session header.
+    MissingHeader,
+}
+
+impl fmt::Display for ReadIssue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadIssue::TornLastLine { line, bytes, .. } => {
+                write!(f, "line {line}: torn last line ({bytes} bytes), skipped")
+            }
+            ReadIssue::InvalidLine { line, message, .. } => {
+                write!(f, "line {line}: {message}, skipped")
+            }
+            ReadIssue::MissingHeader => f.write_str("line 1 is not a session header"),
+        }
+    }
+}
+
+/// What a read returned.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TranscriptRead {
+    /// The header, when the read started at the beginning and found one.
+    pub header: Option<SessionHeader>,
+    /// The events, in order.
+    pub events: Vec<SessionEvent>,
+    /// What was wrong and skipped.
+    pub issues: Vec<ReadIssue>,
+    /// Where the next read starts to get only newer events.
+    pub next: Offset,
+}
+
+/// Why a transcript is archived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArchiveReason {
+    /// Its session was reset: `<file>.reset.<timestamp>`.
+    Reset,
+    /// Its session was deleted: `<file>.deleted.<timestamp>`.
+    Deleted,
+}
+
+impl ArchiveReason {
+    /// `reset` or `deleted`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ArchiveReason::Reset => "reset",
+            ArchiveReason::Deleted => "deleted",
+        }
+    }
+}
+
+/// Which message-log records [`TranscriptStore::query_log`] returns; all conditions must
+/// hold. Results are in time order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LogQuery {
+    /// Only this agent's transcripts (a filesystem store then reads one directory).
+    pub agent: Option<AgentId>,
+    /// Only this session instance.
+    pub session_id: Option<String>,
+    /// Only this session key.
+    pub session_key: Option<String>,
+    /// Only this person.
+    pub person_id: Option<String>,
+    /// Only this agent identity (all its variants).
+    pub agent_identity: Option<String>,
+    /// Only records at or after this time.
+    pub since: Option<DateTime<Utc>>,
+    /// Only records before this time.
+    pub until: Option<DateTime<Utc>>,
+    /// At most this many (the earliest).
+    pub limit: Option<usize>,
+}
+
+impl LogQuery {
+    /// Every record.
+    pub fn new() -> Self {
+        LogQuery::default()
+    }
+
+    /// Only `person`'s messages with `agent_identity` — across sessions, channels and
+    /// engine variants.
+    pub fn person_with(person: impl Into<String>, agent_identity: impl Into<String>) -> Self {
+        LogQuery {
+            person_id: Some(person.into()),
+            agent_identity: Some(agent_identity.into()),
+            ..LogQuery::default()
+        }
+    }
+
+    /// Only one session instance of `agent`.
+    pub fn session(agent: AgentId, session_id: impl Into<String>) -> Self {
+        LogQuery {
+            agent: Some(agent),
+            session_id: Some(session_id.into()),
+            ..LogQuery::default()
+        }
+    }
+
+    /// Only records at or after `since`.
+    pub fn since(mut self, since: DateTime<Utc>) -> Self {
+        self.since = Some(since);
+        self
+    }
+
+    /// Only records before `until`.
+    pub fn until(mut self, until: DateTime<Utc>) -> Self {
+        self.until = Some(until);
+        self
+    }
+
+    /// At most `limit` records.
+    pub fn limit(mut self, limit: usize) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// Whether `record` passes (all but the limit).
+    pub fn matches(&self, record: &LogRecord) -> bool {
+        fn eq(wanted: &Option<String>, actual: &Option<String>) -> bool {
+            wanted
+                .as_ref()
+                .is_none_or(|w| actual.as_deref() == Some(w.as_str()))
+        }
+        self.agent.as_ref().is_none_or(|a| *a == record.agent)
+            && self
+                .session_id
+                .as_ref()
+                .is_none_or(|s| *s == record.session_id)
+            && eq(&self.session_key, &record.log.session_key)
+            && eq(&self.person_id, &record.log.person_id)
+            && eq(&self.agent_identity, &record.log.agent_identity)
+            && self.since.is_none_or(|since| record.at >= since)
+            && self.until.is_none_or(|until| record.at < until)
+    }
+}
+
+/// One message of the message log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogRecord {
+    /// The agent whose transcript holds it.
+    pub agent: AgentId,
+    /// The session instance.
+    pub session_id: String,
+    /// When.
+    pub at: DateTime<Utc>,
+    /// The message text.
+    pub text: String,
+    /// The log fields.
+    pub log: LogFields,
+    /// Its event offset in the transcript.
+    pub offset: Offset,
+}
+
+/// A change to a transcript, delivered live to subscribers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TranscriptUpdate {
+    /// Which transcript.
+    pub transcript: TranscriptRef,
+    /// The transcript's file, for file stores.
+    pub path: Option<PathBuf>,
+    /// The events appended.
+    pub events: Vec<SessionEvent>,
+}
+
+/// A live feed of [`TranscriptUpdate`]s. Dropping it unsubscribes.
+///
+/// A subscriber that falls behind by more than the channel's capacity misses updates
+/// ([`recv`](Self::recv) then reports how many); it can catch up from the durable log
+/// with [`TranscriptStore::read`] from its last offset.
+#[derive(Debug)]
+pub struct TranscriptSubscription(broadcast::Receiver<TranscriptUpdate>);
+
+/// How a subscription ended or skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubscriptionError {
+    /// The store is gone.
+    Closed,
+    /// This many updates were missed; replay them from the transcript.
+    Lagged(u64),
+}
+
+impl TranscriptSubscription {
+    /// The next update.
+    pub async fn recv(&mut self) -> std::result::Result<TranscriptUpdate, SubscriptionError> {
+        self.0.recv().await.map_err(|error| match error {
+            broadcast::error::RecvError::Closed => SubscriptionError::Closed,
+            broadcast::error::RecvError::Lagged(missed) => SubscriptionError::Lagged(missed),
+        })
+    }
+}
+
+/// How many updates a slow subscriber may fall behind before it misses some.
+pub const SUBSCRIPTION_CAPACITY: usize = 1024;
+
+/// In-process publishing of transcript updates, for store implementations.
+#[derive(Debug, Clone)]
+pub struct UpdateHub(broadcast::Sender<TranscriptUpdate>);
+
+impl Default for UpdateHub {
+    fn default() -> Self {
+        UpdateHub(broadcast::channel(SUBSCRIPTION_CAPACITY).0)
+    }
+}
+
+impl UpdateHub {
+    /// A new subscription.
+    pub fn subscribe(&self) -> TranscriptSubscription {
+        TranscriptSubscription(self.0.subscribe())
+    }
+
+    /// Sends `update` to every live subscriber (none: nothing happens).
+    pub fn publish(&self, update: TranscriptUpdate) {
+        let _ = self.0.send(update);
+    }
+
+    /// How many subscriptions are live.
+    pub fn subscribers(&self) -> usize {
+        self.0.receiver_count()
+    }
+}
+
+/// Where transcripts live.
+///
+/// Appends are whole entries, in order, never interleaved with another writer's; reads
+/// tolerate damage (a torn last line, a garbage line) and report it; nothing is erased
+/// unless asked.
+#[async_trait]
+pub trait TranscriptStore: Send + Sync {
+    /// Creates the transcript with `header` unless it exists. Returns whether it did.
+    async fn create(&self, transcript: &TranscriptRef, header: &SessionHeader) -> Result<bool>;
+
+    /// Creates `child` as a fork of `parent`: `header` (whose `parentSession` names the
+    /// parent) followed by the parent's entries, so the fork starts from the parent's
+    /// context. Returns whether it did (`false`: `child` exists already).
+    async fn fork(
+        &self,
+        parent: &TranscriptRef,
+        child: &TranscriptRef,
+        header: &SessionHeader,
+    ) -> Result<bool>;
+
+    /// Appends entries, assigning each without an id an 8-hex-digit id and its parent
+    /// (the entry before it), and creating the transcript (with a header) if needed.
+    /// Returns the events as stored.
+    async fn append(
+        &self,
+        transcript: &TranscriptRef,
+        entries: Vec<TranscriptEntry>,
+    ) -> Result<Vec<SessionEvent>>;
+
+    /// The events at or after `from`, and where to continue.
+    async fn read(&self, transcript: &TranscriptRef, from: Offset) -> Result<TranscriptRead>;
+
+    /// Archives a transcript by renaming it; returns the new name, `None` if there was
+    /// no transcript.
+    async fn archive(
+        &self,
+        transcript: &TranscriptRef,
+        reason: ArchiveReason,
+        at: DateTime<Utc>,
+    ) -> Result<Option<PathBuf>>;
+
+    /// Erases a transcript. Returns whether there was one.
+    async fn remove(&self, transcript: &TranscriptRef) -> Result<bool>;
+
+    /// Message-log records matching `query`, in time order.
+    async fn query_log(&self, query: &LogQuery) -> Result<Vec<LogRecord>>;
+
+    /// Live updates of every transcript of this store.
+    fn subscribe(&self) -> TranscriptSubscription;
+
+    /// Where `transcript` lives, as an entry's `sessionFile` records it (a path for file
+    /// stores; `None` for stores without paths).
+    fn location(&self, transcript: &TranscriptRef) -> Option<String> {
+        let _ = transcript;
+        None
+    }
+}
