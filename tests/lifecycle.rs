@@ -581,7 +581,13 @@ async fn deletion_follows_seed_003() {
         ));
         assert!(manager.get(&group).await.unwrap().is_some(), "kept");
         assert!(manager
-            .delete(&group, DeleteOptions { force: true, ..Default::default() })
+            .delete(
+                &group,
+                DeleteOptions {
+                    force: true,
+                    ..Default::default()
+                }
+            )
             .await
             .unwrap()
             .is_some());

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
@@ -41,9 +41,6 @@ struct Inner {
     root: PathBuf,
     durability: Durability,
     hub: UpdateHub,
-    /// What this process knows of each file's end: its length, whether it ends with a
-    /// newline, and the id of its last entry.
-    tails: Mutex<HashMap<PathBuf, Tail>>,
     /// Message-log records already extracted from each file, and how far.
     logs: Mutex<HashMap<PathBuf, ExtractedLog>>,
 }
@@ -79,7 +76,6 @@ impl FileTranscriptStore {
                 root: paths::expand_home(root.as_ref()),
                 durability,
                 hub: UpdateHub::default(),
-                tails: Mutex::default(),
                 logs: Mutex::default(),
             }),
         }
@@ -88,6 +84,11 @@ impl FileTranscriptStore {
     /// The state directory.
     pub fn root(&self) -> &Path {
         &self.inner.root
+    }
+
+    /// How many live subscriptions this store has.
+    pub fn subscriber_count(&self) -> usize {
+        self.inner.hub.subscribers()
     }
 
     /// The file of `transcript`: its `session_file` (checked to be inside the agent's
@@ -111,18 +112,22 @@ impl FileTranscriptStore {
     }
 }
 
+/// What this process knows of each transcript's end — its length, line count, whether
+/// it ends with a newline, and the id of its last entry — shared by every store of the
+/// process (appends to one file are queued process-wide, so this stays exact), and
+/// trusted only while the file's length matches.
+fn tails() -> MutexGuard<'static, HashMap<PathBuf, Tail>> {
+    static TAILS: LazyLock<Mutex<HashMap<PathBuf, Tail>>> = LazyLock::new(Mutex::default);
+    TAILS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 impl Inner {
     fn tail(&self, path: &Path, file: &mut File) -> Result<Tail> {
         let len = file
             .metadata()
             .map_err(|e| Error::io("stat", path, e))?
             .len();
-        let cached = self
-            .tails
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(path)
-            .cloned();
+        let cached = tails().get(path).cloned();
         if let Some(tail) = cached.filter(|tail| tail.len == len) {
             return Ok(tail);
         }
@@ -137,17 +142,11 @@ impl Inner {
     }
 
     fn remember_tail(&self, path: &Path, tail: Tail) {
-        self.tails
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(path.to_owned(), tail);
+        tails().insert(path.to_owned(), tail);
     }
 
     fn forget(&self, path: &Path) {
-        self.tails
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(path);
+        tails().remove(path);
         self.logs
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -377,6 +376,7 @@ fn read_tail(file: &mut File, len: u64) -> io::Result<(bool, Option<String>)> {
             .split(|b| *b == b'\n')
             .rev()
             .filter_map(|line| serde_json::from_slice::<TranscriptEntry>(line).ok())
+            .filter(|entry| entry.kind != "session")
             .find_map(|entry| entry.id);
         if leaf.is_some() || start == 0 {
             return Ok((ends_with_newline, leaf));

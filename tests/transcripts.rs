@@ -1,0 +1,904 @@
+//! Transcripts, the message log and session events.
+
+mod common;
+
+use std::fs;
+use std::time::Duration;
+
+use agent_sessions::clock::ManualClock;
+use agent_sessions::manager::{DeleteOptions, LogMessage};
+use agent_sessions::prelude::*;
+use agent_sessions::reset::ModelRef;
+use agent_sessions::transcript::{
+    CheckpointReason, Direction, EventKind, FileTranscriptStore, LogQuery, Offset, ReadIssue,
+    SessionHeader, TranscriptEntry, TranscriptIndexer, TranscriptRef, TranscriptStore, Usage,
+};
+use agent_sessions::{Durability, Error, SessionStatus};
+use chrono::{DateTime, Utc};
+
+const FIXTURE_ID: &str = "0f5d59ee-034e-47d9-ac97-d383e6c022b8";
+
+fn at(text: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(text)
+        .unwrap()
+        .with_timezone(&Utc)
+}
+
+fn store(root: &std::path::Path) -> FileTranscriptStore {
+    FileTranscriptStore::with_durability(root, Durability::SyncFile)
+}
+
+fn transcript(id: &str) -> TranscriptRef {
+    TranscriptRef::new(AgentId::main(), id)
+}
+
+#[tokio::test]
+async fn an_openclaw_transcript_reads_without_loss() {
+    let dir = common::openclaw_fixture();
+    let transcripts = store(dir.path());
+    let read = transcripts
+        .read(&transcript(FIXTURE_ID), Offset::START)
+        .await
+        .unwrap();
+    let file = dir
+        .path()
+        .join(format!("agents/main/sessions/{FIXTURE_ID}.jsonl"));
+    let lines: Vec<String> = fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+
+    assert!(read.issues.is_empty(), "{:?}", read.issues);
+    let header = read.header.expect("a header");
+    assert_eq!(header.id, FIXTURE_ID);
+    assert_eq!(serde_json::to_string(&header).unwrap(), lines[0]);
+    assert_eq!(read.events.len(), lines.len() - 1);
+    // Every field of every line survives (compared as JSON values: field order aside,
+    // nothing is lost or changed).
+    for (event, line) in read.events.iter().zip(&lines[1..]) {
+        let original: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(
+            serde_json::to_value(&event.entry).unwrap(),
+            original,
+            "line {}",
+            event.line
+        );
+    }
+    let kinds: Vec<EventKind> = read.events.iter().map(|e| e.kind()).collect();
+    assert_eq!(
+        &kinds[..6],
+        [
+            EventKind::UserMessage,
+            EventKind::Other,
+            EventKind::Other,
+            EventKind::ToolCall,
+            EventKind::ToolResult,
+            EventKind::AssistantMessage,
+        ]
+    );
+    let usage = read.events[3]
+        .entry
+        .message
+        .as_ref()
+        .unwrap()
+        .usage
+        .clone()
+        .unwrap();
+    assert_eq!(
+        (usage.input, usage.cache_read, usage.total_tokens),
+        (1200, 14000, 15354)
+    );
+    assert_eq!(usage.cost.unwrap().total, 0.0438);
+    assert_eq!(read.next.0, fs::metadata(&file).unwrap().len());
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn appends_are_private_whole_lines_that_continue_the_tree() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let transcripts = store(dir.path());
+    let t = transcript("s-1");
+    let now = at("2026-03-10T10:00:00Z");
+    assert!(transcripts
+        .create(&t, &SessionHeader::new("s-1", now))
+        .await
+        .unwrap());
+    assert!(
+        !transcripts
+            .create(&t, &SessionHeader::new("s-1", now))
+            .await
+            .unwrap(),
+        "exists"
+    );
+    let events = transcripts
+        .append(
+            &t,
+            vec![
+                TranscriptEntry::user_text("one", now),
+                TranscriptEntry::assistant_text("two", "anthropic", "claude-opus-4-6", now),
+            ],
+        )
+        .await
+        .unwrap();
+    let third = transcripts
+        .append(&t, vec![TranscriptEntry::user_text("three", now)])
+        .await
+        .unwrap();
+    let ids: Vec<String> = events
+        .iter()
+        .chain(&third)
+        .map(|e| e.entry.id.clone().unwrap())
+        .collect();
+    assert!(ids
+        .iter()
+        .all(|id| id.len() == 8 && id.bytes().all(|b| b.is_ascii_hexdigit())));
+    assert_eq!(events[0].entry.parent_id, None);
+    assert_eq!(events[1].entry.parent_id.as_deref(), Some(ids[0].as_str()));
+    assert_eq!(third[0].entry.parent_id.as_deref(), Some(ids[1].as_str()));
+    assert_eq!(third[0].line, 4);
+
+    let path = transcripts.path(&t).unwrap();
+    assert_eq!(path, dir.path().join("agents/main/sessions/s-1.jsonl"));
+    assert_eq!(
+        fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let text = fs::read_to_string(&path).unwrap();
+    assert!(text.ends_with('\n'));
+    assert!(text.lines().nth(1).unwrap().contains(r#""parentId":null"#));
+    let read = transcripts.read(&t, Offset::START).await.unwrap();
+    assert_eq!(read.events, [events, third].concat());
+}
+
+#[tokio::test]
+async fn a_torn_last_line_is_reported_skipped_and_stepped_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let transcripts = store(dir.path());
+    let t = transcript("torn");
+    let now = at("2026-03-10T10:00:00Z");
+    let first = transcripts
+        .append(&t, vec![TranscriptEntry::user_text("kept", now)])
+        .await
+        .unwrap();
+    let path = transcripts.path(&t).unwrap();
+    // A crash in the middle of an append.
+    let mut bytes = fs::read(&path).unwrap();
+    bytes.extend_from_slice(br#"{"type":"message","id":"deadbeef","message":{"role":"us"#);
+    fs::write(&path, &bytes).unwrap();
+
+    // A fresh store, as after a restart.
+    let transcripts = store(dir.path());
+    let read = transcripts.read(&t, Offset::START).await.unwrap();
+    assert_eq!(read.events.len(), 1);
+    assert!(
+        matches!(read.issues[..], [ReadIssue::TornLastLine { line: 3, .. }]),
+        "{:?}",
+        read.issues
+    );
+
+    let next = transcripts
+        .append(&t, vec![TranscriptEntry::user_text("after", now)])
+        .await
+        .unwrap();
+    assert_eq!(
+        next[0].entry.parent_id, first[0].entry.id,
+        "continues from the last whole entry"
+    );
+    assert_eq!(next[0].line, 4);
+    let read = transcripts.read(&t, Offset::START).await.unwrap();
+    let texts: Vec<String> = read
+        .events
+        .iter()
+        .map(|e| e.entry.message.as_ref().unwrap().text())
+        .collect();
+    assert_eq!(texts, ["kept", "after"]);
+    assert!(
+        matches!(read.issues[..], [ReadIssue::InvalidLine { line: 3, .. }]),
+        "{:?}",
+        read.issues
+    );
+}
+
+#[tokio::test]
+async fn a_garbage_line_is_reported_with_its_number_and_the_rest_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = transcript("garbage");
+    let transcripts = store(dir.path());
+    let path = transcripts.path(&t).unwrap();
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(
+        &path,
+        concat!(
+            r#"{"type":"session","version":3,"id":"garbage"}"#,
+            "\n",
+            r#"{"type":"message","id":"00000001","parentId":null,"message":{"role":"user","content":"a"}}"#,
+            "\n\u{1}\u{2} not json\n",
+            r#"[1,2,3]"#,
+            "\n",
+            r#"{"type":"message","id":"00000002","parentId":"00000001","message":{"role":"user","content":"b"}}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let read = transcripts.read(&t, Offset::START).await.unwrap();
+    let lines: Vec<usize> = read
+        .issues
+        .iter()
+        .map(|issue| match issue {
+            ReadIssue::InvalidLine { line, .. } => *line,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(lines, [3, 4]);
+    assert_eq!(
+        read.events.iter().map(|e| e.line).collect::<Vec<_>>(),
+        [2, 5]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_appenders_never_interleave() {
+    const TASKS: usize = 16;
+    const APPENDS: usize = 40;
+    let dir = tempfile::tempdir().unwrap();
+    // Two store handles on one directory: they share the per-file queue. (No fsync:
+    // this is about byte order, not durability.)
+    let unsynced = || FileTranscriptStore::with_durability(dir.path(), Durability::Unsynced);
+    let (a, b) = (unsynced(), unsynced());
+    let t = transcript("busy");
+    let mut tasks = tokio::task::JoinSet::new();
+    for task in 0..TASKS {
+        let (transcripts, t) = (if task % 2 == 0 { a.clone() } else { b.clone() }, t.clone());
+        tasks.spawn(async move {
+            for i in 0..APPENDS {
+                let text = format!("task {task} append {i} ") + &"x".repeat(4096);
+                transcripts
+                    .append(&t, vec![TranscriptEntry::user_text(text, Utc::now())])
+                    .await
+                    .unwrap();
+            }
+        });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        joined.unwrap();
+    }
+    let read = a.read(&t, Offset::START).await.unwrap();
+    assert!(
+        read.issues.is_empty(),
+        "{:?}",
+        &read.issues[..read.issues.len().min(3)]
+    );
+    assert_eq!(read.events.len(), TASKS * APPENDS);
+    let mut seen = std::collections::HashSet::new();
+    for (index, event) in read.events.iter().enumerate() {
+        let text = event.entry.message.as_ref().unwrap().text();
+        assert!(text.ends_with(&"x".repeat(4096)), "intact");
+        assert!(seen.insert(text.split(" x").next().unwrap().to_owned()));
+        if index > 0 {
+            assert_eq!(
+                event.entry.parent_id,
+                read.events[index - 1].entry.id,
+                "one chain"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn replay_from_an_offset_returns_only_newer_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let transcripts = store(dir.path());
+    let t = transcript("replay");
+    let now = at("2026-03-10T10:00:00Z");
+    transcripts
+        .append(&t, vec![TranscriptEntry::user_text("one", now)])
+        .await
+        .unwrap();
+    let first = transcripts.read(&t, Offset::START).await.unwrap();
+    transcripts
+        .append(
+            &t,
+            vec![
+                TranscriptEntry::user_text("two", now),
+                TranscriptEntry::checkpoint(CheckpointReason::Manual, now),
+            ],
+        )
+        .await
+        .unwrap();
+    let rest = transcripts.read(&t, first.next).await.unwrap();
+    assert_eq!(rest.header, None);
+    assert_eq!(
+        rest.events.iter().map(|e| e.kind()).collect::<Vec<_>>(),
+        [EventKind::UserMessage, EventKind::Checkpoint]
+    );
+    assert_eq!(rest.events[0].line, 3);
+    assert!(
+        rest.events[0].offset > first.events[0].offset,
+        "offsets grow"
+    );
+    let again = transcripts.read(&t, rest.events[1].offset).await.unwrap();
+    assert_eq!(again.events.len(), 1, "an event's own offset replays it");
+    assert!(transcripts
+        .read(&t, rest.next)
+        .await
+        .unwrap()
+        .events
+        .is_empty());
+
+    for bad in [Offset(first.next.0 + 3), Offset(rest.next.0 + 1)] {
+        assert!(
+            matches!(
+                transcripts.read(&t, bad).await,
+                Err(Error::InvalidOffset { .. })
+            ),
+            "{bad}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn subscribers_get_updates_and_dropping_unsubscribes() {
+    let dir = tempfile::tempdir().unwrap();
+    let transcripts = store(dir.path());
+    let t = transcript("live");
+    let mut first = transcripts.subscribe();
+    let second = transcripts.subscribe();
+    assert_eq!(transcripts.subscriber_count(), 2);
+    transcripts
+        .append(&t, vec![TranscriptEntry::user_text("hello", Utc::now())])
+        .await
+        .unwrap();
+    let update = tokio::time::timeout(Duration::from_secs(5), first.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(update.transcript, t);
+    assert_eq!(
+        update.events[0].entry.message.as_ref().unwrap().text(),
+        "hello"
+    );
+    drop(second);
+    assert_eq!(
+        transcripts.subscriber_count(),
+        1,
+        "a dropped subscription is gone"
+    );
+    drop(first);
+    assert_eq!(transcripts.subscriber_count(), 0);
+    transcripts
+        .append(
+            &t,
+            vec![TranscriptEntry::user_text("nobody listens", Utc::now())],
+        )
+        .await
+        .expect("appending without subscribers works");
+}
+
+#[tokio::test]
+async fn forks_start_from_the_parent() {
+    let dir = tempfile::tempdir().unwrap();
+    let transcripts = store(dir.path());
+    let (parent, child) = (transcript("parent"), transcript("child"));
+    let now = at("2026-03-10T10:00:00Z");
+    let parent_events = transcripts
+        .append(
+            &parent,
+            vec![
+                TranscriptEntry::user_text("plan the release", now),
+                TranscriptEntry::assistant_text("sure", "anthropic", "claude", now),
+            ],
+        )
+        .await
+        .unwrap();
+    assert!(transcripts
+        .fork(&parent, &child, &SessionHeader::new("child", now))
+        .await
+        .unwrap());
+    let read = transcripts.read(&child, Offset::START).await.unwrap();
+    let header = read.header.unwrap();
+    assert_eq!(
+        header.parent_session.as_deref(),
+        Some(transcripts.path(&parent).unwrap().to_str().unwrap())
+    );
+    assert_eq!(
+        read.events
+            .iter()
+            .map(|e| e.entry.clone())
+            .collect::<Vec<_>>(),
+        parent_events
+            .iter()
+            .map(|e| e.entry.clone())
+            .collect::<Vec<_>>()
+    );
+    let next = transcripts
+        .append(
+            &child,
+            vec![TranscriptEntry::user_text("in the thread", now)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(next[0].entry.parent_id, parent_events[1].entry.id);
+    assert_eq!(
+        transcripts
+            .read(&parent, Offset::START)
+            .await
+            .unwrap()
+            .events
+            .len(),
+        2,
+        "parent unchanged"
+    );
+}
+
+#[tokio::test]
+async fn archives_rename_and_remove_erases() {
+    let dir = tempfile::tempdir().unwrap();
+    let transcripts = store(dir.path());
+    let t = transcript("old");
+    transcripts
+        .append(&t, vec![TranscriptEntry::user_text("x", Utc::now())])
+        .await
+        .unwrap();
+    let archived = transcripts
+        .archive(
+            &t,
+            agent_sessions::transcript::ArchiveReason::Reset,
+            at("2026-03-10T10:00:00Z"),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        archived.file_name().unwrap(),
+        "old.jsonl.reset.2026-03-10T10-00-00.000Z"
+    );
+    assert!(archived.exists());
+    assert!(transcripts
+        .read(&t, Offset::START)
+        .await
+        .unwrap()
+        .events
+        .is_empty());
+    assert_eq!(
+        transcripts
+            .archive(
+                &t,
+                agent_sessions::transcript::ArchiveReason::Reset,
+                Utc::now()
+            )
+            .await
+            .unwrap(),
+        None
+    );
+    transcripts
+        .append(&t, vec![TranscriptEntry::user_text("y", Utc::now())])
+        .await
+        .unwrap();
+    assert!(transcripts.remove(&t).await.unwrap());
+    assert!(!transcripts.remove(&t).await.unwrap());
+}
+
+#[tokio::test]
+async fn paths_outside_the_sessions_directory_are_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let transcripts = store(dir.path());
+    let mut escape = transcript("fine");
+    escape.session_file = Some("/etc/passwd".into());
+    for t in [escape, transcript("../../etc/passwd"), transcript("a/b")] {
+        assert!(matches!(
+            transcripts
+                .append(&t, vec![TranscriptEntry::user_text("x", Utc::now())])
+                .await,
+            Err(Error::InvalidId { .. })
+        ));
+    }
+    let mut topic = transcript("s");
+    topic.topic = Some("../../x".into());
+    assert_eq!(
+        transcripts.path(&topic).unwrap().file_name().unwrap(),
+        "s-topic-..%2F..%2Fx.jsonl"
+    );
+}
+
+fn manager(dir: &std::path::Path, clock: &ManualClock) -> SessionManager {
+    SessionManager::builder(common::store(dir))
+        .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
+        .transcripts(store(dir))
+        .clock(clock.clone())
+        .build()
+}
+
+#[tokio::test]
+async fn the_manager_logs_messages_and_session_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(at("2026-03-10T10:00:00Z"));
+    let manager = manager(dir.path(), &clock);
+    let inbound =
+        InboundMessage::direct("sms", "+15550100", "when is my shift?").with_message_id("m-1");
+    let resolution = manager.resolve(&inbound).await.unwrap();
+    let key = resolution.key.clone();
+
+    let logged_in = manager
+        .log_message(
+            &key,
+            LogMessage::from_inbound(&inbound).with_agent("reggie_oc", "reggie"),
+        )
+        .await
+        .unwrap();
+    manager
+        .set_status(&key, SessionStatus::Running)
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(2));
+    let logged_out = manager
+        .log_message(
+            &key,
+            LogMessage::outbound("9am tomorrow.")
+                .with_agent("reggie_oc", "reggie")
+                .from_person("+15550100")
+                .took(1840)
+                .with_tool_calls(2)
+                .correlated("m-1")
+                .by_model(
+                    ModelRef::new("anthropic", "claude-opus-4-6"),
+                    Some(Usage::default()),
+                ),
+        )
+        .await
+        .unwrap();
+    manager
+        .checkpoint(&key, CheckpointReason::TurnLimit)
+        .await
+        .unwrap();
+
+    let entry = manager.get(&key).await.unwrap().unwrap().entry;
+    let expected_file = dir.path().join(format!(
+        "agents/main/sessions/{}.jsonl",
+        resolution.session_id()
+    ));
+    assert_eq!(entry.session_file.as_deref(), expected_file.to_str());
+    assert_eq!(
+        entry.updated_at, resolution.session.entry.updated_at,
+        "logging is not activity"
+    );
+
+    let read = manager.replay(&key, Offset::START).await.unwrap();
+    let kinds: Vec<EventKind> = read.events.iter().map(|e| e.kind()).collect();
+    assert_eq!(
+        kinds,
+        [
+            EventKind::UserMessage,
+            EventKind::StatusChange,
+            EventKind::AssistantMessage,
+            EventKind::Checkpoint
+        ]
+    );
+    let log = logged_out.entry.log.as_ref().unwrap();
+    assert_eq!(log.direction, Some(Direction::Outbound));
+    assert_eq!(
+        (log.processing_ms, log.tool_calls_count),
+        (Some(1840), Some(2))
+    );
+    assert_eq!(log.correlation_id.as_deref(), Some("m-1"));
+    assert_eq!(log.channel.as_deref(), Some("sms"));
+    assert_eq!(log.session_key.as_deref(), Some(key.as_str()));
+    assert_eq!(
+        logged_in.entry.log.as_ref().unwrap().person_id.as_deref(),
+        Some("+15550100")
+    );
+    assert_eq!(
+        logged_out.entry.message.as_ref().unwrap().model.as_deref(),
+        Some("claude-opus-4-6")
+    );
+    let replay = manager.replay(&key, read.events[2].offset).await.unwrap();
+    assert_eq!(replay.events.len(), 2);
+
+    let mirrored = manager
+        .mirror_delivery(&key, "", &["https://cdn.example.com/roster.pdf".to_owned()])
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        mirrored.entry.message.as_ref().unwrap().text(),
+        "roster.pdf"
+    );
+}
+
+#[tokio::test]
+async fn a_reset_archives_the_old_transcript_and_deletion_keeps_it_unless_erased() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(at("2026-03-10T10:00:00Z"));
+    let manager = manager(dir.path(), &clock);
+    let first = manager
+        .resolve(&InboundMessage::direct("telegram", "42", "hi"))
+        .await
+        .unwrap();
+    manager
+        .log_message(&first.key, LogMessage::inbound("hi"))
+        .await
+        .unwrap();
+    let old_file = manager
+        .get(&first.key)
+        .await
+        .unwrap()
+        .unwrap()
+        .entry
+        .session_file
+        .unwrap();
+
+    let reset = manager
+        .resolve(&InboundMessage::direct("telegram", "42", "/new"))
+        .await
+        .unwrap();
+    assert!(!std::path::Path::new(&old_file).exists(), "archived");
+    assert!(std::path::Path::new(&format!("{old_file}.reset.2026-03-10T10-00-00.000Z")).exists());
+    assert_eq!(
+        reset.session.entry.session_file, None,
+        "the new session gets a new transcript"
+    );
+    manager
+        .log_message(&reset.key, LogMessage::inbound("fresh start"))
+        .await
+        .unwrap();
+    let new_file = manager
+        .get(&reset.key)
+        .await
+        .unwrap()
+        .unwrap()
+        .entry
+        .session_file
+        .unwrap();
+    assert_ne!(new_file, old_file);
+
+    manager
+        .delete(&reset.key, DeleteOptions::default())
+        .await
+        .unwrap();
+    assert!(std::path::Path::new(&format!("{new_file}.deleted.2026-03-10T10-00-00.000Z")).exists());
+
+    let again = manager
+        .resolve(&InboundMessage::direct("telegram", "42", "hello again"))
+        .await
+        .unwrap();
+    manager
+        .log_message(&again.key, LogMessage::inbound("hello again"))
+        .await
+        .unwrap();
+    let file = manager
+        .get(&again.key)
+        .await
+        .unwrap()
+        .unwrap()
+        .entry
+        .session_file
+        .unwrap();
+    manager
+        .delete(
+            &again.key,
+            DeleteOptions {
+                erase_transcript: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(!std::path::Path::new(&file).exists());
+    let leftovers: Vec<String> = common::file_names(&dir.path().join("agents/main/sessions"))
+        .into_iter()
+        .filter(|name| name.contains(".jsonl") && name.starts_with(again.session_id()))
+        .collect();
+    assert!(leftovers.is_empty(), "erased, not archived: {leftovers:?}");
+}
+
+#[tokio::test]
+async fn a_forked_thread_transcript_starts_from_its_parent() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(at("2026-03-10T10:00:00Z"));
+    let manager = manager(dir.path(), &clock);
+    let channel = InboundMessage::group("slack", "C1", "U1", "release plan?").in_channel();
+    let parent = manager.resolve(&channel).await.unwrap();
+    manager
+        .log_message(&parent.key, LogMessage::inbound("release plan?"))
+        .await
+        .unwrap();
+    let thread = manager.fork_thread(&parent.key, "1700.1").await.unwrap();
+    manager
+        .log_message(&thread.key, LogMessage::inbound("in the thread"))
+        .await
+        .unwrap();
+    let read = manager.replay(&thread.key, Offset::START).await.unwrap();
+    let header = read.header.unwrap();
+    let parent_file = manager
+        .get(&parent.key)
+        .await
+        .unwrap()
+        .unwrap()
+        .entry
+        .session_file
+        .unwrap();
+    assert_eq!(header.parent_session.as_deref(), Some(parent_file.as_str()));
+    let texts: Vec<String> = read
+        .events
+        .iter()
+        .map(|e| e.entry.message.as_ref().unwrap().text())
+        .collect();
+    assert_eq!(texts, ["release plan?", "in the thread"]);
+    let thread_file = manager
+        .get(&thread.key)
+        .await
+        .unwrap()
+        .unwrap()
+        .entry
+        .session_file
+        .unwrap();
+    assert!(
+        thread_file.ends_with(&format!("{}-topic-1700.1.jsonl", thread.entry.session_id)),
+        "{thread_file}"
+    );
+}
+
+#[tokio::test]
+async fn the_message_log_is_queryable_by_session_and_by_person_and_identity() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(at("2026-03-10T10:00:00Z"));
+    let manager = manager(dir.path(), &clock);
+    // Person p1 texts reggie_oc by SMS, then uses reggie_fd on the web; p2 talks too.
+    let steps = [
+        ("reggie_oc", "sms", "p1", "+1555", "roster?"),
+        ("reggie_fd", "webchat", "p1", "p1-web", "and leave?"),
+        ("reggie_oc", "sms", "p2", "+1666", "hello"),
+        ("henry", "sms", "p1", "+1555", "other agent"),
+    ];
+    let mut keys = Vec::new();
+    for (agent, channel, person, peer, text) in steps {
+        clock.advance(Duration::from_secs(60));
+        let inbound = InboundMessage::direct(channel, peer, text).with_agent(agent);
+        let resolution = manager.resolve(&inbound).await.unwrap();
+        let identity = agent.split('_').next().unwrap();
+        manager
+            .log_message(
+                &resolution.key,
+                LogMessage::inbound(text)
+                    .from_person(person)
+                    .with_agent(agent, identity),
+            )
+            .await
+            .unwrap();
+        clock.advance(Duration::from_secs(1));
+        manager
+            .log_message(
+                &resolution.key,
+                LogMessage::outbound(format!("re: {text}"))
+                    .from_person(person)
+                    .with_agent(agent, identity),
+            )
+            .await
+            .unwrap();
+        keys.push(resolution);
+    }
+    let transcripts = store(dir.path());
+    let texts = |records: Vec<agent_sessions::transcript::LogRecord>| {
+        records.into_iter().map(|r| r.text).collect::<Vec<_>>()
+    };
+
+    let p1_reggie = transcripts
+        .query_log(&LogQuery::person_with("p1", "reggie"))
+        .await
+        .unwrap();
+    assert_eq!(
+        texts(p1_reggie),
+        ["roster?", "re: roster?", "and leave?", "re: and leave?"]
+    );
+
+    let session = &keys[2];
+    let by_session = transcripts
+        .query_log(&LogQuery::session(
+            AgentId::new("reggie_oc").unwrap(),
+            session.session_id(),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(texts(by_session), ["hello", "re: hello"]);
+
+    let window = LogQuery::person_with("p1", "reggie")
+        .since(at("2026-03-10T10:02:00Z"))
+        .limit(1);
+    assert_eq!(
+        texts(transcripts.query_log(&window).await.unwrap()),
+        ["and leave?"]
+    );
+
+    // Appending more is seen by the same store's next query (the extraction cache
+    // reads only the new part).
+    manager
+        .log_message(
+            &keys[0].key,
+            LogMessage::inbound("one more")
+                .from_person("p1")
+                .with_agent("reggie_oc", "reggie"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        transcripts
+            .query_log(&LogQuery::person_with("p1", "reggie"))
+            .await
+            .unwrap()
+            .len(),
+        5
+    );
+}
+
+#[tokio::test]
+async fn the_indexer_rereads_only_what_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let transcripts = store(dir.path());
+    let now = at("2026-03-10T10:00:00Z");
+    for id in ["a", "b"] {
+        transcripts
+            .append(
+                &transcript(id),
+                vec![
+                    TranscriptEntry::user_text(format!("my password is hunter2 ({id})"), now),
+                    TranscriptEntry::assistant_text("noted", "anthropic", "claude", now),
+                    TranscriptEntry::checkpoint(CheckpointReason::Manual, now),
+                ],
+            )
+            .await
+            .unwrap();
+    }
+    let sessions = dir.path().join("agents/main/sessions");
+    let mut indexer =
+        TranscriptIndexer::new().with_redaction(|text| text.replace("hunter2", "[redacted]"));
+    let first = indexer.scan(&sessions).unwrap();
+    assert_eq!(first.changed.len(), 2);
+    assert_eq!(first.changed[0].path, "sessions/a.jsonl");
+    assert_eq!(
+        first.changed[0].content,
+        "User: my password is [redacted] (a)\nAssistant: noted"
+    );
+    assert!(
+        indexer.scan(&sessions).unwrap().changed.is_empty(),
+        "nothing changed"
+    );
+
+    std::thread::sleep(Duration::from_millis(20));
+    transcripts
+        .append(
+            &transcript("b"),
+            vec![TranscriptEntry::user_text("more", now)],
+        )
+        .await
+        .unwrap();
+    let second = indexer.scan(&sessions).unwrap();
+    assert_eq!(
+        second
+            .changed
+            .iter()
+            .map(|t| t.path.as_str())
+            .collect::<Vec<_>>(),
+        ["sessions/b.jsonl"]
+    );
+    assert_ne!(second.changed[0].hash, first.changed[1].hash);
+
+    transcripts.remove(&transcript("a")).await.unwrap();
+    let third = indexer.scan(&sessions).unwrap();
+    assert_eq!(third.removed, [sessions.join("a.jsonl")]);
+}
+
+#[tokio::test]
+async fn logging_without_a_transcript_store_is_a_typed_error() {
+    let manager = SessionManager::new(MemoryStore::new());
+    let resolution = manager
+        .resolve(&InboundMessage::direct("telegram", "1", "hi"))
+        .await
+        .unwrap();
+    assert!(matches!(
+        manager
+            .log_message(&resolution.key, LogMessage::inbound("hi"))
+            .await,
+        Err(Error::NotConfigured { .. })
+    ));
+}
