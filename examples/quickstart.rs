@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use agent_sessions::clock::{Clock, ManualClock, SystemClock};
 use agent_sessions::freshness::{ResetConfig, ResetSpec};
+use agent_sessions::manager::LogMessage;
 use agent_sessions::prelude::*;
+use agent_sessions::transcript::FileTranscriptStore;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -42,6 +44,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         // OpenClaw's default (a daily reset at 04:00) plus: WhatsApp groups go stale
         // after 30 quiet minutes.
         .freshness(ResetConfig::default().by_channel("whatsapp", ResetSpec::idle(30)))
+        // Every message in and out goes to the session's JSONL transcript.
+        .transcripts(FileTranscriptStore::new(&root))
         .clock(clock.clone())
         .build();
 
@@ -96,6 +100,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("  … {} quiet minutes later …", pause.as_secs() / 60);
         }
         let resolution = manager.resolve(message).await?;
+        manager
+            .log_message(&resolution.key, LogMessage::from_inbound(message))
+            .await?;
+        // A real bot would ask its model here; the demo's stand-in just acknowledges.
+        manager
+            .log_message(&resolution.key, LogMessage::outbound("Noted!").took(5))
+            .await?;
         println!(
             "{:>5} on {:<8} → {}\n        {:?} ({}), session {}, message {}: {:?}",
             message.sender.name.as_deref().unwrap_or("?"),
@@ -124,6 +135,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("\nsessions.json files written (open them: this is OpenClaw's format):");
     for agent in store.agents().await? {
         println!("  {}", store.store_path(&agent).display());
+    }
+    println!("\ntranscripts (the reset one archived as *.reset.*):");
+    for agent in store.agents().await? {
+        let dir = store.store_path(&agent).with_file_name("");
+        let mut names: Vec<String> = std::fs::read_dir(&dir)?
+            .filter_map(|entry| entry.ok())
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .filter(|name| name.contains(".jsonl"))
+            .collect();
+        names.sort();
+        for name in names {
+            println!("  {}", dir.join(name).display());
+        }
     }
     Ok(())
 }
