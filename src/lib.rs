@@ -59,12 +59,17 @@ pub mod entry;
 mod error;
 pub mod freshness;
 mod fsutil;
+pub mod history;
 pub mod inbound;
 pub mod key;
 pub mod manager;
 pub mod paths;
+pub mod prompt;
+pub mod reply;
 pub mod reset;
 pub mod route;
+pub mod routing;
+pub mod send_policy;
 pub mod store;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]

@@ -21,6 +21,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::inbound::pipeline::{strip_mentions, strip_structural_prefixes};
 use crate::inbound::InboundMessage;
 
 /// OpenClaw's reset triggers.
@@ -185,7 +186,7 @@ impl ResetTriggers {
     }
 }
 
-fn eq_ignore_case(a: &str, b: &str) -> bool {
+pub(crate) fn eq_ignore_case(a: &str, b: &str) -> bool {
     a.to_lowercase() == b.to_lowercase()
 }
 
@@ -197,79 +198,6 @@ fn strip_prefix_ignore_case<'a>(text: &'a str, prefix: &str) -> Option<&'a str> 
         .nth(count)
         .map_or(text.len(), |(index, _)| index);
     (text.chars().count() >= count && eq_ignore_case(&text[..end], prefix)).then(|| &text[end..])
-}
-
-/// The text a command is matched on, as OpenClaw's `stripStructuralPrefixes` makes it:
-/// only what follows a `[Current message - respond to this]` marker, without `[…]`
-/// groups (timestamps, channel tags), without line-leading `Name: ` prefixes, with
-/// literal `\n` sequences as spaces and whitespace collapsed.
-///
-/// ```
-/// use agent_sessions::reset::strip_structural_prefixes;
-///
-/// assert_eq!(strip_structural_prefixes("[Dec 4 17:35] Alice: /new  plan"), "/new plan");
-/// ```
-pub fn strip_structural_prefixes(text: &str) -> String {
-    const MARKER: &str = "[Current message - respond to this]";
-    let text = match text.find(MARKER) {
-        Some(at) => text[at + MARKER.len()..].trim_start(),
-        None => text,
-    };
-    let mut without_groups = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(open) = rest.find('[') {
-        match rest[open..].find(']') {
-            Some(close) => {
-                without_groups.push_str(&rest[..open]);
-                rest = rest[open + close + 1..].trim_start();
-            }
-            None => break,
-        }
-    }
-    without_groups.push_str(rest);
-    let without_names: Vec<&str> = without_groups
-        .lines()
-        .map(|line| strip_speaker_prefix(line.trim_start()))
-        .collect();
-    without_names
-        .join("\n")
-        .replace("\\n", " ")
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// A line without a leading `Name: ` (name of `[A-Za-z0-9+()\-_. ]+`).
-fn strip_speaker_prefix(line: &str) -> &str {
-    let Some(colon) = line.find(": ") else {
-        return line;
-    };
-    let name = &line[..colon];
-    let is_name = !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "+()-_. ".contains(c));
-    if is_name {
-        line[colon + 2..].trim_start()
-    } else {
-        line
-    }
-}
-
-/// `text` without mention tokens: Slack's `<@U123>`, `@` followed by five or more
-/// digits, and the configured names (case-insensitive).
-pub fn strip_mentions(text: &str, names: &[String]) -> String {
-    text.split_whitespace()
-        .filter(|token| {
-            let slack = token.starts_with("<@") && token.ends_with('>');
-            let numeric = token.strip_prefix('@').is_some_and(|digits| {
-                digits.len() >= 5 && digits.bytes().all(|b| b.is_ascii_digit())
-            });
-            let named = names.iter().any(|name| eq_ignore_case(token, name.trim()));
-            !(slack || numeric || named)
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// A model, as `provider/model`.

@@ -64,7 +64,8 @@ pub const RESERVED_SEGMENTS: &[&str] = &[
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PeerKind {
-    /// A direct message with one person.
+    /// A direct message with one person (`dm` is read as this too).
+    #[serde(alias = "dm")]
     Direct,
     /// A group chat.
     Group,

@@ -1,4 +1,8 @@
-//! What a channel adapter knows about an inbound message.
+//! What a channel adapter knows about an inbound message, and how it becomes the text
+//! the model sees ([`pipeline`], [`events`]).
+
+pub mod events;
+pub mod pipeline;
 
 use serde::{Deserialize, Serialize};
 
@@ -117,6 +121,10 @@ pub struct InboundMessage {
     /// A label for the conversation that overrides the derived one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conversation_label: Option<String>,
+    /// Metadata about the message (link previews, forwarded-from, file names) that the
+    /// model may read but must not obey: it goes into the untrusted-context block.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub untrusted_context: Vec<String>,
 }
 
 fn present(value: Option<&str>) -> Option<&str> {
@@ -260,6 +268,12 @@ impl InboundMessage {
     /// Marks the sender as the bot's owner.
     pub fn from_owner(mut self) -> Self {
         self.sender_is_owner = true;
+        self
+    }
+
+    /// Adds an untrusted-context entry.
+    pub fn with_untrusted_context(mut self, entry: impl Into<String>) -> Self {
+        self.untrusted_context.push(entry.into());
         self
     }
 

@@ -1,0 +1,225 @@
+//! System events: notes the host queues for a session (model switched, a reminder
+//! fired) that are prepended to the next message the model sees, once.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Mutex, PoisonError};
+
+use chrono::{DateTime, Utc};
+
+use crate::freshness::Zone;
+use crate::key::SessionKey;
+
+/// The most events queued per session (OpenClaw: 20); the oldest are dropped.
+pub const MAX_SYSTEM_EVENTS: usize = 20;
+/// The most sessions with queued events; the least recently touched are dropped.
+pub const MAX_SYSTEM_EVENT_SESSIONS: usize = 1000;
+
+/// One queued event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SystemEvent {
+    /// What happened.
+    pub text: String,
+    /// When.
+    pub at: DateTime<Utc>,
+}
+
+/// Per-session queues of system events: enqueue any time, drain once.
+///
+/// ```
+/// use agent_sessions::inbound::events::{prepend_system_events, SystemEventQueue};
+/// use agent_sessions::freshness::Zone;
+/// use agent_sessions::SessionKey;
+///
+/// let queue = SystemEventQueue::default();
+/// let key = SessionKey::parse("agent:main:main")?;
+/// let at = "2026-01-12T20:19:17Z".parse().unwrap();
+/// queue.enqueue(&key, "Model switched.", at);
+/// let events = queue.drain(&key);
+/// assert!(queue.drain(&key).is_empty(), "drained once");
+/// assert_eq!(
+///     prepend_system_events("hello", &events, &Zone::parse("America/Los_Angeles")?),
+///     "System: [2026-01-12 12:19:17 PST] Model switched.\n\nhello"
+/// );
+/// # Ok::<(), agent_sessions::Error>(())
+/// ```
+#[derive(Debug, Default)]
+pub struct SystemEventQueue {
+    queues: Mutex<HashMap<SessionKey, (u64, VecDeque<SystemEvent>)>>,
+    clock: Mutex<u64>,
+}
+
+impl SystemEventQueue {
+    /// Queues `text` for `key`'s next message. Blank text and a repeat of the last
+    /// queued text are skipped (returns `false`).
+    pub fn enqueue(&self, key: &SessionKey, text: &str, at: DateTime<Utc>) -> bool {
+        let text = text.trim();
+        if text.is_empty() {
+            return false;
+        }
+        let tick = {
+            let mut clock = self.clock.lock().unwrap_or_else(PoisonError::into_inner);
+            *clock += 1;
+            *clock
+        };
+        let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+        if !queues.contains_key(key) && queues.len() >= MAX_SYSTEM_EVENT_SESSIONS {
+            if let Some(oldest) = queues
+                .iter()
+                .min_by_key(|(_, (t, _))| *t)
+                .map(|(k, _)| k.clone())
+            {
+                queues.remove(&oldest);
+            }
+        }
+        let (touched, queue) = queues.entry(key.clone()).or_default();
+        *touched = tick;
+        if queue.back().is_some_and(|last| last.text == text) {
+            return false;
+        }
+        queue.push_back(SystemEvent {
+            text: text.to_owned(),
+            at,
+        });
+        while queue.len() > MAX_SYSTEM_EVENTS {
+            queue.pop_front();
+        }
+        true
+    }
+
+    /// Takes every event queued for `key`.
+    pub fn drain(&self, key: &SessionKey) -> Vec<SystemEvent> {
+        let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+        queues
+            .remove(key)
+            .map(|(_, q)| q.into())
+            .unwrap_or_default()
+    }
+
+    /// How many events are queued for `key`.
+    pub fn len(&self, key: &SessionKey) -> usize {
+        let queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+        queues.get(key).map_or(0, |(_, q)| q.len())
+    }
+
+    /// Whether no event is queued for `key`.
+    pub fn is_empty(&self, key: &SessionKey) -> bool {
+        self.len(key) == 0
+    }
+}
+
+/// Prepends events to `body` as OpenClaw's `prependSystemEvents` does: each kept event
+/// as `System: [<time>] <text>`, then a blank line, then the body. Heartbeat chatter
+/// (`reason periodic`, `read heartbeat.md…`, `heartbeat poll`, `heartbeat wake`) is
+/// dropped, and a `Node:` line loses its ` · last input …` part. Times are written in
+/// `zone`: `YYYY-MM-DD HH:MM:SS <zone abbreviation>`, or `YYYY-MM-DDTHH:MM:SSZ` for UTC.
+pub fn prepend_system_events(body: &str, events: &[SystemEvent], zone: &Zone) -> String {
+    let lines: Vec<String> = events
+        .iter()
+        .filter_map(|event| {
+            let text = clean_event_text(&event.text)?;
+            Some(format!(
+                "System: [{}] {text}",
+                format_event_time(event.at, zone)
+            ))
+        })
+        .collect();
+    if lines.is_empty() {
+        return body.to_owned();
+    }
+    format!("{}\n\n{body}", lines.join("\n"))
+}
+
+fn clean_event_text(text: &str) -> Option<String> {
+    let trimmed = text.trim();
+    let lower = trimmed.to_lowercase();
+    let chatter = lower.is_empty()
+        || lower.contains("reason periodic")
+        || lower.starts_with("read heartbeat.md")
+        || lower.contains("heartbeat poll")
+        || lower.contains("heartbeat wake");
+    if chatter {
+        return None;
+    }
+    if trimmed.starts_with("Node:") {
+        if let Some(at) = trimmed.find(" · last input") {
+            let rest = &trimmed[at + " · last input".len()..];
+            let tail = rest.find(" · ").map_or("", |next| &rest[next..]);
+            return Some(format!("{}{tail}", &trimmed[..at]));
+        }
+    }
+    Some(trimmed.to_owned())
+}
+
+fn format_event_time(at: DateTime<Utc>, zone: &Zone) -> String {
+    const LOCAL: &str = "%Y-%m-%d %H:%M:%S %Z";
+    match zone {
+        Zone::Utc => at.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        Zone::Local => at.with_timezone(&chrono::Local).format(LOCAL).to_string(),
+        Zone::Named(tz) => at.with_timezone(tz).format(LOCAL).to_string(),
+        Zone::Fixed(offset) => at.with_timezone(offset).format(LOCAL).to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> SessionKey {
+        SessionKey::parse("agent:main:main").unwrap()
+    }
+
+    fn at() -> DateTime<Utc> {
+        "2026-01-12T20:19:17Z".parse().unwrap()
+    }
+
+    #[test]
+    fn queues_are_bounded_and_skip_repeats() {
+        let queue = SystemEventQueue::default();
+        assert!(!queue.enqueue(&key(), "  ", at()));
+        assert!(queue.enqueue(&key(), "a", at()));
+        assert!(!queue.enqueue(&key(), "a", at()), "consecutive duplicate");
+        for i in 0..30 {
+            queue.enqueue(&key(), &format!("e{i}"), at());
+        }
+        let drained = queue.drain(&key());
+        assert_eq!(drained.len(), MAX_SYSTEM_EVENTS);
+        assert_eq!(drained[0].text, "e10");
+        assert!(queue.is_empty(&key()));
+    }
+
+    #[test]
+    fn heartbeat_chatter_is_dropped_and_node_lines_trimmed() {
+        let events: Vec<SystemEvent> = [
+            "Heartbeat poll",
+            "reason periodic check",
+            "Read HEARTBEAT.md please",
+            "Node: laptop · last input 3m ago · online",
+            "Model switched.",
+        ]
+        .iter()
+        .map(|text| SystemEvent {
+            text: (*text).to_owned(),
+            at: at(),
+        })
+        .collect();
+        assert_eq!(
+            prepend_system_events("hi", &events, &Zone::Utc),
+            "System: [2026-01-12T20:19:17Z] Node: laptop · online\nSystem: [2026-01-12T20:19:17Z] Model switched.\n\nhi"
+        );
+        assert_eq!(prepend_system_events("hi", &[], &Zone::Utc), "hi");
+    }
+
+    #[test]
+    fn the_number_of_sessions_is_bounded() {
+        let queue = SystemEventQueue::default();
+        for i in 0..(MAX_SYSTEM_EVENT_SESSIONS + 5) {
+            let key = SessionKey::parse(&format!("agent:main:dm:u{i}")).unwrap();
+            queue.enqueue(&key, "x", at());
+        }
+        let first = SessionKey::parse("agent:main:dm:u0").unwrap();
+        let last = SessionKey::parse(&format!("agent:main:dm:u{}", MAX_SYSTEM_EVENT_SESSIONS + 4))
+            .unwrap();
+        assert!(queue.is_empty(&first), "least recently touched dropped");
+        assert_eq!(queue.len(&last), 1);
+    }
+}
