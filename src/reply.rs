@@ -436,8 +436,8 @@ mod tests {
             }
         );
         assert_eq!(message("All good. HEARTBEAT_OK").text, "All good.");
-        assert_eq!(message("**HEARTBEAT_OK**").should_skip, true);
-        assert_eq!(message("<b>HEARTBEAT_OK</b>").should_skip, true);
+        assert!(message("**HEARTBEAT_OK**").should_skip);
+        assert!(message("<b>HEARTBEAT_OK</b>").should_skip);
         let middle = message("before HEARTBEAT_OK after");
         assert_eq!(
             (middle.text.as_str(), middle.did_strip),

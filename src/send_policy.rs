@@ -195,13 +195,14 @@ mod tests {
         let mut allowed_entry = SessionEntry::new("s", 1);
         allowed_entry.send_policy = Some(Allow);
         // (key, entry, channel, chat type) → policy
-        let cases: Vec<(
-            &str,
-            Option<&SessionEntry>,
-            Option<&str>,
+        type Case<'a> = (
+            &'a str,
+            Option<&'a SessionEntry>,
+            Option<&'a str>,
             Option<PeerKind>,
             SendPolicy,
-        )> = vec![
+        );
+        let cases: Vec<Case<'_>> = vec![
             ("agent:main:slack:channel:c1", None, None, None, Allow),
             ("agent:main:slack:channel:secret", None, None, None, Deny),
             ("agent:main:discord:group:g1", None, None, None, Deny),

@@ -371,18 +371,25 @@ impl PipelineOptions {
 /// mentions removed in groups, markers [defanged](defang), the owner-context marker if
 /// asked for, the sender meta line for groups, and the message's untrusted context.
 pub fn model_body(message: &InboundMessage, body: &str, options: &PipelineOptions) -> String {
-    let is_group = message.is_group();
-    let normalized = normalize_newlines(body);
-    let mut text = strip_timestamp_prefix(&normalized).to_owned();
-    if is_group {
-        text = strip_mentions(&text, &options.mention_names);
-    }
-    let mut text = defang(&text).into_owned();
+    let mut text = clean_text(message, body, options);
     if options.mark_owner_context {
         text = format!("{OWNER_CONTEXT_MARKER}\n{text}");
     }
-    let text = with_sender_meta(&text, &message.sender, is_group);
+    let text = with_sender_meta(&text, &message.sender, message.is_group());
     append_untrusted_context(&text, &message.untrusted_context)
+}
+
+/// The message text alone, as kept in group history: newlines normalised, a leading
+/// timestamp envelope removed, agent mentions removed in groups, markers
+/// [defanged](defang) — without the sender meta line and untrusted context of
+/// [`model_body`].
+pub fn clean_text(message: &InboundMessage, body: &str, options: &PipelineOptions) -> String {
+    let normalized = normalize_newlines(body);
+    let mut text = strip_timestamp_prefix(&normalized).to_owned();
+    if message.is_group() {
+        text = strip_mentions(&text, &options.mention_names);
+    }
+    defang(&text).into_owned()
 }
 
 #[cfg(test)]

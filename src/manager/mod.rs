@@ -27,6 +27,7 @@
 //! # }
 //! ```
 
+mod context;
 mod lifecycle;
 mod log;
 mod meta;
@@ -39,13 +40,17 @@ use crate::clock::{to_millis, Clock, SystemClock};
 use crate::drift::{DriftClassifier, DEFAULT_DRIFT_THRESHOLD};
 use crate::entry::ForkOrigin;
 use crate::error::{Error, Result};
-use crate::freshness::{Freshness, FreshnessPolicy, ResetConfig, ResetType};
+use crate::freshness::{Freshness, FreshnessPolicy, ResetConfig, ResetType, Zone};
+use crate::history::{HistoryBuffer, MemoryHistory};
+use crate::inbound::events::SystemEventQueue;
 use crate::inbound::InboundMessage;
 use crate::key::{normalize_channel, AgentId, DefaultKeyBuilder, KeyBuilder, SessionKey};
 use crate::reset::{parse_model_hint, ModelCatalog, ResetTriggers};
+use crate::send_policy::SendPolicyConfig;
 use crate::store::SessionStore;
 use crate::transcript::{ArchiveReason, TranscriptStore};
 
+pub use context::TurnInput;
 pub use lifecycle::{DeleteOptions, OverrideKind, PruneOptions, SessionOverride, TurnOutcome};
 pub use log::LogMessage;
 pub use resolution::{Decision, Reason, Resolution};
@@ -67,6 +72,10 @@ pub struct SessionManager {
     drift: Option<(Arc<dyn DriftClassifier>, f32)>,
     models: Option<Arc<dyn ModelCatalog>>,
     transcripts: Option<Arc<dyn TranscriptStore>>,
+    history: Arc<dyn HistoryBuffer>,
+    system_events: SystemEventQueue,
+    send_policy: SendPolicyConfig,
+    event_zone: Zone,
     default_agent: AgentId,
 }
 
@@ -79,6 +88,8 @@ impl fmt::Debug for SessionManager {
             .field("drift", &self.drift.as_ref().map(|(c, t)| (c, t)))
             .field("models", &self.models)
             .field("transcripts", &self.transcripts.is_some())
+            .field("send_policy", &self.send_policy)
+            .field("event_zone", &self.event_zone)
             .field("default_agent", &self.default_agent)
             .finish_non_exhaustive()
     }
@@ -156,6 +167,25 @@ impl SessionManagerBuilder {
         self
     }
 
+    /// Where group history is kept (default: [`MemoryHistory`], 50 entries per group,
+    /// 1,000 groups).
+    pub fn history(mut self, history: impl HistoryBuffer + 'static) -> Self {
+        self.manager.history = Arc::new(history);
+        self
+    }
+
+    /// Whether the agent may send, per session (default: always).
+    pub fn send_policy(mut self, policy: SendPolicyConfig) -> Self {
+        self.manager.send_policy = policy;
+        self
+    }
+
+    /// The zone system-event times are written in (default: local).
+    pub fn event_time_zone(mut self, zone: Zone) -> Self {
+        self.manager.event_zone = zone;
+        self
+    }
+
     /// The agent for messages and sources that name none (default: `main`). Keep it in
     /// step with the key builder's default agent.
     pub fn default_agent(mut self, agent: AgentId) -> Self {
@@ -192,6 +222,10 @@ impl SessionManager {
                 drift: None,
                 models: None,
                 transcripts: None,
+                history: Arc::new(MemoryHistory::default()),
+                system_events: SystemEventQueue::default(),
+                send_policy: SendPolicyConfig::default(),
+                event_zone: Zone::Local,
                 default_agent: AgentId::main(),
             },
         }

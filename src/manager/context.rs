@@ -1,0 +1,165 @@
+//! The manager's side of conversation context: what the model sees for a message, and
+//! what the bot sends back.
+
+use serde::Serialize;
+
+use super::{Resolution, SessionManager};
+use crate::clock::{from_millis, to_millis};
+use crate::entry::SendPolicy;
+use crate::error::Result;
+use crate::history::{build_history_context, format_envelope, group_history_key, HistoryEntry};
+use crate::inbound::events::prepend_system_events;
+use crate::inbound::pipeline::{clean_text, model_body, sender_label, PipelineOptions};
+use crate::inbound::InboundMessage;
+use crate::key::SessionKey;
+use crate::reply::{build_reply_payloads, ReplyOptions, ReplyPayload};
+use crate::routing::{route, RouteDecision};
+
+/// What [`SessionManager::prepare_turn`] decided for a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnInput {
+    /// Whether the agent runs, and why.
+    pub route: RouteDecision,
+    /// The text for the model; `None` when the agent does not run (the message was
+    /// kept as group history).
+    pub text: Option<String>,
+    /// The group's history key, for group messages.
+    pub history_key: Option<String>,
+}
+
+impl SessionManager {
+    fn pipeline_options(&self, mark_owner_context: bool) -> PipelineOptions {
+        PipelineOptions {
+            mention_names: self.triggers.mention_names.clone(),
+            mark_owner_context,
+        }
+    }
+
+    /// What the model sees for `message`, in the session `resolution` decided.
+    ///
+    /// The message is routed (direct and owner messages always run the agent, others
+    /// only when they address it or the group's activation is `always`). A message
+    /// that does not run the agent is kept in the group's history and `text` is `None`.
+    /// Otherwise `text` is the message through the inbound pipeline (the resolution's
+    /// body: reset trigger and model hint removed), in a group preceded by the history
+    /// since the agent last replied, and preceded by the session's queued system
+    /// events.
+    pub async fn prepare_turn(
+        &self,
+        resolution: &Resolution,
+        message: &InboundMessage,
+    ) -> Result<TurnInput> {
+        let route = route(message, resolution.entry().group_activation.as_ref());
+        let group = message.group_resolution();
+        let history_key = group
+            .as_ref()
+            .map(|g| group_history_key(&g.channel, message.account_id.as_deref(), g.kind, &g.id));
+        let now = self.clock.now();
+        let sender = message
+            .sender
+            .name
+            .clone()
+            .or_else(|| message.sender.username.clone())
+            .or_else(|| sender_label(&message.sender))
+            .unwrap_or_else(|| "unknown".to_owned());
+
+        if !route.trigger {
+            if let Some(key) = &history_key {
+                let entry = HistoryEntry {
+                    sender,
+                    body: clean_text(message, &resolution.body, &self.pipeline_options(false)),
+                    timestamp: Some(to_millis(now)),
+                    message_id: message.message_id.clone(),
+                };
+                self.history.append(key, entry).await?;
+            }
+            return Ok(TurnInput {
+                route,
+                text: None,
+                history_key,
+            });
+        }
+
+        let body = model_body(
+            message,
+            &resolution.body,
+            &self.pipeline_options(route.mark_for_context),
+        );
+        let text = match (&history_key, &group) {
+            (Some(key), Some(group)) => {
+                let lines: Vec<String> = self
+                    .history
+                    .entries(key)
+                    .await?
+                    .iter()
+                    .map(|entry| {
+                        format_envelope(
+                            &group.channel,
+                            &group.id,
+                            entry.timestamp.map(from_millis),
+                            &entry.sender,
+                            &entry.body,
+                        )
+                    })
+                    .collect();
+                let current = format_envelope(&group.channel, &group.id, Some(now), &sender, &body);
+                build_history_context(&lines, &current, false)
+            }
+            _ => body,
+        };
+        let events = self.system_events.drain(&resolution.key);
+        Ok(TurnInput {
+            route,
+            text: Some(prepend_system_events(&text, &events, &self.event_zone)),
+            history_key,
+        })
+    }
+
+    /// What the bot sends for the model's `outputs` to `message`: the reply pipeline
+    /// (heartbeat tokens, directives, silence, duplicates of `sent_by_tool`), then the
+    /// send policy — a session that may not send gets nothing. The group's history is
+    /// cleared: the agent has seen it.
+    pub async fn finish_turn(
+        &self,
+        resolution: &Resolution,
+        message: &InboundMessage,
+        outputs: Vec<ReplyPayload>,
+        sent_by_tool: Vec<String>,
+    ) -> Result<Vec<ReplyPayload>> {
+        let payloads = build_reply_payloads(
+            outputs,
+            &ReplyOptions {
+                heartbeat_run: false,
+                current_message_id: message.message_id.clone(),
+                sent_by_tool,
+            },
+        );
+        if let Some(group) = message.group_resolution() {
+            let key = group_history_key(
+                &group.channel,
+                message.account_id.as_deref(),
+                group.kind,
+                &group.id,
+            );
+            self.history.clear(&key).await?;
+        }
+        let policy = self.send_policy.resolve(
+            &resolution.key,
+            Some(resolution.entry()),
+            Some(&message.channel),
+            Some(message.peer_kind()),
+        );
+        if policy == SendPolicy::Deny {
+            tracing::debug!(key = %resolution.key, dropped = payloads.len(), "send policy denies replies in this session");
+            return Ok(Vec::new());
+        }
+        Ok(payloads)
+    }
+
+    /// Queues a system event (model switched, reminder fired) for the next message of
+    /// `key`'s session. Returns `false` for a blank text or a repeat of the last one.
+    pub fn enqueue_system_event(&self, key: &SessionKey, text: &str) -> bool {
+        self.system_events.enqueue(key, text, self.clock.now())
+    }
+}
