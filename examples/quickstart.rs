@@ -17,6 +17,8 @@ use agent_sessions::clock::{Clock, ManualClock, SystemClock};
 use agent_sessions::freshness::{ResetConfig, ResetSpec};
 use agent_sessions::manager::LogMessage;
 use agent_sessions::prelude::*;
+use agent_sessions::reply::ReplyPayload;
+use agent_sessions::reset::ResetTriggers;
 use agent_sessions::transcript::FileTranscriptStore;
 
 #[tokio::main(flavor = "current_thread")]
@@ -46,6 +48,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .freshness(ResetConfig::default().by_channel("whatsapp", ResetSpec::idle(30)))
         // Every message in and out goes to the session's JSONL transcript.
         .transcripts(FileTranscriptStore::new(&root))
+        // `/new` and `/reset` as usual; in groups the agent is mentioned as "@bot".
+        .reset_triggers(ResetTriggers::default().mention_names(["@bot"]))
         .clock(clock.clone())
         .build();
 
@@ -64,6 +68,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .with_thread("1770350000.000100")
             .with_sender_name("Carol")
             .with_agent("support")
+            .mentioning_agent()
     };
 
     let script: Vec<(Duration, InboundMessage)> = vec![
@@ -73,7 +78,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ),
         (
             Duration::from_secs(60),
-            family("+15550100", "Bob", "@bot what time is dinner on Sunday?"),
+            family("+15550101", "Dana", "Sunday dinner is at mine this week!"),
+        ),
+        (
+            Duration::from_secs(60),
+            family("+15550100", "Bob", "@bot what time is dinner on Sunday?").mentioning_agent(),
         ),
         (
             Duration::from_secs(60),
@@ -82,7 +91,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         (Duration::from_secs(60), helpdesk("The VPN is down again.")),
         (
             Duration::from_secs(60),
-            family("+15550101", "Dana", "I'll bring dessert."),
+            family(
+                "+15550101",
+                "Dana",
+                "I'll bring dessert, don't tell the bot.",
+            ),
         ),
         (
             Duration::from_secs(60),
@@ -90,7 +103,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ),
         (
             Duration::from_secs(45 * 60),
-            family("+15550100", "Bob", "Did anyone book the table?"),
+            family("+15550100", "Bob", "@bot did anyone book the table?").mentioning_agent(),
         ),
     ];
 
@@ -99,25 +112,50 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         if *pause > Duration::from_secs(60) {
             println!("  … {} quiet minutes later …", pause.as_secs() / 60);
         }
+        // 1. Which session? (one atomic store update)
         let resolution = manager.resolve(message).await?;
         manager
             .log_message(&resolution.key, LogMessage::from_inbound(message))
             .await?;
-        // A real bot would ask its model here; the demo's stand-in just acknowledges.
-        manager
-            .log_message(&resolution.key, LogMessage::outbound("Noted!").took(5))
-            .await?;
         println!(
-            "{:>5} on {:<8} → {}\n        {:?} ({}), session {}, message {}: {:?}",
+            "{:>5} on {:<8} → {}\n        {:?} ({}), session {}: {:?}",
             message.sender.name.as_deref().unwrap_or("?"),
             message.channel,
             resolution.key,
             resolution.decision,
             resolution.reason,
             resolution.session_id(),
-            resolution.entry().message_count.unwrap_or(0),
             resolution.body,
         );
+        // 2. What does the model see? (group chatter is kept as history, not answered)
+        let turn = manager.prepare_turn(&resolution, message).await?;
+        let Some(text) = turn.text else {
+            println!("        not addressed to the bot: kept as group history");
+            continue;
+        };
+        if message.is_group() {
+            println!("        the model sees:");
+            for line in text.lines() {
+                println!("        │ {line}");
+            }
+        }
+        // 3. The model answers (a real bot calls its LLM here), 4. what is sent.
+        let reply = format!("(stand-in reply to {:?})", resolution.body);
+        let sent = manager
+            .finish_turn(
+                &resolution,
+                message,
+                vec![ReplyPayload::text(reply)],
+                vec![],
+            )
+            .await?;
+        for payload in sent {
+            let text = payload.text.unwrap_or_default();
+            manager
+                .log_message(&resolution.key, LogMessage::outbound(text.clone()).took(5))
+                .await?;
+            println!("        bot: {text}");
+        }
     }
 
     println!("\nsessions, most recent first:");
