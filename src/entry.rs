@@ -524,6 +524,25 @@ pub struct SessionEntry {
     /// The session this thread session was forked from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<ForkOrigin>,
+    /// Engine runtime session ids, by engine type (seed 000's `engine_session_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_session_ids: Option<IndexMap<String, String>>,
+    /// The canonical person this session is with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub person_id: Option<String>,
+    /// The agent identity the session's agent belongs to (`reggie` for `reggie_oc`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_identity: Option<String>,
+    /// This session's context summary (ClawOS), at most 1,000 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_summary: Option<String>,
+    /// The rolling summary shared by every session of this person with this agent
+    /// identity (seed 000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity_summary: Option<IdentitySummary>,
+    /// What the session is working on, as the last checkpoint's introspection left it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_memory: Option<String>,
 
     /// Fields this version does not know, kept as written, in order.
     #[serde(flatten)]
@@ -746,6 +765,36 @@ impl SessionSource {
         let id = crate::key::key_segment(IdKind::Peer, id.unwrap_or(""))?;
         crate::SessionKey::parse(&format!("agent:{agent}:{prefix}:{id}"))
     }
+}
+
+/// A rolling summary of everything one person said with one agent identity, across
+/// sessions, channels and engine variants (seed 000 §6).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IdentitySummary {
+    /// The summary.
+    pub text: String,
+    /// When it was written, epoch milliseconds.
+    pub updated_at: u64,
+    /// The last message it covers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermark: Option<LogCursor>,
+    /// Fields this version does not know, kept as written.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A position in the message log: messages are ordered by time, then session id, then
+/// offset.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogCursor {
+    /// When the message was logged, epoch milliseconds.
+    pub at: u64,
+    /// Its session id.
+    pub session_id: String,
+    /// Its offset in that session's transcript.
+    pub offset: u64,
 }
 
 /// The parent of a forked thread session: what its context starts from.

@@ -63,6 +63,7 @@ pub mod history;
 pub mod inbound;
 pub mod key;
 pub mod manager;
+pub mod memory_flush;
 pub mod paths;
 pub mod prompt;
 pub mod reply;
@@ -71,10 +72,12 @@ pub mod route;
 pub mod routing;
 pub mod send_policy;
 pub mod store;
+pub mod summary;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 pub mod transcript;
+pub mod usage;
 
 pub use entry::{
     ChatType, DeliveryContext, SessionEntry, SessionOrigin, SessionSource, SessionStatus, ThreadId,

@@ -109,6 +109,9 @@ pub struct InboundMessage {
     /// Whether the sender is the bot's owner.
     #[serde(default)]
     pub sender_is_owner: bool,
+    /// The canonical person the sender is (from identity resolution), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub person_id: Option<String>,
     /// The channel's message id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_id: Option<String>,
@@ -262,6 +265,12 @@ impl InboundMessage {
     /// Marks the message as addressed to the agent.
     pub fn mentioning_agent(mut self) -> Self {
         self.mentioned = true;
+        self
+    }
+
+    /// Names the canonical person who sent the message.
+    pub fn from_person(mut self, person_id: impl Into<String>) -> Self {
+        self.person_id = Some(person_id.into());
         self
     }
 

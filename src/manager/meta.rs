@@ -66,6 +66,9 @@ pub(crate) fn start_session(base: Option<SessionEntry>, now_ms: u64) -> SessionE
     entry.sdk_session_id = None;
     entry.cli_session_ids = None;
     entry.claude_cli_session_id = None;
+    entry.engine_session_ids = None;
+    entry.context_summary = None;
+    entry.working_memory = None;
     // This crate's lifecycle.
     entry.status = Some(SessionStatus::Idle);
     entry.session_started_at = Some(now_ms);
@@ -76,6 +79,7 @@ pub(crate) fn start_session(base: Option<SessionEntry>, now_ms: u64) -> SessionE
     entry.description = None;
     entry.description_source = None;
     entry.forked_from = None;
+    // The identity summary, person and agent identity stay: they outlive sessions.
     entry.updated_at = now_ms;
     entry
 }

@@ -128,6 +128,10 @@ pub struct ListFilter {
     pub channel: Option<String>,
     /// Only this kind of conversation (from the entry's `chatType`, else the key).
     pub chat_type: Option<PeerKind>,
+    /// Only sessions with this person.
+    pub person_id: Option<String>,
+    /// Only sessions with this agent identity.
+    pub agent_identity: Option<String>,
     /// Only sessions with `updatedAt` strictly before this (epoch ms).
     pub updated_before: Option<u64>,
     /// Only sessions with `updatedAt` strictly after this (epoch ms).
@@ -163,6 +167,18 @@ impl ListFilter {
     /// Only this kind of conversation.
     pub fn chat_type(mut self, kind: PeerKind) -> Self {
         self.chat_type = Some(kind);
+        self
+    }
+
+    /// Only sessions with `person_id`.
+    pub fn person(mut self, person_id: impl Into<String>) -> Self {
+        self.person_id = Some(person_id.into());
+        self
+    }
+
+    /// Only sessions with `agent_identity`.
+    pub fn agent_identity(mut self, identity: impl Into<String>) -> Self {
+        self.agent_identity = Some(identity.into());
         self
     }
 
@@ -214,9 +230,19 @@ impl ListFilter {
                 .or_else(|| key.peer_kind());
             kind == Some(wanted)
         });
+        let person_ok = self
+            .person_id
+            .as_deref()
+            .is_none_or(|person| entry.person_id.as_deref() == Some(person));
+        let identity_ok = self
+            .agent_identity
+            .as_deref()
+            .is_none_or(|identity| entry.agent_identity.as_deref() == Some(identity));
         self.matches_key(key)
             && channel_ok
             && kind_ok
+            && person_ok
+            && identity_ok
             && self
                 .updated_before
                 .is_none_or(|before| entry.updated_at < before)
