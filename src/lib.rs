@@ -53,6 +53,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod checkpoint;
 pub mod clock;
 pub mod drift;
 pub mod entry;

@@ -131,25 +131,6 @@ pub enum OverrideKind {
     QueueMode,
 }
 
-/// How a turn ended, for [`SessionManager::record_turn`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TurnOutcome {
-    /// The run was aborted.
-    pub aborted: bool,
-}
-
-impl TurnOutcome {
-    /// A turn that completed.
-    pub fn completed() -> Self {
-        TurnOutcome::default()
-    }
-
-    /// A turn that was aborted.
-    pub fn aborted() -> Self {
-        TurnOutcome { aborted: true }
-    }
-}
-
 impl SessionManager {
     /// The session under `key`.
     pub async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
@@ -341,30 +322,6 @@ impl SessionManager {
         self.change(key, |entry| apply_route(entry, route)).await
     }
 
-    /// Records a completed (or aborted) turn: the turn count, that the system prompt was
-    /// sent, whether the run was aborted, the status back to idle, and — a turn being
-    /// real activity — `updatedAt`.
-    pub async fn record_turn(
-        &self,
-        key: &SessionKey,
-        outcome: TurnOutcome,
-    ) -> Result<StoredSession> {
-        let now_ms = self.clock.now_millis();
-        self.change(key, |entry| {
-            entry.turn_count = Some(entry.turn_count.unwrap_or(0) + 1);
-            entry.system_sent = Some(true);
-            entry.aborted_last_run = Some(outcome.aborted);
-            if matches!(
-                entry.status,
-                Some(SessionStatus::Running | SessionStatus::AwaitingApproval)
-            ) {
-                entry.status = Some(SessionStatus::Idle);
-            }
-            entry.updated_at = entry.updated_at.max(now_ms);
-        })
-        .await
-    }
-
     /// Starts a thread session `<parent>:thread:<threadId>` forked from `parent`: it
     /// records its parent ([`SessionEntry::forked_from`]) and takes the parent's reply
     /// route and group metadata; its first message continues it (`first_message`).
@@ -500,7 +457,7 @@ impl SessionManager {
     }
 
     /// Changes an existing session without touching `updatedAt`.
-    async fn change<F>(&self, key: &SessionKey, mut f: F) -> Result<StoredSession>
+    pub(super) async fn change<F>(&self, key: &SessionKey, mut f: F) -> Result<StoredSession>
     where
         F: FnMut(&mut SessionEntry) + Send,
     {

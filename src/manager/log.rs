@@ -277,18 +277,21 @@ impl SessionManager {
             .pop())
     }
 
-    /// Records a checkpoint in the session's event log.
+    /// Takes a checkpoint (seed 003: `manual`, `new_session`, `turn_limit`, `idle`):
+    /// with an [`Introspector`](crate::checkpoint::Introspector), it looks over the
+    /// session's events since the last checkpoint and its working memory and description
+    /// are updated from what it returns; a checkpoint event is recorded either way.
     pub async fn checkpoint(
         &self,
         key: &SessionKey,
         reason: CheckpointReason,
     ) -> Result<SessionEvent> {
-        let (transcript, _) = self.transcript_of(key).await?;
-        let line = TranscriptEntry::checkpoint(reason, self.clock.now());
-        let mut events = self.transcripts()?.append(&transcript, vec![line]).await?;
-        events
-            .pop()
-            .ok_or_else(|| Error::NotFound { key: key.clone() })
+        let (transcript, entry) = self.transcript_of(key).await?;
+        let (outcome, event) = self.introspect(key, &transcript, &entry, reason).await?;
+        if let Some(outcome) = outcome {
+            self.apply_introspection(key, outcome, true).await?;
+        }
+        Ok(event)
     }
 
     /// Records a status change in the session's event log, when transcripts are kept.

@@ -20,6 +20,7 @@ pub(crate) struct Inbound<'a> {
     pub(crate) body: &'a str,
     pub(crate) model: Option<&'a ModelRef>,
     pub(crate) fork: Option<&'a ForkOrigin>,
+    pub(crate) agent_identity: Option<&'a str>,
     pub(crate) now_ms: u64,
 }
 
@@ -108,6 +109,10 @@ pub(crate) fn record_message(entry: &mut SessionEntry, inbound: &Inbound<'_>) {
     }
     if inbound.fork.is_some() {
         entry.forked_from = inbound.fork.cloned();
+    }
+    if let Some(person) = present(message.person_id.as_deref()) {
+        entry.person_id = Some(person.to_owned());
+        entry.agent_identity = inbound.agent_identity.map(str::to_owned);
     }
     apply_route(
         entry,

@@ -30,12 +30,16 @@
 mod context;
 mod lifecycle;
 mod log;
+mod memory;
 mod meta;
 mod resolution;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
+use crate::checkpoint::Introspector;
 use crate::clock::{to_millis, Clock, SystemClock};
 use crate::drift::{DriftClassifier, DEFAULT_DRIFT_THRESHOLD};
 use crate::entry::ForkOrigin;
@@ -44,15 +48,20 @@ use crate::freshness::{Freshness, FreshnessPolicy, ResetConfig, ResetType, Zone}
 use crate::history::{HistoryBuffer, MemoryHistory};
 use crate::inbound::events::SystemEventQueue;
 use crate::inbound::InboundMessage;
-use crate::key::{normalize_channel, AgentId, DefaultKeyBuilder, KeyBuilder, SessionKey};
+use crate::key::{
+    normalize_agent_id, normalize_channel, AgentId, DefaultKeyBuilder, KeyBuilder, SessionKey,
+};
+use crate::memory_flush::{MemoryFlushGuard, MemoryFlushSettings};
 use crate::reset::{parse_model_hint, ModelCatalog, ResetTriggers};
 use crate::send_policy::SendPolicyConfig;
 use crate::store::SessionStore;
-use crate::transcript::{ArchiveReason, TranscriptStore};
+use crate::summary::{Summarizer, TemplateSummarizer};
+use crate::transcript::{ArchiveReason, CheckpointReason, TranscriptRef, TranscriptStore};
 
 pub use context::TurnInput;
-pub use lifecycle::{DeleteOptions, OverrideKind, PruneOptions, SessionOverride, TurnOutcome};
+pub use lifecycle::{DeleteOptions, OverrideKind, PruneOptions, SessionOverride};
 pub use log::LogMessage;
+pub use memory::{CompactionEvent, SummaryRefresh, TurnOutcome, DEFAULT_SUMMARY_QUIET_GAP};
 pub use resolution::{Decision, Reason, Resolution};
 
 use self::meta::{record_message, start_session, Inbound};
@@ -76,6 +85,12 @@ pub struct SessionManager {
     system_events: SystemEventQueue,
     send_policy: SendPolicyConfig,
     event_zone: Zone,
+    summarizer: Arc<dyn Summarizer>,
+    flush_guard: Arc<dyn MemoryFlushGuard>,
+    introspector: Option<Arc<dyn Introspector>>,
+    summary_quiet_gap: Duration,
+    checkpoint_every_turns: Option<u64>,
+    agent_identities: HashMap<String, String>,
     default_agent: AgentId,
 }
 
@@ -90,6 +105,11 @@ impl fmt::Debug for SessionManager {
             .field("transcripts", &self.transcripts.is_some())
             .field("send_policy", &self.send_policy)
             .field("event_zone", &self.event_zone)
+            .field("flush_guard", &self.flush_guard)
+            .field("introspector", &self.introspector.is_some())
+            .field("summary_quiet_gap", &self.summary_quiet_gap)
+            .field("checkpoint_every_turns", &self.checkpoint_every_turns)
+            .field("agent_identities", &self.agent_identities)
             .field("default_agent", &self.default_agent)
             .finish_non_exhaustive()
     }
@@ -186,6 +206,46 @@ impl SessionManagerBuilder {
         self
     }
 
+    /// Writes context and identity summaries (default: [`TemplateSummarizer`]).
+    pub fn summarizer(mut self, summarizer: impl Summarizer + 'static) -> Self {
+        self.manager.summarizer = Arc::new(summarizer);
+        self
+    }
+
+    /// Decides memory flushes (default: [`MemoryFlushSettings::default`]).
+    pub fn memory_flush(mut self, guard: impl MemoryFlushGuard + 'static) -> Self {
+        self.manager.flush_guard = Arc::new(guard);
+        self
+    }
+
+    /// Looks back over sessions at checkpoints (default: none).
+    pub fn introspector(mut self, introspector: impl Introspector + 'static) -> Self {
+        self.manager.introspector = Some(Arc::new(introspector));
+        self
+    }
+
+    /// How long a conversation must be quiet before its identity summary is merged
+    /// (default: one hour).
+    pub fn summary_quiet_gap(mut self, gap: Duration) -> Self {
+        self.manager.summary_quiet_gap = gap;
+        self
+    }
+
+    /// Takes a `turn_limit` checkpoint every `turns` turns (default: never).
+    pub fn checkpoint_every_turns(mut self, turns: u64) -> Self {
+        self.manager.checkpoint_every_turns = Some(turns);
+        self
+    }
+
+    /// Groups an agent variant under an identity for summaries (`reggie_oc` and
+    /// `reggie_fd` are both `reggie`). Unlisted agents are their own identity.
+    pub fn agent_identity(mut self, agent_id: &str, identity: &str) -> Self {
+        self.manager
+            .agent_identities
+            .insert(normalize_agent_id(agent_id), identity.trim().to_lowercase());
+        self
+    }
+
     /// The agent for messages and sources that name none (default: `main`). Keep it in
     /// step with the key builder's default agent.
     pub fn default_agent(mut self, agent: AgentId) -> Self {
@@ -226,6 +286,12 @@ impl SessionManager {
                 system_events: SystemEventQueue::default(),
                 send_policy: SendPolicyConfig::default(),
                 event_zone: Zone::Local,
+                summarizer: Arc::new(TemplateSummarizer),
+                flush_guard: Arc::new(MemoryFlushSettings::default()),
+                introspector: None,
+                summary_quiet_gap: DEFAULT_SUMMARY_QUIET_GAP,
+                checkpoint_every_turns: None,
+                agent_identities: HashMap::new(),
                 default_agent: AgentId::main(),
             },
         }
@@ -299,6 +365,7 @@ impl SessionManager {
 
         let now = self.clock.now();
         let now_ms = to_millis(now);
+        let agent_identity = key.agent_id().map(|agent| self.agent_identity_of(agent));
         let mut outcome = None;
         let stored = self
             .store
@@ -327,6 +394,7 @@ impl SessionManager {
                         body: &body,
                         model: hint.as_ref().map(|h| &h.model),
                         fork: fork.as_ref().filter(|_| is_new),
+                        agent_identity: agent_identity.as_deref(),
                         now_ms,
                     },
                 );
@@ -354,9 +422,9 @@ impl SessionManager {
             return Err(Error::NotFound { key });
         };
         tracing::debug!(key = %key, session_id = %session.entry.session_id, decision = ?decision, reason = %reason, "session resolved");
-        if let (Reason::ExplicitReset, Some(old)) = (reason, &previous) {
-            self.retire_transcript(&key, old, ArchiveReason::Reset, false)
-                .await;
+        if decision == Decision::New {
+            self.after_new_session(&key, &session.entry, previous.as_ref(), reason)
+                .await?;
         }
         Ok(Resolution {
             key,
@@ -371,6 +439,40 @@ impl SessionManager {
             model_override: hint.map(|h| h.model),
             expires_at,
         })
+    }
+
+    /// What follows a new session: it inherits its siblings' identity summary; the
+    /// session it replaced gets a `new_session` checkpoint (with an introspector, whose
+    /// working memory carries over); and after an explicit reset the old transcript is
+    /// archived.
+    async fn after_new_session(
+        &self,
+        key: &SessionKey,
+        entry: &crate::entry::SessionEntry,
+        previous: Option<&crate::entry::SessionEntry>,
+        reason: Reason,
+    ) -> Result<()> {
+        self.seed_identity_summary(key, entry).await?;
+        let Some(old) = previous else {
+            return Ok(());
+        };
+        let had_transcript = old.session_file.is_some();
+        if self.introspector.is_some() && self.transcripts.is_some() && had_transcript {
+            let transcript = TranscriptRef::of(key, old, &self.default_agent);
+            match self
+                .introspect(key, &transcript, old, CheckpointReason::NewSession)
+                .await
+            {
+                Ok((Some(outcome), _)) => self.apply_introspection(key, outcome, false).await?,
+                Ok((None, _)) => {}
+                Err(error) => tracing::warn!(key = %key, %error, "new-session checkpoint failed"),
+            }
+        }
+        if reason == Reason::ExplicitReset {
+            self.retire_transcript(key, old, ArchiveReason::Reset, false)
+                .await;
+        }
+        Ok(())
     }
 
     /// The session id the drift gate fires for, if it is on and fires. Asked only when

@@ -1,0 +1,539 @@
+//! The manager's side of memory: turns with their usage, the memory flush, compaction,
+//! summaries, engine sessions, checkpoints and snapshots.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::SessionManager;
+use crate::checkpoint::{snapshot_needs_refresh, IntrospectionInput, IntrospectionOutcome};
+use crate::clock::{from_millis, to_millis};
+use crate::entry::{DescriptionSource, IdentitySummary, LogCursor, SessionEntry, SessionStatus};
+use crate::error::{Error, Result};
+use crate::key::SessionKey;
+use crate::memory_flush::FlushPlan;
+use crate::store::{ListFilter, StoredSession};
+use crate::summary::{SummaryInput, SummaryTurn, MAX_SUMMARY_CHARS};
+use crate::transcript::{
+    CheckpointReason, EventKind, LogQuery, Offset, SessionEvent, TranscriptEntry, TranscriptRef,
+};
+use crate::usage::{EngineKind, EngineSession, TurnUsage};
+
+/// How long a person's conversation with an agent identity must be quiet before its
+/// rolling summary is merged (seed 000: one hour).
+pub const DEFAULT_SUMMARY_QUIET_GAP: Duration = Duration::from_secs(60 * 60);
+
+/// How a turn ended, for [`SessionManager::record_turn`]: the one call after each turn.
+///
+/// ```
+/// use agent_sessions::manager::TurnOutcome;
+/// use agent_sessions::usage::{EngineSession, TurnUsage};
+///
+/// let outcome = TurnOutcome::completed()
+///     .with_usage(TurnUsage::tokens(1_200, 340, 14_000, 120).by("anthropic", "claude-opus-4-6"))
+///     .with_engine(EngineSession::Sdk { id: "sdk-7".into() })
+///     .with_exchange("When is my shift?", "Tomorrow at 9.");
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TurnOutcome {
+    /// The run was aborted.
+    pub aborted: bool,
+    /// What the turn used.
+    pub usage: Option<TurnUsage>,
+    /// The engine session it ran in, to resume next time.
+    pub engine: Option<EngineSession>,
+    /// The user's message and the reply, for the context summary.
+    pub exchange: Option<(String, String)>,
+}
+
+impl TurnOutcome {
+    /// A turn that completed.
+    pub fn completed() -> Self {
+        TurnOutcome::default()
+    }
+
+    /// A turn that was aborted.
+    pub fn aborted() -> Self {
+        TurnOutcome {
+            aborted: true,
+            ..TurnOutcome::default()
+        }
+    }
+
+    /// Records the turn's usage.
+    pub fn with_usage(mut self, usage: TurnUsage) -> Self {
+        self.usage = Some(usage);
+        self
+    }
+
+    /// Records the engine session to resume.
+    pub fn with_engine(mut self, engine: EngineSession) -> Self {
+        self.engine = Some(engine);
+        self
+    }
+
+    /// Updates the context summary with this exchange.
+    pub fn with_exchange(mut self, user: impl Into<String>, reply: impl Into<String>) -> Self {
+        self.exchange = Some((user.into(), reply.into()));
+        self
+    }
+}
+
+/// A compaction event from the engine (seed 002 §8.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompactionEvent {
+    /// Compaction started.
+    Start,
+    /// Compaction ended; `will_retry` when the engine will try again.
+    End {
+        /// Another attempt follows.
+        will_retry: bool,
+        /// The prompt size after compaction, if known.
+        tokens_after: Option<u64>,
+    },
+}
+
+/// What [`SessionManager::refresh_identity_summary`] did.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum SummaryRefresh {
+    /// The summary was merged and written to every sibling session.
+    Updated {
+        /// The new summary.
+        summary: IdentitySummary,
+        /// The sessions that got it.
+        sessions: Vec<SessionKey>,
+    },
+    /// The conversation is still going; try again after `until`.
+    NotQuiet {
+        /// When the quiet gap will have passed.
+        until: chrono::DateTime<chrono::Utc>,
+    },
+    /// No message since the last summary.
+    NothingNew,
+}
+
+fn clip_summary(text: &str) -> String {
+    let text = text.trim();
+    if text.chars().count() <= MAX_SUMMARY_CHARS {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(MAX_SUMMARY_CHARS - 1).collect();
+    cut.push('…');
+    cut
+}
+
+impl SessionManager {
+    /// Records a turn — one call after each turn: the turn count, that the system
+    /// prompt was sent, whether the run was aborted, the status back to idle, the usage
+    /// (OpenClaw's rules: `totalTokens` is the prompt size), the engine session to
+    /// resume, and — with an exchange — the context summary (the summarizer runs before
+    /// the store update, outside its lock; a failing summarizer is logged and the
+    /// summary left as it was). A turn is real activity: `updatedAt` moves.
+    ///
+    /// With `checkpoint_every_turns` configured and an introspector, every Nth turn
+    /// takes a `turn_limit` checkpoint.
+    pub async fn record_turn(
+        &self,
+        key: &SessionKey,
+        outcome: TurnOutcome,
+    ) -> Result<StoredSession> {
+        let summary = match &outcome.exchange {
+            Some((user, reply)) => self.next_context_summary(key, user, reply).await?,
+            None => None,
+        };
+        let now_ms = self.clock.now_millis();
+        let stored = self
+            .change(key, |entry| {
+                entry.turn_count = Some(entry.turn_count.unwrap_or(0) + 1);
+                entry.system_sent = Some(true);
+                entry.aborted_last_run = Some(outcome.aborted);
+                if matches!(
+                    entry.status,
+                    Some(SessionStatus::Running | SessionStatus::AwaitingApproval)
+                ) {
+                    entry.status = Some(SessionStatus::Idle);
+                }
+                entry.updated_at = entry.updated_at.max(now_ms);
+                if let Some(usage) = &outcome.usage {
+                    usage.apply(entry);
+                }
+                if let Some(engine) = &outcome.engine {
+                    engine.apply(entry);
+                }
+                if let Some(summary) = &summary {
+                    entry.context_summary = Some(summary.clone());
+                }
+            })
+            .await?;
+        let turns = stored.entry.turn_count.unwrap_or(0);
+        let at_limit = self
+            .checkpoint_every_turns
+            .is_some_and(|every| every > 0 && turns % every == 0);
+        if at_limit && self.introspector.is_some() && self.transcripts.is_some() {
+            self.checkpoint(key, CheckpointReason::TurnLimit).await?;
+            return self
+                .store
+                .get(key)
+                .await?
+                .ok_or_else(|| Error::NotFound { key: key.clone() });
+        }
+        Ok(stored)
+    }
+
+    async fn next_context_summary(
+        &self,
+        key: &SessionKey,
+        user: &str,
+        reply: &str,
+    ) -> Result<Option<String>> {
+        let current = self
+            .store
+            .get(key)
+            .await?
+            .ok_or_else(|| Error::NotFound { key: key.clone() })?
+            .entry;
+        let input = SummaryInput::new(vec![SummaryTurn::user(user), SummaryTurn::assistant(reply)])
+            .merging(current.context_summary)
+            .with_turn_count(current.turn_count.unwrap_or(0) + 1);
+        match self.summarizer.summarize(&input).await {
+            Ok(summary) => Ok(Some(clip_summary(&summary))),
+            Err(error) => {
+                tracing::warn!(key = %key, %error, "summarizer failed; the context summary is unchanged");
+                Ok(None)
+            }
+        }
+    }
+
+    /// The memory flush to run before this session's next turn, if one is due (see
+    /// [`MemoryFlushGuard`](crate::memory_flush::MemoryFlushGuard)).
+    pub async fn memory_flush_plan(&self, key: &SessionKey) -> Result<Option<FlushPlan>> {
+        let entry = self
+            .store
+            .get(key)
+            .await?
+            .ok_or_else(|| Error::NotFound { key: key.clone() })?
+            .entry;
+        Ok(self.flush_guard.plan(&entry))
+    }
+
+    /// Records that the memory flush ran: `memoryFlushAt` and the compaction cycle it
+    /// belongs to, so it does not run again until the next compaction.
+    pub async fn record_memory_flush(&self, key: &SessionKey) -> Result<StoredSession> {
+        let now_ms = self.clock.now_millis();
+        self.change(key, |entry| {
+            entry.memory_flush_at = Some(now_ms);
+            entry.memory_flush_compaction_count = Some(entry.compaction_count.unwrap_or(0));
+        })
+        .await
+    }
+
+    /// Records a completed compaction in one atomic update (OpenClaw's
+    /// `incrementCompactionCount`): the count goes up; with `tokens_after`, the prompt
+    /// size becomes it and the input/output breakdown is cleared.
+    pub async fn record_compaction(
+        &self,
+        key: &SessionKey,
+        tokens_after: Option<u64>,
+    ) -> Result<StoredSession> {
+        let now_ms = self.clock.now_millis();
+        self.change(key, |entry| {
+            entry.compaction_count = Some(entry.compaction_count.unwrap_or(0) + 1);
+            entry.updated_at = entry.updated_at.max(now_ms);
+            if let Some(tokens) = tokens_after.filter(|t| *t > 0) {
+                entry.total_tokens = Some(tokens);
+                entry.input_tokens = None;
+                entry.output_tokens = None;
+            }
+        })
+        .await
+    }
+
+    /// Handles an engine's compaction event: only the end of a compaction that will not
+    /// be retried counts (a retried compaction counts once). Returns the session when a
+    /// compaction was recorded.
+    pub async fn on_compaction_event(
+        &self,
+        key: &SessionKey,
+        event: CompactionEvent,
+    ) -> Result<Option<StoredSession>> {
+        match event {
+            CompactionEvent::Start => {
+                tracing::debug!(key = %key, "compaction started");
+                Ok(None)
+            }
+            CompactionEvent::End {
+                will_retry: true, ..
+            } => {
+                tracing::debug!(key = %key, "compaction attempt ended; the engine retries");
+                Ok(None)
+            }
+            CompactionEvent::End {
+                will_retry: false,
+                tokens_after,
+            } => self.record_compaction(key, tokens_after).await.map(Some),
+        }
+    }
+
+    /// The engine session to resume for `key`, if one was recorded.
+    pub async fn engine_session(
+        &self,
+        key: &SessionKey,
+        kind: &EngineKind,
+    ) -> Result<Option<String>> {
+        Ok(self
+            .store
+            .get(key)
+            .await?
+            .and_then(|s| kind.session_id(&s.entry)))
+    }
+
+    /// The agent identity of an agent id: as configured with
+    /// [`agent_identity`](super::SessionManagerBuilder::agent_identity), else the id.
+    pub fn agent_identity_of(&self, agent_id: &str) -> String {
+        self.agent_identities
+            .get(agent_id)
+            .cloned()
+            .unwrap_or_else(|| agent_id.to_owned())
+    }
+
+    /// Gives a new session of a known person the freshest identity summary of its
+    /// siblings (same person, same agent identity): a person's first session with a new
+    /// engine variant starts with what the others know.
+    pub(super) async fn seed_identity_summary(
+        &self,
+        key: &SessionKey,
+        entry: &SessionEntry,
+    ) -> Result<()> {
+        let (Some(person), Some(identity)) = (&entry.person_id, &entry.agent_identity) else {
+            return Ok(());
+        };
+        if entry.identity_summary.is_some() {
+            return Ok(());
+        }
+        let freshest = self
+            .store
+            .list(
+                &ListFilter::new()
+                    .person(person.clone())
+                    .agent_identity(identity.clone()),
+            )
+            .await?
+            .into_iter()
+            .filter(|s| s.key != *key)
+            .filter_map(|s| s.entry.identity_summary)
+            .max_by_key(|summary| summary.updated_at);
+        if let Some(summary) = freshest {
+            self.change(key, |e| {
+                e.identity_summary.get_or_insert_with(|| summary.clone());
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Merges the rolling summary of `person` with `agent_identity` (seed 000 §6): the
+    /// messages logged since the summary's watermark, across every session, channel and
+    /// engine variant, merged by the summarizer — but only once the conversation has
+    /// been quiet for the configured gap (default one hour) — and written to every
+    /// sibling session with the new watermark.
+    pub async fn refresh_identity_summary(
+        &self,
+        person: &str,
+        agent_identity: &str,
+    ) -> Result<SummaryRefresh> {
+        let transcripts = self.transcripts.as_deref().ok_or(Error::NotConfigured {
+            what: "a transcript store (SessionManagerBuilder::transcripts)",
+        })?;
+        let siblings = self
+            .store
+            .list(
+                &ListFilter::new()
+                    .person(person)
+                    .agent_identity(agent_identity),
+            )
+            .await?;
+        let current = siblings
+            .iter()
+            .filter_map(|s| s.entry.identity_summary.clone())
+            .max_by_key(|summary| summary.updated_at);
+        let watermark = current.as_ref().and_then(|s| s.watermark.clone());
+        let mut query = LogQuery::person_with(person, agent_identity);
+        if let Some(mark) = &watermark {
+            query = query.since(from_millis(mark.at));
+        }
+        let records: Vec<_> = transcripts
+            .query_log(&query)
+            .await?
+            .into_iter()
+            .filter(|record| {
+                watermark
+                    .as_ref()
+                    .is_none_or(|mark| cursor_of(record) > *mark)
+            })
+            .collect();
+        let Some(last) = records.last() else {
+            return Ok(SummaryRefresh::NothingNew);
+        };
+        let now = self.clock.now();
+        let quiet_until =
+            last.at + chrono::Duration::from_std(self.summary_quiet_gap).unwrap_or_default();
+        if now < quiet_until {
+            return Ok(SummaryRefresh::NotQuiet { until: quiet_until });
+        }
+        let turns = records
+            .iter()
+            .map(|record| SummaryTurn {
+                direction: record
+                    .log
+                    .direction
+                    .unwrap_or(crate::transcript::Direction::Inbound),
+                text: record.text.clone(),
+                agent_name: record.log.agent_name.clone(),
+                channel: record.log.channel.clone(),
+                at: Some(record.at),
+            })
+            .collect();
+        let input = SummaryInput::new(turns).merging(current.map(|s| s.text));
+        let summary = IdentitySummary {
+            text: clip_summary(&self.summarizer.summarize(&input).await?),
+            updated_at: to_millis(now),
+            watermark: Some(cursor_of(last)),
+            extra: Default::default(),
+        };
+        let mut sessions = Vec::new();
+        for sibling in siblings {
+            self.change(&sibling.key, |entry| {
+                entry.identity_summary = Some(summary.clone())
+            })
+            .await?;
+            sessions.push(sibling.key);
+        }
+        tracing::info!(
+            person,
+            agent_identity,
+            sessions = sessions.len(),
+            "identity summary merged"
+        );
+        Ok(SummaryRefresh::Updated { summary, sessions })
+    }
+
+    /// Introspects `transcript` over its events since its last checkpoint and appends a
+    /// checkpoint event there. `None` when no introspector is configured.
+    pub(super) async fn introspect(
+        &self,
+        key: &SessionKey,
+        transcript: &TranscriptRef,
+        entry: &SessionEntry,
+        reason: CheckpointReason,
+    ) -> Result<(Option<IntrospectionOutcome>, SessionEvent)> {
+        let transcripts = self.transcripts.as_deref().ok_or(Error::NotConfigured {
+            what: "a transcript store (SessionManagerBuilder::transcripts)",
+        })?;
+        let outcome = match &self.introspector {
+            Some(introspector) => {
+                let read = transcripts.read(transcript, Offset::START).await?;
+                let since_checkpoint = read
+                    .events
+                    .iter()
+                    .rposition(|e| e.kind() == EventKind::Checkpoint)
+                    .map_or(0, |at| at + 1);
+                let input = IntrospectionInput {
+                    key: key.clone(),
+                    entry: entry.clone(),
+                    reason,
+                    events: read.events[since_checkpoint..].to_vec(),
+                };
+                match introspector.introspect(&input).await {
+                    Ok(outcome) => Some(outcome),
+                    Err(error) => {
+                        tracing::warn!(key = %key, %error, "introspection failed; the checkpoint is recorded without it");
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+        let line = TranscriptEntry::checkpoint(reason, self.clock.now());
+        let event = transcripts
+            .append(transcript, vec![line])
+            .await?
+            .pop()
+            .ok_or_else(|| Error::NotFound { key: key.clone() })?;
+        Ok((outcome, event))
+    }
+
+    /// Applies an introspection's outcome; the description only when it concerns this
+    /// session (not for `new_session`, which looked at the previous one).
+    pub(super) async fn apply_introspection(
+        &self,
+        key: &SessionKey,
+        outcome: IntrospectionOutcome,
+        with_description: bool,
+    ) -> Result<()> {
+        if outcome.working_memory.is_none() && (outcome.description.is_none() || !with_description)
+        {
+            return Ok(());
+        }
+        self.change(key, |entry| {
+            if let Some(memory) = &outcome.working_memory {
+                entry.working_memory = Some(memory.clone());
+            }
+            if let (true, Some(description)) = (with_description, &outcome.description) {
+                entry.description = Some(description.clone());
+                entry.description_source = Some(DescriptionSource::Introspection);
+            }
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Makes sure the session holds a current skills snapshot (OpenClaw's
+    /// `ensureSkillSnapshot`): rebuilt with `build` when there is none, when `version`
+    /// is newer than the stored one, or on the first turn of a session the stored one
+    /// was not built for (a snapshot survives a reset, so a new session rebuilds it
+    /// once). The snapshot records its `version` and `sessionId`. Returns whether it was
+    /// rebuilt.
+    pub async fn ensure_skills_snapshot<F>(
+        &self,
+        key: &SessionKey,
+        version: u64,
+        build: F,
+    ) -> Result<bool>
+    where
+        F: FnOnce() -> Value + Send,
+    {
+        let entry = self
+            .store
+            .get(key)
+            .await?
+            .ok_or_else(|| Error::NotFound { key: key.clone() })?
+            .entry;
+        let stored = entry.skills_snapshot.as_ref();
+        let built_for_this_session = stored
+            .and_then(|s| s.get("sessionId"))
+            .and_then(Value::as_str)
+            == Some(entry.session_id.as_str());
+        let first_turn = entry.system_sent != Some(true) && !built_for_this_session;
+        if !snapshot_needs_refresh(stored, first_turn, version) {
+            return Ok(false);
+        }
+        let mut snapshot = build();
+        if let Value::Object(fields) = &mut snapshot {
+            fields.insert("version".into(), Value::from(version));
+            fields.insert("sessionId".into(), Value::from(entry.session_id.clone()));
+        }
+        self.change(key, |e| e.skills_snapshot = Some(snapshot.clone()))
+            .await?;
+        Ok(true)
+    }
+}
+
+fn cursor_of(record: &crate::transcript::LogRecord) -> LogCursor {
+    LogCursor {
+        at: to_millis(record.at),
+        session_id: record.session_id.clone(),
+        offset: record.offset.0,
+    }
+}
