@@ -108,3 +108,30 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Whatever the conversation, the template summary has the five fields in order, is
+    /// at most 1,000 characters, and is the same every time.
+    #[test]
+    fn template_summaries_are_bounded_and_deterministic(
+        turns in proptest::collection::vec(
+            (any::<bool>(), "[A-Za-z0-9 ,.?!'@#:/\\-]{0,400}"),
+            0..60,
+        ),
+        previous in proptest::option::of("[A-Za-z ,.?:\\n]{0,1500}"),
+    ) {
+        use agent_sessions::summary::{template_summary, SummaryInput, SummaryTurn, MAX_SUMMARY_CHARS};
+        let turns: Vec<SummaryTurn> = turns
+            .into_iter()
+            .map(|(user, text)| if user { SummaryTurn::user(text) } else { SummaryTurn::assistant(text) })
+            .collect();
+        let input = SummaryInput::new(turns).merging(previous);
+        let summary = template_summary(&input);
+        prop_assert!(summary.chars().count() <= MAX_SUMMARY_CHARS, "{} chars", summary.chars().count());
+        prop_assert_eq!(&summary, &template_summary(&input));
+        let labels: Vec<&str> = summary.lines().filter_map(|l| l.split_once(':').map(|(label, _)| label)).collect();
+        prop_assert_eq!(labels, vec!["GOAL", "ENTITIES", "DECISIONS", "PENDING", "TURNS"]);
+    }
+}

@@ -1,0 +1,574 @@
+//! Memory: usage, the memory flush, compaction, summaries, engine sessions, checkpoints.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_sessions::checkpoint::{IntrospectionInput, IntrospectionOutcome, Introspector};
+use agent_sessions::clock::ManualClock;
+use agent_sessions::manager::{CompactionEvent, LogMessage, SummaryRefresh, TurnOutcome};
+use agent_sessions::memory_flush::MemoryFlushSettings;
+use agent_sessions::prelude::*;
+use agent_sessions::summary::{Summarizer, SummaryInput};
+use agent_sessions::transcript::{CheckpointReason, EventKind, FileTranscriptStore};
+use agent_sessions::usage::{EngineKind, EngineSession, TurnUsage};
+use agent_sessions::{Durability, Error};
+use chrono::{DateTime, Utc};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+fn at(text: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(text)
+        .unwrap()
+        .with_timezone(&Utc)
+}
+
+fn dm(body: &str) -> InboundMessage {
+    InboundMessage::direct("telegram", "42", body)
+}
+
+#[tokio::test]
+async fn one_call_after_each_turn_records_usage_engine_and_summary() {
+    let clock = ManualClock::new(at("2026-03-10T10:00:00Z"));
+    let manager = SessionManager::builder(MemoryStore::new())
+        .clock(clock.clone())
+        .build();
+    let resolution = manager
+        .resolve(&dm("Book Luigi's for Sunday?"))
+        .await
+        .unwrap();
+    clock.advance(MINUTE);
+    let after = manager
+        .record_turn(
+            &resolution.key,
+            TurnOutcome::completed()
+                .with_usage(
+                    TurnUsage::tokens(1_200, 340, 14_000, 120)
+                        .by("anthropic", "claude-opus-4-6")
+                        .with_context_tokens(200_000),
+                )
+                .with_engine(EngineSession::Sdk { id: "sdk-7".into() })
+                .with_exchange(
+                    "Book Luigi's for Sunday?",
+                    "Booked Luigi's for Sunday at 7pm.",
+                ),
+        )
+        .await
+        .unwrap()
+        .entry;
+    assert_eq!(
+        (after.input_tokens, after.output_tokens, after.total_tokens),
+        (Some(1_200), Some(340), Some(15_320))
+    );
+    assert_eq!(
+        (after.model_provider.as_deref(), after.model.as_deref()),
+        (Some("anthropic"), Some("claude-opus-4-6"))
+    );
+    assert_eq!(after.context_tokens, Some(200_000));
+    assert_eq!(after.sdk_session_id.as_deref(), Some("sdk-7"));
+    assert_eq!((after.turn_count, after.system_sent), (Some(1), Some(true)));
+    assert_eq!(
+        after.updated_at,
+        resolution.session.entry.updated_at + 60_000,
+        "a turn is activity"
+    );
+    let summary = after.context_summary.unwrap();
+    assert!(
+        summary.starts_with("GOAL: Book Luigi's for Sunday?"),
+        "{summary}"
+    );
+    assert!(summary.ends_with("TURNS: 1"), "{summary}");
+}
+
+#[tokio::test]
+async fn exactly_one_flush_per_compaction_cycle() {
+    let manager = SessionManager::builder(MemoryStore::new())
+        .memory_flush(MemoryFlushSettings {
+            reserve_tokens_floor: 5_000,
+            ..MemoryFlushSettings::default()
+        })
+        .build();
+    let key = manager.resolve(&dm("hi")).await.unwrap().key;
+    let mut flushes = 0;
+    // A context window of 100k: the flush threshold is 100k − 5k − 4k = 91k.
+    let mut tokens = 80_000;
+    for turn in 0..40 {
+        tokens += 1_000;
+        manager
+            .record_turn(
+                &key,
+                TurnOutcome::completed()
+                    .with_usage(TurnUsage::tokens(tokens, 100, 0, 0).with_context_tokens(100_000)),
+            )
+            .await
+            .unwrap();
+        if let Some(plan) = manager.memory_flush_plan(&key).await.unwrap() {
+            assert_eq!(plan.threshold, 91_000);
+            assert!(plan.total_tokens >= 91_000);
+            manager.record_memory_flush(&key).await.unwrap();
+            flushes += 1;
+        }
+        if turn == 19 {
+            assert_eq!(
+                flushes, 1,
+                "one flush in the first cycle despite 10 turns above the threshold"
+            );
+            // The engine compacts down to 40k tokens: a new cycle.
+            manager
+                .on_compaction_event(
+                    &key,
+                    CompactionEvent::End {
+                        will_retry: false,
+                        tokens_after: Some(40_000),
+                    },
+                )
+                .await
+                .unwrap();
+            tokens = 75_000; // grows past 91k again within the remaining turns
+        }
+    }
+    assert_eq!(flushes, 2, "one flush per cycle");
+    let entry = manager.get(&key).await.unwrap().unwrap().entry;
+    assert_eq!(
+        (entry.compaction_count, entry.memory_flush_compaction_count),
+        (Some(1), Some(1))
+    );
+    assert!(entry.memory_flush_at.is_some());
+}
+
+#[tokio::test]
+async fn a_retried_compaction_counts_once() {
+    let manager = SessionManager::new(MemoryStore::new());
+    let key = manager.resolve(&dm("hi")).await.unwrap().key;
+    manager
+        .record_turn(
+            &key,
+            TurnOutcome::completed().with_usage(TurnUsage::tokens(150_000, 500, 0, 0)),
+        )
+        .await
+        .unwrap();
+    for event in [
+        CompactionEvent::Start,
+        CompactionEvent::End {
+            will_retry: true,
+            tokens_after: None,
+        },
+        CompactionEvent::Start,
+        CompactionEvent::End {
+            will_retry: true,
+            tokens_after: None,
+        },
+    ] {
+        assert!(manager
+            .on_compaction_event(&key, event)
+            .await
+            .unwrap()
+            .is_none());
+    }
+    let done = manager
+        .on_compaction_event(
+            &key,
+            CompactionEvent::End {
+                will_retry: false,
+                tokens_after: Some(30_000),
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap()
+        .entry;
+    assert_eq!(done.compaction_count, Some(1));
+    assert_eq!(
+        (done.total_tokens, done.input_tokens, done.output_tokens),
+        (Some(30_000), None, None)
+    );
+    let plain = manager.record_compaction(&key, None).await.unwrap().entry;
+    assert_eq!(
+        (plain.compaction_count, plain.total_tokens),
+        (Some(2), Some(30_000)),
+        "no token count: kept"
+    );
+}
+
+#[tokio::test]
+async fn engine_sessions_are_kept_for_resume_and_cleared_on_reset() {
+    let manager = SessionManager::new(MemoryStore::new());
+    let key = manager.resolve(&dm("hi")).await.unwrap().key;
+    for engine in [
+        EngineSession::Sdk { id: "sdk-1".into() },
+        EngineSession::Cli {
+            provider: "claude-cli".into(),
+            id: "cli-1".into(),
+        },
+        EngineSession::Engine {
+            engine: "droid".into(),
+            id: "droid-1".into(),
+        },
+    ] {
+        manager
+            .record_turn(&key, TurnOutcome::completed().with_engine(engine))
+            .await
+            .unwrap();
+    }
+    let kinds = [
+        EngineKind::Sdk,
+        EngineKind::Cli("claude-cli".into()),
+        EngineKind::Engine("droid".into()),
+    ];
+    let ids: Vec<Option<String>> = futures_ids(&manager, &key, &kinds).await;
+    assert_eq!(
+        ids,
+        [
+            Some("sdk-1".into()),
+            Some("cli-1".into()),
+            Some("droid-1".into())
+        ]
+    );
+    manager.resolve(&dm("/new")).await.unwrap();
+    let cleared = futures_ids(&manager, &key, &kinds).await;
+    assert_eq!(
+        cleared,
+        [None, None, None],
+        "a new session starts a new engine session"
+    );
+}
+
+async fn futures_ids(
+    manager: &SessionManager,
+    key: &SessionKey,
+    kinds: &[EngineKind],
+) -> Vec<Option<String>> {
+    let mut ids = Vec::new();
+    for kind in kinds {
+        ids.push(manager.engine_session(key, kind).await.unwrap());
+    }
+    ids
+}
+
+#[tokio::test]
+async fn identity_summaries_are_time_gated_and_shared_across_engine_variants() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(at("2026-03-10T10:00:00Z"));
+    let manager = SessionManager::builder(common::store(dir.path()))
+        .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
+        .transcripts(FileTranscriptStore::with_durability(
+            dir.path(),
+            Durability::SyncFile,
+        ))
+        .agent_identity("reggie_oc", "reggie")
+        .agent_identity("reggie_fd", "reggie")
+        .clock(clock.clone())
+        .build();
+    let talk = |agent: &str, channel: &str, text: &str| {
+        InboundMessage::direct(channel, "+15550100", text)
+            .with_agent(agent)
+            .from_person("staff:17")
+    };
+    let exchange =
+        |key: SessionKey, agent: &'static str, question: &'static str, answer: &'static str| {
+            let manager = &manager;
+            async move {
+                manager
+                    .log_message(
+                        &key,
+                        LogMessage::inbound(question)
+                            .from_person("staff:17")
+                            .with_agent(agent, "reggie"),
+                    )
+                    .await
+                    .unwrap();
+                manager
+                    .log_message(
+                        &key,
+                        LogMessage::outbound(answer)
+                            .from_person("staff:17")
+                            .with_agent(agent, "reggie"),
+                    )
+                    .await
+                    .unwrap();
+            }
+        };
+
+    let sms = manager
+        .resolve(&talk("reggie_oc", "sms", "When is my shift at Riverside?"))
+        .await
+        .unwrap();
+    assert_eq!(sms.entry().person_id.as_deref(), Some("staff:17"));
+    assert_eq!(sms.entry().agent_identity.as_deref(), Some("reggie"));
+    exchange(
+        sms.key.clone(),
+        "reggie_oc",
+        "When is my shift at Riverside?",
+        "Thursday at 9am.",
+    )
+    .await;
+
+    clock.advance(10 * MINUTE);
+    assert!(
+        matches!(
+            manager
+                .refresh_identity_summary("staff:17", "reggie")
+                .await
+                .unwrap(),
+            SummaryRefresh::NotQuiet { .. }
+        ),
+        "the conversation is still going"
+    );
+
+    clock.advance(51 * MINUTE); // an hour and a minute after the last message
+    let SummaryRefresh::Updated { summary, sessions } = manager
+        .refresh_identity_summary("staff:17", "reggie")
+        .await
+        .unwrap()
+    else {
+        panic!("expected an update")
+    };
+    assert_eq!(sessions, std::slice::from_ref(&sms.key));
+    assert!(summary.text.contains("Riverside"), "{}", summary.text);
+    assert!(matches!(
+        manager
+            .refresh_identity_summary("staff:17", "reggie")
+            .await
+            .unwrap(),
+        SummaryRefresh::NothingNew
+    ));
+
+    // The person's first session with the other engine variant starts with the summary.
+    let web = manager
+        .resolve(&talk("reggie_fd", "webchat", "Can I swap it for Friday?"))
+        .await
+        .unwrap();
+    assert_ne!(web.key, sms.key);
+    let seeded = manager
+        .get(&web.key)
+        .await
+        .unwrap()
+        .unwrap()
+        .entry
+        .identity_summary
+        .unwrap();
+    assert_eq!(seeded.text, summary.text, "inherited from the sibling");
+    exchange(
+        web.key.clone(),
+        "reggie_fd",
+        "Can I swap it for Friday?",
+        "Swap requested.",
+    )
+    .await;
+
+    clock.advance(61 * MINUTE);
+    let SummaryRefresh::Updated {
+        summary: merged,
+        sessions,
+    } = manager
+        .refresh_identity_summary("staff:17", "reggie")
+        .await
+        .unwrap()
+    else {
+        panic!("expected an update")
+    };
+    assert_eq!(sessions.len(), 2, "shared by both engine variants");
+    assert!(merged.text.contains("Friday"), "{}", merged.text);
+    assert!(
+        merged.text.contains("Riverside"),
+        "merged with the previous summary: {}",
+        merged.text
+    );
+    assert!(merged.watermark > summary.watermark);
+    for key in [&sms.key, &web.key] {
+        let text = manager
+            .get(key)
+            .await
+            .unwrap()
+            .unwrap()
+            .entry
+            .identity_summary
+            .unwrap()
+            .text;
+        assert_eq!(text, merged.text);
+    }
+    // Another identity's messages are not mixed in.
+    assert!(matches!(
+        manager
+            .refresh_identity_summary("staff:17", "henry")
+            .await
+            .unwrap(),
+        SummaryRefresh::NothingNew
+    ));
+}
+
+#[derive(Clone, Default)]
+struct RecordingIntrospector {
+    seen: Arc<Mutex<Vec<(CheckpointReason, usize, String)>>>,
+}
+
+#[async_trait::async_trait]
+impl Introspector for RecordingIntrospector {
+    async fn introspect(
+        &self,
+        input: &IntrospectionInput,
+    ) -> agent_sessions::Result<IntrospectionOutcome> {
+        let users = input
+            .events
+            .iter()
+            .filter(|e| e.kind() == EventKind::UserMessage)
+            .count();
+        self.seen
+            .lock()
+            .unwrap()
+            .push((input.reason, users, input.entry.session_id.clone()));
+        Ok(IntrospectionOutcome {
+            working_memory: Some(format!("{users} user messages reviewed")),
+            description: Some(format!("{:?} review", input.reason)),
+        })
+    }
+}
+
+#[tokio::test]
+async fn checkpoints_introspect_the_events_since_the_last_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let introspector = RecordingIntrospector::default();
+    let manager = SessionManager::builder(common::store(dir.path()))
+        .transcripts(FileTranscriptStore::with_durability(
+            dir.path(),
+            Durability::SyncFile,
+        ))
+        .introspector(introspector.clone())
+        .checkpoint_every_turns(3)
+        .build();
+    let first = manager.resolve(&dm("hi")).await.unwrap();
+    let key = first.key.clone();
+    for text in ["one", "two"] {
+        manager
+            .log_message(&key, LogMessage::inbound(text))
+            .await
+            .unwrap();
+    }
+    let event = manager
+        .checkpoint(&key, CheckpointReason::Manual)
+        .await
+        .unwrap();
+    assert_eq!(event.kind(), EventKind::Checkpoint);
+    let entry = manager.get(&key).await.unwrap().unwrap().entry;
+    assert_eq!(
+        entry.working_memory.as_deref(),
+        Some("2 user messages reviewed")
+    );
+    assert_eq!(entry.description.as_deref(), Some("Manual review"));
+
+    manager
+        .log_message(&key, LogMessage::inbound("three"))
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        manager
+            .record_turn(&key, TurnOutcome::completed())
+            .await
+            .unwrap();
+    }
+    manager.resolve(&dm("/new")).await.unwrap();
+    let seen = introspector.seen.lock().unwrap().clone();
+    assert_eq!(
+        seen.iter().map(|(r, n, _)| (*r, *n)).collect::<Vec<_>>(),
+        [
+            (CheckpointReason::Manual, 2),
+            (CheckpointReason::TurnLimit, 1),
+            (CheckpointReason::NewSession, 0)
+        ],
+        "each looks only at events since the previous checkpoint"
+    );
+    assert_eq!(
+        seen[2].2,
+        first.session_id(),
+        "new_session looks at the session that ended"
+    );
+    let fresh = manager.get(&key).await.unwrap().unwrap().entry;
+    assert_eq!(
+        fresh.working_memory.as_deref(),
+        Some("0 user messages reviewed"),
+        "working memory carries over"
+    );
+    assert_eq!(
+        fresh.description, None,
+        "the old session's description does not"
+    );
+}
+
+#[tokio::test]
+async fn the_skills_snapshot_is_rebuilt_on_first_turns_and_new_versions() {
+    let manager = SessionManager::new(MemoryStore::new());
+    let key = manager.resolve(&dm("hi")).await.unwrap().key;
+    let builds = Mutex::new(0);
+    let build = || {
+        *builds.lock().unwrap() += 1;
+        serde_json::json!({"prompt": "You can use: weather.", "skills": [{"name": "weather"}]})
+    };
+    assert!(manager
+        .ensure_skills_snapshot(&key, 1, build)
+        .await
+        .unwrap());
+    assert!(
+        !manager
+            .ensure_skills_snapshot(&key, 1, build)
+            .await
+            .unwrap(),
+        "built for this session"
+    );
+    manager
+        .record_turn(&key, TurnOutcome::completed())
+        .await
+        .unwrap();
+    assert!(!manager
+        .ensure_skills_snapshot(&key, 1, build)
+        .await
+        .unwrap());
+    assert!(
+        manager
+            .ensure_skills_snapshot(&key, 2, build)
+            .await
+            .unwrap(),
+        "a newer version"
+    );
+    manager.resolve(&dm("/new")).await.unwrap();
+    assert!(
+        manager
+            .ensure_skills_snapshot(&key, 2, build)
+            .await
+            .unwrap(),
+        "a new session's first turn"
+    );
+    assert_eq!(*builds.lock().unwrap(), 3);
+    let snapshot = manager
+        .get(&key)
+        .await
+        .unwrap()
+        .unwrap()
+        .entry
+        .skills_snapshot
+        .unwrap();
+    assert_eq!(snapshot["version"], 2);
+}
+
+struct FailingSummarizer;
+
+#[async_trait::async_trait]
+impl Summarizer for FailingSummarizer {
+    async fn summarize(&self, _: &SummaryInput) -> agent_sessions::Result<String> {
+        Err(Error::NotConfigured { what: "a model" })
+    }
+}
+
+#[tokio::test]
+async fn a_failing_summarizer_leaves_the_turn_recorded() {
+    let manager = SessionManager::builder(MemoryStore::new())
+        .summarizer(FailingSummarizer)
+        .build();
+    let key = manager.resolve(&dm("hi")).await.unwrap().key;
+    let entry = manager
+        .record_turn(&key, TurnOutcome::completed().with_exchange("hi", "hello"))
+        .await
+        .unwrap()
+        .entry;
+    assert_eq!((entry.turn_count, entry.context_summary), (Some(1), None));
+}
