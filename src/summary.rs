@@ -192,8 +192,12 @@ pub fn template_summary(input: &SummaryInput) -> String {
         .or(previous.goal.clone())
         .unwrap_or_default();
 
+    // Newest first, so each list can stop as soon as it is full.
     let mut entities: Vec<String> = Vec::new();
     for turn in input.turns.iter().rev() {
+        if entities.len() >= MAX_ENTITIES {
+            break;
+        }
         for entity in extract_entities(&turn.text) {
             push_unique(&mut entities, entity);
         }
@@ -205,6 +209,9 @@ pub fn template_summary(input: &SummaryInput) -> String {
 
     let mut decisions: Vec<String> = Vec::new();
     for turn in input.turns.iter().rev() {
+        if decisions.len() >= MAX_DECISIONS {
+            break;
+        }
         for sentence in sentences(&turn.text).into_iter().rev() {
             let lower = sentence.to_lowercase();
             if DECISION_CUES.iter().any(|cue| lower.contains(cue)) {
@@ -230,6 +237,9 @@ pub fn template_summary(input: &SummaryInput) -> String {
         }
     }
     for turn in input.turns.iter().rev() {
+        if pending.len() >= MAX_PENDING {
+            break;
+        }
         for sentence in sentences(&turn.text) {
             let lower = sentence.to_lowercase();
             if PENDING_CUES.iter().any(|cue| lower.contains(cue)) {
