@@ -1,6 +1,8 @@
 //! Plumbing shared by the file-backed stores.
 
 use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
 
@@ -36,4 +38,27 @@ pub(crate) fn process_mutex(path: &Path) -> Arc<tokio::sync::Mutex<()>> {
     let mutex = Arc::new(tokio::sync::Mutex::new(()));
     mutexes.insert(path.to_owned(), Arc::downgrade(&mutex));
     mutex
+}
+
+/// Creates `dir` and its missing parents, owner-only (mode 0700 on Unix).
+pub(crate) fn create_private_dir_all(dir: &Path) -> io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
+
+/// Options that refuse to open a symlink as the file itself (`O_NOFOLLOW` on Unix):
+/// a symlink planted where a transcript should be is an error, not a way out of the
+/// sessions directory.
+pub(crate) fn no_follow(options: &mut OpenOptions) -> &mut OpenOptions {
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(options, libc::O_NOFOLLOW);
+    options
+}
+
+/// Opens `path` for reading without following a final symlink.
+pub(crate) fn open_no_follow(path: &Path) -> io::Result<File> {
+    no_follow(OpenOptions::new().read(true)).open(path)
 }

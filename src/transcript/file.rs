@@ -16,7 +16,7 @@ use super::{
     TranscriptSubscription, TranscriptUpdate, UpdateHub,
 };
 use crate::error::{Error, Result};
-use crate::fsutil::{blocking, process_mutex};
+use crate::fsutil::{blocking, create_private_dir_all, no_follow, open_no_follow, process_mutex};
 use crate::key::AgentId;
 use crate::paths;
 use crate::store::json::io::create_private;
@@ -156,7 +156,7 @@ impl Inner {
     /// Creates `path` with `lines` (each ending in a newline) unless it exists.
     fn create_with(&self, path: &Path, lines: &[u8]) -> Result<bool> {
         let dir = path.parent().unwrap_or(Path::new("."));
-        fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
+        create_private_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
         let mut file = match create_private(path) {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
@@ -182,7 +182,7 @@ impl Inner {
         mut entries: Vec<TranscriptEntry>,
     ) -> Result<Vec<SessionEvent>> {
         let mut created_header = None;
-        if !path.exists() {
+        if fs::symlink_metadata(path).is_err() {
             let header = SessionHeader::new(&transcript.session_id, Utc::now());
             let mut line = serde_json::to_vec(&header).expect("a header serialises");
             line.push(b'\n');
@@ -335,9 +335,7 @@ impl Inner {
 }
 
 fn open_append(path: &Path) -> io::Result<File> {
-    let mut options = OpenOptions::new();
-    options.append(true).read(true);
-    options.open(path)
+    no_follow(OpenOptions::new().append(true).read(true)).open(path)
 }
 
 /// A random 8-hex-digit entry id, as pi-coding-agent writes them.
@@ -389,7 +387,7 @@ fn count_lines(path: &Path, len: u64) -> Result<usize> {
     if len == 0 {
         return Ok(0);
     }
-    let file = File::open(path).map_err(|e| Error::io("open", path, e))?;
+    let file = open_no_follow(path).map_err(|e| Error::io("open", path, e))?;
     let mut reader = io::BufReader::with_capacity(256 * 1024, file.take(len));
     let mut lines = 0;
     loop {
@@ -405,7 +403,7 @@ fn count_lines(path: &Path, len: u64) -> Result<usize> {
 
 /// Reads `path` from `from`: complete lines only, damage reported.
 pub(super) fn read_transcript(path: &Path, from: Offset) -> Result<TranscriptRead> {
-    let mut file = match File::open(path) {
+    let mut file = match open_no_follow(path) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             return Ok(TranscriptRead {
@@ -594,7 +592,10 @@ impl TranscriptStore for FileTranscriptStore {
             lines.push(b'\n');
             // The parent's entries, verbatim: the same ids, so the last entry is still
             // the leaf and the fork's context is the parent's.
-            let parent_bytes = match fs::read(&parent_path) {
+            let parent_bytes = match open_no_follow(&parent_path).and_then(|mut f| {
+                let mut bytes = Vec::new();
+                f.read_to_end(&mut bytes).map(|_| bytes)
+            }) {
                 Ok(bytes) => bytes,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
                 Err(e) => return Err(Error::io("read", &parent_path, e)),
@@ -650,7 +651,7 @@ impl TranscriptStore for FileTranscriptStore {
         let inner = self.inner.clone();
         let file = path.clone();
         blocking(&path, move || {
-            if !file.exists() {
+            if fs::symlink_metadata(&file).is_err() {
                 return Ok(None);
             }
             let stamp = iso_timestamp(at).replace(':', "-");

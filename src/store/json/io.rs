@@ -99,7 +99,7 @@ pub(crate) struct RealIo;
 
 impl StoreIo for RealIo {
     fn read(&self, path: &Path) -> io::Result<Option<(Vec<u8>, FileStamp)>> {
-        let mut file = match File::open(path) {
+        let mut file = match crate::fsutil::open_no_follow(path) {
             Ok(file) => file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
@@ -111,7 +111,7 @@ impl StoreIo for RealIo {
     }
 
     fn stat(&self, path: &Path) -> io::Result<Option<FileStamp>> {
-        match fs::metadata(path) {
+        match fs::symlink_metadata(path) {
             Ok(metadata) => Ok(Some(FileStamp::of(&metadata))),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
@@ -146,6 +146,7 @@ impl StoreIo for RealIo {
 /// Creates a new file readable and writable by its owner only (mode 0600).
 pub(crate) fn create_private(path: &Path) -> io::Result<File> {
     let mut options = OpenOptions::new();
+    // `create_new` (O_EXCL) already refuses an existing path, symlinks included.
     options.write(true).create_new(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
@@ -190,7 +191,8 @@ pub(crate) fn write_atomically(
     durability: Durability,
 ) -> Result<FileStamp> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
+    crate::fsutil::create_private_dir_all(dir)
+        .map_err(|e| Error::io("create directory", dir, e))?;
     let temp = temp_sibling(path);
     let backup = backup_path(path);
     let backup_temp = temp_sibling(&backup);

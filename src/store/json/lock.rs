@@ -96,7 +96,8 @@ impl FileLock {
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     let dir = path.parent().unwrap_or(Path::new("."));
-                    fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
+                    crate::fsutil::create_private_dir_all(dir)
+                        .map_err(|e| Error::io("create directory", dir, e))?;
                 }
                 Err(e) => return Err(Error::io("create lock file", path, e)),
             }
@@ -145,7 +146,7 @@ enum Existing {
 
 /// Looks at an existing lock file: still held, or gone (vanished, or evicted now).
 fn inspect(path: &Path, stale_after: Duration) -> Result<Existing> {
-    let mut file = match File::open(path) {
+    let mut file = match crate::fsutil::open_no_follow(path) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Existing::Gone),
         Err(e) => return Err(Error::io("open lock file", path, e)),
