@@ -530,6 +530,14 @@ pub struct SessionEntry {
     /// The canonical person this session is with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub person_id: Option<String>,
+    /// That person's type (`user`, `staff`, `participant`, `external`, `system`), as last
+    /// resolved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub person_type: Option<String>,
+    /// Everyone who took part (person ids, else `<channel>:<sender id>`): who, besides
+    /// the owner, may open the session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub participants: Option<Vec<String>>,
     /// The agent identity the session's agent belongs to (`reggie` for `reggie_oc`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_identity: Option<String>,
@@ -814,6 +822,25 @@ pub struct ForkOrigin {
 }
 
 impl SessionEntry {
+    /// Records `participant` (once).
+    pub fn add_participant(&mut self, participant: &str) {
+        let participant = participant.trim();
+        if participant.is_empty() {
+            return;
+        }
+        let participants = self.participants.get_or_insert_with(Vec::new);
+        if !participants.iter().any(|p| p == participant) {
+            participants.push(participant.to_owned());
+        }
+    }
+
+    /// Whether `participant` took part.
+    pub fn has_participant(&self, participant: &str) -> bool {
+        self.participants
+            .as_ref()
+            .is_some_and(|all| all.iter().any(|p| p == participant))
+    }
+
     /// An entry for `session_id`, last active at `updated_at` (epoch milliseconds).
     pub fn new(session_id: impl Into<String>, updated_at: u64) -> Self {
         SessionEntry {

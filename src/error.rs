@@ -156,6 +156,25 @@ pub enum Error {
         len: u64,
     },
 
+    /// The caller may not read or change this session (seed 003's access control, or
+    /// per-agent isolation). No data of the session is returned.
+    #[error("access to session {key} denied: {reason}")]
+    AccessDenied {
+        /// The session.
+        key: SessionKey,
+        /// Why.
+        reason: AccessDenial,
+    },
+
+    /// Identity resolution does not know the channel.
+    #[error(
+        "no identity resolution for channel {channel:?} (or not with this kind of identifier)"
+    )]
+    UnknownChannel {
+        /// The channel.
+        channel: String,
+    },
+
     /// The operation needs a part the manager was built without.
     #[error("this needs {what}")]
     NotConfigured {
@@ -203,6 +222,31 @@ impl Error {
             key: truncate_for_display(key),
             problem,
         }
+    }
+}
+
+/// Why access to a session was denied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AccessDenial {
+    /// The caller is not the owner and does not take part in the session (or the
+    /// session does not exist, which is not revealed).
+    NotParticipant,
+    /// The caller's channel token is limited to another part of the key space.
+    OutsideTokenNamespace,
+    /// The session belongs to another agent than the one this manager serves.
+    OtherAgent,
+}
+
+impl fmt::Display for AccessDenial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AccessDenial::NotParticipant => "the caller is not the owner and not a participant",
+            AccessDenial::OutsideTokenNamespace => {
+                "the key is outside the caller's token namespace"
+            }
+            AccessDenial::OtherAgent => "the session belongs to another agent",
+        })
     }
 }
 

@@ -61,6 +61,7 @@ mod error;
 pub mod freshness;
 mod fsutil;
 pub mod history;
+pub mod identity;
 pub mod inbound;
 pub mod key;
 pub mod manager;
@@ -83,7 +84,9 @@ pub mod usage;
 pub use entry::{
     ChatType, DeliveryContext, SessionEntry, SessionOrigin, SessionSource, SessionStatus, ThreadId,
 };
-pub use error::{CorruptProblem, DeleteRefusal, Error, IdKind, KeyProblem, LockHolder, Result};
+pub use error::{
+    AccessDenial, CorruptProblem, DeleteRefusal, Error, IdKind, KeyProblem, LockHolder, Result,
+};
 pub use inbound::{InboundMessage, Sender};
 pub use key::{
     AgentId, Conversation, DefaultKeyBuilder, DmScope, KeyBuilder, PeerKind, SessionKey,

@@ -345,6 +345,9 @@ impl InboundMessage {
         if let Some(account) = present(self.account_id.as_deref()) {
             conversation = conversation.with_account(account);
         }
+        if let Some(person) = present(self.person_id.as_deref()) {
+            conversation = conversation.with_person(person);
+        }
         if let Some(thread) = &self.thread_id {
             conversation = if self.forum {
                 conversation.with_forum_topic(thread)

@@ -44,6 +44,9 @@ pub struct Conversation {
     pub thread_id: Option<String>,
     /// Whether the group is a Telegram forum (only forum topics get their own session).
     pub forum: bool,
+    /// The canonical person on the other end of a DM, for [`DmScope::PerPerson`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub person_id: Option<String>,
 }
 
 impl Conversation {
@@ -57,6 +60,7 @@ impl Conversation {
             peer_id: Some(peer_id.into()),
             thread_id: None,
             forum: false,
+            person_id: None,
         }
     }
 
@@ -93,6 +97,12 @@ impl Conversation {
         self
     }
 
+    /// Names the canonical person of a DM.
+    pub fn with_person(mut self, person_id: impl Into<String>) -> Self {
+        self.person_id = Some(person_id.into());
+        self
+    }
+
     /// Places the message in a Telegram forum topic.
     pub fn with_forum_topic(mut self, topic_id: impl ToString) -> Self {
         self.thread_id = Some(topic_id.to_string());
@@ -123,6 +133,10 @@ pub enum DmScope {
     PerChannelPeer,
     /// One per peer, channel and bot account: `agent:<id>:<channel>:<account>:dm:<peer>`.
     PerAccountChannelPeer,
+    /// One per canonical person, whatever the channel (seed 000 §4.1: one session per
+    /// person per agent variant): `agent:<id>:person:<personId>`. A DM without a known
+    /// person falls back to `per-channel-peer`.
+    PerPerson,
 }
 
 /// Whether sessions are per sender or one for everyone (OpenClaw's `session.scope`).
@@ -302,6 +316,16 @@ impl DefaultKeyBuilder {
     }
 
     fn dm_key(&self, agent: &str, channel: &str, conversation: &Conversation) -> Result<String> {
+        if self.dm_scope == DmScope::PerPerson {
+            if let Some(person) = conversation
+                .person_id
+                .as_deref()
+                .filter(|p| !p.trim().is_empty())
+            {
+                let person = key_segment(IdKind::Peer, person)?;
+                return Ok(format!("agent:{agent}:person:{person}"));
+            }
+        }
         let peer = conversation.peer_id.as_deref().unwrap_or("").trim();
         if self.dm_scope == DmScope::Main || peer.is_empty() {
             return self.main_session_key(agent);
@@ -312,7 +336,9 @@ impl DefaultKeyBuilder {
         Ok(match self.dm_scope {
             DmScope::Main => unreachable!("handled above"),
             DmScope::PerPeer => format!("agent:{agent}:{marker}:{peer}"),
-            DmScope::PerChannelPeer => format!("agent:{agent}:{channel}:{marker}:{peer}"),
+            DmScope::PerChannelPeer | DmScope::PerPerson => {
+                format!("agent:{agent}:{channel}:{marker}:{peer}")
+            }
             DmScope::PerAccountChannelPeer => {
                 let account =
                     normalize_account_id(conversation.account_id.as_deref().unwrap_or(""));
