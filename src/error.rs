@@ -158,10 +158,10 @@ pub enum Error {
 
     /// The caller may not read or change this session (seed 003's access control, or
     /// per-agent isolation). No data of the session is returned.
-    #[error("access to session {key} denied: {reason}")]
+    #[error("access to {resource} denied: {reason}")]
     AccessDenied {
-        /// The session.
-        key: SessionKey,
+        /// What was asked for: `session <key>`, `transcript <agent>/<session id>`.
+        resource: String,
         /// Why.
         reason: AccessDenial,
     },
@@ -332,6 +332,8 @@ pub enum IdKind {
     SessionFile,
     /// A time zone.
     TimeZone,
+    /// A file name in a session workspace.
+    WorkspaceFile,
 }
 
 impl fmt::Display for IdKind {
@@ -348,6 +350,7 @@ impl fmt::Display for IdKind {
             IdKind::FileComponent => "file name component",
             IdKind::SessionFile => "session file",
             IdKind::TimeZone => "time zone",
+            IdKind::WorkspaceFile => "workspace file name",
         })
     }
 }

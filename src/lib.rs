@@ -53,6 +53,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod access;
 pub mod checkpoint;
 pub mod clock;
 pub mod drift;
@@ -63,6 +64,7 @@ mod fsutil;
 pub mod history;
 pub mod identity;
 pub mod inbound;
+pub mod isolation;
 pub mod key;
 pub mod manager;
 pub mod memory_flush;
@@ -80,6 +82,7 @@ pub mod summary;
 pub mod testing;
 pub mod transcript;
 pub mod usage;
+pub mod workspace;
 
 pub use entry::{
     ChatType, DeliveryContext, SessionEntry, SessionOrigin, SessionSource, SessionStatus, ThreadId,

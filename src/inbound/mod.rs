@@ -7,7 +7,8 @@ pub mod pipeline;
 use serde::{Deserialize, Serialize};
 
 use crate::entry::ThreadId;
-use crate::key::{resolve_group, Conversation, GroupResolution, PeerKind};
+use crate::identity::{Person, PersonType};
+use crate::key::{normalize_channel, resolve_group, Conversation, GroupResolution, PeerKind};
 
 /// Who sent a message.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -112,6 +113,9 @@ pub struct InboundMessage {
     /// The canonical person the sender is (from identity resolution), when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub person_id: Option<String>,
+    /// What kind of person the sender is (from identity resolution), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub person_type: Option<PersonType>,
     /// The channel's message id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_id: Option<String>,
@@ -272,6 +276,36 @@ impl InboundMessage {
     pub fn from_person(mut self, person_id: impl Into<String>) -> Self {
         self.person_id = Some(person_id.into());
         self
+    }
+
+    /// Names the resolved person who sent the message: their id and type.
+    pub fn from_resolved(mut self, person: &Person) -> Self {
+        self.person_id = Some(person.id.clone());
+        self.person_type = Some(person.person_type);
+        self
+    }
+
+    /// Who the sender is for access control: the canonical person, else
+    /// `<channel>:<sender id>` (the sender's id, else `from` in a direct chat).
+    ///
+    /// ```
+    /// use agent_sessions::InboundMessage;
+    ///
+    /// let anonymous = InboundMessage::direct("Telegram", "42", "hi");
+    /// assert_eq!(anonymous.participant_id().as_deref(), Some("telegram:42"));
+    /// let known = anonymous.from_person("staff:17");
+    /// assert_eq!(known.participant_id().as_deref(), Some("staff:17"));
+    /// ```
+    pub fn participant_id(&self) -> Option<String> {
+        if let Some(person) = present(self.person_id.as_deref()) {
+            return Some(person.to_owned());
+        }
+        let direct_peer = (!self.is_group())
+            .then(|| present(self.peer_id.as_deref()).or(present(self.from.as_deref())))
+            .flatten();
+        let id = present(self.sender.id.as_deref()).or(direct_peer)?;
+        let channel = normalize_channel(&self.channel)?;
+        Some(format!("{channel}:{id}"))
     }
 
     /// Marks the sender as the bot's owner.

@@ -86,7 +86,7 @@ pub(crate) fn start_session(base: Option<SessionEntry>, now_ms: u64) -> SessionE
 }
 
 /// Records the message in `entry`: activity time, counts, preview, status, source,
-/// reply route, origin, group metadata and a model hint.
+/// participants, reply route, origin, group metadata and a model hint.
 pub(crate) fn record_message(entry: &mut SessionEntry, inbound: &Inbound<'_>) {
     let message = inbound.message;
     entry.updated_at = inbound.now_ms;
@@ -113,6 +113,12 @@ pub(crate) fn record_message(entry: &mut SessionEntry, inbound: &Inbound<'_>) {
     if let Some(person) = present(message.person_id.as_deref()) {
         entry.person_id = Some(person.to_owned());
         entry.agent_identity = inbound.agent_identity.map(str::to_owned);
+        if let Some(person_type) = message.person_type {
+            entry.person_type = Some(person_type.as_str().to_owned());
+        }
+    }
+    if let Some(participant) = message.participant_id() {
+        entry.add_participant(&participant);
     }
     apply_route(
         entry,

@@ -41,6 +41,7 @@ mod index;
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -333,8 +334,21 @@ pub struct TranscriptUpdate {
 /// A subscriber that falls behind by more than the channel's capacity misses updates
 /// ([`recv`](Self::recv) then reports how many); it can catch up from the durable log
 /// with [`TranscriptStore::read`] from its last offset.
-#[derive(Debug)]
-pub struct TranscriptSubscription(broadcast::Receiver<TranscriptUpdate>);
+pub struct TranscriptSubscription {
+    receiver: broadcast::Receiver<TranscriptUpdate>,
+    only: Option<UpdateFilter>,
+}
+
+type UpdateFilter = Box<dyn Fn(&TranscriptUpdate) -> bool + Send + Sync>;
+
+impl fmt::Debug for TranscriptSubscription {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TranscriptSubscription")
+            .field("pending", &self.receiver.len())
+            .field("filtered", &self.only.is_some())
+            .finish()
+    }
+}
 
 /// How a subscription ended or skipped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -346,12 +360,81 @@ pub enum SubscriptionError {
 }
 
 impl TranscriptSubscription {
-    /// The next update.
+    /// The next update (that passes the filter, if there is one).
     pub async fn recv(&mut self) -> std::result::Result<TranscriptUpdate, SubscriptionError> {
-        self.0.recv().await.map_err(|error| match error {
-            broadcast::error::RecvError::Closed => SubscriptionError::Closed,
-            broadcast::error::RecvError::Lagged(missed) => SubscriptionError::Lagged(missed),
-        })
+        loop {
+            let update = self.receiver.recv().await.map_err(|error| match error {
+                broadcast::error::RecvError::Closed => SubscriptionError::Closed,
+                broadcast::error::RecvError::Lagged(missed) => SubscriptionError::Lagged(missed),
+            })?;
+            if self.only.as_ref().is_none_or(|only| only(&update)) {
+                return Ok(update);
+            }
+        }
+    }
+
+    /// Only the updates `keep` accepts (on top of any earlier filter). A lag count
+    /// still counts every update missed, kept or not.
+    pub fn only(mut self, keep: impl Fn(&TranscriptUpdate) -> bool + Send + Sync + 'static) -> Self {
+        self.only = Some(match self.only.take() {
+            None => Box::new(keep),
+            Some(earlier) => Box::new(move |update| earlier(update) && keep(update)),
+        });
+        self
+    }
+}
+
+/// A shared transcript store is a transcript store.
+#[async_trait]
+impl<T: TranscriptStore + ?Sized> TranscriptStore for Arc<T> {
+    async fn create(&self, transcript: &TranscriptRef, header: &SessionHeader) -> Result<bool> {
+        (**self).create(transcript, header).await
+    }
+
+    async fn fork(
+        &self,
+        parent: &TranscriptRef,
+        child: &TranscriptRef,
+        header: &SessionHeader,
+    ) -> Result<bool> {
+        (**self).fork(parent, child, header).await
+    }
+
+    async fn append(
+        &self,
+        transcript: &TranscriptRef,
+        entries: Vec<TranscriptEntry>,
+    ) -> Result<Vec<SessionEvent>> {
+        (**self).append(transcript, entries).await
+    }
+
+    async fn read(&self, transcript: &TranscriptRef, from: Offset) -> Result<TranscriptRead> {
+        (**self).read(transcript, from).await
+    }
+
+    async fn archive(
+        &self,
+        transcript: &TranscriptRef,
+        reason: ArchiveReason,
+        at: DateTime<Utc>,
+    ) -> Result<Option<PathBuf>> {
+        (**self).archive(transcript, reason, at).await
+    }
+
+    async fn remove(&self, transcript: &TranscriptRef) -> Result<bool> {
+        (**self).remove(transcript).await
+    }
+
+    async fn query_log(&self, query: &LogQuery) -> Result<Vec<LogRecord>> {
+        (**self).query_log(query).await
+    }
+
+    fn subscribe(&self) -> TranscriptSubscription {
+        (**self).subscribe()
+    }
+
+    fn location(&self, transcript: &TranscriptRef) -> Option<String> {
+        (**self).location(transcript)
     }
 }
 
@@ -371,7 +454,10 @@ impl Default for UpdateHub {
 impl UpdateHub {
     /// A new subscription.
     pub fn subscribe(&self) -> TranscriptSubscription {
-        TranscriptSubscription(self.0.subscribe())
+        TranscriptSubscription {
+            receiver: self.0.subscribe(),
+            only: None,
+        }
     }
 
     /// Sends `update` to every live subscriber (none: nothing happens).

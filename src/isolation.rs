@@ -1,0 +1,199 @@
+//! Per-agent isolation (seed 004's "No Cross-Agent Access").
+//!
+//! [`AgentScoped`] wraps a [`SessionStore`] or a [`TranscriptStore`] shared by several
+//! agents and lets one agent through: its keys and transcripts, nothing else. Another
+//! agent's session is [`AccessDenial::OtherAgent`]; listings, log queries and live
+//! updates show only the agent's own. A manager built with
+//! [`isolate_to_agent`](crate::manager::SessionManagerBuilder::isolate_to_agent) wraps
+//! its store and transcripts so.
+//!
+//! ```
+//! use agent_sessions::isolation::AgentScoped;
+//! use agent_sessions::prelude::*;
+//! use agent_sessions::{AccessDenial, Error};
+//! use std::sync::Arc;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> agent_sessions::Result<()> {
+//! let shared = Arc::new(MemoryStore::new());
+//! let ops = AgentScoped::new(AgentId::new("ops")?, shared.clone());
+//!
+//! let theirs = SessionKey::parse("agent:main:main")?;
+//! shared.put(&theirs, SessionEntry::new("s-1", 0)).await?;
+//! let denied = ops.get(&theirs).await;
+//! assert!(matches!(denied, Err(Error::AccessDenied { reason: AccessDenial::OtherAgent, .. })));
+//! assert!(ops.list(&ListFilter::new()).await?.is_empty());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The `global` key has no agent, so an isolated store refuses it: a global session
+//! is shared by definition.
+
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::entry::SessionEntry;
+use crate::error::{AccessDenial, Error, Result};
+use crate::key::{AgentId, SessionKey};
+use crate::store::{ListFilter, Mutator, SessionStore, StoredSession};
+use crate::transcript::{
+    ArchiveReason, LogQuery, LogRecord, Offset, SessionEvent, SessionHeader, TranscriptEntry,
+    TranscriptRead, TranscriptRef, TranscriptStore, TranscriptSubscription,
+};
+
+/// A store seen by one agent only.
+#[derive(Debug, Clone)]
+pub struct AgentScoped<S> {
+    agent: AgentId,
+    inner: S,
+}
+
+impl<S> AgentScoped<S> {
+    /// `inner`, limited to `agent`.
+    pub fn new(agent: AgentId, inner: S) -> Self {
+        AgentScoped { agent, inner }
+    }
+
+    /// The agent let through.
+    pub fn agent(&self) -> &AgentId {
+        &self.agent
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    fn check_key(&self, key: &SessionKey) -> Result<()> {
+        if key.agent_id() == Some(self.agent.as_str()) {
+            Ok(())
+        } else {
+            Err(other_agent(format!("session {key}")))
+        }
+    }
+
+    fn check_transcript(&self, transcript: &TranscriptRef) -> Result<()> {
+        if transcript.agent == self.agent {
+            Ok(())
+        } else {
+            Err(other_agent(format!(
+                "transcript {}/{}",
+                transcript.agent, transcript.session_id
+            )))
+        }
+    }
+}
+
+fn other_agent(resource: String) -> Error {
+    Error::AccessDenied {
+        resource,
+        reason: AccessDenial::OtherAgent,
+    }
+}
+
+#[async_trait]
+impl<S: SessionStore> SessionStore for AgentScoped<S> {
+    async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
+        self.check_key(key)?;
+        self.inner.get(key).await
+    }
+
+    async fn apply(
+        &self,
+        key: &SessionKey,
+        mutator: &mut Mutator<'_>,
+    ) -> Result<Option<StoredSession>> {
+        self.check_key(key)?;
+        self.inner.apply(key, mutator).await
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
+        if filter.agent.as_ref().is_some_and(|a| *a != self.agent) {
+            return Ok(Vec::new());
+        }
+        self.inner
+            .list(&filter.clone().agent(self.agent.clone()))
+            .await
+    }
+
+    async fn len(&self) -> Result<usize> {
+        Ok(self.list(&ListFilter::new()).await?.len())
+    }
+
+    async fn delete(&self, key: &SessionKey) -> Result<Option<SessionEntry>> {
+        self.check_key(key)?;
+        self.inner.delete(key).await
+    }
+}
+
+#[async_trait]
+impl<T: TranscriptStore> TranscriptStore for AgentScoped<T> {
+    async fn create(&self, transcript: &TranscriptRef, header: &SessionHeader) -> Result<bool> {
+        self.check_transcript(transcript)?;
+        self.inner.create(transcript, header).await
+    }
+
+    async fn fork(
+        &self,
+        parent: &TranscriptRef,
+        child: &TranscriptRef,
+        header: &SessionHeader,
+    ) -> Result<bool> {
+        self.check_transcript(parent)?;
+        self.check_transcript(child)?;
+        self.inner.fork(parent, child, header).await
+    }
+
+    async fn append(
+        &self,
+        transcript: &TranscriptRef,
+        entries: Vec<TranscriptEntry>,
+    ) -> Result<Vec<SessionEvent>> {
+        self.check_transcript(transcript)?;
+        self.inner.append(transcript, entries).await
+    }
+
+    async fn read(&self, transcript: &TranscriptRef, from: Offset) -> Result<TranscriptRead> {
+        self.check_transcript(transcript)?;
+        self.inner.read(transcript, from).await
+    }
+
+    async fn archive(
+        &self,
+        transcript: &TranscriptRef,
+        reason: ArchiveReason,
+        at: DateTime<Utc>,
+    ) -> Result<Option<PathBuf>> {
+        self.check_transcript(transcript)?;
+        self.inner.archive(transcript, reason, at).await
+    }
+
+    async fn remove(&self, transcript: &TranscriptRef) -> Result<bool> {
+        self.check_transcript(transcript)?;
+        self.inner.remove(transcript).await
+    }
+
+    async fn query_log(&self, query: &LogQuery) -> Result<Vec<LogRecord>> {
+        if query.agent.as_ref().is_some_and(|a| *a != self.agent) {
+            return Ok(Vec::new());
+        }
+        let mut query = query.clone();
+        query.agent = Some(self.agent.clone());
+        self.inner.query_log(&query).await
+    }
+
+    fn subscribe(&self) -> TranscriptSubscription {
+        let agent = self.agent.clone();
+        self.inner
+            .subscribe()
+            .only(move |update| update.transcript.agent == agent)
+    }
+
+    fn location(&self, transcript: &TranscriptRef) -> Option<String> {
+        self.check_transcript(transcript).ok()?;
+        self.inner.location(transcript)
+    }
+}

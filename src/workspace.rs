@@ -1,0 +1,262 @@
+//! Session workspaces: a folder per conversation for files (seed 000 §12).
+//!
+//! Each workspace is `<root>/<uuid>/` with `summary.md`, `attachments/`, `exports/` and
+//! `context/`. The UUID is the crate's own (the session's first id), never an engine's
+//! session id, so every engine finds the same folder. With
+//! [`WorkspaceSharing::PerIdentity`] a person's sessions with every variant of one agent
+//! identity (`reggie_oc`, `reggie_fd`) share one folder; with
+//! [`WorkspaceSharing::PerSession`] each has its own.
+//!
+//! Folders are created owner-only (0700) and files owner-only (0600); file names are
+//! validated (one plain component: no separators, no `..`); a symlink planted in a
+//! workspace is neither followed nor written through.
+//!
+//! ```
+//! use agent_sessions::workspace::{Area, Workspaces};
+//!
+//! # fn main() -> agent_sessions::Result<()> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! let workspaces = Workspaces::new(dir.path());
+//! let workspace = workspaces.open(uuid::Uuid::new_v4())?;
+//! workspace.write(Area::Exports, "roster.csv", b"name,shift\n")?;
+//! assert_eq!(workspace.read(Area::Exports, "roster.csv")?, b"name,shift\n");
+//! assert!(workspace.write(Area::Exports, "../escape.csv", b"").is_err());
+//! # Ok(())
+//! # }
+//! ```
+
+use std::fs;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use uuid::Uuid;
+
+use crate::error::{Error, IdKind, Result};
+use crate::fsutil::{create_private_dir_all, open_no_follow};
+
+/// The longest workspace file name, in bytes (a common file-system limit).
+pub const MAX_FILE_NAME_LEN: usize = 255;
+
+/// Whether engine variants of one agent identity share a person's workspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WorkspaceSharing {
+    /// One folder per person per agent identity (seed 000's recommendation): files the
+    /// `reggie_oc` agent saves are visible to `reggie_fd`.
+    #[default]
+    PerIdentity,
+    /// One folder per session key.
+    PerSession,
+}
+
+/// Where workspaces live, and whether they are shared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workspaces {
+    root: PathBuf,
+    sharing: WorkspaceSharing,
+}
+
+impl Workspaces {
+    /// Workspaces under `root`, shared per identity.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Workspaces {
+            root: root.into(),
+            sharing: WorkspaceSharing::default(),
+        }
+    }
+
+    /// How workspaces are shared.
+    pub fn sharing(mut self, sharing: WorkspaceSharing) -> Self {
+        self.sharing = sharing;
+        self
+    }
+
+    /// The configured sharing.
+    pub fn sharing_mode(&self) -> WorkspaceSharing {
+        self.sharing
+    }
+
+    /// The root folder.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The workspace `id`, created (with its areas) if missing.
+    ///
+    /// A symlink where the root's child or an area should be is refused
+    /// ([`Error::Io`] with `op` `"open workspace"`), not followed.
+    pub fn open(&self, id: Uuid) -> Result<Workspace> {
+        let dir = self.root.join(id.hyphenated().to_string());
+        create_private_dir_all(&self.root)
+            .map_err(|e| Error::io("create directory", &self.root, e))?;
+        create_real_dir(&dir)?;
+        for area in [Area::Attachments, Area::Exports, Area::Context] {
+            create_real_dir(&dir.join(area.dir_name()))?;
+        }
+        Ok(Workspace { id, dir })
+    }
+}
+
+/// Creates `dir` owner-only unless it exists; refuses anything but a real directory.
+fn create_real_dir(dir: &Path) -> Result<()> {
+    match create_private_dir_all(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(Error::io("create directory", dir, e)),
+    }
+    let metadata = fs::symlink_metadata(dir).map_err(|e| Error::io("open workspace", dir, e))?;
+    if metadata.file_type().is_dir() {
+        Ok(())
+    } else {
+        Err(Error::io(
+            "open workspace",
+            dir,
+            io::Error::other("not a real directory (a symlink or a file)"),
+        ))
+    }
+}
+
+/// A part of a workspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Area {
+    /// The workspace folder itself (where `summary.md` lives).
+    Root,
+    /// Images, documents, audio and video received or generated.
+    Attachments,
+    /// Reports, CSVs, generated documents.
+    Exports,
+    /// The agent's working files and scratch notes.
+    Context,
+}
+
+impl Area {
+    fn dir_name(self) -> &'static str {
+        match self {
+            Area::Root => "",
+            Area::Attachments => "attachments",
+            Area::Exports => "exports",
+            Area::Context => "context",
+        }
+    }
+}
+
+/// One session's folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workspace {
+    id: Uuid,
+    dir: PathBuf,
+}
+
+impl Workspace {
+    /// The workspace's UUID (its folder name).
+    pub fn id(&self) -> Uuid {
+        self.id
+    }
+
+    /// The folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The path of `name` in `area`, after validating `name`: one plain file-name
+    /// component of at most [`MAX_FILE_NAME_LEN`] bytes — not empty, `.` or `..`, no
+    /// `/`, `\`, NUL or control characters. Anything else is [`Error::InvalidId`].
+    pub fn path(&self, area: Area, name: &str) -> Result<PathBuf> {
+        validate_file_name(name)?;
+        Ok(self.dir.join(area.dir_name()).join(name))
+    }
+
+    /// Writes `bytes` to `name` in `area`, replacing it atomically (a temporary file,
+    /// owner-only, renamed over it — a symlink at `name` is replaced, not followed).
+    pub fn write(&self, area: Area, name: &str, bytes: &[u8]) -> Result<PathBuf> {
+        let path = self.path(area, name)?;
+        let dir = path.parent().unwrap_or(&self.dir);
+        let mut temp =
+            tempfile::NamedTempFile::new_in(dir).map_err(|e| Error::io("create", dir, e))?;
+        temp.write_all(bytes)
+            .and_then(|()| temp.as_file().sync_all())
+            .map_err(|e| Error::io("write", temp.path(), e))?;
+        temp.persist(&path)
+            .map_err(|e| Error::io("rename", &path, e.error))?;
+        Ok(path)
+    }
+
+    /// Reads `name` in `area`; a symlink there is an error, not followed.
+    pub fn read(&self, area: Area, name: &str) -> Result<Vec<u8>> {
+        let path = self.path(area, name)?;
+        let mut bytes = Vec::new();
+        open_no_follow(&path)
+            .and_then(|mut file| file.read_to_end(&mut bytes))
+            .map_err(|e| Error::io("read", &path, e))?;
+        Ok(bytes)
+    }
+
+    /// Writes the rolling summary to `summary.md`.
+    pub fn write_summary(&self, summary: &str) -> Result<PathBuf> {
+        self.write(Area::Root, "summary.md", summary.as_bytes())
+    }
+
+    /// The names of the files in `area`, sorted.
+    pub fn files(&self, area: Area) -> Result<Vec<String>> {
+        let dir = self.dir.join(area.dir_name());
+        let mut names = Vec::new();
+        for item in fs::read_dir(&dir).map_err(|e| Error::io("list", &dir, e))? {
+            let item = item.map_err(|e| Error::io("list", &dir, e))?;
+            let is_file = item
+                .file_type()
+                .map_err(|e| Error::io("list", item.path(), e))?
+                .is_file();
+            if let (true, Some(name)) = (is_file, item.file_name().to_str()) {
+                names.push(name.to_owned());
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+}
+
+fn validate_file_name(name: &str) -> Result<()> {
+    let problem = if name.is_empty() {
+        Some("the file name is empty")
+    } else if name == "." || name == ".." {
+        Some("the file name is `.` or `..`")
+    } else if name.len() > MAX_FILE_NAME_LEN {
+        Some("the file name is longer than 255 bytes")
+    } else if name.contains(['/', '\\']) {
+        Some("the file name contains a path separator")
+    } else if name.chars().any(char::is_control) {
+        Some("the file name contains a control character")
+    } else {
+        None
+    };
+    match problem {
+        Some(problem) => Err(Error::invalid_id(IdKind::WorkspaceFile, name, problem)),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_are_one_plain_component() {
+        let ok = ["summary.md", "a b.csv", ".hidden", "…unicode ✓.txt", "..."];
+        for name in ok {
+            assert!(validate_file_name(name).is_ok(), "{name:?}");
+        }
+        let long = "x".repeat(256);
+        let bad = ["", ".", "..", "a/b", "../x", "a\\b", "nul\0", "tab\t", &long];
+        for name in bad {
+            assert!(
+                matches!(
+                    validate_file_name(name),
+                    Err(Error::InvalidId {
+                        kind: IdKind::WorkspaceFile,
+                        ..
+                    })
+                ),
+                "{name:?}"
+            );
+        }
+    }
+}
