@@ -140,19 +140,28 @@ pub fn verify_session_access(
     key: &SessionKey,
     entry: Option<&SessionEntry>,
 ) -> Result<()> {
-    let deny = |reason| {
-        Err(Error::AccessDenied {
-            resource: format!("session {key}"),
-            reason,
-        })
-    };
-    if !caller.reaches(key) {
-        return deny(AccessDenial::OutsideTokenNamespace);
-    }
+    verify_namespace(caller, key)?;
     match &caller.principal {
         Principal::Owner => Ok(()),
         Principal::Participant(id) if entry.is_some_and(|e| e.has_participant(id)) => Ok(()),
-        Principal::Participant(_) => deny(AccessDenial::NotParticipant),
+        Principal::Participant(_) => Err(denied(key, AccessDenial::NotParticipant)),
+    }
+}
+
+/// Whether `key` is in the caller's namespace ([`AccessDenial::OutsideTokenNamespace`]
+/// if not).
+pub(crate) fn verify_namespace(caller: &Caller, key: &SessionKey) -> Result<()> {
+    if caller.reaches(key) {
+        Ok(())
+    } else {
+        Err(denied(key, AccessDenial::OutsideTokenNamespace))
+    }
+}
+
+pub(crate) fn denied(key: &SessionKey, reason: AccessDenial) -> Error {
+    Error::AccessDenied {
+        resource: format!("session {key}"),
+        reason,
     }
 }
 
@@ -191,14 +200,26 @@ mod tests {
             (Caller::owner(), None, None),
             (Caller::person("staff:17"), Some(&jane), None),
             (Caller::person(" staff:17 "), Some(&jane), None),
-            (Caller::person("staff:18"), Some(&jane), Some(NotParticipant)),
+            (
+                Caller::person("staff:18"),
+                Some(&jane),
+                Some(NotParticipant),
+            ),
             (Caller::person("staff:17"), None, Some(NotParticipant)),
             (token("agent:main:telegram"), Some(&jane), None),
             (token("agent:main:telegram:"), Some(&jane), None),
             (token("AGENT:MAIN:TELEGRAM"), Some(&jane), None),
             (token("agent:main:telegram:dm:42"), Some(&jane), None),
-            (token("agent:main:slack"), Some(&jane), Some(OutsideTokenNamespace)),
-            (token("agent:main:tele"), Some(&jane), Some(OutsideTokenNamespace)),
+            (
+                token("agent:main:slack"),
+                Some(&jane),
+                Some(OutsideTokenNamespace),
+            ),
+            (
+                token("agent:main:tele"),
+                Some(&jane),
+                Some(OutsideTokenNamespace),
+            ),
             (token("agent:ops"), Some(&jane), Some(OutsideTokenNamespace)),
             (
                 Caller::person("staff:17")

@@ -551,6 +551,10 @@ pub struct SessionEntry {
     /// What the session is working on, as the last checkpoint's introspection left it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub working_memory: Option<String>,
+    /// The session workspace's UUID (its folder name), once it has one; kept across
+    /// resets, so a person's files outlive their sessions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_id: Option<String>,
 
     /// Fields this version does not know, kept as written, in order.
     #[serde(flatten)]

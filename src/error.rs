@@ -332,6 +332,8 @@ pub enum IdKind {
     SessionFile,
     /// A time zone.
     TimeZone,
+    /// A session workspace's id.
+    WorkspaceId,
     /// A file name in a session workspace.
     WorkspaceFile,
 }
@@ -350,6 +352,7 @@ impl fmt::Display for IdKind {
             IdKind::FileComponent => "file name component",
             IdKind::SessionFile => "session file",
             IdKind::TimeZone => "time zone",
+            IdKind::WorkspaceId => "workspace id",
             IdKind::WorkspaceFile => "workspace file name",
         })
     }

@@ -245,7 +245,9 @@ mod tests {
             assert!(validate_file_name(name).is_ok(), "{name:?}");
         }
         let long = "x".repeat(256);
-        let bad = ["", ".", "..", "a/b", "../x", "a\\b", "nul\0", "tab\t", &long];
+        let bad = [
+            "", ".", "..", "a/b", "../x", "a\\b", "nul\0", "tab\t", &long,
+        ];
         for name in bad {
             assert!(
                 matches!(

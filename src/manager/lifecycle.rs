@@ -370,26 +370,36 @@ impl SessionManager {
 
     /// Spawns a subagent session under `agent`, `agent:<agent>:subagent:<uuid>` (nested
     /// under `parent` when `parent` is itself a subagent of `agent`), recording
-    /// `spawnedBy`.
+    /// `spawnedBy`. The subagent's participants are its parent's.
     pub async fn spawn_subagent(
         &self,
         parent: &SessionKey,
         agent: &AgentId,
         label: Option<&str>,
     ) -> Result<StoredSession> {
+        let key = subagent_key(parent, agent)?;
+        self.create_subagent(&key, parent, label).await
+    }
+
+    pub(super) async fn create_subagent(
+        &self,
+        key: &SessionKey,
+        parent: &SessionKey,
+        label: Option<&str>,
+    ) -> Result<StoredSession> {
         let label = label.map(parse_session_label).transpose()?;
-        let nested = parent.is_subagent() && parent.agent_id() == Some(agent.as_str());
-        let key = if nested {
-            parent.nested_subagent(&uuid::Uuid::new_v4().to_string())?
-        } else {
-            SessionKey::new_subagent(agent)
-        };
+        let participants = self
+            .store
+            .get(parent)
+            .await?
+            .and_then(|stored| stored.entry.participants);
         let now_ms = self.clock.now_millis();
         let mut entry = start_session(None, now_ms);
         entry.spawned_by = Some(parent.to_string());
         entry.label = label;
         entry.source = Some(SessionSource::api(parent.to_string()));
-        self.store.put(&key, entry).await
+        entry.participants = participants;
+        self.store.put(key, entry).await
     }
 
     /// Opens the session of a CLI, web, API or schedule source (seed 003's
@@ -471,6 +481,15 @@ impl SessionManager {
             })
             .await?
             .ok_or_else(|| Error::NotFound { key: key.clone() })
+    }
+}
+
+/// The key of a new subagent of `agent` spawned from `parent`.
+pub(super) fn subagent_key(parent: &SessionKey, agent: &AgentId) -> Result<SessionKey> {
+    if parent.is_subagent() && parent.agent_id() == Some(agent.as_str()) {
+        parent.nested_subagent(&uuid::Uuid::new_v4().to_string())
+    } else {
+        Ok(SessionKey::new_subagent(agent))
     }
 }
 

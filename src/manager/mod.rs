@@ -33,6 +33,8 @@ mod log;
 mod memory;
 mod meta;
 mod resolution;
+mod scoped;
+mod workspace;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -46,8 +48,10 @@ use crate::entry::ForkOrigin;
 use crate::error::{Error, Result};
 use crate::freshness::{Freshness, FreshnessPolicy, ResetConfig, ResetType, Zone};
 use crate::history::{HistoryBuffer, MemoryHistory};
+use crate::identity::IdentityResolver;
 use crate::inbound::events::SystemEventQueue;
 use crate::inbound::InboundMessage;
+use crate::isolation::AgentScoped;
 use crate::key::{
     normalize_agent_id, normalize_channel, AgentId, DefaultKeyBuilder, KeyBuilder, SessionKey,
 };
@@ -57,12 +61,14 @@ use crate::send_policy::SendPolicyConfig;
 use crate::store::SessionStore;
 use crate::summary::{Summarizer, TemplateSummarizer};
 use crate::transcript::{ArchiveReason, CheckpointReason, TranscriptRef, TranscriptStore};
+use crate::workspace::Workspaces;
 
 pub use context::TurnInput;
 pub use lifecycle::{DeleteOptions, OverrideKind, PruneOptions, SessionOverride};
 pub use log::LogMessage;
 pub use memory::{CompactionEvent, SummaryRefresh, TurnOutcome, DEFAULT_SUMMARY_QUIET_GAP};
 pub use resolution::{Decision, Reason, Resolution};
+pub use scoped::ScopedManager;
 
 use self::meta::{record_message, start_session, Inbound};
 use self::resolution::Policy;
@@ -92,6 +98,9 @@ pub struct SessionManager {
     checkpoint_every_turns: Option<u64>,
     agent_identities: HashMap<String, String>,
     default_agent: AgentId,
+    identity: Option<Arc<dyn IdentityResolver>>,
+    workspaces: Option<Workspaces>,
+    isolated_to: Option<AgentId>,
 }
 
 impl fmt::Debug for SessionManager {
@@ -111,6 +120,9 @@ impl fmt::Debug for SessionManager {
             .field("checkpoint_every_turns", &self.checkpoint_every_turns)
             .field("agent_identities", &self.agent_identities)
             .field("default_agent", &self.default_agent)
+            .field("identity", &self.identity.is_some())
+            .field("workspaces", &self.workspaces)
+            .field("isolated_to", &self.isolated_to)
             .finish_non_exhaustive()
     }
 }
@@ -132,6 +144,7 @@ impl fmt::Debug for SessionManager {
 /// ```
 pub struct SessionManagerBuilder {
     manager: SessionManager,
+    isolated_to: Option<AgentId>,
 }
 
 impl SessionManagerBuilder {
@@ -253,9 +266,44 @@ impl SessionManagerBuilder {
         self
     }
 
+    /// How channel identifiers become people ([`SessionManager::identify`],
+    /// [`SessionManager::scoped_as`]).
+    pub fn identity_resolver(mut self, resolver: impl IdentityResolver + 'static) -> Self {
+        self.manager.identity = Some(Arc::new(resolver));
+        self
+    }
+
+    /// Gives sessions workspaces ([`SessionManager::workspace`]).
+    pub fn workspaces(mut self, workspaces: Workspaces) -> Self {
+        self.manager.workspaces = Some(workspaces);
+        self
+    }
+
+    /// Serves `agent` only (seed 004): the store and transcripts are wrapped in
+    /// [`AgentScoped`], so no call of this manager reads or writes another agent's
+    /// sessions or transcripts — another agent's key is
+    /// [`AccessDenial::OtherAgent`](crate::AccessDenial::OtherAgent), listings and log
+    /// queries show only `agent`'s. `agent` also becomes the default agent.
+    ///
+    /// Identity summaries then draw on this agent's transcripts only, not on sibling
+    /// variants of its identity.
+    pub fn isolate_to_agent(mut self, agent: AgentId) -> Self {
+        self.manager.default_agent = agent.clone();
+        self.isolated_to = Some(agent);
+        self
+    }
+
     /// The manager.
     pub fn build(self) -> SessionManager {
-        self.manager
+        let mut manager = self.manager;
+        if let Some(agent) = self.isolated_to {
+            manager.store = Arc::new(AgentScoped::new(agent.clone(), manager.store));
+            manager.transcripts = manager
+                .transcripts
+                .map(|t| Arc::new(AgentScoped::new(agent.clone(), t)) as Arc<dyn TranscriptStore>);
+            manager.isolated_to = Some(agent);
+        }
+        manager
     }
 }
 
@@ -293,7 +341,11 @@ impl SessionManager {
                 checkpoint_every_turns: None,
                 agent_identities: HashMap::new(),
                 default_agent: AgentId::main(),
+                identity: None,
+                workspaces: None,
+                isolated_to: None,
             },
+            isolated_to: None,
         }
     }
 

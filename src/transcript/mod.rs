@@ -375,7 +375,10 @@ impl TranscriptSubscription {
 
     /// Only the updates `keep` accepts (on top of any earlier filter). A lag count
     /// still counts every update missed, kept or not.
-    pub fn only(mut self, keep: impl Fn(&TranscriptUpdate) -> bool + Send + Sync + 'static) -> Self {
+    pub fn only(
+        mut self,
+        keep: impl Fn(&TranscriptUpdate) -> bool + Send + Sync + 'static,
+    ) -> Self {
         self.only = Some(match self.only.take() {
             None => Box::new(keep),
             Some(earlier) => Box::new(move |update| earlier(update) && keep(update)),

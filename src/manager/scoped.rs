@@ -1,0 +1,385 @@
+//! Calls on behalf of a caller who may not see everything: [`SessionManager::scoped`].
+//!
+//! The [`SessionManager`]'s own methods are the trusted host's: they reach every
+//! session of the store. A [`ScopedManager`] offers the same calls for one [`Caller`]
+//! and runs [`verify_session_access`] before each, so a participant reaches only their
+//! own sessions and a channel token only its namespace; everything else is
+//! [`Error::AccessDenied`], with no data of the session. Jobs over many sessions
+//! (`prune`, `refresh_identity_summary`, subscribing to every transcript) stay with the
+//! host.
+
+use serde_json::Value;
+
+use super::lifecycle::subagent_key;
+use super::{
+    CompactionEvent, DeleteOptions, LogMessage, OverrideKind, Resolution, SessionManager,
+    SessionOverride, TurnInput, TurnOutcome,
+};
+use crate::access::{denied, verify_namespace, verify_session_access, Caller};
+use crate::entry::{DescriptionSource, SessionEntry, SessionSource, SessionStatus};
+use crate::error::{AccessDenial, Error, Result};
+use crate::identity::{Identifier, Person};
+use crate::inbound::InboundMessage;
+use crate::key::{AgentId, SessionKey};
+use crate::memory_flush::FlushPlan;
+use crate::reply::ReplyPayload;
+use crate::route::DeliveryRoute;
+use crate::store::{ListFilter, StoredSession};
+use crate::transcript::{
+    CheckpointReason, Offset, SessionEvent, TranscriptRead, TranscriptRef, TranscriptSubscription,
+};
+use crate::usage::EngineKind;
+use crate::workspace::Workspace;
+
+impl SessionManager {
+    /// The person `identifier` on `channel` is, by the configured
+    /// [`IdentityResolver`](crate::identity::IdentityResolver)
+    /// ([`Error::NotConfigured`] without one).
+    pub async fn identify(&self, channel: &str, identifier: &Identifier) -> Result<Person> {
+        let resolver = self.identity.as_deref().ok_or(Error::NotConfigured {
+            what: "an identity resolver (SessionManagerBuilder::identity_resolver)",
+        })?;
+        resolver.resolve(channel, identifier).await
+    }
+
+    /// The session under `key`, if `caller` may open it ([`verify_session_access`]).
+    /// The owner gets `None` for a missing session; anyone else is denied, so that a
+    /// denial does not tell whether the session exists.
+    pub async fn verify_session_access(
+        &self,
+        caller: &Caller,
+        key: &SessionKey,
+    ) -> Result<Option<StoredSession>> {
+        verify_namespace(caller, key)?;
+        let stored = self.store.get(key).await?;
+        verify_session_access(caller, key, stored.as_ref().map(|s| &s.entry))?;
+        Ok(stored)
+    }
+
+    /// This manager's calls on behalf of `caller`, each checked first.
+    ///
+    /// ```
+    /// use agent_sessions::access::Caller;
+    /// use agent_sessions::prelude::*;
+    /// use agent_sessions::{AccessDenial, Error};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// let manager = SessionManager::new(MemoryStore::new());
+    /// let jane = manager.scoped(Caller::person("staff:17"));
+    /// let mine = jane.resolve(&InboundMessage::direct("web", "jane", "hi").from_person("staff:17")).await?;
+    /// assert!(jane.get(&mine.key).await?.is_some());
+    ///
+    /// let bob = manager.scoped(Caller::person("staff:18"));
+    /// let denied = bob.get(&mine.key).await;
+    /// assert!(matches!(denied, Err(Error::AccessDenied { reason: AccessDenial::NotParticipant, .. })));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn scoped(&self, caller: Caller) -> ScopedManager<'_> {
+        ScopedManager {
+            manager: self,
+            caller,
+            person: None,
+            identity: None,
+        }
+    }
+
+    /// This manager's calls on behalf of whoever `identifier` on `channel` is
+    /// ([`identify`](Self::identify)). The identity is resolved again on every
+    /// [`ScopedManager::open`], so role changes and merges take effect.
+    pub async fn scoped_as(
+        &self,
+        channel: &str,
+        identifier: Identifier,
+    ) -> Result<ScopedManager<'_>> {
+        let person = self.identify(channel, &identifier).await?;
+        Ok(ScopedManager {
+            manager: self,
+            caller: Caller::of(&person),
+            person: Some(person),
+            identity: Some((channel.to_owned(), identifier)),
+        })
+    }
+}
+
+/// A [`SessionManager`] seen by one [`Caller`]: every call checks access first.
+///
+/// Built by [`SessionManager::scoped`] or [`SessionManager::scoped_as`]; cheap, made
+/// per request.
+#[derive(Debug)]
+pub struct ScopedManager<'a> {
+    manager: &'a SessionManager,
+    caller: Caller,
+    person: Option<Person>,
+    identity: Option<(String, Identifier)>,
+}
+
+/// A call that takes the session key first and is checked before it runs.
+macro_rules! checked {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident(&self, $key:ident: &SessionKey $(, $arg:ident: $ty:ty)*) -> $ret:ty;
+    )*) => {$(
+        $(#[$doc])*
+        #[doc = concat!("\n\n[`SessionManager::", stringify!($name), "`], if the caller may open the session.")]
+        pub async fn $name(&self, $key: &SessionKey $(, $arg: $ty)*) -> Result<$ret> {
+            self.check($key).await?;
+            self.manager.$name($key $(, $arg)*).await
+        }
+    )*};
+}
+
+impl ScopedManager<'_> {
+    /// Who is calling.
+    pub fn caller(&self) -> &Caller {
+        &self.caller
+    }
+
+    /// The resolved person, for a manager made by [`SessionManager::scoped_as`].
+    pub fn person(&self) -> Option<&Person> {
+        self.person.as_ref()
+    }
+
+    /// Limits this caller to keys in `prefix`'s namespace (see
+    /// [`Caller::within_namespace`]).
+    pub fn within_namespace(mut self, prefix: &str) -> Result<Self> {
+        self.caller = self.caller.within_namespace(prefix)?;
+        Ok(self)
+    }
+
+    async fn check(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
+        self.manager.verify_session_access(&self.caller, key).await
+    }
+
+    /// Allows a call that may create the session under `key`: an existing session
+    /// must be open to the caller; a missing one only needs the key in the caller's
+    /// namespace (its creator becomes its first participant).
+    async fn check_may_create(&self, key: &SessionKey) -> Result<()> {
+        verify_namespace(&self.caller, key)?;
+        match self.manager.store.get(key).await? {
+            Some(stored) => verify_session_access(&self.caller, key, Some(&stored.entry)),
+            None => Ok(()),
+        }
+    }
+
+    /// [`SessionManager::resolve`] for a message the caller may post: a participant
+    /// posts only as themselves (the message's [`participant_id`] is theirs) and only
+    /// into a session they take part in or a new one; a namespaced caller only into
+    /// its namespace.
+    ///
+    /// [`participant_id`]: InboundMessage::participant_id
+    pub async fn resolve(&self, message: &InboundMessage) -> Result<Resolution> {
+        let key = self.manager.key_for(message)?;
+        if let Some(id) = self.caller.participant_id() {
+            if message.participant_id().as_deref() != Some(id) {
+                return Err(denied(&key, AccessDenial::NotParticipant));
+            }
+        }
+        self.check_may_create(&key).await?;
+        self.manager.resolve(message).await
+    }
+
+    /// [`SessionManager::open`] for the caller (seed 003's `openSession`): the caller's
+    /// identity is resolved again first (so role changes and merges apply); an existing
+    /// session must already list a non-owner caller as a participant; a new session
+    /// records them as its first. The session records the resolved person's id (if it
+    /// has none) and current type.
+    pub async fn open(
+        &mut self,
+        source: &SessionSource,
+        agent: Option<&AgentId>,
+    ) -> Result<Resolution> {
+        if let Some((channel, identifier)) = &self.identity {
+            let person = self.manager.identify(channel, identifier).await?;
+            let namespace = self.caller.namespace().map(str::to_owned);
+            self.caller = Caller::of(&person);
+            if let Some(prefix) = namespace {
+                self.caller = self.caller.clone().within_namespace(&prefix)?;
+            }
+            self.person = Some(person);
+        }
+        let key = source.key(agent.unwrap_or(&self.manager.default_agent))?;
+        self.check_may_create(&key).await?;
+        let mut resolution = self.manager.open(source, agent).await?;
+        let participant = self.caller.participant_id().map(str::to_owned);
+        let person = self.person.clone();
+        if participant.is_some() || person.is_some() {
+            resolution.session = self
+                .manager
+                .change(&key, |entry| {
+                    stamp_caller(entry, participant.as_deref(), person.as_ref())
+                })
+                .await?;
+        }
+        Ok(resolution)
+    }
+
+    /// The session under `key`: [`SessionManager::get`] if the caller may open it
+    /// (`None` only for the owner, when there is no session).
+    pub async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
+        self.check(key).await
+    }
+
+    /// The sessions matching `filter` that the caller may open, most recently active
+    /// first; the limit counts only those.
+    pub async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
+        let mut unlimited = filter.clone();
+        unlimited.limit = None;
+        let visible = self
+            .manager
+            .list(&unlimited)
+            .await?
+            .into_iter()
+            .filter(|s| verify_session_access(&self.caller, &s.key, Some(&s.entry)).is_ok())
+            .collect();
+        Ok(filter.finish(visible))
+    }
+
+    checked! {
+        /// Closes a session.
+        fn close(&self, key: &SessionKey) -> StoredSession;
+        /// Sets a session's status.
+        fn set_status(&self, key: &SessionKey, status: SessionStatus) -> StoredSession;
+        /// Deletes a session.
+        fn delete(&self, key: &SessionKey, options: DeleteOptions) -> Option<SessionEntry>;
+        /// Sets or clears a session's label.
+        fn set_label(&self, key: &SessionKey, label: Option<&str>) -> StoredSession;
+        /// Sets or clears what a session is about.
+        fn set_description(
+            &self,
+            key: &SessionKey,
+            description: Option<&str>,
+            source: DescriptionSource
+        ) -> StoredSession;
+        /// Sets a per-session override.
+        fn set_override(&self, key: &SessionKey, setting: SessionOverride) -> StoredSession;
+        /// Clears a per-session override.
+        fn clear_override(&self, key: &SessionKey, kind: OverrideKind) -> StoredSession;
+        /// Changes where replies go.
+        fn update_last_route(&self, key: &SessionKey, route: &DeliveryRoute) -> StoredSession;
+        /// Starts a thread session forked from `parent`.
+        fn fork_thread(&self, parent: &SessionKey, thread_id: &str) -> StoredSession;
+        /// Records a finished turn.
+        fn record_turn(&self, key: &SessionKey, outcome: TurnOutcome) -> StoredSession;
+        /// Whether a memory flush should run before compaction.
+        fn memory_flush_plan(&self, key: &SessionKey) -> Option<FlushPlan>;
+        /// Records that a memory flush ran.
+        fn record_memory_flush(&self, key: &SessionKey) -> StoredSession;
+        /// Records a compaction.
+        fn record_compaction(&self, key: &SessionKey, tokens_after: Option<u64>) -> StoredSession;
+        /// Handles an engine's compaction event.
+        fn on_compaction_event(
+            &self,
+            key: &SessionKey,
+            event: CompactionEvent
+        ) -> Option<StoredSession>;
+        /// The engine's own session id.
+        fn engine_session(&self, key: &SessionKey, kind: &EngineKind) -> Option<String>;
+        /// Logs a message.
+        fn log_message(&self, key: &SessionKey, message: LogMessage) -> SessionEvent;
+        /// Mirrors a delivered reply into the transcript.
+        fn mirror_delivery(
+            &self,
+            key: &SessionKey,
+            text: &str,
+            media_urls: &[String]
+        ) -> Option<SessionEvent>;
+        /// Writes a checkpoint.
+        fn checkpoint(&self, key: &SessionKey, reason: CheckpointReason) -> SessionEvent;
+        /// Reads the session's transcript from `from`.
+        fn replay(&self, key: &SessionKey, from: Offset) -> TranscriptRead;
+        /// The session's workspace.
+        fn workspace(&self, key: &SessionKey) -> Workspace;
+    }
+
+    /// [`SessionManager::spawn_subagent`], if the caller may open `parent` and the new
+    /// session's key is in the caller's namespace. The subagent's participants are the
+    /// parent's.
+    pub async fn spawn_subagent(
+        &self,
+        parent: &SessionKey,
+        agent: &AgentId,
+        label: Option<&str>,
+    ) -> Result<StoredSession> {
+        self.check(parent).await?;
+        let key = subagent_key(parent, agent)?;
+        verify_namespace(&self.caller, &key)?;
+        self.manager.create_subagent(&key, parent, label).await
+    }
+
+    /// [`SessionManager::ensure_skills_snapshot`], if the caller may open the session.
+    pub async fn ensure_skills_snapshot<F>(
+        &self,
+        key: &SessionKey,
+        version: u64,
+        build: F,
+    ) -> Result<bool>
+    where
+        F: FnOnce() -> Value + Send,
+    {
+        self.check(key).await?;
+        self.manager
+            .ensure_skills_snapshot(key, version, build)
+            .await
+    }
+
+    /// [`SessionManager::prepare_turn`], if the caller may open the resolved session.
+    pub async fn prepare_turn(
+        &self,
+        resolution: &Resolution,
+        message: &InboundMessage,
+    ) -> Result<TurnInput> {
+        self.check(&resolution.key).await?;
+        self.manager.prepare_turn(resolution, message).await
+    }
+
+    /// [`SessionManager::finish_turn`], if the caller may open the resolved session.
+    pub async fn finish_turn(
+        &self,
+        resolution: &Resolution,
+        message: &InboundMessage,
+        outputs: Vec<ReplyPayload>,
+        sent_by_tool: Vec<String>,
+    ) -> Result<Vec<ReplyPayload>> {
+        self.check(&resolution.key).await?;
+        self.manager
+            .finish_turn(resolution, message, outputs, sent_by_tool)
+            .await
+    }
+
+    /// [`SessionManager::enqueue_system_event`], if the caller may open the session.
+    pub async fn enqueue_system_event(&self, key: &SessionKey, text: &str) -> Result<bool> {
+        self.check(key).await?;
+        Ok(self.manager.enqueue_system_event(key, text))
+    }
+
+    /// Live updates of the session's current transcript, if the caller may open it.
+    pub async fn subscribe(&self, key: &SessionKey) -> Result<TranscriptSubscription> {
+        let stored = self
+            .check(key)
+            .await?
+            .ok_or_else(|| Error::NotFound { key: key.clone() })?;
+        let transcript = TranscriptRef::of(key, &stored.entry, &self.manager.default_agent);
+        Ok(self.manager.subscribe()?.only(move |update| {
+            update.transcript.agent == transcript.agent
+                && update.transcript.session_id == transcript.session_id
+        }))
+    }
+}
+
+/// Records an opening caller in the session: as a participant, and as its person (if it
+/// has none) with their current type.
+fn stamp_caller(entry: &mut SessionEntry, participant: Option<&str>, person: Option<&Person>) {
+    if let Some(id) = participant {
+        entry.add_participant(id);
+    }
+    if let Some(person) = person {
+        if entry.person_id.is_none() {
+            entry.person_id = Some(person.id.clone());
+        }
+        if entry.person_id.as_deref() == Some(person.id.as_str()) {
+            entry.person_type = Some(person.person_type.as_str().to_owned());
+        }
+    }
+}

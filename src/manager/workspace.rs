@@ -1,0 +1,81 @@
+//! The manager's side of session workspaces.
+
+use uuid::Uuid;
+
+use super::SessionManager;
+use crate::entry::SessionEntry;
+use crate::error::{Error, IdKind, Result};
+use crate::fsutil::blocking;
+use crate::key::SessionKey;
+use crate::store::ListFilter;
+use crate::workspace::{Workspace, WorkspaceSharing};
+
+impl SessionManager {
+    /// The workspace of the session under `key`, created on first use
+    /// ([`Error::NotConfigured`] without [`workspaces`](super::SessionManagerBuilder::workspaces)).
+    ///
+    /// Its UUID is recorded in the entry ([`SessionEntry::workspace_id`]) and kept
+    /// across resets. A session's first workspace takes, with
+    /// [`WorkspaceSharing::PerIdentity`], the workspace of a sibling (same person, same
+    /// agent identity) if one has one; otherwise the session's own id.
+    pub async fn workspace(&self, key: &SessionKey) -> Result<Workspace> {
+        let workspaces = self.workspaces.clone().ok_or(Error::NotConfigured {
+            what: "session workspaces (SessionManagerBuilder::workspaces)",
+        })?;
+        let entry = self
+            .store
+            .get(key)
+            .await?
+            .ok_or_else(|| Error::NotFound { key: key.clone() })?
+            .entry;
+        let id = match &entry.workspace_id {
+            Some(id) => parse_workspace_id(id)?,
+            None => {
+                let chosen = self.choose_workspace_id(key, &entry, &workspaces).await?;
+                let recorded = self
+                    .change(key, |e| {
+                        e.workspace_id.get_or_insert_with(|| chosen.to_string());
+                    })
+                    .await?;
+                // A racing call may have recorded another first; the store decides.
+                parse_workspace_id(recorded.entry.workspace_id.as_deref().unwrap_or_default())?
+            }
+        };
+        let root = workspaces.root().to_path_buf();
+        blocking(&root, move || workspaces.open(id)).await
+    }
+
+    async fn choose_workspace_id(
+        &self,
+        key: &SessionKey,
+        entry: &SessionEntry,
+        workspaces: &crate::workspace::Workspaces,
+    ) -> Result<Uuid> {
+        if workspaces.sharing_mode() == WorkspaceSharing::PerIdentity {
+            if let (Some(person), Some(identity)) = (&entry.person_id, &entry.agent_identity) {
+                let siblings = self
+                    .store
+                    .list(
+                        &ListFilter::new()
+                            .person(person.clone())
+                            .agent_identity(identity.clone()),
+                    )
+                    .await?;
+                let shared = siblings
+                    .iter()
+                    .filter(|s| s.key != *key)
+                    .find_map(|s| s.entry.workspace_id.as_deref());
+                if let Some(id) = shared {
+                    return parse_workspace_id(id);
+                }
+            }
+        }
+        Ok(Uuid::parse_str(&entry.session_id).unwrap_or_else(|_| Uuid::new_v4()))
+    }
+}
+
+/// A recorded workspace id: only a UUID ever names a folder.
+fn parse_workspace_id(id: &str) -> Result<Uuid> {
+    Uuid::parse_str(id.trim())
+        .map_err(|_| Error::invalid_id(IdKind::WorkspaceId, id, "a workspace id is a UUID"))
+}
