@@ -71,11 +71,7 @@ impl PromptBuilder {
                 value
             }
         };
-        self.user = Some((
-            or(name, "Unknown"),
-            one_field(person_type),
-            or(role, "n/a"),
-        ));
+        self.user = Some((or(name, "Unknown"), one_field(person_type), or(role, "n/a")));
         self
     }
 

@@ -85,14 +85,22 @@ impl Workspaces {
     /// A symlink where the root's child or an area should be is refused
     /// ([`Error::Io`] with `op` `"open workspace"`), not followed.
     pub fn open(&self, id: Uuid) -> Result<Workspace> {
-        let dir = self.root.join(id.hyphenated().to_string());
+        let workspace = self.locate(id);
         create_private_dir_all(&self.root)
             .map_err(|e| Error::io("create directory", &self.root, e))?;
-        create_real_dir(&dir)?;
+        create_real_dir(&workspace.dir)?;
         for area in [Area::Attachments, Area::Exports, Area::Context] {
-            create_real_dir(&dir.join(area.dir_name()))?;
+            create_real_dir(&workspace.dir.join(area.dir_name()))?;
         }
-        Ok(Workspace { id, dir })
+        Ok(workspace)
+    }
+
+    /// Where the workspace `id` is, without touching the file system.
+    pub fn locate(&self, id: Uuid) -> Workspace {
+        Workspace {
+            id,
+            dir: self.root.join(id.hyphenated().to_string()),
+        }
     }
 }
 

@@ -135,3 +135,79 @@ proptest! {
         prop_assert_eq!(labels, vec!["GOAL", "ENTITIES", "DECISIONS", "PENDING", "TURNS"]);
     }
 }
+
+/// Hostile ids: traversal, separators, encodings, NUL, unicode, long runs.
+fn hostile_id() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[a-zA-Z0-9./\\\\:%~ _-]{0,24}",
+        "(\\.\\./|/|\\\\|%2e|%2f|\\x00|~){1,6}[a-z]{0,4}",
+        any::<String>(),
+    ]
+}
+
+/// Whether `path` lies lexically inside `dir`: starts with it, and has no `.` or `..`
+/// component that could lead back out.
+fn inside(path: &std::path::Path, dir: &std::path::Path) -> bool {
+    use std::path::Component;
+    path.starts_with(dir)
+        && !path
+            .components()
+            .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// No id that reaches the file system — agent, session id, thread or topic, session
+    /// file, workspace file name — yields a path outside its root: it is rejected with a
+    /// typed error, or encoded into a name inside the root.
+    #[test]
+    fn no_id_yields_a_path_outside_the_root(
+        agent in hostile_id(),
+        session_id in hostile_id(),
+        topic in proptest::option::of(hostile_id()),
+        session_file in proptest::option::of(hostile_id()),
+        peer in hostile_id(),
+        thread in hostile_id(),
+        file_name in hostile_id(),
+    ) {
+        use agent_sessions::transcript::{FileTranscriptStore, TranscriptRef};
+        use agent_sessions::workspace::{Area, Workspaces};
+        use agent_sessions::{AgentId, Conversation, DefaultKeyBuilder, KeyBuilder, SessionEntry};
+
+        let root = std::path::Path::new("/srv/state");
+        let transcripts = FileTranscriptStore::new(root);
+        let agent = AgentId::new(&agent).unwrap_or_else(|_| AgentId::main());
+        let sessions = agent_sessions::paths::sessions_dir(root, &agent);
+        prop_assert_eq!(sessions.parent().unwrap().parent().unwrap(), root.join("agents"));
+
+        // A transcript named by ids.
+        let mut transcript = TranscriptRef::new(agent.clone(), session_id);
+        transcript.topic = topic;
+        transcript.session_file = session_file;
+        if let Ok(path) = transcripts.path(&transcript) {
+            prop_assert!(inside(&path, &sessions), "{}", path.display());
+        }
+
+        // A transcript named by a session key built from a hostile peer and thread.
+        let keys = DefaultKeyBuilder::new().default_agent(agent.clone());
+        let conversation = Conversation::group("slack", &peer).with_thread(&thread);
+        if let Ok(key) = keys.build(&conversation) {
+            let entry = SessionEntry::new(uuid::Uuid::new_v4().to_string(), 0);
+            let path = transcripts.path(&TranscriptRef::of(&key, &entry, &agent));
+            let path = path.expect("a key's transcript always has a path");
+            prop_assert_eq!(path.parent(), Some(sessions.as_path()), "{}", path.display());
+        }
+
+        // A workspace file.
+        let workspace_root = std::path::Path::new("/srv/workspaces");
+        let id = uuid::Uuid::new_v4();
+        let workspace = Workspaces::new(workspace_root).locate(id);
+        for area in [Area::Root, Area::Attachments, Area::Exports, Area::Context] {
+            if let Ok(path) = workspace.path(area, &file_name) {
+                prop_assert!(inside(&path, &workspace_root.join(id.to_string())), "{}", path.display());
+                prop_assert_eq!(path.file_name().and_then(|n| n.to_str()), Some(file_name.as_str()));
+            }
+        }
+    }
+}

@@ -134,8 +134,9 @@ pub enum DmScope {
     /// One per peer, channel and bot account: `agent:<id>:<channel>:<account>:dm:<peer>`.
     PerAccountChannelPeer,
     /// One per canonical person, whatever the channel (seed 000 §4.1: one session per
-    /// person per agent variant): `agent:<id>:person:<personId>`. A DM without a known
-    /// person falls back to `per-channel-peer`.
+    /// person per agent variant): `agent:<id>:person:<personId>`, where identity links
+    /// map person ids (`42`, `staff:17`) to one name. A DM without a known person falls
+    /// back to `per-channel-peer`.
     PerPerson,
 }
 
@@ -214,14 +215,23 @@ impl IdentityLinks {
 
     /// The canonical name `peer_id` on `channel` is linked to, if any.
     pub fn resolve(&self, channel: &str, peer_id: &str) -> Option<&str> {
-        let bare = peer_id.trim().to_lowercase();
-        let scoped = format!("{}:{}", channel.trim(), peer_id.trim()).to_lowercase();
+        let scoped = format!("{}:{}", channel.trim(), peer_id.trim());
+        self.find(&[peer_id, &scoped])
+    }
+
+    /// The canonical name a person id (`42`, `staff:17`) is linked to, if any: for
+    /// [`DmScope::PerPerson`], where one human has a different id per directory.
+    pub fn canonical(&self, person_id: &str) -> Option<&str> {
+        self.find(&[person_id])
+    }
+
+    fn find(&self, candidates: &[&str]) -> Option<&str> {
+        let candidates: Vec<String> = candidates.iter().map(|c| c.trim().to_lowercase()).collect();
         self.0.iter().find_map(|(canonical, ids)| {
             let canonical = canonical.trim();
-            let linked = ids.iter().any(|id| {
-                let id = id.trim().to_lowercase();
-                id == bare || id == scoped
-            });
+            let linked = ids
+                .iter()
+                .any(|id| candidates.contains(&id.trim().to_lowercase()));
             (!canonical.is_empty() && linked).then_some(canonical)
         })
     }
@@ -322,6 +332,7 @@ impl DefaultKeyBuilder {
                 .as_deref()
                 .filter(|p| !p.trim().is_empty())
             {
+                let person = self.identity_links.canonical(person).unwrap_or(person);
                 let person = key_segment(IdKind::Peer, person)?;
                 return Ok(format!("agent:{agent}:person:{person}"));
             }

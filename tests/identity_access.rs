@@ -1,0 +1,847 @@
+//! Identity, access control, agent isolation and path safety.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use agent_sessions::access::Caller;
+use agent_sessions::identity::{
+    DefaultIdentityResolver, Directory, DirectoryEntry, Identifier, PersonType, StaticDirectory,
+};
+use agent_sessions::isolation::AgentScoped;
+use agent_sessions::key::IdentityLinks;
+use agent_sessions::manager::{
+    CompactionEvent, DeleteOptions, LogMessage, OverrideKind, ScopedManager, SessionOverride,
+    TurnOutcome,
+};
+use agent_sessions::prelude::*;
+use agent_sessions::reply::ReplyPayload;
+use agent_sessions::route::DeliveryRoute;
+use agent_sessions::transcript::{CheckpointReason, FileTranscriptStore, Offset};
+use agent_sessions::usage::EngineKind;
+use agent_sessions::workspace::Workspaces;
+use agent_sessions::{
+    entry::DescriptionSource, AccessDenial, Error, Result, SessionSource, SessionStatus,
+};
+use async_trait::async_trait;
+
+const JANE_PHONE: &str = "+61411111111";
+
+fn staff() -> StaticDirectory {
+    StaticDirectory::new(PersonType::Staff, "staff").with(
+        JANE_PHONE,
+        "17",
+        "Jane Smith",
+        Some("support_worker"),
+    )
+}
+
+fn jane_by_sms(body: &str) -> InboundMessage {
+    InboundMessage::direct("sms", JANE_PHONE, body).from_person("staff:17")
+}
+
+fn web_subject(sub: &str) -> Identifier {
+    Identifier::Subject {
+        sub: sub.into(),
+        first_name: None,
+        last_name: None,
+        role: None,
+        email: None,
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Identity-scoped sessions
+
+#[tokio::test]
+async fn one_person_texting_then_opening_the_web_chat_continues_one_session() {
+    // Jane is `staff:17` to the SMS directory and `42` to the web app's login; an
+    // identity link says both are Jane.
+    let manager = SessionManager::builder(MemoryStore::new())
+        .key_builder(
+            DefaultKeyBuilder::new()
+                .dm_scope(DmScope::PerPerson)
+                .identity_links(IdentityLinks::new().link("jane", ["staff:17", "42"])),
+        )
+        .identity_resolver(DefaultIdentityResolver::new().directory(staff()))
+        .build();
+
+    let by_sms = manager
+        .identify("sms", &Identifier::Phone("+61 411 111 111".into()))
+        .await
+        .unwrap();
+    assert_eq!(by_sms.id, "staff:17");
+    let first = manager
+        .resolve(
+            &InboundMessage::direct("sms", JANE_PHONE, "when is my shift?").from_resolved(&by_sms),
+        )
+        .await
+        .unwrap();
+
+    let by_web = manager.identify("web", &web_subject("42")).await.unwrap();
+    let second = manager
+        .resolve(&InboundMessage::direct("web", "42", "and tomorrow?").from_resolved(&by_web))
+        .await
+        .unwrap();
+
+    assert_eq!(first.key.as_str(), "agent:main:person:jane");
+    assert_eq!(second.key, first.key);
+    assert_eq!(second.decision, Decision::Continue);
+    assert_eq!(second.session_id(), first.session_id());
+    let entry = second.entry();
+    assert_eq!(entry.message_count, Some(2));
+    assert_eq!(
+        entry.participants.as_deref(),
+        Some(&["staff:17".to_owned(), "42".to_owned()][..])
+    );
+    assert_eq!(entry.person_type.as_deref(), Some("user"));
+}
+
+#[tokio::test]
+async fn one_directory_id_across_phone_channels_is_one_session_without_links() {
+    let manager = SessionManager::builder(MemoryStore::new())
+        .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerPerson))
+        .identity_resolver(DefaultIdentityResolver::new().directory(staff()))
+        .build();
+    let mut sessions = Vec::new();
+    for channel in ["sms", "whatsapp"] {
+        let jane = manager
+            .identify(channel, &Identifier::Phone(JANE_PHONE.into()))
+            .await
+            .unwrap();
+        let message = InboundMessage::direct(channel, JANE_PHONE, "hi").from_resolved(&jane);
+        sessions.push(manager.resolve(&message).await.unwrap());
+    }
+    assert_eq!(sessions[0].key.as_str(), "agent:main:person:staff:17");
+    assert_eq!(sessions[1].session_id(), sessions[0].session_id());
+}
+
+#[tokio::test]
+async fn identify_needs_a_resolver_and_a_known_channel() {
+    let bare = SessionManager::new(MemoryStore::new());
+    assert!(matches!(
+        bare.identify("sms", &Identifier::Phone(JANE_PHONE.into()))
+            .await,
+        Err(Error::NotConfigured { .. })
+    ));
+    let manager = SessionManager::builder(MemoryStore::new())
+        .identity_resolver(DefaultIdentityResolver::new())
+        .build();
+    assert!(matches!(
+        manager.identify("fax", &Identifier::Phone(JANE_PHONE.into())).await,
+        Err(Error::UnknownChannel { channel }) if channel == "fax"
+    ));
+}
+
+// ---------------------------------------------------------------------------------
+// Access control over every scoped entry point
+
+/// A session of Jane's (`staff:17`, by SMS), with transcripts and a workspace root.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    manager: SessionManager,
+    key: SessionKey,
+}
+
+async fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let manager = SessionManager::builder(MemoryStore::new())
+        .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
+        .transcripts(FileTranscriptStore::new(dir.path()))
+        .workspaces(Workspaces::new(dir.path().join("workspaces")))
+        .build();
+    let key = manager
+        .resolve(&jane_by_sms("when is my shift?"))
+        .await
+        .unwrap()
+        .key;
+    manager
+        .log_message(&key, LogMessage::inbound("when is my shift?"))
+        .await
+        .unwrap();
+    Fixture {
+        _dir: dir,
+        manager,
+        key,
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Who {
+    Owner,
+    Participant,
+    Stranger,
+    SmsToken,
+    TelegramToken,
+}
+
+const EVERYONE: [Who; 5] = [
+    Who::Owner,
+    Who::Participant,
+    Who::Stranger,
+    Who::SmsToken,
+    Who::TelegramToken,
+];
+
+impl Who {
+    fn caller(self) -> Caller {
+        match self {
+            Who::Owner => Caller::owner(),
+            Who::Participant => Caller::person("staff:17"),
+            Who::Stranger => Caller::person("staff:18"),
+            Who::SmsToken => Caller::owner().within_namespace("agent:main:sms").unwrap(),
+            Who::TelegramToken => Caller::owner()
+                .within_namespace("agent:main:telegram")
+                .unwrap(),
+        }
+    }
+}
+
+/// Every call of [`ScopedManager`] that names Jane's session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    Resolve,
+    Get,
+    Close,
+    SetStatus,
+    Delete,
+    SetLabel,
+    SetDescription,
+    SetOverride,
+    ClearOverride,
+    UpdateLastRoute,
+    ForkThread,
+    SpawnSubagent,
+    RecordTurn,
+    MemoryFlushPlan,
+    RecordMemoryFlush,
+    RecordCompaction,
+    OnCompactionEvent,
+    EngineSession,
+    LogMessage,
+    MirrorDelivery,
+    Checkpoint,
+    Replay,
+    Workspace,
+    EnsureSkillsSnapshot,
+    PrepareTurn,
+    FinishTurn,
+    EnqueueSystemEvent,
+    Subscribe,
+}
+
+const EVERY_CALL: [Call; 28] = [
+    Call::Resolve,
+    Call::Get,
+    Call::Close,
+    Call::SetStatus,
+    Call::Delete,
+    Call::SetLabel,
+    Call::SetDescription,
+    Call::SetOverride,
+    Call::ClearOverride,
+    Call::UpdateLastRoute,
+    Call::ForkThread,
+    Call::SpawnSubagent,
+    Call::RecordTurn,
+    Call::MemoryFlushPlan,
+    Call::RecordMemoryFlush,
+    Call::RecordCompaction,
+    Call::OnCompactionEvent,
+    Call::EngineSession,
+    Call::LogMessage,
+    Call::MirrorDelivery,
+    Call::Checkpoint,
+    Call::Replay,
+    Call::Workspace,
+    Call::EnsureSkillsSnapshot,
+    Call::PrepareTurn,
+    Call::FinishTurn,
+    Call::EnqueueSystemEvent,
+    Call::Subscribe,
+];
+
+async fn call(scoped: &ScopedManager<'_>, fixture: &Fixture, call: Call) -> Result<()> {
+    let key = &fixture.key;
+    let message = jane_by_sms("and tomorrow?");
+    // What the host resolved before handing the turn to this caller.
+    let resolution = || async { fixture.manager.resolve(&message).await.unwrap() };
+    match call {
+        Call::Resolve => scoped.resolve(&message).await.map(drop),
+        Call::Get => scoped.get(key).await.map(drop),
+        Call::Close => scoped.close(key).await.map(drop),
+        Call::SetStatus => scoped
+            .set_status(key, SessionStatus::AwaitingApproval)
+            .await
+            .map(drop),
+        Call::Delete => scoped.delete(key, DeleteOptions::default()).await.map(drop),
+        Call::SetLabel => scoped.set_label(key, Some("Rosters")).await.map(drop),
+        Call::SetDescription => scoped
+            .set_description(key, Some("shift questions"), DescriptionSource::User)
+            .await
+            .map(drop),
+        Call::SetOverride => scoped
+            .set_override(key, SessionOverride::ThinkingLevel("high".into()))
+            .await
+            .map(drop),
+        Call::ClearOverride => scoped
+            .clear_override(key, OverrideKind::ThinkingLevel)
+            .await
+            .map(drop),
+        Call::UpdateLastRoute => scoped
+            .update_last_route(key, &DeliveryRoute::default().with_thread("7"))
+            .await
+            .map(drop),
+        Call::ForkThread => scoped.fork_thread(key, "t1").await.map(drop),
+        Call::SpawnSubagent => scoped
+            .spawn_subagent(key, &AgentId::main(), Some("lookup"))
+            .await
+            .map(drop),
+        Call::RecordTurn => scoped
+            .record_turn(key, TurnOutcome::completed())
+            .await
+            .map(drop),
+        Call::MemoryFlushPlan => scoped.memory_flush_plan(key).await.map(drop),
+        Call::RecordMemoryFlush => scoped.record_memory_flush(key).await.map(drop),
+        Call::RecordCompaction => scoped.record_compaction(key, Some(900)).await.map(drop),
+        Call::OnCompactionEvent => scoped
+            .on_compaction_event(key, CompactionEvent::Start)
+            .await
+            .map(drop),
+        Call::EngineSession => scoped.engine_session(key, &EngineKind::Sdk).await.map(drop),
+        Call::LogMessage => scoped
+            .log_message(key, LogMessage::outbound("Tomorrow at 9."))
+            .await
+            .map(drop),
+        Call::MirrorDelivery => scoped
+            .mirror_delivery(key, "Tomorrow at 9.", &[])
+            .await
+            .map(drop),
+        Call::Checkpoint => scoped
+            .checkpoint(key, CheckpointReason::Manual)
+            .await
+            .map(drop),
+        Call::Replay => scoped.replay(key, Offset::START).await.map(drop),
+        Call::Workspace => scoped.workspace(key).await.map(drop),
+        Call::EnsureSkillsSnapshot => scoped
+            .ensure_skills_snapshot(key, 1, || serde_json::json!({"skills": []}))
+            .await
+            .map(drop),
+        Call::PrepareTurn => scoped
+            .prepare_turn(&resolution().await, &message)
+            .await
+            .map(drop),
+        Call::FinishTurn => scoped
+            .finish_turn(
+                &resolution().await,
+                &message,
+                vec![ReplyPayload::text("ok")],
+                vec![],
+            )
+            .await
+            .map(drop),
+        Call::EnqueueSystemEvent => scoped
+            .enqueue_system_event(key, "Model switched.")
+            .await
+            .map(drop),
+        Call::Subscribe => scoped.subscribe(key).await.map(drop),
+    }
+}
+
+/// The specification: who is turned away from which call, and why.
+fn expected_denial(who: Who, call: Call) -> Option<AccessDenial> {
+    match (who, call) {
+        (Who::Owner | Who::Participant, _) => None,
+        (Who::Stranger, _) => Some(AccessDenial::NotParticipant),
+        (Who::TelegramToken, _) => Some(AccessDenial::OutsideTokenNamespace),
+        // An SMS token reaches the SMS session, but a subagent lives outside `…:sms`.
+        (Who::SmsToken, Call::SpawnSubagent) => Some(AccessDenial::OutsideTokenNamespace),
+        (Who::SmsToken, _) => None,
+    }
+}
+
+#[tokio::test]
+async fn access_control_table_over_every_scoped_call() {
+    for who in EVERYONE {
+        for each in EVERY_CALL {
+            let fixture = fixture().await;
+            let before = fixture.manager.get(&fixture.key).await.unwrap().unwrap();
+            let log_before = fixture
+                .manager
+                .replay(&fixture.key, Offset::START)
+                .await
+                .unwrap();
+            let sessions_before = fixture.manager.list(&ListFilter::new()).await.unwrap();
+
+            let scoped = fixture.manager.scoped(who.caller());
+            let outcome = call(&scoped, &fixture, each).await;
+            let denial = match outcome {
+                Ok(()) => None,
+                Err(Error::AccessDenied { reason, resource }) => {
+                    // The session asked for (for a subagent: the one it would create).
+                    let named = if (who, each) == (Who::SmsToken, Call::SpawnSubagent) {
+                        "session agent:main:subagent:".to_owned()
+                    } else {
+                        format!("session {}", fixture.key)
+                    };
+                    assert!(resource.starts_with(&named), "{resource}");
+                    Some(reason)
+                }
+                Err(other) => panic!("{who:?} {each:?}: unexpected error {other}"),
+            };
+            assert_eq!(denial, expected_denial(who, each), "{who:?} {each:?}");
+
+            if denial.is_some() && !matches!(each, Call::PrepareTurn | Call::FinishTurn) {
+                // Turned away: nothing changed anywhere.
+                let after = fixture.manager.get(&fixture.key).await.unwrap().unwrap();
+                assert_eq!(after, before, "{who:?} {each:?} changed the session");
+                let log_after = fixture
+                    .manager
+                    .replay(&fixture.key, Offset::START)
+                    .await
+                    .unwrap();
+                assert_eq!(log_after.events, log_before.events, "{who:?} {each:?}");
+                let sessions_after = fixture.manager.list(&ListFilter::new()).await.unwrap();
+                assert_eq!(sessions_after, sessions_before, "{who:?} {each:?}");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_participant_posts_only_as_themselves() {
+    let fixture = fixture().await;
+    let jane = fixture.manager.scoped(Caller::person("staff:17"));
+    let as_someone_else =
+        InboundMessage::direct("sms", "+61499999999", "hi").from_person("staff:18");
+    assert!(matches!(
+        jane.resolve(&as_someone_else).await,
+        Err(Error::AccessDenied {
+            reason: AccessDenial::NotParticipant,
+            ..
+        })
+    ));
+    assert_eq!(fixture.manager.store().len().await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn listings_show_only_what_the_caller_may_open() {
+    let fixture = fixture().await;
+    let manager = &fixture.manager;
+    manager
+        .resolve(&InboundMessage::direct("telegram", "99", "hello").from_person("staff:18"))
+        .await
+        .unwrap();
+    manager
+        .resolve(&InboundMessage::direct("sms", "+61400000000", "hello"))
+        .await
+        .unwrap();
+    let visible = |who: Who| async move {
+        let mut keys: Vec<String> = manager
+            .scoped(who.caller())
+            .list(&ListFilter::new())
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| s.key.to_string())
+            .collect();
+        keys.sort();
+        keys
+    };
+    assert_eq!(visible(Who::Owner).await.len(), 3);
+    assert_eq!(
+        visible(Who::Participant).await,
+        ["agent:main:sms:dm:+61411111111"]
+    );
+    assert_eq!(visible(Who::Stranger).await, ["agent:main:telegram:dm:99"]);
+    assert_eq!(
+        visible(Who::SmsToken).await,
+        [
+            "agent:main:sms:dm:+61400000000",
+            "agent:main:sms:dm:+61411111111"
+        ]
+    );
+    // The limit counts visible sessions only.
+    let limited = manager
+        .scoped(Caller::person("staff:18"))
+        .list(&ListFilter::new().limit(1))
+        .await
+        .unwrap();
+    assert_eq!(limited.len(), 1);
+}
+
+#[tokio::test]
+async fn a_denial_does_not_reveal_whether_a_session_exists() {
+    let fixture = fixture().await;
+    let stranger = fixture.manager.scoped(Caller::person("staff:18"));
+    let missing = SessionKey::parse("agent:main:sms:dm:+61400000000").unwrap();
+    let denial = |result: Result<Option<StoredSession>>| match result {
+        Err(Error::AccessDenied { reason, .. }) => reason,
+        other => panic!("expected a denial, got {other:?}"),
+    };
+    assert_eq!(
+        denial(stranger.get(&fixture.key).await),
+        denial(stranger.get(&missing).await)
+    );
+    assert!(fixture
+        .manager
+        .scoped(Caller::owner())
+        .get(&missing)
+        .await
+        .unwrap()
+        .is_none());
+}
+
+// ---------------------------------------------------------------------------------
+// Opening sessions: participants and re-resolved identity
+
+/// A staff directory whose answers the test changes: Jane is promoted mid-test.
+#[derive(Clone, Default)]
+struct LiveDirectory(Arc<std::sync::Mutex<Option<String>>>);
+
+#[async_trait]
+impl Directory for LiveDirectory {
+    fn person_type(&self) -> PersonType {
+        PersonType::Staff
+    }
+
+    fn prefix(&self) -> &str {
+        "staff"
+    }
+
+    async fn lookup_phone(&self, phone: &str) -> Result<Option<DirectoryEntry>> {
+        Ok((phone == JANE_PHONE).then(|| DirectoryEntry {
+            id: "17".into(),
+            name: Some("Jane Smith".into()),
+            role: self.0.lock().unwrap().clone(),
+        }))
+    }
+}
+
+#[tokio::test]
+async fn opening_re_resolves_identity_and_admits_only_participants() {
+    let directory = LiveDirectory::default();
+    *directory.0.lock().unwrap() = Some("support_worker".into());
+    let manager = SessionManager::builder(MemoryStore::new())
+        .identity_resolver(
+            DefaultIdentityResolver::new()
+                .phone_channel("portal")
+                .directory(directory.clone()),
+        )
+        .build();
+    let dashboard = SessionSource::web("dashboard");
+
+    let mut jane = manager
+        .scoped_as("portal", Identifier::Phone(JANE_PHONE.into()))
+        .await
+        .unwrap();
+    let opened = jane.open(&dashboard, None).await.unwrap();
+    assert_eq!(opened.decision, Decision::New);
+    assert!(opened.entry().has_participant("staff:17"));
+    assert_eq!(opened.entry().person_id.as_deref(), Some("staff:17"));
+    assert_eq!(opened.entry().person_type.as_deref(), Some("staff"));
+
+    // A role change applies on the next open.
+    *directory.0.lock().unwrap() = Some("team_leader".into());
+    let reopened = jane.open(&dashboard, None).await.unwrap();
+    assert_eq!(reopened.decision, Decision::Continue);
+    assert_eq!(jane.person().unwrap().role.as_deref(), Some("team_leader"));
+
+    // Someone else may not open Jane's session; the owner may.
+    let mut stranger = manager.scoped(Caller::person("staff:18"));
+    assert!(matches!(
+        stranger.open(&dashboard, None).await,
+        Err(Error::AccessDenied {
+            reason: AccessDenial::NotParticipant,
+            ..
+        })
+    ));
+    let mut owner = manager.scoped(Caller::owner());
+    let by_owner = owner.open(&dashboard, None).await.unwrap();
+    assert_eq!(by_owner.session_id(), opened.session_id());
+    assert_eq!(
+        by_owner.entry().participants.as_deref(),
+        Some(&["staff:17".to_owned()][..]),
+        "the owner is not recorded as a participant"
+    );
+}
+
+// ---------------------------------------------------------------------------------
+// Per-agent isolation
+
+#[tokio::test]
+async fn an_isolated_manager_never_reaches_another_agents_sessions_or_transcripts() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(MemoryStore::new());
+    let transcripts = Arc::new(FileTranscriptStore::new(dir.path()));
+    let main = SessionManager::builder(store.clone())
+        .transcripts(transcripts.clone())
+        .build();
+    let ops_agent = AgentId::new("ops").unwrap();
+    let ops = SessionManager::builder(store.clone())
+        .key_builder(DefaultKeyBuilder::new().default_agent(ops_agent.clone()))
+        .transcripts(transcripts.clone())
+        .isolate_to_agent(ops_agent.clone())
+        .build();
+
+    let theirs = main
+        .resolve(&InboundMessage::direct("telegram", "42", "main's secret"))
+        .await
+        .unwrap();
+    main.log_message(&theirs.key, LogMessage::inbound("main's secret"))
+        .await
+        .unwrap();
+    let before = main.get(&theirs.key).await.unwrap().unwrap();
+    let mine = ops
+        .resolve(&InboundMessage::direct("telegram", "42", "ops question"))
+        .await
+        .unwrap();
+    assert_eq!(mine.key.agent_id(), Some("ops"));
+
+    let other_agent = |result: Result<()>| {
+        matches!(
+            result,
+            Err(Error::AccessDenied {
+                reason: AccessDenial::OtherAgent,
+                ..
+            })
+        )
+    };
+    let key = &theirs.key;
+    assert!(other_agent(ops.get(key).await.map(drop)));
+    assert!(other_agent(ops.replay(key, Offset::START).await.map(drop)));
+    assert!(other_agent(
+        ops.log_message(key, LogMessage::inbound("x"))
+            .await
+            .map(drop)
+    ));
+    assert!(other_agent(ops.close(key).await.map(drop)));
+    assert!(other_agent(
+        ops.set_label(key, Some("mine")).await.map(drop)
+    ));
+    assert!(other_agent(
+        ops.delete(key, DeleteOptions::default()).await.map(drop)
+    ));
+    assert!(other_agent(
+        ops.resolve(&InboundMessage::direct("telegram", "42", "hi").with_agent("main"))
+            .await
+            .map(drop)
+    ));
+    assert!(other_agent(
+        ops.resolve(
+            &InboundMessage::direct("telegram", "42", "hi").with_session_key("agent:main:main")
+        )
+        .await
+        .map(drop)
+    ));
+
+    let listed: Vec<SessionKey> = ops
+        .list(&ListFilter::new())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.key)
+        .collect();
+    assert_eq!(listed, std::slice::from_ref(&mine.key));
+    assert!(ops
+        .list(&ListFilter::new().agent(AgentId::main()))
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(ops.store().len().await.unwrap(), 1);
+
+    // Main's session is as main left it.
+    assert_eq!(main.get(key).await.unwrap().unwrap(), before);
+
+    // Live updates of main's transcripts do not reach ops.
+    let mut feed = ops.subscribe().unwrap();
+    main.log_message(key, LogMessage::inbound("main again"))
+        .await
+        .unwrap();
+    ops.log_message(&mine.key, LogMessage::inbound("ops again"))
+        .await
+        .unwrap();
+    let update = feed.recv().await.unwrap();
+    assert_eq!(update.transcript.agent, ops_agent);
+}
+
+#[tokio::test]
+async fn agent_scoped_transcripts_refuse_other_agents_refs() {
+    use agent_sessions::transcript::{TranscriptRef, TranscriptStore};
+    let dir = tempfile::tempdir().unwrap();
+    let scoped = AgentScoped::new(
+        AgentId::new("ops").unwrap(),
+        FileTranscriptStore::new(dir.path()),
+    );
+    let theirs = TranscriptRef::new(AgentId::main(), "s-1");
+    let denied = scoped.read(&theirs, Offset::START).await;
+    assert!(matches!(
+        denied,
+        Err(Error::AccessDenied { reason: AccessDenial::OtherAgent, ref resource }) if resource == "transcript main/s-1"
+    ));
+    assert_eq!(scoped.location(&theirs), None);
+    assert!(!dir.path().join("agents/main").exists());
+}
+
+// ---------------------------------------------------------------------------------
+// Workspaces
+
+#[tokio::test]
+async fn workspaces_are_keyed_by_our_uuid_and_shared_across_variants_by_choice() {
+    use agent_sessions::workspace::{Area, WorkspaceSharing};
+    for sharing in [WorkspaceSharing::PerIdentity, WorkspaceSharing::PerSession] {
+        let dir = tempfile::tempdir().unwrap();
+        let manager = SessionManager::builder(MemoryStore::new())
+            .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerPerson))
+            .agent_identity("reggie_oc", "reggie")
+            .agent_identity("reggie_fd", "reggie")
+            .workspaces(Workspaces::new(dir.path()).sharing(sharing))
+            .build();
+        let mut workspaces = Vec::new();
+        for agent in ["reggie_oc", "reggie_fd"] {
+            let resolution = manager
+                .resolve(&jane_by_sms("hi").with_agent(agent))
+                .await
+                .unwrap();
+            let workspace = manager.workspace(&resolution.key).await.unwrap();
+            assert_eq!(workspace.dir(), dir.path().join(workspace.id().to_string()));
+            workspaces.push((resolution, workspace));
+        }
+        let (first, oc) = &workspaces[0];
+        let (_, fd) = &workspaces[1];
+        assert_eq!(
+            oc.id().to_string(),
+            first.session_id(),
+            "named by our session UUID"
+        );
+        assert_eq!(oc.id() == fd.id(), sharing == WorkspaceSharing::PerIdentity);
+        oc.write(Area::Attachments, "photo.jpg", b"jpeg").unwrap();
+        assert_eq!(
+            fd.read(Area::Attachments, "photo.jpg").is_ok(),
+            sharing == WorkspaceSharing::PerIdentity
+        );
+
+        // The workspace outlives a reset of the session.
+        let reset = manager
+            .resolve(&jane_by_sms("/new").with_agent("reggie_oc"))
+            .await
+            .unwrap();
+        assert_ne!(reset.session_id(), first.session_id());
+        assert_eq!(manager.workspace(&reset.key).await.unwrap().id(), oc.id());
+    }
+}
+
+#[tokio::test]
+async fn a_hand_edited_workspace_id_is_rejected_not_used_as_a_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let manager = SessionManager::builder(MemoryStore::new())
+        .workspaces(Workspaces::new(dir.path().join("ws")))
+        .build();
+    let key = manager.resolve(&jane_by_sms("hi")).await.unwrap().key;
+    manager
+        .store()
+        .apply(&key, &mut |slot, _| {
+            slot.as_mut().unwrap().workspace_id = Some("../../etc".into());
+            Ok(())
+        })
+        .await
+        .unwrap();
+    assert!(matches!(
+        manager.workspace(&key).await,
+        Err(Error::InvalidId { .. })
+    ));
+    assert!(!dir.path().join("etc").exists());
+}
+
+// ---------------------------------------------------------------------------------
+// File-system safety: permissions and symlinks
+
+#[cfg(unix)]
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn directories_are_owner_only_and_files_too() {
+    use agent_sessions::workspace::Area;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let agent = AgentId::main();
+    let store = JsonFileStore::new(&state);
+    let manager = SessionManager::builder(store)
+        .transcripts(FileTranscriptStore::new(&state))
+        .workspaces(Workspaces::new(dir.path().join("workspaces")))
+        .build();
+    let key = manager.resolve(&jane_by_sms("hi")).await.unwrap().key;
+    manager
+        .log_message(&key, LogMessage::inbound("hi"))
+        .await
+        .unwrap();
+    let workspace = manager.workspace(&key).await.unwrap();
+    let export = workspace
+        .write(Area::Exports, "report.csv", b"a,b\n")
+        .unwrap();
+    let summary = workspace.write_summary("GOAL: shifts").unwrap();
+
+    let sessions = agent_sessions::paths::sessions_dir(&state, &agent);
+    for directory in [
+        state.join("agents"),
+        sessions.clone(),
+        dir.path().join("workspaces"),
+        workspace.dir().to_path_buf(),
+        workspace.dir().join("exports"),
+        workspace.dir().join("attachments"),
+        workspace.dir().join("context"),
+    ] {
+        assert_eq!(mode(&directory), 0o700, "{}", directory.display());
+    }
+    let transcript = std::fs::read_dir(&sessions)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .unwrap();
+    for file in [sessions.join("sessions.json"), transcript, export, summary] {
+        assert_eq!(mode(&file), 0o600, "{}", file.display());
+    }
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_symlink_planted_in_a_workspace_is_not_followed() {
+    use agent_sessions::workspace::Area;
+    let dir = tempfile::tempdir().unwrap();
+    let outside = dir.path().join("outside.txt");
+    std::fs::write(&outside, "precious").unwrap();
+    let workspaces = Workspaces::new(dir.path().join("ws"));
+    let workspace = workspaces.open(uuid::Uuid::new_v4()).unwrap();
+    let planted = workspace.dir().join("exports").join("report.csv");
+    std::os::unix::fs::symlink(&outside, &planted).unwrap();
+
+    assert!(matches!(
+        workspace.read(Area::Exports, "report.csv"),
+        Err(Error::Io { .. })
+    ));
+    workspace
+        .write(Area::Exports, "report.csv", b"new report")
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "precious");
+    assert!(!std::fs::symlink_metadata(&planted)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+
+    // A planted folder is refused outright.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let id = uuid::Uuid::new_v4();
+    std::os::unix::fs::symlink(elsewhere.path(), dir.path().join("ws").join(id.to_string()))
+        .unwrap();
+    assert!(matches!(
+        workspaces.open(id),
+        Err(Error::Io {
+            op: "open workspace",
+            ..
+        })
+    ));
+    assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
+}
