@@ -100,10 +100,14 @@ pub use store::{
     SessionStore, SessionStoreExt, StoredSession,
 };
 
-/// The README's example compiles.
+/// The README's example compiles, and the identity guide's examples run.
 #[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-struct ReadmeDoctests;
+mod doc_pages {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+    #[doc = include_str!("../docs/identity-and-access.md")]
+    struct IdentityAndAccess;
+}
 
 /// The names most programs use, for `use agent_sessions::prelude::*`.
 pub mod prelude {

@@ -845,3 +845,56 @@ async fn a_symlink_planted_in_a_workspace_is_not_followed() {
     ));
     assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
 }
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_symlink_planted_in_the_sessions_directory_is_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let outside = dir.path().join("outside.txt");
+    std::fs::write(&outside, "precious").unwrap();
+    let manager = SessionManager::builder(JsonFileStore::new(&state))
+        .transcripts(FileTranscriptStore::new(&state))
+        .build();
+    let resolution = manager.resolve(&jane_by_sms("hi")).await.unwrap();
+    let sessions = agent_sessions::paths::sessions_dir(&state, &AgentId::main());
+
+    // Where this session's transcript will go, a link to a file outside.
+    let transcript = sessions.join(format!("{}.jsonl", resolution.session_id()));
+    std::os::unix::fs::symlink(&outside, &transcript).unwrap();
+    let logged = manager
+        .log_message(&resolution.key, LogMessage::inbound("hi"))
+        .await;
+    // Refused: the path resolves outside (`InvalidId`), or the open does not follow
+    // the link (`Io`, ELOOP).
+    let refused =
+        |result: &Result<()>| matches!(result, Err(Error::Io { .. } | Error::InvalidId { .. }));
+    assert!(refused(&logged.map(drop)));
+    assert!(refused(
+        &manager
+            .replay(&resolution.key, Offset::START)
+            .await
+            .map(drop)
+    ));
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "precious");
+
+    // A link to a file inside the directory is not followed either.
+    let decoy = sessions.join("decoy.jsonl");
+    std::fs::write(&decoy, "").unwrap();
+    std::fs::remove_file(&transcript).unwrap();
+    std::os::unix::fs::symlink(&decoy, &transcript).unwrap();
+    let logged = manager
+        .log_message(&resolution.key, LogMessage::inbound("hi"))
+        .await;
+    assert!(matches!(logged, Err(Error::Io { .. })), "{logged:?}");
+    assert_eq!(std::fs::read_to_string(&decoy).unwrap(), "");
+
+    // The store file itself, replaced by a link: reading refuses it, and the file it
+    // points to is untouched.
+    let store_file = sessions.join("sessions.json");
+    std::fs::remove_file(&store_file).unwrap();
+    std::os::unix::fs::symlink(&outside, &store_file).unwrap();
+    let fresh = SessionManager::new(JsonFileStore::new(&state));
+    assert!(fresh.get(&resolution.key).await.is_err());
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "precious");
+}
