@@ -328,14 +328,7 @@ impl SessionManager {
     /// An existing thread session is returned unchanged.
     pub async fn fork_thread(&self, parent: &SessionKey, thread_id: &str) -> Result<StoredSession> {
         let key = parent.thread(thread_id)?;
-        let parent_entry = self
-            .store
-            .get(parent)
-            .await?
-            .ok_or_else(|| Error::NotFound {
-                key: parent.clone(),
-            })?
-            .entry;
+        let parent_entry = self.existing(parent).await?.entry;
         let now_ms = self.clock.now_millis();
         self.store
             .apply(&key, &mut |slot, _| {
@@ -464,6 +457,14 @@ impl SessionManager {
             model_override: None,
             expires_at: None,
         })
+    }
+
+    /// The session under `key`, which must exist ([`Error::NotFound`] if not).
+    pub(super) async fn existing(&self, key: &SessionKey) -> Result<StoredSession> {
+        self.store
+            .get(key)
+            .await?
+            .ok_or_else(|| Error::NotFound { key: key.clone() })
     }
 
     /// Changes an existing session without touching `updatedAt`.

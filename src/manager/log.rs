@@ -162,12 +162,7 @@ impl SessionManager {
     /// `sessionFile`.
     async fn transcript_of(&self, key: &SessionKey) -> Result<(TranscriptRef, SessionEntry)> {
         let transcripts = self.transcripts()?;
-        let entry = self
-            .store
-            .get(key)
-            .await?
-            .ok_or_else(|| Error::NotFound { key: key.clone() })?
-            .entry;
+        let entry = self.existing(key).await?.entry;
         let transcript = TranscriptRef::of(key, &entry, &self.default_agent);
         if transcript.session_file.is_some() {
             return Ok((transcript, entry));
@@ -308,12 +303,7 @@ impl SessionManager {
     /// The events of `key`'s current session from `from` on: a client that reconnects
     /// passes the `next` offset of its last read and gets only what it missed.
     pub async fn replay(&self, key: &SessionKey, from: Offset) -> Result<TranscriptRead> {
-        let entry = self
-            .store
-            .get(key)
-            .await?
-            .ok_or_else(|| Error::NotFound { key: key.clone() })?
-            .entry;
+        let entry = self.existing(key).await?.entry;
         let transcript = TranscriptRef::of(key, &entry, &self.default_agent);
         self.transcripts()?.read(&transcript, from).await
     }

@@ -173,11 +173,7 @@ impl SessionManager {
             .is_some_and(|every| every > 0 && turns % every == 0);
         if at_limit && self.introspector.is_some() && self.transcripts.is_some() {
             self.checkpoint(key, CheckpointReason::TurnLimit).await?;
-            return self
-                .store
-                .get(key)
-                .await?
-                .ok_or_else(|| Error::NotFound { key: key.clone() });
+            return self.existing(key).await;
         }
         Ok(stored)
     }
@@ -188,12 +184,7 @@ impl SessionManager {
         user: &str,
         reply: &str,
     ) -> Result<Option<String>> {
-        let current = self
-            .store
-            .get(key)
-            .await?
-            .ok_or_else(|| Error::NotFound { key: key.clone() })?
-            .entry;
+        let current = self.existing(key).await?.entry;
         let input = SummaryInput::new(vec![SummaryTurn::user(user), SummaryTurn::assistant(reply)])
             .merging(current.context_summary)
             .with_turn_count(current.turn_count.unwrap_or(0) + 1);
@@ -209,12 +200,7 @@ impl SessionManager {
     /// The memory flush to run before this session's next turn, if one is due (see
     /// [`MemoryFlushGuard`](crate::memory_flush::MemoryFlushGuard)).
     pub async fn memory_flush_plan(&self, key: &SessionKey) -> Result<Option<FlushPlan>> {
-        let entry = self
-            .store
-            .get(key)
-            .await?
-            .ok_or_else(|| Error::NotFound { key: key.clone() })?
-            .entry;
+        let entry = self.existing(key).await?.entry;
         Ok(self.flush_guard.plan(&entry))
     }
 
@@ -504,12 +490,7 @@ impl SessionManager {
     where
         F: FnOnce() -> Value + Send,
     {
-        let entry = self
-            .store
-            .get(key)
-            .await?
-            .ok_or_else(|| Error::NotFound { key: key.clone() })?
-            .entry;
+        let entry = self.existing(key).await?.entry;
         let stored = entry.skills_snapshot.as_ref();
         let built_for_this_session = stored
             .and_then(|s| s.get("sessionId"))

@@ -22,12 +22,7 @@ impl SessionManager {
         let workspaces = self.workspaces.clone().ok_or(Error::NotConfigured {
             what: "session workspaces (SessionManagerBuilder::workspaces)",
         })?;
-        let entry = self
-            .store
-            .get(key)
-            .await?
-            .ok_or_else(|| Error::NotFound { key: key.clone() })?
-            .entry;
+        let entry = self.existing(key).await?.entry;
         let id = match &entry.workspace_id {
             Some(id) => parse_workspace_id(id)?,
             None => {
