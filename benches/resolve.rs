@@ -1,6 +1,6 @@
 //! `SessionManager::resolve` on a warm store of 10,000 sessions, against the store's own
 //! one-entry update measured in the same run: what deciding and recording a message
-//! costs beyond the write it needs.
+//! costs beyond the write it needs, and what the access check of a scoped call adds.
 //!
 //! `cargo bench --bench resolve`
 
@@ -8,6 +8,7 @@ mod common;
 
 use std::sync::Arc;
 
+use agent_sessions::access::Caller;
 use agent_sessions::prelude::*;
 use agent_sessions::{Durability, JsonStoreOptions};
 use common::{entry, key, write_store};
@@ -54,6 +55,15 @@ fn bench_store(
     group.bench_function("resolve", |b| {
         b.iter(|| {
             let resolution = runtime.block_on(manager.resolve(&message)).unwrap();
+            assert_eq!(resolution.decision, Decision::Continue);
+        })
+    });
+    // The same message from its sender, through the access check (one more read).
+    let sender = Caller::person(message.participant_id().unwrap());
+    let scoped = manager.scoped(sender);
+    group.bench_function("scoped_resolve", |b| {
+        b.iter(|| {
+            let resolution = runtime.block_on(scoped.resolve(&message)).unwrap();
             assert_eq!(resolution.decision, Decision::Continue);
         })
     });
