@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use super::meta::start_session;
-use super::{Decision, Reason, Resolution, SessionManager};
+use super::{Admission, Decision, Reason, Resolution, SessionManager};
 use crate::entry::{
     parse_session_label, AuthProfileSource, DescriptionSource, ForkOrigin, GroupActivation,
     QueueMode, SendPolicy, SessionEntry, SessionSource, SessionStatus,
@@ -406,6 +406,19 @@ impl SessionManager {
         source: &SessionSource,
         agent: Option<&AgentId>,
     ) -> Result<Resolution> {
+        self.open_admitted(source, agent, &|_, _| Ok(()), &|_| {})
+            .await
+    }
+
+    /// [`open`](Self::open), when `admit` allows the key and its current entry, with
+    /// `stamp` applied to the opened entry — in the one store update.
+    pub(super) async fn open_admitted(
+        &self,
+        source: &SessionSource,
+        agent: Option<&AgentId>,
+        admit: &Admission<'_>,
+        stamp: &(dyn Fn(&mut SessionEntry) + Sync),
+    ) -> Result<Resolution> {
         let agent = agent.unwrap_or(&self.default_agent);
         let key = source.key(agent)?;
         let now_ms = self.clock.now_millis();
@@ -413,6 +426,7 @@ impl SessionManager {
         let stored = self
             .store
             .apply(&key, &mut |slot, _| {
+                admit(&key, slot.as_ref())?;
                 let current = slot.take();
                 let (decision, reason, previous) = match &current {
                     None => (Decision::New, Reason::NoSession, None),
@@ -434,6 +448,7 @@ impl SessionManager {
                 if entry.source.is_none() {
                     entry.source = Some(source.clone());
                 }
+                stamp(&mut entry);
                 *slot = Some(entry);
                 outcome = Some((decision, reason, previous));
                 Ok(())

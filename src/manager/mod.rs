@@ -307,6 +307,11 @@ impl SessionManagerBuilder {
     }
 }
 
+/// Whether a call may go on with the session under a key, given its current entry:
+/// asked inside the store update that follows.
+pub(super) type Admission<'a> =
+    dyn Fn(&SessionKey, Option<&crate::entry::SessionEntry>) -> Result<()> + Sync + 'a;
+
 fn present(value: Option<&str>) -> Option<&str> {
     value.map(str::trim).filter(|v| !v.is_empty())
 }
@@ -388,6 +393,17 @@ impl SessionManager {
     /// counts, preview, reply route, origin, group metadata), so one message costs one
     /// store update, and two messages racing for a new key create exactly one session.
     pub async fn resolve(&self, message: &InboundMessage) -> Result<Resolution> {
+        self.resolve_admitted(message, &|_, _| Ok(())).await
+    }
+
+    /// [`resolve`](Self::resolve), when `admit` allows the key and its current entry —
+    /// asked inside the store update, so nothing changes between the check and the
+    /// write.
+    pub(super) async fn resolve_admitted(
+        &self,
+        message: &InboundMessage,
+        admit: &Admission<'_>,
+    ) -> Result<Resolution> {
         let key = self.key_for(message)?;
         let group = message.group_resolution();
         let reset_type = ResetType::of(&key, message.is_group(), message.is_thread());
@@ -422,6 +438,7 @@ impl SessionManager {
         let stored = self
             .store
             .apply(&key, &mut |slot, _| {
+                admit(&key, slot.as_ref())?;
                 let current = slot.take();
                 let (decision, reason) =
                     policy.decide(&key, current.as_ref(), now, drifted.as_deref());

@@ -152,13 +152,14 @@ impl ScopedManager<'_> {
         self.manager.verify_session_access(&self.caller, key).await
     }
 
-    /// Allows a call that may create the session under `key`: an existing session
-    /// must be open to the caller; a missing one only needs the key in the caller's
-    /// namespace (its creator becomes its first participant).
-    async fn check_may_create(&self, key: &SessionKey) -> Result<()> {
+    /// Whether the caller may go on with the session under `key` whose entry is
+    /// `entry`, where the call may create it: an existing session must be open to the
+    /// caller; a missing one only needs the key in the caller's namespace (its creator
+    /// becomes its first participant). Asked inside the store update.
+    fn may_create(&self, key: &SessionKey, entry: Option<&SessionEntry>) -> Result<()> {
         verify_namespace(&self.caller, key)?;
-        match self.manager.store.get(key).await? {
-            Some(stored) => verify_session_access(&self.caller, key, Some(&stored.entry)),
+        match entry {
+            Some(entry) => verify_session_access(&self.caller, key, Some(entry)),
             None => Ok(()),
         }
     }
@@ -176,8 +177,9 @@ impl ScopedManager<'_> {
                 return Err(denied(&key, AccessDenial::NotParticipant));
             }
         }
-        self.check_may_create(&key).await?;
-        self.manager.resolve(message).await
+        self.manager
+            .resolve_admitted(message, &|key, entry| self.may_create(key, entry))
+            .await
     }
 
     /// [`SessionManager::open`] for the caller (seed 003's `openSession`): the caller's
@@ -199,20 +201,16 @@ impl ScopedManager<'_> {
             }
             self.person = Some(person);
         }
-        let key = source.key(agent.unwrap_or(&self.manager.default_agent))?;
-        self.check_may_create(&key).await?;
-        let mut resolution = self.manager.open(source, agent).await?;
-        let participant = self.caller.participant_id().map(str::to_owned);
-        let person = self.person.clone();
-        if participant.is_some() || person.is_some() {
-            resolution.session = self
-                .manager
-                .change(&key, |entry| {
-                    stamp_caller(entry, participant.as_deref(), person.as_ref())
-                })
-                .await?;
-        }
-        Ok(resolution)
+        let participant = self.caller.participant_id();
+        let person = self.person.as_ref();
+        self.manager
+            .open_admitted(
+                source,
+                agent,
+                &|key, entry| self.may_create(key, entry),
+                &|entry| stamp_caller(entry, participant, person),
+            )
+            .await
     }
 
     /// The session under `key`: [`SessionManager::get`] if the caller may open it
