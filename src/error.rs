@@ -175,6 +175,44 @@ pub enum Error {
         channel: String,
     },
 
+    /// A database backend failed: the server is unreachable or restarted, a statement
+    /// failed, the database is locked beyond the busy timeout. A `transient` failure
+    /// (connection lost, server restarting, lock contention) can be retried: the next
+    /// call opens a fresh connection.
+    #[error("{backend} could not {op}: {source}")]
+    Database {
+        /// `sqlite` or `postgres`.
+        backend: &'static str,
+        /// What was being done (`"begin a transaction"`, `"read a session"`, …).
+        op: &'static str,
+        /// Whether retrying may succeed.
+        transient: bool,
+        /// The driver's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
+    /// A database was written by a newer version of this crate: its schema is newer
+    /// than this version knows, so nothing is read or written.
+    #[error("{backend} schema version {found} is newer than this version supports ({supported}); upgrade agent-sessions")]
+    UnsupportedSchema {
+        /// `sqlite` or `postgres`.
+        backend: &'static str,
+        /// The database's schema version.
+        found: i64,
+        /// The newest version this crate knows.
+        supported: i64,
+    },
+
+    /// A store URL (`json:<dir>`, `sqlite:<file>`, `postgres://…`) could not be used.
+    #[error("invalid store url {url:?}: {problem}")]
+    InvalidStoreUrl {
+        /// The URL as given.
+        url: String,
+        /// Why it was rejected.
+        problem: String,
+    },
+
     /// The operation needs a part the manager was built without.
     #[error("this needs {what}")]
     NotConfigured {
@@ -194,6 +232,16 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether retrying the call may succeed: a lock timeout, a write conflict, a lost
+    /// database connection or a server that is restarting.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::LockTimeout { .. } | Error::Conflict { .. } => true,
+            Error::Database { transient, .. } => *transient,
+            _ => false,
+        }
+    }
+
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
         Error::Io {
             op,

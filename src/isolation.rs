@@ -76,13 +76,14 @@ impl<S> AgentScoped<S> {
     }
 
     fn check_transcript(&self, transcript: &TranscriptRef) -> Result<()> {
-        if transcript.agent == self.agent {
+        self.check_agent(&transcript.agent, &transcript.session_id)
+    }
+
+    fn check_agent(&self, agent: &AgentId, transcript: &str) -> Result<()> {
+        if *agent == self.agent {
             Ok(())
         } else {
-            Err(other_agent(format!(
-                "transcript {}/{}",
-                transcript.agent, transcript.session_id
-            )))
+            Err(other_agent(format!("transcript {agent}/{transcript}")))
         }
     }
 }
@@ -190,6 +191,23 @@ impl<T: TranscriptStore> TranscriptStore for AgentScoped<T> {
         self.inner
             .subscribe()
             .only(move |update| update.transcript.agent == agent)
+    }
+
+    async fn transcript_names(&self, agent: Option<&AgentId>) -> Result<Vec<(AgentId, String)>> {
+        if agent.is_some_and(|a| *a != self.agent) {
+            return Ok(Vec::new());
+        }
+        self.inner.transcript_names(Some(&self.agent)).await
+    }
+
+    async fn export_lines(&self, agent: &AgentId, name: &str) -> Result<Option<Vec<String>>> {
+        self.check_agent(agent, name)?;
+        self.inner.export_lines(agent, name).await
+    }
+
+    async fn import_lines(&self, agent: &AgentId, name: &str, lines: Vec<String>) -> Result<bool> {
+        self.check_agent(agent, name)?;
+        self.inner.import_lines(agent, name, lines).await
     }
 
     fn location(&self, transcript: &TranscriptRef) -> Option<String> {

@@ -25,3 +25,16 @@ mod memory {
 mod json {
     agent_sessions::store_conformance_tests!(super::json_store());
 }
+
+#[cfg(feature = "sqlite")]
+async fn sqlite_store() -> (agent_sessions::store::SqliteStore, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let store = agent_sessions::store::SqliteStore::open(dir.path().join("sessions.db"))
+        .expect("a new database opens");
+    (store, dir)
+}
+
+#[cfg(feature = "sqlite")]
+mod sqlite {
+    agent_sessions::store_conformance_tests!(super::sqlite_store());
+}

@@ -31,6 +31,10 @@
 
 pub(crate) mod json;
 mod memory;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod sql;
+#[cfg(feature = "sqlite")]
+mod sqlite;
 
 use std::cmp::Reverse;
 use std::fmt;
@@ -46,6 +50,9 @@ pub use json::{
     DEFAULT_LOCK_POLL_INTERVAL, DEFAULT_LOCK_STALE_AFTER, DEFAULT_LOCK_TIMEOUT,
 };
 pub use memory::MemoryStore;
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub use sqlite::{SqliteOptions, SqliteStore};
 
 /// An opaque token that changes whenever an entry changes.
 ///

@@ -10,10 +10,14 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
+use super::lines::{
+    archived_name, log_record, read_line, session_id_of_name, stamp_entries,
+    validate_transcript_name,
+};
 use super::{
-    iso_timestamp, ArchiveReason, LogQuery, LogRecord, Offset, ReadIssue, SessionEvent,
-    SessionHeader, TranscriptEntry, TranscriptRead, TranscriptRef, TranscriptStore,
-    TranscriptSubscription, TranscriptUpdate, UpdateHub,
+    ArchiveReason, LogQuery, LogRecord, Offset, ReadIssue, SessionEvent, SessionHeader,
+    TranscriptEntry, TranscriptRead, TranscriptRef, TranscriptStore, TranscriptSubscription,
+    TranscriptUpdate, UpdateHub,
 };
 use crate::error::{Error, Result};
 use crate::fsutil::{blocking, create_private_dir_all, no_follow, open_no_follow, process_mutex};
@@ -206,28 +210,20 @@ impl Inner {
             buffer.push(b'\n');
         }
         let mut line_number = tail.lines + usize::from(!buffer.is_empty());
-        let now = iso_timestamp(Utc::now());
-        let mut leaf = tail.leaf.clone();
-        let mut events = Vec::with_capacity(entries.len());
-        for entry in entries.iter_mut() {
-            if entry.id.is_none() {
-                entry.id = Some(new_entry_id());
-                entry.parent_id = leaf.clone();
-            }
-            if entry.timestamp.is_none() {
-                entry.timestamp = Some(now.clone());
-            }
-            leaf = entry.id.clone().or(leaf);
-            let offset = Offset(tail.len + buffer.len() as u64);
-            serde_json::to_writer(&mut buffer, &*entry).map_err(|source| {
+        let (lines, leaf) =
+            stamp_entries(&mut entries, tail.leaf.clone(), Utc::now()).map_err(|source| {
                 Error::io("serialise an entry for", path, io::Error::other(source))
             })?;
+        let mut events = Vec::with_capacity(entries.len());
+        for (entry, line) in entries.into_iter().zip(lines) {
+            let offset = Offset(tail.len + buffer.len() as u64);
+            buffer.extend_from_slice(line.as_bytes());
             buffer.push(b'\n');
             line_number += 1;
             events.push(SessionEvent {
                 offset,
                 line: line_number,
-                entry: entry.clone(),
+                entry,
             });
         }
         file.write_all(&buffer)
@@ -280,10 +276,9 @@ impl Inner {
         if let Some(header) = &read.header {
             extracted.session_id = Some(header.id.clone());
         }
-        let session_id = extracted
-            .session_id
-            .clone()
-            .unwrap_or_else(|| session_id_from_file_name(path));
+        let session_id = extracted.session_id.clone().unwrap_or_else(|| {
+            session_id_of_name(path.file_name().and_then(|n| n.to_str()).unwrap_or(""))
+        });
         for event in read.events {
             let Some(record) = log_record(agent, &session_id, &event) else {
                 continue;
@@ -336,11 +331,6 @@ impl Inner {
 
 fn open_append(path: &Path) -> io::Result<File> {
     no_follow(OpenOptions::new().append(true).read(true)).open(path)
-}
-
-/// A random 8-hex-digit entry id, as pi-coding-agent writes them.
-fn new_entry_id() -> String {
-    uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
 }
 
 /// The end of a file: whether it ends with a newline, and the id of its last entry.
@@ -459,62 +449,9 @@ pub(super) fn read_transcript(path: &Path, from: Offset) -> Result<TranscriptRea
         };
         let text = &bytes[position..position + end];
         position += end + 1;
-        if text.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        if line == 1 {
-            match serde_json::from_slice::<SessionHeader>(text) {
-                Ok(header) if header.kind == "session" => {
-                    read.header = Some(header);
-                    continue;
-                }
-                _ => read.issues.push(ReadIssue::MissingHeader),
-            }
-        }
-        match serde_json::from_slice::<TranscriptEntry>(text) {
-            Ok(entry) => read.events.push(SessionEvent {
-                offset,
-                line,
-                entry,
-            }),
-            Err(error) => {
-                tracing::warn!(path = %path.display(), line, %error, "invalid transcript line; skipped");
-                read.issues.push(ReadIssue::InvalidLine {
-                    line,
-                    offset,
-                    message: error.to_string(),
-                });
-            }
-        }
+        read_line(&mut read, line, offset, text);
     }
     Ok(read)
-}
-
-fn log_record(agent: &AgentId, session_id: &str, event: &SessionEvent) -> Option<LogRecord> {
-    let log = event.entry.log.clone()?;
-    let message = event.entry.message.as_ref()?;
-    let at = event
-        .entry
-        .timestamp
-        .as_deref()
-        .and_then(|ts| DateTime::parse_from_rfc3339(ts).ok())
-        .map(|ts| ts.with_timezone(&Utc))
-        .or_else(|| message.timestamp.map(crate::clock::from_millis))
-        .unwrap_or_default();
-    Some(LogRecord {
-        agent: agent.clone(),
-        session_id: session_id.to_owned(),
-        at,
-        text: message.text(),
-        log,
-        offset: event.offset,
-    })
-}
-
-fn session_id_from_file_name(path: &Path) -> String {
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    let stem = name.split(".jsonl").next().unwrap_or(name);
-    stem.split("-topic-").next().unwrap_or(stem).to_owned()
 }
 
 /// Agents with a directory under `<root>/agents`, sorted.
@@ -654,9 +591,10 @@ impl TranscriptStore for FileTranscriptStore {
             if fs::symlink_metadata(&file).is_err() {
                 return Ok(None);
             }
-            let stamp = iso_timestamp(at).replace(':', "-");
-            let base = format!("{}.{}.{stamp}", file.display(), reason.as_str());
-            let mut target = PathBuf::from(&base);
+            let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let base = file.with_file_name(archived_name(name, reason, at));
+            let base = base.to_string_lossy();
+            let mut target = PathBuf::from(&*base);
             let mut attempt = 1;
             while target.exists() {
                 target = PathBuf::from(format!("{base}-{attempt}"));
@@ -694,6 +632,67 @@ impl TranscriptStore for FileTranscriptStore {
 
     fn subscribe(&self) -> TranscriptSubscription {
         self.inner.hub.subscribe()
+    }
+
+    async fn transcript_names(&self, agent: Option<&AgentId>) -> Result<Vec<(AgentId, String)>> {
+        let root = self.inner.root.clone();
+        let agent = agent.cloned();
+        blocking(&self.inner.root, move || {
+            let agents = match agent {
+                Some(agent) => vec![agent],
+                None => agent_dirs(&root)?,
+            };
+            let mut names = Vec::new();
+            for agent in agents {
+                for path in transcript_files(&paths::sessions_dir(&root, &agent))? {
+                    if let Some(name) = path.file_name().and_then(|n| n.to_str()) {
+                        names.push((agent.clone(), name.to_owned()));
+                    }
+                }
+            }
+            Ok(names)
+        })
+        .await
+    }
+
+    async fn export_lines(&self, agent: &AgentId, name: &str) -> Result<Option<Vec<String>>> {
+        validate_transcript_name(name)?;
+        let path = paths::sessions_dir(&self.inner.root, agent).join(name);
+        let file = path.clone();
+        blocking(&path, move || {
+            let mut bytes = Vec::new();
+            match open_no_follow(&file).and_then(|mut f| f.read_to_end(&mut bytes)) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(Error::io("read", &file, e)),
+            }
+            let text = String::from_utf8_lossy(&bytes);
+            // Complete lines only: a torn last line is not part of the transcript.
+            Ok(Some(
+                text.split_inclusive('\n')
+                    .filter_map(|line| line.strip_suffix('\n'))
+                    .map(str::to_owned)
+                    .collect(),
+            ))
+        })
+        .await
+    }
+
+    async fn import_lines(&self, agent: &AgentId, name: &str, lines: Vec<String>) -> Result<bool> {
+        validate_transcript_name(name)?;
+        let path = paths::sessions_dir(&self.inner.root, agent).join(name);
+        let _queue = process_mutex(&path).lock_owned().await;
+        let inner = self.inner.clone();
+        let file = path.clone();
+        blocking(&path, move || {
+            let mut bytes = Vec::with_capacity(lines.iter().map(|l| l.len() + 1).sum());
+            for line in &lines {
+                bytes.extend_from_slice(line.as_bytes());
+                bytes.push(b'\n');
+            }
+            inner.create_with(&file, &bytes)
+        })
+        .await
     }
 
     fn location(&self, transcript: &TranscriptRef) -> Option<String> {

@@ -38,6 +38,7 @@
 mod entry;
 mod file;
 mod index;
+pub(crate) mod lines;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -59,6 +60,7 @@ pub use entry::{
 };
 pub use file::FileTranscriptStore;
 pub use index::{IndexDelta, IndexedTranscript, TranscriptIndexer};
+pub use lines::validate_transcript_name;
 
 /// A position in a transcript: events at or after it are newer than events before it.
 ///
@@ -436,6 +438,18 @@ impl<T: TranscriptStore + ?Sized> TranscriptStore for Arc<T> {
         (**self).subscribe()
     }
 
+    async fn transcript_names(&self, agent: Option<&AgentId>) -> Result<Vec<(AgentId, String)>> {
+        (**self).transcript_names(agent).await
+    }
+
+    async fn export_lines(&self, agent: &AgentId, name: &str) -> Result<Option<Vec<String>>> {
+        (**self).export_lines(agent, name).await
+    }
+
+    async fn import_lines(&self, agent: &AgentId, name: &str, lines: Vec<String>) -> Result<bool> {
+        (**self).import_lines(agent, name, lines).await
+    }
+
     fn location(&self, transcript: &TranscriptRef) -> Option<String> {
         (**self).location(transcript)
     }
@@ -523,6 +537,20 @@ pub trait TranscriptStore: Send + Sync {
 
     /// Live updates of every transcript of this store.
     fn subscribe(&self) -> TranscriptSubscription;
+
+    /// Every transcript, live and archived, as `(agent, name)` sorted by agent and
+    /// name; only `agent`'s when given. Names are file names
+    /// ([`TranscriptRef::file_name`], archived ones with their suffix) in every store.
+    async fn transcript_names(&self, agent: Option<&AgentId>) -> Result<Vec<(AgentId, String)>>;
+
+    /// The lines of transcript `name` exactly as stored, without their newlines (a torn
+    /// last line is not one); `None` if there is no such transcript. For moving
+    /// transcripts between stores.
+    async fn export_lines(&self, agent: &AgentId, name: &str) -> Result<Option<Vec<String>>>;
+
+    /// Creates transcript `name` with `lines` unless it exists; returns whether it did.
+    /// The lines are kept byte for byte.
+    async fn import_lines(&self, agent: &AgentId, name: &str, lines: Vec<String>) -> Result<bool>;
 
     /// Where `transcript` lives, as an entry's `sessionFile` records it (a path for file
     /// stores; `None` for stores without paths).

@@ -1,0 +1,289 @@
+//! What the SQL stores share: the row a session becomes, list filters as `WHERE`
+//! clauses, and the message-log columns of a transcript line.
+
+use std::path::Path;
+
+use crate::entry::SessionEntry;
+use crate::error::{Error, Result};
+use crate::key::{normalize_channel, SessionKey};
+use crate::store::{entry_revision, ListFilter, Revision, StoredSession};
+use crate::transcript::{LogQuery, TranscriptEntry};
+
+/// A session as a row: the entry's JSON, exactly as this crate writes it, and the
+/// columns list filters and lookups use.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SessionRow {
+    pub(crate) session_key: String,
+    /// The key's agent (`""` for `global`).
+    pub(crate) agent_id: String,
+    pub(crate) session_id: String,
+    pub(crate) updated_at: i64,
+    pub(crate) channel: Option<String>,
+    pub(crate) chat_type: Option<String>,
+    pub(crate) person_id: Option<String>,
+    pub(crate) agent_identity: Option<String>,
+    pub(crate) revision: i64,
+    pub(crate) entry: String,
+}
+
+impl SessionRow {
+    /// The row of `entry` under `key`.
+    pub(crate) fn new(key: &SessionKey, entry: &SessionEntry) -> Result<SessionRow> {
+        let json = serde_json::to_string(entry).map_err(|source| Error::Serialize {
+            key: key.clone(),
+            source,
+        })?;
+        let revision = entry_revision(entry).map_err(|source| Error::Serialize {
+            key: key.clone(),
+            source,
+        })?;
+        let chat_type = entry
+            .chat_type
+            .as_ref()
+            .and_then(|t| t.peer_kind())
+            .or_else(|| key.peer_kind());
+        Ok(SessionRow {
+            session_key: key.to_string(),
+            agent_id: key.agent_id().unwrap_or("").to_owned(),
+            session_id: entry.session_id.clone(),
+            updated_at: to_i64(entry.updated_at),
+            channel: entry.channel_name().and_then(normalize_channel),
+            chat_type: chat_type.map(|k| k.as_str().to_owned()),
+            person_id: entry.person_id.clone(),
+            agent_identity: entry.agent_identity.clone(),
+            revision: revision_to_i64(revision),
+            entry: json,
+        })
+    }
+}
+
+/// Reads a stored row back; a row whose JSON is not an entry is
+/// [`Error::InvalidEntry`] (naming `location`), never silently dropped.
+pub(crate) fn decode(
+    location: &Path,
+    session_key: &str,
+    revision: i64,
+    json: &str,
+) -> Result<StoredSession> {
+    let key = SessionKey::parse(session_key)?;
+    let entry: SessionEntry =
+        serde_json::from_str(json).map_err(|source| Error::InvalidEntry {
+            key: session_key.to_owned(),
+            path: location.to_owned(),
+            source,
+        })?;
+    Ok(StoredSession {
+        key,
+        entry,
+        revision: revision_from_i64(revision),
+    })
+}
+
+/// Revisions are 64-bit hashes; SQL integers are signed. The bits are kept.
+pub(crate) fn revision_to_i64(revision: Revision) -> i64 {
+    i64::from_ne_bytes(revision.as_u64().to_ne_bytes())
+}
+
+pub(crate) fn revision_from_i64(value: i64) -> Revision {
+    Revision::from_u64(u64::from_ne_bytes(value.to_ne_bytes()))
+}
+
+/// Epoch milliseconds as a SQL integer (saturating: no real time is near the edge).
+pub(crate) fn to_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// A value bound to a placeholder.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum SqlValue {
+    Text(String),
+    Int(i64),
+}
+
+/// A `WHERE` clause (possibly empty) with its values, placeholders numbered from 1 by
+/// `placeholder` (`?1` for SQLite, `$1` for PostgreSQL).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct Where {
+    pub(crate) sql: String,
+    pub(crate) values: Vec<SqlValue>,
+}
+
+impl Where {
+    fn push(&mut self, placeholder: &dyn Fn(usize) -> String, condition: &str, value: SqlValue) {
+        self.values.push(value);
+        let mark = placeholder(self.values.len());
+        let condition = condition.replace('?', &mark);
+        self.sql
+            .push_str(if self.sql.is_empty() { " WHERE " } else { " AND " });
+        self.sql.push_str(&condition);
+    }
+
+    /// `LIMIT n`, if any.
+    pub(crate) fn limit(limit: Option<usize>) -> String {
+        limit.map_or_else(String::new, |n| format!(" LIMIT {n}"))
+    }
+}
+
+/// `filter` as a `WHERE` clause over the sessions table. The limit is left to the
+/// caller (ordering comes first).
+pub(crate) fn session_filter(filter: &ListFilter, placeholder: &dyn Fn(usize) -> String) -> Where {
+    let mut clause = Where::default();
+    if let Some(agent) = &filter.agent {
+        clause.push(placeholder, "agent_id = ?", SqlValue::Text(agent.to_string()));
+    }
+    if let Some(prefix) = &filter.key_prefix {
+        // `substr` rather than LIKE: nothing in a prefix needs escaping.
+        clause.push(
+            placeholder,
+            &format!("substr(session_key, 1, {}) = ?", prefix.chars().count()),
+            SqlValue::Text(prefix.clone()),
+        );
+    }
+    if let Some(channel) = &filter.channel {
+        clause.push(placeholder, "channel = ?", SqlValue::Text(channel.clone()));
+    }
+    if let Some(kind) = filter.chat_type {
+        clause.push(
+            placeholder,
+            "chat_type = ?",
+            SqlValue::Text(kind.as_str().to_owned()),
+        );
+    }
+    if let Some(person) = &filter.person_id {
+        clause.push(placeholder, "person_id = ?", SqlValue::Text(person.clone()));
+    }
+    if let Some(identity) = &filter.agent_identity {
+        clause.push(
+            placeholder,
+            "agent_identity = ?",
+            SqlValue::Text(identity.clone()),
+        );
+    }
+    if let Some(before) = filter.updated_before {
+        clause.push(placeholder, "updated_at < ?", SqlValue::Int(to_i64(before)));
+    }
+    if let Some(after) = filter.updated_after {
+        clause.push(placeholder, "updated_at > ?", SqlValue::Int(to_i64(after)));
+    }
+    clause
+}
+
+/// The message-log columns of a transcript line: when, who, with which identity, in
+/// which session — `None` for lines that are not logged messages.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LogColumns {
+    pub(crate) at: i64,
+    pub(crate) person_id: Option<String>,
+    pub(crate) agent_identity: Option<String>,
+    pub(crate) session_key: Option<String>,
+}
+
+impl LogColumns {
+    /// The columns of `line`, if it is a logged message.
+    pub(crate) fn of_line(line: &str) -> Option<LogColumns> {
+        let entry: TranscriptEntry = serde_json::from_str(line).ok()?;
+        let event = crate::transcript::SessionEvent {
+            offset: crate::transcript::Offset::START,
+            line: 0,
+            entry,
+        };
+        let record = crate::transcript::lines::log_record(&crate::AgentId::main(), "", &event)?;
+        Some(LogColumns {
+            at: record.at.timestamp_millis(),
+            person_id: record.log.person_id,
+            agent_identity: record.log.agent_identity,
+            session_key: record.log.session_key,
+        })
+    }
+}
+
+/// `query`'s conditions on the log columns of the lines table (joined with the
+/// transcripts table as `t`); the limit is left to the caller.
+pub(crate) fn log_filter(query: &LogQuery, placeholder: &dyn Fn(usize) -> String) -> Where {
+    let mut clause = Where::default();
+    clause.sql.push_str(" WHERE l.log_at IS NOT NULL");
+    let mut and = |condition: &str, value: SqlValue| {
+        clause.values.push(value);
+        let mark = placeholder(clause.values.len());
+        clause.sql.push_str(" AND ");
+        clause.sql.push_str(&condition.replace('?', &mark));
+    };
+    if let Some(agent) = &query.agent {
+        and("l.agent_id = ?", SqlValue::Text(agent.to_string()));
+    }
+    if let Some(session_id) = &query.session_id {
+        and("t.session_id = ?", SqlValue::Text(session_id.clone()));
+    }
+    if let Some(key) = &query.session_key {
+        and("l.session_key = ?", SqlValue::Text(key.clone()));
+    }
+    if let Some(person) = &query.person_id {
+        and("l.person_id = ?", SqlValue::Text(person.clone()));
+    }
+    if let Some(identity) = &query.agent_identity {
+        and("l.agent_identity = ?", SqlValue::Text(identity.clone()));
+    }
+    if let Some(since) = query.since {
+        and("l.log_at >= ?", SqlValue::Int(since.timestamp_millis()));
+    }
+    if let Some(until) = query.until {
+        and("l.log_at < ?", SqlValue::Int(until.timestamp_millis()));
+    }
+    clause
+}
+
+/// Message-log records of `(agent, session id, seq, line)` rows, in the rows' order.
+pub(crate) fn log_records(rows: Vec<(String, String, i64, String)>) -> Vec<crate::transcript::LogRecord> {
+    rows.into_iter()
+        .filter_map(|(agent, session_id, seq, line)| {
+            let agent = crate::AgentId::new(&agent).ok()?;
+            let entry = serde_json::from_str(&line).ok()?;
+            let event = crate::transcript::SessionEvent {
+                offset: crate::transcript::Offset(seq as u64),
+                line: seq as usize + 1,
+                entry,
+            };
+            crate::transcript::lines::log_record(&agent, &session_id, &event)
+        })
+        .collect()
+}
+
+/// A 64-bit hash of `text` as a signed integer (PostgreSQL advisory-lock ids).
+pub(crate) fn lock_id(text: &str) -> i64 {
+    revision_to_i64(Revision::of_bytes(text.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::{AgentId, PeerKind};
+
+    #[test]
+    fn filters_become_numbered_conditions() {
+        let filter = ListFilter::new()
+            .agent(AgentId::new("ops").unwrap())
+            .key_prefix("agent:ops:slack")
+            .chat_type(PeerKind::Group)
+            .updated_after(5);
+        let clause = session_filter(&filter, &|n| format!("${n}"));
+        assert_eq!(
+            clause.sql,
+            " WHERE agent_id = $1 AND substr(session_key, 1, 15) = $2 AND chat_type = $3 AND updated_at > $4"
+        );
+        assert_eq!(clause.values.len(), 4);
+        assert_eq!(session_filter(&ListFilter::new(), &|n| format!("?{n}")).sql, "");
+    }
+
+    #[test]
+    fn rows_keep_the_entry_and_its_revision() {
+        let key = SessionKey::parse("agent:main:slack:channel:c1").unwrap();
+        let mut entry = SessionEntry::new("s-1", 42);
+        entry.extra.insert("zFuture".into(), serde_json::json!([1, 2]));
+        let row = SessionRow::new(&key, &entry).unwrap();
+        assert_eq!(row.chat_type.as_deref(), Some("channel"));
+        assert_eq!(row.agent_id, "main");
+        let back = decode(Path::new("db"), &row.session_key, row.revision, &row.entry).unwrap();
+        assert_eq!(back.entry, entry);
+        assert_eq!(back.revision, entry_revision(&entry).unwrap());
+    }
+}

@@ -1,0 +1,199 @@
+//! What every transcript store does with lines, whatever holds them: naming, stamping
+//! appended entries, reading lines back into events, and extracting the message log.
+
+use chrono::{DateTime, Utc};
+
+use super::{
+    LogRecord, Offset, ReadIssue, SessionEvent, SessionHeader, TranscriptEntry, TranscriptRead,
+    TranscriptRef,
+};
+use crate::error::{Error, IdKind, Result};
+use crate::key::AgentId;
+use crate::paths;
+
+impl TranscriptRef {
+    /// The transcript's file name, which every store keys it by:
+    /// `<sessionId>.jsonl`, `<sessionId>-topic-<topic>.jsonl`, or the last component of
+    /// an explicit `sessionFile`.
+    pub fn file_name(&self) -> Result<String> {
+        match self
+            .session_file
+            .as_deref()
+            .map(str::trim)
+            .filter(|f| !f.is_empty())
+        {
+            Some(file) => {
+                let name = std::path::Path::new(file)
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .unwrap_or("");
+                validate_transcript_name(name)?;
+                Ok(name.to_owned())
+            }
+            None => paths::transcript_file_name(&self.session_id, self.topic.as_deref()),
+        }
+    }
+}
+
+/// Checks a transcript name (live `….jsonl` or archived `….jsonl.reset.<ts>`): one plain
+/// file-name component that names a transcript.
+pub fn validate_transcript_name(name: &str) -> Result<()> {
+    let problem = if name.is_empty() || name.len() > 255 {
+        Some("a transcript name has 1 to 255 bytes")
+    } else if name.contains(['/', '\\']) || name.chars().any(char::is_control) {
+        Some("a transcript name is one file-name component")
+    } else if name.starts_with('.') || !name.contains(".jsonl") {
+        Some("a transcript name is `<sessionId>….jsonl`, possibly archived")
+    } else {
+        None
+    };
+    match problem {
+        Some(problem) => Err(Error::invalid_id(IdKind::SessionFile, name, problem)),
+        None => Ok(()),
+    }
+}
+
+/// The name an archived transcript gets: `<name>.<reason>.<timestamp>`, colons made
+/// file-safe, as OpenClaw renames them.
+pub(crate) fn archived_name(name: &str, reason: super::ArchiveReason, at: DateTime<Utc>) -> String {
+    let stamp = super::iso_timestamp(at).replace(':', "-");
+    format!("{name}.{}.{stamp}", reason.as_str())
+}
+
+/// The session id a transcript name belongs to (`<id>.jsonl`, `<id>-topic-….jsonl`).
+pub(crate) fn session_id_of_name(name: &str) -> String {
+    let stem = name.split(".jsonl").next().unwrap_or(name);
+    stem.split("-topic-").next().unwrap_or(stem).to_owned()
+}
+
+/// A random 8-hex-digit entry id, as pi-coding-agent writes them.
+pub(crate) fn new_entry_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
+}
+
+/// Readies entries for appending after `leaf`: an entry without an id gets a new one
+/// and `leaf` as its parent, an entry without a timestamp gets `now`. Returns each
+/// entry's line (without newline) and the new leaf.
+pub(crate) fn stamp_entries(
+    entries: &mut [TranscriptEntry],
+    mut leaf: Option<String>,
+    now: DateTime<Utc>,
+) -> Result<(Vec<String>, Option<String>), serde_json::Error> {
+    let now = super::iso_timestamp(now);
+    let mut lines = Vec::with_capacity(entries.len());
+    for entry in entries.iter_mut() {
+        if entry.id.is_none() {
+            entry.id = Some(new_entry_id());
+            entry.parent_id = leaf.clone();
+        }
+        if entry.timestamp.is_none() {
+            entry.timestamp = Some(now.clone());
+        }
+        leaf = entry.id.clone().or(leaf);
+        lines.push(serde_json::to_string(&*entry)?);
+    }
+    Ok((lines, leaf))
+}
+
+/// The id of the last entry among `lines` (the leaf new entries hang from).
+pub(crate) fn leaf_of<'a>(lines: impl DoubleEndedIterator<Item = &'a str>) -> Option<String> {
+    lines
+        .rev()
+        .filter_map(|line| serde_json::from_str::<TranscriptEntry>(line).ok())
+        .filter(|entry| entry.kind != "session")
+        .find_map(|entry| entry.id)
+}
+
+/// Adds one complete line to `read`: line 1 is the header, other lines are events;
+/// anything else is reported and skipped.
+pub(crate) fn read_line(read: &mut TranscriptRead, line: usize, offset: Offset, text: &[u8]) {
+    if text.iter().all(u8::is_ascii_whitespace) {
+        return;
+    }
+    if line == 1 {
+        match serde_json::from_slice::<SessionHeader>(text) {
+            Ok(header) if header.kind == "session" => {
+                read.header = Some(header);
+                return;
+            }
+            _ => read.issues.push(ReadIssue::MissingHeader),
+        }
+    }
+    match serde_json::from_slice::<TranscriptEntry>(text) {
+        Ok(entry) => read.events.push(SessionEvent {
+            offset,
+            line,
+            entry,
+        }),
+        Err(error) => {
+            tracing::warn!(line, %error, "invalid transcript line; skipped");
+            read.issues.push(ReadIssue::InvalidLine {
+                line,
+                offset,
+                message: error.to_string(),
+            });
+        }
+    }
+}
+
+/// The message-log record an event carries, if it is a logged message.
+pub(crate) fn log_record(
+    agent: &AgentId,
+    session_id: &str,
+    event: &SessionEvent,
+) -> Option<LogRecord> {
+    let log = event.entry.log.clone()?;
+    let message = event.entry.message.as_ref()?;
+    let at = event
+        .entry
+        .timestamp
+        .as_deref()
+        .and_then(|ts| DateTime::parse_from_rfc3339(ts).ok())
+        .map(|ts| ts.with_timezone(&Utc))
+        .or_else(|| message.timestamp.map(crate::clock::from_millis))
+        .unwrap_or_default();
+    Some(LogRecord {
+        agent: agent.clone(),
+        session_id: session_id.to_owned(),
+        at,
+        text: message.text(),
+        log,
+        offset: event.offset,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transcript_names() {
+        let agent = AgentId::main();
+        let plain = TranscriptRef::new(agent.clone(), "abc");
+        assert_eq!(plain.file_name().unwrap(), "abc.jsonl");
+        let mut topic = plain.clone();
+        topic.topic = Some("a/b".into());
+        assert_eq!(topic.file_name().unwrap(), "abc-topic-a%2Fb.jsonl");
+        let mut explicit = plain.clone();
+        explicit.session_file = Some("/state/agents/main/sessions/2026_abc.jsonl".into());
+        assert_eq!(explicit.file_name().unwrap(), "2026_abc.jsonl");
+        explicit.session_file = Some("/state/agents/main/sessions/..".into());
+        assert!(explicit.file_name().is_err());
+
+        for ok in ["abc.jsonl", "abc.jsonl.reset.2026-01-01T00-00-00.000Z"] {
+            assert!(validate_transcript_name(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "..",
+            "../abc.jsonl",
+            "a/b.jsonl",
+            ".jsonl",
+            "abc.txt",
+            "a\0.jsonl",
+        ] {
+            assert!(validate_transcript_name(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(session_id_of_name("abc-topic-7.jsonl.reset.x"), "abc");
+    }
+}
