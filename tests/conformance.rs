@@ -38,3 +38,29 @@ async fn sqlite_store() -> (agent_sessions::store::SqliteStore, tempfile::TempDi
 mod sqlite {
     agent_sessions::store_conformance_tests!(super::sqlite_store());
 }
+
+async fn file_transcripts() -> (
+    agent_sessions::transcript::FileTranscriptStore,
+    tempfile::TempDir,
+) {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let store = agent_sessions::transcript::FileTranscriptStore::new(dir.path());
+    (store, dir)
+}
+
+mod file_transcripts {
+    agent_sessions::transcript_conformance_tests!(super::file_transcripts());
+}
+
+#[cfg(feature = "sqlite")]
+mod sqlite_transcripts {
+    agent_sessions::transcript_conformance_tests!(super::sqlite_store());
+}
+
+async fn memory_transcripts() -> (agent_sessions::transcript::MemoryTranscriptStore, ()) {
+    (agent_sessions::transcript::MemoryTranscriptStore::new(), ())
+}
+
+mod memory_transcripts {
+    agent_sessions::transcript_conformance_tests!(super::memory_transcripts());
+}

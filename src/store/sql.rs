@@ -66,12 +66,11 @@ pub(crate) fn decode(
     json: &str,
 ) -> Result<StoredSession> {
     let key = SessionKey::parse(session_key)?;
-    let entry: SessionEntry =
-        serde_json::from_str(json).map_err(|source| Error::InvalidEntry {
-            key: session_key.to_owned(),
-            path: location.to_owned(),
-            source,
-        })?;
+    let entry: SessionEntry = serde_json::from_str(json).map_err(|source| Error::InvalidEntry {
+        key: session_key.to_owned(),
+        path: location.to_owned(),
+        source,
+    })?;
     Ok(StoredSession {
         key,
         entry,
@@ -113,8 +112,11 @@ impl Where {
         self.values.push(value);
         let mark = placeholder(self.values.len());
         let condition = condition.replace('?', &mark);
-        self.sql
-            .push_str(if self.sql.is_empty() { " WHERE " } else { " AND " });
+        self.sql.push_str(if self.sql.is_empty() {
+            " WHERE "
+        } else {
+            " AND "
+        });
         self.sql.push_str(&condition);
     }
 
@@ -129,7 +131,11 @@ impl Where {
 pub(crate) fn session_filter(filter: &ListFilter, placeholder: &dyn Fn(usize) -> String) -> Where {
     let mut clause = Where::default();
     if let Some(agent) = &filter.agent {
-        clause.push(placeholder, "agent_id = ?", SqlValue::Text(agent.to_string()));
+        clause.push(
+            placeholder,
+            "agent_id = ?",
+            SqlValue::Text(agent.to_string()),
+        );
     }
     if let Some(prefix) = &filter.key_prefix {
         // `substr` rather than LIKE: nothing in a prefix needs escaping.
@@ -233,7 +239,9 @@ pub(crate) fn log_filter(query: &LogQuery, placeholder: &dyn Fn(usize) -> String
 }
 
 /// Message-log records of `(agent, session id, seq, line)` rows, in the rows' order.
-pub(crate) fn log_records(rows: Vec<(String, String, i64, String)>) -> Vec<crate::transcript::LogRecord> {
+pub(crate) fn log_records(
+    rows: Vec<(String, String, i64, String)>,
+) -> Vec<crate::transcript::LogRecord> {
     rows.into_iter()
         .filter_map(|(agent, session_id, seq, line)| {
             let agent = crate::AgentId::new(&agent).ok()?;
@@ -271,14 +279,19 @@ mod tests {
             " WHERE agent_id = $1 AND substr(session_key, 1, 15) = $2 AND chat_type = $3 AND updated_at > $4"
         );
         assert_eq!(clause.values.len(), 4);
-        assert_eq!(session_filter(&ListFilter::new(), &|n| format!("?{n}")).sql, "");
+        assert_eq!(
+            session_filter(&ListFilter::new(), &|n| format!("?{n}")).sql,
+            ""
+        );
     }
 
     #[test]
     fn rows_keep_the_entry_and_its_revision() {
         let key = SessionKey::parse("agent:main:slack:channel:c1").unwrap();
         let mut entry = SessionEntry::new("s-1", 42);
-        entry.extra.insert("zFuture".into(), serde_json::json!([1, 2]));
+        entry
+            .extra
+            .insert("zFuture".into(), serde_json::json!([1, 2]));
         let row = SessionRow::new(&key, &entry).unwrap();
         assert_eq!(row.chat_type.as_deref(), Some("channel"));
         assert_eq!(row.agent_id, "main");

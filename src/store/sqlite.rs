@@ -15,8 +15,7 @@ use crate::error::{Error, Result};
 use crate::fsutil::{blocking, create_private_dir_all};
 use crate::key::{AgentId, SessionKey};
 use crate::transcript::lines::{
-    archived_name, leaf_of, read_line, session_id_of_name, stamp_entries,
-    validate_transcript_name,
+    archived_name, leaf_of, read_line, session_id_of_name, stamp_entries, validate_transcript_name,
 };
 use crate::transcript::{
     ArchiveReason, LogQuery, LogRecord, Offset, SessionEvent, SessionHeader, TranscriptEntry,
@@ -409,15 +408,16 @@ impl SessionStore for SqliteStore {
         match outcome {
             Err(error) => {
                 self.run(guard, |c| {
-                    c.execute_batch("ROLLBACK")
-                        .map_err(db_error("roll back"))
+                    c.execute_batch("ROLLBACK").map_err(db_error("roll back"))
                 })
                 .await?;
                 Err(error)
             }
             Ok((current, _, false, _)) => {
-                self.run(guard, |c| c.execute_batch("ROLLBACK").map_err(db_error("roll back")))
-                    .await?;
+                self.run(guard, |c| {
+                    c.execute_batch("ROLLBACK").map_err(db_error("roll back"))
+                })
+                .await?;
                 Ok(current)
             }
             Ok((_, slot, true, row)) => {
@@ -496,7 +496,11 @@ impl SessionStore for SqliteStore {
 // Transcripts
 
 /// A transcript's row: how many lines it has and its last entry's id.
-fn transcript_row(c: &Connection, agent: &str, name: &str) -> Result<Option<(i64, Option<String>)>> {
+fn transcript_row(
+    c: &Connection,
+    agent: &str,
+    name: &str,
+) -> Result<Option<(i64, Option<String>)>> {
     c.query_row(
         "SELECT line_count, leaf FROM transcripts WHERE agent_id = ?1 AND name = ?2",
         [agent, name],
@@ -507,7 +511,13 @@ fn transcript_row(c: &Connection, agent: &str, name: &str) -> Result<Option<(i64
 }
 
 /// Inserts lines `first..` of a transcript, with their message-log columns.
-fn insert_lines(c: &Connection, agent: &str, name: &str, first: i64, lines: &[String]) -> Result<()> {
+fn insert_lines(
+    c: &Connection,
+    agent: &str,
+    name: &str,
+    first: i64,
+    lines: &[String],
+) -> Result<()> {
     let mut statement = c
         .prepare_cached(
             "INSERT INTO transcript_lines (agent_id, name, seq, line, log_at, person_id,
@@ -557,7 +567,12 @@ fn header_line(header: &SessionHeader) -> String {
     serde_json::to_string(header).expect("a header serialises")
 }
 
-fn transcript_lines(c: &Connection, agent: &str, name: &str, from: i64) -> Result<Vec<(i64, String)>> {
+fn transcript_lines(
+    c: &Connection,
+    agent: &str,
+    name: &str,
+    from: i64,
+) -> Result<Vec<(i64, String)>> {
     let mut statement = c
         .prepare_cached(
             "SELECT seq, line FROM transcript_lines
@@ -565,7 +580,9 @@ fn transcript_lines(c: &Connection, agent: &str, name: &str, from: i64) -> Resul
         )
         .map_err(db_error("read a transcript"))?;
     let rows = statement
-        .query_map(params![agent, name, from], |row| Ok((row.get(0)?, row.get(1)?)))
+        .query_map(params![agent, name, from], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
         .map_err(db_error("read a transcript"))?
         .collect::<rusqlite::Result<Vec<_>>>()
         .map_err(db_error("read a transcript"))?;
@@ -685,7 +702,12 @@ impl TranscriptStore for SqliteStore {
                 ..TranscriptRead::default()
             };
             for (seq, line) in transcript_lines(c, &agent, &name, from.0 as i64)? {
-                read_line(&mut read, seq as usize + 1, Offset(seq as u64), line.as_bytes());
+                read_line(
+                    &mut read,
+                    seq as usize + 1,
+                    Offset(seq as u64),
+                    line.as_bytes(),
+                );
             }
             Ok(read)
         })
@@ -751,7 +773,9 @@ impl TranscriptStore for SqliteStore {
         );
         let rows: Vec<(String, String, i64, String)> = self
             .read(move |c| {
-                let mut prepared = c.prepare(&statement).map_err(db_error("query the message log"))?;
+                let mut prepared = c
+                    .prepare(&statement)
+                    .map_err(db_error("query the message log"))?;
                 let rows = prepared
                     .query_map(params_from_iter(clause.values.iter().map(to_sql)), |row| {
                         Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))

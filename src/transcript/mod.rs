@@ -39,6 +39,7 @@ mod entry;
 mod file;
 mod index;
 pub(crate) mod lines;
+mod memory;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -61,6 +62,7 @@ pub use entry::{
 pub use file::FileTranscriptStore;
 pub use index::{IndexDelta, IndexedTranscript, TranscriptIndexer};
 pub use lines::validate_transcript_name;
+pub use memory::MemoryTranscriptStore;
 
 /// A position in a transcript: events at or after it are newer than events before it.
 ///

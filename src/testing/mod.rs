@@ -18,6 +18,8 @@
 //! The generated tests use `#[tokio::test]`, so the calling crate needs `tokio` (with
 //! the `macros` and `rt-multi-thread` features) among its dev-dependencies.
 
+pub mod transcripts;
+
 use std::sync::Arc;
 
 use serde_json::json;

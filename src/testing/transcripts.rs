@@ -1,0 +1,403 @@
+//! The conformance suite every [`TranscriptStore`] must pass.
+//!
+//! Run it with [`transcript_conformance_tests!`](crate::transcript_conformance_tests),
+//! as the session suite runs with `store_conformance_tests!`.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use tokio::task::JoinSet;
+
+use crate::error::Error;
+use crate::key::AgentId;
+use crate::transcript::{
+    ArchiveReason, LogFields, LogQuery, Offset, SessionHeader, TranscriptEntry, TranscriptRef,
+    TranscriptStore,
+};
+
+fn at(minute: i64) -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 3, 10, 9, 0, 0).unwrap() + Duration::minutes(minute)
+}
+
+fn transcript(agent: &str, session_id: &str) -> TranscriptRef {
+    TranscriptRef::new(
+        AgentId::new(agent).expect("test agents are valid"),
+        session_id,
+    )
+}
+
+fn said(text: &str, minute: i64) -> TranscriptEntry {
+    TranscriptEntry::user_text(text, at(minute))
+}
+
+fn logged(text: &str, minute: i64, person: &str, identity: &str) -> TranscriptEntry {
+    said(text, minute).with_log(LogFields {
+        person_id: Some(person.into()),
+        agent_identity: Some(identity.into()),
+        session_key: Some(format!("agent:main:person:{person}")),
+        ..LogFields::default()
+    })
+}
+
+fn texts(events: &[crate::transcript::SessionEvent]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| {
+            e.entry
+                .message
+                .as_ref()
+                .map(|m| m.text())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// Appends get ids chained by parent, offsets that replay from where they point, and
+/// a header created on first use.
+pub async fn appends_chain_ids_and_replay_from_offsets<T: TranscriptStore + ?Sized>(store: &T) {
+    let t = transcript("main", "s-1");
+    let first = store
+        .append(&t, vec![said("one", 0), said("two", 1)])
+        .await
+        .unwrap();
+    let second = store.append(&t, vec![said("three", 2)]).await.unwrap();
+    let events: Vec<_> = first.iter().chain(&second).collect();
+    assert!(events.iter().all(|e| e.entry.id.is_some()), "ids assigned");
+    assert_eq!(
+        events[0].entry.parent_id, None,
+        "the first entry has no parent"
+    );
+    for pair in events.windows(2) {
+        assert_eq!(pair[1].entry.parent_id, pair[0].entry.id, "parent chain");
+        assert!(pair[1].offset > pair[0].offset, "offsets grow");
+    }
+
+    let all = store.read(&t, Offset::START).await.unwrap();
+    assert_eq!(
+        all.header.as_ref().map(|h| h.id.as_str()),
+        Some("s-1"),
+        "header"
+    );
+    assert_eq!(texts(&all.events), ["one", "two", "three"]);
+    assert!(all.issues.is_empty(), "{:?}", all.issues);
+    assert_eq!(
+        all.events.iter().map(|e| e.offset).collect::<Vec<_>>(),
+        events.iter().map(|e| e.offset).collect::<Vec<_>>(),
+        "reads report the offsets appends returned"
+    );
+
+    let tail = store.read(&t, events[1].offset).await.unwrap();
+    assert_eq!(texts(&tail.events), ["two", "three"]);
+    assert_eq!(tail.next, all.next);
+    let nothing_new = store.read(&t, all.next).await.unwrap();
+    assert!(nothing_new.events.is_empty());
+    assert!(matches!(
+        store.read(&t, Offset(all.next.0 + 1_000_000)).await,
+        Err(Error::InvalidOffset { .. })
+    ));
+    let missing = store
+        .read(&transcript("main", "nobody"), Offset::START)
+        .await
+        .unwrap();
+    assert!(missing.events.is_empty() && missing.header.is_none());
+}
+
+/// `create` creates once; topics are transcripts of their own.
+pub async fn create_once_and_topics_apart<T: TranscriptStore + ?Sized>(store: &T) {
+    let t = transcript("main", "s-2");
+    let header = SessionHeader::new("s-2", at(0));
+    assert!(store.create(&t, &header).await.unwrap());
+    assert!(!store.create(&t, &header).await.unwrap());
+    let mut topic = t.clone();
+    topic.topic = Some("7/8".into());
+    store
+        .append(&topic, vec![said("in topic", 1)])
+        .await
+        .unwrap();
+    assert!(store
+        .read(&t, Offset::START)
+        .await
+        .unwrap()
+        .events
+        .is_empty());
+    assert_eq!(
+        texts(&store.read(&topic, Offset::START).await.unwrap().events),
+        ["in topic"]
+    );
+}
+
+/// A fork starts with its parent's entries, the same ids, and names its parent.
+pub async fn forks_start_from_the_parent<T: TranscriptStore + ?Sized>(store: &T) {
+    let parent = transcript("main", "parent");
+    let appended = store
+        .append(&parent, vec![said("a", 0), said("b", 1)])
+        .await
+        .unwrap();
+    let child = transcript("main", "child");
+    let header = SessionHeader::new("child", at(2));
+    assert!(store.fork(&parent, &child, &header).await.unwrap());
+    assert!(!store.fork(&parent, &child, &header).await.unwrap());
+    let read = store.read(&child, Offset::START).await.unwrap();
+    assert_eq!(texts(&read.events), ["a", "b"]);
+    assert_eq!(read.events[1].entry.id, appended[1].entry.id);
+    assert!(read.header.unwrap().parent_session.is_some());
+    let next = store.append(&child, vec![said("c", 3)]).await.unwrap();
+    assert_eq!(next[0].entry.parent_id, appended[1].entry.id);
+    assert_eq!(
+        texts(&store.read(&parent, Offset::START).await.unwrap().events),
+        ["a", "b"],
+        "the parent is unchanged"
+    );
+}
+
+/// Archiving renames (the live name is free again), removing erases.
+pub async fn archive_renames_and_remove_erases<T: TranscriptStore + ?Sized>(store: &T) {
+    let agent = AgentId::new("archivist").unwrap();
+    let t = TranscriptRef::new(agent.clone(), "s-3");
+    store.append(&t, vec![said("old", 0)]).await.unwrap();
+    let archived = store
+        .archive(&t, ArchiveReason::Reset, at(5))
+        .await
+        .unwrap()
+        .expect("there was a transcript");
+    let archived_name = archived
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap()
+        .to_owned();
+    assert!(
+        archived_name.starts_with("s-3.jsonl.reset."),
+        "{archived_name}"
+    );
+    assert!(store
+        .read(&t, Offset::START)
+        .await
+        .unwrap()
+        .events
+        .is_empty());
+    assert_eq!(
+        store
+            .archive(&t, ArchiveReason::Reset, at(6))
+            .await
+            .unwrap(),
+        None
+    );
+    store.append(&t, vec![said("new", 7)]).await.unwrap();
+    let names: Vec<String> = store
+        .transcript_names(Some(&agent))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, name)| name)
+        .collect();
+    assert_eq!(names, ["s-3.jsonl".to_owned(), archived_name.clone()]);
+    let old = store.export_lines(&agent, &archived_name).await.unwrap();
+    assert_eq!(old.map(|lines| lines.len()), Some(2), "header and one line");
+
+    assert!(store.remove(&t).await.unwrap());
+    assert!(!store.remove(&t).await.unwrap());
+    assert!(store
+        .read(&t, Offset::START)
+        .await
+        .unwrap()
+        .events
+        .is_empty());
+}
+
+/// The message log is queried by person and identity, agent, session, time and limit,
+/// in time order.
+pub async fn message_log_queries<T: TranscriptStore + ?Sized>(store: &T) {
+    let oc = transcript("reggie_oc", "s-oc");
+    let fd = transcript("reggie_fd", "s-fd");
+    store
+        .append(
+            &oc,
+            vec![
+                logged("jane 1", 1, "staff:17", "reggie"),
+                said("not logged", 2),
+                logged("sam 1", 3, "participant:5", "reggie"),
+            ],
+        )
+        .await
+        .unwrap();
+    store
+        .append(
+            &fd,
+            vec![
+                logged("jane 2", 4, "staff:17", "reggie"),
+                logged("jane henry", 5, "staff:17", "henry"),
+            ],
+        )
+        .await
+        .unwrap();
+    let text = |records: Vec<crate::transcript::LogRecord>| {
+        records.into_iter().map(|r| r.text).collect::<Vec<_>>()
+    };
+    let jane = store
+        .query_log(&LogQuery::person_with("staff:17", "reggie"))
+        .await
+        .unwrap();
+    assert_eq!(text(jane.clone()), ["jane 1", "jane 2"]);
+    assert_eq!(jane[0].agent.as_str(), "reggie_oc");
+    assert_eq!(jane[1].session_id, "s-fd");
+    assert_eq!(jane[0].at, at(1));
+    assert_eq!(
+        text(
+            store
+                .query_log(&LogQuery::session(
+                    AgentId::new("reggie_oc").unwrap(),
+                    "s-oc"
+                ))
+                .await
+                .unwrap()
+        ),
+        ["jane 1", "sam 1"]
+    );
+    assert_eq!(
+        text(
+            store
+                .query_log(&LogQuery::new().since(at(3)).until(at(5)))
+                .await
+                .unwrap()
+        ),
+        ["sam 1", "jane 2"]
+    );
+    assert_eq!(
+        text(store.query_log(&LogQuery::new().limit(2)).await.unwrap()),
+        ["jane 1", "sam 1"]
+    );
+}
+
+/// Subscribers see appends as they happen.
+pub async fn subscribers_see_appends<T: TranscriptStore + ?Sized>(store: &T) {
+    let mut feed = store.subscribe();
+    let t = transcript("main", "s-live");
+    store.append(&t, vec![said("live", 0)]).await.unwrap();
+    let update = feed.recv().await.unwrap();
+    assert_eq!(update.transcript, t);
+    assert_eq!(texts(&update.events), ["live"]);
+}
+
+/// Exported lines import elsewhere byte for byte; importing over an existing
+/// transcript does nothing.
+pub async fn exported_lines_import_byte_for_byte<T: TranscriptStore + ?Sized>(store: &T) {
+    let from = transcript("main", "s-export");
+    store
+        .append(
+            &from,
+            vec![said("ünïcode ✓", 0), logged("logged", 1, "p", "i")],
+        )
+        .await
+        .unwrap();
+    let agent = AgentId::main();
+    let mut lines = store
+        .export_lines(&agent, "s-export.jsonl")
+        .await
+        .unwrap()
+        .unwrap();
+    // A line this crate does not know is kept too.
+    lines.push(r#"{"type":"futureThing","id":"ffff0000","zeta":[1,2.50,"x"],"alpha":null}"#.into());
+    let other = AgentId::new("copy").unwrap();
+    assert!(store
+        .import_lines(&other, "s-export.jsonl", lines.clone())
+        .await
+        .unwrap());
+    assert!(!store
+        .import_lines(&other, "s-export.jsonl", vec![])
+        .await
+        .unwrap());
+    assert_eq!(
+        store
+            .export_lines(&other, "s-export.jsonl")
+            .await
+            .unwrap()
+            .unwrap(),
+        lines
+    );
+    let read = store
+        .read(
+            &TranscriptRef::new(other.clone(), "s-export"),
+            Offset::START,
+        )
+        .await
+        .unwrap();
+    assert_eq!(read.events.len(), 3);
+    assert_eq!(
+        store
+            .query_log(&LogQuery::person_with("p", "i"))
+            .await
+            .unwrap()
+            .len(),
+        2,
+        "imported lines are in the message log"
+    );
+    assert!(matches!(
+        store.import_lines(&other, "../escape.jsonl", vec![]).await,
+        Err(Error::InvalidId { .. })
+    ));
+    assert_eq!(
+        store.export_lines(&other, "none.jsonl").await.unwrap(),
+        None
+    );
+}
+
+/// Concurrent appends to one transcript lose nothing and keep one parent chain.
+pub async fn concurrent_appends_keep_one_chain<T: TranscriptStore + ?Sized + 'static>(
+    store: Arc<T>,
+) {
+    let t = transcript("main", "s-busy");
+    let mut tasks = JoinSet::new();
+    for task in 0..8 {
+        let (store, t) = (store.clone(), t.clone());
+        tasks.spawn(async move {
+            for n in 0..20 {
+                store
+                    .append(&t, vec![said(&format!("{task}-{n}"), 0)])
+                    .await
+                    .unwrap();
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+    let read = store.read(&t, Offset::START).await.unwrap();
+    assert_eq!(read.events.len(), 160);
+    for pair in read.events.windows(2) {
+        assert_eq!(pair[1].entry.parent_id, pair[0].entry.id, "one chain");
+    }
+}
+
+/// Runs the transcript conformance suite: one `#[tokio::test]` per behaviour, each on a
+/// fresh store from `$make` (an async expression giving `(store, guard)`).
+#[macro_export]
+macro_rules! transcript_conformance_tests {
+    ($make:expr) => {
+        $crate::transcript_conformance_tests!(@each $make;
+            appends_chain_ids_and_replay_from_offsets,
+            create_once_and_topics_apart,
+            forks_start_from_the_parent,
+            archive_renames_and_remove_erases,
+            message_log_queries,
+            subscribers_see_appends,
+            exported_lines_import_byte_for_byte,
+        );
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn concurrent_appends_keep_one_chain() {
+            let (store, _guard) = $make.await;
+            $crate::testing::transcripts::concurrent_appends_keep_one_chain(
+                ::std::sync::Arc::new(store),
+            )
+            .await;
+        }
+    };
+    (@each $make:expr; $($name:ident),+ $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() {
+                let (store, _guard) = $make.await;
+                $crate::testing::transcripts::$name(&store).await;
+            }
+        )+
+    };
+}

@@ -1,0 +1,263 @@
+//! Transcripts in memory: for tests, and for hosts that keep no history.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::lines::{
+    archived_name, leaf_of, log_record, read_line, session_id_of_name, stamp_entries,
+    validate_transcript_name,
+};
+use super::{
+    ArchiveReason, LogQuery, LogRecord, Offset, SessionEvent, SessionHeader, TranscriptEntry,
+    TranscriptRead, TranscriptRef, TranscriptStore, TranscriptSubscription, TranscriptUpdate,
+    UpdateHub,
+};
+use crate::error::{Error, Result};
+use crate::key::AgentId;
+
+/// Transcripts held in memory, with the same behaviour as the file and database
+/// stores (offsets are line numbers). Cheap to clone: clones share the transcripts.
+///
+/// ```
+/// use agent_sessions::prelude::*;
+/// use agent_sessions::transcript::MemoryTranscriptStore;
+///
+/// let manager = SessionManager::builder(MemoryStore::new())
+///     .transcripts(MemoryTranscriptStore::new())
+///     .build();
+/// # let _ = manager;
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct MemoryTranscriptStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    transcripts: Mutex<BTreeMap<(AgentId, String), Vec<String>>>,
+    hub: UpdateHub,
+}
+
+type Transcripts = BTreeMap<(AgentId, String), Vec<String>>;
+
+impl MemoryTranscriptStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        MemoryTranscriptStore::default()
+    }
+
+    fn with<T>(&self, work: impl FnOnce(&mut Transcripts) -> T) -> T {
+        let mut transcripts = self
+            .inner
+            .transcripts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        work(&mut transcripts)
+    }
+}
+
+fn id(transcript: &TranscriptRef) -> Result<(AgentId, String)> {
+    Ok((transcript.agent.clone(), transcript.file_name()?))
+}
+
+fn header_line(header: &SessionHeader) -> String {
+    serde_json::to_string(header).expect("a header serialises")
+}
+
+#[async_trait]
+impl TranscriptStore for MemoryTranscriptStore {
+    async fn create(&self, transcript: &TranscriptRef, header: &SessionHeader) -> Result<bool> {
+        let id = id(transcript)?;
+        let line = header_line(header);
+        Ok(self.with(|all| {
+            let fresh = !all.contains_key(&id);
+            all.entry(id).or_insert_with(|| vec![line]);
+            fresh
+        }))
+    }
+
+    async fn fork(
+        &self,
+        parent: &TranscriptRef,
+        child: &TranscriptRef,
+        header: &SessionHeader,
+    ) -> Result<bool> {
+        let (parent_id, child_id) = (id(parent)?, id(child)?);
+        let mut header = header.clone();
+        if header.parent_session.is_none() {
+            header.parent_session = Some(parent_id.1.clone());
+        }
+        let header = header_line(&header);
+        Ok(self.with(|all| {
+            if all.contains_key(&child_id) {
+                return false;
+            }
+            let mut lines = vec![header];
+            if let Some(parent_lines) = all.get(&parent_id) {
+                lines.extend(
+                    parent_lines
+                        .iter()
+                        .skip(1)
+                        .filter(|line| serde_json::from_str::<TranscriptEntry>(line).is_ok())
+                        .cloned(),
+                );
+            }
+            all.insert(child_id, lines);
+            true
+        }))
+    }
+
+    async fn append(
+        &self,
+        transcript: &TranscriptRef,
+        mut entries: Vec<TranscriptEntry>,
+    ) -> Result<Vec<SessionEvent>> {
+        let id = id(transcript)?;
+        let events = self.with(|all| {
+            let lines = all.entry(id).or_insert_with(|| {
+                vec![header_line(&SessionHeader::new(
+                    &transcript.session_id,
+                    Utc::now(),
+                ))]
+            });
+            let leaf = leaf_of(lines.iter().map(String::as_str));
+            let first = lines.len();
+            let (new_lines, _) = stamp_entries(&mut entries, leaf, Utc::now()).map_err(|e| {
+                Error::io("serialise an entry for", "memory", std::io::Error::other(e))
+            })?;
+            lines.extend(new_lines);
+            Ok::<_, Error>(
+                entries
+                    .into_iter()
+                    .enumerate()
+                    .map(|(index, entry)| SessionEvent {
+                        offset: Offset((first + index) as u64),
+                        line: first + index + 1,
+                        entry,
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        })?;
+        self.inner.hub.publish(TranscriptUpdate {
+            transcript: transcript.clone(),
+            path: None,
+            events: events.clone(),
+        });
+        Ok(events)
+    }
+
+    async fn read(&self, transcript: &TranscriptRef, from: Offset) -> Result<TranscriptRead> {
+        let id = id(transcript)?;
+        self.with(|all| {
+            let Some(lines) = all.get(&id) else {
+                return Ok(TranscriptRead {
+                    next: from,
+                    ..TranscriptRead::default()
+                });
+            };
+            let count = lines.len() as u64;
+            if from.0 > count {
+                return Err(Error::InvalidOffset {
+                    path: PathBuf::from(&id.1),
+                    offset: from.0,
+                    len: count,
+                });
+            }
+            let mut read = TranscriptRead {
+                next: Offset(count),
+                ..TranscriptRead::default()
+            };
+            for (seq, line) in lines.iter().enumerate().skip(from.0 as usize) {
+                read_line(&mut read, seq + 1, Offset(seq as u64), line.as_bytes());
+            }
+            Ok(read)
+        })
+    }
+
+    async fn archive(
+        &self,
+        transcript: &TranscriptRef,
+        reason: ArchiveReason,
+        at: DateTime<Utc>,
+    ) -> Result<Option<PathBuf>> {
+        let (agent, name) = id(transcript)?;
+        Ok(self.with(|all| {
+            let lines = all.remove(&(agent.clone(), name.clone()))?;
+            let base = archived_name(&name, reason, at);
+            let mut target = base.clone();
+            let mut attempt = 1;
+            while all.contains_key(&(agent.clone(), target.clone())) {
+                target = format!("{base}-{attempt}");
+                attempt += 1;
+            }
+            all.insert((agent, target.clone()), lines);
+            Some(PathBuf::from(target))
+        }))
+    }
+
+    async fn remove(&self, transcript: &TranscriptRef) -> Result<bool> {
+        let id = id(transcript)?;
+        Ok(self.with(|all| all.remove(&id).is_some()))
+    }
+
+    async fn query_log(&self, query: &LogQuery) -> Result<Vec<LogRecord>> {
+        let mut records: Vec<LogRecord> = self.with(|all| {
+            all.iter()
+                .filter(|((agent, _), _)| query.agent.as_ref().is_none_or(|a| a == agent))
+                .flat_map(|((agent, name), lines)| {
+                    let session_id = session_id_of_name(name);
+                    lines.iter().enumerate().filter_map(move |(seq, line)| {
+                        let entry = serde_json::from_str(line).ok()?;
+                        let event = SessionEvent {
+                            offset: Offset(seq as u64),
+                            line: seq + 1,
+                            entry,
+                        };
+                        log_record(agent, &session_id, &event)
+                    })
+                })
+                .filter(|record| query.matches(record))
+                .collect()
+        });
+        records
+            .sort_by(|a, b| (a.at, &a.session_id, a.offset).cmp(&(b.at, &b.session_id, b.offset)));
+        if let Some(limit) = query.limit {
+            records.truncate(limit);
+        }
+        Ok(records)
+    }
+
+    fn subscribe(&self) -> TranscriptSubscription {
+        self.inner.hub.subscribe()
+    }
+
+    async fn transcript_names(&self, agent: Option<&AgentId>) -> Result<Vec<(AgentId, String)>> {
+        Ok(self.with(|all| {
+            all.keys()
+                .filter(|(a, _)| agent.is_none_or(|wanted| wanted == a))
+                .cloned()
+                .collect()
+        }))
+    }
+
+    async fn export_lines(&self, agent: &AgentId, name: &str) -> Result<Option<Vec<String>>> {
+        validate_transcript_name(name)?;
+        Ok(self.with(|all| all.get(&(agent.clone(), name.to_owned())).cloned()))
+    }
+
+    async fn import_lines(&self, agent: &AgentId, name: &str, lines: Vec<String>) -> Result<bool> {
+        validate_transcript_name(name)?;
+        Ok(self.with(|all| {
+            let id = (agent.clone(), name.to_owned());
+            if all.contains_key(&id) {
+                return false;
+            }
+            all.insert(id, lines);
+            true
+        }))
+    }
+}
