@@ -64,3 +64,50 @@ async fn memory_transcripts() -> (agent_sessions::transcript::MemoryTranscriptSt
 mod memory_transcripts {
     agent_sessions::transcript_conformance_tests!(super::memory_transcripts());
 }
+
+/// A PostgreSQL store in a schema of its own, dropped when the guard goes.
+#[cfg(feature = "postgres")]
+async fn postgres_store() -> (agent_sessions::store::PostgresStore, SchemaGuard) {
+    use agent_sessions::store::{PostgresOptions, PostgresStore};
+    let url = std::env::var("AGENT_SESSIONS_TEST_POSTGRES_URL")
+        .expect("AGENT_SESSIONS_TEST_POSTGRES_URL names the test server");
+    let schema = format!("conformance_{}", uuid::Uuid::new_v4().simple());
+    let store = PostgresStore::connect_with(&url, PostgresOptions::in_schema(&schema))
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
+    (store.clone(), SchemaGuard(Some(store)))
+}
+
+/// Drops a test schema on a thread of its own (a test's runtime is ending).
+#[cfg(feature = "postgres")]
+struct SchemaGuard(Option<agent_sessions::store::PostgresStore>);
+
+#[cfg(feature = "postgres")]
+impl Drop for SchemaGuard {
+    fn drop(&mut self) {
+        if let Some(store) = self.0.take() {
+            std::thread::spawn(move || {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap()
+                    .block_on(store.drop_schema())
+            })
+            .join()
+            .unwrap()
+            .unwrap();
+        }
+    }
+}
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    agent_sessions::store_conformance_tests!(super::postgres_store();
+        #[cfg_attr(not(postgres_tests), ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run")]);
+}
+
+#[cfg(feature = "postgres")]
+mod postgres_transcripts {
+    agent_sessions::transcript_conformance_tests!(super::postgres_store();
+        #[cfg_attr(not(postgres_tests), ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run")]);
+}

@@ -529,8 +529,8 @@ where
 /// ```
 #[macro_export]
 macro_rules! store_conformance_tests {
-    ($make:expr) => {
-        $crate::store_conformance_tests!(@each $make;
+    ($make:expr $(; $(#[$attr:meta])*)?) => {
+        $crate::store_conformance_tests!(@each $make; [$($(#[$attr])*)?];
             get_of_missing_key_is_none,
             put_then_get_returns_the_entry,
             update_creates_changes_and_deletes,
@@ -547,13 +547,15 @@ macro_rules! store_conformance_tests {
             racing_creators_create_one_session,
         );
     };
-    (@each $make:expr; $($name:ident),+ $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() {
-                let (store, _guard) = $make.await;
-                $crate::testing::$name(&store).await;
-            }
-        )+
+    (@each $make:expr; $attrs:tt; $($name:ident),+ $(,)?) => {
+        $( $crate::store_conformance_tests!(@one $make; $attrs; $name); )+
+    };
+    (@one $make:expr; [$(#[$attr:meta])*]; $name:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        $(#[$attr])*
+        async fn $name() {
+            let (store, _guard) = $make.await;
+            $crate::testing::$name(&store).await;
+        }
     };
 }

@@ -372,8 +372,8 @@ pub async fn concurrent_appends_keep_one_chain<T: TranscriptStore + ?Sized + 'st
 /// fresh store from `$make` (an async expression giving `(store, guard)`).
 #[macro_export]
 macro_rules! transcript_conformance_tests {
-    ($make:expr) => {
-        $crate::transcript_conformance_tests!(@each $make;
+    ($make:expr $(; $(#[$attr:meta])*)?) => {
+        $crate::transcript_conformance_tests!(@each $make; [$($(#[$attr])*)?];
             appends_chain_ids_and_replay_from_offsets,
             create_once_and_topics_apart,
             forks_start_from_the_parent,
@@ -383,6 +383,7 @@ macro_rules! transcript_conformance_tests {
             exported_lines_import_byte_for_byte,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        $($(#[$attr])*)?
         async fn concurrent_appends_keep_one_chain() {
             let (store, _guard) = $make.await;
             $crate::testing::transcripts::concurrent_appends_keep_one_chain(
@@ -391,13 +392,15 @@ macro_rules! transcript_conformance_tests {
             .await;
         }
     };
-    (@each $make:expr; $($name:ident),+ $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() {
-                let (store, _guard) = $make.await;
-                $crate::testing::transcripts::$name(&store).await;
-            }
-        )+
+    (@each $make:expr; $attrs:tt; $($name:ident),+ $(,)?) => {
+        $( $crate::transcript_conformance_tests!(@one $make; $attrs; $name); )+
+    };
+    (@one $make:expr; [$(#[$attr:meta])*]; $name:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        $(#[$attr])*
+        async fn $name() {
+            let (store, _guard) = $make.await;
+            $crate::testing::transcripts::$name(&store).await;
+        }
     };
 }

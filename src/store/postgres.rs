@@ -1,0 +1,953 @@
+//! [`PostgresStore`]: sessions, transcripts and the message log on a PostgreSQL server.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Transaction};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::NoTls;
+
+use super::sql::{self, decode, lock_id, log_records, LogColumns, SessionRow, SqlValue};
+use super::{entry_revision, ListFilter, Mutator, SessionStore, StoredSession};
+use crate::error::{Error, Result};
+use crate::key::{AgentId, SessionKey};
+use crate::transcript::lines::{
+    archived_name, leaf_of, read_line, session_id_of_name, stamp_entries, validate_transcript_name,
+};
+use crate::transcript::{
+    ArchiveReason, LogQuery, LogRecord, Offset, SessionEvent, SessionHeader, TranscriptEntry,
+    TranscriptRead, TranscriptRef, TranscriptStore, TranscriptSubscription, TranscriptUpdate,
+    UpdateHub,
+};
+
+const BACKEND: &str = "postgres";
+
+/// The schema, one migration per version, `{schema}` standing for the store's schema.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE {schema}.sessions (
+    session_key    TEXT PRIMARY KEY,
+    agent_id       TEXT NOT NULL,
+    session_id     TEXT NOT NULL,
+    updated_at     BIGINT NOT NULL,
+    channel        TEXT,
+    chat_type      TEXT,
+    person_id      TEXT,
+    agent_identity TEXT,
+    revision       BIGINT NOT NULL,
+    entry          TEXT NOT NULL
+);
+CREATE INDEX sessions_by_agent_activity ON {schema}.sessions (agent_id, updated_at DESC);
+CREATE INDEX sessions_by_activity ON {schema}.sessions (updated_at DESC);
+CREATE INDEX sessions_by_person ON {schema}.sessions (person_id, agent_identity) WHERE person_id IS NOT NULL;
+CREATE INDEX sessions_by_session_id ON {schema}.sessions (session_id);
+
+CREATE TABLE {schema}.transcripts (
+    agent_id   TEXT NOT NULL,
+    name       TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    line_count BIGINT NOT NULL,
+    leaf       TEXT,
+    PRIMARY KEY (agent_id, name)
+);
+CREATE INDEX transcripts_by_session ON {schema}.transcripts (agent_id, session_id);
+
+CREATE TABLE {schema}.transcript_lines (
+    agent_id       TEXT NOT NULL,
+    name           TEXT NOT NULL,
+    seq            BIGINT NOT NULL,
+    line           TEXT NOT NULL,
+    log_at         BIGINT,
+    person_id      TEXT,
+    agent_identity TEXT,
+    session_key    TEXT,
+    PRIMARY KEY (agent_id, name, seq)
+);
+CREATE INDEX log_by_person ON {schema}.transcript_lines (person_id, agent_identity, log_at) WHERE log_at IS NOT NULL;
+CREATE INDEX log_by_agent ON {schema}.transcript_lines (agent_id, log_at) WHERE log_at IS NOT NULL;
+CREATE INDEX log_by_session_key ON {schema}.transcript_lines (session_key, log_at) WHERE log_at IS NOT NULL;
+"#];
+
+/// How a [`PostgresStore`] connects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PostgresOptions {
+    /// The schema holding the tables (default `agent_sessions`; created if missing):
+    /// several deployments, or test runs, can share one database.
+    pub schema: String,
+    /// The most connections the pool opens (default 16).
+    pub max_connections: usize,
+    /// How long a call waits for a free connection (default 30 s).
+    pub wait_timeout: Duration,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        PostgresOptions {
+            schema: "agent_sessions".into(),
+            max_connections: 16,
+            wait_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl PostgresOptions {
+    /// The default options with tables in `schema`.
+    pub fn in_schema(schema: impl Into<String>) -> Self {
+        PostgresOptions {
+            schema: schema.into(),
+            ..PostgresOptions::default()
+        }
+    }
+}
+
+/// Sessions, transcripts and the message log on a PostgreSQL server (feature
+/// `postgres`), for bots running as several processes on several machines.
+///
+/// Connections come from a pool (deadpool); a connection the server dropped is
+/// replaced on the next call, and the call that met the loss fails with
+/// [`Error::Database`] marked transient. Each session update is one transaction that
+/// first takes a transaction-scoped advisory lock on the key, so concurrent updates
+/// from any number of hosts — including two creating the same new session — are
+/// serialised and none is lost. The schema is versioned and migrated on connect.
+///
+/// ```no_run
+/// use agent_sessions::prelude::*;
+/// use agent_sessions::store::PostgresStore;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> agent_sessions::Result<()> {
+/// let db = PostgresStore::connect("postgres://bot@db.internal/sessions").await?;
+/// let manager = SessionManager::builder(db.clone()).transcripts(db).build();
+/// # let _ = manager;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: Pool,
+    schema: String,
+    location: PathBuf,
+    hub: UpdateHub,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("schema", &self.schema)
+            .field("pool", &self.pool.status())
+            .finish_non_exhaustive()
+    }
+}
+
+fn pg_error(op: &'static str) -> impl FnOnce(tokio_postgres::Error) -> Error {
+    move |error| {
+        let transient = error.is_closed()
+            || error.code().is_some_and(|code| {
+                let code = code.code();
+                // Connection exceptions, shutdowns, serialisation failures, deadlocks,
+                // too many connections.
+                code.starts_with("08")
+                    || code.starts_with("57P")
+                    || matches!(code, "40001" | "40P01" | "53300")
+            });
+        Error::Database {
+            backend: BACKEND,
+            op,
+            transient,
+            source: Box::new(error),
+        }
+    }
+}
+
+fn pool_error(error: deadpool_postgres::PoolError) -> Error {
+    Error::Database {
+        backend: BACKEND,
+        op: "get a connection",
+        transient: true,
+        source: Box::new(error),
+    }
+}
+
+fn valid_schema(schema: &str) -> bool {
+    let mut chars = schema.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && schema.len() <= 63
+}
+
+fn params(values: &[SqlValue]) -> Vec<Box<dyn ToSql + Sync + Send>> {
+    values
+        .iter()
+        .map(|value| -> Box<dyn ToSql + Sync + Send> {
+            match value {
+                SqlValue::Text(text) => Box::new(text.clone()),
+                SqlValue::Int(int) => Box::new(*int),
+            }
+        })
+        .collect()
+}
+
+fn refs(values: &[Box<dyn ToSql + Sync + Send>]) -> Vec<&(dyn ToSql + Sync)> {
+    values.iter().map(|v| &**v as &(dyn ToSql + Sync)).collect()
+}
+
+impl PostgresStore {
+    /// Connects to `url` (`postgres://user:password@host:port/database`) with the
+    /// default options, and migrates the schema.
+    pub async fn connect(url: &str) -> Result<Self> {
+        PostgresStore::connect_with(url, PostgresOptions::default()).await
+    }
+
+    /// Connects to `url` and migrates the schema `options.schema`.
+    pub async fn connect_with(url: &str, options: PostgresOptions) -> Result<Self> {
+        let invalid = |problem: String| Error::InvalidStoreUrl {
+            url: url.to_owned(),
+            problem,
+        };
+        if !valid_schema(&options.schema) {
+            return Err(invalid(format!(
+                "schema {:?} is not 1-63 characters of [a-z0-9_] starting with a letter or _",
+                options.schema
+            )));
+        }
+        let config: tokio_postgres::Config = url.parse().map_err(|e| invalid(format!("{e}")))?;
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.max_connections.max(1))
+            .wait_timeout(Some(options.wait_timeout))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .map_err(|e| invalid(e.to_string()))?;
+        let store = PostgresStore {
+            pool,
+            location: PathBuf::from(format!("postgres:{}", options.schema)),
+            schema: options.schema,
+            hub: UpdateHub::default(),
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// The schema holding the tables.
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// The schema version of the database.
+    pub async fn schema_version(&self) -> Result<i64> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                &format!(
+                    "SELECT COALESCE(MAX(version), 0) FROM {}.schema_migrations",
+                    self.schema
+                ),
+                &[],
+            )
+            .await
+            .map_err(pg_error("read the schema version"))?;
+        Ok(row.get(0))
+    }
+
+    /// Drops the store's schema and everything in it. For tests and tear-downs.
+    pub async fn drop_schema(&self) -> Result<()> {
+        let client = self.client().await?;
+        client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema))
+            .await
+            .map_err(pg_error("drop the schema"))
+    }
+
+    async fn client(&self) -> Result<Object> {
+        self.pool.get().await.map_err(pool_error)
+    }
+
+    /// `{schema}.table`.
+    fn table(&self, table: &str) -> String {
+        format!("{}.{table}", self.schema)
+    }
+
+    /// Applies the migrations the schema lacks, under an advisory lock so two hosts
+    /// starting at once migrate it once.
+    async fn migrate(&self) -> Result<()> {
+        let mut client = self.client().await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(pg_error("begin a migration"))?;
+        tx.execute(
+            "SELECT pg_advisory_xact_lock($1)",
+            &[&lock_id(&format!("agent-sessions migrate {}", self.schema))],
+        )
+        .await
+        .map_err(pg_error("lock the schema for migration"))?;
+        tx.batch_execute(&format!(
+            "CREATE SCHEMA IF NOT EXISTS {schema};
+             CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
+                 version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
+            schema = self.schema
+        ))
+        .await
+        .map_err(pg_error("create the migrations table"))?;
+        let found: i64 = tx
+            .query_one(
+                &format!(
+                    "SELECT COALESCE(MAX(version), 0) FROM {}",
+                    self.table("schema_migrations")
+                ),
+                &[],
+            )
+            .await
+            .map_err(pg_error("read the schema version"))?
+            .get(0);
+        let latest = MIGRATIONS.len() as i64;
+        if found > latest {
+            return Err(Error::UnsupportedSchema {
+                backend: BACKEND,
+                found,
+                supported: latest,
+            });
+        }
+        for (index, migration) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+            tx.batch_execute(&migration.replace("{schema}", &self.schema))
+                .await
+                .map_err(pg_error("migrate the schema"))?;
+            tx.execute(
+                &format!(
+                    "INSERT INTO {} (version, applied_at) VALUES ($1, $2)",
+                    self.table("schema_migrations")
+                ),
+                &[&(index as i64 + 1), &Utc::now().timestamp_millis()],
+            )
+            .await
+            .map_err(pg_error("record a migration"))?;
+            tracing::info!(version = index + 1, schema = %self.schema, "postgres schema migrated");
+        }
+        tx.commit().await.map_err(pg_error("commit a migration"))
+    }
+
+    /// Locks `what` until the transaction ends.
+    async fn lock(&self, tx: &Transaction<'_>, what: &str) -> Result<()> {
+        tx.execute(
+            "SELECT pg_advisory_xact_lock($1)",
+            &[&lock_id(&format!("{}\0{what}", self.schema))],
+        )
+        .await
+        .map_err(pg_error("lock a row"))?;
+        Ok(())
+    }
+
+    async fn write_row(&self, tx: &Transaction<'_>, row: &SessionRow) -> Result<()> {
+        tx.execute(
+            &format!(
+                "INSERT INTO {} (session_key, agent_id, session_id, updated_at, channel, chat_type,
+                     person_id, agent_identity, revision, entry)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                 ON CONFLICT (session_key) DO UPDATE SET
+                     agent_id = excluded.agent_id, session_id = excluded.session_id,
+                     updated_at = excluded.updated_at, channel = excluded.channel,
+                     chat_type = excluded.chat_type, person_id = excluded.person_id,
+                     agent_identity = excluded.agent_identity, revision = excluded.revision,
+                     entry = excluded.entry",
+                self.table("sessions")
+            ),
+            &[
+                &row.session_key,
+                &row.agent_id,
+                &row.session_id,
+                &row.updated_at,
+                &row.channel,
+                &row.chat_type,
+                &row.person_id,
+                &row.agent_identity,
+                &row.revision,
+                &row.entry,
+            ],
+        )
+        .await
+        .map_err(pg_error("write a session"))?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl SessionStore for PostgresStore {
+    async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                &format!(
+                    "SELECT revision, entry FROM {} WHERE session_key = $1",
+                    self.table("sessions")
+                ),
+                &[&key.as_str()],
+            )
+            .await
+            .map_err(pg_error("read a session"))?;
+        row.map(|row| decode(&self.location, key.as_str(), row.get(0), row.get(1)))
+            .transpose()
+    }
+
+    async fn apply(
+        &self,
+        key: &SessionKey,
+        mutator: &mut Mutator<'_>,
+    ) -> Result<Option<StoredSession>> {
+        let mut client = self.client().await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(pg_error("begin a transaction"))?;
+        // Serialise updates of this key across every host, also while it does not
+        // exist yet (a row lock needs a row).
+        self.lock(&tx, key.as_str()).await?;
+        let current = tx
+            .query_opt(
+                &format!(
+                    "SELECT revision, entry FROM {} WHERE session_key = $1",
+                    self.table("sessions")
+                ),
+                &[&key.as_str()],
+            )
+            .await
+            .map_err(pg_error("read a session"))?
+            .map(|row| decode(&self.location, key.as_str(), row.get(0), row.get(1)))
+            .transpose()?;
+        let mut slot = current.as_ref().map(|s| s.entry.clone());
+        mutator(&mut slot, current.as_ref().map(|s| s.revision))?;
+        if slot.as_ref() == current.as_ref().map(|s| &s.entry) {
+            return Ok(current);
+        }
+        let stored = match slot {
+            Some(entry) => {
+                let row = SessionRow::new(key, &entry)?;
+                self.write_row(&tx, &row).await?;
+                let revision = entry_revision(&entry).map_err(|source| Error::Serialize {
+                    key: key.clone(),
+                    source,
+                })?;
+                Some(StoredSession {
+                    key: key.clone(),
+                    entry,
+                    revision,
+                })
+            }
+            None => {
+                tx.execute(
+                    &format!(
+                        "DELETE FROM {} WHERE session_key = $1",
+                        self.table("sessions")
+                    ),
+                    &[&key.as_str()],
+                )
+                .await
+                .map_err(pg_error("delete a session"))?;
+                None
+            }
+        };
+        tx.commit().await.map_err(pg_error("commit"))?;
+        Ok(stored)
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
+        let clause = sql::session_filter(filter, &|n| format!("${n}"));
+        let statement = format!(
+            "SELECT session_key, revision, entry FROM {}{} \
+             ORDER BY updated_at DESC, session_key COLLATE \"C\" ASC{}",
+            self.table("sessions"),
+            clause.sql,
+            sql::Where::limit(filter.limit)
+        );
+        let values = params(&clause.values);
+        let client = self.client().await?;
+        let rows = client
+            .query(&statement, &refs(&values))
+            .await
+            .map_err(pg_error("list sessions"))?;
+        rows.iter()
+            .map(|row| decode(&self.location, row.get(0), row.get(1), row.get(2)))
+            .collect()
+    }
+
+    async fn len(&self) -> Result<usize> {
+        let client = self.client().await?;
+        let count: i64 = client
+            .query_one(
+                &format!("SELECT COUNT(*) FROM {}", self.table("sessions")),
+                &[],
+            )
+            .await
+            .map_err(pg_error("count sessions"))?
+            .get(0);
+        Ok(usize::try_from(count).unwrap_or(0))
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Transcripts
+
+impl PostgresStore {
+    async fn transcript_row(
+        &self,
+        tx: &Transaction<'_>,
+        agent: &str,
+        name: &str,
+    ) -> Result<Option<(i64, Option<String>)>> {
+        Ok(tx
+            .query_opt(
+                &format!(
+                    "SELECT line_count, leaf FROM {} WHERE agent_id = $1 AND name = $2",
+                    self.table("transcripts")
+                ),
+                &[&agent, &name],
+            )
+            .await
+            .map_err(pg_error("read a transcript"))?
+            .map(|row| (row.get(0), row.get(1))))
+    }
+
+    async fn insert_lines(
+        &self,
+        tx: &Transaction<'_>,
+        agent: &str,
+        name: &str,
+        first: i64,
+        lines: &[String],
+    ) -> Result<()> {
+        let statement = tx
+            .prepare(&format!(
+                "INSERT INTO {} (agent_id, name, seq, line, log_at, person_id, agent_identity,
+                     session_key) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                self.table("transcript_lines")
+            ))
+            .await
+            .map_err(pg_error("append to a transcript"))?;
+        for (index, line) in lines.iter().enumerate() {
+            let log = LogColumns::of_line(line);
+            tx.execute(
+                &statement,
+                &[
+                    &agent,
+                    &name,
+                    &(first + index as i64),
+                    line,
+                    &log.as_ref().map(|l| l.at),
+                    &log.as_ref().and_then(|l| l.person_id.clone()),
+                    &log.as_ref().and_then(|l| l.agent_identity.clone()),
+                    &log.as_ref().and_then(|l| l.session_key.clone()),
+                ],
+            )
+            .await
+            .map_err(pg_error("append to a transcript"))?;
+        }
+        Ok(())
+    }
+
+    /// Creates a transcript of `lines` unless it exists (the caller holds its lock).
+    async fn create_transcript(
+        &self,
+        tx: &Transaction<'_>,
+        agent: &str,
+        name: &str,
+        lines: &[String],
+    ) -> Result<bool> {
+        if self.transcript_row(tx, agent, name).await?.is_some() {
+            return Ok(false);
+        }
+        tx.execute(
+            &format!(
+                "INSERT INTO {} (agent_id, name, session_id, line_count, leaf)
+                 VALUES ($1, $2, $3, $4, $5)",
+                self.table("transcripts")
+            ),
+            &[
+                &agent,
+                &name,
+                &session_id_of_name(name),
+                &(lines.len() as i64),
+                &leaf_of(lines.iter().map(String::as_str)),
+            ],
+        )
+        .await
+        .map_err(pg_error("create a transcript"))?;
+        self.insert_lines(tx, agent, name, 0, lines).await?;
+        Ok(true)
+    }
+
+    async fn lines_from(
+        &self,
+        tx: &Transaction<'_>,
+        agent: &str,
+        name: &str,
+        from: i64,
+    ) -> Result<Vec<(i64, String)>> {
+        Ok(tx
+            .query(
+                &format!(
+                    "SELECT seq, line FROM {} WHERE agent_id = $1 AND name = $2 AND seq >= $3
+                     ORDER BY seq",
+                    self.table("transcript_lines")
+                ),
+                &[&agent, &name, &from],
+            )
+            .await
+            .map_err(pg_error("read a transcript"))?
+            .iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect())
+    }
+
+    /// A transaction on `client` holding the lock of transcript `name` of `agent`.
+    async fn begin_transcript<'c>(
+        &self,
+        client: &'c mut Object,
+        agent: &str,
+        name: &str,
+    ) -> Result<Transaction<'c>> {
+        let tx = client
+            .transaction()
+            .await
+            .map_err(pg_error("begin a transaction"))?;
+        self.lock(&tx, &format!("transcript\0{agent}\0{name}"))
+            .await?;
+        Ok(tx)
+    }
+}
+
+fn header_line(header: &SessionHeader) -> String {
+    serde_json::to_string(header).expect("a header serialises")
+}
+
+#[async_trait]
+impl TranscriptStore for PostgresStore {
+    async fn create(&self, transcript: &TranscriptRef, header: &SessionHeader) -> Result<bool> {
+        let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
+        let line = header_line(header);
+        let mut client = self.client().await?;
+        let txn = self.begin_transcript(&mut client, &agent, &name).await?;
+        let value = {
+            let tx = &txn;
+            async { self.create_transcript(tx, &agent, &name, &[line]).await }.await
+        }?;
+        txn.commit().await.map_err(pg_error("commit"))?;
+        Ok(value)
+    }
+
+    async fn fork(
+        &self,
+        parent: &TranscriptRef,
+        child: &TranscriptRef,
+        header: &SessionHeader,
+    ) -> Result<bool> {
+        let agent = child.agent.to_string();
+        let (parent_agent, parent_name) = (parent.agent.to_string(), parent.file_name()?);
+        let child_name = child.file_name()?;
+        let mut header = header.clone();
+        if header.parent_session.is_none() {
+            header.parent_session = Some(parent_name.clone());
+        }
+        let header = header_line(&header);
+        let mut client = self.client().await?;
+        let txn = self
+            .begin_transcript(&mut client, &agent, &child_name)
+            .await?;
+        let value = {
+            let tx = &txn;
+            async {
+                if self
+                    .transcript_row(tx, &agent, &child_name)
+                    .await?
+                    .is_some()
+                {
+                    return Ok(false);
+                }
+                let mut lines = vec![header];
+                lines.extend(
+                    self.lines_from(tx, &parent_agent, &parent_name, 1)
+                        .await?
+                        .into_iter()
+                        .map(|(_, line)| line)
+                        .filter(|line| serde_json::from_str::<TranscriptEntry>(line).is_ok()),
+                );
+                self.create_transcript(tx, &agent, &child_name, &lines)
+                    .await
+            }
+            .await
+        }?;
+        txn.commit().await.map_err(pg_error("commit"))?;
+        Ok(value)
+    }
+
+    async fn append(
+        &self,
+        transcript: &TranscriptRef,
+        entries: Vec<TranscriptEntry>,
+    ) -> Result<Vec<SessionEvent>> {
+        let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
+        let session_id = transcript.session_id.clone();
+        let location = self.location.clone();
+        let mut client = self.client().await?;
+        let txn = self.begin_transcript(&mut client, &agent, &name).await?;
+        let value = {
+            let tx = &txn;
+            async {
+                let mut entries = entries;
+                let (count, leaf) = match self.transcript_row(tx, &agent, &name).await? {
+                    Some(row) => row,
+                    None => {
+                        let header = header_line(&SessionHeader::new(&session_id, Utc::now()));
+                        self.create_transcript(tx, &agent, &name, &[header]).await?;
+                        (1, None)
+                    }
+                };
+                let (lines, leaf) = stamp_entries(&mut entries, leaf, Utc::now()).map_err(|e| {
+                    Error::io(
+                        "serialise an entry for",
+                        &location,
+                        std::io::Error::other(e),
+                    )
+                })?;
+                self.insert_lines(tx, &agent, &name, count, &lines).await?;
+                tx.execute(
+                    &format!(
+                        "UPDATE {} SET line_count = $3, leaf = $4
+                             WHERE agent_id = $1 AND name = $2",
+                        self.table("transcripts")
+                    ),
+                    &[&agent, &name, &(count + lines.len() as i64), &leaf],
+                )
+                .await
+                .map_err(pg_error("append to a transcript"))?;
+                Ok(entries
+                    .into_iter()
+                    .enumerate()
+                    .map(|(index, entry)| {
+                        let seq = count + index as i64;
+                        SessionEvent {
+                            offset: Offset(seq as u64),
+                            line: seq as usize + 1,
+                            entry,
+                        }
+                    })
+                    .collect::<Vec<_>>())
+            }
+            .await
+        }?;
+        txn.commit().await.map_err(pg_error("commit"))?;
+        let events = value;
+        self.hub.publish(TranscriptUpdate {
+            transcript: transcript.clone(),
+            path: None,
+            events: events.clone(),
+        });
+        Ok(events)
+    }
+
+    async fn read(&self, transcript: &TranscriptRef, from: Offset) -> Result<TranscriptRead> {
+        let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
+        let mut client = self.client().await?;
+        // One snapshot for the count and the lines.
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(pg_error("begin a transaction"))?;
+        let Some((count, _)) = self.transcript_row(&tx, &agent, &name).await? else {
+            return Ok(TranscriptRead {
+                next: from,
+                ..TranscriptRead::default()
+            });
+        };
+        let count = count as u64;
+        if from.0 > count {
+            return Err(Error::InvalidOffset {
+                path: self.location.join(&name),
+                offset: from.0,
+                len: count,
+            });
+        }
+        let mut read = TranscriptRead {
+            next: Offset(count),
+            ..TranscriptRead::default()
+        };
+        for (seq, line) in self.lines_from(&tx, &agent, &name, from.0 as i64).await? {
+            read_line(
+                &mut read,
+                seq as usize + 1,
+                Offset(seq as u64),
+                line.as_bytes(),
+            );
+        }
+        Ok(read)
+    }
+
+    async fn archive(
+        &self,
+        transcript: &TranscriptRef,
+        reason: ArchiveReason,
+        at: DateTime<Utc>,
+    ) -> Result<Option<PathBuf>> {
+        let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
+        let mut client = self.client().await?;
+        let txn = self.begin_transcript(&mut client, &agent, &name).await?;
+        let value = {
+            let tx = &txn;
+            async {
+                if self.transcript_row(tx, &agent, &name).await?.is_none() {
+                    return Ok(None);
+                }
+                let base = archived_name(&name, reason, at);
+                let mut target = base.clone();
+                let mut attempt = 1;
+                while self.transcript_row(tx, &agent, &target).await?.is_some() {
+                    target = format!("{base}-{attempt}");
+                    attempt += 1;
+                }
+                for table in ["transcripts", "transcript_lines"] {
+                    tx.execute(
+                        &format!(
+                            "UPDATE {} SET name = $3 WHERE agent_id = $1 AND name = $2",
+                            self.table(table)
+                        ),
+                        &[&agent, &name, &target],
+                    )
+                    .await
+                    .map_err(pg_error("archive a transcript"))?;
+                }
+                Ok(Some(PathBuf::from(target)))
+            }
+            .await
+        }?;
+        txn.commit().await.map_err(pg_error("commit"))?;
+        Ok(value)
+    }
+
+    async fn remove(&self, transcript: &TranscriptRef) -> Result<bool> {
+        let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
+        let mut client = self.client().await?;
+        let txn = self.begin_transcript(&mut client, &agent, &name).await?;
+        let value = {
+            let tx = &txn;
+            async {
+                tx.execute(
+                    &format!(
+                        "DELETE FROM {} WHERE agent_id = $1 AND name = $2",
+                        self.table("transcript_lines")
+                    ),
+                    &[&agent, &name],
+                )
+                .await
+                .map_err(pg_error("remove a transcript"))?;
+                let removed = tx
+                    .execute(
+                        &format!(
+                            "DELETE FROM {} WHERE agent_id = $1 AND name = $2",
+                            self.table("transcripts")
+                        ),
+                        &[&agent, &name],
+                    )
+                    .await
+                    .map_err(pg_error("remove a transcript"))?;
+                Ok(removed > 0)
+            }
+            .await
+        }?;
+        txn.commit().await.map_err(pg_error("commit"))?;
+        Ok(value)
+    }
+
+    async fn query_log(&self, query: &LogQuery) -> Result<Vec<LogRecord>> {
+        let clause = sql::log_filter(query, &|n| format!("${n}"));
+        let statement = format!(
+            "SELECT l.agent_id, t.session_id, l.seq, l.line
+             FROM {} l JOIN {} t ON t.agent_id = l.agent_id AND t.name = l.name
+             {} ORDER BY l.log_at, t.session_id COLLATE \"C\", l.seq{}",
+            self.table("transcript_lines"),
+            self.table("transcripts"),
+            clause.sql,
+            sql::Where::limit(query.limit)
+        );
+        let values = params(&clause.values);
+        let client = self.client().await?;
+        let rows = client
+            .query(&statement, &refs(&values))
+            .await
+            .map_err(pg_error("query the message log"))?;
+        Ok(log_records(
+            rows.iter()
+                .map(|row| (row.get(0), row.get(1), row.get(2), row.get(3)))
+                .collect(),
+        ))
+    }
+
+    fn subscribe(&self) -> TranscriptSubscription {
+        self.hub.subscribe()
+    }
+
+    async fn transcript_names(&self, agent: Option<&AgentId>) -> Result<Vec<(AgentId, String)>> {
+        let client = self.client().await?;
+        let agent = agent.map(ToString::to_string);
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT agent_id, name FROM {} WHERE $1::TEXT IS NULL OR agent_id = $1
+                     ORDER BY agent_id COLLATE \"C\", name COLLATE \"C\"",
+                    self.table("transcripts")
+                ),
+                &[&agent],
+            )
+            .await
+            .map_err(pg_error("list transcripts"))?;
+        rows.iter()
+            .map(|row| Ok((AgentId::new(row.get::<_, &str>(0))?, row.get(1))))
+            .collect()
+    }
+
+    async fn export_lines(&self, agent: &AgentId, name: &str) -> Result<Option<Vec<String>>> {
+        validate_transcript_name(name)?;
+        let (agent, name) = (agent.to_string(), name.to_owned());
+        let mut client = self.client().await?;
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(pg_error("begin a transaction"))?;
+        if self.transcript_row(&tx, &agent, &name).await?.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(
+            self.lines_from(&tx, &agent, &name, 0)
+                .await?
+                .into_iter()
+                .map(|(_, line)| line)
+                .collect(),
+        ))
+    }
+
+    async fn import_lines(&self, agent: &AgentId, name: &str, lines: Vec<String>) -> Result<bool> {
+        validate_transcript_name(name)?;
+        let (agent, name) = (agent.to_string(), name.to_owned());
+        let mut client = self.client().await?;
+        let txn = self.begin_transcript(&mut client, &agent, &name).await?;
+        let value = {
+            let tx = &txn;
+            async { self.create_transcript(tx, &agent, &name, &lines).await }.await
+        }?;
+        txn.commit().await.map_err(pg_error("commit"))?;
+        Ok(value)
+    }
+}
