@@ -1,4 +1,4 @@
-//! Several OS processes updating one JSON store lose no update.
+//! Several OS processes updating one store — JSON, SQLite, PostgreSQL — lose no update.
 //!
 //! The test re-executes this test binary: each child runs the ignored test
 //! `child_process_worker`, which finds its instructions in the environment.
@@ -6,10 +6,12 @@
 mod common;
 
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 
 use agent_sessions::prelude::*;
+use agent_sessions::store::Backend;
 
-const ROOT_VAR: &str = "AGENT_SESSIONS_CHILD_ROOT";
+const STORE_VAR: &str = "AGENT_SESSIONS_CHILD_STORE";
 const WORKER_VAR: &str = "AGENT_SESSIONS_CHILD_WORKER";
 const PROCESSES: u64 = 4;
 const INCREMENTS: u64 = 100;
@@ -22,7 +24,7 @@ fn own_key(worker: &str) -> SessionKey {
     SessionKey::parse(&format!("agent:main:dm:worker{worker}")).unwrap()
 }
 
-async fn increment(store: &JsonFileStore, key: &SessionKey) {
+async fn increment(store: &dyn SessionStore, key: &SessionKey) {
     store
         .update(key, |slot| {
             let entry = slot.get_or_insert_with(|| SessionEntry::new_session(1));
@@ -32,9 +34,9 @@ async fn increment(store: &JsonFileStore, key: &SessionKey) {
         .unwrap();
 }
 
-#[test]
-fn processes_incrementing_one_entry_lose_no_update() {
-    let dir = tempfile::tempdir().unwrap();
+/// Runs `PROCESSES` children on the store `url`, each incrementing one shared entry and
+/// its own `INCREMENTS` times, then checks every increment landed.
+fn processes_lose_no_update(url: &str) {
     let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..PROCESSES)
         .map(|worker| {
@@ -45,7 +47,7 @@ fn processes_incrementing_one_entry_lose_no_update() {
                     "--ignored",
                     "--test-threads=1",
                 ])
-                .env(ROOT_VAR, dir.path())
+                .env(STORE_VAR, url)
                 .env(WORKER_VAR, worker.to_string())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -70,10 +72,11 @@ fn processes_incrementing_one_entry_lose_no_update() {
     }
 
     let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
         .build()
         .unwrap();
     runtime.block_on(async {
-        let store = common::store(dir.path());
+        let store = open(url).await;
         let shared = store.get(&shared_key()).await.unwrap().unwrap().entry;
         assert_eq!(shared.compaction_count, Some(PROCESSES * INCREMENTS));
         for worker in 0..PROCESSES {
@@ -89,19 +92,12 @@ fn processes_incrementing_one_entry_lose_no_update() {
     });
 }
 
-#[test]
-#[ignore = "a child process of processes_incrementing_one_entry_lose_no_update"]
-fn child_process_worker() {
-    let (Ok(root), Ok(worker)) = (std::env::var(ROOT_VAR), std::env::var(WORKER_VAR)) else {
-        panic!("run by processes_incrementing_one_entry_lose_no_update, not directly");
-    };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let store = JsonFileStore::with_options(
-            &root,
+/// The store `url` names; a JSON store waits long for its lock (four processes
+/// queue on one file).
+async fn open(url: &str) -> Arc<dyn SessionStore> {
+    match url.strip_prefix("json:") {
+        Some(root) => Arc::new(JsonFileStore::with_options(
+            root,
             agent_sessions::JsonStoreOptions {
                 lock: agent_sessions::LockOptions {
                     timeout: std::time::Duration::from_secs(60),
@@ -109,10 +105,69 @@ fn child_process_worker() {
                 },
                 ..common::test_options()
             },
-        );
+        )),
+        None => Backend::open(url).await.unwrap().sessions().clone(),
+    }
+}
+
+#[test]
+fn processes_incrementing_one_entry_lose_no_update() {
+    let dir = tempfile::tempdir().unwrap();
+    processes_lose_no_update(&format!("json:{}", dir.path().display()));
+}
+
+#[cfg(feature = "sqlite")]
+#[test]
+fn processes_updating_one_sqlite_database_lose_no_update() {
+    let dir = tempfile::tempdir().unwrap();
+    processes_lose_no_update(&format!(
+        "sqlite:{}",
+        dir.path().join("sessions.db").display()
+    ));
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+fn processes_updating_one_postgres_schema_lose_no_update() {
+    let server = std::env::var("AGENT_SESSIONS_TEST_POSTGRES_URL").unwrap();
+    let schema = format!("multi_process_{}", uuid::Uuid::new_v4().simple());
+    let separator = if server.contains('?') { '&' } else { '?' };
+    let url = format!("{server}{separator}schema={schema}");
+    processes_lose_no_update(&url);
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let store = agent_sessions::store::PostgresStore::connect_with(
+                &server,
+                agent_sessions::store::PostgresOptions::in_schema(&schema),
+            )
+            .await
+            .unwrap();
+            store.drop_schema().await.unwrap();
+        });
+}
+
+#[test]
+#[ignore = "a child process of the multi-process tests"]
+fn child_process_worker() {
+    let (Ok(url), Ok(worker)) = (std::env::var(STORE_VAR), std::env::var(WORKER_VAR)) else {
+        panic!("run by the multi-process tests, not directly");
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let store = open(&url).await;
         for _ in 0..INCREMENTS {
-            increment(&store, &shared_key()).await;
-            increment(&store, &own_key(&worker)).await;
+            increment(&*store, &shared_key()).await;
+            increment(&*store, &own_key(&worker)).await;
         }
     });
 }

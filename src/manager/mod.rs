@@ -354,6 +354,29 @@ impl SessionManager {
         }
     }
 
+    /// A builder over the backend `url` names — sessions and transcripts — so that
+    /// switching from OpenClaw's files to SQLite or PostgreSQL is one string:
+    /// `json:~/.openclaw`, `sqlite:sessions.db`, `postgres://bot@db/sessions`
+    /// (see [`StoreUrl`](crate::store::StoreUrl)).
+    ///
+    /// ```
+    /// use agent_sessions::prelude::*;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let url = format!("json:{}", dir.path().display());
+    /// let manager = SessionManager::connect(&url).await?.build();
+    /// manager.resolve(&InboundMessage::direct("telegram", "42", "hi")).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect(url: &str) -> Result<SessionManagerBuilder> {
+        let backend = crate::store::Backend::open(url).await?;
+        Ok(SessionManager::builder(backend.sessions().clone())
+            .transcripts(backend.transcripts().clone()))
+    }
+
     /// The store.
     pub fn store(&self) -> &dyn SessionStore {
         &*self.store
