@@ -257,6 +257,7 @@ pub(crate) fn log_records(
 }
 
 /// A 64-bit hash of `text` as a signed integer (PostgreSQL advisory-lock ids).
+#[cfg(feature = "postgres")]
 pub(crate) fn lock_id(text: &str) -> i64 {
     revision_to_i64(Revision::of_bytes(text.as_bytes()))
 }

@@ -840,3 +840,101 @@ impl TranscriptStore for SqliteStore {
             .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::SessionStoreExt;
+    use crate::SessionEntry;
+
+    fn key() -> SessionKey {
+        SessionKey::parse("agent:main:main").unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_newer_schema_is_refused_and_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.db");
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.schema_version().await.unwrap(), MIGRATIONS.len() as i64);
+        drop(store);
+        Connection::open(&path)
+            .unwrap()
+            .execute(
+                "INSERT INTO schema_migrations (version, applied_at) VALUES (99, 0)",
+                [],
+            )
+            .unwrap();
+        assert!(matches!(
+            SqliteStore::open(&path),
+            Err(Error::UnsupportedSchema {
+                found: 99,
+                supported: 1,
+                ..
+            })
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_row_that_is_not_an_entry_is_reported_not_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.db");
+        let store = SqliteStore::open(&path).unwrap();
+        store.put(&key(), SessionEntry::new("s-1", 1)).await.unwrap();
+        Connection::open(&path)
+            .unwrap()
+            .execute("UPDATE sessions SET entry = '{not json'", [])
+            .unwrap();
+        assert!(matches!(
+            store.get(&key()).await,
+            Err(Error::InvalidEntry { .. })
+        ));
+        assert!(matches!(
+            store.update(&key(), |_| ()).await,
+            Err(Error::InvalidEntry { .. })
+        ));
+        // Nothing was written over it.
+        let raw: String = Connection::open(&path)
+            .unwrap()
+            .query_row("SELECT entry FROM sessions", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(raw, "{not json");
+    }
+
+    #[tokio::test]
+    async fn a_busy_database_is_a_transient_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.db");
+        let store = SqliteStore::open_with(
+            &path,
+            SqliteOptions {
+                busy_timeout: Duration::from_millis(50),
+                ..SqliteOptions::default()
+            },
+        )
+        .unwrap();
+        // Another process holds the write lock.
+        let other = Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let error = store
+            .put(&key(), SessionEntry::new("s-1", 1))
+            .await
+            .unwrap_err();
+        assert!(error.is_transient(), "{error}");
+        other.execute_batch("ROLLBACK").unwrap();
+        // The next call goes through.
+        store.put(&key(), SessionEntry::new("s-1", 1)).await.unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_database_is_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nested/sessions.db");
+        SqliteStore::open(&path).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(mode(path.parent().unwrap()), 0o700);
+    }
+}
