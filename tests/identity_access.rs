@@ -202,6 +202,7 @@ enum Call {
     Resolve,
     Get,
     Close,
+    Reset,
     SetStatus,
     Delete,
     SetLabel,
@@ -229,10 +230,11 @@ enum Call {
     Subscribe,
 }
 
-const EVERY_CALL: [Call; 28] = [
+const EVERY_CALL: [Call; 29] = [
     Call::Resolve,
     Call::Get,
     Call::Close,
+    Call::Reset,
     Call::SetStatus,
     Call::Delete,
     Call::SetLabel,
@@ -269,6 +271,7 @@ async fn call(scoped: &ScopedManager<'_>, fixture: &Fixture, call: Call) -> Resu
         Call::Resolve => scoped.resolve(&message).await.map(drop),
         Call::Get => scoped.get(key).await.map(drop),
         Call::Close => scoped.close(key).await.map(drop),
+        Call::Reset => scoped.reset(key).await.map(drop),
         Call::SetStatus => scoped
             .set_status(key, SessionStatus::AwaitingApproval)
             .await

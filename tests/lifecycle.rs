@@ -877,3 +877,51 @@ async fn explicit_keys_are_used_as_given() {
         ));
     }
 }
+
+#[tokio::test]
+async fn reset_starts_a_new_session_and_archives_the_old_transcript() {
+    use agent_sessions::manager::LogMessage;
+    use agent_sessions::transcript::{MemoryTranscriptStore, TranscriptStore};
+    let transcripts = MemoryTranscriptStore::new();
+    let manager = SessionManager::builder(MemoryStore::new())
+        .transcripts(transcripts.clone())
+        .build();
+    let first = manager
+        .resolve(&InboundMessage::direct("telegram", "42", "hi"))
+        .await
+        .unwrap();
+    manager
+        .log_message(&first.key, LogMessage::inbound("hi"))
+        .await
+        .unwrap();
+    manager.set_label(&first.key, Some("Trip")).await.unwrap();
+
+    let reset = manager.reset(&first.key).await.unwrap();
+    assert_ne!(reset.entry.session_id, first.session_id());
+    assert_eq!(reset.entry.label.as_deref(), Some("Trip"));
+    assert_eq!(reset.entry.message_count, Some(0));
+    let names: Vec<String> = transcripts
+        .transcript_names(None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, name)| name)
+        .collect();
+    assert_eq!(names.len(), 1);
+    assert!(
+        names[0].starts_with(&format!("{}.jsonl.reset.", first.session_id())),
+        "{names:?}"
+    );
+    let next = manager
+        .resolve(&InboundMessage::direct("telegram", "42", "again"))
+        .await
+        .unwrap();
+    assert_eq!(next.session_id(), reset.entry.session_id);
+    assert_eq!(next.reason, Reason::FirstMessage);
+
+    let missing = SessionKey::parse("agent:main:telegram:dm:nobody").unwrap();
+    assert!(matches!(
+        manager.reset(&missing).await,
+        Err(Error::NotFound { .. })
+    ));
+}

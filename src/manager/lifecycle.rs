@@ -166,6 +166,33 @@ impl SessionManager {
         Ok(stored)
     }
 
+    /// Resets a session as an authorised `/new` would, without a message: the key gets
+    /// a new session (new id, per-session settings and counters cleared; label,
+    /// participants and identity kept) whose first message continues it, and the old
+    /// transcript is archived (`<file>.reset.<timestamp>`). Returns the new session;
+    /// [`Error::NotFound`] if there is none to reset.
+    pub async fn reset(&self, key: &SessionKey) -> Result<StoredSession> {
+        let now_ms = self.clock.now_millis();
+        let mut previous = None;
+        let stored = self
+            .store
+            .apply(key, &mut |slot, _| {
+                let Some(current) = slot.take() else {
+                    return Err(Error::NotFound { key: key.clone() });
+                };
+                previous = Some(current.clone());
+                *slot = Some(start_session(Some(current), now_ms));
+                Ok(())
+            })
+            .await?
+            .ok_or_else(|| Error::NotFound { key: key.clone() })?;
+        if let Some(old) = &previous {
+            self.after_new_session(key, &stored.entry, Some(old), Reason::ExplicitReset)
+                .await?;
+        }
+        Ok(stored)
+    }
+
     /// Deletes a session (seed 003's rules): never while a turn runs
     /// ([`DeleteRefusal::Running`]); group and channel sessions only with `force`
     /// ([`DeleteRefusal::SharedHistory`]). Returns the deleted entry, `None` if there

@@ -537,7 +537,7 @@ impl SessionManager {
     /// session it replaced gets a `new_session` checkpoint (with an introspector, whose
     /// working memory carries over); and after an explicit reset the old transcript is
     /// archived.
-    async fn after_new_session(
+    pub(super) async fn after_new_session(
         &self,
         key: &SessionKey,
         entry: &crate::entry::SessionEntry,

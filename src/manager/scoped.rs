@@ -237,6 +237,8 @@ impl ScopedManager<'_> {
     checked! {
         /// Closes a session.
         fn close(&self, key: &SessionKey) -> StoredSession;
+        /// Resets a session.
+        fn reset(&self, key: &SessionKey) -> StoredSession;
         /// Sets a session's status.
         fn set_status(&self, key: &SessionKey, status: SessionStatus) -> StoredSession;
         /// Deletes a session.

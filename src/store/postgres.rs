@@ -975,11 +975,17 @@ mod tests {
     }
 
     #[tokio::test]
-    #[cfg_attr(not(postgres_tests), ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run")]
+    #[cfg_attr(
+        not(postgres_tests),
+        ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+    )]
     async fn a_dropped_connection_fails_one_call_at_most_and_then_recovers() {
         let application = format!("as_{}", uuid::Uuid::new_v4().simple());
         let store = fresh(&application).await;
-        store.put(&key(), SessionEntry::new("s-1", 1)).await.unwrap();
+        store
+            .put(&key(), SessionEntry::new("s-1", 1))
+            .await
+            .unwrap();
 
         // The server (an admin, a restart, a failover) drops every connection of ours.
         let (admin, connection) = tokio_postgres::connect(&server(), NoTls).await.unwrap();
@@ -1004,7 +1010,10 @@ mod tests {
     }
 
     #[tokio::test]
-    #[cfg_attr(not(postgres_tests), ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run")]
+    #[cfg_attr(
+        not(postgres_tests),
+        ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+    )]
     async fn a_newer_schema_is_refused() {
         let store = fresh("as_unit").await;
         assert_eq!(store.schema_version().await.unwrap(), 1);
@@ -1013,13 +1022,17 @@ mod tests {
             .await
             .unwrap()
             .execute(
-                &format!("INSERT INTO {} VALUES (99, 0)", store.table("schema_migrations")),
+                &format!(
+                    "INSERT INTO {} VALUES (99, 0)",
+                    store.table("schema_migrations")
+                ),
                 &[],
             )
             .await
             .unwrap();
         let again =
-            PostgresStore::connect_with(&server(), PostgresOptions::in_schema(store.schema())).await;
+            PostgresStore::connect_with(&server(), PostgresOptions::in_schema(store.schema()))
+                .await;
         assert!(matches!(
             again,
             Err(Error::UnsupportedSchema { found: 99, .. })

@@ -856,7 +856,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sessions.db");
         let store = SqliteStore::open(&path).unwrap();
-        assert_eq!(store.schema_version().await.unwrap(), MIGRATIONS.len() as i64);
+        assert_eq!(
+            store.schema_version().await.unwrap(),
+            MIGRATIONS.len() as i64
+        );
         drop(store);
         Connection::open(&path)
             .unwrap()
@@ -880,7 +883,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sessions.db");
         let store = SqliteStore::open(&path).unwrap();
-        store.put(&key(), SessionEntry::new("s-1", 1)).await.unwrap();
+        store
+            .put(&key(), SessionEntry::new("s-1", 1))
+            .await
+            .unwrap();
         Connection::open(&path)
             .unwrap()
             .execute("UPDATE sessions SET entry = '{not json'", [])
@@ -923,7 +929,10 @@ mod tests {
         assert!(error.is_transient(), "{error}");
         other.execute_batch("ROLLBACK").unwrap();
         // The next call goes through.
-        store.put(&key(), SessionEntry::new("s-1", 1)).await.unwrap();
+        store
+            .put(&key(), SessionEntry::new("s-1", 1))
+            .await
+            .unwrap();
     }
 
     #[cfg(unix)]
