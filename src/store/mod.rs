@@ -32,6 +32,7 @@
 mod backend;
 pub(crate) mod json;
 mod memory;
+pub mod migrate;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]

@@ -1,0 +1,276 @@
+//! Moving sessions and transcripts between backends, and importing OpenClaw trees.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use agent_sessions::manager::LogMessage;
+use agent_sessions::prelude::*;
+use agent_sessions::store::migrate::{migrate, NoProgress};
+use agent_sessions::store::Backend;
+use agent_sessions::transcript::{Offset, TranscriptRef};
+
+/// Every session of `backend`, by key.
+async fn sessions(backend: &Backend) -> BTreeMap<String, SessionEntry> {
+    backend
+        .sessions()
+        .list(&ListFilter::new())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| (s.key.to_string(), s.entry))
+        .collect()
+}
+
+/// Every transcript of `backend`, by agent and name, as its lines.
+async fn transcripts(backend: &Backend) -> BTreeMap<String, Vec<String>> {
+    let mut all = BTreeMap::new();
+    for (agent, name) in backend.transcripts().transcript_names(None).await.unwrap() {
+        let lines = backend
+            .transcripts()
+            .export_lines(&agent, &name)
+            .await
+            .unwrap()
+            .unwrap();
+        all.insert(format!("{agent}/{name}"), lines);
+    }
+    all
+}
+
+fn file_name(path: &str) -> &str {
+    Path::new(path).file_name().unwrap().to_str().unwrap()
+}
+
+/// The OpenClaw fixture, plus live traffic: logged messages, a thread, a reset (an
+/// archived transcript), a second agent.
+async fn busy_openclaw_tree() -> tempfile::TempDir {
+    let dir = common::openclaw_fixture();
+    let url = format!("json:{}", dir.path().display());
+    for agent in ["main", "ops"] {
+        let manager = SessionManager::connect(&url)
+            .await
+            .unwrap()
+            .default_agent(AgentId::new(agent).unwrap())
+            .key_builder(
+                DefaultKeyBuilder::new()
+                    .default_agent(AgentId::new(agent).unwrap())
+                    .dm_scope(DmScope::PerChannelPeer),
+            )
+            .build();
+        for (peer, text) in [("42", "hi ✓"), ("43", "hello"), ("42", "and then?")] {
+            let message = InboundMessage::direct("telegram", peer, text).from_person(peer);
+            let resolution = manager.resolve(&message).await.unwrap();
+            manager
+                .log_message(&resolution.key, LogMessage::from_inbound(&message))
+                .await
+                .unwrap();
+            manager
+                .log_message(&resolution.key, LogMessage::outbound("ok").took(12))
+                .await
+                .unwrap();
+        }
+        let key = SessionKey::parse(&format!("agent:{agent}:telegram:dm:42")).unwrap();
+        let thread = manager.fork_thread(&key, "7").await.unwrap();
+        manager
+            .log_message(&thread.key, LogMessage::inbound("in the thread"))
+            .await
+            .unwrap();
+        manager.reset(&key).await.unwrap();
+        manager
+            .log_message(&key, LogMessage::inbound("after the reset"))
+            .await
+            .unwrap();
+    }
+    dir
+}
+
+/// `to` holds what `from` holds: the same sessions (`sessionFile` by file name, and
+/// inside `to`'s tree when it is a file tree) and the same transcript lines.
+async fn assert_same_content(from: &Backend, to: &Backend, to_root: Option<&Path>) {
+    let (a, b) = (sessions(from).await, sessions(to).await);
+    assert_eq!(a.len(), b.len());
+    for (key, original) in &a {
+        let copy = &b[key];
+        let mut expected = original.clone();
+        expected.session_file = None;
+        let mut actual = copy.clone();
+        actual.session_file = None;
+        assert_eq!(actual, expected, "{key}");
+        match (&original.session_file, &copy.session_file) {
+            (None, None) => {}
+            (Some(before), Some(after)) => {
+                assert_eq!(file_name(before), file_name(after), "{key}");
+                if let Some(root) = to_root {
+                    assert!(after.starts_with(&*root.to_string_lossy()), "{after}");
+                }
+            }
+            other => panic!("{key}: sessionFile {other:?}"),
+        }
+    }
+    assert_eq!(transcripts(from).await, transcripts(to).await);
+}
+
+#[tokio::test]
+async fn json_to_sqlite_and_back_keeps_every_entry_and_transcript() {
+    let source_dir = busy_openclaw_tree().await;
+    let source = Backend::open(&format!("json:{}", source_dir.path().display()))
+        .await
+        .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let sqlite = Backend::open(&format!("sqlite:{}", work.path().join("s.db").display()))
+        .await
+        .unwrap();
+    let back_dir = work.path().join("back");
+    let back = Backend::open(&format!("json:{}", back_dir.display()))
+        .await
+        .unwrap();
+
+    let there = migrate(&source, &sqlite, &NoProgress).await.unwrap();
+    assert!(there.verified(), "{there:?}");
+    assert_eq!(there.sessions_copied, there.source.sessions);
+    assert!(there.source.transcripts >= 8, "{there:?}");
+    let home = migrate(&sqlite, &back, &NoProgress).await.unwrap();
+    assert!(home.verified(), "{home:?}");
+    assert_eq!(home.source, there.source, "checksums agree across backends");
+    assert_same_content(&source, &back, Some(&back_dir)).await;
+
+    // The transcript files are byte for byte the originals.
+    for (agent, name) in source.transcripts().transcript_names(None).await.unwrap() {
+        let relative = format!("agents/{agent}/sessions/{name}");
+        assert_eq!(
+            std::fs::read(source_dir.path().join(&relative)).unwrap(),
+            std::fs::read(back_dir.join(&relative)).unwrap(),
+            "{relative}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_migration_resumes_and_reports_conflicts() {
+    let source_dir = busy_openclaw_tree().await;
+    let source = Backend::open(&format!("json:{}", source_dir.path().display()))
+        .await
+        .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let target = Backend::open(&format!("sqlite:{}", work.path().join("s.db").display()))
+        .await
+        .unwrap();
+
+    // A first run that got as far as one session.
+    let first = source
+        .sessions()
+        .list(&ListFilter::new().limit(1))
+        .await
+        .unwrap()
+        .remove(0);
+    target
+        .sessions()
+        .put(&first.key, first.entry)
+        .await
+        .unwrap();
+    let resumed = migrate(&source, &target, &NoProgress).await.unwrap();
+    assert!(resumed.verified());
+    assert_eq!(resumed.sessions_skipped, 1);
+    let again = migrate(&source, &target, &NoProgress).await.unwrap();
+    assert!(again.verified());
+    assert_eq!((again.sessions_copied, again.transcripts_copied), (0, 0));
+
+    // A target transcript that differs is not overwritten, and fails verification.
+    let (agent, name) = source.transcripts().transcript_names(None).await.unwrap()[0].clone();
+    let other = Backend::open(&format!("sqlite:{}", work.path().join("o.db").display()))
+        .await
+        .unwrap();
+    other
+        .transcripts()
+        .import_lines(&agent, &name, vec!["{\"type\":\"session\"}".into()])
+        .await
+        .unwrap();
+    let conflicted = migrate(&source, &other, &NoProgress).await.unwrap();
+    assert!(!conflicted.verified());
+    assert_eq!(conflicted.transcript_conflicts, [format!("{agent}/{name}")]);
+}
+
+#[tokio::test]
+async fn an_imported_openclaw_tree_keeps_working_in_sqlite() {
+    let fixture = common::openclaw_fixture();
+    let source = Backend::open(&format!("json:{}", fixture.path().display()))
+        .await
+        .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", work.path().join("s.db").display());
+    let target = Backend::open(&url).await.unwrap();
+    let report = migrate(&source, &target, &NoProgress).await.unwrap();
+    assert!(report.verified());
+    assert_eq!(report.source.sessions, 3);
+    assert_eq!(report.source.transcripts, 1);
+
+    // The imported transcript reads as the original did, and the session continues.
+    let main = SessionKey::parse("agent:main:main").unwrap();
+    let entry = target.sessions().get(&main).await.unwrap().unwrap().entry;
+    let transcript = TranscriptRef::of(&main, &entry, &AgentId::main());
+    let read = target
+        .transcripts()
+        .read(&transcript, Offset::START)
+        .await
+        .unwrap();
+    assert_eq!(read.events.len(), 14);
+    assert!(read.issues.is_empty(), "{:?}", read.issues);
+    let manager = SessionManager::connect(&url).await.unwrap().build();
+    let next = manager
+        .log_message(&main, LogMessage::inbound("continued in SQLite"))
+        .await
+        .unwrap();
+    assert_eq!(
+        next.entry.parent_id,
+        read.events.last().unwrap().entry.id,
+        "new lines hang from the imported leaf"
+    );
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+async fn json_to_sqlite_to_postgres_to_json_keeps_every_entry_and_transcript() {
+    let source_dir = busy_openclaw_tree().await;
+    let source = Backend::open(&format!("json:{}", source_dir.path().display()))
+        .await
+        .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let sqlite = Backend::open(&format!("sqlite:{}", work.path().join("s.db").display()))
+        .await
+        .unwrap();
+    let server = std::env::var("AGENT_SESSIONS_TEST_POSTGRES_URL").unwrap();
+    let schema = format!("migration_{}", uuid::Uuid::new_v4().simple());
+    let separator = if server.contains('?') { '&' } else { '?' };
+    let postgres = Backend::open(&format!("{server}{separator}schema={schema}"))
+        .await
+        .unwrap();
+    let back_dir = work.path().join("back");
+    let back = Backend::open(&format!("json:{}", back_dir.display()))
+        .await
+        .unwrap();
+
+    let mut checksums = Vec::new();
+    for (from, to) in [(&source, &sqlite), (&sqlite, &postgres), (&postgres, &back)] {
+        let report = migrate(from, to, &NoProgress).await.unwrap();
+        assert!(report.verified(), "{report:?}");
+        checksums.push(report.source);
+    }
+    assert!(checksums.windows(2).all(|pair| pair[0] == pair[1]));
+    assert_same_content(&source, &back, Some(&back_dir)).await;
+    assert_same_content(&source, &postgres, None).await;
+
+    agent_sessions::store::PostgresStore::connect_with(
+        &server,
+        agent_sessions::store::PostgresOptions::in_schema(&schema),
+    )
+    .await
+    .unwrap()
+    .drop_schema()
+    .await
+    .unwrap();
+}
