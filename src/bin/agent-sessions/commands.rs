@@ -1,0 +1,357 @@
+//! What each command does.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agent_sessions::manager::{DeleteOptions, PruneOptions};
+use agent_sessions::store::migrate::{migrate, MigrationReport};
+use agent_sessions::store::Backend;
+use agent_sessions::{AgentId, Error, ListFilter, PeerKind, SessionKey, SessionManager};
+use clap::Args;
+use serde_json::{json, Value};
+
+use crate::output::{self, Bar};
+use crate::{Command, Global};
+
+/// Something went wrong (`1`).
+pub const EXIT_FAILURE: u8 = 1;
+/// A migration or import did not verify (`3`).
+pub const EXIT_UNVERIFIED: u8 = 3;
+/// No such session (`4`).
+pub const EXIT_NOT_FOUND: u8 = 4;
+
+/// Why a command failed, and with which exit code.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Self {
+        let code = match error {
+            Error::NotFound { .. } => EXIT_NOT_FOUND,
+            _ => EXIT_FAILURE,
+        };
+        Failure {
+            code,
+            message: error.to_string(),
+        }
+    }
+}
+
+fn failure(code: u8, message: impl Into<String>) -> Failure {
+    Failure {
+        code,
+        message: message.into(),
+    }
+}
+
+type Outcome = Result<(), Failure>;
+
+/// Filters of `list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only sessions on this channel.
+    #[arg(long)]
+    channel: Option<String>,
+    /// Only this kind of chat: direct, group or channel.
+    #[arg(long, value_parser = parse_kind)]
+    chat_type: Option<PeerKind>,
+    /// Only sessions with this person.
+    #[arg(long)]
+    person: Option<String>,
+    /// Only keys starting with this.
+    #[arg(long)]
+    key_prefix: Option<String>,
+    /// Only sessions active within this long (`2h`, `7d`).
+    #[arg(long, value_parser = parse_duration)]
+    active_within: Option<Duration>,
+    /// At most this many.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Every agent's sessions, not only --agent's.
+    #[arg(long)]
+    all_agents: bool,
+}
+
+/// Options of `delete`.
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    /// The session key.
+    key: String,
+    /// Also delete group and channel sessions (shared history).
+    #[arg(long)]
+    force: bool,
+    /// Erase the transcript instead of archiving it.
+    #[arg(long)]
+    erase_transcript: bool,
+}
+
+/// Options of `prune`.
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// Remove sessions inactive for longer than this (`30d`, `12h`).
+    #[arg(long, value_parser = parse_duration)]
+    older_than: Duration,
+    /// Keep at least this many of the most recent sessions.
+    #[arg(long)]
+    keep: Option<usize>,
+    /// Only say what would be removed.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+fn parse_duration(raw: &str) -> Result<Duration, String> {
+    humantime::parse_duration(raw).map_err(|e| format!("{e} (try 30d, 12h, 90m)"))
+}
+
+fn parse_kind(raw: &str) -> Result<PeerKind, String> {
+    match raw.trim().to_lowercase().as_str() {
+        "direct" | "dm" => Ok(PeerKind::Direct),
+        "group" => Ok(PeerKind::Group),
+        "channel" => Ok(PeerKind::Channel),
+        other => Err(format!("{other:?} is not direct, group or channel")),
+    }
+}
+
+/// Runs one command.
+pub async fn run(global: Global, command: Command) -> Outcome {
+    let agent = AgentId::new(&global.agent)?;
+    let json = global.json;
+    match command {
+        Command::List(args) => list(&global.store, &agent, json, args).await,
+        Command::Show { key } => show(&global.store, &agent, json, &key).await,
+        Command::Reset { key } => {
+            let (manager, key) = manager_for(&global.store, &agent, &key).await?;
+            let session = manager.reset(&key).await?;
+            output::done(json, "reset", &key, &session.entry.session_id);
+            Ok(())
+        }
+        Command::Close { key } => {
+            let (manager, key) = manager_for(&global.store, &agent, &key).await?;
+            let session = manager.close(&key).await?;
+            output::done(json, "closed", &key, &session.entry.session_id);
+            Ok(())
+        }
+        Command::Delete(args) => {
+            let (manager, key) = manager_for(&global.store, &agent, &args.key).await?;
+            let options = DeleteOptions {
+                force: args.force,
+                erase_transcript: args.erase_transcript,
+            };
+            match manager.delete(&key, options).await? {
+                Some(entry) => {
+                    output::done(json, "deleted", &key, &entry.session_id);
+                    Ok(())
+                }
+                None => Err(failure(EXIT_NOT_FOUND, format!("no session {key}"))),
+            }
+        }
+        Command::Prune(args) => prune(&global.store, &agent, json, args).await,
+        Command::Stats => stats(&global.store, json).await,
+        Command::Export { output } => export(&global.store, output.as_deref()).await,
+        Command::Import { openclaw } => {
+            let root = openclaw_root(&openclaw)?;
+            let from = format!("json:{}", root.display());
+            copy(&from, &global.store, json).await
+        }
+        Command::Migrate { from, to } => copy(&from, &to, json).await,
+    }
+}
+
+/// The session key `raw` names under `agent`.
+fn key_of(agent: &AgentId, raw: &str) -> Result<SessionKey, Failure> {
+    Ok(SessionKey::for_agent(agent, raw)?)
+}
+
+async fn manager_for(
+    store: &str,
+    agent: &AgentId,
+    raw: &str,
+) -> Result<(SessionManager, SessionKey), Failure> {
+    let key = key_of(agent, raw)?;
+    let manager = SessionManager::connect(store)
+        .await?
+        .default_agent(agent.clone())
+        .build();
+    Ok((manager, key))
+}
+
+async fn list(store: &str, agent: &AgentId, json: bool, args: ListArgs) -> Outcome {
+    let backend = Backend::open(store).await?;
+    let mut filter = ListFilter::new();
+    if !args.all_agents {
+        filter = filter.agent(agent.clone());
+    }
+    if let Some(channel) = &args.channel {
+        filter = filter.channel(channel);
+    }
+    if let Some(kind) = args.chat_type {
+        filter = filter.chat_type(kind);
+    }
+    if let Some(person) = args.person {
+        filter = filter.person(person);
+    }
+    if let Some(prefix) = &args.key_prefix {
+        filter = filter.key_prefix(prefix);
+    }
+    if let Some(within) = args.active_within {
+        let now = chrono::Utc::now().timestamp_millis().max(0) as u64;
+        filter = filter.updated_after(now.saturating_sub(within.as_millis() as u64));
+    }
+    if let Some(limit) = args.limit {
+        filter = filter.limit(limit);
+    }
+    let sessions = backend.sessions().list(&filter).await?;
+    output::sessions(json, &sessions);
+    Ok(())
+}
+
+async fn show(store: &str, agent: &AgentId, json: bool, raw: &str) -> Outcome {
+    let key = key_of(agent, raw)?;
+    let backend = Backend::open(store).await?;
+    match backend.sessions().get(&key).await? {
+        Some(session) => {
+            output::session(json, &session);
+            Ok(())
+        }
+        None => Err(failure(EXIT_NOT_FOUND, format!("no session {key}"))),
+    }
+}
+
+async fn prune(store: &str, agent: &AgentId, json: bool, args: PruneArgs) -> Outcome {
+    let manager = SessionManager::connect(store)
+        .await?
+        .default_agent(agent.clone())
+        .build();
+    let mut options =
+        PruneOptions::older_than(args.older_than).filter(ListFilter::new().agent(agent.clone()));
+    if let Some(keep) = args.keep {
+        options = options.keep_newest(keep);
+    }
+    if args.dry_run {
+        options = options.dry_run();
+    }
+    let removed = manager.prune(&options).await?;
+    output::pruned(json, args.dry_run, &removed);
+    Ok(())
+}
+
+async fn stats(store: &str, json: bool) -> Outcome {
+    let backend = Backend::open(store).await?;
+    let sessions = backend.sessions().list(&ListFilter::new()).await?;
+    let transcripts = backend.transcripts().transcript_names(None).await?;
+    let by = |pick: &dyn Fn(&agent_sessions::StoredSession) -> String| {
+        let mut counts = BTreeMap::<String, u64>::new();
+        for session in &sessions {
+            *counts.entry(pick(session)).or_default() += 1;
+        }
+        counts
+    };
+    let agents = by(&|s| s.key.agent_id().unwrap_or("(global)").to_owned());
+    let kinds = by(&|s| {
+        s.entry
+            .chat_type
+            .as_ref()
+            .and_then(|t| t.peer_kind())
+            .or_else(|| s.key.peer_kind())
+            .map_or("unknown", |k| k.as_str())
+            .to_owned()
+    });
+    let channels = by(&|s| s.entry.channel_name().unwrap_or("(none)").to_owned());
+    let statuses = by(&|s| {
+        s.entry
+            .status
+            .as_ref()
+            .map_or("(none)", |status| status.as_str())
+            .to_owned()
+    });
+    let archived = transcripts
+        .iter()
+        .filter(|(_, name)| !name.ends_with(".jsonl"))
+        .count();
+    let summary = json!({
+        "store": store,
+        "sessions": sessions.len(),
+        "byAgent": agents,
+        "byChatType": kinds,
+        "byChannel": channels,
+        "byStatus": statuses,
+        "transcripts": transcripts.len(),
+        "archivedTranscripts": archived,
+        "oldestActivity": sessions.iter().map(|s| s.entry.updated_at).min(),
+        "newestActivity": sessions.iter().map(|s| s.entry.updated_at).max(),
+    });
+    output::stats(json, &summary);
+    Ok(())
+}
+
+async fn export(store: &str, to: Option<&Path>) -> Outcome {
+    let backend = Backend::open(store).await?;
+    let sessions = backend.sessions().list(&ListFilter::new()).await?;
+    let mut transcripts = Vec::new();
+    for (agent, name) in backend.transcripts().transcript_names(None).await? {
+        if let Some(lines) = backend.transcripts().export_lines(&agent, &name).await? {
+            transcripts.push(json!({"agent": agent.as_str(), "name": name, "lines": lines}));
+        }
+    }
+    let document = json!({
+        "format": "agent-sessions-export",
+        "version": 1,
+        "sessions": sessions.iter().map(|s| json!({"key": s.key.as_str(), "entry": s.entry})).collect::<Vec<Value>>(),
+        "transcripts": transcripts,
+    });
+    let text = serde_json::to_string_pretty(&document).expect("JSON values serialise");
+    match to {
+        Some(path) => std::fs::write(path, text + "\n").map_err(|e| {
+            failure(
+                EXIT_FAILURE,
+                format!("cannot write {}: {e}", path.display()),
+            )
+        }),
+        None => {
+            println!("{text}");
+            Ok(())
+        }
+    }
+}
+
+/// The state directory of an OpenClaw tree given as `~/.openclaw` or its `agents`.
+fn openclaw_root(dir: &Path) -> Result<PathBuf, Failure> {
+    let dir = agent_sessions::paths::expand_home(dir);
+    let root = if dir.file_name().is_some_and(|n| n == "agents") {
+        dir.parent().map(Path::to_path_buf).unwrap_or_default()
+    } else {
+        dir
+    };
+    if root.join("agents").is_dir() {
+        Ok(root)
+    } else {
+        Err(failure(
+            EXIT_FAILURE,
+            format!(
+                "{} has no agents/ directory: not an OpenClaw tree",
+                root.display()
+            ),
+        ))
+    }
+}
+
+/// Copies `from` into `to` and verifies.
+async fn copy(from: &str, to: &str, json: bool) -> Outcome {
+    let source = Backend::open(from).await?;
+    let target = Backend::open(to).await?;
+    let bar = Bar::new(!json);
+    let report: MigrationReport = migrate(&source, &target, &bar).await?;
+    output::migrated(json, from, to, &report);
+    if report.verified() {
+        Ok(())
+    } else {
+        Err(failure(
+            EXIT_UNVERIFIED,
+            "the copy does not match its source (see the report)",
+        ))
+    }
+}

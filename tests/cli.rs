@@ -1,0 +1,222 @@
+//! The `agent-sessions` command line, run as a user would.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn run(store: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_agent-sessions"))
+        .env_remove("AGENT_SESSIONS_STORE")
+        .arg("--store")
+        .arg(store)
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn json(output: &Output) -> Value {
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("--json prints JSON")
+}
+
+fn code(output: &Output) -> i32 {
+    output.status.code().expect("exited")
+}
+
+/// The OpenClaw fixture imported into a fresh SQLite database.
+fn imported() -> (tempfile::TempDir, tempfile::TempDir, String) {
+    let tree = common::openclaw_fixture();
+    let work = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", work.path().join("sessions.db").display());
+    let agents = tree.path().join("agents");
+    let report = json(&run(
+        &store,
+        &["--json", "import", "--openclaw", agents.to_str().unwrap()],
+    ));
+    assert_eq!(report["verified"], true);
+    assert_eq!(report["sessionsCopied"], 3);
+    assert_eq!(report["transcriptsCopied"], 1);
+    (tree, work, store)
+}
+
+#[test]
+fn import_then_list_show_and_stats() {
+    let (_tree, _work, store) = imported();
+    let listed = json(&run(&store, &["--json", "list"]));
+    let keys: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "agent:main:main",
+            "agent:main:whatsapp:group:120363406150318674@g.us",
+            "agent:main:subagent:9b2f6c1e-5d4a-4c3b-8a7e-1f0e2d3c4b5a"
+        ]
+    );
+    let groups = json(&run(&store, &["--json", "list", "--chat-type", "group"]));
+    assert_eq!(groups.as_array().unwrap().len(), 1);
+    let human = run(&store, &["list", "--limit", "1"]);
+    let text = String::from_utf8(human.stdout).unwrap();
+    assert!(
+        text.contains("agent:main:main") && text.contains("1 session(s)"),
+        "{text}"
+    );
+
+    let shown = json(&run(&store, &["--json", "show", "main"]));
+    assert_eq!(
+        shown["entry"]["sessionId"],
+        "0f5d59ee-034e-47d9-ac97-d383e6c022b8"
+    );
+    // Fields this crate does not know came through the import.
+    assert_eq!(
+        shown["entry"]["deliveryContext"]["replyMarkup"]["inline"],
+        true
+    );
+
+    let stats = json(&run(&store, &["--json", "stats"]));
+    assert_eq!(stats["sessions"], 3);
+    assert_eq!(stats["byAgent"]["main"], 3);
+    assert_eq!(stats["transcripts"], 1);
+}
+
+#[test]
+fn reset_close_delete_and_prune() {
+    let (_tree, _work, store) = imported();
+    let before = json(&run(&store, &["--json", "show", "main"]));
+    let reset = json(&run(&store, &["--json", "reset", "main"]));
+    assert_ne!(reset["sessionId"], before["entry"]["sessionId"]);
+    let stats = json(&run(&store, &["--json", "stats"]));
+    assert_eq!(
+        stats["archivedTranscripts"], 1,
+        "the old transcript is archived"
+    );
+
+    let closed = json(&run(&store, &["--json", "close", "main"]));
+    assert_eq!(closed["action"], "closed");
+    let shown = json(&run(&store, &["--json", "show", "agent:main:main"]));
+    assert_eq!(shown["entry"]["status"], "closed");
+
+    // A group session is shared history: deleting it needs --force.
+    let group = "agent:main:whatsapp:group:120363406150318674@g.us";
+    let refused = run(&store, &["delete", group]);
+    assert_eq!(code(&refused), 1);
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("not deleted"));
+    json(&run(&store, &["--json", "delete", group, "--force"]));
+    assert_eq!(code(&run(&store, &["show", group])), 4);
+
+    // Left: the reset main session (active now) and the old subagent session.
+    let dry = json(&run(
+        &store,
+        &["--json", "prune", "--older-than", "30d", "--dry-run"],
+    ));
+    assert_eq!(
+        dry["removed"],
+        serde_json::json!(["agent:main:subagent:9b2f6c1e-5d4a-4c3b-8a7e-1f0e2d3c4b5a"])
+    );
+    assert_eq!(json(&run(&store, &["--json", "stats"]))["sessions"], 2);
+    let kept = json(&run(
+        &store,
+        &["--json", "prune", "--older-than", "1s", "--keep", "1"],
+    ));
+    assert_eq!(
+        kept["removed"].as_array().unwrap().len(),
+        1,
+        "the newest is kept"
+    );
+    let stats = json(&run(&store, &["--json", "stats"]));
+    assert_eq!(stats["sessions"], 1);
+    assert_eq!(
+        stats["byStatus"]["closed"], 1,
+        "main, closed above, is the one kept"
+    );
+}
+
+#[test]
+fn export_and_migrate_back_to_files() {
+    let (_tree, work, store) = imported();
+    let exported = work.path().join("export.json");
+    let output = run(&store, &["export", "--output", exported.to_str().unwrap()]);
+    assert!(output.status.success());
+    let document: Value = serde_json::from_slice(&std::fs::read(&exported).unwrap()).unwrap();
+    assert_eq!(document["format"], "agent-sessions-export");
+    assert_eq!(document["sessions"].as_array().unwrap().len(), 3);
+    assert_eq!(
+        document["transcripts"][0]["lines"]
+            .as_array()
+            .unwrap()
+            .len(),
+        15
+    );
+
+    let back = work.path().join("back");
+    let to = format!("json:{}", back.display());
+    let report = json(&run(
+        &store,
+        &["--json", "migrate", "--from", &store, "--to", &to],
+    ));
+    assert_eq!(report["verified"], true);
+    assert!(Path::new(&back)
+        .join("agents/main/sessions/sessions.json")
+        .is_file());
+    assert!(back
+        .join("agents/main/sessions/0f5d59ee-034e-47d9-ac97-d383e6c022b8.jsonl")
+        .is_file());
+    // Running it again copies nothing and still verifies.
+    let again = json(&run(
+        &store,
+        &["--json", "migrate", "--from", &store, "--to", &to],
+    ));
+    assert_eq!(
+        (
+            again["sessionsCopied"].as_u64(),
+            again["verified"].as_bool()
+        ),
+        (Some(0), Some(true))
+    );
+}
+
+#[test]
+fn exit_codes() {
+    let (_tree, work, store) = imported();
+    assert_eq!(code(&run(&store, &["show", "nobody"])), 4);
+    assert_eq!(code(&run(&store, &["reset", "nobody"])), 4);
+    assert_eq!(code(&run("ftp://nope", &["list"])), 1);
+    assert_eq!(code(&run(&store, &["frobnicate"])), 2);
+    assert_eq!(code(&run(&store, &["prune", "--older-than", "soon"])), 2);
+    assert_eq!(code(&run(&store, &["show", "agent:main:dm:a\u{7}b"])), 1);
+
+    // A target whose transcript differs: the migration does not verify.
+    let target = format!("sqlite:{}", work.path().join("other.db").display());
+    let transcript = "0f5d59ee-034e-47d9-ac97-d383e6c022b8.jsonl";
+    let tree = tempfile::tempdir().unwrap();
+    let sessions = tree.path().join("agents/main/sessions");
+    std::fs::create_dir_all(&sessions).unwrap();
+    std::fs::write(
+        sessions.join(transcript),
+        "{\"type\":\"session\",\"id\":\"x\"}\n",
+    )
+    .unwrap();
+    let seeded = run(
+        &target,
+        &["import", "--openclaw", tree.path().to_str().unwrap()],
+    );
+    assert!(
+        seeded.status.success(),
+        "{}",
+        String::from_utf8_lossy(&seeded.stderr)
+    );
+    let conflicted = run(&target, &["migrate", "--from", &store, "--to", &target]);
+    assert_eq!(code(&conflicted), 3);
+    assert!(String::from_utf8_lossy(&conflicted.stdout).contains("conflict"));
+}
