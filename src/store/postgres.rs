@@ -14,7 +14,8 @@ use super::{entry_revision, ListFilter, Mutator, SessionStore, StoredSession};
 use crate::error::{Error, Result};
 use crate::key::{AgentId, SessionKey};
 use crate::transcript::lines::{
-    archived_name, leaf_of, read_line, session_id_of_name, stamp_entries, validate_transcript_name,
+    archived_name, header_line, leaf_of, read_line, session_id_of_name, stamp_entries,
+    validate_transcript_name,
 };
 use crate::transcript::{
     ArchiveReason, LogQuery, LogRecord, Offset, SessionEvent, SessionHeader, TranscriptEntry,
@@ -624,10 +625,6 @@ impl PostgresStore {
     }
 }
 
-fn header_line(header: &SessionHeader) -> String {
-    serde_json::to_string(header).expect("a header serialises")
-}
-
 #[async_trait]
 impl TranscriptStore for PostgresStore {
     async fn create(&self, transcript: &TranscriptRef, header: &SessionHeader) -> Result<bool> {
@@ -635,10 +632,7 @@ impl TranscriptStore for PostgresStore {
         let line = header_line(header);
         let mut client = self.client().await?;
         let txn = self.begin_transcript(&mut client, &agent, &name).await?;
-        let value = {
-            let tx = &txn;
-            async { self.create_transcript(tx, &agent, &name, &[line]).await }.await
-        }?;
+        let value = self.create_transcript(&txn, &agent, &name, &[line]).await?;
         txn.commit().await.map_err(pg_error("commit"))?;
         Ok(value)
     }
@@ -661,29 +655,25 @@ impl TranscriptStore for PostgresStore {
         let txn = self
             .begin_transcript(&mut client, &agent, &child_name)
             .await?;
-        let value = {
-            let tx = &txn;
-            async {
-                if self
-                    .transcript_row(tx, &agent, &child_name)
-                    .await?
-                    .is_some()
-                {
-                    return Ok(false);
-                }
-                let mut lines = vec![header];
-                lines.extend(
-                    self.lines_from(tx, &parent_agent, &parent_name, 1)
-                        .await?
-                        .into_iter()
-                        .map(|(_, line)| line)
-                        .filter(|line| serde_json::from_str::<TranscriptEntry>(line).is_ok()),
-                );
-                self.create_transcript(tx, &agent, &child_name, &lines)
-                    .await
-            }
-            .await
-        }?;
+        let tx = &txn;
+        if self
+            .transcript_row(tx, &agent, &child_name)
+            .await?
+            .is_some()
+        {
+            return Ok(false);
+        }
+        let mut lines = vec![header];
+        lines.extend(
+            self.lines_from(tx, &parent_agent, &parent_name, 1)
+                .await?
+                .into_iter()
+                .map(|(_, line)| line)
+                .filter(|line| serde_json::from_str::<TranscriptEntry>(line).is_ok()),
+        );
+        let value = self
+            .create_transcript(tx, &agent, &child_name, &lines)
+            .await?;
         txn.commit().await.map_err(pg_error("commit"))?;
         Ok(value)
     }
@@ -698,53 +688,47 @@ impl TranscriptStore for PostgresStore {
         let location = self.location.clone();
         let mut client = self.client().await?;
         let txn = self.begin_transcript(&mut client, &agent, &name).await?;
-        let value = {
-            let tx = &txn;
-            async {
-                let mut entries = entries;
-                let (count, leaf) = match self.transcript_row(tx, &agent, &name).await? {
-                    Some(row) => row,
-                    None => {
-                        let header = header_line(&SessionHeader::new(&session_id, Utc::now()));
-                        self.create_transcript(tx, &agent, &name, &[header]).await?;
-                        (1, None)
-                    }
-                };
-                let (lines, leaf) = stamp_entries(&mut entries, leaf, Utc::now()).map_err(|e| {
-                    Error::io(
-                        "serialise an entry for",
-                        &location,
-                        std::io::Error::other(e),
-                    )
-                })?;
-                self.insert_lines(tx, &agent, &name, count, &lines).await?;
-                tx.execute(
-                    &format!(
-                        "UPDATE {} SET line_count = $3, leaf = $4
-                             WHERE agent_id = $1 AND name = $2",
-                        self.table("transcripts")
-                    ),
-                    &[&agent, &name, &(count + lines.len() as i64), &leaf],
-                )
-                .await
-                .map_err(pg_error("append to a transcript"))?;
-                Ok(entries
-                    .into_iter()
-                    .enumerate()
-                    .map(|(index, entry)| {
-                        let seq = count + index as i64;
-                        SessionEvent {
-                            offset: Offset(seq as u64),
-                            line: seq as usize + 1,
-                            entry,
-                        }
-                    })
-                    .collect::<Vec<_>>())
+        let tx = &txn;
+        let mut entries = entries;
+        let (count, leaf) = match self.transcript_row(tx, &agent, &name).await? {
+            Some(row) => row,
+            None => {
+                let header = header_line(&SessionHeader::new(&session_id, Utc::now()));
+                self.create_transcript(tx, &agent, &name, &[header]).await?;
+                (1, None)
             }
-            .await
-        }?;
+        };
+        let (lines, leaf) = stamp_entries(&mut entries, leaf, Utc::now()).map_err(|e| {
+            Error::io(
+                "serialise an entry for",
+                &location,
+                std::io::Error::other(e),
+            )
+        })?;
+        self.insert_lines(tx, &agent, &name, count, &lines).await?;
+        tx.execute(
+            &format!(
+                "UPDATE {} SET line_count = $3, leaf = $4
+                     WHERE agent_id = $1 AND name = $2",
+                self.table("transcripts")
+            ),
+            &[&agent, &name, &(count + lines.len() as i64), &leaf],
+        )
+        .await
+        .map_err(pg_error("append to a transcript"))?;
+        let events: Vec<SessionEvent> = entries
+            .into_iter()
+            .enumerate()
+            .map(|(index, entry)| {
+                let seq = count + index as i64;
+                SessionEvent {
+                    offset: Offset(seq as u64),
+                    line: seq as usize + 1,
+                    entry,
+                }
+            })
+            .collect();
         txn.commit().await.map_err(pg_error("commit"))?;
-        let events = value;
         self.hub.publish(TranscriptUpdate {
             transcript: transcript.clone(),
             path: None,
@@ -802,70 +786,58 @@ impl TranscriptStore for PostgresStore {
         let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
         let mut client = self.client().await?;
         let txn = self.begin_transcript(&mut client, &agent, &name).await?;
-        let value = {
-            let tx = &txn;
-            async {
-                if self.transcript_row(tx, &agent, &name).await?.is_none() {
-                    return Ok(None);
-                }
-                let base = archived_name(&name, reason, at);
-                let mut target = base.clone();
-                let mut attempt = 1;
-                while self.transcript_row(tx, &agent, &target).await?.is_some() {
-                    target = format!("{base}-{attempt}");
-                    attempt += 1;
-                }
-                for table in ["transcripts", "transcript_lines"] {
-                    tx.execute(
-                        &format!(
-                            "UPDATE {} SET name = $3 WHERE agent_id = $1 AND name = $2",
-                            self.table(table)
-                        ),
-                        &[&agent, &name, &target],
-                    )
-                    .await
-                    .map_err(pg_error("archive a transcript"))?;
-                }
-                Ok(Some(PathBuf::from(target)))
-            }
+        let tx = &txn;
+        if self.transcript_row(tx, &agent, &name).await?.is_none() {
+            return Ok(None);
+        }
+        let base = archived_name(&name, reason, at);
+        let mut target = base.clone();
+        let mut attempt = 1;
+        while self.transcript_row(tx, &agent, &target).await?.is_some() {
+            target = format!("{base}-{attempt}");
+            attempt += 1;
+        }
+        for table in ["transcripts", "transcript_lines"] {
+            tx.execute(
+                &format!(
+                    "UPDATE {} SET name = $3 WHERE agent_id = $1 AND name = $2",
+                    self.table(table)
+                ),
+                &[&agent, &name, &target],
+            )
             .await
-        }?;
+            .map_err(pg_error("archive a transcript"))?;
+        }
         txn.commit().await.map_err(pg_error("commit"))?;
-        Ok(value)
+        Ok(Some(PathBuf::from(target)))
     }
 
     async fn remove(&self, transcript: &TranscriptRef) -> Result<bool> {
         let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
         let mut client = self.client().await?;
         let txn = self.begin_transcript(&mut client, &agent, &name).await?;
-        let value = {
-            let tx = &txn;
-            async {
-                tx.execute(
-                    &format!(
-                        "DELETE FROM {} WHERE agent_id = $1 AND name = $2",
-                        self.table("transcript_lines")
-                    ),
-                    &[&agent, &name],
-                )
-                .await
-                .map_err(pg_error("remove a transcript"))?;
-                let removed = tx
-                    .execute(
-                        &format!(
-                            "DELETE FROM {} WHERE agent_id = $1 AND name = $2",
-                            self.table("transcripts")
-                        ),
-                        &[&agent, &name],
-                    )
-                    .await
-                    .map_err(pg_error("remove a transcript"))?;
-                Ok(removed > 0)
-            }
+        let tx = &txn;
+        tx.execute(
+            &format!(
+                "DELETE FROM {} WHERE agent_id = $1 AND name = $2",
+                self.table("transcript_lines")
+            ),
+            &[&agent, &name],
+        )
+        .await
+        .map_err(pg_error("remove a transcript"))?;
+        let removed = tx
+            .execute(
+                &format!(
+                    "DELETE FROM {} WHERE agent_id = $1 AND name = $2",
+                    self.table("transcripts")
+                ),
+                &[&agent, &name],
+            )
             .await
-        }?;
+            .map_err(pg_error("remove a transcript"))?;
         txn.commit().await.map_err(pg_error("commit"))?;
-        Ok(value)
+        Ok(removed > 0)
     }
 
     async fn query_log(&self, query: &LogQuery) -> Result<Vec<LogRecord>> {
@@ -943,10 +915,7 @@ impl TranscriptStore for PostgresStore {
         let (agent, name) = (agent.to_string(), name.to_owned());
         let mut client = self.client().await?;
         let txn = self.begin_transcript(&mut client, &agent, &name).await?;
-        let value = {
-            let tx = &txn;
-            async { self.create_transcript(tx, &agent, &name, &lines).await }.await
-        }?;
+        let value = self.create_transcript(&txn, &agent, &name, &lines).await?;
         txn.commit().await.map_err(pg_error("commit"))?;
         Ok(value)
     }

@@ -15,7 +15,8 @@ use crate::error::{Error, Result};
 use crate::fsutil::{blocking, create_private_dir_all};
 use crate::key::{AgentId, SessionKey};
 use crate::transcript::lines::{
-    archived_name, leaf_of, read_line, session_id_of_name, stamp_entries, validate_transcript_name,
+    archived_name, header_line, leaf_of, read_line, session_id_of_name, stamp_entries,
+    validate_transcript_name,
 };
 use crate::transcript::{
     ArchiveReason, LogQuery, LogRecord, Offset, SessionEvent, SessionHeader, TranscriptEntry,
@@ -199,8 +200,7 @@ impl SqliteStore {
     }
 
     async fn lock(&self) -> Guard {
-        let guard = self.inner.connection.clone().lock_owned().await;
-        guard
+        self.inner.connection.clone().lock_owned().await
     }
 
     /// A read (or a self-contained write) on the connection.
@@ -561,10 +561,6 @@ fn create_transcript(c: &Connection, agent: &str, name: &str, lines: &[String]) 
     .map_err(db_error("create a transcript"))?;
     insert_lines(c, agent, name, 0, lines)?;
     Ok(true)
-}
-
-fn header_line(header: &SessionHeader) -> String {
-    serde_json::to_string(header).expect("a header serialises")
 }
 
 fn transcript_lines(
@@ -936,14 +932,21 @@ mod tests {
     }
 
     #[cfg(unix)]
-    #[test]
-    fn the_database_is_owner_only() {
+    #[tokio::test]
+    async fn the_database_and_its_journal_are_owner_only() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("nested/sessions.db");
-        SqliteStore::open(&path).unwrap();
+        let store = SqliteStore::open(&path).unwrap();
+        store
+            .put(&key(), SessionEntry::new("s-1", 1))
+            .await
+            .unwrap();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&path), 0o600);
         assert_eq!(mode(path.parent().unwrap()), 0o700);
+        let wal = path.with_file_name("sessions.db-wal");
+        assert!(wal.exists(), "WAL mode");
+        assert_eq!(mode(&wal), 0o600);
     }
 }

@@ -66,6 +66,11 @@ pub(crate) fn session_id_of_name(name: &str) -> String {
     stem.split("-topic-").next().unwrap_or(stem).to_owned()
 }
 
+/// A header as its line.
+pub(crate) fn header_line(header: &SessionHeader) -> String {
+    serde_json::to_string(header).expect("a header serialises")
+}
+
 /// A random 8-hex-digit entry id, as pi-coding-agent writes them.
 pub(crate) fn new_entry_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::lines::{
-    archived_name, leaf_of, log_record, read_line, session_id_of_name, stamp_entries,
+    archived_name, header_line, leaf_of, log_record, read_line, session_id_of_name, stamp_entries,
     validate_transcript_name,
 };
 use super::{
@@ -62,10 +62,6 @@ impl MemoryTranscriptStore {
 
 fn id(transcript: &TranscriptRef) -> Result<(AgentId, String)> {
     Ok((transcript.agent.clone(), transcript.file_name()?))
-}
-
-fn header_line(header: &SessionHeader) -> String {
-    serde_json::to_string(header).expect("a header serialises")
 }
 
 #[async_trait]
