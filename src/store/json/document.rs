@@ -14,7 +14,7 @@ use crate::entry::SessionEntry;
 use crate::error::CorruptProblem;
 
 /// The entries of one store file.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Document {
     entries: IndexMap<String, Box<RawValue>>,
 }

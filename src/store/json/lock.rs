@@ -144,6 +144,16 @@ enum Existing {
     Gone,
 }
 
+/// Blocks until the process holding the lock file at `path` releases its OS lock (it
+/// removes the file, then closes it), so a waiter of this crate wakes at the release
+/// instead of at its next poll. Returns at once if there is no file or no OS lock.
+pub(crate) fn wait_for_release(path: &Path) {
+    if let Ok(file) = crate::fsutil::open_no_follow(path) {
+        // Taking the OS lock waits for the holder; it is dropped at once.
+        let _ = file.lock();
+    }
+}
+
 /// Looks at an existing lock file: still held, or gone (vanished, or evicted now).
 fn inspect(path: &Path, stale_after: Duration) -> Result<Existing> {
     let mut file = match crate::fsutil::open_no_follow(path) {

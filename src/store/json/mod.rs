@@ -1,5 +1,6 @@
 //! The OpenClaw-compatible JSON file store.
 
+mod commit;
 mod document;
 pub(crate) mod io;
 mod lock;
@@ -14,14 +15,15 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use tokio::sync::OwnedMutexGuard;
+use tokio::sync::{watch, OwnedMutexGuard};
 
+use self::commit::{file_queue, Batch, FileQueue, QueueState, MAX_BATCH};
 use self::document::{parse_entry, Document};
 use self::io::{backup_path, lock_path, write_atomically, FileStamp, RealIo, StoreIo};
 use self::lock::{read_holder, Attempt, FileLock};
 use super::{ListFilter, Mutator, Revision, SessionStore, StoredSession};
 use crate::error::{Error, LockHolder, Result};
-use crate::fsutil::{blocking, process_mutex};
+use crate::fsutil::blocking;
 use crate::key::{AgentId, SessionKey};
 use crate::paths;
 
@@ -122,12 +124,6 @@ struct Cached {
     loaded_at: Instant,
 }
 
-/// Both halves of the store lock; dropping it releases both.
-struct StoreLock {
-    _file: FileLock,
-    _process: OwnedMutexGuard<()>,
-}
-
 impl JsonFileStore {
     /// A store rooted at `root` (an OpenClaw state directory; a leading `~` is expanded),
     /// with default options. Nothing is read or created until the first call.
@@ -184,22 +180,13 @@ impl JsonFileStore {
         blocking(path, move || inner.load(&owned)).await
     }
 
-    /// Takes the in-process queue, then the lock file, within the lock timeout.
-    async fn lock(&self, store_path: &Path) -> Result<StoreLock> {
+    /// Takes the lock file within what is left of the lock timeout (the caller holds
+    /// this process's queue). A lock held by another process of this crate is waited
+    /// for on its OS lock, so the waiter wakes as soon as it is released; a lock held by
+    /// anyone else (OpenClaw) is polled, as OpenClaw polls.
+    async fn lock_file(&self, store_path: &Path, started: Instant) -> Result<FileLock> {
         let options = self.inner.options.lock;
-        let started = Instant::now();
         let lock_path = lock_path(store_path);
-        let mutex = process_mutex(store_path);
-        let process = match tokio::time::timeout(options.timeout, mutex.lock_owned()).await {
-            Ok(guard) => guard,
-            Err(_) => {
-                return Err(Error::LockTimeout {
-                    holder: read_holder(&lock_path),
-                    path: lock_path,
-                    waited: started.elapsed(),
-                })
-            }
-        };
         let mut logged_wait = false;
         loop {
             let attempt_path = lock_path.clone();
@@ -216,10 +203,7 @@ impl JsonFileStore {
                     } else {
                         tracing::trace!(path = %lock_path.display(), waited_us = waited.as_micros() as u64, "session store lock acquired");
                     }
-                    return Ok(StoreLock {
-                        _file: file,
-                        _process: process,
-                    });
+                    return Ok(file);
                 }
                 Attempt::Busy(holder) => holder,
             };
@@ -236,9 +220,214 @@ impl JsonFileStore {
                 tracing::debug!(path = %lock_path.display(), holder = ?holder.as_ref().map(LockHolder::to_string), "session store lock busy; waiting");
                 logged_wait = true;
             }
-            tokio::time::sleep(options.poll_interval.min(options.timeout - waited)).await;
+            let left = options.timeout - waited;
+            if holder.as_ref().is_some_and(|h| h.agent_sessions) {
+                let released = lock_path.clone();
+                let wait = blocking(&lock_path, move || Ok(lock::wait_for_release(&released)));
+                // Past the timeout the waiting thread is left to finish on its own: it
+                // takes and at once drops the released OS lock.
+                let _ = tokio::time::timeout(left, wait).await;
+            } else {
+                tokio::time::sleep(options.poll_interval.min(left)).await;
+            }
         }
     }
+
+    /// This process's queue for `path`, within the lock timeout.
+    async fn queue(
+        &self,
+        path: &Path,
+        queue: &FileQueue,
+        started: Instant,
+    ) -> Result<OwnedMutexGuard<QueueState>> {
+        use std::sync::atomic::Ordering;
+        queue.waiting.fetch_add(1, Ordering::SeqCst);
+        let acquired = tokio::time::timeout(
+            self.inner.options.lock.timeout,
+            queue.state.clone().lock_owned(),
+        )
+        .await;
+        queue.waiting.fetch_sub(1, Ordering::SeqCst);
+        acquired.map_err(|_| {
+            let path = lock_path(path);
+            Error::LockTimeout {
+                holder: read_holder(&path),
+                path,
+                waited: started.elapsed(),
+            }
+        })
+    }
+
+    /// The store's document, under the lock: the one this process last wrote when the
+    /// file is provably unchanged since (same inode, size and mtime), else read afresh.
+    async fn locked_document(
+        &self,
+        path: &Path,
+        last_written: Option<(Arc<Document>, FileStamp)>,
+    ) -> Result<(Arc<Document>, Option<FileStamp>)> {
+        let inner = self.inner.clone();
+        let file = path.to_owned();
+        blocking(path, move || {
+            let stamp = inner
+                .io
+                .stat(&file)
+                .map_err(|e| Error::io("stat", &file, e))?;
+            if let Some((document, written)) = last_written {
+                if stamp == Some(written) {
+                    // Drop this store's cached copy, so the change need not clone it.
+                    inner.forget(&file);
+                    return Ok((document, stamp));
+                }
+            }
+            // Always re-read otherwise: a cached copy may predate another writer's
+            // update (OpenClaw's lost-update bug #10331).
+            Ok(match inner.read(&file)? {
+                Some((document, stamp)) => (Arc::new(document), Some(stamp)),
+                None => (Arc::default(), None),
+            })
+        })
+        .await
+    }
+
+    /// Writes the batch (if it holds a change), releases the lock file and tells the
+    /// batch's members; the queue is held until all of it is done.
+    async fn commit(
+        &self,
+        path: &Path,
+        mut state: OwnedMutexGuard<QueueState>,
+        batch: Batch,
+    ) -> Result<()> {
+        let inner = self.inner.clone();
+        let file = path.to_owned();
+        blocking(path, move || {
+            let Batch {
+                lock,
+                document,
+                members,
+                outcome,
+                read_stamp,
+            } = batch;
+            if members == 0 {
+                drop(lock);
+                state.last_written = read_stamp.map(|stamp| (document, stamp));
+                return Ok(());
+            }
+            let written = inner.write(&file, &document);
+            drop(lock);
+            match written {
+                Ok(stamp) => {
+                    inner.remember(&file, document.clone(), stamp);
+                    state.last_written = Some((document, stamp));
+                    outcome.send_replace(Some(Ok(())));
+                    Ok(())
+                }
+                Err(error) => {
+                    state.last_written = None;
+                    outcome.send_replace(Some(Err(error.to_string())));
+                    Err(error)
+                }
+            }
+        })
+        .await
+    }
+
+    /// Waits until the batch holding this writer's change is written. If the writer
+    /// who should write it is gone, this one takes the queue and writes it.
+    async fn await_batch(
+        &self,
+        path: &Path,
+        queue: &FileQueue,
+        mut outcome: watch::Receiver<Option<Result<(), String>>>,
+    ) -> Result<()> {
+        let finished = |outcome: &Option<Result<(), String>>| match outcome {
+            Some(Ok(())) => Ok(()),
+            Some(Err(message)) => Err(Error::io(
+                "write (in a batch of updates)",
+                path,
+                std::io::Error::other(message.clone()),
+            )),
+            None => unreachable!("waited for an outcome"),
+        };
+        let seen = outcome.clone();
+        loop {
+            tokio::select! {
+                done = async { outcome.wait_for(Option::is_some).await.map(|v| v.clone()) } => {
+                    return match done {
+                        Ok(value) => finished(&value),
+                        Err(_) => Err(Error::io(
+                            "write (in a batch of updates)",
+                            path,
+                            std::io::Error::other("the batch was abandoned before it was written"),
+                        )),
+                    };
+                }
+                mut state = queue.state.clone().lock_owned() => {
+                    let written = seen.borrow().clone();
+                    if written.is_some() {
+                        return finished(&written);
+                    }
+                    // Nobody wrote this writer's batch: it is still the open one.
+                    if let Some(batch) = state.open.take() {
+                        return self.commit(path, state, batch).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Applies `mutator` to `key` in `document`; whether it changed anything.
+fn apply_change(
+    document: &mut Arc<Document>,
+    key: &SessionKey,
+    path: &Path,
+    mutator: &mut Mutator<'_>,
+) -> Result<(Option<StoredSession>, bool)> {
+    let (before, revision) = match document.get(key.as_str()) {
+        Some(raw) => {
+            let entry = parse_entry(raw).map_err(|source| Error::InvalidEntry {
+                key: key.to_string(),
+                path: path.to_owned(),
+                source,
+            })?;
+            (Some(entry), Some(Revision::of_bytes(raw.get().as_bytes())))
+        }
+        None => (None, None),
+    };
+    let mut after = before.clone();
+    mutator(&mut after, revision)?;
+    if after == before {
+        let stored = after.zip(revision).map(|(entry, revision)| StoredSession {
+            key: key.clone(),
+            entry,
+            revision,
+        });
+        return Ok((stored, false));
+    }
+    let document = Arc::make_mut(document);
+    let new_revision = match &after {
+        Some(entry) => {
+            let raw = document
+                .set(key.as_str(), entry)
+                .map_err(|source| Error::Serialize {
+                    key: key.clone(),
+                    source,
+                })?;
+            Some(Revision::of_bytes(raw.get().as_bytes()))
+        }
+        None => {
+            document.remove(key.as_str());
+            None
+        }
+    };
+    let stored = after
+        .zip(new_revision)
+        .map(|(entry, revision)| StoredSession {
+            key: key.clone(),
+            entry,
+            revision,
+        });
+    Ok((stored, true))
 }
 
 impl Inner {
@@ -343,7 +532,9 @@ impl Inner {
         cache.remove(path);
     }
 
-    fn write(&self, path: &Path, document: Document) -> Result<()> {
+    /// Writes `document` to `path` (atomically, per the durability) and returns the
+    /// stamp of the file written.
+    fn write(&self, path: &Path, document: &Document) -> Result<FileStamp> {
         let started = Instant::now();
         let bytes = document.to_bytes();
         // A failed write may have replaced the file (e.g. only the directory fsync
@@ -351,8 +542,7 @@ impl Inner {
         self.forget(path);
         let stamp = write_atomically(&*self.io, path, &bytes, self.options.durability)?;
         tracing::debug!(path = %path.display(), bytes = bytes.len(), durability = ?self.options.durability, elapsed_us = started.elapsed().as_micros() as u64, "session store written");
-        self.remember(path, Arc::new(document), stamp);
-        Ok(())
+        Ok(stamp)
     }
 
     /// Every session of one store file that passes `filter`.
@@ -422,66 +612,37 @@ impl SessionStore for JsonFileStore {
         mutator: &mut Mutator<'_>,
     ) -> Result<Option<StoredSession>> {
         let path = self.store_path_for(key);
-        let lock = self.lock(&path).await?;
-
-        // Always re-read inside the lock: a cached copy may predate another writer's
-        // update (OpenClaw's lost-update bug #10331).
-        let inner = self.inner.clone();
-        let read_path = path.clone();
-        let fresh = blocking(&path, move || inner.read(&read_path)).await?;
-        let mut document = fresh.map(|(document, _)| document).unwrap_or_default();
-
-        let (before, revision) = match document.get(key.as_str()) {
-            Some(raw) => {
-                let entry = parse_entry(raw).map_err(|source| Error::InvalidEntry {
-                    key: key.to_string(),
-                    path: path.clone(),
-                    source,
-                })?;
-                (Some(entry), Some(Revision::of_bytes(raw.get().as_bytes())))
-            }
-            None => (None, None),
-        };
-        let mut after = before.clone();
-        mutator(&mut after, revision)?;
-        if after == before {
-            return Ok(after.zip(revision).map(|(entry, revision)| StoredSession {
-                key: key.clone(),
-                entry,
-                revision,
-            }));
+        let started = Instant::now();
+        let queue = file_queue(&path);
+        let mut state = self.queue(&path, &queue, started).await?;
+        if state.open.is_none() {
+            let lock = self.lock_file(&path, started).await?;
+            let (document, read_stamp) = self
+                .locked_document(&path, state.last_written.take())
+                .await?;
+            state.open = Some(Batch::new(lock, document, read_stamp));
         }
-
-        let new_revision = match &after {
-            Some(entry) => {
-                let raw = document
-                    .set(key.as_str(), entry)
-                    .map_err(|source| Error::Serialize {
-                        key: key.clone(),
-                        source,
-                    })?;
-                Some(Revision::of_bytes(raw.get().as_bytes()))
+        let batch = state.open.as_mut().expect("a batch is open");
+        let applied = apply_change(&mut batch.document, key, &path, mutator);
+        let member = match &applied {
+            Ok((_, true)) => {
+                batch.members += 1;
+                Some(batch.outcome.subscribe())
             }
-            None => {
-                document.remove(key.as_str());
-                None
-            }
+            _ => None,
         };
-        let inner = self.inner.clone();
-        let write_path = path.clone();
-        blocking(&path, move || {
-            let written = inner.write(&write_path, document);
-            drop(lock);
-            written
-        })
-        .await?;
-        Ok(after
-            .zip(new_revision)
-            .map(|(entry, revision)| StoredSession {
-                key: key.clone(),
-                entry,
-                revision,
-            }))
+        if queue.has_waiters() && batch.members < MAX_BATCH {
+            // Leave the batch open for the next writer; the write that holds this
+            // change acknowledges it.
+            drop(state);
+            if let Some(outcome) = member {
+                self.await_batch(&path, &queue, outcome).await?;
+            }
+        } else {
+            let batch = state.open.take().expect("a batch is open");
+            self.commit(&path, state, batch).await?;
+        }
+        applied.map(|(stored, _)| stored)
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {

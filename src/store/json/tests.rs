@@ -169,3 +169,172 @@ async fn a_failed_write_is_not_served_from_the_cache() {
         "reads see what is on disk"
     );
 }
+
+/// Real I/O that counts renames of the store file: one per write.
+#[derive(Debug, Default)]
+struct CountingIo(std::sync::atomic::AtomicUsize);
+
+impl StoreIo for CountingIo {
+    fn read(&self, path: &Path) -> io::Result<Option<(Vec<u8>, FileStamp)>> {
+        RealIo.read(path)
+    }
+
+    fn stat(&self, path: &Path) -> io::Result<Option<FileStamp>> {
+        RealIo.stat(path)
+    }
+
+    fn step(&self, step: WriteStep, args: StepArgs<'_>) -> io::Result<Option<FileStamp>> {
+        if step == WriteStep::Rename {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        RealIo.step(step, args)
+    }
+}
+
+fn numbered(n: usize) -> SessionKey {
+    SessionKey::parse(&format!("agent:main:dm:user{n}")).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_writers_share_writes_and_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let io = Arc::new(CountingIo::default());
+    let store = JsonFileStore::with_io(dir.path(), options(), io.clone());
+    let mut tasks = tokio::task::JoinSet::new();
+    for n in 0..64 {
+        let store = store.clone();
+        tasks.spawn(async move {
+            let own = store
+                .put(&numbered(n), SessionEntry::new(format!("s-{n}"), n as u64))
+                .await
+                .unwrap();
+            assert_eq!(
+                own.entry.session_id,
+                format!("s-{n}"),
+                "each writer sees its change"
+            );
+            store
+                .update(&key(), |slot| {
+                    let entry = slot.get_or_insert_with(|| SessionEntry::new("shared", 0));
+                    entry.compaction_count = Some(entry.compaction_count.unwrap_or(0) + 1);
+                })
+                .await
+                .unwrap();
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+    let writes = io.0.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        writes < 128,
+        "128 updates took {writes} writes: none were shared"
+    );
+
+    let fresh = JsonFileStore::with_options(dir.path(), options());
+    assert_eq!(fresh.len().await.unwrap(), 65);
+    let shared = fresh.get(&key()).await.unwrap().unwrap().entry;
+    assert_eq!(shared.compaction_count, Some(64));
+    for n in 0..64 {
+        let own = fresh.get(&numbered(n)).await.unwrap().unwrap().entry;
+        assert_eq!(own.session_id, format!("s-{n}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_batch_fails_every_member_and_acknowledges_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    JsonFileStore::with_options(dir.path(), options())
+        .put(&key(), SessionEntry::new("old", 1))
+        .await
+        .unwrap();
+    let crashing =
+        JsonFileStore::with_io(dir.path(), options(), Arc::new(CrashAt(WriteStep::Rename)));
+    let mut tasks = tokio::task::JoinSet::new();
+    for n in 0..16 {
+        let store = crashing.clone();
+        tasks.spawn(async move { store.put(&numbered(n), SessionEntry::new("lost", 2)).await });
+    }
+    while let Some(done) = tasks.join_next().await {
+        assert!(
+            done.unwrap().is_err(),
+            "no member of a failed write is acknowledged"
+        );
+    }
+    let fresh = JsonFileStore::with_options(dir.path(), options());
+    assert_eq!(fresh.len().await.unwrap(), 1);
+    assert_eq!(session_id_on_disk(dir.path()).await.as_deref(), Some("old"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failing_mutator_in_a_batch_fails_only_its_caller() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JsonFileStore::with_options(dir.path(), options());
+    let mut tasks = tokio::task::JoinSet::new();
+    for n in 0..16 {
+        let store = store.clone();
+        tasks.spawn(async move {
+            let result = store
+                .apply(&numbered(n), &mut |slot, _| {
+                    if n % 2 == 1 {
+                        return Err(Error::NotFound { key: numbered(n) });
+                    }
+                    *slot = Some(SessionEntry::new(format!("s-{n}"), 1));
+                    Ok(())
+                })
+                .await;
+            (n, result.is_ok())
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        let (n, ok) = done.unwrap();
+        assert_eq!(ok, n % 2 == 0, "writer {n}");
+    }
+    let fresh = JsonFileStore::with_options(dir.path(), options());
+    assert_eq!(fresh.len().await.unwrap(), 8);
+}
+
+#[tokio::test]
+async fn a_file_replaced_by_another_writer_is_read_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JsonFileStore::with_options(dir.path(), options());
+    store
+        .put(&key(), SessionEntry::new("ours", 1))
+        .await
+        .unwrap();
+    // Another program (OpenClaw) replaces the file by rename, adding a session.
+    let file = paths::store_path(dir.path(), &AgentId::main());
+    let replacement = file.with_extension("other");
+    std::fs::write(
+        &replacement,
+        r#"{"agent:main:main":{"sessionId":"ours","updatedAt":1},"agent:main:dm:theirs":{"sessionId":"theirs","updatedAt":2}}"#,
+    )
+    .unwrap();
+    std::fs::rename(&replacement, &file).unwrap();
+    store
+        .update(&key(), |slot| slot.as_mut().unwrap().updated_at = 3)
+        .await
+        .unwrap();
+    let fresh = JsonFileStore::with_options(dir.path(), options());
+    assert!(
+        fresh.get(&numbered_theirs()).await.unwrap().is_some(),
+        "the other writer's session survives"
+    );
+
+    // The same for an edit in place that keeps the inode.
+    std::fs::write(
+        &file,
+        r#"{"agent:main:main":{"sessionId":"ours","updatedAt":3},"agent:main:dm:edited":{"sessionId":"e","updatedAt":4}}"#,
+    )
+    .unwrap();
+    store
+        .update(&key(), |slot| slot.as_mut().unwrap().updated_at = 5)
+        .await
+        .unwrap();
+    let edited = SessionKey::parse("agent:main:dm:edited").unwrap();
+    assert!(fresh.get(&edited).await.unwrap().is_some());
+}
+
+fn numbered_theirs() -> SessionKey {
+    SessionKey::parse("agent:main:dm:theirs").unwrap()
+}
