@@ -223,7 +223,10 @@ impl JsonFileStore {
             let left = options.timeout - waited;
             if holder.as_ref().is_some_and(|h| h.agent_sessions) {
                 let released = lock_path.clone();
-                let wait = blocking(&lock_path, move || Ok(lock::wait_for_release(&released)));
+                let wait = blocking(&lock_path, move || {
+                    lock::wait_for_release(&released);
+                    Ok(())
+                });
                 // Past the timeout the waiting thread is left to finish on its own: it
                 // takes and at once drops the released OS lock.
                 let _ = tokio::time::timeout(left, wait).await;
