@@ -220,3 +220,47 @@ fn exit_codes() {
     assert_eq!(code(&conflicted), 3);
     assert!(String::from_utf8_lossy(&conflicted.stdout).contains("conflict"));
 }
+
+#[test]
+fn doctor_reports_then_repairs() {
+    let tree = common::openclaw_fixture();
+    let store = format!("json:{}", tree.path().display());
+    let lock = tree.path().join("agents/main/sessions/sessions.json.lock");
+    std::fs::write(
+        &lock,
+        r#"{"pid":999999,"startedAt":1770350000000,"lockedBy":"agent-sessions"}"#,
+    )
+    .unwrap();
+    // The fixture's transcript paths point at /home/u: reported as missing.
+    let found = run(&store, &["--json", "doctor"]);
+    assert_eq!(code(&found), 5);
+    let report: Value = serde_json::from_slice(&found.stdout).unwrap();
+    let kinds: Vec<&str> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f[0]["kind"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.contains(&"deadLock") && kinds.contains(&"missingTranscript"),
+        "{kinds:?}"
+    );
+    let repaired = run(
+        &store,
+        &["doctor", "--repair", "--prune-missing-transcripts"],
+    );
+    assert_eq!(
+        code(&repaired),
+        0,
+        "{}",
+        String::from_utf8_lossy(&repaired.stdout)
+    );
+    assert!(!lock.exists());
+    assert_eq!(code(&run(&store, &["doctor"])), 0);
+    assert_eq!(
+        code(&run(&store, &["doctor", "--prune-missing-transcripts"])),
+        2
+    );
+    let sqlite = format!("sqlite:{}", tree.path().join("s.db").display());
+    assert_eq!(code(&run(&sqlite, &["doctor"])), 1);
+}

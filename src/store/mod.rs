@@ -30,6 +30,7 @@
 //! ```
 
 mod backend;
+pub mod doctor;
 pub(crate) mod json;
 mod memory;
 pub mod migrate;

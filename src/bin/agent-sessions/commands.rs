@@ -20,6 +20,8 @@ pub const EXIT_FAILURE: u8 = 1;
 pub const EXIT_UNVERIFIED: u8 = 3;
 /// No such session (`4`).
 pub const EXIT_NOT_FOUND: u8 = 4;
+/// `doctor` found problems it did not repair (`5`).
+pub const EXIT_UNHEALTHY: u8 = 5;
 
 /// Why a command failed, and with which exit code.
 #[derive(Debug)]
@@ -158,6 +160,10 @@ pub async fn run(global: Global, command: Command) -> Outcome {
             copy(&from, &global.store, json).await
         }
         Command::Migrate { from, to } => copy(&from, &to, json).await,
+        Command::Doctor {
+            repair,
+            prune_missing_transcripts,
+        } => doctor(&global.store, json, repair, prune_missing_transcripts).await,
     }
 }
 
@@ -335,6 +341,33 @@ fn openclaw_root(dir: &Path) -> Result<PathBuf, Failure> {
                 "{} has no agents/ directory: not an OpenClaw tree",
                 root.display()
             ),
+        ))
+    }
+}
+
+async fn doctor(store: &str, json: bool, repair: bool, prune: bool) -> Outcome {
+    use agent_sessions::store::doctor::{examine, DoctorOptions};
+    use agent_sessions::store::StoreUrl;
+    let StoreUrl::Json(root) = store.parse::<StoreUrl>()? else {
+        return Err(failure(
+            EXIT_FAILURE,
+            "doctor examines JSON store trees (json:<dir>); databases check themselves",
+        ));
+    };
+    let mut options = if repair {
+        DoctorOptions::repair()
+    } else {
+        DoctorOptions::default()
+    };
+    options.prune_missing_transcripts = prune;
+    let report = examine(&root, &options).await?;
+    output::doctor(json, &report);
+    if report.all_repaired() {
+        Ok(())
+    } else {
+        Err(failure(
+            EXIT_UNHEALTHY,
+            "problems found (run with --repair to fix what can be fixed without loss)",
         ))
     }
 }

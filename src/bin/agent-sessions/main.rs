@@ -4,7 +4,7 @@
 //! `json:~/.openclaw`) and `--agent <id>` (default `main`). Output is for people by
 //! default and JSON with `--json`. Exit codes: 0 success, 1 failure (store, I/O,
 //! database), 2 bad usage, 3 a migration or import that did not verify, 4 no such
-//! session.
+//! session, 5 `doctor` found problems it did not repair.
 
 mod commands;
 mod output;
@@ -78,6 +78,17 @@ enum Command {
         /// The OpenClaw state directory (`~/.openclaw`) or its `agents` directory.
         #[arg(long)]
         openclaw: std::path::PathBuf,
+    },
+    /// Check a JSON store tree (and with --repair, fix it without losing anything).
+    Doctor {
+        /// Restore a valid backup over a corrupt store, quarantine orphaned temporary
+        /// files, remove dead lock files.
+        #[arg(long)]
+        repair: bool,
+        /// With --repair, also remove entries whose transcript file is gone (saved to
+        /// the quarantine first).
+        #[arg(long, requires = "repair")]
+        prune_missing_transcripts: bool,
     },
     /// Copy everything from one store to another, resumably, and verify the copy.
     Migrate {

@@ -191,6 +191,36 @@ pub fn migrated(as_json: bool, from: &str, to: &str, report: &MigrationReport) {
     );
 }
 
+/// What `doctor` found and did.
+pub fn doctor(as_json: bool, report: &agent_sessions::store::doctor::DoctorReport) {
+    if as_json {
+        print_json(&serde_json::to_value(report).expect("reports serialise"));
+        return;
+    }
+    println!("examined {} store(s)", report.stores.len());
+    for (finding, repair) in &report.findings {
+        let finding = serde_json::to_value(finding).expect("findings serialise");
+        let kind = finding["kind"].as_str().unwrap_or("?");
+        let path = finding["path"].as_str().unwrap_or("");
+        let detail = ["problem", "key", "sessionFile"]
+            .iter()
+            .filter_map(|field| finding[field].as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        println!("{kind:<18} {path} {detail}");
+        match repair {
+            Some(repair) => match &repair.quarantined_to {
+                Some(to) => println!("  repaired: {} ({})", repair.action, to.display()),
+                None => println!("  repaired: {}", repair.action),
+            },
+            None => println!("  not repaired"),
+        }
+    }
+    if report.is_healthy() {
+        println!("healthy");
+    }
+}
+
 /// A progress bar on standard error (drawn only on a terminal).
 pub struct Bar {
     bar: Mutex<Option<ProgressBar>>,

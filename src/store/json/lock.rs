@@ -154,6 +154,29 @@ pub(crate) fn wait_for_release(path: &Path) {
     }
 }
 
+/// Whether the lock file at `path` is abandoned: marked as this crate's with its OS
+/// lock free (the holder died), or anyone's and older than `stale_after`.
+pub(crate) fn is_abandoned(path: &Path, stale_after: Duration) -> bool {
+    let Ok(mut file) = crate::fsutil::open_no_follow(path) else {
+        return false;
+    };
+    let mut content = String::new();
+    let _ = (&mut file).take(4096).read_to_string(&mut content);
+    let ours = parse_holder(&content).is_some_and(|h| h.agent_sessions);
+    match file.try_lock() {
+        Err(TryLockError::WouldBlock) => false,
+        _ => {
+            let age = file
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|mtime| SystemTime::now().duration_since(mtime).ok())
+                .unwrap_or_default();
+            ours || age > stale_after
+        }
+    }
+}
+
 /// Looks at an existing lock file: still held, or gone (vanished, or evicted now).
 fn inspect(path: &Path, stale_after: Duration) -> Result<Existing> {
     let mut file = match crate::fsutil::open_no_follow(path) {

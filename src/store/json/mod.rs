@@ -1,9 +1,9 @@
 //! The OpenClaw-compatible JSON file store.
 
 mod commit;
-mod document;
+pub(crate) mod document;
 pub(crate) mod io;
-mod lock;
+pub(crate) mod lock;
 
 #[cfg(test)]
 mod tests;
@@ -115,6 +115,9 @@ struct Inner {
     options: JsonStoreOptions,
     cache: Mutex<HashMap<PathBuf, Cached>>,
     io: Arc<dyn StoreIo>,
+    /// The write queues of the files this store has written, kept alive (with the
+    /// document last written) between writes.
+    queues: Mutex<HashMap<PathBuf, Arc<FileQueue>>>,
 }
 
 #[derive(Debug)]
@@ -142,6 +145,7 @@ impl JsonFileStore {
                 root: paths::expand_home(root.as_ref()),
                 options,
                 cache: Mutex::default(),
+                queues: Mutex::default(),
                 io,
             }),
         }
@@ -434,6 +438,15 @@ fn apply_change(
 }
 
 impl Inner {
+    /// The process-wide write queue of `path`, held for as long as this store lives.
+    fn queue_of(&self, path: &Path) -> Arc<FileQueue> {
+        let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+        queues
+            .entry(path.to_owned())
+            .or_insert_with(|| file_queue(path))
+            .clone()
+    }
+
     fn agent_of(&self, key: &SessionKey) -> AgentId {
         match key.agent_id() {
             // A parsed key's agent id is always a valid AgentId.
@@ -616,7 +629,7 @@ impl SessionStore for JsonFileStore {
     ) -> Result<Option<StoredSession>> {
         let path = self.store_path_for(key);
         let started = Instant::now();
-        let queue = file_queue(&path);
+        let queue = self.inner.queue_of(&path);
         let mut state = self.queue(&path, &queue, started).await?;
         if state.open.is_none() {
             let lock = self.lock_file(&path, started).await?;

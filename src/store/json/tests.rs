@@ -170,12 +170,16 @@ async fn a_failed_write_is_not_served_from_the_cache() {
     );
 }
 
-/// Real I/O that counts renames of the store file: one per write.
+/// Real I/O that counts renames of the store file (one per write) and reads.
 #[derive(Debug, Default)]
-struct CountingIo(std::sync::atomic::AtomicUsize);
+struct CountingIo(
+    std::sync::atomic::AtomicUsize,
+    std::sync::atomic::AtomicUsize,
+);
 
 impl StoreIo for CountingIo {
     fn read(&self, path: &Path) -> io::Result<Option<(Vec<u8>, FileStamp)>> {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         RealIo.read(path)
     }
 
@@ -337,4 +341,47 @@ async fn a_file_replaced_by_another_writer_is_read_again() {
 
 fn numbered_theirs() -> SessionKey {
     SessionKey::parse("agent:main:dm:theirs").unwrap()
+}
+
+#[tokio::test]
+async fn an_unchanged_file_is_not_read_again_under_the_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let io = Arc::new(CountingIo::default());
+    let store = JsonFileStore::with_io(
+        dir.path(),
+        JsonStoreOptions {
+            cache_ttl: Duration::ZERO,
+            ..options()
+        },
+        io.clone(),
+    );
+    store
+        .put(&key(), SessionEntry::new("s-1", 1))
+        .await
+        .unwrap();
+    let reads = || io.1.load(std::sync::atomic::Ordering::SeqCst);
+    let after_first = reads();
+    for n in 2..10 {
+        store
+            .update(&key(), |slot| slot.as_mut().unwrap().updated_at = n)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        reads(),
+        after_first,
+        "the file this process wrote is reused"
+    );
+    // Another writer replaces it: the next update reads it.
+    let file = paths::store_path(dir.path(), &AgentId::main());
+    let text = std::fs::read_to_string(&file).unwrap();
+    let other = file.with_extension("other");
+    std::fs::write(&other, text.replace("\"s-1\"", "\"s-2\"")).unwrap();
+    std::fs::rename(&other, &file).unwrap();
+    let seen = store
+        .update(&key(), |slot| slot.as_ref().unwrap().session_id.clone())
+        .await
+        .unwrap();
+    assert_eq!(seen, "s-2");
+    assert_eq!(reads(), after_first + 1);
 }

@@ -1,0 +1,399 @@
+//! Checking, and on request repairing, an OpenClaw-layout state directory.
+//!
+//! [`examine`] looks at every agent's `sessions/` directory and reports what is wrong:
+//! a store that does not parse (and whether its `.bak` does), entries that cannot be
+//! read, temporary files a crashed writer left, lock files nobody holds, entries whose
+//! recorded transcript is gone. With [`DoctorOptions::repair`] it also fixes what it
+//! can without losing anything: whatever it takes away is moved into the sessions
+//! directory's `quarantine/<timestamp>/` (a corrupt store, orphaned temporary files,
+//! pruned entries as a JSON file), never deleted — except dead lock files, which hold
+//! no data.
+//!
+//! ```
+//! use agent_sessions::store::doctor::{examine, DoctorOptions};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> agent_sessions::Result<()> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! let report = examine(dir.path(), &DoctorOptions::default()).await?;
+//! assert!(report.is_healthy());
+//! # Ok(())
+//! # }
+//! ```
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+use super::json::io::{backup_path, lock_path};
+use crate::entry::SessionEntry;
+use crate::error::{Error, Result};
+use crate::fsutil::{blocking, create_private_dir_all};
+use crate::key::AgentId;
+use crate::paths;
+
+/// What [`examine`] may change.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DoctorOptions {
+    /// Fix what can be fixed without loss: restore a valid `.bak` over a corrupt store
+    /// (the corrupt file is quarantined), quarantine orphaned temporary files, remove
+    /// dead lock files.
+    pub repair: bool,
+    /// Also remove entries whose recorded transcript file is gone (they are saved to
+    /// the quarantine first). Only with `repair`.
+    pub prune_missing_transcripts: bool,
+}
+
+impl DoctorOptions {
+    /// Report and repair.
+    pub fn repair() -> Self {
+        DoctorOptions {
+            repair: true,
+            prune_missing_transcripts: false,
+        }
+    }
+}
+
+/// One thing found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+#[non_exhaustive]
+pub enum Finding {
+    /// A store file that does not parse.
+    CorruptStore {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: String,
+        /// Whether `sessions.json.bak` parses.
+        backup_is_valid: bool,
+    },
+    /// An entry that cannot be read as a session entry (kept as written).
+    InvalidEntry {
+        /// The store file.
+        path: PathBuf,
+        /// The key.
+        key: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A temporary file of an interrupted write.
+    OrphanedTempFile {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A lock file whose holder is gone: a dead process of this crate, or older than
+    /// OpenClaw's 30 s stale age.
+    DeadLock {
+        /// The lock file.
+        path: PathBuf,
+    },
+    /// An entry whose `sessionFile` does not exist.
+    MissingTranscript {
+        /// The store file.
+        path: PathBuf,
+        /// The key.
+        key: String,
+        /// The missing file.
+        session_file: String,
+    },
+}
+
+/// What was done about a finding.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Repair {
+    /// What was done.
+    pub action: String,
+    /// Where whatever was taken away now is (for restoring it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quarantined_to: Option<PathBuf>,
+}
+
+/// What [`examine`] found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DoctorReport {
+    /// The store files looked at.
+    pub stores: Vec<PathBuf>,
+    /// Each finding, with its repair when one was made.
+    pub findings: Vec<(Finding, Option<Repair>)>,
+}
+
+impl DoctorReport {
+    /// Whether nothing was found.
+    pub fn is_healthy(&self) -> bool {
+        self.findings.is_empty()
+    }
+
+    /// Whether every finding was repaired.
+    pub fn all_repaired(&self) -> bool {
+        self.findings.iter().all(|(_, repair)| repair.is_some())
+    }
+}
+
+/// Examines (and with `options.repair`, repairs) the state directory `root`.
+pub async fn examine(root: &Path, options: &DoctorOptions) -> Result<DoctorReport> {
+    let root = paths::expand_home(root);
+    let options = options.clone();
+    let doctor_root = root.clone();
+    let (report, to_prune) =
+        blocking(&root, move || Doctor::new(&doctor_root, options).run()).await?;
+    // Pruned entries (already saved to the quarantine) leave through the store's own
+    // write path: its lock, a fresh read, an atomic replace.
+    let store = super::JsonFileStore::new(&root);
+    for key in to_prune {
+        if let Ok(key) = crate::key::SessionKey::parse(&key) {
+            super::SessionStore::delete(&store, &key).await?;
+        }
+    }
+    Ok(report)
+}
+
+struct Doctor {
+    root: PathBuf,
+    options: DoctorOptions,
+    stamp: String,
+    report: DoctorReport,
+    /// Keys to remove once the examination is over.
+    to_prune: Vec<String>,
+}
+
+impl Doctor {
+    fn new(root: &Path, options: DoctorOptions) -> Self {
+        Doctor {
+            root: root.to_owned(),
+            options,
+            stamp: crate::transcript::iso_timestamp(chrono::Utc::now()).replace(':', "-"),
+            report: DoctorReport::default(),
+            to_prune: Vec::new(),
+        }
+    }
+
+    fn run(mut self) -> Result<(DoctorReport, Vec<String>)> {
+        for agent in agents(&self.root)? {
+            self.examine_agent(&agent)?;
+        }
+        Ok((self.report, self.to_prune))
+    }
+
+    fn examine_agent(&mut self, agent: &AgentId) -> Result<()> {
+        let dir = paths::sessions_dir(&self.root, agent);
+        let store = paths::store_path(&self.root, agent);
+        for entry in fs::read_dir(&dir).map_err(|e| Error::io("list", &dir, e))? {
+            let entry = entry.map_err(|e| Error::io("list", &dir, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let path = entry.path();
+            if name.starts_with("sessions.json.") && name.ends_with(".tmp") {
+                self.orphaned_temp(&path)?;
+            }
+        }
+        self.lock_file(&lock_path(&store))?;
+        if store.is_file() {
+            self.report.stores.push(store.clone());
+            self.store_file(&store)?;
+        }
+        Ok(())
+    }
+
+    fn quarantine(&self, dir: &Path) -> Result<PathBuf> {
+        let quarantine = dir.join("quarantine").join(&self.stamp);
+        create_private_dir_all(&quarantine)
+            .map_err(|e| Error::io("create directory", &quarantine, e))?;
+        Ok(quarantine)
+    }
+
+    /// Moves `path` into the quarantine beside it.
+    fn move_to_quarantine(&self, path: &Path) -> Result<PathBuf> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let target = self
+            .quarantine(dir)?
+            .join(path.file_name().unwrap_or_default());
+        fs::rename(path, &target).map_err(|e| Error::io("quarantine", path, e))?;
+        Ok(target)
+    }
+
+    fn orphaned_temp(&mut self, path: &Path) -> Result<()> {
+        // A writer's temp file lives for milliseconds; anything older is an orphan.
+        if age(path) < Duration::from_secs(60) {
+            return Ok(());
+        }
+        let finding = Finding::OrphanedTempFile {
+            path: path.to_owned(),
+        };
+        let repair = if self.options.repair {
+            let target = self.move_to_quarantine(path)?;
+            Some(Repair {
+                action: "moved to the quarantine".into(),
+                quarantined_to: Some(target),
+            })
+        } else {
+            None
+        };
+        self.report.findings.push((finding, repair));
+        Ok(())
+    }
+
+    fn lock_file(&mut self, path: &Path) -> Result<()> {
+        if !path.exists() {
+            return Ok(());
+        }
+        if !super::json::lock::is_abandoned(path, super::json::DEFAULT_LOCK_STALE_AFTER) {
+            return Ok(());
+        }
+        let finding = Finding::DeadLock {
+            path: path.to_owned(),
+        };
+        let repair = if self.options.repair {
+            match fs::remove_file(path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io("remove dead lock", path, e)),
+            }
+            Some(Repair {
+                action: "removed (a lock file holds no data)".into(),
+                quarantined_to: None,
+            })
+        } else {
+            None
+        };
+        self.report.findings.push((finding, repair));
+        Ok(())
+    }
+
+    fn store_file(&mut self, store: &Path) -> Result<()> {
+        let bytes = fs::read(store).map_err(|e| Error::io("read", store, e))?;
+        let document = match super::json::document::Document::parse(&bytes) {
+            Ok(document) => document,
+            Err(problem) => return self.corrupt_store(store, problem.to_string()),
+        };
+        let mut missing = Vec::new();
+        for (key, raw) in document.iter() {
+            match super::json::document::parse_entry(raw) {
+                Ok(entry) => {
+                    if let Some(file) = missing_transcript(&entry) {
+                        missing.push((key.to_owned(), file));
+                    }
+                }
+                Err(error) => self.report.findings.push((
+                    Finding::InvalidEntry {
+                        path: store.to_owned(),
+                        key: key.to_owned(),
+                        problem: error.to_string(),
+                    },
+                    None,
+                )),
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let prune = self.options.repair && self.options.prune_missing_transcripts;
+        let saved = if prune {
+            Some(self.prune(store, &document, &missing)?)
+        } else {
+            None
+        };
+        for (key, session_file) in missing {
+            let repair = saved.as_ref().map(|saved| Repair {
+                action: "entry removed from the store".into(),
+                quarantined_to: Some(saved.clone()),
+            });
+            self.report.findings.push((
+                Finding::MissingTranscript {
+                    path: store.to_owned(),
+                    key,
+                    session_file,
+                },
+                repair,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Saves the entries to prune into the quarantine and schedules their removal.
+    fn prune(
+        &mut self,
+        store: &Path,
+        document: &super::json::document::Document,
+        missing: &[(String, String)],
+    ) -> Result<PathBuf> {
+        let dir = store.parent().unwrap_or(Path::new("."));
+        let saved = self.quarantine(dir)?.join("pruned-sessions.json");
+        let mut pruned = serde_json::Map::new();
+        for (key, _) in missing {
+            if let Some(raw) = document.get(key) {
+                let value: serde_json::Value =
+                    serde_json::from_str(raw.get()).unwrap_or(serde_json::Value::Null);
+                pruned.insert(key.clone(), value);
+            }
+        }
+        let text = serde_json::to_string_pretty(&pruned).expect("JSON values serialise");
+        fs::write(&saved, text).map_err(|e| Error::io("write", &saved, e))?;
+        self.to_prune
+            .extend(missing.iter().map(|(key, _)| key.clone()));
+        Ok(saved)
+    }
+
+    fn corrupt_store(&mut self, store: &Path, problem: String) -> Result<()> {
+        let backup = backup_path(store);
+        let backup_is_valid = fs::read(&backup)
+            .ok()
+            .is_some_and(|bytes| super::json::document::Document::parse(&bytes).is_ok());
+        let finding = Finding::CorruptStore {
+            path: store.to_owned(),
+            problem,
+            backup_is_valid,
+        };
+        let repair = if self.options.repair && backup_is_valid {
+            let target = self.move_to_quarantine(store)?;
+            fs::copy(&backup, store).map_err(|e| Error::io("restore backup to", store, e))?;
+            Some(Repair {
+                action: "restored sessions.json.bak; the corrupt file is in the quarantine".into(),
+                quarantined_to: Some(target),
+            })
+        } else {
+            None
+        };
+        self.report.findings.push((finding, repair));
+        Ok(())
+    }
+}
+
+/// The entry's recorded transcript file, if it has one and it does not exist.
+fn missing_transcript(entry: &SessionEntry) -> Option<String> {
+    let file = entry.session_file.as_deref()?.trim();
+    if file.is_empty() || Path::new(file).exists() {
+        return None;
+    }
+    Some(file.to_owned())
+}
+
+fn age(path: &Path) -> Duration {
+    fs::symlink_metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|modified| SystemTime::now().duration_since(modified).ok())
+        .unwrap_or_default()
+}
+
+/// Agents with a sessions directory.
+fn agents(root: &Path) -> Result<Vec<AgentId>> {
+    let dir = root.join("agents");
+    let entries = match fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io("list", dir, e)),
+    };
+    let mut agents: Vec<AgentId> = entries
+        .filter_map(|entry| entry.ok())
+        .filter_map(|entry| AgentId::new(entry.file_name().to_str()?).ok())
+        .filter(|agent| paths::sessions_dir(root, agent).is_dir())
+        .collect();
+    agents.sort();
+    Ok(agents)
+}

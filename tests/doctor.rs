@@ -1,0 +1,243 @@
+//! `doctor`: what it finds in a damaged state directory, and what it repairs without
+//! losing anything.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use agent_sessions::prelude::*;
+use agent_sessions::store::doctor::{examine, DoctorOptions, Finding};
+
+fn sessions_dir(root: &Path) -> PathBuf {
+    agent_sessions::paths::sessions_dir(root, &AgentId::main())
+}
+
+/// Makes `path` look `age` old.
+fn age(path: &Path, age: Duration) {
+    let file = fs::OpenOptions::new().append(true).open(path).unwrap();
+    file.set_modified(SystemTime::now() - age).unwrap();
+}
+
+fn kinds(report: &agent_sessions::store::doctor::DoctorReport) -> Vec<&'static str> {
+    report
+        .findings
+        .iter()
+        .map(|(finding, _)| match finding {
+            Finding::CorruptStore { .. } => "corrupt store",
+            Finding::InvalidEntry { .. } => "invalid entry",
+            Finding::OrphanedTempFile { .. } => "orphaned temp",
+            Finding::DeadLock { .. } => "dead lock",
+            Finding::MissingTranscript { .. } => "missing transcript",
+            _ => "other",
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_healthy_tree_is_healthy() {
+    let tree = common::openclaw_fixture();
+    // The fixture's sessionFile paths point at /home/u; put them where they are.
+    let store = JsonFileStore::new(tree.path());
+    for session in store.list(&ListFilter::new()).await.unwrap() {
+        store
+            .update(&session.key, |slot| {
+                let entry = slot.as_mut().unwrap();
+                entry.session_file = None;
+            })
+            .await
+            .unwrap();
+    }
+    let report = examine(tree.path(), &DoctorOptions::default())
+        .await
+        .unwrap();
+    assert!(report.is_healthy(), "{report:?}");
+    assert_eq!(report.stores.len(), 1);
+}
+
+#[tokio::test]
+async fn a_corrupt_store_is_restored_from_its_backup_and_kept_in_quarantine() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JsonFileStore::new(dir.path());
+    let key = SessionKey::parse("agent:main:main").unwrap();
+    store.put(&key, SessionEntry::new("v1", 1)).await.unwrap();
+    store.put(&key, SessionEntry::new("v2", 2)).await.unwrap();
+    let file = sessions_dir(dir.path()).join("sessions.json");
+    fs::write(&file, b"{\"agent:main:main\": {\"sessionId\": \"v3").unwrap();
+
+    let report = examine(dir.path(), &DoctorOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(kinds(&report), ["corrupt store"]);
+    assert!(matches!(
+        &report.findings[0].0,
+        Finding::CorruptStore {
+            backup_is_valid: true,
+            ..
+        }
+    ));
+    assert!(!report.all_repaired());
+    assert!(
+        fs::read(&file).unwrap().ends_with(b"v3"),
+        "without --repair nothing changes"
+    );
+
+    let repaired = examine(dir.path(), &DoctorOptions::repair()).await.unwrap();
+    assert!(repaired.all_repaired());
+    let moved = repaired.findings[0]
+        .1
+        .as_ref()
+        .unwrap()
+        .quarantined_to
+        .clone()
+        .unwrap();
+    assert!(
+        fs::read(&moved).unwrap().ends_with(b"v3"),
+        "the corrupt file is kept"
+    );
+    let fresh = JsonFileStore::new(dir.path());
+    assert_eq!(
+        fresh.get(&key).await.unwrap().unwrap().entry.session_id,
+        "v1",
+        "the backup (the version before the last write) is back"
+    );
+}
+
+#[tokio::test]
+async fn a_corrupt_store_without_a_backup_is_reported_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = sessions_dir(dir.path()).join("sessions.json");
+    fs::create_dir_all(file.parent().unwrap()).unwrap();
+    fs::write(&file, b"").unwrap();
+    let report = examine(dir.path(), &DoctorOptions::repair()).await.unwrap();
+    assert_eq!(kinds(&report), ["corrupt store"]);
+    assert!(!report.all_repaired());
+    assert_eq!(fs::read(&file).unwrap(), b"");
+}
+
+#[tokio::test]
+async fn orphans_and_dead_locks_are_cleared_and_fresh_ones_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JsonFileStore::new(dir.path());
+    let key = SessionKey::parse("agent:main:main").unwrap();
+    store.put(&key, SessionEntry::new("v1", 1)).await.unwrap();
+    let sessions = sessions_dir(dir.path());
+    let old_temp = sessions.join("sessions.json.4242.0000.tmp");
+    fs::write(&old_temp, b"{\"half").unwrap();
+    age(&old_temp, Duration::from_secs(3600));
+    let fresh_temp = sessions.join("sessions.json.4243.0000.tmp");
+    fs::write(&fresh_temp, b"{").unwrap();
+    let lock = sessions.join("sessions.json.lock");
+    fs::write(
+        &lock,
+        r#"{"pid":999999,"startedAt":1770350000000,"lockedBy":"agent-sessions"}"#,
+    )
+    .unwrap();
+
+    let report = examine(dir.path(), &DoctorOptions::repair()).await.unwrap();
+    let mut found = kinds(&report);
+    found.sort();
+    assert_eq!(found, ["dead lock", "orphaned temp"]);
+    assert!(report.all_repaired());
+    assert!(!lock.exists() && !old_temp.exists());
+    assert!(
+        fresh_temp.exists(),
+        "a writer may still be using a fresh temp file"
+    );
+    let quarantined: Vec<_> = report
+        .findings
+        .iter()
+        .filter_map(|(_, repair)| repair.as_ref()?.quarantined_to.clone())
+        .collect();
+    assert_eq!(fs::read(&quarantined[0]).unwrap(), b"{\"half");
+
+    // A fresh lock of another program is someone's live lock: not touched.
+    fs::write(&lock, r#"{"pid":4242,"startedAt":1770350000000}"#).unwrap();
+    let report = examine(dir.path(), &DoctorOptions::repair()).await.unwrap();
+    assert!(report.is_healthy(), "{report:?}");
+    assert!(lock.exists());
+}
+
+#[tokio::test]
+async fn entries_whose_transcript_is_gone_are_pruned_only_on_request_and_saved() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JsonFileStore::new(dir.path());
+    let gone = SessionKey::parse("agent:main:dm:gone").unwrap();
+    let kept = SessionKey::parse("agent:main:dm:kept").unwrap();
+    let mut entry = SessionEntry::new("s-gone", 1);
+    entry.session_file = Some(
+        sessions_dir(dir.path())
+            .join("s-gone.jsonl")
+            .to_string_lossy()
+            .into_owned(),
+    );
+    store.put(&gone, entry).await.unwrap();
+    store
+        .put(&kept, SessionEntry::new("s-kept", 2))
+        .await
+        .unwrap();
+
+    let repair_only = examine(dir.path(), &DoctorOptions::repair()).await.unwrap();
+    assert_eq!(kinds(&repair_only), ["missing transcript"]);
+    assert!(!repair_only.all_repaired(), "pruning needs its own flag");
+    assert!(store.get(&gone).await.unwrap().is_some());
+
+    let mut options = DoctorOptions::repair();
+    options.prune_missing_transcripts = true;
+    let pruned = examine(dir.path(), &options).await.unwrap();
+    assert!(pruned.all_repaired());
+    let fresh = JsonFileStore::new(dir.path());
+    assert!(fresh.get(&gone).await.unwrap().is_none());
+    assert!(fresh.get(&kept).await.unwrap().is_some());
+    let saved = pruned.findings[0]
+        .1
+        .as_ref()
+        .unwrap()
+        .quarantined_to
+        .clone()
+        .unwrap();
+    let saved: serde_json::Value = serde_json::from_slice(&fs::read(saved).unwrap()).unwrap();
+    assert_eq!(saved["agent:main:dm:gone"]["sessionId"], "s-gone");
+}
+
+#[tokio::test]
+async fn a_deeply_nested_entry_is_a_typed_error_not_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = sessions_dir(dir.path()).join("sessions.json");
+    fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let depth = 100_000;
+    let nested = format!(
+        r#"{{"agent:main:main":{{"sessionId":"s","updatedAt":1,"x":{}{}}},"agent:main:dm:ok":{{"sessionId":"ok","updatedAt":2}}}}"#,
+        "[".repeat(depth),
+        "]".repeat(depth)
+    );
+    fs::write(&file, &nested).unwrap();
+    let store = JsonFileStore::new(dir.path());
+    let key = SessionKey::parse("agent:main:main").unwrap();
+    let result = store.get(&key).await;
+    assert!(
+        matches!(result, Err(agent_sessions::Error::InvalidEntry { .. })),
+        "{result:?}"
+    );
+    // The rest of the store is usable, and nothing was rewritten.
+    let ok = SessionKey::parse("agent:main:dm:ok").unwrap();
+    assert!(store.get(&ok).await.unwrap().is_some());
+    assert_eq!(fs::read_to_string(&file).unwrap(), nested, "untouched");
+    let report = examine(dir.path(), &DoctorOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(kinds(&report), ["invalid entry"]);
+}
+
+#[tokio::test]
+async fn a_huge_entry_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JsonFileStore::new(dir.path());
+    let key = SessionKey::parse("agent:main:main").unwrap();
+    let mut entry = SessionEntry::new("s", 1);
+    entry.last_message_preview = Some("x".repeat(20 * 1024 * 1024));
+    store.put(&key, entry.clone()).await.unwrap();
+    let fresh = JsonFileStore::new(dir.path());
+    assert_eq!(fresh.get(&key).await.unwrap().unwrap().entry, entry);
+}
