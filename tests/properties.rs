@@ -211,3 +211,46 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// A key built from any conversation parses back to itself, stays under its agent,
+    /// and keeps a DM with one peer apart from a DM with another.
+    #[test]
+    fn built_keys_parse_to_themselves(
+        channel in "[A-Za-z][A-Za-z0-9_-]{0,12}",
+        peer in hostile_id(),
+        other in hostile_id(),
+        group in hostile_id(),
+        thread in proptest::option::of("[0-9]{1,6}"),
+    ) {
+        use agent_sessions::{Conversation, DefaultKeyBuilder, DmScope, KeyBuilder, SessionKey};
+        let keys = DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer);
+        let mut conversations = vec![Conversation::direct(&channel, &peer), Conversation::group(&channel, &group)];
+        if let Some(thread) = &thread {
+            conversations.push(Conversation::group(&channel, &group).with_thread(thread));
+        }
+        for conversation in conversations {
+            if let Ok(key) = keys.build(&conversation) {
+                prop_assert_eq!(SessionKey::parse(key.as_str()).unwrap(), key.clone());
+                prop_assert_eq!(key.agent_id(), Some("main"));
+            }
+        }
+        let a = keys.build(&Conversation::direct(&channel, &peer));
+        let b = keys.build(&Conversation::direct(&channel, &other));
+        if let (Ok(a), Ok(b)) = (a, b) {
+            let same_peer = peer.trim().to_lowercase() == other.trim().to_lowercase();
+            prop_assert_eq!(a == b, same_peer, "{} vs {}", a, b);
+        }
+    }
+
+    /// File-name encoding is reversible and never yields a path separator.
+    #[test]
+    fn file_name_encoding_is_reversible(id in any::<String>()) {
+        use agent_sessions::paths::{decode_file_component, encode_file_component};
+        let encoded = encode_file_component(&id);
+        prop_assert!(!encoded.contains('/') && !encoded.contains('\\'));
+        prop_assert_eq!(decode_file_component(&encoded).unwrap(), id);
+    }
+}

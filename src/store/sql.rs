@@ -6,7 +6,7 @@ use std::path::Path;
 use crate::entry::SessionEntry;
 use crate::error::{Error, Result};
 use crate::key::{normalize_channel, SessionKey};
-use crate::store::{entry_revision, ListFilter, Revision, StoredSession};
+use crate::store::{ListFilter, Revision, StoredSession};
 use crate::transcript::{LogQuery, TranscriptEntry};
 
 /// A session as a row: the entry's JSON, exactly as this crate writes it, and the
@@ -33,10 +33,8 @@ impl SessionRow {
             key: key.clone(),
             source,
         })?;
-        let revision = entry_revision(entry).map_err(|source| Error::Serialize {
-            key: key.clone(),
-            source,
-        })?;
+        // The revision is the hash of exactly this text (what `entry_revision` hashes).
+        let revision = Revision::of_bytes(json.as_bytes());
         let chat_type = entry
             .chat_type
             .as_ref()
@@ -298,6 +296,6 @@ mod tests {
         assert_eq!(row.agent_id, "main");
         let back = decode(Path::new("db"), &row.session_key, row.revision, &row.entry).unwrap();
         assert_eq!(back.entry, entry);
-        assert_eq!(back.revision, entry_revision(&entry).unwrap());
+        assert_eq!(back.revision, crate::store::entry_revision(&entry).unwrap());
     }
 }

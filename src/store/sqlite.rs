@@ -324,7 +324,7 @@ fn to_sql(value: &SqlValue) -> rusqlite::types::Value {
 }
 
 fn write_row(tx: &Connection, row: &SessionRow) -> Result<()> {
-    tx.execute(
+    tx.prepare_cached(
         "INSERT INTO sessions (session_key, agent_id, session_id, updated_at, channel, chat_type,
              person_id, agent_identity, revision, entry)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
@@ -334,7 +334,9 @@ fn write_row(tx: &Connection, row: &SessionRow) -> Result<()> {
              chat_type = excluded.chat_type, person_id = excluded.person_id,
              agent_identity = excluded.agent_identity, revision = excluded.revision,
              entry = excluded.entry",
-        params![
+    )
+    .and_then(|mut statement| {
+        statement.execute(params![
             row.session_key,
             row.agent_id,
             row.session_id,
@@ -345,20 +347,20 @@ fn write_row(tx: &Connection, row: &SessionRow) -> Result<()> {
             row.agent_identity,
             row.revision,
             row.entry
-        ],
-    )
+        ])
+    })
     .map_err(db_error("write a session"))?;
     Ok(())
 }
 
 fn read_row(c: &Connection, key: &str) -> Result<Option<(i64, String)>> {
-    c.query_row(
-        "SELECT revision, entry FROM sessions WHERE session_key = ?1",
-        [key],
-        |row| Ok((row.get(0)?, row.get(1)?)),
-    )
-    .optional()
-    .map_err(db_error("read a session"))
+    c.prepare_cached("SELECT revision, entry FROM sessions WHERE session_key = ?1")
+        .and_then(|mut statement| {
+            statement
+                .query_row([key], |row| Ok((row.get(0)?, row.get(1)?)))
+                .optional()
+        })
+        .map_err(db_error("read a session"))
 }
 
 #[async_trait]
@@ -375,84 +377,30 @@ impl SessionStore for SqliteStore {
         key: &SessionKey,
         mutator: &mut Mutator<'_>,
     ) -> Result<Option<StoredSession>> {
-        let raw = key.to_string();
+        let location = self.inner.path.clone();
         // Take the write lock first, then read: no other process can change the row
         // between the read and the write.
         let guard = self.lock().await;
-        let (guard, row) = self
-            .run(guard, move |c| {
-                abandon_stale_transaction(c);
-                c.execute_batch("BEGIN IMMEDIATE")
-                    .map_err(db_error("begin a transaction"))?;
-                let row = read_row(c, &raw);
-                if row.is_err() {
-                    let _ = c.execute_batch("ROLLBACK");
-                }
-                row
-            })
-            .await?;
-        let outcome = (|| {
-            let current = row
-                .map(|(revision, json)| decode(&self.inner.path, key.as_str(), revision, &json))
-                .transpose()?;
-            let mut slot = current.as_ref().map(|s| s.entry.clone());
-            mutator(&mut slot, current.as_ref().map(|s| s.revision))?;
-            let changed = slot.as_ref() != current.as_ref().map(|s| &s.entry);
-            let row = match (&slot, changed) {
-                (Some(entry), true) => Some(SessionRow::new(key, entry)?),
-                _ => None,
-            };
-            Ok((current, slot, changed, row))
-        })();
-        let raw = key.to_string();
-        match outcome {
-            Err(error) => {
-                self.run(guard, |c| {
-                    c.execute_batch("ROLLBACK").map_err(db_error("roll back"))
-                })
-                .await?;
-                Err(error)
-            }
-            Ok((current, _, false, _)) => {
-                self.run(guard, |c| {
-                    c.execute_batch("ROLLBACK").map_err(db_error("roll back"))
-                })
-                .await?;
-                Ok(current)
-            }
-            Ok((_, slot, true, row)) => {
-                self.run(guard, move |c| {
-                    let written = match &row {
-                        Some(row) => write_row(c, row),
-                        None => c
-                            .execute("DELETE FROM sessions WHERE session_key = ?1", [&raw])
-                            .map(drop)
-                            .map_err(db_error("delete a session")),
-                    };
-                    match written {
-                        Ok(()) => c.execute_batch("COMMIT").map_err(db_error("commit")),
-                        Err(error) => {
-                            let _ = c.execute_batch("ROLLBACK");
-                            Err(error)
-                        }
-                    }
-                })
-                .await?;
-                Ok(match slot {
-                    Some(entry) => Some(StoredSession {
-                        key: key.clone(),
-                        revision: crate::store::entry_revision(&entry).map_err(|source| {
-                            Error::Serialize {
-                                key: key.clone(),
-                                source,
-                            }
-                        })?,
-                        entry,
-                    }),
-                    None => None,
-                })
-            }
+        if tokio::runtime::Handle::current().runtime_flavor()
+            == tokio::runtime::RuntimeFlavor::MultiThread
+        {
+            // The whole transaction on this worker, which tokio replaces meanwhile: one
+            // hand-over instead of two trips to the blocking pool.
+            let mut connection = guard;
+            return tokio::task::block_in_place(|| {
+                let row = begin_update(&mut connection, key)?;
+                let change = change(&location, key, row, mutator);
+                finish_update(&mut connection, key, &change_summary(&change))?;
+                change.map(Change::into_stored)
+            });
         }
+        let raw = key.clone();
+        let (guard, row) = self.run(guard, move |c| begin_update(c, &raw)).await?;
+        let change = change(&location, key, row, mutator);
+        let (outcome, raw) = (change_summary(&change), key.clone());
+        self.run(guard, move |c| finish_update(c, &raw, &outcome))
+            .await?;
+        change.map(Change::into_stored)
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
@@ -489,6 +437,120 @@ impl SessionStore for SqliteStore {
             })
             .await?;
         Ok(usize::try_from(count).unwrap_or(0))
+    }
+}
+
+/// What an update does to one row.
+struct Change {
+    /// The session as it was.
+    current: Option<StoredSession>,
+    /// The session as the mutator left it, if it changed.
+    after: Option<(SessionKey, Option<crate::entry::SessionEntry>)>,
+    /// The row to write (`None` with a change: delete).
+    row: Option<SessionRow>,
+}
+
+impl Change {
+    fn into_stored(self) -> Option<StoredSession> {
+        match self.after {
+            None => self.current,
+            Some((key, entry)) => {
+                let revision = self
+                    .row
+                    .as_ref()
+                    .map(|row| sql::revision_from_i64(row.revision));
+                entry.zip(revision).map(|(entry, revision)| StoredSession {
+                    key,
+                    entry,
+                    revision,
+                })
+            }
+        }
+    }
+}
+
+/// Begins the write transaction and reads the row.
+fn begin_update(c: &mut Connection, key: &SessionKey) -> Result<Option<(i64, String)>> {
+    abandon_stale_transaction(c);
+    c.execute_batch("BEGIN IMMEDIATE")
+        .map_err(db_error("begin a transaction"))?;
+    let row = read_row(c, key.as_str());
+    if row.is_err() {
+        let _ = c.execute_batch("ROLLBACK");
+    }
+    row
+}
+
+/// Runs the mutator on the row read.
+fn change(
+    location: &Path,
+    key: &SessionKey,
+    row: Option<(i64, String)>,
+    mutator: &mut Mutator<'_>,
+) -> Result<Change> {
+    let current = row
+        .map(|(revision, json)| decode(location, key.as_str(), revision, &json))
+        .transpose()?;
+    let mut slot = current.as_ref().map(|s| s.entry.clone());
+    mutator(&mut slot, current.as_ref().map(|s| s.revision))?;
+    if slot.as_ref() == current.as_ref().map(|s| &s.entry) {
+        return Ok(Change {
+            current,
+            after: None,
+            row: None,
+        });
+    }
+    let row = slot
+        .as_ref()
+        .map(|entry| SessionRow::new(key, entry))
+        .transpose()?;
+    Ok(Change {
+        current,
+        after: Some((key.clone(), slot)),
+        row,
+    })
+}
+
+/// What the finishing step needs of a change: write this row, delete, or roll back.
+enum Finish {
+    Write(SessionRow),
+    Delete,
+    RollBack,
+}
+
+fn change_summary(change: &Result<Change>) -> Finish {
+    match change {
+        Ok(Change {
+            after: Some(_),
+            row: Some(row),
+            ..
+        }) => Finish::Write(row.clone()),
+        Ok(Change { after: Some(_), .. }) => Finish::Delete,
+        _ => Finish::RollBack,
+    }
+}
+
+/// Writes (and commits) or rolls back.
+fn finish_update(c: &mut Connection, key: &SessionKey, finish: &Finish) -> Result<()> {
+    let written = match finish {
+        Finish::RollBack => {
+            return c.execute_batch("ROLLBACK").map_err(db_error("roll back"));
+        }
+        Finish::Write(row) => write_row(c, row),
+        Finish::Delete => c
+            .execute(
+                "DELETE FROM sessions WHERE session_key = ?1",
+                [key.as_str()],
+            )
+            .map(drop)
+            .map_err(db_error("delete a session")),
+    };
+    match written {
+        Ok(()) => c.execute_batch("COMMIT").map_err(db_error("commit")),
+        Err(error) => {
+            let _ = c.execute_batch("ROLLBACK");
+            Err(error)
+        }
     }
 }
 

@@ -188,28 +188,44 @@ impl JsonFileStore {
     /// this process's queue). A lock held by another process of this crate is waited
     /// for on its OS lock, so the waiter wakes as soon as it is released; a lock held by
     /// anyone else (OpenClaw) is polled, as OpenClaw polls.
-    async fn lock_file(&self, store_path: &Path, started: Instant) -> Result<FileLock> {
+    async fn lock_file(
+        &self,
+        store_path: &Path,
+        started: Instant,
+        mut last_written: Option<(Arc<Document>, FileStamp)>,
+    ) -> Result<(FileLock, Arc<Document>, Option<FileStamp>)> {
         let options = self.inner.options.lock;
         let lock_path = lock_path(store_path);
         let mut logged_wait = false;
         loop {
-            let attempt_path = lock_path.clone();
+            let (attempt_path, store_file) = (lock_path.clone(), store_path.to_owned());
             let stale_after = options.stale_after;
+            let inner = self.inner.clone();
+            // One trip to the blocking pool takes the lock and reads the store.
             let attempt = blocking(&lock_path, move || {
-                FileLock::try_acquire(&attempt_path, stale_after)
+                match FileLock::try_acquire(&attempt_path, stale_after)? {
+                    Attempt::Acquired(file) => {
+                        let (document, stamp) = inner.locked_document(&store_file, last_written)?;
+                        Ok(Ok((file, document, stamp)))
+                    }
+                    Attempt::Busy(holder) => Ok(Err((holder, last_written))),
+                }
             })
             .await?;
             let holder = match attempt {
-                Attempt::Acquired(file) => {
+                Ok(locked) => {
                     let waited = started.elapsed();
                     if waited >= Duration::from_millis(100) {
                         tracing::info!(path = %lock_path.display(), waited_ms = waited.as_millis() as u64, "session store lock acquired after waiting");
                     } else {
                         tracing::trace!(path = %lock_path.display(), waited_us = waited.as_micros() as u64, "session store lock acquired");
                     }
-                    return Ok(file);
+                    return Ok(locked);
                 }
-                Attempt::Busy(holder) => holder,
+                Err((holder, kept)) => {
+                    last_written = kept;
+                    holder
+                }
             };
             let waited = started.elapsed();
             if waited >= options.timeout {
@@ -263,37 +279,6 @@ impl JsonFileStore {
                 waited: started.elapsed(),
             }
         })
-    }
-
-    /// The store's document, under the lock: the one this process last wrote when the
-    /// file is provably unchanged since (same inode, size and mtime), else read afresh.
-    async fn locked_document(
-        &self,
-        path: &Path,
-        last_written: Option<(Arc<Document>, FileStamp)>,
-    ) -> Result<(Arc<Document>, Option<FileStamp>)> {
-        let inner = self.inner.clone();
-        let file = path.to_owned();
-        blocking(path, move || {
-            let stamp = inner
-                .io
-                .stat(&file)
-                .map_err(|e| Error::io("stat", &file, e))?;
-            if let Some((document, written)) = last_written {
-                if stamp == Some(written) {
-                    // Drop this store's cached copy, so the change need not clone it.
-                    inner.forget(&file);
-                    return Ok((document, stamp));
-                }
-            }
-            // Always re-read otherwise: a cached copy may predate another writer's
-            // update (OpenClaw's lost-update bug #10331).
-            Ok(match inner.read(&file)? {
-                Some((document, stamp)) => (Arc::new(document), Some(stamp)),
-                None => (Arc::default(), None),
-            })
-        })
-        .await
     }
 
     /// Writes the batch (if it holds a change), releases the lock file and tells the
@@ -438,6 +423,29 @@ fn apply_change(
 }
 
 impl Inner {
+    /// The store's document, under the lock: the one this process last wrote when the
+    /// file is provably unchanged since (same inode, size and mtime), else read afresh.
+    fn locked_document(
+        &self,
+        path: &Path,
+        last_written: Option<(Arc<Document>, FileStamp)>,
+    ) -> Result<(Arc<Document>, Option<FileStamp>)> {
+        let stamp = self.io.stat(path).map_err(|e| Error::io("stat", path, e))?;
+        if let Some((document, written)) = last_written {
+            if stamp == Some(written) {
+                // Drop this store's cached copy, so the change need not clone it.
+                self.forget(path);
+                return Ok((document, stamp));
+            }
+        }
+        // Always re-read otherwise: a cached copy may predate another writer's update
+        // (OpenClaw's lost-update bug #10331).
+        Ok(match self.read(path)? {
+            Some((document, stamp)) => (Arc::new(document), Some(stamp)),
+            None => (Arc::default(), None),
+        })
+    }
+
     /// The process-wide write queue of `path`, held for as long as this store lives.
     fn queue_of(&self, path: &Path) -> Arc<FileQueue> {
         let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
@@ -632,10 +640,8 @@ impl SessionStore for JsonFileStore {
         let queue = self.inner.queue_of(&path);
         let mut state = self.queue(&path, &queue, started).await?;
         if state.open.is_none() {
-            let lock = self.lock_file(&path, started).await?;
-            let (document, read_stamp) = self
-                .locked_document(&path, state.last_written.take())
-                .await?;
+            let last_written = state.last_written.take();
+            let (lock, document, read_stamp) = self.lock_file(&path, started, last_written).await?;
             state.open = Some(Batch::new(lock, document, read_stamp));
         }
         let batch = state.open.as_mut().expect("a batch is open");
