@@ -513,7 +513,7 @@ fn change(
 
 /// What the finishing step needs of a change: write this row, delete, or roll back.
 enum Finish {
-    Write(SessionRow),
+    Write(Box<SessionRow>),
     Delete,
     RollBack,
 }
@@ -524,7 +524,7 @@ fn change_summary(change: &Result<Change>) -> Finish {
             after: Some(_),
             row: Some(row),
             ..
-        }) => Finish::Write(row.clone()),
+        }) => Finish::Write(Box::new(row.clone())),
         Ok(Change { after: Some(_), .. }) => Finish::Delete,
         _ => Finish::RollBack,
     }

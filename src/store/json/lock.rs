@@ -83,17 +83,22 @@ pub(crate) enum Attempt {
 impl FileLock {
     /// One non-blocking attempt to take the lock at `path`, removing it first if it is
     /// abandoned.
+    ///
+    /// The lock file is published complete: it is written (holder, OS lock) under a
+    /// temporary name and then hard-linked to `path`, which fails if `path` exists —
+    /// OpenClaw's `O_EXCL` rule. A writer killed at any point therefore leaves either
+    /// no lock file or one that names it and whose OS lock died with it, which the next
+    /// writer removes at once. File systems without hard links get OpenClaw's plain
+    /// `O_EXCL` create.
     pub(crate) fn try_acquire(path: &Path, stale_after: Duration) -> Result<Attempt> {
         // A few rounds absorb races with a holder that is releasing or being evicted.
         for _ in 0..4 {
-            match create_private(path) {
-                Ok(file) => return Ok(Attempt::Acquired(FileLock::own(path, file)?)),
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    match inspect(path, stale_after)? {
-                        Existing::Held(holder) => return Ok(Attempt::Busy(holder)),
-                        Existing::Gone => continue,
-                    }
-                }
+            match publish(path) {
+                Ok(Some(lock)) => return Ok(Attempt::Acquired(lock)),
+                Ok(None) => match inspect(path, stale_after)? {
+                    Existing::Held(holder) => return Ok(Attempt::Busy(holder)),
+                    Existing::Gone => continue,
+                },
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     let dir = path.parent().unwrap_or(Path::new("."));
                     crate::fsutil::create_private_dir_all(dir)
@@ -104,26 +109,45 @@ impl FileLock {
         }
         Ok(Attempt::Busy(None))
     }
+}
 
-    fn own(path: &Path, mut file: File) -> Result<Self> {
-        // Nobody else can hold the OS lock of a file we just created exclusively; a file
-        // system without flock support still gets OpenClaw's O_EXCL protocol.
-        if let Err(TryLockError::Error(e)) = file.try_lock() {
-            tracing::debug!(path = %path.display(), error = %e, "no OS lock on this file system");
-        }
-        let content = serde_json::json!({
-            "pid": std::process::id(),
-            "startedAt": epoch_ms(SystemTime::now()),
-            "lockedBy": OWNER_MARKER,
-        });
-        // Best effort, like OpenClaw: the O_EXCL file alone is the lock.
-        if let Err(e) = file.write_all(content.to_string().as_bytes()) {
-            tracing::debug!(path = %path.display(), error = %e, "could not write lock holder");
-        }
-        Ok(FileLock {
+/// Creates the lock file at `path` complete, or returns `None` if one exists.
+fn publish(path: &Path) -> io::Result<Option<FileLock>> {
+    let temp = super::io::temp_sibling(path);
+    let mut file = create_private(&temp)?;
+    // Nobody else can hold the OS lock of a file we just created exclusively; a file
+    // system without flock support still gets OpenClaw's O_EXCL protocol.
+    if let Err(TryLockError::Error(e)) = file.try_lock() {
+        tracing::debug!(path = %path.display(), error = %e, "no OS lock on this file system");
+    }
+    let content = serde_json::json!({
+        "pid": std::process::id(),
+        "startedAt": epoch_ms(SystemTime::now()),
+        "lockedBy": OWNER_MARKER,
+    });
+    let written = file.write_all(content.to_string().as_bytes());
+    let linked = written.and_then(|()| fs::hard_link(&temp, path));
+    let _ = fs::remove_file(&temp);
+    match linked {
+        Ok(()) => Ok(Some(FileLock {
             path: path.to_owned(),
             file,
-        })
+        })),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(None),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(e),
+        // No hard links here: OpenClaw's O_EXCL create (the holder is written after).
+        Err(_) => match create_private(path) {
+            Ok(mut file) => {
+                let _ = file.try_lock();
+                let _ = file.write_all(content.to_string().as_bytes());
+                Ok(Some(FileLock {
+                    path: path.to_owned(),
+                    file,
+                }))
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(None),
+            Err(e) => Err(e),
+        },
     }
 }
 
