@@ -14,7 +14,7 @@ use agent_sessions::store::Backend;
 const STORE_VAR: &str = "AGENT_SESSIONS_CHILD_STORE";
 const WORKER_VAR: &str = "AGENT_SESSIONS_CHILD_WORKER";
 const PROCESSES: u64 = 4;
-const INCREMENTS: u64 = 100;
+const INCREMENTS: u64 = 500;
 
 fn shared_key() -> SessionKey {
     SessionKey::parse("agent:main:main").unwrap()
