@@ -10,7 +10,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
 
 use super::sql::{self, decode, lock_id, log_records, LogColumns, SessionRow, SqlValue};
-use super::{entry_revision, ListFilter, Mutator, SessionStore, StoredSession};
+use super::{ListFilter, Mutator, SessionStore, StoredSession};
 use crate::error::{Error, Result};
 use crate::key::{AgentId, SessionKey};
 use crate::transcript::lines::{
@@ -348,20 +348,31 @@ impl PostgresStore {
         Ok(())
     }
 
-    async fn write_row(&self, tx: &Transaction<'_>, row: &SessionRow) -> Result<()> {
-        tx.execute(
-            &format!(
-                "INSERT INTO {} (session_key, agent_id, session_id, updated_at, channel, chat_type,
-                     person_id, agent_identity, revision, entry)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-                 ON CONFLICT (session_key) DO UPDATE SET
-                     agent_id = excluded.agent_id, session_id = excluded.session_id,
-                     updated_at = excluded.updated_at, channel = excluded.channel,
-                     chat_type = excluded.chat_type, person_id = excluded.person_id,
-                     agent_identity = excluded.agent_identity, revision = excluded.revision,
-                     entry = excluded.entry",
+    /// Writes `row`: an `UPDATE` of the row that was read, or an `INSERT` of a new one
+    /// (the key's advisory lock makes "was read" still true).
+    async fn write_row(&self, tx: &Transaction<'_>, row: &SessionRow, exists: bool) -> Result<()> {
+        let statement = if exists {
+            format!(
+                "UPDATE {} SET agent_id = $2, session_id = $3, updated_at = $4, channel = $5,
+                     chat_type = $6, person_id = $7, agent_identity = $8, revision = $9,
+                     entry = $10
+                 WHERE session_key = $1",
                 self.table("sessions")
-            ),
+            )
+        } else {
+            format!(
+                "INSERT INTO {} (session_key, agent_id, session_id, updated_at, channel,
+                     chat_type, person_id, agent_identity, revision, entry)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                self.table("sessions")
+            )
+        };
+        let statement = tx
+            .prepare_cached(&statement)
+            .await
+            .map_err(pg_error("write a session"))?;
+        tx.execute(
+            &statement,
             &[
                 &row.session_key,
                 &row.agent_id,
@@ -409,18 +420,30 @@ impl SessionStore for PostgresStore {
             .transaction()
             .await
             .map_err(pg_error("begin a transaction"))?;
-        // Serialise updates of this key across every host, also while it does not
-        // exist yet (a row lock needs a row).
-        self.lock(&tx, key.as_str()).await?;
-        let current = tx
-            .query_opt(
-                &format!(
-                    "SELECT revision, entry FROM {} WHERE session_key = $1",
-                    self.table("sessions")
-                ),
-                &[&key.as_str()],
-            )
+        let lock = tx
+            .prepare_cached("SELECT pg_advisory_xact_lock($1)")
             .await
+            .map_err(pg_error("lock a row"))?;
+        let read = tx
+            .prepare_cached(&format!(
+                "SELECT revision, entry FROM {} WHERE session_key = $1",
+                self.table("sessions")
+            ))
+            .await
+            .map_err(pg_error("read a session"))?;
+        // Serialise updates of this key across every host, also while it does not
+        // exist yet (a row lock needs a row). The lock and the read go out together;
+        // the server runs the read once the lock is granted.
+        let lock_id = lock_id(&format!("{}\0{}", self.schema, key.as_str()));
+        let raw_key = key.as_str();
+        let (lock_params, read_params): (&[&(dyn ToSql + Sync)], &[&(dyn ToSql + Sync)]) =
+            (&[&lock_id], &[&raw_key]);
+        let (locked, row) = tokio::join!(
+            tx.execute(&lock, lock_params),
+            tx.query_opt(&read, read_params)
+        );
+        locked.map_err(pg_error("lock a row"))?;
+        let current = row
             .map_err(pg_error("read a session"))?
             .map(|row| decode(&self.location, key.as_str(), row.get(0), row.get(1)))
             .transpose()?;
@@ -432,15 +455,11 @@ impl SessionStore for PostgresStore {
         let stored = match slot {
             Some(entry) => {
                 let row = SessionRow::new(key, &entry)?;
-                self.write_row(&tx, &row).await?;
-                let revision = entry_revision(&entry).map_err(|source| Error::Serialize {
-                    key: key.clone(),
-                    source,
-                })?;
+                self.write_row(&tx, &row, current.is_some()).await?;
                 Some(StoredSession {
                     key: key.clone(),
                     entry,
-                    revision,
+                    revision: sql::revision_from_i64(row.revision),
                 })
             }
             None => {
