@@ -1,6 +1,6 @@
 //! Opening a store of 100,000 sessions cold — a new store value reading one session —
 //! for the JSON file (the whole file is read and indexed) and SQLite (one indexed row),
-//! and the peak memory of the process afterwards.
+//! and the peak memory of a fresh process that does only that.
 //!
 //! `cargo bench --bench cold_open --features sqlite`
 
@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sessions::prelude::*;
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, Criterion};
 
 const SESSIONS: usize = 100_000;
 
@@ -37,14 +37,13 @@ fn cold_open(c: &mut Criterion) {
     let json_dir = tempfile::tempdir().unwrap();
     let bytes = common::write_store(json_dir.path(), SESSIONS).len();
     eprintln!("json store: {:.1} MB", bytes as f64 / 1e6);
-    eprintln!("peak RSS before opening: {:?} MiB", peak_rss_mib());
+    report_peak_memory("json", json_dir.path());
     group.bench_function("json", |b| {
         b.iter(|| {
             let store = JsonFileStore::new(json_dir.path());
             runtime.block_on(store.get(&target)).unwrap().unwrap()
         })
     });
-    eprintln!("peak RSS after the JSON store: {:?} MiB", peak_rss_mib());
 
     #[cfg(feature = "sqlite")]
     {
@@ -69,6 +68,7 @@ fn cold_open(c: &mut Criterion) {
             }
         });
         drop(filled);
+        report_peak_memory("sqlite", &file);
         group.bench_function("sqlite", |b| {
             b.iter(|| {
                 let store = SqliteStore::open(&file).unwrap();
@@ -79,5 +79,49 @@ fn cold_open(c: &mut Criterion) {
     group.finish();
 }
 
+const CHILD: &str = "AGENT_SESSIONS_COLD_OPEN_CHILD";
+
+/// Runs this binary again to open one store cold and prints that process's peak
+/// resident memory, so the memory of building the store here is not counted.
+fn report_peak_memory(kind: &str, path: &std::path::Path) {
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .env(CHILD, format!("{kind}|{}", path.display()))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    eprint!("{}", String::from_utf8_lossy(&output.stdout));
+}
+
+/// The child: peak memory of the bare process, then after a cold open and one read.
+fn open_once(kind: &str, path: &str) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let before = peak_rss_mib().unwrap_or(f64::NAN);
+    let target = common::key(SESSIONS / 2);
+    let entry = match kind {
+        "json" => runtime.block_on(JsonFileStore::new(path).get(&target)),
+        #[cfg(feature = "sqlite")]
+        "sqlite" => {
+            let store = agent_sessions::store::SqliteStore::open(path).unwrap();
+            runtime.block_on(store.get(&target))
+        }
+        _ => unreachable!("unknown store kind {kind}"),
+    };
+    assert!(entry.unwrap().is_some());
+    let after = peak_rss_mib().unwrap_or(f64::NAN);
+    println!("{kind}: peak RSS {before:.1} MiB before the open, {after:.1} MiB after");
+}
+
 criterion_group!(benches, cold_open);
-criterion_main!(benches);
+
+fn main() {
+    if let Ok(spec) = std::env::var(CHILD) {
+        let (kind, path) = spec.split_once('|').unwrap();
+        open_once(kind, path);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
