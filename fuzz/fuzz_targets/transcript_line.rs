@@ -13,7 +13,11 @@ fuzz_target!(|bytes: &[u8]| {
         assert_eq!(again, entry);
     }
     if let Ok(text) = std::str::from_utf8(bytes) {
-        let (id, topic) = text.split_at(text.len() / 2);
+        let middle = (0..=text.len() / 2)
+            .rev()
+            .find(|&i| text.is_char_boundary(i))
+            .unwrap_or(0);
+        let (id, topic) = text.split_at(middle);
         let mut transcript = TranscriptRef::new(AgentId::main(), id);
         transcript.topic = Some(topic.to_owned());
         if let Ok(name) = transcript.file_name() {
