@@ -62,6 +62,9 @@ mod error;
 pub mod freshness;
 mod fsutil;
 pub mod history;
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub mod http;
 pub mod identity;
 pub mod inbound;
 pub mod isolation;

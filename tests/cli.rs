@@ -264,3 +264,53 @@ fn doctor_reports_then_repairs() {
     let sqlite = format!("sqlite:{}", tree.path().join("s.db").display());
     assert_eq!(code(&run(&sqlite, &["doctor"])), 1);
 }
+
+#[tokio::test]
+async fn serve_answers_the_kernel_api_on_the_address_it_prints() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("json:{}", dir.path().display());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent-sessions"))
+        .args(["serve", "--store", &store, "--listen", "127.0.0.1:0"])
+        .args(["--secret", "s3cret", "--idle-minutes", "5"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut banner = String::new();
+    BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut banner)
+        .unwrap();
+    let base = banner
+        .split_whitespace()
+        .find(|word| word.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {banner:?}"))
+        .to_owned();
+
+    let client = reqwest::Client::new();
+    let resolve = |sender: &'static str| {
+        client
+            .post(format!("{base}/kernel/sessions/resolve"))
+            .header("x-kernel-secret", "s3cret")
+            .json(&serde_json::json!({
+                "workspace_id": "ws_abc", "channel": "sms",
+                "remote_jid": sender, "user_message": "hello",
+            }))
+            .send()
+    };
+    let first: Value = resolve("+1555").await.unwrap().json().await.unwrap();
+    let again: Value = resolve("+1555").await.unwrap().json().await.unwrap();
+    let other: Value = resolve("+1666").await.unwrap().json().await.unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    assert_eq!(first["decision"], "new");
+    assert_eq!(again["decision"], "continue");
+    assert_eq!(again["session_id"], first["session_id"]);
+    assert_eq!(other["decision"], "new", "one session per sender");
+    assert_eq!(other["session"]["session_key"], "agent:ws_abc:sms:dm:+1666");
+    let written =
+        std::fs::read_to_string(dir.path().join("agents/ws_abc/sessions/sessions.json")).unwrap();
+    assert!(written.contains("agent:ws_abc:sms:dm:+1555"), "{written}");
+}

@@ -137,6 +137,27 @@ impl SessionManager {
         self.store.get(key).await
     }
 
+    /// The session whose current `sessionId` is `session_id`, if any (a session
+    /// replaced by a reset is no longer found by its old id).
+    ///
+    /// ```
+    /// # use agent_sessions::prelude::*;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// let manager = SessionManager::new(MemoryStore::new());
+    /// let resolution = manager
+    ///     .resolve(&InboundMessage::direct("whatsapp", "+15550001234", "hi"))
+    ///     .await?;
+    /// let found = manager.find_session(resolution.session_id()).await?.unwrap();
+    /// assert_eq!(found.key, resolution.key);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn find_session(&self, session_id: &str) -> Result<Option<StoredSession>> {
+        let filter = ListFilter::new().session_id(session_id).limit(1);
+        Ok(self.store.list(&filter).await?.into_iter().next())
+    }
+
     /// Sessions matching `filter`, most recently active first.
     pub async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
         self.store.list(filter).await

@@ -148,6 +148,8 @@ pub struct ListFilter {
     pub person_id: Option<String>,
     /// Only sessions with this agent identity.
     pub agent_identity: Option<String>,
+    /// Only the session whose `sessionId` is this.
+    pub session_id: Option<String>,
     /// Only sessions with `updatedAt` strictly before this (epoch ms).
     pub updated_before: Option<u64>,
     /// Only sessions with `updatedAt` strictly after this (epoch ms).
@@ -195,6 +197,12 @@ impl ListFilter {
     /// Only sessions with `agent_identity`.
     pub fn agent_identity(mut self, identity: impl Into<String>) -> Self {
         self.agent_identity = Some(identity.into());
+        self
+    }
+
+    /// Only the session whose `sessionId` is `session_id` (indexed on the SQL stores).
+    pub fn session_id(mut self, session_id: impl Into<String>) -> Self {
+        self.session_id = Some(session_id.into());
         self
     }
 
@@ -254,7 +262,12 @@ impl ListFilter {
             .agent_identity
             .as_deref()
             .is_none_or(|identity| entry.agent_identity.as_deref() == Some(identity));
+        let session_ok = self
+            .session_id
+            .as_deref()
+            .is_none_or(|id| entry.session_id == id);
         self.matches_key(key)
+            && session_ok
             && channel_ok
             && kind_ok
             && person_ok

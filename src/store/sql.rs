@@ -163,6 +163,13 @@ pub(crate) fn session_filter(filter: &ListFilter, placeholder: &dyn Fn(usize) ->
             SqlValue::Text(identity.clone()),
         );
     }
+    if let Some(session_id) = &filter.session_id {
+        clause.push(
+            placeholder,
+            "session_id = ?",
+            SqlValue::Text(session_id.clone()),
+        );
+    }
     if let Some(before) = filter.updated_before {
         clause.push(placeholder, "updated_at < ?", SqlValue::Int(to_i64(before)));
     }

@@ -406,6 +406,11 @@ pub async fn list_filters_and_orders<S: SessionStore + ?Sized>(store: &S) {
             ],
         ),
         (
+            ListFilter::new().session_id("id-100"),
+            vec!["agent:ops:telegram:dm:bob"],
+        ),
+        (ListFilter::new().session_id("id-1"), vec![]),
+        (
             ListFilter::new().chat_type(PeerKind::Direct).limit(2),
             vec!["agent:main:telegram:dm:alice", "agent:ops:telegram:dm:bob"],
         ),

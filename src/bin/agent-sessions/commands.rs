@@ -52,6 +52,23 @@ fn failure(code: u8, message: impl Into<String>) -> Failure {
 
 type Outcome = Result<(), Failure>;
 
+/// How `serve` listens and whom it lets in.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The address to listen on (port 0 picks a free one; the address is printed).
+    #[arg(long, default_value = "127.0.0.1:18888")]
+    listen: std::net::SocketAddr,
+    /// The shared secret callers must send in the `x-kernel-secret` header.
+    #[arg(long, env = "AGENT_SESSIONS_SECRET", hide_env_values = true)]
+    secret: Option<String>,
+    /// Minutes of inactivity after which a sender's next message starts a new session.
+    #[arg(long, default_value_t = 30)]
+    idle_minutes: u32,
+    /// The largest request body accepted, in bytes.
+    #[arg(long, default_value_t = agent_sessions::http::DEFAULT_BODY_LIMIT)]
+    body_limit: usize,
+}
+
 /// Filters of `list`.
 #[derive(Debug, Args)]
 pub struct ListArgs {
@@ -160,6 +177,7 @@ pub async fn run(global: Global, command: Command) -> Outcome {
             copy(&from, &global.store, json).await
         }
         Command::Migrate { from, to } => copy(&from, &to, json).await,
+        Command::Serve(args) => serve(&global.store, args).await,
         Command::Doctor {
             repair,
             prune_missing_transcripts,
@@ -387,4 +405,41 @@ async fn copy(from: &str, to: &str, json: bool) -> Outcome {
             "the copy does not match its source (see the report)",
         ))
     }
+}
+
+/// Serves the kernel API with ClawOS's defaults (a session per sender and channel, its
+/// reset phrases, an idle timeout)
+/// until Ctrl-C, then finishes the calls in flight.
+async fn serve(store: &str, args: ServeArgs) -> Outcome {
+    use agent_sessions::freshness::{ResetConfig, ResetSpec};
+    use agent_sessions::http::{router, ServiceOptions};
+    use agent_sessions::reset::ResetTriggers;
+    use agent_sessions::{DefaultKeyBuilder, DmScope};
+
+    let manager = SessionManager::connect(store)
+        .await?
+        .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
+        .reset_triggers(ResetTriggers::clawos())
+        .freshness(ResetConfig::default().reset(ResetSpec::idle(args.idle_minutes)))
+        .build();
+    let mut options = ServiceOptions::default().body_limit(args.body_limit);
+    options.secret = args.secret;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| {
+            failure(
+                EXIT_FAILURE,
+                format!("cannot listen on {}: {e}", args.listen),
+            )
+        })?;
+    let address = listener
+        .local_addr()
+        .map_err(|e| failure(EXIT_FAILURE, e.to_string()))?;
+    eprintln!("agent-sessions: serving {store} on http://{address}");
+    axum::serve(listener, router(std::sync::Arc::new(manager), options))
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+        .map_err(|e| failure(EXIT_FAILURE, format!("the server stopped: {e}")))
 }

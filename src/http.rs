@@ -1,0 +1,495 @@
+//! The sessions HTTP service (feature `http`): ClawOS's kernel API over any
+//! [`SessionManager`], for bots written in other languages.
+//!
+//! [`router`] returns an axum [`Router`] a host can mount or serve on its own; the CLI
+//! serves it with `agent-sessions serve --store <url> --listen <addr>`. The routes are
+//! those of seed 001 ("Kernel API"):
+//!
+//! | method | path | what it does |
+//! | --- | --- | --- |
+//! | `POST` | `/kernel/sessions/resolve` | which session a message belongs to (`decision`, `reason`, `session`) |
+//! | `GET` | `/kernel/sessions/{id}` | one session by its id |
+//! | `PATCH` | `/kernel/sessions/{id}` | records a turn: advances the turn count, regenerates the context summary |
+//! | `POST` | `/kernel/sessions/{id}/close` | closes a session: its next message starts a new one |
+//! | `GET` | `/kernel/sessions?workspace_id=` | a workspace's sessions, most recently active first |
+//! | `GET` | `/kernel/health` | liveness (needs no secret) |
+//!
+//! A workspace is an agent: `workspace_id` must be a valid agent id, and the message is
+//! a direct message from `remote_jid` to that agent, keyed by the manager's key builder.
+//! For ClawOS's one session per sender and channel
+//! (`agent:<workspace_id>:<channel>:dm:<remote_jid>`), give the manager
+//! `DmScope::PerChannelPeer`, as `serve` does; under the default `DmScope::Main` every
+//! direct message of a workspace shares its main session. With [`ServiceOptions::secret`] set, every call but `health` needs the
+//! header `x-kernel-secret` with that value (401 otherwise). Bodies over
+//! [`ServiceOptions::body_limit`] get 413; malformed JSON 400 (422 for a well-formed
+//! body with wrong fields); an unknown session 404 — every error as
+//! `{"ok": false, "error": {"code": …, "message": …}}`. `docs/http-api.md` has the
+//! bodies and an OpenAPI description.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use agent_sessions::http::{router, ServiceOptions};
+//! use agent_sessions::prelude::*;
+//! use agent_sessions::reset::ResetTriggers;
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let manager = SessionManager::builder(MemoryStore::new())
+//!     .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
+//!     .reset_triggers(ResetTriggers::clawos())
+//!     .build();
+//! let app = router(Arc::new(manager), ServiceOptions::default().secret("s3cret"));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:18888").await?;
+//! axum::serve(listener, app).await?;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::sync::Arc;
+
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::entry::SessionEntry;
+use crate::error::Error;
+use crate::inbound::InboundMessage;
+use crate::key::AgentId;
+use crate::manager::{Resolution, SessionManager, TurnOutcome};
+use crate::store::{ListFilter, StoredSession};
+
+/// The header that carries the shared secret.
+pub const SECRET_HEADER: &str = "x-kernel-secret";
+
+/// The default request body limit: 64 KiB.
+pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
+
+/// How the service is protected.
+#[derive(Clone)]
+pub struct ServiceOptions {
+    /// The shared secret every call but `health` must present in [`SECRET_HEADER`];
+    /// `None` (the default) requires none — bind to loopback then.
+    pub secret: Option<String>,
+    /// The largest request body accepted, in bytes (default [`DEFAULT_BODY_LIMIT`]).
+    pub body_limit: usize,
+}
+
+impl Default for ServiceOptions {
+    fn default() -> Self {
+        ServiceOptions {
+            secret: None,
+            body_limit: DEFAULT_BODY_LIMIT,
+        }
+    }
+}
+
+impl std::fmt::Debug for ServiceOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServiceOptions")
+            .field("secret", &self.secret.as_ref().map(|_| "<set>"))
+            .field("body_limit", &self.body_limit)
+            .finish()
+    }
+}
+
+impl ServiceOptions {
+    /// Requires `secret` in [`SECRET_HEADER`] on every call but `health`.
+    pub fn secret(mut self, secret: impl Into<String>) -> Self {
+        self.secret = Some(secret.into());
+        self
+    }
+
+    /// Accepts request bodies of at most `bytes`.
+    pub fn body_limit(mut self, bytes: usize) -> Self {
+        self.body_limit = bytes;
+        self
+    }
+}
+
+/// The kernel API as a router over `manager`; serve it with `axum::serve` or nest it
+/// in a host's router.
+pub fn router(manager: Arc<SessionManager>, options: ServiceOptions) -> Router {
+    let secret: Arc<Option<String>> = Arc::new(options.secret);
+    let sessions = Router::new()
+        .route("/kernel/sessions", get(list_sessions))
+        .route("/kernel/sessions/resolve", post(resolve))
+        .route("/kernel/sessions/{id}", get(get_session).patch(record_turn))
+        .route("/kernel/sessions/{id}/close", post(close_session))
+        .route_layer(middleware::from_fn_with_state(secret, require_secret))
+        .with_state(manager);
+    Router::new()
+        .route("/kernel/health", get(health))
+        .merge(sessions)
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .layer(DefaultBodyLimit::max(options.body_limit))
+}
+
+/// `POST /kernel/sessions/resolve`'s body.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveRequest {
+    /// The workspace (an agent id) the sender talks to.
+    pub workspace_id: String,
+    /// The channel (`whatsapp`, `sms`, `telegram`, …).
+    pub channel: String,
+    /// The sender on that channel (`+15550001234`, a chat id, …).
+    pub remote_jid: String,
+    /// The message text (reset phrases are recognised in it).
+    pub user_message: String,
+}
+
+/// `PATCH /kernel/sessions/{id}`'s body: the exchange of the turn just finished.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TurnRequest {
+    /// When given, the session must belong to this workspace (404 otherwise).
+    #[serde(default)]
+    pub workspace_id: Option<String>,
+    /// What the user said.
+    pub user_message: String,
+    /// What the assistant answered.
+    pub assistant_response: String,
+    /// What kind of action the turn was (`search`, `file_op`, …); logged, not stored.
+    #[serde(default)]
+    pub action_type: Option<String>,
+}
+
+/// A session as the kernel API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionView {
+    /// The session's id (a new one after every reset).
+    pub session_id: String,
+    /// The session key it lives under.
+    pub session_key: String,
+    /// The workspace (agent id).
+    pub workspace_id: String,
+    /// The channel of its origin.
+    pub channel: String,
+    /// The sender it talks with.
+    pub remote_jid: String,
+    /// `active` or `closed`.
+    pub status: String,
+    /// Turns recorded.
+    pub turn_count: u64,
+    /// The rolling context summary (≤ 1,000 characters; empty before the first turn).
+    pub context_summary: String,
+    /// When the session started (RFC 3339, UTC).
+    pub created_at: String,
+    /// When it last had a message (RFC 3339, UTC).
+    pub last_message_at: String,
+}
+
+impl SessionView {
+    /// The view of a stored session.
+    pub fn of(session: &StoredSession) -> Self {
+        let entry: &SessionEntry = &session.entry;
+        let origin = entry.origin.as_ref();
+        let remote_jid = origin
+            .and_then(|o| o.from.clone())
+            .or_else(|| {
+                let rest = session.key.rest()?;
+                rest.rsplit(':').next().map(str::to_owned)
+            })
+            .unwrap_or_default();
+        SessionView {
+            session_id: entry.session_id.clone(),
+            session_key: session.key.to_string(),
+            workspace_id: session.key.agent_id().unwrap_or_default().to_owned(),
+            channel: entry.channel_name().unwrap_or_default().to_owned(),
+            remote_jid,
+            status: entry
+                .status
+                .as_ref()
+                .map_or("active", |status| status.clawos())
+                .to_owned(),
+            turn_count: entry.turn_count.unwrap_or(0),
+            context_summary: entry.context_summary.clone().unwrap_or_default(),
+            created_at: timestamp(entry.session_started_at.unwrap_or(entry.updated_at)),
+            last_message_at: timestamp(entry.updated_at),
+        }
+    }
+}
+
+/// Epoch milliseconds as RFC 3339 with milliseconds (`2026-02-23T10:00:00.000Z`).
+fn timestamp(epoch_ms: u64) -> String {
+    i64::try_from(epoch_ms)
+        .ok()
+        .and_then(DateTime::<Utc>::from_timestamp_millis)
+        .unwrap_or_default()
+        .to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// An error response: a status and `{"ok": false, "error": {"code", "message"}}`.
+#[derive(Debug)]
+struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn unknown_session(id: &str) -> Self {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_session",
+            format!("no current session has the id {id:?}"),
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({
+            "ok": false,
+            "error": { "code": self.code, "message": self.message },
+        });
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(error: Error) -> Self {
+        match &error {
+            Error::InvalidKey { .. }
+            | Error::InvalidId { .. }
+            | Error::InvalidLabel { .. }
+            | Error::UnknownChannel { .. } => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                error.to_string(),
+            ),
+            Error::AccessDenied { .. } => {
+                ApiError::new(StatusCode::FORBIDDEN, "access_denied", error.to_string())
+            }
+            Error::NotFound { .. } => {
+                ApiError::new(StatusCode::NOT_FOUND, "unknown_session", error.to_string())
+            }
+            _ if error.is_transient() => {
+                tracing::warn!(%error, "a sessions call failed; the client may retry");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "the session store is busy; retry",
+                )
+            }
+            _ => {
+                // The error may name files or servers: logged here, not sent.
+                tracing::error!(%error, "a sessions call failed");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "the session store failed; see the service log",
+                )
+            }
+        }
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        let status = rejection.status();
+        let code = match status {
+            StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+            _ => "invalid_json",
+        };
+        ApiError::new(status, code, rejection.body_text())
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> Self {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            rejection.body_text(),
+        )
+    }
+}
+
+type ApiResult = Result<Json<serde_json::Value>, ApiError>;
+
+/// Rejects calls without the configured secret (compared in constant time).
+async fn require_secret(
+    State(secret): State<Arc<Option<String>>>,
+    headers: HeaderMap,
+    request: Request,
+    next: Next,
+) -> Response {
+    if let Some(expected) = secret.as_deref() {
+        let given = headers
+            .get(SECRET_HEADER)
+            .map(|value| value.as_bytes())
+            .unwrap_or_default();
+        if !constant_time_eq(given, expected.as_bytes()) {
+            return ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                format!("missing or wrong {SECRET_HEADER} header"),
+            )
+            .into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// Equality whose time depends only on the lengths.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
+}
+
+fn workspace(raw: &str) -> Result<AgentId, ApiError> {
+    AgentId::new(raw).map_err(|error| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            format!("workspace_id: {error}"),
+        )
+    })
+}
+
+async fn health() -> Json<serde_json::Value> {
+    Json(json!({
+        "ok": true,
+        "service": "agent-sessions",
+        "version": env!("CARGO_PKG_VERSION"),
+    }))
+}
+
+async fn resolve(
+    State(manager): State<Arc<SessionManager>>,
+    body: Result<Json<ResolveRequest>, JsonRejection>,
+) -> ApiResult {
+    let Json(request) = body?;
+    let agent = workspace(&request.workspace_id)?;
+    if request.remote_jid.trim().is_empty() || request.channel.trim().is_empty() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "channel and remote_jid must not be empty",
+        ));
+    }
+    let message = InboundMessage::direct(
+        request.channel.trim(),
+        request.remote_jid.trim(),
+        request.user_message,
+    )
+    .with_agent(agent.as_str());
+    let resolution: Resolution = manager.resolve(&message).await?;
+    Ok(Json(json!({
+        "ok": true,
+        "session_id": resolution.session_id(),
+        "decision": resolution.decision,
+        "reason": resolution.reason,
+        "session": SessionView::of(&resolution.session),
+    })))
+}
+
+/// The current session with `id`, or 404.
+async fn find(manager: &SessionManager, id: &str) -> Result<StoredSession, ApiError> {
+    manager
+        .find_session(id)
+        .await?
+        .ok_or_else(|| ApiError::unknown_session(id))
+}
+
+fn session_body(session: &StoredSession) -> Json<serde_json::Value> {
+    Json(json!({
+        "ok": true,
+        "session_id": session.entry.session_id,
+        "session": SessionView::of(session),
+    }))
+}
+
+async fn get_session(
+    State(manager): State<Arc<SessionManager>>,
+    Path(id): Path<String>,
+) -> ApiResult {
+    Ok(session_body(&find(&manager, &id).await?))
+}
+
+async fn record_turn(
+    State(manager): State<Arc<SessionManager>>,
+    Path(id): Path<String>,
+    body: Result<Json<TurnRequest>, JsonRejection>,
+) -> ApiResult {
+    let Json(turn) = body?;
+    let session = find(&manager, &id).await?;
+    if let Some(raw) = &turn.workspace_id {
+        if session.key.agent_id() != Some(workspace(raw)?.as_str()) {
+            return Err(ApiError::unknown_session(&id));
+        }
+    }
+    tracing::debug!(session_id = %id, action_type = ?turn.action_type, "turn recorded over HTTP");
+    let outcome =
+        TurnOutcome::completed().with_exchange(turn.user_message, turn.assistant_response);
+    let updated = manager.record_turn(&session.key, outcome).await?;
+    if updated.entry.session_id != id {
+        // A reset replaced the session between the lookup and the update.
+        return Err(ApiError::unknown_session(&id));
+    }
+    Ok(session_body(&updated))
+}
+
+async fn close_session(
+    State(manager): State<Arc<SessionManager>>,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let session = find(&manager, &id).await?;
+    let closed = manager.close(&session.key).await?;
+    Ok(session_body(&closed))
+}
+
+/// `GET /kernel/sessions`'s query.
+#[derive(Debug, Deserialize)]
+struct ListQuery {
+    workspace_id: String,
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+async fn list_sessions(
+    State(manager): State<Arc<SessionManager>>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> ApiResult {
+    let Query(query) = query?;
+    let mut filter = ListFilter::new().agent(workspace(&query.workspace_id)?);
+    filter.limit = query.limit;
+    let sessions = manager.list(&filter).await?;
+    let views: Vec<SessionView> = sessions.iter().map(SessionView::of).collect();
+    Ok(Json(json!({ "ok": true, "sessions": views })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_compare_by_content_and_length() {
+        assert!(constant_time_eq(b"s3cret", b"s3cret"));
+        assert!(!constant_time_eq(b"s3cret", b"s3creT"));
+        assert!(!constant_time_eq(b"s3cre", b"s3cret"));
+        assert!(!constant_time_eq(b"", b"s3cret"));
+    }
+
+    #[test]
+    fn timestamps_are_rfc3339_with_milliseconds() {
+        assert_eq!(timestamp(1_771_840_800_000), "2026-02-23T10:00:00.000Z");
+        assert_eq!(timestamp(u64::MAX), "1970-01-01T00:00:00.000Z");
+    }
+}

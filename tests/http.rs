@@ -1,0 +1,507 @@
+//! The sessions HTTP service over real HTTP: the service on 127.0.0.1 with an ephemeral
+//! port, driven by a real client through seed 001's smoke sequence and its errors, on
+//! the JSON store and on PostgreSQL.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_sessions::clock::ManualClock;
+use agent_sessions::freshness::{ResetConfig, ResetSpec};
+use agent_sessions::http::{router, ServiceOptions, SECRET_HEADER};
+use agent_sessions::prelude::*;
+use agent_sessions::reset::ResetTriggers;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+const SECRET: &str = "kernel-secret";
+
+/// A running service and a client for it.
+struct Service {
+    base: String,
+    client: reqwest::Client,
+    clock: ManualClock,
+}
+
+impl Service {
+    /// Serves ClawOS's configuration (a session per sender and channel, its reset
+    /// phrases, 30 minutes idle) over `store`.
+    async fn start(store: &str) -> Service {
+        Service::start_with(store, ServiceOptions::default().secret(SECRET)).await
+    }
+
+    async fn start_with(store: &str, options: ServiceOptions) -> Service {
+        let clock = ManualClock::at_millis(1_771_840_800_000);
+        let manager = SessionManager::connect(store)
+            .await
+            .unwrap()
+            .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
+            .reset_triggers(ResetTriggers::clawos())
+            .freshness(ResetConfig::default().reset(ResetSpec::idle(30)))
+            .clock(clock.clone())
+            .build();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            axum::serve(listener, router(Arc::new(manager), options))
+                .await
+                .unwrap();
+        });
+        Service {
+            base,
+            client: reqwest::Client::new(),
+            clock,
+        }
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.client
+            .request(method, format!("{}{path}", self.base))
+            .header(SECRET_HEADER, SECRET)
+    }
+
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut request = self.request(method, path);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status();
+        (status, response.json().await.unwrap())
+    }
+
+    /// `POST /kernel/sessions/resolve` for the sender `+1555` in workspace `ws_abc`.
+    async fn resolve(&self, text: &str) -> Value {
+        let (status, body) = self
+            .call(
+                reqwest::Method::POST,
+                "/kernel/sessions/resolve",
+                Some(json!({
+                    "workspace_id": "ws_abc",
+                    "channel": "whatsapp",
+                    "remote_jid": "+1555",
+                    "user_message": text,
+                })),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body
+    }
+
+    async fn patch(&self, id: &str, user: &str, assistant: &str) -> Value {
+        let (status, body) = self
+            .call(
+                reqwest::Method::PATCH,
+                &format!("/kernel/sessions/{id}"),
+                Some(json!({
+                    "workspace_id": "ws_abc",
+                    "user_message": user,
+                    "assistant_response": assistant,
+                    "action_type": "answer",
+                })),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body
+    }
+}
+
+fn id(body: &Value) -> String {
+    body["session_id"].as_str().unwrap().to_owned()
+}
+
+/// Seed 001's "How to Test": the first turn creates, the second continues with the
+/// context summary, `reset` starts fresh; then close, idle timeout and listing.
+async fn smoke_sequence(store: &str) {
+    let service = Service::start(store).await;
+    let health = service
+        .client
+        .get(format!("{}/kernel/health", service.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), StatusCode::OK);
+    assert_eq!(health.json::<Value>().await.unwrap()["ok"], true);
+
+    // Turn 1 creates a session.
+    let first = service.resolve("what is the capital of France?").await;
+    assert_eq!(first["ok"], true);
+    assert_eq!(first["decision"], "new");
+    assert_eq!(first["reason"], "no_session");
+    let session = &first["session"];
+    assert_eq!(session["session_id"], first["session_id"]);
+    assert_eq!(session["workspace_id"], "ws_abc");
+    assert_eq!(session["channel"], "whatsapp");
+    assert_eq!(session["remote_jid"], "+1555");
+    assert_eq!(session["status"], "active");
+    assert_eq!(session["turn_count"], 0);
+    assert_eq!(session["created_at"], "2026-02-23T10:00:00.000Z");
+    let first_id = id(&first);
+
+    // The bridge records the turn: the count advances, the summary is written.
+    let patched = service
+        .patch(
+            &first_id,
+            "what is the capital of France?",
+            "Paris is the capital of France.",
+        )
+        .await;
+    assert_eq!(patched["session"]["turn_count"], 1);
+    let summary = patched["session"]["context_summary"].as_str().unwrap();
+    assert!(
+        summary.contains("GOAL: what is the capital of France?"),
+        "{summary}"
+    );
+    assert!(summary.ends_with("TURNS: 1"), "{summary}");
+
+    // Turn 2 continues, and the context summary flows back to the bridge.
+    service.clock.advance(Duration::from_secs(60));
+    let second = service.resolve("and what is its population?").await;
+    assert_eq!(second["decision"], "continue");
+    assert_eq!(second["reason"], "within_timeout");
+    assert_eq!(id(&second), first_id);
+    assert_eq!(second["session"]["context_summary"], summary);
+    assert_eq!(
+        second["session"]["last_message_at"],
+        "2026-02-23T10:01:00.000Z"
+    );
+
+    let (status, fetched) = service
+        .call(
+            reqwest::Method::GET,
+            &format!("/kernel/sessions/{first_id}"),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(fetched["session"]["turn_count"], 1);
+
+    // `reset` starts fresh; the old id is no longer a current session.
+    let reset = service.resolve("reset").await;
+    assert_eq!(reset["decision"], "new");
+    assert_eq!(reset["reason"], "explicit_reset");
+    let reset_id = id(&reset);
+    assert_ne!(reset_id, first_id);
+    assert_eq!(reset["session"]["turn_count"], 0);
+    assert_eq!(reset["session"]["context_summary"], "");
+    let (status, gone) = service
+        .call(
+            reqwest::Method::GET,
+            &format!("/kernel/sessions/{first_id}"),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(gone["error"]["code"], "unknown_session");
+
+    // Close: the next message starts a new session.
+    let (status, closed) = service
+        .call(
+            reqwest::Method::POST,
+            &format!("/kernel/sessions/{reset_id}/close"),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{closed}");
+    assert_eq!(closed["session"]["status"], "closed");
+    let after_close = service.resolve("hello again").await;
+    assert_eq!(after_close["decision"], "new");
+    assert_eq!(after_close["reason"], "session_closed");
+
+    // Thirty-one idle minutes later: a timeout.
+    service.clock.advance(Duration::from_secs(31 * 60));
+    let after_idle = service.resolve("are you there?").await;
+    assert_eq!(after_idle["decision"], "new");
+    assert_eq!(after_idle["reason"], "timeout");
+
+    // The workspace's sessions; another workspace has none.
+    let (status, listed) = service
+        .call(
+            reqwest::Method::GET,
+            "/kernel/sessions?workspace_id=ws_abc",
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let sessions = listed["sessions"].as_array().unwrap();
+    assert_eq!(sessions.len(), 1);
+    assert_eq!(sessions[0]["session_id"], after_idle["session_id"]);
+    let (_, other) = service
+        .call(
+            reqwest::Method::GET,
+            "/kernel/sessions?workspace_id=ws_other",
+            None,
+        )
+        .await;
+    assert_eq!(other["sessions"], json!([]));
+}
+
+#[tokio::test]
+async fn smoke_sequence_on_the_json_store() {
+    let dir = tempfile::tempdir().unwrap();
+    smoke_sequence(&format!("json:{}", dir.path().display())).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+async fn smoke_sequence_on_postgres() {
+    let server = std::env::var("AGENT_SESSIONS_TEST_POSTGRES_URL").unwrap();
+    let schema = format!("http_{}", uuid::Uuid::new_v4().simple());
+    let separator = if server.contains('?') { '&' } else { '?' };
+    smoke_sequence(&format!("{server}{separator}schema={schema}")).await;
+    agent_sessions::store::PostgresStore::connect_with(
+        &server,
+        agent_sessions::store::PostgresOptions::in_schema(&schema),
+    )
+    .await
+    .unwrap()
+    .drop_schema()
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn errors_are_json_with_the_right_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start_with(
+        &format!("json:{}", dir.path().display()),
+        ServiceOptions::default().secret(SECRET).body_limit(4096),
+    )
+    .await;
+    let url = |path: &str| format!("{}{path}", service.base);
+    let resolve_body = json!({
+        "workspace_id": "ws_abc", "channel": "sms", "remote_jid": "+1555", "user_message": "hi",
+    });
+
+    let expect = |response: reqwest::Response, status: StatusCode, code: &'static str| async move {
+        assert_eq!(response.status(), status);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["ok"], false, "{body}");
+        assert_eq!(body["error"]["code"], code, "{body}");
+        assert!(body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
+    };
+
+    // No secret, a wrong one: 401, and nothing was created.
+    let client = &service.client;
+    let missing = client
+        .post(url("/kernel/sessions/resolve"))
+        .json(&resolve_body)
+        .send()
+        .await
+        .unwrap();
+    expect(missing, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    let wrong = client
+        .post(url("/kernel/sessions/resolve"))
+        .header(SECRET_HEADER, "kernel-secreT")
+        .json(&resolve_body)
+        .send()
+        .await
+        .unwrap();
+    expect(wrong, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    let (_, listed) = service
+        .call(
+            reqwest::Method::GET,
+            "/kernel/sessions?workspace_id=ws_abc",
+            None,
+        )
+        .await;
+    assert_eq!(
+        listed["sessions"],
+        json!([]),
+        "a refused call wrote nothing"
+    );
+    // Health needs no secret.
+    let health = client.get(url("/kernel/health")).send().await.unwrap();
+    assert_eq!(health.status(), StatusCode::OK);
+
+    // Malformed JSON, a body of the wrong shape, no content type.
+    let post = |body: &'static str| {
+        service
+            .request(reqwest::Method::POST, "/kernel/sessions/resolve")
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    expect(
+        post("{\"workspace_id\": ").await.unwrap(),
+        StatusCode::BAD_REQUEST,
+        "invalid_json",
+    )
+    .await;
+    expect(
+        post("{\"workspace_id\": 7}").await.unwrap(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_json",
+    )
+    .await;
+    let untyped = service
+        .request(reqwest::Method::POST, "/kernel/sessions/resolve")
+        .body(resolve_body.to_string())
+        .send()
+        .await
+        .unwrap();
+    expect(
+        untyped,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+    )
+    .await;
+
+    // A workspace id that is not an agent id, and empty senders.
+    let (status, body) = service
+        .call(
+            reqwest::Method::POST,
+            "/kernel/sessions/resolve",
+            Some(json!({
+                "workspace_id": "../etc", "channel": "sms", "remote_jid": "+1555", "user_message": "hi",
+            })),
+        )
+        .await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (StatusCode::BAD_REQUEST, &json!("invalid_request"))
+    );
+    let (status, _) = service
+        .call(
+            reqwest::Method::POST,
+            "/kernel/sessions/resolve",
+            Some(json!({
+                "workspace_id": "ws_abc", "channel": "sms", "remote_jid": " ", "user_message": "hi",
+            })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    // An oversized body: 413 before anything is parsed.
+    let huge = json!({
+        "workspace_id": "ws_abc", "channel": "sms", "remote_jid": "+1555",
+        "user_message": "x".repeat(10_000),
+    });
+    let response = service
+        .request(reqwest::Method::POST, "/kernel/sessions/resolve")
+        .json(&huge)
+        .send()
+        .await
+        .unwrap();
+    expect(response, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large").await;
+
+    // Unknown sessions, for every call that takes an id.
+    for (method, path, body) in [
+        (reqwest::Method::GET, "/kernel/sessions/no-such-id", None),
+        (
+            reqwest::Method::PATCH,
+            "/kernel/sessions/no-such-id",
+            Some(json!({"user_message": "a", "assistant_response": "b"})),
+        ),
+        (
+            reqwest::Method::POST,
+            "/kernel/sessions/no-such-id/close",
+            None,
+        ),
+    ] {
+        let (status, body) = service.call(method, path, body).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+        assert_eq!(body["error"]["code"], "unknown_session");
+    }
+    // A turn recorded for the wrong workspace is an unknown session there.
+    let created = service.resolve("hello").await;
+    let (status, _) = service
+        .call(
+            reqwest::Method::PATCH,
+            &format!("/kernel/sessions/{}", id(&created)),
+            Some(
+                json!({"workspace_id": "ws_other", "user_message": "a", "assistant_response": "b"}),
+            ),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // Listing needs a workspace; unknown routes are JSON 404s too.
+    let (status, body) = service
+        .call(reqwest::Method::GET, "/kernel/sessions", None)
+        .await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (StatusCode::BAD_REQUEST, &json!("invalid_request"))
+    );
+    let (status, body) = service
+        .call(reqwest::Method::GET, "/kernel/nothing", None)
+        .await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (StatusCode::NOT_FOUND, &json!("not_found"))
+    );
+}
+
+/// Several clients resolving and recording turns at once, on their own sessions and on
+/// one shared session: every turn is counted (no lost update).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_turns_lose_no_update() {
+    const CLIENTS: usize = 8;
+    const TURNS: usize = 15;
+    let dir = tempfile::tempdir().unwrap();
+    let service = Arc::new(Service::start(&format!("json:{}", dir.path().display())).await);
+    let shared = id(&service.resolve("the shared conversation").await);
+    let mut tasks = tokio::task::JoinSet::new();
+    for client in 0..CLIENTS {
+        let service = service.clone();
+        let shared = shared.clone();
+        tasks.spawn(async move {
+            let mut own = String::new();
+            for turn in 0..TURNS {
+                let (status, body) = service
+                    .call(
+                        reqwest::Method::POST,
+                        "/kernel/sessions/resolve",
+                        Some(json!({
+                            "workspace_id": "ws_abc", "channel": "sms",
+                            "remote_jid": format!("+1666{client}"),
+                            "user_message": format!("message {turn}"),
+                        })),
+                    )
+                    .await;
+                assert_eq!(status, StatusCode::OK, "{body}");
+                own = id(&body);
+                service.patch(&own, "q", "a").await;
+                service.patch(&shared, "q", "a").await;
+            }
+            own
+        });
+    }
+    let mut own_ids = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        own_ids.push(done.unwrap());
+    }
+    for own in &own_ids {
+        let (_, body) = service
+            .call(
+                reqwest::Method::GET,
+                &format!("/kernel/sessions/{own}"),
+                None,
+            )
+            .await;
+        assert_eq!(body["session"]["turn_count"], TURNS, "{body}");
+    }
+    let (_, body) = service
+        .call(
+            reqwest::Method::GET,
+            &format!("/kernel/sessions/{shared}"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        body["session"]["turn_count"],
+        CLIENTS * TURNS,
+        "lost updates on the shared session"
+    );
+}
