@@ -349,6 +349,11 @@ async fn identity_summaries_are_time_gated_and_shared_across_engine_variants() {
         .identity_summary
         .unwrap();
     assert_eq!(seeded.text, summary.text, "inherited from the sibling");
+    assert_eq!(
+        web.entry().identity_summary.as_ref(),
+        Some(&seeded),
+        "the resolution of the first message already carries it"
+    );
     exchange(
         web.key.clone(),
         "reggie_fd",

@@ -208,8 +208,12 @@ impl SessionManager {
             .await?
             .ok_or_else(|| Error::NotFound { key: key.clone() })?;
         if let Some(old) = &previous {
-            self.after_new_session(key, &stored.entry, Some(old), Reason::ExplicitReset)
-                .await?;
+            if let Some(updated) = self
+                .after_new_session(key, &stored.entry, Some(old), Reason::ExplicitReset)
+                .await?
+            {
+                return Ok(updated);
+            }
         }
         Ok(stored)
     }

@@ -291,12 +291,12 @@ impl SessionManager {
         &self,
         key: &SessionKey,
         entry: &SessionEntry,
-    ) -> Result<()> {
+    ) -> Result<Option<StoredSession>> {
         let (Some(person), Some(identity)) = (&entry.person_id, &entry.agent_identity) else {
-            return Ok(());
+            return Ok(None);
         };
         if entry.identity_summary.is_some() {
-            return Ok(());
+            return Ok(None);
         }
         let freshest = self
             .store
@@ -310,13 +310,15 @@ impl SessionManager {
             .filter(|s| s.key != *key)
             .filter_map(|s| s.entry.identity_summary)
             .max_by_key(|summary| summary.updated_at);
-        if let Some(summary) = freshest {
-            self.change(key, |e| {
+        let Some(summary) = freshest else {
+            return Ok(None);
+        };
+        let seeded = self
+            .change(key, |e| {
                 e.identity_summary.get_or_insert_with(|| summary.clone());
             })
             .await?;
-        }
-        Ok(())
+        Ok(Some(seeded))
     }
 
     /// Merges the rolling summary of `person` with `agent_identity` (seed 000 §6): the

@@ -507,7 +507,7 @@ impl SessionManager {
             })
             .await?;
         let (
-            Some(session),
+            Some(mut session),
             Some((decision, reason, previous, system_sent, aborted_last_run, expires_at)),
         ) = (stored, outcome)
         else {
@@ -515,8 +515,12 @@ impl SessionManager {
         };
         tracing::debug!(key = %key, session_id = %session.entry.session_id, decision = ?decision, reason = %reason, "session resolved");
         if decision == Decision::New {
-            self.after_new_session(&key, &session.entry, previous.as_ref(), reason)
-                .await?;
+            if let Some(updated) = self
+                .after_new_session(&key, &session.entry, previous.as_ref(), reason)
+                .await?
+            {
+                session = updated;
+            }
         }
         Ok(Resolution {
             key,
@@ -536,17 +540,17 @@ impl SessionManager {
     /// What follows a new session: it inherits its siblings' identity summary; the
     /// session it replaced gets a `new_session` checkpoint (with an introspector, whose
     /// working memory carries over); and after an explicit reset the old transcript is
-    /// archived.
+    /// archived. Returns the session as it is now when any of this changed its entry.
     pub(super) async fn after_new_session(
         &self,
         key: &SessionKey,
         entry: &crate::entry::SessionEntry,
         previous: Option<&crate::entry::SessionEntry>,
         reason: Reason,
-    ) -> Result<()> {
-        self.seed_identity_summary(key, entry).await?;
+    ) -> Result<Option<crate::store::StoredSession>> {
+        let mut updated = self.seed_identity_summary(key, entry).await?;
         let Some(old) = previous else {
-            return Ok(());
+            return Ok(updated);
         };
         let had_transcript = old.session_file.is_some();
         if self.introspector.is_some() && self.transcripts.is_some() && had_transcript {
@@ -555,7 +559,10 @@ impl SessionManager {
                 .introspect(key, &transcript, old, CheckpointReason::NewSession)
                 .await
             {
-                Ok((Some(outcome), _)) => self.apply_introspection(key, outcome, false).await?,
+                Ok((Some(outcome), _)) => {
+                    self.apply_introspection(key, outcome, false).await?;
+                    updated = self.store.get(key).await?;
+                }
                 Ok((None, _)) => {}
                 Err(error) => tracing::warn!(key = %key, %error, "new-session checkpoint failed"),
             }
@@ -564,7 +571,7 @@ impl SessionManager {
             self.retire_transcript(key, old, ArchiveReason::Reset, false)
                 .await;
         }
-        Ok(())
+        Ok(updated)
     }
 
     /// The session id the drift gate fires for, if it is on and fires. Asked only when

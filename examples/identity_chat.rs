@@ -1,0 +1,178 @@
+//! An identity adapter (seed 000 §11, "Wiring SMS"): Jane texts the bot, then opens the
+//! web chat. Her phone number is looked up in the staff directory and her web login
+//! carries her staff id, so both resolve to one person and continue one conversation
+//! with one rolling context summary. An hour later the summary is shared with the
+//! other engine variant of the same agent identity, which picks up where she left off.
+//!
+//! ```text
+//! cargo run --example identity_chat
+//! ```
+//!
+//! The "model" is a deterministic stand-in that a real bot replaces with its LLM call.
+
+use std::time::Duration;
+
+use agent_sessions::clock::ManualClock;
+use agent_sessions::identity::{DefaultIdentityResolver, Identifier, PersonType, StaticDirectory};
+use agent_sessions::manager::{LogMessage, SummaryRefresh, TurnOutcome};
+use agent_sessions::prelude::*;
+use agent_sessions::transcript::MemoryTranscriptStore;
+
+const JANE_PHONE: &str = "+61 411 111 111";
+
+/// The stand-in model: answers from the message and the summaries it is given.
+fn stand_in_model(body: &str, context: &str) -> String {
+    let knows_riverside = context.contains("Riverside");
+    match (body, knows_riverside) {
+        (b, _) if b.contains("When is my shift") => "Thursday at 9am at Riverside.".into(),
+        (b, true) if b.contains("go through") => {
+            "Yes: your Riverside shift swap from Thursday to Friday is confirmed.".into()
+        }
+        (b, true) if b.contains("swap") => {
+            "I've asked to swap your Thursday Riverside shift for Friday.".into()
+        }
+        _ => "Sorry, which shift do you mean?".into(),
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let clock = ManualClock::at_millis(1_773_136_800_000); // 2026-03-10 10:00 UTC
+    let staff = StaticDirectory::new(PersonType::Staff, "staff").with(
+        JANE_PHONE,
+        "17",
+        "Jane Smith",
+        Some("support_worker"),
+    );
+    let manager = SessionManager::builder(MemoryStore::new())
+        // One session per person per agent, whatever the channel.
+        .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerPerson))
+        .identity_resolver(DefaultIdentityResolver::new().directory(staff))
+        .transcripts(MemoryTranscriptStore::new())
+        // Two engine variants of one agent identity share rolling summaries.
+        .agent_identity("reggie_oc", "reggie")
+        .agent_identity("reggie_fd", "reggie")
+        .clock(clock.clone())
+        .build();
+
+    // (channel, how the channel identifies her, agent, what she says, minutes later)
+    let web_login = Identifier::Subject {
+        sub: "staff:17".into(),
+        first_name: Some("Jane".into()),
+        last_name: Some("Smith".into()),
+        role: None,
+        email: None,
+    };
+    let script = [
+        (
+            "sms",
+            Identifier::Phone(JANE_PHONE.into()),
+            "reggie_oc",
+            "When is my shift at Riverside?",
+            0,
+        ),
+        (
+            "web",
+            web_login.clone(),
+            "reggie_oc",
+            "Can I swap it for Friday?",
+            5,
+        ),
+        (
+            "web",
+            web_login,
+            "reggie_fd",
+            "Did the swap go through?",
+            70,
+        ),
+    ];
+
+    let mut refreshed = false;
+    for (channel, identifier, agent, text, minutes) in script {
+        clock.advance(Duration::from_secs(minutes * 60));
+        if minutes >= 60 && !refreshed {
+            // After an hour of quiet the host refreshes the person's rolling summary;
+            // every session of the identity gets it.
+            if let SummaryRefresh::Updated { summary, sessions } = manager
+                .refresh_identity_summary("staff:17", "reggie")
+                .await?
+            {
+                println!(
+                    "[an hour later: the rolling summary for reggie, shared with {} session(s)]",
+                    sessions.len()
+                );
+                for line in summary.text.lines() {
+                    println!("  │ {line}");
+                }
+                println!();
+            }
+            refreshed = true;
+        }
+
+        let person = manager.identify(channel, &identifier).await?;
+        let sender = match &identifier {
+            Identifier::Phone(phone) => phone.clone(),
+            _ => person.id.clone(),
+        };
+        let message = InboundMessage::direct(channel, sender, text)
+            .with_agent(agent)
+            .from_resolved(&person);
+        let resolution = manager.resolve(&message).await?;
+        println!(
+            "{} on {channel} to {agent}: {text}\n  {} is {} ({}): {}, session {}",
+            person.name.as_deref().unwrap_or("?"),
+            person.id,
+            resolution.key,
+            if resolution.is_new() {
+                "new"
+            } else {
+                "continues"
+            },
+            resolution.reason,
+            resolution.session_id(),
+        );
+        manager
+            .log_message(
+                &resolution.key,
+                LogMessage::inbound(text)
+                    .from_person(&person.id)
+                    .with_agent(agent, "reggie")
+                    .on_channel(channel),
+            )
+            .await?;
+
+        let entry = resolution.entry();
+        let context = [
+            entry.identity_summary.as_ref().map(|s| s.text.as_str()),
+            entry.context_summary.as_deref(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join("\n");
+        if !context.is_empty() {
+            println!("  the model is given what the session remembers:");
+            for line in context.lines() {
+                println!("  │ {line}");
+            }
+        }
+        let reply = stand_in_model(text, &context);
+        println!("  bot: {reply}\n");
+        manager
+            .log_message(
+                &resolution.key,
+                LogMessage::outbound(reply.clone())
+                    .from_person(&person.id)
+                    .with_agent(agent, "reggie")
+                    .on_channel(channel),
+            )
+            .await?;
+        manager
+            .record_turn(
+                &resolution.key,
+                TurnOutcome::completed().with_exchange(text, reply),
+            )
+            .await?;
+    }
+    Ok(())
+}
