@@ -505,3 +505,78 @@ async fn concurrent_turns_lose_no_update() {
         "lost updates on the shared session"
     );
 }
+
+/// `docs/openapi.json` describes what the service really answers: the documented
+/// paths are the served ones, and real bodies have exactly the documented fields.
+#[tokio::test]
+async fn the_openapi_description_matches_the_service() {
+    let spec: Value =
+        serde_json::from_str(include_str!("../docs/openapi.json")).expect("valid JSON");
+    let mut paths: Vec<&str> = spec["paths"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    paths.sort();
+    assert_eq!(
+        paths,
+        [
+            "/kernel/health",
+            "/kernel/sessions",
+            "/kernel/sessions/resolve",
+            "/kernel/sessions/{id}",
+            "/kernel/sessions/{id}/close",
+        ]
+    );
+    let schema = |name: &str| spec["components"]["schemas"][name].clone();
+    let conforms = |body: &Value, name: &str| {
+        let schema = schema(name);
+        let properties = schema["properties"].as_object().unwrap();
+        for required in schema["required"].as_array().unwrap() {
+            let field = required.as_str().unwrap();
+            assert!(
+                body.get(field).is_some(),
+                "{name}: {field} missing in {body}"
+            );
+        }
+        for field in body.as_object().unwrap().keys() {
+            assert!(
+                properties.contains_key(field),
+                "{name}: {field} undocumented"
+            );
+        }
+    };
+
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start(&format!("json:{}", dir.path().display())).await;
+    let resolved = service.resolve("hello").await;
+    conforms(&resolved, "ResolveResponse");
+    conforms(&resolved["session"], "Session");
+    let patched = service.patch(&id(&resolved), "hello", "hi").await;
+    conforms(&patched, "SessionResponse");
+    let (_, listed) = service
+        .call(
+            reqwest::Method::GET,
+            "/kernel/sessions?workspace_id=ws_abc",
+            None,
+        )
+        .await;
+    conforms(&listed, "SessionList");
+    let (_, error) = service
+        .call(reqwest::Method::GET, "/kernel/sessions/nope", None)
+        .await;
+    conforms(&error, "Error");
+    let codes = &schema("Error")["properties"]["error"]["properties"]["code"]["enum"];
+    assert!(codes.as_array().unwrap().contains(&error["error"]["code"]));
+    let health: Value = service
+        .client
+        .get(format!("{}/kernel/health", service.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    conforms(&health, "Health");
+}
