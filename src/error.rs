@@ -220,6 +220,16 @@ pub enum Error {
         what: &'static str,
     },
 
+    /// A host-supplied component (an embedder, a categorizer, a summarizer) failed or
+    /// answered something unusable.
+    #[error("the {component} failed: {problem}")]
+    Component {
+        /// Which component: `embedder`, `categorizer`, ….
+        component: &'static str,
+        /// What went wrong.
+        problem: String,
+    },
+
     /// An entry could not be serialised (a `serde_json::Value` inside it was not representable).
     #[error("could not serialise session entry {key}: {source}")]
     Serialize {

@@ -77,6 +77,7 @@ pub mod reply;
 pub mod reset;
 pub mod route;
 pub mod routing;
+pub mod search;
 pub mod send_policy;
 pub mod store;
 pub mod summary;

@@ -1,0 +1,352 @@
+//! The in-crate search index: an inverted index with BM25 ranking and brute-force
+//! cosine similarity, in memory, optionally saved to a file.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::RwLock;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::text::tokens;
+use super::{LoggedMessage, SearchFilter, SearchIndex, Work};
+use crate::error::{Error, Result};
+
+/// BM25's term-frequency saturation.
+const K1: f32 = 1.2;
+/// BM25's length normalisation.
+const B: f32 = 0.75;
+
+/// The search index for the memory and JSON stores: every message in memory with an
+/// inverted index over its words (ranked by BM25) and its vector, if any (searched by
+/// brute-force cosine similarity). With [`MemoryIndex::open`], the index is saved to a
+/// file on every [`flush`](SearchIndex::flush) (written whole to a temporary file and
+/// renamed) and read back at the next start, so background work resumes where it
+/// stopped.
+///
+/// ```
+/// use agent_sessions::search::{MemoryIndex, SearchIndex};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> agent_sessions::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let index = MemoryIndex::open(dir.path().join("search.json"))?;
+/// assert_eq!(index.len().await?, 0);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Default)]
+pub struct MemoryIndex {
+    state: RwLock<State>,
+    file: Option<PathBuf>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    messages: Vec<LoggedMessage>,
+    by_id: HashMap<String, usize>,
+    /// word → (message, occurrences)
+    postings: HashMap<String, Vec<(u32, u32)>>,
+    lengths: Vec<u32>,
+    total_length: u64,
+    dirty: bool,
+}
+
+/// The saved form.
+#[derive(Serialize, Deserialize)]
+struct Saved {
+    version: u32,
+    messages: Vec<LoggedMessage>,
+}
+
+const SAVED_VERSION: u32 = 1;
+
+impl State {
+    fn insert(&mut self, message: LoggedMessage) -> bool {
+        if self.by_id.contains_key(&message.id) {
+            return false;
+        }
+        let position = self.messages.len() as u32;
+        let words = tokens(&message.text);
+        let mut counts: HashMap<String, u32> = HashMap::new();
+        for word in &words {
+            *counts.entry(word.clone()).or_default() += 1;
+        }
+        for (word, count) in counts {
+            self.postings
+                .entry(word)
+                .or_default()
+                .push((position, count));
+        }
+        self.lengths.push(words.len() as u32);
+        self.total_length += words.len() as u64;
+        self.by_id.insert(message.id.clone(), position as usize);
+        self.messages.push(message);
+        true
+    }
+
+    fn without_vector(message: &LoggedMessage) -> LoggedMessage {
+        LoggedMessage {
+            embedding: None,
+            ..message.clone()
+        }
+    }
+}
+
+impl MemoryIndex {
+    /// An empty index kept in memory only.
+    pub fn new() -> Self {
+        MemoryIndex::default()
+    }
+
+    /// The index saved at `file`, or an empty one that will be saved there. A file
+    /// that cannot be read as an index is [`Error::Component`] and left as it is.
+    pub fn open(file: impl Into<PathBuf>) -> Result<Self> {
+        let file = file.into();
+        let mut state = State::default();
+        match std::fs::read(&file) {
+            Ok(bytes) => {
+                let unreadable = |problem: String| Error::Component {
+                    component: "search index",
+                    problem: format!(
+                        "{} cannot be read ({problem}); it was left as it is",
+                        file.display()
+                    ),
+                };
+                let saved: Saved = serde_json::from_slice(&bytes)
+                    .map_err(|error| unreadable(error.to_string()))?;
+                if saved.version != SAVED_VERSION {
+                    return Err(unreadable(format!(
+                        "version {}, this crate reads {SAVED_VERSION}",
+                        saved.version
+                    )));
+                }
+                for message in saved.messages {
+                    state.insert(message);
+                }
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => return Err(Error::io("read", &file, error)),
+        }
+        Ok(MemoryIndex {
+            state: RwLock::new(state),
+            file: Some(file),
+        })
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.state
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn save(file: &Path, bytes: &[u8]) -> Result<()> {
+        let dir = file
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
+        let mut temp =
+            tempfile::NamedTempFile::new_in(dir).map_err(|e| Error::io("create", dir, e))?;
+        std::io::Write::write_all(&mut temp, bytes)
+            .map_err(|e| Error::io("write", temp.path(), e))?;
+        temp.as_file()
+            .sync_all()
+            .map_err(|e| Error::io("fsync", temp.path(), e))?;
+        temp.persist(file)
+            .map_err(|e| Error::io("rename", file, e.error))?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl SearchIndex for MemoryIndex {
+    async fn add(&self, messages: Vec<LoggedMessage>) -> Result<usize> {
+        let mut state = self.write();
+        let mut added = 0;
+        for message in messages {
+            added += usize::from(state.insert(message));
+        }
+        state.dirty |= added > 0;
+        Ok(added)
+    }
+
+    async fn full_text(
+        &self,
+        query: &str,
+        filter: &SearchFilter,
+        limit: usize,
+    ) -> Result<Vec<(String, f32)>> {
+        let state = self.read();
+        let count = state.messages.len() as f32;
+        if count == 0.0 || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let average = state.total_length as f32 / count;
+        let words: HashSet<String> = tokens(query).into_iter().collect();
+        let mut scores: HashMap<u32, f32> = HashMap::new();
+        for word in &words {
+            let Some(postings) = state.postings.get(word) else {
+                continue;
+            };
+            let df = postings.len() as f32;
+            let idf = ((count - df + 0.5) / (df + 0.5) + 1.0).ln();
+            for &(position, tf) in postings {
+                if !filter.matches(&state.messages[position as usize]) {
+                    continue;
+                }
+                let tf = tf as f32;
+                let length = state.lengths[position as usize] as f32;
+                let score = idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * length / average));
+                *scores.entry(position).or_default() += score;
+            }
+        }
+        let mut ranked: Vec<(u32, f32)> = scores.into_iter().collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        ranked.truncate(limit);
+        Ok(ranked
+            .into_iter()
+            .map(|(position, score)| (state.messages[position as usize].id.clone(), score))
+            .collect())
+    }
+
+    async fn nearest(
+        &self,
+        vector: &[f32],
+        filter: &SearchFilter,
+        limit: usize,
+    ) -> Result<Vec<(String, f32)>> {
+        let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+        if norm == 0.0 || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let state = self.read();
+        let mut ranked: Vec<(usize, f32)> = state
+            .messages
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| filter.matches(m))
+            .filter_map(|(position, m)| {
+                let other = m.embedding.as_deref()?;
+                if other.len() != vector.len() {
+                    return None;
+                }
+                let dot: f32 = other.iter().zip(vector).map(|(a, b)| a * b).sum();
+                let other_norm = other.iter().map(|x| x * x).sum::<f32>().sqrt();
+                (other_norm > 0.0).then(|| (position, dot / (norm * other_norm)))
+            })
+            .collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        ranked.truncate(limit);
+        Ok(ranked
+            .into_iter()
+            .map(|(position, score)| (state.messages[position].id.clone(), score))
+            .collect())
+    }
+
+    async fn get(&self, ids: &[String]) -> Result<Vec<LoggedMessage>> {
+        let state = self.read();
+        Ok(ids
+            .iter()
+            .filter_map(|id| state.by_id.get(id))
+            .map(|&position| State::without_vector(&state.messages[position]))
+            .collect())
+    }
+
+    async fn messages(&self, filter: &SearchFilter) -> Result<Vec<LoggedMessage>> {
+        let state = self.read();
+        let mut found: Vec<LoggedMessage> = state
+            .messages
+            .iter()
+            .filter(|m| filter.matches(m))
+            .map(State::without_vector)
+            .collect();
+        found.sort_by(|a, b| a.at.cmp(&b.at).then_with(|| a.id.cmp(&b.id)));
+        Ok(found)
+    }
+
+    async fn pending(&self, work: Work, limit: usize) -> Result<Vec<LoggedMessage>> {
+        let state = self.read();
+        let mut found: Vec<LoggedMessage> = state
+            .messages
+            .iter()
+            .filter(|m| match work {
+                Work::Categorize => m.category.is_none(),
+                Work::Embed => m.embedding.is_none(),
+            })
+            .map(State::without_vector)
+            .collect();
+        found.sort_by(|a, b| a.at.cmp(&b.at).then_with(|| a.id.cmp(&b.id)));
+        found.truncate(limit);
+        Ok(found)
+    }
+
+    async fn set_embeddings(&self, vectors: Vec<(String, Vec<f32>)>) -> Result<()> {
+        let mut state = self.write();
+        for (id, vector) in vectors {
+            if let Some(&position) = state.by_id.get(&id) {
+                state.messages[position].embedding = Some(vector);
+                state.dirty = true;
+            }
+        }
+        Ok(())
+    }
+
+    async fn set_category(&self, ids: &[String], category: &str) -> Result<()> {
+        let mut state = self.write();
+        for id in ids {
+            if let Some(&position) = state.by_id.get(id) {
+                state.messages[position].category = Some(category.to_owned());
+                state.dirty = true;
+            }
+        }
+        Ok(())
+    }
+
+    async fn newest(&self) -> Result<Option<DateTime<Utc>>> {
+        Ok(self.read().messages.iter().map(|m| m.at).max())
+    }
+
+    async fn len(&self) -> Result<usize> {
+        Ok(self.read().messages.len())
+    }
+
+    async fn flush(&self) -> Result<()> {
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        let bytes = {
+            let mut state = self.write();
+            if !state.dirty {
+                return Ok(());
+            }
+            let saved = Saved {
+                version: SAVED_VERSION,
+                messages: state.messages.clone(),
+            };
+            state.dirty = false;
+            serde_json::to_vec(&saved).map_err(|source| Error::Component {
+                component: "search index",
+                problem: source.to_string(),
+            })?
+        };
+        let file = file.clone();
+        let saved = tokio::task::spawn_blocking(move || MemoryIndex::save(&file, &bytes))
+            .await
+            .map_err(|join| Error::Component {
+                component: "search index",
+                problem: join.to_string(),
+            })?;
+        if saved.is_err() {
+            self.write().dirty = true;
+        }
+        saved
+    }
+}
