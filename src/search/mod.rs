@@ -4,10 +4,10 @@
 //! writes into transcripts. [`Search`] copies it, incrementally, into a
 //! [`SearchIndex`] and answers [`Search::search`]: full text (BM25) always, plus
 //! semantic similarity when the host gives it an [`Embedder`], ranked together. In the
-//! background ([`Search::process_pending`], [`Search::spawn_background`]) each inbound
-//! + outbound exchange gets a category from a [`Categorizer`] and each message a
+//! background ([`Search::process_pending`], [`Search::spawn_background`]) each exchange
+//! (an inbound message and its replies) gets a category from a [`Categorizer`] and each message a
 //! vector; what is not yet processed is found again after a restart, because the
-//! index itself records what is done. [`analytics`] counts by category, channel,
+//! index itself records what is done. [`analytics()`] counts by category, channel,
 //! agent identity, day and week, computes trends, and finds a person's recurring topic
 //! ("You've asked about rosters 3 times this week").
 //!
