@@ -308,6 +308,11 @@ pub trait SearchIndex: Send + Sync {
     /// How many messages are indexed.
     async fn len(&self) -> Result<usize>;
 
+    /// Whether nothing is indexed yet.
+    async fn is_empty(&self) -> Result<bool> {
+        Ok(self.len().await? == 0)
+    }
+
     /// Makes everything so far durable (a no-op for indexes that always are).
     async fn flush(&self) -> Result<()> {
         Ok(())
