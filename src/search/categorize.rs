@@ -102,6 +102,13 @@ pub trait Categorizer: Send + Sync {
     async fn categorize(&self, exchange: &Exchange) -> Result<String>;
 }
 
+#[async_trait]
+impl<T: Categorizer + ?Sized> Categorizer for std::sync::Arc<T> {
+    async fn categorize(&self, exchange: &Exchange) -> Result<String> {
+        (**self).categorize(exchange).await
+    }
+}
+
 /// Keyword rules: each label has words and phrases; the label whose rules match the
 /// exchange's text most often wins (ties: the earlier rule), `fallback` when none match.
 ///

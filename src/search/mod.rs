@@ -326,6 +326,13 @@ pub trait Embedder: Send + Sync {
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>>;
 }
 
+#[async_trait]
+impl<T: Embedder + ?Sized> Embedder for Arc<T> {
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
+        (**self).embed(texts).await
+    }
+}
+
 /// How much each kind of match counts in a hybrid ranking (both 0.5 by default).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HybridWeights {
@@ -475,7 +482,7 @@ impl Search {
             scores.entry(id.clone()).or_default().0 = score / best_text;
         }
         for (id, similarity) in &semantic_hits {
-            scores.entry(id.clone()).or_default().1 = similarity.max(0.0);
+            scores.entry(id.clone()).or_default().1 = similarity.clamp(0.0, 1.0);
         }
         let semantic = !semantic_hits.is_empty();
         let combine = |(text, sim): (f32, f32)| {
