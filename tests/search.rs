@@ -736,7 +736,7 @@ async fn background_processing_resumes_after_a_kill() {
             .unwrap()
             .len();
     assert!(
-        done_before >= 128 && done_before < MESSAGES,
+        (128..MESSAGES).contains(&done_before),
         "{done_before}"
     );
     let search = Search::new(index);
