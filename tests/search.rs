@@ -193,9 +193,10 @@ fn texts(hits: &[agent_sessions::search::SearchHit]) -> Vec<&str> {
 async fn known_hits_rank_first(
     transcripts: Arc<dyn TranscriptStore>,
     sessions: Arc<dyn SessionStore>,
+    index: impl SearchIndex + 'static,
 ) {
     log_corpus(transcripts.clone(), sessions).await;
-    let search = Search::new(MemoryIndex::new());
+    let search = Search::new(index);
     assert_eq!(search.sync(&*transcripts).await.unwrap(), CORPUS.len());
     assert_eq!(
         search.sync(&*transcripts).await.unwrap(),
@@ -303,6 +304,7 @@ async fn known_hits_rank_first_on_the_memory_stores() {
     known_hits_rank_first(
         Arc::new(MemoryTranscriptStore::new()),
         Arc::new(MemoryStore::new()),
+        MemoryIndex::new(),
     )
     .await;
 }
@@ -313,20 +315,31 @@ async fn known_hits_rank_first_on_the_json_store() {
     let backend = agent_sessions::store::Backend::open(&format!("json:{}", dir.path().display()))
         .await
         .unwrap();
-    known_hits_rank_first(backend.transcripts().clone(), backend.sessions().clone()).await;
+    let index = MemoryIndex::open(dir.path().join("search.json")).unwrap();
+    known_hits_rank_first(
+        backend.transcripts().clone(),
+        backend.sessions().clone(),
+        index,
+    )
+    .await;
 }
 
 #[cfg(feature = "sqlite")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn known_hits_rank_first_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
-    let backend = agent_sessions::store::Backend::open(&format!(
-        "sqlite:{}",
-        dir.path().join("s.db").display()
-    ))
-    .await
-    .unwrap();
-    known_hits_rank_first(backend.transcripts().clone(), backend.sessions().clone()).await;
+    let file = dir.path().join("s.db");
+    let backend = agent_sessions::store::Backend::open(&format!("sqlite:{}", file.display()))
+        .await
+        .unwrap();
+    // The database's own index: FTS5 beside the sessions and transcripts.
+    let index = agent_sessions::store::SqliteStore::open(&file).unwrap();
+    known_hits_rank_first(
+        backend.transcripts().clone(),
+        backend.sessions().clone(),
+        index,
+    )
+    .await;
 }
 
 #[cfg(feature = "postgres")]
@@ -343,7 +356,19 @@ async fn known_hits_rank_first_on_postgres() {
         agent_sessions::store::Backend::open(&format!("{server}{separator}schema={schema}"))
             .await
             .unwrap();
-    known_hits_rank_first(backend.transcripts().clone(), backend.sessions().clone()).await;
+    // The server's own index: a tsvector with a GIN index beside the sessions.
+    let index = agent_sessions::store::PostgresStore::connect_with(
+        &server,
+        agent_sessions::store::PostgresOptions::in_schema(&schema),
+    )
+    .await
+    .unwrap();
+    known_hits_rank_first(
+        backend.transcripts().clone(),
+        backend.sessions().clone(),
+        index,
+    )
+    .await;
     agent_sessions::store::PostgresStore::connect_with(
         &server,
         agent_sessions::store::PostgresOptions::in_schema(&schema),
@@ -409,12 +434,11 @@ impl Embedder for ConceptEmbedder {
     }
 }
 
-#[tokio::test]
-async fn a_fake_embedder_proves_the_vector_path_and_hybrid_ranking() {
+async fn vectors_and_hybrid_ranking(index: impl SearchIndex + 'static) {
     let transcripts: Arc<dyn TranscriptStore> = Arc::new(MemoryTranscriptStore::new());
     log_corpus(transcripts.clone(), Arc::new(MemoryStore::new())).await;
     let embedder = Arc::new(ConceptEmbedder::default());
-    let search = Search::new(MemoryIndex::new()).embedder(embedder.clone());
+    let search = Search::new(index).embedder(embedder.clone());
     let progress = search.process_all(&*transcripts).await.unwrap();
     assert_eq!(progress.embedded, CORPUS.len());
     assert_eq!(progress.pending_embeddings, 0);
@@ -499,6 +523,45 @@ async fn a_fake_embedder_proves_the_vector_path_and_hybrid_ranking() {
         CORPUS.len(),
         "a failed batch is left pending"
     );
+}
+
+#[tokio::test]
+async fn a_fake_embedder_proves_the_vector_path_and_hybrid_ranking() {
+    vectors_and_hybrid_ranking(MemoryIndex::new()).await;
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vectors_are_kept_beside_the_messages_in_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    vectors_and_hybrid_ranking(
+        agent_sessions::store::SqliteStore::open(dir.path().join("s.db")).unwrap(),
+    )
+    .await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+async fn vectors_are_kept_beside_the_messages_in_postgres() {
+    let server = std::env::var("AGENT_SESSIONS_TEST_POSTGRES_URL").unwrap();
+    let options = agent_sessions::store::PostgresOptions::in_schema(format!(
+        "vectors_{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let store = agent_sessions::store::PostgresStore::connect_with(&server, options.clone())
+        .await
+        .unwrap();
+    vectors_and_hybrid_ranking(store).await;
+    agent_sessions::store::PostgresStore::connect_with(&server, options)
+        .await
+        .unwrap()
+        .drop_schema()
+        .await
+        .unwrap();
 }
 
 /// A categorizer that waits until it is released: the reply path must not wait for it.
@@ -587,7 +650,10 @@ async fn an_index_saved_to_a_file_resumes_where_it_stopped() {
         search.index().flush().await.unwrap();
     }
     let reopened = Search::new(MemoryIndex::open(&file).unwrap()).categorizer(counting.clone());
-    assert_eq!(reopened.index().len().await.unwrap(), CORPUS.len());
+    assert_eq!(
+        reopened.index().message_count().await.unwrap(),
+        CORPUS.len()
+    );
     let left = reopened
         .index()
         .pending(Work::Categorize, 100)
@@ -735,10 +801,7 @@ async fn background_processing_resumes_after_a_kill() {
             .await
             .unwrap()
             .len();
-    assert!(
-        (128..MESSAGES).contains(&done_before),
-        "{done_before}"
-    );
+    assert!((128..MESSAGES).contains(&done_before), "{done_before}");
     let search = Search::new(index);
     let progress = search.process_all(&*transcripts).await.unwrap();
     assert_eq!(

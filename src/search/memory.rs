@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::text::tokens;
-use super::{LoggedMessage, SearchFilter, SearchIndex, Work};
+use super::{best, cosine, LoggedMessage, SearchFilter, SearchIndex, Work};
 use crate::error::{Error, Result};
 
 /// BM25's term-frequency saturation.
@@ -32,7 +32,7 @@ const B: f32 = 0.75;
 /// # async fn main() -> agent_sessions::Result<()> {
 /// # let dir = tempfile::tempdir().unwrap();
 /// let index = MemoryIndex::open(dir.path().join("search.json"))?;
-/// assert_eq!(index.len().await?, 0);
+/// assert_eq!(index.message_count().await?, 0);
 /// # Ok(())
 /// # }
 /// ```
@@ -223,35 +223,20 @@ impl SearchIndex for MemoryIndex {
         filter: &SearchFilter,
         limit: usize,
     ) -> Result<Vec<(String, f32)>> {
-        let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
-        if norm == 0.0 || limit == 0 {
+        if limit == 0 {
             return Ok(Vec::new());
         }
         let state = self.read();
-        let mut ranked: Vec<(usize, f32)> = state
+        let scored = state
             .messages
             .iter()
-            .enumerate()
-            .filter(|(_, m)| filter.matches(m))
-            .filter_map(|(position, m)| {
-                let other = m.embedding.as_deref()?;
-                if other.len() != vector.len() {
-                    return None;
-                }
-                let dot: f32 = other.iter().zip(vector).map(|(a, b)| a * b).sum();
-                let other_norm = other.iter().map(|x| x * x).sum::<f32>().sqrt();
-                (other_norm > 0.0).then(|| (position, dot / (norm * other_norm)))
-            })
+            .filter(|m| filter.matches(m))
+            .filter_map(|m| Some((m.id.clone(), cosine(m.embedding.as_deref()?, vector)?)))
             .collect();
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        ranked.truncate(limit);
-        Ok(ranked
-            .into_iter()
-            .map(|(position, score)| (state.messages[position].id.clone(), score))
-            .collect())
+        Ok(best(scored, limit))
     }
 
-    async fn get(&self, ids: &[String]) -> Result<Vec<LoggedMessage>> {
+    async fn messages_by_id(&self, ids: &[String]) -> Result<Vec<LoggedMessage>> {
         let state = self.read();
         Ok(ids
             .iter()
@@ -314,7 +299,7 @@ impl SearchIndex for MemoryIndex {
         Ok(self.read().messages.iter().map(|m| m.at).max())
     }
 
-    async fn len(&self) -> Result<usize> {
+    async fn message_count(&self) -> Result<usize> {
         Ok(self.read().messages.len())
     }
 

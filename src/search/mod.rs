@@ -251,6 +251,25 @@ pub struct SearchHit {
     pub snippet: String,
 }
 
+/// Cosine similarity of two vectors of the same length (`None` otherwise or for a
+/// zero vector).
+pub(crate) fn cosine(a: &[f32], b: &[f32]) -> Option<f32> {
+    if a.len() != b.len() {
+        return None;
+    }
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let norms = norm(a) * norm(b);
+    (norms > 0.0).then(|| dot / norms)
+}
+
+/// The best `limit` of `(id, score)` pairs, best first (ties by id).
+pub(crate) fn best(mut scored: Vec<(String, f32)>, limit: usize) -> Vec<(String, f32)> {
+    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    scored.truncate(limit);
+    scored
+}
+
 /// Background work an index keeps track of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Work {
@@ -288,7 +307,7 @@ pub trait SearchIndex: Send + Sync {
     ) -> Result<Vec<(String, f32)>>;
 
     /// The messages with these ids (unknown ids are skipped), without vectors.
-    async fn get(&self, ids: &[String]) -> Result<Vec<LoggedMessage>>;
+    async fn messages_by_id(&self, ids: &[String]) -> Result<Vec<LoggedMessage>>;
 
     /// Every message passing `filter`, oldest first, without vectors.
     async fn messages(&self, filter: &SearchFilter) -> Result<Vec<LoggedMessage>>;
@@ -306,12 +325,7 @@ pub trait SearchIndex: Send + Sync {
     async fn newest(&self) -> Result<Option<DateTime<Utc>>>;
 
     /// How many messages are indexed.
-    async fn len(&self) -> Result<usize>;
-
-    /// Whether nothing is indexed yet.
-    async fn is_empty(&self) -> Result<bool> {
-        Ok(self.len().await? == 0)
-    }
+    async fn message_count(&self) -> Result<usize>;
 
     /// Makes everything so far durable (a no-op for indexes that always are).
     async fn flush(&self) -> Result<()> {
@@ -502,7 +516,7 @@ impl Search {
         let ids: Vec<String> = ranked.iter().map(|(id, _)| id.clone()).collect();
         let mut messages: HashMap<String, LoggedMessage> = self
             .index
-            .get(&ids)
+            .messages_by_id(&ids)
             .await?
             .into_iter()
             .map(|m| (m.id.clone(), m))
@@ -568,7 +582,7 @@ impl Search {
             }
         }
         self.index.flush().await?;
-        progress.indexed = self.index.len().await?;
+        progress.indexed = self.index.message_count().await?;
         progress.pending_categories = self
             .index
             .pending(Work::Categorize, usize::MAX)

@@ -26,7 +26,8 @@ use crate::transcript::{
 const BACKEND: &str = "postgres";
 
 /// The schema, one migration per version, `{schema}` standing for the store's schema.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE {schema}.sessions (
     session_key    TEXT PRIMARY KEY,
     agent_id       TEXT NOT NULL,
@@ -68,7 +69,35 @@ CREATE TABLE {schema}.transcript_lines (
 CREATE INDEX log_by_person ON {schema}.transcript_lines (person_id, agent_identity, log_at) WHERE log_at IS NOT NULL;
 CREATE INDEX log_by_agent ON {schema}.transcript_lines (agent_id, log_at) WHERE log_at IS NOT NULL;
 CREATE INDEX log_by_session_key ON {schema}.transcript_lines (session_key, log_at) WHERE log_at IS NOT NULL;
-"#];
+"#,
+    r#"
+CREATE TABLE {schema}.search_messages (
+    id             TEXT PRIMARY KEY,
+    agent_id       TEXT NOT NULL,
+    session_id     TEXT NOT NULL,
+    session_key    TEXT,
+    person_id      TEXT,
+    agent_identity TEXT,
+    channel        TEXT,
+    direction      TEXT,
+    correlation_id TEXT,
+    at             BIGINT NOT NULL,
+    text           TEXT NOT NULL,
+    category       TEXT,
+    embedding      REAL[],
+    words          TSVECTOR GENERATED ALWAYS AS (to_tsvector('english', text)) STORED
+);
+CREATE INDEX search_messages_words ON {schema}.search_messages USING GIN (words);
+CREATE INDEX search_messages_by_time ON {schema}.search_messages (at);
+CREATE INDEX search_messages_by_session ON {schema}.search_messages (session_id, at);
+CREATE INDEX search_messages_by_person ON {schema}.search_messages (person_id, at);
+CREATE INDEX search_messages_uncategorized ON {schema}.search_messages (at) WHERE category IS NULL;
+CREATE INDEX search_messages_unembedded ON {schema}.search_messages (at) WHERE embedding IS NULL;
+"#,
+];
+
+#[path = "postgres_search.rs"]
+mod search;
 
 /// How a [`PostgresStore`] connects.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1004,7 +1033,10 @@ mod tests {
     )]
     async fn a_newer_schema_is_refused() {
         let store = fresh("as_unit").await;
-        assert_eq!(store.schema_version().await.unwrap(), 1);
+        assert_eq!(
+            store.schema_version().await.unwrap(),
+            MIGRATIONS.len() as i64
+        );
         store
             .client()
             .await

@@ -106,7 +106,12 @@ pub(crate) struct Where {
 }
 
 impl Where {
-    fn push(&mut self, placeholder: &dyn Fn(usize) -> String, condition: &str, value: SqlValue) {
+    pub(crate) fn push(
+        &mut self,
+        placeholder: &dyn Fn(usize) -> String,
+        condition: &str,
+        value: SqlValue,
+    ) {
         self.values.push(value);
         let mark = placeholder(self.values.len());
         let condition = condition.replace('?', &mark);
@@ -265,6 +270,97 @@ pub(crate) fn log_records(
 #[cfg(feature = "postgres")]
 pub(crate) fn lock_id(text: &str) -> i64 {
     revision_to_i64(Revision::of_bytes(text.as_bytes()))
+}
+
+/// The columns of a search message, from `search_messages` aliased `m`, in the order
+/// [`message_from_columns`] reads them.
+pub(crate) const MESSAGE_COLUMNS: &str = "m.id, m.agent_id, m.session_id, m.session_key, \
+     m.person_id, m.agent_identity, m.channel, m.direction, m.correlation_id, m.at, m.text, \
+     m.category";
+
+/// A search message from its columns (without its vector).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn message_from_columns(
+    id: String,
+    agent: String,
+    session_id: String,
+    session_key: Option<String>,
+    person_id: Option<String>,
+    agent_identity: Option<String>,
+    channel: Option<String>,
+    direction: Option<String>,
+    correlation_id: Option<String>,
+    at_ms: i64,
+    text: String,
+    category: Option<String>,
+) -> crate::search::LoggedMessage {
+    use crate::transcript::Direction;
+    crate::search::LoggedMessage {
+        id,
+        agent,
+        session_id,
+        session_key,
+        person_id,
+        agent_identity,
+        channel,
+        direction: match direction.as_deref() {
+            Some("inbound") => Some(Direction::Inbound),
+            Some("outbound") => Some(Direction::Outbound),
+            _ => None,
+        },
+        correlation_id,
+        at: chrono::DateTime::from_timestamp_millis(at_ms).unwrap_or_default(),
+        text,
+        category,
+        embedding: None,
+    }
+}
+
+/// A direction as its column value.
+pub(crate) fn direction_column(
+    direction: Option<crate::transcript::Direction>,
+) -> Option<&'static str> {
+    direction.map(|d| match d {
+        crate::transcript::Direction::Inbound => "inbound",
+        crate::transcript::Direction::Outbound => "outbound",
+    })
+}
+
+/// Adds `filter`'s conditions on `search_messages` (aliased `m`) to `clause`.
+pub(crate) fn message_filter(
+    clause: &mut Where,
+    filter: &crate::search::SearchFilter,
+    placeholder: &dyn Fn(usize) -> String,
+) {
+    let text = |value: &Option<String>| value.clone().map(SqlValue::Text);
+    for (condition, value) in [
+        ("m.person_id = ?", text(&filter.person_id)),
+        ("m.agent_identity = ?", text(&filter.agent_identity)),
+        ("m.channel = ?", text(&filter.channel)),
+        ("m.session_id = ?", text(&filter.session_id)),
+        ("m.category = ?", text(&filter.category)),
+        (
+            "m.at >= ?",
+            filter.since.map(|t| SqlValue::Int(t.timestamp_millis())),
+        ),
+        (
+            "m.at < ?",
+            filter.until.map(|t| SqlValue::Int(t.timestamp_millis())),
+        ),
+    ] {
+        if let Some(value) = value {
+            clause.push(placeholder, condition, value);
+        }
+    }
+}
+
+/// Full-text words of `query` for a database's query language: the crate's tokens,
+/// each unique (letters and digits only, so nothing needs escaping).
+pub(crate) fn query_words(query: &str) -> Vec<String> {
+    let mut words = crate::search::tokens(query);
+    let mut seen = std::collections::HashSet::new();
+    words.retain(|w| seen.insert(w.clone()));
+    words
 }
 
 #[cfg(test)]

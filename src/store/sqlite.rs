@@ -27,7 +27,8 @@ use crate::transcript::{
 const BACKEND: &str = "sqlite";
 
 /// The schema, one migration per version; applied in order on open.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE sessions (
     session_key    TEXT PRIMARY KEY,
     agent_id       TEXT NOT NULL,
@@ -69,7 +70,39 @@ CREATE TABLE transcript_lines (
 CREATE INDEX log_by_person ON transcript_lines (person_id, agent_identity, log_at) WHERE log_at IS NOT NULL;
 CREATE INDEX log_by_agent ON transcript_lines (agent_id, log_at) WHERE log_at IS NOT NULL;
 CREATE INDEX log_by_session_key ON transcript_lines (session_key, log_at) WHERE log_at IS NOT NULL;
-"#];
+"#,
+    r#"
+CREATE TABLE search_messages (
+    id             TEXT PRIMARY KEY,
+    agent_id       TEXT NOT NULL,
+    session_id     TEXT NOT NULL,
+    session_key    TEXT,
+    person_id      TEXT,
+    agent_identity TEXT,
+    channel        TEXT,
+    direction      TEXT,
+    correlation_id TEXT,
+    at             INTEGER NOT NULL,
+    text           TEXT NOT NULL,
+    category       TEXT,
+    embedding      BLOB
+);
+CREATE INDEX search_messages_by_time ON search_messages (at);
+CREATE INDEX search_messages_by_session ON search_messages (session_id, at);
+CREATE INDEX search_messages_by_person ON search_messages (person_id, at);
+CREATE INDEX search_messages_uncategorized ON search_messages (at) WHERE category IS NULL;
+CREATE INDEX search_messages_unembedded ON search_messages (at) WHERE embedding IS NULL;
+CREATE VIRTUAL TABLE search_text USING fts5(
+    text, content = 'search_messages', content_rowid = 'rowid', tokenize = 'porter unicode61'
+);
+CREATE TRIGGER search_messages_indexed AFTER INSERT ON search_messages BEGIN
+    INSERT INTO search_text (rowid, text) VALUES (new.rowid, new.text);
+END;
+"#,
+];
+
+#[path = "sqlite_search.rs"]
+mod search;
 
 /// How a [`SqliteStore`] waits and syncs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -930,10 +963,59 @@ mod tests {
             SqliteStore::open(&path),
             Err(Error::UnsupportedSchema {
                 found: 99,
-                supported: 1,
+                supported,
                 ..
-            })
+            }) if supported == MIGRATIONS.len() as i64
         ));
+    }
+
+    #[tokio::test]
+    async fn a_version_1_database_gains_the_search_tables_and_keeps_its_sessions() {
+        use crate::search::{LoggedMessage, SearchIndex};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.db");
+        {
+            let old = Connection::open(&path).unwrap();
+            old.execute_batch(MIGRATIONS[0]).unwrap();
+            old.execute_batch(
+                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL);
+                 INSERT INTO schema_migrations VALUES (1, 0);",
+            )
+            .unwrap();
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        store
+            .put(&key(), SessionEntry::new("s-1", 1))
+            .await
+            .unwrap();
+        drop(store);
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.schema_version().await.unwrap(), 2);
+        assert_eq!(
+            store.get(&key()).await.unwrap().unwrap().entry.session_id,
+            "s-1"
+        );
+        let message = LoggedMessage {
+            id: "main/s-1/1".into(),
+            agent: "main".into(),
+            session_id: "s-1".into(),
+            session_key: None,
+            person_id: None,
+            agent_identity: None,
+            channel: None,
+            direction: None,
+            correlation_id: None,
+            at: Utc::now(),
+            text: "the roster for Thursday".into(),
+            category: None,
+            embedding: None,
+        };
+        assert_eq!(store.add(vec![message.clone(), message]).await.unwrap(), 1);
+        let hits = store
+            .full_text("rosters", &Default::default(), 5)
+            .await
+            .unwrap();
+        assert_eq!(hits.len(), 1);
     }
 
     #[tokio::test]
