@@ -314,3 +314,65 @@ async fn serve_answers_the_kernel_api_on_the_address_it_prints() {
         std::fs::read_to_string(dir.path().join("agents/ws_abc/sessions/sessions.json")).unwrap();
     assert!(written.contains("agent:ws_abc:sms:dm:+1555"), "{written}");
 }
+
+#[tokio::test]
+async fn stats_with_messages_categorises_the_log_and_counts_it() {
+    use agent_sessions::manager::LogMessage;
+    use agent_sessions::prelude::*;
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("json:{}", dir.path().display());
+    let manager = SessionManager::connect(&store)
+        .await
+        .unwrap()
+        .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
+        .build();
+    for (sender, question, answer) in [
+        ("+15550100", "When is my shift on Thursday?", "9am."),
+        ("+15550100", "Can I swap my roster?", "Swap requested."),
+        ("+15550101", "My payslip is wrong", "Raised with payroll."),
+    ] {
+        let message = InboundMessage::direct("sms", sender, question);
+        let resolution = manager.resolve(&message).await.unwrap();
+        manager
+            .log_message(&resolution.key, LogMessage::from_inbound(&message))
+            .await
+            .unwrap();
+        manager
+            .log_message(
+                &resolution.key,
+                LogMessage::outbound(answer).on_channel("sms"),
+            )
+            .await
+            .unwrap();
+    }
+
+    let summary = json(&run(&store, &["stats", "--messages", "--json"]));
+    let messages = &summary["messages"];
+    assert_eq!(messages["total"], 6);
+    assert_eq!(
+        (messages["inbound"].as_u64(), messages["outbound"].as_u64()),
+        (Some(3), Some(3))
+    );
+    assert_eq!(messages["by_category"]["roster_query"], 4, "{messages}");
+    assert_eq!(messages["by_category"]["hr_request"], 2, "{messages}");
+    assert_eq!(messages["by_channel"]["sms"], 6);
+    assert_eq!(messages["newlyCategorized"], 6);
+    // The categories are kept (for a JSON tree, beside it): a second run has nothing new.
+    assert!(dir.path().join("search/messages.json").exists());
+    let again = json(&run(&store, &["stats", "--messages", "--json"]));
+    assert_eq!(again["messages"]["newlyCategorized"], 0);
+    assert_eq!(again["messages"]["by_category"], messages["by_category"]);
+
+    let text = run(&store, &["stats", "--messages"]);
+    assert!(text.status.success());
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(text.contains("messages by category:"), "{text}");
+    assert!(text.contains("  roster_query"), "{text}");
+    assert!(
+        text.contains("trends (last 7 days against the 7 before):"),
+        "{text}"
+    );
+    // --window-days needs --messages.
+    assert_eq!(code(&run(&store, &["stats", "--window-days", "3"])), 2);
+}

@@ -408,8 +408,14 @@ const SYNC_OVERLAP: chrono::Duration = chrono::Duration::minutes(5);
 impl Search {
     /// Search over `index`, full text only, categorised by [`KeywordCategorizer`].
     pub fn new(index: impl SearchIndex + 'static) -> Self {
+        Search::shared(Arc::new(index))
+    }
+
+    /// Search over an index shared with others (a [`Backend`](crate::store::Backend)'s
+    /// [`search_index`](crate::store::Backend::search_index), for one).
+    pub fn shared(index: Arc<dyn SearchIndex>) -> Self {
         Search {
-            index: Arc::new(index),
+            index,
             embedder: None,
             categorizer: Arc::new(KeywordCategorizer::default()),
             weights: HybridWeights::default(),

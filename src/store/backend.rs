@@ -6,6 +6,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::search::{MemoryIndex, SearchIndex};
 use crate::store::{JsonFileStore, SessionStore};
 use crate::transcript::{FileTranscriptStore, TranscriptStore};
 
@@ -107,6 +108,9 @@ impl fmt::Display for StoreUrl {
     }
 }
 
+/// Where a JSON tree keeps its search index, relative to its root.
+pub const SEARCH_INDEX_FILE: &str = "search/messages.json";
+
 /// A session store and the transcript store beside it, opened from a [`StoreUrl`].
 ///
 /// ```
@@ -126,6 +130,7 @@ pub struct Backend {
     url: StoreUrl,
     sessions: Arc<dyn SessionStore>,
     transcripts: Arc<dyn TranscriptStore>,
+    search: Arc<dyn SearchIndex>,
 }
 
 impl fmt::Debug for Backend {
@@ -144,12 +149,24 @@ impl Backend {
 
     /// Opens a parsed URL.
     pub async fn open_url(url: StoreUrl) -> Result<Backend> {
-        let (sessions, transcripts): (Arc<dyn SessionStore>, Arc<dyn TranscriptStore>) = match &url
-        {
-            StoreUrl::Json(dir) => (
-                Arc::new(JsonFileStore::new(dir)),
-                Arc::new(FileTranscriptStore::new(dir)),
-            ),
+        type Parts = (
+            Arc<dyn SessionStore>,
+            Arc<dyn TranscriptStore>,
+            Arc<dyn SearchIndex>,
+        );
+        let (sessions, transcripts, search): Parts = match &url {
+            StoreUrl::Json(dir) => {
+                let index_file = crate::paths::expand_home(dir).join(SEARCH_INDEX_FILE);
+                let index = crate::fsutil::blocking(&index_file.clone(), move || {
+                    MemoryIndex::open(index_file)
+                })
+                .await?;
+                (
+                    Arc::new(JsonFileStore::new(dir)),
+                    Arc::new(FileTranscriptStore::new(dir)),
+                    Arc::new(index),
+                )
+            }
             #[cfg(feature = "sqlite")]
             StoreUrl::Sqlite(file) => {
                 let file = file.clone();
@@ -157,7 +174,11 @@ impl Backend {
                     crate::store::SqliteStore::open(&file)
                 })
                 .await?;
-                (Arc::new(store.clone()), Arc::new(store))
+                (
+                    Arc::new(store.clone()),
+                    Arc::new(store.clone()),
+                    Arc::new(store),
+                )
             }
             #[cfg(feature = "postgres")]
             StoreUrl::Postgres {
@@ -169,7 +190,11 @@ impl Backend {
                     options.schema = schema.clone();
                 }
                 let store = crate::store::PostgresStore::connect_with(conninfo, options).await?;
-                (Arc::new(store.clone()), Arc::new(store))
+                (
+                    Arc::new(store.clone()),
+                    Arc::new(store.clone()),
+                    Arc::new(store),
+                )
             }
             #[allow(unreachable_patterns)]
             other => {
@@ -184,6 +209,7 @@ impl Backend {
             url,
             sessions,
             transcripts,
+            search,
         })
     }
 
@@ -200,5 +226,12 @@ impl Backend {
     /// The transcript store.
     pub fn transcripts(&self) -> &Arc<dyn TranscriptStore> {
         &self.transcripts
+    }
+
+    /// The search index of the message log: the database's own (FTS5, `tsvector`) for
+    /// SQLite and PostgreSQL; for a JSON tree a [`MemoryIndex`] saved at
+    /// `<dir>/search/messages.json`.
+    pub fn search_index(&self) -> &Arc<dyn SearchIndex> {
+        &self.search
     }
 }

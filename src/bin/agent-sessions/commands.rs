@@ -52,6 +52,18 @@ fn failure(code: u8, message: impl Into<String>) -> Failure {
 
 type Outcome = Result<(), Failure>;
 
+/// What `stats` adds.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// Also index and categorise the message log (keyword rules) and print message
+    /// analytics: volumes by category, channel, agent identity and week, and trends.
+    #[arg(long)]
+    messages: bool,
+    /// The trend window in days (the latest window against the one before it).
+    #[arg(long, default_value_t = 7, requires = "messages")]
+    window_days: u32,
+}
+
 /// How `serve` listens and whom it lets in.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -169,7 +181,7 @@ pub async fn run(global: Global, command: Command) -> Outcome {
             }
         }
         Command::Prune(args) => prune(&global.store, &agent, json, args).await,
-        Command::Stats => stats(&global.store, json).await,
+        Command::Stats(args) => stats(&global.store, json, args).await,
         Command::Export { output } => export(&global.store, output.as_deref()).await,
         Command::Import { openclaw } => {
             let root = openclaw_root(&openclaw)?;
@@ -263,7 +275,7 @@ async fn prune(store: &str, agent: &AgentId, json: bool, args: PruneArgs) -> Out
     Ok(())
 }
 
-async fn stats(store: &str, json: bool) -> Outcome {
+async fn stats(store: &str, json: bool, args: StatsArgs) -> Outcome {
     let backend = Backend::open(store).await?;
     let sessions = backend.sessions().list(&ListFilter::new()).await?;
     let transcripts = backend.transcripts().transcript_names(None).await?;
@@ -308,6 +320,22 @@ async fn stats(store: &str, json: bool) -> Outcome {
         "oldestActivity": sessions.iter().map(|s| s.entry.updated_at).min(),
         "newestActivity": sessions.iter().map(|s| s.entry.updated_at).max(),
     });
+    let mut summary = summary;
+    if args.messages {
+        let search = agent_sessions::search::Search::shared(backend.search_index().clone());
+        let progress = search.process_all(&**backend.transcripts()).await?;
+        let window = chrono::Duration::days(i64::from(args.window_days.max(1)));
+        let analytics = search
+            .analytics(
+                &agent_sessions::search::SearchFilter::new(),
+                chrono::Utc::now(),
+                window,
+            )
+            .await?;
+        summary["messages"] = serde_json::to_value(&analytics).unwrap_or_default();
+        summary["messages"]["newlyCategorized"] = json!(progress.categorized);
+        summary["messages"]["windowDays"] = json!(args.window_days.max(1));
+    }
     output::stats(json, &summary);
     Ok(())
 }

@@ -65,8 +65,9 @@ enum Command {
     Delete(commands::DeleteArgs),
     /// Remove sessions inactive for longer than a duration.
     Prune(commands::PruneArgs),
-    /// Counts by agent, kind of chat, channel and status.
-    Stats,
+    /// Counts by agent, kind of chat, channel and status; with --messages, message
+    /// analytics too.
+    Stats(commands::StatsArgs),
     /// Write every session and transcript as one JSON document.
     Export {
         /// Write to this file instead of standard output.

@@ -149,6 +149,52 @@ pub fn stats(as_json: bool, summary: &Value) {
             println!("{title:<16} {}", when(ms));
         }
     }
+    let messages = &summary["messages"];
+    if messages.is_object() {
+        println!(
+            "messages     {} ({} in, {} out; {} newly categorised)",
+            messages["total"],
+            messages["inbound"],
+            messages["outbound"],
+            messages["newlyCategorized"]
+        );
+        for (title, field) in [
+            ("messages by category", "by_category"),
+            ("messages by channel", "by_channel"),
+            ("messages by agent identity", "by_agent_identity"),
+            ("messages by week", "by_week"),
+        ] {
+            if let Some(counts) = messages[field].as_object().filter(|c| !c.is_empty()) {
+                println!("{title}:");
+                for (name, count) in counts {
+                    println!("  {name:<24} {count}");
+                }
+            }
+        }
+        if let Some(trends) = messages["trends"].as_array().filter(|t| !t.is_empty()) {
+            println!(
+                "trends (last {} days against the {} before):",
+                messages["windowDays"], messages["windowDays"]
+            );
+            println!(
+                "  {:<24} {:>8} {:>8} {:>8}",
+                "category", "now", "before", "change"
+            );
+            for trend in trends {
+                let change = trend["ratio"].as_f64().map_or_else(
+                    || "new".to_owned(),
+                    |r| format!("{:+.0}%", (r - 1.0) * 100.0),
+                );
+                println!(
+                    "  {:<24} {:>8} {:>8} {:>8}",
+                    trend["category"].as_str().unwrap_or(""),
+                    trend["current"],
+                    trend["previous"],
+                    change
+                );
+            }
+        }
+    }
 }
 
 /// A migration's report.
