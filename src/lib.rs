@@ -104,13 +104,15 @@ pub use store::{
     SessionStore, SessionStoreExt, StoredSession,
 };
 
-/// The README's example compiles, and the identity guide's examples run.
+/// The README's example compiles, and the identity and search guides' examples run.
 #[cfg(doctest)]
 mod doc_pages {
     #[doc = include_str!("../README.md")]
     struct Readme;
     #[doc = include_str!("../docs/identity-and-access.md")]
     struct IdentityAndAccess;
+    #[doc = include_str!("../docs/search-and-analytics.md")]
+    struct SearchAndAnalytics;
 }
 
 /// The names most programs use, for `use agent_sessions::prelude::*`.

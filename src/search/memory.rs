@@ -227,13 +227,23 @@ impl SearchIndex for MemoryIndex {
             return Ok(Vec::new());
         }
         let state = self.read();
-        let scored = state
+        let mut scored: Vec<(usize, f32)> = state
             .messages
             .iter()
-            .filter(|m| filter.matches(m))
-            .filter_map(|m| Some((m.id.clone(), cosine(m.embedding.as_deref()?, vector)?)))
+            .enumerate()
+            .filter(|(_, m)| filter.matches(m))
+            .filter_map(|(position, m)| Some((position, cosine(m.embedding.as_deref()?, vector)?)))
             .collect();
-        Ok(best(scored, limit))
+        // Only the best `limit` need their ids: select them before sorting.
+        if scored.len() > limit {
+            scored.select_nth_unstable_by(limit - 1, |a, b| b.1.total_cmp(&a.1));
+            scored.truncate(limit);
+        }
+        let ranked = scored
+            .into_iter()
+            .map(|(position, score)| (state.messages[position].id.clone(), score))
+            .collect();
+        Ok(best(ranked, limit))
     }
 
     async fn messages_by_id(&self, ids: &[String]) -> Result<Vec<LoggedMessage>> {

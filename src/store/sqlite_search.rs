@@ -116,14 +116,26 @@ impl SearchIndex for SqliteStore {
             "search_text MATCH ?",
             SqlValue::Text(expression),
         );
-        message_filter(&mut clause, filter, &placeholder);
-        let statement = format!(
-            "SELECT m.id, -bm25(search_text) FROM search_text
-             JOIN search_messages m ON m.rowid = search_text.rowid{}
-             ORDER BY bm25(search_text), m.id LIMIT {}",
-            clause.sql,
-            limit(limit_to)
-        );
+        let statement = if *filter == SearchFilter::default() {
+            // Rank in the FTS table alone; join only the best rows.
+            format!(
+                "SELECT m.id, -best.rank FROM (
+                     SELECT rowid, rank FROM search_text{} ORDER BY rank LIMIT {}
+                 ) best JOIN search_messages m ON m.rowid = best.rowid
+                 ORDER BY best.rank, m.id",
+                clause.sql,
+                limit(limit_to)
+            )
+        } else {
+            message_filter(&mut clause, filter, &placeholder);
+            format!(
+                "SELECT m.id, -bm25(search_text) FROM search_text
+                 JOIN search_messages m ON m.rowid = search_text.rowid{}
+                 ORDER BY bm25(search_text), m.id LIMIT {}",
+                clause.sql,
+                limit(limit_to)
+            )
+        };
         self.read(move |c| {
             let mut query = c.prepare_cached(&statement).map_err(db_error("search"))?;
             let rows = query
