@@ -94,6 +94,14 @@ impl State {
     }
 }
 
+/// Whether `message` still waits for `work`.
+fn waits_for(message: &LoggedMessage, work: Work) -> bool {
+    match work {
+        Work::Categorize => message.category.is_none(),
+        Work::Embed => message.embedding.is_none(),
+    }
+}
+
 impl MemoryIndex {
     /// An empty index kept in memory only.
     pub fn new() -> Self {
@@ -272,15 +280,17 @@ impl SearchIndex for MemoryIndex {
         let mut found: Vec<LoggedMessage> = state
             .messages
             .iter()
-            .filter(|m| match work {
-                Work::Categorize => m.category.is_none(),
-                Work::Embed => m.embedding.is_none(),
-            })
+            .filter(|m| waits_for(m, work))
             .map(State::without_vector)
             .collect();
         found.sort_by(|a, b| a.at.cmp(&b.at).then_with(|| a.id.cmp(&b.id)));
         found.truncate(limit);
         Ok(found)
+    }
+
+    async fn pending_count(&self, work: Work) -> Result<usize> {
+        let state = self.read();
+        Ok(state.messages.iter().filter(|m| waits_for(m, work)).count())
     }
 
     async fn set_embeddings(&self, vectors: Vec<(String, Vec<f32>)>) -> Result<()> {

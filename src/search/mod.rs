@@ -315,6 +315,9 @@ pub trait SearchIndex: Send + Sync {
     /// Up to `limit` messages still waiting for `work`, oldest first.
     async fn pending(&self, work: Work, limit: usize) -> Result<Vec<LoggedMessage>>;
 
+    /// How many messages are waiting for `work`.
+    async fn pending_count(&self, work: Work) -> Result<usize>;
+
     /// Stores vectors.
     async fn set_embeddings(&self, vectors: Vec<(String, Vec<f32>)>) -> Result<()>;
 
@@ -589,13 +592,9 @@ impl Search {
         }
         self.index.flush().await?;
         progress.indexed = self.index.message_count().await?;
-        progress.pending_categories = self
-            .index
-            .pending(Work::Categorize, usize::MAX)
-            .await?
-            .len();
+        progress.pending_categories = self.index.pending_count(Work::Categorize).await?;
         if self.embedder.is_some() {
-            progress.pending_embeddings = self.index.pending(Work::Embed, usize::MAX).await?.len();
+            progress.pending_embeddings = self.index.pending_count(Work::Embed).await?;
         }
         Ok(progress)
     }

@@ -188,10 +188,7 @@ impl SearchIndex for PostgresStore {
     }
 
     async fn pending(&self, work: Work, limit_to: usize) -> Result<Vec<LoggedMessage>> {
-        let condition = match work {
-            Work::Categorize => "m.category IS NULL",
-            Work::Embed => "m.embedding IS NULL",
-        };
+        let condition = sql::waiting(work);
         let statement = format!(
             "SELECT {MESSAGE_COLUMNS} FROM {} m WHERE {condition} ORDER BY m.at, m.id LIMIT $1",
             self.table("search_messages")
@@ -204,6 +201,23 @@ impl SearchIndex for PostgresStore {
             )
             .await?;
         Ok(rows.iter().map(message).collect())
+    }
+
+    async fn pending_count(&self, work: Work) -> Result<usize> {
+        let client = self.client().await?;
+        let count: i64 = client
+            .query_one(
+                &format!(
+                    "SELECT COUNT(*) FROM {} m WHERE {}",
+                    self.table("search_messages"),
+                    sql::waiting(work)
+                ),
+                &[],
+            )
+            .await
+            .map_err(pg_error("count messages"))?
+            .get(0);
+        Ok(usize::try_from(count).unwrap_or(0))
     }
 
     async fn set_embeddings(&self, vectors: Vec<(String, Vec<f32>)>) -> Result<()> {

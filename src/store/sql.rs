@@ -354,6 +354,14 @@ pub(crate) fn message_filter(
     }
 }
 
+/// The condition on `search_messages m` of messages waiting for `work`.
+pub(crate) fn waiting(work: crate::search::Work) -> &'static str {
+    match work {
+        crate::search::Work::Categorize => "m.category IS NULL",
+        crate::search::Work::Embed => "m.embedding IS NULL",
+    }
+}
+
 /// Full-text words of `query` for a database's query language: the crate's tokens,
 /// each unique (letters and digits only, so nothing needs escaping).
 pub(crate) fn query_words(query: &str) -> Vec<String> {

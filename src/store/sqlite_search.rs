@@ -230,10 +230,7 @@ impl SearchIndex for SqliteStore {
     }
 
     async fn pending(&self, work: Work, limit_to: usize) -> Result<Vec<LoggedMessage>> {
-        let condition = match work {
-            Work::Categorize => "m.category IS NULL",
-            Work::Embed => "m.embedding IS NULL",
-        };
+        let condition = sql::waiting(work);
         let statement = format!(
             "SELECT {MESSAGE_COLUMNS} FROM search_messages m WHERE {condition}
              ORDER BY m.at, m.id LIMIT ?1"
@@ -247,6 +244,20 @@ impl SearchIndex for SqliteStore {
                 .map_err(db_error("read messages"))?;
             rows.collect::<rusqlite::Result<Vec<_>>>()
                 .map_err(db_error("read messages"))
+        })
+        .await
+    }
+
+    async fn pending_count(&self, work: Work) -> Result<usize> {
+        let statement = format!(
+            "SELECT COUNT(*) FROM search_messages m WHERE {}",
+            sql::waiting(work)
+        );
+        self.read(move |c| {
+            let count: i64 = c
+                .query_row(&statement, [], |row| row.get(0))
+                .map_err(db_error("count messages"))?;
+            Ok(usize::try_from(count).unwrap_or(0))
         })
         .await
     }
