@@ -379,8 +379,10 @@ impl PostgresStore {
 
     /// Writes `row`: an `UPDATE` of the row that was read, or an `INSERT` of a new one
     /// (the key's advisory lock makes "was read" still true).
-    async fn write_row(&self, tx: &Transaction<'_>, row: &SessionRow, exists: bool) -> Result<()> {
-        let statement = if exists {
+    /// The statement that writes `row`: an `UPDATE` when the row exists, else an
+    /// `INSERT`; its parameters are [`row_params`].
+    fn write_statement(&self, exists: bool) -> String {
+        if exists {
             format!(
                 "UPDATE {} SET agent_id = $2, session_id = $3, updated_at = $4, channel = $5,
                      chat_type = $6, person_id = $7, agent_identity = $8, revision = $9,
@@ -395,29 +397,58 @@ impl PostgresStore {
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
                 self.table("sessions")
             )
-        };
-        let statement = tx
-            .prepare_cached(&statement)
-            .await
-            .map_err(pg_error("write a session"))?;
-        tx.execute(
-            &statement,
-            &[
-                &row.session_key,
-                &row.agent_id,
-                &row.session_id,
-                &row.updated_at,
-                &row.channel,
-                &row.chat_type,
-                &row.person_id,
-                &row.agent_identity,
-                &row.revision,
-                &row.entry,
-            ],
-        )
-        .await
-        .map_err(pg_error("write a session"))?;
-        Ok(())
+        }
+    }
+}
+
+/// The parameters of [`PostgresStore::write_statement`].
+fn row_params(row: &SessionRow) -> [&(dyn ToSql + Sync); 10] {
+    [
+        &row.session_key,
+        &row.agent_id,
+        &row.session_id,
+        &row.updated_at,
+        &row.channel,
+        &row.chat_type,
+        &row.person_id,
+        &row.agent_identity,
+        &row.revision,
+        &row.entry,
+    ]
+}
+
+/// A pooled connection inside a transaction this code began by hand (so that `BEGIN`
+/// can be pipelined with the first statements and `COMMIT` with the last). If it is
+/// dropped before [`OpenTransaction::finish`] — a cancelled future, a panic — the
+/// connection is taken out of the pool and closed, so the server rolls the
+/// transaction back and releases its locks; it never returns to the pool mid-way.
+struct OpenTransaction(Option<Object>);
+
+impl OpenTransaction {
+    fn client(&self) -> &Object {
+        self.0.as_ref().expect("open until finished")
+    }
+
+    /// Ends the transaction's ownership: the connection goes back to the pool.
+    fn finish(mut self) {
+        self.0.take();
+    }
+
+    /// Rolls back and finishes; `error` is what the caller returns.
+    async fn abandon(self, error: Error) -> Error {
+        match self.client().batch_execute("ROLLBACK").await {
+            Ok(()) => self.finish(),
+            Err(rollback) => tracing::warn!(%rollback, "rollback failed; the connection is closed"),
+        }
+        error
+    }
+}
+
+impl Drop for OpenTransaction {
+    fn drop(&mut self) {
+        if let Some(connection) = self.0.take() {
+            drop(Object::take(connection));
+        }
     }
 }
 
@@ -444,16 +475,12 @@ impl SessionStore for PostgresStore {
         key: &SessionKey,
         mutator: &mut Mutator<'_>,
     ) -> Result<Option<StoredSession>> {
-        let mut client = self.client().await?;
-        let tx = client
-            .transaction()
-            .await
-            .map_err(pg_error("begin a transaction"))?;
-        let lock = tx
+        let client = self.client().await?;
+        let lock = client
             .prepare_cached("SELECT pg_advisory_xact_lock($1)")
             .await
             .map_err(pg_error("lock a row"))?;
-        let read = tx
+        let read = client
             .prepare_cached(&format!(
                 "SELECT revision, entry FROM {} WHERE session_key = $1",
                 self.table("sessions")
@@ -461,51 +488,80 @@ impl SessionStore for PostgresStore {
             .await
             .map_err(pg_error("read a session"))?;
         // Serialise updates of this key across every host, also while it does not
-        // exist yet (a row lock needs a row). The lock and the read go out together;
-        // the server runs the read once the lock is granted.
+        // exist yet (a row lock needs a row). BEGIN, the lock and the read go out
+        // together; the server runs the read once the lock is granted.
         let lock_id = lock_id(&format!("{}\0{}", self.schema, key.as_str()));
         let raw_key = key.as_str();
         let (lock_params, read_params): (&[&(dyn ToSql + Sync)], &[&(dyn ToSql + Sync)]) =
             (&[&lock_id], &[&raw_key]);
-        let (locked, row) = tokio::join!(
-            tx.execute(&lock, lock_params),
-            tx.query_opt(&read, read_params)
+        let open = OpenTransaction(Some(client));
+        let c = open.client();
+        let (begun, locked, row) = tokio::join!(
+            c.batch_execute("BEGIN"),
+            c.execute(&lock, lock_params),
+            c.query_opt(&read, read_params)
         );
-        locked.map_err(pg_error("lock a row"))?;
-        let current = row
-            .map_err(pg_error("read a session"))?
-            .map(|row| decode(&self.location, key.as_str(), row.get(0), row.get(1)))
-            .transpose()?;
-        let mut slot = current.as_ref().map(|s| s.entry.clone());
-        mutator(&mut slot, current.as_ref().map(|s| s.revision))?;
-        if slot.as_ref() == current.as_ref().map(|s| &s.entry) {
-            return Ok(current);
-        }
-        let stored = match slot {
-            Some(entry) => {
-                let row = SessionRow::new(key, &entry)?;
-                self.write_row(&tx, &row, current.is_some()).await?;
-                Some(StoredSession {
-                    key: key.clone(),
-                    entry,
-                    revision: sql::revision_from_i64(row.revision),
-                })
-            }
-            None => {
-                tx.execute(
-                    &format!(
-                        "DELETE FROM {} WHERE session_key = $1",
-                        self.table("sessions")
-                    ),
-                    &[&key.as_str()],
-                )
-                .await
-                .map_err(pg_error("delete a session"))?;
-                None
-            }
+        let current = match (begun, locked, row) {
+            (Ok(()), Ok(_), Ok(row)) => row
+                .map(|row| decode(&self.location, key.as_str(), row.get(0), row.get(1)))
+                .transpose(),
+            (Err(e), _, _) => return Err(pg_error("begin a transaction")(e)),
+            (_, Err(e), _) => Err(pg_error("lock a row")(e)),
+            (_, _, Err(e)) => Err(pg_error("read a session")(e)),
         };
-        tx.commit().await.map_err(pg_error("commit"))?;
-        Ok(stored)
+        let current = match current {
+            Ok(current) => current,
+            Err(error) => return Err(open.abandon(error).await),
+        };
+        let mut slot = current.as_ref().map(|s| s.entry.clone());
+        if let Err(error) = mutator(&mut slot, current.as_ref().map(|s| s.revision)) {
+            return Err(open.abandon(error).await);
+        }
+        if slot.as_ref() == current.as_ref().map(|s| &s.entry) {
+            return match open.client().batch_execute("COMMIT").await {
+                Ok(()) => {
+                    open.finish();
+                    Ok(current)
+                }
+                Err(e) => Err(pg_error("commit")(e)),
+            };
+        }
+        let (statement, row) = match &slot {
+            Some(entry) => match SessionRow::new(key, entry) {
+                Ok(row) => (self.write_statement(current.is_some()), Some(row)),
+                Err(error) => return Err(open.abandon(error).await),
+            },
+            None => (
+                format!(
+                    "DELETE FROM {} WHERE session_key = $1",
+                    self.table("sessions")
+                ),
+                None,
+            ),
+        };
+        let prepared = match open.client().prepare_cached(&statement).await {
+            Ok(prepared) => prepared,
+            Err(e) => return Err(open.abandon(pg_error("write a session")(e)).await),
+        };
+        let key_param: [&(dyn ToSql + Sync); 1] = [&raw_key];
+        let values: &[&(dyn ToSql + Sync)] = match &row {
+            Some(row) => &row_params(row),
+            None => &key_param,
+        };
+        // The write and COMMIT go out together: if the write fails, COMMIT ends the
+        // failed transaction as a rollback.
+        let c = open.client();
+        let (written, committed) =
+            tokio::join!(c.execute(&prepared, values), c.batch_execute("COMMIT"));
+        // Once COMMIT was answered the transaction is over either way.
+        committed.map_err(pg_error("commit"))?;
+        open.finish();
+        written.map_err(pg_error("write a session"))?;
+        Ok(slot.zip(row).map(|(entry, row)| StoredSession {
+            key: key.clone(),
+            entry,
+            revision: sql::revision_from_i64(row.revision),
+        }))
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
@@ -1023,6 +1079,69 @@ mod tests {
         }
         let recovered = store.get(&key()).await.unwrap().unwrap();
         assert_eq!(recovered.entry.session_id, "s-1");
+        store.drop_schema().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[cfg_attr(
+        not(postgres_tests),
+        ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+    )]
+    async fn a_cancelled_update_leaves_no_transaction_behind() {
+        let application = format!("as_{}", uuid::Uuid::new_v4().simple());
+        let store = std::sync::Arc::new(fresh(&application).await);
+        store
+            .put(&key(), SessionEntry::new("s-1", 1))
+            .await
+            .unwrap();
+        // A holds the key's lock for a while; B waits for it and is cancelled.
+        let (inside, entered) = std::sync::mpsc::channel();
+        let holder = {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .with_session(&key(), |e| {
+                        let _ = inside.send(());
+                        std::thread::sleep(Duration::from_millis(400));
+                        e.updated_at += 1;
+                    })
+                    .await
+            })
+        };
+        tokio::task::spawn_blocking(move || entered.recv().unwrap())
+            .await
+            .unwrap();
+        let cancelled = tokio::time::timeout(
+            Duration::from_millis(100),
+            store.with_session(&key(), |e| e.updated_at += 10),
+        )
+        .await;
+        assert!(cancelled.is_err(), "B was still waiting for the lock");
+        holder.await.unwrap().unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+
+        // B's connection was closed, not pooled in the middle of its transaction.
+        let (admin, connection) = tokio_postgres::connect(&server(), NoTls).await.unwrap();
+        tokio::spawn(connection);
+        let stale: i64 = admin
+            .query_one(
+                "SELECT COUNT(*) FROM pg_stat_activity
+                 WHERE application_name = $1 AND state LIKE 'idle in transaction%'",
+                &[&application],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(stale, 0);
+        tokio::time::timeout(
+            Duration::from_secs(2),
+            store.with_session(&key(), |e| e.updated_at += 100),
+        )
+        .await
+        .expect("the key is not locked")
+        .unwrap();
+        let entry = store.get(&key()).await.unwrap().unwrap().entry;
+        assert_eq!(entry.updated_at, 102, "A's and C's updates, not B's");
         store.drop_schema().await.unwrap();
     }
 
