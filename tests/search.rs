@@ -935,3 +935,23 @@ fn a_person_who_keeps_asking_has_a_recurring_topic() {
         None
     );
 }
+
+#[tokio::test]
+async fn a_damaged_json_search_index_fails_only_search() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(agent_sessions::store::SEARCH_INDEX_FILE);
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, b"garbage").unwrap();
+    let backend = agent_sessions::store::Backend::open(&format!("json:{}", dir.path().display()))
+        .await
+        .expect("the sessions open");
+    assert_eq!(backend.sessions().len().await.unwrap(), 0);
+    assert!(matches!(
+        backend.search_index().await,
+        Err(Error::Component {
+            component: "search index",
+            ..
+        })
+    ));
+    assert_eq!(std::fs::read(&file).unwrap(), b"garbage");
+}

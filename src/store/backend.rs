@@ -130,7 +130,8 @@ pub struct Backend {
     url: StoreUrl,
     sessions: Arc<dyn SessionStore>,
     transcripts: Arc<dyn TranscriptStore>,
-    search: Arc<dyn SearchIndex>,
+    /// The database's own index, or (JSON) opened on first use.
+    search: Arc<tokio::sync::OnceCell<Arc<dyn SearchIndex>>>,
 }
 
 impl fmt::Debug for Backend {
@@ -152,21 +153,14 @@ impl Backend {
         type Parts = (
             Arc<dyn SessionStore>,
             Arc<dyn TranscriptStore>,
-            Arc<dyn SearchIndex>,
+            Option<Arc<dyn SearchIndex>>,
         );
         let (sessions, transcripts, search): Parts = match &url {
-            StoreUrl::Json(dir) => {
-                let index_file = crate::paths::expand_home(dir).join(SEARCH_INDEX_FILE);
-                let index = crate::fsutil::blocking(&index_file.clone(), move || {
-                    MemoryIndex::open(index_file)
-                })
-                .await?;
-                (
-                    Arc::new(JsonFileStore::new(dir)),
-                    Arc::new(FileTranscriptStore::new(dir)),
-                    Arc::new(index),
-                )
-            }
+            StoreUrl::Json(dir) => (
+                Arc::new(JsonFileStore::new(dir)),
+                Arc::new(FileTranscriptStore::new(dir)),
+                None,
+            ),
             #[cfg(feature = "sqlite")]
             StoreUrl::Sqlite(file) => {
                 let file = file.clone();
@@ -177,7 +171,7 @@ impl Backend {
                 (
                     Arc::new(store.clone()),
                     Arc::new(store.clone()),
-                    Arc::new(store),
+                    Some(Arc::new(store)),
                 )
             }
             #[cfg(feature = "postgres")]
@@ -193,7 +187,7 @@ impl Backend {
                 (
                     Arc::new(store.clone()),
                     Arc::new(store.clone()),
-                    Arc::new(store),
+                    Some(Arc::new(store)),
                 )
             }
             #[allow(unreachable_patterns)]
@@ -209,7 +203,10 @@ impl Backend {
             url,
             sessions,
             transcripts,
-            search,
+            search: Arc::new(match search {
+                Some(index) => tokio::sync::OnceCell::new_with(Some(index)),
+                None => tokio::sync::OnceCell::new(),
+            }),
         })
     }
 
@@ -230,8 +227,24 @@ impl Backend {
 
     /// The search index of the message log: the database's own (FTS5, `tsvector`) for
     /// SQLite and PostgreSQL; for a JSON tree a [`MemoryIndex`] saved at
-    /// `<dir>/search/messages.json`.
-    pub fn search_index(&self) -> &Arc<dyn SearchIndex> {
-        &self.search
+    /// `<dir>/search/messages.json`, read on first use (so a damaged index file fails
+    /// only the calls that search, with [`Error::Component`], and is left as it is).
+    pub async fn search_index(&self) -> Result<Arc<dyn SearchIndex>> {
+        let index = self
+            .search
+            .get_or_try_init(|| async {
+                // Database backends are opened with their index; only JSON gets here.
+                let StoreUrl::Json(dir) = &self.url else {
+                    return Err(Error::NotConfigured {
+                        what: "a search index for this backend",
+                    });
+                };
+                let file = crate::paths::expand_home(dir).join(SEARCH_INDEX_FILE);
+                let index =
+                    crate::fsutil::blocking(&file.clone(), move || MemoryIndex::open(file)).await?;
+                Ok::<Arc<dyn SearchIndex>, Error>(Arc::new(index))
+            })
+            .await?;
+        Ok(index.clone())
     }
 }

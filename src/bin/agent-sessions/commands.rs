@@ -322,7 +322,7 @@ async fn stats(store: &str, json: bool, args: StatsArgs) -> Outcome {
     });
     let mut summary = summary;
     if args.messages {
-        let search = agent_sessions::search::Search::shared(backend.search_index().clone());
+        let search = agent_sessions::search::Search::shared(backend.search_index().await?);
         let progress = search.process_all(&**backend.transcripts()).await?;
         let window = chrono::Duration::days(i64::from(args.window_days.max(1)));
         let analytics = search
