@@ -243,12 +243,8 @@ async fn json_to_sqlite_to_postgres_to_json_keeps_every_entry_and_transcript() {
     let sqlite = Backend::open(&format!("sqlite:{}", work.path().join("s.db").display()))
         .await
         .unwrap();
-    let server = std::env::var("AGENT_SESSIONS_TEST_POSTGRES_URL").unwrap();
-    let schema = format!("migration_{}", uuid::Uuid::new_v4().simple());
-    let separator = if server.contains('?') { '&' } else { '?' };
-    let postgres = Backend::open(&format!("{server}{separator}schema={schema}"))
-        .await
-        .unwrap();
+    let schema = common::TestSchema::new("migration");
+    let postgres = Backend::open(&schema.url()).await.unwrap();
     let back_dir = work.path().join("back");
     let back = Backend::open(&format!("json:{}", back_dir.display()))
         .await
@@ -263,14 +259,5 @@ async fn json_to_sqlite_to_postgres_to_json_keeps_every_entry_and_transcript() {
     assert!(checksums.windows(2).all(|pair| pair[0] == pair[1]));
     assert_same_content(&source, &back, Some(&back_dir)).await;
     assert_same_content(&source, &postgres, None).await;
-
-    agent_sessions::store::PostgresStore::connect_with(
-        &server,
-        agent_sessions::store::PostgresOptions::in_schema(&schema),
-    )
-    .await
-    .unwrap()
-    .drop_schema()
-    .await
-    .unwrap();
+    schema.drop().await;
 }

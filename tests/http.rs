@@ -2,6 +2,8 @@
 //! port, driven by a real client through seed 001's smoke sequence and its errors, on
 //! the JSON store and on PostgreSQL.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -74,19 +76,25 @@ impl Service {
         (status, response.json().await.unwrap())
     }
 
+    /// `POST /kernel/sessions/resolve` with `body`.
+    async fn post_resolve(&self, body: Value) -> (StatusCode, Value) {
+        self.call(
+            reqwest::Method::POST,
+            "/kernel/sessions/resolve",
+            Some(body),
+        )
+        .await
+    }
+
     /// `POST /kernel/sessions/resolve` for the sender `+1555` in workspace `ws_abc`.
     async fn resolve(&self, text: &str) -> Value {
         let (status, body) = self
-            .call(
-                reqwest::Method::POST,
-                "/kernel/sessions/resolve",
-                Some(json!({
-                    "workspace_id": "ws_abc",
-                    "channel": "whatsapp",
-                    "remote_jid": "+1555",
-                    "user_message": text,
-                })),
-            )
+            .post_resolve(json!({
+                "workspace_id": "ws_abc",
+                "channel": "whatsapp",
+                "remote_jid": "+1555",
+                "user_message": text,
+            }))
             .await;
         assert_eq!(status, StatusCode::OK, "{body}");
         body
@@ -253,19 +261,9 @@ async fn smoke_sequence_on_the_json_store() {
     ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
 )]
 async fn smoke_sequence_on_postgres() {
-    let server = std::env::var("AGENT_SESSIONS_TEST_POSTGRES_URL").unwrap();
-    let schema = format!("http_{}", uuid::Uuid::new_v4().simple());
-    let separator = if server.contains('?') { '&' } else { '?' };
-    smoke_sequence(&format!("{server}{separator}schema={schema}")).await;
-    agent_sessions::store::PostgresStore::connect_with(
-        &server,
-        agent_sessions::store::PostgresOptions::in_schema(&schema),
-    )
-    .await
-    .unwrap()
-    .drop_schema()
-    .await
-    .unwrap();
+    let schema = common::TestSchema::new("http");
+    smoke_sequence(&schema.url()).await;
+    schema.drop().await;
 }
 
 #[tokio::test]
@@ -359,26 +357,18 @@ async fn errors_are_json_with_the_right_status() {
 
     // A workspace id that is not an agent id, and empty senders.
     let (status, body) = service
-        .call(
-            reqwest::Method::POST,
-            "/kernel/sessions/resolve",
-            Some(json!({
-                "workspace_id": "../etc", "channel": "sms", "remote_jid": "+1555", "user_message": "hi",
-            })),
-        )
+        .post_resolve(json!({
+            "workspace_id": "../etc", "channel": "sms", "remote_jid": "+1555", "user_message": "hi",
+        }))
         .await;
     assert_eq!(
         (status, &body["error"]["code"]),
         (StatusCode::BAD_REQUEST, &json!("invalid_request"))
     );
     let (status, _) = service
-        .call(
-            reqwest::Method::POST,
-            "/kernel/sessions/resolve",
-            Some(json!({
-                "workspace_id": "ws_abc", "channel": "sms", "remote_jid": " ", "user_message": "hi",
-            })),
-        )
+        .post_resolve(json!({
+            "workspace_id": "ws_abc", "channel": "sms", "remote_jid": " ", "user_message": "hi",
+        }))
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 
@@ -460,15 +450,11 @@ async fn concurrent_turns_lose_no_update() {
             let mut own = String::new();
             for turn in 0..TURNS {
                 let (status, body) = service
-                    .call(
-                        reqwest::Method::POST,
-                        "/kernel/sessions/resolve",
-                        Some(json!({
-                            "workspace_id": "ws_abc", "channel": "sms",
-                            "remote_jid": format!("+1666{client}"),
-                            "user_message": format!("message {turn}"),
-                        })),
-                    )
+                    .post_resolve(json!({
+                        "workspace_id": "ws_abc", "channel": "sms",
+                        "remote_jid": format!("+1666{client}"),
+                        "user_message": format!("message {turn}"),
+                    }))
                     .await;
                 assert_eq!(status, StatusCode::OK, "{body}");
                 own = id(&body);

@@ -3,6 +3,8 @@
 //! hybrid ranking, background processing that resumes after a kill, and analytics over
 //! a generated month of traffic.
 
+mod common;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -189,6 +191,13 @@ fn texts(hits: &[agent_sessions::search::SearchHit]) -> Vec<&str> {
     hits.iter().map(|h| h.message.text.as_str()).collect()
 }
 
+/// The texts of the first `n` hits, sorted (for hits whose scores tie).
+fn sorted_top(hits: &[agent_sessions::search::SearchHit], n: usize) -> Vec<&str> {
+    let mut top = texts(hits)[..n].to_vec();
+    top.sort();
+    top
+}
+
 /// The corpus, searched: known hits first, every filter honoured.
 async fn known_hits_rank_first(
     transcripts: Arc<dyn TranscriptStore>,
@@ -208,10 +217,8 @@ async fn known_hits_rank_first(
         .search(&SearchQuery::text("Riverside shift"))
         .await
         .unwrap();
-    let mut both = texts(&hits)[..2].to_vec();
-    both.sort();
     assert_eq!(
-        both,
+        sorted_top(&hits, 2),
         [
             "Can I swap my Riverside shift for Friday?",
             "When is my shift at Riverside on Thursday?",
@@ -349,35 +356,19 @@ async fn known_hits_rank_first_on_sqlite() {
     ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
 )]
 async fn known_hits_rank_first_on_postgres() {
-    let server = std::env::var("AGENT_SESSIONS_TEST_POSTGRES_URL").unwrap();
-    let schema = format!("search_{}", uuid::Uuid::new_v4().simple());
-    let separator = if server.contains('?') { '&' } else { '?' };
-    let backend =
-        agent_sessions::store::Backend::open(&format!("{server}{separator}schema={schema}"))
-            .await
-            .unwrap();
+    let schema = common::TestSchema::new("search");
+    let backend = agent_sessions::store::Backend::open(&schema.url())
+        .await
+        .unwrap();
     // The server's own index: a tsvector with a GIN index beside the sessions.
-    let index = agent_sessions::store::PostgresStore::connect_with(
-        &server,
-        agent_sessions::store::PostgresOptions::in_schema(&schema),
-    )
-    .await
-    .unwrap();
+    let index = schema.store().await;
     known_hits_rank_first(
         backend.transcripts().clone(),
         backend.sessions().clone(),
         index,
     )
     .await;
-    agent_sessions::store::PostgresStore::connect_with(
-        &server,
-        agent_sessions::store::PostgresOptions::in_schema(&schema),
-    )
-    .await
-    .unwrap()
-    .drop_schema()
-    .await
-    .unwrap();
+    schema.drop().await;
 }
 
 /// A fake embedding model: each dimension is a concept, and a text's vector counts the
@@ -454,10 +445,8 @@ async fn vectors_and_hybrid_ranking(index: impl SearchIndex + 'static) {
         .search(&SearchQuery::text("work timetable"))
         .await
         .unwrap();
-    let mut shifts = texts(&hits)[..4].to_vec();
-    shifts.sort();
     assert_eq!(
-        shifts,
+        sorted_top(&hits, 4),
         [
             "Can I swap my Riverside shift for Friday?",
             "Swap requested for Friday.",
@@ -475,10 +464,8 @@ async fn vectors_and_hybrid_ranking(index: impl SearchIndex + 'static) {
         .search(&SearchQuery::text("Riverside shift"))
         .await
         .unwrap();
-    let mut both = texts(&hits)[..2].to_vec();
-    both.sort();
     assert_eq!(
-        both,
+        sorted_top(&hits, 2),
         [
             "Can I swap my Riverside shift for Friday?",
             "When is my shift at Riverside on Thursday?",
@@ -547,21 +534,9 @@ async fn vectors_are_kept_beside_the_messages_in_sqlite() {
     ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
 )]
 async fn vectors_are_kept_beside_the_messages_in_postgres() {
-    let server = std::env::var("AGENT_SESSIONS_TEST_POSTGRES_URL").unwrap();
-    let options = agent_sessions::store::PostgresOptions::in_schema(format!(
-        "vectors_{}",
-        uuid::Uuid::new_v4().simple()
-    ));
-    let store = agent_sessions::store::PostgresStore::connect_with(&server, options.clone())
-        .await
-        .unwrap();
-    vectors_and_hybrid_ranking(store).await;
-    agent_sessions::store::PostgresStore::connect_with(&server, options)
-        .await
-        .unwrap()
-        .drop_schema()
-        .await
-        .unwrap();
+    let schema = common::TestSchema::new("vectors");
+    vectors_and_hybrid_ranking(schema.store().await).await;
+    schema.drop().await;
 }
 
 /// A categorizer that waits until it is released: the reply path must not wait for it.

@@ -65,3 +65,49 @@ pub fn file_names(dir: &Path) -> Vec<String> {
     names.sort();
     names
 }
+
+/// A schema of its own on the test PostgreSQL server (`AGENT_SESSIONS_TEST_POSTGRES_URL`)
+/// for one test; [`TestSchema::drop`] removes it.
+#[cfg(feature = "postgres")]
+pub struct TestSchema {
+    /// The server's URL, without a schema.
+    pub server: String,
+    /// The schema's name.
+    pub name: String,
+}
+
+#[cfg(feature = "postgres")]
+impl TestSchema {
+    /// A new, unique schema name starting with `prefix`.
+    pub fn new(prefix: &str) -> Self {
+        TestSchema {
+            server: std::env::var("AGENT_SESSIONS_TEST_POSTGRES_URL").expect("a test server"),
+            name: format!("{prefix}_{}", uuid::Uuid::new_v4().simple()),
+        }
+    }
+
+    /// The store URL of the schema (`…?schema=<name>`).
+    pub fn url(&self) -> String {
+        let separator = if self.server.contains('?') { '&' } else { '?' };
+        format!("{}{separator}schema={}", self.server, self.name)
+    }
+
+    /// A store in the schema.
+    pub async fn store(&self) -> agent_sessions::store::PostgresStore {
+        agent_sessions::store::PostgresStore::connect_with(
+            &self.server,
+            agent_sessions::store::PostgresOptions::in_schema(&self.name),
+        )
+        .await
+        .expect("the test server accepts connections")
+    }
+
+    /// Drops the schema and everything in it.
+    pub async fn drop(self) {
+        self.store()
+            .await
+            .drop_schema()
+            .await
+            .expect("the schema drops");
+    }
+}
