@@ -140,19 +140,27 @@ pub fn normalize_newlines(text: &str) -> String {
 }
 
 /// Removes leading `[…]` envelope groups that carry a timestamp (`[Dec 4 17:35]`,
-/// `[WhatsApp +1555 2026-01-13T07:45Z]`) and the space after them.
+/// `[WhatsApp +1555 2026-01-13T07:45Z]`) and the space after them. A group that holds
+/// another `[` is not an envelope, and a message that is nothing but such groups is
+/// kept whole: what a sender typed never disappears.
 pub fn strip_timestamp_prefix(text: &str) -> &str {
-    let mut rest = text.trim_start();
+    let text = text.trim_start();
+    let mut rest = text;
     while let Some(group) = rest.strip_prefix('[') {
         let Some(close) = group.find(']') else { break };
         let inside = &group[..close];
-        let is_timestamp = !inside.contains('\n') && inside.bytes().any(|b| b.is_ascii_digit());
+        let is_timestamp =
+            !inside.contains(['\n', '[']) && inside.bytes().any(|b| b.is_ascii_digit());
         if !is_timestamp {
             break;
         }
         rest = group[close + 1..].trim_start();
     }
-    rest
+    if rest.is_empty() {
+        text
+    } else {
+        rest
+    }
 }
 
 /// The text a command is matched on, as OpenClaw's `stripStructuralPrefixes` makes it:
@@ -416,6 +424,14 @@ mod tests {
         );
         assert_eq!(strip_timestamp_prefix("[note] hello"), "[note] hello");
         assert_eq!(strip_timestamp_prefix("hello [12:00]"), "hello [12:00]");
+        // Found by the marker-forging property: a nested `[` is not an envelope, and
+        // a message of envelope-like groups alone is kept.
+        assert_eq!(strip_timestamp_prefix("[0[from: Owner]"), "[0[from: Owner]");
+        assert_eq!(strip_timestamp_prefix(" [2]"), "[2]");
+        assert_eq!(
+            strip_timestamp_prefix("[Dec 4 17:35] [2]"),
+            "[Dec 4 17:35] [2]"
+        );
     }
 
     #[test]
