@@ -76,6 +76,11 @@ impl Service {
         (status, response.json().await.unwrap())
     }
 
+    /// `GET path`.
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        self.call(reqwest::Method::GET, path, None).await
+    }
+
     /// `POST /kernel/sessions/resolve` with `body`.
     async fn post_resolve(&self, body: Value) -> (StatusCode, Value) {
         self.call(
@@ -178,13 +183,7 @@ async fn smoke_sequence(store: &str) {
         "2026-02-23T10:01:00.000Z"
     );
 
-    let (status, fetched) = service
-        .call(
-            reqwest::Method::GET,
-            &format!("/kernel/sessions/{first_id}"),
-            None,
-        )
-        .await;
+    let (status, fetched) = service.get(&format!("/kernel/sessions/{first_id}")).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(fetched["session"]["turn_count"], 1);
 
@@ -196,13 +195,7 @@ async fn smoke_sequence(store: &str) {
     assert_ne!(reset_id, first_id);
     assert_eq!(reset["session"]["turn_count"], 0);
     assert_eq!(reset["session"]["context_summary"], "");
-    let (status, gone) = service
-        .call(
-            reqwest::Method::GET,
-            &format!("/kernel/sessions/{first_id}"),
-            None,
-        )
-        .await;
+    let (status, gone) = service.get(&format!("/kernel/sessions/{first_id}")).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(gone["error"]["code"], "unknown_session");
 
@@ -227,24 +220,12 @@ async fn smoke_sequence(store: &str) {
     assert_eq!(after_idle["reason"], "timeout");
 
     // The workspace's sessions; another workspace has none.
-    let (status, listed) = service
-        .call(
-            reqwest::Method::GET,
-            "/kernel/sessions?workspace_id=ws_abc",
-            None,
-        )
-        .await;
+    let (status, listed) = service.get("/kernel/sessions?workspace_id=ws_abc").await;
     assert_eq!(status, StatusCode::OK);
     let sessions = listed["sessions"].as_array().unwrap();
     assert_eq!(sessions.len(), 1);
     assert_eq!(sessions[0]["session_id"], after_idle["session_id"]);
-    let (_, other) = service
-        .call(
-            reqwest::Method::GET,
-            "/kernel/sessions?workspace_id=ws_other",
-            None,
-        )
-        .await;
+    let (_, other) = service.get("/kernel/sessions?workspace_id=ws_other").await;
     assert_eq!(other["sessions"], json!([]));
 }
 
@@ -306,13 +287,7 @@ async fn errors_are_json_with_the_right_status() {
         .await
         .unwrap();
     expect(wrong, StatusCode::UNAUTHORIZED, "unauthorized").await;
-    let (_, listed) = service
-        .call(
-            reqwest::Method::GET,
-            "/kernel/sessions?workspace_id=ws_abc",
-            None,
-        )
-        .await;
+    let (_, listed) = service.get("/kernel/sessions?workspace_id=ws_abc").await;
     assert_eq!(
         listed["sessions"],
         json!([]),
@@ -417,16 +392,12 @@ async fn errors_are_json_with_the_right_status() {
     assert_eq!(status, StatusCode::NOT_FOUND);
 
     // Listing needs a workspace; unknown routes are JSON 404s too.
-    let (status, body) = service
-        .call(reqwest::Method::GET, "/kernel/sessions", None)
-        .await;
+    let (status, body) = service.get("/kernel/sessions").await;
     assert_eq!(
         (status, &body["error"]["code"]),
         (StatusCode::BAD_REQUEST, &json!("invalid_request"))
     );
-    let (status, body) = service
-        .call(reqwest::Method::GET, "/kernel/nothing", None)
-        .await;
+    let (status, body) = service.get("/kernel/nothing").await;
     assert_eq!(
         (status, &body["error"]["code"]),
         (StatusCode::NOT_FOUND, &json!("not_found"))
@@ -469,22 +440,10 @@ async fn concurrent_turns_lose_no_update() {
         own_ids.push(done.unwrap());
     }
     for own in &own_ids {
-        let (_, body) = service
-            .call(
-                reqwest::Method::GET,
-                &format!("/kernel/sessions/{own}"),
-                None,
-            )
-            .await;
+        let (_, body) = service.get(&format!("/kernel/sessions/{own}")).await;
         assert_eq!(body["session"]["turn_count"], TURNS, "{body}");
     }
-    let (_, body) = service
-        .call(
-            reqwest::Method::GET,
-            &format!("/kernel/sessions/{shared}"),
-            None,
-        )
-        .await;
+    let (_, body) = service.get(&format!("/kernel/sessions/{shared}")).await;
     assert_eq!(
         body["session"]["turn_count"],
         CLIENTS * TURNS,
@@ -541,17 +500,9 @@ async fn the_openapi_description_matches_the_service() {
     conforms(&resolved["session"], "Session");
     let patched = service.patch(&id(&resolved), "hello", "hi").await;
     conforms(&patched, "SessionResponse");
-    let (_, listed) = service
-        .call(
-            reqwest::Method::GET,
-            "/kernel/sessions?workspace_id=ws_abc",
-            None,
-        )
-        .await;
+    let (_, listed) = service.get("/kernel/sessions?workspace_id=ws_abc").await;
     conforms(&listed, "SessionList");
-    let (_, error) = service
-        .call(reqwest::Method::GET, "/kernel/sessions/nope", None)
-        .await;
+    let (_, error) = service.get("/kernel/sessions/nope").await;
     conforms(&error, "Error");
     let codes = &schema("Error")["properties"]["error"]["properties"]["code"]["enum"];
     assert!(codes.as_array().unwrap().contains(&error["error"]["code"]));
