@@ -261,3 +261,135 @@ async fn json_to_sqlite_to_postgres_to_json_keeps_every_entry_and_transcript() {
     assert_same_content(&source, &postgres, None).await;
     schema.drop().await;
 }
+
+/// Runs `work` on the current runtime from inside a synchronous callback.
+fn block_on<F: std::future::Future>(work: F) -> F::Output {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(work))
+}
+
+/// A progress callback that, when the session copy begins (after the source was
+/// listed), lets another writer act: what a bot writing during a migration does.
+struct WriterDuringCopy<F: Fn() + Send + Sync>(F);
+
+impl<F: Fn() + Send + Sync> agent_sessions::store::migrate::Progress for WriterDuringCopy<F> {
+    fn begin(&self, phase: &'static str, _: u64) {
+        if phase == "sessions" {
+            (self.0)();
+        }
+    }
+    fn advance(&self, _: u64) {}
+    fn finish(&self) {}
+}
+
+async fn bump(backend: &Backend, key: &SessionKey, by: u64) {
+    backend
+        .sessions()
+        .update(key, |slot| {
+            let entry = slot.get_or_insert_with(|| SessionEntry::new("written-by-the-bot", 1));
+            *entry.compaction_count.get_or_insert(0) += by;
+        })
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_migration_never_overwrites_a_target_that_moved_on() {
+    let source_dir = busy_openclaw_tree().await;
+    let source = Backend::open(&format!("json:{}", source_dir.path().display()))
+        .await
+        .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let target = Backend::open(&format!("sqlite:{}", work.path().join("s.db").display()))
+        .await
+        .unwrap();
+    assert!(migrate(&source, &target, &NoProgress).await.unwrap().verified());
+
+    // The bot now runs on the target: every session moves on there.
+    let before = sessions(&target).await;
+    for key in before.keys() {
+        bump(&target, &SessionKey::parse(key).unwrap(), 100).await;
+    }
+    let moved_on = sessions(&target).await;
+
+    let again = migrate(&source, &target, &NoProgress).await.unwrap();
+    assert!(!again.verified(), "a target that moved on is not a verified copy");
+    assert_eq!(again.sessions_copied, 0);
+    assert_eq!(again.session_conflicts.len(), before.len());
+    assert!(again.session_conflicts.iter().all(|c| !c.overwritten));
+    assert_eq!(sessions(&target).await, moved_on, "the target's entries are kept");
+
+    // Only when asked does the source win.
+    let forced = agent_sessions::store::migrate::migrate_with(
+        &source,
+        &target,
+        &agent_sessions::store::migrate::MigrateOptions::overwriting_conflicts(),
+        &NoProgress,
+    )
+    .await
+    .unwrap();
+    assert!(forced.session_conflicts.iter().all(|c| c.overwritten));
+    assert_eq!(sessions(&target).await, before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_on_the_target_during_a_migration_loses_nothing() {
+    let source_dir = busy_openclaw_tree().await;
+    let source = Backend::open(&format!("json:{}", source_dir.path().display()))
+        .await
+        .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let target = Backend::open(&format!("sqlite:{}", work.path().join("s.db").display()))
+        .await
+        .unwrap();
+    let keys: Vec<SessionKey> = sessions(&source)
+        .await
+        .keys()
+        .map(|k| SessionKey::parse(k).unwrap())
+        .collect();
+    // Between the source's listing and the copy, a writer creates and updates every
+    // key in the target (counting from the source's value, 0).
+    let writer = WriterDuringCopy(|| {
+        block_on(async {
+            for key in &keys {
+                bump(&target, key, 1).await;
+            }
+        })
+    });
+    let report = agent_sessions::store::migrate::migrate_with(
+        &source,
+        &target,
+        &agent_sessions::store::migrate::MigrateOptions::default(),
+        &writer,
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.session_conflicts.len(), keys.len());
+    assert!(!report.verified());
+    for key in &keys {
+        let entry = target.sessions().get(key).await.unwrap().unwrap().entry;
+        assert_eq!(entry.compaction_count, Some(1), "{key}: the writer's update was lost");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_written_during_a_migration_fails_verification_by_name() {
+    let source_dir = busy_openclaw_tree().await;
+    let source = Backend::open(&format!("json:{}", source_dir.path().display()))
+        .await
+        .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let target = Backend::open(&format!("sqlite:{}", work.path().join("s.db").display()))
+        .await
+        .unwrap();
+    let key = SessionKey::parse("agent:main:telegram:dm:42").unwrap();
+    let writer = WriterDuringCopy(|| block_on(bump(&source, &key, 5)));
+    let report = migrate(&source, &target, &writer).await.unwrap();
+    assert!(!report.verified());
+    assert_eq!(report.source_changed, [key.clone()]);
+
+    // With the writer stopped, running again reports the stale copy as a conflict
+    // instead of silently keeping it; overwriting settles it.
+    let again = migrate(&source, &target, &NoProgress).await.unwrap();
+    assert_eq!(again.session_conflicts.len(), 1);
+    assert_eq!(again.session_conflicts[0].key, key);
+}

@@ -1,11 +1,23 @@
 //! Moving sessions and transcripts between backends, resumably and verifiably.
 //!
 //! [`migrate`] copies every session and every transcript (live and archived) of one
-//! [`Backend`] into another. It only adds: a session already present and identical is
-//! skipped, so an interrupted migration is resumed by running it again; a transcript
-//! present with other lines is reported as a conflict and left alone. At the end it
-//! compares counts and checksums of what the source holds with the same sessions and
-//! transcripts in the target.
+//! [`Backend`] into another. It only adds:
+//!
+//! * a session the target does not have is written (atomically: a session that appears
+//!   in the target meanwhile is not overwritten);
+//! * a session the target already has, identical, is skipped, so an interrupted
+//!   migration is resumed by running it again;
+//! * a session the target has with another entry is a *conflict*: the target's entry is
+//!   left as it is and reported in [`MigrationReport::session_conflicts`] (it may have
+//!   moved on since an earlier migration: a bot already writing to the target). Only
+//!   [`MigrateOptions::overwrite_conflicts`] replaces it with the source's;
+//! * a transcript the target has with other lines is a conflict too, left alone.
+//!
+//! At the end it compares counts and checksums of what the source holds *then* with
+//! the same sessions and transcripts in the target; sessions that changed in the source
+//! while it was being copied are listed in [`MigrationReport::source_changed`]. Any
+//! conflict or change makes [`MigrationReport::verified`] false: stop the writers and
+//! run the migration again.
 //!
 //! The one field that changes is `sessionFile`, a location: it is pointed at the
 //! transcript's place in the target when the target has places (the file backend), and
@@ -32,16 +44,15 @@
 //! # }
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use serde::Serialize;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use super::{Backend, ListFilter, Revision, SessionStoreExt, StoredSession};
+use super::{Backend, ListFilter, Revision, StoredSession};
 use crate::entry::SessionEntry;
 use crate::error::{Error, Result};
 use crate::key::{AgentId, SessionKey};
@@ -84,6 +95,46 @@ pub struct Checksums {
     pub transcript_checksum: u64,
 }
 
+/// How [`migrate_with`] treats what the target already has.
+///
+/// ```
+/// use agent_sessions::store::migrate::MigrateOptions;
+///
+/// let options = MigrateOptions::default();
+/// assert!(!options.overwrite_conflicts); // the target's own entries are kept
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MigrateOptions {
+    /// Replace a target session whose entry differs from the source's with the
+    /// source's (the target's entry is lost). Off by default: conflicts are reported
+    /// and left alone.
+    pub overwrite_conflicts: bool,
+}
+
+impl MigrateOptions {
+    /// Options that replace conflicting target sessions with the source's.
+    pub fn overwriting_conflicts() -> Self {
+        MigrateOptions {
+            overwrite_conflicts: true,
+        }
+    }
+}
+
+/// A session present in both stores with different entries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionConflict {
+    /// The session key.
+    pub key: SessionKey,
+    /// The source entry's `updatedAt` (ms since the Unix epoch).
+    pub source_updated_at: u64,
+    /// The target entry's `updatedAt`.
+    pub target_updated_at: u64,
+    /// Whether the target's entry was replaced ([`MigrateOptions::overwrite_conflicts`]).
+    pub overwritten: bool,
+}
+
 /// What a migration did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -92,6 +143,12 @@ pub struct MigrationReport {
     pub sessions_copied: u64,
     /// Sessions the target already had, identical.
     pub sessions_skipped: u64,
+    /// Sessions the target had with another entry: left alone (unless overwritten), and
+    /// the verification fails.
+    pub session_conflicts: Vec<SessionConflict>,
+    /// Sessions that changed in the source (added, updated or removed) while the
+    /// migration ran: the copy may hold an older version, and the verification fails.
+    pub source_changed: Vec<SessionKey>,
     /// Transcripts written to the target.
     pub transcripts_copied: u64,
     /// Transcripts the target already had, identical.
@@ -106,52 +163,78 @@ pub struct MigrationReport {
 }
 
 impl MigrationReport {
-    /// Whether the target holds everything the source holds, identically.
+    /// Whether the target holds everything the source holds, identically, with no
+    /// conflict and no change in the source during the copy.
     pub fn verified(&self) -> bool {
-        self.source == self.target && self.transcript_conflicts.is_empty()
+        self.source == self.target
+            && self.transcript_conflicts.is_empty()
+            && self.session_conflicts.is_empty()
+            && self.source_changed.is_empty()
     }
 }
 
-/// Copies every session and transcript of `from` into `to`, then verifies (see the
-/// [module](self)).
+/// Copies every session and transcript of `from` into `to`, leaving conflicts alone,
+/// then verifies (see the [module](self)).
 pub async fn migrate(
     from: &Backend,
     to: &Backend,
+    progress: &dyn Progress,
+) -> Result<MigrationReport> {
+    migrate_with(from, to, &MigrateOptions::default(), progress).await
+}
+
+/// What copying one session did.
+enum Copied {
+    Written,
+    Skipped,
+    Conflict(SessionConflict),
+}
+
+/// [`migrate`] with options.
+pub async fn migrate_with(
+    from: &Backend,
+    to: &Backend,
+    options: &MigrateOptions,
     progress: &dyn Progress,
 ) -> Result<MigrationReport> {
     let mut report = MigrationReport::default();
 
     let sessions = from.sessions().list(&ListFilter::new()).await?;
     progress.begin("sessions", sessions.len() as u64);
-    let copied = Arc::new(AtomicU64::new(0));
     let mut tasks = JoinSet::new();
     let permits = Arc::new(Semaphore::new(PARALLEL_COPIES));
+    let mut outcomes = Vec::with_capacity(sessions.len());
     for session in sessions.iter().cloned() {
-        let (to, copied) = (to.clone(), copied.clone());
+        let (to, overwrite) = (to.clone(), options.overwrite_conflicts);
         let permit = permits.clone().acquire_owned().await.expect("never closed");
         tasks.spawn(async move {
             let _permit = permit;
             let entry = relocate(&session.key, session.entry, &to);
-            let current = to.sessions().get(&session.key).await?;
-            if current.is_some_and(|c| c.entry == entry) {
-                return Ok::<_, Error>(());
-            }
-            to.sessions().put(&session.key, entry).await?;
-            copied.fetch_add(1, Ordering::Relaxed);
-            Ok(())
+            copy_session(&to, session.key, entry, overwrite).await
         });
         while let Some(done) = tasks.try_join_next() {
-            joined(done)?;
+            outcomes.push(joined(done)?);
             progress.advance(1);
         }
     }
     while let Some(done) = tasks.join_next().await {
-        joined(done)?;
+        outcomes.push(joined(done)?);
         progress.advance(1);
     }
     progress.finish();
-    report.sessions_copied = copied.load(Ordering::Relaxed);
-    report.sessions_skipped = sessions.len() as u64 - report.sessions_copied;
+    for outcome in outcomes {
+        match outcome {
+            Copied::Written => report.sessions_copied += 1,
+            Copied::Skipped => report.sessions_skipped += 1,
+            Copied::Conflict(conflict) => {
+                if conflict.overwritten {
+                    report.sessions_copied += 1;
+                }
+                report.session_conflicts.push(conflict);
+            }
+        }
+    }
+    report.session_conflicts.sort_by(|a, b| a.key.cmp(&b.key));
 
     let names = from.transcripts().transcript_names(None).await?;
     progress.begin("transcripts", names.len() as u64);
@@ -171,15 +254,69 @@ pub async fn migrate(
     }
     progress.finish();
 
-    progress.begin("verify", (sessions.len() + names.len()) as u64);
-    report.source = checksums(from, &sessions, &names, progress).await?;
-    let in_target = read_back(to, &sessions).await?;
+    // Verify against the source as it is now: what changed during the copy shows.
+    let now = from.sessions().list(&ListFilter::new()).await?;
+    report.source_changed = changed_keys(&sessions, &now);
+    progress.begin("verify", (now.len() + names.len()) as u64);
+    report.source = checksums(from, &now, &names, progress).await?;
+    let in_target = read_back(to, &now).await?;
     report.target = checksums(to, &in_target, &names, progress).await?;
     progress.finish();
     Ok(report)
 }
 
-fn joined(done: std::result::Result<Result<()>, tokio::task::JoinError>) -> Result<()> {
+/// Writes `entry` under `key` in `to` if the target has nothing there, in one atomic
+/// step; an identical entry is skipped and another one is a conflict.
+async fn copy_session(
+    to: &Backend,
+    key: SessionKey,
+    entry: SessionEntry,
+    overwrite: bool,
+) -> Result<Copied> {
+    let mut outcome = Copied::Skipped;
+    to.sessions()
+        .apply(&key, &mut |slot, _| {
+            outcome = match slot {
+                None => {
+                    *slot = Some(entry.clone());
+                    Copied::Written
+                }
+                Some(current) if comparable(current) == comparable(&entry) => Copied::Skipped,
+                Some(current) => {
+                    let conflict = SessionConflict {
+                        key: key.clone(),
+                        source_updated_at: entry.updated_at,
+                        target_updated_at: current.updated_at,
+                        overwritten: overwrite,
+                    };
+                    if overwrite {
+                        *slot = Some(entry.clone());
+                    }
+                    Copied::Conflict(conflict)
+                }
+            };
+            Ok(())
+        })
+        .await?;
+    Ok(outcome)
+}
+
+/// Keys whose entry differs between two listings of one store.
+fn changed_keys(before: &[StoredSession], after: &[StoredSession]) -> Vec<SessionKey> {
+    let before: BTreeMap<&SessionKey, &SessionEntry> =
+        before.iter().map(|s| (&s.key, &s.entry)).collect();
+    let after: BTreeMap<&SessionKey, &SessionEntry> =
+        after.iter().map(|s| (&s.key, &s.entry)).collect();
+    let changed: BTreeSet<&SessionKey> = before
+        .keys()
+        .chain(after.keys())
+        .filter(|key| before.get(*key) != after.get(*key))
+        .copied()
+        .collect();
+    changed.into_iter().cloned().collect()
+}
+
+fn joined<T>(done: std::result::Result<Result<T>, tokio::task::JoinError>) -> Result<T> {
     match done {
         Ok(result) => result,
         Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),

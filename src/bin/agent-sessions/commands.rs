@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agent_sessions::manager::{DeleteOptions, PruneOptions};
-use agent_sessions::store::migrate::{migrate, MigrationReport};
+use agent_sessions::store::migrate::{migrate_with, MigrateOptions, MigrationReport};
 use agent_sessions::store::Backend;
 use agent_sessions::{AgentId, Error, ListFilter, PeerKind, SessionKey, SessionManager};
 use clap::Args;
@@ -183,12 +183,19 @@ pub async fn run(global: Global, command: Command) -> Outcome {
         Command::Prune(args) => prune(&global.store, &agent, json, args).await,
         Command::Stats(args) => stats(&global.store, json, args).await,
         Command::Export { output } => export(&global.store, output.as_deref()).await,
-        Command::Import { openclaw } => {
+        Command::Import {
+            openclaw,
+            overwrite_conflicts,
+        } => {
             let root = openclaw_root(&openclaw)?;
             let from = format!("json:{}", root.display());
-            copy(&from, &global.store, json).await
+            copy(&from, &global.store, json, overwrite_conflicts).await
         }
-        Command::Migrate { from, to } => copy(&from, &to, json).await,
+        Command::Migrate {
+            from,
+            to,
+            overwrite_conflicts,
+        } => copy(&from, &to, json, overwrite_conflicts).await,
         Command::Serve(args) => serve(&global.store, args).await,
         Command::Doctor {
             repair,
@@ -419,14 +426,30 @@ async fn doctor(store: &str, json: bool, repair: bool, prune: bool) -> Outcome {
 }
 
 /// Copies `from` into `to` and verifies.
-async fn copy(from: &str, to: &str, json: bool) -> Outcome {
+async fn copy(from: &str, to: &str, json: bool, overwrite_conflicts: bool) -> Outcome {
     let source = Backend::open(from).await?;
     let target = Backend::open(to).await?;
     let bar = Bar::new(!json);
-    let report: MigrationReport = migrate(&source, &target, &bar).await?;
+    let options = if overwrite_conflicts {
+        MigrateOptions::overwriting_conflicts()
+    } else {
+        MigrateOptions::default()
+    };
+    let report: MigrationReport = migrate_with(&source, &target, &options, &bar).await?;
     output::migrated(json, from, to, &report);
     if report.verified() {
         Ok(())
+    } else if !report.source_changed.is_empty() {
+        Err(failure(
+            EXIT_UNVERIFIED,
+            "the source changed while it was copied: stop its writers and run again",
+        ))
+    } else if !report.session_conflicts.is_empty() && !overwrite_conflicts {
+        Err(failure(
+            EXIT_UNVERIFIED,
+            "the target has sessions that differ from the source: left as they are \
+             (see the report; --overwrite-conflicts replaces them)",
+        ))
     } else {
         Err(failure(
             EXIT_UNVERIFIED,

@@ -79,6 +79,10 @@ enum Command {
         /// The OpenClaw state directory (`~/.openclaw`) or its `agents` directory.
         #[arg(long)]
         openclaw: std::path::PathBuf,
+        /// Replace a session the store already has with another entry by the imported
+        /// one (by default such conflicts are reported and left alone).
+        #[arg(long)]
+        overwrite_conflicts: bool,
     },
     /// Check a JSON store tree (and with --repair, fix it without losing anything).
     Doctor {
@@ -101,6 +105,10 @@ enum Command {
         /// The store to copy to.
         #[arg(long)]
         to: String,
+        /// Replace a session the target already has with another entry by the
+        /// source's (by default such conflicts are reported and left alone).
+        #[arg(long)]
+        overwrite_conflicts: bool,
     },
 }
 

@@ -216,6 +216,20 @@ pub fn migrated(as_json: bool, from: &str, to: &str, report: &MigrationReport) {
         "transcripts  {} copied, {} already there",
         report.transcripts_copied, report.transcripts_skipped
     );
+    for conflict in &report.session_conflicts {
+        let what = if conflict.overwritten {
+            "replaced by the source's"
+        } else {
+            "left alone"
+        };
+        println!(
+            "conflict     {}: the target has another entry (updated {} vs the source's {}); {what}",
+            conflict.key, conflict.target_updated_at, conflict.source_updated_at
+        );
+    }
+    for key in &report.source_changed {
+        println!("changed      {key}: changed in the source during the copy");
+    }
     for conflict in &report.transcript_conflicts {
         println!("conflict     {conflict}: the target has other lines; left alone");
     }
