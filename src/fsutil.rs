@@ -49,6 +49,40 @@ pub(crate) fn create_private_dir_all(dir: &Path) -> io::Result<()> {
     builder.create(dir)
 }
 
+/// Creates a new file readable and writable by its owner only (mode 0600 on Unix).
+///
+/// `create_new` (`O_EXCL`) refuses an existing path, a planted symlink included. Every
+/// file the crate creates goes through here or [`write_private_atomically`].
+pub(crate) fn create_private(path: &Path) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)
+}
+
+/// Replaces `path` with `bytes`: an owner-only temporary file in the same directory
+/// (created owner-only if missing), fsynced, then renamed over `path` — a symlink at
+/// `path` is replaced, never followed, and a crash leaves the old file or the new one.
+pub(crate) fn write_private_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    create_private_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
+    // NamedTempFile creates its file 0600 with O_EXCL and removes it if dropped.
+    let mut temp = tempfile::NamedTempFile::new_in(dir).map_err(|e| Error::io("create", dir, e))?;
+    temp.write_all(bytes)
+        .map_err(|e| Error::io("write", temp.path(), e))?;
+    temp.as_file()
+        .sync_all()
+        .map_err(|e| Error::io("fsync", temp.path(), e))?;
+    temp.persist(path)
+        .map_err(|e| Error::io("rename", path, e.error))?;
+    Ok(())
+}
+
 /// Options that refuse to open a symlink as the file itself (`O_NOFOLLOW` on Unix):
 /// a symlink planted where a transcript should be is an error, not a way out of the
 /// sessions directory.

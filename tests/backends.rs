@@ -302,7 +302,10 @@ async fn a_second_migration_never_overwrites_a_target_that_moved_on() {
     let target = Backend::open(&format!("sqlite:{}", work.path().join("s.db").display()))
         .await
         .unwrap();
-    assert!(migrate(&source, &target, &NoProgress).await.unwrap().verified());
+    assert!(migrate(&source, &target, &NoProgress)
+        .await
+        .unwrap()
+        .verified());
 
     // The bot now runs on the target: every session moves on there.
     let before = sessions(&target).await;
@@ -312,11 +315,18 @@ async fn a_second_migration_never_overwrites_a_target_that_moved_on() {
     let moved_on = sessions(&target).await;
 
     let again = migrate(&source, &target, &NoProgress).await.unwrap();
-    assert!(!again.verified(), "a target that moved on is not a verified copy");
+    assert!(
+        !again.verified(),
+        "a target that moved on is not a verified copy"
+    );
     assert_eq!(again.sessions_copied, 0);
     assert_eq!(again.session_conflicts.len(), before.len());
     assert!(again.session_conflicts.iter().all(|c| !c.overwritten));
-    assert_eq!(sessions(&target).await, moved_on, "the target's entries are kept");
+    assert_eq!(
+        sessions(&target).await,
+        moved_on,
+        "the target's entries are kept"
+    );
 
     // Only when asked does the source win.
     let forced = agent_sessions::store::migrate::migrate_with(
@@ -367,7 +377,11 @@ async fn a_writer_on_the_target_during_a_migration_loses_nothing() {
     assert!(!report.verified());
     for key in &keys {
         let entry = target.sessions().get(key).await.unwrap().unwrap().entry;
-        assert_eq!(entry.compaction_count, Some(1), "{key}: the writer's update was lost");
+        assert_eq!(
+            entry.compaction_count,
+            Some(1),
+            "{key}: the writer's update was lost"
+        );
     }
 }
 

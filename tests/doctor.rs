@@ -241,3 +241,105 @@ async fn a_huge_entry_round_trips() {
     let fresh = JsonFileStore::new(dir.path());
     assert_eq!(fresh.get(&key).await.unwrap().unwrap().entry, entry);
 }
+
+/// Writes `entries` (raw key → raw entry) as the sessions.json of `agent`.
+fn write_store(root: &Path, agent: &str, entries: &[(&str, serde_json::Value)]) -> PathBuf {
+    let dir = agent_sessions::paths::sessions_dir(root, &AgentId::new(agent).unwrap());
+    fs::create_dir_all(&dir).unwrap();
+    let map: serde_json::Map<String, serde_json::Value> = entries
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), v.clone()))
+        .collect();
+    let path = dir.join("sessions.json");
+    fs::write(&path, serde_json::to_vec_pretty(&map).unwrap()).unwrap();
+    path
+}
+
+fn raw_store(path: &Path) -> serde_json::Map<String, serde_json::Value> {
+    serde_json::from_slice(&fs::read(path).unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn pruning_removes_only_the_exact_raw_entry_diagnosed_in_its_own_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let main_dir = sessions_dir(dir.path());
+    fs::create_dir_all(&main_dir).unwrap();
+    let live = main_dir.join("s-live.jsonl");
+    fs::write(&live, "{\"type\":\"session\"}\n").unwrap();
+    let gone = |id: &str| main_dir.join(format!("{id}.jsonl")).display().to_string();
+    let main_store = write_store(
+        dir.path(),
+        "main",
+        &[
+            // The live session, and a legacy mixed-case twin whose transcript is gone:
+            // both normalise to the same key.
+            (
+                "agent:main:telegram:dm:alice",
+                serde_json::json!({"sessionId": "s-live", "updatedAt": 2, "sessionFile": live.display().to_string()}),
+            ),
+            (
+                "agent:main:telegram:dm:Alice",
+                serde_json::json!({"sessionId": "s-old", "updatedAt": 1, "sessionFile": gone("s-old")}),
+            ),
+            // Filed in main's store under another agent's key, transcript gone.
+            (
+                "agent:work:telegram:dm:bob",
+                serde_json::json!({"sessionId": "s-stray", "updatedAt": 1, "sessionFile": gone("s-stray")}),
+            ),
+            // Relative: the store would refuse it, so doctor judges it the same way
+            // (whatever its own working directory holds), and never prunes it.
+            (
+                "agent:main:telegram:dm:carol",
+                serde_json::json!({"sessionId": "s-rel", "updatedAt": 1, "sessionFile": "s-rel.jsonl"}),
+            ),
+        ],
+    );
+    // work's own, healthy entry for bob.
+    let work_store = write_store(
+        dir.path(),
+        "work",
+        &[(
+            "agent:work:telegram:dm:bob",
+            serde_json::json!({"sessionId": "s-bob", "updatedAt": 5}),
+        )],
+    );
+    let work_before = fs::read(&work_store).unwrap();
+
+    let mut options = DoctorOptions::repair();
+    options.prune_missing_transcripts = true;
+    let report = examine(dir.path(), &options).await.unwrap();
+
+    let main_after = raw_store(&main_store);
+    assert!(
+        main_after.contains_key("agent:main:telegram:dm:alice"),
+        "the live entry stays"
+    );
+    assert_eq!(
+        main_after["agent:main:telegram:dm:alice"]["sessionId"],
+        "s-live"
+    );
+    assert!(main_after.contains_key("agent:main:telegram:dm:carol"));
+    assert!(!main_after.contains_key("agent:main:telegram:dm:Alice"));
+    assert!(!main_after.contains_key("agent:work:telegram:dm:bob"));
+    assert_eq!(
+        fs::read(&work_store).unwrap(),
+        work_before,
+        "another agent's store is untouched"
+    );
+
+    // Everything removed is in the quarantine, exactly as written.
+    let saved = report
+        .findings
+        .iter()
+        .find_map(|(f, r)| match f {
+            Finding::MissingTranscript { .. } => r.as_ref()?.quarantined_to.clone(),
+            _ => None,
+        })
+        .unwrap();
+    let saved = raw_store(&saved);
+    assert_eq!(saved.len(), 2);
+    assert_eq!(saved["agent:main:telegram:dm:Alice"]["sessionId"], "s-old");
+    assert_eq!(saved["agent:work:telegram:dm:bob"]["sessionId"], "s-stray");
+    assert!(report.findings.iter().any(|(f, r)| r.is_none()
+        && matches!(f, Finding::UnusableSessionFile { key, .. } if key == "agent:main:telegram:dm:carol")));
+}

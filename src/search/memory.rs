@@ -156,21 +156,7 @@ impl MemoryIndex {
     }
 
     fn save(file: &Path, bytes: &[u8]) -> Result<()> {
-        let dir = file
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
-        let mut temp =
-            tempfile::NamedTempFile::new_in(dir).map_err(|e| Error::io("create", dir, e))?;
-        std::io::Write::write_all(&mut temp, bytes)
-            .map_err(|e| Error::io("write", temp.path(), e))?;
-        temp.as_file()
-            .sync_all()
-            .map_err(|e| Error::io("fsync", temp.path(), e))?;
-        temp.persist(file)
-            .map_err(|e| Error::io("rename", file, e.error))?;
-        Ok(())
+        crate::fsutil::write_private_atomically(file, bytes)
     }
 }
 

@@ -31,7 +31,7 @@ use serde::Serialize;
 use super::json::io::{backup_path, lock_path};
 use crate::entry::SessionEntry;
 use crate::error::{Error, Result};
-use crate::fsutil::{blocking, create_private_dir_all};
+use crate::fsutil::{blocking, create_private_dir_all, write_private_atomically};
 use crate::key::AgentId;
 use crate::paths;
 
@@ -92,6 +92,18 @@ pub enum Finding {
         /// The lock file.
         path: PathBuf,
     },
+    /// An entry whose `sessionFile` the store would refuse (outside the agent's
+    /// sessions directory, or not a path at all): reported, never repaired.
+    UnusableSessionFile {
+        /// The store file.
+        path: PathBuf,
+        /// The key, exactly as written in the file.
+        key: String,
+        /// The recorded file.
+        session_file: String,
+        /// Why the store refuses it.
+        problem: String,
+    },
     /// An entry whose `sessionFile` does not exist.
     MissingTranscript {
         /// The store file.
@@ -141,14 +153,21 @@ pub async fn examine(root: &Path, options: &DoctorOptions) -> Result<DoctorRepor
     let root = paths::expand_home(root);
     let options = options.clone();
     let doctor_root = root.clone();
-    let (report, to_prune) =
+    let (mut report, to_prune) =
         blocking(&root, move || Doctor::new(&doctor_root, options).run()).await?;
     // Pruned entries (already saved to the quarantine) leave through the store's own
-    // write path: its lock, a fresh read, an atomic replace.
+    // write path — its lock, a fresh read, an atomic replace — by their exact raw key in
+    // the file they were found in, and only if unchanged since.
     let store = super::JsonFileStore::new(&root);
-    for key in to_prune {
-        if let Ok(key) = crate::key::SessionKey::parse(&key) {
-            super::SessionStore::delete(&store, &key).await?;
+    for (path, entries) in to_prune {
+        let removed = store.remove_exact(&path, &entries).await?;
+        for (finding, repair) in &mut report.findings {
+            if let Finding::MissingTranscript { path: at, key, .. } = finding {
+                if *at == path && !removed.contains(key) {
+                    // Changed or gone since it was examined: left as it is.
+                    *repair = None;
+                }
+            }
         }
     }
     Ok(report)
@@ -159,8 +178,9 @@ struct Doctor {
     options: DoctorOptions,
     stamp: String,
     report: DoctorReport,
-    /// Keys to remove once the examination is over.
-    to_prune: Vec<String>,
+    /// Raw entries (key and text as written) to remove from each store file once the
+    /// examination is over.
+    to_prune: Vec<(PathBuf, Vec<(String, String)>)>,
 }
 
 impl Doctor {
@@ -174,7 +194,8 @@ impl Doctor {
         }
     }
 
-    fn run(mut self) -> Result<(DoctorReport, Vec<String>)> {
+    #[allow(clippy::type_complexity)]
+    fn run(mut self) -> Result<(DoctorReport, Vec<(PathBuf, Vec<(String, String)>)>)> {
         for agent in agents(&self.root)? {
             self.examine_agent(&agent)?;
         }
@@ -195,7 +216,7 @@ impl Doctor {
         self.lock_file(&lock_path(&store))?;
         if store.is_file() {
             self.report.stores.push(store.clone());
-            self.store_file(&store)?;
+            self.store_file(agent, &store)?;
         }
         Ok(())
     }
@@ -265,7 +286,7 @@ impl Doctor {
         Ok(())
     }
 
-    fn store_file(&mut self, store: &Path) -> Result<()> {
+    fn store_file(&mut self, agent: &AgentId, store: &Path) -> Result<()> {
         let bytes = fs::read(store).map_err(|e| Error::io("read", store, e))?;
         let document = match super::json::document::Document::parse(&bytes) {
             Ok(document) => document,
@@ -274,11 +295,19 @@ impl Doctor {
         let mut missing = Vec::new();
         for (key, raw) in document.iter() {
             match super::json::document::parse_entry(raw) {
-                Ok(entry) => {
-                    if let Some(file) = missing_transcript(&entry) {
-                        missing.push((key.to_owned(), file));
-                    }
-                }
+                Ok(entry) => match self.transcript_of(agent, &entry) {
+                    Transcript::Present => {}
+                    Transcript::Missing(file) => missing.push((key.to_owned(), file)),
+                    Transcript::Unusable(file, problem) => self.report.findings.push((
+                        Finding::UnusableSessionFile {
+                            path: store.to_owned(),
+                            key: key.to_owned(),
+                            session_file: file,
+                            problem,
+                        },
+                        None,
+                    )),
+                },
                 Err(error) => self.report.findings.push((
                     Finding::InvalidEntry {
                         path: store.to_owned(),
@@ -315,7 +344,8 @@ impl Doctor {
         Ok(())
     }
 
-    /// Saves the entries to prune into the quarantine and schedules their removal.
+    /// Saves the entries to prune — each exactly as written — into the quarantine, and
+    /// schedules the removal of those exact entries from `store`.
     fn prune(
         &mut self,
         store: &Path,
@@ -324,34 +354,53 @@ impl Doctor {
     ) -> Result<PathBuf> {
         let dir = store.parent().unwrap_or(Path::new("."));
         let saved = self.quarantine(dir)?.join("pruned-sessions.json");
-        let mut pruned = serde_json::Map::new();
+        let mut entries = Vec::new();
+        let mut pruned = super::json::document::Document::default();
         for (key, _) in missing {
             if let Some(raw) = document.get(key) {
-                let value: serde_json::Value =
-                    serde_json::from_str(raw.get()).unwrap_or(serde_json::Value::Null);
-                pruned.insert(key.clone(), value);
+                entries.push((key.clone(), raw.get().to_owned()));
+                pruned.insert_raw(key, raw);
             }
         }
-        let text = serde_json::to_string_pretty(&pruned).expect("JSON values serialise");
-        fs::write(&saved, text).map_err(|e| Error::io("write", &saved, e))?;
-        self.to_prune
-            .extend(missing.iter().map(|(key, _)| key.clone()));
+        write_private_atomically(&saved, &pruned.to_bytes())?;
+        self.to_prune.push((store.to_owned(), entries));
         Ok(saved)
+    }
+
+    /// Where `entry`'s transcript is, judged as the transcript store judges it.
+    fn transcript_of(&self, agent: &AgentId, entry: &SessionEntry) -> Transcript {
+        let Some(file) = entry.session_file.as_deref().map(str::trim) else {
+            return Transcript::Present;
+        };
+        if file.is_empty() {
+            return Transcript::Present;
+        }
+        match paths::checked_session_file(&self.root, agent, file) {
+            Ok(path) => match fs::symlink_metadata(&path) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    Transcript::Missing(file.to_owned())
+                }
+                // Present, or not provably gone (permissions): never pruned.
+                _ => Transcript::Present,
+            },
+            Err(error) => Transcript::Unusable(file.to_owned(), error.to_string()),
+        }
     }
 
     fn corrupt_store(&mut self, store: &Path, problem: String) -> Result<()> {
         let backup = backup_path(store);
-        let backup_is_valid = fs::read(&backup)
+        let valid_backup = fs::read(&backup)
             .ok()
-            .is_some_and(|bytes| super::json::document::Document::parse(&bytes).is_ok());
+            .filter(|bytes| super::json::document::Document::parse(bytes).is_ok());
+        let backup_is_valid = valid_backup.is_some();
         let finding = Finding::CorruptStore {
             path: store.to_owned(),
             problem,
             backup_is_valid,
         };
-        let repair = if self.options.repair && backup_is_valid {
+        let repair = if let (true, Some(bytes)) = (self.options.repair, valid_backup) {
             let target = self.move_to_quarantine(store)?;
-            fs::copy(&backup, store).map_err(|e| Error::io("restore backup to", store, e))?;
+            write_private_atomically(store, &bytes)?;
             Some(Repair {
                 action: "restored sessions.json.bak; the corrupt file is in the quarantine".into(),
                 quarantined_to: Some(target),
@@ -364,13 +413,14 @@ impl Doctor {
     }
 }
 
-/// The entry's recorded transcript file, if it has one and it does not exist.
-fn missing_transcript(entry: &SessionEntry) -> Option<String> {
-    let file = entry.session_file.as_deref()?.trim();
-    if file.is_empty() || Path::new(file).exists() {
-        return None;
-    }
-    Some(file.to_owned())
+/// What became of an entry's recorded transcript.
+enum Transcript {
+    /// None recorded, or the file is there (or not provably gone).
+    Present,
+    /// The recorded file does not exist.
+    Missing(String),
+    /// The store would refuse the recorded file; why.
+    Unusable(String, String),
 }
 
 fn age(path: &Path) -> Duration {

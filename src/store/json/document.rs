@@ -68,6 +68,11 @@ impl Document {
         Ok(&*self.entries[index])
     }
 
+    /// Stores `raw` under `key` as it is (at the end if the key is new).
+    pub(crate) fn insert_raw(&mut self, key: &str, raw: &RawValue) {
+        self.entries.insert(key.to_owned(), raw.to_owned());
+    }
+
     pub(crate) fn remove(&mut self, key: &str) {
         self.entries.shift_remove(key);
     }

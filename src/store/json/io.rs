@@ -2,7 +2,7 @@
 //! between any two steps and inspect what a crash would leave (the redb pattern).
 
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -143,15 +143,7 @@ impl StoreIo for RealIo {
     }
 }
 
-/// Creates a new file readable and writable by its owner only (mode 0600).
-pub(crate) fn create_private(path: &Path) -> io::Result<File> {
-    let mut options = OpenOptions::new();
-    // `create_new` (O_EXCL) already refuses an existing path, symlinks included.
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    options.open(path)
-}
+pub(crate) use crate::fsutil::create_private;
 
 /// A sibling of `path` named `<name>.<pid>.<uuid>.tmp`: unique, and recognisable as an
 /// orphan if a crash leaves it behind.

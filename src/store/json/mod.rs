@@ -256,6 +256,41 @@ impl JsonFileStore {
         }
     }
 
+    /// Removes the raw entries `expected` (key exactly as written, entry text exactly as
+    /// read) from the store file `path`, under the store's lock; an entry that changed or
+    /// went away since it was read is left alone. Returns the keys removed.
+    ///
+    /// This works on the file's own keys, not on normalised [`SessionKey`]s, so a legacy
+    /// mixed-case key or a key filed under another agent's directory is removed from
+    /// this file only and never touches the session its normalised key names.
+    pub(crate) async fn remove_exact(
+        &self,
+        path: &Path,
+        expected: &[(String, String)],
+    ) -> Result<Vec<String>> {
+        let started = Instant::now();
+        let queue = self.inner.queue_of(path);
+        let mut state = self.queue(path, &queue, started).await?;
+        if state.open.is_none() {
+            let last_written = state.last_written.take();
+            let (lock, document, read_stamp) = self.lock_file(path, started, last_written).await?;
+            state.open = Some(Batch::new(lock, document, read_stamp));
+        }
+        let mut batch = state.open.take().expect("a batch is open");
+        let mut removed = Vec::new();
+        for (key, raw) in expected {
+            if batch.document.get(key).is_some_and(|now| now.get() == raw) {
+                Arc::make_mut(&mut batch.document).remove(key);
+                removed.push(key.clone());
+            }
+        }
+        if !removed.is_empty() {
+            batch.members += 1;
+        }
+        self.commit(path, state, batch).await?;
+        Ok(removed)
+    }
+
     /// This process's queue for `path`, within the lock timeout.
     async fn queue(
         &self,
