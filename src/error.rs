@@ -61,6 +61,37 @@ pub enum Error {
         source: io::Error,
     },
 
+    /// A path the crate reads or writes is not a regular file: a FIFO, a socket, a
+    /// device, a directory, or a symlink where the crate follows none.
+    ///
+    /// Nothing was read from it or written to it (opening never blocks). Remove or
+    /// rename what is there; `agent-sessions doctor` reports such paths.
+    #[error("{} is {found}, not a regular file; it was left untouched", path.display())]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+        /// What is there (`"a FIFO"`, `"a directory"`, …).
+        found: &'static str,
+    },
+
+    /// A file is larger than the crate reads whole; nothing was read.
+    ///
+    /// For `sessions.json` the limit is `JsonStoreOptions::max_file_bytes`: raise it if
+    /// the store really is that large, or look at what grew the file.
+    #[error(
+        "{} is {size} bytes, over the limit of {limit} bytes read whole \
+         (JsonStoreOptions::max_file_bytes); it was left untouched",
+        path.display()
+    )]
+    FileTooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+        /// The limit in force.
+        limit: u64,
+    },
+
     /// A session store file exists but cannot be read as a store.
     ///
     /// The file is left exactly as it was found; it is never replaced by an empty store.
@@ -253,10 +284,18 @@ impl Error {
     }
 
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
-        Error::Io {
-            op,
-            path: path.into(),
-            source,
+        let path = path.into();
+        match source
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<crate::fsutil::Refused>())
+        {
+            Some(crate::fsutil::Refused::NotRegular(found)) => Error::NotAFile { path, found },
+            Some(crate::fsutil::Refused::TooLarge { size, limit }) => Error::FileTooLarge {
+                path,
+                size: *size,
+                limit: *limit,
+            },
+            None => Error::Io { op, path, source },
         }
     }
 

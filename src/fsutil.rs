@@ -83,16 +83,130 @@ pub(crate) fn write_private_atomically(path: &Path, bytes: &[u8]) -> Result<()> 
     Ok(())
 }
 
-/// Options that refuse to open a symlink as the file itself (`O_NOFOLLOW` on Unix):
-/// a symlink planted where a transcript should be is an error, not a way out of the
-/// sessions directory.
+/// Why the crate refuses to use a path before reading or writing it.
+#[derive(Debug)]
+pub(crate) enum Refused {
+    /// The path is not a regular file (a FIFO, socket, device, directory, or a symlink
+    /// where none is followed).
+    NotRegular(&'static str),
+    /// The file is larger than the caller reads whole.
+    TooLarge { size: u64, limit: u64 },
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::NotRegular(found) => write!(f, "{found}, not a regular file"),
+            Refused::TooLarge { size, limit } => {
+                write!(f, "{size} bytes, over the limit of {limit} bytes")
+            }
+        }
+    }
+}
+
+impl std::error::Error for Refused {}
+
+impl Refused {
+    fn into_io(self) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidInput, self)
+    }
+}
+
+/// What kind of thing `file_type` is, for messages.
+pub(crate) fn describe(file_type: std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if file_type.is_fifo() {
+            return "a FIFO";
+        }
+        if file_type.is_socket() {
+            return "a socket";
+        }
+        if file_type.is_block_device() || file_type.is_char_device() {
+            return "a device";
+        }
+    }
+    if file_type.is_dir() {
+        "a directory"
+    } else if file_type.is_symlink() {
+        "a symbolic link"
+    } else if file_type.is_file() {
+        "a regular file"
+    } else {
+        "something else"
+    }
+}
+
+/// Options that refuse to open a symlink as the file itself (`O_NOFOLLOW` on Unix) and
+/// never block in `open` (`O_NONBLOCK`: a FIFO planted where a file should be would
+/// otherwise wait for a writer forever). Open through [`open_checked`], which also
+/// refuses anything but a regular file.
 pub(crate) fn no_follow(options: &mut OpenOptions) -> &mut OpenOptions {
     #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::custom_flags(options, libc::O_NOFOLLOW);
+    std::os::unix::fs::OpenOptionsExt::custom_flags(options, libc::O_NOFOLLOW | libc::O_NONBLOCK);
     options
 }
 
-/// Opens `path` for reading without following a final symlink.
+/// Opens `path` with `options` (see [`no_follow`]) if it is a regular file; anything
+/// else — FIFO, socket, device, directory, symlink — is an error that
+/// [`Error::io`] reports as [`Error::NotAFile`].
+pub(crate) fn open_checked(options: &mut OpenOptions, path: &Path) -> io::Result<File> {
+    let file = match no_follow(options).open(path) {
+        Ok(file) => file,
+        #[cfg(unix)]
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(Refused::NotRegular("a symbolic link").into_io())
+        }
+        // A socket cannot be opened at all.
+        #[cfg(unix)]
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+            return Err(Refused::NotRegular("a socket or device").into_io())
+        }
+        Err(e) => return Err(e),
+    };
+    let file_type = file.metadata()?.file_type();
+    if !file_type.is_file() {
+        return Err(Refused::NotRegular(describe(file_type)).into_io());
+    }
+    Ok(file)
+}
+
+/// Opens `path` for reading if it is a regular file (see [`open_checked`]).
 pub(crate) fn open_no_follow(path: &Path) -> io::Result<File> {
-    no_follow(OpenOptions::new().read(true)).open(path)
+    open_checked(OpenOptions::new().read(true), path)
+}
+
+/// Reads the regular file at `path` whole if it holds at most `limit` bytes; `None` if
+/// it does not exist. Too large a file is refused before it is read
+/// ([`Error::FileTooLarge`] through [`Error::io`]).
+pub(crate) fn read_limited(
+    path: &Path,
+    limit: u64,
+) -> io::Result<Option<(Vec<u8>, std::fs::Metadata)>> {
+    use std::io::Read;
+    let file = match open_no_follow(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let metadata = file.metadata()?;
+    if metadata.len() > limit {
+        return Err(Refused::TooLarge {
+            size: metadata.len(),
+            limit,
+        }
+        .into_io());
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(metadata.len()).unwrap_or(0));
+    // A file growing while it is read is still cut at the limit.
+    file.take(limit + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(Refused::TooLarge {
+            size: bytes.len() as u64,
+            limit,
+        }
+        .into_io());
+    }
+    Ok(Some((bytes, metadata)))
 }

@@ -823,7 +823,10 @@ async fn a_symlink_planted_in_a_workspace_is_not_followed() {
 
     assert!(matches!(
         workspace.read(Area::Exports, "report.csv"),
-        Err(Error::Io { .. })
+        Err(Error::NotAFile {
+            found: "a symbolic link",
+            ..
+        })
     ));
     workspace
         .write(Area::Exports, "report.csv", b"new report")
@@ -870,8 +873,12 @@ async fn a_symlink_planted_in_the_sessions_directory_is_not_followed() {
         .await;
     // Refused: the path resolves outside (`InvalidId`), or the open does not follow
     // the link (`Io`, ELOOP).
-    let refused =
-        |result: &Result<()>| matches!(result, Err(Error::Io { .. } | Error::InvalidId { .. }));
+    let refused = |result: &Result<()>| {
+        matches!(
+            result,
+            Err(Error::NotAFile { .. } | Error::InvalidId { .. })
+        )
+    };
     assert!(refused(&logged.map(drop)));
     assert!(refused(
         &manager
@@ -889,7 +896,16 @@ async fn a_symlink_planted_in_the_sessions_directory_is_not_followed() {
     let logged = manager
         .log_message(&resolution.key, LogMessage::inbound("hi"))
         .await;
-    assert!(matches!(logged, Err(Error::Io { .. })), "{logged:?}");
+    assert!(
+        matches!(
+            logged,
+            Err(Error::NotAFile {
+                found: "a symbolic link",
+                ..
+            })
+        ),
+        "{logged:?}"
+    );
     assert_eq!(std::fs::read_to_string(&decoy).unwrap(), "");
 
     // The store file itself, replaced by a link: reading refuses it, and the file it

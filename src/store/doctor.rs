@@ -29,9 +29,12 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use super::json::io::{backup_path, lock_path};
+use super::json::DEFAULT_MAX_FILE_BYTES;
 use crate::entry::SessionEntry;
 use crate::error::{Error, Result};
-use crate::fsutil::{blocking, create_private_dir_all, write_private_atomically};
+use crate::fsutil::{
+    blocking, create_private_dir_all, describe, read_limited, write_private_atomically,
+};
 use crate::key::AgentId;
 use crate::paths;
 
@@ -78,6 +81,15 @@ pub enum Finding {
         path: PathBuf,
         /// The key.
         key: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A path the store reads that it cannot use: not a regular file (a FIFO, socket,
+    /// device, directory or symlink), or a store larger than the crate reads whole.
+    /// Reported, never repaired: look at what is there.
+    UnusableFile {
+        /// The path.
+        path: PathBuf,
         /// What is wrong.
         problem: String,
     },
@@ -213,12 +225,34 @@ impl Doctor {
                 self.orphaned_temp(&path)?;
             }
         }
-        self.lock_file(&lock_path(&store))?;
-        if store.is_file() {
+        let lock = lock_path(&store);
+        if self.usable(&lock) {
+            self.lock_file(&lock)?;
+        }
+        if fs::symlink_metadata(&store).is_ok() {
             self.report.stores.push(store.clone());
-            self.store_file(agent, &store)?;
+            if self.usable(&store) {
+                self.store_file(agent, &store)?;
+            }
         }
         Ok(())
+    }
+
+    /// Whether `path` is missing or a regular file; anything else is reported.
+    fn usable(&mut self, path: &Path) -> bool {
+        match fs::symlink_metadata(path) {
+            Ok(metadata) if !metadata.is_file() => {
+                self.report.findings.push((
+                    Finding::UnusableFile {
+                        path: path.to_owned(),
+                        problem: format!("{}, not a regular file", describe(metadata.file_type())),
+                    },
+                    None,
+                ));
+                false
+            }
+            _ => true,
+        }
     }
 
     fn quarantine(&self, dir: &Path) -> Result<PathBuf> {
@@ -287,7 +321,23 @@ impl Doctor {
     }
 
     fn store_file(&mut self, agent: &AgentId, store: &Path) -> Result<()> {
-        let bytes = fs::read(store).map_err(|e| Error::io("read", store, e))?;
+        let bytes = match read_limited(store, DEFAULT_MAX_FILE_BYTES) {
+            Ok(Some((bytes, _))) => bytes,
+            Ok(None) => return Ok(()),
+            Err(e) => match Error::io("read", store, e) {
+                error @ (Error::FileTooLarge { .. } | Error::NotAFile { .. }) => {
+                    self.report.findings.push((
+                        Finding::UnusableFile {
+                            path: store.to_owned(),
+                            problem: error.to_string(),
+                        },
+                        None,
+                    ));
+                    return Ok(());
+                }
+                error => return Err(error),
+            },
+        };
         let document = match super::json::document::Document::parse(&bytes) {
             Ok(document) => document,
             Err(problem) => return self.corrupt_store(store, problem.to_string()),
@@ -380,6 +430,10 @@ impl Doctor {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     Transcript::Missing(file.to_owned())
                 }
+                Ok(metadata) if !metadata.is_file() => Transcript::Unusable(
+                    file.to_owned(),
+                    format!("{}, not a regular file", describe(metadata.file_type())),
+                ),
                 // Present, or not provably gone (permissions): never pruned.
                 _ => Transcript::Present,
             },
@@ -389,8 +443,10 @@ impl Doctor {
 
     fn corrupt_store(&mut self, store: &Path, problem: String) -> Result<()> {
         let backup = backup_path(store);
-        let valid_backup = fs::read(&backup)
+        let valid_backup = read_limited(&backup, DEFAULT_MAX_FILE_BYTES)
             .ok()
+            .flatten()
+            .map(|(bytes, _)| bytes)
             .filter(|bytes| super::json::document::Document::parse(bytes).is_ok());
         let backup_is_valid = valid_backup.is_some();
         let finding = Finding::CorruptStore {

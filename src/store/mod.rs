@@ -54,6 +54,7 @@ pub use backend::{Backend, StoreUrl, SEARCH_INDEX_FILE};
 pub use json::{
     Durability, JsonFileStore, JsonStoreOptions, LockOptions, DEFAULT_CACHE_TTL,
     DEFAULT_LOCK_POLL_INTERVAL, DEFAULT_LOCK_STALE_AFTER, DEFAULT_LOCK_TIMEOUT,
+    DEFAULT_MAX_FILE_BYTES,
 };
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]

@@ -20,7 +20,9 @@ use super::{
     TranscriptUpdate, UpdateHub,
 };
 use crate::error::{Error, Result};
-use crate::fsutil::{blocking, create_private_dir_all, no_follow, open_no_follow, process_mutex};
+use crate::fsutil::{
+    blocking, create_private_dir_all, open_checked, open_no_follow, process_mutex,
+};
 use crate::key::AgentId;
 use crate::paths;
 use crate::store::json::io::create_private;
@@ -330,7 +332,7 @@ impl Inner {
 }
 
 fn open_append(path: &Path) -> io::Result<File> {
-    no_follow(OpenOptions::new().append(true).read(true)).open(path)
+    open_checked(OpenOptions::new().append(true).read(true), path)
 }
 
 /// The end of a file: whether it ends with a newline, and the id of its last entry.

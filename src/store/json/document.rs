@@ -42,6 +42,12 @@ impl Document {
     }
 
     fn parse_json5(text: &str) -> Option<Self> {
+        // The JSON5 parser recurses once per level: a truncated or hostile file nested
+        // thousands deep would overflow the stack. Deeper than plain JSON's limit is
+        // not a hand-edited store.
+        if nesting_exceeds(text, MAX_JSON5_DEPTH) {
+            return None;
+        }
         let values: IndexMap<String, Value> = json5::from_str(text).ok()?;
         let entries = values
             .into_iter()
@@ -110,6 +116,48 @@ impl Document {
         out.extend_from_slice(b"\n}");
         out
     }
+}
+
+/// The deepest nesting the JSON5 fallback parses: serde_json's own recursion limit.
+const MAX_JSON5_DEPTH: usize = 128;
+
+/// Whether `text` nests arrays and objects deeper than `limit`, skipping JSON5 strings
+/// (single or double quoted, with escapes) and comments. Iterative: any input is safe.
+fn nesting_exceeds(text: &str, limit: usize) -> bool {
+    let bytes = text.as_bytes();
+    let (mut depth, mut i) = (0usize, 0usize);
+    while i < bytes.len() {
+        match bytes[i] {
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > limit {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            quote @ (b'"' | b'\'') => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != quote {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'/') => {
+                while i < bytes.len() && bytes[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'*') => {
+                i += 2;
+                while i + 1 < bytes.len() && !(bytes[i] == b'*' && bytes[i + 1] == b'/') {
+                    i += 1;
+                }
+                i += 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    false
 }
 
 /// Parses one entry's raw text.

@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::fs::{self, File};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -72,8 +72,9 @@ pub(crate) enum WriteStep {
 /// File operations the JSON store performs. [`RealIo`] is the only production
 /// implementation; tests wrap it to inject crashes.
 pub(crate) trait StoreIo: Send + Sync + fmt::Debug {
-    /// Reads a whole file with the stamp of what was read; `None` if it does not exist.
-    fn read(&self, path: &Path) -> io::Result<Option<(Vec<u8>, FileStamp)>>;
+    /// Reads a whole file of at most `limit` bytes with the stamp of what was read;
+    /// `None` if it does not exist.
+    fn read(&self, path: &Path, limit: u64) -> io::Result<Option<(Vec<u8>, FileStamp)>>;
     /// The file's stamp; `None` if it does not exist.
     fn stat(&self, path: &Path) -> io::Result<Option<FileStamp>>;
     /// Runs one step of the write path.
@@ -98,16 +99,9 @@ pub(crate) enum StepArgs<'a> {
 pub(crate) struct RealIo;
 
 impl StoreIo for RealIo {
-    fn read(&self, path: &Path) -> io::Result<Option<(Vec<u8>, FileStamp)>> {
-        let mut file = match crate::fsutil::open_no_follow(path) {
-            Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        let stamp = FileStamp::of(&file.metadata()?);
-        let mut bytes = Vec::with_capacity(usize::try_from(stamp.len).unwrap_or(0));
-        file.read_to_end(&mut bytes)?;
-        Ok(Some((bytes, stamp)))
+    fn read(&self, path: &Path, limit: u64) -> io::Result<Option<(Vec<u8>, FileStamp)>> {
+        Ok(crate::fsutil::read_limited(path, limit)?
+            .map(|(bytes, metadata)| (bytes, FileStamp::of(&metadata))))
     }
 
     fn stat(&self, path: &Path) -> io::Result<Option<FileStamp>> {

@@ -268,7 +268,13 @@ fn parse_holder(content: &str) -> Option<LockHolder> {
 
 /// Reads the holder of the lock at `path`, if it exists and names one.
 pub(crate) fn read_holder(path: &Path) -> Option<LockHolder> {
-    parse_holder(&fs::read_to_string(path).ok()?)
+    let mut content = String::new();
+    crate::fsutil::open_no_follow(path)
+        .ok()?
+        .take(4096)
+        .read_to_string(&mut content)
+        .ok()?;
+    parse_holder(&content)
 }
 
 fn epoch_ms(time: SystemTime) -> u64 {

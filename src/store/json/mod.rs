@@ -58,7 +58,14 @@ pub struct JsonStoreOptions {
     pub durability: Durability,
     /// The agent whose file holds the `global` session.
     pub global_agent: AgentId,
+    /// The largest `sessions.json` (and `.bak`) read whole; a larger file is
+    /// [`Error::FileTooLarge`], left untouched.
+    pub max_file_bytes: u64,
 }
+
+/// The largest store file read by default: 512 MiB, some 350,000 sessions of a
+/// typical size (a 100,000-session store is about 145 MB).
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 512 * 1024 * 1024;
 
 impl Default for JsonStoreOptions {
     fn default() -> Self {
@@ -67,6 +74,7 @@ impl Default for JsonStoreOptions {
             cache_ttl: DEFAULT_CACHE_TTL,
             durability: Durability::default(),
             global_agent: AgentId::main(),
+            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
         }
     }
 }
@@ -515,7 +523,9 @@ impl Inner {
             else {
                 continue;
             };
-            if paths::store_path(&self.root, &agent).is_file() {
+            // Anything at the store's path counts: a FIFO or a directory there is
+            // reported when read, never silently skipped.
+            if fs::symlink_metadata(paths::store_path(&self.root, &agent)).is_ok() {
                 agents.push(agent);
             }
         }
@@ -550,14 +560,17 @@ impl Inner {
     /// Reads and parses the store at `path`, bypassing the cache.
     fn read(&self, path: &Path) -> Result<Option<(Document, FileStamp)>> {
         let started = Instant::now();
-        let Some((bytes, stamp)) = self.io.read(path).map_err(|e| Error::io("read", path, e))?
+        let Some((bytes, stamp)) = self
+            .io
+            .read(path, self.options.max_file_bytes)
+            .map_err(|e| Error::io("read", path, e))?
         else {
             return Ok(None);
         };
         let document = Document::parse(&bytes).map_err(|problem| {
             let backup = backup_path(path);
             let backup_is_valid = matches!(
-                self.io.read(&backup),
+                self.io.read(&backup, self.options.max_file_bytes),
                 Ok(Some((bytes, _))) if Document::parse(&bytes).is_ok()
             );
             tracing::error!(path = %path.display(), %problem, backup_is_valid, "session store is corrupt; leaving it untouched");

@@ -16,8 +16,8 @@ use crate::store::SessionStoreExt;
 struct CrashAt(WriteStep);
 
 impl StoreIo for CrashAt {
-    fn read(&self, path: &Path) -> io::Result<Option<(Vec<u8>, FileStamp)>> {
-        RealIo.read(path)
+    fn read(&self, path: &Path, limit: u64) -> io::Result<Option<(Vec<u8>, FileStamp)>> {
+        RealIo.read(path, limit)
     }
 
     fn stat(&self, path: &Path) -> io::Result<Option<FileStamp>> {
@@ -178,9 +178,9 @@ struct CountingIo(
 );
 
 impl StoreIo for CountingIo {
-    fn read(&self, path: &Path) -> io::Result<Option<(Vec<u8>, FileStamp)>> {
+    fn read(&self, path: &Path, limit: u64) -> io::Result<Option<(Vec<u8>, FileStamp)>> {
         self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        RealIo.read(path)
+        RealIo.read(path, limit)
     }
 
     fn stat(&self, path: &Path) -> io::Result<Option<FileStamp>> {

@@ -1,0 +1,299 @@
+//! What the crate meets where its files should be: FIFOs, directories, symlinks,
+//! sockets, files nested or sized to exhaust a parser. Each is a typed error (or a
+//! doctor finding) at once — nothing blocks, nothing aborts, nothing is changed.
+
+#![cfg(unix)]
+
+mod common;
+
+use std::fs;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use agent_sessions::prelude::*;
+use agent_sessions::store::doctor::{examine, DoctorOptions, Finding};
+use agent_sessions::transcript::{
+    FileTranscriptStore, Offset, TranscriptEntry, TranscriptRef, TranscriptStore,
+};
+use agent_sessions::{Error, JsonStoreOptions};
+
+use common::main_store_file;
+
+fn mkfifo(path: &Path) {
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let status = Command::new("mkfifo").arg(path).status().unwrap();
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
+/// `work` must finish within 5 s: a hang fails the test instead of stalling it.
+async fn promptly<T>(work: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(5), work)
+        .await
+        .expect("blocked on a special file")
+}
+
+fn key() -> SessionKey {
+    SessionKey::parse("agent:main:telegram:dm:42").unwrap()
+}
+
+fn assert_not_a_file<T: std::fmt::Debug>(
+    result: agent_sessions::Result<T>,
+    path: &Path,
+    found: &str,
+) {
+    match result {
+        Err(Error::NotAFile { path: p, found: f }) => {
+            assert_eq!(p, path);
+            assert_eq!(f, found);
+        }
+        other => panic!(
+            "expected NotAFile({found}) for {}, got {other:?}",
+            path.display()
+        ),
+    }
+}
+
+/// The special things that can sit where a store file belongs.
+fn plant(kind: &str, path: &Path) -> &'static str {
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    match kind {
+        "fifo" => {
+            mkfifo(path);
+            "a FIFO"
+        }
+        "directory" => {
+            fs::create_dir(path).unwrap();
+            "a directory"
+        }
+        "symlink" => {
+            std::os::unix::fs::symlink("/etc/hostname", path).unwrap();
+            "a symbolic link"
+        }
+        "socket" => {
+            let listener = std::os::unix::net::UnixListener::bind(path).unwrap();
+            std::mem::forget(listener);
+            "a socket or device"
+        }
+        other => unreachable!("{other}"),
+    }
+}
+
+#[tokio::test]
+async fn anything_but_a_regular_file_at_the_store_path_is_a_typed_error_at_once() {
+    for kind in ["fifo", "directory", "symlink", "socket"] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = main_store_file(dir.path());
+        let found = plant(kind, &path);
+        let store = common::store(dir.path());
+        assert_not_a_file(promptly(store.get(&key())).await, &path, found);
+        assert_not_a_file(promptly(store.list(&ListFilter::new())).await, &path, found);
+        assert_not_a_file(
+            promptly(store.put(&key(), SessionEntry::new("s-1", 1))).await,
+            &path,
+            found,
+        );
+        assert!(fs::symlink_metadata(&path).is_ok(), "{kind} left in place");
+    }
+}
+
+#[tokio::test]
+async fn a_fifo_as_the_lock_file_fails_the_write_instead_of_hanging() {
+    let dir = tempfile::tempdir().unwrap();
+    let lock = main_store_file(dir.path()).with_extension("json.lock");
+    mkfifo(&lock);
+    let store = common::store(dir.path());
+    let result = promptly(store.put(&key(), SessionEntry::new("s-1", 1))).await;
+    assert_not_a_file(result, &lock, "a FIFO");
+}
+
+#[tokio::test]
+async fn a_fifo_as_a_transcript_is_a_typed_error_for_reads_and_appends() {
+    let dir = tempfile::tempdir().unwrap();
+    let transcripts = FileTranscriptStore::new(dir.path());
+    let transcript = TranscriptRef::new(AgentId::main(), "s-1");
+    let path = transcripts.path(&transcript).unwrap();
+    mkfifo(&path);
+    assert_not_a_file(
+        promptly(transcripts.read(&transcript, Offset::START)).await,
+        &path,
+        "a FIFO",
+    );
+    let entry = TranscriptEntry::user_text("hi", chrono::Utc::now());
+    assert_not_a_file(
+        promptly(transcripts.append(&transcript, vec![entry])).await,
+        &path,
+        "a FIFO",
+    );
+}
+
+#[tokio::test]
+async fn doctor_reports_special_files_and_never_calls_them_healthy() {
+    let dir = tempfile::tempdir().unwrap();
+    let store_path = main_store_file(dir.path());
+    mkfifo(&store_path);
+    mkfifo(&store_path.with_extension("json.lock"));
+    let report = promptly(examine(dir.path(), &DoctorOptions::repair()))
+        .await
+        .unwrap();
+    assert!(!report.is_healthy());
+    assert!(!report.all_repaired(), "nothing is done to what is there");
+    let unusable: Vec<&PathBuf> = report
+        .findings
+        .iter()
+        .filter_map(|(finding, _)| match finding {
+            Finding::UnusableFile { path, problem } => {
+                assert!(problem.contains("FIFO"), "{problem}");
+                Some(path)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(unusable.len(), 2, "{report:?}");
+    assert!(fs::symlink_metadata(&store_path)
+        .unwrap()
+        .file_type()
+        .is_fifo_like());
+}
+
+trait FifoLike {
+    fn is_fifo_like(&self) -> bool;
+}
+
+impl FifoLike for fs::FileType {
+    fn is_fifo_like(&self) -> bool {
+        std::os::unix::fs::FileTypeExt::is_fifo(self)
+    }
+}
+
+#[tokio::test]
+async fn doctor_reports_a_transcript_that_is_a_fifo() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = common::store(dir.path());
+    let transcript =
+        agent_sessions::paths::sessions_dir(dir.path(), &AgentId::main()).join("s-1.jsonl");
+    let mut entry = SessionEntry::new("s-1", 1);
+    entry.session_file = Some(transcript.display().to_string());
+    store.put(&key(), entry).await.unwrap();
+    mkfifo(&transcript);
+    let mut options = DoctorOptions::repair();
+    options.prune_missing_transcripts = true;
+    let report = promptly(examine(dir.path(), &options)).await.unwrap();
+    assert!(
+        report
+            .findings
+            .iter()
+            .any(|(f, r)| r.is_none() && matches!(f, Finding::UnusableSessionFile { .. })),
+        "{report:?}"
+    );
+    assert!(store.get(&key()).await.unwrap().is_some(), "never pruned");
+}
+
+/// A store nested `depth` levels deep and cut off: not JSON, so the JSON5 fallback sees it.
+fn deep_truncated(depth: usize) -> String {
+    format!("{{\"agent:main:main\": {}", "[".repeat(depth))
+}
+
+#[tokio::test]
+async fn a_deep_truncated_or_json5_store_is_corrupt_not_a_stack_overflow() {
+    for text in [
+        deep_truncated(10_000),
+        deep_truncated(1_000_000),
+        // JSON5 (a comment) nested deep and complete.
+        format!(
+            "// hand-edited\n{{\"k\": {}{}}}",
+            "[".repeat(50_000),
+            "]".repeat(50_000)
+        ),
+        format!("{{'k': {}", "{'a':".repeat(100_000)),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = main_store_file(dir.path());
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(&path, &text).unwrap();
+        let store = common::store(dir.path());
+        // On a 2 MiB thread stack, as a small worker would have.
+        let result = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn({
+                let store = store.clone();
+                move || {
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap()
+                        .block_on(store.list(&ListFilter::new()))
+                }
+            })
+            .unwrap()
+            .join()
+            .expect("no stack overflow");
+        assert!(matches!(result, Err(Error::Corrupt { .. })), "{result:?}");
+        assert_eq!(fs::read_to_string(&path).unwrap(), text, "left untouched");
+    }
+}
+
+#[tokio::test]
+async fn doctor_restores_a_deep_corrupt_store_from_its_backup() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = common::store(dir.path());
+    store
+        .put(&key(), SessionEntry::new("s-1", 1))
+        .await
+        .unwrap();
+    store
+        .put(&key(), SessionEntry::new("s-1", 2))
+        .await
+        .unwrap(); // a .bak exists
+    let path = main_store_file(dir.path());
+    fs::write(&path, deep_truncated(100_000)).unwrap();
+    let report = examine(dir.path(), &DoctorOptions::repair()).await.unwrap();
+    assert!(report.all_repaired(), "{report:?}");
+    let fresh = common::store(dir.path());
+    assert!(fresh.get(&key()).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn a_store_over_the_size_limit_is_refused_before_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = main_store_file(dir.path());
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    // A sparse file of 1 GiB: takes no disk, and would take 1 GiB of memory to read.
+    fs::File::create(&path).unwrap().set_len(1 << 30).unwrap();
+    let store = common::store(dir.path());
+    match store.list(&ListFilter::new()).await {
+        Err(Error::FileTooLarge {
+            path: p,
+            size,
+            limit,
+        }) => {
+            assert_eq!(p, path);
+            assert_eq!(size, 1 << 30);
+            assert_eq!(limit, agent_sessions::store::DEFAULT_MAX_FILE_BYTES);
+        }
+        other => panic!("expected FileTooLarge, got {other:?}"),
+    }
+    // The limit is the caller's to choose, and the error names it.
+    fs::File::create(&path).unwrap().set_len(2048).unwrap();
+    let small = JsonFileStore::with_options(
+        dir.path(),
+        JsonStoreOptions {
+            max_file_bytes: 1024,
+            ..JsonStoreOptions::default()
+        },
+    );
+    let error = small.get(&key()).await.unwrap_err();
+    assert!(error.to_string().contains("max_file_bytes"), "{error}");
+    assert!(matches!(error, Error::FileTooLarge { limit: 1024, .. }));
+
+    fs::File::create(&path).unwrap().set_len(1 << 30).unwrap();
+    let report = examine(dir.path(), &DoctorOptions::repair()).await.unwrap();
+    assert!(
+        report
+            .findings
+            .iter()
+            .any(|(f, _)| matches!(f, Finding::UnusableFile { .. })),
+        "{report:?}"
+    );
+}
