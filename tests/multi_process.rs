@@ -171,3 +171,89 @@ fn child_process_worker() {
         }
     });
 }
+
+const TRANSCRIPT_VAR: &str = "AGENT_SESSIONS_CHILD_TRANSCRIPT";
+const APPENDS: usize = 150;
+
+#[test]
+fn processes_appending_to_one_transcript_keep_one_parent_chain() {
+    use agent_sessions::transcript::{FileTranscriptStore, Offset, TranscriptRef, TranscriptStore};
+    let dir = tempfile::tempdir().unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..PROCESSES)
+        .map(|worker| {
+            Command::new(&exe)
+                .args([
+                    "transcript_child_worker",
+                    "--exact",
+                    "--ignored",
+                    "--test-threads=1",
+                ])
+                .env(TRANSCRIPT_VAR, dir.path())
+                .env(WORKER_VAR, worker.to_string())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let output = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && stdout.contains("1 passed"),
+            "child failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let read = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            FileTranscriptStore::new(dir.path())
+                .read(
+                    &TranscriptRef::new(AgentId::main(), "shared"),
+                    Offset::START,
+                )
+                .await
+                .unwrap()
+        });
+    assert!(read.issues.is_empty(), "{:?}", read.issues);
+    assert_eq!(read.events.len(), PROCESSES as usize * APPENDS);
+    // One chain: each entry hangs from the one before it, so walking back from the
+    // leaf (as OpenClaw does to build the model's context) reaches every entry.
+    let mut previous: Option<String> = None;
+    for event in &read.events {
+        assert_eq!(
+            event.entry.parent_id, previous,
+            "line {}: the chain forks",
+            event.line
+        );
+        previous = event.entry.id.clone();
+    }
+}
+
+#[test]
+#[ignore = "a child process of the multi-process tests"]
+fn transcript_child_worker() {
+    use agent_sessions::transcript::{
+        FileTranscriptStore, TranscriptEntry, TranscriptRef, TranscriptStore,
+    };
+    let (Ok(root), Ok(worker)) = (std::env::var(TRANSCRIPT_VAR), std::env::var(WORKER_VAR)) else {
+        panic!("run by the multi-process tests, not directly");
+    };
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let store = FileTranscriptStore::new(&root);
+            let transcript = TranscriptRef::new(AgentId::main(), "shared");
+            for n in 0..APPENDS {
+                let text = format!("worker {worker} message {n}");
+                let entry = TranscriptEntry::user_text(text, chrono::Utc::now());
+                store.append(&transcript, vec![entry]).await.unwrap();
+            }
+        });
+}

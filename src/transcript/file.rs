@@ -197,6 +197,12 @@ impl Inner {
             }
         }
         let mut file = open_append(path).map_err(|e| Error::io("open", path, e))?;
+        // Other processes append too: the parent chain is taken from the file's end
+        // under an exclusive OS lock on the file, held until the lines are written (a
+        // file system without OS locks still gets this process's queue).
+        if let Err(e) = file.lock() {
+            tracing::debug!(path = %path.display(), error = %e, "no OS lock on this transcript");
+        }
         let tail = match created_header {
             Some(len) => Tail {
                 len,
@@ -228,10 +234,23 @@ impl Inner {
                 entry,
             });
         }
-        file.write_all(&buffer)
-            .map_err(|e| Error::io("append to", path, e))?;
-        if self.durability != Durability::Unsynced {
-            file.sync_data().map_err(|e| Error::io("fsync", path, e))?;
+        let written = file
+            .write_all(&buffer)
+            .map_err(|e| Error::io("append to", path, e))
+            .and_then(|()| {
+                if self.durability == Durability::Unsynced {
+                    return Ok(());
+                }
+                file.sync_data().map_err(|e| Error::io("fsync", path, e))
+            });
+        if let Err(error) = written {
+            // A failed append (a full disk) must not leave a partial line that reads
+            // as garbage forever: cut the file back to where this append began.
+            if let Err(e) = file.set_len(tail.len) {
+                tracing::error!(path = %path.display(), error = %e, "could not cut a failed append back");
+            }
+            tails().remove(path);
+            return Err(error);
         }
         self.remember_tail(
             path,

@@ -112,6 +112,9 @@ impl FileLock {
 }
 
 /// Creates the lock file at `path` complete, or returns `None` if one exists.
+///
+/// The lock is never published without its holder record: if the record cannot be
+/// written (a full disk), the attempt fails and nothing is left at `path`.
 fn publish(path: &Path) -> io::Result<Option<FileLock>> {
     let temp = super::io::temp_sibling(path);
     let mut file = create_private(&temp)?;
@@ -120,13 +123,10 @@ fn publish(path: &Path) -> io::Result<Option<FileLock>> {
     if let Err(TryLockError::Error(e)) = file.try_lock() {
         tracing::debug!(path = %path.display(), error = %e, "no OS lock on this file system");
     }
-    let content = serde_json::json!({
-        "pid": std::process::id(),
-        "startedAt": epoch_ms(SystemTime::now()),
-        "lockedBy": OWNER_MARKER,
-    });
-    let written = file.write_all(content.to_string().as_bytes());
-    let linked = written.and_then(|()| fs::hard_link(&temp, path));
+    let content = holder_record();
+    let linked = file
+        .write_all(content.as_bytes())
+        .and_then(|()| fs::hard_link(&temp, path));
     let _ = fs::remove_file(&temp);
     match linked {
         Ok(()) => Ok(Some(FileLock {
@@ -134,21 +134,54 @@ fn publish(path: &Path) -> io::Result<Option<FileLock>> {
             file,
         })),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(None),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(e),
-        // No hard links here: OpenClaw's O_EXCL create (the holder is written after).
-        Err(_) => match create_private(path) {
-            Ok(mut file) => {
-                let _ = file.try_lock();
-                let _ = file.write_all(content.to_string().as_bytes());
-                Ok(Some(FileLock {
-                    path: path.to_owned(),
-                    file,
-                }))
-            }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(None),
-            Err(e) => Err(e),
-        },
+        Err(e) if no_hard_links(&e) => publish_without_links(path, &content),
+        Err(e) => Err(e),
     }
+}
+
+/// Whether a failed `link` says the file system has no hard links (as opposed to a
+/// full disk, a link limit or an I/O error, which fail the attempt).
+fn no_hard_links(error: &io::Error) -> bool {
+    #[cfg(unix)]
+    {
+        matches!(
+            error.raw_os_error(),
+            Some(libc::EPERM | libc::EOPNOTSUPP | libc::ENOSYS)
+        )
+    }
+    #[cfg(not(unix))]
+    {
+        error.kind() == io::ErrorKind::Unsupported
+    }
+}
+
+/// OpenClaw's plain `O_EXCL` create, for file systems without hard links: the holder is
+/// written right after; if that fails the file is removed again and the attempt fails.
+fn publish_without_links(path: &Path, content: &str) -> io::Result<Option<FileLock>> {
+    let mut file = match create_private(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let _ = file.try_lock();
+    if let Err(e) = file.write_all(content.as_bytes()) {
+        let _ = fs::remove_file(path);
+        return Err(e);
+    }
+    Ok(Some(FileLock {
+        path: path.to_owned(),
+        file,
+    }))
+}
+
+/// The holder record: OpenClaw's fields and this crate's marker.
+fn holder_record() -> String {
+    serde_json::json!({
+        "pid": std::process::id(),
+        "startedAt": epoch_ms(SystemTime::now()),
+        "lockedBy": OWNER_MARKER,
+    })
+    .to_string()
 }
 
 impl Drop for FileLock {
@@ -178,27 +211,42 @@ pub(crate) fn wait_for_release(path: &Path) {
     }
 }
 
-/// Whether the lock file at `path` is abandoned: marked as this crate's with its OS
-/// lock free (the holder died), or anyone's and older than `stale_after`.
+/// Whether the lock file at `path` is abandoned (see [`abandoned`]).
 pub(crate) fn is_abandoned(path: &Path, stale_after: Duration) -> bool {
     let Ok(mut file) = crate::fsutil::open_no_follow(path) else {
         return false;
     };
     let mut content = String::new();
     let _ = (&mut file).take(4096).read_to_string(&mut content);
-    let ours = parse_holder(&content).is_some_and(|h| h.agent_sessions);
     match file.try_lock() {
         Err(TryLockError::WouldBlock) => false,
-        _ => {
-            let age = file
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|mtime| SystemTime::now().duration_since(mtime).ok())
-                .unwrap_or_default();
-            ours || age > stale_after
-        }
+        _ => abandoned(&file, &content, stale_after),
     }
+}
+
+/// How long an empty lock file may stand before it counts as abandoned: OpenClaw
+/// writes its holder record right after it creates the file.
+const EMPTY_LOCK_GRACE: Duration = Duration::from_secs(1);
+
+/// Whether a lock file whose OS lock is free (`file`, holding `content`) is abandoned:
+///
+/// * marked as this crate's: its holder died (it holds the OS lock while alive);
+/// * empty for longer than [`EMPTY_LOCK_GRACE`]: its writer died before writing the
+///   holder record (this crate never publishes one without it; OpenClaw writes it
+///   right after creating the file);
+/// * anything older than `stale_after` (OpenClaw's rule). A foreign holder's pid is
+///   not checked: a process missing from this machine's process table may live in
+///   another PID namespace (a container sharing the directory).
+fn abandoned(file: &File, content: &str, stale_after: Duration) -> bool {
+    let age = file
+        .metadata()
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|mtime| SystemTime::now().duration_since(mtime).ok())
+        .unwrap_or_default();
+    let ours = parse_holder(content).is_some_and(|h| h.agent_sessions);
+    let empty = content.trim().is_empty() && age > EMPTY_LOCK_GRACE;
+    ours || empty || age > stale_after
 }
 
 /// Looks at an existing lock file: still held, or gone (vanished, or evicted now).
@@ -221,17 +269,10 @@ fn inspect(path: &Path, stale_after: Duration) -> Result<Existing> {
     if !os_lock_free {
         return Ok(Existing::Held(holder));
     }
-    let ours = holder.as_ref().is_some_and(|h| h.agent_sessions);
-    let age = file
-        .metadata()
-        .and_then(|m| m.modified())
-        .ok()
-        .and_then(|mtime| SystemTime::now().duration_since(mtime).ok())
-        .unwrap_or_default();
-    let abandoned = ours || age > stale_after;
-    if !abandoned {
+    if !abandoned(&file, &content, stale_after) {
         return Ok(Existing::Held(holder));
     }
+    let ours = holder.as_ref().is_some_and(|h| h.agent_sessions);
     // We hold the OS lock of the abandoned file, so no other process of ours is evicting
     // it at the same time; check the path still names it before removing.
     if !is_same_file(&file, path) {
@@ -242,7 +283,7 @@ fn inspect(path: &Path, stale_after: Duration) -> Result<Existing> {
             if ours {
                 tracing::info!(path = %path.display(), holder = ?holder, "removed the lock of a dead agent-sessions process");
             } else {
-                tracing::warn!(path = %path.display(), holder = ?holder, age_ms = age.as_millis() as u64, "removed a stale lock file");
+                tracing::warn!(path = %path.display(), holder = ?holder, "removed an abandoned lock file");
             }
             Ok(Existing::Gone)
         }
@@ -354,6 +395,23 @@ mod tests {
         // Zero stale age: the same lock is now abandoned by OpenClaw's mtime rule.
         std::thread::sleep(Duration::from_millis(5));
         acquired(FileLock::try_acquire(&path, Duration::from_millis(1)).unwrap());
+    }
+
+    #[test]
+    fn an_empty_lock_left_by_a_writer_that_died_is_evicted_within_a_second() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.json.lock");
+        // What a writer killed between creating the file and writing its holder leaves.
+        fs::write(&path, "").unwrap();
+        // Fresh, it may be OpenClaw about to write its holder: respected.
+        assert!(matches!(
+            FileLock::try_acquire(&path, DEFAULT_LOCK_STALE_AFTER).unwrap(),
+            Attempt::Busy(None)
+        ));
+        let file = fs::OpenOptions::new().append(true).open(&path).unwrap();
+        file.set_modified(SystemTime::now() - Duration::from_secs(2))
+            .unwrap();
+        acquired(FileLock::try_acquire(&path, DEFAULT_LOCK_STALE_AFTER).unwrap());
     }
 
     #[test]
