@@ -399,7 +399,7 @@ async fn a_source_written_during_a_migration_fails_verification_by_name() {
     let writer = WriterDuringCopy(|| block_on(bump(&source, &key, 5)));
     let report = migrate(&source, &target, &writer).await.unwrap();
     assert!(!report.verified());
-    assert_eq!(report.source_changed, [key.clone()]);
+    assert_eq!(report.source_changed, std::slice::from_ref(&key));
 
     // With the writer stopped, running again reports the stale copy as a conflict
     // instead of silently keeping it; overwriting settles it.
