@@ -26,13 +26,13 @@
 //! ```
 
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use uuid::Uuid;
 
 use crate::error::{Error, IdKind, Result};
-use crate::fsutil::{create_private_dir_all, open_no_follow};
+use crate::fsutil::{create_private_dir_all, open_no_follow, write_private_atomically};
 
 /// The longest workspace file name, in bytes (a common file-system limit).
 pub const MAX_FILE_NAME_LEN: usize = 255;
@@ -177,14 +177,7 @@ impl Workspace {
     /// owner-only, renamed over it — a symlink at `name` is replaced, not followed).
     pub fn write(&self, area: Area, name: &str, bytes: &[u8]) -> Result<PathBuf> {
         let path = self.path(area, name)?;
-        let dir = path.parent().unwrap_or(&self.dir);
-        let mut temp =
-            tempfile::NamedTempFile::new_in(dir).map_err(|e| Error::io("create", dir, e))?;
-        temp.write_all(bytes)
-            .and_then(|()| temp.as_file().sync_all())
-            .map_err(|e| Error::io("write", temp.path(), e))?;
-        temp.persist(&path)
-            .map_err(|e| Error::io("rename", &path, e.error))?;
+        write_private_atomically(&path, bytes)?;
         Ok(path)
     }
 

@@ -917,3 +917,99 @@ async fn a_symlink_planted_in_the_sessions_directory_is_not_followed() {
     assert!(fresh.get(&resolution.key).await.is_err());
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "precious");
 }
+
+/// Every directory and file below `root` (not `root` itself) whose permission bits are
+/// not owner-only: 0700 for directories, 0600 for files.
+#[cfg(unix)]
+fn not_owner_only(root: &Path) -> Vec<String> {
+    let mut wrong = Vec::new();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let metadata = std::fs::symlink_metadata(&path).unwrap();
+            let expected = if metadata.is_dir() {
+                pending.push(path.clone());
+                0o700
+            } else {
+                0o600
+            };
+            if mode(&path) != expected {
+                wrong.push(format!("{} is {:o}", path.display(), mode(&path)));
+            }
+        }
+    }
+    wrong
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn everything_a_session_lifecycle_search_doctor_and_migration_write_is_owner_only() {
+    use agent_sessions::store::doctor::{examine, DoctorOptions};
+    use agent_sessions::store::migrate::{migrate, NoProgress};
+    use agent_sessions::store::Backend;
+
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let url = format!("json:{}", state.display());
+    let backend = Backend::open(&url).await.unwrap();
+    let manager = SessionManager::connect(&url).await.unwrap().build();
+    // A lifecycle: a session, its messages, a reset (the transcript archived), a thread.
+    let resolution = manager.resolve(&jane_by_sms("hi")).await.unwrap();
+    manager
+        .log_message(&resolution.key, LogMessage::inbound("hi about rosters"))
+        .await
+        .unwrap();
+    manager.reset(&resolution.key).await.unwrap();
+    manager
+        .log_message(&resolution.key, LogMessage::inbound("again"))
+        .await
+        .unwrap();
+    manager.fork_thread(&resolution.key, "7").await.unwrap();
+    // Search: the index saved beside the tree.
+    let search = agent_sessions::search::Search::shared(backend.search_index().await.unwrap());
+    search.process_all(&**backend.transcripts()).await.unwrap();
+    // Doctor: a corrupt store restored from its backup, the corrupt one quarantined.
+    let store_file = agent_sessions::paths::store_path(&state, &AgentId::main());
+    std::fs::write(&store_file, "{ truncated").unwrap();
+    std::fs::set_permissions(
+        &store_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    assert!(examine(&state, &DoctorOptions::repair())
+        .await
+        .unwrap()
+        .all_repaired());
+    // A migration into a fresh tree and into SQLite.
+    let copy = dir.path().join("copy");
+    let target = Backend::open(&format!("json:{}", copy.display()))
+        .await
+        .unwrap();
+    assert!(migrate(&backend, &target, &NoProgress)
+        .await
+        .unwrap()
+        .verified());
+    let db_dir = dir.path().join("db");
+    #[cfg(feature = "sqlite")]
+    {
+        let db = db_dir.join("sessions.db");
+        let sqlite = Backend::open(&format!("sqlite:{}", db.display()))
+            .await
+            .unwrap();
+        assert!(migrate(&backend, &sqlite, &NoProgress)
+            .await
+            .unwrap()
+            .verified());
+    }
+    #[cfg(not(feature = "sqlite"))]
+    std::fs::create_dir(&db_dir).unwrap();
+
+    assert!(
+        state.join("search").exists(),
+        "the search index was written"
+    );
+    for root in [&state, &copy, &db_dir] {
+        assert_eq!(not_owner_only(root), Vec::<String>::new());
+    }
+}

@@ -192,7 +192,7 @@ impl SqliteStore {
             create_private_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
         }
         // Created owner-only; SQLite gives its -wal and -shm files the same mode.
-        if let Err(e) = crate::store::json::io::create_private(&path) {
+        if let Err(e) = crate::fsutil::create_private(&path) {
             if e.kind() != std::io::ErrorKind::AlreadyExists {
                 return Err(Error::io("create", &path, e));
             }
