@@ -446,6 +446,16 @@ fn read_commands_on_a_missing_store_say_so_and_create_nothing() {
         let output = run_bare(&["migrate", "--from", store, "--to", &elsewhere]);
         assert_eq!(code(&output), 4, "{}", stderr(&output));
     }
+    // Commands that change sessions need them to exist: they create no store either.
+    for args in [
+        &["reset", "main"][..],
+        &["close", "main"],
+        &["delete", "main"],
+        &["prune", "--older-than", "1d"],
+    ] {
+        let output = run(&sqlite, args);
+        assert_eq!(code(&output), 4, "{args:?}: {}", stderr(&output));
+    }
     let doctor = run(&json_store, &["doctor"]);
     assert_eq!(code(&doctor), 4, "{}", stderr(&doctor));
     let import = run(
@@ -812,4 +822,61 @@ fn a_store_is_never_copied_onto_itself() {
         stderr(&refused)
     );
     assert!(std::fs::read(&sessions).unwrap() == before);
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+async fn read_commands_on_postgres_create_no_schema_and_write_nothing() {
+    let schema = common::TestSchema::new("cli_read_only");
+    let (client, connection) = tokio_postgres::connect(&schema.server, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let schema_exists = || async {
+        client
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM information_schema.schemata WHERE schema_name = $1)",
+                &[&schema.name],
+            )
+            .await
+            .unwrap()
+            .get::<_, bool>(0)
+    };
+    let url = schema.url();
+    for args in [&["list"][..], &["show", "main"], &["stats"], &["export"]] {
+        let output = run(&url, args);
+        assert_eq!(code(&output), 4, "{args:?}: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains(&schema.name),
+            "{}",
+            stderr(&output)
+        );
+    }
+    assert!(!schema_exists().await, "no schema was created");
+
+    // An existing store is read without a write: the message log is not indexed in it.
+    let tree = common::openclaw_fixture();
+    let imported = run(
+        &url,
+        &["import", "--openclaw", tree.path().to_str().unwrap()],
+    );
+    assert_eq!(code(&imported), 0, "{}", stderr(&imported));
+    assert_eq!(
+        json(&run(&url, &["--json", "stats", "--messages"]))["sessions"],
+        3
+    );
+    let indexed: i64 = client
+        .query_one(
+            &format!("SELECT count(*) FROM {}.search_messages", schema.name),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(indexed, 0);
+    schema.drop().await;
 }

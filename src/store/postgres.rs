@@ -206,7 +206,13 @@ impl std::fmt::Display for ConnectError {
         // The drivers' messages are terse ("error connecting to server", "db error"):
         // the cause (refused, no such database, bad password) is further down the chain.
         let mut causes: Vec<String> = Vec::new();
-        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(&self.source);
+        use std::error::Error as _;
+        // The pool's own wrapper ("error occurred while creating a new object") adds
+        // nothing when it has a cause.
+        let mut next: Option<&(dyn std::error::Error + 'static)> = self
+            .source
+            .source()
+            .or(Some(&self.source as &(dyn std::error::Error + 'static)));
         while let Some(error) = next {
             let text = error.to_string();
             if !causes.iter().any(|c| c.contains(&text)) {

@@ -38,13 +38,17 @@ pub struct Failure {
 
 impl From<Error> for Failure {
     fn from(error: Error) -> Self {
-        let code = match error {
-            Error::NotFound { .. } | Error::StoreNotFound { .. } => EXIT_NOT_FOUND,
-            _ => EXIT_FAILURE,
+        let (code, hint) = match error {
+            Error::NotFound { .. } => (EXIT_NOT_FOUND, ""),
+            Error::StoreNotFound { .. } => (
+                EXIT_NOT_FOUND,
+                "\n(name the store with --store or AGENT_SESSIONS_STORE: json:<dir>, sqlite:<file>, postgres://…)",
+            ),
+            _ => (EXIT_FAILURE, ""),
         };
         Failure {
             code,
-            message: error.to_string(),
+            message: format!("{error}{hint}"),
         }
     }
 }
