@@ -398,7 +398,7 @@ async fn by_session_id(backend: &Backend, raw: &str) -> Result<Option<StoredSess
         return Err(failure(
             EXIT_USAGE,
             format!(
-                "session id {raw:?} is ambiguous; it begins {}:\n{}",
+                "session id {raw:?} is ambiguous: the ids of {} begin with it:\n{}",
                 output::count(found.len() as u64, "session", "sessions"),
                 candidates.join("\n")
             ),
