@@ -235,6 +235,44 @@ pub enum Error {
         supported: i64,
     },
 
+    /// A store that had to exist is not there (opened with
+    /// [`OpenMode::ReadOnly`](crate::store::OpenMode::ReadOnly) or
+    /// [`OpenMode::Existing`](crate::store::OpenMode::Existing)): no directory, no
+    /// database file, no tables in the schema. Nothing was created.
+    ///
+    /// ```
+    /// use agent_sessions::store::Backend;
+    /// use agent_sessions::Error;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let err = Backend::open_read_only("json:/no/such/dir").await.unwrap_err();
+    /// assert!(matches!(err, Error::StoreNotFound { .. }));
+    /// assert!(err.to_string().contains("/no/such/dir"));
+    /// assert!(!std::path::Path::new("/no/such/dir").exists());
+    /// # }
+    /// ```
+    #[error("no session store at {store}: {problem}")]
+    StoreNotFound {
+        /// The store, as a URL (`json:<dir>`, `sqlite:<file>`, `postgres://…?schema=…`),
+        /// without any password.
+        store: String,
+        /// What is missing.
+        problem: String,
+    },
+
+    /// A database opened read-only has an older schema than this version uses; it is
+    /// not migrated without write access. Opening it once for writing migrates it.
+    #[error("{backend} schema version {found} is older than this version's ({supported}) and the store was opened read-only; open it once for writing to migrate it")]
+    SchemaNotMigrated {
+        /// `sqlite` or `postgres`.
+        backend: &'static str,
+        /// The database's schema version.
+        found: i64,
+        /// The version this crate uses.
+        supported: i64,
+    },
+
     /// A store URL (`json:<dir>`, `sqlite:<file>`, `postgres://…`) could not be used.
     #[error("invalid store url {url:?}: {problem}")]
     InvalidStoreUrl {

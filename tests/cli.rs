@@ -17,6 +17,15 @@ fn run(store: &str, args: &[&str]) -> Output {
         .expect("the binary runs")
 }
 
+/// The binary with `args` only (no `--store`), for `migrate`.
+fn run_bare(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_agent-sessions"))
+        .env_remove("AGENT_SESSIONS_STORE")
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
 fn json(output: &Output) -> Value {
     assert!(
         output.status.success(),
@@ -69,7 +78,7 @@ fn import_then_list_show_and_stats() {
     let human = run(&store, &["list", "--limit", "1"]);
     let text = String::from_utf8(human.stdout).unwrap();
     assert!(
-        text.contains("agent:main:main") && text.contains("1 session(s)"),
+        text.contains("agent:main:main") && text.contains("\n1 session\n"),
         "{text}"
     );
 
@@ -161,10 +170,9 @@ fn export_and_migrate_back_to_files() {
 
     let back = work.path().join("back");
     let to = format!("json:{}", back.display());
-    let report = json(&run(
-        &store,
-        &["--json", "migrate", "--from", &store, "--to", &to],
-    ));
+    let report = json(&run_bare(&[
+        "--json", "migrate", "--from", &store, "--to", &to,
+    ]));
     assert_eq!(report["verified"], true);
     assert!(Path::new(&back)
         .join("agents/main/sessions/sessions.json")
@@ -173,10 +181,9 @@ fn export_and_migrate_back_to_files() {
         .join("agents/main/sessions/0f5d59ee-034e-47d9-ac97-d383e6c022b8.jsonl")
         .is_file());
     // Running it again copies nothing and still verifies.
-    let again = json(&run(
-        &store,
-        &["--json", "migrate", "--from", &store, "--to", &to],
-    ));
+    let again = json(&run_bare(&[
+        "--json", "migrate", "--from", &store, "--to", &to,
+    ]));
     assert_eq!(
         (
             again["sessionsCopied"].as_u64(),
@@ -216,7 +223,7 @@ fn exit_codes() {
         "{}",
         String::from_utf8_lossy(&seeded.stderr)
     );
-    let conflicted = run(&target, &["migrate", "--from", &store, "--to", &target]);
+    let conflicted = run_bare(&["migrate", "--from", &store, "--to", &target]);
     assert_eq!(code(&conflicted), 3);
     assert!(String::from_utf8_lossy(&conflicted.stdout).contains("conflict"));
 }
@@ -231,7 +238,12 @@ fn doctor_reports_then_repairs() {
         r#"{"pid":999999,"startedAt":1770350000000,"lockedBy":"agent-sessions"}"#,
     )
     .unwrap();
-    // The fixture's transcript paths point at /home/u: reported as missing.
+    // Point the fixture's transcript paths (at /home/u) into this tree, where the
+    // files are missing.
+    let store_file = tree.path().join("agents/main/sessions/sessions.json");
+    let text = std::fs::read_to_string(&store_file).unwrap();
+    let moved = text.replace("/home/u/.openclaw", &tree.path().display().to_string());
+    std::fs::write(&store_file, moved).unwrap();
     let found = run(&store, &["--json", "doctor"]);
     assert_eq!(code(&found), 5);
     let report: Value = serde_json::from_slice(&found.stdout).unwrap();
@@ -358,9 +370,20 @@ async fn stats_with_messages_categorises_the_log_and_counts_it() {
     assert_eq!(messages["by_category"]["hr_request"], 2, "{messages}");
     assert_eq!(messages["by_channel"]["sms"], 6);
     assert_eq!(messages["newlyCategorized"], 6);
-    // The categories are kept (for a JSON tree, beside it): a second run has nothing new.
+    // A read command writes nothing into the store tree...
+    assert!(!dir.path().join("search").exists());
+    // ...unless asked: with --save-index the categories are kept beside the tree, and
+    // a second run has nothing new.
+    let saved = json(&run(
+        &store,
+        &["stats", "--messages", "--save-index", "--json"],
+    ));
+    assert_eq!(saved["messages"]["newlyCategorized"], 6);
     assert!(dir.path().join("search/messages.json").exists());
-    let again = json(&run(&store, &["stats", "--messages", "--json"]));
+    let again = json(&run(
+        &store,
+        &["stats", "--messages", "--save-index", "--json"],
+    ));
     assert_eq!(again["messages"]["newlyCategorized"], 0);
     assert_eq!(again["messages"]["by_category"], messages["by_category"]);
 
@@ -373,6 +396,492 @@ async fn stats_with_messages_categorises_the_log_and_counts_it() {
         text.contains("trends (last 7 days against the 7 before):"),
         "{text}"
     );
-    // --window-days needs --messages.
+    // The trends table lines up: every row as wide as its header.
+    let table: Vec<&str> = text
+        .lines()
+        .skip_while(|line| !line.starts_with("trends "))
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        .collect();
+    assert!(table.len() >= 2, "{text}");
+    assert!(
+        table.iter().all(|row| row.len() == table[0].len()),
+        "misaligned:\n{}",
+        table.join("\n")
+    );
+    // --window-days and --save-index need --messages.
     assert_eq!(code(&run(&store, &["stats", "--window-days", "3"])), 2);
+    assert_eq!(code(&run(&store, &["stats", "--save-index"])), 2);
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn read_commands_on_a_missing_store_say_so_and_create_nothing() {
+    let work = tempfile::tempdir().unwrap();
+    let sqlite_file = work.path().join("nonexistent/dir/x.db");
+    let json_dir = work.path().join("typo");
+    let sqlite = format!("sqlite:{}", sqlite_file.display());
+    let json_store = format!("json:{}", json_dir.display());
+    let elsewhere = format!("json:{}", work.path().join("target").display());
+    for (store, named) in [
+        (&sqlite, sqlite_file.display().to_string()),
+        (&json_store, json_dir.display().to_string()),
+    ] {
+        for args in [
+            &["list"][..],
+            &["list", "--json"],
+            &["show", "main"],
+            &["stats"],
+            &["stats", "--messages"],
+            &["export"],
+        ] {
+            let output = run(store, args);
+            assert_eq!(code(&output), 4, "{args:?} on {store}: {}", stderr(&output));
+            assert!(
+                stderr(&output).contains(&named),
+                "{args:?}: the message names the store: {}",
+                stderr(&output)
+            );
+            assert!(output.stdout.is_empty(), "{args:?} printed a result");
+        }
+        // The source of a migration is only read.
+        let output = run_bare(&["migrate", "--from", store, "--to", &elsewhere]);
+        assert_eq!(code(&output), 4, "{}", stderr(&output));
+    }
+    // Commands that change sessions need them to exist: they create no store either.
+    for args in [
+        &["reset", "main"][..],
+        &["close", "main"],
+        &["delete", "main"],
+        &["prune", "--older-than", "1d"],
+    ] {
+        let output = run(&sqlite, args);
+        assert_eq!(code(&output), 4, "{args:?}: {}", stderr(&output));
+    }
+    let doctor = run(&json_store, &["doctor"]);
+    assert_eq!(code(&doctor), 4, "{}", stderr(&doctor));
+    let import = run(
+        &sqlite,
+        &["import", "--openclaw", json_dir.to_str().unwrap()],
+    );
+    assert_ne!(code(&import), 0);
+    assert_eq!(
+        common::file_names(work.path()),
+        Vec::<String>::new(),
+        "nothing was created"
+    );
+
+    // A JSON store given as its agents/ directory (or any directory without agents/)
+    // is not taken for an empty store.
+    let tree = common::openclaw_fixture();
+    let agents = format!("json:{}", tree.path().join("agents").display());
+    let output = run(&agents, &["list"]);
+    assert_eq!(code(&output), 4);
+    assert!(stderr(&output).contains("agents/"), "{}", stderr(&output));
+}
+
+#[tokio::test]
+async fn read_commands_leave_an_existing_sqlite_store_unwritten() {
+    let (_tree, work, store) = imported();
+    let file = work.path().join("sessions.db");
+    let before = std::fs::read(&file).unwrap();
+    for args in [
+        &["list"][..],
+        &["show", "main"],
+        &["stats", "--messages"],
+        &["export"],
+    ] {
+        let output = run(&store, args);
+        assert_eq!(code(&output), 0, "{args:?}: {}", stderr(&output));
+    }
+    assert!(
+        std::fs::read(&file).unwrap() == before,
+        "the database file is unchanged"
+    );
+    let backend = agent_sessions::store::Backend::open(&store).await.unwrap();
+    let index = backend.search_index().await.unwrap();
+    assert_eq!(
+        index.message_count().await.unwrap(),
+        0,
+        "stats --messages indexed nothing into the database"
+    );
+}
+
+/// The fixture with a transcript long enough to fill a pipe several times over.
+fn tree_with_a_long_transcript() -> tempfile::TempDir {
+    let tree = common::openclaw_fixture();
+    let transcript = tree
+        .path()
+        .join("agents/main/sessions/0f5d59ee-034e-47d9-ac97-d383e6c022b8.jsonl");
+    let text = std::fs::read_to_string(&transcript).unwrap();
+    let line = text.lines().nth(1).unwrap().to_owned() + "\n";
+    std::fs::write(&transcript, text + &line.repeat(4000)).unwrap();
+    tree
+}
+
+#[test]
+fn export_into_a_closed_pipe_exits_quietly() {
+    use std::io::Read;
+    use std::process::Stdio;
+
+    let tree = tree_with_a_long_transcript();
+    let store = format!("json:{}", tree.path().display());
+    for args in [
+        &["export"][..],
+        &["export", "--all-agents"],
+        &["list", "--json"],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_agent-sessions"))
+            .env_remove("AGENT_SESSIONS_STORE")
+            .args(["--store", &store])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = [0u8; 10];
+        child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+        // The reader is gone (like `| head -c 10`).
+        let output = child.wait_with_output().unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(!stderr(&output).contains("panicked"), "{}", stderr(&output));
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn export_to_a_file_is_owner_only_and_replaces_a_symlink_without_following_it() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let tree = tree_with_a_long_transcript();
+    let store = format!("json:{}", tree.path().display());
+    let work = tempfile::tempdir().unwrap();
+    let victim = work.path().join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    let path = work.path().join("export.json");
+    std::os::unix::fs::symlink(&victim, &path).unwrap();
+
+    let output = run(&store, &["export", "--output", path.to_str().unwrap()]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    let meta = std::fs::symlink_metadata(&path).unwrap();
+    assert!(meta.file_type().is_file(), "the symlink was replaced");
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    let document: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(document["format"], "agent-sessions-export");
+    assert_eq!(document["version"], 1);
+    assert_eq!(document["sessions"].as_array().unwrap().len(), 3);
+    assert_eq!(
+        document["transcripts"][0]["lines"]
+            .as_array()
+            .unwrap()
+            .len(),
+        4015
+    );
+    // Nothing else is left beside it.
+    assert_eq!(common::file_names(work.path()), ["export.json", "victim"]);
+    // Standard output gets the same document.
+    let printed = run(&store, &["export"]);
+    let streamed: Value = serde_json::from_slice(&printed.stdout).unwrap();
+    assert_eq!(streamed, document);
+}
+
+/// A tree whose main agent has two sessions with ids starting `abcd`, one counted.
+fn tree_with_similar_ids() -> tempfile::TempDir {
+    let tree = tempfile::tempdir().unwrap();
+    let sessions = tree.path().join("agents/main/sessions");
+    std::fs::create_dir_all(&sessions).unwrap();
+    std::fs::write(
+        sessions.join("sessions.json"),
+        r#"{
+  "agent:main:telegram:dm:1": {"sessionId": "abcd1234-0000-4000-8000-000000000001",
+    "updatedAt": 1770350000000, "messageCount": 1, "turnCount": 1, "label": "one"},
+  "agent:main:telegram:dm:2": {"sessionId": "abcd5678-0000-4000-8000-000000000002",
+    "updatedAt": 1770340000000, "messageCount": 2, "turnCount": 2}
+}"#,
+    )
+    .unwrap();
+    tree
+}
+
+#[test]
+fn show_takes_the_short_id_list_prints_a_full_id_or_a_key() {
+    let tree = tree_with_similar_ids();
+    let store = format!("json:{}", tree.path().display());
+    let listed = String::from_utf8(run(&store, &["list"]).stdout).unwrap();
+    assert!(listed.contains("abcd1234 "), "{listed}");
+    for name in [
+        "abcd1234",
+        "abcd1234-0000-4000-8000-000000000001",
+        "telegram:dm:1",
+        "agent:main:telegram:dm:1",
+    ] {
+        let shown = json(&run(&store, &["--json", "show", name]));
+        assert_eq!(shown["key"], "agent:main:telegram:dm:1", "{name}");
+        assert_eq!(shown["entry"]["label"], "one", "the raw entry");
+    }
+
+    let ambiguous = run(&store, &["show", "abcd"]);
+    assert_eq!(code(&ambiguous), 2);
+    let message = stderr(&ambiguous);
+    assert!(
+        message.contains("ambiguous")
+            && message.contains("agent:main:telegram:dm:1")
+            && message.contains("agent:main:telegram:dm:2"),
+        "{message}"
+    );
+    assert_eq!(code(&run(&store, &["show", "ffff"])), 4);
+
+    // For people: a table of the main fields, dates rather than epoch milliseconds,
+    // counts in words that agree with their number.
+    let text = String::from_utf8(run(&store, &["show", "abcd1234"]).stdout).unwrap();
+    assert!(
+        text.contains("abcd1234-0000-4000-8000-000000000001"),
+        "{text}"
+    );
+    assert!(!text.contains("1770350000000"), "{text}");
+    assert!(!text.contains("\"sessionId\""), "not the raw JSON: {text}");
+    let local = chrono::TimeZone::timestamp_millis_opt(&chrono::Local, 1770350000000)
+        .unwrap()
+        .format("%Y-%m-%d %H:%M")
+        .to_string();
+    assert!(text.contains(&local), "{text}");
+    assert!(text.contains("1 message, 1 turn\n"), "{text}");
+    let two = String::from_utf8(run(&store, &["show", "abcd5678"]).stdout).unwrap();
+    assert!(two.contains("2 messages, 2 turns\n"), "{two}");
+}
+
+/// The fixture with a second agent, `ops`, holding copies of main's sessions.
+fn tree_with_two_agents() -> tempfile::TempDir {
+    let tree = common::openclaw_fixture();
+    let main = tree.path().join("agents/main/sessions");
+    let ops = tree.path().join("agents/ops/sessions");
+    std::fs::create_dir_all(&ops).unwrap();
+    let sessions = std::fs::read_to_string(main.join("sessions.json")).unwrap();
+    std::fs::write(
+        ops.join("sessions.json"),
+        sessions.replace("agent:main:", "agent:ops:"),
+    )
+    .unwrap();
+    let transcript = "0f5d59ee-034e-47d9-ac97-d383e6c022b8.jsonl";
+    std::fs::copy(main.join(transcript), ops.join(transcript)).unwrap();
+    tree
+}
+
+#[test]
+fn every_command_over_many_sessions_keeps_to_the_agent_unless_all_agents() {
+    let tree = tree_with_two_agents();
+    let store = format!("json:{}", tree.path().display());
+    let agents_of = |keys: Vec<String>| {
+        let mut agents: Vec<String> = keys
+            .iter()
+            .map(|key| key.split(':').nth(1).unwrap().to_owned())
+            .collect();
+        agents.sort();
+        agents.dedup();
+        agents
+    };
+    for (flags, expected) in [
+        (&[][..], vec!["main"]),
+        (&["--agent", "ops"][..], vec!["ops"]),
+        (&["--all-agents"][..], vec!["main", "ops"]),
+    ] {
+        let with = |args: &[&str]| {
+            let mut all: Vec<&str> = args.to_vec();
+            all.extend_from_slice(flags);
+            json(&run(&store, &all))
+        };
+        let keys = |value: &Value, field: &str| {
+            value
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s[field].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        };
+        let mut listed = keys(&with(&["--json", "list"]), "key");
+        listed.sort();
+        assert_eq!(agents_of(listed), expected, "list {flags:?}");
+
+        let stats = with(&["--json", "stats"]);
+        let by_agent: Vec<&String> = stats["byAgent"].as_object().unwrap().keys().collect();
+        assert_eq!(
+            by_agent,
+            expected.iter().collect::<Vec<_>>(),
+            "stats {flags:?}"
+        );
+        assert_eq!(stats["sessions"], 3 * expected.len(), "stats {flags:?}");
+        assert_eq!(stats["transcripts"], expected.len(), "stats {flags:?}");
+
+        let exported = with(&["export"]);
+        let mut sessions = keys(&exported["sessions"], "key");
+        sessions.sort();
+        assert_eq!(agents_of(sessions), expected, "export {flags:?}");
+        assert_eq!(
+            keys(&exported["transcripts"], "agent"),
+            expected,
+            "export {flags:?}"
+        );
+
+        let pruned = with(&["--json", "prune", "--older-than", "1s", "--dry-run"]);
+        let removed = pruned["removed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k.as_str().unwrap().to_owned())
+            .collect::<Vec<_>>();
+        assert_eq!(agents_of(removed), expected, "prune {flags:?}");
+    }
+}
+
+#[test]
+fn postgres_connection_errors_name_the_server_and_the_cause_but_not_the_password() {
+    let output = run("postgres://bot:hunter2@127.0.0.1:1/sessions", &["list"]);
+    assert_eq!(code(&output), 1);
+    let message = stderr(&output);
+    for part in ["127.0.0.1", "port 1", "sessions", "bot", "refused"] {
+        assert!(message.contains(part), "{part:?} in {message}");
+    }
+    assert!(!message.contains("hunter2"), "{message}");
+}
+
+#[test]
+fn options_a_command_would_ignore_are_refused() {
+    let (_tree, work, store) = imported();
+    let other = format!("json:{}", work.path().join("copy").display());
+    for args in [
+        &["--json", "export"][..],
+        &[
+            "migrate", "--store", &store, "--from", &store, "--to", &other,
+        ],
+        &[
+            "--agent", "ops", "migrate", "--from", &store, "--to", &other,
+        ],
+        &["--agent", "ops", "import", "--openclaw", "/nowhere"],
+        &["--agent", "ops", "doctor"],
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_agent-sessions"))
+            .env_remove("AGENT_SESSIONS_STORE")
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(code(&output), 2, "{args:?}: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains("not used by"),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+    }
+    assert!(!work.path().join("copy").exists());
+    // The store from the environment is not an option given to migrate.
+    let output = Command::new(env!("CARGO_BIN_EXE_agent-sessions"))
+        .env("AGENT_SESSIONS_STORE", &store)
+        .args(["--json", "migrate", "--from", &store, "--to", &other])
+        .output()
+        .unwrap();
+    assert_eq!(json(&output)["verified"], true);
+}
+
+#[cfg(unix)]
+#[test]
+fn a_store_is_never_copied_onto_itself() {
+    let (tree, work, store) = imported();
+    let file = work.path().join("sessions.db");
+    let before = std::fs::read(&file).unwrap();
+    let same_file = format!("sqlite:{}/./sessions.db", work.path().display());
+    let refused = run_bare(&["migrate", "--from", &store, "--to", &same_file]);
+    assert_eq!(code(&refused), 2, "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("same store"),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(std::fs::read(&file).unwrap() == before);
+
+    // An OpenClaw tree imported into itself, named through a symlink.
+    let link = work.path().join("link");
+    std::os::unix::fs::symlink(tree.path(), &link).unwrap();
+    let json_store = format!("json:{}", link.display());
+    let sessions = tree.path().join("agents/main/sessions/sessions.json");
+    let before = std::fs::read(&sessions).unwrap();
+    let refused = run(
+        &json_store,
+        &[
+            "import",
+            "--openclaw",
+            tree.path().join("agents").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code(&refused), 2, "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("same store"),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(std::fs::read(&sessions).unwrap() == before);
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+async fn read_commands_on_postgres_create_no_schema_and_write_nothing() {
+    let schema = common::TestSchema::new("cli_read_only");
+    let (client, connection) = tokio_postgres::connect(&schema.server, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let schema_exists = || async {
+        client
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM information_schema.schemata WHERE schema_name = $1)",
+                &[&schema.name],
+            )
+            .await
+            .unwrap()
+            .get::<_, bool>(0)
+    };
+    let url = schema.url();
+    for args in [&["list"][..], &["show", "main"], &["stats"], &["export"]] {
+        let output = run(&url, args);
+        assert_eq!(code(&output), 4, "{args:?}: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains(&schema.name),
+            "{}",
+            stderr(&output)
+        );
+    }
+    assert!(!schema_exists().await, "no schema was created");
+
+    // An existing store is read without a write: the message log is not indexed in it.
+    let tree = common::openclaw_fixture();
+    let imported = run(
+        &url,
+        &["import", "--openclaw", tree.path().to_str().unwrap()],
+    );
+    assert_eq!(code(&imported), 0, "{}", stderr(&imported));
+    assert_eq!(
+        json(&run(&url, &["--json", "stats", "--messages"]))["sessions"],
+        3
+    );
+    let indexed: i64 = client
+        .query_one(
+            &format!("SELECT count(*) FROM {}.search_messages", schema.name),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(indexed, 0);
+    schema.drop().await;
 }

@@ -108,6 +108,130 @@ impl fmt::Display for StoreUrl {
     }
 }
 
+impl StoreUrl {
+    /// Whether `self` and `other` name the same store: the same resolved directory or
+    /// file (symlinks and `..` followed, `~` expanded), or the same PostgreSQL server,
+    /// database and schema. Copying a store onto itself is the mistake this catches.
+    ///
+    /// ```
+    /// use agent_sessions::store::StoreUrl;
+    ///
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let a: StoreUrl = format!("json:{}", dir.path().display()).parse()?;
+    /// let b: StoreUrl = format!("json:{}/sub/..", dir.path().display()).parse()?;
+    /// # std::fs::create_dir(dir.path().join("sub")).unwrap();
+    /// assert!(a.same_store(&b));
+    /// let pg: StoreUrl = "postgres://bot@db/sessions".parse()?;
+    /// let same: StoreUrl = "postgres://other@db:5432/sessions?schema=agent_sessions".parse()?;
+    /// let other: StoreUrl = "postgres://bot@db/sessions?schema=support".parse()?;
+    /// assert!(pg.same_store(&same));
+    /// assert!(!pg.same_store(&other));
+    /// assert!(!a.same_store(&pg));
+    /// # Ok::<(), agent_sessions::Error>(())
+    /// ```
+    pub fn same_store(&self, other: &StoreUrl) -> bool {
+        match (self, other) {
+            (StoreUrl::Json(a), StoreUrl::Json(b)) | (StoreUrl::Sqlite(a), StoreUrl::Sqlite(b)) => {
+                resolved(a) == resolved(b)
+            }
+            (
+                StoreUrl::Postgres { url: a, schema: sa },
+                StoreUrl::Postgres { url: b, schema: sb },
+            ) => {
+                let schema =
+                    |s: &Option<String>| s.clone().unwrap_or_else(|| "agent_sessions".into());
+                schema(sa) == schema(sb) && same_server(a, b)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// `path` with `~` expanded and its longest existing ancestor canonicalised, so a
+/// file not created yet still compares equal to another spelling of it.
+fn resolved(path: &std::path::Path) -> PathBuf {
+    let path = crate::paths::expand_home(path);
+    let absolute = if path.is_absolute() {
+        path
+    } else {
+        std::env::current_dir().unwrap_or_default().join(path)
+    };
+    let mut rest = Vec::new();
+    let mut base = absolute.as_path();
+    loop {
+        if let Ok(real) = base.canonicalize() {
+            return rest.iter().rev().fold(real, |at, part| at.join(part));
+        }
+        match (base.parent(), base.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                base = parent;
+            }
+            _ => return absolute,
+        }
+    }
+}
+
+#[cfg(feature = "postgres")]
+fn same_server(a: &str, b: &str) -> bool {
+    let key = |url: &str| {
+        url.parse::<tokio_postgres::Config>().ok().map(|config| {
+            let ports = if config.get_ports().is_empty() {
+                vec![5432]
+            } else {
+                config.get_ports().to_vec()
+            };
+            (
+                format!("{:?}", config.get_hosts()),
+                ports,
+                config.get_dbname().or(config.get_user()).map(str::to_owned),
+            )
+        })
+    };
+    match (key(a), key(b)) {
+        (Some(a), Some(b)) => a == b,
+        _ => a == b,
+    }
+}
+
+#[cfg(not(feature = "postgres"))]
+fn same_server(a: &str, b: &str) -> bool {
+    a == b
+}
+
+/// How [`Backend::open_with`] treats a store that is not there yet.
+///
+/// ```
+/// use agent_sessions::store::{Backend, OpenMode};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> agent_sessions::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let url = format!("sqlite:{}", dir.path().join("sessions.db").display());
+/// assert!(Backend::open_with(&url, OpenMode::ReadOnly).await.is_err());
+/// Backend::open_with(&url, OpenMode::Create).await?;
+/// let backend = Backend::open_with(&url, OpenMode::ReadOnly).await?;
+/// assert_eq!(backend.sessions().len().await?, 0);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum OpenMode {
+    /// Create what is missing (directories, the database file, schemas and tables) and
+    /// migrate database schemas: what a host serving sessions wants.
+    #[default]
+    Create,
+    /// The store must exist ([`Error::StoreNotFound`] otherwise); database schemas
+    /// are migrated. For commands that change sessions that are already there.
+    Existing,
+    /// The store must exist and nothing is written: SQLite is opened with
+    /// `SQLITE_OPEN_READ_ONLY`, PostgreSQL transactions are read-only, and neither is
+    /// migrated ([`Error::SchemaNotMigrated`] if it would need to be). For commands
+    /// that only read.
+    ReadOnly,
+}
+
 /// Where a JSON tree keeps its search index, relative to its root.
 pub const SEARCH_INDEX_FILE: &str = "search/messages.json";
 
@@ -142,30 +266,80 @@ impl fmt::Debug for Backend {
 
 impl Backend {
     /// Opens the backend `url` names: creates what is missing and migrates database
-    /// schemas. A backend whose feature is not compiled in is
+    /// schemas ([`OpenMode::Create`]). A backend whose feature is not compiled in is
     /// [`Error::InvalidStoreUrl`].
     pub async fn open(url: &str) -> Result<Backend> {
         Backend::open_url(url.parse()?).await
     }
 
-    /// Opens a parsed URL.
+    /// Opens the existing store `url` names without writing to it
+    /// ([`OpenMode::ReadOnly`]): a missing directory, file or schema is
+    /// [`Error::StoreNotFound`] naming it, and nothing is created.
+    ///
+    /// ```
+    /// use agent_sessions::store::Backend;
+    /// use agent_sessions::Error;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let file = dir.path().join("typo/sessions.db");
+    /// let url = format!("sqlite:{}", file.display());
+    /// let err = Backend::open_read_only(&url).await.unwrap_err();
+    /// assert!(matches!(err, Error::StoreNotFound { .. }));
+    /// assert!(!dir.path().join("typo").exists(), "nothing was created");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn open_read_only(url: &str) -> Result<Backend> {
+        Backend::open_with(url, OpenMode::ReadOnly).await
+    }
+
+    /// Opens the backend `url` names in `mode` (see [`OpenMode`]).
+    pub async fn open_with(url: &str, mode: OpenMode) -> Result<Backend> {
+        Backend::open_url_with(url.parse()?, mode).await
+    }
+
+    /// Opens a parsed URL, creating what is missing ([`OpenMode::Create`]).
     pub async fn open_url(url: StoreUrl) -> Result<Backend> {
+        Backend::open_url_with(url, OpenMode::Create).await
+    }
+
+    /// Opens a parsed URL in `mode`.
+    pub async fn open_url_with(url: StoreUrl, mode: OpenMode) -> Result<Backend> {
         type Parts = (
             Arc<dyn SessionStore>,
             Arc<dyn TranscriptStore>,
             Option<Arc<dyn SearchIndex>>,
         );
         let (sessions, transcripts, search): Parts = match &url {
-            StoreUrl::Json(dir) => (
-                Arc::new(JsonFileStore::new(dir)),
-                Arc::new(FileTranscriptStore::new(dir)),
-                None,
-            ),
+            StoreUrl::Json(dir) => {
+                if mode != OpenMode::Create {
+                    json_tree_exists(dir, &url)?;
+                }
+                (
+                    Arc::new(JsonFileStore::new(dir)),
+                    Arc::new(FileTranscriptStore::new(dir)),
+                    // Read-only: an index in memory, never saved into the tree.
+                    (mode == OpenMode::ReadOnly)
+                        .then(|| Arc::new(MemoryIndex::new()) as Arc<dyn SearchIndex>),
+                )
+            }
             #[cfg(feature = "sqlite")]
             StoreUrl::Sqlite(file) => {
                 let file = file.clone();
+                if mode == OpenMode::Existing && !crate::paths::expand_home(&file).is_file() {
+                    return Err(Error::StoreNotFound {
+                        store: url.to_string(),
+                        problem: "the file does not exist".into(),
+                    });
+                }
                 let store = crate::fsutil::blocking(&file.clone(), move || {
-                    crate::store::SqliteStore::open(&file)
+                    if mode == OpenMode::ReadOnly {
+                        crate::store::SqliteStore::open_read_only(&file)
+                    } else {
+                        crate::store::SqliteStore::open(&file)
+                    }
                 })
                 .await?;
                 (
@@ -183,7 +357,8 @@ impl Backend {
                 if let Some(schema) = schema {
                     options.schema = schema.clone();
                 }
-                let store = crate::store::PostgresStore::connect_with(conninfo, options).await?;
+                let store =
+                    crate::store::PostgresStore::connect_mode(conninfo, options, mode).await?;
                 (
                     Arc::new(store.clone()),
                     Arc::new(store.clone()),
@@ -229,6 +404,8 @@ impl Backend {
     /// SQLite and PostgreSQL; for a JSON tree a [`MemoryIndex`] saved at
     /// `<dir>/search/messages.json`, read on first use (so a damaged index file fails
     /// only the calls that search, with [`Error::Component`], and is left as it is).
+    /// Opened [`OpenMode::ReadOnly`], nothing is written: the database's index refuses
+    /// writes, and a JSON tree's is a fresh [`MemoryIndex`] that is never saved.
     pub async fn search_index(&self) -> Result<Arc<dyn SearchIndex>> {
         let index = self
             .search
@@ -246,5 +423,34 @@ impl Backend {
             })
             .await?;
         Ok(index.clone())
+    }
+}
+
+/// Refuses a JSON tree that is not there: no directory, or no `agents/` in it (a
+/// mistyped path, `~/.openclaw` not created yet, or the `agents` directory itself).
+fn json_tree_exists(dir: &std::path::Path, url: &StoreUrl) -> Result<()> {
+    let dir = crate::paths::expand_home(dir);
+    let not_found = |problem: &str| Error::StoreNotFound {
+        store: url.to_string(),
+        problem: problem.to_owned(),
+    };
+    match std::fs::metadata(&dir) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => return Err(not_found("it is not a directory")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(not_found("the directory does not exist"))
+        }
+        Err(e) => return Err(Error::io("read", &dir, e)),
+    }
+    if dir.join("agents").is_dir() {
+        Ok(())
+    } else if dir.file_name().is_some_and(|name| name == "agents") {
+        Err(not_found(
+            "it has no agents/ directory (give the directory that holds agents/, not agents/ itself)",
+        ))
+    } else {
+        Err(not_found(
+            "it has no agents/ directory (not an OpenClaw state directory)",
+        ))
     }
 }

@@ -50,7 +50,7 @@ use crate::entry::SessionEntry;
 use crate::error::{Error, Result};
 use crate::key::{AgentId, PeerKind, SessionKey};
 
-pub use backend::{Backend, StoreUrl, SEARCH_INDEX_FILE};
+pub use backend::{Backend, OpenMode, StoreUrl, SEARCH_INDEX_FILE};
 pub use json::{
     Durability, JsonFileStore, JsonStoreOptions, LockOptions, DEFAULT_CACHE_TTL,
     DEFAULT_LOCK_POLL_INTERVAL, DEFAULT_LOCK_STALE_AFTER, DEFAULT_LOCK_TIMEOUT,

@@ -10,7 +10,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
 
 use super::sql::{self, decode, lock_id, log_records, LogColumns, SessionRow, SqlValue};
-use super::{ListFilter, Mutator, SessionStore, StoredSession};
+use super::{ListFilter, Mutator, OpenMode, SessionStore, StoredSession};
 use crate::error::{Error, Result};
 use crate::key::{AgentId, SessionKey};
 use crate::transcript::lines::{
@@ -158,6 +158,8 @@ impl PostgresOptions {
 pub struct PostgresStore {
     pool: Pool,
     schema: String,
+    /// `host …, port …, database …, user …` for connection errors.
+    server: String,
     location: PathBuf,
     hub: UpdateHub,
 }
@@ -191,13 +193,99 @@ fn pg_error(op: &'static str) -> impl FnOnce(tokio_postgres::Error) -> Error {
     }
 }
 
-fn pool_error(error: deadpool_postgres::PoolError) -> Error {
-    Error::Database {
-        backend: BACKEND,
-        op: "get a connection",
-        transient: true,
-        source: Box::new(error),
+/// A connection that could not be made, with the server it was for: host, port,
+/// database and user (never the password), and the chain of causes.
+#[derive(Debug)]
+struct ConnectError {
+    server: String,
+    source: deadpool_postgres::PoolError,
+}
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The drivers' messages are terse ("error connecting to server", "db error"):
+        // the cause (refused, no such database, bad password) is further down the chain.
+        let mut causes: Vec<String> = Vec::new();
+        use std::error::Error as _;
+        // The pool's own wrapper ("error occurred while creating a new object") adds
+        // nothing when it has a cause.
+        let mut next: Option<&(dyn std::error::Error + 'static)> = self
+            .source
+            .source()
+            .or(Some(&self.source as &(dyn std::error::Error + 'static)));
+        while let Some(error) = next {
+            let text = error.to_string();
+            if !causes.iter().any(|c| c.contains(&text)) {
+                causes.push(text);
+            }
+            next = error.source();
+        }
+        write!(f, "{}: {}", self.server, causes.join(": "))
     }
+}
+
+impl std::error::Error for ConnectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// `host h, port p, database "d", user "u"`: what a connection was for, without the
+/// password.
+fn describe_server(config: &tokio_postgres::Config) -> String {
+    let hosts = config
+        .get_hosts()
+        .iter()
+        .map(|host| match host {
+            tokio_postgres::config::Host::Tcp(name) => name.clone(),
+            #[cfg(unix)]
+            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+        })
+        .collect::<Vec<_>>();
+    let ports = config
+        .get_ports()
+        .iter()
+        .map(u16::to_string)
+        .collect::<Vec<_>>();
+    let user = config.get_user().unwrap_or("(default)");
+    format!(
+        "host {}, port {}, database {:?}, user {user:?}",
+        if hosts.is_empty() {
+            "localhost".to_owned()
+        } else {
+            hosts.join(",")
+        },
+        if ports.is_empty() {
+            "5432".to_owned()
+        } else {
+            ports.join(",")
+        },
+        config
+            .get_dbname()
+            .or(config.get_user())
+            .unwrap_or("(default)"),
+    )
+}
+
+/// A store URL without the password: `postgres://user@host:port/db?schema=s`.
+fn display_url(config: &tokio_postgres::Config, schema: &str) -> String {
+    let host = config
+        .get_hosts()
+        .iter()
+        .map(|host| match host {
+            tokio_postgres::config::Host::Tcp(name) => name.clone(),
+            #[cfg(unix)]
+            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+        })
+        .next()
+        .unwrap_or_else(|| "localhost".to_owned());
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let user = config
+        .get_user()
+        .map(|u| format!("{u}@"))
+        .unwrap_or_default();
+    let db = config.get_dbname().unwrap_or("");
+    format!("postgres://{user}{host}:{port}/{db}?schema={schema}")
 }
 
 fn valid_schema(schema: &str) -> bool {
@@ -234,6 +322,38 @@ impl PostgresStore {
 
     /// Connects to `url` and migrates the schema `options.schema`.
     pub async fn connect_with(url: &str, options: PostgresOptions) -> Result<Self> {
+        PostgresStore::connect_mode(url, options, OpenMode::Create).await
+    }
+
+    /// Connects to `url` read-only: the schema `options.schema` must hold this
+    /// crate's tables at this version ([`Error::StoreNotFound`] if it holds none,
+    /// [`Error::SchemaNotMigrated`] if they are older); nothing is created or
+    /// migrated, and every transaction is read-only (`default_transaction_read_only`).
+    ///
+    /// ```no_run
+    /// use agent_sessions::store::{PostgresOptions, PostgresStore};
+    /// use agent_sessions::SessionStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// let db = PostgresStore::connect_read_only(
+    ///     "postgres://bot@db.internal/sessions",
+    ///     PostgresOptions::default(),
+    /// )
+    /// .await?;
+    /// println!("{} sessions", db.len().await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect_read_only(url: &str, options: PostgresOptions) -> Result<Self> {
+        PostgresStore::connect_mode(url, options, OpenMode::ReadOnly).await
+    }
+
+    pub(crate) async fn connect_mode(
+        url: &str,
+        options: PostgresOptions,
+        access: OpenMode,
+    ) -> Result<Self> {
         let invalid = |problem: String| Error::InvalidStoreUrl {
             url: url.to_owned(),
             problem,
@@ -244,7 +364,17 @@ impl PostgresStore {
                 options.schema
             )));
         }
-        let config: tokio_postgres::Config = url.parse().map_err(|e| invalid(format!("{e}")))?;
+        let mut config: tokio_postgres::Config =
+            url.parse().map_err(|e| invalid(format!("{e}")))?;
+        if access == OpenMode::ReadOnly {
+            let options = match config.get_options() {
+                Some(given) => format!("{given} -c default_transaction_read_only=on"),
+                None => "-c default_transaction_read_only=on".to_owned(),
+            };
+            config.options(&options);
+        }
+        let server = describe_server(&config);
+        let shown = display_url(&config, &options.schema);
         let manager = Manager::from_config(
             config,
             NoTls,
@@ -262,10 +392,53 @@ impl PostgresStore {
             pool,
             location: PathBuf::from(format!("postgres:{}", options.schema)),
             schema: options.schema,
+            server,
             hub: UpdateHub::default(),
         };
-        store.migrate().await?;
+        if access != OpenMode::Create {
+            let found = store
+                .existing_version()
+                .await?
+                .ok_or_else(|| Error::StoreNotFound {
+                    store: shown,
+                    problem: format!("schema {:?} holds no agent-sessions tables", store.schema),
+                })?;
+            let latest = MIGRATIONS.len() as i64;
+            if access == OpenMode::ReadOnly && found < latest {
+                return Err(Error::SchemaNotMigrated {
+                    backend: BACKEND,
+                    found,
+                    supported: latest,
+                });
+            }
+            if found > latest {
+                return Err(Error::UnsupportedSchema {
+                    backend: BACKEND,
+                    found,
+                    supported: latest,
+                });
+            }
+        }
+        if access != OpenMode::ReadOnly {
+            store.migrate().await?;
+        }
         Ok(store)
+    }
+
+    /// The schema version, or `None` when the schema has no migrations table.
+    async fn existing_version(&self) -> Result<Option<i64>> {
+        let client = self.client().await?;
+        let table = format!("{}.schema_migrations", self.schema);
+        let exists: bool = client
+            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+            .await
+            .map_err(pg_error("look for the schema"))?
+            .get(0);
+        if !exists {
+            return Ok(None);
+        }
+        drop(client);
+        self.schema_version().await.map(Some)
     }
 
     /// The schema holding the tables.
@@ -299,7 +472,15 @@ impl PostgresStore {
     }
 
     async fn client(&self) -> Result<Object> {
-        self.pool.get().await.map_err(pool_error)
+        self.pool.get().await.map_err(|source| Error::Database {
+            backend: BACKEND,
+            op: "connect to the server",
+            transient: true,
+            source: Box::new(ConnectError {
+                server: self.server.clone(),
+                source,
+            }),
+        })
     }
 
     /// `{schema}.table`.

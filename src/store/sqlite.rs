@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use rusqlite::{params, params_from_iter, Connection, OptionalExtension, TransactionBehavior};
+use rusqlite::{
+    params, params_from_iter, Connection, OpenFlags, OptionalExtension, TransactionBehavior,
+};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use super::sql::{self, decode, log_records, LogColumns, SessionRow, SqlValue};
@@ -200,13 +202,92 @@ impl SqliteStore {
         let connection = Connection::open(&path).map_err(db_error("open the database"))?;
         configure(&connection, &options)?;
         migrate(&connection)?;
-        Ok(SqliteStore {
+        Ok(SqliteStore::from_connection(path, connection))
+    }
+
+    /// Opens the existing database at `path` read-only: nothing is created, the schema
+    /// is not migrated, and every write fails with [`Error::Database`]. A missing
+    /// file, or one without this crate's tables, is [`Error::StoreNotFound`]; a
+    /// schema older than this version's is [`Error::SchemaNotMigrated`].
+    ///
+    /// ```
+    /// use agent_sessions::store::SqliteStore;
+    /// use agent_sessions::{Error, SessionStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let file = dir.path().join("sessions.db");
+    /// let missing = SqliteStore::open_read_only(&file).unwrap_err();
+    /// assert!(matches!(missing, Error::StoreNotFound { .. }));
+    /// assert!(!file.exists(), "nothing was created");
+    ///
+    /// SqliteStore::open(&file)?;
+    /// let db = SqliteStore::open_read_only(&file)?;
+    /// assert_eq!(db.len().await?, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self> {
+        let path = crate::paths::expand_home(path.as_ref());
+        let not_found = |problem: &str| Error::StoreNotFound {
+            store: format!("sqlite:{}", path.display()),
+            problem: problem.to_owned(),
+        };
+        match std::fs::metadata(&path) {
+            Ok(meta) if meta.is_file() => {}
+            Ok(_) => return Err(not_found("it is not a file")),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(not_found("the file does not exist"))
+            }
+            Err(e) => return Err(Error::io("read", &path, e)),
+        }
+        let connection = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(db_error("open the database"))?;
+        connection
+            .busy_timeout(SqliteOptions::default().busy_timeout)
+            .map_err(db_error("set the busy timeout"))?;
+        let has_schema: bool = connection
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_master
+                 WHERE type = 'table' AND name = 'schema_migrations')",
+                [],
+                |row| row.get(0),
+            )
+            .map_err(db_error("read the schema"))?;
+        if !has_schema {
+            return Err(not_found("the file holds no agent-sessions tables"));
+        }
+        let found = schema_version(&connection)?;
+        let latest = MIGRATIONS.len() as i64;
+        if found > latest {
+            return Err(Error::UnsupportedSchema {
+                backend: BACKEND,
+                found,
+                supported: latest,
+            });
+        }
+        if found < latest {
+            return Err(Error::SchemaNotMigrated {
+                backend: BACKEND,
+                found,
+                supported: latest,
+            });
+        }
+        Ok(SqliteStore::from_connection(path, connection))
+    }
+
+    fn from_connection(path: PathBuf, connection: Connection) -> Self {
+        SqliteStore {
             inner: Arc::new(Inner {
                 path,
                 connection: Arc::new(Mutex::new(connection)),
                 hub: UpdateHub::default(),
             }),
-        })
+        }
     }
 
     /// The database file.

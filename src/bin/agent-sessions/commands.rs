@@ -1,24 +1,30 @@
 //! What each command does.
 
 use std::collections::BTreeMap;
+use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agent_sessions::manager::{DeleteOptions, PruneOptions};
-use agent_sessions::store::migrate::{migrate_with, MigrateOptions, MigrationReport};
-use agent_sessions::store::Backend;
-use agent_sessions::{AgentId, Error, ListFilter, PeerKind, SessionKey, SessionManager};
+use agent_sessions::store::migrate::{migrate_with, MigrateOptions, MigrationReport, Progress};
+use agent_sessions::store::{Backend, OpenMode, StoreUrl};
+use agent_sessions::{
+    AgentId, Error, ListFilter, PeerKind, SessionKey, SessionManager, StoredSession,
+};
 use clap::Args;
 use serde_json::{json, Value};
 
 use crate::output::{self, Bar};
-use crate::{Command, Global};
+use crate::{Command, Given, Global};
 
 /// Something went wrong (`1`).
 pub const EXIT_FAILURE: u8 = 1;
 /// A migration or import did not verify (`3`).
 pub const EXIT_UNVERIFIED: u8 = 3;
-/// No such session (`4`).
+/// Bad usage (`2`): what clap reports, and an ambiguous short id, an option the
+/// command would ignore, a copy of a store onto itself.
+pub const EXIT_USAGE: u8 = 2;
+/// No such session, or no such store (`4`).
 pub const EXIT_NOT_FOUND: u8 = 4;
 /// `doctor` found problems it did not repair (`5`).
 pub const EXIT_UNHEALTHY: u8 = 5;
@@ -32,13 +38,17 @@ pub struct Failure {
 
 impl From<Error> for Failure {
     fn from(error: Error) -> Self {
-        let code = match error {
-            Error::NotFound { .. } => EXIT_NOT_FOUND,
-            _ => EXIT_FAILURE,
+        let (code, hint) = match error {
+            Error::NotFound { .. } => (EXIT_NOT_FOUND, ""),
+            Error::StoreNotFound { .. } => (
+                EXIT_NOT_FOUND,
+                "\n(name the store with --store or AGENT_SESSIONS_STORE: json:<dir>, sqlite:<file>, postgres://…)",
+            ),
+            _ => (EXIT_FAILURE, ""),
         };
         Failure {
             code,
-            message: error.to_string(),
+            message: format!("{error}{hint}"),
         }
     }
 }
@@ -52,16 +62,58 @@ fn failure(code: u8, message: impl Into<String>) -> Failure {
 
 type Outcome = Result<(), Failure>;
 
+/// Which agents' sessions a command over many sessions works on.
+#[derive(Debug, Args)]
+pub struct Scope {
+    /// Every agent's sessions, not only --agent's.
+    #[arg(long)]
+    all_agents: bool,
+}
+
+impl Scope {
+    /// `Some(agent)` unless `--all-agents`.
+    fn agent<'a>(&self, agent: &'a AgentId) -> Option<&'a AgentId> {
+        (!self.all_agents).then_some(agent)
+    }
+
+    /// A filter for the sessions in scope.
+    fn filter(&self, agent: &AgentId) -> ListFilter {
+        match self.agent(agent) {
+            Some(agent) => ListFilter::new().agent(agent.clone()),
+            None => ListFilter::new(),
+        }
+    }
+}
+
 /// What `stats` adds.
 #[derive(Debug, Args)]
 pub struct StatsArgs {
     /// Also index and categorise the message log (keyword rules) and print message
     /// analytics: volumes by category, channel, agent identity and week, and trends.
+    /// The index is built in memory; the store is not written.
     #[arg(long)]
     messages: bool,
     /// The trend window in days (the latest window against the one before it).
     #[arg(long, default_value_t = 7, requires = "messages")]
     window_days: u32,
+    /// Keep the message index in the store (a JSON tree's `search/messages.json`, a
+    /// database's own tables), so the next run only indexes what is new.
+    #[arg(long, requires = "messages")]
+    save_index: bool,
+    #[command(flatten)]
+    scope: Scope,
+}
+
+/// Where `export` writes, and whose sessions.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// Write to this file instead of standard output: it is written owner-only (0600)
+    /// beside the path and renamed into place, so a symlink there is replaced, never
+    /// followed.
+    #[arg(long, short)]
+    output: Option<PathBuf>,
+    #[command(flatten)]
+    scope: Scope,
 }
 
 /// How `serve` listens and whom it lets in.
@@ -102,9 +154,8 @@ pub struct ListArgs {
     /// At most this many.
     #[arg(long)]
     limit: Option<usize>,
-    /// Every agent's sessions, not only --agent's.
-    #[arg(long)]
-    all_agents: bool,
+    #[command(flatten)]
+    scope: Scope,
 }
 
 /// Options of `delete`.
@@ -132,6 +183,8 @@ pub struct PruneArgs {
     /// Only say what would be removed.
     #[arg(long)]
     dry_run: bool,
+    #[command(flatten)]
+    scope: Scope,
 }
 
 fn parse_duration(raw: &str) -> Result<Duration, String> {
@@ -147,8 +200,46 @@ fn parse_kind(raw: &str) -> Result<PeerKind, String> {
     }
 }
 
+/// Refuses a global option given on the command line that `command` would ignore.
+fn refuse_ignored(given: Given, command: &Command) -> Outcome {
+    let (name, ignored): (&str, &[(&str, bool, &str)]) = match command {
+        Command::Export(_) => ("export", &[("--json", given.json, "it always writes JSON")]),
+        Command::Migrate { .. } => (
+            "migrate",
+            &[
+                ("--store", given.store, "give the stores as --from and --to"),
+                ("--agent", given.agent, "it copies every agent"),
+            ],
+        ),
+        Command::Import { .. } => (
+            "import",
+            &[("--agent", given.agent, "it copies every agent")],
+        ),
+        Command::Doctor { .. } => (
+            "doctor",
+            &[("--agent", given.agent, "it examines every agent")],
+        ),
+        Command::Serve(_) => (
+            "serve",
+            &[
+                ("--agent", given.agent, "requests name their agent"),
+                ("--json", given.json, "it answers over HTTP"),
+            ],
+        ),
+        _ => ("", &[]),
+    };
+    match ignored.iter().find(|(_, given, _)| *given) {
+        Some((option, _, why)) => Err(failure(
+            EXIT_USAGE,
+            format!("{option} is not used by {name} ({why})"),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Runs one command.
-pub async fn run(global: Global, command: Command) -> Outcome {
+pub async fn run(global: Global, given: Given, command: Command) -> Outcome {
+    refuse_ignored(given, &command)?;
     let agent = AgentId::new(&global.agent)?;
     let json = global.json;
     match command {
@@ -181,8 +272,8 @@ pub async fn run(global: Global, command: Command) -> Outcome {
             }
         }
         Command::Prune(args) => prune(&global.store, &agent, json, args).await,
-        Command::Stats(args) => stats(&global.store, json, args).await,
-        Command::Export { output } => export(&global.store, output.as_deref()).await,
+        Command::Stats(args) => stats(&global.store, &agent, json, args).await,
+        Command::Export(args) => export(&global.store, &agent, args).await,
         Command::Import {
             openclaw,
             overwrite_conflicts,
@@ -204,6 +295,22 @@ pub async fn run(global: Global, command: Command) -> Outcome {
     }
 }
 
+/// `store` with the password of a `postgres://user:password@host/…` URL masked, for
+/// printing.
+fn without_password(store: &str) -> String {
+    let Some((scheme, rest)) = store.split_once("://") else {
+        return store.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return store.to_owned();
+    };
+    match rest[..at].split_once(':') {
+        Some((user, _password)) => format!("{scheme}://{user}:***{}", &rest[at..]),
+        None => store.to_owned(),
+    }
+}
+
 /// The session key `raw` names under `agent`.
 fn key_of(agent: &AgentId, raw: &str) -> Result<SessionKey, Failure> {
     Ok(SessionKey::for_agent(agent, raw)?)
@@ -215,19 +322,21 @@ async fn manager_for(
     raw: &str,
 ) -> Result<(SessionManager, SessionKey), Failure> {
     let key = key_of(agent, raw)?;
-    let manager = SessionManager::connect(store)
-        .await?
+    Ok((existing_manager(store, agent).await?, key))
+}
+
+/// A manager over the existing store `store` (never created here).
+async fn existing_manager(store: &str, agent: &AgentId) -> Result<SessionManager, Failure> {
+    let backend = Backend::open_with(store, OpenMode::Existing).await?;
+    Ok(SessionManager::builder(backend.sessions().clone())
+        .transcripts(backend.transcripts().clone())
         .default_agent(agent.clone())
-        .build();
-    Ok((manager, key))
+        .build())
 }
 
 async fn list(store: &str, agent: &AgentId, json: bool, args: ListArgs) -> Outcome {
-    let backend = Backend::open(store).await?;
-    let mut filter = ListFilter::new();
-    if !args.all_agents {
-        filter = filter.agent(agent.clone());
-    }
+    let backend = Backend::open_read_only(store).await?;
+    let mut filter = args.scope.filter(agent);
     if let Some(channel) = &args.channel {
         filter = filter.channel(channel);
     }
@@ -254,23 +363,60 @@ async fn list(store: &str, agent: &AgentId, json: bool, args: ListArgs) -> Outco
 
 async fn show(store: &str, agent: &AgentId, json: bool, raw: &str) -> Outcome {
     let key = key_of(agent, raw)?;
-    let backend = Backend::open(store).await?;
-    match backend.sessions().get(&key).await? {
-        Some(session) => {
-            output::session(json, &session);
-            Ok(())
-        }
-        None => Err(failure(EXIT_NOT_FOUND, format!("no session {key}"))),
+    let backend = Backend::open_read_only(store).await?;
+    let session = match backend.sessions().get(&key).await? {
+        Some(session) => session,
+        None => by_session_id(&backend, raw).await?.ok_or_else(|| {
+            failure(
+                EXIT_NOT_FOUND,
+                format!("no session {key} (no key or session id {raw:?})"),
+            )
+        })?,
+    };
+    output::session(json, &session);
+    Ok(())
+}
+
+/// The session, of any agent, whose session id is `raw` or starts with it (the short
+/// id `list` prints). An id that begins several is an error naming them.
+async fn by_session_id(backend: &Backend, raw: &str) -> Result<Option<StoredSession>, Failure> {
+    let wanted = raw.trim().to_lowercase();
+    if wanted.is_empty() {
+        return Ok(None);
     }
+    let mut found: Vec<StoredSession> = backend
+        .sessions()
+        .list(&ListFilter::new())
+        .await?
+        .into_iter()
+        .filter(|s| s.entry.session_id.to_lowercase().starts_with(&wanted))
+        .collect();
+    if let Some(exact) = found
+        .iter()
+        .position(|s| s.entry.session_id.to_lowercase() == wanted)
+    {
+        return Ok(Some(found.swap_remove(exact)));
+    }
+    if found.len() > 1 {
+        let candidates: Vec<String> = found
+            .iter()
+            .map(|s| format!("  {} (session {})", s.key, s.entry.session_id))
+            .collect();
+        return Err(failure(
+            EXIT_USAGE,
+            format!(
+                "session id {raw:?} is ambiguous: the ids of {} begin with it:\n{}",
+                output::count(found.len() as u64, "session", "sessions"),
+                candidates.join("\n")
+            ),
+        ));
+    }
+    Ok(found.pop())
 }
 
 async fn prune(store: &str, agent: &AgentId, json: bool, args: PruneArgs) -> Outcome {
-    let manager = SessionManager::connect(store)
-        .await?
-        .default_agent(agent.clone())
-        .build();
-    let mut options =
-        PruneOptions::older_than(args.older_than).filter(ListFilter::new().agent(agent.clone()));
+    let manager = existing_manager(store, agent).await?;
+    let mut options = PruneOptions::older_than(args.older_than).filter(args.scope.filter(agent));
     if let Some(keep) = args.keep {
         options = options.keep_newest(keep);
     }
@@ -282,10 +428,16 @@ async fn prune(store: &str, agent: &AgentId, json: bool, args: PruneArgs) -> Out
     Ok(())
 }
 
-async fn stats(store: &str, json: bool, args: StatsArgs) -> Outcome {
-    let backend = Backend::open(store).await?;
-    let sessions = backend.sessions().list(&ListFilter::new()).await?;
-    let transcripts = backend.transcripts().transcript_names(None).await?;
+async fn stats(store: &str, agent: &AgentId, json: bool, args: StatsArgs) -> Outcome {
+    let mode = if args.save_index {
+        OpenMode::Existing
+    } else {
+        OpenMode::ReadOnly
+    };
+    let backend = Backend::open_with(store, mode).await?;
+    let scope = args.scope.agent(agent);
+    let sessions = backend.sessions().list(&args.scope.filter(agent)).await?;
+    let transcripts = backend.transcripts().transcript_names(scope).await?;
     let by = |pick: &dyn Fn(&agent_sessions::StoredSession) -> String| {
         let mut counts = BTreeMap::<String, u64>::new();
         for session in &sessions {
@@ -316,7 +468,7 @@ async fn stats(store: &str, json: bool, args: StatsArgs) -> Outcome {
         .filter(|(_, name)| !name.ends_with(".jsonl"))
         .count();
     let summary = json!({
-        "store": store,
+        "store": without_password(&backend.url().to_string()),
         "sessions": sessions.len(),
         "byAgent": agents,
         "byChatType": kinds,
@@ -329,16 +481,21 @@ async fn stats(store: &str, json: bool, args: StatsArgs) -> Outcome {
     });
     let mut summary = summary;
     if args.messages {
-        let search = agent_sessions::search::Search::shared(backend.search_index().await?);
+        use agent_sessions::search::{self, MemoryIndex, Search, SearchFilter, SearchIndex};
+        // Built in memory unless the index is to be kept in the store.
+        let index: std::sync::Arc<dyn SearchIndex> = if args.save_index {
+            backend.search_index().await?
+        } else {
+            std::sync::Arc::new(MemoryIndex::new())
+        };
+        let search = Search::shared(index.clone());
         let progress = search.process_all(&**backend.transcripts()).await?;
         let window = chrono::Duration::days(i64::from(args.window_days.max(1)));
-        let analytics = search
-            .analytics(
-                &agent_sessions::search::SearchFilter::new(),
-                chrono::Utc::now(),
-                window,
-            )
-            .await?;
+        let mut messages = index.messages(&SearchFilter::new()).await?;
+        if let Some(agent) = scope {
+            messages.retain(|m| m.agent == agent.as_str());
+        }
+        let analytics = search::analytics(&messages, chrono::Utc::now(), window);
         summary["messages"] = serde_json::to_value(&analytics).unwrap_or_default();
         summary["messages"]["newlyCategorized"] = json!(progress.categorized);
         summary["messages"]["windowDays"] = json!(args.window_days.max(1));
@@ -347,34 +504,99 @@ async fn stats(store: &str, json: bool, args: StatsArgs) -> Outcome {
     Ok(())
 }
 
-async fn export(store: &str, to: Option<&Path>) -> Outcome {
-    let backend = Backend::open(store).await?;
-    let sessions = backend.sessions().list(&ListFilter::new()).await?;
-    let mut transcripts = Vec::new();
-    for (agent, name) in backend.transcripts().transcript_names(None).await? {
-        if let Some(lines) = backend.transcripts().export_lines(&agent, &name).await? {
-            transcripts.push(json!({"agent": agent.as_str(), "name": name, "lines": lines}));
+async fn export(store: &str, agent: &AgentId, args: ExportArgs) -> Outcome {
+    let backend = Backend::open_read_only(store).await?;
+    let sessions = backend.sessions().list(&args.scope.filter(agent)).await?;
+    let names = backend
+        .transcripts()
+        .transcript_names(args.scope.agent(agent))
+        .await?;
+    let Some(path) = args.output else {
+        let mut out = io::BufWriter::with_capacity(1 << 16, io::stdout());
+        let written = write_export(&backend, &sessions, &names, &mut out).await?;
+        return written
+            .and_then(|()| out.flush())
+            .map_err(|error| output::stdout_failed(&error));
+    };
+    let cannot = |error: io::Error| {
+        failure(
+            EXIT_FAILURE,
+            format!("cannot write {}: {error}", path.display()),
+        )
+    };
+    // Written owner-only beside the destination and renamed over it: a reader never
+    // sees half a document, and a symlink at the path is replaced, not followed.
+    let dir = path
+        .parent()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let file = tempfile::NamedTempFile::new_in(dir).map_err(cannot)?;
+    let mut out = io::BufWriter::with_capacity(1 << 16, file);
+    write_export(&backend, &sessions, &names, &mut out)
+        .await?
+        .map_err(cannot)?;
+    let file = out.into_inner().map_err(|e| cannot(e.into_error()))?;
+    file.as_file().sync_all().map_err(cannot)?;
+    file.persist(&path).map_err(|e| cannot(e.error))?;
+    Ok(())
+}
+
+/// Streams the export document into `out`: the sessions, then each transcript as it
+/// is read, so no more than one transcript is in memory. The text is what
+/// `serde_json::to_string_pretty` would give for the whole document. Failures to read
+/// the store are the outer error; failures to write, the inner one.
+async fn write_export(
+    backend: &Backend,
+    sessions: &[StoredSession],
+    names: &[(AgentId, String)],
+    out: &mut impl Write,
+) -> Result<io::Result<()>, Failure> {
+    /// Writes one array element, indented as the second level of the document.
+    fn element(out: &mut impl Write, first: bool, value: &Value) -> io::Result<()> {
+        let text = serde_json::to_string_pretty(value).map_err(io::Error::other)?;
+        // Newlines inside JSON strings are escaped: every newline here is layout.
+        let text = text.replace('\n', "\n    ");
+        write!(out, "{}\n    {text}", if first { "" } else { "," })
+    }
+    fn close(out: &mut impl Write, empty: bool, last: bool) -> io::Result<()> {
+        let end = if last { "" } else { "," };
+        if empty {
+            writeln!(out, "]{end}")
+        } else {
+            writeln!(out, "\n  ]{end}")
         }
     }
-    let document = json!({
-        "format": "agent-sessions-export",
-        "version": 1,
-        "sessions": sessions.iter().map(|s| json!({"key": s.key.as_str(), "entry": s.entry})).collect::<Vec<Value>>(),
-        "transcripts": transcripts,
-    });
-    let text = serde_json::to_string_pretty(&document).expect("JSON values serialise");
-    match to {
-        Some(path) => std::fs::write(path, text + "\n").map_err(|e| {
-            failure(
-                EXIT_FAILURE,
-                format!("cannot write {}: {e}", path.display()),
-            )
-        }),
-        None => {
-            println!("{text}");
-            Ok(())
-        }
+    let head = |out: &mut dyn Write| -> io::Result<()> {
+        write!(
+            out,
+            "{{\n  \"format\": \"agent-sessions-export\",\n  \"version\": 1,\n  \"sessions\": ["
+        )
+    };
+    let mut written = head(out);
+    for (i, session) in sessions.iter().enumerate() {
+        let value = json!({"key": session.key.as_str(), "entry": session.entry});
+        written = written.and_then(|()| element(out, i == 0, &value));
     }
+    written = written.and_then(|()| close(out, sessions.is_empty(), false));
+    written = written.and_then(|()| write!(out, "  \"transcripts\": ["));
+    let bar = Bar::new(io::stderr().is_terminal());
+    bar.begin("export", names.len() as u64);
+    let mut first = true;
+    for (agent, name) in names {
+        if written.is_err() {
+            break;
+        }
+        if let Some(lines) = backend.transcripts().export_lines(agent, name).await? {
+            let value = json!({"agent": agent.as_str(), "name": name, "lines": lines});
+            written = element(out, first, &value);
+            first = false;
+        }
+        bar.advance(1);
+    }
+    bar.finish();
+    written = written.and_then(|()| close(out, first, true));
+    written = written.and_then(|()| writeln!(out, "}}"));
+    Ok(written)
 }
 
 /// The state directory of an OpenClaw tree given as `~/.openclaw` or its `agents`.
@@ -389,7 +611,7 @@ fn openclaw_root(dir: &Path) -> Result<PathBuf, Failure> {
         Ok(root)
     } else {
         Err(failure(
-            EXIT_FAILURE,
+            EXIT_NOT_FOUND,
             format!(
                 "{} has no agents/ directory: not an OpenClaw tree",
                 root.display()
@@ -413,6 +635,10 @@ async fn doctor(store: &str, json: bool, repair: bool, prune: bool) -> Outcome {
         DoctorOptions::default()
     };
     options.prune_missing_transcripts = prune;
+    if !repair {
+        // Refuses a tree that is not there (nothing is created).
+        Backend::open_read_only(store).await?;
+    }
     let report = examine(&root, &options).await?;
     output::doctor(json, &report);
     if report.all_repaired() {
@@ -427,7 +653,13 @@ async fn doctor(store: &str, json: bool, repair: bool, prune: bool) -> Outcome {
 
 /// Copies `from` into `to` and verifies.
 async fn copy(from: &str, to: &str, json: bool, overwrite_conflicts: bool) -> Outcome {
-    let source = Backend::open(from).await?;
+    if from.parse::<StoreUrl>()?.same_store(&to.parse()?) {
+        return Err(failure(
+            EXIT_USAGE,
+            format!("{from} and {to} are the same store: nothing to copy"),
+        ));
+    }
+    let source = Backend::open_read_only(from).await?;
     let target = Backend::open(to).await?;
     let bar = Bar::new(!json);
     let options = if overwrite_conflicts {
@@ -486,7 +718,10 @@ async fn serve(store: &str, args: ServeArgs) -> Outcome {
     let address = listener
         .local_addr()
         .map_err(|e| failure(EXIT_FAILURE, e.to_string()))?;
-    eprintln!("agent-sessions: serving {store} on http://{address}");
+    eprintln!(
+        "agent-sessions: serving {} on http://{address}",
+        without_password(store)
+    );
     axum::serve(listener, router(std::sync::Arc::new(manager), options))
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;

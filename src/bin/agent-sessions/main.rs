@@ -1,17 +1,45 @@
 //! `agent-sessions`: look after the sessions of a bot from the shell.
 //!
-//! Every command takes `--store <url>` (or `AGENT_SESSIONS_STORE`; default
+//! Commands take `--store <url>` (or `AGENT_SESSIONS_STORE`; default
 //! `json:~/.openclaw`) and `--agent <id>` (default `main`). Output is for people by
-//! default and JSON with `--json`. Exit codes: 0 success, 1 failure (store, I/O,
-//! database), 2 bad usage, 3 a migration or import that did not verify, 4 no such
-//! session, 5 `doctor` found problems it did not repair.
+//! default (times in the local time zone) and JSON with `--json`. A global option a
+//! command would ignore (`--store` for `migrate`, which takes `--from` and `--to`;
+//! `--agent` for `migrate`, `import`, `doctor` and `serve`; `--json` for `export`,
+//! which always writes JSON, and `serve`) is refused rather than silently dropped.
+//!
+//! **Agent scope.** Commands over many sessions (`list`, `stats`, `export`, `prune`)
+//! work on `--agent`'s sessions only, unless `--all-agents` is given. `show` finds a
+//! session by key (under `--agent`), by session id or by the short id `list` prints,
+//! in any agent.
+//!
+//! **Read commands write nothing.** `list`, `show`, `stats`, `export`, `doctor`
+//! without `--repair`, and the source of `import` and `migrate` open the store
+//! read-only and never create it: a missing directory, database file or schema is
+//! reported (exit code 4) with the store it looked for. `reset`, `close`, `delete`
+//! and `prune` need an existing store too; only `serve` and the target of `import`
+//! and `migrate` create one. `stats --messages` indexes the message log in memory;
+//! `--save-index` keeps the index in the store.
+//!
+//! Output ends quietly with status 0 when its reader goes away (`export | head`).
+//!
+//! Exit codes: 0 success, 1 failure (store, I/O, database), 2 bad usage (including
+//! an ambiguous short id, an ignored option, a copy of a store onto itself), 3 a
+//! migration or import that did not verify, 4 no such session or no such store,
+//! 5 `doctor` found problems it did not repair.
+//!
+//! ```text
+//! agent-sessions --store sqlite:~/bots/sessions.db list --all-agents
+//! agent-sessions show 0f5d59ee
+//! agent-sessions export --output backup.json
+//! ```
 
 mod commands;
 mod output;
 
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// Sessions of chat bots and AI agents: OpenClaw files, SQLite or PostgreSQL.
 #[derive(Debug, Parser)]
@@ -46,9 +74,11 @@ struct Global {
 enum Command {
     /// List sessions, most recently active first.
     List(commands::ListArgs),
-    /// Show one session's entry.
+    /// Show one session: its main fields, or with --json its whole entry.
     Show {
-        /// The session key (`agent:main:telegram:dm:42`, or `telegram:dm:42` under --agent).
+        /// The session key (`agent:main:telegram:dm:42`, or `telegram:dm:42` under
+        /// --agent), its session id, or the beginning of the id (the short id `list`
+        /// prints).
         key: String,
     },
     /// Start a new session for a key; the old transcript is archived.
@@ -68,12 +98,9 @@ enum Command {
     /// Counts by agent, kind of chat, channel and status; with --messages, message
     /// analytics too.
     Stats(commands::StatsArgs),
-    /// Write every session and transcript as one JSON document.
-    Export {
-        /// Write to this file instead of standard output.
-        #[arg(long, short)]
-        output: Option<std::path::PathBuf>,
-    },
+    /// Write the sessions and transcripts (of --agent, or --all-agents) as one JSON
+    /// document.
+    Export(commands::ExportArgs),
     /// Copy an OpenClaw tree (stores and transcripts) into --store.
     Import {
         /// The OpenClaw state directory (`~/.openclaw`) or its `agents` directory.
@@ -112,8 +139,42 @@ enum Command {
     },
 }
 
+/// Which global options were given on the command line (not by default or from the
+/// environment).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Given {
+    /// `--store`.
+    pub store: bool,
+    /// `--agent`.
+    pub agent: bool,
+    /// `--json`.
+    pub json: bool,
+}
+
+impl Given {
+    fn of(matches: &ArgMatches) -> Self {
+        // Global options given after the subcommand are in its matches.
+        let mut levels = vec![matches];
+        if let Some((_, sub)) = matches.subcommand() {
+            levels.push(sub);
+        }
+        let given = |id: &str| {
+            levels
+                .iter()
+                .any(|m| m.value_source(id) == Some(ValueSource::CommandLine))
+        };
+        Given {
+            store: given("store"),
+            agent: given("agent"),
+            json: given("json"),
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
+    let given = Given::of(&matches);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -125,10 +186,11 @@ fn main() -> ExitCode {
             return ExitCode::from(commands::EXIT_FAILURE);
         }
     };
-    match runtime.block_on(commands::run(cli.global, cli.command)) {
+    match runtime.block_on(commands::run(cli.global, given, cli.command)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
-            eprintln!("agent-sessions: {}", failure.message);
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "agent-sessions: {}", failure.message);
             ExitCode::from(failure.code)
         }
     }

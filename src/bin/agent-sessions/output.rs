@@ -1,12 +1,50 @@
 //! How results are printed: text for people, JSON for scripts.
+//!
+//! Times are shown as dates in the local time zone. Everything printed on standard
+//! output goes through [`emit`], which treats a reader that went away (`| head`) as
+//! the end of the command, not as a failure.
 
+use std::io::{self, Write};
 use std::sync::Mutex;
 
 use agent_sessions::store::migrate::{MigrationReport, Progress};
 use agent_sessions::{SessionKey, StoredSession};
-use chrono::{TimeZone, Utc};
+use chrono::{Local, TimeZone};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
+
+/// Prints a line on standard output through [`emit`]. It shadows the standard
+/// `println!` in this module on purpose, so that no function here can panic on a
+/// closed pipe.
+macro_rules! println {
+    () => {
+        $crate::output::emit(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::output::emit(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// Writes `text` on standard output. When the reader has gone (`agent-sessions list |
+/// head -1`) the process ends at once, quietly and with status 0, as a filter killed
+/// by `SIGPIPE` would; any other write error ends it with status 1 and a message.
+pub fn emit(text: std::fmt::Arguments<'_>) {
+    if let Err(error) = io::stdout().lock().write_fmt(text) {
+        stdout_failed(&error);
+    }
+}
+
+/// Ends the process after a failed write on standard output (see [`emit`]).
+pub fn stdout_failed(error: &io::Error) -> ! {
+    if error.kind() == io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    let _ = writeln!(
+        io::stderr(),
+        "agent-sessions: cannot write to standard output: {error}"
+    );
+    std::process::exit(i32::from(crate::commands::EXIT_FAILURE));
+}
 
 fn print_json(value: &Value) {
     println!(
@@ -15,14 +53,21 @@ fn print_json(value: &Value) {
     );
 }
 
-fn when(epoch_ms: u64) -> String {
+/// `1 session`, `2 sessions`.
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+fn local(epoch_ms: u64, format: &str) -> String {
     i64::try_from(epoch_ms)
         .ok()
-        .and_then(|ms| Utc.timestamp_millis_opt(ms).single())
-        .map_or_else(
-            || epoch_ms.to_string(),
-            |at| at.format("%Y-%m-%d %H:%M").to_string(),
-        )
+        .and_then(|ms| Local.timestamp_millis_opt(ms).single())
+        .map_or_else(|| epoch_ms.to_string(), |at| at.format(format).to_string())
+}
+
+/// A local date and time to the minute: `2026-02-06 11:00`.
+fn when(epoch_ms: u64) -> String {
+    local(epoch_ms, "%Y-%m-%d %H:%M")
 }
 
 fn session_json(session: &StoredSession) -> Value {
@@ -71,20 +116,102 @@ pub fn sessions(as_json: bool, sessions: &[StoredSession]) {
             note.chars().take(60).collect::<String>(),
         );
     }
-    println!("{} session(s)", sessions.len());
+    println!("{}", count(sessions.len() as u64, "session", "sessions"));
 }
 
-/// One session.
+/// One session: a table of its main fields, or with `as_json` the whole entry.
 pub fn session(as_json: bool, session: &StoredSession) {
     if as_json {
         print_json(&session_json(session));
         return;
     }
-    println!("{}", session.key);
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&session.entry).expect("entries serialise")
+    let entry = &session.entry;
+    let exact = |ms: u64| local(ms, "%Y-%m-%d %H:%M:%S %:z");
+    let mut rows: Vec<(&str, String)> = vec![
+        ("key", session.key.to_string()),
+        ("session", entry.session_id.clone()),
+        (
+            "agent",
+            session.key.agent_id().unwrap_or("(global)").to_owned(),
+        ),
+    ];
+    let mut add = |name: &'static str, value: Option<String>| {
+        if let Some(value) = value.filter(|v| !v.is_empty()) {
+            rows.push((name, value));
+        }
+    };
+    add(
+        "status",
+        entry.status.as_ref().map(|s| s.as_str().to_owned()),
     );
+    add(
+        "chat",
+        entry
+            .chat_type
+            .as_ref()
+            .and_then(|t| t.peer_kind())
+            .or_else(|| session.key.peer_kind())
+            .map(|kind| kind.as_str().to_owned()),
+    );
+    add("channel", entry.channel_name().map(str::to_owned));
+    add("label", entry.label.clone());
+    add("name", entry.display_name.clone());
+    add("subject", entry.subject.clone());
+    add("description", entry.description.clone());
+    add("person", entry.person_id.clone());
+    add("spawned by", entry.spawned_by.clone());
+    add("started", entry.session_started_at.map(exact));
+    add("active", Some(exact(entry.updated_at)));
+    add("closed", entry.closed_at.map(exact));
+    let activity = [
+        entry.message_count.map(|n| count(n, "message", "messages")),
+        entry.turn_count.map(|n| count(n, "turn", "turns")),
+    ];
+    add(
+        "activity",
+        Some(
+            activity
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+    );
+    add(
+        "model",
+        match (&entry.model_provider, &entry.model) {
+            (Some(provider), Some(model)) => Some(format!("{provider}/{model}")),
+            (provider, model) => model.clone().or(provider.clone()),
+        },
+    );
+    add(
+        "tokens",
+        entry.total_tokens.map(|total| {
+            let parts = [
+                entry.input_tokens.map(|n| format!("{n} in")),
+                entry.output_tokens.map(|n| format!("{n} out")),
+            ];
+            let parts: Vec<String> = parts.into_iter().flatten().collect();
+            if parts.is_empty() {
+                total.to_string()
+            } else {
+                format!("{total} ({})", parts.join(", "))
+            }
+        }),
+    );
+    add(
+        "last message",
+        entry
+            .last_message_preview
+            .as_ref()
+            .map(|text| text.chars().take(60).collect()),
+    );
+    add("transcript", entry.session_file.clone());
+    let width = rows.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
+    for (name, value) in &rows {
+        println!("{name:<width$}  {value}");
+    }
+    println!("(--json prints the whole entry)");
 }
 
 /// A change to one session.
@@ -113,7 +240,10 @@ pub fn pruned(as_json: bool, dry_run: bool, removed: &[StoredSession]) {
             when(session.entry.updated_at)
         );
     }
-    println!("{verb} {} session(s)", removed.len());
+    println!(
+        "{verb} {}",
+        count(removed.len() as u64, "session", "sessions")
+    );
 }
 
 /// Store statistics.
@@ -176,22 +306,39 @@ pub fn stats(as_json: bool, summary: &Value) {
                 "trends (last {} days against the {} before):",
                 messages["windowDays"], messages["windowDays"]
             );
+            // Widths apply to strings, not to JSON values: format the cells first.
+            let cell = |value: &Value| match value {
+                Value::String(text) => text.clone(),
+                Value::Null => String::new(),
+                other => other.to_string(),
+            };
+            let rows: Vec<[String; 4]> = trends
+                .iter()
+                .map(|trend| {
+                    let change = trend["ratio"].as_f64().map_or_else(
+                        || "new".to_owned(),
+                        |r| format!("{:+.0}%", (r - 1.0) * 100.0),
+                    );
+                    [
+                        cell(&trend["category"]),
+                        cell(&trend["current"]),
+                        cell(&trend["previous"]),
+                        change,
+                    ]
+                })
+                .collect();
+            let first = rows
+                .iter()
+                .map(|row| row[0].chars().count())
+                .max()
+                .unwrap_or(0)
+                .max(24);
             println!(
-                "  {:<24} {:>8} {:>8} {:>8}",
+                "  {:<first$} {:>8} {:>8} {:>8}",
                 "category", "now", "before", "change"
             );
-            for trend in trends {
-                let change = trend["ratio"].as_f64().map_or_else(
-                    || "new".to_owned(),
-                    |r| format!("{:+.0}%", (r - 1.0) * 100.0),
-                );
-                println!(
-                    "  {:<24} {:>8} {:>8} {:>8}",
-                    trend["category"].as_str().unwrap_or(""),
-                    trend["current"],
-                    trend["previous"],
-                    change
-                );
+            for [category, now, before, change] in &rows {
+                println!("  {category:<first$} {now:>8} {before:>8} {change:>8}");
             }
         }
     }
@@ -288,6 +435,8 @@ pub struct Bar {
 }
 
 impl Bar {
+    /// A bar drawn only if `shown` (and standard error is a terminal: indicatif draws
+    /// nothing elsewhere).
     pub fn new(shown: bool) -> Self {
         Bar {
             bar: Mutex::new(None),
