@@ -269,6 +269,21 @@ fn block_on<F: std::future::Future>(work: F) -> F::Output {
 
 /// A progress callback that, when the session copy begins (after the source was
 /// listed), lets another writer act: what a bot writing during a migration does.
+/// A busy OpenClaw tree as the source and an empty SQLite store as the target (the
+/// directories live as long as the first value).
+async fn busy_source_and_empty_sqlite() -> ((tempfile::TempDir, tempfile::TempDir), Backend, Backend)
+{
+    let source_dir = busy_openclaw_tree().await;
+    let source = Backend::open(&format!("json:{}", source_dir.path().display()))
+        .await
+        .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let target = Backend::open(&format!("sqlite:{}", work.path().join("s.db").display()))
+        .await
+        .unwrap();
+    ((source_dir, work), source, target)
+}
+
 struct WriterDuringCopy<F: Fn() + Send + Sync>(F);
 
 impl<F: Fn() + Send + Sync> agent_sessions::store::migrate::Progress for WriterDuringCopy<F> {
@@ -294,14 +309,7 @@ async fn bump(backend: &Backend, key: &SessionKey, by: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_migration_never_overwrites_a_target_that_moved_on() {
-    let source_dir = busy_openclaw_tree().await;
-    let source = Backend::open(&format!("json:{}", source_dir.path().display()))
-        .await
-        .unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let target = Backend::open(&format!("sqlite:{}", work.path().join("s.db").display()))
-        .await
-        .unwrap();
+    let (_dirs, source, target) = busy_source_and_empty_sqlite().await;
     assert!(migrate(&source, &target, &NoProgress)
         .await
         .unwrap()
@@ -343,14 +351,7 @@ async fn a_second_migration_never_overwrites_a_target_that_moved_on() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_on_the_target_during_a_migration_loses_nothing() {
-    let source_dir = busy_openclaw_tree().await;
-    let source = Backend::open(&format!("json:{}", source_dir.path().display()))
-        .await
-        .unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let target = Backend::open(&format!("sqlite:{}", work.path().join("s.db").display()))
-        .await
-        .unwrap();
+    let (_dirs, source, target) = busy_source_and_empty_sqlite().await;
     let keys: Vec<SessionKey> = sessions(&source)
         .await
         .keys()
@@ -387,14 +388,7 @@ async fn a_writer_on_the_target_during_a_migration_loses_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_written_during_a_migration_fails_verification_by_name() {
-    let source_dir = busy_openclaw_tree().await;
-    let source = Backend::open(&format!("json:{}", source_dir.path().display()))
-        .await
-        .unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let target = Backend::open(&format!("sqlite:{}", work.path().join("s.db").display()))
-        .await
-        .unwrap();
+    let (_dirs, source, target) = busy_source_and_empty_sqlite().await;
     let key = SessionKey::parse("agent:main:telegram:dm:42").unwrap();
     let writer = WriterDuringCopy(|| block_on(bump(&source, &key, 5)));
     let report = migrate(&source, &target, &writer).await.unwrap();

@@ -34,20 +34,16 @@ async fn increment(store: &dyn SessionStore, key: &SessionKey) {
         .unwrap();
 }
 
-/// Runs `PROCESSES` children on the store `url`, each incrementing one shared entry and
-/// its own `INCREMENTS` times, then checks every increment landed.
-fn processes_lose_no_update(url: &str) {
+/// Runs `PROCESSES` copies of this test binary, each running only the ignored test
+/// `worker_test` with `var` set to `value` and its worker number, and checks each one
+/// really ran it and passed.
+fn run_children(worker_test: &str, var: &str, value: &str) {
     let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..PROCESSES)
         .map(|worker| {
             Command::new(&exe)
-                .args([
-                    "child_process_worker",
-                    "--exact",
-                    "--ignored",
-                    "--test-threads=1",
-                ])
-                .env(STORE_VAR, url)
+                .args([worker_test, "--exact", "--ignored", "--test-threads=1"])
+                .env(var, value)
                 .env(WORKER_VAR, worker.to_string())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -57,19 +53,20 @@ fn processes_lose_no_update(url: &str) {
         .collect();
     for child in children {
         let output = child.wait_with_output().unwrap();
-        assert!(
-            output.status.success(),
-            "child failed:\n{}\n{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
+        let stdout = String::from_utf8_lossy(&output.stdout);
         // The child must really have run the worker, not an empty filter.
         assert!(
-            String::from_utf8_lossy(&output.stdout).contains("1 passed"),
-            "{}",
-            String::from_utf8_lossy(&output.stdout)
+            output.status.success() && stdout.contains("1 passed"),
+            "child failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
         );
     }
+}
+
+/// Runs `PROCESSES` children on the store `url`, each incrementing one shared entry and
+/// its own `INCREMENTS` times, then checks every increment landed.
+fn processes_lose_no_update(url: &str) {
+    run_children("child_process_worker", STORE_VAR, url);
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -179,33 +176,11 @@ const APPENDS: usize = 150;
 fn processes_appending_to_one_transcript_keep_one_parent_chain() {
     use agent_sessions::transcript::{FileTranscriptStore, Offset, TranscriptRef, TranscriptStore};
     let dir = tempfile::tempdir().unwrap();
-    let exe = std::env::current_exe().unwrap();
-    let children: Vec<_> = (0..PROCESSES)
-        .map(|worker| {
-            Command::new(&exe)
-                .args([
-                    "transcript_child_worker",
-                    "--exact",
-                    "--ignored",
-                    "--test-threads=1",
-                ])
-                .env(TRANSCRIPT_VAR, dir.path())
-                .env(WORKER_VAR, worker.to_string())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    for child in children {
-        let output = child.wait_with_output().unwrap();
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success() && stdout.contains("1 passed"),
-            "child failed:\n{stdout}\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
+    run_children(
+        "transcript_child_worker",
+        TRANSCRIPT_VAR,
+        &dir.path().display().to_string(),
+    );
     let read = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -230,10 +230,9 @@ impl std::error::Error for ConnectError {
     }
 }
 
-/// `host h, port p, database "d", user "u"`: what a connection was for, without the
-/// password.
-fn describe_server(config: &tokio_postgres::Config) -> String {
-    let hosts = config
+/// The configured hosts: names, or socket directories.
+fn host_names(config: &tokio_postgres::Config) -> Vec<String> {
+    config
         .get_hosts()
         .iter()
         .map(|host| match host {
@@ -241,7 +240,13 @@ fn describe_server(config: &tokio_postgres::Config) -> String {
             #[cfg(unix)]
             tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
         })
-        .collect::<Vec<_>>();
+        .collect()
+}
+
+/// `host h, port p, database "d", user "u"`: what a connection was for, without the
+/// password.
+fn describe_server(config: &tokio_postgres::Config) -> String {
+    let hosts = host_names(config);
     let ports = config
         .get_ports()
         .iter()
@@ -269,14 +274,8 @@ fn describe_server(config: &tokio_postgres::Config) -> String {
 
 /// A store URL without the password: `postgres://user@host:port/db?schema=s`.
 fn display_url(config: &tokio_postgres::Config, schema: &str) -> String {
-    let host = config
-        .get_hosts()
-        .iter()
-        .map(|host| match host {
-            tokio_postgres::config::Host::Tcp(name) => name.clone(),
-            #[cfg(unix)]
-            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
-        })
+    let host = host_names(config)
+        .into_iter()
         .next()
         .unwrap_or_else(|| "localhost".to_owned());
     let port = config.get_ports().first().copied().unwrap_or(5432);

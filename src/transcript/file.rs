@@ -187,33 +187,23 @@ impl Inner {
         path: &Path,
         mut entries: Vec<TranscriptEntry>,
     ) -> Result<Vec<SessionEvent>> {
-        let mut created_header = None;
-        if fs::symlink_metadata(path).is_err() {
-            let header = SessionHeader::new(&transcript.session_id, Utc::now());
-            let mut line = serde_json::to_vec(&header).expect("a header serialises");
-            line.push(b'\n');
-            if self.create_with(path, &line)? {
-                created_header = Some(line.len() as u64);
-            }
-        }
+        let dir = path.parent().unwrap_or(Path::new("."));
+        create_private_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
         let mut file = open_append(path).map_err(|e| Error::io("open", path, e))?;
-        // Other processes append too: the parent chain is taken from the file's end
-        // under an exclusive OS lock on the file, held until the lines are written (a
-        // file system without OS locks still gets this process's queue).
+        // Other processes append too: the end of the file — and whether it needs its
+        // header — is read under an exclusive OS lock on the file, held until the lines
+        // are written (a file system without OS locks still gets this process's queue).
         if let Err(e) = file.lock() {
             tracing::debug!(path = %path.display(), error = %e, "no OS lock on this transcript");
         }
-        let tail = match created_header {
-            Some(len) => Tail {
-                len,
-                lines: 1,
-                ends_with_newline: true,
-                leaf: None,
-            },
-            None => self.tail(path, &mut file)?,
-        };
+        let tail = self.tail(path, &mut file)?;
         let mut buffer = Vec::new();
-        if tail.len > 0 && !tail.ends_with_newline {
+        let created = tail.len == 0;
+        if created {
+            let header = SessionHeader::new(&transcript.session_id, Utc::now());
+            serde_json::to_writer(&mut buffer, &header).expect("a header serialises");
+            buffer.push(b'\n');
+        } else if !tail.ends_with_newline {
             // Step over a torn last line: our lines start fresh.
             buffer.push(b'\n');
         }
@@ -241,7 +231,13 @@ impl Inner {
                 if self.durability == Durability::Unsynced {
                     return Ok(());
                 }
-                file.sync_data().map_err(|e| Error::io("fsync", path, e))
+                file.sync_data().map_err(|e| Error::io("fsync", path, e))?;
+                if created && self.durability == Durability::SyncFileAndDir {
+                    File::open(dir)
+                        .and_then(|d| d.sync_all())
+                        .map_err(|e| Error::io("fsync", dir, e))?;
+                }
+                Ok(())
             });
         if let Err(error) = written {
             // A failed append (a full disk) must not leave a partial line that reads
@@ -350,8 +346,13 @@ impl Inner {
     }
 }
 
+/// Opens (creating it owner-only if missing) a transcript for appending.
 fn open_append(path: &Path) -> io::Result<File> {
-    open_checked(OpenOptions::new().append(true).read(true), path)
+    let mut options = OpenOptions::new();
+    options.append(true).read(true).create(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    open_checked(&mut options, path)
 }
 
 /// The end of a file: whether it ends with a newline, and the id of its last entry.
