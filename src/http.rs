@@ -47,14 +47,17 @@
 
 use std::sync::Arc;
 
+use axum::body::Body;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, SecondsFormat, Utc};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -122,6 +125,11 @@ pub fn router(manager: Arc<SessionManager>, options: ServiceOptions) -> Router {
         .route("/kernel/sessions/resolve", post(resolve))
         .route("/kernel/sessions/{id}", get(get_session).patch(record_turn))
         .route("/kernel/sessions/{id}/close", post(close_session))
+        // Layers added later run first: the secret is checked before a body is read.
+        .route_layer(middleware::from_fn_with_state(
+            options.body_limit,
+            read_body,
+        ))
         .route_layer(middleware::from_fn_with_state(secret, require_secret))
         .with_state(manager);
     Router::new()
@@ -129,6 +137,7 @@ pub fn router(manager: Arc<SessionManager>, options: ServiceOptions) -> Router {
         .merge(sessions)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .layer(DefaultBodyLimit::max(options.body_limit))
+        .layer(middleware::map_response(json_errors))
 }
 
 /// `POST /kernel/sessions/resolve`'s body.
@@ -252,14 +261,75 @@ impl ApiError {
     }
 }
 
+/// Marks a response already in the error shape, so [`json_errors`] leaves it alone.
+#[derive(Debug, Clone, Copy)]
+struct ErrorShaped;
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({
             "ok": false,
             "error": { "code": self.code, "message": self.message },
         });
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        response.extensions_mut().insert(ErrorShaped);
+        response
     }
+}
+
+/// The error code for a status that axum or hyper produced rather than a handler.
+fn code_for(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::UNAUTHORIZED => "unauthorized",
+        StatusCode::FORBIDDEN => "access_denied",
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::REQUEST_TIMEOUT => "request_timeout",
+        StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::UNPROCESSABLE_ENTITY => "invalid_json",
+        StatusCode::SERVICE_UNAVAILABLE => "unavailable",
+        status if status.is_server_error() => "internal",
+        _ => "invalid_request",
+    }
+}
+
+/// The longest plain-text rejection whose text becomes an error's message.
+const MAX_REJECTION_TEXT: usize = 4096;
+
+/// Puts every error response not already in the error shape into it: axum's own
+/// rejections (a path that is not UTF-8, a method a route does not serve, …) answer in
+/// plain text or with an empty body. The status and headers (such as `Allow`) are kept;
+/// the plain text, when there is any, becomes the message.
+async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    let is_error = status.is_client_error() || status.is_server_error();
+    if !is_error || response.extensions().get::<ErrorShaped>().is_some() {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, MAX_REJECTION_TEXT)
+        .await
+        .map(|bytes| String::from_utf8_lossy(&bytes).trim().to_owned())
+        .unwrap_or_default();
+    let message = match (text.is_empty(), parts.headers.get(ALLOW)) {
+        (false, _) => text,
+        (true, Some(allowed)) if status == StatusCode::METHOD_NOT_ALLOWED => format!(
+            "this route does not serve that method; it serves {}",
+            String::from_utf8_lossy(allowed.as_bytes())
+        ),
+        (true, _) => status
+            .canonical_reason()
+            .unwrap_or("the request failed")
+            .to_owned(),
+    };
+    let mut shaped = ApiError::new(status, code_for(status), message).into_response();
+    for (name, value) in &parts.headers {
+        if name != CONTENT_TYPE && name != CONTENT_LENGTH {
+            shaped.headers_mut().append(name.clone(), value.clone());
+        }
+    }
+    shaped
 }
 
 impl From<Error> for ApiError {
@@ -346,6 +416,40 @@ async fn require_secret(
         }
     }
     next.run(request).await
+}
+
+/// Reads the whole request body, at most `limit` bytes, before the handler runs: a
+/// `content-length` over the limit is refused before a byte of the body is read.
+async fn read_body(State(limit): State<usize>, request: Request, next: Next) -> Response {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("the request body is over the limit of {limit} bytes"),
+        )
+        .into_response()
+    };
+    let declared = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit as u64) {
+        return too_large();
+    }
+    let (parts, body) = request.into_parts();
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => {
+            let body = Body::from(collected.to_bytes());
+            next.run(Request::from_parts(parts, body)).await
+        }
+        Err(error) if error.downcast_ref::<LengthLimitError>().is_some() => too_large(),
+        Err(error) => ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            format!("the request body could not be read: {error}"),
+        )
+        .into_response(),
+    }
 }
 
 /// Equality whose time depends only on the lengths.
@@ -485,6 +589,17 @@ mod tests {
         assert!(!constant_time_eq(b"s3cret", b"s3creT"));
         assert!(!constant_time_eq(b"s3cre", b"s3cret"));
         assert!(!constant_time_eq(b"", b"s3cret"));
+    }
+
+    /// Request bodies are parsed by serde_json, whose recursion limit (128) must stay
+    /// on: no dependency may enable its `unbounded_depth` feature.
+    #[test]
+    fn json_nested_past_the_recursion_limit_is_an_error_not_a_stack_overflow() {
+        let shallow = format!("{}{}", "[".repeat(100), "]".repeat(100));
+        assert!(serde_json::from_str::<serde_json::Value>(&shallow).is_ok());
+        let deep = "[".repeat(100_000);
+        let error = serde_json::from_str::<serde_json::Value>(&deep).unwrap_err();
+        assert!(error.to_string().contains("recursion limit"), "{error}");
     }
 
     #[test]
