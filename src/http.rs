@@ -28,7 +28,7 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use agent_sessions::http::{router, ServiceOptions};
+//! use agent_sessions::http::{router, Secret, ServiceOptions};
 //! use agent_sessions::prelude::*;
 //! use agent_sessions::reset::ResetTriggers;
 //!
@@ -38,7 +38,8 @@
 //!     .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
 //!     .reset_triggers(ResetTriggers::clawos())
 //!     .build();
-//! let app = router(Arc::new(manager), ServiceOptions::default().secret("s3cret"));
+//! let options = ServiceOptions::default().secret(Secret::new("s3cret")?);
+//! let app = router(Arc::new(manager), options);
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:18888").await?;
 //! axum::serve(listener, app).await?;
 //! # Ok(())
@@ -74,12 +75,88 @@ pub const SECRET_HEADER: &str = "x-kernel-secret";
 /// The default request body limit: 64 KiB.
 pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
 
-/// How the service is protected.
+/// A shared secret callers present in [`SECRET_HEADER`]; never empty or blank.
+///
+/// An empty secret would match a missing header and so let every caller in, so
+/// [`Secret::new`] refuses it (and a secret no HTTP header can carry) with
+/// [`Error::InvalidOption`]: a [`ServiceOptions`] either has a usable secret or none.
+/// Its `Debug` output never shows the value.
+///
+/// ```
+/// use agent_sessions::http::Secret;
+/// use agent_sessions::Error;
+///
+/// assert!(Secret::new("s3cret").is_ok());
+/// assert!(matches!(Secret::new("  "), Err(Error::InvalidOption { option: "secret", .. })));
+/// let parsed: Secret = "s3cret".parse()?;
+/// assert_eq!(format!("{parsed:?}"), "Secret(<redacted>)");
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The secret `value`, or [`Error::InvalidOption`] if it is empty, only
+    /// whitespace, or has a control character or leading or trailing whitespace (which
+    /// an HTTP header cannot carry, so no caller could ever present it).
+    pub fn new(value: impl Into<String>) -> Result<Secret, Error> {
+        let value = value.into();
+        let problem = if value.trim().is_empty() {
+            "it is empty or only whitespace, which would let every caller in"
+        } else if value.trim() != value || value.chars().any(char::is_control) {
+            "it has leading or trailing whitespace or a control character, which an HTTP header cannot carry"
+        } else {
+            return Ok(Secret(value));
+        };
+        Err(Error::InvalidOption {
+            option: "secret",
+            problem,
+        })
+    }
+
+    /// Whether `given` (a header's bytes) is this secret, compared in constant time.
+    fn matches(&self, given: &[u8]) -> bool {
+        constant_time_eq(given, self.0.as_bytes())
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+impl std::str::FromStr for Secret {
+    type Err = Error;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        Secret::new(value)
+    }
+}
+
+impl TryFrom<String> for Secret {
+    type Error = Error;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        Secret::new(value)
+    }
+}
+
+impl TryFrom<&str> for Secret {
+    type Error = Error;
+
+    fn try_from(value: &str) -> Result<Self, Self::Error> {
+        Secret::new(value)
+    }
+}
+
+/// How the service is protected.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ServiceOptions {
     /// The shared secret every call but `health` must present in [`SECRET_HEADER`];
     /// `None` (the default) requires none — bind to loopback then.
-    pub secret: Option<String>,
+    pub secret: Option<Secret>,
     /// The largest request body accepted, in bytes (default [`DEFAULT_BODY_LIMIT`]).
     pub body_limit: usize,
 }
@@ -93,19 +170,18 @@ impl Default for ServiceOptions {
     }
 }
 
-impl std::fmt::Debug for ServiceOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServiceOptions")
-            .field("secret", &self.secret.as_ref().map(|_| "<set>"))
-            .field("body_limit", &self.body_limit)
-            .finish()
-    }
-}
-
 impl ServiceOptions {
     /// Requires `secret` in [`SECRET_HEADER`] on every call but `health`.
-    pub fn secret(mut self, secret: impl Into<String>) -> Self {
-        self.secret = Some(secret.into());
+    ///
+    /// ```
+    /// use agent_sessions::http::{Secret, ServiceOptions};
+    ///
+    /// let options = ServiceOptions::default().secret(Secret::new("s3cret")?);
+    /// assert!(options.secret.is_some());
+    /// # Ok::<(), agent_sessions::Error>(())
+    /// ```
+    pub fn secret(mut self, secret: Secret) -> Self {
+        self.secret = Some(secret);
         self
     }
 
@@ -119,7 +195,7 @@ impl ServiceOptions {
 /// The kernel API as a router over `manager`; serve it with `axum::serve` or nest it
 /// in a host's router.
 pub fn router(manager: Arc<SessionManager>, options: ServiceOptions) -> Router {
-    let secret: Arc<Option<String>> = Arc::new(options.secret);
+    let secret: Arc<Option<Secret>> = Arc::new(options.secret);
     let sessions = Router::new()
         .route("/kernel/sessions", get(list_sessions))
         .route("/kernel/sessions/resolve", post(resolve))
@@ -396,17 +472,17 @@ type ApiResult = Result<Json<serde_json::Value>, ApiError>;
 
 /// Rejects calls without the configured secret (compared in constant time).
 async fn require_secret(
-    State(secret): State<Arc<Option<String>>>,
+    State(secret): State<Arc<Option<Secret>>>,
     headers: HeaderMap,
     request: Request,
     next: Next,
 ) -> Response {
-    if let Some(expected) = secret.as_deref() {
+    if let Some(expected) = secret.as_ref() {
         let given = headers
             .get(SECRET_HEADER)
             .map(|value| value.as_bytes())
             .unwrap_or_default();
-        if !constant_time_eq(given, expected.as_bytes()) {
+        if !expected.matches(given) {
             return ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
@@ -582,6 +658,28 @@ async fn list_sessions(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secrets_that_would_let_everyone_in_or_no_one_are_refused() {
+        for refused in [
+            "", " ", "\t\n", " s3cret", "s3cret ", "s3\ncret", "s3\0cret",
+        ] {
+            assert!(
+                matches!(
+                    Secret::new(refused),
+                    Err(Error::InvalidOption {
+                        option: "secret",
+                        ..
+                    })
+                ),
+                "{refused:?}"
+            );
+        }
+        let secret = Secret::new("s3 cret").unwrap();
+        assert!(secret.matches(b"s3 cret"));
+        assert!(!secret.matches(b""));
+        assert!(!format!("{secret:?}").contains("s3"));
+    }
 
     #[test]
     fn secrets_compare_by_content_and_length() {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use agent_sessions::clock::ManualClock;
 use agent_sessions::freshness::{ResetConfig, ResetSpec};
-use agent_sessions::http::{router, ServiceOptions, SECRET_HEADER};
+use agent_sessions::http::{router, Secret, ServiceOptions, SECRET_HEADER};
 use agent_sessions::prelude::*;
 use agent_sessions::reset::ResetTriggers;
 use reqwest::StatusCode;
@@ -18,6 +18,10 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const SECRET: &str = "kernel-secret";
+
+fn secret() -> Secret {
+    Secret::new(SECRET).unwrap()
+}
 
 /// A running service and a client for it.
 struct Service {
@@ -31,7 +35,7 @@ impl Service {
     /// Serves ClawOS's configuration (a session per sender and channel, its reset
     /// phrases, 30 minutes idle) over `store`.
     async fn start(store: &str) -> Service {
-        Service::start_with(store, ServiceOptions::default().secret(SECRET)).await
+        Service::start_with(store, ServiceOptions::default().secret(secret())).await
     }
 
     async fn start_with(store: &str, options: ServiceOptions) -> Service {
@@ -257,7 +261,7 @@ async fn errors_are_json_with_the_right_status() {
     let dir = tempfile::tempdir().unwrap();
     let service = Service::start_with(
         &format!("json:{}", dir.path().display()),
-        ServiceOptions::default().secret(SECRET).body_limit(4096),
+        ServiceOptions::default().secret(secret()).body_limit(4096),
     )
     .await;
     let url = |path: &str| format!("{}{path}", service.base);
@@ -626,7 +630,7 @@ async fn hostile_requests_get_json_errors_with_a_4xx_status() {
     let dir = tempfile::tempdir().unwrap();
     let service = Service::start_with(
         &format!("json:{}", dir.path().display()),
-        ServiceOptions::default().secret(SECRET).body_limit(LIMIT),
+        ServiceOptions::default().secret(secret()).body_limit(LIMIT),
     )
     .await;
     let spec: Value = serde_json::from_str(include_str!("../docs/openapi.json")).unwrap();

@@ -70,9 +70,15 @@ pub struct ServeArgs {
     /// The address to listen on (port 0 picks a free one; the address is printed).
     #[arg(long, default_value = "127.0.0.1:18888")]
     listen: std::net::SocketAddr,
-    /// The shared secret callers must send in the `x-kernel-secret` header.
+    /// The shared secret callers must send in the `x-kernel-secret` header (never empty
+    /// or blank: that would let every caller in).
     #[arg(long, env = "AGENT_SESSIONS_SECRET", hide_env_values = true)]
+    // Checked in `serve`, not by clap, whose error would echo the value.
     secret: Option<String>,
+    /// Serve without a secret on an address other than loopback, where every caller
+    /// that can reach it can read and change every session.
+    #[arg(long, conflicts_with = "secret")]
+    insecure_no_auth: bool,
     /// Minutes of inactivity after which a sender's next message starts a new session.
     #[arg(long, default_value_t = 30)]
     idle_minutes: u32,
@@ -440,10 +446,34 @@ async fn copy(from: &str, to: &str, json: bool) -> Outcome {
 /// until Ctrl-C, then finishes the calls in flight.
 async fn serve(store: &str, args: ServeArgs) -> Outcome {
     use agent_sessions::freshness::{ResetConfig, ResetSpec};
-    use agent_sessions::http::{router, ServiceOptions};
+    use agent_sessions::http::{router, Secret, ServiceOptions};
     use agent_sessions::reset::ResetTriggers;
     use agent_sessions::{DefaultKeyBuilder, DmScope};
 
+    let secret = args
+        .secret
+        .map(Secret::new)
+        .transpose()
+        .map_err(|e| failure(EXIT_FAILURE, format!("refusing to start: {e}")))?;
+    if secret.is_none() {
+        let loopback = args.listen.ip().to_canonical().is_loopback();
+        if !loopback && !args.insecure_no_auth {
+            return Err(failure(
+                EXIT_FAILURE,
+                format!(
+                    "refusing to serve {} without a secret: every caller that can reach it \
+                     could read and change every session; set --secret (or \
+                     AGENT_SESSIONS_SECRET), listen on loopback, or pass --insecure-no-auth",
+                    args.listen
+                ),
+            ));
+        }
+        eprintln!(
+            "agent-sessions: warning: no secret set: every caller that can reach {} can \
+             read and change every session",
+            args.listen
+        );
+    }
     let manager = SessionManager::connect(store)
         .await?
         .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
@@ -451,7 +481,7 @@ async fn serve(store: &str, args: ServeArgs) -> Outcome {
         .freshness(ResetConfig::default().reset(ResetSpec::idle(args.idle_minutes)))
         .build();
     let mut options = ServiceOptions::default().body_limit(args.body_limit);
-    options.secret = args.secret;
+    options.secret = secret;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| {
