@@ -28,7 +28,7 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use agent_sessions::http::{router, Secret, ServiceOptions};
+//! use agent_sessions::http::{router, serve, Secret, ServiceOptions};
 //! use agent_sessions::prelude::*;
 //! use agent_sessions::reset::ResetTriggers;
 //!
@@ -39,14 +39,17 @@
 //!     .reset_triggers(ResetTriggers::clawos())
 //!     .build();
 //! let options = ServiceOptions::default().secret(Secret::new("s3cret")?);
-//! let app = router(Arc::new(manager), options);
+//! let app = router(Arc::new(manager), options.clone());
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:18888").await?;
-//! axum::serve(listener, app).await?;
+//! // Serves until the future completes: here never (a host passes its shutdown signal).
+//! serve(listener, app, &options, std::future::pending()).await?;
 //! # Ok(())
 //! # }
 //! ```
 
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
@@ -59,8 +62,14 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, SecondsFormat, Utc};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
 use crate::entry::SessionEntry;
 use crate::error::Error;
@@ -74,6 +83,22 @@ pub const SECRET_HEADER: &str = "x-kernel-secret";
 
 /// The default request body limit: 64 KiB.
 pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
+
+/// The default time a client has to send a request's headers, from the moment the
+/// connection is ready for the next request: 10 s. A connection that sends nothing, or
+/// half a header, is closed then.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The default time a client has to send a request's whole body: 30 s (408 then).
+pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The default time a request may take from its headers to its response: 30 s (408
+/// then).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The default number of connections [`serve`] holds open at once: 1,024. Further
+/// clients wait in the listener's backlog until one closes.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
 /// A shared secret callers present in [`SECRET_HEADER`]; never empty or blank.
 ///
@@ -159,6 +184,19 @@ pub struct ServiceOptions {
     pub secret: Option<Secret>,
     /// The largest request body accepted, in bytes (default [`DEFAULT_BODY_LIMIT`]).
     pub body_limit: usize,
+    /// How long a client has to send a request's headers before [`serve`] closes the
+    /// connection (default [`DEFAULT_HEADER_READ_TIMEOUT`]); idle keep-alive
+    /// connections are closed after it too.
+    pub header_read_timeout: Duration,
+    /// How long a client has to send a request's body (default
+    /// [`DEFAULT_BODY_READ_TIMEOUT`]); 408 after it.
+    pub body_read_timeout: Duration,
+    /// How long a request may take from its headers to its response (default
+    /// [`DEFAULT_REQUEST_TIMEOUT`]); 408 after it.
+    pub request_timeout: Duration,
+    /// How many connections [`serve`] holds open at once (default
+    /// [`DEFAULT_MAX_CONNECTIONS`]).
+    pub max_connections: usize,
 }
 
 impl Default for ServiceOptions {
@@ -166,6 +204,10 @@ impl Default for ServiceOptions {
         ServiceOptions {
             secret: None,
             body_limit: DEFAULT_BODY_LIMIT,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }
@@ -190,6 +232,178 @@ impl ServiceOptions {
         self.body_limit = bytes;
         self
     }
+
+    /// Closes a connection whose next request's headers have not all arrived within
+    /// `timeout`.
+    pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
+        self.header_read_timeout = timeout;
+        self
+    }
+
+    /// Answers 408 when a request's body has not all arrived within `timeout`.
+    pub fn body_read_timeout(mut self, timeout: Duration) -> Self {
+        self.body_read_timeout = timeout;
+        self
+    }
+
+    /// Answers 408 when a request has not been answered within `timeout` of its
+    /// headers.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Holds at most `connections` connections open at once.
+    pub fn max_connections(mut self, connections: usize) -> Self {
+        self.max_connections = connections;
+        self
+    }
+}
+
+impl ServiceOptions {
+    /// Checks that a service can run with these options: a connection limit of at
+    /// least one (and at most [`Semaphore::MAX_PERMITS`]) and timeouts above zero;
+    /// [`Error::InvalidOption`] otherwise. [`serve`] calls it first.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use agent_sessions::http::ServiceOptions;
+    ///
+    /// assert!(ServiceOptions::default().validate().is_ok());
+    /// assert!(ServiceOptions::default().max_connections(0).validate().is_err());
+    /// assert!(ServiceOptions::default().request_timeout(Duration::ZERO).validate().is_err());
+    /// ```
+    pub fn validate(&self) -> Result<(), Error> {
+        let refuse = |option, problem| Err(Error::InvalidOption { option, problem });
+        if self.max_connections == 0 || self.max_connections > Semaphore::MAX_PERMITS {
+            return refuse(
+                "max_connections",
+                "it must be at least 1 (and at most usize::MAX >> 3)",
+            );
+        }
+        for (option, timeout) in [
+            ("header_read_timeout", self.header_read_timeout),
+            ("body_read_timeout", self.body_read_timeout),
+            ("request_timeout", self.request_timeout),
+        ] {
+            if timeout.is_zero() {
+                return refuse(option, "a timeout of zero would refuse every request");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Serves `app` (usually [`router`]'s, built with the same `options`) on `listener`
+/// until `shutdown` completes, then finishes the requests in flight and returns.
+///
+/// It adds what only the server can enforce: a connection whose next request's
+/// headers have not all arrived within [`ServiceOptions::header_read_timeout`] is
+/// closed (an idle or half-sent connection holds nothing for long), and at most
+/// [`ServiceOptions::max_connections`] connections are open at once — further clients
+/// wait in the listener's backlog, using no file descriptor of the process, until one
+/// closes. The body and whole-request timeouts are [`router`]'s, so a host that nests
+/// the router in its own server keeps them. HTTP/1.1 only.
+///
+/// A failed `accept` (out of file descriptors, say) is logged and retried after a
+/// short pause, never returned. The error is [`Error::InvalidOption`] when
+/// [`ServiceOptions::validate`] refuses `options`.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use agent_sessions::http::{router, serve, ServiceOptions};
+/// use agent_sessions::prelude::*;
+///
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let manager = Arc::new(SessionManager::builder(MemoryStore::new()).build());
+/// let options = ServiceOptions::default();
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:18888").await?;
+/// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+/// # drop(stop);
+/// serve(listener, router(manager, options.clone()), &options, async {
+///     let _ = stopped.await; // `stop.send(())` elsewhere finishes the service
+/// })
+/// .await?;
+/// # Ok(())
+/// # }
+/// ```
+pub async fn serve<F>(
+    listener: TcpListener,
+    app: Router,
+    options: &ServiceOptions,
+    shutdown: F,
+) -> Result<(), Error>
+where
+    F: Future<Output = ()> + Send,
+{
+    options.validate()?;
+    if options.secret.is_none() {
+        if let Ok(address) = listener.local_addr() {
+            if !address.ip().to_canonical().is_loopback() {
+                tracing::warn!(%address, "serving the sessions API without a secret on an address others can reach");
+            }
+        }
+    }
+    let slots = Arc::new(Semaphore::new(options.max_connections));
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(options.header_read_timeout);
+    let connections = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        // A slot first, then a connection: over the limit, clients wait in the backlog.
+        let slot = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+        };
+        let stream = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    pause_after_failed_accept(error).await;
+                    continue;
+                }
+            },
+        };
+        // Best effort: a socket that refuses it still works, a little slower.
+        let _ = stream.set_nodelay(true);
+        let connection =
+            http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        let connection = connections.watch(connection);
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "an HTTP connection ended with an error");
+            }
+            drop(slot);
+        });
+    }
+    drop(listener);
+    connections.shutdown().await;
+    Ok(())
+}
+
+/// Waits a little after `accept` failed for a reason other than the one connection
+/// (out of file descriptors, say), so the loop does not spin while it lasts.
+async fn pause_after_failed_accept(error: std::io::Error) {
+    use std::io::ErrorKind;
+
+    match error.kind() {
+        ErrorKind::ConnectionAborted
+        | ErrorKind::ConnectionReset
+        | ErrorKind::ConnectionRefused
+        | ErrorKind::Interrupted => {}
+        _ => {
+            tracing::warn!(%error, "accepting a connection failed; retrying shortly");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
 }
 
 /// The kernel API as a router over `manager`; serve it with `axum::serve` or nest it
@@ -203,7 +417,10 @@ pub fn router(manager: Arc<SessionManager>, options: ServiceOptions) -> Router {
         .route("/kernel/sessions/{id}/close", post(close_session))
         // Layers added later run first: the secret is checked before a body is read.
         .route_layer(middleware::from_fn_with_state(
-            options.body_limit,
+            BodyLimits {
+                bytes: options.body_limit,
+                time: options.body_read_timeout,
+            },
             read_body,
         ))
         .route_layer(middleware::from_fn_with_state(secret, require_secret))
@@ -213,6 +430,10 @@ pub fn router(manager: Arc<SessionManager>, options: ServiceOptions) -> Router {
         .merge(sessions)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .layer(DefaultBodyLimit::max(options.body_limit))
+        .layer(middleware::from_fn_with_state(
+            options.request_timeout,
+            limit_request_time,
+        ))
         .layer(middleware::map_response(json_errors))
 }
 
@@ -494,14 +715,25 @@ async fn require_secret(
     next.run(request).await
 }
 
-/// Reads the whole request body, at most `limit` bytes, before the handler runs: a
-/// `content-length` over the limit is refused before a byte of the body is read.
-async fn read_body(State(limit): State<usize>, request: Request, next: Next) -> Response {
+/// How much of a request body [`read_body`] takes, and for how long it waits for it.
+#[derive(Debug, Clone, Copy)]
+struct BodyLimits {
+    bytes: usize,
+    time: Duration,
+}
+
+/// Reads the whole request body before the handler runs: at most `bytes` of it (a
+/// `content-length` over that is refused before a byte of the body is read), within
+/// `time` (408 after it).
+async fn read_body(State(limits): State<BodyLimits>, request: Request, next: Next) -> Response {
     let too_large = || {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload_too_large",
-            format!("the request body is over the limit of {limit} bytes"),
+            format!(
+                "the request body is over the limit of {} bytes",
+                limits.bytes
+            ),
         )
         .into_response()
     };
@@ -509,20 +741,53 @@ async fn read_body(State(limit): State<usize>, request: Request, next: Next) -> 
         .headers()
         .get(CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|length| length > limit as u64) {
+    if declared.is_some_and(|length| length > limits.bytes as u64) {
         return too_large();
     }
     let (parts, body) = request.into_parts();
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => {
+    let read = tokio::time::timeout(limits.time, Limited::new(body, limits.bytes).collect());
+    match read.await {
+        Ok(Ok(collected)) => {
             let body = Body::from(collected.to_bytes());
             next.run(Request::from_parts(parts, body)).await
         }
-        Err(error) if error.downcast_ref::<LengthLimitError>().is_some() => too_large(),
-        Err(error) => ApiError::new(
+        Ok(Err(error)) if error.downcast_ref::<LengthLimitError>().is_some() => too_large(),
+        Ok(Err(error)) => ApiError::new(
             StatusCode::BAD_REQUEST,
             "invalid_request",
             format!("the request body could not be read: {error}"),
+        )
+        .into_response(),
+        Err(_) => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            format!(
+                "the request body did not arrive within {} ms",
+                limits.time.as_millis()
+            ),
+        )
+        .into_response(),
+    }
+}
+
+/// Answers 408 when the rest of the stack has not answered within `limit`.
+///
+/// The handler is dropped then, as it would be if the client hung up: every manager
+/// call is safe to cancel at an await point.
+async fn limit_request_time(
+    State(limit): State<Duration>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            format!(
+                "the request was not answered within {} ms",
+                limit.as_millis()
+            ),
         )
         .into_response(),
     }

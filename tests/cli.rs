@@ -478,3 +478,83 @@ fn serve_without_a_secret_on_loopback_warns() {
         "{before_banner:?}"
     );
 }
+
+/// A connection limit of zero or a zero timeout would refuse every request: `serve`
+/// refuses to start with one and names it.
+#[test]
+fn serve_refuses_limits_it_cannot_serve_with() {
+    for (flag, value) in [
+        ("--max-connections", "0"),
+        ("--header-read-timeout", "0s"),
+        ("--body-read-timeout", "0s"),
+        ("--request-timeout", "0s"),
+    ] {
+        let (code, stderr) = serve_briefly(
+            &["--listen", "127.0.0.1:0", "--secret", "s3cret", flag, value],
+            &[],
+        );
+        assert!(
+            code.is_some_and(|code| code != 0),
+            "{flag}: exit {code:?}, {stderr}"
+        );
+        let option = flag.trim_start_matches("--").replace('-', "_");
+        assert!(stderr.contains(&option), "{flag}: {stderr}");
+    }
+}
+
+/// `serve` closes a connection that sends half a request header once its
+/// `--header-read-timeout` passes, and still answers real requests.
+#[tokio::test]
+async fn serve_closes_half_sent_connections_after_its_header_timeout() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("json:{}", dir.path().display());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent-sessions"))
+        .args(["serve", "--store", &store, "--listen", "127.0.0.1:0"])
+        .args(["--secret", "s3cret", "--header-read-timeout", "300ms"])
+        .args(["--max-connections", "2"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut banner = String::new();
+    BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut banner)
+        .unwrap();
+    let base = banner
+        .split_whitespace()
+        .find(|word| word.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {banner:?}"))
+        .to_owned();
+    let address = base.trim_start_matches("http://").to_owned();
+
+    let mut half_sent = Vec::new();
+    for _ in 0..4 {
+        let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+        stream
+            .write_all(b"GET /kernel/health HTTP/1.1\r\nhost: 127.0.0.1\r\n")
+            .await
+            .unwrap();
+        half_sent.push(stream);
+    }
+    let health = tokio::time::timeout(
+        Duration::from_secs(5),
+        reqwest::get(format!("{base}/kernel/health")),
+    )
+    .await;
+    let mut closed = Vec::new();
+    for stream in &mut half_sent {
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest));
+        closed.push(read.await.is_ok());
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let health = health.expect("answered within five seconds").unwrap();
+    assert_eq!(health.status(), reqwest::StatusCode::OK);
+    assert_eq!(closed, [true; 4], "half-sent connections closed");
+}

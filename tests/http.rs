@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use agent_sessions::clock::ManualClock;
 use agent_sessions::freshness::{ResetConfig, ResetSpec};
-use agent_sessions::http::{router, Secret, ServiceOptions, SECRET_HEADER};
+use agent_sessions::http::{router, serve, Secret, ServiceOptions, SECRET_HEADER};
 use agent_sessions::prelude::*;
 use agent_sessions::reset::ResetTriggers;
 use reqwest::StatusCode;
@@ -52,7 +52,8 @@ impl Service {
         let addr = listener.local_addr().unwrap();
         let base = format!("http://{addr}");
         tokio::spawn(async move {
-            axum::serve(listener, router(Arc::new(manager), options))
+            let app = router(Arc::new(manager), options.clone());
+            serve(listener, app, &options, std::future::pending())
                 .await
                 .unwrap();
         });
@@ -849,4 +850,209 @@ async fn hostile_requests_get_json_errors_with_a_4xx_status() {
         table.len(),
         failures.join("\n")
     );
+}
+
+/// A service with short timeouts, for the slow-client tests.
+async fn start_short(options: ServiceOptions) -> (Service, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start_with(
+        &format!("json:{}", dir.path().display()),
+        options.secret(secret()),
+    )
+    .await;
+    (service, dir)
+}
+
+/// Whether the server closes `stream` within `within` (reads until end of stream,
+/// discarding whatever it sends first).
+async fn closed_by_server(stream: &mut tokio::net::TcpStream, within: Duration) -> bool {
+    let drained = async {
+        let mut chunk = [0u8; 1024];
+        loop {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(within, drained).await.is_ok()
+}
+
+/// More idle and half-sent connections than the connection limit: a real request is
+/// still answered within seconds, and every one of them is closed once its header
+/// timeout passes (they do not hold a connection slot, or a file descriptor, forever).
+#[tokio::test]
+async fn idle_and_half_sent_connections_are_closed_and_block_no_one() {
+    const LIMIT: usize = 4;
+    const SLOW_CLIENTS: usize = 12;
+    let (service, _dir) = start_short(
+        ServiceOptions::default()
+            .header_read_timeout(Duration::from_millis(400))
+            .max_connections(LIMIT),
+    )
+    .await;
+    let mut slow = Vec::new();
+    for n in 0..SLOW_CLIENTS {
+        let mut stream = tokio::net::TcpStream::connect(service.addr).await.unwrap();
+        if n % 2 == 0 {
+            // Half a request header, and then nothing.
+            stream
+                .write_all(b"POST /kernel/sessions/resolve HTTP/1.1\r\nhost: 127.0.0.1\r\n")
+                .await
+                .unwrap();
+        }
+        slow.push(stream);
+    }
+
+    let health = tokio::time::timeout(
+        Duration::from_secs(5),
+        reqwest::get(format!("{}/kernel/health", service.base)),
+    )
+    .await
+    .expect("a real request is answered within five seconds")
+    .unwrap();
+    assert_eq!(health.status(), StatusCode::OK);
+
+    for (n, stream) in slow.iter_mut().enumerate() {
+        assert!(
+            closed_by_server(stream, Duration::from_secs(5)).await,
+            "slow connection {n} is still open"
+        );
+    }
+}
+
+/// At the connection limit, a new client waits for a free slot rather than being
+/// served past the limit, and is served as soon as one frees.
+#[tokio::test]
+async fn connections_over_the_limit_wait_for_a_free_slot() {
+    let (service, _dir) = start_short(ServiceOptions::default().max_connections(2)).await;
+    let first = tokio::net::TcpStream::connect(service.addr).await.unwrap();
+    let _second = tokio::net::TcpStream::connect(service.addr).await.unwrap();
+    // Both held (their header timeout is the default 10 s): the next client waits.
+    let url = format!("{}/kernel/health", service.base);
+    let mut waiting = tokio::spawn(async move { reqwest::get(url).await.unwrap().status() });
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), &mut waiting)
+            .await
+            .is_err(),
+        "a third connection was served with the limit at two"
+    );
+    drop(first);
+    let status = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("served once a slot frees")
+        .unwrap();
+    assert_eq!(status, StatusCode::OK);
+}
+
+/// The JSON error the slow-body tests expect: 408 `request_timeout`.
+fn assert_request_timeout(response: &RawResponse) {
+    assert_eq!(response.status, 408, "{response:?}");
+    let body: Value = serde_json::from_slice(&response.body).unwrap();
+    assert_eq!(body["ok"], false, "{body}");
+    assert_eq!(body["error"]["code"], "request_timeout", "{body}");
+}
+
+/// A body that stops arriving gets a JSON 408 once the body timeout passes.
+#[tokio::test]
+async fn a_body_sent_too_slowly_gets_a_json_408() {
+    let (service, _dir) =
+        start_short(ServiceOptions::default().body_read_timeout(Duration::from_millis(400))).await;
+    let request = raw_request(
+        "POST",
+        "/kernel/sessions/resolve",
+        &[
+            ("content-type", "application/json"),
+            ("content-length", "100"),
+        ],
+        b"{\"workspace_id\"",
+    );
+    let response = raw_exchange(service.addr, &request).await.unwrap();
+    assert_request_timeout(&response);
+}
+
+/// A request not answered within the whole-request timeout gets a JSON 408, even
+/// while the (longer) body timeout has not passed.
+#[tokio::test]
+async fn a_request_over_the_request_timeout_gets_a_json_408() {
+    let (service, _dir) = start_short(
+        ServiceOptions::default()
+            .body_read_timeout(Duration::from_secs(60))
+            .request_timeout(Duration::from_millis(400)),
+    )
+    .await;
+    let request = raw_request(
+        "POST",
+        "/kernel/sessions/resolve",
+        &[
+            ("content-type", "application/json"),
+            ("content-length", "100"),
+        ],
+        b"{\"workspace_id\"",
+    );
+    let response = raw_exchange(service.addr, &request).await.unwrap();
+    assert_request_timeout(&response);
+}
+
+/// `serve` refuses options it cannot serve with, and returns once shut down.
+#[tokio::test]
+async fn serve_checks_its_options_and_stops_on_shutdown() {
+    for (options, option) in [
+        (
+            ServiceOptions::default().max_connections(0),
+            "max_connections",
+        ),
+        (
+            ServiceOptions::default().header_read_timeout(Duration::ZERO),
+            "header_read_timeout",
+        ),
+        (
+            ServiceOptions::default().body_read_timeout(Duration::ZERO),
+            "body_read_timeout",
+        ),
+        (
+            ServiceOptions::default().request_timeout(Duration::ZERO),
+            "request_timeout",
+        ),
+    ] {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let manager = Arc::new(SessionManager::builder(MemoryStore::new()).build());
+        let served = tokio::time::timeout(
+            Duration::from_secs(5),
+            serve(
+                listener,
+                router(manager, options.clone()),
+                &options,
+                std::future::pending(),
+            ),
+        )
+        .await
+        .expect("refused at once");
+        assert!(
+            matches!(&served, Err(agent_sessions::Error::InvalidOption { option: o, .. }) if *o == option),
+            "{option}: {served:?}"
+        );
+    }
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let manager = Arc::new(SessionManager::builder(MemoryStore::new()).build());
+    let options = ServiceOptions::default();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        serve(
+            listener,
+            router(manager, options.clone()),
+            &options,
+            async {
+                let _ = stopped.await;
+            },
+        )
+        .await
+    });
+    stop.send(()).unwrap();
+    let served = tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .expect("stops within five seconds of the shutdown signal")
+        .unwrap();
+    assert!(served.is_ok(), "{served:?}");
 }

@@ -85,6 +85,20 @@ pub struct ServeArgs {
     /// The largest request body accepted, in bytes.
     #[arg(long, default_value_t = agent_sessions::http::DEFAULT_BODY_LIMIT)]
     body_limit: usize,
+    // The defaults below are those of `agent_sessions::http::ServiceOptions`.
+    /// How long a client has to send a request's headers before its connection is
+    /// closed (`10s`, `500ms`); idle connections are closed after it too.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    header_read_timeout: Duration,
+    /// How long a client has to send a request's body (408 after it).
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    body_read_timeout: Duration,
+    /// How long a request may take from its headers to its response (408 after it).
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    request_timeout: Duration,
+    /// How many connections are held open at once; more clients wait until one closes.
+    #[arg(long, default_value_t = agent_sessions::http::DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
 }
 
 /// Filters of `list`.
@@ -442,14 +456,15 @@ async fn copy(from: &str, to: &str, json: bool) -> Outcome {
 }
 
 /// Serves the kernel API with ClawOS's defaults (a session per sender and channel, its
-/// reset phrases, an idle timeout)
-/// until Ctrl-C, then finishes the calls in flight.
+/// reset phrases, an idle timeout) and `agent_sessions::http::serve`'s protections
+/// (timeouts, a connection limit) until Ctrl-C, then finishes the calls in flight.
 async fn serve(store: &str, args: ServeArgs) -> Outcome {
     use agent_sessions::freshness::{ResetConfig, ResetSpec};
-    use agent_sessions::http::{router, Secret, ServiceOptions};
+    use agent_sessions::http::{router, serve, Secret, ServiceOptions};
     use agent_sessions::reset::ResetTriggers;
     use agent_sessions::{DefaultKeyBuilder, DmScope};
 
+    // Nothing is opened before the options are known to be safe to serve with.
     let secret = args
         .secret
         .map(Secret::new)
@@ -474,14 +489,22 @@ async fn serve(store: &str, args: ServeArgs) -> Outcome {
             args.listen
         );
     }
+    let mut options = ServiceOptions::default()
+        .body_limit(args.body_limit)
+        .header_read_timeout(args.header_read_timeout)
+        .body_read_timeout(args.body_read_timeout)
+        .request_timeout(args.request_timeout)
+        .max_connections(args.max_connections);
+    options.secret = secret;
+    options
+        .validate()
+        .map_err(|e| failure(EXIT_FAILURE, format!("refusing to start: {e}")))?;
     let manager = SessionManager::connect(store)
         .await?
         .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
         .reset_triggers(ResetTriggers::clawos())
         .freshness(ResetConfig::default().reset(ResetSpec::idle(args.idle_minutes)))
         .build();
-    let mut options = ServiceOptions::default().body_limit(args.body_limit);
-    options.secret = secret;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| {
@@ -494,10 +517,10 @@ async fn serve(store: &str, args: ServeArgs) -> Outcome {
         .local_addr()
         .map_err(|e| failure(EXIT_FAILURE, e.to_string()))?;
     eprintln!("agent-sessions: serving {store} on http://{address}");
-    axum::serve(listener, router(std::sync::Arc::new(manager), options))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
-        .map_err(|e| failure(EXIT_FAILURE, format!("the server stopped: {e}")))
+    let app = router(std::sync::Arc::new(manager), options.clone());
+    serve(listener, app, &options, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await?;
+    Ok(())
 }
