@@ -1,9 +1,10 @@
 //! The sessions HTTP service (feature `http`): ClawOS's kernel API over any
 //! [`SessionManager`], for bots written in other languages.
 //!
-//! [`router`] returns an axum [`Router`] a host can mount or serve on its own; the CLI
-//! serves it with `agent-sessions serve --store <url> --listen <addr>`. The routes are
-//! those of seed 001 ("Kernel API"):
+//! [`router`] returns an axum [`Router`] a host can mount in its own server; [`serve`]
+//! serves it with the protections only a server can give (a header read timeout, a
+//! connection limit), and the CLI's `agent-sessions serve --store <url> --listen <addr>`
+//! uses [`serve`]. The routes are ClawOS's kernel API:
 //!
 //! | method | path | what it does |
 //! | --- | --- | --- |
@@ -18,13 +19,18 @@
 //! a direct message from `remote_jid` to that agent, keyed by the manager's key builder.
 //! For ClawOS's one session per sender and channel
 //! (`agent:<workspace_id>:<channel>:dm:<remote_jid>`), give the manager
-//! `DmScope::PerChannelPeer`, as `serve` does; under the default `DmScope::Main` every
-//! direct message of a workspace shares its main session. With [`ServiceOptions::secret`] set, every call but `health` needs the
-//! header `x-kernel-secret` with that value (401 otherwise). Bodies over
-//! [`ServiceOptions::body_limit`] get 413; malformed JSON 400 (422 for a well-formed
-//! body with wrong fields); an unknown session 404 — every error as
-//! `{"ok": false, "error": {"code": …, "message": …}}`. `docs/http-api.md` has the
-//! bodies and an OpenAPI description.
+//! `DmScope::PerChannelPeer`, as the CLI's `serve` does; under the default `DmScope::Main` every
+//! direct message of a workspace shares its main session.
+//!
+//! With [`ServiceOptions::secret`] set (a [`Secret`], never empty), every call but
+//! `health` needs the header `x-kernel-secret` with that value (401 otherwise). Bodies
+//! over [`ServiceOptions::body_limit`] get 413; bodies slower than
+//! [`ServiceOptions::body_read_timeout`] and requests slower than
+//! [`ServiceOptions::request_timeout`] 408; malformed JSON 400 (422 for a well-formed
+//! body with wrong fields); an unknown session 404. Every error response the router
+//! produces — axum's own rejections included (a method a route does not serve, a path
+//! that is not UTF-8) — is `{"ok": false, "error": {"code": …, "message": …}}`.
+//! `docs/http-api.md` has the bodies and an OpenAPI description.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -175,7 +181,23 @@ impl TryFrom<&str> for Secret {
     }
 }
 
-/// How the service is protected.
+/// How the service is protected: who may call it, and how much of the server one
+/// client may hold and for how long.
+///
+/// [`router`] and [`serve`] take the same options; [`Default`] has no secret (bind to
+/// loopback then) and the `DEFAULT_*` limits of this module.
+///
+/// ```
+/// use std::time::Duration;
+/// use agent_sessions::http::{Secret, ServiceOptions};
+///
+/// let options = ServiceOptions::default()
+///     .secret(Secret::new("s3cret")?)
+///     .header_read_timeout(Duration::from_secs(5))
+///     .max_connections(256);
+/// assert!(options.validate().is_ok());
+/// # Ok::<(), agent_sessions::Error>(())
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ServiceOptions {
@@ -406,8 +428,12 @@ async fn pause_after_failed_accept(error: std::io::Error) {
     }
 }
 
-/// The kernel API as a router over `manager`; serve it with `axum::serve` or nest it
-/// in a host's router.
+/// The kernel API as a router over `manager`; serve it with [`serve`] or nest it in a
+/// host's router.
+///
+/// The router itself enforces the secret, the body limit, the body and whole-request
+/// timeouts, and the JSON shape of every error it answers; the header read timeout and
+/// the connection limit need the server, which [`serve`] provides.
 pub fn router(manager: Arc<SessionManager>, options: ServiceOptions) -> Router {
     let secret: Arc<Option<Secret>> = Arc::new(options.secret);
     let sessions = Router::new()
