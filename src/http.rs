@@ -871,8 +871,16 @@ async fn resolve(
     })))
 }
 
-/// The current session with `id`, or 404.
+/// The current session with `id`, or 404; 400 for an id with a control character,
+/// which no session has and which some stores refuse outright (PostgreSQL and NUL).
 async fn find(manager: &SessionManager, id: &str) -> Result<StoredSession, ApiError> {
+    if id.chars().any(char::is_control) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "a session id has no control characters",
+        ));
+    }
     manager
         .find_session(id)
         .await?

@@ -681,11 +681,14 @@ async fn hostile_requests_get_json_errors_with_a_4xx_status() {
             }
         }
     }
-    // Bad percent-encoding and odd paths.
+    // Bad percent-encoding and ids no session can have.
+    // (NUL and other control characters would reach the store: PostgreSQL refuses NUL.)
     for path in [
         "/kernel/sessions/%FF",
         "/kernel/sessions/%C3%28",
         "/kernel/sessions/%ED%A0%80",
+        "/kernel/sessions/%00",
+        "/kernel/sessions/a%0Ab",
     ] {
         table.push((
             format!("GET {path}"),
