@@ -282,6 +282,16 @@ pub enum Error {
         problem: String,
     },
 
+    /// A configuration value was refused before anything ran with it: an empty secret
+    /// (which would let every caller in), a zero timeout, a connection limit of zero.
+    #[error("invalid {option}: {problem}")]
+    InvalidOption {
+        /// Which option (`secret`, `header_read_timeout`, `max_connections`, …).
+        option: &'static str,
+        /// Why it was refused.
+        problem: &'static str,
+    },
+
     /// The operation needs a part the manager was built without.
     #[error("this needs {what}")]
     NotConfigured {

@@ -1,9 +1,10 @@
 //! The sessions HTTP service (feature `http`): ClawOS's kernel API over any
 //! [`SessionManager`], for bots written in other languages.
 //!
-//! [`router`] returns an axum [`Router`] a host can mount or serve on its own; the CLI
-//! serves it with `agent-sessions serve --store <url> --listen <addr>`. The routes are
-//! those of seed 001 ("Kernel API"):
+//! [`router`] returns an axum [`Router`] a host can mount in its own server; [`serve`]
+//! serves it with the protections only a server can give (a header read timeout, a
+//! connection limit), and the CLI's `agent-sessions serve --store <url> --listen <addr>`
+//! uses [`serve`]. The routes are ClawOS's kernel API:
 //!
 //! | method | path | what it does |
 //! | --- | --- | --- |
@@ -18,17 +19,22 @@
 //! a direct message from `remote_jid` to that agent, keyed by the manager's key builder.
 //! For ClawOS's one session per sender and channel
 //! (`agent:<workspace_id>:<channel>:dm:<remote_jid>`), give the manager
-//! `DmScope::PerChannelPeer`, as `serve` does; under the default `DmScope::Main` every
-//! direct message of a workspace shares its main session. With [`ServiceOptions::secret`] set, every call but `health` needs the
-//! header `x-kernel-secret` with that value (401 otherwise). Bodies over
-//! [`ServiceOptions::body_limit`] get 413; malformed JSON 400 (422 for a well-formed
-//! body with wrong fields); an unknown session 404 — every error as
-//! `{"ok": false, "error": {"code": …, "message": …}}`. `docs/http-api.md` has the
-//! bodies and an OpenAPI description.
+//! `DmScope::PerChannelPeer`, as the CLI's `serve` does; under the default `DmScope::Main` every
+//! direct message of a workspace shares its main session.
+//!
+//! With [`ServiceOptions::secret`] set (a [`Secret`], never empty), every call but
+//! `health` needs the header `x-kernel-secret` with that value (401 otherwise). Bodies
+//! over [`ServiceOptions::body_limit`] get 413; bodies slower than
+//! [`ServiceOptions::body_read_timeout`] and requests slower than
+//! [`ServiceOptions::request_timeout`] 408; malformed JSON 400 (422 for a well-formed
+//! body with wrong fields); an unknown session 404. Every error response the router
+//! produces — axum's own rejections included (a method a route does not serve, a path
+//! that is not UTF-8) — is `{"ok": false, "error": {"code": …, "message": …}}`.
+//! `docs/http-api.md` has the bodies and an OpenAPI description.
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use agent_sessions::http::{router, ServiceOptions};
+//! use agent_sessions::http::{router, serve, Secret, ServiceOptions};
 //! use agent_sessions::prelude::*;
 //! use agent_sessions::reset::ResetTriggers;
 //!
@@ -38,25 +44,38 @@
 //!     .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
 //!     .reset_triggers(ResetTriggers::clawos())
 //!     .build();
-//! let app = router(Arc::new(manager), ServiceOptions::default().secret("s3cret"));
+//! let options = ServiceOptions::default().secret(Secret::new("s3cret")?);
+//! let app = router(Arc::new(manager), options.clone());
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:18888").await?;
-//! axum::serve(listener, app).await?;
+//! // Serves until the future completes: here never (a host passes its shutdown signal).
+//! serve(listener, app, &options, std::future::pending()).await?;
 //! # Ok(())
 //! # }
 //! ```
 
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
+use axum::body::Body;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, SecondsFormat, Utc};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
 use crate::entry::SessionEntry;
 use crate::error::Error;
@@ -71,14 +90,135 @@ pub const SECRET_HEADER: &str = "x-kernel-secret";
 /// The default request body limit: 64 KiB.
 pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
 
-/// How the service is protected.
+/// The default time a client has to send a request's headers, from the moment the
+/// connection is ready for the next request: 10 s. A connection that sends nothing, or
+/// half a header, is closed then.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The default time a client has to send a request's whole body: 30 s (408 then).
+pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The default time a request may take from its headers to its response: 30 s (408
+/// then).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The default number of connections [`serve`] holds open at once: 1,024. Further
+/// clients wait in the listener's backlog until one closes.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
+/// A shared secret callers present in [`SECRET_HEADER`]; never empty or blank.
+///
+/// An empty secret would match a missing header and so let every caller in, so
+/// [`Secret::new`] refuses it (and a secret no HTTP header can carry) with
+/// [`Error::InvalidOption`]: a [`ServiceOptions`] either has a usable secret or none.
+/// Its `Debug` output never shows the value.
+///
+/// ```
+/// use agent_sessions::http::Secret;
+/// use agent_sessions::Error;
+///
+/// assert!(Secret::new("s3cret").is_ok());
+/// assert!(matches!(Secret::new("  "), Err(Error::InvalidOption { option: "secret", .. })));
+/// let parsed: Secret = "s3cret".parse()?;
+/// assert_eq!(format!("{parsed:?}"), "Secret(<redacted>)");
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The secret `value`, or [`Error::InvalidOption`] if it is empty, only
+    /// whitespace, or has a control character or leading or trailing whitespace (which
+    /// an HTTP header cannot carry, so no caller could ever present it).
+    pub fn new(value: impl Into<String>) -> Result<Secret, Error> {
+        let value = value.into();
+        let problem = if value.trim().is_empty() {
+            "it is empty or only whitespace, which would let every caller in"
+        } else if value.trim() != value || value.chars().any(char::is_control) {
+            "it has leading or trailing whitespace or a control character, which an HTTP header cannot carry"
+        } else {
+            return Ok(Secret(value));
+        };
+        Err(Error::InvalidOption {
+            option: "secret",
+            problem,
+        })
+    }
+
+    /// Whether `given` (a header's bytes) is this secret, compared in constant time.
+    fn matches(&self, given: &[u8]) -> bool {
+        constant_time_eq(given, self.0.as_bytes())
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+impl std::str::FromStr for Secret {
+    type Err = Error;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        Secret::new(value)
+    }
+}
+
+impl TryFrom<String> for Secret {
+    type Error = Error;
+
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        Secret::new(value)
+    }
+}
+
+impl TryFrom<&str> for Secret {
+    type Error = Error;
+
+    fn try_from(value: &str) -> Result<Self, Self::Error> {
+        Secret::new(value)
+    }
+}
+
+/// How the service is protected: who may call it, and how much of the server one
+/// client may hold and for how long.
+///
+/// [`router`] and [`serve`] take the same options; [`Default`] has no secret (bind to
+/// loopback then) and the `DEFAULT_*` limits of this module.
+///
+/// ```
+/// use std::time::Duration;
+/// use agent_sessions::http::{Secret, ServiceOptions};
+///
+/// let options = ServiceOptions::default()
+///     .secret(Secret::new("s3cret")?)
+///     .header_read_timeout(Duration::from_secs(5))
+///     .max_connections(256);
+/// assert!(options.validate().is_ok());
+/// # Ok::<(), agent_sessions::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ServiceOptions {
     /// The shared secret every call but `health` must present in [`SECRET_HEADER`];
     /// `None` (the default) requires none — bind to loopback then.
-    pub secret: Option<String>,
+    pub secret: Option<Secret>,
     /// The largest request body accepted, in bytes (default [`DEFAULT_BODY_LIMIT`]).
     pub body_limit: usize,
+    /// How long a client has to send a request's headers before [`serve`] closes the
+    /// connection (default [`DEFAULT_HEADER_READ_TIMEOUT`]); idle keep-alive
+    /// connections are closed after it too.
+    pub header_read_timeout: Duration,
+    /// How long a client has to send a request's body (default
+    /// [`DEFAULT_BODY_READ_TIMEOUT`]); 408 after it.
+    pub body_read_timeout: Duration,
+    /// How long a request may take from its headers to its response (default
+    /// [`DEFAULT_REQUEST_TIMEOUT`]); 408 after it.
+    pub request_timeout: Duration,
+    /// How many connections [`serve`] holds open at once (default
+    /// [`DEFAULT_MAX_CONNECTIONS`]).
+    pub max_connections: usize,
 }
 
 impl Default for ServiceOptions {
@@ -86,23 +226,26 @@ impl Default for ServiceOptions {
         ServiceOptions {
             secret: None,
             body_limit: DEFAULT_BODY_LIMIT,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
-    }
-}
-
-impl std::fmt::Debug for ServiceOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServiceOptions")
-            .field("secret", &self.secret.as_ref().map(|_| "<set>"))
-            .field("body_limit", &self.body_limit)
-            .finish()
     }
 }
 
 impl ServiceOptions {
     /// Requires `secret` in [`SECRET_HEADER`] on every call but `health`.
-    pub fn secret(mut self, secret: impl Into<String>) -> Self {
-        self.secret = Some(secret.into());
+    ///
+    /// ```
+    /// use agent_sessions::http::{Secret, ServiceOptions};
+    ///
+    /// let options = ServiceOptions::default().secret(Secret::new("s3cret")?);
+    /// assert!(options.secret.is_some());
+    /// # Ok::<(), agent_sessions::Error>(())
+    /// ```
+    pub fn secret(mut self, secret: Secret) -> Self {
+        self.secret = Some(secret);
         self
     }
 
@@ -111,17 +254,201 @@ impl ServiceOptions {
         self.body_limit = bytes;
         self
     }
+
+    /// Closes a connection whose next request's headers have not all arrived within
+    /// `timeout`.
+    pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
+        self.header_read_timeout = timeout;
+        self
+    }
+
+    /// Answers 408 when a request's body has not all arrived within `timeout`.
+    pub fn body_read_timeout(mut self, timeout: Duration) -> Self {
+        self.body_read_timeout = timeout;
+        self
+    }
+
+    /// Answers 408 when a request has not been answered within `timeout` of its
+    /// headers.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Holds at most `connections` connections open at once.
+    pub fn max_connections(mut self, connections: usize) -> Self {
+        self.max_connections = connections;
+        self
+    }
 }
 
-/// The kernel API as a router over `manager`; serve it with `axum::serve` or nest it
-/// in a host's router.
+impl ServiceOptions {
+    /// Checks that a service can run with these options: a connection limit of at
+    /// least one (and at most [`Semaphore::MAX_PERMITS`]) and timeouts above zero;
+    /// [`Error::InvalidOption`] otherwise. [`serve`] calls it first.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use agent_sessions::http::ServiceOptions;
+    ///
+    /// assert!(ServiceOptions::default().validate().is_ok());
+    /// assert!(ServiceOptions::default().max_connections(0).validate().is_err());
+    /// assert!(ServiceOptions::default().request_timeout(Duration::ZERO).validate().is_err());
+    /// ```
+    pub fn validate(&self) -> Result<(), Error> {
+        let refuse = |option, problem| Err(Error::InvalidOption { option, problem });
+        if self.max_connections == 0 || self.max_connections > Semaphore::MAX_PERMITS {
+            return refuse(
+                "max_connections",
+                "it must be at least 1 (and at most usize::MAX >> 3)",
+            );
+        }
+        for (option, timeout) in [
+            ("header_read_timeout", self.header_read_timeout),
+            ("body_read_timeout", self.body_read_timeout),
+            ("request_timeout", self.request_timeout),
+        ] {
+            if timeout.is_zero() {
+                return refuse(option, "a timeout of zero would refuse every request");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Serves `app` (usually [`router`]'s, built with the same `options`) on `listener`
+/// until `shutdown` completes, then finishes the requests in flight and returns.
+///
+/// It adds what only the server can enforce: a connection whose next request's
+/// headers have not all arrived within [`ServiceOptions::header_read_timeout`] is
+/// closed (an idle or half-sent connection holds nothing for long), and at most
+/// [`ServiceOptions::max_connections`] connections are open at once — further clients
+/// wait in the listener's backlog, using no file descriptor of the process, until one
+/// closes. The body and whole-request timeouts are [`router`]'s, so a host that nests
+/// the router in its own server keeps them. HTTP/1.1 only.
+///
+/// A failed `accept` (out of file descriptors, say) is logged and retried after a
+/// short pause, never returned. The error is [`Error::InvalidOption`] when
+/// [`ServiceOptions::validate`] refuses `options`.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use agent_sessions::http::{router, serve, ServiceOptions};
+/// use agent_sessions::prelude::*;
+///
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let manager = Arc::new(SessionManager::builder(MemoryStore::new()).build());
+/// let options = ServiceOptions::default();
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:18888").await?;
+/// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+/// # drop(stop);
+/// serve(listener, router(manager, options.clone()), &options, async {
+///     let _ = stopped.await; // `stop.send(())` elsewhere finishes the service
+/// })
+/// .await?;
+/// # Ok(())
+/// # }
+/// ```
+pub async fn serve<F>(
+    listener: TcpListener,
+    app: Router,
+    options: &ServiceOptions,
+    shutdown: F,
+) -> Result<(), Error>
+where
+    F: Future<Output = ()> + Send,
+{
+    options.validate()?;
+    if options.secret.is_none() {
+        if let Ok(address) = listener.local_addr() {
+            if !address.ip().to_canonical().is_loopback() {
+                tracing::warn!(%address, "serving the sessions API without a secret on an address others can reach");
+            }
+        }
+    }
+    let slots = Arc::new(Semaphore::new(options.max_connections));
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(options.header_read_timeout);
+    let connections = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        // A slot first, then a connection: over the limit, clients wait in the backlog.
+        let slot = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+        };
+        let stream = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    pause_after_failed_accept(error).await;
+                    continue;
+                }
+            },
+        };
+        // Best effort: a socket that refuses it still works, a little slower.
+        let _ = stream.set_nodelay(true);
+        let connection =
+            http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        let connection = connections.watch(connection);
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "an HTTP connection ended with an error");
+            }
+            drop(slot);
+        });
+    }
+    drop(listener);
+    connections.shutdown().await;
+    Ok(())
+}
+
+/// Waits a little after `accept` failed for a reason other than the one connection
+/// (out of file descriptors, say), so the loop does not spin while it lasts.
+async fn pause_after_failed_accept(error: std::io::Error) {
+    use std::io::ErrorKind;
+
+    match error.kind() {
+        ErrorKind::ConnectionAborted
+        | ErrorKind::ConnectionReset
+        | ErrorKind::ConnectionRefused
+        | ErrorKind::Interrupted => {}
+        _ => {
+            tracing::warn!(%error, "accepting a connection failed; retrying shortly");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// The kernel API as a router over `manager`; serve it with [`serve`] or nest it in a
+/// host's router.
+///
+/// The router itself enforces the secret, the body limit, the body and whole-request
+/// timeouts, and the JSON shape of every error it answers; the header read timeout and
+/// the connection limit need the server, which [`serve`] provides.
 pub fn router(manager: Arc<SessionManager>, options: ServiceOptions) -> Router {
-    let secret: Arc<Option<String>> = Arc::new(options.secret);
+    let secret: Arc<Option<Secret>> = Arc::new(options.secret);
     let sessions = Router::new()
         .route("/kernel/sessions", get(list_sessions))
         .route("/kernel/sessions/resolve", post(resolve))
         .route("/kernel/sessions/{id}", get(get_session).patch(record_turn))
         .route("/kernel/sessions/{id}/close", post(close_session))
+        // Layers added later run first: the secret is checked before a body is read.
+        .route_layer(middleware::from_fn_with_state(
+            BodyLimits {
+                bytes: options.body_limit,
+                time: options.body_read_timeout,
+            },
+            read_body,
+        ))
         .route_layer(middleware::from_fn_with_state(secret, require_secret))
         .with_state(manager);
     Router::new()
@@ -129,6 +456,11 @@ pub fn router(manager: Arc<SessionManager>, options: ServiceOptions) -> Router {
         .merge(sessions)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .layer(DefaultBodyLimit::max(options.body_limit))
+        .layer(middleware::from_fn_with_state(
+            options.request_timeout,
+            limit_request_time,
+        ))
+        .layer(middleware::map_response(json_errors))
 }
 
 /// `POST /kernel/sessions/resolve`'s body.
@@ -252,14 +584,75 @@ impl ApiError {
     }
 }
 
+/// Marks a response already in the error shape, so [`json_errors`] leaves it alone.
+#[derive(Debug, Clone, Copy)]
+struct ErrorShaped;
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({
             "ok": false,
             "error": { "code": self.code, "message": self.message },
         });
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        response.extensions_mut().insert(ErrorShaped);
+        response
     }
+}
+
+/// The error code for a status that axum or hyper produced rather than a handler.
+fn code_for(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::UNAUTHORIZED => "unauthorized",
+        StatusCode::FORBIDDEN => "access_denied",
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::REQUEST_TIMEOUT => "request_timeout",
+        StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::UNPROCESSABLE_ENTITY => "invalid_json",
+        StatusCode::SERVICE_UNAVAILABLE => "unavailable",
+        status if status.is_server_error() => "internal",
+        _ => "invalid_request",
+    }
+}
+
+/// The longest plain-text rejection whose text becomes an error's message.
+const MAX_REJECTION_TEXT: usize = 4096;
+
+/// Puts every error response not already in the error shape into it: axum's own
+/// rejections (a path that is not UTF-8, a method a route does not serve, …) answer in
+/// plain text or with an empty body. The status and headers (such as `Allow`) are kept;
+/// the plain text, when there is any, becomes the message.
+async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    let is_error = status.is_client_error() || status.is_server_error();
+    if !is_error || response.extensions().get::<ErrorShaped>().is_some() {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, MAX_REJECTION_TEXT)
+        .await
+        .map(|bytes| String::from_utf8_lossy(&bytes).trim().to_owned())
+        .unwrap_or_default();
+    let message = match (text.is_empty(), parts.headers.get(ALLOW)) {
+        (false, _) => text,
+        (true, Some(allowed)) if status == StatusCode::METHOD_NOT_ALLOWED => format!(
+            "this route does not serve that method; it serves {}",
+            String::from_utf8_lossy(allowed.as_bytes())
+        ),
+        (true, _) => status
+            .canonical_reason()
+            .unwrap_or("the request failed")
+            .to_owned(),
+    };
+    let mut shaped = ApiError::new(status, code_for(status), message).into_response();
+    for (name, value) in &parts.headers {
+        if name != CONTENT_TYPE && name != CONTENT_LENGTH {
+            shaped.headers_mut().append(name.clone(), value.clone());
+        }
+    }
+    shaped
 }
 
 impl From<Error> for ApiError {
@@ -326,17 +719,17 @@ type ApiResult = Result<Json<serde_json::Value>, ApiError>;
 
 /// Rejects calls without the configured secret (compared in constant time).
 async fn require_secret(
-    State(secret): State<Arc<Option<String>>>,
+    State(secret): State<Arc<Option<Secret>>>,
     headers: HeaderMap,
     request: Request,
     next: Next,
 ) -> Response {
-    if let Some(expected) = secret.as_deref() {
+    if let Some(expected) = secret.as_ref() {
         let given = headers
             .get(SECRET_HEADER)
             .map(|value| value.as_bytes())
             .unwrap_or_default();
-        if !constant_time_eq(given, expected.as_bytes()) {
+        if !expected.matches(given) {
             return ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
@@ -346,6 +739,84 @@ async fn require_secret(
         }
     }
     next.run(request).await
+}
+
+/// How much of a request body [`read_body`] takes, and for how long it waits for it.
+#[derive(Debug, Clone, Copy)]
+struct BodyLimits {
+    bytes: usize,
+    time: Duration,
+}
+
+/// Reads the whole request body before the handler runs: at most `bytes` of it (a
+/// `content-length` over that is refused before a byte of the body is read), within
+/// `time` (408 after it).
+async fn read_body(State(limits): State<BodyLimits>, request: Request, next: Next) -> Response {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!(
+                "the request body is over the limit of {} bytes",
+                limits.bytes
+            ),
+        )
+        .into_response()
+    };
+    let declared = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limits.bytes as u64) {
+        return too_large();
+    }
+    let (parts, body) = request.into_parts();
+    let read = tokio::time::timeout(limits.time, Limited::new(body, limits.bytes).collect());
+    match read.await {
+        Ok(Ok(collected)) => {
+            let body = Body::from(collected.to_bytes());
+            next.run(Request::from_parts(parts, body)).await
+        }
+        Ok(Err(error)) if error.downcast_ref::<LengthLimitError>().is_some() => too_large(),
+        Ok(Err(error)) => ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            format!("the request body could not be read: {error}"),
+        )
+        .into_response(),
+        Err(_) => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            format!(
+                "the request body did not arrive within {} ms",
+                limits.time.as_millis()
+            ),
+        )
+        .into_response(),
+    }
+}
+
+/// Answers 408 when the rest of the stack has not answered within `limit`.
+///
+/// The handler is dropped then, as it would be if the client hung up: every manager
+/// call is safe to cancel at an await point.
+async fn limit_request_time(
+    State(limit): State<Duration>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            format!(
+                "the request was not answered within {} ms",
+                limit.as_millis()
+            ),
+        )
+        .into_response(),
+    }
 }
 
 /// Equality whose time depends only on the lengths.
@@ -400,8 +871,16 @@ async fn resolve(
     })))
 }
 
-/// The current session with `id`, or 404.
+/// The current session with `id`, or 404; 400 for an id with a control character,
+/// which no session has and which some stores refuse outright (PostgreSQL and NUL).
 async fn find(manager: &SessionManager, id: &str) -> Result<StoredSession, ApiError> {
+    if id.chars().any(char::is_control) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "a session id has no control characters",
+        ));
+    }
     manager
         .find_session(id)
         .await?
@@ -480,11 +959,44 @@ mod tests {
     use super::*;
 
     #[test]
+    fn secrets_that_would_let_everyone_in_or_no_one_are_refused() {
+        for refused in [
+            "", " ", "\t\n", " s3cret", "s3cret ", "s3\ncret", "s3\0cret",
+        ] {
+            assert!(
+                matches!(
+                    Secret::new(refused),
+                    Err(Error::InvalidOption {
+                        option: "secret",
+                        ..
+                    })
+                ),
+                "{refused:?}"
+            );
+        }
+        let secret = Secret::new("s3 cret").unwrap();
+        assert!(secret.matches(b"s3 cret"));
+        assert!(!secret.matches(b""));
+        assert!(!format!("{secret:?}").contains("s3"));
+    }
+
+    #[test]
     fn secrets_compare_by_content_and_length() {
         assert!(constant_time_eq(b"s3cret", b"s3cret"));
         assert!(!constant_time_eq(b"s3cret", b"s3creT"));
         assert!(!constant_time_eq(b"s3cre", b"s3cret"));
         assert!(!constant_time_eq(b"", b"s3cret"));
+    }
+
+    /// Request bodies are parsed by serde_json, whose recursion limit (128) must stay
+    /// on: no dependency may enable its `unbounded_depth` feature.
+    #[test]
+    fn json_nested_past_the_recursion_limit_is_an_error_not_a_stack_overflow() {
+        let shallow = format!("{}{}", "[".repeat(100), "]".repeat(100));
+        assert!(serde_json::from_str::<serde_json::Value>(&shallow).is_ok());
+        let deep = "[".repeat(100_000);
+        let error = serde_json::from_str::<serde_json::Value>(&deep).unwrap_err();
+        assert!(error.to_string().contains("recursion limit"), "{error}");
     }
 
     #[test]

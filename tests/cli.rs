@@ -885,3 +885,185 @@ async fn read_commands_on_postgres_create_no_schema_and_write_nothing() {
     assert_eq!(indexed, 0);
     schema.drop().await;
 }
+
+/// Runs `serve` with `args` and `env` (and neither `AGENT_SESSIONS_SECRET` nor
+/// `AGENT_SESSIONS_STORE` from the caller), waiting at most five seconds for it to
+/// exit: its exit code, `None` if it was still serving and had to be stopped, and what
+/// it printed on stderr.
+fn serve_briefly(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("json:{}", dir.path().display());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent-sessions"))
+        .env_remove("AGENT_SESSIONS_SECRET")
+        .env_remove("AGENT_SESSIONS_STORE")
+        .envs(env.iter().copied())
+        .args(["serve", "--store", &store])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let mut code = None;
+    while started.elapsed() < Duration::from_secs(5) {
+        if let Some(status) = child.try_wait().unwrap() {
+            code = status.code();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if code.is_none() {
+        child.kill().unwrap();
+    }
+    let output = child.wait_with_output().unwrap();
+    (code, String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+/// An empty or blank secret, on the command line or in the environment, would turn
+/// authentication off: `serve` refuses to start and says why.
+#[test]
+fn serve_refuses_an_empty_secret() {
+    for (args, env) in [
+        (&["--secret", ""][..], &[][..]),
+        (&["--secret", " \t "][..], &[][..]),
+        (&[][..], &[("AGENT_SESSIONS_SECRET", "")][..]),
+        (&[][..], &[("AGENT_SESSIONS_SECRET", "   ")][..]),
+    ] {
+        let (code, stderr) = serve_briefly(&[&["--listen", "127.0.0.1:0"], args].concat(), env);
+        assert!(
+            code.is_some_and(|code| code != 0),
+            "{args:?} {env:?}: exit {code:?}, {stderr}"
+        );
+        assert!(stderr.contains("secret"), "{args:?} {env:?}: {stderr}");
+        assert!(!stderr.contains("serving"), "{args:?} {env:?}: {stderr}");
+    }
+}
+
+/// Without a secret, every caller can read and change every session: `serve` refuses an
+/// address other callers can reach unless told `--insecure-no-auth`.
+#[test]
+fn serve_without_a_secret_refuses_a_non_loopback_address() {
+    let (code, stderr) = serve_briefly(&["--listen", "0.0.0.0:0"], &[]);
+    assert!(
+        code.is_some_and(|code| code != 0),
+        "exit {code:?}, {stderr}"
+    );
+    assert!(stderr.contains("--insecure-no-auth"), "{stderr}");
+    assert!(!stderr.contains("serving"), "{stderr}");
+}
+
+/// On loopback without a secret, `serve` starts but warns on stderr before its banner.
+#[test]
+fn serve_without_a_secret_on_loopback_warns() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("json:{}", dir.path().display());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent-sessions"))
+        .env_remove("AGENT_SESSIONS_SECRET")
+        .args(["serve", "--store", &store, "--listen", "127.0.0.1:0"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut before_banner = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if line.contains("http://") {
+            break;
+        }
+        before_banner.push(line);
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        before_banner
+            .iter()
+            .any(|line| line.contains("warning") && line.contains("secret")),
+        "{before_banner:?}"
+    );
+}
+
+/// A connection limit of zero or a zero timeout would refuse every request: `serve`
+/// refuses to start with one and names it.
+#[test]
+fn serve_refuses_limits_it_cannot_serve_with() {
+    for (flag, value) in [
+        ("--max-connections", "0"),
+        ("--header-read-timeout", "0s"),
+        ("--body-read-timeout", "0s"),
+        ("--request-timeout", "0s"),
+    ] {
+        let (code, stderr) = serve_briefly(
+            &["--listen", "127.0.0.1:0", "--secret", "s3cret", flag, value],
+            &[],
+        );
+        assert!(
+            code.is_some_and(|code| code != 0),
+            "{flag}: exit {code:?}, {stderr}"
+        );
+        let option = flag.trim_start_matches("--").replace('-', "_");
+        assert!(stderr.contains(&option), "{flag}: {stderr}");
+    }
+}
+
+/// `serve` closes a connection that sends half a request header once its
+/// `--header-read-timeout` passes, and still answers real requests.
+#[tokio::test]
+async fn serve_closes_half_sent_connections_after_its_header_timeout() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("json:{}", dir.path().display());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent-sessions"))
+        .args(["serve", "--store", &store, "--listen", "127.0.0.1:0"])
+        .args(["--secret", "s3cret", "--header-read-timeout", "300ms"])
+        .args(["--max-connections", "2"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut banner = String::new();
+    BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut banner)
+        .unwrap();
+    let base = banner
+        .split_whitespace()
+        .find(|word| word.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {banner:?}"))
+        .to_owned();
+    let address = base.trim_start_matches("http://").to_owned();
+
+    let mut half_sent = Vec::new();
+    for _ in 0..4 {
+        let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+        stream
+            .write_all(b"GET /kernel/health HTTP/1.1\r\nhost: 127.0.0.1\r\n")
+            .await
+            .unwrap();
+        half_sent.push(stream);
+    }
+    let health = tokio::time::timeout(
+        Duration::from_secs(5),
+        reqwest::get(format!("{base}/kernel/health")),
+    )
+    .await;
+    let mut closed = Vec::new();
+    for stream in &mut half_sent {
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest));
+        closed.push(read.await.is_ok());
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let health = health.expect("answered within five seconds").unwrap();
+    assert_eq!(health.status(), reqwest::StatusCode::OK);
+    assert_eq!(closed, [true; 4], "half-sent connections closed");
+}

@@ -4,21 +4,28 @@
 
 mod common;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sessions::clock::ManualClock;
 use agent_sessions::freshness::{ResetConfig, ResetSpec};
-use agent_sessions::http::{router, ServiceOptions, SECRET_HEADER};
+use agent_sessions::http::{router, serve, Secret, ServiceOptions, SECRET_HEADER};
 use agent_sessions::prelude::*;
 use agent_sessions::reset::ResetTriggers;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const SECRET: &str = "kernel-secret";
 
+fn secret() -> Secret {
+    Secret::new(SECRET).unwrap()
+}
+
 /// A running service and a client for it.
 struct Service {
+    addr: SocketAddr,
     base: String,
     client: reqwest::Client,
     clock: ManualClock,
@@ -28,7 +35,7 @@ impl Service {
     /// Serves ClawOS's configuration (a session per sender and channel, its reset
     /// phrases, 30 minutes idle) over `store`.
     async fn start(store: &str) -> Service {
-        Service::start_with(store, ServiceOptions::default().secret(SECRET)).await
+        Service::start_with(store, ServiceOptions::default().secret(secret())).await
     }
 
     async fn start_with(store: &str, options: ServiceOptions) -> Service {
@@ -42,13 +49,16 @@ impl Service {
             .clock(clock.clone())
             .build();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
+        let addr = listener.local_addr().unwrap();
+        let base = format!("http://{addr}");
         tokio::spawn(async move {
-            axum::serve(listener, router(Arc::new(manager), options))
+            let app = router(Arc::new(manager), options.clone());
+            serve(listener, app, &options, std::future::pending())
                 .await
                 .unwrap();
         });
         Service {
+            addr,
             base,
             client: reqwest::Client::new(),
             clock,
@@ -252,7 +262,7 @@ async fn errors_are_json_with_the_right_status() {
     let dir = tempfile::tempdir().unwrap();
     let service = Service::start_with(
         &format!("json:{}", dir.path().display()),
-        ServiceOptions::default().secret(SECRET).body_limit(4096),
+        ServiceOptions::default().secret(secret()).body_limit(4096),
     )
     .await;
     let url = |path: &str| format!("{}{path}", service.base);
@@ -516,4 +526,536 @@ async fn the_openapi_description_matches_the_service() {
         .await
         .unwrap();
     conforms(&health, "Health");
+}
+
+/// A response read off the wire by [`raw_exchange`].
+#[derive(Debug)]
+struct RawResponse {
+    status: u16,
+    /// Header names in lower case.
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl RawResponse {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Parses one response from the start of `bytes` once all of it has arrived.
+    fn parse(bytes: &[u8]) -> Option<RawResponse> {
+        let end = bytes.windows(4).position(|w| w == b"\r\n\r\n")?;
+        let head = std::str::from_utf8(&bytes[..end]).ok()?;
+        let mut lines = head.split("\r\n");
+        let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|line| line.split_once(':'))
+            .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+            .collect();
+        let length: usize = headers
+            .iter()
+            .find(|(n, _)| n == "content-length")
+            .map_or(Some(0), |(_, v)| v.parse().ok())?;
+        let body = bytes.get(end + 4..end + 4 + length)?.to_vec();
+        Some(RawResponse {
+            status,
+            headers,
+            body,
+        })
+    }
+}
+
+/// Sends `request` byte for byte over a fresh connection to `addr` (so it can be
+/// malformed in ways a client library refuses to send) and reads one response; an
+/// error when none arrives within five seconds.
+async fn raw_exchange(addr: SocketAddr, request: &[u8]) -> Result<RawResponse, String> {
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        // The server may answer (and close) before it has read all of a body it refuses.
+        let _ = stream.write_all(request).await;
+        let mut received = Vec::new();
+        let mut chunk = [0u8; 8192];
+        loop {
+            if let Some(response) = RawResponse::parse(&received) {
+                return Ok(response);
+            }
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => received.extend_from_slice(&chunk[..n]),
+            }
+        }
+        RawResponse::parse(&received).ok_or_else(|| {
+            format!(
+                "no complete response, got {:?}",
+                String::from_utf8_lossy(&received)
+            )
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(5), exchange)
+        .await
+        .unwrap_or_else(|_| Err("no response within five seconds".to_owned()))
+}
+
+/// A request as raw bytes: `Host`, `Connection: close` and the secret are added, and a
+/// `Content-Length` for `body` unless `headers` sets framing itself.
+fn raw_request(method: &str, target: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+    let mut request = format!(
+        "{method} {target} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n{SECRET_HEADER}: {SECRET}\r\n"
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    let framed = headers.iter().any(|(name, _)| {
+        name.eq_ignore_ascii_case("content-length")
+            || name.eq_ignore_ascii_case("transfer-encoding")
+    });
+    if !framed {
+        request.push_str(&format!("content-length: {}\r\n", body.len()));
+    }
+    request.push_str("\r\n");
+    let mut bytes = request.into_bytes();
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+/// Every error the router can produce is `{"ok": false, "error": {"code", "message"}}`
+/// with a documented code and a 4xx status, whatever the request: wrong methods on
+/// every route, bad percent-encoding, bad queries, wrong content types, oversized and
+/// malformed bodies, deeply nested JSON. Never a 5xx, never a plain-text body.
+#[tokio::test]
+async fn hostile_requests_get_json_errors_with_a_4xx_status() {
+    const LIMIT: usize = 256 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start_with(
+        &format!("json:{}", dir.path().display()),
+        ServiceOptions::default().secret(secret()).body_limit(LIMIT),
+    )
+    .await;
+    let spec: Value = serde_json::from_str(include_str!("../docs/openapi.json")).unwrap();
+    let codes = spec["components"]["schemas"]["Error"]["properties"]["error"]["properties"]["code"]
+        ["enum"]
+        .as_array()
+        .unwrap()
+        .clone();
+
+    let json = [("content-type", "application/json")];
+    let resolve_body = json!({
+        "workspace_id": "ws_abc", "channel": "sms", "remote_jid": "+1555", "user_message": "hi",
+    })
+    .to_string();
+    let trailing = format!("{resolve_body} x");
+    let deep_arrays = "[".repeat(100_000);
+    let deep_objects = "{\"a\":".repeat(20_000);
+    let in_a_field = format!(
+        "{{\"workspace_id\":\"ws_abc\",\"channel\":\"sms\",\"remote_jid\":\"+1555\",\"user_message\":{}}}",
+        "[".repeat(50_000)
+    );
+    let oversized = json!({
+        "workspace_id": "ws_abc", "channel": "sms", "remote_jid": "+1555",
+        "user_message": "x".repeat(LIMIT + 1),
+    })
+    .to_string();
+
+    let mut table: Vec<(String, u16, Vec<u8>)> = Vec::new();
+    // Every route, every method it does not serve: 405.
+    let routes: [(&str, &[&str]); 5] = [
+        ("/kernel/health", &["GET", "HEAD"]),
+        ("/kernel/sessions?workspace_id=ws_abc", &["GET", "HEAD"]),
+        ("/kernel/sessions/resolve", &["POST"]),
+        ("/kernel/sessions/some-id", &["GET", "HEAD", "PATCH"]),
+        ("/kernel/sessions/some-id/close", &["POST"]),
+    ];
+    for (path, allowed) in routes {
+        for method in [
+            "GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "BREW",
+        ] {
+            if !allowed.contains(&method) {
+                table.push((
+                    format!("{method} {path}"),
+                    405,
+                    raw_request(method, path, &json, b"{}"),
+                ));
+            }
+        }
+    }
+    // Bad percent-encoding and ids no session can have.
+    // (NUL and other control characters would reach the store: PostgreSQL refuses NUL.)
+    for path in [
+        "/kernel/sessions/%FF",
+        "/kernel/sessions/%C3%28",
+        "/kernel/sessions/%ED%A0%80",
+        "/kernel/sessions/%00",
+        "/kernel/sessions/a%0Ab",
+    ] {
+        table.push((
+            format!("GET {path}"),
+            400,
+            raw_request("GET", path, &[], b""),
+        ));
+        table.push((
+            format!("POST {path}/close"),
+            400,
+            raw_request("POST", &format!("{path}/close"), &[], b""),
+        ));
+        let turn = br#"{"user_message":"a","assistant_response":"b"}"#;
+        table.push((
+            format!("PATCH {path}"),
+            400,
+            raw_request("PATCH", path, &json, turn),
+        ));
+    }
+    table.push((
+        "an unknown route".into(),
+        404,
+        raw_request("GET", "/kernel/%FF/nothing", &[], b""),
+    ));
+    // Bad query strings.
+    for query in [
+        "",
+        "?workspace_id=%FF",
+        "?workspace_id=ws_abc&limit=-1",
+        "?workspace_id=ws_abc&limit=lots",
+        "?workspace_id=ws_abc&limit=99999999999999999999999",
+        "?workspace_id=../etc",
+        "?workspace_id=%",
+        "?=&&=&workspace_id",
+    ] {
+        let target = format!("/kernel/sessions{query}");
+        table.push((
+            format!("GET {target}"),
+            400,
+            raw_request("GET", &target, &[], b""),
+        ));
+    }
+    // Wrong content types.
+    for content_type in [
+        None,
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+        Some("multipart/form-data; boundary=x"),
+        Some("application/jsonx"),
+    ] {
+        let headers: Vec<(&str, &str)> = content_type
+            .map(|t| ("content-type", t))
+            .into_iter()
+            .collect();
+        table.push((
+            format!("content type {content_type:?}"),
+            415,
+            raw_request(
+                "POST",
+                "/kernel/sessions/resolve",
+                &headers,
+                resolve_body.as_bytes(),
+            ),
+        ));
+    }
+    // Oversized bodies: a real one, and one that only claims its size.
+    table.push((
+        "an oversized body".into(),
+        413,
+        raw_request(
+            "POST",
+            "/kernel/sessions/resolve",
+            &json,
+            oversized.as_bytes(),
+        ),
+    ));
+    table.push((
+        "a content-length over the limit".into(),
+        413,
+        raw_request(
+            "POST",
+            "/kernel/sessions/resolve",
+            &[
+                ("content-type", "application/json"),
+                ("content-length", "999999999"),
+            ],
+            b"{",
+        ),
+    ));
+    // Malformed JSON.
+    for (what, status, body) in [
+        ("truncated", 400, &b"{\"workspace_id\": "[..]),
+        ("a bare word", 400, b"nul"),
+        ("invalid UTF-8", 400, b"{\"workspace_id\": \"\xff\xfe\"}"),
+        ("a lone surrogate", 400, br#"{"workspace_id": "\ud800"}"#),
+        ("trailing garbage", 400, trailing.as_bytes()),
+        ("an empty body", 400, b""),
+        ("an array", 422, b"[]"),
+        ("an empty object", 422, b"{}"),
+        (
+            "a number out of range",
+            400,
+            b"{\"workspace_id\": 1e999999}",
+        ),
+        ("deep arrays", 422, deep_arrays.as_bytes()),
+        ("deep objects", 422, deep_objects.as_bytes()),
+        ("deep arrays in a field", 422, in_a_field.as_bytes()),
+    ] {
+        table.push((
+            format!("malformed JSON: {what}"),
+            status,
+            raw_request("POST", "/kernel/sessions/resolve", &json, body),
+        ));
+    }
+    // A chunked body that breaks its own framing.
+    table.push((
+        "broken chunked framing".into(),
+        400,
+        raw_request(
+            "POST",
+            "/kernel/sessions/resolve",
+            &[
+                ("content-type", "application/json"),
+                ("transfer-encoding", "chunked"),
+            ],
+            b"zz\r\n{}\r\n0\r\n\r\n",
+        ),
+    ));
+
+    let mut failures = Vec::new();
+    for (what, status, request) in &table {
+        let response = match raw_exchange(service.addr, request).await {
+            Ok(response) => response,
+            Err(problem) => {
+                failures.push(format!("{what}: {problem}"));
+                continue;
+            }
+        };
+        let body: Option<Value> = serde_json::from_slice(&response.body).ok();
+        let shaped = body.as_ref().is_some_and(|body| {
+            body["ok"] == false
+                && body["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| !m.is_empty())
+                && codes.contains(&body["error"]["code"])
+        });
+        let json_typed = response
+            .header("content-type")
+            .is_some_and(|t| t.starts_with("application/json"));
+        if response.status != *status || !shaped || !json_typed {
+            failures.push(format!(
+                "{what}: expected {status}, got {} {:?} {}",
+                response.status,
+                response.header("content-type"),
+                String::from_utf8_lossy(&response.body[..response.body.len().min(200)])
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} requests:\n{}",
+        failures.len(),
+        table.len(),
+        failures.join("\n")
+    );
+}
+
+/// A service with short timeouts, for the slow-client tests.
+async fn start_short(options: ServiceOptions) -> (Service, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let service = Service::start_with(
+        &format!("json:{}", dir.path().display()),
+        options.secret(secret()),
+    )
+    .await;
+    (service, dir)
+}
+
+/// Whether the server closes `stream` within `within` (reads until end of stream,
+/// discarding whatever it sends first).
+async fn closed_by_server(stream: &mut tokio::net::TcpStream, within: Duration) -> bool {
+    let drained = async {
+        let mut chunk = [0u8; 1024];
+        loop {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(within, drained).await.is_ok()
+}
+
+/// More idle and half-sent connections than the connection limit: a real request is
+/// still answered within seconds, and every one of them is closed once its header
+/// timeout passes (they do not hold a connection slot, or a file descriptor, forever).
+#[tokio::test]
+async fn idle_and_half_sent_connections_are_closed_and_block_no_one() {
+    const LIMIT: usize = 4;
+    const SLOW_CLIENTS: usize = 12;
+    let (service, _dir) = start_short(
+        ServiceOptions::default()
+            .header_read_timeout(Duration::from_millis(400))
+            .max_connections(LIMIT),
+    )
+    .await;
+    let mut slow = Vec::new();
+    for n in 0..SLOW_CLIENTS {
+        let mut stream = tokio::net::TcpStream::connect(service.addr).await.unwrap();
+        if n % 2 == 0 {
+            // Half a request header, and then nothing.
+            stream
+                .write_all(b"POST /kernel/sessions/resolve HTTP/1.1\r\nhost: 127.0.0.1\r\n")
+                .await
+                .unwrap();
+        }
+        slow.push(stream);
+    }
+
+    let health = tokio::time::timeout(
+        Duration::from_secs(5),
+        reqwest::get(format!("{}/kernel/health", service.base)),
+    )
+    .await
+    .expect("a real request is answered within five seconds")
+    .unwrap();
+    assert_eq!(health.status(), StatusCode::OK);
+
+    for (n, stream) in slow.iter_mut().enumerate() {
+        assert!(
+            closed_by_server(stream, Duration::from_secs(5)).await,
+            "slow connection {n} is still open"
+        );
+    }
+}
+
+/// At the connection limit, a new client waits for a free slot rather than being
+/// served past the limit, and is served as soon as one frees.
+#[tokio::test]
+async fn connections_over_the_limit_wait_for_a_free_slot() {
+    let (service, _dir) = start_short(ServiceOptions::default().max_connections(2)).await;
+    let first = tokio::net::TcpStream::connect(service.addr).await.unwrap();
+    let _second = tokio::net::TcpStream::connect(service.addr).await.unwrap();
+    // Both held (their header timeout is the default 10 s): the next client waits.
+    let url = format!("{}/kernel/health", service.base);
+    let mut waiting = tokio::spawn(async move { reqwest::get(url).await.unwrap().status() });
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), &mut waiting)
+            .await
+            .is_err(),
+        "a third connection was served with the limit at two"
+    );
+    drop(first);
+    let status = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("served once a slot frees")
+        .unwrap();
+    assert_eq!(status, StatusCode::OK);
+}
+
+/// The JSON error the slow-body tests expect: 408 `request_timeout`.
+fn assert_request_timeout(response: &RawResponse) {
+    assert_eq!(response.status, 408, "{response:?}");
+    let body: Value = serde_json::from_slice(&response.body).unwrap();
+    assert_eq!(body["ok"], false, "{body}");
+    assert_eq!(body["error"]["code"], "request_timeout", "{body}");
+}
+
+/// A body that stops arriving gets a JSON 408 once the body timeout passes.
+#[tokio::test]
+async fn a_body_sent_too_slowly_gets_a_json_408() {
+    let (service, _dir) =
+        start_short(ServiceOptions::default().body_read_timeout(Duration::from_millis(400))).await;
+    let request = raw_request(
+        "POST",
+        "/kernel/sessions/resolve",
+        &[
+            ("content-type", "application/json"),
+            ("content-length", "100"),
+        ],
+        b"{\"workspace_id\"",
+    );
+    let response = raw_exchange(service.addr, &request).await.unwrap();
+    assert_request_timeout(&response);
+}
+
+/// A request not answered within the whole-request timeout gets a JSON 408, even
+/// while the (longer) body timeout has not passed.
+#[tokio::test]
+async fn a_request_over_the_request_timeout_gets_a_json_408() {
+    let (service, _dir) = start_short(
+        ServiceOptions::default()
+            .body_read_timeout(Duration::from_secs(60))
+            .request_timeout(Duration::from_millis(400)),
+    )
+    .await;
+    let request = raw_request(
+        "POST",
+        "/kernel/sessions/resolve",
+        &[
+            ("content-type", "application/json"),
+            ("content-length", "100"),
+        ],
+        b"{\"workspace_id\"",
+    );
+    let response = raw_exchange(service.addr, &request).await.unwrap();
+    assert_request_timeout(&response);
+}
+
+/// `serve` refuses options it cannot serve with, and returns once shut down.
+#[tokio::test]
+async fn serve_checks_its_options_and_stops_on_shutdown() {
+    for (options, option) in [
+        (
+            ServiceOptions::default().max_connections(0),
+            "max_connections",
+        ),
+        (
+            ServiceOptions::default().header_read_timeout(Duration::ZERO),
+            "header_read_timeout",
+        ),
+        (
+            ServiceOptions::default().body_read_timeout(Duration::ZERO),
+            "body_read_timeout",
+        ),
+        (
+            ServiceOptions::default().request_timeout(Duration::ZERO),
+            "request_timeout",
+        ),
+    ] {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let manager = Arc::new(SessionManager::builder(MemoryStore::new()).build());
+        let served = tokio::time::timeout(
+            Duration::from_secs(5),
+            serve(
+                listener,
+                router(manager, options.clone()),
+                &options,
+                std::future::pending(),
+            ),
+        )
+        .await
+        .expect("refused at once");
+        assert!(
+            matches!(&served, Err(agent_sessions::Error::InvalidOption { option: o, .. }) if *o == option),
+            "{option}: {served:?}"
+        );
+    }
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let manager = Arc::new(SessionManager::builder(MemoryStore::new()).build());
+    let options = ServiceOptions::default();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        serve(
+            listener,
+            router(manager, options.clone()),
+            &options,
+            async {
+                let _ = stopped.await;
+            },
+        )
+        .await
+    });
+    stop.send(()).unwrap();
+    let served = tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .expect("stops within five seconds of the shutdown signal")
+        .unwrap();
+    assert!(served.is_ok(), "{served:?}");
 }

@@ -122,15 +122,35 @@ pub struct ServeArgs {
     /// The address to listen on (port 0 picks a free one; the address is printed).
     #[arg(long, default_value = "127.0.0.1:18888")]
     listen: std::net::SocketAddr,
-    /// The shared secret callers must send in the `x-kernel-secret` header.
+    /// The shared secret callers must send in the `x-kernel-secret` header (never empty
+    /// or blank: that would let every caller in).
     #[arg(long, env = "AGENT_SESSIONS_SECRET", hide_env_values = true)]
+    // Checked in `serve`, not by clap, whose error would echo the value.
     secret: Option<String>,
+    /// Serve without a secret on an address other than loopback, where every caller
+    /// that can reach it can read and change every session.
+    #[arg(long, conflicts_with = "secret")]
+    insecure_no_auth: bool,
     /// Minutes of inactivity after which a sender's next message starts a new session.
     #[arg(long, default_value_t = 30)]
     idle_minutes: u32,
     /// The largest request body accepted, in bytes.
     #[arg(long, default_value_t = agent_sessions::http::DEFAULT_BODY_LIMIT)]
     body_limit: usize,
+    // The defaults below are those of `agent_sessions::http::ServiceOptions`.
+    /// How long a client has to send a request's headers before its connection is
+    /// closed (`10s`, `500ms`); idle connections are closed after it too.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    header_read_timeout: Duration,
+    /// How long a client has to send a request's body (408 after it).
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    body_read_timeout: Duration,
+    /// How long a request may take from its headers to its response (408 after it).
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    request_timeout: Duration,
+    /// How many connections are held open at once; more clients wait until one closes.
+    #[arg(long, default_value_t = agent_sessions::http::DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
 }
 
 /// Filters of `list`.
@@ -691,22 +711,55 @@ async fn copy(from: &str, to: &str, json: bool, overwrite_conflicts: bool) -> Ou
 }
 
 /// Serves the kernel API with ClawOS's defaults (a session per sender and channel, its
-/// reset phrases, an idle timeout)
-/// until Ctrl-C, then finishes the calls in flight.
+/// reset phrases, an idle timeout) and `agent_sessions::http::serve`'s protections
+/// (timeouts, a connection limit) until Ctrl-C, then finishes the calls in flight.
 async fn serve(store: &str, args: ServeArgs) -> Outcome {
     use agent_sessions::freshness::{ResetConfig, ResetSpec};
-    use agent_sessions::http::{router, ServiceOptions};
+    use agent_sessions::http::{router, serve, Secret, ServiceOptions};
     use agent_sessions::reset::ResetTriggers;
     use agent_sessions::{DefaultKeyBuilder, DmScope};
 
+    // Nothing is opened before the options are known to be safe to serve with.
+    let secret = args
+        .secret
+        .map(Secret::new)
+        .transpose()
+        .map_err(|e| failure(EXIT_FAILURE, format!("refusing to start: {e}")))?;
+    if secret.is_none() {
+        let loopback = args.listen.ip().to_canonical().is_loopback();
+        if !loopback && !args.insecure_no_auth {
+            return Err(failure(
+                EXIT_FAILURE,
+                format!(
+                    "refusing to serve {} without a secret: every caller that can reach it \
+                     could read and change every session; set --secret (or \
+                     AGENT_SESSIONS_SECRET), listen on loopback, or pass --insecure-no-auth",
+                    args.listen
+                ),
+            ));
+        }
+        eprintln!(
+            "agent-sessions: warning: no secret set: every caller that can reach {} can \
+             read and change every session",
+            args.listen
+        );
+    }
+    let mut options = ServiceOptions::default()
+        .body_limit(args.body_limit)
+        .header_read_timeout(args.header_read_timeout)
+        .body_read_timeout(args.body_read_timeout)
+        .request_timeout(args.request_timeout)
+        .max_connections(args.max_connections);
+    options.secret = secret;
+    options
+        .validate()
+        .map_err(|e| failure(EXIT_FAILURE, format!("refusing to start: {e}")))?;
     let manager = SessionManager::connect(store)
         .await?
         .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
         .reset_triggers(ResetTriggers::clawos())
         .freshness(ResetConfig::default().reset(ResetSpec::idle(args.idle_minutes)))
         .build();
-    let mut options = ServiceOptions::default().body_limit(args.body_limit);
-    options.secret = args.secret;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| {
@@ -722,10 +775,10 @@ async fn serve(store: &str, args: ServeArgs) -> Outcome {
         "agent-sessions: serving {} on http://{address}",
         without_password(store)
     );
-    axum::serve(listener, router(std::sync::Arc::new(manager), options))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
-        .map_err(|e| failure(EXIT_FAILURE, format!("the server stopped: {e}")))
+    let app = router(std::sync::Arc::new(manager), options.clone());
+    serve(listener, app, &options, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await?;
+    Ok(())
 }
