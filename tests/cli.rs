@@ -461,8 +461,10 @@ fn read_commands_on_a_missing_store_say_so_and_create_nothing() {
         let output = run(&sqlite, args);
         assert_eq!(code(&output), 4, "{args:?}: {}", stderr(&output));
     }
-    let doctor = run(&json_store, &["doctor"]);
-    assert_eq!(code(&doctor), 4, "{}", stderr(&doctor));
+    for args in [&["doctor"][..], &["doctor", "--repair"]] {
+        let doctor = run(&json_store, args);
+        assert_eq!(code(&doctor), 4, "{args:?}: {}", stderr(&doctor));
+    }
     let import = run(
         &sqlite,
         &["import", "--openclaw", json_dir.to_str().unwrap()],

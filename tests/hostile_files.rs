@@ -297,3 +297,21 @@ async fn a_store_over_the_size_limit_is_refused_before_it_is_read() {
         "{report:?}"
     );
 }
+
+#[tokio::test]
+async fn a_transcript_line_nested_a_million_deep_is_a_reported_issue() {
+    let dir = tempfile::tempdir().unwrap();
+    let transcripts = FileTranscriptStore::new(dir.path());
+    let transcript = TranscriptRef::new(AgentId::main(), "s-1");
+    let entry = TranscriptEntry::user_text("before", chrono::Utc::now());
+    transcripts.append(&transcript, vec![entry]).await.unwrap();
+    let path = transcripts.path(&transcript).unwrap();
+    let mut file = fs::OpenOptions::new().append(true).open(&path).unwrap();
+    std::io::Write::write_all(&mut file, format!("{}\n", "[".repeat(1_000_000)).as_bytes())
+        .unwrap();
+    let entry = TranscriptEntry::user_text("after", chrono::Utc::now());
+    transcripts.append(&transcript, vec![entry]).await.unwrap();
+    let read = transcripts.read(&transcript, Offset::START).await.unwrap();
+    assert_eq!(read.events.len(), 2, "the good lines around it are read");
+    assert_eq!(read.issues.len(), 1, "{:?}", read.issues);
+}

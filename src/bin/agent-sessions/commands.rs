@@ -655,10 +655,8 @@ async fn doctor(store: &str, json: bool, repair: bool, prune: bool) -> Outcome {
         DoctorOptions::default()
     };
     options.prune_missing_transcripts = prune;
-    if !repair {
-        // Refuses a tree that is not there (nothing is created).
-        Backend::open_read_only(store).await?;
-    }
+    // Refuses a tree that is not there, with or without --repair (nothing is created).
+    Backend::open_read_only(store).await?;
     let report = examine(&root, &options).await?;
     output::doctor(json, &report);
     if report.all_repaired() {
