@@ -10,11 +10,21 @@ use agent_sessions::{AgentId, Durability, JsonFileStore, JsonStoreOptions, LockO
 /// The OpenClaw fixture tree, copied into a fresh temporary directory.
 pub fn openclaw_fixture() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temporary directory");
-    copy_tree(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/openclaw"),
-        dir.path(),
-    );
+    copy_tree(&fixtures().join("openclaw"), dir.path());
     dir
+}
+
+/// `tests/fixtures` of the library, from the library's tests or a workspace member's
+/// (which include this module by path).
+fn fixtures() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    [
+        manifest.join("tests/fixtures"),
+        manifest.join("../tests/fixtures"),
+    ]
+    .into_iter()
+    .find(|dir| dir.is_dir())
+    .expect("the library's tests/fixtures")
 }
 
 fn copy_tree(from: &Path, to: &Path) {

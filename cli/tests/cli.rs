@@ -1,5 +1,7 @@
 //! The `agent-sessions` command line, run as a user would.
 
+// The library's test helpers (fixtures, PostgreSQL schemas), shared with this crate.
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::path::Path;
