@@ -42,6 +42,14 @@
 //!
 //! * `testing` — [`testing`]: the conformance suite every [`SessionStore`] must pass,
 //!   and the [`store_conformance_tests!`] macro to run it against your own store.
+//! * `sqlite` — [`SqliteStore`](store::SqliteStore): sessions, transcripts and the
+//!   message log in one SQLite file (SQLite is compiled in).
+//! * `postgres` — [`PostgresStore`](store::PostgresStore): the same on a PostgreSQL
+//!   server, with a connection pool.
+//! * `http` — [`http`]: the sessions HTTP service, an axum router serving the kernel
+//!   API (`/kernel/sessions/…`) over any [`SessionManager`].
+//! * `cli` — the `agent-sessions` command-line tool (list, show, reset, prune, import,
+//!   migrate, serve…); turns on `sqlite`, `postgres` and `http`.
 //!
 //! # Observability
 //!
