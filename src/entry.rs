@@ -629,8 +629,8 @@ impl SessionStatus {
         matches!(self, SessionStatus::Closed)
     }
 
-    /// The status as the kernel HTTP API reports it (the shape ClawOS-style agent hosts
-    /// use): `closed` or `active`.
+    /// The status as the kernel HTTP API (the `http` module) reports it: `closed` or
+    /// `active`.
     pub fn clawos(&self) -> &'static str {
         if self.is_closed() {
             "closed"

@@ -28,8 +28,8 @@ use crate::inbound::InboundMessage;
 /// OpenClaw's reset triggers.
 pub const DEFAULT_RESET_TRIGGERS: &[&str] = &["/new", "/reset"];
 
-/// The reset phrases of the kernel HTTP API (`new task`, `start over`, `reset`, …), the
-/// phrases ClawOS-style agent hosts treat as "start a new session".
+/// The reset phrases of the kernel HTTP API (`new task`, `start over`, `reset`, …): what
+/// its callers treat as "start a new session".
 pub const CLAWOS_RESET_PHRASES: &[&str] = &[
     "new task",
     "start over",
