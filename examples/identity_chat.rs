@@ -1,4 +1,4 @@
-//! An identity adapter (seed 000 §11, "Wiring SMS"): Jane texts the bot, then opens the
+//! An identity adapter for SMS and web chat: Jane texts the bot, then opens the
 //! web chat. Her phone number is looked up in the staff directory and her web login
 //! carries her staff id, so both resolve to one person and continue one conversation
 //! with one rolling context summary. An hour later the summary is shared with the

@@ -1,4 +1,4 @@
-//! Who may read and change a session (seed 003's access control).
+//! Who may read and change a session.
 //!
 //! A [`Caller`] is the owner — who may open every session — or a participant, who may
 //! open only the sessions they take part in ([`SessionEntry::participants`]). Either

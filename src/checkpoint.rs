@@ -1,6 +1,6 @@
-//! Checkpoints (seed 003): moments when an introspection pass looks back over a
-//! session's recent events and updates its working memory and description; and the
-//! versioned snapshot a session keeps of slowly changing context (OpenClaw's skills).
+//! Checkpoints: moments when an introspection pass looks back over a session's recent
+//! events and updates its working memory and description; and the versioned snapshot a
+//! session keeps of slowly changing context (OpenClaw's skills).
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -32,8 +32,8 @@ pub struct IntrospectionOutcome {
     pub description: Option<String>,
 }
 
-/// Looks back over a session at a checkpoint (seed 003's introspection agent). The host
-/// implements it, usually with a model; the manager stores what it returns.
+/// Looks back over a session at a checkpoint (an introspection agent). The host implements
+/// it, usually with a model; the manager stores what it returns.
 ///
 /// The manager calls it on `SessionManager::checkpoint` (manual or idle, as the host
 /// decides), every N turns (`turn_limit`, when configured), and when a session is

@@ -1,5 +1,5 @@
-//! The optional topic-drift gate (ClawOS): ask a model whether a message starts a new
-//! topic, and start a new session when it is confident enough.
+//! The optional topic-drift gate: ask a model whether a message starts a new topic, and
+//! start a new session when it is confident enough.
 
 use async_trait::async_trait;
 
@@ -7,7 +7,7 @@ use crate::error::Result;
 use crate::inbound::InboundMessage;
 use crate::store::StoredSession;
 
-/// The confidence at which drift starts a new session (ClawOS: 0.80).
+/// The confidence at which drift starts a new session (0.80).
 pub const DEFAULT_DRIFT_THRESHOLD: f32 = 0.80;
 
 /// A classifier's answer.

@@ -1,7 +1,8 @@
 //! The session entry: what a store keeps about one session.
 //!
-//! [`SessionEntry`] has the full field list OpenClaw and ClawCode write to
-//! `sessions.json`, serialised in camelCase exactly as they write it. Fields this crate
+//! [`SessionEntry`] has the full field list OpenClaw and its Claude Code variant write
+//! to `sessions.json` (including the SDK-session fields `sdkSessionId` and
+//! `cliSessionIds`), serialised in camelCase exactly as they write it. Fields this crate
 //! does not know land in [`SessionEntry::extra`] and are written back unchanged, so a
 //! store written by OpenClaw, or by a newer version of this crate, loses nothing.
 //!
@@ -524,7 +525,8 @@ pub struct SessionEntry {
     /// The session this thread session was forked from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<ForkOrigin>,
-    /// Engine runtime session ids, by engine type (seed 000's `engine_session_id`).
+    /// Engine runtime session ids, by engine type (e.g. `openclaw`, `droid`): the id each
+    /// engine gave this conversation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine_session_ids: Option<IndexMap<String, String>>,
     /// The canonical person this session is with.
@@ -541,11 +543,12 @@ pub struct SessionEntry {
     /// The agent identity the session's agent belongs to (`reggie` for `reggie_oc`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_identity: Option<String>,
-    /// This session's context summary (ClawOS), at most 1,000 characters.
+    /// This session's context summary, at most 1,000 characters (see
+    /// [`summary`](crate::summary)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_summary: Option<String>,
     /// The rolling summary shared by every session of this person with this agent
-    /// identity (seed 000).
+    /// identity, across channels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity_summary: Option<IdentitySummary>,
     /// What the session is working on, as the last checkpoint's introspection left it.
@@ -595,10 +598,11 @@ pub const MESSAGE_PREVIEW_MAX_CHARS: usize = 120;
 string_enum! {
     /// Where a session is in its life.
     ///
-    /// One model for ClawOS (`active` / `closed`) and the durable session model of seed
-    /// 003 (`idle`, `running`, `awaiting_approval`, `inactive`):
+    /// One model for the kernel HTTP API's two states (`active` / `closed`, see
+    /// [`clawos`](SessionStatus::clawos)) and the finer states of a durable session
+    /// (`idle`, `running`, `awaiting_approval`, `inactive`):
     ///
-    /// | status | ClawOS | seed 003 | next message |
+    /// | status | kernel API | durable session | next message |
     /// | --- | --- | --- | --- |
     /// | `Idle` | active | idle | continues (if fresh) |
     /// | `Running` | active | running | continues (if fresh) |
@@ -620,12 +624,13 @@ string_enum! {
 }
 
 impl SessionStatus {
-    /// Whether the next message must start a new session (also ClawOS's `closed`).
+    /// Whether the next message must start a new session (the kernel API's `closed`).
     pub fn is_closed(&self) -> bool {
         matches!(self, SessionStatus::Closed)
     }
 
-    /// The ClawOS status: `closed` or `active`.
+    /// The status as the kernel HTTP API (the `http` module) reports it: `closed` or
+    /// `active`.
     pub fn clawos(&self) -> &'static str {
         if self.is_closed() {
             "closed"
@@ -663,7 +668,7 @@ string_enum! {
     }
 }
 
-/// Where a session came from (seed 003's `SessionSource`).
+/// Where a session came from: a CLI, the web, an API client, a channel or a schedule.
 ///
 /// ```
 /// use agent_sessions::entry::SessionSource;
@@ -755,7 +760,7 @@ impl SessionSource {
 
     /// The session key of a CLI, web, API or schedule source under `agent`:
     /// `agent:<agentId>:cli:<name>`, `…:web:<device>`, `…:api:<client>`,
-    /// `…:schedule:<scheduleId>` (seed 003's id forms, as key rests).
+    /// `…:schedule:<scheduleId>` (each source's id form, as the rest of the key).
     ///
     /// Channel sessions are keyed from their conversation by a
     /// [`KeyBuilder`](crate::KeyBuilder); asking here is an [`Error::InvalidId`](crate::Error::InvalidId).
@@ -780,7 +785,7 @@ impl SessionSource {
 }
 
 /// A rolling summary of everything one person said with one agent identity, across
-/// sessions, channels and engine variants (seed 000 §6).
+/// sessions, channels and engine variants.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct IdentitySummary {

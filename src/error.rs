@@ -167,7 +167,8 @@ pub enum Error {
         problem: &'static str,
     },
 
-    /// A session may not be deleted (seed 003's deletion rules).
+    /// A session may not be deleted: a turn is running, or it is a shared group or
+    /// channel session and `force` was not given.
     #[error("session {key} was not deleted: {reason}")]
     DeleteRefused {
         /// The session.
@@ -187,8 +188,8 @@ pub enum Error {
         len: u64,
     },
 
-    /// The caller may not read or change this session (seed 003's access control, or
-    /// per-agent isolation). No data of the session is returned.
+    /// The caller may not read or change this session (access control, or per-agent
+    /// isolation). No data of the session is returned.
     #[error("access to {resource} denied: {reason}")]
     AccessDenied {
         /// What was asked for: `session <key>`, `transcript <agent>/<session id>`.

@@ -203,7 +203,7 @@ pub fn channel_display_name(channel: &str) -> String {
 }
 
 /// One line of group context: `[<Channel> <group> <time>] <sender>: <body>`, the time as
-/// `YYYY-MM-DDTHH:MMZ` (seed 002 §6.2).
+/// `YYYY-MM-DDTHH:MMZ` (as OpenClaw writes it).
 ///
 /// ```
 /// use agent_sessions::history::format_envelope;

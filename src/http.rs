@@ -1,10 +1,12 @@
-//! The sessions HTTP service (feature `http`): ClawOS's kernel API over any
-//! [`SessionManager`], for bots written in other languages.
+//! The sessions HTTP service (feature `http`): a session-kernel HTTP API
+//! (`/kernel/sessions/…`) over any [`SessionManager`], for bots written in other
+//! languages. The kernel API is the shape used by ClawOS-style agent hosts, where a
+//! host asks a session "kernel" which session each message belongs to.
 //!
 //! [`router`] returns an axum [`Router`] a host can mount in its own server; [`serve`]
 //! serves it with the protections only a server can give (a header read timeout, a
 //! connection limit), and the CLI's `agent-sessions serve --store <url> --listen <addr>`
-//! uses [`serve`]. The routes are ClawOS's kernel API:
+//! uses [`serve`]. The routes:
 //!
 //! | method | path | what it does |
 //! | --- | --- | --- |
@@ -17,7 +19,7 @@
 //!
 //! A workspace is an agent: `workspace_id` must be a valid agent id, and the message is
 //! a direct message from `remote_jid` to that agent, keyed by the manager's key builder.
-//! For ClawOS's one session per sender and channel
+//! For the kernel API's usual model, one session per sender and channel
 //! (`agent:<workspace_id>:<channel>:dm:<remote_jid>`), give the manager
 //! `DmScope::PerChannelPeer`, as the CLI's `serve` does; under the default `DmScope::Main` every
 //! direct message of a workspace shares its main session.

@@ -1,4 +1,4 @@
-//! Identity: every channel resolves to one canonical person (seed 000 §3).
+//! Identity: every channel resolves to one canonical person.
 //!
 //! A person who texts from their phone and later opens the web chat is one person; a
 //! session keyed by person (see [`DmScope::PerPerson`](crate::key::DmScope::PerPerson))
@@ -32,7 +32,7 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 use crate::key::normalize_e164;
 
-/// What kind of person someone is (seed 000).
+/// What kind of person someone is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PersonType {
@@ -60,7 +60,7 @@ impl PersonType {
         }
     }
 
-    /// The authority this type of person has (seed 000 §9).
+    /// The authority this type of person has.
     pub fn authority(self) -> Authority {
         match self {
             PersonType::User => Authority::Full,
@@ -77,10 +77,10 @@ impl fmt::Display for PersonType {
     }
 }
 
-/// How much an agent may do for a person (seed 000 §9). It is told to the agent in the
-/// prompt, not enforced by the crate: the agents are trusted runtimes.
+/// How much an agent may do for a person. It is told to the agent in the prompt, not
+/// enforced by the crate: the agents are trusted runtimes.
 ///
-/// `System` integrations get `Standard` (the seed lists no level for them).
+/// `System` integrations get `Standard`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Authority {
@@ -105,7 +105,7 @@ impl Authority {
         }
     }
 
-    /// What the agent should do at this level (seed 000 §9), for prompts.
+    /// What the agent should do at this level, for prompts.
     pub fn guidance(self) -> &'static str {
         match self {
             Authority::Full => "Can query any data, run reports, access all tools",
@@ -272,7 +272,7 @@ impl Directory for StaticDirectory {
     }
 }
 
-/// Seed 000's resolver, configurable:
+/// The default resolver, configurable:
 ///
 /// | channel | identifier | person |
 /// | --- | --- | --- |
@@ -306,7 +306,8 @@ impl Default for DefaultIdentityResolver {
 }
 
 impl DefaultIdentityResolver {
-    /// Seed 000's channels, no directories yet.
+    /// The default channels (`admin_chat`, `header_widget`, `web`; `sms`, `whatsapp`,
+    /// `signal`; `api`), no directories yet.
     pub fn new() -> Self {
         let owned = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect();
         DefaultIdentityResolver {

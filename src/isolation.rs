@@ -1,4 +1,4 @@
-//! Per-agent isolation (seed 004's "No Cross-Agent Access").
+//! Per-agent isolation: no agent reads or writes another agent's sessions.
 //!
 //! [`AgentScoped`] wraps a [`SessionStore`] or a [`TranscriptStore`] shared by several
 //! agents and lets one agent through: its keys and transcripts, nothing else. Another

@@ -42,6 +42,15 @@
 //!
 //! * `testing` — [`testing`]: the conformance suite every [`SessionStore`] must pass,
 //!   and the [`store_conformance_tests!`] macro to run it against your own store.
+//! * `sqlite` — [`SqliteStore`](store::SqliteStore): sessions, transcripts and the
+//!   message log in one SQLite file (SQLite is compiled in).
+//! * `postgres` — [`PostgresStore`](store::PostgresStore): the same on a PostgreSQL
+//!   server, with a connection pool.
+//! * `http` — [`http`]: the sessions HTTP service, an axum router serving the kernel
+//!   API (`/kernel/sessions/…`) over any [`SessionManager`].
+//!
+//! The `agent-sessions` command-line tool (list, show, reset, prune, export, import,
+//! migrate, doctor, serve) is the separate crate `agent-sessions-cli`.
 //!
 //! # Observability
 //!

@@ -1,5 +1,5 @@
 //! The memory flush: one turn, before the context is compacted, in which the agent
-//! writes down what it must not forget (seed 002 §7).
+//! writes down what it must not forget (as OpenClaw does).
 
 use serde::{Deserialize, Serialize};
 

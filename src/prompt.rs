@@ -1,5 +1,4 @@
-//! Prompt construction (seed 000 §7): the context stack the session layer adds in front
-//! of a message.
+//! Prompt construction: the context stack the session layer adds in front of a message.
 //!
 //! ```
 //! use agent_sessions::prompt::PromptBuilder;
@@ -100,8 +99,8 @@ impl PromptBuilder {
         )
     }
 
-    /// The authority level the agent should act at (seed 000 §9), with its guidance,
-    /// after the current user.
+    /// The authority level the agent should act at, with its guidance, after the current
+    /// user.
     pub fn authority(mut self, authority: Authority) -> Self {
         self.authority = Some(authority);
         self

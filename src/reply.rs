@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 pub const HEARTBEAT_TOKEN: &str = "HEARTBEAT_OK";
 /// The token a model answers with to stay silent (OpenClaw's `SILENT_REPLY_TOKEN`).
 pub const SILENT_REPLY_TOKEN: &str = "NO_REPLY";
-/// Silence markers that suppress a reply wherever they appear (seed 003).
+/// Silence markers that suppress a reply wherever they appear.
 pub const SILENCE_MARKERS: &[&str] = &["<NO_REPLY>", "<EMPTY_RESPONSE>"];
 /// How long a heartbeat acknowledgement may be and still count as "nothing to say".
 pub const DEFAULT_HEARTBEAT_ACK_MAX_CHARS: usize = 300;
@@ -178,8 +178,8 @@ fn normalize_markup(text: &str) -> String {
 }
 
 /// Removes silence: `<NO_REPLY>` and `<EMPTY_RESPONSE>` anywhere, and a bare `NO_REPLY`
-/// word at the start or end. `None` when nothing is left to send (seed 003; this
-/// crate's choice between OpenClaw 2.4's edges and 3.x's exact match).
+/// word at the start or end. `None` when nothing is left to send (this crate's choice
+/// between OpenClaw 2.4's edges and 3.x's exact match).
 ///
 /// ```
 /// use agent_sessions::reply::strip_silence;
@@ -363,7 +363,7 @@ pub struct ReplyOptions {
     pub sent_by_tool: Vec<String>,
 }
 
-/// Turns the model's raw payloads into what is sent (seed 002 §12.2): `HEARTBEAT_OK`
+/// Turns the model's raw payloads into what is sent: `HEARTBEAT_OK`
 /// stripped outside heartbeat runs, directives parsed, silence removed (a payload with
 /// media still sends its media), empty payloads dropped, and texts the agent already
 /// sent through a messaging tool dropped.

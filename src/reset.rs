@@ -1,4 +1,5 @@
-//! Explicit resets: `/new`, `/reset`, ClawOS's phrases, and model hints.
+//! Explicit resets: `/new`, `/reset`, the kernel HTTP API's reset phrases, and model
+//! hints.
 //!
 //! ```
 //! use agent_sessions::reset::ResetTriggers;
@@ -27,7 +28,8 @@ use crate::inbound::InboundMessage;
 /// OpenClaw's reset triggers.
 pub const DEFAULT_RESET_TRIGGERS: &[&str] = &["/new", "/reset"];
 
-/// ClawOS's reset phrases (seed 001, "Reset Keywords").
+/// The reset phrases of the kernel HTTP API (`new task`, `start over`, `reset`, …): what
+/// its callers treat as "start a new session".
 pub const CLAWOS_RESET_PHRASES: &[&str] = &[
     "new task",
     "start over",
@@ -93,7 +95,8 @@ impl ResetTriggers {
         }
     }
 
-    /// ClawOS's phrases plus OpenClaw's commands.
+    /// The reset phrases of the kernel HTTP API ([`CLAWOS_RESET_PHRASES`]: `reset`,
+    /// `start over`, …) plus OpenClaw's commands.
     pub fn clawos() -> Self {
         ResetTriggers::new(
             DEFAULT_RESET_TRIGGERS

@@ -1,4 +1,4 @@
-//! Group routing (seed 003): which group messages the agent answers.
+//! Group routing: which group messages the agent answers.
 
 use serde::Serialize;
 
@@ -39,9 +39,9 @@ pub struct RouteDecision {
     pub reason: RouteReason,
 }
 
-/// Routes a message (seed 003 "Group Routing", seed 004 `groupActivation`): direct
-/// messages and owner messages always trigger the agent (an owner message that does not
-/// address it is marked for context); others trigger only when they mention the agent
+/// Routes a message by its kind, its sender and the group's activation (`groupActivation`):
+/// direct messages and owner messages always trigger the agent (an owner message that does
+/// not address it is marked for context); others trigger only when they mention the agent
 /// or the group's activation is `always`; the rest are kept as history.
 ///
 /// ```

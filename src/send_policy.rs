@@ -1,4 +1,4 @@
-//! Send policy (seed 002 §13, seed 004): whether the agent may send in a session.
+//! Send policy (OpenClaw's rules): whether the agent may send in a session.
 
 use serde::{Deserialize, Serialize};
 

@@ -1,7 +1,7 @@
 //! Summaries: what a conversation is about, in at most 1,000 characters.
 //!
 //! A [`Summarizer`] merges a previous summary with new turns. The host plugs in its LLM;
-//! [`TemplateSummarizer`] is the deterministic default, writing ClawOS's format:
+//! [`TemplateSummarizer`] is the deterministic default, writing this format:
 //!
 //! ```text
 //! GOAL: <current user objective>
@@ -34,7 +34,7 @@ use chrono::{DateTime, Utc};
 use crate::error::Result;
 use crate::transcript::Direction;
 
-/// The longest summary, in characters (ClawOS).
+/// The longest summary, in characters.
 pub const MAX_SUMMARY_CHARS: usize = 1000;
 
 /// One message for a summarizer.
@@ -108,16 +108,15 @@ impl SummaryInput {
     }
 }
 
-/// Writes summaries. Implement it with an LLM (seed 000's flash-model merge, seed 001's
-/// Haiku summary); keep the result at most [`MAX_SUMMARY_CHARS`] characters — the manager
-/// cuts longer ones.
+/// Writes summaries. Implement it with an LLM (a small, fast model is enough); keep the
+/// result at most [`MAX_SUMMARY_CHARS`] characters — the manager cuts longer ones.
 #[async_trait]
 pub trait Summarizer: Send + Sync {
     /// The summary of `input`.
     async fn summarize(&self, input: &SummaryInput) -> Result<String>;
 }
 
-/// The deterministic summarizer (ClawOS's template fallback), in
+/// The deterministic summarizer (a template, for when no model is plugged in), in
 /// `GOAL / ENTITIES / DECISIONS / PENDING / TURNS` form, always at most
 /// [`MAX_SUMMARY_CHARS`] characters, the same output for the same input.
 ///

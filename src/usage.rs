@@ -120,8 +120,8 @@ pub enum EngineSession {
         /// Its id.
         id: String,
     },
-    /// An engine runtime's session, per engine type (seed 000's `engine_session_id`,
-    /// e.g. `openclaw`, `droid`).
+    /// An engine runtime's session, per engine type (the id the engine gave the
+    /// conversation; engine types e.g. `openclaw`, `droid`).
     Engine {
         /// The engine type.
         engine: String,

@@ -1,4 +1,4 @@
-//! Session workspaces: a folder per conversation for files (seed 000 §12).
+//! Session workspaces: a folder per conversation for files.
 //!
 //! Each workspace is `<root>/<uuid>/` with `summary.md`, `attachments/`, `exports/` and
 //! `context/`. The UUID is the crate's own (the session's first id), never an engine's
@@ -40,8 +40,8 @@ pub const MAX_FILE_NAME_LEN: usize = 255;
 /// Whether engine variants of one agent identity share a person's workspace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WorkspaceSharing {
-    /// One folder per person per agent identity (seed 000's recommendation): files the
-    /// `reggie_oc` agent saves are visible to `reggie_fd`.
+    /// One folder per person per agent identity (the default): files the `reggie_oc` agent
+    /// saves are visible to `reggie_fd`.
     #[default]
     PerIdentity,
     /// One folder per session key.

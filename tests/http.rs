@@ -1,5 +1,5 @@
 //! The sessions HTTP service over real HTTP: the service on 127.0.0.1 with an ephemeral
-//! port, driven by a real client through seed 001's smoke sequence and its errors, on
+//! port, driven by a real client through the kernel API's smoke sequence and its errors, on
 //! the JSON store and on PostgreSQL.
 
 mod common;
@@ -32,8 +32,8 @@ struct Service {
 }
 
 impl Service {
-    /// Serves ClawOS's configuration (a session per sender and channel, its reset
-    /// phrases, 30 minutes idle) over `store`.
+    /// Serves the kernel API's usual configuration (a session per sender and channel, its
+    /// reset phrases, 30 minutes idle) over `store`.
     async fn start(store: &str) -> Service {
         Service::start_with(store, ServiceOptions::default().secret(secret())).await
     }
@@ -137,8 +137,8 @@ fn id(body: &Value) -> String {
     body["session_id"].as_str().unwrap().to_owned()
 }
 
-/// Seed 001's "How to Test": the first turn creates, the second continues with the
-/// context summary, `reset` starts fresh; then close, idle timeout and listing.
+/// The smoke sequence: the first turn creates, the second continues with the context
+/// summary, `reset` starts fresh; then close, idle timeout and listing.
 async fn smoke_sequence(store: &str) {
     let service = Service::start(store).await;
     let health = service

@@ -708,7 +708,7 @@ async fn copy(from: &str, to: &str, json: bool, overwrite_conflicts: bool) -> Ou
     }
 }
 
-/// Serves the kernel API with ClawOS's defaults (a session per sender and channel, its
+/// Serves the kernel API with its usual defaults (a session per sender and channel, its
 /// reset phrases, an idle timeout) and `agent_sessions::http::serve`'s protections
 /// (timeouts, a connection limit) until Ctrl-C, then finishes the calls in flight.
 async fn serve(store: &str, args: ServeArgs) -> Outcome {

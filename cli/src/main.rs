@@ -122,7 +122,7 @@ enum Command {
         #[arg(long, requires = "repair")]
         prune_missing_transcripts: bool,
     },
-    /// Serve the sessions HTTP API (ClawOS's kernel API) over --store until Ctrl-C.
+    /// Serve the sessions HTTP API (the session-kernel API) over --store until Ctrl-C.
     Serve(commands::ServeArgs),
     /// Copy everything from one store to another, resumably, and verify the copy.
     Migrate {

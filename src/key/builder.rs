@@ -133,8 +133,8 @@ pub enum DmScope {
     PerChannelPeer,
     /// One per peer, channel and bot account: `agent:<id>:<channel>:<account>:dm:<peer>`.
     PerAccountChannelPeer,
-    /// One per canonical person, whatever the channel (seed 000 §4.1: one session per
-    /// person per agent variant): `agent:<id>:person:<personId>`, where identity links
+    /// One per canonical person, whatever the channel (one session per person across
+    /// channels, per agent variant): `agent:<id>:person:<personId>`, where identity links
     /// map person ids (`42`, `staff:17`) to one name. A DM without a known person falls
     /// back to `per-channel-peer`.
     PerPerson,
@@ -157,7 +157,7 @@ pub enum SessionScope {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DmMarker {
-    /// `…:dm:<peer>` (the seeds and OpenClaw 2026.2).
+    /// `…:dm:<peer>` (this crate's default, and OpenClaw 2026.2).
     #[default]
     Dm,
     /// `…:direct:<peer>` (OpenClaw 3.x).

@@ -218,10 +218,9 @@ impl SessionManager {
         Ok(stored)
     }
 
-    /// Deletes a session (seed 003's rules): never while a turn runs
-    /// ([`DeleteRefusal::Running`]); group and channel sessions only with `force`
-    /// ([`DeleteRefusal::SharedHistory`]). Returns the deleted entry, `None` if there
-    /// was none.
+    /// Deletes a session: never while a turn runs ([`DeleteRefusal::Running`]); group and
+    /// channel sessions only with `force` ([`DeleteRefusal::SharedHistory`]). Returns the
+    /// deleted entry, `None` if there was none.
     pub async fn delete(
         &self,
         key: &SessionKey,
@@ -447,12 +446,11 @@ impl SessionManager {
         self.store.put(key, entry).await
     }
 
-    /// Opens the session of a CLI, web, API or schedule source (seed 003's
-    /// `openSession`): creates it (`no_session`), starts a new one over a closed one
-    /// (`session_closed`), or reopens it — an inactive session becomes idle — keeping its
-    /// original source (`first_message` if it has had no message yet, else
-    /// `within_timeout`). Opening is not a message: counts and `updatedAt` move only
-    /// when one arrives.
+    /// Opens the session of a CLI, web, API or schedule source: creates it (`no_session`),
+    /// starts a new one over a closed one (`session_closed`), or reopens it — an inactive
+    /// session becomes idle — keeping its original source (`first_message` if it has had no
+    /// message yet, else `within_timeout`). Opening is not a message: counts and
+    /// `updatedAt` move only when one arrives.
     pub async fn open(
         &self,
         source: &SessionSource,

@@ -15,8 +15,7 @@ use crate::transcript::{
     TranscriptEntry, TranscriptRead, TranscriptRef, TranscriptStore, TranscriptSubscription, Usage,
 };
 
-/// One message for the message log: in or out, its text, and what is known about it
-/// (seed 000 §8, `logType2Message`).
+/// One message for the message log: in or out, its text, and what is known about it.
 ///
 /// ```
 /// use agent_sessions::manager::LogMessage;
@@ -205,10 +204,10 @@ impl SessionManager {
         ))
     }
 
-    /// Logs one inbound or outbound message in `key`'s session: the one call every
-    /// channel makes (seed 000 §8). The message becomes a transcript line — a user
-    /// message in, an assistant message out — carrying the message-log fields, so it
-    /// is in the session's event log and in [`query_log`](TranscriptStore::query_log).
+    /// Logs one inbound or outbound message in `key`'s session: the one call every channel
+    /// makes. The message becomes a transcript line — a user message in, an assistant
+    /// message out — carrying the message-log fields, so it is in the session's event log
+    /// and in [`query_log`](TranscriptStore::query_log).
     pub async fn log_message(&self, key: &SessionKey, message: LogMessage) -> Result<SessionEvent> {
         let (transcript, entry) = self.transcript_of(key).await?;
         let now = self.clock.now();
@@ -272,10 +271,10 @@ impl SessionManager {
             .pop())
     }
 
-    /// Takes a checkpoint (seed 003: `manual`, `new_session`, `turn_limit`, `idle`):
-    /// with an [`Introspector`](crate::checkpoint::Introspector), it looks over the
-    /// session's events since the last checkpoint and its working memory and description
-    /// are updated from what it returns; a checkpoint event is recorded either way.
+    /// Takes a checkpoint (`manual`, `new_session`, `turn_limit`, `idle`): with an
+    /// [`Introspector`](crate::checkpoint::Introspector), it looks over the session's
+    /// events since the last checkpoint and its working memory and description are updated
+    /// from what it returns; a checkpoint event is recorded either way.
     pub async fn checkpoint(
         &self,
         key: &SessionKey,

@@ -20,7 +20,7 @@ use crate::transcript::{
 use crate::usage::{EngineKind, EngineSession, TurnUsage};
 
 /// How long a person's conversation with an agent identity must be quiet before its
-/// rolling summary is merged (seed 000: one hour).
+/// rolling summary is merged: one hour.
 pub const DEFAULT_SUMMARY_QUIET_GAP: Duration = Duration::from_secs(60 * 60);
 
 /// How a turn ended, for [`SessionManager::record_turn`]: the one call after each turn.
@@ -80,7 +80,7 @@ impl TurnOutcome {
     }
 }
 
-/// A compaction event from the engine (seed 002 §8.3).
+/// A compaction event from the engine: compaction started or ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CompactionEvent {
     /// Compaction started.
@@ -321,11 +321,11 @@ impl SessionManager {
         Ok(Some(seeded))
     }
 
-    /// Merges the rolling summary of `person` with `agent_identity` (seed 000 §6): the
-    /// messages logged since the summary's watermark, across every session, channel and
-    /// engine variant, merged by the summarizer — but only once the conversation has
-    /// been quiet for the configured gap (default one hour) — and written to every
-    /// sibling session with the new watermark.
+    /// Merges the rolling summary of `person` with `agent_identity`: the messages logged
+    /// since the summary's watermark, across every session, channel and engine variant,
+    /// merged by the summarizer — but only once the conversation has been quiet for the
+    /// configured gap (default one hour) — and written to every sibling session with the
+    /// new watermark.
     pub async fn refresh_identity_summary(
         &self,
         person: &str,

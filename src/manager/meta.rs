@@ -28,7 +28,7 @@ pub(crate) struct Inbound<'a> {
 /// a fresh id, per-session settings and counters cleared, everything else kept — the
 /// label, the auth profile, exec settings, skills, heartbeat and unknown fields survive a
 /// reset, as they do in OpenClaw. Engine session ids (SDK, CLI) are cleared: they belong
-/// to the old conversation (ClawCode clears them on reset).
+/// to the old conversation (OpenClaw's Claude Code variant clears them on reset too).
 pub(crate) fn start_session(base: Option<SessionEntry>, now_ms: u64) -> SessionEntry {
     let mut entry = base.unwrap_or_default();
     entry.session_id = uuid::Uuid::new_v4().to_string();

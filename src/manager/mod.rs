@@ -279,9 +279,9 @@ impl SessionManagerBuilder {
         self
     }
 
-    /// Serves `agent` only (seed 004): the store and transcripts are wrapped in
-    /// [`AgentScoped`], so no call of this manager reads or writes another agent's
-    /// sessions or transcripts — another agent's key is
+    /// Serves `agent` only: the store and transcripts are wrapped in [`AgentScoped`], so no
+    /// call of this manager reads or writes another agent's sessions or transcripts —
+    /// another agent's key is
     /// [`AccessDenial::OtherAgent`](crate::AccessDenial::OtherAgent), listings and log
     /// queries show only `agent`'s. `agent` also becomes the default agent.
     ///
@@ -403,7 +403,7 @@ impl SessionManager {
 
     /// Decides which session `message` belongs to and records the message in it.
     ///
-    /// The decision policy, in order (seed 001 over OpenClaw's rules):
+    /// The decision policy, in order (over OpenClaw's freshness rules):
     ///
     /// 1. an authorised reset trigger → new (`explicit_reset`);
     /// 2. no session for the key → new (`no_session`);

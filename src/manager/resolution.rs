@@ -11,7 +11,8 @@ use crate::key::SessionKey;
 use crate::reset::ModelRef;
 use crate::store::StoredSession;
 
-/// Whether a message starts a new session or continues one (ClawOS's `decision`).
+/// Whether a message starts a new session or continues one (the kernel HTTP API's
+/// `decision`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Decision {
@@ -21,7 +22,8 @@ pub enum Decision {
     Continue,
 }
 
-/// Why [`Decision`] was taken (ClawOS's `reason`), in the order the policy checks.
+/// Why [`Decision`] was taken (the kernel HTTP API's `reason`), in the order the policy
+/// checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Reason {
     /// An authorised sender asked for a reset (`/new`, `/reset`, a reset phrase).
@@ -41,7 +43,7 @@ pub enum Reason {
 }
 
 impl Reason {
-    /// ClawOS's name: `explicit_reset`, `no_session`, `session_closed`, `timeout`,
+    /// The reason's name: `explicit_reset`, `no_session`, `session_closed`, `timeout`,
     /// `topic_drift`, `first_message` or `within_timeout`.
     pub fn as_str(&self) -> &'static str {
         match self {
@@ -126,7 +128,8 @@ impl Resolution {
     }
 }
 
-/// The decision policy of seed 001, over OpenClaw's freshness rules.
+/// The decision policy (resets, closed sessions, timeouts, topic drift), over
+/// OpenClaw's freshness rules.
 pub(crate) struct Policy<'a> {
     pub(crate) freshness: &'a dyn FreshnessPolicy,
     pub(crate) reset_type: ResetType,

@@ -182,11 +182,10 @@ impl ScopedManager<'_> {
             .await
     }
 
-    /// [`SessionManager::open`] for the caller (seed 003's `openSession`): the caller's
-    /// identity is resolved again first (so role changes and merges apply); an existing
-    /// session must already list a non-owner caller as a participant; a new session
-    /// records them as its first. The session records the resolved person's id (if it
-    /// has none) and current type.
+    /// [`SessionManager::open`] for the caller: the caller's identity is resolved again
+    /// first (so role changes and merges apply); an existing session must already list a
+    /// non-owner caller as a participant; a new session records them as its first. The
+    /// session records the resolved person's id (if it has none) and current type.
     pub async fn open(
         &mut self,
         source: &SessionSource,

@@ -1,5 +1,5 @@
-//! Analytics over logged messages (seed 000 §10.3): volumes by category, channel,
-//! agent identity, day and week; trends; a person's recurring topic.
+//! Analytics over logged messages: volumes by category, channel, agent identity, day and
+//! week; trends; a person's recurring topic.
 
 use std::collections::BTreeMap;
 
@@ -9,8 +9,8 @@ use serde::Serialize;
 use super::LoggedMessage;
 use crate::transcript::Direction;
 
-/// How many questions on one topic within a week make it recurring (the seed's "3
-/// times this week").
+/// How many questions on one topic within a week make it recurring ("3 times this
+/// week").
 pub const RECURRING_THRESHOLD: usize = 3;
 
 /// Counts over a set of messages. Maps are sorted by key; uncategorised messages count

@@ -1,5 +1,4 @@
-//! Categorising exchanges (seed 000 §10.2): the `Categorizer` seam and a
-//! deterministic keyword-rule default.
+//! Categorising exchanges: the `Categorizer` seam and a deterministic keyword-rule default.
 
 use async_trait::async_trait;
 
@@ -8,7 +7,7 @@ use super::LoggedMessage;
 use crate::error::Result;
 use crate::transcript::Direction;
 
-/// The seed's labels, in the order the default rules try them (the first label with the
+/// The default labels, in the order the default rules try them (the first label with the
 /// most matching keywords wins; `other` when nothing matches).
 pub const DEFAULT_LABELS: &[&str] = &[
     "escalation",
@@ -78,7 +77,7 @@ impl Exchange {
             .collect()
     }
 
-    /// The seed's transcript form: `inbound: …` and `outbound: …` lines.
+    /// The exchange as text for a model: `inbound: …` and `outbound: …` lines.
     pub fn transcript(&self) -> String {
         self.messages
             .iter()
@@ -94,8 +93,8 @@ impl Exchange {
     }
 }
 
-/// Gives an exchange one label (the seed's flash-model call). Runs in the background,
-/// never on the reply path.
+/// Gives an exchange one label (usually a call to a small, fast model). Runs in the
+/// background, never on the reply path.
 #[async_trait]
 pub trait Categorizer: Send + Sync {
     /// The label for `exchange`, lower case.
@@ -129,7 +128,7 @@ pub struct KeywordCategorizer {
 }
 
 impl Default for KeywordCategorizer {
-    /// The seed's labels with rules for a care-services workforce.
+    /// The default labels with rules for a care-services workforce.
     fn default() -> Self {
         KeywordCategorizer::empty("other")
             .rule(

@@ -1,4 +1,4 @@
-//! Search, categorisation and analytics over the message log (seed 000 §10).
+//! Search, categorisation and analytics over the message log.
 //!
 //! The message log is what [`SessionManager::log_message`](crate::SessionManager::log_message)
 //! writes into transcripts. [`Search`] copies it, incrementally, into a
@@ -431,7 +431,7 @@ impl Search {
         self
     }
 
-    /// Categorises with `categorizer` (the seed's flash-model call, or rules).
+    /// Categorises with `categorizer` (a call to a small, fast model, or rules).
     pub fn categorizer(mut self, categorizer: impl Categorizer + 'static) -> Self {
         self.categorizer = Arc::new(categorizer);
         self

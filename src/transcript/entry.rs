@@ -335,8 +335,8 @@ pub enum Direction {
     Outbound,
 }
 
-/// The message-log fields this crate adds to a `message` entry (seed 000 §4.2): who,
-/// with which agent, which way, on which channel, how long it took.
+/// The message-log fields this crate adds to a `message` entry: who, with which agent,
+/// which way, on which channel, how long it took.
 ///
 /// They sit in the entry's `log` object; pi-coding-agent and OpenClaw ignore it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -377,7 +377,7 @@ pub struct LogFields {
     pub extra: Map<String, Value>,
 }
 
-/// Why a checkpoint was taken (seed 003).
+/// Why a checkpoint was taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CheckpointReason {
