@@ -300,15 +300,36 @@ pub enum Error {
         what: &'static str,
     },
 
-    /// A host-supplied component (an embedder, a categorizer, a summarizer) failed or
-    /// answered something unusable.
-    #[error("the {component} failed: {problem}")]
+    /// A host-supplied component (an embedder, a categorizer, a summarizer) or a
+    /// component of the crate's own (a search index) failed or answered something
+    /// unusable. The component's own error is the [`source`](std::error::Error::source);
+    /// build one with [`Error::component`].
+    #[error("the {component} failed: {source}")]
     Component {
-        /// Which component: `embedder`, `categorizer`, ….
+        /// Which component: `embedder`, `categorizer`, `search index`, ….
         component: &'static str,
-        /// What went wrong.
-        problem: String,
+        /// What went wrong, as the component reported it.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
+
+    /// A value could not be encoded as JSON (a `serde_json::Value` inside it was not
+    /// representable, or a serializer failed).
+    #[error("could not encode {what} as JSON: {source}")]
+    Encode {
+        /// What was being encoded, and for where (`a transcript entry for <path>`).
+        what: String,
+        /// The JSON error.
+        #[source]
+        source: serde_json::Error,
+    },
+
+    /// The failure of one write shared by several callers — the JSON store writes the
+    /// updates of concurrent callers together (a group commit) — as every one of them
+    /// receives it: the same error, with its kind ([`Error::is_transient`] answers for
+    /// it).
+    #[error(transparent)]
+    Shared(std::sync::Arc<Error>),
 
     /// An entry could not be serialised (a `serde_json::Value` inside it was not representable).
     #[error("could not serialise session entry {key}: {source}")]
@@ -328,6 +349,7 @@ impl Error {
         match self {
             Error::LockTimeout { .. } | Error::Conflict { .. } => true,
             Error::Database { transient, .. } => *transient,
+            Error::Shared(error) => error.is_transient(),
             _ => false,
         }
     }
@@ -345,6 +367,32 @@ impl Error {
                 limit: *limit,
             },
             None => Error::Io { op, path, source },
+        }
+    }
+
+    /// A [`Component`](Error::Component) error: `component` failed with `source` (any
+    /// error, or a message).
+    ///
+    /// ```
+    /// use agent_sessions::Error;
+    ///
+    /// let error = Error::component("embedder", "the model is down");
+    /// assert_eq!(error.to_string(), "the embedder failed: the model is down");
+    /// ```
+    pub fn component(
+        component: &'static str,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        Error::Component {
+            component,
+            source: source.into(),
+        }
+    }
+
+    pub(crate) fn encode(what: impl Into<String>, source: serde_json::Error) -> Self {
+        Error::Encode {
+            what: what.into(),
+            source,
         }
     }
 

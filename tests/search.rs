@@ -402,10 +402,7 @@ impl Embedder for ConceptEmbedder {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.texts.fetch_add(texts.len(), Ordering::SeqCst);
         if self.fail {
-            return Err(Error::Component {
-                component: "embedder",
-                problem: "the model is down".into(),
-            });
+            return Err(Error::component("embedder", "the model is down"));
         }
         Ok(texts
             .iter()

@@ -115,12 +115,14 @@ impl MemoryIndex {
         let mut state = State::default();
         match std::fs::read(&file) {
             Ok(bytes) => {
-                let unreadable = |problem: String| Error::Component {
-                    component: "search index",
-                    problem: format!(
-                        "{} cannot be read ({problem}); it was left as it is",
-                        file.display()
-                    ),
+                let unreadable = |problem: String| {
+                    Error::component(
+                        "search index",
+                        format!(
+                            "{} cannot be read ({problem}); it was left as it is",
+                            file.display()
+                        ),
+                    )
                 };
                 let saved: Saved = serde_json::from_slice(&bytes)
                     .map_err(|error| unreadable(error.to_string()))?;
@@ -323,18 +325,14 @@ impl SearchIndex for MemoryIndex {
                 messages: state.messages.clone(),
             };
             state.dirty = false;
-            serde_json::to_vec(&saved).map_err(|source| Error::Component {
-                component: "search index",
-                problem: source.to_string(),
+            serde_json::to_vec(&saved).map_err(|source| {
+                Error::encode(format!("the search index {}", file.display()), source)
             })?
         };
         let file = file.clone();
         let saved = tokio::task::spawn_blocking(move || MemoryIndex::save(&file, &bytes))
             .await
-            .map_err(|join| Error::Component {
-                component: "search index",
-                problem: join.to_string(),
-            })?;
+            .map_err(|join| Error::component("search index", join))?;
         if saved.is_err() {
             self.write().dirty = true;
         }

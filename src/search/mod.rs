@@ -575,14 +575,14 @@ impl Search {
                 let texts: Vec<String> = waiting.iter().map(|m| m.text.clone()).collect();
                 let vectors = embedder.embed(&texts).await?;
                 if vectors.len() != waiting.len() {
-                    return Err(crate::Error::Component {
-                        component: "embedder",
-                        problem: format!(
+                    return Err(crate::Error::component(
+                        "embedder",
+                        format!(
                             "the embedder returned {} vectors for {} texts",
                             vectors.len(),
                             waiting.len()
                         ),
-                    });
+                    ));
                 }
                 progress.embedded = vectors.len();
                 self.index

@@ -114,9 +114,10 @@ pub struct StoredSession {
 ///
 /// It receives the current entry (`None` when there is none) and its revision. Leaving
 /// the slot unchanged writes nothing; setting it to `None` deletes the entry; returning
-/// an error aborts and writes nothing. It may run more than once (a SQL store retries a
-/// transaction that lost a serialisation race), so it must not have side effects
-/// beyond the slot and its own captured state.
+/// an error aborts and writes nothing. The stores of this crate run it exactly once per
+/// call (each holds the key's lock while it runs), but a store may run it more than
+/// once — one that retries a transaction — so keep it free of side effects beyond the
+/// slot and its own captured state.
 pub type Mutator<'a> =
     dyn FnMut(&mut Option<SessionEntry>, Option<Revision>) -> Result<()> + Send + 'a;
 

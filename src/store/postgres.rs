@@ -983,11 +983,7 @@ impl TranscriptStore for PostgresStore {
             }
         };
         let (lines, leaf) = stamp_entries(&mut entries, leaf, Utc::now()).map_err(|e| {
-            Error::io(
-                "serialise an entry for",
-                &location,
-                std::io::Error::other(e),
-            )
+            Error::encode(format!("a transcript entry for {}", location.display()), e)
         })?;
         self.insert_lines(tx, &agent, &name, count, &lines).await?;
         tx.execute(

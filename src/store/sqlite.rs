@@ -822,7 +822,7 @@ impl TranscriptStore for SqliteStore {
                     }
                 };
                 let (lines, leaf) = stamp_entries(&mut entries, leaf, Utc::now())
-                    .map_err(|e| Error::io("serialise an entry for", &location, std::io::Error::other(e)))?;
+                    .map_err(|e| Error::encode(format!("a transcript entry for {}", location.display()), e))?;
                 insert_lines(tx, &agent, &name, count, &lines)?;
                 tx.execute(
                     "UPDATE transcripts SET line_count = ?3, leaf = ?4 WHERE agent_id = ?1 AND name = ?2",

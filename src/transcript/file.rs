@@ -210,7 +210,7 @@ impl Inner {
         let mut line_number = tail.lines + usize::from(!buffer.is_empty());
         let (lines, leaf) =
             stamp_entries(&mut entries, tail.leaf.clone(), Utc::now()).map_err(|source| {
-                Error::io("serialise an entry for", path, io::Error::other(source))
+                Error::encode(format!("a transcript entry for {}", path.display()), source)
             })?;
         let mut events = Vec::with_capacity(entries.len());
         for (entry, line) in entries.into_iter().zip(lines) {

@@ -122,9 +122,8 @@ impl TranscriptStore for MemoryTranscriptStore {
             });
             let leaf = leaf_of(lines.iter().map(String::as_str));
             let first = lines.len();
-            let (new_lines, _) = stamp_entries(&mut entries, leaf, Utc::now()).map_err(|e| {
-                Error::io("serialise an entry for", "memory", std::io::Error::other(e))
-            })?;
+            let (new_lines, _) = stamp_entries(&mut entries, leaf, Utc::now())
+                .map_err(|e| Error::encode("a transcript entry", e))?;
             lines.extend(new_lines);
             Ok::<_, Error>(
                 entries

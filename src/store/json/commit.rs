@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use super::document::Document;
 use super::io::FileStamp;
 use super::lock::FileLock;
+use crate::error::Error;
 
 /// At most this many updates share one write (a bound on how long the first waits).
 pub(super) const MAX_BATCH: usize = 64;
@@ -48,7 +49,7 @@ pub(super) struct Batch {
     pub(super) document: Arc<Document>,
     /// Members whose change is in the document, waiting for the write.
     pub(super) members: usize,
-    pub(super) outcome: watch::Sender<Option<Result<(), String>>>,
+    pub(super) outcome: watch::Sender<Option<Result<(), Arc<Error>>>>,
     /// The stamp of the file the document was read from (`None`: no file).
     pub(super) read_stamp: Option<FileStamp>,
 }

@@ -356,10 +356,17 @@ impl JsonFileStore {
                     outcome.send_replace(Some(Ok(())));
                     Ok(())
                 }
+                // A failure only this caller sees is its own; one several callers
+                // share reaches each of them, kind and all, as `Error::Shared`.
+                Err(error) if members == 1 => {
+                    state.last_written = None;
+                    Err(error)
+                }
                 Err(error) => {
                     state.last_written = None;
-                    outcome.send_replace(Some(Err(error.to_string())));
-                    Err(error)
+                    let error = Arc::new(error);
+                    outcome.send_replace(Some(Err(error.clone())));
+                    Err(Error::Shared(error))
                 }
             }
         })
@@ -372,15 +379,11 @@ impl JsonFileStore {
         &self,
         path: &Path,
         queue: &FileQueue,
-        mut outcome: watch::Receiver<Option<Result<(), String>>>,
+        mut outcome: watch::Receiver<Option<Result<(), Arc<Error>>>>,
     ) -> Result<()> {
-        let finished = |outcome: &Option<Result<(), String>>| match outcome {
+        let finished = |outcome: &Option<Result<(), Arc<Error>>>| match outcome {
             Some(Ok(())) => Ok(()),
-            Some(Err(message)) => Err(Error::io(
-                "write (in a batch of updates)",
-                path,
-                std::io::Error::other(message.clone()),
-            )),
+            Some(Err(error)) => Err(Error::Shared(error.clone())),
             None => unreachable!("waited for an outcome"),
         };
         let seen = outcome.clone();

@@ -260,10 +260,14 @@ async fn a_failed_batch_fails_every_member_and_acknowledges_nothing() {
         tasks.spawn(async move { store.put(&numbered(n), SessionEntry::new("lost", 2)).await });
     }
     while let Some(done) = tasks.join_next().await {
-        assert!(
-            done.unwrap().is_err(),
-            "no member of a failed write is acknowledged"
-        );
+        // Every member gets the write's own error, with its kind: a failed rename.
+        match done.unwrap() {
+            Err(Error::Shared(error)) => {
+                assert!(matches!(&*error, Error::Io { op: "rename", .. }), "{error:?}");
+                assert!(!Error::Shared(error.clone()).is_transient());
+            }
+            other => panic!("no member of a failed write is acknowledged: {other:?}"),
+        }
     }
     let fresh = JsonFileStore::with_options(dir.path(), options());
     assert_eq!(fresh.len().await.unwrap(), 1);
