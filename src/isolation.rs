@@ -41,7 +41,7 @@ use crate::key::{AgentId, SessionKey};
 use crate::store::{ListFilter, Mutator, SessionStore, StoredSession};
 use crate::transcript::{
     ArchiveReason, LogQuery, LogRecord, Offset, SessionEvent, SessionHeader, TranscriptEntry,
-    TranscriptRead, TranscriptRef, TranscriptStore, TranscriptSubscription,
+    TranscriptExport, TranscriptRead, TranscriptRef, TranscriptStore, TranscriptSubscription,
 };
 
 /// A store seen by one agent only.
@@ -120,8 +120,10 @@ impl<S: SessionStore> SessionStore for AgentScoped<S> {
             .await
     }
 
-    async fn len(&self) -> Result<usize> {
-        Ok(self.list(&ListFilter::new()).await?.len())
+    async fn count(&self, filter: &ListFilter) -> Result<usize> {
+        self.inner
+            .count(&filter.clone().agent(self.agent.clone()))
+            .await
     }
 
     async fn delete(&self, key: &SessionKey) -> Result<Option<SessionEntry>> {
@@ -193,6 +195,14 @@ impl<T: TranscriptStore> TranscriptStore for AgentScoped<T> {
             .only(move |update| update.transcript.agent == agent)
     }
 
+    fn location(&self, transcript: &TranscriptRef) -> Option<String> {
+        self.check_transcript(transcript).ok()?;
+        self.inner.location(transcript)
+    }
+}
+
+#[async_trait]
+impl<T: TranscriptExport> TranscriptExport for AgentScoped<T> {
     async fn transcript_names(&self, agent: Option<&AgentId>) -> Result<Vec<(AgentId, String)>> {
         if agent.is_some_and(|a| *a != self.agent) {
             return Ok(Vec::new());
@@ -208,10 +218,5 @@ impl<T: TranscriptStore> TranscriptStore for AgentScoped<T> {
     async fn import_lines(&self, agent: &AgentId, name: &str, lines: Vec<String>) -> Result<bool> {
         self.check_agent(agent, name)?;
         self.inner.import_lines(agent, name, lines).await
-    }
-
-    fn location(&self, transcript: &TranscriptRef) -> Option<String> {
-        self.check_transcript(transcript).ok()?;
-        self.inner.location(transcript)
     }
 }

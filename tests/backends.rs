@@ -401,3 +401,100 @@ async fn a_source_written_during_a_migration_fails_verification_by_name() {
     assert_eq!(again.session_conflicts.len(), 1);
     assert_eq!(again.session_conflicts[0].key, key);
 }
+
+/// Lists `backend` after one entry (`bad`) was damaged behind its back: the listing
+/// skips it and shows the rest, `get` reports it, nothing is rewritten.
+async fn a_damaged_entry_is_skipped_by_list_and_reported_by_get(
+    backend: &Backend,
+    bad: &SessionKey,
+) {
+    let listed = backend.sessions().list(&ListFilter::new()).await.unwrap();
+    assert_eq!(
+        listed.len(),
+        1,
+        "the good session is listed, the damaged one skipped"
+    );
+    assert_ne!(&listed[0].key, bad);
+    assert!(matches!(
+        backend.sessions().get(bad).await,
+        Err(agent_sessions::Error::InvalidEntry { .. })
+    ));
+}
+
+fn two_sessions() -> [(SessionKey, SessionEntry); 2] {
+    [
+        (
+            SessionKey::parse("agent:main:telegram:dm:good").unwrap(),
+            SessionEntry::new("s-good", 2),
+        ),
+        (
+            SessionKey::parse("agent:main:telegram:dm:bad").unwrap(),
+            SessionEntry::new("s-bad", 1),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn every_store_lists_around_an_entry_it_cannot_decode() {
+    let [good, bad] = two_sessions();
+    // JSON: the entry's sessionId is a number.
+    let json_dir = tempfile::tempdir().unwrap();
+    let json = Backend::open(&format!("json:{}", json_dir.path().display()))
+        .await
+        .unwrap();
+    for (key, entry) in [&good, &bad] {
+        json.sessions().put(key, entry.clone()).await.unwrap();
+    }
+    let file = agent_sessions::paths::store_path(json_dir.path(), &AgentId::main());
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text.replace("\"s-bad\"", "42")).unwrap();
+    a_damaged_entry_is_skipped_by_list_and_reported_by_get(&json, &bad.0).await;
+
+    // SQLite: the row's entry is not JSON.
+    let db = json_dir.path().join("s.db");
+    let sqlite = Backend::open(&format!("sqlite:{}", db.display()))
+        .await
+        .unwrap();
+    for (key, entry) in [&good, &bad] {
+        sqlite.sessions().put(key, entry.clone()).await.unwrap();
+    }
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute(
+            "UPDATE sessions SET entry = '{not json' WHERE session_key = ?1",
+            [bad.0.as_str()],
+        )
+        .unwrap();
+    a_damaged_entry_is_skipped_by_list_and_reported_by_get(&sqlite, &bad.0).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+async fn postgres_lists_around_an_entry_it_cannot_decode() {
+    let [good, bad] = two_sessions();
+    let schema = common::TestSchema::new("damaged_entry");
+    let postgres = Backend::open(&schema.url()).await.unwrap();
+    for (key, entry) in [&good, &bad] {
+        postgres.sessions().put(key, entry.clone()).await.unwrap();
+    }
+    let (client, connection) = tokio_postgres::connect(&schema.server, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .execute(
+            &format!(
+                "UPDATE {}.sessions SET entry = '{{\"sessionId\": 42}}' WHERE session_key = $1",
+                schema.name
+            ),
+            &[&bad.0.as_str()],
+        )
+        .await
+        .unwrap();
+    a_damaged_entry_is_skipped_by_list_and_reported_by_get(&postgres, &bad.0).await;
+    schema.drop().await;
+}

@@ -423,7 +423,15 @@ async fn a_participant_posts_only_as_themselves() {
             ..
         })
     ));
-    assert_eq!(fixture.manager.store().len().await.unwrap(), 1);
+    assert_eq!(
+        fixture
+            .manager
+            .store()
+            .count(&ListFilter::new())
+            .await
+            .unwrap(),
+        1
+    );
 }
 
 #[tokio::test]
@@ -650,7 +658,7 @@ async fn an_isolated_manager_never_reaches_another_agents_sessions_or_transcript
         .await
         .unwrap()
         .is_empty());
-    assert_eq!(ops.store().len().await.unwrap(), 1);
+    assert_eq!(ops.store().count(&ListFilter::new()).await.unwrap(), 1);
 
     // Main's session is as main left it.
     assert_eq!(main.get(key).await.unwrap().unwrap(), before);

@@ -122,7 +122,7 @@ async fn fixture_entries_read_with_their_fields() {
         subagent[0].entry.spawned_by.as_deref(),
         Some("agent:main:main")
     );
-    assert_eq!(store.len().await.unwrap(), 3);
+    assert_eq!(store.count(&ListFilter::new()).await.unwrap(), 3);
     assert_eq!(store.agents().await.unwrap(), [AgentId::main()]);
 }
 
@@ -154,7 +154,7 @@ async fn a_missing_store_is_empty_and_reading_creates_nothing() {
     let store = store(&dir.path().join("state"));
     assert!(store.get(&key("agent:main:main")).await.unwrap().is_none());
     assert!(store.list(&ListFilter::new()).await.unwrap().is_empty());
-    assert_eq!(store.len().await.unwrap(), 0);
+    assert_eq!(store.count(&ListFilter::new()).await.unwrap(), 0);
     assert!(store.agents().await.unwrap().is_empty());
     assert!(
         !dir.path().join("state").exists(),
@@ -214,7 +214,7 @@ async fn corrupt_stores_are_reported_and_left_untouched() {
             store.put(&k, SessionEntry::new("new", 1)).await.map(|_| ()),
             store.delete(&k).await.map(|_| ()),
             store.list(&ListFilter::new()).await.map(|_| ()),
-            store.len().await.map(|_| ()),
+            store.count(&ListFilter::new()).await.map(|_| ()),
         ];
         for result in results {
             match result {
@@ -320,7 +320,7 @@ async fn non_canonical_keys_are_kept_but_not_served() {
     .unwrap();
     let store = store(dir.path());
     assert!(store.list(&ListFilter::new()).await.unwrap().is_empty());
-    assert_eq!(store.len().await.unwrap(), 0);
+    assert_eq!(store.count(&ListFilter::new()).await.unwrap(), 0);
     store
         .put(&key("agent:main:main"), SessionEntry::new("m", 4))
         .await
@@ -471,7 +471,7 @@ async fn writers_never_trust_the_read_cache() {
     let (a, b) = (store(dir.path()), store(dir.path()));
     let (one, two) = (key("agent:main:dm:one"), key("agent:main:dm:two"));
     b.put(&one, SessionEntry::new("1", 1)).await.unwrap();
-    assert_eq!(b.len().await.unwrap(), 1); // b has the file cached
+    assert_eq!(b.count(&ListFilter::new()).await.unwrap(), 1); // b has the file cached
     a.put(&two, SessionEntry::new("2", 2)).await.unwrap();
     b.with_session(&one, |e| e.label = Some("x".into()))
         .await
@@ -502,7 +502,7 @@ async fn each_agent_has_its_own_file_and_global_lives_with_the_global_agent() {
         main_store_file(dir.path())
     );
     assert_eq!(store.agents().await.unwrap(), [AgentId::main(), support]);
-    assert_eq!(store.len().await.unwrap(), 2);
+    assert_eq!(store.count(&ListFilter::new()).await.unwrap(), 2);
 }
 
 #[tokio::test]
@@ -511,5 +511,5 @@ async fn the_json_store_is_usable_as_a_trait_object() {
     let store: std::sync::Arc<dyn SessionStore> = std::sync::Arc::new(store(dir.path()));
     let k = key("agent:main:main");
     store.put(&k, SessionEntry::new("s", 1)).await.unwrap();
-    assert_eq!(store.len().await.unwrap(), 1);
+    assert_eq!(store.count(&ListFilter::new()).await.unwrap(), 1);
 }

@@ -881,7 +881,7 @@ async fn explicit_keys_are_used_as_given() {
 #[tokio::test]
 async fn reset_starts_a_new_session_and_archives_the_old_transcript() {
     use agent_sessions::manager::LogMessage;
-    use agent_sessions::transcript::{MemoryTranscriptStore, TranscriptStore};
+    use agent_sessions::transcript::{MemoryTranscriptStore, TranscriptExport};
     let transcripts = MemoryTranscriptStore::new();
     let manager = SessionManager::builder(MemoryStore::new())
         .transcripts(transcripts.clone())

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::search::{MemoryIndex, SearchIndex};
 use crate::store::{JsonFileStore, SessionStore};
-use crate::transcript::{FileTranscriptStore, TranscriptStore};
+use crate::transcript::{FileTranscriptStore, TranscriptExport};
 
 /// Where sessions and transcripts live, as a URL.
 ///
@@ -211,7 +211,7 @@ fn same_server(a: &str, b: &str) -> bool {
 /// assert!(Backend::open_with(&url, OpenMode::ReadOnly).await.is_err());
 /// Backend::open_with(&url, OpenMode::Create).await?;
 /// let backend = Backend::open_with(&url, OpenMode::ReadOnly).await?;
-/// assert_eq!(backend.sessions().len().await?, 0);
+/// assert_eq!(backend.sessions().count(&ListFilter::new()).await?, 0);
 /// # Ok(())
 /// # }
 /// ```
@@ -245,7 +245,7 @@ pub const SEARCH_INDEX_FILE: &str = "search/messages.json";
 /// # let dir = tempfile::tempdir().unwrap();
 /// # let url = format!("json:{}", dir.path().display());
 /// let backend = Backend::open(&url).await?;
-/// assert_eq!(backend.sessions().len().await?, 0);
+/// assert_eq!(backend.sessions().count(&ListFilter::new()).await?, 0);
 /// # Ok(())
 /// # }
 /// ```
@@ -253,7 +253,7 @@ pub const SEARCH_INDEX_FILE: &str = "search/messages.json";
 pub struct Backend {
     url: StoreUrl,
     sessions: Arc<dyn SessionStore>,
-    transcripts: Arc<dyn TranscriptStore>,
+    transcripts: Arc<dyn TranscriptExport>,
     /// The database's own index, or (JSON) opened on first use.
     search: Arc<tokio::sync::OnceCell<Arc<dyn SearchIndex>>>,
 }
@@ -309,7 +309,7 @@ impl Backend {
     pub async fn open_url_with(url: StoreUrl, mode: OpenMode) -> Result<Backend> {
         type Parts = (
             Arc<dyn SessionStore>,
-            Arc<dyn TranscriptStore>,
+            Arc<dyn TranscriptExport>,
             Option<Arc<dyn SearchIndex>>,
         );
         let (sessions, transcripts, search): Parts = match &url {
@@ -396,7 +396,7 @@ impl Backend {
     }
 
     /// The transcript store.
-    pub fn transcripts(&self) -> &Arc<dyn TranscriptStore> {
+    pub fn transcripts(&self) -> &Arc<dyn TranscriptExport> {
         &self.transcripts
     }
 

@@ -119,7 +119,10 @@ impl SessionStore for MemoryStore {
         Ok(filter.finish(matching))
     }
 
-    async fn len(&self) -> Result<usize> {
-        Ok(self.sessions().len())
+    async fn count(&self, filter: &ListFilter) -> Result<usize> {
+        if filter.is_everything() {
+            return Ok(self.sessions().len());
+        }
+        Ok(self.list(filter).await?.len())
     }
 }

@@ -24,7 +24,7 @@
 //!     })
 //!     .await?;
 //! assert_eq!(turns, 1);
-//! assert_eq!(store.len().await?, 1);
+//! assert_eq!(store.count(&ListFilter::new()).await?, 1);
 //! # Ok(())
 //! # }
 //! ```
@@ -164,6 +164,11 @@ impl ListFilter {
     /// Every session.
     pub fn new() -> Self {
         ListFilter::default()
+    }
+
+    /// Whether this filter lets every session through (no condition, no limit).
+    pub fn is_everything(&self) -> bool {
+        *self == ListFilter::default()
     }
 
     /// Only `agent`'s sessions.
@@ -318,14 +323,20 @@ pub trait SessionStore: Send + Sync {
     ) -> Result<Option<StoredSession>>;
 
     /// Sessions matching `filter`, most recently updated first.
+    ///
+    /// An entry that cannot be decoded is skipped (and logged as a warning), never
+    /// fails the listing: one damaged entry must not hide every other session. It is
+    /// kept as it is, and [`get`](Self::get) on its key reports it
+    /// ([`Error::InvalidEntry`]).
     async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>>;
 
-    /// How many sessions the store holds.
-    async fn len(&self) -> Result<usize>;
+    /// How many sessions match `filter`: as many as [`list`](Self::list) returns for
+    /// it (its `limit` caps the count). `count(&ListFilter::new())` is the store's size.
+    async fn count(&self, filter: &ListFilter) -> Result<usize>;
 
     /// Whether the store holds no session.
     async fn is_empty(&self) -> Result<bool> {
-        Ok(self.len().await? == 0)
+        Ok(self.count(&ListFilter::new()).await? == 0)
     }
 
     /// Removes `key`, returning the entry it had.
@@ -471,8 +482,8 @@ impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
         (**self).list(filter).await
     }
 
-    async fn len(&self) -> Result<usize> {
-        (**self).len().await
+    async fn count(&self, filter: &ListFilter) -> Result<usize> {
+        (**self).count(filter).await
     }
 
     async fn delete(&self, key: &SessionKey) -> Result<Option<SessionEntry>> {

@@ -19,8 +19,8 @@ use crate::transcript::lines::{
 };
 use crate::transcript::{
     ArchiveReason, LogQuery, LogRecord, Offset, SessionEvent, SessionHeader, TranscriptEntry,
-    TranscriptRead, TranscriptRef, TranscriptStore, TranscriptSubscription, TranscriptUpdate,
-    UpdateHub,
+    TranscriptExport, TranscriptRead, TranscriptRef, TranscriptStore, TranscriptSubscription,
+    TranscriptUpdate, UpdateHub,
 };
 
 const BACKEND: &str = "postgres";
@@ -340,7 +340,7 @@ impl PostgresStore {
     ///     PostgresOptions::default(),
     /// )
     /// .await?;
-    /// println!("{} sessions", db.len().await?);
+    /// println!("{} sessions", db.count(&ListFilter::new()).await?);
     /// # Ok(())
     /// # }
     /// ```
@@ -759,12 +759,16 @@ impl SessionStore for PostgresStore {
             .query(&statement, &refs(&values))
             .await
             .map_err(pg_error("list sessions"))?;
-        rows.iter()
-            .map(|row| decode(&self.location, row.get(0), row.get(1), row.get(2)))
-            .collect()
+        Ok(sql::decode_listed(
+            &self.location,
+            rows.iter().map(|row| (row.get(0), row.get(1), row.get(2))),
+        ))
     }
 
-    async fn len(&self) -> Result<usize> {
+    async fn count(&self, filter: &ListFilter) -> Result<usize> {
+        if !filter.is_everything() {
+            return Ok(self.list(filter).await?.len());
+        }
         let client = self.client().await?;
         let count: i64 = client
             .query_one(
@@ -1147,7 +1151,10 @@ impl TranscriptStore for PostgresStore {
     fn subscribe(&self) -> TranscriptSubscription {
         self.hub.subscribe()
     }
+}
 
+#[async_trait]
+impl TranscriptExport for PostgresStore {
     async fn transcript_names(&self, agent: Option<&AgentId>) -> Result<Vec<(AgentId, String)>> {
         let client = self.client().await?;
         let agent = agent.map(ToString::to_string);

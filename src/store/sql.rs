@@ -76,6 +76,26 @@ pub(crate) fn decode(
     })
 }
 
+/// The rows of a listing as sessions: a row that cannot be decoded is skipped and
+/// logged, never fails the listing (the contract of `SessionStore::list`); `get` on its
+/// key reports it.
+pub(crate) fn decode_listed<'a>(
+    location: &Path,
+    rows: impl IntoIterator<Item = (&'a str, i64, &'a str)>,
+) -> Vec<StoredSession> {
+    rows.into_iter()
+        .filter_map(
+            |(key, revision, json)| match decode(location, key, revision, json) {
+                Ok(session) => Some(session),
+                Err(error) => {
+                    tracing::warn!(%error, "skipped an undecodable session in a listing");
+                    None
+                }
+            },
+        )
+        .collect()
+}
+
 /// Revisions are 64-bit hashes; SQL integers are signed. The bits are kept.
 pub(crate) fn revision_to_i64(revision: Revision) -> i64 {
     i64::from_ne_bytes(revision.as_u64().to_ne_bytes())

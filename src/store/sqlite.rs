@@ -22,8 +22,8 @@ use crate::transcript::lines::{
 };
 use crate::transcript::{
     ArchiveReason, LogQuery, LogRecord, Offset, SessionEvent, SessionHeader, TranscriptEntry,
-    TranscriptRead, TranscriptRef, TranscriptStore, TranscriptSubscription, TranscriptUpdate,
-    UpdateHub,
+    TranscriptExport, TranscriptRead, TranscriptRef, TranscriptStore, TranscriptSubscription,
+    TranscriptUpdate, UpdateHub,
 };
 
 const BACKEND: &str = "sqlite";
@@ -224,7 +224,7 @@ impl SqliteStore {
     ///
     /// SqliteStore::open(&file)?;
     /// let db = SqliteStore::open_read_only(&file)?;
-    /// assert_eq!(db.len().await?, 0);
+    /// assert_eq!(db.count(&ListFilter::new()).await?, 0);
     /// # Ok(())
     /// # }
     /// ```
@@ -538,12 +538,17 @@ impl SessionStore for SqliteStore {
                 Ok(rows)
             })
             .await?;
-        rows.iter()
-            .map(|(key, revision, json)| decode(&self.inner.path, key, *revision, json))
-            .collect()
+        Ok(sql::decode_listed(
+            &self.inner.path,
+            rows.iter()
+                .map(|(key, revision, json)| (key.as_str(), *revision, json.as_str())),
+        ))
     }
 
-    async fn len(&self) -> Result<usize> {
+    async fn count(&self, filter: &ListFilter) -> Result<usize> {
+        if !filter.is_everything() {
+            return Ok(self.list(filter).await?.len());
+        }
         let count: i64 = self
             .read(|c| {
                 c.query_row("SELECT COUNT(*) FROM sessions", [], |row| row.get(0))
@@ -964,7 +969,10 @@ impl TranscriptStore for SqliteStore {
     fn subscribe(&self) -> TranscriptSubscription {
         self.inner.hub.subscribe()
     }
+}
 
+#[async_trait]
+impl TranscriptExport for SqliteStore {
     async fn transcript_names(&self, agent: Option<&AgentId>) -> Result<Vec<(AgentId, String)>> {
         let agent = agent.map(ToString::to_string);
         let rows: Vec<(String, String)> = self

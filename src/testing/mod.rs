@@ -68,7 +68,11 @@ pub async fn get_of_missing_key_is_none<S: SessionStore + ?Sized>(store: &S) {
         store.get(&missing).await.unwrap().is_none(),
         "get of a missing key"
     );
-    assert_eq!(store.len().await.unwrap(), 0, "len of an empty store");
+    assert_eq!(
+        store.count(&ListFilter::new()).await.unwrap(),
+        0,
+        "len of an empty store"
+    );
     assert!(
         store.is_empty().await.unwrap(),
         "is_empty of an empty store"
@@ -126,14 +130,14 @@ pub async fn update_creates_changes_and_deletes<S: SessionStore + ?Sized>(store:
     assert_eq!(seen, "s-1");
     let got = store.get(&k).await.unwrap().unwrap();
     assert_eq!(got.entry.label.as_deref(), Some("inbox"));
-    assert_eq!(store.len().await.unwrap(), 1);
+    assert_eq!(store.count(&ListFilter::new()).await.unwrap(), 1);
 
     store.update(&k, |slot| *slot = None).await.unwrap();
     assert!(
         store.get(&k).await.unwrap().is_none(),
         "set to None deletes"
     );
-    assert_eq!(store.len().await.unwrap(), 0);
+    assert_eq!(store.count(&ListFilter::new()).await.unwrap(), 0);
 }
 
 /// `delete` returns the removed entry.
@@ -326,7 +330,8 @@ pub async fn agents_are_isolated<S: SessionStore + ?Sized>(store: &S) {
     assert!(store.get(&support).await.unwrap().is_some());
 }
 
-/// `list` applies every filter, orders by `updatedAt` descending then key, and limits.
+/// `list` applies every filter, orders by `updatedAt` descending then key, and limits;
+/// `count` agrees with it for every filter.
 pub async fn list_filters_and_orders<S: SessionStore + ?Sized>(store: &S) {
     let sessions = [
         (
@@ -417,12 +422,20 @@ pub async fn list_filters_and_orders<S: SessionStore + ?Sized>(store: &S) {
     ];
     for (filter, expected) in cases {
         assert_eq!(
+            store.count(&filter).await.unwrap(),
+            expected.len(),
+            "count {filter:?}"
+        );
+        assert_eq!(
             keys(store.list(&filter).await.unwrap()),
             expected,
             "{filter:?}"
         );
     }
-    assert_eq!(store.len().await.unwrap(), sessions.len());
+    assert_eq!(
+        store.count(&ListFilter::new()).await.unwrap(),
+        sessions.len()
+    );
 }
 
 /// Adds one to the entry's `compactionCount`, creating the entry if needed.
@@ -481,7 +494,7 @@ where
         joined.unwrap();
     }
     assert_eq!(
-        store.len().await.unwrap() as u64,
+        store.count(&ListFilter::new()).await.unwrap() as u64,
         TASKS,
         "every key is kept"
     );

@@ -1,6 +1,8 @@
 //! The conformance suite every [`TranscriptStore`] must pass.
 //!
-//! Run it with [`transcript_conformance_tests!`](crate::transcript_conformance_tests),
+//! Two behaviours (archive names, export and import) go through the
+//! [`TranscriptExport`] capability, so the suite runs on stores that have it, as every
+//! store of this crate does. Run it with [`transcript_conformance_tests!`](crate::transcript_conformance_tests),
 //! as the session suite runs with `store_conformance_tests!`.
 
 use std::sync::Arc;
@@ -11,8 +13,8 @@ use tokio::task::JoinSet;
 use crate::error::Error;
 use crate::key::AgentId;
 use crate::transcript::{
-    ArchiveReason, LogFields, LogQuery, Offset, SessionHeader, TranscriptEntry, TranscriptRef,
-    TranscriptStore,
+    ArchiveReason, LogFields, LogQuery, Offset, SessionHeader, TranscriptEntry, TranscriptExport,
+    TranscriptRef, TranscriptStore,
 };
 
 fn at(minute: i64) -> DateTime<Utc> {
@@ -151,7 +153,7 @@ pub async fn forks_start_from_the_parent<T: TranscriptStore + ?Sized>(store: &T)
 }
 
 /// Archiving renames (the live name is free again), removing erases.
-pub async fn archive_renames_and_remove_erases<T: TranscriptStore + ?Sized>(store: &T) {
+pub async fn archive_renames_and_remove_erases<T: TranscriptExport + ?Sized>(store: &T) {
     let agent = AgentId::new("archivist").unwrap();
     let t = TranscriptRef::new(agent.clone(), "s-3");
     store.append(&t, vec![said("old", 0)]).await.unwrap();
@@ -280,7 +282,7 @@ pub async fn subscribers_see_appends<T: TranscriptStore + ?Sized>(store: &T) {
 
 /// Exported lines import elsewhere byte for byte; importing over an existing
 /// transcript does nothing.
-pub async fn exported_lines_import_byte_for_byte<T: TranscriptStore + ?Sized>(store: &T) {
+pub async fn exported_lines_import_byte_for_byte<T: TranscriptExport + ?Sized>(store: &T) {
     let from = transcript("main", "s-export");
     store
         .append(

@@ -16,8 +16,8 @@ use super::lines::{
 };
 use super::{
     ArchiveReason, LogQuery, LogRecord, Offset, ReadIssue, SessionEvent, SessionHeader,
-    TranscriptEntry, TranscriptRead, TranscriptRef, TranscriptStore, TranscriptSubscription,
-    TranscriptUpdate, UpdateHub,
+    TranscriptEntry, TranscriptExport, TranscriptRead, TranscriptRef, TranscriptStore,
+    TranscriptSubscription, TranscriptUpdate, UpdateHub,
 };
 use crate::error::{Error, Result};
 use crate::fsutil::{
@@ -656,6 +656,15 @@ impl TranscriptStore for FileTranscriptStore {
         self.inner.hub.subscribe()
     }
 
+    fn location(&self, transcript: &TranscriptRef) -> Option<String> {
+        self.path(transcript)
+            .ok()
+            .map(|path| path.to_string_lossy().into_owned())
+    }
+}
+
+#[async_trait]
+impl TranscriptExport for FileTranscriptStore {
     async fn transcript_names(&self, agent: Option<&AgentId>) -> Result<Vec<(AgentId, String)>> {
         let root = self.inner.root.clone();
         let agent = agent.cloned();
@@ -715,11 +724,5 @@ impl TranscriptStore for FileTranscriptStore {
             inner.create_with(&file, &bytes)
         })
         .await
-    }
-
-    fn location(&self, transcript: &TranscriptRef) -> Option<String> {
-        self.path(transcript)
-            .ok()
-            .map(|path| path.to_string_lossy().into_owned())
     }
 }

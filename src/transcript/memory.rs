@@ -13,8 +13,8 @@ use super::lines::{
 };
 use super::{
     ArchiveReason, LogQuery, LogRecord, Offset, SessionEvent, SessionHeader, TranscriptEntry,
-    TranscriptRead, TranscriptRef, TranscriptStore, TranscriptSubscription, TranscriptUpdate,
-    UpdateHub,
+    TranscriptExport, TranscriptRead, TranscriptRef, TranscriptStore, TranscriptSubscription,
+    TranscriptUpdate, UpdateHub,
 };
 use crate::error::{Error, Result};
 use crate::key::AgentId;
@@ -229,7 +229,10 @@ impl TranscriptStore for MemoryTranscriptStore {
     fn subscribe(&self) -> TranscriptSubscription {
         self.inner.hub.subscribe()
     }
+}
 
+#[async_trait]
+impl TranscriptExport for MemoryTranscriptStore {
     async fn transcript_names(&self, agent: Option<&AgentId>) -> Result<Vec<(AgentId, String)>> {
         Ok(self.with(|all| {
             all.keys()

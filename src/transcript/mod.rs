@@ -440,6 +440,13 @@ impl<T: TranscriptStore + ?Sized> TranscriptStore for Arc<T> {
         (**self).subscribe()
     }
 
+    fn location(&self, transcript: &TranscriptRef) -> Option<String> {
+        (**self).location(transcript)
+    }
+}
+
+#[async_trait]
+impl<T: TranscriptExport + ?Sized> TranscriptExport for Arc<T> {
     async fn transcript_names(&self, agent: Option<&AgentId>) -> Result<Vec<(AgentId, String)>> {
         (**self).transcript_names(agent).await
     }
@@ -450,10 +457,6 @@ impl<T: TranscriptStore + ?Sized> TranscriptStore for Arc<T> {
 
     async fn import_lines(&self, agent: &AgentId, name: &str, lines: Vec<String>) -> Result<bool> {
         (**self).import_lines(agent, name, lines).await
-    }
-
-    fn location(&self, transcript: &TranscriptRef) -> Option<String> {
-        (**self).location(transcript)
     }
 }
 
@@ -540,24 +543,30 @@ pub trait TranscriptStore: Send + Sync {
     /// Live updates of every transcript of this store.
     fn subscribe(&self) -> TranscriptSubscription;
 
-    /// Every transcript, live and archived, as `(agent, name)` sorted by agent and
-    /// name; only `agent`'s when given. Names are file names
-    /// ([`TranscriptRef::file_name`], archived ones with their suffix) in every store.
-    async fn transcript_names(&self, agent: Option<&AgentId>) -> Result<Vec<(AgentId, String)>>;
-
-    /// The lines of transcript `name` exactly as stored, without their newlines (a torn
-    /// last line is not one); `None` if there is no such transcript. For moving
-    /// transcripts between stores.
-    async fn export_lines(&self, agent: &AgentId, name: &str) -> Result<Option<Vec<String>>>;
-
-    /// Creates transcript `name` with `lines` unless it exists; returns whether it did.
-    /// The lines are kept byte for byte.
-    async fn import_lines(&self, agent: &AgentId, name: &str, lines: Vec<String>) -> Result<bool>;
-
     /// Where `transcript` lives, as an entry's `sessionFile` records it (a path for file
     /// stores; `None` for stores without paths).
     fn location(&self, transcript: &TranscriptRef) -> Option<String> {
         let _ = transcript;
         None
     }
+}
+
+/// A [`TranscriptStore`] whose transcripts can be listed and copied whole, line for
+/// line: what moving transcripts between stores ([`migrate`](crate::store::migrate)),
+/// exporting and counting them need. Every store of this crate has it; a host's own
+/// transcript store needs only the core trait to serve sessions.
+#[async_trait]
+pub trait TranscriptExport: TranscriptStore {
+    /// Every transcript, live and archived, as `(agent, name)` sorted by agent and
+    /// name; only `agent`'s when given. Names are file names
+    /// ([`TranscriptRef::file_name`], archived ones with their suffix) in every store.
+    async fn transcript_names(&self, agent: Option<&AgentId>) -> Result<Vec<(AgentId, String)>>;
+
+    /// The lines of transcript `name` exactly as stored, without their newlines (a torn
+    /// last line is not one); `None` if there is no such transcript.
+    async fn export_lines(&self, agent: &AgentId, name: &str) -> Result<Option<Vec<String>>>;
+
+    /// Creates transcript `name` with `lines` unless it exists; returns whether it did.
+    /// The lines are kept byte for byte.
+    async fn import_lines(&self, agent: &AgentId, name: &str, lines: Vec<String>) -> Result<bool>;
 }

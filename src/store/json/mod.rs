@@ -736,7 +736,10 @@ impl SessionStore for JsonFileStore {
         Ok(filter.finish(sessions))
     }
 
-    async fn len(&self) -> Result<usize> {
+    async fn count(&self, filter: &ListFilter) -> Result<usize> {
+        if !filter.is_everything() {
+            return Ok(self.list(filter).await?.len());
+        }
         let agents = self.agents().await?;
         let inner = self.inner.clone();
         blocking(&self.inner.root, move || {

@@ -236,7 +236,7 @@ async fn concurrent_writers_share_writes_and_lose_nothing() {
     );
 
     let fresh = JsonFileStore::with_options(dir.path(), options());
-    assert_eq!(fresh.len().await.unwrap(), 65);
+    assert_eq!(fresh.count(&ListFilter::new()).await.unwrap(), 65);
     let shared = fresh.get(&key()).await.unwrap().unwrap().entry;
     assert_eq!(shared.compaction_count, Some(64));
     for n in 0..64 {
@@ -263,14 +263,17 @@ async fn a_failed_batch_fails_every_member_and_acknowledges_nothing() {
         // Every member gets the write's own error, with its kind: a failed rename.
         match done.unwrap() {
             Err(Error::Shared(error)) => {
-                assert!(matches!(&*error, Error::Io { op: "rename", .. }), "{error:?}");
+                assert!(
+                    matches!(&*error, Error::Io { op: "rename", .. }),
+                    "{error:?}"
+                );
                 assert!(!Error::Shared(error.clone()).is_transient());
             }
             other => panic!("no member of a failed write is acknowledged: {other:?}"),
         }
     }
     let fresh = JsonFileStore::with_options(dir.path(), options());
-    assert_eq!(fresh.len().await.unwrap(), 1);
+    assert_eq!(fresh.count(&ListFilter::new()).await.unwrap(), 1);
     assert_eq!(session_id_on_disk(dir.path()).await.as_deref(), Some("old"));
 }
 
@@ -299,7 +302,7 @@ async fn a_failing_mutator_in_a_batch_fails_only_its_caller() {
         assert_eq!(ok, n % 2 == 0, "writer {n}");
     }
     let fresh = JsonFileStore::with_options(dir.path(), options());
-    assert_eq!(fresh.len().await.unwrap(), 8);
+    assert_eq!(fresh.count(&ListFilter::new()).await.unwrap(), 8);
 }
 
 #[tokio::test]
