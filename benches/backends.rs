@@ -13,7 +13,7 @@ mod common;
 use std::sync::Arc;
 
 use agent_sessions::prelude::*;
-use agent_sessions::{Durability, JsonStoreOptions};
+use agent_sessions::{Durability, JsonFileOptions};
 use common::{entry, key, write_store};
 use criterion::{criterion_group, criterion_main, Criterion};
 use tokio::runtime::Runtime;
@@ -98,11 +98,11 @@ fn backends(c: &mut Criterion) {
 
         let dir = tempfile::tempdir().unwrap();
         write_store(dir.path(), sessions);
-        let json = JsonFileStore::with_options(
+        let json = JsonFileStore::new_with(
             dir.path(),
-            JsonStoreOptions {
+            JsonFileOptions {
                 durability: Durability::Unsynced,
-                ..JsonStoreOptions::default()
+                ..JsonFileOptions::default()
             },
         );
         bench(c, &runtime, "json", sessions, Arc::new(json));

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agent_sessions::prelude::*;
-use agent_sessions::{Durability, JsonStoreOptions, LockOptions};
+use agent_sessions::{Durability, JsonFileOptions, LockOptions};
 
 const PROCESSES: usize = 4;
 const UPDATES: usize = 500;
@@ -18,15 +18,15 @@ const SESSIONS: usize = 1_000;
 const CHILD: &str = "AGENT_SESSIONS_CONTENTION_CHILD";
 
 fn store(root: &str) -> JsonFileStore {
-    JsonFileStore::with_options(
+    JsonFileStore::new_with(
         root,
-        JsonStoreOptions {
+        JsonFileOptions {
             durability: Durability::Unsynced,
             lock: LockOptions {
                 timeout: Duration::from_secs(10),
                 ..LockOptions::default()
             },
-            ..JsonStoreOptions::default()
+            ..JsonFileOptions::default()
         },
     )
 }

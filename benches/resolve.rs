@@ -8,9 +8,9 @@ mod common;
 
 use std::sync::Arc;
 
-use agent_sessions::access::Caller;
+use agent_sessions::identity::access::Caller;
 use agent_sessions::prelude::*;
-use agent_sessions::{Durability, JsonStoreOptions};
+use agent_sessions::{Durability, JsonFileOptions};
 use common::{entry, key, write_store};
 use criterion::{criterion_group, criterion_main, Criterion};
 
@@ -87,11 +87,11 @@ fn resolve(c: &mut Criterion) {
 
     let dir = tempfile::tempdir().unwrap();
     write_store(dir.path(), SESSIONS);
-    let json = JsonFileStore::with_options(
+    let json = JsonFileStore::new_with(
         dir.path(),
-        JsonStoreOptions {
+        JsonFileOptions {
             durability: Durability::Unsynced,
-            ..JsonStoreOptions::default()
+            ..JsonFileOptions::default()
         },
     );
     bench_store(c, "json", Arc::new(json), &runtime);

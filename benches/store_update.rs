@@ -13,7 +13,7 @@ use std::time::Duration;
 mod common;
 
 use agent_sessions::prelude::*;
-use agent_sessions::{Durability, JsonStoreOptions};
+use agent_sessions::{Durability, JsonFileOptions};
 use common::{entry, key, write_store};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 
@@ -112,11 +112,11 @@ fn json_update(c: &mut Criterion) {
                     naive_update(&naive_file, &naive_key, naive_counter, sync)
                 })
             });
-            let store = JsonFileStore::with_options(
+            let store = JsonFileStore::new_with(
                 dir.path(),
-                JsonStoreOptions {
+                JsonFileOptions {
                     durability,
-                    ..JsonStoreOptions::default()
+                    ..JsonFileOptions::default()
                 },
             );
             let target = key(sessions / 2);
@@ -154,11 +154,11 @@ fn json_concurrent(c: &mut Criterion) {
     ] {
         let dir = tempfile::tempdir().unwrap();
         write_store(dir.path(), sessions);
-        let store = JsonFileStore::with_options(
+        let store = JsonFileStore::new_with(
             dir.path(),
-            JsonStoreOptions {
+            JsonFileOptions {
                 durability,
-                ..JsonStoreOptions::default()
+                ..JsonFileOptions::default()
             },
         );
         let mut counter = 0u64;

@@ -12,10 +12,10 @@
 
 use std::time::Duration;
 
-use agent_sessions::clock::ManualClock;
+use agent_sessions::context::reply::ReplyPayload;
+use agent_sessions::lifecycle::clock::ManualClock;
+use agent_sessions::lifecycle::triggers::ResetTriggers;
 use agent_sessions::prelude::*;
-use agent_sessions::reply::ReplyPayload;
-use agent_sessions::reset::ResetTriggers;
 
 /// The stand-in model: what it "answers" depends only on what it was shown.
 fn stand_in_model(seen: &str) -> String {
@@ -80,7 +80,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let Some(seen) = turn.text else {
             println!(
                 "  not addressed ({:?}): kept as group history\n",
-                turn.route.reason
+                turn.activation.reason
             );
             continue;
         };

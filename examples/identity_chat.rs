@@ -12,8 +12,8 @@
 
 use std::time::Duration;
 
-use agent_sessions::clock::ManualClock;
 use agent_sessions::identity::{DefaultIdentityResolver, Identifier, PersonType, StaticDirectory};
+use agent_sessions::lifecycle::clock::ManualClock;
 use agent_sessions::manager::{LogMessage, SummaryRefresh, TurnOutcome};
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::MemoryTranscriptStore;

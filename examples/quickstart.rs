@@ -13,12 +13,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_sessions::clock::{Clock, ManualClock, SystemClock};
-use agent_sessions::freshness::{ResetConfig, ResetSpec};
+use agent_sessions::context::reply::ReplyPayload;
+use agent_sessions::lifecycle::clock::{Clock, ManualClock, SystemClock};
+use agent_sessions::lifecycle::freshness::{ResetConfig, ResetSpec};
+use agent_sessions::lifecycle::triggers::ResetTriggers;
 use agent_sessions::manager::LogMessage;
 use agent_sessions::prelude::*;
-use agent_sessions::reply::ReplyPayload;
-use agent_sessions::reset::ResetTriggers;
 use agent_sessions::transcript::FileTranscriptStore;
 
 #[tokio::main(flavor = "current_thread")]

@@ -14,11 +14,13 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use agent_sessions::clock::from_millis;
-use agent_sessions::freshness::{Freshness, FreshnessInput, FreshnessPolicy, ResetPolicy, Zone};
+use agent_sessions::context::reply::ReplyPayload;
+use agent_sessions::lifecycle::clock::from_millis;
+use agent_sessions::lifecycle::freshness::{
+    Freshness, FreshnessInput, FreshnessPolicy, ResetPolicy, Zone,
+};
 use agent_sessions::manager::{LogMessage, TurnOutcome};
 use agent_sessions::prelude::*;
-use agent_sessions::reply::ReplyPayload;
 use chrono::{DateTime, Utc};
 
 /// Sessions go stale after a number of quiet seconds (OpenClaw's idle reset counts in

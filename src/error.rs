@@ -76,11 +76,11 @@ pub enum Error {
 
     /// A file is larger than the crate reads whole; nothing was read.
     ///
-    /// For `sessions.json` the limit is `JsonStoreOptions::max_file_bytes`: raise it if
+    /// For `sessions.json` the limit is `JsonFileOptions::max_file_bytes`: raise it if
     /// the store really is that large, or look at what grew the file.
     #[error(
         "{} is {size} bytes, over the limit of {limit} bytes read whole \
-         (JsonStoreOptions::max_file_bytes); it was left untouched",
+         (JsonFileOptions::max_file_bytes); it was left untouched",
         path.display()
     )]
     FileTooLarge {

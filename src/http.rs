@@ -38,7 +38,7 @@
 //! use std::sync::Arc;
 //! use agent_sessions::http::{router, serve, Secret, ServiceOptions};
 //! use agent_sessions::prelude::*;
-//! use agent_sessions::reset::ResetTriggers;
+//! use agent_sessions::lifecycle::triggers::ResetTriggers;
 //!
 //! # #[tokio::main]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -79,9 +79,9 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use crate::context::inbound::InboundMessage;
 use crate::entry::SessionEntry;
 use crate::error::Error;
-use crate::inbound::InboundMessage;
 use crate::key::AgentId;
 use crate::manager::{Resolution, SessionManager, TurnOutcome};
 use crate::store::{ListFilter, StoredSession};

@@ -62,54 +62,39 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod access;
-pub mod checkpoint;
-pub mod clock;
-pub mod drift;
+pub mod context;
 pub mod entry;
 mod error;
-pub mod freshness;
 mod fsutil;
-pub mod history;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
 pub mod identity;
-pub mod inbound;
-pub mod isolation;
 pub mod key;
+pub mod lifecycle;
 pub mod manager;
-pub mod memory_flush;
+pub mod memory;
 pub mod paths;
-pub mod prompt;
-pub mod reply;
-pub mod reset;
-pub mod route;
-pub mod routing;
 pub mod search;
-pub mod send_policy;
 pub mod store;
-pub mod summary;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 pub mod transcript;
-pub mod usage;
-pub mod workspace;
 
+pub use context::inbound::{InboundMessage, Sender};
 pub use entry::{
     ChatType, DeliveryContext, SessionEntry, SessionOrigin, SessionSource, SessionStatus, ThreadId,
 };
 pub use error::{
     AccessDenial, CorruptProblem, DeleteRefusal, Error, IdKind, KeyProblem, LockHolder, Result,
 };
-pub use inbound::{InboundMessage, Sender};
 pub use key::{
     AgentId, Conversation, DefaultKeyBuilder, DmScope, KeyBuilder, PeerKind, SessionKey,
 };
 pub use manager::{Decision, Reason, Resolution, SessionManager};
 pub use store::{
-    Durability, JsonFileStore, JsonStoreOptions, ListFilter, LockOptions, MemoryStore, Revision,
+    Durability, JsonFileOptions, JsonFileStore, ListFilter, LockOptions, MemoryStore, Revision,
     SessionStore, SessionStoreExt, StoredSession,
 };
 
@@ -126,8 +111,8 @@ mod doc_pages {
 
 /// The names most programs use, for `use agent_sessions::prelude::*`.
 pub mod prelude {
+    pub use crate::context::inbound::InboundMessage;
     pub use crate::entry::SessionEntry;
-    pub use crate::inbound::InboundMessage;
     pub use crate::key::{
         AgentId, Conversation, DefaultKeyBuilder, DmScope, KeyBuilder, PeerKind, SessionKey,
     };

@@ -286,7 +286,9 @@ async fn busy_source_and_empty_sqlite() -> ((tempfile::TempDir, tempfile::TempDi
 
 struct WriterDuringCopy<F: Fn() + Send + Sync>(F);
 
-impl<F: Fn() + Send + Sync> agent_sessions::store::migrate::Progress for WriterDuringCopy<F> {
+impl<F: Fn() + Send + Sync> agent_sessions::store::migrate::MigrationProgress
+    for WriterDuringCopy<F>
+{
     fn begin(&self, phase: &'static str, _: u64) {
         if phase == "sessions" {
             (self.0)();

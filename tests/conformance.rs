@@ -1,6 +1,6 @@
 //! Every store passes the same conformance suite (`agent_sessions::testing`).
 
-use agent_sessions::{Durability, JsonFileStore, JsonStoreOptions, MemoryStore};
+use agent_sessions::{Durability, JsonFileOptions, JsonFileStore, MemoryStore};
 
 async fn memory_store() -> (MemoryStore, ()) {
     (MemoryStore::new(), ())
@@ -8,11 +8,11 @@ async fn memory_store() -> (MemoryStore, ()) {
 
 async fn json_store() -> (JsonFileStore, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("temporary directory");
-    let store = JsonFileStore::with_options(
+    let store = JsonFileStore::new_with(
         dir.path(),
-        JsonStoreOptions {
+        JsonFileOptions {
             durability: Durability::SyncFile,
-            ..JsonStoreOptions::default()
+            ..JsonFileOptions::default()
         },
     );
     (store, dir)

@@ -1,14 +1,14 @@
 //! Conversation context through the manager: golden texts from the seeds' examples.
 
-use agent_sessions::clock::ManualClock;
+use agent_sessions::context::activation::ActivationReason;
+use agent_sessions::context::reply::ReplyPayload;
+use agent_sessions::context::send_policy::{SendMatch, SendPolicyConfig, SendRule};
 use agent_sessions::entry::SendPolicy;
-use agent_sessions::freshness::Zone;
+use agent_sessions::lifecycle::clock::ManualClock;
+use agent_sessions::lifecycle::freshness::Zone;
+use agent_sessions::lifecycle::triggers::ResetTriggers;
 use agent_sessions::manager::SessionOverride;
 use agent_sessions::prelude::*;
-use agent_sessions::reply::ReplyPayload;
-use agent_sessions::reset::ResetTriggers;
-use agent_sessions::routing::RouteReason;
-use agent_sessions::send_policy::{SendMatch, SendPolicyConfig, SendRule};
 use agent_sessions::Sender;
 use chrono::{DateTime, Utc};
 
@@ -47,8 +47,8 @@ async fn the_group_context_block_matches_the_seed() {
         let resolution = manager.resolve(message).await.unwrap();
         let turn = manager.prepare_turn(&resolution, message).await.unwrap();
         assert_eq!(
-            (turn.route.trigger, turn.route.reason),
-            (false, RouteReason::NotAddressed)
+            (turn.activation.trigger, turn.activation.reason),
+            (false, ActivationReason::NotAddressed)
         );
         assert_eq!(turn.text, None);
         clock.advance(std::time::Duration::from_secs(60));
@@ -56,7 +56,7 @@ async fn the_group_context_block_matches_the_seed() {
     let question = family("Alice", "+1234567890", "@bot what do you think?").mentioning_agent();
     let resolution = manager.resolve(&question).await.unwrap();
     let turn = manager.prepare_turn(&resolution, &question).await.unwrap();
-    assert_eq!(turn.route.reason, RouteReason::Mentioned);
+    assert_eq!(turn.activation.reason, ActivationReason::Mentioned);
     assert_eq!(
         turn.text.unwrap(),
         "[Chat messages since your last reply - for context]\n\
@@ -139,8 +139,8 @@ async fn owner_messages_not_addressed_to_the_agent_are_marked() {
     let resolution = manager.resolve(&owner).await.unwrap();
     let turn = manager.prepare_turn(&resolution, &owner).await.unwrap();
     assert_eq!(
-        (turn.route.trigger, turn.route.reason),
-        (true, RouteReason::OwnerNotAddressed)
+        (turn.activation.trigger, turn.activation.reason),
+        (true, ActivationReason::OwnerNotAddressed)
     );
     assert_eq!(
         turn.text.unwrap(),
@@ -167,9 +167,9 @@ async fn group_activation_always_runs_the_agent_for_everyone() {
             .prepare_turn(&resolution, &message)
             .await
             .unwrap()
-            .route
+            .activation
             .reason,
-        RouteReason::ActivationAlways
+        ActivationReason::ActivationAlways
     );
 }
 

@@ -18,7 +18,7 @@ use agent_sessions::prelude::*;
 use agent_sessions::transcript::{
     FileTranscriptStore, Offset, TranscriptEntry, TranscriptRef, TranscriptStore,
 };
-use agent_sessions::{Error, JsonStoreOptions, LockOptions};
+use agent_sessions::{Error, JsonFileOptions, LockOptions};
 
 /// A 1 MiB tmpfs, unmounted on drop.
 struct SmallDisk {
@@ -62,13 +62,13 @@ impl Drop for SmallDisk {
     }
 }
 
-fn options() -> JsonStoreOptions {
-    JsonStoreOptions {
+fn options() -> JsonFileOptions {
+    JsonFileOptions {
         lock: LockOptions {
             timeout: Duration::from_secs(1),
             ..LockOptions::default()
         },
-        ..JsonStoreOptions::default()
+        ..JsonFileOptions::default()
     }
 }
 
@@ -82,7 +82,7 @@ async fn a_full_disk_fails_the_lock_cleanly_and_the_next_writer_proceeds_at_once
         return;
     };
     let root = disk.path().join("state");
-    let store = JsonFileStore::with_options(&root, options());
+    let store = JsonFileStore::new_with(&root, options());
     store
         .put(&key(1), SessionEntry::new("s-1", 1))
         .await

@@ -17,7 +17,7 @@ use agent_sessions::store::doctor::{examine, DoctorOptions, Finding};
 use agent_sessions::transcript::{
     FileTranscriptStore, Offset, TranscriptEntry, TranscriptRef, TranscriptStore,
 };
-use agent_sessions::{Error, JsonStoreOptions};
+use agent_sessions::{Error, JsonFileOptions};
 
 use common::main_store_file;
 
@@ -276,11 +276,11 @@ async fn a_store_over_the_size_limit_is_refused_before_it_is_read() {
     }
     // The limit is the caller's to choose, and the error names it.
     fs::File::create(&path).unwrap().set_len(2048).unwrap();
-    let small = JsonFileStore::with_options(
+    let small = JsonFileStore::new_with(
         dir.path(),
-        JsonStoreOptions {
+        JsonFileOptions {
             max_file_bytes: 1024,
-            ..JsonStoreOptions::default()
+            ..JsonFileOptions::default()
         },
     );
     let error = small.get(&key()).await.unwrap_err();

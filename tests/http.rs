@@ -8,11 +8,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_sessions::clock::ManualClock;
-use agent_sessions::freshness::{ResetConfig, ResetSpec};
 use agent_sessions::http::{router, serve, Secret, ServiceOptions, SECRET_HEADER};
+use agent_sessions::lifecycle::clock::ManualClock;
+use agent_sessions::lifecycle::freshness::{ResetConfig, ResetSpec};
+use agent_sessions::lifecycle::triggers::ResetTriggers;
 use agent_sessions::prelude::*;
-use agent_sessions::reset::ResetTriggers;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

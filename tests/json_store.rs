@@ -6,7 +6,7 @@ use std::fs;
 use std::time::{Duration, Instant, SystemTime};
 
 use agent_sessions::prelude::*;
-use agent_sessions::{CorruptProblem, Error, JsonStoreOptions};
+use agent_sessions::{CorruptProblem, Error, JsonFileOptions};
 use indexmap::IndexMap;
 use serde_json::value::RawValue;
 
@@ -418,9 +418,9 @@ async fn the_lock_of_a_dead_agent_sessions_process_is_taken_at_once() {
         dir.path(),
         r#"{"pid":999999,"startedAt":1770350000000,"lockedBy":"agent-sessions"}"#,
     );
-    let patient = agent_sessions::JsonFileStore::with_options(
+    let patient = agent_sessions::JsonFileStore::new_with(
         dir.path(),
-        JsonStoreOptions {
+        JsonFileOptions {
             lock: agent_sessions::LockOptions {
                 timeout: Duration::ZERO,
                 ..Default::default()

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::{FileTranscriptStore, Offset, TranscriptRef, TranscriptStore};
-use agent_sessions::{Durability, JsonStoreOptions, LockOptions};
+use agent_sessions::{Durability, JsonFileOptions, LockOptions};
 
 const ROOT_VAR: &str = "AGENT_SESSIONS_KILL_ROOT";
 /// At most this many kills…
@@ -30,15 +30,15 @@ fn transcript() -> TranscriptRef {
 }
 
 fn store(root: &std::path::Path, lock_timeout: Duration) -> JsonFileStore {
-    JsonFileStore::with_options(
+    JsonFileStore::new_with(
         root,
-        JsonStoreOptions {
+        JsonFileOptions {
             durability: Durability::SyncFileAndDir,
             lock: LockOptions {
                 timeout: lock_timeout,
                 ..LockOptions::default()
             },
-            ..JsonStoreOptions::default()
+            ..JsonFileOptions::default()
         },
     )
 }

@@ -6,16 +6,16 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_sessions::clock::ManualClock;
-use agent_sessions::drift::{DriftClassifier, DriftVerdict};
+use agent_sessions::context::delivery::DeliveryRoute;
 use agent_sessions::entry::{DescriptionSource, SendPolicy, SessionSource, SessionStatus};
-use agent_sessions::freshness::{ResetConfig, ResetSpec, ResetType, StaleReason, Zone};
+use agent_sessions::lifecycle::clock::ManualClock;
+use agent_sessions::lifecycle::drift::{DriftClassifier, DriftVerdict};
+use agent_sessions::lifecycle::freshness::{ResetConfig, ResetSpec, ResetType, StaleReason, Zone};
+use agent_sessions::lifecycle::triggers::{ModelRef, ResetTriggers, StaticModelCatalog};
 use agent_sessions::manager::{
     DeleteOptions, OverrideKind, PruneOptions, SessionOverride, TurnOutcome,
 };
 use agent_sessions::prelude::*;
-use agent_sessions::reset::{ModelRef, ResetTriggers, StaticModelCatalog};
-use agent_sessions::route::DeliveryRoute;
 use agent_sessions::{DeleteRefusal, Error, SessionManager};
 use chrono::{DateTime, Utc};
 

@@ -96,9 +96,9 @@ fn processes_lose_no_update(url: &str) {
 /// queue on one file).
 async fn open(url: &str) -> Arc<dyn SessionStore> {
     match url.strip_prefix("json:") {
-        Some(root) => Arc::new(JsonFileStore::with_options(
+        Some(root) => Arc::new(JsonFileStore::new_with(
             root,
-            agent_sessions::JsonStoreOptions {
+            agent_sessions::JsonFileOptions {
                 lock: agent_sessions::LockOptions {
                     timeout: std::time::Duration::from_secs(60),
                     ..Default::default()

@@ -1,7 +1,9 @@
 //! Properties that hold for any input.
 
-use agent_sessions::history::{HistoryBuffer, HistoryEntry, MemoryHistory};
-use agent_sessions::inbound::pipeline::{model_body, PipelineOptions, UNTRUSTED_CONTEXT_HEADER};
+use agent_sessions::context::history::{HistoryBuffer, HistoryEntry, MemoryHistory};
+use agent_sessions::context::inbound::pipeline::{
+    model_body, PipelineOptions, UNTRUSTED_CONTEXT_HEADER,
+};
 use agent_sessions::{InboundMessage, Sender};
 use proptest::prelude::*;
 
@@ -122,7 +124,7 @@ proptest! {
         ),
         previous in proptest::option::of("[A-Za-z ,.?:\\n]{0,1500}"),
     ) {
-        use agent_sessions::summary::{template_summary, SummaryInput, SummaryTurn, MAX_SUMMARY_CHARS};
+        use agent_sessions::memory::summary::{template_summary, SummaryInput, SummaryTurn, MAX_SUMMARY_CHARS};
         let turns: Vec<SummaryTurn> = turns
             .into_iter()
             .map(|(user, text)| if user { SummaryTurn::user(text) } else { SummaryTurn::assistant(text) })
@@ -172,7 +174,7 @@ proptest! {
         file_name in hostile_id(),
     ) {
         use agent_sessions::transcript::{FileTranscriptStore, TranscriptRef};
-        use agent_sessions::workspace::{Area, Workspaces};
+        use agent_sessions::identity::workspace::{Area, Workspaces};
         use agent_sessions::{AgentId, Conversation, DefaultKeyBuilder, KeyBuilder, SessionEntry};
 
         let root = std::path::Path::new("/srv/state");

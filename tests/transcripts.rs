@@ -5,10 +5,10 @@ mod common;
 use std::fs;
 use std::time::Duration;
 
-use agent_sessions::clock::ManualClock;
+use agent_sessions::lifecycle::clock::ManualClock;
+use agent_sessions::lifecycle::triggers::ModelRef;
 use agent_sessions::manager::{DeleteOptions, LogMessage};
 use agent_sessions::prelude::*;
-use agent_sessions::reset::ModelRef;
 use agent_sessions::transcript::{
     CheckpointReason, Direction, EventKind, FileTranscriptStore, LogQuery, Offset, ReadIssue,
     SessionHeader, TranscriptEntry, TranscriptIndexer, TranscriptRef, TranscriptStore, Usage,

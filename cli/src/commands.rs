@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agent_sessions::manager::{DeleteOptions, PruneOptions};
-use agent_sessions::store::migrate::{migrate_with, MigrateOptions, MigrationReport, Progress};
+use agent_sessions::store::migrate::{
+    migrate_with, MigrateOptions, MigrationProgress, MigrationReport,
+};
 use agent_sessions::store::{Backend, OpenMode, StoreUrl};
 use agent_sessions::{
     AgentId, Error, ListFilter, PeerKind, SessionKey, SessionManager, StoredSession,
@@ -712,9 +714,9 @@ async fn copy(from: &str, to: &str, json: bool, overwrite_conflicts: bool) -> Ou
 /// reset phrases, an idle timeout) and `agent_sessions::http::serve`'s protections
 /// (timeouts, a connection limit) until Ctrl-C, then finishes the calls in flight.
 async fn serve(store: &str, args: ServeArgs) -> Outcome {
-    use agent_sessions::freshness::{ResetConfig, ResetSpec};
     use agent_sessions::http::{router, serve, Secret, ServiceOptions};
-    use agent_sessions::reset::ResetTriggers;
+    use agent_sessions::lifecycle::freshness::{ResetConfig, ResetSpec};
+    use agent_sessions::lifecycle::triggers::ResetTriggers;
     use agent_sessions::{DefaultKeyBuilder, DmScope};
 
     // Nothing is opened before the options are known to be safe to serve with.

@@ -7,7 +7,7 @@
 use std::io::{self, Write};
 use std::sync::Mutex;
 
-use agent_sessions::store::migrate::{MigrationReport, Progress};
+use agent_sessions::store::migrate::{MigrationProgress, MigrationReport};
 use agent_sessions::{SessionKey, StoredSession};
 use chrono::{Local, TimeZone};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -445,7 +445,7 @@ impl Bar {
     }
 }
 
-impl Progress for Bar {
+impl MigrationProgress for Bar {
     fn begin(&self, phase: &'static str, total: u64) {
         if !self.shown {
             return;

@@ -4,23 +4,25 @@
 use serde::Serialize;
 
 use super::{Resolution, SessionManager};
-use crate::clock::{from_millis, to_millis};
+use crate::context::activation::{decide, ActivationDecision};
+use crate::context::history::{
+    build_history_context, format_envelope, group_history_key, HistoryEntry,
+};
+use crate::context::inbound::events::prepend_system_events;
+use crate::context::inbound::pipeline::{clean_text, model_body, sender_label, PipelineOptions};
+use crate::context::inbound::InboundMessage;
+use crate::context::reply::{build_reply_payloads, ReplyOptions, ReplyPayload};
 use crate::entry::SendPolicy;
 use crate::error::Result;
-use crate::history::{build_history_context, format_envelope, group_history_key, HistoryEntry};
-use crate::inbound::events::prepend_system_events;
-use crate::inbound::pipeline::{clean_text, model_body, sender_label, PipelineOptions};
-use crate::inbound::InboundMessage;
 use crate::key::SessionKey;
-use crate::reply::{build_reply_payloads, ReplyOptions, ReplyPayload};
-use crate::routing::{route, RouteDecision};
+use crate::lifecycle::clock::{from_millis, to_millis};
 
 /// What [`SessionManager::prepare_turn`] decided for a message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnInput {
     /// Whether the agent runs, and why.
-    pub route: RouteDecision,
+    pub activation: ActivationDecision,
     /// The text for the model; `None` when the agent does not run (the message was
     /// kept as group history).
     pub text: Option<String>,
@@ -50,7 +52,7 @@ impl SessionManager {
         resolution: &Resolution,
         message: &InboundMessage,
     ) -> Result<TurnInput> {
-        let route = route(message, resolution.entry().group_activation.as_ref());
+        let activation = decide(message, resolution.entry().group_activation.as_ref());
         let group = message.group_resolution();
         let history_key = group
             .as_ref()
@@ -64,7 +66,7 @@ impl SessionManager {
             .or_else(|| sender_label(&message.sender))
             .unwrap_or_else(|| "unknown".to_owned());
 
-        if !route.trigger {
+        if !activation.trigger {
             if let Some(key) = &history_key {
                 let entry = HistoryEntry {
                     sender,
@@ -75,7 +77,7 @@ impl SessionManager {
                 self.history.append(key, entry).await?;
             }
             return Ok(TurnInput {
-                route,
+                activation,
                 text: None,
                 history_key,
             });
@@ -84,7 +86,7 @@ impl SessionManager {
         let body = model_body(
             message,
             &resolution.body,
-            &self.pipeline_options(route.mark_for_context),
+            &self.pipeline_options(activation.mark_for_context),
         );
         let text = match (&history_key, &group) {
             (Some(key), Some(group)) => {
@@ -110,7 +112,7 @@ impl SessionManager {
         };
         let events = self.system_events.drain(&resolution.key);
         Ok(TurnInput {
-            route,
+            activation,
             text: Some(prepend_system_events(&text, &events, &self.event_zone)),
             history_key,
         })

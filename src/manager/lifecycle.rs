@@ -6,16 +6,16 @@
 
 use std::time::Duration;
 
-use super::meta::start_session;
+use super::entry_update::start_session;
 use super::{Admission, Decision, Reason, Resolution, SessionManager};
+use crate::context::delivery::{apply_route, DeliveryRoute};
 use crate::entry::{
     parse_session_label, AuthProfileSource, DescriptionSource, ForkOrigin, GroupActivation,
     QueueMode, SendPolicy, SessionEntry, SessionSource, SessionStatus,
 };
 use crate::error::{DeleteRefusal, Error, Result};
 use crate::key::{AgentId, SessionKey};
-use crate::reset::ModelRef;
-use crate::route::{apply_route, DeliveryRoute};
+use crate::lifecycle::triggers::ModelRef;
 use crate::store::{ListFilter, SessionStoreExt, StoredSession};
 use crate::transcript::ArchiveReason;
 

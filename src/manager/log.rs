@@ -4,11 +4,11 @@
 use serde_json::{Map, Value};
 
 use super::SessionManager;
+use crate::context::inbound::InboundMessage;
 use crate::entry::SessionEntry;
 use crate::error::{Error, Result};
-use crate::inbound::InboundMessage;
 use crate::key::{normalize_channel, SessionKey};
-use crate::reset::ModelRef;
+use crate::lifecycle::triggers::ModelRef;
 use crate::store::SessionStoreExt;
 use crate::transcript::{
     ArchiveReason, CheckpointReason, Direction, LogFields, Offset, SessionEvent, SessionHeader,
@@ -272,7 +272,7 @@ impl SessionManager {
     }
 
     /// Takes a checkpoint (`manual`, `new_session`, `turn_limit`, `idle`): with an
-    /// [`Introspector`](crate::checkpoint::Introspector), it looks over the session's
+    /// [`Introspector`](crate::memory::checkpoint::Introspector), it looks over the session's
     /// events since the last checkpoint and its working memory and description are updated
     /// from what it returns; a checkpoint event is recorded either way.
     pub async fn checkpoint(

@@ -28,12 +28,12 @@
 //! ```
 
 mod context;
+mod entry_update;
 mod lifecycle;
 mod log;
-mod memory;
-mod meta;
 mod resolution;
 mod scoped;
+mod turns;
 mod workspace;
 
 use std::collections::HashMap;
@@ -41,36 +41,36 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::checkpoint::Introspector;
-use crate::clock::{to_millis, Clock, SystemClock};
-use crate::drift::{DriftClassifier, DEFAULT_DRIFT_THRESHOLD};
+use crate::context::history::{HistoryBuffer, MemoryHistory};
+use crate::context::inbound::events::SystemEventQueue;
+use crate::context::inbound::InboundMessage;
+use crate::context::send_policy::SendPolicyConfig;
 use crate::entry::ForkOrigin;
 use crate::error::{Error, Result};
-use crate::freshness::{Freshness, FreshnessPolicy, ResetConfig, ResetType, Zone};
-use crate::history::{HistoryBuffer, MemoryHistory};
+use crate::identity::isolation::AgentScoped;
+use crate::identity::workspace::Workspaces;
 use crate::identity::IdentityResolver;
-use crate::inbound::events::SystemEventQueue;
-use crate::inbound::InboundMessage;
-use crate::isolation::AgentScoped;
 use crate::key::{
     normalize_agent_id, normalize_channel, AgentId, DefaultKeyBuilder, KeyBuilder, SessionKey,
 };
-use crate::memory_flush::{MemoryFlushGuard, MemoryFlushSettings};
-use crate::reset::{parse_model_hint, ModelCatalog, ResetTriggers};
-use crate::send_policy::SendPolicyConfig;
+use crate::lifecycle::clock::{to_millis, Clock, SystemClock};
+use crate::lifecycle::drift::{DriftClassifier, DEFAULT_DRIFT_THRESHOLD};
+use crate::lifecycle::freshness::{Freshness, FreshnessPolicy, ResetConfig, ResetType, Zone};
+use crate::lifecycle::triggers::{parse_model_hint, ModelCatalog, ResetTriggers};
+use crate::memory::checkpoint::Introspector;
+use crate::memory::flush::{MemoryFlushGuard, MemoryFlushSettings};
+use crate::memory::summary::{Summarizer, TemplateSummarizer};
 use crate::store::SessionStore;
-use crate::summary::{Summarizer, TemplateSummarizer};
 use crate::transcript::{ArchiveReason, CheckpointReason, TranscriptRef, TranscriptStore};
-use crate::workspace::Workspaces;
 
 pub use context::TurnInput;
 pub use lifecycle::{DeleteOptions, OverrideKind, PruneOptions, SessionOverride};
 pub use log::LogMessage;
-pub use memory::{CompactionEvent, SummaryRefresh, TurnOutcome, DEFAULT_SUMMARY_QUIET_GAP};
 pub use resolution::{Decision, Reason, Resolution};
 pub use scoped::ScopedManager;
+pub use turns::{CompactionEvent, SummaryRefresh, TurnOutcome, DEFAULT_SUMMARY_QUIET_GAP};
 
-use self::meta::{record_message, start_session, Inbound};
+use self::entry_update::{record_message, start_session, Inbound};
 use self::resolution::Policy;
 
 /// Decides which session each message belongs to, and keeps the sessions.
@@ -131,9 +131,9 @@ impl fmt::Debug for SessionManager {
 ///
 /// ```
 /// use agent_sessions::prelude::*;
-/// use agent_sessions::clock::ManualClock;
-/// use agent_sessions::freshness::{ResetConfig, ResetSpec};
-/// use agent_sessions::reset::ResetTriggers;
+/// use agent_sessions::lifecycle::clock::ManualClock;
+/// use agent_sessions::lifecycle::freshness::{ResetConfig, ResetSpec};
+/// use agent_sessions::lifecycle::triggers::ResetTriggers;
 ///
 /// let manager = SessionManager::builder(MemoryStore::new())
 ///     .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))

@@ -6,9 +6,11 @@ use chrono::{DateTime, Utc};
 use serde::{Serialize, Serializer};
 
 use crate::entry::{SessionEntry, SessionStatus};
-use crate::freshness::{Freshness, FreshnessInput, FreshnessPolicy, ResetType, StaleReason};
 use crate::key::SessionKey;
-use crate::reset::ModelRef;
+use crate::lifecycle::freshness::{
+    Freshness, FreshnessInput, FreshnessPolicy, ResetType, StaleReason,
+};
+use crate::lifecycle::triggers::ModelRef;
 use crate::store::StoredSession;
 
 /// Whether a message starts a new session or continues one (the kernel HTTP API's

@@ -15,21 +15,21 @@ use super::{
     CompactionEvent, DeleteOptions, LogMessage, OverrideKind, Resolution, SessionManager,
     SessionOverride, TurnInput, TurnOutcome,
 };
-use crate::access::{denied, verify_namespace, verify_session_access, Caller};
+use crate::context::delivery::DeliveryRoute;
+use crate::context::inbound::InboundMessage;
+use crate::context::reply::ReplyPayload;
 use crate::entry::{DescriptionSource, SessionEntry, SessionSource, SessionStatus};
 use crate::error::{AccessDenial, Error, Result};
+use crate::identity::access::{denied, verify_namespace, verify_session_access, Caller};
+use crate::identity::workspace::Workspace;
 use crate::identity::{Identifier, Person};
-use crate::inbound::InboundMessage;
 use crate::key::{AgentId, SessionKey};
-use crate::memory_flush::FlushPlan;
-use crate::reply::ReplyPayload;
-use crate::route::DeliveryRoute;
+use crate::memory::flush::FlushPlan;
+use crate::memory::usage::EngineKind;
 use crate::store::{ListFilter, StoredSession};
 use crate::transcript::{
     CheckpointReason, Offset, SessionEvent, TranscriptRead, TranscriptRef, TranscriptSubscription,
 };
-use crate::usage::EngineKind;
-use crate::workspace::Workspace;
 
 impl SessionManager {
     /// The person `identifier` on `channel` is, by the configured
@@ -59,7 +59,7 @@ impl SessionManager {
     /// This manager's calls on behalf of `caller`, each checked first.
     ///
     /// ```
-    /// use agent_sessions::access::Caller;
+    /// use agent_sessions::identity::access::Caller;
     /// use agent_sessions::prelude::*;
     /// use agent_sessions::{AccessDenial, Error};
     ///

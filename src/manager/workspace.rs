@@ -6,9 +6,9 @@ use super::SessionManager;
 use crate::entry::SessionEntry;
 use crate::error::{Error, IdKind, Result};
 use crate::fsutil::blocking;
+use crate::identity::workspace::{Workspace, WorkspaceSharing};
 use crate::key::SessionKey;
 use crate::store::ListFilter;
-use crate::workspace::{Workspace, WorkspaceSharing};
 
 impl SessionManager {
     /// The workspace of the session under `key`, created on first use
@@ -44,7 +44,7 @@ impl SessionManager {
         &self,
         key: &SessionKey,
         entry: &SessionEntry,
-        workspaces: &crate::workspace::Workspaces,
+        workspaces: &crate::identity::workspace::Workspaces,
     ) -> Result<Uuid> {
         if workspaces.sharing_mode() == WorkspaceSharing::PerIdentity {
             if let (Some(person), Some(identity)) = (&entry.person_id, &entry.agent_identity) {

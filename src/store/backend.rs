@@ -211,7 +211,7 @@ fn same_server(a: &str, b: &str) -> bool {
 /// assert!(Backend::open_with(&url, OpenMode::ReadOnly).await.is_err());
 /// Backend::open_with(&url, OpenMode::Create).await?;
 /// let backend = Backend::open_with(&url, OpenMode::ReadOnly).await?;
-/// assert_eq!(backend.sessions().count(&ListFilter::new()).await?, 0);
+/// assert_eq!(backend.sessions().count(&agent_sessions::ListFilter::new()).await?, 0);
 /// # Ok(())
 /// # }
 /// ```
@@ -245,7 +245,7 @@ pub const SEARCH_INDEX_FILE: &str = "search/messages.json";
 /// # let dir = tempfile::tempdir().unwrap();
 /// # let url = format!("json:{}", dir.path().display());
 /// let backend = Backend::open(&url).await?;
-/// assert_eq!(backend.sessions().count(&ListFilter::new()).await?, 0);
+/// assert_eq!(backend.sessions().count(&agent_sessions::ListFilter::new()).await?, 0);
 /// # Ok(())
 /// # }
 /// ```

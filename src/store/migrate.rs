@@ -62,7 +62,7 @@ use crate::transcript::TranscriptRef;
 const PARALLEL_COPIES: usize = 8;
 
 /// Told how a migration advances: a CLI draws a progress bar with it.
-pub trait Progress: Send + Sync {
+pub trait MigrationProgress: Send + Sync {
     /// A phase (`sessions`, `transcripts`, `verify`) starts with `total` items.
     fn begin(&self, phase: &'static str, total: u64);
     /// `done` more items of the phase are done.
@@ -75,7 +75,7 @@ pub trait Progress: Send + Sync {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoProgress;
 
-impl Progress for NoProgress {
+impl MigrationProgress for NoProgress {
     fn begin(&self, _: &'static str, _: u64) {}
     fn advance(&self, _: u64) {}
     fn finish(&self) {}
@@ -178,7 +178,7 @@ impl MigrationReport {
 pub async fn migrate(
     from: &Backend,
     to: &Backend,
-    progress: &dyn Progress,
+    progress: &dyn MigrationProgress,
 ) -> Result<MigrationReport> {
     migrate_with(from, to, &MigrateOptions::default(), progress).await
 }
@@ -195,7 +195,7 @@ pub async fn migrate_with(
     from: &Backend,
     to: &Backend,
     options: &MigrateOptions,
-    progress: &dyn Progress,
+    progress: &dyn MigrationProgress,
 ) -> Result<MigrationReport> {
     let mut report = MigrationReport::default();
 
@@ -345,7 +345,7 @@ async fn checksums(
     backend: &Backend,
     sessions: &[StoredSession],
     names: &[(AgentId, String)],
-    progress: &dyn Progress,
+    progress: &dyn MigrationProgress,
 ) -> Result<Checksums> {
     let by_key: BTreeMap<&SessionKey, &SessionEntry> =
         sessions.iter().map(|s| (&s.key, &s.entry)).collect();

@@ -340,7 +340,7 @@ impl PostgresStore {
     ///     PostgresOptions::default(),
     /// )
     /// .await?;
-    /// println!("{} sessions", db.count(&ListFilter::new()).await?);
+    /// println!("{} sessions", db.count(&agent_sessions::ListFilter::new()).await?);
     /// # Ok(())
     /// # }
     /// ```

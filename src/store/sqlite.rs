@@ -224,7 +224,7 @@ impl SqliteStore {
     ///
     /// SqliteStore::open(&file)?;
     /// let db = SqliteStore::open_read_only(&file)?;
-    /// assert_eq!(db.count(&ListFilter::new()).await?, 0);
+    /// assert_eq!(db.count(&agent_sessions::ListFilter::new()).await?, 0);
     /// # Ok(())
     /// # }
     /// ```

@@ -6,7 +6,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
-use crate::clock::to_millis;
+use crate::lifecycle::clock::to_millis;
 
 /// The transcript format version this crate writes (pi-coding-agent's
 /// `CURRENT_SESSION_VERSION`).

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agent_sessions::{AgentId, Durability, JsonFileStore, JsonStoreOptions, LockOptions};
+use agent_sessions::{AgentId, Durability, JsonFileOptions, JsonFileStore, LockOptions};
 
 /// The OpenClaw fixture tree, copied into a fresh temporary directory.
 pub fn openclaw_fixture() -> tempfile::TempDir {
@@ -42,20 +42,20 @@ fn copy_tree(from: &Path, to: &Path) {
 
 /// Options for tests: fsync of the file only (a directory fsync per write adds nothing
 /// to what these tests check), and a short lock timeout so lock tests finish quickly.
-pub fn test_options() -> JsonStoreOptions {
-    JsonStoreOptions {
+pub fn test_options() -> JsonFileOptions {
+    JsonFileOptions {
         durability: Durability::SyncFile,
         lock: LockOptions {
             timeout: Duration::from_millis(300),
             ..LockOptions::default()
         },
-        ..JsonStoreOptions::default()
+        ..JsonFileOptions::default()
     }
 }
 
 /// A store over `root` with [`test_options`].
 pub fn store(root: &Path) -> JsonFileStore {
-    JsonFileStore::with_options(root, test_options())
+    JsonFileStore::new_with(root, test_options())
 }
 
 /// The main agent's `sessions.json` under `root`.

@@ -39,16 +39,16 @@ pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(45);
 ///
 /// ```
 /// use std::time::Duration;
-/// use agent_sessions::{Durability, JsonStoreOptions};
+/// use agent_sessions::{Durability, JsonFileOptions};
 ///
-/// let fast_and_loose = JsonStoreOptions {
+/// let fast_and_loose = JsonFileOptions {
 ///     durability: Durability::Unsynced,
 ///     cache_ttl: Duration::ZERO, // no read cache
-///     ..JsonStoreOptions::default()
+///     ..JsonFileOptions::default()
 /// };
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JsonStoreOptions {
+pub struct JsonFileOptions {
     /// Lock timing.
     pub lock: LockOptions,
     /// How long reads reuse a parsed file whose size, mtime and inode are unchanged.
@@ -67,9 +67,9 @@ pub struct JsonStoreOptions {
 /// typical size (a 100,000-session store is about 145 MB).
 pub const DEFAULT_MAX_FILE_BYTES: u64 = 512 * 1024 * 1024;
 
-impl Default for JsonStoreOptions {
+impl Default for JsonFileOptions {
     fn default() -> Self {
-        JsonStoreOptions {
+        JsonFileOptions {
             lock: LockOptions::default(),
             cache_ttl: DEFAULT_CACHE_TTL,
             durability: Durability::default(),
@@ -90,7 +90,7 @@ impl Default for JsonStoreOptions {
 ///   per [`Durability`]), keeping the previous version as `sessions.json.bak`. Untouched
 ///   entries are written back byte for byte; nothing is written when nothing changed.
 /// * **Reads** need no lock: they see the previous or the next version, never a torn
-///   file. A parsed file is cached for [`JsonStoreOptions::cache_ttl`] while its size,
+///   file. A parsed file is cached for [`JsonFileOptions::cache_ttl`] while its size,
 ///   mtime and inode stay the same.
 /// * **Corrupt files** are reported as [`Error::Corrupt`] and left untouched, never
 ///   replaced by an empty store.
@@ -120,7 +120,7 @@ pub struct JsonFileStore {
 #[derive(Debug)]
 struct Inner {
     root: PathBuf,
-    options: JsonStoreOptions,
+    options: JsonFileOptions,
     cache: Mutex<HashMap<PathBuf, Cached>>,
     io: Arc<dyn StoreIo>,
     /// The write queues of the files this store has written, kept alive (with the
@@ -139,15 +139,15 @@ impl JsonFileStore {
     /// A store rooted at `root` (an OpenClaw state directory; a leading `~` is expanded),
     /// with default options. Nothing is read or created until the first call.
     pub fn new(root: impl AsRef<Path>) -> Self {
-        JsonFileStore::with_options(root, JsonStoreOptions::default())
+        JsonFileStore::new_with(root, JsonFileOptions::default())
     }
 
     /// A store rooted at `root` with `options`.
-    pub fn with_options(root: impl AsRef<Path>, options: JsonStoreOptions) -> Self {
+    pub fn new_with(root: impl AsRef<Path>, options: JsonFileOptions) -> Self {
         JsonFileStore::with_io(root, options, Arc::new(RealIo))
     }
 
-    fn with_io(root: impl AsRef<Path>, options: JsonStoreOptions, io: Arc<dyn StoreIo>) -> Self {
+    fn with_io(root: impl AsRef<Path>, options: JsonFileOptions, io: Arc<dyn StoreIo>) -> Self {
         JsonFileStore {
             inner: Arc::new(Inner {
                 root: paths::expand_home(root.as_ref()),
@@ -165,7 +165,7 @@ impl JsonFileStore {
     }
 
     /// The options this store was opened with.
-    pub fn options(&self) -> &JsonStoreOptions {
+    pub fn options(&self) -> &JsonFileOptions {
         &self.inner.options
     }
 
@@ -175,7 +175,7 @@ impl JsonFileStore {
     }
 
     /// The `sessions.json` that holds `key`: its agent's, or for `global`
-    /// [`JsonStoreOptions::global_agent`]'s.
+    /// [`JsonFileOptions::global_agent`]'s.
     pub fn store_path_for(&self, key: &SessionKey) -> PathBuf {
         self.store_path(&self.inner.agent_of(key))
     }

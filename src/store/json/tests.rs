@@ -39,16 +39,16 @@ fn key() -> SessionKey {
     SessionKey::parse("agent:main:main").unwrap()
 }
 
-fn options() -> JsonStoreOptions {
-    JsonStoreOptions {
+fn options() -> JsonFileOptions {
+    JsonFileOptions {
         durability: Durability::SyncFileAndDir,
-        ..JsonStoreOptions::default()
+        ..JsonFileOptions::default()
     }
 }
 
 async fn session_id_on_disk(root: &Path) -> Option<String> {
     // A fresh store: no cache, real I/O.
-    JsonFileStore::with_options(root, options())
+    JsonFileStore::new_with(root, options())
         .get(&key())
         .await
         .expect("the store opens after a crash")
@@ -78,7 +78,7 @@ async fn a_crash_at_any_write_step_leaves_the_old_or_the_new_store() {
     ];
     for (step, expected) in steps {
         let dir = tempfile::tempdir().unwrap();
-        let healthy = JsonFileStore::with_options(dir.path(), options());
+        let healthy = JsonFileStore::new_with(dir.path(), options());
         healthy
             .put(&key(), SessionEntry::new("old", 1))
             .await
@@ -121,7 +121,7 @@ async fn a_crash_at_any_write_step_leaves_the_old_or_the_new_store() {
 #[tokio::test]
 async fn orphaned_temp_files_from_a_real_crash_are_ignored() {
     let dir = tempfile::tempdir().unwrap();
-    let store = JsonFileStore::with_options(dir.path(), options());
+    let store = JsonFileStore::new_with(dir.path(), options());
     store
         .put(&key(), SessionEntry::new("old", 1))
         .await
@@ -235,7 +235,7 @@ async fn concurrent_writers_share_writes_and_lose_nothing() {
         "128 updates took {writes} writes: none were shared"
     );
 
-    let fresh = JsonFileStore::with_options(dir.path(), options());
+    let fresh = JsonFileStore::new_with(dir.path(), options());
     assert_eq!(fresh.count(&ListFilter::new()).await.unwrap(), 65);
     let shared = fresh.get(&key()).await.unwrap().unwrap().entry;
     assert_eq!(shared.compaction_count, Some(64));
@@ -248,7 +248,7 @@ async fn concurrent_writers_share_writes_and_lose_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failed_batch_fails_every_member_and_acknowledges_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    JsonFileStore::with_options(dir.path(), options())
+    JsonFileStore::new_with(dir.path(), options())
         .put(&key(), SessionEntry::new("old", 1))
         .await
         .unwrap();
@@ -260,19 +260,19 @@ async fn a_failed_batch_fails_every_member_and_acknowledges_nothing() {
         tasks.spawn(async move { store.put(&numbered(n), SessionEntry::new("lost", 2)).await });
     }
     while let Some(done) = tasks.join_next().await {
-        // Every member gets the write's own error, with its kind: a failed rename.
-        match done.unwrap() {
-            Err(Error::Shared(error)) => {
-                assert!(
-                    matches!(&*error, Error::Io { op: "rename", .. }),
-                    "{error:?}"
-                );
-                assert!(!Error::Shared(error.clone()).is_transient());
-            }
-            other => panic!("no member of a failed write is acknowledged: {other:?}"),
-        }
+        // Every member gets the write's own error, with its kind — a failed rename —
+        // shared when several callers' updates were in the write.
+        let error = done
+            .unwrap()
+            .expect_err("no member of a failed write is acknowledged");
+        let own = match &error {
+            Error::Shared(shared) => &**shared,
+            alone => alone,
+        };
+        assert!(matches!(own, Error::Io { op: "rename", .. }), "{error:?}");
+        assert!(!error.is_transient());
     }
-    let fresh = JsonFileStore::with_options(dir.path(), options());
+    let fresh = JsonFileStore::new_with(dir.path(), options());
     assert_eq!(fresh.count(&ListFilter::new()).await.unwrap(), 1);
     assert_eq!(session_id_on_disk(dir.path()).await.as_deref(), Some("old"));
 }
@@ -280,7 +280,7 @@ async fn a_failed_batch_fails_every_member_and_acknowledges_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failing_mutator_in_a_batch_fails_only_its_caller() {
     let dir = tempfile::tempdir().unwrap();
-    let store = JsonFileStore::with_options(dir.path(), options());
+    let store = JsonFileStore::new_with(dir.path(), options());
     let mut tasks = tokio::task::JoinSet::new();
     for n in 0..16 {
         let store = store.clone();
@@ -301,14 +301,14 @@ async fn a_failing_mutator_in_a_batch_fails_only_its_caller() {
         let (n, ok) = done.unwrap();
         assert_eq!(ok, n % 2 == 0, "writer {n}");
     }
-    let fresh = JsonFileStore::with_options(dir.path(), options());
+    let fresh = JsonFileStore::new_with(dir.path(), options());
     assert_eq!(fresh.count(&ListFilter::new()).await.unwrap(), 8);
 }
 
 #[tokio::test]
 async fn a_file_replaced_by_another_writer_is_read_again() {
     let dir = tempfile::tempdir().unwrap();
-    let store = JsonFileStore::with_options(dir.path(), options());
+    let store = JsonFileStore::new_with(dir.path(), options());
     store
         .put(&key(), SessionEntry::new("ours", 1))
         .await
@@ -326,7 +326,7 @@ async fn a_file_replaced_by_another_writer_is_read_again() {
         .update(&key(), |slot| slot.as_mut().unwrap().updated_at = 3)
         .await
         .unwrap();
-    let fresh = JsonFileStore::with_options(dir.path(), options());
+    let fresh = JsonFileStore::new_with(dir.path(), options());
     assert!(
         fresh.get(&numbered_theirs()).await.unwrap().is_some(),
         "the other writer's session survives"
@@ -356,7 +356,7 @@ async fn an_unchanged_file_is_not_read_again_under_the_lock() {
     let io = Arc::new(CountingIo::default());
     let store = JsonFileStore::with_io(
         dir.path(),
-        JsonStoreOptions {
+        JsonFileOptions {
             cache_ttl: Duration::ZERO,
             ..options()
         },

@@ -1,16 +1,16 @@
 //! What one inbound message changes in an entry (OpenClaw's `initSessionState` steps
 //! 9–14 and `deriveSessionMetaPatch`).
 
+use crate::context::delivery::{apply_route, DeliveryRoute};
+use crate::context::inbound::InboundMessage;
 use crate::entry::{
     ChatType, ForkOrigin, SessionEntry, SessionOrigin, SessionSource, SessionStatus,
     MESSAGE_PREVIEW_MAX_CHARS,
 };
-use crate::inbound::InboundMessage;
 use crate::key::{
     group_display_name, normalize_channel, GroupNameParts, GroupResolution, PeerKind, SessionKey,
 };
-use crate::reset::ModelRef;
-use crate::route::{apply_route, DeliveryRoute};
+use crate::lifecycle::triggers::ModelRef;
 
 /// Everything about the message that the entry records.
 pub(crate) struct Inbound<'a> {

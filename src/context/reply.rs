@@ -1,7 +1,7 @@
 //! What the bot sends back: reply payloads from the model's output.
 //!
 //! ```
-//! use agent_sessions::reply::{build_reply_payloads, ReplyOptions, ReplyPayload};
+//! use agent_sessions::context::reply::{build_reply_payloads, ReplyOptions, ReplyPayload};
 //!
 //! let raw = vec![ReplyPayload::text("[[reply_to_current]] Done!\nMEDIA: https://cdn.example.com/report.pdf")];
 //! let options = ReplyOptions { current_message_id: Some("m-42".into()), ..ReplyOptions::default() };
@@ -182,7 +182,7 @@ fn normalize_markup(text: &str) -> String {
 /// between OpenClaw 2.4's edges and 3.x's exact match).
 ///
 /// ```
-/// use agent_sessions::reply::strip_silence;
+/// use agent_sessions::context::reply::strip_silence;
 ///
 /// assert_eq!(strip_silence("<NO_REPLY>"), None);
 /// assert_eq!(strip_silence("Done. <EMPTY_RESPONSE>").as_deref(), Some("Done."));

@@ -2,14 +2,14 @@
 
 use serde::Serialize;
 
+use crate::context::inbound::InboundMessage;
 use crate::entry::GroupActivation;
-use crate::inbound::InboundMessage;
 
 /// Why a message was routed as it was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
-pub enum RouteReason {
+pub enum ActivationReason {
     /// A direct message: always answered.
     DirectMessage,
     /// The owner addressed the agent.
@@ -28,7 +28,7 @@ pub enum RouteReason {
 /// What to do with one message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RouteDecision {
+pub struct ActivationDecision {
     /// Run the agent on it.
     pub trigger: bool,
     /// Keep it as group history for the next triggered message.
@@ -36,7 +36,7 @@ pub struct RouteDecision {
     /// Prefix it with the owner-context marker.
     pub mark_for_context: bool,
     /// Why.
-    pub reason: RouteReason,
+    pub reason: ActivationReason,
 }
 
 /// Routes a message by its kind, its sender and the group's activation (`groupActivation`):
@@ -45,34 +45,37 @@ pub struct RouteDecision {
 /// or the group's activation is `always`; the rest are kept as history.
 ///
 /// ```
-/// use agent_sessions::routing::{route, RouteReason};
+/// use agent_sessions::context::activation::{decide, ActivationReason};
 /// use agent_sessions::InboundMessage;
 ///
 /// let chatter = InboundMessage::group("slack", "C1", "U2", "lunch?");
-/// let decision = route(&chatter, None);
+/// let decision = decide(&chatter, None);
 /// assert!(!decision.trigger && decision.keep_as_history);
-/// assert_eq!(decision.reason, RouteReason::NotAddressed);
+/// assert_eq!(decision.reason, ActivationReason::NotAddressed);
 ///
 /// let asked = chatter.clone().mentioning_agent();
-/// assert_eq!(route(&asked, None).reason, RouteReason::Mentioned);
+/// assert_eq!(decide(&asked, None).reason, ActivationReason::Mentioned);
 /// ```
-pub fn route(message: &InboundMessage, activation: Option<&GroupActivation>) -> RouteDecision {
-    let decision = |trigger, keep_as_history, mark_for_context, reason| RouteDecision {
+pub fn decide(
+    message: &InboundMessage,
+    activation: Option<&GroupActivation>,
+) -> ActivationDecision {
+    let decision = |trigger, keep_as_history, mark_for_context, reason| ActivationDecision {
         trigger,
         keep_as_history,
         mark_for_context,
         reason,
     };
     if !message.is_group() {
-        return decision(true, false, false, RouteReason::DirectMessage);
+        return decision(true, false, false, ActivationReason::DirectMessage);
     }
     let always = activation == Some(&GroupActivation::Always);
     match (message.sender_is_owner, message.mentioned, always) {
-        (true, true, _) | (true, _, true) => decision(true, false, false, RouteReason::Owner),
-        (true, false, false) => decision(true, false, true, RouteReason::OwnerNotAddressed),
-        (false, true, _) => decision(true, false, false, RouteReason::Mentioned),
-        (false, false, true) => decision(true, false, false, RouteReason::ActivationAlways),
-        (false, false, false) => decision(false, true, false, RouteReason::NotAddressed),
+        (true, true, _) | (true, _, true) => decision(true, false, false, ActivationReason::Owner),
+        (true, false, false) => decision(true, false, true, ActivationReason::OwnerNotAddressed),
+        (false, true, _) => decision(true, false, false, ActivationReason::Mentioned),
+        (false, false, true) => decision(true, false, false, ActivationReason::ActivationAlways),
+        (false, false, false) => decision(false, true, false, ActivationReason::NotAddressed),
     }
 }
 
@@ -82,7 +85,7 @@ mod tests {
 
     #[test]
     fn routing_table() {
-        use RouteReason::*;
+        use ActivationReason::*;
         let group = || InboundMessage::group("telegram", "-100", "u1", "text");
         // (message, activation) → (trigger, history, mark, reason)
         let cases = [
@@ -129,7 +132,7 @@ mod tests {
             (group(), None, (false, true, false, NotAddressed)),
         ];
         for (message, activation, (trigger, history, mark, reason)) in cases {
-            let decision = route(&message, activation.as_ref());
+            let decision = decide(&message, activation.as_ref());
             assert_eq!(
                 (
                     decision.trigger,

@@ -7,7 +7,7 @@
 //! path through [`SessionManager::scoped`](crate::SessionManager::scoped).
 //!
 //! ```
-//! use agent_sessions::access::{verify_session_access, Caller};
+//! use agent_sessions::identity::access::{verify_session_access, Caller};
 //! use agent_sessions::{AccessDenial, Error, SessionEntry, SessionKey};
 //!
 //! let key = SessionKey::parse("agent:main:sms:dm:+61412345678")?;

@@ -2,7 +2,7 @@
 //! hints.
 //!
 //! ```
-//! use agent_sessions::reset::ResetTriggers;
+//! use agent_sessions::lifecycle::triggers::ResetTriggers;
 //! use agent_sessions::InboundMessage;
 //!
 //! let triggers = ResetTriggers::default(); // "/new", "/reset"
@@ -22,8 +22,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::inbound::pipeline::{strip_mentions, strip_structural_prefixes};
-use crate::inbound::InboundMessage;
+use crate::context::inbound::pipeline::{strip_mentions, strip_structural_prefixes};
+use crate::context::inbound::InboundMessage;
 
 /// OpenClaw's reset triggers.
 pub const DEFAULT_RESET_TRIGGERS: &[&str] = &["/new", "/reset"];
@@ -245,7 +245,7 @@ pub trait ModelCatalog: Send + Sync + fmt::Debug {
 /// A fixed list of models and aliases.
 ///
 /// ```
-/// use agent_sessions::reset::{ModelCatalog, ModelRef, StaticModelCatalog};
+/// use agent_sessions::lifecycle::triggers::{ModelCatalog, ModelRef, StaticModelCatalog};
 ///
 /// let catalog = StaticModelCatalog::new([("anthropic", "claude-opus-4-6"), ("openai", "gpt-5")])
 ///     .alias("opus", "anthropic", "claude-opus-4-6");
@@ -330,7 +330,7 @@ pub struct ModelHint {
 /// loose match (only when the first word is a provider or at least six characters long).
 ///
 /// ```
-/// use agent_sessions::reset::{parse_model_hint, ModelRef, StaticModelCatalog};
+/// use agent_sessions::lifecycle::triggers::{parse_model_hint, ModelRef, StaticModelCatalog};
 ///
 /// let catalog = StaticModelCatalog::new([("anthropic", "claude-opus-4-6")]);
 /// let hint = parse_model_hint(&catalog, "anthropic claude-opus-4-6 plan the trip").unwrap();

@@ -6,8 +6,8 @@ use std::sync::{Mutex, PoisonError};
 
 use chrono::{DateTime, Utc};
 
-use crate::freshness::Zone;
 use crate::key::SessionKey;
+use crate::lifecycle::freshness::Zone;
 
 /// The most events queued per session (OpenClaw: 20); the oldest are dropped.
 pub const MAX_SYSTEM_EVENTS: usize = 20;
@@ -26,8 +26,8 @@ pub struct SystemEvent {
 /// Per-session queues of system events: enqueue any time, drain once.
 ///
 /// ```
-/// use agent_sessions::inbound::events::{prepend_system_events, SystemEventQueue};
-/// use agent_sessions::freshness::Zone;
+/// use agent_sessions::context::inbound::events::{prepend_system_events, SystemEventQueue};
+/// use agent_sessions::lifecycle::freshness::Zone;
 /// use agent_sessions::SessionKey;
 ///
 /// let queue = SystemEventQueue::default();

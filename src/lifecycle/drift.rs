@@ -3,8 +3,8 @@
 
 use async_trait::async_trait;
 
+use crate::context::inbound::InboundMessage;
 use crate::error::Result;
-use crate::inbound::InboundMessage;
 use crate::store::StoredSession;
 
 /// The confidence at which drift starts a new session (0.80).
@@ -26,7 +26,7 @@ pub struct DriftVerdict {
 /// classifier error is logged and the session continues.
 ///
 /// ```
-/// use agent_sessions::drift::{DriftClassifier, DriftVerdict};
+/// use agent_sessions::lifecycle::drift::{DriftClassifier, DriftVerdict};
 /// use agent_sessions::{InboundMessage, StoredSession};
 ///
 /// #[derive(Debug)]

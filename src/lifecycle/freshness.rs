@@ -8,7 +8,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use agent_sessions::freshness::{ResetConfig, ResetSpec, ResetType, StaleReason, Zone};
+//! use agent_sessions::lifecycle::freshness::{ResetConfig, ResetSpec, ResetType, StaleReason, Zone};
 //!
 //! let config = ResetConfig::default()                 // daily at 04:00
 //!     .time_zone(Zone::parse("Europe/Berlin")?)
@@ -29,10 +29,10 @@ use std::time::Duration;
 use chrono::{DateTime, FixedOffset, LocalResult, NaiveDate, NaiveDateTime, Offset, TimeZone, Utc};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::clock::from_millis;
 use crate::entry::SessionEntry;
 use crate::error::{Error, IdKind, Result};
 use crate::key::{normalize_channel, PeerKind, SessionKey};
+use crate::lifecycle::clock::from_millis;
 
 /// The hour of the daily reset when none is configured (OpenClaw: 4, local time).
 pub const DEFAULT_RESET_AT_HOUR: u8 = 4;
@@ -481,7 +481,7 @@ mod tests {
     }
 
     fn ms(text: &str) -> u64 {
-        crate::clock::to_millis(utc(text))
+        crate::lifecycle::clock::to_millis(utc(text))
     }
 
     #[test]

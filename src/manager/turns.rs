@@ -6,18 +6,18 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::SessionManager;
-use crate::checkpoint::{snapshot_needs_refresh, IntrospectionInput, IntrospectionOutcome};
-use crate::clock::{from_millis, to_millis};
 use crate::entry::{DescriptionSource, IdentitySummary, LogCursor, SessionEntry, SessionStatus};
 use crate::error::{Error, Result};
 use crate::key::SessionKey;
-use crate::memory_flush::FlushPlan;
+use crate::lifecycle::clock::{from_millis, to_millis};
+use crate::memory::checkpoint::{snapshot_needs_refresh, IntrospectionInput, IntrospectionOutcome};
+use crate::memory::flush::FlushPlan;
+use crate::memory::summary::{SummaryInput, SummaryTurn, MAX_SUMMARY_CHARS};
+use crate::memory::usage::{EngineKind, EngineSession, TurnUsage};
 use crate::store::{ListFilter, StoredSession};
-use crate::summary::{SummaryInput, SummaryTurn, MAX_SUMMARY_CHARS};
 use crate::transcript::{
     CheckpointReason, EventKind, LogQuery, Offset, SessionEvent, TranscriptEntry, TranscriptRef,
 };
-use crate::usage::{EngineKind, EngineSession, TurnUsage};
 
 /// How long a person's conversation with an agent identity must be quiet before its
 /// rolling summary is merged: one hour.
@@ -27,7 +27,7 @@ pub const DEFAULT_SUMMARY_QUIET_GAP: Duration = Duration::from_secs(60 * 60);
 ///
 /// ```
 /// use agent_sessions::manager::TurnOutcome;
-/// use agent_sessions::usage::{EngineSession, TurnUsage};
+/// use agent_sessions::memory::usage::{EngineSession, TurnUsage};
 ///
 /// let outcome = TurnOutcome::completed()
 ///     .with_usage(TurnUsage::tokens(1_200, 340, 14_000, 120).by("anthropic", "claude-opus-4-6"))
@@ -198,7 +198,7 @@ impl SessionManager {
     }
 
     /// The memory flush to run before this session's next turn, if one is due (see
-    /// [`MemoryFlushGuard`](crate::memory_flush::MemoryFlushGuard)).
+    /// [`MemoryFlushGuard`](crate::memory::flush::MemoryFlushGuard)).
     pub async fn memory_flush_plan(&self, key: &SessionKey) -> Result<Option<FlushPlan>> {
         let entry = self.existing(key).await?.entry;
         Ok(self.flush_guard.plan(&entry))

@@ -50,7 +50,7 @@ pub trait Introspector: Send + Sync {
 /// snapshot's `version` field.
 ///
 /// ```
-/// use agent_sessions::checkpoint::snapshot_needs_refresh;
+/// use agent_sessions::memory::checkpoint::snapshot_needs_refresh;
 /// use serde_json::json;
 ///
 /// let stored = json!({"prompt": "…", "version": 3});

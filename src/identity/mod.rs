@@ -21,6 +21,10 @@
 //! # }
 //! ```
 
+pub mod access;
+pub mod isolation;
+pub mod workspace;
+
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;

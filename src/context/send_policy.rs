@@ -43,7 +43,7 @@ fn allow() -> SendPolicy {
 /// and when no rule matches, the default, else allow.
 ///
 /// ```
-/// use agent_sessions::send_policy::{SendPolicyConfig, SendMatch, SendRule};
+/// use agent_sessions::context::send_policy::{SendPolicyConfig, SendMatch, SendRule};
 /// use agent_sessions::entry::SendPolicy;
 /// use agent_sessions::{PeerKind, SessionEntry, SessionKey};
 ///

@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::context::reply::SILENT_REPLY_TOKEN;
 use crate::entry::SessionEntry;
-use crate::reply::SILENT_REPLY_TOKEN;
 
 /// How many tokens before the compaction point the flush runs (OpenClaw: 4,000).
 pub const DEFAULT_SOFT_THRESHOLD_TOKENS: u64 = 4_000;
@@ -47,7 +47,7 @@ pub trait MemoryFlushGuard: Send + Sync + std::fmt::Debug {
 /// compaction.
 ///
 /// ```
-/// use agent_sessions::memory_flush::{MemoryFlushGuard, MemoryFlushSettings};
+/// use agent_sessions::memory::flush::{MemoryFlushGuard, MemoryFlushSettings};
 /// use agent_sessions::SessionEntry;
 ///
 /// let guard = MemoryFlushSettings { reserve_tokens_floor: 5_000, ..MemoryFlushSettings::default() };

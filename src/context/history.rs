@@ -26,8 +26,8 @@ use chrono::{DateTime, Utc};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
+use crate::context::inbound::pipeline::{CURRENT_MESSAGE_MARKER, HISTORY_CONTEXT_MARKER};
 use crate::error::Result;
-use crate::inbound::pipeline::{CURRENT_MESSAGE_MARKER, HISTORY_CONTEXT_MARKER};
 use crate::key::{normalize_account_id, normalize_channel, PeerKind};
 
 /// Entries kept per group (OpenClaw's `DEFAULT_GROUP_HISTORY_LIMIT`).
@@ -66,7 +66,7 @@ pub trait HistoryBuffer: Send + Sync {
 /// The in-memory [`HistoryBuffer`]: a FIFO per group, LRU over groups.
 ///
 /// ```
-/// use agent_sessions::history::{HistoryBuffer, HistoryEntry, MemoryHistory};
+/// use agent_sessions::context::history::{HistoryBuffer, HistoryEntry, MemoryHistory};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> agent_sessions::Result<()> {
@@ -158,7 +158,7 @@ impl HistoryBuffer for MemoryHistory {
 /// `<channel>:<accountId>:<group|channel>:<groupId>` (not a session key).
 ///
 /// ```
-/// use agent_sessions::history::group_history_key;
+/// use agent_sessions::context::history::group_history_key;
 /// use agent_sessions::PeerKind;
 ///
 /// assert_eq!(
@@ -206,7 +206,7 @@ pub fn channel_display_name(channel: &str) -> String {
 /// `YYYY-MM-DDTHH:MMZ` (as OpenClaw writes it).
 ///
 /// ```
-/// use agent_sessions::history::format_envelope;
+/// use agent_sessions::context::history::format_envelope;
 ///
 /// let at = "2026-01-13T07:45:31Z".parse().unwrap();
 /// assert_eq!(

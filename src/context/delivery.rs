@@ -5,7 +5,7 @@
 //! goes through [`apply_route`], which keeps the two in step.
 //!
 //! ```
-//! use agent_sessions::route::{apply_route, DeliveryRoute};
+//! use agent_sessions::context::delivery::{apply_route, DeliveryRoute};
 //! use agent_sessions::{SessionEntry, ThreadId};
 //!
 //! let mut entry = SessionEntry::new("s", 1);
