@@ -500,3 +500,66 @@ async fn postgres_lists_around_an_entry_it_cannot_decode() {
     a_damaged_entry_is_skipped_by_list_and_reported_by_get(&postgres, &bad.0).await;
     schema.drop().await;
 }
+
+#[tokio::test]
+async fn a_migration_never_verifies_past_what_it_could_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let sessions = agent_sessions::paths::sessions_dir(dir.path(), &AgentId::main());
+    std::fs::create_dir_all(&sessions).unwrap();
+    std::fs::write(
+        sessions.join("sessions.json"),
+        r#"{
+  "agent:main:telegram:dm:alice": {"sessionId": "a-1", "updatedAt": 1795676613350},
+  "agent:main:telegram:dm:Alice": {"sessionId": "a-2", "updatedAt": 1795676613351},
+  "agent:other:telegram:dm:bob": {"sessionId": "b-3", "updatedAt": 1795676613352},
+  "agent:main:telegram:dm:carol": {"sessionId": "c-4", "updatedAt": "yesterday"}
+}"#,
+    )
+    .unwrap();
+    // An archived transcript whose last line was torn by a crash.
+    let torn = "{\"type\":\"session\",\"id\":\"a-1\"}\ngarbage line\n{\"partial\":";
+    std::fs::write(
+        sessions.join("a-1.jsonl.reset.2026-01-01T00-00-00.000Z"),
+        torn,
+    )
+    .unwrap();
+    // An agent directory whose name is not an agent id.
+    let upper = dir.path().join("agents/Work/sessions");
+    std::fs::create_dir_all(&upper).unwrap();
+    std::fs::write(
+        upper.join("sessions.json"),
+        r#"{"agent:work:main": {"sessionId": "w", "updatedAt": 1}}"#,
+    )
+    .unwrap();
+
+    let source = Backend::open(&format!("json:{}", dir.path().display()))
+        .await
+        .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let target = Backend::open(&format!("sqlite:{}", work.path().join("s.db").display()))
+        .await
+        .unwrap();
+    let report = migrate(&source, &target, &NoProgress).await.unwrap();
+    assert!(!report.verified(), "what was not copied is never verified");
+    let keys: Vec<&str> = report.unreadable.iter().map(|u| u.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "",
+            "agent:main:telegram:dm:Alice",
+            "agent:main:telegram:dm:carol",
+            "agent:other:telegram:dm:bob",
+        ],
+        "{:#?}",
+        report.unreadable
+    );
+    assert_eq!(report.sessions_copied, 1);
+    // The torn last line travels as a line: nothing of the transcript is left behind.
+    let copied = target
+        .transcripts()
+        .export_lines(&AgentId::main(), "a-1.jsonl.reset.2026-01-01T00-00-00.000Z")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(copied.join("\n"), torn);
+}

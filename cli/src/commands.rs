@@ -380,6 +380,21 @@ async fn list(store: &str, agent: &AgentId, json: bool, args: ListArgs) -> Outco
     }
     let sessions = backend.sessions().list(&filter).await?;
     output::sessions(json, &sessions);
+    warn_unreadable(&backend).await
+}
+
+/// Says on standard error what the store holds but could not list.
+async fn warn_unreadable(backend: &Backend) -> Outcome {
+    let unreadable = backend.sessions().unreadable().await?;
+    for entry in &unreadable {
+        eprintln!(
+            "agent-sessions: warning: skipped {:?} in {}: {}",
+            entry.key, entry.location, entry.problem
+        );
+    }
+    if !unreadable.is_empty() {
+        eprintln!("agent-sessions: warning: `doctor` examines a JSON tree's unreadable entries");
+    }
     Ok(())
 }
 
@@ -691,6 +706,20 @@ async fn copy(from: &str, to: &str, json: bool, overwrite_conflicts: bool) -> Ou
     output::migrated(json, from, to, &report);
     if report.verified() {
         Ok(())
+    } else if !report.unreadable.is_empty() {
+        Err(failure(
+            EXIT_UNVERIFIED,
+            format!(
+                "{} entr{} of the source could not be read and were not copied (see the \
+                 report; `doctor` examines a JSON tree)",
+                report.unreadable.len(),
+                if report.unreadable.len() == 1 {
+                    "y"
+                } else {
+                    "ies"
+                }
+            ),
+        ))
     } else if !report.source_changed.is_empty() {
         Err(failure(
             EXIT_UNVERIFIED,

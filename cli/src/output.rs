@@ -374,6 +374,12 @@ pub fn migrated(as_json: bool, from: &str, to: &str, report: &MigrationReport) {
             conflict.key, conflict.target_updated_at, conflict.source_updated_at
         );
     }
+    for unreadable in &report.unreadable {
+        println!(
+            "unreadable   {} {:?}: {}; not copied",
+            unreadable.location, unreadable.key, unreadable.problem
+        );
+    }
     for key in &report.source_changed {
         println!("changed      {key}: changed in the source during the copy");
     }

@@ -120,6 +120,20 @@ impl<S: SessionStore> SessionStore for AgentScoped<S> {
             .await
     }
 
+    async fn unreadable(&self) -> Result<Vec<crate::store::UnreadableEntry>> {
+        // Only this agent's own store file: another agent's problems are not ours to see.
+        let own = format!("agents/{}/", self.agent);
+        Ok(self
+            .inner
+            .unreadable()
+            .await?
+            .into_iter()
+            .filter(|u| {
+                u.location.contains(&own) || u.key.starts_with(&format!("agent:{}:", self.agent))
+            })
+            .collect())
+    }
+
     async fn count(&self, filter: &ListFilter) -> Result<usize> {
         self.inner
             .count(&filter.clone().agent(self.agent.clone()))

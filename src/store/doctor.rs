@@ -93,6 +93,18 @@ pub enum Finding {
         /// What is wrong.
         problem: String,
     },
+    /// An entry the store does not serve under its key — a legacy mixed-case key, a key
+    /// of another agent filed in this agent's store — or an agent directory whose name
+    /// is not an agent id: kept as it is, invisible to every session command and not
+    /// copied by a migration. Reported, never repaired: rename or move it by hand.
+    Unserved {
+        /// The store file or directory.
+        path: PathBuf,
+        /// The key, exactly as written (empty for a directory).
+        key: String,
+        /// Why it is not served.
+        problem: String,
+    },
     /// A temporary file of an interrupted write.
     OrphanedTempFile {
         /// The file.
@@ -179,6 +191,28 @@ pub async fn examine(root: &Path, options: &DoctorOptions) -> Result<DoctorRepor
                     // Changed or gone since it was examined: left as it is.
                     *repair = None;
                 }
+            }
+        }
+    }
+    // What the store cannot serve, once the pruning is done.
+    if report.findings.iter().all(|(f, _)| {
+        !matches!(
+            f,
+            Finding::CorruptStore { .. } | Finding::UnusableFile { .. }
+        )
+    }) {
+        for unreadable in super::SessionStore::unreadable(&store).await? {
+            let path = PathBuf::from(&unreadable.location);
+            let reported = report.findings.iter().any(|(f, _)| {
+                matches!(f, Finding::InvalidEntry { path: p, key, .. } if *p == path && *key == unreadable.key)
+            });
+            if !reported {
+                let finding = Finding::Unserved {
+                    path,
+                    key: unreadable.key,
+                    problem: unreadable.problem,
+                };
+                report.findings.push((finding, None));
             }
         }
     }

@@ -11,7 +11,10 @@
 //!   left as it is and reported in [`MigrationReport::session_conflicts`] (it may have
 //!   moved on since an earlier migration: a bot already writing to the target). Only
 //!   [`MigrateOptions::overwrite_conflicts`] replaces it with the source's;
-//! * a transcript the target has with other lines is a conflict too, left alone.
+//! * a transcript the target has with other lines is a conflict too, left alone;
+//! * what the source holds but cannot serve — an entry that does not decode, a legacy
+//!   or foreign key in OpenClaw's files — cannot be copied: it is listed in
+//!   [`MigrationReport::unreadable`] and the migration does not verify.
 //!
 //! At the end it compares counts and checksums of what the source holds *then* with
 //! the same sessions and transcripts in the target; sessions that changed in the source
@@ -149,6 +152,11 @@ pub struct MigrationReport {
     /// Sessions that changed in the source (added, updated or removed) while the
     /// migration ran: the copy may hold an older version, and the verification fails.
     pub source_changed: Vec<SessionKey>,
+    /// What the source holds but cannot serve, so was not copied (entries that do not
+    /// decode, legacy or foreign keys, unreadable agent directories — see
+    /// [`SessionStore::unreadable`](crate::SessionStore::unreadable)): the verification
+    /// fails until they are repaired or removed by hand.
+    pub unreadable: Vec<super::UnreadableEntry>,
     /// Transcripts written to the target.
     pub transcripts_copied: u64,
     /// Transcripts the target already had, identical.
@@ -170,6 +178,7 @@ impl MigrationReport {
             && self.transcript_conflicts.is_empty()
             && self.session_conflicts.is_empty()
             && self.source_changed.is_empty()
+            && self.unreadable.is_empty()
     }
 }
 
@@ -199,6 +208,7 @@ pub async fn migrate_with(
 ) -> Result<MigrationReport> {
     let mut report = MigrationReport::default();
 
+    report.unreadable = from.sessions().unreadable().await?;
     let sessions = from.sessions().list(&ListFilter::new()).await?;
     progress.begin("sessions", sessions.len() as u64);
     let mut tasks = JoinSet::new();

@@ -110,6 +110,18 @@ pub struct StoredSession {
     pub revision: Revision,
 }
 
+/// Something a store holds but cannot serve ([`SessionStore::unreadable`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnreadableEntry {
+    /// Where it is: a store file, a directory, or a database table.
+    pub location: String,
+    /// Its key exactly as stored (empty for a whole directory).
+    pub key: String,
+    /// Why it cannot be served.
+    pub problem: String,
+}
+
 /// The function [`SessionStore::apply`] runs on one key, under the store's lock.
 ///
 /// It receives the current entry (`None` when there is none) and its revision. Leaving
@@ -334,6 +346,17 @@ pub trait SessionStore: Send + Sync {
     /// it (its `limit` caps the count). `count(&ListFilter::new())` is the store's size.
     async fn count(&self, filter: &ListFilter) -> Result<usize>;
 
+    /// What the store holds but cannot serve, each left exactly as it is: entries that
+    /// do not decode, and (in OpenClaw's files) entries under keys this crate does not
+    /// serve — legacy mixed-case keys, keys filed in another agent's store — and agent
+    /// directories whose names are not agent ids. [`list`](Self::list) skips these;
+    /// whoever copies or checks a whole store (migration, `doctor`) must report them.
+    ///
+    /// The default is none: a store that can hold nothing it cannot read.
+    async fn unreadable(&self) -> Result<Vec<UnreadableEntry>> {
+        Ok(Vec::new())
+    }
+
     /// Whether the store holds no session.
     async fn is_empty(&self) -> Result<bool> {
         Ok(self.count(&ListFilter::new()).await? == 0)
@@ -484,6 +507,10 @@ impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
 
     async fn count(&self, filter: &ListFilter) -> Result<usize> {
         (**self).count(filter).await
+    }
+
+    async fn unreadable(&self) -> Result<Vec<UnreadableEntry>> {
+        (**self).unreadable().await
     }
 
     async fn delete(&self, key: &SessionKey) -> Result<Option<SessionEntry>> {

@@ -780,6 +780,24 @@ impl SessionStore for PostgresStore {
             .get(0);
         Ok(usize::try_from(count).unwrap_or(0))
     }
+
+    async fn unreadable(&self) -> Result<Vec<crate::store::UnreadableEntry>> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT session_key, revision, entry FROM {} ORDER BY session_key",
+                    self.table("sessions")
+                ),
+                &[],
+            )
+            .await
+            .map_err(pg_error("read sessions"))?;
+        Ok(sql::undecodable(
+            &self.location,
+            rows.iter().map(|row| (row.get(0), row.get(1), row.get(2))),
+        ))
+    }
 }
 
 // ---------------------------------------------------------------------------------

@@ -96,6 +96,23 @@ pub(crate) fn decode_listed<'a>(
         .collect()
 }
 
+/// The rows that do not decode, for `SessionStore::unreadable`.
+pub(crate) fn undecodable<'a>(
+    location: &Path,
+    rows: impl IntoIterator<Item = (&'a str, i64, &'a str)>,
+) -> Vec<crate::store::UnreadableEntry> {
+    rows.into_iter()
+        .filter_map(|(key, revision, json)| {
+            let error = decode(location, key, revision, json).err()?;
+            Some(crate::store::UnreadableEntry {
+                location: location.display().to_string(),
+                key: key.to_owned(),
+                problem: error.to_string(),
+            })
+        })
+        .collect()
+}
+
 /// Revisions are 64-bit hashes; SQL integers are signed. The bits are kept.
 pub(crate) fn revision_to_i64(revision: Revision) -> i64 {
     i64::from_ne_bytes(revision.as_u64().to_ne_bytes())

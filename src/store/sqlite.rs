@@ -557,6 +557,28 @@ impl SessionStore for SqliteStore {
             .await?;
         Ok(usize::try_from(count).unwrap_or(0))
     }
+
+    async fn unreadable(&self) -> Result<Vec<crate::store::UnreadableEntry>> {
+        let rows: Vec<(String, i64, String)> = self
+            .read(|c| {
+                let mut statement = c
+                    .prepare(
+                        "SELECT session_key, revision, entry FROM sessions ORDER BY session_key",
+                    )
+                    .map_err(db_error("read sessions"))?;
+                let rows = statement
+                    .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+                    .map_err(db_error("read sessions"))?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                    .map_err(db_error("read sessions"));
+                rows
+            })
+            .await?;
+        Ok(sql::undecodable(
+            &self.inner.path,
+            rows.iter().map(|(k, r, j)| (k.as_str(), *r, j.as_str())),
+        ))
+    }
 }
 
 /// What an update does to one row.

@@ -697,12 +697,21 @@ impl TranscriptExport for FileTranscriptStore {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
                 Err(e) => return Err(Error::io("read", &file, e)),
             }
-            let text = String::from_utf8_lossy(&bytes);
-            // Complete lines only: a torn last line is not part of the transcript.
+            let text = String::from_utf8(bytes).map_err(|e| {
+                let at = e.utf8_error().valid_up_to();
+                Error::io(
+                    "export",
+                    &file,
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("not valid UTF-8 after byte {at}: copy this file by hand"),
+                    ),
+                )
+            })?;
+            // Every line, a torn last one too: an export leaves nothing behind.
             Ok(Some(
                 text.split_inclusive('\n')
-                    .filter_map(|line| line.strip_suffix('\n'))
-                    .map(str::to_owned)
+                    .map(|line| line.strip_suffix('\n').unwrap_or(line).to_owned())
                     .collect(),
             ))
         })

@@ -562,8 +562,10 @@ pub trait TranscriptExport: TranscriptStore {
     /// ([`TranscriptRef::file_name`], archived ones with their suffix) in every store.
     async fn transcript_names(&self, agent: Option<&AgentId>) -> Result<Vec<(AgentId, String)>>;
 
-    /// The lines of transcript `name` exactly as stored, without their newlines (a torn
-    /// last line is not one); `None` if there is no such transcript.
+    /// The lines of transcript `name` exactly as stored, without their newlines; a torn
+    /// last line (no newline) is the last element too, so an export leaves nothing
+    /// behind (imported, it ends with a newline like every line). `None` if there is no
+    /// such transcript.
     async fn export_lines(&self, agent: &AgentId, name: &str) -> Result<Option<Vec<String>>>;
 
     /// Creates transcript `name` with `lines` unless it exists; returns whether it did.

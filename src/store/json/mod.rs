@@ -536,6 +536,63 @@ impl Inner {
         Ok(agents)
     }
 
+    /// What the tree holds but the store does not serve (see
+    /// [`SessionStore::unreadable`]).
+    fn unreadable(&self) -> Result<Vec<super::UnreadableEntry>> {
+        let agents_dir = self.root.join("agents");
+        let entries = match fs::read_dir(&agents_dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io("list", agents_dir, e)),
+        };
+        let mut found = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::io("list", &agents_dir, e))?;
+            let name = entry.file_name();
+            // The store looks for `agents/<agent id>`: a name that is not already its
+            // own agent id (`Work` for `work`) is never read.
+            let Some(agent) = name
+                .to_str()
+                .and_then(|n| AgentId::new(n).ok().filter(|a| a.as_str() == n))
+            else {
+                let dir = entry.path();
+                if fs::symlink_metadata(dir.join("sessions").join("sessions.json")).is_ok() {
+                    found.push(super::UnreadableEntry {
+                        location: dir.display().to_string(),
+                        key: String::new(),
+                        problem: "the directory's name is not an agent id (lower-case \
+                                  letters, digits, `-` and `_`): its sessions are not read"
+                            .into(),
+                    });
+                }
+                continue;
+            };
+            let path = paths::store_path(&self.root, &agent);
+            if fs::symlink_metadata(&path).is_err() {
+                continue;
+            }
+            let document = self.load(&path)?;
+            for (key, raw) in document.iter() {
+                let problem = if self.served_key(&agent, key).is_none() {
+                    "the key is not a canonical session key of this agent (a legacy \
+                     mixed-case key, another agent's key, or not a key at all)"
+                        .to_owned()
+                } else if let Err(error) = parse_entry(raw) {
+                    format!("the entry does not decode: {error}")
+                } else {
+                    continue;
+                };
+                found.push(super::UnreadableEntry {
+                    location: path.display().to_string(),
+                    key: key.to_owned(),
+                    problem,
+                });
+            }
+        }
+        found.sort_by(|a, b| (&a.location, &a.key).cmp(&(&b.location, &b.key)));
+        Ok(found)
+    }
+
     /// The parsed store at `path`, from the cache when the file is unchanged.
     fn load(&self, path: &Path) -> Result<Arc<Document>> {
         let ttl = self.options.cache_ttl;
@@ -734,6 +791,11 @@ impl SessionStore for JsonFileStore {
         })
         .await?;
         Ok(filter.finish(sessions))
+    }
+
+    async fn unreadable(&self) -> Result<Vec<super::UnreadableEntry>> {
+        let inner = self.inner.clone();
+        blocking(&self.inner.root, move || inner.unreadable()).await
     }
 
     async fn count(&self, filter: &ListFilter) -> Result<usize> {
