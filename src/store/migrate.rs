@@ -206,9 +206,11 @@ pub async fn migrate_with(
     options: &MigrateOptions,
     progress: &dyn MigrationProgress,
 ) -> Result<MigrationReport> {
-    let mut report = MigrationReport::default();
+    let mut report = MigrationReport {
+        unreadable: from.sessions().unreadable().await?,
+        ..MigrationReport::default()
+    };
 
-    report.unreadable = from.sessions().unreadable().await?;
     let sessions = from.sessions().list(&ListFilter::new()).await?;
     progress.begin("sessions", sessions.len() as u64);
     let mut tasks = JoinSet::new();
