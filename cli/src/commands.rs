@@ -542,6 +542,9 @@ async fn stats(store: &str, agent: &AgentId, json: bool, args: StatsArgs) -> Out
 }
 
 async fn export(store: &str, agent: &AgentId, args: ExportArgs) -> Outcome {
+    if let Some(path) = &args.output {
+        export_destination_is_safe(store, path)?;
+    }
     let backend = Backend::open_read_only(store).await?;
     let sessions = backend.sessions().list(&args.scope.filter(agent)).await?;
     let names = backend
@@ -562,7 +565,7 @@ async fn export(store: &str, agent: &AgentId, args: ExportArgs) -> Outcome {
         )
     };
     // Written owner-only beside the destination and renamed over it: a reader never
-    // sees half a document, and a symlink at the path is replaced, not followed.
+    // sees half a document.
     let dir = path
         .parent()
         .filter(|dir| !dir.as_os_str().is_empty())
@@ -575,6 +578,62 @@ async fn export(store: &str, agent: &AgentId, args: ExportArgs) -> Outcome {
     let file = out.into_inner().map_err(|e| cannot(e.into_error()))?;
     file.as_file().sync_all().map_err(cannot)?;
     file.persist(&path).map_err(|e| cannot(e.error))?;
+    Ok(())
+}
+
+/// Refuses an export destination that is anything but a new or regular file (a
+/// symlink, a device such as `/dev/null`, a directory), or that lies inside the store
+/// being exported: an export replaces its destination, so it must never replace those.
+fn export_destination_is_safe(store: &str, path: &Path) -> Outcome {
+    let refuse = |why: String| {
+        failure(
+            EXIT_USAGE,
+            format!("will not write {}: {why}", path.display()),
+        )
+    };
+    match std::fs::symlink_metadata(path) {
+        Ok(metadata) if metadata.file_type().is_symlink() => {
+            return Err(refuse(
+                "it is a symbolic link (give the path it points to)".into(),
+            ))
+        }
+        Ok(metadata) if !metadata.is_file() => {
+            return Err(refuse("it exists and is not a regular file".into()))
+        }
+        _ => {}
+    }
+    let dir = path
+        .parent()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let Ok(dir) = dir.canonicalize() else {
+        return Ok(()); // The write reports a missing directory.
+    };
+    let destination = dir.join(path.file_name().unwrap_or_default());
+    let inside = match store.parse::<StoreUrl>()? {
+        StoreUrl::Json(root) => agent_sessions::paths::expand_home(&root)
+            .join("agents")
+            .canonicalize()
+            .is_ok_and(|agents| destination.starts_with(agents)),
+        StoreUrl::Sqlite(file) => {
+            let file = agent_sessions::paths::expand_home(&file);
+            file.canonicalize().is_ok_and(|db| {
+                let name = db
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned();
+                destination.parent() == db.parent()
+                    && destination
+                        .file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with(&name))
+            })
+        }
+        _ => false,
+    };
+    if inside {
+        return Err(refuse("it is inside the store being exported".into()));
+    }
     Ok(())
 }
 

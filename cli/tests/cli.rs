@@ -562,7 +562,7 @@ fn export_into_a_closed_pipe_exits_quietly() {
 
 #[cfg(unix)]
 #[test]
-fn export_to_a_file_is_owner_only_and_replaces_a_symlink_without_following_it() {
+fn export_to_a_file_is_owner_only_and_never_replaces_a_link_a_device_or_the_store() {
     use std::os::unix::fs::PermissionsExt;
 
     let tree = tree_with_a_long_transcript();
@@ -570,14 +570,48 @@ fn export_to_a_file_is_owner_only_and_replaces_a_symlink_without_following_it() 
     let work = tempfile::tempdir().unwrap();
     let victim = work.path().join("victim");
     std::fs::write(&victim, "precious").unwrap();
-    let path = work.path().join("export.json");
-    std::os::unix::fs::symlink(&victim, &path).unwrap();
+    let link = work.path().join("link.json");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let fifo = work.path().join("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let store_file = tree.path().join("agents/main/sessions/sessions.json");
+    let store_before = std::fs::read(&store_file).unwrap();
+    let refused_paths = [
+        link.clone(),
+        fifo.clone(),
+        work.path().to_path_buf(),
+        store_file.clone(),
+        tree.path().join("agents/main/sessions/new.json"),
+    ];
+    for refused in &refused_paths {
+        let output = run(&store, &["export", "--output", refused.to_str().unwrap()]);
+        assert_eq!(
+            code(&output),
+            2,
+            "{}: {}",
+            refused.display(),
+            stderr(&output)
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(std::fs::read(&store_file).unwrap(), store_before);
+    std::fs::remove_file(&link).unwrap();
+    std::fs::remove_file(&fifo).unwrap();
 
+    let path = work.path().join("export.json");
+    std::fs::write(&path, "an older export").unwrap();
     let output = run(&store, &["export", "--output", path.to_str().unwrap()]);
     assert_eq!(code(&output), 0, "{}", stderr(&output));
-    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
     let meta = std::fs::symlink_metadata(&path).unwrap();
-    assert!(meta.file_type().is_file(), "the symlink was replaced");
+    assert!(meta.file_type().is_file());
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
     let document: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     assert_eq!(document["format"], "agent-sessions-export");
