@@ -61,12 +61,13 @@ pub enum Error {
         source: io::Error,
     },
 
-    /// A path the crate reads or writes is not a regular file: a FIFO, a socket, a
-    /// device, a directory, or a symlink where the crate follows none.
+    /// A path the crate reads or writes is not what it must be: a FIFO, a socket, a
+    /// device or a directory where a regular file belongs, or a symlink where the crate
+    /// follows none (a file, or a directory of its own such as `agents/<id>`).
     ///
     /// Nothing was read from it or written to it (opening never blocks). Remove or
     /// rename what is there; `agent-sessions doctor` reports such paths.
-    #[error("{} is {found}, not a regular file; it was left untouched", path.display())]
+    #[error("{} is {found}, which the crate does not read or write through; it was left untouched", path.display())]
     NotAFile {
         /// The path.
         path: PathBuf,
@@ -355,11 +356,16 @@ impl Error {
     }
 
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
-        let path = path.into();
-        match source
-            .get_ref()
-            .and_then(|inner| inner.downcast_ref::<crate::fsutil::Refused>())
-        {
+        let mut path = path.into();
+        let inner = source.get_ref();
+        let refused = match inner.and_then(|e| e.downcast_ref::<crate::fsutil::RefusedAt>()) {
+            Some(crate::fsutil::RefusedAt(at, refused)) => {
+                path = at.clone();
+                Some(refused)
+            }
+            None => inner.and_then(|e| e.downcast_ref::<crate::fsutil::Refused>()),
+        };
+        match refused {
             Some(crate::fsutil::Refused::NotRegular(found)) => Error::NotAFile { path, found },
             Some(crate::fsutil::Refused::TooLarge { size, limit }) => Error::FileTooLarge {
                 path,

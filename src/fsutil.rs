@@ -110,7 +110,27 @@ impl Refused {
     fn into_io(self) -> io::Error {
         io::Error::new(io::ErrorKind::InvalidInput, self)
     }
+
+    /// The refusal of `path`, another path than the one the caller names.
+    fn into_io_at(self, path: &Path) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            RefusedAt(path.to_owned(), self),
+        )
+    }
 }
+
+/// A refusal of a directory on the way to the path the caller names.
+#[derive(Debug)]
+pub(crate) struct RefusedAt(pub(crate) PathBuf, pub(crate) Refused);
+
+impl std::fmt::Display for RefusedAt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.0.display(), self.1)
+    }
+}
+
+impl std::error::Error for RefusedAt {}
 
 /// What kind of thing `file_type` is, for messages.
 pub(crate) fn describe(file_type: std::fs::FileType) -> &'static str {
@@ -170,6 +190,36 @@ pub(crate) fn open_checked(options: &mut OpenOptions, path: &Path) -> io::Result
         return Err(Refused::NotRegular(describe(file_type)).into_io());
     }
     Ok(file)
+}
+
+/// Refuses `path` if a directory between `root` and it is a symbolic link: the
+/// crate's own directories (`agents/<id>`, `sessions`, `quarantine`) are never reached
+/// through a link planted in the tree. `root` itself may be a link (`~/.openclaw`
+/// pointing elsewhere is the user's choice). Missing directories are fine.
+pub(crate) fn refuse_linked_dirs(root: &Path, path: &Path) -> io::Result<()> {
+    let Ok(below) = path.strip_prefix(root) else {
+        return Ok(());
+    };
+    let mut dir = root.to_path_buf();
+    let mut components = below.components().peekable();
+    while let Some(component) = components.next() {
+        if components.peek().is_none() {
+            break; // the file itself is checked when it is opened
+        }
+        dir.push(component);
+        match std::fs::symlink_metadata(&dir) {
+            Ok(metadata) if metadata.file_type().is_symlink() => {
+                return Err(Refused::NotRegular("a symbolic link").into_io_at(&dir))
+            }
+            Ok(metadata) if !metadata.is_dir() => {
+                return Err(Refused::NotRegular(describe(metadata.file_type())).into_io_at(&dir))
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Opens `path` for reading if it is a regular file (see [`open_checked`]).

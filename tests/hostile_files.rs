@@ -315,3 +315,130 @@ async fn a_transcript_line_nested_a_million_deep_is_a_reported_issue() {
     assert_eq!(read.events.len(), 2, "the good lines around it are read");
     assert_eq!(read.issues.len(), 1, "{:?}", read.issues);
 }
+
+#[tokio::test]
+async fn a_planted_quarantine_link_carries_nothing_out_of_the_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let sessions = agent_sessions::paths::sessions_dir(dir.path(), &AgentId::main());
+    fs::create_dir_all(&sessions).unwrap();
+    fs::write(
+        sessions.join("sessions.json.bak"),
+        r#"{"agent:main:telegram:dm:bob":{"sessionId":"b","updatedAt":1}}"#,
+    )
+    .unwrap();
+    let corrupt = r#"{"agent:main:telegram:dm:bob":{"sessionId":"b","updatedAt":2,"secret":"newer"#;
+    fs::write(sessions.join("sessions.json"), corrupt).unwrap();
+    std::os::unix::fs::symlink(outside.path(), sessions.join("quarantine")).unwrap();
+
+    let result = examine(dir.path(), &DoctorOptions::repair()).await;
+    assert!(
+        matches!(
+            &result,
+            Err(Error::NotAFile {
+                found: "a symbolic link",
+                ..
+            })
+        ),
+        "{result:?}"
+    );
+    assert_eq!(
+        fs::read_dir(outside.path()).unwrap().count(),
+        0,
+        "nothing left the tree"
+    );
+    assert_eq!(
+        fs::read_to_string(sessions.join("sessions.json")).unwrap(),
+        corrupt
+    );
+}
+
+#[tokio::test]
+async fn a_linked_agent_directory_is_neither_read_nor_written_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    fs::create_dir_all(elsewhere.path().join("sessions")).unwrap();
+    fs::create_dir_all(dir.path().join("agents")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), dir.path().join("agents/evil")).unwrap();
+    let store = common::store(dir.path());
+    let key = SessionKey::parse("agent:evil:telegram:dm:1").unwrap();
+    let written = store.put(&key, SessionEntry::new("s-1", 1)).await;
+    assert!(
+        matches!(written, Err(Error::NotAFile { .. })),
+        "{written:?}"
+    );
+    assert_eq!(
+        fs::read_dir(elsewhere.path().join("sessions"))
+            .unwrap()
+            .count(),
+        0,
+        "nothing written through the link"
+    );
+    let transcripts = FileTranscriptStore::new(dir.path());
+    let transcript = TranscriptRef::new(AgentId::new("evil").unwrap(), "s-1");
+    let entry = TranscriptEntry::user_text("hi", chrono::Utc::now());
+    assert!(matches!(
+        transcripts.append(&transcript, vec![entry]).await,
+        Err(Error::NotAFile { .. })
+    ));
+    let report = examine(dir.path(), &DoctorOptions::default())
+        .await
+        .unwrap();
+    assert!(
+        report
+            .findings
+            .iter()
+            .any(|(f, _)| matches!(f, Finding::UnusableFile { .. })),
+        "{report:?}"
+    );
+}
+
+#[tokio::test]
+async fn doctor_reports_every_special_file_in_a_sessions_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = common::store(dir.path());
+    store
+        .put(&key(), SessionEntry::new("s-1", 1))
+        .await
+        .unwrap();
+    let sessions = agent_sessions::paths::sessions_dir(dir.path(), &AgentId::main());
+    mkfifo(&sessions.join("bbbb-1.jsonl")); // a transcript no entry names
+    fs::create_dir(sessions.join("sessions.json.bak")).unwrap();
+    let report = examine(dir.path(), &DoctorOptions::default())
+        .await
+        .unwrap();
+    let unusable: Vec<String> = report
+        .findings
+        .iter()
+        .filter_map(|(f, _)| match f {
+            Finding::UnusableFile { path, .. } => {
+                Some(path.file_name()?.to_string_lossy().into_owned())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(unusable.len(), 2, "{report:?}");
+    assert!(unusable.contains(&"bbbb-1.jsonl".to_owned()));
+    assert!(unusable.contains(&"sessions.json.bak".to_owned()));
+}
+
+#[tokio::test]
+async fn archiving_leaves_a_special_file_where_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let transcripts = FileTranscriptStore::new(dir.path());
+    let transcript = TranscriptRef::new(AgentId::main(), "s-1");
+    let path = transcripts.path(&transcript).unwrap();
+    mkfifo(&path);
+    let archived = transcripts
+        .archive(
+            &transcript,
+            agent_sessions::transcript::ArchiveReason::Reset,
+            chrono::Utc::now(),
+        )
+        .await;
+    assert!(
+        matches!(archived, Err(Error::NotAFile { .. })),
+        "{archived:?}"
+    );
+    assert!(fs::symlink_metadata(&path).is_ok(), "left in place");
+}

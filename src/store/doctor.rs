@@ -243,6 +243,19 @@ impl Doctor {
     #[allow(clippy::type_complexity)]
     fn run(mut self) -> Result<(DoctorReport, Vec<(PathBuf, Vec<(String, String)>)>)> {
         for agent in agents(&self.root)? {
+            let dir = paths::sessions_dir(&self.root, &agent);
+            if let Err(e) = crate::fsutil::refuse_linked_dirs(&self.root, &dir.join("-")) {
+                let (path, problem) = match Error::io("examine", &dir, e) {
+                    Error::NotAFile { path, found } => {
+                        (path, format!("{found}: the store never reads through it"))
+                    }
+                    other => (dir, other.to_string()),
+                };
+                self.report
+                    .findings
+                    .push((Finding::UnusableFile { path, problem }, None));
+                continue;
+            }
             self.examine_agent(&agent)?;
         }
         Ok((self.report, self.to_prune))
@@ -257,6 +270,9 @@ impl Doctor {
             let path = entry.path();
             if name.starts_with("sessions.json.") && name.ends_with(".tmp") {
                 self.orphaned_temp(&path)?;
+            } else if name != "quarantine" && path != store && path != lock_path(&store) {
+                // Transcripts, the backup, anything the store may open: regular files.
+                self.usable(&path);
             }
         }
         let lock = lock_path(&store);
@@ -291,6 +307,9 @@ impl Doctor {
 
     fn quarantine(&self, dir: &Path) -> Result<PathBuf> {
         let quarantine = dir.join("quarantine").join(&self.stamp);
+        // A `quarantine` planted as a link would carry what doctor removes elsewhere.
+        crate::fsutil::refuse_linked_dirs(&self.root, &quarantine.join("-"))
+            .map_err(|e| Error::io("quarantine", &quarantine, e))?;
         create_private_dir_all(&quarantine)
             .map_err(|e| Error::io("create directory", &quarantine, e))?;
         Ok(quarantine)
@@ -303,6 +322,10 @@ impl Doctor {
             .quarantine(dir)?
             .join(path.file_name().unwrap_or_default());
         fs::rename(path, &target).map_err(|e| Error::io("quarantine", path, e))?;
+        // Kept owner-only whatever mode it had (a rename keeps the mode).
+        if fs::symlink_metadata(&target).is_ok_and(|m| m.is_file()) {
+            set_owner_only(&target).map_err(|e| Error::io("protect", &target, e))?;
+        }
         Ok(target)
     }
 
@@ -501,6 +524,17 @@ impl Doctor {
         self.report.findings.push((finding, repair));
         Ok(())
     }
+}
+
+fn set_owner_only(path: &Path) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(path, fs::Permissions::from_mode(0o600))?;
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
 }
 
 /// What became of an entry's recorded transcript.

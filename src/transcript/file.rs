@@ -101,6 +101,13 @@ impl FileTranscriptStore {
     /// sessions directory), else `<sessionId>.jsonl` or `<sessionId>-topic-<topic>.jsonl`
     /// (session id checked, topic percent-encoded).
     pub fn path(&self, transcript: &TranscriptRef) -> Result<PathBuf> {
+        let path = self.unchecked_path(transcript)?;
+        crate::fsutil::refuse_linked_dirs(&self.inner.root, &path)
+            .map_err(|e| Error::io("open", &path, e))?;
+        Ok(path)
+    }
+
+    fn unchecked_path(&self, transcript: &TranscriptRef) -> Result<PathBuf> {
         match transcript
             .session_file
             .as_deref()
@@ -610,8 +617,16 @@ impl TranscriptStore for FileTranscriptStore {
         let inner = self.inner.clone();
         let file = path.clone();
         blocking(&path, move || {
-            if fs::symlink_metadata(&file).is_err() {
-                return Ok(None);
+            match fs::symlink_metadata(&file) {
+                Err(_) => return Ok(None),
+                // A FIFO, directory or link where the transcript belongs stays where it is.
+                Ok(metadata) if !metadata.is_file() => {
+                    return Err(Error::NotAFile {
+                        path: file,
+                        found: crate::fsutil::describe(metadata.file_type()),
+                    })
+                }
+                Ok(_) => {}
             }
             let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("");
             let base = file.with_file_name(archived_name(name, reason, at));
@@ -689,6 +704,8 @@ impl TranscriptExport for FileTranscriptStore {
     async fn export_lines(&self, agent: &AgentId, name: &str) -> Result<Option<Vec<String>>> {
         validate_transcript_name(name)?;
         let path = paths::sessions_dir(&self.inner.root, agent).join(name);
+        crate::fsutil::refuse_linked_dirs(&self.inner.root, &path)
+            .map_err(|e| Error::io("open", &path, e))?;
         let file = path.clone();
         blocking(&path, move || {
             let mut bytes = Vec::new();
@@ -721,6 +738,8 @@ impl TranscriptExport for FileTranscriptStore {
     async fn import_lines(&self, agent: &AgentId, name: &str, lines: Vec<String>) -> Result<bool> {
         validate_transcript_name(name)?;
         let path = paths::sessions_dir(&self.inner.root, agent).join(name);
+        crate::fsutil::refuse_linked_dirs(&self.inner.root, &path)
+            .map_err(|e| Error::io("open", &path, e))?;
         let _queue = process_mutex(&path).lock_owned().await;
         let inner = self.inner.clone();
         let file = path.clone();

@@ -211,6 +211,8 @@ impl JsonFileStore {
             let inner = self.inner.clone();
             // One trip to the blocking pool takes the lock and reads the store.
             let attempt = blocking(&lock_path, move || {
+                crate::fsutil::refuse_linked_dirs(&inner.root, &attempt_path)
+                    .map_err(|e| Error::io("lock", &attempt_path, e))?;
                 match FileLock::try_acquire(&attempt_path, stale_after)? {
                     Attempt::Acquired(file) => {
                         let (document, stamp) = inner.locked_document(&store_file, last_written)?;
@@ -620,6 +622,8 @@ impl Inner {
     /// Reads and parses the store at `path`, bypassing the cache.
     fn read(&self, path: &Path) -> Result<Option<(Document, FileStamp)>> {
         let started = Instant::now();
+        crate::fsutil::refuse_linked_dirs(&self.root, path)
+            .map_err(|e| Error::io("read", path, e))?;
         let Some((bytes, stamp)) = self
             .io
             .read(path, self.options.max_file_bytes)
