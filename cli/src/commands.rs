@@ -335,6 +335,10 @@ fn without_password(store: &str) -> String {
 
 /// The session key `raw` names under `agent`.
 fn key_of(agent: &AgentId, raw: &str) -> Result<SessionKey, Failure> {
+    // `global` is the one key outside every agent (OpenClaw's global scope).
+    if raw.trim().eq_ignore_ascii_case("global") {
+        return Ok(SessionKey::parse("global")?);
+    }
     Ok(SessionKey::for_agent(agent, raw)?)
 }
 
@@ -826,11 +830,6 @@ async fn serve(store: &str, args: ServeArgs) -> Outcome {
                 ),
             ));
         }
-        eprintln!(
-            "agent-sessions: warning: no secret set: every caller that can reach {} can \
-             read and change every session",
-            args.listen
-        );
     }
     let mut options = ServiceOptions::default()
         .body_limit(args.body_limit)
@@ -859,6 +858,13 @@ async fn serve(store: &str, args: ServeArgs) -> Outcome {
     let address = listener
         .local_addr()
         .map_err(|e| failure(EXIT_FAILURE, e.to_string()))?;
+    if options.secret.is_none() {
+        // Named after binding, so port 0 shows the port really served.
+        eprintln!(
+            "agent-sessions: warning: no secret set: every caller that can reach {address} \
+             can read and change every session"
+        );
+    }
     eprintln!(
         "agent-sessions: serving {} on http://{address}",
         without_password(store)

@@ -1018,12 +1018,33 @@ fn serve_without_a_secret_on_loopback_warns() {
     }
     child.kill().unwrap();
     child.wait().unwrap();
-    assert!(
-        before_banner
-            .iter()
-            .any(|line| line.contains("warning") && line.contains("secret")),
-        "{before_banner:?}"
-    );
+    let warning = before_banner
+        .iter()
+        .find(|line| line.contains("warning") && line.contains("secret"))
+        .unwrap_or_else(|| panic!("no warning: {before_banner:?}"));
+    // The port really served, not the 0 that was asked for.
+    assert!(!warning.contains("127.0.0.1:0 "), "{warning}");
+    assert!(warning.contains("127.0.0.1:"), "{warning}");
+}
+
+#[test]
+fn the_global_session_is_addressed_by_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("json:{}", dir.path().display());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        use agent_sessions::prelude::*;
+        let sessions = JsonFileStore::new(dir.path());
+        let global = SessionKey::parse("global").unwrap();
+        sessions
+            .put(&global, SessionEntry::new("g-1", 1))
+            .await
+            .unwrap();
+    });
+    let shown = run(&store, &["--json", "show", "global"]);
+    assert_eq!(code(&shown), 0, "{}", stderr(&shown));
+    let closed = run(&store, &["close", "global"]);
+    assert_eq!(code(&closed), 0, "{}", stderr(&closed));
 }
 
 /// A connection limit of zero or a zero timeout would refuse every request: `serve`

@@ -127,6 +127,13 @@ impl StoreIo for RealIo {
                 if fs::hard_link(from, to).is_err() {
                     fs::copy(from, to)?;
                 }
+                // The backup is owner-only like every file of the store, even when the
+                // file it keeps was written wider (by OpenClaw, say).
+                #[cfg(unix)]
+                {
+                    use std::os::unix::fs::PermissionsExt;
+                    fs::set_permissions(to, fs::Permissions::from_mode(0o600))?;
+                }
                 Ok(None)
             }
             StepArgs::Rename { from, to } => {
