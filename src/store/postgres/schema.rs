@@ -1,0 +1,72 @@
+//! The PostgreSQL schema: one migration per version, applied in order on open.
+
+/// The schema, one migration per version, `{schema}` standing for the store's schema.
+pub(super) const MIGRATIONS: &[&str] = &[
+    r#"
+CREATE TABLE {schema}.sessions (
+    session_key    TEXT PRIMARY KEY,
+    agent_id       TEXT NOT NULL,
+    session_id     TEXT NOT NULL,
+    updated_at     BIGINT NOT NULL,
+    channel        TEXT,
+    chat_type      TEXT,
+    person_id      TEXT,
+    agent_identity TEXT,
+    revision       BIGINT NOT NULL,
+    entry          TEXT NOT NULL
+);
+CREATE INDEX sessions_by_agent_activity ON {schema}.sessions (agent_id, updated_at DESC);
+CREATE INDEX sessions_by_activity ON {schema}.sessions (updated_at DESC);
+CREATE INDEX sessions_by_person ON {schema}.sessions (person_id, agent_identity) WHERE person_id IS NOT NULL;
+CREATE INDEX sessions_by_session_id ON {schema}.sessions (session_id);
+
+CREATE TABLE {schema}.transcripts (
+    agent_id   TEXT NOT NULL,
+    name       TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    line_count BIGINT NOT NULL,
+    leaf       TEXT,
+    PRIMARY KEY (agent_id, name)
+);
+CREATE INDEX transcripts_by_session ON {schema}.transcripts (agent_id, session_id);
+
+CREATE TABLE {schema}.transcript_lines (
+    agent_id       TEXT NOT NULL,
+    name           TEXT NOT NULL,
+    seq            BIGINT NOT NULL,
+    line           TEXT NOT NULL,
+    log_at         BIGINT,
+    person_id      TEXT,
+    agent_identity TEXT,
+    session_key    TEXT,
+    PRIMARY KEY (agent_id, name, seq)
+);
+CREATE INDEX log_by_person ON {schema}.transcript_lines (person_id, agent_identity, log_at) WHERE log_at IS NOT NULL;
+CREATE INDEX log_by_agent ON {schema}.transcript_lines (agent_id, log_at) WHERE log_at IS NOT NULL;
+CREATE INDEX log_by_session_key ON {schema}.transcript_lines (session_key, log_at) WHERE log_at IS NOT NULL;
+"#,
+    r#"
+CREATE TABLE {schema}.search_messages (
+    id             TEXT PRIMARY KEY,
+    agent_id       TEXT NOT NULL,
+    session_id     TEXT NOT NULL,
+    session_key    TEXT,
+    person_id      TEXT,
+    agent_identity TEXT,
+    channel        TEXT,
+    direction      TEXT,
+    correlation_id TEXT,
+    at             BIGINT NOT NULL,
+    text           TEXT NOT NULL,
+    category       TEXT,
+    embedding      REAL[],
+    words          TSVECTOR GENERATED ALWAYS AS (to_tsvector('english', text)) STORED
+);
+CREATE INDEX search_messages_words ON {schema}.search_messages USING GIN (words);
+CREATE INDEX search_messages_by_time ON {schema}.search_messages (at);
+CREATE INDEX search_messages_by_session ON {schema}.search_messages (session_id, at);
+CREATE INDEX search_messages_by_person ON {schema}.search_messages (person_id, at);
+CREATE INDEX search_messages_uncategorized ON {schema}.search_messages (at) WHERE category IS NULL;
+CREATE INDEX search_messages_unembedded ON {schema}.search_messages (at) WHERE embedding IS NULL;
+"#,
+];

@@ -1,0 +1,172 @@
+//! [`PostgresStore`] as a [`SessionStore`]: the key's advisory lock, one transaction
+//! per update.
+
+use super::*;
+
+#[async_trait]
+impl SessionStore for PostgresStore {
+    async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                &format!(
+                    "SELECT revision, entry FROM {} WHERE session_key = $1",
+                    self.table("sessions")
+                ),
+                &[&key.as_str()],
+            )
+            .await
+            .map_err(pg_error("read a session"))?;
+        row.map(|row| decode(&self.location, key.as_str(), row.get(0), row.get(1)))
+            .transpose()
+    }
+
+    async fn apply(
+        &self,
+        key: &SessionKey,
+        mutator: &mut Mutator<'_>,
+    ) -> Result<Option<StoredSession>> {
+        let client = self.client().await?;
+        let lock = client
+            .prepare_cached("SELECT pg_advisory_xact_lock($1)")
+            .await
+            .map_err(pg_error("lock a row"))?;
+        let read = client
+            .prepare_cached(&format!(
+                "SELECT revision, entry FROM {} WHERE session_key = $1",
+                self.table("sessions")
+            ))
+            .await
+            .map_err(pg_error("read a session"))?;
+        // Serialise updates of this key across every host, also while it does not
+        // exist yet (a row lock needs a row). BEGIN, the lock and the read go out
+        // together; the server runs the read once the lock is granted.
+        let lock_id = lock_id(&format!("{}\0{}", self.schema, key.as_str()));
+        let raw_key = key.as_str();
+        let (lock_params, read_params): (&[&(dyn ToSql + Sync)], &[&(dyn ToSql + Sync)]) =
+            (&[&lock_id], &[&raw_key]);
+        let open = OpenTransaction(Some(client));
+        let c = open.client();
+        let (begun, locked, row) = tokio::join!(
+            c.batch_execute("BEGIN"),
+            c.execute(&lock, lock_params),
+            c.query_opt(&read, read_params)
+        );
+        let current = match (begun, locked, row) {
+            (Ok(()), Ok(_), Ok(row)) => row
+                .map(|row| decode(&self.location, key.as_str(), row.get(0), row.get(1)))
+                .transpose(),
+            (Err(e), _, _) => return Err(pg_error("begin a transaction")(e)),
+            (_, Err(e), _) => Err(pg_error("lock a row")(e)),
+            (_, _, Err(e)) => Err(pg_error("read a session")(e)),
+        };
+        let current = match current {
+            Ok(current) => current,
+            Err(error) => return Err(open.abandon(error).await),
+        };
+        let mut slot = current.as_ref().map(|s| s.entry.clone());
+        if let Err(error) = mutator(&mut slot, current.as_ref().map(|s| s.revision)) {
+            return Err(open.abandon(error).await);
+        }
+        if slot.as_ref() == current.as_ref().map(|s| &s.entry) {
+            return match open.client().batch_execute("COMMIT").await {
+                Ok(()) => {
+                    open.finish();
+                    Ok(current)
+                }
+                Err(e) => Err(pg_error("commit")(e)),
+            };
+        }
+        let (statement, row) = match &slot {
+            Some(entry) => match SessionRow::new(key, entry) {
+                Ok(row) => (self.write_statement(current.is_some()), Some(row)),
+                Err(error) => return Err(open.abandon(error).await),
+            },
+            None => (
+                format!(
+                    "DELETE FROM {} WHERE session_key = $1",
+                    self.table("sessions")
+                ),
+                None,
+            ),
+        };
+        let prepared = match open.client().prepare_cached(&statement).await {
+            Ok(prepared) => prepared,
+            Err(e) => return Err(open.abandon(pg_error("write a session")(e)).await),
+        };
+        let key_param: [&(dyn ToSql + Sync); 1] = [&raw_key];
+        let values: &[&(dyn ToSql + Sync)] = match &row {
+            Some(row) => &row_params(row),
+            None => &key_param,
+        };
+        // The write and COMMIT go out together: if the write fails, COMMIT ends the
+        // failed transaction as a rollback.
+        let c = open.client();
+        let (written, committed) =
+            tokio::join!(c.execute(&prepared, values), c.batch_execute("COMMIT"));
+        // Once COMMIT was answered the transaction is over either way.
+        committed.map_err(pg_error("commit"))?;
+        open.finish();
+        written.map_err(pg_error("write a session"))?;
+        Ok(slot.zip(row).map(|(entry, row)| StoredSession {
+            key: key.clone(),
+            entry,
+            revision: sql::revision_from_i64(row.revision),
+        }))
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
+        let clause = sql::session_filter(filter, &|n| format!("${n}"));
+        let statement = format!(
+            "SELECT session_key, revision, entry FROM {}{} \
+             ORDER BY updated_at DESC, session_key COLLATE \"C\" ASC{}",
+            self.table("sessions"),
+            clause.sql,
+            sql::Where::limit(filter.limit)
+        );
+        let values = params(&clause.values);
+        let client = self.client().await?;
+        let rows = client
+            .query(&statement, &refs(&values))
+            .await
+            .map_err(pg_error("list sessions"))?;
+        Ok(sql::decode_listed(
+            &self.location,
+            rows.iter().map(|row| (row.get(0), row.get(1), row.get(2))),
+        ))
+    }
+
+    async fn count(&self, filter: &ListFilter) -> Result<usize> {
+        if !filter.is_everything() {
+            return Ok(self.list(filter).await?.len());
+        }
+        let client = self.client().await?;
+        let count: i64 = client
+            .query_one(
+                &format!("SELECT COUNT(*) FROM {}", self.table("sessions")),
+                &[],
+            )
+            .await
+            .map_err(pg_error("count sessions"))?
+            .get(0);
+        Ok(usize::try_from(count).unwrap_or(0))
+    }
+
+    async fn unreadable(&self) -> Result<Vec<crate::store::UnreadableEntry>> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT session_key, revision, entry FROM {} ORDER BY session_key",
+                    self.table("sessions")
+                ),
+                &[],
+            )
+            .await
+            .map_err(pg_error("read sessions"))?;
+        Ok(sql::undecodable(
+            &self.location,
+            rows.iter().map(|row| (row.get(0), row.get(1), row.get(2))),
+        ))
+    }
+}

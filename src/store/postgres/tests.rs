@@ -1,0 +1,169 @@
+use super::*;
+use crate::store::SessionStoreExt;
+use crate::SessionEntry;
+
+fn server() -> String {
+    std::env::var("AGENT_SESSIONS_TEST_POSTGRES_URL").expect("a test server")
+}
+
+fn key() -> SessionKey {
+    SessionKey::parse("agent:main:main").unwrap()
+}
+
+async fn fresh(application: &str) -> PostgresStore {
+    let schema = format!("unit_{}", uuid::Uuid::new_v4().simple());
+    let url = format!("{}?application_name={application}", server());
+    PostgresStore::connect_with(&url, PostgresOptions::in_schema(schema))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+async fn a_dropped_connection_fails_one_call_at_most_and_then_recovers() {
+    let application = format!("as_{}", uuid::Uuid::new_v4().simple());
+    let store = fresh(&application).await;
+    store
+        .put(&key(), SessionEntry::new("s-1", 1))
+        .await
+        .unwrap();
+
+    // The server (an admin, a restart, a failover) drops every connection of ours.
+    let (admin, connection) = tokio_postgres::connect(&server(), NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let killed = admin
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            &[&application],
+        )
+        .await
+        .unwrap();
+    assert!(!killed.is_empty(), "the store had a pooled connection");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    match store.get(&key()).await {
+        Ok(found) => assert!(found.is_some()),
+        Err(error) => assert!(error.is_transient(), "{error}"),
+    }
+    let recovered = store.get(&key()).await.unwrap().unwrap();
+    assert_eq!(recovered.entry.session_id, "s-1");
+    store.drop_schema().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+async fn a_cancelled_update_leaves_no_transaction_behind() {
+    let application = format!("as_{}", uuid::Uuid::new_v4().simple());
+    let store = std::sync::Arc::new(fresh(&application).await);
+    store
+        .put(&key(), SessionEntry::new("s-1", 1))
+        .await
+        .unwrap();
+    // A holds the key's lock for a while; B waits for it and is cancelled.
+    let (inside, entered) = std::sync::mpsc::channel();
+    let holder = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            store
+                .with_session(&key(), |e| {
+                    let _ = inside.send(());
+                    std::thread::sleep(Duration::from_millis(400));
+                    e.updated_at += 1;
+                })
+                .await
+        })
+    };
+    tokio::task::spawn_blocking(move || entered.recv().unwrap())
+        .await
+        .unwrap();
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(100),
+        store.with_session(&key(), |e| e.updated_at += 10),
+    )
+    .await;
+    assert!(cancelled.is_err(), "B was still waiting for the lock");
+    holder.await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // B's connection was closed, not pooled in the middle of its transaction.
+    let (admin, connection) = tokio_postgres::connect(&server(), NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let stale: i64 = admin
+        .query_one(
+            "SELECT COUNT(*) FROM pg_stat_activity
+             WHERE application_name = $1 AND state LIKE 'idle in transaction%'",
+            &[&application],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(stale, 0);
+    tokio::time::timeout(
+        Duration::from_secs(2),
+        store.with_session(&key(), |e| e.updated_at += 100),
+    )
+    .await
+    .expect("the key is not locked")
+    .unwrap();
+    let entry = store.get(&key()).await.unwrap().unwrap().entry;
+    assert_eq!(entry.updated_at, 102, "A's and C's updates, not B's");
+    store.drop_schema().await.unwrap();
+}
+
+#[tokio::test]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+async fn a_newer_schema_is_refused() {
+    let store = fresh("as_unit").await;
+    assert_eq!(
+        store.schema_version().await.unwrap(),
+        MIGRATIONS.len() as i64
+    );
+    store
+        .client()
+        .await
+        .unwrap()
+        .execute(
+            &format!(
+                "INSERT INTO {} VALUES (99, 0)",
+                store.table("schema_migrations")
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    let again =
+        PostgresStore::connect_with(&server(), PostgresOptions::in_schema(store.schema())).await;
+    assert!(matches!(
+        again,
+        Err(Error::UnsupportedSchema { found: 99, .. })
+    ));
+    store.drop_schema().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_a_transient_error() {
+    let store = PostgresStore::connect_with(
+        "postgres://nobody@127.0.0.1:1/none?connect_timeout=1",
+        PostgresOptions::default(),
+    )
+    .await;
+    assert!(matches!(store, Err(ref e) if e.is_transient()), "{store:?}");
+}
+
+#[test]
+fn schemas_are_plain_identifiers() {
+    assert!(valid_schema("agent_sessions"));
+    assert!(valid_schema("_t1"));
+    for bad in ["", "1x", "Public", "a-b", "a;drop", &"x".repeat(64)] {
+        assert!(!valid_schema(bad), "{bad:?}");
+    }
+}

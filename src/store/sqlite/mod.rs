@@ -1,0 +1,356 @@
+//! [`SqliteStore`]: sessions, transcripts and the message log in one SQLite file.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use rusqlite::{
+    params, params_from_iter, Connection, OpenFlags, OptionalExtension, TransactionBehavior,
+};
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
+use super::sql::{self, decode, log_records, LogColumns, SessionRow, SqlValue};
+use super::{Durability, ListFilter, Mutator, SessionStore, StoredSession};
+use crate::error::{Error, Result};
+use crate::fsutil::{blocking, create_private_dir_all};
+use crate::key::{AgentId, SessionKey};
+use crate::transcript::lines::{
+    archived_name, header_line, leaf_of, read_line, session_id_of_name, stamp_entries,
+    validate_transcript_name,
+};
+use crate::transcript::{
+    ArchiveReason, LogQuery, LogRecord, Offset, SessionEvent, SessionHeader, TranscriptEntry,
+    TranscriptExport, TranscriptRead, TranscriptRef, TranscriptStore, TranscriptSubscription,
+    TranscriptUpdate, UpdateHub,
+};
+
+const BACKEND: &str = "sqlite";
+
+mod schema;
+mod search;
+mod sessions;
+#[cfg(test)]
+mod tests;
+mod transcripts;
+
+use self::schema::{migrate, schema_version, MIGRATIONS};
+
+/// How a [`SqliteStore`] waits and syncs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SqliteOptions {
+    /// How long a writer waits for another process's write transaction (default 10 s);
+    /// past it, [`Error::Database`] with `transient: true`.
+    pub busy_timeout: Duration,
+    /// `Unsynced` is `synchronous = OFF`, `SyncFile` is `NORMAL` (survives a crash of
+    /// the process, maybe not a power loss), `SyncFileAndDir` (the default) is `FULL`.
+    pub durability: Durability,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            busy_timeout: Duration::from_secs(10),
+            durability: Durability::default(),
+        }
+    }
+}
+
+/// Sessions, transcripts and the message log in one SQLite database (feature
+/// `sqlite`).
+///
+/// One store serves every agent (the agent is a column). Each session update is one
+/// `BEGIN IMMEDIATE` transaction — the write lock is taken before the entry is read —
+/// so updates from several processes on one file never lose each other. The database
+/// runs in WAL mode: readers do not wait for the writer. The file is created
+/// owner-only (0600). The schema is versioned and migrated on open; a database from
+/// a newer version of the crate is refused ([`Error::UnsupportedSchema`]).
+///
+/// ```
+/// use agent_sessions::prelude::*;
+/// use agent_sessions::store::SqliteStore;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> agent_sessions::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let db = SqliteStore::open(dir.path().join("sessions.db"))?;
+/// let manager = SessionManager::builder(db.clone()).transcripts(db).build();
+/// let resolution = manager.resolve(&InboundMessage::direct("telegram", "42", "hi")).await?;
+/// assert!(resolution.is_new());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    path: PathBuf,
+    connection: Arc<Mutex<Connection>>,
+    hub: UpdateHub,
+}
+
+type Guard = OwnedMutexGuard<Connection>;
+
+fn db_error(op: &'static str) -> impl FnOnce(rusqlite::Error) -> Error {
+    move |error| {
+        let transient = matches!(
+            error.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+        );
+        Error::Database {
+            backend: BACKEND,
+            op,
+            transient,
+            source: Box::new(error),
+        }
+    }
+}
+
+impl SqliteStore {
+    /// Opens (or creates) the database at `path` with the default options.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        SqliteStore::open_with(path, SqliteOptions::default())
+    }
+
+    /// Opens (or creates) the database at `path`. A leading `~` is expanded; missing
+    /// parent directories are created owner-only.
+    pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self> {
+        let path = crate::paths::expand_home(path.as_ref());
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            create_private_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
+        }
+        // Created owner-only; SQLite gives its -wal and -shm files the same mode.
+        if let Err(e) = crate::fsutil::create_private(&path) {
+            if e.kind() != std::io::ErrorKind::AlreadyExists {
+                return Err(Error::io("create", &path, e));
+            }
+        }
+        let connection = Connection::open(&path).map_err(db_error("open the database"))?;
+        configure(&connection, &options)?;
+        migrate(&connection)?;
+        Ok(SqliteStore::from_connection(path, connection))
+    }
+
+    /// Opens the existing database at `path` read-only: nothing is created, the schema
+    /// is not migrated, and every write fails with [`Error::Database`]. A missing
+    /// file, or one without this crate's tables, is [`Error::StoreNotFound`]; a
+    /// schema older than this version's is [`Error::SchemaNotMigrated`].
+    ///
+    /// ```
+    /// use agent_sessions::store::SqliteStore;
+    /// use agent_sessions::{Error, SessionStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let file = dir.path().join("sessions.db");
+    /// let missing = SqliteStore::open_read_only(&file).unwrap_err();
+    /// assert!(matches!(missing, Error::StoreNotFound { .. }));
+    /// assert!(!file.exists(), "nothing was created");
+    ///
+    /// SqliteStore::open(&file)?;
+    /// let db = SqliteStore::open_read_only(&file)?;
+    /// assert_eq!(db.count(&agent_sessions::ListFilter::new()).await?, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self> {
+        let path = crate::paths::expand_home(path.as_ref());
+        let not_found = |problem: &str| Error::StoreNotFound {
+            store: format!("sqlite:{}", path.display()),
+            problem: problem.to_owned(),
+        };
+        match std::fs::metadata(&path) {
+            Ok(meta) if meta.is_file() => {}
+            Ok(_) => return Err(not_found("it is not a file")),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(not_found("the file does not exist"))
+            }
+            Err(e) => return Err(Error::io("read", &path, e)),
+        }
+        let connection = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(db_error("open the database"))?;
+        connection
+            .busy_timeout(SqliteOptions::default().busy_timeout)
+            .map_err(db_error("set the busy timeout"))?;
+        let has_schema: bool = connection
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_master
+                 WHERE type = 'table' AND name = 'schema_migrations')",
+                [],
+                |row| row.get(0),
+            )
+            .map_err(db_error("read the schema"))?;
+        if !has_schema {
+            return Err(not_found("the file holds no agent-sessions tables"));
+        }
+        let found = schema_version(&connection)?;
+        let latest = MIGRATIONS.len() as i64;
+        if found > latest {
+            return Err(Error::UnsupportedSchema {
+                backend: BACKEND,
+                found,
+                supported: latest,
+            });
+        }
+        if found < latest {
+            return Err(Error::SchemaNotMigrated {
+                backend: BACKEND,
+                found,
+                supported: latest,
+            });
+        }
+        Ok(SqliteStore::from_connection(path, connection))
+    }
+
+    fn from_connection(path: PathBuf, connection: Connection) -> Self {
+        SqliteStore {
+            inner: Arc::new(Inner {
+                path,
+                connection: Arc::new(Mutex::new(connection)),
+                hub: UpdateHub::default(),
+            }),
+        }
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The schema version of the database (the newest this crate knows after open).
+    pub async fn schema_version(&self) -> Result<i64> {
+        self.read(|c| schema_version(c)).await
+    }
+
+    /// Runs `work` on the connection off the async executor.
+    async fn run<T, F>(&self, guard: Guard, work: F) -> Result<(Guard, T)>
+    where
+        F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        blocking(&self.inner.path, move || {
+            let mut guard = guard;
+            work(&mut guard).map(|value| (guard, value))
+        })
+        .await
+    }
+
+    async fn lock(&self) -> Guard {
+        self.inner.connection.clone().lock_owned().await
+    }
+
+    /// A read (or a self-contained write) on the connection.
+    async fn read<T, F>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let guard = self.lock().await;
+        Ok(self
+            .run(guard, move |c| {
+                abandon_stale_transaction(c);
+                work(c)
+            })
+            .await?
+            .1)
+    }
+
+    /// A write transaction (`BEGIN IMMEDIATE`): `work` runs inside it, which commits
+    /// when `work` succeeds and rolls back when it fails.
+    async fn write<T, F>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(&rusqlite::Transaction<'_>) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.read(move |c| {
+            let tx = c
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(db_error("begin a transaction"))?;
+            let value = work(&tx)?;
+            tx.commit().map_err(db_error("commit"))?;
+            Ok(value)
+        })
+        .await
+    }
+}
+
+fn configure(connection: &Connection, options: &SqliteOptions) -> Result<()> {
+    connection
+        .busy_timeout(options.busy_timeout)
+        .map_err(db_error("set the busy timeout"))?;
+    let synchronous = match options.durability {
+        Durability::Unsynced => "OFF",
+        Durability::SyncFile => "NORMAL",
+        _ => "FULL",
+    };
+    connection
+        .execute_batch(&format!(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON;"
+        ))
+        .map_err(db_error("configure the connection"))
+}
+
+/// A task cancelled mid-update can leave its transaction open on the shared
+/// connection; the next user rolls it back (nothing of it was committed).
+fn abandon_stale_transaction(connection: &Connection) {
+    if !connection.is_autocommit() {
+        tracing::warn!("rolling back a transaction a cancelled task left open");
+        let _ = connection.execute_batch("ROLLBACK");
+    }
+}
+
+fn to_sql(value: &SqlValue) -> rusqlite::types::Value {
+    match value {
+        SqlValue::Text(text) => rusqlite::types::Value::Text(text.clone()),
+        SqlValue::Int(int) => rusqlite::types::Value::Integer(*int),
+    }
+}
+
+fn write_row(tx: &Connection, row: &SessionRow) -> Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO sessions (session_key, agent_id, session_id, updated_at, channel, chat_type,
+             person_id, agent_identity, revision, entry)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+         ON CONFLICT (session_key) DO UPDATE SET
+             agent_id = excluded.agent_id, session_id = excluded.session_id,
+             updated_at = excluded.updated_at, channel = excluded.channel,
+             chat_type = excluded.chat_type, person_id = excluded.person_id,
+             agent_identity = excluded.agent_identity, revision = excluded.revision,
+             entry = excluded.entry",
+    )
+    .and_then(|mut statement| {
+        statement.execute(params![
+            row.session_key,
+            row.agent_id,
+            row.session_id,
+            row.updated_at,
+            row.channel,
+            row.chat_type,
+            row.person_id,
+            row.agent_identity,
+            row.revision,
+            row.entry
+        ])
+    })
+    .map_err(db_error("write a session"))?;
+    Ok(())
+}
+
+fn read_row(c: &Connection, key: &str) -> Result<Option<(i64, String)>> {
+    c.prepare_cached("SELECT revision, entry FROM sessions WHERE session_key = ?1")
+        .and_then(|mut statement| {
+            statement
+                .query_row([key], |row| Ok((row.get(0)?, row.get(1)?)))
+                .optional()
+        })
+        .map_err(db_error("read a session"))
+}

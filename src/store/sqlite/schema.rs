@@ -1,0 +1,131 @@
+//! The SQLite schema: one migration per version, applied in order on open.
+
+use super::*;
+
+/// The schema, one migration per version; applied in order on open.
+pub(super) const MIGRATIONS: &[&str] = &[
+    r#"
+CREATE TABLE sessions (
+    session_key    TEXT PRIMARY KEY,
+    agent_id       TEXT NOT NULL,
+    session_id     TEXT NOT NULL,
+    updated_at     INTEGER NOT NULL,
+    channel        TEXT,
+    chat_type      TEXT,
+    person_id      TEXT,
+    agent_identity TEXT,
+    revision       INTEGER NOT NULL,
+    entry          TEXT NOT NULL
+);
+CREATE INDEX sessions_by_agent_activity ON sessions (agent_id, updated_at DESC);
+CREATE INDEX sessions_by_activity ON sessions (updated_at DESC);
+CREATE INDEX sessions_by_person ON sessions (person_id, agent_identity) WHERE person_id IS NOT NULL;
+CREATE INDEX sessions_by_session_id ON sessions (session_id);
+
+CREATE TABLE transcripts (
+    agent_id   TEXT NOT NULL,
+    name       TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    line_count INTEGER NOT NULL,
+    leaf       TEXT,
+    PRIMARY KEY (agent_id, name)
+);
+CREATE INDEX transcripts_by_session ON transcripts (agent_id, session_id);
+
+CREATE TABLE transcript_lines (
+    agent_id       TEXT NOT NULL,
+    name           TEXT NOT NULL,
+    seq            INTEGER NOT NULL,
+    line           TEXT NOT NULL,
+    log_at         INTEGER,
+    person_id      TEXT,
+    agent_identity TEXT,
+    session_key    TEXT,
+    PRIMARY KEY (agent_id, name, seq)
+);
+CREATE INDEX log_by_person ON transcript_lines (person_id, agent_identity, log_at) WHERE log_at IS NOT NULL;
+CREATE INDEX log_by_agent ON transcript_lines (agent_id, log_at) WHERE log_at IS NOT NULL;
+CREATE INDEX log_by_session_key ON transcript_lines (session_key, log_at) WHERE log_at IS NOT NULL;
+"#,
+    r#"
+CREATE TABLE search_messages (
+    id             TEXT PRIMARY KEY,
+    agent_id       TEXT NOT NULL,
+    session_id     TEXT NOT NULL,
+    session_key    TEXT,
+    person_id      TEXT,
+    agent_identity TEXT,
+    channel        TEXT,
+    direction      TEXT,
+    correlation_id TEXT,
+    at             INTEGER NOT NULL,
+    text           TEXT NOT NULL,
+    category       TEXT,
+    embedding      BLOB
+);
+CREATE INDEX search_messages_by_time ON search_messages (at);
+CREATE INDEX search_messages_by_session ON search_messages (session_id, at);
+CREATE INDEX search_messages_by_person ON search_messages (person_id, at);
+CREATE INDEX search_messages_uncategorized ON search_messages (at) WHERE category IS NULL;
+CREATE INDEX search_messages_unembedded ON search_messages (at) WHERE embedding IS NULL;
+CREATE VIRTUAL TABLE search_text USING fts5(
+    text, content = 'search_messages', content_rowid = 'rowid', tokenize = 'porter unicode61'
+);
+CREATE TRIGGER search_messages_indexed AFTER INSERT ON search_messages BEGIN
+    INSERT INTO search_text (rowid, text) VALUES (new.rowid, new.text);
+END;
+"#,
+];
+
+pub(super) fn schema_version(connection: &Connection) -> Result<i64> {
+    connection
+        .query_row(
+            "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+            [],
+            |row| row.get(0),
+        )
+        .map_err(db_error("read the schema version"))
+}
+
+/// Applies the migrations the database lacks, in one write transaction (two processes
+/// opening a new database at once migrate it once).
+pub(super) fn migrate(connection: &Connection) -> Result<()> {
+    let latest = MIGRATIONS.len() as i64;
+    connection
+        .execute_batch("BEGIN IMMEDIATE")
+        .map_err(db_error("begin a migration"))?;
+    let result = (|| {
+        connection
+            .execute_batch(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (
+                    version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
+            )
+            .map_err(db_error("create the migrations table"))?;
+        let found = schema_version(connection)?;
+        if found > latest {
+            return Err(Error::UnsupportedSchema {
+                backend: BACKEND,
+                found,
+                supported: latest,
+            });
+        }
+        for (index, migration) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+            connection
+                .execute_batch(migration)
+                .map_err(db_error("migrate the schema"))?;
+            connection
+                .execute(
+                    "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, ?2)",
+                    params![index as i64 + 1, Utc::now().timestamp_millis()],
+                )
+                .map_err(db_error("record a migration"))?;
+            tracing::info!(version = index + 1, "sqlite schema migrated");
+        }
+        Ok(())
+    })();
+    let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
+    connection
+        .execute_batch(end)
+        .map_err(db_error("finish a migration"))?;
+    result
+}

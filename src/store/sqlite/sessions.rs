@@ -1,0 +1,224 @@
+//! [`SqliteStore`] as a [`SessionStore`]: one transaction per update.
+
+use super::*;
+
+#[async_trait]
+impl SessionStore for SqliteStore {
+    async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
+        let raw = key.to_string();
+        let row = self.read(move |c| read_row(c, &raw)).await?;
+        row.map(|(revision, json)| decode(&self.inner.path, key.as_str(), revision, &json))
+            .transpose()
+    }
+
+    async fn apply(
+        &self,
+        key: &SessionKey,
+        mutator: &mut Mutator<'_>,
+    ) -> Result<Option<StoredSession>> {
+        let location = self.inner.path.clone();
+        // Take the write lock first, then read: no other process can change the row
+        // between the read and the write.
+        let guard = self.lock().await;
+        if tokio::runtime::Handle::current().runtime_flavor()
+            == tokio::runtime::RuntimeFlavor::MultiThread
+        {
+            // The whole transaction on this worker, which tokio replaces meanwhile: one
+            // hand-over instead of two trips to the blocking pool.
+            let mut connection = guard;
+            return tokio::task::block_in_place(|| {
+                let row = begin_update(&mut connection, key)?;
+                let change = change(&location, key, row, mutator);
+                finish_update(&mut connection, key, &change_summary(&change))?;
+                change.map(Change::into_stored)
+            });
+        }
+        let raw = key.clone();
+        let (guard, row) = self.run(guard, move |c| begin_update(c, &raw)).await?;
+        let change = change(&location, key, row, mutator);
+        let (outcome, raw) = (change_summary(&change), key.clone());
+        self.run(guard, move |c| finish_update(c, &raw, &outcome))
+            .await?;
+        change.map(Change::into_stored)
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
+        let clause = sql::session_filter(filter, &|n| format!("?{n}"));
+        let query = format!(
+            "SELECT session_key, revision, entry FROM sessions{} \
+             ORDER BY updated_at DESC, session_key ASC{}",
+            clause.sql,
+            sql::Where::limit(filter.limit)
+        );
+        let rows: Vec<(String, i64, String)> = self
+            .read(move |c| {
+                let mut statement = c.prepare(&query).map_err(db_error("list sessions"))?;
+                let rows = statement
+                    .query_map(params_from_iter(clause.values.iter().map(to_sql)), |row| {
+                        Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+                    })
+                    .map_err(db_error("list sessions"))?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                    .map_err(db_error("list sessions"))?;
+                Ok(rows)
+            })
+            .await?;
+        Ok(sql::decode_listed(
+            &self.inner.path,
+            rows.iter()
+                .map(|(key, revision, json)| (key.as_str(), *revision, json.as_str())),
+        ))
+    }
+
+    async fn count(&self, filter: &ListFilter) -> Result<usize> {
+        if !filter.is_everything() {
+            return Ok(self.list(filter).await?.len());
+        }
+        let count: i64 = self
+            .read(|c| {
+                c.query_row("SELECT COUNT(*) FROM sessions", [], |row| row.get(0))
+                    .map_err(db_error("count sessions"))
+            })
+            .await?;
+        Ok(usize::try_from(count).unwrap_or(0))
+    }
+
+    async fn unreadable(&self) -> Result<Vec<crate::store::UnreadableEntry>> {
+        let rows: Vec<(String, i64, String)> = self
+            .read(|c| {
+                let mut statement = c
+                    .prepare(
+                        "SELECT session_key, revision, entry FROM sessions ORDER BY session_key",
+                    )
+                    .map_err(db_error("read sessions"))?;
+                let rows = statement
+                    .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+                    .map_err(db_error("read sessions"))?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                    .map_err(db_error("read sessions"));
+                rows
+            })
+            .await?;
+        Ok(sql::undecodable(
+            &self.inner.path,
+            rows.iter().map(|(k, r, j)| (k.as_str(), *r, j.as_str())),
+        ))
+    }
+}
+
+/// What an update does to one row.
+struct Change {
+    /// The session as it was.
+    current: Option<StoredSession>,
+    /// The session as the mutator left it, if it changed.
+    after: Option<(SessionKey, Option<crate::entry::SessionEntry>)>,
+    /// The row to write (`None` with a change: delete).
+    row: Option<SessionRow>,
+}
+
+impl Change {
+    fn into_stored(self) -> Option<StoredSession> {
+        match self.after {
+            None => self.current,
+            Some((key, entry)) => {
+                let revision = self
+                    .row
+                    .as_ref()
+                    .map(|row| sql::revision_from_i64(row.revision));
+                entry.zip(revision).map(|(entry, revision)| StoredSession {
+                    key,
+                    entry,
+                    revision,
+                })
+            }
+        }
+    }
+}
+
+/// Begins the write transaction and reads the row.
+fn begin_update(c: &mut Connection, key: &SessionKey) -> Result<Option<(i64, String)>> {
+    abandon_stale_transaction(c);
+    c.execute_batch("BEGIN IMMEDIATE")
+        .map_err(db_error("begin a transaction"))?;
+    let row = read_row(c, key.as_str());
+    if row.is_err() {
+        let _ = c.execute_batch("ROLLBACK");
+    }
+    row
+}
+
+/// Runs the mutator on the row read.
+fn change(
+    location: &Path,
+    key: &SessionKey,
+    row: Option<(i64, String)>,
+    mutator: &mut Mutator<'_>,
+) -> Result<Change> {
+    let current = row
+        .map(|(revision, json)| decode(location, key.as_str(), revision, &json))
+        .transpose()?;
+    let mut slot = current.as_ref().map(|s| s.entry.clone());
+    mutator(&mut slot, current.as_ref().map(|s| s.revision))?;
+    if slot.as_ref() == current.as_ref().map(|s| &s.entry) {
+        return Ok(Change {
+            current,
+            after: None,
+            row: None,
+        });
+    }
+    let row = slot
+        .as_ref()
+        .map(|entry| SessionRow::new(key, entry))
+        .transpose()?;
+    Ok(Change {
+        current,
+        after: Some((key.clone(), slot)),
+        row,
+    })
+}
+
+/// What the finishing step needs of a change: write this row, delete, or roll back.
+enum Finish {
+    Write(Box<SessionRow>),
+    Delete,
+    RollBack,
+}
+
+fn change_summary(change: &Result<Change>) -> Finish {
+    match change {
+        Ok(Change {
+            after: Some(_),
+            row: Some(row),
+            ..
+        }) => Finish::Write(Box::new(row.clone())),
+        Ok(Change { after: Some(_), .. }) => Finish::Delete,
+        _ => Finish::RollBack,
+    }
+}
+
+/// Writes (and commits) or rolls back.
+fn finish_update(c: &mut Connection, key: &SessionKey, finish: &Finish) -> Result<()> {
+    let written = match finish {
+        Finish::RollBack => {
+            return c.execute_batch("ROLLBACK").map_err(db_error("roll back"));
+        }
+        Finish::Write(row) => write_row(c, row),
+        Finish::Delete => c
+            .execute(
+                "DELETE FROM sessions WHERE session_key = ?1",
+                [key.as_str()],
+            )
+            .map(drop)
+            .map_err(db_error("delete a session")),
+    };
+    match written {
+        Ok(()) => c.execute_batch("COMMIT").map_err(db_error("commit")),
+        Err(error) => {
+            let _ = c.execute_batch("ROLLBACK");
+            Err(error)
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Transcripts

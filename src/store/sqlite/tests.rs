@@ -1,0 +1,159 @@
+use super::*;
+use crate::store::SessionStoreExt;
+use crate::SessionEntry;
+
+fn key() -> SessionKey {
+    SessionKey::parse("agent:main:main").unwrap()
+}
+
+#[tokio::test]
+async fn a_newer_schema_is_refused_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(
+        store.schema_version().await.unwrap(),
+        MIGRATIONS.len() as i64
+    );
+    drop(store);
+    Connection::open(&path)
+        .unwrap()
+        .execute(
+            "INSERT INTO schema_migrations (version, applied_at) VALUES (99, 0)",
+            [],
+        )
+        .unwrap();
+    assert!(matches!(
+        SqliteStore::open(&path),
+        Err(Error::UnsupportedSchema {
+            found: 99,
+            supported,
+            ..
+        }) if supported == MIGRATIONS.len() as i64
+    ));
+}
+
+#[tokio::test]
+async fn a_version_1_database_gains_the_search_tables_and_keeps_its_sessions() {
+    use crate::search::{LoggedMessage, SearchIndex};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    {
+        let old = Connection::open(&path).unwrap();
+        old.execute_batch(MIGRATIONS[0]).unwrap();
+        old.execute_batch(
+            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL);
+             INSERT INTO schema_migrations VALUES (1, 0);",
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    store
+        .put(&key(), SessionEntry::new("s-1", 1))
+        .await
+        .unwrap();
+    drop(store);
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.schema_version().await.unwrap(), 2);
+    assert_eq!(
+        store.get(&key()).await.unwrap().unwrap().entry.session_id,
+        "s-1"
+    );
+    let message = LoggedMessage {
+        id: "main/s-1/1".into(),
+        agent: "main".into(),
+        session_id: "s-1".into(),
+        session_key: None,
+        person_id: None,
+        agent_identity: None,
+        channel: None,
+        direction: None,
+        correlation_id: None,
+        at: Utc::now(),
+        text: "the roster for Thursday".into(),
+        category: None,
+        embedding: None,
+    };
+    assert_eq!(store.add(vec![message.clone(), message]).await.unwrap(), 1);
+    let hits = store
+        .full_text("rosters", &Default::default(), 5)
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 1);
+}
+
+#[tokio::test]
+async fn a_row_that_is_not_an_entry_is_reported_not_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    let store = SqliteStore::open(&path).unwrap();
+    store
+        .put(&key(), SessionEntry::new("s-1", 1))
+        .await
+        .unwrap();
+    Connection::open(&path)
+        .unwrap()
+        .execute("UPDATE sessions SET entry = '{not json'", [])
+        .unwrap();
+    assert!(matches!(
+        store.get(&key()).await,
+        Err(Error::InvalidEntry { .. })
+    ));
+    assert!(matches!(
+        store.update(&key(), |_| ()).await,
+        Err(Error::InvalidEntry { .. })
+    ));
+    // Nothing was written over it.
+    let raw: String = Connection::open(&path)
+        .unwrap()
+        .query_row("SELECT entry FROM sessions", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(raw, "{not json");
+}
+
+#[tokio::test]
+async fn a_busy_database_is_a_transient_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    let store = SqliteStore::open_with(
+        &path,
+        SqliteOptions {
+            busy_timeout: Duration::from_millis(50),
+            ..SqliteOptions::default()
+        },
+    )
+    .unwrap();
+    // Another process holds the write lock.
+    let other = Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let error = store
+        .put(&key(), SessionEntry::new("s-1", 1))
+        .await
+        .unwrap_err();
+    assert!(error.is_transient(), "{error}");
+    other.execute_batch("ROLLBACK").unwrap();
+    // The next call goes through.
+    store
+        .put(&key(), SessionEntry::new("s-1", 1))
+        .await
+        .unwrap();
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn the_database_and_its_journal_are_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nested/sessions.db");
+    let store = SqliteStore::open(&path).unwrap();
+    store
+        .put(&key(), SessionEntry::new("s-1", 1))
+        .await
+        .unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&path), 0o600);
+    assert_eq!(mode(path.parent().unwrap()), 0o700);
+    let wal = path.with_file_name("sessions.db-wal");
+    assert!(wal.exists(), "WAL mode");
+    assert_eq!(mode(&wal), 0o600);
+}
