@@ -382,3 +382,98 @@ fn stamp_caller(entry: &mut SessionEntry, participant: Option<&str>, person: Opt
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    /// The manager's sources, as compiled.
+    const MANAGER_SOURCES: &[&str] = &[
+        include_str!("context.rs"),
+        include_str!("lifecycle.rs"),
+        include_str!("log.rs"),
+        include_str!("mod.rs"),
+        include_str!("scoped.rs"),
+        include_str!("turns.rs"),
+        include_str!("workspace.rs"),
+    ];
+
+    /// Public methods of `SessionManager` a caller-scoped manager deliberately does not
+    /// offer, each with the reason. Everything else must have a checked counterpart.
+    const HOST_ONLY: &[(&str, &str)] = &[
+        ("builder", "constructs a manager"),
+        ("connect", "constructs a manager"),
+        ("new", "constructs a manager"),
+        ("scoped", "makes the scoped manager"),
+        ("scoped_as", "makes the scoped manager"),
+        ("verify_session_access", "is the check itself"),
+        ("identify", "resolves identities for the host"),
+        ("store", "the host's own store handle"),
+        ("key_for", "computes a key, reads nothing"),
+        ("clock", "configuration"),
+        ("list", "lists every session: the host's"),
+        ("prune", "a job over many sessions"),
+        ("subscribe", "every transcript's updates"),
+        ("refresh_identity_summary", "a job over a person's sessions"),
+        ("agent_identity_of", "configuration"),
+        ("find_session", "looks up by id across sessions"),
+    ];
+
+    /// Names of the `pub fn`s in the `impl <ty>` blocks of `source` (and, for the
+    /// scoped manager, the calls declared through its `checked!` macro).
+    fn methods(ty: &str) -> BTreeSet<String> {
+        let mut names = BTreeSet::new();
+        for source in MANAGER_SOURCES {
+            let mut inside = false;
+            for line in source.lines() {
+                if line.starts_with("impl ") {
+                    inside = line.starts_with(&format!("impl {ty} "))
+                        || line.starts_with(&format!("impl {ty}<"));
+                    continue;
+                }
+                if line == "}" {
+                    inside = false;
+                }
+                let trimmed = line.trim_start();
+                let declared = trimmed
+                    .strip_prefix("pub async fn ")
+                    .or_else(|| trimmed.strip_prefix("pub fn "))
+                    .or_else(|| {
+                        (ty == "ScopedManager")
+                            .then(|| trimmed.strip_prefix("fn "))
+                            .flatten()
+                    });
+                if let (true, Some(rest)) = (inside, declared) {
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    names.insert(name);
+                }
+            }
+        }
+        names
+    }
+
+    #[test]
+    fn every_public_manager_call_is_scoped_or_named_host_only() {
+        let manager = methods("SessionManager");
+        let scoped = methods("ScopedManager");
+        assert!(manager.contains("resolve") && scoped.contains("resolve"));
+        let host_only: BTreeSet<String> = HOST_ONLY.iter().map(|(n, _)| n.to_string()).collect();
+        let escaping: Vec<&String> = manager
+            .iter()
+            .filter(|name| !scoped.contains(*name) && !host_only.contains(*name))
+            .collect();
+        assert!(
+            escaping.is_empty(),
+            "public SessionManager calls with no checked ScopedManager counterpart: \
+             {escaping:?}; add one to ScopedManager, or name it in HOST_ONLY with the reason"
+        );
+        let stale: Vec<&String> = host_only.iter().filter(|n| !manager.contains(*n)).collect();
+        assert!(
+            stale.is_empty(),
+            "HOST_ONLY names calls that no longer exist: {stale:?}"
+        );
+    }
+}
