@@ -195,8 +195,15 @@ impl Inner {
         mut entries: Vec<TranscriptEntry>,
     ) -> Result<Vec<SessionEvent>> {
         let dir = path.parent().unwrap_or(Path::new("."));
-        create_private_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
-        let mut file = open_append(path).map_err(|e| Error::io("open", path, e))?;
+        let mut file = match open_append(path) {
+            Ok(file) => file,
+            // The first transcript of an agent: its directory is made first.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                create_private_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
+                open_append(path).map_err(|e| Error::io("open", path, e))?
+            }
+            Err(e) => return Err(Error::io("open", path, e)),
+        };
         // Other processes append too: the end of the file — and whether it needs its
         // header — is read under an exclusive OS lock on the file, held until the lines
         // are written (a file system without OS locks still gets this process's queue).
