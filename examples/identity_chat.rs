@@ -94,6 +94,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             // After an hour of quiet the host refreshes the person's rolling summary;
             // every session of the identity gets it.
             if let SummaryRefresh::Updated { summary, sessions } = manager
+                .memory()
                 .refresh_identity_summary("staff:17", "reggie")
                 .await?
             {
@@ -132,6 +133,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             resolution.session_id(),
         );
         manager
+            .transcripts()
             .log_message(
                 &resolution.key,
                 LogMessage::inbound(text)
@@ -159,6 +161,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let reply = stand_in_model(text, &context);
         println!("  bot: {reply}\n");
         manager
+            .transcripts()
             .log_message(
                 &resolution.key,
                 LogMessage::outbound(reply.clone())

@@ -115,6 +115,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         // 1. Which session? (one atomic store update)
         let resolution = manager.resolve(message).await?;
         manager
+            .transcripts()
             .log_message(&resolution.key, LogMessage::from_inbound(message))
             .await?;
         println!(
@@ -152,6 +153,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         for payload in sent {
             let text = payload.text.unwrap_or_default();
             manager
+                .transcripts()
                 .log_message(&resolution.key, LogMessage::outbound(text.clone()).took(5))
                 .await?;
             println!("        bot: {text}");

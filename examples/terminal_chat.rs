@@ -114,6 +114,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             continue;
         }
         manager
+            .transcripts()
             .log_message(&resolution.key, LogMessage::from_inbound(&message))
             .await?;
         let turn = resolution.entry().turn_count.unwrap_or(0) + 1;
@@ -133,6 +134,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         for payload in &sent {
             let text = payload.text.clone().unwrap_or_default();
             manager
+                .transcripts()
                 .log_message(&resolution.key, LogMessage::outbound(text.clone()))
                 .await?;
             println!("bot: {text}");

@@ -155,6 +155,7 @@ async fn fixture() -> Fixture {
         .unwrap()
         .key;
     manager
+        .transcripts()
         .log_message(&key, LogMessage::inbound("when is my shift?"))
         .await
         .unwrap();
@@ -303,29 +304,46 @@ async fn call(scoped: &ScopedManager<'_>, fixture: &Fixture, call: Call) -> Resu
             .record_turn(key, TurnOutcome::completed())
             .await
             .map(drop),
-        Call::MemoryFlushPlan => scoped.memory_flush_plan(key).await.map(drop),
-        Call::RecordMemoryFlush => scoped.record_memory_flush(key).await.map(drop),
-        Call::RecordCompaction => scoped.record_compaction(key, Some(900)).await.map(drop),
+        Call::MemoryFlushPlan => scoped.memory().memory_flush_plan(key).await.map(drop),
+        Call::RecordMemoryFlush => scoped.memory().record_memory_flush(key).await.map(drop),
+        Call::RecordCompaction => scoped
+            .memory()
+            .record_compaction(key, Some(900))
+            .await
+            .map(drop),
         Call::OnCompactionEvent => scoped
+            .memory()
             .on_compaction_event(key, CompactionEvent::Start)
             .await
             .map(drop),
-        Call::EngineSession => scoped.engine_session(key, &EngineKind::Sdk).await.map(drop),
+        Call::EngineSession => scoped
+            .memory()
+            .engine_session(key, &EngineKind::Sdk)
+            .await
+            .map(drop),
         Call::LogMessage => scoped
+            .transcripts()
             .log_message(key, LogMessage::outbound("Tomorrow at 9."))
             .await
             .map(drop),
         Call::MirrorDelivery => scoped
+            .transcripts()
             .mirror_delivery(key, "Tomorrow at 9.", &[])
             .await
             .map(drop),
         Call::Checkpoint => scoped
+            .transcripts()
             .checkpoint(key, CheckpointReason::Manual)
             .await
             .map(drop),
-        Call::Replay => scoped.replay(key, Offset::START).await.map(drop),
+        Call::Replay => scoped
+            .transcripts()
+            .replay(key, Offset::START)
+            .await
+            .map(drop),
         Call::Workspace => scoped.workspace(key).await.map(drop),
         Call::EnsureSkillsSnapshot => scoped
+            .memory()
             .ensure_skills_snapshot(key, 1, || serde_json::json!({"skills": []}))
             .await
             .map(drop),
@@ -346,7 +364,7 @@ async fn call(scoped: &ScopedManager<'_>, fixture: &Fixture, call: Call) -> Resu
             .enqueue_system_event(key, "Model switched.")
             .await
             .map(drop),
-        Call::Subscribe => scoped.subscribe(key).await.map(drop),
+        Call::Subscribe => scoped.transcripts().subscribe(key).await.map(drop),
     }
 }
 
@@ -370,6 +388,7 @@ async fn access_control_table_over_every_scoped_call() {
             let before = fixture.manager.get(&fixture.key).await.unwrap().unwrap();
             let log_before = fixture
                 .manager
+                .transcripts()
                 .replay(&fixture.key, Offset::START)
                 .await
                 .unwrap();
@@ -399,6 +418,7 @@ async fn access_control_table_over_every_scoped_call() {
                 assert_eq!(after, before, "{who:?} {each:?} changed the session");
                 let log_after = fixture
                     .manager
+                    .transcripts()
                     .replay(&fixture.key, Offset::START)
                     .await
                     .unwrap();
@@ -598,7 +618,8 @@ async fn an_isolated_manager_never_reaches_another_agents_sessions_or_transcript
         .resolve(&InboundMessage::direct("telegram", "42", "main's secret"))
         .await
         .unwrap();
-    main.log_message(&theirs.key, LogMessage::inbound("main's secret"))
+    main.transcripts()
+        .log_message(&theirs.key, LogMessage::inbound("main's secret"))
         .await
         .unwrap();
     let before = main.get(&theirs.key).await.unwrap().unwrap();
@@ -619,9 +640,12 @@ async fn an_isolated_manager_never_reaches_another_agents_sessions_or_transcript
     };
     let key = &theirs.key;
     assert!(other_agent(ops.get(key).await.map(drop)));
-    assert!(other_agent(ops.replay(key, Offset::START).await.map(drop)));
     assert!(other_agent(
-        ops.log_message(key, LogMessage::inbound("x"))
+        ops.transcripts().replay(key, Offset::START).await.map(drop)
+    ));
+    assert!(other_agent(
+        ops.transcripts()
+            .log_message(key, LogMessage::inbound("x"))
             .await
             .map(drop)
     ));
@@ -664,11 +688,13 @@ async fn an_isolated_manager_never_reaches_another_agents_sessions_or_transcript
     assert_eq!(main.get(key).await.unwrap().unwrap(), before);
 
     // Live updates of main's transcripts do not reach ops.
-    let mut feed = ops.subscribe().unwrap();
-    main.log_message(key, LogMessage::inbound("main again"))
+    let mut feed = ops.transcripts().subscribe().unwrap();
+    main.transcripts()
+        .log_message(key, LogMessage::inbound("main again"))
         .await
         .unwrap();
-    ops.log_message(&mine.key, LogMessage::inbound("ops again"))
+    ops.transcripts()
+        .log_message(&mine.key, LogMessage::inbound("ops again"))
         .await
         .unwrap();
     let update = feed.recv().await.unwrap();
@@ -786,6 +812,7 @@ async fn directories_are_owner_only_and_files_too() {
         .build();
     let key = manager.resolve(&jane_by_sms("hi")).await.unwrap().key;
     manager
+        .transcripts()
         .log_message(&key, LogMessage::inbound("hi"))
         .await
         .unwrap();
@@ -877,6 +904,7 @@ async fn a_symlink_planted_in_the_sessions_directory_is_not_followed() {
     let transcript = sessions.join(format!("{}.jsonl", resolution.session_id()));
     std::os::unix::fs::symlink(&outside, &transcript).unwrap();
     let logged = manager
+        .transcripts()
         .log_message(&resolution.key, LogMessage::inbound("hi"))
         .await;
     // Refused: the path resolves outside (`InvalidId`), or the open does not follow
@@ -890,6 +918,7 @@ async fn a_symlink_planted_in_the_sessions_directory_is_not_followed() {
     assert!(refused(&logged.map(drop)));
     assert!(refused(
         &manager
+            .transcripts()
             .replay(&resolution.key, Offset::START)
             .await
             .map(drop)
@@ -902,6 +931,7 @@ async fn a_symlink_planted_in_the_sessions_directory_is_not_followed() {
     std::fs::remove_file(&transcript).unwrap();
     std::os::unix::fs::symlink(&decoy, &transcript).unwrap();
     let logged = manager
+        .transcripts()
         .log_message(&resolution.key, LogMessage::inbound("hi"))
         .await;
     assert!(
@@ -965,11 +995,13 @@ async fn everything_a_session_lifecycle_search_doctor_and_migration_write_is_own
     // A lifecycle: a session, its messages, a reset (the transcript archived), a thread.
     let resolution = manager.resolve(&jane_by_sms("hi")).await.unwrap();
     manager
+        .transcripts()
         .log_message(&resolution.key, LogMessage::inbound("hi about rosters"))
         .await
         .unwrap();
     manager.reset(&resolution.key).await.unwrap();
     manager
+        .transcripts()
         .log_message(&resolution.key, LogMessage::inbound("again"))
         .await
         .unwrap();

@@ -891,6 +891,7 @@ async fn reset_starts_a_new_session_and_archives_the_old_transcript() {
         .await
         .unwrap();
     manager
+        .transcripts()
         .log_message(&first.key, LogMessage::inbound("hi"))
         .await
         .unwrap();

@@ -103,10 +103,10 @@ async fn exactly_one_flush_per_compaction_cycle() {
             )
             .await
             .unwrap();
-        if let Some(plan) = manager.memory_flush_plan(&key).await.unwrap() {
+        if let Some(plan) = manager.memory().memory_flush_plan(&key).await.unwrap() {
             assert_eq!(plan.threshold, 91_000);
             assert!(plan.total_tokens >= 91_000);
-            manager.record_memory_flush(&key).await.unwrap();
+            manager.memory().record_memory_flush(&key).await.unwrap();
             flushes += 1;
         }
         if turn == 19 {
@@ -116,6 +116,7 @@ async fn exactly_one_flush_per_compaction_cycle() {
             );
             // The engine compacts down to 40k tokens: a new cycle.
             manager
+                .memory()
                 .on_compaction_event(
                     &key,
                     CompactionEvent::End {
@@ -161,12 +162,14 @@ async fn a_retried_compaction_counts_once() {
         },
     ] {
         assert!(manager
+            .memory()
             .on_compaction_event(&key, event)
             .await
             .unwrap()
             .is_none());
     }
     let done = manager
+        .memory()
         .on_compaction_event(
             &key,
             CompactionEvent::End {
@@ -183,7 +186,12 @@ async fn a_retried_compaction_counts_once() {
         (done.total_tokens, done.input_tokens, done.output_tokens),
         (Some(30_000), None, None)
     );
-    let plain = manager.record_compaction(&key, None).await.unwrap().entry;
+    let plain = manager
+        .memory()
+        .record_compaction(&key, None)
+        .await
+        .unwrap()
+        .entry;
     assert_eq!(
         (plain.compaction_count, plain.total_tokens),
         (Some(2), Some(30_000)),
@@ -241,7 +249,7 @@ async fn futures_ids(
 ) -> Vec<Option<String>> {
     let mut ids = Vec::new();
     for kind in kinds {
-        ids.push(manager.engine_session(key, kind).await.unwrap());
+        ids.push(manager.memory().engine_session(key, kind).await.unwrap());
     }
     ids
 }
@@ -270,6 +278,7 @@ async fn identity_summaries_are_time_gated_and_shared_across_engine_variants() {
             let manager = &manager;
             async move {
                 manager
+                    .transcripts()
                     .log_message(
                         &key,
                         LogMessage::inbound(question)
@@ -279,6 +288,7 @@ async fn identity_summaries_are_time_gated_and_shared_across_engine_variants() {
                     .await
                     .unwrap();
                 manager
+                    .transcripts()
                     .log_message(
                         &key,
                         LogMessage::outbound(answer)
@@ -308,6 +318,7 @@ async fn identity_summaries_are_time_gated_and_shared_across_engine_variants() {
     assert!(
         matches!(
             manager
+                .memory()
                 .refresh_identity_summary("staff:17", "reggie")
                 .await
                 .unwrap(),
@@ -318,6 +329,7 @@ async fn identity_summaries_are_time_gated_and_shared_across_engine_variants() {
 
     clock.advance(51 * MINUTE); // an hour and a minute after the last message
     let SummaryRefresh::Updated { summary, sessions } = manager
+        .memory()
         .refresh_identity_summary("staff:17", "reggie")
         .await
         .unwrap()
@@ -328,6 +340,7 @@ async fn identity_summaries_are_time_gated_and_shared_across_engine_variants() {
     assert!(summary.text.contains("Riverside"), "{}", summary.text);
     assert!(matches!(
         manager
+            .memory()
             .refresh_identity_summary("staff:17", "reggie")
             .await
             .unwrap(),
@@ -367,6 +380,7 @@ async fn identity_summaries_are_time_gated_and_shared_across_engine_variants() {
         summary: merged,
         sessions,
     } = manager
+        .memory()
         .refresh_identity_summary("staff:17", "reggie")
         .await
         .unwrap()
@@ -396,6 +410,7 @@ async fn identity_summaries_are_time_gated_and_shared_across_engine_variants() {
     // Another identity's messages are not mixed in.
     assert!(matches!(
         manager
+            .memory()
             .refresh_identity_summary("staff:17", "henry")
             .await
             .unwrap(),
@@ -446,11 +461,13 @@ async fn checkpoints_introspect_the_events_since_the_last_one() {
     let key = first.key.clone();
     for text in ["one", "two"] {
         manager
+            .transcripts()
             .log_message(&key, LogMessage::inbound(text))
             .await
             .unwrap();
     }
     let event = manager
+        .transcripts()
         .checkpoint(&key, CheckpointReason::Manual)
         .await
         .unwrap();
@@ -463,6 +480,7 @@ async fn checkpoints_introspect_the_events_since_the_last_one() {
     assert_eq!(entry.description.as_deref(), Some("Manual review"));
 
     manager
+        .transcripts()
         .log_message(&key, LogMessage::inbound("three"))
         .await
         .unwrap();
@@ -510,11 +528,13 @@ async fn the_skills_snapshot_is_rebuilt_on_first_turns_and_new_versions() {
         serde_json::json!({"prompt": "You can use: weather.", "skills": [{"name": "weather"}]})
     };
     assert!(manager
+        .memory()
         .ensure_skills_snapshot(&key, 1, build)
         .await
         .unwrap());
     assert!(
         !manager
+            .memory()
             .ensure_skills_snapshot(&key, 1, build)
             .await
             .unwrap(),
@@ -525,11 +545,13 @@ async fn the_skills_snapshot_is_rebuilt_on_first_turns_and_new_versions() {
         .await
         .unwrap();
     assert!(!manager
+        .memory()
         .ensure_skills_snapshot(&key, 1, build)
         .await
         .unwrap());
     assert!(
         manager
+            .memory()
             .ensure_skills_snapshot(&key, 2, build)
             .await
             .unwrap(),
@@ -538,6 +560,7 @@ async fn the_skills_snapshot_is_rebuilt_on_first_turns_and_new_versions() {
     manager.resolve(&dm("/new")).await.unwrap();
     assert!(
         manager
+            .memory()
             .ensure_skills_snapshot(&key, 2, build)
             .await
             .unwrap(),

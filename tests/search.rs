@@ -176,6 +176,7 @@ async fn log_corpus(transcripts: Arc<dyn TranscriptStore>, sessions: Arc<dyn Ses
             Direction::Outbound => LogMessage::outbound(text),
         };
         manager
+            .transcripts()
             .log_message(
                 &key,
                 log.from_person(person)
@@ -565,6 +566,7 @@ async fn background_work_never_delays_a_reply_and_reports_progress() {
     tokio::time::timeout(Duration::from_secs(2), async {
         let resolution = manager.resolve(&message).await.unwrap();
         manager
+            .transcripts()
             .log_message(&resolution.key, LogMessage::from_inbound(&message))
             .await
             .unwrap();
@@ -684,6 +686,7 @@ async fn many_messages(root: &std::path::Path, messages: usize) -> Arc<dyn Trans
             .from_person(format!("p{}", n % 7));
         let resolution = manager.resolve(&message).await.unwrap();
         manager
+            .transcripts()
             .log_message(&resolution.key, LogMessage::from_inbound(&message))
             .await
             .unwrap();

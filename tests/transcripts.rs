@@ -521,6 +521,7 @@ async fn the_manager_logs_messages_and_session_events() {
     let key = resolution.key.clone();
 
     let logged_in = manager
+        .transcripts()
         .log_message(
             &key,
             LogMessage::from_inbound(&inbound).with_agent("reggie_oc", "reggie"),
@@ -533,6 +534,7 @@ async fn the_manager_logs_messages_and_session_events() {
         .unwrap();
     clock.advance(Duration::from_secs(2));
     let logged_out = manager
+        .transcripts()
         .log_message(
             &key,
             LogMessage::outbound("9am tomorrow.")
@@ -549,6 +551,7 @@ async fn the_manager_logs_messages_and_session_events() {
         .await
         .unwrap();
     manager
+        .transcripts()
         .checkpoint(&key, CheckpointReason::TurnLimit)
         .await
         .unwrap();
@@ -564,7 +567,11 @@ async fn the_manager_logs_messages_and_session_events() {
         "logging is not activity"
     );
 
-    let read = manager.replay(&key, Offset::START).await.unwrap();
+    let read = manager
+        .transcripts()
+        .replay(&key, Offset::START)
+        .await
+        .unwrap();
     let kinds: Vec<EventKind> = read.events.iter().map(|e| e.kind()).collect();
     assert_eq!(
         kinds,
@@ -592,10 +599,15 @@ async fn the_manager_logs_messages_and_session_events() {
         logged_out.entry.message.as_ref().unwrap().model.as_deref(),
         Some("claude-opus-4-6")
     );
-    let replay = manager.replay(&key, read.events[2].offset).await.unwrap();
+    let replay = manager
+        .transcripts()
+        .replay(&key, read.events[2].offset)
+        .await
+        .unwrap();
     assert_eq!(replay.events.len(), 2);
 
     let mirrored = manager
+        .transcripts()
         .mirror_delivery(&key, "", &["https://cdn.example.com/roster.pdf".to_owned()])
         .await
         .unwrap()
@@ -616,6 +628,7 @@ async fn a_reset_archives_the_old_transcript_and_deletion_keeps_it_unless_erased
         .await
         .unwrap();
     manager
+        .transcripts()
         .log_message(&first.key, LogMessage::inbound("hi"))
         .await
         .unwrap();
@@ -639,6 +652,7 @@ async fn a_reset_archives_the_old_transcript_and_deletion_keeps_it_unless_erased
         "the new session gets a new transcript"
     );
     manager
+        .transcripts()
         .log_message(&reset.key, LogMessage::inbound("fresh start"))
         .await
         .unwrap();
@@ -663,6 +677,7 @@ async fn a_reset_archives_the_old_transcript_and_deletion_keeps_it_unless_erased
         .await
         .unwrap();
     manager
+        .transcripts()
         .log_message(&again.key, LogMessage::inbound("hello again"))
         .await
         .unwrap();
@@ -700,15 +715,21 @@ async fn a_forked_thread_transcript_starts_from_its_parent() {
     let channel = InboundMessage::group("slack", "C1", "U1", "release plan?").in_channel();
     let parent = manager.resolve(&channel).await.unwrap();
     manager
+        .transcripts()
         .log_message(&parent.key, LogMessage::inbound("release plan?"))
         .await
         .unwrap();
     let thread = manager.fork_thread(&parent.key, "1700.1").await.unwrap();
     manager
+        .transcripts()
         .log_message(&thread.key, LogMessage::inbound("in the thread"))
         .await
         .unwrap();
-    let read = manager.replay(&thread.key, Offset::START).await.unwrap();
+    let read = manager
+        .transcripts()
+        .replay(&thread.key, Offset::START)
+        .await
+        .unwrap();
     let header = read.header.unwrap();
     let parent_file = manager
         .get(&parent.key)
@@ -758,6 +779,7 @@ async fn the_message_log_is_queryable_by_session_and_by_person_and_identity() {
         let resolution = manager.resolve(&inbound).await.unwrap();
         let identity = agent.split('_').next().unwrap();
         manager
+            .transcripts()
             .log_message(
                 &resolution.key,
                 LogMessage::inbound(text)
@@ -768,6 +790,7 @@ async fn the_message_log_is_queryable_by_session_and_by_person_and_identity() {
             .unwrap();
         clock.advance(Duration::from_secs(1));
         manager
+            .transcripts()
             .log_message(
                 &resolution.key,
                 LogMessage::outbound(format!("re: {text}"))
@@ -813,6 +836,7 @@ async fn the_message_log_is_queryable_by_session_and_by_person_and_identity() {
     // Appending more is seen by the same store's next query (the extraction cache
     // reads only the new part).
     manager
+        .transcripts()
         .log_message(
             &keys[0].key,
             LogMessage::inbound("one more")
@@ -897,6 +921,7 @@ async fn logging_without_a_transcript_store_is_a_typed_error() {
         .unwrap();
     assert!(matches!(
         manager
+            .transcripts()
             .log_message(&resolution.key, LogMessage::inbound("hi"))
             .await,
         Err(Error::NotConfigured { .. })

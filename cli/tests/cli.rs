@@ -349,10 +349,12 @@ async fn stats_with_messages_categorises_the_log_and_counts_it() {
         let message = InboundMessage::direct("sms", sender, question);
         let resolution = manager.resolve(&message).await.unwrap();
         manager
+            .transcripts()
             .log_message(&resolution.key, LogMessage::from_inbound(&message))
             .await
             .unwrap();
         manager
+            .transcripts()
             .log_message(
                 &resolution.key,
                 LogMessage::outbound(answer).on_channel("sms"),

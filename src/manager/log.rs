@@ -150,7 +150,7 @@ impl LogMessage {
 }
 
 impl SessionManager {
-    fn transcripts(&self) -> Result<&dyn TranscriptStore> {
+    fn transcript_store(&self) -> Result<&dyn TranscriptStore> {
         self.transcripts.as_deref().ok_or(Error::NotConfigured {
             what: "a transcript store (SessionManagerBuilder::transcripts)",
         })
@@ -160,7 +160,7 @@ impl SessionManager {
     /// its parent's when the session was forked — and recorded as the entry's
     /// `sessionFile`.
     async fn transcript_of(&self, key: &SessionKey) -> Result<(TranscriptRef, SessionEntry)> {
-        let transcripts = self.transcripts()?;
+        let transcripts = self.transcript_store()?;
         let entry = self.existing(key).await?.entry;
         let transcript = TranscriptRef::of(key, &entry, &self.default_agent);
         if transcript.session_file.is_some() {
@@ -204,13 +204,92 @@ impl SessionManager {
         ))
     }
 
+    /// Records a status change in the session's event log, when transcripts are kept.
+    pub(super) async fn record_status(&self, key: &SessionKey, status: &str) -> Result<()> {
+        if self.transcripts.is_none() {
+            return Ok(());
+        }
+        let (transcript, _) = self.transcript_of(key).await?;
+        let line = TranscriptEntry::status_change(status, self.clock.now());
+        self.transcript_store()?
+            .append(&transcript, vec![line])
+            .await?;
+        Ok(())
+    }
+
+    /// Archives (or erases) the transcript of a session that was reset or deleted.
+    /// Failures are logged, not returned: the session change they follow has happened.
+    pub(super) async fn retire_transcript(
+        &self,
+        key: &SessionKey,
+        entry: &SessionEntry,
+        reason: ArchiveReason,
+        erase: bool,
+    ) {
+        let Some(transcripts) = self.transcripts.as_deref() else {
+            return;
+        };
+        if entry.session_id.is_empty() {
+            return;
+        }
+        let transcript = TranscriptRef::of(key, entry, &self.default_agent);
+        let outcome = if erase {
+            transcripts.remove(&transcript).await.map(|_| ())
+        } else {
+            transcripts
+                .archive(&transcript, reason, self.clock.now())
+                .await
+                .map(|_| ())
+        };
+        if let Err(error) = outcome {
+            tracing::warn!(key = %key, %error, "could not retire the old transcript; it stays in place");
+        }
+    }
+}
+
+/// The transcript calls of a [`SessionManager`]: log messages in and out, mirror
+/// deliveries, take checkpoints, replay a session's events and subscribe to updates.
+///
+/// Borrowed from [`SessionManager::transcripts`]; every call needs a transcript store
+/// ([`Error::NotConfigured`] otherwise). [`ScopedManager::transcripts`](super::ScopedManager::transcripts)
+/// offers the same calls for one caller, each checked first.
+///
+/// ```
+/// use agent_sessions::manager::LogMessage;
+/// use agent_sessions::prelude::*;
+/// use agent_sessions::transcript::MemoryTranscriptStore;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> agent_sessions::Result<()> {
+/// let manager = SessionManager::builder(MemoryStore::new())
+///     .transcripts(MemoryTranscriptStore::new())
+///     .build();
+/// let key = manager.resolve(&InboundMessage::direct("telegram", "42", "hi")).await?.key;
+/// let event = manager.transcripts().log_message(&key, LogMessage::inbound("hi")).await?;
+/// assert_eq!(event.line, 2); // after the transcript's header
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct SessionTranscripts<'a> {
+    pub(super) manager: &'a SessionManager,
+}
+
+impl SessionManager {
+    /// The transcript calls (see [`SessionTranscripts`]).
+    pub fn transcripts(&self) -> SessionTranscripts<'_> {
+        SessionTranscripts { manager: self }
+    }
+}
+
+impl SessionTranscripts<'_> {
     /// Logs one inbound or outbound message in `key`'s session: the one call every channel
     /// makes. The message becomes a transcript line — a user message in, an assistant
     /// message out — carrying the message-log fields, so it is in the session's event log
     /// and in [`query_log`](TranscriptStore::query_log).
     pub async fn log_message(&self, key: &SessionKey, message: LogMessage) -> Result<SessionEvent> {
-        let (transcript, entry) = self.transcript_of(key).await?;
-        let now = self.clock.now();
+        let (transcript, entry) = self.manager.transcript_of(key).await?;
+        let now = self.manager.clock.now();
         let agent_name = message
             .agent_name
             .clone()
@@ -243,7 +322,8 @@ impl SessionManager {
             }
         };
         let mut events = self
-            .transcripts()?
+            .manager
+            .transcript_store()?
             .append(&transcript, vec![line.with_log(log)])
             .await?;
         events
@@ -259,13 +339,15 @@ impl SessionManager {
         text: &str,
         media_urls: &[String],
     ) -> Result<Option<SessionEvent>> {
-        let Some(line) = TranscriptEntry::delivery_mirror(text, media_urls, self.clock.now())
+        let Some(line) =
+            TranscriptEntry::delivery_mirror(text, media_urls, self.manager.clock.now())
         else {
             return Ok(None);
         };
-        let (transcript, _) = self.transcript_of(key).await?;
+        let (transcript, _) = self.manager.transcript_of(key).await?;
         Ok(self
-            .transcripts()?
+            .manager
+            .transcript_store()?
             .append(&transcript, vec![line])
             .await?
             .pop())
@@ -280,65 +362,31 @@ impl SessionManager {
         key: &SessionKey,
         reason: CheckpointReason,
     ) -> Result<SessionEvent> {
-        let (transcript, entry) = self.transcript_of(key).await?;
-        let (outcome, event) = self.introspect(key, &transcript, &entry, reason).await?;
+        let (transcript, entry) = self.manager.transcript_of(key).await?;
+        let (outcome, event) = self
+            .manager
+            .introspect(key, &transcript, &entry, reason)
+            .await?;
         if let Some(outcome) = outcome {
-            self.apply_introspection(key, outcome, true).await?;
+            self.manager.apply_introspection(key, outcome, true).await?;
         }
         Ok(event)
-    }
-
-    /// Records a status change in the session's event log, when transcripts are kept.
-    pub(super) async fn record_status(&self, key: &SessionKey, status: &str) -> Result<()> {
-        if self.transcripts.is_none() {
-            return Ok(());
-        }
-        let (transcript, _) = self.transcript_of(key).await?;
-        let line = TranscriptEntry::status_change(status, self.clock.now());
-        self.transcripts()?.append(&transcript, vec![line]).await?;
-        Ok(())
     }
 
     /// The events of `key`'s current session from `from` on: a client that reconnects
     /// passes the `next` offset of its last read and gets only what it missed.
     pub async fn replay(&self, key: &SessionKey, from: Offset) -> Result<TranscriptRead> {
-        let entry = self.existing(key).await?.entry;
-        let transcript = TranscriptRef::of(key, &entry, &self.default_agent);
-        self.transcripts()?.read(&transcript, from).await
+        let entry = self.manager.existing(key).await?.entry;
+        let transcript = TranscriptRef::of(key, &entry, &self.manager.default_agent);
+        self.manager
+            .transcript_store()?
+            .read(&transcript, from)
+            .await
     }
 
     /// Live transcript updates of every session (in-process). Dropping the subscription
     /// unsubscribes.
     pub fn subscribe(&self) -> Result<TranscriptSubscription> {
-        Ok(self.transcripts()?.subscribe())
-    }
-
-    /// Archives (or erases) the transcript of a session that was reset or deleted.
-    /// Failures are logged, not returned: the session change they follow has happened.
-    pub(super) async fn retire_transcript(
-        &self,
-        key: &SessionKey,
-        entry: &SessionEntry,
-        reason: ArchiveReason,
-        erase: bool,
-    ) {
-        let Some(transcripts) = self.transcripts.as_deref() else {
-            return;
-        };
-        if entry.session_id.is_empty() {
-            return;
-        }
-        let transcript = TranscriptRef::of(key, entry, &self.default_agent);
-        let outcome = if erase {
-            transcripts.remove(&transcript).await.map(|_| ())
-        } else {
-            transcripts
-                .archive(&transcript, reason, self.clock.now())
-                .await
-                .map(|_| ())
-        };
-        if let Err(error) = outcome {
-            tracing::warn!(key = %key, %error, "could not retire the old transcript; it stays in place");
-        }
+        Ok(self.manager.transcript_store()?.subscribe())
     }
 }

@@ -65,10 +65,12 @@ use crate::transcript::{ArchiveReason, CheckpointReason, TranscriptRef, Transcri
 
 pub use context::TurnInput;
 pub use lifecycle::{DeleteOptions, OverrideKind, PruneOptions, SessionOverride};
-pub use log::LogMessage;
+pub use log::{LogMessage, SessionTranscripts};
 pub use resolution::{Decision, Reason, Resolution};
-pub use scoped::ScopedManager;
-pub use turns::{CompactionEvent, SummaryRefresh, TurnOutcome, DEFAULT_SUMMARY_QUIET_GAP};
+pub use scoped::{ScopedManager, ScopedMemory, ScopedTranscripts};
+pub use turns::{
+    CompactionEvent, SessionMemory, SummaryRefresh, TurnOutcome, DEFAULT_SUMMARY_QUIET_GAP,
+};
 
 use self::entry_update::{record_message, start_session, Inbound};
 use self::resolution::Policy;

@@ -117,20 +117,23 @@ pub struct ScopedManager<'a> {
 
 /// A call that takes the session key first and is checked before it runs.
 macro_rules! checked {
-    ($(
+    ($host:ident; $(
         $(#[$doc:meta])*
         fn $name:ident(&self, $key:ident: &SessionKey $(, $arg:ident: $ty:ty)*) -> $ret:ty;
     )*) => {$(
         $(#[$doc])*
-        #[doc = concat!("\n\n[`SessionManager::", stringify!($name), "`], if the caller may open the session.")]
+        #[doc = concat!(
+            "\n\n[`", stringify!($host), "::", stringify!($name), "`](super::",
+            stringify!($host), "::", stringify!($name), "), if the caller may open the session."
+        )]
         pub async fn $name(&self, $key: &SessionKey $(, $arg: $ty)*) -> Result<$ret> {
             self.check($key).await?;
-            self.manager.$name($key $(, $arg)*).await
+            self.target().$name($key $(, $arg)*).await
         }
     )*};
 }
 
-impl ScopedManager<'_> {
+impl<'a> ScopedManager<'a> {
     /// Who is calling.
     pub fn caller(&self) -> &Caller {
         &self.caller
@@ -150,6 +153,21 @@ impl ScopedManager<'_> {
 
     async fn check(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
         self.manager.verify_session_access(&self.caller, key).await
+    }
+
+    /// Where a checked call goes once allowed.
+    fn target(&self) -> &SessionManager {
+        self.manager
+    }
+
+    /// The transcript calls for this caller (see [`ScopedTranscripts`]).
+    pub fn transcripts(&self) -> ScopedTranscripts<'_, 'a> {
+        ScopedTranscripts { scoped: self }
+    }
+
+    /// The memory calls for this caller (see [`ScopedMemory`]).
+    pub fn memory(&self) -> ScopedMemory<'_, 'a> {
+        ScopedMemory { scoped: self }
     }
 
     /// Whether the caller may go on with the session under `key` whose entry is
@@ -234,6 +252,7 @@ impl ScopedManager<'_> {
     }
 
     checked! {
+        SessionManager;
         /// Closes a session.
         fn close(&self, key: &SessionKey) -> StoredSession;
         /// Resets a session.
@@ -261,33 +280,6 @@ impl ScopedManager<'_> {
         fn fork_thread(&self, parent: &SessionKey, thread_id: &str) -> StoredSession;
         /// Records a finished turn.
         fn record_turn(&self, key: &SessionKey, outcome: TurnOutcome) -> StoredSession;
-        /// Whether a memory flush should run before compaction.
-        fn memory_flush_plan(&self, key: &SessionKey) -> Option<FlushPlan>;
-        /// Records that a memory flush ran.
-        fn record_memory_flush(&self, key: &SessionKey) -> StoredSession;
-        /// Records a compaction.
-        fn record_compaction(&self, key: &SessionKey, tokens_after: Option<u64>) -> StoredSession;
-        /// Handles an engine's compaction event.
-        fn on_compaction_event(
-            &self,
-            key: &SessionKey,
-            event: CompactionEvent
-        ) -> Option<StoredSession>;
-        /// The engine's own session id.
-        fn engine_session(&self, key: &SessionKey, kind: &EngineKind) -> Option<String>;
-        /// Logs a message.
-        fn log_message(&self, key: &SessionKey, message: LogMessage) -> SessionEvent;
-        /// Mirrors a delivered reply into the transcript.
-        fn mirror_delivery(
-            &self,
-            key: &SessionKey,
-            text: &str,
-            media_urls: &[String]
-        ) -> Option<SessionEvent>;
-        /// Writes a checkpoint.
-        fn checkpoint(&self, key: &SessionKey, reason: CheckpointReason) -> SessionEvent;
-        /// Reads the session's transcript from `from`.
-        fn replay(&self, key: &SessionKey, from: Offset) -> TranscriptRead;
         /// The session's workspace.
         fn workspace(&self, key: &SessionKey) -> Workspace;
     }
@@ -305,22 +297,6 @@ impl ScopedManager<'_> {
         let key = subagent_key(parent, agent)?;
         verify_namespace(&self.caller, &key)?;
         self.manager.create_subagent(&key, parent, label).await
-    }
-
-    /// [`SessionManager::ensure_skills_snapshot`], if the caller may open the session.
-    pub async fn ensure_skills_snapshot<F>(
-        &self,
-        key: &SessionKey,
-        version: u64,
-        build: F,
-    ) -> Result<bool>
-    where
-        F: FnOnce() -> Value + Send,
-    {
-        self.check(key).await?;
-        self.manager
-            .ensure_skills_snapshot(key, version, build)
-            .await
     }
 
     /// [`SessionManager::prepare_turn`], if the caller may open the resolved session.
@@ -352,19 +328,6 @@ impl ScopedManager<'_> {
         self.check(key).await?;
         Ok(self.manager.enqueue_system_event(key, text))
     }
-
-    /// Live updates of the session's current transcript, if the caller may open it.
-    pub async fn subscribe(&self, key: &SessionKey) -> Result<TranscriptSubscription> {
-        let stored = self
-            .check(key)
-            .await?
-            .ok_or_else(|| Error::NotFound { key: key.clone() })?;
-        let transcript = TranscriptRef::of(key, &stored.entry, &self.manager.default_agent);
-        Ok(self.manager.subscribe()?.only(move |update| {
-            update.transcript.agent == transcript.agent
-                && update.transcript.session_id == transcript.session_id
-        }))
-    }
 }
 
 /// Records an opening caller in the session: as a participant, and as its person (if it
@@ -380,6 +343,108 @@ fn stamp_caller(entry: &mut SessionEntry, participant: Option<&str>, person: Opt
         if entry.person_id.as_deref() == Some(person.id.as_str()) {
             entry.person_type = Some(person.person_type.as_str().to_owned());
         }
+    }
+}
+
+/// [`SessionTranscripts`](super::SessionTranscripts) for one caller: each call checks
+/// that the caller may open the session first. Borrowed from
+/// [`ScopedManager::transcripts`].
+#[derive(Debug, Clone, Copy)]
+pub struct ScopedTranscripts<'s, 'a> {
+    scoped: &'s ScopedManager<'a>,
+}
+
+impl ScopedTranscripts<'_, '_> {
+    async fn check(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
+        self.scoped.check(key).await
+    }
+
+    fn target(&self) -> super::SessionTranscripts<'_> {
+        self.scoped.manager.transcripts()
+    }
+
+    checked! {
+        SessionTranscripts;
+        /// Logs a message.
+        fn log_message(&self, key: &SessionKey, message: LogMessage) -> SessionEvent;
+        /// Mirrors a delivered reply into the transcript.
+        fn mirror_delivery(
+            &self,
+            key: &SessionKey,
+            text: &str,
+            media_urls: &[String]
+        ) -> Option<SessionEvent>;
+        /// Writes a checkpoint.
+        fn checkpoint(&self, key: &SessionKey, reason: CheckpointReason) -> SessionEvent;
+        /// Reads the session's transcript from `from`.
+        fn replay(&self, key: &SessionKey, from: Offset) -> TranscriptRead;
+    }
+
+    /// Live updates of the session's current transcript, if the caller may open it.
+    pub async fn subscribe(&self, key: &SessionKey) -> Result<TranscriptSubscription> {
+        let stored = self
+            .check(key)
+            .await?
+            .ok_or_else(|| Error::NotFound { key: key.clone() })?;
+        let transcript = TranscriptRef::of(key, &stored.entry, &self.scoped.manager.default_agent);
+        Ok(self.target().subscribe()?.only(move |update| {
+            update.transcript.agent == transcript.agent
+                && update.transcript.session_id == transcript.session_id
+        }))
+    }
+}
+
+/// [`SessionMemory`](super::SessionMemory) for one caller: each call checks that the
+/// caller may open the session first. Borrowed from [`ScopedManager::memory`]; jobs
+/// over a person's sessions (`refresh_identity_summary`) and the snapshot stay with the
+/// host.
+#[derive(Debug, Clone, Copy)]
+pub struct ScopedMemory<'s, 'a> {
+    scoped: &'s ScopedManager<'a>,
+}
+
+impl ScopedMemory<'_, '_> {
+    async fn check(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
+        self.scoped.check(key).await
+    }
+
+    fn target(&self) -> super::SessionMemory<'_> {
+        self.scoped.manager.memory()
+    }
+
+    /// [`SessionMemory::ensure_skills_snapshot`](super::SessionMemory::ensure_skills_snapshot),
+    /// if the caller may open the session.
+    pub async fn ensure_skills_snapshot<F>(
+        &self,
+        key: &SessionKey,
+        version: u64,
+        build: F,
+    ) -> Result<bool>
+    where
+        F: FnOnce() -> Value + Send,
+    {
+        self.check(key).await?;
+        self.target()
+            .ensure_skills_snapshot(key, version, build)
+            .await
+    }
+
+    checked! {
+        SessionMemory;
+        /// Whether a memory flush should run before compaction.
+        fn memory_flush_plan(&self, key: &SessionKey) -> Option<FlushPlan>;
+        /// Records that a memory flush ran.
+        fn record_memory_flush(&self, key: &SessionKey) -> StoredSession;
+        /// Records a compaction.
+        fn record_compaction(&self, key: &SessionKey, tokens_after: Option<u64>) -> StoredSession;
+        /// Handles an engine's compaction event.
+        fn on_compaction_event(
+            &self,
+            key: &SessionKey,
+            event: CompactionEvent
+        ) -> Option<StoredSession>;
+        /// The engine's own session id.
+        fn engine_session(&self, key: &SessionKey, kind: &EngineKind) -> Option<String>;
     }
 }
 
@@ -417,18 +482,26 @@ mod tests {
         ("refresh_identity_summary", "a job over a person's sessions"),
         ("agent_identity_of", "configuration"),
         ("find_session", "looks up by id across sessions"),
+        ("transcripts", "the handle; the scoped manager has its own"),
+        ("memory", "the handle; the scoped manager has its own"),
     ];
 
-    /// Names of the `pub fn`s in the `impl <ty>` blocks of `source` (and, for the
-    /// scoped manager, the calls declared through its `checked!` macro).
+    /// Names of the `pub fn`s in the `impl <ty>` blocks of the manager's sources (and,
+    /// for the scoped types, the calls declared through their `checked!` macro).
     fn methods(ty: &str) -> BTreeSet<String> {
+        let scoped = ty.starts_with("Scoped");
         let mut names = BTreeSet::new();
         for source in MANAGER_SOURCES {
             let mut inside = false;
             for line in source.lines() {
-                if line.starts_with("impl ") {
-                    inside = line.starts_with(&format!("impl {ty} "))
-                        || line.starts_with(&format!("impl {ty}<"));
+                if let Some(rest) = line.strip_prefix("impl") {
+                    // `impl Type {`, `impl Type<'_> {`, `impl<'a> Type<'a> {`
+                    let rest = match rest.strip_prefix('<') {
+                        Some(generic) => generic.split_once("> ").map_or("", |(_, r)| r),
+                        None => rest.trim_start(),
+                    };
+                    inside =
+                        rest.starts_with(&format!("{ty} ")) || rest.starts_with(&format!("{ty}<"));
                     continue;
                 }
                 if line == "}" {
@@ -438,11 +511,7 @@ mod tests {
                 let declared = trimmed
                     .strip_prefix("pub async fn ")
                     .or_else(|| trimmed.strip_prefix("pub fn "))
-                    .or_else(|| {
-                        (ty == "ScopedManager")
-                            .then(|| trimmed.strip_prefix("fn "))
-                            .flatten()
-                    });
+                    .or_else(|| scoped.then(|| trimmed.strip_prefix("fn ")).flatten());
                 if let (true, Some(rest)) = (inside, declared) {
                     let name: String = rest
                         .chars()
@@ -457,20 +526,31 @@ mod tests {
 
     #[test]
     fn every_public_manager_call_is_scoped_or_named_host_only() {
-        let manager = methods("SessionManager");
-        let scoped = methods("ScopedManager");
-        assert!(manager.contains("resolve") && scoped.contains("resolve"));
         let host_only: BTreeSet<String> = HOST_ONLY.iter().map(|(n, _)| n.to_string()).collect();
-        let escaping: Vec<&String> = manager
-            .iter()
-            .filter(|name| !scoped.contains(*name) && !host_only.contains(*name))
-            .collect();
-        assert!(
-            escaping.is_empty(),
-            "public SessionManager calls with no checked ScopedManager counterpart: \
-             {escaping:?}; add one to ScopedManager, or name it in HOST_ONLY with the reason"
-        );
-        let stale: Vec<&String> = host_only.iter().filter(|n| !manager.contains(*n)).collect();
+        let mut seen = BTreeSet::new();
+        for (host, scoped_ty, expected) in [
+            ("SessionManager", "ScopedManager", "resolve"),
+            ("SessionTranscripts", "ScopedTranscripts", "log_message"),
+            ("SessionMemory", "ScopedMemory", "record_compaction"),
+        ] {
+            let manager = methods(host);
+            let scoped = methods(scoped_ty);
+            assert!(
+                manager.contains(expected) && scoped.contains(expected),
+                "{host}"
+            );
+            let escaping: Vec<&String> = manager
+                .iter()
+                .filter(|name| !scoped.contains(*name) && !host_only.contains(*name))
+                .collect();
+            assert!(
+                escaping.is_empty(),
+                "public {host} calls with no checked {scoped_ty} counterpart: {escaping:?}; \
+                 add one, or name it in HOST_ONLY with the reason"
+            );
+            seen.extend(manager);
+        }
+        let stale: Vec<&String> = host_only.iter().filter(|n| !seen.contains(*n)).collect();
         assert!(
             stale.is_empty(),
             "HOST_ONLY names calls that no longer exist: {stale:?}"

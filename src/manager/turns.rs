@@ -94,7 +94,7 @@ pub enum CompactionEvent {
     },
 }
 
-/// What [`SessionManager::refresh_identity_summary`] did.
+/// What [`SessionMemory::refresh_identity_summary`] did.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum SummaryRefresh {
@@ -172,7 +172,9 @@ impl SessionManager {
             .checkpoint_every_turns
             .is_some_and(|every| every > 0 && turns % every == 0);
         if at_limit && self.introspector.is_some() && self.transcripts.is_some() {
-            self.checkpoint(key, CheckpointReason::TurnLimit).await?;
+            self.transcripts()
+                .checkpoint(key, CheckpointReason::TurnLimit)
+                .await?;
             return self.existing(key).await;
         }
         Ok(stored)
@@ -195,84 +197,6 @@ impl SessionManager {
                 Ok(None)
             }
         }
-    }
-
-    /// The memory flush to run before this session's next turn, if one is due (see
-    /// [`MemoryFlushGuard`](crate::memory::flush::MemoryFlushGuard)).
-    pub async fn memory_flush_plan(&self, key: &SessionKey) -> Result<Option<FlushPlan>> {
-        let entry = self.existing(key).await?.entry;
-        Ok(self.flush_guard.plan(&entry))
-    }
-
-    /// Records that the memory flush ran: `memoryFlushAt` and the compaction cycle it
-    /// belongs to, so it does not run again until the next compaction.
-    pub async fn record_memory_flush(&self, key: &SessionKey) -> Result<StoredSession> {
-        let now_ms = self.clock.now_millis();
-        self.change(key, |entry| {
-            entry.memory_flush_at = Some(now_ms);
-            entry.memory_flush_compaction_count = Some(entry.compaction_count.unwrap_or(0));
-        })
-        .await
-    }
-
-    /// Records a completed compaction in one atomic update (OpenClaw's
-    /// `incrementCompactionCount`): the count goes up; with `tokens_after`, the prompt
-    /// size becomes it and the input/output breakdown is cleared.
-    pub async fn record_compaction(
-        &self,
-        key: &SessionKey,
-        tokens_after: Option<u64>,
-    ) -> Result<StoredSession> {
-        let now_ms = self.clock.now_millis();
-        self.change(key, |entry| {
-            entry.compaction_count = Some(entry.compaction_count.unwrap_or(0) + 1);
-            entry.updated_at = entry.updated_at.max(now_ms);
-            if let Some(tokens) = tokens_after.filter(|t| *t > 0) {
-                entry.total_tokens = Some(tokens);
-                entry.input_tokens = None;
-                entry.output_tokens = None;
-            }
-        })
-        .await
-    }
-
-    /// Handles an engine's compaction event: only the end of a compaction that will not
-    /// be retried counts (a retried compaction counts once). Returns the session when a
-    /// compaction was recorded.
-    pub async fn on_compaction_event(
-        &self,
-        key: &SessionKey,
-        event: CompactionEvent,
-    ) -> Result<Option<StoredSession>> {
-        match event {
-            CompactionEvent::Start => {
-                tracing::debug!(key = %key, "compaction started");
-                Ok(None)
-            }
-            CompactionEvent::End {
-                will_retry: true, ..
-            } => {
-                tracing::debug!(key = %key, "compaction attempt ended; the engine retries");
-                Ok(None)
-            }
-            CompactionEvent::End {
-                will_retry: false,
-                tokens_after,
-            } => self.record_compaction(key, tokens_after).await.map(Some),
-        }
-    }
-
-    /// The engine session to resume for `key`, if one was recorded.
-    pub async fn engine_session(
-        &self,
-        key: &SessionKey,
-        kind: &EngineKind,
-    ) -> Result<Option<String>> {
-        Ok(self
-            .store
-            .get(key)
-            .await?
-            .and_then(|s| kind.session_id(&s.entry)))
     }
 
     /// The agent identity of an agent id: as configured with
@@ -319,92 +243,6 @@ impl SessionManager {
             })
             .await?;
         Ok(Some(seeded))
-    }
-
-    /// Merges the rolling summary of `person` with `agent_identity`: the messages logged
-    /// since the summary's watermark, across every session, channel and engine variant,
-    /// merged by the summarizer — but only once the conversation has been quiet for the
-    /// configured gap (default one hour) — and written to every sibling session with the
-    /// new watermark.
-    pub async fn refresh_identity_summary(
-        &self,
-        person: &str,
-        agent_identity: &str,
-    ) -> Result<SummaryRefresh> {
-        let transcripts = self.transcripts.as_deref().ok_or(Error::NotConfigured {
-            what: "a transcript store (SessionManagerBuilder::transcripts)",
-        })?;
-        let siblings = self
-            .store
-            .list(
-                &ListFilter::new()
-                    .person(person)
-                    .agent_identity(agent_identity),
-            )
-            .await?;
-        let current = siblings
-            .iter()
-            .filter_map(|s| s.entry.identity_summary.clone())
-            .max_by_key(|summary| summary.updated_at);
-        let watermark = current.as_ref().and_then(|s| s.watermark.clone());
-        let mut query = LogQuery::person_with(person, agent_identity);
-        if let Some(mark) = &watermark {
-            query = query.since(from_millis(mark.at));
-        }
-        let records: Vec<_> = transcripts
-            .query_log(&query)
-            .await?
-            .into_iter()
-            .filter(|record| {
-                watermark
-                    .as_ref()
-                    .is_none_or(|mark| cursor_of(record) > *mark)
-            })
-            .collect();
-        let Some(last) = records.last() else {
-            return Ok(SummaryRefresh::NothingNew);
-        };
-        let now = self.clock.now();
-        let quiet_until =
-            last.at + chrono::Duration::from_std(self.summary_quiet_gap).unwrap_or_default();
-        if now < quiet_until {
-            return Ok(SummaryRefresh::NotQuiet { until: quiet_until });
-        }
-        let turns = records
-            .iter()
-            .map(|record| SummaryTurn {
-                direction: record
-                    .log
-                    .direction
-                    .unwrap_or(crate::transcript::Direction::Inbound),
-                text: record.text.clone(),
-                agent_name: record.log.agent_name.clone(),
-                channel: record.log.channel.clone(),
-                at: Some(record.at),
-            })
-            .collect();
-        let input = SummaryInput::new(turns).merging(current.map(|s| s.text));
-        let summary = IdentitySummary {
-            text: clip_summary(&self.summarizer.summarize(&input).await?),
-            updated_at: to_millis(now),
-            watermark: Some(cursor_of(last)),
-            extra: Default::default(),
-        };
-        let mut sessions = Vec::new();
-        for sibling in siblings {
-            self.change(&sibling.key, |entry| {
-                entry.identity_summary = Some(summary.clone())
-            })
-            .await?;
-            sessions.push(sibling.key);
-        }
-        tracing::info!(
-            person,
-            agent_identity,
-            sessions = sessions.len(),
-            "identity summary merged"
-        );
-        Ok(SummaryRefresh::Updated { summary, sessions })
     }
 
     /// Introspects `transcript` over its events since its last checkpoint and appends a
@@ -476,6 +314,220 @@ impl SessionManager {
         .await?;
         Ok(())
     }
+}
+
+fn cursor_of(record: &crate::transcript::LogRecord) -> LogCursor {
+    LogCursor {
+        at: to_millis(record.at),
+        session_id: record.session_id.clone(),
+        offset: record.offset.0,
+    }
+}
+
+/// The memory calls of a [`SessionManager`] beyond [`record_turn`](SessionManager::record_turn):
+/// the memory flush before compaction, compaction, engine sessions, rolling identity
+/// summaries and the versioned snapshot.
+///
+/// Borrowed from [`SessionManager::memory`]. [`ScopedManager::memory`](super::ScopedManager::memory)
+/// offers the session calls for one caller, each checked first.
+///
+/// ```
+/// use agent_sessions::prelude::*;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> agent_sessions::Result<()> {
+/// let manager = SessionManager::builder(MemoryStore::new()).build();
+/// let key = manager.resolve(&InboundMessage::direct("telegram", "42", "hi")).await?.key;
+/// let session = manager.memory().record_compaction(&key, Some(1_200)).await?;
+/// assert_eq!(session.entry.compaction_count, Some(1));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct SessionMemory<'a> {
+    pub(super) manager: &'a SessionManager,
+}
+
+impl SessionManager {
+    /// The memory calls (see [`SessionMemory`]).
+    pub fn memory(&self) -> SessionMemory<'_> {
+        SessionMemory { manager: self }
+    }
+}
+
+impl SessionMemory<'_> {
+    /// The memory flush to run before this session's next turn, if one is due (see
+    /// [`MemoryFlushGuard`](crate::memory::flush::MemoryFlushGuard)).
+    pub async fn memory_flush_plan(&self, key: &SessionKey) -> Result<Option<FlushPlan>> {
+        let entry = self.manager.existing(key).await?.entry;
+        Ok(self.manager.flush_guard.plan(&entry))
+    }
+
+    /// Records that the memory flush ran: `memoryFlushAt` and the compaction cycle it
+    /// belongs to, so it does not run again until the next compaction.
+    pub async fn record_memory_flush(&self, key: &SessionKey) -> Result<StoredSession> {
+        let now_ms = self.manager.clock.now_millis();
+        self.manager
+            .change(key, |entry| {
+                entry.memory_flush_at = Some(now_ms);
+                entry.memory_flush_compaction_count = Some(entry.compaction_count.unwrap_or(0));
+            })
+            .await
+    }
+
+    /// Records a completed compaction in one atomic update (OpenClaw's
+    /// `incrementCompactionCount`): the count goes up; with `tokens_after`, the prompt
+    /// size becomes it and the input/output breakdown is cleared.
+    pub async fn record_compaction(
+        &self,
+        key: &SessionKey,
+        tokens_after: Option<u64>,
+    ) -> Result<StoredSession> {
+        let now_ms = self.manager.clock.now_millis();
+        self.manager
+            .change(key, |entry| {
+                entry.compaction_count = Some(entry.compaction_count.unwrap_or(0) + 1);
+                entry.updated_at = entry.updated_at.max(now_ms);
+                if let Some(tokens) = tokens_after.filter(|t| *t > 0) {
+                    entry.total_tokens = Some(tokens);
+                    entry.input_tokens = None;
+                    entry.output_tokens = None;
+                }
+            })
+            .await
+    }
+
+    /// Handles an engine's compaction event: only the end of a compaction that will not
+    /// be retried counts (a retried compaction counts once). Returns the session when a
+    /// compaction was recorded.
+    pub async fn on_compaction_event(
+        &self,
+        key: &SessionKey,
+        event: CompactionEvent,
+    ) -> Result<Option<StoredSession>> {
+        match event {
+            CompactionEvent::Start => {
+                tracing::debug!(key = %key, "compaction started");
+                Ok(None)
+            }
+            CompactionEvent::End {
+                will_retry: true, ..
+            } => {
+                tracing::debug!(key = %key, "compaction attempt ended; the engine retries");
+                Ok(None)
+            }
+            CompactionEvent::End {
+                will_retry: false,
+                tokens_after,
+            } => self.record_compaction(key, tokens_after).await.map(Some),
+        }
+    }
+
+    /// The engine session to resume for `key`, if one was recorded.
+    pub async fn engine_session(
+        &self,
+        key: &SessionKey,
+        kind: &EngineKind,
+    ) -> Result<Option<String>> {
+        Ok(self
+            .manager
+            .store
+            .get(key)
+            .await?
+            .and_then(|s| kind.session_id(&s.entry)))
+    }
+
+    /// Merges the rolling summary of `person` with `agent_identity`: the messages logged
+    /// since the summary's watermark, across every session, channel and engine variant,
+    /// merged by the summarizer — but only once the conversation has been quiet for the
+    /// configured gap (default one hour) — and written to every sibling session with the
+    /// new watermark.
+    pub async fn refresh_identity_summary(
+        &self,
+        person: &str,
+        agent_identity: &str,
+    ) -> Result<SummaryRefresh> {
+        let transcripts = self
+            .manager
+            .transcripts
+            .as_deref()
+            .ok_or(Error::NotConfigured {
+                what: "a transcript store (SessionManagerBuilder::transcripts)",
+            })?;
+        let siblings = self
+            .manager
+            .store
+            .list(
+                &ListFilter::new()
+                    .person(person)
+                    .agent_identity(agent_identity),
+            )
+            .await?;
+        let current = siblings
+            .iter()
+            .filter_map(|s| s.entry.identity_summary.clone())
+            .max_by_key(|summary| summary.updated_at);
+        let watermark = current.as_ref().and_then(|s| s.watermark.clone());
+        let mut query = LogQuery::person_with(person, agent_identity);
+        if let Some(mark) = &watermark {
+            query = query.since(from_millis(mark.at));
+        }
+        let records: Vec<_> = transcripts
+            .query_log(&query)
+            .await?
+            .into_iter()
+            .filter(|record| {
+                watermark
+                    .as_ref()
+                    .is_none_or(|mark| cursor_of(record) > *mark)
+            })
+            .collect();
+        let Some(last) = records.last() else {
+            return Ok(SummaryRefresh::NothingNew);
+        };
+        let now = self.manager.clock.now();
+        let quiet_until = last.at
+            + chrono::Duration::from_std(self.manager.summary_quiet_gap).unwrap_or_default();
+        if now < quiet_until {
+            return Ok(SummaryRefresh::NotQuiet { until: quiet_until });
+        }
+        let turns = records
+            .iter()
+            .map(|record| SummaryTurn {
+                direction: record
+                    .log
+                    .direction
+                    .unwrap_or(crate::transcript::Direction::Inbound),
+                text: record.text.clone(),
+                agent_name: record.log.agent_name.clone(),
+                channel: record.log.channel.clone(),
+                at: Some(record.at),
+            })
+            .collect();
+        let input = SummaryInput::new(turns).merging(current.map(|s| s.text));
+        let summary = IdentitySummary {
+            text: clip_summary(&self.manager.summarizer.summarize(&input).await?),
+            updated_at: to_millis(now),
+            watermark: Some(cursor_of(last)),
+            extra: Default::default(),
+        };
+        let mut sessions = Vec::new();
+        for sibling in siblings {
+            self.manager
+                .change(&sibling.key, |entry| {
+                    entry.identity_summary = Some(summary.clone())
+                })
+                .await?;
+            sessions.push(sibling.key);
+        }
+        tracing::info!(
+            person,
+            agent_identity,
+            sessions = sessions.len(),
+            "identity summary merged"
+        );
+        Ok(SummaryRefresh::Updated { summary, sessions })
+    }
 
     /// Makes sure the session holds a current skills snapshot (OpenClaw's
     /// `ensureSkillSnapshot`): rebuilt with `build` when there is none, when `version`
@@ -492,7 +544,7 @@ impl SessionManager {
     where
         F: FnOnce() -> Value + Send,
     {
-        let entry = self.existing(key).await?.entry;
+        let entry = self.manager.existing(key).await?.entry;
         let stored = entry.skills_snapshot.as_ref();
         let built_for_this_session = stored
             .and_then(|s| s.get("sessionId"))
@@ -507,16 +559,9 @@ impl SessionManager {
             fields.insert("version".into(), Value::from(version));
             fields.insert("sessionId".into(), Value::from(entry.session_id.clone()));
         }
-        self.change(key, |e| e.skills_snapshot = Some(snapshot.clone()))
+        self.manager
+            .change(key, |e| e.skills_snapshot = Some(snapshot.clone()))
             .await?;
         Ok(true)
-    }
-}
-
-fn cursor_of(record: &crate::transcript::LogRecord) -> LogCursor {
-    LogCursor {
-        at: to_millis(record.at),
-        session_id: record.session_id.clone(),
-        offset: record.offset.0,
     }
 }

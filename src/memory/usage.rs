@@ -155,7 +155,7 @@ impl EngineSession {
     }
 }
 
-/// Which engine session to look up with [`SessionManager::engine_session`](crate::SessionManager::engine_session).
+/// Which engine session to look up with [`SessionMemory::engine_session`](crate::manager::SessionMemory::engine_session).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum EngineKind {
