@@ -117,14 +117,7 @@ async fn assert_same_content(from: &Backend, to: &Backend, to_root: Option<&Path
 
 #[tokio::test]
 async fn json_to_sqlite_and_back_keeps_every_entry_and_transcript() {
-    let source_dir = busy_openclaw_tree().await;
-    let source = Backend::open(&format!("json:{}", source_dir.path().display()))
-        .await
-        .unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let sqlite = Backend::open(&format!("sqlite:{}", work.path().join("s.db").display()))
-        .await
-        .unwrap();
+    let ((source_dir, work), source, sqlite) = busy_source_and_empty_sqlite().await;
     let back_dir = work.path().join("back");
     let back = Backend::open(&format!("json:{}", back_dir.display()))
         .await
@@ -152,14 +145,7 @@ async fn json_to_sqlite_and_back_keeps_every_entry_and_transcript() {
 
 #[tokio::test]
 async fn a_migration_resumes_and_reports_conflicts() {
-    let source_dir = busy_openclaw_tree().await;
-    let source = Backend::open(&format!("json:{}", source_dir.path().display()))
-        .await
-        .unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let target = Backend::open(&format!("sqlite:{}", work.path().join("s.db").display()))
-        .await
-        .unwrap();
+    let ((_source_dir, work), source, target) = busy_source_and_empty_sqlite().await;
 
     // A first run that got as far as one session.
     let first = source
@@ -240,14 +226,7 @@ async fn an_imported_openclaw_tree_keeps_working_in_sqlite() {
     ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
 )]
 async fn json_to_sqlite_to_postgres_to_json_keeps_every_entry_and_transcript() {
-    let source_dir = busy_openclaw_tree().await;
-    let source = Backend::open(&format!("json:{}", source_dir.path().display()))
-        .await
-        .unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let sqlite = Backend::open(&format!("sqlite:{}", work.path().join("s.db").display()))
-        .await
-        .unwrap();
+    let ((_source_dir, work), source, sqlite) = busy_source_and_empty_sqlite().await;
     let schema = common::TestSchema::new("migration");
     let postgres = Backend::open(&schema.url()).await.unwrap();
     let back_dir = work.path().join("back");

@@ -289,13 +289,7 @@ async fn a_store_over_the_size_limit_is_refused_before_it_is_read() {
 
     fs::File::create(&path).unwrap().set_len(1 << 30).unwrap();
     let report = examine(dir.path(), &DoctorOptions::repair()).await.unwrap();
-    assert!(
-        report
-            .findings
-            .iter()
-            .any(|(f, _)| matches!(f, Finding::UnusableFile { .. })),
-        "{report:?}"
-    );
+    assert_reports_an_unusable_file(&report);
 }
 
 #[tokio::test]
@@ -384,13 +378,7 @@ async fn a_linked_agent_directory_is_neither_read_nor_written_through() {
     let report = examine(dir.path(), &DoctorOptions::default())
         .await
         .unwrap();
-    assert!(
-        report
-            .findings
-            .iter()
-            .any(|(f, _)| matches!(f, Finding::UnusableFile { .. })),
-        "{report:?}"
-    );
+    assert_reports_an_unusable_file(&report);
 }
 
 #[tokio::test]
@@ -441,4 +429,14 @@ async fn archiving_leaves_a_special_file_where_it_is() {
         "{archived:?}"
     );
     assert!(fs::symlink_metadata(&path).is_ok(), "left in place");
+}
+
+fn assert_reports_an_unusable_file(report: &agent_sessions::store::doctor::DoctorReport) {
+    assert!(
+        report
+            .findings
+            .iter()
+            .any(|(f, _)| matches!(f, Finding::UnusableFile { .. })),
+        "{report:?}"
+    );
 }
