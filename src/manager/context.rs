@@ -33,7 +33,7 @@ pub struct TurnInput {
 impl SessionManager {
     fn pipeline_options(&self, mark_owner_context: bool) -> PipelineOptions {
         PipelineOptions {
-            mention_names: self.triggers.mention_names.clone(),
+            mention_names: self.seams.triggers.mention_names.clone(),
             mark_owner_context,
         }
     }
@@ -57,7 +57,7 @@ impl SessionManager {
         let history_key = group
             .as_ref()
             .map(|g| group_history_key(&g.channel, message.account_id.as_deref(), g.kind, &g.id));
-        let now = self.clock.now();
+        let now = self.seams.clock.now();
         let sender = message
             .sender
             .name
@@ -74,7 +74,7 @@ impl SessionManager {
                     timestamp: Some(to_millis(now)),
                     message_id: message.message_id.clone(),
                 };
-                self.history.append(key, entry).await?;
+                self.seams.history.append(key, entry).await?;
             }
             return Ok(TurnInput {
                 activation,
@@ -91,6 +91,7 @@ impl SessionManager {
         let text = match (&history_key, &group) {
             (Some(key), Some(group)) => {
                 let lines: Vec<String> = self
+                    .seams
                     .history
                     .entries(key)
                     .await?
@@ -113,7 +114,11 @@ impl SessionManager {
         let events = self.system_events.drain(&resolution.key);
         Ok(TurnInput {
             activation,
-            text: Some(prepend_system_events(&text, &events, &self.event_zone)),
+            text: Some(prepend_system_events(
+                &text,
+                &events,
+                &self.settings.event_zone,
+            )),
             history_key,
         })
     }
@@ -144,9 +149,9 @@ impl SessionManager {
                 group.kind,
                 &group.id,
             );
-            self.history.clear(&key).await?;
+            self.seams.history.clear(&key).await?;
         }
-        let policy = self.send_policy.resolve(
+        let policy = self.settings.send_policy.resolve(
             &resolution.key,
             Some(resolution.entry()),
             Some(&message.channel),
@@ -162,6 +167,7 @@ impl SessionManager {
     /// Queues a system event (model switched, reminder fired) for the next message of
     /// `key`'s session. Returns `false` for a blank text or a repeat of the last one.
     pub fn enqueue_system_event(&self, key: &SessionKey, text: &str) -> bool {
-        self.system_events.enqueue(key, text, self.clock.now())
+        self.system_events
+            .enqueue(key, text, self.seams.clock.now())
     }
 }

@@ -134,7 +134,7 @@ pub enum OverrideKind {
 impl SessionManager {
     /// The session under `key`.
     pub async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
-        self.store.get(key).await
+        self.seams.store.get(key).await
     }
 
     /// The session whose current `sessionId` is `session_id`, if any (a session
@@ -155,12 +155,12 @@ impl SessionManager {
     /// ```
     pub async fn find_session(&self, session_id: &str) -> Result<Option<StoredSession>> {
         let filter = ListFilter::new().session_id(session_id).limit(1);
-        Ok(self.store.list(&filter).await?.into_iter().next())
+        Ok(self.seams.store.list(&filter).await?.into_iter().next())
     }
 
     /// Sessions matching `filter`, most recently active first.
     pub async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
-        self.store.list(filter).await
+        self.seams.store.list(filter).await
     }
 
     /// Closes a session: its next message starts a new one (`session_closed`).
@@ -176,7 +176,7 @@ impl SessionManager {
         key: &SessionKey,
         status: SessionStatus,
     ) -> Result<StoredSession> {
-        let now_ms = self.clock.now_millis();
+        let now_ms = self.seams.clock.now_millis();
         let stored = self
             .change(key, |entry| {
                 entry.closed_at = status.is_closed().then_some(now_ms);
@@ -193,9 +193,10 @@ impl SessionManager {
     /// transcript is archived (`<file>.reset.<timestamp>`). Returns the new session;
     /// [`Error::NotFound`] if there is none to reset.
     pub async fn reset(&self, key: &SessionKey) -> Result<StoredSession> {
-        let now_ms = self.clock.now_millis();
+        let now_ms = self.seams.clock.now_millis();
         let mut previous = None;
         let stored = self
+            .seams
             .store
             .apply(key, &mut |slot, _| {
                 let Some(current) = slot.take() else {
@@ -227,7 +228,8 @@ impl SessionManager {
         options: DeleteOptions,
     ) -> Result<Option<SessionEntry>> {
         let mut removed = None;
-        self.store
+        self.seams
+            .store
             .apply(key, &mut |slot, _| {
                 let Some(entry) = slot.as_ref() else {
                     return Ok(());
@@ -266,13 +268,14 @@ impl SessionManager {
             // No criterion: nothing is old enough.
             return Ok(Vec::new());
         }
-        let now_ms = self.clock.now_millis();
+        let now_ms = self.seams.clock.now_millis();
         let cutoff = options
             .older_than
             .map(|age| now_ms.saturating_sub(u64::try_from(age.as_millis()).unwrap_or(u64::MAX)));
         let mut filter = options.filter.clone();
         filter.limit = None;
         let candidates: Vec<StoredSession> = self
+            .seams
             .store
             .list(&filter)
             .await?
@@ -287,6 +290,7 @@ impl SessionManager {
         let mut removed = Vec::with_capacity(candidates.len());
         for session in candidates {
             match self
+                .seams
                 .store
                 .compare_and_set(&session.key, Some(session.revision), None)
                 .await
@@ -380,8 +384,9 @@ impl SessionManager {
     pub async fn fork_thread(&self, parent: &SessionKey, thread_id: &str) -> Result<StoredSession> {
         let key = parent.thread(thread_id)?;
         let parent_entry = self.existing(parent).await?.entry;
-        let now_ms = self.clock.now_millis();
-        self.store
+        let now_ms = self.seams.clock.now_millis();
+        self.seams
+            .store
             .apply(&key, &mut |slot, _| {
                 if slot.is_none() {
                     let mut entry = start_session(Some(parent_entry.clone()), now_ms);
@@ -433,17 +438,18 @@ impl SessionManager {
     ) -> Result<StoredSession> {
         let label = label.map(parse_session_label).transpose()?;
         let participants = self
+            .seams
             .store
             .get(parent)
             .await?
             .and_then(|stored| stored.entry.participants);
-        let now_ms = self.clock.now_millis();
+        let now_ms = self.seams.clock.now_millis();
         let mut entry = start_session(None, now_ms);
         entry.spawned_by = Some(parent.to_string());
         entry.label = label;
         entry.source = Some(SessionSource::api(parent.to_string()));
         entry.participants = participants;
-        self.store.put(key, entry).await
+        self.seams.store.put(key, entry).await
     }
 
     /// Opens the session of a CLI, web, API or schedule source: creates it (`no_session`),
@@ -469,11 +475,12 @@ impl SessionManager {
         admit: &Admission<'_>,
         stamp: &(dyn Fn(&mut SessionEntry) + Sync),
     ) -> Result<Resolution> {
-        let agent = agent.unwrap_or(&self.default_agent);
+        let agent = agent.unwrap_or(&self.settings.default_agent);
         let key = source.key(agent)?;
-        let now_ms = self.clock.now_millis();
+        let now_ms = self.seams.clock.now_millis();
         let mut outcome = None;
         let stored = self
+            .seams
             .store
             .apply(&key, &mut |slot, _| {
                 admit(&key, slot.as_ref())?;
@@ -526,7 +533,8 @@ impl SessionManager {
 
     /// The session under `key`, which must exist ([`Error::NotFound`] if not).
     pub(super) async fn existing(&self, key: &SessionKey) -> Result<StoredSession> {
-        self.store
+        self.seams
+            .store
             .get(key)
             .await?
             .ok_or_else(|| Error::NotFound { key: key.clone() })
@@ -537,7 +545,8 @@ impl SessionManager {
     where
         F: FnMut(&mut SessionEntry) + Send,
     {
-        self.store
+        self.seams
+            .store
             .apply(key, &mut |slot, _| match slot {
                 Some(entry) => {
                     f(entry);

@@ -151,9 +151,12 @@ impl LogMessage {
 
 impl SessionManager {
     fn transcript_store(&self) -> Result<&dyn TranscriptStore> {
-        self.transcripts.as_deref().ok_or(Error::NotConfigured {
-            what: "a transcript store (SessionManagerBuilder::transcripts)",
-        })
+        self.seams
+            .transcripts
+            .as_deref()
+            .ok_or(Error::NotConfigured {
+                what: "a transcript store (SessionManagerBuilder::transcripts)",
+            })
     }
 
     /// The transcript of `key`'s current session, created on first use — as a fork of
@@ -162,11 +165,11 @@ impl SessionManager {
     async fn transcript_of(&self, key: &SessionKey) -> Result<(TranscriptRef, SessionEntry)> {
         let transcripts = self.transcript_store()?;
         let entry = self.existing(key).await?.entry;
-        let transcript = TranscriptRef::of(key, &entry, &self.default_agent);
+        let transcript = TranscriptRef::of(key, &entry, &self.settings.default_agent);
         if transcript.session_file.is_some() {
             return Ok((transcript, entry));
         }
-        let header = SessionHeader::new(&entry.session_id, self.clock.now());
+        let header = SessionHeader::new(&entry.session_id, self.seams.clock.now());
         match &entry.forked_from {
             Some(origin) => {
                 let parent_key = SessionKey::parse(&origin.session_key)?;
@@ -176,7 +179,7 @@ impl SessionManager {
                     ..TranscriptRef::of(
                         &parent_key,
                         &SessionEntry::new(&origin.session_id, 0),
-                        &self.default_agent,
+                        &self.settings.default_agent,
                     )
                 };
                 transcripts.fork(&parent, &transcript, &header).await?
@@ -188,7 +191,8 @@ impl SessionManager {
         };
         let session_id = entry.session_id.clone();
         // Metadata only: `updatedAt` stays. Skipped if the session changed meanwhile.
-        self.store
+        self.seams
+            .store
             .update(key, |slot| {
                 if let Some(current) = slot.as_mut().filter(|e| e.session_id == session_id) {
                     current.session_file.get_or_insert_with(|| location.clone());
@@ -206,11 +210,11 @@ impl SessionManager {
 
     /// Records a status change in the session's event log, when transcripts are kept.
     pub(super) async fn record_status(&self, key: &SessionKey, status: &str) -> Result<()> {
-        if self.transcripts.is_none() {
+        if self.seams.transcripts.is_none() {
             return Ok(());
         }
         let (transcript, _) = self.transcript_of(key).await?;
-        let line = TranscriptEntry::status_change(status, self.clock.now());
+        let line = TranscriptEntry::status_change(status, self.seams.clock.now());
         self.transcript_store()?
             .append(&transcript, vec![line])
             .await?;
@@ -226,18 +230,18 @@ impl SessionManager {
         reason: ArchiveReason,
         erase: bool,
     ) {
-        let Some(transcripts) = self.transcripts.as_deref() else {
+        let Some(transcripts) = self.seams.transcripts.as_deref() else {
             return;
         };
         if entry.session_id.is_empty() {
             return;
         }
-        let transcript = TranscriptRef::of(key, entry, &self.default_agent);
+        let transcript = TranscriptRef::of(key, entry, &self.settings.default_agent);
         let outcome = if erase {
             transcripts.remove(&transcript).await.map(|_| ())
         } else {
             transcripts
-                .archive(&transcript, reason, self.clock.now())
+                .archive(&transcript, reason, self.seams.clock.now())
                 .await
                 .map(|_| ())
         };
@@ -289,7 +293,7 @@ impl SessionTranscripts<'_> {
     /// and in [`query_log`](TranscriptStore::query_log).
     pub async fn log_message(&self, key: &SessionKey, message: LogMessage) -> Result<SessionEvent> {
         let (transcript, entry) = self.manager.transcript_of(key).await?;
-        let now = self.manager.clock.now();
+        let now = self.manager.seams.clock.now();
         let agent_name = message
             .agent_name
             .clone()
@@ -340,7 +344,7 @@ impl SessionTranscripts<'_> {
         media_urls: &[String],
     ) -> Result<Option<SessionEvent>> {
         let Some(line) =
-            TranscriptEntry::delivery_mirror(text, media_urls, self.manager.clock.now())
+            TranscriptEntry::delivery_mirror(text, media_urls, self.manager.seams.clock.now())
         else {
             return Ok(None);
         };
@@ -377,7 +381,7 @@ impl SessionTranscripts<'_> {
     /// passes the `next` offset of its last read and gets only what it missed.
     pub async fn replay(&self, key: &SessionKey, from: Offset) -> Result<TranscriptRead> {
         let entry = self.manager.existing(key).await?.entry;
-        let transcript = TranscriptRef::of(key, &entry, &self.manager.default_agent);
+        let transcript = TranscriptRef::of(key, &entry, &self.manager.settings.default_agent);
         self.manager
             .transcript_store()?
             .read(&transcript, from)

@@ -81,6 +81,16 @@ use self::resolution::Policy;
 /// a [`FreshnessPolicy`], [`ResetTriggers`], a [`Clock`], a [`DriftClassifier`] and a
 /// [`ModelCatalog`]. Cheap to share: wrap it in an `Arc`.
 pub struct SessionManager {
+    /// The parts a host can replace.
+    seams: Seams,
+    /// What the parts run with.
+    settings: Settings,
+    /// System events queued for the next turn of each session.
+    system_events: SystemEventQueue,
+}
+
+/// The seams of a [`SessionManager`]: each a trait object with a default.
+struct Seams {
     store: Arc<dyn SessionStore>,
     keys: Arc<dyn KeyBuilder>,
     freshness: Arc<dyn FreshnessPolicy>,
@@ -90,41 +100,47 @@ pub struct SessionManager {
     models: Option<Arc<dyn ModelCatalog>>,
     transcripts: Option<Arc<dyn TranscriptStore>>,
     history: Arc<dyn HistoryBuffer>,
-    system_events: SystemEventQueue,
-    send_policy: SendPolicyConfig,
-    event_zone: Zone,
     summarizer: Arc<dyn Summarizer>,
     flush_guard: Arc<dyn MemoryFlushGuard>,
     introspector: Option<Arc<dyn Introspector>>,
+    identity: Option<Arc<dyn IdentityResolver>>,
+    workspaces: Option<Workspaces>,
+}
+
+/// The settings of a [`SessionManager`].
+struct Settings {
+    send_policy: SendPolicyConfig,
+    event_zone: Zone,
     summary_quiet_gap: Duration,
     checkpoint_every_turns: Option<u64>,
     agent_identities: HashMap<String, String>,
     default_agent: AgentId,
-    identity: Option<Arc<dyn IdentityResolver>>,
-    workspaces: Option<Workspaces>,
     isolated_to: Option<AgentId>,
 }
 
 impl fmt::Debug for SessionManager {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SessionManager")
-            .field("freshness", &self.freshness)
-            .field("triggers", &self.triggers)
-            .field("clock", &self.clock)
-            .field("drift", &self.drift.as_ref().map(|(c, t)| (c, t)))
-            .field("models", &self.models)
-            .field("transcripts", &self.transcripts.is_some())
-            .field("send_policy", &self.send_policy)
-            .field("event_zone", &self.event_zone)
-            .field("flush_guard", &self.flush_guard)
-            .field("introspector", &self.introspector.is_some())
-            .field("summary_quiet_gap", &self.summary_quiet_gap)
-            .field("checkpoint_every_turns", &self.checkpoint_every_turns)
-            .field("agent_identities", &self.agent_identities)
-            .field("default_agent", &self.default_agent)
-            .field("identity", &self.identity.is_some())
-            .field("workspaces", &self.workspaces)
-            .field("isolated_to", &self.isolated_to)
+            .field("freshness", &self.seams.freshness)
+            .field("triggers", &self.seams.triggers)
+            .field("clock", &self.seams.clock)
+            .field("drift", &self.seams.drift.as_ref().map(|(c, t)| (c, t)))
+            .field("models", &self.seams.models)
+            .field("transcripts", &self.seams.transcripts.is_some())
+            .field("send_policy", &self.settings.send_policy)
+            .field("event_zone", &self.settings.event_zone)
+            .field("flush_guard", &self.seams.flush_guard)
+            .field("introspector", &self.seams.introspector.is_some())
+            .field("summary_quiet_gap", &self.settings.summary_quiet_gap)
+            .field(
+                "checkpoint_every_turns",
+                &self.settings.checkpoint_every_turns,
+            )
+            .field("agent_identities", &self.settings.agent_identities)
+            .field("default_agent", &self.settings.default_agent)
+            .field("identity", &self.seams.identity.is_some())
+            .field("workspaces", &self.seams.workspaces)
+            .field("isolated_to", &self.settings.isolated_to)
             .finish_non_exhaustive()
     }
 }
@@ -152,25 +168,25 @@ pub struct SessionManagerBuilder {
 impl SessionManagerBuilder {
     /// How keys are built (default: [`DefaultKeyBuilder`] with OpenClaw's defaults).
     pub fn key_builder(mut self, keys: impl KeyBuilder + 'static) -> Self {
-        self.manager.keys = Arc::new(keys);
+        self.manager.seams.keys = Arc::new(keys);
         self
     }
 
     /// When sessions go stale (default: [`ResetConfig::default`], daily at 04:00 local).
     pub fn freshness(mut self, policy: impl FreshnessPolicy + 'static) -> Self {
-        self.manager.freshness = Arc::new(policy);
+        self.manager.seams.freshness = Arc::new(policy);
         self
     }
 
     /// Which texts reset a session (default: `/new`, `/reset`).
     pub fn reset_triggers(mut self, triggers: ResetTriggers) -> Self {
-        self.manager.triggers = triggers;
+        self.manager.seams.triggers = triggers;
         self
     }
 
     /// The clock (default: the system clock).
     pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
-        self.manager.clock = Arc::new(clock);
+        self.manager.seams.clock = Arc::new(clock);
         self
     }
 
@@ -185,70 +201,70 @@ impl SessionManagerBuilder {
         classifier: impl DriftClassifier + 'static,
         threshold: f32,
     ) -> Self {
-        self.manager.drift = Some((Arc::new(classifier), threshold));
+        self.manager.seams.drift = Some((Arc::new(classifier), threshold));
         self
     }
 
     /// The models a reset's hint may name (default: none; hints are ordinary text).
     pub fn model_catalog(mut self, catalog: impl ModelCatalog + 'static) -> Self {
-        self.manager.models = Some(Arc::new(catalog));
+        self.manager.seams.models = Some(Arc::new(catalog));
         self
     }
 
     /// Keeps transcripts, the message log and session events (default: none; the
     /// logging calls then return [`Error::NotConfigured`]).
     pub fn transcripts(mut self, transcripts: impl TranscriptStore + 'static) -> Self {
-        self.manager.transcripts = Some(Arc::new(transcripts));
+        self.manager.seams.transcripts = Some(Arc::new(transcripts));
         self
     }
 
     /// Where group history is kept (default: [`MemoryHistory`], 50 entries per group,
     /// 1,000 groups).
     pub fn history(mut self, history: impl HistoryBuffer + 'static) -> Self {
-        self.manager.history = Arc::new(history);
+        self.manager.seams.history = Arc::new(history);
         self
     }
 
     /// Whether the agent may send, per session (default: always).
     pub fn send_policy(mut self, policy: SendPolicyConfig) -> Self {
-        self.manager.send_policy = policy;
+        self.manager.settings.send_policy = policy;
         self
     }
 
     /// The zone system-event times are written in (default: local).
     pub fn event_time_zone(mut self, zone: Zone) -> Self {
-        self.manager.event_zone = zone;
+        self.manager.settings.event_zone = zone;
         self
     }
 
     /// Writes context and identity summaries (default: [`TemplateSummarizer`]).
     pub fn summarizer(mut self, summarizer: impl Summarizer + 'static) -> Self {
-        self.manager.summarizer = Arc::new(summarizer);
+        self.manager.seams.summarizer = Arc::new(summarizer);
         self
     }
 
     /// Decides memory flushes (default: [`MemoryFlushSettings::default`]).
     pub fn memory_flush(mut self, guard: impl MemoryFlushGuard + 'static) -> Self {
-        self.manager.flush_guard = Arc::new(guard);
+        self.manager.seams.flush_guard = Arc::new(guard);
         self
     }
 
     /// Looks back over sessions at checkpoints (default: none).
     pub fn introspector(mut self, introspector: impl Introspector + 'static) -> Self {
-        self.manager.introspector = Some(Arc::new(introspector));
+        self.manager.seams.introspector = Some(Arc::new(introspector));
         self
     }
 
     /// How long a conversation must be quiet before its identity summary is merged
     /// (default: one hour).
     pub fn summary_quiet_gap(mut self, gap: Duration) -> Self {
-        self.manager.summary_quiet_gap = gap;
+        self.manager.settings.summary_quiet_gap = gap;
         self
     }
 
     /// Takes a `turn_limit` checkpoint every `turns` turns (default: never).
     pub fn checkpoint_every_turns(mut self, turns: u64) -> Self {
-        self.manager.checkpoint_every_turns = Some(turns);
+        self.manager.settings.checkpoint_every_turns = Some(turns);
         self
     }
 
@@ -256,6 +272,7 @@ impl SessionManagerBuilder {
     /// `reggie_fd` are both `reggie`). Unlisted agents are their own identity.
     pub fn agent_identity(mut self, agent_id: &str, identity: &str) -> Self {
         self.manager
+            .settings
             .agent_identities
             .insert(normalize_agent_id(agent_id), identity.trim().to_lowercase());
         self
@@ -264,20 +281,20 @@ impl SessionManagerBuilder {
     /// The agent for messages and sources that name none (default: `main`). Keep it in
     /// step with the key builder's default agent.
     pub fn default_agent(mut self, agent: AgentId) -> Self {
-        self.manager.default_agent = agent;
+        self.manager.settings.default_agent = agent;
         self
     }
 
     /// How channel identifiers become people ([`SessionManager::identify`],
     /// [`SessionManager::scoped_as`]).
     pub fn identity_resolver(mut self, resolver: impl IdentityResolver + 'static) -> Self {
-        self.manager.identity = Some(Arc::new(resolver));
+        self.manager.seams.identity = Some(Arc::new(resolver));
         self
     }
 
     /// Gives sessions workspaces ([`SessionManager::workspace`]).
     pub fn workspaces(mut self, workspaces: Workspaces) -> Self {
-        self.manager.workspaces = Some(workspaces);
+        self.manager.seams.workspaces = Some(workspaces);
         self
     }
 
@@ -290,7 +307,7 @@ impl SessionManagerBuilder {
     /// Identity summaries then draw on this agent's transcripts only, not on sibling
     /// variants of its identity.
     pub fn isolate_to_agent(mut self, agent: AgentId) -> Self {
-        self.manager.default_agent = agent.clone();
+        self.manager.settings.default_agent = agent.clone();
         self.isolated_to = Some(agent);
         self
     }
@@ -299,11 +316,12 @@ impl SessionManagerBuilder {
     pub fn build(self) -> SessionManager {
         let mut manager = self.manager;
         if let Some(agent) = self.isolated_to {
-            manager.store = Arc::new(AgentScoped::new(agent.clone(), manager.store));
-            manager.transcripts = manager
+            manager.seams.store = Arc::new(AgentScoped::new(agent.clone(), manager.seams.store));
+            manager.seams.transcripts = manager
+                .seams
                 .transcripts
                 .map(|t| Arc::new(AgentScoped::new(agent.clone(), t)) as Arc<dyn TranscriptStore>);
-            manager.isolated_to = Some(agent);
+            manager.settings.isolated_to = Some(agent);
         }
         manager
     }
@@ -329,28 +347,32 @@ impl SessionManager {
     pub fn builder(store: impl SessionStore + 'static) -> SessionManagerBuilder {
         SessionManagerBuilder {
             manager: SessionManager {
-                store: Arc::new(store),
-                keys: Arc::new(DefaultKeyBuilder::new()),
-                freshness: Arc::new(ResetConfig::default()),
-                triggers: ResetTriggers::default(),
-                clock: Arc::new(SystemClock),
-                drift: None,
-                models: None,
-                transcripts: None,
-                history: Arc::new(MemoryHistory::default()),
+                seams: Seams {
+                    store: Arc::new(store),
+                    keys: Arc::new(DefaultKeyBuilder::new()),
+                    freshness: Arc::new(ResetConfig::default()),
+                    triggers: ResetTriggers::default(),
+                    clock: Arc::new(SystemClock),
+                    drift: None,
+                    models: None,
+                    transcripts: None,
+                    history: Arc::new(MemoryHistory::default()),
+                    summarizer: Arc::new(TemplateSummarizer),
+                    flush_guard: Arc::new(MemoryFlushSettings::default()),
+                    introspector: None,
+                    identity: None,
+                    workspaces: None,
+                },
+                settings: Settings {
+                    send_policy: SendPolicyConfig::default(),
+                    event_zone: Zone::Local,
+                    summary_quiet_gap: DEFAULT_SUMMARY_QUIET_GAP,
+                    checkpoint_every_turns: None,
+                    agent_identities: HashMap::new(),
+                    default_agent: AgentId::main(),
+                    isolated_to: None,
+                },
                 system_events: SystemEventQueue::default(),
-                send_policy: SendPolicyConfig::default(),
-                event_zone: Zone::Local,
-                summarizer: Arc::new(TemplateSummarizer),
-                flush_guard: Arc::new(MemoryFlushSettings::default()),
-                introspector: None,
-                summary_quiet_gap: DEFAULT_SUMMARY_QUIET_GAP,
-                checkpoint_every_turns: None,
-                agent_identities: HashMap::new(),
-                default_agent: AgentId::main(),
-                identity: None,
-                workspaces: None,
-                isolated_to: None,
             },
             isolated_to: None,
         }
@@ -381,12 +403,12 @@ impl SessionManager {
 
     /// The store.
     pub fn store(&self) -> &dyn SessionStore {
-        &*self.store
+        &*self.seams.store
     }
 
     /// The clock.
     pub fn clock(&self) -> &dyn Clock {
-        &*self.clock
+        &*self.seams.clock
     }
 
     /// The session key `message` belongs to: its explicit key (placed under its agent),
@@ -394,13 +416,13 @@ impl SessionManager {
     pub fn key_for(&self, message: &InboundMessage) -> Result<SessionKey> {
         match present(message.session_key.as_deref()) {
             Some(explicit) => SessionKey::for_agent(&self.agent_of(message), explicit),
-            None => self.keys.build(&message.conversation()),
+            None => self.seams.keys.build(&message.conversation()),
         }
     }
 
     fn agent_of(&self, message: &InboundMessage) -> AgentId {
         present(message.agent_id.as_deref())
-            .map_or_else(|| self.default_agent.clone(), AgentId::normalize)
+            .map_or_else(|| self.settings.default_agent.clone(), AgentId::normalize)
     }
 
     /// Decides which session `message` belongs to and records the message in it.
@@ -436,11 +458,11 @@ impl SessionManager {
             .as_ref()
             .map(|g| g.channel.clone())
             .or_else(|| normalize_channel(&message.channel));
-        let trigger = self.triggers.detect(message);
+        let trigger = self.seams.triggers.detect(message);
         let hint = trigger
             .as_ref()
             .filter(|t| !t.body.is_empty())
-            .zip(self.models.as_deref())
+            .zip(self.seams.models.as_deref())
             .and_then(|(t, models)| parse_model_hint(models, &t.body));
         let body = match (&hint, &trigger) {
             (Some(hint), _) => hint.body.clone(),
@@ -448,7 +470,7 @@ impl SessionManager {
             (None, None) => message.body.clone(),
         };
         let policy = Policy {
-            freshness: &*self.freshness,
+            freshness: &*self.seams.freshness,
             reset_type,
             channel: channel.as_deref(),
             reset_triggered: trigger.is_some(),
@@ -456,11 +478,12 @@ impl SessionManager {
         let drifted = self.drifted_session(&key, message, &policy).await?;
         let fork = self.fork_origin(message, &key).await?;
 
-        let now = self.clock.now();
+        let now = self.seams.clock.now();
         let now_ms = to_millis(now);
         let agent_identity = key.agent_id().map(|agent| self.agent_identity_of(agent));
         let mut outcome = None;
         let stored = self
+            .seams
             .store
             .apply(&key, &mut |slot, _| {
                 admit(&key, slot.as_ref())?;
@@ -555,15 +578,15 @@ impl SessionManager {
             return Ok(updated);
         };
         let had_transcript = old.session_file.is_some();
-        if self.introspector.is_some() && self.transcripts.is_some() && had_transcript {
-            let transcript = TranscriptRef::of(key, old, &self.default_agent);
+        if self.seams.introspector.is_some() && self.seams.transcripts.is_some() && had_transcript {
+            let transcript = TranscriptRef::of(key, old, &self.settings.default_agent);
             match self
                 .introspect(key, &transcript, old, CheckpointReason::NewSession)
                 .await
             {
                 Ok((Some(outcome), _)) => {
                     self.apply_introspection(key, outcome, false).await?;
-                    updated = self.store.get(key).await?;
+                    updated = self.seams.store.get(key).await?;
                 }
                 Ok((None, _)) => {}
                 Err(error) => tracing::warn!(key = %key, %error, "new-session checkpoint failed"),
@@ -584,16 +607,16 @@ impl SessionManager {
         message: &InboundMessage,
         policy: &Policy<'_>,
     ) -> Result<Option<String>> {
-        let Some((classifier, threshold)) = &self.drift else {
+        let Some((classifier, threshold)) = &self.seams.drift else {
             return Ok(None);
         };
         if policy.reset_triggered {
             return Ok(None);
         }
-        let Some(current) = self.store.get(key).await? else {
+        let Some(current) = self.seams.store.get(key).await? else {
             return Ok(None);
         };
-        let (decision, _) = policy.decide(key, Some(&current.entry), self.clock.now(), None);
+        let (decision, _) = policy.decide(key, Some(&current.entry), self.seams.clock.now(), None);
         if decision != Decision::Continue {
             return Ok(None);
         }
@@ -623,11 +646,16 @@ impl SessionManager {
         if parent == *key {
             return Ok(None);
         }
-        Ok(self.store.get(&parent).await?.map(|stored| ForkOrigin {
-            session_key: parent.to_string(),
-            session_id: stored.entry.session_id,
-            session_file: stored.entry.session_file,
-            extra: Default::default(),
-        }))
+        Ok(self
+            .seams
+            .store
+            .get(&parent)
+            .await?
+            .map(|stored| ForkOrigin {
+                session_key: parent.to_string(),
+                session_id: stored.entry.session_id,
+                session_file: stored.entry.session_file,
+                extra: Default::default(),
+            }))
     }
 }

@@ -36,7 +36,7 @@ impl SessionManager {
     /// [`IdentityResolver`](crate::identity::IdentityResolver)
     /// ([`Error::NotConfigured`] without one).
     pub async fn identify(&self, channel: &str, identifier: &Identifier) -> Result<Person> {
-        let resolver = self.identity.as_deref().ok_or(Error::NotConfigured {
+        let resolver = self.seams.identity.as_deref().ok_or(Error::NotConfigured {
             what: "an identity resolver (SessionManagerBuilder::identity_resolver)",
         })?;
         resolver.resolve(channel, identifier).await
@@ -51,7 +51,7 @@ impl SessionManager {
         key: &SessionKey,
     ) -> Result<Option<StoredSession>> {
         verify_namespace(caller, key)?;
-        let stored = self.store.get(key).await?;
+        let stored = self.seams.store.get(key).await?;
         verify_session_access(caller, key, stored.as_ref().map(|s| &s.entry))?;
         Ok(stored)
     }
@@ -386,7 +386,11 @@ impl ScopedTranscripts<'_, '_> {
             .check(key)
             .await?
             .ok_or_else(|| Error::NotFound { key: key.clone() })?;
-        let transcript = TranscriptRef::of(key, &stored.entry, &self.scoped.manager.default_agent);
+        let transcript = TranscriptRef::of(
+            key,
+            &stored.entry,
+            &self.scoped.manager.settings.default_agent,
+        );
         Ok(self.target().subscribe()?.only(move |update| {
             update.transcript.agent == transcript.agent
                 && update.transcript.session_id == transcript.session_id

@@ -143,7 +143,7 @@ impl SessionManager {
             Some((user, reply)) => self.next_context_summary(key, user, reply).await?,
             None => None,
         };
-        let now_ms = self.clock.now_millis();
+        let now_ms = self.seams.clock.now_millis();
         let stored = self
             .change(key, |entry| {
                 entry.turn_count = Some(entry.turn_count.unwrap_or(0) + 1);
@@ -169,9 +169,10 @@ impl SessionManager {
             .await?;
         let turns = stored.entry.turn_count.unwrap_or(0);
         let at_limit = self
+            .settings
             .checkpoint_every_turns
             .is_some_and(|every| every > 0 && turns % every == 0);
-        if at_limit && self.introspector.is_some() && self.transcripts.is_some() {
+        if at_limit && self.seams.introspector.is_some() && self.seams.transcripts.is_some() {
             self.transcripts()
                 .checkpoint(key, CheckpointReason::TurnLimit)
                 .await?;
@@ -190,7 +191,7 @@ impl SessionManager {
         let input = SummaryInput::new(vec![SummaryTurn::user(user), SummaryTurn::assistant(reply)])
             .merging(current.context_summary)
             .with_turn_count(current.turn_count.unwrap_or(0) + 1);
-        match self.summarizer.summarize(&input).await {
+        match self.seams.summarizer.summarize(&input).await {
             Ok(summary) => Ok(Some(clip_summary(&summary))),
             Err(error) => {
                 tracing::warn!(key = %key, %error, "summarizer failed; the context summary is unchanged");
@@ -202,7 +203,8 @@ impl SessionManager {
     /// The agent identity of an agent id: as configured with
     /// [`agent_identity`](super::SessionManagerBuilder::agent_identity), else the id.
     pub fn agent_identity_of(&self, agent_id: &str) -> String {
-        self.agent_identities
+        self.settings
+            .agent_identities
             .get(agent_id)
             .cloned()
             .unwrap_or_else(|| agent_id.to_owned())
@@ -223,6 +225,7 @@ impl SessionManager {
             return Ok(None);
         }
         let freshest = self
+            .seams
             .store
             .list(
                 &ListFilter::new()
@@ -254,10 +257,14 @@ impl SessionManager {
         entry: &SessionEntry,
         reason: CheckpointReason,
     ) -> Result<(Option<IntrospectionOutcome>, SessionEvent)> {
-        let transcripts = self.transcripts.as_deref().ok_or(Error::NotConfigured {
-            what: "a transcript store (SessionManagerBuilder::transcripts)",
-        })?;
-        let outcome = match &self.introspector {
+        let transcripts = self
+            .seams
+            .transcripts
+            .as_deref()
+            .ok_or(Error::NotConfigured {
+                what: "a transcript store (SessionManagerBuilder::transcripts)",
+            })?;
+        let outcome = match &self.seams.introspector {
             Some(introspector) => {
                 let read = transcripts.read(transcript, Offset::START).await?;
                 let since_checkpoint = read
@@ -281,7 +288,7 @@ impl SessionManager {
             }
             None => None,
         };
-        let line = TranscriptEntry::checkpoint(reason, self.clock.now());
+        let line = TranscriptEntry::checkpoint(reason, self.seams.clock.now());
         let event = transcripts
             .append(transcript, vec![line])
             .await?
@@ -360,13 +367,13 @@ impl SessionMemory<'_> {
     /// [`MemoryFlushGuard`](crate::memory::flush::MemoryFlushGuard)).
     pub async fn memory_flush_plan(&self, key: &SessionKey) -> Result<Option<FlushPlan>> {
         let entry = self.manager.existing(key).await?.entry;
-        Ok(self.manager.flush_guard.plan(&entry))
+        Ok(self.manager.seams.flush_guard.plan(&entry))
     }
 
     /// Records that the memory flush ran: `memoryFlushAt` and the compaction cycle it
     /// belongs to, so it does not run again until the next compaction.
     pub async fn record_memory_flush(&self, key: &SessionKey) -> Result<StoredSession> {
-        let now_ms = self.manager.clock.now_millis();
+        let now_ms = self.manager.seams.clock.now_millis();
         self.manager
             .change(key, |entry| {
                 entry.memory_flush_at = Some(now_ms);
@@ -383,7 +390,7 @@ impl SessionMemory<'_> {
         key: &SessionKey,
         tokens_after: Option<u64>,
     ) -> Result<StoredSession> {
-        let now_ms = self.manager.clock.now_millis();
+        let now_ms = self.manager.seams.clock.now_millis();
         self.manager
             .change(key, |entry| {
                 entry.compaction_count = Some(entry.compaction_count.unwrap_or(0) + 1);
@@ -431,6 +438,7 @@ impl SessionMemory<'_> {
     ) -> Result<Option<String>> {
         Ok(self
             .manager
+            .seams
             .store
             .get(key)
             .await?
@@ -447,15 +455,17 @@ impl SessionMemory<'_> {
         person: &str,
         agent_identity: &str,
     ) -> Result<SummaryRefresh> {
-        let transcripts = self
-            .manager
-            .transcripts
-            .as_deref()
-            .ok_or(Error::NotConfigured {
-                what: "a transcript store (SessionManagerBuilder::transcripts)",
-            })?;
+        let transcripts =
+            self.manager
+                .seams
+                .transcripts
+                .as_deref()
+                .ok_or(Error::NotConfigured {
+                    what: "a transcript store (SessionManagerBuilder::transcripts)",
+                })?;
         let siblings = self
             .manager
+            .seams
             .store
             .list(
                 &ListFilter::new()
@@ -485,9 +495,10 @@ impl SessionMemory<'_> {
         let Some(last) = records.last() else {
             return Ok(SummaryRefresh::NothingNew);
         };
-        let now = self.manager.clock.now();
+        let now = self.manager.seams.clock.now();
         let quiet_until = last.at
-            + chrono::Duration::from_std(self.manager.summary_quiet_gap).unwrap_or_default();
+            + chrono::Duration::from_std(self.manager.settings.summary_quiet_gap)
+                .unwrap_or_default();
         if now < quiet_until {
             return Ok(SummaryRefresh::NotQuiet { until: quiet_until });
         }
@@ -506,7 +517,7 @@ impl SessionMemory<'_> {
             .collect();
         let input = SummaryInput::new(turns).merging(current.map(|s| s.text));
         let summary = IdentitySummary {
-            text: clip_summary(&self.manager.summarizer.summarize(&input).await?),
+            text: clip_summary(&self.manager.seams.summarizer.summarize(&input).await?),
             updated_at: to_millis(now),
             watermark: Some(cursor_of(last)),
             extra: Default::default(),

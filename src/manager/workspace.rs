@@ -19,7 +19,7 @@ impl SessionManager {
     /// [`WorkspaceSharing::PerIdentity`], the workspace of a sibling (same person, same
     /// agent identity) if one has one; otherwise the session's own id.
     pub async fn workspace(&self, key: &SessionKey) -> Result<Workspace> {
-        let workspaces = self.workspaces.clone().ok_or(Error::NotConfigured {
+        let workspaces = self.seams.workspaces.clone().ok_or(Error::NotConfigured {
             what: "session workspaces (SessionManagerBuilder::workspaces)",
         })?;
         let entry = self.existing(key).await?.entry;
@@ -49,6 +49,7 @@ impl SessionManager {
         if workspaces.sharing_mode() == WorkspaceSharing::PerIdentity {
             if let (Some(person), Some(identity)) = (&entry.person_id, &entry.agent_identity) {
                 let siblings = self
+                    .seams
                     .store
                     .list(
                         &ListFilter::new()
