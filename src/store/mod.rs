@@ -38,6 +38,8 @@ pub mod migrate;
 mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod sql_transcripts;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 

@@ -13,10 +13,7 @@ use super::sql::{self, decode, lock_id, log_records, LogColumns, SessionRow, Sql
 use super::{ListFilter, Mutator, OpenMode, SessionStore, StoredSession};
 use crate::error::{Error, Result};
 use crate::key::{AgentId, SessionKey};
-use crate::transcript::lines::{
-    archived_name, header_line, leaf_of, read_line, session_id_of_name, stamp_entries,
-    validate_transcript_name,
-};
+use crate::transcript::lines::{header_line, validate_transcript_name};
 use crate::transcript::{
     ArchiveReason, LogQuery, LogRecord, Offset, SessionEvent, SessionHeader, TranscriptEntry,
     TranscriptExport, TranscriptRead, TranscriptRef, TranscriptStore, TranscriptSubscription,

@@ -1,19 +1,22 @@
 //! [`PostgresStore`] as a [`TranscriptStore`]: transcripts as rows of lines.
 
 use super::*;
+use crate::store::sql_transcripts::{self as rows, TranscriptRows};
 
-impl PostgresStore {
-    async fn transcript_row(
-        &self,
-        tx: &Transaction<'_>,
-        agent: &str,
-        name: &str,
-    ) -> Result<Option<(i64, Option<String>)>> {
-        Ok(tx
+/// A PostgreSQL transaction as the rows of the transcript tables.
+struct PgRows<'a, 't> {
+    store: &'a PostgresStore,
+    tx: &'a Transaction<'t>,
+}
+
+impl TranscriptRows for PgRows<'_, '_> {
+    async fn row(&mut self, agent: &str, name: &str) -> Result<Option<(i64, Option<String>)>> {
+        Ok(self
+            .tx
             .query_opt(
                 &format!(
                     "SELECT line_count, leaf FROM {} WHERE agent_id = $1 AND name = $2",
-                    self.table("transcripts")
+                    self.store.table("transcripts")
                 ),
                 &[&agent, &name],
             )
@@ -22,87 +25,79 @@ impl PostgresStore {
             .map(|row| (row.get(0), row.get(1))))
     }
 
+    async fn insert_row(
+        &mut self,
+        agent: &str,
+        name: &str,
+        session_id: &str,
+        line_count: i64,
+        leaf: Option<String>,
+    ) -> Result<()> {
+        self.tx
+            .execute(
+                &format!(
+                    "INSERT INTO {} (agent_id, name, session_id, line_count, leaf)
+                     VALUES ($1, $2, $3, $4, $5)",
+                    self.store.table("transcripts")
+                ),
+                &[&agent, &name, &session_id, &line_count, &leaf],
+            )
+            .await
+            .map_err(pg_error("create a transcript"))?;
+        Ok(())
+    }
+
     async fn insert_lines(
-        &self,
-        tx: &Transaction<'_>,
+        &mut self,
         agent: &str,
         name: &str,
         first: i64,
         lines: &[String],
     ) -> Result<()> {
-        let statement = tx
+        let statement = self
+            .tx
             .prepare(&format!(
                 "INSERT INTO {} (agent_id, name, seq, line, log_at, person_id, agent_identity,
                      session_key) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                self.table("transcript_lines")
+                self.store.table("transcript_lines")
             ))
             .await
             .map_err(pg_error("append to a transcript"))?;
         for (index, line) in lines.iter().enumerate() {
             let log = LogColumns::of_line(line);
-            tx.execute(
-                &statement,
-                &[
-                    &agent,
-                    &name,
-                    &(first + index as i64),
-                    line,
-                    &log.as_ref().map(|l| l.at),
-                    &log.as_ref().and_then(|l| l.person_id.clone()),
-                    &log.as_ref().and_then(|l| l.agent_identity.clone()),
-                    &log.as_ref().and_then(|l| l.session_key.clone()),
-                ],
-            )
-            .await
-            .map_err(pg_error("append to a transcript"))?;
+            self.tx
+                .execute(
+                    &statement,
+                    &[
+                        &agent,
+                        &name,
+                        &(first + index as i64),
+                        line,
+                        &log.as_ref().map(|l| l.at),
+                        &log.as_ref().and_then(|l| l.person_id.clone()),
+                        &log.as_ref().and_then(|l| l.agent_identity.clone()),
+                        &log.as_ref().and_then(|l| l.session_key.clone()),
+                    ],
+                )
+                .await
+                .map_err(pg_error("append to a transcript"))?;
         }
         Ok(())
     }
 
-    /// Creates a transcript of `lines` unless it exists (the caller holds its lock).
-    async fn create_transcript(
-        &self,
-        tx: &Transaction<'_>,
-        agent: &str,
-        name: &str,
-        lines: &[String],
-    ) -> Result<bool> {
-        if self.transcript_row(tx, agent, name).await?.is_some() {
-            return Ok(false);
-        }
-        tx.execute(
-            &format!(
-                "INSERT INTO {} (agent_id, name, session_id, line_count, leaf)
-                 VALUES ($1, $2, $3, $4, $5)",
-                self.table("transcripts")
-            ),
-            &[
-                &agent,
-                &name,
-                &session_id_of_name(name),
-                &(lines.len() as i64),
-                &leaf_of(lines.iter().map(String::as_str)),
-            ],
-        )
-        .await
-        .map_err(pg_error("create a transcript"))?;
-        self.insert_lines(tx, agent, name, 0, lines).await?;
-        Ok(true)
-    }
-
     async fn lines_from(
-        &self,
-        tx: &Transaction<'_>,
+        &mut self,
         agent: &str,
         name: &str,
         from: i64,
     ) -> Result<Vec<(i64, String)>> {
-        Ok(tx
+        Ok(self
+            .tx
             .query(
                 &format!(
                     "SELECT seq, line FROM {} WHERE agent_id = $1 AND name = $2 AND seq >= $3
                      ORDER BY seq",
-                    self.table("transcript_lines")
+                    self.store.table("transcript_lines")
                 ),
                 &[&agent, &name, &from],
             )
@@ -111,6 +106,59 @@ impl PostgresStore {
             .iter()
             .map(|row| (row.get(0), row.get(1)))
             .collect())
+    }
+
+    async fn set_tail(
+        &mut self,
+        agent: &str,
+        name: &str,
+        line_count: i64,
+        leaf: Option<String>,
+    ) -> Result<()> {
+        self.tx
+            .execute(
+                &format!(
+                    "UPDATE {} SET line_count = $3, leaf = $4 WHERE agent_id = $1 AND name = $2",
+                    self.store.table("transcripts")
+                ),
+                &[&agent, &name, &line_count, &leaf],
+            )
+            .await
+            .map_err(pg_error("append to a transcript"))?;
+        Ok(())
+    }
+
+    async fn rename(&mut self, agent: &str, from: &str, to: &str) -> Result<()> {
+        for table in ["transcripts", "transcript_lines"] {
+            self.tx
+                .execute(
+                    &format!(
+                        "UPDATE {} SET name = $3 WHERE agent_id = $1 AND name = $2",
+                        self.store.table(table)
+                    ),
+                    &[&agent, &from, &to],
+                )
+                .await
+                .map_err(pg_error("archive a transcript"))?;
+        }
+        Ok(())
+    }
+}
+
+impl PostgresStore {
+    fn rows<'a, 't>(&'a self, tx: &'a Transaction<'t>) -> PgRows<'a, 't> {
+        PgRows { store: self, tx }
+    }
+
+    /// A read-only transaction seeing one snapshot (the count and the lines agree).
+    async fn snapshot<'c>(&self, client: &'c mut Object) -> Result<Transaction<'c>> {
+        client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(pg_error("begin a transaction"))
     }
 
     /// A transaction on `client` holding the lock of transcript `name` of `agent`.
@@ -137,9 +185,9 @@ impl TranscriptStore for PostgresStore {
         let line = header_line(header);
         let mut client = self.client().await?;
         let txn = self.begin_transcript(&mut client, &agent, &name).await?;
-        let value = self.create_transcript(&txn, &agent, &name, &[line]).await?;
+        let created = rows::create(&mut self.rows(&txn), &agent, &name, &[line]).await?;
         txn.commit().await.map_err(pg_error("commit"))?;
-        Ok(value)
+        Ok(created)
     }
 
     async fn fork(
@@ -148,39 +196,21 @@ impl TranscriptStore for PostgresStore {
         child: &TranscriptRef,
         header: &SessionHeader,
     ) -> Result<bool> {
-        let agent = child.agent.to_string();
         let (parent_agent, parent_name) = (parent.agent.to_string(), parent.file_name()?);
-        let child_name = child.file_name()?;
-        let mut header = header.clone();
-        if header.parent_session.is_none() {
-            header.parent_session = Some(parent_name.clone());
-        }
-        let header = header_line(&header);
+        let (agent, child_name) = (child.agent.to_string(), child.file_name()?);
         let mut client = self.client().await?;
         let txn = self
             .begin_transcript(&mut client, &agent, &child_name)
             .await?;
-        let tx = &txn;
-        if self
-            .transcript_row(tx, &agent, &child_name)
-            .await?
-            .is_some()
-        {
-            return Ok(false);
-        }
-        let mut lines = vec![header];
-        lines.extend(
-            self.lines_from(tx, &parent_agent, &parent_name, 1)
-                .await?
-                .into_iter()
-                .map(|(_, line)| line)
-                .filter(|line| serde_json::from_str::<TranscriptEntry>(line).is_ok()),
-        );
-        let value = self
-            .create_transcript(tx, &agent, &child_name, &lines)
-            .await?;
+        let created = rows::fork(
+            &mut self.rows(&txn),
+            (&parent_agent, &parent_name),
+            (&agent, &child_name),
+            header,
+        )
+        .await?;
         txn.commit().await.map_err(pg_error("commit"))?;
-        Ok(value)
+        Ok(created)
     }
 
     async fn append(
@@ -189,46 +219,16 @@ impl TranscriptStore for PostgresStore {
         entries: Vec<TranscriptEntry>,
     ) -> Result<Vec<SessionEvent>> {
         let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
-        let session_id = transcript.session_id.clone();
-        let location = self.location.clone();
         let mut client = self.client().await?;
         let txn = self.begin_transcript(&mut client, &agent, &name).await?;
-        let tx = &txn;
-        let mut entries = entries;
-        let (count, leaf) = match self.transcript_row(tx, &agent, &name).await? {
-            Some(row) => row,
-            None => {
-                let header = header_line(&SessionHeader::new(&session_id, Utc::now()));
-                self.create_transcript(tx, &agent, &name, &[header]).await?;
-                (1, None)
-            }
-        };
-        let (lines, leaf) = stamp_entries(&mut entries, leaf, Utc::now()).map_err(|e| {
-            Error::encode(format!("a transcript entry for {}", location.display()), e)
-        })?;
-        self.insert_lines(tx, &agent, &name, count, &lines).await?;
-        tx.execute(
-            &format!(
-                "UPDATE {} SET line_count = $3, leaf = $4
-                     WHERE agent_id = $1 AND name = $2",
-                self.table("transcripts")
-            ),
-            &[&agent, &name, &(count + lines.len() as i64), &leaf],
+        let events = rows::append(
+            &mut self.rows(&txn),
+            (&agent, &name),
+            &transcript.session_id,
+            &self.location,
+            entries,
         )
-        .await
-        .map_err(pg_error("append to a transcript"))?;
-        let events: Vec<SessionEvent> = entries
-            .into_iter()
-            .enumerate()
-            .map(|(index, entry)| {
-                let seq = count + index as i64;
-                SessionEvent {
-                    offset: Offset(seq as u64),
-                    line: seq as usize + 1,
-                    entry,
-                }
-            })
-            .collect();
+        .await?;
         txn.commit().await.map_err(pg_error("commit"))?;
         self.hub.publish(TranscriptUpdate {
             transcript: transcript.clone(),
@@ -241,41 +241,8 @@ impl TranscriptStore for PostgresStore {
     async fn read(&self, transcript: &TranscriptRef, from: Offset) -> Result<TranscriptRead> {
         let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
         let mut client = self.client().await?;
-        // One snapshot for the count and the lines.
-        let tx = client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await
-            .map_err(pg_error("begin a transaction"))?;
-        let Some((count, _)) = self.transcript_row(&tx, &agent, &name).await? else {
-            return Ok(TranscriptRead {
-                next: from,
-                ..TranscriptRead::default()
-            });
-        };
-        let count = count as u64;
-        if from.0 > count {
-            return Err(Error::InvalidOffset {
-                path: self.location.join(&name),
-                offset: from.0,
-                len: count,
-            });
-        }
-        let mut read = TranscriptRead {
-            next: Offset(count),
-            ..TranscriptRead::default()
-        };
-        for (seq, line) in self.lines_from(&tx, &agent, &name, from.0 as i64).await? {
-            read_line(
-                &mut read,
-                seq as usize + 1,
-                Offset(seq as u64),
-                line.as_bytes(),
-            );
-        }
-        Ok(read)
+        let tx = self.snapshot(&mut client).await?;
+        rows::read(&mut self.rows(&tx), (&agent, &name), from, &self.location).await
     }
 
     async fn archive(
@@ -287,30 +254,9 @@ impl TranscriptStore for PostgresStore {
         let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
         let mut client = self.client().await?;
         let txn = self.begin_transcript(&mut client, &agent, &name).await?;
-        let tx = &txn;
-        if self.transcript_row(tx, &agent, &name).await?.is_none() {
-            return Ok(None);
-        }
-        let base = archived_name(&name, reason, at);
-        let mut target = base.clone();
-        let mut attempt = 1;
-        while self.transcript_row(tx, &agent, &target).await?.is_some() {
-            target = format!("{base}-{attempt}");
-            attempt += 1;
-        }
-        for table in ["transcripts", "transcript_lines"] {
-            tx.execute(
-                &format!(
-                    "UPDATE {} SET name = $3 WHERE agent_id = $1 AND name = $2",
-                    self.table(table)
-                ),
-                &[&agent, &name, &target],
-            )
-            .await
-            .map_err(pg_error("archive a transcript"))?;
-        }
+        let archived = rows::archive(&mut self.rows(&txn), (&agent, &name), reason, at).await?;
         txn.commit().await.map_err(pg_error("commit"))?;
-        Ok(Some(PathBuf::from(target)))
+        Ok(archived)
     }
 
     async fn remove(&self, transcript: &TranscriptRef) -> Result<bool> {
@@ -395,23 +341,8 @@ impl TranscriptExport for PostgresStore {
         validate_transcript_name(name)?;
         let (agent, name) = (agent.to_string(), name.to_owned());
         let mut client = self.client().await?;
-        let tx = client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await
-            .map_err(pg_error("begin a transaction"))?;
-        if self.transcript_row(&tx, &agent, &name).await?.is_none() {
-            return Ok(None);
-        }
-        Ok(Some(
-            self.lines_from(&tx, &agent, &name, 0)
-                .await?
-                .into_iter()
-                .map(|(_, line)| line)
-                .collect(),
-        ))
+        let tx = self.snapshot(&mut client).await?;
+        rows::export(&mut self.rows(&tx), (&agent, &name)).await
     }
 
     async fn import_lines(&self, agent: &AgentId, name: &str, lines: Vec<String>) -> Result<bool> {
@@ -419,8 +350,8 @@ impl TranscriptExport for PostgresStore {
         let (agent, name) = (agent.to_string(), name.to_owned());
         let mut client = self.client().await?;
         let txn = self.begin_transcript(&mut client, &agent, &name).await?;
-        let value = self.create_transcript(&txn, &agent, &name, &lines).await?;
+        let created = rows::create(&mut self.rows(&txn), &agent, &name, &lines).await?;
         txn.commit().await.map_err(pg_error("commit"))?;
-        Ok(value)
+        Ok(created)
     }
 }

@@ -16,10 +16,7 @@ use super::{Durability, ListFilter, Mutator, SessionStore, StoredSession};
 use crate::error::{Error, Result};
 use crate::fsutil::{blocking, create_private_dir_all};
 use crate::key::{AgentId, SessionKey};
-use crate::transcript::lines::{
-    archived_name, header_line, leaf_of, read_line, session_id_of_name, stamp_entries,
-    validate_transcript_name,
-};
+use crate::transcript::lines::{header_line, validate_transcript_name};
 use crate::transcript::{
     ArchiveReason, LogQuery, LogRecord, Offset, SessionEvent, SessionHeader, TranscriptEntry,
     TranscriptExport, TranscriptRead, TranscriptRef, TranscriptStore, TranscriptSubscription,

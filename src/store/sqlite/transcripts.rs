@@ -1,95 +1,123 @@
 //! [`SqliteStore`] as a [`TranscriptStore`]: transcripts as rows of lines.
 
 use super::*;
+use crate::store::sql_transcripts::{self as rows, now, TranscriptRows};
 
-/// A transcript's row: how many lines it has and its last entry's id.
-fn transcript_row(
-    c: &Connection,
-    agent: &str,
-    name: &str,
-) -> Result<Option<(i64, Option<String>)>> {
-    c.query_row(
-        "SELECT line_count, leaf FROM transcripts WHERE agent_id = ?1 AND name = ?2",
-        [agent, name],
-        |row| Ok((row.get(0)?, row.get(1)?)),
-    )
-    .optional()
-    .map_err(db_error("read a transcript"))
-}
+/// A SQLite connection (in a transaction) as the rows of the transcript tables.
+struct SqliteRows<'c>(&'c Connection);
 
-/// Inserts lines `first..` of a transcript, with their message-log columns.
-fn insert_lines(
-    c: &Connection,
-    agent: &str,
-    name: &str,
-    first: i64,
-    lines: &[String],
-) -> Result<()> {
-    let mut statement = c
-        .prepare_cached(
-            "INSERT INTO transcript_lines (agent_id, name, seq, line, log_at, person_id,
-                 agent_identity, session_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        )
-        .map_err(db_error("append to a transcript"))?;
-    for (index, line) in lines.iter().enumerate() {
-        let log = LogColumns::of_line(line);
-        statement
-            .execute(params![
-                agent,
-                name,
-                first + index as i64,
-                line,
-                log.as_ref().map(|l| l.at),
-                log.as_ref().and_then(|l| l.person_id.clone()),
-                log.as_ref().and_then(|l| l.agent_identity.clone()),
-                log.as_ref().and_then(|l| l.session_key.clone()),
-            ])
+impl TranscriptRows for SqliteRows<'_> {
+    async fn row(&mut self, agent: &str, name: &str) -> Result<Option<(i64, Option<String>)>> {
+        self.0
+            .query_row(
+                "SELECT line_count, leaf FROM transcripts WHERE agent_id = ?1 AND name = ?2",
+                [agent, name],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()
+            .map_err(db_error("read a transcript"))
+    }
+
+    async fn insert_row(
+        &mut self,
+        agent: &str,
+        name: &str,
+        session_id: &str,
+        line_count: i64,
+        leaf: Option<String>,
+    ) -> Result<()> {
+        self.0
+            .execute(
+                "INSERT INTO transcripts (agent_id, name, session_id, line_count, leaf)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![agent, name, session_id, line_count, leaf],
+            )
+            .map_err(db_error("create a transcript"))?;
+        Ok(())
+    }
+
+    async fn insert_lines(
+        &mut self,
+        agent: &str,
+        name: &str,
+        first: i64,
+        lines: &[String],
+    ) -> Result<()> {
+        let mut statement = self
+            .0
+            .prepare_cached(
+                "INSERT INTO transcript_lines (agent_id, name, seq, line, log_at, person_id,
+                     agent_identity, session_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )
             .map_err(db_error("append to a transcript"))?;
+        for (index, line) in lines.iter().enumerate() {
+            let log = LogColumns::of_line(line);
+            statement
+                .execute(params![
+                    agent,
+                    name,
+                    first + index as i64,
+                    line,
+                    log.as_ref().map(|l| l.at),
+                    log.as_ref().and_then(|l| l.person_id.clone()),
+                    log.as_ref().and_then(|l| l.agent_identity.clone()),
+                    log.as_ref().and_then(|l| l.session_key.clone()),
+                ])
+                .map_err(db_error("append to a transcript"))?;
+        }
+        Ok(())
     }
-    Ok(())
-}
 
-/// Creates a transcript of `lines` unless it exists; whether it did.
-fn create_transcript(c: &Connection, agent: &str, name: &str, lines: &[String]) -> Result<bool> {
-    if transcript_row(c, agent, name)?.is_some() {
-        return Ok(false);
+    async fn lines_from(
+        &mut self,
+        agent: &str,
+        name: &str,
+        from: i64,
+    ) -> Result<Vec<(i64, String)>> {
+        let mut statement = self
+            .0
+            .prepare_cached(
+                "SELECT seq, line FROM transcript_lines
+                 WHERE agent_id = ?1 AND name = ?2 AND seq >= ?3 ORDER BY seq",
+            )
+            .map_err(db_error("read a transcript"))?;
+        let rows = statement
+            .query_map(params![agent, name, from], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })
+            .map_err(db_error("read a transcript"))?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(db_error("read a transcript"))?;
+        Ok(rows)
     }
-    c.execute(
-        "INSERT INTO transcripts (agent_id, name, session_id, line_count, leaf)
-         VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![
-            agent,
-            name,
-            session_id_of_name(name),
-            lines.len() as i64,
-            leaf_of(lines.iter().map(String::as_str))
-        ],
-    )
-    .map_err(db_error("create a transcript"))?;
-    insert_lines(c, agent, name, 0, lines)?;
-    Ok(true)
-}
 
-fn transcript_lines(
-    c: &Connection,
-    agent: &str,
-    name: &str,
-    from: i64,
-) -> Result<Vec<(i64, String)>> {
-    let mut statement = c
-        .prepare_cached(
-            "SELECT seq, line FROM transcript_lines
-             WHERE agent_id = ?1 AND name = ?2 AND seq >= ?3 ORDER BY seq",
-        )
-        .map_err(db_error("read a transcript"))?;
-    let rows = statement
-        .query_map(params![agent, name, from], |row| {
-            Ok((row.get(0)?, row.get(1)?))
-        })
-        .map_err(db_error("read a transcript"))?
-        .collect::<rusqlite::Result<Vec<_>>>()
-        .map_err(db_error("read a transcript"))?;
-    Ok(rows)
+    async fn set_tail(
+        &mut self,
+        agent: &str,
+        name: &str,
+        line_count: i64,
+        leaf: Option<String>,
+    ) -> Result<()> {
+        self.0
+            .execute(
+                "UPDATE transcripts SET line_count = ?3, leaf = ?4 WHERE agent_id = ?1 AND name = ?2",
+                params![agent, name, line_count, leaf],
+            )
+            .map_err(db_error("append to a transcript"))?;
+        Ok(())
+    }
+
+    async fn rename(&mut self, agent: &str, from: &str, to: &str) -> Result<()> {
+        for table in ["transcripts", "transcript_lines"] {
+            self.0
+                .execute(
+                    &format!("UPDATE {table} SET name = ?3 WHERE agent_id = ?1 AND name = ?2"),
+                    params![agent, from, to],
+                )
+                .map_err(db_error("archive a transcript"))?;
+        }
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -97,7 +125,7 @@ impl TranscriptStore for SqliteStore {
     async fn create(&self, transcript: &TranscriptRef, header: &SessionHeader) -> Result<bool> {
         let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
         let line = header_line(header);
-        self.write(move |tx| create_transcript(tx, &agent, &name, &[line]))
+        self.write(move |tx| now(rows::create(&mut SqliteRows(tx), &agent, &name, &[line])))
             .await
     }
 
@@ -107,28 +135,16 @@ impl TranscriptStore for SqliteStore {
         child: &TranscriptRef,
         header: &SessionHeader,
     ) -> Result<bool> {
-        let agent = child.agent.to_string();
         let (parent_agent, parent_name) = (parent.agent.to_string(), parent.file_name()?);
-        let child_name = child.file_name()?;
-        let mut header = header.clone();
-        if header.parent_session.is_none() {
-            header.parent_session = Some(parent_name.clone());
-        }
-        let header = header_line(&header);
+        let (agent, child_name) = (child.agent.to_string(), child.file_name()?);
+        let header = header.clone();
         self.write(move |tx| {
-            if transcript_row(tx, &agent, &child_name)?.is_some() {
-                return Ok(false);
-            }
-            // The parent's entries, verbatim: the same ids, so the fork's context is
-            // the parent's.
-            let mut lines = vec![header];
-            lines.extend(
-                transcript_lines(tx, &parent_agent, &parent_name, 1)?
-                    .into_iter()
-                    .map(|(_, line)| line)
-                    .filter(|line| serde_json::from_str::<TranscriptEntry>(line).is_ok()),
-            );
-            create_transcript(tx, &agent, &child_name, &lines)
+            now(rows::fork(
+                &mut SqliteRows(tx),
+                (&parent_agent, &parent_name),
+                (&agent, &child_name),
+                &header,
+            ))
         })
         .await
     }
@@ -143,35 +159,13 @@ impl TranscriptStore for SqliteStore {
         let location = self.inner.path.clone();
         let events = self
             .write(move |tx| {
-                let mut entries = entries;
-                let (count, leaf) = match transcript_row(tx, &agent, &name)? {
-                    Some(row) => row,
-                    None => {
-                        let header = header_line(&SessionHeader::new(&session_id, Utc::now()));
-                        create_transcript(tx, &agent, &name, &[header])?;
-                        (1, None)
-                    }
-                };
-                let (lines, leaf) = stamp_entries(&mut entries, leaf, Utc::now())
-                    .map_err(|e| Error::encode(format!("a transcript entry for {}", location.display()), e))?;
-                insert_lines(tx, &agent, &name, count, &lines)?;
-                tx.execute(
-                    "UPDATE transcripts SET line_count = ?3, leaf = ?4 WHERE agent_id = ?1 AND name = ?2",
-                    params![agent, name, count + lines.len() as i64, leaf],
-                )
-                .map_err(db_error("append to a transcript"))?;
-                Ok(entries
-                    .into_iter()
-                    .enumerate()
-                    .map(|(index, entry)| {
-                        let seq = count + index as i64;
-                        SessionEvent {
-                            offset: Offset(seq as u64),
-                            line: seq as usize + 1,
-                            entry,
-                        }
-                    })
-                    .collect::<Vec<_>>())
+                now(rows::append(
+                    &mut SqliteRows(tx),
+                    (&agent, &name),
+                    &session_id,
+                    &location,
+                    entries,
+                ))
             })
             .await?;
         self.inner.hub.publish(TranscriptUpdate {
@@ -186,33 +180,12 @@ impl TranscriptStore for SqliteStore {
         let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
         let location = self.inner.path.clone();
         self.read(move |c| {
-            let Some((count, _)) = transcript_row(c, &agent, &name)? else {
-                return Ok(TranscriptRead {
-                    next: from,
-                    ..TranscriptRead::default()
-                });
-            };
-            let count = count as u64;
-            if from.0 > count {
-                return Err(Error::InvalidOffset {
-                    path: location.join(&name),
-                    offset: from.0,
-                    len: count,
-                });
-            }
-            let mut read = TranscriptRead {
-                next: Offset(count),
-                ..TranscriptRead::default()
-            };
-            for (seq, line) in transcript_lines(c, &agent, &name, from.0 as i64)? {
-                read_line(
-                    &mut read,
-                    seq as usize + 1,
-                    Offset(seq as u64),
-                    line.as_bytes(),
-                );
-            }
-            Ok(read)
+            now(rows::read(
+                &mut SqliteRows(c),
+                (&agent, &name),
+                from,
+                &location,
+            ))
         })
         .await
     }
@@ -225,24 +198,12 @@ impl TranscriptStore for SqliteStore {
     ) -> Result<Option<PathBuf>> {
         let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
         self.write(move |tx| {
-            if transcript_row(tx, &agent, &name)?.is_none() {
-                return Ok(None);
-            }
-            let base = archived_name(&name, reason, at);
-            let mut target = base.clone();
-            let mut attempt = 1;
-            while transcript_row(tx, &agent, &target)?.is_some() {
-                target = format!("{base}-{attempt}");
-                attempt += 1;
-            }
-            for table in ["transcripts", "transcript_lines"] {
-                tx.execute(
-                    &format!("UPDATE {table} SET name = ?3 WHERE agent_id = ?1 AND name = ?2"),
-                    params![agent, name, target],
-                )
-                .map_err(db_error("archive a transcript"))?;
-            }
-            Ok(Some(PathBuf::from(target)))
+            now(rows::archive(
+                &mut SqliteRows(tx),
+                (&agent, &name),
+                reason,
+                at,
+            ))
         })
         .await
     }
@@ -325,24 +286,14 @@ impl TranscriptExport for SqliteStore {
     async fn export_lines(&self, agent: &AgentId, name: &str) -> Result<Option<Vec<String>>> {
         validate_transcript_name(name)?;
         let (agent, name) = (agent.to_string(), name.to_owned());
-        self.read(move |c| {
-            if transcript_row(c, &agent, &name)?.is_none() {
-                return Ok(None);
-            }
-            Ok(Some(
-                transcript_lines(c, &agent, &name, 0)?
-                    .into_iter()
-                    .map(|(_, line)| line)
-                    .collect(),
-            ))
-        })
-        .await
+        self.read(move |c| now(rows::export(&mut SqliteRows(c), (&agent, &name))))
+            .await
     }
 
     async fn import_lines(&self, agent: &AgentId, name: &str, lines: Vec<String>) -> Result<bool> {
         validate_transcript_name(name)?;
         let (agent, name) = (agent.to_string(), name.to_owned());
-        self.write(move |tx| create_transcript(tx, &agent, &name, &lines))
+        self.write(move |tx| now(rows::create(&mut SqliteRows(tx), &agent, &name, &lines)))
             .await
     }
 }

@@ -1,0 +1,230 @@
+//! The transcript algorithm of the SQL stores, written once.
+//!
+//! A transcript is a row (`line_count`, `leaf`: the id of its last entry) and its
+//! numbered lines. Each SQL store supplies those rows through [`TranscriptRows`] inside
+//! one of its transactions — SQLite synchronously (its futures never wait; [`now`]
+//! runs them), PostgreSQL over the network — and the functions here do the rest: ids
+//! and parents, the header of a new transcript, forks, offsets, archive names.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+
+use chrono::{DateTime, Utc};
+
+use crate::error::{Error, Result};
+use crate::transcript::lines::{
+    archived_name, header_line, leaf_of, read_line, session_id_of_name, stamp_entries,
+};
+use crate::transcript::{
+    ArchiveReason, Offset, SessionEvent, SessionHeader, TranscriptEntry, TranscriptRead,
+};
+
+/// The rows of the transcript tables, inside one transaction of a SQL store.
+pub(crate) trait TranscriptRows {
+    /// The transcript's `line_count` and `leaf`, if it exists.
+    async fn row(&mut self, agent: &str, name: &str) -> Result<Option<(i64, Option<String>)>>;
+    /// Inserts the transcript's row.
+    async fn insert_row(
+        &mut self,
+        agent: &str,
+        name: &str,
+        session_id: &str,
+        line_count: i64,
+        leaf: Option<String>,
+    ) -> Result<()>;
+    /// Inserts lines numbered from `first`, with their message-log columns.
+    async fn insert_lines(
+        &mut self,
+        agent: &str,
+        name: &str,
+        first: i64,
+        lines: &[String],
+    ) -> Result<()>;
+    /// The lines numbered `from` on, in order.
+    async fn lines_from(
+        &mut self,
+        agent: &str,
+        name: &str,
+        from: i64,
+    ) -> Result<Vec<(i64, String)>>;
+    /// Sets the transcript's `line_count` and `leaf`.
+    async fn set_tail(
+        &mut self,
+        agent: &str,
+        name: &str,
+        line_count: i64,
+        leaf: Option<String>,
+    ) -> Result<()>;
+    /// Renames the transcript and its lines.
+    async fn rename(&mut self, agent: &str, from: &str, to: &str) -> Result<()>;
+}
+
+/// Creates transcript `name` of `lines` unless it exists; whether it did.
+pub(crate) async fn create(
+    rows: &mut impl TranscriptRows,
+    agent: &str,
+    name: &str,
+    lines: &[String],
+) -> Result<bool> {
+    if rows.row(agent, name).await?.is_some() {
+        return Ok(false);
+    }
+    let leaf = leaf_of(lines.iter().map(String::as_str));
+    rows.insert_row(
+        agent,
+        name,
+        &session_id_of_name(name),
+        lines.len() as i64,
+        leaf,
+    )
+    .await?;
+    rows.insert_lines(agent, name, 0, lines).await?;
+    Ok(true)
+}
+
+/// Creates `child` (of `agent`) from `header` and the parent's entries, verbatim — the
+/// same ids, so the fork's context is the parent's — unless it exists.
+pub(crate) async fn fork(
+    rows: &mut impl TranscriptRows,
+    (parent_agent, parent_name): (&str, &str),
+    (agent, child_name): (&str, &str),
+    header: &SessionHeader,
+) -> Result<bool> {
+    if rows.row(agent, child_name).await?.is_some() {
+        return Ok(false);
+    }
+    let mut header = header.clone();
+    if header.parent_session.is_none() {
+        header.parent_session = Some(parent_name.to_owned());
+    }
+    let mut lines = vec![header_line(&header)];
+    lines.extend(
+        rows.lines_from(parent_agent, parent_name, 1)
+            .await?
+            .into_iter()
+            .map(|(_, line)| line)
+            .filter(|line| serde_json::from_str::<TranscriptEntry>(line).is_ok()),
+    );
+    create(rows, agent, child_name, &lines).await
+}
+
+/// Appends `entries` (ids and parents assigned), creating the transcript with its
+/// header first if needed; the events as stored.
+pub(crate) async fn append(
+    rows: &mut impl TranscriptRows,
+    (agent, name): (&str, &str),
+    session_id: &str,
+    location: &Path,
+    mut entries: Vec<TranscriptEntry>,
+) -> Result<Vec<SessionEvent>> {
+    let (count, leaf) = match rows.row(agent, name).await? {
+        Some(row) => row,
+        None => {
+            let header = header_line(&SessionHeader::new(session_id, Utc::now()));
+            create(rows, agent, name, &[header]).await?;
+            (1, None)
+        }
+    };
+    let (lines, leaf) = stamp_entries(&mut entries, leaf, Utc::now())
+        .map_err(|e| Error::encode(format!("a transcript entry for {}", location.display()), e))?;
+    rows.insert_lines(agent, name, count, &lines).await?;
+    rows.set_tail(agent, name, count + lines.len() as i64, leaf)
+        .await?;
+    Ok(entries
+        .into_iter()
+        .enumerate()
+        .map(|(index, entry)| {
+            let seq = count + index as i64;
+            SessionEvent {
+                offset: Offset(seq as u64),
+                line: seq as usize + 1,
+                entry,
+            }
+        })
+        .collect())
+}
+
+/// The events at or after `from` (a line number), and where to continue.
+pub(crate) async fn read(
+    rows: &mut impl TranscriptRows,
+    (agent, name): (&str, &str),
+    from: Offset,
+    location: &Path,
+) -> Result<TranscriptRead> {
+    let Some((count, _)) = rows.row(agent, name).await? else {
+        return Ok(TranscriptRead {
+            next: from,
+            ..TranscriptRead::default()
+        });
+    };
+    let count = count as u64;
+    if from.0 > count {
+        return Err(Error::InvalidOffset {
+            path: location.join(name),
+            offset: from.0,
+            len: count,
+        });
+    }
+    let mut read = TranscriptRead {
+        next: Offset(count),
+        ..TranscriptRead::default()
+    };
+    for (seq, line) in rows.lines_from(agent, name, from.0 as i64).await? {
+        read_line(
+            &mut read,
+            seq as usize + 1,
+            Offset(seq as u64),
+            line.as_bytes(),
+        );
+    }
+    Ok(read)
+}
+
+/// Renames the transcript to its archived name (a free one); `None` if there is none.
+pub(crate) async fn archive(
+    rows: &mut impl TranscriptRows,
+    (agent, name): (&str, &str),
+    reason: ArchiveReason,
+    at: DateTime<Utc>,
+) -> Result<Option<PathBuf>> {
+    if rows.row(agent, name).await?.is_none() {
+        return Ok(None);
+    }
+    let base = archived_name(name, reason, at);
+    let mut target = base.clone();
+    let mut attempt = 1;
+    while rows.row(agent, &target).await?.is_some() {
+        target = format!("{base}-{attempt}");
+        attempt += 1;
+    }
+    rows.rename(agent, name, &target).await?;
+    Ok(Some(PathBuf::from(target)))
+}
+
+/// Every line of the transcript; `None` if there is none.
+pub(crate) async fn export(
+    rows: &mut impl TranscriptRows,
+    (agent, name): (&str, &str),
+) -> Result<Option<Vec<String>>> {
+    if rows.row(agent, name).await?.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(
+        rows.lines_from(agent, name, 0)
+            .await?
+            .into_iter()
+            .map(|(_, line)| line)
+            .collect(),
+    ))
+}
+
+/// Runs a future that never waits — the rows of a SQLite transaction, which run on the
+/// calling thread — to its end.
+pub(crate) fn now<F: Future>(work: F) -> F::Output {
+    match pin!(work).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(output) => output,
+        Poll::Pending => unreachable!("synchronous transcript rows never wait"),
+    }
+}
