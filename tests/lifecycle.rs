@@ -926,3 +926,53 @@ async fn reset_starts_a_new_session_and_archives_the_old_transcript() {
         Err(Error::NotFound { .. })
     ));
 }
+
+/// A status change is one write of the store, even when it creates the session's
+/// transcript: the backup then holds the state from before the call.
+#[tokio::test]
+async fn closing_a_session_writes_its_store_once_so_the_backup_is_the_state_before() {
+    use agent_sessions::transcript::{FileTranscriptStore, Offset, TranscriptRef, TranscriptStore};
+    let dir = tempfile::tempdir().unwrap();
+    let manager = SessionManager::builder(JsonFileStore::new(dir.path()))
+        .transcripts(FileTranscriptStore::new(dir.path()))
+        .build();
+    let key = manager
+        .resolve(&InboundMessage::direct("telegram", "42", "hi"))
+        .await
+        .unwrap()
+        .key;
+    let store_file = agent_sessions::paths::store_path(dir.path(), &AgentId::main());
+    let before = std::fs::read(&store_file).unwrap();
+    assert!(manager
+        .get(&key)
+        .await
+        .unwrap()
+        .unwrap()
+        .entry
+        .session_file
+        .is_none());
+
+    let closed = manager.close(&key).await.unwrap();
+    assert_eq!(
+        std::fs::read(store_file.with_extension("json.bak")).unwrap(),
+        before,
+        "the backup is the store as it was before the call"
+    );
+    // The transcript was created and recorded in that same write, with the event.
+    let file = closed
+        .entry
+        .session_file
+        .clone()
+        .expect("the transcript is recorded");
+    let transcript = TranscriptRef::of(&key, &closed.entry, &AgentId::main());
+    assert_eq!(transcript.session_file.as_deref(), Some(file.as_str()));
+    let read = FileTranscriptStore::new(dir.path())
+        .read(&transcript, Offset::START)
+        .await
+        .unwrap();
+    assert_eq!(
+        read.events.len(),
+        1,
+        "the status change is in the event log"
+    );
+}

@@ -176,15 +176,7 @@ impl SessionManager {
         key: &SessionKey,
         status: SessionStatus,
     ) -> Result<StoredSession> {
-        let now_ms = self.seams.clock.now_millis();
-        let stored = self
-            .change(key, |entry| {
-                entry.closed_at = status.is_closed().then_some(now_ms);
-                entry.status = Some(status.clone());
-            })
-            .await?;
-        self.record_status(key, status.as_str()).await?;
-        Ok(stored)
+        self.change_status(key, status).await
     }
 
     /// Resets a session as an authorised `/new` would, without a message: the key gets

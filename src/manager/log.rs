@@ -9,11 +9,21 @@ use crate::entry::SessionEntry;
 use crate::error::{Error, Result};
 use crate::key::{normalize_channel, SessionKey};
 use crate::lifecycle::triggers::ModelRef;
-use crate::store::SessionStoreExt;
+use crate::store::{SessionStoreExt, StoredSession};
 use crate::transcript::{
     ArchiveReason, CheckpointReason, Direction, LogFields, Offset, SessionEvent, SessionHeader,
     TranscriptEntry, TranscriptRead, TranscriptRef, TranscriptStore, TranscriptSubscription, Usage,
 };
+
+/// Records `location` as the entry's `sessionFile` unless it has one, if the entry is
+/// still the session `session_id` (a reset in between makes it another session).
+fn record_location(entry: &mut SessionEntry, session_id: &str, location: &str) {
+    if entry.session_id == session_id {
+        entry
+            .session_file
+            .get_or_insert_with(|| location.to_owned());
+    }
+}
 
 /// One message for the message log: in or out, its text, and what is known about it.
 ///
@@ -163,11 +173,33 @@ impl SessionManager {
     /// its parent's when the session was forked — and recorded as the entry's
     /// `sessionFile`.
     async fn transcript_of(&self, key: &SessionKey) -> Result<(TranscriptRef, SessionEntry)> {
+        let (transcript, entry, unrecorded) = self.prepared_transcript(key).await?;
+        if let Some(location) = unrecorded {
+            // Metadata only: `updatedAt` stays. Skipped if the session changed meanwhile.
+            self.seams
+                .store
+                .update(key, |slot| {
+                    if let Some(current) = slot.as_mut() {
+                        record_location(current, &entry.session_id, &location);
+                    }
+                })
+                .await?;
+        }
+        Ok((transcript, entry))
+    }
+
+    /// The transcript of `key`'s current session, created on first use (as a fork of
+    /// its parent's when the session was forked), with its location when the entry does
+    /// not record it yet — for the caller to record, in its own write.
+    async fn prepared_transcript(
+        &self,
+        key: &SessionKey,
+    ) -> Result<(TranscriptRef, SessionEntry, Option<String>)> {
         let transcripts = self.transcript_store()?;
         let entry = self.existing(key).await?.entry;
         let transcript = TranscriptRef::of(key, &entry, &self.settings.default_agent);
         if transcript.session_file.is_some() {
-            return Ok((transcript, entry));
+            return Ok((transcript, entry, None));
         }
         let header = SessionHeader::new(&entry.session_id, self.seams.clock.now());
         match &entry.forked_from {
@@ -186,39 +218,46 @@ impl SessionManager {
             }
             None => transcripts.create(&transcript, &header).await?,
         };
-        let Some(location) = transcripts.location(&transcript) else {
-            return Ok((transcript, entry));
+        let location = transcripts.location(&transcript);
+        let transcript = TranscriptRef {
+            session_file: location.clone(),
+            ..transcript
         };
-        let session_id = entry.session_id.clone();
-        // Metadata only: `updatedAt` stays. Skipped if the session changed meanwhile.
-        self.seams
-            .store
-            .update(key, |slot| {
-                if let Some(current) = slot.as_mut().filter(|e| e.session_id == session_id) {
-                    current.session_file.get_or_insert_with(|| location.clone());
+        Ok((transcript, entry, location))
+    }
+
+    /// Sets a session's status and, when transcripts are kept, records the change in
+    /// its event log — one write of the store: a transcript created for it is recorded
+    /// in the same update, so the backup keeps the state before the call.
+    pub(super) async fn change_status(
+        &self,
+        key: &SessionKey,
+        status: crate::entry::SessionStatus,
+    ) -> Result<StoredSession> {
+        let now_ms = self.seams.clock.now_millis();
+        let prepared = match self.seams.transcripts {
+            Some(_) => Some(self.prepared_transcript(key).await?),
+            None => None,
+        };
+        let unrecorded = prepared
+            .as_ref()
+            .and_then(|(_, entry, location)| Some((entry.session_id.clone(), location.clone()?)));
+        let stored = self
+            .change(key, |entry| {
+                entry.closed_at = status.is_closed().then_some(now_ms);
+                entry.status = Some(status.clone());
+                if let Some((session_id, location)) = &unrecorded {
+                    record_location(entry, session_id, location);
                 }
             })
             .await?;
-        Ok((
-            TranscriptRef {
-                session_file: Some(location),
-                ..transcript
-            },
-            entry,
-        ))
-    }
-
-    /// Records a status change in the session's event log, when transcripts are kept.
-    pub(super) async fn record_status(&self, key: &SessionKey, status: &str) -> Result<()> {
-        if self.seams.transcripts.is_none() {
-            return Ok(());
+        if let Some((transcript, _, _)) = prepared {
+            let line = TranscriptEntry::status_change(status.as_str(), self.seams.clock.now());
+            self.transcript_store()?
+                .append(&transcript, vec![line])
+                .await?;
         }
-        let (transcript, _) = self.transcript_of(key).await?;
-        let line = TranscriptEntry::status_change(status, self.seams.clock.now());
-        self.transcript_store()?
-            .append(&transcript, vec![line])
-            .await?;
-        Ok(())
+        Ok(stored)
     }
 
     /// Archives (or erases) the transcript of a session that was reset or deleted.
