@@ -50,6 +50,23 @@ pub fn home_dir() -> Option<PathBuf> {
         .or_else(std::env::home_dir)
 }
 
+/// `path` as a state directory the stores keep: `~` expanded and made absolute
+/// (against the working directory; symlinks are not resolved), so every location a
+/// store records — an entry's `sessionFile` — is absolute whatever directory the
+/// process runs in.
+///
+/// ```
+/// use std::path::Path;
+/// use agent_sessions::paths::state_root;
+///
+/// assert!(state_root(Path::new("state")).is_absolute());
+/// assert_eq!(state_root(Path::new("/srv/bot")), Path::new("/srv/bot"));
+/// ```
+pub fn state_root(path: &Path) -> PathBuf {
+    let expanded = expand_home(path);
+    std::path::absolute(&expanded).unwrap_or(expanded)
+}
+
 /// Expands a leading `~` (alone, or followed by a separator) to the home directory.
 ///
 /// ```

@@ -547,3 +547,38 @@ async fn a_migration_never_verifies_past_what_it_could_not_read() {
         .unwrap();
     assert_eq!(copied.join("\n"), torn);
 }
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_transcript_the_source_cannot_read_is_named_and_the_rest_is_copied() {
+    let ((source_dir, _work), source, target) = busy_source_and_empty_sqlite().await;
+    let sessions = agent_sessions::paths::sessions_dir(source_dir.path(), &AgentId::main());
+    let fifo = sessions.join("ffff-1.jsonl");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let report = migrate(&source, &target, &NoProgress).await.unwrap();
+    assert!(!report.verified());
+    assert!(
+        report
+            .unreadable
+            .iter()
+            .any(|u| u.location.ends_with("ffff-1.jsonl")),
+        "{:#?}",
+        report.unreadable
+    );
+    assert!(
+        report.transcripts_copied > 0,
+        "the other transcripts were copied"
+    );
+    assert_eq!(
+        report.sessions_copied as usize,
+        sessions_count(&source).await
+    );
+}
+
+async fn sessions_count(backend: &Backend) -> usize {
+    backend.sessions().count(&ListFilter::new()).await.unwrap()
+}

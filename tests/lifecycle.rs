@@ -976,3 +976,41 @@ async fn closing_a_session_writes_its_store_once_so_the_backup_is_the_state_befo
         "the status change is in the event log"
     );
 }
+
+/// A state directory named by a relative path: every location the store records is
+/// absolute, so the store, the transcripts and `doctor` accept their own files from
+/// any working directory.
+#[tokio::test]
+async fn a_relative_state_directory_records_absolute_transcript_paths() {
+    use agent_sessions::manager::LogMessage;
+    use agent_sessions::store::doctor::{examine, DoctorOptions};
+    use agent_sessions::transcript::FileTranscriptStore;
+    let dir = tempfile::tempdir_in(".").unwrap();
+    // A directory in the working directory, named by its bare name.
+    let relative = std::path::PathBuf::from(dir.path().file_name().unwrap());
+    assert!(relative.is_relative(), "{}", relative.display());
+    let manager = SessionManager::builder(JsonFileStore::new(&relative))
+        .transcripts(FileTranscriptStore::new(&relative))
+        .build();
+    let key = manager
+        .resolve(&InboundMessage::direct("telegram", "42", "hi"))
+        .await
+        .unwrap()
+        .key;
+    manager
+        .transcripts()
+        .log_message(&key, LogMessage::inbound("hi"))
+        .await
+        .unwrap();
+    let entry = manager.get(&key).await.unwrap().unwrap().entry;
+    let file = entry.session_file.clone().unwrap();
+    assert!(std::path::Path::new(&file).is_absolute(), "{file}");
+    manager.close(&key).await.unwrap();
+    manager.reset(&key).await.unwrap();
+    assert!(
+        !std::path::Path::new(&file).exists(),
+        "the old transcript was archived"
+    );
+    let report = examine(&relative, &DoctorOptions::default()).await.unwrap();
+    assert!(report.is_healthy(), "{report:?}");
+}

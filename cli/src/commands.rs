@@ -387,9 +387,17 @@ async fn list(store: &str, agent: &AgentId, json: bool, args: ListArgs) -> Outco
     warn_unreadable(&backend).await
 }
 
-/// Says on standard error what the store holds but could not list.
+/// Says on standard error what the store holds but could not list. A problem
+/// elsewhere in the store (another agent's directory) is a warning too, never the
+/// command's failure: the listing was printed.
 async fn warn_unreadable(backend: &Backend) -> Outcome {
-    let unreadable = backend.sessions().unreadable().await?;
+    let unreadable = match backend.sessions().unreadable().await {
+        Ok(unreadable) => unreadable,
+        Err(error) => {
+            eprintln!("agent-sessions: warning: could not examine the whole store: {error}");
+            return Ok(());
+        }
+    };
     for entry in &unreadable {
         eprintln!(
             "agent-sessions: warning: skipped {:?} in {}: {}",

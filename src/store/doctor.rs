@@ -174,7 +174,7 @@ impl DoctorReport {
 
 /// Examines (and with `options.repair`, repairs) the state directory `root`.
 pub async fn examine(root: &Path, options: &DoctorOptions) -> Result<DoctorReport> {
-    let root = paths::expand_home(root);
+    let root = paths::state_root(root);
     let options = options.clone();
     let doctor_root = root.clone();
     let (mut report, to_prune) =

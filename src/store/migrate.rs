@@ -248,11 +248,28 @@ pub async fn migrate_with(
     }
     report.session_conflicts.sort_by(|a, b| a.key.cmp(&b.key));
 
-    let names = from.transcripts().transcript_names(None).await?;
+    let mut names = from.transcripts().transcript_names(None).await?;
     progress.begin("transcripts", names.len() as u64);
+    let mut unreadable_names = Vec::new();
     for (agent, name) in &names {
-        let Some(lines) = from.transcripts().export_lines(agent, name).await? else {
-            continue;
+        let lines = match from.transcripts().export_lines(agent, name).await {
+            Ok(Some(lines)) => lines,
+            Ok(None) => continue,
+            // A special file, a link, bytes that are not text: named, not copied, and
+            // the migration goes on with the rest (and does not verify).
+            Err(
+                error @ (Error::NotAFile { .. } | Error::FileTooLarge { .. } | Error::Io { .. }),
+            ) => {
+                report.unreadable.push(super::UnreadableEntry {
+                    location: format!("{agent}/{name}"),
+                    key: String::new(),
+                    problem: error.to_string(),
+                });
+                unreadable_names.push((agent.clone(), name.clone()));
+                progress.advance(1);
+                continue;
+            }
+            Err(error) => return Err(error),
         };
         match to.transcripts().export_lines(agent, name).await? {
             Some(existing) if existing == lines => report.transcripts_skipped += 1,
@@ -265,6 +282,7 @@ pub async fn migrate_with(
         progress.advance(1);
     }
     progress.finish();
+    names.retain(|name| !unreadable_names.contains(name));
 
     // Verify against the source as it is now: what changed during the copy shows.
     let now = from.sessions().list(&ListFilter::new()).await?;

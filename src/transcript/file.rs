@@ -79,7 +79,7 @@ impl FileTranscriptStore {
     pub fn with_durability(root: impl AsRef<Path>, durability: Durability) -> Self {
         FileTranscriptStore {
             inner: Arc::new(Inner {
-                root: paths::expand_home(root.as_ref()),
+                root: paths::state_root(root.as_ref()),
                 durability,
                 hub: UpdateHub::default(),
                 logs: Mutex::default(),

@@ -150,7 +150,7 @@ impl JsonFileStore {
     fn with_io(root: impl AsRef<Path>, options: JsonFileOptions, io: Arc<dyn StoreIo>) -> Self {
         JsonFileStore {
             inner: Arc::new(Inner {
-                root: paths::expand_home(root.as_ref()),
+                root: paths::state_root(root.as_ref()),
                 options,
                 cache: Mutex::default(),
                 queues: Mutex::default(),
