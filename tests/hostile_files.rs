@@ -237,11 +237,7 @@ async fn a_deep_truncated_or_json5_store_is_corrupt_not_a_stack_overflow() {
 #[tokio::test]
 async fn doctor_restores_a_deep_corrupt_store_from_its_backup() {
     let dir = tempfile::tempdir().unwrap();
-    let store = common::store(dir.path());
-    store
-        .put(&key(), SessionEntry::new("s-1", 1))
-        .await
-        .unwrap();
+    let store = store_with_one_session(dir.path()).await;
     store
         .put(&key(), SessionEntry::new("s-1", 2))
         .await
@@ -384,11 +380,7 @@ async fn a_linked_agent_directory_is_neither_read_nor_written_through() {
 #[tokio::test]
 async fn doctor_reports_every_special_file_in_a_sessions_directory() {
     let dir = tempfile::tempdir().unwrap();
-    let store = common::store(dir.path());
-    store
-        .put(&key(), SessionEntry::new("s-1", 1))
-        .await
-        .unwrap();
+    store_with_one_session(dir.path()).await;
     let sessions = agent_sessions::paths::sessions_dir(dir.path(), &AgentId::main());
     mkfifo(&sessions.join("bbbb-1.jsonl")); // a transcript no entry names
     fs::create_dir(sessions.join("sessions.json.bak")).unwrap();
@@ -439,4 +431,14 @@ fn assert_reports_an_unusable_file(report: &agent_sessions::store::doctor::Docto
             .any(|(f, _)| matches!(f, Finding::UnusableFile { .. })),
         "{report:?}"
     );
+}
+
+/// A JSON store under `root` holding one session.
+async fn store_with_one_session(root: &Path) -> JsonFileStore {
+    let store = common::store(root);
+    store
+        .put(&key(), SessionEntry::new("s-1", 1))
+        .await
+        .unwrap();
+    store
 }

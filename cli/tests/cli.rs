@@ -973,12 +973,7 @@ fn serve_refuses_an_empty_secret() {
         (&[][..], &[("AGENT_SESSIONS_SECRET", "   ")][..]),
     ] {
         let (code, stderr) = serve_briefly(&[&["--listen", "127.0.0.1:0"], args].concat(), env);
-        assert!(
-            code.is_some_and(|code| code != 0),
-            "{args:?} {env:?}: exit {code:?}, {stderr}"
-        );
-        assert!(stderr.contains("secret"), "{args:?} {env:?}: {stderr}");
-        assert!(!stderr.contains("serving"), "{args:?} {env:?}: {stderr}");
+        refused_to_start(code, &stderr, "secret");
     }
 }
 
@@ -987,11 +982,16 @@ fn serve_refuses_an_empty_secret() {
 #[test]
 fn serve_without_a_secret_refuses_a_non_loopback_address() {
     let (code, stderr) = serve_briefly(&["--listen", "0.0.0.0:0"], &[]);
+    refused_to_start(code, &stderr, "--insecure-no-auth");
+}
+
+/// `serve` exited with a failure, naming `why`, without ever serving.
+fn refused_to_start(code: Option<i32>, stderr: &str, why: &str) {
     assert!(
         code.is_some_and(|code| code != 0),
         "exit {code:?}, {stderr}"
     );
-    assert!(stderr.contains("--insecure-no-auth"), "{stderr}");
+    assert!(stderr.contains(why), "{stderr}");
     assert!(!stderr.contains("serving"), "{stderr}");
 }
 
