@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use agent_sessions::context::delivery::DeliveryRoute;
 use agent_sessions::entry::{DescriptionSource, SendPolicy, SessionSource, SessionStatus};
-use agent_sessions::lifecycle::clock::ManualClock;
+use agent_sessions::lifecycle::clock::{Clock, ManualClock};
 use agent_sessions::lifecycle::drift::{DriftClassifier, DriftVerdict};
 use agent_sessions::lifecycle::freshness::{ResetConfig, ResetSpec, ResetType, StaleReason, Zone};
 use agent_sessions::lifecycle::triggers::{ModelRef, ResetTriggers, StaticModelCatalog};
@@ -16,7 +16,7 @@ use agent_sessions::manager::{
     DeleteOptions, OverrideKind, PruneOptions, SessionOverride, TurnOutcome,
 };
 use agent_sessions::prelude::*;
-use agent_sessions::{DeleteRefusal, Error, SessionManager};
+use agent_sessions::{DeleteRefusal, Error, SessionManager, ThreadId};
 use chrono::{DateTime, Utc};
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -262,6 +262,127 @@ async fn resolve_on_a_corrupt_store_reports_it_and_leaves_the_file() {
         std::fs::read(&file).unwrap(),
         b"{\"agent:main:telegram:dm:42\": {\"sessionId\": "
     );
+}
+
+#[tokio::test]
+async fn a_route_update_creates_a_missing_session_as_openclaw_does() {
+    for harness in harnesses() {
+        let manager = &harness.manager;
+        // (key, route, expected lastChannel, lastTo, lastThreadId)
+        let cases = [
+            (
+                "agent:main:telegram:dm:42",
+                DeliveryRoute::to(" Telegram ", " 42 "),
+                Some("telegram"),
+                Some("42"),
+                None,
+            ),
+            (
+                "agent:main:slack:channel:c1",
+                DeliveryRoute::to("slack", "C1").with_thread("1700.1"),
+                Some("slack"),
+                Some("C1"),
+                Some(ThreadId::Text("1700.1".into())),
+            ),
+            (
+                "agent:main:main",
+                DeliveryRoute::default(),
+                None,
+                None,
+                None,
+            ),
+        ];
+        for (raw, route, channel, to, thread) in cases {
+            let key = key(raw);
+            assert!(manager.get(&key).await.unwrap().is_none());
+            let created = manager.update_last_route(&key, &route).await.unwrap();
+            let entry = &created.entry;
+            assert_eq!(
+                (
+                    entry.last_channel.as_deref(),
+                    entry.last_to.as_deref(),
+                    &entry.last_thread_id
+                ),
+                (channel, to, &thread),
+                "{}: {raw}",
+                harness.name
+            );
+            assert_eq!(
+                entry.updated_at,
+                harness.clock.now_millis(),
+                "{raw}: updatedAt is now"
+            );
+            assert!(!entry.session_id.is_empty());
+            assert_eq!(manager.get(&key).await.unwrap().unwrap().entry, *entry);
+            // The next message continues the session the route created.
+            let id = entry.session_id.clone();
+            let again = manager
+                .update_last_route(&key, &DeliveryRoute::to("slack", "C9"))
+                .await
+                .unwrap();
+            assert_eq!(
+                again.entry.session_id, id,
+                "{raw}: an existing session is updated"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn chatter_records_metadata_without_activity() {
+    for harness in harnesses() {
+        let manager = &harness.manager;
+        let group = |sender: &str, body: &str| {
+            InboundMessage::group("whatsapp", "120363@g.us", sender, body)
+                .with_group_subject("Family")
+        };
+        // Chatter on a group without a session: the session is created with the metadata.
+        let first = manager
+            .record_inbound_meta(&group("+1555", "lunch?"))
+            .await
+            .unwrap();
+        let created_at = first.entry.updated_at;
+        // (what arrives, expected subject, expected lastTo)
+        let cases = [
+            (group("+1556", "pizza"), Some("Family"), Some("120363@g.us")),
+            (
+                InboundMessage::group("whatsapp", "120363@g.us", "+1557", "ok")
+                    .with_group_subject("Family 2026"),
+                Some("Family 2026"),
+                Some("120363@g.us"),
+            ),
+        ];
+        for (message, subject, to) in cases {
+            harness.clock.advance(10 * MINUTE);
+            let stored = manager.record_inbound_meta(&message).await.unwrap();
+            let entry = &stored.entry;
+            assert_eq!(entry.session_id, first.entry.session_id, "{}", harness.name);
+            assert_eq!(entry.updated_at, created_at, "chatter is not activity");
+            assert_eq!(
+                entry.message_count,
+                Some(0),
+                "chatter is not a message of the session"
+            );
+            assert_eq!(entry.turn_count, Some(0));
+            assert_eq!(
+                (entry.subject.as_deref(), entry.last_to.as_deref()),
+                (subject, to)
+            );
+            assert_eq!(entry.chat_type, Some(agent_sessions::ChatType::Group));
+            assert_eq!(
+                entry.origin.as_ref().unwrap().provider.as_deref(),
+                Some("whatsapp")
+            );
+        }
+        // An addressed message is a real one: counted, and it moves updatedAt.
+        let answered = manager
+            .resolve(&group("+1555", "@bot plan dinner").mentioning_agent())
+            .await
+            .unwrap();
+        assert_eq!(answered.session.entry.session_id, first.entry.session_id);
+        assert_eq!(answered.session.entry.message_count, Some(1));
+        assert!(answered.session.entry.updated_at > created_at);
+    }
 }
 
 #[tokio::test]

@@ -109,22 +109,91 @@ pub fn apply_route(entry: &mut SessionEntry, route: &DeliveryRoute) {
         account_id: route.account_id.clone().or(current.account_id),
         thread_id,
     };
-    let normalized = normalize_route(merged);
-    entry.last_channel = normalized.channel.clone();
-    entry.last_to = normalized.to.clone();
-    entry.last_account_id = normalized.account_id.clone();
-    entry.last_thread_id = normalized.thread_id.clone();
+    write_route(entry, normalize_route(merged));
+}
+
+/// Brings an entry's delivery fields into the shape OpenClaw saves them in; every store
+/// runs it on each entry it writes.
+///
+/// As OpenClaw's `normalizeSessionDeliveryFields` on save: the `last*` fields (with
+/// `channel` standing in for `lastChannel`, and the thread falling back to the delivery
+/// context's, then the origin's) win over `deliveryContext` field by field; the merged
+/// route is normalised ([`normalize_route`]) and written to both. An entry whose fields
+/// already agree is left exactly as it is. Unknown fields inside `deliveryContext` are
+/// kept; `channel` itself is not changed.
+///
+/// ```
+/// use agent_sessions::context::delivery::normalize_delivery_fields;
+/// use agent_sessions::SessionEntry;
+///
+/// let mut entry = SessionEntry::new("s", 1);
+/// entry.channel = Some(" WhatsApp ".into());
+/// entry.last_to = Some(" +15550001 ".into());
+/// normalize_delivery_fields(&mut entry);
+/// assert_eq!(entry.last_channel.as_deref(), Some("whatsapp"));
+/// assert_eq!(entry.last_to.as_deref(), Some("+15550001"));
+/// let context = entry.delivery_context.as_ref().unwrap();
+/// assert_eq!(context.channel.as_deref(), Some("whatsapp"));
+/// assert_eq!(entry.channel.as_deref(), Some(" WhatsApp "));
+/// ```
+pub fn normalize_delivery_fields(entry: &mut SessionEntry) {
+    let context = entry.delivery_context.as_ref();
+    let primary = normalize_route(DeliveryRoute {
+        channel: entry.last_channel.clone().or_else(|| entry.channel.clone()),
+        to: entry.last_to.clone(),
+        account_id: entry.last_account_id.clone(),
+        thread_id: entry
+            .last_thread_id
+            .clone()
+            .or_else(|| context.and_then(|c| c.thread_id.clone()))
+            .or_else(|| entry.origin.as_ref().and_then(|o| o.thread_id.clone())),
+    });
+    let fallback = normalize_route(DeliveryRoute {
+        channel: context.and_then(|c| c.channel.clone()),
+        to: context.and_then(|c| c.to.clone()),
+        account_id: context.and_then(|c| c.account_id.clone()),
+        thread_id: context.and_then(|c| c.thread_id.clone()),
+    });
+    let merged = DeliveryRoute {
+        channel: primary.channel.or(fallback.channel),
+        to: primary.to.or(fallback.to),
+        account_id: primary.account_id.or(fallback.account_id),
+        thread_id: primary.thread_id.or(fallback.thread_id),
+    };
+    let same_context = context.map_or(merged == DeliveryRoute::default(), |c| {
+        c.channel == merged.channel
+            && c.to == merged.to
+            && c.account_id == merged.account_id
+            && c.thread_id == merged.thread_id
+    });
+    let same_last = entry.last_channel == merged.channel
+        && entry.last_to == merged.to
+        && entry.last_account_id == merged.account_id
+        && entry.last_thread_id == merged.thread_id;
+    if same_context && same_last {
+        return;
+    }
+    write_route(entry, merged);
+}
+
+/// Writes a normalised route to `deliveryContext` (keeping its unknown fields) and the
+/// `last*` fields.
+fn write_route(entry: &mut SessionEntry, route: DeliveryRoute) {
+    entry.last_channel = route.channel.clone();
+    entry.last_to = route.to.clone();
+    entry.last_account_id = route.account_id.clone();
+    entry.last_thread_id = route.thread_id.clone();
     let extra = entry
         .delivery_context
         .take()
         .map(|context| context.extra)
         .unwrap_or_default();
-    let empty = normalized == DeliveryRoute::default();
+    let empty = route == DeliveryRoute::default();
     entry.delivery_context = (!empty || !extra.is_empty()).then(|| DeliveryContext {
-        channel: normalized.channel,
-        to: normalized.to,
-        account_id: normalized.account_id,
-        thread_id: normalized.thread_id,
+        channel: route.channel,
+        to: route.to,
+        account_id: route.account_id,
+        thread_id: route.thread_id,
         extra,
     });
 }

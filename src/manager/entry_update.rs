@@ -120,22 +120,7 @@ pub(crate) fn record_message(entry: &mut SessionEntry, inbound: &Inbound<'_>) {
     if let Some(participant) = message.participant_id() {
         entry.add_participant(&participant);
     }
-    apply_route(
-        entry,
-        &DeliveryRoute {
-            channel: Some(message.channel.clone()),
-            to: message.reply_to(),
-            account_id: message.account_id.clone(),
-            thread_id: message.thread_id.clone(),
-        },
-    );
-    merge_origin(entry, message, inbound.group, kind);
-    if let Some(group) = inbound.group {
-        apply_group(entry, message, group, inbound.key);
-    }
-    if entry.chat_type.is_none() {
-        entry.chat_type = Some(kind.into());
-    }
+    record_meta(entry, message, inbound.group, inbound.key);
     if let Some(label) = present(message.thread_label.as_deref()) {
         entry.display_name = Some(label.to_owned());
     }
@@ -145,6 +130,34 @@ pub(crate) fn record_message(entry: &mut SessionEntry, inbound: &Inbound<'_>) {
         entry.auth_profile_override = None;
         entry.auth_profile_override_source = None;
         entry.auth_profile_override_compaction_count = None;
+    }
+}
+
+/// Records where the message came from without counting it: the reply route, the
+/// origin, group metadata and the chat type (OpenClaw's `recordSessionMetaFromInbound`
+/// patch). `updatedAt` is not touched.
+pub(crate) fn record_meta(
+    entry: &mut SessionEntry,
+    message: &InboundMessage,
+    group: Option<&GroupResolution>,
+    key: &SessionKey,
+) {
+    let kind = group.map_or(message.peer_kind(), |g| g.kind);
+    apply_route(
+        entry,
+        &DeliveryRoute {
+            channel: Some(message.channel.clone()),
+            to: message.reply_to(),
+            account_id: message.account_id.clone(),
+            thread_id: message.thread_id.clone(),
+        },
+    );
+    merge_origin(entry, message, group, kind);
+    if let Some(group) = group {
+        apply_group(entry, message, group, key);
+    }
+    if entry.chat_type.is_none() {
+        entry.chat_type = Some(kind.into());
     }
 }
 
@@ -192,9 +205,10 @@ fn merge_origin(
     set(&mut origin.to, message.reply_to());
     set(&mut origin.account_id, message.account_id.clone());
     origin.chat_type = Some(ChatType::from(kind));
-    if message.thread_id.is_some() {
-        origin.thread_id = message.thread_id.clone();
-    }
+    // Unlike the other origin fields, the thread follows the latest message even when
+    // it has none: OpenClaw falls back to the origin's thread when it saves the reply
+    // route, which would bring a stale thread back after a message outside it.
+    origin.thread_id = message.thread_id.clone();
 }
 
 /// OpenClaw's `resolveConversationLabel`.

@@ -6,9 +6,10 @@
 
 use std::time::Duration;
 
-use super::entry_update::start_session;
+use super::entry_update::{record_meta, start_session};
 use super::{Admission, Decision, Reason, Resolution, SessionManager};
 use crate::context::delivery::{apply_route, DeliveryRoute};
+use crate::context::inbound::InboundMessage;
 use crate::entry::{
     parse_session_label, AuthProfileSource, DescriptionSource, ForkOrigin, GroupActivation,
     QueueMode, SendPolicy, SessionEntry, SessionSource, SessionStatus,
@@ -359,14 +360,82 @@ impl SessionManager {
         self.change(key, |entry| clear_override(entry, kind)).await
     }
 
-    /// Changes where replies go, without touching `updatedAt` (OpenClaw 3.x, #49515: a
-    /// route update is not activity, or idle resets would never fire).
+    /// Changes where replies go, without touching `updatedAt` of an existing session
+    /// (OpenClaw 3.x, #49515: a route update is not activity, or idle resets would never
+    /// fire). A key with no session gets one, as OpenClaw's `updateLastRoute` creates
+    /// it: a new session id, `updatedAt` now, and the route.
+    ///
+    /// ```
+    /// # use agent_sessions::prelude::*;
+    /// # use agent_sessions::context::delivery::DeliveryRoute;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// let manager = SessionManager::new(MemoryStore::new());
+    /// let key = SessionKey::parse("agent:main:telegram:dm:42")?;
+    /// let stored = manager.update_last_route(&key, &DeliveryRoute::to("Telegram", "42")).await?;
+    /// assert_eq!(stored.entry.last_channel.as_deref(), Some("telegram"));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn update_last_route(
         &self,
         key: &SessionKey,
         route: &DeliveryRoute,
     ) -> Result<StoredSession> {
-        self.change(key, |entry| apply_route(entry, route)).await
+        let now_ms = self.seams.clock.now_millis();
+        self.seams
+            .store
+            .apply(key, &mut |slot, _| {
+                let entry = slot.get_or_insert_with(|| start_session(None, now_ms));
+                apply_route(entry, route);
+                Ok(())
+            })
+            .await?
+            .ok_or_else(|| Error::NotFound { key: key.clone() })
+    }
+
+    /// Records a message the bot does not answer (group chatter): its origin, group
+    /// metadata and reply route, as OpenClaw's `recordSessionMetaFromInbound` does —
+    /// without counting a message or a turn and without moving `updatedAt`, so chatter
+    /// neither keeps a session alive nor resets it. A key with no session gets one
+    /// (`updatedAt` now), as in OpenClaw.
+    ///
+    /// ```
+    /// # use agent_sessions::prelude::*;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// let manager = SessionManager::new(MemoryStore::new());
+    /// let chatter = InboundMessage::group("whatsapp", "120363@g.us", "+15550001", "lunch?")
+    ///     .with_group_subject("Family");
+    /// let stored = manager.record_inbound_meta(&chatter).await?;
+    /// assert_eq!(stored.entry.subject.as_deref(), Some("Family"));
+    /// assert_eq!(stored.entry.message_count, Some(0));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn record_inbound_meta(&self, message: &InboundMessage) -> Result<StoredSession> {
+        self.record_inbound_meta_admitted(message, &|_, _| Ok(()))
+            .await
+    }
+
+    pub(super) async fn record_inbound_meta_admitted(
+        &self,
+        message: &InboundMessage,
+        admit: &Admission<'_>,
+    ) -> Result<StoredSession> {
+        let key = self.key_for(message)?;
+        let group = message.group_resolution();
+        let now_ms = self.seams.clock.now_millis();
+        self.seams
+            .store
+            .apply(&key, &mut |slot, _| {
+                admit(&key, slot.as_ref())?;
+                let entry = slot.get_or_insert_with(|| start_session(None, now_ms));
+                record_meta(entry, message, group.as_ref(), &key);
+                Ok(())
+            })
+            .await?
+            .ok_or_else(|| Error::NotFound { key: key.clone() })
     }
 
     /// Starts a thread session `<parent>:thread:<threadId>` forked from `parent`: it

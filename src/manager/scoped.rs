@@ -182,6 +182,20 @@ impl<'a> ScopedManager<'a> {
         }
     }
 
+    /// [`SessionManager::record_inbound_meta`] for a message the caller may post, on the
+    /// same terms as [`resolve`](Self::resolve).
+    pub async fn record_inbound_meta(&self, message: &InboundMessage) -> Result<StoredSession> {
+        let key = self.manager.key_for(message)?;
+        if let Some(id) = self.caller.participant_id() {
+            if message.participant_id().as_deref() != Some(id) {
+                return Err(denied(&key, AccessDenial::NotParticipant));
+            }
+        }
+        self.manager
+            .record_inbound_meta_admitted(message, &|key, entry| self.may_create(key, entry))
+            .await
+    }
+
     /// [`SessionManager::resolve`] for a message the caller may post: a participant
     /// posts only as themselves (the message's [`participant_id`] is theirs) and only
     /// into a session they take part in or a new one; a namespaced caller only into

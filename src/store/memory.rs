@@ -5,7 +5,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 
-use super::{entry_revision, ListFilter, Mutator, Revision, SessionStore, StoredSession};
+use super::{
+    entry_revision, run_mutator, ListFilter, Mutator, Revision, SessionStore, StoredSession,
+};
 use crate::entry::SessionEntry;
 use crate::error::{Error, Result};
 use crate::key::SessionKey;
@@ -70,8 +72,7 @@ impl SessionStore for MemoryStore {
             Some(slot) => (Some(slot.entry.clone()), Some(slot.revision)),
             None => (None, None),
         };
-        let mut after = before.clone();
-        mutator(&mut after, revision)?;
+        let after = run_mutator(mutator, before.as_ref(), revision)?;
         if after == before {
             return Ok(after.map(|entry| StoredSession {
                 key: key.clone(),

@@ -135,6 +135,25 @@ pub struct UnreadableEntry {
 pub type Mutator<'a> =
     dyn FnMut(&mut Option<SessionEntry>, Option<Revision>) -> Result<()> + Send + 'a;
 
+/// Runs `mutator` on a copy of `before` the way every store of this crate does: a
+/// changed entry leaves with its delivery fields in OpenClaw's saved shape
+/// ([`normalize_delivery_fields`](crate::context::delivery::normalize_delivery_fields)),
+/// so an entry written whole is stored as OpenClaw would store it, on every backend.
+pub(crate) fn run_mutator(
+    mutator: &mut Mutator<'_>,
+    before: Option<&SessionEntry>,
+    revision: Option<Revision>,
+) -> Result<Option<SessionEntry>> {
+    let mut after = before.cloned();
+    mutator(&mut after, revision)?;
+    if after.as_ref() != before {
+        if let Some(entry) = after.as_mut() {
+            crate::context::delivery::normalize_delivery_fields(entry);
+        }
+    }
+    Ok(after)
+}
+
 /// Which sessions [`SessionStore::list`] returns.
 ///
 /// All conditions must hold. Results come most recently updated first, then by key.

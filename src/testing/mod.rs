@@ -41,6 +41,8 @@ pub fn rich_entry(session_id: &str, updated_at: u64) -> SessionEntry {
     entry.channel = Some("whatsapp".into());
     entry.subject = Some("Family".into());
     entry.total_tokens = Some(15_320);
+    entry.last_channel = Some("whatsapp".into());
+    entry.last_to = Some("120363@g.us".into());
     entry.last_thread_id = Some(ThreadId::Number(42));
     entry.origin = Some(SessionOrigin {
         label: Some("Family id:120363@g.us".into()),
@@ -50,6 +52,7 @@ pub fn rich_entry(session_id: &str, updated_at: u64) -> SessionEntry {
     entry.delivery_context = Some(DeliveryContext {
         channel: Some("whatsapp".into()),
         to: Some("120363@g.us".into()),
+        thread_id: Some(ThreadId::Number(42)),
         ..DeliveryContext::default()
     });
     entry.skills_snapshot = Some(json!({"prompt": "…", "skills": [{"name": "web"}]}));
@@ -104,6 +107,93 @@ pub async fn put_then_get_returns_the_entry<S: SessionStore + ?Sized>(store: &S)
         entry,
         "changing a returned entry must not change the store"
     );
+}
+
+/// Every entry a store writes has OpenClaw's saved delivery fields: the `last*` fields
+/// and `deliveryContext` derived from each other, the channel normalised, ids trimmed.
+pub async fn written_entries_have_openclaw_delivery_fields<S: SessionStore + ?Sized>(store: &S) {
+    fn context(
+        channel: Option<&str>,
+        to: Option<&str>,
+        thread: Option<ThreadId>,
+    ) -> DeliveryContext {
+        DeliveryContext {
+            channel: channel.map(Into::into),
+            to: to.map(Into::into),
+            thread_id: thread,
+            ..DeliveryContext::default()
+        }
+    }
+    type Case = (&'static str, fn(&mut SessionEntry), Option<DeliveryContext>);
+    let cases: [Case; 6] = [
+        ("nothing to route", |_| {}, None),
+        (
+            "only a channel",
+            |e| e.channel = Some("discord".into()),
+            Some(context(Some("discord"), None, None)),
+        ),
+        (
+            "an untrimmed, capitalised channel and recipient",
+            |e| {
+                e.last_channel = Some(" WhatsApp ".into());
+                e.last_to = Some(" +15550001 ".into());
+                e.last_account_id = Some(" Biz ".into());
+            },
+            Some(DeliveryContext {
+                account_id: Some("Biz".into()),
+                ..context(Some("whatsapp"), Some("+15550001"), None)
+            }),
+        ),
+        (
+            "only a delivery context",
+            |e| e.delivery_context = Some(context(Some("Slack"), Some("C1"), Some("17.5".into()))),
+            Some(context(Some("slack"), Some("C1"), Some("17.5".into()))),
+        ),
+        (
+            "last fields win over the context, field by field",
+            |e| {
+                e.last_to = Some("new".into());
+                e.delivery_context = Some(context(Some("telegram"), Some("old"), None));
+            },
+            Some(context(Some("telegram"), Some("new"), None)),
+        ),
+        (
+            "the thread falls back to the origin's",
+            |e| {
+                e.last_channel = Some("telegram".into());
+                e.origin = Some(SessionOrigin {
+                    thread_id: Some(ThreadId::Number(7)),
+                    ..SessionOrigin::default()
+                });
+            },
+            Some(context(Some("telegram"), None, Some(ThreadId::Number(7)))),
+        ),
+    ];
+    for (index, (name, shape, expected)) in cases.into_iter().enumerate() {
+        let k = key(&format!("agent:main:dm:delivery-{index}"));
+        let mut entry = SessionEntry::new("s", 1);
+        shape(&mut entry);
+        let stored = store.put(&k, entry).await.unwrap().entry;
+        let got = store.get(&k).await.unwrap().expect("written").entry;
+        assert_eq!(got, stored, "{name}: what put returns is what is stored");
+        assert_eq!(got.delivery_context, expected, "{name}: deliveryContext");
+        let expected = expected.unwrap_or_default();
+        assert_eq!(
+            (
+                got.last_channel,
+                got.last_to,
+                got.last_account_id,
+                got.last_thread_id
+            ),
+            (
+                expected.channel,
+                expected.to,
+                expected.account_id,
+                expected.thread_id
+            ),
+            "{name}: last* fields mirror deliveryContext"
+        );
+    }
 }
 
 /// `update` sees the current entry, and can create, change and delete it.
@@ -551,6 +641,7 @@ macro_rules! store_conformance_tests {
         $crate::store_conformance_tests!(@each $make; [$($(#[$attr])*)?];
             get_of_missing_key_is_none,
             put_then_get_returns_the_entry,
+            written_entries_have_openclaw_delivery_fields,
             update_creates_changes_and_deletes,
             delete_returns_the_removed_entry,
             revisions_track_changes,

@@ -62,14 +62,26 @@ impl Document {
 
     /// Stores `entry` under `key` (in place if the key exists, else at the end) and
     /// returns its new text.
+    ///
+    /// An entry that was already there keeps the order of its fields, at every level:
+    /// fields it had stay where they were and new ones are appended, as
+    /// `JSON.stringify` writes an object after an assignment — so a user diffing a
+    /// tracked `sessions.json` sees only the lines that changed.
     pub(crate) fn set(&mut self, key: &str, entry: &SessionEntry) -> serde_json::Result<&RawValue> {
-        let raw = format_nested(entry)?;
         let index = match self.entries.get_index_of(key) {
             Some(index) => {
-                self.entries[index] = raw;
+                let mut value = serde_json::to_value(entry)?;
+                if let Ok(old) = serde_json::from_str::<Value>(self.entries[index].get()) {
+                    keep_field_order(&old, &mut value);
+                }
+                self.entries[index] = format_nested(&value)?;
                 index
             }
-            None => self.entries.insert_full(key.to_owned(), raw).0,
+            None => {
+                self.entries
+                    .insert_full(key.to_owned(), format_nested(entry)?)
+                    .0
+            }
         };
         Ok(&*self.entries[index])
     }
@@ -160,6 +172,31 @@ fn nesting_exceeds(text: &str, limit: usize) -> bool {
     false
 }
 
+/// Reorders the fields of `new`'s objects after `old`'s: fields `old` had first, in its
+/// order, then the new ones in their own order. Objects inside arrays are matched by
+/// position.
+fn keep_field_order(old: &Value, new: &mut Value) {
+    match (old, new) {
+        (Value::Object(old), Value::Object(new)) => {
+            let mut reordered = serde_json::Map::with_capacity(new.len());
+            for (name, old_value) in old {
+                if let Some(mut value) = new.shift_remove(name) {
+                    keep_field_order(old_value, &mut value);
+                    reordered.insert(name.clone(), value);
+                }
+            }
+            reordered.append(new);
+            *new = reordered;
+        }
+        (Value::Array(old), Value::Array(new)) => {
+            for (old, new) in old.iter().zip(new.iter_mut()) {
+                keep_field_order(old, new);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Parses one entry's raw text.
 pub(crate) fn parse_entry(raw: &RawValue) -> serde_json::Result<SessionEntry> {
     SessionEntry::from_json(raw.get())
@@ -219,6 +256,62 @@ mod tests {
         let entry = parse_entry(doc.get(key).unwrap()).unwrap();
         doc.set(key, &entry).unwrap();
         assert_eq!(String::from_utf8(doc.to_bytes()).unwrap(), OPENCLAW_FILE);
+    }
+
+    #[test]
+    fn a_changed_entry_keeps_its_field_order_at_every_level() {
+        // Field orders OpenClaw writes that differ from this crate's struct order.
+        let file = r#"{
+  "agent:main:main": {
+    "futureField": {
+      "z": 1,
+      "a": 2
+    },
+    "updatedAt": 1,
+    "deliveryContext": {
+      "to": "+1555",
+      "channel": "whatsapp"
+    },
+    "sessionFile": "/tmp/s.jsonl",
+    "sessionId": "s",
+    "skillsSnapshot": [
+      {
+        "name": "x",
+        "enabled": true
+      }
+    ]
+  }
+}"#;
+        type Case<'a> = (&'a str, fn(&mut SessionEntry), &'a str);
+        let cases: &[Case] = &[
+            ("nothing changed", |_| {}, file),
+            (
+                "a known field changed in place",
+                |e| e.updated_at = 2,
+                &file.replace("\"updatedAt\": 1", "\"updatedAt\": 2"),
+            ),
+            (
+                "a new field is appended",
+                |e| e.label = Some("inbox".into()),
+                &file.replace("\n  }\n}", ",\n    \"label\": \"inbox\"\n  }\n}"),
+            ),
+            (
+                "a removed field leaves the others in place",
+                |e| e.session_file = None,
+                &file.replace("\n    \"sessionFile\": \"/tmp/s.jsonl\",", ""),
+            ),
+        ];
+        for (name, change, expected) in cases {
+            let mut doc = Document::parse(file.as_bytes()).unwrap();
+            let mut entry = parse_entry(doc.get("agent:main:main").unwrap()).unwrap();
+            change(&mut entry);
+            doc.set("agent:main:main", &entry).unwrap();
+            assert_eq!(
+                String::from_utf8(doc.to_bytes()).unwrap(),
+                *expected,
+                "{name}"
+            );
+        }
     }
 
     #[test]

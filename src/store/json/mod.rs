@@ -21,7 +21,7 @@ use self::commit::{file_queue, Batch, FileQueue, QueueState, MAX_BATCH};
 use self::document::{parse_entry, Document};
 use self::io::{backup_path, lock_path, write_atomically, FileStamp, RealIo, StoreIo};
 use self::lock::{read_holder, Attempt, FileLock};
-use super::{ListFilter, Mutator, Revision, SessionStore, StoredSession};
+use super::{run_mutator, ListFilter, Mutator, Revision, SessionStore, StoredSession};
 use crate::error::{Error, LockHolder, Result};
 use crate::fsutil::blocking;
 use crate::key::{AgentId, SessionKey};
@@ -434,8 +434,7 @@ fn apply_change(
         }
         None => (None, None),
     };
-    let mut after = before.clone();
-    mutator(&mut after, revision)?;
+    let after = run_mutator(mutator, before.as_ref(), revision)?;
     if after == before {
         let stored = after.zip(revision).map(|(entry, revision)| StoredSession {
             key: key.clone(),

@@ -10,7 +10,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
 
 use super::sql::{self, decode, lock_id, log_records, LogColumns, SessionRow, SqlValue};
-use super::{ListFilter, Mutator, OpenMode, SessionStore, StoredSession};
+use super::{run_mutator, ListFilter, Mutator, OpenMode, SessionStore, StoredSession};
 use crate::error::{Error, Result};
 use crate::key::{AgentId, SessionKey};
 use crate::transcript::lines::{header_line, validate_transcript_name};

@@ -64,10 +64,14 @@ impl SessionStore for PostgresStore {
             Ok(current) => current,
             Err(error) => return Err(open.abandon(error).await),
         };
-        let mut slot = current.as_ref().map(|s| s.entry.clone());
-        if let Err(error) = mutator(&mut slot, current.as_ref().map(|s| s.revision)) {
-            return Err(open.abandon(error).await);
-        }
+        let slot = match run_mutator(
+            mutator,
+            current.as_ref().map(|s| &s.entry),
+            current.as_ref().map(|s| s.revision),
+        ) {
+            Ok(slot) => slot,
+            Err(error) => return Err(open.abandon(error).await),
+        };
         if slot.as_ref() == current.as_ref().map(|s| &s.entry) {
             return match open.client().batch_execute("COMMIT").await {
                 Ok(()) => {

@@ -12,7 +12,7 @@ use rusqlite::{
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use super::sql::{self, decode, log_records, LogColumns, SessionRow, SqlValue};
-use super::{Durability, ListFilter, Mutator, SessionStore, StoredSession};
+use super::{run_mutator, Durability, ListFilter, Mutator, SessionStore, StoredSession};
 use crate::error::{Error, Result};
 use crate::fsutil::{blocking, create_private_dir_all};
 use crate::key::{AgentId, SessionKey};

@@ -157,8 +157,11 @@ fn change(
     let current = row
         .map(|(revision, json)| decode(location, key.as_str(), revision, &json))
         .transpose()?;
-    let mut slot = current.as_ref().map(|s| s.entry.clone());
-    mutator(&mut slot, current.as_ref().map(|s| s.revision))?;
+    let slot = run_mutator(
+        mutator,
+        current.as_ref().map(|s| &s.entry),
+        current.as_ref().map(|s| s.revision),
+    )?;
     if slot.as_ref() == current.as_ref().map(|s| &s.entry) {
         return Ok(Change {
             current,
