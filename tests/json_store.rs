@@ -5,6 +5,7 @@ mod common;
 use std::fs;
 use std::time::{Duration, Instant, SystemTime};
 
+use agent_sessions::lifecycle::freshness::{ResetConfig, ResetSpec};
 use agent_sessions::prelude::*;
 use agent_sessions::{CorruptProblem, Error, JsonFileOptions};
 use indexmap::IndexMap;
@@ -512,4 +513,131 @@ async fn the_json_store_is_usable_as_a_trait_object() {
     let k = key("agent:main:main");
     store.put(&k, SessionEntry::new("s", 1)).await.unwrap();
     assert_eq!(store.count(&ListFilter::new()).await.unwrap(), 1);
+}
+
+/// A session OpenClaw filed under a legacy spelling of its key is continued, not
+/// restarted, when its next message arrives: the freshest spelling moves to the
+/// canonical key with every field, and the other spellings go — in one write.
+#[tokio::test]
+async fn legacy_keys_are_taken_over_by_their_canonical_key_when_used() {
+    // (agent, what the file holds as (key, sessionId, minutes since its last message),
+    // the message, the canonical key, the sessionId expected)
+    let cases: &[(&str, &[(&str, &str, u64)], InboundMessage, &str, &str)] = &[
+        (
+            "main",
+            &[("agent:main:telegram:dm:Bob", "legacy-bob", 5)],
+            InboundMessage::direct("telegram", "Bob", "hi"),
+            "agent:main:telegram:dm:bob",
+            "legacy-bob",
+        ),
+        (
+            "main",
+            &[
+                ("agent:main:telegram:dm:bob", "current", 5),
+                ("Agent:Main:Telegram:DM:Bob", "older", 9),
+            ],
+            InboundMessage::direct("telegram", "bob", "hi"),
+            "agent:main:telegram:dm:bob",
+            "current",
+        ),
+        (
+            "main",
+            &[("discord:group:123", "unscoped", 5)],
+            InboundMessage::group("discord", "123", "u1", "hi").mentioning_agent(),
+            "agent:main:discord:group:123",
+            "unscoped",
+        ),
+        (
+            "work",
+            &[("agent:main:discord:group:123", "filed-under-main", 5)],
+            InboundMessage::group("discord", "123", "u1", "hi")
+                .mentioning_agent()
+                .with_agent("work"),
+            "agent:work:discord:group:123",
+            "filed-under-main",
+        ),
+    ];
+    for (agent, file, message, canonical, expected_id) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let sessions = dir.path().join("agents").join(agent).join("sessions");
+        fs::create_dir_all(&sessions).unwrap();
+        let now = chrono::Utc::now().timestamp_millis() as u64;
+        let body: Vec<String> = file
+            .iter()
+            .map(|(k, id, minutes_ago)| {
+                format!(
+                    "\"{k}\": {{\"futureField\": {{\"keep\": true}}, \"sessionId\": \"{id}\", \"updatedAt\": {}}}",
+                    now - minutes_ago * 60_000
+                )
+            })
+            .collect();
+        let path = sessions.join("sessions.json");
+        fs::write(&path, format!("{{{}}}", body.join(","))).unwrap();
+        let manager = SessionManager::builder(store(dir.path()))
+            .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
+            .freshness(ResetConfig::default().reset(ResetSpec::idle(60)))
+            .build();
+
+        let resolution = manager.resolve(message).await.unwrap();
+        assert_eq!(resolution.key.as_str(), *canonical);
+        assert_eq!(
+            resolution.session.entry.session_id, *expected_id,
+            "{canonical}: continued"
+        );
+        assert_eq!(resolution.decision, Decision::Continue, "{canonical}");
+        assert_eq!(
+            resolution.session.entry.extra.get("futureField"),
+            Some(&serde_json::json!({"keep": true})),
+            "{canonical}: every field kept"
+        );
+        let written = raw_object(&fs::read_to_string(&path).unwrap());
+        assert_eq!(
+            written.keys().collect::<Vec<_>>(),
+            [canonical],
+            "{canonical}: the legacy spellings are gone"
+        );
+    }
+}
+
+/// Reading a canonical key finds a session still filed under a legacy spelling, and an
+/// entry under a legacy spelling that does not decode is never touched.
+#[tokio::test]
+async fn reads_find_legacy_spellings_and_undecodable_ones_stay() {
+    let dir = tempfile::tempdir().unwrap();
+    let sessions = dir.path().join("agents/main/sessions");
+    fs::create_dir_all(&sessions).unwrap();
+    let path = sessions.join("sessions.json");
+    fs::write(
+        &path,
+        r#"{"agent:main:dm:Ann": {"sessionId": "ann", "updatedAt": 1}, "agent:main:dm:Bob": {"sessionId": 5}}"#,
+    )
+    .unwrap();
+    let store = store(dir.path());
+    let ann = store.get(&key("agent:main:dm:ann")).await.unwrap().unwrap();
+    assert_eq!(
+        (ann.key.as_str(), ann.entry.session_id.as_str()),
+        ("agent:main:dm:ann", "ann")
+    );
+    assert!(store
+        .get(&key("agent:main:dm:bob"))
+        .await
+        .unwrap()
+        .is_none());
+    store
+        .update(&key("agent:main:dm:bob"), |slot| {
+            *slot = Some(SessionEntry::new("new-bob", 2))
+        })
+        .await
+        .unwrap();
+    let written = raw_object(&fs::read_to_string(&path).unwrap());
+    assert_eq!(
+        written["agent:main:dm:Bob"].get(),
+        r#"{"sessionId": 5}"#,
+        "left as it was"
+    );
+    assert_eq!(
+        written["agent:main:dm:Ann"].get(),
+        r#"{"sessionId": "ann", "updatedAt": 1}"#,
+        "not used yet"
+    );
 }

@@ -93,10 +93,11 @@ pub enum Finding {
         /// What is wrong.
         problem: String,
     },
-    /// An entry the store does not serve under its key — a legacy mixed-case key, a key
-    /// of another agent filed in this agent's store — or an agent directory whose name
-    /// is not an agent id: kept as it is, invisible to every session command and not
-    /// copied by a migration. Reported, never repaired: rename or move it by hand.
+    /// An entry the store does not serve under its key — a legacy spelling of a key
+    /// (taken over by the canonical key when that session is next used), a key of
+    /// another agent filed in this agent's store — or an agent directory whose name is
+    /// not an agent id: kept as it is, not listed and not copied by a migration.
+    /// Reported, never repaired: use the session, or rename or move it by hand.
     Unserved {
         /// The store file or directory.
         path: PathBuf,

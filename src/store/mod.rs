@@ -369,9 +369,11 @@ pub trait SessionStore: Send + Sync {
 
     /// What the store holds but cannot serve, each left exactly as it is: entries that
     /// do not decode, and (in OpenClaw's files) entries under keys this crate does not
-    /// serve — legacy mixed-case keys, keys filed in another agent's store — and agent
-    /// directories whose names are not agent ids. [`list`](Self::list) skips these;
-    /// whoever copies or checks a whole store (migration, `doctor`) must report them.
+    /// serve under their own key — legacy spellings (mixed case, no agent scope, filed
+    /// under `main` in another agent's file), which the canonical key takes over when
+    /// its session is next used, and keys of another agent — and agent directories
+    /// whose names are not agent ids. [`list`](Self::list) skips these; whoever copies
+    /// or checks a whole store (migration, `doctor`) must report them.
     ///
     /// The default is none: a store that can hold nothing it cannot read.
     async fn unreadable(&self) -> Result<Vec<UnreadableEntry>> {

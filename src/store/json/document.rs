@@ -5,6 +5,8 @@
 //! written by OpenClaw keeps its exact bytes except where this crate changed an entry,
 //! and a write costs one copy of the file rather than a re-serialisation of every entry.
 
+use std::sync::OnceLock;
+
 use indexmap::IndexMap;
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -17,6 +19,15 @@ use crate::error::CorruptProblem;
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Document {
     entries: IndexMap<String, Box<RawValue>>,
+    /// The keys not written as this crate writes keys ([`is_irregular`]), found on first
+    /// use and kept up to date after.
+    irregular: OnceLock<Vec<String>>,
+}
+
+/// Whether a raw key is not written the way this crate writes keys — with an upper-case
+/// letter, or without an `agent:` scope — and so may be a legacy spelling of one.
+fn is_irregular(key: &str) -> bool {
+    !key.starts_with("agent:") || key.bytes().any(|b| b.is_ascii_uppercase())
 }
 
 impl Document {
@@ -32,7 +43,10 @@ impl Document {
             valid_up_to: e.valid_up_to(),
         })?;
         match serde_json::from_str::<IndexMap<String, Box<RawValue>>>(text) {
-            Ok(entries) => Ok(Document { entries }),
+            Ok(entries) => Ok(Document {
+                entries,
+                irregular: OnceLock::new(),
+            }),
             // Any value is a valid RawValue, so a data error is about the top level.
             Err(error) if error.is_data() => Err(CorruptProblem::NotAnObject {
                 found: top_level_kind(text),
@@ -53,7 +67,10 @@ impl Document {
             .into_iter()
             .map(|(key, value)| Some((key, format_nested(&value).ok()?)))
             .collect::<Option<_>>()?;
-        Some(Document { entries })
+        Some(Document {
+            entries,
+            irregular: OnceLock::new(),
+        })
     }
 
     pub(crate) fn get(&self, key: &str) -> Option<&RawValue> {
@@ -78,6 +95,7 @@ impl Document {
                 index
             }
             None => {
+                self.note_new_key(key);
                 self.entries
                     .insert_full(key.to_owned(), format_nested(entry)?)
                     .0
@@ -86,13 +104,40 @@ impl Document {
         Ok(&*self.entries[index])
     }
 
-    /// Stores `raw` under `key` as it is (at the end if the key is new).
+    /// Stores `raw` under `key` as it is (in place if the key exists, else at the end).
     pub(crate) fn insert_raw(&mut self, key: &str, raw: &RawValue) {
+        if !self.entries.contains_key(key) {
+            self.note_new_key(key);
+        }
         self.entries.insert(key.to_owned(), raw.to_owned());
     }
 
     pub(crate) fn remove(&mut self, key: &str) {
-        self.entries.shift_remove(key);
+        if self.entries.shift_remove(key).is_some() {
+            if let Some(irregular) = self.irregular.get_mut() {
+                irregular.retain(|k| k != key);
+            }
+        }
+    }
+
+    /// The keys with an upper-case letter or without an `agent:` scope: the only ones
+    /// that can be legacy spellings of a key this crate writes.
+    pub(crate) fn irregular_keys(&self) -> &[String] {
+        self.irregular.get_or_init(|| {
+            self.entries
+                .keys()
+                .filter(|key| is_irregular(key))
+                .cloned()
+                .collect()
+        })
+    }
+
+    fn note_new_key(&mut self, key: &str) {
+        if let Some(irregular) = self.irregular.get_mut() {
+            if is_irregular(key) {
+                irregular.push(key.to_owned());
+            }
+        }
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &RawValue)> {

@@ -3,6 +3,7 @@
 mod commit;
 pub(crate) mod document;
 pub(crate) mod io;
+mod legacy;
 pub(crate) mod lock;
 
 #[cfg(test)]
@@ -178,6 +179,12 @@ impl JsonFileStore {
     /// [`JsonFileOptions::global_agent`]'s.
     pub fn store_path_for(&self, key: &SessionKey) -> PathBuf {
         self.store_path(&self.inner.agent_of(key))
+    }
+
+    /// Whether agent `main`'s sessions live in a file other than `path`, the file of
+    /// `key` (so `agent:main:<rest>` in it is a legacy spelling of `key`).
+    fn main_elsewhere(&self, key: &SessionKey, path: &Path) -> bool {
+        key.agent_id() != Some("main") && self.store_path(&AgentId::main()) != path
     }
 
     /// The agents that have a `sessions.json` under this root, sorted.
@@ -417,13 +424,23 @@ impl JsonFileStore {
 }
 
 /// Applies `mutator` to `key` in `document`; whether it changed anything.
+///
+/// A session filed under a legacy spelling of `key` is taken over first (see
+/// [`legacy`]): the mutator sees the freshest entry, which is written under `key`, and
+/// the legacy spellings are removed — in this same change, so a failing mutator leaves
+/// all of them as they were.
 fn apply_change(
     document: &mut Arc<Document>,
     key: &SessionKey,
     path: &Path,
+    main_elsewhere: bool,
     mutator: &mut Mutator<'_>,
 ) -> Result<(Option<StoredSession>, bool)> {
-    let (before, revision) = match document.get(key.as_str()) {
+    let adoption = legacy::adoption(document, key, main_elsewhere);
+    let source = adoption
+        .as_ref()
+        .map_or(key.as_str(), |a| a.source.as_str());
+    let (before, revision) = match document.get(source) {
         Some(raw) => {
             let entry = parse_entry(raw).map_err(|source| Error::InvalidEntry {
                 key: key.to_string(),
@@ -435,7 +452,7 @@ fn apply_change(
         None => (None, None),
     };
     let after = run_mutator(mutator, before.as_ref(), revision)?;
-    if after == before {
+    if after == before && adoption.is_none() {
         let stored = after.zip(revision).map(|(entry, revision)| StoredSession {
             key: key.clone(),
             entry,
@@ -444,7 +461,19 @@ fn apply_change(
         return Ok((stored, false));
     }
     let document = Arc::make_mut(document);
+    if let Some(adoption) = &adoption {
+        if adoption.source != key.as_str() {
+            if let Some(raw) = document.get(&adoption.source).map(ToOwned::to_owned) {
+                document.insert_raw(key.as_str(), &raw);
+            }
+        }
+        for legacy in &adoption.legacy {
+            document.remove(legacy);
+        }
+        tracing::info!(key = %key, from = %adoption.source, removed = ?adoption.legacy, path = %path.display(), "session under a legacy key taken over by its canonical key");
+    }
     let new_revision = match &after {
+        Some(_) if after == before => revision,
         Some(entry) => {
             let raw = document
                 .set(key.as_str(), entry)
@@ -576,7 +605,9 @@ impl Inner {
             for (key, raw) in document.iter() {
                 let problem = if self.served_key(&agent, key).is_none() {
                     "the key is not a canonical session key of this agent (a legacy \
-                     mixed-case key, another agent's key, or not a key at all)"
+                     spelling — mixed case, no agent scope, or filed under `main` — which \
+                     its canonical key takes over when that session is next used; \
+                     another agent's key; or not a key at all)"
                         .to_owned()
                 } else if let Err(error) = parse_entry(raw) {
                     format!("the entry does not decode: {error}")
@@ -724,8 +755,12 @@ impl SessionStore for JsonFileStore {
     async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
         let path = self.store_path_for(key);
         let document = self.load(&path).await?;
+        let adoption = legacy::adoption(&document, key, self.main_elsewhere(key, &path));
+        let source = adoption
+            .as_ref()
+            .map_or(key.as_str(), |a| a.source.as_str());
         document
-            .get(key.as_str())
+            .get(source)
             .map(|raw| {
                 let entry = parse_entry(raw).map_err(|source| Error::InvalidEntry {
                     key: key.to_string(),
@@ -756,7 +791,8 @@ impl SessionStore for JsonFileStore {
             state.open = Some(Batch::new(lock, document, read_stamp));
         }
         let batch = state.open.as_mut().expect("a batch is open");
-        let applied = apply_change(&mut batch.document, key, &path, mutator);
+        let main_elsewhere = self.main_elsewhere(key, &path);
+        let applied = apply_change(&mut batch.document, key, &path, main_elsewhere, mutator);
         let member = match &applied {
             Ok((_, true)) => {
                 batch.members += 1;
