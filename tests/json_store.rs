@@ -522,7 +522,14 @@ async fn the_json_store_is_usable_as_a_trait_object() {
 async fn legacy_keys_are_taken_over_by_their_canonical_key_when_used() {
     // (agent, what the file holds as (key, sessionId, minutes since its last message),
     // the message, the canonical key, the sessionId expected)
-    let cases: &[(&str, &[(&str, &str, u64)], InboundMessage, &str, &str)] = &[
+    type Case<'a> = (
+        &'a str,
+        &'a [(&'a str, &'a str, u64)],
+        InboundMessage,
+        &'a str,
+        &'a str,
+    );
+    let cases: &[Case] = &[
         (
             "main",
             &[("agent:main:telegram:dm:Bob", "legacy-bob", 5)],

@@ -104,7 +104,14 @@ mod tests {
     fn legacy_spellings_and_the_winner() {
         let work_group = "agent:work:discord:group:123";
         // (file, key used, main elsewhere, expected source, expected legacy keys)
-        let cases: &[(&[(&str, u64)], &str, bool, Option<&str>, &[&str])] = &[
+        type Case<'a> = (
+            &'a [(&'a str, u64)],
+            &'a str,
+            bool,
+            Option<&'a str>,
+            &'a [&'a str],
+        );
+        let cases: &[Case] = &[
             (
                 &[("agent:main:dm:bob", 1)],
                 "agent:main:dm:bob",
