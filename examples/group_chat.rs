@@ -75,15 +75,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         clock.advance(Duration::from_secs(60));
         let name = message.sender.name.as_deref().unwrap_or("?");
         println!("{name}: {}", message.body.replace('\n', " / "));
-        let resolution = manager.resolve(message).await?;
-        let turn = manager.prepare_turn(&resolution, message).await?;
-        let Some(seen) = turn.text else {
+        // Chatter is recorded (group metadata, route, history) without counting as
+        // activity; a message that addresses the bot is resolved and answered.
+        let activation = manager.record_chatter(message).await?;
+        if !activation.trigger {
             println!(
                 "  not addressed ({:?}): kept as group history\n",
-                turn.activation.reason
+                activation.reason
             );
             continue;
-        };
+        }
+        let resolution = manager.resolve(message).await?;
+        let turn = manager.prepare_turn(&resolution, message).await?;
+        let Some(seen) = turn.text else { continue };
         println!("  the model sees:");
         for line in seen.lines() {
             println!("  │ {line}");

@@ -30,12 +30,87 @@ pub struct TurnInput {
     pub history_key: Option<String>,
 }
 
+/// The group history key of a group message.
+fn history_key_of(message: &InboundMessage) -> Option<String> {
+    message
+        .group_resolution()
+        .map(|g| group_history_key(&g.channel, message.account_id.as_deref(), g.kind, &g.id))
+}
+
+/// How a sender is named in group history and envelopes.
+fn sender_name(message: &InboundMessage) -> String {
+    message
+        .sender
+        .name
+        .clone()
+        .or_else(|| message.sender.username.clone())
+        .or_else(|| sender_label(&message.sender))
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
 impl SessionManager {
     fn pipeline_options(&self, mark_owner_context: bool) -> PipelineOptions {
         PipelineOptions {
             mention_names: self.seams.triggers.mention_names.clone(),
             mark_owner_context,
         }
+    }
+
+    /// Takes a group message the agent does not answer, as OpenClaw does, without
+    /// counting it as activity: decides whether `message` runs the agent (under the
+    /// group's stored activation), and if not records its origin, group metadata and
+    /// route ([`record_inbound_meta`](Self::record_inbound_meta)) and keeps it in the
+    /// group's history for the next turn. Returns the decision; when it triggers,
+    /// nothing was recorded and the host goes on with [`resolve`](Self::resolve).
+    ///
+    /// ```
+    /// # use agent_sessions::prelude::*;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// let manager = SessionManager::new(MemoryStore::new());
+    /// let chatter = InboundMessage::group("slack", "C1", "U2", "lunch?");
+    /// assert!(!manager.record_chatter(&chatter).await?.trigger);
+    ///
+    /// let asked = InboundMessage::group("slack", "C1", "U3", "@bot where?").mentioning_agent();
+    /// assert!(manager.record_chatter(&asked).await?.trigger);
+    /// let resolution = manager.resolve(&asked).await?;
+    /// let seen = manager.prepare_turn(&resolution, &asked).await?.text.unwrap();
+    /// assert!(seen.contains("lunch?"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn record_chatter(&self, message: &InboundMessage) -> Result<ActivationDecision> {
+        self.record_chatter_admitted(message, &|_, _| Ok(())).await
+    }
+
+    pub(super) async fn record_chatter_admitted(
+        &self,
+        message: &InboundMessage,
+        admit: &super::Admission<'_>,
+    ) -> Result<ActivationDecision> {
+        let key = self.key_for(message)?;
+        let stored = self.seams.store.get(&key).await?;
+        let activation = stored.and_then(|s| s.entry.group_activation);
+        let decision = decide(message, activation.as_ref());
+        if !decision.trigger {
+            self.record_inbound_meta_admitted(message, admit).await?;
+            self.keep_as_history(message, &message.body).await?;
+        }
+        Ok(decision)
+    }
+
+    /// Appends a group message the agent does not answer to its group's history.
+    async fn keep_as_history(&self, message: &InboundMessage, body: &str) -> Result<()> {
+        let Some(key) = history_key_of(message) else {
+            return Ok(());
+        };
+        let entry = HistoryEntry {
+            sender: sender_name(message),
+            body: clean_text(message, body, &self.pipeline_options(false)),
+            timestamp: Some(to_millis(self.seams.clock.now())),
+            message_id: message.message_id.clone(),
+        };
+        self.seams.history.append(&key, entry).await
     }
 
     /// What the model sees for `message`, in the session `resolution` decided.
@@ -53,35 +128,18 @@ impl SessionManager {
         message: &InboundMessage,
     ) -> Result<TurnInput> {
         let activation = decide(message, resolution.entry().group_activation.as_ref());
-        let group = message.group_resolution();
-        let history_key = group
-            .as_ref()
-            .map(|g| group_history_key(&g.channel, message.account_id.as_deref(), g.kind, &g.id));
-        let now = self.seams.clock.now();
-        let sender = message
-            .sender
-            .name
-            .clone()
-            .or_else(|| message.sender.username.clone())
-            .or_else(|| sender_label(&message.sender))
-            .unwrap_or_else(|| "unknown".to_owned());
-
+        let history_key = history_key_of(message);
         if !activation.trigger {
-            if let Some(key) = &history_key {
-                let entry = HistoryEntry {
-                    sender,
-                    body: clean_text(message, &resolution.body, &self.pipeline_options(false)),
-                    timestamp: Some(to_millis(now)),
-                    message_id: message.message_id.clone(),
-                };
-                self.seams.history.append(key, entry).await?;
-            }
+            self.keep_as_history(message, &resolution.body).await?;
             return Ok(TurnInput {
                 activation,
                 text: None,
                 history_key,
             });
         }
+        let now = self.seams.clock.now();
+        let group = message.group_resolution();
+        let sender = sender_name(message);
 
         let body = model_body(
             message,

@@ -15,6 +15,7 @@ use super::{
     CompactionEvent, DeleteOptions, LogMessage, OverrideKind, Resolution, SessionManager,
     SessionOverride, TurnInput, TurnOutcome,
 };
+use crate::context::activation::ActivationDecision;
 use crate::context::delivery::DeliveryRoute;
 use crate::context::inbound::InboundMessage;
 use crate::context::reply::ReplyPayload;
@@ -193,6 +194,20 @@ impl<'a> ScopedManager<'a> {
         }
         self.manager
             .record_inbound_meta_admitted(message, &|key, entry| self.may_create(key, entry))
+            .await
+    }
+
+    /// [`SessionManager::record_chatter`] for a message the caller may post, on the same
+    /// terms as [`resolve`](Self::resolve).
+    pub async fn record_chatter(&self, message: &InboundMessage) -> Result<ActivationDecision> {
+        let key = self.manager.key_for(message)?;
+        if let Some(id) = self.caller.participant_id() {
+            if message.participant_id().as_deref() != Some(id) {
+                return Err(denied(&key, AccessDenial::NotParticipant));
+            }
+        }
+        self.manager
+            .record_chatter_admitted(message, &|key, entry| self.may_create(key, entry))
             .await
     }
 
