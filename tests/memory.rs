@@ -600,3 +600,68 @@ async fn a_failing_summarizer_leaves_the_turn_recorded() {
         .entry;
     assert_eq!((entry.turn_count, entry.context_summary), (Some(1), None));
 }
+
+/// The checkpoint of a session that ends (a reset or an expiry) runs on every backend:
+/// the replaced session is introspected and its working memory carries over.
+#[tokio::test]
+async fn the_new_session_checkpoint_runs_on_every_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut builders = vec![
+        (
+            "memory",
+            SessionManager::builder(MemoryStore::new())
+                .transcripts(agent_sessions::transcript::MemoryTranscriptStore::new()),
+        ),
+        (
+            "json",
+            SessionManager::connect(&format!("json:{}", dir.path().join("json").display()))
+                .await
+                .unwrap(),
+        ),
+        (
+            "sqlite",
+            SessionManager::connect(&format!("sqlite:{}", dir.path().join("s.db").display()))
+                .await
+                .unwrap(),
+        ),
+    ];
+    #[cfg(postgres_tests)]
+    let schema = common::TestSchema::new("new_session_checkpoint");
+    #[cfg(postgres_tests)]
+    builders.push((
+        "postgres",
+        SessionManager::connect(&schema.url()).await.unwrap(),
+    ));
+    for (backend, builder) in builders.drain(..) {
+        let introspector = RecordingIntrospector::default();
+        let manager = builder.introspector(introspector.clone()).build();
+        let first = manager.resolve(&dm("hi")).await.unwrap();
+        for text in ["one", "two"] {
+            manager
+                .transcripts()
+                .log_message(&first.key, LogMessage::inbound(text))
+                .await
+                .unwrap();
+        }
+        let next = manager.resolve(&dm("/new")).await.unwrap();
+        assert!(next.is_new(), "{backend}");
+        let seen = introspector.seen.lock().unwrap().clone();
+        assert_eq!(
+            seen,
+            [(
+                CheckpointReason::NewSession,
+                2,
+                first.session_id().to_owned()
+            )],
+            "{backend}: the session that ended is introspected once"
+        );
+        let fresh = manager.get(&next.key).await.unwrap().unwrap().entry;
+        assert_eq!(
+            fresh.working_memory.as_deref(),
+            Some("2 user messages reviewed"),
+            "{backend}: working memory carries over"
+        );
+    }
+    #[cfg(postgres_tests)]
+    schema.drop().await;
+}

@@ -577,9 +577,8 @@ impl SessionManager {
         let Some(old) = previous else {
             return Ok(updated);
         };
-        let had_transcript = old.session_file.is_some();
-        if self.seams.introspector.is_some() && self.seams.transcripts.is_some() && had_transcript {
-            let transcript = TranscriptRef::of(key, old, &self.settings.default_agent);
+        let transcript = TranscriptRef::of(key, old, &self.settings.default_agent);
+        if self.seams.introspector.is_some() && self.has_transcript(old, &transcript).await {
             match self
                 .introspect(key, &transcript, old, CheckpointReason::NewSession)
                 .await
@@ -597,6 +596,32 @@ impl SessionManager {
                 .await;
         }
         Ok(updated)
+    }
+
+    /// Whether the session `entry` wrote a transcript: a file store records its
+    /// `sessionFile`; the database stores keep transcripts by session id, so they are
+    /// asked.
+    async fn has_transcript(
+        &self,
+        entry: &crate::entry::SessionEntry,
+        transcript: &TranscriptRef,
+    ) -> bool {
+        let Some(transcripts) = self.seams.transcripts.as_deref() else {
+            return false;
+        };
+        if entry.session_file.is_some() {
+            return true;
+        }
+        match transcripts
+            .read(transcript, crate::transcript::Offset::START)
+            .await
+        {
+            Ok(read) => !read.events.is_empty(),
+            Err(error) => {
+                tracing::warn!(session_id = %entry.session_id, %error, "could not read the transcript of the session that ended");
+                false
+            }
+        }
     }
 
     /// The session id the drift gate fires for, if it is on and fires. Asked only when
