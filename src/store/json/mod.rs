@@ -4,6 +4,7 @@ mod commit;
 pub(crate) mod document;
 pub(crate) mod io;
 pub(crate) mod lock;
+mod template;
 
 #[cfg(test)]
 mod tests;
@@ -21,6 +22,7 @@ use self::commit::{file_queue, Batch, FileQueue, QueueState, MAX_BATCH};
 use self::document::{parse_entry, Document};
 use self::io::{backup_path, lock_path, write_atomically, FileStamp, RealIo, StoreIo};
 use self::lock::{read_holder, Attempt, FileLock};
+use self::template::AGENT_PLACEHOLDER;
 use super::{ListFilter, Mutator, Revision, SessionStore, StoredSession};
 use crate::error::{Error, LockHolder, Result};
 use crate::fsutil::blocking;
@@ -61,6 +63,26 @@ pub struct JsonFileOptions {
     /// The largest `sessions.json` (and `.bak`) read whole; a larger file is
     /// [`Error::FileTooLarge`], left untouched.
     pub max_file_bytes: u64,
+    /// Where each agent's store file is, as OpenClaw's `session.store` names it: a path
+    /// in which `{agentId}` stands for the agent id, a leading `~` for the home
+    /// directory, and a relative path is taken from the current directory. Without
+    /// `{agentId}` every agent shares one file. `None` (the default):
+    /// `<root>/agents/<agentId>/sessions/sessions.json`. Transcripts stay under the
+    /// root either way, as in OpenClaw.
+    ///
+    /// ```
+    /// use agent_sessions::{AgentId, JsonFileOptions, JsonFileStore};
+    ///
+    /// let options = JsonFileOptions {
+    ///     store_path: Some("/srv/bot/{agentId}/sessions.json".into()),
+    ///     ..JsonFileOptions::default()
+    /// };
+    /// let store = JsonFileStore::new_with("/srv/bot/state", options);
+    /// let ops = AgentId::new("ops")?;
+    /// assert_eq!(store.store_path(&ops), std::path::Path::new("/srv/bot/ops/sessions.json"));
+    /// # Ok::<(), agent_sessions::Error>(())
+    /// ```
+    pub store_path: Option<String>,
 }
 
 /// The largest store file read by default: 512 MiB, some 350,000 sessions of a
@@ -75,6 +97,7 @@ impl Default for JsonFileOptions {
             durability: Durability::default(),
             global_agent: AgentId::main(),
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+            store_path: None,
         }
     }
 }
@@ -120,6 +143,8 @@ pub struct JsonFileStore {
 #[derive(Debug)]
 struct Inner {
     root: PathBuf,
+    /// [`JsonFileOptions::store_path`], `~` expanded and made absolute.
+    store_template: Option<String>,
     options: JsonFileOptions,
     cache: Mutex<HashMap<PathBuf, Cached>>,
     io: Arc<dyn StoreIo>,
@@ -151,6 +176,16 @@ impl JsonFileStore {
         JsonFileStore {
             inner: Arc::new(Inner {
                 root: paths::state_root(root.as_ref()),
+                store_template: options
+                    .store_path
+                    .as_deref()
+                    .map(str::trim)
+                    .filter(|template| !template.is_empty())
+                    .map(|template| {
+                        paths::state_root(Path::new(template))
+                            .to_string_lossy()
+                            .into_owned()
+                    }),
                 options,
                 cache: Mutex::default(),
                 queues: Mutex::default(),
@@ -169,9 +204,9 @@ impl JsonFileStore {
         &self.inner.options
     }
 
-    /// The `sessions.json` of `agent`.
+    /// The `sessions.json` of `agent` (see [`JsonFileOptions::store_path`]).
     pub fn store_path(&self, agent: &AgentId) -> PathBuf {
-        paths::store_path(&self.inner.root, agent)
+        self.inner.store_path(agent)
     }
 
     /// The `sessions.json` that holds `key`: its agent's, or for `global`
@@ -180,7 +215,8 @@ impl JsonFileStore {
         self.store_path(&self.inner.agent_of(key))
     }
 
-    /// The agents that have a `sessions.json` under this root, sorted.
+    /// The agents that have a `sessions.json` under this root (or, with a
+    /// [`store_path`](JsonFileOptions::store_path), where it points), sorted.
     pub async fn agents(&self) -> Result<Vec<AgentId>> {
         let inner = self.inner.clone();
         blocking(&self.inner.root, move || inner.agents()).await
@@ -511,7 +547,18 @@ impl Inner {
         }
     }
 
+    /// The store file of `agent`.
+    fn store_path(&self, agent: &AgentId) -> PathBuf {
+        match &self.store_template {
+            Some(template) => PathBuf::from(template.replace(AGENT_PLACEHOLDER, agent.as_str())),
+            None => paths::store_path(&self.root, agent),
+        }
+    }
+
     fn agents(&self) -> Result<Vec<AgentId>> {
+        if let Some(template) = &self.store_template {
+            return self.templated_agents(template);
+        }
         let agents_dir = self.root.join("agents");
         let entries = match fs::read_dir(&agents_dir) {
             Ok(entries) => entries,
@@ -530,7 +577,7 @@ impl Inner {
             };
             // Anything at the store's path counts: a FIFO or a directory there is
             // reported when read, never silently skipped.
-            if fs::symlink_metadata(paths::store_path(&self.root, &agent)).is_ok() {
+            if fs::symlink_metadata(self.store_path(&agent)).is_ok() {
                 agents.push(agent);
             }
         }
@@ -541,6 +588,9 @@ impl Inner {
     /// What the tree holds but the store does not serve (see
     /// [`SessionStore::unreadable`]).
     fn unreadable(&self) -> Result<Vec<super::UnreadableEntry>> {
+        if self.store_template.is_some() {
+            return self.templated_unreadable();
+        }
         let agents_dir = self.root.join("agents");
         let entries = match fs::read_dir(&agents_dir) {
             Ok(entries) => entries,
@@ -569,7 +619,7 @@ impl Inner {
                 }
                 continue;
             };
-            let path = paths::store_path(&self.root, &agent);
+            let path = self.store_path(&agent);
             if fs::symlink_metadata(&path).is_err() {
                 continue;
             }
@@ -683,7 +733,7 @@ impl Inner {
 
     /// Every session of one store file that passes `filter`.
     fn scan(&self, agent: &AgentId, filter: &ListFilter) -> Result<Vec<StoredSession>> {
-        let path = paths::store_path(&self.root, agent);
+        let path = self.store_path(agent);
         let document = self.load(&path)?;
         let mut sessions = Vec::new();
         for (key, raw) in document.iter() {
@@ -811,7 +861,7 @@ impl SessionStore for JsonFileStore {
         blocking(&self.inner.root, move || {
             let mut count = 0;
             for agent in &agents {
-                let document = inner.load(&paths::store_path(&inner.root, agent))?;
+                let document = inner.load(&inner.store_path(agent))?;
                 count += document
                     .iter()
                     .filter(|(key, _)| inner.served_key(agent, key).is_some())
