@@ -177,6 +177,29 @@ async fn reset_settings_decide_when_a_session_goes_stale() {
             "2026-03-10T10:16:00Z",
             idle,
         ),
+        // With any resetByType (even empty), the legacy idleMinutes is an extra idle
+        // window on the daily default, not idle mode.
+        (
+            "{ session: { idleMinutes: 15, resetByType: {} } }",
+            dm("telegram"),
+            "2026-03-10T10:00:00Z",
+            "2026-03-10T10:14:00Z",
+            fresh,
+        ),
+        (
+            "{ session: { idleMinutes: 15, resetByType: {} } }",
+            dm("telegram"),
+            "2026-03-10T03:50:00Z",
+            "2026-03-10T04:00:00Z",
+            daily,
+        ),
+        (
+            "{ session: { idleMinutes: 15, resetByType: {} } }",
+            dm("telegram"),
+            "2026-03-10T10:00:00Z",
+            "2026-03-10T10:16:00Z",
+            idle,
+        ),
         // By type: groups idle after 10 minutes, DMs keep the daily default.
         (
             "{ session: { resetByType: { group: { mode: 'idle', idleMinutes: 10 } } } }",

@@ -284,6 +284,10 @@ impl Reader<'_> {
         };
         reset.reset = self.reset_spec("session.reset", session.get("reset"))?;
         if let Some(by_type) = self.object("session.resetByType", session.get("resetByType"))? {
+            // OpenClaw counts a `resetByType`, even an empty one, as an explicit reset
+            // setting, so the legacy idleMinutes no longer switches to idle mode: an
+            // empty default setting says the same.
+            reset.reset.get_or_insert_with(ResetSpec::default);
             ignore_unknown(
                 "session.resetByType",
                 by_type,
