@@ -10,6 +10,18 @@ use crate::store::DEFAULT_CACHE_TTL;
 /// `OPENCLAW_SESSION_CACHE_TTL_MS`; `0` turns the cache off).
 pub const CACHE_TTL_VAR: &str = "OPENCLAW_SESSION_CACHE_TTL_MS";
 
+/// The variables [`OpenClawEnv::process`] reads.
+pub const ENV_VARS: &[&str] = &[
+    "OPENCLAW_CONFIG_PATH",
+    "CLAWDBOT_CONFIG_PATH",
+    "OPENCLAW_STATE_DIR",
+    "CLAWDBOT_STATE_DIR",
+    "OPENCLAW_HOME",
+    "HOME",
+    "USERPROFILE",
+    CACHE_TTL_VAR,
+];
+
 /// A snapshot of the environment OpenClaw's configuration depends on: the variables
 /// (`OPENCLAW_CONFIG_PATH`, `OPENCLAW_STATE_DIR`, `OPENCLAW_SESSION_CACHE_TTL_MS`, …) and
 /// the home directory.
@@ -35,13 +47,13 @@ pub struct OpenClawEnv {
 }
 
 impl OpenClawEnv {
-    /// The process's environment.
+    /// The process's environment: the variables in [`ENV_VARS`] (nothing else is copied, so
+    /// no unrelated secret ends up in a `Debug` print).
     pub fn process() -> Self {
         OpenClawEnv {
-            vars: std::env::vars_os()
-                .filter_map(|(name, value)| {
-                    Some((name.into_string().ok()?, value.into_string().ok()?))
-                })
+            vars: ENV_VARS
+                .iter()
+                .filter_map(|name| Some((name.to_string(), std::env::var(name).ok()?)))
                 .collect(),
             platform_home: std::env::home_dir(),
         }
@@ -183,6 +195,19 @@ mod tests {
             };
             assert_eq!(env.cache_ttl(), *expected, "{value:?}");
         }
+    }
+
+    #[test]
+    fn the_process_snapshot_holds_only_openclaws_variables() {
+        // PATH (and whatever secrets the process has) is always set, never copied.
+        assert!(std::env::var_os("PATH").is_some());
+        let env = OpenClawEnv::process();
+        let unexpected: Vec<&String> = env
+            .vars
+            .keys()
+            .filter(|name| !ENV_VARS.contains(&name.as_str()))
+            .collect();
+        assert!(unexpected.is_empty(), "{unexpected:?}");
     }
 
     #[test]

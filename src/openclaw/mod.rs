@@ -54,7 +54,7 @@ use crate::lifecycle::freshness::{ResetConfig, Zone};
 use crate::lifecycle::triggers::DEFAULT_RESET_TRIGGERS;
 use crate::store::DEFAULT_CACHE_TTL;
 
-pub use env::{OpenClawEnv, CACHE_TTL_VAR};
+pub use env::{OpenClawEnv, CACHE_TTL_VAR, ENV_VARS};
 pub use locate::{OpenClawLocation, CONFIG_FILE_NAME, LEGACY_CONFIG_FILE_NAMES};
 
 /// The largest configuration file read (16 MiB); a larger one is [`Error::Config`].
