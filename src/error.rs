@@ -294,6 +294,32 @@ pub enum Error {
         problem: &'static str,
     },
 
+    /// An OpenClaw configuration (`openclaw.json`) cannot be used: it is not JSON5, or a
+    /// setting this crate reads holds a value OpenClaw would refuse too. `field` names
+    /// the setting (`session.dmScope`); it is `None` when the file as a whole is
+    /// unusable. Settings the crate does not read are never the cause.
+    ///
+    /// ```
+    /// use agent_sessions::openclaw::OpenClawConfig;
+    /// use agent_sessions::Error;
+    ///
+    /// let err = OpenClawConfig::from_json5_str("{ session: { dmScope: 'per-user' } }").unwrap_err();
+    /// assert!(matches!(&err, Error::Config { field: Some(field), .. } if field == "session.dmScope"));
+    /// assert!(err.to_string().contains(
+    ///     "session.dmScope: expected one of main, per-peer, per-channel-peer, per-account-channel-peer"
+    /// ));
+    /// ```
+    #[error("invalid OpenClaw config{}: {}{message}", ConfigFileHint(path.as_deref()), ConfigFieldHint(field.as_deref()))]
+    Config {
+        /// The file, when the configuration was read from one.
+        path: Option<PathBuf>,
+        /// The setting, as a path from the top of the file (`session.reset.mode`,
+        /// `session.sendPolicy.rules[1].action`).
+        field: Option<String>,
+        /// What is wrong, and what would be accepted.
+        message: String,
+    },
+
     /// The operation needs a part the manager was built without.
     #[error("this needs {what}")]
     NotConfigured {
@@ -617,6 +643,28 @@ impl fmt::Display for BackupHint<'_> {
         match self.0 {
             Some(path) => write!(f, "; a valid backup exists at {}", path.display()),
             None => f.write_str("; no valid backup exists"),
+        }
+    }
+}
+
+struct ConfigFileHint<'a>(Option<&'a Path>);
+
+impl fmt::Display for ConfigFileHint<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(path) => write!(f, " {}", path.display()),
+            None => Ok(()),
+        }
+    }
+}
+
+struct ConfigFieldHint<'a>(Option<&'a str>);
+
+impl fmt::Display for ConfigFieldHint<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(field) => write!(f, "{field}: "),
+            None => Ok(()),
         }
     }
 }

@@ -74,6 +74,7 @@ pub mod key;
 pub mod lifecycle;
 pub mod manager;
 pub mod memory;
+pub mod openclaw;
 pub mod paths;
 pub mod search;
 pub mod store;

@@ -79,6 +79,19 @@ impl ResetType {
 
 /// One reset setting as OpenClaw writes it: `{mode, atHour, idleMinutes}`, every field
 /// optional. Settings are merged field by field (see [`ResetConfig::policy`]).
+///
+/// Read as leniently as OpenClaw applies it: an `atHour` outside 0–23 is clamped, a
+/// fraction floored, and anything but a number means the default hour (4); an
+/// `idleMinutes` fraction is floored (see [`normalize_at_hour`] and
+/// [`normalize_idle_minutes`]). Each correction is logged as a warning.
+///
+/// ```
+/// use agent_sessions::lifecycle::freshness::ResetSpec;
+///
+/// let spec: ResetSpec = serde_json::from_str(r#"{"atHour": 30, "idleMinutes": 90.5}"#)?;
+/// assert_eq!((spec.at_hour, spec.idle_minutes), (Some(23), Some(90)));
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ResetSpec {
@@ -86,11 +99,93 @@ pub struct ResetSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<ResetMode>,
     /// The hour of the daily reset, 0–23 (larger values are clamped).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_at_hour"
+    )]
     pub at_hour: Option<u8>,
     /// The idle window in minutes; `0` means never expire by inactivity (OpenClaw 3.x).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_idle_minutes"
+    )]
     pub idle_minutes: Option<u32>,
+}
+
+/// An `atHour` value as OpenClaw's `normalizeAtHour` reads it: a number is floored and
+/// clamped to 0–23; anything else (a string, `true`, an object) is the default hour,
+/// [`DEFAULT_RESET_AT_HOUR`]. `null` is no value. A value that had to be corrected is
+/// logged as a warning.
+///
+/// ```
+/// use agent_sessions::lifecycle::freshness::normalize_at_hour;
+/// use serde_json::json;
+///
+/// assert_eq!(normalize_at_hour(&json!(-3)), Some(0));
+/// assert_eq!(normalize_at_hour(&json!(4.7)), Some(4));
+/// assert_eq!(normalize_at_hour(&json!(30)), Some(23));
+/// assert_eq!(normalize_at_hour(&json!("noon")), Some(4));
+/// assert_eq!(normalize_at_hour(&json!(null)), None);
+/// ```
+pub fn normalize_at_hour(value: &serde_json::Value) -> Option<u8> {
+    if value.is_null() {
+        return None;
+    }
+    let Some(number) = value.as_f64() else {
+        tracing::warn!(at_hour = %value, default = DEFAULT_RESET_AT_HOUR, "atHour is not a number; using the default hour");
+        return Some(DEFAULT_RESET_AT_HOUR);
+    };
+    let hour = number.floor().clamp(0.0, 23.0) as u8;
+    if f64::from(hour) != number {
+        tracing::warn!(at_hour = %value, used = hour, "atHour is not a whole hour from 0 to 23; floored and clamped");
+    }
+    Some(hour)
+}
+
+/// An `idleMinutes` value as OpenClaw reads it: a number is floored, a negative one
+/// becomes 1 (OpenClaw's `max(minutes, 1)`) and one beyond `u32::MAX` is clamped;
+/// `0` stays 0 (never expire). Anything else, `null` included, is no value. A value that
+/// had to be corrected is logged as a warning.
+///
+/// ```
+/// use agent_sessions::lifecycle::freshness::normalize_idle_minutes;
+/// use serde_json::json;
+///
+/// assert_eq!(normalize_idle_minutes(&json!(90.9)), Some(90));
+/// assert_eq!(normalize_idle_minutes(&json!(-5)), Some(1));
+/// assert_eq!(normalize_idle_minutes(&json!(0)), Some(0));
+/// assert_eq!(normalize_idle_minutes(&json!("an hour")), None);
+/// ```
+pub fn normalize_idle_minutes(value: &serde_json::Value) -> Option<u32> {
+    if value.is_null() {
+        return None;
+    }
+    let Some(number) = value.as_f64() else {
+        tracing::warn!(idle_minutes = %value, "idleMinutes is not a number; ignored");
+        return None;
+    };
+    let floored = number.floor();
+    let minutes = if floored < 0.0 {
+        1
+    } else {
+        floored.min(f64::from(u32::MAX)) as u32
+    };
+    if f64::from(minutes) != number {
+        tracing::warn!(idle_minutes = %value, used = minutes, "idleMinutes is not a whole number of minutes; corrected");
+    }
+    Some(minutes)
+}
+
+fn lenient_at_hour<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u8>, D::Error> {
+    serde_json::Value::deserialize(deserializer).map(|value| normalize_at_hour(&value))
+}
+
+fn lenient_idle_minutes<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<u32>, D::Error> {
+    serde_json::Value::deserialize(deserializer).map(|value| normalize_idle_minutes(&value))
 }
 
 impl ResetSpec {
@@ -253,8 +348,11 @@ pub struct ResetConfig {
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub reset_by_channel: BTreeMap<String, ResetSpec>,
     /// OpenClaw's legacy `session.idleMinutes`: idle mode when nothing else is set, an
-    /// extra idle window otherwise.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// extra idle window otherwise. Read as [`normalize_idle_minutes`] reads it.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_idle_minutes"
+    )]
     pub idle_minutes: Option<u32>,
     /// The zone of the daily reset hour.
     pub time_zone: Zone,
@@ -728,6 +826,59 @@ mod tests {
                 "case {index}: {config:?}"
             );
         }
+    }
+
+    #[test]
+    fn reset_specs_are_read_as_leniently_as_openclaw_applies_them() {
+        // (the JSON of a setting) → (atHour, idleMinutes) as read
+        let cases: &[(&str, Option<u8>, Option<u32>)] = &[
+            (r#"{}"#, None, None),
+            (r#"{"atHour": null, "idleMinutes": null}"#, None, None),
+            (r#"{"atHour": 0}"#, Some(0), None),
+            (r#"{"atHour": 23}"#, Some(23), None),
+            (r#"{"atHour": -3}"#, Some(0), None),
+            (r#"{"atHour": -0.5}"#, Some(0), None),
+            (r#"{"atHour": 4.7}"#, Some(4), None),
+            (r#"{"atHour": 23.99}"#, Some(23), None),
+            (r#"{"atHour": 30}"#, Some(23), None),
+            (r#"{"atHour": 1e300}"#, Some(23), None),
+            (r#"{"atHour": "5"}"#, Some(4), None),
+            (r#"{"atHour": true}"#, Some(4), None),
+            (r#"{"atHour": [5]}"#, Some(4), None),
+            (r#"{"idleMinutes": 30}"#, None, Some(30)),
+            (r#"{"idleMinutes": 90.9}"#, None, Some(90)),
+            (r#"{"idleMinutes": 0}"#, None, Some(0)),
+            (r#"{"idleMinutes": 0.5}"#, None, Some(0)),
+            (r#"{"idleMinutes": -5}"#, None, Some(1)),
+            (r#"{"idleMinutes": 1e12}"#, None, Some(u32::MAX)),
+            (r#"{"idleMinutes": "60"}"#, None, None),
+            (r#"{"idleMinutes": {}}"#, None, None),
+            (r#"{"atHour": 4.5, "idleMinutes": 45.5}"#, Some(4), Some(45)),
+        ];
+        for (json, at_hour, idle_minutes) in cases {
+            let spec: ResetSpec = serde_json::from_str(json).unwrap();
+            assert_eq!(
+                (spec.at_hour, spec.idle_minutes),
+                (*at_hour, *idle_minutes),
+                "{json}"
+            );
+        }
+        // The legacy top-level idleMinutes is read the same way.
+        for (json, idle_minutes) in [
+            (r#"{"idleMinutes": 45.5}"#, Some(45)),
+            (r#"{"idleMinutes": -1}"#, Some(1)),
+            (r#"{"idleMinutes": "soon"}"#, None),
+        ] {
+            let config: ResetConfig = serde_json::from_str(json).unwrap();
+            assert_eq!(config.idle_minutes, idle_minutes, "{json}");
+        }
+        // A whole config with a bad hour still loads, and resolves to the clamped hour.
+        let config: ResetConfig =
+            serde_json::from_str(r#"{"reset":{"mode":"daily","atHour":30}}"#).unwrap();
+        assert_eq!(
+            config.policy(ResetType::Direct, None).daily_at_hour,
+            Some(23)
+        );
     }
 
     #[test]

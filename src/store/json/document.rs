@@ -56,13 +56,7 @@ impl Document {
     }
 
     fn parse_json5(text: &str) -> Option<Self> {
-        // The JSON5 parser recurses once per level: a truncated or hostile file nested
-        // thousands deep would overflow the stack. Deeper than plain JSON's limit is
-        // not a hand-edited store.
-        if nesting_exceeds(text, MAX_JSON5_DEPTH) {
-            return None;
-        }
-        let values: IndexMap<String, Value> = json5::from_str(text).ok()?;
+        let values: IndexMap<String, Value> = parse_json5(text).ok()?;
         let entries = values
             .into_iter()
             .map(|(key, value)| Some((key, format_nested(&value).ok()?)))
@@ -173,6 +167,20 @@ impl Document {
         out.extend_from_slice(b"\n}");
         out
     }
+}
+
+/// Parses JSON5 (OpenClaw's hand-edited files: comments, trailing commas, unquoted keys,
+/// single quotes) into `T`. The error says what is wrong and where.
+pub(crate) fn parse_json5<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+    // The JSON5 parser recurses once per level: a truncated or hostile file nested
+    // thousands deep would overflow the stack. Deeper than plain JSON's limit is not a
+    // hand-edited file.
+    if nesting_exceeds(text, MAX_JSON5_DEPTH) {
+        return Err(format!(
+            "nested deeper than {MAX_JSON5_DEPTH} levels of arrays and objects"
+        ));
+    }
+    json5::from_str(text).map_err(|error| error.to_string())
 }
 
 /// The deepest nesting the JSON5 fallback parses: serde_json's own recursion limit.

@@ -5,6 +5,7 @@ pub(crate) mod document;
 pub(crate) mod io;
 mod legacy;
 pub(crate) mod lock;
+mod template;
 
 #[cfg(test)]
 mod tests;
@@ -22,6 +23,7 @@ use self::commit::{file_queue, Batch, FileQueue, QueueState, MAX_BATCH};
 use self::document::{parse_entry, Document};
 use self::io::{backup_path, lock_path, write_atomically, FileStamp, RealIo, StoreIo};
 use self::lock::{read_holder, Attempt, FileLock};
+use self::template::AGENT_PLACEHOLDER;
 use super::{run_mutator, ListFilter, Mutator, Revision, SessionStore, StoredSession};
 use crate::error::{Error, LockHolder, Result};
 use crate::fsutil::blocking;
@@ -62,6 +64,26 @@ pub struct JsonFileOptions {
     /// The largest `sessions.json` (and `.bak`) read whole; a larger file is
     /// [`Error::FileTooLarge`], left untouched.
     pub max_file_bytes: u64,
+    /// Where each agent's store file is, as OpenClaw's `session.store` names it: a path
+    /// in which `{agentId}` stands for the agent id, a leading `~` for the home
+    /// directory, and a relative path is taken from the current directory. Without
+    /// `{agentId}` every agent shares one file. `None` (the default):
+    /// `<root>/agents/<agentId>/sessions/sessions.json`. Transcripts stay under the
+    /// root either way, as in OpenClaw.
+    ///
+    /// ```
+    /// use agent_sessions::{AgentId, JsonFileOptions, JsonFileStore};
+    ///
+    /// let options = JsonFileOptions {
+    ///     store_path: Some("/srv/bot/{agentId}/sessions.json".into()),
+    ///     ..JsonFileOptions::default()
+    /// };
+    /// let store = JsonFileStore::new_with("/srv/bot/state", options);
+    /// let ops = AgentId::new("ops")?;
+    /// assert_eq!(store.store_path(&ops), std::path::Path::new("/srv/bot/ops/sessions.json"));
+    /// # Ok::<(), agent_sessions::Error>(())
+    /// ```
+    pub store_path: Option<String>,
 }
 
 /// The largest store file read by default: 512 MiB, some 350,000 sessions of a
@@ -76,6 +98,7 @@ impl Default for JsonFileOptions {
             durability: Durability::default(),
             global_agent: AgentId::main(),
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+            store_path: None,
         }
     }
 }
@@ -121,6 +144,8 @@ pub struct JsonFileStore {
 #[derive(Debug)]
 struct Inner {
     root: PathBuf,
+    /// [`JsonFileOptions::store_path`], `~` expanded and made absolute.
+    store_template: Option<String>,
     options: JsonFileOptions,
     cache: Mutex<HashMap<PathBuf, Cached>>,
     io: Arc<dyn StoreIo>,
@@ -152,6 +177,16 @@ impl JsonFileStore {
         JsonFileStore {
             inner: Arc::new(Inner {
                 root: paths::state_root(root.as_ref()),
+                store_template: options
+                    .store_path
+                    .as_deref()
+                    .map(str::trim)
+                    .filter(|template| !template.is_empty())
+                    .map(|template| {
+                        paths::state_root(Path::new(template))
+                            .to_string_lossy()
+                            .into_owned()
+                    }),
                 options,
                 cache: Mutex::default(),
                 queues: Mutex::default(),
@@ -170,9 +205,9 @@ impl JsonFileStore {
         &self.inner.options
     }
 
-    /// The `sessions.json` of `agent`.
+    /// The `sessions.json` of `agent` (see [`JsonFileOptions::store_path`]).
     pub fn store_path(&self, agent: &AgentId) -> PathBuf {
-        paths::store_path(&self.inner.root, agent)
+        self.inner.store_path(agent)
     }
 
     /// The `sessions.json` that holds `key`: its agent's, or for `global`
@@ -187,7 +222,8 @@ impl JsonFileStore {
         key.agent_id() != Some("main") && self.store_path(&AgentId::main()) != path
     }
 
-    /// The agents that have a `sessions.json` under this root, sorted.
+    /// The agents that have a `sessions.json` under this root (or, with a
+    /// [`store_path`](JsonFileOptions::store_path), where it points), sorted.
     pub async fn agents(&self) -> Result<Vec<AgentId>> {
         let inner = self.inner.clone();
         blocking(&self.inner.root, move || inner.agents()).await
@@ -539,7 +575,18 @@ impl Inner {
         }
     }
 
+    /// The store file of `agent`.
+    fn store_path(&self, agent: &AgentId) -> PathBuf {
+        match &self.store_template {
+            Some(template) => PathBuf::from(template.replace(AGENT_PLACEHOLDER, agent.as_str())),
+            None => paths::store_path(&self.root, agent),
+        }
+    }
+
     fn agents(&self) -> Result<Vec<AgentId>> {
+        if let Some(template) = &self.store_template {
+            return self.templated_agents(template);
+        }
         let agents_dir = self.root.join("agents");
         let entries = match fs::read_dir(&agents_dir) {
             Ok(entries) => entries,
@@ -558,7 +605,7 @@ impl Inner {
             };
             // Anything at the store's path counts: a FIFO or a directory there is
             // reported when read, never silently skipped.
-            if fs::symlink_metadata(paths::store_path(&self.root, &agent)).is_ok() {
+            if fs::symlink_metadata(self.store_path(&agent)).is_ok() {
                 agents.push(agent);
             }
         }
@@ -569,6 +616,9 @@ impl Inner {
     /// What the tree holds but the store does not serve (see
     /// [`SessionStore::unreadable`]).
     fn unreadable(&self) -> Result<Vec<super::UnreadableEntry>> {
+        if self.store_template.is_some() {
+            return self.templated_unreadable();
+        }
         let agents_dir = self.root.join("agents");
         let entries = match fs::read_dir(&agents_dir) {
             Ok(entries) => entries,
@@ -597,7 +647,7 @@ impl Inner {
                 }
                 continue;
             };
-            let path = paths::store_path(&self.root, &agent);
+            let path = self.store_path(&agent);
             if fs::symlink_metadata(&path).is_err() {
                 continue;
             }
@@ -713,7 +763,7 @@ impl Inner {
 
     /// Every session of one store file that passes `filter`.
     fn scan(&self, agent: &AgentId, filter: &ListFilter) -> Result<Vec<StoredSession>> {
-        let path = paths::store_path(&self.root, agent);
+        let path = self.store_path(agent);
         let document = self.load(&path)?;
         let mut sessions = Vec::new();
         for (key, raw) in document.iter() {
@@ -846,7 +896,7 @@ impl SessionStore for JsonFileStore {
         blocking(&self.inner.root, move || {
             let mut count = 0;
             for agent in &agents {
-                let document = inner.load(&paths::store_path(&inner.root, agent))?;
+                let document = inner.load(&inner.store_path(agent))?;
                 count += document
                     .iter()
                     .filter(|(key, _)| inner.served_key(agent, key).is_some())
