@@ -295,3 +295,41 @@ async fn reply_payloads_go_through_the_pipeline() {
     assert_eq!(sent[0].reply_to_id.as_deref(), Some("m-77"));
     assert_eq!(sent[0].media_urls, ["https://cdn.example.com/report.pdf"]);
 }
+
+#[tokio::test]
+async fn a_host_silence_token_is_honoured_by_finish_turn() {
+    let clock = ManualClock::new(at("2026-01-13T07:47:00Z"));
+    let message = InboundMessage::direct("telegram", "42", "thanks!");
+    // (configured token, model output) → what is sent
+    let cases: &[(Option<&str>, &str, Option<&str>)] = &[
+        (None, "NO_REPLY", None),
+        (None, "**NO_REPLY**", None),
+        (None, "Done. _NO_REPLY_", Some("Done.")),
+        (None, "see you.NO_REPLY", Some("see you.NO_REPLY")),
+        (Some("SKIP"), "SKIP", None),
+        (Some("SKIP"), "Noted. **SKIP**", Some("Noted.")),
+        (Some("SKIP"), "<SKIP>", None),
+        (Some("SKIP"), "<NO_REPLY>", None),
+        (Some("SKIP"), "NO_REPLY", Some("NO_REPLY")),
+        (Some("   "), "NO_REPLY", None),
+    ];
+    for (token, output, expected) in cases {
+        let mut builder = SessionManager::builder(MemoryStore::new()).clock(clock.clone());
+        if let Some(token) = token {
+            builder = builder.silent_reply_token(*token);
+        }
+        let manager = builder.build();
+        let resolution = manager.resolve(&message).await.unwrap();
+        let sent = manager
+            .finish_turn(
+                &resolution,
+                &message,
+                vec![ReplyPayload::text(*output)],
+                vec![],
+            )
+            .await
+            .unwrap();
+        let text = sent.first().and_then(|p| p.text.as_deref());
+        assert_eq!(text, *expected, "{token:?} {output:?}");
+    }
+}
