@@ -29,6 +29,7 @@
 mod builder;
 pub(crate) use builder::key_segment;
 mod group;
+mod legacy;
 mod normalize;
 
 use std::fmt;
@@ -42,6 +43,7 @@ pub use builder::{
     Conversation, DefaultKeyBuilder, DmMarker, DmScope, IdentityLinks, KeyBuilder, SessionScope,
 };
 pub use group::{resolve_group, GroupResolution};
+pub use legacy::legacy_request_key;
 pub use normalize::{
     group_display_name, is_valid_id, normalize_account_id, normalize_agent_id, normalize_channel,
     normalize_chat_type, normalize_e164, normalize_group_label, normalize_main_key,
