@@ -221,7 +221,8 @@ impl SessionManagerBuilder {
     }
 
     /// Where group history is kept (default: [`MemoryHistory`], 50 entries per group,
-    /// 1,000 groups).
+    /// 1,000 groups). Pass an `Arc<MemoryHistory>` and keep a clone to change its limit
+    /// at run time ([`MemoryHistory::set_limit`]).
     pub fn history(mut self, history: impl HistoryBuffer + 'static) -> Self {
         self.manager.seams.history = Arc::new(history);
         self
