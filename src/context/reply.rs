@@ -246,7 +246,8 @@ pub fn strip_silence(text: &str) -> Option<String> {
 
 /// [`strip_silence`] with a host's own silence token (OpenClaw lets a host configure
 /// one): the bare `token` at either end, and `<token>` anywhere as well as
-/// `<NO_REPLY>` and `<EMPTY_RESPONSE>`. A blank `token` means `NO_REPLY`.
+/// `<NO_REPLY>` and `<EMPTY_RESPONSE>`. A blank `token` means `NO_REPLY`; a token is
+/// one word (bare tokens are found word by word, so one with a space never is).
 ///
 /// ```
 /// use agent_sessions::context::reply::strip_silence_token;
