@@ -511,6 +511,10 @@ pub enum KeyProblem {
     EmptySegment,
     /// The key is neither `global` nor `agent:<agentId>:<rest>`.
     NotAgentScoped,
+    /// The key starts with `agent:` but lacks the agent id or the rest after it
+    /// (`agent:main`, `agent:`): OpenClaw's `malformed_agent` shape, as opposed to a
+    /// key with no agent scope at all ([`KeyProblem::NotAgentScoped`]).
+    MalformedAgentKey,
     /// The agent id inside the key is not a valid agent id.
     InvalidAgentId,
 }
@@ -524,6 +528,9 @@ impl fmt::Display for KeyProblem {
             KeyProblem::EmptySegment => "the key has an empty `:` segment",
             KeyProblem::NotAgentScoped => {
                 "a key is `global` or `agent:<agentId>:<rest>` (use SessionKey::for_agent for request keys)"
+            }
+            KeyProblem::MalformedAgentKey => {
+                "the key starts with `agent:` but has no agent id or nothing after it; write `agent:<agentId>:<rest>` (the agent's main session is `agent:<agentId>:main`)"
             }
             KeyProblem::InvalidAgentId => {
                 "the agent id must be 1-64 characters of [a-z0-9_-], not starting with `-`"

@@ -295,3 +295,92 @@ async fn reply_payloads_go_through_the_pipeline() {
     assert_eq!(sent[0].reply_to_id.as_deref(), Some("m-77"));
     assert_eq!(sent[0].media_urls, ["https://cdn.example.com/report.pdf"]);
 }
+
+#[tokio::test]
+async fn a_host_silence_token_is_honoured_by_finish_turn() {
+    let clock = ManualClock::new(at("2026-01-13T07:47:00Z"));
+    let message = InboundMessage::direct("telegram", "42", "thanks!");
+    // (configured token, model output) → what is sent
+    let cases: &[(Option<&str>, &str, Option<&str>)] = &[
+        (None, "NO_REPLY", None),
+        (None, "**NO_REPLY**", None),
+        (None, "Done. _NO_REPLY_", Some("Done.")),
+        (None, "see you.NO_REPLY", Some("see you.NO_REPLY")),
+        (Some("SKIP"), "SKIP", None),
+        (Some("SKIP"), "Noted. **SKIP**", Some("Noted.")),
+        (Some("SKIP"), "<SKIP>", None),
+        (Some("SKIP"), "<NO_REPLY>", None),
+        (Some("SKIP"), "NO_REPLY", Some("NO_REPLY")),
+        (Some("   "), "NO_REPLY", None),
+    ];
+    for (token, output, expected) in cases {
+        let mut builder = SessionManager::builder(MemoryStore::new()).clock(clock.clone());
+        if let Some(token) = token {
+            builder = builder.silent_reply_token(*token);
+        }
+        let manager = builder.build();
+        let resolution = manager.resolve(&message).await.unwrap();
+        let sent = manager
+            .finish_turn(
+                &resolution,
+                &message,
+                vec![ReplyPayload::text(*output)],
+                vec![],
+            )
+            .await
+            .unwrap();
+        let text = sent.first().and_then(|p| p.text.as_deref());
+        assert_eq!(text, *expected, "{token:?} {output:?}");
+    }
+}
+
+#[tokio::test]
+async fn bare_key_prefixes_from_openclaw_configs_reach_agent_scoped_sessions() {
+    let clock = ManualClock::new(at("2026-01-13T07:47:00Z"));
+    let policy: SendPolicyConfig = serde_json::from_str(
+        r#"{"rules":[{"match":{"keyPrefix":"cron:"},"action":"deny"},
+                     {"match":{"keyPrefix":"discord:group:"},"action":"deny"}]}"#,
+    )
+    .unwrap();
+    let manager = SessionManager::builder(MemoryStore::new())
+        .clock(clock)
+        .send_policy(policy)
+        .build();
+    // (message, session key it lands in, replies sent)
+    let cases = [
+        (
+            InboundMessage::direct("webchat", "ops", "run").with_session_key("cron:nightly"),
+            "agent:main:cron:nightly",
+            0,
+        ),
+        (
+            InboundMessage::group("discord", "123", "u1", "hi").mentioning_agent(),
+            "agent:main:discord:group:123",
+            0,
+        ),
+        (
+            InboundMessage::group("slack", "c1", "u1", "hi").mentioning_agent(),
+            "agent:main:slack:group:c1",
+            1,
+        ),
+        (
+            InboundMessage::direct("telegram", "42", "hi"),
+            "agent:main:main",
+            1,
+        ),
+    ];
+    for (message, key, replies) in cases {
+        let resolution = manager.resolve(&message).await.unwrap();
+        assert_eq!(resolution.key.as_str(), key);
+        let sent = manager
+            .finish_turn(
+                &resolution,
+                &message,
+                vec![ReplyPayload::text("ok")],
+                vec![],
+            )
+            .await
+            .unwrap();
+        assert_eq!(sent.len(), replies, "{key}");
+    }
+}

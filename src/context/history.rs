@@ -19,7 +19,7 @@
 //! the least recently used dropped first — memory stays bounded whatever the traffic.
 
 use std::collections::VecDeque;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -63,6 +63,23 @@ pub trait HistoryBuffer: Send + Sync {
     async fn clear(&self, key: &str) -> Result<()>;
 }
 
+/// An `Arc` of a history buffer is a history buffer: a host keeps one handle (to change
+/// a [`MemoryHistory`]'s limit at run time) and gives the manager another.
+#[async_trait]
+impl<T: HistoryBuffer + ?Sized> HistoryBuffer for Arc<T> {
+    async fn append(&self, key: &str, entry: HistoryEntry) -> Result<()> {
+        (**self).append(key, entry).await
+    }
+
+    async fn entries(&self, key: &str) -> Result<Vec<HistoryEntry>> {
+        (**self).entries(key).await
+    }
+
+    async fn clear(&self, key: &str) -> Result<()> {
+        (**self).clear(key).await
+    }
+}
+
 /// The in-memory [`HistoryBuffer`]: a FIFO per group, LRU over groups.
 ///
 /// ```
@@ -81,11 +98,21 @@ pub trait HistoryBuffer: Send + Sync {
 /// # Ok(())
 /// # }
 /// ```
+///
+/// The per-group limit can change while the buffer is in use, as OpenClaw applies a
+/// reloaded `historyLimit`: see [`MemoryHistory::set_limit`].
 #[derive(Debug)]
 pub struct MemoryHistory {
-    limit: usize,
     max_keys: usize,
-    groups: Mutex<IndexMap<String, VecDeque<HistoryEntry>>>,
+    state: Mutex<HistoryState>,
+}
+
+/// The limit and the groups, under one lock: an append never sees a limit that is
+/// being changed half-way.
+#[derive(Debug)]
+struct HistoryState {
+    limit: usize,
+    groups: IndexMap<String, VecDeque<HistoryEntry>>,
 }
 
 impl Default for MemoryHistory {
@@ -98,58 +125,110 @@ impl MemoryHistory {
     /// At most `limit` entries per group (0 keeps nothing) and `max_keys` groups.
     pub fn new(limit: usize, max_keys: usize) -> Self {
         MemoryHistory {
-            limit,
             max_keys: max_keys.max(1),
-            groups: Mutex::default(),
+            state: Mutex::new(HistoryState {
+                limit,
+                groups: IndexMap::new(),
+            }),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, HistoryState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How many entries a group keeps now.
+    pub fn limit(&self) -> usize {
+        self.state().limit
+    }
+
+    /// Changes how many entries a group keeps, at run time and safely beside appends
+    /// from other tasks: `Some(n)` keeps the `n` most recent (`Some(0)` turns group
+    /// history off), `None` goes back to [`DEFAULT_GROUP_HISTORY_LIMIT`] — OpenClaw's
+    /// behaviour when a reloaded config sets, or no longer sets, `historyLimit`. Groups
+    /// holding more than the new limit lose their oldest entries at once; with a limit
+    /// of 0 every group is forgotten.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use agent_sessions::context::history::{HistoryBuffer, HistoryEntry, MemoryHistory, DEFAULT_GROUP_HISTORY_LIMIT};
+    /// use agent_sessions::prelude::*;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// let history = Arc::new(MemoryHistory::default());
+    /// let manager = SessionManager::builder(MemoryStore::new()).history(Arc::clone(&history)).build();
+    /// for body in ["a", "b", "c"] {
+    ///     let entry = HistoryEntry { sender: "Bob".into(), body: body.into(), timestamp: None, message_id: None };
+    ///     history.append("slack:default:channel:c1", entry).await?;
+    /// }
+    ///
+    /// history.set_limit(Some(1)); // config reloaded with historyLimit: 1
+    /// assert_eq!(history.entries("slack:default:channel:c1").await?.len(), 1);
+    /// history.set_limit(None); // historyLimit removed again
+    /// assert_eq!(history.limit(), DEFAULT_GROUP_HISTORY_LIMIT);
+    /// # drop(manager);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn set_limit(&self, limit: Option<usize>) {
+        let mut state = self.state();
+        let limit = limit.unwrap_or(DEFAULT_GROUP_HISTORY_LIMIT);
+        state.limit = limit;
+        if limit == 0 {
+            state.groups.clear();
+            return;
+        }
+        for entries in state.groups.values_mut() {
+            while entries.len() > limit {
+                entries.pop_front();
+            }
         }
     }
 
     /// How many groups have history.
     pub fn groups(&self) -> usize {
-        self.groups
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.state().groups.len()
     }
 
     /// Total entries held, over all groups.
     pub fn total_entries(&self) -> usize {
-        let groups = self.groups.lock().unwrap_or_else(PoisonError::into_inner);
-        groups.values().map(VecDeque::len).sum()
+        self.state().groups.values().map(VecDeque::len).sum()
     }
 }
 
 #[async_trait]
 impl HistoryBuffer for MemoryHistory {
     async fn append(&self, key: &str, entry: HistoryEntry) -> Result<()> {
-        if self.limit == 0 {
+        let mut state = self.state();
+        let limit = state.limit;
+        if limit == 0 {
             return Ok(());
         }
-        let mut groups = self.groups.lock().unwrap_or_else(PoisonError::into_inner);
         // Re-insert at the end: the most recently used group is last.
-        let mut entries = groups.shift_remove(key).unwrap_or_default();
+        let mut entries = state.groups.shift_remove(key).unwrap_or_default();
         entries.push_back(entry);
-        while entries.len() > self.limit {
+        while entries.len() > limit {
             entries.pop_front();
         }
-        groups.insert(key.to_owned(), entries);
-        while groups.len() > self.max_keys {
-            groups.shift_remove_index(0);
+        state.groups.insert(key.to_owned(), entries);
+        while state.groups.len() > self.max_keys {
+            state.groups.shift_remove_index(0);
         }
         Ok(())
     }
 
     async fn entries(&self, key: &str) -> Result<Vec<HistoryEntry>> {
-        let groups = self.groups.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(groups
+        Ok(self
+            .state()
+            .groups
             .get(key)
             .map(|entries| entries.iter().cloned().collect())
             .unwrap_or_default())
     }
 
     async fn clear(&self, key: &str) -> Result<()> {
-        let mut groups = self.groups.lock().unwrap_or_else(PoisonError::into_inner);
-        groups.shift_remove(key);
+        self.state().groups.shift_remove(key);
         Ok(())
     }
 }
@@ -293,6 +372,152 @@ mod tests {
         history.append("a", entry("1")).await.unwrap();
         history.clear("a").await.unwrap();
         assert!(history.entries("a").await.unwrap().is_empty());
+    }
+
+    /// One step of [`the_limit_changes_at_run_time`].
+    #[derive(Debug, Clone, Copy)]
+    enum Step {
+        Append(&'static str, &'static str),
+        SetLimit(Option<usize>),
+    }
+
+    #[tokio::test]
+    async fn the_limit_changes_at_run_time() {
+        use Step::{Append, SetLimit};
+        // steps → (limit, entries of group "a", entries of group "b")
+        type Case = (
+            &'static [Step],
+            usize,
+            &'static [&'static str],
+            &'static [&'static str],
+        );
+        let cases: &[Case] = &[
+            (
+                &[Append("a", "1"), Append("a", "2"), Append("a", "3")],
+                3,
+                &["1", "2", "3"],
+                &[],
+            ),
+            // Lowering the limit trims every group at once, oldest first.
+            (
+                &[
+                    Append("a", "1"),
+                    Append("a", "2"),
+                    Append("a", "3"),
+                    Append("b", "x"),
+                    SetLimit(Some(2)),
+                ],
+                2,
+                &["2", "3"],
+                &["x"],
+            ),
+            // Raising it keeps what is there and lets groups grow.
+            (
+                &[
+                    SetLimit(Some(1)),
+                    Append("a", "1"),
+                    Append("a", "2"),
+                    SetLimit(Some(5)),
+                    Append("a", "3"),
+                ],
+                5,
+                &["2", "3"],
+                &[],
+            ),
+            // 0 turns history off: everything is forgotten, nothing is kept.
+            (
+                &[
+                    Append("a", "1"),
+                    Append("b", "x"),
+                    SetLimit(Some(0)),
+                    Append("a", "2"),
+                ],
+                0,
+                &[],
+                &[],
+            ),
+            // Cleared: back to the default, history on again.
+            (
+                &[
+                    SetLimit(Some(0)),
+                    Append("a", "1"),
+                    SetLimit(None),
+                    Append("a", "2"),
+                ],
+                DEFAULT_GROUP_HISTORY_LIMIT,
+                &["2"],
+                &[],
+            ),
+            (
+                &[SetLimit(Some(1)), SetLimit(None)],
+                DEFAULT_GROUP_HISTORY_LIMIT,
+                &[],
+                &[],
+            ),
+        ];
+        for (steps, limit, a, b) in cases {
+            let history = MemoryHistory::new(3, 10);
+            for step in *steps {
+                match *step {
+                    Append(key, body) => history.append(key, entry(body)).await.unwrap(),
+                    SetLimit(limit) => history.set_limit(limit),
+                }
+            }
+            let bodies = |entries: Vec<HistoryEntry>| -> Vec<String> {
+                entries.into_iter().map(|e| e.body).collect()
+            };
+            assert_eq!(history.limit(), *limit, "{steps:?}");
+            assert_eq!(bodies(history.entries("a").await.unwrap()), *a, "{steps:?}");
+            assert_eq!(bodies(history.entries("b").await.unwrap()), *b, "{steps:?}");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn limit_changes_are_safe_beside_concurrent_appends() {
+        let history = Arc::new(MemoryHistory::new(50, 100));
+        let writers: Vec<_> = (0..4)
+            .map(|writer| {
+                let history = Arc::clone(&history);
+                tokio::spawn(async move {
+                    for n in 0..500 {
+                        let key = format!("g{}", n % 8);
+                        history
+                            .append(&key, entry(&format!("{writer}-{n}")))
+                            .await
+                            .unwrap();
+                        let held = history.entries(&key).await.unwrap().len();
+                        assert!(held <= 50, "never more than the largest limit: {held}");
+                    }
+                })
+            })
+            .collect();
+        // Only this task changes the limit, so from the moment it is set until the next
+        // change no group may hold more, whatever the writers do meanwhile.
+        let limits = [Some(5), Some(0), None, Some(1), Some(20)];
+        let mut round = 0;
+        while round < 200 || !writers.iter().all(|w| w.is_finished()) {
+            round += 1;
+            let limit = limits[round % limits.len()];
+            history.set_limit(limit);
+            let limit = limit.unwrap_or(DEFAULT_GROUP_HISTORY_LIMIT);
+            for group in 0..8 {
+                let held = history.entries(&format!("g{group}")).await.unwrap().len();
+                assert!(
+                    held <= limit,
+                    "round {round}: g{group} holds {held} > {limit}"
+                );
+            }
+            tokio::task::yield_now().await;
+        }
+        for writer in writers {
+            writer.await.unwrap();
+        }
+        history.set_limit(Some(3));
+        for group in 0..8 {
+            let held = history.entries(&format!("g{group}")).await.unwrap();
+            assert!(held.len() <= 3, "g{group}: {}", held.len());
+        }
+        assert!(history.total_entries() <= 8 * 3);
     }
 
     #[test]

@@ -6,11 +6,13 @@
 //! * [`history`] — the bounded history of group chatter the agent did not answer.
 //! * [`prompt`] — a system prompt from sections (the person, the summary, the workspace).
 //! * [`reply`] — reply directives and silence markers in what the model wrote.
+//! * [`heartbeat`] — the decisions around a heartbeat run (is `HEARTBEAT.md` empty?).
 //! * [`send_policy`] — whether a reply may be sent on a session at all.
 //! * [`delivery`] — where replies go: the session's delivery route.
 
 pub mod activation;
 pub mod delivery;
+pub mod heartbeat;
 pub mod history;
 pub mod inbound;
 pub mod prompt;

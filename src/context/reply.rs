@@ -86,7 +86,20 @@ pub struct HeartbeatStrip {
 
 /// Removes `HEARTBEAT_OK` from the start and end of a reply (OpenClaw's
 /// `stripHeartbeatToken`); a token in the middle is left alone. Markup around the token
-/// (`**HEARTBEAT_OK**`, HTML tags, `&nbsp;`) is looked through.
+/// (`**HEARTBEAT_OK**`, HTML tags, `&nbsp;`) is looked through, and the emphasis around
+/// a stripped token goes with it (OpenClaw leaves a stray `**` in
+/// `**HEARTBEAT_OK** all quiet`). In [`HeartbeatMode::Heartbeat`] a remainder of at most
+/// `max_ack_chars` characters (Unicode scalar values; OpenClaw counts UTF-16 units) is
+/// an acknowledgement, not a message.
+///
+/// ```
+/// use agent_sessions::context::reply::{strip_heartbeat_token, HeartbeatMode};
+///
+/// let message = strip_heartbeat_token("All good. **HEARTBEAT_OK**", HeartbeatMode::Message, 300);
+/// assert_eq!((message.text.as_str(), message.should_skip), ("All good.", false));
+/// let ack = strip_heartbeat_token("HEARTBEAT_OK nothing new", HeartbeatMode::Heartbeat, 300);
+/// assert!(ack.should_skip);
+/// ```
 pub fn strip_heartbeat_token(
     raw: &str,
     mode: HeartbeatMode,
@@ -109,7 +122,9 @@ pub fn strip_heartbeat_token(
         };
     }
     let (mut remainder, mut stripped) = strip_token_edges(trimmed);
-    if !stripped || remainder.is_empty() {
+    // A remainder that is only markup (`&nbsp;` of `&nbsp;HEARTBEAT_OK`) is nothing
+    // either: then the markup-normalised text decides (OpenClaw sends the `&nbsp;`).
+    if !stripped || normalize_markup(&remainder).is_empty() {
         let (alternative, did) = strip_token_edges(&normalized);
         if did {
             remainder = alternative;
@@ -144,11 +159,16 @@ fn strip_token_edges(text: &str) -> (String, bool) {
     let mut rest = text.trim().to_owned();
     let mut stripped = false;
     loop {
+        // The emphasis glued to a stripped token is its other half (`**HEARTBEAT_OK**`
+        // seen through the markup normalisation): it goes too, no stray `**` is sent.
         if let Some(after) = rest.strip_prefix(HEARTBEAT_TOKEN) {
-            rest = after.trim_start().to_owned();
+            rest = after
+                .trim_start_matches(is_emphasis)
+                .trim_start()
+                .to_owned();
             stripped = true;
         } else if let Some(before) = rest.strip_suffix(HEARTBEAT_TOKEN) {
-            rest = before.trim_end().to_owned();
+            rest = before.trim_end_matches(is_emphasis).trim_end().to_owned();
             stripped = true;
         } else {
             return (rest, stripped);
@@ -156,75 +176,161 @@ fn strip_token_edges(text: &str) -> (String, bool) {
     }
 }
 
-/// HTML tags and `&nbsp;` as spaces; leading and trailing `*`, `` ` ``, `~`, `_` runs removed.
+/// Markdown emphasis characters, looked through around `HEARTBEAT_OK`.
+fn is_emphasis(c: char) -> bool {
+    matches!(c, '*' | '`' | '~' | '_')
+}
+
+/// HTML tags (`<…>`) and `&nbsp;` (any case) as spaces; leading and trailing `*`,
+/// `` ` ``, `~`, `_` runs removed. A `<` without a closing `>` is text, not a tag.
 fn normalize_markup(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
-    let mut in_tag = false;
-    for c in text.replace("&nbsp;", " ").chars() {
-        match c {
-            '<' => in_tag = true,
-            '>' if in_tag => {
-                in_tag = false;
-                out.push(' ');
-            }
-            _ if in_tag => {}
-            c => out.push(c),
+    let mut rest = text;
+    while let Some(open) = rest.find('<') {
+        let Some(close) = rest[open..].find('>') else {
+            break;
+        };
+        out.push_str(&rest[..open]);
+        out.push(' ');
+        rest = &rest[open + close + 1..];
+    }
+    out.push_str(rest);
+    let out = replace_ignore_ascii_case(&out, "&nbsp;", " ");
+    out.trim().trim_matches(is_emphasis).trim().to_owned()
+}
+
+/// `text` with every ASCII-case-insensitive occurrence of the ASCII `needle` replaced.
+fn replace_ignore_ascii_case(text: &str, needle: &str, with: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut copied = 0;
+    let mut at = 0;
+    while at + needle.len() <= text.len() {
+        if text.as_bytes()[at..at + needle.len()].eq_ignore_ascii_case(needle.as_bytes()) {
+            // `at` and `at + needle.len()` are char boundaries: the needle is ASCII.
+            out.push_str(&text[copied..at]);
+            out.push_str(with);
+            at += needle.len();
+            copied = at;
+        } else {
+            at += 1;
         }
     }
-    out.trim()
-        .trim_matches(|c| matches!(c, '*' | '`' | '~' | '_'))
-        .trim()
-        .to_owned()
+    out.push_str(&text[copied..]);
+    out
 }
 
 /// Removes silence: `<NO_REPLY>` and `<EMPTY_RESPONSE>` anywhere, and a bare `NO_REPLY`
 /// word at the start or end. `None` when nothing is left to send (this crate's choice
 /// between OpenClaw 2.4's edges and 3.x's exact match).
 ///
+/// A bare token is a whitespace-separated word of its own that is the token with at
+/// most punctuation or Markdown emphasis around it; that whole word goes, markers
+/// included: `**NO_REPLY**`, `_NO_REPLY_`, `` `NO_REPLY` ``, `NO_REPLY.`, `NO_REPLY:`.
+/// Glued to other text (`see you.NO_REPLY`, `NO_REPLY.md`, `NO_REPLY_TOKEN`) it is
+/// text. See [`strip_silence_token`] for a host's own token.
+///
 /// ```
 /// use agent_sessions::context::reply::strip_silence;
 ///
 /// assert_eq!(strip_silence("<NO_REPLY>"), None);
+/// assert_eq!(strip_silence("**NO_REPLY**"), None);
 /// assert_eq!(strip_silence("Done. <EMPTY_RESPONSE>").as_deref(), Some("Done."));
+/// assert_eq!(strip_silence("Done. **NO_REPLY**").as_deref(), Some("Done."));
 /// assert_eq!(strip_silence("NO_REPLY but here is why").as_deref(), Some("but here is why"));
+/// assert_eq!(strip_silence("see you.NO_REPLY").as_deref(), Some("see you.NO_REPLY"));
 /// assert_eq!(strip_silence("Do not print NO_REPLY_TOKEN").as_deref(), Some("Do not print NO_REPLY_TOKEN"));
 /// ```
 pub fn strip_silence(text: &str) -> Option<String> {
+    strip_silence_token(text, SILENT_REPLY_TOKEN)
+}
+
+/// [`strip_silence`] with a host's own silence token (OpenClaw lets a host configure
+/// one): the bare `token` at either end, and `<token>` anywhere as well as
+/// `<NO_REPLY>` and `<EMPTY_RESPONSE>`. A blank `token` means `NO_REPLY`; a token is
+/// one word (bare tokens are found word by word, so one with a space never is).
+///
+/// ```
+/// use agent_sessions::context::reply::strip_silence_token;
+///
+/// assert_eq!(strip_silence_token("SKIP", "SKIP"), None);
+/// assert_eq!(strip_silence_token("ok <SKIP> then", "SKIP").as_deref(), Some("ok then"));
+/// assert_eq!(strip_silence_token("NO_REPLY", "SKIP").as_deref(), Some("NO_REPLY"));
+/// assert_eq!(strip_silence_token("<NO_REPLY>", "SKIP"), None);
+/// ```
+pub fn strip_silence_token(text: &str, token: &str) -> Option<String> {
+    let token = match token.trim() {
+        "" => SILENT_REPLY_TOKEN,
+        token => token,
+    };
+    let bracketed = format!("<{token}>");
     let mut rest = text.to_owned();
-    for marker in SILENCE_MARKERS {
-        rest = rest.replace(marker, " ");
+    for marker in SILENCE_MARKERS
+        .iter()
+        .copied()
+        .chain(std::iter::once(bracketed.as_str()))
+    {
+        rest = remove_marker(&rest, marker);
     }
-    let mut rest = rest.trim().to_owned();
+    let mut rest = rest.trim();
     loop {
-        if let Some(after) = strip_word_prefix(&rest, SILENT_REPLY_TOKEN) {
-            rest = after.trim_start().to_owned();
-        } else if let Some(before) = strip_word_suffix(&rest, SILENT_REPLY_TOKEN) {
-            rest = before.trim_end().to_owned();
+        if let Some(after) = strip_leading_token(rest, token) {
+            rest = after.trim_start();
+        } else if let Some(before) = strip_trailing_token(rest, token) {
+            rest = before.trim_end();
         } else {
             break;
         }
     }
-    // What is left must say something: stray punctuation (`NO_REPLY.`) is not a reply.
-    let tidy = rest.trim();
-    let meaningful = tidy
+    // What is left must say something: stray punctuation is not a reply.
+    let meaningful = rest
         .chars()
         .any(|c| !c.is_whitespace() && !c.is_ascii_punctuation());
-    meaningful.then(|| tidy.to_owned())
+    meaningful.then(|| rest.to_owned())
 }
 
-fn is_word_char(c: char) -> bool {
-    c.is_alphanumeric() || c == '_'
+/// `text` without every `marker`; where one stood between two words, one space stays
+/// (`ok <NO_REPLY> then` → `ok then`), and line breaks around it are kept.
+fn remove_marker(text: &str, marker: &str) -> String {
+    let mut pieces = text.split(marker);
+    let mut out = pieces.next().unwrap_or_default().to_owned();
+    for piece in pieces {
+        let left = out.trim_end_matches([' ', '\t']).len();
+        out.truncate(left);
+        let right = piece.trim_start_matches([' ', '\t']);
+        let joined_by_break =
+            out.is_empty() || out.ends_with('\n') || right.is_empty() || right.starts_with('\n');
+        if !joined_by_break {
+            out.push(' ');
+        }
+        out.push_str(right);
+    }
+    out
 }
 
-fn strip_word_prefix<'a>(text: &'a str, word: &str) -> Option<&'a str> {
-    let rest = text.strip_prefix(word)?;
-    (!rest.starts_with(is_word_char)).then_some(rest)
+/// Whether `word` (a whitespace-free run) is `token` with nothing but punctuation or
+/// emphasis around it: `NO_REPLY`, `**NO_REPLY**`, `_NO_REPLY_`, `NO_REPLY.`, but not
+/// `you.NO_REPLY` or `NO_REPLY_TOKEN`.
+fn is_bare_token(word: &str, token: &str) -> bool {
+    word.match_indices(token).any(|(at, _)| {
+        let (before, after) = (&word[..at], &word[at + token.len()..]);
+        !before.chars().any(char::is_alphanumeric) && !after.chars().any(char::is_alphanumeric)
+    })
 }
 
-fn strip_word_suffix<'a>(text: &'a str, word: &str) -> Option<&'a str> {
-    let trimmed = text.trim_end_matches(|c: char| !is_word_char(c) && !c.is_whitespace());
-    let before = trimmed.strip_suffix(word)?;
-    (!before.ends_with(is_word_char)).then_some(before)
+/// `text` (trimmed) after its first word, when that word is a bare `token`.
+fn strip_leading_token<'a>(text: &'a str, token: &str) -> Option<&'a str> {
+    let end = text.find(char::is_whitespace).unwrap_or(text.len());
+    is_bare_token(&text[..end], token).then(|| &text[end..])
+}
+
+/// `text` (trimmed) before its last word, when that word is a bare `token`.
+fn strip_trailing_token<'a>(text: &'a str, token: &str) -> Option<&'a str> {
+    let start = text
+        .char_indices()
+        .rev()
+        .find(|(_, c)| c.is_whitespace())
+        .map_or(0, |(at, c)| at + c.len_utf8());
+    is_bare_token(&text[start..], token).then(|| &text[..start])
 }
 
 /// What [`parse_reply_directives`] found in a model's output.
@@ -361,12 +467,15 @@ pub struct ReplyOptions {
     pub current_message_id: Option<String>,
     /// Texts the agent already sent through a messaging tool this turn.
     pub sent_by_tool: Vec<String>,
+    /// The host's silence token; `None` (or blank) is [`SILENT_REPLY_TOKEN`]. See
+    /// [`strip_silence_token`].
+    pub silent_token: Option<String>,
 }
 
 /// Turns the model's raw payloads into what is sent: `HEARTBEAT_OK`
-/// stripped outside heartbeat runs, directives parsed, silence removed (a payload with
-/// media still sends its media), empty payloads dropped, and texts the agent already
-/// sent through a messaging tool dropped.
+/// stripped outside heartbeat runs, directives parsed, silence removed with
+/// [`strip_silence_token`] (a payload with media still sends its media), empty payloads
+/// dropped, and texts the agent already sent through a messaging tool dropped.
 pub fn build_reply_payloads(raw: Vec<ReplyPayload>, options: &ReplyOptions) -> Vec<ReplyPayload> {
     let sent: Vec<String> = options
         .sent_by_tool
@@ -392,7 +501,13 @@ pub fn build_reply_payloads(raw: Vec<ReplyPayload>, options: &ReplyOptions) -> V
             payload.reply_to_current |= directives.reply_to_current;
             payload.audio_as_voice |= directives.audio_as_voice;
             payload.reply_to_id = payload.reply_to_id.or(directives.reply_to_id);
-            payload.text = strip_silence(&directives.text);
+            payload.text = strip_silence_token(
+                &directives.text,
+                options
+                    .silent_token
+                    .as_deref()
+                    .unwrap_or(SILENT_REPLY_TOKEN),
+            );
             if payload
                 .text
                 .as_deref()
@@ -416,58 +531,205 @@ fn normalize_for_dedupe(text: &str) -> String {
 mod tests {
     use super::*;
 
+    /// How a reply is produced in a row of [`what_is_sent`].
+    #[derive(Debug, Clone, Copy)]
+    enum Run {
+        /// An ordinary turn: [`build_reply_payloads`] with the default options.
+        Message,
+        /// A heartbeat run: [`strip_heartbeat_token`] in heartbeat mode (ack limit 300),
+        /// then [`build_reply_payloads`] for a heartbeat run.
+        Heartbeat,
+        /// An ordinary turn with the host's silence token `SKIP`.
+        Token(&'static str),
+    }
+
+    fn sent(run: Run, raw: &str) -> Option<String> {
+        let (text, options) = match run {
+            Run::Message => (raw.to_owned(), ReplyOptions::default()),
+            Run::Token(token) => (
+                raw.to_owned(),
+                ReplyOptions {
+                    silent_token: Some(token.into()),
+                    ..ReplyOptions::default()
+                },
+            ),
+            Run::Heartbeat => {
+                let stripped = strip_heartbeat_token(
+                    raw,
+                    HeartbeatMode::Heartbeat,
+                    DEFAULT_HEARTBEAT_ACK_MAX_CHARS,
+                );
+                if stripped.should_skip {
+                    return None;
+                }
+                let options = ReplyOptions {
+                    heartbeat_run: true,
+                    ..ReplyOptions::default()
+                };
+                (stripped.text, options)
+            }
+        };
+        let mut out = build_reply_payloads(vec![ReplyPayload::text(text)], &options);
+        assert!(out.len() <= 1, "one payload in, at most one out");
+        out.pop().and_then(|payload| payload.text)
+    }
+
+    /// The whole silence and heartbeat rule set: model output → the text sent, or
+    /// `None` when nothing is sent.
     #[test]
-    fn heartbeat_tokens_follow_openclaw() {
-        let message = |raw: &str| strip_heartbeat_token(raw, HeartbeatMode::Message, 300);
-        assert_eq!(
-            message("HEARTBEAT_OK"),
-            HeartbeatStrip {
-                should_skip: true,
-                text: String::new(),
-                did_strip: true
-            }
-        );
-        assert_eq!(
-            message("  "),
-            HeartbeatStrip {
-                should_skip: true,
-                text: String::new(),
-                did_strip: false
-            }
-        );
-        assert_eq!(message("All good. HEARTBEAT_OK").text, "All good.");
-        assert!(message("**HEARTBEAT_OK**").should_skip);
-        assert!(message("<b>HEARTBEAT_OK</b>").should_skip);
-        let middle = message("before HEARTBEAT_OK after");
-        assert_eq!(
-            (middle.text.as_str(), middle.did_strip),
-            ("before HEARTBEAT_OK after", false)
-        );
-        let heartbeat =
-            strip_heartbeat_token("HEARTBEAT_OK nothing new", HeartbeatMode::Heartbeat, 300);
-        assert!(
-            heartbeat.should_skip,
-            "a short acknowledgement is nothing to say"
-        );
-        let long = format!("HEARTBEAT_OK {}", "x".repeat(301));
-        assert!(!strip_heartbeat_token(&long, HeartbeatMode::Heartbeat, 300).should_skip);
+    fn what_is_sent() {
+        use Run::{Heartbeat, Message, Token};
+        let long_ack = format!("HEARTBEAT_OK {}", "x".repeat(301));
+        let ack_300 = format!("HEARTBEAT_OK {}", "é".repeat(300));
+        let cases: Vec<(Run, &str, Option<&str>)> = vec![
+            // Silence markers go wherever they are.
+            (Message, "<NO_REPLY>", None),
+            (Message, "<EMPTY_RESPONSE>", None),
+            (Message, "<NO_REPLY> <EMPTY_RESPONSE>", None),
+            (Message, "Done. <EMPTY_RESPONSE>", Some("Done.")),
+            (Message, "ok <NO_REPLY> then", Some("ok then")),
+            (Message, "ok<NO_REPLY>then", Some("ok then")),
+            (
+                Message,
+                "first\n<NO_REPLY>\nsecond",
+                Some("first\n\nsecond"),
+            ),
+            // A bare NO_REPLY at either end; the rest is sent.
+            (Message, "NO_REPLY", None),
+            (Message, "  NO_REPLY  ", None),
+            (Message, "NO_REPLY.", None),
+            (Message, "NO_REPLY NO_REPLY", None),
+            (Message, "Done.\n\nNO_REPLY", Some("Done.")),
+            (Message, "Done. NO_REPLY.", Some("Done.")),
+            (Message, "NO_REPLY but here is why", Some("but here is why")),
+            (Message, "NO_REPLY: only thanks", Some("only thanks")),
+            (Message, "**NO_REPLY** Done. NO_REPLY", Some("Done.")),
+            // Emphasis goes with the token, no stray markers.
+            (Message, "**NO_REPLY**", None),
+            (Message, "_NO_REPLY_", None),
+            (Message, "`NO_REPLY`", None),
+            (Message, "~~NO_REPLY~~", None),
+            (Message, "***NO_REPLY***.", None),
+            (Message, "**NO_REPLY", None),
+            (Message, "Done. **NO_REPLY**", Some("Done.")),
+            (Message, "Done. _NO_REPLY_", Some("Done.")),
+            (Message, "Done.\n*NO_REPLY*", Some("Done.")),
+            (
+                Message,
+                "**NO_REPLY** (nothing to add)",
+                Some("(nothing to add)"),
+            ),
+            // Glued to other text, or inside it: text.
+            (Message, "see you.NO_REPLY", Some("see you.NO_REPLY")),
+            (Message, "see you,NO_REPLY", Some("see you,NO_REPLY")),
+            (Message, "Done.**NO_REPLY**", Some("Done.**NO_REPLY**")),
+            (
+                Message,
+                "NO_REPLY.md is the file",
+                Some("NO_REPLY.md is the file"),
+            ),
+            (
+                Message,
+                "NO_REPLY_TOKEN is a word",
+                Some("NO_REPLY_TOKEN is a word"),
+            ),
+            (
+                Message,
+                "Do not print NO_REPLY_TOKEN",
+                Some("Do not print NO_REPLY_TOKEN"),
+            ),
+            (Message, "say NO_REPLY here", Some("say NO_REPLY here")),
+            (Message, "hello", Some("hello")),
+            (Message, "   ", None),
+            // A host's own token: bare at the ends, or bracketed anywhere.
+            (Token("SKIP"), "SKIP", None),
+            (Token("SKIP"), "**SKIP**", None),
+            (Token("SKIP"), "Done. SKIP", Some("Done.")),
+            (Token("SKIP"), "ok <SKIP> then", Some("ok then")),
+            (Token("SKIP"), "<NO_REPLY>", None),
+            (Token("SKIP"), "NO_REPLY", Some("NO_REPLY")),
+            (Token("SKIP"), "SKIPPED it", Some("SKIPPED it")),
+            (Token("  "), "NO_REPLY", None),
+            // HEARTBEAT_OK outside heartbeat runs: stripped from the edges only.
+            (Message, "HEARTBEAT_OK", None),
+            (Message, "HEARTBEAT_OK HEARTBEAT_OK", None),
+            (Message, "All good. HEARTBEAT_OK", Some("All good.")),
+            (Message, "HEARTBEAT_OK All good.", Some("All good.")),
+            (Message, "HEARTBEAT_OK   two\n\nlines", Some("two lines")),
+            (
+                Message,
+                "before HEARTBEAT_OK after",
+                Some("before HEARTBEAT_OK after"),
+            ),
+            // Markup around it is looked through: Markdown, HTML, &nbsp;.
+            (Message, "**HEARTBEAT_OK**", None),
+            (Message, "`HEARTBEAT_OK`", None),
+            (Message, "~HEARTBEAT_OK~", None),
+            (Message, "<b>HEARTBEAT_OK</b>", None),
+            (Message, "&nbsp;HEARTBEAT_OK&nbsp;", None),
+            (Message, "&NBSP;HEARTBEAT_OK", None),
+            (Message, "<br>HEARTBEAT_OK", None),
+            (Message, "<p>HEARTBEAT_OK</p> all quiet", Some("all quiet")),
+            (Message, "**HEARTBEAT_OK** 3 < 5", Some("3 < 5")),
+            (Message, "**HEARTBEAT_OK** all quiet", Some("all quiet")),
+            (Message, "all quiet **HEARTBEAT_OK**", Some("all quiet")),
+            // Both tokens in one reply.
+            (Message, "HEARTBEAT_OK NO_REPLY", None),
+            (Message, "HEARTBEAT_OK Done. NO_REPLY", Some("Done.")),
+            // Heartbeat runs: a short acknowledgement (≤ 300 characters) is nothing.
+            (Heartbeat, "HEARTBEAT_OK", None),
+            (Heartbeat, "HEARTBEAT_OK nothing new", None),
+            (Heartbeat, "<b>HEARTBEAT_OK</b> nothing new", None),
+            (Heartbeat, &ack_300, None),
+            (
+                Heartbeat,
+                &long_ack,
+                Some(&long_ack["HEARTBEAT_OK ".len()..]),
+            ),
+            (
+                Heartbeat,
+                "Reminder: call Bob at 5.",
+                Some("Reminder: call Bob at 5."),
+            ),
+            (
+                Heartbeat,
+                "before HEARTBEAT_OK after",
+                Some("before HEARTBEAT_OK after"),
+            ),
+            (Heartbeat, "NO_REPLY", None),
+            (Heartbeat, "  ", None),
+        ];
+        for (run, raw, expected) in cases {
+            assert_eq!(sent(run, raw).as_deref(), expected, "{run:?} {raw:?}");
+        }
     }
 
     #[test]
-    fn silence_table() {
-        let cases: &[(&str, Option<&str>)] = &[
-            ("<NO_REPLY>", None),
-            ("<EMPTY_RESPONSE>", None),
-            ("  NO_REPLY  ", None),
-            ("NO_REPLY.", None),
-            ("Done.\n\nNO_REPLY", Some("Done.")),
-            ("ok <NO_REPLY> then", Some("ok   then")),
-            ("NO_REPLY_TOKEN is a word", Some("NO_REPLY_TOKEN is a word")),
-            ("say NO_REPLY here", Some("say NO_REPLY here")),
-            ("hello", Some("hello")),
+    fn heartbeat_strip_reports_what_it_did() {
+        let message = |raw: &str| strip_heartbeat_token(raw, HeartbeatMode::Message, 300);
+        let cases: &[(&str, bool, &str, bool)] = &[
+            // raw → (should_skip, text, did_strip)
+            ("HEARTBEAT_OK", true, "", true),
+            ("  ", true, "", false),
+            ("hello", false, "hello", false),
+            ("All good. HEARTBEAT_OK", false, "All good.", true),
+            (
+                "before HEARTBEAT_OK after",
+                false,
+                "before HEARTBEAT_OK after",
+                false,
+            ),
         ];
-        for (text, expected) in cases {
-            assert_eq!(strip_silence(text).as_deref(), *expected, "{text:?}");
+        for &(raw, should_skip, text, did_strip) in cases {
+            assert_eq!(
+                message(raw),
+                HeartbeatStrip {
+                    should_skip,
+                    text: text.into(),
+                    did_strip
+                },
+                "{raw:?}"
+            );
         }
     }
 
@@ -507,6 +769,7 @@ mod tests {
             heartbeat_run: false,
             current_message_id: Some("m-9".into()),
             sent_by_tool: vec!["Reminder set for 9am.".into()],
+            silent_token: None,
         };
         let raw = vec![
             ReplyPayload::text("HEARTBEAT_OK"),

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::entry::{SendPolicy, SessionEntry};
-use crate::key::{normalize_channel, PeerKind, SessionKey};
+use crate::key::{is_legacy_discord_channel, normalize_channel, PeerKind, SessionKey};
 
 /// What a [`SendRule`] matches; absent conditions match everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -15,7 +15,9 @@ pub struct SendMatch {
     /// The chat type.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chat_type: Option<PeerKind>,
-    /// A session-key prefix.
+    /// A session-key prefix, matched against the whole key and against its rest after
+    /// `agent:<agentId>:`: `cron:` matches `agent:main:cron:job1`, as does
+    /// `agent:main:cron:`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_prefix: Option<String>,
 }
@@ -40,7 +42,10 @@ fn allow() -> SendPolicy {
 /// Evaluation (`resolveSendPolicy`): the session's own `sendPolicy` override wins; with
 /// no rules and no default, allow; otherwise every matching rule is considered — a
 /// matching **deny** wins at once, a matching allow allows unless a later rule denies —
-/// and when no rule matches, the default, else allow.
+/// and when no rule matches, the default, else allow. A `keyPrefix` matches the key or
+/// its rest after `agent:<agentId>:` (a bare `cron:` matches `agent:main:cron:job1`);
+/// the channel and chat type a rule asks for come from the message, then the entry,
+/// then the key.
 ///
 /// ```
 /// use agent_sessions::context::send_policy::{SendPolicyConfig, SendMatch, SendRule};
@@ -58,6 +63,16 @@ fn allow() -> SendPolicy {
 /// assert_eq!(config.resolve(&key, None, None, None), SendPolicy::Deny);
 /// let dm = SessionKey::parse("agent:main:discord:dm:u1")?;
 /// assert_eq!(config.resolve(&dm, None, None, None), SendPolicy::Allow);
+///
+/// let quiet_cron = SendPolicyConfig {
+///     default: None,
+///     rules: vec![SendRule {
+///         matches: SendMatch { channel: None, chat_type: None, key_prefix: Some("cron:".into()) },
+///         action: SendPolicy::Deny,
+///     }],
+/// };
+/// let job = SessionKey::parse("agent:main:cron:nightly")?;
+/// assert_eq!(quiet_cron.resolve(&job, None, None, None), SendPolicy::Deny);
 /// # Ok::<(), agent_sessions::Error>(())
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -112,7 +127,7 @@ impl SendPolicyConfig {
             let prefix_ok = m
                 .key_prefix
                 .as_deref()
-                .is_none_or(|prefix| key.as_str().starts_with(&prefix.trim().to_lowercase()));
+                .is_none_or(|prefix| key_has_prefix(key, prefix));
             if !(channel_ok && type_ok && prefix_ok) {
                 continue;
             }
@@ -136,20 +151,40 @@ fn is_known(policy: &SendPolicy) -> bool {
     matches!(policy, SendPolicy::Allow | SendPolicy::Deny)
 }
 
-/// The channel named in a key: the segment before its `group`/`channel`/`dm`/`direct`
-/// marker. (OpenClaw reads the key's first segment, `agent`; this reads past the
-/// `agent:<id>:` prefix.)
+/// Whether a rule's `keyPrefix` (trimmed, lower-cased; blank matches every key) starts
+/// the key, or the key's rest after `agent:<agentId>:`. Configs written for OpenClaw use
+/// bare prefixes (`cron:`, `discord:group:`) for the agent-scoped keys it stores
+/// (`agent:main:cron:job1`), as OpenClaw 3.x matches them; 2.4 compared the raw key only.
+fn key_has_prefix(key: &SessionKey, prefix: &str) -> bool {
+    let prefix = prefix.trim().to_lowercase();
+    key.as_str().starts_with(&prefix) || key.rest().is_some_and(|rest| rest.starts_with(&prefix))
+}
+
+/// The channel named in a key's rest (after `agent:<agentId>:`): its first segment when
+/// the second or third is the peer kind (`<channel>:group:<id>`,
+/// `<channel>:<account>:dm:<peer>`), `discord` for the legacy
+/// `discord:[<account>:]guild-<g>:channel-<c>` shape, else none (`dm:<peer>`, `main`,
+/// `cron:<job>`).
+///
+/// OpenClaw 2.4 reads `parts[0]` of the whole key when `parts[1]` is `group` or
+/// `channel`, so for its own agent-scoped keys it reads `agent` beside the agent id and
+/// never finds a channel; later versions read past the prefix, as this does.
 fn channel_from_key(key: &SessionKey) -> Option<String> {
-    let segments: Vec<&str> = key.rest()?.split(':').collect();
-    let marker = segments
-        .iter()
-        .position(|s| matches!(*s, "group" | "channel" | "dm" | "direct"))?;
-    match marker {
-        0 => None,
-        1 => normalize_channel(segments[0]),
-        // <channel>:<account>:dm:<peer>
-        _ => normalize_channel(segments[marker - 2]),
+    let rest = key.rest()?;
+    if is_legacy_discord_channel(rest) {
+        return normalize_channel("discord");
     }
+    let segments: Vec<&str> = rest.split(':').collect();
+    let is_kind = |segment: Option<&&str>| {
+        segment.is_some_and(|s| matches!(*s, "group" | "channel" | "dm" | "direct"))
+    };
+    let first = *segments.first()?;
+    if matches!(first, "dm" | "direct") {
+        return None;
+    }
+    (is_kind(segments.get(1)) || is_kind(segments.get(2)))
+        .then(|| normalize_channel(first))
+        .flatten()
 }
 
 #[cfg(test)]
@@ -242,6 +277,93 @@ mod tests {
             SendPolicyConfig::default().resolve(&key("agent:main:main"), None, None, None),
             Allow
         );
+    }
+
+    #[test]
+    fn bare_key_prefixes_match_agent_scoped_keys() {
+        use SendPolicy::{Allow, Deny};
+        let config = SendPolicyConfig {
+            default: Some(Allow),
+            rules: vec![
+                rule(None, None, Some("cron:"), Deny),
+                rule(None, None, Some(" Discord:Group: "), Deny),
+                rule(None, None, Some("agent:ops:"), Deny),
+                rule(None, None, Some("hook:"), Allow),
+                rule(None, None, Some("   "), Allow),
+            ],
+        };
+        // key → policy
+        let cases: &[(&str, SendPolicy)] = &[
+            ("agent:main:cron:job1", Deny),
+            ("agent:main:cron:job1:run:r1", Deny),
+            ("agent:support:cron:nightly", Deny),
+            ("agent:main:discord:group:123", Deny),
+            ("agent:main:discord:group:123:thread:9", Deny),
+            ("agent:ops:main", Deny),
+            ("agent:ops:telegram:dm:42", Deny),
+            ("agent:main:discord:channel:123", Allow),
+            ("agent:main:discordx:group:1", Allow),
+            ("agent:main:main", Allow),
+            ("agent:main:cronjob:1", Allow),
+            ("agent:main:hook:deploy", Allow),
+            ("global", Allow),
+        ];
+        for (raw, expected) in cases {
+            let key = SessionKey::parse(raw).unwrap();
+            assert_eq!(config.resolve(&key, None, None, None), *expected, "{raw}");
+        }
+        let raw_prefix = SendPolicyConfig {
+            default: Some(Deny),
+            rules: vec![rule(None, None, Some("agent:main:cron:"), Allow)],
+        };
+        let policy =
+            |raw: &str| raw_prefix.resolve(&SessionKey::parse(raw).unwrap(), None, None, None);
+        assert_eq!(
+            policy("agent:main:cron:job1"),
+            Allow,
+            "a full prefix still matches"
+        );
+        assert_eq!(policy("agent:ops:cron:job1"), Deny, "only its own agent");
+    }
+
+    #[test]
+    fn channels_are_read_from_the_key_past_the_agent() {
+        // key → channel
+        let cases: &[(&str, Option<&str>)] = &[
+            ("agent:main:discord:group:123", Some("discord")),
+            ("agent:main:slack:channel:c1:thread:t1", Some("slack")),
+            ("agent:main:telegram:dm:42", Some("telegram")),
+            ("agent:main:telegram:direct:42", Some("telegram")),
+            ("agent:main:whatsapp:work:dm:+1555", Some("whatsapp")),
+            ("agent:main:imsg:group:g1", Some("imessage")),
+            (
+                "agent:main:discord:default:guild-1:channel-2",
+                Some("discord"),
+            ),
+            ("agent:main:discord:guild-1:channel-2", Some("discord")),
+            ("agent:main:dm:42", None),
+            ("agent:main:direct:42", None),
+            ("agent:main:main", None),
+            ("agent:main:cron:job1", None),
+            ("agent:main:subagent:abc", None),
+            ("global", None),
+        ];
+        for (raw, expected) in cases {
+            let key = SessionKey::parse(raw).unwrap();
+            assert_eq!(channel_from_key(&key).as_deref(), *expected, "{raw}");
+        }
+        // Through a rule: the key's channel and kind decide when the message says nothing.
+        let config = SendPolicyConfig {
+            default: None,
+            rules: vec![rule(
+                Some("discord"),
+                Some(PeerKind::Channel),
+                None,
+                SendPolicy::Deny,
+            )],
+        };
+        let legacy = SessionKey::parse("agent:main:discord:default:guild-1:channel-2").unwrap();
+        assert_eq!(config.resolve(&legacy, None, None, None), SendPolicy::Deny);
     }
 
     #[test]

@@ -544,6 +544,45 @@ mod tests {
     }
 
     #[test]
+    fn blank_thread_ids_give_the_base_key() {
+        let builder = DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer);
+        // (conversation, thread id) → key
+        let cases = [
+            (
+                Conversation::channel("slack", "C1"),
+                "",
+                "agent:main:slack:channel:c1",
+            ),
+            (
+                Conversation::channel("slack", "C1"),
+                "  ",
+                "agent:main:slack:channel:c1",
+            ),
+            (
+                Conversation::group("discord", "g1"),
+                "\t",
+                "agent:main:discord:group:g1",
+            ),
+            (
+                Conversation::direct("signal", "+1555"),
+                " ",
+                "agent:main:signal:dm:+1555",
+            ),
+            (
+                Conversation::channel("slack", "C1"),
+                " T1 ",
+                "agent:main:slack:channel:c1:thread:t1",
+            ),
+        ];
+        for (conversation, thread, expected) in cases {
+            let conversation = conversation.with_thread(thread);
+            assert_eq!(build(&builder, conversation), expected, "{thread:?}");
+        }
+        let topic = Conversation::group("telegram", "-1001").with_forum_topic(" ");
+        assert_eq!(build(&builder, topic), "agent:main:telegram:group:-1001");
+    }
+
+    #[test]
     fn global_scope_ignores_everything() {
         let builder = DefaultKeyBuilder::new().scope(SessionScope::Global);
         assert_eq!(

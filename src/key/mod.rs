@@ -29,6 +29,7 @@
 mod builder;
 pub(crate) use builder::key_segment;
 mod group;
+mod legacy;
 mod normalize;
 
 use std::fmt;
@@ -42,6 +43,7 @@ pub use builder::{
     Conversation, DefaultKeyBuilder, DmMarker, DmScope, IdentityLinks, KeyBuilder, SessionScope,
 };
 pub use group::{resolve_group, GroupResolution};
+pub use legacy::legacy_request_key;
 pub use normalize::{
     group_display_name, is_valid_id, normalize_account_id, normalize_agent_id, normalize_channel,
     normalize_chat_type, normalize_e164, normalize_group_label, normalize_main_key,
@@ -174,6 +176,23 @@ impl AsRef<str> for AgentId {
     }
 }
 
+/// Whether a key's rest (or an unscoped key) has the legacy Discord channel shape
+/// `discord:[<account>:]guild-<guildId>:channel-<channelId>`.
+pub(crate) fn is_legacy_discord_channel(rest: &str) -> bool {
+    let segments: Vec<&str> = rest.split(':').collect();
+    let (guild, channel) = match segments.as_slice() {
+        ["discord", guild, channel] => (*guild, *channel),
+        ["discord", account, guild, channel] if !account.is_empty() => (*guild, *channel),
+        _ => return false,
+    };
+    let named = |segment: &str, prefix: &str| {
+        segment
+            .strip_prefix(prefix)
+            .is_some_and(|id| !id.is_empty())
+    };
+    named(guild, "guild-") && named(channel, "channel-")
+}
+
 /// `[a-z0-9_-]{1,64}` not starting with `-`: everything `normalize_agent_id` can return.
 fn is_path_safe_id(value: &str) -> bool {
     let bytes = value.as_bytes();
@@ -208,6 +227,23 @@ pub struct SessionKey(String);
 
 impl SessionKey {
     /// Parses and canonicalises a key.
+    ///
+    /// The [`KeyProblem`] of a rejected key says why: among others,
+    /// [`KeyProblem::NotAgentScoped`] for a key outside any agent (`cron:nightly`, a
+    /// request key: see [`SessionKey::for_agent`]) and [`KeyProblem::MalformedAgentKey`]
+    /// for an agent key cut short (`agent:main`).
+    ///
+    /// ```
+    /// use agent_sessions::{Error, KeyProblem, SessionKey};
+    ///
+    /// let problem = |raw| match SessionKey::parse(raw) {
+    ///     Err(Error::InvalidKey { problem, .. }) => Some(problem),
+    ///     _ => None,
+    /// };
+    /// assert_eq!(problem("agent:main"), Some(KeyProblem::MalformedAgentKey));
+    /// assert_eq!(problem("cron:nightly"), Some(KeyProblem::NotAgentScoped));
+    /// assert_eq!(problem("agent:main:cron:nightly"), None);
+    /// ```
     pub fn parse(raw: &str) -> Result<Self> {
         let trimmed = raw.trim();
         if trimmed.is_empty() {
@@ -222,6 +258,12 @@ impl SessionKey {
         let lowered = trimmed.to_lowercase();
         if lowered == GLOBAL_KEY {
             return Ok(SessionKey(lowered));
+        }
+        if let Some(after) = lowered.strip_prefix("agent:") {
+            let (agent, rest) = after.split_once(':').unwrap_or((after, ""));
+            if agent.is_empty() || rest.is_empty() {
+                return Err(Error::invalid_key(raw, KeyProblem::MalformedAgentKey));
+            }
         }
         if lowered.split(':').any(str::is_empty) {
             return Err(Error::invalid_key(raw, KeyProblem::EmptySegment));
@@ -291,7 +333,21 @@ impl SessionKey {
     }
 
     /// This key's thread `<key>:thread:<threadId>` (the id is trimmed and lower-cased).
+    /// A blank thread id is no thread: the key itself, as OpenClaw's
+    /// `resolveThreadSessionKeys` does.
+    ///
+    /// ```
+    /// use agent_sessions::SessionKey;
+    ///
+    /// let base = SessionKey::parse("agent:main:slack:channel:c1")?;
+    /// assert_eq!(base.thread(" 1700.42 ")?.as_str(), "agent:main:slack:channel:c1:thread:1700.42");
+    /// assert_eq!(base.thread("  ")?, base);
+    /// # Ok::<(), agent_sessions::Error>(())
+    /// ```
     pub fn thread(&self, thread_id: &str) -> Result<Self> {
+        if thread_id.trim().is_empty() {
+            return Ok(self.clone());
+        }
         let id = builder::key_segment(IdKind::Thread, thread_id)?;
         SessionKey::parse(&format!("{}:thread:{id}", self.0))
     }
@@ -326,13 +382,30 @@ impl SessionKey {
 
     /// The kind of peer, read from the key's first `dm`/`direct`/`group`/`channel`
     /// segment; `None` for keys without one (the main key, subagents, cron, …).
+    ///
+    /// The legacy Discord shape `discord:[<account>:]guild-<g>:channel-<c>` (under
+    /// `agent:<id>:`) is a channel too, as OpenClaw's `deriveSessionChatType` reads it.
+    ///
+    /// ```
+    /// use agent_sessions::{PeerKind, SessionKey};
+    ///
+    /// let legacy = SessionKey::parse("agent:main:discord:default:guild-1:channel-2")?;
+    /// assert_eq!(legacy.peer_kind(), Some(PeerKind::Channel));
+    /// # Ok::<(), agent_sessions::Error>(())
+    /// ```
     pub fn peer_kind(&self) -> Option<PeerKind> {
-        self.rest_segments().find_map(|segment| match segment {
-            "dm" | "direct" => Some(PeerKind::Direct),
-            "group" => Some(PeerKind::Group),
-            "channel" => Some(PeerKind::Channel),
-            _ => None,
-        })
+        self.rest_segments()
+            .find_map(|segment| match segment {
+                "dm" | "direct" => Some(PeerKind::Direct),
+                "group" => Some(PeerKind::Group),
+                "channel" => Some(PeerKind::Channel),
+                _ => None,
+            })
+            .or_else(|| {
+                self.rest()
+                    .is_some_and(is_legacy_discord_channel)
+                    .then_some(PeerKind::Channel)
+            })
     }
 
     /// Whether the key names a thread or topic (has a `thread` or `topic` segment).
@@ -433,9 +506,19 @@ mod tests {
         let cases: &[(&str, KeyProblem)] = &[
             ("", KeyProblem::Empty),
             ("   ", KeyProblem::Empty),
-            ("agent:main", KeyProblem::NotAgentScoped),
+            // Cut-short agent keys are malformed, not unscoped.
+            ("agent:main", KeyProblem::MalformedAgentKey),
+            ("AGENT:Main", KeyProblem::MalformedAgentKey),
+            (" agent:main ", KeyProblem::MalformedAgentKey),
+            ("agent:", KeyProblem::MalformedAgentKey),
+            ("agent::main", KeyProblem::MalformedAgentKey),
+            ("agent:main:", KeyProblem::MalformedAgentKey),
+            // No agent scope at all.
+            ("agent", KeyProblem::NotAgentScoped),
+            ("agents:main:main", KeyProblem::NotAgentScoped),
             ("main", KeyProblem::NotAgentScoped),
             ("cron:nightly", KeyProblem::NotAgentScoped),
+            ("discord:guild-1:channel-2", KeyProblem::NotAgentScoped),
             ("agent:main::x", KeyProblem::EmptySegment),
             ("agent:main:x:", KeyProblem::EmptySegment),
             ("agent:main:dm:a\nb", KeyProblem::ControlCharacter),
@@ -511,6 +594,29 @@ mod tests {
                 true,
                 Some("agent:main:slack:channel:c1:thread:t1"),
             ),
+            // The legacy Discord shape is a channel, with or without an account.
+            (
+                "agent:main:discord:default:guild-123:channel-456",
+                Some(PeerKind::Channel),
+                false,
+                None,
+            ),
+            (
+                "agent:ops:discord:guild-123:channel-456",
+                Some(PeerKind::Channel),
+                false,
+                None,
+            ),
+            ("agent:main:discord:guild-123", None, false, None),
+            ("agent:main:discord:guild-:channel-456", None, false, None),
+            (
+                "agent:main:discord:a:b:guild-1:channel-2",
+                None,
+                false,
+                None,
+            ),
+            ("agent:main:slack:guild-1:channel-2", None, false, None),
+            ("agent:main:discord:channel-1:guild-2", None, false, None),
         ];
         for (raw, kind, thread, parent) in cases {
             let key = SessionKey::parse(raw).unwrap();
@@ -560,7 +666,34 @@ mod tests {
         let base = SessionKey::main(&main);
         assert!(base.thread("a:b").is_ok());
         assert!(base.thread("topic").is_err());
-        assert!(base.thread("").is_err());
+    }
+
+    #[test]
+    fn thread_keys_follow_resolve_thread_session_keys() {
+        let base = SessionKey::parse("agent:main:slack:channel:c1").unwrap();
+        // thread id → the key, or the id's rejection
+        let cases: &[(&str, Option<&str>)] = &[
+            (
+                "1700.42",
+                Some("agent:main:slack:channel:c1:thread:1700.42"),
+            ),
+            ("  T9 ", Some("agent:main:slack:channel:c1:thread:t9")),
+            ("", Some("agent:main:slack:channel:c1")),
+            ("   ", Some("agent:main:slack:channel:c1")),
+            ("\t\n", Some("agent:main:slack:channel:c1")),
+            ("x:thread:y", None),
+            ("a\0b", None),
+            ("a::b", None),
+        ];
+        for (thread_id, expected) in cases {
+            match (base.thread(thread_id), expected) {
+                (Ok(key), Some(expected)) => assert_eq!(key.as_str(), *expected, "{thread_id:?}"),
+                (Err(Error::InvalidId { kind, .. }), None) => {
+                    assert_eq!(kind, IdKind::Thread, "{thread_id:?}")
+                }
+                (other, _) => panic!("{thread_id:?}: unexpected {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -198,6 +198,7 @@ impl SessionManager {
                 heartbeat_run: false,
                 current_message_id: message.message_id.clone(),
                 sent_by_tool,
+                silent_token: self.settings.silent_token.clone(),
             },
         );
         if let Some(group) = message.group_resolution() {

@@ -441,7 +441,9 @@ impl SessionManager {
     /// Starts a thread session `<parent>:thread:<threadId>` forked from `parent`: it
     /// records its parent ([`SessionEntry::forked_from`]) and takes the parent's reply
     /// route and group metadata; its first message continues it (`first_message`).
-    /// An existing thread session is returned unchanged.
+    /// An existing thread session is returned unchanged. A blank `thread_id` names no
+    /// thread (OpenClaw's `resolveThreadSessionKeys`): the parent itself is returned,
+    /// unchanged.
     pub async fn fork_thread(&self, parent: &SessionKey, thread_id: &str) -> Result<StoredSession> {
         let key = parent.thread(thread_id)?;
         let parent_entry = self.existing(parent).await?.entry;

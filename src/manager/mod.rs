@@ -110,6 +110,7 @@ struct Seams {
 /// The settings of a [`SessionManager`].
 struct Settings {
     send_policy: SendPolicyConfig,
+    silent_token: Option<String>,
     event_zone: Zone,
     summary_quiet_gap: Duration,
     checkpoint_every_turns: Option<u64>,
@@ -128,6 +129,7 @@ impl fmt::Debug for SessionManager {
             .field("models", &self.seams.models)
             .field("transcripts", &self.seams.transcripts.is_some())
             .field("send_policy", &self.settings.send_policy)
+            .field("silent_token", &self.settings.silent_token)
             .field("event_zone", &self.settings.event_zone)
             .field("flush_guard", &self.seams.flush_guard)
             .field("introspector", &self.seams.introspector.is_some())
@@ -219,7 +221,8 @@ impl SessionManagerBuilder {
     }
 
     /// Where group history is kept (default: [`MemoryHistory`], 50 entries per group,
-    /// 1,000 groups).
+    /// 1,000 groups). Pass an `Arc<MemoryHistory>` and keep a clone to change its limit
+    /// at run time ([`MemoryHistory::set_limit`]).
     pub fn history(mut self, history: impl HistoryBuffer + 'static) -> Self {
         self.manager.seams.history = Arc::new(history);
         self
@@ -228,6 +231,17 @@ impl SessionManagerBuilder {
     /// Whether the agent may send, per session (default: always).
     pub fn send_policy(mut self, policy: SendPolicyConfig) -> Self {
         self.manager.settings.send_policy = policy;
+        self
+    }
+
+    /// The token a model answers with to stay silent (default: `NO_REPLY`, OpenClaw's
+    /// `SILENT_REPLY_TOKEN`): `finish_turn` removes it, bare at either end or as
+    /// `<token>` anywhere, and sends nothing when nothing else is left. A blank token
+    /// keeps the default. See
+    /// [`strip_silence_token`](crate::context::reply::strip_silence_token).
+    pub fn silent_reply_token(mut self, token: impl Into<String>) -> Self {
+        let token = token.into();
+        self.manager.settings.silent_token = (!token.trim().is_empty()).then_some(token);
         self
     }
 
@@ -365,6 +379,7 @@ impl SessionManager {
                 },
                 settings: Settings {
                     send_policy: SendPolicyConfig::default(),
+                    silent_token: None,
                     event_zone: Zone::Local,
                     summary_quiet_gap: DEFAULT_SUMMARY_QUIET_GAP,
                     checkpoint_every_turns: None,

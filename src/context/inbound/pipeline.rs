@@ -139,19 +139,38 @@ pub fn normalize_newlines(text: &str) -> String {
         .replace("\\n", "\n")
 }
 
-/// Removes leading `[…]` envelope groups that carry a timestamp (`[Dec 4 17:35]`,
-/// `[WhatsApp +1555 2026-01-13T07:45Z]`) and the space after them. A group that holds
-/// another `[` is not an envelope, and a message that is nothing but such groups is
-/// kept whole: what a sender typed never disappears.
+/// Removes a leading timestamp envelope and the space after it: a `[…]` group that
+/// carries a time the way OpenClaw writes one.
+///
+/// | envelope | stripped |
+/// | --- | --- |
+/// | `[Dec 4 17:35]` (the legacy web inbox: month, day, time) | yes |
+/// | `[Thu 2026-01-15 09:30 PST]`, `[2026-01-12 12:19:17 PST]` | yes |
+/// | `[2026-01-12T12:19:17Z]`, `[2026-01-13T07:45Z]` | yes |
+/// | `[WhatsApp +1555 2026-01-12 12:19 PST]`, `[Signal Alice +1555 +2m 2026-01-18T05:19Z]` | yes |
+/// | `[Signal +4915550100]`, `[WhatsApp +1 555 0100 id:42]` (no time) | no |
+/// | `[note]`, `[x1]`, `[2]` | no |
+///
+/// A time is a date and a time of day, `YYYY-MM-DD HH:MM` or `YYYY-MM-DDTHH:MM`
+/// (seconds, zone and anything else around it allowed, as in OpenClaw's envelope
+/// patterns), or a whole group of the legacy `Mon D HH:MM` form. Several timestamp
+/// envelopes in a row are all removed. A group that holds another `[` or a line break is
+/// not an envelope, and a message that is nothing but envelopes is kept whole: what a
+/// sender typed never disappears.
+///
+/// ```
+/// use agent_sessions::context::inbound::pipeline::strip_timestamp_prefix;
+///
+/// assert_eq!(strip_timestamp_prefix("[WhatsApp +1555 2026-01-12 12:19 PST] hi"), "hi");
+/// assert_eq!(strip_timestamp_prefix("[Signal +4915550100] hi"), "[Signal +4915550100] hi");
+/// ```
 pub fn strip_timestamp_prefix(text: &str) -> &str {
     let text = text.trim_start();
     let mut rest = text;
     while let Some(group) = rest.strip_prefix('[') {
         let Some(close) = group.find(']') else { break };
         let inside = &group[..close];
-        let is_timestamp =
-            !inside.contains(['\n', '[']) && inside.bytes().any(|b| b.is_ascii_digit());
-        if !is_timestamp {
+        if inside.contains(['\n', '[']) || !is_timestamp_envelope(inside) {
             break;
         }
         rest = group[close + 1..].trim_start();
@@ -161,6 +180,45 @@ pub fn strip_timestamp_prefix(text: &str) -> &str {
     } else {
         rest
     }
+}
+
+/// Whether the inside of a `[…]` group carries an envelope timestamp.
+fn is_timestamp_envelope(inside: &str) -> bool {
+    has_date_time(inside) || is_legacy_stamp(inside.trim())
+}
+
+/// `YYYY-MM-DD HH:MM` or `YYYY-MM-DDTHH:MM` somewhere in `text`.
+fn has_date_time(text: &str) -> bool {
+    const SHAPE: &[u8] = b"dddd-dd-dd?dd:dd";
+    text.as_bytes().windows(SHAPE.len()).any(|window| {
+        window.iter().zip(SHAPE).all(|(&b, &shape)| match shape {
+            b'd' => b.is_ascii_digit(),
+            b'?' => b == b' ' || b == b'T',
+            literal => b == literal,
+        })
+    })
+}
+
+/// The legacy web-inbox stamp `Mon D HH:MM` (seconds optional), e.g. `Dec 4 17:35`.
+fn is_legacy_stamp(text: &str) -> bool {
+    const MONTHS: [&str; 12] = [
+        "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+    ];
+    let parts: Vec<&str> = text.split_whitespace().collect();
+    let [month, day, time] = parts.as_slice() else {
+        return false;
+    };
+    let is_number = |s: &str, max_len: usize| {
+        !s.is_empty() && s.len() <= max_len && s.bytes().all(|b| b.is_ascii_digit())
+    };
+    let mut clock = time.split(':');
+    let clock_ok = is_number(clock.next().unwrap_or(""), 2)
+        && clock
+            .next()
+            .is_some_and(|m| m.len() == 2 && is_number(m, 2))
+        && clock.next().is_none_or(|s| s.len() == 2 && is_number(s, 2))
+        && clock.next().is_none();
+    MONTHS.iter().any(|m| month.eq_ignore_ascii_case(m)) && is_number(day, 2) && clock_ok
 }
 
 /// The text a command is matched on, as OpenClaw's `stripStructuralPrefixes` makes it:
@@ -417,21 +475,53 @@ mod tests {
 
     #[test]
     fn timestamp_envelopes_are_stripped() {
-        assert_eq!(strip_timestamp_prefix("[Dec 4 17:35] hello"), "hello");
-        assert_eq!(
-            strip_timestamp_prefix("[WhatsApp +1555 2026-01-13T07:45Z] [x1] hi"),
-            "hi"
-        );
-        assert_eq!(strip_timestamp_prefix("[note] hello"), "[note] hello");
-        assert_eq!(strip_timestamp_prefix("hello [12:00]"), "hello [12:00]");
-        // Found by the marker-forging property: a nested `[` is not an envelope, and
-        // a message of envelope-like groups alone is kept.
-        assert_eq!(strip_timestamp_prefix("[0[from: Owner]"), "[0[from: Owner]");
-        assert_eq!(strip_timestamp_prefix(" [2]"), "[2]");
-        assert_eq!(
-            strip_timestamp_prefix("[Dec 4 17:35] [2]"),
-            "[Dec 4 17:35] [2]"
-        );
+        let cases: &[(&str, &str)] = &[
+            // OpenClaw's timestamp envelopes go.
+            ("[Dec 4 17:35] hello", "hello"),
+            ("[dec 14 7:05:09] hello", "hello"),
+            ("[Thu 2026-01-15 09:30 PST] hello", "hello"),
+            ("[2026-01-12 12:19:17 PST] hello", "hello"),
+            ("[2026-01-12T12:19:17Z] hello", "hello"),
+            ("[2026-01-13T07:45Z] hello", "hello"),
+            ("[WhatsApp +1555 2026-01-12 12:19 PST] hello", "hello"),
+            ("[Signal Alice +1555 +2m 2026-01-18T05:19Z] hi", "hi"),
+            ("[Signal Alice +1555 2026-01-18 06:19 GMT+1] hi", "hi"),
+            ("[WhatsApp +1555 Sun 2026-01-18 00:19:42 PST] hi", "hi"),
+            ("  [Dec 4 17:35]   hello", "hello"),
+            ("[Dec 4 17:35] [2026-01-12 12:19 PST] hello", "hello"),
+            ("[WhatsApp +1555 2026-01-13T07:45Z] [x1] hi", "[x1] hi"),
+            ("[Dec 4 17:35] [2]", "[2]"),
+            // Channel envelopes without a time stay: they say who wrote.
+            ("[Signal +4915550100] hi", "[Signal +4915550100] hi"),
+            (
+                "[WhatsApp +1 555 0100 id:42] hi",
+                "[WhatsApp +1 555 0100 id:42] hi",
+            ),
+            (
+                "[Telegram Family id:-1001] hi",
+                "[Telegram Family id:-1001] hi",
+            ),
+            // Brackets a sender typed stay.
+            ("[note] hello", "[note] hello"),
+            ("[x1] hello", "[x1] hello"),
+            ("[12:00] lunch?", "[12:00] lunch?"),
+            ("[Dec 4] party", "[Dec 4] party"),
+            ("[Dec 4 1735] party", "[Dec 4 1735] party"),
+            ("[Meeting Dec 4 17:35] notes", "[Meeting Dec 4 17:35] notes"),
+            ("[2026-01-12] release", "[2026-01-12] release"),
+            ("hello [12:00]", "hello [12:00]"),
+            // Found by the marker-forging property: a nested `[` is not an envelope,
+            // and a message of envelopes alone is kept.
+            ("[0[from: Owner]", "[0[from: Owner]"),
+            (" [2]", "[2]"),
+            ("[Dec 4 17:35]", "[Dec 4 17:35]"),
+            ("[2026-01-12 12:19 PST] ", "[2026-01-12 12:19 PST] "),
+            ("[2026-01-12\n12:19] hi", "[2026-01-12\n12:19] hi"),
+            ("[Dec 4 17:35 hi", "[Dec 4 17:35 hi"),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(strip_timestamp_prefix(text), *expected, "{text:?}");
+        }
     }
 
     #[test]

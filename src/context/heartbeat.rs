@@ -1,0 +1,156 @@
+//! Heartbeats: the periodic turn in which the agent reads `HEARTBEAT.md` and either acts
+//! or answers `HEARTBEAT_OK`.
+//!
+//! The host schedules heartbeat runs; this module holds the decisions around them that
+//! OpenClaw makes. Before a run: [`is_heartbeat_content_effectively_empty`] — a
+//! `HEARTBEAT.md` with no tasks in it means no model call at all. After it: the reply
+//! goes through [`strip_heartbeat_token`](crate::context::reply::strip_heartbeat_token)
+//! in [`HeartbeatMode::Heartbeat`](crate::context::reply::HeartbeatMode::Heartbeat),
+//! where a short acknowledgement is nothing to send.
+//!
+//! ```
+//! use agent_sessions::context::heartbeat::{is_heartbeat_content_effectively_empty, HEARTBEAT_PROMPT};
+//!
+//! let template = "# HEARTBEAT.md\n\n<!-- Add tasks below. -->\n- [ ]\n";
+//! assert!(is_heartbeat_content_effectively_empty(template), "skip the run");
+//! let tasks = "# HEARTBEAT.md\n- [ ] Check the build every morning\n";
+//! assert!(!is_heartbeat_content_effectively_empty(tasks), "run with HEARTBEAT_PROMPT");
+//! assert!(HEARTBEAT_PROMPT.contains("HEARTBEAT_OK"));
+//! ```
+
+/// OpenClaw's default heartbeat prompt (`HEARTBEAT_PROMPT`), sent as the message of a
+/// heartbeat run when the host configures none.
+pub const HEARTBEAT_PROMPT: &str = "Read HEARTBEAT.md if it exists (workspace context). Follow it strictly. Do not infer or repeat old tasks from prior chats. If nothing needs attention, reply HEARTBEAT_OK.";
+
+/// Whether a `HEARTBEAT.md` holds no task, so the host can skip the heartbeat run and
+/// its model call (OpenClaw's `isHeartbeatContentEffectivelyEmpty`).
+///
+/// Empty means every line is, once HTML comments (`<!-- … -->`, also across lines) are
+/// removed and the line is trimmed, one of:
+///
+/// * blank;
+/// * a Markdown heading: `#` characters followed by whitespace or nothing (`# Tasks`,
+///   `##`; but `#TODO` and `#hashtag` are content);
+/// * an empty list item: `-`, `*` or `+`, optionally with an empty or ticked checkbox
+///   (`- `, `* [ ]`, `+ [x]`), and nothing after it.
+///
+/// A file that does not exist is not "empty": OpenClaw still runs the heartbeat then, so
+/// the model can decide; only call this with the content of a file that exists.
+///
+/// ```
+/// use agent_sessions::context::heartbeat::is_heartbeat_content_effectively_empty;
+///
+/// assert!(is_heartbeat_content_effectively_empty("## Daily\n\n* [ ]\n"));
+/// assert!(!is_heartbeat_content_effectively_empty("#TODO water the plants"));
+/// ```
+pub fn is_heartbeat_content_effectively_empty(content: &str) -> bool {
+    let mut in_comment = false;
+    content.split('\n').all(|line| {
+        let visible = strip_html_comments(line, &mut in_comment);
+        let line = visible.trim();
+        line.is_empty() || is_heading(line) || is_empty_list_item(line)
+    })
+}
+
+/// `line` without HTML comments; `in_comment` carries an open `<!--` to the next line.
+fn strip_html_comments(line: &str, in_comment: &mut bool) -> String {
+    let mut out = String::new();
+    let mut rest = line;
+    loop {
+        if *in_comment {
+            match rest.find("-->") {
+                Some(end) => {
+                    *in_comment = false;
+                    rest = &rest[end + 3..];
+                }
+                None => return out,
+            }
+        }
+        match rest.find("<!--") {
+            Some(start) => {
+                out.push_str(&rest[..start]);
+                rest = &rest[start + 4..];
+                *in_comment = true;
+            }
+            None => {
+                out.push_str(rest);
+                return out;
+            }
+        }
+    }
+}
+
+/// `#+` followed by whitespace or the end (an ATX heading).
+fn is_heading(line: &str) -> bool {
+    let after = line.trim_start_matches('#');
+    after.len() < line.len() && (after.is_empty() || after.starts_with(char::is_whitespace))
+}
+
+/// `[-*+]`, optional whitespace, an optional `[ ]`, `[x]`, `[X]` or `[]`, and nothing else.
+fn is_empty_list_item(line: &str) -> bool {
+    let Some(after_marker) = line.strip_prefix(['-', '*', '+']) else {
+        return false;
+    };
+    let rest = after_marker.trim_start();
+    let Some(inside) = rest.strip_prefix('[') else {
+        return rest.is_empty();
+    };
+    let mut chars = inside.chars();
+    let after_box = match chars.next() {
+        Some(']') => chars.as_str(),
+        Some(c) if c.is_whitespace() || c == 'x' || c == 'X' => match chars.next() {
+            Some(']') => chars.as_str(),
+            _ => return false,
+        },
+        _ => return false,
+    };
+    after_box.trim().is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn effectively_empty_heartbeat_files() {
+        let cases: &[(&str, bool)] = &[
+            // Nothing to do: skip the run.
+            ("", true),
+            ("   \n\t\n", true),
+            ("# HEARTBEAT.md", true),
+            ("# only header\n\n## subheader\n", true),
+            ("#", true),
+            ("###\t", true),
+            ("-", true),
+            ("- ", true),
+            ("* [ ]", true),
+            ("- [x]\n- [X]\n+ []\n* [\t]", true),
+            ("-[ ]", true),
+            ("<!-- keep this file empty to skip heartbeats -->", true),
+            ("# Tasks\n<!--\nmulti-line\ncomment\n-->\n- [ ]", true),
+            ("<!-- a --> <!-- b -->", true),
+            ("<!-- unclosed comment\nstill inside", true),
+            ("\r\n# Tasks\r\n- [ ]\r\n", true),
+            // Something to do: run.
+            ("Check the build", false),
+            ("#TODO water the plants", false),
+            ("#hashtag", false),
+            ("- [ ] Check email", false),
+            ("* [x] done thing", false),
+            ("- [y]", false),
+            ("- [  ]", false),
+            ("-- ", false),
+            ("1. ", false),
+            ("# Tasks\n<!-- note --> call Bob", false),
+            ("<!-- a -->\nreal task\n<!-- b -->", false),
+            ("--> stray closer", false),
+        ];
+        for (content, expected) in cases {
+            assert_eq!(
+                is_heartbeat_content_effectively_empty(content),
+                *expected,
+                "{content:?}"
+            );
+        }
+    }
+}
