@@ -309,18 +309,19 @@ const STAGED_FRESH: Duration = Duration::from_secs(1);
 /// not fall into step with the holder. Every `poll_interval` the lock file is
 /// inspected as [`FileLock::try_acquire`] does (and evicted if abandoned); when a new
 /// lock file appears it is inspected at once, and a holder of this crate ends the wait
-/// ([`Attempt::Busy`]) so the caller can block on its OS lock instead.
+/// ([`Attempt::Busy`]) so the caller can block on its OS lock instead. A wait that
+/// ends busy names the holder last inspected (at first, `holder`).
 pub(crate) fn wait_foreign(
     path: &Path,
     stale_after: Duration,
     poll_interval: Duration,
     until: Instant,
+    mut holder: Option<LockHolder>,
 ) -> Result<Attempt> {
     let mut jitter = Jitter::new();
     let mut staged: Option<Staged> = None;
     // File systems without hard links (or a vanished directory) get plain attempts.
     let mut plain = false;
-    let mut holder = None;
     let mut inspected_at = Instant::now();
     let mut seen = file_id(path);
     loop {
@@ -650,6 +651,8 @@ mod tests {
             // Past a second the staged lock file is written again: still taken.
             (Holder::Frees(1_300), 3_000, Ended::Taken, 1_300..2_300),
             (Holder::Keeps, 200, Ended::BusyForeign, 200..1_000),
+            // Too short to inspect the lock again: the holder it started with is named.
+            (Holder::Keeps, 10, Ended::BusyForeign, 10..500),
             (Holder::Abandoned, 2_000, Ended::Taken, 0..1_000),
             (Holder::HandsOver(50), 2_000, Ended::BusyOurs, 50..1_000),
         ];
@@ -686,6 +689,7 @@ mod tests {
                 DEFAULT_LOCK_STALE_AFTER,
                 DEFAULT_LOCK_POLL_INTERVAL,
                 started + Duration::from_millis(patience),
+                parse_holder(r#"{"pid":4242,"startedAt":1770350000000}"#),
             )
             .unwrap();
             let took = started.elapsed();

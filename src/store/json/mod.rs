@@ -215,9 +215,11 @@ impl JsonFileStore {
         let mut last_written = state.last_written.take();
         let mut logged_wait = false;
         let mut foreign = false;
+        let mut holder: Option<LockHolder> = None;
         loop {
             let (attempt_path, store_file) = (lock_path.clone(), store_path.to_owned());
             let inner = self.inner.clone();
+            let known = holder.take();
             // A foreign wait runs in slices, so a cancelled call frees its thread soon.
             let left = options.timeout.saturating_sub(started.elapsed());
             let until = Instant::now() + left.min(FOREIGN_WAIT_SLICE);
@@ -231,6 +233,7 @@ impl JsonFileStore {
                         options.stale_after,
                         options.poll_interval,
                         until,
+                        known,
                     )?
                 } else {
                     FileLock::try_acquire(&attempt_path, options.stale_after)?
@@ -244,7 +247,7 @@ impl JsonFileStore {
                 }
             })
             .await?;
-            let holder = match attempt {
+            holder = match attempt {
                 Ok((lock, document, read_stamp)) => {
                     let waited = started.elapsed();
                     if waited >= Duration::from_millis(100) {
