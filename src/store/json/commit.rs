@@ -17,6 +17,7 @@ use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
 
 use tokio::sync::watch;
 
+use super::courtesy::ForeignActivity;
 use super::document::Document;
 use super::io::FileStamp;
 use super::lock::FileLock;
@@ -40,6 +41,8 @@ pub(super) struct QueueState {
     pub(super) last_written: Option<(Arc<Document>, FileStamp)>,
     /// The batch being built, if a writer left one open.
     pub(super) open: Option<Batch>,
+    /// What this process saw of other programs taking the lock.
+    pub(super) foreign: ForeignActivity,
 }
 
 /// An open batch: the file lock is held and the document carries its members' changes.

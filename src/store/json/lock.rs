@@ -11,13 +11,20 @@
 //! * any other lock file is judged by OpenClaw's rule: stale when its mtime is older
 //!   than [`LockOptions::stale_after`].
 //!
+//! Waiting differs by holder. A holder of this crate is waited for on its OS lock, which
+//! wakes the waiter the moment it is released. Any other holder (OpenClaw) takes no OS
+//! lock and, when busy, takes the lock again right after releasing it, so a waiter that
+//! looked every 25 ms as OpenClaw's do would rarely find it free: the waiter instead
+//! tries every 2 ms or so, at jittered times, with its lock file staged so that each try
+//! is one `link` ([`wait_foreign`]).
+//!
 //! Within one process, writers to one store queue on an async mutex first, so only one
-//! task per process polls the file.
+//! task per process waits on the file.
 
 use std::fs::{self, File, TryLockError};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use chrono::DateTime;
 use serde_json::Value;
@@ -27,7 +34,8 @@ use crate::error::{Error, LockHolder, Result};
 
 /// How long a writer waits for the store lock (OpenClaw: 10 s).
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
-/// How often a waiting writer looks at the lock file again (OpenClaw: 25 ms).
+/// OpenClaw's lock poll interval, 25 ms: how often its waiters look at the lock file
+/// (see [`LockOptions::poll_interval`]).
 pub const DEFAULT_LOCK_POLL_INTERVAL: Duration = Duration::from_millis(25);
 /// When a lock file not held by a live `agent-sessions` process counts as abandoned
 /// (OpenClaw: 30 s, judged by the lock file's mtime).
@@ -50,7 +58,12 @@ pub struct LockOptions {
     /// How long to wait before [`Error::LockTimeout`]; counted from the call, including
     /// the wait behind other tasks of this process. Zero tries once.
     pub timeout: Duration,
-    /// How often to look at a busy lock file again.
+    /// How often OpenClaw's waiters look at the lock (25 ms). A writer waiting behind
+    /// another program's lock inspects it this often (evicting it once stale) while
+    /// trying to take it every 2 ms or so; a writer that leaves the lock free for
+    /// OpenClaw's waiters (now and then, while OpenClaw writes the same store) leaves it
+    /// free a fifth longer than this. A lock held by another process of this crate is
+    /// not polled: the waiter wakes when it is released.
     pub poll_interval: Duration,
     /// When a lock file not held by a live `agent-sessions` process is removed.
     pub stale_after: Duration,
@@ -70,7 +83,8 @@ impl Default for LockOptions {
 #[derive(Debug)]
 pub(crate) struct FileLock {
     path: PathBuf,
-    file: File,
+    /// Always `Some` until [`release_keeping_os_lock`](Self::release_keeping_os_lock).
+    file: Option<File>,
 }
 
 /// The outcome of one attempt to take the lock.
@@ -116,26 +130,73 @@ impl FileLock {
 /// The lock is never published without its holder record: if the record cannot be
 /// written (a full disk), the attempt fails and nothing is left at `path`.
 fn publish(path: &Path) -> io::Result<Option<FileLock>> {
-    let temp = super::io::temp_sibling(path);
-    let mut file = create_private(&temp)?;
-    // Nobody else can hold the OS lock of a file we just created exclusively; a file
-    // system without flock support still gets OpenClaw's O_EXCL protocol.
-    if let Err(TryLockError::Error(e)) = file.try_lock() {
-        tracing::debug!(path = %path.display(), error = %e, "no OS lock on this file system");
-    }
-    let content = holder_record();
-    let linked = file
-        .write_all(content.as_bytes())
-        .and_then(|()| fs::hard_link(&temp, path));
-    let _ = fs::remove_file(&temp);
-    match linked {
-        Ok(()) => Ok(Some(FileLock {
-            path: path.to_owned(),
-            file,
-        })),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(None),
-        Err(e) if no_hard_links(&e) => publish_without_links(path, &content),
+    let staged = Staged::new(path)?;
+    match staged.link(path) {
+        Ok(true) => Ok(Some(staged.into_lock(path))),
+        Ok(false) => Ok(None),
+        Err(e) if no_hard_links(&e) => {
+            let content = staged.content.clone();
+            drop(staged);
+            publish_without_links(path, &content)
+        }
         Err(e) => Err(e),
+    }
+}
+
+/// A lock file written in full under a temporary name next to `<store>.lock`: taking
+/// the lock is then one `link`, as cheap as OpenClaw's `open(O_EXCL)`. Dropping it
+/// removes the temporary name.
+#[derive(Debug)]
+struct Staged {
+    temp: PathBuf,
+    file: Option<File>,
+    content: String,
+    at: Instant,
+}
+
+impl Staged {
+    fn new(path: &Path) -> io::Result<Staged> {
+        let temp = super::io::temp_sibling(path);
+        let file = create_private(&temp)?;
+        // Nobody else can hold the OS lock of a file we just created exclusively; a file
+        // system without flock support still gets OpenClaw's O_EXCL protocol.
+        if let Err(TryLockError::Error(e)) = file.try_lock() {
+            tracing::debug!(path = %path.display(), error = %e, "no OS lock on this file system");
+        }
+        let staged = Staged {
+            temp,
+            file: Some(file),
+            content: holder_record(),
+            at: Instant::now(),
+        };
+        // If this fails, dropping `staged` removes the temporary name.
+        let mut file: &File = staged.file.as_ref().expect("created above");
+        file.write_all(staged.content.as_bytes())?;
+        Ok(staged)
+    }
+
+    /// Publishes the staged file as `path`: `true` if this took the lock, `false` if a
+    /// lock file exists.
+    fn link(&self, path: &Path) -> io::Result<bool> {
+        match fs::hard_link(&self.temp, path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The lock, once [`link`](Self::link) took it.
+    fn into_lock(mut self, path: &Path) -> FileLock {
+        FileLock {
+            path: path.to_owned(),
+            file: self.file.take(),
+        }
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.temp);
     }
 }
 
@@ -170,7 +231,7 @@ fn publish_without_links(path: &Path, content: &str) -> io::Result<Option<FileLo
     }
     Ok(Some(FileLock {
         path: path.to_owned(),
-        file,
+        file: Some(file),
     }))
 }
 
@@ -184,15 +245,33 @@ fn holder_record() -> String {
     .to_string()
 }
 
-impl Drop for FileLock {
-    fn drop(&mut self) {
-        // Remove the file before closing it (which releases the OS lock), and only if the
-        // path is still our file: a foreign process may have evicted us as stale.
-        if is_same_file(&self.file, &self.path) {
+impl FileLock {
+    /// Releases the lock but keeps the OS lock on the removed file until the returned
+    /// file is dropped: the lock is free for everyone, while this crate's writers that
+    /// are already waiting on the OS lock stay back.
+    pub(crate) fn release_keeping_os_lock(mut self) -> Option<File> {
+        self.remove();
+        self.file.take()
+    }
+
+    /// Removes the lock file, if the path still names it: a foreign process may have
+    /// evicted this one as stale.
+    fn remove(&self) {
+        let Some(file) = &self.file else {
+            return;
+        };
+        if is_same_file(file, &self.path) {
             if let Err(e) = fs::remove_file(&self.path) {
                 tracing::warn!(path = %self.path.display(), error = %e, "could not remove lock file");
             }
         }
+    }
+}
+
+impl Drop for FileLock {
+    fn drop(&mut self) {
+        // Remove the file before closing it, which releases the OS lock.
+        self.remove();
     }
 }
 
@@ -208,6 +287,121 @@ pub(crate) fn wait_for_release(path: &Path) {
     if let Ok(file) = crate::fsutil::open_no_follow(path) {
         // Taking the OS lock waits for the holder; it is dropped at once.
         let _ = file.lock();
+    }
+}
+
+/// How often, on average, a waiter tries to take a lock held by another program: each
+/// pause is drawn at random between half and one and a half times this.
+pub(crate) const FOREIGN_POLL: Duration = Duration::from_millis(2);
+
+/// A staged lock file older than this is written again, so the lock is published with
+/// a current `startedAt` and mtime.
+const STAGED_FRESH: Duration = Duration::from_secs(1);
+
+/// Waits until `until` for a lock file held by another program (OpenClaw), taking it
+/// as soon as it is free.
+///
+/// Such a holder takes no OS lock, so nothing wakes the waiter when it lets go, and a
+/// busy OpenClaw re-takes the lock right after releasing it: a waiter that looks only
+/// every 25 ms, as OpenClaw's own waiters do, rarely finds it free. This one keeps a
+/// lock file staged under a temporary name and tries to link it into place every
+/// [`FOREIGN_POLL`] or so (one `link`, no file created), at jittered times so it does
+/// not fall into step with the holder. Every `poll_interval` the lock file is
+/// inspected as [`FileLock::try_acquire`] does (and evicted if abandoned); when a new
+/// lock file appears it is inspected at once, and a holder of this crate ends the wait
+/// ([`Attempt::Busy`]) so the caller can block on its OS lock instead. A wait that
+/// ends busy names the holder last inspected (at first, `holder`).
+pub(crate) fn wait_foreign(
+    path: &Path,
+    stale_after: Duration,
+    poll_interval: Duration,
+    until: Instant,
+    mut holder: Option<LockHolder>,
+) -> Result<Attempt> {
+    let mut jitter = Jitter::new();
+    let mut staged: Option<Staged> = None;
+    // File systems without hard links (or a vanished directory) get plain attempts.
+    let mut plain = false;
+    let mut inspected_at = Instant::now();
+    let mut seen = file_id(path);
+    loop {
+        let now = Instant::now();
+        if now >= until {
+            return Ok(Attempt::Busy(holder));
+        }
+        // Plain attempts create a file each: those go at OpenClaw's pace.
+        let pause = jitter.around(if plain { poll_interval } else { FOREIGN_POLL });
+        std::thread::sleep(pause.min(until - now));
+        if plain {
+            match FileLock::try_acquire(path, stale_after)? {
+                Attempt::Busy(h) if !h.as_ref().is_some_and(|h| h.agent_sessions) => {
+                    holder = h;
+                    continue;
+                }
+                other => return Ok(other),
+            }
+        }
+        let fresh = match staged.take() {
+            Some(staged) if staged.at.elapsed() <= STAGED_FRESH => staged,
+            // An old one's temporary name goes first.
+            old => {
+                drop(old);
+                Staged::new(path).map_err(|e| Error::io("create lock file", path, e))?
+            }
+        };
+        match fresh.link(path) {
+            Ok(true) => return Ok(Attempt::Acquired(fresh.into_lock(path))),
+            Ok(false) => staged = Some(fresh),
+            Err(e) => {
+                tracing::debug!(path = %path.display(), error = %e, "cannot link a staged lock file; trying plain attempts");
+                plain = true;
+                continue;
+            }
+        }
+        let current = file_id(path);
+        if current != seen || inspected_at.elapsed() >= poll_interval {
+            seen = current;
+            inspected_at = Instant::now();
+            match inspect(path, stale_after)? {
+                Existing::Held(h) if h.as_ref().is_some_and(|h| h.agent_sessions) => {
+                    return Ok(Attempt::Busy(h));
+                }
+                Existing::Held(h) => holder = h,
+                Existing::Gone => {}
+            }
+        }
+    }
+}
+
+/// What identifies the file at `path` (`None`: no file), to notice a new lock file.
+#[cfg(unix)]
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+#[cfg(not(unix))]
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    let modified = fs::symlink_metadata(path).ok()?.modified().ok()?;
+    let since = modified.duration_since(UNIX_EPOCH).unwrap_or_default();
+    Some((since.as_secs(), u64::from(since.subsec_nanos())))
+}
+
+/// Random pause lengths (xorshift64*, seeded from the OS's random source).
+struct Jitter(u64);
+
+impl Jitter {
+    fn new() -> Self {
+        Jitter(uuid::Uuid::new_v4().as_u64_pair().0 | 1)
+    }
+
+    /// A duration drawn uniformly between half and one and a half times `mean`.
+    fn around(&mut self, mean: Duration) -> Duration {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let unit = (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64;
+        mean.mul_f64(0.5 + unit)
     }
 }
 
@@ -425,5 +619,109 @@ mod tests {
             Attempt::Busy(_)
         ));
         assert!(path.exists());
+    }
+
+    /// What the foreign holder in a [`wait_foreign`] case does.
+    #[derive(Debug, Clone, Copy)]
+    enum Holder {
+        /// OpenClaw's lock, removed after this many milliseconds.
+        Frees(u64),
+        /// OpenClaw's lock, kept.
+        Keeps,
+        /// OpenClaw's lock with an mtime an hour old (its writer died).
+        Abandoned,
+        /// OpenClaw's lock, replaced after this many milliseconds by a live lock of this
+        /// crate.
+        HandsOver(u64),
+    }
+
+    /// How a [`wait_foreign`] case ends.
+    #[derive(Debug, PartialEq)]
+    enum Ended {
+        Taken,
+        BusyForeign,
+        BusyOurs,
+    }
+
+    #[test]
+    fn waiting_for_a_foreign_holder_takes_the_lock_as_soon_as_it_is_free() {
+        // (the holder, how long the waiter may wait, how it ends, within how long; in ms)
+        let cases = [
+            (Holder::Frees(50), 2_000, Ended::Taken, 50..1_000),
+            // Past a second the staged lock file is written again: still taken.
+            (Holder::Frees(1_300), 3_000, Ended::Taken, 1_300..2_300),
+            (Holder::Keeps, 200, Ended::BusyForeign, 200..1_000),
+            // Too short to inspect the lock again: the holder it started with is named.
+            (Holder::Keeps, 10, Ended::BusyForeign, 10..500),
+            (Holder::Abandoned, 2_000, Ended::Taken, 0..1_000),
+            (Holder::HandsOver(50), 2_000, Ended::BusyOurs, 50..1_000),
+        ];
+        for (holder, patience, expected, within) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("sessions.json.lock");
+            fs::write(&path, r#"{"pid":4242,"startedAt":1770350000000}"#).unwrap();
+            if let Holder::Abandoned = holder {
+                let file = fs::OpenOptions::new().append(true).open(&path).unwrap();
+                file.set_modified(SystemTime::now() - Duration::from_secs(3600))
+                    .unwrap();
+            }
+            let holder_path = path.clone();
+            let holder_thread = std::thread::spawn(move || match holder {
+                Holder::Frees(after) => {
+                    std::thread::sleep(Duration::from_millis(after));
+                    fs::remove_file(&holder_path).unwrap();
+                    None
+                }
+                Holder::HandsOver(after) => {
+                    std::thread::sleep(Duration::from_millis(after));
+                    // Our lock replaces OpenClaw's in one step, never leaving it free.
+                    let beside = holder_path.with_extension("lock.next");
+                    let ours = FileLock::try_acquire(&beside, DEFAULT_LOCK_STALE_AFTER);
+                    let ours = acquired(ours.unwrap());
+                    fs::rename(&beside, &holder_path).unwrap();
+                    Some(ours)
+                }
+                Holder::Keeps | Holder::Abandoned => None,
+            });
+            let started = Instant::now();
+            let attempt = wait_foreign(
+                &path,
+                DEFAULT_LOCK_STALE_AFTER,
+                DEFAULT_LOCK_POLL_INTERVAL,
+                started + Duration::from_millis(patience),
+                parse_holder(r#"{"pid":4242,"startedAt":1770350000000}"#),
+            )
+            .unwrap();
+            let took = started.elapsed();
+            let ended = match &attempt {
+                Attempt::Acquired(_) => Ended::Taken,
+                Attempt::Busy(Some(h)) if h.agent_sessions => Ended::BusyOurs,
+                Attempt::Busy(Some(h)) if h.pid == Some(4242) => Ended::BusyForeign,
+                Attempt::Busy(other) => panic!("{holder:?}: busy with {other:?}"),
+            };
+            assert_eq!(ended, expected, "{holder:?}");
+            let took_ms = took.as_millis() as u64;
+            assert!(within.contains(&took_ms), "{holder:?}: took {took:?}");
+            if let Attempt::Acquired(_) = attempt {
+                // The lock names this process, taken just now.
+                let record = read_holder(&path).unwrap();
+                assert_eq!(record.pid, Some(std::process::id()), "{holder:?}");
+                assert!(record.agent_sessions);
+                let age = chrono::Utc::now() - record.started_at.unwrap();
+                assert!(
+                    age < chrono::TimeDelta::milliseconds(1_100),
+                    "{holder:?}: {age}"
+                );
+            }
+            drop(attempt);
+            drop(holder_thread.join().unwrap());
+            // No staged file is left behind.
+            let left: Vec<_> = fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .filter(|name| name.to_string_lossy().ends_with(".tmp"))
+                .collect();
+            assert!(left.is_empty(), "{holder:?}: left {left:?}");
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! The OpenClaw-compatible JSON file store.
 
 mod commit;
+mod courtesy;
 pub(crate) mod document;
 pub(crate) mod io;
 mod legacy;
@@ -34,6 +35,10 @@ pub use self::io::Durability;
 pub use self::lock::{
     LockOptions, DEFAULT_LOCK_POLL_INTERVAL, DEFAULT_LOCK_STALE_AFTER, DEFAULT_LOCK_TIMEOUT,
 };
+
+/// The longest single trip to the blocking pool while waiting for a lock held by
+/// another program.
+const FOREIGN_WAIT_SLICE: Duration = Duration::from_secs(1);
 
 /// How long a read may reuse a parsed store without re-reading it (OpenClaw: 45 s).
 pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(45);
@@ -235,28 +240,48 @@ impl JsonFileStore {
         blocking(path, move || inner.load(&owned)).await
     }
 
-    /// Takes the lock file within what is left of the lock timeout (the caller holds
-    /// this process's queue). A lock held by another process of this crate is waited
-    /// for on its OS lock, so the waiter wakes as soon as it is released; a lock held by
-    /// anyone else (OpenClaw) is polled, as OpenClaw polls.
+    /// Takes the lock file within what is left of the lock timeout and opens a batch on
+    /// the store's document in `state` (this process's queue, which the caller holds).
+    ///
+    /// A lock held by another process of this crate is waited for on its OS lock, so the
+    /// waiter wakes as soon as it is released; a lock held by anyone else (OpenClaw) is
+    /// watched closely ([`lock::wait_foreign`]), so that a holder that re-takes it at
+    /// once cannot keep this process out.
     async fn lock_file(
         &self,
         store_path: &Path,
         started: Instant,
-        mut last_written: Option<(Arc<Document>, FileStamp)>,
-    ) -> Result<(FileLock, Arc<Document>, Option<FileStamp>)> {
+        state: &mut QueueState,
+    ) -> Result<()> {
         let options = self.inner.options.lock;
         let lock_path = lock_path(store_path);
+        let mut last_written = state.last_written.take();
         let mut logged_wait = false;
+        let mut foreign = false;
+        let mut holder: Option<LockHolder> = None;
         loop {
             let (attempt_path, store_file) = (lock_path.clone(), store_path.to_owned());
-            let stale_after = options.stale_after;
             let inner = self.inner.clone();
+            let known = holder.take();
+            // A foreign wait runs in slices, so a cancelled call frees its thread soon.
+            let left = options.timeout.saturating_sub(started.elapsed());
+            let until = Instant::now() + left.min(FOREIGN_WAIT_SLICE);
             // One trip to the blocking pool takes the lock and reads the store.
             let attempt = blocking(&lock_path, move || {
                 crate::fsutil::refuse_linked_dirs(&inner.root, &attempt_path)
                     .map_err(|e| Error::io("lock", &attempt_path, e))?;
-                match FileLock::try_acquire(&attempt_path, stale_after)? {
+                let attempt = if foreign {
+                    lock::wait_foreign(
+                        &attempt_path,
+                        options.stale_after,
+                        options.poll_interval,
+                        until,
+                        known,
+                    )?
+                } else {
+                    FileLock::try_acquire(&attempt_path, options.stale_after)?
+                };
+                match attempt {
                     Attempt::Acquired(file) => {
                         let (document, stamp) = inner.locked_document(&store_file, last_written)?;
                         Ok(Ok((file, document, stamp)))
@@ -265,23 +290,33 @@ impl JsonFileStore {
                 }
             })
             .await?;
-            let holder = match attempt {
-                Ok(locked) => {
+            holder = match attempt {
+                Ok((lock, document, read_stamp)) => {
                     let waited = started.elapsed();
                     if waited >= Duration::from_millis(100) {
                         tracing::info!(path = %lock_path.display(), waited_ms = waited.as_millis() as u64, "session store lock acquired after waiting");
                     } else {
                         tracing::trace!(path = %lock_path.display(), waited_us = waited.as_micros() as u64, "session store lock acquired");
                     }
-                    return Ok(locked);
+                    if foreign {
+                        // Another program had the lock until now.
+                        state.foreign.saw_foreign(Instant::now());
+                    }
+                    state.open = Some(Batch::new(lock, document, read_stamp));
+                    return Ok(());
                 }
                 Err((holder, kept)) => {
                     last_written = kept;
                     holder
                 }
             };
+            foreign = !holder.as_ref().is_some_and(|h| h.agent_sessions);
+            if foreign {
+                state.foreign.saw_foreign(Instant::now());
+            }
             let waited = started.elapsed();
             if waited >= options.timeout {
+                state.last_written = last_written;
                 tracing::warn!(path = %lock_path.display(), holder = ?holder, waited_ms = waited.as_millis() as u64, "timed out waiting for the session store lock");
                 return Err(Error::LockTimeout {
                     path: lock_path,
@@ -293,8 +328,8 @@ impl JsonFileStore {
                 tracing::debug!(path = %lock_path.display(), holder = ?holder.as_ref().map(LockHolder::to_string), "session store lock busy; waiting");
                 logged_wait = true;
             }
-            let left = options.timeout - waited;
-            if holder.as_ref().is_some_and(|h| h.agent_sessions) {
+            if !foreign {
+                let left = options.timeout - waited;
                 let released = lock_path.clone();
                 let wait = blocking(&lock_path, move || {
                     lock::wait_for_release(&released);
@@ -303,8 +338,6 @@ impl JsonFileStore {
                 // Past the timeout the waiting thread is left to finish on its own: it
                 // takes and at once drops the released OS lock.
                 let _ = tokio::time::timeout(left, wait).await;
-            } else {
-                tokio::time::sleep(options.poll_interval.min(left)).await;
             }
         }
     }
@@ -325,9 +358,7 @@ impl JsonFileStore {
         let queue = self.inner.queue_of(path);
         let mut state = self.queue(path, &queue, started).await?;
         if state.open.is_none() {
-            let last_written = state.last_written.take();
-            let (lock, document, read_stamp) = self.lock_file(path, started, last_written).await?;
-            state.open = Some(Batch::new(lock, document, read_stamp));
+            self.lock_file(path, started, &mut state).await?;
         }
         let mut batch = state.open.take().expect("a batch is open");
         let mut removed = Vec::new();
@@ -371,6 +402,11 @@ impl JsonFileStore {
 
     /// Writes the batch (if it holds a change), releases the lock file and tells the
     /// batch's members; the queue is held until all of it is done.
+    ///
+    /// Now and then, while another program (OpenClaw) writes the same store, the release
+    /// is a courtesy release (see [`courtesy`]): after the members are answered, the
+    /// queue and the OS lock on the removed lock file are kept a little longer than one
+    /// OpenClaw poll interval, so OpenClaw's waiters find the lock free.
     async fn commit(
         &self,
         path: &Path,
@@ -379,7 +415,8 @@ impl JsonFileStore {
     ) -> Result<()> {
         let inner = self.inner.clone();
         let file = path.to_owned();
-        blocking(path, move || {
+        let courtesy = state.foreign.courtesy_due(Instant::now());
+        let (result, state, kept) = blocking(path, move || {
             let Batch {
                 lock,
                 document,
@@ -387,15 +424,19 @@ impl JsonFileStore {
                 outcome,
                 read_stamp,
             } = batch;
-            if members == 0 {
+            let written = (members > 0).then(|| inner.write(&file, &document));
+            let kept = if courtesy {
+                lock.release_keeping_os_lock()
+            } else {
                 drop(lock);
-                state.last_written = read_stamp.map(|stamp| (document, stamp));
-                return Ok(());
-            }
-            let written = inner.write(&file, &document);
-            drop(lock);
-            match written {
-                Ok(stamp) => {
+                None
+            };
+            let result = match written {
+                None => {
+                    state.last_written = read_stamp.map(|stamp| (document, stamp));
+                    Ok(())
+                }
+                Some(Ok(stamp)) => {
                     inner.remember(&file, document.clone(), stamp);
                     state.last_written = Some((document, stamp));
                     outcome.send_replace(Some(Ok(())));
@@ -403,19 +444,32 @@ impl JsonFileStore {
                 }
                 // A failure only this caller sees is its own; one several callers
                 // share reaches each of them, kind and all, as `Error::Shared`.
-                Err(error) if members == 1 => {
+                Some(Err(error)) if members == 1 => {
                     state.last_written = None;
                     Err(error)
                 }
-                Err(error) => {
+                Some(Err(error)) => {
                     state.last_written = None;
                     let error = Arc::new(error);
                     outcome.send_replace(Some(Err(error.clone())));
                     Err(Error::Shared(error))
                 }
-            }
+            };
+            Ok((result, state, kept))
         })
-        .await
+        .await?;
+        if let Some(os_lock) = kept {
+            let window = courtesy::courtesy_window(self.inner.options.lock.poll_interval);
+            tracing::trace!(path = %path.display(), window_ms = window.as_millis() as u64, "courtesy release of the session store lock");
+            // On a thread of its own: a runtime that is not being driven (a caller's
+            // `block_on` returned) must not keep the other processes waiting.
+            tokio::task::spawn_blocking(move || {
+                std::thread::sleep(window);
+                drop(os_lock);
+                drop(state);
+            });
+        }
+        result
     }
 
     /// Waits until the batch holding this writer's change is written. If the writer
@@ -836,9 +890,7 @@ impl SessionStore for JsonFileStore {
         let queue = self.inner.queue_of(&path);
         let mut state = self.queue(&path, &queue, started).await?;
         if state.open.is_none() {
-            let last_written = state.last_written.take();
-            let (lock, document, read_stamp) = self.lock_file(&path, started, last_written).await?;
-            state.open = Some(Batch::new(lock, document, read_stamp));
+            self.lock_file(&path, started, &mut state).await?;
         }
         let batch = state.open.as_mut().expect("a batch is open");
         let main_elsewhere = self.main_elsewhere(key, &path);
