@@ -99,7 +99,8 @@ pub use store::{
     SessionStore, SessionStoreExt, StoredSession,
 };
 
-/// The README's example compiles, and the identity and search guides' examples run.
+/// The README's and the OpenClaw compatibility page's examples compile, and the identity
+/// and search guides' examples run.
 #[cfg(doctest)]
 mod doc_pages {
     #[doc = include_str!("../README.md")]
@@ -108,6 +109,8 @@ mod doc_pages {
     struct IdentityAndAccess;
     #[doc = include_str!("../docs/search-and-analytics.md")]
     struct SearchAndAnalytics;
+    #[doc = include_str!("../docs/openclaw-compatibility.md")]
+    struct OpenClawCompatibility;
 }
 
 /// The names most programs use, for `use agent_sessions::prelude::*`.
