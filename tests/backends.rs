@@ -582,3 +582,43 @@ async fn a_transcript_the_source_cannot_read_is_named_and_the_rest_is_copied() {
 async fn sessions_count(backend: &Backend) -> usize {
     backend.sessions().count(&ListFilter::new()).await.unwrap()
 }
+
+/// `PostgresStore::connect` takes the same URLs as `SessionManager::connect` and the
+/// command line: `?schema=` names the schema.
+#[cfg(feature = "postgres")]
+#[tokio::test]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+async fn postgres_connect_reads_the_schema_from_the_url() {
+    use agent_sessions::store::{PostgresOptions, PostgresStore};
+    let schema = common::TestSchema::new("url_schema");
+    let by_url = PostgresStore::connect(&schema.url()).await.unwrap();
+    let key = SessionKey::parse("agent:main:main").unwrap();
+    by_url.put(&key, SessionEntry::new("s", 1)).await.unwrap();
+    // (options, expected: Ok(session found) or the error's text)
+    let cases: Vec<(PostgresOptions, Result<bool, &str>)> = vec![
+        (PostgresOptions::default(), Ok(true)),
+        (PostgresOptions::in_schema(&schema.name), Ok(true)),
+        (PostgresOptions::in_schema("elsewhere"), Err("names schema")),
+    ];
+    for (options, expected) in cases {
+        let described = format!("{options:?}");
+        match (
+            PostgresStore::connect_with(&schema.url(), options).await,
+            expected,
+        ) {
+            (Ok(store), Ok(found)) => {
+                assert_eq!(
+                    store.get(&key).await.unwrap().is_some(),
+                    found,
+                    "{described}"
+                )
+            }
+            (Err(error), Err(text)) => assert!(error.to_string().contains(text), "{error}"),
+            (other, expected) => panic!("{described}: {:?} vs {expected:?}", other.err()),
+        }
+    }
+    schema.drop().await;
+}

@@ -245,8 +245,11 @@ fn refs(values: &[Box<dyn ToSql + Sync + Send>]) -> Vec<&(dyn ToSql + Sync)> {
 }
 
 impl PostgresStore {
-    /// Connects to `url` (`postgres://user:password@host:port/database`) with the
-    /// default options, and migrates the schema.
+    /// Connects to `url` (`postgres://user:password@host:port/database[?schema=name]`,
+    /// the same URLs as [`SessionManager::connect`](crate::SessionManager::connect) and
+    /// the command line) with the default options, and migrates the schema. A
+    /// `?schema=` in the URL names the schema for every `connect_*` call; options that
+    /// name a different one are [`Error::InvalidStoreUrl`].
     pub async fn connect(url: &str) -> Result<Self> {
         PostgresStore::connect_with(url, PostgresOptions::default()).await
     }
@@ -282,13 +285,27 @@ impl PostgresStore {
 
     pub(crate) async fn connect_mode(
         url: &str,
-        options: PostgresOptions,
+        mut options: PostgresOptions,
         access: OpenMode,
     ) -> Result<Self> {
         let invalid = |problem: String| Error::InvalidStoreUrl {
             url: url.to_owned(),
             problem,
         };
+        // The same URLs as `SessionManager::connect` and the command line: a
+        // `?schema=` names the schema (the options' schema must agree, or be the
+        // default).
+        let (url, url_schema) = split_schema(url)?;
+        let url = url.as_str();
+        if let Some(schema) = url_schema {
+            if options.schema != schema && options.schema != PostgresOptions::default().schema {
+                return Err(invalid(format!(
+                    "the URL names schema {schema:?} but the options name {:?}",
+                    options.schema
+                )));
+            }
+            options.schema = schema;
+        }
         if !valid_schema(&options.schema) {
             return Err(invalid(format!(
                 "schema {:?} is not 1-63 characters of [a-z0-9_] starting with a letter or _",
@@ -561,5 +578,18 @@ impl Drop for OpenTransaction {
         if let Some(connection) = self.0.take() {
             drop(Object::take(connection));
         }
+    }
+}
+
+/// Splits `?schema=<name>` off a PostgreSQL URL, as [`StoreUrl`](crate::store::StoreUrl)
+/// reads it: the connection URL without it, and the schema if one is named.
+fn split_schema(url: &str) -> Result<(String, Option<String>)> {
+    if !url.trim_start().starts_with("postgres") {
+        // A `key=value` connection string: used as given.
+        return Ok((url.to_owned(), None));
+    }
+    match url.parse::<crate::store::StoreUrl>()? {
+        crate::store::StoreUrl::Postgres { url, schema } => Ok((url, schema)),
+        _ => Ok((url.to_owned(), None)),
     }
 }
