@@ -1053,3 +1053,48 @@ async fn everything_a_session_lifecycle_search_doctor_and_migration_write_is_own
         assert_eq!(not_owner_only(root), Vec::<String>::new());
     }
 }
+
+/// `summary.md` in a session's workspace follows the session's context summary: it is
+/// rewritten on every turn that changes the summary.
+#[tokio::test]
+async fn the_workspace_summary_follows_the_context_summary() {
+    use agent_sessions::manager::TurnOutcome;
+    let dir = tempfile::tempdir().unwrap();
+    let manager = SessionManager::builder(MemoryStore::new())
+        .workspaces(Workspaces::new(dir.path()))
+        .build();
+    let resolution = manager.resolve(&jane_by_sms("hi")).await.unwrap();
+    let workspace = manager.workspace(&resolution.key).await.unwrap();
+    let summary_file = workspace.dir().join("summary.md");
+    assert!(!summary_file.exists(), "no summary before the first turn");
+    // (what the user said, what the bot replied)
+    let turns = [
+        ("book a table for two", "Booked for 7pm."),
+        ("make it three", "Changed to three people."),
+    ];
+    for (user, reply) in turns {
+        let stored = manager
+            .record_turn(
+                &resolution.key,
+                TurnOutcome::completed().with_exchange(user, reply),
+            )
+            .await
+            .unwrap();
+        let summary = stored
+            .entry
+            .context_summary
+            .expect("a turn with an exchange is summarised");
+        assert_eq!(
+            std::fs::read_to_string(&summary_file).unwrap(),
+            summary,
+            "after {user:?}"
+        );
+    }
+    // A turn without an exchange leaves the summary, and the file, as they were.
+    let before = std::fs::read_to_string(&summary_file).unwrap();
+    manager
+        .record_turn(&resolution.key, TurnOutcome::completed())
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(&summary_file).unwrap(), before);
+}

@@ -167,6 +167,9 @@ impl SessionManager {
                 }
             })
             .await?;
+        if summary.is_some() {
+            self.write_workspace_summary(key, &stored.entry).await;
+        }
         let turns = stored.entry.turn_count.unwrap_or(0);
         let at_limit = self
             .settings

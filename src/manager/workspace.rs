@@ -40,6 +40,29 @@ impl SessionManager {
         blocking(&root, move || workspaces.open(id)).await
     }
 
+    /// Rewrites `summary.md` in the session's workspace, if it has one, with its context
+    /// summary: readers of the workspace (RABS reads the summary from there) see the
+    /// summary the entry holds. A failure is logged; the summary stays in the entry.
+    pub(super) async fn write_workspace_summary(&self, key: &SessionKey, entry: &SessionEntry) {
+        let (Some(workspaces), Some(id), Some(summary)) = (
+            self.seams.workspaces.clone(),
+            entry.workspace_id.as_deref(),
+            entry.context_summary.clone(),
+        ) else {
+            return;
+        };
+        let written = match parse_workspace_id(id) {
+            Ok(id) => {
+                let root = workspaces.root().to_path_buf();
+                blocking(&root, move || workspaces.open(id)?.write_summary(&summary)).await
+            }
+            Err(error) => Err(error),
+        };
+        if let Err(error) = written {
+            tracing::warn!(key = %key, %error, "could not write the workspace's summary.md");
+        }
+    }
+
     async fn choose_workspace_id(
         &self,
         key: &SessionKey,
