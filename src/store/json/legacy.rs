@@ -3,14 +3,14 @@
 //!
 //! Older OpenClaw versions wrote keys this crate (and OpenClaw 3.x) spell differently:
 //! mixed case (`agent:main:webchat:dm:MiXeD`), without the agent scope
-//! (`discord:group:123`), or under agent `main` in another agent's file (its legacy
-//! group keys always named `main`). OpenClaw migrates such an entry to the canonical key
+//! (`discord:group:123`), or — for group and channel sessions — under agent `main` in
+//! another agent's file (its legacy group keys always named `main`). OpenClaw migrates such an entry to the canonical key
 //! when the session is next used: the freshest of the spellings becomes the canonical
 //! entry and the others are removed. The store does the same, under its lock, in the
 //! write that uses the session.
 
 use super::document::{parse_entry, Document};
-use crate::key::SessionKey;
+use crate::key::{PeerKind, SessionKey};
 
 /// What using `key` takes over: the raw key whose entry the session continues from
 /// (`key` itself when it is the freshest) and the legacy spellings to remove.
@@ -65,8 +65,11 @@ pub(crate) fn adoption(
 fn spellings(document: &Document, key: &SessionKey, main_elsewhere: bool) -> Vec<String> {
     let canonical = key.as_str();
     let rest = key.rest();
+    // Only group and channel sessions: older OpenClaw filed those under `main` in
+    // every agent's file. A direct chat under `main` is main's own conversation.
+    let is_shared = key.peer_kind().is_some_and(PeerKind::is_group);
     let filed_under_main = rest
-        .filter(|_| main_elsewhere && key.agent_id() != Some("main"))
+        .filter(|_| main_elsewhere && is_shared && key.agent_id() != Some("main"))
         .map(|rest| format!("agent:main:{rest}"));
     let matches = |lowered: &str| {
         lowered == canonical
@@ -158,6 +161,14 @@ mod tests {
                 &[("agent:main:discord:group:123", 3)],
                 work_group,
                 false,
+                None,
+                &[],
+            ),
+            // A direct chat under `main` is main's own, even in another agent's file.
+            (
+                &[("agent:main:telegram:dm:bob", 3)],
+                "agent:ops:telegram:dm:bob",
+                true,
                 None,
                 &[],
             ),
