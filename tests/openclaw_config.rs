@@ -546,6 +546,19 @@ fn json5_as_people_write_it_is_read() {
 }
 
 #[test]
+fn dollar_signs_that_are_not_substitutions_are_text() {
+    // (value of session.mainKey) — none of them is a `${VAR}` OpenClaw substitutes.
+    for main_key in ["price-$5", "$${ESCAPED}", "${lower}", "${}", "${UNCLOSED"] {
+        let text = format!("{{ session: {{ mainKey: '{main_key}' }} }}");
+        let config = OpenClawConfig::from_json5_str(&text);
+        assert!(
+            !matches!(&config, Err(e) if e.to_string().contains("substitution")),
+            "{main_key}: {config:?}"
+        );
+    }
+}
+
+#[test]
 fn invalid_values_name_their_setting() {
     // (openclaw.json) → (the setting named, what the message says)
     let cases = [
@@ -555,6 +568,18 @@ fn invalid_values_name_their_setting() {
             "expected one of main, per-peer, per-channel-peer, per-account-channel-peer, found \"per-user\"",
         ),
         ("{ session: { scope: 'everyone' } }", "session.scope", "expected one of per-sender, global"),
+        // Loader features OpenClaw has and this reader does not: refused, never misread.
+        ("{ $include: './session.json5' }", "$include", "`$include` is not supported"),
+        (
+            "{ session: { store: '${STATE}/{agentId}.json' } }",
+            "session.store",
+            "`${VAR}` substitution is not supported",
+        ),
+        (
+            "{ agents: { list: [{ id: 'a', prompt: '${HOME_DIR}' }] } }",
+            "agents.list[0].prompt",
+            "`${VAR}` substitution is not supported",
+        ),
         ("{ session: { scope: 1 } }", "session.scope", "expected one of per-sender, global, found 1"),
         ("{ session: 'yes' }", "session", "expected an object, found a string"),
         ("{ session: { mainKey: 7 } }", "session.mainKey", "expected a string, found a number"),

@@ -40,6 +40,9 @@ pub(super) fn parse(
             ),
         });
     };
+    if let Some((field, message)) = unsupported_feature("", &Value::Object(root.clone())) {
+        return Err(reader.error(&field, message));
+    }
     ignore_unknown("", root, &["session", "messages", "agents"]);
     let mut config = base;
     if let Some(session) = reader.object("session", root.get("session"))? {
@@ -492,4 +495,61 @@ fn envelope_zone(envelope: Option<&str>, user: Option<&str>) -> Zone {
         },
         _ => parse(raw, "agents.defaults.envelopeTimezone"),
     }
+}
+
+/// The first use of a loader feature OpenClaw has and this reader does not — `$include`
+/// of another file, `${VAR}` substitution in a string — with the setting it is in.
+/// Reading such a file as if the feature were not there would key sessions or place the
+/// store differently from the gateway, so it is refused instead.
+fn unsupported_feature(path: &str, value: &Value) -> Option<(String, String)> {
+    let join = |name: &str| {
+        if path.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{path}.{name}")
+        }
+    };
+    match value {
+        Value::Object(map) => map.iter().find_map(|(name, value)| {
+            if name == "$include" {
+                Some((
+                    join(name),
+                    "`$include` is not supported: copy the included settings into this file"
+                        .to_owned(),
+                ))
+            } else {
+                unsupported_feature(&join(name), value)
+            }
+        }),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(index, item)| unsupported_feature(&format!("{path}[{index}]"), item)),
+        Value::String(text) if has_env_reference(text) => Some((
+            path.to_owned(),
+            "`${VAR}` substitution is not supported: write the value itself".to_owned(),
+        )),
+        _ => None,
+    }
+}
+
+/// Whether `text` holds `${NAME}` with an upper-case variable name, as OpenClaw
+/// substitutes (an escaped `$${NAME}` is literal text).
+fn has_env_reference(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    (0..bytes.len()).any(|at| {
+        bytes[at..].starts_with(b"${")
+            && (at == 0 || bytes[at - 1] != b'$')
+            && bytes[at + 2..]
+                .iter()
+                .position(|&b| b == b'}')
+                .is_some_and(|len| {
+                    let name = &bytes[at + 2..at + 2 + len];
+                    name.first()
+                        .is_some_and(|b| b.is_ascii_uppercase() || *b == b'_')
+                        && name
+                            .iter()
+                            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || *b == b'_')
+                })
+    })
 }
