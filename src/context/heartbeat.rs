@@ -42,14 +42,18 @@ pub const HEARTBEAT_PROMPT: &str = "Read HEARTBEAT.md if it exists (workspace co
 ///
 /// assert!(is_heartbeat_content_effectively_empty("## Daily\n\n* [ ]\n"));
 /// assert!(!is_heartbeat_content_effectively_empty("#TODO water the plants"));
+/// assert!(!is_heartbeat_content_effectively_empty("<!-- never closed\ndo the thing"));
 /// ```
 pub fn is_heartbeat_content_effectively_empty(content: &str) -> bool {
     let mut in_comment = false;
-    content.split('\n').all(|line| {
+    let lines_empty = content.split('\n').all(|line| {
         let visible = strip_html_comments(line, &mut in_comment);
         let line = visible.trim();
         line.is_empty() || is_heading(line) || is_empty_list_item(line)
-    })
+    });
+    // A `<!--` never closed is not a comment (OpenClaw removes only closed ones): what
+    // follows it may be a task, so the heartbeat runs.
+    lines_empty && !in_comment
 }
 
 /// `line` without HTML comments; `in_comment` carries an open `<!--` to the next line.
@@ -129,7 +133,7 @@ mod tests {
             ("<!-- keep this file empty to skip heartbeats -->", true),
             ("# Tasks\n<!--\nmulti-line\ncomment\n-->\n- [ ]", true),
             ("<!-- a --> <!-- b -->", true),
-            ("<!-- unclosed comment\nstill inside", true),
+            ("<!-- unclosed comment\nstill inside", false), // not a comment: may be a task
             ("\r\n# Tasks\r\n- [ ]\r\n", true),
             // Something to do: run.
             ("Check the build", false),
