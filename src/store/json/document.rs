@@ -226,8 +226,9 @@ fn nesting_exceeds(text: &str, limit: usize) -> bool {
 }
 
 /// Reorders the fields of `new`'s objects after `old`'s: fields `old` had first, in its
-/// order, then the new ones in their own order. Objects inside arrays are matched by
-/// position.
+/// order, then the new ones in their own order; a field `old` had as `null` and `new`
+/// leaves out (the same value, to an entry) is kept as `null`. Objects inside arrays are
+/// matched by position.
 fn keep_field_order(old: &Value, new: &mut Value) {
     match (old, new) {
         (Value::Object(old), Value::Object(new)) => {
@@ -236,6 +237,9 @@ fn keep_field_order(old: &Value, new: &mut Value) {
                 if let Some(mut value) = new.shift_remove(name) {
                     keep_field_order(old_value, &mut value);
                     reordered.insert(name.clone(), value);
+                } else if old_value.is_null() {
+                    // An explicit `null` reads as an absent field; it stays as written.
+                    reordered.insert(name.clone(), Value::Null);
                 }
             }
             reordered.append(new);
@@ -326,6 +330,7 @@ mod tests {
       "channel": "whatsapp"
     },
     "sessionFile": "/tmp/s.jsonl",
+    "spawnedBy": null,
     "sessionId": "s",
     "skillsSnapshot": [
       {
@@ -347,6 +352,11 @@ mod tests {
                 "a new field is appended",
                 |e| e.label = Some("inbox".into()),
                 &file.replace("\n  }\n}", ",\n    \"label\": \"inbox\"\n  }\n}"),
+            ),
+            (
+                "an explicit null the entry reads as absent stays",
+                |e| e.updated_at = 2,
+                &file.replace("\"updatedAt\": 1", "\"updatedAt\": 2"),
             ),
             (
                 "a removed field leaves the others in place",
