@@ -648,3 +648,42 @@ async fn reads_find_legacy_spellings_and_undecodable_ones_stay() {
         "not used yet"
     );
 }
+
+/// `get_uncached` reads the file even when the cache would answer: here another
+/// program rewrote the store in place with the same size and put the old mtime back,
+/// so the cache cannot tell the file changed.
+#[tokio::test]
+async fn an_uncached_read_sees_what_the_cache_cannot() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = main_store_file(dir.path());
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let store = JsonFileStore::new(dir.path()); // default options: a 45 s cache
+    let key = key("agent:main:main");
+    fs::write(
+        &path,
+        r#"{"agent:main:main": {"sessionId": "aaaa", "updatedAt": 1}}"#,
+    )
+    .unwrap();
+    let mtime = fs::metadata(&path).unwrap().modified().unwrap();
+    assert_eq!(
+        store.get(&key).await.unwrap().unwrap().entry.session_id,
+        "aaaa"
+    );
+    let file = fs::OpenOptions::new().write(true).open(&path).unwrap();
+    std::io::Write::write_all(
+        &mut &file,
+        br#"{"agent:main:main": {"sessionId": "bbbb", "updatedAt": 1}}"#,
+    )
+    .unwrap();
+    file.set_modified(mtime).unwrap();
+    drop(file);
+    // (read, the sessionId it sees): the cache still answers the old file.
+    let cases = [("get", "aaaa"), ("get_uncached", "bbbb"), ("get", "aaaa")];
+    for (read, expected) in cases {
+        let got = match read {
+            "get" => store.get(&key).await,
+            _ => store.get_uncached(&key).await,
+        };
+        assert_eq!(got.unwrap().unwrap().entry.session_id, expected, "{read}");
+    }
+}

@@ -221,6 +221,35 @@ impl JsonFileStore {
         self.store_path(&self.inner.agent_of(key))
     }
 
+    /// The session under `key` in `document`, the parsed file `path` (a legacy
+    /// spelling of `key` included).
+    fn session_in(
+        &self,
+        document: &Document,
+        key: &SessionKey,
+        path: &Path,
+    ) -> Result<Option<StoredSession>> {
+        let adoption = legacy::adoption(document, key, self.main_elsewhere(key, path));
+        let source = adoption
+            .as_ref()
+            .map_or(key.as_str(), |a| a.source.as_str());
+        document
+            .get(source)
+            .map(|raw| {
+                let entry = parse_entry(raw).map_err(|source| Error::InvalidEntry {
+                    key: key.to_string(),
+                    path: path.to_owned(),
+                    source,
+                })?;
+                Ok(StoredSession {
+                    key: key.clone(),
+                    entry,
+                    revision: Revision::of_bytes(raw.get().as_bytes()),
+                })
+            })
+            .transpose()
+    }
+
     /// Whether agent `main`'s sessions live in a file other than `path`, the file of
     /// `key` (so `agent:main:<rest>` in it is a legacy spelling of `key`).
     fn main_elsewhere(&self, key: &SessionKey, path: &Path) -> bool {
@@ -859,25 +888,21 @@ impl SessionStore for JsonFileStore {
     async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
         let path = self.store_path_for(key);
         let document = self.load(&path).await?;
-        let adoption = legacy::adoption(&document, key, self.main_elsewhere(key, &path));
-        let source = adoption
-            .as_ref()
-            .map_or(key.as_str(), |a| a.source.as_str());
-        document
-            .get(source)
-            .map(|raw| {
-                let entry = parse_entry(raw).map_err(|source| Error::InvalidEntry {
-                    key: key.to_string(),
-                    path: path.clone(),
-                    source,
-                })?;
-                Ok(StoredSession {
-                    key: key.clone(),
-                    entry,
-                    revision: Revision::of_bytes(raw.get().as_bytes()),
-                })
-            })
-            .transpose()
+        self.session_in(&document, key, &path)
+    }
+
+    async fn get_uncached(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
+        let path = self.store_path_for(key);
+        let inner = self.inner.clone();
+        let owned = path.clone();
+        let document = blocking(&path, move || {
+            Ok(inner
+                .read(&owned)?
+                .map(|(document, _)| document)
+                .unwrap_or_default())
+        })
+        .await?;
+        self.session_in(&document, key, &path)
     }
 
     async fn apply(
