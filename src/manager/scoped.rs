@@ -183,15 +183,22 @@ impl<'a> ScopedManager<'a> {
         }
     }
 
+    /// Whether the caller may post `message`: a participant only as themselves (the
+    /// message's participant id is theirs).
+    fn may_post(&self, message: &InboundMessage) -> Result<()> {
+        let key = self.manager.key_for(message)?;
+        match self.caller.participant_id() {
+            Some(id) if message.participant_id().as_deref() != Some(id) => {
+                Err(denied(&key, AccessDenial::NotParticipant))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// [`SessionManager::record_inbound_meta`] for a message the caller may post, on the
     /// same terms as [`resolve`](Self::resolve).
     pub async fn record_inbound_meta(&self, message: &InboundMessage) -> Result<StoredSession> {
-        let key = self.manager.key_for(message)?;
-        if let Some(id) = self.caller.participant_id() {
-            if message.participant_id().as_deref() != Some(id) {
-                return Err(denied(&key, AccessDenial::NotParticipant));
-            }
-        }
+        self.may_post(message)?;
         self.manager
             .record_inbound_meta_admitted(message, &|key, entry| self.may_create(key, entry))
             .await
@@ -200,12 +207,7 @@ impl<'a> ScopedManager<'a> {
     /// [`SessionManager::record_chatter`] for a message the caller may post, on the same
     /// terms as [`resolve`](Self::resolve).
     pub async fn record_chatter(&self, message: &InboundMessage) -> Result<ActivationDecision> {
-        let key = self.manager.key_for(message)?;
-        if let Some(id) = self.caller.participant_id() {
-            if message.participant_id().as_deref() != Some(id) {
-                return Err(denied(&key, AccessDenial::NotParticipant));
-            }
-        }
+        self.may_post(message)?;
         self.manager
             .record_chatter_admitted(message, &|key, entry| self.may_create(key, entry))
             .await
@@ -218,12 +220,7 @@ impl<'a> ScopedManager<'a> {
     ///
     /// [`participant_id`]: InboundMessage::participant_id
     pub async fn resolve(&self, message: &InboundMessage) -> Result<Resolution> {
-        let key = self.manager.key_for(message)?;
-        if let Some(id) = self.caller.participant_id() {
-            if message.participant_id().as_deref() != Some(id) {
-                return Err(denied(&key, AccessDenial::NotParticipant));
-            }
-        }
+        self.may_post(message)?;
         self.manager
             .resolve_admitted(message, &|key, entry| self.may_create(key, entry))
             .await
