@@ -35,6 +35,7 @@
 
 mod commands;
 mod output;
+mod settings;
 
 use std::process::ExitCode;
 
@@ -139,8 +140,8 @@ enum Command {
     },
 }
 
-/// Which global options were given on the command line (not by default or from the
-/// environment).
+/// Which options were given on the command line (not by default or from the
+/// environment): global ones, and `serve`'s that it also reads from the environment.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Given {
     /// `--store`.
@@ -149,6 +150,10 @@ pub struct Given {
     pub agent: bool,
     /// `--json`.
     pub json: bool,
+    /// `serve --idle-minutes`.
+    pub idle_minutes: bool,
+    /// `serve --drift-classifier`.
+    pub drift_classifier: bool,
 }
 
 impl Given {
@@ -158,15 +163,19 @@ impl Given {
         if let Some((_, sub)) = matches.subcommand() {
             levels.push(sub);
         }
+        // Only a level that knows `id` is asked: clap panics on an unknown one.
         let given = |id: &str| {
-            levels
-                .iter()
-                .any(|m| m.value_source(id) == Some(ValueSource::CommandLine))
+            levels.iter().any(|m| {
+                m.ids().any(|known| known == id)
+                    && m.value_source(id) == Some(ValueSource::CommandLine)
+            })
         };
         Given {
             store: given("store"),
             agent: given("agent"),
             json: given("json"),
+            idle_minutes: given("idle_minutes"),
+            drift_classifier: given("drift_classifier"),
         }
     }
 }
