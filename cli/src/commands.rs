@@ -25,7 +25,7 @@ pub const EXIT_FAILURE: u8 = 1;
 /// A migration or import did not verify (`3`).
 pub const EXIT_UNVERIFIED: u8 = 3;
 /// Bad usage (`2`): what clap reports, and an ambiguous short id, an option the
-/// command would ignore, a copy of a store onto itself.
+/// command would ignore, a copy of a store onto itself, an invalid `serve` setting.
 pub const EXIT_USAGE: u8 = 2;
 /// No such session, or no such store (`4`).
 pub const EXIT_NOT_FOUND: u8 = 4;

@@ -22,8 +22,12 @@
 //!
 //! Output ends quietly with status 0 when its reader goes away (`export | head`).
 //!
+//! `serve` also reads its idle timeout and topic-drift switch from ClawOS's variables
+//! (`SESSION_TIMEOUT_MINUTES`, `ENABLE_SESSION_DRIFT_CLASSIFIER`); a flag wins.
+//!
 //! Exit codes: 0 success, 1 failure (store, I/O, database), 2 bad usage (including
-//! an ambiguous short id, an ignored option, a copy of a store onto itself), 3 a
+//! an ambiguous short id, an ignored option, a copy of a store onto itself, an invalid
+//! `serve` setting from a flag or the environment), 3 a
 //! migration or import that did not verify, 4 no such session or no such store,
 //! 5 `doctor` found problems it did not repair.
 //!
