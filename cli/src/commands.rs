@@ -17,6 +17,7 @@ use clap::Args;
 use serde_json::{json, Value};
 
 use crate::output::{self, Bar};
+use crate::settings::{self, Setting};
 use crate::{Command, Given, Global};
 
 /// Something went wrong (`1`).
@@ -24,7 +25,7 @@ pub const EXIT_FAILURE: u8 = 1;
 /// A migration or import did not verify (`3`).
 pub const EXIT_UNVERIFIED: u8 = 3;
 /// Bad usage (`2`): what clap reports, and an ambiguous short id, an option the
-/// command would ignore, a copy of a store onto itself.
+/// command would ignore, a copy of a store onto itself, an invalid `serve` setting.
 pub const EXIT_USAGE: u8 = 2;
 /// No such session, or no such store (`4`).
 pub const EXIT_NOT_FOUND: u8 = 4;
@@ -133,9 +134,29 @@ pub struct ServeArgs {
     /// that can reach it can read and change every session.
     #[arg(long, conflicts_with = "secret")]
     insecure_no_auth: bool,
-    /// Minutes of inactivity after which a sender's next message starts a new session.
-    #[arg(long, default_value_t = 30)]
-    idle_minutes: u32,
+    /// Minutes of inactivity after which a sender's next message starts a new session
+    /// (0: never).
+    #[arg(
+        long,
+        env = "SESSION_TIMEOUT_MINUTES",
+        default_value = "30",
+        value_name = "MINUTES"
+    )]
+    // Parsed in `serve`, which names the variable when its value is invalid.
+    idle_minutes: String,
+    /// Turn on the topic-drift gate (`true` or `false`; the flag alone is `true`). It
+    /// needs a model to classify messages, which this command does not have: with
+    /// `true` it refuses to start. A host that wants the gate embeds the library and
+    /// gives its manager a `DriftClassifier`.
+    #[arg(
+        long,
+        env = "ENABLE_SESSION_DRIFT_CLASSIFIER",
+        default_value = "false",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    drift_classifier: String,
     /// The largest request body accepted, in bytes.
     #[arg(long, default_value_t = agent_sessions::http::DEFAULT_BODY_LIMIT)]
     body_limit: usize,
@@ -309,7 +330,7 @@ pub async fn run(global: Global, given: Given, command: Command) -> Outcome {
             to,
             overwrite_conflicts,
         } => copy(&from, &to, json, overwrite_conflicts).await,
-        Command::Serve(args) => serve(&global.store, args).await,
+        Command::Serve(args) => serve(&global.store, given, args).await,
         Command::Doctor {
             repair,
             prune_missing_transcripts,
@@ -813,13 +834,41 @@ async fn copy(from: &str, to: &str, json: bool, overwrite_conflicts: bool) -> Ou
 /// Serves the kernel API with its usual defaults (a session per sender and channel, its
 /// reset phrases, an idle timeout) and `agent_sessions::http::serve`'s protections
 /// (timeouts, a connection limit) until Ctrl-C, then finishes the calls in flight.
-async fn serve(store: &str, args: ServeArgs) -> Outcome {
+async fn serve(store: &str, given: Given, args: ServeArgs) -> Outcome {
     use agent_sessions::http::{router, serve, Secret, ServiceOptions};
     use agent_sessions::lifecycle::freshness::{ResetConfig, ResetSpec};
     use agent_sessions::lifecycle::triggers::ResetTriggers;
     use agent_sessions::{DefaultKeyBuilder, DmScope};
 
-    // Nothing is opened before the options are known to be safe to serve with.
+    // Nothing is opened before the options are known to be valid and safe to serve with.
+    let idle_minutes = Setting {
+        text: &args.idle_minutes,
+        flag: "--idle-minutes",
+        var: settings::SESSION_TIMEOUT_MINUTES,
+        from_flag: given.idle_minutes,
+    }
+    .minutes()
+    .map_err(|message| failure(EXIT_USAGE, message))?;
+    let drift = Setting {
+        text: &args.drift_classifier,
+        flag: "--drift-classifier",
+        var: settings::ENABLE_SESSION_DRIFT_CLASSIFIER,
+        from_flag: given.drift_classifier,
+    };
+    if drift
+        .switch()
+        .map_err(|message| failure(EXIT_USAGE, message))?
+    {
+        return Err(failure(
+            EXIT_USAGE,
+            format!(
+                "refusing to start: {} turns on the topic-drift gate, which needs a model \
+                 to classify messages, and this command has none (a host embeds the \
+                 library and gives its SessionManager a DriftClassifier)",
+                drift.source()
+            ),
+        ));
+    }
     let secret = args
         .secret
         .map(Secret::new)
@@ -853,7 +902,7 @@ async fn serve(store: &str, args: ServeArgs) -> Outcome {
         .await?
         .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
         .reset_triggers(ResetTriggers::clawos())
-        .freshness(ResetConfig::default().reset(ResetSpec::idle(args.idle_minutes)))
+        .freshness(ResetConfig::default().reset(ResetSpec::idle(idle_minutes)))
         .build();
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

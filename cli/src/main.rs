@@ -22,8 +22,12 @@
 //!
 //! Output ends quietly with status 0 when its reader goes away (`export | head`).
 //!
+//! `serve` also reads its idle timeout and topic-drift switch from ClawOS's variables
+//! (`SESSION_TIMEOUT_MINUTES`, `ENABLE_SESSION_DRIFT_CLASSIFIER`); a flag wins.
+//!
 //! Exit codes: 0 success, 1 failure (store, I/O, database), 2 bad usage (including
-//! an ambiguous short id, an ignored option, a copy of a store onto itself), 3 a
+//! an ambiguous short id, an ignored option, a copy of a store onto itself, an invalid
+//! `serve` setting from a flag or the environment), 3 a
 //! migration or import that did not verify, 4 no such session or no such store,
 //! 5 `doctor` found problems it did not repair.
 //!
@@ -35,6 +39,7 @@
 
 mod commands;
 mod output;
+mod settings;
 
 use std::process::ExitCode;
 
@@ -139,8 +144,8 @@ enum Command {
     },
 }
 
-/// Which global options were given on the command line (not by default or from the
-/// environment).
+/// Which options were given on the command line (not by default or from the
+/// environment): global ones, and `serve`'s that it also reads from the environment.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Given {
     /// `--store`.
@@ -149,6 +154,10 @@ pub struct Given {
     pub agent: bool,
     /// `--json`.
     pub json: bool,
+    /// `serve --idle-minutes`.
+    pub idle_minutes: bool,
+    /// `serve --drift-classifier`.
+    pub drift_classifier: bool,
 }
 
 impl Given {
@@ -158,15 +167,19 @@ impl Given {
         if let Some((_, sub)) = matches.subcommand() {
             levels.push(sub);
         }
+        // Only a level that knows `id` is asked: clap panics on an unknown one.
         let given = |id: &str| {
-            levels
-                .iter()
-                .any(|m| m.value_source(id) == Some(ValueSource::CommandLine))
+            levels.iter().any(|m| {
+                m.ids().any(|known| known == id)
+                    && m.value_source(id) == Some(ValueSource::CommandLine)
+            })
         };
         Given {
             store: given("store"),
             agent: given("agent"),
             json: given("json"),
+            idle_minutes: given("idle_minutes"),
+            drift_classifier: given("drift_classifier"),
         }
     }
 }

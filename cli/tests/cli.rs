@@ -1128,3 +1128,250 @@ async fn serve_closes_half_sent_connections_after_its_header_timeout() {
     assert_eq!(health.status(), reqwest::StatusCode::OK);
     assert_eq!(closed, [true; 4], "half-sent connections closed");
 }
+
+/// Starts `serve` on a free loopback port with `args` and `env` (and none of the
+/// caller's `serve` variables) over `store`: the child and the base URL it printed.
+fn serving(store: &str, args: &[&str], env: &[(&str, &str)]) -> (std::process::Child, String) {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let mut command = Command::new(env!("CARGO_BIN_EXE_agent-sessions"));
+    for var in SERVE_VARIABLES {
+        command.env_remove(var);
+    }
+    let mut child = command
+        .envs(env.iter().copied())
+        .args(["serve", "--store", store, "--listen", "127.0.0.1:0"])
+        .args(["--secret", "s3cret"])
+        .args(args)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut banner = String::new();
+    BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut banner)
+        .unwrap();
+    let base = banner
+        .split_whitespace()
+        .find(|word| word.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {banner:?} ({args:?}, {env:?})"))
+        .to_owned();
+    (child, base)
+}
+
+/// One run of `serve`: its flags, its environment, what it should do.
+type ServeCase<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+
+/// The variables `serve` reads.
+const SERVE_VARIABLES: [&str; 4] = [
+    "AGENT_SESSIONS_STORE",
+    "AGENT_SESSIONS_SECRET",
+    "SESSION_TIMEOUT_MINUTES",
+    "ENABLE_SESSION_DRIFT_CLASSIFIER",
+];
+
+/// `serve` takes the idle timeout from `SESSION_TIMEOUT_MINUTES` and the drift switch
+/// from `ENABLE_SESSION_DRIFT_CLASSIFIER`, as ClawOS's session kernel does; a flag wins
+/// over its variable, even over an invalid one. Each case resolves a message for a
+/// sender whose session was last active 45 minutes ago.
+#[tokio::test]
+async fn serve_reads_its_settings_from_the_environment_and_flags_win() {
+    let cases: &[ServeCase] = &[
+        (&[], &[], "new"), // the default: 30 minutes
+        (&[], &[("SESSION_TIMEOUT_MINUTES", "60")], "continue"),
+        (&[], &[("SESSION_TIMEOUT_MINUTES", "40")], "new"),
+        (&[], &[("SESSION_TIMEOUT_MINUTES", "0")], "continue"), // no timeout
+        (
+            &["--idle-minutes", "60"],
+            &[("SESSION_TIMEOUT_MINUTES", "5")],
+            "continue",
+        ),
+        (
+            &["--idle-minutes", "5"],
+            &[("SESSION_TIMEOUT_MINUTES", "60")],
+            "new",
+        ),
+        (
+            &["--idle-minutes", "60"],
+            &[("SESSION_TIMEOUT_MINUTES", "abc")],
+            "continue",
+        ),
+        (
+            &[],
+            &[
+                ("SESSION_TIMEOUT_MINUTES", "60"),
+                ("ENABLE_SESSION_DRIFT_CLASSIFIER", "false"),
+            ],
+            "continue",
+        ),
+        (
+            &["--drift-classifier=false"],
+            &[
+                ("SESSION_TIMEOUT_MINUTES", "60"),
+                ("ENABLE_SESSION_DRIFT_CLASSIFIER", "true"),
+            ],
+            "continue",
+        ),
+    ];
+    for (args, env, expected) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let store = format!("json:{}", dir.path().display());
+        {
+            use agent_sessions::prelude::*;
+            let key = SessionKey::parse("agent:ws_abc:sms:dm:+1555").unwrap();
+            let now = chrono::Utc::now().timestamp_millis() as u64;
+            JsonFileStore::new(dir.path())
+                .put(&key, SessionEntry::new("old-1", now - 45 * 60 * 1000))
+                .await
+                .unwrap();
+        }
+        let (mut child, base) = serving(&store, args, env);
+        let resolved: Result<Value, _> = async {
+            reqwest::Client::new()
+                .post(format!("{base}/kernel/sessions/resolve"))
+                .header("x-kernel-secret", "s3cret")
+                .json(&serde_json::json!({
+                    "workspace_id": "ws_abc", "channel": "sms",
+                    "remote_jid": "+1555", "user_message": "hello again",
+                }))
+                .send()
+                .await?
+                .json()
+                .await
+        }
+        .await;
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let resolved = resolved.unwrap();
+        assert_eq!(
+            resolved["decision"], *expected,
+            "{args:?} {env:?}: {resolved}"
+        );
+        let kept = resolved["session_id"] == "old-1";
+        assert_eq!(
+            kept,
+            *expected == "continue",
+            "{args:?} {env:?}: {resolved}"
+        );
+    }
+}
+
+/// An invalid setting stops `serve` before it opens anything, as bad usage (exit 2),
+/// naming where the value came from: the variable, or the flag that replaced it.
+#[test]
+fn serve_refuses_invalid_settings_naming_their_source() {
+    let cases: &[ServeCase] = &[
+        (
+            &[],
+            &[("SESSION_TIMEOUT_MINUTES", "abc")],
+            "SESSION_TIMEOUT_MINUTES",
+        ),
+        (
+            &[],
+            &[("SESSION_TIMEOUT_MINUTES", "-5")],
+            "SESSION_TIMEOUT_MINUTES",
+        ),
+        (
+            &[],
+            &[("SESSION_TIMEOUT_MINUTES", "1.5")],
+            "SESSION_TIMEOUT_MINUTES",
+        ),
+        (
+            &[],
+            &[("SESSION_TIMEOUT_MINUTES", "")],
+            "SESSION_TIMEOUT_MINUTES",
+        ),
+        (
+            &[],
+            &[("ENABLE_SESSION_DRIFT_CLASSIFIER", "yes")],
+            "ENABLE_SESSION_DRIFT_CLASSIFIER",
+        ),
+        (
+            &[],
+            &[("ENABLE_SESSION_DRIFT_CLASSIFIER", "TRUE")],
+            "ENABLE_SESSION_DRIFT_CLASSIFIER",
+        ),
+        (
+            &[],
+            &[("ENABLE_SESSION_DRIFT_CLASSIFIER", "1")],
+            "ENABLE_SESSION_DRIFT_CLASSIFIER",
+        ),
+        (
+            &["--idle-minutes", "ten"],
+            &[("SESSION_TIMEOUT_MINUTES", "5")],
+            "--idle-minutes",
+        ),
+        (&["--drift-classifier", "maybe"], &[], "--drift-classifier"),
+    ];
+    for (args, env, named) in cases {
+        let (code, stderr) = serve_briefly(&[&["--listen", "127.0.0.1:0"], *args].concat(), env);
+        assert_eq!(code, Some(2), "{args:?} {env:?}: {stderr}");
+        assert!(stderr.contains(&format!("invalid {named} ")), "{stderr}");
+        assert!(!stderr.contains("serving"), "{stderr}");
+        if named.starts_with("--") {
+            assert!(
+                !stderr.contains("SESSION"),
+                "the flag, not the variable: {stderr}"
+            );
+        }
+    }
+}
+
+/// The command has no model to classify topic drift: with the gate switched on it
+/// refuses to start (exit 2) and says why, rather than serving without the gate.
+#[test]
+fn serve_refuses_the_drift_gate_it_has_no_classifier_for() {
+    let cases: &[ServeCase] = &[
+        (
+            &[],
+            &[("ENABLE_SESSION_DRIFT_CLASSIFIER", "true")],
+            "ENABLE_SESSION_DRIFT_CLASSIFIER",
+        ),
+        (&["--drift-classifier"], &[], "--drift-classifier"),
+        (
+            &["--drift-classifier=true"],
+            &[("ENABLE_SESSION_DRIFT_CLASSIFIER", "false")],
+            "--drift-classifier",
+        ),
+    ];
+    for (args, env, source) in cases {
+        let (code, stderr) = serve_briefly(&[&["--listen", "127.0.0.1:0"], *args].concat(), env);
+        assert_eq!(code, Some(2), "{args:?} {env:?}: {stderr}");
+        for part in [*source, "topic-drift gate", "DriftClassifier"] {
+            assert!(stderr.contains(part), "{part}: {stderr}");
+        }
+        assert!(!stderr.contains("serving"), "{stderr}");
+    }
+}
+
+/// `serve --help` names each setting's flag and the variable read without it.
+#[test]
+fn serve_help_names_each_flag_and_its_variable() {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_agent-sessions"));
+    for var in SERVE_VARIABLES {
+        command.env_remove(var);
+    }
+    let help = command.args(["serve", "--help"]).output().unwrap();
+    assert_eq!(code(&help), 0);
+    let help = String::from_utf8_lossy(&help.stdout);
+    for (flag, variable) in [
+        ("--store", "AGENT_SESSIONS_STORE"),
+        ("--secret", "AGENT_SESSIONS_SECRET"),
+        ("--idle-minutes", "SESSION_TIMEOUT_MINUTES"),
+        ("--drift-classifier", "ENABLE_SESSION_DRIFT_CLASSIFIER"),
+    ] {
+        // An option's block: its line and the description lines under it.
+        let block: String = help
+            .lines()
+            .skip_while(|line| !line.trim_start().starts_with(flag))
+            .enumerate()
+            .take_while(|(i, line)| *i == 0 || !line.trim_start().starts_with('-'))
+            .map(|(_, line)| line)
+            .collect();
+        assert!(block.starts_with("      "), "no {flag} in {help}");
+        assert!(
+            block.contains(&format!("[env: {variable}")),
+            "{flag}: {block}"
+        );
+    }
+}
