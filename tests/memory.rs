@@ -665,3 +665,93 @@ async fn the_new_session_checkpoint_runs_on_every_backend() {
     #[cfg(postgres_tests)]
     schema.drop().await;
 }
+
+/// The message log names the canonical person and the agent's identity the session
+/// knows, not the raw identifier an adapter saw, and gives every message its own UUID —
+/// on every backend.
+#[tokio::test]
+async fn the_message_log_names_the_person_and_identity_the_session_knows() {
+    use agent_sessions::transcript::Offset;
+    let dir = tempfile::tempdir().unwrap();
+    let mut builders = vec![
+        (
+            "memory",
+            SessionManager::builder(MemoryStore::new())
+                .transcripts(agent_sessions::transcript::MemoryTranscriptStore::new()),
+        ),
+        (
+            "json",
+            SessionManager::connect(&format!("json:{}", dir.path().join("json").display()))
+                .await
+                .unwrap(),
+        ),
+        (
+            "sqlite",
+            SessionManager::connect(&format!("sqlite:{}", dir.path().join("s.db").display()))
+                .await
+                .unwrap(),
+        ),
+    ];
+    #[cfg(postgres_tests)]
+    let schema = common::TestSchema::new("message_log_person");
+    #[cfg(postgres_tests)]
+    builders.push((
+        "postgres",
+        SessionManager::connect(&schema.url()).await.unwrap(),
+    ));
+    for (backend, builder) in builders.drain(..) {
+        let manager = builder
+            .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerPerson))
+            .agent_identity("reggie_oc", "reggie")
+            .build();
+        let raw = InboundMessage::direct("sms", "+15550001", "hi").with_agent("reggie_oc");
+        let resolved = manager
+            .resolve(&raw.clone().from_person("staff:17"))
+            .await
+            .unwrap();
+        let key = &resolved.key;
+        // (what is logged) → the person and identity its line must name
+        let logged = [
+            LogMessage::from_inbound(&raw),
+            LogMessage::inbound("no sender given"),
+            LogMessage::outbound("hello Jane"),
+        ];
+        for message in logged {
+            manager
+                .transcripts()
+                .log_message(key, message)
+                .await
+                .unwrap();
+        }
+        let read = manager
+            .transcripts()
+            .replay(key, Offset::START)
+            .await
+            .unwrap();
+        let logs: Vec<_> = read
+            .events
+            .iter()
+            .filter_map(|e| e.entry.log.clone())
+            .collect();
+        assert_eq!(logs.len(), 3, "{backend}");
+        let mut ids = std::collections::BTreeSet::new();
+        for log in &logs {
+            assert_eq!(
+                log.person_id.as_deref(),
+                Some("staff:17"),
+                "{backend}: {log:?}"
+            );
+            assert_eq!(
+                log.agent_identity.as_deref(),
+                Some("reggie"),
+                "{backend}: {log:?}"
+            );
+            let id = log.message_id.as_deref().expect("every line has an id");
+            assert!(uuid::Uuid::parse_str(id).is_ok(), "{backend}: {id}");
+            ids.insert(id.to_owned());
+        }
+        assert_eq!(ids.len(), 3, "{backend}: ids are distinct");
+    }
+    #[cfg(postgres_tests)]
+    schema.drop().await;
+}

@@ -7,7 +7,7 @@ use super::SessionManager;
 use crate::context::inbound::InboundMessage;
 use crate::entry::SessionEntry;
 use crate::error::{Error, Result};
-use crate::key::{normalize_channel, SessionKey};
+use crate::key::{normalize_channel, PeerKind, SessionKey};
 use crate::lifecycle::triggers::ModelRef;
 use crate::store::{SessionStoreExt, StoredSession};
 use crate::transcript::{
@@ -94,15 +94,17 @@ impl LogMessage {
         LogMessage::new(Direction::Outbound, text)
     }
 
-    /// An inbound message as an adapter described it: its text, channel, sender (E.164,
-    /// else id) and message id as correlation id.
+    /// An inbound message as an adapter described it: its text, channel, sender (the
+    /// canonical person when the message names one, else E.164, else the sender id) and
+    /// message id as correlation id.
     pub fn from_inbound(message: &InboundMessage) -> Self {
         let mut log = LogMessage::inbound(message.body.clone());
         log.channel = normalize_channel(&message.channel);
         log.person_id = message
-            .sender
-            .e164
+            .person_id
             .clone()
+            .filter(|p| !p.trim().is_empty())
+            .or_else(|| message.sender.e164.clone())
             .or_else(|| message.sender.id.clone());
         log.correlation_id = message.message_id.clone();
         log
@@ -337,11 +339,29 @@ impl SessionTranscripts<'_> {
             .agent_name
             .clone()
             .or_else(|| key.agent_id().map(str::to_owned));
+        // A one-person session knows its canonical person: its log lines name that
+        // person, not the raw identifier an adapter saw (in a group, each line keeps its
+        // own sender). A line that does not name the agent's identity gets the session's.
+        let one_person = !key.peer_kind().is_some_and(PeerKind::is_group);
+        let person_id = entry
+            .person_id
+            .clone()
+            .filter(|_| one_person)
+            .or(message.person_id);
+        let agent_identity = message
+            .agent_identity
+            .or_else(|| entry.agent_identity.clone())
+            .or_else(|| {
+                agent_name
+                    .as_deref()
+                    .map(|a| self.manager.agent_identity_of(a))
+            });
         let log = LogFields {
+            message_id: Some(uuid::Uuid::new_v4().to_string()),
             direction: Some(message.direction),
             session_key: Some(key.to_string()),
-            person_id: message.person_id,
-            agent_identity: message.agent_identity.or_else(|| agent_name.clone()),
+            person_id,
+            agent_identity,
             agent_name,
             channel: message
                 .channel

@@ -342,6 +342,10 @@ pub enum Direction {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LogFields {
+    /// The message's own id, a UUID given when it is logged (RABS keys its message rows
+    /// by one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
     /// In or out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub direction: Option<Direction>,
