@@ -606,33 +606,8 @@ async fn a_failing_summarizer_leaves_the_turn_recorded() {
 #[tokio::test]
 async fn the_new_session_checkpoint_runs_on_every_backend() {
     let dir = tempfile::tempdir().unwrap();
-    let mut builders = vec![
-        (
-            "memory",
-            SessionManager::builder(MemoryStore::new())
-                .transcripts(agent_sessions::transcript::MemoryTranscriptStore::new()),
-        ),
-        (
-            "json",
-            SessionManager::connect(&format!("json:{}", dir.path().join("json").display()))
-                .await
-                .unwrap(),
-        ),
-        (
-            "sqlite",
-            SessionManager::connect(&format!("sqlite:{}", dir.path().join("s.db").display()))
-                .await
-                .unwrap(),
-        ),
-    ];
-    #[cfg(postgres_tests)]
-    let schema = common::TestSchema::new("new_session_checkpoint");
-    #[cfg(postgres_tests)]
-    builders.push((
-        "postgres",
-        SessionManager::connect(&schema.url()).await.unwrap(),
-    ));
-    for (backend, builder) in builders.drain(..) {
+    let mut backends = Backends::new(dir.path(), "new_session_checkpoint").await;
+    for (backend, builder) in std::mem::take(&mut backends.builders) {
         let introspector = RecordingIntrospector::default();
         let manager = builder.introspector(introspector.clone()).build();
         let first = manager.resolve(&dm("hi")).await.unwrap();
@@ -662,8 +637,7 @@ async fn the_new_session_checkpoint_runs_on_every_backend() {
             "{backend}: working memory carries over"
         );
     }
-    #[cfg(postgres_tests)]
-    schema.drop().await;
+    backends.finish().await;
 }
 
 /// The message log names the canonical person and the agent's identity the session
@@ -673,33 +647,8 @@ async fn the_new_session_checkpoint_runs_on_every_backend() {
 async fn the_message_log_names_the_person_and_identity_the_session_knows() {
     use agent_sessions::transcript::Offset;
     let dir = tempfile::tempdir().unwrap();
-    let mut builders = vec![
-        (
-            "memory",
-            SessionManager::builder(MemoryStore::new())
-                .transcripts(agent_sessions::transcript::MemoryTranscriptStore::new()),
-        ),
-        (
-            "json",
-            SessionManager::connect(&format!("json:{}", dir.path().join("json").display()))
-                .await
-                .unwrap(),
-        ),
-        (
-            "sqlite",
-            SessionManager::connect(&format!("sqlite:{}", dir.path().join("s.db").display()))
-                .await
-                .unwrap(),
-        ),
-    ];
-    #[cfg(postgres_tests)]
-    let schema = common::TestSchema::new("message_log_person");
-    #[cfg(postgres_tests)]
-    builders.push((
-        "postgres",
-        SessionManager::connect(&schema.url()).await.unwrap(),
-    ));
-    for (backend, builder) in builders.drain(..) {
+    let mut backends = Backends::new(dir.path(), "message_log_person").await;
+    for (backend, builder) in std::mem::take(&mut backends.builders) {
         let manager = builder
             .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerPerson))
             .agent_identity("reggie_oc", "reggie")
@@ -752,6 +701,58 @@ async fn the_message_log_names_the_person_and_identity_the_session_knows() {
         }
         assert_eq!(ids.len(), 3, "{backend}: ids are distinct");
     }
+    backends.finish().await;
+}
+
+/// A manager builder on each backend: memory, JSON and SQLite under `dir`, and — with a
+/// test server — PostgreSQL in a schema of its own, dropped by [`Backends::finish`].
+struct Backends {
+    builders: Vec<(&'static str, agent_sessions::manager::SessionManagerBuilder)>,
     #[cfg(postgres_tests)]
-    schema.drop().await;
+    schema: common::TestSchema,
+}
+
+impl Backends {
+    async fn new(dir: &std::path::Path, schema_prefix: &str) -> Self {
+        #[allow(unused_mut)] // PostgreSQL is added only with a test server
+        let mut builders = vec![
+            (
+                "memory",
+                SessionManager::builder(MemoryStore::new())
+                    .transcripts(agent_sessions::transcript::MemoryTranscriptStore::new()),
+            ),
+            (
+                "json",
+                SessionManager::connect(&format!("json:{}", dir.join("json").display()))
+                    .await
+                    .unwrap(),
+            ),
+            (
+                "sqlite",
+                SessionManager::connect(&format!("sqlite:{}", dir.join("s.db").display()))
+                    .await
+                    .unwrap(),
+            ),
+        ];
+        #[cfg(postgres_tests)]
+        let schema = common::TestSchema::new(schema_prefix);
+        #[cfg(postgres_tests)]
+        builders.push((
+            "postgres",
+            SessionManager::connect(&schema.url()).await.unwrap(),
+        ));
+        #[cfg(not(postgres_tests))]
+        let _ = schema_prefix;
+        Backends {
+            builders,
+            #[cfg(postgres_tests)]
+            schema,
+        }
+    }
+
+    /// Drops what the backends left on the test server.
+    async fn finish(self) {
+        #[cfg(postgres_tests)]
+        self.schema.drop().await;
+    }
 }

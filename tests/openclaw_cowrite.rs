@@ -24,6 +24,25 @@ use openclaw_writer::{session_of, Outcome};
 
 const SPEC_VAR: &str = "AGENT_SESSIONS_COWRITE_SPEC";
 
+/// The tests here measure lock waits: they run one at a time, never beside another's
+/// processes and threads on a small machine.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Runs `test` on a Tokio runtime with two worker threads.
+fn on_two_workers(test: impl std::future::Future<Output = ()>) {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(test);
+}
+
 /// A store of this crate with OpenClaw's lock timing and no fsync (OpenClaw's).
 fn crate_store(root: &Path, timeout: Duration) -> JsonFileStore {
     JsonFileStore::new_with(
@@ -121,6 +140,7 @@ fn co_write(
 
 #[test]
 fn the_crate_and_openclaw_share_a_store_without_losing_updates_or_timing_out() {
+    let _alone = one_at_a_time();
     // (OpenClaw-protocol processes, crate processes, updates each, sessions)
     let cases = [(1, 1, 60, 100), (2, 2, 40, 200), (1, 3, 30, 100)];
     for (openclaw, ours, updates, sessions) in cases {
@@ -229,8 +249,15 @@ fn lock_hog(
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_foreign_holder_that_retakes_the_lock_at_once_does_not_keep_the_crate_out() {
+#[test]
+fn a_foreign_holder_that_retakes_the_lock_at_once_does_not_keep_the_crate_out() {
+    let _alone = one_at_a_time();
+    on_two_workers(
+        a_foreign_holder_that_retakes_the_lock_at_once_does_not_keep_the_crate_out_run(),
+    );
+}
+
+async fn a_foreign_holder_that_retakes_the_lock_at_once_does_not_keep_the_crate_out_run() {
     // (how long the foreign holder keeps the lock, how soon it takes it again): a
     // waiter looking every 25 ms finds such a lock free about once in 250 releases
     // (gap ÷ poll), and would mostly time out here.
@@ -262,8 +289,13 @@ async fn a_foreign_holder_that_retakes_the_lock_at_once_does_not_keep_the_crate_
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn busy_crate_writers_leave_the_lock_to_a_waiting_openclaw_now_and_then() {
+#[test]
+fn busy_crate_writers_leave_the_lock_to_a_waiting_openclaw_now_and_then() {
+    let _alone = one_at_a_time();
+    on_two_workers(busy_crate_writers_leave_the_lock_to_a_waiting_openclaw_now_and_then_run());
+}
+
+async fn busy_crate_writers_leave_the_lock_to_a_waiting_openclaw_now_and_then_run() {
     // (tasks of this crate updating the store without pause, how long each update
     // holds the lock): an OpenClaw-protocol writer arriving meanwhile gets the lock
     // within 0.6 s each time. Without the courtesy it would find the lock free only
