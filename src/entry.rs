@@ -532,10 +532,15 @@ pub struct SessionEntry {
     /// The canonical person this session is with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub person_id: Option<String>,
-    /// That person's type (`user`, `staff`, `participant`, `external`, `system`), as last
-    /// resolved.
+    /// That person's type (`user`, `staff`, `participant`, `external`, `system`), as the
+    /// person was first resolved: the same person writing from another channel (a web
+    /// login that resolves as `user`, say) does not change it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub person_type: Option<String>,
+    /// The channel of the session's first message (`sms`, `web`, …); [`SessionEntry::channel_name`]
+    /// names the latest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_channel: Option<String>,
     /// Everyone who took part (person ids, else `<channel>:<sender id>`): who, besides
     /// the owner, may open the session.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -93,7 +93,95 @@ async fn one_person_texting_then_opening_the_web_chat_continues_one_session() {
         entry.participants.as_deref(),
         Some(&["staff:17".to_owned(), "42".to_owned()][..])
     );
-    assert_eq!(entry.person_type.as_deref(), Some("user"));
+    // The session keeps the person it is with, and the channel it began on beside
+    // the latest one.
+    assert_eq!(entry.person_id.as_deref(), Some("staff:17"));
+    assert_eq!(entry.person_type.as_deref(), Some("staff"));
+    assert_eq!(entry.first_channel.as_deref(), Some("sms"));
+    assert_eq!(entry.channel_name(), Some("web"));
+}
+
+#[tokio::test]
+async fn a_session_keeps_its_person_across_channels_and_senders() {
+    use PersonType::{External, Participant, Staff, User};
+    // Each case: the people who write in turn (id, type, channel) to one session
+    // (OpenClaw's shared direct session, so every sender lands in it), and the person
+    // and channels the session then names.
+    struct Case {
+        name: &'static str,
+        writers: &'static [(&'static str, Option<PersonType>, &'static str)],
+        person: (&'static str, &'static str),
+        first_channel: &'static str,
+    }
+    let cases = [
+        Case {
+            name: "one person, two channels: the later login's type does not win",
+            writers: &[
+                ("staff:17", Some(Staff), "sms"),
+                ("staff:17", Some(User), "web"),
+            ],
+            person: ("staff:17", "staff"),
+            first_channel: "sms",
+        },
+        Case {
+            name: "a second person in the same session does not take it over",
+            writers: &[("staff:17", Some(Staff), "sms"), ("42", Some(User), "web")],
+            person: ("staff:17", "staff"),
+            first_channel: "sms",
+        },
+        Case {
+            name: "an unknown number gives way to the person it was linked to",
+            writers: &[
+                ("phone:+61400000000", Some(External), "sms"),
+                ("participant:5", Some(Participant), "sms"),
+            ],
+            person: ("participant:5", "participant"),
+            first_channel: "sms",
+        },
+        Case {
+            name: "another unknown number does not replace the first",
+            writers: &[
+                ("phone:+61400000000", Some(External), "sms"),
+                ("phone:+61400000001", Some(External), "whatsapp"),
+            ],
+            person: ("phone:+61400000000", "external"),
+            first_channel: "sms",
+        },
+        Case {
+            name: "a type learned later fills a gap",
+            writers: &[
+                ("staff:17", None, "telegram"),
+                ("staff:17", Some(Staff), "sms"),
+            ],
+            person: ("staff:17", "staff"),
+            first_channel: "telegram",
+        },
+    ];
+    for case in cases {
+        let manager = SessionManager::new(MemoryStore::new());
+        let mut last = None;
+        for (person, person_type, channel) in case.writers {
+            let mut message =
+                InboundMessage::direct(*channel, "+61400000000", "hi").from_person(*person);
+            message.person_type = *person_type;
+            last = Some(manager.resolve(&message).await.unwrap());
+        }
+        let entry = last.unwrap().entry().clone();
+        assert_eq!(
+            (entry.person_id.as_deref(), entry.person_type.as_deref()),
+            (Some(case.person.0), Some(case.person.1)),
+            "{}",
+            case.name
+        );
+        assert_eq!(
+            entry.first_channel.as_deref(),
+            Some(case.first_channel),
+            "{}",
+            case.name
+        );
+        let latest = case.writers.last().unwrap().2;
+        assert_eq!(entry.channel_name(), Some(latest), "{}", case.name);
+    }
 }
 
 #[tokio::test]

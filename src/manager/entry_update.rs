@@ -7,6 +7,7 @@ use crate::entry::{
     ChatType, ForkOrigin, SessionEntry, SessionOrigin, SessionSource, SessionStatus,
     MESSAGE_PREVIEW_MAX_CHARS,
 };
+use crate::identity::PersonType;
 use crate::key::{
     group_display_name, normalize_channel, GroupNameParts, GroupResolution, PeerKind, SessionKey,
 };
@@ -80,6 +81,7 @@ pub(crate) fn start_session(base: Option<SessionEntry>, now_ms: u64) -> SessionE
     entry.description = None;
     entry.description_source = None;
     entry.forked_from = None;
+    entry.first_channel = None;
     // The identity summary, person and agent identity stay: they outlive sessions.
     entry.updated_at = now_ms;
     entry
@@ -111,11 +113,13 @@ pub(crate) fn record_message(entry: &mut SessionEntry, inbound: &Inbound<'_>) {
         entry.forked_from = inbound.fork.cloned();
     }
     if let Some(person) = present(message.person_id.as_deref()) {
-        entry.person_id = Some(person.to_owned());
-        entry.agent_identity = inbound.agent_identity.map(str::to_owned);
-        if let Some(person_type) = message.person_type {
-            entry.person_type = Some(person_type.as_str().to_owned());
+        record_person(entry, person, message.person_type);
+        if let Some(identity) = inbound.agent_identity {
+            entry.agent_identity = Some(identity.to_owned());
         }
+    }
+    if entry.first_channel.is_none() {
+        entry.first_channel = normalize_channel(&message.channel);
     }
     if let Some(participant) = message.participant_id() {
         entry.add_participant(&participant);
@@ -176,6 +180,30 @@ pub(crate) fn preview(text: &str) -> Option<String> {
         .collect();
     cut.push('…');
     Some(cut)
+}
+
+/// Records that `person` (of `person_type`, if known) wrote in the session.
+///
+/// The session keeps the person it is with: once it has one, the same person writing
+/// from another channel changes neither id nor type, and another person's message does
+/// not take it over. The one exception is a placeholder: a person of type `external`
+/// (an identifier no directory knew) gives way to the person that identifier was later
+/// linked to.
+fn record_person(entry: &mut SessionEntry, person: &str, person_type: Option<PersonType>) {
+    let placeholder = entry.person_type.as_deref() == Some(PersonType::External.as_str())
+        && person_type.is_some_and(|t| t != PersonType::External);
+    match entry.person_id.as_deref() {
+        Some(known) if known != person && !placeholder => {}
+        Some(known) if known == person => {
+            if entry.person_type.is_none() {
+                entry.person_type = person_type.map(|t| t.as_str().to_owned());
+            }
+        }
+        _ => {
+            entry.person_id = Some(person.to_owned());
+            entry.person_type = person_type.map(|t| t.as_str().to_owned());
+        }
+    }
 }
 
 fn present(value: Option<&str>) -> Option<&str> {
