@@ -260,7 +260,10 @@ fn a_foreign_holder_that_retakes_the_lock_at_once_does_not_keep_the_crate_out() 
 async fn a_foreign_holder_that_retakes_the_lock_at_once_does_not_keep_the_crate_out_run() {
     // (how long the foreign holder keeps the lock, how soon it takes it again): a
     // waiter looking every 25 ms finds such a lock free about once in 250 releases
-    // (gap ÷ poll), and would mostly time out here.
+    // (gap ÷ poll), and would mostly time out here. The timeout is OpenClaw's own:
+    // typical waits here are tens of milliseconds, but on a small machine short of
+    // processor time a sleeping waiter runs only when the scheduler lets it, and single
+    // waits of seconds have been seen.
     let cases = [
         (Duration::from_millis(10), Duration::from_micros(100)),
         (Duration::from_millis(5), Duration::from_micros(50)),
@@ -271,7 +274,7 @@ async fn a_foreign_holder_that_retakes_the_lock_at_once_does_not_keep_the_crate_
         openclaw_writer::seed(&store_file(dir.path()), 10);
         let stop = Arc::new(AtomicBool::new(false));
         let hog = lock_hog(store_file(dir.path()), hold, gap, stop.clone());
-        let store = crate_store(dir.path(), Duration::from_secs(3));
+        let store = crate_store(dir.path(), agent_sessions::store::DEFAULT_LOCK_TIMEOUT);
         let mut results = Vec::new();
         for i in 0..5 {
             results.push(crate_update(&store, i).await.map_err(|e| e.to_string()));

@@ -185,6 +185,21 @@ impl Staged {
         }
     }
 
+    /// [`link`](Self::link), tried again and again for up to `within` while the lock
+    /// file is there.
+    fn link_within(&self, path: &Path, within: Duration) -> io::Result<bool> {
+        let started = Instant::now();
+        loop {
+            if self.link(path)? {
+                return Ok(true);
+            }
+            if started.elapsed() >= within {
+                return Ok(false);
+            }
+            std::hint::spin_loop();
+        }
+    }
+
     /// The lock, once [`link`](Self::link) took it.
     fn into_lock(mut self, path: &Path) -> FileLock {
         FileLock {
@@ -294,6 +309,16 @@ pub(crate) fn wait_for_release(path: &Path) {
 /// pause is drawn at random between half and one and a half times this.
 pub(crate) const FOREIGN_POLL: Duration = Duration::from_millis(2);
 
+/// How long each try at a lock held by another program keeps trying before it sleeps.
+///
+/// On a busy machine a waiter whose sleep ends gets a processor only at the scheduler's
+/// next tick, and so does a holder waking to release the lock: both start at once, the
+/// waiter's single try comes a few microseconds before the release, and a holder that
+/// re-takes the lock at once is back before the waiter runs again. Trying for a little
+/// longer than a release takes catches it; the cost is this much processor time per
+/// [`FOREIGN_POLL`], only while another program holds the lock.
+pub(crate) const FOREIGN_SPIN: Duration = Duration::from_micros(300);
+
 /// A staged lock file older than this is written again, so the lock is published with
 /// a current `startedAt` and mtime.
 const STAGED_FRESH: Duration = Duration::from_secs(1);
@@ -349,7 +374,7 @@ pub(crate) fn wait_foreign(
                 Staged::new(path).map_err(|e| Error::io("create lock file", path, e))?
             }
         };
-        match fresh.link(path) {
+        match fresh.link_within(path, FOREIGN_SPIN) {
             Ok(true) => return Ok(Attempt::Acquired(fresh.into_lock(path))),
             Ok(false) => staged = Some(fresh),
             Err(e) => {
