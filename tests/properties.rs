@@ -256,3 +256,74 @@ proptest! {
         prop_assert_eq!(decode_file_component(&encoded).unwrap(), id);
     }
 }
+
+proptest! {
+    /// Whatever the history, the budget and the tokenizer's grain, the prompt for a turn
+    /// never exceeds the budget, ends with the current message (cut short only when it
+    /// alone does not fit), and keeps history only from a user message on.
+    #[test]
+    fn a_turns_messages_never_exceed_the_budget_and_end_with_the_current_message(
+        history in proptest::collection::vec((0u8..4, ".{0,80}"), 0..24),
+        current in ".{0,200}",
+        system in proptest::collection::vec(".{0,40}", 0..3),
+        summary in proptest::option::of(".{0,120}"),
+        budget in 0usize..400,
+        chars_per_token in 1usize..6,
+    ) {
+        use agent_sessions::context::chat::{fit_to_budget, message_tokens, ChatMessage, ChatRole, TokenCounter};
+
+        #[derive(Debug)]
+        struct PerChars(usize);
+        impl TokenCounter for PerChars {
+            fn count(&self, text: &str) -> usize {
+                text.chars().count().div_ceil(self.0)
+            }
+        }
+        let counter = PerChars(chars_per_token);
+        let history: Vec<ChatMessage> = history
+            .into_iter()
+            .map(|(role, text)| match role {
+                0 => ChatMessage::user(text),
+                1 => ChatMessage::assistant(text),
+                2 => ChatMessage::tool("call", text),
+                _ => ChatMessage::system(text),
+            })
+            .collect();
+        let system: Vec<ChatMessage> = system.into_iter().map(ChatMessage::system).collect();
+        let current_message = ChatMessage::user(current.clone());
+        match fit_to_budget(&system, summary.as_deref(), history.clone(), current_message.clone(), budget, &counter) {
+            Ok(messages) => {
+                let total: usize = messages.iter().map(|m| message_tokens(m, &counter)).sum();
+                prop_assert!(total <= budget, "{total} > {budget}");
+                let last = messages.last().unwrap();
+                prop_assert_eq!(last.role, ChatRole::User);
+                if message_tokens(&current_message, &counter) + system.iter().map(|m| message_tokens(m, &counter)).sum::<usize>() <= budget {
+                    prop_assert_eq!(&last.content, &current);
+                } else {
+                    prop_assert!(last.content.ends_with('…'));
+                    let kept = last.content.trim_end_matches('…');
+                    prop_assert!(current.starts_with(kept));
+                }
+                prop_assert_eq!(&messages[..system.len()], &system[..]);
+                let rest = &messages[system.len()..messages.len() - 1];
+                let kept_history: Vec<&ChatMessage> = rest.iter().filter(|m| !m.content.starts_with("Summary of the conversation so far:") || m.role != ChatRole::System).collect();
+                if kept_history.len() < history.len() {
+                    // Cut: what is kept is the newest part, starting at a user message.
+                    if let Some(first) = kept_history.first() {
+                        prop_assert_eq!(first.role, ChatRole::User);
+                    }
+                    let tail = &history[history.len() - kept_history.len()..];
+                    prop_assert_eq!(kept_history.into_iter().cloned().collect::<Vec<_>>(), tail.to_vec());
+                } else {
+                    prop_assert_eq!(kept_history.into_iter().cloned().collect::<Vec<_>>(), history);
+                }
+            }
+            Err(_) => {
+                // Refused only when not even one character of the current message fits.
+                let system_tokens: usize = system.iter().map(|m| message_tokens(m, &counter)).sum();
+                let one = ChatMessage::user("x…");
+                prop_assert!(system_tokens + message_tokens(&one, &counter) > budget);
+            }
+        }
+    }
+}

@@ -11,6 +11,7 @@
 //! * [`delivery`] — where replies go: the session's delivery route.
 
 pub mod activation;
+pub mod chat;
 pub mod delivery;
 pub mod heartbeat;
 pub mod history;

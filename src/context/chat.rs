@@ -1,0 +1,454 @@
+//! The conversation as the model should see it: role-tagged messages within a token
+//! budget.
+//!
+//! A session's transcript holds each turn as the model saw it (the prompt after the
+//! inbound pipeline, with group history and system events) and each reply, tool call
+//! and tool result. [`transcript_messages`] turns those lines into [`ChatMessage`]s,
+//! starting after the last compaction; [`fit_to_budget`] keeps the newest turns that fit
+//! a token budget, counted by a [`TokenCounter`], with a summary of what was cut.
+//!
+//! ```
+//! use agent_sessions::context::chat::{fit_to_budget, ChatMessage, EstimatedTokens};
+//!
+//! let history = vec![
+//!     ChatMessage::user("When is my shift?"),
+//!     ChatMessage::assistant("Thursday at 9."),
+//! ];
+//! let current = ChatMessage::user("Can I swap it?");
+//! let messages = fit_to_budget(&[], Some("Jane asked about shifts."), history, current.clone(), 1_000, &EstimatedTokens)?;
+//! assert_eq!(messages.len(), 3); // everything fits: no summary needed
+//! assert_eq!(messages.last(), Some(&current));
+//!
+//! let tight = fit_to_budget(&[], Some("Jane asked about shifts."), vec![ChatMessage::user("x".repeat(400))], current.clone(), 40, &EstimatedTokens)?;
+//! assert_eq!(tight[0], ChatMessage::system("Summary of the conversation so far:\nJane asked about shifts."));
+//! assert_eq!(tight.last(), Some(&current));
+//! # Ok::<(), agent_sessions::Error>(())
+//! ```
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::transcript::{Content, Role, TranscriptEntry};
+
+/// Who speaks in a [`ChatMessage`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChatRole {
+    /// Instructions and context for the model.
+    System,
+    /// The person (or, in a group, the conversation addressed to the agent).
+    User,
+    /// The model.
+    Assistant,
+    /// A tool's result.
+    Tool,
+}
+
+/// A tool call the model made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The call's id, which its result names.
+    pub id: String,
+    /// The tool.
+    pub name: String,
+    /// The arguments, as the model gave them.
+    pub arguments: Value,
+}
+
+/// One message of the conversation, as a chat-completion API takes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChatMessage {
+    /// Who speaks.
+    pub role: ChatRole,
+    /// What they say.
+    pub content: String,
+    /// The tools an assistant message calls.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// The call a tool message answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    fn new(role: ChatRole, content: impl Into<String>) -> Self {
+        ChatMessage {
+            role,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+
+    /// A system message.
+    pub fn system(content: impl Into<String>) -> Self {
+        ChatMessage::new(ChatRole::System, content)
+    }
+
+    /// A user message.
+    pub fn user(content: impl Into<String>) -> Self {
+        ChatMessage::new(ChatRole::User, content)
+    }
+
+    /// An assistant message.
+    pub fn assistant(content: impl Into<String>) -> Self {
+        ChatMessage::new(ChatRole::Assistant, content)
+    }
+
+    /// A tool's result for the call `call_id`.
+    pub fn tool(call_id: impl Into<String>, content: impl Into<String>) -> Self {
+        ChatMessage {
+            tool_call_id: Some(call_id.into()),
+            ..ChatMessage::new(ChatRole::Tool, content)
+        }
+    }
+}
+
+/// Counts tokens the way the host's model does.
+///
+/// [`EstimatedTokens`] is the default; a host with the model's tokenizer implements this
+/// with it.
+pub trait TokenCounter: Send + Sync + std::fmt::Debug {
+    /// How many tokens `text` is.
+    fn count(&self, text: &str) -> usize;
+}
+
+/// A tokenizer-free estimate: one token per four characters, rounded up (OpenClaw's
+/// estimate).
+///
+/// ```
+/// use agent_sessions::context::chat::{EstimatedTokens, TokenCounter};
+///
+/// assert_eq!(EstimatedTokens.count(""), 0);
+/// assert_eq!(EstimatedTokens.count("hello"), 2);
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EstimatedTokens;
+
+impl TokenCounter for EstimatedTokens {
+    fn count(&self, text: &str) -> usize {
+        text.chars().count().div_ceil(4)
+    }
+}
+
+/// The tokens each message costs besides its content (role and framing).
+pub const MESSAGE_OVERHEAD_TOKENS: usize = 4;
+
+/// What `message` costs in a prompt: its content, its tool calls and
+/// [`MESSAGE_OVERHEAD_TOKENS`].
+pub fn message_tokens(message: &ChatMessage, counter: &dyn TokenCounter) -> usize {
+    let calls: usize = message
+        .tool_calls
+        .iter()
+        .map(|call| counter.count(&call.name) + counter.count(&call.arguments.to_string()))
+        .sum();
+    MESSAGE_OVERHEAD_TOKENS + counter.count(&message.content) + calls
+}
+
+/// The messages of a transcript, and the summary of its last compaction.
+///
+/// Only what follows the last compaction is returned (from the entry it names as the
+/// first kept, else from the compaction itself); user, assistant and tool-result
+/// messages become [`ChatMessage`]s, tool-call blocks become [`ToolCall`]s, and an
+/// assistant message with neither text nor tool calls (an aborted run) is left out.
+/// Status changes, checkpoints and other custom lines are not conversation.
+pub fn transcript_messages(entries: &[TranscriptEntry]) -> (Vec<ChatMessage>, Option<String>) {
+    let mut start = 0;
+    let mut summary = None;
+    if let Some(at) = entries.iter().rposition(|e| e.kind == "compaction") {
+        let compaction = &entries[at];
+        summary = compaction
+            .extra
+            .get("summary")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let first_kept = compaction
+            .extra
+            .get("firstKeptEntryId")
+            .and_then(Value::as_str);
+        start = first_kept
+            .and_then(|id| {
+                entries[..at]
+                    .iter()
+                    .position(|e| e.id.as_deref() == Some(id))
+            })
+            .unwrap_or(at + 1);
+    }
+    let messages = entries[start..]
+        .iter()
+        .filter(|e| e.kind == "message")
+        .filter_map(|e| e.message.as_ref())
+        .filter_map(|message| {
+            let text = message.text();
+            match &message.role {
+                Role::User => Some(ChatMessage::user(text)),
+                Role::Assistant => {
+                    let tool_calls = tool_calls(message.content.as_ref());
+                    (!text.trim().is_empty() || !tool_calls.is_empty()).then(|| ChatMessage {
+                        tool_calls,
+                        ..ChatMessage::assistant(text)
+                    })
+                }
+                Role::ToolResult => {
+                    let call = message.extra.get("toolCallId").and_then(Value::as_str)?;
+                    Some(ChatMessage::tool(call, text))
+                }
+                Role::Other(_) => None,
+            }
+        })
+        .collect();
+    (messages, summary)
+}
+
+fn tool_calls(content: Option<&Content>) -> Vec<ToolCall> {
+    let Some(Content::Blocks(blocks)) = content else {
+        return Vec::new();
+    };
+    blocks
+        .iter()
+        .filter(|block| block.is_tool_call())
+        .map(|block| {
+            let text = |field: &str| {
+                block
+                    .extra
+                    .get(field)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            ToolCall {
+                id: text("id"),
+                name: text("name"),
+                arguments: block.extra.get("arguments").cloned().unwrap_or(Value::Null),
+            }
+        })
+        .collect()
+}
+
+/// The system message that stands for history cut from the prompt.
+pub fn summary_message(summary: &str) -> ChatMessage {
+    ChatMessage::system(format!(
+        "Summary of the conversation so far:\n{}",
+        summary.trim()
+    ))
+}
+
+/// The prompt for one turn within `budget` tokens: `system`, then the summary when
+/// history was cut (or compacted), then the newest `history` that fits, then `current`
+/// — always last, and cut short (ending in `…`) only when it alone does not fit.
+///
+/// History is kept from a user message on, so no tool result or reply is left without
+/// what it answers. Every message is counted by [`message_tokens`]. A budget too small
+/// for the system messages and a few tokens of the current message is refused
+/// ([`Error::InvalidOption`]).
+pub fn fit_to_budget(
+    system: &[ChatMessage],
+    summary: Option<&str>,
+    history: Vec<ChatMessage>,
+    current: ChatMessage,
+    budget: usize,
+    counter: &dyn TokenCounter,
+) -> Result<Vec<ChatMessage>> {
+    let too_small = || Error::InvalidOption {
+        option: "token budget",
+        problem: "too small for the system prompt and the current message",
+    };
+    let system_tokens: usize = system.iter().map(|m| message_tokens(m, counter)).sum();
+    let available = budget.checked_sub(system_tokens).ok_or_else(too_small)?;
+    let current = fit_message(current, available, counter).ok_or_else(too_small)?;
+    let mut left = available - message_tokens(&current, counter);
+
+    let summary = summary
+        .filter(|s| !s.trim().is_empty())
+        .map(summary_message);
+    let history_tokens: Vec<usize> = history.iter().map(|m| message_tokens(m, counter)).collect();
+    let all: usize = history_tokens.iter().sum();
+    let mut kept_from = 0;
+    let mut summary_kept = None;
+    if all > left {
+        // History is cut: the summary (when it fits) goes first, then the newest turns.
+        if let Some(summary) = summary {
+            let cost = message_tokens(&summary, counter);
+            if cost <= left {
+                left -= cost;
+                summary_kept = Some(summary);
+            }
+        }
+        kept_from = history.len();
+        let mut used = 0;
+        while kept_from > 0 && used + history_tokens[kept_from - 1] <= left {
+            kept_from -= 1;
+            used += history_tokens[kept_from];
+        }
+        while kept_from < history.len() && history[kept_from].role != ChatRole::User {
+            kept_from += 1;
+        }
+    }
+    let mut messages = system.to_vec();
+    messages.extend(summary_kept);
+    messages.extend(history.into_iter().skip(kept_from));
+    messages.push(current);
+    Ok(messages)
+}
+
+/// `message` cut short to fit `budget` tokens, or `None` when not even its first
+/// character does.
+fn fit_message(
+    mut message: ChatMessage,
+    budget: usize,
+    counter: &dyn TokenCounter,
+) -> Option<ChatMessage> {
+    if message_tokens(&message, counter) <= budget {
+        return Some(message);
+    }
+    let chars: Vec<char> = message.content.chars().collect();
+    let cut = |n: usize| -> String {
+        let mut text: String = chars[..n].iter().collect();
+        text.push('…');
+        text
+    };
+    // The longest prefix that fits: token counts grow with the text.
+    let (mut lo, mut hi) = (0, chars.len());
+    let fits = |n: usize, message: &mut ChatMessage| {
+        message.content = cut(n);
+        message_tokens(message, counter) <= budget
+    };
+    if !fits(1.min(chars.len()), &mut message) {
+        return None;
+    }
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        if fits(mid, &mut message) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    message.content = cut(lo);
+    Some(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transcript::TranscriptEntry;
+
+    fn line(json: &str) -> TranscriptEntry {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn a_transcript_becomes_chat_messages_after_its_last_compaction() {
+        let entries = [
+            line(
+                r#"{"type":"message","id":"a1","parentId":null,"message":{"role":"user","content":"old question"}}"#,
+            ),
+            line(
+                r#"{"type":"message","id":"a2","parentId":"a1","message":{"role":"assistant","content":[{"type":"text","text":"old answer"}]}}"#,
+            ),
+            line(
+                r#"{"type":"message","id":"a3","parentId":"a2","message":{"role":"user","content":"kept question"}}"#,
+            ),
+            line(
+                r#"{"type":"compaction","id":"a4","parentId":"a3","summary":"Talked about old things","firstKeptEntryId":"a3","tokensBefore":500}"#,
+            ),
+            line(
+                r#"{"type":"message","id":"a5","parentId":"a4","message":{"role":"assistant","content":[{"type":"toolCall","id":"c1","name":"shifts","arguments":{"day":"thu"}}]}}"#,
+            ),
+            line(
+                r#"{"type":"message","id":"a6","parentId":"a5","message":{"role":"toolResult","toolCallId":"c1","toolName":"shifts","content":[{"type":"text","text":"9am"}]}}"#,
+            ),
+            line(
+                r#"{"type":"custom","id":"a7","parentId":"a6","customType":"agent-sessions.status","data":{"status":"idle"}}"#,
+            ),
+            line(
+                r#"{"type":"message","id":"a8","parentId":"a7","message":{"role":"assistant","content":[],"stopReason":"aborted"}}"#,
+            ),
+            line(
+                r#"{"type":"message","id":"a9","parentId":"a8","message":{"role":"assistant","content":[{"type":"text","text":"Thursday, 9am."}]}}"#,
+            ),
+        ];
+        let (messages, summary) = transcript_messages(&entries);
+        assert_eq!(summary.as_deref(), Some("Talked about old things"));
+        assert_eq!(
+            messages,
+            vec![
+                ChatMessage::user("kept question"),
+                ChatMessage {
+                    tool_calls: vec![ToolCall {
+                        id: "c1".into(),
+                        name: "shifts".into(),
+                        arguments: serde_json::json!({"day": "thu"}),
+                    }],
+                    ..ChatMessage::assistant("")
+                },
+                ChatMessage::tool("c1", "9am"),
+                ChatMessage::assistant("Thursday, 9am."),
+            ]
+        );
+    }
+
+    #[test]
+    fn budgets_at_and_around_the_limit() {
+        let counter = EstimatedTokens;
+        // Each of these costs 4 + 2 = 6 tokens ("abcdefgh" is 8 characters).
+        let turn = |role: ChatRole| ChatMessage::new(role, "abcdefgh");
+        let history = vec![
+            turn(ChatRole::User),
+            turn(ChatRole::Assistant),
+            turn(ChatRole::User),
+            turn(ChatRole::Assistant),
+        ];
+        let current = ChatMessage::user("abcdefgh");
+        let system = [ChatMessage::system("abcd")]; // 5 tokens
+        let summary = "abcd"; // the summary message costs 4 + 10 = 14 tokens
+                              // (budget, messages kept: system, summary?, history count, current cut?)
+        let cases: [(usize, Option<(bool, usize, bool)>); 8] = [
+            (35, Some((false, 4, false))), // 5 + 24 + 6: everything, exactly
+            (34, Some((true, 0, false))), // cut: 5 + 14 + 6 leaves 9, one turn of two is not a start
+            (36, Some((false, 4, false))),
+            (25, Some((true, 0, false))), // the summary and the current message only
+            (24, Some((false, 2, false))), // no room for the summary: the newest two turns
+            (11, Some((false, 0, false))), // system + current
+            (10, Some((false, 0, true))), // the current message cut short
+            (9, None),                    // not even one character of it
+        ];
+        for (budget, expected) in cases {
+            let got = fit_to_budget(
+                &system,
+                Some(summary),
+                history.clone(),
+                current.clone(),
+                budget,
+                &counter,
+            );
+            let Some((with_summary, kept, cut)) = expected else {
+                assert!(
+                    matches!(got, Err(Error::InvalidOption { .. })),
+                    "budget {budget}: {got:?}"
+                );
+                continue;
+            };
+            let got = got.unwrap();
+            let total: usize = got.iter().map(|m| message_tokens(m, &counter)).sum();
+            assert!(total <= budget, "budget {budget}: {total} tokens");
+            assert_eq!(got[0], system[0], "budget {budget}");
+            assert_eq!(
+                got.get(1) == Some(&summary_message(summary)),
+                with_summary,
+                "budget {budget}: {got:?}"
+            );
+            let history_kept = got.len() - 2 - usize::from(with_summary);
+            assert_eq!(history_kept, kept, "budget {budget}: {got:?}");
+            let last = got.last().unwrap();
+            assert_eq!(last.role, ChatRole::User);
+            assert_eq!(
+                last.content != current.content,
+                cut,
+                "budget {budget}: {last:?}"
+            );
+        }
+    }
+}
