@@ -115,12 +115,17 @@ mod doc_pages {
 
 /// The names most programs use, for `use agent_sessions::prelude::*`.
 pub mod prelude {
+    pub use crate::context::chat::{ChatMessage, ChatRole};
     pub use crate::context::inbound::InboundMessage;
+    pub use crate::context::reply::ReplyPayload;
     pub use crate::entry::SessionEntry;
     pub use crate::key::{
         AgentId, Conversation, DefaultKeyBuilder, DmScope, KeyBuilder, PeerKind, SessionKey,
     };
-    pub use crate::manager::{Decision, Reason, Resolution, SessionManager};
+    pub use crate::manager::{
+        Decision, Reason, Resolution, SessionManager, Turn, TurnAction, TurnReply,
+    };
+    pub use crate::memory::usage::TurnUsage;
     pub use crate::store::{
         JsonFileStore, ListFilter, MemoryStore, SessionStore, SessionStoreExt, StoredSession,
     };

@@ -120,8 +120,8 @@ impl SessionManager {
     /// that does not run the agent is kept in the group's history and `text` is `None`.
     /// Otherwise `text` is the message through the inbound pipeline (the resolution's
     /// body: reset trigger and model hint removed), in a group preceded by the history
-    /// since the agent last replied, and preceded by the session's queued system
-    /// events.
+    /// since the agent was last addressed (which this clears: each message reaches the
+    /// model once), and preceded by the session's queued system events (drained).
     pub async fn prepare_turn(
         &self,
         resolution: &Resolution,
@@ -165,6 +165,8 @@ impl SessionManager {
                     })
                     .collect();
                 let current = format_envelope(&group.channel, &group.id, Some(now), &sender, &body);
+                // The agent sees the history now: the next turn starts a new one.
+                self.seams.history.clear(key).await?;
                 build_history_context(&lines, &current, false)
             }
             _ => body,
@@ -183,8 +185,7 @@ impl SessionManager {
 
     /// What the bot sends for the model's `outputs` to `message`: the reply pipeline
     /// (heartbeat tokens, directives, silence, duplicates of `sent_by_tool`), then the
-    /// send policy — a session that may not send gets nothing. The group's history is
-    /// cleared: the agent has seen it.
+    /// send policy — a session that may not send gets nothing.
     pub async fn finish_turn(
         &self,
         resolution: &Resolution,
@@ -201,15 +202,6 @@ impl SessionManager {
                 silent_token: self.settings.silent_token.clone(),
             },
         );
-        if let Some(group) = message.group_resolution() {
-            let key = group_history_key(
-                &group.channel,
-                message.account_id.as_deref(),
-                group.kind,
-                &group.id,
-            );
-            self.seams.history.clear(&key).await?;
-        }
         let policy = self.settings.send_policy.resolve(
             &resolution.key,
             Some(resolution.entry()),

@@ -33,6 +33,7 @@ mod lifecycle;
 mod log;
 mod resolution;
 mod scoped;
+mod turn;
 mod turns;
 mod workspace;
 
@@ -41,6 +42,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::context::chat::{EstimatedTokens, TokenCounter};
 use crate::context::history::{HistoryBuffer, MemoryHistory};
 use crate::context::inbound::events::SystemEventQueue;
 use crate::context::inbound::InboundMessage;
@@ -68,6 +70,7 @@ pub use lifecycle::{DeleteOptions, OverrideKind, PruneOptions, SessionOverride};
 pub use log::{LogMessage, SessionTranscripts};
 pub use resolution::{Decision, Reason, Resolution};
 pub use scoped::{ScopedManager, ScopedMemory, ScopedTranscripts};
+pub use turn::{Turn, TurnAction, TurnReply, DEFAULT_RESET_ACKNOWLEDGEMENT};
 pub use turns::{
     CompactionEvent, SessionMemory, SummaryRefresh, TurnOutcome, DEFAULT_SUMMARY_QUIET_GAP,
 };
@@ -105,6 +108,7 @@ struct Seams {
     introspector: Option<Arc<dyn Introspector>>,
     identity: Option<Arc<dyn IdentityResolver>>,
     workspaces: Option<Workspaces>,
+    tokens: Arc<dyn TokenCounter>,
 }
 
 /// The settings of a [`SessionManager`].
@@ -117,6 +121,8 @@ struct Settings {
     agent_identities: HashMap<String, String>,
     default_agent: AgentId,
     isolated_to: Option<AgentId>,
+    context_window: Option<u64>,
+    reset_acknowledgement: String,
 }
 
 impl fmt::Debug for SessionManager {
@@ -143,6 +149,12 @@ impl fmt::Debug for SessionManager {
             .field("identity", &self.seams.identity.is_some())
             .field("workspaces", &self.seams.workspaces)
             .field("isolated_to", &self.settings.isolated_to)
+            .field("tokens", &self.seams.tokens)
+            .field("context_window", &self.settings.context_window)
+            .field(
+                "reset_acknowledgement",
+                &self.settings.reset_acknowledgement,
+            )
             .finish_non_exhaustive()
     }
 }
@@ -165,6 +177,7 @@ impl fmt::Debug for SessionManager {
 pub struct SessionManagerBuilder {
     manager: SessionManager,
     isolated_to: Option<AgentId>,
+    custom_flush_guard: bool,
 }
 
 impl SessionManagerBuilder {
@@ -260,6 +273,7 @@ impl SessionManagerBuilder {
     /// Decides memory flushes (default: [`MemoryFlushSettings::default`]).
     pub fn memory_flush(mut self, guard: impl MemoryFlushGuard + 'static) -> Self {
         self.manager.seams.flush_guard = Arc::new(guard);
+        self.custom_flush_guard = true;
         self
     }
 
@@ -326,9 +340,38 @@ impl SessionManagerBuilder {
         self
     }
 
+    /// How tokens are counted for [`Turn::messages`] (default: [`EstimatedTokens`], four
+    /// characters a token); plug in the model's tokenizer for exact budgets.
+    pub fn token_counter(mut self, counter: impl TokenCounter + 'static) -> Self {
+        self.manager.seams.tokens = Arc::new(counter);
+        self
+    }
+
+    /// The model's context window, in tokens, for sessions that do not record one
+    /// (their model's usage does, through `contextTokens`): the budget of
+    /// [`Turn::messages`], and the window the default memory flush fires below
+    /// (default: 200,000, OpenClaw's).
+    pub fn context_window(mut self, tokens: u64) -> Self {
+        self.manager.settings.context_window = Some(tokens);
+        self
+    }
+
+    /// What a bare reset (`/new` with nothing after it) answers instead of calling the
+    /// model (default: [`DEFAULT_RESET_ACKNOWLEDGEMENT`]).
+    pub fn reset_acknowledgement(mut self, text: impl Into<String>) -> Self {
+        self.manager.settings.reset_acknowledgement = text.into();
+        self
+    }
+
     /// The manager.
     pub fn build(self) -> SessionManager {
         let mut manager = self.manager;
+        if let (Some(window), false) = (manager.settings.context_window, self.custom_flush_guard) {
+            manager.seams.flush_guard = Arc::new(MemoryFlushSettings {
+                context_window_tokens: window,
+                ..MemoryFlushSettings::default()
+            });
+        }
         if let Some(agent) = self.isolated_to {
             manager.seams.store = Arc::new(AgentScoped::new(agent.clone(), manager.seams.store));
             manager.seams.transcripts = manager
@@ -376,6 +419,7 @@ impl SessionManager {
                     introspector: None,
                     identity: None,
                     workspaces: None,
+                    tokens: Arc::new(EstimatedTokens),
                 },
                 settings: Settings {
                     send_policy: SendPolicyConfig::default(),
@@ -386,10 +430,13 @@ impl SessionManager {
                     agent_identities: HashMap::new(),
                     default_agent: AgentId::main(),
                     isolated_to: None,
+                    context_window: None,
+                    reset_acknowledgement: turn::DEFAULT_RESET_ACKNOWLEDGEMENT.to_owned(),
                 },
                 system_events: SystemEventQueue::default(),
             },
             isolated_to: None,
+            custom_flush_guard: false,
         }
     }
 

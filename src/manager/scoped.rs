@@ -13,9 +13,10 @@ use serde_json::Value;
 use super::lifecycle::subagent_key;
 use super::{
     CompactionEvent, DeleteOptions, LogMessage, OverrideKind, Resolution, SessionManager,
-    SessionOverride, TurnInput, TurnOutcome,
+    SessionOverride, Turn, TurnInput, TurnOutcome,
 };
 use crate::context::activation::ActivationDecision;
+use crate::context::chat::ChatMessage;
 use crate::context::delivery::DeliveryRoute;
 use crate::context::inbound::InboundMessage;
 use crate::context::reply::ReplyPayload;
@@ -226,6 +227,15 @@ impl<'a> ScopedManager<'a> {
             .await
     }
 
+    /// [`SessionManager::turn`] for a message the caller may post, on the same terms as
+    /// [`resolve`](Self::resolve).
+    pub async fn turn(&self, message: &InboundMessage) -> Result<Turn<'a>> {
+        self.may_post(message)?;
+        self.manager
+            .turn_admitted(message, &|key, entry| self.may_create(key, entry))
+            .await
+    }
+
     /// [`SessionManager::open`] for the caller: the caller's identity is resolved again
     /// first (so role changes and merges apply); an existing session must already list a
     /// non-owner caller as a participant; a new session records them as its first. The
@@ -279,6 +289,8 @@ impl<'a> ScopedManager<'a> {
 
     checked! {
         SessionManager;
+        /// The conversation as chat messages for the model.
+        fn messages(&self, key: &SessionKey) -> Vec<ChatMessage>;
         /// Closes a session.
         fn close(&self, key: &SessionKey) -> StoredSession;
         /// Resets a session.
@@ -489,6 +501,7 @@ mod tests {
         include_str!("log.rs"),
         include_str!("mod.rs"),
         include_str!("scoped.rs"),
+        include_str!("turn.rs"),
         include_str!("turns.rs"),
         include_str!("workspace.rs"),
     ];

@@ -45,6 +45,62 @@ impl TurnUsage {
         }
     }
 
+    /// No counts yet: add them by name.
+    ///
+    /// ```
+    /// use agent_sessions::memory::usage::TurnUsage;
+    ///
+    /// let usage = TurnUsage::new().input(1_200).output(340).cache_read(14_000);
+    /// assert_eq!(usage.prompt_tokens(), 15_200);
+    /// ```
+    pub fn new() -> Self {
+        TurnUsage::default()
+    }
+
+    /// Input tokens.
+    pub fn input(mut self, tokens: u64) -> Self {
+        self.input = Some(tokens);
+        self
+    }
+
+    /// Output tokens.
+    pub fn output(mut self, tokens: u64) -> Self {
+        self.output = Some(tokens);
+        self
+    }
+
+    /// Cache-read tokens.
+    pub fn cache_read(mut self, tokens: u64) -> Self {
+        self.cache_read = Some(tokens);
+        self
+    }
+
+    /// Cache-write tokens.
+    pub fn cache_write(mut self, tokens: u64) -> Self {
+        self.cache_write = Some(tokens);
+        self
+    }
+
+    /// The provider's own total.
+    pub fn total(mut self, tokens: u64) -> Self {
+        self.total = Some(tokens);
+        self
+    }
+
+    /// This usage as a transcript's assistant message records it.
+    pub fn to_transcript_usage(&self) -> crate::transcript::Usage {
+        crate::transcript::Usage {
+            input: self.input.unwrap_or(0),
+            output: self.output.unwrap_or(0),
+            cache_read: self.cache_read.unwrap_or(0),
+            cache_write: self.cache_write.unwrap_or(0),
+            total_tokens: self
+                .total
+                .unwrap_or_else(|| self.prompt_tokens() + self.output.unwrap_or(0)),
+            ..crate::transcript::Usage::default()
+        }
+    }
+
     /// The provider and model.
     pub fn by(mut self, provider: impl Into<String>, model: impl Into<String>) -> Self {
         self.provider = Some(provider.into());

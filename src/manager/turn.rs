@@ -1,0 +1,401 @@
+//! One call per turn: [`SessionManager::turn`] takes an inbound message and says what to
+//! do; [`Turn::complete`] takes the model's reply and says what to send.
+
+use crate::context::chat::{fit_to_budget, transcript_messages, ChatMessage};
+use crate::context::inbound::InboundMessage;
+use crate::context::reply::ReplyPayload;
+use crate::entry::{SessionEntry, SessionStatus};
+use crate::error::Result;
+use crate::key::SessionKey;
+use crate::memory::flush::{FlushPlan, DEFAULT_CONTEXT_TOKENS};
+use crate::memory::usage::{EngineSession, TurnUsage};
+use crate::transcript::{Offset, SessionEvent, TranscriptRef};
+
+use super::{LogMessage, Resolution, SessionManager, TurnOutcome};
+
+/// What the session layer sends after a bare reset (`/new` with nothing after it), in
+/// place of a model reply.
+pub const DEFAULT_RESET_ACKNOWLEDGEMENT: &str = "New session started.";
+
+/// What a [`Turn`] asks the host to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TurnAction {
+    /// Call the model with [`Turn::messages`] (after the memory flush, when
+    /// [`Turn::memory_flush`] has one), then [`Turn::complete`] with its reply.
+    Answer,
+    /// Group chatter not addressed to the agent: kept as the group's history for the
+    /// next turn. No model call; [`Turn::complete`] sends nothing.
+    StaySilent,
+    /// A reset with nothing after it: the new session is ready. No model call;
+    /// [`Turn::complete`] sends this acknowledgement.
+    Acknowledge(String),
+}
+
+/// The model's reply to a turn, for [`Turn::complete`]: its text (or payloads), and
+/// what the host knows about the run.
+///
+/// ```
+/// use agent_sessions::manager::TurnReply;
+/// use agent_sessions::memory::usage::TurnUsage;
+///
+/// let reply = TurnReply::from("Thursday at 9.")
+///     .with_usage(TurnUsage::new().input(1_200).output(40).by("openai", "gpt-5"));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct TurnReply {
+    /// What the model produced.
+    pub payloads: Vec<ReplyPayload>,
+    /// Texts a tool already sent during the run (not sent again).
+    pub sent_by_tool: Vec<String>,
+    /// What the run used.
+    pub usage: Option<TurnUsage>,
+    /// The engine session it ran in, to resume next time.
+    pub engine: Option<EngineSession>,
+}
+
+impl TurnReply {
+    /// A reply of `payloads`.
+    pub fn payloads(payloads: Vec<ReplyPayload>) -> Self {
+        TurnReply {
+            payloads,
+            ..TurnReply::default()
+        }
+    }
+
+    /// Records the run's usage.
+    pub fn with_usage(mut self, usage: TurnUsage) -> Self {
+        self.usage = Some(usage);
+        self
+    }
+
+    /// Records the engine session to resume.
+    pub fn with_engine(mut self, engine: EngineSession) -> Self {
+        self.engine = Some(engine);
+        self
+    }
+
+    /// Texts a tool already sent during the run.
+    pub fn with_sent_by_tool(mut self, texts: Vec<String>) -> Self {
+        self.sent_by_tool = texts;
+        self
+    }
+}
+
+impl From<&str> for TurnReply {
+    fn from(text: &str) -> Self {
+        TurnReply::payloads(vec![ReplyPayload::text(text)])
+    }
+}
+
+impl From<String> for TurnReply {
+    fn from(text: String) -> Self {
+        TurnReply::payloads(vec![ReplyPayload::text(text)])
+    }
+}
+
+/// One inbound message on its way through the session layer: what to do with it, the
+/// conversation for the model, and — once the model has replied — what to send.
+///
+/// Made by [`SessionManager::turn`]. A turn that is dropped without
+/// [`complete`](Turn::complete) (the host gave up, timed out or crashed) leaves its
+/// session marked as an aborted run (`abortedLastRun`) and `running`, which the next
+/// completed turn clears; nothing else is half done.
+///
+/// ```
+/// use agent_sessions::prelude::*;
+/// use agent_sessions::transcript::MemoryTranscriptStore;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> agent_sessions::Result<()> {
+/// let manager = SessionManager::builder(MemoryStore::new())
+///     .transcripts(MemoryTranscriptStore::new())
+///     .build();
+///
+/// let turn = manager.turn(&InboundMessage::direct("telegram", "42", "When is my shift?")).await?;
+/// assert_eq!(turn.action(), &TurnAction::Answer);
+/// let messages = turn.messages().await?; // what the model sees
+/// assert_eq!(messages.last().unwrap().content, "When is my shift?");
+/// let sent = turn.complete("Thursday at 9.").await?;
+/// assert_eq!(sent[0].text.as_deref(), Some("Thursday at 9."));
+///
+/// let next = manager.turn(&InboundMessage::direct("telegram", "42", "Thanks!")).await?;
+/// let roles: Vec<ChatRole> = next.messages().await?.iter().map(|m| m.role).collect();
+/// assert_eq!(roles, [ChatRole::User, ChatRole::Assistant, ChatRole::User]);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+#[must_use = "a turn does nothing until its reply is completed"]
+pub struct Turn<'m> {
+    manager: &'m SessionManager,
+    message: InboundMessage,
+    key: SessionKey,
+    action: TurnAction,
+    resolution: Option<Resolution>,
+    input: Option<String>,
+    inbound: Option<SessionEvent>,
+    entry: Option<SessionEntry>,
+    flush: Option<FlushPlan>,
+    started: std::time::Instant,
+}
+
+impl SessionManager {
+    /// Takes `message` through everything that comes before the model — the session it
+    /// belongs to (with resets and expiry), group activation and history, queued system
+    /// events, the inbound pipeline, the message log and the memory-flush decision — and
+    /// returns a [`Turn`] that says what to do.
+    ///
+    /// With a transcript store, the message is logged as the model sees it, so
+    /// [`Turn::messages`] and later turns read the conversation back as it was.
+    pub async fn turn(&self, message: &InboundMessage) -> Result<Turn<'_>> {
+        self.turn_admitted(message, &|_, _| Ok(())).await
+    }
+
+    /// [`turn`](Self::turn), when `admit` allows the session (see
+    /// [`resolve_admitted`](Self::resolve_admitted)).
+    pub(super) async fn turn_admitted(
+        &self,
+        message: &InboundMessage,
+        admit: &super::Admission<'_>,
+    ) -> Result<Turn<'_>> {
+        let started = std::time::Instant::now();
+        let key = self.key_for(message)?;
+        let mut turn = Turn {
+            manager: self,
+            message: message.clone(),
+            key,
+            action: TurnAction::StaySilent,
+            resolution: None,
+            input: None,
+            inbound: None,
+            entry: None,
+            flush: None,
+            started,
+        };
+        if message.is_group() && !self.record_chatter_admitted(message, admit).await?.trigger {
+            return Ok(turn);
+        }
+        let resolution = self.resolve_admitted(message, admit).await?;
+        turn.key = resolution.key.clone();
+        if resolution.reset_triggered && resolution.body.trim().is_empty() {
+            turn.action = TurnAction::Acknowledge(self.settings.reset_acknowledgement.clone());
+            turn.entry = Some(resolution.entry().clone());
+            turn.resolution = Some(resolution);
+            return Ok(turn);
+        }
+        let input = self.prepare_turn(&resolution, message).await?;
+        let Some(text) = input.text else {
+            turn.resolution = Some(resolution);
+            return Ok(turn);
+        };
+        if self.seams.transcripts.is_some() {
+            let mut log = LogMessage::from_inbound(message);
+            log.text = text.clone();
+            turn.inbound = Some(self.transcripts().log_message(&turn.key, log).await?);
+        }
+        // Until the turn completes, the session's last run counts as aborted.
+        let running = self
+            .change(&turn.key, |entry| {
+                entry.status = Some(SessionStatus::Running);
+                entry.aborted_last_run = Some(true);
+            })
+            .await?;
+        turn.flush = self.seams.flush_guard.plan(&running.entry);
+        turn.entry = Some(running.entry);
+        turn.action = TurnAction::Answer;
+        turn.input = Some(text);
+        turn.resolution = Some(resolution);
+        Ok(turn)
+    }
+
+    /// The conversation of `key`'s current session as chat messages for the model,
+    /// within the session's token budget (see [`Turn::messages`]); it ends with the
+    /// session's last logged message. Empty without a transcript store.
+    pub async fn messages(&self, key: &SessionKey) -> Result<Vec<ChatMessage>> {
+        let entry = self.existing(key).await?.entry;
+        let mut history = self.history_messages(key, &entry, None).await?;
+        let Some(last) = history.pop() else {
+            return Ok(Vec::new());
+        };
+        self.fit_messages(&entry, history, last)
+    }
+
+    /// The session's transcript as chat messages, without the line at `skip`, and the
+    /// summary that stands for what is not in them.
+    async fn history_messages(
+        &self,
+        key: &SessionKey,
+        entry: &SessionEntry,
+        skip: Option<Offset>,
+    ) -> Result<Vec<ChatMessage>> {
+        let Some(transcripts) = self.seams.transcripts.as_deref() else {
+            return Ok(Vec::new());
+        };
+        let transcript = TranscriptRef::of(key, entry, &self.settings.default_agent);
+        let read = transcripts.read(&transcript, Offset::START).await?;
+        let lines: Vec<_> = read
+            .events
+            .into_iter()
+            .filter(|event| Some(event.offset) != skip)
+            .map(|event| event.entry)
+            .collect();
+        let (messages, _) = transcript_messages(&lines);
+        Ok(messages)
+    }
+
+    /// `history` then `current`, within the budget for `entry` (the model's context
+    /// window it records, else the manager's), with the context summary standing for
+    /// what is cut.
+    fn fit_messages(
+        &self,
+        entry: &SessionEntry,
+        history: Vec<ChatMessage>,
+        current: ChatMessage,
+    ) -> Result<Vec<ChatMessage>> {
+        let budget = entry
+            .context_tokens
+            .or(self.settings.context_window)
+            .unwrap_or(DEFAULT_CONTEXT_TOKENS);
+        let budget = usize::try_from(budget).unwrap_or(usize::MAX);
+        fit_to_budget(
+            &[],
+            entry.context_summary.as_deref(),
+            history,
+            current,
+            budget,
+            &*self.seams.tokens,
+        )
+    }
+}
+
+impl<'m> Turn<'m> {
+    /// What to do.
+    pub fn action(&self) -> &TurnAction {
+        &self.action
+    }
+
+    /// Whether the model is to be called.
+    pub fn needs_model(&self) -> bool {
+        self.action == TurnAction::Answer
+    }
+
+    /// The session's key.
+    pub fn key(&self) -> &SessionKey {
+        &self.key
+    }
+
+    /// Which session the message went to, and why (`None` for group chatter, which
+    /// does not open a session turn).
+    pub fn resolution(&self) -> Option<&Resolution> {
+        self.resolution.as_ref()
+    }
+
+    /// The model's input for this message: the message after the inbound pipeline, with
+    /// group history and system events (`None` unless the action is
+    /// [`TurnAction::Answer`]).
+    pub fn input(&self) -> Option<&str> {
+        self.input.as_deref()
+    }
+
+    /// The memory flush to run before the model answers, if one is due: run its prompt,
+    /// send nothing of its reply, then call [`complete_memory_flush`](Self::complete_memory_flush).
+    pub fn memory_flush(&self) -> Option<&FlushPlan> {
+        self.flush.as_ref()
+    }
+
+    /// Records that the memory flush ran (its reply is never sent), so it does not run
+    /// again until the next compaction.
+    pub async fn complete_memory_flush(&mut self) -> Result<()> {
+        if self.flush.take().is_some() {
+            let stored = self.manager.memory().record_memory_flush(&self.key).await?;
+            self.entry = Some(stored.entry);
+        }
+        Ok(())
+    }
+
+    /// The conversation as the model should see it: the session's earlier turns as
+    /// they were sent to the model and answered (tool calls and results included), the
+    /// newest that fit the session's token budget, with the context summary first when
+    /// older turns were cut, and this turn's input last, once.
+    ///
+    /// The budget is the context window the session records (from the model's usage),
+    /// else [`SessionManagerBuilder::context_window`](super::SessionManagerBuilder::context_window);
+    /// tokens are counted by the manager's
+    /// [`TokenCounter`](crate::context::chat::TokenCounter). Empty unless the action is
+    /// [`TurnAction::Answer`].
+    pub async fn messages(&self) -> Result<Vec<ChatMessage>> {
+        let (Some(input), Some(entry)) = (&self.input, &self.entry) else {
+            return Ok(Vec::new());
+        };
+        let skip = self.inbound.as_ref().map(|event| event.offset);
+        let history = self
+            .manager
+            .history_messages(&self.key, entry, skip)
+            .await?;
+        self.manager
+            .fit_messages(entry, history, ChatMessage::user(input.clone()))
+    }
+
+    /// Finishes the turn with the model's `reply` and returns what to send.
+    ///
+    /// For an answered turn the reply goes through the reply pipeline (silence markers,
+    /// heartbeat tokens, reply directives, texts a tool already sent) and the send
+    /// policy; what is sent is logged; then the turn count, usage, engine session,
+    /// context summary and the end of the run are recorded in one store update. An
+    /// acknowledged reset returns (and logs) the acknowledgement whatever `reply` is;
+    /// group chatter returns nothing.
+    pub async fn complete(self, reply: impl Into<TurnReply>) -> Result<Vec<ReplyPayload>> {
+        let reply = reply.into();
+        let manager = self.manager;
+        match (&self.action, &self.resolution) {
+            (TurnAction::Answer, Some(resolution)) => {
+                let payloads = manager
+                    .finish_turn(
+                        resolution,
+                        &self.message,
+                        reply.payloads,
+                        reply.sent_by_tool,
+                    )
+                    .await?;
+                let sent = sent_text(&payloads);
+                if manager.seams.transcripts.is_some() && !sent.is_empty() {
+                    let mut log = LogMessage::outbound(sent.clone());
+                    log.correlation_id = self.message.message_id.clone();
+                    log.processing_ms = Some(self.started.elapsed().as_millis() as u64);
+                    log.usage = reply.usage.as_ref().map(TurnUsage::to_transcript_usage);
+                    manager.transcripts().log_message(&self.key, log).await?;
+                }
+                let mut outcome = TurnOutcome::completed();
+                outcome.usage = reply.usage;
+                outcome.engine = reply.engine;
+                if !sent.is_empty() {
+                    outcome.exchange = Some((resolution.body.clone(), sent));
+                }
+                manager.record_turn(&self.key, outcome).await?;
+                Ok(payloads)
+            }
+            (TurnAction::Acknowledge(text), _) => {
+                if manager.seams.transcripts.is_some() {
+                    manager
+                        .transcripts()
+                        .log_message(&self.key, LogMessage::outbound(text.clone()))
+                        .await?;
+                }
+                Ok(vec![ReplyPayload::text(text.clone())])
+            }
+            _ => Ok(Vec::new()),
+        }
+    }
+}
+
+/// The text of what is sent, payload by payload.
+fn sent_text(payloads: &[ReplyPayload]) -> String {
+    payloads
+        .iter()
+        .filter_map(|p| p.text.as_deref())
+        .filter(|t| !t.trim().is_empty())
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}

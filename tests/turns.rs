@@ -1,0 +1,334 @@
+//! One call per turn: `SessionManager::turn`, `Turn::messages` and `Turn::complete`.
+
+use agent_sessions::context::send_policy::SendPolicyConfig;
+use agent_sessions::entry::SendPolicy;
+use agent_sessions::lifecycle::clock::ManualClock;
+use agent_sessions::manager::DEFAULT_RESET_ACKNOWLEDGEMENT;
+use agent_sessions::prelude::*;
+use agent_sessions::transcript::MemoryTranscriptStore;
+use agent_sessions::SessionStatus;
+
+const START_MS: u64 = 1_773_136_800_000; // 2026-03-10 10:00 UTC
+
+fn manager() -> SessionManager {
+    SessionManager::builder(MemoryStore::new())
+        .transcripts(MemoryTranscriptStore::new())
+        .clock(ManualClock::at_millis(START_MS))
+        .build()
+}
+
+fn dm(text: &str) -> InboundMessage {
+    InboundMessage::direct("telegram", "42", text)
+}
+
+fn in_group(sender: &str, text: &str) -> InboundMessage {
+    InboundMessage::group("telegram", "-100", sender, text).with_sender_name(sender)
+}
+
+/// What one step of a conversation did: the action, what the model saw last, and what
+/// was sent.
+#[derive(Debug, PartialEq)]
+struct Step {
+    action: TurnAction,
+    input: Option<String>,
+    sent: Vec<String>,
+}
+
+/// Runs `script` through `manager`: every turn that asks for the model gets `reply`.
+async fn run(manager: &SessionManager, script: &[(InboundMessage, &str)]) -> Vec<Step> {
+    let mut steps = Vec::new();
+    for (message, reply) in script {
+        let turn = manager.turn(message).await.unwrap();
+        let action = turn.action().clone();
+        let input = turn.input().map(str::to_owned);
+        if turn.needs_model() {
+            let messages = turn.messages().await.unwrap();
+            assert_eq!(
+                messages.last().map(|m| m.content.as_str()),
+                input.as_deref()
+            );
+        } else {
+            assert!(turn.messages().await.unwrap().is_empty());
+        }
+        let sent = turn
+            .complete(*reply)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter_map(|p| p.text)
+            .collect();
+        steps.push(Step {
+            action,
+            input,
+            sent,
+        });
+    }
+    steps
+}
+
+fn answer(input: &str, sent: &[&str]) -> Step {
+    Step {
+        action: TurnAction::Answer,
+        input: Some(input.to_owned()),
+        sent: sent.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+#[tokio::test]
+async fn every_turn_outcome() {
+    let ack = || Step {
+        action: TurnAction::Acknowledge(DEFAULT_RESET_ACKNOWLEDGEMENT.to_owned()),
+        input: None,
+        sent: vec![DEFAULT_RESET_ACKNOWLEDGEMENT.to_owned()],
+    };
+    let silent = || Step {
+        action: TurnAction::StaySilent,
+        input: None,
+        sent: vec![],
+    };
+    // (what happens, the script, what each step does)
+    let cases: Vec<(&str, Vec<(InboundMessage, &str)>, Vec<Step>)> = vec![
+        (
+            "a direct message is answered",
+            vec![(dm("When is my shift?"), "Thursday.")],
+            vec![answer("When is my shift?", &["Thursday."])],
+        ),
+        (
+            "a bare reset is acknowledged without the model, whatever the host passes",
+            vec![(dm("/new"), "ignored")],
+            vec![ack()],
+        ),
+        (
+            "a reset with a message answers the message, trigger removed",
+            vec![(dm("/new plan a trip"), "Where to?")],
+            vec![answer("plan a trip", &["Where to?"])],
+        ),
+        (
+            "a silent reply sends nothing",
+            vec![(dm("ok thanks"), "NO_REPLY")],
+            vec![answer("ok thanks", &[])],
+        ),
+        (
+            "group chatter stays silent and reaches the model once, with the next mention",
+            vec![
+                (in_group("Ann", "lunch at noon?"), "never asked"),
+                (
+                    in_group("Bob", "@bot book it").mentioning_agent(),
+                    "Booked.",
+                ),
+                (
+                    in_group("Ann", "@bot thanks").mentioning_agent(),
+                    "NO_REPLY",
+                ),
+            ],
+            vec![
+                silent(),
+                answer(
+                    "[Chat messages since your last reply - for context]\n\
+                     [Telegram -100 2026-03-10T10:00Z] Ann: lunch at noon?\n\n\
+                     [Current message - respond to this]\n\
+                     [Telegram -100 2026-03-10T10:00Z] Bob: @bot book it\n[from: Bob]",
+                    &["Booked."],
+                ),
+                answer(
+                    "[Telegram -100 2026-03-10T10:00Z] Ann: @bot thanks\n[from: Ann]",
+                    &[],
+                ),
+            ],
+        ),
+    ];
+    for (name, script, expected) in cases {
+        let manager = manager();
+        let steps = run(&manager, &script).await;
+        assert_eq!(steps, expected, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn the_model_sees_the_conversation_as_it_was_sent_across_turns_and_a_reset() {
+    let manager = manager();
+    run(
+        &manager,
+        &[
+            (dm("When is my shift?"), "Thursday at 9."),
+            (dm("ok NO_REPLY"), "NO_REPLY"),
+            (dm("Can I swap it?"), "Yes, for Friday."),
+        ],
+    )
+    .await;
+    let turn = manager.turn(&dm("Thanks!")).await.unwrap();
+    let seen: Vec<(ChatRole, String)> = turn
+        .messages()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.role, m.content))
+        .collect();
+    let expected = [
+        (ChatRole::User, "When is my shift?"),
+        (ChatRole::Assistant, "Thursday at 9."),
+        (ChatRole::User, "ok NO_REPLY"),
+        (ChatRole::User, "Can I swap it?"),
+        (ChatRole::Assistant, "Yes, for Friday."),
+        (ChatRole::User, "Thanks!"),
+    ]
+    .map(|(role, text)| (role, text.to_owned()));
+    assert_eq!(seen, expected);
+    turn.complete("You're welcome.").await.unwrap();
+
+    // After a reset the model starts over: only the new message.
+    let turn = manager.turn(&dm("/reset what's new?")).await.unwrap();
+    let seen = turn.messages().await.unwrap();
+    assert_eq!(seen, vec![ChatMessage::user("what's new?")]);
+    // The manager's own view of any session ends with its last logged message.
+    turn.complete("Not much.").await.unwrap();
+    let key = manager.key_for(&dm("x")).unwrap();
+    let all = manager.messages(&key).await.unwrap();
+    assert_eq!(
+        all,
+        vec![
+            ChatMessage::user("what's new?"),
+            ChatMessage::assistant("Not much.")
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_completed_turn_records_usage_count_and_the_end_of_the_run_in_the_session() {
+    let manager = manager();
+    let turn = manager.turn(&dm("When is my shift?")).await.unwrap();
+    let key = turn.key().clone();
+    let running = manager.store().get(&key).await.unwrap().unwrap().entry;
+    assert_eq!(running.status, Some(SessionStatus::Running));
+    assert_eq!(running.aborted_last_run, Some(true));
+    turn.complete(
+        TurnReply::from("Thursday.").with_usage(
+            TurnUsage::new()
+                .input(1_200)
+                .output(40)
+                .by("openai", "gpt-5"),
+        ),
+    )
+    .await
+    .unwrap();
+    let entry = manager.store().get(&key).await.unwrap().unwrap().entry;
+    assert_eq!(entry.status, Some(SessionStatus::Idle));
+    assert_eq!(entry.aborted_last_run, Some(false));
+    assert_eq!(entry.turn_count, Some(1));
+    assert_eq!(entry.input_tokens, Some(1_200));
+    assert_eq!(entry.model.as_deref(), Some("gpt-5"));
+    assert!(entry
+        .context_summary
+        .as_deref()
+        .is_some_and(|s| s.contains("When is my shift?")));
+}
+
+#[tokio::test]
+async fn a_turn_dropped_without_completing_is_an_aborted_run() {
+    let manager = manager();
+    {
+        let _abandoned = manager.turn(&dm("When is my shift?")).await.unwrap();
+        // The host times out and drops the turn.
+    }
+    let next = manager.turn(&dm("hello?")).await.unwrap();
+    assert!(next.resolution().unwrap().aborted_last_run);
+    // The dropped turn's message is still part of the conversation.
+    let seen: Vec<String> = next
+        .messages()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.content)
+        .collect();
+    assert_eq!(seen, ["When is my shift?", "hello?"]);
+    next.complete("Thursday.").await.unwrap();
+    let key = manager.key_for(&dm("x")).unwrap();
+    let entry = manager.store().get(&key).await.unwrap().unwrap().entry;
+    assert_eq!(entry.aborted_last_run, Some(false));
+    assert_eq!(entry.status, Some(SessionStatus::Idle));
+}
+
+#[tokio::test]
+async fn the_memory_flush_follows_the_configured_context_window() {
+    // (context window, prompt tokens of the first turn, whether the second turn flushes)
+    // The flush fires at window − 20,000 reserved − 4,000 (OpenClaw's rule).
+    let cases = [
+        (40_000, 15_999, false),
+        (40_000, 16_000, true),
+        (200_000, 16_000, false),
+        (200_000, 176_000, true),
+    ];
+    for (window, prompt, flushes) in cases {
+        let manager = SessionManager::builder(MemoryStore::new())
+            .transcripts(MemoryTranscriptStore::new())
+            .context_window(window)
+            .build();
+        let first = manager.turn(&dm("hi")).await.unwrap();
+        first
+            .complete(TurnReply::from("hello").with_usage(TurnUsage::new().input(prompt)))
+            .await
+            .unwrap();
+        let mut second = manager.turn(&dm("more")).await.unwrap();
+        assert_eq!(
+            second.memory_flush().is_some(),
+            flushes,
+            "window {window}, prompt {prompt}"
+        );
+        if flushes {
+            second.complete_memory_flush().await.unwrap();
+            assert!(second.memory_flush().is_none());
+            second.complete("ok").await.unwrap();
+            let third = manager.turn(&dm("again")).await.unwrap();
+            assert!(third.memory_flush().is_none(), "once per compaction cycle");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_session_that_may_not_send_gets_nothing_to_send_but_keeps_the_turn() {
+    let manager = SessionManager::builder(MemoryStore::new())
+        .transcripts(MemoryTranscriptStore::new())
+        .send_policy(SendPolicyConfig {
+            default: Some(SendPolicy::Deny),
+            rules: vec![],
+        })
+        .build();
+    let turn = manager.turn(&dm("hi")).await.unwrap();
+    let key = turn.key().clone();
+    assert!(turn.complete("hello").await.unwrap().is_empty());
+    let entry = manager.store().get(&key).await.unwrap().unwrap().entry;
+    assert_eq!(entry.turn_count, Some(1));
+}
+
+#[tokio::test]
+async fn the_token_budget_keeps_the_newest_turns_and_the_summary_of_what_was_cut() {
+    let manager = SessionManager::builder(MemoryStore::new())
+        .transcripts(MemoryTranscriptStore::new())
+        .context_window(120)
+        .build();
+    for i in 0..12 {
+        let turn = manager
+            .turn(&dm(&format!("question number {i} about the roster")))
+            .await
+            .unwrap();
+        turn.complete(format!("answer number {i}")).await.unwrap();
+    }
+    let turn = manager.turn(&dm("and now?")).await.unwrap();
+    let messages = turn.messages().await.unwrap();
+    let counter = agent_sessions::context::chat::EstimatedTokens;
+    let total: usize = messages
+        .iter()
+        .map(|m| agent_sessions::context::chat::message_tokens(m, &counter))
+        .sum();
+    assert!(total <= 120, "{total}");
+    assert_eq!(messages[0].role, ChatRole::System);
+    assert!(messages[0]
+        .content
+        .starts_with("Summary of the conversation so far:"));
+    assert_eq!(messages[1].role, ChatRole::User);
+    assert_eq!(messages.last().unwrap().content, "and now?");
+    assert!(messages.iter().any(|m| m.content == "answer number 11"));
+    assert!(!messages
+        .iter()
+        .any(|m| m.content == "question number 0 about the roster"));
+}
