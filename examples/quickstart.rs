@@ -13,11 +13,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_sessions::context::reply::ReplyPayload;
 use agent_sessions::lifecycle::clock::{Clock, ManualClock, SystemClock};
 use agent_sessions::lifecycle::freshness::{ResetConfig, ResetSpec};
 use agent_sessions::lifecycle::triggers::ResetTriggers;
-use agent_sessions::manager::LogMessage;
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::FileTranscriptStore;
 
@@ -112,51 +110,40 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         if *pause > Duration::from_secs(60) {
             println!("  … {} quiet minutes later …", pause.as_secs() / 60);
         }
-        // 1. Which session? (one atomic store update)
-        let resolution = manager.resolve(message).await?;
-        manager
-            .transcripts()
-            .log_message(&resolution.key, LogMessage::from_inbound(message))
-            .await?;
+        // 1. One call: which session, what the model sees, whether to answer at all.
+        let turn = manager.turn(message).await?;
+        let name = message.sender.name.as_deref().unwrap_or("?");
+        let Some(resolution) = turn.resolution() else {
+            println!(
+                "{name:>5} on {:<8} → not addressed to the bot: kept as group history",
+                message.channel
+            );
+            continue;
+        };
         println!(
-            "{:>5} on {:<8} → {}\n        {:?} ({}), session {}: {:?}",
-            message.sender.name.as_deref().unwrap_or("?"),
+            "{name:>5} on {:<8} → {}\n        {:?} ({}), session {}",
             message.channel,
             resolution.key,
             resolution.decision,
             resolution.reason,
             resolution.session_id(),
-            resolution.body,
         );
-        // 2. What does the model see? (group chatter is kept as history, not answered)
-        let turn = manager.prepare_turn(&resolution, message).await?;
-        let Some(text) = turn.text else {
-            println!("        not addressed to the bot: kept as group history");
-            continue;
-        };
-        if message.is_group() {
-            println!("        the model sees:");
-            for line in text.lines() {
+        // 2. The conversation so far, as chat messages, ready for the model.
+        let messages = turn.messages().await?;
+        println!(
+            "        the model sees {} message(s), the last:",
+            messages.len()
+        );
+        if let Some(last) = messages.last() {
+            for line in last.content.lines() {
                 println!("        │ {line}");
             }
         }
-        // 3. The model answers (a real bot calls its LLM here), 4. what is sent.
+        // 3. The model answers (a real bot calls its LLM with `messages` here).
         let reply = format!("(stand-in reply to {:?})", resolution.body);
-        let sent = manager
-            .finish_turn(
-                &resolution,
-                message,
-                vec![ReplyPayload::text(reply)],
-                vec![],
-            )
-            .await?;
-        for payload in sent {
-            let text = payload.text.unwrap_or_default();
-            manager
-                .transcripts()
-                .log_message(&resolution.key, LogMessage::outbound(text.clone()).took(5))
-                .await?;
-            println!("        bot: {text}");
+        // 4. What to send: filtered, logged and recorded in the session.
+        for payload in turn.complete(reply).await? {
+            println!("        bot: {}", payload.text.unwrap_or_default());
         }
     }
 

@@ -111,6 +111,8 @@ mod doc_pages {
     struct SearchAndAnalytics;
     #[doc = include_str!("../docs/openclaw-compatibility.md")]
     struct OpenClawCompatibility;
+    #[doc = include_str!("../docs/turns.md")]
+    struct Turns;
 }
 
 /// The names most programs use, for `use agent_sessions::prelude::*`.
