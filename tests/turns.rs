@@ -332,3 +332,124 @@ async fn the_token_budget_keeps_the_newest_turns_and_the_summary_of_what_was_cut
         .iter()
         .any(|m| m.content == "question number 0 about the roster"));
 }
+
+/// A store that counts the calls that reach it.
+#[derive(Debug, Default)]
+struct CountingStore {
+    inner: MemoryStore,
+    reads: std::sync::atomic::AtomicUsize,
+    writes: std::sync::atomic::AtomicUsize,
+}
+
+impl CountingStore {
+    fn take(&self) -> (usize, usize) {
+        use std::sync::atomic::Ordering::SeqCst;
+        (self.reads.swap(0, SeqCst), self.writes.swap(0, SeqCst))
+    }
+}
+
+#[async_trait::async_trait]
+impl SessionStore for CountingStore {
+    async fn get(&self, key: &SessionKey) -> agent_sessions::Result<Option<StoredSession>> {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.get(key).await
+    }
+
+    async fn apply(
+        &self,
+        key: &SessionKey,
+        mutator: &mut agent_sessions::store::Mutator<'_>,
+    ) -> agent_sessions::Result<Option<StoredSession>> {
+        self.writes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.apply(key, mutator).await
+    }
+
+    async fn list(&self, filter: &ListFilter) -> agent_sessions::Result<Vec<StoredSession>> {
+        self.inner.list(filter).await
+    }
+
+    async fn count(&self, filter: &ListFilter) -> agent_sessions::Result<usize> {
+        self.inner.count(filter).await
+    }
+}
+
+#[tokio::test]
+async fn a_turn_costs_fewer_store_round_trips_than_the_separate_calls() {
+    use agent_sessions::context::reply::ReplyPayload;
+    use agent_sessions::manager::{LogMessage, TurnOutcome};
+    use std::sync::Arc;
+
+    async fn separate_calls(manager: &SessionManager, text: &str) {
+        let message = dm(text);
+        let resolution = manager.resolve(&message).await.unwrap();
+        manager
+            .transcripts()
+            .log_message(&resolution.key, LogMessage::from_inbound(&message))
+            .await
+            .unwrap();
+        let input = manager.prepare_turn(&resolution, &message).await.unwrap();
+        assert!(input.text.is_some());
+        manager
+            .memory()
+            .memory_flush_plan(&resolution.key)
+            .await
+            .unwrap();
+        let sent = manager
+            .finish_turn(
+                &resolution,
+                &message,
+                vec![ReplyPayload::text("ok")],
+                vec![],
+            )
+            .await
+            .unwrap();
+        manager
+            .transcripts()
+            .log_message(
+                &resolution.key,
+                LogMessage::outbound(sent[0].text.clone().unwrap()),
+            )
+            .await
+            .unwrap();
+        manager
+            .record_turn(
+                &resolution.key,
+                TurnOutcome::completed().with_exchange(text, "ok"),
+            )
+            .await
+            .unwrap();
+    }
+    async fn one_turn(manager: &SessionManager, text: &str) {
+        let turn = manager.turn(&dm(text)).await.unwrap();
+        turn.complete("ok").await.unwrap();
+    }
+
+    // (reads, writes) of the first message of a session and of a continuing one.
+    let mut costs = Vec::new();
+    for turn_path in [false, true] {
+        let store = Arc::new(CountingStore::default());
+        let manager = SessionManager::builder(store.clone())
+            .transcripts(MemoryTranscriptStore::new())
+            .build();
+        for text in ["first", "second"] {
+            if turn_path {
+                one_turn(&manager, text).await;
+            } else {
+                separate_calls(&manager, text).await;
+            }
+            costs.push(store.take());
+        }
+    }
+    assert_eq!(
+        costs,
+        [
+            // The separate calls: first message, continuing message.
+            (4, 2),
+            (4, 2),
+            // One turn, which also records the run as started in its first write.
+            (1, 2),
+            (1, 2),
+        ]
+    );
+}

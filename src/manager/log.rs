@@ -17,7 +17,7 @@ use crate::transcript::{
 
 /// Records `location` as the entry's `sessionFile` unless it has one, if the entry is
 /// still the session `session_id` (a reset in between makes it another session).
-fn record_location(entry: &mut SessionEntry, session_id: &str, location: &str) {
+pub(super) fn record_location(entry: &mut SessionEntry, session_id: &str, location: &str) {
     if entry.session_id == session_id {
         entry
             .session_file
@@ -197,8 +197,18 @@ impl SessionManager {
         &self,
         key: &SessionKey,
     ) -> Result<(TranscriptRef, SessionEntry, Option<String>)> {
-        let transcripts = self.transcript_store()?;
         let entry = self.existing(key).await?.entry;
+        self.prepare_transcript_for(key, entry).await
+    }
+
+    /// [`prepared_transcript`](Self::prepared_transcript) for `entry`, the session's
+    /// entry as the caller just read or wrote it.
+    pub(super) async fn prepare_transcript_for(
+        &self,
+        key: &SessionKey,
+        entry: SessionEntry,
+    ) -> Result<(TranscriptRef, SessionEntry, Option<String>)> {
+        let transcripts = self.transcript_store()?;
         let transcript = TranscriptRef::of(key, &entry, &self.settings.default_agent);
         if transcript.session_file.is_some() {
             return Ok((transcript, entry, None));
@@ -334,7 +344,20 @@ impl SessionTranscripts<'_> {
     /// and in [`query_log`](TranscriptStore::query_log).
     pub async fn log_message(&self, key: &SessionKey, message: LogMessage) -> Result<SessionEvent> {
         let (transcript, entry) = self.manager.transcript_of(key).await?;
-        let now = self.manager.seams.clock.now();
+        self.manager.log_to(key, &transcript, &entry, message).await
+    }
+}
+
+impl SessionManager {
+    /// Logs `message` in `transcript`, the transcript of `key`'s session `entry`.
+    pub(super) async fn log_to(
+        &self,
+        key: &SessionKey,
+        transcript: &TranscriptRef,
+        entry: &SessionEntry,
+        message: LogMessage,
+    ) -> Result<SessionEvent> {
+        let now = self.seams.clock.now();
         let agent_name = message
             .agent_name
             .clone()
@@ -351,11 +374,7 @@ impl SessionTranscripts<'_> {
         let agent_identity = message
             .agent_identity
             .or_else(|| entry.agent_identity.clone())
-            .or_else(|| {
-                agent_name
-                    .as_deref()
-                    .map(|a| self.manager.agent_identity_of(a))
-            });
+            .or_else(|| agent_name.as_deref().map(|a| self.agent_identity_of(a)));
         let log = LogFields {
             message_id: Some(uuid::Uuid::new_v4().to_string()),
             direction: Some(message.direction),
@@ -385,15 +404,16 @@ impl SessionTranscripts<'_> {
             }
         };
         let mut events = self
-            .manager
             .transcript_store()?
-            .append(&transcript, vec![line.with_log(log)])
+            .append(transcript, vec![line.with_log(log)])
             .await?;
         events
             .pop()
             .ok_or_else(|| Error::NotFound { key: key.clone() })
     }
+}
 
+impl SessionTranscripts<'_> {
     /// Mirrors a message delivered outside the model (a reminder, a broadcast) into the
     /// session's transcript, as OpenClaw does. `None` when there is nothing to mirror.
     pub async fn mirror_delivery(

@@ -502,16 +502,21 @@ impl SessionManager {
     /// counts, preview, reply route, origin, group metadata), so one message costs one
     /// store update, and two messages racing for a new key create exactly one session.
     pub async fn resolve(&self, message: &InboundMessage) -> Result<Resolution> {
-        self.resolve_admitted(message, &|_, _| Ok(())).await
+        self.resolve_admitted(message, &|_, _| Ok(()), false).await
     }
 
     /// [`resolve`](Self::resolve), when `admit` allows the key and its current entry —
     /// asked inside the store update, so nothing changes between the check and the
     /// write.
+    ///
+    /// With `start_run`, a message that is not a bare reset also starts a run in the
+    /// same update: the status becomes `running` and the last run counts as aborted
+    /// until the turn completes.
     pub(super) async fn resolve_admitted(
         &self,
         message: &InboundMessage,
         admit: &Admission<'_>,
+        start_run: bool,
     ) -> Result<Resolution> {
         let key = self.key_for(message)?;
         let group = message.group_resolution();
@@ -531,6 +536,7 @@ impl SessionManager {
             (None, Some(trigger)) => trigger.body.clone(),
             (None, None) => message.body.clone(),
         };
+        let start_run = start_run && !(trigger.is_some() && body.trim().is_empty());
         let policy = Policy {
             freshness: &*self.seams.freshness,
             reset_type,
@@ -577,6 +583,10 @@ impl SessionManager {
                         now_ms,
                     },
                 );
+                if start_run {
+                    entry.status = Some(crate::entry::SessionStatus::Running);
+                    entry.aborted_last_run = Some(true);
+                }
                 let expires_at = match policy.freshness(&key, &entry, now) {
                     Freshness::Fresh { expires_at } => expires_at,
                     Freshness::Stale { .. } => None,

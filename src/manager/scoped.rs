@@ -223,7 +223,7 @@ impl<'a> ScopedManager<'a> {
     pub async fn resolve(&self, message: &InboundMessage) -> Result<Resolution> {
         self.may_post(message)?;
         self.manager
-            .resolve_admitted(message, &|key, entry| self.may_create(key, entry))
+            .resolve_admitted(message, &|key, entry| self.may_create(key, entry), false)
             .await
     }
 

@@ -11,6 +11,7 @@ use crate::memory::flush::{FlushPlan, DEFAULT_CONTEXT_TOKENS};
 use crate::memory::usage::{EngineSession, TurnUsage};
 use crate::transcript::{Offset, SessionEvent, TranscriptRef};
 
+use super::log::record_location;
 use super::{LogMessage, Resolution, SessionManager, TurnOutcome};
 
 /// What the session layer sends after a bare reset (`/new` with nothing after it), in
@@ -136,6 +137,7 @@ pub struct Turn<'m> {
     resolution: Option<Resolution>,
     input: Option<String>,
     inbound: Option<SessionEvent>,
+    transcript: Option<TranscriptRef>,
     entry: Option<SessionEntry>,
     flush: Option<FlushPlan>,
     started: std::time::Instant,
@@ -170,6 +172,7 @@ impl SessionManager {
             resolution: None,
             input: None,
             inbound: None,
+            transcript: None,
             entry: None,
             flush: None,
             started,
@@ -177,7 +180,7 @@ impl SessionManager {
         if message.is_group() && !self.record_chatter_admitted(message, admit).await?.trigger {
             return Ok(turn);
         }
-        let resolution = self.resolve_admitted(message, admit).await?;
+        let resolution = self.resolve_admitted(message, admit, true).await?;
         turn.key = resolution.key.clone();
         if resolution.reset_triggered && resolution.body.trim().is_empty() {
             turn.action = TurnAction::Acknowledge(self.settings.reset_acknowledgement.clone());
@@ -187,23 +190,38 @@ impl SessionManager {
         }
         let input = self.prepare_turn(&resolution, message).await?;
         let Some(text) = input.text else {
+            // The group's activation changed since the message was checked: no run.
+            self.change(&turn.key, |entry| {
+                entry.status = Some(SessionStatus::Idle);
+                entry.aborted_last_run = Some(resolution.aborted_last_run);
+            })
+            .await?;
             turn.resolution = Some(resolution);
             return Ok(turn);
         };
+        let mut entry = resolution.entry().clone();
         if self.seams.transcripts.is_some() {
+            let (transcript, prepared, location) =
+                self.prepare_transcript_for(&turn.key, entry).await?;
+            entry = prepared;
+            if let Some(location) = location {
+                // A new transcript: its location goes in the entry before anything is
+                // written to it (the first message of a session).
+                let session_id = entry.session_id.clone();
+                entry = self
+                    .change(&turn.key, |current| {
+                        record_location(current, &session_id, &location)
+                    })
+                    .await?
+                    .entry;
+            }
             let mut log = LogMessage::from_inbound(message);
             log.text = text.clone();
-            turn.inbound = Some(self.transcripts().log_message(&turn.key, log).await?);
+            turn.inbound = Some(self.log_to(&turn.key, &transcript, &entry, log).await?);
+            turn.transcript = Some(transcript);
         }
-        // Until the turn completes, the session's last run counts as aborted.
-        let running = self
-            .change(&turn.key, |entry| {
-                entry.status = Some(SessionStatus::Running);
-                entry.aborted_last_run = Some(true);
-            })
-            .await?;
-        turn.flush = self.seams.flush_guard.plan(&running.entry);
-        turn.entry = Some(running.entry);
+        turn.flush = self.seams.flush_guard.plan(&entry);
+        turn.entry = Some(entry);
         turn.action = TurnAction::Answer;
         turn.input = Some(text);
         turn.resolution = Some(resolution);
@@ -360,12 +378,14 @@ impl<'m> Turn<'m> {
                     )
                     .await?;
                 let sent = sent_text(&payloads);
-                if manager.seams.transcripts.is_some() && !sent.is_empty() {
+                if let (Some(transcript), Some(entry), false) =
+                    (&self.transcript, &self.entry, sent.is_empty())
+                {
                     let mut log = LogMessage::outbound(sent.clone());
                     log.correlation_id = self.message.message_id.clone();
                     log.processing_ms = Some(self.started.elapsed().as_millis() as u64);
                     log.usage = reply.usage.as_ref().map(TurnUsage::to_transcript_usage);
-                    manager.transcripts().log_message(&self.key, log).await?;
+                    manager.log_to(&self.key, transcript, entry, log).await?;
                 }
                 let mut outcome = TurnOutcome::completed();
                 outcome.usage = reply.usage;
