@@ -453,3 +453,32 @@ async fn a_turn_costs_fewer_store_round_trips_than_the_separate_calls() {
         ]
     );
 }
+
+#[tokio::test]
+async fn a_restart_in_the_middle_of_a_group_conversation_keeps_its_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("json:{}", dir.path().display());
+    {
+        let manager = SessionManager::connect(&url).await.unwrap().build();
+        let turn = manager
+            .turn(&in_group("Ann", "lunch at noon?"))
+            .await
+            .unwrap();
+        assert_eq!(turn.action(), &TurnAction::StaySilent);
+    }
+    // The bot restarts.
+    let manager = SessionManager::connect(&url).await.unwrap().build();
+    let turn = manager
+        .turn(&in_group("Bob", "@bot book it").mentioning_agent())
+        .await
+        .unwrap();
+    let input = turn.input().unwrap().to_owned();
+    assert!(input.contains("Ann: lunch at noon?"), "{input}");
+    turn.complete("Booked.").await.unwrap();
+    // Seen once: the next mention starts a new history.
+    let next = manager
+        .turn(&in_group("Bob", "@bot thanks").mentioning_agent())
+        .await
+        .unwrap();
+    assert!(!next.input().unwrap().contains("lunch"));
+}

@@ -61,6 +61,15 @@ pub trait HistoryBuffer: Send + Sync {
     async fn entries(&self, key: &str) -> Result<Vec<HistoryEntry>>;
     /// Forgets the group's entries (after the agent replied).
     async fn clear(&self, key: &str) -> Result<()>;
+    /// The group's entries, oldest first, forgetting them: what the agent is about to
+    /// see. An entry appended meanwhile is either returned or kept, never lost —
+    /// implementations make this one atomic step (the default, `entries` then `clear`,
+    /// is not).
+    async fn take(&self, key: &str) -> Result<Vec<HistoryEntry>> {
+        let entries = self.entries(key).await?;
+        self.clear(key).await?;
+        Ok(entries)
+    }
 }
 
 /// An `Arc` of a history buffer is a history buffer: a host keeps one handle (to change
@@ -77,6 +86,10 @@ impl<T: HistoryBuffer + ?Sized> HistoryBuffer for Arc<T> {
 
     async fn clear(&self, key: &str) -> Result<()> {
         (**self).clear(key).await
+    }
+
+    async fn take(&self, key: &str) -> Result<Vec<HistoryEntry>> {
+        (**self).take(key).await
     }
 }
 
@@ -224,6 +237,15 @@ impl HistoryBuffer for MemoryHistory {
             .groups
             .get(key)
             .map(|entries| entries.iter().cloned().collect())
+            .unwrap_or_default())
+    }
+
+    async fn take(&self, key: &str) -> Result<Vec<HistoryEntry>> {
+        Ok(self
+            .state()
+            .groups
+            .shift_remove(key)
+            .map(Vec::from)
             .unwrap_or_default())
     }
 

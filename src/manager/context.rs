@@ -148,10 +148,11 @@ impl SessionManager {
         );
         let text = match (&history_key, &group) {
             (Some(key), Some(group)) => {
+                // The agent sees the history now: the next turn starts a new one.
                 let lines: Vec<String> = self
                     .seams
                     .history
-                    .entries(key)
+                    .take(key)
                     .await?
                     .iter()
                     .map(|entry| {
@@ -165,8 +166,6 @@ impl SessionManager {
                     })
                     .collect();
                 let current = format_envelope(&group.channel, &group.id, Some(now), &sender, &body);
-                // The agent sees the history now: the next turn starts a new one.
-                self.seams.history.clear(key).await?;
                 build_history_context(&lines, &current, false)
             }
             _ => body,

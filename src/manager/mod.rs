@@ -440,8 +440,8 @@ impl SessionManager {
         }
     }
 
-    /// A builder over the backend `url` names — sessions and transcripts — so that
-    /// switching from OpenClaw's files to SQLite or PostgreSQL is one string:
+    /// A builder over the backend `url` names — sessions, transcripts and group history —
+    /// so that switching from OpenClaw's files to SQLite or PostgreSQL is one string:
     /// `json:~/.openclaw`, `sqlite:sessions.db`, `postgres://bot@db/sessions`
     /// (see [`StoreUrl`](crate::store::StoreUrl)).
     ///
@@ -460,7 +460,8 @@ impl SessionManager {
     pub async fn connect(url: &str) -> Result<SessionManagerBuilder> {
         let backend = crate::store::Backend::open(url).await?;
         Ok(SessionManager::builder(backend.sessions().clone())
-            .transcripts(backend.transcripts().clone()))
+            .transcripts(backend.transcripts().clone())
+            .history(backend.history().clone()))
     }
 
     /// The store.

@@ -1,5 +1,6 @@
 //! Choosing a backend by URL: `json:<dir>`, `sqlite:<file>`, `postgres://…`.
 
+use crate::context::history::{HistoryBuffer, MemoryHistory};
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -254,6 +255,7 @@ pub struct Backend {
     url: StoreUrl,
     sessions: Arc<dyn SessionStore>,
     transcripts: Arc<dyn TranscriptExport>,
+    history: Arc<dyn HistoryBuffer>,
     /// The database's own index, or (JSON) opened on first use.
     search: Arc<tokio::sync::OnceCell<Arc<dyn SearchIndex>>>,
 }
@@ -312,6 +314,12 @@ impl Backend {
             Arc<dyn TranscriptExport>,
             Option<Arc<dyn SearchIndex>>,
         );
+        // Group history lives beside the sessions where the backend can keep it.
+        let history: Arc<dyn HistoryBuffer> = match &url {
+            StoreUrl::Json(dir) => Arc::new(super::JsonFileHistory::new(dir)),
+            #[allow(unreachable_patterns)]
+            _ => Arc::new(MemoryHistory::default()),
+        };
         let (sessions, transcripts, search): Parts = match &url {
             StoreUrl::Json(dir) => {
                 if mode != OpenMode::Create {
@@ -378,6 +386,7 @@ impl Backend {
             url,
             sessions,
             transcripts,
+            history,
             search: Arc::new(match search {
                 Some(index) => tokio::sync::OnceCell::new_with(Some(index)),
                 None => tokio::sync::OnceCell::new(),
@@ -398,6 +407,13 @@ impl Backend {
     /// The transcript store.
     pub fn transcripts(&self) -> &Arc<dyn TranscriptExport> {
         &self.transcripts
+    }
+
+    /// The group history kept with this backend: files beside a JSON tree
+    /// ([`JsonFileHistory`](super::JsonFileHistory)), so group chatter survives a
+    /// restart; in memory for the database backends.
+    pub fn history(&self) -> &Arc<dyn HistoryBuffer> {
+        &self.history
     }
 
     /// The search index of the message log: the database's own (FTS5, `tsvector`) for

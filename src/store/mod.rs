@@ -54,7 +54,7 @@ use crate::key::{AgentId, PeerKind, SessionKey};
 
 pub use backend::{Backend, OpenMode, StoreUrl, SEARCH_INDEX_FILE};
 pub use json::{
-    Durability, JsonFileOptions, JsonFileStore, LockOptions, DEFAULT_CACHE_TTL,
+    Durability, JsonFileHistory, JsonFileOptions, JsonFileStore, LockOptions, DEFAULT_CACHE_TTL,
     DEFAULT_LOCK_POLL_INTERVAL, DEFAULT_LOCK_STALE_AFTER, DEFAULT_LOCK_TIMEOUT,
     DEFAULT_MAX_FILE_BYTES,
 };

@@ -3,6 +3,7 @@
 mod commit;
 mod courtesy;
 pub(crate) mod document;
+mod history;
 pub(crate) mod io;
 mod legacy;
 pub(crate) mod lock;
@@ -31,6 +32,7 @@ use crate::fsutil::blocking;
 use crate::key::{AgentId, SessionKey};
 use crate::paths;
 
+pub use self::history::JsonFileHistory;
 pub use self::io::Durability;
 pub use self::lock::{
     LockOptions, DEFAULT_LOCK_POLL_INTERVAL, DEFAULT_LOCK_STALE_AFTER, DEFAULT_LOCK_TIMEOUT,

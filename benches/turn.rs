@@ -1,0 +1,186 @@
+//! One turn through `SessionManager::turn` + `Turn::complete`, against the same turn
+//! made of the separate calls a host made before (`resolve`, `log_message`,
+//! `prepare_turn`, `memory_flush_plan`, `finish_turn`, `log_message`, `record_turn`),
+//! measured in the same run on every backend, 1,000 sessions, each backend's fast
+//! durability mode.
+//!
+//! `cargo bench --bench turn --features sqlite,postgres` (PostgreSQL only when
+//! `AGENT_SESSIONS_TEST_POSTGRES_URL` names a server; the run uses a schema of its own
+//! and drops it).
+
+mod common;
+
+use std::sync::Arc;
+
+use agent_sessions::manager::{LogMessage, TurnOutcome};
+use agent_sessions::prelude::*;
+use agent_sessions::transcript::{FileTranscriptStore, MemoryTranscriptStore, TranscriptStore};
+use agent_sessions::{Durability, JsonFileOptions};
+use common::write_store;
+use criterion::{criterion_group, criterion_main, Criterion};
+use tokio::runtime::Runtime;
+
+const SESSIONS: usize = 1_000;
+
+fn message() -> InboundMessage {
+    InboundMessage::direct("telegram", "100000500", "what about tomorrow?")
+}
+
+async fn separate_calls(manager: &SessionManager) {
+    let message = message();
+    let resolution = manager.resolve(&message).await.unwrap();
+    manager
+        .transcripts()
+        .log_message(&resolution.key, LogMessage::from_inbound(&message))
+        .await
+        .unwrap();
+    let input = manager.prepare_turn(&resolution, &message).await.unwrap();
+    let _flush = manager
+        .memory()
+        .memory_flush_plan(&resolution.key)
+        .await
+        .unwrap();
+    let sent = manager
+        .finish_turn(
+            &resolution,
+            &message,
+            vec![ReplyPayload::text("Tomorrow at 9.")],
+            vec![],
+        )
+        .await
+        .unwrap();
+    manager
+        .transcripts()
+        .log_message(
+            &resolution.key,
+            LogMessage::outbound(sent[0].text.clone().unwrap()),
+        )
+        .await
+        .unwrap();
+    manager
+        .record_turn(
+            &resolution.key,
+            TurnOutcome::completed().with_exchange(input.text.unwrap(), "Tomorrow at 9."),
+        )
+        .await
+        .unwrap();
+}
+
+async fn one_turn(manager: &SessionManager) {
+    let turn = manager.turn(&message()).await.unwrap();
+    let sent = turn.complete("Tomorrow at 9.").await.unwrap();
+    assert_eq!(sent.len(), 1);
+}
+
+fn bench(
+    c: &mut Criterion,
+    runtime: &Runtime,
+    name: &str,
+    store: Arc<dyn SessionStore>,
+    transcripts: Arc<dyn TranscriptStore>,
+) {
+    let manager = SessionManager::builder(store)
+        .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
+        .transcripts(transcripts)
+        .build();
+    runtime.block_on(one_turn(&manager));
+    let mut group = c.benchmark_group(format!("turn/{name}/{SESSIONS}"));
+    group.bench_function("baseline_separate_calls", |b| {
+        b.iter(|| runtime.block_on(separate_calls(&manager)))
+    });
+    group.bench_function("turn_and_complete", |b| {
+        b.iter(|| runtime.block_on(one_turn(&manager)))
+    });
+    group.finish();
+}
+
+fn turns(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+
+    let memory = MemoryStore::new();
+    runtime.block_on(async {
+        for i in 0..SESSIONS {
+            memory.put(&common::key(i), common::entry(i)).await.unwrap();
+        }
+    });
+    bench(
+        c,
+        &runtime,
+        "memory",
+        Arc::new(memory),
+        Arc::new(MemoryTranscriptStore::new()),
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    write_store(dir.path(), SESSIONS);
+    let json = JsonFileStore::new_with(
+        dir.path(),
+        JsonFileOptions {
+            durability: Durability::Unsynced,
+            ..JsonFileOptions::default()
+        },
+    );
+    bench(
+        c,
+        &runtime,
+        "json",
+        Arc::new(json),
+        Arc::new(FileTranscriptStore::new(dir.path())),
+    );
+
+    #[cfg(feature = "sqlite")]
+    {
+        use agent_sessions::store::{SqliteOptions, SqliteStore};
+        let dir = tempfile::tempdir().unwrap();
+        let mut options = SqliteOptions::default();
+        options.durability = Durability::Unsynced;
+        let sqlite = SqliteStore::open_with(dir.path().join("bench.db"), options).unwrap();
+        runtime.block_on(async {
+            for i in 0..SESSIONS {
+                sqlite.put(&common::key(i), common::entry(i)).await.unwrap();
+            }
+        });
+        bench(
+            c,
+            &runtime,
+            "sqlite",
+            Arc::new(sqlite.clone()),
+            Arc::new(sqlite),
+        );
+    }
+
+    #[cfg(feature = "postgres")]
+    if let Ok(server) = std::env::var("AGENT_SESSIONS_TEST_POSTGRES_URL") {
+        use agent_sessions::store::{PostgresOptions, PostgresStore};
+        let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
+        let postgres = runtime
+            .block_on(PostgresStore::connect_with(
+                &server,
+                PostgresOptions::in_schema(&schema),
+            ))
+            .unwrap();
+        runtime.block_on(async {
+            for i in 0..SESSIONS {
+                postgres
+                    .put(&common::key(i), common::entry(i))
+                    .await
+                    .unwrap();
+            }
+        });
+        bench(
+            c,
+            &runtime,
+            "postgres",
+            Arc::new(postgres.clone()),
+            Arc::new(postgres.clone()),
+        );
+        runtime.block_on(postgres.drop_schema()).unwrap();
+    }
+}
+
+criterion_group!(benches, turns);
+criterion_main!(benches);

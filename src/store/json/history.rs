@@ -1,0 +1,334 @@
+//! [`JsonFileHistory`]: group history in files beside the sessions, so it survives a
+//! restart and is shared by every process on the machine.
+
+use std::fs::{self, OpenOptions};
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+
+use crate::context::history::{
+    HistoryBuffer, HistoryEntry, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
+};
+use crate::error::{Error, Result};
+use crate::fsutil::{blocking, create_private_dir_all, read_limited, write_private_atomically};
+use crate::paths::encode_file_component;
+
+/// The directory under the state root that holds group history.
+const HISTORY_DIR: &str = "group-history";
+
+/// The largest history file read: far more than 50 entries of any chat message.
+const MAX_HISTORY_FILE: u64 = 16 * 1024 * 1024;
+
+/// Group history kept in files: `<root>/group-history/<group>.json`, one per group, with
+/// the same bounds as [`MemoryHistory`](crate::context::history::MemoryHistory) (50
+/// entries a group, 1,000 groups, the least recently used dropped first).
+///
+/// Every call takes an OS lock on `<root>/group-history/.lock`, so several processes
+/// on one machine share one history without losing an entry; each group file is
+/// replaced by an atomic rename, owner-only (0600). A file that does not parse is moved
+/// aside as `<group>.json.corrupt` (kept, reported in the log) and the group starts
+/// over. This is what [`SessionManager::connect`](crate::SessionManager::connect) uses for
+/// a `json:` store.
+///
+/// ```
+/// use agent_sessions::context::history::{HistoryBuffer, HistoryEntry};
+/// use agent_sessions::store::JsonFileHistory;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> agent_sessions::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let history = JsonFileHistory::new(dir.path());
+/// let entry = HistoryEntry { sender: "Ann".into(), body: "lunch?".into(), timestamp: None, message_id: None };
+/// history.append("whatsapp:default:group:120363@g.us", entry).await?;
+///
+/// // Another process, or this one after a restart, sees it.
+/// let again = JsonFileHistory::new(dir.path());
+/// assert_eq!(again.take("whatsapp:default:group:120363@g.us").await?.len(), 1);
+/// assert!(again.entries("whatsapp:default:group:120363@g.us").await?.is_empty());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct JsonFileHistory {
+    dir: PathBuf,
+    limit: usize,
+    max_keys: usize,
+}
+
+impl JsonFileHistory {
+    /// Group history under the state root `root` (the directory a [`JsonFileStore`]
+    /// was made with), with OpenClaw's bounds.
+    ///
+    /// [`JsonFileStore`]: crate::JsonFileStore
+    pub fn new(root: impl AsRef<Path>) -> Self {
+        JsonFileHistory::with_limits(root, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS)
+    }
+
+    /// At most `limit` entries per group (0 keeps nothing) and `max_keys` groups.
+    pub fn with_limits(root: impl AsRef<Path>, limit: usize, max_keys: usize) -> Self {
+        JsonFileHistory {
+            dir: crate::paths::state_root(root.as_ref()).join(HISTORY_DIR),
+            limit,
+            max_keys: max_keys.max(1),
+        }
+    }
+
+    /// The file of group `key`.
+    fn file_of(&self, key: &str) -> PathBuf {
+        self.dir
+            .join(format!("{}.json", encode_file_component(key)))
+    }
+
+    /// Runs `f` with the directory's lock held, on the blocking pool.
+    async fn locked<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&JsonFileHistory) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let history = self.clone();
+        blocking(&self.dir, move || {
+            create_private_dir_all(&history.dir)
+                .map_err(|e| Error::io("create history directory", &history.dir, e))?;
+            let lock_path = history.dir.join(".lock");
+            let lock = crate::fsutil::open_checked(
+                OpenOptions::new().create(true).truncate(false).write(true),
+                &lock_path,
+            )
+            .map_err(|e| Error::io("open history lock", &lock_path, e))?;
+            lock.lock()
+                .map_err(|e| Error::io("lock history", &lock_path, e))?;
+            let result = f(&history);
+            drop(lock);
+            result
+        })
+        .await
+    }
+
+    /// The entries in `path`; a file that does not parse is moved aside.
+    fn read(path: &Path) -> Result<Vec<HistoryEntry>> {
+        let bytes = match read_limited(path, MAX_HISTORY_FILE) {
+            Ok(Some((bytes, _))) => bytes,
+            Ok(None) => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io("read group history", path, e)),
+        };
+        match serde_json::from_slice(&bytes) {
+            Ok(entries) => Ok(entries),
+            Err(error) => {
+                let aside = path.with_extension("json.corrupt");
+                fs::rename(path, &aside)
+                    .map_err(|e| Error::io("move corrupt group history aside", path, e))?;
+                tracing::warn!(path = %path.display(), kept_as = %aside.display(), %error, "group history does not parse; kept aside, the group starts over");
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    fn remove(path: &Path) -> Result<()> {
+        match fs::remove_file(path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io("remove group history", path, e)),
+        }
+    }
+
+    /// Drops the least recently written groups beyond `max_keys`.
+    fn evict(&self) -> Result<()> {
+        let listing =
+            fs::read_dir(&self.dir).map_err(|e| Error::io("list group history", &self.dir, e))?;
+        let mut groups: Vec<(std::time::SystemTime, PathBuf)> = listing
+            .filter_map(|entry| entry.ok())
+            .filter(|entry| entry.file_name().to_string_lossy().ends_with(".json"))
+            .filter_map(|entry| {
+                let modified = entry.metadata().ok()?.modified().ok()?;
+                Some((modified, entry.path()))
+            })
+            .collect();
+        if groups.len() <= self.max_keys {
+            return Ok(());
+        }
+        groups.sort();
+        let excess = groups.len() - self.max_keys;
+        for (_, path) in groups.into_iter().take(excess) {
+            JsonFileHistory::remove(&path)?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl HistoryBuffer for JsonFileHistory {
+    async fn append(&self, key: &str, entry: HistoryEntry) -> Result<()> {
+        if self.limit == 0 {
+            return Ok(());
+        }
+        let path = self.file_of(key);
+        self.locked(move |history| {
+            let existed = path.exists();
+            let mut entries = JsonFileHistory::read(&path)?;
+            entries.push(entry);
+            let excess = entries.len().saturating_sub(history.limit);
+            entries.drain(..excess);
+            let bytes = serde_json::to_vec(&entries)
+                .map_err(|e| Error::encode(format!("group history for {}", path.display()), e))?;
+            write_private_atomically(&path, &bytes)?;
+            if !existed {
+                history.evict()?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn entries(&self, key: &str) -> Result<Vec<HistoryEntry>> {
+        let path = self.file_of(key);
+        self.locked(move |_| JsonFileHistory::read(&path)).await
+    }
+
+    async fn clear(&self, key: &str) -> Result<()> {
+        let path = self.file_of(key);
+        self.locked(move |_| JsonFileHistory::remove(&path)).await
+    }
+
+    async fn take(&self, key: &str) -> Result<Vec<HistoryEntry>> {
+        let path = self.file_of(key);
+        self.locked(move |_| {
+            let entries = JsonFileHistory::read(&path)?;
+            JsonFileHistory::remove(&path)?;
+            Ok(entries)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn said(body: &str) -> HistoryEntry {
+        HistoryEntry {
+            sender: "Ann".into(),
+            body: body.into(),
+            timestamp: None,
+            message_id: None,
+        }
+    }
+
+    async fn bodies(history: &JsonFileHistory, key: &str) -> Vec<String> {
+        history
+            .entries(key)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.body)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn bounded_per_group_and_over_groups() {
+        // (limit, max groups, appends as (group, body), what each group keeps)
+        type Case = (
+            usize,
+            usize,
+            &'static [(&'static str, &'static str)],
+            &'static [(&'static str, &'static [&'static str])],
+        );
+        let cases: [Case; 4] = [
+            (
+                2,
+                10,
+                &[("g1", "a"), ("g1", "b"), ("g1", "c")],
+                &[("g1", &["b", "c"])],
+            ),
+            (0, 10, &[("g1", "a")], &[("g1", &[])]),
+            (
+                5,
+                2,
+                &[("g1", "a"), ("g2", "b"), ("g3", "c")],
+                &[("g1", &[]), ("g2", &["b"]), ("g3", &["c"])],
+            ),
+            (
+                5,
+                10,
+                &[
+                    ("telegram:default:group:-100/../x", "a"),
+                    ("telegram:default:group:-100", "b"),
+                ],
+                &[
+                    ("telegram:default:group:-100/../x", &["a"]),
+                    ("telegram:default:group:-100", &["b"]),
+                ],
+            ),
+        ];
+        for (limit, max_keys, appends, expected) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            let history = JsonFileHistory::with_limits(dir.path(), limit, max_keys);
+            for (group, body) in appends {
+                history.append(group, said(body)).await.unwrap();
+                // Distinct modification times, so eviction order is the append order.
+                std::thread::sleep(std::time::Duration::from_millis(15));
+            }
+            for (group, kept) in expected {
+                assert_eq!(
+                    bodies(&history, group).await,
+                    *kept,
+                    "limit {limit}, max {max_keys}, {group}"
+                );
+            }
+            // Every file stays inside the history directory.
+            for entry in fs::read_dir(dir.path().join(HISTORY_DIR)).unwrap() {
+                assert!(entry
+                    .unwrap()
+                    .path()
+                    .starts_with(dir.path().join(HISTORY_DIR)));
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_corrupt_group_file_is_kept_aside_and_the_group_starts_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = JsonFileHistory::new(dir.path());
+        history.append("g", said("a")).await.unwrap();
+        let path = history.file_of("g");
+        fs::write(&path, b"{not json").unwrap();
+        assert!(bodies(&history, "g").await.is_empty());
+        assert_eq!(
+            fs::read(path.with_extension("json.corrupt")).unwrap(),
+            b"{not json"
+        );
+        history.append("g", said("b")).await.unwrap();
+        assert_eq!(bodies(&history, "g").await, ["b"]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_handles_appending_at_once_lose_nothing_and_files_are_owner_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut tasks = tokio::task::JoinSet::new();
+        for writer in 0..2 {
+            let history = JsonFileHistory::new(dir.path());
+            tasks.spawn(async move {
+                for i in 0..20 {
+                    history
+                        .append("g", said(&format!("{writer}-{i}")))
+                        .await
+                        .unwrap();
+                }
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            done.unwrap();
+        }
+        let history = JsonFileHistory::new(dir.path());
+        assert_eq!(history.entries("g").await.unwrap().len(), 40);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = fs::metadata(history.file_of("g"))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        assert_eq!(history.take("g").await.unwrap().len(), 40);
+        assert!(history.entries("g").await.unwrap().is_empty());
+    }
+}
