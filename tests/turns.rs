@@ -482,3 +482,16 @@ async fn a_restart_in_the_middle_of_a_group_conversation_keeps_its_history() {
         .unwrap();
     assert!(!next.input().unwrap().contains("lunch"));
 }
+
+#[tokio::test]
+async fn the_conversation_needs_a_transcript_store_and_says_so() {
+    let manager = SessionManager::new(MemoryStore::new());
+    let turn = manager.turn(&dm("hi")).await.unwrap();
+    assert_eq!(turn.action(), &TurnAction::Answer);
+    assert!(matches!(
+        turn.messages().await,
+        Err(agent_sessions::Error::NotConfigured { .. })
+    ));
+    // The rest of the turn works without one.
+    assert_eq!(turn.complete("hello").await.unwrap().len(), 1);
+}

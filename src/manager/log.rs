@@ -162,7 +162,7 @@ impl LogMessage {
 }
 
 impl SessionManager {
-    fn transcript_store(&self) -> Result<&dyn TranscriptStore> {
+    pub(super) fn transcript_store(&self) -> Result<&dyn TranscriptStore> {
         self.seams
             .transcripts
             .as_deref()

@@ -230,7 +230,9 @@ impl SessionManager {
 
     /// The conversation of `key`'s current session as chat messages for the model,
     /// within the session's token budget (see [`Turn::messages`]); it ends with the
-    /// session's last logged message. Empty without a transcript store.
+    /// session's last logged message. Needs a transcript store
+    /// ([`Error::NotConfigured`](crate::Error::NotConfigured) otherwise): the
+    /// conversation is read back from it.
     pub async fn messages(&self, key: &SessionKey) -> Result<Vec<ChatMessage>> {
         let entry = self.existing(key).await?.entry;
         let mut history = self.history_messages(key, &entry, None).await?;
@@ -248,9 +250,7 @@ impl SessionManager {
         entry: &SessionEntry,
         skip: Option<Offset>,
     ) -> Result<Vec<ChatMessage>> {
-        let Some(transcripts) = self.seams.transcripts.as_deref() else {
-            return Ok(Vec::new());
-        };
+        let transcripts = self.transcript_store()?;
         let transcript = TranscriptRef::of(key, entry, &self.settings.default_agent);
         let read = transcripts.read(&transcript, Offset::START).await?;
         let lines: Vec<_> = read
@@ -342,7 +342,9 @@ impl<'m> Turn<'m> {
     /// else [`SessionManagerBuilder::context_window`](super::SessionManagerBuilder::context_window);
     /// tokens are counted by the manager's
     /// [`TokenCounter`](crate::context::chat::TokenCounter). Empty unless the action is
-    /// [`TurnAction::Answer`].
+    /// [`TurnAction::Answer`]. Needs a transcript store
+    /// ([`Error::NotConfigured`](crate::Error::NotConfigured) otherwise), which keeps
+    /// the conversation: without one every turn would look like the first.
     pub async fn messages(&self) -> Result<Vec<ChatMessage>> {
         let (Some(input), Some(entry)) = (&self.input, &self.entry) else {
             return Ok(Vec::new());
