@@ -512,6 +512,10 @@ mod tests {
         ("refresh_identity_summary", "a job over a person's sessions"),
         ("agent_identity_of", "configuration"),
         ("find_session", "looks up by id across sessions"),
+        (
+            "find_any_session",
+            "looks up by id across sessions, closed ones too",
+        ),
         ("transcripts", "the handle; the scoped manager has its own"),
         ("memory", "the handle; the scoped manager has its own"),
     ];
