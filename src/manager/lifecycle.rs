@@ -594,8 +594,11 @@ impl SessionManager {
     /// Opens the session of a CLI, web, API or schedule source: creates it (`no_session`),
     /// starts a new one over a closed one (`session_closed`), or reopens it — an inactive
     /// session becomes idle — keeping its original source (`first_message` if it has had no
-    /// message yet, else `within_timeout`). Opening is not a message: counts and
-    /// `updatedAt` move only when one arrives.
+    /// message yet, else `within_timeout`). The metadata `source` brings is merged into
+    /// the original source: its unknown fields (a chat id, a thread) are added, newer
+    /// values winning, and a platform or chat type the original lacks is filled in; the
+    /// kind, name, trigger and interactivity stay the original's. Opening is not a
+    /// message: counts and `updatedAt` move only when one arrives.
     pub async fn open(
         &self,
         source: &SessionSource,
@@ -641,8 +644,9 @@ impl SessionManager {
                 if entry.status == Some(SessionStatus::Inactive) {
                     entry.status = Some(SessionStatus::Idle);
                 }
-                if entry.source.is_none() {
-                    entry.source = Some(source.clone());
+                match entry.source.as_mut() {
+                    Some(original) => merge_source(original, source),
+                    None => entry.source = Some(source.clone()),
                 }
                 stamp(&mut entry);
                 *slot = Some(entry);
@@ -704,6 +708,21 @@ pub(super) fn subagent_key(parent: &SessionKey, agent: &AgentId) -> Result<Sessi
         parent.nested_subagent(&uuid::Uuid::new_v4().to_string())
     } else {
         Ok(SessionKey::new_subagent(agent))
+    }
+}
+
+/// Merges the metadata of `newer` into the `original` source of a session being
+/// reopened: the original's identity (kind, name, trigger, interactivity) stays, fields
+/// it lacks are filled in, and metadata keys are added or updated.
+fn merge_source(original: &mut SessionSource, newer: &SessionSource) {
+    if original.platform.is_none() {
+        original.platform = newer.platform.clone();
+    }
+    if original.chat_type.is_none() {
+        original.chat_type = newer.chat_type.clone();
+    }
+    for (name, value) in &newer.extra {
+        original.extra.insert(name.clone(), value.clone());
     }
 }
 
