@@ -485,6 +485,7 @@ mod tests {
     /// The manager's sources, as compiled.
     const MANAGER_SOURCES: &[&str] = &[
         include_str!("context.rs"),
+        include_str!("idle.rs"),
         include_str!("lifecycle.rs"),
         include_str!("log.rs"),
         include_str!("mod.rs"),
@@ -508,6 +509,8 @@ mod tests {
         ("clock", "configuration"),
         ("list", "lists every session: the host's"),
         ("prune", "a job over many sessions"),
+        ("checkpoint_idle_sessions", "a job over many sessions"),
+        ("spawn_idle_checkpoints", "a job over many sessions"),
         ("subscribe", "every transcript's updates"),
         ("refresh_identity_summary", "a job over a person's sessions"),
         ("agent_identity_of", "configuration"),

@@ -1,4 +1,5 @@
-//! Sessions replaced under their key stay readable by id, closed — on every backend.
+//! The session model on every backend: replaced sessions stay readable by id, closed;
+//! listings hide inactive sessions unless asked; idle sessions are checkpointed once.
 
 mod common;
 
@@ -8,7 +9,7 @@ use agent_sessions::lifecycle::clock::ManualClock;
 use agent_sessions::lifecycle::freshness::{ResetConfig, ResetSpec};
 use agent_sessions::manager::{PruneOptions, SessionManagerBuilder};
 use agent_sessions::prelude::*;
-use agent_sessions::{SessionStatus, StatusFilter};
+use agent_sessions::{SessionKey, SessionStatus, StatusFilter};
 
 const START_MS: u64 = 1_770_000_000_000;
 
@@ -288,4 +289,153 @@ async fn inactive_sessions_are_hidden_from_listings_unless_asked_on_every_backen
         );
     }
     backends.finish().await;
+}
+
+/// The `idle` checkpoint events in `key`'s current transcript.
+async fn idle_checkpoints(manager: &SessionManager, key: &SessionKey) -> usize {
+    use agent_sessions::transcript::{EventKind, Offset};
+    manager
+        .transcripts()
+        .replay(key, Offset::START)
+        .await
+        .unwrap()
+        .events
+        .iter()
+        .filter(|e| e.kind() == EventKind::Checkpoint)
+        .filter(|e| e.entry.data.as_ref().and_then(|d| d["reason"].as_str()) == Some("idle"))
+        .count()
+}
+
+/// The sweep checkpoints each session once per quiet period, at most `max` a pass, and
+/// a session is due again only after a new message — on every backend.
+#[tokio::test]
+async fn idle_sessions_are_checkpointed_once_per_quiet_period_on_every_backend() {
+    let quiet = Duration::from_secs(20 * 60);
+    let dir = tempfile::tempdir().unwrap();
+    let mut backends = Backends::new(dir.path(), "idle").await;
+    for (backend, builder) in std::mem::take(&mut backends.builders) {
+        let clock = ManualClock::at_millis(START_MS);
+        let manager = builder
+            .clock(clock.clone())
+            .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
+            .build();
+        let alice = manager
+            .resolve(&InboundMessage::direct("telegram", "1", "hi"))
+            .await
+            .unwrap()
+            .key;
+        let bob = manager
+            .resolve(&InboundMessage::direct("telegram", "2", "hi"))
+            .await
+            .unwrap()
+            .key;
+        let busy = manager
+            .resolve(&InboundMessage::direct("telegram", "3", "hi"))
+            .await
+            .unwrap()
+            .key;
+        manager
+            .set_status(&busy, SessionStatus::Running)
+            .await
+            .unwrap();
+
+        // (minutes to advance, message from alice first, how many checkpoints the pass
+        // takes, alice's and bob's idle checkpoints after it)
+        let steps: [(u64, bool, usize, usize, usize); 6] = [
+            (19, false, 0, 0, 0), // not quiet long enough
+            (1, false, 1, 1, 0),  // both due; one per pass
+            (0, false, 1, 1, 1),  // the other
+            (30, false, 0, 1, 1), // still the same quiet period: nothing again
+            (1, true, 0, 1, 1),   // alice writes: a new period begins
+            (20, false, 1, 2, 1), // alice is quiet again: a second checkpoint
+        ];
+        for (n, (minutes, alice_writes, taken, alice_count, bob_count)) in
+            steps.into_iter().enumerate()
+        {
+            clock.advance(Duration::from_secs(minutes * 60));
+            if alice_writes {
+                manager
+                    .resolve(&InboundMessage::direct("telegram", "1", "back"))
+                    .await
+                    .unwrap();
+            }
+            let pass = manager.checkpoint_idle_sessions(quiet, 1).await.unwrap();
+            assert_eq!(pass.len(), taken, "{backend}, step {n}: {pass:?}");
+            assert_eq!(
+                idle_checkpoints(&manager, &alice).await,
+                alice_count,
+                "{backend}, step {n}"
+            );
+            assert_eq!(
+                idle_checkpoints(&manager, &bob).await,
+                bob_count,
+                "{backend}, step {n}"
+            );
+            assert_eq!(
+                idle_checkpoints(&manager, &busy).await,
+                0,
+                "{backend}: a running session is left alone"
+            );
+        }
+    }
+    backends.finish().await;
+}
+
+/// The spawned sweep runs a pass every interval without the host timing anything, and
+/// stops when its handle is dropped.
+#[tokio::test(start_paused = true)]
+async fn the_spawned_idle_sweep_runs_on_its_interval_and_stops_when_dropped() {
+    use agent_sessions::manager::IdleCheckpointOptions;
+    let clock = ManualClock::at_millis(START_MS);
+    let manager = std::sync::Arc::new(
+        SessionManager::builder(MemoryStore::new())
+            .transcripts(agent_sessions::transcript::MemoryTranscriptStore::new())
+            .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
+            .clock(clock.clone())
+            .build(),
+    );
+    let alice = manager
+        .resolve(&InboundMessage::direct("telegram", "1", "hi"))
+        .await
+        .unwrap()
+        .key;
+    let bob = manager
+        .resolve(&InboundMessage::direct("telegram", "2", "hi"))
+        .await
+        .unwrap()
+        .key;
+    let options = IdleCheckpointOptions::after(Duration::from_secs(20 * 60))
+        .every(Duration::from_secs(60))
+        .at_most(1);
+    let sweep = manager.spawn_idle_checkpoints(options);
+    let settle = || async {
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+    };
+    settle().await;
+    let total = || async {
+        idle_checkpoints(&manager, &alice).await + idle_checkpoints(&manager, &bob).await
+    };
+    assert_eq!(total().await, 0, "nobody is quiet yet");
+    clock.advance(Duration::from_secs(21 * 60));
+    tokio::time::advance(Duration::from_secs(60)).await;
+    settle().await;
+    assert_eq!(total().await, 1, "one pass, one checkpoint at most");
+    tokio::time::advance(Duration::from_secs(60)).await;
+    settle().await;
+    assert_eq!(total().await, 2, "the next pass takes the other");
+    drop(sweep);
+    manager
+        .resolve(&InboundMessage::direct("telegram", "1", "back"))
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(21 * 60));
+    tokio::time::advance(Duration::from_secs(600)).await;
+    settle().await;
+    assert_eq!(
+        total().await,
+        2,
+        "a dropped sweep takes no more checkpoints"
+    );
 }
