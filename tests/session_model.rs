@@ -158,13 +158,13 @@ async fn replaced_sessions_stay_readable_by_id_as_closed_on_every_backend() {
             let listed = ids(manager.list(&ListFilter::new()).await.unwrap());
             assert_eq!(
                 listed,
-                [new_id.clone()],
+                vec![new_id.clone()],
                 "{case}: listings show the current one"
             );
             let closed_only = ListFilter::new().status(SessionStatus::Closed);
             assert_eq!(
                 ids(manager.list(&closed_only).await.unwrap()),
-                [old_id.clone()],
+                vec![old_id.clone()],
                 "{case}: closed listing"
             );
             assert_eq!(
@@ -256,7 +256,7 @@ async fn inactive_sessions_are_hidden_from_listings_unless_asked_on_every_backen
         };
         assert_eq!(
             keys(ListFilter::new()).await,
-            [shown.key.clone()],
+            vec![shown.key.clone()],
             "{backend}"
         );
         assert_eq!(
@@ -266,7 +266,7 @@ async fn inactive_sessions_are_hidden_from_listings_unless_asked_on_every_backen
         );
         assert_eq!(
             keys(ListFilter::new().status(SessionStatus::Inactive)).await,
-            [hidden.key.clone()],
+            vec![hidden.key.clone()],
             "{backend}"
         );
         assert_eq!(ListFilter::all().status, StatusFilter::Current);
@@ -284,7 +284,7 @@ async fn inactive_sessions_are_hidden_from_listings_unless_asked_on_every_backen
             .unwrap();
         assert_eq!(
             pruned.into_iter().map(|s| s.key).collect::<Vec<_>>(),
-            [hidden.key.clone()],
+            vec![hidden.key.clone()],
             "{backend}: pruning sees inactive sessions"
         );
     }
