@@ -166,7 +166,7 @@ impl SessionManager {
 
     /// The session with id `session_id`, current or closed: a session replaced under its
     /// key by a reset, a timeout, topic drift or a message after a close is kept with
-    /// status `closed` (see [`StatusFilter`](crate::StatusFilter)) and found here.
+    /// status `closed` (see [`StatusFilter`]) and found here.
     ///
     /// ```
     /// # use agent_sessions::prelude::*;
