@@ -170,6 +170,7 @@ impl SessionManager {
     ///
     /// ```
     /// # use agent_sessions::prelude::*;
+    /// # use agent_sessions::SessionStatus;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
     /// let manager = SessionManager::new(MemoryStore::new());
