@@ -503,6 +503,12 @@ pub struct SessionEntry {
     /// When the session was closed, epoch milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub closed_at: Option<u64>,
+    /// The `updatedAt` of the quiet period whose `idle` checkpoint was taken: the idle
+    /// sweep ([`SessionManager::spawn_idle_checkpoints`](crate::SessionManager::spawn_idle_checkpoints))
+    /// checkpoints a session once per quiet period, and the next message (which moves
+    /// `updatedAt`) makes it due again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_checkpoint_at: Option<u64>,
     /// Inbound messages in the current session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_count: Option<u64>,

@@ -80,11 +80,11 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use crate::context::inbound::InboundMessage;
-use crate::entry::SessionEntry;
+use crate::entry::{SessionEntry, SessionStatus};
 use crate::error::Error;
 use crate::key::AgentId;
 use crate::manager::{Resolution, SessionManager, TurnOutcome};
-use crate::store::{ListFilter, StoredSession};
+use crate::store::{ListFilter, StatusFilter, StoredSession};
 
 /// The header that carries the shared secret.
 pub const SECRET_HEADER: &str = "x-kernel-secret";
@@ -876,6 +876,23 @@ async fn resolve(
 /// The current session with `id`, or 404; 400 for an id with a control character,
 /// which no session has and which some stores refuse outright (PostgreSQL and NUL).
 async fn find(manager: &SessionManager, id: &str) -> Result<StoredSession, ApiError> {
+    check_id(id)?;
+    manager
+        .find_session(id)
+        .await?
+        .ok_or_else(|| ApiError::unknown_session(id))
+}
+
+/// The session with `id`, current or closed (replaced by a reset or a timeout), or 404.
+async fn find_any(manager: &SessionManager, id: &str) -> Result<StoredSession, ApiError> {
+    check_id(id)?;
+    manager
+        .find_any_session(id)
+        .await?
+        .ok_or_else(|| ApiError::unknown_session(id))
+}
+
+fn check_id(id: &str) -> Result<(), ApiError> {
     if id.chars().any(char::is_control) {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -883,10 +900,7 @@ async fn find(manager: &SessionManager, id: &str) -> Result<StoredSession, ApiEr
             "a session id has no control characters",
         ));
     }
-    manager
-        .find_session(id)
-        .await?
-        .ok_or_else(|| ApiError::unknown_session(id))
+    Ok(())
 }
 
 fn session_body(session: &StoredSession) -> Json<serde_json::Value> {
@@ -901,7 +915,7 @@ async fn get_session(
     State(manager): State<Arc<SessionManager>>,
     Path(id): Path<String>,
 ) -> ApiResult {
-    Ok(session_body(&find(&manager, &id).await?))
+    Ok(session_body(&find_any(&manager, &id).await?))
 }
 
 async fn record_turn(
@@ -942,6 +956,31 @@ struct ListQuery {
     workspace_id: String,
     #[serde(default)]
     limit: Option<usize>,
+    #[serde(default)]
+    status: Option<String>,
+}
+
+/// The sessions a `status` query selects: none lists the current session of each key
+/// (as before closed sessions were kept), `active` the sessions that are not closed,
+/// `closed` the closed ones (sessions replaced by a reset or a timeout too), `all`
+/// every one.
+fn status_filter(status: Option<&str>) -> Result<StatusFilter, ApiError> {
+    match status.map(str::trim) {
+        None | Some("") => Ok(StatusFilter::Current),
+        Some("active") => Ok(StatusFilter::Only(vec![
+            SessionStatus::Idle,
+            SessionStatus::Running,
+            SessionStatus::AwaitingApproval,
+            SessionStatus::Inactive,
+        ])),
+        Some("closed") => Ok(StatusFilter::Only(vec![SessionStatus::Closed])),
+        Some("all") => Ok(StatusFilter::Any),
+        Some(other) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            format!("status must be active, closed or all, not {other:?}"),
+        )),
+    }
 }
 
 async fn list_sessions(
@@ -950,6 +989,7 @@ async fn list_sessions(
 ) -> ApiResult {
     let Query(query) = query?;
     let mut filter = ListFilter::new().agent(workspace(&query.workspace_id)?);
+    filter.status = status_filter(query.status.as_deref())?;
     filter.limit = query.limit;
     let sessions = manager.list(&filter).await?;
     let views: Vec<SessionView> = sessions.iter().map(SessionView::of).collect();

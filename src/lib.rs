@@ -96,7 +96,7 @@ pub use key::{
 pub use manager::{Decision, Reason, Resolution, SessionManager};
 pub use store::{
     Durability, JsonFileOptions, JsonFileStore, ListFilter, LockOptions, MemoryStore, Revision,
-    SessionStore, SessionStoreExt, StoredSession,
+    SessionStore, SessionStoreExt, StatusFilter, StoredSession, CLOSED_SESSIONS_PER_KEY,
 };
 
 /// The README's and the OpenClaw compatibility page's examples compile, and the identity

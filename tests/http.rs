@@ -197,7 +197,7 @@ async fn smoke_sequence(store: &str) {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(fetched["session"]["turn_count"], 1);
 
-    // `reset` starts fresh; the old id is no longer a current session.
+    // `reset` starts fresh; the old session reads back closed, and takes no turn.
     let reset = service.resolve("reset").await;
     assert_eq!(reset["decision"], "new");
     assert_eq!(reset["reason"], "explicit_reset");
@@ -205,9 +205,20 @@ async fn smoke_sequence(store: &str) {
     assert_ne!(reset_id, first_id);
     assert_eq!(reset["session"]["turn_count"], 0);
     assert_eq!(reset["session"]["context_summary"], "");
-    let (status, gone) = service.get(&format!("/kernel/sessions/{first_id}")).await;
-    assert_eq!(status, StatusCode::NOT_FOUND);
-    assert_eq!(gone["error"]["code"], "unknown_session");
+    let (status, old) = service.get(&format!("/kernel/sessions/{first_id}")).await;
+    assert_eq!(status, StatusCode::OK, "{old}");
+    assert_eq!(old["session"]["status"], "closed");
+    assert_eq!(old["session"]["turn_count"], 1);
+    assert_eq!(old["session"]["context_summary"], summary);
+    let (status, refused) = service
+        .call(
+            reqwest::Method::PATCH,
+            &format!("/kernel/sessions/{first_id}"),
+            Some(json!({"user_message": "late", "assistant_response": "too late"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{refused}");
+    assert_eq!(refused["error"]["code"], "unknown_session");
 
     // Close: the next message starts a new session.
     let (status, closed) = service
@@ -229,13 +240,59 @@ async fn smoke_sequence(store: &str) {
     assert_eq!(after_idle["decision"], "new");
     assert_eq!(after_idle["reason"], "timeout");
 
-    // The workspace's sessions; another workspace has none.
-    let (status, listed) = service.get("/kernel/sessions?workspace_id=ws_abc").await;
-    assert_eq!(status, StatusCode::OK);
-    let sessions = listed["sessions"].as_array().unwrap();
-    assert_eq!(sessions.len(), 1);
-    assert_eq!(sessions[0]["session_id"], after_idle["session_id"]);
-    let (_, other) = service.get("/kernel/sessions?workspace_id=ws_other").await;
+    // The workspace's sessions by status; another workspace has none.
+    // (Sorted: these sessions were all last active in the same minute.)
+    let listed_ids = |listed: &Value| -> Vec<String> {
+        let mut ids: Vec<String> = listed["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["session_id"].as_str().unwrap().to_owned())
+            .collect();
+        ids.sort();
+        ids
+    };
+    let (after_close_id, after_idle_id) = (id(&after_close), id(&after_idle));
+    let cases = [
+        ("", vec![after_idle_id.clone()]),
+        ("&status=active", vec![after_idle_id.clone()]),
+        (
+            "&status=closed",
+            vec![after_close_id.clone(), reset_id.clone(), first_id.clone()],
+        ),
+        (
+            "&status=all",
+            vec![after_idle_id.clone(), after_close_id, reset_id, first_id],
+        ),
+    ];
+    for (query, mut expected) in cases {
+        expected.sort();
+        let (status, listed) = service
+            .get(&format!("/kernel/sessions?workspace_id=ws_abc{query}"))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{query}: {listed}");
+        assert_eq!(listed_ids(&listed), expected, "{query}");
+        for session in listed["sessions"].as_array().unwrap() {
+            let closed = session["session_id"] != json!(after_idle_id);
+            assert_eq!(
+                session["status"],
+                if closed { "closed" } else { "active" },
+                "{query}"
+            );
+        }
+    }
+    let (_, one) = service
+        .get("/kernel/sessions?workspace_id=ws_abc&status=closed&limit=1")
+        .await;
+    assert_eq!(one["sessions"].as_array().unwrap().len(), 1, "{one}");
+    let (status, refused) = service
+        .get("/kernel/sessions?workspace_id=ws_abc&status=open")
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    assert_eq!(refused["error"]["code"], "invalid_request");
+    let (_, other) = service
+        .get("/kernel/sessions?workspace_id=ws_other&status=all")
+        .await;
     assert_eq!(other["sessions"], json!([]));
 }
 

@@ -542,6 +542,46 @@ async fn a_participant_posts_only_as_themselves() {
     );
 }
 
+/// A session replaced by a reset is listed, closed, only to whoever may open it: each
+/// caller sees the closed sessions of exactly the keys it saw before.
+#[tokio::test]
+async fn closed_sessions_are_listed_only_to_who_may_open_them() {
+    let fixture = fixture().await;
+    let manager = &fixture.manager;
+    manager
+        .resolve(&InboundMessage::direct("telegram", "99", "hello").from_person("staff:18"))
+        .await
+        .unwrap();
+    manager
+        .resolve(&InboundMessage::direct("sms", "+61400000000", "hello"))
+        .await
+        .unwrap();
+    let visible = |who: Who, filter: ListFilter| async move {
+        let mut keys: Vec<String> = manager
+            .scoped(who.caller())
+            .list(&filter)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| s.key.to_string())
+            .collect();
+        keys.sort();
+        keys
+    };
+    let callers = [Who::Owner, Who::Participant, Who::Stranger, Who::SmsToken];
+    let mut before = Vec::new();
+    for who in callers {
+        before.push(visible(who, ListFilter::new()).await);
+    }
+    for session in manager.list(&ListFilter::new()).await.unwrap() {
+        manager.reset(&session.key).await.unwrap();
+    }
+    let closed = ListFilter::new().status(agent_sessions::SessionStatus::Closed);
+    for (who, expected) in callers.into_iter().zip(before) {
+        assert_eq!(visible(who, closed.clone()).await, expected, "{who:?}");
+    }
+}
+
 #[tokio::test]
 async fn listings_show_only_what_the_caller_may_open() {
     let fixture = fixture().await;

@@ -141,10 +141,13 @@ async fn writes_are_private_and_keep_the_previous_version() {
 
     let mode = fs::metadata(&file).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "sessions.json is owner-only");
+    let closed = file.with_file_name("sessions.closed.json");
+    let mode = fs::metadata(&closed).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the replaced session is kept owner-only");
     assert_eq!(fs::read(file.with_extension("json.bak")).unwrap(), first);
     assert_eq!(
         file_names(file.parent().unwrap()),
-        ["sessions.json", "sessions.json.bak"],
+        ["sessions.closed.json", "sessions.json", "sessions.json.bak"],
         "no lock or temporary file is left behind"
     );
 }

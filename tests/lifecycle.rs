@@ -944,6 +944,61 @@ async fn sources_open_and_reopen_sessions() {
     }
 }
 
+/// Reopening a session keeps its original source and merges the metadata the new
+/// opening brings (a chat id, a thread): new keys are added, newer values win, and
+/// nothing the session had is lost.
+#[tokio::test]
+async fn reopening_merges_the_new_metadata_into_the_original_source() {
+    let with_meta = |source: SessionSource, meta: serde_json::Value| {
+        let mut source = source;
+        source.extra = meta.as_object().unwrap().clone();
+        source
+    };
+    for harness in harnesses() {
+        let manager = &harness.manager;
+        let first = with_meta(
+            SessionSource::web("tablet"),
+            serde_json::json!({"deviceName": "kitchen", "theme": "dark"}),
+        );
+        let opened = manager.open(&first, None).await.unwrap();
+        manager
+            .set_status(&opened.key, SessionStatus::Inactive)
+            .await
+            .unwrap();
+        let mut second = with_meta(
+            SessionSource::web("tablet"),
+            serde_json::json!({"theme": "light", "locale": "de-DE"}),
+        );
+        second.interactive = false;
+        let reopened = manager.open(&second, None).await.unwrap();
+        assert_eq!(
+            reopened.session_id(),
+            opened.session_id(),
+            "{}",
+            harness.name
+        );
+        let source = reopened.session.entry.source.clone().unwrap();
+        assert!(
+            source.interactive,
+            "{}: the original source stays",
+            harness.name
+        );
+        assert_eq!(source.name.as_deref(), Some("tablet"), "{}", harness.name);
+        assert_eq!(
+            serde_json::Value::Object(source.extra),
+            serde_json::json!({"deviceName": "kitchen", "theme": "light", "locale": "de-DE"}),
+            "{}: metadata merged",
+            harness.name
+        );
+        let stored = manager.get(&opened.key).await.unwrap().unwrap();
+        assert_eq!(
+            stored.entry.source, reopened.session.entry.source,
+            "{}",
+            harness.name
+        );
+    }
+}
+
 #[tokio::test]
 async fn an_inactive_session_is_reopened_by_a_message() {
     for harness in harnesses() {

@@ -11,7 +11,7 @@ use agent_sessions::store::migrate::{
 };
 use agent_sessions::store::{Backend, OpenMode, StoreUrl};
 use agent_sessions::{
-    AgentId, Error, ListFilter, PeerKind, SessionKey, SessionManager, StoredSession,
+    AgentId, Error, ListFilter, PeerKind, SessionKey, SessionManager, SessionStatus, StoredSession,
 };
 use clap::Args;
 use serde_json::{json, Value};
@@ -194,11 +194,28 @@ pub struct ListArgs {
     /// Only sessions active within this long (`2h`, `7d`).
     #[arg(long, value_parser = parse_duration)]
     active_within: Option<Duration>,
+    /// Also list inactive sessions (hidden by default).
+    #[arg(long)]
+    include_inactive: bool,
+    /// Only sessions with this status (repeatable): idle, running, awaiting_approval,
+    /// inactive or closed. Closed includes the sessions a reset or a timeout replaced.
+    #[arg(long = "status", value_name = "STATUS", value_parser = parse_status)]
+    statuses: Vec<SessionStatus>,
     /// At most this many.
     #[arg(long)]
     limit: Option<usize>,
     #[command(flatten)]
     scope: Scope,
+}
+
+/// A status name as `list --status` takes it.
+fn parse_status(raw: &str) -> Result<SessionStatus, String> {
+    match SessionStatus::from(raw.trim().to_lowercase().as_str()) {
+        SessionStatus::Other(other) => Err(format!(
+            "unknown status {other:?}: idle, running, awaiting_approval, inactive or closed"
+        )),
+        status => Ok(status),
+    }
 }
 
 /// Options of `delete`.
@@ -400,6 +417,12 @@ async fn list(store: &str, agent: &AgentId, json: bool, args: ListArgs) -> Outco
         let now = chrono::Utc::now().timestamp_millis().max(0) as u64;
         filter = filter.updated_after(now.saturating_sub(within.as_millis() as u64));
     }
+    for status in args.statuses {
+        filter = filter.status(status);
+    }
+    if args.include_inactive {
+        filter = filter.include_inactive();
+    }
     if let Some(limit) = args.limit {
         filter = filter.limit(limit);
     }
@@ -448,7 +471,8 @@ async fn show(store: &str, agent: &AgentId, json: bool, raw: &str) -> Outcome {
 }
 
 /// The session, of any agent, whose session id is `raw` or starts with it (the short
-/// id `list` prints). An id that begins several is an error naming them.
+/// id `list` prints) — current, inactive or closed. An id that begins several is an
+/// error naming them.
 async fn by_session_id(backend: &Backend, raw: &str) -> Result<Option<StoredSession>, Failure> {
     let wanted = raw.trim().to_lowercase();
     if wanted.is_empty() {
@@ -456,7 +480,7 @@ async fn by_session_id(backend: &Backend, raw: &str) -> Result<Option<StoredSess
     }
     let mut found: Vec<StoredSession> = backend
         .sessions()
-        .list(&ListFilter::new())
+        .list(&ListFilter::new().any_status())
         .await?
         .into_iter()
         .filter(|s| s.entry.session_id.to_lowercase().starts_with(&wanted))
@@ -506,7 +530,10 @@ async fn stats(store: &str, agent: &AgentId, json: bool, args: StatsArgs) -> Out
     };
     let backend = Backend::open_with(store, mode).await?;
     let scope = args.scope.agent(agent);
-    let sessions = backend.sessions().list(&args.scope.filter(agent)).await?;
+    let sessions = backend
+        .sessions()
+        .list(&args.scope.filter(agent).include_inactive())
+        .await?;
     let transcripts = backend.transcripts().transcript_names(scope).await?;
     let by = |pick: &dyn Fn(&agent_sessions::StoredSession) -> String| {
         let mut counts = BTreeMap::<String, u64>::new();
@@ -579,7 +606,10 @@ async fn export(store: &str, agent: &AgentId, args: ExportArgs) -> Outcome {
         export_destination_is_safe(store, path)?;
     }
     let backend = Backend::open_read_only(store).await?;
-    let sessions = backend.sessions().list(&args.scope.filter(agent)).await?;
+    let sessions = backend
+        .sessions()
+        .list(&args.scope.filter(agent).include_inactive())
+        .await?;
     let names = backend
         .transcripts()
         .transcript_names(args.scope.agent(agent))

@@ -229,14 +229,16 @@ pub fn pruned(as_json: bool, dry_run: bool, removed: &[StoredSession]) {
         print_json(&json!({
             "dryRun": dry_run,
             "removed": removed.iter().map(|s| s.key.as_str()).collect::<Vec<_>>(),
+            "sessionIds": removed.iter().map(|s| s.entry.session_id.as_str()).collect::<Vec<_>>(),
         }));
         return;
     }
     let verb = if dry_run { "would remove" } else { "removed" };
     for session in removed {
         println!(
-            "{verb} {} (active {})",
+            "{verb} {} session {} (active {})",
             session.key,
+            session.entry.session_id,
             when(session.entry.updated_at)
         );
     }

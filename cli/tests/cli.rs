@@ -126,14 +126,45 @@ fn reset_close_delete_and_prune() {
     json(&run(&store, &["--json", "delete", group, "--force"]));
     assert_eq!(code(&run(&store, &["show", group])), 4);
 
-    // Left: the reset main session (active now) and the old subagent session.
+    // The session the reset replaced is kept, closed, and shows by its id.
+    let old_id = before["entry"]["sessionId"].as_str().unwrap();
+    let old = json(&run(&store, &["--json", "show", old_id]));
+    assert_eq!(old["entry"]["status"], "closed");
+    let listed = json(&run(&store, &["--json", "list", "--status", "closed"]));
+    let closed_ids: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["entry"]["sessionId"].as_str().unwrap())
+        .collect();
+    assert!(closed_ids.contains(&old_id), "{listed}");
+
+    // Left: the reset main session (active now), the old subagent session, and the
+    // closed session the reset replaced (last active long ago).
     let dry = json(&run(
         &store,
         &["--json", "prune", "--older-than", "30d", "--dry-run"],
     ));
+    let mut removed: Vec<&str> = dry["removed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    removed.sort();
     assert_eq!(
-        dry["removed"],
-        serde_json::json!(["agent:main:subagent:9b2f6c1e-5d4a-4c3b-8a7e-1f0e2d3c4b5a"])
+        removed,
+        [
+            "agent:main:main",
+            "agent:main:subagent:9b2f6c1e-5d4a-4c3b-8a7e-1f0e2d3c4b5a"
+        ]
+    );
+    assert!(
+        dry["sessionIds"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from(old_id)),
+        "{dry}"
     );
     assert_eq!(json(&run(&store, &["--json", "stats"]))["sessions"], 2);
     let kept = json(&run(
@@ -142,14 +173,65 @@ fn reset_close_delete_and_prune() {
     ));
     assert_eq!(
         kept["removed"].as_array().unwrap().len(),
-        1,
-        "the newest is kept"
+        2,
+        "the newest is kept; the closed session goes with the other"
     );
     let stats = json(&run(&store, &["--json", "stats"]));
     assert_eq!(stats["sessions"], 1);
     assert_eq!(
         stats["byStatus"]["closed"], 1,
         "main, closed above, is the one kept"
+    );
+}
+
+/// `list` hides inactive sessions unless `--include-inactive` or a `--status` asks for
+/// them; an unknown status is refused.
+#[test]
+fn list_hides_inactive_sessions_unless_asked() {
+    let (_tree, _work, store) = imported();
+    let all = json(&run(&store, &["--json", "list"]));
+    let total = all.as_array().unwrap().len();
+    let hidden = all[0]["key"].as_str().unwrap().to_owned();
+    let db = store.strip_prefix("sqlite:").unwrap().to_owned();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let manager = agent_sessions::SessionManager::connect(&format!("sqlite:{db}"))
+            .await
+            .unwrap()
+            .build();
+        let key = agent_sessions::SessionKey::parse(&hidden).unwrap();
+        manager
+            .set_status(&key, agent_sessions::SessionStatus::Inactive)
+            .await
+            .unwrap();
+    });
+    let keys = |args: &[&str]| -> Vec<String> {
+        let mut full = vec!["--json", "list"];
+        full.extend_from_slice(args);
+        json(&run(&store, &full))
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["key"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let cases: [(&[&str], usize, bool); 4] = [
+        (&[], total - 1, false),
+        (&["--include-inactive"], total, true),
+        (&["--status", "inactive"], 1, true),
+        (&["--status", "idle", "--status", "inactive"], total, true),
+    ];
+    for (args, count, shows_hidden) in cases {
+        let listed = keys(args);
+        assert_eq!(listed.len(), count, "{args:?}: {listed:?}");
+        assert_eq!(listed.contains(&hidden), shows_hidden, "{args:?}");
+    }
+    let refused = run(&store, &["list", "--status", "sleeping"]);
+    assert_eq!(code(&refused), 2, "a usage error");
+    assert!(
+        stderr(&refused).contains("unknown status"),
+        "{}",
+        stderr(&refused)
     );
 }
 

@@ -149,6 +149,26 @@ impl<S: SessionStore> SessionStore for AgentScoped<S> {
         self.check_key(key)?;
         self.inner.delete(key).await
     }
+
+    async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
+        // Only this agent's closed sessions: another agent's ids are not ours to touch.
+        let own: Vec<String> = self
+            .inner
+            .list(
+                &ListFilter::new()
+                    .agent(self.agent.clone())
+                    .status(crate::entry::SessionStatus::Closed),
+            )
+            .await?
+            .into_iter()
+            .map(|s| s.entry.session_id)
+            .filter(|id| session_ids.contains(id))
+            .collect();
+        if own.is_empty() {
+            return Ok(0);
+        }
+        self.inner.remove_closed(&own).await
+    }
 }
 
 #[async_trait]

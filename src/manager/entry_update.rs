@@ -75,6 +75,7 @@ pub(crate) fn start_session(base: Option<SessionEntry>, now_ms: u64) -> SessionE
     entry.status = Some(SessionStatus::Idle);
     entry.session_started_at = Some(now_ms);
     entry.closed_at = None;
+    entry.idle_checkpoint_at = None;
     entry.message_count = Some(0);
     entry.turn_count = Some(0);
     entry.last_message_preview = None;

@@ -17,7 +17,7 @@ use crate::entry::{
 use crate::error::{DeleteRefusal, Error, Result};
 use crate::key::{AgentId, SessionKey};
 use crate::lifecycle::triggers::ModelRef;
-use crate::store::{ListFilter, SessionStoreExt, StoredSession};
+use crate::store::{ListFilter, SessionStoreExt, StatusFilter, StoredSession};
 use crate::transcript::ArchiveReason;
 
 /// How [`SessionManager::delete`] treats shared sessions.
@@ -138,8 +138,10 @@ impl SessionManager {
         self.seams.store.get(key).await
     }
 
-    /// The session whose current `sessionId` is `session_id`, if any (a session
-    /// replaced by a reset is no longer found by its old id).
+    /// The session whose current `sessionId` is `session_id`, if any, `inactive` or
+    /// not. A session replaced by a reset or a timeout is not found here (it is no
+    /// longer the session of its key); [`find_any_session`](Self::find_any_session)
+    /// finds it, closed.
     ///
     /// ```
     /// # use agent_sessions::prelude::*;
@@ -155,7 +157,39 @@ impl SessionManager {
     /// # }
     /// ```
     pub async fn find_session(&self, session_id: &str) -> Result<Option<StoredSession>> {
-        let filter = ListFilter::new().session_id(session_id).limit(1);
+        let filter = ListFilter::new()
+            .include_inactive()
+            .session_id(session_id)
+            .limit(1);
+        Ok(self.seams.store.list(&filter).await?.into_iter().next())
+    }
+
+    /// The session with id `session_id`, current or closed: a session replaced under its
+    /// key by a reset, a timeout, topic drift or a message after a close is kept with
+    /// status `closed` (see [`StatusFilter`]) and found here.
+    ///
+    /// ```
+    /// # use agent_sessions::prelude::*;
+    /// # use agent_sessions::SessionStatus;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// let manager = SessionManager::new(MemoryStore::new());
+    /// let first = manager.resolve(&InboundMessage::direct("telegram", "42", "hi")).await?;
+    /// manager.resolve(&InboundMessage::direct("telegram", "42", "/new")).await?;
+    /// assert!(manager.find_session(first.session_id()).await?.is_none());
+    /// let closed = manager.find_any_session(first.session_id()).await?.unwrap();
+    /// assert_eq!(closed.entry.status, Some(SessionStatus::Closed));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn find_any_session(&self, session_id: &str) -> Result<Option<StoredSession>> {
+        if let Some(current) = self.find_session(session_id).await? {
+            return Ok(Some(current));
+        }
+        let filter = ListFilter::new()
+            .status(SessionStatus::Closed)
+            .session_id(session_id)
+            .limit(1);
         Ok(self.seams.store.list(&filter).await?.into_iter().next())
     }
 
@@ -254,8 +288,12 @@ impl SessionManager {
     /// Removes inactive sessions: those `options.filter` selects, older than
     /// `options.older_than`, beyond the `options.keep_newest` most recent — never a
     /// running session, and never one that changed while pruning (each removal is a
-    /// compare-and-set on the revision that was judged). Returns what was (or, in a dry
-    /// run, would be) removed, most recent first.
+    /// compare-and-set on the revision that was judged). Sessions with status
+    /// `inactive` are candidates like any other (the filter's default status condition,
+    /// which hides them from listings, is widened here). With `older_than`, the closed
+    /// sessions replaced under their keys whose last activity is older go too (the
+    /// filter's other conditions apply; `keep_newest` counts current sessions only).
+    /// Returns what was (or, in a dry run, would be) removed, most recent first.
     pub async fn prune(&self, options: &PruneOptions) -> Result<Vec<StoredSession>> {
         if options.older_than.is_none() && options.keep_newest.is_none() {
             // No criterion: nothing is old enough.
@@ -267,7 +305,14 @@ impl SessionManager {
             .map(|age| now_ms.saturating_sub(u64::try_from(age.as_millis()).unwrap_or(u64::MAX)));
         let mut filter = options.filter.clone();
         filter.limit = None;
-        let candidates: Vec<StoredSession> = self
+        if filter.status == StatusFilter::Listed {
+            filter.status = StatusFilter::Current;
+        }
+        let replaced = match cutoff {
+            Some(cutoff) => self.replaced_before(&options.filter, cutoff).await?,
+            None => Vec::new(),
+        };
+        let mut candidates: Vec<StoredSession> = self
             .seams
             .store
             .list(&filter)
@@ -278,9 +323,10 @@ impl SessionManager {
             .filter(|s| s.entry.status != Some(SessionStatus::Running))
             .collect();
         if options.dry_run {
-            return Ok(candidates);
+            candidates.extend(replaced);
+            return Ok(filter.finish(candidates));
         }
-        let mut removed = Vec::with_capacity(candidates.len());
+        let mut removed = Vec::with_capacity(candidates.len() + replaced.len());
         for session in candidates {
             match self
                 .seams
@@ -295,8 +341,39 @@ impl SessionManager {
                 Err(error) => return Err(error),
             }
         }
+        if !replaced.is_empty() {
+            let ids: Vec<String> = replaced
+                .iter()
+                .map(|s| s.entry.session_id.clone())
+                .collect();
+            self.seams.store.remove_closed(&ids).await?;
+            removed.extend(replaced);
+        }
         tracing::info!(removed = removed.len(), "sessions pruned");
-        Ok(removed)
+        Ok(filter.finish(removed))
+    }
+
+    /// The closed sessions replaced under their keys that `filter` selects (whatever its
+    /// status condition) and whose last activity is before `cutoff`.
+    async fn replaced_before(
+        &self,
+        filter: &ListFilter,
+        cutoff: u64,
+    ) -> Result<Vec<StoredSession>> {
+        let mut closed = filter.clone();
+        closed.limit = None;
+        closed.status = StatusFilter::Only(vec![SessionStatus::Closed]);
+        let mut replaced = self.seams.store.list(&closed).await?;
+        replaced.retain(|s| s.entry.updated_at < cutoff);
+        let mut kept = Vec::with_capacity(replaced.len());
+        for session in replaced {
+            // A current session that was closed is pruned (or kept) as a current one.
+            let current = self.seams.store.get(&session.key).await?;
+            if current.is_none_or(|c| c.entry.session_id != session.entry.session_id) {
+                kept.push(session);
+            }
+        }
+        Ok(kept)
     }
 
     /// Sets (or with `None` clears) a session's label: trimmed, 1–64 characters, else
@@ -518,8 +595,11 @@ impl SessionManager {
     /// Opens the session of a CLI, web, API or schedule source: creates it (`no_session`),
     /// starts a new one over a closed one (`session_closed`), or reopens it — an inactive
     /// session becomes idle — keeping its original source (`first_message` if it has had no
-    /// message yet, else `within_timeout`). Opening is not a message: counts and
-    /// `updatedAt` move only when one arrives.
+    /// message yet, else `within_timeout`). The metadata `source` brings is merged into
+    /// the original source: its unknown fields (a chat id, a thread) are added, newer
+    /// values winning, and a platform or chat type the original lacks is filled in; the
+    /// kind, name, trigger and interactivity stay the original's. Opening is not a
+    /// message: counts and `updatedAt` move only when one arrives.
     pub async fn open(
         &self,
         source: &SessionSource,
@@ -565,8 +645,9 @@ impl SessionManager {
                 if entry.status == Some(SessionStatus::Inactive) {
                     entry.status = Some(SessionStatus::Idle);
                 }
-                if entry.source.is_none() {
-                    entry.source = Some(source.clone());
+                match entry.source.as_mut() {
+                    Some(original) => merge_source(original, source),
+                    None => entry.source = Some(source.clone()),
                 }
                 stamp(&mut entry);
                 *slot = Some(entry);
@@ -628,6 +709,21 @@ pub(super) fn subagent_key(parent: &SessionKey, agent: &AgentId) -> Result<Sessi
         parent.nested_subagent(&uuid::Uuid::new_v4().to_string())
     } else {
         Ok(SessionKey::new_subagent(agent))
+    }
+}
+
+/// Merges the metadata of `newer` into the `original` source of a session being
+/// reopened: the original's identity (kind, name, trigger, interactivity) stays, fields
+/// it lacks are filled in, and metadata keys are added or updated.
+fn merge_source(original: &mut SessionSource, newer: &SessionSource) {
+    if original.platform.is_none() {
+        original.platform = newer.platform.clone();
+    }
+    if original.chat_type.is_none() {
+        original.chat_type = newer.chat_type.clone();
+    }
+    for (name, value) in &newer.extra {
+        original.extra.insert(name.clone(), value.clone());
     }
 }
 

@@ -29,6 +29,7 @@
 
 mod context;
 mod entry_update;
+mod idle;
 mod lifecycle;
 mod log;
 mod resolution;
@@ -66,6 +67,7 @@ use crate::store::SessionStore;
 use crate::transcript::{ArchiveReason, CheckpointReason, TranscriptRef, TranscriptStore};
 
 pub use context::TurnInput;
+pub use idle::{IdleCheckpointOptions, IdleCheckpoints};
 pub use lifecycle::{DeleteOptions, OverrideKind, PruneOptions, SessionOverride};
 pub use log::{LogMessage, SessionTranscripts};
 pub use resolution::{Decision, Reason, Resolution};

@@ -497,6 +497,7 @@ mod tests {
     /// The manager's sources, as compiled.
     const MANAGER_SOURCES: &[&str] = &[
         include_str!("context.rs"),
+        include_str!("idle.rs"),
         include_str!("lifecycle.rs"),
         include_str!("log.rs"),
         include_str!("mod.rs"),
@@ -521,10 +522,16 @@ mod tests {
         ("clock", "configuration"),
         ("list", "lists every session: the host's"),
         ("prune", "a job over many sessions"),
+        ("checkpoint_idle_sessions", "a job over many sessions"),
+        ("spawn_idle_checkpoints", "a job over many sessions"),
         ("subscribe", "every transcript's updates"),
         ("refresh_identity_summary", "a job over a person's sessions"),
         ("agent_identity_of", "configuration"),
         ("find_session", "looks up by id across sessions"),
+        (
+            "find_any_session",
+            "looks up by id across sessions, closed ones too",
+        ),
         ("transcripts", "the handle; the scoped manager has its own"),
         ("memory", "the handle; the scoped manager has its own"),
     ];

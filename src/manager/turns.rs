@@ -232,6 +232,7 @@ impl SessionManager {
             .store
             .list(
                 &ListFilter::new()
+                    .include_inactive()
                     .person(person.clone())
                     .agent_identity(identity.clone()),
             )
@@ -472,6 +473,7 @@ impl SessionMemory<'_> {
             .store
             .list(
                 &ListFilter::new()
+                    .include_inactive()
                     .person(person)
                     .agent_identity(agent_identity),
             )

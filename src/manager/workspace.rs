@@ -76,6 +76,7 @@ impl SessionManager {
                     .store
                     .list(
                         &ListFilter::new()
+                            .include_inactive()
                             .person(person.clone())
                             .agent_identity(identity.clone()),
                     )

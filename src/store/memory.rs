@@ -6,7 +6,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use async_trait::async_trait;
 
 use super::{
-    entry_revision, run_mutator, ListFilter, Mutator, Revision, SessionStore, StoredSession,
+    entry_revision, replaced_session, run_mutator, ListFilter, Mutator, Revision, SessionStore,
+    StoredSession, CLOSED_SESSIONS_PER_KEY,
 };
 use crate::entry::SessionEntry;
 use crate::error::{Error, Result};
@@ -30,7 +31,15 @@ use crate::key::SessionKey;
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct MemoryStore {
-    sessions: std::sync::Arc<Mutex<HashMap<SessionKey, Slot>>>,
+    sessions: std::sync::Arc<Mutex<Sessions>>,
+}
+
+/// The current session of each key, and the closed sessions they replaced (oldest
+/// first), under one lock so a replacement is one step.
+#[derive(Debug, Default)]
+struct Sessions {
+    live: HashMap<SessionKey, Slot>,
+    closed: Vec<StoredSession>,
 }
 
 #[derive(Debug)]
@@ -45,7 +54,7 @@ impl MemoryStore {
         MemoryStore::default()
     }
 
-    fn sessions(&self) -> MutexGuard<'_, HashMap<SessionKey, Slot>> {
+    fn sessions(&self) -> MutexGuard<'_, Sessions> {
         // A panicking mutator cannot leave a half-written slot (the map is only changed
         // after the mutator returns), so a poisoned lock still guards consistent data.
         self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
@@ -55,7 +64,7 @@ impl MemoryStore {
 #[async_trait]
 impl SessionStore for MemoryStore {
     async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
-        Ok(self.sessions().get(key).map(|slot| StoredSession {
+        Ok(self.sessions().live.get(key).map(|slot| StoredSession {
             key: key.clone(),
             entry: slot.entry.clone(),
             revision: slot.revision,
@@ -68,7 +77,7 @@ impl SessionStore for MemoryStore {
         mutator: &mut Mutator<'_>,
     ) -> Result<Option<StoredSession>> {
         let mut sessions = self.sessions();
-        let (before, revision) = match sessions.get(key) {
+        let (before, revision) = match sessions.live.get(key) {
             Some(slot) => (Some(slot.entry.clone()), Some(slot.revision)),
             None => (None, None),
         };
@@ -80,17 +89,37 @@ impl SessionStore for MemoryStore {
                 revision: revision.expect("an existing entry has a revision"),
             }));
         }
+        let serialize_error = |source| Error::Serialize {
+            key: key.clone(),
+            source,
+        };
+        if let Some(closed) = replaced_session(before.as_ref(), after.as_ref()) {
+            let revision = entry_revision(&closed).map_err(serialize_error)?;
+            let closed_log = &mut sessions.closed;
+            closed_log.retain(|c| c.entry.session_id != closed.session_id);
+            closed_log.push(StoredSession {
+                key: key.clone(),
+                entry: closed,
+                revision,
+            });
+            let of_key = closed_log.iter().filter(|c| c.key == *key).count();
+            if of_key > CLOSED_SESSIONS_PER_KEY {
+                let mut surplus = of_key - CLOSED_SESSIONS_PER_KEY;
+                closed_log.retain(|c| {
+                    let drop = surplus > 0 && c.key == *key;
+                    surplus -= usize::from(drop);
+                    !drop
+                });
+            }
+        }
         match after {
             None => {
-                sessions.remove(key);
+                sessions.live.remove(key);
                 Ok(None)
             }
             Some(entry) => {
-                let revision = entry_revision(&entry).map_err(|source| Error::Serialize {
-                    key: key.clone(),
-                    source,
-                })?;
-                sessions.insert(
+                let revision = entry_revision(&entry).map_err(serialize_error)?;
+                sessions.live.insert(
                     key.clone(),
                     Slot {
                         entry: entry.clone(),
@@ -107,8 +136,9 @@ impl SessionStore for MemoryStore {
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
-        let matching = self
-            .sessions()
+        let sessions = self.sessions();
+        let mut matching: Vec<StoredSession> = sessions
+            .live
             .iter()
             .filter(|(key, slot)| filter.matches(key, &slot.entry))
             .map(|(key, slot)| StoredSession {
@@ -117,13 +147,31 @@ impl SessionStore for MemoryStore {
                 revision: slot.revision,
             })
             .collect();
+        if filter.status.includes_replaced() {
+            matching.extend(
+                sessions
+                    .closed
+                    .iter()
+                    .filter(|c| filter.matches(&c.key, &c.entry))
+                    .cloned(),
+            );
+        }
         Ok(filter.finish(matching))
     }
 
     async fn count(&self, filter: &ListFilter) -> Result<usize> {
         if filter.is_everything() {
-            return Ok(self.sessions().len());
+            return Ok(self.sessions().live.len());
         }
         Ok(self.list(filter).await?.len())
+    }
+
+    async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
+        let mut sessions = self.sessions();
+        let before = sessions.closed.len();
+        sessions
+            .closed
+            .retain(|c| !session_ids.contains(&c.entry.session_id));
+        Ok(before - sessions.closed.len())
     }
 }

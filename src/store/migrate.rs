@@ -211,7 +211,7 @@ pub async fn migrate_with(
         ..MigrationReport::default()
     };
 
-    let sessions = from.sessions().list(&ListFilter::new()).await?;
+    let sessions = from.sessions().list(&ListFilter::all()).await?;
     progress.begin("sessions", sessions.len() as u64);
     let mut tasks = JoinSet::new();
     let permits = Arc::new(Semaphore::new(PARALLEL_COPIES));
@@ -285,7 +285,7 @@ pub async fn migrate_with(
     names.retain(|name| !unreadable_names.contains(name));
 
     // Verify against the source as it is now: what changed during the copy shows.
-    let now = from.sessions().list(&ListFilter::new()).await?;
+    let now = from.sessions().list(&ListFilter::all()).await?;
     report.source_changed = changed_keys(&sessions, &now);
     progress.begin("verify", (now.len() + names.len()) as u64);
     report.source = checksums(from, &now, &names, progress).await?;

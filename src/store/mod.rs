@@ -48,7 +48,7 @@ use std::fmt;
 
 use async_trait::async_trait;
 
-use crate::entry::SessionEntry;
+use crate::entry::{SessionEntry, SessionStatus};
 use crate::error::{Error, Result};
 use crate::key::{AgentId, PeerKind, SessionKey};
 
@@ -154,9 +154,98 @@ pub(crate) fn run_mutator(
     Ok(after)
 }
 
+/// How many sessions replaced under one key a store keeps as `closed` (the oldest go
+/// first). [`SessionManager::prune`](crate::SessionManager::prune) removes closed
+/// sessions older than its age as well.
+pub const CLOSED_SESSIONS_PER_KEY: usize = 20;
+
+/// Which sessions a [`ListFilter`] selects by their status.
+///
+/// A store holds one current session per key. A session replaced by a new one under
+/// the same key (a reset, an idle or daily timeout, topic drift, a message after a
+/// close) is kept too, with status `closed`, up to [`CLOSED_SESSIONS_PER_KEY`] per
+/// key: it is read back by its session id, and listed only when a filter asks for
+/// closed sessions. A session without a status counts as `idle`.
+///
+/// ```
+/// use agent_sessions::{ListFilter, SessionStatus, StatusFilter};
+///
+/// assert_eq!(ListFilter::new().status, StatusFilter::Listed);
+/// assert_eq!(ListFilter::all().status, StatusFilter::Current);
+/// let closed = ListFilter::new().status(SessionStatus::Closed);
+/// assert_eq!(closed.status, StatusFilter::Only(vec![SessionStatus::Closed]));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StatusFilter {
+    /// The current sessions except `inactive` ones: what a normal listing shows (the
+    /// default).
+    #[default]
+    Listed,
+    /// Every current session, `inactive` ones too: everything the store holds under a
+    /// key ([`ListFilter::all`]).
+    Current,
+    /// Every session: the current ones and the closed sessions they replaced.
+    Any,
+    /// Only sessions with one of these statuses. With `Closed`, the sessions replaced
+    /// under their key are included as well as current sessions that were closed.
+    Only(Vec<SessionStatus>),
+}
+
+impl StatusFilter {
+    /// Whether an entry's status passes (a missing status is `idle`).
+    pub fn matches(&self, entry: &SessionEntry) -> bool {
+        let status = entry.status.as_ref().unwrap_or(&SessionStatus::Idle);
+        match self {
+            StatusFilter::Listed => *status != SessionStatus::Inactive,
+            StatusFilter::Current | StatusFilter::Any => true,
+            StatusFilter::Only(wanted) => wanted.contains(status),
+        }
+    }
+
+    /// Whether sessions replaced under their key (kept as `closed`) are included.
+    pub fn includes_replaced(&self) -> bool {
+        match self {
+            StatusFilter::Any => true,
+            StatusFilter::Only(wanted) => wanted.contains(&SessionStatus::Closed),
+            StatusFilter::Listed | StatusFilter::Current => false,
+        }
+    }
+}
+
+/// The status a store records for `entry`: its status, `idle` when it has none.
+pub(crate) fn status_name(entry: &SessionEntry) -> &str {
+    entry.status.as_ref().map_or("idle", SessionStatus::as_str)
+}
+
+/// The closed session `before` becomes when `after` replaces it under the same key (a
+/// different session id): status `closed`, `closedAt` kept or set to when `after`
+/// started. `None` when the change is no replacement.
+pub(crate) fn replaced_session(
+    before: Option<&SessionEntry>,
+    after: Option<&SessionEntry>,
+) -> Option<SessionEntry> {
+    let (before, after) = (before?, after?);
+    if before.session_id == after.session_id || before.session_id.is_empty() {
+        return None;
+    }
+    let mut closed = before.clone();
+    closed.status = Some(SessionStatus::Closed);
+    closed.closed_at = Some(
+        before
+            .closed_at
+            .unwrap_or_else(|| after.session_started_at.unwrap_or(after.updated_at)),
+    );
+    Some(closed)
+}
+
 /// Which sessions [`SessionStore::list`] returns.
 ///
-/// All conditions must hold. Results come most recently updated first, then by key.
+/// All conditions must hold. Results come most recently updated first, then by key
+/// (then by session id). [`ListFilter::new`] lists the current sessions that are not
+/// `inactive`; [`status`](ListFilter::status),
+/// [`include_inactive`](ListFilter::include_inactive) and
+/// [`any_status`](ListFilter::any_status) widen or narrow that (see [`StatusFilter`]).
 ///
 /// ```
 /// use agent_sessions::{AgentId, ListFilter, PeerKind};
@@ -185,6 +274,8 @@ pub struct ListFilter {
     pub agent_identity: Option<String>,
     /// Only the session whose `sessionId` is this.
     pub session_id: Option<String>,
+    /// Only sessions with these statuses (default: current, not `inactive`).
+    pub status: StatusFilter,
     /// Only sessions with `updatedAt` strictly before this (epoch ms).
     pub updated_before: Option<u64>,
     /// Only sessions with `updatedAt` strictly after this (epoch ms).
@@ -194,14 +285,71 @@ pub struct ListFilter {
 }
 
 impl ListFilter {
-    /// Every session.
+    /// The current sessions that are not `inactive` (a normal listing).
     pub fn new() -> Self {
         ListFilter::default()
     }
 
-    /// Whether this filter lets every session through (no condition, no limit).
+    /// Every current session, `inactive` ones too: what the store holds under a key.
+    /// `count(&ListFilter::all())` is the store's size.
+    pub fn all() -> Self {
+        ListFilter {
+            status: StatusFilter::Current,
+            ..ListFilter::default()
+        }
+    }
+
+    /// Whether this filter lets every current session through (no condition, no
+    /// limit): [`ListFilter::all`].
     pub fn is_everything(&self) -> bool {
-        *self == ListFilter::default()
+        *self == ListFilter::all()
+    }
+
+    /// Only sessions with `status`; call again to allow more statuses.
+    /// `SessionStatus::Closed` includes the sessions replaced under their key.
+    ///
+    /// ```
+    /// use agent_sessions::{ListFilter, SessionStatus, StatusFilter};
+    ///
+    /// let busy = ListFilter::new()
+    ///     .status(SessionStatus::Running)
+    ///     .status(SessionStatus::AwaitingApproval);
+    /// assert_eq!(
+    ///     busy.status,
+    ///     StatusFilter::Only(vec![SessionStatus::Running, SessionStatus::AwaitingApproval])
+    /// );
+    /// ```
+    pub fn status(mut self, status: SessionStatus) -> Self {
+        match &mut self.status {
+            StatusFilter::Only(wanted) => {
+                if !wanted.contains(&status) {
+                    wanted.push(status);
+                }
+            }
+            other => *other = StatusFilter::Only(vec![status]),
+        }
+        self
+    }
+
+    /// Lists `inactive` sessions too (they are hidden by default).
+    pub fn include_inactive(mut self) -> Self {
+        match &mut self.status {
+            StatusFilter::Listed => self.status = StatusFilter::Current,
+            StatusFilter::Only(wanted) => {
+                if !wanted.contains(&SessionStatus::Inactive) {
+                    wanted.push(SessionStatus::Inactive);
+                }
+            }
+            StatusFilter::Current | StatusFilter::Any => {}
+        }
+        self
+    }
+
+    /// Every session whatever its status: the current ones, `inactive` ones, and the
+    /// closed sessions replaced under their key.
+    pub fn any_status(mut self) -> Self {
+        self.status = StatusFilter::Any;
+        self
     }
 
     /// Only `agent`'s sessions.
@@ -308,6 +456,7 @@ impl ListFilter {
             .is_none_or(|id| entry.session_id == id);
         self.matches_key(key)
             && session_ok
+            && self.status.matches(entry)
             && channel_ok
             && kind_ok
             && person_ok
@@ -320,10 +469,15 @@ impl ListFilter {
                 .is_none_or(|after| entry.updated_at > after)
     }
 
-    /// Sorts sessions most recently updated first (then by key) and applies the limit.
+    /// Sorts sessions most recently updated first (then by key, then by session id) and
+    /// applies the limit.
     pub fn finish(&self, mut sessions: Vec<StoredSession>) -> Vec<StoredSession> {
         sessions.sort_by(|a, b| {
-            (Reverse(a.entry.updated_at), &a.key).cmp(&(Reverse(b.entry.updated_at), &b.key))
+            (Reverse(a.entry.updated_at), &a.key, &a.entry.session_id).cmp(&(
+                Reverse(b.entry.updated_at),
+                &b.key,
+                &b.entry.session_id,
+            ))
         });
         if let Some(limit) = self.limit {
             sessions.truncate(limit);
@@ -372,7 +526,7 @@ pub trait SessionStore: Send + Sync {
     async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>>;
 
     /// How many sessions match `filter`: as many as [`list`](Self::list) returns for
-    /// it (its `limit` caps the count). `count(&ListFilter::new())` is the store's size.
+    /// it (its `limit` caps the count). `count(&ListFilter::all())` is the store's size.
     async fn count(&self, filter: &ListFilter) -> Result<usize>;
 
     /// What the store holds but cannot serve, each left exactly as it is: entries that
@@ -390,7 +544,15 @@ pub trait SessionStore: Send + Sync {
 
     /// Whether the store holds no session.
     async fn is_empty(&self) -> Result<bool> {
-        Ok(self.count(&ListFilter::new()).await? == 0)
+        Ok(self.count(&ListFilter::all()).await? == 0)
+    }
+
+    /// Forgets closed sessions that were replaced under their key (see
+    /// [`StatusFilter`]), by session id; a current session is never touched. Returns
+    /// how many were removed. The default, for a store that keeps none, removes none.
+    async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
+        let _ = session_ids;
+        Ok(0)
     }
 
     /// Removes `key`, returning the entry it had.
@@ -550,6 +712,10 @@ impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
 
     async fn delete(&self, key: &SessionKey) -> Result<Option<SessionEntry>> {
         (**self).delete(key).await
+    }
+
+    async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
+        (**self).remove_closed(session_ids).await
     }
 }
 

@@ -3,10 +3,10 @@
 
 use std::path::Path;
 
-use crate::entry::SessionEntry;
+use crate::entry::{SessionEntry, SessionStatus};
 use crate::error::{Error, Result};
 use crate::key::{normalize_channel, SessionKey};
-use crate::store::{ListFilter, Revision, StoredSession};
+use crate::store::{status_name, ListFilter, Revision, StatusFilter, StoredSession};
 use crate::transcript::{LogQuery, TranscriptEntry};
 
 /// A session as a row: the entry's JSON, exactly as this crate writes it, and the
@@ -22,6 +22,8 @@ pub(crate) struct SessionRow {
     pub(crate) chat_type: Option<String>,
     pub(crate) person_id: Option<String>,
     pub(crate) agent_identity: Option<String>,
+    /// The entry's status (`idle` when it has none).
+    pub(crate) status: String,
     pub(crate) revision: i64,
     pub(crate) entry: String,
 }
@@ -49,10 +51,49 @@ impl SessionRow {
             chat_type: chat_type.map(|k| k.as_str().to_owned()),
             person_id: entry.person_id.clone(),
             agent_identity: entry.agent_identity.clone(),
+            status: status_name(entry).to_owned(),
             revision: revision_to_i64(revision),
             entry: json,
         })
     }
+}
+
+/// The query that lists `filter`'s sessions (key, revision and entry first) with the
+/// conditions of `clause`: the table `sessions` and, when the filter asks for closed
+/// sessions, the table `closed` too (the same placeholders serve both halves). Keys
+/// are ordered as `key_order` (a column expression, e.g. with a collation).
+pub(crate) fn list_query(
+    filter: &ListFilter,
+    clause: &Where,
+    sessions: &str,
+    closed: &str,
+    key_order: &str,
+) -> String {
+    let columns = "session_key, revision, entry, updated_at, session_id";
+    let mut query = format!("SELECT {columns} FROM {sessions}{}", clause.sql);
+    if filter.status.includes_replaced() {
+        query = format!(
+            "SELECT * FROM ({query} UNION ALL SELECT {columns} FROM {closed}{}) AS listed",
+            clause.sql
+        );
+    }
+    query.push_str(&format!(
+        " ORDER BY updated_at DESC, {key_order} ASC, session_id ASC{}",
+        Where::limit(filter.limit)
+    ));
+    query
+}
+
+/// Deletes all but the [`CLOSED_SESSIONS_PER_KEY`](crate::store::CLOSED_SESSIONS_PER_KEY)
+/// most recently closed sessions in the table `closed` of the key bound to
+/// `placeholder`.
+pub(crate) fn trim_closed_sql(closed: &str, placeholder: &str) -> String {
+    format!(
+        "DELETE FROM {closed} WHERE session_key = {placeholder} AND session_id NOT IN \
+         (SELECT session_id FROM {closed} WHERE session_key = {placeholder} \
+         ORDER BY closed_at DESC, session_id DESC LIMIT {})",
+        crate::store::CLOSED_SESSIONS_PER_KEY
+    )
 }
 
 /// Reads a stored row back; a row whose JSON is not an entry is
@@ -160,14 +201,42 @@ impl Where {
         self.sql.push_str(&condition);
     }
 
+    /// `column IN (?, ?, …)` over `values` (never empty: an empty set is `1 = 0`).
+    pub(crate) fn push_in(
+        &mut self,
+        placeholder: &dyn Fn(usize) -> String,
+        column: &str,
+        values: Vec<SqlValue>,
+    ) {
+        let condition = if values.is_empty() {
+            "1 = 0".to_owned()
+        } else {
+            let marks: Vec<String> = values
+                .into_iter()
+                .map(|value| {
+                    self.values.push(value);
+                    placeholder(self.values.len())
+                })
+                .collect();
+            format!("{column} IN ({})", marks.join(", "))
+        };
+        self.sql.push_str(if self.sql.is_empty() {
+            " WHERE "
+        } else {
+            " AND "
+        });
+        self.sql.push_str(&condition);
+    }
+
     /// `LIMIT n`, if any.
     pub(crate) fn limit(limit: Option<usize>) -> String {
         limit.map_or_else(String::new, |n| format!(" LIMIT {n}"))
     }
 }
 
-/// `filter` as a `WHERE` clause over the sessions table. The limit is left to the
-/// caller (ordering comes first).
+/// `filter` as a `WHERE` clause over the sessions table (and the closed-sessions
+/// table, which has the same columns). The limit is left to the caller (ordering comes
+/// first).
 pub(crate) fn session_filter(filter: &ListFilter, placeholder: &dyn Fn(usize) -> String) -> Where {
     let mut clause = Where::default();
     if let Some(agent) = &filter.agent {
@@ -211,6 +280,23 @@ pub(crate) fn session_filter(filter: &ListFilter, placeholder: &dyn Fn(usize) ->
             "session_id = ?",
             SqlValue::Text(session_id.clone()),
         );
+    }
+    match &filter.status {
+        StatusFilter::Listed => {
+            clause.push(
+                placeholder,
+                "status <> ?",
+                SqlValue::Text(SessionStatus::Inactive.as_str().to_owned()),
+            );
+        }
+        StatusFilter::Current | StatusFilter::Any => {}
+        StatusFilter::Only(wanted) => {
+            let values = wanted
+                .iter()
+                .map(|status| SqlValue::Text(status.as_str().to_owned()))
+                .collect();
+            clause.push_in(placeholder, "status", values);
+        }
     }
     if let Some(before) = filter.updated_before {
         clause.push(placeholder, "updated_at < ?", SqlValue::Int(to_i64(before)));
@@ -423,12 +509,20 @@ mod tests {
         let clause = session_filter(&filter, &|n| format!("${n}"));
         assert_eq!(
             clause.sql,
-            " WHERE agent_id = $1 AND substr(session_key, 1, 15) = $2 AND chat_type = $3 AND updated_at > $4"
+            " WHERE agent_id = $1 AND substr(session_key, 1, 15) = $2 AND chat_type = $3 \
+             AND status <> $4 AND updated_at > $5"
         );
-        assert_eq!(clause.values.len(), 4);
+        assert_eq!(clause.values.len(), 5);
         assert_eq!(
-            session_filter(&ListFilter::new(), &|n| format!("?{n}")).sql,
+            session_filter(&ListFilter::all(), &|n| format!("?{n}")).sql,
             ""
+        );
+        let statuses = ListFilter::all()
+            .status(crate::entry::SessionStatus::Running)
+            .status(crate::entry::SessionStatus::Closed);
+        assert_eq!(
+            session_filter(&statuses, &|n| format!("?{n}")).sql,
+            " WHERE status IN (?1, ?2)"
         );
     }
 

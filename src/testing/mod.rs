@@ -25,7 +25,9 @@ use std::sync::Arc;
 use serde_json::json;
 use tokio::task::JoinSet;
 
-use crate::entry::{ChatType, DeliveryContext, SessionEntry, SessionOrigin, ThreadId};
+use crate::entry::{
+    ChatType, DeliveryContext, SessionEntry, SessionOrigin, SessionStatus, ThreadId,
+};
 use crate::error::Error;
 use crate::key::{AgentId, PeerKind, SessionKey};
 use crate::store::{ListFilter, SessionStore, SessionStoreExt};
@@ -528,6 +530,221 @@ pub async fn list_filters_and_orders<S: SessionStore + ?Sized>(store: &S) {
     );
 }
 
+/// The status condition of a filter: by default listings hide `inactive` sessions;
+/// [`ListFilter::all`], [`ListFilter::include_inactive`] and [`ListFilter::status`]
+/// choose otherwise, and `count` agrees with `list` for each.
+pub async fn list_filters_by_status<S: SessionStore + ?Sized>(store: &S) {
+    let sessions = [
+        ("agent:main:cli:idle", None, 500),
+        ("agent:main:cli:running", Some(SessionStatus::Running), 400),
+        ("agent:main:cli:hidden", Some(SessionStatus::Inactive), 300),
+        ("agent:main:cli:closed", Some(SessionStatus::Closed), 200),
+        (
+            "agent:main:cli:approval",
+            Some(SessionStatus::AwaitingApproval),
+            100,
+        ),
+    ];
+    for (raw, status, updated_at) in sessions.clone() {
+        let mut entry = SessionEntry::new(format!("id-{updated_at}"), updated_at);
+        entry.status = status;
+        store.put(&key(raw), entry).await.unwrap();
+    }
+    let keys = |sessions: Vec<crate::store::StoredSession>| -> Vec<String> {
+        sessions.into_iter().map(|s| s.key.to_string()).collect()
+    };
+    let cases: Vec<(ListFilter, Vec<&str>)> = vec![
+        (
+            ListFilter::new(),
+            vec![
+                "agent:main:cli:idle",
+                "agent:main:cli:running",
+                "agent:main:cli:closed",
+                "agent:main:cli:approval",
+            ],
+        ),
+        (
+            ListFilter::new().include_inactive(),
+            vec![
+                "agent:main:cli:idle",
+                "agent:main:cli:running",
+                "agent:main:cli:hidden",
+                "agent:main:cli:closed",
+                "agent:main:cli:approval",
+            ],
+        ),
+        (
+            ListFilter::all().limit(2),
+            vec!["agent:main:cli:idle", "agent:main:cli:running"],
+        ),
+        (
+            ListFilter::new().status(SessionStatus::Idle),
+            vec!["agent:main:cli:idle"],
+        ),
+        (
+            ListFilter::new().status(SessionStatus::Inactive),
+            vec!["agent:main:cli:hidden"],
+        ),
+        (
+            ListFilter::new()
+                .status(SessionStatus::Running)
+                .status(SessionStatus::AwaitingApproval),
+            vec!["agent:main:cli:running", "agent:main:cli:approval"],
+        ),
+        (
+            ListFilter::new().status(SessionStatus::Closed),
+            vec!["agent:main:cli:closed"],
+        ),
+        (
+            ListFilter::new().any_status().updated_before(350),
+            vec![
+                "agent:main:cli:hidden",
+                "agent:main:cli:closed",
+                "agent:main:cli:approval",
+            ],
+        ),
+    ];
+    for (filter, expected) in cases {
+        assert_eq!(
+            keys(store.list(&filter).await.unwrap()),
+            expected,
+            "{filter:?}"
+        );
+        assert_eq!(
+            store.count(&filter).await.unwrap(),
+            expected.len(),
+            "count {filter:?}"
+        );
+    }
+    assert_eq!(
+        store.count(&ListFilter::all()).await.unwrap(),
+        sessions.len()
+    );
+}
+
+/// A session replaced under its key by one with another session id is kept, closed:
+/// found by its id when closed sessions are asked for, never in a default listing, and
+/// counted as listed. Deleting the key keeps it; `remove_closed` forgets it.
+pub async fn replaced_sessions_are_kept_closed<S: SessionStore + ?Sized>(store: &S) {
+    let k = key("agent:main:telegram:dm:42");
+    let mut first = SessionEntry::new("first", 100);
+    first.label = Some("trip".into());
+    store.put(&k, first.clone()).await.unwrap();
+    store
+        .put(&k, SessionEntry::new("second", 200))
+        .await
+        .unwrap();
+    store
+        .put(&k, SessionEntry::new("third", 300))
+        .await
+        .unwrap();
+    // A change that keeps the session id replaces nothing.
+    store
+        .with_session(&k, |e| e.label = Some("still third".into()))
+        .await
+        .unwrap();
+
+    let ids = |sessions: Vec<crate::store::StoredSession>| -> Vec<String> {
+        sessions.into_iter().map(|s| s.entry.session_id).collect()
+    };
+    let closed = ListFilter::new().status(SessionStatus::Closed);
+    let cases: Vec<(ListFilter, Vec<&str>)> = vec![
+        (ListFilter::new(), vec!["third"]),
+        (ListFilter::all(), vec!["third"]),
+        (closed.clone(), vec!["second", "first"]),
+        (closed.clone().session_id("first"), vec!["first"]),
+        (ListFilter::new().session_id("first"), vec![]),
+        (
+            ListFilter::new().any_status(),
+            vec!["third", "second", "first"],
+        ),
+        (
+            ListFilter::new().any_status().limit(2),
+            vec!["third", "second"],
+        ),
+        (closed.clone().updated_after(150), vec!["second"]),
+        (closed.clone().agent(AgentId::new("ops").unwrap()), vec![]),
+        (ListFilter::new().status(SessionStatus::Idle), vec!["third"]),
+    ];
+    for (filter, expected) in cases {
+        assert_eq!(
+            ids(store.list(&filter).await.unwrap()),
+            expected,
+            "{filter:?}"
+        );
+        assert_eq!(
+            store.count(&filter).await.unwrap(),
+            expected.len(),
+            "count {filter:?}"
+        );
+    }
+    let kept = store
+        .list(&closed.clone().session_id("first"))
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(kept.key, k, "a closed session keeps its key");
+    assert_eq!(kept.entry.status, Some(SessionStatus::Closed));
+    assert_eq!(
+        kept.entry.closed_at,
+        Some(200),
+        "closed when its successor began"
+    );
+    assert_eq!(kept.entry.label.as_deref(), Some("trip"), "kept as it was");
+    assert_eq!(
+        store.count(&ListFilter::all()).await.unwrap(),
+        1,
+        "the store's size"
+    );
+
+    store.delete(&k).await.unwrap();
+    assert_eq!(
+        ids(store.list(&closed).await.unwrap()),
+        ["second", "first"],
+        "deleting is no replacement: the deleted session goes, the closed ones stay"
+    );
+    let removed = store
+        .remove_closed(&["first".to_owned(), "unknown".to_owned()])
+        .await
+        .unwrap();
+    assert_eq!(removed, 1);
+    assert_eq!(ids(store.list(&closed).await.unwrap()), ["second"]);
+}
+
+/// At most [`CLOSED_SESSIONS_PER_KEY`](crate::store::CLOSED_SESSIONS_PER_KEY) closed
+/// sessions are kept per key: the oldest go first, other keys keep theirs.
+pub async fn closed_sessions_are_bounded_per_key<S: SessionStore + ?Sized>(store: &S) {
+    let busy = key("agent:main:cli:busy");
+    let quiet = key("agent:main:cli:quiet");
+    store.put(&quiet, SessionEntry::new("q0", 1)).await.unwrap();
+    store.put(&quiet, SessionEntry::new("q1", 2)).await.unwrap();
+    let bound = crate::store::CLOSED_SESSIONS_PER_KEY as u64;
+    for n in 0..=bound + 2 {
+        store
+            .put(&busy, SessionEntry::new(format!("b{n}"), 10 + n))
+            .await
+            .unwrap();
+    }
+    let closed = ListFilter::new().status(SessionStatus::Closed);
+    let busy_closed: Vec<String> = store
+        .list(&closed.clone().key_prefix(busy.as_str()))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.entry.session_id)
+        .collect();
+    let expected: Vec<String> = (2..=bound + 1).rev().map(|n| format!("b{n}")).collect();
+    assert_eq!(
+        busy_closed, expected,
+        "the newest closed sessions of the key"
+    );
+    let quiet_closed = store
+        .count(&closed.key_prefix(quiet.as_str()))
+        .await
+        .unwrap();
+    assert_eq!(quiet_closed, 1, "another key keeps its closed session");
+}
+
 /// Adds one to the entry's `compactionCount`, creating the entry if needed.
 async fn increment<S: SessionStore + ?Sized>(store: &S, k: &SessionKey) {
     store
@@ -651,6 +868,9 @@ macro_rules! store_conformance_tests {
             unknown_fields_survive_updates,
             agents_are_isolated,
             list_filters_and_orders,
+            list_filters_by_status,
+            replaced_sessions_are_kept_closed,
+            closed_sessions_are_bounded_per_key,
             concurrent_updates_to_one_key_lose_nothing,
             concurrent_updates_to_distinct_keys_lose_nothing,
             racing_creators_create_one_session,

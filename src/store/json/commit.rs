@@ -17,6 +17,7 @@ use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
 
 use tokio::sync::watch;
 
+use super::closed::ClosedChanges;
 use super::courtesy::ForeignActivity;
 use super::document::Document;
 use super::io::FileStamp;
@@ -55,6 +56,8 @@ pub(super) struct Batch {
     pub(super) outcome: watch::Sender<Option<Result<(), Arc<Error>>>>,
     /// The stamp of the file the document was read from (`None`: no file).
     pub(super) read_stamp: Option<FileStamp>,
+    /// What the batch changes in the closed-sessions file beside the store file.
+    pub(super) closed: ClosedChanges,
 }
 
 impl Batch {
@@ -69,6 +72,7 @@ impl Batch {
             members: 0,
             outcome: watch::channel(None).0,
             read_stamp,
+            closed: ClosedChanges::default(),
         }
     }
 }

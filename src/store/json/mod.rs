@@ -1,5 +1,6 @@
 //! The OpenClaw-compatible JSON file store.
 
+mod closed;
 mod commit;
 mod courtesy;
 pub(crate) mod document;
@@ -26,7 +27,11 @@ use self::document::{parse_entry, Document};
 use self::io::{backup_path, lock_path, write_atomically, FileStamp, RealIo, StoreIo};
 use self::lock::{read_holder, Attempt, FileLock};
 use self::template::AGENT_PLACEHOLDER;
-use super::{run_mutator, ListFilter, Mutator, Revision, SessionStore, StoredSession};
+use super::{
+    entry_revision, replaced_session, run_mutator, ListFilter, Mutator, Revision, SessionStore,
+    StoredSession,
+};
+use crate::entry::SessionEntry;
 use crate::error::{Error, LockHolder, Result};
 use crate::fsutil::blocking;
 use crate::key::{AgentId, SessionKey};
@@ -406,6 +411,20 @@ impl JsonFileStore {
         Ok(removed)
     }
 
+    /// Forgets the closed sessions `session_ids` kept beside the store file `path`,
+    /// under the store's lock (the store file itself is not written).
+    async fn forget_closed(&self, path: &Path, session_ids: &[String]) -> Result<()> {
+        let started = Instant::now();
+        let queue = self.inner.queue_of(path);
+        let mut state = self.queue(path, &queue, started).await?;
+        if state.open.is_none() {
+            self.lock_file(path, started, &mut state).await?;
+        }
+        let mut batch = state.open.take().expect("a batch is open");
+        batch.closed.forget.extend(session_ids.iter().cloned());
+        self.commit(path, state, batch).await
+    }
+
     /// This process's queue for `path`, within the lock timeout.
     async fn queue(
         &self,
@@ -454,8 +473,23 @@ impl JsonFileStore {
                 members,
                 outcome,
                 read_stamp,
+                closed,
             } = batch;
-            let written = (members > 0).then(|| inner.write(&file, &document));
+            // The closed sessions first: if they cannot be kept, nothing is written.
+            let kept_closed = if closed.is_empty() {
+                Ok(())
+            } else {
+                closed::write(
+                    &closed::closed_path(&file),
+                    inner.options.max_file_bytes,
+                    &closed,
+                )
+                .map(drop)
+            };
+            let written = match kept_closed {
+                Err(error) => Some(Err(error)),
+                Ok(()) => (members > 0).then(|| inner.write(&file, &document)),
+            };
             let kept = if courtesy {
                 lock.release_keeping_os_lock()
             } else {
@@ -475,7 +509,7 @@ impl JsonFileStore {
                 }
                 // A failure only this caller sees is its own; one several callers
                 // share reaches each of them, kind and all, as `Error::Shared`.
-                Some(Err(error)) if members == 1 => {
+                Some(Err(error)) if members <= 1 => {
                     state.last_written = None;
                     Err(error)
                 }
@@ -544,7 +578,8 @@ impl JsonFileStore {
     }
 }
 
-/// Applies `mutator` to `key` in `document`; whether it changed anything.
+/// Applies `mutator` to `key` in `document`; whether it changed anything, and the
+/// session it replaced under `key` (kept closed), if it did.
 ///
 /// A session filed under a legacy spelling of `key` is taken over first (see
 /// [`legacy`]): the mutator sees the freshest entry, which is written under `key`, and
@@ -556,7 +591,7 @@ fn apply_change(
     path: &Path,
     main_elsewhere: bool,
     mutator: &mut Mutator<'_>,
-) -> Result<(Option<StoredSession>, bool)> {
+) -> Result<(Option<StoredSession>, bool, Option<SessionEntry>)> {
     let adoption = legacy::adoption(document, key, main_elsewhere);
     let source = adoption
         .as_ref()
@@ -579,8 +614,9 @@ fn apply_change(
             entry,
             revision,
         });
-        return Ok((stored, false));
+        return Ok((stored, false, None));
     }
+    let replaced = replaced_session(before.as_ref(), after.as_ref());
     let document = Arc::make_mut(document);
     if let Some(adoption) = &adoption {
         if adoption.source != key.as_str() {
@@ -616,7 +652,7 @@ fn apply_change(
             entry,
             revision,
         });
-    Ok((stored, true))
+    Ok((stored, true, replaced))
 }
 
 impl Inner {
@@ -870,6 +906,47 @@ impl Inner {
                 }
             }
         }
+        if filter.status.includes_replaced() {
+            sessions.extend(self.scan_closed(agent, &path, &document, filter)?);
+        }
+        Ok(sessions)
+    }
+
+    /// The closed sessions kept beside `agent`'s store file that pass `filter`. One that
+    /// is still its key's current session (its replacement was never written) is left
+    /// out.
+    fn scan_closed(
+        &self,
+        agent: &AgentId,
+        path: &Path,
+        document: &Document,
+        filter: &ListFilter,
+    ) -> Result<Vec<StoredSession>> {
+        let closed_path = closed::closed_path(path);
+        crate::fsutil::refuse_linked_dirs(&self.root, &closed_path)
+            .map_err(|e| Error::io("read", &closed_path, e))?;
+        let mut sessions = Vec::new();
+        for closed in closed::read(&closed_path, self.options.max_file_bytes)? {
+            let Some(key) = self.served_key(agent, &closed.session_key) else {
+                continue;
+            };
+            let current = document
+                .get(key.as_str())
+                .and_then(|raw| parse_entry(raw).ok())
+                .is_some_and(|e| e.session_id == closed.entry.session_id);
+            if current || !filter.matches(&key, &closed.entry) {
+                continue;
+            }
+            let revision = entry_revision(&closed.entry).map_err(|source| Error::Serialize {
+                key: key.clone(),
+                source,
+            })?;
+            sessions.push(StoredSession {
+                key,
+                entry: closed.entry,
+                revision,
+            });
+        }
         Ok(sessions)
     }
 
@@ -923,8 +1000,14 @@ impl SessionStore for JsonFileStore {
         let main_elsewhere = self.main_elsewhere(key, &path);
         let applied = apply_change(&mut batch.document, key, &path, main_elsewhere, mutator);
         let member = match &applied {
-            Ok((_, true)) => {
+            Ok((_, true, replaced)) => {
                 batch.members += 1;
+                if let Some(entry) = replaced {
+                    batch.closed.keep.push(closed::ClosedSession {
+                        session_key: key.to_string(),
+                        entry: entry.clone(),
+                    });
+                }
                 Some(batch.outcome.subscribe())
             }
             _ => None,
@@ -940,7 +1023,7 @@ impl SessionStore for JsonFileStore {
             let batch = state.open.take().expect("a batch is open");
             self.commit(&path, state, batch).await?;
         }
-        applied.map(|(stored, _)| stored)
+        applied.map(|(stored, _, _)| stored)
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
@@ -964,6 +1047,34 @@ impl SessionStore for JsonFileStore {
     async fn unreadable(&self) -> Result<Vec<super::UnreadableEntry>> {
         let inner = self.inner.clone();
         blocking(&self.inner.root, move || inner.unreadable()).await
+    }
+
+    async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
+        let mut removed = 0;
+        let mut paths: Vec<PathBuf> = Vec::new();
+        for agent in self.agents().await? {
+            let path = self.store_path(&agent);
+            if paths.contains(&path) {
+                continue;
+            }
+            paths.push(path.clone());
+            // Only files that hold one of the ids are locked and rewritten.
+            let closed_path = closed::closed_path(&path);
+            let limit = self.inner.options.max_file_bytes;
+            let wanted = session_ids.to_vec();
+            let found = blocking(&closed_path.clone(), move || {
+                Ok(closed::read(&closed_path, limit)?
+                    .iter()
+                    .filter(|c| wanted.contains(&c.entry.session_id))
+                    .count())
+            })
+            .await?;
+            if found > 0 {
+                self.forget_closed(&path, session_ids).await?;
+                removed += found;
+            }
+        }
+        Ok(removed)
     }
 
     async fn count(&self, filter: &ListFilter) -> Result<usize> {

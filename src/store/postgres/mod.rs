@@ -10,7 +10,9 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::NoTls;
 
 use super::sql::{self, decode, lock_id, log_records, LogColumns, SessionRow, SqlValue};
-use super::{run_mutator, ListFilter, Mutator, OpenMode, SessionStore, StoredSession};
+use super::{
+    replaced_session, run_mutator, ListFilter, Mutator, OpenMode, SessionStore, StoredSession,
+};
 use crate::error::{Error, Result};
 use crate::key::{AgentId, SessionKey};
 use crate::transcript::lines::{header_line, validate_transcript_name};
@@ -515,15 +517,15 @@ impl PostgresStore {
             format!(
                 "UPDATE {} SET agent_id = $2, session_id = $3, updated_at = $4, channel = $5,
                      chat_type = $6, person_id = $7, agent_identity = $8, revision = $9,
-                     entry = $10
+                     entry = $10, status = $11
                  WHERE session_key = $1",
                 self.table("sessions")
             )
         } else {
             format!(
                 "INSERT INTO {} (session_key, agent_id, session_id, updated_at, channel,
-                     chat_type, person_id, agent_identity, revision, entry)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                     chat_type, person_id, agent_identity, revision, entry, status)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
                 self.table("sessions")
             )
         }
@@ -531,7 +533,7 @@ impl PostgresStore {
 }
 
 /// The parameters of [`PostgresStore::write_statement`].
-fn row_params(row: &SessionRow) -> [&(dyn ToSql + Sync); 10] {
+fn row_params(row: &SessionRow) -> [&(dyn ToSql + Sync); 11] {
     [
         &row.session_key,
         &row.agent_id,
@@ -543,6 +545,7 @@ fn row_params(row: &SessionRow) -> [&(dyn ToSql + Sync); 10] {
         &row.agent_identity,
         &row.revision,
         &row.entry,
+        &row.status,
     ]
 }
 

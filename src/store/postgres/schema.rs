@@ -69,4 +69,36 @@ CREATE INDEX search_messages_by_person ON {schema}.search_messages (person_id, a
 CREATE INDEX search_messages_uncategorized ON {schema}.search_messages (at) WHERE category IS NULL;
 CREATE INDEX search_messages_unembedded ON {schema}.search_messages (at) WHERE embedding IS NULL;
 "#,
+    r#"
+ALTER TABLE {schema}.sessions ADD COLUMN status TEXT NOT NULL DEFAULT 'idle';
+CREATE FUNCTION pg_temp.agent_sessions_status(entry TEXT) RETURNS TEXT LANGUAGE plpgsql AS $$
+DECLARE parsed JSONB;
+BEGIN
+    parsed := entry::jsonb;
+    IF jsonb_typeof(parsed -> 'status') = 'string' THEN
+        RETURN parsed ->> 'status';
+    END IF;
+    RETURN NULL;
+EXCEPTION WHEN others THEN
+    RETURN NULL;
+END $$;
+UPDATE {schema}.sessions SET status = COALESCE(pg_temp.agent_sessions_status(entry), 'idle');
+CREATE INDEX sessions_by_status ON {schema}.sessions (status, updated_at DESC);
+CREATE TABLE {schema}.closed_sessions (
+    session_id     TEXT PRIMARY KEY,
+    session_key    TEXT NOT NULL,
+    agent_id       TEXT NOT NULL,
+    updated_at     BIGINT NOT NULL,
+    channel        TEXT,
+    chat_type      TEXT,
+    person_id      TEXT,
+    agent_identity TEXT,
+    status         TEXT NOT NULL,
+    revision       BIGINT NOT NULL,
+    entry          TEXT NOT NULL,
+    closed_at      BIGINT NOT NULL
+);
+CREATE INDEX closed_sessions_by_key ON {schema}.closed_sessions (session_key, closed_at DESC);
+CREATE INDEX closed_sessions_by_activity ON {schema}.closed_sessions (updated_at DESC);
+"#,
 ];

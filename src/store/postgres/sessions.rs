@@ -81,6 +81,11 @@ impl SessionStore for PostgresStore {
                 Err(e) => Err(pg_error("commit")(e)),
             };
         }
+        if let Some(closed) = replaced_session(current.as_ref().map(|s| &s.entry), slot.as_ref()) {
+            if let Err(error) = self.keep_closed(open.client(), key, &closed).await {
+                return Err(open.abandon(error).await);
+            }
+        }
         let (statement, row) = match &slot {
             Some(entry) => match SessionRow::new(key, entry) {
                 Ok(row) => (self.write_statement(current.is_some()), Some(row)),
@@ -121,12 +126,12 @@ impl SessionStore for PostgresStore {
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
         let clause = sql::session_filter(filter, &|n| format!("${n}"));
-        let statement = format!(
-            "SELECT session_key, revision, entry FROM {}{} \
-             ORDER BY updated_at DESC, session_key COLLATE \"C\" ASC{}",
-            self.table("sessions"),
-            clause.sql,
-            sql::Where::limit(filter.limit)
+        let statement = sql::list_query(
+            filter,
+            &clause,
+            &self.table("sessions"),
+            &self.table("closed_sessions"),
+            "session_key COLLATE \"C\"",
         );
         let values = params(&clause.values);
         let client = self.client().await?;
@@ -156,6 +161,21 @@ impl SessionStore for PostgresStore {
         Ok(usize::try_from(count).unwrap_or(0))
     }
 
+    async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
+        let client = self.client().await?;
+        let removed = client
+            .execute(
+                &format!(
+                    "DELETE FROM {} WHERE session_id = ANY($1)",
+                    self.table("closed_sessions")
+                ),
+                &[&session_ids],
+            )
+            .await
+            .map_err(pg_error("remove closed sessions"))?;
+        Ok(usize::try_from(removed).unwrap_or(usize::MAX))
+    }
+
     async fn unreadable(&self) -> Result<Vec<crate::store::UnreadableEntry>> {
         let client = self.client().await?;
         let rows = client
@@ -172,5 +192,56 @@ impl SessionStore for PostgresStore {
             &self.location,
             rows.iter().map(|row| (row.get(0), row.get(1), row.get(2))),
         ))
+    }
+}
+
+impl PostgresStore {
+    /// Keeps `closed`, the session an update replaced under `key`, as a closed row (and
+    /// drops the key's oldest closed rows beyond the bound), in the open transaction.
+    async fn keep_closed(
+        &self,
+        client: &Object,
+        key: &SessionKey,
+        closed: &crate::entry::SessionEntry,
+    ) -> Result<()> {
+        let row = SessionRow::new(key, closed)?;
+        let closed_at = sql::to_i64(closed.closed_at.unwrap_or(closed.updated_at));
+        let table = self.table("closed_sessions");
+        client
+            .execute(
+                &format!(
+                    "INSERT INTO {table} (session_id, session_key, agent_id, updated_at, channel,
+                         chat_type, person_id, agent_identity, status, revision, entry, closed_at)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+                     ON CONFLICT (session_id) DO UPDATE SET
+                         session_key = excluded.session_key, agent_id = excluded.agent_id,
+                         updated_at = excluded.updated_at, channel = excluded.channel,
+                         chat_type = excluded.chat_type, person_id = excluded.person_id,
+                         agent_identity = excluded.agent_identity, status = excluded.status,
+                         revision = excluded.revision, entry = excluded.entry,
+                         closed_at = excluded.closed_at"
+                ),
+                &[
+                    &row.session_id,
+                    &row.session_key,
+                    &row.agent_id,
+                    &row.updated_at,
+                    &row.channel,
+                    &row.chat_type,
+                    &row.person_id,
+                    &row.agent_identity,
+                    &row.status,
+                    &row.revision,
+                    &row.entry,
+                    &closed_at,
+                ],
+            )
+            .await
+            .map_err(pg_error("keep a closed session"))?;
+        client
+            .execute(&sql::trim_closed_sql(&table, "$1"), &[&row.session_key])
+            .await
+            .map_err(pg_error("keep a closed session"))?;
+        Ok(())
     }
 }

@@ -167,3 +167,93 @@ fn schemas_are_plain_identifiers() {
         assert!(!valid_schema(bad), "{bad:?}");
     }
 }
+
+#[tokio::test]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+async fn a_version_2_schema_gains_statuses_and_closed_sessions_and_keeps_its_sessions() {
+    use crate::entry::SessionStatus;
+    let schema = format!("unit_v2_{}", uuid::Uuid::new_v4().simple());
+    let (admin, connection) = tokio_postgres::connect(&server(), NoTls).await.unwrap();
+    tokio::spawn(connection);
+    admin
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema};
+             CREATE TABLE {schema}.schema_migrations (
+                 version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL);
+             INSERT INTO {schema}.schema_migrations VALUES (1, 0), (2, 0);"
+        ))
+        .await
+        .unwrap();
+    for migration in &MIGRATIONS[..2] {
+        admin
+            .batch_execute(&migration.replace("{schema}", &schema))
+            .await
+            .unwrap();
+    }
+    // Rows as version 2 wrote them (no status column), and one that is not JSON.
+    let rows = [
+        (
+            "agent:main:main",
+            "s-1",
+            2,
+            r#"{"sessionId":"s-1","updatedAt":2}"#,
+        ),
+        (
+            "agent:main:cli:hidden",
+            "s-2",
+            1,
+            r#"{"sessionId":"s-2","updatedAt":1,"status":"inactive"}"#,
+        ),
+        ("agent:main:cli:broken", "s-x", 0, "{not json"),
+    ];
+    for (key, id, updated_at, json) in rows {
+        admin
+            .execute(
+                &format!(
+                    "INSERT INTO {schema}.sessions (session_key, agent_id, session_id, updated_at,
+                         revision, entry) VALUES ($1, 'main', $2, $3, 0, $4)"
+                ),
+                &[&key, &id, &(updated_at as i64), &json],
+            )
+            .await
+            .unwrap();
+    }
+    let store = PostgresStore::connect_with(&server(), PostgresOptions::in_schema(&schema))
+        .await
+        .unwrap();
+    let listed = |filter: ListFilter| {
+        let store = store.clone();
+        async move {
+            store
+                .list(&filter)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|s| s.entry.session_id)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        listed(ListFilter::new()).await,
+        ["s-1"],
+        "inactive is hidden"
+    );
+    assert_eq!(listed(ListFilter::all()).await, ["s-1", "s-2"]);
+    assert_eq!(
+        listed(ListFilter::new().status(SessionStatus::Inactive)).await,
+        ["s-2"]
+    );
+    store
+        .put(&key(), SessionEntry::new("s-3", 3))
+        .await
+        .unwrap();
+    assert_eq!(
+        listed(ListFilter::new().status(SessionStatus::Closed)).await,
+        ["s-1"],
+        "the replaced session is kept closed"
+    );
+    store.drop_schema().await.unwrap();
+}

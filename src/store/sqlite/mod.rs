@@ -12,7 +12,9 @@ use rusqlite::{
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use super::sql::{self, decode, log_records, LogColumns, SessionRow, SqlValue};
-use super::{run_mutator, Durability, ListFilter, Mutator, SessionStore, StoredSession};
+use super::{
+    replaced_session, run_mutator, Durability, ListFilter, Mutator, SessionStore, StoredSession,
+};
 use crate::error::{Error, Result};
 use crate::fsutil::{blocking, create_private_dir_all};
 use crate::key::{AgentId, SessionKey};
@@ -315,14 +317,14 @@ fn to_sql(value: &SqlValue) -> rusqlite::types::Value {
 fn write_row(tx: &Connection, row: &SessionRow) -> Result<()> {
     tx.prepare_cached(
         "INSERT INTO sessions (session_key, agent_id, session_id, updated_at, channel, chat_type,
-             person_id, agent_identity, revision, entry)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+             person_id, agent_identity, revision, entry, status)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
          ON CONFLICT (session_key) DO UPDATE SET
              agent_id = excluded.agent_id, session_id = excluded.session_id,
              updated_at = excluded.updated_at, channel = excluded.channel,
              chat_type = excluded.chat_type, person_id = excluded.person_id,
              agent_identity = excluded.agent_identity, revision = excluded.revision,
-             entry = excluded.entry",
+             entry = excluded.entry, status = excluded.status",
     )
     .and_then(|mut statement| {
         statement.execute(params![
@@ -335,10 +337,45 @@ fn write_row(tx: &Connection, row: &SessionRow) -> Result<()> {
             row.person_id,
             row.agent_identity,
             row.revision,
-            row.entry
+            row.entry,
+            row.status
         ])
     })
     .map_err(db_error("write a session"))?;
+    Ok(())
+}
+
+/// Keeps a session replaced under its key as a closed row (and drops the key's
+/// oldest closed rows beyond the bound), in the caller's transaction.
+fn write_closed_row(tx: &Connection, row: &SessionRow, closed_at: i64) -> Result<()> {
+    tx.prepare_cached(
+        "INSERT OR REPLACE INTO closed_sessions (session_id, session_key, agent_id, updated_at,
+             channel, chat_type, person_id, agent_identity, status, revision, entry, closed_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+    )
+    .and_then(|mut statement| {
+        statement.execute(params![
+            row.session_id,
+            row.session_key,
+            row.agent_id,
+            row.updated_at,
+            row.channel,
+            row.chat_type,
+            row.person_id,
+            row.agent_identity,
+            row.status,
+            row.revision,
+            row.entry,
+            closed_at
+        ])
+    })
+    .and_then(|_| {
+        tx.execute(
+            &sql::trim_closed_sql("closed_sessions", "?1"),
+            [row.session_key.as_str()],
+        )
+    })
+    .map_err(db_error("keep a closed session"))?;
     Ok(())
 }
 

@@ -75,6 +75,28 @@ CREATE TRIGGER search_messages_indexed AFTER INSERT ON search_messages BEGIN
     INSERT INTO search_text (rowid, text) VALUES (new.rowid, new.text);
 END;
 "#,
+    r#"
+ALTER TABLE sessions ADD COLUMN status TEXT NOT NULL DEFAULT 'idle';
+UPDATE sessions SET status = COALESCE(json_extract(entry, '$.status'), 'idle')
+    WHERE json_valid(entry) AND json_type(entry, '$.status') = 'text';
+CREATE INDEX sessions_by_status ON sessions (status, updated_at DESC);
+CREATE TABLE closed_sessions (
+    session_id     TEXT PRIMARY KEY,
+    session_key    TEXT NOT NULL,
+    agent_id       TEXT NOT NULL,
+    updated_at     INTEGER NOT NULL,
+    channel        TEXT,
+    chat_type      TEXT,
+    person_id      TEXT,
+    agent_identity TEXT,
+    status         TEXT NOT NULL,
+    revision       INTEGER NOT NULL,
+    entry          TEXT NOT NULL,
+    closed_at      INTEGER NOT NULL
+);
+CREATE INDEX closed_sessions_by_key ON closed_sessions (session_key, closed_at DESC);
+CREATE INDEX closed_sessions_by_activity ON closed_sessions (updated_at DESC);
+"#,
 ];
 
 pub(super) fn schema_version(connection: &Connection) -> Result<i64> {

@@ -44,11 +44,12 @@ impl SessionStore for SqliteStore {
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
         let clause = sql::session_filter(filter, &|n| format!("?{n}"));
-        let query = format!(
-            "SELECT session_key, revision, entry FROM sessions{} \
-             ORDER BY updated_at DESC, session_key ASC{}",
-            clause.sql,
-            sql::Where::limit(filter.limit)
+        let query = sql::list_query(
+            filter,
+            &clause,
+            "sessions",
+            "closed_sessions",
+            "session_key",
         );
         let rows: Vec<(String, i64, String)> = self
             .read(move |c| {
@@ -104,6 +105,23 @@ impl SessionStore for SqliteStore {
             rows.iter().map(|(k, r, j)| (k.as_str(), *r, j.as_str())),
         ))
     }
+
+    async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
+        let ids = session_ids.to_vec();
+        let guard = self.lock().await;
+        let (_guard, removed) = self
+            .run(guard, move |c| {
+                let mut removed = 0;
+                for id in &ids {
+                    removed += c
+                        .execute("DELETE FROM closed_sessions WHERE session_id = ?1", [id])
+                        .map_err(db_error("remove a closed session"))?;
+                }
+                Ok(removed)
+            })
+            .await?;
+        Ok(removed)
+    }
 }
 
 /// What an update does to one row.
@@ -114,6 +132,8 @@ struct Change {
     after: Option<(SessionKey, Option<crate::entry::SessionEntry>)>,
     /// The row to write (`None` with a change: delete).
     row: Option<SessionRow>,
+    /// The session the change replaced, kept closed, and when it closed.
+    closed: Option<(SessionRow, i64)>,
 }
 
 impl Change {
@@ -167,22 +187,31 @@ fn change(
             current,
             after: None,
             row: None,
+            closed: None,
         });
     }
     let row = slot
         .as_ref()
         .map(|entry| SessionRow::new(key, entry))
         .transpose()?;
+    let closed = replaced_session(current.as_ref().map(|s| &s.entry), slot.as_ref())
+        .map(|entry| {
+            let closed_at = sql::to_i64(entry.closed_at.unwrap_or(entry.updated_at));
+            SessionRow::new(key, &entry).map(|row| (row, closed_at))
+        })
+        .transpose()?;
     Ok(Change {
         current,
         after: Some((key.clone(), slot)),
         row,
+        closed,
     })
 }
 
 /// What the finishing step needs of a change: write this row, delete, or roll back.
 enum Finish {
-    Write(Box<SessionRow>),
+    /// Write the row, and keep the replaced session closed.
+    Write(Box<SessionRow>, Option<Box<(SessionRow, i64)>>),
     Delete,
     RollBack,
 }
@@ -192,8 +221,9 @@ fn change_summary(change: &Result<Change>) -> Finish {
         Ok(Change {
             after: Some(_),
             row: Some(row),
+            closed,
             ..
-        }) => Finish::Write(Box::new(row.clone())),
+        }) => Finish::Write(Box::new(row.clone()), closed.clone().map(Box::new)),
         Ok(Change { after: Some(_), .. }) => Finish::Delete,
         _ => Finish::RollBack,
     }
@@ -205,7 +235,10 @@ fn finish_update(c: &mut Connection, key: &SessionKey, finish: &Finish) -> Resul
         Finish::RollBack => {
             return c.execute_batch("ROLLBACK").map_err(db_error("roll back"));
         }
-        Finish::Write(row) => write_row(c, row),
+        Finish::Write(row, closed) => write_row(c, row).and_then(|()| match closed {
+            Some(closed) => write_closed_row(c, &closed.0, closed.1),
+            None => Ok(()),
+        }),
         Finish::Delete => c
             .execute(
                 "DELETE FROM sessions WHERE session_key = ?1",

@@ -54,7 +54,10 @@ async fn a_version_1_database_gains_the_search_tables_and_keeps_its_sessions() {
         .unwrap();
     drop(store);
     let store = SqliteStore::open(&path).unwrap();
-    assert_eq!(store.schema_version().await.unwrap(), 2);
+    assert_eq!(
+        store.schema_version().await.unwrap(),
+        MIGRATIONS.len() as i64
+    );
     assert_eq!(
         store.get(&key()).await.unwrap().unwrap().entry.session_id,
         "s-1"
@@ -156,4 +159,85 @@ async fn the_database_and_its_journal_are_owner_only() {
     let wal = path.with_file_name("sessions.db-wal");
     assert!(wal.exists(), "WAL mode");
     assert_eq!(mode(&wal), 0o600);
+}
+
+#[tokio::test]
+async fn a_version_2_database_gains_statuses_and_closed_sessions_and_keeps_its_sessions() {
+    use crate::entry::SessionStatus;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    let hidden = SessionKey::parse("agent:main:cli:hidden").unwrap();
+    {
+        let old = Connection::open(&path).unwrap();
+        old.execute_batch(MIGRATIONS[0]).unwrap();
+        old.execute_batch(MIGRATIONS[1]).unwrap();
+        old.execute_batch(
+            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL);
+             INSERT INTO schema_migrations VALUES (1, 0), (2, 0);",
+        )
+        .unwrap();
+        // Rows as version 2 wrote them: no status column, the status in the JSON only.
+        let rows = [
+            (key(), r#"{"sessionId":"s-1","updatedAt":2}"#),
+            (
+                hidden.clone(),
+                r#"{"sessionId":"s-2","updatedAt":1,"status":"inactive"}"#,
+            ),
+        ];
+        for (k, json) in rows {
+            let entry: SessionEntry = serde_json::from_str(json).unwrap();
+            let mut row = SessionRow::new(&k, &entry).unwrap();
+            row.entry = json.to_owned();
+            old.execute(
+                "INSERT INTO sessions (session_key, agent_id, session_id, updated_at, channel,
+                     chat_type, person_id, agent_identity, revision, entry)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                params![
+                    row.session_key,
+                    row.agent_id,
+                    row.session_id,
+                    row.updated_at,
+                    row.channel,
+                    row.chat_type,
+                    row.person_id,
+                    row.agent_identity,
+                    row.revision,
+                    row.entry
+                ],
+            )
+            .unwrap();
+        }
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    let listed = |filter: ListFilter| {
+        let store = store.clone();
+        async move {
+            store
+                .list(&filter)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|s| s.entry.session_id)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        listed(ListFilter::new()).await,
+        ["s-1"],
+        "inactive is hidden"
+    );
+    assert_eq!(listed(ListFilter::all()).await, ["s-1", "s-2"]);
+    assert_eq!(
+        listed(ListFilter::new().status(SessionStatus::Inactive)).await,
+        ["s-2"]
+    );
+    store
+        .put(&key(), SessionEntry::new("s-3", 3))
+        .await
+        .unwrap();
+    assert_eq!(
+        listed(ListFilter::new().status(SessionStatus::Closed)).await,
+        ["s-1"],
+        "the replaced session is kept closed"
+    );
 }
