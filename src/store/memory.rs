@@ -6,7 +6,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use async_trait::async_trait;
 
 use super::{
-    entry_revision, run_mutator, ListFilter, Mutator, Revision, SessionStore, StoredSession,
+    entry_revision, run_many_mutator, run_mutator, ListFilter, ManyMutator, Mutator, Revision,
+    SessionStore, Slots, StoredSession,
 };
 use crate::entry::SessionEntry;
 use crate::error::{Error, Result};
@@ -104,6 +105,56 @@ impl SessionStore for MemoryStore {
                 }))
             }
         }
+    }
+
+    async fn apply_many(
+        &self,
+        keys: &[SessionKey],
+        mutator: &mut ManyMutator<'_>,
+    ) -> Result<Slots> {
+        let mut sessions = self.sessions();
+        let before = Slots::new(keys, |key| {
+            sessions
+                .get(key)
+                .map(|slot| (slot.entry.clone(), slot.revision))
+        });
+        let mut after = run_many_mutator(mutator, &before)?;
+        // Every new revision first: a failure to serialise leaves the map untouched.
+        let mut revisions = Vec::with_capacity(after.len());
+        for (slot, old) in after.iter().zip(&before) {
+            let revision = match &slot.entry {
+                Some(entry) if slot.entry != old.entry => {
+                    Some(entry_revision(entry).map_err(|source| Error::Serialize {
+                        key: slot.key().clone(),
+                        source,
+                    })?)
+                }
+                Some(_) => old.revision(),
+                None => None,
+            };
+            revisions.push(revision);
+        }
+        for ((slot, old), revision) in after.slots.iter_mut().zip(&before).zip(revisions) {
+            slot.revision = revision;
+            if slot.entry == old.entry {
+                continue;
+            }
+            match (&slot.entry, revision) {
+                (Some(entry), Some(revision)) => {
+                    sessions.insert(
+                        slot.key.clone(),
+                        Slot {
+                            entry: entry.clone(),
+                            revision,
+                        },
+                    );
+                }
+                _ => {
+                    sessions.remove(&slot.key);
+                }
+            }
+        }
+        Ok(after)
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
