@@ -3,8 +3,10 @@
 //! [`SessionStore`] is the seam every backend implements. It is shaped around one
 //! operation, [`SessionStore::apply`]: an atomic read-modify-write of one key. A file
 //! store runs it under its lock; a SQL store runs it in a transaction with a row lock;
-//! nothing requires loading every entry. [`SessionStoreExt`] builds the convenient calls
-//! (`update`, `with_session`, `put`, `compare_and_set`) on top, for every store.
+//! nothing requires loading every entry. [`SessionStore::apply_many`] does the same for
+//! several keys at once, all or nothing. [`SessionStoreExt`] builds the convenient calls
+//! (`update`, `update_many`, `with_session`, `put`, `compare_and_set`) on top, for every
+//! store.
 //!
 //! ```
 //! use agent_sessions::prelude::*;
