@@ -44,6 +44,9 @@ mod sql;
 mod sql_transcripts;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres"))))]
+pub mod views;
 
 use std::cmp::Reverse;
 use std::fmt;
