@@ -6,7 +6,9 @@
 //! [`PostgresStore::create_views`](crate::store::PostgresStore::create_views) (or
 //! `agent-sessions views create`), remove them with `drop_views`. Creating them again
 //! replaces them (idempotent); dropping views that are not there is no error. The views
-//! are read-only: sessions and messages are written through the crate.
+//! are read-only: sessions and messages are written through the crate. They depend on
+//! the tables: drop them before an upgrade whose schema migration changes the tables,
+//! and create them again after.
 //!
 //! | view | shape of | rows |
 //! | --- | --- | --- |
