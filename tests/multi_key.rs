@@ -316,3 +316,67 @@ async fn an_agent_scoped_store_refuses_another_agents_key_among_many() {
         .unwrap();
     assert!(shared.get(&own).await.unwrap().is_some());
 }
+
+/// Updates the sessions of `keys` with a mutator that panics, in a task of its own.
+async fn panic_in_update_many<S: SessionStore + Clone + 'static>(store: &S, keys: &[SessionKey]) {
+    let (store, keys) = (store.clone(), keys.to_vec());
+    let joined = tokio::spawn(async move {
+        store
+            .update_many(&keys, |slots| {
+                for slot in slots.iter_mut() {
+                    slot.entry = Some(SessionEntry::new("never-written", 1));
+                }
+                panic!("the mutator panics (this panic is expected by the test)");
+            })
+            .await
+    })
+    .await;
+    assert!(joined.is_err_and(|e| e.is_panic()));
+}
+
+/// A panicking mutator releases the JSON store's lock file at once: OpenClaw, or
+/// another process, is not kept waiting until this process writes again.
+#[tokio::test]
+async fn a_panicking_mutator_releases_the_json_lock_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = common::store(dir.path());
+    let keys = [
+        key("agent:main:telegram:dm:1"),
+        key("agent:main:telegram:dm:2"),
+    ];
+    store
+        .put(&keys[0], SessionEntry::new("s-1", 1))
+        .await
+        .unwrap();
+    let file = common::main_store_file(dir.path());
+    let before = std::fs::read(&file).unwrap();
+    panic_in_update_many(&store, &keys).await;
+    let mut lock = file.clone().into_os_string();
+    lock.push(".lock");
+    assert!(
+        !std::path::Path::new(&lock).exists(),
+        "the lock file is released"
+    );
+    assert!(std::fs::read(&file).unwrap() == before, "nothing written");
+}
+
+/// A panicking mutator rolls the SQLite transaction back at once: another process can
+/// write without waiting for this store's next call.
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_mutator_releases_the_sqlite_write_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let store = agent_sessions::store::SqliteStore::open(&path).unwrap();
+    let keys = [
+        key("agent:main:telegram:dm:1"),
+        key("agent:main:telegram:dm:2"),
+    ];
+    panic_in_update_many(&store, &keys).await;
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.busy_timeout(std::time::Duration::ZERO).unwrap();
+    other
+        .execute_batch("BEGIN IMMEDIATE; ROLLBACK;")
+        .expect("the write lock is free");
+    assert!(store.is_empty().await.unwrap(), "nothing written");
+}

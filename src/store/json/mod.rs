@@ -1025,7 +1025,21 @@ impl SessionStore for JsonFileStore {
             self.lock_file(&path, started, &mut state).await?;
         }
         let batch = state.open.as_mut().expect("a batch is open");
-        let applied = self.change_many(&mut batch.document, &keys, &path, mutator);
+        let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.change_many(&mut batch.document, &keys, &path, mutator)
+        }));
+        let applied = match applied {
+            Ok(applied) => applied,
+            Err(panic) => {
+                // The mutator panicked before anything of it reached the document: write
+                // what other writers left in the batch and release the lock file (which
+                // would otherwise stay taken until this process's next write), then let
+                // the panic go on.
+                let batch = state.open.take().expect("a batch is open");
+                let _ = self.commit(&path, state, batch).await;
+                std::panic::resume_unwind(panic);
+            }
+        };
         let member = match &applied {
             Ok((_, true)) => {
                 batch.members += 1;

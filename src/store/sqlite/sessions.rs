@@ -53,7 +53,19 @@ impl SessionStore for SqliteStore {
         // read, so no other writer can change one of them before the write.
         let guard = self.lock().await;
         let (guard, rows) = self.run(guard, move |c| begin_many(c, &raw)).await?;
-        let changed = sql::change_many(&self.inner.path, keys, rows, mutator);
+        let changed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            sql::change_many(&self.inner.path, keys, rows, mutator)
+        }));
+        let changed = match changed {
+            Ok(changed) => changed,
+            Err(panic) => {
+                // Roll back at once: the transaction holds the database's write lock,
+                // which other processes would otherwise wait for until this store's
+                // next call.
+                let _ = self.run(guard, |c| finish_many(c, None)).await;
+                std::panic::resume_unwind(panic);
+            }
+        };
         let writes = match &changed {
             Ok((_, writes)) if !writes.is_empty() => Some(writes.clone()),
             _ => None,
