@@ -17,6 +17,11 @@
 //!
 //! The generated tests use `#[tokio::test]`, so the calling crate needs `tokio` (with
 //! the `macros` and `rt-multi-thread` features) among its dev-dependencies.
+//!
+//! The multi-key cases (`update_many_*`, `*_many_mutator_*`,
+//! `concurrent_many_updates_*`) need a real
+//! [`SessionStore::apply_many`]: a store relying on the trait's default, which refuses
+//! two keys or more, fails them.
 
 pub mod transcripts;
 
