@@ -20,6 +20,10 @@ struct Written {
     message_ids: [String; 2],
 }
 
+fn droid_key() -> SessionKey {
+    SessionKey::parse("agent:reggie_fd:telegram:dm:99").unwrap()
+}
+
 /// Writes the data through the manager, the way a host does.
 async fn write_through_the_api(manager: &SessionManager) -> Written {
     let resolution = manager
@@ -75,6 +79,15 @@ async fn write_through_the_api(manager: &SessionManager) -> Written {
             .and_then(|log| log.message_id.clone())
             .expect("a logged message has an id")
     };
+    // A session of another engine variant, whose id is not a UUID.
+    let mut droid = SessionEntry::new("sess_xyz", 1_770_000_000_000);
+    droid.person_id = Some(PERSON.into());
+    droid.engine_session_ids = Some(
+        [("droid".to_owned(), "d-1".to_owned())]
+            .into_iter()
+            .collect(),
+    );
+    store.put(&droid_key(), droid).await.unwrap();
     Written {
         session_id: store.get(&key).await.unwrap().unwrap().entry.session_id,
         key,
@@ -157,6 +170,20 @@ mod sqlite {
                 written.session_id.as_str(),
                 "whatsapp"
             )
+        );
+
+        // The other engine variant: its engine and the engine's own session id.
+        let droid: (String, String, String) = c
+            .query_row(
+                "SELECT id, engine_type, engine_session_id \
+                 FROM brainframe.type2_sessions WHERE person_id = $1 AND agent_name = $2",
+                params![PERSON, "reggie_fd"],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap();
+        assert_eq!(
+            droid,
+            ("sess_xyz".to_owned(), "droid".to_owned(), "d-1".to_owned())
         );
 
         // RABS, switching engine types: SELECT summary FROM type2_sessions WHERE person_id AND agent_identity
@@ -484,6 +511,26 @@ mod postgres {
                 ("updated_at", Type::TIMESTAMPTZ),
             ],
             "RABS's type2_sessions columns and types"
+        );
+
+        // The other engine variant: an id that is not a UUID becomes one (the same
+        // every time), and the engine's own session id.
+        let droid_sql = rabs_sql(
+            "SELECT id, engine_type, engine_session_id FROM brainframe.type2_sessions \
+             WHERE person_id = $1 AND agent_name = $2",
+        );
+        let droid = client
+            .query_one(&droid_sql, &[&PERSON, &"reggie_fd"])
+            .await
+            .unwrap();
+        let again = client
+            .query_one(&droid_sql, &[&PERSON, &"reggie_fd"])
+            .await
+            .unwrap();
+        assert_eq!(droid.get::<_, PgUuid>(0), again.get::<_, PgUuid>(0));
+        assert_eq!(
+            (droid.get::<_, String>(1), droid.get::<_, String>(2)),
+            ("droid".to_owned(), "d-1".to_owned())
         );
 
         // RABS, switching engine types: SELECT summary FROM type2_sessions WHERE person_id AND agent_identity
