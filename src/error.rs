@@ -152,6 +152,23 @@ pub enum Error {
         actual: Option<Revision>,
     },
 
+    /// An update of several sessions at once
+    /// ([`SessionStore::apply_many`](crate::SessionStore::apply_many)) named two
+    /// sessions the store cannot change in one atomic step, and nothing was written.
+    ///
+    /// The JSON store keeps each agent's sessions in a file of its own and one write
+    /// replaces one file, so it refuses keys whose sessions live in different files; a
+    /// store that does not implement multi-key updates refuses any two keys.
+    #[error("cannot update sessions {first} and {second} in one atomic step: {reason}")]
+    NotAtomic {
+        /// The first key of the request.
+        first: SessionKey,
+        /// A key that cannot be updated together with `first`.
+        second: SessionKey,
+        /// Why not.
+        reason: String,
+    },
+
     /// The operation needs an existing session and there is none.
     #[error("no session {key}")]
     NotFound {

@@ -119,6 +119,87 @@ pub struct ExportArgs {
     scope: Scope,
 }
 
+/// What `views` does, and (PostgreSQL) where the views go.
+#[derive(Debug, Args)]
+pub struct ViewsArgs {
+    /// `create` (or re-create: idempotent) or `drop` the views.
+    action: ViewsAction,
+    /// PostgreSQL: the schema of type2_sessions and type2_messages.
+    #[arg(long, default_value = "brainframe")]
+    rabs_schema: String,
+    /// PostgreSQL: the schema of ClawOS's sessions view.
+    #[arg(long, default_value = "clawos")]
+    clawos_schema: String,
+}
+
+/// `views create` or `views drop`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ViewsAction {
+    /// Create the views, replacing those there.
+    Create,
+    /// Drop the views (the tables are untouched).
+    Drop,
+}
+
+/// `views`: creates or drops the SQL views over an existing database store.
+async fn views(store: &str, json: bool, args: ViewsArgs) -> Outcome {
+    // The store must exist (and is migrated): views over missing tables are no use.
+    let backend = Backend::open_with(store, OpenMode::Existing).await?;
+    let shown = without_password(store);
+    let names = match backend.url() {
+        StoreUrl::Sqlite(file) => {
+            let db = agent_sessions::store::SqliteStore::open(file)?;
+            match args.action {
+                ViewsAction::Create => db.create_views().await?,
+                ViewsAction::Drop => db.drop_views().await?,
+            }
+            vec!["type2_sessions", "type2_messages", "clawos_sessions"]
+                .into_iter()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        }
+        StoreUrl::Postgres { url, schema } => {
+            let options = match schema {
+                Some(schema) => agent_sessions::store::PostgresOptions::in_schema(schema),
+                None => agent_sessions::store::PostgresOptions::default(),
+            };
+            let db = agent_sessions::store::PostgresStore::connect_with(url, options).await?;
+            let schemas = agent_sessions::store::views::ViewSchemas::new(
+                &args.rabs_schema,
+                &args.clawos_schema,
+            );
+            match args.action {
+                ViewsAction::Create => db.create_views(&schemas).await?,
+                ViewsAction::Drop => db.drop_views(&schemas).await?,
+            }
+            vec![
+                format!("{}.type2_sessions", args.rabs_schema),
+                format!("{}.type2_messages", args.rabs_schema),
+                format!("{}.sessions", args.clawos_schema),
+            ]
+        }
+        _ => {
+            return Err(failure(
+                EXIT_USAGE,
+                format!("views need a SQLite or PostgreSQL store, not {shown}"),
+            ))
+        }
+    };
+    let action = match args.action {
+        ViewsAction::Create => "created",
+        ViewsAction::Drop => "dropped",
+    };
+    if json {
+        output::emit(format_args!(
+            "{}\n",
+            json!({"action": action, "store": shown, "views": names})
+        ));
+    } else {
+        output::emit(format_args!("{action} {} in {shown}\n", names.join(", ")));
+    }
+    Ok(())
+}
+
 /// How `serve` listens and whom it lets in.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -279,6 +360,10 @@ fn refuse_ignored(given: Given, command: &Command) -> Outcome {
             "doctor",
             &[("--agent", given.agent, "it examines every agent")],
         ),
+        Command::Views(_) => (
+            "views",
+            &[("--agent", given.agent, "the views show every agent")],
+        ),
         Command::Serve(_) => (
             "serve",
             &[
@@ -348,6 +433,7 @@ pub async fn run(global: Global, given: Given, command: Command) -> Outcome {
             overwrite_conflicts,
         } => copy(&from, &to, json, overwrite_conflicts).await,
         Command::Serve(args) => serve(&global.store, given, args).await,
+        Command::Views(args) => views(&global.store, json, args).await,
         Command::Doctor {
             repair,
             prune_missing_transcripts,

@@ -129,6 +129,9 @@ enum Command {
     },
     /// Serve the sessions HTTP API (the session-kernel API) over --store until Ctrl-C.
     Serve(commands::ServeArgs),
+    /// Create or drop SQL views with the shapes RABS (type2_sessions, type2_messages)
+    /// and ClawOS (sessions) document, over a SQLite or PostgreSQL --store.
+    Views(commands::ViewsArgs),
     /// Copy everything from one store to another, resumably, and verify the copy.
     Migrate {
         /// The store to copy from.

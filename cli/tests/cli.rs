@@ -1457,3 +1457,104 @@ fn serve_help_names_each_flag_and_its_variable() {
         );
     }
 }
+
+/// `views create` and `views drop` on a SQLite store, again and again; a JSON tree, a
+/// missing database and `--agent` are refused.
+#[test]
+fn views_are_created_and_dropped_on_a_sqlite_store() {
+    let (tree, work, store) = imported();
+    // (arguments, exit code, what standard output or error says)
+    let cases: [(&[&str], i32, &str); 6] = [
+        (
+            &["views", "create"],
+            0,
+            "created type2_sessions, type2_messages, clawos_sessions in sqlite:",
+        ),
+        (&["views", "create"], 0, "created type2_sessions"),
+        (&["views", "drop"], 0, "dropped type2_sessions"),
+        (&["views", "drop"], 0, "dropped type2_sessions"),
+        (
+            &["--agent", "ops", "views", "create"],
+            2,
+            "--agent is not used by views",
+        ),
+        (&["views", "rename"], 2, "invalid value 'rename'"),
+    ];
+    for (args, expected, says) in cases {
+        let output = run(&store, args);
+        assert_eq!(code(&output), expected, "{args:?}: {}", stderr(&output));
+        let text = if expected == 0 {
+            String::from_utf8_lossy(&output.stdout).into_owned()
+        } else {
+            stderr(&output)
+        };
+        assert!(text.contains(says), "{args:?}: {text}");
+    }
+    let created = json(&run(&store, &["--json", "views", "create"]));
+    assert_eq!(created["action"], "created");
+    assert_eq!(created["views"][2], "clawos_sessions");
+
+    let json_tree = run(
+        &format!("json:{}", tree.path().display()),
+        &["views", "create"],
+    );
+    assert_eq!(code(&json_tree), 2, "{}", stderr(&json_tree));
+    assert!(stderr(&json_tree).contains("views need a SQLite or PostgreSQL store"));
+    let missing = work.path().join("missing.db");
+    let output = run(
+        &format!("sqlite:{}", missing.display()),
+        &["views", "create"],
+    );
+    assert_eq!(code(&output), 4, "{}", stderr(&output));
+    assert!(!missing.exists(), "nothing was created");
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+async fn views_are_created_and_dropped_on_a_postgres_store() {
+    let schema = common::TestSchema::new("cli_views");
+    let tree = common::openclaw_fixture();
+    let url = schema.url();
+    let imported = run(
+        &url,
+        &["import", "--openclaw", tree.path().to_str().unwrap()],
+    );
+    assert_eq!(code(&imported), 0, "{}", stderr(&imported));
+    let (rabs, clawos) = (
+        format!("{}_rabs", schema.name),
+        format!("{}_os", schema.name),
+    );
+    let (client, connection) = tokio_postgres::connect(&schema.server, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let flags = ["--rabs-schema", &rabs, "--clawos-schema", &clawos];
+    let created = run(&url, &[&["views", "create"][..], &flags].concat());
+    assert_eq!(code(&created), 0, "{}", stderr(&created));
+    let sessions: i64 = client
+        .query_one(&format!("SELECT count(*) FROM {clawos}.sessions"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(sessions, 3, "ClawOS's view shows the imported sessions");
+    let dropped = run(&url, &[&["views", "drop"][..], &flags].concat());
+    assert_eq!(code(&dropped), 0, "{}", stderr(&dropped));
+    let views: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_views WHERE schemaname IN ($1, $2)",
+            &[&rabs, &clawos],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(views, 0);
+    client
+        .batch_execute(&format!("DROP SCHEMA {rabs}; DROP SCHEMA {clawos}"))
+        .await
+        .unwrap();
+    schema.drop().await;
+}

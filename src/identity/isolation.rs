@@ -38,7 +38,7 @@ use chrono::{DateTime, Utc};
 use crate::entry::SessionEntry;
 use crate::error::{AccessDenial, Error, Result};
 use crate::key::{AgentId, SessionKey};
-use crate::store::{ListFilter, Mutator, SessionStore, StoredSession};
+use crate::store::{ListFilter, ManyMutator, Mutator, SessionStore, Slots, StoredSession};
 use crate::transcript::{
     ArchiveReason, LogQuery, LogRecord, Offset, SessionEvent, SessionHeader, TranscriptEntry,
     TranscriptExport, TranscriptRead, TranscriptRef, TranscriptStore, TranscriptSubscription,
@@ -114,6 +114,17 @@ impl<S: SessionStore> SessionStore for AgentScoped<S> {
     ) -> Result<Option<StoredSession>> {
         self.check_key(key)?;
         self.inner.apply(key, mutator).await
+    }
+
+    async fn apply_many(
+        &self,
+        keys: &[SessionKey],
+        mutator: &mut ManyMutator<'_>,
+    ) -> Result<Slots> {
+        for key in keys {
+            self.check_key(key)?;
+        }
+        self.inner.apply_many(keys, mutator).await
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {

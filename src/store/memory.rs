@@ -6,8 +6,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use async_trait::async_trait;
 
 use super::{
-    entry_revision, replaced_session, run_mutator, ListFilter, Mutator, Revision, SessionStore,
-    StoredSession, CLOSED_SESSIONS_PER_KEY,
+    entry_revision, replaced_session, run_many_mutator, run_mutator, ListFilter, ManyMutator,
+    Mutator, Revision, SessionStore, Slots, StoredSession, CLOSED_SESSIONS_PER_KEY,
 };
 use crate::entry::SessionEntry;
 use crate::error::{Error, Result};
@@ -46,6 +46,34 @@ struct Sessions {
 struct Slot {
     entry: SessionEntry,
     revision: Revision,
+}
+
+impl Sessions {
+    /// Keeps `closed`, the session `key` had before it was replaced, within
+    /// [`CLOSED_SESSIONS_PER_KEY`].
+    fn keep_closed(&mut self, key: &SessionKey, closed: SessionEntry) -> Result<()> {
+        let revision = entry_revision(&closed).map_err(|source| Error::Serialize {
+            key: key.clone(),
+            source,
+        })?;
+        let closed_log = &mut self.closed;
+        closed_log.retain(|c| c.entry.session_id != closed.session_id);
+        closed_log.push(StoredSession {
+            key: key.clone(),
+            entry: closed,
+            revision,
+        });
+        let of_key = closed_log.iter().filter(|c| c.key == *key).count();
+        if of_key > CLOSED_SESSIONS_PER_KEY {
+            let mut surplus = of_key - CLOSED_SESSIONS_PER_KEY;
+            closed_log.retain(|c| {
+                let drop = surplus > 0 && c.key == *key;
+                surplus -= usize::from(drop);
+                !drop
+            });
+        }
+        Ok(())
+    }
 }
 
 impl MemoryStore {
@@ -94,23 +122,7 @@ impl SessionStore for MemoryStore {
             source,
         };
         if let Some(closed) = replaced_session(before.as_ref(), after.as_ref()) {
-            let revision = entry_revision(&closed).map_err(serialize_error)?;
-            let closed_log = &mut sessions.closed;
-            closed_log.retain(|c| c.entry.session_id != closed.session_id);
-            closed_log.push(StoredSession {
-                key: key.clone(),
-                entry: closed,
-                revision,
-            });
-            let of_key = closed_log.iter().filter(|c| c.key == *key).count();
-            if of_key > CLOSED_SESSIONS_PER_KEY {
-                let mut surplus = of_key - CLOSED_SESSIONS_PER_KEY;
-                closed_log.retain(|c| {
-                    let drop = surplus > 0 && c.key == *key;
-                    surplus -= usize::from(drop);
-                    !drop
-                });
-            }
+            sessions.keep_closed(key, closed)?;
         }
         match after {
             None => {
@@ -133,6 +145,60 @@ impl SessionStore for MemoryStore {
                 }))
             }
         }
+    }
+
+    async fn apply_many(
+        &self,
+        keys: &[SessionKey],
+        mutator: &mut ManyMutator<'_>,
+    ) -> Result<Slots> {
+        let mut sessions = self.sessions();
+        let before = Slots::new(keys, |key| {
+            sessions
+                .live
+                .get(key)
+                .map(|slot| (slot.entry.clone(), slot.revision))
+        });
+        let mut after = run_many_mutator(mutator, &before)?;
+        // Every new revision first: a failure to serialise leaves the map untouched.
+        let mut revisions = Vec::with_capacity(after.len());
+        for (slot, old) in after.iter().zip(&before) {
+            let revision = match &slot.entry {
+                Some(entry) if slot.entry != old.entry => {
+                    Some(entry_revision(entry).map_err(|source| Error::Serialize {
+                        key: slot.key().clone(),
+                        source,
+                    })?)
+                }
+                Some(_) => old.revision(),
+                None => None,
+            };
+            revisions.push(revision);
+        }
+        for ((slot, old), revision) in after.slots.iter_mut().zip(&before).zip(revisions) {
+            slot.revision = revision;
+            if slot.entry == old.entry {
+                continue;
+            }
+            if let Some(closed) = replaced_session(old.entry.as_ref(), slot.entry.as_ref()) {
+                sessions.keep_closed(&slot.key, closed)?;
+            }
+            match (&slot.entry, revision) {
+                (Some(entry), Some(revision)) => {
+                    sessions.live.insert(
+                        slot.key.clone(),
+                        Slot {
+                            entry: entry.clone(),
+                            revision,
+                        },
+                    );
+                }
+                _ => {
+                    sessions.live.remove(&slot.key);
+                }
+            }
+        }
+        Ok(after)
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {

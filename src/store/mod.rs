@@ -3,8 +3,10 @@
 //! [`SessionStore`] is the seam every backend implements. It is shaped around one
 //! operation, [`SessionStore::apply`]: an atomic read-modify-write of one key. A file
 //! store runs it under its lock; a SQL store runs it in a transaction with a row lock;
-//! nothing requires loading every entry. [`SessionStoreExt`] builds the convenient calls
-//! (`update`, `with_session`, `put`, `compare_and_set`) on top, for every store.
+//! nothing requires loading every entry. [`SessionStore::apply_many`] does the same for
+//! several keys at once, all or nothing. [`SessionStoreExt`] builds the convenient calls
+//! (`update`, `update_many`, `with_session`, `put`, `compare_and_set`) on top, for every
+//! store.
 //!
 //! ```
 //! use agent_sessions::prelude::*;
@@ -42,6 +44,9 @@ mod sql;
 mod sql_transcripts;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres"))))]
+pub mod views;
 
 use std::cmp::Reverse;
 use std::fmt;
@@ -237,6 +242,217 @@ pub(crate) fn replaced_session(
             .unwrap_or_else(|| after.session_started_at.unwrap_or(after.updated_at)),
     );
     Some(closed)
+}
+
+/// One session of a [`SessionStore::apply_many`] call: its key, its entry, and the
+/// entry's revision.
+///
+/// The mutator changes [`entry`](Slot::entry): set it to create or replace the
+/// session, to `None` to delete it. The key and the revision cannot be changed: the
+/// revision is the one the entry had when it was read (in what `apply_many` returns:
+/// the one it has after the call).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Slot {
+    key: SessionKey,
+    /// The entry (`None`: there is no session under the key).
+    pub entry: Option<SessionEntry>,
+    revision: Option<Revision>,
+}
+
+impl Slot {
+    /// The session's key.
+    pub fn key(&self) -> &SessionKey {
+        &self.key
+    }
+
+    /// The entry's revision as read (`None`: there was no entry).
+    pub fn revision(&self) -> Option<Revision> {
+        self.revision
+    }
+}
+
+/// The sessions a [`SessionStore::apply_many`] call works on: one [`Slot`] per distinct
+/// key, in the order the keys were first given (a key given twice is one slot).
+///
+/// The set of keys is fixed: the mutator can create, change or delete the session of
+/// each key, but not reach any other.
+///
+/// ```
+/// use agent_sessions::prelude::*;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> agent_sessions::Result<()> {
+/// let store = MemoryStore::new();
+/// let from = SessionKey::parse("agent:main:telegram:dm:alice")?;
+/// let to = SessionKey::parse("agent:main:slack:dm:alice")?;
+/// store.put(&from, SessionEntry::new("s-1", 1)).await?;
+///
+/// // Move the label from one session to another, both or neither.
+/// store
+///     .update_many(&[from.clone(), to.clone()], |slots| {
+///         let label = slots.slot_mut(&from).and_then(|s| s.entry.as_mut()).and_then(|e| e.label.take());
+///         let target = slots.slot_mut(&to).expect("requested");
+///         target.entry.get_or_insert_with(|| SessionEntry::new("s-2", 2)).label = label;
+///     })
+///     .await?;
+/// assert_eq!(store.get(&to).await?.unwrap().entry.label, None);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Slots {
+    slots: Vec<Slot>,
+}
+
+impl Slots {
+    /// Slots for `keys` as read: `read(key)` is the stored entry and its revision.
+    /// Duplicate keys are merged (the first occurrence's place is kept).
+    pub fn new(
+        keys: &[SessionKey],
+        mut read: impl FnMut(&SessionKey) -> Option<(SessionEntry, Revision)>,
+    ) -> Slots {
+        Slots {
+            slots: distinct_keys(keys)
+                .into_iter()
+                .map(|key| {
+                    let (entry, revision) = read(&key).unzip();
+                    Slot {
+                        key,
+                        entry,
+                        revision,
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    /// Slots from sessions read for `keys` (`None`: no session under that key).
+    pub(crate) fn from_stored(keys: Vec<SessionKey>, stored: Vec<Option<StoredSession>>) -> Self {
+        Slots {
+            slots: keys
+                .into_iter()
+                .zip(stored)
+                .map(|(key, stored)| {
+                    let (entry, revision) = stored.map(|s| (s.entry, s.revision)).unzip();
+                    Slot {
+                        key,
+                        entry,
+                        revision,
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    /// How many sessions (distinct keys).
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// The keys, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &SessionKey> {
+        self.slots.iter().map(|slot| &slot.key)
+    }
+
+    /// The slots, in order.
+    pub fn iter(&self) -> std::slice::Iter<'_, Slot> {
+        self.slots.iter()
+    }
+
+    /// The slots, in order, to change.
+    pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, Slot> {
+        self.slots.iter_mut()
+    }
+
+    /// The slot of `key`, if `key` was requested.
+    pub fn slot(&self, key: &SessionKey) -> Option<&Slot> {
+        self.slots.iter().find(|slot| slot.key == *key)
+    }
+
+    /// The slot of `key` to change, if `key` was requested.
+    pub fn slot_mut(&mut self, key: &SessionKey) -> Option<&mut Slot> {
+        self.slots.iter_mut().find(|slot| slot.key == *key)
+    }
+
+    /// The entry under `key` (`None`: no session, or `key` was not requested).
+    pub fn get(&self, key: &SessionKey) -> Option<&SessionEntry> {
+        self.slot(key).and_then(|slot| slot.entry.as_ref())
+    }
+
+    /// The sessions that exist, as stored sessions.
+    ///
+    /// An entry whose revision is unknown (a `Slots` built by hand and changed) is
+    /// given the revision of its serialised form.
+    pub fn into_stored(self) -> Vec<StoredSession> {
+        self.slots
+            .into_iter()
+            .filter_map(|slot| {
+                let entry = slot.entry?;
+                let revision = slot
+                    .revision
+                    .or_else(|| entry_revision(&entry).ok())
+                    .unwrap_or(Revision(0));
+                Some(StoredSession {
+                    key: slot.key,
+                    entry,
+                    revision,
+                })
+            })
+            .collect()
+    }
+}
+
+impl<'a> IntoIterator for &'a Slots {
+    type Item = &'a Slot;
+    type IntoIter = std::slice::Iter<'a, Slot>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.slots.iter()
+    }
+}
+
+/// The function [`SessionStore::apply_many`] runs, once, on all the requested sessions
+/// together, under the store's lock or in its transaction.
+///
+/// Leaving every slot unchanged writes nothing; returning an error aborts and writes
+/// nothing. As with [`Mutator`], keep it free of side effects beyond the slots and its
+/// own captured state.
+pub type ManyMutator<'a> = dyn FnMut(&mut Slots) -> Result<()> + Send + 'a;
+
+/// The distinct keys of `keys`, in the order they first appear.
+pub(crate) fn distinct_keys(keys: &[SessionKey]) -> Vec<SessionKey> {
+    let mut distinct: Vec<SessionKey> = Vec::with_capacity(keys.len());
+    for key in keys {
+        if !distinct.contains(key) {
+            distinct.push(key.clone());
+        }
+    }
+    distinct
+}
+
+/// Runs `mutator` on a copy of `before` the way every store of this crate does (see
+/// [`run_mutator`]): every entry it changed leaves with its delivery fields in
+/// OpenClaw's saved shape. The revisions are those read.
+pub(crate) fn run_many_mutator(mutator: &mut ManyMutator<'_>, before: &Slots) -> Result<Slots> {
+    let mut after = before.clone();
+    mutator(&mut after)?;
+    for (slot, old) in after.slots.iter_mut().zip(&before.slots) {
+        // The mutator cannot add, remove or reorder slots; it could swap whole slots
+        // (`std::mem::swap`), so keys and revisions are restored from what was read.
+        slot.key = old.key.clone();
+        slot.revision = old.revision;
+        if slot.entry != old.entry {
+            if let Some(entry) = slot.entry.as_mut() {
+                crate::context::delivery::normalize_delivery_fields(entry);
+            }
+        }
+    }
+    Ok(after)
 }
 
 /// Which sessions [`SessionStore::list`] returns.
@@ -517,6 +733,65 @@ pub trait SessionStore: Send + Sync {
         mutator: &mut Mutator<'_>,
     ) -> Result<Option<StoredSession>>;
 
+    /// Atomically reads the sessions of several keys, runs `mutator` once on all of
+    /// them, and writes the result: every change or none (OpenClaw's
+    /// `updateSessionStore`, whose mutator sees the whole store).
+    ///
+    /// The mutator sees one [`Slot`] per distinct key (a key given twice is one slot,
+    /// in the place of its first occurrence) and may create, change or delete each;
+    /// every entry it changes is written with its delivery fields normalised, as
+    /// [`apply`](Self::apply) writes one. Returns the sessions as they are after the
+    /// call, in the same order, each with its current revision. Nothing is written
+    /// when the mutator changes nothing, returns an error (which the call returns) or
+    /// panics, or when one of the entries cannot be decoded
+    /// ([`Error::InvalidEntry`], every entry left as it is).
+    ///
+    /// The stores of this crate run it under one lock or in one transaction: the
+    /// memory store under its lock, SQLite and PostgreSQL in one transaction (locking
+    /// the keys in a fixed order, so two calls over overlapping keys cannot deadlock),
+    /// the JSON store under the lock of one `sessions.json` with one write — and it
+    /// refuses keys whose sessions live in different files ([`Error::NotAtomic`]:
+    /// different agents, unless [`JsonFileOptions::store_path`] puts every agent in
+    /// one file).
+    ///
+    /// The default, for stores that do not implement it, is atomic only for one
+    /// distinct key (it runs through [`apply`](Self::apply)) and refuses more with
+    /// [`Error::NotAtomic`], writing nothing: a single-key primitive cannot change
+    /// several keys all-or-nothing. The conformance suite checks real
+    /// implementations.
+    async fn apply_many(
+        &self,
+        keys: &[SessionKey],
+        mutator: &mut ManyMutator<'_>,
+    ) -> Result<Slots> {
+        let keys = distinct_keys(keys);
+        match keys.as_slice() {
+            [] => {
+                let mut slots = Slots::default();
+                mutator(&mut slots)?;
+                Ok(Slots::default())
+            }
+            [key] => {
+                let stored = self
+                    .apply(key, &mut |slot, revision| {
+                        let mut slots =
+                            Slots::new(std::slice::from_ref(key), |_| slot.clone().zip(revision));
+                        mutator(&mut slots)?;
+                        *slot = slots.slots.pop().and_then(|s| s.entry);
+                        Ok(())
+                    })
+                    .await?;
+                Ok(Slots::from_stored(keys, vec![stored]))
+            }
+            [first, second, ..] => Err(Error::NotAtomic {
+                first: first.clone(),
+                second: second.clone(),
+                reason: "this store does not implement updates of several sessions at once"
+                    .to_owned(),
+            }),
+        }
+    }
+
     /// Sessions matching `filter`, most recently updated first.
     ///
     /// An entry that cannot be decoded is skipped (and logged as a warning), never
@@ -582,6 +857,55 @@ pub trait SessionStoreExt: SessionStore {
         let mut result = None;
         self.apply(key, &mut |slot, _| {
             result = Some(f(slot));
+            Ok(())
+        })
+        .await?;
+        Ok(result.expect("a store runs the mutator before returning Ok"))
+    }
+
+    /// Atomic read-modify-write of several sessions at once; returns what `f` returns.
+    ///
+    /// `f` runs once on one [`Slot`] per distinct key and may create, change or delete
+    /// each session; the store writes every change or none (see
+    /// [`SessionStore::apply_many`], which also takes a mutator that can fail).
+    ///
+    /// ```
+    /// use agent_sessions::prelude::*;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// let store = MemoryStore::new();
+    /// let keys = [
+    ///     SessionKey::parse("agent:main:telegram:dm:alice")?,
+    ///     SessionKey::parse("agent:main:whatsapp:dm:alice")?,
+    /// ];
+    /// // Give both of Alice's sessions one label, in one step.
+    /// let created = store
+    ///     .update_many(&keys, |slots| {
+    ///         let mut created = 0;
+    ///         for slot in slots.iter_mut() {
+    ///             if slot.entry.is_none() {
+    ///                 created += 1;
+    ///             }
+    ///             slot.entry.get_or_insert_with(|| SessionEntry::new_session(1)).label =
+    ///                 Some("alice".into());
+    ///         }
+    ///         created
+    ///     })
+    ///     .await?;
+    /// assert_eq!(created, 2);
+    /// assert_eq!(store.count(&ListFilter::new()).await?, 2);
+    /// # Ok(())
+    /// # }
+    /// ```
+    async fn update_many<R, F>(&self, keys: &[SessionKey], mut f: F) -> Result<R>
+    where
+        F: FnMut(&mut Slots) -> R + Send,
+        R: Send,
+    {
+        let mut result = None;
+        self.apply_many(keys, &mut |slots| {
+            result = Some(f(slots));
             Ok(())
         })
         .await?;
@@ -698,6 +1022,14 @@ impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
         (**self).apply(key, mutator).await
     }
 
+    async fn apply_many(
+        &self,
+        keys: &[SessionKey],
+        mutator: &mut ManyMutator<'_>,
+    ) -> Result<Slots> {
+        (**self).apply_many(keys, mutator).await
+    }
+
     async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
         (**self).list(filter).await
     }
@@ -733,6 +1065,76 @@ mod tests {
         assert_eq!(Revision::of_bytes(b"").as_u64(), 0xcbf29ce484222325);
         assert_eq!(Revision::of_bytes(b"a").as_u64(), 0xaf63dc4c8601ec8c);
         assert_eq!(Revision::of_bytes(b"foobar").as_u64(), 0x85944171f73967e8);
+    }
+
+    /// A store that implements only what the trait requires.
+    struct Minimal(MemoryStore);
+
+    #[async_trait]
+    impl SessionStore for Minimal {
+        async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
+            self.0.get(key).await
+        }
+        async fn apply(
+            &self,
+            key: &SessionKey,
+            mutator: &mut Mutator<'_>,
+        ) -> Result<Option<StoredSession>> {
+            self.0.apply(key, mutator).await
+        }
+        async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
+            self.0.list(filter).await
+        }
+        async fn count(&self, filter: &ListFilter) -> Result<usize> {
+            self.0.count(filter).await
+        }
+    }
+
+    #[tokio::test]
+    async fn the_default_apply_many_takes_one_key_and_refuses_two() {
+        let store = Minimal(MemoryStore::new());
+        let a = SessionKey::parse("agent:main:dm:a").unwrap();
+        let b = SessionKey::parse("agent:main:dm:b").unwrap();
+        let create = |slots: &mut Slots| {
+            for slot in slots.iter_mut() {
+                let mut entry = SessionEntry::new("s", 1);
+                entry.last_channel = Some("Telegram".into());
+                slot.entry = Some(entry);
+            }
+            slots.len()
+        };
+        // (keys, what the call returns: the slot count, or refused)
+        let cases: [(Vec<SessionKey>, Option<usize>); 4] = [
+            (vec![], Some(0)),
+            (vec![a.clone()], Some(1)),
+            (vec![a.clone(), a.clone()], Some(1)),
+            (vec![a.clone(), b.clone()], None),
+        ];
+        for (keys, expected) in cases {
+            let result = store.update_many(&keys, create).await;
+            match expected {
+                Some(count) => assert_eq!(result.unwrap(), count, "{keys:?}"),
+                None => assert!(
+                    matches!(&result, Err(Error::NotAtomic { first, second, .. }) if *first == a && *second == b),
+                    "{keys:?}: {result:?}"
+                ),
+            }
+        }
+        let stored = store.get(&a).await.unwrap().unwrap();
+        assert_eq!(
+            stored.entry.last_channel.as_deref(),
+            Some("telegram"),
+            "one key goes through apply, normalised"
+        );
+        assert!(
+            store.get(&b).await.unwrap().is_none(),
+            "refused: nothing written"
+        );
+        let returned = store
+            .apply_many(std::slice::from_ref(&a), &mut |_| Ok(()))
+            .await
+            .unwrap();
+        assert_eq!(returned.into_stored(), vec![stored]);
     }
 
     #[test]

@@ -154,6 +154,57 @@ pub(crate) fn undecodable<'a>(
         .collect()
 }
 
+/// What an update of several sessions writes: each changed key with its new row
+/// (`None`: delete the row).
+pub(crate) type ManyWrites = Vec<ManyWrite>;
+
+/// One row an [`change_many`] call writes: the key, its new row (`None`: delete), and
+/// the session it replaced, to keep closed.
+#[derive(Debug, Clone)]
+pub(crate) struct ManyWrite {
+    pub(crate) key: SessionKey,
+    pub(crate) row: Option<SessionRow>,
+    pub(crate) replaced: Option<crate::entry::SessionEntry>,
+}
+
+/// Runs a multi-key mutator on the rows read for `keys` (`None`: no row): the sessions
+/// as the mutator left them, with their new revisions, and the writes that make them
+/// so. A row that does not decode is [`Error::InvalidEntry`] before the mutator runs.
+pub(crate) fn change_many(
+    location: &Path,
+    keys: Vec<SessionKey>,
+    rows: Vec<Option<(i64, String)>>,
+    mutator: &mut crate::store::ManyMutator<'_>,
+) -> Result<(crate::store::Slots, ManyWrites)> {
+    let mut read = Vec::with_capacity(rows.len());
+    for (key, row) in keys.iter().zip(rows) {
+        read.push(
+            row.map(|(revision, json)| decode(location, key.as_str(), revision, &json))
+                .transpose()?,
+        );
+    }
+    let before = crate::store::Slots::from_stored(keys, read);
+    let mut after = crate::store::run_many_mutator(mutator, &before)?;
+    let mut writes = Vec::new();
+    for (slot, old) in after.slots.iter_mut().zip(&before.slots) {
+        if slot.entry == old.entry {
+            continue;
+        }
+        let row = slot
+            .entry
+            .as_ref()
+            .map(|entry| SessionRow::new(&slot.key, entry))
+            .transpose()?;
+        slot.revision = row.as_ref().map(|row| revision_from_i64(row.revision));
+        writes.push(ManyWrite {
+            key: slot.key.clone(),
+            row,
+            replaced: crate::store::replaced_session(old.entry.as_ref(), slot.entry.as_ref()),
+        });
+    }
+    Ok((after, writes))
+}
+
 /// Revisions are 64-bit hashes; SQL integers are signed. The bits are kept.
 pub(crate) fn revision_to_i64(revision: Revision) -> i64 {
     i64::from_ne_bytes(revision.as_u64().to_ne_bytes())

@@ -17,6 +17,11 @@
 //!
 //! The generated tests use `#[tokio::test]`, so the calling crate needs `tokio` (with
 //! the `macros` and `rt-multi-thread` features) among its dev-dependencies.
+//!
+//! The multi-key cases (`update_many_*`, `*_many_mutator_*`,
+//! `concurrent_many_updates_*`) need a real
+//! [`SessionStore::apply_many`]: a store relying on the trait's default, which refuses
+//! two keys or more, fails them.
 
 pub mod transcripts;
 
@@ -30,7 +35,7 @@ use crate::entry::{
 };
 use crate::error::Error;
 use crate::key::{AgentId, PeerKind, SessionKey};
-use crate::store::{ListFilter, SessionStore, SessionStoreExt};
+use crate::store::{ListFilter, Revision, SessionStore, SessionStoreExt, Slots};
 
 fn key(raw: &str) -> SessionKey {
     SessionKey::parse(raw).expect("test keys are valid")
@@ -839,6 +844,458 @@ where
     assert_eq!(ids.len(), 1, "every racer sees the one session: {ids:?}");
 }
 
+/// The session id and revision of each slot, in order.
+fn seen(slots: &Slots) -> Vec<(String, Option<String>, Option<Revision>)> {
+    slots
+        .iter()
+        .map(|slot| {
+            (
+                slot.key().to_string(),
+                slot.entry.as_ref().map(|e| e.session_id.clone()),
+                slot.revision(),
+            )
+        })
+        .collect()
+}
+
+/// `apply_many` shows the mutator every requested session with its revision, and
+/// writes what it did to each — create, change, delete, leave alone — in one call; it
+/// returns the sessions as stored afterwards.
+pub async fn update_many_creates_changes_and_deletes<S: SessionStore + ?Sized>(store: &S) {
+    let changed = key("agent:main:telegram:dm:changed");
+    let deleted = key("agent:main:telegram:dm:deleted");
+    let created = key("agent:main:telegram:dm:created");
+    let untouched = key("agent:main:telegram:dm:untouched");
+    let mut revisions = std::collections::HashMap::new();
+    for (k, id) in [
+        (&changed, "s-changed"),
+        (&deleted, "s-deleted"),
+        (&untouched, "s-untouched"),
+    ] {
+        let stored = store.put(k, SessionEntry::new(id, 1)).await.unwrap();
+        revisions.insert(k.clone(), stored.revision);
+    }
+    let keys = [
+        changed.clone(),
+        deleted.clone(),
+        created.clone(),
+        untouched.clone(),
+    ];
+    let mut before = None;
+    let after = store
+        .apply_many(&keys, &mut |slots| {
+            before = Some(seen(slots));
+            for slot in slots.iter_mut() {
+                match slot.key().as_str() {
+                    "agent:main:telegram:dm:changed" => {
+                        slot.entry.as_mut().expect("exists").label = Some("inbox".into());
+                    }
+                    "agent:main:telegram:dm:deleted" => slot.entry = None,
+                    "agent:main:telegram:dm:created" => {
+                        slot.entry = Some(SessionEntry::new("s-created", 2));
+                    }
+                    _ => {}
+                }
+            }
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let revision = |k: &SessionKey| revisions.get(k).copied();
+    assert_eq!(
+        before.expect("the mutator ran"),
+        vec![
+            (
+                changed.to_string(),
+                Some("s-changed".into()),
+                revision(&changed)
+            ),
+            (
+                deleted.to_string(),
+                Some("s-deleted".into()),
+                revision(&deleted)
+            ),
+            (created.to_string(), None, None),
+            (
+                untouched.to_string(),
+                Some("s-untouched".into()),
+                revision(&untouched)
+            ),
+        ],
+        "the mutator sees every session as stored, in the order given"
+    );
+    // (key, session id after, whether its revision is the one read)
+    let expected = [
+        (&changed, Some("s-changed"), false),
+        (&deleted, None, false),
+        (&created, Some("s-created"), false),
+        (&untouched, Some("s-untouched"), true),
+    ];
+    assert_eq!(after.len(), expected.len());
+    for ((k, id, same_revision), slot) in expected.into_iter().zip(after.iter()) {
+        assert_eq!(
+            slot.key(),
+            k,
+            "what apply_many returns is in the order given"
+        );
+        let stored = store.get(k).await.unwrap();
+        assert_eq!(
+            stored.as_ref().map(|s| s.entry.session_id.as_str()),
+            id,
+            "{k}: as written"
+        );
+        assert_eq!(
+            stored.as_ref().map(|s| &s.entry),
+            slot.entry.as_ref(),
+            "{k}: returned as stored"
+        );
+        assert_eq!(
+            stored.as_ref().map(|s| s.revision),
+            slot.revision(),
+            "{k}: the returned revision is the stored one"
+        );
+        if id.is_some() {
+            assert_eq!(
+                slot.revision() == revision(k),
+                same_revision,
+                "{k}: a revision changes exactly when the entry does"
+            );
+        }
+    }
+    assert_eq!(
+        store
+            .get(&changed)
+            .await
+            .unwrap()
+            .unwrap()
+            .entry
+            .label
+            .as_deref(),
+        Some("inbox")
+    );
+    assert_eq!(store.count(&ListFilter::new()).await.unwrap(), 3);
+}
+
+/// A session a multi-key update replaces (a new session id under its key) is kept
+/// closed, as a single-key update keeps it.
+pub async fn update_many_keeps_replaced_sessions_closed<S: SessionStore + ?Sized>(store: &S) {
+    let a = key("agent:main:telegram:dm:a");
+    let b = key("agent:main:telegram:dm:b");
+    store
+        .put(&a, SessionEntry::new("a-old", 100))
+        .await
+        .unwrap();
+    store
+        .put(&b, SessionEntry::new("b-same", 100))
+        .await
+        .unwrap();
+    store
+        .apply_many(&[a.clone(), b.clone()], &mut |slots| {
+            for slot in slots.iter_mut() {
+                match slot.key().as_str() {
+                    "agent:main:telegram:dm:a" => {
+                        slot.entry = Some(SessionEntry::new("a-new", 200))
+                    }
+                    _ => slot.entry.as_mut().expect("exists").label = Some("kept".into()),
+                }
+            }
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let closed: Vec<String> = store
+        .list(&ListFilter::new().status(SessionStatus::Closed))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.entry.session_id)
+        .collect();
+    assert_eq!(closed, ["a-old"]);
+}
+
+/// A key given twice is one slot (where it first appeared); no keys is no slot, and
+/// the mutator still runs once.
+pub async fn update_many_merges_duplicate_keys<S: SessionStore + ?Sized>(store: &S) {
+    let a = key("agent:main:telegram:dm:a");
+    let b = key("agent:main:telegram:dm:b");
+    let cases: [(&str, Vec<SessionKey>, Vec<&SessionKey>); 4] = [
+        ("no keys", vec![], vec![]),
+        ("one key twice", vec![a.clone(), a.clone()], vec![&a]),
+        (
+            "two keys, each twice",
+            vec![b.clone(), a.clone(), b.clone(), a.clone()],
+            vec![&b, &a],
+        ),
+        (
+            "two distinct keys",
+            vec![a.clone(), b.clone()],
+            vec![&a, &b],
+        ),
+    ];
+    for (name, keys, distinct) in cases {
+        let mut runs = 0;
+        let slot_keys = store
+            .update_many(&keys, |slots| {
+                runs += 1;
+                for slot in slots.iter_mut() {
+                    let entry = slot
+                        .entry
+                        .get_or_insert_with(|| SessionEntry::new("counter", 1));
+                    entry.compaction_count = Some(entry.compaction_count.unwrap_or(0) + 1);
+                }
+                slots.keys().cloned().collect::<Vec<_>>()
+            })
+            .await
+            .unwrap();
+        assert_eq!(runs, 1, "{name}: the mutator runs once");
+        let distinct: Vec<SessionKey> = distinct.into_iter().cloned().collect();
+        assert_eq!(slot_keys, distinct, "{name}: one slot per distinct key");
+    }
+    // a: once in each of the three cases naming it; b: once in each of two.
+    for (k, count) in [(&a, 3), (&b, 2)] {
+        let stored = store.get(k).await.unwrap().unwrap().entry.compaction_count;
+        assert_eq!(
+            stored,
+            Some(count),
+            "{k}: one increment per call, not per mention"
+        );
+    }
+}
+
+/// A multi-key mutator that fails writes nothing, whatever it changed first, and its
+/// error reaches the caller unchanged.
+pub async fn failed_many_mutator_writes_nothing<S: SessionStore + ?Sized>(store: &S) {
+    let existing = key("agent:main:telegram:dm:existing");
+    let missing = key("agent:main:telegram:dm:missing");
+    let original = store
+        .put(&existing, SessionEntry::new("s-1", 1))
+        .await
+        .unwrap();
+    type Change = fn(&mut Slots);
+    let cases: [(&str, Change); 3] = [
+        ("changes nothing", |_| {}),
+        ("changes every session", |slots| {
+            for slot in slots.iter_mut() {
+                slot.entry = Some(SessionEntry::new("should-not-be-written", 9));
+            }
+        }),
+        ("deletes every session", |slots| {
+            for slot in slots.iter_mut() {
+                slot.entry = None;
+            }
+        }),
+    ];
+    for (name, change) in cases {
+        let result = store
+            .apply_many(&[existing.clone(), missing.clone()], &mut |slots| {
+                change(slots);
+                Err(Error::NotFound {
+                    key: missing.clone(),
+                })
+            })
+            .await;
+        assert!(
+            matches!(&result, Err(Error::NotFound { key }) if *key == missing),
+            "{name}: the mutator's error is returned: {result:?}"
+        );
+        assert_eq!(
+            store.get(&existing).await.unwrap(),
+            Some(original.clone()),
+            "{name}: the existing session is untouched"
+        );
+        assert!(
+            store.get(&missing).await.unwrap().is_none(),
+            "{name}: nothing is created"
+        );
+    }
+}
+
+/// A multi-key mutator that panics writes nothing, and the store keeps serving
+/// (no lock or transaction is left behind).
+pub async fn panicking_many_mutator_writes_nothing<S>(store: &S)
+where
+    S: SessionStore + Clone + 'static,
+{
+    let existing = key("agent:main:telegram:dm:existing");
+    let missing = key("agent:main:telegram:dm:missing");
+    let original = store
+        .put(&existing, SessionEntry::new("s-1", 1))
+        .await
+        .unwrap();
+    let keys = vec![existing.clone(), missing.clone()];
+    let (panicking, task_keys) = (store.clone(), keys.clone());
+    let joined = tokio::spawn(async move {
+        panicking
+            .update_many(&task_keys, |slots| {
+                for slot in slots.iter_mut() {
+                    slot.entry = Some(SessionEntry::new("should-not-be-written", 9));
+                }
+                panic!("the mutator panics (this panic is expected by the test)");
+            })
+            .await
+    })
+    .await;
+    assert!(
+        joined.as_ref().is_err_and(|e| e.is_panic()),
+        "the panic reaches the task"
+    );
+    assert_eq!(store.get(&existing).await.unwrap(), Some(original));
+    assert!(store.get(&missing).await.unwrap().is_none());
+    tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        store.update_many(&keys, |slots| {
+            for slot in slots.iter_mut() {
+                slot.entry
+                    .get_or_insert_with(|| SessionEntry::new("s-2", 2))
+                    .label = Some("after".into());
+            }
+        }),
+    )
+    .await
+    .expect("the store is not left locked")
+    .unwrap();
+    for k in &keys {
+        let label = store.get(k).await.unwrap().unwrap().entry.label;
+        assert_eq!(label.as_deref(), Some("after"), "{k}");
+    }
+}
+
+/// Every entry a multi-key update changes is written with OpenClaw's saved delivery
+/// fields, as a single-key update writes it; an entry it leaves alone is not
+/// rewritten.
+pub async fn update_many_normalises_changed_entries<S: SessionStore + ?Sized>(store: &S) {
+    let untouched = key("agent:main:telegram:dm:untouched");
+    let kept = store
+        .put(&untouched, SessionEntry::new("s-0", 1))
+        .await
+        .unwrap();
+    let keys = [
+        key("agent:main:telegram:dm:one"),
+        key("agent:main:telegram:dm:two"),
+        untouched.clone(),
+    ];
+    store
+        .update_many(&keys, |slots| {
+            for slot in slots.iter_mut() {
+                if slot.entry.is_none() {
+                    let mut entry = SessionEntry::new("s", 1);
+                    entry.last_channel = Some(" Telegram ".into());
+                    entry.last_to = Some(" 42 ".into());
+                    slot.entry = Some(entry);
+                }
+            }
+        })
+        .await
+        .unwrap();
+    for k in &keys[..2] {
+        let entry = store.get(k).await.unwrap().unwrap().entry;
+        assert_eq!(entry.last_channel.as_deref(), Some("telegram"), "{k}");
+        assert_eq!(entry.last_to.as_deref(), Some("42"), "{k}");
+        assert_eq!(
+            entry.delivery_context,
+            Some(DeliveryContext {
+                channel: Some("telegram".into()),
+                to: Some("42".into()),
+                ..DeliveryContext::default()
+            }),
+            "{k}"
+        );
+    }
+    assert_eq!(
+        store.get(&untouched).await.unwrap().unwrap().revision,
+        kept.revision,
+        "an entry left alone keeps its revision"
+    );
+}
+
+/// Keys of different agents are either updated together or refused with
+/// [`Error::NotAtomic`], and then nothing is written.
+pub async fn update_many_across_agents_is_atomic_or_refused<S: SessionStore + ?Sized>(store: &S) {
+    let keys = [
+        key("agent:main:telegram:dm:42"),
+        key("agent:ops:telegram:dm:42"),
+    ];
+    let result = store
+        .update_many(&keys, |slots| {
+            for slot in slots.iter_mut() {
+                slot.entry = Some(SessionEntry::new("s", 1));
+            }
+        })
+        .await;
+    let stored = store.count(&ListFilter::new()).await.unwrap();
+    match result {
+        Ok(()) => assert_eq!(stored, 2, "both sessions written"),
+        Err(Error::NotAtomic { .. }) => assert_eq!(stored, 0, "refused: nothing written"),
+        Err(other) => panic!("neither written nor refused: {other:?}"),
+    }
+}
+
+/// Concurrent multi-key updates over overlapping keys, in different orders, lose no
+/// increment and never deadlock.
+pub async fn concurrent_many_updates_over_overlapping_keys_lose_nothing<S>(store: &S)
+where
+    S: SessionStore + Clone + 'static,
+{
+    const UPDATES: u64 = 10;
+    let [a, b, c] = [
+        key("agent:main:telegram:dm:a"),
+        key("agent:main:telegram:dm:b"),
+        key("agent:main:telegram:dm:c"),
+    ];
+    // Each task increments every session of its keys, UPDATES times.
+    let tasks_keys = [
+        vec![a.clone(), b.clone()],
+        vec![b.clone(), c.clone()],
+        vec![c.clone(), a.clone()],
+        vec![c.clone(), b.clone(), a.clone()],
+        vec![a.clone(), b.clone()],
+        vec![b.clone()],
+    ];
+    let mut tasks = JoinSet::new();
+    // And single-key updates of one of them meanwhile.
+    let single = store.clone();
+    let single_key = b.clone();
+    tasks.spawn(async move {
+        for _ in 0..UPDATES {
+            increment(&single, &single_key).await;
+        }
+    });
+    for keys in tasks_keys.clone() {
+        let store = store.clone();
+        tasks.spawn(async move {
+            for _ in 0..UPDATES {
+                store
+                    .update_many(&keys, |slots| {
+                        for slot in slots.iter_mut() {
+                            let entry = slot
+                                .entry
+                                .get_or_insert_with(|| SessionEntry::new("counter", 1));
+                            entry.compaction_count = Some(entry.compaction_count.unwrap_or(0) + 1);
+                        }
+                    })
+                    .await
+                    .unwrap();
+            }
+        });
+    }
+    let all = async {
+        while let Some(joined) = tasks.join_next().await {
+            joined.unwrap();
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(120), all)
+        .await
+        .expect("no deadlock");
+    for k in [&a, &b, &c] {
+        let mut calls = tasks_keys.iter().filter(|keys| keys.contains(k)).count() as u64;
+        if *k == b {
+            calls += 1;
+        }
+        let count = store.get(k).await.unwrap().unwrap().entry.compaction_count;
+        assert_eq!(count, Some(calls * UPDATES), "{k}: every increment is kept");
+    }
+}
+
 /// Runs the whole conformance suite against a store made by `$make`, one `#[tokio::test]`
 /// per behaviour.
 ///
@@ -874,6 +1331,14 @@ macro_rules! store_conformance_tests {
             concurrent_updates_to_one_key_lose_nothing,
             concurrent_updates_to_distinct_keys_lose_nothing,
             racing_creators_create_one_session,
+            update_many_creates_changes_and_deletes,
+            update_many_merges_duplicate_keys,
+            update_many_keeps_replaced_sessions_closed,
+            failed_many_mutator_writes_nothing,
+            panicking_many_mutator_writes_nothing,
+            update_many_normalises_changed_entries,
+            update_many_across_agents_is_atomic_or_refused,
+            concurrent_many_updates_over_overlapping_keys_lose_nothing,
         );
     };
     (@each $make:expr; $attrs:tt; $($name:ident),+ $(,)?) => {

@@ -28,8 +28,8 @@ use self::io::{backup_path, lock_path, write_atomically, FileStamp, RealIo, Stor
 use self::lock::{read_holder, Attempt, FileLock};
 use self::template::AGENT_PLACEHOLDER;
 use super::{
-    entry_revision, replaced_session, run_mutator, ListFilter, Mutator, Revision, SessionStore,
-    StoredSession,
+    distinct_keys, entry_revision, replaced_session, run_many_mutator, run_mutator, ListFilter,
+    ManyMutator, Mutator, Revision, SessionStore, Slots, StoredSession,
 };
 use crate::entry::SessionEntry;
 use crate::error::{Error, LockHolder, Result};
@@ -423,6 +423,58 @@ impl JsonFileStore {
         let mut batch = state.open.take().expect("a batch is open");
         batch.closed.forget.extend(session_ids.iter().cloned());
         self.commit(path, state, batch).await
+    }
+
+    /// Applies a multi-key `mutator` to `keys` (all in the file `path`) in `document`;
+    /// the sessions after it, and whether anything changed.
+    ///
+    /// Every entry is read (and decoded) before the mutator runs, and its changes are
+    /// applied to a copy that replaces `document` only when all of them succeeded: a
+    /// failure leaves `document` as it was.
+    fn change_many(
+        &self,
+        document: &mut Arc<Document>,
+        keys: &[SessionKey],
+        path: &Path,
+        mutator: &mut ManyMutator<'_>,
+    ) -> Result<(Slots, bool, Vec<closed::ClosedSession>)> {
+        let mut read = Vec::with_capacity(keys.len());
+        for key in keys {
+            read.push(self.session_in(document, key, path)?);
+        }
+        let before = Slots::from_stored(keys.to_vec(), read);
+        let mut after = run_many_mutator(mutator, &before)?;
+        let mut copy = document.clone();
+        let mut changed_any = false;
+        let mut replaced_sessions = Vec::new();
+        for slot in after.slots.iter_mut() {
+            let target = slot.entry.clone();
+            let main_elsewhere = self.main_elsewhere(&slot.key, path);
+            let (stored, changed, replaced) = apply_change(
+                &mut copy,
+                &slot.key,
+                path,
+                main_elsewhere,
+                &mut |entry, _| {
+                    entry.clone_from(&target);
+                    Ok(())
+                },
+            )?;
+            changed_any |= changed;
+            if let Some(entry) = replaced {
+                replaced_sessions.push(closed::ClosedSession {
+                    session_key: slot.key.to_string(),
+                    entry,
+                });
+            }
+            let (entry, revision) = stored.map(|s| (s.entry, s.revision)).unzip();
+            slot.entry = entry;
+            slot.revision = revision;
+        }
+        if changed_any {
+            *document = copy;
+        }
+        Ok((after, changed_any, replaced_sessions))
     }
 
     /// This process's queue for `path`, within the lock timeout.
@@ -1024,6 +1076,77 @@ impl SessionStore for JsonFileStore {
             self.commit(&path, state, batch).await?;
         }
         applied.map(|(stored, _, _)| stored)
+    }
+
+    async fn apply_many(
+        &self,
+        keys: &[SessionKey],
+        mutator: &mut ManyMutator<'_>,
+    ) -> Result<Slots> {
+        let keys = distinct_keys(keys);
+        let Some(first) = keys.first() else {
+            mutator(&mut Slots::default())?;
+            return Ok(Slots::default());
+        };
+        // One lock and one write of one file: keys in two files cannot change together
+        // (a reader could see one file written and not the other, and a failure could
+        // leave one written), so they are refused before anything is locked.
+        let path = self.store_path_for(first);
+        for key in &keys[1..] {
+            let other = self.store_path_for(key);
+            if other != path {
+                return Err(Error::NotAtomic {
+                    first: first.clone(),
+                    second: key.clone(),
+                    reason: format!(
+                        "their sessions are in different files ({} and {}), and one write \
+                         replaces one file",
+                        path.display(),
+                        other.display()
+                    ),
+                });
+            }
+        }
+        let started = Instant::now();
+        let queue = self.inner.queue_of(&path);
+        let mut state = self.queue(&path, &queue, started).await?;
+        if state.open.is_none() {
+            self.lock_file(&path, started, &mut state).await?;
+        }
+        let batch = state.open.as_mut().expect("a batch is open");
+        let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.change_many(&mut batch.document, &keys, &path, mutator)
+        }));
+        let mut applied = match applied {
+            Ok(applied) => applied,
+            Err(panic) => {
+                // The mutator panicked before anything of it reached the document: write
+                // what other writers left in the batch and release the lock file (which
+                // would otherwise stay taken until this process's next write), then let
+                // the panic go on.
+                let batch = state.open.take().expect("a batch is open");
+                let _ = self.commit(&path, state, batch).await;
+                std::panic::resume_unwind(panic);
+            }
+        };
+        let member = match &mut applied {
+            Ok((_, true, replaced)) => {
+                batch.members += 1;
+                batch.closed.keep.append(replaced);
+                Some(batch.outcome.subscribe())
+            }
+            _ => None,
+        };
+        if queue.has_waiters() && batch.members < MAX_BATCH {
+            drop(state);
+            if let Some(outcome) = member {
+                self.await_batch(&path, &queue, outcome).await?;
+            }
+        } else {
+            let batch = state.open.take().expect("a batch is open");
+            self.commit(&path, state, batch).await?;
+        }
+        applied.map(|(slots, _, _)| slots)
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {

@@ -421,6 +421,54 @@ impl PostgresStore {
             .map_err(pg_error("drop the schema"))
     }
 
+    /// Creates (or re-creates) the SQL views with RABS's and ClawOS's shapes over this
+    /// store's tables — `<rabs>.type2_sessions`, `<rabs>.type2_messages` and
+    /// `<clawos>.sessions`, each schema created if missing — so their SQL, joins and
+    /// dashboards read the crate's sessions and message log (see
+    /// [`views`](crate::store::views) for every column). Idempotent; one transaction.
+    /// A schema that is not a plain name, or is the store's own, is
+    /// [`Error::InvalidOption`].
+    ///
+    /// ```no_run
+    /// use agent_sessions::store::views::ViewSchemas;
+    /// use agent_sessions::store::PostgresStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// let db = PostgresStore::connect("postgres://bot@db.internal/sessions").await?;
+    /// // brainframe.type2_sessions, brainframe.type2_messages, clawos.sessions
+    /// db.create_views(&ViewSchemas::default()).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn create_views(&self, schemas: &super::views::ViewSchemas) -> Result<()> {
+        schemas.check(&self.schema)?;
+        let batch = super::views::postgres_create(&self.schema, schemas);
+        self.view_transaction(&batch, "create the views").await
+    }
+
+    /// Drops the views [`create_views`](Self::create_views) made in `schemas` (those
+    /// that are there); the schemas themselves and the tables are left.
+    pub async fn drop_views(&self, schemas: &super::views::ViewSchemas) -> Result<()> {
+        schemas.check(&self.schema)?;
+        let batch = super::views::postgres_drop(schemas);
+        self.view_transaction(&batch, "drop the views").await
+    }
+
+    async fn view_transaction(&self, batch: &str, op: &'static str) -> Result<()> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_error(op))?;
+        // Two hosts creating the views at once take turns.
+        tx.execute(
+            "SELECT pg_advisory_xact_lock($1)",
+            &[&lock_id("agent-sessions views")],
+        )
+        .await
+        .map_err(pg_error(op))?;
+        tx.batch_execute(batch).await.map_err(pg_error(op))?;
+        tx.commit().await.map_err(pg_error(op))
+    }
+
     async fn client(&self) -> Result<Object> {
         self.pool.get().await.map_err(|source| Error::Database {
             backend: BACKEND,

@@ -124,6 +124,94 @@ impl SessionStore for PostgresStore {
         }))
     }
 
+    async fn apply_many(
+        &self,
+        keys: &[SessionKey],
+        mutator: &mut crate::store::ManyMutator<'_>,
+    ) -> Result<crate::store::Slots> {
+        let keys = crate::store::distinct_keys(keys);
+        let raw: Vec<String> = keys.iter().map(ToString::to_string).collect();
+        let open = OpenTransaction(Some(self.client().await?));
+        if let Err(e) = open.client().batch_execute("BEGIN").await {
+            return Err(pg_error("begin a transaction")(e));
+        }
+        // Each key's advisory lock (as `apply` takes it), in one fixed order: two
+        // calls over overlapping keys wait for each other instead of deadlocking.
+        let mut locks: Vec<i64> = raw
+            .iter()
+            .map(|key| lock_id(&format!("{}\0{key}", self.schema)))
+            .collect();
+        locks.sort_unstable();
+        locks.dedup();
+        for lock in &locks {
+            if let Err(e) = open
+                .client()
+                .execute("SELECT pg_advisory_xact_lock($1)", &[lock])
+                .await
+            {
+                return Err(open.abandon(pg_error("lock a row")(e)).await);
+            }
+        }
+        let read = open
+            .client()
+            .query(
+                &format!(
+                    "SELECT session_key, revision, entry FROM {} WHERE session_key = ANY($1)",
+                    self.table("sessions")
+                ),
+                &[&raw],
+            )
+            .await;
+        let mut found: std::collections::HashMap<String, (i64, String)> = match read {
+            Ok(rows) => rows
+                .iter()
+                .map(|row| (row.get(0), (row.get(1), row.get(2))))
+                .collect(),
+            Err(e) => return Err(open.abandon(pg_error("read a session")(e)).await),
+        };
+        let existing: std::collections::HashSet<String> = found.keys().cloned().collect();
+        let rows = raw.iter().map(|key| found.remove(key)).collect();
+        let (slots, writes) = match sql::change_many(&self.location, keys, rows, mutator) {
+            Ok(changed) => changed,
+            Err(error) => return Err(open.abandon(error).await),
+        };
+        for write in &writes {
+            if let Some(replaced) = &write.replaced {
+                if let Err(error) = self.keep_closed(open.client(), &write.key, replaced).await {
+                    return Err(open.abandon(error).await);
+                }
+            }
+            let key = write.key.as_str();
+            let written = match &write.row {
+                Some(row) => {
+                    let statement = self.write_statement(existing.contains(key));
+                    open.client().execute(&statement, &row_params(row)).await
+                }
+                None => {
+                    open.client()
+                        .execute(
+                            &format!(
+                                "DELETE FROM {} WHERE session_key = $1",
+                                self.table("sessions")
+                            ),
+                            &[&key],
+                        )
+                        .await
+                }
+            };
+            if let Err(e) = written {
+                return Err(open.abandon(pg_error("write a session")(e)).await);
+            }
+        }
+        match open.client().batch_execute("COMMIT").await {
+            Ok(()) => {
+                open.finish();
+                Ok(slots)
+            }
+            Err(e) => Err(pg_error("commit")(e)),
+        }
+    }
+
     async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
         let clause = sql::session_filter(filter, &|n| format!("${n}"));
         let statement = sql::list_query(

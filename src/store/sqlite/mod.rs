@@ -230,6 +230,54 @@ impl SqliteStore {
         self.read(|c| schema_version(c)).await
     }
 
+    /// Creates (or re-creates) the SQL views with RABS's and ClawOS's shapes over this
+    /// database's tables — `type2_sessions`, `type2_messages` and `clawos_sessions` —
+    /// so their SQL and dashboards read the crate's sessions and message log (see
+    /// [`views`](crate::store::views) for every column). Idempotent; one transaction.
+    ///
+    /// ```
+    /// use agent_sessions::prelude::*;
+    /// use agent_sessions::store::SqliteStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = SqliteStore::open(dir.path().join("sessions.db"))?;
+    /// db.create_views().await?;
+    /// db.create_views().await?; // again: replaced, no error
+    /// let key = SessionKey::parse("agent:main:whatsapp:dm:+15550001")?;
+    /// db.put(&key, SessionEntry::new("s-1", 1_770_000_000_000)).await?;
+    ///
+    /// let raw = rusqlite::Connection::open(db.path()).unwrap();
+    /// let (id, jid): (String, String) = raw
+    ///     .query_row("SELECT session_id, remote_jid FROM clawos_sessions", [], |r| {
+    ///         Ok((r.get(0)?, r.get(1)?))
+    ///     })
+    ///     .unwrap();
+    /// assert_eq!((id.as_str(), jid.as_str()), ("s-1", "+15550001"));
+    /// db.drop_views().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn create_views(&self) -> Result<()> {
+        let batch = super::views::sqlite_create();
+        self.write(move |tx| {
+            tx.execute_batch(&batch)
+                .map_err(db_error("create the views"))
+        })
+        .await
+    }
+
+    /// Drops the views [`create_views`](Self::create_views) made (those that are
+    /// there); the tables are untouched.
+    pub async fn drop_views(&self) -> Result<()> {
+        self.write(|tx| {
+            tx.execute_batch(super::views::SQLITE_DROP)
+                .map_err(db_error("drop the views"))
+        })
+        .await
+    }
+
     /// Runs `work` on the connection off the async executor.
     async fn run<T, F>(&self, guard: Guard, work: F) -> Result<(Guard, T)>
     where

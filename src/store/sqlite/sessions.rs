@@ -42,6 +42,39 @@ impl SessionStore for SqliteStore {
         change.map(Change::into_stored)
     }
 
+    async fn apply_many(
+        &self,
+        keys: &[SessionKey],
+        mutator: &mut crate::store::ManyMutator<'_>,
+    ) -> Result<crate::store::Slots> {
+        let keys = crate::store::distinct_keys(keys);
+        let raw: Vec<String> = keys.iter().map(ToString::to_string).collect();
+        // One `BEGIN IMMEDIATE` transaction: the write lock is taken before any row is
+        // read, so no other writer can change one of them before the write.
+        let guard = self.lock().await;
+        let (guard, rows) = self.run(guard, move |c| begin_many(c, &raw)).await?;
+        let changed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            sql::change_many(&self.inner.path, keys, rows, mutator)
+        }));
+        let changed = match changed {
+            Ok(changed) => changed,
+            Err(panic) => {
+                // Roll back at once: the transaction holds the database's write lock,
+                // which other processes would otherwise wait for until this store's
+                // next call.
+                let _ = self.run(guard, |c| finish_many(c, None)).await;
+                std::panic::resume_unwind(panic);
+            }
+        };
+        let writes = match &changed {
+            Ok((_, writes)) if !writes.is_empty() => Some(writes.clone()),
+            _ => None,
+        };
+        self.run(guard, move |c| finish_many(c, writes.as_deref()))
+            .await?;
+        changed.map(|(slots, _)| slots)
+    }
+
     async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
         let clause = sql::session_filter(filter, &|n| format!("?{n}"));
         let query = sql::list_query(
@@ -121,6 +154,49 @@ impl SessionStore for SqliteStore {
             })
             .await?;
         Ok(removed)
+    }
+}
+
+/// Begins the write transaction and reads the rows of `keys`.
+fn begin_many(c: &mut Connection, keys: &[String]) -> Result<Vec<Option<(i64, String)>>> {
+    abandon_stale_transaction(c);
+    c.execute_batch("BEGIN IMMEDIATE")
+        .map_err(db_error("begin a transaction"))?;
+    let rows: Result<Vec<_>> = keys.iter().map(|key| read_row(c, key)).collect();
+    if rows.is_err() {
+        let _ = c.execute_batch("ROLLBACK");
+    }
+    rows
+}
+
+/// Writes every row and commits, or (with nothing to write, or on a failure) rolls
+/// back: all of them or none.
+fn finish_many(c: &mut Connection, writes: Option<&[sql::ManyWrite]>) -> Result<()> {
+    let Some(writes) = writes else {
+        return c.execute_batch("ROLLBACK").map_err(db_error("roll back"));
+    };
+    let written = writes.iter().try_for_each(|write| {
+        if let Some(replaced) = &write.replaced {
+            let closed_at = sql::to_i64(replaced.closed_at.unwrap_or(replaced.updated_at));
+            write_closed_row(c, &SessionRow::new(&write.key, replaced)?, closed_at)?;
+        }
+        match &write.row {
+            Some(row) => write_row(c, row),
+            None => c
+                .execute(
+                    "DELETE FROM sessions WHERE session_key = ?1",
+                    [write.key.as_str()],
+                )
+                .map(drop)
+                .map_err(db_error("delete a session")),
+        }
+    });
+    match written.and_then(|()| c.execute_batch("COMMIT").map_err(db_error("commit"))) {
+        Ok(()) => Ok(()),
+        Err(error) => {
+            let _ = c.execute_batch("ROLLBACK");
+            Err(error)
+        }
     }
 }
 

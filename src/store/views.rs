@@ -1,0 +1,347 @@
+//! SQL views with the shapes RABS and ClawOS document, over this crate's tables: their
+//! existing SQL, joins and dashboards read the crate's sessions and message log.
+//!
+//! An optional step, never run on open: create them with
+//! [`SqliteStore::create_views`](crate::store::SqliteStore::create_views) or
+//! [`PostgresStore::create_views`](crate::store::PostgresStore::create_views) (or
+//! `agent-sessions views create`), remove them with `drop_views`. Creating them again
+//! replaces them (idempotent); dropping views that are not there is no error. The views
+//! are read-only: sessions and messages are written through the crate. They depend on
+//! the tables: drop them before an upgrade whose schema migration changes the tables,
+//! and create them again after.
+//!
+//! | view | shape of | rows |
+//! | --- | --- | --- |
+//! | `type2_sessions` | RABS's session registry | one per session (key) |
+//! | `type2_messages` | RABS's message log | one per logged message (`log_message`), in every transcript, archived ones included |
+//! | `sessions` (PostgreSQL, in its own schema) / `clawos_sessions` (SQLite) | ClawOS's kernel table | one per session (key) |
+//!
+//! **Names.** The crate's own table is already called `sessions`. On PostgreSQL every
+//! view lives in a schema of its own, named by [`ViewSchemas`] (default `brainframe`
+//! for RABS's views — the schema RABS's SQL names — and `clawos` for ClawOS's), never in
+//! the store's schema; ClawOS's unqualified `sessions` finds the view with
+//! `SET search_path = clawos`. On SQLite, views live in the database file itself:
+//! RABS's are `type2_sessions` and `type2_messages`, ClawOS's is `clawos_sessions`; a
+//! connection that runs `CREATE TEMP VIEW sessions AS SELECT * FROM main.clawos_sessions`
+//! reads it as `sessions` (a temporary name is found before the file's own).
+//!
+//! **Columns** have the names and types the systems' schemas give (on SQLite: `TEXT`
+//! for UUIDs, JSON and times, times as ISO 8601 UTC with milliseconds, which sort
+//! chronologically). Where the crate keeps no such data, the column is a NULL of the
+//! right type:
+//!
+//! * `type2_sessions`: `id` is the session's `sessionId` (a new one after every reset;
+//!   on PostgreSQL a UUID, derived with `md5` from an id that is not one), `agent_name`
+//!   the key's agent, `engine_type`/`engine_session_id` the first of the entry's
+//!   `engineSessionIds` (else `openclaw` and the `sessionId`), `channel` the origin's
+//!   channel (the first one used), `summary` and `summary_updated_at` the shared
+//!   identity summary, `metadata` the whole entry, `created_at` when the session
+//!   started; `last_message_in_summary` is NULL (the summary's watermark is a position
+//!   in the log, not a message id).
+//! * `type2_messages`: `id` is the message's own id (lines logged before messages had
+//!   one: derived from their place), `session_id` the transcript's session id (joins
+//!   `type2_sessions.id`), `message` the text, `category` and `embedding` what the
+//!   search index holds for it (NULL until indexed); `embedding` is `REAL[]` on
+//!   PostgreSQL (`vector(1536)` needs the pgvector extension: cast it where installed)
+//!   and the index's `BLOB` on SQLite.
+//! * ClawOS `sessions`: `workspace_id` is the key's agent, `remote_jid` the origin's
+//!   sender (else the key's last part), `status` `closed` or `active`, `turn_count` and
+//!   `context_summary` 0 and `''` when unset, as the kernel API shows them.
+//!
+//! A stored entry or line that is not JSON PostgreSQL can read (the `\u0000` escape)
+//! gives NULL in the columns taken from it instead of failing the query.
+
+use crate::error::{Error, Result};
+
+/// Where the PostgreSQL views live: a schema for RABS's views and one for ClawOS's,
+/// each other than the store's own (which has a table called `sessions`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ViewSchemas {
+    /// The schema of `type2_sessions` and `type2_messages` (default `brainframe`, as
+    /// RABS's SQL names it).
+    pub rabs: String,
+    /// The schema of ClawOS's `sessions` (default `clawos`).
+    pub clawos: String,
+}
+
+impl Default for ViewSchemas {
+    fn default() -> Self {
+        ViewSchemas {
+            rabs: "brainframe".into(),
+            clawos: "clawos".into(),
+        }
+    }
+}
+
+impl ViewSchemas {
+    /// The views in `rabs` and `clawos`.
+    ///
+    /// ```
+    /// use agent_sessions::store::views::ViewSchemas;
+    ///
+    /// let schemas = ViewSchemas::new("analytics", "kernel");
+    /// assert_eq!(schemas.rabs, "analytics");
+    /// assert_eq!(ViewSchemas::default().rabs, "brainframe");
+    /// ```
+    pub fn new(rabs: impl Into<String>, clawos: impl Into<String>) -> Self {
+        ViewSchemas {
+            rabs: rabs.into(),
+            clawos: clawos.into(),
+        }
+    }
+
+    /// Refuses names that are not plain schema names, and the store's own schema.
+    pub(crate) fn check(&self, store_schema: &str) -> Result<()> {
+        for name in [&self.rabs, &self.clawos] {
+            if !plain_name(name) {
+                return Err(Error::InvalidOption {
+                    option: "view schema",
+                    problem: "a schema name is 1-63 characters of [a-z0-9_] starting with a \
+                              letter or _",
+                });
+            }
+            if name == store_schema {
+                return Err(Error::InvalidOption {
+                    option: "view schema",
+                    problem: "the views need a schema other than the store's (which has a \
+                              table called `sessions`)",
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn plain_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && name.len() <= 63
+}
+
+/// The SQLite views, as one batch: each dropped if there and created.
+pub(crate) fn sqlite_create() -> String {
+    let ts = |ms: &str| format!("strftime('%Y-%m-%dT%H:%M:%fZ', ({ms}) / 1000.0, 'unixepoch')");
+    format!(
+        r#"{drop}
+CREATE VIEW type2_sessions AS
+SELECT
+    s.session_id AS id,
+    json_extract(s.j, '$.personType') AS person_type,
+    s.person_id AS person_id,
+    s.agent_identity AS agent_identity,
+    NULLIF(s.agent_id, '') AS agent_name,
+    COALESCE((SELECT e.key FROM json_each(s.j, '$.engineSessionIds') AS e ORDER BY e.key LIMIT 1), 'openclaw') AS engine_type,
+    COALESCE((SELECT e.value FROM json_each(s.j, '$.engineSessionIds') AS e ORDER BY e.key LIMIT 1), s.session_id) AS engine_session_id,
+    COALESCE(json_extract(s.j, '$.origin.provider'), s.channel) AS channel,
+    json_extract(s.j, '$.identitySummary.text') AS summary,
+    {summary_at} AS summary_updated_at,
+    CAST(NULL AS TEXT) AS last_message_in_summary,
+    s.j AS metadata,
+    {created_at} AS created_at,
+    {updated_at} AS updated_at
+FROM (SELECT sessions.*, CASE WHEN json_valid(entry) THEN entry END AS j FROM sessions) AS s;
+
+CREATE VIEW type2_messages AS
+SELECT
+    COALESCE(json_extract(l.j, '$.log.messageId'), l.agent_id || '/' || t.session_id || '/' || l.seq) AS id,
+    t.session_id AS session_id,
+    l.person_id AS person_id,
+    COALESCE(json_extract(l.j, '$.log.agentName'), l.agent_id) AS agent_name,
+    l.agent_identity AS agent_identity,
+    json_extract(l.j, '$.log.direction') AS direction,
+    json_extract(l.j, '$.log.channel') AS channel,
+    CASE json_type(l.j, '$.message.content')
+        WHEN 'text' THEN json_extract(l.j, '$.message.content')
+        ELSE COALESCE((SELECT group_concat(b.text, char(10)) FROM (
+            SELECT json_extract(c.value, '$.text') AS text FROM json_each(l.j, '$.message.content') AS c
+            WHERE json_extract(c.value, '$.type') = 'text' ORDER BY c.key) AS b), '')
+    END AS message,
+    CAST(json_extract(l.j, '$.log.processingMs') AS INTEGER) AS processing_ms,
+    CAST(COALESCE(json_extract(l.j, '$.log.toolCallsCount'), 0) AS INTEGER) AS tool_calls_count,
+    json_extract(l.j, '$.log.correlationId') AS correlation_id,
+    COALESCE(json_extract(l.j, '$.log.metadata'), '{{}}') AS metadata,
+    m.embedding AS embedding,
+    m.category AS category,
+    {logged_at} AS created_at
+FROM (SELECT transcript_lines.*, CASE WHEN json_valid(line) THEN line END AS j
+      FROM transcript_lines WHERE log_at IS NOT NULL) AS l
+JOIN transcripts AS t ON t.agent_id = l.agent_id AND t.name = l.name
+LEFT JOIN search_messages AS m ON m.id = l.agent_id || '/' || t.session_id || '/' || l.seq;
+
+CREATE VIEW clawos_sessions AS
+SELECT
+    s.session_id AS session_id,
+    s.agent_id AS workspace_id,
+    COALESCE(s.channel, '') AS channel,
+    COALESCE(json_extract(s.j, '$.origin.from'),
+        CASE WHEN s.session_key LIKE 'agent:%'
+            THEN replace(s.session_key, rtrim(s.session_key, replace(s.session_key, ':', '')), '')
+            ELSE '' END) AS remote_jid,
+    CASE WHEN json_extract(s.j, '$.status') = 'closed' THEN 'closed' ELSE 'active' END AS status,
+    CAST(COALESCE(json_extract(s.j, '$.turnCount'), 0) AS INTEGER) AS turn_count,
+    COALESCE(json_extract(s.j, '$.contextSummary'), '') AS context_summary,
+    {created_at} AS created_at,
+    {updated_at} AS last_message_at
+FROM (SELECT sessions.*, CASE WHEN json_valid(entry) THEN entry END AS j FROM sessions) AS s;
+"#,
+        drop = SQLITE_DROP,
+        summary_at = ts("json_extract(s.j, '$.identitySummary.updatedAt')"),
+        created_at = ts("COALESCE(json_extract(s.j, '$.sessionStartedAt'), s.updated_at)"),
+        updated_at = ts("s.updated_at"),
+        logged_at = ts("l.log_at"),
+    )
+}
+
+/// Drops the SQLite views, those that are there.
+pub(crate) const SQLITE_DROP: &str = "DROP VIEW IF EXISTS type2_sessions;
+DROP VIEW IF EXISTS type2_messages;
+DROP VIEW IF EXISTS clawos_sessions;";
+
+/// A PostgreSQL expression: `text` as a UUID — itself when it is one, else the UUID of
+/// its MD5 (so equal ids stay equal and joins hold); NULL stays NULL.
+fn pg_uuid(text: &str) -> String {
+    format!(
+        "(CASE WHEN ({text}) ~* '^[0-9a-f]{{8}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{12}}$' \
+         THEN ({text})::uuid ELSE md5({text})::uuid END)"
+    )
+}
+
+/// Epoch milliseconds as `timestamptz`.
+fn pg_time(ms: &str) -> String {
+    format!("to_timestamp(({ms})::double precision / 1000)")
+}
+
+/// Epoch milliseconds as ClawOS's text time (`2026-02-23T10:00:00.000Z`).
+fn pg_text_time(ms: &str) -> String {
+    format!(
+        "to_char(to_timestamp(({ms})::double precision / 1000) AT TIME ZONE 'UTC', \
+         'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+    )
+}
+
+/// The PostgreSQL views over the tables of `store` (a schema), as one batch.
+pub(crate) fn postgres_create(store: &str, schemas: &ViewSchemas) -> String {
+    let (rabs, clawos) = (&schemas.rabs, &schemas.clawos);
+    let jsonb = |column: &str| {
+        format!("CASE WHEN strpos({column}, '\\u0000') = 0 THEN {column}::jsonb END")
+    };
+    format!(
+        r#"{drop}
+CREATE SCHEMA IF NOT EXISTS {rabs};
+CREATE SCHEMA IF NOT EXISTS {clawos};
+
+CREATE VIEW {rabs}.type2_sessions AS
+SELECT
+    {session_uuid} AS id,
+    s.j ->> 'personType' AS person_type,
+    s.person_id AS person_id,
+    s.agent_identity AS agent_identity,
+    NULLIF(s.agent_id, '') AS agent_name,
+    COALESCE((SELECT e.key FROM jsonb_each_text(s.j -> 'engineSessionIds') AS e ORDER BY e.key LIMIT 1), 'openclaw') AS engine_type,
+    COALESCE((SELECT e.value FROM jsonb_each_text(s.j -> 'engineSessionIds') AS e ORDER BY e.key LIMIT 1), s.session_id) AS engine_session_id,
+    COALESCE(s.j -> 'origin' ->> 'provider', s.channel) AS channel,
+    s.j -> 'identitySummary' ->> 'text' AS summary,
+    {summary_at} AS summary_updated_at,
+    NULL::uuid AS last_message_in_summary,
+    s.j AS metadata,
+    {created_at} AS created_at,
+    {updated_at} AS updated_at
+FROM (SELECT sessions.*, {entry_json} AS j FROM {store}.sessions) AS s;
+
+CREATE VIEW {rabs}.type2_messages AS
+SELECT
+    COALESCE({message_uuid}, md5(l.agent_id || '/' || t.session_id || '/' || l.seq)::uuid) AS id,
+    {transcript_uuid} AS session_id,
+    l.person_id AS person_id,
+    COALESCE(l.j -> 'log' ->> 'agentName', l.agent_id) AS agent_name,
+    l.agent_identity AS agent_identity,
+    l.j -> 'log' ->> 'direction' AS direction,
+    l.j -> 'log' ->> 'channel' AS channel,
+    CASE jsonb_typeof(l.j -> 'message' -> 'content')
+        WHEN 'string' THEN l.j -> 'message' ->> 'content'
+        WHEN 'array' THEN COALESCE((SELECT string_agg(b.block ->> 'text', E'\n' ORDER BY b.n)
+            FROM jsonb_array_elements(l.j -> 'message' -> 'content') WITH ORDINALITY AS b(block, n)
+            WHERE b.block ->> 'type' = 'text'), '')
+        ELSE ''
+    END AS message,
+    LEAST((l.j -> 'log' ->> 'processingMs')::numeric, 2147483647)::int AS processing_ms,
+    COALESCE(LEAST((l.j -> 'log' ->> 'toolCallsCount')::numeric, 2147483647)::int, 0) AS tool_calls_count,
+    {correlation_uuid} AS correlation_id,
+    COALESCE(l.j -> 'log' -> 'metadata', '{{}}'::jsonb) AS metadata,
+    m.embedding AS embedding,
+    m.category AS category,
+    {logged_at} AS created_at
+FROM (SELECT transcript_lines.*, {line_json} AS j
+      FROM {store}.transcript_lines WHERE log_at IS NOT NULL) AS l
+JOIN {store}.transcripts AS t ON t.agent_id = l.agent_id AND t.name = l.name
+LEFT JOIN {store}.search_messages AS m ON m.id = l.agent_id || '/' || t.session_id || '/' || l.seq;
+
+CREATE VIEW {clawos}.sessions AS
+SELECT
+    s.session_id AS session_id,
+    s.agent_id AS workspace_id,
+    COALESCE(s.channel, '') AS channel,
+    COALESCE(s.j -> 'origin' ->> 'from',
+        CASE WHEN s.session_key LIKE 'agent:%' THEN regexp_replace(s.session_key, '^.*:', '') ELSE '' END
+    ) AS remote_jid,
+    CASE WHEN s.j ->> 'status' = 'closed' THEN 'closed' ELSE 'active' END AS status,
+    COALESCE(LEAST((s.j ->> 'turnCount')::numeric, 2147483647)::int, 0) AS turn_count,
+    COALESCE(s.j ->> 'contextSummary', '') AS context_summary,
+    {created_text} AS created_at,
+    {updated_text} AS last_message_at
+FROM (SELECT sessions.*, {entry_json} AS j FROM {store}.sessions) AS s;
+"#,
+        drop = postgres_drop(schemas),
+        entry_json = jsonb("entry"),
+        line_json = jsonb("line"),
+        session_uuid = pg_uuid("s.session_id"),
+        transcript_uuid = pg_uuid("t.session_id"),
+        message_uuid = pg_uuid("l.j -> 'log' ->> 'messageId'"),
+        correlation_uuid = pg_uuid("l.j -> 'log' ->> 'correlationId'"),
+        summary_at = pg_time("s.j -> 'identitySummary' ->> 'updatedAt'"),
+        created_at = pg_time("COALESCE((s.j ->> 'sessionStartedAt')::bigint, s.updated_at)"),
+        updated_at = pg_time("s.updated_at"),
+        logged_at = pg_time("l.log_at"),
+        created_text = pg_text_time("COALESCE((s.j ->> 'sessionStartedAt')::bigint, s.updated_at)"),
+        updated_text = pg_text_time("s.updated_at"),
+    )
+}
+
+/// Drops the PostgreSQL views, those that are there (their schemas are left: they may
+/// hold other things).
+pub(crate) fn postgres_drop(schemas: &ViewSchemas) -> String {
+    format!(
+        "DROP VIEW IF EXISTS {rabs}.type2_messages;
+DROP VIEW IF EXISTS {rabs}.type2_sessions;
+DROP VIEW IF EXISTS {clawos}.sessions;",
+        rabs = schemas.rabs,
+        clawos = schemas.clawos
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn view_schemas_must_be_plain_names_other_than_the_stores() {
+        // (rabs, clawos, accepted)
+        let cases = [
+            ("brainframe", "clawos", true),
+            ("same", "same", true),
+            ("agent_sessions", "clawos", false),
+            ("brainframe", "agent_sessions", false),
+            ("Brainframe", "clawos", false),
+            ("brain; DROP TABLE x", "clawos", false),
+            ("", "clawos", false),
+        ];
+        for (rabs, clawos, accepted) in cases {
+            let result = ViewSchemas::new(rabs, clawos).check("agent_sessions");
+            assert_eq!(result.is_ok(), accepted, "{rabs:?}, {clawos:?}: {result:?}");
+        }
+    }
+}
