@@ -71,6 +71,13 @@ async fn write_through_the_api(manager: &SessionManager) -> Written {
         )
         .await
         .unwrap();
+    // The same conversation goes on over SMS: RABS's `channel` stays the first one.
+    let again = manager
+        .resolve(&InboundMessage::direct("sms", "+15550001", "still there?"))
+        .await
+        .unwrap();
+    assert_eq!(again.key, key);
+    assert_eq!(again.entry().channel_name(), Some("sms"));
     let id = |event: &agent_sessions::transcript::SessionEvent| {
         event
             .entry
@@ -294,14 +301,14 @@ WHERE session_id = $1 ORDER BY created_at DESC LIMIT 1",
             .unwrap();
         assert_eq!(per_agent, ("main".to_owned(), 2));
 
-        // ClawOS's kernel: the active session of a sender (what idx_sessions_lookup
-        // serves), and a workspace's sessions.
+        // ClawOS's kernel: the active session of a sender on the channel it writes on
+        // now (what idx_sessions_lookup serves), and a workspace's sessions.
         let clawos: (String, String, String, i64, String) = c
             .query_row(
                 "SELECT session_id, remote_jid, status, turn_count, context_summary FROM sessions
                  WHERE workspace_id = ? AND channel = ? AND remote_jid = ? AND status = 'active'
                  ORDER BY last_message_at DESC LIMIT 1",
-                params!["main", "whatsapp", "+15550001"],
+                params!["main", "sms", "+15550001"],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
             )
             .unwrap();
@@ -672,7 +679,7 @@ ORDER BY created_at",
                  FROM sessions
                  WHERE workspace_id = $1 AND channel = $2 AND remote_jid = $3 AND status = 'active'
                  ORDER BY last_message_at DESC LIMIT 1",
-                &[&"main", &"whatsapp", &"+15550001"],
+                &[&"main", &"sms", &"+15550001"],
             )
             .await
             .unwrap();

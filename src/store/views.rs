@@ -33,8 +33,9 @@
 //! * `type2_sessions`: `id` is the session's `sessionId` (a new one after every reset;
 //!   on PostgreSQL a UUID, derived with `md5` from an id that is not one), `agent_name`
 //!   the key's agent, `engine_type`/`engine_session_id` the first of the entry's
-//!   `engineSessionIds` (else `openclaw` and the `sessionId`), `channel` the origin's
-//!   channel (the first one used), `summary` and `summary_updated_at` the shared
+//!   `engineSessionIds` (else `openclaw` and the `sessionId`), `channel` the entry's
+//!   `firstChannel` (the channel the session began on; for entries older than that
+//!   field, the origin's), `summary` and `summary_updated_at` the shared
 //!   identity summary, `metadata` the whole entry, `created_at` when the session
 //!   started; `last_message_in_summary` is NULL (the summary's watermark is a position
 //!   in the log, not a message id).
@@ -136,7 +137,7 @@ SELECT
     NULLIF(s.agent_id, '') AS agent_name,
     COALESCE((SELECT e.key FROM json_each(s.j, '$.engineSessionIds') AS e ORDER BY e.key LIMIT 1), 'openclaw') AS engine_type,
     COALESCE((SELECT e.value FROM json_each(s.j, '$.engineSessionIds') AS e ORDER BY e.key LIMIT 1), s.session_id) AS engine_session_id,
-    COALESCE(json_extract(s.j, '$.origin.provider'), s.channel) AS channel,
+    COALESCE(json_extract(s.j, '$.firstChannel'), json_extract(s.j, '$.origin.provider'), s.channel) AS channel,
     json_extract(s.j, '$.identitySummary.text') AS summary,
     {summary_at} AS summary_updated_at,
     CAST(NULL AS TEXT) AS last_message_in_summary,
@@ -243,7 +244,7 @@ SELECT
     NULLIF(s.agent_id, '') AS agent_name,
     COALESCE((SELECT e.key FROM jsonb_each_text(s.j -> 'engineSessionIds') AS e ORDER BY e.key LIMIT 1), 'openclaw') AS engine_type,
     COALESCE((SELECT e.value FROM jsonb_each_text(s.j -> 'engineSessionIds') AS e ORDER BY e.key LIMIT 1), s.session_id) AS engine_session_id,
-    COALESCE(s.j -> 'origin' ->> 'provider', s.channel) AS channel,
+    COALESCE(s.j ->> 'firstChannel', s.j -> 'origin' ->> 'provider', s.channel) AS channel,
     s.j -> 'identitySummary' ->> 'text' AS summary,
     {summary_at} AS summary_updated_at,
     NULL::uuid AS last_message_in_summary,
