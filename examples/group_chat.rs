@@ -12,7 +12,6 @@
 
 use std::time::Duration;
 
-use agent_sessions::context::reply::ReplyPayload;
 use agent_sessions::lifecycle::clock::ManualClock;
 use agent_sessions::lifecycle::triggers::ResetTriggers;
 use agent_sessions::prelude::*;
@@ -75,33 +74,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         clock.advance(Duration::from_secs(60));
         let name = message.sender.name.as_deref().unwrap_or("?");
         println!("{name}: {}", message.body.replace('\n', " / "));
-        // Chatter is recorded (group metadata, route, history) without counting as
-        // activity; a message that addresses the bot is resolved and answered.
-        let activation = manager.record_chatter(message).await?;
-        if !activation.trigger {
-            println!(
-                "  not addressed ({:?}): kept as group history\n",
-                activation.reason
-            );
+        // One call: chatter is recorded (group metadata, route, history) without
+        // counting as activity; a message that addresses the bot opens a turn.
+        let turn = manager.turn(message).await?;
+        let Some(seen) = turn.input().map(str::to_owned) else {
+            println!("  not addressed: kept as group history\n");
             continue;
-        }
-        let resolution = manager.resolve(message).await?;
-        let turn = manager.prepare_turn(&resolution, message).await?;
-        let Some(seen) = turn.text else { continue };
+        };
         println!("  the model sees:");
         for line in seen.lines() {
             println!("  │ {line}");
         }
         let answer = stand_in_model(&seen);
         println!("  the model answers: {}", answer.replace('\n', " / "));
-        let sent: Vec<ReplyPayload> = manager
-            .finish_turn(
-                &resolution,
-                message,
-                vec![ReplyPayload::text(answer)],
-                vec![],
-            )
-            .await?;
+        let sent = turn.complete(answer).await?;
         if sent.is_empty() {
             println!("  the bot sends nothing");
         }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use agent_sessions::identity::{DefaultIdentityResolver, Identifier, PersonType, StaticDirectory};
 use agent_sessions::lifecycle::clock::ManualClock;
-use agent_sessions::manager::{LogMessage, SummaryRefresh, TurnOutcome};
+use agent_sessions::manager::SummaryRefresh;
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::MemoryTranscriptStore;
 
@@ -118,7 +118,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let message = InboundMessage::direct(channel, sender, text)
             .with_agent(agent)
             .from_resolved(&person);
-        let resolution = manager.resolve(&message).await?;
+        // One call: the session (one per person and agent variant, whatever the
+        // channel), the message logged under the canonical person.
+        let turn = manager.turn(&message).await?;
+        let resolution = turn.resolution().expect("a direct message opens a turn");
         println!(
             "{} on {channel} to {agent}: {text}\n  {} is {} ({}): {}, session {}",
             person.name.as_deref().unwrap_or("?"),
@@ -132,16 +135,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             resolution.reason,
             resolution.session_id(),
         );
-        manager
-            .transcripts()
-            .log_message(
-                &resolution.key,
-                LogMessage::inbound(text)
-                    .from_person(&person.id)
-                    .with_agent(agent, "reggie")
-                    .on_channel(channel),
-            )
-            .await?;
 
         let entry = resolution.entry();
         let context = [
@@ -159,23 +152,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         let reply = stand_in_model(text, &context);
-        println!("  bot: {reply}\n");
-        manager
-            .transcripts()
-            .log_message(
-                &resolution.key,
-                LogMessage::outbound(reply.clone())
-                    .from_person(&person.id)
-                    .with_agent(agent, "reggie")
-                    .on_channel(channel),
-            )
-            .await?;
-        manager
-            .record_turn(
-                &resolution.key,
-                TurnOutcome::completed().with_exchange(text, reply),
-            )
-            .await?;
+        for payload in turn.complete(reply).await? {
+            println!("  bot: {}\n", payload.text.unwrap_or_default());
+        }
     }
     Ok(())
 }

@@ -14,12 +14,10 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use agent_sessions::context::reply::ReplyPayload;
 use agent_sessions::lifecycle::clock::from_millis;
 use agent_sessions::lifecycle::freshness::{
     Freshness, FreshnessInput, FreshnessPolicy, ResetPolicy, Zone,
 };
-use agent_sessions::manager::{LogMessage, TurnOutcome};
 use agent_sessions::prelude::*;
 use chrono::{DateTime, Utc};
 
@@ -39,13 +37,19 @@ impl FreshnessPolicy for IdleSeconds {
 }
 
 /// The stand-in model: answers from the message and what the session remembers.
-fn stand_in_model(body: &str, turn: u64, summary: Option<&str>) -> String {
-    let remembered = summary
-        .and_then(|s| s.lines().find_map(|line| line.strip_prefix("GOAL: ")))
-        .filter(|goal| !goal.is_empty());
-    match remembered {
-        Some(goal) => format!("(turn {turn}) You said {body:?}. Earlier you wanted: {goal}"),
-        None => format!("(turn {turn}) You said {body:?}. This is the start of our conversation."),
+fn stand_in_model(messages: &[ChatMessage]) -> String {
+    let said: Vec<&str> = messages
+        .iter()
+        .filter(|m| m.role == ChatRole::User)
+        .map(|m| m.content.as_str())
+        .collect();
+    match said.as_slice() {
+        [] => "Hello?".into(),
+        [only] => format!("You said {only:?}. This is the start of our conversation."),
+        [first, .., last] => format!(
+            "(turn {}) You said {last:?}. Earlier you said: {first:?}",
+            said.len()
+        ),
     }
 }
 
@@ -100,46 +104,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let message =
             InboundMessage::direct("terminal", user.as_str(), text).with_sender_name(&user);
-        let resolution = manager.resolve(&message).await?;
-        if resolution.is_new() {
+        // One call: the session (new after /new or the idle timeout), the input.
+        let turn = manager.turn(&message).await?;
+        if let Some(resolution) = turn.resolution().filter(|r| r.is_new()) {
             println!(
                 "[new session {} — {}]",
                 resolution.session_id(),
                 resolution.reason
             );
         }
-        if resolution.body.trim().is_empty() {
-            // A bare `/new`: the session is fresh, nothing to answer.
-            println!("bot: Starting fresh. How can I help you?");
-            continue;
-        }
-        manager
-            .transcripts()
-            .log_message(&resolution.key, LogMessage::from_inbound(&message))
-            .await?;
-        let turn = resolution.entry().turn_count.unwrap_or(0) + 1;
-        let reply = stand_in_model(
-            &resolution.body,
-            turn,
-            resolution.entry().context_summary.as_deref(),
-        );
-        let sent = manager
-            .finish_turn(
-                &resolution,
-                &message,
-                vec![ReplyPayload::text(reply)],
-                vec![],
-            )
-            .await?;
-        for payload in &sent {
-            let text = payload.text.clone().unwrap_or_default();
-            manager
-                .transcripts()
-                .log_message(&resolution.key, LogMessage::outbound(text.clone()))
-                .await?;
-            println!("bot: {text}");
-            let outcome = TurnOutcome::completed().with_exchange(resolution.body.clone(), text);
-            manager.record_turn(&resolution.key, outcome).await?;
+        let reply = if turn.needs_model() {
+            // The whole conversation so far, as the model should see it.
+            stand_in_model(&turn.messages().await?)
+        } else {
+            String::new() // a bare `/new`: `complete` sends its acknowledgement
+        };
+        for payload in turn.complete(reply).await? {
+            println!("bot: {}", payload.text.unwrap_or_default());
         }
         std::io::stdout().flush()?;
     }

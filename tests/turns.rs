@@ -495,3 +495,51 @@ async fn the_conversation_needs_a_transcript_store_and_says_so() {
     // The rest of the turn works without one.
     assert_eq!(turn.complete("hello").await.unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn what_the_model_sees_after_a_compaction_byte_for_byte() {
+    use agent_sessions::transcript::{TranscriptEntry, TranscriptRef, TranscriptStore};
+    use std::sync::Arc;
+
+    let transcripts = Arc::new(MemoryTranscriptStore::new());
+    let manager = SessionManager::builder(MemoryStore::new())
+        .transcripts(transcripts.clone())
+        .clock(ManualClock::at_millis(START_MS))
+        .build();
+    for (question, answer) in [("q1", "a1"), ("q2", "a2"), ("q3", "a3")] {
+        let turn = manager.turn(&dm(question)).await.unwrap();
+        turn.complete(answer).await.unwrap();
+    }
+    // The engine compacts the session, keeping the conversation from q3 on.
+    let key = manager.key_for(&dm("x")).unwrap();
+    let entry = manager.store().get(&key).await.unwrap().unwrap().entry;
+    let transcript = TranscriptRef::of(&key, &entry, &AgentId::main());
+    let read = transcripts
+        .read(&transcript, agent_sessions::transcript::Offset::START)
+        .await
+        .unwrap();
+    let q3 = read
+        .events
+        .iter()
+        .find(|e| e.entry.message.as_ref().is_some_and(|m| m.text() == "q3"))
+        .and_then(|e| e.entry.id.clone())
+        .unwrap();
+    let compaction: TranscriptEntry = serde_json::from_value(serde_json::json!({
+        "type": "compaction",
+        "summary": "The user asked q1 and q2.",
+        "firstKeptEntryId": q3,
+        "tokensBefore": 900
+    }))
+    .unwrap();
+    transcripts
+        .append(&transcript, vec![compaction])
+        .await
+        .unwrap();
+
+    let turn = manager.turn(&dm("q4")).await.unwrap();
+    let seen = serde_json::to_string(&turn.messages().await.unwrap()).unwrap();
+    assert_eq!(
+        seen,
+        r#"[{"role":"system","content":"Summary of the conversation so far:\nThe user asked q1 and q2."},{"role":"user","content":"q3"},{"role":"assistant","content":"a3"},{"role":"user","content":"q4"}]"#
+    );
+}

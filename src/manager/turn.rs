@@ -1,7 +1,7 @@
 //! One call per turn: [`SessionManager::turn`] takes an inbound message and says what to
 //! do; [`Turn::complete`] takes the model's reply and says what to send.
 
-use crate::context::chat::{fit_to_budget, transcript_messages, ChatMessage};
+use crate::context::chat::{fit_to_budget, summary_message, transcript_messages, ChatMessage};
 use crate::context::inbound::InboundMessage;
 use crate::context::reply::ReplyPayload;
 use crate::entry::{SessionEntry, SessionStatus};
@@ -235,11 +235,11 @@ impl SessionManager {
     /// conversation is read back from it.
     pub async fn messages(&self, key: &SessionKey) -> Result<Vec<ChatMessage>> {
         let entry = self.existing(key).await?.entry;
-        let mut history = self.history_messages(key, &entry, None).await?;
+        let (mut history, compacted) = self.history_messages(key, &entry, None).await?;
         let Some(last) = history.pop() else {
             return Ok(Vec::new());
         };
-        self.fit_messages(&entry, history, last)
+        self.fit_messages(&entry, (history, compacted), last)
     }
 
     /// The session's transcript as chat messages, without the line at `skip`, and the
@@ -249,7 +249,7 @@ impl SessionManager {
         key: &SessionKey,
         entry: &SessionEntry,
         skip: Option<Offset>,
-    ) -> Result<Vec<ChatMessage>> {
+    ) -> Result<(Vec<ChatMessage>, Option<String>)> {
         let transcripts = self.transcript_store()?;
         let transcript = TranscriptRef::of(key, entry, &self.settings.default_agent);
         let read = transcripts.read(&transcript, Offset::START).await?;
@@ -259,17 +259,17 @@ impl SessionManager {
             .filter(|event| Some(event.offset) != skip)
             .map(|event| event.entry)
             .collect();
-        let (messages, _) = transcript_messages(&lines);
-        Ok(messages)
+        Ok(transcript_messages(&lines))
     }
 
     /// `history` then `current`, within the budget for `entry` (the model's context
-    /// window it records, else the manager's), with the context summary standing for
-    /// what is cut.
+    /// window it records, else the manager's): the summary of the transcript's last
+    /// compaction first (it stands for what the compaction removed), and the context
+    /// summary standing for what the budget cuts.
     fn fit_messages(
         &self,
         entry: &SessionEntry,
-        history: Vec<ChatMessage>,
+        (history, compacted): (Vec<ChatMessage>, Option<String>),
         current: ChatMessage,
     ) -> Result<Vec<ChatMessage>> {
         let budget = entry
@@ -277,8 +277,13 @@ impl SessionManager {
             .or(self.settings.context_window)
             .unwrap_or(DEFAULT_CONTEXT_TOKENS);
         let budget = usize::try_from(budget).unwrap_or(usize::MAX);
+        let system: Vec<ChatMessage> = compacted
+            .as_deref()
+            .map(summary_message)
+            .into_iter()
+            .collect();
         fit_to_budget(
-            &[],
+            &system,
             entry.context_summary.as_deref(),
             history,
             current,
@@ -334,9 +339,10 @@ impl<'m> Turn<'m> {
     }
 
     /// The conversation as the model should see it: the session's earlier turns as
-    /// they were sent to the model and answered (tool calls and results included), the
-    /// newest that fit the session's token budget, with the context summary first when
-    /// older turns were cut, and this turn's input last, once.
+    /// they were sent to the model and answered (tool calls and results included) from
+    /// the last compaction on (its summary first, as a system message), the newest that
+    /// fit the session's token budget, with the context summary standing for older turns
+    /// the budget cut, and this turn's input last, once.
     ///
     /// The budget is the context window the session records (from the model's usage),
     /// else [`SessionManagerBuilder::context_window`](super::SessionManagerBuilder::context_window);

@@ -219,6 +219,7 @@ impl StatusFilter {
 }
 
 /// The status a store records for `entry`: its status, `idle` when it has none.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn status_name(entry: &SessionEntry) -> &str {
     entry.status.as_ref().map_or("idle", SessionStatus::as_str)
 }

@@ -6,10 +6,7 @@
 //! runs them), PostgreSQL over the network — and the functions here do the rest: ids
 //! and parents, the header of a new transcript, forks, offsets, archive names.
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 
 use chrono::{DateTime, Utc};
 
@@ -222,8 +219,10 @@ pub(crate) async fn export(
 
 /// Runs a future that never waits — the rows of a SQLite transaction, which run on the
 /// calling thread — to its end.
-pub(crate) fn now<F: Future>(work: F) -> F::Output {
-    match pin!(work).poll(&mut Context::from_waker(Waker::noop())) {
+#[cfg(feature = "sqlite")]
+pub(crate) fn now<F: std::future::Future>(work: F) -> F::Output {
+    use std::task::{Context, Poll, Waker};
+    match std::pin::pin!(work).poll(&mut Context::from_waker(Waker::noop())) {
         Poll::Ready(output) => output,
         Poll::Pending => unreachable!("synchronous transcript rows never wait"),
     }

@@ -52,6 +52,7 @@
 //! A stored entry or line that is not JSON PostgreSQL can read (the `\u0000` escape)
 //! gives NULL in the columns taken from it instead of failing the query.
 
+#[cfg(any(feature = "postgres", test))]
 use crate::error::{Error, Result};
 
 /// Where the PostgreSQL views live: a schema for RABS's views and one for ClawOS's,
@@ -93,6 +94,7 @@ impl ViewSchemas {
     }
 
     /// Refuses names that are not plain schema names, and the store's own schema.
+    #[cfg(any(feature = "postgres", test))]
     pub(crate) fn check(&self, store_schema: &str) -> Result<()> {
         for name in [&self.rabs, &self.clawos] {
             if !plain_name(name) {
@@ -114,6 +116,7 @@ impl ViewSchemas {
     }
 }
 
+#[cfg(any(feature = "postgres", test))]
 fn plain_name(name: &str) -> bool {
     let mut chars = name.chars();
     chars
@@ -124,6 +127,7 @@ fn plain_name(name: &str) -> bool {
 }
 
 /// The SQLite views, as one batch: each dropped if there and created.
+#[cfg(feature = "sqlite")]
 pub(crate) fn sqlite_create() -> String {
     let ts = |ms: &str| format!("strftime('%Y-%m-%dT%H:%M:%fZ', ({ms}) / 1000.0, 'unixepoch')");
     format!(
@@ -198,12 +202,14 @@ FROM (SELECT sessions.*, CASE WHEN json_valid(entry) THEN entry END AS j FROM se
 }
 
 /// Drops the SQLite views, those that are there.
+#[cfg(feature = "sqlite")]
 pub(crate) const SQLITE_DROP: &str = "DROP VIEW IF EXISTS type2_sessions;
 DROP VIEW IF EXISTS type2_messages;
 DROP VIEW IF EXISTS clawos_sessions;";
 
 /// A PostgreSQL expression: `text` as a UUID — itself when it is one, else the UUID of
 /// its MD5 (so equal ids stay equal and joins hold); NULL stays NULL.
+#[cfg(feature = "postgres")]
 fn pg_uuid(text: &str) -> String {
     format!(
         "(CASE WHEN ({text}) ~* '^[0-9a-f]{{8}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{12}}$' \
@@ -212,11 +218,13 @@ fn pg_uuid(text: &str) -> String {
 }
 
 /// Epoch milliseconds as `timestamptz`.
+#[cfg(feature = "postgres")]
 fn pg_time(ms: &str) -> String {
     format!("to_timestamp(({ms})::double precision / 1000)")
 }
 
 /// Epoch milliseconds as ClawOS's text time (`2026-02-23T10:00:00.000Z`).
+#[cfg(feature = "postgres")]
 fn pg_text_time(ms: &str) -> String {
     format!(
         "to_char(to_timestamp(({ms})::double precision / 1000) AT TIME ZONE 'UTC', \
@@ -225,6 +233,7 @@ fn pg_text_time(ms: &str) -> String {
 }
 
 /// The PostgreSQL views over the tables of `store` (a schema), as one batch.
+#[cfg(feature = "postgres")]
 pub(crate) fn postgres_create(store: &str, schemas: &ViewSchemas) -> String {
     let (rabs, clawos) = (&schemas.rabs, &schemas.clawos);
     let jsonb = |column: &str| {
@@ -314,6 +323,7 @@ FROM (SELECT sessions.*, {entry_json} AS j FROM {store}.sessions) AS s;
 
 /// Drops the PostgreSQL views, those that are there (their schemas are left: they may
 /// hold other things).
+#[cfg(feature = "postgres")]
 pub(crate) fn postgres_drop(schemas: &ViewSchemas) -> String {
     format!(
         "DROP VIEW IF EXISTS {rabs}.type2_messages;
