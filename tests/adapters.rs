@@ -66,17 +66,17 @@ fn the_terminal_chat_survives_restarts_resets_and_expires_when_idle() {
     assert!(first.contains("no_session"), "{first}");
     assert!(
         first.contains(
-            "bot: (turn 2) You said \"plan a trip to Rome\". Earlier you wanted: hello there"
+            "bot: (turn 2) You said \"plan a trip to Rome\". Earlier you said: \"hello there\""
         ),
         "{first}"
     );
 
-    // A restart continues the conversation, with what it remembered.
+    // A restart continues the conversation: the model sees all of it again.
     let second = chat("what about hotels?\n/new book a table\n");
     let mut lines = second.lines().skip(1);
     assert_eq!(
         lines.next(),
-        Some("bot: (turn 3) You said \"what about hotels?\". Earlier you wanted: plan a trip to Rome"),
+        Some("bot: (turn 3) You said \"what about hotels?\". Earlier you said: \"hello there\""),
         "{second}"
     );
     assert!(
@@ -85,7 +85,7 @@ fn the_terminal_chat_survives_restarts_resets_and_expires_when_idle() {
     );
     assert_eq!(
         lines.next(),
-        Some("bot: (turn 1) You said \"book a table\". This is the start of our conversation."),
+        Some("bot: You said \"book a table\". This is the start of our conversation."),
         "{second}"
     );
 
