@@ -591,6 +591,29 @@ impl JsonFileStore {
 
     /// Waits until the batch holding this writer's change is written. If the writer
     /// who should write it is gone, this one takes the queue and writes it.
+    /// Ends a writer's turn on the open batch: leaves it open for the next writer when
+    /// one waits (the write that holds this change acknowledges it, through `member`),
+    /// else writes it now.
+    async fn end_change(
+        &self,
+        path: &Path,
+        queue: &FileQueue,
+        mut state: OwnedMutexGuard<QueueState>,
+        member: Option<watch::Receiver<Option<Result<(), Arc<Error>>>>>,
+    ) -> Result<()> {
+        let members = state.open.as_ref().map_or(0, |batch| batch.members);
+        if queue.has_waiters() && members < MAX_BATCH {
+            drop(state);
+            if let Some(outcome) = member {
+                self.await_batch(path, queue, outcome).await?;
+            }
+            Ok(())
+        } else {
+            let batch = state.open.take().expect("a batch is open");
+            self.commit(path, state, batch).await
+        }
+    }
+
     async fn await_batch(
         &self,
         path: &Path,
@@ -1064,17 +1087,7 @@ impl SessionStore for JsonFileStore {
             }
             _ => None,
         };
-        if queue.has_waiters() && batch.members < MAX_BATCH {
-            // Leave the batch open for the next writer; the write that holds this
-            // change acknowledges it.
-            drop(state);
-            if let Some(outcome) = member {
-                self.await_batch(&path, &queue, outcome).await?;
-            }
-        } else {
-            let batch = state.open.take().expect("a batch is open");
-            self.commit(&path, state, batch).await?;
-        }
+        self.end_change(&path, &queue, state, member).await?;
         applied.map(|(stored, _, _)| stored)
     }
 
@@ -1137,15 +1150,7 @@ impl SessionStore for JsonFileStore {
             }
             _ => None,
         };
-        if queue.has_waiters() && batch.members < MAX_BATCH {
-            drop(state);
-            if let Some(outcome) = member {
-                self.await_batch(&path, &queue, outcome).await?;
-            }
-        } else {
-            let batch = state.open.take().expect("a batch is open");
-            self.commit(&path, state, batch).await?;
-        }
+        self.end_change(&path, &queue, state, member).await?;
         applied.map(|(slots, _, _)| slots)
     }
 
