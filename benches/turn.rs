@@ -2,72 +2,37 @@
 //! made of the separate calls a host made before (`resolve`, `log_message`,
 //! `prepare_turn`, `memory_flush_plan`, `finish_turn`, `log_message`, `record_turn`),
 //! measured in the same run on every backend, 1,000 sessions, each backend's fast
-//! durability mode.
+//! durability mode (JSON transcripts unsynced too). Each function has a session of its
+//! own, so neither inherits the other's transcript.
 //!
 //! `cargo bench --bench turn --features sqlite,postgres` (PostgreSQL only when
 //! `AGENT_SESSIONS_TEST_POSTGRES_URL` names a server; the run uses a schema of its own
 //! and drops it).
 
 mod common;
+#[path = "../tests/common/separate_calls.rs"]
+mod separate_calls;
 
 use std::sync::Arc;
 
-use agent_sessions::manager::{LogMessage, TurnOutcome};
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::{FileTranscriptStore, MemoryTranscriptStore, TranscriptStore};
 use agent_sessions::{Durability, JsonFileOptions};
 use common::write_store;
 use criterion::{criterion_group, criterion_main, Criterion};
+use separate_calls::separate_calls;
 use tokio::runtime::Runtime;
 
 const SESSIONS: usize = 1_000;
 
-fn message() -> InboundMessage {
-    InboundMessage::direct("telegram", "100000500", "what about tomorrow?")
+/// The message of each benchmark function: its own sender, so each measures its own
+/// session (and transcript) from its first turn on.
+fn message(peer: &str) -> InboundMessage {
+    InboundMessage::direct("telegram", peer, "what about tomorrow?")
 }
 
-async fn separate_calls(manager: &SessionManager) {
-    let message = message();
-    let resolution = manager.resolve(&message).await.unwrap();
-    manager
-        .transcripts()
-        .log_message(&resolution.key, LogMessage::from_inbound(&message))
-        .await
-        .unwrap();
-    let input = manager.prepare_turn(&resolution, &message).await.unwrap();
-    let _flush = manager
-        .memory()
-        .memory_flush_plan(&resolution.key)
-        .await
-        .unwrap();
-    let sent = manager
-        .finish_turn(
-            &resolution,
-            &message,
-            vec![ReplyPayload::text("Tomorrow at 9.")],
-            vec![],
-        )
-        .await
-        .unwrap();
-    manager
-        .transcripts()
-        .log_message(
-            &resolution.key,
-            LogMessage::outbound(sent[0].text.clone().unwrap()),
-        )
-        .await
-        .unwrap();
-    manager
-        .record_turn(
-            &resolution.key,
-            TurnOutcome::completed().with_exchange(input.text.unwrap(), "Tomorrow at 9."),
-        )
-        .await
-        .unwrap();
-}
-
-async fn one_turn(manager: &SessionManager) {
-    let turn = manager.turn(&message()).await.unwrap();
+async fn one_turn(manager: &SessionManager, message: &InboundMessage) {
+    let turn = manager.turn(message).await.unwrap();
     let sent = turn.complete("Tomorrow at 9.").await.unwrap();
     assert_eq!(sent.len(), 1);
 }
@@ -83,13 +48,13 @@ fn bench(
         .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
         .transcripts(transcripts)
         .build();
-    runtime.block_on(one_turn(&manager));
+    let (by_calls, by_turn) = (message("200000001"), message("200000002"));
     let mut group = c.benchmark_group(format!("turn/{name}/{SESSIONS}"));
     group.bench_function("baseline_separate_calls", |b| {
-        b.iter(|| runtime.block_on(separate_calls(&manager)))
+        b.iter(|| runtime.block_on(separate_calls(&manager, &by_calls, "Tomorrow at 9.")))
     });
     group.bench_function("turn_and_complete", |b| {
-        b.iter(|| runtime.block_on(one_turn(&manager)))
+        b.iter(|| runtime.block_on(one_turn(&manager, &by_turn)))
     });
     group.finish();
 }
@@ -129,7 +94,10 @@ fn turns(c: &mut Criterion) {
         &runtime,
         "json",
         Arc::new(json),
-        Arc::new(FileTranscriptStore::new(dir.path())),
+        Arc::new(FileTranscriptStore::with_durability(
+            dir.path(),
+            Durability::Unsynced,
+        )),
     );
 
     #[cfg(feature = "sqlite")]

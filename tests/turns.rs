@@ -8,6 +8,11 @@ use agent_sessions::prelude::*;
 use agent_sessions::transcript::MemoryTranscriptStore;
 use agent_sessions::SessionStatus;
 
+#[path = "common/separate_calls.rs"]
+mod separate_calls;
+
+use separate_calls::separate_calls;
+
 const START_MS: u64 = 1_773_136_800_000; // 2026-03-10 10:00 UTC
 
 fn manager() -> SessionManager {
@@ -87,7 +92,8 @@ async fn every_turn_outcome() {
         sent: vec![],
     };
     // (what happens, the script, what each step does)
-    let cases: Vec<(&str, Vec<(InboundMessage, &str)>, Vec<Step>)> = vec![
+    type Script = Vec<(InboundMessage, &'static str)>;
+    let cases: Vec<(&str, Script, Vec<Step>)> = vec![
         (
             "a direct message is answered",
             vec![(dm("When is my shift?"), "Thursday.")],
@@ -376,50 +382,8 @@ impl SessionStore for CountingStore {
 
 #[tokio::test]
 async fn a_turn_costs_fewer_store_round_trips_than_the_separate_calls() {
-    use agent_sessions::context::reply::ReplyPayload;
-    use agent_sessions::manager::{LogMessage, TurnOutcome};
     use std::sync::Arc;
 
-    async fn separate_calls(manager: &SessionManager, text: &str) {
-        let message = dm(text);
-        let resolution = manager.resolve(&message).await.unwrap();
-        manager
-            .transcripts()
-            .log_message(&resolution.key, LogMessage::from_inbound(&message))
-            .await
-            .unwrap();
-        let input = manager.prepare_turn(&resolution, &message).await.unwrap();
-        assert!(input.text.is_some());
-        manager
-            .memory()
-            .memory_flush_plan(&resolution.key)
-            .await
-            .unwrap();
-        let sent = manager
-            .finish_turn(
-                &resolution,
-                &message,
-                vec![ReplyPayload::text("ok")],
-                vec![],
-            )
-            .await
-            .unwrap();
-        manager
-            .transcripts()
-            .log_message(
-                &resolution.key,
-                LogMessage::outbound(sent[0].text.clone().unwrap()),
-            )
-            .await
-            .unwrap();
-        manager
-            .record_turn(
-                &resolution.key,
-                TurnOutcome::completed().with_exchange(text, "ok"),
-            )
-            .await
-            .unwrap();
-    }
     async fn one_turn(manager: &SessionManager, text: &str) {
         let turn = manager.turn(&dm(text)).await.unwrap();
         turn.complete("ok").await.unwrap();
@@ -436,7 +400,7 @@ async fn a_turn_costs_fewer_store_round_trips_than_the_separate_calls() {
             if turn_path {
                 one_turn(&manager, text).await;
             } else {
-                separate_calls(&manager, text).await;
+                separate_calls(&manager, &dm(text), "ok").await;
             }
             costs.push(store.take());
         }

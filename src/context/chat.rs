@@ -405,7 +405,8 @@ mod tests {
         let system = [ChatMessage::system("abcd")]; // 5 tokens
         let summary = "abcd"; // the summary message costs 4 + 10 = 14 tokens
                               // (budget, messages kept: system, summary?, history count, current cut?)
-        let cases: [(usize, Option<(bool, usize, bool)>); 8] = [
+        type Kept = Option<(bool, usize, bool)>;
+        let cases: [(usize, Kept); 8] = [
             (35, Some((false, 4, false))), // 5 + 24 + 6: everything, exactly
             (34, Some((true, 0, false))), // cut: 5 + 14 + 6 leaves 9, one turn of two is not a start
             (36, Some((false, 4, false))),

@@ -43,6 +43,10 @@ pub use self::lock::{
     LockOptions, DEFAULT_LOCK_POLL_INTERVAL, DEFAULT_LOCK_STALE_AFTER, DEFAULT_LOCK_TIMEOUT,
 };
 
+/// What a writer whose change joined an open batch waits on: the batch's write, done
+/// (`Some`) or not yet (`None`).
+type BatchOutcome = watch::Receiver<Option<Result<(), Arc<Error>>>>;
+
 /// The longest single trip to the blocking pool while waiting for a lock held by
 /// another program.
 const FOREIGN_WAIT_SLICE: Duration = Duration::from_secs(1);
@@ -599,7 +603,7 @@ impl JsonFileStore {
         path: &Path,
         queue: &FileQueue,
         mut state: OwnedMutexGuard<QueueState>,
-        member: Option<watch::Receiver<Option<Result<(), Arc<Error>>>>>,
+        member: Option<BatchOutcome>,
     ) -> Result<()> {
         let members = state.open.as_ref().map_or(0, |batch| batch.members);
         if queue.has_waiters() && members < MAX_BATCH {
@@ -618,7 +622,7 @@ impl JsonFileStore {
         &self,
         path: &Path,
         queue: &FileQueue,
-        mut outcome: watch::Receiver<Option<Result<(), Arc<Error>>>>,
+        mut outcome: BatchOutcome,
     ) -> Result<()> {
         let finished = |outcome: &Option<Result<(), Arc<Error>>>| match outcome {
             Some(Ok(())) => Ok(()),
