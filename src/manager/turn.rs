@@ -239,7 +239,7 @@ impl SessionManager {
         let Some(last) = history.pop() else {
             return Ok(Vec::new());
         };
-        self.fit_messages(&entry, (history, compacted), last)
+        self.fit_messages(&entry, Vec::new(), (history, compacted), last)
     }
 
     /// The session's transcript as chat messages, without the line at `skip`, and the
@@ -269,6 +269,7 @@ impl SessionManager {
     fn fit_messages(
         &self,
         entry: &SessionEntry,
+        mut system: Vec<ChatMessage>,
         (history, compacted): (Vec<ChatMessage>, Option<String>),
         current: ChatMessage,
     ) -> Result<Vec<ChatMessage>> {
@@ -277,11 +278,7 @@ impl SessionManager {
             .or(self.settings.context_window)
             .unwrap_or(DEFAULT_CONTEXT_TOKENS);
         let budget = usize::try_from(budget).unwrap_or(usize::MAX);
-        let system: Vec<ChatMessage> = compacted
-            .as_deref()
-            .map(summary_message)
-            .into_iter()
-            .collect();
+        system.extend(compacted.as_deref().map(summary_message));
         fit_to_budget(
             &system,
             entry.context_summary.as_deref(),
@@ -352,6 +349,26 @@ impl<'m> Turn<'m> {
     /// ([`Error::NotConfigured`](crate::Error::NotConfigured) otherwise), which keeps
     /// the conversation: without one every turn would look like the first.
     pub async fn messages(&self) -> Result<Vec<ChatMessage>> {
+        self.messages_with(Vec::new()).await
+    }
+
+    /// [`messages`](Self::messages) after the host's own `system` messages (its system
+    /// prompt, tool descriptions), which come first and count against the budget.
+    ///
+    /// ```
+    /// # use agent_sessions::prelude::*;
+    /// # use agent_sessions::transcript::MemoryTranscriptStore;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// # let manager = SessionManager::builder(MemoryStore::new()).transcripts(MemoryTranscriptStore::new()).build();
+    /// let turn = manager.turn(&InboundMessage::direct("telegram", "42", "hi")).await?;
+    /// let messages = turn.messages_with(vec![ChatMessage::system("You are a helpful assistant.")]).await?;
+    /// assert_eq!(messages[0].role, ChatRole::System);
+    /// assert_eq!(messages[1].content, "hi");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn messages_with(&self, system: Vec<ChatMessage>) -> Result<Vec<ChatMessage>> {
         let (Some(input), Some(entry)) = (&self.input, &self.entry) else {
             return Ok(Vec::new());
         };
@@ -361,7 +378,7 @@ impl<'m> Turn<'m> {
             .history_messages(&self.key, entry, skip)
             .await?;
         self.manager
-            .fit_messages(entry, history, ChatMessage::user(input.clone()))
+            .fit_messages(entry, system, history, ChatMessage::user(input.clone()))
     }
 
     /// Finishes the turn with the model's `reply` and returns what to send.
