@@ -507,3 +507,55 @@ async fn what_the_model_sees_after_a_compaction_byte_for_byte() {
         r#"[{"role":"system","content":"Summary of the conversation so far:\nThe user asked q1 and q2."},{"role":"user","content":"q3"},{"role":"assistant","content":"a3"},{"role":"user","content":"q4"}]"#
     );
 }
+
+#[tokio::test]
+async fn a_manager_that_needs_transcripts_is_not_built_without_them() {
+    use agent_sessions::memory::checkpoint::{
+        IntrospectionInput, IntrospectionOutcome, Introspector,
+    };
+
+    struct Quiet;
+    #[async_trait::async_trait]
+    impl Introspector for Quiet {
+        async fn introspect(
+            &self,
+            _: &IntrospectionInput,
+        ) -> agent_sessions::Result<IntrospectionOutcome> {
+            Ok(IntrospectionOutcome::default())
+        }
+    }
+    // (introspector, transcripts, checkpoint every N turns, built)
+    let cases = [
+        (false, false, false, true),
+        (true, true, true, true),
+        (true, true, false, true),
+        (false, true, false, true),
+        (true, false, false, false),
+        (false, true, true, false),
+        (true, false, true, false),
+    ];
+    for (introspector, transcripts, every, built) in cases {
+        let mut builder = SessionManager::builder(MemoryStore::new());
+        if introspector {
+            builder = builder.introspector(Quiet);
+        }
+        if transcripts {
+            builder = builder.transcripts(MemoryTranscriptStore::new());
+        }
+        if every {
+            builder = builder.checkpoint_every_turns(5);
+        }
+        let result = builder.try_build();
+        assert_eq!(
+            result.is_ok(),
+            built,
+            "introspector {introspector}, transcripts {transcripts}, every {every}"
+        );
+        if !built {
+            assert!(matches!(
+                result,
+                Err(agent_sessions::Error::NotConfigured { .. })
+            ));
+        }
+    }
+}

@@ -365,7 +365,44 @@ impl SessionManagerBuilder {
         self
     }
 
-    /// The manager.
+    /// The manager, after checking that every seam a configured feature needs is there:
+    /// checkpoints (an introspector, `checkpoint_every_turns`) read and write the
+    /// session's transcript, so they need a transcript store, and a turn limit needs an
+    /// introspector. A missing one is [`Error::NotConfigured`], named.
+    ///
+    /// ```
+    /// use agent_sessions::prelude::*;
+    /// use agent_sessions::Error;
+    ///
+    /// let refused = SessionManager::builder(MemoryStore::new()).checkpoint_every_turns(10).try_build();
+    /// assert!(matches!(refused, Err(Error::NotConfigured { .. })));
+    /// ```
+    pub fn try_build(self) -> Result<SessionManager> {
+        let seams = &self.manager.seams;
+        let settings = &self.manager.settings;
+        let needs = |what: &'static str| Err(Error::NotConfigured { what });
+        if seams.introspector.is_some() && seams.transcripts.is_none() {
+            return needs(
+                "a transcript store for checkpoints (SessionManagerBuilder::transcripts)",
+            );
+        }
+        if settings.checkpoint_every_turns.is_some() {
+            if seams.introspector.is_none() {
+                return needs(
+                    "an introspector for checkpoint_every_turns (SessionManagerBuilder::introspector)",
+                );
+            }
+            if seams.transcripts.is_none() {
+                return needs(
+                    "a transcript store for checkpoint_every_turns (SessionManagerBuilder::transcripts)",
+                );
+            }
+        }
+        Ok(self.build())
+    }
+
+    /// The manager. [`try_build`](Self::try_build) also checks that every seam a
+    /// configured feature needs is there.
     pub fn build(self) -> SessionManager {
         let mut manager = self.manager;
         if let (Some(window), false) = (manager.settings.context_window, self.custom_flush_guard) {
