@@ -559,3 +559,26 @@ async fn a_manager_that_needs_transcripts_is_not_built_without_them() {
         }
     }
 }
+
+#[tokio::test]
+async fn turns_run_in_spawned_tasks() {
+    // A host spawns a task per message: the turn and its futures are `Send`.
+    let manager = std::sync::Arc::new(manager());
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..4 {
+        let manager = manager.clone();
+        tasks.spawn(async move {
+            let message = InboundMessage::direct("telegram", format!("{i}"), "hi");
+            let turn = manager.turn(&message).await.unwrap();
+            let messages = turn.messages().await.unwrap();
+            turn.complete(format!("{} message(s)", messages.len()))
+                .await
+                .unwrap()
+        });
+    }
+    let mut sent = 0;
+    while let Some(done) = tasks.join_next().await {
+        sent += done.unwrap().len();
+    }
+    assert_eq!(sent, 4);
+}
