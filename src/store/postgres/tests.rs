@@ -330,49 +330,59 @@ mod group_history {
         store.drop_schema().await.unwrap();
     }
 
-    /// Writers on other hosts creating new groups at once still leave at most
-    /// `max_keys` groups.
+    /// Writers on four hosts each creating a new group at the same moment, round after
+    /// round, leave at most `max_keys` groups after every round.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     #[cfg_attr(
         not(postgres_tests),
         ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
     )]
     async fn concurrent_new_groups_stay_within_the_bound() {
+        const WRITERS: usize = 4;
         let store = fresh("as_history").await;
-        let mut tasks = tokio::task::JoinSet::new();
-        for w in 0..4 {
+        let mut hosts = Vec::new();
+        for _ in 0..WRITERS {
             let host =
                 PostgresStore::connect_with(&server(), PostgresOptions::in_schema(store.schema()))
                     .await
                     .unwrap();
-            tasks.spawn(async move {
-                let history = PostgresHistory::with_limits(&host, 5, 3);
-                for i in 0..25 {
+            hosts.push(PostgresHistory::with_limits(&host, 5, 3));
+        }
+        let count_groups = || async {
+            let groups: i64 = store
+                .client()
+                .await
+                .unwrap()
+                .query_one(
+                    &format!(
+                        "SELECT COUNT(DISTINCT group_key) FROM {}",
+                        store.table("group_history")
+                    ),
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            groups
+        };
+        for round in 0..15 {
+            let start = std::sync::Arc::new(tokio::sync::Barrier::new(WRITERS));
+            let mut tasks = tokio::task::JoinSet::new();
+            for (w, history) in hosts.iter().enumerate() {
+                let (history, start) = (history.clone(), start.clone());
+                tasks.spawn(async move {
+                    start.wait().await;
                     history
-                        .append(&format!("g{w}-{i}"), said("x"))
+                        .append(&format!("g{round}-{w}"), said("x"))
                         .await
                         .unwrap();
-                }
-            });
+                });
+            }
+            while let Some(done) = tasks.join_next().await {
+                done.unwrap();
+            }
+            assert_eq!(count_groups().await, 3, "after round {round}");
         }
-        while let Some(done) = tasks.join_next().await {
-            done.unwrap();
-        }
-        let groups: i64 = store
-            .client()
-            .await
-            .unwrap()
-            .query_one(
-                &format!(
-                    "SELECT COUNT(DISTINCT group_key) FROM {}",
-                    store.table("group_history")
-                ),
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        assert_eq!(groups, 3);
         store.drop_schema().await.unwrap();
     }
 
