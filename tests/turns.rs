@@ -1,5 +1,7 @@
 //! One call per turn: `SessionManager::turn`, `Turn::messages` and `Turn::complete`.
 
+mod common;
+
 use agent_sessions::context::send_policy::SendPolicyConfig;
 use agent_sessions::entry::SendPolicy;
 use agent_sessions::lifecycle::clock::ManualClock;
@@ -418,33 +420,59 @@ async fn a_turn_costs_fewer_store_round_trips_than_the_separate_calls() {
     );
 }
 
-#[tokio::test]
-async fn a_restart_in_the_middle_of_a_group_conversation_keeps_its_history() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("json:{}", dir.path().display());
+/// A group conversation through the store `url`: chatter, a restart, then a mention
+/// that sees the chatter once.
+async fn a_restart_keeps_group_history(url: &str) {
     {
-        let manager = SessionManager::connect(&url).await.unwrap().build();
+        let manager = SessionManager::connect(url).await.unwrap().build();
         let turn = manager
             .turn(&in_group("Ann", "lunch at noon?"))
             .await
             .unwrap();
-        assert_eq!(turn.action(), &TurnAction::StaySilent);
+        assert_eq!(turn.action(), &TurnAction::StaySilent, "{url}");
     }
     // The bot restarts.
-    let manager = SessionManager::connect(&url).await.unwrap().build();
+    let manager = SessionManager::connect(url).await.unwrap().build();
     let turn = manager
         .turn(&in_group("Bob", "@bot book it").mentioning_agent())
         .await
         .unwrap();
     let input = turn.input().unwrap().to_owned();
-    assert!(input.contains("Ann: lunch at noon?"), "{input}");
+    assert!(input.contains("Ann: lunch at noon?"), "{url}: {input}");
     turn.complete("Booked.").await.unwrap();
     // Seen once: the next mention starts a new history.
     let next = manager
         .turn(&in_group("Bob", "@bot thanks").mentioning_agent())
         .await
         .unwrap();
-    assert!(!next.input().unwrap().contains("lunch"));
+    assert!(!next.input().unwrap().contains("lunch"), "{url}");
+}
+
+#[tokio::test]
+async fn a_restart_in_the_middle_of_a_group_conversation_keeps_its_history() {
+    let dir = tempfile::tempdir().unwrap();
+    #[allow(unused_mut)]
+    let mut urls = vec![format!("json:{}", dir.path().join("tree").display())];
+    #[cfg(feature = "sqlite")]
+    urls.push(format!(
+        "sqlite:{}",
+        dir.path().join("sessions.db").display()
+    ));
+    for url in urls {
+        a_restart_keeps_group_history(&url).await;
+    }
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+async fn a_restart_in_the_middle_of_a_group_conversation_keeps_its_history_on_postgres() {
+    let schema = common::TestSchema::new("turns_restart");
+    a_restart_keeps_group_history(&schema.url()).await;
+    schema.drop().await;
 }
 
 #[tokio::test]

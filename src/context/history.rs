@@ -17,6 +17,11 @@
 //! [`HistoryBuffer`] is the seam (a host can keep history in Redis); [`MemoryHistory`]
 //! is the default: per group a FIFO of at most 50 entries, and at most 1,000 groups,
 //! the least recently used dropped first — memory stays bounded whatever the traffic.
+//! Durable buffers with the same bounds keep history across restarts beside each
+//! store backend — [`JsonFileHistory`](crate::store::JsonFileHistory), and with their
+//! features `SqliteHistory` and `PostgresHistory` — and
+//! [`SessionManager::connect`](crate::SessionManager::connect) picks the one matching
+//! its URL.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -1,6 +1,8 @@
 //! Choosing a backend by URL: `json:<dir>`, `sqlite:<file>`, `postgres://…`.
 
-use crate::context::history::{HistoryBuffer, MemoryHistory};
+use crate::context::history::HistoryBuffer;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+use crate::context::history::MemoryHistory;
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -313,14 +315,11 @@ impl Backend {
             Arc<dyn SessionStore>,
             Arc<dyn TranscriptExport>,
             Option<Arc<dyn SearchIndex>>,
+            Arc<dyn HistoryBuffer>,
         );
-        // Group history lives beside the sessions where the backend can keep it.
-        let history: Arc<dyn HistoryBuffer> = match &url {
-            StoreUrl::Json(dir) => Arc::new(super::JsonFileHistory::new(dir)),
-            #[allow(unreachable_patterns)]
-            _ => Arc::new(MemoryHistory::default()),
-        };
-        let (sessions, transcripts, search): Parts = match &url {
+        // Group history lives beside the sessions (in memory for a read-only database,
+        // which must not be written to).
+        let (sessions, transcripts, search, history): Parts = match &url {
             StoreUrl::Json(dir) => {
                 if mode != OpenMode::Create {
                     json_tree_exists(dir, &url)?;
@@ -331,6 +330,7 @@ impl Backend {
                     // Read-only: an index in memory, never saved into the tree.
                     (mode == OpenMode::ReadOnly)
                         .then(|| Arc::new(MemoryIndex::new()) as Arc<dyn SearchIndex>),
+                    Arc::new(super::JsonFileHistory::new(dir)),
                 )
             }
             #[cfg(feature = "sqlite")]
@@ -350,10 +350,16 @@ impl Backend {
                     }
                 })
                 .await?;
+                let history: Arc<dyn HistoryBuffer> = if mode == OpenMode::ReadOnly {
+                    Arc::new(MemoryHistory::default())
+                } else {
+                    Arc::new(crate::store::SqliteHistory::new(&store))
+                };
                 (
                     Arc::new(store.clone()),
                     Arc::new(store.clone()),
                     Some(Arc::new(store)),
+                    history,
                 )
             }
             #[cfg(feature = "postgres")]
@@ -367,10 +373,16 @@ impl Backend {
                 }
                 let store =
                     crate::store::PostgresStore::connect_mode(conninfo, options, mode).await?;
+                let history: Arc<dyn HistoryBuffer> = if mode == OpenMode::ReadOnly {
+                    Arc::new(MemoryHistory::default())
+                } else {
+                    Arc::new(crate::store::PostgresHistory::new(&store))
+                };
                 (
                     Arc::new(store.clone()),
                     Arc::new(store.clone()),
                     Some(Arc::new(store)),
+                    history,
                 )
             }
             #[allow(unreachable_patterns)]
@@ -409,9 +421,12 @@ impl Backend {
         &self.transcripts
     }
 
-    /// The group history kept with this backend: files beside a JSON tree
-    /// ([`JsonFileHistory`](super::JsonFileHistory)), so group chatter survives a
-    /// restart; in memory for the database backends.
+    /// The group history kept with this backend, so group chatter survives a restart:
+    /// files beside a JSON tree ([`JsonFileHistory`](super::JsonFileHistory)), the
+    /// `group_history` table of a SQLite database or PostgreSQL schema
+    /// (`SqliteHistory`, `PostgresHistory`). A database opened
+    /// [`OpenMode::ReadOnly`] keeps it in memory
+    /// ([`MemoryHistory`](crate::context::history::MemoryHistory)), since nothing may be written.
     pub fn history(&self) -> &Arc<dyn HistoryBuffer> {
         &self.history
     }

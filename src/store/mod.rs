@@ -33,6 +33,8 @@
 
 mod backend;
 pub mod doctor;
+#[cfg(test)]
+mod history_suite;
 pub(crate) mod json;
 mod memory;
 pub mod migrate;
@@ -66,10 +68,10 @@ pub use json::{
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use postgres::{PostgresOptions, PostgresStore};
+pub use postgres::{PostgresHistory, PostgresOptions, PostgresStore};
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
-pub use sqlite::{SqliteOptions, SqliteStore};
+pub use sqlite::{SqliteHistory, SqliteOptions, SqliteStore};
 
 /// An opaque token that changes whenever an entry changes.
 ///

@@ -214,6 +214,22 @@ pub(crate) fn revision_from_i64(value: i64) -> Revision {
     Revision::from_u64(u64::from_ne_bytes(value.to_ne_bytes()))
 }
 
+/// A group-history timestamp as a SQL integer, bit for bit: any `u64` is kept as it
+/// was given (SQL integers are signed).
+pub(crate) fn history_time_to_i64(value: u64) -> i64 {
+    i64::from_ne_bytes(value.to_ne_bytes())
+}
+
+/// The inverse of [`history_time_to_i64`].
+pub(crate) fn history_time_from_i64(value: i64) -> u64 {
+    u64::from_ne_bytes(value.to_ne_bytes())
+}
+
+/// A group-history bound (entries per group, groups) as a SQL integer.
+pub(crate) fn history_bound(value: usize) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
 /// Epoch milliseconds as a SQL integer (saturating: no real time is near the edge).
 pub(crate) fn to_i64(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)

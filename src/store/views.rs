@@ -8,7 +8,8 @@
 //! replaces them (idempotent); dropping views that are not there is no error. The views
 //! are read-only: sessions and messages are written through the crate. They depend on
 //! the tables: drop them before an upgrade whose schema migration changes the tables,
-//! and create them again after.
+//! and create them again after. (Schema version 4 only adds a table, `group_history`:
+//! views made over a version-3 database stay through its migration.)
 //!
 //! | view | shape of | rows |
 //! | --- | --- | --- |

@@ -24,6 +24,7 @@ use crate::transcript::{
 
 const BACKEND: &str = "postgres";
 
+mod history;
 mod schema;
 mod search;
 mod sessions;
@@ -31,6 +32,7 @@ mod sessions;
 mod tests;
 mod transcripts;
 
+pub use self::history::PostgresHistory;
 use self::schema::MIGRATIONS;
 
 /// How a [`PostgresStore`] connects.

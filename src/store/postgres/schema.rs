@@ -101,4 +101,15 @@ CREATE TABLE {schema}.closed_sessions (
 CREATE INDEX closed_sessions_by_key ON {schema}.closed_sessions (session_key, closed_at DESC);
 CREATE INDEX closed_sessions_by_activity ON {schema}.closed_sessions (updated_at DESC);
 "#,
+    r#"
+CREATE TABLE {schema}.group_history (
+    id         BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    group_key  TEXT NOT NULL,
+    sender     TEXT NOT NULL,
+    body       TEXT NOT NULL,
+    at         BIGINT,
+    message_id TEXT
+);
+CREATE INDEX group_history_by_group ON {schema}.group_history (group_key, id);
+"#,
 ];

@@ -257,3 +257,235 @@ async fn a_version_2_schema_gains_statuses_and_closed_sessions_and_keeps_its_ses
     );
     store.drop_schema().await.unwrap();
 }
+
+mod group_history {
+    use super::*;
+    use crate::context::history::{HistoryBuffer, HistoryEntry};
+    use crate::store::history_suite;
+
+    fn said(body: &str) -> HistoryEntry {
+        HistoryEntry {
+            sender: "Ann".into(),
+            body: body.into(),
+            timestamp: Some(1_773_136_800_000),
+            message_id: Some(format!("m-{body}")),
+        }
+    }
+
+    #[tokio::test]
+    #[cfg_attr(
+        not(postgres_tests),
+        ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+    )]
+    async fn is_bounded_per_group_and_over_groups() {
+        let store = fresh("as_history").await;
+        history_suite::bounded_per_group_and_over_groups(|_, limit, max_keys| {
+            let store = store.clone();
+            async move {
+                // Each case starts from an empty table.
+                store
+                    .client()
+                    .await
+                    .unwrap()
+                    .batch_execute(&format!("DELETE FROM {}", store.table("group_history")))
+                    .await
+                    .unwrap();
+                PostgresHistory::with_limits(&store, limit, max_keys)
+            }
+        })
+        .await;
+        store.drop_schema().await.unwrap();
+    }
+
+    #[tokio::test]
+    #[cfg_attr(
+        not(postgres_tests),
+        ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+    )]
+    async fn keeps_every_field() {
+        let store = fresh("as_history").await;
+        history_suite::entries_keep_every_field(PostgresHistory::new(&store)).await;
+        store.drop_schema().await.unwrap();
+    }
+
+    /// Three stores (three pools) on one schema, as three hosts would have.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[cfg_attr(
+        not(postgres_tests),
+        ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+    )]
+    async fn take_is_atomic_beside_other_hosts_appending() {
+        let store = fresh("as_history").await;
+        let mut handles = Vec::new();
+        for _ in 0..3 {
+            let host =
+                PostgresStore::connect_with(&server(), PostgresOptions::in_schema(store.schema()))
+                    .await
+                    .unwrap();
+            handles.push(PostgresHistory::with_limits(&host, 1000, 10));
+        }
+        let taker = handles.pop().unwrap();
+        let writers = [handles.pop().unwrap(), handles.pop().unwrap()];
+        history_suite::take_is_atomic_beside_concurrent_appends(writers, taker, 150).await;
+        store.drop_schema().await.unwrap();
+    }
+
+    /// Writers on four hosts each creating a new group at the same moment, round after
+    /// round, leave at most `max_keys` groups after every round.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[cfg_attr(
+        not(postgres_tests),
+        ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+    )]
+    async fn concurrent_new_groups_stay_within_the_bound() {
+        const WRITERS: usize = 4;
+        let store = fresh("as_history").await;
+        let mut hosts = Vec::new();
+        for _ in 0..WRITERS {
+            let host =
+                PostgresStore::connect_with(&server(), PostgresOptions::in_schema(store.schema()))
+                    .await
+                    .unwrap();
+            hosts.push(PostgresHistory::with_limits(&host, 5, 3));
+        }
+        let count_groups = || async {
+            let groups: i64 = store
+                .client()
+                .await
+                .unwrap()
+                .query_one(
+                    &format!(
+                        "SELECT COUNT(DISTINCT group_key) FROM {}",
+                        store.table("group_history")
+                    ),
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            groups
+        };
+        for round in 0..15 {
+            let start = std::sync::Arc::new(tokio::sync::Barrier::new(WRITERS));
+            let mut tasks = tokio::task::JoinSet::new();
+            for (w, history) in hosts.iter().enumerate() {
+                let (history, start) = (history.clone(), start.clone());
+                tasks.spawn(async move {
+                    start.wait().await;
+                    history
+                        .append(&format!("g{round}-{w}"), said("x"))
+                        .await
+                        .unwrap();
+                });
+            }
+            while let Some(done) = tasks.join_next().await {
+                done.unwrap();
+            }
+            assert_eq!(count_groups().await, 3, "after round {round}");
+        }
+        store.drop_schema().await.unwrap();
+    }
+
+    #[tokio::test]
+    #[cfg_attr(
+        not(postgres_tests),
+        ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+    )]
+    async fn survives_reconnecting() {
+        let store = fresh("as_history").await;
+        let history = PostgresHistory::new(&store);
+        for body in ["a", "b"] {
+            history.append("g", said(body)).await.unwrap();
+        }
+        drop(history);
+        let again =
+            PostgresStore::connect_with(&server(), PostgresOptions::in_schema(store.schema()))
+                .await
+                .unwrap();
+        let history = PostgresHistory::with_limits(&again, 2, 10);
+        history.append("g", said("c")).await.unwrap();
+        assert_eq!(
+            history.take("g").await.unwrap(),
+            [said("b"), said("c")],
+            "the new store trims what the first one wrote"
+        );
+        assert!(PostgresHistory::new(&store)
+            .entries("g")
+            .await
+            .unwrap()
+            .is_empty());
+        store.drop_schema().await.unwrap();
+    }
+
+    /// A version-3 schema, with RABS's and ClawOS's views over its tables, gains the
+    /// history table on the next connect; its sessions and views are kept.
+    #[tokio::test]
+    #[cfg_attr(
+        not(postgres_tests),
+        ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+    )]
+    async fn a_version_3_schema_with_views_gains_group_history_and_keeps_its_sessions() {
+        use crate::store::views::ViewSchemas;
+        let schema = format!("unit_v3_{}", uuid::Uuid::new_v4().simple());
+        let views = ViewSchemas::new(format!("{schema}_rabs"), format!("{schema}_clawos"));
+        let (admin, connection) = tokio_postgres::connect(&server(), NoTls).await.unwrap();
+        tokio::spawn(connection);
+        admin
+            .batch_execute(&format!(
+                "CREATE SCHEMA {schema};
+                 CREATE TABLE {schema}.schema_migrations (
+                     version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL);
+                 INSERT INTO {schema}.schema_migrations VALUES (1, 0), (2, 0), (3, 0);"
+            ))
+            .await
+            .unwrap();
+        for migration in &MIGRATIONS[..3] {
+            admin
+                .batch_execute(&migration.replace("{schema}", &schema))
+                .await
+                .unwrap();
+        }
+        admin
+            .batch_execute(&crate::store::views::postgres_create(&schema, &views))
+            .await
+            .unwrap();
+        admin
+            .execute(
+                &format!(
+                    "INSERT INTO {schema}.sessions (session_key, agent_id, session_id, updated_at,
+                         revision, entry, status) VALUES ($1, 'main', 's-1', 2, 0, $2, 'idle')"
+                ),
+                &[&"agent:main:main", &r#"{"sessionId":"s-1","updatedAt":2}"#],
+            )
+            .await
+            .unwrap();
+        let store = PostgresStore::connect_with(&server(), PostgresOptions::in_schema(&schema))
+            .await
+            .unwrap();
+        assert_eq!(store.schema_version().await.unwrap(), 4);
+        assert_eq!(
+            store.get(&key()).await.unwrap().unwrap().entry.session_id,
+            "s-1"
+        );
+        let through_view: i64 = admin
+            .query_one(
+                &format!("SELECT COUNT(*) FROM {}_clawos.sessions", schema),
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(through_view, 1);
+        let history = PostgresHistory::new(&store);
+        history.append("g", said("a")).await.unwrap();
+        assert_eq!(history.take("g").await.unwrap(), [said("a")]);
+        store.drop_views(&views).await.unwrap();
+        admin
+            .batch_execute(&format!(
+                "DROP SCHEMA {schema}_rabs; DROP SCHEMA {schema}_clawos;"
+            ))
+            .await
+            .unwrap();
+        store.drop_schema().await.unwrap();
+    }
+}

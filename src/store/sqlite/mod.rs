@@ -27,6 +27,7 @@ use crate::transcript::{
 
 const BACKEND: &str = "sqlite";
 
+mod history;
 mod schema;
 mod search;
 mod sessions;
@@ -34,6 +35,7 @@ mod sessions;
 mod tests;
 mod transcripts;
 
+pub use self::history::SqliteHistory;
 use self::schema::{migrate, schema_version, MIGRATIONS};
 
 /// How a [`SqliteStore`] waits and syncs.

@@ -97,6 +97,17 @@ CREATE TABLE closed_sessions (
 CREATE INDEX closed_sessions_by_key ON closed_sessions (session_key, closed_at DESC);
 CREATE INDEX closed_sessions_by_activity ON closed_sessions (updated_at DESC);
 "#,
+    r#"
+CREATE TABLE group_history (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    group_key  TEXT NOT NULL,
+    sender     TEXT NOT NULL,
+    body       TEXT NOT NULL,
+    at         INTEGER,
+    message_id TEXT
+);
+CREATE INDEX group_history_by_group ON group_history (group_key, id);
+"#,
 ];
 
 pub(super) fn schema_version(connection: &Connection) -> Result<i64> {

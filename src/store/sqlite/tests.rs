@@ -241,3 +241,135 @@ async fn a_version_2_database_gains_statuses_and_closed_sessions_and_keeps_its_s
         "the replaced session is kept closed"
     );
 }
+
+mod group_history {
+    use super::*;
+    use crate::context::history::{HistoryBuffer, HistoryEntry};
+    use crate::store::history_suite;
+
+    fn said(body: &str) -> HistoryEntry {
+        HistoryEntry {
+            sender: "Ann".into(),
+            body: body.into(),
+            timestamp: Some(1_773_136_800_000),
+            message_id: Some(format!("m-{body}")),
+        }
+    }
+
+    #[tokio::test]
+    async fn is_bounded_per_group_and_over_groups() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_owned();
+        history_suite::bounded_per_group_and_over_groups(|case, limit, max_keys| {
+            let file = root.join(format!("case-{case}.db"));
+            async move { SqliteHistory::with_limits(&SqliteStore::open(file).unwrap(), limit, max_keys) }
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn keeps_every_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("sessions.db")).unwrap();
+        history_suite::entries_keep_every_field(SqliteHistory::new(&store)).await;
+    }
+
+    /// Three stores on one file, as three processes would have.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn take_is_atomic_beside_other_processes_appending() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("sessions.db");
+        let handle = || SqliteHistory::with_limits(&SqliteStore::open(&file).unwrap(), 1000, 10);
+        history_suite::take_is_atomic_beside_concurrent_appends(
+            [handle(), handle()],
+            handle(),
+            150,
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn survives_reopening_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("sessions.db");
+        {
+            let history = SqliteHistory::new(&SqliteStore::open(&file).unwrap());
+            for body in ["a", "b"] {
+                history.append("g", said(body)).await.unwrap();
+            }
+        }
+        let history = SqliteHistory::with_limits(&SqliteStore::open(&file).unwrap(), 2, 10);
+        history.append("g", said("c")).await.unwrap();
+        assert_eq!(
+            history.take("g").await.unwrap(),
+            [said("b"), said("c")],
+            "the reopened store trims what the first one wrote"
+        );
+        drop(history);
+        let history = SqliteHistory::new(&SqliteStore::open(&file).unwrap());
+        assert!(history.entries("g").await.unwrap().is_empty(), "taken once");
+    }
+
+    #[tokio::test]
+    async fn a_read_only_store_refuses_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("sessions.db");
+        SqliteHistory::new(&SqliteStore::open(&file).unwrap())
+            .append("g", said("a"))
+            .await
+            .unwrap();
+        let history = SqliteHistory::new(&SqliteStore::open_read_only(&file).unwrap());
+        assert_eq!(history.entries("g").await.unwrap(), [said("a")]);
+        assert!(matches!(
+            history.append("g", said("b")).await,
+            Err(Error::Database { .. })
+        ));
+        assert!(matches!(
+            history.take("g").await,
+            Err(Error::Database { .. })
+        ));
+        assert_eq!(
+            history.entries("g").await.unwrap(),
+            [said("a")],
+            "nothing lost"
+        );
+    }
+
+    /// A version-3 database, with RABS's and ClawOS's views over its tables, gains the
+    /// history table on its next open; its sessions and views are kept.
+    #[tokio::test]
+    async fn a_version_3_database_with_views_gains_group_history_and_keeps_its_sessions() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.db");
+        {
+            let old = Connection::open(&path).unwrap();
+            for migration in &MIGRATIONS[..3] {
+                old.execute_batch(migration).unwrap();
+            }
+            old.execute_batch(
+                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL);
+                 INSERT INTO schema_migrations VALUES (1, 0), (2, 0), (3, 0);",
+            )
+            .unwrap();
+            old.execute_batch(&crate::store::views::sqlite_create())
+                .unwrap();
+            let entry = SessionEntry::new("s-1", 2);
+            let row = SessionRow::new(&key(), &entry).unwrap();
+            write_row(&old, &row).unwrap();
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.schema_version().await.unwrap(), 4);
+        assert_eq!(
+            store.get(&key()).await.unwrap().unwrap().entry.session_id,
+            "s-1"
+        );
+        let through_view: String = Connection::open(&path)
+            .unwrap()
+            .query_row("SELECT session_id FROM clawos_sessions", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(through_view, "s-1");
+        let history = SqliteHistory::new(&store);
+        history.append("g", said("a")).await.unwrap();
+        assert_eq!(history.take("g").await.unwrap(), [said("a")]);
+    }
+}

@@ -1,0 +1,249 @@
+//! What every durable [`HistoryBuffer`] must do, as [`MemoryHistory`] does: run by the
+//! SQLite and PostgreSQL tests on their buffers, and here on `MemoryHistory` itself, so
+//! the suite is known to describe the in-memory semantics.
+
+use std::collections::HashSet;
+use std::future::Future;
+
+use crate::context::history::{HistoryBuffer, HistoryEntry, MemoryHistory};
+
+/// One step of [`bounded_per_group_and_over_groups`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Step {
+    Append(&'static str, &'static str),
+    Take(&'static str),
+    Clear(&'static str),
+}
+
+fn said(body: &str) -> HistoryEntry {
+    HistoryEntry {
+        sender: "Ann".into(),
+        body: body.into(),
+        timestamp: None,
+        message_id: None,
+    }
+}
+
+fn bodies(entries: Vec<HistoryEntry>) -> Vec<String> {
+    entries.into_iter().map(|e| e.body).collect()
+}
+
+/// At most `limit` newest entries a group, at most `max_keys` groups, the group
+/// appended to least recently dropped first; `take` and `clear` empty a group.
+/// `make(case, limit, max_keys)` gives an empty buffer with those bounds.
+pub(crate) async fn bounded_per_group_and_over_groups<H, F, Fut>(make: F)
+where
+    H: HistoryBuffer,
+    F: Fn(usize, usize, usize) -> Fut,
+    Fut: Future<Output = H>,
+{
+    use Step::{Append, Clear, Take};
+    // (limit, max groups, steps, what each group keeps afterwards)
+    type Case = (
+        usize,
+        usize,
+        &'static [Step],
+        &'static [(&'static str, &'static [&'static str])],
+    );
+    let cases: &[Case] = &[
+        // The newest `limit` entries, in append order.
+        (
+            2,
+            10,
+            &[Append("g1", "a"), Append("g1", "b"), Append("g1", "c")],
+            &[("g1", &["b", "c"])],
+        ),
+        (
+            50,
+            10,
+            &[Append("g1", "a"), Append("g2", "x"), Append("g1", "b")],
+            &[("g1", &["a", "b"]), ("g2", &["x"])],
+        ),
+        // 0 keeps nothing.
+        (0, 10, &[Append("g1", "a")], &[("g1", &[])]),
+        // A third group drops the first.
+        (
+            5,
+            2,
+            &[Append("g1", "a"), Append("g2", "b"), Append("g3", "c")],
+            &[("g1", &[]), ("g2", &["b"]), ("g3", &["c"])],
+        ),
+        // Least recently appended, not least recently created: g1 was appended to
+        // after g2, so g2 goes.
+        (
+            5,
+            2,
+            &[
+                Append("g1", "a"),
+                Append("g2", "b"),
+                Append("g1", "c"),
+                Append("g3", "d"),
+            ],
+            &[("g1", &["a", "c"]), ("g2", &[]), ("g3", &["d"])],
+        ),
+        // Reading a group does not make it recent; taking it frees its place.
+        (
+            5,
+            2,
+            &[
+                Append("g1", "a"),
+                Append("g2", "b"),
+                Take("g1"),
+                Append("g3", "c"),
+            ],
+            &[("g1", &[]), ("g2", &["b"]), ("g3", &["c"])],
+        ),
+        (
+            5,
+            2,
+            &[
+                Append("g1", "a"),
+                Append("g2", "b"),
+                Clear("g2"),
+                Append("g3", "c"),
+                Append("g1", "d"),
+            ],
+            &[("g1", &["a", "d"]), ("g2", &[]), ("g3", &["c"])],
+        ),
+        // A taken group starts over, and counts as new.
+        (
+            2,
+            10,
+            &[
+                Append("g1", "a"),
+                Append("g1", "b"),
+                Take("g1"),
+                Append("g1", "c"),
+            ],
+            &[("g1", &["c"])],
+        ),
+    ];
+    for (n, (limit, max_keys, steps, expected)) in cases.iter().enumerate() {
+        let history = make(n, *limit, *max_keys).await;
+        for step in *steps {
+            match *step {
+                Append(group, body) => history.append(group, said(body)).await.unwrap(),
+                Take(group) => drop(history.take(group).await.unwrap()),
+                Clear(group) => history.clear(group).await.unwrap(),
+            }
+        }
+        for (group, kept) in *expected {
+            assert_eq!(
+                bodies(history.entries(group).await.unwrap()),
+                *kept,
+                "case {n} (limit {limit}, max {max_keys}, {steps:?}): {group}"
+            );
+        }
+    }
+}
+
+/// Every field comes back as it was appended, whatever its value, and `take` returns
+/// what `entries` showed, then leaves the group empty.
+pub(crate) async fn entries_keep_every_field<H: HistoryBuffer>(history: H) {
+    let entries = [
+        HistoryEntry {
+            sender: "Ann (+15550001)".into(),
+            body: "lunch at noon?\nsecond line, 'quoted', \"double\", ünïcödé 🍕".into(),
+            timestamp: Some(1_773_136_800_000),
+            message_id: Some("wamid.HBgL".into()),
+        },
+        HistoryEntry {
+            sender: String::new(),
+            body: String::new(),
+            timestamp: None,
+            message_id: None,
+        },
+        HistoryEntry {
+            sender: "Bob".into(),
+            body: "%_\\ LIKE wildcards and a NUL-free \t tab".into(),
+            timestamp: Some(u64::MAX),
+            message_id: Some(String::new()),
+        },
+        HistoryEntry {
+            sender: "Cy".into(),
+            body: "zero".into(),
+            timestamp: Some(0),
+            message_id: None,
+        },
+    ];
+    let group = "telegram:default:group:-100'; DROP TABLE group_history; --";
+    for entry in &entries {
+        history.append(group, entry.clone()).await.unwrap();
+    }
+    assert_eq!(
+        history
+            .entries("telegram:default:group:-100")
+            .await
+            .unwrap(),
+        []
+    );
+    assert_eq!(history.entries(group).await.unwrap(), entries);
+    assert_eq!(history.take(group).await.unwrap(), entries);
+    assert_eq!(history.take(group).await.unwrap(), []);
+    assert_eq!(history.entries(group).await.unwrap(), []);
+}
+
+/// Two writers append to one group while a third handle takes it, over and over: every
+/// entry is returned by exactly one `take` or kept, each writer's entries in the order
+/// it appended them. The handles may be one buffer or three (processes, hosts); their
+/// per-group limit must hold every entry (`2 * per_writer`).
+pub(crate) async fn take_is_atomic_beside_concurrent_appends<H>(
+    writers: [H; 2],
+    taker: H,
+    per_writer: usize,
+) where
+    H: HistoryBuffer + 'static,
+{
+    const GROUP: &str = "slack:default:channel:c1";
+    let mut tasks = tokio::task::JoinSet::new();
+    for (w, history) in writers.into_iter().enumerate() {
+        tasks.spawn(async move {
+            for i in 0..per_writer {
+                history
+                    .append(GROUP, said(&format!("{w}-{i}")))
+                    .await
+                    .unwrap();
+            }
+        });
+    }
+    let mut seen: Vec<String> = Vec::new();
+    let mut takes = 0;
+    while !tasks.is_empty() {
+        seen.extend(bodies(taker.take(GROUP).await.unwrap()));
+        takes += 1;
+        while let Some(done) = tasks.try_join_next() {
+            done.unwrap();
+        }
+        tokio::task::yield_now().await;
+    }
+    let kept = bodies(taker.entries(GROUP).await.unwrap());
+    seen.extend(kept);
+    assert!(takes > 1, "the taker ran beside the writers");
+    assert_eq!(seen.len(), 2 * per_writer, "returned + kept == appended");
+    let distinct: HashSet<&String> = seen.iter().collect();
+    assert_eq!(distinct.len(), seen.len(), "nothing returned twice");
+    for w in 0..2 {
+        let order: Vec<usize> = seen
+            .iter()
+            .filter_map(|body| body.strip_prefix(&format!("{w}-")))
+            .map(|i| i.parse().unwrap())
+            .collect();
+        assert_eq!(order, (0..per_writer).collect::<Vec<_>>(), "writer {w}");
+    }
+}
+
+#[tokio::test]
+async fn memory_history_is_what_the_suite_describes() {
+    bounded_per_group_and_over_groups(|_, limit, max_keys| async move {
+        MemoryHistory::new(limit, max_keys)
+    })
+    .await;
+    entries_keep_every_field(MemoryHistory::default()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_history_takes_atomically() {
+    let history = std::sync::Arc::new(MemoryHistory::new(1000, 10));
+    take_is_atomic_beside_concurrent_appends([history.clone(), history.clone()], history, 200)
+        .await;
+}

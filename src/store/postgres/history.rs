@@ -1,0 +1,249 @@
+//! [`PostgresHistory`]: group history in the `group_history` table of a
+//! [`PostgresStore`], shared by every host using the schema.
+
+use async_trait::async_trait;
+use tokio_postgres::Row;
+
+use super::{pg_error, OpenTransaction, PostgresStore};
+use crate::context::history::{
+    HistoryBuffer, HistoryEntry, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
+};
+use crate::error::Result;
+use crate::store::sql::{history_bound, history_time_from_i64, history_time_to_i64};
+
+/// Group history kept in the schema of a [`PostgresStore`], with the same bounds as
+/// [`MemoryHistory`](crate::context::history::MemoryHistory): at most 50 entries a
+/// group (the oldest dropped first) and 1,000 groups (the group appended to least
+/// recently dropped first).
+///
+/// Appends to one group, its [`take`](HistoryBuffer::take) and its
+/// [`clear`](HistoryBuffer::clear) take turns on a transaction-scoped advisory lock of
+/// the group, from any number of hosts; different groups do not wait for each other.
+/// `take` is one `DELETE … RETURNING`, ordered by append, so an entry another worker
+/// appends meanwhile is either returned or kept, never lost and never returned twice.
+/// Entries keep their sender, body, timestamp and message id, in the order they were
+/// appended. This is what [`SessionManager::connect`](crate::SessionManager::connect)
+/// uses for a `postgres://` store.
+///
+/// ```no_run
+/// use agent_sessions::context::history::{HistoryBuffer, HistoryEntry};
+/// use agent_sessions::store::{PostgresHistory, PostgresStore};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> agent_sessions::Result<()> {
+/// let db = PostgresStore::connect("postgres://bot@db.internal/sessions").await?;
+/// let history = PostgresHistory::new(&db);
+/// let entry = HistoryEntry { sender: "Ann".into(), body: "lunch?".into(), timestamp: None, message_id: None };
+/// history.append("whatsapp:default:group:120363@g.us", entry).await?;
+/// // Any host, before or after a restart, sees it once.
+/// assert_eq!(history.take("whatsapp:default:group:120363@g.us").await?.len(), 1);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct PostgresHistory {
+    store: PostgresStore,
+    limit: usize,
+    max_keys: usize,
+}
+
+impl PostgresHistory {
+    /// Group history in `store`'s schema, with OpenClaw's bounds.
+    pub fn new(store: &PostgresStore) -> Self {
+        PostgresHistory::with_limits(store, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS)
+    }
+
+    /// At most `limit` entries per group (0 keeps nothing) and `max_keys` groups (at
+    /// least 1).
+    pub fn with_limits(store: &PostgresStore, limit: usize, max_keys: usize) -> Self {
+        PostgresHistory {
+            store: store.clone(),
+            limit,
+            max_keys: max_keys.max(1),
+        }
+    }
+
+    fn table(&self) -> String {
+        self.store.table("group_history")
+    }
+
+    /// What a group's advisory lock is named after, without the group: the lock of
+    /// group `g` is `hashtextextended(prefix || g, 0)`, computed by the server so that
+    /// eviction can try the locks of the groups it picks in SQL.
+    fn lock_prefix(&self) -> String {
+        format!("{}/group-history/", self.store.schema)
+    }
+
+    /// A transaction holding the lock of group `key`.
+    async fn begin(&self, key: &str) -> Result<OpenTransaction> {
+        let open = OpenTransaction(Some(self.store.client().await?));
+        if let Err(e) = open.client().batch_execute("BEGIN").await {
+            // Dropped unfinished: the connection is closed, not pooled.
+            return Err(pg_error("begin a transaction")(e));
+        }
+        let lock = format!("{}{key}", self.lock_prefix());
+        match open
+            .client()
+            .execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                &[&lock],
+            )
+            .await
+        {
+            Ok(_) => Ok(open),
+            Err(e) => Err(open.abandon(pg_error("lock group history")(e)).await),
+        }
+    }
+
+    /// Commits when `result` is a success, rolls back otherwise.
+    async fn end<T>(open: OpenTransaction, result: Result<T>) -> Result<T> {
+        match result {
+            Ok(value) => {
+                // A failed COMMIT leaves `open` unfinished: the connection is closed.
+                open.client()
+                    .batch_execute("COMMIT")
+                    .await
+                    .map_err(pg_error("commit"))?;
+                open.finish();
+                Ok(value)
+            }
+            Err(error) => Err(open.abandon(error).await),
+        }
+    }
+}
+
+fn entry_of(row: &Row) -> HistoryEntry {
+    HistoryEntry {
+        sender: row.get(0),
+        body: row.get(1),
+        timestamp: row.get::<_, Option<i64>>(2).map(history_time_from_i64),
+        message_id: row.get(3),
+    }
+}
+
+#[async_trait]
+impl HistoryBuffer for PostgresHistory {
+    async fn append(&self, key: &str, entry: HistoryEntry) -> Result<()> {
+        if self.limit == 0 {
+            return Ok(());
+        }
+        let table = self.table();
+        let open = self.begin(key).await?;
+        let result = async {
+            let c = open.client();
+            let existed: bool = c
+                .query_one(
+                    &format!("SELECT EXISTS (SELECT 1 FROM {table} WHERE group_key = $1)"),
+                    &[&key],
+                )
+                .await
+                .map_err(pg_error("read group history"))?
+                .get(0);
+            c.execute(
+                &format!(
+                    "INSERT INTO {table} (group_key, sender, body, at, message_id)
+                     VALUES ($1, $2, $3, $4, $5)"
+                ),
+                &[
+                    &key,
+                    &entry.sender,
+                    &entry.body,
+                    &entry.timestamp.map(history_time_to_i64),
+                    &entry.message_id,
+                ],
+            )
+            .await
+            .map_err(pg_error("append group history"))?;
+            // The group keeps its `limit` newest entries.
+            c.execute(
+                &format!(
+                    "DELETE FROM {table} WHERE group_key = $1 AND id <= (
+                         SELECT id FROM {table} WHERE group_key = $1
+                         ORDER BY id DESC OFFSET $2 LIMIT 1)"
+                ),
+                &[&key, &history_bound(self.limit)],
+            )
+            .await
+            .map_err(pg_error("trim group history"))?;
+            if existed {
+                return Ok(());
+            }
+            // A new group may push the least recently appended ones out. Evictions
+            // take turns (so two new groups cannot both stay under the bound), and
+            // skip a group another transaction holds: it is being written to now.
+            c.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                &[&format!("{}/group-history", self.store.schema)],
+            )
+            .await
+            .map_err(pg_error("lock group history"))?;
+            c.execute(
+                &format!(
+                    "WITH old AS (
+                         SELECT group_key FROM {table} GROUP BY group_key
+                         ORDER BY MAX(id) DESC OFFSET $1),
+                     free AS MATERIALIZED (
+                         SELECT group_key FROM old
+                         WHERE pg_try_advisory_xact_lock(hashtextextended($2 || group_key, 0)))
+                     DELETE FROM {table} WHERE group_key IN (SELECT group_key FROM free)"
+                ),
+                &[&history_bound(self.max_keys), &self.lock_prefix()],
+            )
+            .await
+            .map_err(pg_error("evict group history"))?;
+            Ok(())
+        }
+        .await;
+        PostgresHistory::end(open, result).await
+    }
+
+    async fn entries(&self, key: &str) -> Result<Vec<HistoryEntry>> {
+        let client = self.store.client().await?;
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT sender, body, at, message_id FROM {}
+                     WHERE group_key = $1 ORDER BY id",
+                    self.table()
+                ),
+                &[&key],
+            )
+            .await
+            .map_err(pg_error("read group history"))?;
+        Ok(rows.iter().map(entry_of).collect())
+    }
+
+    async fn clear(&self, key: &str) -> Result<()> {
+        let open = self.begin(key).await?;
+        let result = open
+            .client()
+            .execute(
+                &format!("DELETE FROM {} WHERE group_key = $1", self.table()),
+                &[&key],
+            )
+            .await
+            .map(drop)
+            .map_err(pg_error("clear group history"));
+        PostgresHistory::end(open, result).await
+    }
+
+    async fn take(&self, key: &str) -> Result<Vec<HistoryEntry>> {
+        let open = self.begin(key).await?;
+        let result = open
+            .client()
+            .query(
+                &format!(
+                    "WITH taken AS (
+                         DELETE FROM {} WHERE group_key = $1
+                         RETURNING id, sender, body, at, message_id)
+                     SELECT sender, body, at, message_id FROM taken ORDER BY id",
+                    self.table()
+                ),
+                &[&key],
+            )
+            .await
+            .map(|rows| rows.iter().map(entry_of).collect())
+            .map_err(pg_error("take group history"));
+        PostgresHistory::end(open, result).await
+    }
+}
