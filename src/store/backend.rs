@@ -330,7 +330,12 @@ impl Backend {
                     // Read-only: an index in memory, never saved into the tree.
                     (mode == OpenMode::ReadOnly)
                         .then(|| Arc::new(MemoryIndex::new()) as Arc<dyn SearchIndex>),
-                    Arc::new(super::JsonFileHistory::new(dir)),
+                    // Read-only: history in memory, nothing written into the tree.
+                    if mode == OpenMode::ReadOnly {
+                        Arc::new(MemoryHistory::default()) as Arc<dyn HistoryBuffer>
+                    } else {
+                        Arc::new(super::JsonFileHistory::new(dir))
+                    },
                 )
             }
             #[cfg(feature = "sqlite")]
@@ -424,7 +429,7 @@ impl Backend {
     /// The group history kept with this backend, so group chatter survives a restart:
     /// files beside a JSON tree ([`JsonFileHistory`](super::JsonFileHistory)), the
     /// `group_history` table of a SQLite database or PostgreSQL schema
-    /// (`SqliteHistory`, `PostgresHistory`). A database opened
+    /// (`SqliteHistory`, `PostgresHistory`). A backend opened
     /// [`OpenMode::ReadOnly`] keeps it in memory
     /// ([`MemoryHistory`](crate::context::history::MemoryHistory)), since nothing may be written.
     pub fn history(&self) -> &Arc<dyn HistoryBuffer> {
