@@ -102,6 +102,25 @@ async fn write_through_the_api(manager: &SessionManager) -> Written {
     }
 }
 
+/// A conversation reset once: a message logged in the first session, then `/new` and a
+/// message in the second. Returns (first session id, second session id).
+async fn reset_once(manager: &SessionManager) -> (String, String) {
+    let first = manager
+        .turn(&InboundMessage::direct("telegram", "77", "hello"))
+        .await
+        .unwrap();
+    let first_id = first.resolution().unwrap().session_id().to_owned();
+    first.complete("hi").await.unwrap();
+    let second = manager
+        .turn(&InboundMessage::direct("telegram", "77", "/new again"))
+        .await
+        .unwrap();
+    let second_id = second.resolution().unwrap().session_id().to_owned();
+    second.complete("ok").await.unwrap();
+    assert_ne!(first_id, second_id);
+    (first_id, second_id)
+}
+
 #[cfg(feature = "sqlite")]
 mod sqlite {
     use super::*;
@@ -361,6 +380,42 @@ WHERE session_id = $1 ORDER BY created_at DESC LIMIT 1",
         assert!(
             db.get(&written.key).await.unwrap().is_some(),
             "tables untouched"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_replaced_session_keeps_its_rows_in_the_sqlite_views() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.db");
+        let db = SqliteStore::open(&path).unwrap();
+        let manager = SessionManager::builder(db.clone())
+            .transcripts(db.clone())
+            .build();
+        let (old, new) = reset_once(&manager).await;
+        db.create_views().await.unwrap();
+        let c = Connection::open(&path).unwrap();
+        let status = |id: &str| -> String {
+            c.query_row(
+                "SELECT status FROM clawos_sessions WHERE session_id = ?1",
+                [id],
+                |r| r.get(0),
+            )
+            .unwrap()
+        };
+        assert_eq!(
+            (status(&old), status(&new)),
+            ("closed".into(), "active".into())
+        );
+        let joined: i64 = c
+            .query_row(
+                "SELECT count(*) FROM type2_messages m JOIN type2_sessions s ON m.session_id = s.id",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(
+            joined, 4,
+            "every message finds its session, the closed one too"
         );
     }
 }
@@ -705,6 +760,61 @@ ORDER BY created_at",
             .unwrap()
             .get(0);
         assert_eq!(left, 0);
+        client
+            .batch_execute(&format!(
+                "DROP SCHEMA {rabs} CASCADE; DROP SCHEMA {clawos} CASCADE"
+            ))
+            .await
+            .unwrap();
+        schema.drop().await;
+    }
+
+    #[tokio::test]
+    #[cfg_attr(
+        not(postgres_tests),
+        ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+    )]
+    async fn a_replaced_session_keeps_its_rows_in_the_postgres_views() {
+        let schema = common::TestSchema::new("views_closed");
+        let store = schema.store().await;
+        let manager = SessionManager::builder(store.clone())
+            .transcripts(store.clone())
+            .build();
+        let (old, new) = reset_once(&manager).await;
+        let (rabs, clawos) = (format!("{}_r", schema.name), format!("{}_c", schema.name));
+        let views = ViewSchemas::new(&rabs, &clawos);
+        store.create_views(&views).await.unwrap();
+        let (client, connection) = tokio_postgres::connect(&schema.server, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let mut statuses = Vec::new();
+        for id in [&old, &new] {
+            let row = client
+                .query_one(
+                    &format!("SELECT status FROM {clawos}.sessions WHERE session_id = $1"),
+                    &[id],
+                )
+                .await
+                .unwrap();
+            statuses.push(row.get::<_, String>(0));
+        }
+        assert_eq!(statuses, ["closed", "active"]);
+        let joined: i64 = client
+            .query_one(
+                &format!(
+                    "SELECT count(*) FROM {rabs}.type2_messages m JOIN {rabs}.type2_sessions s ON m.session_id = s.id"
+                ),
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(
+            joined, 4,
+            "every message finds its session, the closed one too"
+        );
+        store.drop_views(&views).await.unwrap();
         client
             .batch_execute(&format!(
                 "DROP SCHEMA {rabs} CASCADE; DROP SCHEMA {clawos} CASCADE"

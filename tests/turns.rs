@@ -610,3 +610,94 @@ async fn turns_run_in_spawned_tasks() {
     }
     assert_eq!(sent, 4);
 }
+
+#[tokio::test]
+async fn after_a_bare_reset_the_conversation_starts_with_the_user() {
+    let manager = manager();
+    run(&manager, &[(dm("old talk"), "old reply"), (dm("/new"), "")]).await;
+    let turn = manager.turn(&dm("hello")).await.unwrap();
+    assert_eq!(
+        turn.messages().await.unwrap(),
+        vec![ChatMessage::user("hello")]
+    );
+}
+
+#[tokio::test]
+async fn a_token_counter_with_wild_values_never_panics() {
+    use agent_sessions::context::chat::TokenCounter;
+
+    #[derive(Debug)]
+    struct Fixed(usize);
+    impl TokenCounter for Fixed {
+        fn count(&self, _: &str) -> usize {
+            self.0
+        }
+    }
+    // (what every text costs, the context window, whether the prompt can be built)
+    let cases = [
+        (usize::MAX, 1_000, false),
+        (usize::MAX / 2, u64::MAX, true),
+        (0, 1_000, true),
+        (0, 4, true),
+        (1, u64::MAX, true),
+    ];
+    for (cost, window, built) in cases {
+        let manager = SessionManager::builder(MemoryStore::new())
+            .transcripts(MemoryTranscriptStore::new())
+            .context_window(window)
+            .token_counter(Fixed(cost))
+            .build();
+        let earlier = manager.turn(&dm("earlier")).await.unwrap();
+        earlier.complete("reply").await.unwrap();
+        let turn = manager.turn(&dm("now")).await.unwrap();
+        let messages = turn.messages().await;
+        assert_eq!(
+            messages.is_ok(),
+            built,
+            "cost {cost}, window {window}: {messages:?}"
+        );
+        if let Ok(messages) = messages {
+            assert_eq!(messages.last().unwrap().content, "now");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_group_whose_history_cannot_be_kept_is_still_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("json:{}", dir.path().display());
+    let manager = SessionManager::connect(&url).await.unwrap().build();
+    // Something planted where the group's history file belongs.
+    let planted = dir
+        .path()
+        .join("group-history/telegram%3Adefault%3Agroup%3A-100.json");
+    std::fs::create_dir_all(&planted).unwrap();
+    let chatter = manager.turn(&in_group("Ann", "lunch?")).await.unwrap();
+    assert_eq!(chatter.action(), &TurnAction::StaySilent);
+    let asked = manager
+        .turn(&in_group("Bob", "@bot book it").mentioning_agent())
+        .await
+        .unwrap();
+    assert_eq!(asked.action(), &TurnAction::Answer);
+    assert!(!asked.input().unwrap().contains("lunch"));
+    assert_eq!(asked.complete("Booked.").await.unwrap().len(), 1);
+    assert!(planted.is_dir(), "what was planted is left alone");
+}
+
+#[tokio::test]
+async fn a_group_with_a_long_id_keeps_its_history_in_a_json_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("json:{}", dir.path().display());
+    let manager = SessionManager::connect(&url).await.unwrap().build();
+    let group = "é".repeat(60);
+    let message = |sender: &str, text: &str| {
+        InboundMessage::group("whatsapp", group.clone(), sender, text).with_sender_name(sender)
+    };
+    let chatter = manager.turn(&message("Ann", "lunch?")).await.unwrap();
+    assert_eq!(chatter.action(), &TurnAction::StaySilent);
+    let asked = manager
+        .turn(&message("Bob", "@bot where?").mentioning_agent())
+        .await
+        .unwrap();
+    assert!(asked.input().unwrap().contains("Ann: lunch?"));
+}

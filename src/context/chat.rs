@@ -137,14 +137,20 @@ impl TokenCounter for EstimatedTokens {
 pub const MESSAGE_OVERHEAD_TOKENS: usize = 4;
 
 /// What `message` costs in a prompt: its content, its tool calls and
-/// [`MESSAGE_OVERHEAD_TOKENS`].
+/// [`MESSAGE_OVERHEAD_TOKENS`] (saturating: a counter's huge values never overflow).
 pub fn message_tokens(message: &ChatMessage, counter: &dyn TokenCounter) -> usize {
     let calls: usize = message
         .tool_calls
         .iter()
-        .map(|call| counter.count(&call.name) + counter.count(&call.arguments.to_string()))
-        .sum();
-    MESSAGE_OVERHEAD_TOKENS + counter.count(&message.content) + calls
+        .map(|call| {
+            counter
+                .count(&call.name)
+                .saturating_add(counter.count(&call.arguments.to_string()))
+        })
+        .fold(0, usize::saturating_add);
+    MESSAGE_OVERHEAD_TOKENS
+        .saturating_add(counter.count(&message.content))
+        .saturating_add(calls)
 }
 
 /// The messages of a transcript, and the summary of its last compaction.
@@ -255,7 +261,10 @@ pub fn fit_to_budget(
         option: "token budget",
         problem: "too small for the system prompt and the current message",
     };
-    let system_tokens: usize = system.iter().map(|m| message_tokens(m, counter)).sum();
+    let system_tokens = system
+        .iter()
+        .map(|m| message_tokens(m, counter))
+        .fold(0, usize::saturating_add);
     let available = budget.checked_sub(system_tokens).ok_or_else(too_small)?;
     let current = fit_message(current, available, counter).ok_or_else(too_small)?;
     let mut left = available - message_tokens(&current, counter);
@@ -264,7 +273,10 @@ pub fn fit_to_budget(
         .filter(|s| !s.trim().is_empty())
         .map(summary_message);
     let history_tokens: Vec<usize> = history.iter().map(|m| message_tokens(m, counter)).collect();
-    let all: usize = history_tokens.iter().sum();
+    let all = history_tokens
+        .iter()
+        .copied()
+        .fold(0, usize::saturating_add);
     let mut kept_from = 0;
     let mut summary_kept = None;
     if all > left {
@@ -277,14 +289,16 @@ pub fn fit_to_budget(
             }
         }
         kept_from = history.len();
-        let mut used = 0;
-        while kept_from > 0 && used + history_tokens[kept_from - 1] <= left {
+        let mut used: usize = 0;
+        while kept_from > 0 && used.saturating_add(history_tokens[kept_from - 1]) <= left {
             kept_from -= 1;
             used += history_tokens[kept_from];
         }
-        while kept_from < history.len() && history[kept_from].role != ChatRole::User {
-            kept_from += 1;
-        }
+    }
+    // Whatever is kept starts at a user message: no reply (a reset's acknowledgement, a
+    // reply whose question was compacted away) or tool result without what it answers.
+    while kept_from < history.len() && history[kept_from].role != ChatRole::User {
+        kept_from += 1;
     }
     let mut messages = system.to_vec();
     messages.extend(summary_kept);
@@ -309,15 +323,17 @@ fn fit_message(
         text.push('…');
         text
     };
-    // The longest prefix that fits: token counts grow with the text.
-    let (mut lo, mut hi) = (0, chars.len());
+    // The longest prefix that fits, if token counts grow with the text; whatever the
+    // counter does, `lo` is always a length that was seen to fit.
     let fits = |n: usize, message: &mut ChatMessage| {
         message.content = cut(n);
         message_tokens(message, counter) <= budget
     };
-    if !fits(1.min(chars.len()), &mut message) {
+    let shortest = 1.min(chars.len());
+    if !fits(shortest, &mut message) {
         return None;
     }
+    let (mut lo, mut hi) = (shortest, chars.len());
     while lo < hi {
         let mid = (lo + hi).div_ceil(2);
         if fits(mid, &mut message) {

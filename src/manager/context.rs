@@ -110,7 +110,12 @@ impl SessionManager {
             timestamp: Some(to_millis(self.seams.clock.now())),
             message_id: message.message_id.clone(),
         };
-        self.seams.history.append(&key, entry).await
+        // History is context: a buffer that cannot keep this line (a file planted where
+        // it belongs, a database gone) costs the line, not the message.
+        if let Err(error) = self.seams.history.append(&key, entry).await {
+            tracing::warn!(group = %key, %error, "could not keep a group message as history; it is left out");
+        }
+        Ok(())
     }
 
     /// What the model sees for `message`, in the session `resolution` decided.
@@ -148,12 +153,13 @@ impl SessionManager {
         );
         let text = match (&history_key, &group) {
             (Some(key), Some(group)) => {
-                // The agent sees the history now: the next turn starts a new one.
-                let lines: Vec<String> = self
-                    .seams
-                    .history
-                    .take(key)
-                    .await?
+                // The agent sees the history now: the next turn starts a new one. A
+                // buffer that cannot be read leaves the history out, not the answer.
+                let history = self.seams.history.take(key).await.unwrap_or_else(|error| {
+                    tracing::warn!(group = %key, %error, "could not read the group's history; answering without it");
+                    Vec::new()
+                });
+                let lines: Vec<String> = history
                     .iter()
                     .map(|entry| {
                         format_envelope(

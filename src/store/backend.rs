@@ -1,13 +1,11 @@
 //! Choosing a backend by URL: `json:<dir>`, `sqlite:<file>`, `postgres://…`.
 
-use crate::context::history::HistoryBuffer;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-use crate::context::history::MemoryHistory;
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 
+use crate::context::history::{HistoryBuffer, MemoryHistory};
 use crate::error::{Error, Result};
 use crate::search::{MemoryIndex, SearchIndex};
 use crate::store::{JsonFileStore, SessionStore};

@@ -155,10 +155,22 @@ pub(crate) fn run_mutator(
     mutator(&mut after, revision)?;
     if after.as_ref() != before {
         if let Some(entry) = after.as_mut() {
+            check_new_session_id(before, entry)?;
             crate::context::delivery::normalize_delivery_fields(entry);
         }
     }
     Ok(after)
+}
+
+/// Refuses a session id that `after` brings in (a new entry, or a new id for an old
+/// one) when it cannot name a transcript file
+/// ([`validate_session_id`](crate::paths::validate_session_id)): written, it would
+/// fail every later turn of the session. An id already stored is left to its reader.
+fn check_new_session_id(before: Option<&SessionEntry>, after: &SessionEntry) -> Result<()> {
+    if before.is_some_and(|b| b.session_id == after.session_id) {
+        return Ok(());
+    }
+    crate::paths::validate_session_id(&after.session_id)
 }
 
 /// How many sessions replaced under one key a store keeps as `closed` (the oldest go
@@ -451,6 +463,7 @@ pub(crate) fn run_many_mutator(mutator: &mut ManyMutator<'_>, before: &Slots) ->
         slot.revision = old.revision;
         if slot.entry != old.entry {
             if let Some(entry) = slot.entry.as_mut() {
+                check_new_session_id(old.entry.as_ref(), entry)?;
                 crate::context::delivery::normalize_delivery_fields(entry);
             }
         }

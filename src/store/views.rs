@@ -13,9 +13,9 @@
 //!
 //! | view | shape of | rows |
 //! | --- | --- | --- |
-//! | `type2_sessions` | RABS's session registry | one per session (key) |
+//! | `type2_sessions` | RABS's session registry | one per session: the current one of each key, and the closed ones a reset or timeout replaced |
 //! | `type2_messages` | RABS's message log | one per logged message (`log_message`), in every transcript, archived ones included |
-//! | `sessions` (PostgreSQL, in its own schema) / `clawos_sessions` (SQLite) | ClawOS's kernel table | one per session (key) |
+//! | `sessions` (PostgreSQL, in its own schema) / `clawos_sessions` (SQLite) | ClawOS's kernel table | one per session, as `type2_sessions`: a replaced session is a `closed` row, as ClawOS keeps it |
 //!
 //! **Names.** The crate's own table is already called `sessions`. On PostgreSQL every
 //! view lives in a schema of its own, named by [`ViewSchemas`] (default `brainframe`
@@ -127,6 +127,18 @@ fn plain_name(name: &str) -> bool {
         && name.len() <= 63
 }
 
+/// The current sessions and the closed ones a replacement kept, as one row set (`j`:
+/// the entry as JSON, by `entry_json`): a closed session keeps its row in RABS's and
+/// ClawOS's tables, and its messages keep their session.
+fn sessions_and_closed(schema: &str, entry_json: &str) -> String {
+    let columns =
+        "session_id, session_key, agent_id, updated_at, channel, person_id, agent_identity";
+    format!(
+        "SELECT {columns}, {entry_json} AS j FROM {schema}sessions \
+         UNION ALL SELECT {columns}, {entry_json} AS j FROM {schema}closed_sessions"
+    )
+}
+
 /// The SQLite views, as one batch: each dropped if there and created.
 #[cfg(feature = "sqlite")]
 pub(crate) fn sqlite_create() -> String {
@@ -149,7 +161,7 @@ SELECT
     s.j AS metadata,
     {created_at} AS created_at,
     {updated_at} AS updated_at
-FROM (SELECT sessions.*, CASE WHEN json_valid(entry) THEN entry END AS j FROM sessions) AS s;
+FROM ({sessions_and_closed}) AS s;
 
 CREATE VIEW type2_messages AS
 SELECT
@@ -192,9 +204,10 @@ SELECT
     COALESCE(json_extract(s.j, '$.contextSummary'), '') AS context_summary,
     {created_at} AS created_at,
     {updated_at} AS last_message_at
-FROM (SELECT sessions.*, CASE WHEN json_valid(entry) THEN entry END AS j FROM sessions) AS s;
+FROM ({sessions_and_closed}) AS s;
 "#,
         drop = SQLITE_DROP,
+        sessions_and_closed = sessions_and_closed("", "CASE WHEN json_valid(entry) THEN entry END"),
         summary_at = ts("json_extract(s.j, '$.identitySummary.updatedAt')"),
         created_at = ts("COALESCE(json_extract(s.j, '$.sessionStartedAt'), s.updated_at)"),
         updated_at = ts("s.updated_at"),
@@ -261,7 +274,7 @@ SELECT
     s.j AS metadata,
     {created_at} AS created_at,
     {updated_at} AS updated_at
-FROM (SELECT sessions.*, {entry_json} AS j FROM {store}.sessions) AS s;
+FROM ({sessions_and_closed}) AS s;
 
 CREATE VIEW {rabs}.type2_messages AS
 SELECT
@@ -304,10 +317,10 @@ SELECT
     COALESCE(s.j ->> 'contextSummary', '') AS context_summary,
     {created_text} AS created_at,
     {updated_text} AS last_message_at
-FROM (SELECT sessions.*, {entry_json} AS j FROM {store}.sessions) AS s;
+FROM ({sessions_and_closed}) AS s;
 "#,
         drop = postgres_drop(schemas),
-        entry_json = jsonb("entry"),
+        sessions_and_closed = sessions_and_closed(&format!("{store}."), &jsonb("entry")),
         line_json = jsonb("line"),
         session_uuid = pg_uuid("s.session_id"),
         transcript_uuid = pg_uuid("t.session_id"),

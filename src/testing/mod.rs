@@ -976,6 +976,41 @@ pub async fn update_many_creates_changes_and_deletes<S: SessionStore + ?Sized>(s
     assert_eq!(store.count(&ListFilter::new()).await.unwrap(), 3);
 }
 
+/// An entry whose session id could not name a transcript file (`a/b`, `../x`, `.hidden`,
+/// empty) is refused before anything is written, by single- and multi-key updates.
+pub async fn unusable_session_ids_are_refused<S: SessionStore + ?Sized>(store: &S) {
+    let k = key("agent:main:telegram:dm:ids");
+    for bad in ["a/b", "../../../pwned", ".hidden", "", "with space"] {
+        let put = store.put(&k, SessionEntry::new(bad, 1)).await;
+        assert!(
+            matches!(put, Err(crate::Error::InvalidId { .. })),
+            "{bad:?}: {put:?}"
+        );
+        let many = store
+            .apply_many(std::slice::from_ref(&k), &mut |slots| {
+                for slot in slots.iter_mut() {
+                    slot.entry = Some(SessionEntry::new(bad, 1));
+                }
+                Ok(())
+            })
+            .await;
+        assert!(
+            matches!(many, Err(crate::Error::InvalidId { .. })),
+            "{bad:?}: {many:?}"
+        );
+        assert!(store.get(&k).await.unwrap().is_none(), "{bad:?}");
+    }
+    // A usable id is written; changing other fields keeps it.
+    store
+        .put(&k, SessionEntry::new("s-1.ok_id", 1))
+        .await
+        .unwrap();
+    store
+        .with_session(&k, |e| e.label = Some("fine".into()))
+        .await
+        .unwrap();
+}
+
 /// A session a multi-key update replaces (a new session id under its key) is kept
 /// closed, as a single-key update keeps it.
 pub async fn update_many_keeps_replaced_sessions_closed<S: SessionStore + ?Sized>(store: &S) {
@@ -1334,6 +1369,7 @@ macro_rules! store_conformance_tests {
             update_many_creates_changes_and_deletes,
             update_many_merges_duplicate_keys,
             update_many_keeps_replaced_sessions_closed,
+            unusable_session_ids_are_refused,
             failed_many_mutator_writes_nothing,
             panicking_many_mutator_writes_nothing,
             update_many_normalises_changed_entries,

@@ -16,6 +16,12 @@ use crate::paths::encode_file_component;
 /// The directory under the state root that holds group history.
 const HISTORY_DIR: &str = "group-history";
 
+/// The longest encoded group key used as it is in a file name (with `.json` and a
+/// `.corrupt` suffix it stays under 255 bytes).
+const MAX_PLAIN_NAME: usize = 200;
+/// How much of a longer encoded key a file name keeps, before its UUID.
+const KEPT_PREFIX: usize = 120;
+
 /// The largest history file read: far more than 50 entries of any chat message.
 const MAX_HISTORY_FILE: u64 = 16 * 1024 * 1024;
 
@@ -73,10 +79,19 @@ impl JsonFileHistory {
         }
     }
 
-    /// The file of group `key`.
+    /// The file of group `key`: the key percent-encoded; a key whose encoding is too
+    /// long for a file name (most file systems allow 255 bytes) keeps the first part of
+    /// it and is told apart by a name-based UUID of the whole key.
     fn file_of(&self, key: &str) -> PathBuf {
-        self.dir
-            .join(format!("{}.json", encode_file_component(key)))
+        let encoded = encode_file_component(key);
+        let name = if encoded.len() <= MAX_PLAIN_NAME {
+            encoded
+        } else {
+            let digest = uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, key.as_bytes());
+            // The encoding is ASCII: any byte is a character boundary.
+            format!("{}~{}", &encoded[..KEPT_PREFIX], digest.simple())
+        };
+        self.dir.join(format!("{name}.json"))
     }
 
     /// Runs `f` with the directory's lock held, on the blocking pool.
@@ -89,11 +104,12 @@ impl JsonFileHistory {
             create_private_dir_all(&history.dir)
                 .map_err(|e| Error::io("create history directory", &history.dir, e))?;
             let lock_path = history.dir.join(".lock");
-            let lock = crate::fsutil::open_checked(
-                OpenOptions::new().create(true).truncate(false).write(true),
-                &lock_path,
-            )
-            .map_err(|e| Error::io("open history lock", &lock_path, e))?;
+            let mut options = OpenOptions::new();
+            options.create(true).truncate(false).write(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+            let lock = crate::fsutil::open_checked(&mut options, &lock_path)
+                .map_err(|e| Error::io("open history lock", &lock_path, e))?;
             lock.lock()
                 .map_err(|e| Error::io("lock history", &lock_path, e))?;
             let result = f(&history);
@@ -284,6 +300,30 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn groups_with_ids_too_long_for_a_file_name_keep_their_own_history() {
+        let long = |unit: &str, n: usize| format!("whatsapp:default:group:{}", unit.repeat(n));
+        let keys = [
+            long("é", 60),
+            long("中", 64),
+            long("x", 300),
+            // The same first 600 characters: told apart by the whole key.
+            format!("{}a", long("y", 600)),
+            format!("{}b", long("y", 600)),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let history = JsonFileHistory::new(dir.path());
+        for (i, key) in keys.iter().enumerate() {
+            history.append(key, said(&i.to_string())).await.unwrap();
+        }
+        for (i, key) in keys.iter().enumerate() {
+            assert_eq!(bodies(&history, key).await, [i.to_string()], "{key}");
+            let name = history.file_of(key);
+            assert!(name.file_name().unwrap().len() <= 255 - ".corrupt".len());
+            assert!(name.starts_with(dir.path().join(HISTORY_DIR)));
+        }
+    }
+
+    #[tokio::test]
     async fn a_corrupt_group_file_is_kept_aside_and_the_group_starts_over() {
         let dir = tempfile::tempdir().unwrap();
         let history = JsonFileHistory::new(dir.path());
@@ -322,11 +362,10 @@ mod tests {
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            let mode = fs::metadata(history.file_of("g"))
-                .unwrap()
-                .permissions()
-                .mode();
-            assert_eq!(mode & 0o777, 0o600);
+            for file in [history.file_of("g"), history.dir.join(".lock")] {
+                let mode = fs::metadata(&file).unwrap().permissions().mode();
+                assert_eq!(mode & 0o777, 0o600, "{}", file.display());
+            }
         }
         assert_eq!(history.take("g").await.unwrap().len(), 40);
         assert!(history.entries("g").await.unwrap().is_empty());
