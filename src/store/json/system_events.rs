@@ -92,7 +92,7 @@ impl JsonFileSystemEvents {
     /// The file of session `key`.
     fn file_of(&self, key: &SessionKey) -> PathBuf {
         self.dir
-            .join(format!("{}.json", encode_file_component(&key.to_string())))
+            .join(format!("{}.json", encode_file_component(key.as_ref())))
     }
 
     /// Runs `f` with the directory's lock held, on the blocking pool.
