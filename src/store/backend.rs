@@ -1,7 +1,6 @@
 //! Choosing a backend by URL: `json:<dir>`, `sqlite:<file>`, `postgres://…`.
 
 use crate::context::history::HistoryBuffer;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
 use crate::context::history::MemoryHistory;
 use crate::context::inbound::events::{SystemEventQueue, SystemEvents};
 use std::fmt;
