@@ -111,7 +111,10 @@ async fn system_events_are_prepended_once() {
     let manager = manager(&clock, &[]);
     let message = InboundMessage::direct("telegram", "42", "hi");
     let resolution = manager.resolve(&message).await.unwrap();
-    assert!(manager.enqueue_system_event(&resolution.key, "Model switched."));
+    assert!(manager
+        .enqueue_system_event(&resolution.key, "Model switched.")
+        .await
+        .unwrap());
     let first = manager
         .prepare_turn(&resolution, &message)
         .await

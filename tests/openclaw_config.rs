@@ -453,7 +453,10 @@ async fn the_envelope_time_zone_writes_event_times() {
             .build();
         let message = InboundMessage::direct("telegram", "42", "hi");
         let resolution = manager.resolve(&message).await.unwrap();
-        manager.enqueue_system_event(&resolution.key, "Model switched.");
+        manager
+            .enqueue_system_event(&resolution.key, "Model switched.")
+            .await
+            .unwrap();
         let text_seen = manager
             .prepare_turn(&resolution, &message)
             .await

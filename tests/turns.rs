@@ -475,6 +475,70 @@ async fn a_restart_in_the_middle_of_a_group_conversation_keeps_its_history_on_po
     schema.drop().await;
 }
 
+/// Two workers on the store `url`: a system event queued through one reaches the next
+/// turn of its session on the other, once, and no later turn on either.
+async fn a_system_event_crosses_workers(url: &str) {
+    let first = SessionManager::connect(url).await.unwrap().build();
+    let second = SessionManager::connect(url).await.unwrap().build();
+    let key = first.key_for(&dm("hi")).unwrap();
+    assert!(
+        first
+            .enqueue_system_event(&key, "Model switched.")
+            .await
+            .unwrap(),
+        "{url}"
+    );
+    assert!(
+        !second
+            .enqueue_system_event(&key, "Model switched.")
+            .await
+            .unwrap(),
+        "{url}: a repeat is skipped whichever worker queues it"
+    );
+    let turn = second.turn(&dm("hi")).await.unwrap();
+    let input = turn.input().unwrap().to_owned();
+    assert_eq!(
+        input.matches("Model switched.").count(),
+        1,
+        "{url}: {input}"
+    );
+    assert!(input.starts_with("System: ["), "{url}: {input}");
+    turn.complete("Hello.").await.unwrap();
+    for manager in [&first, &second] {
+        let turn = manager.turn(&dm("again")).await.unwrap();
+        let input = turn.input().unwrap().to_owned();
+        assert!(!input.contains("Model switched."), "{url}: {input}");
+        turn.complete("Yes.").await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_system_event_queued_on_one_worker_reaches_the_next_turn_on_another_once() {
+    let dir = tempfile::tempdir().unwrap();
+    #[allow(unused_mut)]
+    let mut urls = vec![format!("json:{}", dir.path().join("tree").display())];
+    #[cfg(feature = "sqlite")]
+    urls.push(format!(
+        "sqlite:{}",
+        dir.path().join("sessions.db").display()
+    ));
+    for url in urls {
+        a_system_event_crosses_workers(&url).await;
+    }
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+async fn a_system_event_queued_on_one_worker_reaches_the_next_turn_on_another_once_on_postgres() {
+    let schema = common::TestSchema::new("turns_system_events");
+    a_system_event_crosses_workers(&schema.url()).await;
+    schema.drop().await;
+}
+
 #[tokio::test]
 async fn the_conversation_needs_a_transcript_store_and_says_so() {
     let manager = SessionManager::new(MemoryStore::new());

@@ -176,7 +176,7 @@ impl SessionManager {
             }
             _ => body,
         };
-        let events = self.system_events.drain(&resolution.key);
+        let events = self.system_events.drain(&resolution.key).await?;
         Ok(TurnInput {
             activation,
             text: Some(prepend_system_events(
@@ -221,9 +221,15 @@ impl SessionManager {
     }
 
     /// Queues a system event (model switched, reminder fired) for the next message of
-    /// `key`'s session. Returns `false` for a blank text or a repeat of the last one.
-    pub fn enqueue_system_event(&self, key: &SessionKey, text: &str) -> bool {
+    /// `key`'s session, in the manager's [`SystemEvents`] (shared by every worker on a
+    /// database or JSON backend opened with [`SessionManager::connect`]). Returns
+    /// `false` for a blank text or a repeat of the last one; an error when the shared
+    /// queue cannot be written.
+    ///
+    /// [`SystemEvents`]: crate::context::inbound::events::SystemEvents
+    pub async fn enqueue_system_event(&self, key: &SessionKey, text: &str) -> Result<bool> {
         self.system_events
             .enqueue(key, text, self.seams.clock.now())
+            .await
     }
 }

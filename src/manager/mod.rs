@@ -45,7 +45,7 @@ use std::time::Duration;
 
 use crate::context::chat::{EstimatedTokens, TokenCounter};
 use crate::context::history::{HistoryBuffer, MemoryHistory};
-use crate::context::inbound::events::SystemEventQueue;
+use crate::context::inbound::events::{SystemEventQueue, SystemEvents};
 use crate::context::inbound::InboundMessage;
 use crate::context::send_policy::SendPolicyConfig;
 use crate::entry::ForkOrigin;
@@ -91,7 +91,7 @@ pub struct SessionManager {
     /// What the parts run with.
     settings: Settings,
     /// System events queued for the next turn of each session.
-    system_events: SystemEventQueue,
+    system_events: Arc<dyn SystemEvents>,
 }
 
 /// The seams of a [`SessionManager`]: each a trait object with a default.
@@ -240,6 +240,15 @@ impl SessionManagerBuilder {
     /// at run time ([`MemoryHistory::set_limit`]).
     pub fn history(mut self, history: impl HistoryBuffer + 'static) -> Self {
         self.manager.seams.history = Arc::new(history);
+        self
+    }
+
+    /// Where system events wait for their session's next turn (default:
+    /// [`SystemEventQueue`], in this process's memory). Give every worker of one bot
+    /// the same shared queue — [`SessionManager::connect`] picks the one beside the
+    /// sessions — so an event queued on one worker reaches the next turn on any.
+    pub fn system_events(mut self, events: impl SystemEvents + 'static) -> Self {
+        self.manager.system_events = Arc::new(events);
         self
     }
 
@@ -472,14 +481,15 @@ impl SessionManager {
                     context_window: None,
                     reset_acknowledgement: turn::DEFAULT_RESET_ACKNOWLEDGEMENT.to_owned(),
                 },
-                system_events: SystemEventQueue::default(),
+                system_events: Arc::new(SystemEventQueue::default()),
             },
             isolated_to: None,
             custom_flush_guard: false,
         }
     }
 
-    /// A builder over the backend `url` names — sessions, transcripts and group history —
+    /// A builder over the backend `url` names — sessions, transcripts, group history and
+    /// system events —
     /// so that switching from OpenClaw's files to SQLite or PostgreSQL is one string:
     /// `json:~/.openclaw`, `sqlite:sessions.db`, `postgres://bot@db/sessions`
     /// (see [`StoreUrl`](crate::store::StoreUrl)).
@@ -500,7 +510,8 @@ impl SessionManager {
         let backend = crate::store::Backend::open(url).await?;
         Ok(SessionManager::builder(backend.sessions().clone())
             .transcripts(backend.transcripts().clone())
-            .history(backend.history().clone()))
+            .history(backend.history().clone())
+            .system_events(backend.system_events().clone()))
     }
 
     /// The store.

@@ -364,7 +364,7 @@ impl<'a> ScopedManager<'a> {
     /// [`SessionManager::enqueue_system_event`], if the caller may open the session.
     pub async fn enqueue_system_event(&self, key: &SessionKey, text: &str) -> Result<bool> {
         self.check(key).await?;
-        Ok(self.manager.enqueue_system_event(key, text))
+        self.manager.enqueue_system_event(key, text).await
     }
 }
 

@@ -6,6 +6,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use crate::context::history::{HistoryBuffer, MemoryHistory};
+use crate::context::inbound::events::{SystemEventQueue, SystemEvents};
 use crate::error::{Error, Result};
 use crate::search::{MemoryIndex, SearchIndex};
 use crate::store::{JsonFileStore, SessionStore};
@@ -256,6 +257,7 @@ pub struct Backend {
     sessions: Arc<dyn SessionStore>,
     transcripts: Arc<dyn TranscriptExport>,
     history: Arc<dyn HistoryBuffer>,
+    system_events: Arc<dyn SystemEvents>,
     /// The database's own index, or (JSON) opened on first use.
     search: Arc<tokio::sync::OnceCell<Arc<dyn SearchIndex>>>,
 }
@@ -314,10 +316,13 @@ impl Backend {
             Arc<dyn TranscriptExport>,
             Option<Arc<dyn SearchIndex>>,
             Arc<dyn HistoryBuffer>,
+            Arc<dyn SystemEvents>,
         );
-        // Group history lives beside the sessions (in memory for a read-only database,
-        // which must not be written to).
-        let (sessions, transcripts, search, history): Parts = match &url {
+        // Group history and system events live beside the sessions (in memory for a
+        // read-only backend, which must not be written to).
+        let read_only = mode == OpenMode::ReadOnly;
+        let in_memory = || Arc::new(SystemEventQueue::default()) as Arc<dyn SystemEvents>;
+        let (sessions, transcripts, search, history, system_events): Parts = match &url {
             StoreUrl::Json(dir) => {
                 if mode != OpenMode::Create {
                     json_tree_exists(dir, &url)?;
@@ -333,6 +338,11 @@ impl Backend {
                         Arc::new(MemoryHistory::default()) as Arc<dyn HistoryBuffer>
                     } else {
                         Arc::new(super::JsonFileHistory::new(dir))
+                    },
+                    if read_only {
+                        in_memory()
+                    } else {
+                        Arc::new(super::JsonFileSystemEvents::new(dir))
                     },
                 )
             }
@@ -358,11 +368,17 @@ impl Backend {
                 } else {
                     Arc::new(crate::store::SqliteHistory::new(&store))
                 };
+                let system_events: Arc<dyn SystemEvents> = if read_only {
+                    in_memory()
+                } else {
+                    Arc::new(crate::store::SqliteSystemEvents::new(&store))
+                };
                 (
                     Arc::new(store.clone()),
                     Arc::new(store.clone()),
                     Some(Arc::new(store)),
                     history,
+                    system_events,
                 )
             }
             #[cfg(feature = "postgres")]
@@ -381,11 +397,17 @@ impl Backend {
                 } else {
                     Arc::new(crate::store::PostgresHistory::new(&store))
                 };
+                let system_events: Arc<dyn SystemEvents> = if read_only {
+                    in_memory()
+                } else {
+                    Arc::new(crate::store::PostgresSystemEvents::new(&store))
+                };
                 (
                     Arc::new(store.clone()),
                     Arc::new(store.clone()),
                     Some(Arc::new(store)),
                     history,
+                    system_events,
                 )
             }
             #[allow(unreachable_patterns)]
@@ -402,6 +424,7 @@ impl Backend {
             sessions,
             transcripts,
             history,
+            system_events,
             search: Arc::new(match search {
                 Some(index) => tokio::sync::OnceCell::new_with(Some(index)),
                 None => tokio::sync::OnceCell::new(),
@@ -432,6 +455,17 @@ impl Backend {
     /// ([`MemoryHistory`](crate::context::history::MemoryHistory)), since nothing may be written.
     pub fn history(&self) -> &Arc<dyn HistoryBuffer> {
         &self.history
+    }
+
+    /// The system-event queues kept with this backend, so an event queued by one worker
+    /// reaches the next turn of its session on any worker, exactly once: files beside a
+    /// JSON tree ([`JsonFileSystemEvents`](super::JsonFileSystemEvents)), the
+    /// `system_events` table of a SQLite database or PostgreSQL schema
+    /// (`SqliteSystemEvents`, `PostgresSystemEvents`). A backend opened
+    /// [`OpenMode::ReadOnly`] keeps them in memory
+    /// ([`SystemEventQueue`]), since nothing may be written.
+    pub fn system_events(&self) -> &Arc<dyn SystemEvents> {
+        &self.system_events
     }
 
     /// The search index of the message log: the database's own (FTS5, `tsvector`) for

@@ -46,6 +46,8 @@ mod sql;
 mod sql_transcripts;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(test)]
+mod system_events_suite;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres"))))]
 pub mod views;
@@ -61,17 +63,17 @@ use crate::key::{AgentId, PeerKind, SessionKey};
 
 pub use backend::{Backend, OpenMode, StoreUrl, SEARCH_INDEX_FILE};
 pub use json::{
-    Durability, JsonFileHistory, JsonFileOptions, JsonFileStore, LockOptions, DEFAULT_CACHE_TTL,
-    DEFAULT_LOCK_POLL_INTERVAL, DEFAULT_LOCK_STALE_AFTER, DEFAULT_LOCK_TIMEOUT,
+    Durability, JsonFileHistory, JsonFileOptions, JsonFileStore, JsonFileSystemEvents, LockOptions,
+    DEFAULT_CACHE_TTL, DEFAULT_LOCK_POLL_INTERVAL, DEFAULT_LOCK_STALE_AFTER, DEFAULT_LOCK_TIMEOUT,
     DEFAULT_MAX_FILE_BYTES,
 };
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use postgres::{PostgresHistory, PostgresOptions, PostgresStore};
+pub use postgres::{PostgresHistory, PostgresOptions, PostgresStore, PostgresSystemEvents};
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
-pub use sqlite::{SqliteHistory, SqliteOptions, SqliteStore};
+pub use sqlite::{SqliteHistory, SqliteOptions, SqliteStore, SqliteSystemEvents};
 
 /// An opaque token that changes whenever an entry changes.
 ///

@@ -230,6 +230,17 @@ pub(crate) fn history_bound(value: usize) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
+/// A system event's time as a SQL integer: microseconds since the epoch.
+pub(crate) fn event_time_to_i64(at: chrono::DateTime<chrono::Utc>) -> i64 {
+    at.timestamp_micros()
+}
+
+/// The inverse of [`event_time_to_i64`] (the epoch for a value out of range, which
+/// this crate never writes).
+pub(crate) fn event_time_from_i64(value: i64) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp_micros(value).unwrap_or_default()
+}
+
 /// Epoch milliseconds as a SQL integer (saturating: no real time is near the edge).
 pub(crate) fn to_i64(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)

@@ -8,8 +8,9 @@
 //! replaces them (idempotent); dropping views that are not there is no error. The views
 //! are read-only: sessions and messages are written through the crate. They depend on
 //! the tables: drop them before an upgrade whose schema migration changes the tables,
-//! and create them again after. (Schema version 4 only adds a table, `group_history`:
-//! views made over a version-3 database stay through its migration.)
+//! and create them again after. (Schema versions 4 and 5 only add tables,
+//! `group_history` and `system_events`: views made over a version-3 database stay
+//! through their migrations.)
 //!
 //! | view | shape of | rows |
 //! | --- | --- | --- |

@@ -2,10 +2,12 @@
 //! fired) that are prepended to the next message the model sees, once.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
+use crate::error::Result;
 use crate::key::SessionKey;
 use crate::lifecycle::freshness::Zone;
 
@@ -23,7 +25,61 @@ pub struct SystemEvent {
     pub at: DateTime<Utc>,
 }
 
-/// Per-session queues of system events: enqueue any time, drain once.
+/// Where system events wait for a session's next turn: enqueue any time, drain once.
+///
+/// Every implementation keeps the same bounds and semantics as [`SystemEventQueue`]
+/// (the in-memory default): text is trimmed, a blank text or a repeat of the last
+/// queued text is skipped (`Ok(false)`) but still counts as touching the session, at
+/// most [`MAX_SYSTEM_EVENTS`] events a session (the oldest dropped first) and
+/// [`MAX_SYSTEM_EVENT_SESSIONS`] sessions (the least recently touched dropped first).
+/// [`drain`](SystemEvents::drain) takes a session's events and frees its place; an
+/// event is returned by exactly one drain, even when several workers drain at once.
+/// The shared implementations live beside the sessions:
+/// [`SqliteSystemEvents`](crate::store::SqliteSystemEvents),
+/// [`PostgresSystemEvents`](crate::store::PostgresSystemEvents) and
+/// [`JsonFileSystemEvents`](crate::store::JsonFileSystemEvents).
+///
+/// ```
+/// use agent_sessions::context::inbound::events::{SystemEventQueue, SystemEvents};
+/// use agent_sessions::SessionKey;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> agent_sessions::Result<()> {
+/// let events: Box<dyn SystemEvents> = Box::new(SystemEventQueue::default());
+/// let key = SessionKey::parse("agent:main:main")?;
+/// let at = "2026-01-12T20:19:17Z".parse().unwrap();
+/// assert!(events.enqueue(&key, "Model switched.", at).await?);
+/// assert!(!events.enqueue(&key, "Model switched.", at).await?, "a repeat is skipped");
+/// assert_eq!(events.drain(&key).await?.len(), 1);
+/// assert!(events.drain(&key).await?.is_empty(), "drained once");
+/// # Ok(())
+/// # }
+/// ```
+#[async_trait]
+pub trait SystemEvents: Send + Sync {
+    /// Queues `text` for `key`'s next turn. `Ok(false)` when it is blank or repeats the
+    /// last queued text (nothing is queued).
+    async fn enqueue(&self, key: &SessionKey, text: &str, at: DateTime<Utc>) -> Result<bool>;
+    /// Takes every event queued for `key`, oldest first.
+    async fn drain(&self, key: &SessionKey) -> Result<Vec<SystemEvent>>;
+}
+
+/// An `Arc` of system events is system events: a host keeps one handle and gives the
+/// manager another.
+#[async_trait]
+impl<T: SystemEvents + ?Sized> SystemEvents for Arc<T> {
+    async fn enqueue(&self, key: &SessionKey, text: &str, at: DateTime<Utc>) -> Result<bool> {
+        (**self).enqueue(key, text, at).await
+    }
+
+    async fn drain(&self, key: &SessionKey) -> Result<Vec<SystemEvent>> {
+        (**self).drain(key).await
+    }
+}
+
+/// Per-session queues of system events in this process's memory: enqueue any time,
+/// drain once. The default [`SystemEvents`] of a
+/// [`SessionManager`](crate::SessionManager).
 ///
 /// ```
 /// use agent_sessions::context::inbound::events::{prepend_system_events, SystemEventQueue};
@@ -42,13 +98,32 @@ pub struct SystemEvent {
 /// );
 /// # Ok::<(), agent_sessions::Error>(())
 /// ```
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SystemEventQueue {
     queues: Mutex<HashMap<SessionKey, (u64, VecDeque<SystemEvent>)>>,
     clock: Mutex<u64>,
+    max_events: usize,
+    max_sessions: usize,
+}
+
+impl Default for SystemEventQueue {
+    fn default() -> Self {
+        SystemEventQueue::with_limits(MAX_SYSTEM_EVENTS, MAX_SYSTEM_EVENT_SESSIONS)
+    }
 }
 
 impl SystemEventQueue {
+    /// At most `max_events` events a session and `max_sessions` sessions (each at
+    /// least 1).
+    pub fn with_limits(max_events: usize, max_sessions: usize) -> Self {
+        SystemEventQueue {
+            queues: Mutex::default(),
+            clock: Mutex::default(),
+            max_events: max_events.max(1),
+            max_sessions: max_sessions.max(1),
+        }
+    }
+
     /// Queues `text` for `key`'s next message. Blank text and a repeat of the last
     /// queued text are skipped (returns `false`).
     pub fn enqueue(&self, key: &SessionKey, text: &str, at: DateTime<Utc>) -> bool {
@@ -62,7 +137,7 @@ impl SystemEventQueue {
             *clock
         };
         let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
-        if !queues.contains_key(key) && queues.len() >= MAX_SYSTEM_EVENT_SESSIONS {
+        if !queues.contains_key(key) && queues.len() >= self.max_sessions {
             if let Some(oldest) = queues
                 .iter()
                 .min_by_key(|(_, (t, _))| *t)
@@ -80,7 +155,7 @@ impl SystemEventQueue {
             text: text.to_owned(),
             at,
         });
-        while queue.len() > MAX_SYSTEM_EVENTS {
+        while queue.len() > self.max_events {
             queue.pop_front();
         }
         true
@@ -104,6 +179,17 @@ impl SystemEventQueue {
     /// Whether no event is queued for `key`.
     pub fn is_empty(&self, key: &SessionKey) -> bool {
         self.len(key) == 0
+    }
+}
+
+#[async_trait]
+impl SystemEvents for SystemEventQueue {
+    async fn enqueue(&self, key: &SessionKey, text: &str, at: DateTime<Utc>) -> Result<bool> {
+        Ok(SystemEventQueue::enqueue(self, key, text, at))
+    }
+
+    async fn drain(&self, key: &SessionKey) -> Result<Vec<SystemEvent>> {
+        Ok(SystemEventQueue::drain(self, key))
     }
 }
 

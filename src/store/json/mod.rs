@@ -8,6 +8,7 @@ mod history;
 pub(crate) mod io;
 mod legacy;
 pub(crate) mod lock;
+mod system_events;
 mod template;
 
 #[cfg(test)]
@@ -42,6 +43,7 @@ pub use self::io::Durability;
 pub use self::lock::{
     LockOptions, DEFAULT_LOCK_POLL_INTERVAL, DEFAULT_LOCK_STALE_AFTER, DEFAULT_LOCK_TIMEOUT,
 };
+pub use self::system_events::JsonFileSystemEvents;
 
 /// What a writer whose change joined an open batch waits on: the batch's write, done
 /// (`Some`) or not yet (`None`).

@@ -28,12 +28,14 @@ mod history;
 mod schema;
 mod search;
 mod sessions;
+mod system_events;
 #[cfg(test)]
 mod tests;
 mod transcripts;
 
 pub use self::history::PostgresHistory;
 use self::schema::MIGRATIONS;
+pub use self::system_events::PostgresSystemEvents;
 
 /// How a [`PostgresStore`] connects.
 #[derive(Debug, Clone, PartialEq, Eq)]

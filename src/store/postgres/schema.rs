@@ -112,4 +112,13 @@ CREATE TABLE {schema}.group_history (
 );
 CREATE INDEX group_history_by_group ON {schema}.group_history (group_key, id);
 "#,
+    r#"
+CREATE TABLE {schema}.system_events (
+    id          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    session_key TEXT NOT NULL,
+    text        TEXT NOT NULL,
+    at          BIGINT NOT NULL
+);
+CREATE INDEX system_events_by_session ON {schema}.system_events (session_key, id);
+"#,
 ];

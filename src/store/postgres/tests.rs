@@ -261,6 +261,7 @@ async fn a_version_2_schema_gains_statuses_and_closed_sessions_and_keeps_its_ses
 mod group_history {
     use super::*;
     use crate::context::history::{HistoryBuffer, HistoryEntry};
+    use crate::context::inbound::events::SystemEvents;
     use crate::store::history_suite;
 
     fn said(body: &str) -> HistoryEntry {
@@ -418,13 +419,15 @@ mod group_history {
     }
 
     /// A version-3 schema, with RABS's and ClawOS's views over its tables, gains the
-    /// history table on the next connect; its sessions and views are kept.
+    /// history and system-event tables on the next connect; its sessions and views are
+    /// kept.
     #[tokio::test]
     #[cfg_attr(
         not(postgres_tests),
         ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
     )]
-    async fn a_version_3_schema_with_views_gains_group_history_and_keeps_its_sessions() {
+    async fn a_version_3_schema_with_views_gains_group_history_and_system_events_and_keeps_its_sessions(
+    ) {
         use crate::store::views::ViewSchemas;
         let schema = format!("unit_v3_{}", uuid::Uuid::new_v4().simple());
         let views = ViewSchemas::new(format!("{schema}_rabs"), format!("{schema}_clawos"));
@@ -462,7 +465,7 @@ mod group_history {
         let store = PostgresStore::connect_with(&server(), PostgresOptions::in_schema(&schema))
             .await
             .unwrap();
-        assert_eq!(store.schema_version().await.unwrap(), 4);
+        assert_eq!(store.schema_version().await.unwrap(), 5);
         assert_eq!(
             store.get(&key()).await.unwrap().unwrap().entry.session_id,
             "s-1"
@@ -479,6 +482,13 @@ mod group_history {
         let history = PostgresHistory::new(&store);
         history.append("g", said("a")).await.unwrap();
         assert_eq!(history.take("g").await.unwrap(), [said("a")]);
+        let events = crate::store::PostgresSystemEvents::new(&store);
+        let now = chrono::Utc::now();
+        assert!(events
+            .enqueue(&key(), "Model switched.", now)
+            .await
+            .unwrap());
+        assert_eq!(events.drain(&key()).await.unwrap().len(), 1);
         store.drop_views(&views).await.unwrap();
         admin
             .batch_execute(&format!(
@@ -486,6 +496,76 @@ mod group_history {
             ))
             .await
             .unwrap();
+        store.drop_schema().await.unwrap();
+    }
+}
+
+mod system_events {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::store::system_events_suite;
+    use crate::store::PostgresSystemEvents;
+
+    #[tokio::test]
+    #[cfg_attr(
+        not(postgres_tests),
+        ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+    )]
+    async fn are_bounded_and_skip_repeats() {
+        let store = fresh("as_system_events").await;
+        system_events_suite::bounded_and_skipping_repeats(
+            |_, max_events, max_sessions| {
+                let store = store.clone();
+                async move {
+                    // Each case starts from an empty table.
+                    store
+                        .client()
+                        .await
+                        .unwrap()
+                        .batch_execute(&format!("DELETE FROM {}", store.table("system_events")))
+                        .await
+                        .unwrap();
+                    PostgresSystemEvents::with_limits(&store, max_events, max_sessions)
+                }
+            },
+            Duration::ZERO,
+        )
+        .await;
+        store.drop_schema().await.unwrap();
+    }
+
+    #[tokio::test]
+    #[cfg_attr(
+        not(postgres_tests),
+        ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+    )]
+    async fn keep_text_and_time() {
+        let store = fresh("as_system_events").await;
+        system_events_suite::events_keep_text_and_time(PostgresSystemEvents::new(&store)).await;
+        store.drop_schema().await.unwrap();
+    }
+
+    /// Four stores (four pools) on one schema, as four hosts would have.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[cfg_attr(
+        not(postgres_tests),
+        ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+    )]
+    async fn drain_once_beside_other_hosts_enqueuing() {
+        let store = fresh("as_system_events").await;
+        let mut handles = Vec::new();
+        for _ in 0..4 {
+            let host =
+                PostgresStore::connect_with(&server(), PostgresOptions::in_schema(store.schema()))
+                    .await
+                    .unwrap();
+            handles.push(PostgresSystemEvents::with_limits(&host, 1000, 10));
+        }
+        let mut next = || handles.pop().unwrap();
+        let writers = [next(), next()];
+        let drainers = [next(), next()];
+        system_events_suite::drain_once_beside_concurrent_enqueues(writers, drainers, 150).await;
         store.drop_schema().await.unwrap();
     }
 }

@@ -31,12 +31,14 @@ mod history;
 mod schema;
 mod search;
 mod sessions;
+mod system_events;
 #[cfg(test)]
 mod tests;
 mod transcripts;
 
 pub use self::history::SqliteHistory;
 use self::schema::{migrate, schema_version, MIGRATIONS};
+pub use self::system_events::SqliteSystemEvents;
 
 /// How a [`SqliteStore`] waits and syncs.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -108,6 +108,15 @@ CREATE TABLE group_history (
 );
 CREATE INDEX group_history_by_group ON group_history (group_key, id);
 "#,
+    r#"
+CREATE TABLE system_events (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_key TEXT NOT NULL,
+    text        TEXT NOT NULL,
+    at          INTEGER NOT NULL
+);
+CREATE INDEX system_events_by_session ON system_events (session_key, id);
+"#,
 ];
 
 pub(super) fn schema_version(connection: &Connection) -> Result<i64> {

@@ -245,6 +245,7 @@ async fn a_version_2_database_gains_statuses_and_closed_sessions_and_keeps_its_s
 mod group_history {
     use super::*;
     use crate::context::history::{HistoryBuffer, HistoryEntry};
+    use crate::context::inbound::events::SystemEvents;
     use crate::store::history_suite;
 
     fn said(body: &str) -> HistoryEntry {
@@ -336,9 +337,11 @@ mod group_history {
     }
 
     /// A version-3 database, with RABS's and ClawOS's views over its tables, gains the
-    /// history table on its next open; its sessions and views are kept.
+    /// history and system-event tables on its next open; its sessions and views are
+    /// kept.
     #[tokio::test]
-    async fn a_version_3_database_with_views_gains_group_history_and_keeps_its_sessions() {
+    async fn a_version_3_database_with_views_gains_group_history_and_system_events_and_keeps_its_sessions(
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sessions.db");
         {
@@ -358,7 +361,7 @@ mod group_history {
             write_row(&old, &row).unwrap();
         }
         let store = SqliteStore::open(&path).unwrap();
-        assert_eq!(store.schema_version().await.unwrap(), 4);
+        assert_eq!(store.schema_version().await.unwrap(), 5);
         assert_eq!(
             store.get(&key()).await.unwrap().unwrap().entry.session_id,
             "s-1"
@@ -371,5 +374,86 @@ mod group_history {
         let history = SqliteHistory::new(&store);
         history.append("g", said("a")).await.unwrap();
         assert_eq!(history.take("g").await.unwrap(), [said("a")]);
+        let events = crate::store::SqliteSystemEvents::new(&store);
+        let now = chrono::Utc::now();
+        assert!(events
+            .enqueue(&key(), "Model switched.", now)
+            .await
+            .unwrap());
+        assert_eq!(events.drain(&key()).await.unwrap().len(), 1);
+    }
+}
+
+mod system_events {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::context::inbound::events::SystemEvents;
+    use crate::store::system_events_suite::{self, session};
+    use crate::store::SqliteSystemEvents;
+
+    #[tokio::test]
+    async fn are_bounded_and_skip_repeats() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_owned();
+        system_events_suite::bounded_and_skipping_repeats(
+            |case, max_events, max_sessions| {
+                let file = root.join(format!("case-{case}.db"));
+                async move {
+                    SqliteSystemEvents::with_limits(
+                        &SqliteStore::open(file).unwrap(),
+                        max_events,
+                        max_sessions,
+                    )
+                }
+            },
+            Duration::ZERO,
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn keep_text_and_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("sessions.db")).unwrap();
+        system_events_suite::events_keep_text_and_time(SqliteSystemEvents::new(&store)).await;
+    }
+
+    /// Four stores on one file, as four processes would have.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn drain_once_beside_other_processes_enqueuing() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("sessions.db");
+        let handle =
+            || SqliteSystemEvents::with_limits(&SqliteStore::open(&file).unwrap(), 1000, 10);
+        system_events_suite::drain_once_beside_concurrent_enqueues(
+            [handle(), handle()],
+            [handle(), handle()],
+            150,
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_read_only_store_refuses_writes_and_loses_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("sessions.db");
+        let at = chrono::Utc::now();
+        SqliteSystemEvents::new(&SqliteStore::open(&file).unwrap())
+            .enqueue(&session("a"), "x", at)
+            .await
+            .unwrap();
+        let read_only = SqliteSystemEvents::new(&SqliteStore::open_read_only(&file).unwrap());
+        for refused in [
+            read_only.enqueue(&session("a"), "y", at).await.map(drop),
+            read_only.drain(&session("a")).await.map(drop),
+        ] {
+            assert!(
+                matches!(refused, Err(Error::Database { .. })),
+                "{refused:?}"
+            );
+        }
+        let events = SqliteSystemEvents::new(&SqliteStore::open(&file).unwrap());
+        assert_eq!(events.drain(&session("a")).await.unwrap().len(), 1);
     }
 }

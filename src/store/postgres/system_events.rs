@@ -1,0 +1,232 @@
+//! [`PostgresSystemEvents`]: system-event queues in the `system_events` table of a
+//! [`PostgresStore`], shared by every host using the schema.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::{pg_error, OpenTransaction, PostgresStore};
+use crate::context::inbound::events::{
+    SystemEvent, SystemEvents, MAX_SYSTEM_EVENTS, MAX_SYSTEM_EVENT_SESSIONS,
+};
+use crate::error::Result;
+use crate::key::SessionKey;
+use crate::store::sql::{event_time_from_i64, event_time_to_i64, history_bound};
+
+/// System events kept in the schema of a [`PostgresStore`], with the same bounds and
+/// semantics as [`SystemEventQueue`](crate::context::inbound::events::SystemEventQueue):
+/// at most 20 events a session (the oldest dropped first) and 1,000 sessions (the
+/// least recently touched dropped first); a blank text or a repeat of the last queued
+/// one is skipped.
+///
+/// Enqueues to one session and its [`drain`](SystemEvents::drain) take turns on a
+/// transaction-scoped advisory lock of the session, from any number of hosts;
+/// different sessions do not wait for each other. A drain is one `DELETE … RETURNING`,
+/// so every event is returned by exactly one drain, even when two workers race for
+/// it. Times are kept to the microsecond. This is what
+/// [`SessionManager::connect`](crate::SessionManager::connect) uses for a
+/// `postgres://` store.
+///
+/// ```no_run
+/// use agent_sessions::context::inbound::events::SystemEvents;
+/// use agent_sessions::store::{PostgresStore, PostgresSystemEvents};
+/// use agent_sessions::SessionKey;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> agent_sessions::Result<()> {
+/// let db = PostgresStore::connect("postgres://bot@db.internal/sessions").await?;
+/// let events = PostgresSystemEvents::new(&db);
+/// let key = SessionKey::parse("agent:main:main")?;
+/// events.enqueue(&key, "Model switched.", chrono::Utc::now()).await?;
+/// // Any host, before or after a restart, drains it once.
+/// assert_eq!(events.drain(&key).await?.len(), 1);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct PostgresSystemEvents {
+    store: PostgresStore,
+    max_events: usize,
+    max_sessions: usize,
+}
+
+impl PostgresSystemEvents {
+    /// System events in `store`'s schema, with OpenClaw's bounds.
+    pub fn new(store: &PostgresStore) -> Self {
+        PostgresSystemEvents::with_limits(store, MAX_SYSTEM_EVENTS, MAX_SYSTEM_EVENT_SESSIONS)
+    }
+
+    /// At most `max_events` events a session and `max_sessions` sessions (each at
+    /// least 1).
+    pub fn with_limits(store: &PostgresStore, max_events: usize, max_sessions: usize) -> Self {
+        PostgresSystemEvents {
+            store: store.clone(),
+            max_events: max_events.max(1),
+            max_sessions: max_sessions.max(1),
+        }
+    }
+
+    fn table(&self) -> String {
+        self.store.table("system_events")
+    }
+
+    /// What a session's advisory lock is named after, without the session: the lock
+    /// of session `k` is `hashtextextended(prefix || k, 0)`, computed by the server so
+    /// that eviction can try the locks of the sessions it picks in SQL.
+    fn lock_prefix(&self) -> String {
+        format!("{}/system-events/", self.store.schema)
+    }
+
+    /// A transaction holding the lock of session `key`.
+    async fn begin(&self, key: &str) -> Result<OpenTransaction> {
+        let open = OpenTransaction(Some(self.store.client().await?));
+        if let Err(e) = open.client().batch_execute("BEGIN").await {
+            // Dropped unfinished: the connection is closed, not pooled.
+            return Err(pg_error("begin a transaction")(e));
+        }
+        let lock = format!("{}{key}", self.lock_prefix());
+        match open
+            .client()
+            .execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                &[&lock],
+            )
+            .await
+        {
+            Ok(_) => Ok(open),
+            Err(e) => Err(open.abandon(pg_error("lock system events")(e)).await),
+        }
+    }
+
+    /// Commits when `result` is a success, rolls back otherwise.
+    async fn end<T>(open: OpenTransaction, result: Result<T>) -> Result<T> {
+        match result {
+            Ok(value) => {
+                // A failed COMMIT leaves `open` unfinished: the connection is closed.
+                open.client()
+                    .batch_execute("COMMIT")
+                    .await
+                    .map_err(pg_error("commit"))?;
+                open.finish();
+                Ok(value)
+            }
+            Err(error) => Err(open.abandon(error).await),
+        }
+    }
+}
+
+#[async_trait]
+impl SystemEvents for PostgresSystemEvents {
+    async fn enqueue(&self, key: &SessionKey, text: &str, at: DateTime<Utc>) -> Result<bool> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Ok(false);
+        }
+        let key = key.to_string();
+        let table = self.table();
+        let open = self.begin(&key).await?;
+        let result = async {
+            let c = open.client();
+            let last = c
+                .query_opt(
+                    &format!(
+                        "SELECT id, text, at FROM {table} WHERE session_key = $1
+                         ORDER BY id DESC LIMIT 1"
+                    ),
+                    &[&key],
+                )
+                .await
+                .map_err(pg_error("read system events"))?
+                .map(|row| {
+                    (
+                        row.get::<_, i64>(0),
+                        row.get::<_, String>(1),
+                        row.get::<_, i64>(2),
+                    )
+                });
+            let insert = format!("INSERT INTO {table} (session_key, text, at) VALUES ($1, $2, $3)");
+            if let Some((id, last_text, last_at)) = &last {
+                if last_text == text {
+                    // A repeat is skipped but touches the session: its last event moves
+                    // to the end of the order, unchanged.
+                    c.execute(&format!("DELETE FROM {table} WHERE id = $1"), &[id])
+                        .await
+                        .map_err(pg_error("touch system events"))?;
+                    c.execute(&insert, &[&key, last_text, last_at])
+                        .await
+                        .map_err(pg_error("touch system events"))?;
+                    return Ok(false);
+                }
+            }
+            c.execute(&insert, &[&key, &text, &event_time_to_i64(at)])
+                .await
+                .map_err(pg_error("queue a system event"))?;
+            // The session keeps its `max_events` newest events.
+            c.execute(
+                &format!(
+                    "DELETE FROM {table} WHERE session_key = $1 AND id <= (
+                         SELECT id FROM {table} WHERE session_key = $1
+                         ORDER BY id DESC OFFSET $2 LIMIT 1)"
+                ),
+                &[&key, &history_bound(self.max_events)],
+            )
+            .await
+            .map_err(pg_error("trim system events"))?;
+            if last.is_some() {
+                return Ok(true);
+            }
+            // A new session may push the least recently touched ones out. Evictions
+            // take turns (so two new sessions cannot both stay under the bound), and
+            // skip a session another transaction holds: it is being written to now.
+            c.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                &[&format!("{}/system-events", self.store.schema)],
+            )
+            .await
+            .map_err(pg_error("lock system events"))?;
+            c.execute(
+                &format!(
+                    "WITH old AS (
+                         SELECT session_key FROM {table} GROUP BY session_key
+                         ORDER BY MAX(id) DESC OFFSET $1),
+                     free AS MATERIALIZED (
+                         SELECT session_key FROM old
+                         WHERE pg_try_advisory_xact_lock(hashtextextended($2 || session_key, 0)))
+                     DELETE FROM {table} WHERE session_key IN (SELECT session_key FROM free)"
+                ),
+                &[&history_bound(self.max_sessions), &self.lock_prefix()],
+            )
+            .await
+            .map_err(pg_error("evict system events"))?;
+            Ok(true)
+        }
+        .await;
+        PostgresSystemEvents::end(open, result).await
+    }
+
+    async fn drain(&self, key: &SessionKey) -> Result<Vec<SystemEvent>> {
+        let key = key.to_string();
+        let open = self.begin(&key).await?;
+        let result = open
+            .client()
+            .query(
+                &format!(
+                    "WITH drained AS (
+                         DELETE FROM {} WHERE session_key = $1 RETURNING id, text, at)
+                     SELECT text, at FROM drained ORDER BY id",
+                    self.table()
+                ),
+                &[&key],
+            )
+            .await
+            .map(|rows| {
+                rows.iter()
+                    .map(|row| SystemEvent {
+                        text: row.get(0),
+                        at: event_time_from_i64(row.get(1)),
+                    })
+                    .collect()
+            })
+            .map_err(pg_error("drain system events"));
+        PostgresSystemEvents::end(open, result).await
+    }
+}
