@@ -303,7 +303,7 @@ async fn a_foreign_holder_that_retakes_the_lock_at_once_does_not_keep_the_crate_
             "holding {hold:?}, re-taking after {gap:?}: waits {waits:?}"
         );
         assert!(
-            taken >= UPDATES,
+            taken >= UPDATES as u64,
             "the holder held the lock between the updates"
         );
     }
