@@ -287,6 +287,34 @@ pub fn encode_file_component(id: &str) -> String {
     out
 }
 
+/// The longest encoded id [`file_name_for`] uses as it is (with an extension and a
+/// `.corrupt` suffix a name stays under 255 bytes, the usual file system limit).
+const MAX_PLAIN_FILE_NAME: usize = 200;
+/// How much of a longer encoded id [`file_name_for`] keeps, before its UUID.
+const KEPT_FILE_NAME_PREFIX: usize = 120;
+
+/// A file name (without extension) for `id`, distinct for distinct ids: the id
+/// [encoded](encode_file_component) when that fits a file name, else the first part of
+/// the encoding and a name-based UUID of the whole id.
+///
+/// ```
+/// use agent_sessions::paths::file_name_for;
+///
+/// assert_eq!(file_name_for("slack:T1:channel:c1"), "slack%3AT1%3Achannel%3Ac1");
+/// let long = "é".repeat(100);
+/// assert!(file_name_for(&long).len() < 200);
+/// assert_ne!(file_name_for(&format!("{long}a")), file_name_for(&format!("{long}b")));
+/// ```
+pub fn file_name_for(id: &str) -> String {
+    let encoded = encode_file_component(id);
+    if encoded.len() <= MAX_PLAIN_FILE_NAME {
+        return encoded;
+    }
+    let digest = uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, id.as_bytes());
+    // The encoding is ASCII: any byte is a character boundary.
+    format!("{}~{}", &encoded[..KEPT_FILE_NAME_PREFIX], digest.simple())
+}
+
 /// Reverses [`encode_file_component`].
 pub fn decode_file_component(encoded: &str) -> Result<String> {
     let bad = || Error::invalid_id(IdKind::FileComponent, encoded, "not a percent-encoded id");

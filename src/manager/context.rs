@@ -176,7 +176,16 @@ impl SessionManager {
             }
             _ => body,
         };
-        let events = self.system_events.drain(&resolution.key).await?;
+        // Queued events are context too: a queue that cannot be drained keeps them for
+        // a later turn, and this one is answered without them.
+        let events = self
+            .system_events
+            .drain(&resolution.key)
+            .await
+            .unwrap_or_else(|error| {
+                tracing::warn!(key = %resolution.key, %error, "could not drain the session's system events; answering without them");
+                Vec::new()
+            });
         Ok(TurnInput {
             activation,
             text: Some(prepend_system_events(

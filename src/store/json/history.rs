@@ -11,16 +11,10 @@ use crate::context::history::{
 };
 use crate::error::{Error, Result};
 use crate::fsutil::{blocking, create_private_dir_all, read_limited, write_private_atomically};
-use crate::paths::encode_file_component;
+use crate::paths::file_name_for;
 
 /// The directory under the state root that holds group history.
 const HISTORY_DIR: &str = "group-history";
-
-/// The longest encoded group key used as it is in a file name (with `.json` and a
-/// `.corrupt` suffix it stays under 255 bytes).
-const MAX_PLAIN_NAME: usize = 200;
-/// How much of a longer encoded key a file name keeps, before its UUID.
-const KEPT_PREFIX: usize = 120;
 
 /// The largest history file read: far more than 50 entries of any chat message.
 const MAX_HISTORY_FILE: u64 = 16 * 1024 * 1024;
@@ -79,19 +73,9 @@ impl JsonFileHistory {
         }
     }
 
-    /// The file of group `key`: the key percent-encoded; a key whose encoding is too
-    /// long for a file name (most file systems allow 255 bytes) keeps the first part of
-    /// it and is told apart by a name-based UUID of the whole key.
+    /// The file of group `key` ([`file_name_for`]: long ids fit a file name too).
     fn file_of(&self, key: &str) -> PathBuf {
-        let encoded = encode_file_component(key);
-        let name = if encoded.len() <= MAX_PLAIN_NAME {
-            encoded
-        } else {
-            let digest = uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, key.as_bytes());
-            // The encoding is ASCII: any byte is a character boundary.
-            format!("{}~{}", &encoded[..KEPT_PREFIX], digest.simple())
-        };
-        self.dir.join(format!("{name}.json"))
+        self.dir.join(format!("{}.json", file_name_for(key)))
     }
 
     /// Runs `f` with the directory's lock held, on the blocking pool.

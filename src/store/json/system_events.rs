@@ -14,7 +14,7 @@ use crate::context::inbound::events::{
 use crate::error::{Error, Result};
 use crate::fsutil::{blocking, create_private_dir_all, read_limited, write_private_atomically};
 use crate::key::SessionKey;
-use crate::paths::encode_file_component;
+use crate::paths::file_name_for;
 
 /// The directory under the state root that holds system events.
 const EVENTS_DIR: &str = "system-events";
@@ -89,10 +89,10 @@ impl JsonFileSystemEvents {
         }
     }
 
-    /// The file of session `key`.
+    /// The file of session `key` ([`file_name_for`]: long keys fit a file name too).
     fn file_of(&self, key: &SessionKey) -> PathBuf {
         self.dir
-            .join(format!("{}.json", encode_file_component(key.as_ref())))
+            .join(format!("{}.json", file_name_for(key.as_ref())))
     }
 
     /// Runs `f` with the directory's lock held, on the blocking pool.
