@@ -1,23 +1,18 @@
 //! [`JsonFileHistory`]: group history in files beside the sessions, so it survives a
 //! restart and is shared by every process on the machine.
 
-use std::fs::{self, OpenOptions};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use async_trait::async_trait;
 
+use super::keyed_files::KeyedFiles;
 use crate::context::history::{
     HistoryBuffer, HistoryEntry, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
 };
-use crate::error::{Error, Result};
-use crate::fsutil::{blocking, create_private_dir_all, read_limited, write_private_atomically};
-use crate::paths::file_name_for;
+use crate::error::Result;
 
 /// The directory under the state root that holds group history.
 const HISTORY_DIR: &str = "group-history";
-
-/// The largest history file read: far more than 50 entries of any chat message.
-const MAX_HISTORY_FILE: u64 = 16 * 1024 * 1024;
 
 /// Group history kept in files: `<root>/group-history/<group>.json`, one per group, with
 /// the same bounds as [`MemoryHistory`](crate::context::history::MemoryHistory) (50
@@ -50,7 +45,7 @@ const MAX_HISTORY_FILE: u64 = 16 * 1024 * 1024;
 /// ```
 #[derive(Debug, Clone)]
 pub struct JsonFileHistory {
-    dir: PathBuf,
+    files: KeyedFiles,
     limit: usize,
     max_keys: usize,
 }
@@ -67,90 +62,13 @@ impl JsonFileHistory {
     /// At most `limit` entries per group (0 keeps nothing) and `max_keys` groups.
     pub fn with_limits(root: impl AsRef<Path>, limit: usize, max_keys: usize) -> Self {
         JsonFileHistory {
-            dir: crate::paths::state_root(root.as_ref()).join(HISTORY_DIR),
+            files: KeyedFiles::new(
+                crate::paths::state_root(root.as_ref()).join(HISTORY_DIR),
+                "group history",
+            ),
             limit,
             max_keys: max_keys.max(1),
         }
-    }
-
-    /// The file of group `key` ([`file_name_for`]: long ids fit a file name too).
-    fn file_of(&self, key: &str) -> PathBuf {
-        self.dir.join(format!("{}.json", file_name_for(key)))
-    }
-
-    /// Runs `f` with the directory's lock held, on the blocking pool.
-    async fn locked<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&JsonFileHistory) -> Result<T> + Send + 'static,
-    ) -> Result<T> {
-        let history = self.clone();
-        blocking(&self.dir, move || {
-            create_private_dir_all(&history.dir)
-                .map_err(|e| Error::io("create history directory", &history.dir, e))?;
-            let lock_path = history.dir.join(".lock");
-            let mut options = OpenOptions::new();
-            options.create(true).truncate(false).write(true);
-            #[cfg(unix)]
-            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-            let lock = crate::fsutil::open_checked(&mut options, &lock_path)
-                .map_err(|e| Error::io("open history lock", &lock_path, e))?;
-            lock.lock()
-                .map_err(|e| Error::io("lock history", &lock_path, e))?;
-            let result = f(&history);
-            drop(lock);
-            result
-        })
-        .await
-    }
-
-    /// The entries in `path`; a file that does not parse is moved aside.
-    fn read(path: &Path) -> Result<Vec<HistoryEntry>> {
-        let bytes = match read_limited(path, MAX_HISTORY_FILE) {
-            Ok(Some((bytes, _))) => bytes,
-            Ok(None) => return Ok(Vec::new()),
-            Err(e) => return Err(Error::io("read group history", path, e)),
-        };
-        match serde_json::from_slice(&bytes) {
-            Ok(entries) => Ok(entries),
-            Err(error) => {
-                let aside = path.with_extension("json.corrupt");
-                fs::rename(path, &aside)
-                    .map_err(|e| Error::io("move corrupt group history aside", path, e))?;
-                tracing::warn!(path = %path.display(), kept_as = %aside.display(), %error, "group history does not parse; kept aside, the group starts over");
-                Ok(Vec::new())
-            }
-        }
-    }
-
-    fn remove(path: &Path) -> Result<()> {
-        match fs::remove_file(path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(Error::io("remove group history", path, e)),
-        }
-    }
-
-    /// Drops the least recently written groups beyond `max_keys`.
-    fn evict(&self) -> Result<()> {
-        let listing =
-            fs::read_dir(&self.dir).map_err(|e| Error::io("list group history", &self.dir, e))?;
-        let mut groups: Vec<(std::time::SystemTime, PathBuf)> = listing
-            .filter_map(|entry| entry.ok())
-            .filter(|entry| entry.file_name().to_string_lossy().ends_with(".json"))
-            .filter_map(|entry| {
-                let modified = entry.metadata().ok()?.modified().ok()?;
-                Some((modified, entry.path()))
-            })
-            .collect();
-        if groups.len() <= self.max_keys {
-            return Ok(());
-        }
-        groups.sort();
-        let excess = groups.len() - self.max_keys;
-        for (_, path) in groups.into_iter().take(excess) {
-            JsonFileHistory::remove(&path)?;
-        }
-        Ok(())
     }
 }
 
@@ -160,48 +78,44 @@ impl HistoryBuffer for JsonFileHistory {
         if self.limit == 0 {
             return Ok(());
         }
-        let path = self.file_of(key);
-        self.locked(move |history| {
-            let existed = path.exists();
-            let mut entries = JsonFileHistory::read(&path)?;
-            entries.push(entry);
-            let excess = entries.len().saturating_sub(history.limit);
-            entries.drain(..excess);
-            let bytes = serde_json::to_vec(&entries)
-                .map_err(|e| Error::encode(format!("group history for {}", path.display()), e))?;
-            write_private_atomically(&path, &bytes)?;
-            if !existed {
-                history.evict()?;
-            }
-            Ok(())
-        })
-        .await
+        let path = self.files.file_of(key);
+        let (limit, max_keys) = (self.limit, self.max_keys);
+        self.files
+            .locked(move |files| {
+                let existed = path.exists();
+                let mut entries: Vec<HistoryEntry> = files.read(&path)?;
+                entries.push(entry);
+                let excess = entries.len().saturating_sub(limit);
+                entries.drain(..excess);
+                files.write(&path, &entries)?;
+                if !existed {
+                    files.evict(max_keys)?;
+                }
+                Ok(())
+            })
+            .await
     }
 
     async fn entries(&self, key: &str) -> Result<Vec<HistoryEntry>> {
-        let path = self.file_of(key);
-        self.locked(move |_| JsonFileHistory::read(&path)).await
+        let path = self.files.file_of(key);
+        self.files.locked(move |files| files.read(&path)).await
     }
 
     async fn clear(&self, key: &str) -> Result<()> {
-        let path = self.file_of(key);
-        self.locked(move |_| JsonFileHistory::remove(&path)).await
+        let path = self.files.file_of(key);
+        self.files.locked(move |files| files.remove(&path)).await
     }
 
     async fn take(&self, key: &str) -> Result<Vec<HistoryEntry>> {
-        let path = self.file_of(key);
-        self.locked(move |_| {
-            let entries = JsonFileHistory::read(&path)?;
-            JsonFileHistory::remove(&path)?;
-            Ok(entries)
-        })
-        .await
+        let path = self.files.file_of(key);
+        self.files.locked(move |files| files.take(&path)).await
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     fn said(body: &str) -> HistoryEntry {
         HistoryEntry {
@@ -301,7 +215,7 @@ mod tests {
         }
         for (i, key) in keys.iter().enumerate() {
             assert_eq!(bodies(&history, key).await, [i.to_string()], "{key}");
-            let name = history.file_of(key);
+            let name = history.files.file_of(key);
             assert!(name.file_name().unwrap().len() <= 255 - ".corrupt".len());
             assert!(name.starts_with(dir.path().join(HISTORY_DIR)));
         }
@@ -312,7 +226,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let history = JsonFileHistory::new(dir.path());
         history.append("g", said("a")).await.unwrap();
-        let path = history.file_of("g");
+        let path = history.files.file_of("g");
         fs::write(&path, b"{not json").unwrap();
         assert!(bodies(&history, "g").await.is_empty());
         assert_eq!(
@@ -346,7 +260,10 @@ mod tests {
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            for file in [history.file_of("g"), history.dir.join(".lock")] {
+            for file in [
+                history.files.file_of("g"),
+                dir.path().join(HISTORY_DIR).join(".lock"),
+            ] {
                 let mode = fs::metadata(&file).unwrap().permissions().mode();
                 assert_eq!(mode & 0o777, 0o600, "{}", file.display());
             }

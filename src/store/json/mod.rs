@@ -6,6 +6,7 @@ mod courtesy;
 pub(crate) mod document;
 mod history;
 pub(crate) mod io;
+mod keyed_files;
 mod legacy;
 pub(crate) mod lock;
 mod system_events;

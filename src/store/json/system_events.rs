@@ -1,26 +1,21 @@
 //! [`JsonFileSystemEvents`]: system-event queues in files beside the sessions, shared
 //! by every process on the machine.
 
-use std::fs::{self, OpenOptions};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::keyed_files::KeyedFiles;
 use crate::context::inbound::events::{
     SystemEvent, SystemEvents, MAX_SYSTEM_EVENTS, MAX_SYSTEM_EVENT_SESSIONS,
 };
-use crate::error::{Error, Result};
-use crate::fsutil::{blocking, create_private_dir_all, read_limited, write_private_atomically};
+use crate::error::Result;
 use crate::key::SessionKey;
-use crate::paths::file_name_for;
 
 /// The directory under the state root that holds system events.
 const EVENTS_DIR: &str = "system-events";
-
-/// The largest queue file read: far more than 20 events of any note.
-const MAX_EVENTS_FILE: u64 = 16 * 1024 * 1024;
 
 /// One event as a queue file keeps it.
 #[derive(Serialize, Deserialize)]
@@ -65,7 +60,7 @@ struct Stored {
 /// ```
 #[derive(Debug, Clone)]
 pub struct JsonFileSystemEvents {
-    dir: PathBuf,
+    files: KeyedFiles,
     max_events: usize,
     max_sessions: usize,
 }
@@ -83,96 +78,13 @@ impl JsonFileSystemEvents {
     /// least 1).
     pub fn with_limits(root: impl AsRef<Path>, max_events: usize, max_sessions: usize) -> Self {
         JsonFileSystemEvents {
-            dir: crate::paths::state_root(root.as_ref()).join(EVENTS_DIR),
+            files: KeyedFiles::new(
+                crate::paths::state_root(root.as_ref()).join(EVENTS_DIR),
+                "system events",
+            ),
             max_events: max_events.max(1),
             max_sessions: max_sessions.max(1),
         }
-    }
-
-    /// The file of session `key` ([`file_name_for`]: long keys fit a file name too).
-    fn file_of(&self, key: &SessionKey) -> PathBuf {
-        self.dir
-            .join(format!("{}.json", file_name_for(key.as_ref())))
-    }
-
-    /// Runs `f` with the directory's lock held, on the blocking pool.
-    async fn locked<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&JsonFileSystemEvents) -> Result<T> + Send + 'static,
-    ) -> Result<T> {
-        let events = self.clone();
-        blocking(&self.dir, move || {
-            create_private_dir_all(&events.dir)
-                .map_err(|e| Error::io("create system events directory", &events.dir, e))?;
-            let lock_path = events.dir.join(".lock");
-            let lock = crate::fsutil::open_checked(
-                OpenOptions::new().create(true).truncate(false).write(true),
-                &lock_path,
-            )
-            .map_err(|e| Error::io("open system events lock", &lock_path, e))?;
-            lock.lock()
-                .map_err(|e| Error::io("lock system events", &lock_path, e))?;
-            let result = f(&events);
-            drop(lock);
-            result
-        })
-        .await
-    }
-
-    /// The events in `path`, oldest first; a file that does not parse is moved aside.
-    fn read(path: &Path) -> Result<Vec<Stored>> {
-        let bytes = match read_limited(path, MAX_EVENTS_FILE) {
-            Ok(Some((bytes, _))) => bytes,
-            Ok(None) => return Ok(Vec::new()),
-            Err(e) => return Err(Error::io("read system events", path, e)),
-        };
-        match serde_json::from_slice(&bytes) {
-            Ok(events) => Ok(events),
-            Err(error) => {
-                let aside = path.with_extension("json.corrupt");
-                fs::rename(path, &aside)
-                    .map_err(|e| Error::io("move corrupt system events aside", path, e))?;
-                tracing::warn!(path = %path.display(), kept_as = %aside.display(), %error, "system events do not parse; kept aside, the queue starts over");
-                Ok(Vec::new())
-            }
-        }
-    }
-
-    fn write(path: &Path, events: &[Stored]) -> Result<()> {
-        let bytes = serde_json::to_vec(events)
-            .map_err(|e| Error::encode(format!("system events for {}", path.display()), e))?;
-        write_private_atomically(path, &bytes)
-    }
-
-    fn remove(path: &Path) -> Result<()> {
-        match fs::remove_file(path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(Error::io("remove system events", path, e)),
-        }
-    }
-
-    /// Drops the least recently touched sessions beyond `max_sessions`.
-    fn evict(&self) -> Result<()> {
-        let listing =
-            fs::read_dir(&self.dir).map_err(|e| Error::io("list system events", &self.dir, e))?;
-        let mut sessions: Vec<(std::time::SystemTime, PathBuf)> = listing
-            .filter_map(|entry| entry.ok())
-            .filter(|entry| entry.file_name().to_string_lossy().ends_with(".json"))
-            .filter_map(|entry| {
-                let modified = entry.metadata().ok()?.modified().ok()?;
-                Some((modified, entry.path()))
-            })
-            .collect();
-        if sessions.len() <= self.max_sessions {
-            return Ok(());
-        }
-        sessions.sort();
-        let excess = sessions.len() - self.max_sessions;
-        for (_, path) in sessions.into_iter().take(excess) {
-            JsonFileSystemEvents::remove(&path)?;
-        }
-        Ok(())
     }
 }
 
@@ -183,40 +95,42 @@ impl SystemEvents for JsonFileSystemEvents {
         if text.is_empty() {
             return Ok(false);
         }
-        let path = self.file_of(key);
-        self.locked(move |queues| {
-            let existed = path.exists();
-            let mut events = JsonFileSystemEvents::read(&path)?;
-            // A repeat is skipped but touches the session: the file is written again.
-            let queued = events.last().is_none_or(|last| last.text != text);
-            if queued {
-                events.push(Stored { text, at });
-                let excess = events.len().saturating_sub(queues.max_events);
-                events.drain(..excess);
-            }
-            JsonFileSystemEvents::write(&path, &events)?;
-            if !existed {
-                queues.evict()?;
-            }
-            Ok(queued)
-        })
-        .await
+        let path = self.files.file_of(key.as_ref());
+        let (max_events, max_sessions) = (self.max_events, self.max_sessions);
+        self.files
+            .locked(move |files| {
+                let existed = path.exists();
+                let mut events: Vec<Stored> = files.read(&path)?;
+                // A repeat is skipped but touches the session: the file is written again.
+                let queued = events.last().is_none_or(|last| last.text != text);
+                if queued {
+                    events.push(Stored { text, at });
+                    let excess = events.len().saturating_sub(max_events);
+                    events.drain(..excess);
+                }
+                files.write(&path, &events)?;
+                if !existed {
+                    files.evict(max_sessions)?;
+                }
+                Ok(queued)
+            })
+            .await
     }
 
     async fn drain(&self, key: &SessionKey) -> Result<Vec<SystemEvent>> {
-        let path = self.file_of(key);
-        self.locked(move |_| {
-            let events = JsonFileSystemEvents::read(&path)?;
-            JsonFileSystemEvents::remove(&path)?;
-            Ok(events
-                .into_iter()
-                .map(|stored| SystemEvent {
-                    text: stored.text,
-                    at: stored.at,
-                })
-                .collect())
-        })
-        .await
+        let path = self.files.file_of(key.as_ref());
+        self.files
+            .locked(move |files| {
+                let events: Vec<Stored> = files.take(&path)?;
+                Ok(events
+                    .into_iter()
+                    .map(|stored| SystemEvent {
+                        text: stored.text,
+                        at: stored.at,
+                    })
+                    .collect())
+            })
+            .await
     }
 }
 
@@ -226,6 +140,7 @@ mod tests {
 
     use super::*;
     use crate::store::system_events_suite::{self, session};
+    use std::fs;
 
     #[tokio::test]
     async fn is_bounded_and_skips_repeats() {
@@ -267,7 +182,7 @@ mod tests {
         let events = JsonFileSystemEvents::new(dir.path());
         let at = Utc::now();
         events.enqueue(&session("a"), "x", at).await.unwrap();
-        let path = events.file_of(&session("a"));
+        let path = events.files.file_of(session("a").as_ref());
         fs::write(&path, b"{not json").unwrap();
         assert!(events.enqueue(&session("a"), "x", at).await.unwrap());
         assert_eq!(
@@ -279,8 +194,10 @@ mod tests {
         {
             use std::os::unix::fs::PermissionsExt;
             events.enqueue(&session("a"), "y", at).await.unwrap();
-            let mode = fs::metadata(&path).unwrap().permissions().mode();
-            assert_eq!(mode & 0o777, 0o600);
+            for file in [path.clone(), dir.path().join(EVENTS_DIR).join(".lock")] {
+                let mode = fs::metadata(&file).unwrap().permissions().mode();
+                assert_eq!(mode & 0o777, 0o600, "{}", file.display());
+            }
         }
     }
 }

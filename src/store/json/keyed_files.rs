@@ -1,0 +1,127 @@
+//! A directory of small JSON files, one per key, shared by every process on the machine
+//! under one OS lock: what [`JsonFileHistory`](super::JsonFileHistory) and
+//! [`JsonFileSystemEvents`](super::JsonFileSystemEvents) are built on.
+
+use std::fs::{self, OpenOptions};
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::fsutil::{blocking, create_private_dir_all, read_limited, write_private_atomically};
+use crate::paths::file_name_for;
+
+/// The largest file read: far more than any bounded list of chat messages.
+const MAX_FILE: u64 = 16 * 1024 * 1024;
+
+/// `<dir>/<key>.json` files (names by [`file_name_for`]), with `<dir>/.lock` (0600)
+/// taken for every call.
+#[derive(Debug, Clone)]
+pub(super) struct KeyedFiles {
+    dir: PathBuf,
+    /// What the files hold, for errors and the log (`group history`).
+    what: &'static str,
+}
+
+impl KeyedFiles {
+    /// The files in `dir`, holding `what`.
+    pub(super) fn new(dir: PathBuf, what: &'static str) -> Self {
+        KeyedFiles { dir, what }
+    }
+
+    /// The file of `key`.
+    pub(super) fn file_of(&self, key: &str) -> PathBuf {
+        self.dir.join(format!("{}.json", file_name_for(key)))
+    }
+
+    /// Runs `f` with the directory's lock held, on the blocking pool.
+    pub(super) async fn locked<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&KeyedFiles) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let files = self.clone();
+        blocking(&self.dir, move || {
+            create_private_dir_all(&files.dir)
+                .map_err(|e| Error::io("create directory", &files.dir, e))?;
+            let lock_path = files.dir.join(".lock");
+            let mut options = OpenOptions::new();
+            options.create(true).truncate(false).write(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+            let lock = crate::fsutil::open_checked(&mut options, &lock_path)
+                .map_err(|e| Error::io("open lock file", &lock_path, e))?;
+            lock.lock().map_err(|e| Error::io("lock", &lock_path, e))?;
+            let result = f(&files);
+            drop(lock);
+            result
+        })
+        .await
+    }
+
+    /// What `path` holds (the default when it does not exist); a file that does not
+    /// parse is moved aside as `<name>.json.corrupt`, kept and logged, and counts as
+    /// empty.
+    pub(super) fn read<T: DeserializeOwned + Default>(&self, path: &Path) -> Result<T> {
+        let bytes = match read_limited(path, MAX_FILE) {
+            Ok(Some((bytes, _))) => bytes,
+            Ok(None) => return Ok(T::default()),
+            Err(e) => return Err(Error::io("read", path, e)),
+        };
+        match serde_json::from_slice(&bytes) {
+            Ok(value) => Ok(value),
+            Err(error) => {
+                let aside = path.with_extension("json.corrupt");
+                fs::rename(path, &aside)
+                    .map_err(|e| Error::io("move a corrupt file aside", path, e))?;
+                tracing::warn!(what = self.what, path = %path.display(), kept_as = %aside.display(), %error, "a file does not parse; kept aside, starting over");
+                Ok(T::default())
+            }
+        }
+    }
+
+    /// Replaces `path` with `value`, atomically and owner-only.
+    pub(super) fn write<T: Serialize>(&self, path: &Path, value: &T) -> Result<()> {
+        let bytes = serde_json::to_vec(value)
+            .map_err(|e| Error::encode(format!("{} for {}", self.what, path.display()), e))?;
+        write_private_atomically(path, &bytes)
+    }
+
+    /// Removes `path`, if it is there.
+    pub(super) fn remove(&self, path: &Path) -> Result<()> {
+        match fs::remove_file(path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io("remove", path, e)),
+        }
+    }
+
+    /// [`read`](Self::read) and [`remove`](Self::remove) in one step.
+    pub(super) fn take<T: DeserializeOwned + Default>(&self, path: &Path) -> Result<T> {
+        let value = self.read(path)?;
+        self.remove(path)?;
+        Ok(value)
+    }
+
+    /// Drops the least recently written files beyond `max`.
+    pub(super) fn evict(&self, max: usize) -> Result<()> {
+        let listing = fs::read_dir(&self.dir).map_err(|e| Error::io("list", &self.dir, e))?;
+        let mut files: Vec<(std::time::SystemTime, PathBuf)> = listing
+            .filter_map(|entry| entry.ok())
+            .filter(|entry| entry.file_name().to_string_lossy().ends_with(".json"))
+            .filter_map(|entry| {
+                let modified = entry.metadata().ok()?.modified().ok()?;
+                Some((modified, entry.path()))
+            })
+            .collect();
+        if files.len() <= max {
+            return Ok(());
+        }
+        files.sort();
+        let excess = files.len() - max;
+        for (_, path) in files.into_iter().take(excess) {
+            self.remove(&path)?;
+        }
+        Ok(())
+    }
+}
