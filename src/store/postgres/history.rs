@@ -76,39 +76,8 @@ impl PostgresHistory {
 
     /// A transaction holding the lock of group `key`.
     async fn begin(&self, key: &str) -> Result<OpenTransaction> {
-        let open = OpenTransaction(Some(self.store.client().await?));
-        if let Err(e) = open.client().batch_execute("BEGIN").await {
-            // Dropped unfinished: the connection is closed, not pooled.
-            return Err(pg_error("begin a transaction")(e));
-        }
         let lock = format!("{}{key}", self.lock_prefix());
-        match open
-            .client()
-            .execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-                &[&lock],
-            )
-            .await
-        {
-            Ok(_) => Ok(open),
-            Err(e) => Err(open.abandon(pg_error("lock group history")(e)).await),
-        }
-    }
-
-    /// Commits when `result` is a success, rolls back otherwise.
-    async fn end<T>(open: OpenTransaction, result: Result<T>) -> Result<T> {
-        match result {
-            Ok(value) => {
-                // A failed COMMIT leaves `open` unfinished: the connection is closed.
-                open.client()
-                    .batch_execute("COMMIT")
-                    .await
-                    .map_err(pg_error("commit"))?;
-                open.finish();
-                Ok(value)
-            }
-            Err(error) => Err(open.abandon(error).await),
-        }
+        self.store.begin_locked(&lock, "lock group history").await
     }
 }
 
@@ -194,7 +163,7 @@ impl HistoryBuffer for PostgresHistory {
             Ok(())
         }
         .await;
-        PostgresHistory::end(open, result).await
+        open.end(result).await
     }
 
     async fn entries(&self, key: &str) -> Result<Vec<HistoryEntry>> {
@@ -224,7 +193,7 @@ impl HistoryBuffer for PostgresHistory {
             .await
             .map(drop)
             .map_err(pg_error("clear group history"));
-        PostgresHistory::end(open, result).await
+        open.end(result).await
     }
 
     async fn take(&self, key: &str) -> Result<Vec<HistoryEntry>> {
@@ -244,6 +213,6 @@ impl HistoryBuffer for PostgresHistory {
             .await
             .map(|rows| rows.iter().map(entry_of).collect())
             .map_err(pg_error("take group history"));
-        PostgresHistory::end(open, result).await
+        open.end(result).await
     }
 }

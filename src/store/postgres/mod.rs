@@ -626,6 +626,46 @@ impl OpenTransaction {
         }
         error
     }
+
+    /// Commits when `result` is a success (a failed `COMMIT` leaves the transaction
+    /// unfinished: the connection is closed), rolls back otherwise.
+    async fn end<T>(self, result: Result<T>) -> Result<T> {
+        match result {
+            Ok(value) => {
+                self.client()
+                    .batch_execute("COMMIT")
+                    .await
+                    .map_err(pg_error("commit"))?;
+                self.finish();
+                Ok(value)
+            }
+            Err(error) => Err(self.abandon(error).await),
+        }
+    }
+}
+
+impl PostgresStore {
+    /// A transaction holding the advisory lock named `lock` (hashed by the server with
+    /// `hashtextextended`, so SQL can name the same lock); `what` names the lock in
+    /// errors.
+    async fn begin_locked(&self, lock: &str, what: &'static str) -> Result<OpenTransaction> {
+        let open = OpenTransaction(Some(self.client().await?));
+        if let Err(e) = open.client().batch_execute("BEGIN").await {
+            // Dropped unfinished: the connection is closed, not pooled.
+            return Err(pg_error("begin a transaction")(e));
+        }
+        match open
+            .client()
+            .execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                &[&lock],
+            )
+            .await
+        {
+            Ok(_) => Ok(open),
+            Err(e) => Err(open.abandon(pg_error(what)(e)).await),
+        }
+    }
 }
 
 impl Drop for OpenTransaction {

@@ -78,39 +78,8 @@ impl PostgresSystemEvents {
 
     /// A transaction holding the lock of session `key`.
     async fn begin(&self, key: &str) -> Result<OpenTransaction> {
-        let open = OpenTransaction(Some(self.store.client().await?));
-        if let Err(e) = open.client().batch_execute("BEGIN").await {
-            // Dropped unfinished: the connection is closed, not pooled.
-            return Err(pg_error("begin a transaction")(e));
-        }
         let lock = format!("{}{key}", self.lock_prefix());
-        match open
-            .client()
-            .execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-                &[&lock],
-            )
-            .await
-        {
-            Ok(_) => Ok(open),
-            Err(e) => Err(open.abandon(pg_error("lock system events")(e)).await),
-        }
-    }
-
-    /// Commits when `result` is a success, rolls back otherwise.
-    async fn end<T>(open: OpenTransaction, result: Result<T>) -> Result<T> {
-        match result {
-            Ok(value) => {
-                // A failed COMMIT leaves `open` unfinished: the connection is closed.
-                open.client()
-                    .batch_execute("COMMIT")
-                    .await
-                    .map_err(pg_error("commit"))?;
-                open.finish();
-                Ok(value)
-            }
-            Err(error) => Err(open.abandon(error).await),
-        }
+        self.store.begin_locked(&lock, "lock system events").await
     }
 }
 
@@ -200,7 +169,7 @@ impl SystemEvents for PostgresSystemEvents {
             Ok(true)
         }
         .await;
-        PostgresSystemEvents::end(open, result).await
+        open.end(result).await
     }
 
     async fn drain(&self, key: &SessionKey) -> Result<Vec<SystemEvent>> {
@@ -227,6 +196,6 @@ impl SystemEvents for PostgresSystemEvents {
                     .collect()
             })
             .map_err(pg_error("drain system events"));
-        PostgresSystemEvents::end(open, result).await
+        open.end(result).await
     }
 }
