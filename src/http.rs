@@ -577,7 +577,17 @@ impl ApiError {
         }
     }
 
+    /// No session, current or closed, has `id`.
     fn unknown_session(id: &str) -> Self {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_session",
+            format!("no session has the id {id:?}"),
+        )
+    }
+
+    /// No current session has `id` (a closed one may: it cannot take turns).
+    fn no_current_session(id: &str) -> Self {
         ApiError::new(
             StatusCode::NOT_FOUND,
             "unknown_session",
@@ -880,7 +890,7 @@ async fn find(manager: &SessionManager, id: &str) -> Result<StoredSession, ApiEr
     manager
         .find_session(id)
         .await?
-        .ok_or_else(|| ApiError::unknown_session(id))
+        .ok_or_else(|| ApiError::no_current_session(id))
 }
 
 /// The session with `id`, current or closed (replaced by a reset or a timeout), or 404.
@@ -927,7 +937,7 @@ async fn record_turn(
     let session = find(&manager, &id).await?;
     if let Some(raw) = &turn.workspace_id {
         if session.key.agent_id() != Some(workspace(raw)?.as_str()) {
-            return Err(ApiError::unknown_session(&id));
+            return Err(ApiError::no_current_session(&id));
         }
     }
     tracing::debug!(session_id = %id, action_type = ?turn.action_type, "turn recorded over HTTP");
@@ -936,7 +946,7 @@ async fn record_turn(
     let updated = manager.record_turn(&session.key, outcome).await?;
     if updated.entry.session_id != id {
         // A reset replaced the session between the lookup and the update.
-        return Err(ApiError::unknown_session(&id));
+        return Err(ApiError::no_current_session(&id));
     }
     Ok(session_body(&updated))
 }

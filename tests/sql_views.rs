@@ -824,3 +824,27 @@ ORDER BY created_at",
         schema.drop().await;
     }
 }
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+async fn a_server_error_says_what_the_server_said() {
+    use agent_sessions::store::views::ViewSchemas;
+    let schema = common::TestSchema::new("views_refused");
+    let store = schema.store().await;
+    // The server refuses views in its own catalog.
+    let error = store
+        .create_views(&ViewSchemas::new(
+            "pg_catalog",
+            format!("{}_c", schema.name),
+        ))
+        .await
+        .unwrap_err();
+    let said = error.to_string();
+    assert!(said.contains("SQLSTATE"), "{said}");
+    assert!(!said.ends_with("db error"), "{said}");
+    schema.drop().await;
+}

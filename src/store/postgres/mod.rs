@@ -126,7 +126,38 @@ fn pg_error(op: &'static str) -> impl FnOnce(tokio_postgres::Error) -> Error {
             backend: BACKEND,
             op,
             transient,
-            source: Box::new(error),
+            source: Box::new(ServerError(error)),
+        }
+    }
+}
+
+/// A driver error whose message says what the server said: the driver's own says only
+/// `db error` and keeps the server's message in its source.
+#[derive(Debug)]
+struct ServerError(tokio_postgres::Error);
+
+impl std::fmt::Display for ServerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Some(db) = self.0.as_db_error() else {
+            return self.0.fmt(f);
+        };
+        write!(f, "{} (SQLSTATE {})", db.message(), db.code().code())?;
+        if let Some(detail) = db.detail() {
+            write!(f, ": {detail}")?;
+        }
+        if let Some(hint) = db.hint() {
+            write!(f, " (hint: {hint})")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ServerError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        // The server's message is already in this one's.
+        match self.0.as_db_error() {
+            Some(_) => None,
+            None => std::error::Error::source(&self.0),
         }
     }
 }
