@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use tokio_postgres::Row;
 
-use super::{pg_error, OpenTransaction, PostgresStore};
+use super::{evict_least_recent, pg_error, OpenTransaction, PostgresStore};
 use crate::context::history::{
     HistoryBuffer, HistoryEntry, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
 };
@@ -137,26 +137,14 @@ impl HistoryBuffer for PostgresHistory {
             if existed {
                 return Ok(());
             }
-            // A new group may push the least recently appended ones out. Evictions
-            // take turns (so two new groups cannot both stay under the bound), and
-            // skip a group another transaction holds: it is being written to now.
-            c.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-                &[&format!("{}/group-history", self.store.schema)],
-            )
-            .await
-            .map_err(pg_error("lock group history"))?;
-            c.execute(
-                &format!(
-                    "WITH old AS (
-                         SELECT group_key FROM {table} GROUP BY group_key
-                         ORDER BY MAX(id) DESC OFFSET $1),
-                     free AS MATERIALIZED (
-                         SELECT group_key FROM old
-                         WHERE pg_try_advisory_xact_lock(hashtextextended($2 || group_key, 0)))
-                     DELETE FROM {table} WHERE group_key IN (SELECT group_key FROM free)"
-                ),
-                &[&history_bound(self.max_keys), &self.lock_prefix()],
+            // A new group may push the least recently appended ones out.
+            evict_least_recent(
+                c,
+                &table,
+                "group_key",
+                &format!("{}/group-history", self.store.schema),
+                &self.lock_prefix(),
+                history_bound(self.max_keys),
             )
             .await
             .map_err(pg_error("evict group history"))?;

@@ -675,6 +675,40 @@ impl OpenTransaction {
     }
 }
 
+/// Drops, in `table`, the rows of all but the `keep` most recently appended values of
+/// `key_column` (a group, a session), in the caller's transaction. Evictions take turns
+/// on the advisory lock `eviction_lock` (so two new keys cannot both stay under the
+/// bound), and skip a key whose own lock (`lock_prefix` + key) another transaction
+/// holds: it is being written to now.
+async fn evict_least_recent(
+    c: &Object,
+    table: &str,
+    key_column: &str,
+    eviction_lock: &str,
+    lock_prefix: &str,
+    keep: i64,
+) -> std::result::Result<(), tokio_postgres::Error> {
+    c.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+        &[&eviction_lock],
+    )
+    .await?;
+    c.execute(
+        &format!(
+            "WITH old AS (
+                 SELECT {key_column} FROM {table} GROUP BY {key_column}
+                 ORDER BY MAX(id) DESC OFFSET $1),
+             free AS MATERIALIZED (
+                 SELECT {key_column} FROM old
+                 WHERE pg_try_advisory_xact_lock(hashtextextended($2 || {key_column}, 0)))
+             DELETE FROM {table} WHERE {key_column} IN (SELECT {key_column} FROM free)"
+        ),
+        &[&keep, &lock_prefix],
+    )
+    .await?;
+    Ok(())
+}
+
 impl PostgresStore {
     /// A transaction holding the advisory lock named `lock` (hashed by the server with
     /// `hashtextextended`, so SQL can name the same lock); `what` names the lock in

@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::{pg_error, OpenTransaction, PostgresStore};
+use super::{evict_least_recent, pg_error, OpenTransaction, PostgresStore};
 use crate::context::inbound::events::{
     SystemEvent, SystemEvents, MAX_SYSTEM_EVENTS, MAX_SYSTEM_EVENT_SESSIONS,
 };
@@ -143,26 +143,14 @@ impl SystemEvents for PostgresSystemEvents {
             if last.is_some() {
                 return Ok(true);
             }
-            // A new session may push the least recently touched ones out. Evictions
-            // take turns (so two new sessions cannot both stay under the bound), and
-            // skip a session another transaction holds: it is being written to now.
-            c.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-                &[&format!("{}/system-events", self.store.schema)],
-            )
-            .await
-            .map_err(pg_error("lock system events"))?;
-            c.execute(
-                &format!(
-                    "WITH old AS (
-                         SELECT session_key FROM {table} GROUP BY session_key
-                         ORDER BY MAX(id) DESC OFFSET $1),
-                     free AS MATERIALIZED (
-                         SELECT session_key FROM old
-                         WHERE pg_try_advisory_xact_lock(hashtextextended($2 || session_key, 0)))
-                     DELETE FROM {table} WHERE session_key IN (SELECT session_key FROM free)"
-                ),
-                &[&history_bound(self.max_sessions), &self.lock_prefix()],
+            // A new session may push the least recently touched ones out.
+            evict_least_recent(
+                c,
+                &table,
+                "session_key",
+                &format!("{}/system-events", self.store.schema),
+                &self.lock_prefix(),
+                history_bound(self.max_sessions),
             )
             .await
             .map_err(pg_error("evict system events"))?;
