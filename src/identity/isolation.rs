@@ -245,6 +245,10 @@ impl<T: TranscriptStore> TranscriptStore for AgentScoped<T> {
             .only(move |update| update.transcript.agent == agent)
     }
 
+    fn follow_interval(&self) -> std::time::Duration {
+        self.inner.follow_interval()
+    }
+
     fn location(&self, transcript: &TranscriptRef) -> Option<String> {
         self.check_transcript(transcript).ok()?;
         self.inner.location(transcript)

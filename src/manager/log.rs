@@ -12,7 +12,8 @@ use crate::lifecycle::triggers::ModelRef;
 use crate::store::{SessionStoreExt, StoredSession};
 use crate::transcript::{
     ArchiveReason, CheckpointReason, Direction, LogFields, Offset, SessionEvent, SessionHeader,
-    TranscriptEntry, TranscriptRead, TranscriptRef, TranscriptStore, TranscriptSubscription, Usage,
+    TranscriptEntry, TranscriptFollow, TranscriptRead, TranscriptRef, TranscriptStore,
+    TranscriptSubscription, Usage,
 };
 
 /// Records `location` as the entry's `sessionFile` unless it has one, if the entry is
@@ -467,9 +468,74 @@ impl SessionTranscripts<'_> {
             .await
     }
 
-    /// Live transcript updates of every session (in-process). Dropping the subscription
-    /// unsubscribes.
+    /// Live transcript updates of every session: this process's appends, and other
+    /// processes' where the store hears of them (PostgreSQL, SQLite). Dropping the
+    /// subscription unsubscribes. For one session, in order and without gaps, use
+    /// [`follow`](Self::follow).
     pub fn subscribe(&self) -> Result<TranscriptSubscription> {
         Ok(self.manager.transcript_store()?.subscribe())
+    }
+
+    /// Follows the events of `key`'s current session from `from` on, whichever process
+    /// appends them: every event once, in order, waiting for new ones. A client that
+    /// reconnects passes the [`position`](TranscriptFollow::position) it reached. A
+    /// reset starts a new session with a new transcript; follow `key` again then.
+    ///
+    /// ```
+    /// use agent_sessions::prelude::*;
+    /// use agent_sessions::transcript::{MemoryTranscriptStore, Offset};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// let manager = SessionManager::builder(MemoryStore::new())
+    ///     .transcripts(MemoryTranscriptStore::new())
+    ///     .build();
+    /// let message = InboundMessage::direct("telegram", "42", "hi");
+    /// let key = manager.resolve(&message).await?.key;
+    /// let mut follow = manager.transcripts().follow(&key, Offset::START).await?;
+    /// manager
+    ///     .transcripts()
+    ///     .log_message(&key, LogMessage::inbound("hi"))
+    ///     .await?;
+    /// let events = follow.next().await?;
+    /// assert_eq!(events.last().unwrap().entry.message.as_ref().unwrap().text(), "hi");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn follow(&self, key: &SessionKey, from: Offset) -> Result<TranscriptFollow> {
+        let entry = self.manager.existing(key).await?.entry;
+        self.follow_stored(key, &entry, from)
+    }
+
+    /// Follows the events of session `session_id` — current or closed — from `from`
+    /// on, as [`follow`](Self::follow) does; `None` if no such session is stored.
+    pub async fn follow_session(
+        &self,
+        session_id: &str,
+        from: Offset,
+    ) -> Result<Option<TranscriptFollow>> {
+        let Some(session) = self.manager.find_any_session(session_id).await? else {
+            return Ok(None);
+        };
+        self.follow_stored(&session.key, &session.entry, from)
+            .map(Some)
+    }
+
+    fn follow_stored(
+        &self,
+        key: &SessionKey,
+        entry: &SessionEntry,
+        from: Offset,
+    ) -> Result<TranscriptFollow> {
+        let store = self
+            .manager
+            .seams
+            .transcripts
+            .clone()
+            .ok_or(Error::NotConfigured {
+                what: "a transcript store (SessionManagerBuilder::transcripts)",
+            })?;
+        let transcript = TranscriptRef::of(key, entry, &self.manager.settings.default_agent);
+        Ok(TranscriptFollow::new(store, transcript, from))
     }
 }

@@ -30,7 +30,8 @@ use crate::memory::flush::FlushPlan;
 use crate::memory::usage::EngineKind;
 use crate::store::{ListFilter, StoredSession};
 use crate::transcript::{
-    CheckpointReason, Offset, SessionEvent, TranscriptRead, TranscriptRef, TranscriptSubscription,
+    CheckpointReason, Offset, SessionEvent, TranscriptFollow, TranscriptRead, TranscriptRef,
+    TranscriptSubscription,
 };
 
 impl SessionManager {
@@ -433,6 +434,14 @@ impl ScopedTranscripts<'_, '_> {
             update.transcript.agent == transcript.agent
                 && update.transcript.session_id == transcript.session_id
         }))
+    }
+
+    /// Follows the session's current transcript from `from`, if the caller may open it.
+    pub async fn follow(&self, key: &SessionKey, from: Offset) -> Result<TranscriptFollow> {
+        self.check(key)
+            .await?
+            .ok_or_else(|| Error::NotFound { key: key.clone() })?;
+        self.target().follow(key, from).await
     }
 }
 

@@ -11,11 +11,13 @@ use std::path::{Path, PathBuf};
 use chrono::{DateTime, Utc};
 
 use crate::error::{Error, Result};
+use crate::key::AgentId;
 use crate::transcript::lines::{
     archived_name, header_line, leaf_of, read_line, session_id_of_name, stamp_entries,
 };
 use crate::transcript::{
     ArchiveReason, Offset, SessionEvent, SessionHeader, TranscriptEntry, TranscriptRead,
+    TranscriptRef, TranscriptUpdate,
 };
 
 /// The rows of the transcript tables, inside one transaction of a SQL store.
@@ -225,5 +227,80 @@ pub(crate) fn now<F: std::future::Future>(work: F) -> F::Output {
     match std::pin::pin!(work).poll(&mut Context::from_waker(Waker::noop())) {
         Poll::Ready(output) => output,
         Poll::Pending => unreachable!("synchronous transcript rows never wait"),
+    }
+}
+
+/// What an append tells other processes: which transcript, which lines, and which store
+/// handle wrote them (a handle does not hear its own appends twice). PostgreSQL sends it
+/// as a `NOTIFY` payload, SQLite keeps it as a row of its append feed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct AppendNotice {
+    #[serde(rename = "w")]
+    pub writer: String,
+    #[serde(rename = "a")]
+    pub agent: String,
+    #[serde(rename = "n")]
+    pub name: String,
+    #[serde(rename = "s")]
+    pub session_id: String,
+    #[serde(rename = "t", default, skip_serializing_if = "Option::is_none")]
+    pub topic: Option<String>,
+    #[serde(rename = "f")]
+    pub first: u64,
+    #[serde(rename = "l")]
+    pub last: u64,
+}
+
+impl AppendNotice {
+    /// The notice of `events` appended to `transcript` by `writer`; `None` for no events.
+    pub fn of(
+        writer: &str,
+        transcript: &TranscriptRef,
+        name: &str,
+        events: &[SessionEvent],
+    ) -> Option<AppendNotice> {
+        Some(AppendNotice {
+            writer: writer.to_owned(),
+            agent: transcript.agent.to_string(),
+            name: name.to_owned(),
+            session_id: transcript.session_id.clone(),
+            topic: transcript.topic.clone(),
+            first: events.first()?.offset.0,
+            last: events.last()?.offset.0,
+        })
+    }
+
+    /// The update it announces, its lines read with `rows`; `None` when they are gone
+    /// (the transcript was archived or removed since).
+    pub async fn update(
+        &self,
+        rows: &mut impl TranscriptRows,
+        location: &Path,
+    ) -> Result<Option<TranscriptUpdate>> {
+        let read = read(
+            rows,
+            (&self.agent, &self.name),
+            Offset(self.first),
+            location,
+        )
+        .await?;
+        let events: Vec<SessionEvent> = read
+            .events
+            .into_iter()
+            .filter(|event| event.offset.0 <= self.last)
+            .collect();
+        if events.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(TranscriptUpdate {
+            transcript: TranscriptRef {
+                agent: AgentId::new(&self.agent)?,
+                session_id: self.session_id.clone(),
+                topic: self.topic.clone(),
+                session_file: None,
+            },
+            path: None,
+            events,
+        }))
     }
 }

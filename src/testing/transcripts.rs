@@ -14,7 +14,7 @@ use crate::error::Error;
 use crate::key::AgentId;
 use crate::transcript::{
     ArchiveReason, LogFields, LogQuery, Offset, SessionHeader, TranscriptEntry, TranscriptExport,
-    TranscriptRef, TranscriptStore,
+    TranscriptFollow, TranscriptRef, TranscriptStore,
 };
 
 fn at(minute: i64) -> DateTime<Utc> {
@@ -370,6 +370,44 @@ pub async fn concurrent_appends_keep_one_chain<T: TranscriptStore + ?Sized + 'st
     }
 }
 
+/// A follower sees every append once and in order, from a transcript that did not
+/// exist yet; one started at its position sees only what came after.
+pub async fn followers_see_every_append_once_in_order<T: TranscriptStore + 'static>(store: Arc<T>) {
+    let t = transcript("main", "s-followed");
+    let store: Arc<dyn TranscriptStore> = store;
+    let mut follow = TranscriptFollow::new(store.clone(), t.clone(), Offset::START)
+        .poll_interval(std::time::Duration::from_millis(20));
+    assert!(follow.try_next().await.unwrap().is_none(), "nothing yet");
+    let writer = {
+        let (store, t) = (store.clone(), t.clone());
+        tokio::spawn(async move {
+            for batch in 0..10 {
+                let entries = (0..3)
+                    .map(|n| said(&format!("{}", batch * 3 + n), 0))
+                    .collect();
+                store.append(&t, entries).await.unwrap();
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            }
+        })
+    };
+    let mut seen = Vec::new();
+    while seen.len() < 30 {
+        let events = tokio::time::timeout(std::time::Duration::from_secs(10), follow.next())
+            .await
+            .expect("the follower keeps up")
+            .unwrap();
+        seen.extend(texts(&events));
+    }
+    writer.await.unwrap();
+    let expected: Vec<String> = (0..30).map(|n| n.to_string()).collect();
+    assert_eq!(seen, expected, "every append once, in order");
+    assert!(follow.try_next().await.unwrap().is_none());
+
+    let mut resumed = TranscriptFollow::new(store.clone(), t.clone(), follow.position());
+    store.append(&t, vec![said("after", 1)]).await.unwrap();
+    assert_eq!(texts(&resumed.next().await.unwrap()), ["after"]);
+}
+
 /// Runs the transcript conformance suite: one `#[tokio::test]` per behaviour, each on a
 /// fresh store from `$make` (an async expression giving `(store, guard)`).
 #[macro_export]
@@ -389,6 +427,15 @@ macro_rules! transcript_conformance_tests {
         async fn concurrent_appends_keep_one_chain() {
             let (store, _guard) = $make.await;
             $crate::testing::transcripts::concurrent_appends_keep_one_chain(
+                ::std::sync::Arc::new(store),
+            )
+            .await;
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        $($(#[$attr])*)?
+        async fn followers_see_every_append_once_in_order() {
+            let (store, _guard) = $make.await;
+            $crate::testing::transcripts::followers_see_every_append_once_in_order(
                 ::std::sync::Arc::new(store),
             )
             .await;

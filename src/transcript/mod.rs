@@ -37,6 +37,7 @@
 
 mod entry;
 mod file;
+mod follow;
 mod index;
 pub(crate) mod lines;
 mod memory;
@@ -44,6 +45,7 @@ mod memory;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -60,6 +62,7 @@ pub use entry::{
     STATUS_CUSTOM_TYPE, TRANSCRIPT_VERSION,
 };
 pub use file::FileTranscriptStore;
+pub use follow::TranscriptFollow;
 pub use index::{IndexDelta, IndexedTranscript, TranscriptIndexer};
 pub use lines::validate_transcript_name;
 pub use memory::MemoryTranscriptStore;
@@ -440,6 +443,10 @@ impl<T: TranscriptStore + ?Sized> TranscriptStore for Arc<T> {
         (**self).subscribe()
     }
 
+    fn follow_interval(&self) -> Duration {
+        (**self).follow_interval()
+    }
+
     fn location(&self, transcript: &TranscriptRef) -> Option<String> {
         (**self).location(transcript)
     }
@@ -459,6 +466,9 @@ impl<T: TranscriptExport + ?Sized> TranscriptExport for Arc<T> {
         (**self).import_lines(agent, name, lines).await
     }
 }
+
+/// How often a [`TranscriptFollow`] looks again by default when nothing wakes it.
+pub const DEFAULT_FOLLOW_INTERVAL: Duration = Duration::from_millis(100);
 
 /// How many updates a slow subscriber may fall behind before it misses some.
 pub const SUBSCRIPTION_CAPACITY: usize = 1024;
@@ -540,8 +550,16 @@ pub trait TranscriptStore: Send + Sync {
     /// Message-log records matching `query`, in time order.
     async fn query_log(&self, query: &LogQuery) -> Result<Vec<LogRecord>>;
 
-    /// Live updates of every transcript of this store.
+    /// Live updates of every transcript of this store: the appends of this process, and
+    /// of other processes where the store hears of them (PostgreSQL, SQLite). Updates
+    /// are a live view; [`TranscriptFollow`] reads one transcript durably, in order.
     fn subscribe(&self) -> TranscriptSubscription;
+
+    /// How often a [`TranscriptFollow`] looks again when no live update wakes it: the
+    /// longest it takes a follower to see an append this store does not announce.
+    fn follow_interval(&self) -> Duration {
+        DEFAULT_FOLLOW_INTERVAL
+    }
 
     /// Where `transcript` lives, as an entry's `sessionFile` records it (a path for file
     /// stores; `None` for stores without paths).

@@ -1,6 +1,7 @@
 //! [`PostgresStore`]: sessions, transcripts and the message log on a PostgreSQL server.
 
 use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -25,6 +26,7 @@ use crate::transcript::{
 const BACKEND: &str = "postgres";
 
 mod history;
+mod notify;
 mod schema;
 mod search;
 mod sessions;
@@ -100,6 +102,12 @@ pub struct PostgresStore {
     server: String,
     location: PathBuf,
     hub: UpdateHub,
+    /// Where the listening connection connects.
+    config: Arc<tokio_postgres::Config>,
+    /// This handle's name in its append notices.
+    writer: Arc<str>,
+    /// The task hearing other processes' appends, once started.
+    listener: Arc<OnceLock<Option<notify::Listener>>>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -360,6 +368,7 @@ impl PostgresStore {
         }
         let server = describe_server(&config);
         let shown = display_url(&config, &options.schema);
+        let listen_config = Arc::new(config.clone());
         let manager = Manager::from_config(
             config,
             NoTls,
@@ -379,6 +388,9 @@ impl PostgresStore {
             schema: options.schema,
             server,
             hub: UpdateHub::default(),
+            config: listen_config,
+            writer: uuid::Uuid::new_v4().simple().to_string().into(),
+            listener: Arc::default(),
         };
         if access != OpenMode::Create {
             let found = store

@@ -4,7 +4,7 @@ use super::*;
 use crate::store::sql_transcripts::{self as rows, TranscriptRows};
 
 /// A PostgreSQL transaction as the rows of the transcript tables.
-struct PgRows<'a, 't> {
+pub(super) struct PgRows<'a, 't> {
     store: &'a PostgresStore,
     tx: &'a Transaction<'t>,
 }
@@ -146,12 +146,12 @@ impl TranscriptRows for PgRows<'_, '_> {
 }
 
 impl PostgresStore {
-    fn rows<'a, 't>(&'a self, tx: &'a Transaction<'t>) -> PgRows<'a, 't> {
+    pub(super) fn rows<'a, 't>(&'a self, tx: &'a Transaction<'t>) -> PgRows<'a, 't> {
         PgRows { store: self, tx }
     }
 
     /// A read-only transaction seeing one snapshot (the count and the lines agree).
-    async fn snapshot<'c>(&self, client: &'c mut Object) -> Result<Transaction<'c>> {
+    pub(super) async fn snapshot<'c>(&self, client: &'c mut Object) -> Result<Transaction<'c>> {
         client
             .build_transaction()
             .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
@@ -229,6 +229,7 @@ impl TranscriptStore for PostgresStore {
             entries,
         )
         .await?;
+        self.announce(&txn, transcript, &name, &events).await?;
         txn.commit().await.map_err(pg_error("commit"))?;
         self.hub.publish(TranscriptUpdate {
             transcript: transcript.clone(),
@@ -312,7 +313,15 @@ impl TranscriptStore for PostgresStore {
     }
 
     fn subscribe(&self) -> TranscriptSubscription {
-        self.hub.subscribe()
+        let subscription = self.hub.subscribe();
+        self.start_listening();
+        subscription
+    }
+
+    /// Other processes' appends are announced, so a follower looks again on its own
+    /// only in case a notification was lost with the listening connection.
+    fn follow_interval(&self) -> Duration {
+        Duration::from_secs(1)
     }
 }
 

@@ -27,6 +27,7 @@ use crate::transcript::{
 
 const BACKEND: &str = "sqlite";
 
+mod feed;
 mod history;
 mod schema;
 mod search;
@@ -95,6 +96,10 @@ struct Inner {
     path: PathBuf,
     connection: Arc<Mutex<Connection>>,
     hub: UpdateHub,
+    /// This handle's name in its append notices.
+    writer: String,
+    /// The task reading other processes' appends from the feed, once started.
+    feed_reader: std::sync::OnceLock<Option<feed::FeedReader>>,
 }
 
 type Guard = OwnedMutexGuard<Connection>;
@@ -220,6 +225,8 @@ impl SqliteStore {
                 path,
                 connection: Arc::new(Mutex::new(connection)),
                 hub: UpdateHub::default(),
+                writer: uuid::Uuid::new_v4().simple().to_string(),
+                feed_reader: std::sync::OnceLock::new(),
             }),
         }
     }

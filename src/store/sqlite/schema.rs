@@ -117,6 +117,12 @@ CREATE TABLE system_events (
 );
 CREATE INDEX system_events_by_session ON system_events (session_key, id);
 "#,
+    r#"
+CREATE TABLE transcript_feed (
+    id     INTEGER PRIMARY KEY AUTOINCREMENT,
+    notice TEXT NOT NULL
+);
+"#,
 ];
 
 pub(super) fn schema_version(connection: &Connection) -> Result<i64> {

@@ -4,7 +4,7 @@ use super::*;
 use crate::store::sql_transcripts::{self as rows, now, TranscriptRows};
 
 /// A SQLite connection (in a transaction) as the rows of the transcript tables.
-struct SqliteRows<'c>(&'c Connection);
+pub(super) struct SqliteRows<'c>(pub(super) &'c Connection);
 
 impl TranscriptRows for SqliteRows<'_> {
     async fn row(&mut self, agent: &str, name: &str) -> Result<Option<(i64, Option<String>)>> {
@@ -157,15 +157,18 @@ impl TranscriptStore for SqliteStore {
         let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
         let session_id = transcript.session_id.clone();
         let location = self.inner.path.clone();
+        let (writer, announced) = (self.inner.writer.clone(), transcript.clone());
         let events = self
             .write(move |tx| {
-                now(rows::append(
+                let events = now(rows::append(
                     &mut SqliteRows(tx),
                     (&agent, &name),
                     &session_id,
                     &location,
                     entries,
-                ))
+                ))?;
+                feed::announce(tx, &writer, &announced, &name, &events)?;
+                Ok(events)
             })
             .await?;
         self.inner.hub.publish(TranscriptUpdate {
@@ -254,7 +257,9 @@ impl TranscriptStore for SqliteStore {
     }
 
     fn subscribe(&self) -> TranscriptSubscription {
-        self.inner.hub.subscribe()
+        let subscription = self.inner.hub.subscribe();
+        self.start_feed_reader();
+        subscription
     }
 }
 

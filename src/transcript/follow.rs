@@ -1,0 +1,126 @@
+//! Following one transcript from an offset: every event once, in order, across
+//! processes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{
+    Offset, SessionEvent, SubscriptionError, TranscriptRef, TranscriptStore, TranscriptSubscription,
+};
+use crate::error::Result;
+
+/// A durable feed of one transcript's events from an offset on, whoever appends them.
+///
+/// Events come from the transcript itself, read from the follower's position, so a
+/// follower sees every event exactly once and in order — also the events appended by
+/// other processes and those appended while it was not listening. A live update of the
+/// store (an append in this process, or another process's as the store hears it) wakes
+/// it at once; otherwise it looks again every [`poll_interval`](Self::poll_interval),
+/// which is the longest it takes to see another process's append on a store that cannot
+/// announce them (files and SQLite; PostgreSQL announces them with `NOTIFY`). To resume
+/// after a restart, keep [`position`](Self::position) and start a new follower there.
+///
+/// ```
+/// use std::sync::Arc;
+/// use agent_sessions::transcript::{
+///     MemoryTranscriptStore, Offset, SessionHeader, TranscriptEntry, TranscriptFollow,
+///     TranscriptRef, TranscriptStore,
+/// };
+/// use agent_sessions::AgentId;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> agent_sessions::Result<()> {
+/// let store = Arc::new(MemoryTranscriptStore::new());
+/// let transcript = TranscriptRef::new(AgentId::main(), "s1");
+/// let now = chrono::Utc::now();
+/// store.create(&transcript, &SessionHeader::new("s1", now)).await?;
+///
+/// let mut follow = TranscriptFollow::new(store.clone(), transcript.clone(), Offset::START);
+/// store.append(&transcript, vec![TranscriptEntry::user_text("hi", now)]).await?;
+/// let events = follow.next().await?;
+/// assert_eq!(events[0].entry.message.as_ref().unwrap().text(), "hi");
+/// // Saved somewhere, this resumes after "hi" on the next run.
+/// let resume_at = follow.position();
+/// # assert!(resume_at > Offset::START);
+/// # Ok(())
+/// # }
+/// ```
+pub struct TranscriptFollow {
+    store: Arc<dyn TranscriptStore>,
+    transcript: TranscriptRef,
+    position: Offset,
+    wake: TranscriptSubscription,
+    poll_interval: Duration,
+}
+
+impl std::fmt::Debug for TranscriptFollow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TranscriptFollow")
+            .field("transcript", &self.transcript)
+            .field("position", &self.position)
+            .field("poll_interval", &self.poll_interval)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TranscriptFollow {
+    /// Follows `transcript` of `store` from `from` ([`Offset::START`] for everything),
+    /// looking again every [`TranscriptStore::follow_interval`] when nothing wakes it.
+    pub fn new(store: Arc<dyn TranscriptStore>, transcript: TranscriptRef, from: Offset) -> Self {
+        let watched = transcript.clone();
+        // Subscribed before the first read, so no append falls between the two.
+        let wake = store.subscribe().only(move |update| {
+            update.transcript.agent == watched.agent
+                && update.transcript.session_id == watched.session_id
+                && update.transcript.topic == watched.topic
+        });
+        let poll_interval = store.follow_interval();
+        TranscriptFollow {
+            store,
+            transcript,
+            position: from,
+            wake,
+            poll_interval,
+        }
+    }
+
+    /// Looks again this often when no live update wakes the follower.
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.poll_interval = every.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The transcript followed.
+    pub fn transcript(&self) -> &TranscriptRef {
+        &self.transcript
+    }
+
+    /// Where the next read starts: everything before it has been returned. A follower
+    /// started here later returns only what came after.
+    pub fn position(&self) -> Offset {
+        self.position
+    }
+
+    /// The events appended since the last call (or since the start offset), waiting
+    /// until there is at least one. A transcript that does not exist yet is waited for.
+    pub async fn next(&mut self) -> Result<Vec<SessionEvent>> {
+        loop {
+            if let Some(events) = self.try_next().await? {
+                return Ok(events);
+            }
+            // A wake-up is only a hint: the events are read from the transcript, so a
+            // lag just means reading again.
+            let woken = tokio::time::timeout(self.poll_interval, self.wake.recv()).await;
+            if let Ok(Err(SubscriptionError::Closed)) = woken {
+                tokio::time::sleep(self.poll_interval).await;
+            }
+        }
+    }
+
+    /// The events appended since the last call, or `None` without waiting.
+    pub async fn try_next(&mut self) -> Result<Option<Vec<SessionEvent>>> {
+        let read = self.store.read(&self.transcript, self.position).await?;
+        self.position = self.position.max(read.next);
+        Ok((!read.events.is_empty()).then_some(read.events))
+    }
+}

@@ -1,0 +1,165 @@
+//! Live updates across processes: two handles on one store stand for two processes
+//! (each handle has its own subscribers and hears the other's appends only through the
+//! store). A subscriber hears the other handle's appends once; a follower sees them in
+//! order, woken by the store's announcement where it has one.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_sessions::transcript::{
+    Offset, SessionEvent, TranscriptEntry, TranscriptFollow, TranscriptRef, TranscriptStore,
+    TranscriptSubscription,
+};
+use agent_sessions::AgentId;
+
+fn transcript(id: &str) -> TranscriptRef {
+    TranscriptRef::new(AgentId::main(), id)
+}
+
+fn said(text: &str) -> TranscriptEntry {
+    TranscriptEntry::user_text(text, chrono::Utc::now())
+}
+
+fn texts(events: &[SessionEvent]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e.entry.message.as_ref().unwrap().text())
+        .collect()
+}
+
+/// Everything `feed` delivers within `quiet` of the previous update.
+async fn drain(feed: &mut TranscriptSubscription, quiet: Duration) -> Vec<String> {
+    let mut seen = Vec::new();
+    while let Ok(Ok(update)) = tokio::time::timeout(quiet, feed.recv()).await {
+        seen.extend(texts(&update.events));
+    }
+    seen
+}
+
+/// `here` hears the appends made through `there` once each, in order per transcript,
+/// and its own appends once.
+async fn subscribers_hear_the_other_handle(
+    here: &dyn TranscriptStore,
+    there: &dyn TranscriptStore,
+) {
+    let mut feed = here.subscribe();
+    // The reader of the other handle's appends starts with the first subscription.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t = transcript("s-remote");
+    for n in 0..5 {
+        there
+            .append(&t, vec![said(&format!("there {n}"))])
+            .await
+            .unwrap();
+    }
+    here.append(&transcript("s-local"), vec![said("here")])
+        .await
+        .unwrap();
+    let mut seen = drain(&mut feed, Duration::from_secs(3)).await;
+    seen.sort();
+    assert_eq!(
+        seen,
+        ["here", "there 0", "there 1", "there 2", "there 3", "there 4"],
+        "each append once"
+    );
+}
+
+/// A follower on `here` of a transcript appended through `there` sees every event in
+/// order, and is woken by the announcement well before its own next look.
+async fn followers_are_woken_by_the_other_handle(
+    here: Arc<dyn TranscriptStore>,
+    there: &dyn TranscriptStore,
+    poll: Duration,
+) {
+    let t = transcript("s-followed");
+    let mut follow = TranscriptFollow::new(here, t.clone(), Offset::START).poll_interval(poll);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut seen = Vec::new();
+    for n in 0..5 {
+        there.append(&t, vec![said(&format!("{n}"))]).await.unwrap();
+        while seen.len() <= n {
+            let events = tokio::time::timeout(Duration::from_secs(5), follow.next())
+                .await
+                .expect("woken within 5 s")
+                .unwrap();
+            seen.extend(texts(&events));
+        }
+    }
+    assert_eq!(seen, ["0", "1", "2", "3", "4"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_transcripts_follow_across_handles_by_looking_again() {
+    use agent_sessions::transcript::FileTranscriptStore;
+    let dir = tempfile::tempdir().unwrap();
+    let there = FileTranscriptStore::new(dir.path());
+    let here: Arc<dyn TranscriptStore> = Arc::new(FileTranscriptStore::new(dir.path()));
+    // Files announce nothing: the follower's own look every 20 ms finds the appends.
+    followers_are_woken_by_the_other_handle(here, &there, Duration::from_millis(20)).await;
+}
+
+#[cfg(feature = "sqlite")]
+mod sqlite {
+    use super::*;
+    use agent_sessions::store::SqliteStore;
+
+    fn two_handles() -> (SqliteStore, SqliteStore, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.db");
+        (
+            SqliteStore::open(&path).unwrap(),
+            SqliteStore::open(&path).unwrap(),
+            dir,
+        )
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn subscribers_hear_another_process() {
+        let (here, there, _dir) = two_handles();
+        subscribers_hear_the_other_handle(&here, &there).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn followers_are_woken_by_another_process() {
+        let (here, there, _dir) = two_handles();
+        // An hour between looks: only the feed can wake the follower in time.
+        followers_are_woken_by_the_other_handle(Arc::new(here), &there, Duration::from_secs(3600))
+            .await;
+    }
+}
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    use super::*;
+    use crate::common::TestSchema;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[cfg_attr(
+        not(postgres_tests),
+        ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+    )]
+    async fn subscribers_hear_another_host() {
+        let schema = TestSchema::new("live");
+        let (here, there) = (schema.store().await, schema.store().await);
+        subscribers_hear_the_other_handle(&here, &there).await;
+        drop((here, there));
+        schema.drop().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[cfg_attr(
+        not(postgres_tests),
+        ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+    )]
+    async fn followers_are_woken_by_notify() {
+        let schema = TestSchema::new("live");
+        let (here, there) = (schema.store().await, schema.store().await);
+        // An hour between looks: only NOTIFY can wake the follower in time.
+        followers_are_woken_by_the_other_handle(Arc::new(here), &there, Duration::from_secs(3600))
+            .await;
+        drop(there);
+        schema.drop().await;
+    }
+}
