@@ -12,6 +12,7 @@ use agent_sessions::http::{router, serve, Secret, ServiceOptions, SECRET_HEADER}
 use agent_sessions::lifecycle::clock::ManualClock;
 use agent_sessions::lifecycle::freshness::{ResetConfig, ResetSpec};
 use agent_sessions::lifecycle::triggers::ResetTriggers;
+use agent_sessions::manager::LogMessage;
 use agent_sessions::prelude::*;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -539,6 +540,7 @@ async fn the_openapi_description_matches_the_service() {
             "/kernel/sessions/resolve",
             "/kernel/sessions/{id}",
             "/kernel/sessions/{id}/close",
+            "/kernel/sessions/{id}/events",
         ]
     );
     let schema = |name: &str| spec["components"]["schemas"][name].clone();
@@ -1115,4 +1117,307 @@ async fn serve_checks_its_options_and_stops_on_shutdown() {
         .expect("stops within five seconds of the shutdown signal")
         .unwrap();
     assert!(served.is_ok(), "{served:?}");
+}
+
+/// One server-sent event: its id and its data.
+#[derive(Debug, Clone, PartialEq)]
+struct SentEvent {
+    id: Option<String>,
+    kind: Option<String>,
+    data: Value,
+}
+
+/// Reads server-sent events from a streaming response.
+struct EventReader {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl EventReader {
+    /// The next event (keep-alive comments skipped); `None` when the stream ends.
+    async fn next(&mut self, within: Duration) -> Option<SentEvent> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let mut event = SentEvent {
+                    id: None,
+                    kind: None,
+                    data: Value::Null,
+                };
+                let mut data = String::new();
+                for line in block.lines() {
+                    if let Some(id) = line.strip_prefix("id: ") {
+                        event.id = Some(id.to_owned());
+                    } else if let Some(kind) = line.strip_prefix("event: ") {
+                        event.kind = Some(kind.to_owned());
+                    } else if let Some(chunk) = line.strip_prefix("data: ") {
+                        data.push_str(chunk);
+                    }
+                }
+                if data.is_empty() {
+                    continue; // a keep-alive comment
+                }
+                event.data = serde_json::from_str(&data).unwrap();
+                return Some(event);
+            }
+            let chunk = tokio::time::timeout(within, self.response.chunk())
+                .await
+                .expect("an event within the time allowed")
+                .unwrap()?;
+            self.buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+    }
+
+    /// The texts of the next `n` events' messages, with the id of the last.
+    async fn texts(&mut self, n: usize) -> (Vec<String>, String) {
+        let mut texts = Vec::new();
+        let mut last = String::new();
+        while texts.len() < n {
+            let event = self
+                .next(Duration::from_secs(10))
+                .await
+                .expect("more events");
+            if let Some(text) = message_text(&event.data["entry"]) {
+                texts.push(text);
+            }
+            last = event.id.expect("every transcript event has an id");
+        }
+        (texts, last)
+    }
+}
+
+/// The text of a transcript entry's message, if it is a message.
+fn message_text(entry: &Value) -> Option<String> {
+    let content = &entry["message"]["content"];
+    match content {
+        Value::String(text) => Some(text.clone()),
+        Value::Array(blocks) => Some(
+            blocks
+                .iter()
+                .filter_map(|block| block["text"].as_str())
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
+impl Service {
+    /// `GET /kernel/sessions/{id}/events` with `headers`.
+    async fn events(&self, id: &str, query: &str, headers: &[(&str, &str)]) -> reqwest::Response {
+        let mut request = self.request(
+            reqwest::Method::GET,
+            &format!("/kernel/sessions/{id}/events{query}"),
+        );
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.send().await.unwrap()
+    }
+
+    async fn stream(&self, id: &str, headers: &[(&str, &str)]) -> EventReader {
+        let response = self.events(id, "", headers).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(
+            response.headers()["content-type"],
+            "text/event-stream",
+            "a server-sent event stream"
+        );
+        EventReader {
+            response,
+            buffer: String::new(),
+        }
+    }
+}
+
+/// A worker process of the bot: its own manager on the store the service serves.
+struct Worker {
+    manager: SessionManager,
+    key: SessionKey,
+}
+
+impl Worker {
+    async fn of(store: &str, session_id: &str) -> Worker {
+        let manager = SessionManager::connect(store).await.unwrap().build();
+        let key = manager.find_session(session_id).await.unwrap().unwrap().key;
+        Worker { manager, key }
+    }
+
+    /// Logs an exchange, as a worker handling a turn does.
+    async fn exchange(&self, question: &str, answer: &str) {
+        for message in [LogMessage::inbound(question), LogMessage::outbound(answer)] {
+            self.manager
+                .transcripts()
+                .log_message(&self.key, message)
+                .await
+                .unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_events_stream_live_from_every_process_and_resume_after_the_last_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("json:{}", dir.path().display());
+    let service = Service::start(&store).await;
+    let session = id(&service.resolve("hello").await);
+    // Two workers on the store the service serves stand for two other processes.
+    let (one, two) = (
+        Worker::of(&store, &session).await,
+        Worker::of(&store, &session).await,
+    );
+    one.exchange("first question", "first answer").await;
+
+    let mut stream = service.stream(&session, &[]).await;
+    let (texts, _) = stream.texts(2).await;
+    assert_eq!(texts, ["first question", "first answer"], "the past first");
+
+    // Turns handled by other processes reach the open stream, in order.
+    two.exchange("second question", "second answer").await;
+    let (texts, after_second_question) = stream.texts(1).await;
+    assert_eq!(texts, ["second question"]);
+    let (texts, _) = stream.texts(1).await;
+    assert_eq!(texts, ["second answer"]);
+    drop(stream);
+
+    // The client lost its connection after "second question": it resumes after it.
+    one.exchange("third question", "third answer").await;
+    let mut resumed = service
+        .stream(&session, &[("last-event-id", &after_second_question)])
+        .await;
+    let (texts, _) = resumed.texts(3).await;
+    assert_eq!(texts, ["second answer", "third question", "third answer"]);
+    // `?from=` does the same for clients that keep the offset themselves.
+    let response = service
+        .events(&session, &format!("?from={after_second_question}"), &[])
+        .await;
+    let mut from_query = EventReader {
+        response,
+        buffer: String::new(),
+    };
+    assert_eq!(from_query.texts(1).await.0, ["second answer"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_events_refuse_bad_requests_with_json_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("json:{}", dir.path().display());
+    let service = Service::start(&store).await;
+    let session = id(&service.resolve("hello").await);
+    Worker::of(&store, &session)
+        .await
+        .exchange("question", "answer")
+        .await;
+    type Case<'a> = (&'a str, String, &'a [(&'a str, &'a str)], StatusCode);
+    let cases: [Case; 6] = [
+        (
+            "unknown session",
+            "/nope/events".into(),
+            &[],
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            "not a number",
+            format!("/{session}/events"),
+            &[("last-event-id", "abc")],
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "negative",
+            format!("/{session}/events?from=-1"),
+            &[],
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "mid-line",
+            format!("/{session}/events?from=3"),
+            &[],
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "past the end",
+            format!("/{session}/events?from=99999999"),
+            &[],
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "unknown parameter",
+            format!("/{session}/events?since=0"),
+            &[],
+            StatusCode::BAD_REQUEST,
+        ),
+    ];
+    for (case, path, headers, status) in cases {
+        let mut request = service.request(reqwest::Method::GET, &format!("/kernel/sessions{path}"));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), status, "{case}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["ok"], false, "{case}: {body}");
+        assert!(
+            !body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(dir.path().to_str().unwrap()),
+            "{case}: no path in {body}"
+        );
+    }
+    let without_secret = reqwest::Client::new()
+        .get(format!("{}/kernel/sessions/{session}/events", service.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(without_secret.status(), StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutting_down_ends_open_event_streams() {
+    let dir = tempfile::tempdir().unwrap();
+    let manager = Arc::new(
+        SessionManager::connect(&format!("json:{}", dir.path().display()))
+            .await
+            .unwrap()
+            .build(),
+    );
+    let session = manager
+        .resolve(&InboundMessage::direct("telegram", "42", "hi"))
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let options = ServiceOptions::default();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        serve(
+            listener,
+            router(manager, options.clone()),
+            &options,
+            async {
+                let _ = stopped.await;
+            },
+        )
+        .await
+    });
+    let mut stream = EventReader {
+        response: reqwest::get(format!(
+            "{base}/kernel/sessions/{}/events",
+            session.entry().session_id
+        ))
+        .await
+        .unwrap(),
+        buffer: String::new(),
+    };
+    assert_eq!(stream.response.status(), StatusCode::OK);
+    stop.send(()).unwrap();
+    let served = tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .expect("an open stream does not hold the shutdown")
+        .unwrap();
+    assert!(served.is_ok(), "{served:?}");
+    assert_eq!(
+        stream.next(Duration::from_secs(5)).await,
+        None,
+        "the stream ended"
+    );
 }

@@ -482,6 +482,7 @@ impl SessionTranscripts<'_> {
     /// reset starts a new session with a new transcript; follow `key` again then.
     ///
     /// ```
+    /// use agent_sessions::manager::LogMessage;
     /// use agent_sessions::prelude::*;
     /// use agent_sessions::transcript::{MemoryTranscriptStore, Offset};
     ///

@@ -14,6 +14,7 @@
 //! | `GET` | `/kernel/sessions/{id}` | one session by its id |
 //! | `PATCH` | `/kernel/sessions/{id}` | records a turn: advances the turn count, regenerates the context summary |
 //! | `POST` | `/kernel/sessions/{id}/close` | closes a session: its next message starts a new one |
+//! | `GET` | `/kernel/sessions/{id}/events?from=` | the session's transcript events as server-sent events, then live; resumable with `Last-Event-ID` |
 //! | `GET` | `/kernel/sessions?workspace_id=` | a workspace's sessions, most recently active first |
 //! | `GET` | `/kernel/health` | liveness (needs no secret) |
 //!
@@ -85,6 +86,8 @@ use crate::error::Error;
 use crate::key::AgentId;
 use crate::manager::{Resolution, SessionManager, TurnOutcome};
 use crate::store::{ListFilter, StatusFilter, StoredSession};
+
+mod events;
 
 /// The header that carries the shared secret.
 pub const SECRET_HEADER: &str = "x-kernel-secret";
@@ -219,8 +222,11 @@ pub struct ServiceOptions {
     /// [`DEFAULT_REQUEST_TIMEOUT`]); 408 after it.
     pub request_timeout: Duration,
     /// How many connections [`serve`] holds open at once (default
-    /// [`DEFAULT_MAX_CONNECTIONS`]).
+    /// [`DEFAULT_MAX_CONNECTIONS`]). A client following a session's events holds one
+    /// for as long as it follows.
     pub max_connections: usize,
+    /// Ends the event streams of the routers built with these options.
+    streams_end: events::StreamsEnd,
 }
 
 impl Default for ServiceOptions {
@@ -232,6 +238,7 @@ impl Default for ServiceOptions {
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            streams_end: events::StreamsEnd::default(),
         }
     }
 }
@@ -281,6 +288,14 @@ impl ServiceOptions {
     pub fn max_connections(mut self, connections: usize) -> Self {
         self.max_connections = connections;
         self
+    }
+
+    /// Ends the open event streams (`GET /kernel/sessions/{id}/events`) of every router
+    /// built with these options or a clone of them, and the streams opened later. [`serve`]
+    /// does it when it shuts down; a host serving the router itself calls it before
+    /// waiting for its connections to close.
+    pub fn end_event_streams(&self) {
+        self.streams_end.fire();
     }
 }
 
@@ -409,6 +424,7 @@ where
         });
     }
     drop(listener);
+    options.end_event_streams();
     connections.shutdown().await;
     Ok(())
 }
@@ -438,11 +454,23 @@ async fn pause_after_failed_accept(error: std::io::Error) {
 /// the connection limit need the server, which [`serve`] provides.
 pub fn router(manager: Arc<SessionManager>, options: ServiceOptions) -> Router {
     let secret: Arc<Option<Secret>> = Arc::new(options.secret);
+    let streams_end = options.streams_end;
     let sessions = Router::new()
         .route("/kernel/sessions", get(list_sessions))
         .route("/kernel/sessions/resolve", post(resolve))
         .route("/kernel/sessions/{id}", get(get_session).patch(record_turn))
         .route("/kernel/sessions/{id}/close", post(close_session))
+        .route(
+            "/kernel/sessions/{id}/events",
+            get(
+                move |State(manager): State<Arc<SessionManager>>,
+                      Path(id): Path<String>,
+                      headers: HeaderMap,
+                      query: Result<Query<events::EventsQuery>, QueryRejection>| {
+                    events::session_events(manager, streams_end.clone(), id, headers, query)
+                },
+            ),
+        )
         // Layers added later run first: the secret is checked before a body is read.
         .route_layer(middleware::from_fn_with_state(
             BodyLimits {

@@ -1,0 +1,159 @@
+//! `GET /kernel/sessions/{id}/events`: a session's transcript as server-sent events.
+//!
+//! Each event of the transcript is one SSE message whose `data` is
+//! `{"offset": …, "line": …, "entry": {…}}` (the entry as its transcript line has it)
+//! and whose `id` is the offset to resume after it: a client that reconnects sends it
+//! back as `Last-Event-ID` (browsers' `EventSource` does so by itself) and misses
+//! nothing. Events appended by any process sharing the store are streamed.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures_util::Stream;
+use tokio::sync::watch;
+
+use super::*;
+use crate::transcript::{Offset, SessionEvent, TranscriptFollow};
+
+/// The header a reconnecting SSE client sends its last event id in.
+const LAST_EVENT_ID: &str = "last-event-id";
+
+/// Ends every event stream of the routers built with one [`ServiceOptions`];
+/// [`serve`] fires it when it shuts down, so open streams do not hold the shutdown.
+#[derive(Debug, Clone)]
+pub(super) struct StreamsEnd(Arc<watch::Sender<bool>>);
+
+impl Default for StreamsEnd {
+    fn default() -> Self {
+        StreamsEnd(Arc::new(watch::channel(false).0))
+    }
+}
+
+impl StreamsEnd {
+    pub(super) fn fire(&self) {
+        self.0.send_replace(true);
+    }
+
+    fn subscribe(&self) -> watch::Receiver<bool> {
+        self.0.subscribe()
+    }
+}
+
+/// `GET /kernel/sessions/{id}/events`'s query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct EventsQuery {
+    /// The offset to start at (default 0: the whole transcript); `Last-Event-ID` wins.
+    from: Option<u64>,
+}
+
+/// The session's events from the asked offset on, then live.
+pub(super) async fn session_events(
+    manager: Arc<SessionManager>,
+    end: StreamsEnd,
+    id: String,
+    headers: HeaderMap,
+    query: Result<Query<EventsQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query?;
+    let from = match headers.get(LAST_EVENT_ID) {
+        Some(value) => value
+            .to_str()
+            .ok()
+            .and_then(|value| value.trim().parse::<u64>().ok())
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request",
+                    "Last-Event-ID is not an event id this service sent",
+                )
+            })?,
+        None => query.from.unwrap_or(0),
+    };
+    check_id(&id)?;
+    let mut follow = manager
+        .transcripts()
+        .follow_session(&id, Offset(from))
+        .await?
+        .ok_or_else(|| ApiError::unknown_session(&id))?;
+    // The first read answers now, so a bad offset is a 400 rather than a broken stream.
+    let first = match follow.try_next().await {
+        Ok(first) => first.unwrap_or_default(),
+        Err(Error::InvalidOffset { offset, .. }) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                format!("offset {offset} is not where an event of session {id:?} starts"),
+            ))
+        }
+        Err(error) => return Err(error.into()),
+    };
+    tracing::debug!(session_id = %id, from, "streaming a session's events");
+    let stream = EventStream {
+        pending: numbered(first, follow.position()),
+        follow,
+        end: end.subscribe(),
+    };
+    Ok(Sse::new(stream.into_stream())
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+/// Events paired with the offset that follows each.
+fn numbered(events: Vec<SessionEvent>, next: Offset) -> VecDeque<(SessionEvent, Offset)> {
+    let after: Vec<Offset> = events
+        .iter()
+        .skip(1)
+        .map(|event| event.offset)
+        .chain([next])
+        .collect();
+    events.into_iter().zip(after).collect()
+}
+
+struct EventStream {
+    follow: TranscriptFollow,
+    pending: VecDeque<(SessionEvent, Offset)>,
+    end: watch::Receiver<bool>,
+}
+
+impl EventStream {
+    /// The next SSE message and whether it is the last (an `error` event), or `None`
+    /// when the service shuts down.
+    async fn next_event(&mut self) -> Option<(Event, bool)> {
+        if self.pending.is_empty() {
+            let read = tokio::select! {
+                read = self.follow.next() => read,
+                _ = self.end.wait_for(|ended| *ended) => return None,
+            };
+            match read {
+                Ok(events) => self.pending = numbered(events, self.follow.position()),
+                Err(error) => {
+                    tracing::warn!(%error, "a session's event stream failed");
+                    let data = json!({
+                        "code": "internal",
+                        "message": "reading the session failed; reconnect to resume",
+                    });
+                    let event = Event::default().event("error").data(data.to_string());
+                    return Some((event, true));
+                }
+            }
+        }
+        let (event, next) = self.pending.pop_front()?;
+        let data = json!({
+            "offset": event.offset,
+            "line": event.line,
+            "entry": event.entry,
+        });
+        let event = Event::default().id(next.to_string()).data(data.to_string());
+        Some((event, false))
+    }
+
+    fn into_stream(self) -> impl Stream<Item = Result<Event, Infallible>> + Send {
+        futures_util::stream::unfold(Some(self), |state| async move {
+            let mut stream = state?;
+            let (event, last) = stream.next_event().await?;
+            Some((Ok(event), (!last).then_some(stream)))
+        })
+    }
+}
