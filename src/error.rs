@@ -387,6 +387,47 @@ pub enum Error {
 }
 
 impl Error {
+    /// The error's kind as a stable snake_case name (`lock_timeout`, `corrupt`,
+    /// `database`, …): what metrics and logs group errors by.
+    ///
+    /// ```
+    /// use agent_sessions::Error;
+    ///
+    /// assert_eq!(Error::component("embedder", "down").kind(), "component");
+    /// ```
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::InvalidKey { .. } => "invalid_key",
+            Error::InvalidId { .. } => "invalid_id",
+            Error::Io { .. } => "io",
+            Error::NotAFile { .. } => "not_a_file",
+            Error::FileTooLarge { .. } => "file_too_large",
+            Error::Corrupt { .. } => "corrupt",
+            Error::InvalidEntry { .. } => "invalid_entry",
+            Error::LockTimeout { .. } => "lock_timeout",
+            Error::Conflict { .. } => "conflict",
+            Error::NotAtomic { .. } => "not_atomic",
+            Error::NotFound { .. } => "not_found",
+            Error::InvalidLabel { .. } => "invalid_label",
+            Error::DeleteRefused { .. } => "delete_refused",
+            Error::InvalidOffset { .. } => "invalid_offset",
+            Error::AccessDenied { .. } => "access_denied",
+            Error::UnknownChannel { .. } => "unknown_channel",
+            Error::Database { .. } => "database",
+            Error::UnsupportedSchema { .. } => "unsupported_schema",
+            Error::StoreNotFound { .. } => "store_not_found",
+            Error::SchemaNotMigrated { .. } => "schema_not_migrated",
+            Error::InvalidStoreUrl { .. } => "invalid_store_url",
+            Error::InvalidOption { .. } => "invalid_option",
+            Error::Config { .. } => "config",
+            Error::NotConfigured { .. } => "not_configured",
+            Error::Component { .. } => "component",
+            Error::Encode { .. } => "encode",
+            Error::Shared(error) => error.kind(),
+            Error::Serialize { .. } => "serialize",
+        }
+    }
+
     /// Whether retrying the call may succeed: a lock timeout, a write conflict, a lost
     /// database connection or a server that is restarting.
     pub fn is_transient(&self) -> bool {

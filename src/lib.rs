@@ -78,6 +78,7 @@ pub mod openclaw;
 pub mod paths;
 pub mod search;
 pub mod store;
+pub mod telemetry;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;

@@ -215,6 +215,10 @@ pub struct ServeArgs {
     /// that can reach it can read and change every session.
     #[arg(long, conflicts_with = "secret")]
     insecure_no_auth: bool,
+    /// Serve the service's metrics at `/metrics` in the Prometheus text format (behind
+    /// the secret, like every call but `/kernel/health`).
+    #[arg(long)]
+    metrics: bool,
     /// Minutes of inactivity after which a sender's next message starts a new session
     /// (0: never).
     #[arg(
@@ -1011,6 +1015,22 @@ async fn serve(store: &str, given: Given, args: ServeArgs) -> Outcome {
         .request_timeout(args.request_timeout)
         .max_connections(args.max_connections);
     options.secret = secret;
+    if args.metrics {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new()
+            .install_recorder()
+            .map_err(|e| failure(EXIT_FAILURE, format!("cannot record metrics: {e}")))?;
+        let upkeep = recorder.clone();
+        // Histograms are summarised as they are rendered; upkeep keeps them bounded
+        // between scrapes.
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(std::time::Duration::from_secs(5));
+            loop {
+                every.tick().await;
+                upkeep.run_upkeep();
+            }
+        });
+        options = options.metrics_endpoint(move || recorder.render());
+    }
     options
         .validate()
         .map_err(|e| failure(EXIT_FAILURE, format!("refusing to start: {e}")))?;

@@ -412,6 +412,72 @@ async fn serve_answers_the_kernel_api_on_the_address_it_prints() {
 }
 
 #[tokio::test]
+async fn serve_with_metrics_exposes_them_in_the_prometheus_format_behind_the_secret() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("json:{}", dir.path().display());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent-sessions"))
+        .args(["serve", "--store", &store, "--listen", "127.0.0.1:0"])
+        .args(["--secret", "s3cret", "--metrics"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut banner = String::new();
+    BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut banner)
+        .unwrap();
+    let base = banner
+        .split_whitespace()
+        .find(|word| word.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {banner:?}"))
+        .to_owned();
+    let client = reqwest::Client::new();
+    let resolved = client
+        .post(format!("{base}/kernel/sessions/resolve"))
+        .header("x-kernel-secret", "s3cret")
+        .json(&serde_json::json!({
+            "workspace_id": "ws_abc", "channel": "sms",
+            "remote_jid": "+1555", "user_message": "hello",
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resolved.status(), 200);
+    let anonymous = client.get(format!("{base}/metrics")).send().await.unwrap();
+    let scraped = client
+        .get(format!("{base}/metrics"))
+        .header("x-kernel-secret", "s3cret")
+        .send()
+        .await
+        .unwrap();
+    let status = scraped.status();
+    let content_type = scraped.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let text = scraped.text().await.unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    assert_eq!(anonymous.status(), 401, "metrics need the secret");
+    assert_eq!(status, 200);
+    assert!(
+        content_type.starts_with("text/plain; version=0.0.4"),
+        "{content_type}"
+    );
+    assert!(
+        text.contains(r#"agent_sessions_turns_total{decision="new",reason="no_session"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains("agent_sessions_store_update_seconds"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
 async fn stats_with_messages_categorises_the_log_and_counts_it() {
     use agent_sessions::manager::LogMessage;
     use agent_sessions::prelude::*;

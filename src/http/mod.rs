@@ -79,6 +79,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tracing::Instrument;
 
 use crate::context::inbound::InboundMessage;
 use crate::entry::{SessionEntry, SessionStatus};
@@ -227,6 +228,18 @@ pub struct ServiceOptions {
     pub max_connections: usize,
     /// Ends the event streams of the routers built with these options.
     streams_end: events::StreamsEnd,
+    /// What `GET /metrics` answers, if anything.
+    metrics: Option<MetricsText>,
+}
+
+/// The text a `GET /metrics` answers with (see [`ServiceOptions::metrics_endpoint`]).
+#[derive(Clone)]
+struct MetricsText(Arc<dyn Fn() -> String + Send + Sync>);
+
+impl std::fmt::Debug for MetricsText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MetricsText(..)")
+    }
 }
 
 impl Default for ServiceOptions {
@@ -239,6 +252,7 @@ impl Default for ServiceOptions {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             streams_end: events::StreamsEnd::default(),
+            metrics: None,
         }
     }
 }
@@ -287,6 +301,22 @@ impl ServiceOptions {
     /// Holds at most `connections` connections open at once.
     pub fn max_connections(mut self, connections: usize) -> Self {
         self.max_connections = connections;
+        self
+    }
+
+    /// Serves `GET /metrics` with the text `render` returns, as
+    /// `text/plain; version=0.0.4` (the Prometheus text format), behind the secret like
+    /// every call but `health`. The CLI's `serve --metrics` passes a Prometheus
+    /// recorder's rendering; a host passes its own.
+    ///
+    /// ```
+    /// use agent_sessions::http::ServiceOptions;
+    ///
+    /// let options = ServiceOptions::default().metrics_endpoint(|| "turns_total 3\n".to_owned());
+    /// # let _ = options;
+    /// ```
+    pub fn metrics_endpoint(mut self, render: impl Fn() -> String + Send + Sync + 'static) -> Self {
+        self.metrics = Some(MetricsText(Arc::new(render)));
         self
     }
 
@@ -455,7 +485,7 @@ async fn pause_after_failed_accept(error: std::io::Error) {
 pub fn router(manager: Arc<SessionManager>, options: ServiceOptions) -> Router {
     let secret: Arc<Option<Secret>> = Arc::new(options.secret);
     let streams_end = options.streams_end;
-    let sessions = Router::new()
+    let mut sessions = Router::new()
         .route("/kernel/sessions", get(list_sessions))
         .route("/kernel/sessions/resolve", post(resolve))
         .route("/kernel/sessions/{id}", get(get_session).patch(record_turn))
@@ -470,7 +500,22 @@ pub fn router(manager: Arc<SessionManager>, options: ServiceOptions) -> Router {
                     events::session_events(manager, streams_end.clone(), id, headers, query)
                 },
             ),
-        )
+        );
+    if let Some(MetricsText(render)) = options.metrics {
+        sessions = sessions.route(
+            "/metrics",
+            get(move || {
+                let text = render();
+                async move {
+                    (
+                        [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+                        text,
+                    )
+                }
+            }),
+        );
+    }
+    let sessions = sessions
         // Layers added later run first: the secret is checked before a body is read.
         .route_layer(middleware::from_fn_with_state(
             BodyLimits {
@@ -491,6 +536,26 @@ pub fn router(manager: Arc<SessionManager>, options: ServiceOptions) -> Router {
             limit_request_time,
         ))
         .layer(middleware::map_response(json_errors))
+        .layer(middleware::from_fn(trace_request))
+}
+
+/// Runs the request in its `http.request` span: method, route template, status.
+async fn trace_request(request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or("(none)", |path| path.as_str())
+        .to_owned();
+    let span = tracing::info_span!(
+        target: "agent_sessions",
+        "http.request",
+        method = %request.method(),
+        route,
+        status = tracing::field::Empty,
+    );
+    let response = next.run(request).instrument(span.clone()).await;
+    span.record("status", response.status().as_u16());
+    response
 }
 
 /// `POST /kernel/sessions/resolve`'s body.

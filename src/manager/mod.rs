@@ -42,6 +42,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 use crate::context::chat::{EstimatedTokens, TokenCounter};
 use crate::context::history::{HistoryBuffer, MemoryHistory};
@@ -569,7 +570,36 @@ impl SessionManager {
         admit: &Admission<'_>,
         start_run: bool,
     ) -> Result<Resolution> {
+        let span = tracing::info_span!(
+            target: "agent_sessions",
+            "resolve",
+            channel = %message.channel,
+            key = tracing::field::Empty,
+            agent = tracing::field::Empty,
+            session_id = tracing::field::Empty,
+            decision = tracing::field::Empty,
+            reason = tracing::field::Empty,
+        );
+        let resolved = self
+            .resolve_in_span(message, admit, start_run)
+            .instrument(span)
+            .await;
+        if let Err(error) = &resolved {
+            crate::telemetry::failed(error);
+        }
+        resolved
+    }
+
+    async fn resolve_in_span(
+        &self,
+        message: &InboundMessage,
+        admit: &Admission<'_>,
+        start_run: bool,
+    ) -> Result<Resolution> {
         let key = self.key_for(message)?;
+        let span = tracing::Span::current();
+        span.record("key", tracing::field::display(&key));
+        span.record("agent", key.agent_id());
         let group = message.group_resolution();
         let reset_type = ResetType::of(&key, message.is_group(), message.is_thread());
         let channel = group
@@ -661,6 +691,8 @@ impl SessionManager {
         else {
             return Err(Error::NotFound { key });
         };
+        tracing::Span::current().record("session_id", session.entry.session_id.as_str());
+        crate::telemetry::decided(decision.as_str(), reason.as_str());
         tracing::debug!(key = %key, session_id = %session.entry.session_id, decision = ?decision, reason = %reason, "session resolved");
         if decision == Decision::New {
             if let Some(updated) = self

@@ -24,6 +24,16 @@ pub enum Decision {
     Continue,
 }
 
+impl Decision {
+    /// The decision's name: `new` or `continue`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Decision::New => "new",
+            Decision::Continue => "continue",
+        }
+    }
+}
+
 /// Why [`Decision`] was taken (the kernel HTTP API's `reason`), in the order the policy
 /// checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -10,6 +10,7 @@ use crate::key::SessionKey;
 use crate::memory::flush::{FlushPlan, DEFAULT_CONTEXT_TOKENS};
 use crate::memory::usage::{EngineSession, TurnUsage};
 use crate::transcript::{Offset, SessionEvent, TranscriptRef};
+use tracing::Instrument;
 
 use super::log::record_location;
 use super::{LogMessage, Resolution, SessionManager, TurnOutcome};
@@ -31,6 +32,17 @@ pub enum TurnAction {
     /// A reset with nothing after it: the new session is ready. No model call;
     /// [`Turn::complete`] sends this acknowledgement.
     Acknowledge(String),
+}
+
+impl TurnAction {
+    /// The action's name: `answer`, `stay_silent` or `acknowledge`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            TurnAction::Answer => "answer",
+            TurnAction::StaySilent => "stay_silent",
+            TurnAction::Acknowledge(_) => "acknowledge",
+        }
+    }
 }
 
 /// The model's reply to a turn, for [`Turn::complete`]: its text (or payloads), and
@@ -158,6 +170,36 @@ impl SessionManager {
     /// [`turn`](Self::turn), when `admit` allows the session (see
     /// [`resolve_admitted`](Self::resolve_admitted)).
     pub(super) async fn turn_admitted(
+        &self,
+        message: &InboundMessage,
+        admit: &super::Admission<'_>,
+    ) -> Result<Turn<'_>> {
+        let span = tracing::info_span!(
+            target: "agent_sessions",
+            "turn",
+            channel = %message.channel,
+            key = tracing::field::Empty,
+            session_id = tracing::field::Empty,
+            action = tracing::field::Empty,
+        );
+        let turn = self
+            .turn_in_span(message, admit)
+            .instrument(span.clone())
+            .await;
+        match &turn {
+            Ok(turn) => {
+                span.record("key", tracing::field::display(&turn.key));
+                if let Some(entry) = &turn.entry {
+                    span.record("session_id", entry.session_id.as_str());
+                }
+                span.record("action", turn.action.as_str());
+            }
+            Err(error) => crate::telemetry::failed(error),
+        }
+        turn
+    }
+
+    async fn turn_in_span(
         &self,
         message: &InboundMessage,
         admit: &super::Admission<'_>,
@@ -390,7 +432,27 @@ impl<'m> Turn<'m> {
     /// acknowledged reset returns (and logs) the acknowledgement whatever `reply` is;
     /// group chatter returns nothing.
     pub async fn complete(self, reply: impl Into<TurnReply>) -> Result<Vec<ReplyPayload>> {
-        let reply = reply.into();
+        let span = tracing::info_span!(
+            target: "agent_sessions",
+            "turn.complete",
+            key = %self.key,
+            session_id = self.entry.as_ref().map(|entry| entry.session_id.as_str()),
+            payloads = tracing::field::Empty,
+        );
+        let sent = self
+            .complete_in_span(reply.into())
+            .instrument(span.clone())
+            .await;
+        match &sent {
+            Ok(payloads) => {
+                span.record("payloads", payloads.len() as u64);
+            }
+            Err(error) => crate::telemetry::failed(error),
+        }
+        sent
+    }
+
+    async fn complete_in_span(self, reply: TurnReply) -> Result<Vec<ReplyPayload>> {
         let manager = self.manager;
         match (&self.action, &self.resolution) {
             (TurnAction::Answer, Some(resolution)) => {

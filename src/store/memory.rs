@@ -104,6 +104,69 @@ impl SessionStore for MemoryStore {
         key: &SessionKey,
         mutator: &mut Mutator<'_>,
     ) -> Result<Option<StoredSession>> {
+        crate::telemetry::update(
+            "memory",
+            std::slice::from_ref(key),
+            self.apply_in_span(key, mutator),
+        )
+        .await
+    }
+
+    async fn apply_many(
+        &self,
+        keys: &[SessionKey],
+        mutator: &mut ManyMutator<'_>,
+    ) -> Result<Slots> {
+        crate::telemetry::update("memory", keys, self.apply_many_in_span(keys, mutator)).await
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
+        let sessions = self.sessions();
+        let mut matching: Vec<StoredSession> = sessions
+            .live
+            .iter()
+            .filter(|(key, slot)| filter.matches(key, &slot.entry))
+            .map(|(key, slot)| StoredSession {
+                key: key.clone(),
+                entry: slot.entry.clone(),
+                revision: slot.revision,
+            })
+            .collect();
+        if filter.status.includes_replaced() {
+            matching.extend(
+                sessions
+                    .closed
+                    .iter()
+                    .filter(|c| filter.matches(&c.key, &c.entry))
+                    .cloned(),
+            );
+        }
+        Ok(filter.finish(matching))
+    }
+
+    async fn count(&self, filter: &ListFilter) -> Result<usize> {
+        if filter.is_everything() {
+            return Ok(self.sessions().live.len());
+        }
+        Ok(self.list(filter).await?.len())
+    }
+
+    async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
+        let mut sessions = self.sessions();
+        let before = sessions.closed.len();
+        sessions
+            .closed
+            .retain(|c| !session_ids.contains(&c.entry.session_id));
+        Ok(before - sessions.closed.len())
+    }
+}
+
+impl MemoryStore {
+    async fn apply_in_span(
+        &self,
+        key: &SessionKey,
+        mutator: &mut Mutator<'_>,
+    ) -> Result<Option<StoredSession>> {
         let mut sessions = self.sessions();
         let (before, revision) = match sessions.live.get(key) {
             Some(slot) => (Some(slot.entry.clone()), Some(slot.revision)),
@@ -147,7 +210,7 @@ impl SessionStore for MemoryStore {
         }
     }
 
-    async fn apply_many(
+    async fn apply_many_in_span(
         &self,
         keys: &[SessionKey],
         mutator: &mut ManyMutator<'_>,
@@ -199,45 +262,5 @@ impl SessionStore for MemoryStore {
             }
         }
         Ok(after)
-    }
-
-    async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
-        let sessions = self.sessions();
-        let mut matching: Vec<StoredSession> = sessions
-            .live
-            .iter()
-            .filter(|(key, slot)| filter.matches(key, &slot.entry))
-            .map(|(key, slot)| StoredSession {
-                key: key.clone(),
-                entry: slot.entry.clone(),
-                revision: slot.revision,
-            })
-            .collect();
-        if filter.status.includes_replaced() {
-            matching.extend(
-                sessions
-                    .closed
-                    .iter()
-                    .filter(|c| filter.matches(&c.key, &c.entry))
-                    .cloned(),
-            );
-        }
-        Ok(filter.finish(matching))
-    }
-
-    async fn count(&self, filter: &ListFilter) -> Result<usize> {
-        if filter.is_everything() {
-            return Ok(self.sessions().live.len());
-        }
-        Ok(self.list(filter).await?.len())
-    }
-
-    async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
-        let mut sessions = self.sessions();
-        let before = sessions.closed.len();
-        sessions
-            .closed
-            .retain(|c| !session_ids.contains(&c.entry.session_id));
-        Ok(before - sessions.closed.len())
     }
 }

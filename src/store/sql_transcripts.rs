@@ -129,6 +129,7 @@ pub(crate) async fn append(
     let (lines, leaf) = stamp_entries(&mut entries, leaf, Utc::now())
         .map_err(|e| Error::encode(format!("a transcript entry for {}", location.display()), e))?;
     rows.insert_lines(agent, name, count, &lines).await?;
+    crate::telemetry::appended(lines.iter().map(|line| line.len() + 1).sum());
     rows.set_tail(agent, name, count + lines.len() as i64, leaf)
         .await?;
     Ok(entries

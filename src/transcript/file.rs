@@ -262,6 +262,7 @@ impl Inner {
             tails().remove(path);
             return Err(error);
         }
+        crate::telemetry::appended(buffer.len());
         self.remember_tail(
             path,
             Tail {
@@ -594,17 +595,7 @@ impl TranscriptStore for FileTranscriptStore {
         transcript: &TranscriptRef,
         entries: Vec<TranscriptEntry>,
     ) -> Result<Vec<SessionEvent>> {
-        let path = self.path(transcript)?;
-        let _queue = process_mutex(&path).lock_owned().await;
-        let inner = self.inner.clone();
-        let (owned_ref, file) = (transcript.clone(), path.clone());
-        let events = blocking(&path, move || inner.append(&owned_ref, &file, entries)).await?;
-        self.inner.hub.publish(TranscriptUpdate {
-            transcript: transcript.clone(),
-            path: Some(path),
-            events: events.clone(),
-        });
-        Ok(events)
+        crate::telemetry::append("json", transcript, self.append_in_span(transcript, entries)).await
     }
 
     async fn read(&self, transcript: &TranscriptRef, from: Offset) -> Result<TranscriptRead> {
@@ -759,5 +750,25 @@ impl TranscriptExport for FileTranscriptStore {
             inner.create_with(&file, &bytes)
         })
         .await
+    }
+}
+
+impl FileTranscriptStore {
+    async fn append_in_span(
+        &self,
+        transcript: &TranscriptRef,
+        entries: Vec<TranscriptEntry>,
+    ) -> Result<Vec<SessionEvent>> {
+        let path = self.path(transcript)?;
+        let _queue = process_mutex(&path).lock_owned().await;
+        let inner = self.inner.clone();
+        let (owned_ref, file) = (transcript.clone(), path.clone());
+        let events = blocking(&path, move || inner.append(&owned_ref, &file, entries)).await?;
+        self.inner.hub.publish(TranscriptUpdate {
+            transcript: transcript.clone(),
+            path: Some(path),
+            events: events.clone(),
+        });
+        Ok(events)
     }
 }

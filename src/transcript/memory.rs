@@ -110,39 +110,14 @@ impl TranscriptStore for MemoryTranscriptStore {
     async fn append(
         &self,
         transcript: &TranscriptRef,
-        mut entries: Vec<TranscriptEntry>,
+        entries: Vec<TranscriptEntry>,
     ) -> Result<Vec<SessionEvent>> {
-        let id = id(transcript)?;
-        let events = self.with(|all| {
-            let lines = all.entry(id).or_insert_with(|| {
-                vec![header_line(&SessionHeader::new(
-                    &transcript.session_id,
-                    Utc::now(),
-                ))]
-            });
-            let leaf = leaf_of(lines.iter().map(String::as_str));
-            let first = lines.len();
-            let (new_lines, _) = stamp_entries(&mut entries, leaf, Utc::now())
-                .map_err(|e| Error::encode("a transcript entry", e))?;
-            lines.extend(new_lines);
-            Ok::<_, Error>(
-                entries
-                    .into_iter()
-                    .enumerate()
-                    .map(|(index, entry)| SessionEvent {
-                        offset: Offset((first + index) as u64),
-                        line: first + index + 1,
-                        entry,
-                    })
-                    .collect::<Vec<_>>(),
-            )
-        })?;
-        self.inner.hub.publish(TranscriptUpdate {
-            transcript: transcript.clone(),
-            path: None,
-            events: events.clone(),
-        });
-        Ok(events)
+        crate::telemetry::append(
+            "memory",
+            transcript,
+            self.append_in_span(transcript, entries),
+        )
+        .await
     }
 
     async fn read(&self, transcript: &TranscriptRef, from: Offset) -> Result<TranscriptRead> {
@@ -257,5 +232,46 @@ impl TranscriptExport for MemoryTranscriptStore {
             all.insert(id, lines);
             true
         }))
+    }
+}
+
+impl MemoryTranscriptStore {
+    async fn append_in_span(
+        &self,
+        transcript: &TranscriptRef,
+        mut entries: Vec<TranscriptEntry>,
+    ) -> Result<Vec<SessionEvent>> {
+        let id = id(transcript)?;
+        let events = self.with(|all| {
+            let lines = all.entry(id).or_insert_with(|| {
+                vec![header_line(&SessionHeader::new(
+                    &transcript.session_id,
+                    Utc::now(),
+                ))]
+            });
+            let leaf = leaf_of(lines.iter().map(String::as_str));
+            let first = lines.len();
+            let (new_lines, _) = stamp_entries(&mut entries, leaf, Utc::now())
+                .map_err(|e| Error::encode("a transcript entry", e))?;
+            crate::telemetry::appended(new_lines.iter().map(|line| line.len() + 1).sum());
+            lines.extend(new_lines);
+            Ok::<_, Error>(
+                entries
+                    .into_iter()
+                    .enumerate()
+                    .map(|(index, entry)| SessionEvent {
+                        offset: Offset((first + index) as u64),
+                        line: first + index + 1,
+                        entry,
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        })?;
+        self.inner.hub.publish(TranscriptUpdate {
+            transcript: transcript.clone(),
+            path: None,
+            events: events.clone(),
+        });
+        Ok(events)
     }
 }

@@ -336,6 +336,7 @@ impl JsonFileStore {
             holder = match attempt {
                 Ok((lock, document, read_stamp)) => {
                     let waited = started.elapsed();
+                    crate::telemetry::lock_taken("json", waited);
                     if waited >= Duration::from_millis(100) {
                         tracing::info!(path = %lock_path.display(), waited_ms = waited.as_millis() as u64, "session store lock acquired after waiting");
                     } else {
@@ -361,6 +362,7 @@ impl JsonFileStore {
             if waited >= options.timeout {
                 state.last_written = last_written;
                 tracing::warn!(path = %lock_path.display(), holder = ?holder, waited_ms = waited.as_millis() as u64, "timed out waiting for the session store lock");
+                crate::telemetry::lock_timed_out("json");
                 return Err(Error::LockTimeout {
                     path: lock_path,
                     holder,
@@ -960,6 +962,7 @@ impl Inner {
         // failed); never serve the old version from the cache after trying.
         self.forget(path);
         let stamp = write_atomically(&*self.io, path, &bytes, self.options.durability)?;
+        crate::telemetry::wrote(bytes.len());
         tracing::debug!(path = %path.display(), bytes = bytes.len(), durability = ?self.options.durability, elapsed_us = started.elapsed().as_micros() as u64, "session store written");
         Ok(stamp)
     }
@@ -1071,31 +1074,12 @@ impl SessionStore for JsonFileStore {
         key: &SessionKey,
         mutator: &mut Mutator<'_>,
     ) -> Result<Option<StoredSession>> {
-        let path = self.store_path_for(key);
-        let started = Instant::now();
-        let queue = self.inner.queue_of(&path);
-        let mut state = self.queue(&path, &queue, started).await?;
-        if state.open.is_none() {
-            self.lock_file(&path, started, &mut state).await?;
-        }
-        let batch = state.open.as_mut().expect("a batch is open");
-        let main_elsewhere = self.main_elsewhere(key, &path);
-        let applied = apply_change(&mut batch.document, key, &path, main_elsewhere, mutator);
-        let member = match &applied {
-            Ok((_, true, replaced)) => {
-                batch.members += 1;
-                if let Some(entry) = replaced {
-                    batch.closed.keep.push(closed::ClosedSession {
-                        session_key: key.to_string(),
-                        entry: entry.clone(),
-                    });
-                }
-                Some(batch.outcome.subscribe())
-            }
-            _ => None,
-        };
-        self.end_change(&path, &queue, state, member).await?;
-        applied.map(|(stored, _, _)| stored)
+        crate::telemetry::update(
+            "json",
+            std::slice::from_ref(key),
+            self.apply_in_span(key, mutator),
+        )
+        .await
     }
 
     async fn apply_many(
@@ -1103,62 +1087,7 @@ impl SessionStore for JsonFileStore {
         keys: &[SessionKey],
         mutator: &mut ManyMutator<'_>,
     ) -> Result<Slots> {
-        let keys = distinct_keys(keys);
-        let Some(first) = keys.first() else {
-            mutator(&mut Slots::default())?;
-            return Ok(Slots::default());
-        };
-        // One lock and one write of one file: keys in two files cannot change together
-        // (a reader could see one file written and not the other, and a failure could
-        // leave one written), so they are refused before anything is locked.
-        let path = self.store_path_for(first);
-        for key in &keys[1..] {
-            let other = self.store_path_for(key);
-            if other != path {
-                return Err(Error::NotAtomic {
-                    first: first.clone(),
-                    second: key.clone(),
-                    reason: format!(
-                        "their sessions are in different files ({} and {}), and one write \
-                         replaces one file",
-                        path.display(),
-                        other.display()
-                    ),
-                });
-            }
-        }
-        let started = Instant::now();
-        let queue = self.inner.queue_of(&path);
-        let mut state = self.queue(&path, &queue, started).await?;
-        if state.open.is_none() {
-            self.lock_file(&path, started, &mut state).await?;
-        }
-        let batch = state.open.as_mut().expect("a batch is open");
-        let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.change_many(&mut batch.document, &keys, &path, mutator)
-        }));
-        let mut applied = match applied {
-            Ok(applied) => applied,
-            Err(panic) => {
-                // The mutator panicked before anything of it reached the document: write
-                // what other writers left in the batch and release the lock file (which
-                // would otherwise stay taken until this process's next write), then let
-                // the panic go on.
-                let batch = state.open.take().expect("a batch is open");
-                let _ = self.commit(&path, state, batch).await;
-                std::panic::resume_unwind(panic);
-            }
-        };
-        let member = match &mut applied {
-            Ok((_, true, replaced)) => {
-                batch.members += 1;
-                batch.closed.keep.append(replaced);
-                Some(batch.outcome.subscribe())
-            }
-            _ => None,
-        };
-        self.end_change(&path, &queue, state, member).await?;
-        applied.map(|(slots, _, _)| slots)
+        crate::telemetry::update("json", keys, self.apply_many_in_span(keys, mutator)).await
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
@@ -1230,5 +1159,102 @@ impl SessionStore for JsonFileStore {
             Ok(count)
         })
         .await
+    }
+}
+
+impl JsonFileStore {
+    async fn apply_in_span(
+        &self,
+        key: &SessionKey,
+        mutator: &mut Mutator<'_>,
+    ) -> Result<Option<StoredSession>> {
+        let path = self.store_path_for(key);
+        let started = Instant::now();
+        let queue = self.inner.queue_of(&path);
+        let mut state = self.queue(&path, &queue, started).await?;
+        if state.open.is_none() {
+            self.lock_file(&path, started, &mut state).await?;
+        }
+        let batch = state.open.as_mut().expect("a batch is open");
+        let main_elsewhere = self.main_elsewhere(key, &path);
+        let applied = apply_change(&mut batch.document, key, &path, main_elsewhere, mutator);
+        let member = match &applied {
+            Ok((_, true, replaced)) => {
+                batch.members += 1;
+                if let Some(entry) = replaced {
+                    batch.closed.keep.push(closed::ClosedSession {
+                        session_key: key.to_string(),
+                        entry: entry.clone(),
+                    });
+                }
+                Some(batch.outcome.subscribe())
+            }
+            _ => None,
+        };
+        self.end_change(&path, &queue, state, member).await?;
+        applied.map(|(stored, _, _)| stored)
+    }
+
+    async fn apply_many_in_span(
+        &self,
+        keys: &[SessionKey],
+        mutator: &mut ManyMutator<'_>,
+    ) -> Result<Slots> {
+        let keys = distinct_keys(keys);
+        let Some(first) = keys.first() else {
+            mutator(&mut Slots::default())?;
+            return Ok(Slots::default());
+        };
+        // One lock and one write of one file: keys in two files cannot change together
+        // (a reader could see one file written and not the other, and a failure could
+        // leave one written), so they are refused before anything is locked.
+        let path = self.store_path_for(first);
+        for key in &keys[1..] {
+            let other = self.store_path_for(key);
+            if other != path {
+                return Err(Error::NotAtomic {
+                    first: first.clone(),
+                    second: key.clone(),
+                    reason: format!(
+                        "their sessions are in different files ({} and {}), and one write \
+                         replaces one file",
+                        path.display(),
+                        other.display()
+                    ),
+                });
+            }
+        }
+        let started = Instant::now();
+        let queue = self.inner.queue_of(&path);
+        let mut state = self.queue(&path, &queue, started).await?;
+        if state.open.is_none() {
+            self.lock_file(&path, started, &mut state).await?;
+        }
+        let batch = state.open.as_mut().expect("a batch is open");
+        let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.change_many(&mut batch.document, &keys, &path, mutator)
+        }));
+        let mut applied = match applied {
+            Ok(applied) => applied,
+            Err(panic) => {
+                // The mutator panicked before anything of it reached the document: write
+                // what other writers left in the batch and release the lock file (which
+                // would otherwise stay taken until this process's next write), then let
+                // the panic go on.
+                let batch = state.open.take().expect("a batch is open");
+                let _ = self.commit(&path, state, batch).await;
+                std::panic::resume_unwind(panic);
+            }
+        };
+        let member = match &mut applied {
+            Ok((_, true, replaced)) => {
+                batch.members += 1;
+                batch.closed.keep.append(replaced);
+                Some(batch.outcome.subscribe())
+            }
+            _ => None,
+        };
+        self.end_change(&path, &queue, state, member).await?;
+        applied.map(|(slots, _, _)| slots)
     }
 }

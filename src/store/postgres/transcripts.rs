@@ -218,25 +218,12 @@ impl TranscriptStore for PostgresStore {
         transcript: &TranscriptRef,
         entries: Vec<TranscriptEntry>,
     ) -> Result<Vec<SessionEvent>> {
-        let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
-        let mut client = self.client().await?;
-        let txn = self.begin_transcript(&mut client, &agent, &name).await?;
-        let events = rows::append(
-            &mut self.rows(&txn),
-            (&agent, &name),
-            &transcript.session_id,
-            &self.location,
-            entries,
+        crate::telemetry::append(
+            BACKEND,
+            transcript,
+            self.append_in_span(transcript, entries),
         )
-        .await?;
-        self.announce(&txn, transcript, &name, &events).await?;
-        txn.commit().await.map_err(pg_error("commit"))?;
-        self.hub.publish(TranscriptUpdate {
-            transcript: transcript.clone(),
-            path: None,
-            events: events.clone(),
-        });
-        Ok(events)
+        .await
     }
 
     async fn read(&self, transcript: &TranscriptRef, from: Offset) -> Result<TranscriptRead> {
@@ -362,5 +349,33 @@ impl TranscriptExport for PostgresStore {
         let created = rows::create(&mut self.rows(&txn), &agent, &name, &lines).await?;
         txn.commit().await.map_err(pg_error("commit"))?;
         Ok(created)
+    }
+}
+
+impl PostgresStore {
+    async fn append_in_span(
+        &self,
+        transcript: &TranscriptRef,
+        entries: Vec<TranscriptEntry>,
+    ) -> Result<Vec<SessionEvent>> {
+        let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
+        let mut client = self.client().await?;
+        let txn = self.begin_transcript(&mut client, &agent, &name).await?;
+        let events = rows::append(
+            &mut self.rows(&txn),
+            (&agent, &name),
+            &transcript.session_id,
+            &self.location,
+            entries,
+        )
+        .await?;
+        self.announce(&txn, transcript, &name, &events).await?;
+        txn.commit().await.map_err(pg_error("commit"))?;
+        self.hub.publish(TranscriptUpdate {
+            transcript: transcript.clone(),
+            path: None,
+            events: events.clone(),
+        });
+        Ok(events)
     }
 }

@@ -329,10 +329,12 @@ impl SqliteStore {
         F: FnOnce(&rusqlite::Transaction<'_>) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
+        let started = std::time::Instant::now();
         self.read(move |c| {
             let tx = c
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(db_error("begin a transaction"))?;
+            crate::telemetry::lock_taken(BACKEND, started.elapsed());
             let value = work(&tx)?;
             tx.commit().map_err(db_error("commit"))?;
             Ok(value)

@@ -154,29 +154,12 @@ impl TranscriptStore for SqliteStore {
         transcript: &TranscriptRef,
         entries: Vec<TranscriptEntry>,
     ) -> Result<Vec<SessionEvent>> {
-        let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
-        let session_id = transcript.session_id.clone();
-        let location = self.inner.path.clone();
-        let (writer, announced) = (self.inner.writer.clone(), transcript.clone());
-        let events = self
-            .write(move |tx| {
-                let events = now(rows::append(
-                    &mut SqliteRows(tx),
-                    (&agent, &name),
-                    &session_id,
-                    &location,
-                    entries,
-                ))?;
-                feed::announce(tx, &writer, &announced, &name, &events)?;
-                Ok(events)
-            })
-            .await?;
-        self.inner.hub.publish(TranscriptUpdate {
-            transcript: transcript.clone(),
-            path: None,
-            events: events.clone(),
-        });
-        Ok(events)
+        crate::telemetry::append(
+            BACKEND,
+            transcript,
+            self.append_in_span(transcript, entries),
+        )
+        .await
     }
 
     async fn read(&self, transcript: &TranscriptRef, from: Offset) -> Result<TranscriptRead> {
@@ -300,5 +283,37 @@ impl TranscriptExport for SqliteStore {
         let (agent, name) = (agent.to_string(), name.to_owned());
         self.write(move |tx| now(rows::create(&mut SqliteRows(tx), &agent, &name, &lines)))
             .await
+    }
+}
+
+impl SqliteStore {
+    async fn append_in_span(
+        &self,
+        transcript: &TranscriptRef,
+        entries: Vec<TranscriptEntry>,
+    ) -> Result<Vec<SessionEvent>> {
+        let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
+        let session_id = transcript.session_id.clone();
+        let location = self.inner.path.clone();
+        let (writer, announced) = (self.inner.writer.clone(), transcript.clone());
+        let events = self
+            .write(move |tx| {
+                let events = now(rows::append(
+                    &mut SqliteRows(tx),
+                    (&agent, &name),
+                    &session_id,
+                    &location,
+                    entries,
+                ))?;
+                feed::announce(tx, &writer, &announced, &name, &events)?;
+                Ok(events)
+            })
+            .await?;
+        self.inner.hub.publish(TranscriptUpdate {
+            transcript: transcript.clone(),
+            path: None,
+            events: events.clone(),
+        });
+        Ok(events)
     }
 }
