@@ -1,4 +1,5 @@
 //! What the crate tells an operator: tracing spans, and metrics with feature `metrics`.
+//! `docs/observability.md` says the same with examples of installing a subscriber.
 //!
 //! # Spans
 //!
