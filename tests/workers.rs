@@ -134,28 +134,27 @@ fn script() -> Vec<Step> {
             let cycle = index / 10;
             let action = match (index, index % 10) {
                 (33, _) => Action::Receive(direct("telegram", "bob", "/new")),
-                (52, _) => Action::Receive(direct(
-                    "telegram",
-                    "alice",
-                    "/new what is on my calendar?",
-                )),
+                (52, _) => {
+                    Action::Receive(direct("telegram", "alice", "/new what is on my calendar?"))
+                }
                 (_, 0) | (_, 9) => Action::Receive(direct(
                     "telegram",
                     "alice",
                     &format!("alice on telegram, step {index}"),
                 )),
-                (_, 1) | (_, 8) => Action::Receive(chatter(
-                    "dana",
-                    &format!("dana chats at step {index}."),
-                )),
+                (_, 1) | (_, 8) => {
+                    Action::Receive(chatter("dana", &format!("dana chats at step {index}.")))
+                }
                 (_, 2) => Action::Receive(direct(
                     "telegram",
                     "bob",
                     &format!("bob on telegram, step {index}"),
                 )),
                 (_, 3) => Action::Receive(chatter("eve", &format!("eve chats at step {index}."))),
-                (_, 4) => Action::Receive(mention("bob", &format!("@bot bob asks at step {index}"))),
-                (_, 5) if cycle < 2 || cycle >= 6 => Action::Receive(direct(
+                (_, 4) => {
+                    Action::Receive(mention("bob", &format!("@bot bob asks at step {index}")))
+                }
+                (_, 5) if !(2..6).contains(&cycle) => Action::Receive(direct(
                     "discord",
                     "carol",
                     &format!("carol on discord, step {index}"),
@@ -673,10 +672,25 @@ fn assert_the_day_happened(outcome: &Outcome) {
     assert_eq!(reports[1].action, "stay_silent");
     assert!(reports[1].seen.is_empty());
     assert_eq!(reports[4].action, "answer");
-    assert!(inputs[&4].contains("dana chats at step 1."), "{}", inputs[&4]);
-    assert!(inputs[&4].contains("eve chats at step 3."), "{}", inputs[&4]);
-    assert!(inputs[&14].contains("dana chats at step 11."), "{}", inputs[&14]);
-    assert!(!inputs[&14].contains("dana chats at step 1."), "chatter reaches one turn");
+    assert!(
+        inputs[&4].contains("dana chats at step 1."),
+        "{}",
+        inputs[&4]
+    );
+    assert!(
+        inputs[&4].contains("eve chats at step 3."),
+        "{}",
+        inputs[&4]
+    );
+    assert!(
+        inputs[&14].contains("dana chats at step 11."),
+        "{}",
+        inputs[&14]
+    );
+    assert!(
+        !inputs[&14].contains("dana chats at step 1."),
+        "chatter reaches one turn"
+    );
     // The reminder queued at step 6 reaches Alice's next Telegram message, once.
     let reminded: Vec<usize> = inputs
         .iter()
@@ -685,7 +699,10 @@ fn assert_the_day_happened(outcome: &Outcome) {
         .collect();
     assert_eq!(reminded, [9]);
     // Steps 10 onward see the step-9 turn as history, not as new input.
-    assert!(reports[10].seen.iter().any(|(_, t)| t.contains("Reminder 6:")));
+    assert!(reports[10]
+        .seen
+        .iter()
+        .any(|(_, t)| t.contains("Reminder 6:")));
     // Bob's bare `/new` is acknowledged in a new session.
     assert_eq!(reports[33].action, "acknowledge");
     assert_eq!(reports[33].reason.as_deref(), Some("explicit_reset"));
@@ -761,7 +778,11 @@ fn one_worker_and_four_agree(mut fresh_store: impl FnMut() -> String) {
     eprintln!("one worker: {one_took:?}; four workers: {four_took:?}");
     // The dealing really spread the day, after the replacement too.
     for n in 0..WORKERS {
-        assert!(four.dealt[KILL_BEFORE_STEP..].contains(&n), "{:?}", four.dealt);
+        assert!(
+            four.dealt[KILL_BEFORE_STEP..].contains(&n),
+            "{:?}",
+            four.dealt
+        );
     }
     assert_eq!(one.reports, four.reports);
     assert_eq!(one.transcripts, four.transcripts);
@@ -838,16 +859,31 @@ fn a_worker_killed_mid_turn_leaves_nothing_half_done(url: &str) {
     let backend = runtime.block_on(Backend::open(url)).unwrap();
     let mut doomed = Worker::start(url);
     let mut survivor = Worker::start(url);
-    doomed.run(&step_at(0, 0, Action::Receive(chatter("dana", "lunch at noon"))));
-    survivor.run(&step_at(1, 1, Action::Receive(chatter("eve", "I'll be late"))));
-    for (index, text) in [(2, "Reminder: stand-up moved."), (3, "Reminder: lunch booked.")] {
+    doomed.run(&step_at(
+        0,
+        0,
+        Action::Receive(chatter("dana", "lunch at noon")),
+    ));
+    survivor.run(&step_at(
+        1,
+        1,
+        Action::Receive(chatter("eve", "I'll be late")),
+    ));
+    for (index, text) in [
+        (2, "Reminder: stand-up moved."),
+        (3, "Reminder: lunch booked."),
+    ] {
         let enqueue = Action::Enqueue {
             to: mention("bob", ""),
             text: text.into(),
         };
         doomed.run(&step_at(index, index as u64, enqueue));
     }
-    let mut held = step_at(4, 4, Action::Receive(mention("bob", "@bot where is lunch?")));
+    let mut held = step_at(
+        4,
+        4,
+        Action::Receive(mention("bob", "@bot where is lunch?")),
+    );
     held.hold_ms = Some(60_000);
     doomed.send(&held);
     assert_eq!(doomed.hear(), Said::Holding { index: 4 });
@@ -865,9 +901,17 @@ fn a_worker_killed_mid_turn_leaves_nothing_half_done(url: &str) {
     assert!(took < Duration::from_secs(5), "took {took:?}");
 
     assert_eq!(next.action, "answer");
-    assert_eq!(next.aborted_last_run, Some(true), "the killed run is reported");
+    assert_eq!(
+        next.aborted_last_run,
+        Some(true),
+        "the killed run is reported"
+    );
     let roles: Vec<&str> = next.seen.iter().map(|(role, _)| role.as_str()).collect();
-    assert_eq!(roles, ["user", "user"], "the killed turn is unanswered history");
+    assert_eq!(
+        roles,
+        ["user", "user"],
+        "the killed turn is unanswered history"
+    );
     let killed_input = &next.seen[0].1;
     assert!(killed_input.contains("where is lunch?"), "{killed_input}");
     for once in [
