@@ -107,7 +107,7 @@ pub struct PostgresStore {
     /// This handle's name in its append notices.
     writer: Arc<str>,
     /// The task hearing other processes' appends, once started.
-    listener: Arc<OnceLock<Option<notify::Listener>>>,
+    listener: Arc<OnceLock<notify::Listener>>,
 }
 
 impl std::fmt::Debug for PostgresStore {

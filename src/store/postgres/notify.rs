@@ -56,15 +56,18 @@ impl PostgresStore {
     }
 
     /// Starts listening for other processes' appends, once per handle, when there is a
-    /// runtime to listen on.
+    /// runtime to listen on (a subscription made outside one leaves the start to a
+    /// later one).
     pub(super) fn start_listening(&self) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
         self.listener.get_or_init(|| {
-            let handle = tokio::runtime::Handle::try_current().ok()?;
             let reader = PostgresStore {
                 listener: Arc::default(),
                 ..self.clone()
             };
-            Some(Listener(handle.spawn(reader.listen())))
+            Listener(handle.spawn(reader.listen()))
         });
     }
 

@@ -58,12 +58,15 @@ pub(super) fn announce(
 }
 
 impl SqliteStore {
-    /// Starts reading the feed, once per handle, when there is a runtime to read on.
+    /// Starts reading the feed, once per handle, when there is a runtime to read on (a
+    /// subscription made outside one leaves the start to a later one).
     pub(super) fn start_feed_reader(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
         self.inner.feed_reader.get_or_init(|| {
-            let runtime = tokio::runtime::Handle::try_current().ok()?;
             let store = Arc::downgrade(&self.inner);
-            Some(FeedReader(runtime.spawn(read_feed(store))))
+            FeedReader(runtime.spawn(read_feed(store)))
         });
     }
 

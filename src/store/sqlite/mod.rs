@@ -99,7 +99,7 @@ struct Inner {
     /// This handle's name in its append notices.
     writer: String,
     /// The task reading other processes' appends from the feed, once started.
-    feed_reader: std::sync::OnceLock<Option<feed::FeedReader>>,
+    feed_reader: std::sync::OnceLock<feed::FeedReader>,
 }
 
 type Guard = OwnedMutexGuard<Connection>;
