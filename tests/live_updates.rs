@@ -77,6 +77,23 @@ async fn a_subscription_outside_a_runtime_does_not_deafen_later_ones(
     subscribers_hear_the_other_handle(here, there).await;
 }
 
+/// A handle whose first subscriber's runtime shut down (taking the reader of other
+/// processes' appends with it) starts another reader for the next subscriber, on
+/// `main`.
+fn subscribers_hear_the_other_handle_after_a_runtime_shut_down(
+    main: &tokio::runtime::Runtime,
+    here: &dyn TranscriptStore,
+    there: &dyn TranscriptStore,
+) {
+    let first = tokio::runtime::Runtime::new().unwrap();
+    first.block_on(async {
+        drop(here.subscribe());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    });
+    drop(first);
+    main.block_on(subscribers_hear_the_other_handle(here, there));
+}
+
 /// An append whose transcript is archived right after it (a reset) still reaches a
 /// subscriber on `here`.
 async fn subscribers_hear_appends_archived_right_after(
@@ -159,6 +176,13 @@ mod sqlite {
         super::a_subscription_outside_a_runtime_does_not_deafen_later_ones(&here, &there).await;
     }
 
+    #[test]
+    fn subscribers_hear_another_process_after_a_runtime_shut_down() {
+        let main = tokio::runtime::Runtime::new().unwrap();
+        let (here, there, _dir) = two_handles();
+        subscribers_hear_the_other_handle_after_a_runtime_shut_down(&main, &here, &there);
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     #[ignore = "fails: the feed reads an append's lines after the archive renamed them"]
     async fn a_subscriber_hears_appends_to_a_transcript_archived_right_after() {
@@ -204,6 +228,20 @@ mod postgres {
         super::a_subscription_outside_a_runtime_does_not_deafen_later_ones(&here, &there).await;
         drop((here, there));
         schema.drop().await;
+    }
+
+    #[test]
+    #[cfg_attr(
+        not(postgres_tests),
+        ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+    )]
+    fn subscribers_hear_another_host_after_a_runtime_shut_down() {
+        let main = tokio::runtime::Runtime::new().unwrap();
+        let schema = TestSchema::new("live");
+        let (here, there) = main.block_on(async { (schema.store().await, schema.store().await) });
+        subscribers_hear_the_other_handle_after_a_runtime_shut_down(&main, &here, &there);
+        drop((here, there));
+        main.block_on(schema.drop());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
