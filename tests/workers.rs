@@ -502,18 +502,12 @@ fn messages_logged(report: &Report) -> usize {
 }
 
 /// Waits until the subscriber has heard `expected` user and assistant lines.
-///
-/// The next step waits for this: an append and a reset of the same session within one
-/// look at the feed (50 ms on SQLite) loses the append for subscribers in other
-/// processes (see `a_subscriber_hears_appends_to_a_transcript_archived_right_after`
-/// in tests/live_updates.rs), so without the wait what the subscriber hears would
-/// depend on timing.
-fn until_heard(heard: &Mutex<Vec<TranscriptUpdate>>, expected: usize, step: usize) {
+fn until_heard(heard: &Mutex<Vec<TranscriptUpdate>>, expected: usize) {
     let deadline = Instant::now() + Duration::from_secs(5);
     while messages_in(heard) < expected {
         assert!(
             Instant::now() < deadline,
-            "the subscriber did not hear step {step}: {} of {expected} lines",
+            "the subscriber heard {} of {expected} lines",
             messages_in(heard)
         );
         std::thread::sleep(Duration::from_millis(5));
@@ -548,15 +542,11 @@ fn run(url: &str, steps: &[Step], dealing: Dealing) -> Outcome {
 
     let mut reports = Vec::new();
     let mut dealt = Vec::new();
-    let mut expected = 0;
     match dealing {
         Dealing::One => {
             let mut worker = Worker::start(url);
             for step in steps {
-                let report = worker.run(step);
-                expected += messages_logged(&report);
-                until_heard(&heard, expected, step.index);
-                reports.push(report);
+                reports.push(worker.run(step));
                 dealt.push(0);
             }
             worker.finish();
@@ -574,10 +564,7 @@ fn run(url: &str, steps: &[Step], dealing: Dealing) -> Outcome {
                 } else {
                     dice.roll(WORKERS)
                 };
-                let report = workers[n].run(step);
-                expected += messages_logged(&report);
-                until_heard(&heard, expected, step.index);
-                reports.push(report);
+                reports.push(workers[n].run(step));
                 dealt.push(n);
             }
             for worker in workers {
@@ -587,6 +574,7 @@ fn run(url: &str, steps: &[Step], dealing: Dealing) -> Outcome {
     }
 
     let ordinals = Ordinals::of(&reports);
+    until_heard(&heard, reports.iter().map(messages_logged).sum());
     // A little longer, to hear anything heard twice.
     std::thread::sleep(Duration::from_millis(500));
     listener.abort();
