@@ -66,6 +66,55 @@ async fn subscribers_hear_the_other_handle(
     );
 }
 
+/// A first subscription made where there is no runtime to read other processes'
+/// appends on does not keep later subscriptions on the same handle from hearing them.
+async fn a_subscription_outside_a_runtime_does_not_deafen_later_ones(
+    here: &dyn TranscriptStore,
+    there: &dyn TranscriptStore,
+) {
+    let outside = std::thread::scope(|scope| scope.spawn(|| here.subscribe()).join().unwrap());
+    drop(outside);
+    subscribers_hear_the_other_handle(here, there).await;
+}
+
+/// A handle whose first subscriber's runtime shut down (taking the reader of other
+/// processes' appends with it) starts another reader for the next subscriber, on
+/// `main`.
+fn subscribers_hear_the_other_handle_after_a_runtime_shut_down(
+    main: &tokio::runtime::Runtime,
+    here: &dyn TranscriptStore,
+    there: &dyn TranscriptStore,
+) {
+    let first = tokio::runtime::Runtime::new().unwrap();
+    first.block_on(async {
+        drop(here.subscribe());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    });
+    drop(first);
+    main.block_on(subscribers_hear_the_other_handle(here, there));
+}
+
+/// An append whose transcript is archived right after it (a reset) still reaches a
+/// subscriber on `here`.
+async fn subscribers_hear_appends_archived_right_after(
+    here: &dyn TranscriptStore,
+    there: &dyn TranscriptStore,
+) {
+    use agent_sessions::transcript::ArchiveReason;
+    let mut feed = here.subscribe();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t = transcript("s-reset");
+    there.append(&t, vec![said("last words")]).await.unwrap();
+    there
+        .archive(&t, ArchiveReason::Reset, chrono::Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(
+        drain(&mut feed, Duration::from_secs(3)).await,
+        ["last words"]
+    );
+}
+
 /// A follower on `here` of a transcript appended through `there` sees every event in
 /// order, and is woken by the announcement well before its own next look.
 async fn followers_are_woken_by_the_other_handle(
@@ -122,6 +171,25 @@ mod sqlite {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_subscription_outside_a_runtime_does_not_deafen_later_ones() {
+        let (here, there, _dir) = two_handles();
+        super::a_subscription_outside_a_runtime_does_not_deafen_later_ones(&here, &there).await;
+    }
+
+    #[test]
+    fn subscribers_hear_another_process_after_a_runtime_shut_down() {
+        let main = tokio::runtime::Runtime::new().unwrap();
+        let (here, there, _dir) = two_handles();
+        subscribers_hear_the_other_handle_after_a_runtime_shut_down(&main, &here, &there);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_subscriber_hears_appends_to_a_transcript_archived_right_after() {
+        let (here, there, _dir) = two_handles();
+        subscribers_hear_appends_archived_right_after(&here, &there).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn followers_are_woken_by_another_process() {
         let (here, there, _dir) = two_handles();
         // An hour between looks: only the feed can wake the follower in time.
@@ -144,6 +212,46 @@ mod postgres {
         let schema = TestSchema::new("live");
         let (here, there) = (schema.store().await, schema.store().await);
         subscribers_hear_the_other_handle(&here, &there).await;
+        drop((here, there));
+        schema.drop().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[cfg_attr(
+        not(postgres_tests),
+        ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+    )]
+    async fn a_subscription_outside_a_runtime_does_not_deafen_later_ones() {
+        let schema = TestSchema::new("live");
+        let (here, there) = (schema.store().await, schema.store().await);
+        super::a_subscription_outside_a_runtime_does_not_deafen_later_ones(&here, &there).await;
+        drop((here, there));
+        schema.drop().await;
+    }
+
+    #[test]
+    #[cfg_attr(
+        not(postgres_tests),
+        ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+    )]
+    fn subscribers_hear_another_host_after_a_runtime_shut_down() {
+        let main = tokio::runtime::Runtime::new().unwrap();
+        let schema = TestSchema::new("live");
+        let (here, there) = main.block_on(async { (schema.store().await, schema.store().await) });
+        subscribers_hear_the_other_handle_after_a_runtime_shut_down(&main, &here, &there);
+        drop((here, there));
+        main.block_on(schema.drop());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[cfg_attr(
+        not(postgres_tests),
+        ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+    )]
+    async fn a_subscriber_hears_appends_to_a_transcript_archived_right_after() {
+        let schema = TestSchema::new("live");
+        let (here, there) = (schema.store().await, schema.store().await);
+        subscribers_hear_appends_archived_right_after(&here, &there).await;
         drop((here, there));
         schema.drop().await;
     }

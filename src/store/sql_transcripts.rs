@@ -58,6 +58,8 @@ pub(crate) trait TranscriptRows {
     ) -> Result<()>;
     /// Renames the transcript and its lines.
     async fn rename(&mut self, agent: &str, from: &str, to: &str) -> Result<()>;
+    /// The newest name `name` was archived under (`<name>.<reason>.<time>`), if any.
+    async fn archived_as(&mut self, agent: &str, name: &str) -> Result<Option<String>>;
 }
 
 /// Creates transcript `name` of `lines` unless it exists; whether it did.
@@ -271,20 +273,22 @@ impl AppendNotice {
         })
     }
 
-    /// The update it announces, its lines read with `rows`; `None` when they are gone
-    /// (the transcript was archived or removed since).
+    /// The update it announces, its lines read with `rows` — under the transcript's
+    /// archived name when it was archived since (a reset right after the append);
+    /// `None` when they are gone (the transcript was removed since).
     pub async fn update(
         &self,
         rows: &mut impl TranscriptRows,
         location: &Path,
     ) -> Result<Option<TranscriptUpdate>> {
-        let read = read(
-            rows,
-            (&self.agent, &self.name),
-            Offset(self.first),
-            location,
-        )
-        .await?;
+        let name = match rows.row(&self.agent, &self.name).await? {
+            Some(_) => self.name.clone(),
+            None => match rows.archived_as(&self.agent, &self.name).await? {
+                Some(archived) => archived,
+                None => return Ok(None),
+            },
+        };
+        let read = read(rows, (&self.agent, &name), Offset(self.first), location).await?;
         let events: Vec<SessionEvent> = read
             .events
             .into_iter()

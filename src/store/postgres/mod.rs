@@ -1,7 +1,7 @@
 //! [`PostgresStore`]: sessions, transcripts and the message log on a PostgreSQL server.
 
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -107,7 +107,7 @@ pub struct PostgresStore {
     /// This handle's name in its append notices.
     writer: Arc<str>,
     /// The task hearing other processes' appends, once started.
-    listener: Arc<OnceLock<Option<notify::Listener>>>,
+    listener: Arc<std::sync::Mutex<Option<notify::Listener>>>,
 }
 
 impl std::fmt::Debug for PostgresStore {

@@ -56,16 +56,27 @@ impl PostgresStore {
     }
 
     /// Starts listening for other processes' appends, once per handle, when there is a
-    /// runtime to listen on.
+    /// runtime to listen on and no listener is running (a subscription made outside a
+    /// runtime, or one whose runtime has shut down, leaves the start to a later one).
     pub(super) fn start_listening(&self) {
-        self.listener.get_or_init(|| {
-            let handle = tokio::runtime::Handle::try_current().ok()?;
-            let reader = PostgresStore {
-                listener: Arc::default(),
-                ..self.clone()
-            };
-            Some(Listener(handle.spawn(reader.listen())))
-        });
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut listener = self
+            .listener
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if listener
+            .as_ref()
+            .is_some_and(|running| !running.0.is_finished())
+        {
+            return;
+        }
+        let reader = PostgresStore {
+            listener: Arc::default(),
+            ..self.clone()
+        };
+        *listener = Some(Listener(handle.spawn(reader.listen())));
     }
 
     /// Listens until aborted, reconnecting after a lost connection. Notices sent while

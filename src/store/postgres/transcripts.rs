@@ -143,6 +143,22 @@ impl TranscriptRows for PgRows<'_, '_> {
         }
         Ok(())
     }
+
+    async fn archived_as(&mut self, agent: &str, name: &str) -> Result<Option<String>> {
+        Ok(self
+            .tx
+            .query_opt(
+                &format!(
+                    "SELECT name FROM {} WHERE agent_id = $1 AND starts_with(name, $2 || '.')
+                     ORDER BY name DESC LIMIT 1",
+                    self.store.table("transcripts")
+                ),
+                &[&agent, &name],
+            )
+            .await
+            .map_err(pg_error("find an archived transcript"))?
+            .map(|row| row.get(0)))
+    }
 }
 
 impl PostgresStore {

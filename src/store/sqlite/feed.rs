@@ -58,13 +58,26 @@ pub(super) fn announce(
 }
 
 impl SqliteStore {
-    /// Starts reading the feed, once per handle, when there is a runtime to read on.
+    /// Starts reading the feed, once per handle, when there is a runtime to read on and
+    /// no reader is running (a subscription made outside a runtime, or one whose
+    /// runtime has shut down, leaves the start to a later one).
     pub(super) fn start_feed_reader(&self) {
-        self.inner.feed_reader.get_or_init(|| {
-            let runtime = tokio::runtime::Handle::try_current().ok()?;
-            let store = Arc::downgrade(&self.inner);
-            Some(FeedReader(runtime.spawn(read_feed(store))))
-        });
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut reader = self
+            .inner
+            .feed_reader
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if reader
+            .as_ref()
+            .is_some_and(|running| !running.0.is_finished())
+        {
+            return;
+        }
+        let store = Arc::downgrade(&self.inner);
+        *reader = Some(FeedReader(runtime.spawn(read_feed(store))));
     }
 
     /// The newest notice's id.

@@ -98,8 +98,9 @@ struct Inner {
     hub: UpdateHub,
     /// This handle's name in its append notices.
     writer: String,
-    /// The task reading other processes' appends from the feed, once started.
-    feed_reader: std::sync::OnceLock<Option<feed::FeedReader>>,
+    /// The task reading other processes' appends from the feed, once started (it ends
+    /// with the runtime it was started on; the next subscription starts another).
+    feed_reader: std::sync::Mutex<Option<feed::FeedReader>>,
 }
 
 type Guard = OwnedMutexGuard<Connection>;
@@ -226,7 +227,7 @@ impl SqliteStore {
                 connection: Arc::new(Mutex::new(connection)),
                 hub: UpdateHub::default(),
                 writer: uuid::Uuid::new_v4().simple().to_string(),
-                feed_reader: std::sync::OnceLock::new(),
+                feed_reader: std::sync::Mutex::new(None),
             }),
         }
     }

@@ -118,6 +118,19 @@ impl TranscriptRows for SqliteRows<'_> {
         }
         Ok(())
     }
+
+    async fn archived_as(&mut self, agent: &str, name: &str) -> Result<Option<String>> {
+        self.0
+            .query_row(
+                "SELECT name FROM transcripts
+                 WHERE agent_id = ?1 AND substr(name, 1, length(?2) + 1) = ?2 || '.'
+                 ORDER BY name DESC LIMIT 1",
+                [agent, name],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(db_error("find an archived transcript"))
+    }
 }
 
 #[async_trait]
