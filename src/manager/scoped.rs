@@ -534,6 +534,10 @@ mod tests {
         ("checkpoint_idle_sessions", "a job over many sessions"),
         ("spawn_idle_checkpoints", "a job over many sessions"),
         ("subscribe", "every transcript's updates"),
+        (
+            "follow_session",
+            "looks up by id across sessions, closed ones included; a caller follows its keys",
+        ),
         ("refresh_identity_summary", "a job over a person's sessions"),
         ("agent_identity_of", "configuration"),
         ("find_session", "looks up by id across sessions"),
