@@ -31,6 +31,7 @@ pub struct TelegramAdapter {
     bot_username: Option<String>,
     account_id: Option<String>,
     agent_id: Option<String>,
+    owners: Vec<UserId>,
 }
 
 impl From<&Me> for TelegramAdapter {
@@ -40,6 +41,7 @@ impl From<&Me> for TelegramAdapter {
             bot_username: me.user.username.clone(),
             account_id: None,
             agent_id: None,
+            owners: Vec::new(),
         }
     }
 }
@@ -54,6 +56,7 @@ impl TelegramAdapter {
             bot_username: Some(username.trim_start_matches('@').to_owned()),
             account_id: None,
             agent_id: None,
+            owners: Vec::new(),
         }
     }
 
@@ -67,6 +70,15 @@ impl TelegramAdapter {
     /// Routes every message to `agent_id` instead of the manager's default agent.
     pub fn with_agent(mut self, agent_id: impl Into<String>) -> Self {
         self.agent_id = Some(agent_id.into());
+        self
+    }
+
+    /// Marks messages from these users as the owner's
+    /// ([`InboundMessage::sender_is_owner`]): the owner may reset a group's session
+    /// with `/new`, which other group members may not (unless the manager's
+    /// `ResetTriggers::allow` lets them).
+    pub fn with_owners(mut self, owners: impl IntoIterator<Item = UserId>) -> Self {
+        self.owners.extend(owners);
         self
     }
 
@@ -106,6 +118,7 @@ impl TelegramAdapter {
     ///   (`/help@bot`), or replies to one of the bot's messages. A command addressed to
     ///   the bot loses its `@bot` suffix (`/new@bot` → `/new`), so reset triggers work in
     ///   groups.
+    /// - A message from one of the [owners](Self::with_owners) is the owner's.
     /// - The sender's id, display name and username, the message id and time are
     ///   recorded; the message it replies to and where it was forwarded from go into
     ///   the untrusted context, for the model to read but not obey.
@@ -146,6 +159,11 @@ impl TelegramAdapter {
         }
         if let Some(origin) = forwarded_from(message) {
             inbound = inbound.with_untrusted_context(format!("Forwarded from {origin}"));
+        }
+        if message.sender_chat.is_none()
+            && message.from.as_ref().is_some_and(|u| self.owners.contains(&u.id))
+        {
+            inbound = inbound.from_owner();
         }
         if let Some(account) = &self.account_id {
             inbound = inbound.with_account(account.clone());
