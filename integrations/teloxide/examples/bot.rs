@@ -50,7 +50,12 @@ fn stand_in_model(conversation: &[ChatMessage]) -> String {
 }
 
 /// One message: the session turn, the model, what to send.
-async fn on_message(bot: Bot, me: Me, msg: Message, sessions: Arc<SessionManager>) -> HandlerResult {
+async fn on_message(
+    bot: Bot,
+    me: Me,
+    msg: Message,
+    sessions: Arc<SessionManager>,
+) -> HandlerResult {
     let Some(inbound) = TelegramAdapter::from(&me).inbound(&msg) else {
         return Ok(()); // a sticker, a service message: nothing to answer
     };
@@ -66,7 +71,9 @@ async fn on_message(bot: Bot, me: Me, msg: Message, sessions: Arc<SessionManager
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let root = std::env::args().nth(1).unwrap_or_else(|| "./bot-state".into());
+    let root = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "./bot-state".into());
     let sessions = SessionManager::connect(&format!("json:{root}"))
         .await?
         // One session per private chat (OpenClaw's default shares one across all DMs).

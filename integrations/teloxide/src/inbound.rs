@@ -161,7 +161,10 @@ impl TelegramAdapter {
             inbound = inbound.with_untrusted_context(format!("Forwarded from {origin}"));
         }
         if message.sender_chat.is_none()
-            && message.from.as_ref().is_some_and(|u| self.owners.contains(&u.id))
+            && message
+                .from
+                .as_ref()
+                .is_some_and(|u| self.owners.contains(&u.id))
         {
             inbound = inbound.from_owner();
         }

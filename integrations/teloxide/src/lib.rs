@@ -3,7 +3,7 @@
 //!
 //! Three pieces:
 //!
-//! - [`TelegramAdapter`] maps a teloxide [`Message`](teloxide::types::Message) to an
+//! - [`TelegramAdapter`] maps a teloxide [`Message`] to an
 //!   [`InboundMessage`](agent_sessions::InboundMessage): private chats, groups,
 //!   supergroups and their forum topics, mentions of the bot and replies to it, the
 //!   sender and the message id.
@@ -37,7 +37,7 @@
 //! }
 //!
 //! # #[tokio::main] async fn main() {
-//! let sessions = Arc::new(SessionManager::new(JsonStore::open("sessions").unwrap()));
+//! let sessions = Arc::new(SessionManager::new(JsonFileStore::new("./bot-state")));
 //! let handler = Update::filter_message().endpoint(on_message);
 //! Dispatcher::builder(Bot::from_env(), handler)
 //!     .dependencies(dptree::deps![sessions])
@@ -57,6 +57,11 @@ mod inbound;
 mod storage;
 
 pub use inbound::{TelegramAdapter, CHANNEL};
+
+/// The README's examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 pub use storage::{DialogueError, SessionDialogueStorage, DIALOGUE_FIELD};
 
 use agent_sessions::prelude::ReplyPayload;
@@ -73,6 +78,25 @@ use teloxide::{Bot, RequestError};
 /// sent as a reply to `message`, one with a `reply_to_id` as a reply to that message.
 /// Media URLs are sent as lines after the text. Payloads with nothing to send are
 /// skipped.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use agent_sessions::prelude::*;
+/// # use teloxide::prelude::*;
+/// # use teloxide::types::Me;
+/// # type HandlerResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+/// # async fn your_model(_: Vec<ChatMessage>) -> String { String::new() }
+/// use agent_sessions_teloxide::{send_replies, TelegramAdapter};
+///
+/// async fn on_message(bot: Bot, me: Me, msg: Message, sessions: Arc<SessionManager>) -> HandlerResult {
+///     let Some(inbound) = TelegramAdapter::from(&me).inbound(&msg) else { return Ok(()) };
+///     let turn = sessions.turn(&inbound).await?; // the chat's session: resets, expiry, group history
+///     let reply = if turn.needs_model() { your_model(turn.messages().await?).await } else { String::new() };
+///     send_replies(&bot, &msg, &turn.complete(reply).await?).await?; // into the chat or forum topic
+///     Ok(())
+/// }
+/// # let _ = Update::filter_message().endpoint(on_message);
+/// ```
 pub async fn send_replies(
     bot: &Bot,
     message: &Message,

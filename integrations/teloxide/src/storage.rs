@@ -63,8 +63,11 @@ pub enum DialogueError {
 /// manager has (JSON files, SQLite, PostgreSQL), so dialogues survive restarts.
 ///
 /// A chat's session is found from the chat id alone (teloxide's dialogues are per chat):
-/// a private chat's direct session, a group's group session. Forum topics, which have
-/// sessions of their own, share their group's dialogue.
+/// a private chat's direct session, a group's group session. Two cases follow from that:
+/// in a forum, whose topics have sessions of their own, the dialogue lives in the
+/// group's session (its General topic), which topic messages neither create nor reset;
+/// and a channel's posts go to its channel session, which the chat id does not name, so
+/// channels have no dialogue here.
 ///
 /// Update a dialogue after the message's [`turn`](SessionManager::turn): the turn creates
 /// or replaces the session, and [`update_dialogue`](Storage::update_dialogue) on a chat

@@ -84,7 +84,10 @@ async fn the_dialogue_lives_in_the_session_entry() {
     bot.say(ADA, "a coffee please").await;
     bot.dialogue(ADA).update(awaiting("coffee")).await.unwrap();
 
-    assert_eq!(bot.dialogue(ADA).get().await.unwrap(), Some(awaiting("coffee")));
+    assert_eq!(
+        bot.dialogue(ADA).get().await.unwrap(),
+        Some(awaiting("coffee"))
+    );
     let key = SessionKey::parse("agent:main:telegram:dm:42").unwrap();
     let entry = bot.manager.get(&key).await.unwrap().unwrap().entry;
     assert_eq!(
@@ -113,7 +116,10 @@ async fn new_resets_the_dialogue() {
 
     // The next state belongs to the new session.
     bot.dialogue(ADA).update(awaiting("tea")).await.unwrap();
-    assert_eq!(bot.dialogue(ADA).get().await.unwrap(), Some(awaiting("tea")));
+    assert_eq!(
+        bot.dialogue(ADA).get().await.unwrap(),
+        Some(awaiting("tea"))
+    );
 }
 
 #[tokio::test]
@@ -124,7 +130,10 @@ async fn idle_expiry_resets_the_dialogue_before_the_next_message() {
     bot.dialogue(ADA).update(awaiting("coffee")).await.unwrap();
 
     bot.clock.advance(Duration::from_secs(29 * 60));
-    assert_eq!(bot.dialogue(ADA).get().await.unwrap(), Some(awaiting("coffee")));
+    assert_eq!(
+        bot.dialogue(ADA).get().await.unwrap(),
+        Some(awaiting("coffee"))
+    );
     bot.clock.advance(Duration::from_secs(2 * 60));
     // Expired: the handler of the next message already starts from the default state.
     assert_eq!(bot.dialogue(ADA).get().await.unwrap(), None);
@@ -168,27 +177,45 @@ async fn chats_sharing_one_session_keep_their_own_dialogues() {
     bot.dialogue(ADA).update(awaiting("coffee")).await.unwrap();
     bot.dialogue(BOB).update(awaiting("tea")).await.unwrap();
 
-    assert_eq!(bot.dialogue(ADA).get().await.unwrap(), Some(awaiting("coffee")));
-    assert_eq!(bot.dialogue(BOB).get().await.unwrap(), Some(awaiting("tea")));
+    assert_eq!(
+        bot.dialogue(ADA).get().await.unwrap(),
+        Some(awaiting("coffee"))
+    );
+    assert_eq!(
+        bot.dialogue(BOB).get().await.unwrap(),
+        Some(awaiting("tea"))
+    );
     bot.dialogue(ADA).exit().await.unwrap();
     assert_eq!(bot.dialogue(ADA).get().await.unwrap(), None);
-    assert_eq!(bot.dialogue(BOB).get().await.unwrap(), Some(awaiting("tea")));
+    assert_eq!(
+        bot.dialogue(BOB).get().await.unwrap(),
+        Some(awaiting("tea"))
+    );
 }
 
 #[tokio::test]
 async fn a_group_dialogue_lives_in_the_group_session() {
     let dir = tempfile::tempdir().unwrap();
     let bot = bot(dir.path(), DmScope::PerChannelPeer);
-    let message = InboundMessage::group("telegram", "-100", "42", "@helper_bot order")
-        .mentioning_agent();
+    let message =
+        InboundMessage::group("telegram", "-100", "42", "@helper_bot order").mentioning_agent();
     let turn = bot.manager.turn(&message).await.unwrap();
     turn.complete("What would you like?").await.unwrap();
-    bot.dialogue(FAMILY).update(awaiting("pizza")).await.unwrap();
+    bot.dialogue(FAMILY)
+        .update(awaiting("pizza"))
+        .await
+        .unwrap();
 
     let key = SessionKey::parse("agent:main:telegram:group:-100").unwrap();
     let entry = bot.manager.get(&key).await.unwrap().unwrap().entry;
-    assert_eq!(entry.extra[DIALOGUE_FIELD]["-100"]["state"]["AwaitingSize"]["item"], "pizza");
-    assert_eq!(bot.dialogue(FAMILY).get().await.unwrap(), Some(awaiting("pizza")));
+    assert_eq!(
+        entry.extra[DIALOGUE_FIELD]["-100"]["state"]["AwaitingSize"]["item"],
+        "pizza"
+    );
+    assert_eq!(
+        bot.dialogue(FAMILY).get().await.unwrap(),
+        Some(awaiting("pizza"))
+    );
 }
 
 #[tokio::test]
@@ -224,4 +251,50 @@ async fn a_state_that_no_longer_parses_is_an_error_not_a_reset() {
         bot.dialogue(ADA).get().await,
         Err(DialogueError::State { chat_id: ADA, .. })
     ));
+}
+
+/// teloxide's `enter_dialogue` hands the handler the state kept in the chat's session,
+/// and a `/new` in between starts the next message from the default state.
+#[tokio::test]
+async fn enter_dialogue_reads_the_state_from_the_session() {
+    use std::ops::ControlFlow;
+    use teloxide::dispatching::{HandlerExt, UpdateFilterExt};
+    use teloxide::types::{Message, Update};
+
+    let dir = tempfile::tempdir().unwrap();
+    let bot = bot(dir.path(), DmScope::PerChannelPeer);
+    // The endpoint returns the state it was given and moves the dialogue on.
+    let handler = Update::filter_message()
+        .enter_dialogue::<Message, SessionDialogueStorage, Order>()
+        .endpoint(|dialogue: OrderDialogue, state: Order| async move {
+            let next = match &state {
+                Order::Start => awaiting("coffee"),
+                Order::AwaitingSize { .. } => Order::Start,
+            };
+            dialogue.update(next).await.unwrap();
+            state
+        });
+    let update: Update = serde_json::from_str(
+        r#"{"update_id": 1, "message": {"message_id": 1, "date": 1771840800,
+            "chat": {"id": 42, "type": "private", "first_name": "Ada"},
+            "from": {"id": 42, "is_bot": false, "first_name": "Ada"}, "text": "coffee"}}"#,
+    )
+    .unwrap();
+    let run = || async {
+        match handler
+            .dispatch(teloxide::dptree::deps![update.clone(), bot.storage.clone()])
+            .await
+        {
+            ControlFlow::Break(state) => state,
+            ControlFlow::Continue(_) => panic!("the handler did not run"),
+        }
+    };
+
+    bot.say(ADA, "coffee").await;
+    assert_eq!(run().await, Order::Start);
+    assert_eq!(run().await, awaiting("coffee"));
+    assert_eq!(run().await, Order::Start);
+    assert_eq!(run().await, awaiting("coffee"));
+    bot.say(ADA, "/new").await;
+    assert_eq!(run().await, Order::Start, "the reset dropped the dialogue");
 }

@@ -270,7 +270,10 @@ impl RunningBot {
             }
         };
         timeout(WAIT, stopping).await.expect("the dispatcher stops");
-        timeout(WAIT, self.task).await.expect("dispatch returns").unwrap();
+        timeout(WAIT, self.task)
+            .await
+            .expect("dispatch returns")
+            .unwrap();
     }
 }
 
@@ -338,22 +341,35 @@ async fn conversation_across_a_restart() {
     telegram.push(private("hi, my name is Ada"));
     telegram.push(family(eve(), "dinner at 7 on Sunday", json!([])));
     telegram.push(family(ada(), "@helper_bot when is dinner?", mention()));
-    telegram.push(json!({"chat": {"id": -1001, "type": "supergroup", "title": "Team", "is_forum": true},
+    telegram.push(
+        json!({"chat": {"id": -1001, "type": "supergroup", "title": "Team", "is_forum": true},
         "from": ada(), "text": "@helper_bot status?", "entities": mention(),
-        "message_thread_id": 7, "is_topic_message": true}));
+        "message_thread_id": 7, "is_topic_message": true}),
+    );
     let sent = telegram.wait_for_sent(3).await;
     bot.stop().await;
 
     assert_eq!(texts_to(&sent, 42), ["Nice to meet you, Ada."]);
     // The chatter was not answered, but the model saw it when the bot was asked.
     assert_eq!(texts_to(&sent, -100), ["Dinner is at 7, as Eve said."]);
-    assert_eq!(texts_to(&sent, -1001), ["(1 messages in this session) noted"]);
+    assert_eq!(
+        texts_to(&sent, -1001),
+        ["(1 messages in this session) noted"]
+    );
     let topic_reply = sent.iter().find(|m| m["chat_id"] == -1001).unwrap();
-    assert_eq!(topic_reply["message_thread_id"], 7, "the reply goes to the topic");
+    assert_eq!(
+        topic_reply["message_thread_id"], 7,
+        "the reply goes to the topic"
+    );
     assert_eq!(telegram.pending(), 0, "every update was confirmed");
 
     let sessions = sessions_file(dir.path());
-    let mut keys: Vec<&str> = sessions.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+    let mut keys: Vec<&str> = sessions
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|k| k.as_str())
+        .collect();
     keys.sort();
     assert_eq!(
         keys,
@@ -367,8 +383,14 @@ async fn conversation_across_a_restart() {
     assert_eq!(dm["turnCount"], 1);
     assert_eq!(dm["status"], "idle", "the turn completed");
     let dm_transcript = transcript(dir.path(), dm);
-    assert!(dm_transcript.contains("hi, my name is Ada"), "{dm_transcript}");
-    assert!(dm_transcript.contains("Nice to meet you, Ada."), "{dm_transcript}");
+    assert!(
+        dm_transcript.contains("hi, my name is Ada"),
+        "{dm_transcript}"
+    );
+    assert!(
+        dm_transcript.contains("Nice to meet you, Ada."),
+        "{dm_transcript}"
+    );
     let group = &sessions["agent:main:telegram:group:-100"];
     assert_eq!(group["subject"], "Family");
     assert!(transcript(dir.path(), group).contains("Dinner is at 7, as Eve said."));
@@ -406,13 +428,11 @@ async fn conversation_across_a_restart() {
     let sessions = sessions_file(dir.path());
     assert_eq!(sessions["agent:main:telegram:dm:42"]["turnCount"], 2);
     assert_eq!(
-        sessions["agent:main:telegram:dm:42"]["sessionId"],
-        dm["sessionId"],
+        sessions["agent:main:telegram:dm:42"]["sessionId"], dm["sessionId"],
         "the same session"
     );
     assert_ne!(
-        sessions["agent:main:telegram:group:-100"]["sessionId"],
-        group["sessionId"],
+        sessions["agent:main:telegram:group:-100"]["sessionId"], group["sessionId"],
         "a new group session"
     );
     let calls = telegram.calls();

@@ -421,10 +421,19 @@ fn a_chat_id_maps_to_the_session_of_its_messages() {
 
 #[test]
 fn the_owner_is_recognised_by_user_id() {
-    let from_ada = parse(&update(json!({"chat": group(), "from": ada(), "text": "/new"})));
-    let from_eve = parse(&update(json!({"chat": group(), "from": eve(), "text": "/new"})));
+    let from_ada = parse(&update(
+        json!({"chat": group(), "from": ada(), "text": "/new"}),
+    ));
+    let from_eve = parse(&update(
+        json!({"chat": group(), "from": eve(), "text": "/new"}),
+    ));
     let adapter = adapter().with_owners([UserId(42)]);
     assert!(adapter.inbound_update(&from_ada).unwrap().sender_is_owner);
     assert!(!adapter.inbound_update(&from_eve).unwrap().sender_is_owner);
-    assert!(!self::adapter().inbound_update(&from_ada).unwrap().sender_is_owner);
+    assert!(
+        !self::adapter()
+            .inbound_update(&from_ada)
+            .unwrap()
+            .sender_is_owner
+    );
 }
