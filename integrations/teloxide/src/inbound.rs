@@ -154,7 +154,7 @@ impl TelegramAdapter {
         if self.addresses_bot(message, &entities) {
             inbound = inbound.mentioning_agent();
         }
-        if let Some(replied) = message.reply_to_message() {
+        if let Some(replied) = replied_to(message) {
             inbound = inbound.with_untrusted_context(self.replied_context(replied));
         }
         if let Some(origin) = forwarded_from(message) {
@@ -219,8 +219,7 @@ impl TelegramAdapter {
                 .is_some_and(|(_, handle)| self.is_bot_handle(handle)),
             _ => false,
         });
-        let replies_to_bot = message
-            .reply_to_message()
+        let replies_to_bot = replied_to(message)
             .and_then(|replied| replied.from.as_ref())
             .is_some_and(|author| self.is_bot(author));
         mentioned || replies_to_bot
@@ -268,6 +267,15 @@ fn sender_of(message: &Message) -> Sender {
         sender.username = user.username.clone();
     }
     sender
+}
+
+/// The message `message` replies to, if the sender chose to reply: in a forum topic,
+/// Telegram sets every message's `reply_to_message` to the topic's creation message,
+/// which is not a reply.
+fn replied_to(message: &Message) -> Option<&Message> {
+    message
+        .reply_to_message()
+        .filter(|replied| replied.forum_topic_created().is_none())
 }
 
 fn is_forum(chat: &Chat) -> bool {

@@ -248,6 +248,21 @@ fn telegram_updates_map_to_inbound_messages() {
             }),
         ),
         (
+            "a topic's creation message, which Telegram sets as every topic message's reply, is not a reply",
+            update(json!({"chat": forum(), "from": ada(), "text": "status, anyone?",
+                "message_thread_id": 7, "is_topic_message": true,
+                "reply_to_message": {"message_id": 7, "date": 1_771_800_000, "chat": forum(), "from": bot(),
+                    "message_thread_id": 7, "is_topic_message": true,
+                    "forum_topic_created": {"name": "Status", "icon_color": 7_322_096}}})),
+            Some(Expect {
+                key: "agent:main:telegram:group:-1001:topic:7",
+                body: "status, anyone?",
+                mentioned: false,
+                sender: ada_in_group,
+                context: &[],
+            }),
+        ),
+        (
             "the forum's General topic is the group's session",
             update(json!({"chat": forum(), "from": ada(), "text": "hello all"})),
             Some(Expect {
