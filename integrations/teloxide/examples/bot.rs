@@ -83,6 +83,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let handler = Update::filter_message().endpoint(on_message);
     Dispatcher::builder(Bot::from_env(), handler)
         .dependencies(dptree::deps![Arc::new(sessions)])
+        .enable_ctrlc_handler() // Ctrl-C stops after the turns in flight complete
         .build()
         .dispatch()
         .await;
