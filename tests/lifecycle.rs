@@ -1190,3 +1190,30 @@ async fn a_relative_state_directory_records_absolute_transcript_paths() {
     let report = examine(&relative, &DoctorOptions::default()).await.unwrap();
     assert!(report.is_healthy(), "{report:?}");
 }
+
+#[tokio::test]
+async fn is_expired_says_whether_the_next_message_starts_a_new_session() {
+    for h in harnesses() {
+        let group = InboundMessage::group("telegram", "-100", "42", "hi").mentioning_agent();
+        let entry = h.manager.resolve(&group).await.unwrap().entry().clone();
+        assert!(!h.manager.is_expired(&group, &entry).unwrap(), "{}", h.name);
+        // Groups reset after 2 idle hours.
+        h.clock.advance(2 * HOUR + MINUTE);
+        assert!(h.manager.is_expired(&group, &entry).unwrap(), "{}", h.name);
+        let next = h.manager.resolve(&group).await.unwrap();
+        assert_eq!(next.decision, Decision::New, "{}", h.name);
+        assert!(
+            !h.manager.is_expired(&group, next.entry()).unwrap(),
+            "{}",
+            h.name
+        );
+
+        let key = next.key.clone();
+        let closed = h.manager.close(&key).await.unwrap();
+        assert!(
+            h.manager.is_expired(&group, &closed.entry).unwrap(),
+            "{}",
+            h.name
+        );
+    }
+}

@@ -557,6 +557,55 @@ impl SessionManager {
         self.resolve_admitted(message, &|_, _| Ok(()), false).await
     }
 
+    /// Whether the next message like `message` would start a new session over `entry`
+    /// instead of continuing it: the session is closed, has no id, or is stale now by
+    /// the freshness policy (daily boundary, idle window). Reset triggers and topic drift
+    /// are not considered; nothing is written.
+    ///
+    /// Channel adapters that keep their own state in the session entry use it to treat
+    /// that state as gone before the message that replaces the session arrives.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use agent_sessions::prelude::*;
+    /// use agent_sessions::lifecycle::clock::ManualClock;
+    /// use agent_sessions::lifecycle::freshness::{ResetConfig, ResetSpec};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// let clock = ManualClock::at_millis(1_771_840_800_000);
+    /// let manager = SessionManager::builder(MemoryStore::new())
+    ///     .freshness(ResetConfig::default().reset(ResetSpec::idle(30)))
+    ///     .clock(clock.clone())
+    ///     .build();
+    /// let message = InboundMessage::direct("telegram", "42", "hi");
+    /// let entry = manager.resolve(&message).await?.entry().clone();
+    /// assert!(!manager.is_expired(&message, &entry)?);
+    /// clock.advance(Duration::from_secs(31 * 60));
+    /// assert!(manager.is_expired(&message, &entry)?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn is_expired(
+        &self,
+        message: &InboundMessage,
+        entry: &crate::entry::SessionEntry,
+    ) -> Result<bool> {
+        let key = self.key_for(message)?;
+        let channel = message
+            .group_resolution()
+            .map(|g| g.channel)
+            .or_else(|| normalize_channel(&message.channel));
+        let policy = Policy {
+            freshness: &*self.seams.freshness,
+            reset_type: ResetType::of(&key, message.is_group(), message.is_thread()),
+            channel: channel.as_deref(),
+            reset_triggered: false,
+        };
+        let (decision, _) = policy.decide(&key, Some(entry), self.seams.clock.now(), None);
+        Ok(decision == Decision::New)
+    }
+
     /// [`resolve`](Self::resolve), when `admit` allows the key and its current entry —
     /// asked inside the store update, so nothing changes between the check and the
     /// write.

@@ -1,0 +1,222 @@
+//! teloxide dialogue state kept in the chat's session entry.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use agent_sessions::store::SessionStoreExt;
+use agent_sessions::{SessionEntry, SessionKey, SessionManager};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use teloxide::dispatching::dialogue::Storage;
+use teloxide::types::ChatId;
+
+use crate::TelegramAdapter;
+
+/// The session-entry field that holds the dialogue states, one per chat id.
+pub const DIALOGUE_FIELD: &str = "telegramDialogues";
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// Why a dialogue could not be read or written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DialogueError {
+    /// The session store failed.
+    #[error(transparent)]
+    Sessions(#[from] agent_sessions::Error),
+    /// The chat has no current session to keep the dialogue in: run
+    /// [`SessionManager::turn`] for its message before updating the dialogue.
+    #[error("chat {chat_id} has no session ({key}): run a turn before updating its dialogue")]
+    NoSession {
+        /// The chat.
+        chat_id: ChatId,
+        /// The session key the chat maps to.
+        key: SessionKey,
+    },
+    /// The chat has no dialogue to remove.
+    #[error("chat {chat_id} has no dialogue")]
+    DialogueNotFound {
+        /// The chat.
+        chat_id: ChatId,
+    },
+    /// The dialogue state does not convert to or from JSON.
+    #[error("the dialogue state of chat {chat_id} does not convert to or from JSON")]
+    State {
+        /// The chat.
+        chat_id: ChatId,
+        /// What serde said.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// A teloxide dialogue [`Storage`] that keeps each chat's state in the session entry of
+/// the chat's session, so the dialogue belongs to the conversation: a `/new` reset, an
+/// idle or daily expiry, or a close starts the next session with no dialogue state
+/// (teloxide's `enter_dialogue` then uses the state's `Default`).
+///
+/// The state is stored as JSON under [`DIALOGUE_FIELD`] in the entry's unknown fields,
+/// keyed by chat id and tagged with the session id it was written in; a state written in
+/// an earlier session of the key is not returned. The entry lives in whatever store the
+/// manager has (JSON files, SQLite, PostgreSQL), so dialogues survive restarts.
+///
+/// A chat's session is found from the chat id alone (teloxide's dialogues are per chat):
+/// a private chat's direct session, a group's group session. Two cases follow from that:
+/// in a forum, whose topics have sessions of their own, the dialogue lives in the
+/// group's session (its General topic), which topic messages neither create nor reset;
+/// and a channel's posts go to its channel session, which the chat id does not name, so
+/// channels have no dialogue here.
+///
+/// Update a dialogue after the message's [`turn`](SessionManager::turn): the turn creates
+/// or replaces the session, and [`update_dialogue`](Storage::update_dialogue) on a chat
+/// without a session is [`DialogueError::NoSession`]. The state a handler is given by
+/// `enter_dialogue` was read before that turn; a session that is already expired is seen
+/// as having no state.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use agent_sessions::prelude::*;
+/// use agent_sessions_teloxide::{SessionDialogueStorage, TelegramAdapter};
+/// use teloxide::dispatching::dialogue::Dialogue;
+/// use teloxide::types::UserId;
+///
+/// #[derive(Clone, Default, serde::Serialize, serde::Deserialize)]
+/// enum State {
+///     #[default]
+///     Start,
+///     AwaitingName,
+/// }
+/// type MyDialogue = Dialogue<State, SessionDialogueStorage>;
+///
+/// let manager = Arc::new(SessionManager::new(MemoryStore::new()));
+/// let storage = SessionDialogueStorage::new(manager, TelegramAdapter::new(UserId(777), "helper_bot"));
+/// // Dispatcher::builder(bot, handler).dependencies(dptree::deps![storage]) …
+/// # let _ = storage;
+/// ```
+#[derive(Debug, Clone)]
+pub struct SessionDialogueStorage {
+    manager: Arc<SessionManager>,
+    adapter: TelegramAdapter,
+}
+
+impl SessionDialogueStorage {
+    /// A storage over `manager`'s sessions; `adapter` builds each chat's session key as
+    /// it does for the chat's messages (the same account and agent).
+    pub fn new(manager: Arc<SessionManager>, adapter: TelegramAdapter) -> Arc<Self> {
+        Arc::new(SessionDialogueStorage { manager, adapter })
+    }
+
+    fn key(&self, chat_id: ChatId) -> Result<SessionKey, DialogueError> {
+        Ok(self.manager.key_for(&self.adapter.chat(chat_id))?)
+    }
+
+    async fn get<D: DeserializeOwned>(&self, chat_id: ChatId) -> Result<Option<D>, DialogueError> {
+        let key = self.key(chat_id)?;
+        let Some(stored) = self.manager.get(&key).await? else {
+            return Ok(None);
+        };
+        if self
+            .manager
+            .is_expired(&self.adapter.chat(chat_id), &stored.entry)?
+        {
+            return Ok(None);
+        }
+        let Some(state) = current_state(&stored.entry, chat_id) else {
+            return Ok(None);
+        };
+        serde_json::from_value(state.clone())
+            .map(Some)
+            .map_err(|source| DialogueError::State { chat_id, source })
+    }
+
+    async fn set(&self, chat_id: ChatId, state: Option<Value>) -> Result<(), DialogueError> {
+        let key = self.key(chat_id)?;
+        let removing = state.is_none();
+        let outcome = self
+            .manager
+            .store()
+            .update(&key, move |slot| {
+                let Some(entry) = slot.as_mut().filter(|e| !e.session_id.is_empty()) else {
+                    return Err(());
+                };
+                let had_state = current_state(entry, chat_id).is_some();
+                let session_id = entry.session_id.clone();
+                let dialogues = entry
+                    .extra
+                    .entry(DIALOGUE_FIELD.to_owned())
+                    .or_insert_with(|| Value::Object(Map::new()));
+                if !dialogues.is_object() {
+                    *dialogues = Value::Object(Map::new());
+                }
+                let Value::Object(dialogues) = dialogues else {
+                    unreachable!("made an object above");
+                };
+                // States of earlier sessions are dead: drop them while here.
+                dialogues.retain(|_, slot| slot["sessionId"] == session_id.as_str());
+                match &state {
+                    Some(state) => {
+                        let slot = serde_json::json!({ "sessionId": session_id, "state": state });
+                        dialogues.insert(chat_id.to_string(), slot);
+                    }
+                    None => {
+                        dialogues.shift_remove(&chat_id.to_string());
+                    }
+                }
+                if dialogues.is_empty() {
+                    entry.extra.shift_remove(DIALOGUE_FIELD);
+                }
+                Ok(had_state)
+            })
+            .await?;
+        match outcome {
+            Err(()) if removing => Err(DialogueError::DialogueNotFound { chat_id }),
+            Err(()) => Err(DialogueError::NoSession { chat_id, key }),
+            Ok(false) if removing => Err(DialogueError::DialogueNotFound { chat_id }),
+            Ok(_) => Ok(()),
+        }
+    }
+}
+
+/// The state `entry` holds for `chat_id`, if it was written in this session.
+fn current_state(entry: &SessionEntry, chat_id: ChatId) -> Option<&Value> {
+    let slot = entry.extra.get(DIALOGUE_FIELD)?.get(chat_id.to_string())?;
+    (slot.get("sessionId")?.as_str()? == entry.session_id).then(|| slot.get("state"))?
+}
+
+impl<D> Storage<D> for SessionDialogueStorage
+where
+    D: Serialize + DeserializeOwned + Send + 'static,
+{
+    type Error = DialogueError;
+
+    fn remove_dialogue(self: Arc<Self>, chat_id: ChatId) -> BoxFuture<Result<(), DialogueError>>
+    where
+        D: Send + 'static,
+    {
+        Box::pin(async move { self.set(chat_id, None).await })
+    }
+
+    fn update_dialogue(
+        self: Arc<Self>,
+        chat_id: ChatId,
+        dialogue: D,
+    ) -> BoxFuture<Result<(), DialogueError>>
+    where
+        D: Send + 'static,
+    {
+        Box::pin(async move {
+            let state = serde_json::to_value(&dialogue)
+                .map_err(|source| DialogueError::State { chat_id, source })?;
+            self.set(chat_id, Some(state)).await
+        })
+    }
+
+    fn get_dialogue(
+        self: Arc<Self>,
+        chat_id: ChatId,
+    ) -> BoxFuture<Result<Option<D>, DialogueError>> {
+        Box::pin(async move { self.get(chat_id).await })
+    }
+}

@@ -1,0 +1,300 @@
+//! teloxide dialogues kept in the chat's session: the state follows the session through
+//! resets, expiry and restarts.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_sessions::key::{DefaultKeyBuilder, DmScope};
+use agent_sessions::lifecycle::clock::ManualClock;
+use agent_sessions::lifecycle::freshness::{ResetConfig, ResetSpec};
+use agent_sessions::prelude::*;
+use agent_sessions_teloxide::{
+    DialogueError, SessionDialogueStorage, TelegramAdapter, DIALOGUE_FIELD,
+};
+use serde::{Deserialize, Serialize};
+use teloxide::dispatching::dialogue::Dialogue;
+use teloxide::types::{ChatId, UserId};
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+enum Order {
+    #[default]
+    Start,
+    AwaitingSize {
+        item: String,
+    },
+}
+
+type OrderDialogue = Dialogue<Order, SessionDialogueStorage>;
+
+const ADA: ChatId = ChatId(42);
+const BOB: ChatId = ChatId(43);
+const FAMILY: ChatId = ChatId(-100);
+
+struct Bot {
+    manager: Arc<SessionManager>,
+    storage: Arc<SessionDialogueStorage>,
+    clock: ManualClock,
+}
+
+/// A bot on a JSON store in `dir`: sessions expire after 30 idle minutes.
+fn bot(dir: &std::path::Path, dm_scope: DmScope) -> Bot {
+    let clock = ManualClock::at_millis(1_771_840_800_000);
+    let manager = Arc::new(
+        SessionManager::builder(JsonFileStore::new(dir))
+            .key_builder(DefaultKeyBuilder::new().dm_scope(dm_scope))
+            .freshness(ResetConfig::default().reset(ResetSpec::idle(30)))
+            .clock(clock.clone())
+            .build(),
+    );
+    let adapter = TelegramAdapter::new(UserId(777), "helper_bot");
+    Bot {
+        storage: SessionDialogueStorage::new(manager.clone(), adapter),
+        manager,
+        clock,
+    }
+}
+
+impl Bot {
+    fn dialogue(&self, chat: ChatId) -> OrderDialogue {
+        Dialogue::new(self.storage.clone(), chat)
+    }
+
+    /// One whole turn of `text` in the private chat `chat`; returns what was sent.
+    async fn say(&self, chat: ChatId, text: &str) -> Vec<String> {
+        let message = InboundMessage::direct("telegram", chat.to_string(), text);
+        let turn = self.manager.turn(&message).await.unwrap();
+        let reply = if turn.needs_model() { "ok" } else { "" };
+        turn.complete(reply)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter_map(|p| p.text)
+            .collect()
+    }
+}
+
+fn awaiting(item: &str) -> Order {
+    Order::AwaitingSize { item: item.into() }
+}
+
+#[tokio::test]
+async fn the_dialogue_lives_in_the_session_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let bot = bot(dir.path(), DmScope::PerChannelPeer);
+    bot.say(ADA, "a coffee please").await;
+    bot.dialogue(ADA).update(awaiting("coffee")).await.unwrap();
+
+    assert_eq!(
+        bot.dialogue(ADA).get().await.unwrap(),
+        Some(awaiting("coffee"))
+    );
+    let key = SessionKey::parse("agent:main:telegram:dm:42").unwrap();
+    let entry = bot.manager.get(&key).await.unwrap().unwrap().entry;
+    assert_eq!(
+        entry.extra[DIALOGUE_FIELD]["42"],
+        serde_json::json!({
+            "sessionId": entry.session_id,
+            "state": {"AwaitingSize": {"item": "coffee"}},
+        })
+    );
+    // Writing the dialogue is not activity: the idle clock is not restarted.
+    bot.clock.advance(Duration::from_secs(60));
+    bot.dialogue(ADA).update(Order::Start).await.unwrap();
+    let after = bot.manager.get(&key).await.unwrap().unwrap().entry;
+    assert_eq!(after.updated_at, entry.updated_at);
+}
+
+#[tokio::test]
+async fn new_resets_the_dialogue() {
+    let dir = tempfile::tempdir().unwrap();
+    let bot = bot(dir.path(), DmScope::PerChannelPeer);
+    bot.say(ADA, "a coffee please").await;
+    bot.dialogue(ADA).update(awaiting("coffee")).await.unwrap();
+
+    assert_eq!(bot.say(ADA, "/new").await, ["New session started."]);
+    assert_eq!(bot.dialogue(ADA).get().await.unwrap(), None);
+
+    // The next state belongs to the new session.
+    bot.dialogue(ADA).update(awaiting("tea")).await.unwrap();
+    assert_eq!(
+        bot.dialogue(ADA).get().await.unwrap(),
+        Some(awaiting("tea"))
+    );
+}
+
+#[tokio::test]
+async fn idle_expiry_resets_the_dialogue_before_the_next_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let bot = bot(dir.path(), DmScope::PerChannelPeer);
+    bot.say(ADA, "a coffee please").await;
+    bot.dialogue(ADA).update(awaiting("coffee")).await.unwrap();
+
+    bot.clock.advance(Duration::from_secs(29 * 60));
+    assert_eq!(
+        bot.dialogue(ADA).get().await.unwrap(),
+        Some(awaiting("coffee"))
+    );
+    bot.clock.advance(Duration::from_secs(2 * 60));
+    // Expired: the handler of the next message already starts from the default state.
+    assert_eq!(bot.dialogue(ADA).get().await.unwrap(), None);
+    bot.say(ADA, "hello again").await;
+    assert_eq!(bot.dialogue(ADA).get().await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_closed_session_has_no_dialogue() {
+    let dir = tempfile::tempdir().unwrap();
+    let bot = bot(dir.path(), DmScope::PerChannelPeer);
+    bot.say(ADA, "a coffee please").await;
+    bot.dialogue(ADA).update(awaiting("coffee")).await.unwrap();
+    let key = SessionKey::parse("agent:main:telegram:dm:42").unwrap();
+    bot.manager.close(&key).await.unwrap();
+    assert_eq!(bot.dialogue(ADA).get().await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn the_dialogue_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let bot = bot(dir.path(), DmScope::PerChannelPeer);
+        bot.say(ADA, "a coffee please").await;
+        bot.dialogue(ADA).update(awaiting("coffee")).await.unwrap();
+    }
+    let restarted = bot(dir.path(), DmScope::PerChannelPeer);
+    assert_eq!(
+        restarted.dialogue(ADA).get().await.unwrap(),
+        Some(awaiting("coffee"))
+    );
+}
+
+#[tokio::test]
+async fn chats_sharing_one_session_keep_their_own_dialogues() {
+    let dir = tempfile::tempdir().unwrap();
+    // The default DM scope: every private chat is the agent's main session.
+    let bot = bot(dir.path(), DmScope::Main);
+    bot.say(ADA, "a coffee please").await;
+    bot.say(BOB, "a tea please").await;
+    bot.dialogue(ADA).update(awaiting("coffee")).await.unwrap();
+    bot.dialogue(BOB).update(awaiting("tea")).await.unwrap();
+
+    assert_eq!(
+        bot.dialogue(ADA).get().await.unwrap(),
+        Some(awaiting("coffee"))
+    );
+    assert_eq!(
+        bot.dialogue(BOB).get().await.unwrap(),
+        Some(awaiting("tea"))
+    );
+    bot.dialogue(ADA).exit().await.unwrap();
+    assert_eq!(bot.dialogue(ADA).get().await.unwrap(), None);
+    assert_eq!(
+        bot.dialogue(BOB).get().await.unwrap(),
+        Some(awaiting("tea"))
+    );
+}
+
+#[tokio::test]
+async fn a_group_dialogue_lives_in_the_group_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let bot = bot(dir.path(), DmScope::PerChannelPeer);
+    let message =
+        InboundMessage::group("telegram", "-100", "42", "@helper_bot order").mentioning_agent();
+    let turn = bot.manager.turn(&message).await.unwrap();
+    turn.complete("What would you like?").await.unwrap();
+    bot.dialogue(FAMILY)
+        .update(awaiting("pizza"))
+        .await
+        .unwrap();
+
+    let key = SessionKey::parse("agent:main:telegram:group:-100").unwrap();
+    let entry = bot.manager.get(&key).await.unwrap().unwrap().entry;
+    assert_eq!(
+        entry.extra[DIALOGUE_FIELD]["-100"]["state"]["AwaitingSize"]["item"],
+        "pizza"
+    );
+    assert_eq!(
+        bot.dialogue(FAMILY).get().await.unwrap(),
+        Some(awaiting("pizza"))
+    );
+}
+
+#[tokio::test]
+async fn a_chat_without_a_session_has_no_dialogue_to_update_or_remove() {
+    let dir = tempfile::tempdir().unwrap();
+    let bot = bot(dir.path(), DmScope::PerChannelPeer);
+    assert_eq!(bot.dialogue(ADA).get().await.unwrap(), None);
+    assert!(matches!(
+        bot.dialogue(ADA).update(awaiting("coffee")).await,
+        Err(DialogueError::NoSession { chat_id: ADA, .. })
+    ));
+    assert!(matches!(
+        bot.dialogue(ADA).exit().await,
+        Err(DialogueError::DialogueNotFound { chat_id: ADA })
+    ));
+    bot.say(ADA, "hi").await;
+    assert!(matches!(
+        bot.dialogue(ADA).exit().await,
+        Err(DialogueError::DialogueNotFound { chat_id: ADA })
+    ));
+}
+
+#[tokio::test]
+async fn a_state_that_no_longer_parses_is_an_error_not_a_reset() {
+    let dir = tempfile::tempdir().unwrap();
+    let bot = bot(dir.path(), DmScope::PerChannelPeer);
+    bot.say(ADA, "hi").await;
+    Dialogue::<String, SessionDialogueStorage>::new(bot.storage.clone(), ADA)
+        .update("not an order".to_owned())
+        .await
+        .unwrap();
+    assert!(matches!(
+        bot.dialogue(ADA).get().await,
+        Err(DialogueError::State { chat_id: ADA, .. })
+    ));
+}
+
+/// teloxide's `enter_dialogue` hands the handler the state kept in the chat's session,
+/// and a `/new` in between starts the next message from the default state.
+#[tokio::test]
+async fn enter_dialogue_reads_the_state_from_the_session() {
+    use std::ops::ControlFlow;
+    use teloxide::dispatching::{HandlerExt, UpdateFilterExt};
+    use teloxide::types::{Message, Update};
+
+    let dir = tempfile::tempdir().unwrap();
+    let bot = bot(dir.path(), DmScope::PerChannelPeer);
+    // The endpoint returns the state it was given and moves the dialogue on.
+    let handler = Update::filter_message()
+        .enter_dialogue::<Message, SessionDialogueStorage, Order>()
+        .endpoint(|dialogue: OrderDialogue, state: Order| async move {
+            let next = match &state {
+                Order::Start => awaiting("coffee"),
+                Order::AwaitingSize { .. } => Order::Start,
+            };
+            dialogue.update(next).await.unwrap();
+            state
+        });
+    let update: Update = serde_json::from_str(
+        r#"{"update_id": 1, "message": {"message_id": 1, "date": 1771840800,
+            "chat": {"id": 42, "type": "private", "first_name": "Ada"},
+            "from": {"id": 42, "is_bot": false, "first_name": "Ada"}, "text": "coffee"}}"#,
+    )
+    .unwrap();
+    let run = || async {
+        match handler
+            .dispatch(teloxide::dptree::deps![update.clone(), bot.storage.clone()])
+            .await
+        {
+            ControlFlow::Break(state) => state,
+            ControlFlow::Continue(_) => panic!("the handler did not run"),
+        }
+    };
+
+    bot.say(ADA, "coffee").await;
+    assert_eq!(run().await, Order::Start);
+    assert_eq!(run().await, awaiting("coffee"));
+    assert_eq!(run().await, Order::Start);
+    assert_eq!(run().await, awaiting("coffee"));
+    bot.say(ADA, "/new").await;
+    assert_eq!(run().await, Order::Start, "the reset dropped the dialogue");
+}
