@@ -3,7 +3,7 @@
 //! whole conversation, and `Turn::complete` says what to send.
 //!
 //! ```text
-//! TELOXIDE_TOKEN=123:abc cargo run -p agent-sessions-teloxide --features rustls --example bot -- ./bot-state
+//! TELOXIDE_TOKEN=123:abc cargo run -p agent-sessions-teloxide --features teloxide/rustls --example bot -- ./bot-state
 //! ```
 //!
 //! Sessions, transcripts and the message log are OpenClaw's files under `./bot-state`;
@@ -12,7 +12,7 @@
 //! to, and reads the chatter in between; `/new` starts a new session; each forum topic
 //! is a conversation of its own.
 //!
-//! Talking to api.telegram.org needs TLS (`--features rustls`); without it, point
+//! Talking to api.telegram.org needs TLS (`--features teloxide/rustls`); without it, point
 //! `TELOXIDE_API_URL` at a Bot API server reachable over plain HTTP.
 
 use std::sync::Arc;
