@@ -535,6 +535,10 @@ mod tests {
         ("spawn_idle_checkpoints", "a job over many sessions"),
         ("subscribe", "every transcript's updates"),
         (
+            "is_expired",
+            "reads no session: judges an entry the caller already holds",
+        ),
+        (
             "follow_session",
             "looks up by id across sessions, closed ones included; a caller follows its keys",
         ),
