@@ -77,9 +77,16 @@ pub enum Error {
     /// The session layer failed (the store, the transcript, the budget).
     #[error(transparent)]
     Sessions(#[from] agent_sessions::Error),
-    /// The agent's run failed (the model call, a tool).
+    /// The agent's run failed (the model call, a tool). Boxed: rig's error carries the
+    /// run's history.
     #[error("agent run failed: {0}")]
-    Agent(#[from] rig_agent::completion::PromptError),
+    Agent(#[source] Box<rig_agent::completion::PromptError>),
+}
+
+impl From<rig_agent::completion::PromptError> for Error {
+    fn from(error: rig_agent::completion::PromptError) -> Self {
+        Error::Agent(Box::new(error))
+    }
 }
 
 /// rig's [`ConversationMemory`] over a [`SessionManager`]: the conversation id is a

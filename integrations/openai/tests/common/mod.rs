@@ -1,5 +1,7 @@
 //! A fake OpenAI-compatible chat-completions server on loopback: it keeps every request
-//! body it receives and answers each with a numbered reply and fixed usage.
+//! body it receives and answers each with a numbered reply and fixed usage — or, when
+//! the request declares tools and ends with a user message that mentions a shift, with a
+//! call of the `shifts` tool.
 
 use std::sync::{Arc, Mutex};
 
@@ -85,6 +87,21 @@ async fn complete(
         requests.push(body.clone());
         requests.len()
     };
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let last = messages.last().cloned().unwrap_or_default();
+    let calls_tool = body["tools"]
+        .as_array()
+        .is_some_and(|tools| !tools.is_empty())
+        && last["role"] == "user"
+        && last["content"].to_string().contains("shift");
+    let message = if calls_tool {
+        json!({"role": "assistant", "content": null, "tool_calls": [{
+            "id": "call_1", "type": "function",
+            "function": {"name": "shifts", "arguments": "{\"day\":\"thu\"}"}
+        }]})
+    } else {
+        json!({"role": "assistant", "content": format!("reply {n}")})
+    };
     Json(json!({
         "id": format!("chatcmpl-{n}"),
         "object": "chat.completion",
@@ -92,8 +109,8 @@ async fn complete(
         "model": body["model"],
         "choices": [{
             "index": 0,
-            "finish_reason": "stop",
-            "message": {"role": "assistant", "content": format!("reply {n}")}
+            "finish_reason": if calls_tool { "tool_calls" } else { "stop" },
+            "message": message
         }],
         "usage": {
             "prompt_tokens": PROMPT_TOKENS,
