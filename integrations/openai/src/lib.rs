@@ -279,3 +279,8 @@ pub async fn answer<C: Config>(
     let response = client.chat().create(request).await?;
     Ok(turn.complete(turn_reply(&response)).await?)
 }
+
+/// The README's examples compile.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct Readme;

@@ -471,3 +471,8 @@ pub async fn answer(
     let reply = TurnReply::from(response.output()).with_usage(turn_usage(&response.usage));
     Ok(turn.complete(reply).await?)
 }
+
+/// The README's examples compile.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct Readme;
