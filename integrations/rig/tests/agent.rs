@@ -334,3 +334,26 @@ async fn answer_runs_whole_turns_across_resets_and_a_restart() {
         ]
     );
 }
+
+#[tokio::test]
+async fn a_conversation_id_that_is_not_a_session_key_is_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let manager = open(dir.path()).await;
+    let memory = SessionMemory::new(manager.clone());
+    let id = ConversationId::new("../../etc/passwd");
+
+    let loaded = memory.load(&id).await;
+    assert!(
+        matches!(loaded, Err(rig_core::memory::MemoryError::Backend(_))),
+        "{loaded:?}"
+    );
+    let appended = memory
+        .append(&id, vec![rig_core::completion::Message::user("hi")])
+        .await;
+    assert!(appended.is_err());
+    assert!(manager
+        .list(&ListFilter::default())
+        .await
+        .unwrap()
+        .is_empty());
+}
