@@ -765,3 +765,51 @@ async fn a_group_with_a_long_id_keeps_its_history_in_a_json_tree() {
         .unwrap();
     assert!(asked.input().unwrap().contains("Ann: lunch?"));
 }
+
+#[tokio::test]
+async fn tool_calls_appended_to_the_transcript_reach_the_next_turns_messages() {
+    let manager = manager();
+    let turn = manager.turn(&dm("When is my shift?")).await.unwrap();
+    let key = turn.key().clone();
+    // The model called a tool before it answered: the host appends the call and result.
+    let line = |json: serde_json::Value| -> agent_sessions::transcript::TranscriptEntry {
+        serde_json::from_value(json).unwrap()
+    };
+    let events = manager
+        .transcripts()
+        .append(
+            &key,
+            vec![
+                line(serde_json::json!({"type": "message", "message": {"role": "assistant",
+                    "content": [{"type": "toolCall", "id": "c1", "name": "shifts", "arguments": {"day": "thu"}}]}})),
+                line(serde_json::json!({"type": "message", "message": {"role": "toolResult",
+                    "toolCallId": "c1", "toolName": "shifts", "content": [{"type": "text", "text": "9am"}]}})),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(events.len(), 2);
+    assert!(events[0].offset < events[1].offset);
+    turn.complete("Thursday at 9.").await.unwrap();
+
+    let next = manager.turn(&dm("Thanks!")).await.unwrap();
+    let messages = next.messages().await.unwrap();
+    let roles: Vec<ChatRole> = messages.iter().map(|m| m.role).collect();
+    assert_eq!(
+        roles,
+        [
+            ChatRole::User,
+            ChatRole::Assistant,
+            ChatRole::Tool,
+            ChatRole::Assistant,
+            ChatRole::User
+        ]
+    );
+    assert_eq!(messages[1].tool_calls[0].name, "shifts");
+    assert_eq!(
+        messages[1].tool_calls[0].arguments,
+        serde_json::json!({"day": "thu"})
+    );
+    assert_eq!(messages[2].tool_call_id.as_deref(), Some("c1"));
+    assert_eq!(messages[2].content, "9am");
+}

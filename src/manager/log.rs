@@ -347,6 +347,22 @@ impl SessionTranscripts<'_> {
         let (transcript, entry) = self.manager.transcript_of(key).await?;
         self.manager.log_to(key, &transcript, &entry, message).await
     }
+
+    /// Appends `lines` to `key`'s current session transcript (created on first use), as
+    /// they are: for what the message log does not write, such as an assistant message
+    /// that calls tools and the tools' results, which [`SessionManager::messages`] reads
+    /// back as tool calls and tool messages. Returns their events, in order.
+    pub async fn append(
+        &self,
+        key: &SessionKey,
+        lines: Vec<TranscriptEntry>,
+    ) -> Result<Vec<SessionEvent>> {
+        let (transcript, _) = self.manager.transcript_of(key).await?;
+        self.manager
+            .transcript_store()?
+            .append(&transcript, lines)
+            .await
+    }
 }
 
 impl SessionManager {

@@ -30,8 +30,8 @@ use crate::memory::flush::FlushPlan;
 use crate::memory::usage::EngineKind;
 use crate::store::{ListFilter, StoredSession};
 use crate::transcript::{
-    CheckpointReason, Offset, SessionEvent, TranscriptFollow, TranscriptRead, TranscriptRef,
-    TranscriptSubscription,
+    CheckpointReason, Offset, SessionEvent, TranscriptEntry, TranscriptFollow, TranscriptRead,
+    TranscriptRef, TranscriptSubscription,
 };
 
 impl SessionManager {
@@ -413,6 +413,8 @@ impl ScopedTranscripts<'_, '_> {
             text: &str,
             media_urls: &[String]
         ) -> Option<SessionEvent>;
+        /// Appends transcript lines as they are.
+        fn append(&self, key: &SessionKey, lines: Vec<TranscriptEntry>) -> Vec<SessionEvent>;
         /// Writes a checkpoint.
         fn checkpoint(&self, key: &SessionKey, reason: CheckpointReason) -> SessionEvent;
         /// Reads the session's transcript from `from`.

@@ -1,0 +1,286 @@
+//! Durable, correct chat sessions for [async-openai]: each turn's conversation as a
+//! chat-completion request, and the completion back as the turn's reply and usage.
+//!
+//! [`agent_sessions`] decides which session every inbound message belongs to (resets,
+//! idle and daily expiry, `/new`), keeps its transcript, and gives the model the
+//! conversation as [`ChatMessage`]s within the context window. This crate converts
+//! between those and async-openai's chat types:
+//!
+//! - [`request_messages`]: a turn's [`ChatMessage`]s as [`ChatCompletionRequestMessage`]s
+//!   (system, user, assistant with tool calls, tool results).
+//! - [`turn_reply`]: a [`CreateChatCompletionResponse`] as the [`TurnReply`] that
+//!   [`Turn::complete`] takes — its text and its usage ([`turn_usage`]).
+//! - [`answer`]: one whole turn — the request, the call, the completion.
+//!
+//! ```no_run
+//! use agent_sessions::prelude::*;
+//! use agent_sessions::transcript::FileTranscriptStore;
+//! use async_openai::{config::OpenAIConfig, Client};
+//!
+//! # async fn run() -> Result<(), agent_sessions_openai::Error> {
+//! let manager = SessionManager::builder(JsonFileStore::new("./state"))
+//!     .transcripts(FileTranscriptStore::new("./state"))
+//!     .build();
+//! let client = Client::with_config(OpenAIConfig::new().with_api_base("http://127.0.0.1:8080/v1"));
+//!
+//! let message = InboundMessage::direct("telegram", "42", "When is my shift?");
+//! let turn = manager.turn(&message).await?;
+//! let system = vec![ChatMessage::system("You are the staff rota assistant.")];
+//! for payload in agent_sessions_openai::answer(turn, &client, "gpt-4o-mini", system).await? {
+//!     println!("send: {}", payload.text.unwrap_or_default());
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The crate enables no TLS backend of async-openai (plain HTTP, for a local or proxied
+//! model server); turn on the `rustls` feature to call `https://` endpoints.
+//!
+//! [async-openai]: https://docs.rs/async-openai
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+use agent_sessions::context::chat::{ChatMessage, ChatRole, ToolCall};
+use agent_sessions::context::reply::ReplyPayload;
+use agent_sessions::manager::{Turn, TurnReply};
+use agent_sessions::memory::usage::TurnUsage;
+use async_openai::config::Config;
+use async_openai::error::OpenAIError;
+use async_openai::types::chat::{
+    ChatCompletionMessageToolCall, ChatCompletionMessageToolCalls,
+    ChatCompletionRequestAssistantMessage, ChatCompletionRequestMessage,
+    ChatCompletionRequestSystemMessage, ChatCompletionRequestToolMessage,
+    ChatCompletionRequestUserMessage, CompletionUsage, CreateChatCompletionRequest,
+    CreateChatCompletionResponse, FunctionCall,
+};
+use async_openai::Client;
+use serde_json::Value;
+
+/// The provider name recorded with the usage of a completion.
+pub const PROVIDER: &str = "openai";
+
+/// What can go wrong in a turn: the session layer or the model call.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The session layer failed (the store, the transcript, the budget).
+    #[error(transparent)]
+    Sessions(#[from] agent_sessions::Error),
+    /// The chat-completion call failed.
+    #[error("chat completion failed: {0}")]
+    OpenAI(#[from] OpenAIError),
+}
+
+/// One message of the conversation as a chat-completion request message.
+///
+/// Tool calls keep their ids, names and arguments (as the JSON text the API takes);
+/// a tool result names the call it answers.
+///
+/// ```
+/// use agent_sessions::context::chat::ChatMessage;
+/// use async_openai::types::chat::ChatCompletionRequestMessage;
+///
+/// let request = agent_sessions_openai::request_message(&ChatMessage::user("hi"));
+/// assert!(matches!(request, ChatCompletionRequestMessage::User(_)));
+/// ```
+pub fn request_message(message: &ChatMessage) -> ChatCompletionRequestMessage {
+    let content = message.content.clone();
+    match message.role {
+        ChatRole::System => {
+            ChatCompletionRequestMessage::System(ChatCompletionRequestSystemMessage {
+                content: content.into(),
+                name: None,
+            })
+        }
+        ChatRole::User => ChatCompletionRequestMessage::User(ChatCompletionRequestUserMessage {
+            content: content.into(),
+            name: None,
+        }),
+        ChatRole::Assistant => {
+            let tool_calls: Vec<ChatCompletionMessageToolCalls> = message
+                .tool_calls
+                .iter()
+                .map(|call| {
+                    ChatCompletionMessageToolCalls::Function(ChatCompletionMessageToolCall {
+                        id: call.id.clone(),
+                        function: FunctionCall {
+                            name: call.name.clone(),
+                            arguments: arguments_text(&call.arguments),
+                        },
+                    })
+                })
+                .collect();
+            ChatCompletionRequestMessage::Assistant(ChatCompletionRequestAssistantMessage {
+                // The API takes an assistant message without content when it calls tools.
+                content: (!content.is_empty() || tool_calls.is_empty()).then(|| content.into()),
+                tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
+                ..ChatCompletionRequestAssistantMessage::default()
+            })
+        }
+        ChatRole::Tool => ChatCompletionRequestMessage::Tool(ChatCompletionRequestToolMessage {
+            content: content.into(),
+            tool_call_id: message.tool_call_id.clone().unwrap_or_default(),
+        }),
+    }
+}
+
+/// The conversation as chat-completion request messages, in order: what
+/// [`Turn::messages`] or [`Turn::messages_with`] returned, ready for
+/// [`CreateChatCompletionRequest::messages`].
+///
+/// ```
+/// use agent_sessions::context::chat::ChatMessage;
+///
+/// let history = [ChatMessage::system("Be brief."), ChatMessage::user("hi")];
+/// let messages = agent_sessions_openai::request_messages(&history);
+/// let json = serde_json::to_value(&messages).unwrap();
+/// assert_eq!(json[0]["role"], "system");
+/// assert_eq!(json[1]["content"], "hi");
+/// ```
+pub fn request_messages(messages: &[ChatMessage]) -> Vec<ChatCompletionRequestMessage> {
+    messages.iter().map(request_message).collect()
+}
+
+/// A tool call's arguments as the JSON text the API carries (a string stays as it is).
+fn arguments_text(arguments: &Value) -> String {
+    match arguments {
+        Value::String(text) => text.clone(),
+        Value::Null => "{}".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+/// The usage a completion reports, as the session records it: input tokens without the
+/// cached ones (which are `cache_read`), output tokens, the provider's total, and the
+/// model. `None` when the response carries no usage.
+///
+/// ```
+/// use async_openai::types::chat::{CompletionUsage, CreateChatCompletionResponse};
+///
+/// let response = CreateChatCompletionResponse {
+///     model: "gpt-4o-mini".into(),
+///     usage: Some(CompletionUsage { prompt_tokens: 1_200, completion_tokens: 40, total_tokens: 1_240, ..Default::default() }),
+///     ..Default::default()
+/// };
+/// let usage = agent_sessions_openai::turn_usage(&response).unwrap();
+/// assert_eq!((usage.input, usage.output, usage.total), (Some(1_200), Some(40), Some(1_240)));
+/// assert_eq!(usage.model.as_deref(), Some("gpt-4o-mini"));
+/// ```
+pub fn turn_usage(response: &CreateChatCompletionResponse) -> Option<TurnUsage> {
+    let usage: &CompletionUsage = response.usage.as_ref()?;
+    let cached = usage
+        .prompt_tokens_details
+        .as_ref()
+        .and_then(|details| details.cached_tokens)
+        .unwrap_or(0)
+        .min(usage.prompt_tokens);
+    let mut turn = TurnUsage::new()
+        .input(u64::from(usage.prompt_tokens - cached))
+        .output(u64::from(usage.completion_tokens))
+        .total(u64::from(usage.total_tokens))
+        .by(PROVIDER, response.model.clone());
+    if cached > 0 {
+        turn = turn.cache_read(u64::from(cached));
+    }
+    Some(turn)
+}
+
+/// The model's message in a completion (its first choice) as a [`ChatMessage`]: its
+/// text and its tool calls. `None` when the response has no choice.
+///
+/// A host that runs tools appends this and each tool's [`ChatMessage::tool`] result to
+/// the conversation and calls the model again, until it answers in text.
+pub fn response_message(response: &CreateChatCompletionResponse) -> Option<ChatMessage> {
+    let message = &response.choices.first()?.message;
+    let tool_calls = message
+        .tool_calls
+        .iter()
+        .flatten()
+        .map(|call| match call {
+            ChatCompletionMessageToolCalls::Function(call) => ToolCall {
+                id: call.id.clone(),
+                name: call.function.name.clone(),
+                arguments: serde_json::from_str(&call.function.arguments)
+                    .unwrap_or_else(|_| Value::String(call.function.arguments.clone())),
+            },
+            ChatCompletionMessageToolCalls::Custom(call) => ToolCall {
+                id: call.id.clone(),
+                name: call.custom_tool.name.clone(),
+                arguments: Value::String(call.custom_tool.input.clone()),
+            },
+        })
+        .collect();
+    let mut reply = ChatMessage::assistant(message.content.clone().unwrap_or_default());
+    reply.tool_calls = tool_calls;
+    Some(reply)
+}
+
+/// A completion as the reply [`Turn::complete`] takes: the text of its first choice
+/// (its refusal when it refused; nothing when it has no text), with its usage.
+///
+/// ```
+/// use async_openai::types::chat::CreateChatCompletionResponse;
+///
+/// let response: CreateChatCompletionResponse = serde_json::from_value(serde_json::json!({
+///     "id": "c1", "object": "chat.completion", "created": 0, "model": "gpt-4o-mini",
+///     "choices": [{"index": 0, "finish_reason": "stop",
+///                  "message": {"role": "assistant", "content": "Thursday at 9."}}],
+///     "usage": {"prompt_tokens": 30, "completion_tokens": 5, "total_tokens": 35}
+/// })).unwrap();
+/// let reply = agent_sessions_openai::turn_reply(&response);
+/// assert_eq!(reply.payloads[0].text.as_deref(), Some("Thursday at 9."));
+/// assert_eq!(reply.usage.unwrap().input, Some(30));
+/// ```
+pub fn turn_reply(response: &CreateChatCompletionResponse) -> TurnReply {
+    let message = response.choices.first().map(|choice| &choice.message);
+    let text = message
+        .and_then(|m| {
+            m.content
+                .clone()
+                .filter(|t| !t.is_empty())
+                .or_else(|| m.refusal.clone())
+        })
+        .unwrap_or_default();
+    let payloads = if text.is_empty() {
+        Vec::new()
+    } else {
+        vec![ReplyPayload::text(text)]
+    };
+    let reply = TurnReply::payloads(payloads);
+    match turn_usage(response) {
+        Some(usage) => reply.with_usage(usage),
+        None => reply,
+    }
+}
+
+/// Answers one turn with a chat completion and returns what to send.
+///
+/// For [`TurnAction::Answer`](agent_sessions::manager::TurnAction::Answer) the model is
+/// called with `system` then the conversation ([`Turn::messages_with`]), and its reply
+/// and usage complete the turn; group chatter and an acknowledged `/new` are completed
+/// without a model call, as [`Turn::complete`] does for them. A failed model call
+/// leaves the turn uncompleted: the session records an aborted run.
+pub async fn answer<C: Config>(
+    turn: Turn<'_>,
+    client: &Client<C>,
+    model: &str,
+    system: Vec<ChatMessage>,
+) -> Result<Vec<ReplyPayload>, Error> {
+    if !turn.needs_model() {
+        return Ok(turn.complete("").await?);
+    }
+    let messages = turn.messages_with(system).await?;
+    let request = CreateChatCompletionRequest {
+        model: model.to_owned(),
+        messages: request_messages(&messages),
+        ..CreateChatCompletionRequest::default()
+    };
+    let response = client.chat().create(request).await?;
+    Ok(turn.complete(turn_reply(&response)).await?)
+}
+
+/// The README's examples compile.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct Readme;

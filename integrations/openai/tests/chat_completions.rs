@@ -1,0 +1,167 @@
+//! async-openai against a fake OpenAI-compatible server on loopback: what the model is
+//! sent across turns, a `/new`, a reset and a restart of the process.
+
+mod common;
+
+use std::path::Path;
+
+use agent_sessions::prelude::*;
+use async_openai::config::OpenAIConfig;
+use async_openai::Client;
+use common::{said, FakeOpenAi, COMPLETION_TOKENS, PROMPT_TOKENS};
+
+const SYSTEM: &str = "You are the rota assistant.";
+
+async fn open(dir: &Path) -> SessionManager {
+    SessionManager::connect(&format!("json:{}", dir.display()))
+        .await
+        .unwrap()
+        .build()
+}
+
+fn client(server: &FakeOpenAi) -> Client<OpenAIConfig> {
+    Client::with_config(
+        OpenAIConfig::new()
+            .with_api_key("test-key")
+            .with_api_base(&server.base),
+    )
+}
+
+/// One message from Jane on Telegram, answered; returns the texts to send.
+async fn say(manager: &SessionManager, client: &Client<OpenAIConfig>, text: &str) -> Vec<String> {
+    let message = InboundMessage::direct("telegram", "42", text);
+    let turn = manager.turn(&message).await.unwrap();
+    let system = vec![ChatMessage::system(SYSTEM)];
+    agent_sessions_openai::answer(turn, client, "gpt-test", system)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|payload| payload.text)
+        .collect()
+}
+
+fn archived_transcripts(dir: &Path) -> usize {
+    let mut count = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.to_string_lossy().contains(".jsonl.reset.") {
+                count += 1;
+            }
+        }
+    }
+    count
+}
+
+#[tokio::test]
+async fn the_model_is_sent_the_conversation_across_turns_resets_and_a_restart() {
+    let server = FakeOpenAi::start().await;
+    let client = client(&server);
+    let dir = tempfile::tempdir().unwrap();
+    let manager = open(dir.path()).await;
+
+    // The first turn: the system prompt and the message.
+    assert_eq!(
+        say(&manager, &client, "My name is Jane.").await,
+        ["reply 1"]
+    );
+    assert_eq!(
+        server.last_messages(),
+        said(&[("system", SYSTEM), ("user", "My name is Jane.")])
+    );
+
+    // The second: the first turn and its reply come before the new message.
+    assert_eq!(
+        say(&manager, &client, "What is my name?").await,
+        ["reply 2"]
+    );
+    assert_eq!(
+        server.last_messages(),
+        said(&[
+            ("system", SYSTEM),
+            ("user", "My name is Jane."),
+            ("assistant", "reply 1"),
+            ("user", "What is my name?"),
+        ])
+    );
+
+    // The usage of the completion is the session's.
+    let key = manager
+        .key_for(&InboundMessage::direct("telegram", "42", ""))
+        .unwrap();
+    let entry = manager.get(&key).await.unwrap().unwrap().entry;
+    assert_eq!(entry.input_tokens, Some(PROMPT_TOKENS));
+    assert_eq!(entry.output_tokens, Some(COMPLETION_TOKENS));
+
+    // A bare `/new` is acknowledged without a model call, and the old transcript is
+    // archived.
+    let acknowledged = say(&manager, &client, "/new").await;
+    assert_eq!(acknowledged, ["New session started."]);
+    assert_eq!(server.count(), 2);
+    assert_eq!(archived_transcripts(dir.path()), 1);
+    assert_eq!(say(&manager, &client, "Hello again.").await, ["reply 3"]);
+    assert_eq!(
+        server.last_messages(),
+        said(&[("system", SYSTEM), ("user", "Hello again.")])
+    );
+
+    // `manager.reset` (an operator, the CLI) starts over the same way.
+    manager.reset(&key).await.unwrap();
+    assert_eq!(archived_transcripts(dir.path()), 2);
+    assert_eq!(say(&manager, &client, "Fresh start.").await, ["reply 4"]);
+    assert_eq!(
+        server.last_messages(),
+        said(&[("system", SYSTEM), ("user", "Fresh start.")])
+    );
+
+    // A restart: a new manager on the same directory continues the conversation.
+    drop(manager);
+    let manager = open(dir.path()).await;
+    assert_eq!(say(&manager, &client, "Still there?").await, ["reply 5"]);
+    assert_eq!(
+        server.last_messages(),
+        said(&[
+            ("system", SYSTEM),
+            ("user", "Fresh start."),
+            ("assistant", "reply 4"),
+            ("user", "Still there?"),
+        ])
+    );
+}
+
+#[tokio::test]
+async fn a_failed_completion_leaves_an_aborted_run_and_no_reply_in_the_history() {
+    let server = FakeOpenAi::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let manager = open(dir.path()).await;
+    // Nothing listens on the server's port once it is dropped.
+    let unreachable = client(&server);
+    drop(server);
+
+    let message = InboundMessage::direct("telegram", "42", "Anyone there?");
+    let turn = manager.turn(&message).await.unwrap();
+    let failed = agent_sessions_openai::answer(turn, &unreachable, "gpt-test", Vec::new()).await;
+    assert!(
+        matches!(failed, Err(agent_sessions_openai::Error::OpenAI(_))),
+        "{failed:?}"
+    );
+
+    let key = manager.key_for(&message).unwrap();
+    let entry = manager.get(&key).await.unwrap().unwrap().entry;
+    assert_eq!(entry.aborted_last_run, Some(true));
+
+    // The next turn sees the unanswered message, and no reply to it.
+    let server = FakeOpenAi::start().await;
+    say(&manager, &client(&server), "Hello?").await;
+    assert_eq!(
+        server.last_messages(),
+        said(&[
+            ("system", SYSTEM),
+            ("user", "Anyone there?"),
+            ("user", "Hello?"),
+        ])
+    );
+}

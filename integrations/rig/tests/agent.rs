@@ -1,0 +1,359 @@
+//! A real rig agent whose OpenAI-compatible provider points at a fake completion server
+//! on loopback: what the model is sent across turns, resets and a restart, with the
+//! conversation kept by `SessionMemory` or by `answer`.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use agent_sessions::prelude::*;
+use agent_sessions_rig::SessionMemory;
+use common::{said, FakeOpenAi, COMPLETION_TOKENS, PROMPT_TOKENS};
+use rig_agent::{Agent, AgentBuilder};
+use rig_core::id::ConversationId;
+use rig_core::memory::ConversationMemory;
+use rig_core::providers::openai::OpenAIConfig;
+use rig_core::tool::PortableTool;
+
+const SYSTEM: &str = "You are the rota assistant.";
+
+async fn open(dir: &Path) -> Arc<SessionManager> {
+    let builder = SessionManager::connect(&format!("json:{}", dir.display()))
+        .await
+        .unwrap();
+    Arc::new(builder.build())
+}
+
+/// An agent on the fake server; with `memory`, its conversations live in the sessions.
+fn agent(server: &FakeOpenAi, memory: Option<SessionMemory>) -> Agent {
+    let model = OpenAIConfig::new("test-key")
+        .with_base_url(&server.base)
+        .client()
+        .chat("gpt-test");
+    let builder = AgentBuilder::new(model).preamble(SYSTEM);
+    match memory {
+        Some(memory) => builder.memory(memory).build(),
+        None => builder.build(),
+    }
+}
+
+fn dm(text: &str) -> InboundMessage {
+    InboundMessage::direct("telegram", "42", text)
+}
+
+/// One message from Jane, as a bot on `SessionMemory` handles it: resolve the session
+/// (resets, expiry), acknowledge a bare `/new`, else run the agent in the session.
+async fn say(manager: &SessionManager, agent: &Agent, text: &str) -> String {
+    let session = manager.resolve(&dm(text)).await.unwrap();
+    if session.reset_triggered && session.body.trim().is_empty() {
+        return "New session started.".into();
+    }
+    let response = agent
+        .prompt(session.body.as_str())
+        .conversation(session.key.as_str())
+        .max_turns(3) // room for a tool call and the answer after it
+        .await
+        .unwrap();
+    response.output()
+}
+
+fn archived_transcripts(dir: &Path) -> usize {
+    let mut count = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.to_string_lossy().contains(".jsonl.reset.") {
+                count += 1;
+            }
+        }
+    }
+    count
+}
+
+#[tokio::test]
+async fn session_memory_gives_the_agent_its_conversation_across_turns_resets_and_a_restart() {
+    let server = FakeOpenAi::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let manager = open(dir.path()).await;
+    let memory = SessionMemory::new(manager.clone());
+    let bot = agent(&server, Some(memory.clone()));
+    let key = manager.key_for(&dm("")).unwrap();
+
+    assert_eq!(say(&manager, &bot, "My name is Jane.").await, "reply 1");
+    assert_eq!(
+        server.last_messages(),
+        said(&[("system", SYSTEM), ("user", "My name is Jane.")])
+    );
+    assert_eq!(say(&manager, &bot, "What is my name?").await, "reply 2");
+    assert_eq!(
+        server.last_messages(),
+        said(&[
+            ("system", SYSTEM),
+            ("user", "My name is Jane."),
+            ("assistant", "reply 1"),
+            ("user", "What is my name?"),
+        ])
+    );
+    // The turns are the session's: counted and in its transcript.
+    let entry = manager.get(&key).await.unwrap().unwrap().entry;
+    assert_eq!(entry.turn_count, Some(2));
+    let kept: Vec<String> = manager
+        .messages(&key)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.content)
+        .collect();
+    assert_eq!(
+        kept,
+        ["My name is Jane.", "reply 1", "What is my name?", "reply 2"]
+    );
+
+    // `/new` resets the session the memory reads: the old transcript is archived.
+    assert_eq!(say(&manager, &bot, "/new").await, "New session started.");
+    assert_eq!(server.count(), 2);
+    assert_eq!(archived_transcripts(dir.path()), 1);
+    assert_eq!(say(&manager, &bot, "Hello again.").await, "reply 3");
+    assert_eq!(
+        server.last_messages(),
+        said(&[("system", SYSTEM), ("user", "Hello again.")])
+    );
+
+    // rig's `clear` is a reset too.
+    let id = ConversationId::new(key.as_str());
+    memory.clear(&id).await.unwrap();
+    assert_eq!(archived_transcripts(dir.path()), 2);
+    assert!(memory.load(&id).await.unwrap().is_empty());
+    assert_eq!(say(&manager, &bot, "Cleared?").await, "reply 4");
+    assert_eq!(
+        server.last_messages(),
+        said(&[("system", SYSTEM), ("user", "Cleared?")])
+    );
+
+    // And so is an operator's `manager.reset`.
+    manager.reset(&key).await.unwrap();
+    assert_eq!(say(&manager, &bot, "Fresh start.").await, "reply 5");
+    assert_eq!(
+        server.last_messages(),
+        said(&[("system", SYSTEM), ("user", "Fresh start.")])
+    );
+
+    // A restart: a new manager, memory and agent on the same directory.
+    drop((bot, memory, manager));
+    let manager = open(dir.path()).await;
+    let bot = agent(&server, Some(SessionMemory::new(manager.clone())));
+    assert_eq!(say(&manager, &bot, "Still there?").await, "reply 6");
+    assert_eq!(
+        server.last_messages(),
+        said(&[
+            ("system", SYSTEM),
+            ("user", "Fresh start."),
+            ("assistant", "reply 5"),
+            ("user", "Still there?"),
+        ])
+    );
+}
+
+/// The rota tool the agent calls when Jane asks about her shift.
+struct Shifts;
+
+impl PortableTool for Shifts {
+    const NAME: &'static str = "shifts";
+    type Args = serde_json::Value;
+    type Output = String;
+    type Error = std::convert::Infallible;
+
+    fn description(&self) -> String {
+        "The user's shifts on a day.".into()
+    }
+
+    fn parameters(&self) -> serde_json::Value {
+        serde_json::json!({"type": "object", "properties": {"day": {"type": "string"}}})
+    }
+
+    async fn call(&self, _day: serde_json::Value) -> Result<String, Self::Error> {
+        Ok("9am".into())
+    }
+}
+
+#[tokio::test]
+async fn a_runs_tool_calls_and_results_are_kept_and_sent_with_the_next_turn() {
+    let server = FakeOpenAi::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let manager = open(dir.path()).await;
+    let model = OpenAIConfig::new("test-key")
+        .with_base_url(&server.base)
+        .client()
+        .chat("gpt-test");
+    let bot = AgentBuilder::new(model)
+        .preamble(SYSTEM)
+        .memory(SessionMemory::new(manager.clone()))
+        .tool(Shifts)
+        .build();
+
+    // The model calls the tool, the agent runs it, the model answers: two requests.
+    assert_eq!(say(&manager, &bot, "When is my shift?").await, "reply 2");
+    assert_eq!(server.count(), 2);
+
+    // The next turn carries the whole exchange, the call and its result included.
+    assert_eq!(say(&manager, &bot, "Thanks!").await, "reply 3");
+    let request = server.last_request();
+    let messages = request["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        ["system", "user", "assistant", "tool", "assistant", "user"]
+    );
+    let called = &messages[2]["tool_calls"][0];
+    assert_eq!(called["id"], "call_1");
+    assert_eq!(called["function"]["name"], "shifts");
+    let arguments: serde_json::Value =
+        serde_json::from_str(called["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(arguments, serde_json::json!({"day": "thu"}));
+    assert_eq!(messages[3]["tool_call_id"], "call_1");
+    let contents: Vec<String> = server.last_messages().into_iter().map(|(_, c)| c).collect();
+    assert_eq!(contents[3], "9am");
+    assert_eq!(contents[4], "reply 2");
+
+    // The session's conversation has them too, as tool calls and tool messages.
+    let key = manager.key_for(&dm("")).unwrap();
+    let kept = manager.messages(&key).await.unwrap();
+    assert_eq!(kept[1].tool_calls[0].name, "shifts");
+    assert_eq!(kept[2].role, ChatRole::Tool);
+    assert_eq!(kept[2].tool_call_id.as_deref(), Some("call_1"));
+}
+
+#[tokio::test]
+async fn answer_runs_whole_turns_across_resets_and_a_restart() {
+    let server = FakeOpenAi::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let manager = open(dir.path()).await;
+    let bot = agent(&server, None);
+    let send = |manager: Arc<SessionManager>, bot: Agent, text: &'static str| async move {
+        agent_sessions_rig::answer(&manager, &dm(text), &bot)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter_map(|payload| payload.text)
+            .collect::<Vec<_>>()
+    };
+
+    assert_eq!(
+        send(manager.clone(), bot.clone(), "My name is Jane.").await,
+        ["reply 1"]
+    );
+    assert_eq!(
+        send(manager.clone(), bot.clone(), "What is my name?").await,
+        ["reply 2"]
+    );
+    assert_eq!(
+        server.last_messages(),
+        said(&[
+            ("system", SYSTEM),
+            ("user", "My name is Jane."),
+            ("assistant", "reply 1"),
+            ("user", "What is my name?"),
+        ])
+    );
+    // The run's usage is the session's.
+    let key = manager.key_for(&dm("")).unwrap();
+    let entry = manager.get(&key).await.unwrap().unwrap().entry;
+    assert_eq!(entry.input_tokens, Some(PROMPT_TOKENS));
+    assert_eq!(entry.output_tokens, Some(COMPLETION_TOKENS));
+
+    assert_eq!(
+        send(manager.clone(), bot.clone(), "/new").await,
+        ["New session started."]
+    );
+    assert_eq!(server.count(), 2);
+    assert_eq!(
+        send(manager.clone(), bot.clone(), "Hello again.").await,
+        ["reply 3"]
+    );
+    assert_eq!(
+        server.last_messages(),
+        said(&[("system", SYSTEM), ("user", "Hello again.")])
+    );
+
+    drop(manager);
+    let manager = open(dir.path()).await;
+    assert_eq!(
+        send(manager.clone(), bot.clone(), "Still there?").await,
+        ["reply 4"]
+    );
+    assert_eq!(
+        server.last_messages(),
+        said(&[
+            ("system", SYSTEM),
+            ("user", "Hello again."),
+            ("assistant", "reply 3"),
+            ("user", "Still there?"),
+        ])
+    );
+
+    // A run that calls a tool: the call and its result are kept between the question
+    // and the answer.
+    let model = OpenAIConfig::new("test-key")
+        .with_base_url(&server.base)
+        .client()
+        .chat("gpt-test");
+    let with_tool = AgentBuilder::new(model)
+        .preamble(SYSTEM)
+        .default_max_turns(3)
+        .tool(Shifts)
+        .build();
+    assert_eq!(
+        send(manager.clone(), with_tool.clone(), "And my shift?").await,
+        ["reply 6"]
+    );
+    assert_eq!(
+        send(manager.clone(), with_tool, "Thanks!").await,
+        ["reply 7"]
+    );
+    let roles: Vec<String> = server.last_messages().into_iter().map(|(r, _)| r).collect();
+    assert_eq!(
+        roles,
+        [
+            "system",
+            "user",
+            "assistant",
+            "user",
+            "assistant",
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "user"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_conversation_id_that_is_not_a_session_key_is_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let manager = open(dir.path()).await;
+    let memory = SessionMemory::new(manager.clone());
+    let id = ConversationId::new("../../etc/passwd");
+
+    let loaded = memory.load(&id).await;
+    assert!(
+        matches!(loaded, Err(rig_core::memory::MemoryError::Backend(_))),
+        "{loaded:?}"
+    );
+    let appended = memory
+        .append(&id, vec![rig_core::completion::Message::user("hi")])
+        .await;
+    assert!(appended.is_err());
+    assert!(manager
+        .list(&ListFilter::default())
+        .await
+        .unwrap()
+        .is_empty());
+}

@@ -1,0 +1,139 @@
+//! A fake OpenAI-compatible chat-completions server on loopback: it keeps every request
+//! body it receives and answers each with a numbered reply and fixed usage — or, when
+//! the request declares tools and ends with a user message that mentions a shift, with a
+//! call of the `shifts` tool.
+
+use std::sync::{Arc, Mutex};
+
+use axum::extract::State;
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+/// The usage every fake completion reports.
+pub const PROMPT_TOKENS: u64 = 120;
+/// The output tokens of every fake completion.
+pub const COMPLETION_TOKENS: u64 = 7;
+
+/// A running fake server.
+pub struct FakeOpenAi {
+    /// `http://127.0.0.1:<port>/v1`.
+    pub base: String,
+    requests: Arc<Mutex<Vec<Value>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FakeOpenAi {
+    /// Starts a server on an ephemeral loopback port.
+    pub async fn start() -> FakeOpenAi {
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let app = Router::new()
+            .route("/v1/chat/completions", post(complete))
+            .with_state(requests.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}/v1", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        FakeOpenAi {
+            base,
+            requests,
+            task,
+        }
+    }
+
+    /// How many requests arrived.
+    pub fn count(&self) -> usize {
+        self.requests.lock().unwrap().len()
+    }
+
+    /// The body of the last request.
+    pub fn last_request(&self) -> Value {
+        self.requests
+            .lock()
+            .unwrap()
+            .last()
+            .expect("no request arrived")
+            .clone()
+    }
+
+    /// The `(role, content)` of each message of the last request.
+    pub fn last_messages(&self) -> Vec<(String, String)> {
+        let requests = self.requests.lock().unwrap();
+        let last = requests.last().expect("no request arrived");
+        last["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                let content = match &m["content"] {
+                    Value::String(text) => text.clone(),
+                    Value::Array(parts) => parts
+                        .iter()
+                        .filter_map(|p| p["text"].as_str())
+                        .collect::<Vec<_>>()
+                        .join(""),
+                    _ => String::new(),
+                };
+                (m["role"].as_str().unwrap().to_owned(), content)
+            })
+            .collect()
+    }
+}
+
+impl Drop for FakeOpenAi {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Answers request number `n` (from 1) with `reply n`.
+async fn complete(
+    State(requests): State<Arc<Mutex<Vec<Value>>>>,
+    Json(body): Json<Value>,
+) -> Json<Value> {
+    let n = {
+        let mut requests = requests.lock().unwrap();
+        requests.push(body.clone());
+        requests.len()
+    };
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let last = messages.last().cloned().unwrap_or_default();
+    let calls_tool = body["tools"]
+        .as_array()
+        .is_some_and(|tools| !tools.is_empty())
+        && last["role"] == "user"
+        && last["content"].to_string().contains("shift");
+    let message = if calls_tool {
+        json!({"role": "assistant", "content": null, "tool_calls": [{
+            "id": "call_1", "type": "function",
+            "function": {"name": "shifts", "arguments": "{\"day\":\"thu\"}"}
+        }]})
+    } else {
+        json!({"role": "assistant", "content": format!("reply {n}")})
+    };
+    Json(json!({
+        "id": format!("chatcmpl-{n}"),
+        "object": "chat.completion",
+        "created": 1_700_000_000u32,
+        "model": body["model"],
+        "choices": [{
+            "index": 0,
+            "finish_reason": if calls_tool { "tool_calls" } else { "stop" },
+            "message": message
+        }],
+        "usage": {
+            "prompt_tokens": PROMPT_TOKENS,
+            "completion_tokens": COMPLETION_TOKENS,
+            "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS
+        }
+    }))
+}
+
+/// `(role, content)` pairs, for comparing with [`FakeOpenAi::last_messages`].
+pub fn said(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(role, content)| ((*role).to_owned(), (*content).to_owned()))
+        .collect()
+}
