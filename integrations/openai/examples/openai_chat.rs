@@ -10,9 +10,8 @@
 //!     cargo run -p agent-sessions-openai --example openai_chat -- ./chat-state
 //! ```
 //!
-//! The crate enables no TLS: for an `https://` server, build with the
-//! `rustls-no-provider` feature and install a rustls crypto provider, or depend on
-//! async-openai with its `rustls` feature.
+//! The crate enables no TLS: for an `https://` server, depend on async-openai with its
+//! `rustls` feature (here: `--features async-openai/rustls`).
 
 use std::io::{BufRead, Write};
 

@@ -34,7 +34,8 @@
 //! ```
 //!
 //! The crate enables no TLS backend of async-openai (plain HTTP, for a local or proxied
-//! model server); turn on the `rustls` feature to call `https://` endpoints.
+//! model server); for `https://` endpoints, turn on async-openai's own `rustls` feature
+//! in the host's `Cargo.toml`.
 //!
 //! [async-openai]: https://docs.rs/async-openai
 

@@ -13,8 +13,8 @@
 //! Each line is resolved to its session first (`/new`, idle and daily resets), then the
 //! agent runs with the session key as its conversation id: `SessionMemory` loads the
 //! conversation and appends the run. The crate enables no TLS: for an `https://`
-//! server, build with the `rustls-no-provider` feature and install a rustls crypto
-//! provider, or depend on rig-core with its `rustls` feature.
+//! server, depend on rig-core with its `rustls` feature (here:
+//! `--features rig-core/rustls`).
 
 use std::io::{BufRead, Write};
 use std::sync::Arc;

@@ -40,7 +40,8 @@
 //! ```
 //!
 //! The crate enables no TLS backend of rig (plain HTTP, for a local or proxied model
-//! server); turn on the `rustls` feature for rig's reqwest client with rustls.
+//! server); for `https://` endpoints, turn on rig-core's own `rustls` feature in the
+//! host's `Cargo.toml`.
 //!
 //! [rig]: https://docs.rs/rig-core
 
