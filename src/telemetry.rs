@@ -91,7 +91,9 @@ pub(crate) async fn update<T>(
         bytes = Empty,
     );
     let started = Instant::now();
-    let result = work.instrument(span).await;
+    // Boxed: the span wrapper would otherwise grow every caller's future (and, in
+    // debug builds, the stack of whoever blocks on it).
+    let result = Box::pin(work).instrument(span).await;
     record::histogram(
         "agent_sessions_store_update_seconds",
         &[("backend", backend)],
@@ -143,7 +145,7 @@ pub(crate) async fn append(
         events = Empty,
         bytes = Empty,
     );
-    let result = work.instrument(span.clone()).await;
+    let result = Box::pin(work).instrument(span.clone()).await;
     match &result {
         Ok(events) => {
             span.record("events", events.len() as u64);

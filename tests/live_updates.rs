@@ -132,7 +132,8 @@ async fn followers_are_woken_by_the_other_handle(
             let events = tokio::time::timeout(Duration::from_secs(5), follow.next())
                 .await
                 .expect("woken within 5 s")
-                .unwrap();
+                .unwrap()
+                .expect("the transcript is live");
             seen.extend(texts(&events));
         }
     }

@@ -4,7 +4,10 @@
 //! `{"offset": …, "line": …, "entry": {…}}` (the entry as its transcript line has it)
 //! and whose `id` is the offset to resume after it: a client that reconnects sends it
 //! back as `Last-Event-ID` (browsers' `EventSource` does so by itself) and misses
-//! nothing. Events appended by any process sharing the store are streamed.
+//! nothing. Events appended by any process sharing the store are streamed. When the
+//! transcript is archived (a reset), its last events are sent, then `event: end`; a
+//! request for a session with nothing left to send is answered 204, which tells an
+//! `EventSource` to stop reconnecting.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -89,6 +92,11 @@ pub(super) async fn session_events(
         }
         Err(error) => return Err(error.into()),
     };
+    if first.is_empty() && follow.is_ended() {
+        // A closed session streamed to its end: 204 tells an EventSource not to
+        // reconnect.
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
     tracing::debug!(session_id = %id, from, "streaming a session's events");
     let stream = EventStream {
         pending: numbered(first, follow.position()),
@@ -127,7 +135,14 @@ impl EventStream {
                 _ = self.end.wait_for(|ended| *ended) => return None,
             };
             match read {
-                Ok(events) => self.pending = numbered(events, self.follow.position()),
+                Ok(Some(events)) => self.pending = numbered(events, self.follow.position()),
+                Ok(None) => {
+                    // The transcript was archived (a reset or a delete): nothing follows.
+                    let event = Event::default()
+                        .event("end")
+                        .data(json!({"reason": "archived"}).to_string());
+                    return Some((event, true));
+                }
                 Err(error) => {
                     tracing::warn!(%error, "a session's event stream failed");
                     let data = json!({

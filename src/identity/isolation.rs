@@ -249,6 +249,11 @@ impl<T: TranscriptStore> TranscriptStore for AgentScoped<T> {
         self.inner.follow_interval()
     }
 
+    async fn archived(&self, transcript: &TranscriptRef) -> Result<Option<TranscriptRef>> {
+        self.check_transcript(transcript)?;
+        self.inner.archived(transcript).await
+    }
+
     fn location(&self, transcript: &TranscriptRef) -> Option<String> {
         self.check_transcript(transcript).ok()?;
         self.inner.location(transcript)

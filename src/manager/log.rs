@@ -495,7 +495,8 @@ impl SessionTranscripts<'_> {
     /// Follows the events of `key`'s current session from `from` on, whichever process
     /// appends them: every event once, in order, waiting for new ones. A client that
     /// reconnects passes the [`position`](TranscriptFollow::position) it reached. A
-    /// reset starts a new session with a new transcript; follow `key` again then.
+    /// reset starts a new session with a new transcript: the follower returns the old
+    /// session's last events and ends; follow `key` again then.
     ///
     /// ```
     /// use agent_sessions::manager::LogMessage;
@@ -514,7 +515,7 @@ impl SessionTranscripts<'_> {
     ///     .transcripts()
     ///     .log_message(&key, LogMessage::inbound("hi"))
     ///     .await?;
-    /// let events = follow.next().await?;
+    /// let events = follow.next().await?.expect("the session is live");
     /// assert_eq!(events.last().unwrap().entry.message.as_ref().unwrap().text(), "hi");
     /// # Ok(())
     /// # }

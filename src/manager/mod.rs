@@ -629,8 +629,8 @@ impl SessionManager {
             decision = tracing::field::Empty,
             reason = tracing::field::Empty,
         );
-        let resolved = self
-            .resolve_in_span(message, admit, start_run)
+        // Boxed, as the store's update inside it is: a turn's future stays small.
+        let resolved = Box::pin(self.resolve_in_span(message, admit, start_run))
             .instrument(span)
             .await;
         if let Err(error) = &resolved {

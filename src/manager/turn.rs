@@ -182,8 +182,7 @@ impl SessionManager {
             session_id = tracing::field::Empty,
             action = tracing::field::Empty,
         );
-        let turn = self
-            .turn_in_span(message, admit)
+        let turn = Box::pin(self.turn_in_span(message, admit))
             .instrument(span.clone())
             .await;
         match &turn {
@@ -439,8 +438,7 @@ impl<'m> Turn<'m> {
             session_id = self.entry.as_ref().map(|entry| entry.session_id.as_str()),
             payloads = tracing::field::Empty,
         );
-        let sent = self
-            .complete_in_span(reply.into())
+        let sent = Box::pin(self.complete_in_span(reply.into()))
             .instrument(span.clone())
             .await;
         match &sent {

@@ -62,6 +62,19 @@ pub(crate) trait TranscriptRows {
     async fn archived_as(&mut self, agent: &str, name: &str) -> Result<Option<String>>;
 }
 
+/// The name transcript `name` was archived under, while it is not live; `None` if it is
+/// live or was never archived.
+pub(crate) async fn archived(
+    rows: &mut impl TranscriptRows,
+    agent: &str,
+    name: &str,
+) -> Result<Option<String>> {
+    if rows.row(agent, name).await?.is_some() {
+        return Ok(None);
+    }
+    rows.archived_as(agent, name).await
+}
+
 /// Creates transcript `name` of `lines` unless it exists; whether it did.
 pub(crate) async fn create(
     rows: &mut impl TranscriptRows,
@@ -173,7 +186,14 @@ pub(crate) async fn read(
         next: Offset(count),
         ..TranscriptRead::default()
     };
-    for (seq, line) in rows.lines_from(agent, name, from.0 as i64).await? {
+    // Lines past the count were appended after it was read (a store that reads
+    // without one snapshot): the next read returns them, so they are not returned twice.
+    for (seq, line) in rows
+        .lines_from(agent, name, from.0 as i64)
+        .await?
+        .into_iter()
+        .filter(|(seq, _)| (*seq as u64) < count)
+    {
         read_line(
             &mut read,
             seq as usize + 1,

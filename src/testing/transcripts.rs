@@ -395,7 +395,8 @@ pub async fn followers_see_every_append_once_in_order<T: TranscriptStore + 'stat
         let events = tokio::time::timeout(std::time::Duration::from_secs(10), follow.next())
             .await
             .expect("the follower keeps up")
-            .unwrap();
+            .unwrap()
+            .expect("the transcript is live");
         seen.extend(texts(&events));
     }
     writer.await.unwrap();
@@ -405,7 +406,7 @@ pub async fn followers_see_every_append_once_in_order<T: TranscriptStore + 'stat
 
     let mut resumed = TranscriptFollow::new(store.clone(), t.clone(), follow.position());
     store.append(&t, vec![said("after", 1)]).await.unwrap();
-    assert_eq!(texts(&resumed.next().await.unwrap()), ["after"]);
+    assert_eq!(texts(&resumed.next().await.unwrap().unwrap()), ["after"]);
 }
 
 /// Runs the transcript conformance suite: one `#[tokio::test]` per behaviour, each on a

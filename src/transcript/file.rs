@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::lines::{
-    archived_name, log_record, read_line, session_id_of_name, stamp_entries,
+    archived_name, log_record, newest_archive, read_line, session_id_of_name, stamp_entries,
     validate_transcript_name,
 };
 use super::{
@@ -657,6 +657,35 @@ impl TranscriptStore for FileTranscriptStore {
             Err(e) => Err(Error::io("remove", &file, e)),
         })
         .await
+    }
+
+    async fn archived(&self, transcript: &TranscriptRef) -> Result<Option<TranscriptRef>> {
+        let path = self.path(transcript)?;
+        let file = path.clone();
+        let archived = blocking(&path, move || {
+            if fs::symlink_metadata(&file).is_ok() {
+                return Ok(None);
+            }
+            let (Some(dir), Some(name)) =
+                (file.parent(), file.file_name().and_then(|n| n.to_str()))
+            else {
+                return Ok(None);
+            };
+            let names: Vec<String> = match fs::read_dir(dir) {
+                Ok(entries) => entries
+                    .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+                    .collect(),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(Error::io("list", dir, e)),
+            };
+            Ok(newest_archive(name, names.iter().map(String::as_str))
+                .map(|archived| dir.join(archived)))
+        })
+        .await?;
+        Ok(archived.map(|path| TranscriptRef {
+            session_file: Some(path.to_string_lossy().into_owned()),
+            ..transcript.clone()
+        }))
     }
 
     async fn query_log(&self, query: &LogQuery) -> Result<Vec<LogRecord>> {

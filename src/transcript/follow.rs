@@ -20,6 +20,10 @@ use crate::error::Result;
 /// announce them (files and SQLite; PostgreSQL announces them with `NOTIFY`). To resume
 /// after a restart, keep [`position`](Self::position) and start a new follower there.
 ///
+/// When the transcript is archived (its session was reset or deleted), the follower
+/// reads the rest from the archived copy and then ends: [`next`](Self::next) returns
+/// `None`. Following a closed session's transcript returns its events and ends.
+///
 /// ```
 /// use std::sync::Arc;
 /// use agent_sessions::transcript::{
@@ -37,7 +41,7 @@ use crate::error::Result;
 ///
 /// let mut follow = TranscriptFollow::new(store.clone(), transcript.clone(), Offset::START);
 /// store.append(&transcript, vec![TranscriptEntry::user_text("hi", now)]).await?;
-/// let events = follow.next().await?;
+/// let events = follow.next().await?.expect("the session is live");
 /// assert_eq!(events[0].entry.message.as_ref().unwrap().text(), "hi");
 /// // Saved somewhere, this resumes after "hi" on the next run.
 /// let resume_at = follow.position();
@@ -51,6 +55,7 @@ pub struct TranscriptFollow {
     position: Offset,
     wake: TranscriptSubscription,
     poll_interval: Duration,
+    ended: bool,
 }
 
 impl std::fmt::Debug for TranscriptFollow {
@@ -81,6 +86,7 @@ impl TranscriptFollow {
             position: from,
             wake,
             poll_interval,
+            ended: false,
         }
     }
 
@@ -102,11 +108,15 @@ impl TranscriptFollow {
     }
 
     /// The events appended since the last call (or since the start offset), waiting
-    /// until there is at least one. A transcript that does not exist yet is waited for.
-    pub async fn next(&mut self) -> Result<Vec<SessionEvent>> {
+    /// until there is at least one; `None` once the transcript was archived and every
+    /// event of it returned. A transcript that does not exist yet is waited for.
+    pub async fn next(&mut self) -> Result<Option<Vec<SessionEvent>>> {
         loop {
             if let Some(events) = self.try_next().await? {
-                return Ok(events);
+                return Ok(Some(events));
+            }
+            if self.ended {
+                return Ok(None);
             }
             // A wake-up is only a hint: the events are read from the transcript, so a
             // lag just means reading again.
@@ -119,8 +129,28 @@ impl TranscriptFollow {
 
     /// The events appended since the last call, or `None` without waiting.
     pub async fn try_next(&mut self) -> Result<Option<Vec<SessionEvent>>> {
+        let events = self.read().await?;
+        if events.is_empty() && !self.ended {
+            // Nothing new: if the transcript was archived, the rest is in the copy.
+            if let Some(archived) = self.store.archived(&self.transcript).await? {
+                self.transcript = archived;
+                self.ended = true;
+                let rest = self.read().await?;
+                return Ok((!rest.is_empty()).then_some(rest));
+            }
+        }
+        Ok((!events.is_empty()).then_some(events))
+    }
+
+    /// Whether the transcript was archived and the follower reads its last events: once
+    /// they are returned, [`next`](Self::next) returns `None`.
+    pub fn is_ended(&self) -> bool {
+        self.ended
+    }
+
+    async fn read(&mut self) -> Result<Vec<SessionEvent>> {
         let read = self.store.read(&self.transcript, self.position).await?;
         self.position = self.position.max(read.next);
-        Ok((!read.events.is_empty()).then_some(read.events))
+        Ok(read.events)
     }
 }

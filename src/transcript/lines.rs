@@ -60,6 +60,24 @@ pub(crate) fn archived_name(name: &str, reason: super::ArchiveReason, at: DateTi
     format!("{name}.{}.{stamp}", reason.as_str())
 }
 
+/// The newest archived copy of transcript `name` among `names` (`<name>.reset.<ts>`,
+/// `<name>.deleted.<ts>`, with a `-n` suffix when two were archived at once).
+pub(crate) fn newest_archive<'a>(
+    name: &str,
+    names: impl IntoIterator<Item = &'a str>,
+) -> Option<String> {
+    let prefix = format!("{name}.");
+    names
+        .into_iter()
+        .filter(|candidate| {
+            candidate
+                .strip_prefix(&prefix)
+                .is_some_and(|rest| rest.starts_with("reset.") || rest.starts_with("deleted."))
+        })
+        .max()
+        .map(str::to_owned)
+}
+
 /// The session id a transcript name belongs to (`<id>.jsonl`, `<id>-topic-….jsonl`).
 pub(crate) fn session_id_of_name(name: &str) -> String {
     let stem = name.split(".jsonl").next().unwrap_or(name);

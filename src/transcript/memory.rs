@@ -8,8 +8,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::lines::{
-    archived_name, header_line, leaf_of, log_record, read_line, session_id_of_name, stamp_entries,
-    validate_transcript_name,
+    archived_name, header_line, leaf_of, log_record, newest_archive, read_line, session_id_of_name,
+    stamp_entries, validate_transcript_name,
 };
 use super::{
     ArchiveReason, LogQuery, LogRecord, Offset, SessionEvent, SessionHeader, TranscriptEntry,
@@ -172,6 +172,25 @@ impl TranscriptStore for MemoryTranscriptStore {
     async fn remove(&self, transcript: &TranscriptRef) -> Result<bool> {
         let id = id(transcript)?;
         Ok(self.with(|all| all.remove(&id).is_some()))
+    }
+
+    async fn archived(&self, transcript: &TranscriptRef) -> Result<Option<TranscriptRef>> {
+        let (agent, name) = id(transcript)?;
+        Ok(self
+            .with(|all| {
+                if all.contains_key(&(agent.clone(), name.clone())) {
+                    return None;
+                }
+                let names = all
+                    .keys()
+                    .filter(|(owner, _)| *owner == agent)
+                    .map(|(_, name)| name.as_str());
+                newest_archive(&name, names)
+            })
+            .map(|archived| TranscriptRef {
+                session_file: Some(archived),
+                ..transcript.clone()
+            }))
     }
 
     async fn query_log(&self, query: &LogQuery) -> Result<Vec<LogRecord>> {

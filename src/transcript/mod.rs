@@ -447,6 +447,10 @@ impl<T: TranscriptStore + ?Sized> TranscriptStore for Arc<T> {
         (**self).follow_interval()
     }
 
+    async fn archived(&self, transcript: &TranscriptRef) -> Result<Option<TranscriptRef>> {
+        (**self).archived(transcript).await
+    }
+
     fn location(&self, transcript: &TranscriptRef) -> Option<String> {
         (**self).location(transcript)
     }
@@ -559,6 +563,14 @@ pub trait TranscriptStore: Send + Sync {
     /// longest it takes a follower to see an append this store does not announce.
     fn follow_interval(&self) -> Duration {
         DEFAULT_FOLLOW_INTERVAL
+    }
+
+    /// Where `transcript` went if it was archived (its session was reset or deleted):
+    /// its newest archived copy, as a reference [`read`](Self::read) accepts, with the
+    /// same offsets. `None` while it is live, or when there is no archived copy.
+    async fn archived(&self, transcript: &TranscriptRef) -> Result<Option<TranscriptRef>> {
+        let _ = transcript;
+        Ok(None)
     }
 
     /// Where `transcript` lives, as an entry's `sessionFile` records it (a path for file

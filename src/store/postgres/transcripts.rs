@@ -315,6 +315,17 @@ impl TranscriptStore for PostgresStore {
         ))
     }
 
+    async fn archived(&self, transcript: &TranscriptRef) -> Result<Option<TranscriptRef>> {
+        let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
+        let mut client = self.client().await?;
+        let tx = self.snapshot(&mut client).await?;
+        let archived = rows::archived(&mut self.rows(&tx), &agent, &name).await?;
+        Ok(archived.map(|name| TranscriptRef {
+            session_file: Some(name),
+            ..transcript.clone()
+        }))
+    }
+
     fn subscribe(&self) -> TranscriptSubscription {
         let subscription = self.hub.subscribe();
         self.start_listening();

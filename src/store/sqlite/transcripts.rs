@@ -252,6 +252,17 @@ impl TranscriptStore for SqliteStore {
         Ok(log_records(rows))
     }
 
+    async fn archived(&self, transcript: &TranscriptRef) -> Result<Option<TranscriptRef>> {
+        let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
+        let archived = self
+            .read(move |c| now(rows::archived(&mut SqliteRows(c), &agent, &name)))
+            .await?;
+        Ok(archived.map(|name| TranscriptRef {
+            session_file: Some(name),
+            ..transcript.clone()
+        }))
+    }
+
     fn subscribe(&self) -> TranscriptSubscription {
         let subscription = self.inner.hub.subscribe();
         self.start_feed_reader();
