@@ -290,3 +290,108 @@ per_backend!(events_before_a_reset_reach_the_follower);
 per_backend!(a_reset_session_can_be_followed_by_id);
 per_backend!(a_huge_append_from_another_process_is_followed);
 per_backend!(a_subscriber_that_never_reads_is_told_it_lagged);
+
+const SUBSCRIBER_VAR: &str = "OUTSIDE_SUBSCRIBER_URL";
+
+/// The subscriber: prints `ready`, then counts the events it hears and the updates it
+/// is told it missed until nothing arrives for 5 s, and prints `heard <n> missed <m>`.
+/// Does nothing when not started as a subscriber.
+#[test]
+fn subscriber_process() {
+    let Ok(url) = std::env::var(SUBSCRIBER_VAR) else {
+        return;
+    };
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let backend = agent_sessions::store::Backend::open(&url).await.unwrap();
+        let mut feed = backend.transcripts().subscribe();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        println!("ready");
+        let patience: u32 =
+            std::env::var("OUTSIDE_QUIET_ROUNDS").map_or(3, |rounds| rounds.parse().unwrap());
+        let (mut heard, mut missed, mut quiet) = (0u64, 0u64, 0);
+        // A wait that ran out while the process was stopped does not count as quiet.
+        while quiet < patience {
+            match tokio::time::timeout(Duration::from_secs(5), feed.recv()).await {
+                Ok(Ok(update)) => heard += update.events.len() as u64,
+                Ok(Err(agent_sessions::transcript::SubscriptionError::Lagged(n))) => missed += n,
+                Ok(Err(_)) => break,
+                Err(_) if heard + missed > 0 => break,
+                Err(_) => quiet += 1,
+            }
+        }
+        println!("heard {heard} missed {missed} after {} quiet waits", quiet);
+    });
+}
+
+/// A subscribing process that is paused (SIGSTOP) while another process appends more
+/// than the SQLite feed keeps either hears every append or is told how many it missed:
+/// appends are never lost silently.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_sqlite_subscriber_is_told_what_it_missed() {
+    paused_sqlite_subscriber(12_000).await;
+}
+
+/// The same with fewer appends than the feed keeps: the paused subscriber hears them all.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_sqlite_subscriber_hears_a_few_appends() {
+    paused_sqlite_subscriber(200).await;
+}
+
+#[cfg(unix)]
+async fn paused_sqlite_subscriber(appends: u64) {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(&dir);
+    let backend = agent_sessions::store::Backend::open(&url).await.unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "subscriber_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(SUBSCRIBER_VAR, &url)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    while !lines.next().unwrap().unwrap().ends_with("ready") {}
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let transcript = agent_sessions::transcript::TranscriptRef::new(AgentId::main(), "paused");
+    for n in 0..appends {
+        let entry = agent_sessions::transcript::TranscriptEntry::user_text(
+            format!("m{n}"),
+            chrono::Utc::now(),
+        );
+        backend
+            .transcripts()
+            .append(&transcript, vec![entry])
+            .await
+            .unwrap();
+    }
+    assert!(Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let report = lines
+        .find_map(|line| line.ok().filter(|l| l.contains("heard ")))
+        .expect("the subscriber reports");
+    child.wait().unwrap();
+    let numbers: Vec<u64> = report
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let (heard, missed) = (numbers[0], numbers[1]);
+    assert!(
+        heard + missed >= appends,
+        "{appends} appends, {report}: the rest were lost without a word"
+    );
+}
