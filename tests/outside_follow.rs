@@ -1,0 +1,398 @@
+//! Following a session from outside the writing process, as an operator runs it: a
+//! writer in another OS process (this test binary run again) appends messages, the
+//! follower here reads them by offset, and the writer is killed with SIGKILL mid-stream.
+
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use agent_sessions::manager::LogMessage;
+use agent_sessions::prelude::*;
+use agent_sessions::transcript::{Offset, SessionEvent};
+
+const URL_VAR: &str = "OUTSIDE_WRITER_URL";
+const BYTES_VAR: &str = "OUTSIDE_WRITER_BYTES";
+
+fn inbound() -> InboundMessage {
+    InboundMessage::direct("telegram", "4242", "hello")
+}
+
+async fn manager(url: &str) -> SessionManager {
+    SessionManager::connect(url).await.unwrap().build()
+}
+
+fn texts(events: &[SessionEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| e.entry.message.as_ref().map(|m| m.text()))
+        .collect()
+}
+
+/// The writer: appends `m0`, `m1`, … to the session until it is killed, or one message
+/// of `OUTSIDE_WRITER_BYTES` bytes and exits. Does nothing when not started as a writer.
+#[test]
+fn writer_process() {
+    let Ok(url) = std::env::var(URL_VAR) else {
+        return;
+    };
+    let big = std::env::var(BYTES_VAR)
+        .ok()
+        .map(|b| b.parse::<usize>().unwrap());
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let manager = manager(&url).await;
+        let key = manager.resolve(&inbound()).await.unwrap().key;
+        if let Some(bytes) = big {
+            manager
+                .transcripts()
+                .log_message(&key, LogMessage::inbound("x".repeat(bytes)))
+                .await
+                .unwrap();
+            return;
+        }
+        for n in 0.. {
+            manager
+                .transcripts()
+                .log_message(&key, LogMessage::inbound(format!("m{n}")))
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    });
+}
+
+fn start_writer(url: &str, bytes: Option<usize>) -> Child {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
+        .args([
+            "--exact",
+            "writer_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(URL_VAR, url);
+    if let Some(bytes) = bytes {
+        command.env(BYTES_VAR, bytes.to_string());
+    }
+    command.spawn().unwrap()
+}
+
+/// A follower started before a writer process appends sees the writer's messages in
+/// order, each once; after the writer is killed, a follower resumed from the saved
+/// position reads exactly the rest, and the two together are the whole transcript.
+async fn a_killed_writer_is_followed_without_gaps_or_repeats(url: &str) {
+    let manager = manager(url).await;
+    let key = manager.resolve(&inbound()).await.unwrap().key;
+    let mut follow = manager
+        .transcripts()
+        .follow(&key, Offset::START)
+        .await
+        .unwrap();
+    let mut writer = start_writer(url, None);
+    let mut seen = Vec::new();
+    while seen.len() < 100 {
+        let events = tokio::time::timeout(Duration::from_secs(20), follow.next())
+            .await
+            .expect("the writer's messages arrive")
+            .unwrap();
+        seen.extend(texts(&events));
+    }
+    let saved = follow.position();
+    drop(follow);
+    writer.kill().unwrap();
+    writer.wait().unwrap();
+
+    let mut resumed = manager.transcripts().follow(&key, saved).await.unwrap();
+    while let Some(events) = resumed.try_next().await.unwrap() {
+        seen.extend(texts(&events));
+    }
+    let whole = texts(
+        &manager
+            .transcripts()
+            .replay(&key, Offset::START)
+            .await
+            .unwrap()
+            .events,
+    );
+    let expected: Vec<String> = (0..whole.len()).map(|n| format!("m{n}")).collect();
+    assert_eq!(
+        whole, expected,
+        "the writer's messages are stored once each, in order"
+    );
+    assert_eq!(
+        seen, expected,
+        "the follower saw every message once, in order"
+    );
+}
+
+/// Events appended before a reset reach a follower of the session that was reset,
+/// even when it reads them only after the reset archived the transcript.
+async fn events_before_a_reset_reach_the_follower(url: &str) {
+    let manager = manager(url).await;
+    let key = manager.resolve(&inbound()).await.unwrap().key;
+    let log = |text: &'static str| {
+        let manager = &manager;
+        let key = &key;
+        async move {
+            manager
+                .transcripts()
+                .log_message(key, LogMessage::inbound(text))
+                .await
+                .unwrap()
+        }
+    };
+    log("before").await;
+    let mut follow = manager
+        .transcripts()
+        .follow(&key, Offset::START)
+        .await
+        .unwrap();
+    assert_eq!(texts(&follow.next().await.unwrap()), ["before"]);
+    log("last words").await;
+    manager.reset(&key).await.unwrap();
+    let after = tokio::time::timeout(Duration::from_secs(5), follow.next())
+        .await
+        .expect("the follower is not left waiting on an archived transcript")
+        .unwrap();
+    assert_eq!(texts(&after), ["last words"]);
+}
+
+/// `follow_session` on a session replaced by a reset reads its (archived) transcript.
+async fn a_reset_session_can_be_followed_by_id(url: &str) {
+    let manager = manager(url).await;
+    let resolution = manager.resolve(&inbound()).await.unwrap();
+    let old_id = resolution.entry().session_id.clone();
+    manager
+        .transcripts()
+        .log_message(&resolution.key, LogMessage::inbound("old session"))
+        .await
+        .unwrap();
+    manager.reset(&resolution.key).await.unwrap();
+    let mut follow = manager
+        .transcripts()
+        .follow_session(&old_id, Offset::START)
+        .await
+        .unwrap()
+        .expect("a closed session is found by its id");
+    let events = tokio::time::timeout(Duration::from_secs(5), follow.next())
+        .await
+        .expect("the closed session's messages are read")
+        .unwrap();
+    assert_eq!(texts(&events), ["old session"]);
+}
+
+/// A 4 MiB message appended by another process reaches a follower here whole.
+async fn a_huge_append_from_another_process_is_followed(url: &str) {
+    const BYTES: usize = 4 << 20;
+    let manager = manager(url).await;
+    let key = manager.resolve(&inbound()).await.unwrap().key;
+    let mut follow = manager
+        .transcripts()
+        .follow(&key, Offset::START)
+        .await
+        .unwrap();
+    let mut subscription = manager.transcripts().subscribe().unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let status = start_writer(url, Some(BYTES)).wait().unwrap();
+    assert!(status.success());
+    let events = tokio::time::timeout(Duration::from_secs(20), follow.next())
+        .await
+        .expect("the huge message arrives")
+        .unwrap();
+    assert_eq!(texts(&events).concat().len(), BYTES);
+    if !url.starts_with("json:") {
+        let update = tokio::time::timeout(Duration::from_secs(20), subscription.recv())
+            .await
+            .expect("the subscriber hears the other process")
+            .unwrap();
+        assert_eq!(texts(&update.events).concat().len(), BYTES);
+    }
+}
+
+/// A subscriber that never reads while thousands of appends happen costs a bounded
+/// amount and is then told how many it missed.
+async fn a_subscriber_that_never_reads_is_told_it_lagged(url: &str) {
+    let manager = manager(url).await;
+    let key = manager.resolve(&inbound()).await.unwrap().key;
+    let mut sleeping = manager.transcripts().subscribe().unwrap();
+    for n in 0..1_500 {
+        manager
+            .transcripts()
+            .log_message(&key, LogMessage::inbound(format!("m{n}")))
+            .await
+            .unwrap();
+    }
+    let first = tokio::time::timeout(Duration::from_secs(5), sleeping.recv())
+        .await
+        .expect("the subscriber is answered");
+    assert!(
+        matches!(
+            first,
+            Err(agent_sessions::transcript::SubscriptionError::Lagged(_))
+        ),
+        "told it lagged, got {first:?}"
+    );
+}
+
+fn json_url(dir: &tempfile::TempDir) -> String {
+    format!("json:{}", dir.path().display())
+}
+
+fn sqlite_url(dir: &tempfile::TempDir) -> String {
+    format!("sqlite:{}", dir.path().join("sessions.db").display())
+}
+
+#[cfg(postgres_tests)]
+fn postgres_url() -> String {
+    let base = std::env::var("AGENT_SESSIONS_TEST_POSTGRES_URL").unwrap();
+    let schema = format!("outside_{}_{}", std::process::id(), rand_suffix());
+    let separator = if base.contains('?') { '&' } else { '?' };
+    format!("{base}{separator}schema={schema}")
+}
+
+#[cfg(postgres_tests)]
+fn rand_suffix() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+        + std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos() as usize
+}
+
+macro_rules! per_backend {
+    ($name:ident) => {
+        mod $name {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread")]
+            async fn json() {
+                let dir = tempfile::tempdir().unwrap();
+                super::$name(&json_url(&dir)).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread")]
+            async fn sqlite() {
+                let dir = tempfile::tempdir().unwrap();
+                super::$name(&sqlite_url(&dir)).await;
+            }
+
+            #[cfg(postgres_tests)]
+            #[tokio::test(flavor = "multi_thread")]
+            async fn postgres() {
+                super::$name(&postgres_url()).await;
+            }
+        }
+    };
+}
+
+per_backend!(a_killed_writer_is_followed_without_gaps_or_repeats);
+per_backend!(events_before_a_reset_reach_the_follower);
+per_backend!(a_reset_session_can_be_followed_by_id);
+per_backend!(a_huge_append_from_another_process_is_followed);
+per_backend!(a_subscriber_that_never_reads_is_told_it_lagged);
+
+const SUBSCRIBER_VAR: &str = "OUTSIDE_SUBSCRIBER_URL";
+
+/// The subscriber: prints `ready`, then counts the events it hears and the updates it
+/// is told it missed until nothing arrives for 5 s, and prints `heard <n> missed <m>`.
+/// Does nothing when not started as a subscriber.
+#[test]
+fn subscriber_process() {
+    let Ok(url) = std::env::var(SUBSCRIBER_VAR) else {
+        return;
+    };
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let backend = agent_sessions::store::Backend::open(&url).await.unwrap();
+        let mut feed = backend.transcripts().subscribe();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        println!("ready");
+        let patience: u32 =
+            std::env::var("OUTSIDE_QUIET_ROUNDS").map_or(3, |rounds| rounds.parse().unwrap());
+        let (mut heard, mut missed, mut quiet) = (0u64, 0u64, 0);
+        // A wait that ran out while the process was stopped does not count as quiet.
+        while quiet < patience {
+            match tokio::time::timeout(Duration::from_secs(5), feed.recv()).await {
+                Ok(Ok(update)) => heard += update.events.len() as u64,
+                Ok(Err(agent_sessions::transcript::SubscriptionError::Lagged(n))) => missed += n,
+                Ok(Err(_)) => break,
+                Err(_) if heard + missed > 0 => break,
+                Err(_) => quiet += 1,
+            }
+        }
+        println!("heard {heard} missed {missed} after {} quiet waits", quiet);
+    });
+}
+
+/// A subscribing process that is paused (SIGSTOP) while another process appends more
+/// than the SQLite feed keeps either hears every append or is told how many it missed:
+/// appends are never lost silently.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "about 5 minutes: 12,000 fsynced appends, then a slow catch-up"]
+async fn a_paused_sqlite_subscriber_is_told_what_it_missed() {
+    paused_sqlite_subscriber(12_000).await;
+}
+
+/// The same with fewer appends than the feed keeps: the paused subscriber hears them all.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_sqlite_subscriber_hears_a_few_appends() {
+    paused_sqlite_subscriber(200).await;
+}
+
+#[cfg(unix)]
+async fn paused_sqlite_subscriber(appends: u64) {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(&dir);
+    let backend = agent_sessions::store::Backend::open(&url).await.unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "subscriber_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(SUBSCRIBER_VAR, &url)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    while !lines.next().unwrap().unwrap().ends_with("ready") {}
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let transcript = agent_sessions::transcript::TranscriptRef::new(AgentId::main(), "paused");
+    for n in 0..appends {
+        let entry = agent_sessions::transcript::TranscriptEntry::user_text(
+            format!("m{n}"),
+            chrono::Utc::now(),
+        );
+        backend
+            .transcripts()
+            .append(&transcript, vec![entry])
+            .await
+            .unwrap();
+    }
+    assert!(Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let report = lines
+        .find_map(|line| line.ok().filter(|l| l.contains("heard ")))
+        .expect("the subscriber reports");
+    child.wait().unwrap();
+    let numbers: Vec<u64> = report
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let (heard, missed) = (numbers[0], numbers[1]);
+    assert!(
+        heard + missed >= appends,
+        "{appends} appends, {report}: the rest were lost without a word"
+    );
+}
