@@ -960,6 +960,7 @@ async fn serve(store: &str, given: Given, args: ServeArgs) -> Outcome {
     use agent_sessions::lifecycle::triggers::ResetTriggers;
     use agent_sessions::{DefaultKeyBuilder, DmScope};
 
+    log_to_stderr();
     // Nothing is opened before the options are known to be valid and safe to serve with.
     let idle_minutes = Setting {
         text: &args.idle_minutes,
@@ -1063,9 +1064,51 @@ async fn serve(store: &str, given: Given, args: ServeArgs) -> Outcome {
         without_password(store)
     );
     let app = router(std::sync::Arc::new(manager), options.clone());
-    serve(listener, app, &options, async {
-        let _ = tokio::signal::ctrl_c().await;
-    })
-    .await?;
+    serve(listener, app, &options, shutdown_signal()).await?;
     Ok(())
+}
+
+/// Ctrl-C, or SIGTERM (what service managers and container runtimes send to stop).
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Logs the service's events to stderr: `RUST_LOG` (targets and levels, such as
+/// `agent_sessions=debug`) picks which, `info` by default.
+fn log_to_stderr() {
+    use tracing_subscriber::filter::Targets;
+    use tracing_subscriber::prelude::*;
+
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|spec| spec.parse::<Targets>().ok())
+        .unwrap_or_else(|| {
+            Targets::new().with_default(tracing_subscriber::filter::LevelFilter::INFO)
+        });
+    let _ = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(false),
+        )
+        .with(filter)
+        .try_init();
 }

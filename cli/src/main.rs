@@ -127,7 +127,8 @@ enum Command {
         #[arg(long, requires = "repair")]
         prune_missing_transcripts: bool,
     },
-    /// Serve the sessions HTTP API (the session-kernel API) over --store until Ctrl-C.
+    /// Serve the sessions HTTP API (the session-kernel API) over --store until Ctrl-C or
+    /// SIGTERM.
     Serve(commands::ServeArgs),
     /// Create or drop SQL views with the shapes RABS (type2_sessions, type2_messages)
     /// and ClawOS (sessions) document, over a SQLite or PostgreSQL --store.

@@ -477,6 +477,68 @@ async fn serve_with_metrics_exposes_them_in_the_prometheus_format_behind_the_sec
     );
 }
 
+#[cfg(unix)]
+#[tokio::test]
+async fn serve_logs_store_failures_and_stops_gracefully_on_sigterm() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::Stdio;
+
+    let dir = tempfile::tempdir().unwrap();
+    let sessions = dir.path().join("agents/ws_abc/sessions");
+    std::fs::create_dir_all(&sessions).unwrap();
+    std::fs::write(sessions.join("sessions.json"), "{ not json").unwrap();
+    let store = format!("json:{}", dir.path().display());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent-sessions"))
+        .args(["serve", "--store", &store, "--listen", "127.0.0.1:0"])
+        .env_remove("RUST_LOG")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut banner = String::new();
+    while !banner.contains("http://") {
+        banner.clear();
+        assert!(
+            stderr.read_line(&mut banner).unwrap() > 0,
+            "serve printed no address"
+        );
+    }
+    let base = banner
+        .split_whitespace()
+        .find(|word| word.starts_with("http://"))
+        .unwrap()
+        .to_owned();
+    let failed = reqwest::Client::new()
+        .post(format!("{base}/kernel/sessions/resolve"))
+        .json(&serde_json::json!({
+            "workspace_id": "ws_abc", "channel": "sms",
+            "remote_jid": "+1555", "user_message": "my secret words",
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(failed.status(), 500);
+
+    let terminated = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(terminated.success());
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert!(
+        status.success(),
+        "SIGTERM stops serve gracefully: {status:?}\n{rest}"
+    );
+    assert!(rest.contains("ERROR"), "the failure is logged: {rest}");
+    assert!(rest.contains("corrupt"), "the log says what failed: {rest}");
+    assert!(
+        !rest.contains("my secret words"),
+        "no message text in the log: {rest}"
+    );
+}
+
 #[tokio::test]
 async fn stats_with_messages_categorises_the_log_and_counts_it() {
     use agent_sessions::manager::LogMessage;
