@@ -203,6 +203,14 @@ mod sqlite {
 mod postgres {
     use super::*;
     use crate::common::TestSchema;
+    use agent_sessions::store::PostgresStore;
+
+    /// A fresh schema and two store values on it, standing for two hosts.
+    async fn two_hosts() -> (TestSchema, PostgresStore, PostgresStore) {
+        let schema = TestSchema::new("live");
+        let (here, there) = (schema.store().await, schema.store().await);
+        (schema, here, there)
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     #[cfg_attr(
@@ -210,8 +218,7 @@ mod postgres {
         ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
     )]
     async fn subscribers_hear_another_host() {
-        let schema = TestSchema::new("live");
-        let (here, there) = (schema.store().await, schema.store().await);
+        let (schema, here, there) = two_hosts().await;
         subscribers_hear_the_other_handle(&here, &there).await;
         drop((here, there));
         schema.drop().await;
@@ -223,8 +230,7 @@ mod postgres {
         ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
     )]
     async fn a_subscription_outside_a_runtime_does_not_deafen_later_ones() {
-        let schema = TestSchema::new("live");
-        let (here, there) = (schema.store().await, schema.store().await);
+        let (schema, here, there) = two_hosts().await;
         super::a_subscription_outside_a_runtime_does_not_deafen_later_ones(&here, &there).await;
         drop((here, there));
         schema.drop().await;
@@ -250,8 +256,7 @@ mod postgres {
         ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
     )]
     async fn a_subscriber_hears_appends_to_a_transcript_archived_right_after() {
-        let schema = TestSchema::new("live");
-        let (here, there) = (schema.store().await, schema.store().await);
+        let (schema, here, there) = two_hosts().await;
         subscribers_hear_appends_archived_right_after(&here, &there).await;
         drop((here, there));
         schema.drop().await;
@@ -263,8 +268,7 @@ mod postgres {
         ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
     )]
     async fn followers_are_woken_by_notify() {
-        let schema = TestSchema::new("live");
-        let (here, there) = (schema.store().await, schema.store().await);
+        let (schema, here, there) = two_hosts().await;
         // An hour between looks: only NOTIFY can wake the follower in time.
         followers_are_woken_by_the_other_handle(Arc::new(here), &there, Duration::from_secs(3600))
             .await;

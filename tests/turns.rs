@@ -448,9 +448,8 @@ async fn a_restart_keeps_group_history(url: &str) {
     assert!(!next.input().unwrap().contains("lunch"), "{url}");
 }
 
-#[tokio::test]
-async fn a_restart_in_the_middle_of_a_group_conversation_keeps_its_history() {
-    let dir = tempfile::tempdir().unwrap();
+/// A JSON tree, and a SQLite file when built with it, in `dir`.
+fn file_store_urls(dir: &tempfile::TempDir) -> Vec<String> {
     #[allow(unused_mut)]
     let mut urls = vec![format!("json:{}", dir.path().join("tree").display())];
     #[cfg(feature = "sqlite")]
@@ -458,7 +457,13 @@ async fn a_restart_in_the_middle_of_a_group_conversation_keeps_its_history() {
         "sqlite:{}",
         dir.path().join("sessions.db").display()
     ));
-    for url in urls {
+    urls
+}
+
+#[tokio::test]
+async fn a_restart_in_the_middle_of_a_group_conversation_keeps_its_history() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in file_store_urls(&dir) {
         a_restart_keeps_group_history(&url).await;
     }
 }
@@ -515,14 +520,7 @@ async fn a_system_event_crosses_workers(url: &str) {
 #[tokio::test]
 async fn a_system_event_queued_on_one_worker_reaches_the_next_turn_on_another_once() {
     let dir = tempfile::tempdir().unwrap();
-    #[allow(unused_mut)]
-    let mut urls = vec![format!("json:{}", dir.path().join("tree").display())];
-    #[cfg(feature = "sqlite")]
-    urls.push(format!(
-        "sqlite:{}",
-        dir.path().join("sessions.db").display()
-    ));
-    for url in urls {
+    for url in file_store_urls(&dir) {
         a_system_event_crosses_workers(&url).await;
     }
 }

@@ -2,6 +2,8 @@
 //! on loopback: what the model is sent across turns, resets and a restart, with the
 //! conversation kept by `SessionMemory` or by `answer`.
 
+// The fake server the async-openai integration's tests use too.
+#[path = "../../openai/tests/common/mod.rs"]
 mod common;
 
 use std::path::Path;

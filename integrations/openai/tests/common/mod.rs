@@ -1,7 +1,8 @@
 //! A fake OpenAI-compatible chat-completions server on loopback: it keeps every request
 //! body it receives and answers each with a numbered reply and fixed usage — or, when
 //! the request declares tools and ends with a user message that mentions a shift, with a
-//! call of the `shifts` tool.
+//! call of the `shifts` tool. The rig integration's tests use it too.
+#![allow(dead_code)] // each test crate uses part of it
 
 use std::sync::{Arc, Mutex};
 
@@ -45,6 +46,16 @@ impl FakeOpenAi {
     /// How many requests arrived.
     pub fn count(&self) -> usize {
         self.requests.lock().unwrap().len()
+    }
+
+    /// The body of the last request.
+    pub fn last_request(&self) -> Value {
+        self.requests
+            .lock()
+            .unwrap()
+            .last()
+            .expect("no request arrived")
+            .clone()
     }
 
     /// The `(role, content)` of each message of the last request.
