@@ -10,17 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sessions::prelude::*;
+use common::cold_open::{peak_memory, run_child};
 use criterion::{criterion_group, Criterion};
 
 const SESSIONS: usize = 100_000;
-
-/// The process's peak resident memory (Linux `VmHWM`), in MiB.
-fn peak_rss_mib() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
-}
 
 fn cold_open(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -79,47 +72,16 @@ fn cold_open(c: &mut Criterion) {
     group.finish();
 }
 
-const CHILD: &str = "AGENT_SESSIONS_COLD_OPEN_CHILD";
-
-/// Runs this binary again to open one store cold and prints that process's peak
-/// resident memory, so the memory of building the store here is not counted.
+/// Prints the peak memory of a fresh process opening the store cold.
 fn report_peak_memory(kind: &str, path: &std::path::Path) {
-    let output = std::process::Command::new(std::env::current_exe().unwrap())
-        .env(CHILD, format!("{kind}|{}", path.display()))
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{output:?}");
-    eprint!("{}", String::from_utf8_lossy(&output.stdout));
-}
-
-/// The child: peak memory of the bare process, then after a cold open and one read.
-fn open_once(kind: &str, path: &str) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let before = peak_rss_mib().unwrap_or(f64::NAN);
-    let target = common::key(SESSIONS / 2);
-    let entry = match kind {
-        "json" => runtime.block_on(JsonFileStore::new(path).get(&target)),
-        #[cfg(feature = "sqlite")]
-        "sqlite" => {
-            let store = agent_sessions::store::SqliteStore::open(path).unwrap();
-            runtime.block_on(store.get(&target))
-        }
-        _ => unreachable!("unknown store kind {kind}"),
-    };
-    assert!(entry.unwrap().is_some());
-    let after = peak_rss_mib().unwrap_or(f64::NAN);
-    println!("{kind}: peak RSS {before:.1} MiB before the open, {after:.1} MiB after");
+    let (before, after) = peak_memory(kind, path, SESSIONS);
+    eprintln!("{kind}: peak RSS {before:.1} MiB before the open, {after:.1} MiB after");
 }
 
 criterion_group!(benches, cold_open);
 
 fn main() {
-    if let Ok(spec) = std::env::var(CHILD) {
-        let (kind, path) = spec.split_once('|').unwrap();
-        open_once(kind, path);
+    if run_child() {
         return;
     }
     benches();

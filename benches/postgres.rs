@@ -7,42 +7,14 @@
 
 mod common;
 
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_sessions::prelude::*;
 use agent_sessions::store::{PostgresOptions, PostgresStore};
-use common::{entry, key};
+use common::postgres::{fill, pgbench, script, store_round};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 const SESSIONS: usize = 100_000;
-
-/// pgbench's transactions per second for `script` with `clients` connections.
-fn pgbench(url: &str, script: &str, clients: usize, seconds: u64) -> f64 {
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), script).unwrap();
-    let output = Command::new("pgbench")
-        .args(["-n", "-M", "prepared", "-c", &clients.to_string(), "-j"])
-        .arg(clients.min(2).to_string())
-        .args(["-T", &seconds.to_string(), "-f"])
-        .arg(file.path())
-        .arg(url)
-        .output()
-        .expect("pgbench runs");
-    let text = String::from_utf8_lossy(&output.stdout);
-    text.lines()
-        .find_map(|line| {
-            let rest = line.strip_prefix("tps = ")?;
-            rest.split_whitespace().next()?.parse().ok()
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "no tps in pgbench output: {text}\n{}",
-                String::from_utf8_lossy(&output.stderr)
-            )
-        })
-}
 
 fn postgres(c: &mut Criterion) {
     let Ok(url) = std::env::var("AGENT_SESSIONS_TEST_POSTGRES_URL") else {
@@ -63,31 +35,8 @@ fn postgres(c: &mut Criterion) {
             ))
             .unwrap(),
     );
-    runtime.block_on(async {
-        let mut tasks = tokio::task::JoinSet::new();
-        for chunk in 0..16 {
-            let store = store.clone();
-            tasks.spawn(async move {
-                for i in (chunk..SESSIONS).step_by(16) {
-                    store.put(&key(i), entry(i)).await.unwrap();
-                }
-            });
-        }
-        while let Some(done) = tasks.join_next().await {
-            done.unwrap();
-        }
-    });
-    // The key is built without `:` in a literal (pgbench would read `:main` as a
-    // variable) and with a typed parameter (prepared mode).
-    let key_sql = "concat('agent', chr(58), 'main', chr(58), 'telegram', chr(58), 'dm', chr(58), CAST(:k AS text))";
-    let script = format!(
-        "\\set k random(100000000, {})\n\
-         BEGIN;\n\
-         SELECT entry FROM {schema}.sessions WHERE session_key = {key_sql} FOR UPDATE;\n\
-         UPDATE {schema}.sessions SET updated_at = updated_at + 1 WHERE session_key = {key_sql};\n\
-         END;\n",
-        100_000_000 + SESSIONS - 1
-    );
+    runtime.block_on(fill(&store, SESSIONS));
+    let script = script(&schema, SESSIONS);
 
     let mut group = c.benchmark_group(format!("postgres/{SESSIONS}"));
     group
@@ -101,24 +50,7 @@ fn postgres(c: &mut Criterion) {
             b.iter_custom(|iterations| {
                 let started = Instant::now();
                 for _ in 0..iterations {
-                    runtime.block_on(async {
-                        let mut tasks = tokio::task::JoinSet::new();
-                        for client in 0..clients {
-                            let store = store.clone();
-                            tasks.spawn(async move {
-                                for n in 0..50 {
-                                    let i = (client * 7919 + n * 104_729) % SESSIONS;
-                                    store
-                                        .with_session(&key(i), |e| e.updated_at += 1)
-                                        .await
-                                        .unwrap();
-                                }
-                            });
-                        }
-                        while let Some(done) = tasks.join_next().await {
-                            done.unwrap();
-                        }
-                    });
+                    runtime.block_on(store_round(&store, SESSIONS, clients, 50));
                 }
                 started.elapsed()
             })

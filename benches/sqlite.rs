@@ -1,7 +1,9 @@
 //! The SQLite store at 1,000 and 100,000 sessions, WAL mode with `synchronous = NORMAL`
 //! and `FULL`: one read-modify-write update through `SqliteStore`, against the same
 //! transaction written directly with rusqlite on the same file in the same run
-//! (`BEGIN IMMEDIATE`, `SELECT`, `UPDATE`, `COMMIT`).
+//! (`BEGIN IMMEDIATE`, `SELECT`, `UPDATE`, `COMMIT`, cached statements), once writing
+//! the entry's bytes back unchanged and once parsing it, changing one field and
+//! serialising it again.
 //!
 //! `cargo bench --bench sqlite --features sqlite`
 
@@ -12,7 +14,7 @@ use std::sync::Arc;
 use agent_sessions::prelude::*;
 use agent_sessions::store::{SqliteOptions, SqliteStore};
 use agent_sessions::Durability;
-use common::{entry, key};
+use common::{entry, key, raw_sqlite_update, RawChange};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 fn options(durability: Durability) -> SqliteOptions {
@@ -60,33 +62,29 @@ fn sqlite(c: &mut Criterion) {
                 "PRAGMA journal_mode = WAL; PRAGMA synchronous = {pragma};"
             ))
             .unwrap();
-            let mut counter = 0i64;
-            group.bench_function(BenchmarkId::new("baseline_rusqlite", label), |b| {
-                b.iter(|| {
-                    counter += 1;
-                    raw.execute_batch("BEGIN IMMEDIATE").unwrap();
-                    let entry: String = raw
-                        .query_row(
-                            "SELECT entry FROM sessions WHERE session_key = ?1",
-                            [target.as_str()],
-                            |row| row.get(0),
-                        )
-                        .unwrap();
-                    raw.execute(
-                        "UPDATE sessions SET entry = ?2, updated_at = ?3 WHERE session_key = ?1",
-                        rusqlite::params![target.as_str(), entry, counter],
-                    )
-                    .unwrap();
-                    raw.execute_batch("COMMIT").unwrap();
-                })
-            });
+            for change in [RawChange::CopyBytes, RawChange::ParseAndChange] {
+                let mut counter = 0i64;
+                let name = match change {
+                    RawChange::CopyBytes => "baseline_rusqlite",
+                    RawChange::ParseAndChange => "baseline_rusqlite_json",
+                };
+                group.bench_function(BenchmarkId::new(name, label), |b| {
+                    b.iter(|| {
+                        counter += 1;
+                        raw_sqlite_update(&raw, target.as_str(), counter, change)
+                    })
+                });
+            }
             let store = SqliteStore::open_with(&file, options(durability)).unwrap();
             let mut count = 0u64;
             group.bench_function(BenchmarkId::new("sqlite_store", label), |b| {
                 b.iter(|| {
                     count += 1;
                     runtime
-                        .block_on(store.with_session(&target, |e| e.message_count = Some(count)))
+                        .block_on(store.with_session(&target, |e| {
+                            e.message_count = Some(count);
+                            e.updated_at = count;
+                        }))
                         .unwrap()
                 })
             });

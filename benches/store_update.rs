@@ -14,24 +14,8 @@ mod common;
 
 use agent_sessions::prelude::*;
 use agent_sessions::{Durability, JsonFileOptions};
-use common::{entry, key, write_store};
+use common::{entry, key, write_and_rename, write_store};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-
-/// The disk work of one store write and nothing else: write a file of the same size,
-/// optionally fsync it, rename it over the target, optionally fsync the directory.
-fn write_and_rename(dir: &Path, bytes: &[u8], sync: bool) {
-    let temp = dir.join("baseline.tmp");
-    let mut file = std::fs::File::create(&temp).unwrap();
-    std::io::Write::write_all(&mut file, bytes).unwrap();
-    if sync {
-        file.sync_all().unwrap();
-    }
-    drop(file);
-    std::fs::rename(&temp, dir.join("baseline.json")).unwrap();
-    if sync {
-        std::fs::File::open(dir).unwrap().sync_all().unwrap();
-    }
-}
 
 /// The same algorithm as the store, written naively: take the lock file, read and parse
 /// the whole file, change one entry, serialise the whole store again (pretty, as

@@ -4,6 +4,14 @@
 
 use std::path::Path;
 
+pub mod cold_open;
+pub mod contention;
+#[cfg(feature = "http")]
+pub mod http;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+pub mod search;
+
 use agent_sessions::entry::{ChatType, DeliveryContext, SessionOrigin};
 use agent_sessions::prelude::*;
 use indexmap::IndexMap;
@@ -74,4 +82,65 @@ pub fn write_store(root: &Path, sessions: usize) -> Vec<u8> {
     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
     std::fs::write(&file, &bytes).unwrap();
     bytes
+}
+
+/// The disk work of one store write and nothing else: write a file of the same size,
+/// optionally fsync it, rename it over the target, optionally fsync the directory.
+pub fn write_and_rename(dir: &Path, bytes: &[u8], sync: bool) {
+    let temp = dir.join("baseline.tmp");
+    let mut file = std::fs::File::create(&temp).unwrap();
+    std::io::Write::write_all(&mut file, bytes).unwrap();
+    if sync {
+        file.sync_all().unwrap();
+    }
+    drop(file);
+    std::fs::rename(&temp, dir.join("baseline.json")).unwrap();
+    if sync {
+        std::fs::File::open(dir).unwrap().sync_all().unwrap();
+    }
+}
+
+/// What the raw rusqlite baseline does with the entry between its read and its write.
+#[cfg(feature = "sqlite")]
+#[derive(Clone, Copy, Debug)]
+pub enum RawChange {
+    /// Writes the bytes it read back unchanged (no JSON work).
+    CopyBytes,
+    /// Parses the entry as a `serde_json::Value`, changes its message count and update
+    /// time, serialises it: the same read-modify-write as the store's (the `sqlite`
+    /// benchmark's store update changes the same two fields), written directly.
+    ParseAndChange,
+}
+
+/// One update written directly with rusqlite on the store's own table: `BEGIN
+/// IMMEDIATE`, read the entry, `change` it, write it with the update time, `COMMIT`,
+/// with cached statements.
+#[cfg(feature = "sqlite")]
+pub fn raw_sqlite_update(
+    connection: &rusqlite::Connection,
+    key: &str,
+    counter: i64,
+    change: RawChange,
+) {
+    connection.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let entry: String = connection
+        .prepare_cached("SELECT entry FROM sessions WHERE session_key = ?1")
+        .unwrap()
+        .query_row([key], |row| row.get(0))
+        .unwrap();
+    let entry = match change {
+        RawChange::CopyBytes => entry,
+        RawChange::ParseAndChange => {
+            let mut value: serde_json::Value = serde_json::from_str(&entry).unwrap();
+            value["messageCount"] = serde_json::json!(counter);
+            value["updatedAt"] = serde_json::json!(counter);
+            serde_json::to_string(&value).unwrap()
+        }
+    };
+    connection
+        .prepare_cached("UPDATE sessions SET entry = ?2, updated_at = ?3 WHERE session_key = ?1")
+        .unwrap()
+        .execute(rusqlite::params![key, entry, counter])
+        .unwrap();
+    connection.execute_batch("COMMIT").unwrap();
 }

@@ -56,6 +56,71 @@ impl SessionRow {
             entry: json,
         })
     }
+
+    /// The columns besides `revision` and `entry` whose values differ from `before`'s
+    /// (the same key's row as it is stored): all an update of an existing row needs to
+    /// write. SQLite rewrites an index whenever one of its columns is assigned, whether
+    /// or not the value changed, so assigning only these keeps a commit to the pages
+    /// that really change.
+    #[cfg(feature = "sqlite")]
+    pub(crate) fn changed_columns(&self, before: &SessionRow) -> Vec<Column> {
+        Column::ALL
+            .into_iter()
+            .filter(|column| match column {
+                Column::AgentId => self.agent_id != before.agent_id,
+                Column::SessionId => self.session_id != before.session_id,
+                Column::UpdatedAt => self.updated_at != before.updated_at,
+                Column::Channel => self.channel != before.channel,
+                Column::ChatType => self.chat_type != before.chat_type,
+                Column::PersonId => self.person_id != before.person_id,
+                Column::AgentIdentity => self.agent_identity != before.agent_identity,
+                Column::Status => self.status != before.status,
+            })
+            .collect()
+    }
+}
+
+/// A column of the sessions table derived from the entry (besides `revision` and
+/// `entry` themselves).
+#[cfg(feature = "sqlite")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Column {
+    AgentId,
+    SessionId,
+    UpdatedAt,
+    Channel,
+    ChatType,
+    PersonId,
+    AgentIdentity,
+    Status,
+}
+
+#[cfg(feature = "sqlite")]
+impl Column {
+    pub(crate) const ALL: [Column; 8] = [
+        Column::AgentId,
+        Column::SessionId,
+        Column::UpdatedAt,
+        Column::Channel,
+        Column::ChatType,
+        Column::PersonId,
+        Column::AgentIdentity,
+        Column::Status,
+    ];
+
+    /// The column's name in the table.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Column::AgentId => "agent_id",
+            Column::SessionId => "session_id",
+            Column::UpdatedAt => "updated_at",
+            Column::Channel => "channel",
+            Column::ChatType => "chat_type",
+            Column::PersonId => "person_id",
+            Column::AgentIdentity => "agent_identity",
+            Column::Status => "status",
+        }
+    }
 }
 
 /// The query that lists `filter`'s sessions (key, revision and entry first) with the

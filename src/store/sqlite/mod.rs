@@ -11,7 +11,7 @@ use rusqlite::{
 };
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
-use super::sql::{self, decode, log_records, LogColumns, SessionRow, SqlValue};
+use super::sql::{self, decode, log_records, Column, LogColumns, SessionRow, SqlValue};
 use super::{
     replaced_session, run_mutator, Durability, ListFilter, Mutator, SessionStore, StoredSession,
 };
@@ -345,6 +345,9 @@ impl SqliteStore {
 }
 
 fn configure(connection: &Connection, options: &SqliteOptions) -> Result<()> {
+    // Room for every statement the store prepares, including an update's few shapes
+    // (which columns it assigns).
+    connection.set_prepared_statement_cache_capacity(64);
     connection
         .busy_timeout(options.busy_timeout)
         .map_err(db_error("set the busy timeout"))?;
@@ -449,4 +452,60 @@ fn read_row(c: &Connection, key: &str) -> Result<Option<(i64, String)>> {
                 .optional()
         })
         .map_err(db_error("read a session"))
+}
+
+/// The row stored under `key`, every column.
+fn read_whole_row(c: &Connection, key: &str) -> Result<Option<SessionRow>> {
+    c.prepare_cached(
+        "SELECT agent_id, session_id, updated_at, channel, chat_type, person_id,
+             agent_identity, status, revision, entry
+         FROM sessions WHERE session_key = ?1",
+    )
+    .and_then(|mut statement| {
+        statement
+            .query_row([key], |row| {
+                Ok(SessionRow {
+                    session_key: key.to_owned(),
+                    agent_id: row.get(0)?,
+                    session_id: row.get(1)?,
+                    updated_at: row.get(2)?,
+                    channel: row.get(3)?,
+                    chat_type: row.get(4)?,
+                    person_id: row.get(5)?,
+                    agent_identity: row.get(6)?,
+                    status: row.get(7)?,
+                    revision: row.get(8)?,
+                    entry: row.get(9)?,
+                })
+            })
+            .optional()
+    })
+    .map_err(db_error("read a session"))
+}
+
+/// Writes `row` over `before`, the same key's row as it is stored, assigning only the
+/// columns that changed: SQLite rewrites every index one of whose columns is assigned,
+/// so an update that leaves, say, the update time alone commits fewer pages.
+fn update_row(tx: &Connection, row: &SessionRow, before: &SessionRow) -> Result<()> {
+    let changed = row.changed_columns(before);
+    let mut statement = String::from("UPDATE sessions SET revision = ?2, entry = ?3");
+    let mut values: Vec<&dyn rusqlite::ToSql> = vec![&row.session_key, &row.revision, &row.entry];
+    for column in changed {
+        values.push(match column {
+            Column::AgentId => &row.agent_id,
+            Column::SessionId => &row.session_id,
+            Column::UpdatedAt => &row.updated_at,
+            Column::Channel => &row.channel,
+            Column::ChatType => &row.chat_type,
+            Column::PersonId => &row.person_id,
+            Column::AgentIdentity => &row.agent_identity,
+            Column::Status => &row.status,
+        });
+        statement.push_str(&format!(", {} = ?{}", column.name(), values.len()));
+    }
+    statement.push_str(" WHERE session_key = ?1");
+    tx.prepare_cached(&statement)
+        .and_then(|mut statement| statement.execute(values.as_slice()))
+        .map_err(db_error("write a session"))?;
+    Ok(())
 }

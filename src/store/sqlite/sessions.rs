@@ -165,6 +165,8 @@ struct Change {
     after: Option<(SessionKey, Option<crate::entry::SessionEntry>)>,
     /// The row to write (`None` with a change: delete).
     row: Option<SessionRow>,
+    /// The row as it was stored, if there was one.
+    before: Option<SessionRow>,
     /// The session the change replaced, kept closed, and when it closed.
     closed: Option<(SessionRow, i64)>,
 }
@@ -188,12 +190,12 @@ impl Change {
     }
 }
 
-/// Begins the write transaction and reads the row.
-fn begin_update(c: &mut Connection, key: &SessionKey) -> Result<Option<(i64, String)>> {
+/// Begins the write transaction and reads the row, every column.
+fn begin_update(c: &mut Connection, key: &SessionKey) -> Result<Option<SessionRow>> {
     abandon_stale_transaction(c);
     c.execute_batch("BEGIN IMMEDIATE")
         .map_err(db_error("begin a transaction"))?;
-    let row = read_row(c, key.as_str());
+    let row = read_whole_row(c, key.as_str());
     if row.is_err() {
         let _ = c.execute_batch("ROLLBACK");
     }
@@ -204,11 +206,12 @@ fn begin_update(c: &mut Connection, key: &SessionKey) -> Result<Option<(i64, Str
 fn change(
     location: &Path,
     key: &SessionKey,
-    row: Option<(i64, String)>,
+    before: Option<SessionRow>,
     mutator: &mut Mutator<'_>,
 ) -> Result<Change> {
-    let current = row
-        .map(|(revision, json)| decode(location, key.as_str(), revision, &json))
+    let current = before
+        .as_ref()
+        .map(|row| decode(location, key.as_str(), row.revision, &row.entry))
         .transpose()?;
     let slot = run_mutator(
         mutator,
@@ -220,6 +223,7 @@ fn change(
             current,
             after: None,
             row: None,
+            before: None,
             closed: None,
         });
     }
@@ -237,14 +241,20 @@ fn change(
         current,
         after: Some((key.clone(), slot)),
         row,
+        before,
         closed,
     })
 }
 
 /// What the finishing step needs of a change: write this row, delete, or roll back.
 enum Finish {
-    /// Write the row, and keep the replaced session closed.
-    Write(Box<SessionRow>, Option<Box<(SessionRow, i64)>>),
+    /// Write the row (over the row as it was stored, if any), and keep the replaced
+    /// session closed.
+    Write {
+        row: Box<SessionRow>,
+        before: Option<Box<SessionRow>>,
+        closed: Option<Box<(SessionRow, i64)>>,
+    },
     Delete,
     RollBack,
 }
@@ -254,9 +264,14 @@ fn change_summary(change: &Result<Change>) -> Finish {
         Ok(Change {
             after: Some(_),
             row: Some(row),
+            before,
             closed,
             ..
-        }) => Finish::Write(Box::new(row.clone()), closed.clone().map(Box::new)),
+        }) => Finish::Write {
+            row: Box::new(row.clone()),
+            before: before.clone().map(Box::new),
+            closed: closed.clone().map(Box::new),
+        },
         Ok(Change { after: Some(_), .. }) => Finish::Delete,
         _ => Finish::RollBack,
     }
@@ -268,7 +283,15 @@ fn finish_update(c: &mut Connection, key: &SessionKey, finish: &Finish) -> Resul
         Finish::RollBack => {
             return c.execute_batch("ROLLBACK").map_err(db_error("roll back"));
         }
-        Finish::Write(row, closed) => write_row(c, row).and_then(|()| match closed {
+        Finish::Write {
+            row,
+            before,
+            closed,
+        } => match before {
+            Some(before) => update_row(c, row, before),
+            None => write_row(c, row),
+        }
+        .and_then(|()| match closed {
             Some(closed) => write_closed_row(c, &closed.0, closed.1),
             None => Ok(()),
         }),

@@ -460,3 +460,67 @@ mod system_events {
         assert_eq!(events.drain(&session("a")).await.unwrap().len(), 1);
     }
 }
+
+/// Every column of a session's row, as stored.
+fn stored_row(path: &Path, key: &SessionKey) -> SessionRow {
+    read_whole_row(&Connection::open(path).unwrap(), key.as_str())
+        .unwrap()
+        .expect("the row is stored")
+}
+
+/// An update assigns only the columns that change; whichever changes, the stored row is
+/// the row of the entry, also when a column was stale (written by another program).
+#[tokio::test]
+async fn every_column_follows_the_entry_whichever_fields_an_update_changes() {
+    type Change = fn(&mut SessionEntry);
+    let changes: [(&str, Change); 8] = [
+        ("nothing indexed", |e| e.message_count = Some(7)),
+        ("update time", |e| e.updated_at += 1),
+        ("session id", |e| e.session_id = "s-2".into()),
+        ("channel", |e| e.channel = Some("signal".into())),
+        ("chat type", |e| {
+            e.chat_type = Some(crate::entry::ChatType::Group)
+        }),
+        ("person", |e| e.person_id = Some("p-9".into())),
+        ("agent identity", |e| {
+            e.agent_identity = Some("reggie".into())
+        }),
+        ("status and time together", |e| {
+            e.status = Some(crate::entry::SessionStatus::Running);
+            e.updated_at += 5;
+        }),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let mut entry = SessionEntry::new("s-1", 1_000);
+    entry.channel = Some("telegram".into());
+    store.put(&key(), entry).await.unwrap();
+    for (what, change) in changes {
+        store.with_session(&key(), change).await.unwrap();
+        let entry = store.get(&key()).await.unwrap().unwrap().entry;
+        assert_eq!(
+            stored_row(&path, &key()),
+            SessionRow::new(&key(), &entry).unwrap(),
+            "after changing {what}"
+        );
+    }
+    // A stale column is corrected by the next update, even one that leaves the field
+    // it derives from alone.
+    Connection::open(&path)
+        .unwrap()
+        .execute(
+            "UPDATE sessions SET channel = 'stale', updated_at = 0, status = 'closed'",
+            [],
+        )
+        .unwrap();
+    store
+        .with_session(&key(), |e| e.message_count = Some(8))
+        .await
+        .unwrap();
+    let entry = store.get(&key()).await.unwrap().unwrap().entry;
+    assert_eq!(
+        stored_row(&path, &key()),
+        SessionRow::new(&key(), &entry).unwrap()
+    );
+}

@@ -1,0 +1,130 @@
+//! The search corpus and its naive baseline, shared by the `search` and `floors`
+//! benchmarks: 100,000 generated messages, a stand-in embedding model, and a naive scan.
+
+use agent_sessions::search::{Embedder, LoggedMessage, SearchIndex};
+use agent_sessions::transcript::Direction;
+use async_trait::async_trait;
+use chrono::{TimeZone, Utc};
+
+pub const MESSAGES: usize = 100_000;
+pub const DIMENSIONS: usize = 64;
+pub const QUERY: &str = "swap my thursday roster";
+
+/// A deterministic pseudo-random sequence (64-bit LCG).
+pub struct Sequence(u64);
+
+impl Sequence {
+    fn next(&mut self, below: usize) -> usize {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((self.0 >> 33) as usize) % below
+    }
+}
+
+/// 100,000 messages of 8–20 words from a 3,000-word vocabulary plus topic words, over
+/// 500 people and 30 days.
+pub fn corpus() -> Vec<LoggedMessage> {
+    let topics = [
+        "roster",
+        "shift",
+        "swap",
+        "thursday",
+        "leave",
+        "payslip",
+        "incident",
+        "medication",
+        "password",
+        "policy",
+        "client",
+        "urgent",
+    ];
+    let vocabulary: Vec<String> = (0..3_000).map(|n| format!("w{n}")).collect();
+    let mut random = Sequence(42);
+    let start = Utc.with_ymd_and_hms(2026, 3, 1, 0, 0, 0).unwrap();
+    (0..MESSAGES)
+        .map(|n| {
+            let words: Vec<&str> = (0..8 + random.next(13))
+                .map(|_| {
+                    if random.next(6) == 0 {
+                        topics[random.next(topics.len())]
+                    } else {
+                        vocabulary[random.next(vocabulary.len())].as_str()
+                    }
+                })
+                .collect();
+            LoggedMessage {
+                id: format!("main/s{}/{n}", n / 20),
+                agent: "main".into(),
+                session_id: format!("s{}", n / 20),
+                session_key: None,
+                person_id: Some(format!("p{}", random.next(500))),
+                agent_identity: Some("reggie".into()),
+                channel: Some(["sms", "web", "whatsapp"][n % 3].into()),
+                direction: Some(if n % 2 == 0 {
+                    Direction::Inbound
+                } else {
+                    Direction::Outbound
+                }),
+                correlation_id: None,
+                at: start + chrono::Duration::seconds(n as i64 * 25),
+                text: words.join(" "),
+                category: None,
+                embedding: None,
+            }
+        })
+        .collect()
+}
+
+/// A stand-in embedding model: hashes words into 64 buckets.
+pub struct Hashed;
+
+pub fn embed(text: &str) -> Vec<f32> {
+    let mut vector = vec![0.0; DIMENSIONS];
+    for word in agent_sessions::search::tokens(text) {
+        let bucket = word
+            .bytes()
+            .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+        vector[(bucket % DIMENSIONS as u64) as usize] += 1.0;
+    }
+    vector
+}
+
+#[async_trait]
+impl Embedder for Hashed {
+    async fn embed(&self, texts: &[String]) -> agent_sessions::Result<Vec<Vec<f32>>> {
+        Ok(texts.iter().map(|t| embed(t)).collect())
+    }
+}
+
+/// The naive baseline: every text lower-cased and scanned for each query word.
+pub fn naive(messages: &[LoggedMessage], query: &str, limit: usize) -> Vec<(usize, usize)> {
+    let words: Vec<String> = query.split_whitespace().map(str::to_lowercase).collect();
+    let mut scored: Vec<(usize, usize)> = messages
+        .iter()
+        .enumerate()
+        .filter_map(|(n, m)| {
+            let text = m.text.to_lowercase();
+            let hits = words
+                .iter()
+                .map(|w| text.matches(w.as_str()).count())
+                .sum::<usize>();
+            (hits > 0).then_some((n, hits))
+        })
+        .collect();
+    scored.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    scored.truncate(limit);
+    scored
+}
+
+pub async fn fill(index: &dyn SearchIndex, messages: &[LoggedMessage]) {
+    for chunk in messages.chunks(5_000) {
+        index.add(chunk.to_vec()).await.unwrap();
+    }
+    let vectors = messages
+        .iter()
+        .map(|m| (m.id.clone(), embed(&m.text)))
+        .collect();
+    index.set_embeddings(vectors).await.unwrap();
+}
