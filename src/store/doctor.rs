@@ -396,7 +396,7 @@ impl Doctor {
                 error => return Err(error),
             },
         };
-        let document = match super::json::document::Document::parse(&bytes) {
+        let document = match super::json::document::Document::from_bytes(bytes) {
             Ok(document) => document,
             Err(problem) => return self.corrupt_store(store, problem.to_string()),
         };
@@ -466,7 +466,7 @@ impl Doctor {
         let mut pruned = super::json::document::Document::default();
         for (key, _) in missing {
             if let Some(raw) = document.get(key) {
-                entries.push((key.clone(), raw.get().to_owned()));
+                entries.push((key.clone(), raw.to_owned()));
                 pruned.insert_raw(key, raw);
             }
         }

@@ -1,11 +1,14 @@
 //! The in-memory form of a `sessions.json` file.
 //!
 //! Entries are kept as the raw JSON text they were read as, in file order, and parsed
-//! only when asked for. Writing re-emits untouched entries byte for byte, so a store
-//! written by OpenClaw keeps its exact bytes except where this crate changed an entry,
-//! and a write costs one copy of the file rather than a re-serialisation of every entry.
+//! only when asked for: the text of the file is kept once, and each entry is a range of
+//! it until this process changes the entry. Writing re-emits untouched entries byte for
+//! byte, so a store written by OpenClaw keeps its exact bytes except where this crate
+//! changed an entry, and a write costs one copy of the file rather than a
+//! re-serialisation of every entry.
 
-use std::sync::OnceLock;
+use std::ops::Range;
+use std::sync::{Arc, OnceLock};
 
 use indexmap::IndexMap;
 use serde::Serialize;
@@ -18,10 +21,21 @@ use crate::error::CorruptProblem;
 /// The entries of one store file.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Document {
-    entries: IndexMap<String, Box<RawValue>>,
+    /// The text of the file the document was read from.
+    source: Arc<String>,
+    entries: IndexMap<String, Raw>,
     /// The keys not written as this crate writes keys ([`is_irregular`]), found on first
     /// use and kept up to date after.
     irregular: OnceLock<Vec<String>>,
+}
+
+/// One entry's raw JSON text.
+#[derive(Debug, Clone)]
+enum Raw {
+    /// As read: this range of the document's source.
+    InSource(Range<usize>),
+    /// Written (or reformatted) by this process.
+    Owned(Box<str>),
 }
 
 /// Whether a raw key is not written the way this crate writes keys — with an upper-case
@@ -31,44 +45,82 @@ fn is_irregular(key: &str) -> bool {
 }
 
 impl Document {
-    /// Parses a file's bytes.
+    /// Parses a file's bytes (a copy of them; [`from_bytes`](Self::from_bytes) keeps
+    /// the buffer it is given).
+    pub(crate) fn parse(bytes: &[u8]) -> Result<Self, CorruptProblem> {
+        Self::from_bytes(bytes.to_vec())
+    }
+
+    /// Parses a file's bytes, keeping them as the document's source: an entry is a
+    /// range of them, not a copy.
     ///
     /// Plain JSON first; JSON5 (comments, trailing commas — OpenClaw reads JSON5) only
     /// when that fails. Anything else is a [`CorruptProblem`].
-    pub(crate) fn parse(bytes: &[u8]) -> Result<Self, CorruptProblem> {
+    pub(crate) fn from_bytes(bytes: Vec<u8>) -> Result<Self, CorruptProblem> {
         if bytes.is_empty() {
             return Err(CorruptProblem::Empty);
         }
-        let text = std::str::from_utf8(bytes).map_err(|e| CorruptProblem::InvalidUtf8 {
-            valid_up_to: e.valid_up_to(),
+        let text = String::from_utf8(bytes).map_err(|e| CorruptProblem::InvalidUtf8 {
+            valid_up_to: e.utf8_error().valid_up_to(),
         })?;
-        match serde_json::from_str::<IndexMap<String, Box<RawValue>>>(text) {
-            Ok(entries) => Ok(Document {
-                entries,
-                irregular: OnceLock::new(),
-            }),
+        let entries = match serde_json::from_str::<IndexMap<String, &RawValue>>(&text) {
+            Ok(borrowed) => {
+                let start = text.as_ptr() as usize;
+                borrowed
+                    .into_iter()
+                    .map(|(key, raw)| {
+                        let raw = raw.get();
+                        let offset = (raw.as_ptr() as usize).wrapping_sub(start);
+                        // A borrowed value is a slice of the text it was parsed from.
+                        let raw = if text.get(offset..offset + raw.len()) == Some(raw) {
+                            Raw::InSource(offset..offset + raw.len())
+                        } else {
+                            Raw::Owned(raw.into())
+                        };
+                        (key, raw)
+                    })
+                    .collect()
+            }
             // Any value is a valid RawValue, so a data error is about the top level.
-            Err(error) if error.is_data() => Err(CorruptProblem::NotAnObject {
-                found: top_level_kind(text),
-            }),
-            Err(error) => Self::parse_json5(text).ok_or(CorruptProblem::Syntax(error)),
-        }
+            Err(error) if error.is_data() => {
+                return Err(CorruptProblem::NotAnObject {
+                    found: top_level_kind(&text),
+                })
+            }
+            Err(error) => {
+                return Self::parse_json5(&text).ok_or(CorruptProblem::Syntax(error));
+            }
+        };
+        Ok(Document {
+            source: Arc::new(text),
+            entries,
+            irregular: OnceLock::new(),
+        })
     }
 
     fn parse_json5(text: &str) -> Option<Self> {
         let values: IndexMap<String, Value> = parse_json5(text).ok()?;
         let entries = values
             .into_iter()
-            .map(|(key, value)| Some((key, format_nested(&value).ok()?)))
+            .map(|(key, value)| Some((key, Raw::Owned(format_nested(&value).ok()?))))
             .collect::<Option<_>>()?;
         Some(Document {
+            source: Arc::default(),
             entries,
             irregular: OnceLock::new(),
         })
     }
 
-    pub(crate) fn get(&self, key: &str) -> Option<&RawValue> {
-        self.entries.get(key).map(|raw| &**raw)
+    fn text<'a>(&'a self, raw: &'a Raw) -> &'a str {
+        match raw {
+            Raw::InSource(range) => &self.source[range.clone()],
+            Raw::Owned(text) => text,
+        }
+    }
+
+    /// The raw JSON text of the entry under `key`.
+    pub(crate) fn get(&self, key: &str) -> Option<&str> {
+        self.entries.get(key).map(|raw| self.text(raw))
     }
 
     /// Stores `entry` under `key` (in place if the key exists, else at the end) and
@@ -78,32 +130,33 @@ impl Document {
     /// fields it had stay where they were and new ones are appended, as
     /// `JSON.stringify` writes an object after an assignment — so a user diffing a
     /// tracked `sessions.json` sees only the lines that changed.
-    pub(crate) fn set(&mut self, key: &str, entry: &SessionEntry) -> serde_json::Result<&RawValue> {
+    pub(crate) fn set(&mut self, key: &str, entry: &SessionEntry) -> serde_json::Result<&str> {
         let index = match self.entries.get_index_of(key) {
             Some(index) => {
                 let mut value = serde_json::to_value(entry)?;
-                if let Ok(old) = serde_json::from_str::<Value>(self.entries[index].get()) {
+                if let Ok(old) = serde_json::from_str::<Value>(self.text(&self.entries[index])) {
                     keep_field_order(&old, &mut value);
                 }
-                self.entries[index] = format_nested(&value)?;
+                self.entries[index] = Raw::Owned(format_nested(&value)?);
                 index
             }
             None => {
                 self.note_new_key(key);
                 self.entries
-                    .insert_full(key.to_owned(), format_nested(entry)?)
+                    .insert_full(key.to_owned(), Raw::Owned(format_nested(entry)?))
                     .0
             }
         };
-        Ok(&*self.entries[index])
+        Ok(self.text(&self.entries[index]))
     }
 
-    /// Stores `raw` under `key` as it is (in place if the key exists, else at the end).
-    pub(crate) fn insert_raw(&mut self, key: &str, raw: &RawValue) {
+    /// Stores `raw` (an entry's JSON text) under `key` as it is (in place if the key
+    /// exists, else at the end).
+    pub(crate) fn insert_raw(&mut self, key: &str, raw: &str) {
         if !self.entries.contains_key(key) {
             self.note_new_key(key);
         }
-        self.entries.insert(key.to_owned(), raw.to_owned());
+        self.entries.insert(key.to_owned(), Raw::Owned(raw.into()));
     }
 
     pub(crate) fn remove(&mut self, key: &str) {
@@ -134,8 +187,11 @@ impl Document {
         }
     }
 
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &RawValue)> {
-        self.entries.iter().map(|(key, raw)| (key.as_str(), &**raw))
+    /// Every key with its entry's raw JSON text, in file order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.entries
+            .iter()
+            .map(|(key, raw)| (key.as_str(), self.text(raw)))
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -151,18 +207,18 @@ impl Document {
         let size: usize = self
             .entries
             .iter()
-            .map(|(key, raw)| key.len() + raw.get().len() + 8)
+            .map(|(key, raw)| key.len() + self.text(raw).len() + 8)
             .sum();
         let mut out = Vec::with_capacity(size + 4);
         out.extend_from_slice(b"{\n");
-        for (index, (key, raw)) in self.entries.iter().enumerate() {
+        for (index, (key, raw)) in self.iter().enumerate() {
             if index > 0 {
                 out.extend_from_slice(b",\n");
             }
             out.extend_from_slice(b"  ");
             serde_json::to_writer(&mut out, key).expect("writing a string to a Vec cannot fail");
             out.extend_from_slice(b": ");
-            out.extend_from_slice(raw.get().as_bytes());
+            out.extend_from_slice(raw.as_bytes());
         }
         out.extend_from_slice(b"\n}");
         out
@@ -255,16 +311,16 @@ fn keep_field_order(old: &Value, new: &mut Value) {
 }
 
 /// Parses one entry's raw text.
-pub(crate) fn parse_entry(raw: &RawValue) -> serde_json::Result<SessionEntry> {
-    SessionEntry::from_json(raw.get())
+pub(crate) fn parse_entry(raw: &str) -> serde_json::Result<SessionEntry> {
+    SessionEntry::from_json(raw)
 }
 
 /// Serialises a value as it appears one level inside a pretty-printed object: pretty,
 /// with every line after the first indented by two more spaces. JSON strings cannot
 /// contain a raw newline, so every `\n` in the output is a line break.
-fn format_nested<T: Serialize + ?Sized>(value: &T) -> serde_json::Result<Box<RawValue>> {
+fn format_nested<T: Serialize + ?Sized>(value: &T) -> serde_json::Result<Box<str>> {
     let pretty = serde_json::to_string_pretty(value)?;
-    RawValue::from_string(pretty.replace('\n', "\n  "))
+    Ok(pretty.replace('\n', "\n  ").into_boxed_str())
 }
 
 fn top_level_kind(text: &str) -> &'static str {
@@ -281,6 +337,24 @@ fn top_level_kind(text: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A document read from a file holds the file's text once: every entry it has not
+    /// changed is a range of that text, not a copy (what keeps a large store's memory
+    /// close to its file size).
+    #[test]
+    fn untouched_entries_are_ranges_of_the_file_text_not_copies() {
+        let mut doc = Document::from_bytes(OPENCLAW_FILE.as_bytes().to_vec()).unwrap();
+        let source = doc.source.as_bytes().as_ptr_range();
+        let in_source = |text: &str| source.contains(&text.as_ptr());
+        assert!(doc.iter().all(|(_, raw)| in_source(raw)));
+        let key = "agent:main:main";
+        let mut entry = parse_entry(doc.get(key).unwrap()).unwrap();
+        entry.updated_at += 1;
+        doc.set(key, &entry).unwrap();
+        assert!(!in_source(doc.get(key).unwrap()));
+        let untouched = "agent:main:whatsapp:group:120363406150318674@g.us";
+        assert!(in_source(doc.get(untouched).unwrap()));
+    }
 
     const OPENCLAW_FILE: &str = r#"{
   "agent:main:main": {

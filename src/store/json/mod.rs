@@ -258,7 +258,7 @@ impl JsonFileStore {
                 Ok(StoredSession {
                     key: key.clone(),
                     entry,
-                    revision: Revision::of_bytes(raw.get().as_bytes()),
+                    revision: Revision::of_bytes(raw.as_bytes()),
                 })
             })
             .transpose()
@@ -408,7 +408,7 @@ impl JsonFileStore {
         let mut batch = state.open.take().expect("a batch is open");
         let mut removed = Vec::new();
         for (key, raw) in expected {
-            if batch.document.get(key).is_some_and(|now| now.get() == raw) {
+            if batch.document.get(key) == Some(raw.as_str()) {
                 Arc::make_mut(&mut batch.document).remove(key);
                 removed.push(key.clone());
             }
@@ -687,7 +687,7 @@ fn apply_change(
                 path: path.to_owned(),
                 source,
             })?;
-            (Some(entry), Some(Revision::of_bytes(raw.get().as_bytes())))
+            (Some(entry), Some(Revision::of_bytes(raw.as_bytes())))
         }
         None => (None, None),
     };
@@ -704,7 +704,7 @@ fn apply_change(
     let document = Arc::make_mut(document);
     if let Some(adoption) = &adoption {
         if adoption.source != key.as_str() {
-            if let Some(raw) = document.get(&adoption.source).map(ToOwned::to_owned) {
+            if let Some(raw) = document.get(&adoption.source).map(str::to_owned) {
                 document.insert_raw(key.as_str(), &raw);
             }
         }
@@ -722,7 +722,7 @@ fn apply_change(
                     key: key.clone(),
                     source,
                 })?;
-            Some(Revision::of_bytes(raw.get().as_bytes()))
+            Some(Revision::of_bytes(raw.as_bytes()))
         }
         None => {
             document.remove(key.as_str());
@@ -916,7 +916,8 @@ impl Inner {
         else {
             return Ok(None);
         };
-        let document = Document::parse(&bytes).map_err(|problem| {
+        let size = bytes.len();
+        let document = Document::from_bytes(bytes).map_err(|problem| {
             let backup = backup_path(path);
             let backup_is_valid = matches!(
                 self.io.read(&backup, self.options.max_file_bytes),
@@ -929,7 +930,7 @@ impl Inner {
                 valid_backup: backup_is_valid.then_some(backup),
             }
         })?;
-        tracing::debug!(path = %path.display(), bytes = bytes.len(), entries = document.len(), elapsed_us = started.elapsed().as_micros() as u64, "session store read");
+        tracing::debug!(path = %path.display(), bytes = size, entries = document.len(), elapsed_us = started.elapsed().as_micros() as u64, "session store read");
         Ok(Some((document, stamp)))
     }
 
@@ -983,7 +984,7 @@ impl Inner {
                 Ok(entry) if filter.matches(&key, &entry) => sessions.push(StoredSession {
                     key,
                     entry,
-                    revision: Revision::of_bytes(raw.get().as_bytes()),
+                    revision: Revision::of_bytes(raw.as_bytes()),
                 }),
                 Ok(_) => {}
                 Err(error) => {
