@@ -294,7 +294,11 @@ fn processes() -> Vec<(usize, Contention, Contention)> {
 
 /// Criterion's median estimate for `id` in this run, in nanoseconds.
 fn median_ns(output: &Path, id: &str) -> Option<f64> {
-    let file = output.join(GROUP).join(id).join("new/estimates.json");
+    // Criterion names a benchmark's directory after its id, `/` made `_`.
+    let file = output
+        .join(GROUP)
+        .join(id.replace('/', "_"))
+        .join("new/estimates.json");
     let estimates: serde_json::Value = serde_json::from_slice(&std::fs::read(file).ok()?).ok()?;
     estimates["median"]["point_estimate"].as_f64()
 }
