@@ -17,7 +17,7 @@ use std::hint::black_box;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agent_sessions::prelude::*;
 use agent_sessions::search::{MemoryIndex, Search, SearchIndex, SearchQuery};
@@ -69,6 +69,28 @@ fn json_update(c: &mut Criterion) {
                 .unwrap()
         })
     });
+    group.finish();
+}
+
+/// What a process that did not write the store last pays before its update: reading
+/// and indexing the file another process wrote (`get_uncached`), against the disk work
+/// of one write of that file — at 1,000 and 10,000 sessions. It bounds what several
+/// processes sharing one file can reach against one process alone.
+fn json_reread(c: &mut Criterion) {
+    let runtime = runtime(1);
+    let mut group = c.benchmark_group(GROUP);
+    for sessions in [1_000, 10_000] {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes = write_store(dir.path(), sessions);
+        group.bench_function(format!("json_{sessions}/disk_work"), |b| {
+            b.iter(|| write_and_rename(dir.path(), black_box(&bytes), false))
+        });
+        let store = JsonFileStore::new(dir.path());
+        let target = key(sessions / 2);
+        group.bench_function(format!("json_{sessions}/reread"), |b| {
+            b.iter(|| runtime.block_on(store.get_uncached(&target)).unwrap())
+        });
+    }
     group.finish();
 }
 
@@ -156,6 +178,7 @@ fn search(c: &mut Criterion) {
         b.iter(|| naive(&messages, QUERY, 10))
     });
     let dir = tempfile::tempdir().unwrap();
+    #[allow(unused_mut)] // PostgreSQL's index joins with its feature
     let mut indexes: Vec<(&str, Arc<dyn SearchIndex>)> = vec![
         ("memory", Arc::new(MemoryIndex::new())),
         (
@@ -261,7 +284,7 @@ fn postgres() -> Vec<(usize, f64, f64)> {
     let mut rows = Vec::new();
     for clients in [1usize, 4, 8] {
         let baseline = pgbench(&url, &script, clients, 3);
-        let started = Instant::now();
+        let started = std::time::Instant::now();
         let mut updates = 0;
         while started.elapsed() < Duration::from_secs(3) {
             runtime.block_on(store_round(&store, SESSIONS, clients, 50));
@@ -377,6 +400,7 @@ fn main() {
     let file_bytes = write_store(cold.path(), COLD_SESSIONS).len();
 
     json_update(&mut criterion);
+    json_reread(&mut criterion);
     sqlite(&mut criterion);
     transcript_append(&mut criterion);
     search(&mut criterion);
@@ -399,6 +423,21 @@ fn main() {
         0.8,
     )];
     for (sessions, one, four) in &processes {
+        if let (Some(write), Some(read)) = (
+            median_ns(&output, &format!("json_{sessions}/disk_work")),
+            median_ns(&output, &format!("json_{sessions}/reread")),
+        ) {
+            rows.push(Row {
+                what: format!(
+                    "JSON, re-reading a store another process wrote, {sessions} sessions"
+                ),
+                baseline: format!("disk work {}", duration(write)),
+                measured: duration(read),
+                ratio: format!("{:.0} % of the disk work", read / write * 100.0),
+                goal: "(bounds the row below)",
+                met: None,
+            });
+        }
         let ratio = four.rate() / one.rate();
         let spread = four.max_us() as f64 / four.percentile_us(0.5) as f64;
         rows.push(Row {
