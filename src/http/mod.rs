@@ -825,12 +825,12 @@ type ApiResult = Result<Json<serde_json::Value>, ApiError>;
 /// Rejects calls without the configured secret (compared in constant time).
 async fn require_secret(
     State(secret): State<Arc<Option<Secret>>>,
-    headers: HeaderMap,
     request: Request,
     next: Next,
 ) -> Response {
     if let Some(expected) = secret.as_ref() {
-        let given = headers
+        let given = request
+            .headers()
             .get(SECRET_HEADER)
             .map(|value| value.as_bytes())
             .unwrap_or_default();
