@@ -180,6 +180,11 @@ pub(crate) fn open_checked(options: &mut OpenOptions, path: &Path) -> io::Result
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
             return Err(Refused::NotRegular("a symbolic link").into_io())
         }
+        // A directory cannot be opened for writing.
+        #[cfg(unix)]
+        Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
+            return Err(Refused::NotRegular("a directory").into_io())
+        }
         // A socket cannot be opened at all.
         #[cfg(unix)]
         Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
