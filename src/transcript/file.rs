@@ -35,10 +35,17 @@ use crate::store::Durability;
 /// mode 0600.
 ///
 /// Appends are whole lines written with one `write` on a file opened `O_APPEND`, queued
-/// per file within the process, and fsynced per [`Durability`] (the default,
+/// per file within the process and under an exclusive OS lock on the file across
+/// processes, and fsynced per [`Durability`] (the default,
 /// [`Durability::SyncFileAndDir`], also fsyncs the directory when a transcript is
 /// created). A crash mid-append leaves at most a torn last line, which reads skip and
 /// report and the next append steps over.
+///
+/// A process keeps the last 64 transcripts it appended to open, and appends to one
+/// only while its path still names it (checked under the lock), so an archive or a
+/// removal by any process sends the next append to a new file at the path. Unsynced
+/// appends to a kept file are done on the calling task's thread (a few short system
+/// calls); everything else goes through Tokio's blocking pool.
 #[derive(Debug, Clone)]
 pub struct FileTranscriptStore {
     inner: Arc<Inner>,
