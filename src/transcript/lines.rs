@@ -91,9 +91,9 @@ pub(crate) fn header_line(header: &SessionHeader) -> String {
 
 /// A random 8-hex-digit entry id, as pi-coding-agent writes them.
 ///
-/// Drawn from a generator per thread (SplitMix64) seeded from the OS's randomness once:
-/// as unpredictable between threads and processes as an id per `getrandom`, without a
-/// system call per id.
+/// Drawn from a generator per thread (SplitMix64) seeded once from the OS's randomness,
+/// so threads and processes draw unrelated ids without a system call per id. The ids
+/// only need to differ from their neighbours; they are no secret.
 pub(crate) fn new_entry_id() -> String {
     thread_local! {
         static STATE: std::cell::Cell<u64> =
