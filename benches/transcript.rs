@@ -1,6 +1,8 @@
 //! Transcript appends with and without fsync, against a bare `O_APPEND` write (and
-//! fdatasync) of the same bytes; and reading a 10,000-line transcript, against reading
-//! the file and parsing each line as a `serde_json::Value` — all in the same run.
+//! fdatasync) of the same bytes (unsynced also to a transcript named by its
+//! `sessionFile`, as `SessionManager` appends); and reading a 10,000-line transcript,
+//! against reading the file and parsing each line as a `serde_json::Value` — all in the
+//! same run.
 //!
 //! `cargo bench --bench transcript`
 
@@ -63,6 +65,29 @@ fn append(c: &mut Criterion) {
                     .unwrap()
             })
         });
+        if !sync {
+            // As `SessionManager` appends once a session's entry records its
+            // `sessionFile`: the transcript named by its path.
+            let named = TranscriptRef {
+                session_file: Some(store.location(&transcript).unwrap()),
+                ..TranscriptRef::new(AgentId::main(), "bench")
+            };
+            group.bench_function(
+                BenchmarkId::new("file_transcript_store_session_file", label),
+                |b| {
+                    b.iter(|| {
+                        runtime
+                            .block_on(
+                                store.append(
+                                    &named,
+                                    vec![TranscriptEntry::user_text(TEXT, Utc::now())],
+                                ),
+                            )
+                            .unwrap()
+                    })
+                },
+            );
+        }
     }
     group.finish();
 }

@@ -180,6 +180,11 @@ pub(crate) fn open_checked(options: &mut OpenOptions, path: &Path) -> io::Result
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
             return Err(Refused::NotRegular("a symbolic link").into_io())
         }
+        // A directory cannot be opened for writing.
+        #[cfg(unix)]
+        Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
+            return Err(Refused::NotRegular("a directory").into_io())
+        }
         // A socket cannot be opened at all.
         #[cfg(unix)]
         Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
@@ -192,6 +197,64 @@ pub(crate) fn open_checked(options: &mut OpenOptions, path: &Path) -> io::Result
         return Err(Refused::NotRegular(describe(file_type)).into_io());
     }
     Ok(file)
+}
+
+/// Which file something is — its device and inode — where the platform tells them.
+pub(crate) type FileId = Option<(u64, u64)>;
+
+/// What `path` names (a last symbolic link not followed): which file, and its length.
+///
+/// Asks for no timestamps. On Linux, reading a file's change time makes the next write
+/// to it store a fine-grained one (multigrain timestamps), which dirties the inode — on
+/// every append, were each append to check its file with a full `lstat`.
+pub(crate) fn identify(path: &Path) -> io::Result<(FileId, u64)> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        use rustix::fs::{AtFlags, CWD};
+        match rustix::fs::statx(CWD, path, AtFlags::SYMLINK_NOFOLLOW, IDENTITY) {
+            Ok(statx) => return Ok(from_statx(&statx)),
+            // A kernel before 4.11: what std reads.
+            Err(rustix::io::Errno::NOSYS) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(from_metadata(&std::fs::symlink_metadata(path)?))
+}
+
+/// Which file `file` is, and its length, as [`identify`] tells them.
+pub(crate) fn identify_file(file: &File) -> io::Result<(FileId, u64)> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        use rustix::fs::AtFlags;
+        match rustix::fs::statx(file, "", AtFlags::EMPTY_PATH, IDENTITY) {
+            Ok(statx) => return Ok(from_statx(&statx)),
+            Err(rustix::io::Errno::NOSYS) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(from_metadata(&file.metadata()?))
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const IDENTITY: rustix::fs::StatxFlags =
+    rustix::fs::StatxFlags::INO.union(rustix::fs::StatxFlags::SIZE);
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn from_statx(statx: &rustix::fs::Statx) -> (FileId, u64) {
+    let dev = rustix::fs::makedev(statx.stx_dev_major, statx.stx_dev_minor);
+    (Some((dev, statx.stx_ino)), statx.stx_size)
+}
+
+fn from_metadata(metadata: &std::fs::Metadata) -> (FileId, u64) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        (Some((metadata.dev(), metadata.ino())), metadata.len())
+    }
+    #[cfg(not(unix))]
+    {
+        (None, metadata.len())
+    }
 }
 
 /// Refuses `path` if a directory between `root` and it is a symbolic link: the
@@ -261,4 +324,39 @@ pub(crate) fn read_limited(
         .into_io());
     }
     Ok(Some((bytes, metadata)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identify_tells_which_file_a_path_names_and_its_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.jsonl");
+        std::fs::write(&path, b"0123456789").unwrap();
+        let file = File::open(&path).unwrap();
+        let (id, len) = identify(&path).unwrap();
+        assert_eq!(len, 10);
+        assert_eq!(identify_file(&file).unwrap(), (id, 10));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let metadata = std::fs::metadata(&path).unwrap();
+            assert_eq!(id, Some((metadata.dev(), metadata.ino())));
+
+            // A link is itself, not what it points to.
+            let link = dir.path().join("link.jsonl");
+            std::os::unix::fs::symlink(&path, &link).unwrap();
+            assert_ne!(identify(&link).unwrap().0, id);
+            // Another file at the path is another file.
+            std::fs::rename(&path, dir.path().join("archived")).unwrap();
+            std::fs::write(&path, b"0123456789").unwrap();
+            assert_ne!(identify(&path).unwrap().0, id);
+        }
+        assert_eq!(
+            identify(&dir.path().join("missing")).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+    }
 }

@@ -221,7 +221,22 @@ pub fn transcript_path(
     session_id: &str,
     topic_id: Option<&str>,
 ) -> Result<PathBuf> {
-    Ok(sessions_dir(state_dir, agent).join(transcript_file_name(session_id, topic_id)?))
+    // One allocation: every append builds this path.
+    let capacity = state_dir.as_os_str().len() + agent.as_str().len() + session_id.len() + 32;
+    let mut path = PathBuf::with_capacity(capacity);
+    path.push(state_dir);
+    path.push("agents");
+    path.push(agent.as_str());
+    path.push("sessions");
+    match topic_id {
+        None => {
+            validate_session_id(session_id)?;
+            path.push(session_id);
+            path.as_mut_os_string().push(".jsonl");
+        }
+        Some(_) => path.push(transcript_file_name(session_id, topic_id)?),
+    }
+    Ok(path)
 }
 
 /// The transcript of `entry`: its `sessionFile` if set, else the default transcript
@@ -247,6 +262,27 @@ pub fn session_file(
 /// `file` as a path, if it is absolute and inside the agent's sessions directory
 /// (following symlinks), else [`Error::InvalidId`].
 pub fn checked_session_file(state_dir: &Path, agent: &AgentId, file: &str) -> Result<PathBuf> {
+    let path = lexical_session_file(state_dir, agent, file)?;
+    let dir = sessions_dir(state_dir, agent);
+    let resolves_inside = match (path.canonicalize(), dir.canonicalize()) {
+        (Ok(real), Ok(real_dir)) => real.starts_with(real_dir),
+        // Not created yet: the lexical check is all there is to check.
+        _ => true,
+    };
+    if resolves_inside {
+        Ok(path)
+    } else {
+        Err(outside_sessions_dir(file))
+    }
+}
+
+/// [`checked_session_file`] without resolving links: `file` as a path if it is
+/// absolute and, as written, inside the agent's sessions directory.
+pub(crate) fn lexical_session_file(
+    state_dir: &Path,
+    agent: &AgentId,
+    file: &str,
+) -> Result<PathBuf> {
     let dir = sessions_dir(state_dir, agent);
     let path = Path::new(file);
     let lexically_inside = path.is_absolute()
@@ -254,20 +290,19 @@ pub fn checked_session_file(state_dir: &Path, agent: &AgentId, file: &str) -> Re
         && !path
             .components()
             .any(|c| matches!(c, Component::ParentDir | Component::CurDir));
-    let resolves_inside = match (path.canonicalize(), dir.canonicalize()) {
-        (Ok(real), Ok(real_dir)) => real.starts_with(real_dir),
-        // Not created yet: the lexical check is all there is to check.
-        _ => true,
-    };
-    if lexically_inside && resolves_inside {
+    if lexically_inside {
         Ok(path.to_owned())
     } else {
-        Err(Error::invalid_id(
-            IdKind::SessionFile,
-            file,
-            "a session file must be inside the agent's sessions directory",
-        ))
+        Err(outside_sessions_dir(file))
     }
+}
+
+fn outside_sessions_dir(file: &str) -> Error {
+    Error::invalid_id(
+        IdKind::SessionFile,
+        file,
+        "a session file must be inside the agent's sessions directory",
+    )
 }
 
 /// Percent-encodes `id` as JavaScript's `encodeURIComponent` does: everything but

@@ -18,7 +18,7 @@ use agent_sessions::prelude::*;
 use agent_sessions::transcript::{
     FileTranscriptStore, Offset, TranscriptEntry, TranscriptRef, TranscriptStore,
 };
-use agent_sessions::{Error, JsonFileOptions, LockOptions};
+use agent_sessions::{Durability, Error, JsonFileOptions, LockOptions};
 
 /// A 1 MiB tmpfs, unmounted on drop.
 struct SmallDisk {
@@ -120,40 +120,43 @@ async fn a_full_disk_fails_the_lock_cleanly_and_the_next_writer_proceeds_at_once
 
 #[tokio::test]
 async fn a_failed_append_on_a_full_disk_leaves_no_partial_line() {
-    let Some(disk) = SmallDisk::mount("a_failed_append_on_a_full_disk_leaves_no_partial_line")
-    else {
-        return;
-    };
-    let transcripts = FileTranscriptStore::new(disk.path());
-    let transcript = TranscriptRef::new(AgentId::main(), "s-1");
-    let now = chrono::Utc::now();
-    transcripts
-        .append(&transcript, vec![TranscriptEntry::user_text("first", now)])
-        .await
-        .unwrap();
-    let path = transcripts.path(&transcript).unwrap();
-    let before = fs::read(&path).unwrap();
+    // Unsynced appends take the short path; the others go through the blocking pool.
+    for durability in [Durability::SyncFileAndDir, Durability::Unsynced] {
+        let Some(disk) = SmallDisk::mount("a_failed_append_on_a_full_disk_leaves_no_partial_line")
+        else {
+            return;
+        };
+        let transcripts = FileTranscriptStore::with_durability(disk.path(), durability);
+        let transcript = TranscriptRef::new(AgentId::main(), "s-1");
+        let now = chrono::Utc::now();
+        transcripts
+            .append(&transcript, vec![TranscriptEntry::user_text("first", now)])
+            .await
+            .unwrap();
+        let path = transcripts.path(&transcript).unwrap();
+        let before = fs::read(&path).unwrap();
 
-    // Room for part of the next line only.
-    let filler = disk.fill(8192);
-    let long = "x".repeat(256 * 1024);
-    let failed = transcripts
-        .append(&transcript, vec![TranscriptEntry::user_text(long, now)])
-        .await;
-    assert!(failed.is_err(), "{failed:?}");
-    assert_eq!(
-        fs::read(&path).unwrap(),
-        before,
-        "cut back to the last whole line"
-    );
+        // Room for part of the next line only.
+        let filler = disk.fill(8192);
+        let long = "x".repeat(256 * 1024);
+        let failed = transcripts
+            .append(&transcript, vec![TranscriptEntry::user_text(long, now)])
+            .await;
+        assert!(failed.is_err(), "{durability:?}: {failed:?}");
+        assert_eq!(
+            fs::read(&path).unwrap(),
+            before,
+            "{durability:?}: cut back to the last whole line"
+        );
 
-    fs::remove_file(filler).unwrap();
-    transcripts
-        .append(&transcript, vec![TranscriptEntry::user_text("after", now)])
-        .await
-        .unwrap();
-    let read = transcripts.read(&transcript, Offset::START).await.unwrap();
-    assert!(read.issues.is_empty(), "{:?}", read.issues);
-    assert_eq!(read.events.len(), 2);
-    assert_eq!(read.events[1].entry.parent_id, read.events[0].entry.id);
+        fs::remove_file(filler).unwrap();
+        transcripts
+            .append(&transcript, vec![TranscriptEntry::user_text("after", now)])
+            .await
+            .unwrap();
+        let read = transcripts.read(&transcript, Offset::START).await.unwrap();
+        assert!(read.issues.is_empty(), "{:?}", read.issues);
+        assert_eq!(read.events.len(), 2);
+        assert_eq!(read.events[1].entry.parent_id, read.events[0].entry.id);
+    }
 }

@@ -17,7 +17,7 @@ use agent_sessions::store::doctor::{examine, DoctorOptions, Finding};
 use agent_sessions::transcript::{
     FileTranscriptStore, Offset, TranscriptEntry, TranscriptRef, TranscriptStore,
 };
-use agent_sessions::{Error, JsonFileOptions};
+use agent_sessions::{Durability, Error, JsonFileOptions};
 
 use common::main_store_file;
 
@@ -126,6 +126,28 @@ async fn a_fifo_as_a_transcript_is_a_typed_error_for_reads_and_appends() {
         &path,
         "a FIFO",
     );
+}
+
+#[tokio::test]
+async fn a_special_file_planted_where_a_transcript_was_appended_to_is_refused_at_once() {
+    for durability in [Durability::Unsynced, Durability::SyncFile] {
+        for kind in ["fifo", "directory", "symlink", "socket"] {
+            let dir = tempfile::tempdir().unwrap();
+            let transcripts = FileTranscriptStore::with_durability(dir.path(), durability);
+            let transcript = TranscriptRef::new(AgentId::main(), "s-1");
+            let entry = || vec![TranscriptEntry::user_text("hi", chrono::Utc::now())];
+            transcripts.append(&transcript, entry()).await.unwrap();
+            let path = transcripts.path(&transcript).unwrap();
+            // Another process takes the file away and plants something else.
+            fs::remove_file(&path).unwrap();
+            let found = plant(kind, &path);
+            assert_not_a_file(
+                promptly(transcripts.append(&transcript, entry())).await,
+                &path,
+                found,
+            );
+        }
+    }
 }
 
 #[tokio::test]

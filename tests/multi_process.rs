@@ -226,7 +226,13 @@ fn transcript_child_worker() {
         .build()
         .unwrap()
         .block_on(async {
-            let store = FileTranscriptStore::new(&root);
+            // Half the processes append unsynced (the short path), half with fsyncs.
+            let durability = if worker.parse::<u64>().unwrap() % 2 == 1 {
+                agent_sessions::Durability::Unsynced
+            } else {
+                agent_sessions::Durability::default()
+            };
+            let store = FileTranscriptStore::with_durability(&root, durability);
             let transcript = TranscriptRef::new(AgentId::main(), "shared");
             for n in 0..APPENDS {
                 let text = format!("worker {worker} message {n}");

@@ -927,3 +927,126 @@ async fn logging_without_a_transcript_store_is_a_typed_error() {
         Err(Error::NotConfigured { .. })
     ));
 }
+
+/// Both ways an append goes: unsynced (the short path) and with an fsync.
+const DURABILITIES: [Durability; 2] = [Durability::Unsynced, Durability::SyncFile];
+
+fn user(text: &str) -> Vec<TranscriptEntry> {
+    vec![TranscriptEntry::user_text(text, Utc::now())]
+}
+
+#[tokio::test]
+async fn after_another_process_archives_or_removes_a_transcript_the_next_append_starts_a_new_file()
+{
+    for (durability, action, named) in DURABILITIES
+        .into_iter()
+        .flat_map(|d| [(d, "archives"), (d, "removes")])
+        .flat_map(|(d, a)| [(d, a, false), (d, a, true)])
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let transcripts = FileTranscriptStore::with_durability(dir.path(), durability);
+        let mut t = transcript("s-1");
+        if named {
+            // As `SessionManager` appends: by the `sessionFile` recorded.
+            t.session_file = transcripts.location(&t);
+        }
+        transcripts.append(&t, user("one")).await.unwrap();
+        transcripts.append(&t, user("two")).await.unwrap();
+        let path = transcripts.path(&t).unwrap();
+        // Another process: a plain rename or unlink, which this store never sees.
+        let archived = path.with_file_name("s-1.jsonl.reset.2026-11-27T10-00-00.000Z");
+        fs::rename(&path, &archived).unwrap();
+        let archived_bytes = fs::read(&archived).unwrap();
+        if action == "removes" {
+            fs::remove_file(&archived).unwrap();
+        }
+
+        let events = transcripts.append(&t, user("three")).await.unwrap();
+        let context = format!("{durability:?}, named {named}, another process {action}");
+        if action == "archives" {
+            assert_eq!(
+                fs::read(&archived).unwrap(),
+                archived_bytes,
+                "{context}: the archive is left alone"
+            );
+        }
+        let read = transcripts.read(&t, Offset::START).await.unwrap();
+        assert_eq!(
+            read.header.map(|h| h.id),
+            Some("s-1".to_owned()),
+            "{context}"
+        );
+        assert_eq!(read.events, events, "{context}");
+        assert_eq!(events[0].entry.parent_id, None, "{context}: a new chain");
+        assert_eq!(events[0].line, 2, "{context}");
+    }
+}
+
+#[tokio::test]
+async fn a_transcript_replaced_by_another_process_continues_the_new_files_chain_even_at_the_same_length(
+) {
+    for durability in DURABILITIES {
+        let dir = tempfile::tempdir().unwrap();
+        let transcripts = FileTranscriptStore::with_durability(dir.path(), durability);
+        let t = transcript("s-1");
+        let first = transcripts.append(&t, user("one")).await.unwrap();
+        let path = transcripts.path(&t).unwrap();
+        // Another process puts a transcript of exactly the same length in its place
+        // (write a new file, rename it over), whose last entry has another id.
+        let old_id = first[0].entry.id.clone().unwrap();
+        let new_id = if old_id == "feedbeef" {
+            "deadbeef"
+        } else {
+            "feedbeef"
+        };
+        let replaced = fs::read_to_string(&path).unwrap().replace(&old_id, new_id);
+        let temporary = path.with_file_name("replacement.tmp");
+        fs::write(&temporary, &replaced).unwrap();
+        fs::rename(&temporary, &path).unwrap();
+
+        let second = transcripts.append(&t, user("two")).await.unwrap();
+        assert_eq!(
+            second[0].entry.parent_id.as_deref(),
+            Some(new_id),
+            "{durability:?}: the new file's chain, not the one remembered of the old file"
+        );
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn appending_to_many_transcripts_keeps_a_bounded_number_of_files_open() {
+    fn open_files() -> usize {
+        fs::read_dir("/proc/self/fd").unwrap().count()
+    }
+    const TRANSCRIPTS: usize = 200;
+    let dir = tempfile::tempdir().unwrap();
+    let transcripts = FileTranscriptStore::with_durability(dir.path(), Durability::Unsynced);
+    let before = open_files();
+    for round in ["one", "two"] {
+        for n in 0..TRANSCRIPTS {
+            transcripts
+                .append(&transcript(&format!("s-{n}")), user(round))
+                .await
+                .unwrap();
+        }
+    }
+    // Other tests of this binary open files meanwhile: a generous margin, far below
+    // one file per transcript.
+    let opened = open_files().saturating_sub(before);
+    assert!(
+        opened <= 100,
+        "{opened} more files open after appending to {TRANSCRIPTS}"
+    );
+    for n in 0..TRANSCRIPTS {
+        let read = transcripts
+            .read(&transcript(&format!("s-{n}")), Offset::START)
+            .await
+            .unwrap();
+        assert_eq!(read.events.len(), 2, "s-{n}");
+        assert_eq!(
+            read.events[1].entry.parent_id, read.events[0].entry.id,
+            "s-{n}"
+        );
+    }
+}

@@ -423,42 +423,67 @@ pub struct TranscriptEntry {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Serialize, Deserialize)]
+/// An entry as a line holds it.
+#[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct EntryWire {
     #[serde(rename = "type")]
     kind: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     parent_id: Option<Option<String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     timestamp: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     message: Option<AgentMessage>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     custom_type: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     data: Option<Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     log: Option<LogFields>,
     #[serde(flatten)]
     extra: Map<String, Value>,
 }
 
+/// [`EntryWire`] borrowing the entry, so writing one copies nothing.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct EntryWireRef<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parent_id: Option<Option<&'a str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timestamp: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<&'a AgentMessage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    custom_type: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    log: Option<&'a LogFields>,
+    #[serde(flatten)]
+    extra: &'a Map<String, Value>,
+}
+
 impl Serialize for TranscriptEntry {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        EntryWire {
-            kind: self.kind.clone(),
-            id: self.id.clone(),
+        EntryWireRef {
+            kind: &self.kind,
+            id: self.id.as_deref(),
             // Entries with an id are tree nodes: their parent is written, null or not.
-            parent_id: self.id.as_ref().map(|_| self.parent_id.clone()),
-            timestamp: self.timestamp.clone(),
-            message: self.message.clone(),
-            custom_type: self.custom_type.clone(),
-            data: self.data.clone(),
-            log: self.log.clone(),
-            extra: self.extra.clone(),
+            parent_id: self.id.as_ref().map(|_| self.parent_id.as_deref()),
+            timestamp: self.timestamp.as_deref(),
+            message: self.message.as_ref(),
+            custom_type: self.custom_type.as_deref(),
+            data: self.data.as_ref(),
+            log: self.log.as_ref(),
+            extra: &self.extra,
         }
         .serialize(serializer)
     }

@@ -1,6 +1,7 @@
 //! Transcripts as OpenClaw's JSONL files.
 
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -11,8 +12,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::lines::{
-    archived_name, log_record, newest_archive, read_line, session_id_of_name, stamp_entries,
-    validate_transcript_name,
+    archived_name, log_record, newest_archive, read_line, session_id_of_name,
+    validate_transcript_name, Stamp,
 };
 use super::{
     ArchiveReason, LogQuery, LogRecord, Offset, ReadIssue, SessionEvent, SessionHeader,
@@ -21,7 +22,8 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::fsutil::{
-    blocking, create_private_dir_all, open_checked, open_no_follow, process_mutex,
+    blocking, create_private_dir_all, identify, identify_file, open_checked, open_no_follow,
+    process_mutex, FileId,
 };
 use crate::key::AgentId;
 use crate::paths;
@@ -33,10 +35,17 @@ use crate::store::Durability;
 /// mode 0600.
 ///
 /// Appends are whole lines written with one `write` on a file opened `O_APPEND`, queued
-/// per file within the process, and fsynced per [`Durability`] (the default,
+/// per file within the process and under an exclusive OS lock on the file across
+/// processes, and fsynced per [`Durability`] (the default,
 /// [`Durability::SyncFileAndDir`], also fsyncs the directory when a transcript is
 /// created). A crash mid-append leaves at most a torn last line, which reads skip and
 /// report and the next append steps over.
+///
+/// A process keeps the last 64 transcripts it appended to open, and appends to one
+/// only while its path still names it (checked under the lock), so an archive or a
+/// removal by any process sends the next append to a new file at the path. Unsynced
+/// appends to a kept file are done on the calling task's thread (a few short system
+/// calls); everything else goes through Tokio's blocking pool.
 #[derive(Debug, Clone)]
 pub struct FileTranscriptStore {
     inner: Arc<Inner>,
@@ -53,6 +62,7 @@ struct Inner {
 
 #[derive(Debug, Clone, PartialEq)]
 struct Tail {
+    file: FileId,
     len: u64,
     lines: usize,
     ends_with_newline: bool,
@@ -101,20 +111,16 @@ impl FileTranscriptStore {
     /// sessions directory), else `<sessionId>.jsonl` or `<sessionId>-topic-<topic>.jsonl`
     /// (session id checked, topic percent-encoded).
     pub fn path(&self, transcript: &TranscriptRef) -> Result<PathBuf> {
-        let path = self.unchecked_path(transcript)?;
-        crate::fsutil::refuse_linked_dirs(&self.inner.root, &path)
-            .map_err(|e| Error::io("open", &path, e))?;
+        let path = self.named_path(transcript)?;
+        self.check_path(transcript, &path)?;
         Ok(path)
     }
 
-    fn unchecked_path(&self, transcript: &TranscriptRef) -> Result<PathBuf> {
-        match transcript
-            .session_file
-            .as_deref()
-            .map(str::trim)
-            .filter(|f| !f.is_empty())
-        {
-            Some(file) => paths::checked_session_file(&self.inner.root, &transcript.agent, file),
+    /// The file of `transcript` as named, checked without reading the file system: the
+    /// session id, or the session file as written.
+    fn named_path(&self, transcript: &TranscriptRef) -> Result<PathBuf> {
+        match session_file(transcript) {
+            Some(file) => paths::lexical_session_file(&self.inner.root, &transcript.agent, file),
             None => paths::transcript_path(
                 &self.inner.root,
                 &transcript.agent,
@@ -123,30 +129,190 @@ impl FileTranscriptStore {
             ),
         }
     }
+
+    /// The checks of [`path`](Self::path) that read the file system: a session file
+    /// resolves (following links) inside the sessions directory, and no directory of the
+    /// tree on the way is a link.
+    fn check_path(&self, transcript: &TranscriptRef, path: &Path) -> Result<()> {
+        if let Some(file) = session_file(transcript) {
+            paths::checked_session_file(&self.inner.root, &transcript.agent, file)?;
+        }
+        crate::fsutil::refuse_linked_dirs(&self.inner.root, path)
+            .map_err(|e| Error::io("open", path, e))
+    }
 }
 
-/// What this process knows of each transcript's end — its length, line count, whether
-/// it ends with a newline, and the id of its last entry — shared by every store of the
-/// process (appends to one file are queued process-wide, so this stays exact), and
-/// trusted only while the file's length matches.
-fn tails() -> MutexGuard<'static, HashMap<PathBuf, Tail>> {
-    static TAILS: LazyLock<Mutex<HashMap<PathBuf, Tail>>> = LazyLock::new(Mutex::default);
-    TAILS.lock().unwrap_or_else(PoisonError::into_inner)
+/// The transcript's explicit session file, if it names one.
+fn session_file(transcript: &TranscriptRef) -> Option<&str> {
+    transcript
+        .session_file
+        .as_deref()
+        .map(str::trim)
+        .filter(|f| !f.is_empty())
+}
+
+/// How many transcripts a process keeps open for its next appends.
+const KEPT_FILES: usize = 64;
+
+/// What this process knows of the transcripts it appends to, by path, shared by every
+/// store of the process (appends to one path are queued process-wide, so this stays
+/// exact). An append takes its path's knowledge out and puts it back when done.
+///
+/// - Each transcript's end — which file, its length, line count, whether it ends with a
+///   newline, and the id of its last entry — trusted only while the file at the path
+///   is the same one (device and inode, where the platform tells them) of that length.
+/// - Up to [`KEPT_FILES`] transcripts kept open, the least recently used closed beyond
+///   that. A kept file is used only while the path still names it (device and inode,
+///   read under the OS lock), so a transcript archived, removed or replaced by any
+///   process is never appended to.
+#[derive(Debug, Default)]
+struct Known {
+    // By the path's bytes, which hash faster than a `Path`'s components.
+    open: HashMap<OsString, Open>,
+    /// The ends of transcripts not kept open.
+    tails: HashMap<OsString, Tail>,
+    clock: u64,
+}
+
+/// A transcript kept open, which file it is, its end, and when it was last used.
+#[derive(Debug)]
+struct Open {
+    file: File,
+    id: (u64, u64),
+    tail: Option<Tail>,
+    used: u64,
+}
+
+/// One path's knowledge, taken out for an append (with its key, to put it back
+/// without allocating).
+struct Taken {
+    key: Option<OsString>,
+    file: Option<(File, (u64, u64))>,
+    tail: Option<Tail>,
+}
+
+fn known() -> MutexGuard<'static, Known> {
+    static KNOWN: LazyLock<Mutex<Known>> = LazyLock::new(Mutex::default);
+    KNOWN.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Known {
+    fn take(&mut self, path: &Path) -> Taken {
+        let path = path.as_os_str();
+        if let Some((key, open)) = self.open.remove_entry(path) {
+            return Taken {
+                key: Some(key),
+                file: Some((open.file, open.id)),
+                tail: open.tail,
+            };
+        }
+        let (key, tail) = self.tails.remove_entry(path).unzip();
+        Taken {
+            key,
+            file: None,
+            tail,
+        }
+    }
+
+    /// Puts a path's knowledge back; returns the file closed to stay within
+    /// [`KEPT_FILES`], for the caller to drop outside the lock.
+    fn put(
+        &mut self,
+        path: &Path,
+        key: Option<OsString>,
+        file: Option<(File, (u64, u64))>,
+        tail: Option<Tail>,
+    ) -> Option<File> {
+        let key = key.unwrap_or_else(|| path.as_os_str().to_owned());
+        let Some((file, id)) = file else {
+            if let Some(tail) = tail {
+                self.tails.insert(key, tail);
+            }
+            return None;
+        };
+        let mut closed = None;
+        if self.open.len() >= KEPT_FILES {
+            let oldest = self
+                .open
+                .iter()
+                .min_by_key(|(_, open)| open.used)
+                .map(|(path, _)| path.clone());
+            if let Some((oldest, open)) = oldest.and_then(|p| self.open.remove_entry(&p)) {
+                if let Some(tail) = open.tail {
+                    self.tails.insert(oldest, tail);
+                }
+                closed = Some(open.file);
+            }
+        }
+        self.clock += 1;
+        let open = Open {
+            file,
+            id,
+            tail,
+            used: self.clock,
+        };
+        self.open.insert(key, open);
+        closed
+    }
+
+    /// Forgets `path`; returns its kept file, for the caller to drop outside the lock.
+    fn forget(&mut self, path: &Path) -> Option<File> {
+        self.tails.remove(path.as_os_str());
+        self.open.remove(path.as_os_str()).map(|open| open.file)
+    }
+}
+
+/// Releases the OS lock on `file` and puts what is known of `path` back, the file kept
+/// open for the next append.
+fn release(path: &Path, key: Option<OsString>, file: File, id: FileId, tail: Option<Tail>) {
+    let file = match file.unlock() {
+        Ok(()) => id.map(|id| (file, id)),
+        Err(e) => {
+            // Closing the file releases the lock.
+            tracing::debug!(path = %path.display(), error = %e, "could not unlock a transcript");
+            None
+        }
+    };
+    let closed = known().put(path, key, file, tail);
+    drop(closed);
+}
+
+/// Takes the OS lock on a transcript, waiting for other processes' appends (a file
+/// system without OS locks still gets this process's queue).
+fn lock(path: &Path, file: &File) {
+    if let Err(e) = file.lock() {
+        tracing::debug!(path = %path.display(), error = %e, "no OS lock on this transcript");
+    }
+}
+
+/// What [`Inner::append_now`] did.
+enum Now {
+    /// The append, done or failed.
+    Done(Result<Vec<SessionEvent>>),
+    /// Not done (no file kept for the path, the path names another file, the OS lock is
+    /// taken, the end of the file unknown, or the durability fsyncs): the entries, for
+    /// the blocking pool.
+    Later(Vec<TranscriptEntry>),
 }
 
 impl Inner {
-    fn tail(&self, path: &Path, file: &mut File) -> Result<Tail> {
-        let len = file
-            .metadata()
-            .map_err(|e| Error::io("stat", path, e))?
-            .len();
-        let cached = tails().get(path).cloned();
-        if let Some(tail) = cached.filter(|tail| tail.len == len) {
+    /// The end of `file` (which is `id`, `len` bytes long, locked): `remembered` if that
+    /// still holds, else read from the file.
+    fn tail(
+        &self,
+        path: &Path,
+        file: &mut File,
+        id: FileId,
+        len: u64,
+        remembered: Option<Tail>,
+    ) -> Result<Tail> {
+        if let Some(tail) = remembered.filter(|tail| tail.file == id && tail.len == len) {
             return Ok(tail);
         }
         let (ends_with_newline, leaf) =
             read_tail(file, len).map_err(|e| Error::io("read", path, e))?;
         Ok(Tail {
+            file: id,
             len,
             lines: count_lines(path, len)?,
             ends_with_newline,
@@ -154,12 +320,9 @@ impl Inner {
         })
     }
 
-    fn remember_tail(&self, path: &Path, tail: Tail) {
-        tails().insert(path.to_owned(), tail);
-    }
-
     fn forget(&self, path: &Path) {
-        tails().remove(path);
+        let closed = known().forget(path);
+        drop(closed);
         self.logs
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -188,14 +351,87 @@ impl Inner {
         Ok(true)
     }
 
+    /// Appends on the calling thread — the async one — if that takes only short system
+    /// calls: an unsynced append to a file kept open, whose OS lock is free and whose end
+    /// this process knows. That is a non-blocking `flock`, a `statx` of the path, one
+    /// `write` of a few hundred bytes into the page cache and an unlock: no longer than
+    /// the `lstat`s of the linked-directory check that ran on this thread before every
+    /// append, and much shorter than a hop to the blocking pool and back. Anything that
+    /// may wait (an open, creating a directory, reading the file's end, another
+    /// process's lock, an fsync) is left to the blocking pool.
+    fn append_now(
+        &self,
+        transcript: &TranscriptRef,
+        path: &Path,
+        entries: Vec<TranscriptEntry>,
+    ) -> Now {
+        if self.durability != Durability::Unsynced {
+            return Now::Later(entries);
+        }
+        let Taken { key, file, tail } = known().take(path);
+        let Some((mut file, id)) = file else {
+            drop(known().put(path, key, None, tail));
+            return Now::Later(entries);
+        };
+        if file.try_lock().is_err() {
+            // Another process appends (or the file system has no OS locks).
+            drop(known().put(path, key, Some((file, id)), tail));
+            return Now::Later(entries);
+        }
+        let len = match identify(path) {
+            Ok((at_path, len)) if at_path == Some(id) => len,
+            // Archived, removed or replaced since: the file is closed (its lock with it),
+            // what was known of it forgotten, and the blocking pool opens whatever is at
+            // the path now, checking it.
+            _ => return Now::Later(entries),
+        };
+        let Some(tail) = tail.filter(|tail| tail.file == Some(id) && tail.len == len) else {
+            // Another process appended: the blocking pool reads the new end.
+            release(path, key, file, Some(id), None);
+            return Now::Later(entries);
+        };
+        let (appended, tail) = self.write_locked(transcript, path, &mut file, tail, entries);
+        release(path, key, file, Some(id), tail);
+        Now::Done(appended)
+    }
+
+    /// Appends through the blocking pool: to the kept file if the path still names it,
+    /// else to the file at the path, opened (and created with its directory if missing).
     fn append(
         &self,
         transcript: &TranscriptRef,
         path: &Path,
-        mut entries: Vec<TranscriptEntry>,
+        entries: Vec<TranscriptEntry>,
     ) -> Result<Vec<SessionEvent>> {
+        let Taken { key, file, tail } = known().take(path);
+        let (mut file, id, len) = self.open_locked(path, file)?;
+        let (appended, tail) = match self.tail(path, &mut file, id, len, tail) {
+            Ok(tail) => self.write_locked(transcript, path, &mut file, tail, entries),
+            Err(error) => (Err(error), None),
+        };
+        release(path, key, file, id, tail);
+        appended
+    }
+
+    /// The file at `path` for appending — `kept` if the path still names it — under an
+    /// exclusive OS lock (other processes append too, so the end of the file, and
+    /// whether it needs its header, is read under the lock, held until the lines are
+    /// written), with which file it is and its length.
+    fn open_locked(
+        &self,
+        path: &Path,
+        kept: Option<(File, (u64, u64))>,
+    ) -> Result<(File, FileId, u64)> {
+        if let Some((file, id)) = kept {
+            lock(path, &file);
+            match identify(path) {
+                Ok((at_path, len)) if at_path == Some(id) => return Ok((file, Some(id), len)),
+                // Archived, removed or replaced since: closed, and the path opened.
+                _ => drop(file),
+            }
+        }
         let dir = path.parent().unwrap_or(Path::new("."));
-        let mut file = match open_append(path) {
+        let file = match open_append(path) {
             Ok(file) => file,
             // The first transcript of an agent: its directory is made first.
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -204,14 +440,24 @@ impl Inner {
             }
             Err(e) => return Err(Error::io("open", path, e)),
         };
-        // Other processes append too: the end of the file — and whether it needs its
-        // header — is read under an exclusive OS lock on the file, held until the lines
-        // are written (a file system without OS locks still gets this process's queue).
-        if let Err(e) = file.lock() {
-            tracing::debug!(path = %path.display(), error = %e, "no OS lock on this transcript");
-        }
-        let tail = self.tail(path, &mut file)?;
-        let mut buffer = Vec::new();
+        lock(path, &file);
+        let (id, len) = identify_file(&file).map_err(|e| Error::io("stat", path, e))?;
+        Ok((file, id, len))
+    }
+
+    /// Writes `entries` after `tail` to `file` (locked), with the header first if the
+    /// file is empty; cuts a failed write back to where it began. Returns the events
+    /// and the new end (`None` after a failure).
+    fn write_locked(
+        &self,
+        transcript: &TranscriptRef,
+        path: &Path,
+        file: &mut File,
+        mut tail: Tail,
+        entries: Vec<TranscriptEntry>,
+    ) -> (Result<Vec<SessionEvent>>, Option<Tail>) {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let mut buffer = Vec::with_capacity(512 * entries.len());
         let created = tail.len == 0;
         if created {
             let header = SessionHeader::new(&transcript.session_id, Utc::now());
@@ -222,14 +468,15 @@ impl Inner {
             buffer.push(b'\n');
         }
         let mut line_number = tail.lines + usize::from(!buffer.is_empty());
-        let (lines, leaf) =
-            stamp_entries(&mut entries, tail.leaf.clone(), Utc::now()).map_err(|source| {
-                Error::encode(format!("a transcript entry for {}", path.display()), source)
-            })?;
+        let mut stamp = Stamp::now(tail.leaf.take());
         let mut events = Vec::with_capacity(entries.len());
-        for (entry, line) in entries.into_iter().zip(lines) {
+        for mut entry in entries {
+            stamp.stamp(&mut entry);
             let offset = Offset(tail.len + buffer.len() as u64);
-            buffer.extend_from_slice(line.as_bytes());
+            if let Err(source) = serde_json::to_writer(&mut buffer, &entry) {
+                let what = format!("a transcript entry for {}", path.display());
+                return (Err(Error::encode(what, source)), None);
+            }
             buffer.push(b'\n');
             line_number += 1;
             events.push(SessionEvent {
@@ -238,6 +485,7 @@ impl Inner {
                 entry,
             });
         }
+        let leaf = stamp.leaf();
         let written = file
             .write_all(&buffer)
             .map_err(|e| Error::io("append to", path, e))
@@ -259,20 +507,17 @@ impl Inner {
             if let Err(e) = file.set_len(tail.len) {
                 tracing::error!(path = %path.display(), error = %e, "could not cut a failed append back");
             }
-            tails().remove(path);
-            return Err(error);
+            return (Err(error), None);
         }
         crate::telemetry::appended(buffer.len());
-        self.remember_tail(
-            path,
-            Tail {
-                len: tail.len + buffer.len() as u64,
-                lines: line_number,
-                ends_with_newline: true,
-                leaf,
-            },
-        );
-        Ok(events)
+        let tail = Tail {
+            file: tail.file,
+            len: tail.len + buffer.len() as u64,
+            lines: line_number,
+            ends_with_newline: true,
+            leaf,
+        };
+        (Ok(events), Some(tail))
     }
 
     /// Message-log records of one file, extracting only what was appended since the
@@ -788,16 +1033,27 @@ impl FileTranscriptStore {
         transcript: &TranscriptRef,
         entries: Vec<TranscriptEntry>,
     ) -> Result<Vec<SessionEvent>> {
-        let path = self.path(transcript)?;
+        let path = self.named_path(transcript)?;
         let _queue = process_mutex(&path).lock_owned().await;
-        let inner = self.inner.clone();
-        let (owned_ref, file) = (transcript.clone(), path.clone());
-        let events = blocking(&path, move || inner.append(&owned_ref, &file, entries)).await?;
-        self.inner.hub.publish(TranscriptUpdate {
-            transcript: transcript.clone(),
-            path: Some(path),
-            events: events.clone(),
-        });
+        let events = match self.inner.append_now(transcript, &path, entries) {
+            Now::Done(appended) => appended?,
+            Now::Later(entries) => {
+                // The checks that read the file system guard every open; an append
+                // through a kept file needs none (the path was checked when the file
+                // was opened, and still names that very file).
+                self.check_path(transcript, &path)?;
+                let inner = self.inner.clone();
+                let (owned_ref, file) = (transcript.clone(), path.clone());
+                blocking(&path, move || inner.append(&owned_ref, &file, entries)).await?
+            }
+        };
+        if self.inner.hub.subscribers() > 0 {
+            self.inner.hub.publish(TranscriptUpdate {
+                transcript: transcript.clone(),
+                path: Some(path),
+                events: events.clone(),
+            });
+        }
         Ok(events)
     }
 }

@@ -90,8 +90,32 @@ pub(crate) fn header_line(header: &SessionHeader) -> String {
 }
 
 /// A random 8-hex-digit entry id, as pi-coding-agent writes them.
+///
+/// Drawn from a generator per thread (SplitMix64) seeded once from the OS's randomness,
+/// so threads and processes draw unrelated ids without a system call per id. The ids
+/// only need to differ from their neighbours; they are no secret.
 pub(crate) fn new_entry_id() -> String {
-    uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
+    thread_local! {
+        static STATE: std::cell::Cell<u64> =
+            std::cell::Cell::new(uuid::Uuid::new_v4().as_u64_pair().0);
+    }
+    let mut z = STATE.with(|state| {
+        let next = state.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
+        state.set(next);
+        next
+    });
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    let digits = (0..8).rev().map(|nibble| {
+        let digit = (z >> (nibble * 4)) as u8 & 0xf;
+        char::from(if digit < 10 {
+            b'0' + digit
+        } else {
+            b'a' + digit - 10
+        })
+    });
+    digits.collect()
 }
 
 /// Readies entries for appending after `leaf`: an entry without an id gets a new one
@@ -99,23 +123,69 @@ pub(crate) fn new_entry_id() -> String {
 /// entry's line (without newline) and the new leaf.
 pub(crate) fn stamp_entries(
     entries: &mut [TranscriptEntry],
-    mut leaf: Option<String>,
+    leaf: Option<String>,
     now: DateTime<Utc>,
 ) -> Result<(Vec<String>, Option<String>), serde_json::Error> {
-    let now = super::iso_timestamp(now);
+    let mut stamp = Stamp::new(leaf, now);
     let mut lines = Vec::with_capacity(entries.len());
     for entry in entries.iter_mut() {
-        if entry.id.is_none() {
-            entry.id = Some(new_entry_id());
-            entry.parent_id = leaf.clone();
-        }
-        if entry.timestamp.is_none() {
-            entry.timestamp = Some(now.clone());
-        }
-        leaf = entry.id.clone().or(leaf);
+        stamp.stamp(entry);
         lines.push(serde_json::to_string(&*entry)?);
     }
-    Ok((lines, leaf))
+    Ok((lines, stamp.leaf()))
+}
+
+/// Readies entries for appending one by one, as [`stamp_entries`] does.
+pub(crate) struct Stamp {
+    leaf: Option<String>,
+    /// When the entries are appended (`None`: the clock, read once an entry needs it).
+    now: Option<DateTime<Utc>>,
+    /// `now` formatted, once an entry needs it.
+    now_iso: Option<String>,
+}
+
+impl Stamp {
+    /// Stamps entries appended after `leaf`, at `now`.
+    pub(crate) fn new(leaf: Option<String>, now: DateTime<Utc>) -> Self {
+        Stamp {
+            leaf,
+            now: Some(now),
+            now_iso: None,
+        }
+    }
+
+    /// Stamps entries appended after `leaf`, now.
+    pub(crate) fn now(leaf: Option<String>) -> Self {
+        Stamp {
+            leaf,
+            now: None,
+            now_iso: None,
+        }
+    }
+
+    /// Gives `entry` an id hanging from the leaf (unless it has one) and a timestamp
+    /// (unless it has one); it becomes the leaf.
+    pub(crate) fn stamp(&mut self, entry: &mut TranscriptEntry) {
+        if entry.id.is_none() {
+            entry.id = Some(new_entry_id());
+            entry.parent_id = self.leaf.take();
+        }
+        if entry.timestamp.is_none() {
+            let now = self.now;
+            let iso = self
+                .now_iso
+                .get_or_insert_with(|| super::iso_timestamp(now.unwrap_or_else(Utc::now)));
+            entry.timestamp = Some(iso.clone());
+        }
+        if let Some(id) = &entry.id {
+            self.leaf = Some(id.clone());
+        }
+    }
+
+    /// The leaf after the entries stamped.
+    pub(crate) fn leaf(self) -> Option<String> {
+        self.leaf
+    }
 }
 
 /// The id of the last entry among `lines` (the leaf new entries hang from).
@@ -188,6 +258,21 @@ pub(crate) fn log_record(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entry_ids_are_8_hex_digits_different_in_every_thread() {
+        let ids = || (0..8).map(|_| new_entry_id()).collect::<Vec<_>>();
+        let here = ids();
+        let there = std::thread::spawn(ids).join().unwrap();
+        for id in here.iter().chain(&there) {
+            assert!(
+                id.len() == 8 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+                "{id}"
+            );
+        }
+        assert_ne!(here, there, "each thread draws its own ids");
+        assert_ne!(here[0], here[1]);
+    }
 
     #[test]
     fn transcript_names() {
