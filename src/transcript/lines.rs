@@ -91,31 +91,11 @@ pub(crate) fn header_line(header: &SessionHeader) -> String {
 
 /// A random 8-hex-digit entry id, as pi-coding-agent writes them.
 ///
-/// Drawn from a generator per thread (SplitMix64) seeded once from the OS's randomness,
-/// so threads and processes draw unrelated ids without a system call per id. The ids
-/// only need to differ from their neighbours; they are no secret.
+/// Drawn from `fastrand`'s generator per thread, seeded once from the OS's
+/// randomness, so threads and processes draw unrelated ids without a system call per
+/// id. The ids only need to differ from their neighbours; they are no secret.
 pub(crate) fn new_entry_id() -> String {
-    thread_local! {
-        static STATE: std::cell::Cell<u64> =
-            std::cell::Cell::new(uuid::Uuid::new_v4().as_u64_pair().0);
-    }
-    let mut z = STATE.with(|state| {
-        let next = state.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
-        state.set(next);
-        next
-    });
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^= z >> 31;
-    let digits = (0..8).rev().map(|nibble| {
-        let digit = (z >> (nibble * 4)) as u8 & 0xf;
-        char::from(if digit < 10 {
-            b'0' + digit
-        } else {
-            b'a' + digit - 10
-        })
-    });
-    digits.collect()
+    format!("{:08x}", fastrand::u32(..))
 }
 
 /// Readies entries for appending after `leaf`: an entry without an id gets a new one
