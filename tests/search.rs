@@ -933,3 +933,112 @@ async fn a_damaged_json_search_index_fails_only_search() {
     ));
     assert_eq!(std::fs::read(&file).unwrap(), b"garbage");
 }
+
+/// 12,000 generated messages: ten words each from 400 plain words and six common
+/// topic words (so a topic word has thousands of postings), 40 people, two channels,
+/// one a minute.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn generated_corpus() -> Vec<LoggedMessage> {
+    let topics = ["roster", "shift", "swap", "thursday", "leave", "payslip"];
+    let mut state = 7u64;
+    let mut next = |below: u64| {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) % below
+    };
+    (0..12_000)
+        .map(|n| {
+            let words: Vec<String> = (0..4 + next(10))
+                .map(|_| {
+                    if next(5) == 0 {
+                        topics[next(6) as usize].to_owned()
+                    } else {
+                        format!("w{}", next(400))
+                    }
+                })
+                .collect();
+            LoggedMessage {
+                id: format!("main/s{}/{n}", n / 10),
+                agent: "main".into(),
+                session_id: format!("s{}", n / 10),
+                session_key: None,
+                person_id: Some(format!("p{}", next(40))),
+                agent_identity: Some("reggie".into()),
+                channel: Some(["sms", "web"][n % 2].into()),
+                direction: Some(Direction::Inbound),
+                correlation_id: None,
+                at: start() + chrono::Duration::minutes(n as i64),
+                text: words.join(" "),
+                category: None,
+                embedding: None,
+            }
+        })
+        .collect()
+}
+
+/// Every index ranks alike: on a generated corpus, added in several batches, `index`
+/// answers full-text searches — without a filter, with a selective one (a person),
+/// broad ones (a channel, a time range passing most messages) — with the memory
+/// index's hits, in its order, with its BM25 scores (to rounding).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+async fn ranks_like_the_memory_index(index: &dyn SearchIndex) {
+    let corpus = generated_corpus();
+    let memory = MemoryIndex::new();
+    for batch in corpus.chunks(2_500) {
+        assert_eq!(index.add(batch.to_vec()).await.unwrap(), batch.len());
+        memory.add(batch.to_vec()).await.unwrap();
+    }
+    assert_eq!(index.add(corpus[..10].to_vec()).await.unwrap(), 0);
+    let filters = [
+        SearchFilter::new(),
+        SearchFilter::new().person("p7"),
+        SearchFilter::new().channel("web"),
+        SearchFilter::new().between(
+            start() + chrono::Duration::minutes(1_000),
+            start() + chrono::Duration::minutes(11_000),
+        ),
+        SearchFilter::new().person("p7").channel("sms"),
+        SearchFilter::new().person("nobody"),
+    ];
+    for query in ["swap my thursday roster", "Rosters", "w17 leave", "absent"] {
+        for filter in &filters {
+            for limit in [1, 10, 40] {
+                let expected = memory.full_text(query, filter, limit).await.unwrap();
+                let found = index.full_text(query, filter, limit).await.unwrap();
+                let ids = |hits: &[(String, f32)]| hits.iter().map(|h| h.0.clone()).collect();
+                let (expected_ids, found_ids): (Vec<String>, Vec<String>) =
+                    (ids(&expected), ids(&found));
+                assert_eq!(found_ids, expected_ids, "{query:?} {filter:?} {limit}");
+                for ((_, want), (id, got)) in expected.iter().zip(&found) {
+                    assert!((want - got).abs() <= want * 1e-5, "{id}: {got} for {want}");
+                }
+                if query == "absent" || filter.person_id.as_deref() == Some("nobody") {
+                    assert!(found.is_empty());
+                } else if filter.person_id.is_none() {
+                    assert_eq!(found.len(), limit, "{query:?} {filter:?}");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_ranks_like_the_memory_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = agent_sessions::store::SqliteStore::open(dir.path().join("s.db")).unwrap();
+    ranks_like_the_memory_index(&store).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+async fn postgres_ranks_like_the_memory_index() {
+    let schema = common::TestSchema::new("search_bm25");
+    ranks_like_the_memory_index(&schema.store().await).await;
+    schema.drop().await;
+}

@@ -54,6 +54,8 @@ pub use analytics::{
 };
 pub use categorize::{Categorizer, Exchange, KeywordCategorizer, DEFAULT_LABELS};
 pub use memory::MemoryIndex;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) use memory::{bm25, bm25_idf};
 pub use text::{snippet, tokens};
 
 use crate::error::Result;
