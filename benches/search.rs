@@ -140,6 +140,52 @@ async fn fill(index: &dyn SearchIndex, messages: &[LoggedMessage]) {
     index.set_embeddings(vectors).await.unwrap();
 }
 
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let norms = norm(a) * norm(b);
+    if norms > 0.0 {
+        dot / norms
+    } else {
+        0.0
+    }
+}
+
+/// Recall@10 of `index.nearest` against an exact scan, over 20 queries (the benchmark's
+/// and the first words of messages spread over the corpus). Many messages tie, so a
+/// hit counts when its exact cosine reaches the exact 10th best.
+fn recall_at_10(
+    index: &dyn SearchIndex,
+    messages: &[LoggedMessage],
+    runtime: &tokio::runtime::Runtime,
+) -> f32 {
+    let vectors: Vec<Vec<f32>> = messages.iter().map(|m| embed(&m.text)).collect();
+    let mut queries = vec![QUERY.to_owned()];
+    for n in 1..20 {
+        let words: Vec<&str> = messages[n * 4_999]
+            .text
+            .split(' ')
+            .take(2 + n % 4)
+            .collect();
+        queries.push(words.join(" "));
+    }
+    let mut found = 0;
+    for query in &queries {
+        let vector = embed(query);
+        let mut exact: Vec<f32> = vectors.iter().map(|v| cosine(v, &vector)).collect();
+        exact.sort_by(|a, b| b.total_cmp(a));
+        let tenth = exact[9];
+        let hits = runtime
+            .block_on(index.nearest(&vector, &SearchFilter::new(), 10))
+            .unwrap();
+        for (id, _) in hits {
+            let n: usize = id.rsplit('/').next().unwrap().parse().unwrap();
+            found += usize::from(cosine(&vectors[n], &vector) >= tenth - 1e-6);
+        }
+    }
+    found as f32 / (10 * queries.len()) as f32
+}
+
 fn search(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -187,6 +233,10 @@ fn search(c: &mut Criterion) {
         let query = SearchQuery::text(QUERY);
         let hits = runtime.block_on(text_only.search(&query)).unwrap();
         assert_eq!(hits.len(), 10, "{name}");
+        println!(
+            "search/{MESSAGES}/nearest/{name}: recall@10 {:.3} against an exact scan (20 queries)",
+            recall_at_10(&*index, &messages, &runtime)
+        );
         group.bench_function(BenchmarkId::new("full_text", name), |b| {
             b.iter(|| runtime.block_on(text_only.search(&query)).unwrap())
         });

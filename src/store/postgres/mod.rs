@@ -591,6 +591,7 @@ impl PostgresStore {
         }
         if found < schema::POSTINGS_MIGRATION {
             self.index_new_messages(&tx).await?;
+            self.index_vectors(&tx, None).await?;
         }
         tx.commit().await.map_err(pg_error("commit a migration"))
     }

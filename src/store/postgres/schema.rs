@@ -138,9 +138,14 @@ CREATE TABLE {schema}.search_postings_state (
     words           BIGINT NOT NULL
 );
 INSERT INTO {schema}.search_postings_state VALUES (1, 0, 0, 0);
+CREATE TABLE {schema}.search_vector_blocks (
+    block BIGINT PRIMARY KEY,
+    data  BYTEA NOT NULL
+);
+ALTER TABLE {schema}.search_vector_blocks ALTER COLUMN data SET STORAGE EXTERNAL;
 "#,
 ];
 
-/// The migration that adds `search_postings`: messages indexed before it are indexed
-/// when it is applied.
+/// The migration that adds `search_postings` and `search_vector_blocks`: messages and
+/// vectors stored before it are indexed when it is applied.
 pub(super) const POSTINGS_MIGRATION: i64 = 6;

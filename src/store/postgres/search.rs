@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use deadpool_postgres::{GenericClient, Transaction};
 
@@ -41,6 +41,9 @@ fn message(row: &Row) -> LoggedMessage {
         row.get(11),
     )
 }
+
+/// A message's new quantized vector (`None`: it has none).
+type Change = (i64, Option<Vec<i8>>);
 
 /// Runs `sql` as a statement prepared once per connection.
 async fn query_cached(
@@ -147,6 +150,86 @@ impl PostgresStore {
                 self.table("search_postings_state")
             ),
             &[&through, &(new.len() as i64), &words],
+        )
+        .await
+        .map_err(failed())?;
+        Ok(())
+    }
+
+    /// Brings `search_vector_blocks` up to date with the vectors of the messages `ids`
+    /// (every message when `None`), in the caller's transaction, which holds the
+    /// index's lock.
+    pub(super) async fn index_vectors(
+        &self,
+        tx: &Transaction<'_>,
+        ids: Option<&[&String]>,
+    ) -> Result<()> {
+        let failed = || pg_error("index vectors");
+        let table = self.table("search_messages");
+        let rows = match ids {
+            Some(ids) => {
+                tx.query(
+                    &format!("SELECT seq, embedding FROM {table} WHERE id = ANY($1)"),
+                    &[&ids],
+                )
+                .await
+            }
+            None => {
+                tx.query(
+                    &format!("SELECT seq, embedding FROM {table} WHERE embedding IS NOT NULL"),
+                    &[],
+                )
+                .await
+            }
+        }
+        .map_err(failed())?;
+        let mut by_block: BTreeMap<i64, Vec<Change>> = BTreeMap::new();
+        for row in &rows {
+            let seq: i64 = row.get(0);
+            let vector: Option<Vec<f32>> = row.get(1);
+            by_block
+                .entry(seq.div_euclid(postings::VECTOR_BLOCK))
+                .or_default()
+                .push((seq, vector.as_deref().and_then(postings::quantize)));
+        }
+        if by_block.is_empty() {
+            return Ok(());
+        }
+        let numbers: Vec<i64> = by_block.keys().copied().collect();
+        let mut stored: HashMap<i64, Vec<u8>> = tx
+            .query(
+                &format!(
+                    "SELECT block, data FROM {} WHERE block = ANY($1)",
+                    self.table("search_vector_blocks")
+                ),
+                &[&numbers],
+            )
+            .await
+            .map_err(failed())?
+            .iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect();
+        let mut data = Vec::with_capacity(numbers.len());
+        for (number, changes) in &by_block {
+            let mut vectors = stored
+                .remove(number)
+                .map(|bytes| postings::decode_vectors(&bytes))
+                .unwrap_or_default();
+            for (seq, vector) in changes {
+                match vector {
+                    Some(vector) => vectors.insert(*seq, vector.clone()),
+                    None => vectors.remove(seq),
+                };
+            }
+            data.push(postings::encode_vectors(&vectors));
+        }
+        tx.execute(
+            &format!(
+                "INSERT INTO {} (block, data) SELECT * FROM unnest($1::BIGINT[], $2::BYTEA[])
+                 ON CONFLICT (block) DO UPDATE SET data = EXCLUDED.data",
+                self.table("search_vector_blocks")
+            ),
+            &[&numbers, &data],
         )
         .await
         .map_err(failed())?;
@@ -355,29 +438,87 @@ impl SearchIndex for PostgresStore {
         filter: &SearchFilter,
         limit_to: usize,
     ) -> Result<Vec<(String, f32)>> {
+        if limit_to == 0 {
+            return Ok(Vec::new());
+        }
         let mut clause = Where::default();
         message_filter(&mut clause, filter, &placeholder);
-        let statement = format!(
-            "SELECT m.id, m.embedding FROM {} m{}{} m.embedding IS NOT NULL",
-            self.table("search_messages"),
-            clause.sql,
-            if clause.sql.is_empty() {
-                " WHERE"
-            } else {
-                " AND"
-            }
-        );
-        let rows = self
-            .search_rows(&statement, &clause.values, "search")
+        let client = self.client().await?;
+        let exact = |rows: &[Row]| -> Vec<(String, f32)> {
+            rows.iter()
+                .filter_map(|row| {
+                    let other: Vec<f32> = row.get(1);
+                    Some((row.get(0), cosine(&other, vector)?))
+                })
+                .collect()
+        };
+        let and = if clause.sql.is_empty() {
+            " WHERE"
+        } else {
+            " AND"
+        };
+        if !clause.sql.is_empty() {
+            // A selective filter: its messages' vectors, compared exactly.
+            let values = params(&clause.values);
+            let rows = query_cached(
+                &client,
+                &format!(
+                    "SELECT m.id, m.embedding FROM {} m{}{and} m.embedding IS NOT NULL LIMIT {}",
+                    self.table("search_messages"),
+                    clause.sql,
+                    postings::SELECTIVE + 1
+                ),
+                &refs(&values),
+                "search",
+            )
             .await?;
-        let scored = rows
-            .iter()
-            .filter_map(|row| {
-                let other: Vec<f32> = row.get(1);
-                Some((row.get(0), cosine(&other, vector)?))
-            })
-            .collect();
-        Ok(best(scored, limit_to))
+            if rows.len() <= postings::SELECTIVE {
+                return Ok(best(exact(&rows), limit_to));
+            }
+        }
+        // Every quantized vector, compared approximately; the best re-ranked exactly.
+        let Some(unit) = postings::unit(vector) else {
+            return Ok(Vec::new());
+        };
+        let blocks = query_cached(
+            &client,
+            &format!("SELECT data FROM {}", self.table("search_vector_blocks")),
+            &[],
+            "search",
+        )
+        .await?;
+        let mut approximate = Vec::new();
+        for block in &blocks {
+            postings::scan_vectors(block.get(0), &unit, &mut approximate);
+        }
+        let ranked = postings::ranked(approximate);
+        let pool = postings::rerank_pool(limit_to);
+        let mut candidates: Vec<(String, f32)> = Vec::new();
+        let mut from = 0;
+        let mut batch = pool;
+        while from < ranked.len() && candidates.len() < pool {
+            let to = (from + batch).min(ranked.len());
+            let docs: Vec<i64> = ranked[from..to].iter().map(|(doc, _)| *doc).collect();
+            let mut values = params(&clause.values);
+            let mark = values.len() + 1;
+            values.push(Box::new(docs));
+            let rows = query_cached(
+                &client,
+                &format!(
+                    "SELECT m.id, m.embedding FROM {} m{}{and} m.embedding IS NOT NULL
+                     AND m.seq = ANY(${mark})",
+                    self.table("search_messages"),
+                    clause.sql,
+                ),
+                &refs(&values),
+                "search",
+            )
+            .await?;
+            candidates.extend(exact(&rows));
+            from = to;
+            batch *= 2;
+        }
+        Ok(best(candidates, limit_to))
     }
 
     async fn messages_by_id(&self, ids: &[String]) -> Result<Vec<LoggedMessage>> {
@@ -446,6 +587,8 @@ impl SearchIndex for PostgresStore {
             .transaction()
             .await
             .map_err(pg_error("begin a transaction"))?;
+        // The index's lock first, as `add` takes it: vectors join their blocks in order.
+        self.lock(&tx, "search index").await?;
         let update = tx
             .prepare_cached(&format!(
                 "UPDATE {} SET embedding = $2 WHERE id = $1",
@@ -458,6 +601,8 @@ impl SearchIndex for PostgresStore {
                 .await
                 .map_err(pg_error("store vectors"))?;
         }
+        let ids: Vec<&String> = vectors.iter().map(|(id, _)| id).collect();
+        self.index_vectors(&tx, Some(&ids)).await?;
         tx.commit().await.map_err(pg_error("commit"))
     }
 

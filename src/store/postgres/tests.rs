@@ -117,7 +117,7 @@ async fn a_cancelled_update_leaves_no_transaction_behind() {
 }
 
 /// A schema whose messages were indexed before `search_postings` existed (version 5)
-/// numbers them and has them all in the new index once connected to.
+/// numbers them and has them, and their vectors, in the new indexes once connected to.
 #[tokio::test]
 #[cfg_attr(
     not(postgres_tests),
@@ -158,6 +158,15 @@ async fn messages_indexed_before_the_postings_are_found_after_the_migration() {
             .await
             .unwrap();
     }
+    admin
+        .execute(
+            &format!(
+                "UPDATE {schema}.search_messages SET embedding = '{{0.5, 2}}' WHERE id = 'main/s-1/1'"
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
     let store = PostgresStore::connect_with(&server(), PostgresOptions::in_schema(&schema))
         .await
         .unwrap();
@@ -166,6 +175,11 @@ async fn messages_indexed_before_the_postings_are_found_after_the_migration() {
         MIGRATIONS.len() as i64
     );
     let ids = |hits: Vec<(String, f32)>| hits.into_iter().map(|h| h.0).collect::<Vec<_>>();
+    let nearest = store
+        .nearest(&[1.0, 4.0], &SearchFilter::new(), 5)
+        .await
+        .unwrap();
+    assert_eq!(ids(nearest), ["main/s-1/1"]);
     let hits = store
         .full_text("roster", &SearchFilter::new(), 5)
         .await

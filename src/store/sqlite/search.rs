@@ -11,7 +11,7 @@ use super::{db_error, SqliteStore};
 use crate::error::Result;
 use std::collections::{HashMap, HashSet};
 
-use crate::search::{best, cosine, LoggedMessage, SearchFilter, SearchIndex, Work};
+use crate::search::{best, LoggedMessage, SearchFilter, SearchIndex, Work};
 use crate::store::postings::{self, Block, Stats};
 use crate::store::sql::{
     self, direction_column, message_filter, query_words, SqlValue, Where, MESSAGE_COLUMNS,
@@ -54,12 +54,6 @@ fn message(row: &Row<'_>) -> rusqlite::Result<LoggedMessage> {
 
 fn to_blob(vector: &[f32]) -> Vec<u8> {
     vector.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn from_blob(blob: &[u8]) -> Vec<f32> {
-    blob.chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect()
 }
 
 fn limit(n: usize) -> i64 {
@@ -328,7 +322,7 @@ impl SearchIndex for SqliteStore {
         message_filter(&mut clause, filter, &placeholder);
         let vector = vector.to_vec();
         let statement = format!(
-            "SELECT m.id, m.embedding FROM search_messages m{}{} m.embedding IS NOT NULL",
+            "SELECT m.rowid, m.embedding FROM search_messages m{}{} m.embedding IS NOT NULL",
             clause.sql,
             if clause.sql.is_empty() {
                 " WHERE"
@@ -337,18 +331,32 @@ impl SearchIndex for SqliteStore {
             }
         );
         self.read(move |c| {
-            let mut query = c.prepare_cached(&statement).map_err(db_error("search"))?;
+            let failed = || db_error("search");
+            let query_norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+            let mut query = c.prepare_cached(&statement).map_err(failed())?;
             let mut rows = query
                 .query(params_from_iter(values(&clause)))
-                .map_err(db_error("search"))?;
+                .map_err(failed())?;
+            // Scored by message number straight from the row's bytes; ids only for the
+            // best.
             let mut scored = Vec::new();
-            while let Some(row) = rows.next().map_err(db_error("search"))? {
-                let blob: Vec<u8> = row.get(1).map_err(db_error("search"))?;
-                if let Some(similarity) = cosine(&from_blob(&blob), &vector) {
-                    scored.push((row.get(0).map_err(db_error("search"))?, similarity));
+            while let Some(row) = rows.next().map_err(failed())? {
+                let blob = row.get_ref(1).map_err(failed())?;
+                let Ok(bytes) = blob.as_blob() else {
+                    continue;
+                };
+                if let Some(similarity) = postings::cosine_of_bytes(bytes, &vector, query_norm) {
+                    scored.push((row.get::<_, i64>(0).map_err(failed())?, similarity));
                 }
             }
-            Ok(best(scored, limit_to))
+            let best_docs = postings::best_with_ties(scored, limit_to);
+            let docs: Vec<i64> = best_docs.iter().map(|(doc, _)| *doc).collect();
+            let ids = ids_of(c, &docs, None)?;
+            let named = best_docs
+                .into_iter()
+                .filter_map(|(doc, score)| Some((ids.get(&doc)?.clone(), score)))
+                .collect();
+            Ok(best(named, limit_to))
         })
         .await
     }
