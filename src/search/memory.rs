@@ -214,17 +214,26 @@ impl SearchIndex for MemoryIndex {
         if use_dense {
             dense = vec![0.0; state.messages.len()];
         }
+        // The filter is checked once a message (a negative slot marks one it rejects).
+        let filtered = *filter != SearchFilter::default();
         for (idf, postings) in &lists {
             for &(position, tf) in postings.iter() {
                 let length = state.lengths[position as usize] as f32;
                 let score = bm25(*idf, tf as f32, length, average);
                 if use_dense {
                     let slot = &mut dense[position as usize];
+                    if *slot < 0.0 {
+                        continue;
+                    }
                     if *slot == 0.0 {
+                        if filtered && !filter.matches(&state.messages[position as usize]) {
+                            *slot = -1.0;
+                            continue;
+                        }
                         touched.push(position);
                     }
                     *slot += score;
-                } else {
+                } else if !filtered || filter.matches(&state.messages[position as usize]) {
                     *sparse.entry(position).or_default() += score;
                 }
             }
@@ -237,9 +246,6 @@ impl SearchIndex for MemoryIndex {
         } else {
             sparse.into_iter().collect()
         };
-        if *filter != SearchFilter::default() {
-            ranked.retain(|(position, _)| filter.matches(&state.messages[*position as usize]));
-        }
         let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         if ranked.len() > limit {
             ranked.select_nth_unstable_by(limit - 1, order);
