@@ -205,35 +205,32 @@ impl SearchIndex for MemoryIndex {
             .map(|postings| (bm25_idf(count, postings.len() as f32), postings))
             .collect();
         // Scores accumulate in an array over every message when the words are common
-        // (no hashing), in a map when they are rare (no array to clear).
+        // (no hashing), in a map when they are rare (no array to clear) or filtered.
         let total: usize = lists.iter().map(|(_, postings)| postings.len()).sum();
         let mut touched: Vec<u32> = Vec::new();
         let mut dense: Vec<f32> = Vec::new();
         let mut sparse: HashMap<u32, f32> = HashMap::new();
-        let use_dense = total >= state.messages.len() / 16;
+        // The filter is checked once a posting, and only the messages it passes are
+        // scored (in the map); without one, common words score into the array.
+        let filtered = *filter != SearchFilter::default();
+        let use_dense = !filtered && total >= state.messages.len() / 16;
         if use_dense {
             dense = vec![0.0; state.messages.len()];
         }
-        // The filter is checked once a message (a negative slot marks one it rejects).
-        let filtered = *filter != SearchFilter::default();
         for (idf, postings) in &lists {
             for &(position, tf) in postings.iter() {
+                if filtered && !filter.matches(&state.messages[position as usize]) {
+                    continue;
+                }
                 let length = state.lengths[position as usize] as f32;
                 let score = bm25(*idf, tf as f32, length, average);
                 if use_dense {
                     let slot = &mut dense[position as usize];
-                    if *slot < 0.0 {
-                        continue;
-                    }
                     if *slot == 0.0 {
-                        if filtered && !filter.matches(&state.messages[position as usize]) {
-                            *slot = -1.0;
-                            continue;
-                        }
                         touched.push(position);
                     }
                     *slot += score;
-                } else if !filtered || filter.matches(&state.messages[position as usize]) {
+                } else {
                     *sparse.entry(position).or_default() += score;
                 }
             }

@@ -263,6 +263,7 @@ pub(crate) fn ranked(mut scored: Vec<(i64, f32)>) -> Vec<(i64, f32)> {
 /// search scores every match and checks the filter on the best, batch by batch.
 pub(crate) const SELECTIVE: usize = 5_000;
 
+#[cfg(feature = "sqlite")]
 /// The cosine similarity of a vector stored as little-endian `f32` bytes and `query`
 /// whose norm is `query_norm` — [`cosine`](crate::search::cosine)'s result, computed
 /// without copying the stored vector.
@@ -280,6 +281,7 @@ pub(crate) fn cosine_of_bytes(stored: &[u8], query: &[f32], query_norm: f32) -> 
     (norms > 0.0).then(|| dot / norms)
 }
 
+#[cfg(feature = "sqlite")]
 /// The entries of `scored` at least as good as its `limit`-th best (ties at the cut
 /// included, for the caller to break by id).
 pub(crate) fn best_with_ties(mut scored: Vec<(i64, f32)>, limit: usize) -> Vec<(i64, f32)> {
@@ -296,15 +298,18 @@ pub(crate) fn best_with_ties(mut scored: Vec<(i64, f32)>, limit: usize) -> Vec<(
     scored
 }
 
+#[cfg(feature = "postgres")]
 /// Messages per block of quantized vectors (PostgreSQL's `search_vector_blocks`).
 pub(crate) const VECTOR_BLOCK: i64 = 1024;
 
+#[cfg(feature = "postgres")]
 /// How many candidates an approximate vector scan keeps for exact re-ranking, for
 /// `limit` results.
 pub(crate) fn rerank_pool(limit: usize) -> usize {
     limit.saturating_mul(10).max(200)
 }
 
+#[cfg(feature = "postgres")]
 /// A vector as the approximate scan keeps it: scaled to unit length, each component
 /// rounded to a signed byte (`None` for a zero, non-finite or over-long vector).
 pub(crate) fn quantize(vector: &[f32]) -> Option<Vec<i8>> {
@@ -320,6 +325,7 @@ pub(crate) fn quantize(vector: &[f32]) -> Option<Vec<i8>> {
     )
 }
 
+#[cfg(feature = "postgres")]
 /// The quantized vectors of a block by message number: `[number i64][length u16]
 /// [length × i8]`, little-endian, repeated.
 pub(crate) fn decode_vectors(data: &[u8]) -> BTreeMap<i64, Vec<i8>> {
@@ -338,6 +344,7 @@ pub(crate) fn decode_vectors(data: &[u8]) -> BTreeMap<i64, Vec<i8>> {
     vectors
 }
 
+#[cfg(feature = "postgres")]
 /// Packs a block of quantized vectors (see [`decode_vectors`]).
 pub(crate) fn encode_vectors(vectors: &BTreeMap<i64, Vec<i8>>) -> Vec<u8> {
     let mut out = Vec::new();
@@ -349,6 +356,7 @@ pub(crate) fn encode_vectors(vectors: &BTreeMap<i64, Vec<i8>>) -> Vec<u8> {
     out
 }
 
+#[cfg(feature = "postgres")]
 /// Approximate cosines of `query` (unit length) with every vector of a packed block of
 /// the same length, appended to `into` by message number.
 pub(crate) fn scan_vectors(data: &[u8], unit_query: &[f32], into: &mut Vec<(i64, f32)>) {
@@ -372,6 +380,7 @@ pub(crate) fn scan_vectors(data: &[u8], unit_query: &[f32], into: &mut Vec<(i64,
     }
 }
 
+#[cfg(feature = "postgres")]
 /// The query scaled to unit length (`None` for a zero vector: it is similar to nothing).
 pub(crate) fn unit(vector: &[f32]) -> Option<Vec<f32>> {
     let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
@@ -386,6 +395,7 @@ mod tests {
         Posting { doc, tf, length }
     }
 
+    #[cfg(feature = "sqlite")]
     #[test]
     fn cosines_of_stored_bytes_are_the_crates_cosines() {
         let query = [0.5f32, -1.0, 2.0, 0.0];
@@ -464,6 +474,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "postgres")]
     /// The benchmark's corpus (`benches/search.rs`), its first `messages` messages:
     /// 8–20 words from 3,000 plain words and 12 topic words, embedded by hashing words
     /// into 64 buckets; and 25 query vectors (the benchmark's query, and the first
@@ -525,6 +536,7 @@ mod tests {
         (texts.iter().map(|t| embed(t)).collect(), queries)
     }
 
+    #[cfg(feature = "postgres")]
     /// The approximate vector scan (signed-byte vectors, the best
     /// [`rerank_pool`] re-ranked by exact cosine) finds at least 90 % of the exact 10
     /// nearest on the benchmark's kind of corpus.
