@@ -28,7 +28,7 @@ use agent_sessions::transcript::{
 use agent_sessions::{Durability, JsonFileOptions};
 use chrono::Utc;
 use common::contention::{contend, Contention};
-use common::search::{corpus, fill, naive, Hashed, QUERY};
+use common::search::{corpus, fill, naive, recall_at_10, Hashed, QUERY};
 use common::{entry, key, raw_sqlite_update, write_and_rename, write_store, RawChange};
 use criterion::Criterion;
 
@@ -170,7 +170,7 @@ fn transcript_append(c: &mut Criterion) {
 
 /// Full-text and hybrid search over 100,000 messages on each index, against a naive
 /// scan of the same messages.
-fn search(c: &mut Criterion) {
+fn search(c: &mut Criterion) -> Vec<(&'static str, f32)> {
     let runtime = runtime(2);
     let messages = corpus();
     let mut group = c.benchmark_group(GROUP);
@@ -192,8 +192,10 @@ fn search(c: &mut Criterion) {
     if let Some(store) = &postgres {
         indexes.push(("postgres", store.clone() as Arc<dyn SearchIndex>));
     }
+    let mut recalls = Vec::new();
     for (name, index) in indexes {
         runtime.block_on(fill(&*index, &messages));
+        recalls.push((name, recall_at_10(&*index, &messages, &runtime)));
         let text_only = Search::shared(index.clone());
         let hybrid = Search::shared(index.clone()).embedder(Hashed);
         let query = SearchQuery::text(QUERY);
@@ -209,6 +211,7 @@ fn search(c: &mut Criterion) {
     if let Some(store) = postgres {
         runtime.block_on(store.drop_schema()).unwrap();
     }
+    recalls
 }
 
 /// Resolve + record a turn over HTTP on the memory store, against a bare axum server
@@ -403,7 +406,7 @@ fn main() {
     json_reread(&mut criterion);
     sqlite(&mut criterion);
     transcript_append(&mut criterion);
-    search(&mut criterion);
+    let recalls = search(&mut criterion);
     http(&mut criterion);
     cold_open(&mut criterion, cold.path());
     criterion.final_summary();
@@ -495,6 +498,16 @@ fn main() {
                 _ => Row::not_measured(&what, "≥ 10×"),
             },
         );
+        if let Some((_, recall)) = recalls.iter().find(|(name, _)| *name == index) {
+            rows.push(Row {
+                what: format!("nearest vectors, {index}"),
+                baseline: "exact scan".into(),
+                measured: format!("recall@10 {recall:.3}"),
+                ratio: "—".into(),
+                goal: "(hybrid's accuracy)",
+                met: None,
+            });
+        }
         let what = format!("hybrid search, {index}");
         rows.push(
             match median_ns(&output, &format!("search_hybrid/{index}")) {

@@ -933,3 +933,232 @@ async fn a_damaged_json_search_index_fails_only_search() {
     ));
     assert_eq!(std::fs::read(&file).unwrap(), b"garbage");
 }
+
+/// 12,000 generated messages: ten words each from 400 plain words and six common
+/// topic words (so a topic word has thousands of postings), 40 people, two channels,
+/// one a minute.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn generated_corpus() -> Vec<LoggedMessage> {
+    let topics = ["roster", "shift", "swap", "thursday", "leave", "payslip"];
+    let mut state = 7u64;
+    let mut next = |below: u64| {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) % below
+    };
+    (0..12_000)
+        .map(|n| {
+            let words: Vec<String> = (0..4 + next(10))
+                .map(|_| {
+                    if next(5) == 0 {
+                        topics[next(6) as usize].to_owned()
+                    } else {
+                        format!("w{}", next(400))
+                    }
+                })
+                .collect();
+            LoggedMessage {
+                id: format!("main/s{}/{n}", n / 10),
+                agent: "main".into(),
+                session_id: format!("s{}", n / 10),
+                session_key: None,
+                person_id: Some(format!("p{}", next(40))),
+                agent_identity: Some("reggie".into()),
+                channel: Some(["sms", "web"][n % 2].into()),
+                direction: Some(Direction::Inbound),
+                correlation_id: None,
+                at: start() + chrono::Duration::minutes(n as i64),
+                text: words.join(" "),
+                category: None,
+                embedding: None,
+            }
+        })
+        .collect()
+}
+
+/// Every index ranks alike: on a generated corpus, added in several batches, `index`
+/// answers full-text searches — without a filter, with a selective one (a person),
+/// broad ones (a channel, a time range passing most messages) — with the memory
+/// index's hits, in its order, with its BM25 scores (to rounding).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+async fn ranks_like_the_memory_index(index: &dyn SearchIndex) {
+    let corpus = generated_corpus();
+    let memory = MemoryIndex::new();
+    for batch in corpus.chunks(2_500) {
+        assert_eq!(index.add(batch.to_vec()).await.unwrap(), batch.len());
+        memory.add(batch.to_vec()).await.unwrap();
+    }
+    assert_eq!(index.add(corpus[..10].to_vec()).await.unwrap(), 0);
+    let filters = [
+        SearchFilter::new(),
+        SearchFilter::new().person("p7"),
+        SearchFilter::new().channel("web"),
+        SearchFilter::new().between(
+            start() + chrono::Duration::minutes(1_000),
+            start() + chrono::Duration::minutes(11_000),
+        ),
+        SearchFilter::new().person("p7").channel("sms"),
+        SearchFilter::new().person("nobody"),
+    ];
+    for query in ["swap my thursday roster", "Rosters", "w17 leave", "absent"] {
+        for filter in &filters {
+            for limit in [1, 10, 40] {
+                let expected = memory.full_text(query, filter, limit).await.unwrap();
+                let found = index.full_text(query, filter, limit).await.unwrap();
+                let ids = |hits: &[(String, f32)]| hits.iter().map(|h| h.0.clone()).collect();
+                let (expected_ids, found_ids): (Vec<String>, Vec<String>) =
+                    (ids(&expected), ids(&found));
+                assert_eq!(found_ids, expected_ids, "{query:?} {filter:?} {limit}");
+                for ((_, want), (id, got)) in expected.iter().zip(&found) {
+                    assert!((want - got).abs() <= want * 1e-5, "{id}: {got} for {want}");
+                }
+                if query == "absent" || filter.person_id.as_deref() == Some("nobody") {
+                    assert!(found.is_empty());
+                } else if filter.person_id.is_none() {
+                    assert_eq!(found.len(), limit, "{query:?} {filter:?}");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_ranks_like_the_memory_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = agent_sessions::store::SqliteStore::open(dir.path().join("s.db")).unwrap();
+    ranks_like_the_memory_index(&store).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+async fn postgres_ranks_like_the_memory_index() {
+    let schema = common::TestSchema::new("search_bm25");
+    ranks_like_the_memory_index(&schema.store().await).await;
+    schema.drop().await;
+}
+
+/// A stand-in embedding: the words of a text hashed into 32 buckets.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn hashed(text: &str) -> Vec<f32> {
+    let mut vector = vec![0.0; 32];
+    for word in agent_sessions::search::tokens(text) {
+        let bucket = word
+            .bytes()
+            .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+        vector[(bucket % 32) as usize] += 1.0;
+    }
+    vector
+}
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    dot / (norm(a) * norm(b))
+}
+
+/// `index`'s nearest messages against the memory index's exact ones on the generated
+/// corpus: the same cosines for what both return, and at least `recall` of the
+/// memory index's 10 — with no filter, a broad filter (a channel) and a selective one
+/// (a person, always exact). A vector set again replaces the old one.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+async fn nearest_like_the_memory_index(index: &dyn SearchIndex, recall: f32) {
+    let corpus = generated_corpus();
+    let memory = MemoryIndex::new();
+    for batch in corpus.chunks(4_000) {
+        index.add(batch.to_vec()).await.unwrap();
+        memory.add(batch.to_vec()).await.unwrap();
+    }
+    let mut vectors: Vec<(String, Vec<f32>)> = corpus
+        .iter()
+        .map(|m| (m.id.clone(), hashed(&m.text)))
+        .collect();
+    vectors[5].1 = vec![0.0; 32];
+    for batch in vectors.chunks(5_000) {
+        index.set_embeddings(batch.to_vec()).await.unwrap();
+        memory.set_embeddings(batch.to_vec()).await.unwrap();
+    }
+    let moved = vec![(corpus[77].id.clone(), hashed("swap swap thursday"))];
+    index.set_embeddings(moved.clone()).await.unwrap();
+    memory.set_embeddings(moved).await.unwrap();
+    let filters = [
+        (SearchFilter::new(), recall),
+        (SearchFilter::new().channel("web"), recall),
+        (SearchFilter::new().person("p7"), 1.0),
+    ];
+    // Many messages tie (32 buckets): a hit counts when its true cosine reaches the
+    // exact 10th best.
+    let mut latest: std::collections::HashMap<String, Vec<f32>> = vectors.into_iter().collect();
+    latest.insert(corpus[77].id.clone(), hashed("swap swap thursday"));
+    let (mut found, mut wanted) = (0, 0);
+    for query in [
+        "swap my thursday roster",
+        "swap swap thursday",
+        "w17 leave payslip",
+    ] {
+        let vector = hashed(query);
+        for (filter, floor) in &filters {
+            let expected = memory.nearest(&vector, filter, 10).await.unwrap();
+            let got = index.nearest(&vector, filter, 10).await.unwrap();
+            assert_eq!(got.len(), 10, "{query:?} {filter:?}");
+            let passing: std::collections::HashSet<String> = memory
+                .messages(filter)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|m| m.id)
+                .collect();
+            let tenth = expected[9].1;
+            let mut same = 0;
+            for (id, similarity) in &got {
+                assert!(passing.contains(id), "{id} passes {filter:?}");
+                let real = cosine(&latest[id], &vector);
+                assert!(
+                    (real - similarity).abs() < 1e-5,
+                    "{id}: {similarity} for {real}"
+                );
+                same += usize::from(real >= tenth - 1e-6);
+            }
+            if *floor >= 1.0 {
+                for ((_, want), (id, got)) in expected.iter().zip(&got) {
+                    assert!((want - got).abs() < 1e-5, "{query:?} {filter:?} {id}");
+                }
+            }
+            found += same;
+            wanted += 10;
+        }
+    }
+    let measured = found as f32 / wanted as f32;
+    assert!(measured >= recall, "recall@10 {measured}");
+    let swap = index
+        .nearest(&hashed("swap swap thursday"), &SearchFilter::new(), 1)
+        .await
+        .unwrap();
+    assert!(swap[0].1 > 0.99, "{swap:?}");
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_nearest_is_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = agent_sessions::store::SqliteStore::open(dir.path().join("s.db")).unwrap();
+    nearest_like_the_memory_index(&store, 1.0).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+async fn postgres_nearest_recalls_the_exact_nearest() {
+    let schema = common::TestSchema::new("search_vectors");
+    nearest_like_the_memory_index(&schema.store().await, 0.9).await;
+    schema.drop().await;
+}

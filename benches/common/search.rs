@@ -1,7 +1,7 @@
 //! The search corpus and its naive baseline, shared by the `search` and `floors`
 //! benchmarks: 100,000 generated messages, a stand-in embedding model, and a naive scan.
 
-use agent_sessions::search::{Embedder, LoggedMessage, SearchIndex};
+use agent_sessions::search::{Embedder, LoggedMessage, SearchFilter, SearchIndex};
 use agent_sessions::transcript::Direction;
 use async_trait::async_trait;
 use chrono::{TimeZone, Utc};
@@ -127,4 +127,50 @@ pub async fn fill(index: &dyn SearchIndex, messages: &[LoggedMessage]) {
         .map(|m| (m.id.clone(), embed(&m.text)))
         .collect();
     index.set_embeddings(vectors).await.unwrap();
+}
+
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let norms = norm(a) * norm(b);
+    if norms > 0.0 {
+        dot / norms
+    } else {
+        0.0
+    }
+}
+
+/// Recall@10 of `index.nearest` against an exact scan, over 20 queries (the benchmark's
+/// and the first words of messages spread over the corpus). Many messages tie, so a
+/// hit counts when its exact cosine reaches the exact 10th best.
+pub fn recall_at_10(
+    index: &dyn SearchIndex,
+    messages: &[LoggedMessage],
+    runtime: &tokio::runtime::Runtime,
+) -> f32 {
+    let vectors: Vec<Vec<f32>> = messages.iter().map(|m| embed(&m.text)).collect();
+    let mut queries = vec![QUERY.to_owned()];
+    for n in 1..20 {
+        let words: Vec<&str> = messages[n * 4_999]
+            .text
+            .split(' ')
+            .take(2 + n % 4)
+            .collect();
+        queries.push(words.join(" "));
+    }
+    let mut found = 0;
+    for query in &queries {
+        let vector = embed(query);
+        let mut exact: Vec<f32> = vectors.iter().map(|v| cosine(v, &vector)).collect();
+        exact.sort_by(|a, b| b.total_cmp(a));
+        let tenth = exact[9];
+        let hits = runtime
+            .block_on(index.nearest(&vector, &SearchFilter::new(), 10))
+            .unwrap();
+        for (id, _) in hits {
+            let n: usize = id.rsplit('/').next().unwrap().parse().unwrap();
+            found += usize::from(cosine(&vectors[n], &vector) >= tenth - 1e-6);
+        }
+    }
+    found as f32 / (10 * queries.len()) as f32
 }

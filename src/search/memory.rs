@@ -18,6 +18,18 @@ const K1: f32 = 1.2;
 /// BM25's length normalisation.
 const B: f32 = 0.75;
 
+/// BM25's inverse document frequency of a word found in `df` of `count` messages
+/// (always positive).
+pub(crate) fn bm25_idf(count: f32, df: f32) -> f32 {
+    ((count - df + 0.5) / (df + 0.5) + 1.0).ln()
+}
+
+/// BM25's score of a word with weight `idf` found `tf` times in a message of `length`
+/// words, `average` being the mean length. Every index of the crate ranks with it.
+pub(crate) fn bm25(idf: f32, tf: f32, length: f32, average: f32) -> f32 {
+    idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * length / average))
+}
+
 /// The search index for the memory and JSON stores: every message in memory with an
 /// inverted index over its words (ranked by BM25) and its vector, if any (searched by
 /// brute-force cosine similarity). With [`MemoryIndex::open`], the index is saved to a
@@ -187,26 +199,56 @@ impl SearchIndex for MemoryIndex {
         }
         let average = state.total_length as f32 / count;
         let words: HashSet<String> = tokens(query).into_iter().collect();
-        let mut scores: HashMap<u32, f32> = HashMap::new();
-        for word in &words {
-            let Some(postings) = state.postings.get(word) else {
-                continue;
-            };
-            let df = postings.len() as f32;
-            let idf = ((count - df + 0.5) / (df + 0.5) + 1.0).ln();
-            for &(position, tf) in postings {
-                if !filter.matches(&state.messages[position as usize]) {
+        let lists: Vec<(f32, &Vec<(u32, u32)>)> = words
+            .iter()
+            .filter_map(|word| state.postings.get(word))
+            .map(|postings| (bm25_idf(count, postings.len() as f32), postings))
+            .collect();
+        // Scores accumulate in an array over every message when the words are common
+        // (no hashing), in a map when they are rare (no array to clear) or filtered.
+        let total: usize = lists.iter().map(|(_, postings)| postings.len()).sum();
+        let mut touched: Vec<u32> = Vec::new();
+        let mut dense: Vec<f32> = Vec::new();
+        let mut sparse: HashMap<u32, f32> = HashMap::new();
+        // The filter is checked once a posting, and only the messages it passes are
+        // scored (in the map); without one, common words score into the array.
+        let filtered = *filter != SearchFilter::default();
+        let use_dense = !filtered && total >= state.messages.len() / 16;
+        if use_dense {
+            dense = vec![0.0; state.messages.len()];
+        }
+        for (idf, postings) in &lists {
+            for &(position, tf) in postings.iter() {
+                if filtered && !filter.matches(&state.messages[position as usize]) {
                     continue;
                 }
-                let tf = tf as f32;
                 let length = state.lengths[position as usize] as f32;
-                let score = idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * length / average));
-                *scores.entry(position).or_default() += score;
+                let score = bm25(*idf, tf as f32, length, average);
+                if use_dense {
+                    let slot = &mut dense[position as usize];
+                    if *slot == 0.0 {
+                        touched.push(position);
+                    }
+                    *slot += score;
+                } else {
+                    *sparse.entry(position).or_default() += score;
+                }
             }
         }
-        let mut ranked: Vec<(u32, f32)> = scores.into_iter().collect();
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        ranked.truncate(limit);
+        let mut ranked: Vec<(u32, f32)> = if use_dense {
+            touched
+                .into_iter()
+                .map(|position| (position, dense[position as usize]))
+                .collect()
+        } else {
+            sparse.into_iter().collect()
+        };
+        let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if ranked.len() > limit {
+            ranked.select_nth_unstable_by(limit - 1, order);
+            ranked.truncate(limit);
+        }
+        ranked.sort_by(order);
         Ok(ranked
             .into_iter()
             .map(|(position, score)| (state.messages[position as usize].id.clone(), score))

@@ -54,6 +54,8 @@ pub use analytics::{
 };
 pub use categorize::{Categorizer, Exchange, KeywordCategorizer, DEFAULT_LABELS};
 pub use memory::MemoryIndex;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) use memory::{bm25, bm25_idf};
 pub use text::{snippet, tokens};
 
 use crate::error::Result;
@@ -298,7 +300,9 @@ pub trait SearchIndex: Send + Sync {
     ) -> Result<Vec<(String, f32)>>;
 
     /// The `limit` messages passing `filter` whose vectors are most similar (cosine) to
-    /// `vector`, best first.
+    /// `vector`, best first, with their exact similarities. An index may find them
+    /// approximately (PostgreSQL's quantized scan: which messages, not their scores,
+    /// is approximate) if it measures and documents its recall.
     async fn nearest(
         &self,
         vector: &[f32],

@@ -468,8 +468,8 @@ impl Backend {
         &self.system_events
     }
 
-    /// The search index of the message log: the database's own (FTS5, `tsvector`) for
-    /// SQLite and PostgreSQL; for a JSON tree a [`MemoryIndex`] saved at
+    /// The search index of the message log: the database's own (packed postings
+    /// tables) for SQLite and PostgreSQL; for a JSON tree a [`MemoryIndex`] saved at
     /// `<dir>/search/messages.json`, read on first use (so a damaged index file fails
     /// only the calls that search, with [`Error::Component`], and is left as it is).
     /// Opened [`OpenMode::ReadOnly`], nothing is written: the database's index refuses

@@ -589,6 +589,10 @@ impl PostgresStore {
             .map_err(pg_error("record a migration"))?;
             tracing::info!(version = index + 1, schema = %self.schema, "postgres schema migrated");
         }
+        if found < schema::POSTINGS_MIGRATION {
+            self.index_new_messages(&tx).await?;
+            self.index_vectors(&tx, None).await?;
+        }
         tx.commit().await.map_err(pg_error("commit a migration"))
     }
 

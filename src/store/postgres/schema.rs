@@ -121,4 +121,31 @@ CREATE TABLE {schema}.system_events (
 );
 CREATE INDEX system_events_by_session ON {schema}.system_events (session_key, id);
 "#,
+    r#"
+ALTER TABLE {schema}.search_messages ADD COLUMN seq BIGINT GENERATED ALWAYS AS IDENTITY;
+CREATE UNIQUE INDEX search_messages_by_seq ON {schema}.search_messages (seq);
+CREATE TABLE {schema}.search_postings (
+    term     TEXT NOT NULL,
+    block    BIGINT NOT NULL,
+    postings INTEGER NOT NULL,
+    data     BYTEA NOT NULL,
+    PRIMARY KEY (term, block)
+);
+CREATE TABLE {schema}.search_postings_state (
+    id              INTEGER PRIMARY KEY CHECK (id = 1),
+    indexed_through BIGINT NOT NULL,
+    messages        BIGINT NOT NULL,
+    words           BIGINT NOT NULL
+);
+INSERT INTO {schema}.search_postings_state VALUES (1, 0, 0, 0);
+CREATE TABLE {schema}.search_vector_blocks (
+    block BIGINT PRIMARY KEY,
+    data  BYTEA NOT NULL
+);
+ALTER TABLE {schema}.search_vector_blocks ALTER COLUMN data SET STORAGE EXTERNAL;
+"#,
 ];
+
+/// The migration that adds `search_postings` and `search_vector_blocks`: messages and
+/// vectors stored before it are indexed when it is applied.
+pub(super) const POSTINGS_MIGRATION: i64 = 6;

@@ -116,6 +116,83 @@ async fn a_cancelled_update_leaves_no_transaction_behind() {
     store.drop_schema().await.unwrap();
 }
 
+/// A schema whose messages were indexed before `search_postings` existed (version 5)
+/// numbers them and has them, and their vectors, in the new indexes once connected to.
+#[tokio::test]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+async fn messages_indexed_before_the_postings_are_found_after_the_migration() {
+    use crate::search::{SearchFilter, SearchIndex};
+    let schema = format!("unit_v5_{}", uuid::Uuid::new_v4().simple());
+    let (admin, connection) = tokio_postgres::connect(&server(), NoTls).await.unwrap();
+    tokio::spawn(connection);
+    admin
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema};
+             CREATE TABLE {schema}.schema_migrations (
+                 version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL);
+             INSERT INTO {schema}.schema_migrations VALUES (1, 0), (2, 0), (3, 0), (4, 0), (5, 0);"
+        ))
+        .await
+        .unwrap();
+    for migration in &MIGRATIONS[..5] {
+        admin
+            .batch_execute(&migration.replace("{schema}", &schema))
+            .await
+            .unwrap();
+    }
+    for (n, text) in ["the roster for Thursday", "swap my shift", "rosters again"]
+        .iter()
+        .enumerate()
+    {
+        admin
+            .execute(
+                &format!(
+                    "INSERT INTO {schema}.search_messages (id, agent_id, session_id, person_id, at, text)
+                     VALUES ($1, 'main', 's-1', $2, 0, $3)"
+                ),
+                &[&format!("main/s-1/{n}"), &format!("p{}", n % 2), text],
+            )
+            .await
+            .unwrap();
+    }
+    admin
+        .execute(
+            &format!(
+                "UPDATE {schema}.search_messages SET embedding = '{{0.5, 2}}' WHERE id = 'main/s-1/1'"
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    let store = PostgresStore::connect_with(&server(), PostgresOptions::in_schema(&schema))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.schema_version().await.unwrap(),
+        MIGRATIONS.len() as i64
+    );
+    let ids = |hits: Vec<(String, f32)>| hits.into_iter().map(|h| h.0).collect::<Vec<_>>();
+    let nearest = store
+        .nearest(&[1.0, 4.0], &SearchFilter::new(), 5)
+        .await
+        .unwrap();
+    assert_eq!(ids(nearest), ["main/s-1/1"]);
+    let hits = store
+        .full_text("roster", &SearchFilter::new(), 5)
+        .await
+        .unwrap();
+    assert_eq!(ids(hits), ["main/s-1/2", "main/s-1/0"]);
+    let hits = store
+        .full_text("roster", &SearchFilter::new().person("p1"), 5)
+        .await
+        .unwrap();
+    assert!(hits.is_empty());
+    store.drop_schema().await.unwrap();
+}
+
 #[tokio::test]
 #[cfg_attr(
     not(postgres_tests),
@@ -465,7 +542,10 @@ mod group_history {
         let store = PostgresStore::connect_with(&server(), PostgresOptions::in_schema(&schema))
             .await
             .unwrap();
-        assert_eq!(store.schema_version().await.unwrap(), 5);
+        assert_eq!(
+            store.schema_version().await.unwrap(),
+            MIGRATIONS.len() as i64
+        );
         assert_eq!(
             store.get(&key()).await.unwrap().unwrap().entry.session_id,
             "s-1"

@@ -123,7 +123,27 @@ CREATE TABLE transcript_feed (
     notice TEXT NOT NULL
 );
 "#,
+    r#"
+CREATE TABLE search_postings (
+    term     TEXT NOT NULL,
+    block    INTEGER NOT NULL,
+    postings INTEGER NOT NULL,
+    data     BLOB NOT NULL,
+    PRIMARY KEY (term, block)
+) WITHOUT ROWID;
+CREATE TABLE search_postings_state (
+    id              INTEGER PRIMARY KEY CHECK (id = 1),
+    indexed_through INTEGER NOT NULL,
+    messages        INTEGER NOT NULL,
+    words           INTEGER NOT NULL
+);
+INSERT INTO search_postings_state VALUES (1, 0, 0, 0);
+"#,
 ];
+
+/// The migration that adds `search_postings`: messages indexed before it are indexed
+/// when it is applied.
+const POSTINGS_MIGRATION: i64 = 7;
 
 pub(super) fn schema_version(connection: &Connection) -> Result<i64> {
     connection
@@ -168,6 +188,9 @@ pub(super) fn migrate(connection: &Connection) -> Result<()> {
                 )
                 .map_err(db_error("record a migration"))?;
             tracing::info!(version = index + 1, "sqlite schema migrated");
+        }
+        if found < POSTINGS_MIGRATION {
+            super::search::index_new_messages(connection)?;
         }
         Ok(())
     })();

@@ -1,5 +1,7 @@
 //! [`SqliteStore`] as a [`SearchIndex`]: messages beside the sessions, full text by
-//! FTS5 (BM25, Porter stemming), vectors as little-endian `f32` blobs.
+//! the crate's packed postings (BM25 over the crate's tokens, see
+//! [`postings`](crate::store::postings)), vectors as little-endian `f32` blobs. The
+//! FTS5 table `search_text` is still kept for SQL written against it.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -7,7 +9,10 @@ use rusqlite::{params, params_from_iter, OptionalExtension, Row};
 
 use super::{db_error, SqliteStore};
 use crate::error::Result;
-use crate::search::{best, cosine, LoggedMessage, SearchFilter, SearchIndex, Work};
+use std::collections::{HashMap, HashSet};
+
+use crate::search::{best, LoggedMessage, SearchFilter, SearchIndex, Work};
+use crate::store::postings::{self, Block, Stats};
 use crate::store::sql::{
     self, direction_column, message_filter, query_words, SqlValue, Where, MESSAGE_COLUMNS,
 };
@@ -51,14 +56,208 @@ fn to_blob(vector: &[f32]) -> Vec<u8> {
     vector.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-fn from_blob(blob: &[u8]) -> Vec<f32> {
-    blob.chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect()
-}
-
 fn limit(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Indexes the messages added since the last call (`search_postings`), in the caller's
+/// transaction.
+pub(super) fn index_new_messages(c: &rusqlite::Connection) -> Result<()> {
+    let failed = db_error("index messages");
+    let stats = postings_stats(c)?;
+    let mut select = c
+        .prepare_cached("SELECT rowid, text FROM search_messages WHERE rowid > ?1 ORDER BY rowid")
+        .map_err(db_error("index messages"))?;
+    let new: Vec<(i64, String)> = select
+        .query_map([stats.through], |row| Ok((row.get(0)?, row.get(1)?)))
+        .map_err(db_error("index messages"))?
+        .collect::<rusqlite::Result<_>>()
+        .map_err(db_error("index messages"))?;
+    let Some(through) = new.iter().map(|(doc, _)| *doc).max() else {
+        return Ok(());
+    };
+    let (by_word, words) = postings::postings_of(&new);
+    let mut last = c
+        .prepare_cached(
+            "SELECT block, postings, data FROM search_postings WHERE term = ?1
+             ORDER BY block DESC LIMIT 1",
+        )
+        .map_err(db_error("index messages"))?;
+    let mut write = c
+        .prepare_cached(
+            "INSERT OR REPLACE INTO search_postings (term, block, postings, data)
+             VALUES (?1, ?2, ?3, ?4)",
+        )
+        .map_err(db_error("index messages"))?;
+    for (word, postings) in &by_word {
+        let block = last
+            .query_row([word], |row| {
+                Ok(Block {
+                    number: row.get(0)?,
+                    count: row.get::<_, i64>(1)? as usize,
+                    data: row.get(2)?,
+                })
+            })
+            .optional()
+            .map_err(db_error("index messages"))?;
+        for block in postings::append(block, postings) {
+            write
+                .execute(params![word, block.number, block.count as i64, block.data])
+                .map_err(db_error("index messages"))?;
+        }
+    }
+    c.execute(
+        "UPDATE search_postings_state SET indexed_through = ?1, messages = messages + ?2,
+         words = words + ?3 WHERE id = 1",
+        params![through, new.len() as i64, words],
+    )
+    .map_err(failed)?;
+    Ok(())
+}
+
+fn postings_stats(c: &rusqlite::Connection) -> Result<Stats> {
+    c.query_row(
+        "SELECT indexed_through, messages, words FROM search_postings_state WHERE id = 1",
+        [],
+        |row| {
+            Ok(Stats {
+                through: row.get(0)?,
+                messages: row.get(1)?,
+                words: row.get(2)?,
+            })
+        },
+    )
+    .map_err(db_error("read the search index"))
+}
+
+/// The best `limit` matches of `words` among messages passing `filter`, from
+/// `search_postings` (see [`postings`]).
+fn full_text(
+    c: &rusqlite::Connection,
+    words: &[String],
+    filter: &SearchFilter,
+    limit: usize,
+) -> Result<Vec<(String, f32)>> {
+    let failed = || db_error("search");
+    let stats = postings_stats(c)?;
+    let mut clause = Where::default();
+    message_filter(&mut clause, filter, &placeholder);
+    // A selective filter: score only the messages it passes.
+    let only: Option<HashSet<i64>> = if clause.sql.is_empty() {
+        None
+    } else {
+        let mut passing = c
+            .prepare_cached(&format!(
+                "SELECT m.rowid FROM search_messages m{} LIMIT {}",
+                clause.sql,
+                postings::SELECTIVE + 1
+            ))
+            .map_err(failed())?;
+        let docs: HashSet<i64> = passing
+            .query_map(params_from_iter(values(&clause)), |row| row.get(0))
+            .map_err(failed())?
+            .collect::<rusqlite::Result<_>>()
+            .map_err(failed())?;
+        (docs.len() <= postings::SELECTIVE).then_some(docs)
+    };
+    let mut blocks = c
+        .prepare_cached(
+            "SELECT block, postings, data FROM search_postings WHERE term = ?1 ORDER BY block",
+        )
+        .map_err(failed())?;
+    let mut per_word = Vec::with_capacity(words.len());
+    for word in words {
+        let rows = blocks
+            .query_map([word], |row| {
+                Ok(Block {
+                    number: row.get(0)?,
+                    count: row.get::<_, i64>(1)? as usize,
+                    data: row.get(2)?,
+                })
+            })
+            .map_err(failed())?;
+        per_word.push(
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(failed())?,
+        );
+    }
+    let scored = postings::score(&stats, &per_word, only.as_ref());
+    if clause.sql.is_empty() || only.is_some() {
+        let best = postings::best(scored, limit);
+        let ids = ids_of(
+            c,
+            &best.iter().map(|(doc, _)| *doc).collect::<Vec<_>>(),
+            None,
+        )?;
+        return Ok(best
+            .into_iter()
+            .filter_map(|(doc, score)| Some((ids.get(&doc)?.clone(), score)))
+            .collect());
+    }
+    // A broad filter: the best matches first, checked batch by batch.
+    let ranked = postings::ranked(scored);
+    let mut found = Vec::with_capacity(limit);
+    let mut batch = (limit * 4).max(256);
+    let mut from = 0;
+    while from < ranked.len() && found.len() < limit {
+        let to = (from + batch).min(ranked.len());
+        let docs: Vec<i64> = ranked[from..to].iter().map(|(doc, _)| *doc).collect();
+        let ids = ids_of(c, &docs, Some(&clause))?;
+        for (doc, score) in &ranked[from..to] {
+            if let Some(id) = ids.get(doc) {
+                found.push((id.clone(), *score));
+                if found.len() == limit {
+                    break;
+                }
+            }
+        }
+        from = to;
+        batch *= 2;
+    }
+    Ok(found)
+}
+
+/// The ids of messages by number, only those passing `clause` when given.
+fn ids_of(
+    c: &rusqlite::Connection,
+    docs: &[i64],
+    clause: Option<&Where>,
+) -> Result<HashMap<i64, String>> {
+    let mut ids = HashMap::with_capacity(docs.len());
+    let extra = clause.map_or(0, |clause| clause.values.len());
+    for chunk in docs.chunks(CHUNK) {
+        let marks = (extra + 1..=extra + chunk.len())
+            .map(placeholder)
+            .collect::<Vec<_>>()
+            .join(", ");
+        let (condition, mut bound) = match clause {
+            Some(clause) => (
+                format!("{} AND m.rowid IN ({marks})", clause.sql),
+                values(clause),
+            ),
+            None => (format!(" WHERE m.rowid IN ({marks})"), Vec::new()),
+        };
+        bound.extend(
+            chunk
+                .iter()
+                .map(|doc| rusqlite::types::Value::Integer(*doc)),
+        );
+        let mut query = c
+            .prepare_cached(&format!(
+                "SELECT m.rowid, m.id FROM search_messages m{condition}"
+            ))
+            .map_err(db_error("search"))?;
+        let rows = query
+            .query_map(params_from_iter(bound), |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })
+            .map_err(db_error("search"))?;
+        for row in rows {
+            let (doc, id) = row.map_err(db_error("search"))?;
+            ids.insert(doc, id);
+        }
+    }
+    Ok(ids)
 }
 
 #[async_trait]
@@ -90,6 +289,9 @@ impl SearchIndex for SqliteStore {
                     ])
                     .map_err(db_error("index messages"))?;
             }
+            if added > 0 {
+                index_new_messages(tx)?;
+            }
             Ok(added)
         })
         .await
@@ -105,48 +307,9 @@ impl SearchIndex for SqliteStore {
         if words.is_empty() || limit_to == 0 {
             return Ok(Vec::new());
         }
-        let expression = words
-            .iter()
-            .map(|w| format!("\"{w}\""))
-            .collect::<Vec<_>>()
-            .join(" OR ");
-        let mut clause = Where::default();
-        clause.push(
-            &placeholder,
-            "search_text MATCH ?",
-            SqlValue::Text(expression),
-        );
-        let statement = if *filter == SearchFilter::default() {
-            // Rank in the FTS table alone; join only the best rows.
-            format!(
-                "SELECT m.id, -best.rank FROM (
-                     SELECT rowid, rank FROM search_text{} ORDER BY rank LIMIT {}
-                 ) best JOIN search_messages m ON m.rowid = best.rowid
-                 ORDER BY best.rank, m.id",
-                clause.sql,
-                limit(limit_to)
-            )
-        } else {
-            message_filter(&mut clause, filter, &placeholder);
-            format!(
-                "SELECT m.id, -bm25(search_text) FROM search_text
-                 JOIN search_messages m ON m.rowid = search_text.rowid{}
-                 ORDER BY bm25(search_text), m.id LIMIT {}",
-                clause.sql,
-                limit(limit_to)
-            )
-        };
-        self.read(move |c| {
-            let mut query = c.prepare_cached(&statement).map_err(db_error("search"))?;
-            let rows = query
-                .query_map(params_from_iter(values(&clause)), |row| {
-                    Ok((row.get::<_, String>(0)?, row.get::<_, f64>(1)? as f32))
-                })
-                .map_err(db_error("search"))?;
-            rows.collect::<rusqlite::Result<Vec<_>>>()
-                .map_err(db_error("search"))
-        })
-        .await
+        let filter = filter.clone();
+        self.read(move |c| full_text(c, &words, &filter, limit_to))
+            .await
     }
 
     async fn nearest(
@@ -159,7 +322,7 @@ impl SearchIndex for SqliteStore {
         message_filter(&mut clause, filter, &placeholder);
         let vector = vector.to_vec();
         let statement = format!(
-            "SELECT m.id, m.embedding FROM search_messages m{}{} m.embedding IS NOT NULL",
+            "SELECT m.rowid, m.embedding FROM search_messages m{}{} m.embedding IS NOT NULL",
             clause.sql,
             if clause.sql.is_empty() {
                 " WHERE"
@@ -168,18 +331,32 @@ impl SearchIndex for SqliteStore {
             }
         );
         self.read(move |c| {
-            let mut query = c.prepare_cached(&statement).map_err(db_error("search"))?;
+            let failed = || db_error("search");
+            let query_norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+            let mut query = c.prepare_cached(&statement).map_err(failed())?;
             let mut rows = query
                 .query(params_from_iter(values(&clause)))
-                .map_err(db_error("search"))?;
+                .map_err(failed())?;
+            // Scored by message number straight from the row's bytes; ids only for the
+            // best.
             let mut scored = Vec::new();
-            while let Some(row) = rows.next().map_err(db_error("search"))? {
-                let blob: Vec<u8> = row.get(1).map_err(db_error("search"))?;
-                if let Some(similarity) = cosine(&from_blob(&blob), &vector) {
-                    scored.push((row.get(0).map_err(db_error("search"))?, similarity));
+            while let Some(row) = rows.next().map_err(failed())? {
+                let blob = row.get_ref(1).map_err(failed())?;
+                let Ok(bytes) = blob.as_blob() else {
+                    continue;
+                };
+                if let Some(similarity) = postings::cosine_of_bytes(bytes, &vector, query_norm) {
+                    scored.push((row.get::<_, i64>(0).map_err(failed())?, similarity));
                 }
             }
-            Ok(best(scored, limit_to))
+            let best_docs = postings::best_with_ties(scored, limit_to);
+            let docs: Vec<i64> = best_docs.iter().map(|(doc, _)| *doc).collect();
+            let ids = ids_of(c, &docs, None)?;
+            let named = best_docs
+                .into_iter()
+                .filter_map(|(doc, score)| Some((ids.get(&doc)?.clone(), score)))
+                .collect();
+            Ok(best(named, limit_to))
         })
         .await
     }

@@ -85,6 +85,83 @@ async fn a_version_1_database_gains_the_search_tables_and_keeps_its_sessions() {
     assert_eq!(hits.len(), 1);
 }
 
+/// A database whose messages were indexed before `search_postings` existed (schema
+/// version 6) has them all in the new index once opened: they are found, ranked as the
+/// messages added after.
+#[tokio::test]
+async fn messages_indexed_before_the_postings_are_found_after_the_migration() {
+    use crate::search::{LoggedMessage, SearchIndex};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    let message = |n: usize, text: &str| LoggedMessage {
+        id: format!("main/s-1/{n}"),
+        agent: "main".into(),
+        session_id: "s-1".into(),
+        session_key: None,
+        person_id: Some(format!("p{}", n % 2)),
+        agent_identity: None,
+        channel: None,
+        direction: None,
+        correlation_id: None,
+        at: Utc::now(),
+        text: text.into(),
+        category: None,
+        embedding: None,
+    };
+    {
+        let old = Connection::open(&path).unwrap();
+        old.execute_batch(
+            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL);
+             INSERT INTO schema_migrations VALUES (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0);",
+        )
+        .unwrap();
+        for migration in &MIGRATIONS[..6] {
+            old.execute_batch(migration).unwrap();
+        }
+        for (n, text) in ["the roster for Thursday", "swap my shift", "rosters again"]
+            .iter()
+            .enumerate()
+        {
+            let m = message(n, text);
+            old.execute(
+                "INSERT INTO search_messages (id, agent_id, session_id, person_id, at, text)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![m.id, m.agent, m.session_id, m.person_id, 0, m.text],
+            )
+            .unwrap();
+        }
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(
+        store.schema_version().await.unwrap(),
+        MIGRATIONS.len() as i64
+    );
+    let ids = |hits: Vec<(String, f32)>| hits.into_iter().map(|h| h.0).collect::<Vec<_>>();
+    let roster = store
+        .full_text("roster", &Default::default(), 5)
+        .await
+        .unwrap();
+    assert_eq!(ids(roster), ["main/s-1/2", "main/s-1/0"]);
+    assert_eq!(
+        store.add(vec![message(3, "roster roster")]).await.unwrap(),
+        1
+    );
+    let hits = store
+        .full_text(
+            "roster",
+            &crate::search::SearchFilter::new().person("p0"),
+            5,
+        )
+        .await
+        .unwrap();
+    assert_eq!(ids(hits), ["main/s-1/2", "main/s-1/0"]);
+    let hits = store
+        .full_text("roster", &Default::default(), 5)
+        .await
+        .unwrap();
+    assert_eq!(ids(hits), ["main/s-1/3", "main/s-1/2", "main/s-1/0"]);
+}
+
 #[tokio::test]
 async fn a_row_that_is_not_an_entry_is_reported_not_dropped() {
     let dir = tempfile::tempdir().unwrap();
