@@ -669,3 +669,36 @@ async fn group_history_lives_with_the_store_and_a_read_only_backend_writes_none(
         );
     }
 }
+
+/// An OpenClaw store whose delivery fields are not yet in the form every store saves
+/// them (no `deliveryContext`, an untrimmed channel) migrates verified, and a second
+/// run finds nothing to copy and no conflict.
+#[tokio::test]
+async fn entries_written_before_delivery_normalisation_migrate_verified_and_resume_cleanly() {
+    let entries = [
+        r#""agent:main:telegram:dm:1": {"sessionId": "aaaaaaaa-0000-4000-8000-000000000001", "updatedAt": 1770350123456, "lastChannel": "telegram", "lastTo": "telegram:1"}"#,
+        r#""agent:main:telegram:dm:2": {"sessionId": "aaaaaaaa-0000-4000-8000-000000000002", "updatedAt": 1770350123457, "channel": "Telegram "}"#,
+        r#""agent:main:whatsapp:dm:+15550100": {"sessionId": "aaaaaaaa-0000-4000-8000-000000000003", "updatedAt": 1770350123458, "deliveryContext": {"channel": " WhatsApp", "to": "+15550100"}}"#,
+    ];
+    let source_dir = tempfile::tempdir().unwrap();
+    let file = agent_sessions::paths::store_path(source_dir.path(), &AgentId::main());
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, format!("{{\n  {}\n}}", entries.join(",\n  "))).unwrap();
+    let target_dir = tempfile::tempdir().unwrap();
+    let source = Backend::open(&format!("json:{}", source_dir.path().display()))
+        .await
+        .unwrap();
+    let target = Backend::open(&format!(
+        "sqlite:{}",
+        target_dir.path().join("t.db").display()
+    ))
+    .await
+    .unwrap();
+    let first = migrate(&source, &target, &NoProgress).await.unwrap();
+    assert!(first.verified(), "{first:?}");
+    assert_eq!(first.sessions_copied, 3);
+    let again = migrate(&source, &target, &NoProgress).await.unwrap();
+    assert!(again.verified(), "{again:?}");
+    assert!(again.session_conflicts.is_empty());
+    assert_eq!((again.sessions_copied, again.sessions_skipped), (0, 3));
+}

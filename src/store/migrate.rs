@@ -414,10 +414,13 @@ async fn checksums(
     })
 }
 
-/// `entry` with `sessionFile` reduced to its file name: what must be equal across
-/// backends.
+/// `entry` as every store saves it (delivery fields normalised, as OpenClaw does on
+/// save), with `sessionFile` reduced to its file name: what must be equal across
+/// backends. An entry OpenClaw wrote before it normalised delivery fields is the same
+/// session as the normalised copy a target store holds.
 fn comparable(entry: &SessionEntry) -> SessionEntry {
     let mut entry = entry.clone();
+    crate::context::delivery::normalize_delivery_fields(&mut entry);
     entry.session_file = entry.session_file.as_deref().map(file_name);
     entry
 }
