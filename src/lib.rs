@@ -70,6 +70,7 @@ mod fsutil;
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
 pub mod identity;
+mod json_text;
 pub mod key;
 pub mod lifecycle;
 pub mod manager;

@@ -690,3 +690,41 @@ async fn an_uncached_read_sees_what_the_cache_cannot() {
         assert_eq!(got.unwrap().unwrap().entry.session_id, expected, "{read}");
     }
 }
+
+/// OpenClaw writes a string cut inside an emoji as a lone surrogate escape
+/// (`"\ud83d"`), which JavaScript reads back: the crate serves the session too, with
+/// the half character as U+FFFD, and keeps every other field.
+#[tokio::test]
+async fn an_entry_with_a_lone_surrogate_from_javascript_is_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = agent_sessions::paths::store_path(dir.path(), &AgentId::main());
+    fs::create_dir_all(file.parent().unwrap()).unwrap();
+    fs::write(
+        &file,
+        r#"{
+  "agent:main:telegram:dm:1": {
+    "sessionId": "0f5d59ee-034e-47d9-ac97-d383e6c022b8",
+    "updatedAt": 1770350123456,
+    "label": "Party \ud83d",
+    "displayName": "\udc00 and \ud83d\ude00"
+  }
+}"#,
+    )
+    .unwrap();
+    let store = JsonFileStore::new(dir.path());
+    let key = SessionKey::parse("agent:main:telegram:dm:1").unwrap();
+    let entry = store.get(&key).await.unwrap().expect("served").entry;
+    assert_eq!(entry.label.as_deref(), Some("Party \u{fffd}"));
+    assert_eq!(
+        store.list(&ListFilter::new()).await.unwrap().len(),
+        1,
+        "listed"
+    );
+    store
+        .with_session(&key, |e| e.message_count = Some(1))
+        .await
+        .unwrap();
+    let entry = store.get(&key).await.unwrap().unwrap().entry;
+    assert_eq!(entry.message_count, Some(1));
+    assert_eq!(entry.updated_at, 1_770_350_123_456);
+}

@@ -1050,3 +1050,46 @@ async fn appending_to_many_transcripts_keeps_a_bounded_number_of_files_open() {
         );
     }
 }
+
+/// A line OpenClaw wrote with a lone surrogate escape (a message cut inside an emoji)
+/// is read as an event, with U+FFFD for the half character, and the next append hangs
+/// from it: the chain does not fork past it.
+#[tokio::test]
+async fn a_line_with_a_lone_surrogate_from_javascript_is_read_and_chained_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FileTranscriptStore::with_durability(dir.path(), Durability::Unsynced);
+    let transcript = TranscriptRef::new(AgentId::main(), "cut");
+    store
+        .append(
+            &transcript,
+            vec![TranscriptEntry::user_text("hi", Utc::now())],
+        )
+        .await
+        .unwrap();
+    let path = store.path(&transcript).unwrap();
+    let first_id = store.read(&transcript, Offset::START).await.unwrap().events[0]
+        .entry
+        .id
+        .clone()
+        .unwrap();
+    let line = format!(
+        r#"{{"type":"message","id":"0badf00d","parentId":"{first_id}","timestamp":"2026-11-27T10:00:00.000Z","message":{{"role":"assistant","content":[{{"type":"text","text":"Party \ud83d"}}]}}}}"#
+    );
+    let mut file = fs::OpenOptions::new().append(true).open(&path).unwrap();
+    std::io::Write::write_all(&mut file, format!("{line}\n").as_bytes()).unwrap();
+    drop(file);
+    // Another process's line: this one must not trust what it knew of the file's end.
+    let other = FileTranscriptStore::with_durability(dir.path(), Durability::Unsynced);
+    let appended = other
+        .append(
+            &transcript,
+            vec![TranscriptEntry::user_text("next", Utc::now())],
+        )
+        .await
+        .unwrap();
+    assert_eq!(appended[0].entry.parent_id.as_deref(), Some("0badf00d"));
+    let read = store.read(&transcript, Offset::START).await.unwrap();
+    assert!(read.issues.is_empty(), "{:?}", read.issues);
+    assert_eq!(read.events.len(), 3);
+    assert_eq!(read.events[1].entry.id.as_deref(), Some("0badf00d"));
+}

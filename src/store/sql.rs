@@ -463,7 +463,7 @@ pub(crate) struct LogColumns {
 impl LogColumns {
     /// The columns of `line`, if it is a logged message.
     pub(crate) fn of_line(line: &str) -> Option<LogColumns> {
-        let entry: TranscriptEntry = serde_json::from_str(line).ok()?;
+        let entry: TranscriptEntry = crate::json_text::from_slice(line.as_bytes()).ok()?;
         let event = crate::transcript::SessionEvent {
             offset: crate::transcript::Offset::START,
             line: 0,

@@ -119,7 +119,9 @@ pub(crate) async fn fork(
             .await?
             .into_iter()
             .map(|(_, line)| line)
-            .filter(|line| serde_json::from_str::<TranscriptEntry>(line).is_ok()),
+            .filter(|line| {
+                crate::json_text::from_slice::<TranscriptEntry>(line.as_bytes()).is_ok()
+            }),
     );
     create(rows, agent, child_name, &lines).await
 }

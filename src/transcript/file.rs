@@ -645,7 +645,7 @@ fn read_tail(file: &mut File, len: u64) -> io::Result<(bool, Option<String>)> {
         let leaf = buffer[complete_from..]
             .split(|b| *b == b'\n')
             .rev()
-            .filter_map(|line| serde_json::from_slice::<TranscriptEntry>(line).ok())
+            .filter_map(|line| crate::json_text::from_slice::<TranscriptEntry>(line).ok())
             .filter(|entry| entry.kind != "session")
             .find_map(|entry| entry.id);
         if leaf.is_some() || start == 0 {
@@ -826,7 +826,7 @@ impl TranscriptStore for FileTranscriptStore {
                 let is_header = index == 0
                     && serde_json::from_slice::<SessionHeader>(line)
                         .is_ok_and(|h| h.kind == "session");
-                if !is_header && serde_json::from_slice::<TranscriptEntry>(line).is_ok() {
+                if !is_header && crate::json_text::from_slice::<TranscriptEntry>(line).is_ok() {
                     lines.extend_from_slice(line);
                 }
             }

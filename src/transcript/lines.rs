@@ -172,7 +172,7 @@ impl Stamp {
 pub(crate) fn leaf_of<'a>(lines: impl DoubleEndedIterator<Item = &'a str>) -> Option<String> {
     lines
         .rev()
-        .filter_map(|line| serde_json::from_str::<TranscriptEntry>(line).ok())
+        .filter_map(|line| crate::json_text::from_slice::<TranscriptEntry>(line.as_bytes()).ok())
         .filter(|entry| entry.kind != "session")
         .find_map(|entry| entry.id)
 }
@@ -192,7 +192,7 @@ pub(crate) fn read_line(read: &mut TranscriptRead, line: usize, offset: Offset, 
             _ => read.issues.push(ReadIssue::MissingHeader),
         }
     }
-    match serde_json::from_slice::<TranscriptEntry>(text) {
+    match crate::json_text::from_slice::<TranscriptEntry>(text) {
         Ok(entry) => read.events.push(SessionEvent {
             offset,
             line,

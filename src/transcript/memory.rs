@@ -98,7 +98,9 @@ impl TranscriptStore for MemoryTranscriptStore {
                     parent_lines
                         .iter()
                         .skip(1)
-                        .filter(|line| serde_json::from_str::<TranscriptEntry>(line).is_ok())
+                        .filter(|line| {
+                            crate::json_text::from_slice::<TranscriptEntry>(line.as_bytes()).is_ok()
+                        })
                         .cloned(),
                 );
             }
