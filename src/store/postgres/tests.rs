@@ -6,6 +6,32 @@ fn server() -> String {
     std::env::var("AGENT_SESSIONS_TEST_POSTGRES_URL").expect("a test server")
 }
 
+/// A new schema holding the tables of the first `version` migrations, as a database
+/// last opened by that version left it, and an admin connection to fill it.
+async fn schema_at_version(prefix: &str, version: usize) -> (String, tokio_postgres::Client) {
+    let schema = format!("{prefix}{}", uuid::Uuid::new_v4().simple());
+    let (admin, connection) = tokio_postgres::connect(&server(), NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let versions: Vec<String> = (1..=version).map(|v| format!("({v}, 0)")).collect();
+    admin
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema};
+             CREATE TABLE {schema}.schema_migrations (
+                 version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL);
+             INSERT INTO {schema}.schema_migrations VALUES {};",
+            versions.join(", ")
+        ))
+        .await
+        .unwrap();
+    for migration in &MIGRATIONS[..version] {
+        admin
+            .batch_execute(&migration.replace("{schema}", &schema))
+            .await
+            .unwrap();
+    }
+    (schema, admin)
+}
+
 fn key() -> SessionKey {
     SessionKey::parse("agent:main:main").unwrap()
 }
@@ -125,24 +151,7 @@ async fn a_cancelled_update_leaves_no_transaction_behind() {
 )]
 async fn messages_indexed_before_the_postings_are_found_after_the_migration() {
     use crate::search::{SearchFilter, SearchIndex};
-    let schema = format!("unit_v5_{}", uuid::Uuid::new_v4().simple());
-    let (admin, connection) = tokio_postgres::connect(&server(), NoTls).await.unwrap();
-    tokio::spawn(connection);
-    admin
-        .batch_execute(&format!(
-            "CREATE SCHEMA {schema};
-             CREATE TABLE {schema}.schema_migrations (
-                 version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL);
-             INSERT INTO {schema}.schema_migrations VALUES (1, 0), (2, 0), (3, 0), (4, 0), (5, 0);"
-        ))
-        .await
-        .unwrap();
-    for migration in &MIGRATIONS[..5] {
-        admin
-            .batch_execute(&migration.replace("{schema}", &schema))
-            .await
-            .unwrap();
-    }
+    let (schema, admin) = schema_at_version("unit_v5_", 5).await;
     for (n, text) in ["the roster for Thursday", "swap my shift", "rosters again"]
         .iter()
         .enumerate()
@@ -252,24 +261,7 @@ fn schemas_are_plain_identifiers() {
 )]
 async fn a_version_2_schema_gains_statuses_and_closed_sessions_and_keeps_its_sessions() {
     use crate::entry::SessionStatus;
-    let schema = format!("unit_v2_{}", uuid::Uuid::new_v4().simple());
-    let (admin, connection) = tokio_postgres::connect(&server(), NoTls).await.unwrap();
-    tokio::spawn(connection);
-    admin
-        .batch_execute(&format!(
-            "CREATE SCHEMA {schema};
-             CREATE TABLE {schema}.schema_migrations (
-                 version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL);
-             INSERT INTO {schema}.schema_migrations VALUES (1, 0), (2, 0);"
-        ))
-        .await
-        .unwrap();
-    for migration in &MIGRATIONS[..2] {
-        admin
-            .batch_execute(&migration.replace("{schema}", &schema))
-            .await
-            .unwrap();
-    }
+    let (schema, admin) = schema_at_version("unit_v2_", 2).await;
     // Rows as version 2 wrote them (no status column), and one that is not JSON.
     let rows = [
         (
@@ -506,25 +498,8 @@ mod group_history {
     async fn a_version_3_schema_with_views_gains_group_history_and_system_events_and_keeps_its_sessions(
     ) {
         use crate::store::views::ViewSchemas;
-        let schema = format!("unit_v3_{}", uuid::Uuid::new_v4().simple());
+        let (schema, admin) = schema_at_version("unit_v3_", 3).await;
         let views = ViewSchemas::new(format!("{schema}_rabs"), format!("{schema}_clawos"));
-        let (admin, connection) = tokio_postgres::connect(&server(), NoTls).await.unwrap();
-        tokio::spawn(connection);
-        admin
-            .batch_execute(&format!(
-                "CREATE SCHEMA {schema};
-                 CREATE TABLE {schema}.schema_migrations (
-                     version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL);
-                 INSERT INTO {schema}.schema_migrations VALUES (1, 0), (2, 0), (3, 0);"
-            ))
-            .await
-            .unwrap();
-        for migration in &MIGRATIONS[..3] {
-            admin
-                .batch_execute(&migration.replace("{schema}", &schema))
-                .await
-                .unwrap();
-        }
         admin
             .batch_execute(&crate::store::views::postgres_create(&schema, &views))
             .await
