@@ -356,11 +356,24 @@ fn configure(connection: &Connection, options: &SqliteOptions) -> Result<()> {
         Durability::SyncFile => "NORMAL",
         _ => "FULL",
     };
-    connection
-        .execute_batch(&format!(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON;"
-        ))
-        .map_err(db_error("configure the connection"))
+    let pragmas = format!(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON;"
+    );
+    // Switching a new database to WAL needs it to itself, and SQLite answers "busy"
+    // at once, without waiting, when another process is opening it at that moment:
+    // try again for as long as the busy timeout allows.
+    let started = std::time::Instant::now();
+    loop {
+        match connection.execute_batch(&pragmas) {
+            Err(rusqlite::Error::SqliteFailure(error, _))
+                if error.code == rusqlite::ErrorCode::DatabaseBusy
+                    && started.elapsed() < options.busy_timeout =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            done => return done.map_err(db_error("configure the connection")),
+        }
+    }
 }
 
 /// A task cancelled mid-update can leave its transaction open on the shared

@@ -601,3 +601,26 @@ async fn every_column_follows_the_entry_whichever_fields_an_update_changes() {
         SessionRow::new(&key(), &entry).unwrap()
     );
 }
+
+/// Stores opening one new database at the same moment all open it: switching it to
+/// WAL answers "busy" at once to all but one, and they try again.
+#[test]
+fn threads_opening_one_new_database_at_once_all_open_it() {
+    for _ in 0..20 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.db");
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
+        let openers: Vec<_> = (0..8)
+            .map(|_| {
+                let (path, barrier) = (path.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    SqliteStore::open(&path).map(drop)
+                })
+            })
+            .collect();
+        for opener in openers {
+            opener.join().unwrap().unwrap();
+        }
+    }
+}
