@@ -56,27 +56,7 @@ pub async fn http_round(base: &str, client: &reqwest::Client) {
         let client = client.clone();
         tasks.spawn(async move {
             for _ in 0..ROUNDS {
-                let resolved: Value = client
-                    .post(format!("{base}/kernel/sessions/resolve"))
-                    .json(&json!({
-                        "workspace_id": "ws_bench", "channel": "sms",
-                        "remote_jid": format!("+1555000{n:04}"),
-                        "user_message": "what is on today?",
-                    }))
-                    .send()
-                    .await
-                    .unwrap()
-                    .json()
-                    .await
-                    .unwrap();
-                let id = resolved["session_id"].as_str().unwrap();
-                let response = client
-                    .patch(format!("{base}/kernel/sessions/{id}"))
-                    .json(&json!({"user_message": "what is on today?", "assistant_response": "A meeting."}))
-                    .send()
-                    .await
-                    .unwrap();
-                assert!(response.status().is_success());
+                exchange(&base, &client, &format!("+1555000{n:04}")).await;
             }
         });
     }
@@ -124,13 +104,18 @@ pub fn bare_router(replies: Arc<(Value, Value)>) -> axum::Router {
         )
 }
 
-/// The service's answers to one resolve and one PATCH, for the bare server to repeat.
-pub async fn captured_replies(base: &str, client: &reqwest::Client) -> (Value, Value) {
+/// One resolve and one PATCH (record a turn) for `sender` over HTTP: the resolve's
+/// reply and the PATCH's response (its body unread).
+pub async fn exchange(
+    base: &str,
+    client: &reqwest::Client,
+    sender: &str,
+) -> (Value, reqwest::Response) {
     let resolved: Value = client
         .post(format!("{base}/kernel/sessions/resolve"))
         .json(&json!({
             "workspace_id": "ws_bench", "channel": "sms",
-            "remote_jid": "+15559999999", "user_message": "what is on today?",
+            "remote_jid": sender, "user_message": "what is on today?",
         }))
         .send()
         .await
@@ -139,16 +124,20 @@ pub async fn captured_replies(base: &str, client: &reqwest::Client) -> (Value, V
         .await
         .unwrap();
     let id = resolved["session_id"].as_str().unwrap();
-    let patched: Value = client
+    let response = client
         .patch(format!("{base}/kernel/sessions/{id}"))
         .json(&json!({"user_message": "what is on today?", "assistant_response": "A meeting."}))
         .send()
         .await
-        .unwrap()
-        .json()
-        .await
         .unwrap();
-    (resolved, patched)
+    assert!(response.status().is_success());
+    (resolved, response)
+}
+
+/// The service's answers to one resolve and one PATCH, for the bare server to repeat.
+pub async fn captured_replies(base: &str, client: &reqwest::Client) -> (Value, Value) {
+    let (resolved, patched) = exchange(base, client, "+15559999999").await;
+    (resolved, patched.json().await.unwrap())
 }
 
 /// Serves `app` on a new loopback port; returns its base URL.

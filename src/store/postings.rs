@@ -329,19 +329,24 @@ pub(crate) fn quantize(vector: &[f32]) -> Option<Vec<i8>> {
 /// The quantized vectors of a block by message number: `[number i64][length u16]
 /// [length × i8]`, little-endian, repeated.
 pub(crate) fn decode_vectors(data: &[u8]) -> BTreeMap<i64, Vec<i8>> {
-    let mut vectors = BTreeMap::new();
+    vector_records(data)
+        .map(|(doc, values)| (doc, values.iter().map(|b| *b as i8).collect()))
+        .collect()
+}
+
+#[cfg(feature = "postgres")]
+/// The records of a packed block (see [`decode_vectors`]): message number and raw
+/// values; a truncated record ends the block.
+fn vector_records(data: &[u8]) -> impl Iterator<Item = (i64, &[u8])> {
     let mut at = 0;
-    while at + 10 <= data.len() {
-        let doc = i64::from_le_bytes(data[at..at + 8].try_into().unwrap_or_default());
-        let length = usize::from(u16::from_le_bytes([data[at + 8], data[at + 9]]));
-        at += 10;
-        let Some(values) = data.get(at..at + length) else {
-            break;
-        };
-        vectors.insert(doc, values.iter().map(|b| *b as i8).collect());
-        at += length;
-    }
-    vectors
+    std::iter::from_fn(move || {
+        let header = data.get(at..at + 10)?;
+        let doc = i64::from_le_bytes(header[..8].try_into().unwrap_or_default());
+        let length = usize::from(u16::from_le_bytes([header[8], header[9]]));
+        let values = data.get(at + 10..at + 10 + length)?;
+        at += 10 + length;
+        Some((doc, values))
+    })
 }
 
 #[cfg(feature = "postgres")]
@@ -360,16 +365,8 @@ pub(crate) fn encode_vectors(vectors: &BTreeMap<i64, Vec<i8>>) -> Vec<u8> {
 /// Approximate cosines of `query` (unit length) with every vector of a packed block of
 /// the same length, appended to `into` by message number.
 pub(crate) fn scan_vectors(data: &[u8], unit_query: &[f32], into: &mut Vec<(i64, f32)>) {
-    let mut at = 0;
-    while at + 10 <= data.len() {
-        let doc = i64::from_le_bytes(data[at..at + 8].try_into().unwrap_or_default());
-        let length = usize::from(u16::from_le_bytes([data[at + 8], data[at + 9]]));
-        at += 10;
-        let Some(values) = data.get(at..at + length) else {
-            return;
-        };
-        at += length;
-        if length == unit_query.len() {
+    for (doc, values) in vector_records(data) {
+        if values.len() == unit_query.len() {
             let dot: f32 = values
                 .iter()
                 .zip(unit_query)
