@@ -51,6 +51,24 @@ pub(crate) fn create_private_dir_all(dir: &Path) -> io::Result<()> {
     builder.create(dir)
 }
 
+/// Creates directory `dir` below `root`, and the missing ones between, owner-only
+/// (0700 on Unix); refuses a symbolic link, or anything but a directory, at `dir` or
+/// between `root` and it (`root` itself may be a link: where the user keeps the state is
+/// theirs to choose). Every directory the crate creates files in or deletes files from
+/// is made here, so a link planted in the tree is never followed.
+pub(crate) fn create_checked_dir(root: &Path, dir: &Path) -> io::Result<()> {
+    let inside = dir.join("-");
+    refuse_linked_dirs(root, &inside)?;
+    create_private_dir_all(dir)?;
+    // A link planted while the directories were made is refused all the same.
+    refuse_linked_dirs(root, &inside)
+}
+
+/// Whether anything is at `path`; a symbolic link counts and is not followed.
+pub(crate) fn exists_no_follow(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok()
+}
+
 /// Creates a new file readable and writable by its owner only (mode 0600 on Unix).
 ///
 /// `create_new` (`O_EXCL`) refuses an existing path, a planted symlink included. Every

@@ -330,7 +330,8 @@ const KEPT_FILE_NAME_PREFIX: usize = 120;
 
 /// A file name (without extension) for `id`, distinct for distinct ids: the id
 /// [encoded](encode_file_component) when that fits a file name, else the first part of
-/// the encoding and a name-based UUID of the whole id.
+/// the encoding, `%~` and a name-based UUID of the whole id. An encoding has every `%`
+/// followed by two hex digits, so no id's plain name is another id's shortened one.
 ///
 /// ```
 /// use agent_sessions::paths::file_name_for;
@@ -339,6 +340,9 @@ const KEPT_FILE_NAME_PREFIX: usize = 120;
 /// let long = "é".repeat(100);
 /// assert!(file_name_for(&long).len() < 200);
 /// assert_ne!(file_name_for(&format!("{long}a")), file_name_for(&format!("{long}b")));
+/// // An id spelled like a long id's shortened name still gets its own.
+/// let short = file_name_for(&long);
+/// assert_ne!(file_name_for(&short.replace("%~", "~")), short);
 /// ```
 pub fn file_name_for(id: &str) -> String {
     let encoded = encode_file_component(id);
@@ -347,7 +351,7 @@ pub fn file_name_for(id: &str) -> String {
     }
     let digest = uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, id.as_bytes());
     // The encoding is ASCII: any byte is a character boundary.
-    format!("{}~{}", &encoded[..KEPT_FILE_NAME_PREFIX], digest.simple())
+    format!("{}%~{}", &encoded[..KEPT_FILE_NAME_PREFIX], digest.simple())
 }
 
 /// Reverses [`encode_file_component`].
@@ -372,6 +376,27 @@ pub fn decode_file_component(encoded: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_spelled_like_a_shortened_name_get_names_of_their_own() {
+        let long = format!("whatsapp:default:group:{}", "x".repeat(300));
+        let short = file_name_for(&long);
+        assert!(short.contains("%~"), "{short}");
+        // The id an attacker would pick: one whose plain name is the shortened name,
+        // spelled with or without the marker (the first cannot be decoded at all).
+        assert!(decode_file_component(&short).is_err());
+        let spelled = decode_file_component(&short.replace("%~", "~")).unwrap();
+        assert!(
+            encode_file_component(&spelled).len() <= MAX_PLAIN_FILE_NAME,
+            "kept plain"
+        );
+        assert_eq!(file_name_for(&spelled), short.replace("%~", "~"));
+        assert_ne!(file_name_for(&spelled), short);
+        // Cut inside a `%XX` escape, the shortened name is still no plain name.
+        let escaped = "é".repeat(100);
+        let short = file_name_for(&escaped);
+        assert!(decode_file_component(&short).is_err(), "{short}");
+    }
 
     #[test]
     fn home_expansion() {

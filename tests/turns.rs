@@ -725,28 +725,6 @@ async fn a_token_counter_with_wild_values_never_panics() {
 }
 
 #[tokio::test]
-async fn a_group_whose_history_cannot_be_kept_is_still_answered() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("json:{}", dir.path().display());
-    let manager = SessionManager::connect(&url).await.unwrap().build();
-    // Something planted where the group's history file belongs.
-    let planted = dir
-        .path()
-        .join("group-history/telegram%3Adefault%3Agroup%3A-100.json");
-    std::fs::create_dir_all(&planted).unwrap();
-    let chatter = manager.turn(&in_group("Ann", "lunch?")).await.unwrap();
-    assert_eq!(chatter.action(), &TurnAction::StaySilent);
-    let asked = manager
-        .turn(&in_group("Bob", "@bot book it").mentioning_agent())
-        .await
-        .unwrap();
-    assert_eq!(asked.action(), &TurnAction::Answer);
-    assert!(!asked.input().unwrap().contains("lunch"));
-    assert_eq!(asked.complete("Booked.").await.unwrap().len(), 1);
-    assert!(planted.is_dir(), "what was planted is left alone");
-}
-
-#[tokio::test]
 async fn a_group_with_a_long_id_keeps_its_history_in_a_json_tree() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("json:{}", dir.path().display());

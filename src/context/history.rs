@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::context::inbound::pipeline::{CURRENT_MESSAGE_MARKER, HISTORY_CONTEXT_MARKER};
 use crate::error::Result;
-use crate::key::{normalize_account_id, normalize_channel, PeerKind};
+use crate::key::{normalize_account_id, normalize_channel};
 
 /// Entries kept per group (OpenClaw's `DEFAULT_GROUP_HISTORY_LIMIT`).
 pub const DEFAULT_GROUP_HISTORY_LIMIT: usize = 50;
@@ -56,24 +56,97 @@ pub struct HistoryEntry {
     pub message_id: Option<String>,
 }
 
+/// A turn's hold on the group history it is about to show the model.
+///
+/// [`SessionManager::turn`](crate::SessionManager::turn) takes a group's history in
+/// three steps, so that every line reaches exactly one model input whatever fails or
+/// crashes: it *claims* the lines ([`HistoryBuffer::claim`]: they stay stored, marked
+/// with the claim), logs the inbound message that carries them in the session's
+/// transcript, a line whose id is the claim's id, and then *settles* the claim
+/// ([`HistoryBuffer::settle`]: the lines leave the buffer). A turn that fails before its
+/// line is logged *releases* the claim: the lines are there for the next turn. A claim
+/// whose holder died is looked up by the next turn in the transcript it names: if its
+/// line is there the claim is settled, else its lines are taken over.
+///
+/// A buffer stores a claim as it is given and returns it from
+/// [`claims`](HistoryBuffer::claims); the fields other than the id mean something only
+/// to the manager.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryClaim {
+    /// The claim's id, unique: the id of the transcript line that carries its entries.
+    pub id: String,
+    /// Who holds the claim (a process, and where it runs).
+    pub holder: String,
+    /// Where the line that settles the claim is written (the session's transcript).
+    pub witness: String,
+    /// When it was made, epoch milliseconds.
+    pub at: u64,
+}
+
 /// Where group history is kept.
+///
+/// A buffer keeps, per group, the entries not yet shown to the model, oldest first;
+/// [`take`](Self::take) is the simple way to show them, and the claim methods
+/// ([`claim`](Self::claim), [`settle`](Self::settle), [`release`](Self::release),
+/// [`claims`](Self::claims)) are how a turn shows them exactly once (see
+/// [`HistoryClaim`]). The claim methods have defaults built on the others, so a host's
+/// own buffer needs only `append`, `entries` and `clear` — it then gives up the
+/// guarantee across crashes: its claim is a `take`, and a failed turn appends the lines
+/// back at the end. The crate's buffers implement them all.
 #[async_trait]
 pub trait HistoryBuffer: Send + Sync {
-    /// Adds `entry` to the group `key`, dropping the oldest entries beyond the buffer's
-    /// limit.
+    /// Adds `entry` to the group `key`, dropping the oldest unclaimed entries beyond the
+    /// buffer's limit. `Ok` means the entry is kept (durably, for a durable buffer).
     async fn append(&self, key: &str, entry: HistoryEntry) -> Result<()>;
-    /// The group's entries, oldest first.
+    /// The group's entries no turn has claimed, oldest first.
     async fn entries(&self, key: &str) -> Result<Vec<HistoryEntry>>;
-    /// Forgets the group's entries (after the agent replied).
+    /// Forgets the group's entries, claimed or not.
     async fn clear(&self, key: &str) -> Result<()>;
-    /// The group's entries, oldest first, forgetting them: what the agent is about to
-    /// see. An entry appended meanwhile is either returned or kept, never lost —
-    /// implementations make this one atomic step (the default, `entries` then `clear`,
-    /// is not).
+    /// The group's unclaimed entries, oldest first, forgetting them. An entry appended
+    /// meanwhile is either returned or kept, never lost — implementations make this
+    /// one atomic step (the default, `entries` then `clear`, is not).
     async fn take(&self, key: &str) -> Result<Vec<HistoryEntry>> {
         let entries = self.entries(key).await?;
         self.clear(key).await?;
         Ok(entries)
+    }
+
+    /// Marks the group's unclaimed entries, and those of the claims whose ids are in
+    /// `take_over`, as claimed by `claim`, and returns them oldest first — in one
+    /// atomic step: an entry is claimed by one claim at a time. Claimed entries stay
+    /// stored until [`settle`](Self::settle) or [`release`](Self::release).
+    async fn claim(
+        &self,
+        key: &str,
+        claim: &HistoryClaim,
+        take_over: &[String],
+    ) -> Result<Vec<HistoryEntry>> {
+        let _ = (claim, take_over);
+        self.take(key).await
+    }
+
+    /// The claims of the group that are neither settled nor released.
+    async fn claims(&self, key: &str) -> Result<Vec<HistoryClaim>> {
+        let _ = key;
+        Ok(Vec::new())
+    }
+
+    /// Forgets the entries of claim `claim_id`: they were shown to the model.
+    async fn settle(&self, key: &str, claim_id: &str) -> Result<()> {
+        let _ = (key, claim_id);
+        Ok(())
+    }
+
+    /// Gives the entries of claim `claim_id` back to the group, before its unclaimed
+    /// entries: the turn that claimed them did not log them. `entries` are what
+    /// [`claim`](Self::claim) returned, for buffers that did not keep them.
+    async fn release(&self, key: &str, claim_id: &str, entries: Vec<HistoryEntry>) -> Result<()> {
+        let _ = claim_id;
+        for entry in entries {
+            self.append(key, entry).await?;
+        }
+        Ok(())
     }
 }
 
@@ -95,6 +168,27 @@ impl<T: HistoryBuffer + ?Sized> HistoryBuffer for Arc<T> {
 
     async fn take(&self, key: &str) -> Result<Vec<HistoryEntry>> {
         (**self).take(key).await
+    }
+
+    async fn claim(
+        &self,
+        key: &str,
+        claim: &HistoryClaim,
+        take_over: &[String],
+    ) -> Result<Vec<HistoryEntry>> {
+        (**self).claim(key, claim, take_over).await
+    }
+
+    async fn claims(&self, key: &str) -> Result<Vec<HistoryClaim>> {
+        (**self).claims(key).await
+    }
+
+    async fn settle(&self, key: &str, claim_id: &str) -> Result<()> {
+        (**self).settle(key, claim_id).await
+    }
+
+    async fn release(&self, key: &str, claim_id: &str, entries: Vec<HistoryEntry>) -> Result<()> {
+        (**self).release(key, claim_id, entries).await
     }
 }
 
@@ -130,7 +224,101 @@ pub struct MemoryHistory {
 #[derive(Debug)]
 struct HistoryState {
     limit: usize,
-    groups: IndexMap<String, VecDeque<HistoryEntry>>,
+    groups: IndexMap<String, GroupHistory>,
+}
+
+/// One group's history: the entries no turn has claimed, oldest first, and the claimed
+/// ones by claim. What [`MemoryHistory`] keeps per group, and what a
+/// [`JsonFileHistory`](crate::store::JsonFileHistory) file holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct GroupHistory {
+    /// The unclaimed entries, oldest first.
+    pub(crate) entries: VecDeque<HistoryEntry>,
+    /// The claimed entries, by claim, in claim order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) claimed: Vec<ClaimedEntries>,
+}
+
+/// The entries of one claim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ClaimedEntries {
+    pub(crate) claim: HistoryClaim,
+    pub(crate) entries: Vec<HistoryEntry>,
+}
+
+impl GroupHistory {
+    /// Appends `entry`, keeping the `limit` newest unclaimed entries.
+    pub(crate) fn append(&mut self, entry: HistoryEntry, limit: usize) {
+        self.entries.push_back(entry);
+        self.trim(limit);
+    }
+
+    /// Keeps the `limit` newest unclaimed entries.
+    pub(crate) fn trim(&mut self, limit: usize) {
+        while self.entries.len() > limit {
+            self.entries.pop_front();
+        }
+    }
+
+    /// Whether it holds nothing, claimed or not.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty() && self.claimed.is_empty()
+    }
+
+    /// The unclaimed entries, forgotten.
+    pub(crate) fn take(&mut self) -> Vec<HistoryEntry> {
+        Vec::from(std::mem::take(&mut self.entries))
+    }
+
+    /// Claims the entries of the claims in `take_over`, then the unclaimed ones, for
+    /// `claim`; returns them in that order.
+    pub(crate) fn claim(
+        &mut self,
+        claim: &HistoryClaim,
+        take_over: &[String],
+    ) -> Vec<HistoryEntry> {
+        let mut entries = Vec::new();
+        self.claimed.retain_mut(|claimed| {
+            let taken = take_over.contains(&claimed.claim.id);
+            if taken {
+                entries.append(&mut claimed.entries);
+            }
+            !taken
+        });
+        entries.extend(self.entries.drain(..));
+        if !entries.is_empty() {
+            self.claimed.push(ClaimedEntries {
+                claim: claim.clone(),
+                entries: entries.clone(),
+            });
+        }
+        entries
+    }
+
+    /// The outstanding claims.
+    pub(crate) fn claims(&self) -> Vec<HistoryClaim> {
+        self.claimed.iter().map(|c| c.claim.clone()).collect()
+    }
+
+    /// Forgets the entries of `claim_id`; whether there was such a claim.
+    pub(crate) fn settle(&mut self, claim_id: &str) -> bool {
+        let before = self.claimed.len();
+        self.claimed.retain(|c| c.claim.id != claim_id);
+        self.claimed.len() != before
+    }
+
+    /// Puts the entries of `claim_id` back before the unclaimed ones; whether there was
+    /// such a claim.
+    pub(crate) fn release(&mut self, claim_id: &str) -> bool {
+        let Some(at) = self.claimed.iter().position(|c| c.claim.id == claim_id) else {
+            return false;
+        };
+        let released = self.claimed.remove(at);
+        for entry in released.entries.into_iter().rev() {
+            self.entries.push_front(entry);
+        }
+        true
+    }
 }
 
 impl Default for MemoryHistory {
@@ -197,10 +385,8 @@ impl MemoryHistory {
             state.groups.clear();
             return;
         }
-        for entries in state.groups.values_mut() {
-            while entries.len() > limit {
-                entries.pop_front();
-            }
+        for group in state.groups.values_mut() {
+            group.trim(limit);
         }
     }
 
@@ -211,7 +397,13 @@ impl MemoryHistory {
 
     /// Total entries held, over all groups.
     pub fn total_entries(&self) -> usize {
-        self.state().groups.values().map(VecDeque::len).sum()
+        self.state()
+            .groups
+            .values()
+            .map(|group| {
+                group.entries.len() + group.claimed.iter().map(|c| c.entries.len()).sum::<usize>()
+            })
+            .sum()
     }
 }
 
@@ -224,12 +416,9 @@ impl HistoryBuffer for MemoryHistory {
             return Ok(());
         }
         // Re-insert at the end: the most recently used group is last.
-        let mut entries = state.groups.shift_remove(key).unwrap_or_default();
-        entries.push_back(entry);
-        while entries.len() > limit {
-            entries.pop_front();
-        }
-        state.groups.insert(key.to_owned(), entries);
+        let mut group = state.groups.shift_remove(key).unwrap_or_default();
+        group.append(entry, limit);
+        state.groups.insert(key.to_owned(), group);
         while state.groups.len() > self.max_keys {
             state.groups.shift_remove_index(0);
         }
@@ -241,47 +430,116 @@ impl HistoryBuffer for MemoryHistory {
             .state()
             .groups
             .get(key)
-            .map(|entries| entries.iter().cloned().collect())
+            .map(|group| group.entries.iter().cloned().collect())
             .unwrap_or_default())
     }
 
     async fn take(&self, key: &str) -> Result<Vec<HistoryEntry>> {
-        Ok(self
-            .state()
-            .groups
-            .shift_remove(key)
-            .map(Vec::from)
-            .unwrap_or_default())
+        Ok(self.with_group(key, GroupHistory::take))
     }
 
     async fn clear(&self, key: &str) -> Result<()> {
         self.state().groups.shift_remove(key);
         Ok(())
     }
+
+    async fn claim(
+        &self,
+        key: &str,
+        claim: &HistoryClaim,
+        take_over: &[String],
+    ) -> Result<Vec<HistoryEntry>> {
+        Ok(self.with_group(key, |group| group.claim(claim, take_over)))
+    }
+
+    async fn claims(&self, key: &str) -> Result<Vec<HistoryClaim>> {
+        Ok(self
+            .state()
+            .groups
+            .get(key)
+            .map(GroupHistory::claims)
+            .unwrap_or_default())
+    }
+
+    async fn settle(&self, key: &str, claim_id: &str) -> Result<()> {
+        self.with_group(key, |group| group.settle(claim_id));
+        Ok(())
+    }
+
+    async fn release(&self, key: &str, claim_id: &str, _: Vec<HistoryEntry>) -> Result<()> {
+        self.with_group(key, |group| group.release(claim_id));
+        Ok(())
+    }
 }
 
-/// The history key of a group, as OpenClaw's `buildGroupHistoryKey` makes it:
-/// `<channel>:<accountId>:<group|channel>:<groupId>` (not a session key).
+impl MemoryHistory {
+    /// Runs `f` on group `key` if it has one, dropping the group when it is left empty.
+    fn with_group<T: Default>(&self, key: &str, f: impl FnOnce(&mut GroupHistory) -> T) -> T {
+        let mut state = self.state();
+        let Some(group) = state.groups.get_mut(key) else {
+            return T::default();
+        };
+        let value = f(group);
+        if group.is_empty() {
+            state.groups.shift_remove(key);
+        }
+        value
+    }
+}
+
+/// The history key of a group message said to the agent of session `key`: the agent,
+/// then the thread or forum topic when the session is per thread (`/<thread>`, encoded),
+/// then the group as OpenClaw's `buildGroupHistoryKey` names it
+/// (`<channel>:<accountId>:<group|channel>:<groupId>`). `None` for a message not said
+/// in a group.
+///
+/// Each agent keeps its own history of a group, and each thread its own when the
+/// session is per thread: what one agent or topic keeps never reaches another's model.
 ///
 /// ```
 /// use agent_sessions::context::history::group_history_key;
-/// use agent_sessions::PeerKind;
+/// use agent_sessions::{InboundMessage, SessionKey};
 ///
+/// let message = InboundMessage::group("WhatsApp", "120363@G.US", "+1555", "hi");
+/// let key = SessionKey::parse("agent:main:whatsapp:group:120363@g.us")?;
 /// assert_eq!(
-///     group_history_key("WhatsApp", None, PeerKind::Group, "120363@G.US"),
-///     "whatsapp:default:group:120363@g.us"
+///     group_history_key(&key, &message).as_deref(),
+///     Some("agent:main:whatsapp:default:group:120363@g.us")
 /// );
+/// let topic = SessionKey::parse("agent:ops:telegram:group:-100:topic:42")?;
+/// let in_topic = InboundMessage::group("telegram", "-100", "7", "hi").with_forum_topic(42);
+/// assert_eq!(
+///     group_history_key(&topic, &in_topic).as_deref(),
+///     Some("agent:ops/42:telegram:default:group:-100")
+/// );
+/// # Ok::<(), agent_sessions::Error>(())
 /// ```
 pub fn group_history_key(
-    channel: &str,
-    account_id: Option<&str>,
-    kind: PeerKind,
-    group_id: &str,
-) -> String {
-    let channel = normalize_channel(channel).unwrap_or_else(|| "unknown".into());
-    let account = normalize_account_id(account_id.unwrap_or(""));
-    let group = crate::key::normalize_peer_id(group_id).unwrap_or_else(|| "unknown".into());
-    format!("{channel}:{account}:{kind}:{group}")
+    key: &crate::key::SessionKey,
+    message: &crate::context::inbound::InboundMessage,
+) -> Option<String> {
+    let group = message.group_resolution()?;
+    let channel = normalize_channel(&group.channel).unwrap_or_else(|| "unknown".into());
+    let account = normalize_account_id(message.account_id.as_deref().unwrap_or(""));
+    let id = crate::key::normalize_peer_id(&group.id).unwrap_or_else(|| "unknown".into());
+    let agent = key.agent_id().unwrap_or(crate::key::DEFAULT_AGENT_ID);
+    let thread = key
+        .thread_id()
+        .filter(|thread| !thread.is_empty())
+        .map(|thread| format!("/{}", crate::paths::encode_file_component(thread)))
+        .unwrap_or_default();
+    Some(format!(
+        "agent:{agent}{thread}:{channel}:{account}:{kind}:{id}",
+        kind = group.kind
+    ))
+}
+
+/// The key the same group's history had before history was kept per agent
+/// (`<channel>:<accountId>:<group|channel>:<groupId>`), for a buffer that adopts what
+/// was kept under it; `None` for a key that is not a [`group_history_key`].
+pub(crate) fn legacy_group_history_key(key: &str) -> Option<&str> {
+    let (_, legacy) = key.strip_prefix("agent:")?.split_once(':')?;
+    Some(legacy)
 }
 
 /// How a channel is named in envelopes (`WhatsApp`, `Telegram`, …).

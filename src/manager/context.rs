@@ -8,7 +8,7 @@ use crate::context::activation::{decide, ActivationDecision};
 use crate::context::history::{
     build_history_context, format_envelope, group_history_key, HistoryEntry,
 };
-use crate::context::inbound::events::prepend_system_events;
+use crate::context::inbound::events::{prepend_system_events, SystemEvent};
 use crate::context::inbound::pipeline::{clean_text, model_body, sender_label, PipelineOptions};
 use crate::context::inbound::InboundMessage;
 use crate::context::reply::{build_reply_payloads, ReplyOptions, ReplyPayload};
@@ -28,13 +28,6 @@ pub struct TurnInput {
     pub text: Option<String>,
     /// The group's history key, for group messages.
     pub history_key: Option<String>,
-}
-
-/// The group history key of a group message.
-fn history_key_of(message: &InboundMessage) -> Option<String> {
-    message
-        .group_resolution()
-        .map(|g| group_history_key(&g.channel, message.account_id.as_deref(), g.kind, &g.id))
 }
 
 /// How a sender is named in group history and envelopes.
@@ -94,14 +87,20 @@ impl SessionManager {
         let decision = decide(message, activation.as_ref());
         if !decision.trigger {
             self.record_inbound_meta_admitted(message, admit).await?;
-            self.keep_as_history(message, &message.body).await?;
+            self.keep_as_history(&key, message, &message.body).await?;
         }
         Ok(decision)
     }
 
-    /// Appends a group message the agent does not answer to its group's history.
-    async fn keep_as_history(&self, message: &InboundMessage, body: &str) -> Result<()> {
-        let Some(key) = history_key_of(message) else {
+    /// Appends a group message the agent of `session` does not answer to its group's
+    /// history.
+    pub(super) async fn keep_as_history(
+        &self,
+        session: &SessionKey,
+        message: &InboundMessage,
+        body: &str,
+    ) -> Result<()> {
+        let Some(key) = group_history_key(session, message) else {
             return Ok(());
         };
         let entry = HistoryEntry {
@@ -110,12 +109,9 @@ impl SessionManager {
             timestamp: Some(to_millis(self.seams.clock.now())),
             message_id: message.message_id.clone(),
         };
-        // History is context: a buffer that cannot keep this line (a file planted where
-        // it belongs, a database gone) costs the line, not the message.
-        if let Err(error) = self.seams.history.append(&key, entry).await {
-            tracing::warn!(group = %key, %error, "could not keep a group message as history; it is left out");
-        }
-        Ok(())
+        // Acknowledged chatter is kept: a buffer that cannot keep the line (a full disk,
+        // a database gone) fails the call, so the host can retry or drop it knowingly.
+        self.seams.history.append(&key, entry).await
     }
 
     /// What the model sees for `message`, in the session `resolution` decided.
@@ -133,32 +129,62 @@ impl SessionManager {
         message: &InboundMessage,
     ) -> Result<TurnInput> {
         let activation = decide(message, resolution.entry().group_activation.as_ref());
-        let history_key = history_key_of(message);
-        if !activation.trigger {
-            self.keep_as_history(message, &resolution.body).await?;
+        let history_key = group_history_key(&resolution.key, message);
+        let Some(key) = history_key.as_deref().filter(|_| activation.trigger) else {
+            if !activation.trigger {
+                self.keep_as_history(&resolution.key, message, &resolution.body)
+                    .await?;
+                return Ok(TurnInput {
+                    activation,
+                    text: None,
+                    history_key,
+                });
+            }
+            let (text, _) = self
+                .model_input(resolution, message, &activation, &[])
+                .await;
             return Ok(TurnInput {
                 activation,
-                text: None,
+                text: Some(text),
                 history_key,
             });
-        }
-        let now = self.seams.clock.now();
-        let group = message.group_resolution();
-        let sender = sender_name(message);
+        };
+        // The agent sees the history now: the next turn starts a new one. A buffer that
+        // cannot be read leaves the history out, not the answer.
+        let history = self.seams.history.take(key).await.unwrap_or_else(|error| {
+            tracing::warn!(group = %key, %error, "could not read the group's history; answering without it");
+            Vec::new()
+        });
+        let (text, _) = self
+            .model_input(resolution, message, &activation, &history)
+            .await;
+        Ok(TurnInput {
+            activation,
+            text: Some(text),
+            history_key,
+        })
+    }
 
+    /// The model's input for `message`, which `activation` lets run the agent: the
+    /// message through the inbound pipeline (the resolution's body: reset trigger and
+    /// model hint removed), in a group after the `history` lines, and after the
+    /// session's queued system events (drained, and returned to be handed back if the
+    /// turn fails).
+    pub(super) async fn model_input(
+        &self,
+        resolution: &Resolution,
+        message: &InboundMessage,
+        activation: &ActivationDecision,
+        history: &[HistoryEntry],
+    ) -> (String, Vec<SystemEvent>) {
+        let now = self.seams.clock.now();
         let body = model_body(
             message,
             &resolution.body,
             &self.pipeline_options(activation.mark_for_context),
         );
-        let text = match (&history_key, &group) {
-            (Some(key), Some(group)) => {
-                // The agent sees the history now: the next turn starts a new one. A
-                // buffer that cannot be read leaves the history out, not the answer.
-                let history = self.seams.history.take(key).await.unwrap_or_else(|error| {
-                    tracing::warn!(group = %key, %error, "could not read the group's history; answering without it");
-                    Vec::new()
-                });
+        let text = match message.group_resolution() {
+            Some(group) => {
                 let lines: Vec<String> = history
                     .iter()
                     .map(|entry| {
@@ -171,10 +197,11 @@ impl SessionManager {
                         )
                     })
                     .collect();
+                let sender = sender_name(message);
                 let current = format_envelope(&group.channel, &group.id, Some(now), &sender, &body);
                 build_history_context(&lines, &current, false)
             }
-            _ => body,
+            None => body,
         };
         // Queued events are context too: a queue that cannot be drained keeps them for
         // a later turn, and this one is answered without them.
@@ -186,15 +213,17 @@ impl SessionManager {
                 tracing::warn!(key = %resolution.key, %error, "could not drain the session's system events; answering without them");
                 Vec::new()
             });
-        Ok(TurnInput {
-            activation,
-            text: Some(prepend_system_events(
-                &text,
-                &events,
-                &self.settings.event_zone,
-            )),
-            history_key,
-        })
+        let text = prepend_system_events(&text, &events, &self.settings.event_zone);
+        (text, events)
+    }
+
+    /// Queues `events`, drained by a turn that failed, again for `key`'s next turn.
+    pub(super) async fn requeue_system_events(&self, key: &SessionKey, events: Vec<SystemEvent>) {
+        for event in events {
+            if let Err(error) = self.system_events.enqueue(key, &event.text, event.at).await {
+                tracing::warn!(%key, %error, "could not queue a system event again after a failed turn; it is lost");
+            }
+        }
     }
 
     /// What the bot sends for the model's `outputs` to `message`: the reply pipeline

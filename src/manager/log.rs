@@ -374,6 +374,24 @@ impl SessionManager {
         entry: &SessionEntry,
         message: LogMessage,
     ) -> Result<SessionEvent> {
+        let line = self.log_line(key, entry, message);
+        let mut events = self
+            .transcript_store()?
+            .append(transcript, vec![line])
+            .await?;
+        events
+            .pop()
+            .ok_or_else(|| Error::NotFound { key: key.clone() })
+    }
+
+    /// The transcript line of `message` in `key`'s session `entry`: a user message in,
+    /// an assistant message out, with its message-log fields.
+    pub(super) fn log_line(
+        &self,
+        key: &SessionKey,
+        entry: &SessionEntry,
+        message: LogMessage,
+    ) -> TranscriptEntry {
         let now = self.seams.clock.now();
         let agent_name = message
             .agent_name
@@ -420,13 +438,7 @@ impl SessionManager {
                 line
             }
         };
-        let mut events = self
-            .transcript_store()?
-            .append(transcript, vec![line.with_log(log)])
-            .await?;
-        events
-            .pop()
-            .ok_or_else(|| Error::NotFound { key: key.clone() })
+        line.with_log(log)
     }
 }
 

@@ -27,6 +27,7 @@
 //! # }
 //! ```
 
+mod claims;
 mod context;
 mod entry_update;
 mod idle;

@@ -1,7 +1,9 @@
 //! One call per turn: [`SessionManager::turn`] takes an inbound message and says what to
 //! do; [`Turn::complete`] takes the model's reply and says what to send.
 
+use crate::context::activation::decide;
 use crate::context::chat::{fit_to_budget, summary_message, transcript_messages, ChatMessage};
+use crate::context::history::group_history_key;
 use crate::context::inbound::InboundMessage;
 use crate::context::reply::ReplyPayload;
 use crate::entry::{SessionEntry, SessionStatus};
@@ -229,9 +231,11 @@ impl SessionManager {
             turn.resolution = Some(resolution);
             return Ok(turn);
         }
-        let input = self.prepare_turn(&resolution, message).await?;
-        let Some(text) = input.text else {
+        let activation = decide(message, resolution.entry().group_activation.as_ref());
+        if !activation.trigger {
             // The group's activation changed since the message was checked: no run.
+            self.keep_as_history(&turn.key, message, &resolution.body)
+                .await?;
             self.change(&turn.key, |entry| {
                 entry.status = Some(SessionStatus::Idle);
                 entry.aborted_last_run = Some(resolution.aborted_last_run);
@@ -239,9 +243,10 @@ impl SessionManager {
             .await?;
             turn.resolution = Some(resolution);
             return Ok(turn);
-        };
+        }
+        let group = group_history_key(&turn.key, message);
         let mut entry = resolution.entry().clone();
-        if self.seams.transcripts.is_some() {
+        let text = if self.seams.transcripts.is_some() {
             let (transcript, prepared, location) =
                 self.prepare_transcript_for(&turn.key, entry).await?;
             entry = prepared;
@@ -256,11 +261,47 @@ impl SessionManager {
                     .await?
                     .entry;
             }
+            // The group's history is claimed, shown, and settled by the inbound line
+            // that carries it: each line reaches exactly one model input.
+            let claimed = match &group {
+                Some(group) => match self.claim_history(group, &transcript).await {
+                    Ok(claimed) => Some(claimed),
+                    Err(error) => {
+                        tracing::warn!(%group, %error, "could not claim the group's history; answering without it");
+                        None
+                    }
+                },
+                None => None,
+            };
+            let history = claimed.as_ref().map(|c| c.entries.as_slice());
+            let (text, drained) = self
+                .model_input(
+                    &resolution,
+                    message,
+                    &activation,
+                    history.unwrap_or_default(),
+                )
+                .await;
             let mut log = LogMessage::from_inbound(message);
             log.text = text.clone();
-            turn.inbound = Some(self.log_to(&turn.key, &transcript, &entry, log).await?);
+            let mut line = self.log_line(&turn.key, &entry, log);
+            if let (Some(claimed), Some(log)) = (&claimed, line.log.as_mut()) {
+                log.message_id = Some(claimed.claim.id().to_owned());
+            }
+            match self.log_claimed(&transcript, line, claimed).await {
+                Ok(mut logged) => turn.inbound = logged.pop(),
+                Err(error) => {
+                    // The events this turn drained are for the turn that answers.
+                    self.requeue_system_events(&turn.key, drained).await;
+                    return Err(error);
+                }
+            }
             turn.transcript = Some(transcript);
-        }
+            text
+        } else {
+            let input = self.prepare_turn(&resolution, message).await?;
+            input.text.unwrap_or_default()
+        };
         turn.flush = self.seams.flush_guard.plan(&entry);
         turn.entry = Some(entry);
         turn.action = TurnAction::Answer;

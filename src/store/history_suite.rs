@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::future::Future;
 
-use crate::context::history::{HistoryBuffer, HistoryEntry, MemoryHistory};
+use crate::context::history::{HistoryBuffer, HistoryClaim, HistoryEntry, MemoryHistory};
 
 /// One step of [`bounded_per_group_and_over_groups`].
 #[derive(Debug, Clone, Copy)]
@@ -237,6 +237,103 @@ pub(crate) async fn take_is_atomic_beside_concurrent_appends<H>(
     }
 }
 
+fn claim(id: &str) -> HistoryClaim {
+    HistoryClaim {
+        id: id.into(),
+        holder: format!("holder of {id}"),
+        witness: format!("{{\"where\": \"{id}\"}}"),
+        at: 1_773_136_800_000,
+    }
+}
+
+/// Claims: a claim takes the unclaimed entries (and those of the claims it takes over)
+/// and keeps them out of `entries` until it is settled (gone) or released (back before
+/// the unclaimed ones); every claim comes back from `claims` as it was made; the limit
+/// counts unclaimed entries only; `clear` forgets claims too. `history` starts empty
+/// and keeps at least 2 entries a group.
+pub(crate) async fn claims_hand_entries_over_exactly_once<H: HistoryBuffer>(
+    history: H,
+    limit: usize,
+) {
+    const G: &str = "agent:main:telegram:default:group:-100";
+    let append = |body: &'static str| history.append(G, said(body));
+    let ids =
+        |claims: Vec<HistoryClaim>| -> Vec<String> { claims.into_iter().map(|c| c.id).collect() };
+    append("a").await.unwrap();
+    append("b").await.unwrap();
+    assert_eq!(
+        bodies(history.claim(G, &claim("c1"), &[]).await.unwrap()),
+        ["a", "b"]
+    );
+    assert_eq!(history.entries(G).await.unwrap(), []);
+    assert_eq!(history.claims(G).await.unwrap(), [claim("c1")]);
+    // Nothing to claim: no claim is recorded.
+    assert_eq!(history.claim(G, &claim("empty"), &[]).await.unwrap(), []);
+    assert_eq!(ids(history.claims(G).await.unwrap()), ["c1"]);
+
+    append("c").await.unwrap();
+    assert_eq!(
+        bodies(history.claim(G, &claim("c2"), &[]).await.unwrap()),
+        ["c"]
+    );
+    assert_eq!(ids(history.claims(G).await.unwrap()), ["c1", "c2"]);
+    append("d").await.unwrap();
+    // Released: back before what was appended since.
+    history.release(G, "c1", Vec::new()).await.unwrap();
+    assert_eq!(bodies(history.entries(G).await.unwrap()), ["a", "b", "d"]);
+    assert_eq!(ids(history.claims(G).await.unwrap()), ["c2"]);
+    // Settled: gone; settling again, or an unknown claim, changes nothing.
+    history.settle(G, "c2").await.unwrap();
+    history.settle(G, "c2").await.unwrap();
+    history.release(G, "unknown", Vec::new()).await.unwrap();
+    assert_eq!(history.claims(G).await.unwrap(), []);
+    assert_eq!(bodies(history.entries(G).await.unwrap()), ["a", "b", "d"]);
+
+    // Taken over: the new claim holds the old one's entries and the unclaimed ones.
+    assert_eq!(
+        bodies(history.claim(G, &claim("c3"), &[]).await.unwrap()),
+        ["a", "b", "d"]
+    );
+    append("e").await.unwrap();
+    let taken = history
+        .claim(G, &claim("c4"), &["c3".to_owned(), "never".to_owned()])
+        .await
+        .unwrap();
+    assert_eq!(bodies(taken), ["a", "b", "d", "e"]);
+    assert_eq!(ids(history.claims(G).await.unwrap()), ["c4"]);
+    history.settle(G, "c3").await.unwrap();
+    assert_eq!(
+        ids(history.claims(G).await.unwrap()),
+        ["c4"],
+        "c3 holds nothing now"
+    );
+    history.settle(G, "c4").await.unwrap();
+    assert_eq!(history.entries(G).await.unwrap(), []);
+    assert_eq!(history.claims(G).await.unwrap(), []);
+
+    // The limit counts unclaimed entries: a claim is never trimmed away.
+    history.append(G, said("x")).await.unwrap();
+    history.claim(G, &claim("c5"), &[]).await.unwrap();
+    for n in 0..limit + 2 {
+        history.append(G, said(&format!("n{n}"))).await.unwrap();
+    }
+    assert_eq!(history.entries(G).await.unwrap().len(), limit);
+    history.release(G, "c5", Vec::new()).await.unwrap();
+    let back = bodies(history.entries(G).await.unwrap());
+    assert_eq!(back.first().map(String::as_str), Some("x"), "{back:?}");
+    assert_eq!(back.len(), limit + 1);
+
+    // `take` leaves claims alone; `clear` forgets them.
+    history.claim(G, &claim("c6"), &[]).await.unwrap();
+    history.append(G, said("y")).await.unwrap();
+    assert_eq!(bodies(history.take(G).await.unwrap()), ["y"]);
+    assert_eq!(ids(history.claims(G).await.unwrap()), ["c6"]);
+    history.clear(G).await.unwrap();
+    assert_eq!(history.claims(G).await.unwrap(), []);
+    history.release(G, "c6", Vec::new()).await.unwrap();
+    assert_eq!(history.entries(G).await.unwrap(), []);
+}
+
 #[tokio::test]
 async fn memory_history_is_what_the_suite_describes() {
     bounded_per_group_and_over_groups(|_, limit, max_keys| async move {
@@ -244,6 +341,7 @@ async fn memory_history_is_what_the_suite_describes() {
     })
     .await;
     entries_keep_every_field(MemoryHistory::default()).await;
+    claims_hand_entries_over_exactly_once(MemoryHistory::new(3, 10), 3).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -295,6 +295,28 @@ pub(crate) fn history_bound(value: usize) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
+/// The claims of group history as a SQL store keeps them: each claim's id and its
+/// JSON text. A text that does not parse is a claim with no holder, which the next
+/// turn takes over (or settles, if its line was logged).
+pub(crate) fn parse_claims(
+    records: Vec<(String, Option<String>)>,
+) -> Vec<crate::context::history::HistoryClaim> {
+    records
+        .into_iter()
+        .map(|(id, record)| {
+            record
+                .and_then(|record| serde_json::from_str(&record).ok())
+                .filter(|claim: &crate::context::history::HistoryClaim| claim.id == id)
+                .unwrap_or(crate::context::history::HistoryClaim {
+                    id,
+                    holder: String::new(),
+                    witness: String::new(),
+                    at: 0,
+                })
+        })
+        .collect()
+}
+
 /// A system event's time as a SQL integer: microseconds since the epoch.
 pub(crate) fn event_time_to_i64(at: chrono::DateTime<chrono::Utc>) -> i64 {
     at.timestamp_micros()

@@ -1,13 +1,16 @@
 //! [`JsonFileHistory`]: group history in files beside the sessions, so it survives a
 //! restart and is shared by every process on the machine.
 
-use std::path::Path;
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
+use serde::Deserialize;
 
 use super::keyed_files::KeyedFiles;
 use crate::context::history::{
-    HistoryBuffer, HistoryEntry, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
+    legacy_group_history_key, GroupHistory, HistoryBuffer, HistoryClaim, HistoryEntry,
+    DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
 };
 use crate::error::Result;
 
@@ -20,10 +23,12 @@ const HISTORY_DIR: &str = "group-history";
 ///
 /// Every call takes an OS lock on `<root>/group-history/.lock`, so several processes
 /// on one machine share one history without losing an entry; each group file is
-/// replaced by an atomic rename, owner-only (0600). A file that does not parse is moved
-/// aside as `<group>.json.corrupt` (kept, reported in the log) and the group starts
-/// over. This is what [`SessionManager::connect`](crate::SessionManager::connect) uses for
-/// a `json:` store.
+/// replaced by an atomic rename, owner-only (0600): an array of entries, or, while
+/// turns hold claims on the group, an object of the unclaimed entries and the claimed
+/// ones. The directory is made owner-only (0700) and never reached through a symbolic
+/// link. A file that does not parse is moved aside as `<group>.json.corrupt` (kept,
+/// reported in the log) and the group starts over. This is what
+/// [`SessionManager::connect`](crate::SessionManager::connect) uses for a `json:` store.
 ///
 /// ```
 /// use agent_sessions::context::history::{HistoryBuffer, HistoryEntry};
@@ -62,13 +67,112 @@ impl JsonFileHistory {
     /// At most `limit` entries per group (0 keeps nothing) and `max_keys` groups.
     pub fn with_limits(root: impl AsRef<Path>, limit: usize, max_keys: usize) -> Self {
         JsonFileHistory {
-            files: KeyedFiles::new(
-                crate::paths::state_root(root.as_ref()).join(HISTORY_DIR),
-                "group history",
-            ),
+            files: KeyedFiles::new(root.as_ref(), HISTORY_DIR, "group history"),
             limit,
             max_keys: max_keys.max(1),
         }
+    }
+}
+
+/// A group's file: the entries as an array (how every version writes a group without
+/// claims), or the entries and the claims as an object.
+#[derive(Debug, Default, Deserialize)]
+#[serde(untagged)]
+enum GroupFile {
+    #[default]
+    Empty,
+    Entries(VecDeque<HistoryEntry>),
+    Group(GroupHistory),
+}
+
+impl From<GroupFile> for GroupHistory {
+    fn from(file: GroupFile) -> Self {
+        match file {
+            GroupFile::Empty => GroupHistory::default(),
+            GroupFile::Entries(entries) => GroupHistory {
+                entries,
+                claimed: Vec::new(),
+            },
+            GroupFile::Group(group) => group,
+        }
+    }
+}
+
+/// One group, read under the directory's lock.
+struct Group<'f> {
+    files: &'f KeyedFiles,
+    path: PathBuf,
+    history: GroupHistory,
+    /// Whether the group had a file (a new one may push others out).
+    existed: bool,
+}
+
+impl<'f> Group<'f> {
+    /// Group `key`, with what was kept for it under its key from before history was
+    /// per agent (that file is merged in, oldest first, and removed when the group is
+    /// next written).
+    fn load(files: &'f KeyedFiles, key: &str) -> Result<(Self, Option<PathBuf>)> {
+        let path = files.file_of(key);
+        let existed = crate::fsutil::exists_no_follow(&path);
+        let mut history: GroupHistory = files.read::<GroupFile>(&path)?.into();
+        let legacy = legacy_group_history_key(key)
+            .map(|legacy| files.file_of(legacy))
+            .filter(|legacy| crate::fsutil::exists_no_follow(legacy));
+        if let Some(legacy) = &legacy {
+            let mut older: GroupHistory = files.read::<GroupFile>(legacy)?.into();
+            older.entries.append(&mut history.entries);
+            older.claimed.append(&mut history.claimed);
+            history = older;
+        }
+        let group = Group {
+            files,
+            path,
+            history,
+            existed: existed || legacy.is_some(),
+        };
+        Ok((group, legacy))
+    }
+
+    /// Writes the group (removing its file when it is empty), then removes the legacy
+    /// file it adopted.
+    fn save(&self, legacy: Option<PathBuf>) -> Result<()> {
+        if self.history.is_empty() {
+            self.files.remove(&self.path)?;
+        } else if self.history.claimed.is_empty() {
+            self.files.write(&self.path, &self.history.entries)?;
+        } else {
+            self.files.write(&self.path, &self.history)?;
+        }
+        match legacy {
+            Some(legacy) => self.files.remove(&legacy),
+            None => Ok(()),
+        }
+    }
+}
+
+impl JsonFileHistory {
+    /// Runs `f` on group `key` under the directory's lock, writing the group back when
+    /// `f` says it changed it.
+    async fn with_group<T: Send + 'static>(
+        &self,
+        key: &str,
+        f: impl FnOnce(&mut GroupHistory) -> (T, bool) + Send + 'static,
+    ) -> Result<T> {
+        let key = key.to_owned();
+        let max_keys = self.max_keys;
+        self.files
+            .locked(move |files| {
+                let (mut group, legacy) = Group::load(files, &key)?;
+                let (value, changed) = f(&mut group.history);
+                if changed || legacy.is_some() {
+                    group.save(legacy)?;
+                    if !group.existed && !group.history.is_empty() {
+                        files.evict(max_keys)?;
+                    }
+                }
+                Ok(value)
+            })
+            .await
     }
 }
 
@@ -78,37 +182,65 @@ impl HistoryBuffer for JsonFileHistory {
         if self.limit == 0 {
             return Ok(());
         }
-        let path = self.files.file_of(key);
-        let (limit, max_keys) = (self.limit, self.max_keys);
-        self.files
-            .locked(move |files| {
-                let existed = path.exists();
-                let mut entries: Vec<HistoryEntry> = files.read(&path)?;
-                entries.push(entry);
-                let excess = entries.len().saturating_sub(limit);
-                entries.drain(..excess);
-                files.write(&path, &entries)?;
-                if !existed {
-                    files.evict(max_keys)?;
-                }
-                Ok(())
-            })
-            .await
+        let limit = self.limit;
+        self.with_group(key, move |group| {
+            group.append(entry, limit);
+            ((), true)
+        })
+        .await
     }
 
     async fn entries(&self, key: &str) -> Result<Vec<HistoryEntry>> {
-        let path = self.files.file_of(key);
-        self.files.locked(move |files| files.read(&path)).await
+        self.with_group(key, |group| (Vec::from(group.entries.clone()), false))
+            .await
     }
 
     async fn clear(&self, key: &str) -> Result<()> {
-        let path = self.files.file_of(key);
-        self.files.locked(move |files| files.remove(&path)).await
+        self.with_group(key, |group| {
+            *group = GroupHistory::default();
+            ((), true)
+        })
+        .await
     }
 
     async fn take(&self, key: &str) -> Result<Vec<HistoryEntry>> {
-        let path = self.files.file_of(key);
-        self.files.locked(move |files| files.take(&path)).await
+        self.with_group(key, |group| {
+            let taken = group.take();
+            let changed = !taken.is_empty();
+            (taken, changed)
+        })
+        .await
+    }
+
+    async fn claim(
+        &self,
+        key: &str,
+        claim: &HistoryClaim,
+        take_over: &[String],
+    ) -> Result<Vec<HistoryEntry>> {
+        let (claim, take_over) = (claim.clone(), take_over.to_vec());
+        self.with_group(key, move |group| {
+            let claimed = group.claim(&claim, &take_over);
+            let changed = !claimed.is_empty();
+            (claimed, changed)
+        })
+        .await
+    }
+
+    async fn claims(&self, key: &str) -> Result<Vec<HistoryClaim>> {
+        self.with_group(key, |group| (group.claims(), false)).await
+    }
+
+    async fn settle(&self, key: &str, claim_id: &str) -> Result<()> {
+        let claim_id = claim_id.to_owned();
+        self.with_group(key, move |group| ((), group.settle(&claim_id)))
+            .await
+    }
+
+    async fn release(&self, key: &str, claim_id: &str, _: Vec<HistoryEntry>) -> Result<()> {
+        let claim_id = claim_id.to_owned();
+        self.with_group(key, move |group| ((), group.release(&claim_id)))
+            .await
     }
 }
 
@@ -235,6 +367,22 @@ mod tests {
         );
         history.append("g", said("b")).await.unwrap();
         assert_eq!(bodies(&history, "g").await, ["b"]);
+    }
+
+    #[tokio::test]
+    async fn hands_claimed_entries_over_exactly_once() {
+        let dir = tempfile::tempdir().unwrap();
+        crate::store::history_suite::claims_hand_entries_over_exactly_once(
+            JsonFileHistory::with_limits(dir.path(), 3, 10),
+            3,
+        )
+        .await;
+        // Each group's file is an array again once it has no claims (what earlier
+        // versions read).
+        let history = JsonFileHistory::new(dir.path());
+        history.append("g", said("a")).await.unwrap();
+        let text = fs::read_to_string(history.files.file_of("g")).unwrap();
+        assert!(text.starts_with('['), "{text}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::fsutil::{blocking, create_private_dir_all, read_limited, write_private_atomically};
+use crate::fsutil::{blocking, create_checked_dir, read_limited, write_private_atomically};
 use crate::paths::file_name_for;
 
 /// The largest file read: far more than any bounded list of chat messages.
@@ -19,15 +19,22 @@ const MAX_FILE: u64 = 16 * 1024 * 1024;
 /// taken for every call.
 #[derive(Debug, Clone)]
 pub(super) struct KeyedFiles {
+    /// The state root the directory is in: no link between them is followed.
+    root: PathBuf,
     dir: PathBuf,
     /// What the files hold, for errors and the log (`group history`).
     what: &'static str,
 }
 
 impl KeyedFiles {
-    /// The files in `dir`, holding `what`.
-    pub(super) fn new(dir: PathBuf, what: &'static str) -> Self {
-        KeyedFiles { dir, what }
+    /// The files in directory `name` of the state root `root`, holding `what`.
+    pub(super) fn new(root: &Path, name: &str, what: &'static str) -> Self {
+        let root = crate::paths::state_root(root);
+        KeyedFiles {
+            dir: root.join(name),
+            root,
+            what,
+        }
     }
 
     /// The file of `key`.
@@ -42,7 +49,7 @@ impl KeyedFiles {
     ) -> Result<T> {
         let files = self.clone();
         blocking(&self.dir, move || {
-            create_private_dir_all(&files.dir)
+            create_checked_dir(&files.root, &files.dir)
                 .map_err(|e| Error::io("create directory", &files.dir, e))?;
             let lock_path = files.dir.join(".lock");
             let mut options = OpenOptions::new();

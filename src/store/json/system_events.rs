@@ -78,10 +78,7 @@ impl JsonFileSystemEvents {
     /// least 1).
     pub fn with_limits(root: impl AsRef<Path>, max_events: usize, max_sessions: usize) -> Self {
         JsonFileSystemEvents {
-            files: KeyedFiles::new(
-                crate::paths::state_root(root.as_ref()).join(EVENTS_DIR),
-                "system events",
-            ),
+            files: KeyedFiles::new(root.as_ref(), EVENTS_DIR, "system events"),
             max_events: max_events.max(1),
             max_sessions: max_sessions.max(1),
         }

@@ -6,10 +6,11 @@ use tokio_postgres::Row;
 
 use super::{evict_least_recent, pg_error, OpenTransaction, PostgresStore};
 use crate::context::history::{
-    HistoryBuffer, HistoryEntry, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
+    legacy_group_history_key, HistoryBuffer, HistoryClaim, HistoryEntry,
+    DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
 };
 use crate::error::Result;
-use crate::store::sql::{history_bound, history_time_from_i64, history_time_to_i64};
+use crate::store::sql::{history_bound, history_time_from_i64, history_time_to_i64, parse_claims};
 
 /// Group history kept in the schema of a [`PostgresStore`], with the same bounds as
 /// [`MemoryHistory`](crate::context::history::MemoryHistory): at most 50 entries a
@@ -79,6 +80,40 @@ impl PostgresHistory {
         let lock = format!("{}{key}", self.lock_prefix());
         self.store.begin_locked(&lock, "lock group history").await
     }
+
+    /// Runs one statement on group `key` in a transaction holding its lock, after
+    /// filing what was kept under the group's key from before history was per agent
+    /// under its key.
+    async fn locked_query(
+        &self,
+        key: &str,
+        what: &'static str,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<Row>> {
+        let open = self.begin(key).await?;
+        let result = async {
+            let c = open.client();
+            adopt_legacy(c, &self.table(), key).await?;
+            c.query(sql, params).await.map_err(pg_error(what))
+        }
+        .await;
+        open.end(result).await
+    }
+}
+
+/// Files the rows kept under group `key`'s key from before history was per agent under
+/// its key.
+async fn adopt_legacy(c: &tokio_postgres::Client, table: &str, key: &str) -> Result<()> {
+    if let Some(legacy) = legacy_group_history_key(key) {
+        c.execute(
+            &format!("UPDATE {table} SET group_key = $1 WHERE group_key = $2"),
+            &[&key, &legacy],
+        )
+        .await
+        .map_err(pg_error("adopt group history"))?;
+    }
+    Ok(())
 }
 
 fn entry_of(row: &Row) -> HistoryEntry {
@@ -100,6 +135,7 @@ impl HistoryBuffer for PostgresHistory {
         let open = self.begin(key).await?;
         let result = async {
             let c = open.client();
+            adopt_legacy(c, &table, key).await?;
             let existed: bool = c
                 .query_one(
                     &format!("SELECT EXISTS (SELECT 1 FROM {table} WHERE group_key = $1)"),
@@ -123,11 +159,11 @@ impl HistoryBuffer for PostgresHistory {
             )
             .await
             .map_err(pg_error("append group history"))?;
-            // The group keeps its `limit` newest entries.
+            // The group keeps its `limit` newest unclaimed entries.
             c.execute(
                 &format!(
-                    "DELETE FROM {table} WHERE group_key = $1 AND id <= (
-                         SELECT id FROM {table} WHERE group_key = $1
+                    "DELETE FROM {table} WHERE group_key = $1 AND claim_id IS NULL AND id <= (
+                         SELECT id FROM {table} WHERE group_key = $1 AND claim_id IS NULL
                          ORDER BY id DESC OFFSET $2 LIMIT 1)"
                 ),
                 &[&key, &history_bound(self.limit)],
@@ -160,7 +196,7 @@ impl HistoryBuffer for PostgresHistory {
             .query(
                 &format!(
                     "SELECT sender, body, at, message_id FROM {}
-                     WHERE group_key = $1 ORDER BY id",
+                     WHERE group_key = $1 AND claim_id IS NULL ORDER BY id",
                     self.table()
                 ),
                 &[&key],
@@ -171,36 +207,89 @@ impl HistoryBuffer for PostgresHistory {
     }
 
     async fn clear(&self, key: &str) -> Result<()> {
-        let open = self.begin(key).await?;
-        let result = open
-            .client()
-            .execute(
-                &format!("DELETE FROM {} WHERE group_key = $1", self.table()),
-                &[&key],
-            )
+        let sql = format!("DELETE FROM {} WHERE group_key = $1", self.table());
+        self.locked_query(key, "clear group history", &sql, &[&key])
             .await
             .map(drop)
-            .map_err(pg_error("clear group history"));
-        open.end(result).await
     }
 
     async fn take(&self, key: &str) -> Result<Vec<HistoryEntry>> {
-        let open = self.begin(key).await?;
-        let result = open
-            .client()
+        let sql = format!(
+            "WITH taken AS (
+                 DELETE FROM {} WHERE group_key = $1 AND claim_id IS NULL
+                 RETURNING id, sender, body, at, message_id)
+             SELECT sender, body, at, message_id FROM taken ORDER BY id",
+            self.table()
+        );
+        let rows = self
+            .locked_query(key, "take group history", &sql, &[&key])
+            .await?;
+        Ok(rows.iter().map(entry_of).collect())
+    }
+
+    async fn claim(
+        &self,
+        key: &str,
+        claim: &HistoryClaim,
+        take_over: &[String],
+    ) -> Result<Vec<HistoryEntry>> {
+        let record = serde_json::to_string(claim)
+            .map_err(|e| crate::Error::encode("a claim of group history", e))?;
+        let sql = format!(
+            "WITH claimed AS (
+                 UPDATE {} SET claim_id = $1, claim = $2
+                 WHERE group_key = $3 AND (claim_id IS NULL OR claim_id = ANY($4))
+                 RETURNING id, sender, body, at, message_id)
+             SELECT sender, body, at, message_id FROM claimed ORDER BY id",
+            self.table()
+        );
+        let rows = self
+            .locked_query(
+                key,
+                "claim group history",
+                &sql,
+                &[&claim.id, &record, &key, &take_over],
+            )
+            .await?;
+        Ok(rows.iter().map(entry_of).collect())
+    }
+
+    async fn claims(&self, key: &str) -> Result<Vec<HistoryClaim>> {
+        let client = self.store.client().await?;
+        let rows = client
             .query(
                 &format!(
-                    "WITH taken AS (
-                         DELETE FROM {} WHERE group_key = $1
-                         RETURNING id, sender, body, at, message_id)
-                     SELECT sender, body, at, message_id FROM taken ORDER BY id",
+                    "SELECT claim_id, MIN(claim) FROM {}
+                     WHERE group_key = $1 AND claim_id IS NOT NULL
+                     GROUP BY claim_id ORDER BY MIN(id)",
                     self.table()
                 ),
                 &[&key],
             )
             .await
-            .map(|rows| rows.iter().map(entry_of).collect())
-            .map_err(pg_error("take group history"));
-        open.end(result).await
+            .map_err(pg_error("read group history claims"))?;
+        Ok(parse_claims(
+            rows.iter().map(|row| (row.get(0), row.get(1))).collect(),
+        ))
+    }
+
+    async fn settle(&self, key: &str, claim_id: &str) -> Result<()> {
+        let sql = format!(
+            "DELETE FROM {} WHERE group_key = $1 AND claim_id = $2",
+            self.table()
+        );
+        self.locked_query(key, "settle group history", &sql, &[&key, &claim_id])
+            .await
+            .map(drop)
+    }
+
+    async fn release(&self, key: &str, claim_id: &str, _: Vec<HistoryEntry>) -> Result<()> {
+        let sql = format!(
+            "UPDATE {} SET claim_id = NULL, claim = NULL WHERE group_key = $1 AND claim_id = $2",
+            self.table()
+        );
+        self.locked_query(key, "release group history", &sql, &[&key, &claim_id])
+            .await
+            .map(drop)
     }
 }

@@ -144,6 +144,10 @@ CREATE TABLE {schema}.search_vector_blocks (
 );
 ALTER TABLE {schema}.search_vector_blocks ALTER COLUMN data SET STORAGE EXTERNAL;
 "#,
+    r#"
+ALTER TABLE {schema}.group_history ADD COLUMN claim_id TEXT;
+ALTER TABLE {schema}.group_history ADD COLUMN claim TEXT;
+"#,
 ];
 
 /// The migration that adds `search_postings` and `search_vector_blocks`: messages and

@@ -378,6 +378,21 @@ mod group_history {
         store.drop_schema().await.unwrap();
     }
 
+    #[tokio::test]
+    #[cfg_attr(
+        not(postgres_tests),
+        ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+    )]
+    async fn hands_claimed_entries_over_exactly_once() {
+        let store = fresh("as_history").await;
+        history_suite::claims_hand_entries_over_exactly_once(
+            PostgresHistory::with_limits(&store, 3, 10),
+            3,
+        )
+        .await;
+        store.drop_schema().await.unwrap();
+    }
+
     /// Three stores (three pools) on one schema, as three hosts would have.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     #[cfg_attr(

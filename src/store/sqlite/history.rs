@@ -6,10 +6,11 @@ use rusqlite::{params, Connection};
 
 use super::{db_error, SqliteStore};
 use crate::context::history::{
-    HistoryBuffer, HistoryEntry, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
+    legacy_group_history_key, HistoryBuffer, HistoryClaim, HistoryEntry,
+    DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
 };
 use crate::error::Result;
-use crate::store::sql::{history_bound, history_time_from_i64, history_time_to_i64};
+use crate::store::sql::{history_bound, history_time_from_i64, history_time_to_i64, parse_claims};
 
 /// Group history kept in the database of a [`SqliteStore`], with the same bounds as
 /// [`MemoryHistory`](crate::context::history::MemoryHistory): at most 50 entries a
@@ -68,16 +69,16 @@ impl SqliteHistory {
     }
 }
 
-/// The group's entries, oldest first.
-fn read_group(c: &Connection, key: &str) -> Result<Vec<HistoryEntry>> {
+/// The group's unclaimed entries, or those of claim `claim_id`, oldest first.
+fn read_group(c: &Connection, key: &str, claim_id: Option<&str>) -> Result<Vec<HistoryEntry>> {
     let mut statement = c
         .prepare_cached(
             "SELECT sender, body, at, message_id FROM group_history
-             WHERE group_key = ?1 ORDER BY id",
+             WHERE group_key = ?1 AND claim_id IS ?2 ORDER BY id",
         )
         .map_err(db_error("read group history"))?;
     let rows = statement
-        .query_map([key], |row| {
+        .query_map(params![key, claim_id], |row| {
             Ok(HistoryEntry {
                 sender: row.get(0)?,
                 body: row.get(1)?,
@@ -97,6 +98,17 @@ fn delete_group(c: &Connection, key: &str) -> Result<()> {
     Ok(())
 }
 
+/// Files what was kept under the group's key from before history was per agent under
+/// its key.
+fn adopt_legacy(tx: &Connection, key: &str) -> Result<()> {
+    if let Some(legacy) = legacy_group_history_key(key) {
+        tx.prepare_cached("UPDATE group_history SET group_key = ?1 WHERE group_key = ?2")
+            .and_then(|mut statement| statement.execute([key, legacy]))
+            .map_err(db_error("adopt group history"))?;
+    }
+    Ok(())
+}
+
 #[async_trait]
 impl HistoryBuffer for SqliteHistory {
     async fn append(&self, key: &str, entry: HistoryEntry) -> Result<()> {
@@ -107,6 +119,7 @@ impl HistoryBuffer for SqliteHistory {
         let (limit, max_keys) = (history_bound(self.limit), history_bound(self.max_keys));
         self.store
             .write(move |tx| {
+                adopt_legacy(tx, &key)?;
                 let existed: bool = tx
                     .query_row(
                         "SELECT EXISTS (SELECT 1 FROM group_history WHERE group_key = ?1)",
@@ -128,10 +141,11 @@ impl HistoryBuffer for SqliteHistory {
                     ])
                 })
                 .map_err(db_error("append group history"))?;
-                // The group keeps its `limit` newest entries.
+                // The group keeps its `limit` newest unclaimed entries.
                 tx.prepare_cached(
-                    "DELETE FROM group_history WHERE group_key = ?1 AND id <= (
-                         SELECT id FROM group_history WHERE group_key = ?1
+                    "DELETE FROM group_history WHERE group_key = ?1 AND claim_id IS NULL
+                     AND id <= (
+                         SELECT id FROM group_history WHERE group_key = ?1 AND claim_id IS NULL
                          ORDER BY id DESC LIMIT 1 OFFSET ?2)",
                 )
                 .and_then(|mut statement| statement.execute(params![key, limit]))
@@ -153,7 +167,7 @@ impl HistoryBuffer for SqliteHistory {
 
     async fn entries(&self, key: &str) -> Result<Vec<HistoryEntry>> {
         let key = key.to_owned();
-        self.store.read(move |c| read_group(c, &key)).await
+        self.store.read(move |c| read_group(c, &key, None)).await
     }
 
     async fn clear(&self, key: &str) -> Result<()> {
@@ -165,11 +179,93 @@ impl HistoryBuffer for SqliteHistory {
         let key = key.to_owned();
         self.store
             .write(move |tx| {
-                let entries = read_group(tx, &key)?;
+                adopt_legacy(tx, &key)?;
+                let entries = read_group(tx, &key, None)?;
                 if !entries.is_empty() {
-                    delete_group(tx, &key)?;
+                    tx.prepare_cached(
+                        "DELETE FROM group_history WHERE group_key = ?1 AND claim_id IS NULL",
+                    )
+                    .and_then(|mut statement| statement.execute([&key]))
+                    .map_err(db_error("take group history"))?;
                 }
                 Ok(entries)
+            })
+            .await
+    }
+
+    async fn claim(
+        &self,
+        key: &str,
+        claim: &HistoryClaim,
+        take_over: &[String],
+    ) -> Result<Vec<HistoryEntry>> {
+        let key = key.to_owned();
+        let record = serde_json::to_string(claim)
+            .map_err(|e| crate::Error::encode("a claim of group history", e))?;
+        let id = claim.id.clone();
+        let take_over = serde_json::Value::from(take_over.to_vec()).to_string();
+        self.store
+            .write(move |tx| {
+                adopt_legacy(tx, &key)?;
+                tx.prepare_cached(
+                    "UPDATE group_history SET claim_id = ?1, claim = ?2
+                     WHERE group_key = ?3
+                     AND (claim_id IS NULL OR claim_id IN (SELECT value FROM json_each(?4)))",
+                )
+                .and_then(|mut statement| statement.execute(params![id, record, key, take_over]))
+                .map_err(db_error("claim group history"))?;
+                read_group(tx, &key, Some(&id))
+            })
+            .await
+    }
+
+    async fn claims(&self, key: &str) -> Result<Vec<HistoryClaim>> {
+        let key = key.to_owned();
+        let records = self
+            .store
+            .read(move |c| {
+                let mut statement = c
+                    .prepare_cached(
+                        "SELECT claim_id, MIN(claim) FROM group_history
+                         WHERE group_key = ?1 AND claim_id IS NOT NULL
+                         GROUP BY claim_id ORDER BY MIN(id)",
+                    )
+                    .map_err(db_error("read group history claims"))?;
+                let rows = statement
+                    .query_map([&key], |row| Ok((row.get(0)?, row.get(1)?)))
+                    .map_err(db_error("read group history claims"))?;
+                rows.collect::<rusqlite::Result<Vec<_>>>()
+                    .map_err(db_error("read group history claims"))
+            })
+            .await?;
+        Ok(parse_claims(records))
+    }
+
+    async fn settle(&self, key: &str, claim_id: &str) -> Result<()> {
+        let (key, claim_id) = (key.to_owned(), claim_id.to_owned());
+        self.store
+            .write(move |tx| {
+                tx.prepare_cached(
+                    "DELETE FROM group_history WHERE group_key = ?1 AND claim_id = ?2",
+                )
+                .and_then(|mut statement| statement.execute([&key, &claim_id]))
+                .map_err(db_error("settle group history"))?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn release(&self, key: &str, claim_id: &str, _: Vec<HistoryEntry>) -> Result<()> {
+        let (key, claim_id) = (key.to_owned(), claim_id.to_owned());
+        self.store
+            .write(move |tx| {
+                tx.prepare_cached(
+                    "UPDATE group_history SET claim_id = NULL, claim = NULL
+                     WHERE group_key = ?1 AND claim_id = ?2",
+                )
+                .and_then(|mut statement| statement.execute([&key, &claim_id]))
+                .map_err(db_error("release group history"))?;
+                Ok(())
             })
             .await
     }

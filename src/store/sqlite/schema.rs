@@ -139,6 +139,10 @@ CREATE TABLE search_postings_state (
 );
 INSERT INTO search_postings_state VALUES (1, 0, 0, 0);
 "#,
+    r#"
+ALTER TABLE group_history ADD COLUMN claim_id TEXT;
+ALTER TABLE group_history ADD COLUMN claim TEXT;
+"#,
 ];
 
 /// The migration that adds `search_postings`: messages indexed before it are indexed

@@ -352,6 +352,17 @@ mod group_history {
         history_suite::entries_keep_every_field(SqliteHistory::new(&store)).await;
     }
 
+    #[tokio::test]
+    async fn hands_claimed_entries_over_exactly_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("sessions.db")).unwrap();
+        history_suite::claims_hand_entries_over_exactly_once(
+            SqliteHistory::with_limits(&store, 3, 10),
+            3,
+        )
+        .await;
+    }
+
     /// Three stores on one file, as three processes would have.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn take_is_atomic_beside_other_processes_appending() {

@@ -1,0 +1,417 @@
+//! Group chatter, exactly once: acknowledged chatter is kept or the call fails; chatter
+//! a turn takes reaches exactly one model input, whatever fails; each agent and each
+//! forum topic keeps its own history; nothing is written through a planted link.
+//!
+//! Each test runs on every backend this build has: a JSON tree, SQLite (feature
+//! `sqlite`) and PostgreSQL (feature `postgres`, with `AGENT_SESSIONS_TEST_POSTGRES_URL`).
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_sessions::prelude::*;
+use agent_sessions::store::Backend;
+use agent_sessions::transcript::{
+    ArchiveReason, LogQuery, LogRecord, Offset, SessionEvent, SessionHeader, TranscriptEntry,
+    TranscriptRead, TranscriptRef, TranscriptStore, TranscriptSubscription,
+};
+use agent_sessions::{AgentId, Error};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+fn in_group(sender: &str, text: &str) -> InboundMessage {
+    InboundMessage::group("telegram", "-100", sender, text).with_sender_name(sender)
+}
+
+fn mention(sender: &str, text: &str) -> InboundMessage {
+    in_group(sender, text).mentioning_agent()
+}
+
+/// The stores to run on: a JSON tree, and SQLite and PostgreSQL when built with them.
+struct Stores {
+    _dir: tempfile::TempDir,
+    urls: Vec<String>,
+    #[cfg(feature = "postgres")]
+    schemas: Vec<common::TestSchema>,
+}
+
+impl Stores {
+    fn new(prefix: &str) -> Stores {
+        let dir = tempfile::tempdir().unwrap();
+        #[allow(unused_mut)]
+        let mut urls = vec![format!("json:{}", dir.path().join("tree").display())];
+        #[cfg(feature = "sqlite")]
+        urls.push(format!(
+            "sqlite:{}",
+            dir.path().join("sessions.db").display()
+        ));
+        #[cfg(feature = "postgres")]
+        let mut schemas = Vec::new();
+        #[cfg(feature = "postgres")]
+        if std::env::var("AGENT_SESSIONS_TEST_POSTGRES_URL").is_ok() {
+            let schema = common::TestSchema::new(prefix);
+            urls.push(schema.url());
+            schemas.push(schema);
+        }
+        let _ = prefix;
+        Stores {
+            _dir: dir,
+            urls,
+            #[cfg(feature = "postgres")]
+            schemas,
+        }
+    }
+
+    async fn finish(self) {
+        #[cfg(feature = "postgres")]
+        for schema in self.schemas {
+            schema.drop().await;
+        }
+    }
+}
+
+/// A transcript store whose appends fail while `failing` is set: a disk that filled up,
+/// a database that went away.
+struct Flaky {
+    inner: Arc<dyn TranscriptStore>,
+    failing: Arc<AtomicBool>,
+}
+
+#[async_trait]
+impl TranscriptStore for Flaky {
+    async fn create(
+        &self,
+        transcript: &TranscriptRef,
+        header: &SessionHeader,
+    ) -> agent_sessions::Result<bool> {
+        self.inner.create(transcript, header).await
+    }
+
+    async fn fork(
+        &self,
+        parent: &TranscriptRef,
+        child: &TranscriptRef,
+        header: &SessionHeader,
+    ) -> agent_sessions::Result<bool> {
+        self.inner.fork(parent, child, header).await
+    }
+
+    async fn append(
+        &self,
+        transcript: &TranscriptRef,
+        entries: Vec<TranscriptEntry>,
+    ) -> agent_sessions::Result<Vec<SessionEvent>> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(Error::Io {
+                op: "append",
+                path: PathBuf::from("transcript.jsonl"),
+                source: std::io::Error::from_raw_os_error(28), // ENOSPC
+            });
+        }
+        self.inner.append(transcript, entries).await
+    }
+
+    async fn read(
+        &self,
+        transcript: &TranscriptRef,
+        from: Offset,
+    ) -> agent_sessions::Result<TranscriptRead> {
+        self.inner.read(transcript, from).await
+    }
+
+    async fn archive(
+        &self,
+        transcript: &TranscriptRef,
+        reason: ArchiveReason,
+        at: DateTime<Utc>,
+    ) -> agent_sessions::Result<Option<PathBuf>> {
+        self.inner.archive(transcript, reason, at).await
+    }
+
+    async fn remove(&self, transcript: &TranscriptRef) -> agent_sessions::Result<bool> {
+        self.inner.remove(transcript).await
+    }
+
+    async fn query_log(&self, query: &LogQuery) -> agent_sessions::Result<Vec<LogRecord>> {
+        self.inner.query_log(query).await
+    }
+
+    fn subscribe(&self) -> TranscriptSubscription {
+        self.inner.subscribe()
+    }
+
+    fn location(&self, transcript: &TranscriptRef) -> Option<String> {
+        self.inner.location(transcript)
+    }
+}
+
+/// A manager over `backend` whose transcript appends fail while `failing` is set.
+fn flaky_manager(backend: &Backend, failing: &Arc<AtomicBool>) -> SessionManager {
+    let inner: Arc<dyn TranscriptStore> = backend.transcripts().clone();
+    SessionManager::builder(backend.sessions().clone())
+        .transcripts(Flaky {
+            inner,
+            failing: failing.clone(),
+        })
+        .history(backend.history().clone())
+        .system_events(backend.system_events().clone())
+        .build()
+}
+
+/// Says `message` in its group, where it is kept as chatter.
+async fn keep_chatter(manager: &SessionManager, message: &InboundMessage) {
+    let turn = manager.turn(message).await.unwrap();
+    assert_eq!(turn.action(), &TurnAction::StaySilent, "{message:?}");
+}
+
+/// How many of the session's inbound lines (what the model was given) contain `text`.
+async fn times_shown(manager: &SessionManager, key: &SessionKey, text: &str) -> usize {
+    let read = manager
+        .transcripts()
+        .replay(key, Offset::START)
+        .await
+        .unwrap();
+    read.events
+        .iter()
+        .filter_map(|event| event.entry.message.as_ref())
+        .filter(|message| message.text().contains(text))
+        .count()
+}
+
+#[tokio::test]
+async fn chatter_taken_by_a_turn_that_fails_is_shown_to_the_next_turn_once() {
+    let stores = Stores::new("claim_fail");
+    for url in &stores.urls {
+        let backend = Backend::open(url).await.unwrap();
+        let failing = Arc::new(AtomicBool::new(false));
+        let manager = flaky_manager(&backend, &failing);
+        // A first answered turn: the group's session and transcript exist.
+        let first = manager.turn(&mention("Bob", "@bot hi")).await.unwrap();
+        let key = first.key().clone();
+        first.complete("Hello.").await.unwrap();
+        for text in ["lunch at noon?", "or one?"] {
+            let chatter = manager.turn(&in_group("Ann", text)).await.unwrap();
+            assert_eq!(chatter.action(), &TurnAction::StaySilent, "{url}");
+        }
+        manager
+            .enqueue_system_event(&key, "Reminder: the room is booked until 2.")
+            .await
+            .unwrap();
+        // The mention's inbound line cannot be logged: the turn fails ...
+        failing.store(true, Ordering::SeqCst);
+        let failed = manager.turn(&mention("Bob", "@bot book it")).await;
+        assert!(failed.is_err(), "{url}: the turn reports the failure");
+        failing.store(false, Ordering::SeqCst);
+        // ... and the chatter it had claimed, and the event it had drained, are there
+        // for the next one, once.
+        let next = manager.turn(&mention("Bob", "@bot book it")).await.unwrap();
+        let input = next.input().unwrap().to_owned();
+        assert!(
+            input.contains("Reminder: the room is booked"),
+            "{url}: {input}"
+        );
+        assert!(input.contains("Ann: lunch at noon?"), "{url}: {input}");
+        assert!(input.contains("Ann: or one?"), "{url}: {input}");
+        next.complete("Booked.").await.unwrap();
+        let after = manager.turn(&mention("Bob", "@bot thanks")).await.unwrap();
+        assert!(!after.input().unwrap().contains("lunch"), "{url}");
+        drop(after);
+        assert_eq!(
+            times_shown(&manager, &key, "lunch at noon?").await,
+            1,
+            "{url}"
+        );
+        assert!(backend
+            .history()
+            .entries("agent:main:telegram:default:group:-100")
+            .await
+            .unwrap()
+            .is_empty());
+    }
+    stores.finish().await;
+}
+
+#[tokio::test]
+async fn a_turn_dropped_anywhere_leaves_its_chatter_in_exactly_one_model_input() {
+    let stores = Stores::new("claim_drop");
+    for url in &stores.urls {
+        let manager = SessionManager::connect(url).await.unwrap().build();
+        // The host gives up on a mention after a while, from at once to after the turn
+        // is done: whatever the turn had reached, the chatter before it reaches exactly
+        // one model input, this turn's or a later one's.
+        let waits: Vec<u64> = (0..40).map(|n| n * n * 10).collect();
+        for wait in &waits {
+            keep_chatter(&manager, &in_group("Ann", &format!("line {wait};"))).await;
+            let _ = tokio::time::timeout(
+                Duration::from_micros(*wait),
+                manager.turn(&mention("Bob", "@bot where?")),
+            )
+            .await;
+        }
+        let last = manager.turn(&mention("Bob", "@bot done?")).await.unwrap();
+        let key = last.key().clone();
+        drop(last);
+        for wait in &waits {
+            let line = format!("Ann: line {wait};");
+            assert_eq!(times_shown(&manager, &key, &line).await, 1, "{url}: {line}");
+        }
+    }
+    stores.finish().await;
+}
+
+#[tokio::test]
+async fn chatter_that_cannot_be_kept_fails_the_call_and_a_mention_is_still_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("json:{}", dir.path().display());
+    let manager = SessionManager::connect(&url).await.unwrap().build();
+    // Something planted where the group's history file belongs.
+    let planted = dir
+        .path()
+        .join("group-history/agent%3Amain%3Atelegram%3Adefault%3Agroup%3A-100.json");
+    std::fs::create_dir_all(&planted).unwrap();
+    let chatter = manager.turn(&in_group("Ann", "lunch?")).await;
+    assert!(
+        matches!(chatter, Err(Error::NotAFile { .. } | Error::Io { .. })),
+        "not acknowledged: {chatter:?}"
+    );
+    assert!(manager
+        .record_chatter(&in_group("Ann", "lunch?"))
+        .await
+        .is_err());
+    // A read that fails while answering costs only the history.
+    let asked = manager.turn(&mention("Bob", "@bot book it")).await.unwrap();
+    assert_eq!(asked.action(), &TurnAction::Answer);
+    assert_eq!(asked.complete("Booked.").await.unwrap().len(), 1);
+    assert!(planted.is_dir(), "what was planted is left alone");
+    // Once the path is free, chatter is kept again.
+    std::fs::remove_dir(&planted).unwrap();
+    keep_chatter(&manager, &in_group("Ann", "lunch?")).await;
+    let asked = manager.turn(&mention("Bob", "@bot book it")).await.unwrap();
+    assert!(asked.input().unwrap().contains("Ann: lunch?"));
+}
+
+#[tokio::test]
+async fn each_agent_keeps_its_own_history_of_a_group() {
+    let stores = Stores::new("agent_history");
+    for url in &stores.urls {
+        let isolated = |agent: &str| {
+            let url = url.clone();
+            let agent = AgentId::new(agent).unwrap();
+            async move {
+                SessionManager::connect(&url)
+                    .await
+                    .unwrap()
+                    .isolate_to_agent(agent)
+                    .build()
+            }
+        };
+        let alpha = isolated("alpha").await;
+        let beta = isolated("beta").await;
+        let to = |agent: &str, message: InboundMessage| message.with_agent(agent);
+        keep_chatter(&alpha, &to("alpha", in_group("Ann", "alpha's secret"))).await;
+        keep_chatter(&beta, &to("beta", in_group("Cy", "beta's chatter"))).await;
+        let to_beta = beta
+            .turn(&to("beta", mention("Bob", "@bot hi")))
+            .await
+            .unwrap();
+        let seen = to_beta.input().unwrap().to_owned();
+        assert!(!seen.contains("alpha's secret"), "{url}: {seen}");
+        assert!(seen.contains("beta's chatter"), "{url}: {seen}");
+        let to_alpha = alpha
+            .turn(&to("alpha", mention("Bob", "@bot hi")))
+            .await
+            .unwrap();
+        let seen = to_alpha.input().unwrap().to_owned();
+        assert!(seen.contains("alpha's secret"), "{url}: {seen}");
+        assert!(!seen.contains("beta's chatter"), "{url}: {seen}");
+    }
+    stores.finish().await;
+}
+
+#[tokio::test]
+async fn each_forum_topic_keeps_its_own_history_when_sessions_are_per_topic() {
+    let stores = Stores::new("topic_history");
+    for url in &stores.urls {
+        let manager = SessionManager::connect(url).await.unwrap().build();
+        let in_topic =
+            |topic: i64, sender: &str, text: &str| in_group(sender, text).with_forum_topic(topic);
+        keep_chatter(&manager, &in_topic(43, "Ann", "topic 43 chatter")).await;
+        keep_chatter(&manager, &in_topic(42, "Cy", "topic 42 chatter")).await;
+        let asked = manager
+            .turn(&in_topic(42, "Bob", "@bot hi").mentioning_agent())
+            .await
+            .unwrap();
+        assert!(
+            asked.key().to_string().ends_with(":topic:42"),
+            "{}",
+            asked.key()
+        );
+        let seen = asked.input().unwrap();
+        assert!(seen.contains("topic 42 chatter"), "{url}: {seen}");
+        assert!(!seen.contains("topic 43 chatter"), "{url}: {seen}");
+    }
+    stores.finish().await;
+}
+
+#[tokio::test]
+async fn history_kept_before_it_was_per_agent_reaches_the_next_turn() {
+    let stores = Stores::new("legacy_history");
+    for url in &stores.urls {
+        let backend = Backend::open(url).await.unwrap();
+        // What an earlier version kept, under the group's key without the agent.
+        let said = agent_sessions::context::history::HistoryEntry {
+            sender: "Ann".into(),
+            body: "kept before the upgrade".into(),
+            timestamp: None,
+            message_id: None,
+        };
+        backend
+            .history()
+            .append("telegram:default:group:-100", said)
+            .await
+            .unwrap();
+        let manager = SessionManager::connect(url).await.unwrap().build();
+        keep_chatter(&manager, &in_group("Cy", "after the upgrade")).await;
+        let asked = manager.turn(&mention("Bob", "@bot hi")).await.unwrap();
+        let seen = asked.input().unwrap().to_owned();
+        let before = seen.find("Ann: kept before the upgrade").expect(&seen);
+        let after = seen.find("Cy: after the upgrade").expect(&seen);
+        assert!(before < after, "{url}: oldest first");
+        asked.complete("ok").await.unwrap();
+        assert!(backend
+            .history()
+            .entries("telegram:default:group:-100")
+            .await
+            .unwrap()
+            .is_empty());
+    }
+    stores.finish().await;
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_planted_group_history_link_is_refused_and_its_target_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let foreign = tempfile::tempdir().unwrap();
+    for n in 0..1_003 {
+        std::fs::write(foreign.path().join(format!("{n:04}.json")), b"[]").unwrap();
+    }
+    std::os::unix::fs::symlink(foreign.path(), dir.path().join("group-history")).unwrap();
+    let manager = SessionManager::connect(&format!("json:{}", dir.path().display()))
+        .await
+        .unwrap()
+        .build();
+    let chatter = manager.turn(&in_group("Ann", "lunch?")).await;
+    assert!(
+        matches!(chatter, Err(Error::NotAFile { .. })),
+        "{chatter:?}"
+    );
+    assert_eq!(
+        std::fs::read_dir(foreign.path()).unwrap().count(),
+        1_003,
+        "nothing written or evicted in the link's target"
+    );
+}
