@@ -415,3 +415,144 @@ async fn a_planted_group_history_link_is_refused_and_its_target_left_alone() {
         "nothing written or evicted in the link's target"
     );
 }
+
+// ---------------------------------------------------------------------------------
+// Workers SIGKILLed anywhere inside `turn()`
+// ---------------------------------------------------------------------------------
+
+const CHILD_URL: &str = "AGENT_SESSIONS_CHATTER_CHILD_STORE";
+const CHILD_FIRST: &str = "AGENT_SESSIONS_CHATTER_CHILD_FIRST";
+
+/// The chatter line `n` as the model sees it.
+fn chatter_line(n: usize) -> String {
+    format!("Ann: c{n};")
+}
+
+/// A worker that says chatter `n`, `n + 1`, … in the group, a mention after every
+/// third, and prints `ack n` once the turn of chatter `n` has returned; until killed.
+#[test]
+#[ignore = "a child process of the killed-worker test"]
+fn chatter_child() {
+    let (Ok(url), Ok(first)) = (std::env::var(CHILD_URL), std::env::var(CHILD_FIRST)) else {
+        panic!("run by the killed-worker test, not directly");
+    };
+    let first: usize = first.parse().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let manager = SessionManager::connect(&url).await.unwrap().build();
+        for n in first.. {
+            keep_chatter(&manager, &in_group("Ann", &format!("c{n};"))).await;
+            println!("ack {n}");
+            if n % 3 == 2 {
+                let turn = manager.turn(&mention("Bob", "@bot so?")).await.unwrap();
+                turn.complete("Noted.").await.unwrap();
+            }
+        }
+    });
+}
+
+/// Kills a chatter worker `kills` times at random moments, restarting it after each,
+/// then answers one last mention in this process: every acknowledged chatter line is in
+/// exactly one model input, and no line is in two.
+async fn killed_workers_show_each_chatter_line_once(url: &str, kills: usize) {
+    use std::io::BufRead;
+    // Each worker's first line, and its last acknowledged one.
+    let mut runs: Vec<(usize, Option<usize>)> = Vec::new();
+    let mut seed = 0x9e37_79b9_u64;
+    for run in 0..kills {
+        let first = run * 1_000;
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "chatter_child",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_URL, url)
+            .env(CHILD_FIRST, first.to_string())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let acks = std::thread::spawn(move || {
+            std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(|line| line.ok())
+                .filter_map(|line| line.strip_prefix("ack ")?.trim().parse::<usize>().ok())
+                .last()
+        });
+        // A random moment after the worker has started its turns.
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        tokio::time::sleep(Duration::from_millis(150 + seed % 150)).await;
+        child.kill().unwrap();
+        child.wait().unwrap();
+        runs.push((first, acks.join().unwrap()));
+    }
+    let manager = SessionManager::connect(url).await.unwrap().build();
+    let last = manager.turn(&mention("Bob", "@bot done?")).await.unwrap();
+    let key = last.key().clone();
+    last.complete("Done.").await.unwrap();
+    let read = manager
+        .transcripts()
+        .replay(&key, Offset::START)
+        .await
+        .unwrap();
+    let inputs: Vec<String> = read
+        .events
+        .iter()
+        .filter_map(|event| event.entry.message.as_ref())
+        .filter(|message| message.role == agent_sessions::transcript::Role::User)
+        .map(|message| message.text())
+        .collect();
+    let mut shown = std::collections::BTreeMap::<usize, usize>::new();
+    for input in &inputs {
+        for line in input.lines() {
+            let Some(n) = line
+                .split("Ann: c")
+                .nth(1)
+                .and_then(|rest| rest.strip_suffix(';'))
+                .and_then(|n| n.parse().ok())
+            else {
+                continue;
+            };
+            *shown.entry(n).or_default() += 1;
+        }
+    }
+    let twice: Vec<_> = shown.iter().filter(|(_, times)| **times > 1).collect();
+    assert!(twice.is_empty(), "{url}: shown twice: {twice:?}");
+    // Every acknowledged line was shown; one a worker was killed while keeping may be.
+    let mut acknowledged = 0;
+    for (first, last) in runs {
+        for n in first..=last.unwrap_or(first) {
+            if last.is_some() {
+                assert!(
+                    shown.contains_key(&n),
+                    "{url}: {} never shown",
+                    chatter_line(n)
+                );
+                acknowledged += 1;
+            }
+        }
+    }
+    assert!(
+        acknowledged > kills,
+        "{url}: the workers made progress: {acknowledged}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_killed_inside_turns_show_each_chatter_line_once() {
+    let stores = Stores::new("claim_kill");
+    for url in &stores.urls {
+        killed_workers_show_each_chatter_line_once(url, 25).await;
+    }
+    stores.finish().await;
+}
