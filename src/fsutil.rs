@@ -91,6 +91,14 @@ pub(crate) fn write_private_atomically(path: &Path, bytes: &[u8]) -> Result<()> 
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     create_private_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
+    // The directory written in is never a link planted where the crate's own belongs.
+    if std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(Error::io(
+            "create",
+            dir,
+            Refused::NotRegular("a symbolic link").into_io_at(dir),
+        ));
+    }
     // NamedTempFile creates its file 0600 with O_EXCL and removes it if dropped.
     let mut temp = tempfile::NamedTempFile::new_in(dir).map_err(|e| Error::io("create", dir, e))?;
     temp.write_all(bytes)

@@ -160,6 +160,97 @@ async fn orphans_and_dead_locks_are_cleared_and_fresh_ones_left() {
 }
 
 #[tokio::test]
+async fn orphans_of_every_atomic_write_are_found_and_quarantined() {
+    let dir = tempfile::tempdir().unwrap();
+    let manager = SessionManager::connect(&format!("json:{}", dir.path().display()))
+        .await
+        .unwrap()
+        .build();
+    // Every directory the crate replaces files in atomically, used once.
+    let group = InboundMessage::group("telegram", "-100", "7", "lunch?");
+    let chatter = manager.turn(&group).await.unwrap();
+    assert_eq!(chatter.action(), &TurnAction::StaySilent);
+    let key = manager
+        .resolve(&InboundMessage::direct("telegram", "42", "hi"))
+        .await
+        .unwrap()
+        .key;
+    manager
+        .enqueue_system_event(&key, "Reminder.")
+        .await
+        .unwrap();
+    manager.close(&key).await.unwrap();
+    // What writes killed before their rename leave behind: `.tmp` + random.
+    let orphans: Vec<PathBuf> = [
+        "agents/main/sessions",
+        "group-history",
+        "system-events",
+        "search",
+    ]
+    .iter()
+    .map(|at| {
+        let at = dir.path().join(at);
+        fs::create_dir_all(&at).unwrap();
+        let orphan = at.join(".tmpAb12Cd");
+        fs::write(&orphan, b"half a file").unwrap();
+        age(&orphan, Duration::from_secs(3600));
+        orphan
+    })
+    .collect();
+    let report = examine(dir.path(), &DoctorOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(kinds(&report), ["orphaned temp"; 4], "{report:?}");
+    assert!(
+        orphans.iter().all(|orphan| orphan.exists()),
+        "only reported"
+    );
+
+    let report = examine(dir.path(), &DoctorOptions::repair()).await.unwrap();
+    assert!(report.all_repaired());
+    for ((_, repair), orphan) in report.findings.iter().zip(&orphans) {
+        assert!(!orphan.exists());
+        let kept = repair.as_ref().unwrap().quarantined_to.as_ref().unwrap();
+        assert_eq!(fs::read(kept).unwrap(), b"half a file");
+    }
+    assert!(examine(dir.path(), &DoctorOptions::default())
+        .await
+        .unwrap()
+        .is_healthy());
+    // The buffers go on past the quarantine folders in their directories.
+    let asked = manager
+        .turn(&InboundMessage::group("telegram", "-100", "8", "@bot hi").mentioning_agent())
+        .await
+        .unwrap();
+    assert!(asked.input().unwrap().contains("lunch?"));
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn links_planted_where_the_crate_writes_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    for name in ["group-history", "system-events", "search"] {
+        std::os::unix::fs::symlink(elsewhere.path(), dir.path().join(name)).unwrap();
+    }
+    let report = examine(dir.path(), &DoctorOptions::repair()).await.unwrap();
+    let unusable: Vec<&Path> = report
+        .findings
+        .iter()
+        .filter_map(|(finding, repair)| match finding {
+            Finding::UnusableFile { path, problem } => {
+                assert!(problem.contains("symbolic link"), "{problem}");
+                assert!(repair.is_none(), "reported, never repaired");
+                Some(path.as_path())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(unusable.len(), 3, "{report:?}");
+    assert!(dir.path().join("search").is_symlink(), "left as it is");
+}
+
+#[tokio::test]
 async fn entries_whose_transcript_is_gone_are_pruned_only_on_request_and_saved() {
     let dir = tempfile::tempdir().unwrap();
     let store = JsonFileStore::new(dir.path());

@@ -1007,8 +1007,8 @@ async fn a_symlink_planted_in_a_workspace_is_not_followed() {
         .unwrap();
     assert!(matches!(
         workspaces.open(id),
-        Err(Error::Io {
-            op: "open workspace",
+        Err(Error::NotAFile {
+            found: "a symbolic link",
             ..
         })
     ));

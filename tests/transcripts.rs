@@ -1093,3 +1093,90 @@ async fn a_line_with_a_lone_surrogate_from_javascript_is_read_and_chained_after(
     assert_eq!(read.events.len(), 3);
     assert_eq!(read.events[1].entry.id.as_deref(), Some("0badf00d"));
 }
+
+const RESETTER_URL: &str = "AGENT_SESSIONS_RESETTER_STORE";
+
+/// Resets the session of `telegram:42` over and over, until killed.
+#[test]
+#[ignore = "a child process of the reset-race test"]
+fn resetter_child() {
+    let Ok(url) = std::env::var(RESETTER_URL) else {
+        panic!("run by the reset-race test, not directly");
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let manager = SessionManager::connect(&url).await.unwrap().build();
+        let reset = InboundMessage::direct("telegram", "42", "/new");
+        loop {
+            manager.resolve(&reset).await.unwrap();
+        }
+    });
+}
+
+/// Messages logged while another process resets the session over and over: every
+/// append succeeds and every message is in one of the session's files, live or
+/// archived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_logged_while_another_process_resets_are_all_kept() {
+    use agent_sessions::manager::LogMessage;
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("json:{}", dir.path().display());
+    let writer = SessionManager::connect(&url).await.unwrap().build();
+    let key = writer
+        .resolve(&InboundMessage::direct("telegram", "42", "hi"))
+        .await
+        .unwrap()
+        .key;
+    let mut resetter = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["resetter_child", "--exact", "--ignored", "--test-threads=1"])
+        .env(RESETTER_URL, &url)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    const MESSAGES: usize = 1_000;
+    let mut failures = Vec::new();
+    for n in 0..MESSAGES {
+        let logged = writer
+            .transcripts()
+            .log_message(&key, LogMessage::inbound(format!("message {n};")))
+            .await;
+        if let Err(error) = logged {
+            failures.push(format!("{n}: {error}"));
+        }
+    }
+    resetter.kill().unwrap();
+    resetter.wait().unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} failed: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+    let sessions = agent_sessions::paths::sessions_dir(dir.path(), &AgentId::main());
+    let mut seen = vec![0usize; MESSAGES];
+    let mut files = 0;
+    for file in std::fs::read_dir(&sessions).unwrap() {
+        let path = file.unwrap().path();
+        if !path.to_string_lossy().contains(".jsonl") {
+            continue;
+        }
+        files += 1;
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            if let Some(n) = line
+                .split("message ")
+                .nth(1)
+                .and_then(|rest| rest.split(';').next())
+                .and_then(|n| n.parse::<usize>().ok())
+            {
+                seen[n] += 1;
+            }
+        }
+    }
+    assert!(files > 10, "the resets ran: {files} files");
+    let lost: Vec<usize> = (0..MESSAGES).filter(|n| seen[*n] != 1).collect();
+    assert!(lost.is_empty(), "not kept exactly once: {lost:?}");
+}

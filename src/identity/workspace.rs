@@ -26,13 +26,13 @@
 //! ```
 
 use std::fs;
-use std::io::{self, Read};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use uuid::Uuid;
 
 use crate::error::{Error, IdKind, Result};
-use crate::fsutil::{create_private_dir_all, open_no_follow, write_private_atomically};
+use crate::fsutil::{create_checked_dir, open_no_follow, write_private_atomically};
 
 /// The longest workspace file name, in bytes (a common file-system limit).
 pub const MAX_FILE_NAME_LEN: usize = 255;
@@ -82,15 +82,14 @@ impl Workspaces {
 
     /// The workspace `id`, created (with its areas) if missing.
     ///
-    /// A symlink where the root's child or an area should be is refused
-    /// ([`Error::Io`] with `op` `"open workspace"`), not followed.
+    /// A symlink, or anything but a directory, where the workspace or an area should be
+    /// is refused ([`Error::NotAFile`]), not followed; the root itself may be a link.
     pub fn open(&self, id: Uuid) -> Result<Workspace> {
         let workspace = self.locate(id);
-        create_private_dir_all(&self.root)
-            .map_err(|e| Error::io("create directory", &self.root, e))?;
-        create_real_dir(&workspace.dir)?;
         for area in [Area::Attachments, Area::Exports, Area::Context] {
-            create_real_dir(&workspace.dir.join(area.dir_name()))?;
+            let dir = workspace.dir.join(area.dir_name());
+            create_checked_dir(&self.root, &dir)
+                .map_err(|e| Error::io("open workspace", &dir, e))?;
         }
         Ok(workspace)
     }
@@ -101,25 +100,6 @@ impl Workspaces {
             id,
             dir: self.root.join(id.hyphenated().to_string()),
         }
-    }
-}
-
-/// Creates `dir` owner-only unless it exists; refuses anything but a real directory.
-fn create_real_dir(dir: &Path) -> Result<()> {
-    match create_private_dir_all(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(Error::io("create directory", dir, e)),
-    }
-    let metadata = fs::symlink_metadata(dir).map_err(|e| Error::io("open workspace", dir, e))?;
-    if metadata.file_type().is_dir() {
-        Ok(())
-    } else {
-        Err(Error::io(
-            "open workspace",
-            dir,
-            io::Error::other("not a real directory (a symlink or a file)"),
-        ))
     }
 }
 

@@ -259,7 +259,49 @@ impl Doctor {
             }
             self.examine_agent(&agent)?;
         }
+        let search_dir = Path::new(super::backend::SEARCH_INDEX_FILE)
+            .parent()
+            .unwrap_or(Path::new("search"));
+        for dir in [
+            Path::new(super::json::HISTORY_DIR),
+            Path::new(super::json::EVENTS_DIR),
+            search_dir,
+        ] {
+            self.examine_shared_dir(&self.root.join(dir))?;
+        }
         Ok((self.report, self.to_prune))
+    }
+
+    /// A directory of the state root the crate writes in (group history, system events,
+    /// the search index): a link or a file there is reported (the crate refuses to
+    /// write through it), orphaned temporary files in it are found.
+    fn examine_shared_dir(&mut self, dir: &Path) -> Result<()> {
+        match fs::symlink_metadata(dir) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::io("examine", dir, e)),
+            Ok(metadata) if !metadata.is_dir() => {
+                let problem = format!(
+                    "{}: the crate never writes through it",
+                    describe(metadata.file_type())
+                );
+                self.report.findings.push((
+                    Finding::UnusableFile {
+                        path: dir.to_owned(),
+                        problem,
+                    },
+                    None,
+                ));
+                return Ok(());
+            }
+            Ok(_) => {}
+        }
+        for entry in fs::read_dir(dir).map_err(|e| Error::io("list", dir, e))? {
+            let entry = entry.map_err(|e| Error::io("list", dir, e))?;
+            if is_temp_name(&entry.file_name().to_string_lossy()) {
+                self.orphaned_temp(&entry.path())?;
+            }
+        }
+        Ok(())
     }
 
     fn examine_agent(&mut self, agent: &AgentId) -> Result<()> {
@@ -269,7 +311,7 @@ impl Doctor {
             let entry = entry.map_err(|e| Error::io("list", &dir, e))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             let path = entry.path();
-            if name.starts_with("sessions.json.") && name.ends_with(".tmp") {
+            if is_temp_name(&name) {
                 self.orphaned_temp(&path)?;
             } else if name != "quarantine" && path != store && path != lock_path(&store) {
                 // Transcripts, the backup, anything the store may open: regular files.
@@ -546,6 +588,13 @@ enum Transcript {
     Missing(String),
     /// The store would refuse the recorded file; why.
     Unusable(String, String),
+}
+
+/// Whether `name` is a temporary file of an atomic write: the store's
+/// (`sessions.json.<…>.tmp`) or any other file's (`.tmp<random>`, beside the closed
+/// sessions, group history, system events, the search index).
+fn is_temp_name(name: &str) -> bool {
+    (name.starts_with("sessions.json.") && name.ends_with(".tmp")) || name.starts_with(".tmp")
 }
 
 fn age(path: &Path) -> Duration {

@@ -314,7 +314,7 @@ impl Inner {
         Ok(Tail {
             file: id,
             len,
-            lines: count_lines(path, len)?,
+            lines: count_lines(path, file, len)?,
             ends_with_newline,
             leaf,
         })
@@ -654,12 +654,17 @@ fn read_tail(file: &mut File, len: u64) -> io::Result<(bool, Option<String>)> {
     }
 }
 
-/// The number of newlines in the first `len` bytes of `path`.
-fn count_lines(path: &Path, len: u64) -> Result<usize> {
+/// The number of newlines in the first `len` bytes of `file` (at `path`, for errors).
+///
+/// Counted through the handle the caller has open, never by opening `path` again: a
+/// reset that archives the transcript meanwhile renames the path, not the file.
+fn count_lines(path: &Path, file: &File, len: u64) -> Result<usize> {
     if len == 0 {
         return Ok(0);
     }
-    let file = open_no_follow(path).map_err(|e| Error::io("open", path, e))?;
+    let mut file = file.try_clone().map_err(|e| Error::io("open", path, e))?;
+    file.seek(SeekFrom::Start(0))
+        .map_err(|e| Error::io("seek", path, e))?;
     let mut reader = io::BufReader::with_capacity(256 * 1024, file.take(len));
     let mut lines = 0;
     loop {
@@ -714,7 +719,7 @@ pub(super) fn read_transcript(path: &Path, from: Offset) -> Result<TranscriptRea
         next: Offset(from.0 + bytes.len() as u64),
         ..TranscriptRead::default()
     };
-    let mut line = count_lines(path, from.0)?;
+    let mut line = count_lines(path, &file, from.0)?;
     let mut position = 0usize;
     while position < bytes.len() {
         line += 1;

@@ -15,7 +15,7 @@ use crate::context::history::{
 use crate::error::Result;
 
 /// The directory under the state root that holds group history.
-const HISTORY_DIR: &str = "group-history";
+pub(crate) const HISTORY_DIR: &str = "group-history";
 
 /// Group history kept in files: `<root>/group-history/<group>.json`, one per group, with
 /// the same bounds as [`MemoryHistory`](crate::context::history::MemoryHistory) (50

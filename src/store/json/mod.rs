@@ -40,11 +40,13 @@ use crate::key::{AgentId, SessionKey};
 use crate::paths;
 
 pub use self::history::JsonFileHistory;
+pub(crate) use self::history::HISTORY_DIR;
 pub use self::io::Durability;
 pub use self::lock::{
     LockOptions, DEFAULT_LOCK_POLL_INTERVAL, DEFAULT_LOCK_STALE_AFTER, DEFAULT_LOCK_TIMEOUT,
 };
 pub use self::system_events::JsonFileSystemEvents;
+pub(crate) use self::system_events::EVENTS_DIR;
 
 /// What a writer whose change joined an open batch waits on: the batch's write, done
 /// (`Some`) or not yet (`None`).

@@ -15,7 +15,7 @@ use crate::error::Result;
 use crate::key::SessionKey;
 
 /// The directory under the state root that holds system events.
-const EVENTS_DIR: &str = "system-events";
+pub(crate) const EVENTS_DIR: &str = "system-events";
 
 /// One event as a queue file keeps it.
 #[derive(Serialize, Deserialize)]
