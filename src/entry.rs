@@ -569,10 +569,33 @@ pub struct SessionEntry {
     /// resets, so a person's files outlive their sessions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_id: Option<String>,
+    /// The inbound messages with a channel message id this session took within the
+    /// manager's dedupe window, newest last: a message the channel delivers again is
+    /// recognised and answered once (see
+    /// [`SessionManagerBuilder::dedupe_window`](crate::manager::SessionManagerBuilder::dedupe_window)).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent_inbound: Vec<InboundRecord>,
 
     /// Fields this version does not know, kept as written, in order.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// An inbound message a session took, as [`SessionEntry::recent_inbound`] remembers it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct InboundRecord {
+    /// The message: `<channel>:<accountId>:<chat>:<message id>`.
+    pub id: String,
+    /// When it was taken, epoch milliseconds.
+    pub at: u64,
+    /// The session it went to.
+    pub session_id: String,
+    /// The turn that took it (a process and a token): while that turn may still log the
+    /// message, a delivery again is a duplicate; after, the transcript says.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub holder: String,
 }
 
 /// The longest session label, in characters (OpenClaw's `SESSION_LABEL_MAX_LENGTH`).

@@ -25,6 +25,7 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -112,6 +113,24 @@ pub trait HistoryBuffer: Send + Sync {
         Ok(entries)
     }
 
+    /// Appends `entry` unless the group kept an entry with the same message id within
+    /// `window` before it (the entry's timestamp is its time): `Ok(false)` for a
+    /// message the channel delivered again. An entry without a message id, or with a
+    /// blank one, is always appended. The crate's buffers check and append in one
+    /// atomic step, remembering the ids of entries taken or claimed since; the default
+    /// looks only at the entries still kept.
+    async fn append_once(&self, key: &str, entry: HistoryEntry, window: Duration) -> Result<bool> {
+        let _ = window;
+        if let Some(id) = entry_message_id(&entry) {
+            let kept = self.entries(key).await?;
+            if kept.iter().any(|e| e.message_id.as_deref() == Some(id)) {
+                return Ok(false);
+            }
+        }
+        self.append(key, entry).await?;
+        Ok(true)
+    }
+
     /// Marks the group's unclaimed entries, and those of the claims whose ids are in
     /// `take_over`, as claimed by `claim`, and returns them oldest first — in one
     /// atomic step: an entry is claimed by one claim at a time. Claimed entries stay
@@ -168,6 +187,10 @@ impl<T: HistoryBuffer + ?Sized> HistoryBuffer for Arc<T> {
 
     async fn take(&self, key: &str) -> Result<Vec<HistoryEntry>> {
         (**self).take(key).await
+    }
+
+    async fn append_once(&self, key: &str, entry: HistoryEntry, window: Duration) -> Result<bool> {
+        (**self).append_once(key, entry, window).await
     }
 
     async fn claim(
@@ -237,6 +260,27 @@ pub(crate) struct GroupHistory {
     /// The claimed entries, by claim, in claim order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) claimed: Vec<ClaimedEntries>,
+    /// The message ids of the entries kept within the dedupe window, oldest first.
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    pub(crate) seen: VecDeque<SeenMessage>,
+}
+
+/// A message id a group kept, and when (epoch milliseconds).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SeenMessage {
+    pub(crate) id: String,
+    pub(crate) at: u64,
+}
+
+/// The most message ids a group remembers for deduplication; the oldest go first.
+pub(crate) const MAX_SEEN_PER_GROUP: usize = 500;
+
+/// The message id of `entry`, unless it has none or a blank one.
+pub(crate) fn entry_message_id(entry: &HistoryEntry) -> Option<&str> {
+    entry
+        .message_id
+        .as_deref()
+        .filter(|id| !id.trim().is_empty())
 }
 
 /// The entries of one claim.
@@ -260,9 +304,36 @@ impl GroupHistory {
         }
     }
 
-    /// Whether it holds nothing, claimed or not.
+    /// [`append`](Self::append), unless the group kept an entry with the same message
+    /// id within `window` (see [`HistoryBuffer::append_once`]): whether it appended.
+    pub(crate) fn append_once(
+        &mut self,
+        entry: HistoryEntry,
+        limit: usize,
+        window: Duration,
+    ) -> bool {
+        if let Some(id) = entry_message_id(&entry) {
+            let now = entry.timestamp.unwrap_or(0);
+            let since = now.saturating_sub(window.as_millis() as u64);
+            self.seen.retain(|seen| seen.at >= since);
+            if self.seen.iter().any(|seen| seen.id == id) {
+                return false;
+            }
+            if self.seen.len() >= MAX_SEEN_PER_GROUP {
+                self.seen.pop_front();
+            }
+            self.seen.push_back(SeenMessage {
+                id: id.to_owned(),
+                at: now,
+            });
+        }
+        self.append(entry, limit);
+        true
+    }
+
+    /// Whether it holds nothing: no entry, claimed or not, and no message id.
     pub(crate) fn is_empty(&self) -> bool {
-        self.entries.is_empty() && self.claimed.is_empty()
+        self.entries.is_empty() && self.claimed.is_empty() && self.seen.is_empty()
     }
 
     /// The unclaimed entries, forgotten.
@@ -423,6 +494,21 @@ impl HistoryBuffer for MemoryHistory {
             state.groups.shift_remove_index(0);
         }
         Ok(())
+    }
+
+    async fn append_once(&self, key: &str, entry: HistoryEntry, window: Duration) -> Result<bool> {
+        let mut state = self.state();
+        let limit = state.limit;
+        if limit == 0 {
+            return Ok(true);
+        }
+        let mut group = state.groups.shift_remove(key).unwrap_or_default();
+        let appended = group.append_once(entry, limit, window);
+        state.groups.insert(key.to_owned(), group);
+        while state.groups.len() > self.max_keys {
+            state.groups.shift_remove_index(0);
+        }
+        Ok(appended)
     }
 
     async fn entries(&self, key: &str) -> Result<Vec<HistoryEntry>> {

@@ -1,21 +1,15 @@
 //! Group history shown exactly once: a turn claims the lines, its inbound transcript
 //! line carries them, and that line settles the claim (see [`HistoryClaim`]).
 //!
-//! A claim names its holder — this process, told apart from every other process and
-//! host — and its witness, the transcript its line goes to. A later turn that finds the
-//! claim outstanding asks whether the holder still runs: a claim of this process is
-//! live while its turn is (the process keeps a set of them); a claim of another process
-//! on this machine while that process runs (Linux: the process id and its start time,
-//! under the same boot); a claim from another host for [`CLAIM_LEASE`]. A claim whose
-//! holder is gone is settled if its line is in the witness, else its lines are taken
-//! over.
+//! A claim names its holder (the turn, see [`holders`]) and its witness, the transcript
+//! its line goes to. A later turn that finds the claim outstanding and its holder gone
+//! settles it if its line is in the witness, else takes its lines over.
 
-use std::collections::HashSet;
-use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::holders::{self, Hold};
 use super::SessionManager;
 use crate::context::history::{HistoryClaim, HistoryEntry};
 use crate::error::Result;
@@ -23,92 +17,31 @@ use crate::key::AgentId;
 use crate::lifecycle::clock::to_millis;
 use crate::transcript::{Offset, SessionEvent, TranscriptEntry, TranscriptRef, TranscriptStore};
 
-/// How long a claim made on another host counts as live without word from it: far
-/// longer than a turn takes from its claim to its inbound line (one transcript append).
-pub(crate) const CLAIM_LEASE: Duration = Duration::from_secs(120);
-
-/// The claims of this process whose turns still run.
-fn live_claims() -> std::sync::MutexGuard<'static, HashSet<String>> {
-    static LIVE: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
-    LIVE.get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-}
-
 /// A claim of this process, live until dropped.
 #[derive(Debug)]
-pub(super) struct LiveClaim(HistoryClaim);
+pub(super) struct LiveClaim {
+    claim: HistoryClaim,
+    _hold: Hold,
+}
 
 impl LiveClaim {
     fn new(witness: &TranscriptRef, at: u64) -> Self {
         let id = uuid::Uuid::new_v4().to_string();
-        live_claims().insert(id.clone());
-        LiveClaim(HistoryClaim {
-            id,
-            holder: this_process().to_owned(),
-            witness: Witness::of(witness),
-            at,
-        })
+        let hold = Hold::new(id.clone());
+        LiveClaim {
+            claim: HistoryClaim {
+                id,
+                holder: hold.holder().to_owned(),
+                witness: Witness::of(witness),
+                at,
+            },
+            _hold: hold,
+        }
     }
 
     pub(super) fn id(&self) -> &str {
-        &self.0.id
+        &self.claim.id
     }
-}
-
-impl Drop for LiveClaim {
-    fn drop(&mut self) {
-        live_claims().remove(&self.0.id);
-    }
-}
-
-/// Which process this is: `<boot id>/<pid>/<start time>` on Linux, else a random id
-/// (other processes then wait out the lease).
-fn this_process() -> &'static str {
-    static HOLDER: OnceLock<String> = OnceLock::new();
-    HOLDER.get_or_init(|| {
-        let pid = std::process::id();
-        match (boot_id(), start_time(pid)) {
-            (Some(boot), Some(start)) => format!("{boot}/{pid}/{start}"),
-            _ => format!("{}/{pid}/0", uuid::Uuid::new_v4()),
-        }
-    })
-}
-
-fn boot_id() -> Option<String> {
-    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    Some(id.trim().to_owned()).filter(|id| !id.is_empty())
-}
-
-/// When process `pid` started (clock ticks since boot), if it runs.
-fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces and parentheses: fields start after the last ')'.
-    let fields = stat.get(stat.rfind(')')? + 1..)?;
-    // Field 22 of the whole line is the 20th after the name.
-    fields.split_whitespace().nth(19)?.parse().ok()
-}
-
-/// Whether the holder of `claim` may still log its line.
-fn holder_alive(claim: &HistoryClaim, now_ms: u64) -> bool {
-    if claim.holder == this_process() {
-        return live_claims().contains(&claim.id);
-    }
-    let mut parts = claim.holder.splitn(3, '/');
-    let (Some(boot), Some(pid), Some(start)) = (parts.next(), parts.next(), parts.next()) else {
-        return lease_running(claim, now_ms);
-    };
-    if boot_id().as_deref() == Some(boot) {
-        return match pid.parse() {
-            Ok(pid) => start_time(pid).map(|s| s.to_string()).as_deref() == Some(start),
-            Err(_) => false,
-        };
-    }
-    lease_running(claim, now_ms)
-}
-
-fn lease_running(claim: &HistoryClaim, now_ms: u64) -> bool {
-    now_ms.saturating_sub(claim.at) < CLAIM_LEASE.as_millis() as u64
 }
 
 /// Where a claim's line goes, as a claim stores it.
@@ -182,7 +115,7 @@ impl SessionManager {
         let now = to_millis(self.seams.clock.now());
         let mut take_over = Vec::new();
         for claim in history.claims(group).await? {
-            if holder_alive(&claim, now) {
+            if holders::alive(&claim.holder, claim.at, now) {
                 continue;
             }
             if logged(self.transcript_store()?, &claim.witness, &claim.id).await? {
@@ -192,7 +125,7 @@ impl SessionManager {
             }
         }
         let claim = LiveClaim::new(transcript, now);
-        let entries = history.claim(group, &claim.0, &take_over).await?;
+        let entries = history.claim(group, &claim.claim, &take_over).await?;
         Ok(ClaimedHistory {
             group: group.to_owned(),
             claim,
@@ -204,11 +137,14 @@ impl SessionManager {
     /// id the claim's) to `transcript`, then settles the claim — or, when the append
     /// fails, releases it and returns the error. Runs to the end even when the caller
     /// stops waiting: a turn dropped half-way leaves no claim it cannot account for.
+    /// `done` is the turn's hold on its inbound message, marked done at its time once
+    /// the line is logged, and kept that long.
     pub(super) async fn log_claimed(
         &self,
         transcript: &TranscriptRef,
         line: TranscriptEntry,
         claimed: Option<ClaimedHistory>,
+        done: Option<(Hold, u64, Duration)>,
     ) -> Result<Vec<SessionEvent>> {
         let transcripts = self
             .seams
@@ -221,6 +157,9 @@ impl SessionManager {
         let transcript = transcript.clone();
         let work = async move {
             let appended = transcripts.append(&transcript, vec![line]).await;
+            if let (Ok(_), Some((hold, at, keep))) = (&appended, done) {
+                hold.done(at, keep);
+            }
             if let Some(ClaimedHistory {
                 group,
                 claim,
@@ -250,49 +189,6 @@ impl SessionManager {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn claim(holder: &str, at: u64) -> HistoryClaim {
-        HistoryClaim {
-            id: "c1".into(),
-            holder: holder.into(),
-            witness: String::new(),
-            at,
-        }
-    }
-
-    #[test]
-    fn a_claim_is_live_while_its_holder_runs() {
-        let now = 1_000_000_000;
-        let lease = CLAIM_LEASE.as_millis() as u64;
-        // This process: live only while the claim is registered.
-        let live = LiveClaim::new(&TranscriptRef::new(AgentId::main(), "s"), now);
-        assert!(holder_alive(&live.0, now));
-        let dropped = live.0.clone();
-        drop(live);
-        assert!(!holder_alive(&dropped, now));
-        if let Some(boot) = boot_id() {
-            // Another process of this machine: live while it runs.
-            let parent = std::os::unix::process::parent_id();
-            let start = start_time(parent).unwrap();
-            assert!(holder_alive(
-                &claim(&format!("{boot}/{parent}/{start}"), 0),
-                now
-            ));
-            assert!(!holder_alive(
-                &claim(&format!("{boot}/{parent}/{}", start + 1), now),
-                now
-            ));
-            assert!(!holder_alive(
-                &claim(&format!("{boot}/4194305/1"), now),
-                now
-            ));
-        }
-        // Another host: the lease.
-        let other = "00000000-0000-0000-0000-000000000000/1/1";
-        assert!(holder_alive(&claim(other, now - lease + 1), now));
-        assert!(!holder_alive(&claim(other, now - lease), now));
-        assert!(!holder_alive(&claim("garbage", now - lease), now));
-    }
 
     #[test]
     fn a_witness_names_its_transcript() {

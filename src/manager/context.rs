@@ -1,6 +1,8 @@
 //! The manager's side of conversation context: what the model sees for a message, and
 //! what the bot sends back.
 
+use std::time::Duration;
+
 use serde::Serialize;
 
 use super::{Resolution, SessionManager};
@@ -81,27 +83,43 @@ impl SessionManager {
         message: &InboundMessage,
         admit: &super::Admission<'_>,
     ) -> Result<ActivationDecision> {
+        let (decision, _) = self.chatter_admitted(message, admit, None).await?;
+        Ok(decision)
+    }
+
+    /// [`record_chatter`](Self::record_chatter), keeping the message once within
+    /// `dedupe` when given: whether it was kept (`false`: a delivery again).
+    pub(super) async fn chatter_admitted(
+        &self,
+        message: &InboundMessage,
+        admit: &super::Admission<'_>,
+        dedupe: Option<Duration>,
+    ) -> Result<(ActivationDecision, bool)> {
         let key = self.key_for(message)?;
         let stored = self.seams.store.get(&key).await?;
         let activation = stored.and_then(|s| s.entry.group_activation);
         let decision = decide(message, activation.as_ref());
-        if !decision.trigger {
-            self.record_inbound_meta_admitted(message, admit).await?;
-            self.keep_as_history(&key, message, &message.body).await?;
+        if decision.trigger {
+            return Ok((decision, false));
         }
-        Ok(decision)
+        self.record_inbound_meta_admitted(message, admit).await?;
+        let kept = self
+            .keep_as_history(&key, message, &message.body, dedupe)
+            .await?;
+        Ok((decision, kept))
     }
 
     /// Appends a group message the agent of `session` does not answer to its group's
-    /// history.
+    /// history — once within `dedupe` when given: whether it was appended.
     pub(super) async fn keep_as_history(
         &self,
         session: &SessionKey,
         message: &InboundMessage,
         body: &str,
-    ) -> Result<()> {
+        dedupe: Option<Duration>,
+    ) -> Result<bool> {
         let Some(key) = group_history_key(session, message) else {
-            return Ok(());
+            return Ok(true);
         };
         let entry = HistoryEntry {
             sender: sender_name(message),
@@ -111,7 +129,10 @@ impl SessionManager {
         };
         // Acknowledged chatter is kept: a buffer that cannot keep the line (a full disk,
         // a database gone) fails the call, so the host can retry or drop it knowingly.
-        self.seams.history.append(&key, entry).await
+        match dedupe {
+            Some(window) => self.seams.history.append_once(&key, entry, window).await,
+            None => self.seams.history.append(&key, entry).await.map(|()| true),
+        }
     }
 
     /// What the model sees for `message`, in the session `resolution` decided.
@@ -132,7 +153,7 @@ impl SessionManager {
         let history_key = group_history_key(&resolution.key, message);
         let Some(key) = history_key.as_deref().filter(|_| activation.trigger) else {
             if !activation.trigger {
-                self.keep_as_history(&resolution.key, message, &resolution.body)
+                self.keep_as_history(&resolution.key, message, &resolution.body, None)
                     .await?;
                 return Ok(TurnInput {
                     activation,

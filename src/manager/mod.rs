@@ -29,7 +29,9 @@
 
 mod claims;
 mod context;
+mod dedupe;
 mod entry_update;
+mod holders;
 mod idle;
 mod lifecycle;
 mod log;
@@ -69,6 +71,7 @@ use crate::store::SessionStore;
 use crate::transcript::{ArchiveReason, CheckpointReason, TranscriptRef, TranscriptStore};
 
 pub use context::TurnInput;
+pub use dedupe::DEFAULT_DEDUPE_WINDOW;
 pub use idle::{IdleCheckpointOptions, IdleCheckpoints};
 pub use lifecycle::{DeleteOptions, OverrideKind, PruneOptions, SessionOverride};
 pub use log::{LogMessage, SessionTranscripts};
@@ -80,6 +83,15 @@ pub use turns::{
 };
 
 use self::entry_update::{record_message, start_session, Inbound};
+
+/// What resolving a message a turn takes found.
+#[derive(Debug)]
+enum Resolved {
+    /// The session the message belongs to.
+    Session(Box<Resolution>),
+    /// The message was taken before (the session was left as it is).
+    Seen(dedupe::Seen),
+}
 use self::resolution::Policy;
 
 /// Decides which session each message belongs to, and keeps the sessions.
@@ -127,6 +139,7 @@ struct Settings {
     isolated_to: Option<AgentId>,
     context_window: Option<u64>,
     reset_acknowledgement: String,
+    dedupe_window: Duration,
 }
 
 impl fmt::Debug for SessionManager {
@@ -159,6 +172,7 @@ impl fmt::Debug for SessionManager {
                 "reset_acknowledgement",
                 &self.settings.reset_acknowledgement,
             )
+            .field("dedupe_window", &self.settings.dedupe_window)
             .finish_non_exhaustive()
     }
 }
@@ -376,6 +390,38 @@ impl SessionManagerBuilder {
         self
     }
 
+    /// How long a message the channel delivers again is recognised by its message id
+    /// and not answered again (default: [`DEFAULT_DEDUPE_WINDOW`], 20 minutes, as
+    /// OpenClaw; `Duration::ZERO` turns deduplication off). Only messages that carry a
+    /// message id ([`InboundMessage::with_message_id`]) are deduplicated; see
+    /// [`TurnAction::Duplicate`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use agent_sessions::prelude::*;
+    /// use agent_sessions::transcript::MemoryTranscriptStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// let manager = SessionManager::builder(MemoryStore::new())
+    ///     .transcripts(MemoryTranscriptStore::new())
+    ///     .dedupe_window(Duration::from_secs(3600))
+    ///     .build();
+    /// let update = InboundMessage::direct("telegram", "42", "hi").with_message_id("1001");
+    /// let first = manager.turn(&update).await?;
+    /// first.complete("Hello!").await?;
+    /// // Telegram sends the update again: nothing runs, nothing is logged.
+    /// let again = manager.turn(&update).await?;
+    /// assert_eq!(again.action(), &TurnAction::Duplicate);
+    /// assert!(again.complete("Hello!").await?.is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn dedupe_window(mut self, window: Duration) -> Self {
+        self.manager.settings.dedupe_window = window;
+        self
+    }
+
     /// The manager, after checking that every seam a configured feature needs is there:
     /// checkpoints (an introspector, `checkpoint_every_turns`) read and write the
     /// session's transcript, so they need a transcript store, and a turn limit needs an
@@ -482,6 +528,7 @@ impl SessionManager {
                     isolated_to: None,
                     context_window: None,
                     reset_acknowledgement: turn::DEFAULT_RESET_ACKNOWLEDGEMENT.to_owned(),
+                    dedupe_window: dedupe::DEFAULT_DEDUPE_WINDOW,
                 },
                 system_events: Arc::new(SystemEventQueue::default()),
             },
@@ -620,6 +667,24 @@ impl SessionManager {
         admit: &Admission<'_>,
         start_run: bool,
     ) -> Result<Resolution> {
+        match self.resolve_taking(message, admit, start_run, None).await? {
+            Resolved::Session(resolution) => Ok(*resolution),
+            // Only a message taken with an intake is ever seen before.
+            Resolved::Seen(_) => Err(Error::NotFound {
+                key: self.key_for(message)?,
+            }),
+        }
+    }
+
+    /// [`resolve_admitted`](Self::resolve_admitted), for a turn taking a message with
+    /// an id (`intake`): a message the session took before is not resolved again.
+    async fn resolve_taking(
+        &self,
+        message: &InboundMessage,
+        admit: &Admission<'_>,
+        start_run: bool,
+        intake: Option<&dedupe::Intake>,
+    ) -> Result<Resolved> {
         let span = tracing::info_span!(
             target: "agent_sessions",
             "resolve",
@@ -631,7 +696,7 @@ impl SessionManager {
             reason = tracing::field::Empty,
         );
         // Boxed, as the store's update inside it is: a turn's future stays small.
-        let resolved = Box::pin(self.resolve_in_span(message, admit, start_run))
+        let resolved = Box::pin(self.resolve_in_span(message, admit, start_run, intake))
             .instrument(span)
             .await;
         if let Err(error) = &resolved {
@@ -645,7 +710,8 @@ impl SessionManager {
         message: &InboundMessage,
         admit: &Admission<'_>,
         start_run: bool,
-    ) -> Result<Resolution> {
+        intake: Option<&dedupe::Intake>,
+    ) -> Result<Resolved> {
         let key = self.key_for(message)?;
         let span = tracing::Span::current();
         span.record("key", tracing::field::display(&key));
@@ -681,11 +747,20 @@ impl SessionManager {
         let now_ms = to_millis(now);
         let agent_identity = key.agent_id().map(|agent| self.agent_identity_of(agent));
         let mut outcome = None;
+        let mut seen = dedupe::Seen::New;
+        let window = self.settings.dedupe_window;
         let stored = self
             .seams
             .store
             .apply(&key, &mut |slot, _| {
                 admit(&key, slot.as_ref())?;
+                if let Some(intake) = intake {
+                    seen = dedupe::check(slot.as_ref(), intake, now_ms, window);
+                    if seen != dedupe::Seen::New {
+                        // Seen before: the session is left as it is, nothing written.
+                        return Ok(());
+                    }
+                }
                 let current = slot.take();
                 let (decision, reason) =
                     policy.decide(&key, current.as_ref(), now, drifted.as_deref());
@@ -718,6 +793,9 @@ impl SessionManager {
                     entry.status = Some(crate::entry::SessionStatus::Running);
                     entry.aborted_last_run = Some(true);
                 }
+                if let Some(intake) = intake {
+                    dedupe::record(&mut entry, intake, now_ms, window);
+                }
                 let expires_at = match policy.freshness(&key, &entry, now) {
                     Freshness::Fresh { expires_at } => expires_at,
                     Freshness::Stale { .. } => None,
@@ -734,6 +812,9 @@ impl SessionManager {
                 Ok(())
             })
             .await?;
+        if seen != dedupe::Seen::New {
+            return Ok(Resolved::Seen(seen));
+        }
         let (
             Some(mut session),
             Some((decision, reason, previous, system_sent, aborted_last_run, expires_at)),
@@ -752,7 +833,7 @@ impl SessionManager {
                 session = updated;
             }
         }
-        Ok(Resolution {
+        Ok(Resolved::Session(Box::new(Resolution {
             key,
             session,
             previous,
@@ -764,7 +845,7 @@ impl SessionManager {
             aborted_last_run,
             model_override: hint.map(|h| h.model),
             expires_at,
-        })
+        })))
     }
 
     /// What follows a new session: it inherits its siblings' identity summary; the

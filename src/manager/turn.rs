@@ -14,8 +14,9 @@ use crate::memory::usage::{EngineSession, TurnUsage};
 use crate::transcript::{Offset, SessionEvent, TranscriptRef};
 use tracing::Instrument;
 
+use super::dedupe::{self, Intake, Seen};
 use super::log::record_location;
-use super::{LogMessage, Resolution, SessionManager, TurnOutcome};
+use super::{LogMessage, Resolution, Resolved, SessionManager, TurnOutcome};
 
 /// What the session layer sends after a bare reset (`/new` with nothing after it), in
 /// place of a model reply.
@@ -34,15 +35,22 @@ pub enum TurnAction {
     /// A reset with nothing after it: the new session is ready. No model call;
     /// [`Turn::complete`] sends this acknowledgement.
     Acknowledge(String),
+    /// The channel delivered this message again (same message id, within the
+    /// manager's [dedupe window](super::SessionManagerBuilder::dedupe_window)): it was
+    /// taken by an earlier turn — answered, being answered by another worker, or kept
+    /// as chatter. Nothing ran, nothing was logged and no chatter was taken;
+    /// [`Turn::complete`] sends nothing.
+    Duplicate,
 }
 
 impl TurnAction {
-    /// The action's name: `answer`, `stay_silent` or `acknowledge`.
+    /// The action's name: `answer`, `stay_silent`, `acknowledge` or `duplicate`.
     pub fn as_str(&self) -> &'static str {
         match self {
             TurnAction::Answer => "answer",
             TurnAction::StaySilent => "stay_silent",
             TurnAction::Acknowledge(_) => "acknowledge",
+            TurnAction::Duplicate => "duplicate",
         }
     }
 }
@@ -220,12 +228,30 @@ impl SessionManager {
             flush: None,
             started,
         };
-        if message.is_group() && !self.record_chatter_admitted(message, admit).await?.trigger {
-            return Ok(turn);
+        let window = self.settings.dedupe_window;
+        let dedupe = (!window.is_zero()).then_some(window);
+        if message.is_group() {
+            let (decision, kept) = self.chatter_admitted(message, admit, dedupe).await?;
+            if !decision.trigger {
+                if !kept {
+                    turn.action = TurnAction::Duplicate;
+                }
+                return Ok(turn);
+            }
         }
-        let resolution = self.resolve_admitted(message, admit, true).await?;
+        let mut intake = dedupe
+            .and_then(|_| dedupe::inbound_id(message))
+            .map(Intake::new);
+        let Some(resolution) = self.resolve_once(message, admit, intake.as_mut()).await? else {
+            turn.action = TurnAction::Duplicate;
+            return Ok(turn);
+        };
+        let now_ms = self.seams.clock.now_millis();
         turn.key = resolution.key.clone();
         if resolution.reset_triggered && resolution.body.trim().is_empty() {
+            if let Some(intake) = intake {
+                intake.hold.done(now_ms, window);
+            }
             turn.action = TurnAction::Acknowledge(self.settings.reset_acknowledgement.clone());
             turn.entry = Some(resolution.entry().clone());
             turn.resolution = Some(resolution);
@@ -234,8 +260,11 @@ impl SessionManager {
         let activation = decide(message, resolution.entry().group_activation.as_ref());
         if !activation.trigger {
             // The group's activation changed since the message was checked: no run.
-            self.keep_as_history(&turn.key, message, &resolution.body)
+            self.keep_as_history(&turn.key, message, &resolution.body, None)
                 .await?;
+            if let Some(intake) = intake {
+                intake.hold.done(now_ms, window);
+            }
             self.change(&turn.key, |entry| {
                 entry.status = Some(SessionStatus::Idle);
                 entry.aborted_last_run = Some(resolution.aborted_last_run);
@@ -288,7 +317,8 @@ impl SessionManager {
             if let (Some(claimed), Some(log)) = (&claimed, line.log.as_mut()) {
                 log.message_id = Some(claimed.claim.id().to_owned());
             }
-            match self.log_claimed(&transcript, line, claimed).await {
+            let done = intake.map(|intake| (intake.hold, now_ms, window));
+            match self.log_claimed(&transcript, line, claimed, done).await {
                 Ok(mut logged) => turn.inbound = logged.pop(),
                 Err(error) => {
                     // The events this turn drained are for the turn that answers.
@@ -300,6 +330,9 @@ impl SessionManager {
             text
         } else {
             let input = self.prepare_turn(&resolution, message).await?;
+            if let Some(intake) = intake {
+                intake.hold.done(now_ms, window);
+            }
             input.text.unwrap_or_default()
         };
         turn.flush = self.seams.flush_guard.plan(&entry);
@@ -308,6 +341,41 @@ impl SessionManager {
         turn.input = Some(text);
         turn.resolution = Some(resolution);
         Ok(turn)
+    }
+
+    /// Resolves `message` for a turn, unless it was taken before (`None`: a duplicate).
+    /// A message whose earlier turn died is taken over when its line is not in that
+    /// turn's transcript.
+    async fn resolve_once(
+        &self,
+        message: &InboundMessage,
+        admit: &super::Admission<'_>,
+        mut intake: Option<&mut Intake>,
+    ) -> Result<Option<Resolution>> {
+        loop {
+            match self
+                .resolve_taking(message, admit, true, intake.as_deref())
+                .await?
+            {
+                Resolved::Session(resolution) => return Ok(Some(*resolution)),
+                Resolved::Seen(Seen::Unsure(record)) => {
+                    let (Some(intake), Some(id)) = (intake.as_deref_mut(), &message.message_id)
+                    else {
+                        return Ok(None);
+                    };
+                    if intake.take_over.is_some()
+                        || self
+                            .logged_before(&self.key_for(message)?, &record, id)
+                            .await?
+                    {
+                        return Ok(None);
+                    }
+                    // Its turn died before logging it: this turn takes it.
+                    intake.take_over = Some(record.holder);
+                }
+                Resolved::Seen(_) => return Ok(None),
+            }
+        }
     }
 
     /// The conversation of `key`'s current session as chat messages for the model,

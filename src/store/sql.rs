@@ -295,6 +295,17 @@ pub(crate) fn history_bound(value: usize) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
+/// When `entry` was kept, and the start of the dedupe `window` before it, as the SQL
+/// stores keep message ids (epoch milliseconds).
+pub(crate) fn seen_window(
+    entry: &crate::context::history::HistoryEntry,
+    window: std::time::Duration,
+) -> (i64, i64) {
+    let now = i64::try_from(entry.timestamp.unwrap_or(0)).unwrap_or(i64::MAX);
+    let window = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+    (now, now.saturating_sub(window))
+}
+
 /// The claims of group history as a SQL store keeps them: each claim's id and its
 /// JSON text. A text that does not parse is a claim with no holder, which the next
 /// turn takes over (or settles, if its line was logged).

@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -91,7 +92,7 @@ impl From<GroupFile> for GroupHistory {
             GroupFile::Empty => GroupHistory::default(),
             GroupFile::Entries(entries) => GroupHistory {
                 entries,
-                claimed: Vec::new(),
+                ..GroupHistory::default()
             },
             GroupFile::Group(group) => group,
         }
@@ -122,6 +123,7 @@ impl<'f> Group<'f> {
             let mut older: GroupHistory = files.read::<GroupFile>(legacy)?.into();
             older.entries.append(&mut history.entries);
             older.claimed.append(&mut history.claimed);
+            older.seen.append(&mut history.seen);
             history = older;
         }
         let group = Group {
@@ -138,7 +140,7 @@ impl<'f> Group<'f> {
     fn save(&self, legacy: Option<PathBuf>) -> Result<()> {
         if self.history.is_empty() {
             self.files.remove(&self.path)?;
-        } else if self.history.claimed.is_empty() {
+        } else if self.history.claimed.is_empty() && self.history.seen.is_empty() {
             self.files.write(&self.path, &self.history.entries)?;
         } else {
             self.files.write(&self.path, &self.history)?;
@@ -186,6 +188,18 @@ impl HistoryBuffer for JsonFileHistory {
         self.with_group(key, move |group| {
             group.append(entry, limit);
             ((), true)
+        })
+        .await
+    }
+
+    async fn append_once(&self, key: &str, entry: HistoryEntry, window: Duration) -> Result<bool> {
+        if self.limit == 0 {
+            return Ok(true);
+        }
+        let limit = self.limit;
+        self.with_group(key, move |group| {
+            let appended = group.append_once(entry, limit, window);
+            (appended, appended)
         })
         .await
     }

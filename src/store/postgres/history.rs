@@ -1,16 +1,20 @@
 //! [`PostgresHistory`]: group history in the `group_history` table of a
 //! [`PostgresStore`], shared by every host using the schema.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use tokio_postgres::Row;
 
 use super::{evict_least_recent, pg_error, OpenTransaction, PostgresStore};
 use crate::context::history::{
-    legacy_group_history_key, HistoryBuffer, HistoryClaim, HistoryEntry,
+    entry_message_id, legacy_group_history_key, HistoryBuffer, HistoryClaim, HistoryEntry,
     DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
 };
 use crate::error::Result;
-use crate::store::sql::{history_bound, history_time_from_i64, history_time_to_i64, parse_claims};
+use crate::store::sql::{
+    history_bound, history_time_from_i64, history_time_to_i64, parse_claims, seen_window,
+};
 
 /// Group history kept in the schema of a [`PostgresStore`], with the same bounds as
 /// [`MemoryHistory`](crate::context::history::MemoryHistory): at most 50 entries a
@@ -104,7 +108,7 @@ impl PostgresHistory {
 
 /// Files the rows kept under group `key`'s key from before history was per agent under
 /// its key.
-async fn adopt_legacy(c: &tokio_postgres::Client, table: &str, key: &str) -> Result<()> {
+async fn adopt_legacy(c: &deadpool_postgres::Object, table: &str, key: &str) -> Result<()> {
     if let Some(legacy) = legacy_group_history_key(key) {
         c.execute(
             &format!("UPDATE {table} SET group_key = $1 WHERE group_key = $2"),
@@ -125,66 +129,115 @@ fn entry_of(row: &Row) -> HistoryEntry {
     }
 }
 
+impl PostgresHistory {
+    /// Appends `entry` to group `key` in the open transaction `c` (after adopting its
+    /// legacy rows), keeping the group's `limit` newest unclaimed entries and at most
+    /// `max_keys` groups.
+    async fn append_in(
+        &self,
+        c: &deadpool_postgres::Object,
+        key: &str,
+        entry: &HistoryEntry,
+    ) -> Result<()> {
+        let table = self.table();
+        let existed: bool = c
+            .query_one(
+                &format!("SELECT EXISTS (SELECT 1 FROM {table} WHERE group_key = $1)"),
+                &[&key],
+            )
+            .await
+            .map_err(pg_error("read group history"))?
+            .get(0);
+        c.execute(
+            &format!(
+                "INSERT INTO {table} (group_key, sender, body, at, message_id)
+                 VALUES ($1, $2, $3, $4, $5)"
+            ),
+            &[
+                &key,
+                &entry.sender,
+                &entry.body,
+                &entry.timestamp.map(history_time_to_i64),
+                &entry.message_id,
+            ],
+        )
+        .await
+        .map_err(pg_error("append group history"))?;
+        // The group keeps its `limit` newest unclaimed entries.
+        c.execute(
+            &format!(
+                "DELETE FROM {table} WHERE group_key = $1 AND claim_id IS NULL AND id <= (
+                     SELECT id FROM {table} WHERE group_key = $1 AND claim_id IS NULL
+                     ORDER BY id DESC OFFSET $2 LIMIT 1)"
+            ),
+            &[&key, &history_bound(self.limit)],
+        )
+        .await
+        .map_err(pg_error("trim group history"))?;
+        if existed {
+            return Ok(());
+        }
+        // A new group may push the least recently appended ones out.
+        evict_least_recent(
+            c,
+            &table,
+            "group_key",
+            &format!("{}/group-history", self.store.schema),
+            &self.lock_prefix(),
+            history_bound(self.max_keys),
+        )
+        .await
+        .map_err(pg_error("evict group history"))?;
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl HistoryBuffer for PostgresHistory {
     async fn append(&self, key: &str, entry: HistoryEntry) -> Result<()> {
         if self.limit == 0 {
             return Ok(());
         }
-        let table = self.table();
         let open = self.begin(key).await?;
         let result = async {
             let c = open.client();
-            adopt_legacy(c, &table, key).await?;
-            let existed: bool = c
-                .query_one(
-                    &format!("SELECT EXISTS (SELECT 1 FROM {table} WHERE group_key = $1)"),
-                    &[&key],
-                )
-                .await
-                .map_err(pg_error("read group history"))?
-                .get(0);
-            c.execute(
-                &format!(
-                    "INSERT INTO {table} (group_key, sender, body, at, message_id)
-                     VALUES ($1, $2, $3, $4, $5)"
-                ),
-                &[
-                    &key,
-                    &entry.sender,
-                    &entry.body,
-                    &entry.timestamp.map(history_time_to_i64),
-                    &entry.message_id,
-                ],
-            )
-            .await
-            .map_err(pg_error("append group history"))?;
-            // The group keeps its `limit` newest unclaimed entries.
-            c.execute(
-                &format!(
-                    "DELETE FROM {table} WHERE group_key = $1 AND claim_id IS NULL AND id <= (
-                         SELECT id FROM {table} WHERE group_key = $1 AND claim_id IS NULL
-                         ORDER BY id DESC OFFSET $2 LIMIT 1)"
-                ),
-                &[&key, &history_bound(self.limit)],
-            )
-            .await
-            .map_err(pg_error("trim group history"))?;
-            if existed {
-                return Ok(());
+            adopt_legacy(c, &self.table(), key).await?;
+            self.append_in(c, key, &entry).await
+        }
+        .await;
+        open.end(result).await
+    }
+
+    async fn append_once(&self, key: &str, entry: HistoryEntry, window: Duration) -> Result<bool> {
+        if self.limit == 0 {
+            return Ok(true);
+        }
+        let seen = self.store.table("group_history_seen");
+        let open = self.begin(key).await?;
+        let result = async {
+            let c = open.client();
+            adopt_legacy(c, &self.table(), key).await?;
+            if let Some(id) = entry_message_id(&entry) {
+                let (now, since) = seen_window(&entry, window);
+                c.execute(&format!("DELETE FROM {seen} WHERE at < $1"), &[&since])
+                    .await
+                    .map_err(pg_error("forget group history message ids"))?;
+                let new = c
+                    .execute(
+                        &format!(
+                            "INSERT INTO {seen} (group_key, message_id, at) VALUES ($1, $2, $3)
+                             ON CONFLICT DO NOTHING"
+                        ),
+                        &[&key, &id, &now],
+                    )
+                    .await
+                    .map_err(pg_error("remember a group history message id"))?;
+                if new == 0 {
+                    return Ok(false);
+                }
             }
-            // A new group may push the least recently appended ones out.
-            evict_least_recent(
-                c,
-                &table,
-                "group_key",
-                &format!("{}/group-history", self.store.schema),
-                &self.lock_prefix(),
-                history_bound(self.max_keys),
-            )
-            .await
-            .map_err(pg_error("evict group history"))?;
-            Ok(())
+            self.append_in(c, key, &entry).await?;
+            Ok(true)
         }
         .await;
         open.end(result).await

@@ -147,6 +147,13 @@ ALTER TABLE {schema}.search_vector_blocks ALTER COLUMN data SET STORAGE EXTERNAL
     r#"
 ALTER TABLE {schema}.group_history ADD COLUMN claim_id TEXT;
 ALTER TABLE {schema}.group_history ADD COLUMN claim TEXT;
+CREATE TABLE {schema}.group_history_seen (
+    group_key  TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    at         BIGINT NOT NULL,
+    PRIMARY KEY (group_key, message_id)
+);
+CREATE INDEX group_history_seen_by_time ON {schema}.group_history_seen (at);
 "#,
 ];
 

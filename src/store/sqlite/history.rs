@@ -1,16 +1,20 @@
 //! [`SqliteHistory`]: group history in the `group_history` table of a [`SqliteStore`],
 //! so it survives a restart and is shared by every process using the file.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use rusqlite::{params, Connection};
 
 use super::{db_error, SqliteStore};
 use crate::context::history::{
-    legacy_group_history_key, HistoryBuffer, HistoryClaim, HistoryEntry,
+    entry_message_id, legacy_group_history_key, HistoryBuffer, HistoryClaim, HistoryEntry,
     DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
 };
 use crate::error::Result;
-use crate::store::sql::{history_bound, history_time_from_i64, history_time_to_i64, parse_claims};
+use crate::store::sql::{
+    history_bound, history_time_from_i64, history_time_to_i64, parse_claims, seen_window,
+};
 
 /// Group history kept in the database of a [`SqliteStore`], with the same bounds as
 /// [`MemoryHistory`](crate::context::history::MemoryHistory): at most 50 entries a
@@ -109,6 +113,58 @@ fn adopt_legacy(tx: &Connection, key: &str) -> Result<()> {
     Ok(())
 }
 
+/// Appends `entry` to group `key` (after adopting its legacy rows), keeping the group's
+/// `limit` newest unclaimed entries and at most `max_keys` groups.
+fn append_in(
+    tx: &Connection,
+    key: &str,
+    entry: &HistoryEntry,
+    limit: i64,
+    max_keys: i64,
+) -> Result<()> {
+    let existed: bool = tx
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM group_history WHERE group_key = ?1)",
+            [key],
+            |row| row.get(0),
+        )
+        .map_err(db_error("read group history"))?;
+    tx.prepare_cached(
+        "INSERT INTO group_history (group_key, sender, body, at, message_id)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )
+    .and_then(|mut statement| {
+        statement.execute(params![
+            key,
+            entry.sender,
+            entry.body,
+            entry.timestamp.map(history_time_to_i64),
+            entry.message_id
+        ])
+    })
+    .map_err(db_error("append group history"))?;
+    // The group keeps its `limit` newest unclaimed entries.
+    tx.prepare_cached(
+        "DELETE FROM group_history WHERE group_key = ?1 AND claim_id IS NULL
+         AND id <= (
+             SELECT id FROM group_history WHERE group_key = ?1 AND claim_id IS NULL
+             ORDER BY id DESC LIMIT 1 OFFSET ?2)",
+    )
+    .and_then(|mut statement| statement.execute(params![key, limit]))
+    .map_err(db_error("trim group history"))?;
+    // A new group may push the least recently appended ones out.
+    if !existed {
+        tx.prepare_cached(
+            "DELETE FROM group_history WHERE group_key IN (
+                 SELECT group_key FROM group_history GROUP BY group_key
+                 ORDER BY MAX(id) DESC LIMIT -1 OFFSET ?1)",
+        )
+        .and_then(|mut statement| statement.execute([max_keys]))
+        .map_err(db_error("evict group history"))?;
+    }
+    Ok(())
+}
+
 #[async_trait]
 impl HistoryBuffer for SqliteHistory {
     async fn append(&self, key: &str, entry: HistoryEntry) -> Result<()> {
@@ -120,47 +176,38 @@ impl HistoryBuffer for SqliteHistory {
         self.store
             .write(move |tx| {
                 adopt_legacy(tx, &key)?;
-                let existed: bool = tx
-                    .query_row(
-                        "SELECT EXISTS (SELECT 1 FROM group_history WHERE group_key = ?1)",
-                        [&key],
-                        |row| row.get(0),
-                    )
-                    .map_err(db_error("read group history"))?;
-                tx.prepare_cached(
-                    "INSERT INTO group_history (group_key, sender, body, at, message_id)
-                     VALUES (?1, ?2, ?3, ?4, ?5)",
-                )
-                .and_then(|mut statement| {
-                    statement.execute(params![
-                        key,
-                        entry.sender,
-                        entry.body,
-                        entry.timestamp.map(history_time_to_i64),
-                        entry.message_id
-                    ])
-                })
-                .map_err(db_error("append group history"))?;
-                // The group keeps its `limit` newest unclaimed entries.
-                tx.prepare_cached(
-                    "DELETE FROM group_history WHERE group_key = ?1 AND claim_id IS NULL
-                     AND id <= (
-                         SELECT id FROM group_history WHERE group_key = ?1 AND claim_id IS NULL
-                         ORDER BY id DESC LIMIT 1 OFFSET ?2)",
-                )
-                .and_then(|mut statement| statement.execute(params![key, limit]))
-                .map_err(db_error("trim group history"))?;
-                // A new group may push the least recently appended ones out.
-                if !existed {
-                    tx.prepare_cached(
-                        "DELETE FROM group_history WHERE group_key IN (
-                             SELECT group_key FROM group_history GROUP BY group_key
-                             ORDER BY MAX(id) DESC LIMIT -1 OFFSET ?1)",
-                    )
-                    .and_then(|mut statement| statement.execute([max_keys]))
-                    .map_err(db_error("evict group history"))?;
+                append_in(tx, &key, &entry, limit, max_keys)
+            })
+            .await
+    }
+
+    async fn append_once(&self, key: &str, entry: HistoryEntry, window: Duration) -> Result<bool> {
+        if self.limit == 0 {
+            return Ok(true);
+        }
+        let key = key.to_owned();
+        let (limit, max_keys) = (history_bound(self.limit), history_bound(self.max_keys));
+        self.store
+            .write(move |tx| {
+                adopt_legacy(tx, &key)?;
+                if let Some(id) = entry_message_id(&entry) {
+                    let (now, since) = seen_window(&entry, window);
+                    tx.prepare_cached("DELETE FROM group_history_seen WHERE at < ?1")
+                        .and_then(|mut statement| statement.execute([since]))
+                        .map_err(db_error("forget group history message ids"))?;
+                    let new = tx
+                        .prepare_cached(
+                            "INSERT OR IGNORE INTO group_history_seen (group_key, message_id, at)
+                             VALUES (?1, ?2, ?3)",
+                        )
+                        .and_then(|mut statement| statement.execute(params![key, id, now]))
+                        .map_err(db_error("remember a group history message id"))?;
+                    if new == 0 {
+                        return Ok(false);
+                    }
                 }
-                Ok(())
+                append_in(tx, &key, &entry, limit, max_keys)?;
+                Ok(true)
             })
             .await
     }

@@ -142,6 +142,13 @@ INSERT INTO search_postings_state VALUES (1, 0, 0, 0);
     r#"
 ALTER TABLE group_history ADD COLUMN claim_id TEXT;
 ALTER TABLE group_history ADD COLUMN claim TEXT;
+CREATE TABLE group_history_seen (
+    group_key  TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    at         INTEGER NOT NULL,
+    PRIMARY KEY (group_key, message_id)
+);
+CREATE INDEX group_history_seen_by_time ON group_history_seen (at);
 "#,
 ];
 

@@ -1,0 +1,237 @@
+//! A message delivered twice is answered once.
+//!
+//! Channels deliver again: Telegram resends an update when the bot died before
+//! confirming it, WhatsApp and Slack retry webhooks. A message that carries the
+//! channel's message id is remembered for a window (OpenClaw drops duplicates within 20
+//! minutes): an answered one in its session's entry, written in the same atomic update
+//! that resolves it (so two workers racing the same update agree on which takes it); a
+//! group message kept as chatter in the group's history, in the same step that keeps it.
+//! A message seen again is a duplicate while the turn that took it may still log it,
+//! and afterwards if its line is in the session's transcript; a message whose turn died
+//! before logging it is taken again.
+
+use std::time::Duration;
+
+use super::holders::{self, Hold};
+use super::SessionManager;
+use crate::context::inbound::InboundMessage;
+use crate::entry::{InboundRecord, SessionEntry};
+use crate::error::Result;
+use crate::key::{normalize_account_id, normalize_channel, SessionKey};
+use crate::transcript::{Direction, Offset, TranscriptRef};
+
+/// How long a message id is remembered (OpenClaw's inbound dedupe window, 20 minutes).
+pub const DEFAULT_DEDUPE_WINDOW: Duration = Duration::from_secs(20 * 60);
+
+/// The most message ids one session remembers; the oldest are forgotten first.
+pub(crate) const MAX_RECENT_INBOUND: usize = 100;
+
+/// Which message `message` is, across deliveries: its channel, account, chat and
+/// message id; `None` for a message without a message id (never deduplicated).
+pub(super) fn inbound_id(message: &InboundMessage) -> Option<String> {
+    let id = message.message_id.as_deref()?.trim();
+    if id.is_empty() {
+        return None;
+    }
+    let channel = normalize_channel(&message.channel).unwrap_or_default();
+    let account = normalize_account_id(message.account_id.as_deref().unwrap_or(""));
+    let chat = match message.group_resolution() {
+        Some(group) => format!("{}:{}", group.kind, group.id),
+        None => format!(
+            "direct:{}",
+            message.conversation().peer_id.unwrap_or_default()
+        ),
+    };
+    Some(format!("{channel}:{account}:{chat}:{id}"))
+}
+
+/// A turn taking a message with an id.
+#[derive(Debug)]
+pub(super) struct Intake {
+    pub(super) id: String,
+    pub(super) hold: Hold,
+    /// The holder of an earlier record of the message whose turn died before logging
+    /// it: this turn takes the message over.
+    pub(super) take_over: Option<String>,
+}
+
+impl Intake {
+    pub(super) fn new(id: String) -> Self {
+        Intake {
+            id,
+            hold: Hold::new(uuid::Uuid::new_v4().to_string()),
+            take_over: None,
+        }
+    }
+}
+
+/// What a session's entry says of a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Seen {
+    /// Not taken before (or taken by a turn this one takes over): record it.
+    New,
+    /// Taken by a turn that may still log it, or did.
+    Duplicate,
+    /// Taken by a turn that died: its transcript says whether it was logged.
+    Unsure(InboundRecord),
+}
+
+/// What `entry` says of the message `intake` takes, at `now_ms`: a record older than
+/// `window` says nothing.
+pub(super) fn check(
+    entry: Option<&SessionEntry>,
+    intake: &Intake,
+    now_ms: u64,
+    window: Duration,
+) -> Seen {
+    let since = now_ms.saturating_sub(window.as_millis() as u64);
+    let Some(record) = entry.and_then(|e| {
+        e.recent_inbound
+            .iter()
+            .find(|r| r.id == intake.id && r.at >= since)
+    }) else {
+        return Seen::New;
+    };
+    if intake.take_over.as_deref() == Some(record.holder.as_str()) {
+        Seen::New
+    } else if holders::alive(&record.holder, record.at, now_ms) {
+        Seen::Duplicate
+    } else {
+        Seen::Unsure(record.clone())
+    }
+}
+
+/// Records the message `intake` takes in `entry` (its session), forgetting what is
+/// older than `window` and beyond [`MAX_RECENT_INBOUND`].
+pub(super) fn record(entry: &mut SessionEntry, intake: &Intake, now_ms: u64, window: Duration) {
+    let since = now_ms.saturating_sub(window.as_millis() as u64);
+    let records = &mut entry.recent_inbound;
+    records.retain(|r| r.id != intake.id && r.at >= since);
+    let excess = (records.len() + 1).saturating_sub(MAX_RECENT_INBOUND);
+    records.drain(..excess);
+    records.push(InboundRecord {
+        id: intake.id.clone(),
+        at: now_ms,
+        session_id: entry.session_id.clone(),
+        holder: intake.hold.holder().to_owned(),
+    });
+}
+
+impl SessionManager {
+    /// Whether the message of `record` (a message of `key`'s sessions whose turn died)
+    /// is in its session's transcript: the turn logged it before it died. Without a
+    /// transcript store nothing says so, and the message is taken again.
+    pub(super) async fn logged_before(
+        &self,
+        key: &SessionKey,
+        record: &InboundRecord,
+        message_id: &str,
+    ) -> Result<bool> {
+        let Some(transcripts) = self.seams.transcripts.as_deref() else {
+            return Ok(false);
+        };
+        let current = self.seams.store.get(key).await?;
+        let transcript = match current.filter(|s| s.entry.session_id == record.session_id) {
+            Some(session) => TranscriptRef::of(key, &session.entry, &self.settings.default_agent),
+            None => {
+                let live = TranscriptRef::of(
+                    key,
+                    &SessionEntry::new(&record.session_id, 0),
+                    &self.settings.default_agent,
+                );
+                match transcripts.archived(&live).await? {
+                    Some(archived) => archived,
+                    None => live,
+                }
+            }
+        };
+        let read = transcripts.read(&transcript, Offset::START).await?;
+        Ok(read.events.iter().any(|event| {
+            event.entry.log.as_ref().is_some_and(|log| {
+                log.direction == Some(Direction::Inbound)
+                    && log.correlation_id.as_deref() == Some(message_id)
+            })
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_is_known_by_its_channel_account_chat_and_id() {
+        let dm = |peer: &str, id: &str| {
+            InboundMessage::direct("Telegram", peer, "hi").with_message_id(id)
+        };
+        assert_eq!(
+            inbound_id(&dm("42", "7")).as_deref(),
+            Some("telegram:default:direct:42:7")
+        );
+        // The same id in another chat is another message (Telegram counts per chat).
+        assert_ne!(inbound_id(&dm("42", "7")), inbound_id(&dm("43", "7")));
+        let in_group = InboundMessage::group("telegram", "-100", "42", "hi").with_message_id("7");
+        assert_eq!(
+            inbound_id(&in_group).as_deref(),
+            Some("telegram:default:group:-100:7")
+        );
+        let other_bot = in_group.clone().with_account("bot2");
+        assert_ne!(inbound_id(&in_group), inbound_id(&other_bot));
+        // No id, or a blank one: never deduplicated.
+        assert_eq!(
+            inbound_id(&InboundMessage::direct("telegram", "42", "hi")),
+            None
+        );
+        assert_eq!(inbound_id(&dm("42", "  ")), None);
+    }
+
+    #[test]
+    fn records_are_bounded_by_the_window_and_in_number() {
+        let mut entry = SessionEntry::new("s1", 0);
+        let window = Duration::from_secs(60);
+        for n in 0..MAX_RECENT_INBOUND as u64 + 10 {
+            let intake = Intake::new(format!("m{n}"));
+            record(&mut entry, &intake, 1_000 + n, window);
+        }
+        assert_eq!(entry.recent_inbound.len(), MAX_RECENT_INBOUND);
+        assert_eq!(
+            entry.recent_inbound.last().unwrap().id,
+            format!("m{}", MAX_RECENT_INBOUND + 9)
+        );
+        record(&mut entry, &Intake::new("late".into()), 1_000_000, window);
+        assert_eq!(
+            entry.recent_inbound.len(),
+            1,
+            "older than the window: forgotten"
+        );
+        assert_eq!(entry.recent_inbound[0].session_id, "s1");
+    }
+
+    #[test]
+    fn a_message_is_a_duplicate_while_its_turn_may_log_it() {
+        let first = Intake::new("m1".into());
+        let mut entry = SessionEntry::new("s1", 0);
+        record(&mut entry, &first, 1_000, DEFAULT_DEDUPE_WINDOW);
+        let again = Intake::new("m1".into());
+        let window = DEFAULT_DEDUPE_WINDOW;
+        assert_eq!(check(Some(&entry), &again, 1_001, window), Seen::Duplicate);
+        assert_eq!(check(None, &again, 1_001, window), Seen::New);
+        let after = 1_000 + window.as_millis() as u64 + 1;
+        assert_eq!(
+            check(Some(&entry), &again, after, window),
+            Seen::New,
+            "past the window"
+        );
+        let holder = first.hold.holder().to_owned();
+        drop(first); // its turn ended without logging the message
+        let Seen::Unsure(record) = check(Some(&entry), &again, 1_002, window) else {
+            panic!("the turn died");
+        };
+        assert_eq!(record.holder, holder);
+        let take_over = Intake {
+            take_over: Some(holder),
+            ..Intake::new("m1".into())
+        };
+        assert_eq!(check(Some(&entry), &take_over, 1_003, window), Seen::New);
+    }
+}

@@ -1,0 +1,177 @@
+//! Who holds a claim or a message a turn took, and whether that holder still runs.
+//!
+//! A holder is a turn: `<process>#<token>`, the process told apart from every other
+//! process and host (Linux: `<boot id>/<pid>/<start time>`). A turn of this process is
+//! live while it runs (the process keeps the tokens of its running turns) and, once
+//! marked done, for as long as its records matter; a turn of another process on this
+//! machine while that process runs (its id and start time, under the same boot); a
+//! turn on another host for [`LEASE`] after it began.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+/// How long a turn on another host counts as live without word from it: far longer
+/// than a turn takes from its claim to its inbound line (one transcript append).
+pub(crate) const LEASE: Duration = Duration::from_secs(120);
+
+/// How many finished turns this process remembers (the oldest forgotten first).
+const MAX_DONE: usize = 100_000;
+
+#[derive(Default)]
+struct Registry {
+    /// The tokens of this process's running turns.
+    live: HashSet<String>,
+    /// The tokens of its finished turns, with when they finished (epoch ms).
+    done: HashMap<String, u64>,
+}
+
+fn registry() -> std::sync::MutexGuard<'static, Registry> {
+    static REGISTRY: OnceLock<Mutex<Registry>> = OnceLock::new();
+    REGISTRY
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A turn of this process, live until dropped (or done, when marked so).
+#[derive(Debug)]
+pub(super) struct Hold {
+    token: String,
+    holder: String,
+}
+
+impl Hold {
+    /// A new live turn, with `token` (unique) as its token.
+    pub(super) fn new(token: String) -> Self {
+        registry().live.insert(token.clone());
+        Hold {
+            holder: format!("{}#{token}", this_process()),
+            token,
+        }
+    }
+
+    /// `<process>#<token>`, as records store it.
+    pub(super) fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    /// Marks the turn done at `now_ms`: it stays live, for `keep`, to whoever looks.
+    pub(super) fn done(self, now_ms: u64, keep: Duration) {
+        let mut registry = registry();
+        let keep = keep.as_millis() as u64;
+        if registry.done.len() >= MAX_DONE {
+            registry
+                .done
+                .retain(|_, at| now_ms.saturating_sub(*at) < keep);
+        }
+        if registry.done.len() >= MAX_DONE {
+            if let Some(oldest) = registry
+                .done
+                .iter()
+                .min_by_key(|(_, at)| **at)
+                .map(|(token, _)| token.clone())
+            {
+                registry.done.remove(&oldest);
+            }
+        }
+        registry.done.insert(self.token.clone(), now_ms);
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        registry().live.remove(&self.token);
+    }
+}
+
+/// Which process this is: `<boot id>/<pid>/<start time>` on Linux, else a random id
+/// (other processes then wait out the lease).
+pub(super) fn this_process() -> &'static str {
+    static PROCESS: OnceLock<String> = OnceLock::new();
+    PROCESS.get_or_init(|| {
+        let pid = std::process::id();
+        match (boot_id(), start_time(pid)) {
+            (Some(boot), Some(start)) => format!("{boot}/{pid}/{start}"),
+            _ => format!("{}/{pid}/0", uuid::Uuid::new_v4()),
+        }
+    })
+}
+
+fn boot_id() -> Option<String> {
+    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    Some(id.trim().to_owned()).filter(|id| !id.is_empty())
+}
+
+/// When process `pid` started (clock ticks since boot), if it runs.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields start after the last ')'.
+    let fields = stat.get(stat.rfind(')')? + 1..)?;
+    // Field 22 of the whole line is the 20th after the name.
+    fields.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether `holder` (`<process>#<token>`, which took something at `at_ms`) may still
+/// finish what it took, at `now_ms`.
+pub(super) fn alive(holder: &str, at_ms: u64, now_ms: u64) -> bool {
+    let (process, token) = holder.split_once('#').unwrap_or((holder, ""));
+    if process == this_process() {
+        let registry = registry();
+        return registry.live.contains(token) || registry.done.contains_key(token);
+    }
+    let mut parts = process.splitn(3, '/');
+    let (Some(boot), Some(pid), Some(start)) = (parts.next(), parts.next(), parts.next()) else {
+        return within_lease(at_ms, now_ms);
+    };
+    if boot_id().as_deref() == Some(boot) {
+        return match pid.parse() {
+            Ok(pid) => start_time(pid).map(|s| s.to_string()).as_deref() == Some(start),
+            Err(_) => false,
+        };
+    }
+    within_lease(at_ms, now_ms)
+}
+
+fn within_lease(at_ms: u64, now_ms: u64) -> bool {
+    now_ms.saturating_sub(at_ms) < LEASE.as_millis() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_holder_is_alive_while_its_turn_or_process_runs() {
+        let now = 1_000_000_000;
+        let lease = LEASE.as_millis() as u64;
+        // This process: while the turn runs, and once done.
+        let hold = Hold::new("t1".into());
+        let holder = hold.holder().to_owned();
+        assert!(alive(&holder, now, now));
+        drop(hold);
+        assert!(!alive(&holder, now, now), "dropped before it was done");
+        let hold = Hold::new("t2".into());
+        let holder = hold.holder().to_owned();
+        hold.done(now, Duration::from_secs(60));
+        assert!(alive(&holder, now, now), "done: remembered");
+        #[cfg(unix)]
+        if let Some(boot) = boot_id() {
+            // Another process of this machine: while it runs.
+            let parent = std::os::unix::process::parent_id();
+            let start = start_time(parent).unwrap();
+            assert!(alive(&format!("{boot}/{parent}/{start}#x"), 0, now));
+            assert!(!alive(
+                &format!("{boot}/{parent}/{}#x", start + 1),
+                now,
+                now
+            ));
+            assert!(!alive(&format!("{boot}/4194305/1#x"), now, now));
+        }
+        // Another host: the lease.
+        let other = "00000000-0000-0000-0000-000000000000/1/1#x";
+        assert!(alive(other, now - lease + 1, now));
+        assert!(!alive(other, now - lease, now));
+        assert!(!alive("garbage", now - lease, now));
+    }
+}

@@ -1,0 +1,428 @@
+//! A message the channel delivers twice is answered once: the same message id within
+//! the dedupe window runs nothing, logs nothing and takes no chatter — in one process,
+//! after a restart, and while the first turn still runs in another process.
+//!
+//! Each test runs on every backend this build has: a JSON tree, SQLite (feature
+//! `sqlite`) and PostgreSQL (feature `postgres`, with `AGENT_SESSIONS_TEST_POSTGRES_URL`).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use agent_sessions::lifecycle::clock::ManualClock;
+use agent_sessions::manager::DEFAULT_DEDUPE_WINDOW;
+use agent_sessions::prelude::*;
+use agent_sessions::transcript::{MemoryTranscriptStore, Offset};
+
+/// The stores to run on: a JSON tree, and SQLite and PostgreSQL when built with them.
+struct Stores {
+    _dir: tempfile::TempDir,
+    urls: Vec<String>,
+    #[cfg(feature = "postgres")]
+    schemas: Vec<common::TestSchema>,
+}
+
+impl Stores {
+    fn new(prefix: &str) -> Stores {
+        let dir = tempfile::tempdir().unwrap();
+        #[allow(unused_mut)]
+        let mut urls = vec![format!("json:{}", dir.path().join("tree").display())];
+        #[cfg(feature = "sqlite")]
+        urls.push(format!(
+            "sqlite:{}",
+            dir.path().join("sessions.db").display()
+        ));
+        #[cfg(feature = "postgres")]
+        let mut schemas = Vec::new();
+        #[cfg(feature = "postgres")]
+        if std::env::var("AGENT_SESSIONS_TEST_POSTGRES_URL").is_ok() {
+            let schema = common::TestSchema::new(prefix);
+            urls.push(schema.url());
+            schemas.push(schema);
+        }
+        let _ = prefix;
+        Stores {
+            _dir: dir,
+            urls,
+            #[cfg(feature = "postgres")]
+            schemas,
+        }
+    }
+
+    async fn finish(self) {
+        #[cfg(feature = "postgres")]
+        for schema in self.schemas {
+            schema.drop().await;
+        }
+    }
+}
+
+fn update(id: &str, text: &str) -> InboundMessage {
+    InboundMessage::direct("telegram", "42", text).with_message_id(id)
+}
+
+fn in_group(id: &str, sender: &str, text: &str) -> InboundMessage {
+    InboundMessage::group("telegram", "-100", sender, text)
+        .with_sender_name(sender)
+        .with_message_id(id)
+}
+
+/// How many lines of `key`'s session transcript say `text`.
+async fn lines_saying(manager: &SessionManager, key: &SessionKey, text: &str) -> usize {
+    manager
+        .transcripts()
+        .replay(key, Offset::START)
+        .await
+        .unwrap()
+        .events
+        .iter()
+        .filter_map(|event| event.entry.message.as_ref())
+        .filter(|message| message.text().contains(text))
+        .count()
+}
+
+#[tokio::test]
+async fn a_message_delivered_again_is_answered_once_even_after_a_restart() {
+    let stores = Stores::new("dedupe_again");
+    for url in &stores.urls {
+        let key = {
+            let manager = SessionManager::connect(url).await.unwrap().build();
+            let first = manager
+                .turn(&update("1001", "When is my shift?"))
+                .await
+                .unwrap();
+            assert_eq!(first.action(), &TurnAction::Answer, "{url}");
+            let key = first.key().clone();
+            first.complete("Thursday at 9.").await.unwrap();
+            let again = manager
+                .turn(&update("1001", "When is my shift?"))
+                .await
+                .unwrap();
+            assert_eq!(again.action(), &TurnAction::Duplicate, "{url}");
+            assert!(again.input().is_none() && again.messages().await.unwrap().is_empty());
+            assert!(again.complete("Thursday at 9.").await.unwrap().is_empty());
+            key
+        };
+        // The bot restarts and the channel delivers the update once more.
+        let manager = SessionManager::connect(url).await.unwrap().build();
+        let after_restart = manager
+            .turn(&update("1001", "When is my shift?"))
+            .await
+            .unwrap();
+        assert_eq!(after_restart.action(), &TurnAction::Duplicate, "{url}");
+        drop(after_restart);
+        assert_eq!(
+            lines_saying(&manager, &key, "When is my shift?").await,
+            1,
+            "{url}"
+        );
+        assert_eq!(
+            lines_saying(&manager, &key, "Thursday at 9.").await,
+            1,
+            "{url}"
+        );
+        // Another message, or the same id in another chat, is new.
+        let next = manager.turn(&update("1002", "Thanks!")).await.unwrap();
+        assert_eq!(next.action(), &TurnAction::Answer, "{url}");
+        let elsewhere = InboundMessage::direct("telegram", "43", "hi").with_message_id("1001");
+        let other_chat = manager.turn(&elsewhere).await.unwrap();
+        assert_eq!(other_chat.action(), &TurnAction::Answer, "{url}");
+    }
+    stores.finish().await;
+}
+
+#[tokio::test]
+async fn a_reset_delivered_again_resets_once() {
+    let stores = Stores::new("dedupe_reset");
+    for url in &stores.urls {
+        let manager = SessionManager::connect(url).await.unwrap().build();
+        manager
+            .turn(&update("1", "hi"))
+            .await
+            .unwrap()
+            .complete("Hello.")
+            .await
+            .unwrap();
+        let reset = manager.turn(&update("2", "/new")).await.unwrap();
+        assert!(
+            matches!(reset.action(), TurnAction::Acknowledge(_)),
+            "{url}"
+        );
+        let session = reset.resolution().unwrap().session_id().to_owned();
+        reset.complete("").await.unwrap();
+        let again = manager.turn(&update("2", "/new")).await.unwrap();
+        assert_eq!(again.action(), &TurnAction::Duplicate, "{url}");
+        let key = again.key().clone();
+        drop(again);
+        let stored = manager.get(&key).await.unwrap().unwrap();
+        assert_eq!(stored.entry.session_id, session, "{url}: one reset");
+    }
+    stores.finish().await;
+}
+
+#[tokio::test]
+async fn chatter_delivered_again_is_kept_and_shown_once() {
+    let stores = Stores::new("dedupe_chatter");
+    for url in &stores.urls {
+        let manager = SessionManager::connect(url).await.unwrap().build();
+        let chatter = || in_group("501", "Ann", "lunch at noon?");
+        let first = manager.turn(&chatter()).await.unwrap();
+        assert_eq!(first.action(), &TurnAction::StaySilent, "{url}");
+        let again = manager.turn(&chatter()).await.unwrap();
+        assert_eq!(again.action(), &TurnAction::Duplicate, "{url}");
+        let asked = manager
+            .turn(&in_group("502", "Bob", "@bot book it").mentioning_agent())
+            .await
+            .unwrap();
+        let input = asked.input().unwrap().to_owned();
+        assert_eq!(
+            input.matches("Ann: lunch at noon?").count(),
+            1,
+            "{url}: {input}"
+        );
+        asked.complete("Booked.").await.unwrap();
+        // Shown already: a delivery after that is still a duplicate.
+        let late = manager.turn(&chatter()).await.unwrap();
+        assert_eq!(late.action(), &TurnAction::Duplicate, "{url}");
+        // The mention delivered again takes no chatter and runs nothing.
+        let coffee = manager
+            .turn(&in_group("503", "Cy", "and coffee?"))
+            .await
+            .unwrap();
+        assert_eq!(coffee.action(), &TurnAction::StaySilent, "{url}");
+        let mention_again = manager
+            .turn(&in_group("502", "Bob", "@bot book it").mentioning_agent())
+            .await
+            .unwrap();
+        assert_eq!(mention_again.action(), &TurnAction::Duplicate, "{url}");
+        drop(mention_again);
+        let next = manager
+            .turn(&in_group("504", "Bob", "@bot and?").mentioning_agent())
+            .await
+            .unwrap();
+        assert!(next.input().unwrap().contains("Cy: and coffee?"), "{url}");
+    }
+    stores.finish().await;
+}
+
+#[tokio::test]
+async fn messages_without_an_id_are_never_deduplicated_and_the_window_ends() {
+    let clock = ManualClock::at_millis(1_773_136_800_000);
+    let manager = SessionManager::builder(MemoryStore::new())
+        .transcripts(MemoryTranscriptStore::new())
+        .clock(clock.clone())
+        .build();
+    for _ in 0..2 {
+        let turn = manager
+            .turn(&InboundMessage::direct("telegram", "42", "ping"))
+            .await
+            .unwrap();
+        assert_eq!(turn.action(), &TurnAction::Answer);
+        turn.complete("pong").await.unwrap();
+    }
+    manager
+        .turn(&update("9", "hi"))
+        .await
+        .unwrap()
+        .complete("Hello.")
+        .await
+        .unwrap();
+    clock.advance(DEFAULT_DEDUPE_WINDOW - Duration::from_secs(1));
+    let within = manager.turn(&update("9", "hi")).await.unwrap();
+    assert_eq!(within.action(), &TurnAction::Duplicate);
+    drop(within);
+    clock.advance(Duration::from_secs(2));
+    let after = manager.turn(&update("9", "hi")).await.unwrap();
+    assert_eq!(after.action(), &TurnAction::Answer, "past the window: new");
+    drop(after);
+    // Turned off: every delivery runs.
+    let manager = SessionManager::builder(MemoryStore::new())
+        .transcripts(MemoryTranscriptStore::new())
+        .dedupe_window(Duration::ZERO)
+        .build();
+    for _ in 0..2 {
+        let turn = manager.turn(&update("9", "hi")).await.unwrap();
+        assert_eq!(turn.action(), &TurnAction::Answer);
+    }
+}
+
+#[tokio::test]
+async fn a_turn_dropped_anywhere_leaves_its_message_answered_or_taken_again_once() {
+    let stores = Stores::new("dedupe_drop");
+    for url in &stores.urls {
+        let manager = SessionManager::connect(url).await.unwrap().build();
+        let waits: Vec<u64> = (0..40).map(|n| n * n * 10).collect();
+        let mut key = None;
+        for wait in &waits {
+            let message = update(&format!("m{wait}"), &format!("question {wait};"));
+            // The host gives up on the turn after a while; the channel delivers the
+            // message again, and the bot answers whatever that delivery asks.
+            let _ =
+                tokio::time::timeout(Duration::from_micros(*wait), manager.turn(&message)).await;
+            let again = manager.turn(&message).await.unwrap();
+            key = Some(again.key().clone());
+            if again.needs_model() {
+                again.complete("answer").await.unwrap();
+            }
+        }
+        let key = key.unwrap();
+        for wait in &waits {
+            let said = format!("question {wait};");
+            assert_eq!(
+                lines_saying(&manager, &key, &said).await,
+                1,
+                "{url}: {said}"
+            );
+        }
+    }
+    stores.finish().await;
+}
+
+// ---------------------------------------------------------------------------------
+// Two processes
+// ---------------------------------------------------------------------------------
+
+const CHILD_URL: &str = "AGENT_SESSIONS_DEDUPE_CHILD_STORE";
+
+/// Takes the update `1001` in a turn, prints its action, and completes the turn when
+/// stdin says so (or is killed before).
+#[test]
+#[ignore = "a child process of the two-process dedupe tests"]
+fn dedupe_child() {
+    let Ok(url) = std::env::var(CHILD_URL) else {
+        panic!("run by the two-process dedupe tests, not directly");
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let manager = SessionManager::connect(&url).await.unwrap().build();
+        let turn = manager
+            .turn(&update("1001", "When is my shift?"))
+            .await
+            .unwrap();
+        println!("@action {}", turn.action().as_str());
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).unwrap();
+        turn.complete("Thursday at 9.").await.unwrap();
+        println!("@completed");
+    });
+}
+
+struct Child2 {
+    child: Child,
+    out: BufReader<std::process::ChildStdout>,
+}
+
+impl Child2 {
+    fn start(url: &str) -> Child2 {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "dedupe_child",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_URL, url)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        Child2 { child, out }
+    }
+
+    /// The child's next `@` line.
+    fn said(&mut self) -> String {
+        loop {
+            let mut line = String::new();
+            assert!(
+                self.out.read_line(&mut line).unwrap() > 0,
+                "the child exited"
+            );
+            if let Some((_, said)) = line.trim_end().split_once('@') {
+                return said.to_owned();
+            }
+        }
+    }
+
+    fn complete(&mut self) {
+        writeln!(self.child.stdin.as_mut().unwrap()).unwrap();
+        assert_eq!(self.said(), "completed");
+        self.child.wait().unwrap();
+    }
+
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_racing_the_same_update_answer_it_once() {
+    let stores = Stores::new("dedupe_race");
+    for url in &stores.urls {
+        // The store exists before the racers start.
+        drop(SessionManager::connect(url).await.unwrap().build());
+        let mut racers = [Child2::start(url), Child2::start(url)];
+        let mut actions: Vec<String> = racers.iter_mut().map(Child2::said).collect();
+        actions.sort();
+        assert_eq!(actions, ["action answer", "action duplicate"], "{url}");
+        for racer in &mut racers {
+            racer.complete();
+        }
+        let manager = SessionManager::connect(url).await.unwrap().build();
+        let key = manager.key_for(&update("1001", "")).unwrap();
+        assert_eq!(
+            lines_saying(&manager, &key, "When is my shift?").await,
+            1,
+            "{url}"
+        );
+        assert_eq!(
+            lines_saying(&manager, &key, "Thursday at 9.").await,
+            1,
+            "{url}"
+        );
+    }
+    stores.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_taken_by_a_running_or_killed_process_is_not_answered_again() {
+    let stores = Stores::new("dedupe_kill");
+    for url in &stores.urls {
+        let mut first = Child2::start(url);
+        assert_eq!(first.said(), "action answer", "{url}");
+        // The first turn still runs in the other process.
+        let manager = SessionManager::connect(url).await.unwrap().build();
+        let while_running = manager
+            .turn(&update("1001", "When is my shift?"))
+            .await
+            .unwrap();
+        assert_eq!(while_running.action(), &TurnAction::Duplicate, "{url}");
+        drop(while_running);
+        // Killed between its turn and its `complete`: the message was logged, so a
+        // delivery after the restart is a duplicate too (the run stays aborted).
+        first.kill();
+        let after_kill = manager
+            .turn(&update("1001", "When is my shift?"))
+            .await
+            .unwrap();
+        assert_eq!(after_kill.action(), &TurnAction::Duplicate, "{url}");
+        let key = after_kill.key().clone();
+        drop(after_kill);
+        assert_eq!(
+            lines_saying(&manager, &key, "When is my shift?").await,
+            1,
+            "{url}"
+        );
+        let stored = manager.get(&key).await.unwrap().unwrap();
+        assert_eq!(stored.entry.aborted_last_run, Some(true), "{url}");
+    }
+    stores.finish().await;
+}
