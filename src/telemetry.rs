@@ -173,6 +173,22 @@ pub(crate) fn decided(decision: &'static str, reason: &'static str) {
     );
 }
 
+/// Counts a turn whose model call failed, by what became of its input (`kept`,
+/// `dropped`).
+pub(crate) fn turn_failed(input: &'static str) {
+    record::counter("agent_sessions_turns_failed_total", &[("input", input)], 1);
+}
+
+/// Counts a reported delivery, by its status (`delivered`, `failed`).
+pub(crate) fn delivered(status: &'static str) {
+    record::counter("agent_sessions_deliveries_total", &[("status", status)], 1);
+}
+
+/// Counts a message a channel delivered again.
+pub(crate) fn duplicate() {
+    record::counter("agent_sessions_duplicates_total", &[], 1);
+}
+
 /// Counts a failure by its kind.
 pub(crate) fn failed(error: &Error) {
     record::counter("agent_sessions_errors_total", &[("kind", error.kind())], 1);

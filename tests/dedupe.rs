@@ -7,6 +7,9 @@
 
 mod common;
 
+#[path = "common/stores.rs"]
+mod stores;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -15,49 +18,7 @@ use agent_sessions::lifecycle::clock::ManualClock;
 use agent_sessions::manager::DEFAULT_DEDUPE_WINDOW;
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::{MemoryTranscriptStore, Offset};
-
-/// The stores to run on: a JSON tree, and SQLite and PostgreSQL when built with them.
-struct Stores {
-    _dir: tempfile::TempDir,
-    urls: Vec<String>,
-    #[cfg(feature = "postgres")]
-    schemas: Vec<common::TestSchema>,
-}
-
-impl Stores {
-    fn new(prefix: &str) -> Stores {
-        let dir = tempfile::tempdir().unwrap();
-        #[allow(unused_mut)]
-        let mut urls = vec![format!("json:{}", dir.path().join("tree").display())];
-        #[cfg(feature = "sqlite")]
-        urls.push(format!(
-            "sqlite:{}",
-            dir.path().join("sessions.db").display()
-        ));
-        #[cfg(feature = "postgres")]
-        let mut schemas = Vec::new();
-        #[cfg(feature = "postgres")]
-        if std::env::var("AGENT_SESSIONS_TEST_POSTGRES_URL").is_ok() {
-            let schema = common::TestSchema::new(prefix);
-            urls.push(schema.url());
-            schemas.push(schema);
-        }
-        let _ = prefix;
-        Stores {
-            _dir: dir,
-            urls,
-            #[cfg(feature = "postgres")]
-            schemas,
-        }
-    }
-
-    async fn finish(self) {
-        #[cfg(feature = "postgres")]
-        for schema in self.schemas {
-            schema.drop().await;
-        }
-    }
-}
+use stores::Stores;
 
 fn update(id: &str, text: &str) -> InboundMessage {
     InboundMessage::direct("telegram", "42", text).with_message_id(id)

@@ -7,6 +7,9 @@
 
 mod common;
 
+#[path = "common/stores.rs"]
+mod stores;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -21,6 +24,7 @@ use agent_sessions::transcript::{
 use agent_sessions::{AgentId, Error};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use stores::Stores;
 
 fn in_group(sender: &str, text: &str) -> InboundMessage {
     InboundMessage::group("telegram", "-100", sender, text).with_sender_name(sender)
@@ -28,49 +32,6 @@ fn in_group(sender: &str, text: &str) -> InboundMessage {
 
 fn mention(sender: &str, text: &str) -> InboundMessage {
     in_group(sender, text).mentioning_agent()
-}
-
-/// The stores to run on: a JSON tree, and SQLite and PostgreSQL when built with them.
-struct Stores {
-    _dir: tempfile::TempDir,
-    urls: Vec<String>,
-    #[cfg(feature = "postgres")]
-    schemas: Vec<common::TestSchema>,
-}
-
-impl Stores {
-    fn new(prefix: &str) -> Stores {
-        let dir = tempfile::tempdir().unwrap();
-        #[allow(unused_mut)]
-        let mut urls = vec![format!("json:{}", dir.path().join("tree").display())];
-        #[cfg(feature = "sqlite")]
-        urls.push(format!(
-            "sqlite:{}",
-            dir.path().join("sessions.db").display()
-        ));
-        #[cfg(feature = "postgres")]
-        let mut schemas = Vec::new();
-        #[cfg(feature = "postgres")]
-        if std::env::var("AGENT_SESSIONS_TEST_POSTGRES_URL").is_ok() {
-            let schema = common::TestSchema::new(prefix);
-            urls.push(schema.url());
-            schemas.push(schema);
-        }
-        let _ = prefix;
-        Stores {
-            _dir: dir,
-            urls,
-            #[cfg(feature = "postgres")]
-            schemas,
-        }
-    }
-
-    async fn finish(self) {
-        #[cfg(feature = "postgres")]
-        for schema in self.schemas {
-            schema.drop().await;
-        }
-    }
 }
 
 /// A transcript store whose appends fail while `failing` is set: a disk that filled up,

@@ -159,7 +159,10 @@ pub fn message_tokens(message: &ChatMessage, counter: &dyn TokenCounter) -> usiz
 /// first kept, else from the compaction itself); user, assistant and tool-result
 /// messages become [`ChatMessage`]s, tool-call blocks become [`ToolCall`]s, and an
 /// assistant message with neither text nor tool calls (an aborted run) is left out.
-/// Status changes, checkpoints and other custom lines are not conversation.
+/// Status changes, checkpoints and other custom lines are not conversation. An input
+/// dropped by a failed turn ([`TurnFailure::DropInput`](crate::manager::TurnFailure))
+/// is left out, and so are the reply parts reported undelivered
+/// ([`Delivery::Failed`](crate::manager::Delivery)).
 pub fn transcript_messages(entries: &[TranscriptEntry]) -> (Vec<ChatMessage>, Option<String>) {
     let mut start = 0;
     let mut summary = None;
@@ -182,16 +185,23 @@ pub fn transcript_messages(entries: &[TranscriptEntry]) -> (Vec<ChatMessage>, Op
             })
             .unwrap_or(at + 1);
     }
+    let marks = crate::manager::outcome::Marks::of(&entries[start..]);
     let messages = entries[start..]
         .iter()
         .filter(|e| e.kind == "message")
-        .filter_map(|e| e.message.as_ref())
-        .filter_map(|message| {
+        .filter(|e| e.id.as_ref().is_none_or(|id| !marks.dropped.contains(id)))
+        .filter_map(|e| Some((e.id.as_deref(), e.message.as_ref()?)))
+        .filter_map(|(id, message)| {
             let text = message.text();
             match &message.role {
                 Role::User => Some(ChatMessage::user(text)),
                 Role::Assistant => {
                     let tool_calls = tool_calls(message.content.as_ref());
+                    let text = match marks.delivered_text(id, text) {
+                        Some(text) => text,
+                        None if tool_calls.is_empty() => return None,
+                        None => String::new(),
+                    };
                     (!text.trim().is_empty() || !tool_calls.is_empty()).then(|| ChatMessage {
                         tool_calls,
                         ..ChatMessage::assistant(text)

@@ -47,6 +47,11 @@ pub struct ReplyPayload {
     /// The payload reports an error.
     #[serde(default)]
     pub is_error: bool,
+    /// Where the payload was logged, for reporting its delivery
+    /// ([`SessionManager::report_delivery`](crate::SessionManager::report_delivery));
+    /// set on the payloads [`Turn::complete`](crate::manager::Turn::complete) returns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<crate::manager::DeliveryReceipt>,
 }
 
 impl ReplyPayload {

@@ -35,6 +35,7 @@ mod holders;
 mod idle;
 mod lifecycle;
 mod log;
+pub(crate) mod outcome;
 mod resolution;
 mod scoped;
 mod turn;
@@ -75,6 +76,9 @@ pub use dedupe::DEFAULT_DEDUPE_WINDOW;
 pub use idle::{IdleCheckpointOptions, IdleCheckpoints};
 pub use lifecycle::{DeleteOptions, OverrideKind, PruneOptions, SessionOverride};
 pub use log::{LogMessage, SessionTranscripts};
+pub use outcome::{
+    Delivery, DeliveryReceipt, TurnFailure, DELIVERY_CUSTOM_TYPE, TURN_FAILED_CUSTOM_TYPE,
+};
 pub use resolution::{Decision, Reason, Resolution};
 pub use scoped::{ScopedManager, ScopedMemory, ScopedTranscripts};
 pub use turn::{Turn, TurnAction, TurnReply, DEFAULT_RESET_ACKNOWLEDGEMENT};

@@ -16,6 +16,7 @@ use tracing::Instrument;
 
 use super::dedupe::{self, Intake, Seen};
 use super::log::record_location;
+use super::outcome::{DeliveryReceipt, TurnFailure};
 use super::{LogMessage, Resolution, Resolved, SessionManager, TurnOutcome};
 
 /// What the session layer sends after a bare reset (`/new` with nothing after it), in
@@ -234,6 +235,7 @@ impl SessionManager {
             let (decision, kept) = self.chatter_admitted(message, admit, dedupe).await?;
             if !decision.trigger {
                 if !kept {
+                    crate::telemetry::duplicate();
                     turn.action = TurnAction::Duplicate;
                 }
                 return Ok(turn);
@@ -243,6 +245,7 @@ impl SessionManager {
             .and_then(|_| dedupe::inbound_id(message))
             .map(Intake::new);
         let Some(resolution) = self.resolve_once(message, admit, intake.as_mut()).await? else {
+            crate::telemetry::duplicate();
             turn.action = TurnAction::Duplicate;
             return Ok(turn);
         };
@@ -531,6 +534,29 @@ impl<'m> Turn<'m> {
             .fit_messages(entry, system, history, ChatMessage::user(input.clone()))
     }
 
+    /// Ends a turn whose model call failed, keeping or dropping its input (see
+    /// [`TurnFailure`]): a mark in the transcript names the inbound line, the run ends
+    /// as aborted (`abortedLastRun`, status `idle`), and the failure is counted
+    /// (`agent_sessions_turns_failed_total`). With [`TurnFailure::DropInput`] the input
+    /// stays in the transcript and is never sent to the model again; with
+    /// [`TurnFailure::KeepInput`] the next turn's model sees it, before its own message.
+    /// A turn that asked for no model call has nothing to fail: `Ok(())`.
+    ///
+    /// A turn dropped without `complete` or `fail` (the host gave up, crashed) stays an
+    /// aborted run whose input is kept.
+    pub async fn fail(self, failure: TurnFailure) -> Result<()> {
+        let (TurnAction::Answer, Some(entry)) = (&self.action, &self.entry) else {
+            return Ok(());
+        };
+        let inbound = self
+            .inbound
+            .as_ref()
+            .and_then(|event| event.entry.id.as_deref());
+        self.manager
+            .record_failure(&self.key, self.transcript.as_ref(), inbound, failure, entry)
+            .await
+    }
+
     /// Finishes the turn with the model's `reply` and returns what to send.
     ///
     /// For an answered turn the reply goes through the reply pipeline (silence markers,
@@ -538,7 +564,11 @@ impl<'m> Turn<'m> {
     /// policy; what is sent is logged; then the turn count, usage, engine session,
     /// context summary and the end of the run are recorded in one store update. An
     /// acknowledged reset returns (and logs) the acknowledgement whatever `reply` is;
-    /// group chatter returns nothing.
+    /// group chatter and a duplicate return nothing.
+    ///
+    /// Each logged payload carries its [receipt](ReplyPayload::receipt): once the host
+    /// has sent it, [`SessionManager::report_delivery`] records whether the channel
+    /// took it, and a reply the channel refused is left out of what the model sees.
     pub async fn complete(self, reply: impl Into<TurnReply>) -> Result<Vec<ReplyPayload>> {
         let span = tracing::info_span!(
             target: "agent_sessions",
@@ -563,7 +593,7 @@ impl<'m> Turn<'m> {
         let manager = self.manager;
         match (&self.action, &self.resolution) {
             (TurnAction::Answer, Some(resolution)) => {
-                let payloads = manager
+                let mut payloads = manager
                     .finish_turn(
                         resolution,
                         &self.message,
@@ -579,7 +609,8 @@ impl<'m> Turn<'m> {
                     log.correlation_id = self.message.message_id.clone();
                     log.processing_ms = Some(self.started.elapsed().as_millis() as u64);
                     log.usage = reply.usage.as_ref().map(TurnUsage::to_transcript_usage);
-                    manager.log_to(&self.key, transcript, entry, log).await?;
+                    let line = manager.log_to(&self.key, transcript, entry, log).await?;
+                    give_receipts(&mut payloads, &self.key, entry, &line);
                 }
                 let mut outcome = TurnOutcome::completed();
                 outcome.usage = reply.usage;
@@ -591,16 +622,42 @@ impl<'m> Turn<'m> {
                 Ok(payloads)
             }
             (TurnAction::Acknowledge(text), _) => {
+                let mut payloads = vec![ReplyPayload::text(text.clone())];
                 if manager.seams.transcripts.is_some() {
-                    manager
+                    let line = manager
                         .transcripts()
                         .log_message(&self.key, LogMessage::outbound(text.clone()))
                         .await?;
+                    if let Some(entry) = &self.entry {
+                        give_receipts(&mut payloads, &self.key, entry, &line);
+                    }
                 }
-                Ok(vec![ReplyPayload::text(text.clone())])
+                Ok(payloads)
             }
             _ => Ok(Vec::new()),
         }
+    }
+}
+
+/// Gives each payload the receipt of its part of `line`, the reply logged in `key`'s
+/// session `entry`.
+fn give_receipts(
+    payloads: &mut [ReplyPayload],
+    key: &SessionKey,
+    entry: &SessionEntry,
+    line: &SessionEvent,
+) {
+    let Some(id) = &line.entry.id else {
+        return;
+    };
+    for (part, payload) in payloads.iter_mut().enumerate() {
+        payload.receipt = Some(DeliveryReceipt {
+            key: key.clone(),
+            session_id: entry.session_id.clone(),
+            line: id.clone(),
+            offset: line.offset,
+            part,
+        });
     }
 }
 

@@ -44,7 +44,7 @@
 
 use agent_sessions::context::chat::{ChatMessage, ChatRole, ToolCall};
 use agent_sessions::context::reply::ReplyPayload;
-use agent_sessions::manager::{Turn, TurnReply};
+use agent_sessions::manager::{Turn, TurnFailure, TurnReply};
 use agent_sessions::memory::usage::TurnUsage;
 use async_openai::config::Config;
 use async_openai::error::OpenAIError;
@@ -260,8 +260,13 @@ pub fn turn_reply(response: &CreateChatCompletionResponse) -> TurnReply {
 /// For [`TurnAction::Answer`](agent_sessions::manager::TurnAction::Answer) the model is
 /// called with `system` then the conversation ([`Turn::messages_with`]), and its reply
 /// and usage complete the turn; group chatter and an acknowledged `/new` are completed
-/// without a model call, as [`Turn::complete`] does for them. A failed model call
-/// leaves the turn uncompleted: the session records an aborted run.
+/// without a model call, as [`Turn::complete`] does for them.
+///
+/// A failed model call fails the turn ([`Turn::fail`]) and returns the error: an input
+/// the provider refused ([`failure_of`]: a 4xx answer such as a content filter or a
+/// context too long) is dropped from the conversation, so it does not block the session
+/// until `/new`; after any other failure (a timeout, a rate limit, a server error) it
+/// is kept, and the next turn's model sees it.
 pub async fn answer<C: Config>(
     turn: Turn<'_>,
     client: &Client<C>,
@@ -277,8 +282,37 @@ pub async fn answer<C: Config>(
         messages: request_messages(&messages),
         ..CreateChatCompletionRequest::default()
     };
-    let response = client.chat().create(request).await?;
-    Ok(turn.complete(turn_reply(&response)).await?)
+    match client.chat().create(request).await {
+        Ok(response) => Ok(turn.complete(turn_reply(&response)).await?),
+        Err(error) => {
+            turn.fail(failure_of(&error)).await?;
+            Err(error.into())
+        }
+    }
+}
+
+/// What to do with the input of a turn whose chat completion failed with `error`:
+/// drop it when the provider refused the request itself (a 4xx answer other than a
+/// timeout, a conflict or a rate limit: it would refuse it again), else keep it.
+///
+/// ```
+/// use agent_sessions::manager::TurnFailure;
+/// use async_openai::error::OpenAIError;
+///
+/// let invalid = OpenAIError::InvalidArgument("no model".into());
+/// assert_eq!(agent_sessions_openai::failure_of(&invalid), TurnFailure::KeepInput);
+/// ```
+pub fn failure_of(error: &OpenAIError) -> TurnFailure {
+    let OpenAIError::ApiError(response) = error else {
+        return TurnFailure::KeepInput;
+    };
+    let status = response.status_code.as_u16();
+    let refused = response.status_code.is_client_error() && !matches!(status, 408 | 409 | 429);
+    if refused {
+        TurnFailure::DropInput
+    } else {
+        TurnFailure::KeepInput
+    }
 }
 
 /// The README's examples compile.

@@ -8,7 +8,7 @@ use std::path::Path;
 use agent_sessions::prelude::*;
 use async_openai::config::OpenAIConfig;
 use async_openai::Client;
-use common::{said, FakeOpenAi, COMPLETION_TOKENS, PROMPT_TOKENS};
+use common::{said, FakeOpenAi, COMPLETION_TOKENS, PROMPT_TOKENS, REFUSED};
 
 const SYSTEM: &str = "You are the rota assistant.";
 
@@ -161,6 +161,38 @@ async fn a_failed_completion_leaves_an_aborted_run_and_no_reply_in_the_history()
         said(&[
             ("system", SYSTEM),
             ("user", "Anyone there?"),
+            ("user", "Hello?"),
+        ])
+    );
+}
+
+#[tokio::test]
+async fn an_input_the_provider_refuses_is_dropped_and_never_sent_again() {
+    let server = FakeOpenAi::start().await;
+    let client = client(&server);
+    let dir = tempfile::tempdir().unwrap();
+    let manager = open(dir.path()).await;
+    say(&manager, &client, "Hi.").await;
+
+    let refused = InboundMessage::direct("telegram", "42", format!("{REFUSED} please"));
+    let turn = manager.turn(&refused).await.unwrap();
+    let failed = agent_sessions_openai::answer(turn, &client, "gpt-test", Vec::new()).await;
+    let Err(agent_sessions_openai::Error::OpenAI(error)) = failed else {
+        panic!("the provider refused it: {failed:?}");
+    };
+    assert_eq!(
+        agent_sessions_openai::failure_of(&error),
+        agent_sessions::manager::TurnFailure::DropInput
+    );
+
+    // The session is not blocked: the next turn goes through without the refused input.
+    assert_eq!(say(&manager, &client, "Hello?").await, ["reply 3"]);
+    assert_eq!(
+        server.last_messages(),
+        said(&[
+            ("system", SYSTEM),
+            ("user", "Hi."),
+            ("assistant", "reply 1"),
             ("user", "Hello?"),
         ])
     );

@@ -54,7 +54,7 @@ use std::sync::Arc;
 use agent_sessions::context::chat::{ChatMessage, ChatRole};
 use agent_sessions::context::reply::ReplyPayload;
 use agent_sessions::entry::SessionEntry;
-use agent_sessions::manager::{LogMessage, TurnOutcome, TurnReply};
+use agent_sessions::manager::{LogMessage, TurnFailure, TurnOutcome, TurnReply};
 use agent_sessions::memory::usage::TurnUsage;
 use agent_sessions::store::SessionStoreExt;
 use agent_sessions::transcript::{AgentMessage, Content, ContentBlock, Role, TranscriptEntry};
@@ -447,8 +447,12 @@ pub fn turn_usage(usage: &Usage) -> TurnUsage {
 /// agent runs on the turn's input with the conversation before it as history
 /// ([`Turn::messages`](agent_sessions::manager::Turn::messages); the agent's own memory is bypassed), the tool calls and results
 /// of its run are kept in the transcript, and its reply and usage complete the turn.
-/// Group chatter and an acknowledged `/new` complete without a run. A failed run leaves
-/// the turn uncompleted: the session records an aborted run.
+/// Group chatter and an acknowledged `/new` complete without a run.
+///
+/// A failed run fails the turn ([`Turn::fail`](agent_sessions::manager::Turn::fail))
+/// and returns the error: an input the provider refused ([`failure_of`]: a 4xx answer
+/// such as a content filter or a context too long) is dropped from the conversation, so
+/// it does not block the session until `/new`; after any other failure it is kept.
 pub async fn answer(
     manager: &SessionManager,
     message: &InboundMessage,
@@ -462,7 +466,13 @@ pub async fn answer(
     let Some(prompt) = history.pop() else {
         return Ok(turn.complete("").await?);
     };
-    let response = agent.prompt(prompt).history(history).await?;
+    let response = match agent.prompt(prompt).history(history).await {
+        Ok(response) => response,
+        Err(error) => {
+            turn.fail(failure_of(&error)).await?;
+            return Err(error.into());
+        }
+    };
     // What the model and its tools did between the prompt (which the turn logged) and
     // the reply (which `complete` logs).
     let lines = tool_lines(&response.messages, manager.clock().now());
@@ -471,6 +481,18 @@ pub async fn answer(
     }
     let reply = TurnReply::from(response.output()).with_usage(turn_usage(&response.usage));
     Ok(turn.complete(reply).await?)
+}
+
+/// What to do with the input of a turn whose run failed with `error`: drop it when the
+/// provider refused the request itself (a 4xx answer other than a timeout, a conflict or
+/// a rate limit: it would refuse it again), else keep it.
+pub fn failure_of(error: &rig_agent::completion::PromptError) -> TurnFailure {
+    match error.provider_response_status() {
+        Some(status) if status.is_client_error() && !matches!(status.as_u16(), 408 | 409 | 429) => {
+            TurnFailure::DropInput
+        }
+        _ => TurnFailure::KeepInput,
+    }
 }
 
 /// The README's examples compile.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use agent_sessions::prelude::*;
 use agent_sessions_rig::SessionMemory;
-use common::{said, FakeOpenAi, COMPLETION_TOKENS, PROMPT_TOKENS};
+use common::{said, FakeOpenAi, COMPLETION_TOKENS, PROMPT_TOKENS, REFUSED};
 use rig_agent::{Agent, AgentBuilder};
 use rig_core::id::ConversationId;
 use rig_core::memory::ConversationMemory;
@@ -358,4 +358,38 @@ async fn a_conversation_id_that_is_not_a_session_key_is_refused_and_nothing_is_w
         .await
         .unwrap()
         .is_empty());
+}
+
+#[tokio::test]
+async fn answer_drops_an_input_the_provider_refuses_so_the_session_goes_on() {
+    let server = FakeOpenAi::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let manager = open(dir.path()).await;
+    let bot = agent(&server, None);
+    agent_sessions_rig::answer(&manager, &dm("Hi."), &bot)
+        .await
+        .unwrap();
+    let refused =
+        agent_sessions_rig::answer(&manager, &dm(&format!("{REFUSED} please")), &bot).await;
+    let Err(agent_sessions_rig::Error::Agent(error)) = refused else {
+        panic!("the provider refused it: {refused:?}");
+    };
+    assert_eq!(
+        agent_sessions_rig::failure_of(&error),
+        agent_sessions::manager::TurnFailure::DropInput
+    );
+    // Not merged into the next message, not sent again.
+    let sent = agent_sessions_rig::answer(&manager, &dm("Hello?"), &bot)
+        .await
+        .unwrap();
+    assert_eq!(sent[0].text.as_deref(), Some("reply 3"));
+    assert_eq!(
+        server.last_messages(),
+        said(&[
+            ("system", SYSTEM),
+            ("user", "Hi."),
+            ("assistant", "reply 1"),
+            ("user", "Hello?"),
+        ])
+    );
 }

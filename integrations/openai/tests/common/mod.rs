@@ -88,11 +88,16 @@ impl Drop for FakeOpenAi {
     }
 }
 
+/// What a user message says to have the fake refuse the request as OpenAI's content
+/// filter does: `400` with an `invalid_request_error`.
+pub const REFUSED: &str = "FILTER_ME";
+
 /// Answers request number `n` (from 1) with `reply n`.
 async fn complete(
     State(requests): State<Arc<Mutex<Vec<Value>>>>,
     Json(body): Json<Value>,
-) -> Json<Value> {
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
     let n = {
         let mut requests = requests.lock().unwrap();
         requests.push(body.clone());
@@ -100,6 +105,13 @@ async fn complete(
     };
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     let last = messages.last().cloned().unwrap_or_default();
+    if body["messages"].to_string().contains(REFUSED) {
+        let refusal = json!({"error": {
+            "message": "The response was filtered due to the prompt triggering the content management policy.",
+            "type": "invalid_request_error", "param": "prompt", "code": "content_filter"
+        }});
+        return (axum::http::StatusCode::BAD_REQUEST, Json(refusal)).into_response();
+    }
     let calls_tool = body["tools"]
         .as_array()
         .is_some_and(|tools| !tools.is_empty())
@@ -129,6 +141,7 @@ async fn complete(
             "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS
         }
     }))
+    .into_response()
 }
 
 /// `(role, content)` pairs, for comparing with [`FakeOpenAi::last_messages`].

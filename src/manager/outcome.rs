@@ -1,0 +1,369 @@
+//! What became of a turn after the model: a model call that failed, and replies the
+//! channel delivered or refused.
+//!
+//! Both are recorded as marks in the session's transcript — a `custom` line that names
+//! the line it is about — so the transcript keeps everything that happened, and the
+//! conversation the model sees ([`transcript_messages`](crate::context::chat::transcript_messages))
+//! leaves out an input the host dropped and a reply the user never received.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::SessionManager;
+use crate::context::reply::ReplyPayload;
+use crate::entry::SessionEntry;
+use crate::error::{Error, Result};
+use crate::key::SessionKey;
+use crate::transcript::{Offset, TranscriptEntry, TranscriptRef};
+
+/// The `customType` of the line that marks a failed turn.
+pub const TURN_FAILED_CUSTOM_TYPE: &str = "agent-sessions.turn-failed";
+/// The `customType` of the line that records a reply's delivery.
+pub const DELIVERY_CUSTOM_TYPE: &str = "agent-sessions.delivery";
+
+/// What to do with the input of a turn whose model call failed
+/// ([`Turn::fail`](super::Turn::fail)).
+///
+/// ```
+/// use agent_sessions::manager::TurnFailure;
+/// use agent_sessions::prelude::*;
+/// use agent_sessions::transcript::MemoryTranscriptStore;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> agent_sessions::Result<()> {
+/// let manager = SessionManager::builder(MemoryStore::new())
+///     .transcripts(MemoryTranscriptStore::new())
+///     .build();
+/// let turn = manager.turn(&InboundMessage::direct("telegram", "42", "(a text the provider refuses)")).await?;
+/// // The provider answered 400 (content filter): it would refuse this input again.
+/// turn.fail(TurnFailure::DropInput).await?;
+///
+/// let next = manager.turn(&InboundMessage::direct("telegram", "42", "When is my shift?")).await?;
+/// let messages = next.messages().await?;
+/// assert_eq!(messages.len(), 1, "the refused input is not sent again");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum TurnFailure {
+    /// Keep the input in the conversation: the next turn's model sees it again, before
+    /// the next message (for a failure that may pass: a timeout, a provider down).
+    KeepInput,
+    /// Leave the input out of the conversation the model sees from now on; it stays in
+    /// the transcript, marked (for a failure that would repeat: a content filter, an
+    /// input too long).
+    DropInput,
+}
+
+impl TurnFailure {
+    fn as_str(self) -> &'static str {
+        match self {
+            TurnFailure::KeepInput => "kept",
+            TurnFailure::DropInput => "dropped",
+        }
+    }
+}
+
+/// Where a payload [`Turn::complete`](super::Turn::complete) returned was logged: what
+/// [`SessionManager::report_delivery`] needs to record its delivery.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryReceipt {
+    /// The session's key.
+    pub key: SessionKey,
+    /// The session the reply was logged in.
+    pub session_id: String,
+    /// The id of the transcript line that logged the reply.
+    pub line: String,
+    /// Where that line is.
+    pub offset: Offset,
+    /// Which payload of the reply (from 0).
+    pub part: usize,
+}
+
+/// What became of a payload the host sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Delivery {
+    /// The channel accepted it.
+    Delivered,
+    /// The channel refused it, or it could not be sent; `reason` says why (the
+    /// channel's error).
+    Failed {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Delivery {
+    fn status(&self) -> &'static str {
+        match self {
+            Delivery::Delivered => "delivered",
+            Delivery::Failed { .. } => "failed",
+        }
+    }
+}
+
+/// The inputs a host dropped and the reply parts the user never received, by line id,
+/// as the marks of a transcript say.
+#[derive(Debug, Default)]
+pub(crate) struct Marks {
+    /// Ids of inbound lines whose input was dropped.
+    pub(crate) dropped: std::collections::HashSet<String>,
+    /// Per reply line, its parts whose last report is a failure, with their text.
+    pub(crate) undelivered: std::collections::HashMap<String, Vec<(usize, String)>>,
+}
+
+impl Marks {
+    /// The marks among `entries`.
+    pub(crate) fn of(entries: &[TranscriptEntry]) -> Marks {
+        let mut marks = Marks::default();
+        let mut reports: std::collections::HashMap<(String, usize), Option<String>> =
+            std::collections::HashMap::new();
+        for entry in entries.iter().filter(|e| e.kind == "custom") {
+            let (Some(kind), Some(data)) = (entry.custom_type.as_deref(), &entry.data) else {
+                continue;
+            };
+            let text = |field: &str| data.get(field).and_then(Value::as_str).map(str::to_owned);
+            match kind {
+                TURN_FAILED_CUSTOM_TYPE if text("input").as_deref() == Some("dropped") => {
+                    marks.dropped.extend(text("inbound"));
+                }
+                DELIVERY_CUSTOM_TYPE => {
+                    let (Some(line), Some(part)) =
+                        (text("line"), data.get("part").and_then(Value::as_u64))
+                    else {
+                        continue;
+                    };
+                    let failed = text("status").as_deref() == Some("failed");
+                    reports.insert(
+                        (line, part as usize),
+                        failed.then(|| text("text").unwrap_or_default()),
+                    );
+                }
+                _ => {}
+            }
+        }
+        for ((line, part), failed) in reports {
+            if let Some(text) = failed {
+                marks
+                    .undelivered
+                    .entry(line)
+                    .or_default()
+                    .push((part, text));
+            }
+        }
+        marks
+    }
+
+    /// `text` of reply line `line` without its undelivered parts; `None` when nothing
+    /// of it was delivered.
+    pub(crate) fn delivered_text(&self, line: Option<&str>, text: String) -> Option<String> {
+        let Some(failed) = line.and_then(|line| self.undelivered.get(line)) else {
+            return Some(text);
+        };
+        let mut left = text;
+        for (_, part) in failed {
+            if let Some(at) = left.find(part.as_str()).filter(|_| !part.is_empty()) {
+                left.replace_range(at..at + part.len(), "");
+            }
+        }
+        let left = left
+            .split("\n\n")
+            .filter(|piece| !piece.trim().is_empty())
+            .collect::<Vec<_>>()
+            .join("\n\n");
+        (!left.trim().is_empty()).then_some(left)
+    }
+}
+
+impl SessionManager {
+    /// Marks the turn whose inbound line is `inbound` (in `transcript`, of `key`'s
+    /// session `entry`) failed, keeping or dropping its input, and ends its run.
+    pub(super) async fn record_failure(
+        &self,
+        key: &SessionKey,
+        transcript: Option<&TranscriptRef>,
+        inbound: Option<&str>,
+        failure: TurnFailure,
+        entry: &SessionEntry,
+    ) -> Result<()> {
+        if let (Some(transcript), Some(inbound)) = (transcript, inbound) {
+            let mark = TranscriptEntry::custom(
+                TURN_FAILED_CUSTOM_TYPE,
+                serde_json::json!({ "inbound": inbound, "input": failure.as_str() }),
+                self.seams.clock.now(),
+            );
+            self.transcript_store()?
+                .append(transcript, vec![mark])
+                .await?;
+        }
+        let session_id = entry.session_id.clone();
+        self.change(key, |current| {
+            // A reset meanwhile made it another session: its run is not this one.
+            if current.session_id == session_id {
+                current.status = Some(crate::entry::SessionStatus::Idle);
+                current.aborted_last_run = Some(true);
+            }
+        })
+        .await?;
+        crate::telemetry::turn_failed(failure.as_str());
+        Ok(())
+    }
+
+    /// Records what became of `payload`, one of the payloads
+    /// [`Turn::complete`](super::Turn::complete) returned: a line in the session's
+    /// transcript. A failed payload is left out of the conversation the model sees
+    /// from then on (the model does not believe the user read it); a later report of
+    /// the same payload replaces the earlier (a retry that got through). Reporting the
+    /// same outcome again changes nothing. Deliveries and failures are counted in the
+    /// metrics (`agent_sessions_deliveries_total`, by status).
+    ///
+    /// A payload without a receipt (none is logged without a transcript store) has
+    /// nothing to record: `Ok(())`.
+    ///
+    /// ```
+    /// use agent_sessions::manager::Delivery;
+    /// use agent_sessions::prelude::*;
+    /// use agent_sessions::transcript::MemoryTranscriptStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// let manager = SessionManager::builder(MemoryStore::new())
+    ///     .transcripts(MemoryTranscriptStore::new())
+    ///     .build();
+    /// let turn = manager.turn(&InboundMessage::direct("telegram", "42", "Tell me everything")).await?;
+    /// for payload in turn.complete("(a reply too long for the channel)").await? {
+    ///     // The channel answered 400: the user never saw it.
+    ///     let refused = Delivery::Failed { reason: "message is too long".into() };
+    ///     manager.report_delivery(&payload, refused).await?;
+    /// }
+    /// let next = manager.turn(&InboundMessage::direct("telegram", "42", "Hello?")).await?;
+    /// let roles: Vec<ChatRole> = next.messages().await?.iter().map(|m| m.role).collect();
+    /// assert_eq!(roles, [ChatRole::User, ChatRole::User], "the refused reply is left out");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn report_delivery(&self, payload: &ReplyPayload, delivery: Delivery) -> Result<()> {
+        let Some(receipt) = &payload.receipt else {
+            return Ok(());
+        };
+        let transcripts = self.transcript_store()?;
+        // The session's transcript, or its archive when a reset replaced the session.
+        let current = self
+            .seams
+            .store
+            .get(&receipt.key)
+            .await?
+            .filter(|s| s.entry.session_id == receipt.session_id);
+        let transcript = match current {
+            Some(session) => {
+                TranscriptRef::of(&receipt.key, &session.entry, &self.settings.default_agent)
+            }
+            None => {
+                let entry = SessionEntry::new(&receipt.session_id, 0);
+                let live = TranscriptRef::of(&receipt.key, &entry, &self.settings.default_agent);
+                transcripts.archived(&live).await?.unwrap_or(live)
+            }
+        };
+        // The same report again changes nothing: the last report of the part decides.
+        let since = transcripts.read(&transcript, receipt.offset).await?;
+        if since
+            .events
+            .first()
+            .is_none_or(|event| event.entry.id.as_deref() != Some(receipt.line.as_str()))
+        {
+            return Err(Error::InvalidOption {
+                option: "delivery receipt",
+                problem: "it names no reply line of its session",
+            });
+        }
+        let last = since
+            .events
+            .iter()
+            .rev()
+            .filter(|event| event.entry.custom_type.as_deref() == Some(DELIVERY_CUSTOM_TYPE))
+            .filter_map(|event| event.entry.data.as_ref())
+            .find(|data| {
+                data.get("line").and_then(Value::as_str) == Some(receipt.line.as_str())
+                    && data.get("part").and_then(Value::as_u64) == Some(receipt.part as u64)
+            })
+            .and_then(|data| {
+                data.get("status")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            });
+        if last.as_deref() == Some(delivery.status()) {
+            return Ok(());
+        }
+        let mut data = serde_json::json!({
+            "line": receipt.line,
+            "part": receipt.part,
+            "status": delivery.status(),
+        });
+        if let Delivery::Failed { reason } = &delivery {
+            data["reason"] = Value::from(reason.as_str());
+            data["text"] = Value::from(payload.text.clone().unwrap_or_default());
+        }
+        let mark = TranscriptEntry::custom(DELIVERY_CUSTOM_TYPE, data, self.seams.clock.now());
+        transcripts.append(&transcript, vec![mark]).await?;
+        crate::telemetry::delivered(delivery.status());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mark(kind: &str, data: Value) -> TranscriptEntry {
+        TranscriptEntry::custom(kind, data, chrono::Utc::now())
+    }
+
+    #[test]
+    fn the_last_report_of_a_part_decides() {
+        let entries = [
+            mark(
+                TURN_FAILED_CUSTOM_TYPE,
+                serde_json::json!({"inbound": "u1", "input": "dropped"}),
+            ),
+            mark(
+                TURN_FAILED_CUSTOM_TYPE,
+                serde_json::json!({"inbound": "u2", "input": "kept"}),
+            ),
+            mark(
+                DELIVERY_CUSTOM_TYPE,
+                serde_json::json!({"line": "a1", "part": 0, "status": "failed", "text": "one"}),
+            ),
+            mark(
+                DELIVERY_CUSTOM_TYPE,
+                serde_json::json!({"line": "a1", "part": 1, "status": "failed", "text": "two"}),
+            ),
+            mark(
+                DELIVERY_CUSTOM_TYPE,
+                serde_json::json!({"line": "a1", "part": 1, "status": "delivered"}),
+            ),
+            mark(
+                DELIVERY_CUSTOM_TYPE,
+                serde_json::json!({"line": "a2", "status": "failed"}),
+            ),
+        ];
+        let marks = Marks::of(&entries);
+        assert!(marks.dropped.contains("u1") && !marks.dropped.contains("u2"));
+        assert_eq!(
+            marks
+                .delivered_text(Some("a1"), "one\n\ntwo".into())
+                .as_deref(),
+            Some("two")
+        );
+        assert_eq!(marks.delivered_text(Some("a1"), "one".into()), None);
+        assert_eq!(
+            marks.delivered_text(Some("a2"), "x".into()).as_deref(),
+            Some("x"),
+            "no part: ignored"
+        );
+        assert_eq!(marks.delivered_text(None, "y".into()).as_deref(), Some("y"));
+    }
+}

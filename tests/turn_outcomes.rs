@@ -1,0 +1,204 @@
+//! Failed and undelivered turns: a model call that failed keeps or drops its input as
+//! the host says, and a reply the channel refused is not believed read.
+//!
+//! Each test runs on every backend this build has (see `common/stores.rs`).
+
+mod common;
+
+#[path = "common/stores.rs"]
+mod stores;
+
+use agent_sessions::manager::{Delivery, TurnFailure, DELIVERY_CUSTOM_TYPE};
+use agent_sessions::prelude::*;
+use agent_sessions::transcript::Offset;
+use agent_sessions::{Error, SessionStatus};
+use stores::Stores;
+
+fn dm(text: &str) -> InboundMessage {
+    InboundMessage::direct("telegram", "42", text)
+}
+
+/// The roles and texts of what the model would see for `text`.
+async fn seen(manager: &SessionManager, text: &str) -> Vec<(ChatRole, String)> {
+    let turn = manager.turn(&dm(text)).await.unwrap();
+    let seen = turn
+        .messages()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.role, m.content))
+        .collect();
+    turn.complete("ok").await.unwrap();
+    seen
+}
+
+fn user(text: &str) -> (ChatRole, String) {
+    (ChatRole::User, text.to_owned())
+}
+
+fn assistant(text: &str) -> (ChatRole, String) {
+    (ChatRole::Assistant, text.to_owned())
+}
+
+#[tokio::test]
+async fn a_failed_model_call_keeps_or_drops_its_input_as_the_host_says() {
+    let stores = Stores::new("turn_failed");
+    for url in &stores.urls {
+        let manager = SessionManager::connect(url).await.unwrap().build();
+        // A provider refuses this input every time (a content filter): dropped.
+        let refused = manager.turn(&dm("a refused input")).await.unwrap();
+        let key = refused.key().clone();
+        refused.fail(TurnFailure::DropInput).await.unwrap();
+        let stored = manager.get(&key).await.unwrap().unwrap().entry;
+        assert_eq!(stored.status, Some(SessionStatus::Idle), "{url}");
+        assert_eq!(stored.aborted_last_run, Some(true), "{url}");
+        assert_eq!(
+            seen(&manager, "hello").await,
+            [user("hello")],
+            "{url}: never sent again"
+        );
+        // A timeout: kept, the next turn's model sees it before its own message.
+        let timed_out = manager
+            .turn(&dm("a question that timed out"))
+            .await
+            .unwrap();
+        timed_out.fail(TurnFailure::KeepInput).await.unwrap();
+        assert_eq!(
+            seen(&manager, "still there?").await,
+            [
+                user("hello"),
+                assistant("ok"),
+                user("a question that timed out"),
+                user("still there?")
+            ],
+            "{url}"
+        );
+        // Both stay in the transcript, marked.
+        let read = manager
+            .transcripts()
+            .replay(&key, Offset::START)
+            .await
+            .unwrap();
+        let texts: Vec<String> = read
+            .events
+            .iter()
+            .filter_map(|e| e.entry.message.as_ref().map(|m| m.text()))
+            .collect();
+        assert!(texts.contains(&"a refused input".to_owned()), "{url}");
+        let marks = read
+            .events
+            .iter()
+            .filter(|e| e.entry.custom_type.as_deref() == Some("agent-sessions.turn-failed"))
+            .count();
+        assert_eq!(marks, 2, "{url}");
+    }
+    stores.finish().await;
+}
+
+#[tokio::test]
+async fn a_reply_the_channel_refused_is_not_believed_read() {
+    let stores = Stores::new("delivery");
+    for url in &stores.urls {
+        let manager = SessionManager::connect(url).await.unwrap().build();
+        let turn = manager.turn(&dm("Tell me everything")).await.unwrap();
+        let key = turn.key().clone();
+        let reply = TurnReply::payloads(vec![
+            agent_sessions::context::reply::ReplyPayload::text("part one"),
+            agent_sessions::context::reply::ReplyPayload::text("part two"),
+        ]);
+        let payloads = turn.complete(reply).await.unwrap();
+        assert_eq!(payloads.len(), 2);
+        assert!(payloads.iter().all(|p| p.receipt.is_some()), "{url}");
+        // The channel refused the first part (Telegram: 400, message is too long).
+        let refused = Delivery::Failed {
+            reason: "Bad Request: message is too long".into(),
+        };
+        manager
+            .report_delivery(&payloads[0], refused.clone())
+            .await
+            .unwrap();
+        manager
+            .report_delivery(&payloads[1], Delivery::Delivered)
+            .await
+            .unwrap();
+        // Reported again: nothing changes.
+        manager
+            .report_delivery(&payloads[0], refused.clone())
+            .await
+            .unwrap();
+        manager
+            .report_delivery(&payloads[1], Delivery::Delivered)
+            .await
+            .unwrap();
+        let read = manager
+            .transcripts()
+            .replay(&key, Offset::START)
+            .await
+            .unwrap();
+        let reports = read
+            .events
+            .iter()
+            .filter(|e| e.entry.custom_type.as_deref() == Some(DELIVERY_CUSTOM_TYPE))
+            .count();
+        assert_eq!(reports, 2, "{url}: one line per change");
+        assert_eq!(
+            seen(&manager, "and?").await,
+            [
+                user("Tell me everything"),
+                assistant("part two"),
+                user("and?")
+            ],
+            "{url}"
+        );
+        // A retry got the first part through; then the channel lost the second.
+        manager
+            .report_delivery(&payloads[0], Delivery::Delivered)
+            .await
+            .unwrap();
+        manager
+            .report_delivery(&payloads[1], refused.clone())
+            .await
+            .unwrap();
+        let next = manager.turn(&dm("hm")).await.unwrap();
+        let first_reply = next.messages().await.unwrap()[1].content.clone();
+        assert_eq!(first_reply, "part one", "{url}");
+        drop(next);
+        // Nothing of it delivered: the reply is left out altogether.
+        manager
+            .report_delivery(&payloads[0], refused)
+            .await
+            .unwrap();
+        let next = manager.turn(&dm("hm")).await.unwrap();
+        let contents: Vec<String> = next
+            .messages()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.content)
+            .collect();
+        assert_eq!(contents[..3], ["Tell me everything", "and?", "ok"], "{url}");
+    }
+    stores.finish().await;
+}
+
+#[tokio::test]
+async fn a_receipt_that_names_no_reply_is_refused_and_a_payload_without_one_is_a_no_op() {
+    let stores = Stores::new("receipts");
+    for url in &stores.urls {
+        let manager = SessionManager::connect(url).await.unwrap().build();
+        let turn = manager.turn(&dm("hi")).await.unwrap();
+        let mut payload = turn.complete("Hello.").await.unwrap().remove(0);
+        let mut forged = payload.clone();
+        forged.receipt.as_mut().unwrap().line = "00000000".into();
+        assert!(matches!(
+            manager.report_delivery(&forged, Delivery::Delivered).await,
+            Err(Error::InvalidOption { .. })
+        ));
+        payload.receipt = None;
+        manager
+            .report_delivery(&payload, Delivery::Delivered)
+            .await
+            .unwrap();
+    }
+    stores.finish().await;
+}
