@@ -429,10 +429,12 @@ impl Error {
     }
 
     /// Whether retrying the call may succeed: a lock timeout, a write conflict, a lost
-    /// database connection or a server that is restarting.
+    /// database connection, a server that is restarting, or a process or system out of
+    /// file descriptors (`EMFILE`, `ENFILE`) for the moment.
     pub fn is_transient(&self) -> bool {
         match self {
             Error::LockTimeout { .. } | Error::Conflict { .. } => true,
+            Error::Io { source, .. } => is_out_of_descriptors(source),
             Error::Database { transient, .. } => *transient,
             Error::Shared(error) => error.is_transient(),
             _ => false,
@@ -440,6 +442,9 @@ impl Error {
     }
 
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        if is_out_of_descriptors(&source) {
+            crate::telemetry::out_of_descriptors();
+        }
         let mut path = path.into();
         let inner = source.get_ref();
         let refused = match inner.and_then(|e| e.downcast_ref::<crate::fsutil::RefusedAt>()) {
@@ -767,4 +772,11 @@ fn truncate_for_display(value: &str) -> String {
         end -= 1;
     }
     format!("{}…", &value[..end])
+}
+
+/// Whether `error` says the process or the system has no file descriptor left
+/// (`EMFILE`, `ENFILE`): a condition that passes as other files close.
+pub(crate) fn is_out_of_descriptors(error: &io::Error) -> bool {
+    // EMFILE and ENFILE on Linux and the BSDs.
+    matches!(error.raw_os_error(), Some(23 | 24))
 }

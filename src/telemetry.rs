@@ -189,6 +189,21 @@ pub(crate) fn duplicate() {
     record::counter("agent_sessions_duplicates_total", &[], 1);
 }
 
+/// Counts connections `serve` closed to make room (idle, no secret shown).
+#[cfg(feature = "http")]
+pub(crate) fn connections_shed(count: usize) {
+    record::counter(
+        "agent_sessions_http_connections_shed_total",
+        &[],
+        count as u64,
+    );
+}
+
+/// Counts a file the process could not open for want of a file descriptor.
+pub(crate) fn out_of_descriptors() {
+    record::counter("agent_sessions_out_of_descriptors_total", &[], 1);
+}
+
 /// Counts a failure by its kind.
 pub(crate) fn failed(error: &Error) {
     record::counter("agent_sessions_errors_total", &[("kind", error.kind())], 1);

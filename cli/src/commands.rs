@@ -256,9 +256,15 @@ pub struct ServeArgs {
     /// How long a request may take from its headers to its response (408 after it).
     #[arg(long, value_parser = parse_duration, default_value = "30s")]
     request_timeout: Duration,
-    /// How many connections are held open at once; more clients wait until one closes.
-    #[arg(long, default_value_t = agent_sessions::http::DEFAULT_MAX_CONNECTIONS)]
-    max_connections: usize,
+    /// How many connections are held open at once; more clients wait until one closes,
+    /// and idle connections that never showed the secret are closed to make room
+    /// (default: 1,024, or fewer under a low open-files limit: a quarter of it, at least
+    /// 64 files, is left to the stores).
+    #[arg(long)]
+    max_connections: Option<usize>,
+    /// How many event streams are served at once (503 beyond).
+    #[arg(long, default_value_t = agent_sessions::http::DEFAULT_MAX_EVENT_STREAMS)]
+    max_event_streams: usize,
 }
 
 /// Filters of `list`.
@@ -1014,7 +1020,11 @@ async fn serve(store: &str, given: Given, args: ServeArgs) -> Outcome {
         .header_read_timeout(args.header_read_timeout)
         .body_read_timeout(args.body_read_timeout)
         .request_timeout(args.request_timeout)
-        .max_connections(args.max_connections);
+        .max_connections(
+            args.max_connections
+                .unwrap_or_else(agent_sessions::http::default_max_connections),
+        )
+        .max_event_streams(args.max_event_streams);
     options.secret = secret;
     if args.metrics {
         let recorder = metrics_exporter_prometheus::PrometheusBuilder::new()

@@ -1686,3 +1686,83 @@ async fn views_are_created_and_dropped_on_a_postgres_store() {
         .unwrap();
     schema.drop().await;
 }
+
+/// Under a low open-files limit, strangers holding idle, half-sent connections cannot
+/// keep callers with the secret out, nor make the store fail for want of descriptors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_under_a_low_open_files_limit_keeps_serving_callers_past_idle_strangers() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use tokio::io::AsyncWriteExt;
+
+    if Command::new("prlimit").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: no prlimit to lower the open-files limit");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("json:{}", dir.path().display());
+    /// Kills the service however the test ends.
+    struct Service(std::process::Child);
+    impl Drop for Service {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Command::new("prlimit")
+        .args(["--nofile=256:256", "--"])
+        .arg(env!("CARGO_BIN_EXE_agent-sessions"))
+        .args(["serve", "--store", &store, "--listen", "127.0.0.1:0"])
+        .args(["--secret", "s3cret"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let _service = Service(child);
+    let mut banner = String::new();
+    let mut stderr = BufReader::new(stderr);
+    stderr.read_line(&mut banner).unwrap();
+    let base = banner
+        .split_whitespace()
+        .find(|word| word.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {banner:?}"))
+        .to_owned();
+    let address = base.trim_start_matches("http://").to_owned();
+
+    // 300 strangers: more than the process could hold, each half a request and silent.
+    let mut strangers = Vec::new();
+    for _ in 0..300 {
+        if let Ok(Ok(mut stream)) = tokio::time::timeout(
+            std::time::Duration::from_millis(200),
+            tokio::net::TcpStream::connect(&address),
+        )
+        .await
+        {
+            let _ = stream
+                .write_all(b"GET /kernel/sessions HTTP/1.1\r\nHost: x\r\n")
+                .await;
+            strangers.push(stream);
+        }
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+
+    // Callers with the secret are served, within seconds, never with a 500.
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(8))
+        .build()
+        .unwrap();
+    for n in 0..20 {
+        let response = client
+            .post(format!("{base}/kernel/sessions/resolve"))
+            .header("x-kernel-secret", "s3cret")
+            .json(&serde_json::json!({
+                "workspace_id": "ws", "channel": "sms",
+                "remote_jid": format!("+1555{n:04}"), "user_message": "hello",
+            }))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("request {n} past {} strangers: {e}", strangers.len()));
+        assert_eq!(response.status(), 200, "request {n}");
+    }
+    drop(strangers);
+}

@@ -14,7 +14,7 @@ use std::convert::Infallible;
 
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::Stream;
-use tokio::sync::watch;
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use super::*;
 use crate::transcript::{Offset, SessionEvent, TranscriptFollow};
@@ -22,24 +22,41 @@ use crate::transcript::{Offset, SessionEvent, TranscriptFollow};
 /// The header a reconnecting SSE client sends its last event id in.
 const LAST_EVENT_ID: &str = "last-event-id";
 
-/// Ends every event stream of the routers built with one [`ServiceOptions`];
-/// [`serve`] fires it when it shuts down, so open streams do not hold the shutdown.
+/// The event streams of the routers built with one [`ServiceOptions`]: how many may be
+/// open at once, and the signal that ends them all — [`serve`] fires it when it shuts
+/// down, so open streams do not hold the shutdown.
 #[derive(Debug, Clone)]
-pub(super) struct StreamsEnd(Arc<watch::Sender<bool>>);
+pub(super) struct StreamsEnd {
+    end: Arc<watch::Sender<bool>>,
+    slots: Arc<Semaphore>,
+}
 
 impl Default for StreamsEnd {
     fn default() -> Self {
-        StreamsEnd(Arc::new(watch::channel(false).0))
+        StreamsEnd {
+            end: Arc::new(watch::channel(false).0),
+            slots: Arc::new(Semaphore::new(DEFAULT_MAX_EVENT_STREAMS)),
+        }
     }
 }
 
 impl StreamsEnd {
     pub(super) fn fire(&self) {
-        self.0.send_replace(true);
+        self.end.send_replace(true);
     }
 
     fn subscribe(&self) -> watch::Receiver<bool> {
-        self.0.subscribe()
+        self.end.subscribe()
+    }
+
+    /// Allows `streams` open at once.
+    pub(super) fn limit(&mut self, streams: usize) {
+        self.slots = Arc::new(Semaphore::new(streams.min(Semaphore::MAX_PERMITS)));
+    }
+
+    /// A slot for one more stream, if one is free.
+    fn slot(&self) -> Option<OwnedSemaphorePermit> {
+        self.slots.clone().try_acquire_owned().ok()
     }
 }
 
@@ -75,6 +92,14 @@ pub(super) async fn session_events(
         None => query.from.unwrap_or(0),
     };
     check_id(&id)?;
+    // Each stream holds a chunk of its transcript in memory: their number is bounded.
+    let slot = end.slot().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "too many event streams are open; retry",
+        )
+    })?;
     let mut follow = manager
         .transcripts()
         .follow_session(&id, Offset(from))
@@ -102,6 +127,7 @@ pub(super) async fn session_events(
         pending: numbered(first, follow.position()),
         follow,
         end: end.subscribe(),
+        _slot: slot,
     };
     Ok(Sse::new(stream.into_stream())
         .keep_alive(KeepAlive::default())
@@ -121,8 +147,11 @@ fn numbered(events: Vec<SessionEvent>, next: Offset) -> VecDeque<(SessionEvent, 
 
 struct EventStream {
     follow: TranscriptFollow,
+    /// One chunk of the transcript at most (the follower reads chunk by chunk, and the
+    /// next chunk is read only when the client has taken this one).
     pending: VecDeque<(SessionEvent, Offset)>,
     end: watch::Receiver<bool>,
+    _slot: OwnedSemaphorePermit,
 }
 
 impl EventStream {

@@ -63,7 +63,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
-use axum::http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
+use axum::http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -88,7 +88,10 @@ use crate::key::AgentId;
 use crate::manager::{Resolution, SessionManager, TurnOutcome};
 use crate::store::{ListFilter, StatusFilter, StoredSession};
 
+mod connections;
 mod events;
+
+pub use connections::default_max_connections;
 
 /// The header that carries the shared secret.
 pub const SECRET_HEADER: &str = "x-kernel-secret";
@@ -108,9 +111,24 @@ pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// then).
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The default number of connections [`serve`] holds open at once: 1,024. Further
-/// clients wait in the listener's backlog until one closes.
+/// The most connections [`serve`] holds open at once by default: 1,024, or fewer when
+/// the process may open fewer files ([`default_max_connections`]). Further clients wait
+/// in the listener's backlog until one closes.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
+/// The most event streams (`GET /kernel/sessions/{id}/events`) open at once by
+/// default: 64. Each holds at most one chunk of its transcript
+/// ([`DEFAULT_CHUNK_BYTES`](crate::transcript::DEFAULT_CHUNK_BYTES)) in memory, read only
+/// when its client has taken the last one; one more is answered 503.
+pub const DEFAULT_MAX_EVENT_STREAMS: usize = 64;
+
+/// How long [`serve`] waits for a free connection slot before it closes connections
+/// that are idle and never showed the secret.
+const SHED_CHECK: Duration = Duration::from_millis(250);
+
+/// How old a connection must be before [`serve`] closes it to make room (one that just
+/// opened has had no time to send its request).
+const SHED_GRACE: Duration = Duration::from_secs(1);
 
 /// A shared secret callers present in [`SECRET_HEADER`]; never empty or blank.
 ///
@@ -223,9 +241,15 @@ pub struct ServiceOptions {
     /// [`DEFAULT_REQUEST_TIMEOUT`]); 408 after it.
     pub request_timeout: Duration,
     /// How many connections [`serve`] holds open at once (default
-    /// [`DEFAULT_MAX_CONNECTIONS`]). A client following a session's events holds one
-    /// for as long as it follows.
+    /// [`default_max_connections`]: 1,024, or fewer under a low limit of open files). A
+    /// client following a session's events holds one for as long as it follows. When
+    /// every one is taken, connections that are idle and never showed the secret are
+    /// closed first.
     pub max_connections: usize,
+    /// How many event streams are served at once (default
+    /// [`DEFAULT_MAX_EVENT_STREAMS`]); set it with
+    /// [`max_event_streams`](Self::max_event_streams).
+    max_event_streams: usize,
     /// Ends the event streams of the routers built with these options.
     streams_end: events::StreamsEnd,
     /// What `GET /metrics` answers, if anything.
@@ -250,7 +274,8 @@ impl Default for ServiceOptions {
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
-            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections: default_max_connections(),
+            max_event_streams: DEFAULT_MAX_EVENT_STREAMS,
             streams_end: events::StreamsEnd::default(),
             metrics: None,
         }
@@ -304,6 +329,14 @@ impl ServiceOptions {
         self
     }
 
+    /// Serves at most `streams` event streams at once (default
+    /// [`DEFAULT_MAX_EVENT_STREAMS`]); one more is answered 503 with `Retry-After`.
+    pub fn max_event_streams(mut self, streams: usize) -> Self {
+        self.max_event_streams = streams;
+        self.streams_end.limit(streams);
+        self
+    }
+
     /// Serves `GET /metrics` with the text `render` returns, as
     /// `text/plain; version=0.0.4` (the Prometheus text format), behind the secret like
     /// every call but `health`. The CLI's `serve --metrics` passes a Prometheus
@@ -347,6 +380,12 @@ impl ServiceOptions {
         if self.max_connections == 0 || self.max_connections > Semaphore::MAX_PERMITS {
             return refuse(
                 "max_connections",
+                "it must be at least 1 (and at most usize::MAX >> 3)",
+            );
+        }
+        if self.max_event_streams == 0 || self.max_event_streams > Semaphore::MAX_PERMITS {
+            return refuse(
+                "max_event_streams",
                 "it must be at least 1 (and at most usize::MAX >> 3)",
             );
         }
@@ -419,9 +458,12 @@ where
     http.timer(TokioTimer::new())
         .header_read_timeout(options.header_read_timeout);
     let connections = GracefulShutdown::new();
+    let open = connections::Connections::default();
+    let secret = Arc::new(options.secret.clone());
     tokio::pin!(shutdown);
     loop {
-        // A slot first, then a connection: over the limit, clients wait in the backlog.
+        // A slot first, then a connection: over the limit, clients wait in the backlog,
+        // and connections that are idle and never showed the secret make room.
         let slot = tokio::select! {
             biased;
             () = &mut shutdown => break,
@@ -429,6 +471,14 @@ where
                 Ok(slot) => slot,
                 Err(_) => break,
             },
+            () = tokio::time::sleep(SHED_CHECK) => {
+                let shed = open.shed_strangers(SHED_GRACE);
+                if shed > 0 {
+                    tracing::info!(shed, "every connection taken: closed the idle ones that showed no secret");
+                    crate::telemetry::connections_shed(shed);
+                }
+                continue;
+            }
         };
         let stream = tokio::select! {
             biased;
@@ -443,12 +493,22 @@ where
         };
         // Best effort: a socket that refuses it still works, a little slower.
         let _ = stream.set_nodelay(true);
-        let connection =
-            http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
-        let connection = connections.watch(connection);
+        let state = open.open();
+        let service = connections::Tracked {
+            inner: TowerToHyperService::new(app.clone()),
+            connection: state.clone(),
+            secret: secret.clone(),
+        };
+        let connection = connections.watch(http.serve_connection(TokioIo::new(stream), service));
         tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, "an HTTP connection ended with an error");
+            tokio::select! {
+                ended = connection => {
+                    if let Err(error) = ended {
+                        tracing::debug!(%error, "an HTTP connection ended with an error");
+                    }
+                }
+                // Dropping the connection closes it.
+                () = state.shed() => {}
             }
             drop(slot);
         });
@@ -700,6 +760,13 @@ impl IntoResponse for ApiError {
             "error": { "code": self.code, "message": self.message },
         });
         let mut response = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            // Busy for a moment (a lock, a database restarting, no file descriptor
+            // left): a client may come back.
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+        }
         response.extensions_mut().insert(ErrorShaped);
         response
     }

@@ -214,6 +214,16 @@ impl<T: TranscriptStore> TranscriptStore for AgentScoped<T> {
         self.inner.read(transcript, from).await
     }
 
+    async fn read_chunk(
+        &self,
+        transcript: &TranscriptRef,
+        from: Offset,
+        max_bytes: usize,
+    ) -> Result<TranscriptRead> {
+        self.check_transcript(transcript)?;
+        self.inner.read_chunk(transcript, from, max_bytes).await
+    }
+
     async fn archive(
         &self,
         transcript: &TranscriptRef,

@@ -41,12 +41,13 @@ pub(crate) trait TranscriptRows {
         first: i64,
         lines: &[String],
     ) -> Result<()>;
-    /// The lines numbered `from` on, in order.
+    /// The lines numbered `from` on, in order; at most `limit` of them when given.
     async fn lines_from(
         &mut self,
         agent: &str,
         name: &str,
         from: i64,
+        limit: Option<i64>,
     ) -> Result<Vec<(i64, String)>>;
     /// Sets the transcript's `line_count` and `leaf`.
     async fn set_tail(
@@ -115,7 +116,7 @@ pub(crate) async fn fork(
     }
     let mut lines = vec![header_line(&header)];
     lines.extend(
-        rows.lines_from(parent_agent, parent_name, 1)
+        rows.lines_from(parent_agent, parent_name, 1, None)
             .await?
             .into_iter()
             .map(|(_, line)| line)
@@ -163,12 +164,18 @@ pub(crate) async fn append(
         .collect())
 }
 
-/// The events at or after `from` (a line number), and where to continue.
+/// How many lines a chunked read asks for at a time.
+const CHUNK_BATCH_LINES: i64 = 64;
+
+/// The events at or after `from` (a line number), and where to continue; with
+/// `max_bytes`, only the lines that fit in about that many bytes (at least one), read a
+/// batch at a time.
 pub(crate) async fn read(
     rows: &mut impl TranscriptRows,
     (agent, name): (&str, &str),
     from: Offset,
     location: &Path,
+    max_bytes: Option<usize>,
 ) -> Result<TranscriptRead> {
     let Some((count, _)) = rows.row(agent, name).await? else {
         return Ok(TranscriptRead {
@@ -188,20 +195,35 @@ pub(crate) async fn read(
         next: Offset(count),
         ..TranscriptRead::default()
     };
-    // Lines past the count were appended after it was read (a store that reads
-    // without one snapshot): the next read returns them, so they are not returned twice.
-    for (seq, line) in rows
-        .lines_from(agent, name, from.0 as i64)
-        .await?
-        .into_iter()
-        .filter(|(seq, _)| (*seq as u64) < count)
-    {
-        read_line(
-            &mut read,
-            seq as usize + 1,
-            Offset(seq as u64),
-            line.as_bytes(),
-        );
+    let mut at = from.0;
+    let mut size = 0usize;
+    while at < count {
+        let batch = max_bytes.map(|_| CHUNK_BATCH_LINES);
+        let lines = rows.lines_from(agent, name, at as i64, batch).await?;
+        let fetched = lines.len();
+        // Lines past the count were appended after it was read (a store that reads
+        // without one snapshot): the next read returns them, so they are not returned
+        // twice.
+        for (seq, line) in lines.into_iter().filter(|(seq, _)| (*seq as u64) < count) {
+            if let Some(max) = max_bytes {
+                // At least one event (the header is not one), however long.
+                if !read.events.is_empty() && size + line.len() > max {
+                    read.next = Offset(seq as u64);
+                    return Ok(read);
+                }
+            }
+            size += line.len() + 1;
+            at = seq as u64 + 1;
+            read_line(
+                &mut read,
+                seq as usize + 1,
+                Offset(seq as u64),
+                line.as_bytes(),
+            );
+        }
+        if batch.is_none_or(|batch| (fetched as i64) < batch) {
+            break;
+        }
     }
     Ok(read)
 }
@@ -236,7 +258,7 @@ pub(crate) async fn export(
         return Ok(None);
     }
     Ok(Some(
-        rows.lines_from(agent, name, 0)
+        rows.lines_from(agent, name, 0, None)
             .await?
             .into_iter()
             .map(|(_, line)| line)
@@ -310,7 +332,14 @@ impl AppendNotice {
                 None => return Ok(None),
             },
         };
-        let read = read(rows, (&self.agent, &name), Offset(self.first), location).await?;
+        let read = read(
+            rows,
+            (&self.agent, &name),
+            Offset(self.first),
+            location,
+            None,
+        )
+        .await?;
         let events: Vec<SessionEvent> = read
             .events
             .into_iter()

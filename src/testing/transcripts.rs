@@ -104,6 +104,58 @@ pub async fn appends_chain_ids_and_replay_from_offsets<T: TranscriptStore + ?Siz
     assert!(missing.events.is_empty() && missing.header.is_none());
 }
 
+/// Reading in chunks returns what one read returns, chunk after chunk: each chunk
+/// holds about the bytes asked (at least one event, however long), and continues where
+/// the last stopped.
+pub async fn chunked_reads_return_everything_once<T: TranscriptStore + ?Sized>(store: &T) {
+    let t = transcript("main", "s-chunks");
+    let long = "y".repeat(5_000);
+    let mut entries: Vec<TranscriptEntry> =
+        (0..40).map(|n| said(&format!("line {n}"), n)).collect();
+    entries.insert(20, said(&long, 20));
+    store.append(&t, entries).await.unwrap();
+    let whole = store.read(&t, Offset::START).await.unwrap();
+    for max_bytes in [1, 300, 1_000, 4_096, 1 << 20] {
+        let mut from = Offset::START;
+        let mut events = Vec::new();
+        loop {
+            let chunk = store.read_chunk(&t, from, max_bytes).await.unwrap();
+            if chunk.events.is_empty() {
+                assert_eq!(
+                    chunk.next, whole.next,
+                    "{max_bytes}: ends where a read ends"
+                );
+                break;
+            }
+            let size: usize = chunk
+                .events
+                .iter()
+                .map(|e| serde_json::to_vec(&e.entry).unwrap().len())
+                .sum();
+            assert!(
+                chunk.events.len() == 1 || size <= max_bytes + max_bytes / 2 + 600,
+                "{max_bytes}: a chunk of {size} bytes"
+            );
+            assert!(chunk.next > from, "{max_bytes}: moves on");
+            from = chunk.next;
+            events.extend(chunk.events);
+        }
+        assert_eq!(texts(&events), texts(&whole.events), "{max_bytes}");
+        assert_eq!(
+            events
+                .iter()
+                .map(|e| (e.offset, e.line))
+                .collect::<Vec<_>>(),
+            whole
+                .events
+                .iter()
+                .map(|e| (e.offset, e.line))
+                .collect::<Vec<_>>(),
+            "{max_bytes}: the same offsets and line numbers"
+        );
+    }
+}
+
 /// `create` creates once; topics are transcripts of their own.
 pub async fn create_once_and_topics_apart<T: TranscriptStore + ?Sized>(store: &T) {
     let t = transcript("main", "s-2");
@@ -416,6 +468,7 @@ macro_rules! transcript_conformance_tests {
     ($make:expr $(; $(#[$attr:meta])*)?) => {
         $crate::transcript_conformance_tests!(@each $make; [$($(#[$attr])*)?];
             appends_chain_ids_and_replay_from_offsets,
+            chunked_reads_return_everything_once,
             create_once_and_topics_apart,
             forks_start_from_the_parent,
             archive_renames_and_remove_erases,

@@ -1,11 +1,11 @@
 //! Transcripts as OpenClaw's JSONL files.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
@@ -507,6 +507,8 @@ impl Inner {
             if let Err(e) = file.set_len(tail.len) {
                 tracing::error!(path = %path.display(), error = %e, "could not cut a failed append back");
             }
+            // A reader may have counted the lines that were cut.
+            line_marks().forget(file);
             return (Err(error), None);
         }
         crate::telemetry::appended(buffer.len());
@@ -662,11 +664,11 @@ fn count_lines(path: &Path, file: &File, len: u64) -> Result<usize> {
     if len == 0 {
         return Ok(0);
     }
+    let (start, mut lines) = line_marks().before(file, len).unwrap_or((0, 0));
     let mut file = file.try_clone().map_err(|e| Error::io("open", path, e))?;
-    file.seek(SeekFrom::Start(0))
+    file.seek(SeekFrom::Start(start))
         .map_err(|e| Error::io("seek", path, e))?;
-    let mut reader = io::BufReader::with_capacity(256 * 1024, file.take(len));
-    let mut lines = 0;
+    let mut reader = io::BufReader::with_capacity(256 * 1024, file.take(len - start));
     loop {
         let buffer = io::BufRead::fill_buf(&mut reader).map_err(|e| Error::io("read", path, e))?;
         if buffer.is_empty() {
@@ -680,6 +682,16 @@ fn count_lines(path: &Path, file: &File, len: u64) -> Result<usize> {
 
 /// Reads `path` from `from`: complete lines only, damage reported.
 pub(super) fn read_transcript(path: &Path, from: Offset) -> Result<TranscriptRead> {
+    read_transcript_chunk(path, from, None)
+}
+
+/// [`read_transcript`], reading about `max_bytes` at most when given (whole lines: at
+/// least the first, however long).
+pub(super) fn read_transcript_chunk(
+    path: &Path,
+    from: Offset,
+    max_bytes: Option<usize>,
+) -> Result<TranscriptRead> {
     let mut file = match open_no_follow(path) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -712,9 +724,17 @@ pub(super) fn read_transcript(path: &Path, from: Offset) -> Result<TranscriptRea
             return Err(invalid_offset());
         }
     }
-    let mut bytes = Vec::with_capacity((len - from.0) as usize);
-    file.read_to_end(&mut bytes)
-        .map_err(|e| Error::io("read", path, e))?;
+    let bytes = match max_bytes {
+        // The header is not an event: a chunk from the start holds it and one more.
+        Some(max) if (max as u64) < len - from.0 => {
+            read_whole_lines(&mut file, max, if from.0 == 0 { 2 } else { 1 })
+        }
+        _ => {
+            let mut bytes = Vec::with_capacity((len - from.0) as usize);
+            file.read_to_end(&mut bytes).map(|_| bytes)
+        }
+    }
+    .map_err(|e| Error::io("read", path, e))?;
     let mut read = TranscriptRead {
         next: Offset(from.0 + bytes.len() as u64),
         ..TranscriptRead::default()
@@ -732,13 +752,104 @@ pub(super) fn read_transcript(path: &Path, from: Offset) -> Result<TranscriptRea
             });
             tracing::warn!(path = %path.display(), line, "transcript ends with a torn line; skipped");
             read.next = offset;
+            line -= 1;
             break;
         };
         let text = &bytes[position..position + end];
         position += end + 1;
         read_line(&mut read, line, offset, text);
     }
+    line_marks().remember(&file, read.next.0, line);
     Ok(read)
+}
+
+/// About `max` bytes of `file` from where it is, ending after a newline: the whole
+/// lines in the first `max` bytes, and at least the first `lines` lines however long
+/// (or everything up to the end of the file, where a torn last line may be).
+fn read_whole_lines(file: &mut File, max: usize, lines: usize) -> io::Result<Vec<u8>> {
+    let mut bytes = Vec::with_capacity(max);
+    (&mut *file).take(max as u64).read_to_end(&mut bytes)?;
+    loop {
+        let newlines: Vec<usize> = bytes
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b == b'\n')
+            .map(|(at, _)| at)
+            .take(lines.max(1) + 1)
+            .collect();
+        if newlines.len() >= lines {
+            let end = match newlines.get(lines.saturating_sub(1)) {
+                // Enough lines within `max`: every whole line there.
+                Some(_) if bytes.len() <= max => bytes.iter().rposition(|b| *b == b'\n'),
+                // Read past `max` for the first lines: exactly those.
+                Some(at) => Some(*at),
+                None => None,
+            };
+            if let Some(end) = end {
+                bytes.truncate(end + 1);
+                return Ok(bytes);
+            }
+        }
+        // Too few whole lines yet: read on.
+        let before = bytes.len();
+        (&mut *file).take(64 * 1024).read_to_end(&mut bytes)?;
+        if bytes.len() == before {
+            return Ok(bytes);
+        }
+    }
+}
+
+/// Line counts at offsets of files read in chunks, so that reading the next chunk counts
+/// only the lines after the last one (a follower reading a long transcript from the
+/// start does not count it from the start at every chunk). Bounded.
+struct LineMarks(Mutex<HashMap<(u64, u64), BTreeMap<u64, usize>>>);
+
+/// The most files, and marks per file, kept.
+const MAX_MARKED_FILES: usize = 256;
+const MAX_MARKS_PER_FILE: usize = 64;
+
+fn line_marks() -> &'static LineMarks {
+    static MARKS: OnceLock<LineMarks> = OnceLock::new();
+    MARKS.get_or_init(|| LineMarks(Mutex::new(HashMap::new())))
+}
+
+impl LineMarks {
+    /// Records that `file` has `lines` newlines before `offset`.
+    fn remember(&self, file: &File, offset: u64, lines: usize) {
+        let Ok((Some(id), _)) = identify_file(file) else {
+            return;
+        };
+        let mut marks = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if marks.len() >= MAX_MARKED_FILES && !marks.contains_key(&id) {
+            marks.clear();
+        }
+        let of_file = marks.entry(id).or_default();
+        if of_file.len() >= MAX_MARKS_PER_FILE {
+            of_file.pop_first();
+        }
+        of_file.insert(offset, lines);
+    }
+
+    /// Forgets the marks of `file` (its end was cut back).
+    fn forget(&self, file: &File) {
+        if let Ok((Some(id), _)) = identify_file(file) {
+            let mut marks = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            marks.remove(&id);
+        }
+    }
+
+    /// The nearest mark of `file` at or before `offset`.
+    fn before(&self, file: &File, offset: u64) -> Option<(u64, usize)> {
+        let (Some(id), len) = identify_file(file).ok()? else {
+            return None;
+        };
+        let marks = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        marks
+            .get(&id)?
+            .range(..=offset.min(len))
+            .next_back()
+            .map(|(at, lines)| (*at, *lines))
+    }
 }
 
 /// Agents with a directory under `<root>/agents`, sorted.
@@ -852,6 +963,20 @@ impl TranscriptStore for FileTranscriptStore {
         let path = self.path(transcript)?;
         let file = path.clone();
         blocking(&path, move || read_transcript(&file, from)).await
+    }
+
+    async fn read_chunk(
+        &self,
+        transcript: &TranscriptRef,
+        from: Offset,
+        max_bytes: usize,
+    ) -> Result<TranscriptRead> {
+        let path = self.path(transcript)?;
+        let file = path.clone();
+        blocking(&path, move || {
+            read_transcript_chunk(&file, from, Some(max_bytes.max(1)))
+        })
+        .await
     }
 
     async fn archive(

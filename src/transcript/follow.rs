@@ -55,6 +55,7 @@ pub struct TranscriptFollow {
     position: Offset,
     wake: TranscriptSubscription,
     poll_interval: Duration,
+    chunk_bytes: usize,
     ended: bool,
 }
 
@@ -64,6 +65,7 @@ impl std::fmt::Debug for TranscriptFollow {
             .field("transcript", &self.transcript)
             .field("position", &self.position)
             .field("poll_interval", &self.poll_interval)
+            .field("chunk_bytes", &self.chunk_bytes)
             .finish_non_exhaustive()
     }
 }
@@ -86,8 +88,17 @@ impl TranscriptFollow {
             position: from,
             wake,
             poll_interval,
+            chunk_bytes: super::DEFAULT_CHUNK_BYTES,
             ended: false,
         }
+    }
+
+    /// Reads at most about this many bytes of the transcript at a time (default
+    /// [`DEFAULT_CHUNK_BYTES`](super::DEFAULT_CHUNK_BYTES)): a follower of a long
+    /// transcript holds one chunk, whatever the transcript's length.
+    pub fn chunk_bytes(mut self, bytes: usize) -> Self {
+        self.chunk_bytes = bytes.max(1);
+        self
     }
 
     /// Looks again this often when no live update wakes the follower.
@@ -107,9 +118,11 @@ impl TranscriptFollow {
         self.position
     }
 
-    /// The events appended since the last call (or since the start offset), waiting
-    /// until there is at least one; `None` once the transcript was archived and every
-    /// event of it returned. A transcript that does not exist yet is waited for.
+    /// The next events after the last call's (or from the start offset), waiting until
+    /// there is at least one; `None` once the transcript was archived and every event of
+    /// it returned. One call returns one chunk at most (see
+    /// [`chunk_bytes`](Self::chunk_bytes)): what is left comes with the next calls. A
+    /// transcript that does not exist yet is waited for.
     pub async fn next(&mut self) -> Result<Option<Vec<SessionEvent>>> {
         loop {
             if let Some(events) = self.try_next().await? {
@@ -149,7 +162,10 @@ impl TranscriptFollow {
     }
 
     async fn read(&mut self) -> Result<Vec<SessionEvent>> {
-        let read = self.store.read(&self.transcript, self.position).await?;
+        let read = self
+            .store
+            .read_chunk(&self.transcript, self.position, self.chunk_bytes)
+            .await?;
         self.position = self.position.max(read.next);
         Ok(read.events)
     }

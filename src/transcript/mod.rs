@@ -422,6 +422,15 @@ impl<T: TranscriptStore + ?Sized> TranscriptStore for Arc<T> {
         (**self).read(transcript, from).await
     }
 
+    async fn read_chunk(
+        &self,
+        transcript: &TranscriptRef,
+        from: Offset,
+        max_bytes: usize,
+    ) -> Result<TranscriptRead> {
+        (**self).read_chunk(transcript, from, max_bytes).await
+    }
+
     async fn archive(
         &self,
         transcript: &TranscriptRef,
@@ -470,6 +479,34 @@ impl<T: TranscriptExport + ?Sized> TranscriptExport for Arc<T> {
         (**self).import_lines(agent, name, lines).await
     }
 }
+
+/// Cuts `read` down to its first events that hold about `max_bytes` (their entries as
+/// JSON; at least one event), continuing after them.
+fn first_chunk(read: &mut TranscriptRead, max_bytes: usize) {
+    let mut size = 0usize;
+    let keep = read
+        .events
+        .iter()
+        .position(|event| {
+            size = size
+                .saturating_add(serde_json::to_vec(&event.entry).map_or(0, |json| json.len() + 1));
+            size > max_bytes
+        })
+        .map_or(read.events.len(), |over| over.max(1));
+    if keep < read.events.len() {
+        read.next = read.events[keep].offset;
+        read.events.truncate(keep);
+        read.issues.retain(|issue| match issue {
+            ReadIssue::TornLastLine { offset, .. } | ReadIssue::InvalidLine { offset, .. } => {
+                *offset < read.next
+            }
+            ReadIssue::MissingHeader => true,
+        });
+    }
+}
+
+/// How much of a transcript a [`TranscriptFollow`] reads at once by default.
+pub const DEFAULT_CHUNK_BYTES: usize = 256 * 1024;
 
 /// How often a [`TranscriptFollow`] looks again by default when nothing wakes it.
 pub const DEFAULT_FOLLOW_INTERVAL: Duration = Duration::from_millis(100);
@@ -538,6 +575,24 @@ pub trait TranscriptStore: Send + Sync {
 
     /// The events at or after `from`, and where to continue.
     async fn read(&self, transcript: &TranscriptRef, from: Offset) -> Result<TranscriptRead>;
+
+    /// [`read`](Self::read), holding about `max_bytes` of lines at most: the events at
+    /// or after `from` up to that size — at least one whole event when there is one,
+    /// however long — and where to continue. What reads a long transcript bit by bit (a
+    /// live stream, a follower) holds one chunk at a time.
+    ///
+    /// The default reads everything and returns the first chunk of it; the crate's
+    /// stores read only the chunk (files by bytes; the SQL stores a batch of lines).
+    async fn read_chunk(
+        &self,
+        transcript: &TranscriptRef,
+        from: Offset,
+        max_bytes: usize,
+    ) -> Result<TranscriptRead> {
+        let mut read = self.read(transcript, from).await?;
+        first_chunk(&mut read, max_bytes);
+        Ok(read)
+    }
 
     /// Archives a transcript by renaming it; returns the new name, `None` if there was
     /// no transcript.

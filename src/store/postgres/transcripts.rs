@@ -90,16 +90,17 @@ impl TranscriptRows for PgRows<'_, '_> {
         agent: &str,
         name: &str,
         from: i64,
+        limit: Option<i64>,
     ) -> Result<Vec<(i64, String)>> {
         Ok(self
             .tx
             .query(
                 &format!(
                     "SELECT seq, line FROM {} WHERE agent_id = $1 AND name = $2 AND seq >= $3
-                     ORDER BY seq",
+                     ORDER BY seq LIMIT $4",
                     self.store.table("transcript_lines")
                 ),
-                &[&agent, &name, &from],
+                &[&agent, &name, &from, &limit],
             )
             .await
             .map_err(pg_error("read a transcript"))?
@@ -246,7 +247,33 @@ impl TranscriptStore for PostgresStore {
         let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
         let mut client = self.client().await?;
         let tx = self.snapshot(&mut client).await?;
-        rows::read(&mut self.rows(&tx), (&agent, &name), from, &self.location).await
+        rows::read(
+            &mut self.rows(&tx),
+            (&agent, &name),
+            from,
+            &self.location,
+            None,
+        )
+        .await
+    }
+
+    async fn read_chunk(
+        &self,
+        transcript: &TranscriptRef,
+        from: Offset,
+        max_bytes: usize,
+    ) -> Result<TranscriptRead> {
+        let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
+        let mut client = self.client().await?;
+        let tx = self.snapshot(&mut client).await?;
+        rows::read(
+            &mut self.rows(&tx),
+            (&agent, &name),
+            from,
+            &self.location,
+            Some(max_bytes),
+        )
+        .await
     }
 
     async fn archive(

@@ -73,16 +73,19 @@ impl TranscriptRows for SqliteRows<'_> {
         agent: &str,
         name: &str,
         from: i64,
+        limit: Option<i64>,
     ) -> Result<Vec<(i64, String)>> {
         let mut statement = self
             .0
             .prepare_cached(
                 "SELECT seq, line FROM transcript_lines
-                 WHERE agent_id = ?1 AND name = ?2 AND seq >= ?3 ORDER BY seq",
+                 WHERE agent_id = ?1 AND name = ?2 AND seq >= ?3 ORDER BY seq LIMIT ?4",
             )
             .map_err(db_error("read a transcript"))?;
+        // SQLite reads a negative limit as none.
+        let limit = limit.unwrap_or(-1);
         let rows = statement
-            .query_map(params![agent, name, from], |row| {
+            .query_map(params![agent, name, from, limit], |row| {
                 Ok((row.get(0)?, row.get(1)?))
             })
             .map_err(db_error("read a transcript"))?
@@ -184,6 +187,27 @@ impl TranscriptStore for SqliteStore {
                 (&agent, &name),
                 from,
                 &location,
+                None,
+            ))
+        })
+        .await
+    }
+
+    async fn read_chunk(
+        &self,
+        transcript: &TranscriptRef,
+        from: Offset,
+        max_bytes: usize,
+    ) -> Result<TranscriptRead> {
+        let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
+        let location = self.inner.path.clone();
+        self.read(move |c| {
+            now(rows::read(
+                &mut SqliteRows(c),
+                (&agent, &name),
+                from,
+                &location,
+                Some(max_bytes),
             ))
         })
         .await
