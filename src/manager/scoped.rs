@@ -237,6 +237,19 @@ impl<'a> ScopedManager<'a> {
             .await
     }
 
+    /// [`SessionManager::report_delivery`], if the caller may open the session the
+    /// payload's receipt names.
+    pub async fn report_delivery(
+        &self,
+        payload: &crate::context::reply::ReplyPayload,
+        delivery: super::Delivery,
+    ) -> Result<()> {
+        if let Some(receipt) = &payload.receipt {
+            self.check(&receipt.key).await?;
+        }
+        self.manager.report_delivery(payload, delivery).await
+    }
+
     /// [`SessionManager::open`] for the caller: the caller's identity is resolved again
     /// first (so role changes and merges apply); an existing session must already list a
     /// non-owner caller as a participant; a new session records them as its first. The
@@ -512,6 +525,7 @@ mod tests {
         include_str!("lifecycle.rs"),
         include_str!("log.rs"),
         include_str!("mod.rs"),
+        include_str!("outcome.rs"),
         include_str!("scoped.rs"),
         include_str!("turn.rs"),
         include_str!("turns.rs"),

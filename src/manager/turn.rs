@@ -1,7 +1,7 @@
 //! One call per turn: [`SessionManager::turn`] takes an inbound message and says what to
 //! do; [`Turn::complete`] takes the model's reply and says what to send.
 
-use crate::context::activation::decide;
+use crate::context::activation::{decide, ActivationDecision};
 use crate::context::chat::{fit_to_budget, summary_message, transcript_messages, ChatMessage};
 use crate::context::history::group_history_key;
 use crate::context::inbound::InboundMessage;
@@ -12,9 +12,11 @@ use crate::key::SessionKey;
 use crate::memory::flush::{FlushPlan, DEFAULT_CONTEXT_TOKENS};
 use crate::memory::usage::{EngineSession, TurnUsage};
 use crate::transcript::{Offset, SessionEvent, TranscriptRef};
+use std::time::Duration;
 use tracing::Instrument;
 
 use super::dedupe::{self, Intake, Seen};
+use super::holders::Hold;
 use super::log::record_location;
 use super::outcome::{DeliveryReceipt, TurnFailure};
 use super::{LogMessage, Resolution, Resolved, SessionManager, TurnOutcome};
@@ -250,11 +252,15 @@ impl SessionManager {
             return Ok(turn);
         };
         let now_ms = self.seams.clock.now_millis();
-        turn.key = resolution.key.clone();
-        if resolution.reset_triggered && resolution.body.trim().is_empty() {
+        // The message was acted on: a delivery again within the window is a duplicate.
+        let taken = |intake: Option<Intake>| {
             if let Some(intake) = intake {
                 intake.hold.done(now_ms, window);
             }
+        };
+        turn.key = resolution.key.clone();
+        if resolution.reset_triggered && resolution.body.trim().is_empty() {
+            taken(intake);
             turn.action = TurnAction::Acknowledge(self.settings.reset_acknowledgement.clone());
             turn.entry = Some(resolution.entry().clone());
             turn.resolution = Some(resolution);
@@ -265,9 +271,7 @@ impl SessionManager {
             // The group's activation changed since the message was checked: no run.
             self.keep_as_history(&turn.key, message, &resolution.body, None)
                 .await?;
-            if let Some(intake) = intake {
-                intake.hold.done(now_ms, window);
-            }
+            taken(intake);
             self.change(&turn.key, |entry| {
                 entry.status = Some(SessionStatus::Idle);
                 entry.aborted_last_run = Some(resolution.aborted_last_run);
@@ -276,67 +280,15 @@ impl SessionManager {
             turn.resolution = Some(resolution);
             return Ok(turn);
         }
-        let group = group_history_key(&turn.key, message);
-        let mut entry = resolution.entry().clone();
-        let text = if self.seams.transcripts.is_some() {
-            let (transcript, prepared, location) =
-                self.prepare_transcript_for(&turn.key, entry).await?;
-            entry = prepared;
-            if let Some(location) = location {
-                // A new transcript: its location goes in the entry before anything is
-                // written to it (the first message of a session).
-                let session_id = entry.session_id.clone();
-                entry = self
-                    .change(&turn.key, |current| {
-                        record_location(current, &session_id, &location)
-                    })
-                    .await?
-                    .entry;
-            }
-            // The group's history is claimed, shown, and settled by the inbound line
-            // that carries it: each line reaches exactly one model input.
-            let claimed = match &group {
-                Some(group) => match self.claim_history(group, &transcript).await {
-                    Ok(claimed) => Some(claimed),
-                    Err(error) => {
-                        tracing::warn!(%group, %error, "could not claim the group's history; answering without it");
-                        None
-                    }
-                },
-                None => None,
-            };
-            let history = claimed.as_ref().map(|c| c.entries.as_slice());
-            let (text, drained) = self
-                .model_input(
-                    &resolution,
-                    message,
-                    &activation,
-                    history.unwrap_or_default(),
-                )
-                .await;
-            let mut log = LogMessage::from_inbound(message);
-            log.text = text.clone();
-            let mut line = self.log_line(&turn.key, &entry, log);
-            if let (Some(claimed), Some(log)) = (&claimed, line.log.as_mut()) {
-                log.message_id = Some(claimed.claim.id().to_owned());
-            }
+        let entry = resolution.entry().clone();
+        let (text, entry) = if self.seams.transcripts.is_some() {
             let done = intake.map(|intake| (intake.hold, now_ms, window));
-            match self.log_claimed(&transcript, line, claimed, done).await {
-                Ok(mut logged) => turn.inbound = logged.pop(),
-                Err(error) => {
-                    // The events this turn drained are for the turn that answers.
-                    self.requeue_system_events(&turn.key, drained).await;
-                    return Err(error);
-                }
-            }
-            turn.transcript = Some(transcript);
-            text
+            self.log_input(&mut turn, &resolution, &activation, entry, done)
+                .await?
         } else {
             let input = self.prepare_turn(&resolution, message).await?;
-            if let Some(intake) = intake {
-                intake.hold.done(now_ms, window);
-            }
-            input.text.unwrap_or_default()
+            taken(intake);
+            (input.text.unwrap_or_default(), entry)
         };
         turn.flush = self.seams.flush_guard.plan(&entry);
         turn.entry = Some(entry);
@@ -344,6 +296,67 @@ impl SessionManager {
         turn.input = Some(text);
         turn.resolution = Some(resolution);
         Ok(turn)
+    }
+
+    /// Builds the model's input for `turn` (the session `entry` that `resolution`
+    /// chose) and logs it in the session's transcript, which is created on first use:
+    /// the group's history claimed and settled by that line, the system events drained
+    /// (and queued again if the line cannot be logged), and the message marked taken
+    /// (`done`) once it is logged. Returns the input and the entry as it is now.
+    async fn log_input(
+        &self,
+        turn: &mut Turn<'_>,
+        resolution: &Resolution,
+        activation: &ActivationDecision,
+        entry: SessionEntry,
+        done: Option<(Hold, u64, Duration)>,
+    ) -> Result<(String, SessionEntry)> {
+        let message = &turn.message;
+        let (transcript, mut entry, location) =
+            self.prepare_transcript_for(&turn.key, entry).await?;
+        if let Some(location) = location {
+            // A new transcript: its location goes in the entry before anything is
+            // written to it (the first message of a session).
+            let session_id = entry.session_id.clone();
+            entry = self
+                .change(&turn.key, |current| {
+                    record_location(current, &session_id, &location)
+                })
+                .await?
+                .entry;
+        }
+        // The group's history is claimed, shown, and settled by the inbound line that
+        // carries it: each line reaches exactly one model input.
+        let claimed = match group_history_key(&turn.key, message) {
+            Some(group) => match self.claim_history(&group, &transcript).await {
+                Ok(claimed) => Some(claimed),
+                Err(error) => {
+                    tracing::warn!(%group, %error, "could not claim the group's history; answering without it");
+                    None
+                }
+            },
+            None => None,
+        };
+        let history = claimed.as_ref().map(|c| c.entries.as_slice());
+        let (text, drained) = self
+            .model_input(resolution, message, activation, history.unwrap_or_default())
+            .await;
+        let mut log = LogMessage::from_inbound(message);
+        log.text = text.clone();
+        let mut line = self.log_line(&turn.key, &entry, log);
+        if let (Some(claimed), Some(log)) = (&claimed, line.log.as_mut()) {
+            log.message_id = Some(claimed.claim.id().to_owned());
+        }
+        match self.log_claimed(&transcript, line, claimed, done).await {
+            Ok(mut logged) => turn.inbound = logged.pop(),
+            Err(error) => {
+                // The events this turn drained are for the turn that answers.
+                self.requeue_system_events(&turn.key, drained).await;
+                return Err(error);
+            }
+        }
+        turn.transcript = Some(transcript);
+        Ok((text, entry))
     }
 
     /// Resolves `message` for a turn, unless it was taken before (`None`: a duplicate).
