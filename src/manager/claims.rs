@@ -84,15 +84,42 @@ async fn logged(transcripts: &dyn TranscriptStore, witness: &str, line_id: &str)
     let Some(transcript) = Witness::parse(witness) else {
         return Ok(false);
     };
-    let read = transcripts.read(&transcript, Offset::START).await?;
-    Ok(read.events.iter().any(|event| {
-        event
-            .entry
-            .log
-            .as_ref()
-            .and_then(|log| log.message_id.as_deref())
-            == Some(line_id)
-    }))
+    has_line(transcripts, &transcript, |entry| {
+        entry.log.as_ref().and_then(|log| log.message_id.as_deref()) == Some(line_id)
+    })
+    .await
+}
+
+/// Whether `transcript` — or its archive, when its session was reset or deleted since
+/// — has a line that `is_it`, read a chunk at a time.
+pub(super) async fn has_line(
+    transcripts: &dyn TranscriptStore,
+    transcript: &TranscriptRef,
+    is_it: impl Fn(&TranscriptEntry) -> bool,
+) -> Result<bool> {
+    let mut transcript = transcript.clone();
+    let mut from = Offset::START;
+    loop {
+        let read = transcripts
+            .read_chunk(&transcript, from, crate::transcript::DEFAULT_CHUNK_BYTES)
+            .await?;
+        if read.events.iter().any(|event| is_it(&event.entry)) {
+            return Ok(true);
+        }
+        if from == Offset::START && read.header.is_none() && read.events.is_empty() {
+            match transcripts.archived(&transcript).await? {
+                Some(archived) if archived != transcript => {
+                    transcript = archived;
+                    continue;
+                }
+                _ => return Ok(false),
+            }
+        }
+        if read.events.is_empty() || read.next <= from {
+            return Ok(false);
+        }
+        from = read.next;
+    }
 }
 
 /// A claim of a group's history for one turn, and the lines it holds.

@@ -18,7 +18,7 @@ use crate::context::inbound::InboundMessage;
 use crate::entry::{InboundRecord, SessionEntry};
 use crate::error::Result;
 use crate::key::{normalize_account_id, normalize_channel, SessionKey};
-use crate::transcript::{Direction, Offset, TranscriptRef};
+use crate::transcript::{Direction, TranscriptRef};
 
 /// How long a message id is remembered (OpenClaw's inbound dedupe window, 20 minutes).
 pub const DEFAULT_DEDUPE_WINDOW: Duration = Duration::from_secs(20 * 60);
@@ -131,27 +131,18 @@ impl SessionManager {
             return Ok(false);
         };
         let current = self.seams.store.get(key).await?;
-        let transcript = match current.filter(|s| s.entry.session_id == record.session_id) {
-            Some(session) => TranscriptRef::of(key, &session.entry, &self.settings.default_agent),
-            None => {
-                let live = TranscriptRef::of(
-                    key,
-                    &SessionEntry::new(&record.session_id, 0),
-                    &self.settings.default_agent,
-                );
-                match transcripts.archived(&live).await? {
-                    Some(archived) => archived,
-                    None => live,
-                }
-            }
-        };
-        let read = transcripts.read(&transcript, Offset::START).await?;
-        Ok(read.events.iter().any(|event| {
-            event.entry.log.as_ref().is_some_and(|log| {
+        let entry = current
+            .map(|s| s.entry)
+            .filter(|entry| entry.session_id == record.session_id)
+            .unwrap_or_else(|| SessionEntry::new(&record.session_id, 0));
+        let transcript = TranscriptRef::of(key, &entry, &self.settings.default_agent);
+        super::claims::has_line(transcripts, &transcript, |line| {
+            line.log.as_ref().is_some_and(|log| {
                 log.direction == Some(Direction::Inbound)
                     && log.correlation_id.as_deref() == Some(message_id)
             })
-        }))
+        })
+        .await
     }
 }
 

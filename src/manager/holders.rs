@@ -7,7 +7,7 @@
 //! machine while that process runs (its id and start time, under the same boot); a
 //! turn on another host for [`LEASE`] after it began.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashSet, VecDeque};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -22,8 +22,11 @@ const MAX_DONE: usize = 100_000;
 struct Registry {
     /// The tokens of this process's running turns.
     live: HashSet<String>,
-    /// The tokens of its finished turns, with when they finished (epoch ms).
-    done: HashMap<String, u64>,
+    /// The tokens of its finished turns.
+    done: HashSet<String>,
+    /// The same, oldest first, with when they finished (epoch ms) and how long they
+    /// are kept.
+    done_order: VecDeque<(String, u64, u64)>,
 }
 
 fn registry() -> std::sync::MutexGuard<'static, Registry> {
@@ -59,23 +62,20 @@ impl Hold {
     /// Marks the turn done at `now_ms`: it stays live, for `keep`, to whoever looks.
     pub(super) fn done(self, now_ms: u64, keep: Duration) {
         let mut registry = registry();
-        let keep = keep.as_millis() as u64;
-        if registry.done.len() >= MAX_DONE {
-            registry
-                .done
-                .retain(|_, at| now_ms.saturating_sub(*at) < keep);
-        }
-        if registry.done.len() >= MAX_DONE {
-            if let Some(oldest) = registry
-                .done
-                .iter()
-                .min_by_key(|(_, at)| **at)
-                .map(|(token, _)| token.clone())
-            {
-                registry.done.remove(&oldest);
+        let registry = &mut *registry;
+        // The oldest go first: those kept long enough, and any beyond the bound.
+        while let Some((token, at, kept)) = registry.done_order.front() {
+            let expired = now_ms.saturating_sub(*at) >= *kept;
+            if !expired && registry.done_order.len() < MAX_DONE {
+                break;
             }
+            registry.done.remove(token);
+            registry.done_order.pop_front();
         }
-        registry.done.insert(self.token.clone(), now_ms);
+        registry.done.insert(self.token.clone());
+        registry
+            .done_order
+            .push_back((self.token.clone(), now_ms, keep.as_millis() as u64));
     }
 }
 
@@ -118,7 +118,7 @@ pub(super) fn alive(holder: &str, at_ms: u64, now_ms: u64) -> bool {
     let (process, token) = holder.split_once('#').unwrap_or((holder, ""));
     if process == this_process() {
         let registry = registry();
-        return registry.live.contains(token) || registry.done.contains_key(token);
+        return registry.live.contains(token) || registry.done.contains(token);
     }
     let mut parts = process.splitn(3, '/');
     let (Some(boot), Some(pid), Some(start)) = (parts.next(), parts.next(), parts.next()) else {
