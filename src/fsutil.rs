@@ -211,10 +211,13 @@ pub(crate) fn open_checked(options: &mut OpenOptions, path: &Path) -> io::Result
         Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
             return Err(Refused::NotRegular("a directory").into_io())
         }
-        // A socket cannot be opened at all.
+        // A socket cannot be opened at all, nor a FIFO for writing with no reader.
         #[cfg(unix)]
         Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
-            return Err(Refused::NotRegular("a socket or device").into_io())
+            let found = std::fs::symlink_metadata(path)
+                .map(|m| describe(m.file_type()))
+                .unwrap_or("a socket or device");
+            return Err(Refused::NotRegular(found).into_io());
         }
         Err(e) => return Err(e),
     };

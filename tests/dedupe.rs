@@ -246,9 +246,10 @@ async fn a_turn_dropped_anywhere_leaves_its_message_answered_or_taken_again_once
 // ---------------------------------------------------------------------------------
 
 const CHILD_URL: &str = "AGENT_SESSIONS_DEDUPE_CHILD_STORE";
+const CHILD_UPDATE: &str = "AGENT_SESSIONS_DEDUPE_CHILD_UPDATE";
 
-/// Takes the update `1001` in a turn, prints its action, and completes the turn when
-/// stdin says so (or is killed before).
+/// Takes the update `1001` (or the `<id>|<text>` its environment names) in a turn,
+/// prints its action, and completes the turn when stdin says so (or is killed before).
 #[test]
 #[ignore = "a child process of the two-process dedupe tests"]
 fn dedupe_child() {
@@ -261,10 +262,11 @@ fn dedupe_child() {
         .unwrap();
     runtime.block_on(async {
         let manager = SessionManager::connect(&url).await.unwrap().build();
-        let turn = manager
-            .turn(&update("1001", "When is my shift?"))
-            .await
-            .unwrap();
+        let named = std::env::var(CHILD_UPDATE).unwrap_or_default();
+        let (id, text) = named
+            .split_once('|')
+            .unwrap_or(("1001", "When is my shift?"));
+        let turn = manager.turn(&update(id, text)).await.unwrap();
         println!("@action {}", turn.action().as_str());
         let mut line = String::new();
         std::io::stdin().read_line(&mut line).unwrap();
@@ -280,6 +282,11 @@ struct Child2 {
 
 impl Child2 {
     fn start(url: &str) -> Child2 {
+        Child2::start_with(url, "")
+    }
+
+    /// A child taking the update `<id>|<text>`.
+    fn start_with(url: &str, update: &str) -> Child2 {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "dedupe_child",
@@ -289,6 +296,7 @@ impl Child2 {
                 "--test-threads=1",
             ])
             .env(CHILD_URL, url)
+            .env(CHILD_UPDATE, update)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -384,6 +392,26 @@ async fn an_update_taken_by_a_running_or_killed_process_is_not_answered_again() 
         );
         let stored = manager.get(&key).await.unwrap().unwrap();
         assert_eq!(stored.entry.aborted_last_run, Some(true), "{url}");
+    }
+    stores.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_delivered_again_after_the_process_that_took_it_exited_resets_once() {
+    let stores = Stores::new("dedupe_reset_restart");
+    for url in &stores.urls {
+        let mut first = Child2::start_with(url, "2|/new");
+        assert_eq!(first.said(), "action acknowledge", "{url}");
+        first.complete();
+        let manager = SessionManager::connect(url).await.unwrap().build();
+        let key = manager.key_for(&update("2", "/new")).unwrap();
+        let session = manager.get(&key).await.unwrap().unwrap().entry.session_id;
+        for _ in 0..2 {
+            let again = manager.turn(&update("2", "/new")).await.unwrap();
+            assert_eq!(again.action(), &TurnAction::Duplicate, "{url}");
+        }
+        let now = manager.get(&key).await.unwrap().unwrap().entry.session_id;
+        assert_eq!(now, session, "{url}: one reset");
     }
     stores.finish().await;
 }

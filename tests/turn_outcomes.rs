@@ -185,7 +185,12 @@ async fn a_reply_the_channel_refused_is_not_believed_read() {
 async fn a_receipt_that_names_no_reply_is_refused_and_a_payload_without_one_is_a_no_op() {
     let stores = Stores::new("receipts");
     for url in &stores.urls {
-        let manager = SessionManager::connect(url).await.unwrap().build();
+        // A session per person, so that chat 43's reply is another session's.
+        let manager = SessionManager::connect(url)
+            .await
+            .unwrap()
+            .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
+            .build();
         let turn = manager.turn(&dm("hi")).await.unwrap();
         let mut payload = turn.complete("Hello.").await.unwrap().remove(0);
         let mut forged = payload.clone();
@@ -194,6 +199,35 @@ async fn a_receipt_that_names_no_reply_is_refused_and_a_payload_without_one_is_a
             manager.report_delivery(&forged, Delivery::Delivered).await,
             Err(Error::InvalidOption { .. })
         ));
+        // Another chat's reply, named with this chat's key: refused, nothing marked.
+        let other = InboundMessage::direct("telegram", "43", "hi");
+        let theirs = manager.turn(&other).await.unwrap();
+        let their_key = theirs.key().clone();
+        let mut stolen = theirs.complete("Their reply.").await.unwrap().remove(0);
+        stolen.receipt.as_mut().unwrap().key = payload.receipt.as_ref().unwrap().key.clone();
+        let refused = Delivery::Failed { reason: "x".into() };
+        assert!(matches!(
+            manager.report_delivery(&stolen, refused.clone()).await,
+            Err(Error::InvalidOption { .. })
+        ));
+        // A text that is not in the reply the receipt names: refused too.
+        let mut altered = payload.clone();
+        altered.text = Some("words never sent".into());
+        assert!(matches!(
+            manager.report_delivery(&altered, refused).await,
+            Err(Error::InvalidOption { .. })
+        ));
+        let next = manager.turn(&other).await.unwrap();
+        assert_eq!(next.key(), &their_key);
+        let seen: Vec<String> = next
+            .messages()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.content)
+            .collect();
+        assert!(seen.contains(&"Their reply.".to_owned()), "{url}: {seen:?}");
+        drop(next);
         payload.receipt = None;
         manager
             .report_delivery(&payload, Delivery::Delivered)

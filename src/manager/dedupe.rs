@@ -94,7 +94,8 @@ pub(super) fn check(
     };
     if intake.take_over.as_deref() == Some(record.holder.as_str()) {
         Seen::New
-    } else if holders::alive(&record.holder, record.at, now_ms) {
+    } else if record.holder.is_empty() || holders::alive(&record.holder, record.at, now_ms) {
+        // No holder: the update that recorded it also acted on it (a bare reset).
         Seen::Duplicate
     } else {
         Seen::Unsure(record.clone())
@@ -102,8 +103,16 @@ pub(super) fn check(
 }
 
 /// Records the message `intake` takes in `entry` (its session), forgetting what is
-/// older than `window` and beyond [`MAX_RECENT_INBOUND`].
-pub(super) fn record(entry: &mut SessionEntry, intake: &Intake, now_ms: u64, window: Duration) {
+/// older than `window` and beyond [`MAX_RECENT_INBOUND`]. `settled`: the update that
+/// records it is all the message does (a bare reset), so it needs no holder — a
+/// delivery again is a duplicate whoever looks, whenever within the window.
+pub(super) fn record(
+    entry: &mut SessionEntry,
+    intake: &Intake,
+    now_ms: u64,
+    window: Duration,
+    settled: bool,
+) {
     let since = now_ms.saturating_sub(window.as_millis() as u64);
     let records = &mut entry.recent_inbound;
     records.retain(|r| r.id != intake.id && r.at >= since);
@@ -113,7 +122,11 @@ pub(super) fn record(entry: &mut SessionEntry, intake: &Intake, now_ms: u64, win
         id: intake.id.clone(),
         at: now_ms,
         session_id: entry.session_id.clone(),
-        holder: intake.hold.holder().to_owned(),
+        holder: if settled {
+            String::new()
+        } else {
+            intake.hold.holder().to_owned()
+        },
     });
 }
 
@@ -182,14 +195,20 @@ mod tests {
         let window = Duration::from_secs(60);
         for n in 0..MAX_RECENT_INBOUND as u64 + 10 {
             let intake = Intake::new(format!("m{n}"));
-            record(&mut entry, &intake, 1_000 + n, window);
+            record(&mut entry, &intake, 1_000 + n, window, false);
         }
         assert_eq!(entry.recent_inbound.len(), MAX_RECENT_INBOUND);
         assert_eq!(
             entry.recent_inbound.last().unwrap().id,
             format!("m{}", MAX_RECENT_INBOUND + 9)
         );
-        record(&mut entry, &Intake::new("late".into()), 1_000_000, window);
+        record(
+            &mut entry,
+            &Intake::new("late".into()),
+            1_000_000,
+            window,
+            false,
+        );
         assert_eq!(
             entry.recent_inbound.len(),
             1,
@@ -202,7 +221,7 @@ mod tests {
     fn a_message_is_a_duplicate_while_its_turn_may_log_it() {
         let first = Intake::new("m1".into());
         let mut entry = SessionEntry::new("s1", 0);
-        record(&mut entry, &first, 1_000, DEFAULT_DEDUPE_WINDOW);
+        record(&mut entry, &first, 1_000, DEFAULT_DEDUPE_WINDOW, false);
         let again = Intake::new("m1".into());
         let window = DEFAULT_DEDUPE_WINDOW;
         assert_eq!(check(Some(&entry), &again, 1_001, window), Seen::Duplicate);
@@ -224,5 +243,14 @@ mod tests {
             ..Intake::new("m1".into())
         };
         assert_eq!(check(Some(&entry), &take_over, 1_003, window), Seen::New);
+        // A bare reset is done in the update that records it: a duplicate for good.
+        let mut reset = SessionEntry::new("s2", 0);
+        let first = Intake::new("m2".into());
+        record(&mut reset, &first, 1_000, window, true);
+        drop(first);
+        assert_eq!(
+            check(Some(&reset), &Intake::new("m2".into()), 1_001, window),
+            Seen::Duplicate
+        );
     }
 }

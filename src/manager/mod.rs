@@ -798,7 +798,9 @@ impl SessionManager {
                     entry.aborted_last_run = Some(true);
                 }
                 if let Some(intake) = intake {
-                    dedupe::record(&mut entry, intake, now_ms, window);
+                    // A bare reset is all done here; other messages are logged next.
+                    let bare_reset = trigger.is_some() && body.trim().is_empty();
+                    dedupe::record(&mut entry, intake, now_ms, window, bare_reset);
                 }
                 let expires_at = match policy.freshness(&key, &entry, now) {
                     Freshness::Fresh { expires_at } => expires_at,

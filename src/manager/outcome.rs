@@ -14,7 +14,7 @@ use crate::context::reply::ReplyPayload;
 use crate::entry::SessionEntry;
 use crate::error::{Error, Result};
 use crate::key::SessionKey;
-use crate::transcript::{Offset, TranscriptEntry, TranscriptRef};
+use crate::transcript::{Direction, Offset, TranscriptEntry, TranscriptRef};
 
 /// The `customType` of the line that marks a failed turn.
 pub const TURN_FAILED_CUSTOM_TYPE: &str = "agent-sessions.turn-failed";
@@ -268,18 +268,35 @@ impl SessionManager {
                 transcripts.archived(&live).await?.unwrap_or(live)
             }
         };
-        // The same report again changes nothing: the last report of the part decides.
         let since = transcripts.read(&transcript, receipt.offset).await?;
-        if since
+        // The receipt must name a reply logged in this key's session, and a payload of
+        // that reply: a forged receipt marks nothing (least of all a line of another
+        // session, whose transcript its session id could name).
+        let reply = since
             .events
             .first()
-            .is_none_or(|event| event.entry.id.as_deref() != Some(receipt.line.as_str()))
-        {
+            .map(|event| &event.entry)
+            .filter(|line| {
+                line.id.as_deref() == Some(receipt.line.as_str())
+                    && line.log.as_ref().is_some_and(|log| {
+                        log.direction == Some(Direction::Outbound)
+                            && log.session_key.as_deref() == Some(receipt.key.as_str())
+                    })
+            });
+        let Some(reply) = reply else {
             return Err(Error::InvalidOption {
                 option: "delivery receipt",
                 problem: "it names no reply line of its session",
             });
+        };
+        let reply_text = reply.message.as_ref().map(|m| m.text()).unwrap_or_default();
+        if !reply_text.contains(payload.text.as_deref().unwrap_or_default()) {
+            return Err(Error::InvalidOption {
+                option: "delivery receipt",
+                problem: "the payload's text is not part of the reply it names",
+            });
         }
+        // The same report again changes nothing: the last report of the part decides.
         let last = since
             .events
             .iter()
