@@ -248,6 +248,38 @@ async fn links_planted_where_the_crate_writes_are_reported() {
         .collect();
     assert_eq!(unusable.len(), 3, "{report:?}");
     assert!(dir.path().join("search").is_symlink(), "left as it is");
+
+    // Inside them: a FIFO or a link where a group's file or the lock belongs.
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("group-history");
+    let events = dir.path().join("system-events");
+    fs::create_dir_all(&history).unwrap();
+    fs::create_dir_all(&events).unwrap();
+    let fifo = |path: &Path| {
+        let made = std::process::Command::new("mkfifo")
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(made.success());
+    };
+    fifo(&history.join(".lock"));
+    fifo(&events.join("agent%3Amain%3Amain.json"));
+    std::os::unix::fs::symlink("/etc/passwd", history.join("g.json")).unwrap();
+    let report = examine(dir.path(), &DoctorOptions::default())
+        .await
+        .unwrap();
+    let found: Vec<String> = report
+        .findings
+        .iter()
+        .filter_map(|(finding, _)| match finding {
+            Finding::UnusableFile { path, .. } => {
+                Some(path.file_name().unwrap().to_string_lossy().into_owned())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(found.len(), 3, "{report:?}");
+    assert!(!report.is_healthy());
 }
 
 #[tokio::test]
@@ -433,4 +465,56 @@ async fn pruning_removes_only_the_exact_raw_entry_diagnosed_in_its_own_file() {
     assert_eq!(saved["agent:work:telegram:dm:bob"]["sessionId"], "s-stray");
     assert!(report.findings.iter().any(|(f, r)| r.is_none()
         && matches!(f, Finding::UnusableSessionFile { key, .. } if key == "agent:main:telegram:dm:carol")));
+}
+
+/// A state directory moved (or restored from a backup) elsewhere: every entry records
+/// its transcript at the old place. `doctor` reports them, and `--repair` points each
+/// at its transcript in the moved tree, so the conversations go on.
+#[tokio::test]
+async fn a_moved_state_directory_is_repaired_and_its_conversations_go_on() {
+    let parent = tempfile::tempdir().unwrap();
+    let (before, after) = (parent.path().join("before"), parent.path().join("after"));
+    let dm = || InboundMessage::direct("telegram", "42", "When is my shift?");
+    {
+        let manager = SessionManager::connect(&format!("json:{}", before.display()))
+            .await
+            .unwrap()
+            .build();
+        let turn = manager.turn(&dm()).await.unwrap();
+        turn.complete("Thursday at 9.").await.unwrap();
+    }
+    fs::rename(&before, &after).unwrap();
+    let manager = SessionManager::connect(&format!("json:{}", after.display()))
+        .await
+        .unwrap()
+        .build();
+    assert!(
+        manager.turn(&dm()).await.is_err(),
+        "the old location is refused"
+    );
+
+    let report = examine(&after, &DoctorOptions::default()).await.unwrap();
+    assert!(matches!(
+        report.findings[..],
+        [(Finding::UnusableSessionFile { .. }, None)]
+    ));
+    let report = examine(&after, &DoctorOptions::repair()).await.unwrap();
+    assert!(report.all_repaired(), "{report:?}");
+    assert!(examine(&after, &DoctorOptions::default())
+        .await
+        .unwrap()
+        .is_healthy());
+
+    let turn = manager.turn(&dm()).await.unwrap();
+    let seen: Vec<String> = turn
+        .messages()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.content)
+        .collect();
+    assert_eq!(
+        seen,
+        ["When is my shift?", "Thursday at 9.", "When is my shift?"]
+    );
 }

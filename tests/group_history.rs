@@ -35,10 +35,12 @@ fn mention(sender: &str, text: &str) -> InboundMessage {
 }
 
 /// A transcript store whose appends fail while `failing` is set: a disk that filled up,
-/// a database that went away.
+/// a database that went away — or, with `written`, fail after writing their lines (a
+/// connection lost after the commit).
 struct Flaky {
     inner: Arc<dyn TranscriptStore>,
     failing: Arc<AtomicBool>,
+    written: bool,
 }
 
 #[async_trait]
@@ -66,6 +68,9 @@ impl TranscriptStore for Flaky {
         entries: Vec<TranscriptEntry>,
     ) -> agent_sessions::Result<Vec<SessionEvent>> {
         if self.failing.load(Ordering::SeqCst) {
+            if self.written {
+                self.inner.append(transcript, entries).await?;
+            }
             return Err(Error::Io {
                 op: "append",
                 path: PathBuf::from("transcript.jsonl"),
@@ -109,13 +114,15 @@ impl TranscriptStore for Flaky {
     }
 }
 
-/// A manager over `backend` whose transcript appends fail while `failing` is set.
-fn flaky_manager(backend: &Backend, failing: &Arc<AtomicBool>) -> SessionManager {
+/// A manager over `backend` whose transcript appends fail while `failing` is set
+/// (after writing their lines, with `written`).
+fn flaky_manager(backend: &Backend, failing: &Arc<AtomicBool>, written: bool) -> SessionManager {
     let inner: Arc<dyn TranscriptStore> = backend.transcripts().clone();
     SessionManager::builder(backend.sessions().clone())
         .transcripts(Flaky {
             inner,
             failing: failing.clone(),
+            written,
         })
         .history(backend.history().clone())
         .system_events(backend.system_events().clone())
@@ -148,7 +155,7 @@ async fn chatter_taken_by_a_turn_that_fails_is_shown_to_the_next_turn_once() {
     for url in &stores.urls {
         let backend = Backend::open(url).await.unwrap();
         let failing = Arc::new(AtomicBool::new(false));
-        let manager = flaky_manager(&backend, &failing);
+        let manager = flaky_manager(&backend, &failing, false);
         // A first answered turn: the group's session and transcript exist.
         let first = manager.turn(&mention("Bob", "@bot hi")).await.unwrap();
         let key = first.key().clone();
@@ -191,6 +198,40 @@ async fn chatter_taken_by_a_turn_that_fails_is_shown_to_the_next_turn_once() {
             .await
             .unwrap()
             .is_empty());
+    }
+    stores.finish().await;
+}
+
+#[tokio::test]
+async fn an_append_that_reports_an_error_after_writing_its_line_counts_as_done() {
+    let stores = Stores::new("claim_written");
+    for url in &stores.urls {
+        let backend = Backend::open(url).await.unwrap();
+        let failing = Arc::new(AtomicBool::new(false));
+        let manager = flaky_manager(&backend, &failing, true);
+        let first = manager.turn(&mention("Bob", "@bot hi")).await.unwrap();
+        let key = first.key().clone();
+        first.complete("Hello.").await.unwrap();
+        keep_chatter(&manager, &in_group("Ann", "lunch at noon?")).await;
+        failing.store(true, Ordering::SeqCst);
+        let asked = manager.turn(&mention("Bob", "@bot book it")).await.unwrap();
+        assert!(
+            asked.input().unwrap().contains("Ann: lunch at noon?"),
+            "{url}"
+        );
+        drop(asked);
+        failing.store(false, Ordering::SeqCst);
+        let next = manager.turn(&mention("Bob", "@bot and?")).await.unwrap();
+        assert!(
+            !next.input().unwrap().contains("lunch"),
+            "{url}: shown once"
+        );
+        drop(next);
+        assert_eq!(
+            times_shown(&manager, &key, "lunch at noon?").await,
+            1,
+            "{url}"
+        );
     }
     stores.finish().await;
 }
@@ -271,7 +312,11 @@ async fn each_agent_keeps_its_own_history_of_a_group() {
         };
         let alpha = isolated("alpha").await;
         let beta = isolated("beta").await;
-        let to = |agent: &str, message: InboundMessage| message.with_agent(agent);
+        // Messages name their agent, or not: an isolated manager answers as its own.
+        let to = |agent: &str, message: InboundMessage| match agent {
+            "alpha" => message.with_agent(agent),
+            _ => message,
+        };
         keep_chatter(&alpha, &to("alpha", in_group("Ann", "alpha's secret"))).await;
         keep_chatter(&beta, &to("beta", in_group("Cy", "beta's chatter"))).await;
         let to_beta = beta

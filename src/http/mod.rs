@@ -830,6 +830,19 @@ async fn json_errors(response: Response) -> Response {
 impl From<Error> for ApiError {
     fn from(error: Error) -> Self {
         match &error {
+            // A stored transcript location the store refuses (a state directory moved
+            // since, a hand-edited entry) is the service's problem, and names a path.
+            Error::InvalidId {
+                kind: crate::error::IdKind::SessionFile,
+                ..
+            } => {
+                tracing::error!(%error, "a session's stored transcript location is refused; `doctor` reports it");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "the session's stored transcript location is refused; see the service log",
+                )
+            }
             Error::InvalidKey { .. }
             | Error::InvalidId { .. }
             | Error::InvalidLabel { .. }
@@ -1190,6 +1203,37 @@ mod tests {
         assert!(secret.matches(b"s3 cret"));
         assert!(!secret.matches(b""));
         assert!(!format!("{secret:?}").contains("s3"));
+    }
+
+    /// Errors answer with what a client can act on, never a path of the server.
+    #[tokio::test]
+    async fn errors_keep_server_paths_in_the_log_and_tell_transient_ones() {
+        let answer = |error: Error| async move {
+            let response = ApiError::from(error).into_response();
+            let status = response.status();
+            let retry = response.headers().get(RETRY_AFTER).cloned();
+            let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+                .await
+                .unwrap();
+            (status, retry, String::from_utf8_lossy(&body).into_owned())
+        };
+        let moved = Error::InvalidId {
+            kind: crate::error::IdKind::SessionFile,
+            value: "/srv/old/agents/main/sessions/s.jsonl".into(),
+            problem: "a session file must be inside the agent's sessions directory",
+        };
+        let (status, _, body) = answer(moved).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(!body.contains("/srv/old"), "{body}");
+        let out_of_files = Error::Io {
+            op: "open lock file",
+            path: "/srv/state/agents/main/sessions/sessions.json.lock".into(),
+            source: std::io::Error::from_raw_os_error(24),
+        };
+        let (status, retry, body) = answer(out_of_files).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(retry.unwrap(), "1");
+        assert!(!body.contains("/srv/state"), "{body}");
     }
 
     #[test]

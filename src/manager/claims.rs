@@ -91,34 +91,73 @@ async fn logged(transcripts: &dyn TranscriptStore, witness: &str, line_id: &str)
 }
 
 /// Whether `transcript` — or its archive, when its session was reset or deleted since
-/// — has a line that `is_it`, read a chunk at a time.
+/// — has a line that `is_it`.
 pub(super) async fn has_line(
     transcripts: &dyn TranscriptStore,
     transcript: &TranscriptRef,
     is_it: impl Fn(&TranscriptEntry) -> bool,
 ) -> Result<bool> {
+    Ok(find_line(transcripts, transcript, is_it).await?.is_some())
+}
+
+/// The first line of `transcript` — or of its archive, when its session was reset or
+/// deleted since — that `is_it`, read a chunk at a time.
+async fn find_line(
+    transcripts: &dyn TranscriptStore,
+    transcript: &TranscriptRef,
+    is_it: impl Fn(&TranscriptEntry) -> bool,
+) -> Result<Option<SessionEvent>> {
     let mut transcript = transcript.clone();
     let mut from = Offset::START;
     loop {
         let read = transcripts
             .read_chunk(&transcript, from, crate::transcript::DEFAULT_CHUNK_BYTES)
             .await?;
-        if read.events.iter().any(|event| is_it(&event.entry)) {
-            return Ok(true);
-        }
         if from == Offset::START && read.header.is_none() && read.events.is_empty() {
             match transcripts.archived(&transcript).await? {
                 Some(archived) if archived != transcript => {
                     transcript = archived;
                     continue;
                 }
-                _ => return Ok(false),
+                _ => return Ok(None),
             }
         }
         if read.events.is_empty() || read.next <= from {
-            return Ok(false);
+            return Ok(None);
+        }
+        if let Some(event) = read.events.into_iter().find(|event| is_it(&event.entry)) {
+            return Ok(Some(event));
         }
         from = read.next;
+    }
+}
+
+/// `transcripts.append(transcript, [line])`, where an append that reports an error
+/// although its line was written (a connection lost after the commit) counts as done:
+/// the line is looked for by its message-log id.
+async fn append_once(
+    transcripts: &dyn TranscriptStore,
+    transcript: &TranscriptRef,
+    line: TranscriptEntry,
+) -> Result<Vec<SessionEvent>> {
+    let id = line.log.as_ref().and_then(|log| log.message_id.clone());
+    let error = match transcripts.append(transcript, vec![line]).await {
+        Ok(events) => return Ok(events),
+        Err(error) => error,
+    };
+    let Some(id) = id else {
+        return Err(error);
+    };
+    let written = find_line(transcripts, transcript, |entry| {
+        entry.log.as_ref().and_then(|log| log.message_id.as_deref()) == Some(id.as_str())
+    })
+    .await;
+    match written {
+        Ok(Some(event)) => {
+            tracing::warn!(%error, "an append reported an error but its line is there; it counts as done");
+            Ok(vec![event])
+        }
+        _ => Err(error),
     }
 }
 
@@ -183,7 +222,7 @@ impl SessionManager {
         let history = std::sync::Arc::clone(&self.seams.history);
         let transcript = transcript.clone();
         let work = async move {
-            let appended = transcripts.append(&transcript, vec![line]).await;
+            let appended = append_once(&*transcripts, &transcript, line).await;
             if let (Ok(_), Some((hold, at, keep))) = (&appended, done) {
                 hold.done(at, keep);
             }

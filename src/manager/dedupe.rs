@@ -234,10 +234,10 @@ mod tests {
         );
         let holder = first.hold.holder().to_owned();
         drop(first); // its turn ended without logging the message
-        let Seen::Unsure(record) = check(Some(&entry), &again, 1_002, window) else {
+        let Seen::Unsure(found) = check(Some(&entry), &again, 1_002, window) else {
             panic!("the turn died");
         };
-        assert_eq!(record.holder, holder);
+        assert_eq!(found.holder, holder);
         let take_over = Intake {
             take_over: Some(holder),
             ..Intake::new("m1".into())

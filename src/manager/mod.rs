@@ -361,7 +361,8 @@ impl SessionManagerBuilder {
     /// call of this manager reads or writes another agent's sessions or transcripts —
     /// another agent's key is
     /// [`AccessDenial::OtherAgent`](crate::AccessDenial::OtherAgent), listings and log
-    /// queries show only `agent`'s. `agent` also becomes the default agent.
+    /// queries show only `agent`'s. `agent` also becomes the default agent: a message that
+    /// names no agent is answered as `agent`.
     ///
     /// Identity summaries then draw on this agent's transcripts only, not on sibling
     /// variants of its identity.
@@ -582,7 +583,14 @@ impl SessionManager {
     pub fn key_for(&self, message: &InboundMessage) -> Result<SessionKey> {
         match present(message.session_key.as_deref()) {
             Some(explicit) => SessionKey::for_agent(&self.agent_of(message), explicit),
-            None => self.seams.keys.build(&message.conversation()),
+            None => {
+                let mut conversation = message.conversation();
+                // A manager isolated to an agent answers as that agent.
+                if conversation.agent_id.is_none() && self.settings.isolated_to.is_some() {
+                    conversation.agent_id = Some(self.settings.default_agent.to_string());
+                }
+                self.seams.keys.build(&conversation)
+            }
         }
     }
 

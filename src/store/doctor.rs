@@ -176,6 +176,7 @@ impl DoctorReport {
 /// Examines (and with `options.repair`, repairs) the state directory `root`.
 pub async fn examine(root: &Path, options: &DoctorOptions) -> Result<DoctorReport> {
     let root = paths::state_root(root);
+    let repair = options.repair;
     let options = options.clone();
     let doctor_root = root.clone();
     let (mut report, to_prune) =
@@ -194,6 +195,9 @@ pub async fn examine(root: &Path, options: &DoctorOptions) -> Result<DoctorRepor
                 }
             }
         }
+    }
+    if repair {
+        relocate_session_files(&store, &mut report).await?;
     }
     // What the store cannot serve, once the pruning is done.
     if report.findings.iter().all(|(f, _)| {
@@ -218,6 +222,65 @@ pub async fn examine(root: &Path, options: &DoctorOptions) -> Result<DoctorRepor
         }
     }
     Ok(report)
+}
+
+/// Repairs the entries whose `sessionFile` lies outside their sessions directory when
+/// the transcript itself is inside it, under the same name — a state directory moved or
+/// restored elsewhere leaves exactly that: the entry is pointed at the file inside,
+/// through the store's write path, and only if it still records the old location.
+async fn relocate_session_files(
+    store: &super::JsonFileStore,
+    report: &mut DoctorReport,
+) -> Result<()> {
+    use super::SessionStoreExt;
+    for (finding, repair) in &mut report.findings {
+        let Finding::UnusableSessionFile {
+            path,
+            key,
+            session_file,
+            ..
+        } = finding
+        else {
+            continue;
+        };
+        let (Some(dir), Some(name)) = (path.parent(), Path::new(session_file.as_str()).file_name())
+        else {
+            continue;
+        };
+        let inside = dir.join(name);
+        let is_file = fs::symlink_metadata(&inside).is_ok_and(|m| m.is_file());
+        let Ok(parsed) = crate::key::SessionKey::parse(key.as_str()) else {
+            continue;
+        };
+        if !is_file || parsed.as_str() != key.as_str() {
+            continue;
+        }
+        let (old, new) = (session_file.clone(), inside.to_string_lossy().into_owned());
+        let name = name.to_string_lossy().into_owned();
+        let mut moved = false;
+        store
+            .update(&parsed, |slot| {
+                if let Some(entry) = slot.as_mut() {
+                    // The transcript of this very session: named after its id.
+                    let its_own =
+                        !entry.session_id.is_empty() && name.starts_with(entry.session_id.as_str());
+                    if entry.session_file.as_deref() == Some(old.as_str()) && its_own {
+                        entry.session_file = Some(new.clone());
+                        moved = true;
+                    }
+                }
+            })
+            .await?;
+        if moved {
+            *repair = Some(Repair {
+                action: format!(
+                    "sessionFile pointed at the transcript inside the sessions directory, {new}"
+                ),
+                quarantined_to: None,
+            });
+        }
+    }
+    Ok(())
 }
 
 struct Doctor {
@@ -297,8 +360,13 @@ impl Doctor {
         }
         for entry in fs::read_dir(dir).map_err(|e| Error::io("list", dir, e))? {
             let entry = entry.map_err(|e| Error::io("list", dir, e))?;
-            if is_temp_name(&entry.file_name().to_string_lossy()) {
-                self.orphaned_temp(&entry.path())?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let path = entry.path();
+            if is_temp_name(&name) {
+                self.orphaned_temp(&path)?;
+            } else if name != "quarantine" {
+                // The files the buffers read and their lock: regular files.
+                self.usable(&path);
             }
         }
         Ok(())
