@@ -74,7 +74,7 @@ fn plant(kind: &str, path: &Path) -> &'static str {
         "socket" => {
             let listener = std::os::unix::net::UnixListener::bind(path).unwrap();
             std::mem::forget(listener);
-            "a socket or device"
+            "a socket"
         }
         other => unreachable!("{other}"),
     }
