@@ -382,6 +382,59 @@ mod metrics_recorded {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn duplicates_failed_turns_and_deliveries_are_counted() {
+        use agent_sessions::manager::{Delivery, TurnFailure};
+        let _serial = SERIAL.lock().await;
+        recorded(); // what other tests recorded
+        let dir = tempfile::tempdir().unwrap();
+        let manager = SessionManager::connect(&format!("json:{}", dir.path().display()))
+            .await
+            .unwrap()
+            .build();
+        let update = InboundMessage::direct("telegram", "m-2", "hi").with_message_id("7");
+        let payloads = manager
+            .turn(&update)
+            .await
+            .unwrap()
+            .complete("Hello.")
+            .await
+            .unwrap();
+        drop(manager.turn(&update).await.unwrap()); // delivered again
+        manager
+            .report_delivery(
+                &payloads[0],
+                Delivery::Failed {
+                    reason: "400".into(),
+                },
+            )
+            .await
+            .unwrap();
+        let failed = manager
+            .turn(&InboundMessage::direct("telegram", "m-2", "refused"))
+            .await
+            .unwrap();
+        failed.fail(TurnFailure::DropInput).await.unwrap();
+        let counted = recorded();
+        assert_eq!(count(&counted, "agent_sessions_duplicates_total", &[]), 1);
+        assert_eq!(
+            count(
+                &counted,
+                "agent_sessions_deliveries_total",
+                &[("status", "failed")]
+            ),
+            1
+        );
+        assert_eq!(
+            count(
+                &counted,
+                "agent_sessions_turns_failed_total",
+                &[("input", "dropped")]
+            ),
+            1
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn turns_updates_appends_lock_timeouts_and_errors_are_counted() {
         let _serial = SERIAL.lock().await;
         recorded(); // what other tests recorded
