@@ -33,6 +33,12 @@
 //! | `agent_sessions_store_lock_timeouts_total` | counter | `backend` |
 //! | `agent_sessions_transcript_bytes_total` | counter: bytes appended to transcripts | |
 //! | `agent_sessions_errors_total` | counter: failed updates, appends and resolutions | `kind` ([`Error::kind`]) |
+//! | `agent_sessions_duplicates_total` | counter: messages a channel delivered again | |
+//! | `agent_sessions_turns_failed_total` | counter: turns ended by [`Turn::fail`](crate::manager::Turn::fail) | `input` (`kept`, `dropped`) |
+//! | `agent_sessions_deliveries_total` | counter: reported deliveries | `status` (`delivered`, `failed`) |
+//! | `agent_sessions_shared_dm_senders_total` | counter: new senders in a DM session every sender shares ([`DmScope::Main`](crate::key::DmScope::Main)) | |
+//! | `agent_sessions_out_of_descriptors_total` | counter: files not opened for want of a descriptor | |
+//! | `agent_sessions_http_connections_shed_total` | counter: idle unauthenticated connections `serve` closed | |
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -182,6 +188,11 @@ pub(crate) fn turn_failed(input: &'static str) {
 /// Counts a reported delivery, by its status (`delivered`, `failed`).
 pub(crate) fn delivered(status: &'static str) {
     record::counter("agent_sessions_deliveries_total", &[("status", status)], 1);
+}
+
+/// Counts a new sender in a DM session every sender shares.
+pub(crate) fn shared_dm_sender() {
+    record::counter("agent_sessions_shared_dm_senders_total", &[], 1);
 }
 
 /// Counts a message a channel delivered again.

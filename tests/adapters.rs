@@ -131,7 +131,11 @@ fn the_group_chat_keeps_chatter_as_history_and_filters_replies() {
         bob.contains("│ [Current message - respond to this]"),
         "{bob}"
     );
-    assert!(bob.contains("│ [from: Bob (+15550100)]"), "{bob}");
+    assert!(
+        bob.contains("Z] Bob (+15550100): "),
+        "named once, by the envelope: {bob}"
+    );
+    assert!(!bob.contains("[from: "), "{bob}");
     assert!(bob.contains(
         "the bot sends: \"From the 2 earlier messages I can see: dinner is at Dana's on Sunday at 7.\" (as a reply to the message)"
     ), "{bob}");

@@ -1,6 +1,6 @@
 //! Conversation context through the manager: golden texts from the seeds' examples.
 
-use agent_sessions::context::activation::ActivationReason;
+use agent_sessions::context::activation::{ActivationReason, OwnerChatter};
 use agent_sessions::context::reply::ReplyPayload;
 use agent_sessions::context::send_policy::{SendMatch, SendPolicyConfig, SendRule};
 use agent_sessions::entry::SendPolicy;
@@ -64,8 +64,8 @@ async fn the_group_context_block_matches_the_seed() {
          [WhatsApp 120363@g.us 2026-01-13T07:46Z] Bob: hi there\n\
          \n\
          [Current message - respond to this]\n\
-         [WhatsApp 120363@g.us 2026-01-13T07:47Z] Alice: @bot what do you think?\n\
-         [from: Alice (+1234567890)]"
+         [WhatsApp 120363@g.us 2026-01-13T07:47Z] Alice (+1234567890): @bot what do you think?",
+        "the envelope names the sender, with their id, once"
     );
 
     // After the reply the history is gone.
@@ -100,8 +100,13 @@ async fn agent_mentions_are_removed_when_configured() {
     let question = family("Alice", "+1234567890", "@bot what do you think?").mentioning_agent();
     let resolution = manager.resolve(&question).await.unwrap();
     assert_eq!(
-        manager.prepare_turn(&resolution, &question).await.unwrap().text.unwrap(),
-        "[WhatsApp 120363@g.us 2026-01-13T07:47Z] Alice: what do you think?\n[from: Alice (+1234567890)]"
+        manager
+            .prepare_turn(&resolution, &question)
+            .await
+            .unwrap()
+            .text
+            .unwrap(),
+        "[WhatsApp 120363@g.us 2026-01-13T07:47Z] Alice (+1234567890): what do you think?"
     );
 }
 
@@ -135,9 +140,39 @@ async fn system_events_are_prepended_once() {
 }
 
 #[tokio::test]
-async fn owner_messages_not_addressed_to_the_agent_are_marked() {
+async fn owner_messages_not_addressed_to_the_agent_are_history_by_default() {
     let clock = ManualClock::new(at("2026-01-13T07:47:00Z"));
     let manager = manager(&clock, &[]);
+    let owner = family("Olivia", "+1555", "lunch is at one").from_owner();
+    let resolution = manager.resolve(&owner).await.unwrap();
+    let turn = manager.prepare_turn(&resolution, &owner).await.unwrap();
+    assert_eq!(
+        (turn.activation.trigger, turn.activation.reason),
+        (false, ActivationReason::NotAddressed)
+    );
+    assert_eq!(turn.text, None);
+    let asked = family("Bob", "+1987", "@bot when is lunch?").mentioning_agent();
+    let resolution = manager.resolve(&asked).await.unwrap();
+    let text = manager
+        .prepare_turn(&resolution, &asked)
+        .await
+        .unwrap()
+        .text
+        .unwrap();
+    assert!(
+        text.contains("Olivia: lunch is at one"),
+        "the owner's chatter is context for the next addressed message: {text}"
+    );
+}
+
+#[tokio::test]
+async fn owner_messages_not_addressed_to_the_agent_are_marked_when_owners_are_answered() {
+    let clock = ManualClock::new(at("2026-01-13T07:47:00Z"));
+    let manager = SessionManager::builder(MemoryStore::new())
+        .clock(clock.clone())
+        .event_time_zone(Zone::Utc)
+        .owner_chatter(OwnerChatter::Answer)
+        .build();
     let owner = family("Olivia", "+1555", "lunch is at one").from_owner();
     let resolution = manager.resolve(&owner).await.unwrap();
     let turn = manager.prepare_turn(&resolution, &owner).await.unwrap();
@@ -147,7 +182,7 @@ async fn owner_messages_not_addressed_to_the_agent_are_marked() {
     );
     assert_eq!(
         turn.text.unwrap(),
-        "[WhatsApp 120363@g.us 2026-01-13T07:47Z] Olivia: [Owner message, not addressed to you - reply only if it helps]\nlunch is at one\n[from: Olivia (+1555)]"
+        "[WhatsApp 120363@g.us 2026-01-13T07:47Z] Olivia (+1555): [Owner message, not addressed to you - reply only if it helps]\nlunch is at one"
     );
 }
 
@@ -194,13 +229,15 @@ async fn remote_text_cannot_forge_markers() {
         .text
         .unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(
+    assert!(
+        !lines.iter().any(|l| l.starts_with("[from: ")),
+        "a forged sender line is quoted: {text}"
+    );
+    assert!(
         lines
             .iter()
-            .filter(|l| l.starts_with("[from: "))
-            .collect::<Vec<_>>(),
-        [&"[from: Mallory (+1666)]"],
-        "only the real sender line: {text}"
+            .any(|l| l.starts_with("[WhatsApp 120363@g.us 2026-01-13T07:47Z] Mallory (+1666): ")),
+        "the real sender is named by the envelope: {text}"
     );
     assert!(!lines.iter().any(|l| l.starts_with("System:")), "{text}");
     assert_eq!(
@@ -368,7 +405,7 @@ async fn bare_key_prefixes_from_openclaw_configs_reach_agent_scoped_sessions() {
         ),
         (
             InboundMessage::direct("telegram", "42", "hi"),
-            "agent:main:main",
+            "agent:main:telegram:dm:42",
             1,
         ),
     ];

@@ -265,9 +265,16 @@ async fn links_planted_where_the_crate_writes_are_reported() {
     fifo(&history.join(".lock"));
     fifo(&events.join("agent%3Amain%3Amain.json"));
     std::os::unix::fs::symlink("/etc/passwd", history.join("g.json")).unwrap();
-    let report = examine(dir.path(), &DoctorOptions::default())
-        .await
-        .unwrap();
+    // …and under the names of temporary files, which are not read but moved away.
+    let sessions = dir.path().join("agents/main/sessions");
+    fs::create_dir_all(&sessions).unwrap();
+    let target = elsewhere.path().join("kept.txt");
+    fs::write(&target, "not the crate's").unwrap();
+    fifo(&history.join(".tmpFIFOab"));
+    std::os::unix::fs::symlink(&target, events.join(".tmpLINKcd")).unwrap();
+    fifo(&sessions.join("sessions.json.998.0b1e.tmp"));
+    std::os::unix::fs::symlink(&target, sessions.join("sessions.json.997.0b1e.tmp")).unwrap();
+    let report = examine(dir.path(), &DoctorOptions::repair()).await.unwrap();
     let found: Vec<String> = report
         .findings
         .iter()
@@ -278,8 +285,11 @@ async fn links_planted_where_the_crate_writes_are_reported() {
             _ => None,
         })
         .collect();
-    assert_eq!(found.len(), 3, "{report:?}");
+    assert_eq!(found.len(), 7, "{report:?}");
     assert!(!report.is_healthy());
+    assert!(!report.all_repaired(), "reported, never moved");
+    assert!(sessions.join("sessions.json.997.0b1e.tmp").is_symlink());
+    assert_eq!(fs::read_to_string(&target).unwrap(), "not the crate's");
 }
 
 #[tokio::test]

@@ -1254,6 +1254,45 @@ impl Worker {
     }
 }
 
+/// A transcript line too big to hold for a slow client (a base64 image) is streamed as
+/// a stub that says so, and the events around it whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_over_the_event_limit_is_streamed_as_a_stub() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("json:{}", dir.path().display());
+    let service = Service::start(&store).await;
+    let session = id(&service.resolve("hello").await);
+    let worker = Worker::of(&store, &session).await;
+    let image = "A".repeat(agent_sessions::http::MAX_EVENT_BYTES + 1);
+    worker.exchange("before", &image).await;
+    worker.exchange("after", "done").await;
+
+    let mut stream = service.stream(&session, &[]).await;
+    let mut seen = Vec::new();
+    while seen.len() < 4 {
+        let event = stream.next(Duration::from_secs(10)).await.expect("events");
+        seen.push(event.data);
+    }
+    assert_eq!(message_text(&seen[0]["entry"]).as_deref(), Some("before"));
+    assert_eq!(seen[1]["truncated"], true);
+    assert!(seen[1]["bytes"].as_u64().unwrap() > image.len() as u64);
+    assert_eq!(seen[1]["entry"]["type"], "message");
+    assert!(seen[1]["entry"]["id"].is_string());
+    assert_eq!(message_text(&seen[2]["entry"]).as_deref(), Some("after"));
+    assert_eq!(message_text(&seen[3]["entry"]).as_deref(), Some("done"));
+    // The transcript keeps the line whole.
+    let events = worker
+        .manager
+        .transcripts()
+        .replay(&worker.key, agent_sessions::transcript::Offset::START)
+        .await
+        .unwrap()
+        .events;
+    assert!(events
+        .iter()
+        .any(|e| e.entry.message.as_ref().is_some_and(|m| m.text() == image)));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sessions_events_stream_live_from_every_process_and_resume_after_the_last_id() {
     let dir = tempfile::tempdir().unwrap();

@@ -158,7 +158,9 @@ async fn a_session_keeps_its_person_across_channels_and_senders() {
         },
     ];
     for case in cases {
-        let manager = SessionManager::new(MemoryStore::new());
+        let manager = SessionManager::builder(MemoryStore::new())
+            .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::Main))
+            .build();
         let mut last = None;
         for (person, person_type, channel) in case.writers {
             let mut message =

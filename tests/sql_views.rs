@@ -146,6 +146,8 @@ mod sqlite {
         let db = SqliteStore::open(&path).unwrap();
         let manager = SessionManager::builder(db.clone())
             .transcripts(db.clone())
+            // One session per person across channels, so WhatsApp and SMS share it.
+            .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerPeer))
             .build();
         let written = write_through_the_api(&manager).await;
         db.create_views().await.unwrap();
@@ -493,6 +495,8 @@ mod postgres {
         let store = schema.store().await;
         let manager = SessionManager::builder(store.clone())
             .transcripts(store.clone())
+            // One session per person across channels, so WhatsApp and SMS share it.
+            .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerPeer))
             .build();
         let written = write_through_the_api(&manager).await;
         // Schemas of this test's own; RABS's SQL below names `brainframe`, replaced by

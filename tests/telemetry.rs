@@ -381,6 +381,51 @@ mod metrics_recorded {
             .sum()
     }
 
+    /// A manager configured from an OpenClaw home that names no DM scope shares one
+    /// session between every DM sender, as OpenClaw does; a second sender is counted
+    /// each time and warned about once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_second_sender_in_a_shared_dm_session_is_counted_and_warned_once() {
+        let _serial = SERIAL.lock().await;
+        let capture = super::capture();
+        recorded(); // what other tests recorded
+        let warnings = || {
+            capture
+                .loud_events
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|event| event.contains("one shared session"))
+                .count()
+        };
+        let warned_before = warnings();
+        let home = tempfile::tempdir().unwrap();
+        let manager = SessionManager::connect_openclaw(home.path())
+            .await
+            .unwrap()
+            .build();
+        for (peer, text) in [
+            ("42", "hi"),
+            ("42", "again"),
+            ("43", "hello"),
+            ("44", "hey"),
+        ] {
+            let turn = manager
+                .turn(&InboundMessage::direct("telegram", peer, text))
+                .await
+                .unwrap();
+            assert_eq!(turn.key().as_str(), "agent:main:main");
+            turn.complete("ok").await.unwrap();
+        }
+        let counted = recorded();
+        assert_eq!(
+            count(&counted, "agent_sessions_shared_dm_senders_total", &[]),
+            2,
+            "43 and 44 each joined 42's session"
+        );
+        assert_eq!(warnings() - warned_before, 1, "warned once per manager");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn duplicates_failed_turns_and_deliveries_are_counted() {
         use agent_sessions::manager::{Delivery, TurnFailure};

@@ -135,13 +135,10 @@ async fn every_turn_outcome() {
                     "[Chat messages since your last reply - for context]\n\
                      [Telegram -100 2026-03-10T10:00Z] Ann: lunch at noon?\n\n\
                      [Current message - respond to this]\n\
-                     [Telegram -100 2026-03-10T10:00Z] Bob: @bot book it\n[from: Bob]",
+                     [Telegram -100 2026-03-10T10:00Z] Bob: @bot book it",
                     &["Booked."],
                 ),
-                answer(
-                    "[Telegram -100 2026-03-10T10:00Z] Ann: @bot thanks\n[from: Ann]",
-                    &[],
-                ),
+                answer("[Telegram -100 2026-03-10T10:00Z] Ann: @bot thanks", &[]),
             ],
         ),
     ];

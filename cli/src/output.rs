@@ -417,11 +417,17 @@ pub fn doctor(as_json: bool, report: &agent_sessions::store::doctor::DoctorRepor
         let finding = serde_json::to_value(finding).expect("findings serialise");
         let kind = finding["kind"].as_str().unwrap_or("?");
         let path = finding["path"].as_str().unwrap_or("");
-        let detail = ["problem", "key", "sessionFile"]
+        let mut detail = ["problem", "key", "sessionFile"]
             .iter()
             .filter_map(|field| finding[field].as_str())
             .collect::<Vec<_>>()
             .join(", ");
+        if let Some(senders) = finding["senders"].as_array() {
+            detail.push_str(&format!(
+                ": DMs from {} people share this session",
+                senders.len()
+            ));
+        }
         println!("{kind:<18} {path} {detail}");
         match repair {
             Some(repair) => match &repair.quarantined_to {

@@ -190,14 +190,14 @@ pub fn transcript_messages(entries: &[TranscriptEntry]) -> (Vec<ChatMessage>, Op
         .iter()
         .filter(|e| e.kind == "message")
         .filter(|e| e.id.as_ref().is_none_or(|id| !marks.dropped.contains(id)))
-        .filter_map(|e| Some((e.id.as_deref(), e.message.as_ref()?)))
-        .filter_map(|(id, message)| {
+        .filter_map(|e| Some((e.id.as_deref(), e.log.as_ref(), e.message.as_ref()?)))
+        .filter_map(|(id, log, message)| {
             let text = message.text();
             match &message.role {
                 Role::User => Some(ChatMessage::user(text)),
                 Role::Assistant => {
                     let tool_calls = tool_calls(message.content.as_ref());
-                    let text = match marks.delivered_text(id, text) {
+                    let text = match marks.delivered_text(id, log, text) {
                         Some(text) => text,
                         None if tool_calls.is_empty() => return None,
                         None => String::new(),

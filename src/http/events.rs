@@ -22,6 +22,13 @@ use crate::transcript::{Offset, SessionEvent, TranscriptFollow};
 /// The header a reconnecting SSE client sends its last event id in.
 const LAST_EVENT_ID: &str = "last-event-id";
 
+/// The largest event a stream sends whole, in bytes of its `data`: a transcript line
+/// bigger than this (a base64 image, a huge tool result) is sent as a stub that says
+/// so — `{"offset", "line", "truncated": true, "bytes": <size>, "entry": {"type", "id"}}`
+/// — so that what a stream holds for a stalled client stays bounded. The transcript
+/// keeps the line whole.
+pub const MAX_EVENT_BYTES: usize = 1 << 20;
+
 /// The event streams of the routers built with one [`ServiceOptions`]: how many may be
 /// open at once, and the signal that ends them all — [`serve`] fires it when it shuts
 /// down, so open streams do not hold the shutdown.
@@ -134,22 +141,47 @@ pub(super) async fn session_events(
         .into_response())
 }
 
-/// Events paired with the offset that follows each.
-fn numbered(events: Vec<SessionEvent>, next: Offset) -> VecDeque<(SessionEvent, Offset)> {
+/// The `data` of each event, paired with the offset that follows it. Events are
+/// serialised as soon as they are read, and the parsed entries dropped: what waits for a
+/// slow client is the text it will be sent, at most [`MAX_EVENT_BYTES`] an event.
+fn numbered(events: Vec<SessionEvent>, next: Offset) -> VecDeque<(String, Offset)> {
     let after: Vec<Offset> = events
         .iter()
         .skip(1)
         .map(|event| event.offset)
         .chain([next])
         .collect();
-    events.into_iter().zip(after).collect()
+    events.iter().map(event_data).zip(after).collect()
+}
+
+/// What an event's `data` says: the transcript line whole, or a stub when that would
+/// be more than [`MAX_EVENT_BYTES`].
+fn event_data(event: &SessionEvent) -> String {
+    let data = json!({
+        "offset": event.offset,
+        "line": event.line,
+        "entry": event.entry,
+    })
+    .to_string();
+    if data.len() <= MAX_EVENT_BYTES {
+        return data;
+    }
+    json!({
+        "offset": event.offset,
+        "line": event.line,
+        "truncated": true,
+        "bytes": data.len(),
+        "entry": {"type": event.entry.kind, "id": event.entry.id},
+    })
+    .to_string()
 }
 
 struct EventStream {
     follow: TranscriptFollow,
-    /// One chunk of the transcript at most (the follower reads chunk by chunk, and the
-    /// next chunk is read only when the client has taken this one).
-    pending: VecDeque<(SessionEvent, Offset)>,
+    /// One chunk of the transcript at most, as the text each event sends (the
+    /// follower reads chunk by chunk, and the next chunk is read only when the client
+    /// has taken this one).
+    pending: VecDeque<(String, Offset)>,
     end: watch::Receiver<bool>,
     _slot: OwnedSemaphorePermit,
 }
@@ -183,13 +215,8 @@ impl EventStream {
                 }
             }
         }
-        let (event, next) = self.pending.pop_front()?;
-        let data = json!({
-            "offset": event.offset,
-            "line": event.line,
-            "entry": event.entry,
-        });
-        let event = Event::default().id(next.to_string()).data(data.to_string());
+        let (data, next) = self.pending.pop_front()?;
+        let event = Event::default().id(next.to_string()).data(data);
         Some((event, false))
     }
 

@@ -90,6 +90,7 @@ use crate::store::{ListFilter, StatusFilter, StoredSession};
 
 mod connections;
 mod events;
+pub use events::MAX_EVENT_BYTES;
 
 pub use connections::default_max_connections;
 

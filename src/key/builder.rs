@@ -121,15 +121,23 @@ pub trait KeyBuilder: Send + Sync {
 }
 
 /// How direct messages are grouped into sessions (OpenClaw's `session.dmScope`).
+///
+/// The default is [`DmScope::PerChannelPeer`]: each person gets their own session, so
+/// one user never sees another's conversation. OpenClaw itself falls back to
+/// [`DmScope::Main`] (one session shared by every DM sender, right only for a personal
+/// assistant with one owner); a manager configured from `openclaw.json` keeps that
+/// fallback and warns when a second sender writes into the shared session.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DmScope {
-    /// Every DM shares the agent's main session: `agent:<id>:main`.
-    #[default]
+    /// Every DM shares the agent's main session: `agent:<id>:main`. Everyone who writes
+    /// to the bot reads and writes the same conversation: use it only for a bot with one
+    /// user.
     Main,
     /// One session per peer across channels: `agent:<id>:dm:<peer>`.
     PerPeer,
-    /// One session per peer per channel: `agent:<id>:<channel>:dm:<peer>`.
+    /// One session per peer per channel: `agent:<id>:<channel>:dm:<peer>` (the default).
+    #[default]
     PerChannelPeer,
     /// One per peer, channel and bot account: `agent:<id>:<channel>:<account>:dm:<peer>`.
     PerAccountChannelPeer,
@@ -241,9 +249,9 @@ impl IdentityLinks {
 ///
 /// | conversation | key |
 /// | --- | --- |
-/// | DM, [`DmScope::Main`] (default) | `agent:<agentId>:main` |
+/// | DM, [`DmScope::Main`] | `agent:<agentId>:main` |
 /// | DM, [`DmScope::PerPeer`] | `agent:<agentId>:dm:<peer>` |
-/// | DM, [`DmScope::PerChannelPeer`] | `agent:<agentId>:<channel>:dm:<peer>` |
+/// | DM, [`DmScope::PerChannelPeer`] (default) | `agent:<agentId>:<channel>:dm:<peer>` |
 /// | DM, [`DmScope::PerAccountChannelPeer`] | `agent:<agentId>:<channel>:<account>:dm:<peer>` |
 /// | group / channel | `agent:<agentId>:<channel>:group:<id>` / `…:channel:<id>` |
 /// | thread | `<key>:thread:<threadId>` |
@@ -276,7 +284,8 @@ pub struct DefaultKeyBuilder {
 }
 
 impl DefaultKeyBuilder {
-    /// OpenClaw's defaults: agent `main`, main key `main`, dm scope `main`, per-sender.
+    /// Agent `main`, main key `main`, per-sender sessions, and DMs per channel and peer
+    /// ([`DmScope::PerChannelPeer`]; OpenClaw's own fallback is the shared `main`).
     pub fn new() -> Self {
         DefaultKeyBuilder::default()
     }
@@ -611,9 +620,24 @@ mod tests {
     }
 
     #[test]
+    fn the_default_scope_gives_each_dm_sender_a_session() {
+        let builder = DefaultKeyBuilder::new();
+        assert_eq!(
+            build(&builder, Conversation::direct("telegram", "42")),
+            "agent:main:telegram:dm:42"
+        );
+        assert_eq!(
+            build(&builder, Conversation::direct("telegram", "43")),
+            "agent:main:telegram:dm:43"
+        );
+    }
+
+    #[test]
     fn identity_links_do_not_apply_to_the_main_scope() {
         let links = IdentityLinks::new().link("alice", ["123"]);
-        let builder = DefaultKeyBuilder::new().identity_links(links);
+        let builder = DefaultKeyBuilder::new()
+            .dm_scope(DmScope::Main)
+            .identity_links(links);
         assert_eq!(
             build(&builder, Conversation::direct("telegram", "123")),
             "agent:main:main"

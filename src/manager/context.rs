@@ -6,12 +6,14 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::{Resolution, SessionManager};
-use crate::context::activation::{decide, ActivationDecision};
+use crate::context::activation::ActivationDecision;
 use crate::context::history::{
     build_history_context, format_envelope, group_history_key, HistoryEntry,
 };
 use crate::context::inbound::events::{prepend_system_events, SystemEvent};
-use crate::context::inbound::pipeline::{clean_text, model_body, sender_label, PipelineOptions};
+use crate::context::inbound::pipeline::{
+    clean_text, enveloped_body, model_body, sender_label, PipelineOptions,
+};
 use crate::context::inbound::InboundMessage;
 use crate::context::reply::{build_reply_payloads, ReplyOptions, ReplyPayload};
 use crate::entry::SendPolicy;
@@ -98,7 +100,7 @@ impl SessionManager {
         let key = self.key_for(message)?;
         let stored = self.seams.store.get(&key).await?;
         let activation = stored.and_then(|s| s.entry.group_activation);
-        let decision = decide(message, activation.as_ref());
+        let decision = self.activation(message, activation.as_ref());
         if decision.trigger {
             return Ok((decision, false));
         }
@@ -149,7 +151,7 @@ impl SessionManager {
         resolution: &Resolution,
         message: &InboundMessage,
     ) -> Result<TurnInput> {
-        let activation = decide(message, resolution.entry().group_activation.as_ref());
+        let activation = self.activation(message, resolution.entry().group_activation.as_ref());
         let history_key = group_history_key(&resolution.key, message);
         let Some(key) = history_key.as_deref().filter(|_| activation.trigger) else {
             if !activation.trigger {
@@ -199,11 +201,7 @@ impl SessionManager {
         history: &[HistoryEntry],
     ) -> (String, Vec<SystemEvent>) {
         let now = self.seams.clock.now();
-        let body = model_body(
-            message,
-            &resolution.body,
-            &self.pipeline_options(activation.mark_for_context),
-        );
+        let options = self.pipeline_options(activation.mark_for_context);
         let text = match message.group_resolution() {
             Some(group) => {
                 let lines: Vec<String> = history
@@ -218,11 +216,13 @@ impl SessionManager {
                         )
                     })
                     .collect();
-                let sender = sender_name(message);
+                // The envelope names the sender (with their id), once.
+                let sender = sender_label(&message.sender).unwrap_or_else(|| sender_name(message));
+                let body = enveloped_body(message, &resolution.body, &options);
                 let current = format_envelope(&group.channel, &group.id, Some(now), &sender, &body);
                 build_history_context(&lines, &current, false)
             }
-            None => body,
+            None => model_body(message, &resolution.body, &options),
         };
         // Queued events are context too: a queue that cannot be drained keeps them for
         // a later turn, and this one is answered without them.

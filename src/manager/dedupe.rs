@@ -152,7 +152,11 @@ impl SessionManager {
         super::claims::has_line(transcripts, &transcript, |line| {
             line.log.as_ref().is_some_and(|log| {
                 log.direction == Some(Direction::Inbound)
-                    && log.correlation_id.as_deref() == Some(message_id)
+                    && match &log.inbound_id {
+                        Some(id) => *id == record.id,
+                        // A line of a version that did not write the whole id.
+                        None => log.correlation_id.as_deref() == Some(message_id),
+                    }
             })
         })
         .await
@@ -215,6 +219,42 @@ mod tests {
             "older than the window: forgotten"
         );
         assert_eq!(entry.recent_inbound[0].session_id, "s1");
+    }
+
+    /// Telegram counts message ids per chat: in a session two chats share, a dead
+    /// turn's message is found by its whole id, not by another chat's line with the
+    /// same message id.
+    #[tokio::test]
+    async fn a_dead_turns_message_is_not_mistaken_for_another_chats_line() {
+        use crate::key::{DefaultKeyBuilder, DmScope};
+        use crate::manager::TurnAction;
+        use crate::store::{MemoryStore, SessionStoreExt};
+        use crate::transcript::MemoryTranscriptStore;
+
+        let manager = SessionManager::builder(MemoryStore::new())
+            .transcripts(MemoryTranscriptStore::new())
+            .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::Main))
+            .build();
+        let from = |peer: &str, text: &str| {
+            InboundMessage::direct("telegram", peer, text).with_message_id("7")
+        };
+        let answered = manager.turn(&from("43", "from 43")).await.unwrap();
+        answered.complete("ok").await.unwrap();
+        // A turn took 42's message 7 and died before logging it.
+        let dead = Intake::new(inbound_id(&from("42", "")).unwrap());
+        let key = manager.key_for(&from("42", "")).unwrap();
+        let now_ms = manager.clock().now_millis();
+        manager
+            .store()
+            .update(&key, |slot| {
+                let entry = slot.as_mut().unwrap();
+                record(entry, &dead, now_ms, DEFAULT_DEDUPE_WINDOW, false);
+            })
+            .await
+            .unwrap();
+        drop(dead);
+        let redelivered = manager.turn(&from("42", "from 42")).await.unwrap();
+        assert_eq!(redelivered.action(), &TurnAction::Answer);
     }
 
     #[test]

@@ -138,6 +138,24 @@ pub(crate) fn record_message(entry: &mut SessionEntry, inbound: &Inbound<'_>) {
     }
 }
 
+/// How many people have written into `key`'s session once `message` is recorded, when
+/// `message` is a DM from a new person and `key` is a main session every DM shares
+/// ([`DmScope::Main`](crate::key::DmScope::Main)): one user's conversation is being read
+/// by another.
+pub(crate) fn another_dm_sender(
+    key: &SessionKey,
+    message: &InboundMessage,
+    entry: &SessionEntry,
+) -> Option<usize> {
+    let main_session = key.rest().is_some_and(|rest| !rest.contains(':'));
+    if !main_session || message.is_group() {
+        return None;
+    }
+    let sender = message.participant_id()?;
+    let known = entry.participants.as_deref().unwrap_or_default();
+    (!known.is_empty() && !entry.has_participant(&sender)).then_some(known.len() + 1)
+}
+
 /// Records where the message came from without counting it: the reply route, the
 /// origin, group metadata and the chat type (OpenClaw's `recordSessionMetaFromInbound`
 /// patch). `updatedAt` is not touched.

@@ -375,6 +375,16 @@ impl SessionManager {
         message: LogMessage,
     ) -> Result<SessionEvent> {
         let line = self.log_line(key, entry, message);
+        self.append_line(key, transcript, line).await
+    }
+
+    /// Appends `line` to `key`'s session `transcript`; returns it as appended.
+    pub(super) async fn append_line(
+        &self,
+        key: &SessionKey,
+        transcript: &TranscriptRef,
+        line: TranscriptEntry,
+    ) -> Result<SessionEvent> {
         let mut events = self
             .transcript_store()?
             .append(transcript, vec![line])
@@ -423,6 +433,8 @@ impl SessionManager {
             processing_ms: message.processing_ms,
             tool_calls_count: message.tool_calls_count,
             correlation_id: message.correlation_id,
+            inbound_id: None,
+            parts: Vec::new(),
             metadata: message.metadata,
             extra: Map::new(),
         };

@@ -44,10 +44,12 @@ mod workspace;
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
 
+use crate::context::activation::{ActivationDecision, OwnerChatter};
 use crate::context::chat::{EstimatedTokens, TokenCounter};
 use crate::context::history::{HistoryBuffer, MemoryHistory};
 use crate::context::inbound::events::{SystemEventQueue, SystemEvents};
@@ -144,6 +146,9 @@ struct Settings {
     context_window: Option<u64>,
     reset_acknowledgement: String,
     dedupe_window: Duration,
+    owner_chatter: OwnerChatter,
+    /// Set once a DM session shared by everyone has seen a second sender (warned once).
+    shared_dm_warned: AtomicBool,
 }
 
 impl fmt::Debug for SessionManager {
@@ -427,6 +432,33 @@ impl SessionManagerBuilder {
         self
     }
 
+    /// What an owner's group message that does not address the agent does: kept as
+    /// history like anyone's (the default: in a group the agent answers only when
+    /// addressed), or answered, as OpenClaw does ([`OwnerChatter::Answer`]; a manager
+    /// configured from `openclaw.json` answers them).
+    ///
+    /// ```
+    /// use agent_sessions::context::activation::OwnerChatter;
+    /// use agent_sessions::manager::TurnAction;
+    /// use agent_sessions::prelude::*;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// let owner = InboundMessage::group("telegram", "-100", "7", "note to self").from_owner();
+    /// let default = SessionManager::builder(MemoryStore::new()).build();
+    /// assert_eq!(default.turn(&owner).await?.action(), &TurnAction::StaySilent);
+    /// let answering = SessionManager::builder(MemoryStore::new())
+    ///     .owner_chatter(OwnerChatter::Answer)
+    ///     .build();
+    /// assert_eq!(answering.turn(&owner).await?.action(), &TurnAction::Answer);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn owner_chatter(mut self, owner_chatter: OwnerChatter) -> Self {
+        self.manager.settings.owner_chatter = owner_chatter;
+        self
+    }
+
     /// The manager, after checking that every seam a configured feature needs is there:
     /// checkpoints (an introspector, `checkpoint_every_turns`) read and write the
     /// session's transcript, so they need a transcript store, and a turn limit needs an
@@ -534,6 +566,8 @@ impl SessionManager {
                     context_window: None,
                     reset_acknowledgement: turn::DEFAULT_RESET_ACKNOWLEDGEMENT.to_owned(),
                     dedupe_window: dedupe::DEFAULT_DEDUPE_WINDOW,
+                    owner_chatter: OwnerChatter::default(),
+                    shared_dm_warned: AtomicBool::new(false),
                 },
                 system_events: Arc::new(SystemEventQueue::default()),
             },
@@ -760,6 +794,7 @@ impl SessionManager {
         let agent_identity = key.agent_id().map(|agent| self.agent_identity_of(agent));
         let mut outcome = None;
         let mut seen = dedupe::Seen::New;
+        let mut shared_by = None;
         let window = self.settings.dedupe_window;
         let stored = self
             .seams
@@ -788,6 +823,7 @@ impl SessionManager {
                     Decision::New => (start_session(current.clone(), now_ms), current),
                 };
                 let is_new = decision == Decision::New;
+                shared_by = entry_update::another_dm_sender(&key, message, &entry);
                 record_message(
                     &mut entry,
                     &Inbound {
@@ -838,6 +874,9 @@ impl SessionManager {
         };
         tracing::Span::current().record("session_id", session.entry.session_id.as_str());
         crate::telemetry::decided(decision.as_str(), reason.as_str());
+        if let Some(senders) = shared_by {
+            self.shared_dm_session(&key, senders);
+        }
         tracing::debug!(key = %key, session_id = %session.entry.session_id, decision = ?decision, reason = %reason, "session resolved");
         if decision == Decision::New {
             if let Some(updated) = self
@@ -921,6 +960,30 @@ impl SessionManager {
                 tracing::warn!(session_id = %entry.session_id, %error, "could not read the transcript of the session that ended");
                 false
             }
+        }
+    }
+
+    /// How `message` is routed in its group (see [`decide`](crate::context::activation::decide)).
+    fn activation(
+        &self,
+        message: &InboundMessage,
+        group_activation: Option<&crate::entry::GroupActivation>,
+    ) -> ActivationDecision {
+        crate::context::activation::decide(message, group_activation, self.settings.owner_chatter)
+    }
+
+    /// Warns (once per manager) and counts that `senders` people now share `key`'s main
+    /// DM session, as OpenClaw's security audit does.
+    fn shared_dm_session(&self, key: &SessionKey, senders: usize) {
+        crate::telemetry::shared_dm_sender();
+        if !self.settings.shared_dm_warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                key = %key,
+                senders,
+                "several people send DMs into one shared session and each sees the others' \
+                 messages; give each their own with dm scope per-channel-peer \
+                 (openclaw.json: session.dmScope)"
+            );
         }
     }
 

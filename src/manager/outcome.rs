@@ -14,7 +14,7 @@ use crate::context::reply::ReplyPayload;
 use crate::entry::SessionEntry;
 use crate::error::{Error, Result};
 use crate::key::SessionKey;
-use crate::transcript::{Direction, Offset, TranscriptEntry, TranscriptRef};
+use crate::transcript::{Direction, LogFields, Offset, TranscriptEntry, TranscriptRef};
 
 /// The `customType` of the line that marks a failed turn.
 pub const TURN_FAILED_CUSTOM_TYPE: &str = "agent-sessions.turn-failed";
@@ -112,15 +112,15 @@ impl Delivery {
 pub(crate) struct Marks {
     /// Ids of inbound lines whose input was dropped.
     pub(crate) dropped: std::collections::HashSet<String>,
-    /// Per reply line, its parts whose last report is a failure, with their text.
-    pub(crate) undelivered: std::collections::HashMap<String, Vec<(usize, String)>>,
+    /// Per reply line, its parts whose last report is a failure.
+    pub(crate) undelivered: std::collections::HashMap<String, Vec<usize>>,
 }
 
 impl Marks {
     /// The marks among `entries`.
     pub(crate) fn of(entries: &[TranscriptEntry]) -> Marks {
         let mut marks = Marks::default();
-        let mut reports: std::collections::HashMap<(String, usize), Option<String>> =
+        let mut reports: std::collections::HashMap<(String, usize), bool> =
             std::collections::HashMap::new();
         for entry in entries.iter().filter(|e| e.kind == "custom") {
             let (Some(kind), Some(data)) = (entry.custom_type.as_deref(), &entry.data) else {
@@ -138,40 +138,37 @@ impl Marks {
                         continue;
                     };
                     let failed = text("status").as_deref() == Some("failed");
-                    reports.insert(
-                        (line, part as usize),
-                        failed.then(|| text("text").unwrap_or_default()),
-                    );
+                    reports.insert((line, part as usize), failed);
                 }
                 _ => {}
             }
         }
         for ((line, part), failed) in reports {
-            if let Some(text) = failed {
-                marks
-                    .undelivered
-                    .entry(line)
-                    .or_default()
-                    .push((part, text));
+            if failed {
+                marks.undelivered.entry(line).or_default().push(part);
             }
         }
         marks
     }
 
-    /// `text` of reply line `line` without its undelivered parts; `None` when nothing
-    /// of it was delivered.
-    pub(crate) fn delivered_text(&self, line: Option<&str>, text: String) -> Option<String> {
+    /// The text of reply line `line` (its `text` and `log`) without its undelivered
+    /// parts; `None` when nothing of it was delivered.
+    pub(crate) fn delivered_text(
+        &self,
+        line: Option<&str>,
+        log: Option<&LogFields>,
+        text: String,
+    ) -> Option<String> {
         let Some(failed) = line.and_then(|line| self.undelivered.get(line)) else {
             return Some(text);
         };
-        let mut left = text;
-        for (_, part) in failed {
-            if let Some(at) = left.find(part.as_str()).filter(|_| !part.is_empty()) {
-                left.replace_range(at..at + part.len(), "");
-            }
-        }
-        let left = left
-            .split("\n\n")
+        let parts = log.map(|log| log.parts.len()).unwrap_or_default().max(1);
+        let left = (0..parts)
+            .filter(|part| !failed.contains(part))
+            .filter_map(|part| match log {
+                Some(log) => log.part_of(&text, part),
+                None => (part == 0).then_some(text.as_str()),
+            })
             .filter(|piece| !piece.trim().is_empty())
             .collect::<Vec<_>>()
             .join("\n\n");
@@ -289,11 +286,17 @@ impl SessionManager {
                 problem: "it names no reply line of its session",
             });
         };
+        // …and exactly the payload it was given with: its part, with its text.
         let reply_text = reply.message.as_ref().map(|m| m.text()).unwrap_or_default();
-        if !reply_text.contains(payload.text.as_deref().unwrap_or_default()) {
+        let part = reply
+            .log
+            .as_ref()
+            .and_then(|log| log.part_of(&reply_text, receipt.part));
+        let text = payload.text.as_deref().unwrap_or_default();
+        if part.is_none_or(|part| part != text) {
             return Err(Error::InvalidOption {
                 option: "delivery receipt",
-                problem: "the payload's text is not part of the reply it names",
+                problem: "the payload is not the part of the reply its receipt names",
             });
         }
         // The same report again changes nothing: the last report of the part decides.
@@ -322,7 +325,6 @@ impl SessionManager {
         });
         if let Delivery::Failed { reason } = &delivery {
             data["reason"] = Value::from(reason.as_str());
-            data["text"] = Value::from(payload.text.clone().unwrap_or_default());
         }
         let mark = TranscriptEntry::custom(DELIVERY_CUSTOM_TYPE, data, self.seams.clock.now());
         transcripts.append(&transcript, vec![mark]).await?;
@@ -369,18 +371,57 @@ mod tests {
         ];
         let marks = Marks::of(&entries);
         assert!(marks.dropped.contains("u1") && !marks.dropped.contains("u2"));
+        // "one" and "two" as payloads 0 and 1, a payload without text as 2.
+        let log = LogFields {
+            parts: vec![Some([0, 3]), Some([5, 8]), None],
+            ..LogFields::default()
+        };
         assert_eq!(
             marks
-                .delivered_text(Some("a1"), "one\n\ntwo".into())
+                .delivered_text(Some("a1"), Some(&log), "one\n\ntwo".into())
                 .as_deref(),
-            Some("two")
+            Some("two"),
+            "part 0 failed; part 1 failed, then delivered"
         );
-        assert_eq!(marks.delivered_text(Some("a1"), "one".into()), None);
+        let only_one = LogFields {
+            parts: vec![Some([0, 3])],
+            ..LogFields::default()
+        };
         assert_eq!(
-            marks.delivered_text(Some("a2"), "x".into()).as_deref(),
+            marks.delivered_text(Some("a1"), Some(&only_one), "one".into()),
+            None
+        );
+        assert_eq!(
+            marks
+                .delivered_text(Some("a2"), Some(&log), "x".into())
+                .as_deref(),
             Some("x"),
             "no part: ignored"
         );
-        assert_eq!(marks.delivered_text(None, "y".into()).as_deref(), Some("y"));
+        assert_eq!(
+            marks.delivered_text(None, None, "y".into()).as_deref(),
+            Some("y")
+        );
+    }
+
+    /// A refused part is removed by where it is, never by what it says: the delivered
+    /// part may contain the same words.
+    #[test]
+    fn a_refused_part_is_removed_where_it_is_not_where_its_words_first_appear() {
+        let marks = Marks::of(&[mark(
+            DELIVERY_CUSTOM_TYPE,
+            serde_json::json!({"line": "a1", "part": 1, "status": "failed"}),
+        )]);
+        let text = "Yes, I booked Thursday.\n\nYes";
+        let log = LogFields {
+            parts: vec![Some([0, 23]), Some([25, 28])],
+            ..LogFields::default()
+        };
+        assert_eq!(
+            marks
+                .delivered_text(Some("a1"), Some(&log), text.into())
+                .as_deref(),
+            Some("Yes, I booked Thursday.")
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! One call per turn: [`SessionManager::turn`] takes an inbound message and says what to
 //! do; [`Turn::complete`] takes the model's reply and says what to send.
 
-use crate::context::activation::{decide, ActivationDecision};
+use crate::context::activation::ActivationDecision;
 use crate::context::chat::{fit_to_budget, summary_message, transcript_messages, ChatMessage};
 use crate::context::history::group_history_key;
 use crate::context::inbound::InboundMessage;
@@ -266,7 +266,7 @@ impl SessionManager {
             turn.resolution = Some(resolution);
             return Ok(turn);
         }
-        let activation = decide(message, resolution.entry().group_activation.as_ref());
+        let activation = self.activation(message, resolution.entry().group_activation.as_ref());
         if !activation.trigger {
             // The group's activation changed since the message was checked: no run.
             self.keep_as_history(&turn.key, message, &resolution.body, None)
@@ -344,8 +344,12 @@ impl SessionManager {
         let mut log = LogMessage::from_inbound(message);
         log.text = text.clone();
         let mut line = self.log_line(&turn.key, &entry, log);
-        if let (Some(claimed), Some(log)) = (&claimed, line.log.as_mut()) {
-            log.message_id = Some(claimed.claim.id().to_owned());
+        if let Some(log) = line.log.as_mut() {
+            if let Some(claimed) = &claimed {
+                log.message_id = Some(claimed.claim.id().to_owned());
+            }
+            // What a redelivery of the message finds, whatever chat it came from.
+            log.inbound_id = dedupe::inbound_id(message);
         }
         match self.log_claimed(&transcript, line, claimed, done).await {
             Ok(mut logged) => turn.inbound = logged.pop(),
@@ -614,7 +618,7 @@ impl<'m> Turn<'m> {
                         reply.sent_by_tool,
                     )
                     .await?;
-                let sent = sent_text(&payloads);
+                let (sent, parts) = sent_text(&payloads);
                 if let (Some(transcript), Some(entry), false) =
                     (&self.transcript, &self.entry, sent.is_empty())
                 {
@@ -622,7 +626,11 @@ impl<'m> Turn<'m> {
                     log.correlation_id = self.message.message_id.clone();
                     log.processing_ms = Some(self.started.elapsed().as_millis() as u64);
                     log.usage = reply.usage.as_ref().map(TurnUsage::to_transcript_usage);
-                    let line = manager.log_to(&self.key, transcript, entry, log).await?;
+                    let mut line = manager.log_line(&self.key, entry, log);
+                    if let Some(log) = line.log.as_mut() {
+                        log.parts = parts;
+                    }
+                    let line = manager.append_line(&self.key, transcript, line).await?;
                     give_receipts(&mut payloads, &self.key, entry, &line);
                 }
                 let mut outcome = TurnOutcome::completed();
@@ -674,12 +682,24 @@ fn give_receipts(
     }
 }
 
-/// The text of what is sent, payload by payload.
-fn sent_text(payloads: &[ReplyPayload]) -> String {
-    payloads
+/// The text of what is sent, payload by payload (a blank line between), and where
+/// each payload's text is in it.
+fn sent_text(payloads: &[ReplyPayload]) -> (String, Vec<Option<[usize; 2]>>) {
+    let mut sent = String::new();
+    let mut parts = Vec::with_capacity(payloads.len());
+    for text in payloads
         .iter()
-        .filter_map(|p| p.text.as_deref())
-        .filter(|t| !t.trim().is_empty())
-        .collect::<Vec<_>>()
-        .join("\n\n")
+        .map(|p| p.text.as_deref().unwrap_or_default())
+    {
+        if text.trim().is_empty() {
+            parts.push(None);
+            continue;
+        }
+        if !sent.is_empty() {
+            sent.push_str("\n\n");
+        }
+        parts.push(Some([sent.len(), sent.len() + text.len()]));
+        sent.push_str(text);
+    }
+    (sent, parts)
 }

@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use super::OpenClawConfig;
+use crate::context::activation::OwnerChatter;
 use crate::context::history::{MemoryHistory, MAX_HISTORY_KEYS};
 use crate::error::Result;
 use crate::key::DefaultKeyBuilder;
@@ -61,6 +62,8 @@ impl OpenClawConfig {
         .send_policy(self.send_policy.clone())
         .history(self.history())
         .event_time_zone(self.envelope_time_zone)
+        // OpenClaw answers every owner message in a group, addressed or not.
+        .owner_chatter(OwnerChatter::Answer)
     }
 }
 

@@ -130,7 +130,8 @@ impl Default for OpenClawConfig {
             state_dir: PathBuf::from("~/.openclaw"),
             file: None,
             scope: SessionScope::default(),
-            dm_scope: DmScope::default(),
+            // OpenClaw's fallback when openclaw.json names no dmScope.
+            dm_scope: DmScope::Main,
             main_key: DEFAULT_MAIN_KEY.to_owned(),
             identity_links: IdentityLinks::default(),
             reset: ResetConfig::default(),

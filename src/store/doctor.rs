@@ -30,12 +30,12 @@ use serde::Serialize;
 
 use super::json::io::{backup_path, lock_path};
 use super::json::DEFAULT_MAX_FILE_BYTES;
-use crate::entry::SessionEntry;
+use crate::entry::{ChatType, SessionEntry};
 use crate::error::{Error, Result};
 use crate::fsutil::{
     blocking, create_private_dir_all, describe, read_limited, write_private_atomically,
 };
-use crate::key::AgentId;
+use crate::key::{AgentId, SessionKey};
 use crate::paths;
 
 /// What [`examine`] may change.
@@ -128,6 +128,18 @@ pub enum Finding {
         session_file: String,
         /// Why the store refuses it.
         problem: String,
+    },
+    /// A main session that DMs from several people went into (OpenClaw's `dmScope`
+    /// `main`, its fallback): each of them sees the others' messages. Reported, never
+    /// repaired: set `session.dmScope` to `per-channel-peer` (the crate's
+    /// [`DmScope`](crate::key::DmScope) default) so that each person gets a session.
+    SharedDmSession {
+        /// The store file.
+        path: PathBuf,
+        /// The key.
+        key: String,
+        /// The people who wrote into it.
+        senders: Vec<String>,
     },
     /// An entry whose `sessionFile` does not exist.
     MissingTranscript {
@@ -362,11 +374,13 @@ impl Doctor {
             let entry = entry.map_err(|e| Error::io("list", dir, e))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             let path = entry.path();
-            if is_temp_name(&name) {
+            if name == "quarantine" {
+                continue;
+            }
+            // The files the buffers read, their lock and temporary files: regular
+            // files; a link or a FIFO is reported whatever its name.
+            if self.usable(&path) && is_temp_name(&name) {
                 self.orphaned_temp(&path)?;
-            } else if name != "quarantine" {
-                // The files the buffers read and their lock: regular files.
-                self.usable(&path);
             }
         }
         Ok(())
@@ -379,11 +393,13 @@ impl Doctor {
             let entry = entry.map_err(|e| Error::io("list", &dir, e))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             let path = entry.path();
-            if is_temp_name(&name) {
+            if name == "quarantine" || path == store || path == lock_path(&store) {
+                continue;
+            }
+            // Transcripts, the backup, temporary files, anything the store may open:
+            // regular files; a link or a FIFO is reported whatever its name.
+            if self.usable(&path) && is_temp_name(&name) {
                 self.orphaned_temp(&path)?;
-            } else if name != "quarantine" && path != store && path != lock_path(&store) {
-                // Transcripts, the backup, anything the store may open: regular files.
-                self.usable(&path);
             }
         }
         let lock = lock_path(&store);
@@ -512,7 +528,18 @@ impl Doctor {
         };
         let mut missing = Vec::new();
         for (key, raw) in document.iter() {
-            match super::json::document::parse_entry(raw) {
+            let entry = super::json::document::parse_entry(raw);
+            if let Some(entry) = entry.as_ref().ok().filter(|e| shared_dm_session(key, e)) {
+                self.report.findings.push((
+                    Finding::SharedDmSession {
+                        path: store.to_owned(),
+                        key: key.to_owned(),
+                        senders: entry.participants.clone().unwrap_or_default(),
+                    },
+                    None,
+                ));
+            }
+            match entry {
                 Ok(entry) => match self.transcript_of(agent, &entry) {
                     Transcript::Present => {}
                     Transcript::Missing(file) => missing.push((key.to_owned(), file)),
@@ -661,6 +688,16 @@ enum Transcript {
 /// Whether `name` is a temporary file of an atomic write: the store's
 /// (`sessions.json.<…>.tmp`) or any other file's (`.tmp<random>`, beside the closed
 /// sessions, group history, system events, the search index).
+/// Whether `key` names a main session that more than one person sent DMs into.
+fn shared_dm_session(key: &str, entry: &SessionEntry) -> bool {
+    let main_session = SessionKey::parse(key)
+        .ok()
+        .and_then(|key| key.rest().map(|rest| !rest.contains(':')))
+        .unwrap_or(false);
+    let direct = matches!(entry.chat_type, None | Some(ChatType::Direct));
+    main_session && direct && entry.participants.as_ref().is_some_and(|p| p.len() > 1)
+}
+
 fn is_temp_name(name: &str) -> bool {
     (name.starts_with("sessions.json.") && name.ends_with(".tmp")) || name.starts_with(".tmp")
 }

@@ -373,12 +373,37 @@ pub struct LogFields {
     /// Correlates an inbound message with its replies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correlation_id: Option<String>,
+    /// Which delivered message an inbound line is, across redeliveries: its channel,
+    /// account, chat and message id (`telegram:default:direct:42:7`), written by
+    /// [`SessionManager::turn`](crate::SessionManager::turn) for a message with a
+    /// message id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inbound_id: Option<String>,
+    /// Where each payload of a reply is in the line's text, by payload: its byte range
+    /// `[start, end]`, or `null` for a payload with no text. Written by
+    /// [`Turn::complete`](crate::manager::Turn::complete), so that a delivery report
+    /// names exactly one payload.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<Option<[usize; 2]>>,
     /// Anything else the host wants kept.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub metadata: Map<String, Value>,
     /// Fields this version does not know.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+impl LogFields {
+    /// The text of payload `part` of the reply whose text is `text`: by the line's
+    /// [`parts`](Self::parts), or — for a line written without them — the whole text
+    /// as payload 0.
+    pub(crate) fn part_of<'t>(&self, text: &'t str, part: usize) -> Option<&'t str> {
+        if self.parts.is_empty() {
+            return (part == 0).then_some(text);
+        }
+        let [start, end] = (*self.parts.get(part)?)?;
+        text.get(start..end)
+    }
 }
 
 /// Why a checkpoint was taken.

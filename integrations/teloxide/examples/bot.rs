@@ -7,17 +7,19 @@
 //! ```
 //!
 //! Sessions, transcripts and the message log are OpenClaw's files under `./bot-state`;
-//! stop the bot and start it again, and every chat continues where it stopped. In a
-//! group the bot answers when it is mentioned (`@yourbot`), sent a command or replied
-//! to, and reads the chatter in between; `/new` starts a new session; each forum topic
-//! is a conversation of its own.
+//! stop the bot and start it again, and every chat continues where it stopped. Each
+//! private chat is a session of its own. In a group the bot answers only a message that
+//! addresses it — one that mentions `@yourbot`, a command sent to it (`/help@yourbot`),
+//! or a reply to one of its messages — and reads the chatter in between (a bare `/help`
+//! is chatter too: in a group it may be meant for another bot); `/new` starts a new
+//! session; each forum topic is a conversation of its own. A session resets daily at
+//! 04:00 and does not expire when idle; the manager's builder changes either.
 //!
 //! Talking to api.telegram.org needs TLS (`--features teloxide/rustls`); without it, point
 //! `TELOXIDE_API_URL` at a Bot API server reachable over plain HTTP.
 
 use std::sync::Arc;
 
-use agent_sessions::key::{DefaultKeyBuilder, DmScope};
 use agent_sessions::prelude::*;
 use agent_sessions_teloxide::{send_replies, TelegramAdapter};
 use teloxide::prelude::*;
@@ -57,15 +59,17 @@ async fn on_message(
     sessions: Arc<SessionManager>,
 ) -> HandlerResult {
     let Some(inbound) = TelegramAdapter::from(&me).inbound(&msg) else {
-        return Ok(()); // a sticker, a service message: nothing to answer
+        return Ok(()); // a service message: nothing to answer
     };
     let turn = sessions.turn(&inbound).await?;
     let reply = if turn.needs_model() {
         stand_in_model(&turn.messages().await?)
     } else {
-        String::new() // group chatter (kept for later) or a bare `/new` (acknowledged)
+        String::new() // chatter (kept for later), a bare `/new` (acknowledged), a redelivery
     };
-    send_replies(&bot, &msg, &turn.complete(reply).await?).await?;
+    let payloads = turn.complete(reply).await?;
+    // Split at Telegram's limit; each payload's delivery is recorded in the session.
+    send_replies(&bot, &sessions, &msg, &payloads).await?;
     Ok(())
 }
 
@@ -76,8 +80,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(|| "./bot-state".into());
     let sessions = SessionManager::connect(&format!("json:{root}"))
         .await?
-        // One session per private chat (OpenClaw's default shares one across all DMs).
-        .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
         .build();
 
     let handler = Update::filter_message().endpoint(on_message);

@@ -76,7 +76,9 @@ impl TelegramAdapter {
     /// Marks messages from these users as the owner's
     /// ([`InboundMessage::sender_is_owner`]): the owner may reset a group's session
     /// with `/new`, which other group members may not (unless the manager's
-    /// `ResetTriggers::allow` lets them).
+    /// `ResetTriggers::allow` lets them). In a group the bot still answers the owner
+    /// only when addressed, like anyone else, unless the manager is built with
+    /// `owner_chatter(OwnerChatter::Answer)`.
     pub fn with_owners(mut self, owners: impl IntoIterator<Item = UserId>) -> Self {
         self.owners.extend(owners);
         self
@@ -93,8 +95,8 @@ impl TelegramAdapter {
     }
 
     /// The [`InboundMessage`] for a message or channel post in `update`; `None` for
-    /// other updates (edits, callbacks, member changes) and for messages without text
-    /// or caption.
+    /// other updates (edits, callbacks, member changes) and for messages with nothing
+    /// to read (see [`inbound`](Self::inbound)).
     pub fn inbound_update(&self, update: &Update) -> Option<InboundMessage> {
         match &update.kind {
             UpdateKind::Message(message) | UpdateKind::ChannelPost(message) => {
@@ -104,9 +106,13 @@ impl TelegramAdapter {
         }
     }
 
-    /// The [`InboundMessage`] for `message`, or `None` when it has no text or caption
-    /// (a sticker, a service message).
+    /// The [`InboundMessage`] for `message`, or `None` when it has nothing to read (a
+    /// service message, a poll, a location).
     ///
+    /// - A photo, video, voice note, audio file, document or sticker without a caption
+    ///   is read as OpenClaw's placeholder (`<media:image>`, `<media:video>`,
+    ///   `<media:audio>`, `<media:document>`, `<media:sticker>`), so the model knows
+    ///   something was sent; with a caption, as the caption.
     /// - A private chat is a direct message from the chat; a group or supergroup is a
     ///   group message from its sender, with the chat's title as the group subject; a
     ///   channel post is a channel message.
@@ -129,7 +135,7 @@ impl TelegramAdapter {
                 caption,
                 message.parse_caption_entities().unwrap_or_default(),
             ),
-            (None, None) => return None,
+            (None, None) => (media_placeholder(message)?, Vec::new()),
         };
         let chat_id = message.chat.id.to_string();
         let sender = sender_of(message);
@@ -250,6 +256,26 @@ impl TelegramAdapter {
         };
         let text = replied.text().or(replied.caption()).unwrap_or("(no text)");
         format!("Replying to {author} (message {}): {text}", replied.id.0)
+    }
+}
+
+/// OpenClaw's placeholder for a message that is only media.
+fn media_placeholder(message: &Message) -> Option<&'static str> {
+    if message.photo().is_some() {
+        Some("<media:image>")
+    } else if message.sticker().is_some() {
+        Some("<media:sticker>")
+    } else if message.video().is_some()
+        || message.video_note().is_some()
+        || message.animation().is_some()
+    {
+        Some("<media:video>")
+    } else if message.voice().is_some() || message.audio().is_some() {
+        Some("<media:audio>")
+    } else if message.document().is_some() {
+        Some("<media:document>")
+    } else {
+        None
     }
 }
 

@@ -5,12 +5,14 @@
 //!
 //! - [`TelegramAdapter`] maps a teloxide [`Message`] to an
 //!   [`InboundMessage`](agent_sessions::InboundMessage): private chats, groups,
-//!   supergroups and their forum topics, mentions of the bot and replies to it, the
-//!   sender and the message id.
+//!   supergroups and their forum topics, mentions of the bot and replies to it, media,
+//!   the sender and the message id (so an update Telegram delivers again is answered
+//!   once).
 //! - [`send_replies`] sends what [`Turn::complete`](agent_sessions::manager::Turn::complete)
-//!   returns into the chat (and forum topic) the message came from.
+//!   returns into the chat (and forum topic) the message came from, through any
+//!   teloxide requester, split at Telegram's limit, and records each payload's delivery.
 //! - [`SessionDialogueStorage`] is a teloxide dialogue storage that keeps the dialogue
-//!   state in the chat's session, so `/new` and idle expiry reset the dialogue too.
+//!   state in the chat's session, so `/new` and expiry reset the dialogue too.
 //!
 //! One message, from the dispatcher to the reply:
 //!
@@ -27,25 +29,32 @@
 //!     let Some(inbound) = TelegramAdapter::from(&me).inbound(&msg) else { return Ok(()) };
 //!     let turn = sessions.turn(&inbound).await?;
 //!     let reply = if turn.needs_model() {
-//!         let conversation = turn.messages().await?; // the whole conversation so far
+//!         let conversation = turn.messages().await?; // the conversation since the last reset
 //!         format!("{} messages so far", conversation.len()) // your model here
 //!     } else {
 //!         String::new()
 //!     };
-//!     send_replies(&bot, &msg, &turn.complete(reply).await?).await?;
+//!     send_replies(&bot, &sessions, &msg, &turn.complete(reply).await?).await?;
 //!     Ok(())
 //! }
 //!
-//! # #[tokio::main] async fn main() {
-//! let sessions = Arc::new(SessionManager::new(JsonFileStore::new("./bot-state")));
-//! let handler = Update::filter_message().endpoint(on_message);
-//! Dispatcher::builder(Bot::from_env(), handler)
-//!     .dependencies(dptree::deps![sessions])
-//!     .build()
-//!     .dispatch()
-//!     .await;
-//! # }
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     // Sessions, transcripts and group history in OpenClaw's files under ./bot-state.
+//!     let sessions = Arc::new(SessionManager::connect("json:./bot-state").await?.build());
+//!     let handler = Update::filter_message().endpoint(on_message);
+//!     Dispatcher::builder(Bot::from_env(), handler)
+//!         .dependencies(dptree::deps![sessions])
+//!         .build()
+//!         .dispatch()
+//!         .await;
+//!     Ok(())
+//! }
 //! ```
+//!
+//! The manager's defaults: a session per private chat, a daily reset at 04:00 and no
+//! idle expiry, and in groups the model only for messages that address the bot; the
+//! crate's README lists each with the builder call that changes it.
 //!
 //! `examples/bot.rs` is a whole bot (transcripts on disk, a stand-in model); talking to
 //! api.telegram.org needs TLS: turn on teloxide's `rustls` (or `native-tls`) feature in
@@ -65,20 +74,46 @@ pub use inbound::{TelegramAdapter, CHANNEL};
 struct ReadmeDoctests;
 pub use storage::{DialogueError, SessionDialogueStorage, DIALOGUE_FIELD};
 
+use agent_sessions::manager::Delivery;
 use agent_sessions::prelude::ReplyPayload;
+use agent_sessions::SessionManager;
 use teloxide::payloads::SendMessageSetters;
-use teloxide::prelude::Requester;
+use teloxide::requests::{Request, Requester};
 use teloxide::types::{Message, MessageId, ReplyParameters};
-use teloxide::{Bot, RequestError};
+
+/// The most a Telegram text message holds, in UTF-16 code units (Telegram counts
+/// characters that way).
+pub const MAX_MESSAGE_LEN: usize = 4096;
+
+/// Why [`send_replies`] stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SendError<E: std::error::Error + 'static> {
+    /// Telegram refused a message, or it could not be sent; the payload was reported
+    /// undelivered first.
+    #[error("Telegram did not take the reply: {0}")]
+    Telegram(#[source] E),
+    /// Recording a delivery failed (the transcript store).
+    #[error(transparent)]
+    Sessions(#[from] agent_sessions::Error),
+}
 
 /// Sends `payloads` (what [`Turn::complete`](agent_sessions::manager::Turn::complete)
-/// returned for `message`) into `message`'s chat, in its forum topic or reply thread,
-/// one Telegram message per payload; returns the messages sent.
+/// returned for `message`) into `message`'s chat, in its forum topic, and reports each
+/// payload's delivery to `sessions`
+/// ([`SessionManager::report_delivery`]: a reply Telegram refused is not shown to the
+/// model as read); returns the messages sent.
 ///
-/// A payload that asks to reply to the current message (`[[reply_to_current]]`) is
-/// sent as a reply to `message`, one with a `reply_to_id` as a reply to that message.
-/// Media URLs are sent as lines after the text. Payloads with nothing to send are
-/// skipped.
+/// `bot` is any teloxide [`Requester`] — `Bot`, or one wrapped in adaptors such as
+/// `Throttle<Bot>`, `DefaultParseMode<Bot>` or `CacheMe<Bot>`. A text longer than
+/// Telegram's limit is sent as several messages, split at paragraph, line, sentence or
+/// word boundaries ([`split_message`]). A payload that asks to reply to the current
+/// message (`[[reply_to_current]]`) is sent as a reply to `message`, one with a
+/// `reply_to_id` as a reply to that message (the first part, when split). Media URLs
+/// are sent as lines after the text. Payloads with nothing to send are skipped.
+///
+/// On the first message Telegram refuses, the payload is reported failed and
+/// [`SendError::Telegram`] returned; the payloads after it are not sent.
 ///
 /// ```
 /// # use std::sync::Arc;
@@ -93,16 +128,22 @@ use teloxide::{Bot, RequestError};
 ///     let Some(inbound) = TelegramAdapter::from(&me).inbound(&msg) else { return Ok(()) };
 ///     let turn = sessions.turn(&inbound).await?; // the chat's session: resets, expiry, group history
 ///     let reply = if turn.needs_model() { your_model(turn.messages().await?).await } else { String::new() };
-///     send_replies(&bot, &msg, &turn.complete(reply).await?).await?; // into the chat or forum topic
+///     let payloads = turn.complete(reply).await?;
+///     send_replies(&bot, &sessions, &msg, &payloads).await?; // into the chat or forum topic
 ///     Ok(())
 /// }
 /// # let _ = Update::filter_message().endpoint(on_message);
 /// ```
-pub async fn send_replies(
-    bot: &Bot,
+pub async fn send_replies<R>(
+    bot: &R,
+    sessions: &SessionManager,
     message: &Message,
     payloads: &[ReplyPayload],
-) -> Result<Vec<Message>, RequestError> {
+) -> Result<Vec<Message>, SendError<R::Err>>
+where
+    R: Requester,
+    R::Err: std::error::Error + 'static,
+{
     let mut sent = Vec::new();
     for payload in payloads {
         let text = payload
@@ -116,11 +157,7 @@ pub async fn send_replies(
         if text.is_empty() {
             continue;
         }
-        let mut request = bot.send_message(message.chat.id, text);
-        if let Some(thread) = message.thread_id.filter(|_| message.is_topic_message) {
-            request = request.message_thread_id(thread);
-        }
-        let reply_to = if payload.reply_to_current {
+        let mut reply_to = if payload.reply_to_current {
             Some(message.id)
         } else {
             payload
@@ -129,10 +166,130 @@ pub async fn send_replies(
                 .and_then(|id| id.parse().ok())
                 .map(MessageId)
         };
-        if let Some(id) = reply_to {
-            request = request.reply_parameters(ReplyParameters::new(id));
+        for part in split_message(&text, MAX_MESSAGE_LEN) {
+            let mut request = bot.send_message(message.chat.id, part);
+            if let Some(thread) = message.thread_id.filter(|_| message.is_topic_message) {
+                request = request.message_thread_id(thread);
+            }
+            if let Some(id) = reply_to.take() {
+                request = request.reply_parameters(ReplyParameters::new(id));
+            }
+            match request.send().await {
+                Ok(delivered) => sent.push(delivered),
+                Err(error) => {
+                    let reason = error.to_string();
+                    sessions
+                        .report_delivery(payload, Delivery::Failed { reason })
+                        .await?;
+                    return Err(SendError::Telegram(error));
+                }
+            }
         }
-        sent.push(request.await?);
+        sessions
+            .report_delivery(payload, Delivery::Delivered)
+            .await?;
     }
     Ok(sent)
+}
+
+/// `text` in pieces of at most `limit` UTF-16 code units, each cut at the last
+/// paragraph break that fits, else the last line break, else the last sentence end,
+/// else the last space (preferring one in the second half of the piece), else between
+/// two characters. Whitespace at a cut is dropped;
+/// nothing else is.
+///
+/// ```
+/// use agent_sessions_teloxide::split_message;
+///
+/// let text = format!("{}\n\n{}", "a".repeat(3000), "b".repeat(3000));
+/// let parts = split_message(&text, 4096);
+/// assert_eq!(parts, [&"a".repeat(3000), &"b".repeat(3000)]);
+/// assert_eq!(split_message("short", 4096), ["short"]);
+/// ```
+pub fn split_message(text: &str, limit: usize) -> Vec<&str> {
+    let limit = limit.max(2); // room for one character of any width
+    let mut parts = Vec::new();
+    let mut rest = text.trim();
+    while utf16_len(rest) > limit {
+        // The longest prefix that fits, on a character boundary.
+        let mut fits = 0;
+        let mut units = 0;
+        for (at, c) in rest.char_indices() {
+            if units + c.len_utf16() > limit {
+                break;
+            }
+            units += c.len_utf16();
+            fits = at + c.len_utf8();
+        }
+        let window = &rest[..fits];
+        let boundaries = [
+            window.rfind("\n\n"),
+            window.rfind('\n'),
+            window.rfind(". ").map(|at| at + 1),
+            window.rfind(char::is_whitespace),
+        ];
+        // The strongest boundary in the second half of the window (no tiny pieces),
+        // else any, else a cut between characters.
+        let cut = boundaries
+            .iter()
+            .flatten()
+            .find(|&&at| at >= fits / 2)
+            .or_else(|| boundaries.iter().flatten().find(|&&at| at > 0))
+            .copied()
+            .unwrap_or(fits);
+        parts.push(rest[..cut].trim_end());
+        rest = rest[cut..].trim_start();
+    }
+    if !rest.is_empty() {
+        parts.push(rest);
+    }
+    parts
+}
+
+fn utf16_len(text: &str) -> usize {
+    text.chars().map(char::len_utf16).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_fit_the_limit_and_lose_nothing_but_whitespace_at_cuts() {
+        let cases = [
+            // (text, limit, pieces)
+            ("one two three", 100, vec!["one two three"]),
+            ("one two three", 8, vec!["one two", "three"]),
+            ("a.  b", 3, vec!["a.", "b"]),
+            ("line one\nline two", 12, vec!["line one", "line two"]),
+            (
+                "para one.\n\nline\nthree",
+                16,
+                vec!["para one.", "line\nthree"],
+            ),
+            // One word longer than the limit: cut between characters.
+            ("abcdefghij", 4, vec!["abcd", "efgh", "ij"]),
+            // Characters outside the BMP count two UTF-16 units and are never split.
+            ("😀😀😀", 4, vec!["😀😀", "😀"]),
+            ("ééé", 2, vec!["éé", "é"]),
+            ("   ", 10, vec![]),
+        ];
+        for (text, limit, expected) in cases {
+            let parts = split_message(text, limit);
+            assert_eq!(parts, expected, "{text:?} at {limit}");
+            for part in &parts {
+                assert!(utf16_len(part) <= limit, "{part:?}");
+                assert!(!part.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn a_boundary_early_in_the_window_is_passed_over_for_a_later_one() {
+        // A paragraph break after 3 characters would leave a tiny piece; the space
+        // near the end of the window is taken instead.
+        let text = format!("Hi!\n\n{} tail", "x".repeat(20));
+        let parts = split_message(&text, 26);
+        assert_eq!(parts, [format!("Hi!\n\n{}", "x".repeat(20)), "tail".into()]);
+    }
 }

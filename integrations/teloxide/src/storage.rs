@@ -26,15 +26,6 @@ pub enum DialogueError {
     /// The session store failed.
     #[error(transparent)]
     Sessions(#[from] agent_sessions::Error),
-    /// The chat has no current session to keep the dialogue in: run
-    /// [`SessionManager::turn`] for its message before updating the dialogue.
-    #[error("chat {chat_id} has no session ({key}): run a turn before updating its dialogue")]
-    NoSession {
-        /// The chat.
-        chat_id: ChatId,
-        /// The session key the chat maps to.
-        key: SessionKey,
-    },
     /// The chat has no dialogue to remove.
     #[error("chat {chat_id} has no dialogue")]
     DialogueNotFound {
@@ -54,8 +45,17 @@ pub enum DialogueError {
 
 /// A teloxide dialogue [`Storage`] that keeps each chat's state in the session entry of
 /// the chat's session, so the dialogue belongs to the conversation: a `/new` reset, an
-/// idle or daily expiry, or a close starts the next session with no dialogue state
-/// (teloxide's `enter_dialogue` then uses the state's `Default`).
+/// idle or daily expiry, or a close starts the next session in the state's `Default`.
+///
+/// Use it as teloxide's own storages are used: `.enter_dialogue::<Message,
+/// SessionDialogueStorage, State>()` in the handler tree, the storage in
+/// `dptree::deps!`. A chat that has no session yet, or whose session has expired,
+/// reads as the default state (so `enter_dialogue` never fails on a new chat). A
+/// dialogue is written into the chat's current session — started by the update when
+/// the chat has none (a forum's General topic, whose topics have sessions of their
+/// own) — so run the message's [`turn`](SessionManager::turn) before updating it: the
+/// turn is what resets an expired session, and a state written before it would be
+/// left in the session it replaces.
 ///
 /// The state is stored as JSON under [`DIALOGUE_FIELD`] in the entry's unknown fields,
 /// keyed by chat id and tagged with the session id it was written in; a state written in
@@ -63,24 +63,19 @@ pub enum DialogueError {
 /// manager has (JSON files, SQLite, PostgreSQL), so dialogues survive restarts.
 ///
 /// A chat's session is found from the chat id alone (teloxide's dialogues are per chat):
-/// a private chat's direct session, a group's group session. Two cases follow from that:
-/// in a forum, whose topics have sessions of their own, the dialogue lives in the
-/// group's session (its General topic), which topic messages neither create nor reset;
-/// and a channel's posts go to its channel session, which the chat id does not name, so
-/// channels have no dialogue here.
+/// a private chat's direct session, a group's group session. So in a forum, whose topics
+/// have sessions of their own (and their own group chatter), the one dialogue of the
+/// chat lives in the group's session (its General topic), which topic messages neither
+/// create nor reset; and a channel's posts go to its channel session, which the chat id
+/// does not name, so channels have no dialogue here.
 ///
-/// Update a dialogue after the message's [`turn`](SessionManager::turn): the turn creates
-/// or replaces the session, and [`update_dialogue`](Storage::update_dialogue) on a chat
-/// without a session is [`DialogueError::NoSession`]. The state a handler is given by
-/// `enter_dialogue` was read before that turn; a session that is already expired is seen
-/// as having no state.
-///
-/// ```no_run
+/// ```
 /// use std::sync::Arc;
 /// use agent_sessions::prelude::*;
-/// use agent_sessions_teloxide::{SessionDialogueStorage, TelegramAdapter};
+/// use agent_sessions_teloxide::{send_replies, SessionDialogueStorage, TelegramAdapter};
 /// use teloxide::dispatching::dialogue::Dialogue;
-/// use teloxide::types::UserId;
+/// use teloxide::prelude::*;
+/// use teloxide::types::Me;
 ///
 /// #[derive(Clone, Default, serde::Serialize, serde::Deserialize)]
 /// enum State {
@@ -89,11 +84,44 @@ pub enum DialogueError {
 ///     AwaitingName,
 /// }
 /// type MyDialogue = Dialogue<State, SessionDialogueStorage>;
+/// type HandlerResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 ///
-/// let manager = Arc::new(SessionManager::new(MemoryStore::new()));
-/// let storage = SessionDialogueStorage::new(manager, TelegramAdapter::new(UserId(777), "helper_bot"));
-/// // Dispatcher::builder(bot, handler).dependencies(dptree::deps![storage]) …
-/// # let _ = storage;
+/// async fn on_message(
+///     bot: Bot,
+///     me: Me,
+///     msg: Message,
+///     dialogue: MyDialogue,
+///     state: State,
+///     sessions: Arc<SessionManager>,
+/// ) -> HandlerResult {
+///     let Some(inbound) = TelegramAdapter::from(&me).inbound(&msg) else { return Ok(()) };
+///     let turn = sessions.turn(&inbound).await?; // first: the session the state lives in
+///     let reply = match state {
+///         State::Start => {
+///             dialogue.update(State::AwaitingName).await?;
+///             "What is your name?".to_owned()
+///         }
+///         State::AwaitingName => {
+///             dialogue.exit().await?;
+///             format!("Hello, {}!", msg.text().unwrap_or("stranger"))
+///         }
+///     };
+///     send_replies(&bot, &sessions, &msg, &turn.complete(reply).await?).await?;
+///     Ok(())
+/// }
+///
+/// # async fn run(bot: Bot) {
+/// let sessions = Arc::new(SessionManager::connect("json:./bot-state").await.unwrap().build());
+/// let storage = SessionDialogueStorage::new(sessions.clone(), TelegramAdapter::new(UserId(777), "my_bot"));
+/// let handler = Update::filter_message()
+///     .enter_dialogue::<Message, SessionDialogueStorage, State>()
+///     .endpoint(on_message);
+/// Dispatcher::builder(bot, handler)
+///     .dependencies(dptree::deps![storage, sessions])
+///     .build()
+///     .dispatch()
+///     .await;
+/// # }
 /// ```
 #[derive(Debug, Clone)]
 pub struct SessionDialogueStorage {
@@ -134,10 +162,16 @@ impl SessionDialogueStorage {
     async fn set(&self, chat_id: ChatId, state: Option<Value>) -> Result<(), DialogueError> {
         let key = self.key(chat_id)?;
         let removing = state.is_none();
+        let now_ms = self.manager.clock().now_millis();
         let outcome = self
             .manager
             .store()
             .update(&key, move |slot| {
+                if slot.is_none() && !removing {
+                    // A chat with no session yet (a forum's General topic, a handler
+                    // that updates before its turn): the dialogue starts it.
+                    *slot = Some(SessionEntry::new_session(now_ms));
+                }
                 let Some(entry) = slot.as_mut().filter(|e| !e.session_id.is_empty()) else {
                     return Err(());
                 };
@@ -171,10 +205,8 @@ impl SessionDialogueStorage {
             })
             .await?;
         match outcome {
-            Err(()) if removing => Err(DialogueError::DialogueNotFound { chat_id }),
-            Err(()) => Err(DialogueError::NoSession { chat_id, key }),
-            Ok(false) if removing => Err(DialogueError::DialogueNotFound { chat_id }),
-            Ok(_) => Ok(()),
+            Ok(had_state) if had_state || !removing => Ok(()),
+            _ => Err(DialogueError::DialogueNotFound { chat_id }),
         }
     }
 }
@@ -187,7 +219,7 @@ fn current_state(entry: &SessionEntry, chat_id: ChatId) -> Option<&Value> {
 
 impl<D> Storage<D> for SessionDialogueStorage
 where
-    D: Serialize + DeserializeOwned + Send + 'static,
+    D: Serialize + DeserializeOwned + Default + Send + 'static,
 {
     type Error = DialogueError;
 
@@ -217,6 +249,7 @@ where
         self: Arc<Self>,
         chat_id: ChatId,
     ) -> BoxFuture<Result<Option<D>, DialogueError>> {
-        Box::pin(async move { self.get(chat_id).await })
+        // No session, an expired one, or no state in it: the dialogue's start.
+        Box::pin(async move { Ok(Some(self.get(chat_id).await?.unwrap_or_default())) })
     }
 }

@@ -112,7 +112,7 @@ async fn new_resets_the_dialogue() {
     bot.dialogue(ADA).update(awaiting("coffee")).await.unwrap();
 
     assert_eq!(bot.say(ADA, "/new").await, ["New session started."]);
-    assert_eq!(bot.dialogue(ADA).get().await.unwrap(), None);
+    assert_eq!(bot.dialogue(ADA).get().await.unwrap(), Some(Order::Start));
 
     // The next state belongs to the new session.
     bot.dialogue(ADA).update(awaiting("tea")).await.unwrap();
@@ -136,9 +136,9 @@ async fn idle_expiry_resets_the_dialogue_before_the_next_message() {
     );
     bot.clock.advance(Duration::from_secs(2 * 60));
     // Expired: the handler of the next message already starts from the default state.
-    assert_eq!(bot.dialogue(ADA).get().await.unwrap(), None);
+    assert_eq!(bot.dialogue(ADA).get().await.unwrap(), Some(Order::Start));
     bot.say(ADA, "hello again").await;
-    assert_eq!(bot.dialogue(ADA).get().await.unwrap(), None);
+    assert_eq!(bot.dialogue(ADA).get().await.unwrap(), Some(Order::Start));
 }
 
 #[tokio::test]
@@ -149,7 +149,7 @@ async fn a_closed_session_has_no_dialogue() {
     bot.dialogue(ADA).update(awaiting("coffee")).await.unwrap();
     let key = SessionKey::parse("agent:main:telegram:dm:42").unwrap();
     bot.manager.close(&key).await.unwrap();
-    assert_eq!(bot.dialogue(ADA).get().await.unwrap(), None);
+    assert_eq!(bot.dialogue(ADA).get().await.unwrap(), Some(Order::Start));
 }
 
 #[tokio::test]
@@ -186,7 +186,7 @@ async fn chats_sharing_one_session_keep_their_own_dialogues() {
         Some(awaiting("tea"))
     );
     bot.dialogue(ADA).exit().await.unwrap();
-    assert_eq!(bot.dialogue(ADA).get().await.unwrap(), None);
+    assert_eq!(bot.dialogue(ADA).get().await.unwrap(), Some(Order::Start));
     assert_eq!(
         bot.dialogue(BOB).get().await.unwrap(),
         Some(awaiting("tea"))
@@ -219,19 +219,26 @@ async fn a_group_dialogue_lives_in_the_group_session() {
 }
 
 #[tokio::test]
-async fn a_chat_without_a_session_has_no_dialogue_to_update_or_remove() {
+async fn a_chat_without_a_session_reads_as_the_start_and_an_update_starts_its_session() {
     let dir = tempfile::tempdir().unwrap();
     let bot = bot(dir.path(), DmScope::PerChannelPeer);
-    assert_eq!(bot.dialogue(ADA).get().await.unwrap(), None);
-    assert!(matches!(
-        bot.dialogue(ADA).update(awaiting("coffee")).await,
-        Err(DialogueError::NoSession { chat_id: ADA, .. })
-    ));
+    assert_eq!(bot.dialogue(ADA).get().await.unwrap(), Some(Order::Start));
     assert!(matches!(
         bot.dialogue(ADA).exit().await,
         Err(DialogueError::DialogueNotFound { chat_id: ADA })
     ));
-    bot.say(ADA, "hi").await;
+    bot.dialogue(ADA).update(awaiting("coffee")).await.unwrap();
+    assert_eq!(
+        bot.dialogue(ADA).get().await.unwrap(),
+        Some(awaiting("coffee"))
+    );
+    // The turn that follows continues the session the dialogue started.
+    bot.say(ADA, "large").await;
+    assert_eq!(
+        bot.dialogue(ADA).get().await.unwrap(),
+        Some(awaiting("coffee"))
+    );
+    bot.dialogue(ADA).exit().await.unwrap();
     assert!(matches!(
         bot.dialogue(ADA).exit().await,
         Err(DialogueError::DialogueNotFound { chat_id: ADA })
@@ -297,4 +304,44 @@ async fn enter_dialogue_reads_the_state_from_the_session() {
     assert_eq!(run().await, awaiting("coffee"));
     bot.say(ADA, "/new").await;
     assert_eq!(run().await, Order::Start, "the reset dropped the dialogue");
+}
+
+/// A chat the bot has never seen gets through `enter_dialogue` in its default state
+/// (teloxide's `get_or_default` writes nothing when the storage reads a default).
+#[tokio::test]
+async fn enter_dialogue_lets_a_new_chats_first_message_through() {
+    use std::ops::ControlFlow;
+    use teloxide::dispatching::{HandlerExt, UpdateFilterExt};
+    use teloxide::types::{Message, Update};
+
+    let dir = tempfile::tempdir().unwrap();
+    let bot = bot(dir.path(), DmScope::PerChannelPeer);
+    let handler = Update::filter_message()
+        .enter_dialogue::<Message, SessionDialogueStorage, Order>()
+        .endpoint(|state: Order| async move { state });
+    let update: Update = serde_json::from_str(
+        r#"{"update_id": 1, "message": {"message_id": 1, "date": 1771840800,
+            "chat": {"id": 43, "type": "private", "first_name": "Bob"},
+            "from": {"id": 43, "is_bot": false, "first_name": "Bob"}, "text": "hi"}}"#,
+    )
+    .unwrap();
+    let ran = handler
+        .dispatch(teloxide::dptree::deps![update, bot.storage.clone()])
+        .await;
+    assert!(
+        matches!(ran, ControlFlow::Break(Order::Start)),
+        "the handler ran in the default state"
+    );
+    assert!(
+        bot.manager
+            .get(
+                &bot.manager
+                    .key_for(&TelegramAdapter::new(UserId(777), "helper_bot").chat(BOB))
+                    .unwrap()
+            )
+            .await
+            .unwrap()
+            .is_none(),
+        "reading the dialogue created no session"
+    );
 }

@@ -4,175 +4,20 @@
 //! and — after a restart on the same directory — the conversation's continuation are
 //! checked. Every wait is bounded.
 
-use std::collections::VecDeque;
+mod common;
+
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_sessions::key::{DefaultKeyBuilder, DmScope};
 use agent_sessions::prelude::*;
 use agent_sessions_teloxide::{send_replies, TelegramAdapter};
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::Uri;
-use axum::Json;
+use common::{FakeTelegram, TOKEN, WAIT};
 use serde_json::{json, Value};
 use teloxide::dispatching::ShutdownToken;
 use teloxide::prelude::*;
 use teloxide::types::{Me, UserId};
-use tokio::sync::Notify;
 use tokio::time::timeout;
-
-const BOT_ID: i64 = 777;
-const TOKEN: &str = "123456:TEST";
-/// The longest a test waits for anything; the whole test stays well under 30 s.
-const WAIT: Duration = Duration::from_secs(10);
-
-// ---------------------------------------------------------------------------------
-// The fake Bot API.
-
-/// What the fake server holds: updates not yet confirmed, and every call it answered.
-#[derive(Default)]
-struct Telegram {
-    pending: VecDeque<Value>,
-    next_update_id: i64,
-    next_message_id: i64,
-    /// `sendMessage` requests, in order.
-    sent: Vec<Value>,
-    /// Every method called, in order (lower case).
-    calls: Vec<String>,
-}
-
-#[derive(Clone, Default)]
-struct FakeTelegram {
-    state: Arc<Mutex<Telegram>>,
-    changed: Arc<Notify>,
-}
-
-impl FakeTelegram {
-    /// Queues an update carrying `message` (its id and date filled in).
-    fn push(&self, mut message: Value) {
-        let mut state = self.state.lock().unwrap();
-        state.next_update_id += 1;
-        state.next_message_id += 1;
-        let fields = message.as_object_mut().unwrap();
-        fields.insert("message_id".into(), json!(state.next_message_id));
-        fields.insert("date".into(), json!(1_771_840_800));
-        let update = json!({"update_id": state.next_update_id, "message": message});
-        state.pending.push_back(update);
-        drop(state);
-        self.changed.notify_waiters();
-    }
-
-    fn sent(&self) -> Vec<Value> {
-        self.state.lock().unwrap().sent.clone()
-    }
-
-    fn calls(&self) -> Vec<String> {
-        self.state.lock().unwrap().calls.clone()
-    }
-
-    fn pending(&self) -> usize {
-        self.state.lock().unwrap().pending.len()
-    }
-
-    /// Waits until `sendMessage` has been called `count` times in all.
-    async fn wait_for_sent(&self, count: usize) -> Vec<Value> {
-        let waited = timeout(WAIT, async {
-            loop {
-                let notified = self.changed.notified();
-                let sent = self.sent();
-                if sent.len() >= count {
-                    return sent;
-                }
-                notified.await;
-            }
-        })
-        .await;
-        waited.unwrap_or_else(|_| {
-            panic!(
-                "waited {WAIT:?} for {count} sent messages; got {:?}",
-                self.sent()
-            )
-        })
-    }
-
-    /// Serves the Bot API on a loopback port; returns its URL.
-    async fn serve(&self) -> String {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/", listener.local_addr().unwrap());
-        let app = axum::Router::new()
-            .fallback(answer)
-            .with_state(self.clone());
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        url
-    }
-}
-
-/// One Bot API call: `/bot<token>/<method>` with a JSON body.
-async fn answer(State(fake): State<FakeTelegram>, uri: Uri, body: Bytes) -> Json<Value> {
-    let method = uri.path().rsplit('/').next().unwrap_or("").to_lowercase();
-    let params: Value = serde_json::from_slice(&body).unwrap_or(json!({}));
-    fake.state.lock().unwrap().calls.push(method.clone());
-    let result = match method.as_str() {
-        "getme" => bot_user(),
-        "getupdates" => get_updates(&fake, &params).await,
-        "sendmessage" => {
-            let mut state = fake.state.lock().unwrap();
-            state.sent.push(params.clone());
-            state.next_message_id += 1;
-            let chat_id = params["chat_id"].as_i64().unwrap();
-            let chat = if chat_id > 0 {
-                json!({"id": chat_id, "type": "private", "first_name": "User"})
-            } else {
-                json!({"id": chat_id, "type": "supergroup", "title": "Group"})
-            };
-            let mut message = json!({"message_id": state.next_message_id, "date": 1_771_840_801,
-                "chat": chat, "from": bot_user(), "text": params["text"]});
-            if let Some(thread) = params.get("message_thread_id") {
-                message["message_thread_id"] = thread.clone();
-                message["is_topic_message"] = json!(true);
-            }
-            drop(state);
-            fake.changed.notify_waiters();
-            message
-        }
-        _ => json!(true), // deleteWebhook and anything else: done
-    };
-    Json(json!({"ok": true, "result": result}))
-}
-
-/// Telegram's `getUpdates`: forgets updates below `offset`, returns the rest, or waits
-/// a little (a short long poll) when there are none.
-async fn get_updates(fake: &FakeTelegram, params: &Value) -> Value {
-    let offset = params["offset"].as_i64().unwrap_or(0);
-    let long_poll = params["timeout"].as_u64().unwrap_or(0) > 0;
-    for attempt in 0..2 {
-        let notified = fake.changed.notified();
-        {
-            let mut state = fake.state.lock().unwrap();
-            while state
-                .pending
-                .front()
-                .is_some_and(|u| u["update_id"].as_i64().unwrap() < offset)
-            {
-                state.pending.pop_front();
-            }
-            if !state.pending.is_empty() || !long_poll || attempt == 1 {
-                return Value::Array(state.pending.iter().cloned().collect());
-            }
-        }
-        let _ = timeout(Duration::from_millis(200), notified).await;
-    }
-    unreachable!("the second attempt returns")
-}
-
-fn bot_user() -> Value {
-    json!({"id": BOT_ID, "is_bot": true, "first_name": "Helper", "username": "helper_bot",
-        "can_join_groups": true, "can_read_all_group_messages": false,
-        "supports_inline_queries": false, "can_connect_to_business": false,
-        "has_main_web_app": false})
-}
 
 // ---------------------------------------------------------------------------------
 // The bot: the example's handler, recording what the model saw.
@@ -226,7 +71,7 @@ async fn on_message(
     } else {
         String::new()
     };
-    send_replies(&bot, &msg, &turn.complete(reply).await?).await?;
+    send_replies(&bot, &sessions, &msg, &turn.complete(reply).await?).await?;
     Ok(())
 }
 
@@ -238,10 +83,10 @@ struct RunningBot {
 }
 
 async fn start_bot(api_url: &str, dir: &Path) -> RunningBot {
+    // The defaults: a session per private chat, the model only when addressed.
     let sessions = SessionManager::connect(&format!("json:{}", dir.display()))
         .await
         .unwrap()
-        .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
         .build();
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
     let bot = Bot::with_client(TOKEN, client).set_api_url(api_url.parse().unwrap());
@@ -340,6 +185,8 @@ async fn conversation_across_a_restart() {
     let bot = start_bot(&api, dir.path()).await;
     telegram.push(private("hi, my name is Ada"));
     telegram.push(family(eve(), "dinner at 7 on Sunday", json!([])));
+    // The owner's chatter is chatter too: the bot answers her only when addressed.
+    telegram.push(family(ada(), "I'll bring dessert", json!([])));
     telegram.push(family(ada(), "@helper_bot when is dinner?", mention()));
     telegram.push(
         json!({"chat": {"id": -1001, "type": "supergroup", "title": "Team", "is_forum": true},

@@ -2,7 +2,6 @@
 //! the JSON the Bot API sends, through `TelegramAdapter`, to the session key and the
 //! fields the session layer reads.
 
-use agent_sessions::key::{DefaultKeyBuilder, DmScope};
 use agent_sessions::prelude::*;
 use agent_sessions_teloxide::TelegramAdapter;
 use serde_json::{json, Value};
@@ -15,9 +14,7 @@ fn adapter() -> TelegramAdapter {
 }
 
 fn manager() -> SessionManager {
-    SessionManager::builder(MemoryStore::new())
-        .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
-        .build()
+    SessionManager::builder(MemoryStore::new()).build()
 }
 
 fn bot() -> Value {
@@ -345,10 +342,60 @@ fn telegram_updates_map_to_inbound_messages() {
             }),
         ),
         (
-            "a sticker has no text: nothing to answer",
+            "a sticker is read as OpenClaw's sticker placeholder",
             update(json!({"chat": private_chat(), "from": ada(),
                 "sticker": {"file_id": "CAAD", "file_unique_id": "AgAD", "type": "regular",
                     "width": 512, "height": 512, "is_animated": false, "is_video": false}})),
+            Some(Expect {
+                key: "agent:main:telegram:dm:42",
+                body: "<media:sticker>",
+                mentioned: false,
+                sender: ada_in_group,
+                context: &[],
+            }),
+        ),
+        (
+            "a photo without a caption is read as the image placeholder",
+            update(json!({"chat": private_chat(), "from": ada(),
+                "photo": [{"file_id": "AgAD", "file_unique_id": "AQAD", "width": 90, "height": 90}]})),
+            Some(Expect {
+                key: "agent:main:telegram:dm:42",
+                body: "<media:image>",
+                mentioned: false,
+                sender: ada_in_group,
+                context: &[],
+            }),
+        ),
+        (
+            "a voice note is read as the audio placeholder",
+            update(json!({"chat": private_chat(), "from": ada(),
+                "voice": {"file_id": "AwAD", "file_unique_id": "AgAD", "duration": 3,
+                    "mime_type": "audio/ogg", "file_size": 4000}})),
+            Some(Expect {
+                key: "agent:main:telegram:dm:42",
+                body: "<media:audio>",
+                mentioned: false,
+                sender: ada_in_group,
+                context: &[],
+            }),
+        ),
+        (
+            "a document is read as the document placeholder",
+            update(json!({"chat": private_chat(), "from": ada(),
+                "document": {"file_id": "BQAD", "file_unique_id": "AgAD", "file_name": "rota.pdf",
+                    "mime_type": "application/pdf", "file_size": 9000}})),
+            Some(Expect {
+                key: "agent:main:telegram:dm:42",
+                body: "<media:document>",
+                mentioned: false,
+                sender: ada_in_group,
+                context: &[],
+            }),
+        ),
+        (
+            "a service message has nothing to read",
+            update(json!({"chat": group(), "from": ada(),
+                "new_chat_members": [eve()]})),
             None,
         ),
         (

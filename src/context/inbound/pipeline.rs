@@ -428,12 +428,35 @@ impl PipelineOptions {
 /// mentions removed in groups, markers [defanged](defang), the owner-context marker if
 /// asked for, the sender meta line for groups, and the message's untrusted context.
 pub fn model_body(message: &InboundMessage, body: &str, options: &PipelineOptions) -> String {
-    let mut text = clean_text(message, body, options);
-    if options.mark_owner_context {
-        text = format!("{OWNER_CONTEXT_MARKER}\n{text}");
-    }
-    let text = with_sender_meta(&text, &message.sender, message.is_group());
+    let text = with_sender_meta(
+        &marked_text(message, body, options),
+        &message.sender,
+        message.is_group(),
+    );
     append_untrusted_context(&text, &message.untrusted_context)
+}
+
+/// [`model_body`] for a line that names its sender itself (a group envelope,
+/// `[Telegram -100 …] Bob (222): …`): the same text without the sender meta line.
+pub(crate) fn enveloped_body(
+    message: &InboundMessage,
+    body: &str,
+    options: &PipelineOptions,
+) -> String {
+    append_untrusted_context(
+        &marked_text(message, body, options),
+        &message.untrusted_context,
+    )
+}
+
+/// [`clean_text`], after the owner-context marker when `options` ask for it.
+fn marked_text(message: &InboundMessage, body: &str, options: &PipelineOptions) -> String {
+    let text = clean_text(message, body, options);
+    if options.mark_owner_context {
+        format!("{OWNER_CONTEXT_MARKER}\n{text}")
+    } else {
+        text
+    }
 }
 
 /// The message text alone, as kept in group history: newlines normalised, a leading
