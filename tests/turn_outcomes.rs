@@ -186,11 +186,7 @@ async fn a_receipt_that_names_no_reply_is_refused_and_a_payload_without_one_is_a
     let stores = Stores::new("receipts");
     for url in &stores.urls {
         // A session per person, so that chat 43's reply is another session's.
-        let manager = SessionManager::connect(url)
-            .await
-            .unwrap()
-            .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
-            .build();
+        let manager = SessionManager::connect(url).await.unwrap().build();
         let turn = manager.turn(&dm("hi")).await.unwrap();
         let mut payload = turn.complete("Hello.").await.unwrap().remove(0);
         let mut forged = payload.clone();
@@ -233,6 +229,56 @@ async fn a_receipt_that_names_no_reply_is_refused_and_a_payload_without_one_is_a
             .report_delivery(&payload, Delivery::Delivered)
             .await
             .unwrap();
+    }
+    stores.finish().await;
+}
+
+/// A refused part is taken out of the reply by where it is, and a receipt must name a
+/// part that exists, with exactly that part's text.
+#[tokio::test]
+async fn a_report_names_exactly_one_payload_of_its_reply() {
+    let stores = Stores::new("receipt_parts");
+    for url in &stores.urls {
+        let manager = SessionManager::connect(url).await.unwrap().build();
+        let turn = manager.turn(&dm("Did you book it?")).await.unwrap();
+        let reply = TurnReply::payloads(vec![
+            ReplyPayload::text("Yes, I booked Thursday."),
+            ReplyPayload::text("Yes"),
+        ]);
+        let payloads = turn.complete(reply).await.unwrap();
+        let refused = Delivery::Failed {
+            reason: "400".into(),
+        };
+        // A fragment of a part, a part number past the reply's, no text: refused.
+        let mut fragment = payloads[0].clone();
+        fragment.text = Some("Thursday".into());
+        let mut invented = payloads[1].clone();
+        invented.receipt.as_mut().unwrap().part = 9;
+        let mut empty = payloads[0].clone();
+        empty.text = None;
+        for forged in [fragment, invented, empty] {
+            assert!(
+                matches!(
+                    manager.report_delivery(&forged, refused.clone()).await,
+                    Err(Error::InvalidOption { .. })
+                ),
+                "{url}: {forged:?}"
+            );
+        }
+        // The second payload, "Yes", was refused: the first is left whole.
+        manager
+            .report_delivery(&payloads[1], refused)
+            .await
+            .unwrap();
+        assert_eq!(
+            seen(&manager, "And?").await,
+            [
+                user("Did you book it?"),
+                assistant("Yes, I booked Thursday."),
+                user("And?")
+            ],
+            "{url}"
+        );
     }
     stores.finish().await;
 }
