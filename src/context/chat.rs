@@ -25,11 +25,12 @@
 //! # Ok::<(), agent_sessions::Error>(())
 //! ```
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::transcript::{Content, Role, TranscriptEntry};
+use crate::transcript::{AgentMessage, Content, ContentBlock, Role, TranscriptEntry};
 
 /// Who speaks in a [`ChatMessage`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -238,6 +239,95 @@ fn tool_calls(content: Option<&Content>) -> Vec<ToolCall> {
                 id: text("id"),
                 name: text("name"),
                 arguments: block.extra.get("arguments").cloned().unwrap_or(Value::Null),
+            }
+        })
+        .collect()
+}
+
+/// `messages` as the transcript lines that [`transcript_messages`] reads back as them,
+/// dated `at`: user and assistant messages (an assistant's tool calls as `toolCall`
+/// blocks, OpenClaw's shape), and tools' results (`toolResult` lines naming their call,
+/// and the tool when a call among `messages` names it). System messages are
+/// configuration, not conversation: they have no line.
+///
+/// [`SessionTranscripts::append_chat`](crate::manager::SessionTranscripts::append_chat)
+/// appends them to a session; this is the conversion alone.
+///
+/// ```
+/// use agent_sessions::context::chat::{transcript_lines, transcript_messages, ChatMessage, ToolCall};
+///
+/// let mut call = ChatMessage::assistant("");
+/// call.tool_calls.push(ToolCall {
+///     id: "call_1".into(),
+///     name: "shifts".into(),
+///     arguments: serde_json::json!({"day": "thu"}),
+/// });
+/// let run = [call, ChatMessage::tool("call_1", "Thursday 9-17")];
+/// let lines = transcript_lines(&run, chrono::Utc::now());
+/// assert_eq!(lines.len(), 2);
+/// assert_eq!(transcript_messages(&lines).0, run);
+/// ```
+pub fn transcript_lines(messages: &[ChatMessage], at: DateTime<Utc>) -> Vec<TranscriptEntry> {
+    let tool_names: std::collections::HashMap<&str, &str> = messages
+        .iter()
+        .flat_map(|m| &m.tool_calls)
+        .map(|call| (call.id.as_str(), call.name.as_str()))
+        .collect();
+    let timestamp = u64::try_from(at.timestamp_millis()).ok();
+    let line = |role: Role, blocks: Vec<ContentBlock>, extra: Map<String, Value>| {
+        let message = AgentMessage {
+            role,
+            content: Some(Content::Blocks(blocks)),
+            api: None,
+            provider: None,
+            model: None,
+            usage: None,
+            stop_reason: None,
+            timestamp,
+            extra,
+        };
+        TranscriptEntry::message(message, at)
+    };
+    messages
+        .iter()
+        .filter_map(|message| match message.role {
+            ChatRole::System => None,
+            ChatRole::User => Some(TranscriptEntry::user_text(message.content.clone(), at)),
+            ChatRole::Assistant => {
+                let mut blocks = Vec::new();
+                if !message.content.is_empty() {
+                    blocks.push(ContentBlock::text(message.content.clone()));
+                }
+                for call in &message.tool_calls {
+                    let mut extra = Map::new();
+                    extra.insert("id".into(), Value::String(call.id.clone()));
+                    extra.insert("name".into(), Value::String(call.name.clone()));
+                    extra.insert("arguments".into(), call.arguments.clone());
+                    blocks.push(ContentBlock {
+                        kind: "toolCall".into(),
+                        text: None,
+                        extra,
+                    });
+                }
+                let mut entry = line(Role::Assistant, blocks, Map::new());
+                if let Some(agent) = entry
+                    .message
+                    .as_mut()
+                    .filter(|_| !message.tool_calls.is_empty())
+                {
+                    agent.stop_reason = Some("toolUse".into());
+                }
+                Some(entry)
+            }
+            ChatRole::Tool => {
+                let call = message.tool_call_id.clone().unwrap_or_default();
+                let mut extra = Map::new();
+                if let Some(name) = tool_names.get(call.as_str()) {
+                    extra.insert("toolName".into(), Value::String((*name).to_owned()));
+                }
+                extra.insert("toolCallId".into(), Value::String(call));
+                let blocks = vec![ContentBlock::text(message.content.clone())];
+                Some(line(Role::ToolResult, blocks, extra))
             }
         })
         .collect()

@@ -363,6 +363,58 @@ impl SessionTranscripts<'_> {
             .append(&transcript, lines)
             .await
     }
+
+    /// Appends chat messages to `key`'s current session transcript: the steps of a tool
+    /// loop — the assistant's message that calls tools, the tools' results — from the
+    /// [`ChatMessage`](crate::context::chat::ChatMessage)s a host already has
+    /// ([`transcript_lines`](crate::context::chat::transcript_lines) converts them), so
+    /// that the next turn's [`messages`](crate::manager::Turn::messages) carry the calls
+    /// and their results. System messages are skipped. The turn's own input and reply
+    /// are logged by the turn: append only what happened between them.
+    ///
+    /// ```
+    /// use agent_sessions::context::chat::ToolCall;
+    /// use agent_sessions::prelude::*;
+    /// use agent_sessions::transcript::MemoryTranscriptStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// let manager = SessionManager::builder(MemoryStore::new())
+    ///     .transcripts(MemoryTranscriptStore::new())
+    ///     .build();
+    /// let turn = manager.turn(&InboundMessage::direct("telegram", "42", "When is my shift?")).await?;
+    /// // The model called a tool; the host ran it.
+    /// let mut asked = ChatMessage::assistant("");
+    /// asked.tool_calls.push(ToolCall {
+    ///     id: "call_1".into(),
+    ///     name: "shifts".into(),
+    ///     arguments: serde_json::json!({"day": "thu"}),
+    /// });
+    /// let result = ChatMessage::tool("call_1", "Thursday 9-17");
+    /// manager.transcripts().append_chat(turn.key(), &[asked, result]).await?;
+    /// turn.complete("Thursday, 9 to 5.").await?;
+    ///
+    /// let next = manager.turn(&InboundMessage::direct("telegram", "42", "Thanks")).await?;
+    /// let roles: Vec<ChatRole> = next.messages().await?.iter().map(|m| m.role).collect();
+    /// assert_eq!(
+    ///     roles,
+    ///     [ChatRole::User, ChatRole::Assistant, ChatRole::Tool, ChatRole::Assistant, ChatRole::User]
+    /// );
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn append_chat(
+        &self,
+        key: &SessionKey,
+        messages: &[crate::context::chat::ChatMessage],
+    ) -> Result<Vec<SessionEvent>> {
+        let now = self.manager.seams.clock.now();
+        let lines = crate::context::chat::transcript_lines(messages, now);
+        if lines.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.append(key, lines).await
+    }
 }
 
 impl SessionManager {

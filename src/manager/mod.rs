@@ -144,6 +144,7 @@ struct Settings {
     default_agent: AgentId,
     isolated_to: Option<AgentId>,
     context_window: Option<u64>,
+    message_window: Option<usize>,
     reset_acknowledgement: String,
     dedupe_window: Duration,
     owner_chatter: OwnerChatter,
@@ -393,6 +394,38 @@ impl SessionManagerBuilder {
         self
     }
 
+    /// At most the last `messages` messages of the conversation before this turn's input
+    /// in [`Turn::messages`] — a sliding window (langchain's `WindowBufferMemory`), kept
+    /// from a user message on so that no reply or tool result is without what it
+    /// answers. The token budget still applies within the window. Older messages are
+    /// left out, with no summary standing for them; they stay in the transcript.
+    /// Default: no window, the token budget alone.
+    ///
+    /// ```
+    /// use agent_sessions::prelude::*;
+    /// use agent_sessions::transcript::MemoryTranscriptStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// let manager = SessionManager::builder(MemoryStore::new())
+    ///     .transcripts(MemoryTranscriptStore::new())
+    ///     .message_window(2)
+    ///     .build();
+    /// for text in ["one", "two", "three"] {
+    ///     let turn = manager.turn(&InboundMessage::direct("telegram", "42", text)).await?;
+    ///     turn.complete(format!("re: {text}")).await?;
+    /// }
+    /// let turn = manager.turn(&InboundMessage::direct("telegram", "42", "four")).await?;
+    /// let said: Vec<String> = turn.messages().await?.into_iter().map(|m| m.content).collect();
+    /// assert_eq!(said, ["three", "re: three", "four"]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn message_window(mut self, messages: usize) -> Self {
+        self.manager.settings.message_window = Some(messages);
+        self
+    }
+
     /// What a bare reset (`/new` with nothing after it) answers instead of calling the
     /// model (default: [`DEFAULT_RESET_ACKNOWLEDGEMENT`]).
     pub fn reset_acknowledgement(mut self, text: impl Into<String>) -> Self {
@@ -567,6 +600,7 @@ impl SessionManager {
                     reset_acknowledgement: turn::DEFAULT_RESET_ACKNOWLEDGEMENT.to_owned(),
                     dedupe_window: dedupe::DEFAULT_DEDUPE_WINDOW,
                     owner_chatter: OwnerChatter::default(),
+                    message_window: None,
                     shared_dm_warned: AtomicBool::new(false),
                 },
                 system_events: Arc::new(SystemEventQueue::default()),

@@ -2,7 +2,9 @@
 //! do; [`Turn::complete`] takes the model's reply and says what to send.
 
 use crate::context::activation::ActivationDecision;
-use crate::context::chat::{fit_to_budget, summary_message, transcript_messages, ChatMessage};
+use crate::context::chat::{
+    fit_to_budget, summary_message, transcript_messages, ChatMessage, ChatRole,
+};
 use crate::context::history::group_history_key;
 use crate::context::inbound::InboundMessage;
 use crate::context::reply::ReplyPayload;
@@ -440,9 +442,16 @@ impl SessionManager {
         &self,
         entry: &SessionEntry,
         mut system: Vec<ChatMessage>,
-        (history, compacted): (Vec<ChatMessage>, Option<String>),
+        (mut history, compacted): (Vec<ChatMessage>, Option<String>),
         current: ChatMessage,
     ) -> Result<Vec<ChatMessage>> {
+        if let Some(window) = self.settings.message_window {
+            let mut from = history.len().saturating_sub(window);
+            while from < history.len() && history[from].role != ChatRole::User {
+                from += 1;
+            }
+            history.drain(..from);
+        }
         let budget = entry
             .context_tokens
             .or(self.settings.context_window)

@@ -4,8 +4,9 @@
 //! JSONL files, SQLite or PostgreSQL — whatever store the manager has):
 //!
 //! - [`SessionMemory`] is rig's [`ConversationMemory`]: give it to
-//!   `AgentBuilder::memory` and run the agent with a session key as its conversation
-//!   id. `load` is the conversation as the model should see it
+//!   `AgentBuilder::memory` and run the agent with any conversation id (`"user-77"`,
+//!   or a session key). `load` runs the session's lifecycle (daily reset, idle expiry,
+//!   close) and is the conversation as the model should see it
 //!   ([`SessionManager::messages`]: within the context window, tool calls included,
 //!   the summary first after a compaction), `append` logs the run's messages in the
 //!   transcript, `clear` resets the session (its transcript is archived).
@@ -30,10 +31,8 @@
 //!     .memory(SessionMemory::new(manager.clone()))
 //!     .build();
 //!
-//! // The session this message belongs to (after resets and expiry) is the conversation.
-//! let message = InboundMessage::direct("telegram", "42", "When is my shift?");
-//! let session = manager.resolve(&message).await?;
-//! let reply = agent.prompt(session.body.as_str()).conversation(session.key.as_str()).await?;
+//! // Any conversation id is a session (resets and expiry included).
+//! let reply = agent.prompt("When is my shift?").conversation("user-77").await?;
 //! println!("{}", reply.output());
 //! # Ok(())
 //! # }
@@ -51,15 +50,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use agent_sessions::context::chat::{ChatMessage, ChatRole};
+use agent_sessions::context::chat::{ChatMessage, ChatRole, ToolCall};
 use agent_sessions::context::reply::ReplyPayload;
 use agent_sessions::entry::SessionEntry;
+use agent_sessions::key::DEFAULT_AGENT_ID;
 use agent_sessions::manager::{LogMessage, TurnFailure, TurnOutcome, TurnReply};
 use agent_sessions::memory::usage::TurnUsage;
 use agent_sessions::store::SessionStoreExt;
-use agent_sessions::transcript::{AgentMessage, Content, ContentBlock, Role, TranscriptEntry};
 use agent_sessions::{InboundMessage, SessionKey, SessionManager};
-use chrono::{DateTime, Utc};
 use rig_agent::Agent;
 use rig_core::completion::{Message, Usage};
 use rig_core::id::ConversationId;
@@ -69,7 +67,7 @@ use rig_core::message::{
     UserContent,
 };
 use rig_core::wasm_compat::WasmBoxedFuture;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// What can go wrong in a turn: the session layer or the agent's run.
 #[derive(Debug, thiserror::Error)]
@@ -90,15 +88,46 @@ impl From<rig_agent::completion::PromptError> for Error {
     }
 }
 
-/// rig's [`ConversationMemory`] over a [`SessionManager`]: the conversation id is a
-/// session key (`agent:main:telegram:dm:42`).
+/// rig's [`ConversationMemory`] over a [`SessionManager`]: each conversation id is a
+/// session.
+///
+/// Any id works: a session key (`agent:main:telegram:dm:42`) is that session, and any
+/// other string (`"user-77"`) is a session of its own ([`conversation_key`]). Each
+/// `load` runs the session's lifecycle first — a conversation idle past its reset
+/// (the daily reset at 04:00 by default, an idle expiry if the manager has one) or
+/// closed starts a new session, its transcript archived — so a bot needs no
+/// [`SessionManager::resolve`] of its own; a conversation with no session yet loads
+/// empty, and its first append starts the session.
 ///
 /// The manager needs a transcript store (`SessionManager::connect` has one; a builder
-/// gets one from `SessionManagerBuilder::transcripts`). A conversation with no session
-/// yet loads empty, and its first append starts the session. The memory does not run
-/// the session's lifecycle itself — rig does not hand it the inbound message — so a
-/// bot resolves each message first ([`SessionManager::resolve`]: idle and daily resets,
-/// `/new`) and runs the agent with the key it returns; or uses [`answer`].
+/// gets one from `SessionManagerBuilder::transcripts`). `/new` and group chatter are
+/// message-level: run whole turns with [`answer`] to have them too.
+///
+/// ```
+/// use std::sync::Arc;
+/// use agent_sessions::prelude::*;
+/// use agent_sessions_rig::SessionMemory;
+/// use rig_core::id::ConversationId;
+/// use rig_core::memory::ConversationMemory;
+/// use rig_core::message::Message;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let url = format!("json:{}", dir.path().display());
+/// let manager = Arc::new(SessionManager::connect(&url).await?.build());
+/// let memory = SessionMemory::new(manager.clone());
+/// let id = ConversationId::from("user-77");
+/// memory
+///     .append(&id, vec![Message::user("When is my shift?"), Message::assistant("Thursday at 9.")])
+///     .await?;
+/// assert_eq!(memory.load(&id).await?.len(), 2);
+/// let key = agent_sessions_rig::conversation_key("user-77")?;
+/// assert_eq!(key.as_str(), "agent:main:rig:conversation:user-77");
+/// assert!(manager.get(&key).await?.is_some());
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct SessionMemory {
     manager: Arc<SessionManager>,
@@ -117,7 +146,17 @@ impl SessionMemory {
 
     async fn load_messages(&self, id: &ConversationId) -> Result<Vec<Message>, MemoryError> {
         let key = session_key(id)?;
-        if self.manager.get(&key).await.map_err(backend)?.is_none() {
+        let Some(stored) = self.manager.get(&key).await.map_err(backend)? else {
+            return Ok(Vec::new());
+        };
+        // The lifecycle a resolve would run: a stale or closed session is replaced.
+        let probe = InboundMessage::new(RIG_CHANNEL, "").with_session_key(key.as_str());
+        if self
+            .manager
+            .is_expired(&probe, &stored.entry)
+            .map_err(backend)?
+        {
+            self.manager.reset(&key).await.map_err(backend)?;
             return Ok(Vec::new());
         }
         let messages = self.manager.messages(&key).await.map_err(backend)?;
@@ -131,7 +170,6 @@ impl SessionMemory {
     ) -> Result<(), MemoryError> {
         let key = session_key(id)?;
         let manager = &self.manager;
-        let now = manager.clock().now();
         let now_ms = manager.clock().now_millis();
         manager
             .store()
@@ -142,52 +180,41 @@ impl SessionMemory {
             .map_err(backend)?;
         let (mut asked, mut answered) = (None, None);
         for message in &messages {
-            match message {
-                Message::User { content } => {
-                    let text = user_text(content);
-                    let results: Vec<TranscriptEntry> = content
-                        .iter()
-                        .filter_map(|part| match part {
-                            UserContent::ToolResult(result) => Some(tool_result_line(result, now)),
-                            _ => None,
-                        })
-                        .collect();
-                    if !results.is_empty() {
-                        manager
-                            .transcripts()
-                            .append(&key, results)
-                            .await
-                            .map_err(backend)?;
-                    }
-                    if !text.trim().is_empty() {
-                        manager
-                            .transcripts()
-                            .log_message(&key, LogMessage::inbound(text.clone()))
-                            .await
-                            .map_err(backend)?;
-                        asked = Some(text);
-                    }
-                }
-                Message::Assistant(assistant) => {
-                    let text = assistant_text(assistant);
-                    if assistant.tool_calls().next().is_some() {
-                        let line = tool_call_line(assistant, &text, now);
-                        manager
-                            .transcripts()
-                            .append(&key, vec![line])
-                            .await
-                            .map_err(backend)?;
-                    } else if !text.trim().is_empty() {
-                        manager
-                            .transcripts()
-                            .log_message(&key, LogMessage::outbound(text.clone()))
-                            .await
-                            .map_err(backend)?;
-                        answered = Some(text);
-                    }
-                }
-                // The host's system prompt is configuration, not conversation.
-                Message::System { .. } => {}
+            let chat = chat_messages(std::slice::from_ref(message));
+            let text = chat
+                .iter()
+                .find(|m| m.role == ChatRole::User && !m.content.trim().is_empty());
+            let reply = chat.iter().find(|m| {
+                m.role == ChatRole::Assistant
+                    && m.tool_calls.is_empty()
+                    && !m.content.trim().is_empty()
+            });
+            // Tool calls and results as they are; the prompt and the reply in the log.
+            let steps: Vec<ChatMessage> = chat
+                .iter()
+                .filter(|m| m.role == ChatRole::Tool || !m.tool_calls.is_empty())
+                .cloned()
+                .collect();
+            manager
+                .transcripts()
+                .append_chat(&key, &steps)
+                .await
+                .map_err(backend)?;
+            if let Some(text) = text {
+                manager
+                    .transcripts()
+                    .log_message(&key, LogMessage::inbound(text.content.clone()))
+                    .await
+                    .map_err(backend)?;
+                asked = Some(text.content.clone());
+            }
+            if let Some(reply) = reply {
+                manager
+                    .transcripts()
+                    .log_message(&key, LogMessage::outbound(reply.content.clone()))
+                    .await
+                    .map_err(backend)?;
+                answered = Some(reply.content.clone());
             }
         }
         let mut outcome = TurnOutcome::completed();
@@ -231,92 +258,116 @@ impl ConversationMemory for SessionMemory {
     }
 }
 
-/// An assistant message that calls tools, as a transcript line.
-fn tool_call_line(assistant: &AssistantMessage, text: &str, now: DateTime<Utc>) -> TranscriptEntry {
-    let mut blocks = Vec::new();
-    if !text.trim().is_empty() {
-        blocks.push(ContentBlock::text(text));
+/// rig messages as the crate's [`ChatMessage`]s (the inverse of [`rig_messages`]): user
+/// text, assistant text with its tool calls, and each tool result as a tool message
+/// naming its call. System messages are kept; images and other media are left out.
+///
+/// ```
+/// use agent_sessions::context::chat::{ChatMessage, ChatRole};
+/// use rig_core::completion::Message;
+///
+/// let chat = agent_sessions_rig::chat_messages(&[Message::user("hi"), Message::assistant("hello")]);
+/// assert_eq!(chat, [ChatMessage::user("hi"), ChatMessage::assistant("hello")]);
+/// ```
+pub fn chat_messages(messages: &[Message]) -> Vec<ChatMessage> {
+    let mut out = Vec::new();
+    for message in messages {
+        match message {
+            Message::System { content } => out.push(ChatMessage::system(content.clone())),
+            Message::User { content } => {
+                let text = user_text(content);
+                if !text.trim().is_empty() {
+                    out.push(ChatMessage::user(text));
+                }
+                for part in content.iter() {
+                    if let UserContent::ToolResult(result) = part {
+                        out.push(ChatMessage::tool(
+                            result.call.wire().into_owned(),
+                            tool_result_text(result),
+                        ));
+                    }
+                }
+            }
+            Message::Assistant(assistant) => {
+                let mut chat = ChatMessage::assistant(assistant_text(assistant));
+                chat.tool_calls = assistant
+                    .tool_calls()
+                    .map(|call| ToolCall {
+                        id: call.id.wire().into_owned(),
+                        name: call.function.name.to_string(),
+                        arguments: Value::Object(call.function.arguments.clone()),
+                    })
+                    .collect();
+                out.push(chat);
+            }
+        }
     }
-    for call in assistant.tool_calls() {
-        let mut extra = Map::new();
-        extra.insert("id".into(), Value::String(call.id.wire().into_owned()));
-        extra.insert("name".into(), Value::String(call.function.name.to_string()));
-        extra.insert(
-            "arguments".into(),
-            Value::Object(call.function.arguments.clone()),
-        );
-        blocks.push(ContentBlock {
-            kind: "toolCall".into(),
-            text: None,
-            extra,
-        });
-    }
-    let mut message = agent_message(Role::Assistant, Content::Blocks(blocks), now);
-    message.stop_reason = Some("toolUse".into());
-    TranscriptEntry::message(message, now)
+    out
 }
 
-/// A tool's result, as a transcript line.
-fn tool_result_line(result: &ToolResult, now: DateTime<Utc>) -> TranscriptEntry {
-    let blocks = result
+/// A tool result's text: its text parts and JSON values, one after another.
+fn tool_result_text(result: &ToolResult) -> String {
+    result
         .content
         .iter()
         .filter_map(|part| match part {
-            ToolResultContent::Text(text) => Some(ContentBlock::text(text.text.clone())),
-            ToolResultContent::Json { value } => Some(ContentBlock::text(value.to_string())),
+            ToolResultContent::Text(text) => Some(text.text.clone()),
+            ToolResultContent::Json { value } => Some(value.to_string()),
             ToolResultContent::Image(_) => None,
         })
-        .collect();
-    let mut message = agent_message(Role::ToolResult, Content::Blocks(blocks), now);
-    message.extra.insert(
-        "toolCallId".into(),
-        Value::String(result.call.wire().into_owned()),
-    );
-    message
-        .extra
-        .insert("toolName".into(), Value::String(result.name.to_string()));
-    if result.is_error {
-        message.extra.insert("isError".into(), Value::Bool(true));
-    }
-    TranscriptEntry::message(message, now)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
-fn agent_message(role: Role, content: Content, now: DateTime<Utc>) -> AgentMessage {
-    AgentMessage {
-        role,
-        content: Some(content),
-        api: None,
-        provider: None,
-        model: None,
-        usage: None,
-        stop_reason: None,
-        timestamp: u64::try_from(now.timestamp_millis()).ok(),
-        extra: Map::new(),
-    }
-}
-
-/// The tool calls and tool results among a run's messages, as transcript lines.
-fn tool_lines(messages: &[Message], now: DateTime<Utc>) -> Vec<TranscriptEntry> {
-    let mut lines = Vec::new();
-    for message in messages {
-        match message {
-            Message::User { content } => {
-                lines.extend(content.iter().filter_map(|part| match part {
-                    UserContent::ToolResult(result) => Some(tool_result_line(result, now)),
-                    _ => None,
-                }))
-            }
-            Message::Assistant(assistant) if assistant.tool_calls().next().is_some() => {
-                lines.push(tool_call_line(assistant, &assistant_text(assistant), now));
-            }
-            _ => {}
-        }
-    }
-    lines
-}
+/// The channel name a conversation of [`SessionMemory`] is checked under (for resets
+/// configured per channel).
+pub const RIG_CHANNEL: &str = "rig";
 
 fn session_key(id: &ConversationId) -> Result<SessionKey, MemoryError> {
-    SessionKey::parse(id.as_str()).map_err(backend)
+    conversation_key(id.as_str()).map_err(backend)
+}
+
+/// The session key of rig conversation id `id`.
+///
+/// An id that is a canonical session key (`agent:main:telegram:dm:42`) is that key;
+/// any other id is `agent:main:rig:conversation:<id>`, the id percent-encoded (every
+/// byte but `a`–`z`, `0`–`9`, `-`, `_` and `.` as `%xx`). Keys under
+/// `agent:<agent>:rig:` are reserved for these, so a key of that shape given as an id is
+/// encoded too. So the mapping is stable and injective: two different ids never share
+/// a session (`"User-77"` and `"user-77"` are two conversations), and no id forges
+/// another conversation's key. An id too long for a key (over 4,096 bytes encoded) is
+/// an error.
+///
+/// ```
+/// use agent_sessions_rig::conversation_key;
+///
+/// assert_eq!(conversation_key("user-77")?.as_str(), "agent:main:rig:conversation:user-77");
+/// assert_eq!(
+///     conversation_key("Ops Team/#3")?.as_str(),
+///     "agent:main:rig:conversation:%4fps%20%54eam%2f%233"
+/// );
+/// assert_eq!(conversation_key("agent:main:telegram:dm:42")?.as_str(), "agent:main:telegram:dm:42");
+/// assert_ne!(conversation_key("agent:main:rig:conversation:x")?.as_str(), "agent:main:rig:conversation:x");
+/// # Ok::<(), agent_sessions::Error>(())
+/// ```
+pub fn conversation_key(id: &str) -> Result<SessionKey, agent_sessions::Error> {
+    if let Ok(key) = SessionKey::parse(id) {
+        let reserved = key.rest().is_some_and(|rest| rest.starts_with("rig:"));
+        if key.as_str() == id && !reserved {
+            return Ok(key);
+        }
+    }
+    let mut encoded = String::with_capacity(id.len());
+    for byte in id.bytes() {
+        if byte.is_ascii_lowercase() || byte.is_ascii_digit() || b"-_.".contains(&byte) {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02x}"));
+        }
+    }
+    SessionKey::parse(&format!(
+        "agent:{DEFAULT_AGENT_ID}:{RIG_CHANNEL}:conversation:{encoded}"
+    ))
 }
 
 fn backend(error: agent_sessions::Error) -> MemoryError {
@@ -475,12 +526,43 @@ pub async fn answer(
     };
     // What the model and its tools did between the prompt (which the turn logged) and
     // the reply (which `complete` logs).
-    let lines = tool_lines(&response.messages, manager.clock().now());
-    if !lines.is_empty() {
-        manager.transcripts().append(turn.key(), lines).await?;
+    let steps: Vec<ChatMessage> = chat_messages(&response.messages)
+        .into_iter()
+        .filter(|m| m.role == ChatRole::Tool || !m.tool_calls.is_empty())
+        .collect();
+    manager
+        .transcripts()
+        .append_chat(turn.key(), &steps)
+        .await?;
+    let mut usage = turn_usage(&response.usage);
+    if let Some(call) = response.completion_calls.last() {
+        (usage.provider, usage.model) = model_of(&call.raw);
     }
-    let reply = TurnReply::from(response.output()).with_usage(turn_usage(&response.usage));
+    let reply = TurnReply::from(response.output()).with_usage(usage);
     Ok(turn.complete(reply).await?)
+}
+
+/// The provider and model a completion's raw response names: the model as the response
+/// says it, and the provider by the response's shape (`openai` for an OpenAI-style chat
+/// completion, its compatible servers included; `anthropic` for a Messages response).
+/// rig's agent does not know its model's name, so the response is what says it.
+///
+/// ```
+/// let raw = serde_json::json!({"object": "chat.completion", "model": "gpt-4o-mini"});
+/// let (provider, model) = agent_sessions_rig::model_of(&raw);
+/// assert_eq!((provider.as_deref(), model.as_deref()), (Some("openai"), Some("gpt-4o-mini")));
+/// ```
+pub fn model_of(raw: &Value) -> (Option<String>, Option<String>) {
+    let model = raw.get("model").and_then(Value::as_str).map(str::to_owned);
+    let provider = match (
+        raw.get("object").and_then(Value::as_str),
+        raw.get("type").and_then(Value::as_str),
+    ) {
+        (Some(object), _) if object.starts_with("chat.completion") => Some("openai"),
+        (_, Some("message")) => Some("anthropic"),
+        _ => None,
+    };
+    (provider.map(str::to_owned), model)
 }
 
 /// What to do with the input of a turn whose run failed with `error`: drop it when the

@@ -269,6 +269,9 @@ async fn answer_runs_whole_turns_across_resets_and_a_restart() {
     let entry = manager.get(&key).await.unwrap().unwrap().entry;
     assert_eq!(entry.input_tokens, Some(PROMPT_TOKENS));
     assert_eq!(entry.output_tokens, Some(COMPLETION_TOKENS));
+    // …with the model and provider the response named.
+    assert_eq!(entry.model.as_deref(), Some("gpt-test"));
+    assert_eq!(entry.model_provider.as_deref(), Some("openai"));
 
     assert_eq!(
         send(manager.clone(), bot.clone(), "/new").await,
@@ -337,27 +340,79 @@ async fn answer_runs_whole_turns_across_resets_and_a_restart() {
     );
 }
 
+/// rig's conversation ids are free-form: each is a session of its own, whatever it
+/// looks like, and none reaches a path or another conversation.
 #[tokio::test]
-async fn a_conversation_id_that_is_not_a_session_key_is_refused_and_nothing_is_written() {
+async fn any_conversation_id_is_a_session_of_its_own() {
+    let server = FakeOpenAi::start().await;
     let dir = tempfile::tempdir().unwrap();
     let manager = open(dir.path()).await;
-    let memory = SessionMemory::new(manager.clone());
-    let id = ConversationId::new("../../etc/passwd");
-
-    let loaded = memory.load(&id).await;
-    assert!(
-        matches!(loaded, Err(rig_core::memory::MemoryError::Backend(_))),
-        "{loaded:?}"
+    let agent = agent(&server, Some(SessionMemory::new(manager.clone())));
+    for id in ["user-77", "User-77", "../../etc/passwd", "a:b:dm:c"] {
+        agent
+            .prompt(format!("I am {id}"))
+            .conversation(id)
+            .await
+            .unwrap();
+    }
+    agent
+        .prompt("who am I?")
+        .conversation("user-77")
+        .await
+        .unwrap();
+    assert_eq!(
+        server.last_messages(),
+        said(&[
+            ("system", SYSTEM),
+            ("user", "I am user-77"),
+            ("assistant", "reply 1"),
+            ("user", "who am I?"),
+        ]),
+        "only user-77's conversation"
     );
-    let appended = memory
-        .append(&id, vec![rig_core::completion::Message::user("hi")])
-        .await;
-    assert!(appended.is_err());
-    assert!(manager
+    let keys: Vec<String> = manager
         .list(&ListFilter::default())
         .await
         .unwrap()
-        .is_empty());
+        .into_iter()
+        .map(|s| s.key.to_string())
+        .collect();
+    assert_eq!(keys.len(), 4, "{keys:?}");
+    assert!(keys
+        .iter()
+        .all(|k| k.starts_with("agent:main:rig:conversation:")));
+    assert!(!dir.path().join("etc").exists());
+}
+
+/// `load` runs the lifecycle: a conversation idle past its expiry starts a new session,
+/// with no `resolve` by the bot.
+#[tokio::test]
+async fn a_conversation_past_its_expiry_starts_a_new_session_on_load() {
+    use agent_sessions::lifecycle::clock::ManualClock;
+    use agent_sessions::lifecycle::freshness::{ResetConfig, ResetSpec};
+
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::at_millis(1_771_840_800_000);
+    let manager = Arc::new(
+        SessionManager::connect(&format!("json:{}", dir.path().display()))
+            .await
+            .unwrap()
+            .clock(clock.clone())
+            .freshness(ResetConfig::default().reset(ResetSpec::idle(30)))
+            .build(),
+    );
+    let memory = SessionMemory::new(manager.clone());
+    let id = ConversationId::from("user-77");
+    let exchange = vec![
+        rig_core::completion::Message::user("my PIN is 1234"),
+        rig_core::completion::Message::assistant("Noted."),
+    ];
+    memory.append(&id, exchange).await.unwrap();
+    clock.advance(std::time::Duration::from_secs(20 * 60));
+    assert_eq!(memory.load(&id).await.unwrap().len(), 2, "still fresh");
+    clock.advance(std::time::Duration::from_secs(31 * 60));
+    assert!(memory.load(&id).await.unwrap().is_empty(), "expired");
+    assert_eq!(archived_transcripts(dir.path()), 1, "the old one archived");
 }
 
 #[tokio::test]
