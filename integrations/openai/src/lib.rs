@@ -52,10 +52,11 @@ use async_openai::types::chat::{
     ChatCompletionMessageToolCall, ChatCompletionMessageToolCalls,
     ChatCompletionRequestAssistantMessage, ChatCompletionRequestMessage,
     ChatCompletionRequestSystemMessage, ChatCompletionRequestToolMessage,
-    ChatCompletionRequestUserMessage, CompletionUsage, CreateChatCompletionRequest,
-    CreateChatCompletionResponse, FunctionCall,
+    ChatCompletionRequestUserMessage, ChatCompletionStreamOptions, CompletionUsage,
+    CreateChatCompletionRequest, CreateChatCompletionResponse, FunctionCall,
 };
 use async_openai::Client;
+use futures_util::StreamExt;
 use serde_json::Value;
 
 /// The provider name recorded with the usage of a completion.
@@ -169,7 +170,11 @@ fn arguments_text(arguments: &Value) -> String {
 /// assert_eq!(usage.model.as_deref(), Some("gpt-4o-mini"));
 /// ```
 pub fn turn_usage(response: &CreateChatCompletionResponse) -> Option<TurnUsage> {
-    let usage: &CompletionUsage = response.usage.as_ref()?;
+    Some(usage_by(response.usage.as_ref()?, &response.model))
+}
+
+/// `usage` of a completion by `model`, as the session records it.
+fn usage_by(usage: &CompletionUsage, model: &str) -> TurnUsage {
     let cached = usage
         .prompt_tokens_details
         .as_ref()
@@ -180,11 +185,11 @@ pub fn turn_usage(response: &CreateChatCompletionResponse) -> Option<TurnUsage> 
         .input(u64::from(usage.prompt_tokens - cached))
         .output(u64::from(usage.completion_tokens))
         .total(u64::from(usage.total_tokens))
-        .by(PROVIDER, response.model.clone());
+        .by(PROVIDER, model);
     if cached > 0 {
         turn = turn.cache_read(u64::from(cached));
     }
-    Some(turn)
+    turn
 }
 
 /// The model's message in a completion (its first choice) as a [`ChatMessage`]: its
@@ -289,6 +294,84 @@ pub async fn answer<C: Config>(
             Err(error.into())
         }
     }
+}
+
+/// [`answer`] with the completion streamed: `on_text` is called with each piece of the
+/// reply as it arrives (to show it growing, or a typing indicator); when the stream
+/// ends, the whole reply and its usage complete the turn — logged once, through the
+/// reply filters — and what to send is returned.
+///
+/// The request asks for the usage in the stream (`stream_options.include_usage`). A
+/// stream that fails, at the start or half way, fails the turn as [`answer`] does and
+/// returns the error; the pieces already given to `on_text` are not logged (the user may
+/// have seen them: say so if that matters).
+///
+/// ```no_run
+/// use agent_sessions::prelude::*;
+/// use async_openai::{config::OpenAIConfig, Client};
+///
+/// # async fn run(manager: &SessionManager, client: &Client<OpenAIConfig>) -> Result<(), agent_sessions_openai::Error> {
+/// let turn = manager.turn(&InboundMessage::direct("telegram", "42", "Tell me a story")).await?;
+/// let system = vec![ChatMessage::system("You are a storyteller.")];
+/// let payloads = agent_sessions_openai::answer_streamed(turn, client, "llama3.2", system, |piece| {
+///     print!("{piece}"); // as it arrives
+/// })
+/// .await?;
+/// # drop(payloads);
+/// # Ok(())
+/// # }
+/// ```
+pub async fn answer_streamed<C: Config>(
+    turn: Turn<'_>,
+    client: &Client<C>,
+    model: &str,
+    system: Vec<ChatMessage>,
+    mut on_text: impl FnMut(&str),
+) -> Result<Vec<ReplyPayload>, Error> {
+    if !turn.needs_model() {
+        return Ok(turn.complete("").await?);
+    }
+    let messages = turn.messages_with(system).await?;
+    let request = CreateChatCompletionRequest {
+        model: model.to_owned(),
+        messages: request_messages(&messages),
+        stream_options: Some(ChatCompletionStreamOptions {
+            include_usage: Some(true),
+            include_obfuscation: None,
+        }),
+        ..CreateChatCompletionRequest::default()
+    };
+    let mut stream = match client.chat().create_stream(request).await {
+        Ok(stream) => stream,
+        Err(error) => {
+            turn.fail(failure_of(&error)).await?;
+            return Err(error.into());
+        }
+    };
+    let (mut text, mut usage) = (String::new(), None);
+    while let Some(chunk) = stream.next().await {
+        let chunk = match chunk {
+            Ok(chunk) => chunk,
+            Err(error) => {
+                turn.fail(failure_of(&error)).await?;
+                return Err(error.into());
+            }
+        };
+        if let Some(reported) = &chunk.usage {
+            usage = Some(usage_by(reported, &chunk.model));
+        }
+        for choice in chunk.choices.iter().filter(|choice| choice.index == 0) {
+            if let Some(piece) = choice.delta.content.as_deref().filter(|p| !p.is_empty()) {
+                on_text(piece);
+                text.push_str(piece);
+            }
+        }
+    }
+    let mut reply = TurnReply::from(text);
+    if let Some(usage) = usage {
+        reply = reply.with_usage(usage);
+    }
+    Ok(turn.complete(reply).await?)
 }
 
 /// What to do with the input of a turn whose chat completion failed with `error`:

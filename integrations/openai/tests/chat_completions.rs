@@ -197,3 +197,48 @@ async fn an_input_the_provider_refuses_is_dropped_and_never_sent_again() {
         ])
     );
 }
+
+/// A streamed completion: each piece reaches the host as it arrives, and the whole
+/// reply, with its usage, is the turn's — logged once, sent once, in the next request.
+#[tokio::test]
+async fn a_streamed_answer_is_shown_as_it_arrives_and_logged_once_whole() {
+    let server = FakeOpenAi::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let manager = open(dir.path()).await;
+    let client = client(&server);
+    let turn = manager
+        .turn(&InboundMessage::direct("telegram", "42", "Tell me a story"))
+        .await
+        .unwrap();
+    let key = turn.key().clone();
+    let mut pieces = Vec::new();
+    let system = vec![ChatMessage::system(SYSTEM)];
+    let payloads =
+        agent_sessions_openai::answer_streamed(turn, &client, "gpt-test", system, |piece| {
+            pieces.push(piece.to_owned())
+        })
+        .await
+        .unwrap();
+    assert_eq!(pieces, ["rep", "ly 1"], "each piece as it arrived");
+    assert_eq!(payloads.len(), 1);
+    assert_eq!(payloads[0].text.as_deref(), Some("reply 1"));
+    assert_eq!(
+        server.last_request()["stream_options"]["include_usage"],
+        true
+    );
+    let entry = manager.get(&key).await.unwrap().unwrap().entry;
+    assert_eq!(entry.input_tokens, Some(PROMPT_TOKENS));
+    assert_eq!(entry.output_tokens, Some(COMPLETION_TOKENS));
+    assert_eq!(entry.model.as_deref(), Some("gpt-test"));
+
+    assert_eq!(say(&manager, &client, "And then?").await, ["reply 2"]);
+    assert_eq!(
+        server.last_messages(),
+        said(&[
+            ("system", SYSTEM),
+            ("user", "Tell me a story"),
+            ("assistant", "reply 1"),
+            ("user", "And then?"),
+        ])
+    );
+}

@@ -117,6 +117,9 @@ async fn complete(
         .is_some_and(|tools| !tools.is_empty())
         && last["role"] == "user"
         && last["content"].to_string().contains("shift");
+    if body["stream"] == true && !calls_tool {
+        return streamed(n, &body);
+    }
     let message = if calls_tool {
         json!({"role": "assistant", "content": null, "tool_calls": [{
             "id": "call_1", "type": "function",
@@ -142,6 +145,56 @@ async fn complete(
         }
     }))
     .into_response()
+}
+
+/// The reply to request `n` as a stream of server-sent chunks: its text in three
+/// pieces, the finish, the usage (when asked for), then `[DONE]`.
+fn streamed(n: usize, body: &Value) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let chunk = |choices: Value, usage: Value| {
+        let chunk = json!({
+            "id": format!("chatcmpl-{n}"),
+            "object": "chat.completion.chunk",
+            "created": 1_700_000_000u32,
+            "model": body["model"],
+            "choices": choices,
+            "usage": usage,
+        });
+        format!("data: {chunk}\n\n")
+    };
+    let text = format!("reply {n}");
+    let (head, tail) = text.split_at(3);
+    let mut events: Vec<String> = ["", head, tail]
+        .iter()
+        .map(|piece| {
+            let delta = if piece.is_empty() {
+                json!({"role": "assistant", "content": ""})
+            } else {
+                json!({"content": piece})
+            };
+            chunk(
+                json!([{"index": 0, "delta": delta, "finish_reason": null}]),
+                Value::Null,
+            )
+        })
+        .collect();
+    events.push(chunk(
+        json!([{"index": 0, "delta": {}, "finish_reason": "stop"}]),
+        Value::Null,
+    ));
+    if body["stream_options"]["include_usage"] == true {
+        events.push(chunk(
+            json!([]),
+            json!({"prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS,
+                "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS}),
+        ));
+    }
+    events.push("data: [DONE]\n\n".to_owned());
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/event-stream")],
+        events.concat(),
+    )
+        .into_response()
 }
 
 /// `(role, content)` pairs, for comparing with [`FakeOpenAi::last_messages`].
