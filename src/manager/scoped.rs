@@ -428,6 +428,12 @@ impl ScopedTranscripts<'_, '_> {
         ) -> Option<SessionEvent>;
         /// Appends transcript lines as they are.
         fn append(&self, key: &SessionKey, lines: Vec<TranscriptEntry>) -> Vec<SessionEvent>;
+        /// Appends chat messages (a tool loop's steps).
+        fn append_chat(
+            &self,
+            key: &SessionKey,
+            messages: &[crate::context::chat::ChatMessage]
+        ) -> Vec<SessionEvent>;
         /// Writes a checkpoint.
         fn checkpoint(&self, key: &SessionKey, reason: CheckpointReason) -> SessionEvent;
         /// Reads the session's transcript from `from`.

@@ -45,7 +45,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .chat(&model),
     )
     .preamble("You are a helpful, concise assistant.")
-    .memory(SessionMemory::new(manager.clone()))
+    .memory(SessionMemory::new(manager.clone()).with_session_keys()) // the ids are our resolved keys
     .build();
     let user = std::env::var("USER").unwrap_or_else(|_| "you".into());
     println!("chatting with {model} at {base}; state in {state} (/new resets, Ctrl-D ends)");

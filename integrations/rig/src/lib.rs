@@ -4,8 +4,8 @@
 //! JSONL files, SQLite or PostgreSQL — whatever store the manager has):
 //!
 //! - [`SessionMemory`] is rig's [`ConversationMemory`]: give it to
-//!   `AgentBuilder::memory` and run the agent with any conversation id (`"user-77"`,
-//!   or a session key). `load` runs the session's lifecycle (daily reset, idle expiry,
+//!   `AgentBuilder::memory` and run the agent with any conversation id (`"user-77"`;
+//!   each is a session of its own). `load` runs the session's lifecycle (daily reset, idle expiry,
 //!   close) and is the conversation as the model should see it
 //!   ([`SessionManager::messages`]: within the context window, tool calls included,
 //!   the summary first after a compaction), `append` logs the run's messages in the
@@ -91,8 +91,9 @@ impl From<rig_agent::completion::PromptError> for Error {
 /// rig's [`ConversationMemory`] over a [`SessionManager`]: each conversation id is a
 /// session.
 ///
-/// Any id works: a session key (`agent:main:telegram:dm:42`) is that session, and any
-/// other string (`"user-77"`) is a session of its own ([`conversation_key`]). Each
+/// Any id works: each (`"user-77"`) is a session of its own ([`conversation_key`]),
+/// whoever chose it. A host that resolves messages itself and runs the agent with the
+/// session key it got turns on [`with_session_keys`](Self::with_session_keys). Each
 /// `load` runs the session's lifecycle first — a conversation idle past its reset
 /// (the daily reset at 04:00 by default, an idle expiry if the manager has one) or
 /// closed starts a new session, its transcript archived — so a bot needs no
@@ -131,12 +132,27 @@ impl From<rig_agent::completion::PromptError> for Error {
 #[derive(Debug, Clone)]
 pub struct SessionMemory {
     manager: Arc<SessionManager>,
+    session_keys: bool,
 }
 
 impl SessionMemory {
-    /// A memory over `manager`'s sessions.
+    /// A memory over `manager`'s sessions, each conversation id a session of its own
+    /// ([`conversation_key`]): no id, whoever chose it, reaches another session.
     pub fn new(manager: Arc<SessionManager>) -> Self {
-        SessionMemory { manager }
+        SessionMemory {
+            manager,
+            session_keys: false,
+        }
+    }
+
+    /// Also takes an id that is a session key (`agent:main:telegram:dm:42`) as that
+    /// session: for a host that resolves each message itself
+    /// ([`SessionManager::resolve`]) and runs the agent with the key it returns. Never
+    /// give such a memory an id a user chose: a user who sends a session key as their
+    /// conversation id would read and write that conversation.
+    pub fn with_session_keys(mut self) -> Self {
+        self.session_keys = true;
+        self
     }
 
     /// The manager the memory keeps its conversations in.
@@ -144,8 +160,19 @@ impl SessionMemory {
         &self.manager
     }
 
+    /// The session of conversation `id`.
+    fn session_key(&self, id: &ConversationId) -> Result<SessionKey, MemoryError> {
+        let id = id.as_str();
+        if self.session_keys {
+            if let Some(key) = SessionKey::parse(id).ok().filter(|key| key.as_str() == id) {
+                return Ok(key);
+            }
+        }
+        conversation_key(id).map_err(backend)
+    }
+
     async fn load_messages(&self, id: &ConversationId) -> Result<Vec<Message>, MemoryError> {
-        let key = session_key(id)?;
+        let key = self.session_key(id)?;
         let Some(stored) = self.manager.get(&key).await.map_err(backend)? else {
             return Ok(Vec::new());
         };
@@ -168,7 +195,7 @@ impl SessionMemory {
         id: &ConversationId,
         messages: Vec<Message>,
     ) -> Result<(), MemoryError> {
-        let key = session_key(id)?;
+        let key = self.session_key(id)?;
         let manager = &self.manager;
         let now_ms = manager.clock().now_millis();
         manager
@@ -226,7 +253,7 @@ impl SessionMemory {
     }
 
     async fn clear_session(&self, id: &ConversationId) -> Result<(), MemoryError> {
-        let key = session_key(id)?;
+        let key = self.session_key(id)?;
         match self.manager.reset(&key).await {
             Ok(_) | Err(agent_sessions::Error::NotFound { .. }) => Ok(()),
             Err(error) => Err(backend(error)),
@@ -323,20 +350,13 @@ fn tool_result_text(result: &ToolResult) -> String {
 /// configured per channel).
 pub const RIG_CHANNEL: &str = "rig";
 
-fn session_key(id: &ConversationId) -> Result<SessionKey, MemoryError> {
-    conversation_key(id.as_str()).map_err(backend)
-}
-
-/// The session key of rig conversation id `id`.
+/// The session key of rig conversation id `id`: `agent:main:rig:conversation:<id>`,
+/// the id percent-encoded (every byte but `a`–`z`, `0`–`9`, `-`, `_` and `.` as `%xx`).
 ///
-/// An id that is a canonical session key (`agent:main:telegram:dm:42`) is that key;
-/// any other id is `agent:main:rig:conversation:<id>`, the id percent-encoded (every
-/// byte but `a`–`z`, `0`–`9`, `-`, `_` and `.` as `%xx`). Keys under
-/// `agent:<agent>:rig:` are reserved for these, so a key of that shape given as an id is
-/// encoded too. So the mapping is stable and injective: two different ids never share
-/// a session (`"User-77"` and `"user-77"` are two conversations), and no id forges
-/// another conversation's key. An id too long for a key (over 4,096 bytes encoded) is
-/// an error.
+/// The mapping is stable and injective: two different ids never share a session
+/// (`"User-77"` and `"user-77"` are two conversations), and no id — not even one
+/// shaped like a session key — reaches another conversation's session. An id too long
+/// for a key (over 4,096 bytes encoded) is an error.
 ///
 /// ```
 /// use agent_sessions_rig::conversation_key;
@@ -346,17 +366,14 @@ fn session_key(id: &ConversationId) -> Result<SessionKey, MemoryError> {
 ///     conversation_key("Ops Team/#3")?.as_str(),
 ///     "agent:main:rig:conversation:%4fps%20%54eam%2f%233"
 /// );
-/// assert_eq!(conversation_key("agent:main:telegram:dm:42")?.as_str(), "agent:main:telegram:dm:42");
-/// assert_ne!(conversation_key("agent:main:rig:conversation:x")?.as_str(), "agent:main:rig:conversation:x");
+/// // A session key as an id is a conversation of its own, not that session.
+/// assert_eq!(
+///     conversation_key("agent:main:telegram:dm:42")?.as_str(),
+///     "agent:main:rig:conversation:agent%3amain%3atelegram%3adm%3a42"
+/// );
 /// # Ok::<(), agent_sessions::Error>(())
 /// ```
 pub fn conversation_key(id: &str) -> Result<SessionKey, agent_sessions::Error> {
-    if let Ok(key) = SessionKey::parse(id) {
-        let reserved = key.rest().is_some_and(|rest| rest.starts_with("rig:"));
-        if key.as_str() == id && !reserved {
-            return Ok(key);
-        }
-    }
     let mut encoded = String::with_capacity(id.len());
     for byte in id.bytes() {
         if byte.is_ascii_lowercase() || byte.is_ascii_digit() || b"-_.".contains(&byte) {

@@ -81,7 +81,7 @@ async fn session_memory_gives_the_agent_its_conversation_across_turns_resets_and
     let server = FakeOpenAi::start().await;
     let dir = tempfile::tempdir().unwrap();
     let manager = open(dir.path()).await;
-    let memory = SessionMemory::new(manager.clone());
+    let memory = SessionMemory::new(manager.clone()).with_session_keys();
     let bot = agent(&server, Some(memory.clone()));
     let key = manager.key_for(&dm("")).unwrap();
 
@@ -147,7 +147,10 @@ async fn session_memory_gives_the_agent_its_conversation_across_turns_resets_and
     // A restart: a new manager, memory and agent on the same directory.
     drop((bot, memory, manager));
     let manager = open(dir.path()).await;
-    let bot = agent(&server, Some(SessionMemory::new(manager.clone())));
+    let bot = agent(
+        &server,
+        Some(SessionMemory::new(manager.clone()).with_session_keys()),
+    );
     assert_eq!(say(&manager, &bot, "Still there?").await, "reply 6");
     assert_eq!(
         server.last_messages(),
@@ -193,7 +196,7 @@ async fn a_runs_tool_calls_and_results_are_kept_and_sent_with_the_next_turn() {
         .chat("gpt-test");
     let bot = AgentBuilder::new(model)
         .preamble(SYSTEM)
-        .memory(SessionMemory::new(manager.clone()))
+        .memory(SessionMemory::new(manager.clone()).with_session_keys())
         .tool(Shifts)
         .build();
 
@@ -401,7 +404,7 @@ async fn a_conversation_past_its_expiry_starts_a_new_session_on_load() {
             .freshness(ResetConfig::default().reset(ResetSpec::idle(30)))
             .build(),
     );
-    let memory = SessionMemory::new(manager.clone());
+    let memory = SessionMemory::new(manager.clone()).with_session_keys();
     let id = ConversationId::from("user-77");
     let exchange = vec![
         rig_core::completion::Message::user("my PIN is 1234"),

@@ -122,8 +122,8 @@ impl TelegramAdapter {
     /// - The message addresses the bot ([`InboundMessage::mentioned`]) when it mentions
     ///   the bot's `@username`, has a text mention of the bot, sends a command to it
     ///   (`/help@bot`), or replies to one of the bot's messages. A command addressed to
-    ///   the bot loses its `@bot` suffix (`/new@bot` → `/new`), so reset triggers work in
-    ///   groups.
+    ///   the bot loses its `@bot` suffix (`/new@bot` → `/new`) or the mention before it
+    ///   (`@bot /new` → `/new`), so reset triggers work in groups.
     /// - A message from one of the [owners](Self::with_owners) is the owner's.
     /// - The sender's id, display name and username, the message id and time are
     ///   recorded; the message it replies to and where it was forwarded from go into
@@ -231,8 +231,20 @@ impl TelegramAdapter {
         mentioned || replies_to_bot
     }
 
-    /// `text` with the `@bot` suffix of a leading command to this bot removed.
+    /// `text` with the `@bot` suffix of a leading command to this bot removed, and a
+    /// mention of the bot before a command (`@bot /new`) too.
     fn strip_command_suffix(&self, text: &str, entities: &[MessageEntityRef<'_>]) -> String {
+        let leading_mention = entities.iter().find(|e| {
+            e.start() == 0
+                && matches!(e.kind(), MessageEntityKind::Mention)
+                && self.is_bot_handle(e.text())
+        });
+        if let Some(mention) = leading_mention {
+            let rest = text[mention.end()..].trim_start();
+            if rest.starts_with('/') {
+                return rest.to_owned();
+            }
+        }
         let leading_command = entities
             .iter()
             .find(|e| e.start() == 0 && matches!(e.kind(), MessageEntityKind::BotCommand));

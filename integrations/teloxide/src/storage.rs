@@ -96,6 +96,11 @@ pub enum DialogueError {
 /// ) -> HandlerResult {
 ///     let Some(inbound) = TelegramAdapter::from(&me).inbound(&msg) else { return Ok(()) };
 ///     let turn = sessions.turn(&inbound).await?; // first: the session the state lives in
+///     if !turn.needs_model() {
+///         // Chatter, a bare `/new`, an update delivered again: the dialogue stays put.
+///         send_replies(&bot, &sessions, &msg, &turn.complete("").await?).await?;
+///         return Ok(());
+///     }
 ///     let reply = match state {
 ///         State::Start => {
 ///             dialogue.update(State::AwaitingName).await?;

@@ -190,6 +190,20 @@ fn telegram_updates_map_to_inbound_messages() {
             }),
         ),
         (
+            "a command after the bot's mention loses the mention",
+            update(
+                json!({"chat": group(), "from": ada(), "text": "@helper_bot /new let's plan",
+                "entities": [entity("mention", 0, 11), entity("bot_command", 12, 4)]}),
+            ),
+            Some(Expect {
+                key: "agent:main:telegram:group:-100",
+                body: "/new let's plan",
+                mentioned: true,
+                sender: ada_in_group,
+                context: &[],
+            }),
+        ),
+        (
             "a command to another bot is left alone",
             update(
                 json!({"chat": group(), "from": ada(), "text": "/new@other_bot",
