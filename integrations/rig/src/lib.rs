@@ -58,6 +58,8 @@ use agent_sessions::manager::{LogMessage, TurnFailure, TurnOutcome, TurnReply};
 use agent_sessions::memory::usage::TurnUsage;
 use agent_sessions::store::SessionStoreExt;
 use agent_sessions::{InboundMessage, SessionKey, SessionManager};
+use futures_util::StreamExt;
+use rig_agent::agent::MultiTurnStreamItem;
 use rig_agent::Agent;
 use rig_core::completion::{Message, Usage};
 use rig_core::id::ConversationId;
@@ -66,6 +68,7 @@ use rig_core::message::{
     AssistantContent, AssistantMessage, CallId, ToolName, ToolResult, ToolResultContent,
     UserContent,
 };
+use rig_core::streaming::{Item, StreamEvent};
 use rig_core::wasm_compat::WasmBoxedFuture;
 use serde_json::Value;
 
@@ -76,6 +79,10 @@ pub enum Error {
     /// The session layer failed (the store, the transcript, the budget).
     #[error(transparent)]
     Sessions(#[from] agent_sessions::Error),
+    /// A streamed run ended without its final response (the connection dropped); the
+    /// turn failed, its input kept.
+    #[error("the agent's streamed run ended without a final response")]
+    Incomplete,
     /// The agent's run failed (the model call, a tool). Boxed: rig's error carries the
     /// run's history.
     #[error("agent run failed: {0}")]
@@ -541,6 +548,75 @@ pub async fn answer(
             return Err(error.into());
         }
     };
+    finish(manager, turn, response).await
+}
+
+/// [`answer`] with the agent's run streamed: `on_text` is called with each piece of the
+/// model's text as it arrives (to show it growing); when the run ends, its tool calls
+/// and results, its reply, usage, model and provider complete the turn — the reply
+/// logged once, whole — and what to send is returned.
+///
+/// A run that fails fails the turn as [`answer`] does; the pieces already given to
+/// `on_text` are not logged. A model turn that calls tools streams its text too, before
+/// the tools run.
+///
+/// ```no_run
+/// # async fn run(manager: &agent_sessions::SessionManager, agent: &rig_agent::Agent) -> Result<(), agent_sessions_rig::Error> {
+/// use agent_sessions::InboundMessage;
+///
+/// let message = InboundMessage::direct("telegram", "42", "Tell me a story");
+/// let payloads = agent_sessions_rig::answer_streamed(manager, &message, agent, |piece| {
+///     print!("{piece}"); // as it arrives
+/// })
+/// .await?;
+/// # drop(payloads);
+/// # Ok(())
+/// # }
+/// ```
+pub async fn answer_streamed(
+    manager: &SessionManager,
+    message: &InboundMessage,
+    agent: &Agent,
+    mut on_text: impl FnMut(&str),
+) -> Result<Vec<ReplyPayload>, Error> {
+    let turn = manager.turn(message).await?;
+    if !turn.needs_model() {
+        return Ok(turn.complete("").await?);
+    }
+    let mut history = rig_messages(&turn.messages().await?);
+    let Some(prompt) = history.pop() else {
+        return Ok(turn.complete("").await?);
+    };
+    let mut stream = agent.prompt(prompt).history(history).stream();
+    let mut response = None;
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(MultiTurnStreamItem::StreamAssistantItem(Item::Event(StreamEvent::Text {
+                text,
+                ..
+            }))) => on_text(&text),
+            Ok(MultiTurnStreamItem::FinalResponse(last)) => response = Some(last),
+            Ok(_) => {}
+            Err(error) => {
+                turn.fail(failure_of(&error)).await?;
+                return Err(error.into());
+            }
+        }
+    }
+    let Some(response) = response else {
+        turn.fail(TurnFailure::KeepInput).await?;
+        return Err(Error::Incomplete);
+    };
+    finish(manager, turn, response).await
+}
+
+/// Completes `turn` with the agent's run `response`: the tool steps logged, then the
+/// reply with its usage, model and provider.
+async fn finish(
+    manager: &SessionManager,
+    turn: agent_sessions::manager::Turn<'_>,
+    response: rig_agent::agent::PromptResponse,
+) -> Result<Vec<ReplyPayload>, Error> {
     // What the model and its tools did between the prompt (which the turn logged) and
     // the reply (which `complete` logs).
     let steps: Vec<ChatMessage> = chat_messages(&response.messages)

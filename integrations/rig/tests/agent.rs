@@ -451,3 +451,48 @@ async fn answer_drops_an_input_the_provider_refuses_so_the_session_goes_on() {
         ])
     );
 }
+
+/// A streamed run: each piece of the model's text reaches the host as it arrives, and
+/// the whole reply, with its usage, model and provider, is the turn's — logged once and
+/// sent with the next request.
+#[tokio::test]
+async fn answer_streamed_shows_the_reply_as_it_arrives_and_logs_it_once() {
+    let server = FakeOpenAi::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let manager = open(dir.path()).await;
+    let bot = agent(&server, None);
+    let mut pieces = Vec::new();
+    let payloads =
+        agent_sessions_rig::answer_streamed(&manager, &dm("Tell me a story"), &bot, |piece| {
+            pieces.push(piece.to_owned())
+        })
+        .await
+        .unwrap();
+    assert_eq!(pieces.concat(), "reply 1");
+    assert!(pieces.len() > 1, "in pieces: {pieces:?}");
+    assert_eq!(payloads.len(), 1);
+    assert_eq!(payloads[0].text.as_deref(), Some("reply 1"));
+    assert_eq!(server.last_request()["stream"], true);
+    let key = manager.key_for(&dm("")).unwrap();
+    let entry = manager.get(&key).await.unwrap().unwrap().entry;
+    assert_eq!(
+        (entry.input_tokens, entry.output_tokens),
+        (Some(PROMPT_TOKENS), Some(COMPLETION_TOKENS))
+    );
+    assert_eq!(entry.model.as_deref(), Some("gpt-test"));
+    assert_eq!(entry.model_provider.as_deref(), Some("openai"));
+
+    let next = agent_sessions_rig::answer(&manager, &dm("And then?"), &bot)
+        .await
+        .unwrap();
+    assert_eq!(next[0].text.as_deref(), Some("reply 2"));
+    assert_eq!(
+        server.last_messages(),
+        said(&[
+            ("system", SYSTEM),
+            ("user", "Tell me a story"),
+            ("assistant", "reply 1"),
+            ("user", "And then?"),
+        ])
+    );
+}
