@@ -541,14 +541,17 @@ pub async fn answer(
     let Some(prompt) = history.pop() else {
         return Ok(turn.complete("").await?);
     };
-    let response = match agent.prompt(prompt).history(history).await {
+    // Boxed: rig's run is a large future, and so is the turn's completion; on the
+    // stack together they overflow a 2 MiB thread in a debug build.
+    let run = Box::pin(async { agent.prompt(prompt).history(history).await });
+    let response = match run.await {
         Ok(response) => response,
         Err(error) => {
             turn.fail(failure_of(&error)).await?;
             return Err(error.into());
         }
     };
-    finish(manager, turn, response).await
+    Box::pin(finish(manager, turn, response)).await
 }
 
 /// [`answer`] with the agent's run streamed: `on_text` is called with each piece of the
@@ -607,7 +610,7 @@ pub async fn answer_streamed(
         turn.fail(TurnFailure::KeepInput).await?;
         return Err(Error::Incomplete);
     };
-    finish(manager, turn, response).await
+    Box::pin(finish(manager, turn, response)).await
 }
 
 /// Completes `turn` with the agent's run `response`: the tool steps logged, then the
