@@ -343,6 +343,19 @@ async fn a_planted_quarantine_link_carries_nothing_out_of_the_tree() {
     fs::write(sessions.join("sessions.json"), corrupt).unwrap();
     std::os::unix::fs::symlink(outside.path(), sessions.join("quarantine")).unwrap();
 
+    // Looking is enough to see it: a read-only examination reports the link.
+    let looked = examine(dir.path(), &DoctorOptions::default())
+        .await
+        .unwrap();
+    assert!(
+        looked.findings.iter().any(|(finding, _)| matches!(
+            finding,
+            Finding::UnusableFile { path, problem }
+                if path.ends_with("quarantine") && problem.contains("symbolic link")
+        )),
+        "{:?}",
+        looked.findings
+    );
     let result = examine(dir.path(), &DoctorOptions::repair()).await;
     assert!(
         matches!(

@@ -22,11 +22,11 @@ use crate::transcript::{Offset, SessionEvent, TranscriptFollow};
 /// The header a reconnecting SSE client sends its last event id in.
 const LAST_EVENT_ID: &str = "last-event-id";
 
-/// The largest event a stream sends whole, in bytes of its `data`: a transcript line
-/// bigger than this (a base64 image, a huge tool result) is sent as a stub that says
-/// so — `{"offset", "line", "truncated": true, "bytes": <size>, "entry": {"type", "id"}}`
-/// — so that what a stream holds for a stalled client stays bounded. The transcript
-/// keeps the line whole.
+/// The largest transcript line a stream sends whole, in bytes: a bigger line (a base64
+/// image, a huge tool result) is sent as a stub that says so — `{"offset", "line",
+/// "truncated": true, "bytes": <its size>, "entry": {"type", "id"}}` — so that what a
+/// stream holds for a stalled client stays bounded. The transcript keeps the line
+/// whole.
 pub const MAX_EVENT_BYTES: usize = 1 << 20;
 
 /// The event streams of the routers built with one [`ServiceOptions`]: how many may be
@@ -151,27 +151,32 @@ fn numbered(events: Vec<SessionEvent>, next: Offset) -> VecDeque<(String, Offset
         .map(|event| event.offset)
         .chain([next])
         .collect();
-    events.iter().map(event_data).zip(after).collect()
+    events
+        .iter()
+        .zip(after)
+        .map(|(event, next)| (event_data(event, next), next))
+        .collect()
 }
 
-/// What an event's `data` says: the transcript line whole, or a stub when that would
-/// be more than [`MAX_EVENT_BYTES`].
-fn event_data(event: &SessionEvent) -> String {
-    let data = json!({
-        "offset": event.offset,
-        "line": event.line,
-        "entry": event.entry,
-    })
-    .to_string();
-    if data.len() <= MAX_EVENT_BYTES {
-        return data;
+/// What an event's `data` says: the transcript line whole, or a stub when the line (it
+/// ends where `next` starts) is more than [`MAX_EVENT_BYTES`] — judged by its size on
+/// disk, so a huge line is never serialised again.
+fn event_data(event: &SessionEvent, next: Offset) -> String {
+    let bytes = next.0.saturating_sub(event.offset.0);
+    if bytes > MAX_EVENT_BYTES as u64 {
+        return json!({
+            "offset": event.offset,
+            "line": event.line,
+            "truncated": true,
+            "bytes": bytes,
+            "entry": {"type": event.entry.kind, "id": event.entry.id},
+        })
+        .to_string();
     }
     json!({
         "offset": event.offset,
         "line": event.line,
-        "truncated": true,
-        "bytes": data.len(),
-        "entry": {"type": event.entry.kind, "id": event.entry.id},
+        "entry": event.entry,
     })
     .to_string()
 }

@@ -20,10 +20,9 @@
 //!
 //! A workspace is an agent: `workspace_id` must be a valid agent id, and the message is
 //! a direct message from `remote_jid` to that agent, keyed by the manager's key builder.
-//! For the kernel API's usual model, one session per sender and channel
-//! (`agent:<workspace_id>:<channel>:dm:<remote_jid>`), give the manager
-//! `DmScope::PerChannelPeer`, as the CLI's `serve` does; under the default `DmScope::Main` every
-//! direct message of a workspace shares its main session.
+//! The default, `DmScope::PerChannelPeer`, is the kernel API's usual model: one session
+//! per sender and channel (`agent:<workspace_id>:<channel>:dm:<remote_jid>`); under
+//! `DmScope::Main` every direct message of a workspace shares its main session.
 //!
 //! With [`ServiceOptions::secret`] set (a [`Secret`], never empty), every call but
 //! `health` needs the header `x-kernel-secret` with that value (401 otherwise). Bodies

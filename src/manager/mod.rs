@@ -187,7 +187,10 @@ impl fmt::Debug for SessionManager {
     }
 }
 
-/// Builds a [`SessionManager`]; every seam has OpenClaw's default.
+/// Builds a [`SessionManager`]; every seam has a default: OpenClaw's, except that DMs
+/// are per channel and peer ([`DmScope`](crate::key::DmScope)) and an owner's
+/// unaddressed group messages are history
+/// ([`owner_chatter`](SessionManagerBuilder::owner_chatter)).
 ///
 /// ```
 /// use agent_sessions::prelude::*;
@@ -196,7 +199,7 @@ impl fmt::Debug for SessionManager {
 /// use agent_sessions::lifecycle::triggers::ResetTriggers;
 ///
 /// let manager = SessionManager::builder(MemoryStore::new())
-///     .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
+///     .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerPeer))
 ///     .freshness(ResetConfig::default().reset(ResetSpec::idle(30)))
 ///     .reset_triggers(ResetTriggers::clawos())
 ///     .clock(ManualClock::at_millis(1_770_000_000_000))
@@ -209,7 +212,7 @@ pub struct SessionManagerBuilder {
 }
 
 impl SessionManagerBuilder {
-    /// How keys are built (default: [`DefaultKeyBuilder`] with OpenClaw's defaults).
+    /// How keys are built (default: [`DefaultKeyBuilder::new`]: DMs per channel and peer).
     pub fn key_builder(mut self, keys: impl KeyBuilder + 'static) -> Self {
         self.manager.seams.keys = Arc::new(keys);
         self

@@ -393,7 +393,20 @@ impl Doctor {
             let entry = entry.map_err(|e| Error::io("list", &dir, e))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             let path = entry.path();
-            if name == "quarantine" || path == store || path == lock_path(&store) {
+            if name == "quarantine" {
+                // Where repairs go: a directory of the crate's own, never a link.
+                if let Some(metadata) = fs::symlink_metadata(&path).ok().filter(|m| !m.is_dir()) {
+                    let problem = format!(
+                        "{} where the quarantine belongs: `doctor --repair` refuses to move anything into it",
+                        describe(metadata.file_type())
+                    );
+                    self.report
+                        .findings
+                        .push((Finding::UnusableFile { path, problem }, None));
+                }
+                continue;
+            }
+            if path == store || path == lock_path(&store) {
                 continue;
             }
             // Transcripts, the backup, temporary files, anything the store may open:

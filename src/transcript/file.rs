@@ -767,32 +767,37 @@ pub(super) fn read_transcript_chunk(
 /// lines in the first `max` bytes, and at least the first `lines` lines however long
 /// (or everything up to the end of the file, where a torn last line may be).
 fn read_whole_lines(file: &mut File, max: usize, lines: usize) -> io::Result<Vec<u8>> {
+    let lines = lines.max(1);
     let mut bytes = Vec::with_capacity(max);
     (&mut *file).take(max as u64).read_to_end(&mut bytes)?;
+    // Where the first `lines` newlines are; each byte is looked at once, however long
+    // the lines (a 64 MB line is read in doubling steps, not rescanned at each).
+    let mut newlines = Vec::with_capacity(lines);
+    let mut scanned = 0;
     loop {
-        let newlines: Vec<usize> = bytes
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| **b == b'\n')
-            .map(|(at, _)| at)
-            .take(lines.max(1) + 1)
-            .collect();
+        for (at, byte) in bytes[scanned..].iter().enumerate() {
+            if *byte == b'\n' && newlines.len() < lines {
+                newlines.push(scanned + at);
+            }
+        }
+        scanned = bytes.len();
         if newlines.len() >= lines {
-            let end = match newlines.get(lines.saturating_sub(1)) {
+            let end = if bytes.len() <= max {
                 // Enough lines within `max`: every whole line there.
-                Some(_) if bytes.len() <= max => bytes.iter().rposition(|b| *b == b'\n'),
+                bytes.iter().rposition(|b| *b == b'\n')
+            } else {
                 // Read past `max` for the first lines: exactly those.
-                Some(at) => Some(*at),
-                None => None,
+                newlines.get(lines - 1).copied()
             };
             if let Some(end) = end {
                 bytes.truncate(end + 1);
                 return Ok(bytes);
             }
         }
-        // Too few whole lines yet: read on.
+        // Too few whole lines yet: read on, as much again as is read so far.
+        let step = bytes.len().max(64 * 1024) as u64;
         let before = bytes.len();
-        (&mut *file).take(64 * 1024).read_to_end(&mut bytes)?;
+        (&mut *file).take(step).read_to_end(&mut bytes)?;
         if bytes.len() == before {
             return Ok(bytes);
         }

@@ -108,16 +108,18 @@ pub enum DialogueError {
 ///         }
 ///         State::AwaitingName => {
 ///             dialogue.exit().await?;
-///             format!("Hello, {}!", msg.text().unwrap_or("stranger"))
+///             format!("Hello, {}!", inbound.body.trim()) // the text, a command's @bot removed
 ///         }
 ///     };
 ///     send_replies(&bot, &sessions, &msg, &turn.complete(reply).await?).await?;
 ///     Ok(())
 /// }
 ///
-/// # async fn run(bot: Bot) {
-/// let sessions = Arc::new(SessionManager::connect("json:./bot-state").await.unwrap().build());
-/// let storage = SessionDialogueStorage::new(sessions.clone(), TelegramAdapter::new(UserId(777), "my_bot"));
+/// # async fn run(bot: Bot) -> Result<(), Box<dyn std::error::Error>> {
+/// let sessions = Arc::new(SessionManager::connect("json:./bot-state").await?.build());
+/// // Built as the handler's adapter is: from the bot's own `getMe`.
+/// let me = bot.get_me().await?;
+/// let storage = SessionDialogueStorage::new(sessions.clone(), TelegramAdapter::from(&me));
 /// let handler = Update::filter_message()
 ///     .enter_dialogue::<Message, SessionDialogueStorage, State>()
 ///     .endpoint(on_message);
@@ -126,6 +128,7 @@ pub enum DialogueError {
 ///     .build()
 ///     .dispatch()
 ///     .await;
+/// # Ok(())
 /// # }
 /// ```
 #[derive(Debug, Clone)]
