@@ -13,6 +13,16 @@ async fn model_input(manager: &SessionManager, message: &InboundMessage) -> (Str
     (key, seen)
 }
 
+/// User 42 tells the bot a secret, then user 43 writes: both keys, and what 43's model
+/// was given.
+async fn two_senders(manager: &SessionManager) -> (String, String, String) {
+    let secret = InboundMessage::direct("telegram", "42", "my PIN is 1234");
+    let (first, _) = model_input(manager, &secret).await;
+    let question = InboundMessage::direct("telegram", "43", "what do you know?");
+    let (second, seen) = model_input(manager, &question).await;
+    (first, second, seen)
+}
+
 #[tokio::test]
 async fn a_manager_the_crate_builds_gives_each_dm_sender_their_own_session() {
     let dir = tempfile::tempdir().unwrap();
@@ -20,16 +30,7 @@ async fn a_manager_the_crate_builds_gives_each_dm_sender_their_own_session() {
         .await
         .unwrap()
         .build();
-    let (first, _) = model_input(
-        &manager,
-        &InboundMessage::direct("telegram", "42", "my PIN is 1234"),
-    )
-    .await;
-    let (second, seen) = model_input(
-        &manager,
-        &InboundMessage::direct("telegram", "43", "what do you know?"),
-    )
-    .await;
+    let (first, second, seen) = two_senders(&manager).await;
     assert_eq!(first, "agent:main:telegram:dm:42");
     assert_eq!(second, "agent:main:telegram:dm:43");
     assert!(!seen.contains("1234"), "43 saw 42's message: {seen}");
@@ -55,16 +56,7 @@ async fn an_openclaw_home_that_names_no_dm_scope_keeps_openclaws_shared_session_
         .await
         .unwrap()
         .build();
-    let (first, _) = model_input(
-        &manager,
-        &InboundMessage::direct("telegram", "42", "my PIN is 1234"),
-    )
-    .await;
-    let (second, seen) = model_input(
-        &manager,
-        &InboundMessage::direct("telegram", "43", "what do you know?"),
-    )
-    .await;
+    let (first, second, seen) = two_senders(&manager).await;
     assert_eq!(first, "agent:main:main");
     assert_eq!(second, first, "OpenClaw's fallback is kept as configured");
     assert!(seen.contains("1234"), "the shared session is shared");

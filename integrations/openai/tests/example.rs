@@ -4,61 +4,11 @@
 
 mod common;
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-
 use common::{said, FakeOpenAi};
 
-/// The built example (`cargo test` builds the package's examples before its tests).
-fn example(name: &str) -> PathBuf {
-    let deps = std::env::current_exe().unwrap();
-    let path = deps
-        .parent()
-        .and_then(Path::parent)
-        .unwrap()
-        .join("examples")
-        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        path.exists(),
-        "{} is not built: run `cargo test`",
-        path.display()
-    );
-    path
-}
-
-/// Runs the example on `state` with `input` typed in; returns what it printed.
-async fn chat(server: &FakeOpenAi, state: &Path, input: &str) -> String {
-    let mut child = Command::new(example("openai_chat"))
-        .arg(state)
-        .env("OPENAI_BASE_URL", &server.base)
-        .env("OPENAI_MODEL", "gpt-test")
-        .env("USER", "sam")
-        .env("NO_PROXY", "127.0.0.1")
-        .env_remove("HTTP_PROXY")
-        .env_remove("http_proxy")
-        .env_remove("ALL_PROXY")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
+/// The example, as a user runs it.
+async fn chat(server: &FakeOpenAi, state: &std::path::Path, input: &str) -> String {
+    common::chat("openai_chat", server, state, input).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use agent_sessions::prelude::*;
 use agent_sessions_teloxide::{send_replies, TelegramAdapter};
-use common::{FakeTelegram, TOKEN, WAIT};
+use common::{FakeTelegram, TOKEN};
 use serde_json::{json, Value};
 use teloxide::dispatching::ShutdownToken;
 use teloxide::prelude::*;
@@ -107,18 +107,7 @@ async fn start_bot(api_url: &str, dir: &Path) -> RunningBot {
 impl RunningBot {
     /// Stops polling and waits for the handlers in flight.
     async fn stop(self) {
-        let stopping = loop {
-            // `shutdown` refuses until the dispatcher has started.
-            match self.shutdown.shutdown() {
-                Ok(stopping) => break stopping,
-                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-            }
-        };
-        timeout(WAIT, stopping).await.expect("the dispatcher stops");
-        timeout(WAIT, self.task)
-            .await
-            .expect("dispatch returns")
-            .unwrap();
+        common::stop_dispatcher(self.shutdown, self.task).await;
     }
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use agent_sessions::prelude::*;
 use agent_sessions_teloxide::{send_replies, SessionDialogueStorage, TelegramAdapter};
-use common::{FakeTelegram, REFUSED, TOKEN, WAIT};
+use common::{FakeTelegram, REFUSED, TOKEN};
 use serde_json::{json, Value};
 use teloxide::adaptors::throttle::Limits;
 use teloxide::adaptors::Throttle;
@@ -129,17 +129,7 @@ async fn start_bot(api_url: &str, dir: &Path) -> RunningBot {
 
 impl RunningBot {
     async fn stop(self) {
-        let stopping = loop {
-            match self.shutdown.shutdown() {
-                Ok(stopping) => break stopping,
-                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-            }
-        };
-        timeout(WAIT, stopping).await.expect("the dispatcher stops");
-        timeout(WAIT, self.task)
-            .await
-            .expect("dispatch returns")
-            .unwrap();
+        common::stop_dispatcher(self.shutdown, self.task).await;
     }
 
     /// What the model was given in `chat`, turn by turn.

@@ -4,6 +4,9 @@
 //! call of the `shifts` tool. The rig integration's tests use it too.
 #![allow(dead_code)] // each test crate uses part of it
 
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use axum::extract::State;
@@ -203,4 +206,56 @@ pub fn said(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         .iter()
         .map(|(role, content)| ((*role).to_owned(), (*content).to_owned()))
         .collect()
+}
+
+/// The built example (`cargo test` builds the package's examples before its tests).
+fn example(name: &str) -> PathBuf {
+    let deps = std::env::current_exe().unwrap();
+    let path = deps
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.exists(),
+        "{} is not built: run `cargo test`",
+        path.display()
+    );
+    path
+}
+
+/// Runs the terminal-chat example `name` on `state` against `server`, with `input`
+/// typed in; returns what it printed.
+pub async fn chat(name: &str, server: &FakeOpenAi, state: &Path, input: &str) -> String {
+    let mut child = Command::new(example(name))
+        .arg(state)
+        .env("OPENAI_BASE_URL", &server.base)
+        .env("OPENAI_MODEL", "gpt-test")
+        .env("USER", "sam")
+        .env("NO_PROXY", "127.0.0.1")
+        .env_remove("HTTP_PROXY")
+        .env_remove("http_proxy")
+        .env_remove("ALL_PROXY")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
 }

@@ -204,3 +204,23 @@ pub fn bot_user() -> Value {
         "supports_inline_queries": false, "can_connect_to_business": false,
         "has_main_web_app": false})
 }
+
+/// Stops a running dispatcher's polling and waits for its handlers in flight and for
+/// `dispatch` to return.
+pub async fn stop_dispatcher(
+    shutdown: teloxide::dispatching::ShutdownToken,
+    task: tokio::task::JoinHandle<()>,
+) {
+    let stopping = loop {
+        // `shutdown` refuses until the dispatcher has started.
+        match shutdown.shutdown() {
+            Ok(stopping) => break stopping,
+            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    };
+    timeout(WAIT, stopping).await.expect("the dispatcher stops");
+    timeout(WAIT, task)
+        .await
+        .expect("dispatch returns")
+        .unwrap();
+}
