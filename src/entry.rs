@@ -516,7 +516,7 @@ pub struct SessionEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn_count: Option<u64>,
     /// The beginning of the last inbound message (at most
-    /// [`MESSAGE_PREVIEW_MAX_CHARS`] characters).
+    /// 120 characters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_message_preview: Option<String>,
     /// What the session is about.
@@ -599,10 +599,10 @@ pub struct InboundRecord {
 }
 
 /// The longest session label, in characters (OpenClaw's `SESSION_LABEL_MAX_LENGTH`).
-pub const SESSION_LABEL_MAX_CHARS: usize = 64;
+pub(crate) const SESSION_LABEL_MAX_CHARS: usize = 64;
 
 /// Validates a session label as OpenClaw's `parseSessionLabel` does: trimmed, not
-/// empty, at most [`SESSION_LABEL_MAX_CHARS`] characters.
+/// empty, at most `64` characters.
 ///
 /// ```
 /// use agent_sessions::entry::parse_session_label;
@@ -627,7 +627,7 @@ pub fn parse_session_label(raw: &str) -> crate::Result<String> {
 }
 
 /// The longest [`SessionEntry::last_message_preview`], in characters.
-pub const MESSAGE_PREVIEW_MAX_CHARS: usize = 120;
+pub(crate) const MESSAGE_PREVIEW_MAX_CHARS: usize = 120;
 
 string_enum! {
     /// Where a session is in its life.

@@ -566,7 +566,7 @@ impl fmt::Display for DeleteRefusal {
 pub enum KeyProblem {
     /// The key is empty or only whitespace.
     Empty,
-    /// The key is longer than [`MAX_KEY_LEN`](crate::key::MAX_KEY_LEN) bytes.
+    /// The key is longer than `4096` bytes.
     TooLong,
     /// The key contains a control character (newline, NUL, …).
     ControlCharacter,

@@ -7,7 +7,7 @@
 //! ```
 //!
 //! Nothing a remote user sends reaches a path unchecked: agent ids are restricted to
-//! `[a-z0-9_-]` by [`AgentId`], session ids are checked by [`validate_session_id`], topic
+//! `[a-z0-9_-]` by [`AgentId`], session ids must be 1–128 bytes of `[A-Za-z0-9._-]` not starting with `.`, topic
 //! ids are percent-encoded by [`encode_file_component`] (reversibly, so two ids never
 //! share a file), and a stored `sessionFile` must lie inside the agent's sessions
 //! directory.
@@ -37,13 +37,13 @@ use crate::error::{Error, IdKind, Result};
 use crate::key::AgentId;
 
 /// The name of an agent's store file.
-pub const STORE_FILE_NAME: &str = "sessions.json";
+pub(crate) const STORE_FILE_NAME: &str = "sessions.json";
 
 /// The longest session id accepted in a file name, in bytes.
-pub const MAX_SESSION_ID_LEN: usize = 128;
+pub(crate) const MAX_SESSION_ID_LEN: usize = 128;
 
 /// The user's home directory (`$HOME`, or the platform's notion of it).
-pub fn home_dir() -> Option<PathBuf> {
+pub(crate) fn home_dir() -> Option<PathBuf> {
     std::env::var_os("HOME")
         .filter(|home| !home.is_empty())
         .map(PathBuf::from)
@@ -54,15 +54,7 @@ pub fn home_dir() -> Option<PathBuf> {
 /// (against the working directory; symlinks are not resolved), so every location a
 /// store records — an entry's `sessionFile` — is absolute whatever directory the
 /// process runs in.
-///
-/// ```
-/// use std::path::Path;
-/// use agent_sessions::paths::state_root;
-///
-/// assert!(state_root(Path::new("state")).is_absolute());
-/// assert_eq!(state_root(Path::new("/srv/bot")), Path::new("/srv/bot"));
-/// ```
-pub fn state_root(path: &Path) -> PathBuf {
+pub(crate) fn state_root(path: &Path) -> PathBuf {
     let expanded = expand_home(path);
     std::path::absolute(&expanded).unwrap_or(expanded)
 }
@@ -108,7 +100,7 @@ pub fn openclaw_state_dir() -> PathBuf {
 }
 
 /// [`openclaw_state_dir`] with its environment, home and file system passed in.
-pub fn resolve_state_dir(
+pub(crate) fn resolve_state_dir(
     env: impl Fn(&str) -> Option<String>,
     home: Option<&Path>,
     exists: impl Fn(&Path) -> bool,
@@ -146,43 +138,9 @@ pub fn store_path(state_dir: &Path, agent: &AgentId) -> PathBuf {
     sessions_dir(state_dir, agent).join(STORE_FILE_NAME)
 }
 
-/// Resolves a configured store path the way OpenClaw's `resolveStorePath` does:
-/// none → the agent's default store; `{agentId}` placeholders → the agent id; a
-/// leading `~` → the home directory; a relative path → joined to the current directory.
-///
-/// ```
-/// use std::path::Path;
-/// use agent_sessions::{paths, AgentId};
-///
-/// let ops = AgentId::new("ops")?;
-/// let state = Path::new("/var/lib/bot");
-/// assert_eq!(
-///     paths::resolve_store_path(Some("/data/{agentId}/sessions.json"), &ops, state),
-///     Path::new("/data/ops/sessions.json")
-/// );
-/// assert_eq!(
-///     paths::resolve_store_path(None, &ops, state),
-///     Path::new("/var/lib/bot/agents/ops/sessions/sessions.json")
-/// );
-/// # Ok::<(), agent_sessions::Error>(())
-/// ```
-pub fn resolve_store_path(configured: Option<&str>, agent: &AgentId, state_dir: &Path) -> PathBuf {
-    let Some(configured) = configured.map(str::trim).filter(|c| !c.is_empty()) else {
-        return store_path(state_dir, agent);
-    };
-    let expanded = expand_home(Path::new(&configured.replace("{agentId}", agent.as_str())));
-    if expanded.is_absolute() {
-        expanded
-    } else {
-        std::env::current_dir()
-            .map(|cwd| cwd.join(&expanded))
-            .unwrap_or(expanded)
-    }
-}
-
 /// Checks that a session id can name a file: 1–128 bytes of `[A-Za-z0-9._-]`, not
 /// starting with `.`.
-pub fn validate_session_id(session_id: &str) -> Result<()> {
+pub(crate) fn validate_session_id(session_id: &str) -> Result<()> {
     let bytes = session_id.as_bytes();
     let problem = if bytes.is_empty() {
         Some("the session id is empty")
@@ -206,7 +164,7 @@ pub fn validate_session_id(session_id: &str) -> Result<()> {
 
 /// The transcript file name `<sessionId>.jsonl` or `<sessionId>-topic-<topicId>.jsonl`,
 /// with the topic id percent-encoded as OpenClaw's `encodeURIComponent` does.
-pub fn transcript_file_name(session_id: &str, topic_id: Option<&str>) -> Result<String> {
+pub(crate) fn transcript_file_name(session_id: &str, topic_id: Option<&str>) -> Result<String> {
     validate_session_id(session_id)?;
     Ok(match topic_id {
         Some(topic) => format!("{session_id}-topic-{}.jsonl", encode_file_component(topic)),
@@ -261,7 +219,11 @@ pub fn session_file(
 
 /// `file` as a path, if it is absolute and inside the agent's sessions directory
 /// (following symlinks), else [`Error::InvalidId`].
-pub fn checked_session_file(state_dir: &Path, agent: &AgentId, file: &str) -> Result<PathBuf> {
+pub(crate) fn checked_session_file(
+    state_dir: &Path,
+    agent: &AgentId,
+    file: &str,
+) -> Result<PathBuf> {
     let path = lexical_session_file(state_dir, agent, file)?;
     let dir = sessions_dir(state_dir, agent);
     let resolves_inside = match (path.canonicalize(), dir.canonicalize()) {
@@ -332,19 +294,7 @@ const KEPT_FILE_NAME_PREFIX: usize = 120;
 /// [encoded](encode_file_component) when that fits a file name, else the first part of
 /// the encoding, `%~` and a name-based UUID of the whole id. An encoding has every `%`
 /// followed by two hex digits, so no id's plain name is another id's shortened one.
-///
-/// ```
-/// use agent_sessions::paths::file_name_for;
-///
-/// assert_eq!(file_name_for("slack:T1:channel:c1"), "slack%3AT1%3Achannel%3Ac1");
-/// let long = "é".repeat(100);
-/// assert!(file_name_for(&long).len() < 200);
-/// assert_ne!(file_name_for(&format!("{long}a")), file_name_for(&format!("{long}b")));
-/// // An id spelled like a long id's shortened name still gets its own.
-/// let short = file_name_for(&long);
-/// assert_ne!(file_name_for(&short.replace("%~", "~")), short);
-/// ```
-pub fn file_name_for(id: &str) -> String {
+pub(crate) fn file_name_for(id: &str) -> String {
     let encoded = encode_file_component(id);
     if encoded.len() <= MAX_PLAIN_FILE_NAME {
         return encoded;
@@ -532,5 +482,37 @@ mod tests {
         let mut entry = SessionEntry::new("abc", 1);
         entry.session_file = Some(link.to_string_lossy().into_owned());
         assert!(session_file(dir.path(), &main, &entry, None).is_err());
+    }
+}
+
+/// The examples that documented these crate-private helpers, kept as tests.
+#[cfg(test)]
+mod doc_examples {
+    #[test]
+    fn state_root() {
+        use crate::paths::state_root;
+        use std::path::Path;
+
+        assert!(state_root(Path::new("state")).is_absolute());
+        assert_eq!(state_root(Path::new("/srv/bot")), Path::new("/srv/bot"));
+    }
+
+    #[test]
+    fn file_name_for() {
+        use crate::paths::file_name_for;
+
+        assert_eq!(
+            file_name_for("slack:T1:channel:c1"),
+            "slack%3AT1%3Achannel%3Ac1"
+        );
+        let long = "é".repeat(100);
+        assert!(file_name_for(&long).len() < 200);
+        assert_ne!(
+            file_name_for(&format!("{long}a")),
+            file_name_for(&format!("{long}b"))
+        );
+        // An id spelled like a long id's shortened name still gets its own.
+        let short = file_name_for(&long);
+        assert_ne!(file_name_for(&short.replace("%~", "~")), short);
     }
 }

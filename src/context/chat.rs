@@ -135,10 +135,10 @@ impl TokenCounter for EstimatedTokens {
 }
 
 /// The tokens each message costs besides its content (role and framing).
-pub const MESSAGE_OVERHEAD_TOKENS: usize = 4;
+pub(crate) const MESSAGE_OVERHEAD_TOKENS: usize = 4;
 
 /// What `message` costs in a prompt: its content, its tool calls and
-/// [`MESSAGE_OVERHEAD_TOKENS`] (saturating: a counter's huge values never overflow).
+/// 4 tokens of message overhead (saturating: a counter's huge values never overflow).
 pub fn message_tokens(message: &ChatMessage, counter: &dyn TokenCounter) -> usize {
     let calls: usize = message
         .tool_calls
@@ -252,22 +252,10 @@ fn tool_calls(content: Option<&Content>) -> Vec<ToolCall> {
 ///
 /// [`SessionTranscripts::append_chat`](crate::manager::SessionTranscripts::append_chat)
 /// appends them to a session; this is the conversion alone.
-///
-/// ```
-/// use agent_sessions::context::chat::{transcript_lines, transcript_messages, ChatMessage, ToolCall};
-///
-/// let mut call = ChatMessage::assistant("");
-/// call.tool_calls.push(ToolCall {
-///     id: "call_1".into(),
-///     name: "shifts".into(),
-///     arguments: serde_json::json!({"day": "thu"}),
-/// });
-/// let run = [call, ChatMessage::tool("call_1", "Thursday 9-17")];
-/// let lines = transcript_lines(&run, chrono::Utc::now());
-/// assert_eq!(lines.len(), 2);
-/// assert_eq!(transcript_messages(&lines).0, run);
-/// ```
-pub fn transcript_lines(messages: &[ChatMessage], at: DateTime<Utc>) -> Vec<TranscriptEntry> {
+pub(crate) fn transcript_lines(
+    messages: &[ChatMessage],
+    at: DateTime<Utc>,
+) -> Vec<TranscriptEntry> {
     let tool_names: std::collections::HashMap<&str, &str> = messages
         .iter()
         .flat_map(|m| &m.tool_calls)
@@ -334,7 +322,7 @@ pub fn transcript_lines(messages: &[ChatMessage], at: DateTime<Utc>) -> Vec<Tran
 }
 
 /// The system message that stands for history cut from the prompt.
-pub fn summary_message(summary: &str) -> ChatMessage {
+pub(crate) fn summary_message(summary: &str) -> ChatMessage {
     ChatMessage::system(format!(
         "Summary of the conversation so far:\n{}",
         summary.trim()
@@ -567,5 +555,25 @@ mod tests {
                 "budget {budget}: {last:?}"
             );
         }
+    }
+}
+
+/// The examples that documented these crate-private helpers, kept as tests.
+#[cfg(test)]
+mod doc_examples {
+    #[test]
+    fn transcript_lines() {
+        use crate::context::chat::{transcript_lines, transcript_messages, ChatMessage, ToolCall};
+
+        let mut call = ChatMessage::assistant("");
+        call.tool_calls.push(ToolCall {
+            id: "call_1".into(),
+            name: "shifts".into(),
+            arguments: serde_json::json!({"day": "thu"}),
+        });
+        let run = [call, ChatMessage::tool("call_1", "Thursday 9-17")];
+        let lines = transcript_lines(&run, chrono::Utc::now());
+        assert_eq!(lines.len(), 2);
+        assert_eq!(transcript_messages(&lines).0, run);
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! An entry keeps its reply route twice, as OpenClaw writes it: in `deliveryContext` and
 //! mirrored in `lastChannel`, `lastTo`, `lastAccountId` and `lastThreadId`. Every change
-//! goes through [`apply_route`], which keeps the two in step.
+//! goes through one function that keeps the two in step.
 //!
 //! ```
 //! use agent_sessions::context::delivery::{apply_route, DeliveryRoute};
@@ -68,7 +68,7 @@ impl DeliveryRoute {
 /// The entry's current route: the `last*` fields (with `channel` as a fallback for
 /// `lastChannel`) over `deliveryContext`, field by field, as OpenClaw's
 /// `normalizeSessionDeliveryFields` merges them.
-pub fn current_route(entry: &SessionEntry) -> DeliveryRoute {
+pub(crate) fn current_route(entry: &SessionEntry) -> DeliveryRoute {
     let context = entry.delivery_context.as_ref();
     DeliveryRoute {
         channel: entry
@@ -96,7 +96,7 @@ pub fn current_route(entry: &SessionEntry) -> DeliveryRoute {
 /// reply does not land in a stale thread). The result is normalised (channel
 /// lower-cased and de-aliased, ids trimmed, empty values removed) and written to both
 /// `deliveryContext` and the `last*` fields. `updatedAt` is not touched.
-pub fn apply_route(entry: &mut SessionEntry, route: &DeliveryRoute) {
+pub(crate) fn apply_route(entry: &mut SessionEntry, route: &DeliveryRoute) {
     let current = current_route(entry);
     let thread_id = match (&route.thread_id, &route.to) {
         (Some(thread), _) => Some(thread.clone()),
@@ -121,22 +121,7 @@ pub fn apply_route(entry: &mut SessionEntry, route: &DeliveryRoute) {
 /// route is normalised ([`normalize_route`]) and written to both. An entry whose fields
 /// already agree is left exactly as it is. Unknown fields inside `deliveryContext` are
 /// kept; `channel` itself is not changed.
-///
-/// ```
-/// use agent_sessions::context::delivery::normalize_delivery_fields;
-/// use agent_sessions::SessionEntry;
-///
-/// let mut entry = SessionEntry::new("s", 1);
-/// entry.channel = Some(" WhatsApp ".into());
-/// entry.last_to = Some(" +15550001 ".into());
-/// normalize_delivery_fields(&mut entry);
-/// assert_eq!(entry.last_channel.as_deref(), Some("whatsapp"));
-/// assert_eq!(entry.last_to.as_deref(), Some("+15550001"));
-/// let context = entry.delivery_context.as_ref().unwrap();
-/// assert_eq!(context.channel.as_deref(), Some("whatsapp"));
-/// assert_eq!(entry.channel.as_deref(), Some(" WhatsApp "));
-/// ```
-pub fn normalize_delivery_fields(entry: &mut SessionEntry) {
+pub(crate) fn normalize_delivery_fields(entry: &mut SessionEntry) {
     let context = entry.delivery_context.as_ref();
     let primary = normalize_route(DeliveryRoute {
         channel: entry.last_channel.clone().or_else(|| entry.channel.clone()),
@@ -200,7 +185,7 @@ fn write_route(entry: &mut SessionEntry, route: DeliveryRoute) {
 
 /// OpenClaw's `normalizeDeliveryContext`: the channel normalised, the recipient and
 /// account trimmed (not lower-cased), a textual thread id trimmed, empty values dropped.
-pub fn normalize_route(route: DeliveryRoute) -> DeliveryRoute {
+pub(crate) fn normalize_route(route: DeliveryRoute) -> DeliveryRoute {
     let trimmed =
         |value: Option<String>| value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
     DeliveryRoute {
@@ -282,5 +267,25 @@ mod tests {
             (None, None, None)
         );
         assert_eq!(context.extra["replyMarkup"]["inline"], true);
+    }
+}
+
+/// The examples that documented these crate-private helpers, kept as tests.
+#[cfg(test)]
+mod doc_examples {
+    #[test]
+    fn normalize_delivery_fields() {
+        use crate::context::delivery::normalize_delivery_fields;
+        use crate::SessionEntry;
+
+        let mut entry = SessionEntry::new("s", 1);
+        entry.channel = Some(" WhatsApp ".into());
+        entry.last_to = Some(" +15550001 ".into());
+        normalize_delivery_fields(&mut entry);
+        assert_eq!(entry.last_channel.as_deref(), Some("whatsapp"));
+        assert_eq!(entry.last_to.as_deref(), Some("+15550001"));
+        let context = entry.delivery_context.as_ref().unwrap();
+        assert_eq!(context.channel.as_deref(), Some("whatsapp"));
+        assert_eq!(entry.channel.as_deref(), Some(" WhatsApp "));
     }
 }

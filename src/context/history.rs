@@ -37,9 +37,9 @@ use crate::error::Result;
 use crate::key::{normalize_account_id, normalize_channel};
 
 /// Entries kept per group (OpenClaw's `DEFAULT_GROUP_HISTORY_LIMIT`).
-pub const DEFAULT_GROUP_HISTORY_LIMIT: usize = 50;
+pub(crate) const DEFAULT_GROUP_HISTORY_LIMIT: usize = 50;
 /// Groups kept (OpenClaw's `MAX_HISTORY_KEYS`).
-pub const MAX_HISTORY_KEYS: usize = 1000;
+pub(crate) const MAX_HISTORY_KEYS: usize = 1000;
 
 /// One message of group history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -421,7 +421,7 @@ impl MemoryHistory {
 
     /// Changes how many entries a group keeps, at run time and safely beside appends
     /// from other tasks: `Some(n)` keeps the `n` most recent (`Some(0)` turns group
-    /// history off), `None` goes back to [`DEFAULT_GROUP_HISTORY_LIMIT`] — OpenClaw's
+    /// history off), `None` goes back to `50` — OpenClaw's
     /// behaviour when a reloaded config sets, or no longer sets, `historyLimit`. Groups
     /// holding more than the new limit lose their oldest entries at once; with a limit
     /// of 0 every group is forgotten.
@@ -581,26 +581,7 @@ impl MemoryHistory {
 ///
 /// Each agent keeps its own history of a group, and each thread its own when the
 /// session is per thread: what one agent or topic keeps never reaches another's model.
-///
-/// ```
-/// use agent_sessions::context::history::group_history_key;
-/// use agent_sessions::{InboundMessage, SessionKey};
-///
-/// let message = InboundMessage::group("WhatsApp", "120363@G.US", "+1555", "hi");
-/// let key = SessionKey::parse("agent:main:whatsapp:group:120363@g.us")?;
-/// assert_eq!(
-///     group_history_key(&key, &message).as_deref(),
-///     Some("agent:main:whatsapp:default:group:120363@g.us")
-/// );
-/// let topic = SessionKey::parse("agent:ops:telegram:group:-100:topic:42")?;
-/// let in_topic = InboundMessage::group("telegram", "-100", "7", "hi").with_forum_topic(42);
-/// assert_eq!(
-///     group_history_key(&topic, &in_topic).as_deref(),
-///     Some("agent:ops/42:telegram:default:group:-100")
-/// );
-/// # Ok::<(), agent_sessions::Error>(())
-/// ```
-pub fn group_history_key(
+pub(crate) fn group_history_key(
     key: &crate::key::SessionKey,
     message: &crate::context::inbound::InboundMessage,
 ) -> Option<String> {
@@ -629,7 +610,7 @@ pub(crate) fn legacy_group_history_key(key: &str) -> Option<&str> {
 }
 
 /// How a channel is named in envelopes (`WhatsApp`, `Telegram`, …).
-pub fn channel_display_name(channel: &str) -> String {
+pub(crate) fn channel_display_name(channel: &str) -> String {
     let normalized = normalize_channel(channel).unwrap_or_default();
     let known = match normalized.as_str() {
         "whatsapp" => "WhatsApp",
@@ -686,8 +667,8 @@ pub fn format_envelope(
 }
 
 /// The context block (OpenClaw's `buildHistoryContextFromEntries`): the history lines
-/// under [`HISTORY_CONTEXT_MARKER`], a blank line, and `current` under
-/// [`CURRENT_MESSAGE_MARKER`]. With `exclude_last`, the last history line is left out
+/// under `[Chat messages since your last reply - for context]`, a blank line, and `current` under
+/// `[Current message - respond to this]`. With `exclude_last`, the last history line is left out
 /// (it is the current message). No history: `current` alone.
 pub fn build_history_context(history: &[String], current: &str, exclude_last: bool) -> String {
     let history = if exclude_last {
@@ -931,5 +912,33 @@ mod tests {
         assert_eq!(channel_display_name("imsg"), "iMessage");
         assert_eq!(channel_display_name("matrix"), "Matrix");
         assert_eq!(channel_display_name(""), "");
+    }
+}
+
+/// The examples that documented these crate-private helpers, kept as tests.
+#[cfg(test)]
+mod doc_examples {
+    #[test]
+    fn group_history_key() {
+        (|| {
+            use crate::context::history::group_history_key;
+            use crate::{InboundMessage, SessionKey};
+
+            let message = InboundMessage::group("WhatsApp", "120363@G.US", "+1555", "hi");
+            let key = SessionKey::parse("agent:main:whatsapp:group:120363@g.us")?;
+            assert_eq!(
+                group_history_key(&key, &message).as_deref(),
+                Some("agent:main:whatsapp:default:group:120363@g.us")
+            );
+            let topic = SessionKey::parse("agent:ops:telegram:group:-100:topic:42")?;
+            let in_topic =
+                InboundMessage::group("telegram", "-100", "7", "hi").with_forum_topic(42);
+            assert_eq!(
+                group_history_key(&topic, &in_topic).as_deref(),
+                Some("agent:ops/42:telegram:default:group:-100")
+            );
+            Ok::<(), crate::Error>(())
+        })()
+        .unwrap();
     }
 }

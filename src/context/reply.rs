@@ -17,13 +17,13 @@
 use serde::{Deserialize, Serialize};
 
 /// The token a heartbeat run answers with when there is nothing to say.
-pub const HEARTBEAT_TOKEN: &str = "HEARTBEAT_OK";
+pub(crate) const HEARTBEAT_TOKEN: &str = "HEARTBEAT_OK";
 /// The token a model answers with to stay silent (OpenClaw's `SILENT_REPLY_TOKEN`).
-pub const SILENT_REPLY_TOKEN: &str = "NO_REPLY";
+pub(crate) const SILENT_REPLY_TOKEN: &str = "NO_REPLY";
 /// Silence markers that suppress a reply wherever they appear.
-pub const SILENCE_MARKERS: &[&str] = &["<NO_REPLY>", "<EMPTY_RESPONSE>"];
+pub(crate) const SILENCE_MARKERS: &[&str] = &["<NO_REPLY>", "<EMPTY_RESPONSE>"];
 /// How long a heartbeat acknowledgement may be and still count as "nothing to say".
-pub const DEFAULT_HEARTBEAT_ACK_MAX_CHARS: usize = 300;
+pub(crate) const DEFAULT_HEARTBEAT_ACK_MAX_CHARS: usize = 300;
 
 /// One message to send.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -224,45 +224,17 @@ fn replace_ignore_ascii_case(text: &str, needle: &str, with: &str) -> String {
     out
 }
 
-/// Removes silence: `<NO_REPLY>` and `<EMPTY_RESPONSE>` anywhere, and a bare `NO_REPLY`
-/// word at the start or end. `None` when nothing is left to send (this crate's choice
-/// between OpenClaw 2.4's edges and 3.x's exact match).
+/// Removes silence: `<token>`, `<NO_REPLY>` and `<EMPTY_RESPONSE>` anywhere, and a bare
+/// `token` word at the start or end. `None` when nothing is left to send (this crate's
+/// choice between OpenClaw 2.4's edges and 3.x's exact match). A blank `token` means
+/// `NO_REPLY` (OpenClaw lets a host configure its own).
 ///
 /// A bare token is a whitespace-separated word of its own that is the token with at
 /// most punctuation or Markdown emphasis around it; that whole word goes, markers
 /// included: `**NO_REPLY**`, `_NO_REPLY_`, `` `NO_REPLY` ``, `NO_REPLY.`, `NO_REPLY:`.
 /// Glued to other text (`see you.NO_REPLY`, `NO_REPLY.md`, `NO_REPLY_TOKEN`) it is
-/// text. See [`strip_silence_token`] for a host's own token.
-///
-/// ```
-/// use agent_sessions::context::reply::strip_silence;
-///
-/// assert_eq!(strip_silence("<NO_REPLY>"), None);
-/// assert_eq!(strip_silence("**NO_REPLY**"), None);
-/// assert_eq!(strip_silence("Done. <EMPTY_RESPONSE>").as_deref(), Some("Done."));
-/// assert_eq!(strip_silence("Done. **NO_REPLY**").as_deref(), Some("Done."));
-/// assert_eq!(strip_silence("NO_REPLY but here is why").as_deref(), Some("but here is why"));
-/// assert_eq!(strip_silence("see you.NO_REPLY").as_deref(), Some("see you.NO_REPLY"));
-/// assert_eq!(strip_silence("Do not print NO_REPLY_TOKEN").as_deref(), Some("Do not print NO_REPLY_TOKEN"));
-/// ```
-pub fn strip_silence(text: &str) -> Option<String> {
-    strip_silence_token(text, SILENT_REPLY_TOKEN)
-}
-
-/// [`strip_silence`] with a host's own silence token (OpenClaw lets a host configure
-/// one): the bare `token` at either end, and `<token>` anywhere as well as
-/// `<NO_REPLY>` and `<EMPTY_RESPONSE>`. A blank `token` means `NO_REPLY`; a token is
-/// one word (bare tokens are found word by word, so one with a space never is).
-///
-/// ```
-/// use agent_sessions::context::reply::strip_silence_token;
-///
-/// assert_eq!(strip_silence_token("SKIP", "SKIP"), None);
-/// assert_eq!(strip_silence_token("ok <SKIP> then", "SKIP").as_deref(), Some("ok then"));
-/// assert_eq!(strip_silence_token("NO_REPLY", "SKIP").as_deref(), Some("NO_REPLY"));
-/// assert_eq!(strip_silence_token("<NO_REPLY>", "SKIP"), None);
-/// ```
-pub fn strip_silence_token(text: &str, token: &str) -> Option<String> {
+/// text; a token with a space is never found (bare tokens are found word by word).
+pub(crate) fn strip_silence_token(text: &str, token: &str) -> Option<String> {
     let token = match token.trim() {
         "" => SILENT_REPLY_TOKEN,
         token => token,
@@ -338,7 +310,8 @@ fn strip_trailing_token<'a>(text: &'a str, token: &str) -> Option<&'a str> {
     is_bare_token(&text[start..], token).then(|| &text[..start])
 }
 
-/// What [`parse_reply_directives`] found in a model's output.
+/// The reply directives (`[[reply_to_current]]`, `[[reply_to:<id>]]`, …) found in a
+/// model's output.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReplyDirectives {
     /// The text without directives.
@@ -357,7 +330,10 @@ pub struct ReplyDirectives {
 /// Parses OpenClaw's reply directives (`parseReplyDirectives`): `MEDIA: <url-or-path>`
 /// lines outside fenced code blocks become media; `[[reply_to_current]]`,
 /// `[[reply_to: <id>]]` and `[[audio_as_voice]]` tags are removed and recorded.
-pub fn parse_reply_directives(raw: &str, current_message_id: Option<&str>) -> ReplyDirectives {
+pub(crate) fn parse_reply_directives(
+    raw: &str,
+    current_message_id: Option<&str>,
+) -> ReplyDirectives {
     let (text, media_urls) = split_media(raw);
     let mut directives = ReplyDirectives {
         media_urls,
@@ -463,7 +439,7 @@ fn is_media_source(source: &str) -> bool {
                 .any(|p| source.starts_with(p)))
 }
 
-/// Settings of [`build_reply_payloads`].
+/// How a model's outputs become reply payloads.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReplyOptions {
     /// This is a heartbeat run: `HEARTBEAT_OK` is left for the heartbeat runner.
@@ -472,8 +448,7 @@ pub struct ReplyOptions {
     pub current_message_id: Option<String>,
     /// Texts the agent already sent through a messaging tool this turn.
     pub sent_by_tool: Vec<String>,
-    /// The host's silence token; `None` (or blank) is [`SILENT_REPLY_TOKEN`]. See
-    /// [`strip_silence_token`].
+    /// The host's silence token; `None` (or blank) is `NO_REPLY`.
     pub silent_token: Option<String>,
 }
 
@@ -481,7 +456,10 @@ pub struct ReplyOptions {
 /// stripped outside heartbeat runs, directives parsed, silence removed with
 /// [`strip_silence_token`] (a payload with media still sends its media), empty payloads
 /// dropped, and texts the agent already sent through a messaging tool dropped.
-pub fn build_reply_payloads(raw: Vec<ReplyPayload>, options: &ReplyOptions) -> Vec<ReplyPayload> {
+pub(crate) fn build_reply_payloads(
+    raw: Vec<ReplyPayload>,
+    options: &ReplyOptions,
+) -> Vec<ReplyPayload> {
     let sent: Vec<String> = options
         .sent_by_tool
         .iter()
@@ -806,5 +784,54 @@ mod tests {
             Some("HEARTBEAT_OK"),
             "left for the heartbeat runner"
         );
+    }
+}
+
+/// The examples that documented these crate-private helpers, kept as tests.
+#[cfg(test)]
+mod doc_examples {
+    #[test]
+    fn strip_silence() {
+        use crate::context::reply::{strip_silence_token, SILENT_REPLY_TOKEN};
+        let strip_silence = |text| strip_silence_token(text, SILENT_REPLY_TOKEN);
+
+        assert_eq!(strip_silence("<NO_REPLY>"), None);
+        assert_eq!(strip_silence("**NO_REPLY**"), None);
+        assert_eq!(
+            strip_silence("Done. <EMPTY_RESPONSE>").as_deref(),
+            Some("Done.")
+        );
+        assert_eq!(
+            strip_silence("Done. **NO_REPLY**").as_deref(),
+            Some("Done.")
+        );
+        assert_eq!(
+            strip_silence("NO_REPLY but here is why").as_deref(),
+            Some("but here is why")
+        );
+        assert_eq!(
+            strip_silence("see you.NO_REPLY").as_deref(),
+            Some("see you.NO_REPLY")
+        );
+        assert_eq!(
+            strip_silence("Do not print NO_REPLY_TOKEN").as_deref(),
+            Some("Do not print NO_REPLY_TOKEN")
+        );
+    }
+
+    #[test]
+    fn strip_silence_token() {
+        use crate::context::reply::strip_silence_token;
+
+        assert_eq!(strip_silence_token("SKIP", "SKIP"), None);
+        assert_eq!(
+            strip_silence_token("ok <SKIP> then", "SKIP").as_deref(),
+            Some("ok then")
+        );
+        assert_eq!(
+            strip_silence_token("NO_REPLY", "SKIP").as_deref(),
+            Some("NO_REPLY")
+        );
+        assert_eq!(strip_silence_token("<NO_REPLY>", "SKIP"), None);
     }
 }

@@ -24,7 +24,7 @@ fn descriptor_headroom(limit: u64) -> u64 {
     (limit / 4).max(64)
 }
 
-/// The default connection limit: [`DEFAULT_MAX_CONNECTIONS`], or fewer when the
+/// The default connection limit: `1024`, or fewer when the
 /// process may open fewer files (`RLIMIT_NOFILE`, the soft limit), so that open
 /// connections never take the descriptors the stores need.
 ///

@@ -102,23 +102,23 @@ pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
 /// The default time a client has to send a request's headers, from the moment the
 /// connection is ready for the next request: 10 s. A connection that sends nothing, or
 /// half a header, is closed then.
-pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The default time a client has to send a request's whole body: 30 s (408 then).
-pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The default time a request may take from its headers to its response: 30 s (408
 /// then).
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The most connections [`serve`] holds open at once by default: 1,024, or fewer when
 /// the process may open fewer files ([`default_max_connections`]). Further clients wait
 /// in the listener's backlog until one closes.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+pub(crate) const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
 /// The most event streams (`GET /kernel/sessions/{id}/events`) open at once by
 /// default: 64. Each holds at most one chunk of its transcript
-/// ([`DEFAULT_CHUNK_BYTES`](crate::transcript::DEFAULT_CHUNK_BYTES)) in memory, read only
+/// (256 KiB) in memory, read only
 /// when its client has taken the last one; one more is answered 503.
 pub const DEFAULT_MAX_EVENT_STREAMS: usize = 64;
 
@@ -231,14 +231,14 @@ pub struct ServiceOptions {
     /// The largest request body accepted, in bytes (default [`DEFAULT_BODY_LIMIT`]).
     pub body_limit: usize,
     /// How long a client has to send a request's headers before [`serve`] closes the
-    /// connection (default [`DEFAULT_HEADER_READ_TIMEOUT`]); idle keep-alive
+    /// connection (default 10 seconds); idle keep-alive
     /// connections are closed after it too.
     pub header_read_timeout: Duration,
     /// How long a client has to send a request's body (default
-    /// [`DEFAULT_BODY_READ_TIMEOUT`]); 408 after it.
+    /// 30 seconds); 408 after it.
     pub body_read_timeout: Duration,
     /// How long a request may take from its headers to its response (default
-    /// [`DEFAULT_REQUEST_TIMEOUT`]); 408 after it.
+    /// 30 seconds); 408 after it.
     pub request_timeout: Duration,
     /// How many connections [`serve`] holds open at once (default
     /// [`default_max_connections`]: 1,024, or fewer under a low limit of open files). A

@@ -3,7 +3,7 @@
 //! A [`Caller`] is the owner — who may open every session — or a participant, who may
 //! open only the sessions they take part in ([`SessionEntry::participants`]). Either
 //! may be limited to a key namespace, as a channel's token is limited to its channel's
-//! keys. [`verify_session_access`] is the one rule; the manager applies it on every
+//! keys. One rule decides; the manager applies it on every
 //! path through [`SessionManager::scoped`](crate::SessionManager::scoped).
 //!
 //! ```
@@ -135,7 +135,7 @@ impl Caller {
 /// the session is allowed; anyone else is denied ([`AccessDenial::NotParticipant`]) —
 /// also when the session does not exist, so that a denial does not reveal whether it
 /// does.
-pub fn verify_session_access(
+pub(crate) fn verify_session_access(
     caller: &Caller,
     key: &SessionKey,
     entry: Option<&SessionEntry>,

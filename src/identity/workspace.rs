@@ -35,7 +35,7 @@ use crate::error::{Error, IdKind, Result};
 use crate::fsutil::{create_checked_dir, open_no_follow, write_private_atomically};
 
 /// The longest workspace file name, in bytes (a common file-system limit).
-pub const MAX_FILE_NAME_LEN: usize = 255;
+pub(crate) const MAX_FILE_NAME_LEN: usize = 255;
 
 /// Whether engine variants of one agent identity share a person's workspace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -146,7 +146,7 @@ impl Workspace {
     }
 
     /// The path of `name` in `area`, after validating `name`: one plain file-name
-    /// component of at most [`MAX_FILE_NAME_LEN`] bytes — not empty, `.` or `..`, no
+    /// component of at most `255` bytes — not empty, `.` or `..`, no
     /// `/`, `\`, NUL or control characters. Anything else is [`Error::InvalidId`].
     pub fn path(&self, area: Area, name: &str) -> Result<PathBuf> {
         validate_file_name(name)?;

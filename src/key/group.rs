@@ -29,19 +29,7 @@ impl GroupResolution {
 /// sender address contains `:group:` or `:channel:`, or when the address is a WhatsApp
 /// group JID (`…@g.us`). The channel comes from the address's first segment when that is
 /// a known channel, else from `provider`, else `whatsapp` for a JID; without one, `None`.
-///
-/// ```
-/// use agent_sessions::key::{resolve_group, PeerKind};
-///
-/// let group = resolve_group("120363406150318674@g.us", None, None).unwrap();
-/// assert_eq!(group.key, "whatsapp:group:120363406150318674@g.us");
-///
-/// let channel = resolve_group("slack:channel:C123", None, None).unwrap();
-/// assert_eq!((channel.channel.as_str(), channel.kind), ("slack", PeerKind::Channel));
-///
-/// assert_eq!(resolve_group("telegram:123456789", Some("direct"), None), None);
-/// ```
-pub fn resolve_group(
+pub(crate) fn resolve_group(
     from: &str,
     chat_type: Option<&str>,
     provider: Option<&str>,
@@ -175,5 +163,28 @@ mod tests {
             .build(&group.conversation())
             .unwrap();
         assert_eq!(key.as_str(), "agent:main:whatsapp:group:120363@g.us");
+    }
+}
+
+/// The examples that documented these crate-private helpers, kept as tests.
+#[cfg(test)]
+mod doc_examples {
+    #[test]
+    fn resolve_group() {
+        use crate::key::{resolve_group, PeerKind};
+
+        let group = resolve_group("120363406150318674@g.us", None, None).unwrap();
+        assert_eq!(group.key, "whatsapp:group:120363406150318674@g.us");
+
+        let channel = resolve_group("slack:channel:C123", None, None).unwrap();
+        assert_eq!(
+            (channel.channel.as_str(), channel.kind),
+            ("slack", PeerKind::Channel)
+        );
+
+        assert_eq!(
+            resolve_group("telegram:123456789", Some("direct"), None),
+            None
+        );
     }
 }

@@ -11,9 +11,9 @@ use super::GLOBAL_KEY;
 ///
 /// * `global` in [`SessionScope::Global`];
 /// * else the group key `<channel>:<group|channel>:<id>` when the message is a group
-///   message (see [`resolve_group`]: `chat_type`, a `:group:`/`:channel:` address, or a
+///   message (`chat_type`, a `:group:`/`:channel:` address, or a
 ///   WhatsApp `…@g.us` JID; `provider` names the channel when the address does not);
-/// * else the sender `from` as an E.164 number ([`normalize_e164`]: a `whatsapp:`
+/// * else the sender `from` as an E.164 number (a `whatsapp:`
 ///   prefix dropped, only digits and `+` kept, a leading `+`);
 /// * else, for an empty `from`, `unknown`.
 ///

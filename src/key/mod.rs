@@ -42,23 +42,24 @@ use crate::error::{Error, IdKind, KeyProblem, Result};
 pub use builder::{
     Conversation, DefaultKeyBuilder, DmMarker, DmScope, IdentityLinks, KeyBuilder, SessionScope,
 };
-pub use group::{resolve_group, GroupResolution};
+pub(crate) use group::resolve_group;
+pub use group::GroupResolution;
 pub use legacy::legacy_request_key;
-pub use normalize::{
-    group_display_name, is_valid_id, normalize_account_id, normalize_agent_id, normalize_channel,
-    normalize_chat_type, normalize_e164, normalize_group_label, normalize_main_key,
-    normalize_peer_id, GroupNameParts, DEFAULT_ACCOUNT_ID, DEFAULT_AGENT_ID, DEFAULT_MAIN_KEY,
-    KNOWN_CHANNELS, MAX_ID_LEN,
+pub(crate) use normalize::{
+    group_display_name, normalize_account_id, normalize_agent_id, normalize_channel,
+    normalize_chat_type, normalize_e164, normalize_main_key, normalize_peer_id, DEFAULT_MAIN_KEY,
+    MAX_ID_LEN,
 };
+pub use normalize::{GroupNameParts, DEFAULT_AGENT_ID};
 
 /// The longest session key, in bytes (OpenClaw's normalised-key cache bound).
-pub const MAX_KEY_LEN: usize = 4096;
+pub(crate) const MAX_KEY_LEN: usize = 4096;
 
 /// The key of OpenClaw's `global` scope: one session for everyone.
-pub const GLOBAL_KEY: &str = "global";
+pub(crate) const GLOBAL_KEY: &str = "global";
 
 /// Segments that give a key its structure; ids inside a key may not be one of them.
-pub const RESERVED_SEGMENTS: &[&str] = &[
+pub(crate) const RESERVED_SEGMENTS: &[&str] = &[
     "dm", "direct", "group", "channel", "thread", "topic", "subagent",
 ];
 
@@ -207,7 +208,7 @@ fn is_path_safe_id(value: &str) -> bool {
 /// A validated, canonical session key: `global` or `agent:<agentId>:<rest>`.
 ///
 /// Parsing lower-cases the key (as OpenClaw 3.x does), rejects control characters, empty
-/// `:` segments, keys over [`MAX_KEY_LEN`] bytes and invalid agent ids. A `SessionKey`
+/// `:` segments, keys over `4096` bytes and invalid agent ids. A `SessionKey`
 /// is therefore always safe to log, store and compare.
 ///
 /// ```

@@ -10,15 +10,15 @@ use super::PeerKind;
 /// The agent id used when none is configured (`DEFAULT_AGENT_ID` in OpenClaw).
 pub const DEFAULT_AGENT_ID: &str = "main";
 /// The name of an agent's main session (`DEFAULT_MAIN_KEY` in OpenClaw).
-pub const DEFAULT_MAIN_KEY: &str = "main";
+pub(crate) const DEFAULT_MAIN_KEY: &str = "main";
 /// The channel account id used when none is given (`DEFAULT_ACCOUNT_ID` in OpenClaw).
-pub const DEFAULT_ACCOUNT_ID: &str = "default";
+pub(crate) const DEFAULT_ACCOUNT_ID: &str = "default";
 /// The longest agent or account id, in characters (OpenClaw's valid-id regex allows 64).
-pub const MAX_ID_LEN: usize = 64;
+pub(crate) const MAX_ID_LEN: usize = 64;
 
 /// The channels OpenClaw ships, plus `webchat`; used to recognise a channel prefix in a
 /// sender address during group detection.
-pub const KNOWN_CHANNELS: &[&str] = &[
+pub(crate) const KNOWN_CHANNELS: &[&str] = &[
     "telegram",
     "whatsapp",
     "discord",
@@ -31,7 +31,7 @@ pub const KNOWN_CHANNELS: &[&str] = &[
 
 /// Whether `value` matches OpenClaw's valid-id regex `^[a-z0-9][a-z0-9_-]{0,63}$`
 /// (case-insensitive).
-pub fn is_valid_id(value: &str) -> bool {
+pub(crate) fn is_valid_id(value: &str) -> bool {
     let bytes = value.as_bytes();
     !bytes.is_empty()
         && bytes.len() <= MAX_ID_LEN
@@ -46,29 +46,13 @@ pub fn is_valid_id(value: &str) -> bool {
 /// Valid ids are lower-cased; anything else has each run of characters outside
 /// `[a-z0-9_-]` replaced by one `-`, dashes trimmed from both ends, and is cut to 64
 /// characters. Blank input, or input with nothing usable, is `main`.
-///
-/// ```
-/// use agent_sessions::key::normalize_agent_id;
-///
-/// assert_eq!(normalize_agent_id("Main"), "main");
-/// assert_eq!(normalize_agent_id("My Agent!"), "my-agent");
-/// assert_eq!(normalize_agent_id("../../etc/passwd"), "etc-passwd");
-/// assert_eq!(normalize_agent_id("---"), "main");
-/// ```
-pub fn normalize_agent_id(raw: &str) -> String {
+pub(crate) fn normalize_agent_id(raw: &str) -> String {
     normalize_id(raw, DEFAULT_AGENT_ID)
 }
 
 /// Normalises a channel account id the way OpenClaw's routing `normalizeAccountId` does:
 /// the agent-id rules, with `default` as the fallback.
-///
-/// ```
-/// use agent_sessions::key::normalize_account_id;
-///
-/// assert_eq!(normalize_account_id(""), "default");
-/// assert_eq!(normalize_account_id("Work Phone"), "work-phone");
-/// ```
-pub fn normalize_account_id(raw: &str) -> String {
+pub(crate) fn normalize_account_id(raw: &str) -> String {
     normalize_id(raw, DEFAULT_ACCOUNT_ID)
 }
 
@@ -102,7 +86,7 @@ fn normalize_id(raw: &str, fallback: &str) -> String {
 }
 
 /// Normalises the main-session name: trimmed and lower-cased, `main` when blank.
-pub fn normalize_main_key(raw: &str) -> String {
+pub(crate) fn normalize_main_key(raw: &str) -> String {
     let trimmed = raw.trim();
     if trimmed.is_empty() {
         DEFAULT_MAIN_KEY.to_owned()
@@ -114,15 +98,7 @@ pub fn normalize_main_key(raw: &str) -> String {
 /// Normalises a channel name the way OpenClaw's `normalizeMessageChannel` does: trimmed,
 /// lower-cased, with the built-in aliases resolved (`imsg` → `imessage`, `google-chat` and
 /// `gchat` → `googlechat`). Blank input is `None`; unknown channels pass through.
-///
-/// ```
-/// use agent_sessions::key::normalize_channel;
-///
-/// assert_eq!(normalize_channel(" Telegram ").as_deref(), Some("telegram"));
-/// assert_eq!(normalize_channel("gchat").as_deref(), Some("googlechat"));
-/// assert_eq!(normalize_channel("  "), None);
-/// ```
-pub fn normalize_channel(raw: &str) -> Option<String> {
+pub(crate) fn normalize_channel(raw: &str) -> Option<String> {
     let lowered = raw.trim().to_lowercase();
     match lowered.as_str() {
         "" => None,
@@ -134,7 +110,7 @@ pub fn normalize_channel(raw: &str) -> Option<String> {
 
 /// Normalises a chat type the way OpenClaw's `normalizeChatType` does: `direct` and `dm`
 /// are [`PeerKind::Direct`], `group` and `channel` are themselves, anything else is `None`.
-pub fn normalize_chat_type(raw: &str) -> Option<PeerKind> {
+pub(crate) fn normalize_chat_type(raw: &str) -> Option<PeerKind> {
     match raw.trim().to_lowercase().as_str() {
         "direct" | "dm" => Some(PeerKind::Direct),
         "group" => Some(PeerKind::Group),
@@ -145,21 +121,14 @@ pub fn normalize_chat_type(raw: &str) -> Option<PeerKind> {
 
 /// Normalises a peer, group or thread id for a key: trimmed and lower-cased; `None` when
 /// blank.
-pub fn normalize_peer_id(raw: &str) -> Option<String> {
+pub(crate) fn normalize_peer_id(raw: &str) -> Option<String> {
     let trimmed = raw.trim();
     (!trimmed.is_empty()).then(|| trimmed.to_lowercase())
 }
 
 /// Normalises a phone number the way OpenClaw's `normalizeE164` does: a leading
 /// `whatsapp:` is dropped, only digits and `+` are kept, and the result starts with `+`.
-///
-/// ```
-/// use agent_sessions::key::normalize_e164;
-///
-/// assert_eq!(normalize_e164("whatsapp:+1 (555) 010-9999"), "+15550109999");
-/// assert_eq!(normalize_e164("44 20 7946 0000"), "+442079460000");
-/// ```
-pub fn normalize_e164(raw: &str) -> String {
+pub(crate) fn normalize_e164(raw: &str) -> String {
     let trimmed = raw.trim();
     let without_prefix = trimmed.strip_prefix("whatsapp:").unwrap_or(trimmed).trim();
     let kept: String = without_prefix
@@ -175,7 +144,7 @@ pub fn normalize_e164(raw: &str) -> String {
 /// Normalises a group label the way OpenClaw's `normalizeGroupLabel` does: lower-cased,
 /// whitespace and characters outside `[a-z0-9#@._+-]` turned into single dashes, and
 /// dashes and dots trimmed from both ends.
-pub fn normalize_group_label(raw: &str) -> String {
+pub(crate) fn normalize_group_label(raw: &str) -> String {
     let mut out = String::with_capacity(raw.len());
     for c in raw.trim().to_lowercase().chars() {
         let keep = c.is_ascii_lowercase()
@@ -211,27 +180,7 @@ pub struct GroupNameParts<'a> {
 
 /// Builds a group's display name the way OpenClaw's `buildGroupDisplayName` does, e.g.
 /// `whatsapp:g-family` or `slack:#general`.
-///
-/// ```
-/// use agent_sessions::key::{group_display_name, GroupNameParts};
-///
-/// let name = group_display_name(&GroupNameParts {
-///     provider: Some("WhatsApp"),
-///     subject: Some("Family"),
-///     id: Some("120363406150318674@g.us"),
-///     ..Default::default()
-/// });
-/// assert_eq!(name, "whatsapp:g-family");
-///
-/// let name = group_display_name(&GroupNameParts {
-///     provider: Some("slack"),
-///     group_channel: Some("general"),
-///     space: Some("acme"),
-///     ..Default::default()
-/// });
-/// assert_eq!(name, "slack:acme#general");
-/// ```
-pub fn group_display_name(parts: &GroupNameParts<'_>) -> String {
+pub(crate) fn group_display_name(parts: &GroupNameParts<'_>) -> String {
     fn present(value: Option<&str>) -> Option<&str> {
         value.map(str::trim).filter(|v| !v.is_empty())
     }
@@ -423,5 +372,65 @@ mod tests {
         assert_eq!(normalize_e164("+1-555-0100"), "+15550100");
         assert_eq!(normalize_e164("whatsapp:15550100"), "+15550100");
         assert_eq!(normalize_e164(""), "+");
+    }
+}
+
+/// The examples that documented these crate-private helpers, kept as tests.
+#[cfg(test)]
+mod doc_examples {
+    #[test]
+    fn normalize_agent_id() {
+        use crate::key::normalize_agent_id;
+
+        assert_eq!(normalize_agent_id("Main"), "main");
+        assert_eq!(normalize_agent_id("My Agent!"), "my-agent");
+        assert_eq!(normalize_agent_id("../../etc/passwd"), "etc-passwd");
+        assert_eq!(normalize_agent_id("---"), "main");
+    }
+
+    #[test]
+    fn normalize_account_id() {
+        use crate::key::normalize_account_id;
+
+        assert_eq!(normalize_account_id(""), "default");
+        assert_eq!(normalize_account_id("Work Phone"), "work-phone");
+    }
+
+    #[test]
+    fn normalize_channel() {
+        use crate::key::normalize_channel;
+
+        assert_eq!(normalize_channel(" Telegram ").as_deref(), Some("telegram"));
+        assert_eq!(normalize_channel("gchat").as_deref(), Some("googlechat"));
+        assert_eq!(normalize_channel("  "), None);
+    }
+
+    #[test]
+    fn normalize_e164() {
+        use crate::key::normalize_e164;
+
+        assert_eq!(normalize_e164("whatsapp:+1 (555) 010-9999"), "+15550109999");
+        assert_eq!(normalize_e164("44 20 7946 0000"), "+442079460000");
+    }
+
+    #[test]
+    fn group_display_name() {
+        use crate::key::{group_display_name, GroupNameParts};
+
+        let name = group_display_name(&GroupNameParts {
+            provider: Some("WhatsApp"),
+            subject: Some("Family"),
+            id: Some("120363406150318674@g.us"),
+            ..Default::default()
+        });
+        assert_eq!(name, "whatsapp:g-family");
+
+        let name = group_display_name(&GroupNameParts {
+            provider: Some("slack"),
+            group_channel: Some("general"),
+            space: Some("acme"),
+            ..Default::default()
+        });
+        assert_eq!(name, "slack:acme#general");
     }
 }

@@ -72,7 +72,7 @@ impl Clock for ManualClock {
 }
 
 /// Epoch milliseconds of `time` (0 before 1970).
-pub fn to_millis(time: DateTime<Utc>) -> u64 {
+pub(crate) fn to_millis(time: DateTime<Utc>) -> u64 {
     u64::try_from(time.timestamp_millis()).unwrap_or(0)
 }
 

@@ -35,9 +35,9 @@ use crate::key::{normalize_channel, PeerKind, SessionKey};
 use crate::lifecycle::clock::from_millis;
 
 /// The hour of the daily reset when none is configured (OpenClaw: 4, local time).
-pub const DEFAULT_RESET_AT_HOUR: u8 = 4;
+pub(crate) const DEFAULT_RESET_AT_HOUR: u8 = 4;
 /// The idle window of idle mode when none is configured (OpenClaw: 60 minutes).
-pub const DEFAULT_IDLE_MINUTES: u32 = 60;
+pub(crate) const DEFAULT_IDLE_MINUTES: u32 = 60;
 
 /// How sessions of one kind reset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,8 +82,7 @@ impl ResetType {
 ///
 /// Read as leniently as OpenClaw applies it: an `atHour` outside 0–23 is clamped, a
 /// fraction floored, and anything but a number means the default hour (4); an
-/// `idleMinutes` fraction is floored (see [`normalize_at_hour`] and
-/// [`normalize_idle_minutes`]). Each correction is logged as a warning.
+/// `idleMinutes` fraction is floored. Each correction is logged as a warning.
 ///
 /// ```
 /// use agent_sessions::lifecycle::freshness::ResetSpec;
@@ -118,18 +117,7 @@ pub struct ResetSpec {
 /// clamped to 0–23; anything else (a string, `true`, an object) is the default hour,
 /// [`DEFAULT_RESET_AT_HOUR`]. `null` is no value. A value that had to be corrected is
 /// logged as a warning.
-///
-/// ```
-/// use agent_sessions::lifecycle::freshness::normalize_at_hour;
-/// use serde_json::json;
-///
-/// assert_eq!(normalize_at_hour(&json!(-3)), Some(0));
-/// assert_eq!(normalize_at_hour(&json!(4.7)), Some(4));
-/// assert_eq!(normalize_at_hour(&json!(30)), Some(23));
-/// assert_eq!(normalize_at_hour(&json!("noon")), Some(4));
-/// assert_eq!(normalize_at_hour(&json!(null)), None);
-/// ```
-pub fn normalize_at_hour(value: &serde_json::Value) -> Option<u8> {
+pub(crate) fn normalize_at_hour(value: &serde_json::Value) -> Option<u8> {
     if value.is_null() {
         return None;
     }
@@ -148,17 +136,7 @@ pub fn normalize_at_hour(value: &serde_json::Value) -> Option<u8> {
 /// becomes 1 (OpenClaw's `max(minutes, 1)`) and one beyond `u32::MAX` is clamped;
 /// `0` stays 0 (never expire). Anything else, `null` included, is no value. A value that
 /// had to be corrected is logged as a warning.
-///
-/// ```
-/// use agent_sessions::lifecycle::freshness::normalize_idle_minutes;
-/// use serde_json::json;
-///
-/// assert_eq!(normalize_idle_minutes(&json!(90.9)), Some(90));
-/// assert_eq!(normalize_idle_minutes(&json!(-5)), Some(1));
-/// assert_eq!(normalize_idle_minutes(&json!(0)), Some(0));
-/// assert_eq!(normalize_idle_minutes(&json!("an hour")), None);
-/// ```
-pub fn normalize_idle_minutes(value: &serde_json::Value) -> Option<u32> {
+pub(crate) fn normalize_idle_minutes(value: &serde_json::Value) -> Option<u32> {
     if value.is_null() {
         return None;
     }
@@ -348,7 +326,7 @@ pub struct ResetConfig {
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub reset_by_channel: BTreeMap<String, ResetSpec>,
     /// OpenClaw's legacy `session.idleMinutes`: idle mode when nothing else is set, an
-    /// extra idle window otherwise. Read as [`normalize_idle_minutes`] reads it.
+    /// extra idle window otherwise. Read as [`ResetSpec`] reads `idleMinutes`.
     #[serde(
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient_idle_minutes"
@@ -920,5 +898,32 @@ mod tests {
         assert_eq!(config.policy(ResetType::Group, None).daily_at_hour, Some(5));
         assert!(Zone::parse("Mars/Olympus").is_err());
         assert_eq!(Zone::parse("+05:30").unwrap().to_string(), "+05:30");
+    }
+}
+
+/// The examples that documented these crate-private helpers, kept as tests.
+#[cfg(test)]
+mod doc_examples {
+    #[test]
+    fn normalize_at_hour() {
+        use crate::lifecycle::freshness::normalize_at_hour;
+        use serde_json::json;
+
+        assert_eq!(normalize_at_hour(&json!(-3)), Some(0));
+        assert_eq!(normalize_at_hour(&json!(4.7)), Some(4));
+        assert_eq!(normalize_at_hour(&json!(30)), Some(23));
+        assert_eq!(normalize_at_hour(&json!("noon")), Some(4));
+        assert_eq!(normalize_at_hour(&json!(null)), None);
+    }
+
+    #[test]
+    fn normalize_idle_minutes() {
+        use crate::lifecycle::freshness::normalize_idle_minutes;
+        use serde_json::json;
+
+        assert_eq!(normalize_idle_minutes(&json!(90.9)), Some(90));
+        assert_eq!(normalize_idle_minutes(&json!(-5)), Some(1));
+        assert_eq!(normalize_idle_minutes(&json!(0)), Some(0));
+        assert_eq!(normalize_idle_minutes(&json!("an hour")), None);
     }
 }

@@ -26,11 +26,11 @@ use crate::context::inbound::pipeline::{strip_mentions, strip_structural_prefixe
 use crate::context::inbound::InboundMessage;
 
 /// OpenClaw's reset triggers.
-pub const DEFAULT_RESET_TRIGGERS: &[&str] = &["/new", "/reset"];
+pub(crate) const DEFAULT_RESET_TRIGGERS: &[&str] = &["/new", "/reset"];
 
 /// The reset phrases of the kernel HTTP API (`new task`, `start over`, `reset`, …): what
 /// its callers treat as "start a new session".
-pub const CLAWOS_RESET_PHRASES: &[&str] = &[
+pub(crate) const CLAWOS_RESET_PHRASES: &[&str] = &[
     "new task",
     "start over",
     "reset",
@@ -95,7 +95,7 @@ impl ResetTriggers {
         }
     }
 
-    /// The reset phrases of the kernel HTTP API ([`CLAWOS_RESET_PHRASES`]: `reset`,
+    /// The reset phrases of the kernel HTTP API (`reset`,
     /// `start over`, …) plus OpenClaw's commands.
     pub fn clawos() -> Self {
         ResetTriggers::new(
@@ -328,17 +328,7 @@ pub struct ModelHint {
 /// Reads a model hint at the start of `body`, as OpenClaw's `applyResetModelOverride`
 /// does: `<provider> <model>`, else one `provider/model`, model id or alias, else a
 /// loose match (only when the first word is a provider or at least six characters long).
-///
-/// ```
-/// use agent_sessions::lifecycle::triggers::{parse_model_hint, ModelRef, StaticModelCatalog};
-///
-/// let catalog = StaticModelCatalog::new([("anthropic", "claude-opus-4-6")]);
-/// let hint = parse_model_hint(&catalog, "anthropic claude-opus-4-6 plan the trip").unwrap();
-/// assert_eq!(hint.model, ModelRef::new("anthropic", "claude-opus-4-6"));
-/// assert_eq!(hint.body, "plan the trip");
-/// assert!(parse_model_hint(&catalog, "plan the trip").is_none());
-/// ```
-pub fn parse_model_hint(catalog: &dyn ModelCatalog, body: &str) -> Option<ModelHint> {
+pub(crate) fn parse_model_hint(catalog: &dyn ModelCatalog, body: &str) -> Option<ModelHint> {
     let tokens: Vec<&str> = body.split_whitespace().collect();
     let first = *tokens.first()?;
     let provider = catalog.is_provider(first).then_some(first);
@@ -484,5 +474,20 @@ mod tests {
             let expected = expected.map(|(m, b)| (m.to_owned(), b.to_owned()));
             assert_eq!(got, expected, "{body:?}");
         }
+    }
+}
+
+/// The examples that documented these crate-private helpers, kept as tests.
+#[cfg(test)]
+mod doc_examples {
+    #[test]
+    fn parse_model_hint() {
+        use crate::lifecycle::triggers::{parse_model_hint, ModelRef, StaticModelCatalog};
+
+        let catalog = StaticModelCatalog::new([("anthropic", "claude-opus-4-6")]);
+        let hint = parse_model_hint(&catalog, "anthropic claude-opus-4-6 plan the trip").unwrap();
+        assert_eq!(hint.model, ModelRef::new("anthropic", "claude-opus-4-6"));
+        assert_eq!(hint.body, "plan the trip");
+        assert!(parse_model_hint(&catalog, "plan the trip").is_none());
     }
 }

@@ -367,7 +367,7 @@ impl SessionTranscripts<'_> {
     /// Appends chat messages to `key`'s current session transcript: the steps of a tool
     /// loop — the assistant's message that calls tools, the tools' results — from the
     /// [`ChatMessage`](crate::context::chat::ChatMessage)s a host already has
-    /// ([`transcript_lines`](crate::context::chat::transcript_lines) converts them), so
+    /// (converted to transcript lines), so
     /// that the next turn's [`messages`](crate::manager::Turn::messages) carry the calls
     /// and their results. System messages are skipped. The turn's own input and reply
     /// are logged by the turn: append only what happened between them.

@@ -78,15 +78,12 @@ pub use dedupe::DEFAULT_DEDUPE_WINDOW;
 pub use idle::{IdleCheckpointOptions, IdleCheckpoints};
 pub use lifecycle::{DeleteOptions, OverrideKind, PruneOptions, SessionOverride};
 pub use log::{LogMessage, SessionTranscripts};
-pub use outcome::{
-    Delivery, DeliveryReceipt, TurnFailure, DELIVERY_CUSTOM_TYPE, TURN_FAILED_CUSTOM_TYPE,
-};
+pub use outcome::{Delivery, DeliveryReceipt, TurnFailure, DELIVERY_CUSTOM_TYPE};
 pub use resolution::{Decision, Reason, Resolution};
 pub use scoped::{ScopedManager, ScopedMemory, ScopedTranscripts};
 pub use turn::{Turn, TurnAction, TurnReply, DEFAULT_RESET_ACKNOWLEDGEMENT};
-pub use turns::{
-    CompactionEvent, SessionMemory, SummaryRefresh, TurnOutcome, DEFAULT_SUMMARY_QUIET_GAP,
-};
+pub(crate) use turns::DEFAULT_SUMMARY_QUIET_GAP;
+pub use turns::{CompactionEvent, SessionMemory, SummaryRefresh, TurnOutcome};
 
 use self::entry_update::{record_message, start_session, Inbound};
 
@@ -236,7 +233,7 @@ impl SessionManagerBuilder {
         self
     }
 
-    /// Turns on the topic-drift gate, firing at [`DEFAULT_DRIFT_THRESHOLD`] confidence.
+    /// Turns on the topic-drift gate, firing at `0.80` confidence.
     pub fn drift_classifier(self, classifier: impl DriftClassifier + 'static) -> Self {
         self.drift_classifier_with_threshold(classifier, DEFAULT_DRIFT_THRESHOLD)
     }
@@ -290,8 +287,7 @@ impl SessionManagerBuilder {
     /// The token a model answers with to stay silent (default: `NO_REPLY`, OpenClaw's
     /// `SILENT_REPLY_TOKEN`): `finish_turn` removes it, bare at either end or as
     /// `<token>` anywhere, and sends nothing when nothing else is left. A blank token
-    /// keeps the default. See
-    /// [`strip_silence_token`](crate::context::reply::strip_silence_token).
+    /// keeps the default.
     pub fn silent_reply_token(mut self, token: impl Into<String>) -> Self {
         let token = token.into();
         self.manager.settings.silent_token = (!token.trim().is_empty()).then_some(token);

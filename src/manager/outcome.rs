@@ -17,7 +17,7 @@ use crate::key::SessionKey;
 use crate::transcript::{Direction, LogFields, Offset, TranscriptEntry, TranscriptRef};
 
 /// The `customType` of the line that marks a failed turn.
-pub const TURN_FAILED_CUSTOM_TYPE: &str = "agent-sessions.turn-failed";
+pub(crate) const TURN_FAILED_CUSTOM_TYPE: &str = "agent-sessions.turn-failed";
 /// The `customType` of the line that records a reply's delivery.
 pub const DELIVERY_CUSTOM_TYPE: &str = "agent-sessions.delivery";
 

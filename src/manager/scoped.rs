@@ -45,7 +45,7 @@ impl SessionManager {
         resolver.resolve(channel, identifier).await
     }
 
-    /// The session under `key`, if `caller` may open it ([`verify_session_access`]).
+    /// The session under `key`, if `caller` may open it.
     /// The owner gets `None` for a missing session; anyone else is denied, so that a
     /// denial does not tell whether the session exists.
     pub async fn verify_session_access(

@@ -21,7 +21,7 @@ use crate::transcript::{
 
 /// How long a person's conversation with an agent identity must be quiet before its
 /// rolling summary is merged: one hour.
-pub const DEFAULT_SUMMARY_QUIET_GAP: Duration = Duration::from_secs(60 * 60);
+pub(crate) const DEFAULT_SUMMARY_QUIET_GAP: Duration = Duration::from_secs(60 * 60);
 
 /// How a turn ended, for [`SessionManager::record_turn`]: the one call after each turn.
 ///

@@ -48,20 +48,29 @@ pub trait Introspector: Send + Sync {
 /// Whether a versioned snapshot must be rebuilt (OpenClaw's skills snapshot): when there
 /// is none, on the session's first turn, or when `version` is newer than the stored
 /// snapshot's `version` field.
-///
-/// ```
-/// use agent_sessions::memory::checkpoint::snapshot_needs_refresh;
-/// use serde_json::json;
-///
-/// let stored = json!({"prompt": "…", "version": 3});
-/// assert!(!snapshot_needs_refresh(Some(&stored), false, 3));
-/// assert!(snapshot_needs_refresh(Some(&stored), false, 4));
-/// assert!(snapshot_needs_refresh(Some(&stored), true, 3));
-/// assert!(snapshot_needs_refresh(None, false, 1));
-/// ```
-pub fn snapshot_needs_refresh(stored: Option<&Value>, first_turn: bool, version: u64) -> bool {
+pub(crate) fn snapshot_needs_refresh(
+    stored: Option<&Value>,
+    first_turn: bool,
+    version: u64,
+) -> bool {
     let stored_version = stored
         .and_then(|s| s.get("version"))
         .and_then(Value::as_u64);
     stored.is_none() || first_turn || stored_version.is_none_or(|v| v < version)
+}
+
+/// The examples that documented these crate-private helpers, kept as tests.
+#[cfg(test)]
+mod doc_examples {
+    #[test]
+    fn snapshot_needs_refresh() {
+        use crate::memory::checkpoint::snapshot_needs_refresh;
+        use serde_json::json;
+
+        let stored = json!({"prompt": "…", "version": 3});
+        assert!(!snapshot_needs_refresh(Some(&stored), false, 3));
+        assert!(snapshot_needs_refresh(Some(&stored), false, 4));
+        assert!(snapshot_needs_refresh(Some(&stored), true, 3));
+        assert!(snapshot_needs_refresh(None, false, 1));
+    }
 }

@@ -7,15 +7,15 @@ use crate::context::reply::SILENT_REPLY_TOKEN;
 use crate::entry::SessionEntry;
 
 /// How many tokens before the compaction point the flush runs (OpenClaw: 4,000).
-pub const DEFAULT_SOFT_THRESHOLD_TOKENS: u64 = 4_000;
+pub(crate) const DEFAULT_SOFT_THRESHOLD_TOKENS: u64 = 4_000;
 /// Tokens reserved for compaction itself (OpenClaw's `reserveTokensFloor`: 20,000).
-pub const DEFAULT_RESERVE_TOKENS_FLOOR: u64 = 20_000;
+pub(crate) const DEFAULT_RESERVE_TOKENS_FLOOR: u64 = 20_000;
 /// The context window assumed when the session does not record one (OpenClaw: 200,000).
-pub const DEFAULT_CONTEXT_TOKENS: u64 = 200_000;
+pub(crate) const DEFAULT_CONTEXT_TOKENS: u64 = 200_000;
 /// OpenClaw's flush prompt.
-pub const DEFAULT_FLUSH_PROMPT: &str = "Pre-compaction memory flush. Store durable memories now (use memory/YYYY-MM-DD.md; create memory/ if needed). If nothing to store, reply with NO_REPLY.";
+pub(crate) const DEFAULT_FLUSH_PROMPT: &str = "Pre-compaction memory flush. Store durable memories now (use memory/YYYY-MM-DD.md; create memory/ if needed). If nothing to store, reply with NO_REPLY.";
 /// OpenClaw's flush system prompt.
-pub const DEFAULT_FLUSH_SYSTEM_PROMPT: &str = "Pre-compaction memory flush turn. The session is near auto-compaction; capture durable memories to disk. You may reply, but usually NO_REPLY is correct.";
+pub(crate) const DEFAULT_FLUSH_SYSTEM_PROMPT: &str = "Pre-compaction memory flush turn. The session is near auto-compaction; capture durable memories to disk. You may reply, but usually NO_REPLY is correct.";
 
 /// A memory flush to run now.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,10 +8,10 @@ use crate::store::DEFAULT_CACHE_TTL;
 
 /// The variable that sets the store cache's time to live, in milliseconds (OpenClaw's
 /// `OPENCLAW_SESSION_CACHE_TTL_MS`; `0` turns the cache off).
-pub const CACHE_TTL_VAR: &str = "OPENCLAW_SESSION_CACHE_TTL_MS";
+pub(crate) const CACHE_TTL_VAR: &str = "OPENCLAW_SESSION_CACHE_TTL_MS";
 
 /// The variables [`OpenClawEnv::process`] reads.
-pub const ENV_VARS: &[&str] = &[
+pub(crate) const ENV_VARS: &[&str] = &[
     "OPENCLAW_CONFIG_PATH",
     "CLAWDBOT_CONFIG_PATH",
     "OPENCLAW_STATE_DIR",
@@ -47,7 +47,7 @@ pub struct OpenClawEnv {
 }
 
 impl OpenClawEnv {
-    /// The process's environment: the variables in [`ENV_VARS`] (nothing else is copied, so
+    /// The process's environment: the variables this crate reads — `OPENCLAW_*`, the legacy `CLAWDBOT_*` and `HOME` (nothing else is copied, so
     /// no unrelated secret ends up in a `Debug` print).
     pub fn process() -> Self {
         OpenClawEnv {
@@ -112,9 +112,9 @@ impl OpenClawEnv {
         std::path::absolute(&expanded).unwrap_or(expanded)
     }
 
-    /// The store cache's time to live: [`CACHE_TTL_VAR`] read as OpenClaw reads it
+    /// The store cache's time to live: `OPENCLAW_SESSION_CACHE_TTL_MS` read as OpenClaw reads it
     /// (JavaScript's `parseInt`: leading digits, so `"500ms"` is 500), used when it is a
-    /// number of at least 0; otherwise [`DEFAULT_CACHE_TTL`] (45 s). `0` turns the
+    /// number of at least 0; otherwise 45 seconds. `0` turns the
     /// cache off.
     pub fn cache_ttl(&self) -> Duration {
         match self.vars.get(CACHE_TTL_VAR).and_then(|raw| parse_int(raw)) {

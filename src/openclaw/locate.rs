@@ -6,11 +6,12 @@ use super::env::OpenClawEnv;
 use crate::paths;
 
 /// OpenClaw's configuration file name.
-pub const CONFIG_FILE_NAME: &str = "openclaw.json";
+pub(crate) const CONFIG_FILE_NAME: &str = "openclaw.json";
 
 /// The names the configuration file had before OpenClaw was called OpenClaw, tried
 /// after [`CONFIG_FILE_NAME`] in each directory.
-pub const LEGACY_CONFIG_FILE_NAMES: &[&str] = &["clawdbot.json", "moldbot.json", "moltbot.json"];
+pub(crate) const LEGACY_CONFIG_FILE_NAMES: &[&str] =
+    &["clawdbot.json", "moldbot.json", "moltbot.json"];
 
 /// The state directories of OpenClaw's earlier names, tried after `~/.openclaw`.
 const LEGACY_STATE_DIRS: &[&str] = &[".clawdbot", ".moltbot", ".moldbot"];

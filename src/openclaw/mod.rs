@@ -54,11 +54,12 @@ use crate::lifecycle::freshness::{ResetConfig, Zone};
 use crate::lifecycle::triggers::DEFAULT_RESET_TRIGGERS;
 use crate::store::DEFAULT_CACHE_TTL;
 
-pub use env::{OpenClawEnv, CACHE_TTL_VAR, ENV_VARS};
-pub use locate::{OpenClawLocation, CONFIG_FILE_NAME, LEGACY_CONFIG_FILE_NAMES};
+pub use env::OpenClawEnv;
+pub use locate::OpenClawLocation;
+pub(crate) use locate::CONFIG_FILE_NAME;
 
 /// The largest configuration file read (16 MiB); a larger one is [`Error::Config`].
-pub const MAX_CONFIG_BYTES: u64 = 16 * 1024 * 1024;
+pub(crate) const MAX_CONFIG_BYTES: u64 = 16 * 1024 * 1024;
 
 /// What an OpenClaw gateway's configuration says about sessions, and where its files are.
 ///

@@ -11,7 +11,7 @@ use crate::transcript::Direction;
 
 /// How many questions on one topic within a week make it recurring ("3 times this
 /// week").
-pub const RECURRING_THRESHOLD: usize = 3;
+pub(crate) const RECURRING_THRESHOLD: usize = 3;
 
 /// Counts over a set of messages. Maps are sorted by key; uncategorised messages count
 /// as `uncategorized`, messages without a channel or identity as `unknown`.
@@ -133,7 +133,7 @@ impl RecurringTopic {
 }
 
 /// How a category reads in a sentence (`roster_query` → `rosters`).
-pub fn topic_phrase(category: &str) -> String {
+pub(crate) fn topic_phrase(category: &str) -> String {
     match category {
         "roster_query" => "rosters".into(),
         "policy_question" => "policies".into(),
@@ -147,7 +147,7 @@ pub fn topic_phrase(category: &str) -> String {
 }
 
 /// The topic `person` asked about most in the seven days up to `now`, if they asked
-/// about it at least [`RECURRING_THRESHOLD`] times (their inbound messages; small talk
+/// about it at least `3` times (their inbound messages; small talk
 /// and `other` are not topics).
 ///
 /// ```

@@ -7,20 +7,6 @@ use super::LoggedMessage;
 use crate::error::Result;
 use crate::transcript::Direction;
 
-/// The default labels, in the order the default rules try them (the first label with the
-/// most matching keywords wins; `other` when nothing matches).
-pub const DEFAULT_LABELS: &[&str] = &[
-    "escalation",
-    "incident_report",
-    "roster_query",
-    "hr_request",
-    "policy_question",
-    "participant_care",
-    "technical_support",
-    "casual_chat",
-    "other",
-];
-
 /// One inbound message and the replies to it (or a lone message), to be given one
 /// category.
 #[derive(Debug, Clone, PartialEq)]
@@ -300,6 +286,20 @@ impl Categorizer for KeywordCategorizer {
 mod tests {
     use super::*;
     use chrono::TimeZone;
+
+    /// The default labels, in the order the default rules try them (the first label with the
+    /// most matching keywords wins; `other` when nothing matches).
+    const DEFAULT_LABELS: &[&str] = &[
+        "escalation",
+        "incident_report",
+        "roster_query",
+        "hr_request",
+        "policy_question",
+        "participant_care",
+        "technical_support",
+        "casual_chat",
+        "other",
+    ];
 
     #[test]
     fn the_default_rules_label_the_seeds_examples() {

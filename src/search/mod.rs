@@ -49,10 +49,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-pub use analytics::{
-    analytics, recurring_topic, topic_phrase, Analytics, RecurringTopic, Trend, RECURRING_THRESHOLD,
-};
-pub use categorize::{Categorizer, Exchange, KeywordCategorizer, DEFAULT_LABELS};
+pub use analytics::{analytics, recurring_topic, Analytics, RecurringTopic, Trend};
+pub use categorize::{Categorizer, Exchange, KeywordCategorizer};
 pub use memory::MemoryIndex;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) use memory::{bm25, bm25_idf};

@@ -64,10 +64,10 @@ use crate::error::{Error, Result};
 use crate::key::{AgentId, PeerKind, SessionKey};
 
 pub use backend::{Backend, OpenMode, StoreUrl, SEARCH_INDEX_FILE};
+pub(crate) use json::DEFAULT_CACHE_TTL;
 pub use json::{
     Durability, JsonFileHistory, JsonFileOptions, JsonFileStore, JsonFileSystemEvents, LockOptions,
-    DEFAULT_CACHE_TTL, DEFAULT_LOCK_POLL_INTERVAL, DEFAULT_LOCK_STALE_AFTER, DEFAULT_LOCK_TIMEOUT,
-    DEFAULT_MAX_FILE_BYTES,
+    DEFAULT_LOCK_TIMEOUT, DEFAULT_MAX_FILE_BYTES,
 };
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]

@@ -1,8 +1,8 @@
 //! The conformance suite every [`SessionStore`] must pass.
 //!
-//! Each public function here is one behaviour, written as a test: it panics with a
-//! message when the store under test behaves differently. Run them all against your
-//! store with [`store_conformance_tests!`](crate::store_conformance_tests), giving it an
+//! Each case is one behaviour, written as a test: it panics with a message when the
+//! store under test behaves differently. The cases are hidden functions the macros
+//! call; run them all against your store with [`store_conformance_tests!`](crate::store_conformance_tests), giving it an
 //! async expression that makes a fresh, empty store (and a guard that keeps whatever
 //! the store needs alive, such as a temporary directory):
 //!
@@ -22,7 +22,13 @@
 //! `concurrent_many_updates_*`) need a real
 //! [`SessionStore::apply_many`]: a store relying on the trait's default, which refuses
 //! two keys or more, fails them.
+//!
+//! A [`TranscriptStore`](crate::transcript::TranscriptStore) has its own suite,
+//! [`transcript_conformance_tests!`](crate::transcript_conformance_tests), run the same
+//! way; two of its cases (archive names, export and import) need the store to implement
+//! [`TranscriptExport`](crate::transcript::TranscriptExport) as well.
 
+#[doc(hidden)]
 pub mod transcripts;
 
 use std::sync::Arc;
@@ -42,6 +48,7 @@ fn key(raw: &str) -> SessionKey {
 }
 
 /// An entry with most kinds of field set, including fields this crate does not know.
+#[doc(hidden)]
 pub fn rich_entry(session_id: &str, updated_at: u64) -> SessionEntry {
     let mut entry = SessionEntry::new(session_id, updated_at);
     entry.chat_type = Some(ChatType::Group);
@@ -72,6 +79,7 @@ pub fn rich_entry(session_id: &str, updated_at: u64) -> SessionEntry {
 }
 
 /// A missing key reads as nothing, and an empty store is empty.
+#[doc(hidden)]
 pub async fn get_of_missing_key_is_none<S: SessionStore + ?Sized>(store: &S) {
     let missing = key("agent:main:dm:nobody");
     assert!(
@@ -99,6 +107,7 @@ pub async fn get_of_missing_key_is_none<S: SessionStore + ?Sized>(store: &S) {
 }
 
 /// What is put is what is got, and what is got is a copy.
+#[doc(hidden)]
 pub async fn put_then_get_returns_the_entry<S: SessionStore + ?Sized>(store: &S) {
     let k = key("agent:main:whatsapp:group:120363@g.us");
     let entry = rich_entry("s-1", 1_000);
@@ -118,6 +127,7 @@ pub async fn put_then_get_returns_the_entry<S: SessionStore + ?Sized>(store: &S)
 
 /// Every entry a store writes has OpenClaw's saved delivery fields: the `last*` fields
 /// and `deliveryContext` derived from each other, the channel normalised, ids trimmed.
+#[doc(hidden)]
 pub async fn written_entries_have_openclaw_delivery_fields<S: SessionStore + ?Sized>(store: &S) {
     fn context(
         channel: Option<&str>,
@@ -204,6 +214,7 @@ pub async fn written_entries_have_openclaw_delivery_fields<S: SessionStore + ?Si
 }
 
 /// `update` sees the current entry, and can create, change and delete it.
+#[doc(hidden)]
 pub async fn update_creates_changes_and_deletes<S: SessionStore + ?Sized>(store: &S) {
     let k = key("agent:main:telegram:dm:42");
     let seen = store
@@ -238,6 +249,7 @@ pub async fn update_creates_changes_and_deletes<S: SessionStore + ?Sized>(store:
 }
 
 /// `delete` returns the removed entry.
+#[doc(hidden)]
 pub async fn delete_returns_the_removed_entry<S: SessionStore + ?Sized>(store: &S) {
     let k = key("agent:main:main");
     let entry = SessionEntry::new("s-1", 5);
@@ -248,6 +260,7 @@ pub async fn delete_returns_the_removed_entry<S: SessionStore + ?Sized>(store: &
 }
 
 /// Revisions change with content and stay when nothing changes.
+#[doc(hidden)]
 pub async fn revisions_track_changes<S: SessionStore + ?Sized>(store: &S) {
     let k = key("agent:main:main");
     let first = store
@@ -281,6 +294,7 @@ pub async fn revisions_track_changes<S: SessionStore + ?Sized>(store: &S) {
 }
 
 /// A mutator that fails writes nothing and its error reaches the caller unchanged.
+#[doc(hidden)]
 pub async fn failed_mutator_writes_nothing<S: SessionStore + ?Sized>(store: &S) {
     let existing = key("agent:main:main");
     let missing = key("agent:main:dm:ghost");
@@ -314,6 +328,7 @@ pub async fn failed_mutator_writes_nothing<S: SessionStore + ?Sized>(store: &S) 
 }
 
 /// `with_session` works on existing sessions and reports missing ones.
+#[doc(hidden)]
 pub async fn with_session_requires_an_entry<S: SessionStore + ?Sized>(store: &S) {
     let k = key("agent:main:main");
     let result = store.with_session(&k, |_| ()).await;
@@ -338,6 +353,7 @@ pub async fn with_session_requires_an_entry<S: SessionStore + ?Sized>(store: &S)
 }
 
 /// Compare-and-set succeeds on the expected revision and reports a conflict otherwise.
+#[doc(hidden)]
 pub async fn compare_and_set_detects_conflicts<S: SessionStore + ?Sized>(store: &S) {
     let k = key("agent:main:main");
     let created = store
@@ -383,6 +399,7 @@ pub async fn compare_and_set_detects_conflicts<S: SessionStore + ?Sized>(store: 
 }
 
 /// Fields the crate does not know survive a read-modify-write of other fields.
+#[doc(hidden)]
 pub async fn unknown_fields_survive_updates<S: SessionStore + ?Sized>(store: &S) {
     let k = key("agent:main:whatsapp:group:120363@g.us");
     let entry = rich_entry("s-1", 1);
@@ -398,6 +415,7 @@ pub async fn unknown_fields_survive_updates<S: SessionStore + ?Sized>(store: &S)
 }
 
 /// Sessions of different agents never mix.
+#[doc(hidden)]
 pub async fn agents_are_isolated<S: SessionStore + ?Sized>(store: &S) {
     let main = key("agent:main:telegram:dm:42");
     let support = key("agent:support:telegram:dm:42");
@@ -429,6 +447,7 @@ pub async fn agents_are_isolated<S: SessionStore + ?Sized>(store: &S) {
 
 /// `list` applies every filter, orders by `updatedAt` descending then key, and limits;
 /// `count` agrees with it for every filter.
+#[doc(hidden)]
 pub async fn list_filters_and_orders<S: SessionStore + ?Sized>(store: &S) {
     let sessions = [
         (
@@ -538,6 +557,7 @@ pub async fn list_filters_and_orders<S: SessionStore + ?Sized>(store: &S) {
 /// The status condition of a filter: by default listings hide `inactive` sessions;
 /// [`ListFilter::all`], [`ListFilter::include_inactive`] and [`ListFilter::status`]
 /// choose otherwise, and `count` agrees with `list` for each.
+#[doc(hidden)]
 pub async fn list_filters_by_status<S: SessionStore + ?Sized>(store: &S) {
     let sessions = [
         ("agent:main:cli:idle", None, 500),
@@ -630,6 +650,7 @@ pub async fn list_filters_by_status<S: SessionStore + ?Sized>(store: &S) {
 /// A session replaced under its key by one with another session id is kept, closed:
 /// found by its id when closed sessions are asked for, never in a default listing, and
 /// counted as listed. Deleting the key keeps it; `remove_closed` forgets it.
+#[doc(hidden)]
 pub async fn replaced_sessions_are_kept_closed<S: SessionStore + ?Sized>(store: &S) {
     let k = key("agent:main:telegram:dm:42");
     let mut first = SessionEntry::new("first", 100);
@@ -718,6 +739,7 @@ pub async fn replaced_sessions_are_kept_closed<S: SessionStore + ?Sized>(store: 
 
 /// At most [`CLOSED_SESSIONS_PER_KEY`](crate::store::CLOSED_SESSIONS_PER_KEY) closed
 /// sessions are kept per key: the oldest go first, other keys keep theirs.
+#[doc(hidden)]
 pub async fn closed_sessions_are_bounded_per_key<S: SessionStore + ?Sized>(store: &S) {
     let busy = key("agent:main:cli:busy");
     let quiet = key("agent:main:cli:quiet");
@@ -762,6 +784,7 @@ async fn increment<S: SessionStore + ?Sized>(store: &S, k: &SessionKey) {
 }
 
 /// Concurrent read-modify-writes of one key lose no update.
+#[doc(hidden)]
 pub async fn concurrent_updates_to_one_key_lose_nothing<S>(store: &S)
 where
     S: SessionStore + Clone + 'static,
@@ -786,6 +809,7 @@ where
 }
 
 /// Concurrent updates of distinct keys lose no key and no update.
+#[doc(hidden)]
 pub async fn concurrent_updates_to_distinct_keys_lose_nothing<S>(store: &S)
 where
     S: SessionStore + Clone + 'static,
@@ -818,6 +842,7 @@ where
 }
 
 /// Racing to create one session creates exactly one.
+#[doc(hidden)]
 pub async fn racing_creators_create_one_session<S>(store: &S)
 where
     S: SessionStore + Clone + 'static,
@@ -861,6 +886,7 @@ fn seen(slots: &Slots) -> Vec<(String, Option<String>, Option<Revision>)> {
 /// `apply_many` shows the mutator every requested session with its revision, and
 /// writes what it did to each — create, change, delete, leave alone — in one call; it
 /// returns the sessions as stored afterwards.
+#[doc(hidden)]
 pub async fn update_many_creates_changes_and_deletes<S: SessionStore + ?Sized>(store: &S) {
     let changed = key("agent:main:telegram:dm:changed");
     let deleted = key("agent:main:telegram:dm:deleted");
@@ -978,6 +1004,7 @@ pub async fn update_many_creates_changes_and_deletes<S: SessionStore + ?Sized>(s
 
 /// An entry whose session id could not name a transcript file (`a/b`, `../x`, `.hidden`,
 /// empty) is refused before anything is written, by single- and multi-key updates.
+#[doc(hidden)]
 pub async fn unusable_session_ids_are_refused<S: SessionStore + ?Sized>(store: &S) {
     let k = key("agent:main:telegram:dm:ids");
     for bad in ["a/b", "../../../pwned", ".hidden", "", "with space"] {
@@ -1013,6 +1040,7 @@ pub async fn unusable_session_ids_are_refused<S: SessionStore + ?Sized>(store: &
 
 /// A session a multi-key update replaces (a new session id under its key) is kept
 /// closed, as a single-key update keeps it.
+#[doc(hidden)]
 pub async fn update_many_keeps_replaced_sessions_closed<S: SessionStore + ?Sized>(store: &S) {
     let a = key("agent:main:telegram:dm:a");
     let b = key("agent:main:telegram:dm:b");
@@ -1050,6 +1078,7 @@ pub async fn update_many_keeps_replaced_sessions_closed<S: SessionStore + ?Sized
 
 /// A key given twice is one slot (where it first appeared); no keys is no slot, and
 /// the mutator still runs once.
+#[doc(hidden)]
 pub async fn update_many_merges_duplicate_keys<S: SessionStore + ?Sized>(store: &S) {
     let a = key("agent:main:telegram:dm:a");
     let b = key("agent:main:telegram:dm:b");
@@ -1099,6 +1128,7 @@ pub async fn update_many_merges_duplicate_keys<S: SessionStore + ?Sized>(store: 
 
 /// A multi-key mutator that fails writes nothing, whatever it changed first, and its
 /// error reaches the caller unchanged.
+#[doc(hidden)]
 pub async fn failed_many_mutator_writes_nothing<S: SessionStore + ?Sized>(store: &S) {
     let existing = key("agent:main:telegram:dm:existing");
     let missing = key("agent:main:telegram:dm:missing");
@@ -1147,6 +1177,7 @@ pub async fn failed_many_mutator_writes_nothing<S: SessionStore + ?Sized>(store:
 
 /// A multi-key mutator that panics writes nothing, and the store keeps serving
 /// (no lock or transaction is left behind).
+#[doc(hidden)]
 pub async fn panicking_many_mutator_writes_nothing<S>(store: &S)
 where
     S: SessionStore + Clone + 'static,
@@ -1198,6 +1229,7 @@ where
 /// Every entry a multi-key update changes is written with OpenClaw's saved delivery
 /// fields, as a single-key update writes it; an entry it leaves alone is not
 /// rewritten.
+#[doc(hidden)]
 pub async fn update_many_normalises_changed_entries<S: SessionStore + ?Sized>(store: &S) {
     let untouched = key("agent:main:telegram:dm:untouched");
     let kept = store
@@ -1245,6 +1277,7 @@ pub async fn update_many_normalises_changed_entries<S: SessionStore + ?Sized>(st
 
 /// Keys of different agents are either updated together or refused with
 /// [`Error::NotAtomic`], and then nothing is written.
+#[doc(hidden)]
 pub async fn update_many_across_agents_is_atomic_or_refused<S: SessionStore + ?Sized>(store: &S) {
     let keys = [
         key("agent:main:telegram:dm:42"),
@@ -1267,6 +1300,7 @@ pub async fn update_many_across_agents_is_atomic_or_refused<S: SessionStore + ?S
 
 /// Concurrent multi-key updates over overlapping keys, in different orders, lose no
 /// increment and never deadlock.
+#[doc(hidden)]
 pub async fn concurrent_many_updates_over_overlapping_keys_lose_nothing<S>(store: &S)
 where
     S: SessionStore + Clone + 'static,

@@ -56,6 +56,7 @@ fn texts(events: &[crate::transcript::SessionEvent]) -> Vec<String> {
 
 /// Appends get ids chained by parent, offsets that replay from where they point, and
 /// a header created on first use.
+#[doc(hidden)]
 pub async fn appends_chain_ids_and_replay_from_offsets<T: TranscriptStore + ?Sized>(store: &T) {
     let t = transcript("main", "s-1");
     let first = store
@@ -107,6 +108,7 @@ pub async fn appends_chain_ids_and_replay_from_offsets<T: TranscriptStore + ?Siz
 /// Reading in chunks returns what one read returns, chunk after chunk: each chunk
 /// holds about the bytes asked (at least one event, however long), and continues where
 /// the last stopped.
+#[doc(hidden)]
 pub async fn chunked_reads_return_everything_once<T: TranscriptStore + ?Sized>(store: &T) {
     let t = transcript("main", "s-chunks");
     let long = "y".repeat(5_000);
@@ -157,6 +159,7 @@ pub async fn chunked_reads_return_everything_once<T: TranscriptStore + ?Sized>(s
 }
 
 /// `create` creates once; topics are transcripts of their own.
+#[doc(hidden)]
 pub async fn create_once_and_topics_apart<T: TranscriptStore + ?Sized>(store: &T) {
     let t = transcript("main", "s-2");
     let header = SessionHeader::new("s-2", at(0));
@@ -181,6 +184,7 @@ pub async fn create_once_and_topics_apart<T: TranscriptStore + ?Sized>(store: &T
 }
 
 /// A fork starts with its parent's entries, the same ids, and names its parent.
+#[doc(hidden)]
 pub async fn forks_start_from_the_parent<T: TranscriptStore + ?Sized>(store: &T) {
     let parent = transcript("main", "parent");
     let appended = store
@@ -205,6 +209,7 @@ pub async fn forks_start_from_the_parent<T: TranscriptStore + ?Sized>(store: &T)
 }
 
 /// Archiving renames (the live name is free again), removing erases.
+#[doc(hidden)]
 pub async fn archive_renames_and_remove_erases<T: TranscriptExport + ?Sized>(store: &T) {
     let agent = AgentId::new("archivist").unwrap();
     let t = TranscriptRef::new(agent.clone(), "s-3");
@@ -260,6 +265,7 @@ pub async fn archive_renames_and_remove_erases<T: TranscriptExport + ?Sized>(sto
 
 /// The message log is queried by person and identity, agent, session, time and limit,
 /// in time order.
+#[doc(hidden)]
 pub async fn message_log_queries<T: TranscriptStore + ?Sized>(store: &T) {
     let oc = transcript("reggie_oc", "s-oc");
     let fd = transcript("reggie_fd", "s-fd");
@@ -323,6 +329,7 @@ pub async fn message_log_queries<T: TranscriptStore + ?Sized>(store: &T) {
 }
 
 /// Subscribers see appends as they happen.
+#[doc(hidden)]
 pub async fn subscribers_see_appends<T: TranscriptStore + ?Sized>(store: &T) {
     let mut feed = store.subscribe();
     let t = transcript("main", "s-live");
@@ -334,6 +341,7 @@ pub async fn subscribers_see_appends<T: TranscriptStore + ?Sized>(store: &T) {
 
 /// Exported lines import elsewhere byte for byte; importing over an existing
 /// transcript does nothing.
+#[doc(hidden)]
 pub async fn exported_lines_import_byte_for_byte<T: TranscriptExport + ?Sized>(store: &T) {
     let from = transcript("main", "s-export");
     store
@@ -396,6 +404,7 @@ pub async fn exported_lines_import_byte_for_byte<T: TranscriptExport + ?Sized>(s
 }
 
 /// Concurrent appends to one transcript lose nothing and keep one parent chain.
+#[doc(hidden)]
 pub async fn concurrent_appends_keep_one_chain<T: TranscriptStore + ?Sized + 'static>(
     store: Arc<T>,
 ) {
@@ -424,6 +433,7 @@ pub async fn concurrent_appends_keep_one_chain<T: TranscriptStore + ?Sized + 'st
 
 /// A follower sees every append once and in order, from a transcript that did not
 /// exist yet; one started at its position sees only what came after.
+#[doc(hidden)]
 pub async fn followers_see_every_append_once_in_order<T: TranscriptStore + 'static>(store: Arc<T>) {
     let t = transcript("main", "s-followed");
     let store: Arc<dyn TranscriptStore> = store;

@@ -10,15 +10,15 @@ use crate::lifecycle::clock::to_millis;
 
 /// The transcript format version this crate writes (pi-coding-agent's
 /// `CURRENT_SESSION_VERSION`).
-pub const TRANSCRIPT_VERSION: u32 = 3;
+pub(crate) const TRANSCRIPT_VERSION: u32 = 3;
 
 /// The `customType` of status-change entries this crate writes.
-pub const STATUS_CUSTOM_TYPE: &str = "agent-sessions.status";
+pub(crate) const STATUS_CUSTOM_TYPE: &str = "agent-sessions.status";
 /// The `customType` of checkpoint entries this crate writes.
-pub const CHECKPOINT_CUSTOM_TYPE: &str = "agent-sessions.checkpoint";
+pub(crate) const CHECKPOINT_CUSTOM_TYPE: &str = "agent-sessions.checkpoint";
 
 /// `2026-02-06T10:00:01.000Z`, as JavaScript's `Date#toISOString` writes it.
-pub fn iso_timestamp(at: DateTime<Utc>) -> String {
+pub(crate) fn iso_timestamp(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
@@ -615,7 +615,7 @@ impl TranscriptEntry {
         }
     }
 
-    /// A status change, as a `custom` entry of type [`STATUS_CUSTOM_TYPE`].
+    /// A status change, as a `custom` entry of type `agent-sessions.status`.
     pub fn status_change(status: &str, at: DateTime<Utc>) -> Self {
         TranscriptEntry::custom(
             STATUS_CUSTOM_TYPE,
@@ -624,7 +624,7 @@ impl TranscriptEntry {
         )
     }
 
-    /// A checkpoint, as a `custom` entry of type [`CHECKPOINT_CUSTOM_TYPE`].
+    /// A checkpoint, as a `custom` entry of type `agent-sessions.checkpoint`.
     pub fn checkpoint(reason: CheckpointReason, at: DateTime<Utc>) -> Self {
         TranscriptEntry::custom(
             CHECKPOINT_CUSTOM_TYPE,

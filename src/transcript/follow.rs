@@ -94,7 +94,7 @@ impl TranscriptFollow {
     }
 
     /// Reads at most about this many bytes of the transcript at a time (default
-    /// [`DEFAULT_CHUNK_BYTES`](super::DEFAULT_CHUNK_BYTES)): a follower of a long
+    /// 256 KiB): a follower of a long
     /// transcript holds one chunk, whatever the transcript's length.
     pub fn chunk_bytes(mut self, bytes: usize) -> Self {
         self.chunk_bytes = bytes.max(1);

@@ -37,7 +37,7 @@ impl TranscriptRef {
 
 /// Checks a transcript name (live `….jsonl` or archived `….jsonl.reset.<ts>`): one plain
 /// file-name component that names a transcript.
-pub fn validate_transcript_name(name: &str) -> Result<()> {
+pub(crate) fn validate_transcript_name(name: &str) -> Result<()> {
     let problem = if name.is_empty() || name.len() > 255 {
         Some("a transcript name has 1 to 255 bytes")
     } else if name.contains(['/', '\\']) || name.chars().any(char::is_control) {

@@ -56,15 +56,14 @@ use crate::entry::SessionEntry;
 use crate::error::Result;
 use crate::key::{AgentId, SessionKey};
 
+pub(crate) use entry::iso_timestamp;
 pub use entry::{
-    iso_timestamp, AgentMessage, CheckpointReason, Content, ContentBlock, Cost, Direction,
-    EventKind, LogFields, Role, SessionHeader, TranscriptEntry, Usage, CHECKPOINT_CUSTOM_TYPE,
-    STATUS_CUSTOM_TYPE, TRANSCRIPT_VERSION,
+    AgentMessage, CheckpointReason, Content, ContentBlock, Cost, Direction, EventKind, LogFields,
+    Role, SessionHeader, TranscriptEntry, Usage,
 };
 pub use file::FileTranscriptStore;
 pub use follow::TranscriptFollow;
 pub use index::{IndexDelta, IndexedTranscript, TranscriptIndexer};
-pub use lines::validate_transcript_name;
 pub use memory::MemoryTranscriptStore;
 
 /// A position in a transcript: events at or after it are newer than events before it.
@@ -506,13 +505,13 @@ fn first_chunk(read: &mut TranscriptRead, max_bytes: usize) {
 }
 
 /// How much of a transcript a [`TranscriptFollow`] reads at once by default.
-pub const DEFAULT_CHUNK_BYTES: usize = 256 * 1024;
+pub(crate) const DEFAULT_CHUNK_BYTES: usize = 256 * 1024;
 
 /// How often a [`TranscriptFollow`] looks again by default when nothing wakes it.
-pub const DEFAULT_FOLLOW_INTERVAL: Duration = Duration::from_millis(100);
+pub(crate) const DEFAULT_FOLLOW_INTERVAL: Duration = Duration::from_millis(100);
 
 /// How many updates a slow subscriber may fall behind before it misses some.
-pub const SUBSCRIPTION_CAPACITY: usize = 1024;
+pub(crate) const SUBSCRIPTION_CAPACITY: usize = 1024;
 
 /// In-process publishing of transcript updates, for store implementations.
 #[derive(Debug, Clone)]

@@ -12,9 +12,9 @@ use crate::key::SessionKey;
 use crate::lifecycle::freshness::Zone;
 
 /// The most events queued per session (OpenClaw: 20); the oldest are dropped.
-pub const MAX_SYSTEM_EVENTS: usize = 20;
+pub(crate) const MAX_SYSTEM_EVENTS: usize = 20;
 /// The most sessions with queued events; the least recently touched are dropped.
-pub const MAX_SYSTEM_EVENT_SESSIONS: usize = 1000;
+pub(crate) const MAX_SYSTEM_EVENT_SESSIONS: usize = 1000;
 
 /// One queued event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,8 +30,8 @@ pub struct SystemEvent {
 /// Every implementation keeps the same bounds and semantics as [`SystemEventQueue`]
 /// (the in-memory default): text is trimmed, a blank text or a repeat of the last
 /// queued text is skipped (`Ok(false)`) but still counts as touching the session, at
-/// most [`MAX_SYSTEM_EVENTS`] events a session (the oldest dropped first) and
-/// [`MAX_SYSTEM_EVENT_SESSIONS`] sessions (the least recently touched dropped first).
+/// most `20` events a session (the oldest dropped first) and
+/// `1000` sessions (the least recently touched dropped first).
 /// [`drain`](SystemEvents::drain) takes a session's events and frees its place; an
 /// event is returned by exactly one drain, even when several workers drain at once.
 /// The shared implementations live beside the sessions:
@@ -198,7 +198,7 @@ impl SystemEvents for SystemEventQueue {
 /// (`reason periodic`, `read heartbeat.md…`, `heartbeat poll`, `heartbeat wake`) is
 /// dropped, and a `Node:` line loses its ` · last input …` part. Times are written in
 /// `zone`: `YYYY-MM-DD HH:MM:SS <zone abbreviation>`, or `YYYY-MM-DDTHH:MM:SSZ` for UTC.
-pub fn prepend_system_events(body: &str, events: &[SystemEvent], zone: &Zone) -> String {
+pub(crate) fn prepend_system_events(body: &str, events: &[SystemEvent], zone: &Zone) -> String {
     let lines: Vec<String> = events
         .iter()
         .filter_map(|event| {

@@ -36,10 +36,10 @@ use crate::error::{Error, LockHolder, Result};
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 /// OpenClaw's lock poll interval, 25 ms: how often its waiters look at the lock file
 /// (see [`LockOptions::poll_interval`]).
-pub const DEFAULT_LOCK_POLL_INTERVAL: Duration = Duration::from_millis(25);
+pub(crate) const DEFAULT_LOCK_POLL_INTERVAL: Duration = Duration::from_millis(25);
 /// When a lock file not held by a live `agent-sessions` process counts as abandoned
 /// (OpenClaw: 30 s, judged by the lock file's mtime).
-pub const DEFAULT_LOCK_STALE_AFTER: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_LOCK_STALE_AFTER: Duration = Duration::from_secs(30);
 
 /// The marker this crate adds to its lock files.
 const OWNER_MARKER: &str = "agent-sessions";

@@ -42,9 +42,8 @@ use crate::paths;
 pub use self::history::JsonFileHistory;
 pub(crate) use self::history::HISTORY_DIR;
 pub use self::io::Durability;
-pub use self::lock::{
-    LockOptions, DEFAULT_LOCK_POLL_INTERVAL, DEFAULT_LOCK_STALE_AFTER, DEFAULT_LOCK_TIMEOUT,
-};
+pub(crate) use self::lock::DEFAULT_LOCK_STALE_AFTER;
+pub use self::lock::{LockOptions, DEFAULT_LOCK_TIMEOUT};
 pub use self::system_events::JsonFileSystemEvents;
 pub(crate) use self::system_events::EVENTS_DIR;
 
@@ -57,7 +56,7 @@ type BatchOutcome = watch::Receiver<Option<Result<(), Arc<Error>>>>;
 const FOREIGN_WAIT_SLICE: Duration = Duration::from_secs(1);
 
 /// How long a read may reuse a parsed store without re-reading it (OpenClaw: 45 s).
-pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(45);
+pub(crate) const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(45);
 
 /// Settings of a [`JsonFileStore`].
 ///
