@@ -1,6 +1,6 @@
 //! One turn through `SessionManager::turn` + `Turn::complete`, against the same turn
-//! made of the separate calls a host made before (`resolve`, `log_message`,
-//! `prepare_turn`, `memory_flush_plan`, `finish_turn`, `log_message`, `record_turn`),
+//! made of the low-level calls a host with its own loop makes (`resolve`, `log_message`,
+//! `memory_flush_plan`, `log_message`, `record_turn`),
 //! measured in the same run on every backend, 1,000 sessions, each backend's fast
 //! durability mode (JSON transcripts unsynced too). Each function has a session of its
 //! own, so neither inherits the other's transcript.

@@ -900,7 +900,7 @@ impl SessionEntry {
 
     /// Parses an entry from JSON, applying OpenClaw's legacy-field migrations
     /// (`provider` → `channel`, `lastProvider` → `lastChannel`, `room` → `groupChannel`).
-    pub fn from_json(json: &str) -> serde_json::Result<Self> {
+    pub(crate) fn from_json(json: &str) -> serde_json::Result<Self> {
         let mut entry: SessionEntry = crate::json_text::from_slice(json.as_bytes())?;
         entry.migrate_legacy_fields();
         Ok(entry)

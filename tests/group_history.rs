@@ -279,10 +279,7 @@ async fn chatter_that_cannot_be_kept_fails_the_call_and_a_mention_is_still_answe
         matches!(chatter, Err(Error::NotAFile { .. } | Error::Io { .. })),
         "not acknowledged: {chatter:?}"
     );
-    assert!(manager
-        .record_chatter(&in_group("Ann", "lunch?"))
-        .await
-        .is_err());
+    assert!(manager.turn(&in_group("Ann", "lunch?")).await.is_err());
     // A read that fails while answering costs only the history.
     let asked = manager.turn(&mention("Bob", "@bot book it")).await.unwrap();
     assert_eq!(asked.action(), &TurnAction::Answer);

@@ -4,7 +4,6 @@ use std::path::Path;
 use std::sync::Arc;
 
 use agent_sessions::context::delivery::DeliveryRoute;
-use agent_sessions::context::reply::ReplyPayload;
 use agent_sessions::identity::access::Caller;
 use agent_sessions::identity::isolation::AgentScoped;
 use agent_sessions::identity::workspace::Workspaces;
@@ -315,13 +314,12 @@ enum Call {
     Replay,
     Workspace,
     EnsureSkillsSnapshot,
-    PrepareTurn,
-    FinishTurn,
+    Turn,
     EnqueueSystemEvent,
     Subscribe,
 }
 
-const EVERY_CALL: [Call; 29] = [
+const EVERY_CALL: [Call; 28] = [
     Call::Resolve,
     Call::Get,
     Call::Close,
@@ -347,8 +345,7 @@ const EVERY_CALL: [Call; 29] = [
     Call::Replay,
     Call::Workspace,
     Call::EnsureSkillsSnapshot,
-    Call::PrepareTurn,
-    Call::FinishTurn,
+    Call::Turn,
     Call::EnqueueSystemEvent,
     Call::Subscribe,
 ];
@@ -356,10 +353,9 @@ const EVERY_CALL: [Call; 29] = [
 async fn call(scoped: &ScopedManager<'_>, fixture: &Fixture, call: Call) -> Result<()> {
     let key = &fixture.key;
     let message = jane_by_sms("and tomorrow?");
-    // What the host resolved before handing the turn to this caller.
-    let resolution = || async { fixture.manager.resolve(&message).await.unwrap() };
     match call {
         Call::Resolve => scoped.resolve(&message).await.map(drop),
+        Call::Turn => scoped.turn(&message).await.map(drop),
         Call::Get => scoped.get(key).await.map(drop),
         Call::Close => scoped.close(key).await.map(drop),
         Call::Reset => scoped.reset(key).await.map(drop),
@@ -437,19 +433,6 @@ async fn call(scoped: &ScopedManager<'_>, fixture: &Fixture, call: Call) -> Resu
             .ensure_skills_snapshot(key, 1, || serde_json::json!({"skills": []}))
             .await
             .map(drop),
-        Call::PrepareTurn => scoped
-            .prepare_turn(&resolution().await, &message)
-            .await
-            .map(drop),
-        Call::FinishTurn => scoped
-            .finish_turn(
-                &resolution().await,
-                &message,
-                vec![ReplyPayload::text("ok")],
-                vec![],
-            )
-            .await
-            .map(drop),
         Call::EnqueueSystemEvent => scoped
             .enqueue_system_event(key, "Model switched.")
             .await
@@ -502,7 +485,7 @@ async fn access_control_table_over_every_scoped_call() {
             };
             assert_eq!(denial, expected_denial(who, each), "{who:?} {each:?}");
 
-            if denial.is_some() && !matches!(each, Call::PrepareTurn | Call::FinishTurn) {
+            if denial.is_some() {
                 // Turned away: nothing changed anywhere.
                 let after = fixture.manager.get(&fixture.key).await.unwrap().unwrap();
                 assert_eq!(after, before, "{who:?} {each:?} changed the session");

@@ -4,7 +4,6 @@
 use std::path::Path;
 use std::time::Duration;
 
-use agent_sessions::context::reply::ReplyPayload;
 use agent_sessions::lifecycle::clock::ManualClock;
 use agent_sessions::lifecycle::freshness::{StaleReason, Zone};
 use agent_sessions::openclaw::{OpenClawConfig, OpenClawEnv};
@@ -348,17 +347,10 @@ async fn the_send_policy_decides_whether_replies_go_out() {
             .await
             .unwrap()
             .build();
-        let resolution = manager.resolve(&message).await.unwrap();
-        let replies = manager
-            .finish_turn(
-                &resolution,
-                &message,
-                vec![ReplyPayload::text("hello")],
-                vec![],
-            )
-            .await
-            .unwrap();
-        assert_eq!(!replies.is_empty(), sent, "{text} {}", resolution.key);
+        let turn = manager.turn(&message).await.unwrap();
+        let key = turn.key().clone();
+        let replies = turn.complete("hello").await.unwrap();
+        assert_eq!(!replies.is_empty(), sent, "{text} {key}");
     }
 }
 
@@ -385,18 +377,13 @@ async fn the_group_history_limit_bounds_the_context() {
             .build();
         for body in ["one", "two", "three"] {
             let message = InboundMessage::group("telegram", "-100", "u1", body);
-            let resolution = manager.resolve(&message).await.unwrap();
-            let turn = manager.prepare_turn(&resolution, &message).await.unwrap();
-            assert!(turn.text.is_none(), "not addressed: kept as history");
+            let turn = manager.turn(&message).await.unwrap();
+            assert!(turn.input().is_none(), "not addressed: kept as history");
+            turn.complete("unused").await.unwrap();
         }
         let message = InboundMessage::group("telegram", "-100", "u1", "now").mentioning_agent();
-        let resolution = manager.resolve(&message).await.unwrap();
-        let text = manager
-            .prepare_turn(&resolution, &message)
-            .await
-            .unwrap()
-            .text
-            .unwrap();
+        let turn = manager.turn(&message).await.unwrap();
+        let text = turn.input().unwrap().to_owned();
         let seen: Vec<&str> = ["one", "two", "three"]
             .into_iter()
             .filter(|body| text.contains(&format!(": {body}\n")))
@@ -452,17 +439,12 @@ async fn the_envelope_time_zone_writes_event_times() {
             .clock(ManualClock::new(at))
             .build();
         let message = InboundMessage::direct("telegram", "42", "hi");
-        let resolution = manager.resolve(&message).await.unwrap();
         manager
-            .enqueue_system_event(&resolution.key, "Model switched.")
+            .enqueue_system_event(&manager.key_for(&message).unwrap(), "Model switched.")
             .await
             .unwrap();
-        let text_seen = manager
-            .prepare_turn(&resolution, &message)
-            .await
-            .unwrap()
-            .text
-            .unwrap();
+        let turn = manager.turn(&message).await.unwrap();
+        let text_seen = turn.input().unwrap().to_owned();
         assert!(
             text_seen.starts_with(&format!("System: [{time}] Model switched.")),
             "{text}: {text_seen}"

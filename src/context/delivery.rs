@@ -3,21 +3,6 @@
 //! An entry keeps its reply route twice, as OpenClaw writes it: in `deliveryContext` and
 //! mirrored in `lastChannel`, `lastTo`, `lastAccountId` and `lastThreadId`. Every change
 //! goes through one function that keeps the two in step.
-//!
-//! ```
-//! use agent_sessions::context::delivery::{apply_route, DeliveryRoute};
-//! use agent_sessions::{SessionEntry, ThreadId};
-//!
-//! let mut entry = SessionEntry::new("s", 1);
-//! apply_route(&mut entry, &DeliveryRoute::to(" Slack ", "C1").with_thread("1700.1"));
-//! assert_eq!(entry.last_channel.as_deref(), Some("slack"));
-//! assert_eq!(entry.last_thread_id, Some(ThreadId::Text("1700.1".into())));
-//!
-//! // A new recipient without a thread drops the old thread.
-//! apply_route(&mut entry, &DeliveryRoute::to("slack", "C2"));
-//! assert_eq!(entry.delivery_context.as_ref().unwrap().thread_id, None);
-//! assert_eq!(entry.last_thread_id, None);
-//! ```
 
 use serde::{Deserialize, Serialize};
 
@@ -287,5 +272,24 @@ mod doc_examples {
         let context = entry.delivery_context.as_ref().unwrap();
         assert_eq!(context.channel.as_deref(), Some("whatsapp"));
         assert_eq!(entry.channel.as_deref(), Some(" WhatsApp "));
+    }
+
+    #[test]
+    fn routes_keep_both_copies_in_step() {
+        use crate::context::delivery::{apply_route, DeliveryRoute};
+        use crate::{SessionEntry, ThreadId};
+
+        let mut entry = SessionEntry::new("s", 1);
+        apply_route(
+            &mut entry,
+            &DeliveryRoute::to(" Slack ", "C1").with_thread("1700.1"),
+        );
+        assert_eq!(entry.last_channel.as_deref(), Some("slack"));
+        assert_eq!(entry.last_thread_id, Some(ThreadId::Text("1700.1".into())));
+
+        // A new recipient without a thread drops the old thread.
+        apply_route(&mut entry, &DeliveryRoute::to("slack", "C2"));
+        assert_eq!(entry.delivery_context.as_ref().unwrap().thread_id, None);
+        assert_eq!(entry.last_thread_id, None);
     }
 }

@@ -428,7 +428,7 @@ impl MemoryHistory {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use agent_sessions::context::history::{HistoryBuffer, HistoryEntry, MemoryHistory, DEFAULT_GROUP_HISTORY_LIMIT};
+    /// use agent_sessions::context::history::{HistoryBuffer, HistoryEntry, MemoryHistory};
     /// use agent_sessions::prelude::*;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
@@ -443,7 +443,7 @@ impl MemoryHistory {
     /// history.set_limit(Some(1)); // config reloaded with historyLimit: 1
     /// assert_eq!(history.entries("slack:default:channel:c1").await?.len(), 1);
     /// history.set_limit(None); // historyLimit removed again
-    /// assert_eq!(history.limit(), DEFAULT_GROUP_HISTORY_LIMIT);
+    /// assert_eq!(history.limit(), 50);
     /// # drop(manager);
     /// # Ok(())
     /// # }

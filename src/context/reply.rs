@@ -1,18 +1,10 @@
 //! What the bot sends back: reply payloads from the model's output.
 //!
-//! ```
-//! use agent_sessions::context::reply::{build_reply_payloads, ReplyOptions, ReplyPayload};
-//!
-//! let raw = vec![ReplyPayload::text("[[reply_to_current]] Done!\nMEDIA: https://cdn.example.com/report.pdf")];
-//! let options = ReplyOptions { current_message_id: Some("m-42".into()), ..ReplyOptions::default() };
-//! let payloads = build_reply_payloads(raw, &options);
-//! assert_eq!(payloads[0].text.as_deref(), Some("Done!"));
-//! assert_eq!(payloads[0].reply_to_id.as_deref(), Some("m-42"));
-//! assert_eq!(payloads[0].media_urls, ["https://cdn.example.com/report.pdf"]);
-//!
-//! // Silence: nothing is sent.
-//! assert!(build_reply_payloads(vec![ReplyPayload::text("<NO_REPLY>")], &options).is_empty());
-//! ```
+//! [`Turn::complete`](crate::manager::Turn::complete) turns the model's outputs into
+//! [`ReplyPayload`]s as OpenClaw does: `[[reply_to_current]]` and `[[reply_to:<id>]]`
+//! directives, `MEDIA:` lines, silence (`NO_REPLY`, `<NO_REPLY>`, `<EMPTY_RESPONSE>`),
+//! heartbeat acknowledgements and texts a messaging tool already sent; the session's
+//! send policy has the last word.
 
 use serde::{Deserialize, Serialize};
 
@@ -64,7 +56,7 @@ impl ReplyPayload {
     }
 
     /// Whether there is anything to send.
-    pub fn is_renderable(&self) -> bool {
+    pub(crate) fn is_renderable(&self) -> bool {
         self.text.as_deref().is_some_and(|t| !t.trim().is_empty()) || !self.media_urls.is_empty()
     }
 }
@@ -833,5 +825,28 @@ mod doc_examples {
             Some("NO_REPLY")
         );
         assert_eq!(strip_silence_token("<NO_REPLY>", "SKIP"), None);
+    }
+
+    #[test]
+    fn reply_payloads_follow_directives_and_silence() {
+        use crate::context::reply::{build_reply_payloads, ReplyOptions, ReplyPayload};
+
+        let raw = vec![ReplyPayload::text(
+            "[[reply_to_current]] Done!\nMEDIA: https://cdn.example.com/report.pdf",
+        )];
+        let options = ReplyOptions {
+            current_message_id: Some("m-42".into()),
+            ..ReplyOptions::default()
+        };
+        let payloads = build_reply_payloads(raw, &options);
+        assert_eq!(payloads[0].text.as_deref(), Some("Done!"));
+        assert_eq!(payloads[0].reply_to_id.as_deref(), Some("m-42"));
+        assert_eq!(
+            payloads[0].media_urls,
+            ["https://cdn.example.com/report.pdf"]
+        );
+
+        // Silence: nothing is sent.
+        assert!(build_reply_payloads(vec![ReplyPayload::text("<NO_REPLY>")], &options).is_empty());
     }
 }

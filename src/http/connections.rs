@@ -30,7 +30,7 @@ fn descriptor_headroom(limit: u64) -> u64 {
 ///
 /// ```
 /// let limit = agent_sessions::http::default_max_connections();
-/// assert!((1..=agent_sessions::http::DEFAULT_MAX_CONNECTIONS).contains(&limit));
+/// assert!((1..=1024).contains(&limit));
 /// ```
 pub fn default_max_connections() -> usize {
     match open_files_limit() {

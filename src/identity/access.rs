@@ -5,25 +5,6 @@
 //! may be limited to a key namespace, as a channel's token is limited to its channel's
 //! keys. One rule decides; the manager applies it on every
 //! path through [`SessionManager::scoped`](crate::SessionManager::scoped).
-//!
-//! ```
-//! use agent_sessions::identity::access::{verify_session_access, Caller};
-//! use agent_sessions::{AccessDenial, Error, SessionEntry, SessionKey};
-//!
-//! let key = SessionKey::parse("agent:main:sms:dm:+61412345678")?;
-//! let mut entry = SessionEntry::new("s-1", 0);
-//! entry.add_participant("staff:17");
-//!
-//! verify_session_access(&Caller::owner(), &key, Some(&entry))?;
-//! verify_session_access(&Caller::person("staff:17"), &key, Some(&entry))?;
-//! let stranger = verify_session_access(&Caller::person("staff:18"), &key, Some(&entry));
-//! assert!(matches!(stranger, Err(Error::AccessDenied { reason: AccessDenial::NotParticipant, .. })));
-//!
-//! let telegram_token = Caller::owner().within_namespace("agent:main:telegram")?;
-//! let denied = verify_session_access(&telegram_token, &key, Some(&entry));
-//! assert!(matches!(denied, Err(Error::AccessDenied { reason: AccessDenial::OutsideTokenNamespace, .. })));
-//! # Ok::<(), agent_sessions::Error>(())
-//! ```
 
 use crate::entry::SessionEntry;
 use crate::error::{AccessDenial, Error, KeyProblem, Result};
@@ -249,5 +230,44 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+}
+
+/// The examples that documented these crate-private helpers, kept as tests.
+#[cfg(test)]
+mod doc_examples {
+    #[test]
+    fn the_access_rule() {
+        (|| {
+            use crate::identity::access::{verify_session_access, Caller};
+            use crate::{AccessDenial, Error, SessionEntry, SessionKey};
+
+            let key = SessionKey::parse("agent:main:sms:dm:+61412345678")?;
+            let mut entry = SessionEntry::new("s-1", 0);
+            entry.add_participant("staff:17");
+
+            verify_session_access(&Caller::owner(), &key, Some(&entry))?;
+            verify_session_access(&Caller::person("staff:17"), &key, Some(&entry))?;
+            let stranger = verify_session_access(&Caller::person("staff:18"), &key, Some(&entry));
+            assert!(matches!(
+                stranger,
+                Err(Error::AccessDenied {
+                    reason: AccessDenial::NotParticipant,
+                    ..
+                })
+            ));
+
+            let telegram_token = Caller::owner().within_namespace("agent:main:telegram")?;
+            let denied = verify_session_access(&telegram_token, &key, Some(&entry));
+            assert!(matches!(
+                denied,
+                Err(Error::AccessDenied {
+                    reason: AccessDenial::OutsideTokenNamespace,
+                    ..
+                })
+            ));
+            Ok::<(), crate::Error>(())
+        })()
+        .unwrap();
     }
 }

@@ -328,21 +328,9 @@ impl DefaultIdentityResolver {
         self
     }
 
-    /// Resolves `channel` as an authenticated-subject channel.
-    pub fn subject_channel(mut self, channel: &str) -> Self {
-        self.subject_channels.push(channel.trim().to_lowercase());
-        self
-    }
-
     /// Resolves `channel` by phone number.
     pub fn phone_channel(mut self, channel: &str) -> Self {
         self.phone_channels.push(channel.trim().to_lowercase());
-        self
-    }
-
-    /// Resolves `channel` by API key.
-    pub fn api_channel(mut self, channel: &str) -> Self {
-        self.api_channels.push(channel.trim().to_lowercase());
         self
     }
 

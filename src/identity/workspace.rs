@@ -71,7 +71,7 @@ impl Workspaces {
     }
 
     /// The configured sharing.
-    pub fn sharing_mode(&self) -> WorkspaceSharing {
+    pub(crate) fn sharing_mode(&self) -> WorkspaceSharing {
         self.sharing
     }
 

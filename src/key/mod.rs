@@ -328,7 +328,7 @@ impl SessionKey {
     }
 
     /// A subagent spawned by this (subagent) session: this key plus `:subagent:<id>`.
-    pub fn nested_subagent(&self, id: &str) -> Result<Self> {
+    pub(crate) fn nested_subagent(&self, id: &str) -> Result<Self> {
         let id = builder::key_segment(IdKind::Subagent, id)?;
         SessionKey::parse(&format!("{}:subagent:{id}", self.0))
     }

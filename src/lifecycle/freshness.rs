@@ -462,7 +462,7 @@ impl Zone {
     /// The most recent daily boundary at `at_hour:00` local time at or before `now`, and
     /// the one after it (OpenClaw's `resolveDailyResetAtMs`, DST-aware: boundaries are
     /// a calendar day apart, not 24 hours).
-    pub fn daily_boundaries(
+    pub(crate) fn daily_boundaries(
         &self,
         now: DateTime<Utc>,
         at_hour: u8,

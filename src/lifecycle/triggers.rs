@@ -133,7 +133,7 @@ impl ResetTriggers {
     }
 
     /// Whether the sender of `message` may reset its session.
-    pub fn is_authorized(&self, message: &InboundMessage) -> bool {
+    pub(crate) fn is_authorized(&self, message: &InboundMessage) -> bool {
         if message.sender_is_owner {
             return true;
         }

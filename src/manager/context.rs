@@ -3,8 +3,6 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
-
 use super::{Resolution, SessionManager};
 use crate::context::activation::ActivationDecision;
 use crate::context::history::{
@@ -22,9 +20,8 @@ use crate::key::SessionKey;
 use crate::lifecycle::clock::{from_millis, to_millis};
 
 /// What [`SessionManager::prepare_turn`] decided for a message.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TurnInput {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TurnInput {
     /// Whether the agent runs, and why.
     pub activation: ActivationDecision,
     /// The text for the model; `None` when the agent does not run (the message was
@@ -56,41 +53,9 @@ impl SessionManager {
     /// Takes a group message the agent does not answer, as OpenClaw does, without
     /// counting it as activity: decides whether `message` runs the agent (under the
     /// group's stored activation), and if not records its origin, group metadata and
-    /// route ([`record_inbound_meta`](Self::record_inbound_meta)) and keeps it in the
-    /// group's history for the next turn. Returns the decision; when it triggers,
-    /// nothing was recorded and the host goes on with [`resolve`](Self::resolve).
-    ///
-    /// ```
-    /// # use agent_sessions::prelude::*;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> agent_sessions::Result<()> {
-    /// let manager = SessionManager::new(MemoryStore::new());
-    /// let chatter = InboundMessage::group("slack", "C1", "U2", "lunch?");
-    /// assert!(!manager.record_chatter(&chatter).await?.trigger);
-    ///
-    /// let asked = InboundMessage::group("slack", "C1", "U3", "@bot where?").mentioning_agent();
-    /// assert!(manager.record_chatter(&asked).await?.trigger);
-    /// let resolution = manager.resolve(&asked).await?;
-    /// let seen = manager.prepare_turn(&resolution, &asked).await?.text.unwrap();
-    /// assert!(seen.contains("lunch?"));
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn record_chatter(&self, message: &InboundMessage) -> Result<ActivationDecision> {
-        self.record_chatter_admitted(message, &|_, _| Ok(())).await
-    }
-
-    pub(super) async fn record_chatter_admitted(
-        &self,
-        message: &InboundMessage,
-        admit: &super::Admission<'_>,
-    ) -> Result<ActivationDecision> {
-        let (decision, _) = self.chatter_admitted(message, admit, None).await?;
-        Ok(decision)
-    }
-
-    /// [`record_chatter`](Self::record_chatter), keeping the message once within
-    /// `dedupe` when given: whether it was kept (`false`: a delivery again).
+    /// route and keeps it in the group's history for the next turn — once within
+    /// `dedupe` when given. Returns the decision and whether the message was kept
+    /// (`false`: a delivery again).
     pub(super) async fn chatter_admitted(
         &self,
         message: &InboundMessage,
@@ -146,7 +111,7 @@ impl SessionManager {
     /// body: reset trigger and model hint removed), in a group preceded by the history
     /// since the agent was last addressed (which this clears: each message reaches the
     /// model once), and preceded by the session's queued system events (drained).
-    pub async fn prepare_turn(
+    pub(crate) async fn prepare_turn(
         &self,
         resolution: &Resolution,
         message: &InboundMessage,
@@ -250,7 +215,7 @@ impl SessionManager {
     /// What the bot sends for the model's `outputs` to `message`: the reply pipeline
     /// (heartbeat tokens, directives, silence, duplicates of `sent_by_tool`), then the
     /// send policy — a session that may not send gets nothing.
-    pub async fn finish_turn(
+    pub(crate) async fn finish_turn(
         &self,
         resolution: &Resolution,
         message: &InboundMessage,

@@ -73,7 +73,6 @@ use crate::memory::summary::{Summarizer, TemplateSummarizer};
 use crate::store::SessionStore;
 use crate::transcript::{ArchiveReason, CheckpointReason, TranscriptRef, TranscriptStore};
 
-pub use context::TurnInput;
 pub use dedupe::DEFAULT_DEDUPE_WINDOW;
 pub use idle::{IdleCheckpointOptions, IdleCheckpoints};
 pub use lifecycle::{DeleteOptions, OverrideKind, PruneOptions, SessionOverride};

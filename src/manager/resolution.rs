@@ -68,14 +68,6 @@ impl Reason {
             Reason::WithinTimeout => "within_timeout",
         }
     }
-
-    /// For a timeout, whether the daily boundary or the idle window ended the session.
-    pub fn stale_reason(&self) -> Option<StaleReason> {
-        match self {
-            Reason::Timeout(reason) => Some(*reason),
-            _ => None,
-        }
-    }
 }
 
 impl fmt::Display for Reason {

@@ -13,13 +13,11 @@ use serde_json::Value;
 use super::lifecycle::subagent_key;
 use super::{
     CompactionEvent, DeleteOptions, LogMessage, OverrideKind, Resolution, SessionManager,
-    SessionOverride, Turn, TurnInput, TurnOutcome,
+    SessionOverride, Turn, TurnOutcome,
 };
-use crate::context::activation::ActivationDecision;
 use crate::context::chat::ChatMessage;
 use crate::context::delivery::DeliveryRoute;
 use crate::context::inbound::InboundMessage;
-use crate::context::reply::ReplyPayload;
 use crate::entry::{DescriptionSource, SessionEntry, SessionSource, SessionStatus};
 use crate::error::{AccessDenial, Error, Result};
 use crate::identity::access::{denied, verify_namespace, verify_session_access, Caller};
@@ -48,7 +46,7 @@ impl SessionManager {
     /// The session under `key`, if `caller` may open it.
     /// The owner gets `None` for a missing session; anyone else is denied, so that a
     /// denial does not tell whether the session exists.
-    pub async fn verify_session_access(
+    pub(crate) async fn verify_session_access(
         &self,
         caller: &Caller,
         key: &SessionKey,
@@ -206,15 +204,6 @@ impl<'a> ScopedManager<'a> {
             .await
     }
 
-    /// [`SessionManager::record_chatter`] for a message the caller may post, on the same
-    /// terms as [`resolve`](Self::resolve).
-    pub async fn record_chatter(&self, message: &InboundMessage) -> Result<ActivationDecision> {
-        self.may_post(message)?;
-        self.manager
-            .record_chatter_admitted(message, &|key, entry| self.may_create(key, entry))
-            .await
-    }
-
     /// [`SessionManager::resolve`] for a message the caller may post: a participant
     /// posts only as themselves (the message's [`participant_id`] is theirs) and only
     /// into a session they take part in or a new one; a namespaced caller only into
@@ -349,30 +338,6 @@ impl<'a> ScopedManager<'a> {
         let key = subagent_key(parent, agent)?;
         verify_namespace(&self.caller, &key)?;
         self.manager.create_subagent(&key, parent, label).await
-    }
-
-    /// [`SessionManager::prepare_turn`], if the caller may open the resolved session.
-    pub async fn prepare_turn(
-        &self,
-        resolution: &Resolution,
-        message: &InboundMessage,
-    ) -> Result<TurnInput> {
-        self.check(&resolution.key).await?;
-        self.manager.prepare_turn(resolution, message).await
-    }
-
-    /// [`SessionManager::finish_turn`], if the caller may open the resolved session.
-    pub async fn finish_turn(
-        &self,
-        resolution: &Resolution,
-        message: &InboundMessage,
-        outputs: Vec<ReplyPayload>,
-        sent_by_tool: Vec<String>,
-    ) -> Result<Vec<ReplyPayload>> {
-        self.check(&resolution.key).await?;
-        self.manager
-            .finish_turn(resolution, message, outputs, sent_by_tool)
-            .await
     }
 
     /// [`SessionManager::enqueue_system_event`], if the caller may open the session.

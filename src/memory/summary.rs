@@ -102,7 +102,7 @@ impl SummaryInput {
     }
 
     /// Sets the turn count.
-    pub fn with_turn_count(mut self, turns: u64) -> Self {
+    pub(crate) fn with_turn_count(mut self, turns: u64) -> Self {
         self.turn_count = Some(turns);
         self
     }

@@ -88,7 +88,7 @@ impl TurnUsage {
     }
 
     /// This usage as a transcript's assistant message records it.
-    pub fn to_transcript_usage(&self) -> crate::transcript::Usage {
+    pub(crate) fn to_transcript_usage(&self) -> crate::transcript::Usage {
         crate::transcript::Usage {
             input: self.input.unwrap_or(0),
             output: self.output.unwrap_or(0),

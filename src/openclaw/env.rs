@@ -103,7 +103,7 @@ impl OpenClawEnv {
 
     /// `path` as OpenClaw's `resolveUserPath` reads a path from a variable: trimmed, a
     /// leading `~` expanded to [`home`](Self::home), made absolute.
-    pub fn user_path(&self, path: &str) -> PathBuf {
+    pub(crate) fn user_path(&self, path: &str) -> PathBuf {
         let trimmed = path.trim();
         let expanded = match (strip_tilde(trimmed), self.home()) {
             (Some(rest), Some(home)) => join_rest(&home, rest),

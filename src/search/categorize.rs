@@ -256,7 +256,7 @@ impl KeywordCategorizer {
     }
 
     /// The label for `text`.
-    pub fn label_for(&self, text: &str) -> &str {
+    pub(crate) fn label_for(&self, text: &str) -> &str {
         let words = tokens(text);
         let matches = |phrase: &Vec<String>| {
             words

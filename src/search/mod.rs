@@ -100,7 +100,7 @@ pub struct LoggedMessage {
 
 impl LoggedMessage {
     /// The index's view of a log record.
-    pub fn from_record(record: &LogRecord) -> Self {
+    pub(crate) fn from_record(record: &LogRecord) -> Self {
         LoggedMessage {
             id: format!("{}/{}/{}", record.agent, record.session_id, record.offset.0),
             agent: record.agent.to_string(),

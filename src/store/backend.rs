@@ -305,12 +305,12 @@ impl Backend {
     }
 
     /// Opens a parsed URL, creating what is missing ([`OpenMode::Create`]).
-    pub async fn open_url(url: StoreUrl) -> Result<Backend> {
+    pub(crate) async fn open_url(url: StoreUrl) -> Result<Backend> {
         Backend::open_url_with(url, OpenMode::Create).await
     }
 
     /// Opens a parsed URL in `mode`.
-    pub async fn open_url_with(url: StoreUrl, mode: OpenMode) -> Result<Backend> {
+    pub(crate) async fn open_url_with(url: StoreUrl, mode: OpenMode) -> Result<Backend> {
         type Parts = (
             Arc<dyn SessionStore>,
             Arc<dyn TranscriptExport>,

@@ -537,7 +537,7 @@ impl ListFilter {
 
     /// Whether this filter lets every current session through (no condition, no
     /// limit): [`ListFilter::all`].
-    pub fn is_everything(&self) -> bool {
+    pub(crate) fn is_everything(&self) -> bool {
         *self == ListFilter::all()
     }
 

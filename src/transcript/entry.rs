@@ -73,12 +73,6 @@ impl SessionHeader {
             extra: Map::new(),
         }
     }
-
-    /// Marks the transcript as forked from `parent` (a transcript path).
-    pub fn with_parent(mut self, parent: impl Into<String>) -> Self {
-        self.parent_session = Some(parent.into());
-        self
-    }
 }
 
 /// Who wrote a message (`message.role`).
@@ -187,7 +181,7 @@ impl ContentBlock {
     }
 
     /// Whether this is a tool call.
-    pub fn is_tool_call(&self) -> bool {
+    pub(crate) fn is_tool_call(&self) -> bool {
         self.kind == "toolCall"
     }
 }
@@ -585,7 +579,11 @@ impl TranscriptEntry {
     /// `openclaw`/`delivery-mirror` with zero usage. With media, the text is the media
     /// file names (OpenClaw's `resolveMirroredTranscriptText`) and the URLs are kept in
     /// the message's `mediaUrls`. `None` when there is nothing to mirror.
-    pub fn delivery_mirror(text: &str, media_urls: &[String], at: DateTime<Utc>) -> Option<Self> {
+    pub(crate) fn delivery_mirror(
+        text: &str,
+        media_urls: &[String],
+        at: DateTime<Utc>,
+    ) -> Option<Self> {
         let text = mirrored_text(text, media_urls)?;
         let mut message = AgentMessage::new(
             Role::Assistant,
@@ -616,7 +614,7 @@ impl TranscriptEntry {
     }
 
     /// A status change, as a `custom` entry of type `agent-sessions.status`.
-    pub fn status_change(status: &str, at: DateTime<Utc>) -> Self {
+    pub(crate) fn status_change(status: &str, at: DateTime<Utc>) -> Self {
         TranscriptEntry::custom(
             STATUS_CUSTOM_TYPE,
             serde_json::json!({ "status": status }),
@@ -634,13 +632,13 @@ impl TranscriptEntry {
     }
 
     /// Adds message-log fields.
-    pub fn with_log(mut self, log: LogFields) -> Self {
+    pub(crate) fn with_log(mut self, log: LogFields) -> Self {
         self.log = Some(log);
         self
     }
 
     /// What kind of session event this entry is.
-    pub fn event_kind(&self) -> EventKind {
+    pub(crate) fn event_kind(&self) -> EventKind {
         match (
             self.kind.as_str(),
             &self.message,

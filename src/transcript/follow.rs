@@ -157,7 +157,7 @@ impl TranscriptFollow {
 
     /// Whether the transcript was archived and the follower reads its last events: once
     /// they are returned, [`next`](Self::next) returns `None`.
-    pub fn is_ended(&self) -> bool {
+    pub(crate) fn is_ended(&self) -> bool {
         self.ended
     }
 

@@ -80,24 +80,6 @@ impl<T: SystemEvents + ?Sized> SystemEvents for Arc<T> {
 /// Per-session queues of system events in this process's memory: enqueue any time,
 /// drain once. The default [`SystemEvents`] of a
 /// [`SessionManager`](crate::SessionManager).
-///
-/// ```
-/// use agent_sessions::context::inbound::events::{prepend_system_events, SystemEventQueue};
-/// use agent_sessions::lifecycle::freshness::Zone;
-/// use agent_sessions::SessionKey;
-///
-/// let queue = SystemEventQueue::default();
-/// let key = SessionKey::parse("agent:main:main")?;
-/// let at = "2026-01-12T20:19:17Z".parse().unwrap();
-/// queue.enqueue(&key, "Model switched.", at);
-/// let events = queue.drain(&key);
-/// assert!(queue.drain(&key).is_empty(), "drained once");
-/// assert_eq!(
-///     prepend_system_events("hello", &events, &Zone::parse("America/Los_Angeles")?),
-///     "System: [2026-01-12 12:19:17 PST] Model switched.\n\nhello"
-/// );
-/// # Ok::<(), agent_sessions::Error>(())
-/// ```
 #[derive(Debug)]
 pub struct SystemEventQueue {
     queues: Mutex<HashMap<SessionKey, (u64, VecDeque<SystemEvent>)>>,
@@ -307,5 +289,31 @@ mod tests {
             .unwrap();
         assert!(queue.is_empty(&first), "least recently touched dropped");
         assert_eq!(queue.len(&last), 1);
+    }
+}
+
+/// The examples that documented these crate-private helpers, kept as tests.
+#[cfg(test)]
+mod doc_examples {
+    #[test]
+    fn a_queue_drains_once() {
+        (|| {
+            use crate::context::inbound::events::{prepend_system_events, SystemEventQueue};
+            use crate::lifecycle::freshness::Zone;
+            use crate::SessionKey;
+
+            let queue = SystemEventQueue::default();
+            let key = SessionKey::parse("agent:main:main")?;
+            let at = "2026-01-12T20:19:17Z".parse().unwrap();
+            queue.enqueue(&key, "Model switched.", at);
+            let events = queue.drain(&key);
+            assert!(queue.drain(&key).is_empty(), "drained once");
+            assert_eq!(
+                prepend_system_events("hello", &events, &Zone::parse("America/Los_Angeles")?),
+                "System: [2026-01-12 12:19:17 PST] Model switched.\n\nhello"
+            );
+            Ok::<(), crate::Error>(())
+        })()
+        .unwrap();
     }
 }

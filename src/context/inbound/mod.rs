@@ -328,7 +328,7 @@ impl InboundMessage {
 
     /// The group or channel the message was said in, if any: from `group_id` when the
     /// chat type says group or channel, else detected from `from` as OpenClaw does.
-    pub fn group_resolution(&self) -> Option<GroupResolution> {
+    pub(crate) fn group_resolution(&self) -> Option<GroupResolution> {
         let chat_type = self.chat_type.map(PeerKind::as_str);
         if let (Some(kind), Some(id)) = (
             self.chat_type.filter(|k| k.is_group()),

@@ -304,30 +304,6 @@ impl PostgresStore {
         PostgresStore::connect_mode(url, options, OpenMode::Create).await
     }
 
-    /// Connects to `url` read-only: the schema `options.schema` must hold this
-    /// crate's tables at this version ([`Error::StoreNotFound`] if it holds none,
-    /// [`Error::SchemaNotMigrated`] if they are older); nothing is created or
-    /// migrated, and every transaction is read-only (`default_transaction_read_only`).
-    ///
-    /// ```no_run
-    /// use agent_sessions::store::{PostgresOptions, PostgresStore};
-    /// use agent_sessions::SessionStore;
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> agent_sessions::Result<()> {
-    /// let db = PostgresStore::connect_read_only(
-    ///     "postgres://bot@db.internal/sessions",
-    ///     PostgresOptions::default(),
-    /// )
-    /// .await?;
-    /// println!("{} sessions", db.count(&agent_sessions::ListFilter::new()).await?);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn connect_read_only(url: &str, options: PostgresOptions) -> Result<Self> {
-        PostgresStore::connect_mode(url, options, OpenMode::ReadOnly).await
-    }
-
     pub(crate) async fn connect_mode(
         url: &str,
         mut options: PostgresOptions,
