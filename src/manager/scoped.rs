@@ -511,7 +511,6 @@ mod tests {
         ("new", "constructs a manager"),
         ("scoped", "makes the scoped manager"),
         ("scoped_as", "makes the scoped manager"),
-        ("verify_session_access", "is the check itself"),
         ("identify", "resolves identities for the host"),
         ("store", "the host's own store handle"),
         ("key_for", "computes a key, reads nothing"),
