@@ -260,12 +260,12 @@ pub enum Error {
     /// database file, no tables in the schema. Nothing was created.
     ///
     /// ```
-    /// use agent_sessions::store::Backend;
+    /// use agent_sessions::store::{Backend, OpenMode};
     /// use agent_sessions::Error;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// let err = Backend::open_read_only("json:/no/such/dir").await.unwrap_err();
+    /// let err = Backend::open_with("json:/no/such/dir", OpenMode::ReadOnly).await.unwrap_err();
     /// assert!(matches!(err, Error::StoreNotFound { .. }));
     /// assert!(err.to_string().contains("/no/such/dir"));
     /// assert!(!std::path::Path::new("/no/such/dir").exists());

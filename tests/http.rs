@@ -1238,7 +1238,12 @@ struct Worker {
 impl Worker {
     async fn of(store: &str, session_id: &str) -> Worker {
         let manager = SessionManager::connect(store).await.unwrap().build();
-        let key = manager.find_session(session_id).await.unwrap().unwrap().key;
+        let key = manager
+            .find_session(session_id, agent_sessions::StatusFilter::Current)
+            .await
+            .unwrap()
+            .unwrap()
+            .key;
         Worker { manager, key }
     }
 

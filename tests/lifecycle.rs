@@ -590,7 +590,7 @@ impl DriftClassifier for ScriptedDrift {
 
 #[tokio::test]
 async fn the_drift_gate_fires_at_its_threshold() {
-    for harness in harnesses_with(|builder| builder.drift_classifier(ScriptedDrift)) {
+    for harness in harnesses_with(|builder| builder.drift_classifier(ScriptedDrift, 0.8)) {
         let manager = &harness.manager;
         manager.resolve(&dm("weather?")).await.unwrap();
         for (body, reason) in [

@@ -135,11 +135,15 @@ async fn replaced_sessions_stay_readable_by_id_as_closed_on_every_backend() {
             let case = format!("{backend}, {replacement:?}");
             assert_ne!(new_id, old_id, "{case}: a new session");
             assert!(
-                manager.find_session(&old_id).await.unwrap().is_none(),
+                manager
+                    .find_session(&old_id, StatusFilter::Current)
+                    .await
+                    .unwrap()
+                    .is_none(),
                 "{case}: no longer the key's session"
             );
             let closed = manager
-                .find_any_session(&old_id)
+                .find_session(&old_id, StatusFilter::Any)
                 .await
                 .unwrap()
                 .unwrap_or_else(|| panic!("{case}: the old session reads back"));
@@ -214,7 +218,7 @@ async fn prune_removes_closed_sessions_older_than_its_age_on_every_backend() {
         assert_eq!(ids(&left), [recent.session_id()], "{backend}");
         assert!(
             manager
-                .find_session(current.session_id())
+                .find_session(current.session_id(), StatusFilter::Current)
                 .await
                 .unwrap()
                 .is_some(),
@@ -272,7 +276,7 @@ async fn inactive_sessions_are_hidden_from_listings_unless_asked_on_every_backen
         assert_eq!(ListFilter::all().status, StatusFilter::Current);
         assert!(
             manager
-                .find_session(hidden.session_id())
+                .find_session(hidden.session_id(), StatusFilter::Current)
                 .await
                 .unwrap()
                 .is_some(),

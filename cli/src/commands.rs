@@ -495,7 +495,7 @@ async fn existing_manager(store: &str, agent: &AgentId) -> Result<SessionManager
 }
 
 async fn list(store: &str, agent: &AgentId, json: bool, args: ListArgs) -> Outcome {
-    let backend = Backend::open_read_only(store).await?;
+    let backend = Backend::open_with(store, OpenMode::ReadOnly).await?;
     let mut filter = args.scope.filter(agent);
     if let Some(channel) = &args.channel {
         filter = filter.channel(channel);
@@ -552,7 +552,7 @@ async fn warn_unreadable(backend: &Backend) -> Outcome {
 
 async fn show(store: &str, agent: &AgentId, json: bool, raw: &str) -> Outcome {
     let key = key_of(agent, raw)?;
-    let backend = Backend::open_read_only(store).await?;
+    let backend = Backend::open_with(store, OpenMode::ReadOnly).await?;
     let session = match backend.sessions().get(&key).await? {
         Some(session) => session,
         None => by_session_id(&backend, raw).await?.ok_or_else(|| {
@@ -701,7 +701,7 @@ async fn export(store: &str, agent: &AgentId, args: ExportArgs) -> Outcome {
     if let Some(path) = &args.output {
         export_destination_is_safe(store, path)?;
     }
-    let backend = Backend::open_read_only(store).await?;
+    let backend = Backend::open_with(store, OpenMode::ReadOnly).await?;
     let sessions = backend
         .sessions()
         .list(&args.scope.filter(agent).include_inactive())
@@ -891,7 +891,7 @@ async fn doctor(store: &str, json: bool, repair: bool, prune: bool) -> Outcome {
     };
     options.prune_missing_transcripts = prune;
     // Refuses a tree that is not there, with or without --repair (nothing is created).
-    Backend::open_read_only(store).await?;
+    Backend::open_with(store, OpenMode::ReadOnly).await?;
     let report = examine(&root, &options).await?;
     output::doctor(json, &report);
     if report.all_repaired() {
@@ -912,7 +912,7 @@ async fn copy(from: &str, to: &str, json: bool, overwrite_conflicts: bool) -> Ou
             format!("{from} and {to} are the same store: nothing to copy"),
         ));
     }
-    let source = Backend::open_read_only(from).await?;
+    let source = Backend::open_with(from, OpenMode::ReadOnly).await?;
     let target = Backend::open(to).await?;
     let bar = Bar::new(!json);
     let options = if overwrite_conflicts {

@@ -1061,7 +1061,7 @@ async fn resolve(
 async fn find(manager: &SessionManager, id: &str) -> Result<StoredSession, ApiError> {
     check_id(id)?;
     manager
-        .find_session(id)
+        .find_session(id, StatusFilter::Current)
         .await?
         .ok_or_else(|| ApiError::no_current_session(id))
 }
@@ -1070,7 +1070,7 @@ async fn find(manager: &SessionManager, id: &str) -> Result<StoredSession, ApiEr
 async fn find_any(manager: &SessionManager, id: &str) -> Result<StoredSession, ApiError> {
     check_id(id)?;
     manager
-        .find_any_session(id)
+        .find_session(id, StatusFilter::Any)
         .await?
         .ok_or_else(|| ApiError::unknown_session(id))
 }

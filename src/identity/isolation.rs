@@ -102,11 +102,6 @@ impl<S: SessionStore> SessionStore for AgentScoped<S> {
         self.inner.get(key).await
     }
 
-    async fn get_uncached(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
-        self.check_key(key)?;
-        self.inner.get_uncached(key).await
-    }
-
     async fn apply(
         &self,
         key: &SessionKey,

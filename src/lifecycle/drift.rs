@@ -7,9 +7,6 @@ use crate::context::inbound::InboundMessage;
 use crate::error::Result;
 use crate::store::StoredSession;
 
-/// The confidence at which drift starts a new session (0.80).
-pub(crate) const DEFAULT_DRIFT_THRESHOLD: f32 = 0.80;
-
 /// A classifier's answer.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DriftVerdict {

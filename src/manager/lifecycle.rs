@@ -138,58 +138,54 @@ impl SessionManager {
         self.seams.store.get(key).await
     }
 
-    /// The session whose current `sessionId` is `session_id`, if any, `inactive` or
-    /// not. A session replaced by a reset or a timeout is not found here (it is no
-    /// longer the session of its key); [`find_any_session`](Self::find_any_session)
-    /// finds it, closed.
+    /// The session with id `session_id` among the sessions `status` admits:
+    /// [`StatusFilter::Current`] for the current session of its key (`inactive` or
+    /// not), [`StatusFilter::Any`] for closed sessions too — a session replaced under
+    /// its key by a reset, a timeout, topic drift or a message after a close is kept
+    /// with status `closed` and found only then.
     ///
     /// ```
     /// # use agent_sessions::prelude::*;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> agent_sessions::Result<()> {
-    /// let manager = SessionManager::new(MemoryStore::new());
-    /// let resolution = manager
-    ///     .resolve(&InboundMessage::direct("whatsapp", "+15550001234", "hi"))
-    ///     .await?;
-    /// let found = manager.find_session(resolution.session_id()).await?.unwrap();
-    /// assert_eq!(found.key, resolution.key);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn find_session(&self, session_id: &str) -> Result<Option<StoredSession>> {
-        let filter = ListFilter::new()
-            .include_inactive()
-            .session_id(session_id)
-            .limit(1);
-        Ok(self.seams.store.list(&filter).await?.into_iter().next())
-    }
-
-    /// The session with id `session_id`, current or closed: a session replaced under its
-    /// key by a reset, a timeout, topic drift or a message after a close is kept with
-    /// status `closed` (see [`StatusFilter`]) and found here.
-    ///
-    /// ```
-    /// # use agent_sessions::prelude::*;
-    /// # use agent_sessions::SessionStatus;
+    /// # use agent_sessions::{SessionStatus, StatusFilter};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
     /// let manager = SessionManager::new(MemoryStore::new());
     /// let first = manager.resolve(&InboundMessage::direct("telegram", "42", "hi")).await?;
+    /// let found = manager.find_session(first.session_id(), StatusFilter::Current).await?;
+    /// assert_eq!(found.unwrap().key, first.key);
+    ///
     /// manager.resolve(&InboundMessage::direct("telegram", "42", "/new")).await?;
-    /// assert!(manager.find_session(first.session_id()).await?.is_none());
-    /// let closed = manager.find_any_session(first.session_id()).await?.unwrap();
+    /// assert!(manager.find_session(first.session_id(), StatusFilter::Current).await?.is_none());
+    /// let closed = manager.find_session(first.session_id(), StatusFilter::Any).await?.unwrap();
     /// assert_eq!(closed.entry.status, Some(SessionStatus::Closed));
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn find_any_session(&self, session_id: &str) -> Result<Option<StoredSession>> {
-        if let Some(current) = self.find_session(session_id).await? {
-            return Ok(Some(current));
+    pub async fn find_session(
+        &self,
+        session_id: &str,
+        status: StatusFilter,
+    ) -> Result<Option<StoredSession>> {
+        if status != StatusFilter::Any {
+            return self.find_one(session_id, status).await;
         }
-        let filter = ListFilter::new()
-            .status(SessionStatus::Closed)
-            .session_id(session_id)
-            .limit(1);
+        // The current session first: one closed in place is current under its key too.
+        match self.find_one(session_id, StatusFilter::Current).await? {
+            Some(current) => Ok(Some(current)),
+            None => {
+                let closed = StatusFilter::Only(vec![SessionStatus::Closed]);
+                self.find_one(session_id, closed).await
+            }
+        }
+    }
+
+    async fn find_one(
+        &self,
+        session_id: &str,
+        status: StatusFilter,
+    ) -> Result<Option<StoredSession>> {
+        let mut filter = ListFilter::new().session_id(session_id).limit(1);
+        filter.status = status;
         Ok(self.seams.store.list(&filter).await?.into_iter().next())
     }
 

@@ -608,7 +608,11 @@ impl SessionTranscripts<'_> {
         session_id: &str,
         from: Offset,
     ) -> Result<Option<TranscriptFollow>> {
-        let Some(session) = self.manager.find_any_session(session_id).await? else {
+        let Some(session) = self
+            .manager
+            .find_session(session_id, crate::store::StatusFilter::Any)
+            .await?
+        else {
             return Ok(None);
         };
         self.follow_stored(&session.key, &session.entry, from)

@@ -64,7 +64,7 @@ use crate::key::{
     normalize_agent_id, normalize_channel, AgentId, DefaultKeyBuilder, KeyBuilder, SessionKey,
 };
 use crate::lifecycle::clock::{to_millis, Clock, SystemClock};
-use crate::lifecycle::drift::{DriftClassifier, DEFAULT_DRIFT_THRESHOLD};
+use crate::lifecycle::drift::DriftClassifier;
 use crate::lifecycle::freshness::{Freshness, FreshnessPolicy, ResetConfig, ResetType, Zone};
 use crate::lifecycle::triggers::{parse_model_hint, ModelCatalog, ResetTriggers};
 use crate::memory::checkpoint::Introspector;
@@ -232,13 +232,9 @@ impl SessionManagerBuilder {
         self
     }
 
-    /// Turns on the topic-drift gate, firing at `0.80` confidence.
-    pub fn drift_classifier(self, classifier: impl DriftClassifier + 'static) -> Self {
-        self.drift_classifier_with_threshold(classifier, DEFAULT_DRIFT_THRESHOLD)
-    }
-
-    /// Turns on the topic-drift gate, firing at `threshold` confidence or more.
-    pub fn drift_classifier_with_threshold(
+    /// Turns on the topic-drift gate, firing at `threshold` confidence or more (`0.8`
+    /// is the kernel's usual setting).
+    pub fn drift_classifier(
         mut self,
         classifier: impl DriftClassifier + 'static,
         threshold: f32,
@@ -284,7 +280,7 @@ impl SessionManagerBuilder {
     }
 
     /// The token a model answers with to stay silent (default: `NO_REPLY`, OpenClaw's
-    /// `SILENT_REPLY_TOKEN`): `finish_turn` removes it, bare at either end or as
+    /// `SILENT_REPLY_TOKEN`): [`Turn::complete`] removes it, bare at either end or as
     /// `<token>` anywhere, and sends nothing when nothing else is left. A blank token
     /// keeps the default.
     pub fn silent_reply_token(mut self, token: impl Into<String>) -> Self {

@@ -530,9 +530,8 @@ mod tests {
         ),
         ("refresh_identity_summary", "a job over a person's sessions"),
         ("agent_identity_of", "configuration"),
-        ("find_session", "looks up by id across sessions"),
         (
-            "find_any_session",
+            "find_session",
             "looks up by id across sessions, closed ones too",
         ),
         ("transcripts", "the handle; the scoped manager has its own"),

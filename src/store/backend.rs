@@ -276,12 +276,12 @@ impl Backend {
         Backend::open_url(url.parse()?).await
     }
 
-    /// Opens the existing store `url` names without writing to it
-    /// ([`OpenMode::ReadOnly`]): a missing directory, file or schema is
+    /// Opens the backend `url` names in `mode` (see [`OpenMode`]). With
+    /// [`OpenMode::ReadOnly`] nothing is written: a missing directory, file or schema is
     /// [`Error::StoreNotFound`] naming it, and nothing is created.
     ///
     /// ```
-    /// use agent_sessions::store::Backend;
+    /// use agent_sessions::store::{Backend, OpenMode};
     /// use agent_sessions::Error;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
@@ -289,17 +289,12 @@ impl Backend {
     /// # let dir = tempfile::tempdir().unwrap();
     /// let file = dir.path().join("typo/sessions.db");
     /// let url = format!("sqlite:{}", file.display());
-    /// let err = Backend::open_read_only(&url).await.unwrap_err();
+    /// let err = Backend::open_with(&url, OpenMode::ReadOnly).await.unwrap_err();
     /// assert!(matches!(err, Error::StoreNotFound { .. }));
     /// assert!(!dir.path().join("typo").exists(), "nothing was created");
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn open_read_only(url: &str) -> Result<Backend> {
-        Backend::open_with(url, OpenMode::ReadOnly).await
-    }
-
-    /// Opens the backend `url` names in `mode` (see [`OpenMode`]).
     pub async fn open_with(url: &str, mode: OpenMode) -> Result<Backend> {
         Backend::open_url_with(url.parse()?, mode).await
     }

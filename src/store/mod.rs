@@ -735,14 +735,6 @@ pub trait SessionStore: Send + Sync {
     /// The session stored under `key`, if any.
     async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>>;
 
-    /// The session under `key`, read from the store itself and never from a cache of
-    /// this process (OpenClaw's `skipCache`): for a host that must see a change
-    /// another process made a moment ago. Stores without a cache answer as
-    /// [`get`](Self::get).
-    async fn get_uncached(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
-        self.get(key).await
-    }
-
     /// Atomically reads `key`, runs `mutator` on it and writes the result.
     ///
     /// Returns the session as it is after the call (`None` if there is no entry). When
@@ -1028,10 +1020,6 @@ impl<S: SessionStore + ?Sized> SessionStoreExt for S {}
 impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
     async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
         (**self).get(key).await
-    }
-
-    async fn get_uncached(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
-        (**self).get_uncached(key).await
     }
 
     async fn apply(

@@ -1049,15 +1049,11 @@ impl Inner {
     }
 }
 
-#[async_trait]
-impl SessionStore for JsonFileStore {
-    async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
-        let path = self.store_path_for(key);
-        let document = self.load(&path).await?;
-        self.session_in(&document, key, &path)
-    }
-
-    async fn get_uncached(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
+impl JsonFileStore {
+    /// The session under `key`, read from the file and never from this process's cache
+    /// (OpenClaw's `skipCache`): for a host that must see a change another process made
+    /// a moment ago.
+    pub async fn get_uncached(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
         let path = self.store_path_for(key);
         let inner = self.inner.clone();
         let owned = path.clone();
@@ -1068,6 +1064,15 @@ impl SessionStore for JsonFileStore {
                 .unwrap_or_default())
         })
         .await?;
+        self.session_in(&document, key, &path)
+    }
+}
+
+#[async_trait]
+impl SessionStore for JsonFileStore {
+    async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
+        let path = self.store_path_for(key);
+        let document = self.load(&path).await?;
         self.session_in(&document, key, &path)
     }
 
