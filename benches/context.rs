@@ -4,10 +4,10 @@
 
 use std::hint::black_box;
 
-use agent_sessions::context::history::{
+use agent_sessions::context::{
     build_history_context, format_envelope, HistoryBuffer, HistoryEntry, MemoryHistory,
 };
-use agent_sessions::context::inbound::pipeline::{model_body, PipelineOptions};
+use agent_sessions::context::{model_body, PipelineOptions};
 use agent_sessions::{InboundMessage, Sender};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 

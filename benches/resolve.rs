@@ -8,7 +8,7 @@ mod common;
 
 use std::sync::Arc;
 
-use agent_sessions::identity::access::Caller;
+use agent_sessions::identity::Caller;
 use agent_sessions::prelude::*;
 use agent_sessions::{Durability, JsonFileOptions};
 use common::{entry, key, write_store};

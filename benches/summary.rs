@@ -4,7 +4,7 @@
 
 use std::hint::black_box;
 
-use agent_sessions::memory::summary::{template_summary, SummaryInput, SummaryTurn};
+use agent_sessions::memory::{template_summary, SummaryInput, SummaryTurn};
 use criterion::{criterion_group, criterion_main, Criterion};
 
 fn conversation(turns: usize) -> Vec<SummaryTurn> {

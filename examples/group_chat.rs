@@ -12,8 +12,8 @@
 
 use std::time::Duration;
 
-use agent_sessions::lifecycle::clock::ManualClock;
-use agent_sessions::lifecycle::triggers::ResetTriggers;
+use agent_sessions::lifecycle::ManualClock;
+use agent_sessions::lifecycle::ResetTriggers;
 use agent_sessions::prelude::*;
 
 /// The stand-in model: what it "answers" depends only on what it was shown.

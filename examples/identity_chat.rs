@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use agent_sessions::identity::{DefaultIdentityResolver, Identifier, PersonType, StaticDirectory};
-use agent_sessions::lifecycle::clock::ManualClock;
+use agent_sessions::lifecycle::ManualClock;
 use agent_sessions::manager::SummaryRefresh;
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::MemoryTranscriptStore;

@@ -13,9 +13,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_sessions::lifecycle::clock::{Clock, ManualClock, SystemClock};
-use agent_sessions::lifecycle::freshness::{ResetConfig, ResetSpec};
-use agent_sessions::lifecycle::triggers::ResetTriggers;
+use agent_sessions::lifecycle::ResetTriggers;
+use agent_sessions::lifecycle::{Clock, ManualClock, SystemClock};
+use agent_sessions::lifecycle::{ResetConfig, ResetSpec};
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::FileTranscriptStore;
 

@@ -555,7 +555,7 @@ pub struct SessionEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_identity: Option<String>,
     /// This session's context summary, at most 1,000 characters (see
-    /// [`summary`](crate::memory::summary)).
+    /// [`Summarizer`](crate::memory::Summarizer)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_summary: Option<String>,
     /// The rolling summary shared by every session of this person with this agent

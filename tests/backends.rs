@@ -627,7 +627,7 @@ async fn postgres_connect_reads_the_schema_from_the_url() {
 /// same store sees it; one opened read-only keeps its own in memory and writes nothing.
 #[tokio::test]
 async fn group_history_lives_with_the_store_and_a_read_only_backend_writes_none() {
-    use agent_sessions::context::history::HistoryEntry;
+    use agent_sessions::context::HistoryEntry;
     use agent_sessions::store::OpenMode;
     let dir = tempfile::tempdir().unwrap();
     let said = |body: &str| HistoryEntry {

@@ -1,12 +1,12 @@
 //! Conversation context through the manager: golden texts from the seeds' examples.
 
-use agent_sessions::context::activation::OwnerChatter;
-use agent_sessions::context::reply::ReplyPayload;
-use agent_sessions::context::send_policy::{SendMatch, SendPolicyConfig, SendRule};
+use agent_sessions::context::OwnerChatter;
+use agent_sessions::context::ReplyPayload;
+use agent_sessions::context::{SendMatch, SendPolicyConfig, SendRule};
 use agent_sessions::entry::SendPolicy;
-use agent_sessions::lifecycle::clock::ManualClock;
-use agent_sessions::lifecycle::freshness::Zone;
-use agent_sessions::lifecycle::triggers::ResetTriggers;
+use agent_sessions::lifecycle::ManualClock;
+use agent_sessions::lifecycle::ResetTriggers;
+use agent_sessions::lifecycle::Zone;
 use agent_sessions::manager::SessionOverride;
 use agent_sessions::prelude::*;
 use agent_sessions::Sender;

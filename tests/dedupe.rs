@@ -14,7 +14,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use agent_sessions::lifecycle::clock::ManualClock;
+use agent_sessions::lifecycle::ManualClock;
 use agent_sessions::manager::DEFAULT_DEDUPE_WINDOW;
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::{MemoryTranscriptStore, Offset};

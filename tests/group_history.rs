@@ -365,7 +365,7 @@ async fn history_kept_before_it_was_per_agent_reaches_the_next_turn() {
     for url in &stores.urls {
         let backend = Backend::open(url).await.unwrap();
         // What an earlier version kept, under the group's key without the agent.
-        let said = agent_sessions::context::history::HistoryEntry {
+        let said = agent_sessions::context::HistoryEntry {
             sender: "Ann".into(),
             body: "kept before the upgrade".into(),
             timestamp: None,

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sessions::http::{router, serve, Secret, ServiceOptions, SECRET_HEADER};
-use agent_sessions::lifecycle::clock::ManualClock;
-use agent_sessions::lifecycle::freshness::{ResetConfig, ResetSpec};
-use agent_sessions::lifecycle::triggers::ResetTriggers;
+use agent_sessions::lifecycle::ManualClock;
+use agent_sessions::lifecycle::ResetTriggers;
+use agent_sessions::lifecycle::{ResetConfig, ResetSpec};
 use agent_sessions::manager::LogMessage;
 use agent_sessions::prelude::*;
 use reqwest::StatusCode;

@@ -3,10 +3,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use agent_sessions::context::delivery::DeliveryRoute;
-use agent_sessions::identity::access::Caller;
-use agent_sessions::identity::isolation::AgentScoped;
-use agent_sessions::identity::workspace::Workspaces;
+use agent_sessions::context::DeliveryRoute;
+use agent_sessions::identity::AgentScoped;
+use agent_sessions::identity::Caller;
+use agent_sessions::identity::Workspaces;
 use agent_sessions::identity::{
     DefaultIdentityResolver, Directory, DirectoryEntry, Identifier, PersonType, StaticDirectory,
 };
@@ -15,7 +15,7 @@ use agent_sessions::manager::{
     CompactionEvent, DeleteOptions, LogMessage, OverrideKind, ScopedManager, SessionOverride,
     TurnOutcome,
 };
-use agent_sessions::memory::usage::EngineKind;
+use agent_sessions::memory::EngineKind;
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::{CheckpointReason, FileTranscriptStore, Offset};
 use agent_sessions::{
@@ -837,7 +837,7 @@ async fn agent_scoped_transcripts_refuse_other_agents_refs() {
 
 #[tokio::test]
 async fn workspaces_are_keyed_by_our_uuid_and_shared_across_variants_by_choice() {
-    use agent_sessions::identity::workspace::{Area, WorkspaceSharing};
+    use agent_sessions::identity::{Area, WorkspaceSharing};
     for sharing in [WorkspaceSharing::PerIdentity, WorkspaceSharing::PerSession] {
         let dir = tempfile::tempdir().unwrap();
         let manager = SessionManager::builder(MemoryStore::new())
@@ -914,7 +914,7 @@ fn mode(path: &Path) -> u32 {
 #[cfg(unix)]
 #[tokio::test]
 async fn directories_are_owner_only_and_files_too() {
-    use agent_sessions::identity::workspace::Area;
+    use agent_sessions::identity::Area;
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let agent = AgentId::main();
@@ -960,7 +960,7 @@ async fn directories_are_owner_only_and_files_too() {
 #[cfg(unix)]
 #[tokio::test]
 async fn a_symlink_planted_in_a_workspace_is_not_followed() {
-    use agent_sessions::identity::workspace::Area;
+    use agent_sessions::identity::Area;
     let dir = tempfile::tempdir().unwrap();
     let outside = dir.path().join("outside.txt");
     std::fs::write(&outside, "precious").unwrap();

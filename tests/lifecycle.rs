@@ -6,12 +6,12 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_sessions::context::delivery::DeliveryRoute;
+use agent_sessions::context::DeliveryRoute;
 use agent_sessions::entry::{DescriptionSource, SendPolicy, SessionSource, SessionStatus};
-use agent_sessions::lifecycle::clock::{Clock, ManualClock};
-use agent_sessions::lifecycle::drift::{DriftClassifier, DriftVerdict};
-use agent_sessions::lifecycle::freshness::{ResetConfig, ResetSpec, ResetType, StaleReason, Zone};
-use agent_sessions::lifecycle::triggers::{ModelRef, ResetTriggers, StaticModelCatalog};
+use agent_sessions::lifecycle::{Clock, ManualClock};
+use agent_sessions::lifecycle::{DriftClassifier, DriftVerdict};
+use agent_sessions::lifecycle::{ModelRef, ResetTriggers, StaticModelCatalog};
+use agent_sessions::lifecycle::{ResetConfig, ResetSpec, ResetType, StaleReason, Zone};
 use agent_sessions::manager::{
     DeleteOptions, OverrideKind, PruneOptions, SessionOverride, TurnOutcome,
 };

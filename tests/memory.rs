@@ -5,12 +5,12 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_sessions::lifecycle::clock::ManualClock;
+use agent_sessions::lifecycle::ManualClock;
 use agent_sessions::manager::{CompactionEvent, LogMessage, SummaryRefresh, TurnOutcome};
-use agent_sessions::memory::checkpoint::{IntrospectionInput, IntrospectionOutcome, Introspector};
-use agent_sessions::memory::flush::MemoryFlushSettings;
-use agent_sessions::memory::summary::{Summarizer, SummaryInput};
-use agent_sessions::memory::usage::{EngineKind, EngineSession, TurnUsage};
+use agent_sessions::memory::MemoryFlushSettings;
+use agent_sessions::memory::{EngineKind, EngineSession, TurnUsage};
+use agent_sessions::memory::{IntrospectionInput, IntrospectionOutcome, Introspector};
+use agent_sessions::memory::{Summarizer, SummaryInput};
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::{CheckpointReason, EventKind, FileTranscriptStore};
 use agent_sessions::{Durability, Error};

@@ -4,7 +4,7 @@
 
 mod common;
 
-use agent_sessions::identity::isolation::AgentScoped;
+use agent_sessions::identity::AgentScoped;
 use agent_sessions::prelude::*;
 use agent_sessions::store::Backend;
 use agent_sessions::{AccessDenial, Error, JsonFileOptions};

@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use agent_sessions::lifecycle::clock::ManualClock;
-use agent_sessions::lifecycle::freshness::{StaleReason, Zone};
+use agent_sessions::lifecycle::ManualClock;
+use agent_sessions::lifecycle::{StaleReason, Zone};
 use agent_sessions::openclaw::{OpenClawConfig, OpenClawEnv};
 use agent_sessions::prelude::*;
 use agent_sessions::{Error, Reason};
@@ -670,10 +670,10 @@ fn settings_the_crate_does_not_use_are_ignored() {
         assert_eq!(
             config
                 .reset
-                .policy(agent_sessions::lifecycle::freshness::ResetType::Group, None),
+                .policy(agent_sessions::lifecycle::ResetType::Group, None),
             defaults
                 .reset
-                .policy(agent_sessions::lifecycle::freshness::ResetType::Group, None),
+                .policy(agent_sessions::lifecycle::ResetType::Group, None),
             "{text}"
         );
     }

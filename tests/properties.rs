@@ -1,9 +1,7 @@
 //! Properties that hold for any input.
 
-use agent_sessions::context::history::{HistoryBuffer, HistoryEntry, MemoryHistory};
-use agent_sessions::context::inbound::pipeline::{
-    model_body, PipelineOptions, UNTRUSTED_CONTEXT_HEADER,
-};
+use agent_sessions::context::{model_body, PipelineOptions, UNTRUSTED_CONTEXT_HEADER};
+use agent_sessions::context::{HistoryBuffer, HistoryEntry, MemoryHistory};
 use agent_sessions::{InboundMessage, Sender};
 use proptest::prelude::*;
 
@@ -124,7 +122,7 @@ proptest! {
         ),
         previous in proptest::option::of("[A-Za-z ,.?:\\n]{0,1500}"),
     ) {
-        use agent_sessions::memory::summary::{template_summary, SummaryInput, SummaryTurn, MAX_SUMMARY_CHARS};
+        use agent_sessions::memory::{template_summary, SummaryInput, SummaryTurn, MAX_SUMMARY_CHARS};
         let turns: Vec<SummaryTurn> = turns
             .into_iter()
             .map(|(user, text)| if user { SummaryTurn::user(text) } else { SummaryTurn::assistant(text) })
@@ -174,7 +172,7 @@ proptest! {
         file_name in hostile_id(),
     ) {
         use agent_sessions::transcript::{FileTranscriptStore, TranscriptRef};
-        use agent_sessions::identity::workspace::{Area, Workspaces};
+        use agent_sessions::identity::{Area, Workspaces};
         use agent_sessions::{AgentId, Conversation, DefaultKeyBuilder, KeyBuilder, SessionEntry};
 
         let root = std::path::Path::new("/srv/state");
@@ -270,7 +268,7 @@ proptest! {
         budget in 0usize..400,
         chars_per_token in 1usize..6,
     ) {
-        use agent_sessions::context::chat::{fit_to_budget, message_tokens, ChatMessage, ChatRole, TokenCounter};
+        use agent_sessions::context::{fit_to_budget, message_tokens, ChatMessage, ChatRole, TokenCounter};
 
         #[derive(Debug)]
         struct PerChars(usize);

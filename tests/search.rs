@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_sessions::lifecycle::clock::ManualClock;
+use agent_sessions::lifecycle::ManualClock;
 use agent_sessions::manager::LogMessage;
 use agent_sessions::prelude::*;
 use agent_sessions::search::{

@@ -5,8 +5,8 @@ mod common;
 
 use std::time::Duration;
 
-use agent_sessions::lifecycle::clock::ManualClock;
-use agent_sessions::lifecycle::freshness::{ResetConfig, ResetSpec};
+use agent_sessions::lifecycle::ManualClock;
+use agent_sessions::lifecycle::{ResetConfig, ResetSpec};
 use agent_sessions::manager::{PruneOptions, SessionManagerBuilder};
 use agent_sessions::prelude::*;
 use agent_sessions::{SessionKey, SessionStatus, StatusFilter};

@@ -5,8 +5,8 @@ mod common;
 use std::fs;
 use std::time::Duration;
 
-use agent_sessions::lifecycle::clock::ManualClock;
-use agent_sessions::lifecycle::triggers::ModelRef;
+use agent_sessions::lifecycle::ManualClock;
+use agent_sessions::lifecycle::ModelRef;
 use agent_sessions::manager::{DeleteOptions, LogMessage};
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::{

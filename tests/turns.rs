@@ -2,9 +2,9 @@
 
 mod common;
 
-use agent_sessions::context::send_policy::SendPolicyConfig;
+use agent_sessions::context::SendPolicyConfig;
 use agent_sessions::entry::SendPolicy;
-use agent_sessions::lifecycle::clock::ManualClock;
+use agent_sessions::lifecycle::ManualClock;
 use agent_sessions::manager::DEFAULT_RESET_ACKNOWLEDGEMENT;
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::MemoryTranscriptStore;
@@ -320,10 +320,10 @@ async fn the_token_budget_keeps_the_newest_turns_and_the_summary_of_what_was_cut
     }
     let turn = manager.turn(&dm("and now?")).await.unwrap();
     let messages = turn.messages().await.unwrap();
-    let counter = agent_sessions::context::chat::EstimatedTokens;
+    let counter = agent_sessions::context::EstimatedTokens;
     let total: usize = messages
         .iter()
-        .map(|m| agent_sessions::context::chat::message_tokens(m, &counter))
+        .map(|m| agent_sessions::context::message_tokens(m, &counter))
         .sum();
     assert!(total <= 120, "{total}");
     assert_eq!(messages[0].role, ChatRole::System);
@@ -597,9 +597,7 @@ async fn what_the_model_sees_after_a_compaction_byte_for_byte() {
 
 #[tokio::test]
 async fn a_manager_that_needs_transcripts_is_not_built_without_them() {
-    use agent_sessions::memory::checkpoint::{
-        IntrospectionInput, IntrospectionOutcome, Introspector,
-    };
+    use agent_sessions::memory::{IntrospectionInput, IntrospectionOutcome, Introspector};
 
     struct Quiet;
     #[async_trait::async_trait]
@@ -683,7 +681,7 @@ async fn after_a_bare_reset_the_conversation_starts_with_the_user() {
 
 #[tokio::test]
 async fn a_token_counter_with_wild_values_never_panics() {
-    use agent_sessions::context::chat::TokenCounter;
+    use agent_sessions::context::TokenCounter;
 
     #[derive(Debug)]
     struct Fixed(usize);

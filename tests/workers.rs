@@ -20,8 +20,8 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agent_sessions::lifecycle::clock::{from_millis, ManualClock};
-use agent_sessions::lifecycle::freshness::{ResetConfig, ResetSpec};
+use agent_sessions::lifecycle::{from_millis, ManualClock};
+use agent_sessions::lifecycle::{ResetConfig, ResetSpec};
 use agent_sessions::prelude::*;
 use agent_sessions::store::Backend;
 use agent_sessions::transcript::{Offset, TranscriptRef, TranscriptUpdate};

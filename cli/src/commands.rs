@@ -962,8 +962,8 @@ async fn copy(from: &str, to: &str, json: bool, overwrite_conflicts: bool) -> Ou
 /// (timeouts, a connection limit) until Ctrl-C, then finishes the calls in flight.
 async fn serve(store: &str, given: Given, args: ServeArgs) -> Outcome {
     use agent_sessions::http::{router, serve, Secret, ServiceOptions};
-    use agent_sessions::lifecycle::freshness::{ResetConfig, ResetSpec};
-    use agent_sessions::lifecycle::triggers::ResetTriggers;
+    use agent_sessions::lifecycle::ResetTriggers;
+    use agent_sessions::lifecycle::{ResetConfig, ResetSpec};
     use agent_sessions::{DefaultKeyBuilder, DmScope};
 
     log_to_stderr();

@@ -62,7 +62,7 @@ pub enum OwnerChatter {
 /// answers them marked for context.
 ///
 /// ```
-/// use agent_sessions::context::activation::{decide, ActivationReason, OwnerChatter};
+/// use agent_sessions::context::{decide, ActivationReason, OwnerChatter};
 /// use agent_sessions::InboundMessage;
 ///
 /// let chatter = InboundMessage::group("slack", "C1", "U2", "lunch?");

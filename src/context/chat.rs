@@ -8,7 +8,7 @@
 //! a token budget, counted by a [`TokenCounter`], with a summary of what was cut.
 //!
 //! ```
-//! use agent_sessions::context::chat::{fit_to_budget, ChatMessage, EstimatedTokens};
+//! use agent_sessions::context::{fit_to_budget, ChatMessage, EstimatedTokens};
 //!
 //! let history = vec![
 //!     ChatMessage::user("When is my shift?"),
@@ -120,7 +120,7 @@ pub trait TokenCounter: Send + Sync + std::fmt::Debug {
 /// estimate).
 ///
 /// ```
-/// use agent_sessions::context::chat::{EstimatedTokens, TokenCounter};
+/// use agent_sessions::context::{EstimatedTokens, TokenCounter};
 ///
 /// assert_eq!(EstimatedTokens.count(""), 0);
 /// assert_eq!(EstimatedTokens.count("hello"), 2);

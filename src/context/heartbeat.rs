@@ -9,7 +9,7 @@
 //! where a short acknowledgement is nothing to send.
 //!
 //! ```
-//! use agent_sessions::context::heartbeat::{is_heartbeat_content_effectively_empty, HEARTBEAT_PROMPT};
+//! use agent_sessions::context::{is_heartbeat_content_effectively_empty, HEARTBEAT_PROMPT};
 //!
 //! let template = "# HEARTBEAT.md\n\n<!-- Add tasks below. -->\n- [ ]\n";
 //! assert!(is_heartbeat_content_effectively_empty(template), "skip the run");
@@ -38,7 +38,7 @@ pub const HEARTBEAT_PROMPT: &str = "Read HEARTBEAT.md if it exists (workspace co
 /// the model can decide; only call this with the content of a file that exists.
 ///
 /// ```
-/// use agent_sessions::context::heartbeat::is_heartbeat_content_effectively_empty;
+/// use agent_sessions::context::is_heartbeat_content_effectively_empty;
 ///
 /// assert!(is_heartbeat_content_effectively_empty("## Daily\n\n* [ ]\n"));
 /// assert!(!is_heartbeat_content_effectively_empty("#TODO water the plants"));

@@ -218,7 +218,7 @@ impl<T: HistoryBuffer + ?Sized> HistoryBuffer for Arc<T> {
 /// The in-memory [`HistoryBuffer`]: a FIFO per group, LRU over groups.
 ///
 /// ```
-/// use agent_sessions::context::history::{HistoryBuffer, HistoryEntry, MemoryHistory};
+/// use agent_sessions::context::{HistoryBuffer, HistoryEntry, MemoryHistory};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> agent_sessions::Result<()> {
@@ -428,7 +428,7 @@ impl MemoryHistory {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use agent_sessions::context::history::{HistoryBuffer, HistoryEntry, MemoryHistory};
+    /// use agent_sessions::context::{HistoryBuffer, HistoryEntry, MemoryHistory};
     /// use agent_sessions::prelude::*;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
@@ -637,7 +637,7 @@ pub(crate) fn channel_display_name(channel: &str) -> String {
 /// `YYYY-MM-DDTHH:MMZ` (as OpenClaw writes it).
 ///
 /// ```
-/// use agent_sessions::context::history::format_envelope;
+/// use agent_sessions::context::format_envelope;
 ///
 /// let at = "2026-01-13T07:45:31Z".parse().unwrap();
 /// assert_eq!(

@@ -1,7 +1,7 @@
 //! Prompt construction: the context stack the session layer adds in front of a message.
 //!
 //! ```
-//! use agent_sessions::context::prompt::PromptBuilder;
+//! use agent_sessions::context::PromptBuilder;
 //!
 //! let prompt = PromptBuilder::new("When is my next shift?")
 //!     .summary("GOAL: roster questions", Some("2026-03-10T09:00:00Z".parse().unwrap()))
@@ -78,7 +78,7 @@ impl PromptBuilder {
     ///
     /// ```
     /// use agent_sessions::identity::{Person, PersonType};
-    /// use agent_sessions::context::prompt::PromptBuilder;
+    /// use agent_sessions::context::PromptBuilder;
     ///
     /// let mut jane = Person::new(PersonType::Staff, "staff:17");
     /// jane.name = Some("Jane Smith".into());

@@ -90,7 +90,7 @@ pub struct HeartbeatStrip {
 /// an acknowledgement, not a message.
 ///
 /// ```
-/// use agent_sessions::context::reply::{strip_heartbeat_token, HeartbeatMode};
+/// use agent_sessions::context::{strip_heartbeat_token, HeartbeatMode};
 ///
 /// let message = strip_heartbeat_token("All good. **HEARTBEAT_OK**", HeartbeatMode::Message, 300);
 /// assert_eq!((message.text.as_str(), message.should_skip), ("All good.", false));

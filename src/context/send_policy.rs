@@ -48,7 +48,7 @@ fn allow() -> SendPolicy {
 /// then the key.
 ///
 /// ```
-/// use agent_sessions::context::send_policy::{SendPolicyConfig, SendMatch, SendRule};
+/// use agent_sessions::context::{SendPolicyConfig, SendMatch, SendRule};
 /// use agent_sessions::entry::SendPolicy;
 /// use agent_sessions::{PeerKind, SessionEntry, SessionKey};
 ///

@@ -38,7 +38,7 @@
 //! use std::sync::Arc;
 //! use agent_sessions::http::{router, serve, Secret, ServiceOptions};
 //! use agent_sessions::prelude::*;
-//! use agent_sessions::lifecycle::triggers::ResetTriggers;
+//! use agent_sessions::lifecycle::ResetTriggers;
 //!
 //! # #[tokio::main]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -8,7 +8,7 @@
 //! its store and transcripts so.
 //!
 //! ```
-//! use agent_sessions::identity::isolation::AgentScoped;
+//! use agent_sessions::identity::AgentScoped;
 //! use agent_sessions::prelude::*;
 //! use agent_sessions::{AccessDenial, Error};
 //! use std::sync::Arc;

@@ -21,9 +21,13 @@
 //! # }
 //! ```
 
-pub mod access;
-pub mod isolation;
-pub mod workspace;
+pub(crate) mod access;
+pub(crate) mod isolation;
+pub(crate) mod workspace;
+
+pub use access::{Caller, Principal};
+pub use isolation::AgentScoped;
+pub use workspace::{Area, Workspace, WorkspaceSharing, Workspaces};
 
 use std::collections::HashMap;
 use std::fmt;

@@ -12,7 +12,7 @@
 //! workspace is neither followed nor written through.
 //!
 //! ```
-//! use agent_sessions::identity::workspace::{Area, Workspaces};
+//! use agent_sessions::identity::{Area, Workspaces};
 //!
 //! # fn main() -> agent_sessions::Result<()> {
 //! # let dir = tempfile::tempdir().unwrap();

@@ -5,7 +5,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use agent_sessions::lifecycle::clock::{Clock, ManualClock};
+//! use agent_sessions::lifecycle::{Clock, ManualClock};
 //!
 //! let clock = ManualClock::at_millis(1_770_350_000_000);
 //! clock.advance(Duration::from_secs(61 * 60));

@@ -23,7 +23,7 @@ pub struct DriftVerdict {
 /// classifier error is logged and the session continues.
 ///
 /// ```
-/// use agent_sessions::lifecycle::drift::{DriftClassifier, DriftVerdict};
+/// use agent_sessions::lifecycle::{DriftClassifier, DriftVerdict};
 /// use agent_sessions::{InboundMessage, StoredSession};
 ///
 /// #[derive(Debug)]

@@ -8,7 +8,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use agent_sessions::lifecycle::freshness::{ResetConfig, ResetSpec, ResetType, StaleReason, Zone};
+//! use agent_sessions::lifecycle::{ResetConfig, ResetSpec, ResetType, StaleReason, Zone};
 //!
 //! let config = ResetConfig::default()                 // daily at 04:00
 //!     .time_zone(Zone::parse("Europe/Berlin")?)
@@ -85,7 +85,7 @@ impl ResetType {
 /// `idleMinutes` fraction is floored. Each correction is logged as a warning.
 ///
 /// ```
-/// use agent_sessions::lifecycle::freshness::ResetSpec;
+/// use agent_sessions::lifecycle::ResetSpec;
 ///
 /// let spec: ResetSpec = serde_json::from_str(r#"{"atHour": 30, "idleMinutes": 90.5}"#)?;
 /// assert_eq!((spec.at_hour, spec.idle_minutes), (Some(23), Some(90)));

@@ -1,16 +1,25 @@
 //! When a session starts, goes on and goes stale.
 //!
-//! * [`freshness`] — daily and idle resets per chat type and channel: the
-//!   [`FreshnessPolicy`](freshness::FreshnessPolicy) seam and its [`ResetConfig`](freshness::ResetConfig).
-//! * [`triggers`] — explicit resets: `/new`, `/reset`, reset phrases and model hints
-//!   ([`ResetTriggers`](triggers::ResetTriggers)).
-//! * [`drift`] — a change of topic as a reason for a new session (the
-//!   [`DriftClassifier`](drift::DriftClassifier) seam).
-//! * [`clock`] — the [`Clock`](clock::Clock) every time decision goes through.
+//! * Daily and idle resets per chat type and channel: the [`FreshnessPolicy`] seam and
+//!   its [`ResetConfig`].
+//! * Explicit resets: `/new`, `/reset`, reset phrases and model hints
+//!   ([`ResetTriggers`]).
+//! * A change of topic as a reason for a new session (the [`DriftClassifier`] seam).
+//! * The [`Clock`] every time decision goes through.
 //!
 //! [`SessionManager::resolve`](crate::SessionManager::resolve) puts them together.
 
-pub mod clock;
-pub mod drift;
-pub mod freshness;
-pub mod triggers;
+pub(crate) mod clock;
+pub(crate) mod drift;
+pub(crate) mod freshness;
+pub(crate) mod triggers;
+
+pub use clock::{from_millis, Clock, ManualClock, SystemClock};
+pub use drift::{DriftClassifier, DriftVerdict};
+pub use freshness::{
+    Freshness, FreshnessInput, FreshnessPolicy, ResetConfig, ResetMode, ResetPolicy, ResetSpec,
+    ResetType, StaleReason, Zone,
+};
+pub use triggers::{
+    ModelCatalog, ModelHint, ModelRef, ResetTriggers, StaticModelCatalog, TriggerMatch,
+};

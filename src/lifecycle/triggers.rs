@@ -2,7 +2,7 @@
 //! hints.
 //!
 //! ```
-//! use agent_sessions::lifecycle::triggers::ResetTriggers;
+//! use agent_sessions::lifecycle::ResetTriggers;
 //! use agent_sessions::InboundMessage;
 //!
 //! let triggers = ResetTriggers::default(); // "/new", "/reset"
@@ -245,7 +245,7 @@ pub trait ModelCatalog: Send + Sync + fmt::Debug {
 /// A fixed list of models and aliases.
 ///
 /// ```
-/// use agent_sessions::lifecycle::triggers::{ModelCatalog, ModelRef, StaticModelCatalog};
+/// use agent_sessions::lifecycle::{ModelCatalog, ModelRef, StaticModelCatalog};
 ///
 /// let catalog = StaticModelCatalog::new([("anthropic", "claude-opus-4-6"), ("openai", "gpt-5")])
 ///     .alias("opus", "anthropic", "claude-opus-4-6");

@@ -92,7 +92,7 @@ impl SessionManager {
     /// ```
     /// # use std::time::Duration;
     /// # use agent_sessions::prelude::*;
-    /// # use agent_sessions::lifecycle::clock::ManualClock;
+    /// # use agent_sessions::lifecycle::ManualClock;
     /// # use agent_sessions::transcript::MemoryTranscriptStore;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {

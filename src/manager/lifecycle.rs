@@ -440,7 +440,7 @@ impl SessionManager {
     ///
     /// ```
     /// # use agent_sessions::prelude::*;
-    /// # use agent_sessions::context::delivery::DeliveryRoute;
+    /// # use agent_sessions::context::DeliveryRoute;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
     /// let manager = SessionManager::new(MemoryStore::new());

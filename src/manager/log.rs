@@ -373,7 +373,7 @@ impl SessionTranscripts<'_> {
     /// are logged by the turn: append only what happened between them.
     ///
     /// ```
-    /// use agent_sessions::context::chat::ToolCall;
+    /// use agent_sessions::context::ToolCall;
     /// use agent_sessions::prelude::*;
     /// use agent_sessions::transcript::MemoryTranscriptStore;
     ///

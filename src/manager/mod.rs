@@ -190,9 +190,9 @@ impl fmt::Debug for SessionManager {
 ///
 /// ```
 /// use agent_sessions::prelude::*;
-/// use agent_sessions::lifecycle::clock::ManualClock;
-/// use agent_sessions::lifecycle::freshness::{ResetConfig, ResetSpec};
-/// use agent_sessions::lifecycle::triggers::ResetTriggers;
+/// use agent_sessions::lifecycle::ManualClock;
+/// use agent_sessions::lifecycle::{ResetConfig, ResetSpec};
+/// use agent_sessions::lifecycle::ResetTriggers;
 ///
 /// let manager = SessionManager::builder(MemoryStore::new())
 ///     .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerPeer))
@@ -465,7 +465,7 @@ impl SessionManagerBuilder {
     /// configured from `openclaw.json` answers them).
     ///
     /// ```
-    /// use agent_sessions::context::activation::OwnerChatter;
+    /// use agent_sessions::context::OwnerChatter;
     /// use agent_sessions::manager::TurnAction;
     /// use agent_sessions::prelude::*;
     ///
@@ -690,8 +690,8 @@ impl SessionManager {
     /// ```
     /// # use std::time::Duration;
     /// # use agent_sessions::prelude::*;
-    /// use agent_sessions::lifecycle::clock::ManualClock;
-    /// use agent_sessions::lifecycle::freshness::{ResetConfig, ResetSpec};
+    /// use agent_sessions::lifecycle::ManualClock;
+    /// use agent_sessions::lifecycle::{ResetConfig, ResetSpec};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {

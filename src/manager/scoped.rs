@@ -60,7 +60,7 @@ impl SessionManager {
     /// This manager's calls on behalf of `caller`, each checked first.
     ///
     /// ```
-    /// use agent_sessions::identity::access::Caller;
+    /// use agent_sessions::identity::Caller;
     /// use agent_sessions::prelude::*;
     /// use agent_sessions::{AccessDenial, Error};
     ///

@@ -65,7 +65,7 @@ impl TurnAction {
 ///
 /// ```
 /// use agent_sessions::manager::TurnReply;
-/// use agent_sessions::memory::usage::TurnUsage;
+/// use agent_sessions::memory::TurnUsage;
 ///
 /// let reply = TurnReply::from("Thursday at 9.")
 ///     .with_usage(TurnUsage::new().input(1_200).output(40).by("openai", "gpt-5"));

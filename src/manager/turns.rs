@@ -27,7 +27,7 @@ pub(crate) const DEFAULT_SUMMARY_QUIET_GAP: Duration = Duration::from_secs(60 * 
 ///
 /// ```
 /// use agent_sessions::manager::TurnOutcome;
-/// use agent_sessions::memory::usage::{EngineSession, TurnUsage};
+/// use agent_sessions::memory::{EngineSession, TurnUsage};
 ///
 /// let outcome = TurnOutcome::completed()
 ///     .with_usage(TurnUsage::tokens(1_200, 340, 14_000, 120).by("anthropic", "claude-opus-4-6"))

@@ -47,7 +47,7 @@ pub trait MemoryFlushGuard: Send + Sync + std::fmt::Debug {
 /// compaction.
 ///
 /// ```
-/// use agent_sessions::memory::flush::{MemoryFlushGuard, MemoryFlushSettings};
+/// use agent_sessions::memory::{MemoryFlushGuard, MemoryFlushSettings};
 /// use agent_sessions::SessionEntry;
 ///
 /// let guard = MemoryFlushSettings { reserve_tokens_floor: 5_000, ..MemoryFlushSettings::default() };

@@ -12,7 +12,7 @@
 //! ```
 //!
 //! ```
-//! use agent_sessions::memory::summary::{Summarizer, SummaryInput, SummaryTurn, TemplateSummarizer};
+//! use agent_sessions::memory::{Summarizer, SummaryInput, SummaryTurn, TemplateSummarizer};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> agent_sessions::Result<()> {

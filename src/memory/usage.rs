@@ -7,7 +7,7 @@ use crate::entry::SessionEntry;
 /// Token usage and model of one turn, as the engine reports it.
 ///
 /// ```
-/// use agent_sessions::memory::usage::TurnUsage;
+/// use agent_sessions::memory::TurnUsage;
 ///
 /// let usage = TurnUsage::tokens(1_200, 340, 14_000, 120).by("anthropic", "claude-opus-4-6");
 /// assert_eq!(usage.prompt_tokens(), 15_320); // input + cache read + cache write
@@ -48,7 +48,7 @@ impl TurnUsage {
     /// No counts yet: add them by name.
     ///
     /// ```
-    /// use agent_sessions::memory::usage::TurnUsage;
+    /// use agent_sessions::memory::TurnUsage;
     ///
     /// let usage = TurnUsage::new().input(1_200).output(340).cache_read(14_000);
     /// assert_eq!(usage.prompt_tokens(), 15_200);

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sessions::key::{DefaultKeyBuilder, DmScope};
-use agent_sessions::lifecycle::clock::ManualClock;
-use agent_sessions::lifecycle::freshness::{ResetConfig, ResetSpec};
+use agent_sessions::lifecycle::ManualClock;
+use agent_sessions::lifecycle::{ResetConfig, ResetSpec};
 use agent_sessions::prelude::*;
 use agent_sessions_teloxide::{
     DialogueError, SessionDialogueStorage, TelegramAdapter, DIALOGUE_FIELD,

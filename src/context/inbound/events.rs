@@ -40,7 +40,7 @@ pub struct SystemEvent {
 /// [`JsonFileSystemEvents`](crate::store::JsonFileSystemEvents).
 ///
 /// ```
-/// use agent_sessions::context::inbound::events::{SystemEventQueue, SystemEvents};
+/// use agent_sessions::context::{SystemEventQueue, SystemEvents};
 /// use agent_sessions::SessionKey;
 ///
 /// # #[tokio::main(flavor = "current_thread")]

@@ -1,8 +1,11 @@
 //! What a channel adapter knows about an inbound message, and how it becomes the text
-//! the model sees ([`pipeline`], [`events`]).
+//! the model sees (the inbound pipeline, system events).
 
-pub mod events;
-pub mod pipeline;
+pub(crate) mod events;
+pub(crate) mod pipeline;
+
+pub use events::{SystemEvent, SystemEventQueue, SystemEvents};
+pub use pipeline::{defang, model_body, PipelineOptions, UNTRUSTED_CONTEXT_HEADER};
 
 use serde::{Deserialize, Serialize};
 

@@ -32,7 +32,7 @@ pub(crate) const HISTORY_DIR: &str = "group-history";
 /// [`SessionManager::connect`](crate::SessionManager::connect) uses for a `json:` store.
 ///
 /// ```
-/// use agent_sessions::context::history::{HistoryBuffer, HistoryEntry};
+/// use agent_sessions::context::{HistoryBuffer, HistoryEntry};
 /// use agent_sessions::store::JsonFileHistory;
 ///
 /// # #[tokio::main(flavor = "current_thread")]

@@ -40,7 +40,7 @@ struct Stored {
 /// `json:` store.
 ///
 /// ```
-/// use agent_sessions::context::inbound::events::SystemEvents;
+/// use agent_sessions::context::SystemEvents;
 /// use agent_sessions::store::JsonFileSystemEvents;
 /// use agent_sessions::SessionKey;
 ///

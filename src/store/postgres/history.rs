@@ -31,7 +31,7 @@ use crate::store::sql::{
 /// uses for a `postgres://` store.
 ///
 /// ```no_run
-/// use agent_sessions::context::history::{HistoryBuffer, HistoryEntry};
+/// use agent_sessions::context::{HistoryBuffer, HistoryEntry};
 /// use agent_sessions::store::{PostgresHistory, PostgresStore};
 ///
 /// # #[tokio::main(flavor = "current_thread")]

@@ -27,7 +27,7 @@ use crate::store::sql::{event_time_from_i64, event_time_to_i64, history_bound};
 /// `postgres://` store.
 ///
 /// ```no_run
-/// use agent_sessions::context::inbound::events::SystemEvents;
+/// use agent_sessions::context::SystemEvents;
 /// use agent_sessions::store::{PostgresStore, PostgresSystemEvents};
 /// use agent_sessions::SessionKey;
 ///

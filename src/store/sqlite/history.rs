@@ -31,7 +31,7 @@ use crate::store::sql::{
 /// store.
 ///
 /// ```
-/// use agent_sessions::context::history::{HistoryBuffer, HistoryEntry};
+/// use agent_sessions::context::{HistoryBuffer, HistoryEntry};
 /// use agent_sessions::store::{SqliteHistory, SqliteStore};
 ///
 /// # #[tokio::main(flavor = "current_thread")]

@@ -28,7 +28,7 @@ use crate::store::sql::{event_time_from_i64, event_time_to_i64, history_bound};
 /// store.
 ///
 /// ```
-/// use agent_sessions::context::inbound::events::SystemEvents;
+/// use agent_sessions::context::SystemEvents;
 /// use agent_sessions::store::{SqliteStore, SqliteSystemEvents};
 /// use agent_sessions::SessionKey;
 ///
