@@ -28,18 +28,18 @@
 //! ```
 
 mod claims;
-mod context;
 mod dedupe;
 mod entry_update;
 mod holders;
 mod idle;
-mod lifecycle;
-mod log;
+mod model_input;
 pub(crate) mod outcome;
 mod resolution;
 mod scoped;
+mod session_memory;
+mod sessions;
+mod transcripts;
 mod turn;
-mod turns;
 mod workspace;
 
 use std::collections::HashMap;
@@ -75,14 +75,14 @@ use crate::transcript::{ArchiveReason, CheckpointReason, TranscriptRef, Transcri
 
 pub use dedupe::DEFAULT_DEDUPE_WINDOW;
 pub use idle::{IdleCheckpointOptions, IdleCheckpoints};
-pub use lifecycle::{DeleteOptions, OverrideKind, PruneOptions, SessionOverride};
-pub use log::{LogMessage, SessionTranscripts};
+pub use sessions::{DeleteOptions, OverrideKind, PruneOptions, SessionOverride};
+pub use transcripts::{LogMessage, SessionTranscripts};
 pub use outcome::{Delivery, DeliveryReceipt, TurnFailure, DELIVERY_CUSTOM_TYPE};
 pub use resolution::{Decision, Reason, Resolution};
 pub use scoped::{ScopedManager, ScopedMemory, ScopedTranscripts};
 pub use turn::{Turn, TurnAction, TurnReply, DEFAULT_RESET_ACKNOWLEDGEMENT};
-pub(crate) use turns::DEFAULT_SUMMARY_QUIET_GAP;
-pub use turns::{CompactionEvent, SessionMemory, SummaryRefresh, TurnOutcome};
+pub(crate) use session_memory::DEFAULT_SUMMARY_QUIET_GAP;
+pub use session_memory::{CompactionEvent, SessionMemory, SummaryRefresh, TurnOutcome};
 
 use self::entry_update::{record_message, start_session, Inbound};
 

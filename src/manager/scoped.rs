@@ -10,7 +10,7 @@
 
 use serde_json::Value;
 
-use super::lifecycle::subagent_key;
+use super::sessions::subagent_key;
 use super::{
     CompactionEvent, DeleteOptions, LogMessage, OverrideKind, Resolution, SessionManager,
     SessionOverride, Turn, TurnOutcome,
@@ -491,15 +491,15 @@ mod tests {
 
     /// The manager's sources, as compiled.
     const MANAGER_SOURCES: &[&str] = &[
-        include_str!("context.rs"),
         include_str!("idle.rs"),
-        include_str!("lifecycle.rs"),
-        include_str!("log.rs"),
         include_str!("mod.rs"),
+        include_str!("model_input.rs"),
         include_str!("outcome.rs"),
         include_str!("scoped.rs"),
+        include_str!("session_memory.rs"),
+        include_str!("sessions.rs"),
+        include_str!("transcripts.rs"),
         include_str!("turn.rs"),
-        include_str!("turns.rs"),
         include_str!("workspace.rs"),
     ];
 

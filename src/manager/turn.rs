@@ -19,7 +19,7 @@ use tracing::Instrument;
 
 use super::dedupe::{self, Intake, Seen};
 use super::holders::Hold;
-use super::log::record_location;
+use super::transcripts::record_location;
 use super::outcome::{DeliveryReceipt, TurnFailure};
 use super::{LogMessage, Resolution, Resolved, SessionManager, TurnOutcome};
 

@@ -38,6 +38,8 @@
 mod analytics;
 mod categorize;
 mod memory;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) mod postings;
 mod text;
 
 use std::collections::HashMap;

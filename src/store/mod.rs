@@ -41,8 +41,6 @@ pub mod migrate;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-mod postings;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql_transcripts;

@@ -1,5 +1,5 @@
-//! The manager's side of conversation context: what the model sees for a message, and
-//! what the bot sends back.
+//! What the model is given for a message (group activation and history, system events,
+//! the inbound pipeline) and what the bot sends back.
 
 use std::time::Duration;
 
