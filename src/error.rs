@@ -374,16 +374,6 @@ pub enum Error {
     /// it).
     #[error(transparent)]
     Shared(std::sync::Arc<Error>),
-
-    /// An entry could not be serialised (a `serde_json::Value` inside it was not representable).
-    #[error("could not serialise session entry {key}: {source}")]
-    Serialize {
-        /// The session.
-        key: SessionKey,
-        /// The JSON error.
-        #[source]
-        source: serde_json::Error,
-    },
 }
 
 impl Error {
@@ -424,7 +414,6 @@ impl Error {
             Error::Component { .. } => "component",
             Error::Encode { .. } => "encode",
             Error::Shared(error) => error.kind(),
-            Error::Serialize { .. } => "serialize",
         }
     }
 

@@ -82,6 +82,7 @@ pub mod lifecycle;
 pub mod manager;
 pub mod memory;
 pub mod openclaw;
+pub mod ops;
 pub mod paths;
 pub mod search;
 pub mod store;

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use agent_sessions::manager::LogMessage;
 use agent_sessions::prelude::*;
-use agent_sessions::store::migrate::{migrate, NoProgress};
+use agent_sessions::ops::{migrate, NoProgress};
 use agent_sessions::store::Backend;
 use agent_sessions::transcript::{Offset, TranscriptRef};
 
@@ -270,7 +270,7 @@ async fn busy_source_and_empty_sqlite() -> ((tempfile::TempDir, tempfile::TempDi
 
 struct WriterDuringCopy<F: Fn() + Send + Sync>(F);
 
-impl<F: Fn() + Send + Sync> agent_sessions::store::migrate::MigrationProgress
+impl<F: Fn() + Send + Sync> agent_sessions::ops::MigrationProgress
     for WriterDuringCopy<F>
 {
     fn begin(&self, phase: &'static str, _: u64) {
@@ -323,10 +323,10 @@ async fn a_second_migration_never_overwrites_a_target_that_moved_on() {
     );
 
     // Only when asked does the source win.
-    let forced = agent_sessions::store::migrate::migrate_with(
+    let forced = agent_sessions::ops::migrate_with(
         &source,
         &target,
-        &agent_sessions::store::migrate::MigrateOptions::overwriting_conflicts(),
+        &agent_sessions::ops::MigrateOptions::overwriting_conflicts(),
         &NoProgress,
     )
     .await
@@ -352,10 +352,10 @@ async fn a_writer_on_the_target_during_a_migration_loses_nothing() {
             }
         })
     });
-    let report = agent_sessions::store::migrate::migrate_with(
+    let report = agent_sessions::ops::migrate_with(
         &source,
         &target,
-        &agent_sessions::store::migrate::MigrateOptions::default(),
+        &agent_sessions::ops::MigrateOptions::default(),
         &writer,
     )
     .await

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use agent_sessions::prelude::*;
-use agent_sessions::store::doctor::{examine, DoctorOptions, Finding};
+use agent_sessions::ops::{examine, DoctorOptions, Finding};
 
 fn sessions_dir(root: &Path) -> PathBuf {
     agent_sessions::paths::sessions_dir(root, &AgentId::main())
@@ -20,7 +20,7 @@ fn age(path: &Path, age: Duration) {
     file.set_modified(SystemTime::now() - age).unwrap();
 }
 
-fn kinds(report: &agent_sessions::store::doctor::DoctorReport) -> Vec<&'static str> {
+fn kinds(report: &agent_sessions::ops::DoctorReport) -> Vec<&'static str> {
     report
         .findings
         .iter()

@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use agent_sessions::prelude::*;
-use agent_sessions::store::doctor::{examine, DoctorOptions, Finding};
+use agent_sessions::ops::{examine, DoctorOptions, Finding};
 use agent_sessions::transcript::{
     FileTranscriptStore, Offset, TranscriptEntry, TranscriptRef, TranscriptStore,
 };
@@ -458,7 +458,7 @@ async fn archiving_leaves_a_special_file_where_it_is() {
     assert!(fs::symlink_metadata(&path).is_ok(), "left in place");
 }
 
-fn assert_reports_an_unusable_file(report: &agent_sessions::store::doctor::DoctorReport) {
+fn assert_reports_an_unusable_file(report: &agent_sessions::ops::DoctorReport) {
     assert!(
         report
             .findings

@@ -1096,8 +1096,8 @@ fn not_owner_only(root: &Path) -> Vec<String> {
 #[cfg(unix)]
 #[tokio::test]
 async fn everything_a_session_lifecycle_search_doctor_and_migration_write_is_owner_only() {
-    use agent_sessions::store::doctor::{examine, DoctorOptions};
-    use agent_sessions::store::migrate::{migrate, NoProgress};
+    use agent_sessions::ops::{examine, DoctorOptions};
+    use agent_sessions::ops::{migrate, NoProgress};
     use agent_sessions::store::Backend;
 
     let dir = tempfile::tempdir().unwrap();

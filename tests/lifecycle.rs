@@ -1159,7 +1159,7 @@ async fn closing_a_session_writes_its_store_once_so_the_backup_is_the_state_befo
 #[tokio::test]
 async fn a_relative_state_directory_records_absolute_transcript_paths() {
     use agent_sessions::manager::LogMessage;
-    use agent_sessions::store::doctor::{examine, DoctorOptions};
+    use agent_sessions::ops::{examine, DoctorOptions};
     use agent_sessions::transcript::FileTranscriptStore;
     let dir = tempfile::tempdir_in(".").unwrap();
     // A directory in the working directory, named by its bare name.

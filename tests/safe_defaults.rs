@@ -2,7 +2,7 @@
 //! person's DMs never reach another person's model input.
 
 use agent_sessions::prelude::*;
-use agent_sessions::store::doctor::{examine, DoctorOptions, Finding};
+use agent_sessions::ops::{examine, DoctorOptions, Finding};
 
 /// What the model is given for `message`'s turn, after it is answered with `reply`.
 async fn model_input(manager: &SessionManager, message: &InboundMessage) -> (String, String) {

@@ -1,4 +1,4 @@
-//! The SQL views with RABS's and ClawOS's shapes (`store::views`): the systems' own
+//! The SQL views with RABS's and ClawOS's shapes (`ops::ViewSchemas`): the systems' own
 //! queries run against them on data the crate wrote through its public API.
 #![cfg(any(feature = "sqlite", feature = "postgres"))]
 
@@ -425,7 +425,7 @@ WHERE session_id = $1 ORDER BY created_at DESC LIMIT 1",
 #[cfg(feature = "postgres")]
 mod postgres {
     use super::*;
-    use agent_sessions::store::views::ViewSchemas;
+    use agent_sessions::ops::ViewSchemas;
     use tokio_postgres::types::{to_sql_checked, FromSql, IsNull, ToSql, Type};
 
     /// A UUID as PostgreSQL sends and takes it (16 bytes).
@@ -836,7 +836,7 @@ ORDER BY created_at",
     ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
 )]
 async fn a_server_error_says_what_the_server_said() {
-    use agent_sessions::store::views::ViewSchemas;
+    use agent_sessions::ops::ViewSchemas;
     let schema = common::TestSchema::new("views_refused");
     let store = schema.store().await;
     // The server refuses views in its own catalog.

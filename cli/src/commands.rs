@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agent_sessions::manager::{DeleteOptions, PruneOptions};
-use agent_sessions::store::migrate::{
+use agent_sessions::ops::{
     migrate_with, MigrateOptions, MigrationProgress, MigrationReport,
 };
 use agent_sessions::store::{Backend, OpenMode, StoreUrl};
@@ -164,7 +164,7 @@ async fn views(store: &str, json: bool, args: ViewsArgs) -> Outcome {
                 None => agent_sessions::store::PostgresOptions::default(),
             };
             let db = agent_sessions::store::PostgresStore::connect_with(url, options).await?;
-            let schemas = agent_sessions::store::views::ViewSchemas::new(
+            let schemas = agent_sessions::ops::ViewSchemas::new(
                 &args.rabs_schema,
                 &args.clawos_schema,
             );
@@ -876,7 +876,7 @@ fn openclaw_root(dir: &Path) -> Result<PathBuf, Failure> {
 }
 
 async fn doctor(store: &str, json: bool, repair: bool, prune: bool) -> Outcome {
-    use agent_sessions::store::doctor::{examine, DoctorOptions};
+    use agent_sessions::ops::{examine, DoctorOptions};
     use agent_sessions::store::StoreUrl;
     let StoreUrl::Json(root) = store.parse::<StoreUrl>()? else {
         return Err(failure(

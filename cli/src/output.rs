@@ -7,7 +7,7 @@
 use std::io::{self, Write};
 use std::sync::Mutex;
 
-use agent_sessions::store::migrate::{MigrationProgress, MigrationReport};
+use agent_sessions::ops::{MigrationProgress, MigrationReport};
 use agent_sessions::{SessionKey, StoredSession};
 use chrono::{Local, TimeZone};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -388,7 +388,7 @@ pub fn migrated(as_json: bool, from: &str, to: &str, report: &MigrationReport) {
     for conflict in &report.transcript_conflicts {
         println!("conflict     {conflict}: the target has other lines; left alone");
     }
-    let side = |c: &agent_sessions::store::migrate::Checksums| {
+    let side = |c: &agent_sessions::ops::Checksums| {
         format!(
             "{} sessions {:016x}, {} transcripts {:016x}",
             c.sessions, c.session_checksum, c.transcripts, c.transcript_checksum
@@ -407,7 +407,7 @@ pub fn migrated(as_json: bool, from: &str, to: &str, report: &MigrationReport) {
 }
 
 /// What `doctor` found and did.
-pub fn doctor(as_json: bool, report: &agent_sessions::store::doctor::DoctorReport) {
+pub fn doctor(as_json: bool, report: &agent_sessions::ops::DoctorReport) {
     if as_json {
         print_json(&serde_json::to_value(report).expect("reports serialise"));
         return;

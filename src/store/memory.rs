@@ -52,10 +52,7 @@ impl Sessions {
     /// Keeps `closed`, the session `key` had before it was replaced, within
     /// [`CLOSED_SESSIONS_PER_KEY`].
     fn keep_closed(&mut self, key: &SessionKey, closed: SessionEntry) -> Result<()> {
-        let revision = entry_revision(&closed).map_err(|source| Error::Serialize {
-            key: key.clone(),
-            source,
-        })?;
+        let revision = entry_revision(&closed).map_err(|source| Error::encode(format!("session entry {key}"), source))?;
         let closed_log = &mut self.closed;
         closed_log.retain(|c| c.entry.session_id != closed.session_id);
         closed_log.push(StoredSession {
@@ -180,10 +177,7 @@ impl MemoryStore {
                 revision: revision.expect("an existing entry has a revision"),
             }));
         }
-        let serialize_error = |source| Error::Serialize {
-            key: key.clone(),
-            source,
-        };
+        let serialize_error = |source| Error::encode(format!("session entry {key}"), source);
         if let Some(closed) = replaced_session(before.as_ref(), after.as_ref()) {
             sessions.keep_closed(key, closed)?;
         }
@@ -228,10 +222,7 @@ impl MemoryStore {
         for (slot, old) in after.iter().zip(&before) {
             let revision = match &slot.entry {
                 Some(entry) if slot.entry != old.entry => {
-                    Some(entry_revision(entry).map_err(|source| Error::Serialize {
-                        key: slot.key().clone(),
-                        source,
-                    })?)
+                    Some(entry_revision(entry).map_err(|source| Error::encode(format!("session entry {}", slot.key()), source))?)
                 }
                 Some(_) => old.revision(),
                 None => None,

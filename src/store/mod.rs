@@ -31,13 +31,11 @@
 //! # }
 //! ```
 
-mod backend;
-pub mod doctor;
+pub(crate) mod backend;
 #[cfg(test)]
 mod history_suite;
 pub(crate) mod json;
 mod memory;
-pub mod migrate;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -48,9 +46,6 @@ mod sql_transcripts;
 mod sqlite;
 #[cfg(test)]
 mod system_events_suite;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-#[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres"))))]
-pub mod views;
 
 use std::cmp::Reverse;
 use std::fmt;

@@ -636,7 +636,7 @@ pub trait TranscriptStore: Send + Sync {
 }
 
 /// A [`TranscriptStore`] whose transcripts can be listed and copied whole, line for
-/// line: what moving transcripts between stores ([`migrate`](crate::store::migrate)),
+/// line: what moving transcripts between stores ([`migrate`](crate::ops::migrate)),
 /// exporting and counting them need. Every store of this crate has it; a host's own
 /// transcript store needs only the core trait to serve sessions.
 #[async_trait]

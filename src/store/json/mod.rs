@@ -719,10 +719,7 @@ fn apply_change(
         Some(entry) => {
             let raw = document
                 .set(key.as_str(), entry)
-                .map_err(|source| Error::Serialize {
-                    key: key.clone(),
-                    source,
-                })?;
+                .map_err(|source| Error::encode(format!("session entry {key}"), source))?;
             Some(Revision::of_bytes(raw.as_bytes()))
         }
         None => {
@@ -1024,10 +1021,7 @@ impl Inner {
             if current || !filter.matches(&key, &closed.entry) {
                 continue;
             }
-            let revision = entry_revision(&closed.entry).map_err(|source| Error::Serialize {
-                key: key.clone(),
-                source,
-            })?;
+            let revision = entry_revision(&closed.entry).map_err(|source| Error::encode(format!("session entry {key}"), source))?;
             sessions.push(StoredSession {
                 key,
                 entry: closed.entry,

@@ -448,12 +448,12 @@ impl PostgresStore {
     /// store's tables — `<rabs>.type2_sessions`, `<rabs>.type2_messages` and
     /// `<clawos>.sessions`, each schema created if missing — so their SQL, joins and
     /// dashboards read the crate's sessions and message log (see
-    /// [`views`](crate::store::views) for every column). Idempotent; one transaction.
+    /// [`views`](crate::ops::ViewSchemas) for every column). Idempotent; one transaction.
     /// A schema that is not a plain name, or is the store's own, is
     /// [`Error::InvalidOption`].
     ///
     /// ```no_run
-    /// use agent_sessions::store::views::ViewSchemas;
+    /// use agent_sessions::ops::ViewSchemas;
     /// use agent_sessions::store::PostgresStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
@@ -464,17 +464,17 @@ impl PostgresStore {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn create_views(&self, schemas: &super::views::ViewSchemas) -> Result<()> {
+    pub async fn create_views(&self, schemas: &crate::ops::views::ViewSchemas) -> Result<()> {
         schemas.check(&self.schema)?;
-        let batch = super::views::postgres_create(&self.schema, schemas);
+        let batch = crate::ops::views::postgres_create(&self.schema, schemas);
         self.view_transaction(&batch, "create the views").await
     }
 
     /// Drops the views [`create_views`](Self::create_views) made in `schemas` (those
     /// that are there); the schemas themselves and the tables are left.
-    pub async fn drop_views(&self, schemas: &super::views::ViewSchemas) -> Result<()> {
+    pub async fn drop_views(&self, schemas: &crate::ops::views::ViewSchemas) -> Result<()> {
         schemas.check(&self.schema)?;
-        let batch = super::views::postgres_drop(schemas);
+        let batch = crate::ops::views::postgres_drop(schemas);
         self.view_transaction(&batch, "drop the views").await
     }
 

@@ -512,11 +512,11 @@ mod group_history {
     )]
     async fn a_version_3_schema_with_views_gains_group_history_and_system_events_and_keeps_its_sessions(
     ) {
-        use crate::store::views::ViewSchemas;
+        use crate::ops::ViewSchemas;
         let (schema, admin) = schema_at_version("unit_v3_", 3).await;
         let views = ViewSchemas::new(format!("{schema}_rabs"), format!("{schema}_clawos"));
         admin
-            .batch_execute(&crate::store::views::postgres_create(&schema, &views))
+            .batch_execute(&crate::ops::views::postgres_create(&schema, &views))
             .await
             .unwrap();
         admin

@@ -245,7 +245,7 @@ impl SqliteStore {
     /// Creates (or re-creates) the SQL views with RABS's and ClawOS's shapes over this
     /// database's tables — `type2_sessions`, `type2_messages` and `clawos_sessions` —
     /// so their SQL and dashboards read the crate's sessions and message log (see
-    /// [`views`](crate::store::views) for every column). Idempotent; one transaction.
+    /// [`views`](crate::ops::ViewSchemas) for every column). Idempotent; one transaction.
     ///
     /// ```
     /// use agent_sessions::prelude::*;
@@ -272,7 +272,7 @@ impl SqliteStore {
     /// # }
     /// ```
     pub async fn create_views(&self) -> Result<()> {
-        let batch = super::views::sqlite_create();
+        let batch = crate::ops::views::sqlite_create();
         self.write(move |tx| {
             tx.execute_batch(&batch)
                 .map_err(db_error("create the views"))
@@ -284,7 +284,7 @@ impl SqliteStore {
     /// there); the tables are untouched.
     pub async fn drop_views(&self) -> Result<()> {
         self.write(|tx| {
-            tx.execute_batch(super::views::SQLITE_DROP)
+            tx.execute_batch(crate::ops::views::SQLITE_DROP)
                 .map_err(db_error("drop the views"))
         })
         .await

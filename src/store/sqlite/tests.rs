@@ -442,7 +442,7 @@ mod group_history {
                  INSERT INTO schema_migrations VALUES (1, 0), (2, 0), (3, 0);",
             )
             .unwrap();
-            old.execute_batch(&crate::store::views::sqlite_create())
+            old.execute_batch(&crate::ops::views::sqlite_create())
                 .unwrap();
             let entry = SessionEntry::new("s-1", 2);
             let row = SessionRow::new(&key(), &entry).unwrap();

@@ -27,7 +27,7 @@
 //! compared by file name only.
 //!
 //! ```
-//! use agent_sessions::store::migrate::{migrate, NoProgress};
+//! use agent_sessions::ops::{migrate, NoProgress};
 //! use agent_sessions::store::Backend;
 //! use agent_sessions::prelude::*;
 //!
@@ -55,7 +55,7 @@ use serde::Serialize;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use super::{Backend, ListFilter, Revision, StoredSession};
+use crate::store::{Backend, ListFilter, Revision, StoredSession};
 use crate::entry::SessionEntry;
 use crate::error::{Error, Result};
 use crate::key::{AgentId, SessionKey};
@@ -101,7 +101,7 @@ pub struct Checksums {
 /// How [`migrate_with`] treats what the target already has.
 ///
 /// ```
-/// use agent_sessions::store::migrate::MigrateOptions;
+/// use agent_sessions::ops::MigrateOptions;
 ///
 /// let options = MigrateOptions::default();
 /// assert!(!options.overwrite_conflicts); // the target's own entries are kept
@@ -156,7 +156,7 @@ pub struct MigrationReport {
     /// decode, legacy or foreign keys, unreadable agent directories — see
     /// [`SessionStore::unreadable`](crate::SessionStore::unreadable)): the verification
     /// fails until they are repaired or removed by hand.
-    pub unreadable: Vec<super::UnreadableEntry>,
+    pub unreadable: Vec<crate::store::UnreadableEntry>,
     /// Transcripts written to the target.
     pub transcripts_copied: u64,
     /// Transcripts the target already had, identical.
@@ -260,7 +260,7 @@ pub async fn migrate_with(
             Err(
                 error @ (Error::NotAFile { .. } | Error::FileTooLarge { .. } | Error::Io { .. }),
             ) => {
-                report.unreadable.push(super::UnreadableEntry {
+                report.unreadable.push(crate::store::UnreadableEntry {
                     location: format!("{agent}/{name}"),
                     key: String::new(),
                     problem: error.to_string(),
@@ -385,10 +385,7 @@ async fn checksums(
         session_bytes.push(0);
         let comparable = comparable(entry);
         serde_json::to_writer(&mut session_bytes, &comparable).map_err(|source| {
-            Error::Serialize {
-                key: (*key).clone(),
-                source,
-            }
+            Error::encode(format!("session entry {key}"), source)
         })?;
         session_bytes.push(b'\n');
     }

@@ -10,7 +10,7 @@
 //! no data.
 //!
 //! ```
-//! use agent_sessions::store::doctor::{examine, DoctorOptions};
+//! use agent_sessions::ops::{examine, DoctorOptions};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> agent_sessions::Result<()> {
@@ -28,8 +28,8 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use super::json::io::{backup_path, lock_path};
-use super::json::DEFAULT_MAX_FILE_BYTES;
+use crate::store::json::io::{backup_path, lock_path};
+use crate::store::json::DEFAULT_MAX_FILE_BYTES;
 use crate::entry::{ChatType, SessionEntry};
 use crate::error::{Error, Result};
 use crate::fsutil::{
@@ -196,7 +196,7 @@ pub async fn examine(root: &Path, options: &DoctorOptions) -> Result<DoctorRepor
     // Pruned entries (already saved to the quarantine) leave through the store's own
     // write path — its lock, a fresh read, an atomic replace — by their exact raw key in
     // the file they were found in, and only if unchanged since.
-    let store = super::JsonFileStore::new(&root);
+    let store = crate::store::JsonFileStore::new(&root);
     for (path, entries) in to_prune {
         let removed = store.remove_exact(&path, &entries).await?;
         for (finding, repair) in &mut report.findings {
@@ -218,7 +218,7 @@ pub async fn examine(root: &Path, options: &DoctorOptions) -> Result<DoctorRepor
             Finding::CorruptStore { .. } | Finding::UnusableFile { .. }
         )
     }) {
-        for unreadable in super::SessionStore::unreadable(&store).await? {
+        for unreadable in crate::store::SessionStore::unreadable(&store).await? {
             let path = PathBuf::from(&unreadable.location);
             let reported = report.findings.iter().any(|(f, _)| {
                 matches!(f, Finding::InvalidEntry { path: p, key, .. } if *p == path && *key == unreadable.key)
@@ -241,10 +241,10 @@ pub async fn examine(root: &Path, options: &DoctorOptions) -> Result<DoctorRepor
 /// restored elsewhere leaves exactly that: the entry is pointed at the file inside,
 /// through the store's write path, and only if it still records the old location.
 async fn relocate_session_files(
-    store: &super::JsonFileStore,
+    store: &crate::store::JsonFileStore,
     report: &mut DoctorReport,
 ) -> Result<()> {
-    use super::SessionStoreExt;
+    use crate::store::SessionStoreExt;
     for (finding, repair) in &mut report.findings {
         let Finding::UnusableSessionFile {
             path,
@@ -334,12 +334,12 @@ impl Doctor {
             }
             self.examine_agent(&agent)?;
         }
-        let search_dir = Path::new(super::backend::SEARCH_INDEX_FILE)
+        let search_dir = Path::new(crate::store::backend::SEARCH_INDEX_FILE)
             .parent()
             .unwrap_or(Path::new("search"));
         for dir in [
-            Path::new(super::json::HISTORY_DIR),
-            Path::new(super::json::EVENTS_DIR),
+            Path::new(crate::store::json::HISTORY_DIR),
+            Path::new(crate::store::json::EVENTS_DIR),
             search_dir,
         ] {
             self.examine_shared_dir(&self.root.join(dir))?;
@@ -494,7 +494,7 @@ impl Doctor {
         if !path.exists() {
             return Ok(());
         }
-        if !super::json::lock::is_abandoned(path, super::json::DEFAULT_LOCK_STALE_AFTER) {
+        if !crate::store::json::lock::is_abandoned(path, crate::store::json::DEFAULT_LOCK_STALE_AFTER) {
             return Ok(());
         }
         let finding = Finding::DeadLock {
@@ -535,13 +535,13 @@ impl Doctor {
                 error => return Err(error),
             },
         };
-        let document = match super::json::document::Document::from_bytes(bytes) {
+        let document = match crate::store::json::document::Document::from_bytes(bytes) {
             Ok(document) => document,
             Err(problem) => return self.corrupt_store(store, problem.to_string()),
         };
         let mut missing = Vec::new();
         for (key, raw) in document.iter() {
-            let entry = super::json::document::parse_entry(raw);
+            let entry = crate::store::json::document::parse_entry(raw);
             if let Some(entry) = entry.as_ref().ok().filter(|e| shared_dm_session(key, e)) {
                 self.report.findings.push((
                     Finding::SharedDmSession {
@@ -607,13 +607,13 @@ impl Doctor {
     fn prune(
         &mut self,
         store: &Path,
-        document: &super::json::document::Document,
+        document: &crate::store::json::document::Document,
         missing: &[(String, String)],
     ) -> Result<PathBuf> {
         let dir = store.parent().unwrap_or(Path::new("."));
         let saved = self.quarantine(dir)?.join("pruned-sessions.json");
         let mut entries = Vec::new();
-        let mut pruned = super::json::document::Document::default();
+        let mut pruned = crate::store::json::document::Document::default();
         for (key, _) in missing {
             if let Some(raw) = document.get(key) {
                 entries.push((key.clone(), raw.to_owned()));
@@ -655,7 +655,7 @@ impl Doctor {
             .ok()
             .flatten()
             .map(|(bytes, _)| bytes)
-            .filter(|bytes| super::json::document::Document::parse(bytes).is_ok());
+            .filter(|bytes| crate::store::json::document::Document::parse(bytes).is_ok());
         let backup_is_valid = valid_backup.is_some();
         let finding = Finding::CorruptStore {
             path: store.to_owned(),

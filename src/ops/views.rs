@@ -82,7 +82,7 @@ impl ViewSchemas {
     /// The views in `rabs` and `clawos`.
     ///
     /// ```
-    /// use agent_sessions::store::views::ViewSchemas;
+    /// use agent_sessions::ops::ViewSchemas;
     ///
     /// let schemas = ViewSchemas::new("analytics", "kernel");
     /// assert_eq!(schemas.rabs, "analytics");
