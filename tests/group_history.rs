@@ -1,6 +1,7 @@
 //! Group chatter, exactly once: acknowledged chatter is kept or the call fails; chatter
 //! a turn takes reaches exactly one model input, whatever fails; each agent and each
-//! forum topic keeps its own history; nothing is written through a planted link.
+//! forum topic keeps its own history; a reset starts without the chatter from before
+//! it; nothing is written through a planted link.
 //!
 //! Each test runs on every backend this build has: a JSON tree, SQLite (feature
 //! `sqlite`) and PostgreSQL (feature `postgres`, with `AGENT_SESSIONS_TEST_POSTGRES_URL`).
@@ -355,6 +356,34 @@ async fn each_forum_topic_keeps_its_own_history_when_sessions_are_per_topic() {
         let seen = asked.input().unwrap();
         assert!(seen.contains("topic 42 chatter"), "{url}: {seen}");
         assert!(!seen.contains("topic 43 chatter"), "{url}: {seen}");
+    }
+    stores.finish().await;
+}
+
+#[tokio::test]
+async fn a_reset_in_a_group_starts_without_the_chatter_from_before_it() {
+    let stores = Stores::new("reset_history");
+    for url in &stores.urls {
+        let manager = SessionManager::connect(url).await.unwrap().build();
+        let owner = |text: &str| mention("Olivia", text).from_owner();
+
+        keep_chatter(&manager, &in_group("Ann", "before the bare reset")).await;
+        let reset = manager.turn(&owner("/new")).await.unwrap();
+        assert!(matches!(reset.action(), TurnAction::Acknowledge(_)), "{url}");
+        reset.complete(TurnReply::default()).await.unwrap();
+        keep_chatter(&manager, &in_group("Cy", "after the bare reset")).await;
+        let asked = manager.turn(&mention("Bob", "@bot hi")).await.unwrap();
+        let seen = asked.input().unwrap().to_owned();
+        assert!(seen.contains("after the bare reset"), "{url}: {seen}");
+        assert!(!seen.contains("before the bare reset"), "{url}: {seen}");
+        asked.complete("Hi.").await.unwrap();
+
+        // A reset with a first message: that message, and nothing from before it.
+        keep_chatter(&manager, &in_group("Ann", "before the reset with text")).await;
+        let asked = manager.turn(&owner("/new what is on today?")).await.unwrap();
+        let seen = asked.input().unwrap().to_owned();
+        assert!(seen.contains("what is on today?"), "{url}: {seen}");
+        assert!(!seen.contains("before the reset with text"), "{url}: {seen}");
     }
     stores.finish().await;
 }

@@ -261,6 +261,13 @@ impl SessionManager {
             }
         };
         turn.key = resolution.key.clone();
+        if resolution.reset_triggered {
+            // An explicit reset is a clean start: the group's chatter from before it is
+            // not carried into the new session.
+            if let Some(history) = group_history_key(&resolution.key, message) {
+                self.seams.history.clear(&history).await?;
+            }
+        }
         if resolution.reset_triggered && resolution.body.trim().is_empty() {
             taken(intake);
             turn.action = TurnAction::Acknowledge(self.settings.reset_acknowledgement.clone());
