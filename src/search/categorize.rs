@@ -256,7 +256,7 @@ impl KeywordCategorizer {
     }
 
     /// The label for `text`.
-    pub(crate) fn label_for(&self, text: &str) -> &str {
+    pub fn label_for(&self, text: &str) -> &str {
         let words = tokens(text);
         let matches = |phrase: &Vec<String>| {
             words
