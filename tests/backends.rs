@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use agent_sessions::manager::LogMessage;
-use agent_sessions::prelude::*;
 use agent_sessions::ops::{migrate, NoProgress};
+use agent_sessions::prelude::*;
 use agent_sessions::store::Backend;
 use agent_sessions::transcript::{Offset, TranscriptRef};
 
@@ -270,9 +270,7 @@ async fn busy_source_and_empty_sqlite() -> ((tempfile::TempDir, tempfile::TempDi
 
 struct WriterDuringCopy<F: Fn() + Send + Sync>(F);
 
-impl<F: Fn() + Send + Sync> agent_sessions::ops::MigrationProgress
-    for WriterDuringCopy<F>
-{
+impl<F: Fn() + Send + Sync> agent_sessions::ops::MigrationProgress for WriterDuringCopy<F> {
     fn begin(&self, phase: &'static str, _: u64) {
         if phase == "sessions" {
             (self.0)();

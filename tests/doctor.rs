@@ -7,8 +7,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use agent_sessions::prelude::*;
 use agent_sessions::ops::{examine, DoctorOptions, Finding};
+use agent_sessions::prelude::*;
 
 fn sessions_dir(root: &Path) -> PathBuf {
     agent_sessions::paths::sessions_dir(root, &AgentId::main())

@@ -369,7 +369,10 @@ async fn a_reset_in_a_group_starts_without_the_chatter_from_before_it() {
 
         keep_chatter(&manager, &in_group("Ann", "before the bare reset")).await;
         let reset = manager.turn(&owner("/new")).await.unwrap();
-        assert!(matches!(reset.action(), TurnAction::Acknowledge(_)), "{url}");
+        assert!(
+            matches!(reset.action(), TurnAction::Acknowledge(_)),
+            "{url}"
+        );
         reset.complete(TurnReply::default()).await.unwrap();
         keep_chatter(&manager, &in_group("Cy", "after the bare reset")).await;
         let asked = manager.turn(&mention("Bob", "@bot hi")).await.unwrap();
@@ -380,10 +383,16 @@ async fn a_reset_in_a_group_starts_without_the_chatter_from_before_it() {
 
         // A reset with a first message: that message, and nothing from before it.
         keep_chatter(&manager, &in_group("Ann", "before the reset with text")).await;
-        let asked = manager.turn(&owner("/new what is on today?")).await.unwrap();
+        let asked = manager
+            .turn(&owner("/new what is on today?"))
+            .await
+            .unwrap();
         let seen = asked.input().unwrap().to_owned();
         assert!(seen.contains("what is on today?"), "{url}: {seen}");
-        assert!(!seen.contains("before the reset with text"), "{url}: {seen}");
+        assert!(
+            !seen.contains("before the reset with text"),
+            "{url}: {seen}"
+        );
     }
     stores.finish().await;
 }

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use agent_sessions::prelude::*;
 use agent_sessions::ops::{examine, DoctorOptions, Finding};
+use agent_sessions::prelude::*;
 use agent_sessions::transcript::{
     FileTranscriptStore, Offset, TranscriptEntry, TranscriptRef, TranscriptStore,
 };

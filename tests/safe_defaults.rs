@@ -1,8 +1,8 @@
 //! The defaults a bot author inherits are safe for a bot many people write to: one
 //! person's DMs never reach another person's model input.
 
-use agent_sessions::prelude::*;
 use agent_sessions::ops::{examine, DoctorOptions, Finding};
+use agent_sessions::prelude::*;
 
 /// What the model is given for `message`'s turn, after it is answered with `reply`.
 async fn model_input(manager: &SessionManager, message: &InboundMessage) -> (String, String) {

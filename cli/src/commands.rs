@@ -6,9 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agent_sessions::manager::{DeleteOptions, PruneOptions};
-use agent_sessions::ops::{
-    migrate_with, MigrateOptions, MigrationProgress, MigrationReport,
-};
+use agent_sessions::ops::{migrate_with, MigrateOptions, MigrationProgress, MigrationReport};
 use agent_sessions::store::{Backend, OpenMode, StoreUrl};
 use agent_sessions::{
     AgentId, Error, ListFilter, PeerKind, SessionKey, SessionManager, SessionStatus, StoredSession,
@@ -164,10 +162,8 @@ async fn views(store: &str, json: bool, args: ViewsArgs) -> Outcome {
                 None => agent_sessions::store::PostgresOptions::default(),
             };
             let db = agent_sessions::store::PostgresStore::connect_with(url, options).await?;
-            let schemas = agent_sessions::ops::ViewSchemas::new(
-                &args.rabs_schema,
-                &args.clawos_schema,
-            );
+            let schemas =
+                agent_sessions::ops::ViewSchemas::new(&args.rabs_schema, &args.clawos_schema);
             match args.action {
                 ViewsAction::Create => db.create_views(&schemas).await?,
                 ViewsAction::Drop => db.drop_views(&schemas).await?,

@@ -75,14 +75,14 @@ use crate::transcript::{ArchiveReason, CheckpointReason, TranscriptRef, Transcri
 
 pub use dedupe::DEFAULT_DEDUPE_WINDOW;
 pub use idle::{IdleCheckpointOptions, IdleCheckpoints};
-pub use sessions::{DeleteOptions, OverrideKind, PruneOptions, SessionOverride};
-pub use transcripts::{LogMessage, SessionTranscripts};
 pub use outcome::{Delivery, DeliveryReceipt, TurnFailure, DELIVERY_CUSTOM_TYPE};
 pub use resolution::{Decision, Reason, Resolution};
 pub use scoped::{ScopedManager, ScopedMemory, ScopedTranscripts};
-pub use turn::{Turn, TurnAction, TurnReply, DEFAULT_RESET_ACKNOWLEDGEMENT};
 pub(crate) use session_memory::DEFAULT_SUMMARY_QUIET_GAP;
 pub use session_memory::{CompactionEvent, SessionMemory, SummaryRefresh, TurnOutcome};
+pub use sessions::{DeleteOptions, OverrideKind, PruneOptions, SessionOverride};
+pub use transcripts::{LogMessage, SessionTranscripts};
+pub use turn::{Turn, TurnAction, TurnReply, DEFAULT_RESET_ACKNOWLEDGEMENT};
 
 use self::entry_update::{record_message, start_session, Inbound};
 

@@ -19,8 +19,8 @@ use tracing::Instrument;
 
 use super::dedupe::{self, Intake, Seen};
 use super::holders::Hold;
-use super::transcripts::record_location;
 use super::outcome::{DeliveryReceipt, TurnFailure};
+use super::transcripts::record_location;
 use super::{LogMessage, Resolution, Resolved, SessionManager, TurnOutcome};
 
 /// What the session layer sends after a bare reset (`/new` with nothing after it), in

@@ -28,8 +28,6 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use crate::store::json::io::{backup_path, lock_path};
-use crate::store::json::DEFAULT_MAX_FILE_BYTES;
 use crate::entry::{ChatType, SessionEntry};
 use crate::error::{Error, Result};
 use crate::fsutil::{
@@ -37,6 +35,8 @@ use crate::fsutil::{
 };
 use crate::key::{AgentId, SessionKey};
 use crate::paths;
+use crate::store::json::io::{backup_path, lock_path};
+use crate::store::json::DEFAULT_MAX_FILE_BYTES;
 
 /// What [`examine`] may change.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -494,7 +494,10 @@ impl Doctor {
         if !path.exists() {
             return Ok(());
         }
-        if !crate::store::json::lock::is_abandoned(path, crate::store::json::DEFAULT_LOCK_STALE_AFTER) {
+        if !crate::store::json::lock::is_abandoned(
+            path,
+            crate::store::json::DEFAULT_LOCK_STALE_AFTER,
+        ) {
             return Ok(());
         }
         let finding = Finding::DeadLock {

@@ -55,10 +55,10 @@ use serde::Serialize;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::store::{Backend, ListFilter, Revision, StoredSession};
 use crate::entry::SessionEntry;
 use crate::error::{Error, Result};
 use crate::key::{AgentId, SessionKey};
+use crate::store::{Backend, ListFilter, Revision, StoredSession};
 use crate::transcript::TranscriptRef;
 
 /// How many copies run at once (a database target overlaps its round trips).
@@ -384,9 +384,8 @@ async fn checksums(
         session_bytes.extend_from_slice(key.as_str().as_bytes());
         session_bytes.push(0);
         let comparable = comparable(entry);
-        serde_json::to_writer(&mut session_bytes, &comparable).map_err(|source| {
-            Error::encode(format!("session entry {key}"), source)
-        })?;
+        serde_json::to_writer(&mut session_bytes, &comparable)
+            .map_err(|source| Error::encode(format!("session entry {key}"), source))?;
         session_bytes.push(b'\n');
     }
     let mut transcript_bytes = Vec::new();

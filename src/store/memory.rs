@@ -52,7 +52,8 @@ impl Sessions {
     /// Keeps `closed`, the session `key` had before it was replaced, within
     /// [`CLOSED_SESSIONS_PER_KEY`].
     fn keep_closed(&mut self, key: &SessionKey, closed: SessionEntry) -> Result<()> {
-        let revision = entry_revision(&closed).map_err(|source| Error::encode(format!("session entry {key}"), source))?;
+        let revision = entry_revision(&closed)
+            .map_err(|source| Error::encode(format!("session entry {key}"), source))?;
         let closed_log = &mut self.closed;
         closed_log.retain(|c| c.entry.session_id != closed.session_id);
         closed_log.push(StoredSession {
@@ -222,7 +223,9 @@ impl MemoryStore {
         for (slot, old) in after.iter().zip(&before) {
             let revision = match &slot.entry {
                 Some(entry) if slot.entry != old.entry => {
-                    Some(entry_revision(entry).map_err(|source| Error::encode(format!("session entry {}", slot.key()), source))?)
+                    Some(entry_revision(entry).map_err(|source| {
+                        Error::encode(format!("session entry {}", slot.key()), source)
+                    })?)
                 }
                 Some(_) => old.revision(),
                 None => None,

@@ -31,7 +31,8 @@ pub(crate) struct SessionRow {
 impl SessionRow {
     /// The row of `entry` under `key`.
     pub(crate) fn new(key: &SessionKey, entry: &SessionEntry) -> Result<SessionRow> {
-        let json = serde_json::to_string(entry).map_err(|source| Error::encode(format!("session entry {key}"), source))?;
+        let json = serde_json::to_string(entry)
+            .map_err(|source| Error::encode(format!("session entry {key}"), source))?;
         // The revision is the hash of exactly this text (what `entry_revision` hashes).
         let revision = Revision::of_bytes(json.as_bytes());
         let chat_type = entry

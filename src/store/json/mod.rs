@@ -1021,7 +1021,8 @@ impl Inner {
             if current || !filter.matches(&key, &closed.entry) {
                 continue;
             }
-            let revision = entry_revision(&closed.entry).map_err(|source| Error::encode(format!("session entry {key}"), source))?;
+            let revision = entry_revision(&closed.entry)
+                .map_err(|source| Error::encode(format!("session entry {key}"), source))?;
             sessions.push(StoredSession {
                 key,
                 entry: closed.entry,

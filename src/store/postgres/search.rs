@@ -15,8 +15,8 @@ use deadpool_postgres::{GenericClient, Transaction};
 
 use super::{params, pg_error, refs, PostgresStore};
 use crate::error::Result;
-use crate::search::{best, cosine, LoggedMessage, SearchFilter, SearchIndex, Work};
 use crate::search::postings::{self, Block, Stats};
+use crate::search::{best, cosine, LoggedMessage, SearchFilter, SearchIndex, Work};
 use crate::store::sql::{
     self, direction_column, message_filter, query_words, SqlValue, Where, MESSAGE_COLUMNS,
 };

@@ -11,8 +11,8 @@ use super::{db_error, SqliteStore};
 use crate::error::Result;
 use std::collections::{HashMap, HashSet};
 
-use crate::search::{best, LoggedMessage, SearchFilter, SearchIndex, Work};
 use crate::search::postings::{self, Block, Stats};
+use crate::search::{best, LoggedMessage, SearchFilter, SearchIndex, Work};
 use crate::store::sql::{
     self, direction_column, message_filter, query_words, SqlValue, Where, MESSAGE_COLUMNS,
 };
