@@ -65,7 +65,7 @@ use crate::key::{
 };
 use crate::lifecycle::clock::{to_millis, Clock, SystemClock};
 use crate::lifecycle::drift::DriftClassifier;
-use crate::lifecycle::freshness::{Freshness, FreshnessPolicy, ResetConfig, ResetType, Zone};
+use crate::lifecycle::freshness::{FreshnessPolicy, ResetConfig, ResetType, Zone};
 use crate::lifecycle::triggers::{parse_model_hint, ModelCatalog, ResetTriggers};
 use crate::memory::checkpoint::Introspector;
 use crate::memory::flush::{MemoryFlushGuard, MemoryFlushSettings};
@@ -84,8 +84,6 @@ pub use sessions::{DeleteOptions, OverrideKind, PruneOptions, SessionOverride};
 pub use transcripts::{LogMessage, SessionTranscripts};
 pub use turn::{Turn, TurnAction, TurnReply, DEFAULT_RESET_ACKNOWLEDGEMENT};
 
-use self::entry_update::{record_message, start_session, Inbound};
-
 /// What resolving a message a turn takes found.
 #[derive(Debug)]
 enum Resolved {
@@ -94,7 +92,7 @@ enum Resolved {
     /// The message was taken before (the session was left as it is).
     Seen(dedupe::Seen),
 }
-use self::resolution::Policy;
+use self::resolution::{Policy, Step, StepFacts};
 
 /// Decides which session each message belongs to, and keeps the sessions.
 ///
@@ -818,88 +816,60 @@ impl SessionManager {
         let fork = self.fork_origin(message, &key).await?;
 
         let now = self.seams.clock.now();
-        let now_ms = to_millis(now);
         let agent_identity = key.agent_id().map(|agent| self.agent_identity_of(agent));
-        let mut outcome = None;
-        let mut seen = dedupe::Seen::New;
-        let mut shared_by = None;
         let window = self.settings.dedupe_window;
+        let facts = StepFacts {
+            key: &key,
+            message,
+            group: group.as_ref(),
+            body: &body,
+            model: hint.as_ref().map(|h| &h.model),
+            fork: fork.as_ref(),
+            agent_identity: agent_identity.as_deref(),
+            policy: &policy,
+            now,
+            now_ms: to_millis(now),
+            drifted: drifted.as_deref(),
+            start_run,
+            // A bare reset is all done here; other messages are logged next.
+            dedupe: intake
+                .map(|intake| (intake, window, trigger.is_some() && body.trim().is_empty())),
+        };
+        let mut seen = dedupe::Seen::New;
+        let mut step = None;
         let stored = self
             .seams
             .store
             .apply(&key, &mut |slot, _| {
                 admit(&key, slot.as_ref())?;
                 if let Some(intake) = intake {
-                    seen = dedupe::check(slot.as_ref(), intake, now_ms, window);
+                    seen = dedupe::check(slot.as_ref(), intake, facts.now_ms, window);
                     if seen != dedupe::Seen::New {
                         // Seen before: the session is left as it is, nothing written.
                         return Ok(());
                     }
                 }
-                let current = slot.take();
-                let (decision, reason) =
-                    policy.decide(&key, current.as_ref(), now, drifted.as_deref());
-                let (system_sent, aborted_last_run) = match (&current, decision) {
-                    (Some(entry), Decision::Continue) => (
-                        entry.system_sent.unwrap_or(false),
-                        entry.aborted_last_run.unwrap_or(false),
-                    ),
-                    _ => (false, false),
-                };
-                let (mut entry, previous) = match decision {
-                    Decision::Continue => (current.unwrap_or_default(), None),
-                    Decision::New => (start_session(current.clone(), now_ms), current),
-                };
-                let is_new = decision == Decision::New;
-                shared_by = entry_update::another_dm_sender(&key, message, &entry);
-                record_message(
-                    &mut entry,
-                    &Inbound {
-                        key: &key,
-                        message,
-                        group: group.as_ref(),
-                        body: &body,
-                        model: hint.as_ref().map(|h| &h.model),
-                        fork: fork.as_ref().filter(|_| is_new),
-                        agent_identity: agent_identity.as_deref(),
-                        now_ms,
-                    },
-                );
-                if start_run {
-                    entry.status = Some(crate::entry::SessionStatus::Running);
-                    entry.aborted_last_run = Some(true);
-                }
-                if let Some(intake) = intake {
-                    // A bare reset is all done here; other messages are logged next.
-                    let bare_reset = trigger.is_some() && body.trim().is_empty();
-                    dedupe::record(&mut entry, intake, now_ms, window, bare_reset);
-                }
-                let expires_at = match policy.freshness(&key, &entry, now) {
-                    Freshness::Fresh { expires_at } => expires_at,
-                    Freshness::Stale { .. } => None,
-                };
+                let (entry, decided) = facts.step(slot.take());
                 *slot = Some(entry);
-                outcome = Some((
-                    decision,
-                    reason,
-                    previous,
-                    system_sent,
-                    aborted_last_run,
-                    expires_at,
-                ));
+                step = Some(decided);
                 Ok(())
             })
             .await?;
         if seen != dedupe::Seen::New {
             return Ok(Resolved::Seen(seen));
         }
-        let (
-            Some(mut session),
-            Some((decision, reason, previous, system_sent, aborted_last_run, expires_at)),
-        ) = (stored, outcome)
-        else {
+        let (Some(mut session), Some(step)) = (stored, step) else {
             return Err(Error::NotFound { key });
         };
+        let Step {
+            decision,
+            reason,
+            previous,
+            system_sent,
+            aborted_last_run,
+            expires_at,
+            shared_by,
+        } = step;
         tracing::Span::current().record("session_id", session.entry.session_id.as_str());
         crate::telemetry::decided(decision.as_str(), reason.as_str());
         if let Some(senders) = shared_by {

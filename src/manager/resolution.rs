@@ -5,8 +5,13 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 use serde::{Serialize, Serializer};
 
-use crate::entry::{SessionEntry, SessionStatus};
-use crate::key::SessionKey;
+use std::time::Duration;
+
+use super::dedupe::{self, Intake};
+use super::entry_update::{another_dm_sender, record_message, start_session, Inbound};
+use crate::context::inbound::InboundMessage;
+use crate::entry::{ForkOrigin, SessionEntry, SessionStatus};
+use crate::key::{GroupResolution, SessionKey};
 use crate::lifecycle::freshness::{
     Freshness, FreshnessInput, FreshnessPolicy, ResetType, StaleReason,
 };
@@ -189,5 +194,162 @@ impl Policy<'_> {
             },
             now,
         )
+    }
+}
+
+/// The facts one message's resolution is decided from, gathered before the store's
+/// atomic step: the message, its cleaned body and model hint, the policy, the time, and
+/// what the drift gate and the dedupe check found.
+pub(super) struct StepFacts<'a> {
+    pub(super) key: &'a SessionKey,
+    pub(super) message: &'a InboundMessage,
+    pub(super) group: Option<&'a GroupResolution>,
+    pub(super) body: &'a str,
+    pub(super) model: Option<&'a ModelRef>,
+    pub(super) fork: Option<&'a ForkOrigin>,
+    pub(super) agent_identity: Option<&'a str>,
+    pub(super) policy: &'a Policy<'a>,
+    pub(super) now: DateTime<Utc>,
+    pub(super) now_ms: u64,
+    /// The session id the drift gate fired for, if it did.
+    pub(super) drifted: Option<&'a str>,
+    /// Mark the session running (a turn follows).
+    pub(super) start_run: bool,
+    /// Record the message as taken: its intake, the dedupe window, and whether it is a
+    /// bare reset (all done here).
+    pub(super) dedupe: Option<(&'a Intake, Duration, bool)>,
+}
+
+/// What resolving a message decided, besides the entry it leaves under the key.
+pub(super) struct Step {
+    pub(super) decision: Decision,
+    pub(super) reason: Reason,
+    /// The entry a new session replaced.
+    pub(super) previous: Option<SessionEntry>,
+    /// The continued session's `systemSent` (false for a new session).
+    pub(super) system_sent: bool,
+    /// Whether the continued session's last run was aborted (false for a new session).
+    pub(super) aborted_last_run: bool,
+    /// When the session goes stale without further activity.
+    pub(super) expires_at: Option<DateTime<Utc>>,
+    /// How many people have written into a shared main DM session, when this message
+    /// made it more than one.
+    pub(super) shared_by: Option<usize>,
+}
+
+impl StepFacts<'_> {
+    /// Decides, from the entry `current` under the key, the entry to leave there and
+    /// what happened. No I/O and nothing else changes: the same entry and facts give the
+    /// same decision (a new session gets a fresh id each time), so the store may run it
+    /// again when its atomic step retries.
+    pub(super) fn step(&self, current: Option<SessionEntry>) -> (SessionEntry, Step) {
+        let (decision, reason) =
+            self.policy
+                .decide(self.key, current.as_ref(), self.now, self.drifted);
+        let (system_sent, aborted_last_run) = match (&current, decision) {
+            (Some(entry), Decision::Continue) => (
+                entry.system_sent.unwrap_or(false),
+                entry.aborted_last_run.unwrap_or(false),
+            ),
+            _ => (false, false),
+        };
+        let (mut entry, previous) = match decision {
+            Decision::Continue => (current.unwrap_or_default(), None),
+            Decision::New => (start_session(current.clone(), self.now_ms), current),
+        };
+        let is_new = decision == Decision::New;
+        let shared_by = another_dm_sender(self.key, self.message, &entry);
+        record_message(
+            &mut entry,
+            &Inbound {
+                key: self.key,
+                message: self.message,
+                group: self.group,
+                body: self.body,
+                model: self.model,
+                fork: self.fork.filter(|_| is_new),
+                agent_identity: self.agent_identity,
+                now_ms: self.now_ms,
+            },
+        );
+        if self.start_run {
+            entry.status = Some(SessionStatus::Running);
+            entry.aborted_last_run = Some(true);
+        }
+        if let Some((intake, window, bare_reset)) = self.dedupe {
+            dedupe::record(&mut entry, intake, self.now_ms, window, bare_reset);
+        }
+        let expires_at = match self.policy.freshness(self.key, &entry, self.now) {
+            Freshness::Fresh { expires_at } => expires_at,
+            Freshness::Stale { .. } => None,
+        };
+        let step = Step {
+            decision,
+            reason,
+            previous,
+            system_sent,
+            aborted_last_run,
+            expires_at,
+            shared_by,
+        };
+        (entry, step)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lifecycle::freshness::ResetConfig;
+
+    /// A step decided twice from the same entry — as a store whose atomic step retries
+    /// runs it — decides the same, and a step from its own result continues.
+    #[test]
+    fn a_step_is_a_pure_decision_over_the_current_entry() {
+        let key = SessionKey::parse("agent:main:telegram:dm:42").unwrap();
+        let message = InboundMessage::direct("telegram", "42", "hi");
+        let freshness = ResetConfig::default();
+        let policy = Policy {
+            freshness: &freshness,
+            reset_type: ResetType::Direct,
+            channel: Some("telegram"),
+            reset_triggered: false,
+        };
+        let now = DateTime::parse_from_rfc3339("2026-01-13T07:47:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let facts = StepFacts {
+            key: &key,
+            message: &message,
+            group: None,
+            body: "hi",
+            model: None,
+            fork: None,
+            agent_identity: None,
+            policy: &policy,
+            now,
+            now_ms: now.timestamp_millis() as u64,
+            drifted: None,
+            start_run: true,
+            dedupe: None,
+        };
+
+        let (first, step) = facts.step(None);
+        let (again, step_again) = facts.step(None);
+        assert_eq!(
+            (step.decision, step.reason),
+            (Decision::New, Reason::NoSession)
+        );
+        assert_eq!(
+            (step_again.decision, step_again.reason),
+            (step.decision, step.reason)
+        );
+        assert_eq!(first.status, Some(SessionStatus::Running));
+        assert_eq!(again.status, first.status);
+        assert!(step.previous.is_none() && !step.system_sent);
+
+        let (next, continued) = facts.step(Some(first.clone()));
+        assert_eq!(continued.decision, Decision::Continue);
+        assert_eq!(next.session_id, first.session_id);
+        assert!(continued.aborted_last_run, "the first run never completed");
     }
 }
