@@ -153,7 +153,7 @@ pub enum Error {
     },
 
     /// An update of several sessions at once
-    /// ([`SessionStore::apply_many`](crate::SessionStore::apply_many)) named two
+    /// ([`MultiKeyStore::apply_many`](crate::MultiKeyStore::apply_many)) named two
     /// sessions the store cannot change in one atomic step, and nothing was written.
     ///
     /// The JSON store keeps each agent's sessions in a file of its own and one write

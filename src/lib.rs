@@ -104,8 +104,9 @@ pub use key::{
 };
 pub use manager::{Decision, Reason, Resolution, SessionManager};
 pub use store::{
-    Durability, JsonFileOptions, JsonFileStore, ListFilter, LockOptions, MemoryStore, Revision,
-    SessionStore, SessionStoreExt, StatusFilter, StoredSession, CLOSED_SESSIONS_PER_KEY,
+    Durability, JsonFileOptions, JsonFileStore, ListFilter, LockOptions, MemoryStore,
+    MultiKeyStore, Revision, SessionStore, SessionStoreExt, StatusFilter, StoredSession,
+    CLOSED_SESSIONS_PER_KEY,
 };
 
 /// Every Rust example in the README and in `docs/` is compiled, and run unless marked

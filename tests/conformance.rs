@@ -20,10 +20,12 @@ async fn json_store() -> (JsonFileStore, tempfile::TempDir) {
 
 mod memory {
     agent_sessions::store_conformance_tests!(super::memory_store());
+    agent_sessions::multi_key_conformance_tests!(super::memory_store());
 }
 
 mod json {
     agent_sessions::store_conformance_tests!(super::json_store());
+    agent_sessions::multi_key_conformance_tests!(super::json_store());
 }
 
 #[cfg(feature = "sqlite")]
@@ -37,6 +39,7 @@ async fn sqlite_store() -> (agent_sessions::store::SqliteStore, tempfile::TempDi
 #[cfg(feature = "sqlite")]
 mod sqlite {
     agent_sessions::store_conformance_tests!(super::sqlite_store());
+    agent_sessions::multi_key_conformance_tests!(super::sqlite_store());
 }
 
 async fn file_transcripts() -> (
@@ -103,6 +106,8 @@ impl Drop for SchemaGuard {
 #[cfg(feature = "postgres")]
 mod postgres {
     agent_sessions::store_conformance_tests!(super::postgres_store();
+        #[cfg_attr(not(postgres_tests), ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run")]);
+    agent_sessions::multi_key_conformance_tests!(super::postgres_store();
         #[cfg_attr(not(postgres_tests), ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run")]);
 }
 

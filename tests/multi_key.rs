@@ -1,4 +1,4 @@
-//! Updates of several sessions at once (`SessionStore::apply_many`): what only some
+//! Updates of several sessions at once (`MultiKeyStore::apply_many`): what only some
 //! backends can show — a damaged entry among the keys, the JSON store's files, an
 //! agent-scoped store. The behaviour every store shares is in the conformance suite.
 
@@ -7,14 +7,14 @@ mod common;
 use agent_sessions::identity::AgentScoped;
 use agent_sessions::prelude::*;
 use agent_sessions::store::Backend;
-use agent_sessions::{AccessDenial, Error, JsonFileOptions};
+use agent_sessions::{AccessDenial, Error, JsonFileOptions, MultiKeyStore};
 
 fn key(raw: &str) -> SessionKey {
     SessionKey::parse(raw).unwrap()
 }
 
 /// Sets every requested session's label to `label`, creating missing ones.
-async fn label_all<S: SessionStore + ?Sized>(
+async fn label_all<S: MultiKeyStore + ?Sized>(
     store: &S,
     keys: &[SessionKey],
     label: &str,
@@ -41,7 +41,7 @@ async fn a_damaged_entry_fails_the_update_and_nothing_is_lost(
     read_damaged: impl std::future::Future<Output = String>,
     damaged_before: &str,
 ) {
-    let store = backend.sessions();
+    let store = backend.multi_key();
     let before = store.get(good).await.unwrap().unwrap();
     let missing = key("agent:main:telegram:dm:missing");
     let result = label_all(store, &[good.clone(), bad.clone(), missing.clone()], "x").await;
@@ -318,7 +318,7 @@ async fn an_agent_scoped_store_refuses_another_agents_key_among_many() {
 }
 
 /// Updates the sessions of `keys` with a mutator that panics, in a task of its own.
-async fn panic_in_update_many<S: SessionStore + Clone + 'static>(store: &S, keys: &[SessionKey]) {
+async fn panic_in_update_many<S: MultiKeyStore + Clone + 'static>(store: &S, keys: &[SessionKey]) {
     let (store, keys) = (store.clone(), keys.to_vec());
     let joined = tokio::spawn(async move {
         store

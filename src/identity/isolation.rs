@@ -111,17 +111,6 @@ impl<S: SessionStore> SessionStore for AgentScoped<S> {
         self.inner.apply(key, mutator).await
     }
 
-    async fn apply_many(
-        &self,
-        keys: &[SessionKey],
-        mutator: &mut ManyMutator<'_>,
-    ) -> Result<Slots> {
-        for key in keys {
-            self.check_key(key)?;
-        }
-        self.inner.apply_many(keys, mutator).await
-    }
-
     async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
         if filter.agent.as_ref().is_some_and(|a| *a != self.agent) {
             return Ok(Vec::new());
@@ -174,6 +163,20 @@ impl<S: SessionStore> SessionStore for AgentScoped<S> {
             return Ok(0);
         }
         self.inner.remove_closed(&own).await
+    }
+}
+
+#[async_trait]
+impl<S: crate::store::MultiKeyStore> crate::store::MultiKeyStore for AgentScoped<S> {
+    async fn apply_many(
+        &self,
+        keys: &[SessionKey],
+        mutator: &mut ManyMutator<'_>,
+    ) -> Result<Slots> {
+        for key in keys {
+            self.check_key(key)?;
+        }
+        self.inner.apply_many(keys, mutator).await
     }
 }
 

@@ -9,7 +9,7 @@ use crate::context::history::{HistoryBuffer, MemoryHistory};
 use crate::context::inbound::events::{SystemEventQueue, SystemEvents};
 use crate::error::{Error, Result};
 use crate::search::{MemoryIndex, SearchIndex};
-use crate::store::{JsonFileStore, SessionStore};
+use crate::store::{JsonFileStore, MultiKeyStore, SessionStore};
 use crate::transcript::{FileTranscriptStore, TranscriptExport};
 
 /// Where sessions and transcripts live, as a URL.
@@ -255,6 +255,8 @@ pub const SEARCH_INDEX_FILE: &str = "search/messages.json";
 pub struct Backend {
     url: StoreUrl,
     sessions: Arc<dyn SessionStore>,
+    /// The same store, with its updates of several sessions at once.
+    multi_key: Arc<dyn MultiKeyStore>,
     transcripts: Arc<dyn TranscriptExport>,
     history: Arc<dyn HistoryBuffer>,
     system_events: Arc<dyn SystemEvents>,
@@ -307,7 +309,7 @@ impl Backend {
     /// Opens a parsed URL in `mode`.
     pub(crate) async fn open_url_with(url: StoreUrl, mode: OpenMode) -> Result<Backend> {
         type Parts = (
-            Arc<dyn SessionStore>,
+            Arc<dyn MultiKeyStore>,
             Arc<dyn TranscriptExport>,
             Option<Arc<dyn SearchIndex>>,
             Arc<dyn HistoryBuffer>,
@@ -317,7 +319,7 @@ impl Backend {
         // read-only backend, which must not be written to).
         let read_only = mode == OpenMode::ReadOnly;
         let in_memory = || Arc::new(SystemEventQueue::default()) as Arc<dyn SystemEvents>;
-        let (sessions, transcripts, search, history, system_events): Parts = match &url {
+        let (multi_key, transcripts, search, history, system_events): Parts = match &url {
             StoreUrl::Json(dir) => {
                 if mode != OpenMode::Create {
                     json_tree_exists(dir, &url)?;
@@ -416,7 +418,8 @@ impl Backend {
         };
         Ok(Backend {
             url,
-            sessions,
+            sessions: multi_key.clone(),
+            multi_key,
             transcripts,
             history,
             system_events,
@@ -435,6 +438,12 @@ impl Backend {
     /// The session store.
     pub fn sessions(&self) -> &Arc<dyn SessionStore> {
         &self.sessions
+    }
+
+    /// The same session store, with its updates of several sessions at once
+    /// ([`MultiKeyStore`]: every backend has them).
+    pub fn multi_key(&self) -> &Arc<dyn MultiKeyStore> {
+        &self.multi_key
     }
 
     /// The transcript store.

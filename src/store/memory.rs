@@ -110,14 +110,6 @@ impl SessionStore for MemoryStore {
         .await
     }
 
-    async fn apply_many(
-        &self,
-        keys: &[SessionKey],
-        mutator: &mut ManyMutator<'_>,
-    ) -> Result<Slots> {
-        crate::telemetry::update("memory", keys, self.apply_many_in_span(keys, mutator)).await
-    }
-
     async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
         let sessions = self.sessions();
         let mut matching: Vec<StoredSession> = sessions
@@ -156,6 +148,17 @@ impl SessionStore for MemoryStore {
             .closed
             .retain(|c| !session_ids.contains(&c.entry.session_id));
         Ok(before - sessions.closed.len())
+    }
+}
+
+#[async_trait]
+impl crate::store::MultiKeyStore for MemoryStore {
+    async fn apply_many(
+        &self,
+        keys: &[SessionKey],
+        mutator: &mut ManyMutator<'_>,
+    ) -> Result<Slots> {
+        crate::telemetry::update("memory", keys, self.apply_many_in_span(keys, mutator)).await
     }
 }
 

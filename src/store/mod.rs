@@ -3,7 +3,7 @@
 //! [`SessionStore`] is the seam every backend implements. It is shaped around one
 //! operation, [`SessionStore::apply`]: an atomic read-modify-write of one key. A file
 //! store runs it under its lock; a SQL store runs it in a transaction with a row lock;
-//! nothing requires loading every entry. [`SessionStore::apply_many`] does the same for
+//! nothing requires loading every entry. [`MultiKeyStore::apply_many`] does the same for
 //! several keys at once, all or nothing. [`SessionStoreExt`] builds the convenient calls
 //! (`update`, `update_many`, `with_session`, `put`, `compare_and_set`) on top, for every
 //! store.
@@ -256,7 +256,7 @@ pub(crate) fn replaced_session(
     Some(closed)
 }
 
-/// One session of a [`SessionStore::apply_many`] call: its key, its entry, and the
+/// One session of a [`MultiKeyStore::apply_many`] call: its key, its entry, and the
 /// entry's revision.
 ///
 /// The mutator changes [`entry`](Slot::entry): set it to create or replace the
@@ -283,7 +283,7 @@ impl Slot {
     }
 }
 
-/// The sessions a [`SessionStore::apply_many`] call works on: one [`Slot`] per distinct
+/// The sessions a [`MultiKeyStore::apply_many`] call works on: one [`Slot`] per distinct
 /// key, in the order the keys were first given (a key given twice is one slot).
 ///
 /// The set of keys is fixed: the mutator can create, change or delete the session of
@@ -428,7 +428,7 @@ impl<'a> IntoIterator for &'a Slots {
     }
 }
 
-/// The function [`SessionStore::apply_many`] runs, once, on all the requested sessions
+/// The function [`MultiKeyStore::apply_many`] runs, once, on all the requested sessions
 /// together, under the store's lock or in its transaction.
 ///
 /// Leaving every slot unchanged writes nothing; returning an error aborts and writes
@@ -738,65 +738,6 @@ pub trait SessionStore: Send + Sync {
         mutator: &mut Mutator<'_>,
     ) -> Result<Option<StoredSession>>;
 
-    /// Atomically reads the sessions of several keys, runs `mutator` once on all of
-    /// them, and writes the result: every change or none (OpenClaw's
-    /// `updateSessionStore`, whose mutator sees the whole store).
-    ///
-    /// The mutator sees one [`Slot`] per distinct key (a key given twice is one slot,
-    /// in the place of its first occurrence) and may create, change or delete each;
-    /// every entry it changes is written with its delivery fields normalised, as
-    /// [`apply`](Self::apply) writes one. Returns the sessions as they are after the
-    /// call, in the same order, each with its current revision. Nothing is written
-    /// when the mutator changes nothing, returns an error (which the call returns) or
-    /// panics, or when one of the entries cannot be decoded
-    /// ([`Error::InvalidEntry`], every entry left as it is).
-    ///
-    /// The stores of this crate run it under one lock or in one transaction: the
-    /// memory store under its lock, SQLite and PostgreSQL in one transaction (locking
-    /// the keys in a fixed order, so two calls over overlapping keys cannot deadlock),
-    /// the JSON store under the lock of one `sessions.json` with one write — and it
-    /// refuses keys whose sessions live in different files ([`Error::NotAtomic`]:
-    /// different agents, unless [`JsonFileOptions::store_path`] puts every agent in
-    /// one file).
-    ///
-    /// The default, for stores that do not implement it, is atomic only for one
-    /// distinct key (it runs through [`apply`](Self::apply)) and refuses more with
-    /// [`Error::NotAtomic`], writing nothing: a single-key primitive cannot change
-    /// several keys all-or-nothing. The conformance suite checks real
-    /// implementations.
-    async fn apply_many(
-        &self,
-        keys: &[SessionKey],
-        mutator: &mut ManyMutator<'_>,
-    ) -> Result<Slots> {
-        let keys = distinct_keys(keys);
-        match keys.as_slice() {
-            [] => {
-                let mut slots = Slots::default();
-                mutator(&mut slots)?;
-                Ok(Slots::default())
-            }
-            [key] => {
-                let stored = self
-                    .apply(key, &mut |slot, revision| {
-                        let mut slots =
-                            Slots::new(std::slice::from_ref(key), |_| slot.clone().zip(revision));
-                        mutator(&mut slots)?;
-                        *slot = slots.slots.pop().and_then(|s| s.entry);
-                        Ok(())
-                    })
-                    .await?;
-                Ok(Slots::from_stored(keys, vec![stored]))
-            }
-            [first, second, ..] => Err(Error::NotAtomic {
-                first: first.clone(),
-                second: second.clone(),
-                reason: "this store does not implement updates of several sessions at once"
-                    .to_owned(),
-            }),
-        }
-    }
-
     /// Sessions matching `filter`, most recently updated first.
     ///
     /// An entry that cannot be decoded is skipped (and logged as a warning), never
@@ -847,6 +788,39 @@ pub trait SessionStore: Send + Sync {
     }
 }
 
+/// A store that updates several sessions in one atomic step: a capability only some
+/// hosts need (moving a person's sessions together, relabelling a group of them), so
+/// a store implements it beside [`SessionStore`] when it can. Every store of this
+/// crate does; [`SessionStoreExt::update_many`] is the convenient call.
+#[async_trait]
+pub trait MultiKeyStore: SessionStore {
+    /// Atomically reads the sessions of several keys, runs `mutator` once on all of
+    /// them, and writes the result: every change or none (OpenClaw's
+    /// `updateSessionStore`, whose mutator sees the whole store).
+    ///
+    /// The mutator sees one [`Slot`] per distinct key (a key given twice is one slot,
+    /// in the place of its first occurrence) and may create, change or delete each;
+    /// every entry it changes is written with its delivery fields normalised, as
+    /// [`apply`](SessionStore::apply) writes one. Returns the sessions as they are after the
+    /// call, in the same order, each with its current revision. Nothing is written
+    /// when the mutator changes nothing, returns an error (which the call returns) or
+    /// panics, or when one of the entries cannot be decoded
+    /// ([`Error::InvalidEntry`], every entry left as it is).
+    ///
+    /// The stores of this crate run it under one lock or in one transaction: the
+    /// memory store under its lock, SQLite and PostgreSQL in one transaction (locking
+    /// the keys in a fixed order, so two calls over overlapping keys cannot deadlock),
+    /// the JSON store under the lock of one `sessions.json` with one write — and it
+    /// refuses keys whose sessions live in different files ([`Error::NotAtomic`]:
+    /// different agents, unless [`JsonFileOptions::store_path`] puts every agent in
+    /// one file).
+    ///
+    /// The conformance cases of [`multi_key_conformance_tests!`](crate::multi_key_conformance_tests)
+    /// check an implementation.
+    async fn apply_many(&self, keys: &[SessionKey], mutator: &mut ManyMutator<'_>)
+        -> Result<Slots>;
+}
+
 /// Convenient calls built on [`SessionStore::apply`], available on every store.
 #[async_trait]
 pub trait SessionStoreExt: SessionStore {
@@ -872,7 +846,7 @@ pub trait SessionStoreExt: SessionStore {
     ///
     /// `f` runs once on one [`Slot`] per distinct key and may create, change or delete
     /// each session; the store writes every change or none (see
-    /// [`SessionStore::apply_many`], which also takes a mutator that can fail).
+    /// [`MultiKeyStore::apply_many`], which also takes a mutator that can fail).
     ///
     /// ```
     /// use agent_sessions::prelude::*;
@@ -905,6 +879,7 @@ pub trait SessionStoreExt: SessionStore {
     /// ```
     async fn update_many<R, F>(&self, keys: &[SessionKey], mut f: F) -> Result<R>
     where
+        Self: MultiKeyStore,
         F: FnMut(&mut Slots) -> R + Send,
         R: Send,
     {
@@ -1007,6 +982,17 @@ pub trait SessionStoreExt: SessionStore {
 
 impl<S: SessionStore + ?Sized> SessionStoreExt for S {}
 
+#[async_trait]
+impl<S: MultiKeyStore + ?Sized> MultiKeyStore for std::sync::Arc<S> {
+    async fn apply_many(
+        &self,
+        keys: &[SessionKey],
+        mutator: &mut ManyMutator<'_>,
+    ) -> Result<Slots> {
+        (**self).apply_many(keys, mutator).await
+    }
+}
+
 /// A shared store is a store: `Arc<JsonFileStore>` can be handed to a
 /// [`SessionManager`](crate::SessionManager) and used elsewhere at the same time.
 #[async_trait]
@@ -1021,14 +1007,6 @@ impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
         mutator: &mut Mutator<'_>,
     ) -> Result<Option<StoredSession>> {
         (**self).apply(key, mutator).await
-    }
-
-    async fn apply_many(
-        &self,
-        keys: &[SessionKey],
-        mutator: &mut ManyMutator<'_>,
-    ) -> Result<Slots> {
-        (**self).apply_many(keys, mutator).await
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
@@ -1066,76 +1044,6 @@ mod tests {
         assert_eq!(Revision::of_bytes(b"").as_u64(), 0xcbf29ce484222325);
         assert_eq!(Revision::of_bytes(b"a").as_u64(), 0xaf63dc4c8601ec8c);
         assert_eq!(Revision::of_bytes(b"foobar").as_u64(), 0x85944171f73967e8);
-    }
-
-    /// A store that implements only what the trait requires.
-    struct Minimal(MemoryStore);
-
-    #[async_trait]
-    impl SessionStore for Minimal {
-        async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
-            self.0.get(key).await
-        }
-        async fn apply(
-            &self,
-            key: &SessionKey,
-            mutator: &mut Mutator<'_>,
-        ) -> Result<Option<StoredSession>> {
-            self.0.apply(key, mutator).await
-        }
-        async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
-            self.0.list(filter).await
-        }
-        async fn count(&self, filter: &ListFilter) -> Result<usize> {
-            self.0.count(filter).await
-        }
-    }
-
-    #[tokio::test]
-    async fn the_default_apply_many_takes_one_key_and_refuses_two() {
-        let store = Minimal(MemoryStore::new());
-        let a = SessionKey::parse("agent:main:dm:a").unwrap();
-        let b = SessionKey::parse("agent:main:dm:b").unwrap();
-        let create = |slots: &mut Slots| {
-            for slot in slots.iter_mut() {
-                let mut entry = SessionEntry::new("s", 1);
-                entry.last_channel = Some("Telegram".into());
-                slot.entry = Some(entry);
-            }
-            slots.len()
-        };
-        // (keys, what the call returns: the slot count, or refused)
-        let cases: [(Vec<SessionKey>, Option<usize>); 4] = [
-            (vec![], Some(0)),
-            (vec![a.clone()], Some(1)),
-            (vec![a.clone(), a.clone()], Some(1)),
-            (vec![a.clone(), b.clone()], None),
-        ];
-        for (keys, expected) in cases {
-            let result = store.update_many(&keys, create).await;
-            match expected {
-                Some(count) => assert_eq!(result.unwrap(), count, "{keys:?}"),
-                None => assert!(
-                    matches!(&result, Err(Error::NotAtomic { first, second, .. }) if *first == a && *second == b),
-                    "{keys:?}: {result:?}"
-                ),
-            }
-        }
-        let stored = store.get(&a).await.unwrap().unwrap();
-        assert_eq!(
-            stored.entry.last_channel.as_deref(),
-            Some("telegram"),
-            "one key goes through apply, normalised"
-        );
-        assert!(
-            store.get(&b).await.unwrap().is_none(),
-            "refused: nothing written"
-        );
-        let returned = store
-            .apply_many(std::slice::from_ref(&a), &mut |_| Ok(()))
-            .await
-            .unwrap();
-        assert_eq!(returned.into_stored(), vec![stored]);
     }
 
     #[test]

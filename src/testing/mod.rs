@@ -18,10 +18,8 @@
 //! The generated tests use `#[tokio::test]`, so the calling crate needs `tokio` (with
 //! the `macros` and `rt-multi-thread` features) among its dev-dependencies.
 //!
-//! The multi-key cases (`update_many_*`, `*_many_mutator_*`,
-//! `concurrent_many_updates_*`) need a real
-//! [`SessionStore::apply_many`]: a store relying on the trait's default, which refuses
-//! two keys or more, fails them.
+//! A store that also updates several sessions at once ([`MultiKeyStore`]) runs
+//! [`multi_key_conformance_tests!`](crate::multi_key_conformance_tests) as well.
 //!
 //! A [`TranscriptStore`](crate::transcript::TranscriptStore) has its own suite,
 //! [`transcript_conformance_tests!`](crate::transcript_conformance_tests), run the same
@@ -41,7 +39,7 @@ use crate::entry::{
 };
 use crate::error::Error;
 use crate::key::{AgentId, PeerKind, SessionKey};
-use crate::store::{ListFilter, Revision, SessionStore, SessionStoreExt, Slots};
+use crate::store::{ListFilter, MultiKeyStore, Revision, SessionStore, SessionStoreExt, Slots};
 
 fn key(raw: &str) -> SessionKey {
     SessionKey::parse(raw).expect("test keys are valid")
@@ -887,7 +885,7 @@ fn seen(slots: &Slots) -> Vec<(String, Option<String>, Option<Revision>)> {
 /// writes what it did to each — create, change, delete, leave alone — in one call; it
 /// returns the sessions as stored afterwards.
 #[doc(hidden)]
-pub async fn update_many_creates_changes_and_deletes<S: SessionStore + ?Sized>(store: &S) {
+pub async fn update_many_creates_changes_and_deletes<S: MultiKeyStore + ?Sized>(store: &S) {
     let changed = key("agent:main:telegram:dm:changed");
     let deleted = key("agent:main:telegram:dm:deleted");
     let created = key("agent:main:telegram:dm:created");
@@ -1003,27 +1001,15 @@ pub async fn update_many_creates_changes_and_deletes<S: SessionStore + ?Sized>(s
 }
 
 /// An entry whose session id could not name a transcript file (`a/b`, `../x`, `.hidden`,
-/// empty) is refused before anything is written, by single- and multi-key updates.
+/// empty) is refused before anything is written.
 #[doc(hidden)]
 pub async fn unusable_session_ids_are_refused<S: SessionStore + ?Sized>(store: &S) {
     let k = key("agent:main:telegram:dm:ids");
-    for bad in ["a/b", "../../../pwned", ".hidden", "", "with space"] {
+    for bad in UNUSABLE_SESSION_IDS {
         let put = store.put(&k, SessionEntry::new(bad, 1)).await;
         assert!(
             matches!(put, Err(crate::Error::InvalidId { .. })),
             "{bad:?}: {put:?}"
-        );
-        let many = store
-            .apply_many(std::slice::from_ref(&k), &mut |slots| {
-                for slot in slots.iter_mut() {
-                    slot.entry = Some(SessionEntry::new(bad, 1));
-                }
-                Ok(())
-            })
-            .await;
-        assert!(
-            matches!(many, Err(crate::Error::InvalidId { .. })),
-            "{bad:?}: {many:?}"
         );
         assert!(store.get(&k).await.unwrap().is_none(), "{bad:?}");
     }
@@ -1038,10 +1024,34 @@ pub async fn unusable_session_ids_are_refused<S: SessionStore + ?Sized>(store: &
         .unwrap();
 }
 
+const UNUSABLE_SESSION_IDS: [&str; 5] = ["a/b", "../../../pwned", ".hidden", "", "with space"];
+
+/// A multi-key update refuses an unusable session id as a single-key one does, writing
+/// nothing.
+#[doc(hidden)]
+pub async fn update_many_refuses_unusable_session_ids<S: MultiKeyStore + ?Sized>(store: &S) {
+    let k = key("agent:main:telegram:dm:many-ids");
+    for bad in UNUSABLE_SESSION_IDS {
+        let many = store
+            .apply_many(std::slice::from_ref(&k), &mut |slots| {
+                for slot in slots.iter_mut() {
+                    slot.entry = Some(SessionEntry::new(bad, 1));
+                }
+                Ok(())
+            })
+            .await;
+        assert!(
+            matches!(many, Err(crate::Error::InvalidId { .. })),
+            "{bad:?}: {many:?}"
+        );
+        assert!(store.get(&k).await.unwrap().is_none(), "{bad:?}");
+    }
+}
+
 /// A session a multi-key update replaces (a new session id under its key) is kept
 /// closed, as a single-key update keeps it.
 #[doc(hidden)]
-pub async fn update_many_keeps_replaced_sessions_closed<S: SessionStore + ?Sized>(store: &S) {
+pub async fn update_many_keeps_replaced_sessions_closed<S: MultiKeyStore + ?Sized>(store: &S) {
     let a = key("agent:main:telegram:dm:a");
     let b = key("agent:main:telegram:dm:b");
     store
@@ -1079,7 +1089,7 @@ pub async fn update_many_keeps_replaced_sessions_closed<S: SessionStore + ?Sized
 /// A key given twice is one slot (where it first appeared); no keys is no slot, and
 /// the mutator still runs once.
 #[doc(hidden)]
-pub async fn update_many_merges_duplicate_keys<S: SessionStore + ?Sized>(store: &S) {
+pub async fn update_many_merges_duplicate_keys<S: MultiKeyStore + ?Sized>(store: &S) {
     let a = key("agent:main:telegram:dm:a");
     let b = key("agent:main:telegram:dm:b");
     let cases: [(&str, Vec<SessionKey>, Vec<&SessionKey>); 4] = [
@@ -1129,7 +1139,7 @@ pub async fn update_many_merges_duplicate_keys<S: SessionStore + ?Sized>(store: 
 /// A multi-key mutator that fails writes nothing, whatever it changed first, and its
 /// error reaches the caller unchanged.
 #[doc(hidden)]
-pub async fn failed_many_mutator_writes_nothing<S: SessionStore + ?Sized>(store: &S) {
+pub async fn failed_many_mutator_writes_nothing<S: MultiKeyStore + ?Sized>(store: &S) {
     let existing = key("agent:main:telegram:dm:existing");
     let missing = key("agent:main:telegram:dm:missing");
     let original = store
@@ -1180,7 +1190,7 @@ pub async fn failed_many_mutator_writes_nothing<S: SessionStore + ?Sized>(store:
 #[doc(hidden)]
 pub async fn panicking_many_mutator_writes_nothing<S>(store: &S)
 where
-    S: SessionStore + Clone + 'static,
+    S: MultiKeyStore + Clone + 'static,
 {
     let existing = key("agent:main:telegram:dm:existing");
     let missing = key("agent:main:telegram:dm:missing");
@@ -1230,7 +1240,7 @@ where
 /// fields, as a single-key update writes it; an entry it leaves alone is not
 /// rewritten.
 #[doc(hidden)]
-pub async fn update_many_normalises_changed_entries<S: SessionStore + ?Sized>(store: &S) {
+pub async fn update_many_normalises_changed_entries<S: MultiKeyStore + ?Sized>(store: &S) {
     let untouched = key("agent:main:telegram:dm:untouched");
     let kept = store
         .put(&untouched, SessionEntry::new("s-0", 1))
@@ -1278,7 +1288,7 @@ pub async fn update_many_normalises_changed_entries<S: SessionStore + ?Sized>(st
 /// Keys of different agents are either updated together or refused with
 /// [`Error::NotAtomic`], and then nothing is written.
 #[doc(hidden)]
-pub async fn update_many_across_agents_is_atomic_or_refused<S: SessionStore + ?Sized>(store: &S) {
+pub async fn update_many_across_agents_is_atomic_or_refused<S: MultiKeyStore + ?Sized>(store: &S) {
     let keys = [
         key("agent:main:telegram:dm:42"),
         key("agent:ops:telegram:dm:42"),
@@ -1303,7 +1313,7 @@ pub async fn update_many_across_agents_is_atomic_or_refused<S: SessionStore + ?S
 #[doc(hidden)]
 pub async fn concurrent_many_updates_over_overlapping_keys_lose_nothing<S>(store: &S)
 where
-    S: SessionStore + Clone + 'static,
+    S: MultiKeyStore + Clone + 'static,
 {
     const UPDATES: u64 = 10;
     let [a, b, c] = [
@@ -1365,8 +1375,8 @@ where
     }
 }
 
-/// Runs the whole conformance suite against a store made by `$make`, one `#[tokio::test]`
-/// per behaviour.
+/// Runs the conformance suite of a [`SessionStore`] against a store made by `$make`, one
+/// `#[tokio::test]` per behaviour.
 ///
 /// `$make` is an expression evaluated afresh in every test; awaited, it yields
 /// `(store, guard)`, where the guard lives as long as the test (a temporary directory,
@@ -1400,15 +1410,7 @@ macro_rules! store_conformance_tests {
             concurrent_updates_to_one_key_lose_nothing,
             concurrent_updates_to_distinct_keys_lose_nothing,
             racing_creators_create_one_session,
-            update_many_creates_changes_and_deletes,
-            update_many_merges_duplicate_keys,
-            update_many_keeps_replaced_sessions_closed,
             unusable_session_ids_are_refused,
-            failed_many_mutator_writes_nothing,
-            panicking_many_mutator_writes_nothing,
-            update_many_normalises_changed_entries,
-            update_many_across_agents_is_atomic_or_refused,
-            concurrent_many_updates_over_overlapping_keys_lose_nothing,
         );
     };
     (@each $make:expr; $attrs:tt; $($name:ident),+ $(,)?) => {
@@ -1421,5 +1423,33 @@ macro_rules! store_conformance_tests {
             let (store, _guard) = $make.await;
             $crate::testing::$name(&store).await;
         }
+    };
+}
+
+/// Runs the conformance cases of a [`MultiKeyStore`] — updates of several sessions at
+/// once — against a store made by `$make`, as
+/// [`store_conformance_tests!`](crate::store_conformance_tests) runs the rest (call both
+/// for a store that has the capability).
+///
+/// ```ignore
+/// async fn memory() -> (agent_sessions::MemoryStore, ()) {
+///     (agent_sessions::MemoryStore::new(), ())
+/// }
+/// agent_sessions::multi_key_conformance_tests!(memory());
+/// ```
+#[macro_export]
+macro_rules! multi_key_conformance_tests {
+    ($make:expr $(; $(#[$attr:meta])*)?) => {
+        $crate::store_conformance_tests!(@each $make; [$($(#[$attr])*)?];
+            update_many_creates_changes_and_deletes,
+            update_many_merges_duplicate_keys,
+            update_many_keeps_replaced_sessions_closed,
+            update_many_refuses_unusable_session_ids,
+            failed_many_mutator_writes_nothing,
+            panicking_many_mutator_writes_nothing,
+            update_many_normalises_changed_entries,
+            update_many_across_agents_is_atomic_or_refused,
+            concurrent_many_updates_over_overlapping_keys_lose_nothing,
+        );
     };
 }

@@ -1084,14 +1084,6 @@ impl SessionStore for JsonFileStore {
         .await
     }
 
-    async fn apply_many(
-        &self,
-        keys: &[SessionKey],
-        mutator: &mut ManyMutator<'_>,
-    ) -> Result<Slots> {
-        crate::telemetry::update("json", keys, self.apply_many_in_span(keys, mutator)).await
-    }
-
     async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
         let agents = match &filter.agent {
             Some(agent) => vec![agent.clone()],
@@ -1161,6 +1153,17 @@ impl SessionStore for JsonFileStore {
             Ok(count)
         })
         .await
+    }
+}
+
+#[async_trait]
+impl crate::store::MultiKeyStore for JsonFileStore {
+    async fn apply_many(
+        &self,
+        keys: &[SessionKey],
+        mutator: &mut ManyMutator<'_>,
+    ) -> Result<Slots> {
+        crate::telemetry::update("json", keys, self.apply_many_in_span(keys, mutator)).await
     }
 }
 

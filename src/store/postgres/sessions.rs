@@ -34,14 +34,6 @@ impl SessionStore for PostgresStore {
         .await
     }
 
-    async fn apply_many(
-        &self,
-        keys: &[SessionKey],
-        mutator: &mut crate::store::ManyMutator<'_>,
-    ) -> Result<crate::store::Slots> {
-        crate::telemetry::update(BACKEND, keys, self.apply_many_in_span(keys, mutator)).await
-    }
-
     async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
         let clause = sql::session_filter(filter, &|n| format!("${n}"));
         let statement = sql::list_query(
@@ -110,6 +102,17 @@ impl SessionStore for PostgresStore {
             &self.location,
             rows.iter().map(|row| (row.get(0), row.get(1), row.get(2))),
         ))
+    }
+}
+
+#[async_trait]
+impl crate::store::MultiKeyStore for PostgresStore {
+    async fn apply_many(
+        &self,
+        keys: &[SessionKey],
+        mutator: &mut crate::store::ManyMutator<'_>,
+    ) -> Result<crate::store::Slots> {
+        crate::telemetry::update(BACKEND, keys, self.apply_many_in_span(keys, mutator)).await
     }
 }
 

@@ -24,14 +24,6 @@ impl SessionStore for SqliteStore {
         .await
     }
 
-    async fn apply_many(
-        &self,
-        keys: &[SessionKey],
-        mutator: &mut crate::store::ManyMutator<'_>,
-    ) -> Result<crate::store::Slots> {
-        crate::telemetry::update(BACKEND, keys, self.apply_many_in_span(keys, mutator)).await
-    }
-
     async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
         let clause = sql::session_filter(filter, &|n| format!("?{n}"));
         let query = sql::list_query(
@@ -111,6 +103,17 @@ impl SessionStore for SqliteStore {
             })
             .await?;
         Ok(removed)
+    }
+}
+
+#[async_trait]
+impl crate::store::MultiKeyStore for SqliteStore {
+    async fn apply_many(
+        &self,
+        keys: &[SessionKey],
+        mutator: &mut crate::store::ManyMutator<'_>,
+    ) -> Result<crate::store::Slots> {
+        crate::telemetry::update(BACKEND, keys, self.apply_many_in_span(keys, mutator)).await
     }
 }
 
