@@ -14,6 +14,7 @@ use crate::key::{
 use crate::lifecycle::triggers::ModelRef;
 
 /// Everything about the message that the entry records.
+#[derive(Clone, Copy)]
 pub(crate) struct Inbound<'a> {
     pub(crate) key: &'a SessionKey,
     pub(crate) message: &'a InboundMessage,

@@ -92,6 +92,7 @@ enum Resolved {
     /// The message was taken before (the session was left as it is).
     Seen(dedupe::Seen),
 }
+use self::entry_update::Inbound;
 use self::resolution::{Policy, Step, StepFacts};
 
 /// Decides which session each message belongs to, and keeps the sessions.
@@ -819,16 +820,18 @@ impl SessionManager {
         let agent_identity = key.agent_id().map(|agent| self.agent_identity_of(agent));
         let window = self.settings.dedupe_window;
         let facts = StepFacts {
-            key: &key,
-            message,
-            group: group.as_ref(),
-            body: &body,
-            model: hint.as_ref().map(|h| &h.model),
-            fork: fork.as_ref(),
-            agent_identity: agent_identity.as_deref(),
+            inbound: Inbound {
+                key: &key,
+                message,
+                group: group.as_ref(),
+                body: &body,
+                model: hint.as_ref().map(|h| &h.model),
+                fork: fork.as_ref(),
+                agent_identity: agent_identity.as_deref(),
+                now_ms: to_millis(now),
+            },
             policy: &policy,
             now,
-            now_ms: to_millis(now),
             drifted: drifted.as_deref(),
             start_run,
             // A bare reset is all done here; other messages are logged next.
@@ -843,7 +846,7 @@ impl SessionManager {
             .apply(&key, &mut |slot, _| {
                 admit(&key, slot.as_ref())?;
                 if let Some(intake) = intake {
-                    seen = dedupe::check(slot.as_ref(), intake, facts.now_ms, window);
+                    seen = dedupe::check(slot.as_ref(), intake, facts.inbound.now_ms, window);
                     if seen != dedupe::Seen::New {
                         // Seen before: the session is left as it is, nothing written.
                         return Ok(());

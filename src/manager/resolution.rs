@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use super::dedupe::{self, Intake};
 use super::entry_update::{another_dm_sender, record_message, start_session, Inbound};
-use crate::context::inbound::InboundMessage;
-use crate::entry::{ForkOrigin, SessionEntry, SessionStatus};
-use crate::key::{GroupResolution, SessionKey};
+use crate::entry::{SessionEntry, SessionStatus};
+use crate::key::SessionKey;
 use crate::lifecycle::freshness::{
     Freshness, FreshnessInput, FreshnessPolicy, ResetType, StaleReason,
 };
@@ -198,19 +197,13 @@ impl Policy<'_> {
 }
 
 /// The facts one message's resolution is decided from, gathered before the store's
-/// atomic step: the message, its cleaned body and model hint, the policy, the time, and
-/// what the drift gate and the dedupe check found.
+/// atomic step: the message with its cleaned body and model hint, the policy, the time,
+/// and what the drift gate and the dedupe check found.
 pub(super) struct StepFacts<'a> {
-    pub(super) key: &'a SessionKey,
-    pub(super) message: &'a InboundMessage,
-    pub(super) group: Option<&'a GroupResolution>,
-    pub(super) body: &'a str,
-    pub(super) model: Option<&'a ModelRef>,
-    pub(super) fork: Option<&'a ForkOrigin>,
-    pub(super) agent_identity: Option<&'a str>,
+    /// The message as it is recorded (its fork origin only on a new session).
+    pub(super) inbound: Inbound<'a>,
     pub(super) policy: &'a Policy<'a>,
     pub(super) now: DateTime<Utc>,
-    pub(super) now_ms: u64,
     /// The session id the drift gate fired for, if it did.
     pub(super) drifted: Option<&'a str>,
     /// Mark the session running (a turn follows).
@@ -243,9 +236,10 @@ impl StepFacts<'_> {
     /// same decision (a new session gets a fresh id each time), so the store may run it
     /// again when its atomic step retries.
     pub(super) fn step(&self, current: Option<SessionEntry>) -> (SessionEntry, Step) {
+        let inbound = &self.inbound;
         let (decision, reason) =
             self.policy
-                .decide(self.key, current.as_ref(), self.now, self.drifted);
+                .decide(inbound.key, current.as_ref(), self.now, self.drifted);
         let (system_sent, aborted_last_run) = match (&current, decision) {
             (Some(entry), Decision::Continue) => (
                 entry.system_sent.unwrap_or(false),
@@ -255,21 +249,15 @@ impl StepFacts<'_> {
         };
         let (mut entry, previous) = match decision {
             Decision::Continue => (current.unwrap_or_default(), None),
-            Decision::New => (start_session(current.clone(), self.now_ms), current),
+            Decision::New => (start_session(current.clone(), inbound.now_ms), current),
         };
         let is_new = decision == Decision::New;
-        let shared_by = another_dm_sender(self.key, self.message, &entry);
+        let shared_by = another_dm_sender(inbound.key, inbound.message, &entry);
         record_message(
             &mut entry,
             &Inbound {
-                key: self.key,
-                message: self.message,
-                group: self.group,
-                body: self.body,
-                model: self.model,
-                fork: self.fork.filter(|_| is_new),
-                agent_identity: self.agent_identity,
-                now_ms: self.now_ms,
+                fork: inbound.fork.filter(|_| is_new),
+                ..*inbound
             },
         );
         if self.start_run {
@@ -277,9 +265,9 @@ impl StepFacts<'_> {
             entry.aborted_last_run = Some(true);
         }
         if let Some((intake, window, bare_reset)) = self.dedupe {
-            dedupe::record(&mut entry, intake, self.now_ms, window, bare_reset);
+            dedupe::record(&mut entry, intake, inbound.now_ms, window, bare_reset);
         }
-        let expires_at = match self.policy.freshness(self.key, &entry, self.now) {
+        let expires_at = match self.policy.freshness(inbound.key, &entry, self.now) {
             Freshness::Fresh { expires_at } => expires_at,
             Freshness::Stale { .. } => None,
         };
@@ -299,6 +287,7 @@ impl StepFacts<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::context::inbound::InboundMessage;
     use crate::lifecycle::freshness::ResetConfig;
 
     /// A step decided twice from the same entry — as a store whose atomic step retries
@@ -318,16 +307,18 @@ mod tests {
             .unwrap()
             .with_timezone(&Utc);
         let facts = StepFacts {
-            key: &key,
-            message: &message,
-            group: None,
-            body: "hi",
-            model: None,
-            fork: None,
-            agent_identity: None,
+            inbound: Inbound {
+                key: &key,
+                message: &message,
+                group: None,
+                body: "hi",
+                model: None,
+                fork: None,
+                agent_identity: None,
+                now_ms: now.timestamp_millis() as u64,
+            },
             policy: &policy,
             now,
-            now_ms: now.timestamp_millis() as u64,
             drifted: None,
             start_run: true,
             dedupe: None,
