@@ -259,6 +259,87 @@ pub(crate) fn ranked(mut scored: Vec<(i64, f32)>) -> Vec<(i64, f32)> {
     scored
 }
 
+/// The messages a full-text search returns, picked from every scored match: each
+/// store looks up the ids of the batches this hands out (under the search's filter when
+/// [`checks_filter`](Self::checks_filter)), and this keeps the best `limit` that pass.
+///
+/// Unfiltered, or with a selective filter already applied while scoring, one batch
+/// holds the best `limit`. With a broad filter the matches go best first in doubling
+/// batches until `limit` pass.
+pub(crate) struct Picking {
+    ranked: Vec<(i64, f32)>,
+    checks_filter: bool,
+    limit: usize,
+    from: usize,
+    to: usize,
+    batch: usize,
+    found: Vec<(String, f32)>,
+}
+
+impl Picking {
+    /// Picks from `scored`; `filtered_later` when the search's filter has not been
+    /// applied while scoring (a broad filter).
+    pub(crate) fn new(scored: Vec<(i64, f32)>, limit: usize, filtered_later: bool) -> Self {
+        let ranked = if filtered_later {
+            ranked(scored)
+        } else {
+            best(scored, limit)
+        };
+        Picking {
+            batch: if filtered_later {
+                (limit * 4).max(256)
+            } else {
+                ranked.len()
+            },
+            ranked,
+            checks_filter: filtered_later,
+            limit,
+            from: 0,
+            to: 0,
+            found: Vec::with_capacity(limit),
+        }
+    }
+
+    /// Whether the ids of the next batch must be looked up under the search's filter.
+    pub(crate) fn checks_filter(&self) -> bool {
+        self.checks_filter
+    }
+
+    /// The message numbers whose ids to look up next; `None` when the search is done.
+    pub(crate) fn next_batch(&mut self) -> Option<Vec<i64>> {
+        if self.from >= self.ranked.len() || self.found.len() >= self.limit {
+            return None;
+        }
+        self.to = (self.from + self.batch.max(1)).min(self.ranked.len());
+        Some(
+            self.ranked[self.from..self.to]
+                .iter()
+                .map(|(doc, _)| *doc)
+                .collect(),
+        )
+    }
+
+    /// Takes the ids found for the batch [`next_batch`](Self::next_batch) handed out:
+    /// a message without one did not pass the filter.
+    pub(crate) fn take(&mut self, ids: &HashMap<i64, String>) {
+        for (doc, score) in &self.ranked[self.from..self.to] {
+            if self.found.len() == self.limit {
+                break;
+            }
+            if let Some(id) = ids.get(doc) {
+                self.found.push((id.clone(), *score));
+            }
+        }
+        self.from = self.to;
+        self.batch = self.batch.saturating_mul(2);
+    }
+
+    /// The ids and scores found, best first.
+    pub(crate) fn found(self) -> Vec<(String, f32)> {
+        self.found
+    }
+}
+
 /// How many messages a filter may pass for a search to score only those: above it, the
 /// search scores every match and checks the filter on the best, batch by batch.
 pub(crate) const SELECTIVE: usize = 5_000;
@@ -387,6 +468,57 @@ pub(crate) fn unit(vector: &[f32]) -> Option<Vec<f32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A broad filter: matches are looked up best first in doubling batches, and only
+    /// those the filter passes count, up to the limit. Unfiltered: one batch, the best.
+    #[test]
+    fn picking_keeps_the_best_matches_that_pass() {
+        let scored: Vec<(i64, f32)> = (0..1_000).map(|doc| (doc, doc as f32)).collect();
+        let passes = |doc: i64| doc % 7 == 0;
+        let mut picking = Picking::new(scored.clone(), 300, true);
+        let mut batches = Vec::new();
+        while let Some(docs) = picking.next_batch() {
+            assert!(picking.checks_filter());
+            batches.push(docs.len());
+            let ids = docs
+                .iter()
+                .filter(|doc| passes(**doc))
+                .map(|doc| (*doc, doc.to_string()))
+                .collect();
+            picking.take(&ids);
+        }
+        let found = picking.found();
+        let expected: Vec<String> = (0..1_000)
+            .rev()
+            .filter(|doc| passes(*doc))
+            .map(|doc| doc.to_string())
+            .collect();
+        assert_eq!(
+            found.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>(),
+            expected
+        );
+        assert_eq!(batches, [1_000], "a batch of at least 4 × the limit");
+
+        let mut picking = Picking::new(scored, 3, false);
+        let docs = picking.next_batch().unwrap();
+        assert!(!picking.checks_filter());
+        assert_eq!(docs, [999, 998, 997]);
+        picking.take(&docs.iter().map(|d| (*d, d.to_string())).collect());
+        assert!(picking.next_batch().is_none());
+        assert_eq!(picking.found().len(), 3);
+
+        let mut picking = Picking::new((0..2_000).map(|d| (d, d as f32)).collect(), 10, true);
+        let mut sizes = Vec::new();
+        while let Some(docs) = picking.next_batch() {
+            sizes.push(docs.len());
+            picking.take(&HashMap::new()); // nothing passes
+        }
+        assert_eq!(
+            sizes,
+            [256, 512, 1_024, 208],
+            "batches double until every match is seen"
+        );
+    }
 
     fn posting(doc: i64, tf: u32, length: u32) -> Posting {
         Posting { doc, tf, length }

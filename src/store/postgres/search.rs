@@ -15,7 +15,7 @@ use deadpool_postgres::{GenericClient, Transaction};
 
 use super::{params, pg_error, refs, PostgresStore};
 use crate::error::Result;
-use crate::search::postings::{self, Block, Stats};
+use crate::search::postings::{self, Block, Picking, Stats};
 use crate::search::{best, cosine, LoggedMessage, SearchFilter, SearchIndex, Work};
 use crate::store::sql::{
     self, direction_column, message_filter, query_words, SqlValue, Where, MESSAGE_COLUMNS,
@@ -400,36 +400,13 @@ impl SearchIndex for PostgresStore {
             .filter_map(|word| by_word.remove(word))
             .collect();
         let scored = postings::score(&stats, &per_word, only.as_ref());
-        if clause.sql.is_empty() || only.is_some() {
-            let best = postings::best(scored, limit_to);
-            let docs: Vec<i64> = best.iter().map(|(doc, _)| *doc).collect();
-            let ids = self.ids_of(&client, &docs, None).await?;
-            return Ok(best
-                .into_iter()
-                .filter_map(|(doc, score)| Some((ids.get(&doc)?.clone(), score)))
-                .collect());
+        let filtered_later = !clause.sql.is_empty() && only.is_none();
+        let mut picking = Picking::new(scored, limit_to, filtered_later);
+        while let Some(docs) = picking.next_batch() {
+            let filter = picking.checks_filter().then_some(&clause);
+            picking.take(&self.ids_of(&client, &docs, filter).await?);
         }
-        // A broad filter: the best matches first, checked batch by batch.
-        let ranked = postings::ranked(scored);
-        let mut found = Vec::with_capacity(limit_to);
-        let mut batch = (limit_to * 4).max(256);
-        let mut from = 0;
-        while from < ranked.len() && found.len() < limit_to {
-            let to = (from + batch).min(ranked.len());
-            let docs: Vec<i64> = ranked[from..to].iter().map(|(doc, _)| *doc).collect();
-            let ids = self.ids_of(&client, &docs, Some(&clause)).await?;
-            for (doc, score) in &ranked[from..to] {
-                if let Some(id) = ids.get(doc) {
-                    found.push((id.clone(), *score));
-                    if found.len() == limit_to {
-                        break;
-                    }
-                }
-            }
-            from = to;
-            batch *= 2;
-        }
-        Ok(found)
+        Ok(picking.found())
     }
 
     async fn nearest(

@@ -11,7 +11,7 @@ use super::{db_error, SqliteStore};
 use crate::error::Result;
 use std::collections::{HashMap, HashSet};
 
-use crate::search::postings::{self, Block, Stats};
+use crate::search::postings::{self, Block, Picking, Stats};
 use crate::search::{best, LoggedMessage, SearchFilter, SearchIndex, Work};
 use crate::store::sql::{
     self, direction_column, message_filter, query_words, SqlValue, Where, MESSAGE_COLUMNS,
@@ -182,39 +182,12 @@ fn full_text(
         );
     }
     let scored = postings::score(&stats, &per_word, only.as_ref());
-    if clause.sql.is_empty() || only.is_some() {
-        let best = postings::best(scored, limit);
-        let ids = ids_of(
-            c,
-            &best.iter().map(|(doc, _)| *doc).collect::<Vec<_>>(),
-            None,
-        )?;
-        return Ok(best
-            .into_iter()
-            .filter_map(|(doc, score)| Some((ids.get(&doc)?.clone(), score)))
-            .collect());
+    let mut picking = Picking::new(scored, limit, !clause.sql.is_empty() && only.is_none());
+    while let Some(docs) = picking.next_batch() {
+        let filter = picking.checks_filter().then_some(&clause);
+        picking.take(&ids_of(c, &docs, filter)?);
     }
-    // A broad filter: the best matches first, checked batch by batch.
-    let ranked = postings::ranked(scored);
-    let mut found = Vec::with_capacity(limit);
-    let mut batch = (limit * 4).max(256);
-    let mut from = 0;
-    while from < ranked.len() && found.len() < limit {
-        let to = (from + batch).min(ranked.len());
-        let docs: Vec<i64> = ranked[from..to].iter().map(|(doc, _)| *doc).collect();
-        let ids = ids_of(c, &docs, Some(&clause))?;
-        for (doc, score) in &ranked[from..to] {
-            if let Some(id) = ids.get(doc) {
-                found.push((id.clone(), *score));
-                if found.len() == limit {
-                    break;
-                }
-            }
-        }
-        from = to;
-        batch *= 2;
-    }
-    Ok(found)
+    Ok(picking.found())
 }
 
 /// The ids of messages by number, only those passing `clause` when given.
