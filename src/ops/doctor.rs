@@ -1,25 +1,4 @@
-//! Checking, and on request repairing, an OpenClaw-layout state directory.
-//!
-//! [`examine`] looks at every agent's `sessions/` directory and reports what is wrong:
-//! a store that does not parse (and whether its `.bak` does), entries that cannot be
-//! read, temporary files a crashed writer left, lock files nobody holds, entries whose
-//! recorded transcript is gone. With [`DoctorOptions::repair`] it also fixes what it
-//! can without losing anything: whatever it takes away is moved into the sessions
-//! directory's `quarantine/<timestamp>/` (a corrupt store, orphaned temporary files,
-//! pruned entries as a JSON file), never deleted — except dead lock files, which hold
-//! no data.
-//!
-//! ```
-//! use agent_sessions::ops::{examine, DoctorOptions};
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> agent_sessions::Result<()> {
-//! # let dir = tempfile::tempdir().unwrap();
-//! let report = examine(dir.path(), &DoctorOptions::default()).await?;
-//! assert!(report.is_healthy());
-//! # Ok(())
-//! # }
-//! ```
+//! Checking and repairing an OpenClaw-layout state directory (documented in `ops`).
 
 use std::fs;
 use std::io;

@@ -1,51 +1,4 @@
-//! Moving sessions and transcripts between backends, resumably and verifiably.
-//!
-//! [`migrate`] copies every session and every transcript (live and archived) of one
-//! [`Backend`] into another. It only adds:
-//!
-//! * a session the target does not have is written (atomically: a session that appears
-//!   in the target meanwhile is not overwritten);
-//! * a session the target already has, identical, is skipped, so an interrupted
-//!   migration is resumed by running it again;
-//! * a session the target has with another entry is a *conflict*: the target's entry is
-//!   left as it is and reported in [`MigrationReport::session_conflicts`] (it may have
-//!   moved on since an earlier migration: a bot already writing to the target). Only
-//!   [`MigrateOptions::overwrite_conflicts`] replaces it with the source's;
-//! * a transcript the target has with other lines is a conflict too, left alone;
-//! * what the source holds but cannot serve — an entry that does not decode, a legacy
-//!   or foreign key in OpenClaw's files — cannot be copied: it is listed in
-//!   [`MigrationReport::unreadable`] and the migration does not verify.
-//!
-//! At the end it compares counts and checksums of what the source holds *then* with
-//! the same sessions and transcripts in the target; sessions that changed in the source
-//! while it was being copied are listed in [`MigrationReport::source_changed`]. Any
-//! conflict or change makes [`MigrationReport::verified`] false: stop the writers and
-//! run the migration again.
-//!
-//! The one field that changes is `sessionFile`, a location: it is pointed at the
-//! transcript's place in the target when the target has places (the file backend), and
-//! compared by file name only.
-//!
-//! ```
-//! use agent_sessions::ops::{migrate, NoProgress};
-//! use agent_sessions::store::Backend;
-//! use agent_sessions::prelude::*;
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> agent_sessions::Result<()> {
-//! # let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-//! let from = Backend::open(&format!("json:{}", a.path().display())).await?;
-//! let to = Backend::open(&format!("json:{}", b.path().display())).await?;
-//! let key = SessionKey::parse("agent:main:main")?;
-//! from.sessions().put(&key, SessionEntry::new("s-1", 1)).await?;
-//!
-//! let report = migrate(&from, &to, &NoProgress).await?;
-//! assert!(report.verified());
-//! assert_eq!(report.sessions_copied, 1);
-//! assert!(to.sessions().get(&key).await?.is_some());
-//! # Ok(())
-//! # }
-//! ```
+//! Moving sessions and transcripts between backends (documented in `ops`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -183,7 +136,7 @@ impl MigrationReport {
 }
 
 /// Copies every session and transcript of `from` into `to`, leaving conflicts alone,
-/// then verifies (see the [module](self)).
+/// then verifies (see [`ops`](crate::ops)).
 pub async fn migrate(
     from: &Backend,
     to: &Backend,

@@ -1,6 +1,136 @@
 //! Tools for the people who run a bot: check a tree of OpenClaw stores and repair what
 //! is safe to repair ([`examine`]), move sessions and transcripts between backends
 //! ([`migrate`]), and read sessions from SQL through views ([`ViewSchemas`]).
+//!
+//! # Checking a state directory
+//!
+//! [`examine`] looks at every agent's `sessions/` directory and reports what is wrong:
+//! a store that does not parse (and whether its `.bak` does), entries that cannot be
+//! read, temporary files a crashed writer left, lock files nobody holds, entries whose
+//! recorded transcript is gone. With [`DoctorOptions::repair`] it also fixes what it
+//! can without losing anything: whatever it takes away is moved into the sessions
+//! directory's `quarantine/<timestamp>/` (a corrupt store, orphaned temporary files,
+//! pruned entries as a JSON file), never deleted — except dead lock files, which hold
+//! no data.
+//!
+//! ```
+//! use agent_sessions::ops::{examine, DoctorOptions};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> agent_sessions::Result<()> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! let report = examine(dir.path(), &DoctorOptions::default()).await?;
+//! assert!(report.is_healthy());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Moving sessions between backends
+//!
+//! [`migrate`] copies every session and every transcript (live and archived) of one
+//! [`Backend`](crate::store::Backend) into another. It only adds:
+//!
+//! * a session the target does not have is written (atomically: a session that appears
+//!   in the target meanwhile is not overwritten);
+//! * a session the target already has, identical, is skipped, so an interrupted
+//!   migration is resumed by running it again;
+//! * a session the target has with another entry is a *conflict*: the target's entry is
+//!   left as it is and reported in [`MigrationReport::session_conflicts`] (it may have
+//!   moved on since an earlier migration: a bot already writing to the target). Only
+//!   [`MigrateOptions::overwrite_conflicts`] replaces it with the source's;
+//! * a transcript the target has with other lines is a conflict too, left alone;
+//! * what the source holds but cannot serve — an entry that does not decode, a legacy
+//!   or foreign key in OpenClaw's files — cannot be copied: it is listed in
+//!   [`MigrationReport::unreadable`] and the migration does not verify.
+//!
+//! At the end it compares counts and checksums of what the source holds *then* with
+//! the same sessions and transcripts in the target; sessions that changed in the source
+//! while it was being copied are listed in [`MigrationReport::source_changed`]. Any
+//! conflict or change makes [`MigrationReport::verified`] false: stop the writers and
+//! run the migration again.
+//!
+//! The one field that changes is `sessionFile`, a location: it is pointed at the
+//! transcript's place in the target when the target has places (the file backend), and
+//! compared by file name only.
+//!
+//! ```
+//! use agent_sessions::ops::{migrate, NoProgress};
+//! use agent_sessions::store::Backend;
+//! use agent_sessions::prelude::*;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> agent_sessions::Result<()> {
+//! # let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+//! let from = Backend::open(&format!("json:{}", a.path().display())).await?;
+//! let to = Backend::open(&format!("json:{}", b.path().display())).await?;
+//! let key = SessionKey::parse("agent:main:main")?;
+//! from.sessions().put(&key, SessionEntry::new("s-1", 1)).await?;
+//!
+//! let report = migrate(&from, &to, &NoProgress).await?;
+//! assert!(report.verified());
+//! assert_eq!(report.sessions_copied, 1);
+//! assert!(to.sessions().get(&key).await?.is_some());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # SQL views
+//!
+//! SQL views with the shapes RABS and ClawOS document, over this crate's tables: their
+//! existing SQL, joins and dashboards read the crate's sessions and message log.
+//!
+//! An optional step, never run on open: create them with
+//! [`SqliteStore::create_views`](crate::store::SqliteStore::create_views) or
+//! [`PostgresStore::create_views`](crate::store::PostgresStore::create_views) (or
+//! `agent-sessions views create`), remove them with `drop_views`. Creating them again
+//! replaces them (idempotent); dropping views that are not there is no error. The views
+//! are read-only: sessions and messages are written through the crate. They depend on
+//! the tables: drop them before an upgrade whose schema migration changes the tables,
+//! and create them again after. (Schema versions 4 and 5 only add tables,
+//! `group_history` and `system_events`: views made over a version-3 database stay
+//! through their migrations.)
+//!
+//! | view | shape of | rows |
+//! | --- | --- | --- |
+//! | `type2_sessions` | RABS's session registry | one per session: the current one of each key, and the closed ones a reset or timeout replaced |
+//! | `type2_messages` | RABS's message log | one per logged message (`log_message`), in every transcript, archived ones included |
+//! | `sessions` (PostgreSQL, in its own schema) / `clawos_sessions` (SQLite) | ClawOS's kernel table | one per session, as `type2_sessions`: a replaced session is a `closed` row, as ClawOS keeps it |
+//!
+//! **Names.** The crate's own table is already called `sessions`. On PostgreSQL every
+//! view lives in a schema of its own, named by [`ViewSchemas`] (default `brainframe`
+//! for RABS's views — the schema RABS's SQL names — and `clawos` for ClawOS's), never in
+//! the store's schema; ClawOS's unqualified `sessions` finds the view with
+//! `SET search_path = clawos`. On SQLite, views live in the database file itself:
+//! RABS's are `type2_sessions` and `type2_messages`, ClawOS's is `clawos_sessions`; a
+//! connection that runs `CREATE TEMP VIEW sessions AS SELECT * FROM main.clawos_sessions`
+//! reads it as `sessions` (a temporary name is found before the file's own).
+//!
+//! **Columns** have the names and types the systems' schemas give (on SQLite: `TEXT`
+//! for UUIDs, JSON and times, times as ISO 8601 UTC with milliseconds, which sort
+//! chronologically). Where the crate keeps no such data, the column is a NULL of the
+//! right type:
+//!
+//! * `type2_sessions`: `id` is the session's `sessionId` (a new one after every reset;
+//!   on PostgreSQL a UUID, derived with `md5` from an id that is not one), `agent_name`
+//!   the key's agent, `engine_type`/`engine_session_id` the first of the entry's
+//!   `engineSessionIds` (else `openclaw` and the `sessionId`), `channel` the entry's
+//!   `firstChannel` (the channel the session began on; for entries older than that
+//!   field, the origin's), `summary` and `summary_updated_at` the shared
+//!   identity summary, `metadata` the whole entry, `created_at` when the session
+//!   started; `last_message_in_summary` is NULL (the summary's watermark is a position
+//!   in the log, not a message id).
+//! * `type2_messages`: `id` is the message's own id (lines logged before messages had
+//!   one: derived from their place), `session_id` the transcript's session id (joins
+//!   `type2_sessions.id`), `message` the text, `category` and `embedding` what the
+//!   search index holds for it (NULL until indexed); `embedding` is `REAL[]` on
+//!   PostgreSQL (`vector(1536)` needs the pgvector extension: cast it where installed)
+//!   and the index's `BLOB` on SQLite.
+//! * ClawOS `sessions`: `workspace_id` is the key's agent, `remote_jid` the origin's
+//!   sender (else the key's last part), `status` `closed` or `active`, `turn_count` and
+//!   `context_summary` 0 and `''` when unset, as the kernel API shows them.
+//!
+//! A stored entry or line that is not JSON PostgreSQL can read (the `\u0000` escape)
+//! gives NULL in the columns taken from it instead of failing the query.
 
 pub(crate) mod doctor;
 pub(crate) mod migrate;
