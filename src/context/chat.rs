@@ -1,29 +1,4 @@
-//! The conversation as the model should see it: role-tagged messages within a token
-//! budget.
-//!
-//! A session's transcript holds each turn as the model saw it (the prompt after the
-//! inbound pipeline, with group history and system events) and each reply, tool call
-//! and tool result. [`transcript_messages`] turns those lines into [`ChatMessage`]s,
-//! starting after the last compaction; [`fit_to_budget`] keeps the newest turns that fit
-//! a token budget, counted by a [`TokenCounter`], with a summary of what was cut.
-//!
-//! ```
-//! use agent_sessions::context::{fit_to_budget, ChatMessage, EstimatedTokens};
-//!
-//! let history = vec![
-//!     ChatMessage::user("When is my shift?"),
-//!     ChatMessage::assistant("Thursday at 9."),
-//! ];
-//! let current = ChatMessage::user("Can I swap it?");
-//! let messages = fit_to_budget(&[], Some("Jane asked about shifts."), history, current.clone(), 1_000, &EstimatedTokens)?;
-//! assert_eq!(messages.len(), 3); // everything fits: no summary needed
-//! assert_eq!(messages.last(), Some(&current));
-//!
-//! let tight = fit_to_budget(&[], Some("Jane asked about shifts."), vec![ChatMessage::user("x".repeat(400))], current.clone(), 40, &EstimatedTokens)?;
-//! assert_eq!(tight[0], ChatMessage::system("Summary of the conversation so far:\nJane asked about shifts."));
-//! assert_eq!(tight.last(), Some(&current));
-//! # Ok::<(), agent_sessions::Error>(())
-//! ```
+//! The conversation as the model should see it: role-tagged messages within a token (documented in the parent module).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

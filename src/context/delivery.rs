@@ -1,8 +1,4 @@
-//! Where replies go: OpenClaw's delivery context, normalised and merged.
-//!
-//! An entry keeps its reply route twice, as OpenClaw writes it: in `deliveryContext` and
-//! mirrored in `lastChannel`, `lastTo`, `lastAccountId` and `lastThreadId`. Every change
-//! goes through one function that keeps the two in step.
+//! Where replies go: OpenClaw's delivery context, normalised and merged (documented in the parent module).
 
 use serde::{Deserialize, Serialize};
 

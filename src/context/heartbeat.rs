@@ -1,22 +1,4 @@
-//! Heartbeats: the periodic turn in which the agent reads `HEARTBEAT.md` and either acts
-//! or answers `HEARTBEAT_OK`.
-//!
-//! The host schedules heartbeat runs; this module holds the decisions around them that
-//! OpenClaw makes. Before a run: [`is_heartbeat_content_effectively_empty`] — a
-//! `HEARTBEAT.md` with no tasks in it means no model call at all. After it: the reply
-//! goes through [`strip_heartbeat_token`](crate::context::reply::strip_heartbeat_token)
-//! in [`HeartbeatMode::Heartbeat`](crate::context::reply::HeartbeatMode::Heartbeat),
-//! where a short acknowledgement is nothing to send.
-//!
-//! ```
-//! use agent_sessions::context::{is_heartbeat_content_effectively_empty, HEARTBEAT_PROMPT};
-//!
-//! let template = "# HEARTBEAT.md\n\n<!-- Add tasks below. -->\n- [ ]\n";
-//! assert!(is_heartbeat_content_effectively_empty(template), "skip the run");
-//! let tasks = "# HEARTBEAT.md\n- [ ] Check the build every morning\n";
-//! assert!(!is_heartbeat_content_effectively_empty(tasks), "run with HEARTBEAT_PROMPT");
-//! assert!(HEARTBEAT_PROMPT.contains("HEARTBEAT_OK"));
-//! ```
+//! Heartbeats: the periodic turn in which the agent reads `HEARTBEAT.md` and either acts (documented in the parent module).
 
 /// OpenClaw's default heartbeat prompt (`HEARTBEAT_PROMPT`), sent as the message of a
 /// heartbeat run when the host configures none.

@@ -1,27 +1,4 @@
-//! Group history: what was said in a group since the agent last replied.
-//!
-//! In a group the agent answers only some messages; the others are kept here, per
-//! group, and shown to the model as context the next time it answers, in OpenClaw's
-//! layout:
-//!
-//! ```text
-//! [Chat messages since your last reply - for context]
-//! [WhatsApp 120363@g.us 2026-01-13T07:45Z] Alice: hello
-//! [WhatsApp 120363@g.us 2026-01-13T07:46Z] Bob: hi there
-//!
-//! [Current message - respond to this]
-//! [WhatsApp 120363@g.us 2026-01-13T07:47Z] Alice: @bot what do you think?
-//! [from: Alice (+1234567890)]
-//! ```
-//!
-//! [`HistoryBuffer`] is the seam (a host can keep history in Redis); [`MemoryHistory`]
-//! is the default: per group a FIFO of at most 50 entries, and at most 1,000 groups,
-//! the least recently used dropped first — memory stays bounded whatever the traffic.
-//! Durable buffers with the same bounds keep history across restarts beside each
-//! store backend — [`JsonFileHistory`](crate::store::JsonFileHistory), and with their
-//! features `SqliteHistory` and `PostgresHistory` — and
-//! [`SessionManager::connect`](crate::SessionManager::connect) picks the one matching
-//! its URL.
+//! Group history: what was said in a group since the agent last replied (documented in the parent module).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -1,21 +1,4 @@
-//! Prompt construction: the context stack the session layer adds in front of a message.
-//!
-//! ```
-//! use agent_sessions::context::PromptBuilder;
-//!
-//! let prompt = PromptBuilder::new("When is my next shift?")
-//!     .summary("GOAL: roster questions", Some("2026-03-10T09:00:00Z".parse().unwrap()))
-//!     .user(Some("Jane Smith"), "staff", Some("support_worker"))
-//!     .channel("sms")
-//!     .build();
-//! assert_eq!(
-//!     prompt,
-//!     "[Conversation Summary (updated 2026-03-10T09:00:00.000Z)]\nGOAL: roster questions\n\n\
-//!      [Current User: Jane Smith | Type: staff | Role: support_worker]\n\n\
-//!      [Channel: sms]\n\n\
-//!      [Message]\nWhen is my next shift?"
-//! );
-//! ```
+//! Prompt construction: the context stack the session layer adds in front of a message (documented in the parent module).
 
 use chrono::{DateTime, Utc};
 

@@ -1,10 +1,4 @@
-//! What the bot sends back: reply payloads from the model's output.
-//!
-//! [`Turn::complete`](crate::manager::Turn::complete) turns the model's outputs into
-//! [`ReplyPayload`]s as OpenClaw does: `[[reply_to_current]]` and `[[reply_to:<id>]]`
-//! directives, `MEDIA:` lines, silence (`NO_REPLY`, `<NO_REPLY>`, `<EMPTY_RESPONSE>`),
-//! heartbeat acknowledgements and texts a messaging tool already sent; the session's
-//! send policy has the last word.
+//! What the bot sends back: reply payloads from the model's output (documented in the parent module).
 
 use serde::{Deserialize, Serialize};
 

@@ -1,10 +1,4 @@
-//! Who may read and change a session.
-//!
-//! A [`Caller`] is the owner — who may open every session — or a participant, who may
-//! open only the sessions they take part in ([`SessionEntry::participants`]). Either
-//! may be limited to a key namespace, as a channel's token is limited to its channel's
-//! keys. One rule decides; the manager applies it on every
-//! path through [`SessionManager::scoped`](crate::SessionManager::scoped).
+//! Who may read and change a session (documented in the parent module).
 
 use crate::entry::SessionEntry;
 use crate::error::{AccessDenial, Error, KeyProblem, Result};

@@ -1,34 +1,4 @@
-//! Per-agent isolation: no agent reads or writes another agent's sessions.
-//!
-//! [`AgentScoped`] wraps a [`SessionStore`] or a [`TranscriptStore`] shared by several
-//! agents and lets one agent through: its keys and transcripts, nothing else. Another
-//! agent's session is [`AccessDenial::OtherAgent`]; listings, log queries and live
-//! updates show only the agent's own. A manager built with
-//! [`isolate_to_agent`](crate::manager::SessionManagerBuilder::isolate_to_agent) wraps
-//! its store and transcripts so.
-//!
-//! ```
-//! use agent_sessions::identity::AgentScoped;
-//! use agent_sessions::prelude::*;
-//! use agent_sessions::{AccessDenial, Error};
-//! use std::sync::Arc;
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> agent_sessions::Result<()> {
-//! let shared = Arc::new(MemoryStore::new());
-//! let ops = AgentScoped::new(AgentId::new("ops")?, shared.clone());
-//!
-//! let theirs = SessionKey::parse("agent:main:main")?;
-//! shared.put(&theirs, SessionEntry::new("s-1", 0)).await?;
-//! let denied = ops.get(&theirs).await;
-//! assert!(matches!(denied, Err(Error::AccessDenied { reason: AccessDenial::OtherAgent, .. })));
-//! assert!(ops.list(&ListFilter::new()).await?.is_empty());
-//! # Ok(())
-//! # }
-//! ```
-//!
-//! The `global` key has no agent, so an isolated store refuses it: a global session
-//! is shared by definition.
+//! Per-agent isolation: no agent reads or writes another agent's sessions (documented in the parent module).
 
 use std::path::PathBuf;
 

@@ -20,6 +20,79 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Who may open a session
+//!
+//! Who may read and change a session.
+//!
+//! A [`Caller`] is the owner — who may open every session — or a participant, who may
+//! open only the sessions they take part in ([`SessionEntry::participants`](crate::SessionEntry::participants)). Either
+//! may be limited to a key namespace, as a channel's token is limited to its channel's
+//! keys. One rule decides; the manager applies it on every
+//! path through [`SessionManager::scoped`](crate::SessionManager::scoped).
+//!
+//! # One agent's data
+//!
+//! Per-agent isolation: no agent reads or writes another agent's sessions.
+//!
+//! [`AgentScoped`] wraps a [`SessionStore`](crate::SessionStore) or a [`TranscriptStore`](crate::transcript::TranscriptStore) shared by several
+//! agents and lets one agent through: its keys and transcripts, nothing else. Another
+//! agent's session is [`AccessDenial::OtherAgent`](crate::AccessDenial::OtherAgent); listings, log queries and live
+//! updates show only the agent's own. A manager built with
+//! [`isolate_to_agent`](crate::manager::SessionManagerBuilder::isolate_to_agent) wraps
+//! its store and transcripts so.
+//!
+//! ```
+//! use agent_sessions::identity::AgentScoped;
+//! use agent_sessions::prelude::*;
+//! use agent_sessions::{AccessDenial, Error};
+//! use std::sync::Arc;
+//!
+//! ## #[tokio::main(flavor = "current_thread")]
+//! ## async fn main() -> agent_sessions::Result<()> {
+//! let shared = Arc::new(MemoryStore::new());
+//! let ops = AgentScoped::new(AgentId::new("ops")?, shared.clone());
+//!
+//! let theirs = SessionKey::parse("agent:main:main")?;
+//! shared.put(&theirs, SessionEntry::new("s-1", 0)).await?;
+//! let denied = ops.get(&theirs).await;
+//! assert!(matches!(denied, Err(Error::AccessDenied { reason: AccessDenial::OtherAgent, .. })));
+//! assert!(ops.list(&ListFilter::new()).await?.is_empty());
+//! ## Ok(())
+//! ## }
+//! ```
+//!
+//! The `global` key has no agent, so an isolated store refuses it: a global session
+//! is shared by definition.
+//!
+//! # Workspaces
+//!
+//! Session workspaces: a folder per conversation for files.
+//!
+//! Each workspace is `<root>/<uuid>/` with `summary.md`, `attachments/`, `exports/` and
+//! `context/`. The UUID is the crate's own (the session's first id), never an engine's
+//! session id, so every engine finds the same folder. With
+//! [`WorkspaceSharing::PerIdentity`] a person's sessions with every variant of one agent
+//! identity (`reggie_oc`, `reggie_fd`) share one folder; with
+//! [`WorkspaceSharing::PerSession`] each has its own.
+//!
+//! Folders are created owner-only (0700) and files owner-only (0600); file names are
+//! validated (one plain component: no separators, no `..`); a symlink planted in a
+//! workspace is neither followed nor written through.
+//!
+//! ```
+//! use agent_sessions::identity::{Area, Workspaces};
+//!
+//! ## fn main() -> agent_sessions::Result<()> {
+//! ## let dir = tempfile::tempdir().unwrap();
+//! let workspaces = Workspaces::new(dir.path());
+//! let workspace = workspaces.open(uuid::Uuid::new_v4())?;
+//! workspace.write(Area::Exports, "roster.csv", b"name,shift\n")?;
+//! assert_eq!(workspace.read(Area::Exports, "roster.csv")?, b"name,shift\n");
+//! assert!(workspace.write(Area::Exports, "../escape.csv", b"").is_err());
+//! ## Ok(())
+//! ## }
+//! ```
 
 pub(crate) mod access;
 pub(crate) mod isolation;

@@ -1,29 +1,4 @@
-//! Session workspaces: a folder per conversation for files.
-//!
-//! Each workspace is `<root>/<uuid>/` with `summary.md`, `attachments/`, `exports/` and
-//! `context/`. The UUID is the crate's own (the session's first id), never an engine's
-//! session id, so every engine finds the same folder. With
-//! [`WorkspaceSharing::PerIdentity`] a person's sessions with every variant of one agent
-//! identity (`reggie_oc`, `reggie_fd`) share one folder; with
-//! [`WorkspaceSharing::PerSession`] each has its own.
-//!
-//! Folders are created owner-only (0700) and files owner-only (0600); file names are
-//! validated (one plain component: no separators, no `..`); a symlink planted in a
-//! workspace is neither followed nor written through.
-//!
-//! ```
-//! use agent_sessions::identity::{Area, Workspaces};
-//!
-//! # fn main() -> agent_sessions::Result<()> {
-//! # let dir = tempfile::tempdir().unwrap();
-//! let workspaces = Workspaces::new(dir.path());
-//! let workspace = workspaces.open(uuid::Uuid::new_v4())?;
-//! workspace.write(Area::Exports, "roster.csv", b"name,shift\n")?;
-//! assert_eq!(workspace.read(Area::Exports, "roster.csv")?, b"name,shift\n");
-//! assert!(workspace.write(Area::Exports, "../escape.csv", b"").is_err());
-//! # Ok(())
-//! # }
-//! ```
+//! Session workspaces: a folder per conversation for files (documented in the parent module).
 
 use std::fs;
 use std::io::Read;

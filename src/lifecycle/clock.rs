@@ -1,16 +1,4 @@
-//! Time, behind a trait, so every time decision can be tested.
-//!
-//! The crate never reads the system clock directly: [`SessionManager`](crate::SessionManager)
-//! asks its [`Clock`]. Tests use [`ManualClock`] and move time by hand.
-//!
-//! ```
-//! use std::time::Duration;
-//! use agent_sessions::lifecycle::{Clock, ManualClock};
-//!
-//! let clock = ManualClock::at_millis(1_770_350_000_000);
-//! clock.advance(Duration::from_secs(61 * 60));
-//! assert_eq!(clock.now_millis(), 1_770_350_000_000 + 61 * 60 * 1000);
-//! ```
+//! Time, behind a trait, so every time decision can be tested (documented in the parent module).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;

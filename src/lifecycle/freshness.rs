@@ -1,25 +1,4 @@
-//! When a session goes stale: OpenClaw's daily and idle resets.
-//!
-//! A [`ResetConfig`] holds OpenClaw's `session.reset`, `resetByType`, `resetByChannel`
-//! and legacy `idleMinutes` settings plus a time zone, and resolves them into the
-//! [`ResetPolicy`] for one session: a channel override wins over a chat-type setting,
-//! which wins over the default. [`FreshnessPolicy`] is the seam: given a session and the
-//! time, it answers fresh (and until when) or stale (why, and since when).
-//!
-//! ```
-//! use std::time::Duration;
-//! use agent_sessions::lifecycle::{ResetConfig, ResetSpec, ResetType, StaleReason, Zone};
-//!
-//! let config = ResetConfig::default()                 // daily at 04:00
-//!     .time_zone(Zone::parse("Europe/Berlin")?)
-//!     .by_type(ResetType::Group, ResetSpec::idle(120)) // groups: 2 idle hours
-//!     .by_channel("whatsapp", ResetSpec::idle(30));    // WhatsApp: 30 idle minutes
-//!
-//! let policy = config.policy(ResetType::Group, Some("whatsapp"));
-//! assert_eq!(policy.idle, Some(Duration::from_secs(30 * 60)));
-//! assert_eq!(policy.daily_at_hour, None);
-//! # Ok::<(), agent_sessions::Error>(())
-//! ```
+//! When a session goes stale: OpenClaw's daily and idle resets (documented in the parent module).
 
 use std::collections::BTreeMap;
 use std::fmt;

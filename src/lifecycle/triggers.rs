@@ -1,21 +1,4 @@
-//! Explicit resets: `/new`, `/reset`, the kernel HTTP API's reset phrases, and model
-//! hints.
-//!
-//! ```
-//! use agent_sessions::lifecycle::ResetTriggers;
-//! use agent_sessions::InboundMessage;
-//!
-//! let triggers = ResetTriggers::default(); // "/new", "/reset"
-//! let message = InboundMessage::direct("telegram", "42", "/NEW summarize the design doc");
-//! let matched = triggers.detect(&message).expect("a reset");
-//! assert_eq!(matched.trigger, "/new");
-//! assert_eq!(matched.body, "summarize the design doc");
-//!
-//! // In a group, only the owner and the allow-list may reset.
-//! let group = InboundMessage::group("slack", "C1", "U7", "/new");
-//! assert!(triggers.detect(&group).is_none());
-//! assert!(triggers.detect(&group.clone().from_owner()).is_some());
-//! ```
+//! Explicit resets: `/new`, `/reset`, the kernel HTTP API's reset phrases, and model (documented in the parent module).
 
 use std::collections::BTreeMap;
 use std::fmt;

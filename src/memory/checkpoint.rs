@@ -1,6 +1,4 @@
-//! Checkpoints: moments when an introspection pass looks back over a session's recent
-//! events and updates its working memory and description; and the versioned snapshot a
-//! session keeps of slowly changing context (OpenClaw's skills).
+//! Checkpoints: moments when an introspection pass looks back over a session's recent (documented in the parent module).
 
 use async_trait::async_trait;
 use serde_json::Value;

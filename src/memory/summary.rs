@@ -1,32 +1,4 @@
-//! Summaries: what a conversation is about, in at most 1,000 characters.
-//!
-//! A [`Summarizer`] merges a previous summary with new turns. The host plugs in its LLM;
-//! [`TemplateSummarizer`] is the deterministic default, writing this format:
-//!
-//! ```text
-//! GOAL: <current user objective>
-//! ENTITIES: <key names, files, URLs — comma separated>
-//! DECISIONS: <choices made this session — comma separated>
-//! PENDING: <unanswered questions or pending items>
-//! TURNS: <N>
-//! ```
-//!
-//! ```
-//! use agent_sessions::memory::{Summarizer, SummaryInput, SummaryTurn, TemplateSummarizer};
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> agent_sessions::Result<()> {
-//! let input = SummaryInput::new(vec![
-//!     SummaryTurn::user("Can you book a table at Luigi's for Sunday?"),
-//!     SummaryTurn::assistant("Booked Luigi's for Sunday at 7pm. We decided on the patio."),
-//! ]);
-//! let summary = TemplateSummarizer::default().summarize(&input).await?;
-//! assert!(summary.starts_with("GOAL: Can you book a table at Luigi's for Sunday?"));
-//! assert!(summary.contains("ENTITIES: Luigi's, Sunday"));
-//! assert!(summary.ends_with("TURNS: 1"));
-//! # Ok(())
-//! # }
-//! ```
+//! Summaries: what a conversation is about, in at most 1,000 characters (documented in the parent module).
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
