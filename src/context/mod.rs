@@ -88,7 +88,7 @@
 //! let tight = fit_to_budget(&[], Some("Jane asked about shifts."), vec![ChatMessage::user("x".repeat(400))], current.clone(), 40, &EstimatedTokens)?;
 //! assert_eq!(tight[0], ChatMessage::system("Summary of the conversation so far:\nJane asked about shifts."));
 //! assert_eq!(tight.last(), Some(&current));
-//! ## Ok::<(), agent_sessions::Error>(())
+//! # Ok::<(), agent_sessions::Error>(())
 //! ```
 //!
 //! # System prompts

@@ -48,8 +48,8 @@
 //! use agent_sessions::{AccessDenial, Error};
 //! use std::sync::Arc;
 //!
-//! ## #[tokio::main(flavor = "current_thread")]
-//! ## async fn main() -> agent_sessions::Result<()> {
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> agent_sessions::Result<()> {
 //! let shared = Arc::new(MemoryStore::new());
 //! let ops = AgentScoped::new(AgentId::new("ops")?, shared.clone());
 //!
@@ -58,8 +58,8 @@
 //! let denied = ops.get(&theirs).await;
 //! assert!(matches!(denied, Err(Error::AccessDenied { reason: AccessDenial::OtherAgent, .. })));
 //! assert!(ops.list(&ListFilter::new()).await?.is_empty());
-//! ## Ok(())
-//! ## }
+//! # Ok(())
+//! # }
 //! ```
 //!
 //! The `global` key has no agent, so an isolated store refuses it: a global session
@@ -83,15 +83,15 @@
 //! ```
 //! use agent_sessions::identity::{Area, Workspaces};
 //!
-//! ## fn main() -> agent_sessions::Result<()> {
-//! ## let dir = tempfile::tempdir().unwrap();
+//! # fn main() -> agent_sessions::Result<()> {
+//! # let dir = tempfile::tempdir().unwrap();
 //! let workspaces = Workspaces::new(dir.path());
 //! let workspace = workspaces.open(uuid::Uuid::new_v4())?;
 //! workspace.write(Area::Exports, "roster.csv", b"name,shift\n")?;
 //! assert_eq!(workspace.read(Area::Exports, "roster.csv")?, b"name,shift\n");
 //! assert!(workspace.write(Area::Exports, "../escape.csv", b"").is_err());
-//! ## Ok(())
-//! ## }
+//! # Ok(())
+//! # }
 //! ```
 
 pub(crate) mod access;

@@ -31,7 +31,7 @@
 //! let policy = config.policy(ResetType::Group, Some("whatsapp"));
 //! assert_eq!(policy.idle, Some(Duration::from_secs(30 * 60)));
 //! assert_eq!(policy.daily_at_hour, None);
-//! ## Ok::<(), agent_sessions::Error>(())
+//! # Ok::<(), agent_sessions::Error>(())
 //! ```
 //!
 //! # Reset triggers

@@ -26,8 +26,8 @@
 //! ```
 //! use agent_sessions::memory::{Summarizer, SummaryInput, SummaryTurn, TemplateSummarizer};
 //!
-//! ## #[tokio::main(flavor = "current_thread")]
-//! ## async fn main() -> agent_sessions::Result<()> {
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> agent_sessions::Result<()> {
 //! let input = SummaryInput::new(vec![
 //!     SummaryTurn::user("Can you book a table at Luigi's for Sunday?"),
 //!     SummaryTurn::assistant("Booked Luigi's for Sunday at 7pm. We decided on the patio."),
@@ -36,8 +36,8 @@
 //! assert!(summary.starts_with("GOAL: Can you book a table at Luigi's for Sunday?"));
 //! assert!(summary.contains("ENTITIES: Luigi's, Sunday"));
 //! assert!(summary.ends_with("TURNS: 1"));
-//! ## Ok(())
-//! ## }
+//! # Ok(())
+//! # }
 //! ```
 //!
 //! # Checkpoints
