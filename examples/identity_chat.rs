@@ -94,7 +94,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             // After an hour of quiet the host refreshes the person's rolling summary;
             // every session of the identity gets it.
             if let SummaryRefresh::Updated { summary, sessions } = manager
-                .memory()
                 .refresh_identity_summary("staff:17", "reggie")
                 .await?
             {

@@ -124,7 +124,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     let key = manager.key_for(&InboundMessage::direct("terminal", user.as_str(), ""))?;
-    if let Some(session) = manager.get(&key).await? {
+    if let Some(session) = manager.session(&key).get().await? {
         let last = from_millis(session.entry.updated_at);
         println!(
             "session {} kept: {} turns, last message {}; transcript {}",

@@ -102,7 +102,7 @@ pub use error::{
 pub use key::{
     AgentId, Conversation, DefaultKeyBuilder, DmScope, KeyBuilder, PeerKind, SessionKey,
 };
-pub use manager::{Decision, Reason, Resolution, SessionManager};
+pub use manager::{Decision, Reason, Resolution, Session, SessionManager};
 pub use store::{
     Durability, JsonFileOptions, JsonFileStore, ListFilter, LockOptions, MemoryStore,
     MultiKeyStore, Revision, SessionStore, SessionStoreExt, StatusFilter, StoredSession,

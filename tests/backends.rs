@@ -62,27 +62,27 @@ async fn busy_openclaw_tree() -> tempfile::TempDir {
             let message = InboundMessage::direct("telegram", peer, text).from_person(peer);
             let resolution = manager.resolve(&message).await.unwrap();
             manager
-                .transcripts()
-                .log_message(&resolution.key, LogMessage::from_inbound(&message))
+                .session(&resolution.key)
+                .log_message(LogMessage::from_inbound(&message))
                 .await
                 .unwrap();
             manager
-                .transcripts()
-                .log_message(&resolution.key, LogMessage::outbound("ok").took(12))
+                .session(&resolution.key)
+                .log_message(LogMessage::outbound("ok").took(12))
                 .await
                 .unwrap();
         }
         let key = SessionKey::parse(&format!("agent:{agent}:telegram:dm:42")).unwrap();
-        let thread = manager.fork_thread(&key, "7").await.unwrap();
+        let thread = manager.session(&key).fork_thread("7").await.unwrap();
         manager
-            .transcripts()
-            .log_message(&thread.key, LogMessage::inbound("in the thread"))
+            .session(&thread.key)
+            .log_message(LogMessage::inbound("in the thread"))
             .await
             .unwrap();
-        manager.reset(&key).await.unwrap();
+        manager.session(&key).reset().await.unwrap();
         manager
-            .transcripts()
-            .log_message(&key, LogMessage::inbound("after the reset"))
+            .session(&key)
+            .log_message(LogMessage::inbound("after the reset"))
             .await
             .unwrap();
     }
@@ -208,8 +208,8 @@ async fn an_imported_openclaw_tree_keeps_working_in_sqlite() {
     assert!(read.issues.is_empty(), "{:?}", read.issues);
     let manager = SessionManager::connect(&url).await.unwrap().build();
     let next = manager
-        .transcripts()
-        .log_message(&main, LogMessage::inbound("continued in SQLite"))
+        .session(&main)
+        .log_message(LogMessage::inbound("continued in SQLite"))
         .await
         .unwrap();
     assert_eq!(

@@ -116,7 +116,8 @@ async fn system_events_are_prepended_once() {
     let message = InboundMessage::direct("telegram", "42", "hi");
     let key = manager.key_for(&message).unwrap();
     assert!(manager
-        .enqueue_system_event(&key, "Model switched.")
+        .session(&key)
+        .enqueue_system_event("Model switched.")
         .await
         .unwrap());
     let first = model_input(&manager, &message).await.unwrap();
@@ -165,10 +166,10 @@ async fn group_activation_always_runs_the_agent_for_everyone() {
     assert_eq!(model_input(&manager, &message).await, None, "not addressed");
     let key = manager.key_for(&message).unwrap();
     manager
-        .set_override(
-            &key,
-            SessionOverride::GroupActivation(agent_sessions::entry::GroupActivation::Always),
-        )
+        .session(&key)
+        .set_override(SessionOverride::GroupActivation(
+            agent_sessions::entry::GroupActivation::Always,
+        ))
         .await
         .unwrap();
     assert!(
@@ -243,10 +244,8 @@ async fn the_send_policy_silences_a_session_and_overrides_win() {
         "denied by rule"
     );
     manager
-        .set_override(
-            &manager.key_for(&message).unwrap(),
-            SessionOverride::SendPolicy(SendPolicy::Allow),
-        )
+        .session(&manager.key_for(&message).unwrap())
+        .set_override(SessionOverride::SendPolicy(SendPolicy::Allow))
         .await
         .unwrap();
     assert_eq!(

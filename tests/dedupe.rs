@@ -33,8 +33,8 @@ fn in_group(id: &str, sender: &str, text: &str) -> InboundMessage {
 /// How many lines of `key`'s session transcript say `text`.
 async fn lines_saying(manager: &SessionManager, key: &SessionKey, text: &str) -> usize {
     manager
-        .transcripts()
-        .replay(key, Offset::START)
+        .session(key)
+        .replay(Offset::START)
         .await
         .unwrap()
         .events
@@ -117,7 +117,7 @@ async fn a_reset_delivered_again_resets_once() {
         assert_eq!(again.action(), &TurnAction::Duplicate, "{url}");
         let key = again.key().clone();
         drop(again);
-        let stored = manager.get(&key).await.unwrap().unwrap();
+        let stored = manager.session(&key).get().await.unwrap().unwrap();
         assert_eq!(stored.entry.session_id, session, "{url}: one reset");
     }
     stores.finish().await;
@@ -390,7 +390,7 @@ async fn an_update_taken_by_a_running_or_killed_process_is_not_answered_again() 
             1,
             "{url}"
         );
-        let stored = manager.get(&key).await.unwrap().unwrap();
+        let stored = manager.session(&key).get().await.unwrap().unwrap();
         assert_eq!(stored.entry.aborted_last_run, Some(true), "{url}");
     }
     stores.finish().await;
@@ -405,12 +405,26 @@ async fn a_reset_delivered_again_after_the_process_that_took_it_exited_resets_on
         first.complete();
         let manager = SessionManager::connect(url).await.unwrap().build();
         let key = manager.key_for(&update("2", "/new")).unwrap();
-        let session = manager.get(&key).await.unwrap().unwrap().entry.session_id;
+        let session = manager
+            .session(&key)
+            .get()
+            .await
+            .unwrap()
+            .unwrap()
+            .entry
+            .session_id;
         for _ in 0..2 {
             let again = manager.turn(&update("2", "/new")).await.unwrap();
             assert_eq!(again.action(), &TurnAction::Duplicate, "{url}");
         }
-        let now = manager.get(&key).await.unwrap().unwrap().entry.session_id;
+        let now = manager
+            .session(&key)
+            .get()
+            .await
+            .unwrap()
+            .unwrap()
+            .entry
+            .session_id;
         assert_eq!(now, session, "{url}: one reset");
     }
     stores.finish().await;

@@ -176,10 +176,11 @@ async fn orphans_of_every_atomic_write_are_found_and_quarantined() {
         .unwrap()
         .key;
     manager
-        .enqueue_system_event(&key, "Reminder.")
+        .session(&key)
+        .enqueue_system_event("Reminder.")
         .await
         .unwrap();
-    manager.close(&key).await.unwrap();
+    manager.session(&key).close().await.unwrap();
     // What writes killed before their rename leave behind: `.tmp` + random.
     let orphans: Vec<PathBuf> = [
         "agents/main/sessions",

@@ -42,16 +42,16 @@ fn writer_process() {
         let key = manager.resolve(&inbound()).await.unwrap().key;
         if let Some(bytes) = big {
             manager
-                .transcripts()
-                .log_message(&key, LogMessage::inbound("x".repeat(bytes)))
+                .session(&key)
+                .log_message(LogMessage::inbound("x".repeat(bytes)))
                 .await
                 .unwrap();
             return;
         }
         for n in 0.. {
             manager
-                .transcripts()
-                .log_message(&key, LogMessage::inbound(format!("m{n}")))
+                .session(&key)
+                .log_message(LogMessage::inbound(format!("m{n}")))
                 .await
                 .unwrap();
             tokio::time::sleep(Duration::from_millis(2)).await;
@@ -81,11 +81,7 @@ fn start_writer(url: &str, bytes: Option<usize>) -> Child {
 async fn a_killed_writer_is_followed_without_gaps_or_repeats(url: &str) {
     let manager = manager(url).await;
     let key = manager.resolve(&inbound()).await.unwrap().key;
-    let mut follow = manager
-        .transcripts()
-        .follow(&key, Offset::START)
-        .await
-        .unwrap();
+    let mut follow = manager.session(&key).follow(Offset::START).await.unwrap();
     let mut writer = start_writer(url, None);
     let mut seen = Vec::new();
     while seen.len() < 100 {
@@ -101,14 +97,14 @@ async fn a_killed_writer_is_followed_without_gaps_or_repeats(url: &str) {
     writer.kill().unwrap();
     writer.wait().unwrap();
 
-    let mut resumed = manager.transcripts().follow(&key, saved).await.unwrap();
+    let mut resumed = manager.session(&key).follow(saved).await.unwrap();
     while let Some(events) = resumed.try_next().await.unwrap() {
         seen.extend(texts(&events));
     }
     let whole = texts(
         &manager
-            .transcripts()
-            .replay(&key, Offset::START)
+            .session(&key)
+            .replay(Offset::START)
             .await
             .unwrap()
             .events,
@@ -134,24 +130,20 @@ async fn events_before_a_reset_reach_the_follower(url: &str) {
         let key = &key;
         async move {
             manager
-                .transcripts()
-                .log_message(key, LogMessage::inbound(text))
+                .session(key)
+                .log_message(LogMessage::inbound(text))
                 .await
                 .unwrap()
         }
     };
     log("before").await;
-    let mut follow = manager
-        .transcripts()
-        .follow(&key, Offset::START)
-        .await
-        .unwrap();
+    let mut follow = manager.session(&key).follow(Offset::START).await.unwrap();
     assert_eq!(
         texts(&follow.next().await.unwrap().unwrap_or_default()),
         ["before"]
     );
     log("last words").await;
-    manager.reset(&key).await.unwrap();
+    manager.session(&key).reset().await.unwrap();
     let after = tokio::time::timeout(Duration::from_secs(5), follow.next())
         .await
         .expect("the follower is not left waiting on an archived transcript")
@@ -166,13 +158,12 @@ async fn a_reset_session_can_be_followed_by_id(url: &str) {
     let resolution = manager.resolve(&inbound()).await.unwrap();
     let old_id = resolution.entry().session_id.clone();
     manager
-        .transcripts()
-        .log_message(&resolution.key, LogMessage::inbound("old session"))
+        .session(&resolution.key)
+        .log_message(LogMessage::inbound("old session"))
         .await
         .unwrap();
-    manager.reset(&resolution.key).await.unwrap();
+    manager.session(&resolution.key).reset().await.unwrap();
     let mut follow = manager
-        .transcripts()
         .follow_session(&old_id, Offset::START)
         .await
         .unwrap()
@@ -190,12 +181,8 @@ async fn a_huge_append_from_another_process_is_followed(url: &str) {
     const BYTES: usize = 4 << 20;
     let manager = manager(url).await;
     let key = manager.resolve(&inbound()).await.unwrap().key;
-    let mut follow = manager
-        .transcripts()
-        .follow(&key, Offset::START)
-        .await
-        .unwrap();
-    let mut subscription = manager.transcripts().subscribe().unwrap();
+    let mut follow = manager.session(&key).follow(Offset::START).await.unwrap();
+    let mut subscription = manager.subscribe().unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let status = start_writer(url, Some(BYTES)).wait().unwrap();
     assert!(status.success());
@@ -219,11 +206,11 @@ async fn a_huge_append_from_another_process_is_followed(url: &str) {
 async fn a_subscriber_that_never_reads_is_told_it_lagged(url: &str) {
     let manager = manager(url).await;
     let key = manager.resolve(&inbound()).await.unwrap().key;
-    let mut sleeping = manager.transcripts().subscribe().unwrap();
+    let mut sleeping = manager.subscribe().unwrap();
     for n in 0..1_500 {
         manager
-            .transcripts()
-            .log_message(&key, LogMessage::inbound(format!("m{n}")))
+            .session(&key)
+            .log_message(LogMessage::inbound(format!("m{n}")))
             .await
             .unwrap();
     }

@@ -138,11 +138,7 @@ async fn keep_chatter(manager: &SessionManager, message: &InboundMessage) {
 
 /// How many of the session's inbound lines (what the model was given) contain `text`.
 async fn times_shown(manager: &SessionManager, key: &SessionKey, text: &str) -> usize {
-    let read = manager
-        .transcripts()
-        .replay(key, Offset::START)
-        .await
-        .unwrap();
+    let read = manager.session(key).replay(Offset::START).await.unwrap();
     read.events
         .iter()
         .filter_map(|event| event.entry.message.as_ref())
@@ -166,7 +162,8 @@ async fn chatter_taken_by_a_turn_that_fails_is_shown_to_the_next_turn_once() {
             assert_eq!(chatter.action(), &TurnAction::StaySilent, "{url}");
         }
         manager
-            .enqueue_system_event(&key, "Reminder: the room is booked until 2.")
+            .session(&key)
+            .enqueue_system_event("Reminder: the room is booked until 2.")
             .await
             .unwrap();
         // The mention's inbound line cannot be logged: the turn fails ...
@@ -541,11 +538,7 @@ async fn killed_workers_show_each_chatter_line_once(url: &str, kills: usize) {
     let last = manager.turn(&mention("Bob", "@bot done?")).await.unwrap();
     let key = last.key().clone();
     last.complete("Done.").await.unwrap();
-    let read = manager
-        .transcripts()
-        .replay(&key, Offset::START)
-        .await
-        .unwrap();
+    let read = manager.session(&key).replay(Offset::START).await.unwrap();
     let inputs: Vec<String> = read
         .events
         .iter()

@@ -1251,8 +1251,8 @@ impl Worker {
     async fn exchange(&self, question: &str, answer: &str) {
         for message in [LogMessage::inbound(question), LogMessage::outbound(answer)] {
             self.manager
-                .transcripts()
-                .log_message(&self.key, message)
+                .session(&self.key)
+                .log_message(message)
                 .await
                 .unwrap();
         }
@@ -1288,8 +1288,8 @@ async fn a_line_over_the_event_limit_is_streamed_as_a_stub() {
     // The transcript keeps the line whole.
     let events = worker
         .manager
-        .transcripts()
-        .replay(&worker.key, agent_sessions::transcript::Offset::START)
+        .session(&worker.key)
+        .replay(agent_sessions::transcript::Offset::START)
         .await
         .unwrap()
         .events;

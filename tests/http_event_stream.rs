@@ -62,8 +62,8 @@ async fn a_session_replaced_by_a_reset_streams_its_messages() {
     let resolution = writer.resolve(&message).await.unwrap();
     let old_id = resolution.entry().session_id.clone();
     writer
-        .transcripts()
-        .log_message(&resolution.key, LogMessage::inbound("before the reset"))
+        .session(&resolution.key)
+        .log_message(LogMessage::inbound("before the reset"))
         .await
         .unwrap();
     let (status, before) = stream(
@@ -75,7 +75,7 @@ async fn a_session_replaced_by_a_reset_streams_its_messages() {
     assert_eq!(status, StatusCode::OK);
     assert!(before.contains("before the reset"), "streamed: {before}");
 
-    writer.reset(&resolution.key).await.unwrap();
+    writer.session(&resolution.key).reset().await.unwrap();
     let (status, after) = stream(
         &base,
         &format!("/kernel/sessions/{old_id}/events"),
@@ -108,8 +108,8 @@ async fn a_from_past_the_end_of_an_empty_transcript_is_refused() {
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     writer
-        .transcripts()
-        .log_message(&resolution.key, LogMessage::inbound("first"))
+        .session(&resolution.key)
+        .log_message(LogMessage::inbound("first"))
         .await
         .unwrap();
     let (status, body) = streaming.await.unwrap();

@@ -44,7 +44,7 @@ async fn forty_slow_readers_of_a_100_mb_transcript_hold_a_chunk_each() {
         .unwrap();
     let key = turn.key().clone();
     turn.complete("Hello.").await.unwrap();
-    let entry = manager.get(&key).await.unwrap().unwrap().entry;
+    let entry = manager.session(&key).get().await.unwrap().unwrap().entry;
     // A long conversation, written straight to the transcript file.
     {
         let path = entry.session_file.clone().unwrap();

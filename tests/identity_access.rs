@@ -17,7 +17,7 @@ use agent_sessions::manager::{
 };
 use agent_sessions::memory::EngineKind;
 use agent_sessions::prelude::*;
-use agent_sessions::transcript::{CheckpointReason, FileTranscriptStore, Offset};
+use agent_sessions::transcript::{CheckpointReason, FileTranscriptStore, Offset, TranscriptEntry};
 use agent_sessions::{
     entry::DescriptionSource, AccessDenial, Error, Result, SessionSource, SessionStatus,
 };
@@ -244,8 +244,8 @@ async fn fixture() -> Fixture {
         .unwrap()
         .key;
     manager
-        .transcripts()
-        .log_message(&key, LogMessage::inbound("when is my shift?"))
+        .session(&key)
+        .log_message(LogMessage::inbound("when is my shift?"))
         .await
         .unwrap();
     Fixture {
@@ -317,9 +317,13 @@ enum Call {
     Turn,
     EnqueueSystemEvent,
     Subscribe,
+    Messages,
+    Append,
+    AppendChat,
+    Follow,
 }
 
-const EVERY_CALL: [Call; 28] = [
+const EVERY_CALL: [Call; 32] = [
     Call::Resolve,
     Call::Get,
     Call::Close,
@@ -348,6 +352,10 @@ const EVERY_CALL: [Call; 28] = [
     Call::Turn,
     Call::EnqueueSystemEvent,
     Call::Subscribe,
+    Call::Messages,
+    Call::Append,
+    Call::AppendChat,
+    Call::Follow,
 ];
 
 async fn call(scoped: &ScopedManager<'_>, fixture: &Fixture, call: Call) -> Result<()> {
@@ -356,88 +364,116 @@ async fn call(scoped: &ScopedManager<'_>, fixture: &Fixture, call: Call) -> Resu
     match call {
         Call::Resolve => scoped.resolve(&message).await.map(drop),
         Call::Turn => scoped.turn(&message).await.map(drop),
-        Call::Get => scoped.get(key).await.map(drop),
-        Call::Close => scoped.close(key).await.map(drop),
-        Call::Reset => scoped.reset(key).await.map(drop),
+        Call::Get => scoped.session(key).get().await.map(drop),
+        Call::Close => scoped.session(key).close().await.map(drop),
+        Call::Reset => scoped.session(key).reset().await.map(drop),
         Call::SetStatus => scoped
-            .set_status(key, SessionStatus::AwaitingApproval)
+            .session(key)
+            .set_status(SessionStatus::AwaitingApproval)
             .await
             .map(drop),
-        Call::Delete => scoped.delete(key, DeleteOptions::default()).await.map(drop),
-        Call::SetLabel => scoped.set_label(key, Some("Rosters")).await.map(drop),
+        Call::Delete => scoped
+            .session(key)
+            .delete(DeleteOptions::default())
+            .await
+            .map(drop),
+        Call::SetLabel => scoped
+            .session(key)
+            .set_label(Some("Rosters"))
+            .await
+            .map(drop),
         Call::SetDescription => scoped
-            .set_description(key, Some("shift questions"), DescriptionSource::User)
+            .session(key)
+            .set_description(Some("shift questions"), DescriptionSource::User)
             .await
             .map(drop),
         Call::SetOverride => scoped
-            .set_override(key, SessionOverride::ThinkingLevel("high".into()))
+            .session(key)
+            .set_override(SessionOverride::ThinkingLevel("high".into()))
             .await
             .map(drop),
         Call::ClearOverride => scoped
-            .clear_override(key, OverrideKind::ThinkingLevel)
+            .session(key)
+            .clear_override(OverrideKind::ThinkingLevel)
             .await
             .map(drop),
         Call::UpdateLastRoute => scoped
-            .update_last_route(key, &DeliveryRoute::default().with_thread("7"))
+            .session(key)
+            .update_last_route(&DeliveryRoute::default().with_thread("7"))
             .await
             .map(drop),
-        Call::ForkThread => scoped.fork_thread(key, "t1").await.map(drop),
+        Call::ForkThread => scoped.session(key).fork_thread("t1").await.map(drop),
         Call::SpawnSubagent => scoped
-            .spawn_subagent(key, &AgentId::main(), Some("lookup"))
+            .session(key)
+            .spawn_subagent(&AgentId::main(), Some("lookup"))
             .await
             .map(drop),
         Call::RecordTurn => scoped
-            .record_turn(key, TurnOutcome::completed())
+            .session(key)
+            .record_turn(TurnOutcome::completed())
             .await
             .map(drop),
-        Call::MemoryFlushPlan => scoped.memory().memory_flush_plan(key).await.map(drop),
-        Call::RecordMemoryFlush => scoped.memory().record_memory_flush(key).await.map(drop),
+        Call::MemoryFlushPlan => scoped.session(key).memory_flush_plan().await.map(drop),
+        Call::RecordMemoryFlush => scoped.session(key).record_memory_flush().await.map(drop),
         Call::RecordCompaction => scoped
-            .memory()
-            .record_compaction(key, Some(900))
+            .session(key)
+            .record_compaction(Some(900))
             .await
             .map(drop),
         Call::OnCompactionEvent => scoped
-            .memory()
-            .on_compaction_event(key, CompactionEvent::Start)
+            .session(key)
+            .on_compaction_event(CompactionEvent::Start)
             .await
             .map(drop),
         Call::EngineSession => scoped
-            .memory()
-            .engine_session(key, &EngineKind::Sdk)
+            .session(key)
+            .engine_session(&EngineKind::Sdk)
             .await
             .map(drop),
         Call::LogMessage => scoped
-            .transcripts()
-            .log_message(key, LogMessage::outbound("Tomorrow at 9."))
+            .session(key)
+            .log_message(LogMessage::outbound("Tomorrow at 9."))
             .await
             .map(drop),
         Call::MirrorDelivery => scoped
-            .transcripts()
-            .mirror_delivery(key, "Tomorrow at 9.", &[])
+            .session(key)
+            .mirror_delivery("Tomorrow at 9.", &[])
             .await
             .map(drop),
         Call::Checkpoint => scoped
-            .transcripts()
-            .checkpoint(key, CheckpointReason::Manual)
+            .session(key)
+            .checkpoint(CheckpointReason::Manual)
             .await
             .map(drop),
-        Call::Replay => scoped
-            .transcripts()
-            .replay(key, Offset::START)
-            .await
-            .map(drop),
-        Call::Workspace => scoped.workspace(key).await.map(drop),
+        Call::Replay => scoped.session(key).replay(Offset::START).await.map(drop),
+        Call::Workspace => scoped.session(key).workspace().await.map(drop),
         Call::EnsureSkillsSnapshot => scoped
-            .memory()
-            .ensure_skills_snapshot(key, 1, || serde_json::json!({"skills": []}))
+            .session(key)
+            .ensure_skills_snapshot(1, || serde_json::json!({"skills": []}))
             .await
             .map(drop),
         Call::EnqueueSystemEvent => scoped
-            .enqueue_system_event(key, "Model switched.")
+            .session(key)
+            .enqueue_system_event("Model switched.")
             .await
             .map(drop),
-        Call::Subscribe => scoped.transcripts().subscribe(key).await.map(drop),
+        Call::Subscribe => scoped.session(key).subscribe().await.map(drop),
+        Call::Messages => scoped.session(key).messages().await.map(drop),
+        Call::Append => scoped
+            .session(key)
+            .append(vec![TranscriptEntry::custom(
+                "note",
+                serde_json::json!({}),
+                chrono::Utc::now(),
+            )])
+            .await
+            .map(drop),
+        Call::AppendChat => scoped
+            .session(key)
+            .append_chat(&[ChatMessage::assistant("Tomorrow at 9.")])
+            .await
+            .map(drop),
+        Call::Follow => scoped.session(key).follow(Offset::START).await.map(drop),
     }
 }
 
@@ -458,11 +494,17 @@ async fn access_control_table_over_every_scoped_call() {
     for who in EVERYONE {
         for each in EVERY_CALL {
             let fixture = fixture().await;
-            let before = fixture.manager.get(&fixture.key).await.unwrap().unwrap();
+            let before = fixture
+                .manager
+                .session(&fixture.key)
+                .get()
+                .await
+                .unwrap()
+                .unwrap();
             let log_before = fixture
                 .manager
-                .transcripts()
-                .replay(&fixture.key, Offset::START)
+                .session(&fixture.key)
+                .replay(Offset::START)
                 .await
                 .unwrap();
             let sessions_before = fixture.manager.list(&ListFilter::new()).await.unwrap();
@@ -487,12 +529,18 @@ async fn access_control_table_over_every_scoped_call() {
 
             if denial.is_some() {
                 // Turned away: nothing changed anywhere.
-                let after = fixture.manager.get(&fixture.key).await.unwrap().unwrap();
+                let after = fixture
+                    .manager
+                    .session(&fixture.key)
+                    .get()
+                    .await
+                    .unwrap()
+                    .unwrap();
                 assert_eq!(after, before, "{who:?} {each:?} changed the session");
                 let log_after = fixture
                     .manager
-                    .transcripts()
-                    .replay(&fixture.key, Offset::START)
+                    .session(&fixture.key)
+                    .replay(Offset::START)
                     .await
                     .unwrap();
                 assert_eq!(log_after.events, log_before.events, "{who:?} {each:?}");
@@ -559,7 +607,7 @@ async fn closed_sessions_are_listed_only_to_who_may_open_them() {
         before.push(visible(who, ListFilter::new()).await);
     }
     for session in manager.list(&ListFilter::new()).await.unwrap() {
-        manager.reset(&session.key).await.unwrap();
+        manager.session(&session.key).reset().await.unwrap();
     }
     let closed = ListFilter::new().status(agent_sessions::SessionStatus::Closed);
     for (who, expected) in callers.into_iter().zip(before) {
@@ -623,13 +671,14 @@ async fn a_denial_does_not_reveal_whether_a_session_exists() {
         other => panic!("expected a denial, got {other:?}"),
     };
     assert_eq!(
-        denial(stranger.get(&fixture.key).await),
-        denial(stranger.get(&missing).await)
+        denial(stranger.session(&fixture.key).get().await),
+        denial(stranger.session(&missing).get().await)
     );
     assert!(fixture
         .manager
         .scoped(Caller::owner())
-        .get(&missing)
+        .session(&missing)
+        .get()
         .await
         .unwrap()
         .is_none());
@@ -731,11 +780,11 @@ async fn an_isolated_manager_never_reaches_another_agents_sessions_or_transcript
         .resolve(&InboundMessage::direct("telegram", "42", "main's secret"))
         .await
         .unwrap();
-    main.transcripts()
-        .log_message(&theirs.key, LogMessage::inbound("main's secret"))
+    main.session(&theirs.key)
+        .log_message(LogMessage::inbound("main's secret"))
         .await
         .unwrap();
-    let before = main.get(&theirs.key).await.unwrap().unwrap();
+    let before = main.session(&theirs.key).get().await.unwrap().unwrap();
     let mine = ops
         .resolve(&InboundMessage::direct("telegram", "42", "ops question"))
         .await
@@ -752,22 +801,25 @@ async fn an_isolated_manager_never_reaches_another_agents_sessions_or_transcript
         )
     };
     let key = &theirs.key;
-    assert!(other_agent(ops.get(key).await.map(drop)));
+    assert!(other_agent(ops.session(key).get().await.map(drop)));
     assert!(other_agent(
-        ops.transcripts().replay(key, Offset::START).await.map(drop)
+        ops.session(key).replay(Offset::START).await.map(drop)
     ));
     assert!(other_agent(
-        ops.transcripts()
-            .log_message(key, LogMessage::inbound("x"))
+        ops.session(key)
+            .log_message(LogMessage::inbound("x"))
             .await
             .map(drop)
     ));
-    assert!(other_agent(ops.close(key).await.map(drop)));
+    assert!(other_agent(ops.session(key).close().await.map(drop)));
     assert!(other_agent(
-        ops.set_label(key, Some("mine")).await.map(drop)
+        ops.session(key).set_label(Some("mine")).await.map(drop)
     ));
     assert!(other_agent(
-        ops.delete(key, DeleteOptions::default()).await.map(drop)
+        ops.session(key)
+            .delete(DeleteOptions::default())
+            .await
+            .map(drop)
     ));
     assert!(other_agent(
         ops.resolve(&InboundMessage::direct("telegram", "42", "hi").with_agent("main"))
@@ -798,16 +850,16 @@ async fn an_isolated_manager_never_reaches_another_agents_sessions_or_transcript
     assert_eq!(ops.store().count(&ListFilter::new()).await.unwrap(), 1);
 
     // Main's session is as main left it.
-    assert_eq!(main.get(key).await.unwrap().unwrap(), before);
+    assert_eq!(main.session(key).get().await.unwrap().unwrap(), before);
 
     // Live updates of main's transcripts do not reach ops.
-    let mut feed = ops.transcripts().subscribe().unwrap();
-    main.transcripts()
-        .log_message(key, LogMessage::inbound("main again"))
+    let mut feed = ops.subscribe().unwrap();
+    main.session(key)
+        .log_message(LogMessage::inbound("main again"))
         .await
         .unwrap();
-    ops.transcripts()
-        .log_message(&mine.key, LogMessage::inbound("ops again"))
+    ops.session(&mine.key)
+        .log_message(LogMessage::inbound("ops again"))
         .await
         .unwrap();
     let update = feed.recv().await.unwrap();
@@ -852,7 +904,7 @@ async fn workspaces_are_keyed_by_our_uuid_and_shared_across_variants_by_choice()
                 .resolve(&jane_by_sms("hi").with_agent(agent))
                 .await
                 .unwrap();
-            let workspace = manager.workspace(&resolution.key).await.unwrap();
+            let workspace = manager.session(&resolution.key).workspace().await.unwrap();
             assert_eq!(workspace.dir(), dir.path().join(workspace.id().to_string()));
             workspaces.push((resolution, workspace));
         }
@@ -876,7 +928,10 @@ async fn workspaces_are_keyed_by_our_uuid_and_shared_across_variants_by_choice()
             .await
             .unwrap();
         assert_ne!(reset.session_id(), first.session_id());
-        assert_eq!(manager.workspace(&reset.key).await.unwrap().id(), oc.id());
+        assert_eq!(
+            manager.session(&reset.key).workspace().await.unwrap().id(),
+            oc.id()
+        );
     }
 }
 
@@ -896,7 +951,7 @@ async fn a_hand_edited_workspace_id_is_rejected_not_used_as_a_path() {
         .await
         .unwrap();
     assert!(matches!(
-        manager.workspace(&key).await,
+        manager.session(&key).workspace().await,
         Err(Error::InvalidId { .. })
     ));
     assert!(!dir.path().join("etc").exists());
@@ -925,11 +980,11 @@ async fn directories_are_owner_only_and_files_too() {
         .build();
     let key = manager.resolve(&jane_by_sms("hi")).await.unwrap().key;
     manager
-        .transcripts()
-        .log_message(&key, LogMessage::inbound("hi"))
+        .session(&key)
+        .log_message(LogMessage::inbound("hi"))
         .await
         .unwrap();
-    let workspace = manager.workspace(&key).await.unwrap();
+    let workspace = manager.session(&key).workspace().await.unwrap();
     let export = workspace
         .write(Area::Exports, "report.csv", b"a,b\n")
         .unwrap();
@@ -1017,8 +1072,8 @@ async fn a_symlink_planted_in_the_sessions_directory_is_not_followed() {
     let transcript = sessions.join(format!("{}.jsonl", resolution.session_id()));
     std::os::unix::fs::symlink(&outside, &transcript).unwrap();
     let logged = manager
-        .transcripts()
-        .log_message(&resolution.key, LogMessage::inbound("hi"))
+        .session(&resolution.key)
+        .log_message(LogMessage::inbound("hi"))
         .await;
     // Refused: the path resolves outside (`InvalidId`), or the open does not follow
     // the link (`Io`, ELOOP).
@@ -1031,8 +1086,8 @@ async fn a_symlink_planted_in_the_sessions_directory_is_not_followed() {
     assert!(refused(&logged.map(drop)));
     assert!(refused(
         &manager
-            .transcripts()
-            .replay(&resolution.key, Offset::START)
+            .session(&resolution.key)
+            .replay(Offset::START)
             .await
             .map(drop)
     ));
@@ -1044,8 +1099,8 @@ async fn a_symlink_planted_in_the_sessions_directory_is_not_followed() {
     std::fs::remove_file(&transcript).unwrap();
     std::os::unix::fs::symlink(&decoy, &transcript).unwrap();
     let logged = manager
-        .transcripts()
-        .log_message(&resolution.key, LogMessage::inbound("hi"))
+        .session(&resolution.key)
+        .log_message(LogMessage::inbound("hi"))
         .await;
     assert!(
         matches!(
@@ -1065,7 +1120,7 @@ async fn a_symlink_planted_in_the_sessions_directory_is_not_followed() {
     std::fs::remove_file(&store_file).unwrap();
     std::os::unix::fs::symlink(&outside, &store_file).unwrap();
     let fresh = SessionManager::new(JsonFileStore::new(&state));
-    assert!(fresh.get(&resolution.key).await.is_err());
+    assert!(fresh.session(&resolution.key).get().await.is_err());
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "precious");
 }
 
@@ -1108,17 +1163,21 @@ async fn everything_a_session_lifecycle_search_doctor_and_migration_write_is_own
     // A lifecycle: a session, its messages, a reset (the transcript archived), a thread.
     let resolution = manager.resolve(&jane_by_sms("hi")).await.unwrap();
     manager
-        .transcripts()
-        .log_message(&resolution.key, LogMessage::inbound("hi about rosters"))
+        .session(&resolution.key)
+        .log_message(LogMessage::inbound("hi about rosters"))
         .await
         .unwrap();
-    manager.reset(&resolution.key).await.unwrap();
+    manager.session(&resolution.key).reset().await.unwrap();
     manager
-        .transcripts()
-        .log_message(&resolution.key, LogMessage::inbound("again"))
+        .session(&resolution.key)
+        .log_message(LogMessage::inbound("again"))
         .await
         .unwrap();
-    manager.fork_thread(&resolution.key, "7").await.unwrap();
+    manager
+        .session(&resolution.key)
+        .fork_thread("7")
+        .await
+        .unwrap();
     // Search: the index saved beside the tree.
     let search = agent_sessions::search::Search::shared(backend.search_index().await.unwrap());
     search.process_all(&**backend.transcripts()).await.unwrap();
@@ -1177,7 +1236,7 @@ async fn the_workspace_summary_follows_the_context_summary() {
         .workspaces(Workspaces::new(dir.path()))
         .build();
     let resolution = manager.resolve(&jane_by_sms("hi")).await.unwrap();
-    let workspace = manager.workspace(&resolution.key).await.unwrap();
+    let workspace = manager.session(&resolution.key).workspace().await.unwrap();
     let summary_file = workspace.dir().join("summary.md");
     assert!(!summary_file.exists(), "no summary before the first turn");
     // (what the user said, what the bot replied)
@@ -1187,10 +1246,8 @@ async fn the_workspace_summary_follows_the_context_summary() {
     ];
     for (user, reply) in turns {
         let stored = manager
-            .record_turn(
-                &resolution.key,
-                TurnOutcome::completed().with_exchange(user, reply),
-            )
+            .session(&resolution.key)
+            .record_turn(TurnOutcome::completed().with_exchange(user, reply))
             .await
             .unwrap();
         let summary = stored
@@ -1206,7 +1263,8 @@ async fn the_workspace_summary_follows_the_context_summary() {
     // A turn without an exchange leaves the summary, and the file, as they were.
     let before = std::fs::read_to_string(&summary_file).unwrap();
     manager
-        .record_turn(&resolution.key, TurnOutcome::completed())
+        .session(&resolution.key)
+        .record_turn(TurnOutcome::completed())
         .await
         .unwrap();
     assert_eq!(std::fs::read_to_string(&summary_file).unwrap(), before);

@@ -185,7 +185,7 @@ async fn decision_table() {
 async fn closed_sessions_start_over() {
     for harness in harnesses() {
         let first = harness.manager.resolve(&dm("hi")).await.unwrap();
-        let closed = harness.manager.close(&first.key).await.unwrap();
+        let closed = harness.manager.session(&first.key).close().await.unwrap();
         assert_eq!(closed.entry.status, Some(SessionStatus::Closed));
         assert_eq!(closed.entry.status.as_ref().unwrap().clawos(), "closed");
         let next = harness.manager.resolve(&dm("back")).await.unwrap();
@@ -242,7 +242,7 @@ async fn racing_messages_for_a_new_key_create_one_session() {
         assert!(resolutions
             .iter()
             .all(|r| r.session_id() == new[0].session_id()));
-        let stored = manager.get(&new[0].key).await.unwrap().unwrap();
+        let stored = manager.session(&new[0].key).get().await.unwrap().unwrap();
         assert_eq!(stored.entry.message_count, Some(8), "{}", harness.name);
     }
 }
@@ -294,8 +294,12 @@ async fn a_route_update_creates_a_missing_session_as_openclaw_does() {
         ];
         for (raw, route, channel, to, thread) in cases {
             let key = key(raw);
-            assert!(manager.get(&key).await.unwrap().is_none());
-            let created = manager.update_last_route(&key, &route).await.unwrap();
+            assert!(manager.session(&key).get().await.unwrap().is_none());
+            let created = manager
+                .session(&key)
+                .update_last_route(&route)
+                .await
+                .unwrap();
             let entry = &created.entry;
             assert_eq!(
                 (
@@ -313,11 +317,15 @@ async fn a_route_update_creates_a_missing_session_as_openclaw_does() {
                 "{raw}: updatedAt is now"
             );
             assert!(!entry.session_id.is_empty());
-            assert_eq!(manager.get(&key).await.unwrap().unwrap().entry, *entry);
+            assert_eq!(
+                manager.session(&key).get().await.unwrap().unwrap().entry,
+                *entry
+            );
             // The next message continues the session the route created.
             let id = entry.session_id.clone();
             let again = manager
-                .update_last_route(&key, &DeliveryRoute::to("slack", "C9"))
+                .session(&key)
+                .update_last_route(&DeliveryRoute::to("slack", "C9"))
                 .await
                 .unwrap();
             assert_eq!(
@@ -395,24 +403,32 @@ async fn only_real_turns_refresh_activity() {
         let key = first.key.clone();
         let since = first.session.entry.updated_at;
         harness.clock.advance(HOUR);
-        manager.set_label(&key, Some("deploys")).await.unwrap();
         manager
-            .update_last_route(&key, &DeliveryRoute::to("slack", "C2"))
+            .session(&key)
+            .set_label(Some("deploys"))
             .await
             .unwrap();
         manager
-            .set_override(&key, SessionOverride::SendPolicy(SendPolicy::Deny))
+            .session(&key)
+            .update_last_route(&DeliveryRoute::to("slack", "C2"))
             .await
             .unwrap();
         manager
-            .set_description(&key, Some("release chatter"), DescriptionSource::User)
+            .session(&key)
+            .set_override(SessionOverride::SendPolicy(SendPolicy::Deny))
             .await
             .unwrap();
         manager
-            .set_status(&key, SessionStatus::AwaitingApproval)
+            .session(&key)
+            .set_description(Some("release chatter"), DescriptionSource::User)
             .await
             .unwrap();
-        let after = manager.get(&key).await.unwrap().unwrap().entry;
+        manager
+            .session(&key)
+            .set_status(SessionStatus::AwaitingApproval)
+            .await
+            .unwrap();
+        let after = manager.session(&key).get().await.unwrap().unwrap().entry;
         assert_eq!(
             after.updated_at, since,
             "{}: metadata is not activity",
@@ -434,7 +450,8 @@ async fn only_real_turns_refresh_activity() {
 
         harness.clock.advance(HOUR);
         let turn = manager
-            .record_turn(&next.key, TurnOutcome::completed())
+            .session(&next.key)
+            .record_turn(TurnOutcome::completed())
             .await
             .unwrap();
         assert_eq!(
@@ -454,9 +471,14 @@ async fn a_new_session_zeroes_its_state_and_keeps_openclaws_settings() {
         let manager = &harness.manager;
         let first = manager.resolve(&dm("hi")).await.unwrap();
         let key = first.key.clone();
-        manager.set_label(&key, Some("travel")).await.unwrap();
         manager
-            .set_override(&key, SessionOverride::ThinkingLevel("high".into()))
+            .session(&key)
+            .set_label(Some("travel"))
+            .await
+            .unwrap();
+        manager
+            .session(&key)
+            .set_override(SessionOverride::ThinkingLevel("high".into()))
             .await
             .unwrap();
         manager
@@ -475,7 +497,8 @@ async fn a_new_session_zeroes_its_state_and_keeps_openclaws_settings() {
             .await
             .unwrap();
         manager
-            .record_turn(&key, TurnOutcome::aborted())
+            .session(&key)
+            .record_turn(TurnOutcome::aborted())
             .await
             .unwrap();
 
@@ -516,13 +539,11 @@ async fn a_model_hint_after_a_reset_sets_the_override() {
         let manager = &harness.manager;
         let first = manager.resolve(&dm("hi")).await.unwrap();
         manager
-            .set_override(
-                &first.key,
-                SessionOverride::AuthProfile {
-                    profile: "work".into(),
-                    source: agent_sessions::entry::AuthProfileSource::User,
-                },
-            )
+            .session(&first.key)
+            .set_override(SessionOverride::AuthProfile {
+                profile: "work".into(),
+                source: agent_sessions::entry::AuthProfileSource::User,
+            })
             .await
             .unwrap();
         let reset = manager
@@ -544,14 +565,16 @@ async fn a_model_hint_after_a_reset_sets_the_override() {
         assert_eq!(plain.session.entry.model_override, None);
         // Overrides are cleared through the manager too.
         manager
-            .set_override(
-                &plain.key,
-                SessionOverride::Model(ModelRef::new("anthropic", "claude-opus-4-6")),
-            )
+            .session(&plain.key)
+            .set_override(SessionOverride::Model(ModelRef::new(
+                "anthropic",
+                "claude-opus-4-6",
+            )))
             .await
             .unwrap();
         let cleared = manager
-            .clear_override(&plain.key, OverrideKind::Model)
+            .session(&plain.key)
+            .clear_override(OverrideKind::Model)
             .await
             .unwrap();
         assert_eq!(cleared.entry.model_override, None);
@@ -672,49 +695,60 @@ async fn deletion_follows_seed_003() {
             .key;
 
         manager
-            .set_status(&direct, SessionStatus::Running)
+            .session(&direct)
+            .set_status(SessionStatus::Running)
             .await
             .unwrap();
         assert!(matches!(
-            manager.delete(&direct, DeleteOptions::default()).await,
+            manager
+                .session(&direct)
+                .delete(DeleteOptions::default())
+                .await,
             Err(Error::DeleteRefused {
                 reason: DeleteRefusal::Running,
                 ..
             })
         ));
         manager
-            .set_status(&direct, SessionStatus::Idle)
+            .session(&direct)
+            .set_status(SessionStatus::Idle)
             .await
             .unwrap();
         assert!(manager
-            .delete(&direct, DeleteOptions::default())
+            .session(&direct)
+            .delete(DeleteOptions::default())
             .await
             .unwrap()
             .is_some());
-        assert!(manager.get(&direct).await.unwrap().is_none());
+        assert!(manager.session(&direct).get().await.unwrap().is_none());
 
         assert!(matches!(
-            manager.delete(&group, DeleteOptions::default()).await,
+            manager
+                .session(&group)
+                .delete(DeleteOptions::default())
+                .await,
             Err(Error::DeleteRefused {
                 reason: DeleteRefusal::SharedHistory,
                 ..
             })
         ));
-        assert!(manager.get(&group).await.unwrap().is_some(), "kept");
+        assert!(
+            manager.session(&group).get().await.unwrap().is_some(),
+            "kept"
+        );
         assert!(manager
-            .delete(
-                &group,
-                DeleteOptions {
-                    force: true,
-                    ..Default::default()
-                }
-            )
+            .session(&group)
+            .delete(DeleteOptions {
+                force: true,
+                ..Default::default()
+            })
             .await
             .unwrap()
             .is_some());
         assert_eq!(
             manager
-                .delete(&group, DeleteOptions::default())
+                .session(&group)
+                .delete(DeleteOptions::default())
                 .await
                 .unwrap(),
             None
@@ -736,7 +770,8 @@ async fn prune_removes_old_sessions_and_reports_them() {
         // Activity at days 0, 1, 2, 3; now is day 4. Peer 1 is running.
         let running = key("agent:main:telegram:dm:1");
         manager
-            .set_status(&running, SessionStatus::Running)
+            .session(&running)
+            .set_status(SessionStatus::Running)
             .await
             .unwrap();
 
@@ -789,22 +824,29 @@ async fn labels_are_validated() {
         let session = harness.manager.resolve(&dm("hi")).await.unwrap().key;
         for bad in ["", "   ", &"x".repeat(65)] {
             assert!(matches!(
-                harness.manager.set_label(&session, Some(bad)).await,
+                harness.manager.session(&session).set_label(Some(bad)).await,
                 Err(Error::InvalidLabel { .. })
             ));
         }
         let ok = harness
             .manager
-            .set_label(&session, Some("  Trip to Rome  "))
+            .session(&session)
+            .set_label(Some("  Trip to Rome  "))
             .await
             .unwrap();
         assert_eq!(ok.entry.label.as_deref(), Some("Trip to Rome"));
-        let cleared = harness.manager.set_label(&session, None).await.unwrap();
+        let cleared = harness
+            .manager
+            .session(&session)
+            .set_label(None)
+            .await
+            .unwrap();
         assert_eq!(cleared.entry.label, None);
         assert!(matches!(
             harness
                 .manager
-                .set_label(&key("agent:main:nobody"), Some("x"))
+                .session(&key("agent:main:nobody"))
+                .set_label(Some("x"))
                 .await,
             Err(Error::NotFound { .. })
         ));
@@ -819,7 +861,11 @@ async fn threads_fork_from_their_parent() {
             .resolve(&slack_channel("U1", "release plan"))
             .await
             .unwrap();
-        let thread = manager.fork_thread(&parent.key, "1700.42").await.unwrap();
+        let thread = manager
+            .session(&parent.key)
+            .fork_thread("1700.42")
+            .await
+            .unwrap();
         assert_eq!(
             thread.key.as_str(),
             "agent:main:slack:channel:c1:thread:1700.42"
@@ -869,11 +915,8 @@ async fn subagents_record_who_spawned_them() {
         let manager = &harness.manager;
         let parent = manager.resolve(&dm("research this")).await.unwrap();
         let child = manager
-            .spawn_subagent(
-                &parent.key,
-                &AgentId::new("researcher").unwrap(),
-                Some("web search"),
-            )
+            .session(&parent.key)
+            .spawn_subagent(&AgentId::new("researcher").unwrap(), Some("web search"))
             .await
             .unwrap();
         assert!(child.key.is_subagent());
@@ -882,7 +925,8 @@ async fn subagents_record_who_spawned_them() {
         assert_eq!(child.entry.label.as_deref(), Some("web search"));
 
         let nested = manager
-            .spawn_subagent(&child.key, &AgentId::new("researcher").unwrap(), None)
+            .session(&child.key)
+            .spawn_subagent(&AgentId::new("researcher").unwrap(), None)
             .await
             .unwrap();
         assert_eq!(nested.key.subagent_depth(), 2);
@@ -916,14 +960,15 @@ async fn sources_open_and_reopen_sessions() {
         assert_eq!(again.session_id(), opened.session_id());
 
         manager
-            .set_status(&opened.key, SessionStatus::Inactive)
+            .session(&opened.key)
+            .set_status(SessionStatus::Inactive)
             .await
             .unwrap();
         let reopened = manager.open(&source, None).await.unwrap();
         assert_eq!(reopened.session.entry.status, Some(SessionStatus::Idle));
         assert_eq!(reopened.session_id(), opened.session_id());
 
-        manager.close(&opened.key).await.unwrap();
+        manager.session(&opened.key).close().await.unwrap();
         let fresh = manager.open(&source, None).await.unwrap();
         assert_eq!(
             (fresh.decision, fresh.reason),
@@ -962,7 +1007,8 @@ async fn reopening_merges_the_new_metadata_into_the_original_source() {
         );
         let opened = manager.open(&first, None).await.unwrap();
         manager
-            .set_status(&opened.key, SessionStatus::Inactive)
+            .session(&opened.key)
+            .set_status(SessionStatus::Inactive)
             .await
             .unwrap();
         let mut second = with_meta(
@@ -990,7 +1036,7 @@ async fn reopening_merges_the_new_metadata_into_the_original_source() {
             "{}: metadata merged",
             harness.name
         );
-        let stored = manager.get(&opened.key).await.unwrap().unwrap();
+        let stored = manager.session(&opened.key).get().await.unwrap().unwrap();
         assert_eq!(
             stored.entry.source, reopened.session.entry.source,
             "{}",
@@ -1005,7 +1051,8 @@ async fn an_inactive_session_is_reopened_by_a_message() {
         let first = harness.manager.resolve(&dm("hi")).await.unwrap();
         harness
             .manager
-            .set_status(&first.key, SessionStatus::Inactive)
+            .session(&first.key)
+            .set_status(SessionStatus::Inactive)
             .await
             .unwrap();
         let next = harness.manager.resolve(&dm("back")).await.unwrap();
@@ -1067,13 +1114,17 @@ async fn reset_starts_a_new_session_and_archives_the_old_transcript() {
         .await
         .unwrap();
     manager
-        .transcripts()
-        .log_message(&first.key, LogMessage::inbound("hi"))
+        .session(&first.key)
+        .log_message(LogMessage::inbound("hi"))
         .await
         .unwrap();
-    manager.set_label(&first.key, Some("Trip")).await.unwrap();
+    manager
+        .session(&first.key)
+        .set_label(Some("Trip"))
+        .await
+        .unwrap();
 
-    let reset = manager.reset(&first.key).await.unwrap();
+    let reset = manager.session(&first.key).reset().await.unwrap();
     assert_ne!(reset.entry.session_id, first.session_id());
     assert_eq!(reset.entry.label.as_deref(), Some("Trip"));
     assert_eq!(reset.entry.message_count, Some(0));
@@ -1098,7 +1149,7 @@ async fn reset_starts_a_new_session_and_archives_the_old_transcript() {
 
     let missing = SessionKey::parse("agent:main:telegram:dm:nobody").unwrap();
     assert!(matches!(
-        manager.reset(&missing).await,
+        manager.session(&missing).reset().await,
         Err(Error::NotFound { .. })
     ));
 }
@@ -1120,7 +1171,8 @@ async fn closing_a_session_writes_its_store_once_so_the_backup_is_the_state_befo
     let store_file = agent_sessions::paths::store_path(dir.path(), &AgentId::main());
     let before = std::fs::read(&store_file).unwrap();
     assert!(manager
-        .get(&key)
+        .session(&key)
+        .get()
         .await
         .unwrap()
         .unwrap()
@@ -1128,7 +1180,7 @@ async fn closing_a_session_writes_its_store_once_so_the_backup_is_the_state_befo
         .session_file
         .is_none());
 
-    let closed = manager.close(&key).await.unwrap();
+    let closed = manager.session(&key).close().await.unwrap();
     assert_eq!(
         std::fs::read(store_file.with_extension("json.bak")).unwrap(),
         before,
@@ -1174,15 +1226,15 @@ async fn a_relative_state_directory_records_absolute_transcript_paths() {
         .unwrap()
         .key;
     manager
-        .transcripts()
-        .log_message(&key, LogMessage::inbound("hi"))
+        .session(&key)
+        .log_message(LogMessage::inbound("hi"))
         .await
         .unwrap();
-    let entry = manager.get(&key).await.unwrap().unwrap().entry;
+    let entry = manager.session(&key).get().await.unwrap().unwrap().entry;
     let file = entry.session_file.clone().unwrap();
     assert!(std::path::Path::new(&file).is_absolute(), "{file}");
-    manager.close(&key).await.unwrap();
-    manager.reset(&key).await.unwrap();
+    manager.session(&key).close().await.unwrap();
+    manager.session(&key).reset().await.unwrap();
     assert!(
         !std::path::Path::new(&file).exists(),
         "the old transcript was archived"
@@ -1209,7 +1261,7 @@ async fn is_expired_says_whether_the_next_message_starts_a_new_session() {
         );
 
         let key = next.key.clone();
-        let closed = h.manager.close(&key).await.unwrap();
+        let closed = h.manager.session(&key).close().await.unwrap();
         assert!(
             h.manager.is_expired(&group, &closed.entry).unwrap(),
             "{}",

@@ -40,8 +40,8 @@ async fn one_call_after_each_turn_records_usage_engine_and_summary() {
         .unwrap();
     clock.advance(MINUTE);
     let after = manager
+        .session(&resolution.key)
         .record_turn(
-            &resolution.key,
             TurnOutcome::completed()
                 .with_usage(
                     TurnUsage::tokens(1_200, 340, 14_000, 120)
@@ -96,17 +96,17 @@ async fn exactly_one_flush_per_compaction_cycle() {
     for turn in 0..40 {
         tokens += 1_000;
         manager
+            .session(&key)
             .record_turn(
-                &key,
                 TurnOutcome::completed()
                     .with_usage(TurnUsage::tokens(tokens, 100, 0, 0).with_context_tokens(100_000)),
             )
             .await
             .unwrap();
-        if let Some(plan) = manager.memory().memory_flush_plan(&key).await.unwrap() {
+        if let Some(plan) = manager.session(&key).memory_flush_plan().await.unwrap() {
             assert_eq!(plan.threshold, 91_000);
             assert!(plan.total_tokens >= 91_000);
-            manager.memory().record_memory_flush(&key).await.unwrap();
+            manager.session(&key).record_memory_flush().await.unwrap();
             flushes += 1;
         }
         if turn == 19 {
@@ -116,21 +116,18 @@ async fn exactly_one_flush_per_compaction_cycle() {
             );
             // The engine compacts down to 40k tokens: a new cycle.
             manager
-                .memory()
-                .on_compaction_event(
-                    &key,
-                    CompactionEvent::End {
-                        will_retry: false,
-                        tokens_after: Some(40_000),
-                    },
-                )
+                .session(&key)
+                .on_compaction_event(CompactionEvent::End {
+                    will_retry: false,
+                    tokens_after: Some(40_000),
+                })
                 .await
                 .unwrap();
             tokens = 75_000; // grows past 91k again within the remaining turns
         }
     }
     assert_eq!(flushes, 2, "one flush per cycle");
-    let entry = manager.get(&key).await.unwrap().unwrap().entry;
+    let entry = manager.session(&key).get().await.unwrap().unwrap().entry;
     assert_eq!(
         (entry.compaction_count, entry.memory_flush_compaction_count),
         (Some(1), Some(1))
@@ -143,10 +140,8 @@ async fn a_retried_compaction_counts_once() {
     let manager = SessionManager::new(MemoryStore::new());
     let key = manager.resolve(&dm("hi")).await.unwrap().key;
     manager
-        .record_turn(
-            &key,
-            TurnOutcome::completed().with_usage(TurnUsage::tokens(150_000, 500, 0, 0)),
-        )
+        .session(&key)
+        .record_turn(TurnOutcome::completed().with_usage(TurnUsage::tokens(150_000, 500, 0, 0)))
         .await
         .unwrap();
     for event in [
@@ -162,21 +157,18 @@ async fn a_retried_compaction_counts_once() {
         },
     ] {
         assert!(manager
-            .memory()
-            .on_compaction_event(&key, event)
+            .session(&key)
+            .on_compaction_event(event)
             .await
             .unwrap()
             .is_none());
     }
     let done = manager
-        .memory()
-        .on_compaction_event(
-            &key,
-            CompactionEvent::End {
-                will_retry: false,
-                tokens_after: Some(30_000),
-            },
-        )
+        .session(&key)
+        .on_compaction_event(CompactionEvent::End {
+            will_retry: false,
+            tokens_after: Some(30_000),
+        })
         .await
         .unwrap()
         .unwrap()
@@ -187,8 +179,8 @@ async fn a_retried_compaction_counts_once() {
         (Some(30_000), None, None)
     );
     let plain = manager
-        .memory()
-        .record_compaction(&key, None)
+        .session(&key)
+        .record_compaction(None)
         .await
         .unwrap()
         .entry;
@@ -215,7 +207,8 @@ async fn engine_sessions_are_kept_for_resume_and_cleared_on_reset() {
         },
     ] {
         manager
-            .record_turn(&key, TurnOutcome::completed().with_engine(engine))
+            .session(&key)
+            .record_turn(TurnOutcome::completed().with_engine(engine))
             .await
             .unwrap();
     }
@@ -249,7 +242,7 @@ async fn futures_ids(
 ) -> Vec<Option<String>> {
     let mut ids = Vec::new();
     for kind in kinds {
-        ids.push(manager.memory().engine_session(key, kind).await.unwrap());
+        ids.push(manager.session(key).engine_session(kind).await.unwrap());
     }
     ids
 }
@@ -278,9 +271,8 @@ async fn identity_summaries_are_time_gated_and_shared_across_engine_variants() {
             let manager = &manager;
             async move {
                 manager
-                    .transcripts()
+                    .session(&key)
                     .log_message(
-                        &key,
                         LogMessage::inbound(question)
                             .from_person("staff:17")
                             .with_agent(agent, "reggie"),
@@ -288,9 +280,8 @@ async fn identity_summaries_are_time_gated_and_shared_across_engine_variants() {
                     .await
                     .unwrap();
                 manager
-                    .transcripts()
+                    .session(&key)
                     .log_message(
-                        &key,
                         LogMessage::outbound(answer)
                             .from_person("staff:17")
                             .with_agent(agent, "reggie"),
@@ -318,7 +309,6 @@ async fn identity_summaries_are_time_gated_and_shared_across_engine_variants() {
     assert!(
         matches!(
             manager
-                .memory()
                 .refresh_identity_summary("staff:17", "reggie")
                 .await
                 .unwrap(),
@@ -329,7 +319,6 @@ async fn identity_summaries_are_time_gated_and_shared_across_engine_variants() {
 
     clock.advance(51 * MINUTE); // an hour and a minute after the last message
     let SummaryRefresh::Updated { summary, sessions } = manager
-        .memory()
         .refresh_identity_summary("staff:17", "reggie")
         .await
         .unwrap()
@@ -340,7 +329,6 @@ async fn identity_summaries_are_time_gated_and_shared_across_engine_variants() {
     assert!(summary.text.contains("Riverside"), "{}", summary.text);
     assert!(matches!(
         manager
-            .memory()
             .refresh_identity_summary("staff:17", "reggie")
             .await
             .unwrap(),
@@ -354,7 +342,8 @@ async fn identity_summaries_are_time_gated_and_shared_across_engine_variants() {
         .unwrap();
     assert_ne!(web.key, sms.key);
     let seeded = manager
-        .get(&web.key)
+        .session(&web.key)
+        .get()
         .await
         .unwrap()
         .unwrap()
@@ -380,7 +369,6 @@ async fn identity_summaries_are_time_gated_and_shared_across_engine_variants() {
         summary: merged,
         sessions,
     } = manager
-        .memory()
         .refresh_identity_summary("staff:17", "reggie")
         .await
         .unwrap()
@@ -397,7 +385,8 @@ async fn identity_summaries_are_time_gated_and_shared_across_engine_variants() {
     assert!(merged.watermark > summary.watermark);
     for key in [&sms.key, &web.key] {
         let text = manager
-            .get(key)
+            .session(key)
+            .get()
             .await
             .unwrap()
             .unwrap()
@@ -410,7 +399,6 @@ async fn identity_summaries_are_time_gated_and_shared_across_engine_variants() {
     // Another identity's messages are not mixed in.
     assert!(matches!(
         manager
-            .memory()
             .refresh_identity_summary("staff:17", "henry")
             .await
             .unwrap(),
@@ -461,18 +449,18 @@ async fn checkpoints_introspect_the_events_since_the_last_one() {
     let key = first.key.clone();
     for text in ["one", "two"] {
         manager
-            .transcripts()
-            .log_message(&key, LogMessage::inbound(text))
+            .session(&key)
+            .log_message(LogMessage::inbound(text))
             .await
             .unwrap();
     }
     let event = manager
-        .transcripts()
-        .checkpoint(&key, CheckpointReason::Manual)
+        .session(&key)
+        .checkpoint(CheckpointReason::Manual)
         .await
         .unwrap();
     assert_eq!(event.kind(), EventKind::Checkpoint);
-    let entry = manager.get(&key).await.unwrap().unwrap().entry;
+    let entry = manager.session(&key).get().await.unwrap().unwrap().entry;
     assert_eq!(
         entry.working_memory.as_deref(),
         Some("2 user messages reviewed")
@@ -480,13 +468,14 @@ async fn checkpoints_introspect_the_events_since_the_last_one() {
     assert_eq!(entry.description.as_deref(), Some("Manual review"));
 
     manager
-        .transcripts()
-        .log_message(&key, LogMessage::inbound("three"))
+        .session(&key)
+        .log_message(LogMessage::inbound("three"))
         .await
         .unwrap();
     for _ in 0..3 {
         manager
-            .record_turn(&key, TurnOutcome::completed())
+            .session(&key)
+            .record_turn(TurnOutcome::completed())
             .await
             .unwrap();
     }
@@ -506,7 +495,7 @@ async fn checkpoints_introspect_the_events_since_the_last_one() {
         first.session_id(),
         "new_session looks at the session that ended"
     );
-    let fresh = manager.get(&key).await.unwrap().unwrap().entry;
+    let fresh = manager.session(&key).get().await.unwrap().unwrap().entry;
     assert_eq!(
         fresh.working_memory.as_deref(),
         Some("0 user messages reviewed"),
@@ -528,31 +517,32 @@ async fn the_skills_snapshot_is_rebuilt_on_first_turns_and_new_versions() {
         serde_json::json!({"prompt": "You can use: weather.", "skills": [{"name": "weather"}]})
     };
     assert!(manager
-        .memory()
-        .ensure_skills_snapshot(&key, 1, build)
+        .session(&key)
+        .ensure_skills_snapshot(1, build)
         .await
         .unwrap());
     assert!(
         !manager
-            .memory()
-            .ensure_skills_snapshot(&key, 1, build)
+            .session(&key)
+            .ensure_skills_snapshot(1, build)
             .await
             .unwrap(),
         "built for this session"
     );
     manager
-        .record_turn(&key, TurnOutcome::completed())
+        .session(&key)
+        .record_turn(TurnOutcome::completed())
         .await
         .unwrap();
     assert!(!manager
-        .memory()
-        .ensure_skills_snapshot(&key, 1, build)
+        .session(&key)
+        .ensure_skills_snapshot(1, build)
         .await
         .unwrap());
     assert!(
         manager
-            .memory()
-            .ensure_skills_snapshot(&key, 2, build)
+            .session(&key)
+            .ensure_skills_snapshot(2, build)
             .await
             .unwrap(),
         "a newer version"
@@ -560,15 +550,16 @@ async fn the_skills_snapshot_is_rebuilt_on_first_turns_and_new_versions() {
     manager.resolve(&dm("/new")).await.unwrap();
     assert!(
         manager
-            .memory()
-            .ensure_skills_snapshot(&key, 2, build)
+            .session(&key)
+            .ensure_skills_snapshot(2, build)
             .await
             .unwrap(),
         "a new session's first turn"
     );
     assert_eq!(*builds.lock().unwrap(), 3);
     let snapshot = manager
-        .get(&key)
+        .session(&key)
+        .get()
         .await
         .unwrap()
         .unwrap()
@@ -594,7 +585,8 @@ async fn a_failing_summarizer_leaves_the_turn_recorded() {
         .build();
     let key = manager.resolve(&dm("hi")).await.unwrap().key;
     let entry = manager
-        .record_turn(&key, TurnOutcome::completed().with_exchange("hi", "hello"))
+        .session(&key)
+        .record_turn(TurnOutcome::completed().with_exchange("hi", "hello"))
         .await
         .unwrap()
         .entry;
@@ -613,8 +605,8 @@ async fn the_new_session_checkpoint_runs_on_every_backend() {
         let first = manager.resolve(&dm("hi")).await.unwrap();
         for text in ["one", "two"] {
             manager
-                .transcripts()
-                .log_message(&first.key, LogMessage::inbound(text))
+                .session(&first.key)
+                .log_message(LogMessage::inbound(text))
                 .await
                 .unwrap();
         }
@@ -630,7 +622,13 @@ async fn the_new_session_checkpoint_runs_on_every_backend() {
             )],
             "{backend}: the session that ended is introspected once"
         );
-        let fresh = manager.get(&next.key).await.unwrap().unwrap().entry;
+        let fresh = manager
+            .session(&next.key)
+            .get()
+            .await
+            .unwrap()
+            .unwrap()
+            .entry;
         assert_eq!(
             fresh.working_memory.as_deref(),
             Some("2 user messages reviewed"),
@@ -666,17 +664,9 @@ async fn the_message_log_names_the_person_and_identity_the_session_knows() {
             LogMessage::outbound("hello Jane"),
         ];
         for message in logged {
-            manager
-                .transcripts()
-                .log_message(key, message)
-                .await
-                .unwrap();
+            manager.session(key).log_message(message).await.unwrap();
         }
-        let read = manager
-            .transcripts()
-            .replay(key, Offset::START)
-            .await
-            .unwrap();
+        let read = manager.session(key).replay(Offset::START).await.unwrap();
         let logs: Vec<_> = read
             .events
             .iter()

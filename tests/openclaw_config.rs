@@ -440,7 +440,8 @@ async fn the_envelope_time_zone_writes_event_times() {
             .build();
         let message = InboundMessage::direct("telegram", "42", "hi");
         manager
-            .enqueue_system_event(&manager.key_for(&message).unwrap(), "Model switched.")
+            .session(&manager.key_for(&message).unwrap())
+            .enqueue_system_event("Model switched.")
             .await
             .unwrap();
         let turn = manager.turn(&message).await.unwrap();

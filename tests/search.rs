@@ -176,9 +176,8 @@ async fn log_corpus(transcripts: Arc<dyn TranscriptStore>, sessions: Arc<dyn Ses
             Direction::Outbound => LogMessage::outbound(text),
         };
         manager
-            .transcripts()
+            .session(&key)
             .log_message(
-                &key,
                 log.from_person(person)
                     .with_agent(agent, identity)
                     .on_channel(channel),
@@ -566,8 +565,8 @@ async fn background_work_never_delays_a_reply_and_reports_progress() {
     tokio::time::timeout(Duration::from_secs(2), async {
         let resolution = manager.resolve(&message).await.unwrap();
         manager
-            .transcripts()
-            .log_message(&resolution.key, LogMessage::from_inbound(&message))
+            .session(&resolution.key)
+            .log_message(LogMessage::from_inbound(&message))
             .await
             .unwrap();
     })
@@ -686,8 +685,8 @@ async fn many_messages(root: &std::path::Path, messages: usize) -> Arc<dyn Trans
             .from_person(format!("p{}", n % 7));
         let resolution = manager.resolve(&message).await.unwrap();
         manager
-            .transcripts()
-            .log_message(&resolution.key, LogMessage::from_inbound(&message))
+            .session(&resolution.key)
+            .log_message(LogMessage::from_inbound(&message))
             .await
             .unwrap();
     }

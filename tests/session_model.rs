@@ -112,7 +112,15 @@ async fn replaced_sessions_stay_readable_by_id_as_closed_on_every_backend() {
                     .unwrap()
                     .session_id()
                     .to_owned(),
-                Replacement::ResetCall => manager.reset(&first.key).await.unwrap().entry.session_id,
+                Replacement::ResetCall => {
+                    manager
+                        .session(&first.key)
+                        .reset()
+                        .await
+                        .unwrap()
+                        .entry
+                        .session_id
+                }
                 Replacement::IdleTimeout => {
                     clock.advance(Duration::from_secs(31 * 60));
                     manager
@@ -123,7 +131,7 @@ async fn replaced_sessions_stay_readable_by_id_as_closed_on_every_backend() {
                         .to_owned()
                 }
                 Replacement::MessageAfterClose => {
-                    manager.close(&first.key).await.unwrap();
+                    manager.session(&first.key).close().await.unwrap();
                     manager
                         .resolve(&dm("hello?"))
                         .await
@@ -241,7 +249,8 @@ async fn inactive_sessions_are_hidden_from_listings_unless_asked_on_every_backen
             .await
             .unwrap();
         manager
-            .set_status(&hidden.key, SessionStatus::Inactive)
+            .session(&hidden.key)
+            .set_status(SessionStatus::Inactive)
             .await
             .unwrap();
         clock.advance(Duration::from_secs(2 * 24 * 3600));
@@ -299,8 +308,8 @@ async fn inactive_sessions_are_hidden_from_listings_unless_asked_on_every_backen
 async fn idle_checkpoints(manager: &SessionManager, key: &SessionKey) -> usize {
     use agent_sessions::transcript::{EventKind, Offset};
     manager
-        .transcripts()
-        .replay(key, Offset::START)
+        .session(key)
+        .replay(Offset::START)
         .await
         .unwrap()
         .events
@@ -339,7 +348,8 @@ async fn idle_sessions_are_checkpointed_once_per_quiet_period_on_every_backend()
             .unwrap()
             .key;
         manager
-            .set_status(&busy, SessionStatus::Running)
+            .session(&busy)
+            .set_status(SessionStatus::Running)
             .await
             .unwrap();
 

@@ -49,9 +49,8 @@ async fn write_through_the_api(manager: &SessionManager) -> Written {
         .await
         .unwrap();
     let inbound = manager
-        .transcripts()
+        .session(&key)
         .log_message(
-            &key,
             LogMessage::inbound("what's the weather like?")
                 .from_person(PERSON)
                 .with_agent("reggie_oc", "reggie")
@@ -60,9 +59,8 @@ async fn write_through_the_api(manager: &SessionManager) -> Written {
         .await
         .unwrap();
     let outbound = manager
-        .transcripts()
+        .session(&key)
         .log_message(
-            &key,
             LogMessage::outbound("Sunny, 24°C.")
                 .with_agent("reggie_oc", "reggie")
                 .took(840)

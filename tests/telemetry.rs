@@ -194,7 +194,8 @@ async fn a_turn_opens_the_documented_spans_without_message_text() {
     let _ = turn.messages().await.unwrap();
     turn.complete("Noted.").await.unwrap();
     let session_id = manager
-        .get(&SessionKey::parse(&key).unwrap())
+        .session(&SessionKey::parse(&key).unwrap())
+        .get()
         .await
         .unwrap()
         .unwrap()

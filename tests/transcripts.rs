@@ -521,22 +521,19 @@ async fn the_manager_logs_messages_and_session_events() {
     let key = resolution.key.clone();
 
     let logged_in = manager
-        .transcripts()
-        .log_message(
-            &key,
-            LogMessage::from_inbound(&inbound).with_agent("reggie_oc", "reggie"),
-        )
+        .session(&key)
+        .log_message(LogMessage::from_inbound(&inbound).with_agent("reggie_oc", "reggie"))
         .await
         .unwrap();
     manager
-        .set_status(&key, SessionStatus::Running)
+        .session(&key)
+        .set_status(SessionStatus::Running)
         .await
         .unwrap();
     clock.advance(Duration::from_secs(2));
     let logged_out = manager
-        .transcripts()
+        .session(&key)
         .log_message(
-            &key,
             LogMessage::outbound("9am tomorrow.")
                 .with_agent("reggie_oc", "reggie")
                 .from_person("+15550100")
@@ -551,12 +548,12 @@ async fn the_manager_logs_messages_and_session_events() {
         .await
         .unwrap();
     manager
-        .transcripts()
-        .checkpoint(&key, CheckpointReason::TurnLimit)
+        .session(&key)
+        .checkpoint(CheckpointReason::TurnLimit)
         .await
         .unwrap();
 
-    let entry = manager.get(&key).await.unwrap().unwrap().entry;
+    let entry = manager.session(&key).get().await.unwrap().unwrap().entry;
     let expected_file = dir.path().join(format!(
         "agents/main/sessions/{}.jsonl",
         resolution.session_id()
@@ -567,11 +564,7 @@ async fn the_manager_logs_messages_and_session_events() {
         "logging is not activity"
     );
 
-    let read = manager
-        .transcripts()
-        .replay(&key, Offset::START)
-        .await
-        .unwrap();
+    let read = manager.session(&key).replay(Offset::START).await.unwrap();
     let kinds: Vec<EventKind> = read.events.iter().map(|e| e.kind()).collect();
     assert_eq!(
         kinds,
@@ -600,15 +593,15 @@ async fn the_manager_logs_messages_and_session_events() {
         Some("claude-opus-4-6")
     );
     let replay = manager
-        .transcripts()
-        .replay(&key, read.events[2].offset)
+        .session(&key)
+        .replay(read.events[2].offset)
         .await
         .unwrap();
     assert_eq!(replay.events.len(), 2);
 
     let mirrored = manager
-        .transcripts()
-        .mirror_delivery(&key, "", &["https://cdn.example.com/roster.pdf".to_owned()])
+        .session(&key)
+        .mirror_delivery("", &["https://cdn.example.com/roster.pdf".to_owned()])
         .await
         .unwrap()
         .unwrap();
@@ -628,12 +621,13 @@ async fn a_reset_archives_the_old_transcript_and_deletion_keeps_it_unless_erased
         .await
         .unwrap();
     manager
-        .transcripts()
-        .log_message(&first.key, LogMessage::inbound("hi"))
+        .session(&first.key)
+        .log_message(LogMessage::inbound("hi"))
         .await
         .unwrap();
     let old_file = manager
-        .get(&first.key)
+        .session(&first.key)
+        .get()
         .await
         .unwrap()
         .unwrap()
@@ -652,12 +646,13 @@ async fn a_reset_archives_the_old_transcript_and_deletion_keeps_it_unless_erased
         "the new session gets a new transcript"
     );
     manager
-        .transcripts()
-        .log_message(&reset.key, LogMessage::inbound("fresh start"))
+        .session(&reset.key)
+        .log_message(LogMessage::inbound("fresh start"))
         .await
         .unwrap();
     let new_file = manager
-        .get(&reset.key)
+        .session(&reset.key)
+        .get()
         .await
         .unwrap()
         .unwrap()
@@ -667,7 +662,8 @@ async fn a_reset_archives_the_old_transcript_and_deletion_keeps_it_unless_erased
     assert_ne!(new_file, old_file);
 
     manager
-        .delete(&reset.key, DeleteOptions::default())
+        .session(&reset.key)
+        .delete(DeleteOptions::default())
         .await
         .unwrap();
     assert!(std::path::Path::new(&format!("{new_file}.deleted.2026-03-10T10-00-00.000Z")).exists());
@@ -677,12 +673,13 @@ async fn a_reset_archives_the_old_transcript_and_deletion_keeps_it_unless_erased
         .await
         .unwrap();
     manager
-        .transcripts()
-        .log_message(&again.key, LogMessage::inbound("hello again"))
+        .session(&again.key)
+        .log_message(LogMessage::inbound("hello again"))
         .await
         .unwrap();
     let file = manager
-        .get(&again.key)
+        .session(&again.key)
+        .get()
         .await
         .unwrap()
         .unwrap()
@@ -690,13 +687,11 @@ async fn a_reset_archives_the_old_transcript_and_deletion_keeps_it_unless_erased
         .session_file
         .unwrap();
     manager
-        .delete(
-            &again.key,
-            DeleteOptions {
-                erase_transcript: true,
-                ..Default::default()
-            },
-        )
+        .session(&again.key)
+        .delete(DeleteOptions {
+            erase_transcript: true,
+            ..Default::default()
+        })
         .await
         .unwrap();
     assert!(!std::path::Path::new(&file).exists());
@@ -715,24 +710,29 @@ async fn a_forked_thread_transcript_starts_from_its_parent() {
     let channel = InboundMessage::group("slack", "C1", "U1", "release plan?").in_channel();
     let parent = manager.resolve(&channel).await.unwrap();
     manager
-        .transcripts()
-        .log_message(&parent.key, LogMessage::inbound("release plan?"))
+        .session(&parent.key)
+        .log_message(LogMessage::inbound("release plan?"))
         .await
         .unwrap();
-    let thread = manager.fork_thread(&parent.key, "1700.1").await.unwrap();
+    let thread = manager
+        .session(&parent.key)
+        .fork_thread("1700.1")
+        .await
+        .unwrap();
     manager
-        .transcripts()
-        .log_message(&thread.key, LogMessage::inbound("in the thread"))
+        .session(&thread.key)
+        .log_message(LogMessage::inbound("in the thread"))
         .await
         .unwrap();
     let read = manager
-        .transcripts()
-        .replay(&thread.key, Offset::START)
+        .session(&thread.key)
+        .replay(Offset::START)
         .await
         .unwrap();
     let header = read.header.unwrap();
     let parent_file = manager
-        .get(&parent.key)
+        .session(&parent.key)
+        .get()
         .await
         .unwrap()
         .unwrap()
@@ -747,7 +747,8 @@ async fn a_forked_thread_transcript_starts_from_its_parent() {
         .collect();
     assert_eq!(texts, ["release plan?", "in the thread"]);
     let thread_file = manager
-        .get(&thread.key)
+        .session(&thread.key)
+        .get()
         .await
         .unwrap()
         .unwrap()
@@ -779,9 +780,8 @@ async fn the_message_log_is_queryable_by_session_and_by_person_and_identity() {
         let resolution = manager.resolve(&inbound).await.unwrap();
         let identity = agent.split('_').next().unwrap();
         manager
-            .transcripts()
+            .session(&resolution.key)
             .log_message(
-                &resolution.key,
                 LogMessage::inbound(text)
                     .from_person(person)
                     .with_agent(agent, identity),
@@ -790,9 +790,8 @@ async fn the_message_log_is_queryable_by_session_and_by_person_and_identity() {
             .unwrap();
         clock.advance(Duration::from_secs(1));
         manager
-            .transcripts()
+            .session(&resolution.key)
             .log_message(
-                &resolution.key,
                 LogMessage::outbound(format!("re: {text}"))
                     .from_person(person)
                     .with_agent(agent, identity),
@@ -836,9 +835,8 @@ async fn the_message_log_is_queryable_by_session_and_by_person_and_identity() {
     // Appending more is seen by the same store's next query (the extraction cache
     // reads only the new part).
     manager
-        .transcripts()
+        .session(&keys[0].key)
         .log_message(
-            &keys[0].key,
             LogMessage::inbound("one more")
                 .from_person("p1")
                 .with_agent("reggie_oc", "reggie"),
@@ -921,8 +919,8 @@ async fn logging_without_a_transcript_store_is_a_typed_error() {
         .unwrap();
     assert!(matches!(
         manager
-            .transcripts()
-            .log_message(&resolution.key, LogMessage::inbound("hi"))
+            .session(&resolution.key)
+            .log_message(LogMessage::inbound("hi"))
             .await,
         Err(Error::NotConfigured { .. })
     ));
@@ -1141,8 +1139,8 @@ async fn messages_logged_while_another_process_resets_are_all_kept() {
     let mut failures = Vec::new();
     for n in 0..MESSAGES {
         let logged = writer
-            .transcripts()
-            .log_message(&key, LogMessage::inbound(format!("message {n};")))
+            .session(&key)
+            .log_message(LogMessage::inbound(format!("message {n};")))
             .await;
         if let Err(error) = logged {
             failures.push(format!("{n}: {error}"));

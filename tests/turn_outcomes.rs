@@ -49,7 +49,7 @@ async fn a_failed_model_call_keeps_or_drops_its_input_as_the_host_says() {
         let refused = manager.turn(&dm("a refused input")).await.unwrap();
         let key = refused.key().clone();
         refused.fail(TurnFailure::DropInput).await.unwrap();
-        let stored = manager.get(&key).await.unwrap().unwrap().entry;
+        let stored = manager.session(&key).get().await.unwrap().unwrap().entry;
         assert_eq!(stored.status, Some(SessionStatus::Idle), "{url}");
         assert_eq!(stored.aborted_last_run, Some(true), "{url}");
         assert_eq!(
@@ -74,11 +74,7 @@ async fn a_failed_model_call_keeps_or_drops_its_input_as_the_host_says() {
             "{url}"
         );
         // Both stay in the transcript, marked.
-        let read = manager
-            .transcripts()
-            .replay(&key, Offset::START)
-            .await
-            .unwrap();
+        let read = manager.session(&key).replay(Offset::START).await.unwrap();
         let texts: Vec<String> = read
             .events
             .iter()
@@ -130,11 +126,7 @@ async fn a_reply_the_channel_refused_is_not_believed_read() {
             .report_delivery(&payloads[1], Delivery::Delivered)
             .await
             .unwrap();
-        let read = manager
-            .transcripts()
-            .replay(&key, Offset::START)
-            .await
-            .unwrap();
+        let read = manager.session(&key).replay(Offset::START).await.unwrap();
         let reports = read
             .events
             .iter()

@@ -188,7 +188,7 @@ async fn the_model_sees_the_conversation_as_it_was_sent_across_turns_and_a_reset
     // The manager's own view of any session ends with its last logged message.
     turn.complete("Not much.").await.unwrap();
     let key = manager.key_for(&dm("x")).unwrap();
-    let all = manager.messages(&key).await.unwrap();
+    let all = manager.session(&key).messages().await.unwrap();
     assert_eq!(
         all,
         vec![
@@ -485,14 +485,16 @@ async fn a_system_event_crosses_workers(url: &str) {
     let key = first.key_for(&dm("hi")).unwrap();
     assert!(
         first
-            .enqueue_system_event(&key, "Model switched.")
+            .session(&key)
+            .enqueue_system_event("Model switched.")
             .await
             .unwrap(),
         "{url}"
     );
     assert!(
         !second
-            .enqueue_system_event(&key, "Model switched.")
+            .session(&key)
+            .enqueue_system_event("Model switched.")
             .await
             .unwrap(),
         "{url}: a repeat is skipped whichever worker queues it"
@@ -747,10 +749,8 @@ async fn tool_calls_appended_to_the_transcript_reach_the_next_turns_messages() {
         serde_json::from_value(json).unwrap()
     };
     let events = manager
-        .transcripts()
-        .append(
-            &key,
-            vec![
+        .session(&key)
+        .append(vec![
                 line(serde_json::json!({"type": "message", "message": {"role": "assistant",
                     "content": [{"type": "toolCall", "id": "c1", "name": "shifts", "arguments": {"day": "thu"}}]}})),
                 line(serde_json::json!({"type": "message", "message": {"role": "toolResult",

@@ -244,7 +244,11 @@ async fn run_step(manager: &SessionManager, clock: &ManualClock, step: Step) -> 
     let key = match &step.action {
         Action::Enqueue { to, text } => {
             let key = manager.key_for(&to.inbound()).unwrap();
-            assert!(manager.enqueue_system_event(&key, text).await.unwrap());
+            assert!(manager
+                .session(&key)
+                .enqueue_system_event(text)
+                .await
+                .unwrap());
             report.action = "enqueue".into();
             key
         }

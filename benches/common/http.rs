@@ -39,7 +39,11 @@ pub async fn direct_round(manager: &Arc<SessionManager>) {
                 let resolution = manager.resolve(&message(client)).await.unwrap();
                 let outcome =
                     TurnOutcome::completed().with_exchange("what is on today?", "A meeting.");
-                manager.record_turn(&resolution.key, outcome).await.unwrap();
+                manager
+                    .session(&resolution.key)
+                    .record_turn(outcome)
+                    .await
+                    .unwrap();
             }
         });
     }
@@ -162,7 +166,11 @@ pub fn assert_no_lost_update(
     }
     for client in 0..CLIENTS {
         let key = manager.key_for(&message(client)).unwrap();
-        let entry = runtime.block_on(manager.get(&key)).unwrap().unwrap().entry;
+        let entry = runtime
+            .block_on(manager.session(&key).get())
+            .unwrap()
+            .unwrap()
+            .entry;
         assert_eq!(
             entry.turn_count,
             Some(turns),

@@ -398,13 +398,13 @@ pub async fn run(global: Global, given: Given, command: Command) -> Outcome {
         Command::Show { key } => show(&global.store, &agent, json, &key).await,
         Command::Reset { key } => {
             let (manager, key) = manager_for(&global.store, &agent, &key).await?;
-            let session = manager.reset(&key).await?;
+            let session = manager.session(&key).reset().await?;
             output::done(json, "reset", &key, &session.entry.session_id);
             Ok(())
         }
         Command::Close { key } => {
             let (manager, key) = manager_for(&global.store, &agent, &key).await?;
-            let session = manager.close(&key).await?;
+            let session = manager.session(&key).close().await?;
             output::done(json, "closed", &key, &session.entry.session_id);
             Ok(())
         }
@@ -414,7 +414,7 @@ pub async fn run(global: Global, given: Given, command: Command) -> Outcome {
                 force: args.force,
                 erase_transcript: args.erase_transcript,
             };
-            match manager.delete(&key, options).await? {
+            match manager.session(&key).delete(options).await? {
                 Some(entry) => {
                     output::done(json, "deleted", &key, &entry.session_id);
                     Ok(())

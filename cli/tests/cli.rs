@@ -201,7 +201,8 @@ fn list_hides_inactive_sessions_unless_asked() {
             .build();
         let key = agent_sessions::SessionKey::parse(&hidden).unwrap();
         manager
-            .set_status(&key, agent_sessions::SessionStatus::Inactive)
+            .session(&key)
+            .set_status(agent_sessions::SessionStatus::Inactive)
             .await
             .unwrap();
     });
@@ -559,16 +560,13 @@ async fn stats_with_messages_categorises_the_log_and_counts_it() {
         let message = InboundMessage::direct("sms", sender, question);
         let resolution = manager.resolve(&message).await.unwrap();
         manager
-            .transcripts()
-            .log_message(&resolution.key, LogMessage::from_inbound(&message))
+            .session(&resolution.key)
+            .log_message(LogMessage::from_inbound(&message))
             .await
             .unwrap();
         manager
-            .transcripts()
-            .log_message(
-                &resolution.key,
-                LogMessage::outbound(answer).on_channel("sms"),
-            )
+            .session(&resolution.key)
+            .log_message(LogMessage::outbound(answer).on_channel("sms"))
             .await
             .unwrap();
     }

@@ -225,7 +225,7 @@ fn tool_calls(content: Option<&Content>) -> Vec<ToolCall> {
 /// and the tool when a call among `messages` names it). System messages are
 /// configuration, not conversation: they have no line.
 ///
-/// [`SessionTranscripts::append_chat`](crate::manager::SessionTranscripts::append_chat)
+/// [`Session::append_chat`](crate::manager::Session::append_chat)
 /// appends them to a session; this is the conversion alone.
 pub(crate) fn transcript_lines(
     messages: &[ChatMessage],

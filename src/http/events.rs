@@ -108,7 +108,6 @@ pub(super) async fn session_events(
         )
     })?;
     let mut follow = manager
-        .transcripts()
         .follow_session(&id, Offset(from))
         .await?
         .ok_or_else(|| ApiError::unknown_session(&id))?;

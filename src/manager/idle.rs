@@ -77,7 +77,7 @@ impl Drop for IdleCheckpoints {
 
 impl SessionManager {
     /// One pass of the idle sweep: takes the `idle` checkpoint
-    /// ([`SessionTranscripts::checkpoint`](super::SessionTranscripts::checkpoint)) of up
+    /// ([`Session::checkpoint`](crate::manager::Session::checkpoint)) of up
     /// to `max` sessions quiet for `idle_after` or longer, most recently active first,
     /// and returns their keys.
     ///

@@ -36,6 +36,7 @@ mod model_input;
 pub(crate) mod outcome;
 mod resolution;
 mod scoped;
+mod session;
 mod session_memory;
 mod sessions;
 mod transcripts;
@@ -77,11 +78,12 @@ pub use dedupe::DEFAULT_DEDUPE_WINDOW;
 pub use idle::{IdleCheckpointOptions, IdleCheckpoints};
 pub use outcome::{Delivery, DeliveryReceipt, TurnFailure, DELIVERY_CUSTOM_TYPE};
 pub use resolution::{Decision, Reason, Resolution};
-pub use scoped::{ScopedManager, ScopedMemory, ScopedTranscripts};
+pub use scoped::ScopedManager;
+pub use session::Session;
 pub(crate) use session_memory::DEFAULT_SUMMARY_QUIET_GAP;
-pub use session_memory::{CompactionEvent, SessionMemory, SummaryRefresh, TurnOutcome};
+pub use session_memory::{CompactionEvent, SummaryRefresh, TurnOutcome};
 pub use sessions::{DeleteOptions, OverrideKind, PruneOptions, SessionOverride};
-pub use transcripts::{LogMessage, SessionTranscripts};
+pub use transcripts::LogMessage;
 pub use turn::{Turn, TurnAction, TurnReply, DEFAULT_RESET_ACKNOWLEDGEMENT};
 
 /// What resolving a message a turn takes found.
@@ -97,9 +99,21 @@ use self::resolution::{Policy, Step, StepFacts};
 
 /// Decides which session each message belongs to, and keeps the sessions.
 ///
-/// Built from a [`SessionStore`] and, optionally, the other seams: a [`KeyBuilder`],
-/// a [`FreshnessPolicy`], [`ResetTriggers`], a [`Clock`], a [`DriftClassifier`] and a
-/// [`ModelCatalog`]. Cheap to share: wrap it in an `Arc`.
+/// Its calls: [`turn`](Self::turn) for a whole turn (or [`resolve`](Self::resolve)
+/// for a host with its own loop); [`session`](Self::session) for everything about
+/// one session ([`Session`]: read, log, record, reset, close, …);
+/// [`scoped`](Self::scoped) for the same on behalf of a caller who may not see
+/// everything; and the jobs over many sessions ([`list`](Self::list),
+/// [`prune`](Self::prune), [`checkpoint_idle_sessions`](Self::checkpoint_idle_sessions),
+/// [`refresh_identity_summary`](Self::refresh_identity_summary),
+/// [`subscribe`](Self::subscribe)).
+///
+/// Built from a [`SessionStore`] and, optionally, the other seams
+/// ([`SessionManager::builder`]): a [`KeyBuilder`], a [`FreshnessPolicy`],
+/// [`ResetTriggers`], a [`Clock`], a [`DriftClassifier`], a [`ModelCatalog`], a
+/// [`TranscriptStore`], a [`HistoryBuffer`], a [`Summarizer`], a [`MemoryFlushGuard`],
+/// an [`Introspector`], an [`IdentityResolver`], [`Workspaces`] and a [`TokenCounter`].
+/// Cheap to share: wrap it in an `Arc`.
 pub struct SessionManager {
     /// The parts a host can replace.
     seams: Seams,
@@ -350,7 +364,7 @@ impl SessionManagerBuilder {
         self
     }
 
-    /// Gives sessions workspaces ([`SessionManager::workspace`]).
+    /// Gives sessions workspaces ([`Session::workspace`](crate::manager::Session::workspace)).
     pub fn workspaces(mut self, workspaces: Workspaces) -> Self {
         self.manager.seams.workspaces = Some(workspaces);
         self

@@ -244,14 +244,8 @@ impl SessionManager {
         Ok(payloads)
     }
 
-    /// Queues a system event (model switched, reminder fired) for the next message of
-    /// `key`'s session, in the manager's [`SystemEvents`] (shared by every worker on a
-    /// database or JSON backend opened with [`SessionManager::connect`]). Returns
-    /// `false` for a blank text or a repeat of the last one; an error when the shared
-    /// queue cannot be written.
-    ///
-    /// [`SystemEvents`]: crate::context::inbound::events::SystemEvents
-    pub async fn enqueue_system_event(&self, key: &SessionKey, text: &str) -> Result<bool> {
+    /// See [`Session::enqueue_system_event`](super::Session::enqueue_system_event).
+    pub(crate) async fn enqueue_system_event(&self, key: &SessionKey, text: &str) -> Result<bool> {
         self.system_events
             .enqueue(key, text, self.seams.clock.now())
             .await

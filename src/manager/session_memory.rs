@@ -23,7 +23,7 @@ use crate::transcript::{
 /// rolling summary is merged: one hour.
 pub(crate) const DEFAULT_SUMMARY_QUIET_GAP: Duration = Duration::from_secs(60 * 60);
 
-/// How a turn ended, for [`SessionManager::record_turn`]: the one call after each turn.
+/// How a turn ended, for [`Session::record_turn`](crate::manager::Session::record_turn): the one call after each turn.
 ///
 /// ```
 /// use agent_sessions::manager::TurnOutcome;
@@ -94,7 +94,7 @@ pub enum CompactionEvent {
     },
 }
 
-/// What [`SessionMemory::refresh_identity_summary`] did.
+/// What [`SessionManager::refresh_identity_summary`] did.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum SummaryRefresh {
@@ -125,16 +125,8 @@ fn clip_summary(text: &str) -> String {
 }
 
 impl SessionManager {
-    /// Records a turn — one call after each turn: the turn count, that the system
-    /// prompt was sent, whether the run was aborted, the status back to idle, the usage
-    /// (OpenClaw's rules: `totalTokens` is the prompt size), the engine session to
-    /// resume, and — with an exchange — the context summary (the summarizer runs before
-    /// the store update, outside its lock; a failing summarizer is logged and the
-    /// summary left as it was). A turn is real activity: `updatedAt` moves.
-    ///
-    /// With `checkpoint_every_turns` configured and an introspector, every Nth turn
-    /// takes a `turn_limit` checkpoint.
-    pub async fn record_turn(
+    /// See [`Session::record_turn`](super::Session::record_turn).
+    pub(crate) async fn record_turn(
         &self,
         key: &SessionKey,
         outcome: TurnOutcome,
@@ -349,34 +341,32 @@ fn cursor_of(record: &crate::transcript::LogRecord) -> LogCursor {
 /// # async fn main() -> agent_sessions::Result<()> {
 /// let manager = SessionManager::builder(MemoryStore::new()).build();
 /// let key = manager.resolve(&InboundMessage::direct("telegram", "42", "hi")).await?.key;
-/// let session = manager.memory().record_compaction(&key, Some(1_200)).await?;
+/// let session = manager.session(&key).record_compaction(Some(1_200)).await?;
 /// assert_eq!(session.entry.compaction_count, Some(1));
 /// # Ok(())
 /// # }
 /// ```
 #[derive(Debug, Clone, Copy)]
-pub struct SessionMemory<'a> {
+pub(crate) struct SessionMemory<'a> {
     pub(super) manager: &'a SessionManager,
 }
 
 impl SessionManager {
     /// The memory calls (see [`SessionMemory`]).
-    pub fn memory(&self) -> SessionMemory<'_> {
+    pub(crate) fn memory(&self) -> SessionMemory<'_> {
         SessionMemory { manager: self }
     }
 }
 
 impl SessionMemory<'_> {
-    /// The memory flush to run before this session's next turn, if one is due (see
-    /// [`MemoryFlushGuard`](crate::memory::flush::MemoryFlushGuard)).
-    pub async fn memory_flush_plan(&self, key: &SessionKey) -> Result<Option<FlushPlan>> {
+    /// See [`Session::memory_flush_plan`](super::Session::memory_flush_plan).
+    pub(crate) async fn memory_flush_plan(&self, key: &SessionKey) -> Result<Option<FlushPlan>> {
         let entry = self.manager.existing(key).await?.entry;
         Ok(self.manager.seams.flush_guard.plan(&entry))
     }
 
-    /// Records that the memory flush ran: `memoryFlushAt` and the compaction cycle it
-    /// belongs to, so it does not run again until the next compaction.
-    pub async fn record_memory_flush(&self, key: &SessionKey) -> Result<StoredSession> {
+    /// See [`Session::record_memory_flush`](super::Session::record_memory_flush).
+    pub(crate) async fn record_memory_flush(&self, key: &SessionKey) -> Result<StoredSession> {
         let now_ms = self.manager.seams.clock.now_millis();
         self.manager
             .change(key, |entry| {
@@ -386,10 +376,8 @@ impl SessionMemory<'_> {
             .await
     }
 
-    /// Records a completed compaction in one atomic update (OpenClaw's
-    /// `incrementCompactionCount`): the count goes up; with `tokens_after`, the prompt
-    /// size becomes it and the input/output breakdown is cleared.
-    pub async fn record_compaction(
+    /// See [`Session::record_compaction`](super::Session::record_compaction).
+    pub(crate) async fn record_compaction(
         &self,
         key: &SessionKey,
         tokens_after: Option<u64>,
@@ -408,10 +396,8 @@ impl SessionMemory<'_> {
             .await
     }
 
-    /// Handles an engine's compaction event: only the end of a compaction that will not
-    /// be retried counts (a retried compaction counts once). Returns the session when a
-    /// compaction was recorded.
-    pub async fn on_compaction_event(
+    /// See [`Session::on_compaction_event`](super::Session::on_compaction_event).
+    pub(crate) async fn on_compaction_event(
         &self,
         key: &SessionKey,
         event: CompactionEvent,
@@ -434,8 +420,8 @@ impl SessionMemory<'_> {
         }
     }
 
-    /// The engine session to resume for `key`, if one was recorded.
-    pub async fn engine_session(
+    /// See [`Session::engine_session`](super::Session::engine_session).
+    pub(crate) async fn engine_session(
         &self,
         key: &SessionKey,
         kind: &EngineKind,
@@ -449,6 +435,39 @@ impl SessionMemory<'_> {
             .and_then(|s| kind.session_id(&s.entry)))
     }
 
+    /// See [`Session::ensure_skills_snapshot`](super::Session::ensure_skills_snapshot).
+    pub(crate) async fn ensure_skills_snapshot<F>(
+        &self,
+        key: &SessionKey,
+        version: u64,
+        build: F,
+    ) -> Result<bool>
+    where
+        F: FnOnce() -> Value + Send,
+    {
+        let entry = self.manager.existing(key).await?.entry;
+        let stored = entry.skills_snapshot.as_ref();
+        let built_for_this_session = stored
+            .and_then(|s| s.get("sessionId"))
+            .and_then(Value::as_str)
+            == Some(entry.session_id.as_str());
+        let first_turn = entry.system_sent != Some(true) && !built_for_this_session;
+        if !snapshot_needs_refresh(stored, first_turn, version) {
+            return Ok(false);
+        }
+        let mut snapshot = build();
+        if let Value::Object(fields) = &mut snapshot {
+            fields.insert("version".into(), Value::from(version));
+            fields.insert("sessionId".into(), Value::from(entry.session_id.clone()));
+        }
+        self.manager
+            .change(key, |e| e.skills_snapshot = Some(snapshot.clone()))
+            .await?;
+        Ok(true)
+    }
+}
+
+impl SessionManager {
     /// Merges the rolling summary of `person` with `agent_identity`: the messages logged
     /// since the summary's watermark, across every session, channel and engine variant,
     /// merged by the summarizer — but only once the conversation has been quiet for the
@@ -459,16 +478,14 @@ impl SessionMemory<'_> {
         person: &str,
         agent_identity: &str,
     ) -> Result<SummaryRefresh> {
-        let transcripts =
-            self.manager
-                .seams
-                .transcripts
-                .as_deref()
-                .ok_or(Error::NotConfigured {
-                    what: "a transcript store (SessionManagerBuilder::transcripts)",
-                })?;
+        let transcripts = self
+            .seams
+            .transcripts
+            .as_deref()
+            .ok_or(Error::NotConfigured {
+                what: "a transcript store (SessionManagerBuilder::transcripts)",
+            })?;
         let siblings = self
-            .manager
             .seams
             .store
             .list(
@@ -500,10 +517,9 @@ impl SessionMemory<'_> {
         let Some(last) = records.last() else {
             return Ok(SummaryRefresh::NothingNew);
         };
-        let now = self.manager.seams.clock.now();
+        let now = self.seams.clock.now();
         let quiet_until = last.at
-            + chrono::Duration::from_std(self.manager.settings.summary_quiet_gap)
-                .unwrap_or_default();
+            + chrono::Duration::from_std(self.settings.summary_quiet_gap).unwrap_or_default();
         if now < quiet_until {
             return Ok(SummaryRefresh::NotQuiet { until: quiet_until });
         }
@@ -522,18 +538,17 @@ impl SessionMemory<'_> {
             .collect();
         let input = SummaryInput::new(turns).merging(current.map(|s| s.text));
         let summary = IdentitySummary {
-            text: clip_summary(&self.manager.seams.summarizer.summarize(&input).await?),
+            text: clip_summary(&self.seams.summarizer.summarize(&input).await?),
             updated_at: to_millis(now),
             watermark: Some(cursor_of(last)),
             extra: Default::default(),
         };
         let mut sessions = Vec::new();
         for sibling in siblings {
-            self.manager
-                .change(&sibling.key, |entry| {
-                    entry.identity_summary = Some(summary.clone())
-                })
-                .await?;
+            self.change(&sibling.key, |entry| {
+                entry.identity_summary = Some(summary.clone())
+            })
+            .await?;
             sessions.push(sibling.key);
         }
         tracing::info!(
@@ -543,41 +558,5 @@ impl SessionMemory<'_> {
             "identity summary merged"
         );
         Ok(SummaryRefresh::Updated { summary, sessions })
-    }
-
-    /// Makes sure the session holds a current skills snapshot (OpenClaw's
-    /// `ensureSkillSnapshot`): rebuilt with `build` when there is none, when `version`
-    /// is newer than the stored one, or on the first turn of a session the stored one
-    /// was not built for (a snapshot survives a reset, so a new session rebuilds it
-    /// once). The snapshot records its `version` and `sessionId`. Returns whether it was
-    /// rebuilt.
-    pub async fn ensure_skills_snapshot<F>(
-        &self,
-        key: &SessionKey,
-        version: u64,
-        build: F,
-    ) -> Result<bool>
-    where
-        F: FnOnce() -> Value + Send,
-    {
-        let entry = self.manager.existing(key).await?.entry;
-        let stored = entry.skills_snapshot.as_ref();
-        let built_for_this_session = stored
-            .and_then(|s| s.get("sessionId"))
-            .and_then(Value::as_str)
-            == Some(entry.session_id.as_str());
-        let first_turn = entry.system_sent != Some(true) && !built_for_this_session;
-        if !snapshot_needs_refresh(stored, first_turn, version) {
-            return Ok(false);
-        }
-        let mut snapshot = build();
-        if let Value::Object(fields) = &mut snapshot {
-            fields.insert("version".into(), Value::from(version));
-            fields.insert("sessionId".into(), Value::from(entry.session_id.clone()));
-        }
-        self.manager
-            .change(key, |e| e.skills_snapshot = Some(snapshot.clone()))
-            .await?;
-        Ok(true)
     }
 }

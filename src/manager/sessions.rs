@@ -2,7 +2,7 @@
 //! routes, turns, threads, subagents and non-channel sources.
 //!
 //! None of these is a conversation turn, so none of them moves `updatedAt` (and with it
-//! the idle and daily resets) — except [`SessionManager::record_turn`], which is one.
+//! the idle and daily resets) — except [`Session::record_turn`](crate::manager::Session::record_turn), which is one.
 
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ use crate::lifecycle::triggers::ModelRef;
 use crate::store::{ListFilter, SessionStoreExt, StatusFilter, StoredSession};
 use crate::transcript::ArchiveReason;
 
-/// How [`SessionManager::delete`] treats shared sessions.
+/// How [`Session::delete`](crate::manager::Session::delete) treats shared sessions.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DeleteOptions {
     /// Delete group and channel sessions too (they are kept as shared history
@@ -133,8 +133,8 @@ pub enum OverrideKind {
 }
 
 impl SessionManager {
-    /// The session under `key`.
-    pub async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
+    /// See [`Session::get`](super::Session::get).
+    pub(crate) async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
         self.seams.store.get(key).await
     }
 
@@ -194,15 +194,13 @@ impl SessionManager {
         self.seams.store.list(filter).await
     }
 
-    /// Closes a session: its next message starts a new one (`session_closed`).
-    pub async fn close(&self, key: &SessionKey) -> Result<StoredSession> {
+    /// See [`Session::close`](super::Session::close).
+    pub(crate) async fn close(&self, key: &SessionKey) -> Result<StoredSession> {
         self.set_status(key, SessionStatus::Closed).await
     }
 
-    /// Sets a session's status (a host marks turns `Running`, approvals
-    /// `AwaitingApproval`, hidden sessions `Inactive`). With a transcript store, the
-    /// change is also an event in the session's log.
-    pub async fn set_status(
+    /// See [`Session::set_status`](super::Session::set_status).
+    pub(crate) async fn set_status(
         &self,
         key: &SessionKey,
         status: SessionStatus,
@@ -210,12 +208,8 @@ impl SessionManager {
         self.change_status(key, status).await
     }
 
-    /// Resets a session as an authorised `/new` would, without a message: the key gets
-    /// a new session (new id, per-session settings and counters cleared; label,
-    /// participants and identity kept) whose first message continues it, and the old
-    /// transcript is archived (`<file>.reset.<timestamp>`). Returns the new session;
-    /// [`Error::NotFound`] if there is none to reset.
-    pub async fn reset(&self, key: &SessionKey) -> Result<StoredSession> {
+    /// See [`Session::reset`](super::Session::reset).
+    pub(crate) async fn reset(&self, key: &SessionKey) -> Result<StoredSession> {
         let now_ms = self.seams.clock.now_millis();
         let mut previous = None;
         let stored = self
@@ -242,10 +236,8 @@ impl SessionManager {
         Ok(stored)
     }
 
-    /// Deletes a session: never while a turn runs ([`DeleteRefusal::Running`]); group and
-    /// channel sessions only with `force` ([`DeleteRefusal::SharedHistory`]). Returns the
-    /// deleted entry, `None` if there was none.
-    pub async fn delete(
+    /// See [`Session::delete`](super::Session::delete).
+    pub(crate) async fn delete(
         &self,
         key: &SessionKey,
         options: DeleteOptions,
@@ -372,15 +364,18 @@ impl SessionManager {
         Ok(kept)
     }
 
-    /// Sets (or with `None` clears) a session's label: trimmed, 1–64 characters, else
-    /// [`Error::InvalidLabel`].
-    pub async fn set_label(&self, key: &SessionKey, label: Option<&str>) -> Result<StoredSession> {
+    /// See [`Session::set_label`](super::Session::set_label).
+    pub(crate) async fn set_label(
+        &self,
+        key: &SessionKey,
+        label: Option<&str>,
+    ) -> Result<StoredSession> {
         let label = label.map(parse_session_label).transpose()?;
         self.change(key, |entry| entry.label = label.clone()).await
     }
 
-    /// Sets (or with `None` clears) what a session is about, and who said so.
-    pub async fn set_description(
+    /// See [`Session::set_description`](super::Session::set_description).
+    pub(crate) async fn set_description(
         &self,
         key: &SessionKey,
         description: Option<&str>,
@@ -394,8 +389,8 @@ impl SessionManager {
         .await
     }
 
-    /// Sets a per-session override.
-    pub async fn set_override(
+    /// See [`Session::set_override`](super::Session::set_override).
+    pub(crate) async fn set_override(
         &self,
         key: &SessionKey,
         setting: SessionOverride,
@@ -424,8 +419,8 @@ impl SessionManager {
         .await
     }
 
-    /// Clears a per-session override.
-    pub async fn clear_override(
+    /// See [`Session::clear_override`](super::Session::clear_override).
+    pub(crate) async fn clear_override(
         &self,
         key: &SessionKey,
         kind: OverrideKind,
@@ -433,24 +428,8 @@ impl SessionManager {
         self.change(key, |entry| clear_override(entry, kind)).await
     }
 
-    /// Changes where replies go, without touching `updatedAt` of an existing session
-    /// (OpenClaw 3.x, #49515: a route update is not activity, or idle resets would never
-    /// fire). A key with no session gets one, as OpenClaw's `updateLastRoute` creates
-    /// it: a new session id, `updatedAt` now, and the route.
-    ///
-    /// ```
-    /// # use agent_sessions::prelude::*;
-    /// # use agent_sessions::context::DeliveryRoute;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> agent_sessions::Result<()> {
-    /// let manager = SessionManager::new(MemoryStore::new());
-    /// let key = SessionKey::parse("agent:main:telegram:dm:42")?;
-    /// let stored = manager.update_last_route(&key, &DeliveryRoute::to("Telegram", "42")).await?;
-    /// assert_eq!(stored.entry.last_channel.as_deref(), Some("telegram"));
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn update_last_route(
+    /// See [`Session::update_last_route`](super::Session::update_last_route).
+    pub(crate) async fn update_last_route(
         &self,
         key: &SessionKey,
         route: &DeliveryRoute,
@@ -511,13 +490,12 @@ impl SessionManager {
             .ok_or_else(|| Error::NotFound { key: key.clone() })
     }
 
-    /// Starts a thread session `<parent>:thread:<threadId>` forked from `parent`: it
-    /// records its parent ([`SessionEntry::forked_from`]) and takes the parent's reply
-    /// route and group metadata; its first message continues it (`first_message`).
-    /// An existing thread session is returned unchanged. A blank `thread_id` names no
-    /// thread (OpenClaw's `resolveThreadSessionKeys`): the parent itself is returned,
-    /// unchanged.
-    pub async fn fork_thread(&self, parent: &SessionKey, thread_id: &str) -> Result<StoredSession> {
+    /// See [`Session::fork_thread`](super::Session::fork_thread).
+    pub(crate) async fn fork_thread(
+        &self,
+        parent: &SessionKey,
+        thread_id: &str,
+    ) -> Result<StoredSession> {
         let key = parent.thread(thread_id)?;
         let parent_entry = self.existing(parent).await?.entry;
         let now_ms = self.seams.clock.now_millis();
@@ -551,19 +529,6 @@ impl SessionManager {
             })
             .await?
             .ok_or_else(|| Error::NotFound { key: key.clone() })
-    }
-
-    /// Spawns a subagent session under `agent`, `agent:<agent>:subagent:<uuid>` (nested
-    /// under `parent` when `parent` is itself a subagent of `agent`), recording
-    /// `spawnedBy`. The subagent's participants are its parent's.
-    pub async fn spawn_subagent(
-        &self,
-        parent: &SessionKey,
-        agent: &AgentId,
-        label: Option<&str>,
-    ) -> Result<StoredSession> {
-        let key = subagent_key(parent, agent)?;
-        self.create_subagent(&key, parent, label).await
     }
 
     pub(super) async fn create_subagent(

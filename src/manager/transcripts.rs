@@ -321,38 +321,36 @@ impl SessionManager {
 ///     .transcripts(MemoryTranscriptStore::new())
 ///     .build();
 /// let key = manager.resolve(&InboundMessage::direct("telegram", "42", "hi")).await?.key;
-/// let event = manager.transcripts().log_message(&key, LogMessage::inbound("hi")).await?;
+/// let event = manager.session(&key).log_message(LogMessage::inbound("hi")).await?;
 /// assert_eq!(event.line, 2); // after the transcript's header
 /// # Ok(())
 /// # }
 /// ```
 #[derive(Debug, Clone, Copy)]
-pub struct SessionTranscripts<'a> {
+pub(crate) struct SessionTranscripts<'a> {
     pub(super) manager: &'a SessionManager,
 }
 
 impl SessionManager {
     /// The transcript calls (see [`SessionTranscripts`]).
-    pub fn transcripts(&self) -> SessionTranscripts<'_> {
+    pub(crate) fn transcripts(&self) -> SessionTranscripts<'_> {
         SessionTranscripts { manager: self }
     }
 }
 
 impl SessionTranscripts<'_> {
-    /// Logs one inbound or outbound message in `key`'s session: the one call every channel
-    /// makes. The message becomes a transcript line — a user message in, an assistant
-    /// message out — carrying the message-log fields, so it is in the session's event log
-    /// and in [`query_log`](TranscriptStore::query_log).
-    pub async fn log_message(&self, key: &SessionKey, message: LogMessage) -> Result<SessionEvent> {
+    /// See [`Session::log_message`](super::Session::log_message).
+    pub(crate) async fn log_message(
+        &self,
+        key: &SessionKey,
+        message: LogMessage,
+    ) -> Result<SessionEvent> {
         let (transcript, entry) = self.manager.transcript_of(key).await?;
         self.manager.log_to(key, &transcript, &entry, message).await
     }
 
-    /// Appends `lines` to `key`'s current session transcript (created on first use), as
-    /// they are: for what the message log does not write, such as an assistant message
-    /// that calls tools and the tools' results, which [`SessionManager::messages`] reads
-    /// back as tool calls and tool messages. Returns their events, in order.
-    pub async fn append(
+    /// See [`Session::append`](super::Session::append).
+    pub(crate) async fn append(
         &self,
         key: &SessionKey,
         lines: Vec<TranscriptEntry>,
@@ -364,46 +362,8 @@ impl SessionTranscripts<'_> {
             .await
     }
 
-    /// Appends chat messages to `key`'s current session transcript: the steps of a tool
-    /// loop — the assistant's message that calls tools, the tools' results — from the
-    /// [`ChatMessage`](crate::context::chat::ChatMessage)s a host already has
-    /// (converted to transcript lines), so
-    /// that the next turn's [`messages`](crate::manager::Turn::messages) carry the calls
-    /// and their results. System messages are skipped. The turn's own input and reply
-    /// are logged by the turn: append only what happened between them.
-    ///
-    /// ```
-    /// use agent_sessions::context::ToolCall;
-    /// use agent_sessions::prelude::*;
-    /// use agent_sessions::transcript::MemoryTranscriptStore;
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> agent_sessions::Result<()> {
-    /// let manager = SessionManager::builder(MemoryStore::new())
-    ///     .transcripts(MemoryTranscriptStore::new())
-    ///     .build();
-    /// let turn = manager.turn(&InboundMessage::direct("telegram", "42", "When is my shift?")).await?;
-    /// // The model called a tool; the host ran it.
-    /// let mut asked = ChatMessage::assistant("");
-    /// asked.tool_calls.push(ToolCall {
-    ///     id: "call_1".into(),
-    ///     name: "shifts".into(),
-    ///     arguments: serde_json::json!({"day": "thu"}),
-    /// });
-    /// let result = ChatMessage::tool("call_1", "Thursday 9-17");
-    /// manager.transcripts().append_chat(turn.key(), &[asked, result]).await?;
-    /// turn.complete("Thursday, 9 to 5.").await?;
-    ///
-    /// let next = manager.turn(&InboundMessage::direct("telegram", "42", "Thanks")).await?;
-    /// let roles: Vec<ChatRole> = next.messages().await?.iter().map(|m| m.role).collect();
-    /// assert_eq!(
-    ///     roles,
-    ///     [ChatRole::User, ChatRole::Assistant, ChatRole::Tool, ChatRole::Assistant, ChatRole::User]
-    /// );
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn append_chat(
+    /// See [`Session::append_chat`](super::Session::append_chat).
+    pub(crate) async fn append_chat(
         &self,
         key: &SessionKey,
         messages: &[crate::context::chat::ChatMessage],
@@ -507,9 +467,8 @@ impl SessionManager {
 }
 
 impl SessionTranscripts<'_> {
-    /// Mirrors a message delivered outside the model (a reminder, a broadcast) into the
-    /// session's transcript, as OpenClaw does. `None` when there is nothing to mirror.
-    pub async fn mirror_delivery(
+    /// See [`Session::mirror_delivery`](super::Session::mirror_delivery).
+    pub(crate) async fn mirror_delivery(
         &self,
         key: &SessionKey,
         text: &str,
@@ -529,11 +488,8 @@ impl SessionTranscripts<'_> {
             .pop())
     }
 
-    /// Takes a checkpoint (`manual`, `new_session`, `turn_limit`, `idle`): with an
-    /// [`Introspector`](crate::memory::checkpoint::Introspector), it looks over the session's
-    /// events since the last checkpoint and its working memory and description are updated
-    /// from what it returns; a checkpoint event is recorded either way.
-    pub async fn checkpoint(
+    /// See [`Session::checkpoint`](super::Session::checkpoint).
+    pub(crate) async fn checkpoint(
         &self,
         key: &SessionKey,
         reason: CheckpointReason,
@@ -549,9 +505,8 @@ impl SessionTranscripts<'_> {
         Ok(event)
     }
 
-    /// The events of `key`'s current session from `from` on: a client that reconnects
-    /// passes the `next` offset of its last read and gets only what it missed.
-    pub async fn replay(&self, key: &SessionKey, from: Offset) -> Result<TranscriptRead> {
+    /// See [`Session::replay`](super::Session::replay).
+    pub(crate) async fn replay(&self, key: &SessionKey, from: Offset) -> Result<TranscriptRead> {
         let entry = self.manager.existing(key).await?.entry;
         let transcript = TranscriptRef::of(key, &entry, &self.manager.settings.default_agent);
         self.manager
@@ -560,56 +515,30 @@ impl SessionTranscripts<'_> {
             .await
     }
 
+    /// See [`Session::follow`](super::Session::follow).
+    pub(crate) async fn follow(&self, key: &SessionKey, from: Offset) -> Result<TranscriptFollow> {
+        let entry = self.manager.existing(key).await?.entry;
+        self.manager.follow_stored(key, &entry, from)
+    }
+}
+
+impl SessionManager {
     /// Live transcript updates of every session: this process's appends, and other
     /// processes' where the store hears of them (PostgreSQL, SQLite). Dropping the
     /// subscription unsubscribes. For one session, in order and without gaps, use
-    /// [`follow`](Self::follow).
+    /// [`Session::follow`](super::Session::follow).
     pub fn subscribe(&self) -> Result<TranscriptSubscription> {
-        Ok(self.manager.transcript_store()?.subscribe())
-    }
-
-    /// Follows the events of `key`'s current session from `from` on, whichever process
-    /// appends them: every event once, in order, waiting for new ones. A client that
-    /// reconnects passes the [`position`](TranscriptFollow::position) it reached. A
-    /// reset starts a new session with a new transcript: the follower returns the old
-    /// session's last events and ends; follow `key` again then.
-    ///
-    /// ```
-    /// use agent_sessions::manager::LogMessage;
-    /// use agent_sessions::prelude::*;
-    /// use agent_sessions::transcript::{MemoryTranscriptStore, Offset};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> agent_sessions::Result<()> {
-    /// let manager = SessionManager::builder(MemoryStore::new())
-    ///     .transcripts(MemoryTranscriptStore::new())
-    ///     .build();
-    /// let message = InboundMessage::direct("telegram", "42", "hi");
-    /// let key = manager.resolve(&message).await?.key;
-    /// let mut follow = manager.transcripts().follow(&key, Offset::START).await?;
-    /// manager
-    ///     .transcripts()
-    ///     .log_message(&key, LogMessage::inbound("hi"))
-    ///     .await?;
-    /// let events = follow.next().await?.expect("the session is live");
-    /// assert_eq!(events.last().unwrap().entry.message.as_ref().unwrap().text(), "hi");
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn follow(&self, key: &SessionKey, from: Offset) -> Result<TranscriptFollow> {
-        let entry = self.manager.existing(key).await?.entry;
-        self.follow_stored(key, &entry, from)
+        Ok(self.transcript_store()?.subscribe())
     }
 
     /// Follows the events of session `session_id` — current or closed — from `from`
-    /// on, as [`follow`](Self::follow) does; `None` if no such session is stored.
+    /// on, as [`Session::follow`](super::Session::follow) does; `None` if no such session is stored.
     pub async fn follow_session(
         &self,
         session_id: &str,
         from: Offset,
     ) -> Result<Option<TranscriptFollow>> {
         let Some(session) = self
-            .manager
             .find_session(session_id, crate::store::StatusFilter::Any)
             .await?
         else {
@@ -619,21 +548,16 @@ impl SessionTranscripts<'_> {
             .map(Some)
     }
 
-    fn follow_stored(
+    pub(super) fn follow_stored(
         &self,
         key: &SessionKey,
         entry: &SessionEntry,
         from: Offset,
     ) -> Result<TranscriptFollow> {
-        let store = self
-            .manager
-            .seams
-            .transcripts
-            .clone()
-            .ok_or(Error::NotConfigured {
-                what: "a transcript store (SessionManagerBuilder::transcripts)",
-            })?;
-        let transcript = TranscriptRef::of(key, entry, &self.manager.settings.default_agent);
+        let store = self.seams.transcripts.clone().ok_or(Error::NotConfigured {
+            what: "a transcript store (SessionManagerBuilder::transcripts)",
+        })?;
+        let transcript = TranscriptRef::of(key, entry, &self.settings.default_agent);
         Ok(TranscriptFollow::new(store, transcript, from))
     }
 }

@@ -407,12 +407,8 @@ impl SessionManager {
         }
     }
 
-    /// The conversation of `key`'s current session as chat messages for the model,
-    /// within the session's token budget (see [`Turn::messages`]); it ends with the
-    /// session's last logged message. Needs a transcript store
-    /// ([`Error::NotConfigured`](crate::Error::NotConfigured) otherwise): the
-    /// conversation is read back from it.
-    pub async fn messages(&self, key: &SessionKey) -> Result<Vec<ChatMessage>> {
+    /// See [`Session::messages`](super::Session::messages).
+    pub(crate) async fn messages(&self, key: &SessionKey) -> Result<Vec<ChatMessage>> {
         let entry = self.existing(key).await?.entry;
         let (mut history, compacted) = self.history_messages(key, &entry, None).await?;
         let Some(last) = history.pop() else {

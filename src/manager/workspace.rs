@@ -11,14 +11,8 @@ use crate::key::SessionKey;
 use crate::store::ListFilter;
 
 impl SessionManager {
-    /// The workspace of the session under `key`, created on first use
-    /// ([`Error::NotConfigured`] without [`workspaces`](super::SessionManagerBuilder::workspaces)).
-    ///
-    /// Its UUID is recorded in the entry ([`SessionEntry::workspace_id`]) and kept
-    /// across resets. A session's first workspace takes, with
-    /// [`WorkspaceSharing::PerIdentity`], the workspace of a sibling (same person, same
-    /// agent identity) if one has one; otherwise the session's own id.
-    pub async fn workspace(&self, key: &SessionKey) -> Result<Workspace> {
+    /// See [`Session::workspace`](super::Session::workspace).
+    pub(crate) async fn workspace(&self, key: &SessionKey) -> Result<Workspace> {
         let workspaces = self.seams.workspaces.clone().ok_or(Error::NotConfigured {
             what: "session workspaces (SessionManagerBuilder::workspaces)",
         })?;

@@ -33,7 +33,7 @@ pub struct IntrospectionOutcome {
 /// Looks back over a session at a checkpoint (an introspection agent). The host implements
 /// it, usually with a model; the manager stores what it returns.
 ///
-/// The manager calls it on `SessionTranscripts::checkpoint` (manual or idle, as the host
+/// The manager calls it on `Session::checkpoint` (manual or idle, as the host
 /// decides), every N turns (`turn_limit`, when configured), and when a session is
 /// replaced by a new one (`new_session`, over the old session's events; only the
 /// working memory carries over to the new session).

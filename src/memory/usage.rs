@@ -211,7 +211,7 @@ impl EngineSession {
     }
 }
 
-/// Which engine session to look up with [`SessionMemory::engine_session`](crate::manager::SessionMemory::engine_session).
+/// Which engine session to look up with [`Session::engine_session`](crate::manager::Session::engine_session).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum EngineKind {

@@ -1,6 +1,6 @@
 //! Search, categorisation and analytics over the message log.
 //!
-//! The message log is what [`SessionTranscripts::log_message`](crate::manager::SessionTranscripts::log_message)
+//! The message log is what [`Session::log_message`](crate::manager::Session::log_message)
 //! writes into transcripts. [`Search`] copies it, incrementally, into a
 //! [`SearchIndex`] and answers [`Search::search`]: full text (BM25) always, plus
 //! semantic similarity when the host gives it an [`Embedder`], ranked together. In the
@@ -25,7 +25,7 @@
 //!     .build();
 //! let message = InboundMessage::direct("sms", "+15550100", "When is my next roster?");
 //! let resolution = manager.resolve(&message).await?;
-//! manager.transcripts().log_message(&resolution.key, LogMessage::from_inbound(&message)).await?;
+//! manager.session(&resolution.key).log_message(LogMessage::from_inbound(&message)).await?;
 //!
 //! let search = Search::new(MemoryIndex::new());
 //! search.sync(&*transcripts).await?;

@@ -9,25 +9,23 @@ use agent_sessions::{InboundMessage, SessionManager};
 pub async fn separate_calls(manager: &SessionManager, message: &InboundMessage, reply: &str) {
     let resolution = manager.resolve(message).await.unwrap();
     manager
-        .transcripts()
-        .log_message(&resolution.key, LogMessage::from_inbound(message))
+        .session(&resolution.key)
+        .log_message(LogMessage::from_inbound(message))
         .await
         .unwrap();
     manager
-        .memory()
-        .memory_flush_plan(&resolution.key)
+        .session(&resolution.key)
+        .memory_flush_plan()
         .await
         .unwrap();
     manager
-        .transcripts()
-        .log_message(&resolution.key, LogMessage::outbound(reply))
+        .session(&resolution.key)
+        .log_message(LogMessage::outbound(reply))
         .await
         .unwrap();
     manager
-        .record_turn(
-            &resolution.key,
-            TurnOutcome::completed().with_exchange(resolution.body.clone(), reply),
-        )
+        .session(&resolution.key)
+        .record_turn(TurnOutcome::completed().with_exchange(resolution.body.clone(), reply))
         .await
         .unwrap();
 }

@@ -92,7 +92,7 @@ async fn the_model_is_sent_the_conversation_across_turns_resets_and_a_restart() 
     let key = manager
         .key_for(&InboundMessage::direct("telegram", "42", ""))
         .unwrap();
-    let entry = manager.get(&key).await.unwrap().unwrap().entry;
+    let entry = manager.session(&key).get().await.unwrap().unwrap().entry;
     assert_eq!(entry.input_tokens, Some(PROMPT_TOKENS));
     assert_eq!(entry.output_tokens, Some(COMPLETION_TOKENS));
 
@@ -109,7 +109,7 @@ async fn the_model_is_sent_the_conversation_across_turns_resets_and_a_restart() 
     );
 
     // `manager.reset` (an operator, the CLI) starts over the same way.
-    manager.reset(&key).await.unwrap();
+    manager.session(&key).reset().await.unwrap();
     assert_eq!(archived_transcripts(dir.path()), 2);
     assert_eq!(say(&manager, &client, "Fresh start.").await, ["reply 4"]);
     assert_eq!(
@@ -150,7 +150,7 @@ async fn a_failed_completion_leaves_an_aborted_run_and_no_reply_in_the_history()
     );
 
     let key = manager.key_for(&message).unwrap();
-    let entry = manager.get(&key).await.unwrap().unwrap().entry;
+    let entry = manager.session(&key).get().await.unwrap().unwrap().entry;
     assert_eq!(entry.aborted_last_run, Some(true));
 
     // The next turn sees the unanswered message, and no reply to it.
@@ -226,7 +226,7 @@ async fn a_streamed_answer_is_shown_as_it_arrives_and_logged_once_whole() {
         server.last_request()["stream_options"]["include_usage"],
         true
     );
-    let entry = manager.get(&key).await.unwrap().unwrap().entry;
+    let entry = manager.session(&key).get().await.unwrap().unwrap().entry;
     assert_eq!(entry.input_tokens, Some(PROMPT_TOKENS));
     assert_eq!(entry.output_tokens, Some(COMPLETION_TOKENS));
     assert_eq!(entry.model.as_deref(), Some("gpt-test"));

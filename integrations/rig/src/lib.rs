@@ -7,7 +7,7 @@
 //!   `AgentBuilder::memory` and run the agent with any conversation id (`"user-77"`;
 //!   each is a session of its own). `load` runs the session's lifecycle (daily reset, idle expiry,
 //!   close) and is the conversation as the model should see it
-//!   ([`SessionManager::messages`]: within the context window, tool calls included,
+//!   ([`Session::messages`](agent_sessions::manager::Session::messages): within the context window, tool calls included,
 //!   the summary first after a compaction), `append` logs the run's messages in the
 //!   transcript, `clear` resets the session (its transcript is archived).
 //! - [`answer`] runs one inbound message through a whole turn with an agent: the
@@ -132,7 +132,7 @@ impl From<rig_agent::completion::PromptError> for Error {
 /// assert_eq!(memory.load(&id).await?.len(), 2);
 /// let key = agent_sessions_rig::conversation_key("user-77")?;
 /// assert_eq!(key.as_str(), "agent:main:rig:conversation:user-77");
-/// assert!(manager.get(&key).await?.is_some());
+/// assert!(manager.session(&key).get().await?.is_some());
 /// # Ok(())
 /// # }
 /// ```
@@ -180,7 +180,7 @@ impl SessionMemory {
 
     async fn load_messages(&self, id: &ConversationId) -> Result<Vec<Message>, MemoryError> {
         let key = self.session_key(id)?;
-        let Some(stored) = self.manager.get(&key).await.map_err(backend)? else {
+        let Some(stored) = self.manager.session(&key).get().await.map_err(backend)? else {
             return Ok(Vec::new());
         };
         // The lifecycle a resolve would run: a stale or closed session is replaced.
@@ -190,10 +190,15 @@ impl SessionMemory {
             .is_expired(&probe, &stored.entry)
             .map_err(backend)?
         {
-            self.manager.reset(&key).await.map_err(backend)?;
+            self.manager.session(&key).reset().await.map_err(backend)?;
             return Ok(Vec::new());
         }
-        let messages = self.manager.messages(&key).await.map_err(backend)?;
+        let messages = self
+            .manager
+            .session(&key)
+            .messages()
+            .await
+            .map_err(backend)?;
         Ok(rig_messages(&messages))
     }
 
@@ -230,22 +235,22 @@ impl SessionMemory {
                 .cloned()
                 .collect();
             manager
-                .transcripts()
-                .append_chat(&key, &steps)
+                .session(&key)
+                .append_chat(&steps)
                 .await
                 .map_err(backend)?;
             if let Some(text) = text {
                 manager
-                    .transcripts()
-                    .log_message(&key, LogMessage::inbound(text.content.clone()))
+                    .session(&key)
+                    .log_message(LogMessage::inbound(text.content.clone()))
                     .await
                     .map_err(backend)?;
                 asked = Some(text.content.clone());
             }
             if let Some(reply) = reply {
                 manager
-                    .transcripts()
-                    .log_message(&key, LogMessage::outbound(reply.content.clone()))
+                    .session(&key)
+                    .log_message(LogMessage::outbound(reply.content.clone()))
                     .await
                     .map_err(backend)?;
                 answered = Some(reply.content.clone());
@@ -255,13 +260,17 @@ impl SessionMemory {
         if let (Some(asked), Some(answered)) = (asked, answered) {
             outcome.exchange = Some((asked, answered));
         }
-        manager.record_turn(&key, outcome).await.map_err(backend)?;
+        manager
+            .session(&key)
+            .record_turn(outcome)
+            .await
+            .map_err(backend)?;
         Ok(())
     }
 
     async fn clear_session(&self, id: &ConversationId) -> Result<(), MemoryError> {
         let key = self.session_key(id)?;
-        match self.manager.reset(&key).await {
+        match self.manager.session(&key).reset().await {
             Ok(_) | Err(agent_sessions::Error::NotFound { .. }) => Ok(()),
             Err(error) => Err(backend(error)),
         }
@@ -626,10 +635,7 @@ async fn finish(
         .into_iter()
         .filter(|m| m.role == ChatRole::Tool || !m.tool_calls.is_empty())
         .collect();
-    manager
-        .transcripts()
-        .append_chat(turn.key(), &steps)
-        .await?;
+    manager.session(turn.key()).append_chat(&steps).await?;
     let mut usage = turn_usage(&response.usage);
     if let Some(call) = response.completion_calls.last() {
         (usage.provider, usage.model) = model_of(&call.raw);

@@ -101,10 +101,11 @@ async fn session_memory_gives_the_agent_its_conversation_across_turns_resets_and
         ])
     );
     // The turns are the session's: counted and in its transcript.
-    let entry = manager.get(&key).await.unwrap().unwrap().entry;
+    let entry = manager.session(&key).get().await.unwrap().unwrap().entry;
     assert_eq!(entry.turn_count, Some(2));
     let kept: Vec<String> = manager
-        .messages(&key)
+        .session(&key)
+        .messages()
         .await
         .unwrap()
         .into_iter()
@@ -137,7 +138,7 @@ async fn session_memory_gives_the_agent_its_conversation_across_turns_resets_and
     );
 
     // And so is an operator's `manager.reset`.
-    manager.reset(&key).await.unwrap();
+    manager.session(&key).reset().await.unwrap();
     assert_eq!(say(&manager, &bot, "Fresh start.").await, "reply 5");
     assert_eq!(
         server.last_messages(),
@@ -229,7 +230,7 @@ async fn a_runs_tool_calls_and_results_are_kept_and_sent_with_the_next_turn() {
 
     // The session's conversation has them too, as tool calls and tool messages.
     let key = manager.key_for(&dm("")).unwrap();
-    let kept = manager.messages(&key).await.unwrap();
+    let kept = manager.session(&key).messages().await.unwrap();
     assert_eq!(kept[1].tool_calls[0].name, "shifts");
     assert_eq!(kept[2].role, ChatRole::Tool);
     assert_eq!(kept[2].tool_call_id.as_deref(), Some("call_1"));
@@ -269,7 +270,7 @@ async fn answer_runs_whole_turns_across_resets_and_a_restart() {
     );
     // The run's usage is the session's.
     let key = manager.key_for(&dm("")).unwrap();
-    let entry = manager.get(&key).await.unwrap().unwrap().entry;
+    let entry = manager.session(&key).get().await.unwrap().unwrap().entry;
     assert_eq!(entry.input_tokens, Some(PROMPT_TOKENS));
     assert_eq!(entry.output_tokens, Some(COMPLETION_TOKENS));
     // …with the model and provider the response named.
@@ -474,7 +475,7 @@ async fn answer_streamed_shows_the_reply_as_it_arrives_and_logs_it_once() {
     assert_eq!(payloads[0].text.as_deref(), Some("reply 1"));
     assert_eq!(server.last_request()["stream"], true);
     let key = manager.key_for(&dm("")).unwrap();
-    let entry = manager.get(&key).await.unwrap().unwrap().entry;
+    let entry = manager.session(&key).get().await.unwrap().unwrap().entry;
     assert_eq!(
         (entry.input_tokens, entry.output_tokens),
         (Some(PROMPT_TOKENS), Some(COMPLETION_TOKENS))

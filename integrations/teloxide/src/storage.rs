@@ -150,7 +150,7 @@ impl SessionDialogueStorage {
 
     async fn get<D: DeserializeOwned>(&self, chat_id: ChatId) -> Result<Option<D>, DialogueError> {
         let key = self.key(chat_id)?;
-        let Some(stored) = self.manager.get(&key).await? else {
+        let Some(stored) = self.manager.session(&key).get().await? else {
             return Ok(None);
         };
         if self

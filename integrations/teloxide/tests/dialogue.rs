@@ -89,7 +89,14 @@ async fn the_dialogue_lives_in_the_session_entry() {
         Some(awaiting("coffee"))
     );
     let key = SessionKey::parse("agent:main:telegram:dm:42").unwrap();
-    let entry = bot.manager.get(&key).await.unwrap().unwrap().entry;
+    let entry = bot
+        .manager
+        .session(&key)
+        .get()
+        .await
+        .unwrap()
+        .unwrap()
+        .entry;
     assert_eq!(
         entry.extra[DIALOGUE_FIELD]["42"],
         serde_json::json!({
@@ -100,7 +107,14 @@ async fn the_dialogue_lives_in_the_session_entry() {
     // Writing the dialogue is not activity: the idle clock is not restarted.
     bot.clock.advance(Duration::from_secs(60));
     bot.dialogue(ADA).update(Order::Start).await.unwrap();
-    let after = bot.manager.get(&key).await.unwrap().unwrap().entry;
+    let after = bot
+        .manager
+        .session(&key)
+        .get()
+        .await
+        .unwrap()
+        .unwrap()
+        .entry;
     assert_eq!(after.updated_at, entry.updated_at);
 }
 
@@ -148,7 +162,7 @@ async fn a_closed_session_has_no_dialogue() {
     bot.say(ADA, "a coffee please").await;
     bot.dialogue(ADA).update(awaiting("coffee")).await.unwrap();
     let key = SessionKey::parse("agent:main:telegram:dm:42").unwrap();
-    bot.manager.close(&key).await.unwrap();
+    bot.manager.session(&key).close().await.unwrap();
     assert_eq!(bot.dialogue(ADA).get().await.unwrap(), Some(Order::Start));
 }
 
@@ -207,7 +221,14 @@ async fn a_group_dialogue_lives_in_the_group_session() {
         .unwrap();
 
     let key = SessionKey::parse("agent:main:telegram:group:-100").unwrap();
-    let entry = bot.manager.get(&key).await.unwrap().unwrap().entry;
+    let entry = bot
+        .manager
+        .session(&key)
+        .get()
+        .await
+        .unwrap()
+        .unwrap()
+        .entry;
     assert_eq!(
         entry.extra[DIALOGUE_FIELD]["-100"]["state"]["AwaitingSize"]["item"],
         "pizza"
@@ -334,11 +355,12 @@ async fn enter_dialogue_lets_a_new_chats_first_message_through() {
     );
     assert!(
         bot.manager
-            .get(
+            .session(
                 &bot.manager
                     .key_for(&TelegramAdapter::new(UserId(777), "helper_bot").chat(BOB))
                     .unwrap()
             )
+            .get()
             .await
             .unwrap()
             .is_none(),
