@@ -53,7 +53,8 @@ fn bench(
 ) {
     let manager = SessionManager::builder(store.clone())
         .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
-        .build();
+        .build()
+        .unwrap();
     let target = sessions / 2;
     let target_key = key(target);
     let message = InboundMessage::direct(

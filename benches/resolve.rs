@@ -24,7 +24,8 @@ fn bench_store(
 ) {
     let manager = SessionManager::builder(store.clone())
         .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
-        .build();
+        .build()
+        .unwrap();
     let target = SESSIONS / 2;
     let message = InboundMessage::direct(
         "telegram",

@@ -47,7 +47,8 @@ fn bench(
     let manager = SessionManager::builder(store)
         .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
         .transcripts(transcripts)
-        .build();
+        .build()
+        .unwrap();
     let (by_calls, by_turn) = (message("200000001"), message("200000002"));
     let mut group = c.benchmark_group(format!("turn/{name}/{SESSIONS}"));
     group.bench_function("baseline_separate_calls", |b| {

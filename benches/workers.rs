@@ -36,7 +36,7 @@ fn worker(spec: &str) {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let manager = SessionManager::connect(url).await.unwrap().build();
+        let manager = SessionManager::connect(url).await.unwrap().build().unwrap();
         let mut turn_number = 0usize;
         let stdin = std::io::stdin();
         let mut stdout = std::io::stdout();

@@ -45,7 +45,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let manager = SessionManager::builder(MemoryStore::new())
         .reset_triggers(ResetTriggers::default().mention_names(["@bot"]))
         .clock(clock.clone())
-        .build();
+        .build()?;
 
     let family = |sender: &str, name: &str, text: &str| {
         InboundMessage::group("whatsapp", "120363406150318674@g.us", sender, text)

@@ -53,7 +53,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .agent_identity("reggie_oc", "reggie")
         .agent_identity("reggie_fd", "reggie")
         .clock(clock.clone())
-        .build();
+        .build()?;
 
     // (channel, how the channel identifies her, agent, what she says, minutes later)
     let web_login = Identifier::Subject {

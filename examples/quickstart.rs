@@ -49,7 +49,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         // `/new` and `/reset` as usual; in groups the agent is mentioned as "@bot".
         .reset_triggers(ResetTriggers::default().mention_names(["@bot"]))
         .clock(clock.clone())
-        .build();
+        .build()?;
 
     let alice = |text: &str| {
         InboundMessage::direct("telegram", "123456789", text).with_sender_name("Alice")

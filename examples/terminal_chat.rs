@@ -82,7 +82,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let manager = SessionManager::connect(&format!("json:{}", options.root.display()))
         .await?
         .freshness(IdleSeconds(options.idle_seconds))
-        .build();
+        .build()?;
     let user = std::env::var("USER").unwrap_or_else(|_| "you".into());
     println!(
         "chatting as {user}; state in {} (sessions expire after {} quiet seconds; /new resets, /quit ends)",

@@ -15,7 +15,7 @@
 //! # let dir = tempfile::tempdir().unwrap();
 //! # let url = format!("json:{}", dir.path().display());
 //! // OpenClaw's files ("json:~/.openclaw"), "sqlite:sessions.db" or "postgres://…".
-//! let manager = SessionManager::connect(&url).await?.build();
+//! let manager = SessionManager::connect(&url).await?.build()?;
 //!
 //! let message = InboundMessage::direct("telegram", "42", "When is my shift?");
 //! let turn = manager.turn(&message).await?; // the session: new, continued or reset

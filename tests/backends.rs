@@ -57,7 +57,8 @@ async fn busy_openclaw_tree() -> tempfile::TempDir {
                     .default_agent(AgentId::new(agent).unwrap())
                     .dm_scope(DmScope::PerChannelPeer),
             )
-            .build();
+            .build()
+            .unwrap();
         for (peer, text) in [("42", "hi ✓"), ("43", "hello"), ("42", "and then?")] {
             let message = InboundMessage::direct("telegram", peer, text).from_person(peer);
             let resolution = manager.resolve(&message).await.unwrap();
@@ -206,7 +207,11 @@ async fn an_imported_openclaw_tree_keeps_working_in_sqlite() {
         .unwrap();
     assert_eq!(read.events.len(), 14);
     assert!(read.issues.is_empty(), "{:?}", read.issues);
-    let manager = SessionManager::connect(&url).await.unwrap().build();
+    let manager = SessionManager::connect(&url)
+        .await
+        .unwrap()
+        .build()
+        .unwrap();
     let next = manager
         .session(&main)
         .log_message(LogMessage::inbound("continued in SQLite"))

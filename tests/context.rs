@@ -24,6 +24,7 @@ fn manager(clock: &ManualClock, mention_names: &[&str]) -> SessionManager {
         .clock(clock.clone())
         .event_time_zone(Zone::Utc)
         .build()
+        .unwrap()
 }
 
 fn family(name: &str, phone: &str, body: &str) -> InboundMessage {
@@ -150,7 +151,8 @@ async fn owner_messages_not_addressed_to_the_agent_are_marked_when_owners_are_an
         .clock(clock.clone())
         .event_time_zone(Zone::Utc)
         .owner_chatter(OwnerChatter::Answer)
-        .build();
+        .build()
+        .unwrap();
     let owner = family("Olivia", "+1555", "lunch is at one").from_owner();
     assert_eq!(
         model_input(&manager, &owner).await.unwrap(),
@@ -236,7 +238,8 @@ async fn the_send_policy_silences_a_session_and_overrides_win() {
                 action: SendPolicy::Deny,
             }],
         })
-        .build();
+        .build()
+        .unwrap();
     let message = family("Alice", "+1234567890", "@bot hi").mentioning_agent();
     let hello = || vec![ReplyPayload::text("hello")];
     assert!(
@@ -302,7 +305,7 @@ async fn a_host_silence_token_is_honoured() {
         if let Some(token) = token {
             builder = builder.silent_reply_token(*token);
         }
-        let manager = builder.build();
+        let manager = builder.build().unwrap();
         let sent = sent(
             &manager,
             &message,
@@ -326,7 +329,8 @@ async fn bare_key_prefixes_from_openclaw_configs_reach_agent_scoped_sessions() {
     let manager = SessionManager::builder(MemoryStore::new())
         .clock(clock)
         .send_policy(policy)
-        .build();
+        .build()
+        .unwrap();
     // (message, session key it lands in, replies sent)
     let cases = [
         (

@@ -49,7 +49,7 @@ async fn a_message_delivered_again_is_answered_once_even_after_a_restart() {
     let stores = Stores::new("dedupe_again");
     for url in &stores.urls {
         let key = {
-            let manager = SessionManager::connect(url).await.unwrap().build();
+            let manager = SessionManager::connect(url).await.unwrap().build().unwrap();
             let first = manager
                 .turn(&update("1001", "When is my shift?"))
                 .await
@@ -67,7 +67,7 @@ async fn a_message_delivered_again_is_answered_once_even_after_a_restart() {
             key
         };
         // The bot restarts and the channel delivers the update once more.
-        let manager = SessionManager::connect(url).await.unwrap().build();
+        let manager = SessionManager::connect(url).await.unwrap().build().unwrap();
         let after_restart = manager
             .turn(&update("1001", "When is my shift?"))
             .await
@@ -98,7 +98,7 @@ async fn a_message_delivered_again_is_answered_once_even_after_a_restart() {
 async fn a_reset_delivered_again_resets_once() {
     let stores = Stores::new("dedupe_reset");
     for url in &stores.urls {
-        let manager = SessionManager::connect(url).await.unwrap().build();
+        let manager = SessionManager::connect(url).await.unwrap().build().unwrap();
         manager
             .turn(&update("1", "hi"))
             .await
@@ -127,7 +127,7 @@ async fn a_reset_delivered_again_resets_once() {
 async fn chatter_delivered_again_is_kept_and_shown_once() {
     let stores = Stores::new("dedupe_chatter");
     for url in &stores.urls {
-        let manager = SessionManager::connect(url).await.unwrap().build();
+        let manager = SessionManager::connect(url).await.unwrap().build().unwrap();
         let chatter = || in_group("501", "Ann", "lunch at noon?");
         let first = manager.turn(&chatter()).await.unwrap();
         assert_eq!(first.action(), &TurnAction::StaySilent, "{url}");
@@ -174,7 +174,8 @@ async fn messages_without_an_id_are_never_deduplicated_and_the_window_ends() {
     let manager = SessionManager::builder(MemoryStore::new())
         .transcripts(MemoryTranscriptStore::new())
         .clock(clock.clone())
-        .build();
+        .build()
+        .unwrap();
     for _ in 0..2 {
         let turn = manager
             .turn(&InboundMessage::direct("telegram", "42", "ping"))
@@ -202,7 +203,8 @@ async fn messages_without_an_id_are_never_deduplicated_and_the_window_ends() {
     let manager = SessionManager::builder(MemoryStore::new())
         .transcripts(MemoryTranscriptStore::new())
         .dedupe_window(Duration::ZERO)
-        .build();
+        .build()
+        .unwrap();
     for _ in 0..2 {
         let turn = manager.turn(&update("9", "hi")).await.unwrap();
         assert_eq!(turn.action(), &TurnAction::Answer);
@@ -213,7 +215,7 @@ async fn messages_without_an_id_are_never_deduplicated_and_the_window_ends() {
 async fn a_turn_dropped_anywhere_leaves_its_message_answered_or_taken_again_once() {
     let stores = Stores::new("dedupe_drop");
     for url in &stores.urls {
-        let manager = SessionManager::connect(url).await.unwrap().build();
+        let manager = SessionManager::connect(url).await.unwrap().build().unwrap();
         let waits: Vec<u64> = (0..40).map(|n| n * n * 10).collect();
         let mut key = None;
         for wait in &waits {
@@ -261,7 +263,11 @@ fn dedupe_child() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let manager = SessionManager::connect(&url).await.unwrap().build();
+        let manager = SessionManager::connect(&url)
+            .await
+            .unwrap()
+            .build()
+            .unwrap();
         let named = std::env::var(CHILD_UPDATE).unwrap_or_default();
         let (id, text) = named
             .split_once('|')
@@ -337,7 +343,7 @@ async fn two_processes_racing_the_same_update_answer_it_once() {
     let stores = Stores::new("dedupe_race");
     for url in &stores.urls {
         // The store exists before the racers start.
-        drop(SessionManager::connect(url).await.unwrap().build());
+        drop(SessionManager::connect(url).await.unwrap().build().unwrap());
         let mut racers = [Child2::start(url), Child2::start(url)];
         let mut actions: Vec<String> = racers.iter_mut().map(Child2::said).collect();
         actions.sort();
@@ -345,7 +351,7 @@ async fn two_processes_racing_the_same_update_answer_it_once() {
         for racer in &mut racers {
             racer.complete();
         }
-        let manager = SessionManager::connect(url).await.unwrap().build();
+        let manager = SessionManager::connect(url).await.unwrap().build().unwrap();
         let key = manager.key_for(&update("1001", "")).unwrap();
         assert_eq!(
             lines_saying(&manager, &key, "When is my shift?").await,
@@ -368,7 +374,7 @@ async fn an_update_taken_by_a_running_or_killed_process_is_not_answered_again() 
         let mut first = Child2::start(url);
         assert_eq!(first.said(), "action answer", "{url}");
         // The first turn still runs in the other process.
-        let manager = SessionManager::connect(url).await.unwrap().build();
+        let manager = SessionManager::connect(url).await.unwrap().build().unwrap();
         let while_running = manager
             .turn(&update("1001", "When is my shift?"))
             .await
@@ -403,7 +409,7 @@ async fn a_reset_delivered_again_after_the_process_that_took_it_exited_resets_on
         let mut first = Child2::start_with(url, "2|/new");
         assert_eq!(first.said(), "action acknowledge", "{url}");
         first.complete();
-        let manager = SessionManager::connect(url).await.unwrap().build();
+        let manager = SessionManager::connect(url).await.unwrap().build().unwrap();
         let key = manager.key_for(&update("2", "/new")).unwrap();
         let session = manager
             .session(&key)

@@ -165,7 +165,8 @@ async fn orphans_of_every_atomic_write_are_found_and_quarantined() {
     let manager = SessionManager::connect(&format!("json:{}", dir.path().display()))
         .await
         .unwrap()
-        .build();
+        .build()
+        .unwrap();
     // Every directory the crate replaces files in atomically, used once.
     let group = InboundMessage::group("telegram", "-100", "7", "lunch?");
     let chatter = manager.turn(&group).await.unwrap();
@@ -490,7 +491,8 @@ async fn a_moved_state_directory_is_repaired_and_its_conversations_go_on() {
         let manager = SessionManager::connect(&format!("json:{}", before.display()))
             .await
             .unwrap()
-            .build();
+            .build()
+            .unwrap();
         let turn = manager.turn(&dm()).await.unwrap();
         turn.complete("Thursday at 9.").await.unwrap();
     }
@@ -498,7 +500,8 @@ async fn a_moved_state_directory_is_repaired_and_its_conversations_go_on() {
     let manager = SessionManager::connect(&format!("json:{}", after.display()))
         .await
         .unwrap()
-        .build();
+        .build()
+        .unwrap();
     assert!(
         manager.turn(&dm()).await.is_err(),
         "the old location is refused"

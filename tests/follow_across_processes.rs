@@ -17,7 +17,7 @@ fn inbound() -> InboundMessage {
 }
 
 async fn manager(url: &str) -> SessionManager {
-    SessionManager::connect(url).await.unwrap().build()
+    SessionManager::connect(url).await.unwrap().build().unwrap()
 }
 
 fn texts(events: &[SessionEvent]) -> Vec<String> {

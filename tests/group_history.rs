@@ -128,6 +128,7 @@ fn flaky_manager(backend: &Backend, failing: &Arc<AtomicBool>, written: bool) ->
         .history(backend.history().clone())
         .system_events(backend.system_events().clone())
         .build()
+        .unwrap()
 }
 
 /// Says `message` in its group, where it is kept as chatter.
@@ -238,7 +239,7 @@ async fn an_append_that_reports_an_error_after_writing_its_line_counts_as_done()
 async fn a_turn_dropped_anywhere_leaves_its_chatter_in_exactly_one_model_input() {
     let stores = Stores::new("claim_drop");
     for url in &stores.urls {
-        let manager = SessionManager::connect(url).await.unwrap().build();
+        let manager = SessionManager::connect(url).await.unwrap().build().unwrap();
         // The host gives up on a mention after a while, from at once to after the turn
         // is done: whatever the turn had reached, the chatter before it reaches exactly
         // one model input, this turn's or a later one's.
@@ -266,7 +267,11 @@ async fn a_turn_dropped_anywhere_leaves_its_chatter_in_exactly_one_model_input()
 async fn chatter_that_cannot_be_kept_fails_the_call_and_a_mention_is_still_answered() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("json:{}", dir.path().display());
-    let manager = SessionManager::connect(&url).await.unwrap().build();
+    let manager = SessionManager::connect(&url)
+        .await
+        .unwrap()
+        .build()
+        .unwrap();
     // Something planted where the group's history file belongs.
     let planted = dir
         .path()
@@ -303,6 +308,7 @@ async fn each_agent_keeps_its_own_history_of_a_group() {
                     .unwrap()
                     .isolate_to_agent(agent)
                     .build()
+                    .unwrap()
             }
         };
         let alpha = isolated("alpha").await;
@@ -336,7 +342,7 @@ async fn each_agent_keeps_its_own_history_of_a_group() {
 async fn each_forum_topic_keeps_its_own_history_when_sessions_are_per_topic() {
     let stores = Stores::new("topic_history");
     for url in &stores.urls {
-        let manager = SessionManager::connect(url).await.unwrap().build();
+        let manager = SessionManager::connect(url).await.unwrap().build().unwrap();
         let in_topic =
             |topic: i64, sender: &str, text: &str| in_group(sender, text).with_forum_topic(topic);
         keep_chatter(&manager, &in_topic(43, "Ann", "topic 43 chatter")).await;
@@ -361,7 +367,7 @@ async fn each_forum_topic_keeps_its_own_history_when_sessions_are_per_topic() {
 async fn a_reset_in_a_group_starts_without_the_chatter_from_before_it() {
     let stores = Stores::new("reset_history");
     for url in &stores.urls {
-        let manager = SessionManager::connect(url).await.unwrap().build();
+        let manager = SessionManager::connect(url).await.unwrap().build().unwrap();
         let owner = |text: &str| mention("Olivia", text).from_owner();
 
         keep_chatter(&manager, &in_group("Ann", "before the bare reset")).await;
@@ -411,7 +417,7 @@ async fn history_kept_before_it_was_per_agent_reaches_the_next_turn() {
             .append("telegram:default:group:-100", said)
             .await
             .unwrap();
-        let manager = SessionManager::connect(url).await.unwrap().build();
+        let manager = SessionManager::connect(url).await.unwrap().build().unwrap();
         keep_chatter(&manager, &in_group("Cy", "after the upgrade")).await;
         let asked = manager.turn(&mention("Bob", "@bot hi")).await.unwrap();
         let seen = asked.input().unwrap().to_owned();
@@ -441,7 +447,8 @@ async fn a_planted_group_history_link_is_refused_and_its_target_left_alone() {
     let manager = SessionManager::connect(&format!("json:{}", dir.path().display()))
         .await
         .unwrap()
-        .build();
+        .build()
+        .unwrap();
     let chatter = manager.turn(&in_group("Ann", "lunch?")).await;
     assert!(
         matches!(chatter, Err(Error::NotAFile { .. })),
@@ -481,7 +488,11 @@ fn chatter_child() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let manager = SessionManager::connect(&url).await.unwrap().build();
+        let manager = SessionManager::connect(&url)
+            .await
+            .unwrap()
+            .build()
+            .unwrap();
         for n in first.. {
             keep_chatter(&manager, &in_group("Ann", &format!("c{n};"))).await;
             println!("ack {n}");
@@ -534,7 +545,7 @@ async fn killed_workers_show_each_chatter_line_once(url: &str, kills: usize) {
         child.wait().unwrap();
         runs.push((first, acks.join().unwrap()));
     }
-    let manager = SessionManager::connect(url).await.unwrap().build();
+    let manager = SessionManager::connect(url).await.unwrap().build().unwrap();
     let last = manager.turn(&mention("Bob", "@bot done?")).await.unwrap();
     let key = last.key().clone();
     last.complete("Done.").await.unwrap();

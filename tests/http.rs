@@ -48,7 +48,8 @@ impl Service {
             .reset_triggers(ResetTriggers::clawos())
             .freshness(ResetConfig::default().reset(ResetSpec::idle(30)))
             .clock(clock.clone())
-            .build();
+            .build()
+            .unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let base = format!("http://{addr}");
@@ -1078,7 +1079,7 @@ async fn serve_checks_its_options_and_stops_on_shutdown() {
         ),
     ] {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let manager = Arc::new(SessionManager::builder(MemoryStore::new()).build());
+        let manager = Arc::new(SessionManager::builder(MemoryStore::new()).build().unwrap());
         let served = tokio::time::timeout(
             Duration::from_secs(5),
             serve(
@@ -1097,7 +1098,7 @@ async fn serve_checks_its_options_and_stops_on_shutdown() {
     }
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let manager = Arc::new(SessionManager::builder(MemoryStore::new()).build());
+    let manager = Arc::new(SessionManager::builder(MemoryStore::new()).build().unwrap());
     let options = ServiceOptions::default();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
@@ -1237,7 +1238,11 @@ struct Worker {
 
 impl Worker {
     async fn of(store: &str, session_id: &str) -> Worker {
-        let manager = SessionManager::connect(store).await.unwrap().build();
+        let manager = SessionManager::connect(store)
+            .await
+            .unwrap()
+            .build()
+            .unwrap();
         let key = manager
             .find_session(session_id, agent_sessions::StatusFilter::Current)
             .await
@@ -1422,7 +1427,8 @@ async fn shutting_down_ends_open_event_streams() {
         SessionManager::connect(&format!("json:{}", dir.path().display()))
             .await
             .unwrap()
-            .build(),
+            .build()
+            .unwrap(),
     );
     let session = manager
         .resolve(&InboundMessage::direct("telegram", "42", "hi"))

@@ -17,6 +17,7 @@ async fn manager(url: &str) -> SessionManager {
         .unwrap()
         .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
         .build()
+        .unwrap()
 }
 
 /// Serves the kernel API over `url` and returns its base address.

@@ -37,7 +37,8 @@ async fn forty_slow_readers_of_a_100_mb_transcript_hold_a_chunk_each() {
     let manager = SessionManager::connect(&format!("json:{}", dir.path().display()))
         .await
         .unwrap()
-        .build();
+        .build()
+        .unwrap();
     let turn = manager
         .turn(&InboundMessage::direct("telegram", "42", "hi"))
         .await

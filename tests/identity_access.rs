@@ -62,7 +62,8 @@ async fn one_person_texting_then_opening_the_web_chat_continues_one_session() {
                 .identity_links(IdentityLinks::new().link("jane", ["staff:17", "42"])),
         )
         .identity_resolver(DefaultIdentityResolver::new().directory(staff()))
-        .build();
+        .build()
+        .unwrap();
 
     let by_sms = manager
         .identify("sms", &Identifier::Phone("+61 411 111 111".into()))
@@ -159,7 +160,8 @@ async fn a_session_keeps_its_person_across_channels_and_senders() {
     for case in cases {
         let manager = SessionManager::builder(MemoryStore::new())
             .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::Main))
-            .build();
+            .build()
+            .unwrap();
         let mut last = None;
         for (person, person_type, channel) in case.writers {
             let mut message =
@@ -190,7 +192,8 @@ async fn one_directory_id_across_phone_channels_is_one_session_without_links() {
     let manager = SessionManager::builder(MemoryStore::new())
         .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerPerson))
         .identity_resolver(DefaultIdentityResolver::new().directory(staff()))
-        .build();
+        .build()
+        .unwrap();
     let mut sessions = Vec::new();
     for channel in ["sms", "whatsapp"] {
         let jane = manager
@@ -214,7 +217,8 @@ async fn identify_needs_a_resolver_and_a_known_channel() {
     ));
     let manager = SessionManager::builder(MemoryStore::new())
         .identity_resolver(DefaultIdentityResolver::new())
-        .build();
+        .build()
+        .unwrap();
     assert!(matches!(
         manager.identify("fax", &Identifier::Phone(JANE_PHONE.into())).await,
         Err(Error::UnknownChannel { channel }) if channel == "fax"
@@ -237,7 +241,8 @@ async fn fixture() -> Fixture {
         .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
         .transcripts(FileTranscriptStore::new(dir.path()))
         .workspaces(Workspaces::new(dir.path().join("workspaces")))
-        .build();
+        .build()
+        .unwrap();
     let key = manager
         .resolve(&jane_by_sms("when is my shift?"))
         .await
@@ -720,7 +725,8 @@ async fn opening_re_resolves_identity_and_admits_only_participants() {
                 .phone_channel("portal")
                 .directory(directory.clone()),
         )
-        .build();
+        .build()
+        .unwrap();
     let dashboard = SessionSource::web("dashboard");
 
     let mut jane = manager
@@ -768,13 +774,15 @@ async fn an_isolated_manager_never_reaches_another_agents_sessions_or_transcript
     let transcripts = Arc::new(FileTranscriptStore::new(dir.path()));
     let main = SessionManager::builder(store.clone())
         .transcripts(transcripts.clone())
-        .build();
+        .build()
+        .unwrap();
     let ops_agent = AgentId::new("ops").unwrap();
     let ops = SessionManager::builder(store.clone())
         .key_builder(DefaultKeyBuilder::new().default_agent(ops_agent.clone()))
         .transcripts(transcripts.clone())
         .isolate_to_agent(ops_agent.clone())
-        .build();
+        .build()
+        .unwrap();
 
     let theirs = main
         .resolve(&InboundMessage::direct("telegram", "42", "main's secret"))
@@ -897,7 +905,8 @@ async fn workspaces_are_keyed_by_our_uuid_and_shared_across_variants_by_choice()
             .agent_identity("reggie_oc", "reggie")
             .agent_identity("reggie_fd", "reggie")
             .workspaces(Workspaces::new(dir.path()).sharing(sharing))
-            .build();
+            .build()
+            .unwrap();
         let mut workspaces = Vec::new();
         for agent in ["reggie_oc", "reggie_fd"] {
             let resolution = manager
@@ -940,7 +949,8 @@ async fn a_hand_edited_workspace_id_is_rejected_not_used_as_a_path() {
     let dir = tempfile::tempdir().unwrap();
     let manager = SessionManager::builder(MemoryStore::new())
         .workspaces(Workspaces::new(dir.path().join("ws")))
-        .build();
+        .build()
+        .unwrap();
     let key = manager.resolve(&jane_by_sms("hi")).await.unwrap().key;
     manager
         .store()
@@ -977,7 +987,8 @@ async fn directories_are_owner_only_and_files_too() {
     let manager = SessionManager::builder(store)
         .transcripts(FileTranscriptStore::new(&state))
         .workspaces(Workspaces::new(dir.path().join("workspaces")))
-        .build();
+        .build()
+        .unwrap();
     let key = manager.resolve(&jane_by_sms("hi")).await.unwrap().key;
     manager
         .session(&key)
@@ -1064,7 +1075,8 @@ async fn a_symlink_planted_in_the_sessions_directory_is_not_followed() {
     std::fs::write(&outside, "precious").unwrap();
     let manager = SessionManager::builder(JsonFileStore::new(&state))
         .transcripts(FileTranscriptStore::new(&state))
-        .build();
+        .build()
+        .unwrap();
     let resolution = manager.resolve(&jane_by_sms("hi")).await.unwrap();
     let sessions = agent_sessions::paths::sessions_dir(&state, &AgentId::main());
 
@@ -1159,7 +1171,11 @@ async fn everything_a_session_lifecycle_search_doctor_and_migration_write_is_own
     let state = dir.path().join("state");
     let url = format!("json:{}", state.display());
     let backend = Backend::open(&url).await.unwrap();
-    let manager = SessionManager::connect(&url).await.unwrap().build();
+    let manager = SessionManager::connect(&url)
+        .await
+        .unwrap()
+        .build()
+        .unwrap();
     // A lifecycle: a session, its messages, a reset (the transcript archived), a thread.
     let resolution = manager.resolve(&jane_by_sms("hi")).await.unwrap();
     manager
@@ -1234,7 +1250,8 @@ async fn the_workspace_summary_follows_the_context_summary() {
     let dir = tempfile::tempdir().unwrap();
     let manager = SessionManager::builder(MemoryStore::new())
         .workspaces(Workspaces::new(dir.path()))
-        .build();
+        .build()
+        .unwrap();
     let resolution = manager.resolve(&jane_by_sms("hi")).await.unwrap();
     let workspace = manager.session(&resolution.key).workspace().await.unwrap();
     let summary_file = workspace.dir().join("summary.md");

@@ -586,7 +586,8 @@ async fn legacy_keys_are_taken_over_by_their_canonical_key_when_used() {
         let manager = SessionManager::builder(store(dir.path()))
             .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
             .freshness(ResetConfig::default().reset(ResetSpec::idle(60)))
-            .build();
+            .build()
+            .unwrap();
 
         let resolution = manager.resolve(message).await.unwrap();
         assert_eq!(resolution.key.as_str(), *canonical);

@@ -59,7 +59,7 @@ fn harnesses_with(
             .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
             .freshness(reset_config())
             .clock(clock.clone());
-        (configure(builder).build(), clock)
+        (configure(builder).build().unwrap(), clock)
     };
     let (memory, memory_clock) = make(Arc::new(MemoryStore::new()));
     let dir = tempfile::tempdir().unwrap();
@@ -255,7 +255,8 @@ async fn resolve_on_a_corrupt_store_reports_it_and_leaves_the_file() {
     std::fs::write(&file, b"{\"agent:main:telegram:dm:42\": {\"sessionId\": ").unwrap();
     let manager = SessionManager::builder(common::store(dir.path()))
         .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
-        .build();
+        .build()
+        .unwrap();
     let error = manager.resolve(&dm("hi")).await.unwrap_err();
     assert!(matches!(error, Error::Corrupt { .. }), "{error:?}");
     assert_eq!(
@@ -1108,7 +1109,8 @@ async fn reset_starts_a_new_session_and_archives_the_old_transcript() {
     let transcripts = MemoryTranscriptStore::new();
     let manager = SessionManager::builder(MemoryStore::new())
         .transcripts(transcripts.clone())
-        .build();
+        .build()
+        .unwrap();
     let first = manager
         .resolve(&InboundMessage::direct("telegram", "42", "hi"))
         .await
@@ -1162,7 +1164,8 @@ async fn closing_a_session_writes_its_store_once_so_the_backup_is_the_state_befo
     let dir = tempfile::tempdir().unwrap();
     let manager = SessionManager::builder(JsonFileStore::new(dir.path()))
         .transcripts(FileTranscriptStore::new(dir.path()))
-        .build();
+        .build()
+        .unwrap();
     let key = manager
         .resolve(&InboundMessage::direct("telegram", "42", "hi"))
         .await
@@ -1219,7 +1222,8 @@ async fn a_relative_state_directory_records_absolute_transcript_paths() {
     assert!(relative.is_relative(), "{}", relative.display());
     let manager = SessionManager::builder(JsonFileStore::new(&relative))
         .transcripts(FileTranscriptStore::new(&relative))
-        .build();
+        .build()
+        .unwrap();
     let key = manager
         .resolve(&InboundMessage::direct("telegram", "42", "hi"))
         .await

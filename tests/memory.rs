@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use agent_sessions::lifecycle::ManualClock;
 use agent_sessions::manager::{CompactionEvent, LogMessage, SummaryRefresh, TurnOutcome};
-use agent_sessions::memory::MemoryFlushSettings;
 use agent_sessions::memory::{EngineKind, EngineSession, TurnUsage};
 use agent_sessions::memory::{IntrospectionInput, IntrospectionOutcome, Introspector};
+use agent_sessions::memory::{MemoryFlushSettings, MemoryOptions};
 use agent_sessions::memory::{Summarizer, SummaryInput};
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::{CheckpointReason, EventKind, FileTranscriptStore};
@@ -33,7 +33,8 @@ async fn one_call_after_each_turn_records_usage_engine_and_summary() {
     let clock = ManualClock::new(at("2026-03-10T10:00:00Z"));
     let manager = SessionManager::builder(MemoryStore::new())
         .clock(clock.clone())
-        .build();
+        .build()
+        .unwrap();
     let resolution = manager
         .resolve(&dm("Book Luigi's for Sunday?"))
         .await
@@ -84,11 +85,12 @@ async fn one_call_after_each_turn_records_usage_engine_and_summary() {
 #[tokio::test]
 async fn exactly_one_flush_per_compaction_cycle() {
     let manager = SessionManager::builder(MemoryStore::new())
-        .memory_flush(MemoryFlushSettings {
+        .memory(MemoryOptions::new().flush_guard(MemoryFlushSettings {
             reserve_tokens_floor: 5_000,
             ..MemoryFlushSettings::default()
-        })
-        .build();
+        }))
+        .build()
+        .unwrap();
     let key = manager.resolve(&dm("hi")).await.unwrap().key;
     let mut flushes = 0;
     // A context window of 100k: the flush threshold is 100k − 5k − 4k = 91k.
@@ -260,7 +262,8 @@ async fn identity_summaries_are_time_gated_and_shared_across_engine_variants() {
         .agent_identity("reggie_oc", "reggie")
         .agent_identity("reggie_fd", "reggie")
         .clock(clock.clone())
-        .build();
+        .build()
+        .unwrap();
     let talk = |agent: &str, channel: &str, text: &str| {
         InboundMessage::direct(channel, "+15550100", text)
             .with_agent(agent)
@@ -442,9 +445,13 @@ async fn checkpoints_introspect_the_events_since_the_last_one() {
             dir.path(),
             Durability::SyncFile,
         ))
-        .introspector(introspector.clone())
-        .checkpoint_every_turns(3)
-        .build();
+        .memory(
+            MemoryOptions::new()
+                .introspector(introspector.clone())
+                .checkpoint_every_turns(3),
+        )
+        .build()
+        .unwrap();
     let first = manager.resolve(&dm("hi")).await.unwrap();
     let key = first.key.clone();
     for text in ["one", "two"] {
@@ -581,8 +588,9 @@ impl Summarizer for FailingSummarizer {
 #[tokio::test]
 async fn a_failing_summarizer_leaves_the_turn_recorded() {
     let manager = SessionManager::builder(MemoryStore::new())
-        .summarizer(FailingSummarizer)
-        .build();
+        .memory(MemoryOptions::new().summarizer(FailingSummarizer))
+        .build()
+        .unwrap();
     let key = manager.resolve(&dm("hi")).await.unwrap().key;
     let entry = manager
         .session(&key)
@@ -601,7 +609,10 @@ async fn the_new_session_checkpoint_runs_on_every_backend() {
     let mut backends = Backends::new(dir.path(), "new_session_checkpoint").await;
     for (backend, builder) in std::mem::take(&mut backends.builders) {
         let introspector = RecordingIntrospector::default();
-        let manager = builder.introspector(introspector.clone()).build();
+        let manager = builder
+            .memory(MemoryOptions::new().introspector(introspector.clone()))
+            .build()
+            .unwrap();
         let first = manager.resolve(&dm("hi")).await.unwrap();
         for text in ["one", "two"] {
             manager
@@ -650,7 +661,8 @@ async fn the_message_log_names_the_person_and_identity_the_session_knows() {
         let manager = builder
             .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerPerson))
             .agent_identity("reggie_oc", "reggie")
-            .build();
+            .build()
+            .unwrap();
         let raw = InboundMessage::direct("sms", "+15550001", "hi").with_agent("reggie_oc");
         let resolved = manager
             .resolve(&raw.clone().from_person("staff:17"))

@@ -82,7 +82,8 @@ async fn session_and_agent_settings_decide_the_key() {
         let manager = SessionManager::connect_openclaw(dir.path())
             .await
             .unwrap()
-            .build();
+            .build()
+            .unwrap();
         let resolution = manager.resolve(&message).await.unwrap();
         assert_eq!(resolution.key.as_str(), expected, "{text}");
         assert_eq!(
@@ -251,7 +252,11 @@ async fn reset_settings_decide_when_a_session_goes_stale() {
         // Daily boundaries are in host time, as in OpenClaw; pin it for the test.
         config.reset.time_zone = Zone::Utc;
         let clock = ManualClock::new(utc(first));
-        let manager = config.manager_builder().clock(clock.clone()).build();
+        let manager = config
+            .manager_builder()
+            .clock(clock.clone())
+            .build()
+            .unwrap();
         manager.resolve(&message).await.unwrap();
         clock.set(utc(next));
         let resolution = manager.resolve(&message).await.unwrap();
@@ -280,7 +285,8 @@ async fn reset_triggers_come_from_the_config() {
         let manager = SessionManager::connect_openclaw(dir.path())
             .await
             .unwrap()
-            .build();
+            .build()
+            .unwrap();
         manager
             .resolve(&InboundMessage::direct("telegram", "42", "hello"))
             .await
@@ -346,7 +352,8 @@ async fn the_send_policy_decides_whether_replies_go_out() {
         let manager = SessionManager::connect_openclaw(dir.path())
             .await
             .unwrap()
-            .build();
+            .build()
+            .unwrap();
         let turn = manager.turn(&message).await.unwrap();
         let key = turn.key().clone();
         let replies = turn.complete("hello").await.unwrap();
@@ -374,7 +381,8 @@ async fn the_group_history_limit_bounds_the_context() {
         let manager = SessionManager::connect_openclaw(dir.path())
             .await
             .unwrap()
-            .build();
+            .build()
+            .unwrap();
         for body in ["one", "two", "three"] {
             let message = InboundMessage::group("telegram", "-100", "u1", body);
             let turn = manager.turn(&message).await.unwrap();
@@ -437,7 +445,8 @@ async fn the_envelope_time_zone_writes_event_times() {
             .await
             .unwrap()
             .clock(ManualClock::new(at))
-            .build();
+            .build()
+            .unwrap();
         let message = InboundMessage::direct("telegram", "42", "hi");
         manager
             .session(&manager.key_for(&message).unwrap())
@@ -481,7 +490,8 @@ async fn the_store_setting_places_the_sessions_file() {
         let manager = SessionManager::connect_openclaw(&state)
             .await
             .unwrap()
-            .build();
+            .build()
+            .unwrap();
         let resolution = manager
             .resolve(&InboundMessage::direct("telegram", "42", "hi").with_agent("ops"))
             .await
@@ -694,7 +704,8 @@ async fn without_a_file_the_gateway_has_openclaws_defaults() {
     let manager = SessionManager::connect_openclaw(dir.path())
         .await
         .unwrap()
-        .build();
+        .build()
+        .unwrap();
     let first = manager
         .resolve(&InboundMessage::direct("telegram", "42", "hi"))
         .await

@@ -29,7 +29,8 @@ async fn a_manager_the_crate_builds_gives_each_dm_sender_their_own_session() {
     let manager = SessionManager::connect(&format!("json:{}", dir.path().display()))
         .await
         .unwrap()
-        .build();
+        .build()
+        .unwrap();
     let (first, second, seen) = two_senders(&manager).await;
     assert_eq!(first, "agent:main:telegram:dm:42");
     assert_eq!(second, "agent:main:telegram:dm:43");
@@ -55,7 +56,8 @@ async fn an_openclaw_home_that_names_no_dm_scope_keeps_openclaws_shared_session_
     let manager = SessionManager::connect_openclaw(home.path())
         .await
         .unwrap()
-        .build();
+        .build()
+        .unwrap();
     let (first, second, seen) = two_senders(&manager).await;
     assert_eq!(first, "agent:main:main");
     assert_eq!(second, first, "OpenClaw's fallback is kept as configured");
@@ -90,7 +92,8 @@ async fn doctor_is_quiet_about_a_main_session_one_person_uses() {
     let manager = SessionManager::connect_openclaw(home.path())
         .await
         .unwrap()
-        .build();
+        .build()
+        .unwrap();
     for text in ["hi", "again"] {
         model_input(&manager, &InboundMessage::direct("telegram", "42", text)).await;
     }

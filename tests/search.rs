@@ -160,7 +160,8 @@ async fn log_corpus(transcripts: Arc<dyn TranscriptStore>, sessions: Arc<dyn Ses
         .agent_identity("reggie_oc", "reggie")
         .agent_identity("reggie_fd", "reggie")
         .clock(clock.clone())
-        .build();
+        .build()
+        .unwrap();
     for &(minutes, person, agent, channel, direction, text) in CORPUS {
         clock.set(start() + chrono::Duration::minutes(minutes));
         let message = InboundMessage::direct(channel, person, text)
@@ -560,7 +561,8 @@ async fn background_work_never_delays_a_reply_and_reports_progress() {
     // The categorizer is stuck; the bot still answers at once.
     let manager = SessionManager::builder(sessions)
         .transcripts(transcripts)
-        .build();
+        .build()
+        .unwrap();
     let message = InboundMessage::direct("sms", "+15550100", "another question about my roster");
     tokio::time::timeout(Duration::from_secs(2), async {
         let resolution = manager.resolve(&message).await.unwrap();
@@ -673,7 +675,8 @@ async fn many_messages(root: &std::path::Path, messages: usize) -> Arc<dyn Trans
         .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
         .transcripts(backend.transcripts().clone())
         .clock(clock.clone())
-        .build();
+        .build()
+        .unwrap();
     for n in 0..messages {
         clock.advance(Duration::from_secs(60));
         let text = if n % 2 == 0 {

@@ -101,7 +101,8 @@ async fn replaced_sessions_stay_readable_by_id_as_closed_on_every_backend() {
             let manager = builder
                 .clock(clock.clone())
                 .freshness(ResetConfig::default().reset(ResetSpec::idle(30)))
-                .build();
+                .build()
+                .unwrap();
             let first = manager.resolve(&dm("plan a trip")).await.unwrap();
             let old_id = first.session_id().to_owned();
             clock.advance(Duration::from_secs(60));
@@ -197,7 +198,7 @@ async fn prune_removes_closed_sessions_older_than_its_age_on_every_backend() {
     let mut backends = Backends::new(dir.path(), "prune").await;
     for (backend, builder) in std::mem::take(&mut backends.builders) {
         let clock = ManualClock::at_millis(START_MS);
-        let manager = builder.clock(clock.clone()).build();
+        let manager = builder.clock(clock.clone()).build().unwrap();
         let old = manager.resolve(&dm("old")).await.unwrap();
         clock.advance(Duration::from_secs(3 * 24 * 3600));
         let recent = manager.resolve(&dm("/new recent")).await.unwrap();
@@ -243,7 +244,7 @@ async fn inactive_sessions_are_hidden_from_listings_unless_asked_on_every_backen
     let mut backends = Backends::new(dir.path(), "inactive").await;
     for (backend, builder) in std::mem::take(&mut backends.builders) {
         let clock = ManualClock::at_millis(START_MS);
-        let manager = builder.clock(clock.clone()).build();
+        let manager = builder.clock(clock.clone()).build().unwrap();
         let hidden = manager
             .open(&agent_sessions::entry::SessionSource::cli("old"), None)
             .await
@@ -331,7 +332,8 @@ async fn idle_sessions_are_checkpointed_once_per_quiet_period_on_every_backend()
         let manager = builder
             .clock(clock.clone())
             .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
-            .build();
+            .build()
+            .unwrap();
         let alice = manager
             .resolve(&InboundMessage::direct("telegram", "1", "hi"))
             .await
@@ -406,7 +408,8 @@ async fn the_spawned_idle_sweep_runs_on_its_interval_and_stops_when_dropped() {
             .transcripts(agent_sessions::transcript::MemoryTranscriptStore::new())
             .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
             .clock(clock.clone())
-            .build(),
+            .build()
+            .unwrap(),
     );
     let alice = manager
         .resolve(&InboundMessage::direct("telegram", "1", "hi"))

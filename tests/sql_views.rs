@@ -146,7 +146,8 @@ mod sqlite {
             .transcripts(db.clone())
             // One session per person across channels, so WhatsApp and SMS share it.
             .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerPeer))
-            .build();
+            .build()
+            .unwrap();
         let written = write_through_the_api(&manager).await;
         db.create_views().await.unwrap();
         db.create_views()
@@ -390,7 +391,8 @@ WHERE session_id = $1 ORDER BY created_at DESC LIMIT 1",
         let db = SqliteStore::open(&path).unwrap();
         let manager = SessionManager::builder(db.clone())
             .transcripts(db.clone())
-            .build();
+            .build()
+            .unwrap();
         let (old, new) = reset_once(&manager).await;
         db.create_views().await.unwrap();
         let c = Connection::open(&path).unwrap();
@@ -495,7 +497,8 @@ mod postgres {
             .transcripts(store.clone())
             // One session per person across channels, so WhatsApp and SMS share it.
             .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerPeer))
-            .build();
+            .build()
+            .unwrap();
         let written = write_through_the_api(&manager).await;
         // Schemas of this test's own; RABS's SQL below names `brainframe`, replaced by
         // the test's schema and nothing else.
@@ -781,7 +784,8 @@ ORDER BY created_at",
         let store = schema.store().await;
         let manager = SessionManager::builder(store.clone())
             .transcripts(store.clone())
-            .build();
+            .build()
+            .unwrap();
         let (old, new) = reset_once(&manager).await;
         let (rabs, clawos) = (format!("{}_r", schema.name), format!("{}_c", schema.name));
         let views = ViewSchemas::new(&rabs, &clawos);

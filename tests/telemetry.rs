@@ -187,7 +187,8 @@ async fn a_turn_opens_the_documented_spans_without_message_text() {
     let manager = SessionManager::connect(&format!("json:{}", dir.path().display()))
         .await
         .unwrap()
-        .build();
+        .build()
+        .unwrap();
     let message = InboundMessage::direct("telegram", "telemetry-1", SECRET_TEXT);
     let turn = manager.turn(&message).await.unwrap();
     let key = turn.key().to_string();
@@ -281,7 +282,7 @@ async fn an_http_request_opens_a_span_with_its_route_and_status() {
     use agent_sessions::http::{router, serve, ServiceOptions};
     let _serial = SERIAL.lock().await;
     let capture = capture();
-    let manager = Arc::new(SessionManager::builder(MemoryStore::new()).build());
+    let manager = Arc::new(SessionManager::builder(MemoryStore::new()).build().unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let options = ServiceOptions::default();
@@ -404,7 +405,8 @@ mod metrics_recorded {
         let manager = SessionManager::connect_openclaw(home.path())
             .await
             .unwrap()
-            .build();
+            .build()
+            .unwrap();
         for (peer, text) in [
             ("42", "hi"),
             ("42", "again"),
@@ -436,7 +438,8 @@ mod metrics_recorded {
         let manager = SessionManager::connect(&format!("json:{}", dir.path().display()))
             .await
             .unwrap()
-            .build();
+            .build()
+            .unwrap();
         let update = InboundMessage::direct("telegram", "m-2", "hi").with_message_id("7");
         let payloads = manager
             .turn(&update)
@@ -488,7 +491,8 @@ mod metrics_recorded {
         let manager = SessionManager::connect(&format!("json:{}", dir.path().display()))
             .await
             .unwrap()
-            .build();
+            .build()
+            .unwrap();
         for text in ["hello", "again"] {
             let turn = manager
                 .turn(&InboundMessage::direct("telegram", "m-1", text))

@@ -508,6 +508,7 @@ fn manager(dir: &std::path::Path, clock: &ManualClock) -> SessionManager {
         .transcripts(store(dir))
         .clock(clock.clone())
         .build()
+        .unwrap()
 }
 
 #[tokio::test]
@@ -1106,7 +1107,11 @@ fn resetter_child() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let manager = SessionManager::connect(&url).await.unwrap().build();
+        let manager = SessionManager::connect(&url)
+            .await
+            .unwrap()
+            .build()
+            .unwrap();
         let reset = InboundMessage::direct("telegram", "42", "/new");
         loop {
             manager.resolve(&reset).await.unwrap();
@@ -1122,7 +1127,11 @@ async fn messages_logged_while_another_process_resets_are_all_kept() {
     use agent_sessions::manager::LogMessage;
     let dir = tempfile::tempdir().unwrap();
     let url = format!("json:{}", dir.path().display());
-    let writer = SessionManager::connect(&url).await.unwrap().build();
+    let writer = SessionManager::connect(&url)
+        .await
+        .unwrap()
+        .build()
+        .unwrap();
     let key = writer
         .resolve(&InboundMessage::direct("telegram", "42", "hi"))
         .await

@@ -44,7 +44,7 @@ fn assistant(text: &str) -> (ChatRole, String) {
 async fn a_failed_model_call_keeps_or_drops_its_input_as_the_host_says() {
     let stores = Stores::new("turn_failed");
     for url in &stores.urls {
-        let manager = SessionManager::connect(url).await.unwrap().build();
+        let manager = SessionManager::connect(url).await.unwrap().build().unwrap();
         // A provider refuses this input every time (a content filter): dropped.
         let refused = manager.turn(&dm("a refused input")).await.unwrap();
         let key = refused.key().clone();
@@ -95,7 +95,7 @@ async fn a_failed_model_call_keeps_or_drops_its_input_as_the_host_says() {
 async fn a_reply_the_channel_refused_is_not_believed_read() {
     let stores = Stores::new("delivery");
     for url in &stores.urls {
-        let manager = SessionManager::connect(url).await.unwrap().build();
+        let manager = SessionManager::connect(url).await.unwrap().build().unwrap();
         let turn = manager.turn(&dm("Tell me everything")).await.unwrap();
         let key = turn.key().clone();
         let reply = TurnReply::payloads(vec![
@@ -178,7 +178,7 @@ async fn a_receipt_that_names_no_reply_is_refused_and_a_payload_without_one_is_a
     let stores = Stores::new("receipts");
     for url in &stores.urls {
         // A session per person, so that chat 43's reply is another session's.
-        let manager = SessionManager::connect(url).await.unwrap().build();
+        let manager = SessionManager::connect(url).await.unwrap().build().unwrap();
         let turn = manager.turn(&dm("hi")).await.unwrap();
         let mut payload = turn.complete("Hello.").await.unwrap().remove(0);
         let mut forged = payload.clone();
@@ -231,7 +231,7 @@ async fn a_receipt_that_names_no_reply_is_refused_and_a_payload_without_one_is_a
 async fn a_report_names_exactly_one_payload_of_its_reply() {
     let stores = Stores::new("receipt_parts");
     for url in &stores.urls {
-        let manager = SessionManager::connect(url).await.unwrap().build();
+        let manager = SessionManager::connect(url).await.unwrap().build().unwrap();
         let turn = manager.turn(&dm("Did you book it?")).await.unwrap();
         let reply = TurnReply::payloads(vec![
             ReplyPayload::text("Yes, I booked Thursday."),

@@ -6,6 +6,7 @@ use agent_sessions::context::SendPolicyConfig;
 use agent_sessions::entry::SendPolicy;
 use agent_sessions::lifecycle::ManualClock;
 use agent_sessions::manager::DEFAULT_RESET_ACKNOWLEDGEMENT;
+use agent_sessions::memory::MemoryOptions;
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::MemoryTranscriptStore;
 use agent_sessions::SessionStatus;
@@ -22,6 +23,7 @@ fn manager() -> SessionManager {
         .transcripts(MemoryTranscriptStore::new())
         .clock(ManualClock::at_millis(START_MS))
         .build()
+        .unwrap()
 }
 
 fn dm(text: &str) -> InboundMessage {
@@ -267,7 +269,8 @@ async fn the_memory_flush_follows_the_configured_context_window() {
         let manager = SessionManager::builder(MemoryStore::new())
             .transcripts(MemoryTranscriptStore::new())
             .context_window(window)
-            .build();
+            .build()
+            .unwrap();
         let first = manager.turn(&dm("hi")).await.unwrap();
         first
             .complete(TurnReply::from("hello").with_usage(TurnUsage::new().input(prompt)))
@@ -297,7 +300,8 @@ async fn a_session_that_may_not_send_gets_nothing_to_send_but_keeps_the_turn() {
             default: Some(SendPolicy::Deny),
             rules: vec![],
         })
-        .build();
+        .build()
+        .unwrap();
     let turn = manager.turn(&dm("hi")).await.unwrap();
     let key = turn.key().clone();
     assert!(turn.complete("hello").await.unwrap().is_empty());
@@ -310,7 +314,8 @@ async fn the_token_budget_keeps_the_newest_turns_and_the_summary_of_what_was_cut
     let manager = SessionManager::builder(MemoryStore::new())
         .transcripts(MemoryTranscriptStore::new())
         .context_window(120)
-        .build();
+        .build()
+        .unwrap();
     for i in 0..12 {
         let turn = manager
             .turn(&dm(&format!("question number {i} about the roster")))
@@ -394,7 +399,8 @@ async fn a_turn_costs_fewer_store_round_trips_than_the_separate_calls() {
         let store = Arc::new(CountingStore::default());
         let manager = SessionManager::builder(store.clone())
             .transcripts(MemoryTranscriptStore::new())
-            .build();
+            .build()
+            .unwrap();
         for text in ["first", "second"] {
             if turn_path {
                 one_turn(&manager, text).await;
@@ -421,7 +427,7 @@ async fn a_turn_costs_fewer_store_round_trips_than_the_separate_calls() {
 /// that sees the chatter once.
 async fn a_restart_keeps_group_history(url: &str) {
     {
-        let manager = SessionManager::connect(url).await.unwrap().build();
+        let manager = SessionManager::connect(url).await.unwrap().build().unwrap();
         let turn = manager
             .turn(&in_group("Ann", "lunch at noon?"))
             .await
@@ -429,7 +435,7 @@ async fn a_restart_keeps_group_history(url: &str) {
         assert_eq!(turn.action(), &TurnAction::StaySilent, "{url}");
     }
     // The bot restarts.
-    let manager = SessionManager::connect(url).await.unwrap().build();
+    let manager = SessionManager::connect(url).await.unwrap().build().unwrap();
     let turn = manager
         .turn(&in_group("Bob", "@bot book it").mentioning_agent())
         .await
@@ -480,8 +486,8 @@ async fn a_restart_in_the_middle_of_a_group_conversation_keeps_its_history_on_po
 /// Two workers on the store `url`: a system event queued through one reaches the next
 /// turn of its session on the other, once, and no later turn on either.
 async fn a_system_event_crosses_workers(url: &str) {
-    let first = SessionManager::connect(url).await.unwrap().build();
-    let second = SessionManager::connect(url).await.unwrap().build();
+    let first = SessionManager::connect(url).await.unwrap().build().unwrap();
+    let second = SessionManager::connect(url).await.unwrap().build().unwrap();
     let key = first.key_for(&dm("hi")).unwrap();
     assert!(
         first
@@ -558,7 +564,8 @@ async fn what_the_model_sees_after_a_compaction_byte_for_byte() {
     let manager = SessionManager::builder(MemoryStore::new())
         .transcripts(transcripts.clone())
         .clock(ManualClock::at_millis(START_MS))
-        .build();
+        .build()
+        .unwrap();
     for (question, answer) in [("q1", "a1"), ("q2", "a2"), ("q3", "a3")] {
         let turn = manager.turn(&dm(question)).await.unwrap();
         turn.complete(answer).await.unwrap();
@@ -623,16 +630,18 @@ async fn a_manager_that_needs_transcripts_is_not_built_without_them() {
     ];
     for (introspector, transcripts, every, built) in cases {
         let mut builder = SessionManager::builder(MemoryStore::new());
+        let mut memory = MemoryOptions::new();
         if introspector {
-            builder = builder.introspector(Quiet);
+            memory = memory.introspector(Quiet);
         }
         if transcripts {
             builder = builder.transcripts(MemoryTranscriptStore::new());
         }
         if every {
-            builder = builder.checkpoint_every_turns(5);
+            memory = memory.checkpoint_every_turns(5);
         }
-        let result = builder.try_build();
+        let builder = builder.memory(memory);
+        let result = builder.build();
         assert_eq!(
             result.is_ok(),
             built,
@@ -705,7 +714,8 @@ async fn a_token_counter_with_wild_values_never_panics() {
             .transcripts(MemoryTranscriptStore::new())
             .context_window(window)
             .token_counter(Fixed(cost))
-            .build();
+            .build()
+            .unwrap();
         let earlier = manager.turn(&dm("earlier")).await.unwrap();
         earlier.complete("reply").await.unwrap();
         let turn = manager.turn(&dm("now")).await.unwrap();
@@ -725,7 +735,11 @@ async fn a_token_counter_with_wild_values_never_panics() {
 async fn a_group_with_a_long_id_keeps_its_history_in_a_json_tree() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("json:{}", dir.path().display());
-    let manager = SessionManager::connect(&url).await.unwrap().build();
+    let manager = SessionManager::connect(&url)
+        .await
+        .unwrap()
+        .build()
+        .unwrap();
     let group = "é".repeat(60);
     let message = |sender: &str, text: &str| {
         InboundMessage::group("whatsapp", group.clone(), sender, text).with_sender_name(sender)

@@ -227,6 +227,7 @@ async fn worker_manager(url: &str, clock: &ManualClock) -> SessionManager {
         .freshness(ResetConfig::default().reset(ResetSpec::idle(IDLE_MINUTES)))
         .clock(clock.clone())
         .build()
+        .unwrap()
 }
 
 async fn run_step(manager: &SessionManager, clock: &ManualClock, step: Step) -> Report {

@@ -21,7 +21,7 @@ pub fn manager(dir: Option<std::path::PathBuf>) -> Arc<SessionManager> {
         None => SessionManager::builder(MemoryStore::new()).key_builder(keys),
         Some(dir) => SessionManager::builder(JsonFileStore::new(dir)).key_builder(keys),
     };
-    Arc::new(manager.build())
+    Arc::new(manager.build().unwrap())
 }
 
 pub fn message(client: usize) -> InboundMessage {

@@ -487,7 +487,7 @@ async fn existing_manager(store: &str, agent: &AgentId) -> Result<SessionManager
     Ok(SessionManager::builder(backend.sessions().clone())
         .transcripts(backend.transcripts().clone())
         .default_agent(agent.clone())
-        .build())
+        .build()?)
 }
 
 async fn list(store: &str, agent: &AgentId, json: bool, args: ListArgs) -> Outcome {
@@ -1046,7 +1046,8 @@ async fn serve(store: &str, given: Given, args: ServeArgs) -> Outcome {
         .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
         .reset_triggers(ResetTriggers::clawos())
         .freshness(ResetConfig::default().reset(ResetSpec::idle(idle_minutes)))
-        .build();
+        .build()
+        .unwrap();
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| {

@@ -198,7 +198,8 @@ fn list_hides_inactive_sessions_unless_asked() {
         let manager = agent_sessions::SessionManager::connect(&format!("sqlite:{db}"))
             .await
             .unwrap()
-            .build();
+            .build()
+            .unwrap();
         let key = agent_sessions::SessionKey::parse(&hidden).unwrap();
         manager
             .session(&key)
@@ -551,7 +552,8 @@ async fn stats_with_messages_categorises_the_log_and_counts_it() {
         .await
         .unwrap()
         .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
-        .build();
+        .build()
+        .unwrap();
     for (sender, question, answer) in [
         ("+15550100", "When is my shift on Thursday?", "9am."),
         ("+15550100", "Can I swap my roster?", "Swap requested."),

@@ -411,7 +411,7 @@ impl MemoryHistory {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
     /// let history = Arc::new(MemoryHistory::default());
-    /// let manager = SessionManager::builder(MemoryStore::new()).history(Arc::clone(&history)).build();
+    /// let manager = SessionManager::builder(MemoryStore::new()).history(Arc::clone(&history)).build()?;
     /// for body in ["a", "b", "c"] {
     ///     let entry = HistoryEntry { sender: "Bob".into(), body: body.into(), timestamp: None, message_id: None };
     ///     history.append("slack:default:channel:c1", entry).await?;

@@ -45,7 +45,7 @@
 //! let manager = SessionManager::builder(MemoryStore::new())
 //!     .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
 //!     .reset_triggers(ResetTriggers::clawos())
-//!     .build();
+//!     .build()?;
 //! let options = ServiceOptions::default().secret(Secret::new("s3cret")?);
 //! let app = router(Arc::new(manager), options.clone());
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:18888").await?;
@@ -424,7 +424,7 @@ impl ServiceOptions {
 ///
 /// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let manager = Arc::new(SessionManager::builder(MemoryStore::new()).build());
+/// let manager = Arc::new(SessionManager::builder(MemoryStore::new()).build()?);
 /// let options = ServiceOptions::default();
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:18888").await?;
 /// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -234,7 +234,8 @@ mod tests {
         let manager = SessionManager::builder(MemoryStore::new())
             .transcripts(MemoryTranscriptStore::new())
             .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::Main))
-            .build();
+            .build()
+            .unwrap();
         let from = |peer: &str, text: &str| {
             InboundMessage::direct("telegram", peer, text).with_message_id("7")
         };

@@ -100,7 +100,7 @@ impl SessionManager {
     /// let manager = SessionManager::builder(MemoryStore::new())
     ///     .transcripts(MemoryTranscriptStore::new())
     ///     .clock(clock.clone())
-    ///     .build();
+    ///     .build()?;
     /// manager.resolve(&InboundMessage::direct("telegram", "42", "hi")).await?;
     /// let quiet = Duration::from_secs(20 * 60);
     /// assert!(manager.checkpoint_idle_sessions(quiet, 10).await?.is_empty());

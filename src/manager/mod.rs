@@ -71,6 +71,7 @@ use crate::lifecycle::triggers::{parse_model_hint, ModelCatalog, ResetTriggers};
 use crate::memory::checkpoint::Introspector;
 use crate::memory::flush::{MemoryFlushGuard, MemoryFlushSettings};
 use crate::memory::summary::{Summarizer, TemplateSummarizer};
+use crate::memory::MemoryOptions;
 use crate::store::SessionStore;
 use crate::transcript::{ArchiveReason, CheckpointReason, TranscriptRef, TranscriptStore};
 
@@ -80,7 +81,6 @@ pub use outcome::{Delivery, DeliveryReceipt, TurnFailure, DELIVERY_CUSTOM_TYPE};
 pub use resolution::{Decision, Reason, Resolution};
 pub use scoped::ScopedManager;
 pub use session::Session;
-pub(crate) use session_memory::DEFAULT_SUMMARY_QUIET_GAP;
 pub use session_memory::{CompactionEvent, SummaryRefresh, TurnOutcome};
 pub use sessions::{DeleteOptions, OverrideKind, PruneOptions, SessionOverride};
 pub use transcripts::LogMessage;
@@ -212,7 +212,9 @@ impl fmt::Debug for SessionManager {
 ///     .freshness(ResetConfig::default().reset(ResetSpec::idle(30)))
 ///     .reset_triggers(ResetTriggers::clawos())
 ///     .clock(ManualClock::at_millis(1_770_000_000_000))
-///     .build();
+///     .build()?;
+/// # let _ = manager;
+/// # Ok::<(), agent_sessions::Error>(())
 /// ```
 pub struct SessionManagerBuilder {
     manager: SessionManager,
@@ -308,35 +310,24 @@ impl SessionManagerBuilder {
         self
     }
 
-    /// Writes context and identity summaries (default: [`TemplateSummarizer`]).
-    pub fn summarizer(mut self, summarizer: impl Summarizer + 'static) -> Self {
-        self.manager.seams.summarizer = Arc::new(summarizer);
-        self
-    }
-
-    /// Decides memory flushes (default: [`MemoryFlushSettings::default`]).
-    pub fn memory_flush(mut self, guard: impl MemoryFlushGuard + 'static) -> Self {
-        self.manager.seams.flush_guard = Arc::new(guard);
-        self.custom_flush_guard = true;
-        self
-    }
-
-    /// Looks back over sessions at checkpoints (default: none).
-    pub fn introspector(mut self, introspector: impl Introspector + 'static) -> Self {
-        self.manager.seams.introspector = Some(Arc::new(introspector));
-        self
-    }
-
-    /// How long a conversation must be quiet before its identity summary is merged
-    /// (default: one hour).
-    pub fn summary_quiet_gap(mut self, gap: Duration) -> Self {
-        self.manager.settings.summary_quiet_gap = gap;
-        self
-    }
-
-    /// Takes a `turn_limit` checkpoint every `turns` turns (default: never).
-    pub fn checkpoint_every_turns(mut self, turns: u64) -> Self {
-        self.manager.settings.checkpoint_every_turns = Some(turns);
+    /// How long conversations are kept in memory: the summarizer, the memory flush
+    /// before compaction, checkpoints (default: [`MemoryOptions::default`]). One value:
+    /// a second call replaces the first.
+    pub fn memory(mut self, options: MemoryOptions) -> Self {
+        let MemoryOptions {
+            summarizer,
+            flush_guard,
+            introspector,
+            checkpoint_every_turns,
+            summary_quiet_gap,
+        } = options;
+        self.custom_flush_guard = flush_guard.is_some();
+        self.manager.seams.flush_guard =
+            flush_guard.unwrap_or_else(|| Arc::new(MemoryFlushSettings::default()));
+        self.manager.seams.summarizer = summarizer;
+        self.manager.seams.introspector = introspector;
+        self.manager.settings.checkpoint_every_turns = checkpoint_every_turns;
+        self.manager.settings.summary_quiet_gap = summary_quiet_gap;
         self
     }
 
@@ -395,7 +386,8 @@ impl SessionManagerBuilder {
     /// The model's context window, in tokens, for sessions that do not record one
     /// (their model's usage does, through `contextTokens`): the budget of
     /// [`Turn::messages`], and the window the default memory flush fires below
-    /// (default: 200,000, OpenClaw's).
+    /// (default: 200,000, OpenClaw's). A flush guard of your own
+    /// ([`MemoryOptions::flush_guard`]) keeps its own window: this does not change it.
     pub fn context_window(mut self, tokens: u64) -> Self {
         self.manager.settings.context_window = Some(tokens);
         self
@@ -417,7 +409,7 @@ impl SessionManagerBuilder {
     /// let manager = SessionManager::builder(MemoryStore::new())
     ///     .transcripts(MemoryTranscriptStore::new())
     ///     .message_window(2)
-    ///     .build();
+    ///     .build()?;
     /// for text in ["one", "two", "three"] {
     ///     let turn = manager.turn(&InboundMessage::direct("telegram", "42", text)).await?;
     ///     turn.complete(format!("re: {text}")).await?;
@@ -456,7 +448,7 @@ impl SessionManagerBuilder {
     /// let manager = SessionManager::builder(MemoryStore::new())
     ///     .transcripts(MemoryTranscriptStore::new())
     ///     .dedupe_window(Duration::from_secs(3600))
-    ///     .build();
+    ///     .build()?;
     /// let update = InboundMessage::direct("telegram", "42", "hi").with_message_id("1001");
     /// let first = manager.turn(&update).await?;
     /// first.complete("Hello!").await?;
@@ -485,11 +477,11 @@ impl SessionManagerBuilder {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
     /// let owner = InboundMessage::group("telegram", "-100", "7", "note to self").from_owner();
-    /// let default = SessionManager::builder(MemoryStore::new()).build();
+    /// let default = SessionManager::builder(MemoryStore::new()).build()?;
     /// assert_eq!(default.turn(&owner).await?.action(), &TurnAction::StaySilent);
     /// let answering = SessionManager::builder(MemoryStore::new())
     ///     .owner_chatter(OwnerChatter::Answer)
-    ///     .build();
+    ///     .build()?;
     /// assert_eq!(answering.turn(&owner).await?.action(), &TurnAction::Answer);
     /// # Ok(())
     /// # }
@@ -508,10 +500,13 @@ impl SessionManagerBuilder {
     /// use agent_sessions::prelude::*;
     /// use agent_sessions::Error;
     ///
-    /// let refused = SessionManager::builder(MemoryStore::new()).checkpoint_every_turns(10).try_build();
+    /// use agent_sessions::memory::MemoryOptions;
+    ///
+    /// let every_ten = MemoryOptions::new().checkpoint_every_turns(10);
+    /// let refused = SessionManager::builder(MemoryStore::new()).memory(every_ten).build();
     /// assert!(matches!(refused, Err(Error::NotConfigured { .. })));
     /// ```
-    pub fn try_build(self) -> Result<SessionManager> {
+    pub fn build(self) -> Result<SessionManager> {
         let seams = &self.manager.seams;
         let settings = &self.manager.settings;
         let needs = |what: &'static str| Err(Error::NotConfigured { what });
@@ -523,7 +518,7 @@ impl SessionManagerBuilder {
         if settings.checkpoint_every_turns.is_some() {
             if seams.introspector.is_none() {
                 return needs(
-                    "an introspector for checkpoint_every_turns (SessionManagerBuilder::introspector)",
+                    "an introspector for checkpoint_every_turns (MemoryOptions::introspector)",
                 );
             }
             if seams.transcripts.is_none() {
@@ -532,12 +527,11 @@ impl SessionManagerBuilder {
                 );
             }
         }
-        Ok(self.build())
+        Ok(self.assemble())
     }
 
-    /// The manager. [`try_build`](Self::try_build) also checks that every seam a
-    /// configured feature needs is there.
-    pub fn build(self) -> SessionManager {
+    /// The manager as configured, checked or not.
+    fn assemble(self) -> SessionManager {
         let mut manager = self.manager;
         if let (Some(window), false) = (manager.settings.context_window, self.custom_flush_guard) {
             manager.seams.flush_guard = Arc::new(MemoryFlushSettings {
@@ -569,7 +563,8 @@ fn present(value: Option<&str>) -> Option<&str> {
 impl SessionManager {
     /// A manager over `store` with every other seam at its default.
     pub fn new(store: impl SessionStore + 'static) -> Self {
-        SessionManager::builder(store).build()
+        // Every seam at its default needs nothing else: nothing to check.
+        SessionManager::builder(store).assemble()
     }
 
     /// A builder over `store`. To share one store with other code, pass an
@@ -598,7 +593,7 @@ impl SessionManager {
                     send_policy: SendPolicyConfig::default(),
                     silent_token: None,
                     event_zone: Zone::Local,
-                    summary_quiet_gap: DEFAULT_SUMMARY_QUIET_GAP,
+                    summary_quiet_gap: crate::memory::DEFAULT_SUMMARY_QUIET_GAP,
                     checkpoint_every_turns: None,
                     agent_identities: HashMap::new(),
                     default_agent: AgentId::main(),
@@ -630,7 +625,7 @@ impl SessionManager {
     /// # async fn main() -> agent_sessions::Result<()> {
     /// # let dir = tempfile::tempdir().unwrap();
     /// # let url = format!("json:{}", dir.path().display());
-    /// let manager = SessionManager::connect(&url).await?.build();
+    /// let manager = SessionManager::connect(&url).await?.build()?;
     /// manager.resolve(&InboundMessage::direct("telegram", "42", "hi")).await?;
     /// # Ok(())
     /// # }
@@ -712,7 +707,7 @@ impl SessionManager {
     /// let manager = SessionManager::builder(MemoryStore::new())
     ///     .freshness(ResetConfig::default().reset(ResetSpec::idle(30)))
     ///     .clock(clock.clone())
-    ///     .build();
+    ///     .build()?;
     /// let message = InboundMessage::direct("telegram", "42", "hi");
     /// let entry = manager.resolve(&message).await?.entry().clone();
     /// assert!(!manager.is_expired(&message, &entry)?);

@@ -33,7 +33,7 @@ pub const DELIVERY_CUSTOM_TYPE: &str = "agent-sessions.delivery";
 /// # async fn main() -> agent_sessions::Result<()> {
 /// let manager = SessionManager::builder(MemoryStore::new())
 ///     .transcripts(MemoryTranscriptStore::new())
-///     .build();
+///     .build()?;
 /// let turn = manager.turn(&InboundMessage::direct("telegram", "42", "(a text the provider refuses)")).await?;
 /// // The provider answered 400 (content filter): it would refuse this input again.
 /// turn.fail(TurnFailure::DropInput).await?;
@@ -230,7 +230,7 @@ impl SessionManager {
     /// # async fn main() -> agent_sessions::Result<()> {
     /// let manager = SessionManager::builder(MemoryStore::new())
     ///     .transcripts(MemoryTranscriptStore::new())
-    ///     .build();
+    ///     .build()?;
     /// let turn = manager.turn(&InboundMessage::direct("telegram", "42", "Tell me everything")).await?;
     /// for payload in turn.complete("(a reply too long for the channel)").await? {
     ///     // The channel answered 400: the user never saw it.

@@ -37,7 +37,7 @@ use crate::transcript::{
 /// # async fn main() -> agent_sessions::Result<()> {
 /// let manager = SessionManager::builder(MemoryStore::new())
 ///     .transcripts(MemoryTranscriptStore::new())
-///     .build();
+///     .build()?;
 /// let key = manager.resolve(&InboundMessage::direct("telegram", "42", "hi")).await?.key;
 /// let session = manager.session(&key);
 /// session.set_label(Some("Support")).await?;
@@ -322,7 +322,7 @@ impl Session<'_> {
     /// # async fn main() -> agent_sessions::Result<()> {
     /// let manager = SessionManager::builder(MemoryStore::new())
     ///     .transcripts(MemoryTranscriptStore::new())
-    ///     .build();
+    ///     .build()?;
     /// let turn = manager.turn(&InboundMessage::direct("telegram", "42", "When is my shift?")).await?;
     /// // The model called a tool; the host ran it.
     /// let mut asked = ChatMessage::assistant("");
@@ -402,7 +402,7 @@ impl Session<'_> {
     /// # async fn main() -> agent_sessions::Result<()> {
     /// let manager = SessionManager::builder(MemoryStore::new())
     ///     .transcripts(MemoryTranscriptStore::new())
-    ///     .build();
+    ///     .build()?;
     /// let message = InboundMessage::direct("telegram", "42", "hi");
     /// let key = manager.resolve(&message).await?.key;
     /// let mut follow = manager.session(&key).follow(Offset::START).await?;

@@ -1,8 +1,6 @@
 //! The manager's side of memory: turns with their usage, the memory flush, compaction,
 //! summaries, engine sessions, checkpoints and snapshots.
 
-use std::time::Duration;
-
 use serde_json::Value;
 
 use super::SessionManager;
@@ -18,10 +16,6 @@ use crate::store::{ListFilter, StoredSession};
 use crate::transcript::{
     CheckpointReason, EventKind, LogQuery, Offset, SessionEvent, TranscriptEntry, TranscriptRef,
 };
-
-/// How long a person's conversation with an agent identity must be quiet before its
-/// rolling summary is merged: one hour.
-pub(crate) const DEFAULT_SUMMARY_QUIET_GAP: Duration = Duration::from_secs(60 * 60);
 
 /// How a turn ended, for [`Session::record_turn`](crate::manager::Session::record_turn): the one call after each turn.
 ///
@@ -339,7 +333,7 @@ fn cursor_of(record: &crate::transcript::LogRecord) -> LogCursor {
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> agent_sessions::Result<()> {
-/// let manager = SessionManager::builder(MemoryStore::new()).build();
+/// let manager = SessionManager::builder(MemoryStore::new()).build()?;
 /// let key = manager.resolve(&InboundMessage::direct("telegram", "42", "hi")).await?.key;
 /// let session = manager.session(&key).record_compaction(Some(1_200)).await?;
 /// assert_eq!(session.entry.compaction_count, Some(1));

@@ -319,7 +319,7 @@ impl SessionManager {
 /// # async fn main() -> agent_sessions::Result<()> {
 /// let manager = SessionManager::builder(MemoryStore::new())
 ///     .transcripts(MemoryTranscriptStore::new())
-///     .build();
+///     .build()?;
 /// let key = manager.resolve(&InboundMessage::direct("telegram", "42", "hi")).await?.key;
 /// let event = manager.session(&key).log_message(LogMessage::inbound("hi")).await?;
 /// assert_eq!(event.line, 2); // after the transcript's header

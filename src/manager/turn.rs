@@ -139,7 +139,7 @@ impl From<String> for TurnReply {
 /// # async fn main() -> agent_sessions::Result<()> {
 /// let manager = SessionManager::builder(MemoryStore::new())
 ///     .transcripts(MemoryTranscriptStore::new())
-///     .build();
+///     .build()?;
 ///
 /// let turn = manager.turn(&InboundMessage::direct("telegram", "42", "When is my shift?")).await?;
 /// assert_eq!(turn.action(), &TurnAction::Answer);
@@ -542,7 +542,7 @@ impl<'m> Turn<'m> {
     /// # use agent_sessions::transcript::MemoryTranscriptStore;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
-    /// # let manager = SessionManager::builder(MemoryStore::new()).transcripts(MemoryTranscriptStore::new()).build();
+    /// # let manager = SessionManager::builder(MemoryStore::new()).transcripts(MemoryTranscriptStore::new()).build()?;
     /// let turn = manager.turn(&InboundMessage::direct("telegram", "42", "hi")).await?;
     /// let messages = turn.messages_with(vec![ChatMessage::system("You are a helpful assistant.")]).await?;
     /// assert_eq!(messages[0].role, ChatRole::System);

@@ -48,11 +48,14 @@
 
 pub(crate) mod checkpoint;
 pub(crate) mod flush;
+mod options;
 pub(crate) mod summary;
 pub(crate) mod usage;
 
 pub use checkpoint::{IntrospectionInput, IntrospectionOutcome, Introspector};
 pub use flush::{FlushPlan, MemoryFlushGuard, MemoryFlushSettings};
+pub use options::MemoryOptions;
+pub(crate) use options::DEFAULT_SUMMARY_QUIET_GAP;
 pub use summary::{
     template_summary, Summarizer, SummaryInput, SummaryTurn, TemplateSummarizer, MAX_SUMMARY_CHARS,
 };

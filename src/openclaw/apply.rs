@@ -82,7 +82,7 @@ impl SessionManager {
     /// # let dir = tempfile::tempdir().unwrap();
     /// # std::fs::write(dir.path().join("openclaw.json"), "{ session: { scope: 'global' } }").unwrap();
     /// // ~/.openclaw/openclaw.json says: { session: { scope: 'global' } }
-    /// let manager = SessionManager::connect_openclaw(dir.path()).await?.build();
+    /// let manager = SessionManager::connect_openclaw(dir.path()).await?.build()?;
     /// let resolution = manager.resolve(&InboundMessage::direct("telegram", "42", "hi")).await?;
     /// assert_eq!(resolution.key.as_str(), "global");
     /// # Ok(())

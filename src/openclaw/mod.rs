@@ -25,7 +25,7 @@
 //!     }"#,
 //! )
 //! .expect("the configuration is written");
-//! let manager = SessionManager::connect_openclaw(dir.path()).await?.build();
+//! let manager = SessionManager::connect_openclaw(dir.path()).await?.build()?;
 //! let resolution = manager.resolve(&InboundMessage::direct("telegram", "42", "hi")).await?;
 //! assert_eq!(resolution.key.as_str(), "agent:main:telegram:dm:42");
 //! # Ok(())

@@ -22,7 +22,7 @@
 //! let transcripts = Arc::new(MemoryTranscriptStore::new());
 //! let manager = SessionManager::builder(MemoryStore::new())
 //!     .transcripts(transcripts.clone())
-//!     .build();
+//!     .build()?;
 //! let message = InboundMessage::direct("sms", "+15550100", "When is my next roster?");
 //! let resolution = manager.resolve(&message).await?;
 //! manager.session(&resolution.key).log_message(LogMessage::from_inbound(&message)).await?;

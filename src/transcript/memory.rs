@@ -28,7 +28,7 @@ use crate::key::AgentId;
 ///
 /// let manager = SessionManager::builder(MemoryStore::new())
 ///     .transcripts(MemoryTranscriptStore::new())
-///     .build();
+///     .build().unwrap();
 /// # let _ = manager;
 /// ```
 #[derive(Debug, Clone, Default)]

@@ -30,7 +30,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let manager = SessionManager::connect(&format!("json:{state}"))
         .await?
-        .build();
+        .build()?;
     let client = Client::with_config(OpenAIConfig::new().with_api_base(&base).with_api_key(key));
     let user = std::env::var("USER").unwrap_or_else(|_| "you".into());
     println!("chatting with {model} at {base}; state in {state} (/new resets, Ctrl-D ends)");

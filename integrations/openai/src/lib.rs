@@ -20,7 +20,7 @@
 //! # async fn run() -> Result<(), agent_sessions_openai::Error> {
 //! let manager = SessionManager::builder(JsonFileStore::new("./state"))
 //!     .transcripts(FileTranscriptStore::new("./state"))
-//!     .build();
+//!     .build()?;
 //! let client = Client::with_config(OpenAIConfig::new().with_api_base("http://127.0.0.1:8080/v1"));
 //!
 //! let message = InboundMessage::direct("telegram", "42", "When is my shift?");

@@ -17,6 +17,7 @@ async fn open(dir: &Path) -> SessionManager {
         .await
         .unwrap()
         .build()
+        .unwrap()
 }
 
 fn client(server: &FakeOpenAi) -> Client<OpenAIConfig> {

@@ -36,7 +36,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let manager = Arc::new(
         SessionManager::connect(&format!("json:{state}"))
             .await?
-            .build(),
+            .build()?,
     );
     let agent = AgentBuilder::new(
         OpenAIConfig::new(key)

@@ -24,7 +24,7 @@
 //! use rig_core::providers::openai::OpenAIConfig;
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let manager = Arc::new(SessionManager::connect("json:./state").await?.build());
+//! let manager = Arc::new(SessionManager::connect("json:./state").await?.build()?);
 //! let model = OpenAIConfig::new("sk-…").client().chat("gpt-4o-mini");
 //! let agent = AgentBuilder::new(model)
 //!     .preamble("You are the rota assistant.")
@@ -123,7 +123,7 @@ impl From<rig_agent::completion::PromptError> for Error {
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let dir = tempfile::tempdir()?;
 /// # let url = format!("json:{}", dir.path().display());
-/// let manager = Arc::new(SessionManager::connect(&url).await?.build());
+/// let manager = Arc::new(SessionManager::connect(&url).await?.build()?);
 /// let memory = SessionMemory::new(manager.clone());
 /// let id = ConversationId::from("user-77");
 /// memory

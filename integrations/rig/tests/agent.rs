@@ -24,7 +24,7 @@ async fn open(dir: &Path) -> Arc<SessionManager> {
     let builder = SessionManager::connect(&format!("json:{}", dir.display()))
         .await
         .unwrap();
-    Arc::new(builder.build())
+    Arc::new(builder.build().unwrap())
 }
 
 /// An agent on the fake server; with `memory`, its conversations live in the sessions.
@@ -403,7 +403,8 @@ async fn a_conversation_past_its_expiry_starts_a_new_session_on_load() {
             .unwrap()
             .clock(clock.clone())
             .freshness(ResetConfig::default().reset(ResetSpec::idle(30)))
-            .build(),
+            .build()
+            .unwrap(),
     );
     let memory = SessionMemory::new(manager.clone()).with_session_keys();
     let id = ConversationId::from("user-77");

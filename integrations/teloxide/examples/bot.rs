@@ -80,7 +80,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(|| "./bot-state".into());
     let sessions = SessionManager::connect(&format!("json:{root}"))
         .await?
-        .build();
+        .build()?;
 
     let handler = Update::filter_message().endpoint(on_message);
     Dispatcher::builder(Bot::from_env(), handler)

@@ -41,7 +41,7 @@
 //! #[tokio::main]
 //! async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //!     // Sessions, transcripts and group history in OpenClaw's files under ./bot-state.
-//!     let sessions = Arc::new(SessionManager::connect("json:./bot-state").await?.build());
+//!     let sessions = Arc::new(SessionManager::connect("json:./bot-state").await?.build()?);
 //!     let handler = Update::filter_message().endpoint(on_message);
 //!     Dispatcher::builder(Bot::from_env(), handler)
 //!         .dependencies(dptree::deps![sessions])

@@ -116,7 +116,7 @@ pub enum DialogueError {
 /// }
 ///
 /// # async fn run(bot: Bot) -> Result<(), Box<dyn std::error::Error>> {
-/// let sessions = Arc::new(SessionManager::connect("json:./bot-state").await?.build());
+/// let sessions = Arc::new(SessionManager::connect("json:./bot-state").await?.build()?);
 /// // Built as the handler's adapter is: from the bot's own `getMe`.
 /// let me = bot.get_me().await?;
 /// let storage = SessionDialogueStorage::new(sessions.clone(), TelegramAdapter::from(&me));

@@ -44,7 +44,8 @@ fn bot(dir: &std::path::Path, dm_scope: DmScope) -> Bot {
             .key_builder(DefaultKeyBuilder::new().dm_scope(dm_scope))
             .freshness(ResetConfig::default().reset(ResetSpec::idle(30)))
             .clock(clock.clone())
-            .build(),
+            .build()
+            .unwrap(),
     );
     let adapter = TelegramAdapter::new(UserId(777), "helper_bot");
     Bot {

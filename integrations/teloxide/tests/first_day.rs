@@ -103,7 +103,8 @@ async fn start_bot(api_url: &str, dir: &Path) -> RunningBot {
         SessionManager::connect(&format!("json:{}", dir.display()))
             .await
             .unwrap()
-            .build(),
+            .build()
+            .unwrap(),
     );
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
     let bot = Bot::with_client(TOKEN, client)

@@ -14,7 +14,7 @@ fn adapter() -> TelegramAdapter {
 }
 
 fn manager() -> SessionManager {
-    SessionManager::builder(MemoryStore::new()).build()
+    SessionManager::builder(MemoryStore::new()).build().unwrap()
 }
 
 fn bot() -> Value {

@@ -89,7 +89,7 @@ impl PostgresOptions {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> agent_sessions::Result<()> {
 /// let db = PostgresStore::connect("postgres://bot@db.internal/sessions").await?;
-/// let manager = SessionManager::builder(db.clone()).transcripts(db).build();
+/// let manager = SessionManager::builder(db.clone()).transcripts(db).build()?;
 /// # let _ = manager;
 /// # Ok(())
 /// # }

@@ -80,7 +80,7 @@ impl Default for SqliteOptions {
 /// # async fn main() -> agent_sessions::Result<()> {
 /// # let dir = tempfile::tempdir().unwrap();
 /// let db = SqliteStore::open(dir.path().join("sessions.db"))?;
-/// let manager = SessionManager::builder(db.clone()).transcripts(db).build();
+/// let manager = SessionManager::builder(db.clone()).transcripts(db).build()?;
 /// let resolution = manager.resolve(&InboundMessage::direct("telegram", "42", "hi")).await?;
 /// assert!(resolution.is_new());
 /// # Ok(())
