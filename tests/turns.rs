@@ -423,6 +423,46 @@ async fn a_turn_costs_fewer_store_round_trips_than_the_separate_calls() {
     );
 }
 
+#[tokio::test]
+async fn a_group_message_is_routed_in_the_same_store_update_that_resolves_it() {
+    use std::sync::Arc;
+
+    let store = Arc::new(CountingStore::default());
+    let manager = SessionManager::builder(store.clone())
+        .transcripts(MemoryTranscriptStore::new())
+        .build()
+        .unwrap();
+    // (reads, writes) of chatter, of a mention, and of chatter again.
+    let mut costs = Vec::new();
+    let chatter = manager
+        .turn(&in_group("Ann", "lunch at noon?"))
+        .await
+        .unwrap();
+    assert_eq!(chatter.action(), &TurnAction::StaySilent);
+    costs.push(store.take());
+    let mention = manager
+        .turn(&in_group("Bob", "@bot book it").mentioning_agent())
+        .await
+        .unwrap();
+    assert_eq!(mention.action(), &TurnAction::Answer);
+    mention.complete("Booked.").await.unwrap();
+    costs.push(store.take());
+    let chatter = manager.turn(&in_group("Ann", "thanks")).await.unwrap();
+    assert_eq!(chatter.action(), &TurnAction::StaySilent);
+    costs.push(store.take());
+    assert_eq!(
+        costs,
+        [
+            // Chatter: the group's activation is read and the chatter recorded in one
+            // update, with no read before it.
+            (0, 1),
+            // A mention costs what a direct message costs.
+            (1, 2),
+            (0, 1),
+        ]
+    );
+}
+
 /// A group conversation through the store `url`: chatter, a restart, then a mention
 /// that sees the chatter once.
 async fn a_restart_keeps_group_history(url: &str) {

@@ -89,12 +89,16 @@ pub use turn::{Turn, TurnAction, TurnReply, DEFAULT_RESET_ACKNOWLEDGEMENT};
 /// What resolving a message a turn takes found.
 #[derive(Debug)]
 enum Resolved {
-    /// The session the message belongs to.
-    Session(Box<Resolution>),
+    /// The session the message belongs to, and — when the group's activation was
+    /// asked — why the agent runs.
+    Session(Box<Resolution>, Option<ActivationDecision>),
+    /// A group message the agent does not answer under the group's activation: its
+    /// origin, group metadata and route were recorded, nothing else.
+    Chatter,
     /// The message was taken before (the session was left as it is).
     Seen(dedupe::Seen),
 }
-use self::entry_update::Inbound;
+use self::entry_update::{record_meta, start_session, Inbound};
 use self::resolution::{Policy, Step, StepFacts};
 
 /// Decides which session each message belongs to, and keeps the sessions.
@@ -749,10 +753,14 @@ impl SessionManager {
         admit: &Admission<'_>,
         start_run: bool,
     ) -> Result<Resolution> {
-        match self.resolve_taking(message, admit, start_run, None).await? {
-            Resolved::Session(resolution) => Ok(*resolution),
-            // Only a message taken with an intake is ever seen before.
-            Resolved::Seen(_) => Err(Error::NotFound {
+        match self
+            .resolve_taking(message, admit, start_run, None, false)
+            .await?
+        {
+            Resolved::Session(resolution, _) => Ok(*resolution),
+            // Only a message taken with an intake is ever seen before, and only a turn
+            // asks the group's activation.
+            Resolved::Seen(_) | Resolved::Chatter => Err(Error::NotFound {
                 key: self.key_for(message)?,
             }),
         }
@@ -760,12 +768,15 @@ impl SessionManager {
 
     /// [`resolve_admitted`](Self::resolve_admitted), for a turn taking a message with
     /// an id (`intake`): a message the session took before is not resolved again.
+    /// With `gate`, a group message is first routed by the group's activation in the
+    /// same atomic update: one the agent does not answer is only recorded as chatter.
     async fn resolve_taking(
         &self,
         message: &InboundMessage,
         admit: &Admission<'_>,
         start_run: bool,
         intake: Option<&dedupe::Intake>,
+        gate: bool,
     ) -> Result<Resolved> {
         let span = tracing::info_span!(
             target: "agent_sessions",
@@ -778,7 +789,7 @@ impl SessionManager {
             reason = tracing::field::Empty,
         );
         // Boxed, as the store's update inside it is: a turn's future stays small.
-        let resolved = Box::pin(self.resolve_in_span(message, admit, start_run, intake))
+        let resolved = Box::pin(self.resolve_in_span(message, admit, start_run, intake, gate))
             .instrument(span)
             .await;
         if let Err(error) = &resolved {
@@ -793,7 +804,9 @@ impl SessionManager {
         admit: &Admission<'_>,
         start_run: bool,
         intake: Option<&dedupe::Intake>,
+        gate: bool,
     ) -> Result<Resolved> {
+        let gate = gate && message.is_group();
         let key = self.key_for(message)?;
         let span = tracing::Span::current();
         span.record("key", tracing::field::display(&key));
@@ -822,7 +835,7 @@ impl SessionManager {
             channel: channel.as_deref(),
             reset_triggered: trigger.is_some(),
         };
-        let drifted = self.drifted_session(&key, message, &policy).await?;
+        let drifted = self.drifted_session(&key, message, &policy, gate).await?;
         let fork = self.fork_origin(message, &key).await?;
 
         let now = self.seams.clock.now();
@@ -849,11 +862,27 @@ impl SessionManager {
         };
         let mut seen = dedupe::Seen::New;
         let mut step = None;
+        let mut routed = None;
         let stored = self
             .seams
             .store
             .apply(&key, &mut |slot, _| {
                 admit(&key, slot.as_ref())?;
+                step = None;
+                routed = None;
+                if gate {
+                    let activation = slot.as_ref().and_then(|e| e.group_activation.as_ref());
+                    let decided = self.activation(message, activation);
+                    if !decided.trigger {
+                        // Chatter: recorded without counting a message or moving
+                        // `updatedAt`, as OpenClaw records unanswered group messages.
+                        let now_ms = facts.inbound.now_ms;
+                        let entry = slot.get_or_insert_with(|| start_session(None, now_ms));
+                        record_meta(entry, message, group.as_ref(), &key);
+                        return Ok(());
+                    }
+                    routed = Some(decided);
+                }
                 if let Some(intake) = intake {
                     seen = dedupe::check(slot.as_ref(), intake, facts.inbound.now_ms, window);
                     if seen != dedupe::Seen::New {
@@ -869,6 +898,9 @@ impl SessionManager {
             .await?;
         if seen != dedupe::Seen::New {
             return Ok(Resolved::Seen(seen));
+        }
+        if gate && routed.is_none() {
+            return Ok(Resolved::Chatter);
         }
         let (Some(mut session), Some(step)) = (stored, step) else {
             return Err(Error::NotFound { key });
@@ -896,19 +928,22 @@ impl SessionManager {
                 session = updated;
             }
         }
-        Ok(Resolved::Session(Box::new(Resolution {
-            key,
-            session,
-            previous,
-            decision,
-            reason,
-            reset_triggered: trigger.is_some(),
-            body,
-            system_sent,
-            aborted_last_run,
-            model_override: hint.map(|h| h.model),
-            expires_at,
-        })))
+        Ok(Resolved::Session(
+            Box::new(Resolution {
+                key,
+                session,
+                previous,
+                decision,
+                reason,
+                reset_triggered: trigger.is_some(),
+                body,
+                system_sent,
+                aborted_last_run,
+                model_override: hint.map(|h| h.model),
+                expires_at,
+            }),
+            routed,
+        ))
     }
 
     /// What follows a new session: it inherits its siblings' identity summary; the
@@ -998,12 +1033,14 @@ impl SessionManager {
     }
 
     /// The session id the drift gate fires for, if it is on and fires. Asked only when
-    /// the session would otherwise continue, and never under a store lock.
+    /// the session would otherwise continue (and, with `gate`, when the group's
+    /// activation lets the agent answer), and never under a store lock.
     async fn drifted_session(
         &self,
         key: &SessionKey,
         message: &InboundMessage,
         policy: &Policy<'_>,
+        gate: bool,
     ) -> Result<Option<String>> {
         let Some((classifier, threshold)) = &self.seams.drift else {
             return Ok(None);
@@ -1016,6 +1053,11 @@ impl SessionManager {
         };
         let (decision, _) = policy.decide(key, Some(&current.entry), self.seams.clock.now(), None);
         if decision != Decision::Continue {
+            return Ok(None);
+        }
+        let activation = current.entry.group_activation.as_ref();
+        if gate && !self.activation(message, activation).trigger {
+            // Chatter does not start sessions: no need to ask the classifier.
             return Ok(None);
         }
         match classifier.classify(&current, message).await {

@@ -19,18 +19,6 @@ use crate::error::Result;
 use crate::key::SessionKey;
 use crate::lifecycle::clock::{from_millis, to_millis};
 
-/// What [`SessionManager::prepare_turn`] decided for a message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct TurnInput {
-    /// Whether the agent runs, and why.
-    pub activation: ActivationDecision,
-    /// The text for the model; `None` when the agent does not run (the message was
-    /// kept as group history).
-    pub text: Option<String>,
-    /// The group's history key, for group messages.
-    pub history_key: Option<String>,
-}
-
 /// How a sender is named in group history and envelopes.
 fn sender_name(message: &InboundMessage) -> String {
     message
@@ -48,32 +36,6 @@ impl SessionManager {
             mention_names: self.seams.triggers.mention_names.clone(),
             mark_owner_context,
         }
-    }
-
-    /// Takes a group message the agent does not answer, as OpenClaw does, without
-    /// counting it as activity: decides whether `message` runs the agent (under the
-    /// group's stored activation), and if not records its origin, group metadata and
-    /// route and keeps it in the group's history for the next turn — once within
-    /// `dedupe` when given. Returns the decision and whether the message was kept
-    /// (`false`: a delivery again).
-    pub(super) async fn chatter_admitted(
-        &self,
-        message: &InboundMessage,
-        admit: &super::Admission<'_>,
-        dedupe: Option<Duration>,
-    ) -> Result<(ActivationDecision, bool)> {
-        let key = self.key_for(message)?;
-        let stored = self.seams.store.get(&key).await?;
-        let activation = stored.and_then(|s| s.entry.group_activation);
-        let decision = self.activation(message, activation.as_ref());
-        if decision.trigger {
-            return Ok((decision, false));
-        }
-        self.record_inbound_meta_admitted(message, admit).await?;
-        let kept = self
-            .keep_as_history(&key, message, &message.body, dedupe)
-            .await?;
-        Ok((decision, kept))
     }
 
     /// Appends a group message the agent of `session` does not answer to its group's
@@ -102,55 +64,30 @@ impl SessionManager {
         }
     }
 
-    /// What the model sees for `message`, in the session `resolution` decided.
-    ///
-    /// The message is routed (direct and owner messages always run the agent, others
-    /// only when they address it or the group's activation is `always`). A message
-    /// that does not run the agent is kept in the group's history and `text` is `None`.
-    /// Otherwise `text` is the message through the inbound pipeline (the resolution's
-    /// body: reset trigger and model hint removed), in a group preceded by the history
-    /// since the agent was last addressed (which this clears: each message reaches the
-    /// model once), and preceded by the session's queued system events (drained).
+    /// What the model sees for `message`, in the session `resolution` decided, when
+    /// `activation` lets the agent answer and there is no transcript to log it in: the
+    /// message through the inbound pipeline (the resolution's body: reset trigger and
+    /// model hint removed), in a group preceded by the history since the agent was last
+    /// addressed (which this clears: each message reaches the model once), and preceded
+    /// by the session's queued system events (drained).
     pub(crate) async fn prepare_turn(
         &self,
         resolution: &Resolution,
         message: &InboundMessage,
-    ) -> Result<TurnInput> {
-        let activation = self.activation(message, resolution.entry().group_activation.as_ref());
-        let history_key = group_history_key(&resolution.key, message);
-        let Some(key) = history_key.as_deref().filter(|_| activation.trigger) else {
-            if !activation.trigger {
-                self.keep_as_history(&resolution.key, message, &resolution.body, None)
-                    .await?;
-                return Ok(TurnInput {
-                    activation,
-                    text: None,
-                    history_key,
-                });
-            }
-            let (text, _) = self
-                .model_input(resolution, message, &activation, &[])
-                .await;
-            return Ok(TurnInput {
-                activation,
-                text: Some(text),
-                history_key,
-            });
+        activation: &ActivationDecision,
+    ) -> String {
+        let history = match group_history_key(&resolution.key, message) {
+            // The agent sees the history now: the next turn starts a new one. A buffer
+            // that cannot be read leaves the history out, not the answer.
+            Some(key) => self.seams.history.take(&key).await.unwrap_or_else(|error| {
+                tracing::warn!(group = %key, %error, "could not read the group's history; answering without it");
+                Vec::new()
+            }),
+            None => Vec::new(),
         };
-        // The agent sees the history now: the next turn starts a new one. A buffer that
-        // cannot be read leaves the history out, not the answer.
-        let history = self.seams.history.take(key).await.unwrap_or_else(|error| {
-            tracing::warn!(group = %key, %error, "could not read the group's history; answering without it");
-            Vec::new()
-        });
-        let (text, _) = self
-            .model_input(resolution, message, &activation, &history)
-            .await;
-        Ok(TurnInput {
-            activation,
-            text: Some(text),
-            history_key,
-        })
+        self.model_input(resolution, message, activation, &history)
+            .await
+            .0
     }
 
     /// The model's input for `message`, which `activation` lets run the agent: the

@@ -8,7 +8,7 @@ use crate::context::chat::{
 use crate::context::history::group_history_key;
 use crate::context::inbound::InboundMessage;
 use crate::context::reply::ReplyPayload;
-use crate::entry::{SessionEntry, SessionStatus};
+use crate::entry::SessionEntry;
 use crate::error::Result;
 use crate::key::SessionKey;
 use crate::memory::flush::{FlushPlan, DEFAULT_CONTEXT_TOKENS};
@@ -235,24 +235,30 @@ impl SessionManager {
         };
         let window = self.settings.dedupe_window;
         let dedupe = (!window.is_zero()).then_some(window);
-        if message.is_group() {
-            let (decision, kept) = self.chatter_admitted(message, admit, dedupe).await?;
-            if !decision.trigger {
-                if !kept {
-                    crate::telemetry::duplicate();
-                    turn.action = TurnAction::Duplicate;
-                }
-                return Ok(turn);
-            }
-        }
         let mut intake = dedupe
             .and_then(|_| dedupe::inbound_id(message))
             .map(Intake::new);
-        let Some(resolution) = self.resolve_once(message, admit, intake.as_mut()).await? else {
-            crate::telemetry::duplicate();
-            turn.action = TurnAction::Duplicate;
-            return Ok(turn);
-        };
+        let (resolution, activation) =
+            match self.resolve_once(message, admit, intake.as_mut()).await? {
+                Resolved::Session(resolution, activation) => (*resolution, activation),
+                Resolved::Chatter => {
+                    // Kept as the group's history for the next turn that answers — once
+                    // within the window, so a delivery again is a duplicate.
+                    if !self
+                        .keep_as_history(&turn.key, message, &message.body, dedupe)
+                        .await?
+                    {
+                        crate::telemetry::duplicate();
+                        turn.action = TurnAction::Duplicate;
+                    }
+                    return Ok(turn);
+                }
+                Resolved::Seen(_) => {
+                    crate::telemetry::duplicate();
+                    turn.action = TurnAction::Duplicate;
+                    return Ok(turn);
+                }
+            };
         let now_ms = self.seams.clock.now_millis();
         // The message was acted on: a delivery again within the window is a duplicate.
         let taken = |intake: Option<Intake>| {
@@ -275,29 +281,19 @@ impl SessionManager {
             turn.resolution = Some(resolution);
             return Ok(turn);
         }
-        let activation = self.activation(message, resolution.entry().group_activation.as_ref());
-        if !activation.trigger {
-            // The group's activation changed since the message was checked: no run.
-            self.keep_as_history(&turn.key, message, &resolution.body, None)
-                .await?;
-            taken(intake);
-            self.change(&turn.key, |entry| {
-                entry.status = Some(SessionStatus::Idle);
-                entry.aborted_last_run = Some(resolution.aborted_last_run);
-            })
-            .await?;
-            turn.resolution = Some(resolution);
-            return Ok(turn);
-        }
+        // Decided in the same atomic update as the session (a direct message always runs).
+        let activation = activation.unwrap_or_else(|| {
+            self.activation(message, resolution.entry().group_activation.as_ref())
+        });
         let entry = resolution.entry().clone();
         let (text, entry) = if self.seams.transcripts.is_some() {
             let done = intake.map(|intake| (intake.hold, now_ms, window));
             self.log_input(&mut turn, &resolution, &activation, entry, done)
                 .await?
         } else {
-            let input = self.prepare_turn(&resolution, message).await?;
+            let text = self.prepare_turn(&resolution, message, &activation).await;
             taken(intake);
-            (input.text.unwrap_or_default(), entry)
+            (text, entry)
         };
         turn.flush = self.seams.flush_guard.plan(&entry);
         turn.entry = Some(entry);
@@ -372,38 +368,35 @@ impl SessionManager {
         Ok((text, entry))
     }
 
-    /// Resolves `message` for a turn, unless it was taken before (`None`: a duplicate).
-    /// A message whose earlier turn died is taken over when its line is not in that
+    /// Resolves `message` for a turn, routed by its group's activation (chatter is only
+    /// recorded), unless it was taken before ([`Resolved::Seen`]: a duplicate). A
+    /// message whose earlier turn died is taken over when its line is not in that
     /// turn's transcript.
     async fn resolve_once(
         &self,
         message: &InboundMessage,
         admit: &super::Admission<'_>,
         mut intake: Option<&mut Intake>,
-    ) -> Result<Option<Resolution>> {
+    ) -> Result<Resolved> {
         loop {
-            match self
-                .resolve_taking(message, admit, true, intake.as_deref())
-                .await?
+            let resolved = self
+                .resolve_taking(message, admit, true, intake.as_deref(), true)
+                .await?;
+            let Resolved::Seen(Seen::Unsure(record)) = &resolved else {
+                return Ok(resolved);
+            };
+            let (Some(intake), Some(id)) = (intake.as_deref_mut(), &message.message_id) else {
+                return Ok(resolved);
+            };
+            if intake.take_over.is_some()
+                || self
+                    .logged_before(&self.key_for(message)?, record, id)
+                    .await?
             {
-                Resolved::Session(resolution) => return Ok(Some(*resolution)),
-                Resolved::Seen(Seen::Unsure(record)) => {
-                    let (Some(intake), Some(id)) = (intake.as_deref_mut(), &message.message_id)
-                    else {
-                        return Ok(None);
-                    };
-                    if intake.take_over.is_some()
-                        || self
-                            .logged_before(&self.key_for(message)?, &record, id)
-                            .await?
-                    {
-                        return Ok(None);
-                    }
-                    // Its turn died before logging it: this turn takes it.
-                    intake.take_over = Some(record.holder);
-                }
-                Resolved::Seen(_) => return Ok(None),
+                return Ok(resolved);
             }
+            // Its turn died before logging it: this turn takes it.
+            intake.take_over = Some(record.holder.clone());
         }
     }
 
