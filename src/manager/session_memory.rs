@@ -321,25 +321,8 @@ fn cursor_of(record: &crate::transcript::LogRecord) -> LogCursor {
     }
 }
 
-/// The memory calls of a [`SessionManager`] beyond [`record_turn`](SessionManager::record_turn):
-/// the memory flush before compaction, compaction, engine sessions, rolling identity
-/// summaries and the versioned snapshot.
-///
-/// Borrowed from [`SessionManager::memory`]. [`ScopedManager::memory`](super::ScopedManager::memory)
-/// offers the session calls for one caller, each checked first.
-///
-/// ```
-/// use agent_sessions::prelude::*;
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> agent_sessions::Result<()> {
-/// let manager = SessionManager::builder(MemoryStore::new()).build()?;
-/// let key = manager.resolve(&InboundMessage::direct("telegram", "42", "hi")).await?.key;
-/// let session = manager.session(&key).record_compaction(Some(1_200)).await?;
-/// assert_eq!(session.entry.compaction_count, Some(1));
-/// # Ok(())
-/// # }
-/// ```
+/// The memory side of [`Session`](super::Session)'s calls: the memory flush before
+/// compaction, compaction, engine sessions and the skills snapshot.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SessionMemory<'a> {
     pub(super) manager: &'a SessionManager,

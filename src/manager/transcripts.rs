@@ -1,7 +1,7 @@
 //! The manager's side of transcripts: the one message-log call every channel makes, and
 //! the session events that go with a session's life.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::SessionManager;
 use crate::context::inbound::InboundMessage;
@@ -38,48 +38,25 @@ pub(super) fn record_location(entry: &mut SessionEntry, session_id: &str, locati
 ///     .with_tool_calls(2)
 ///     .correlated("msg-8812");
 /// ```
+///
+/// It holds the [`LogFields`] its line will carry; when it is logged, the message's own
+/// id, the session key, and what the session knows (its person, agent identity and
+/// channel) are filled in.
 #[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
 pub struct LogMessage {
-    /// In or out.
-    pub direction: Direction,
-    /// The text.
-    pub text: String,
-    /// The canonical person (default: none).
-    pub person_id: Option<String>,
-    /// The agent variant (default: the key's agent id).
-    pub agent_name: Option<String>,
-    /// The agent identity (default: the agent name).
-    pub agent_identity: Option<String>,
-    /// The channel (default: the session's).
-    pub channel: Option<String>,
-    /// Processing time, milliseconds.
-    pub processing_ms: Option<u64>,
-    /// Tool calls made.
-    pub tool_calls_count: Option<u64>,
-    /// Correlates a message with its replies.
-    pub correlation_id: Option<String>,
-    /// Anything else to keep.
-    pub metadata: Map<String, Value>,
-    /// The model that wrote an outbound message.
-    pub model: Option<ModelRef>,
-    /// Its token usage.
-    pub usage: Option<Usage>,
+    text: String,
+    direction: Direction,
+    pub(super) log: LogFields,
+    model: Option<ModelRef>,
+    pub(super) usage: Option<Usage>,
 }
 
 impl LogMessage {
     fn new(direction: Direction, text: impl Into<String>) -> Self {
         LogMessage {
-            direction,
             text: text.into(),
-            person_id: None,
-            agent_name: None,
-            agent_identity: None,
-            channel: None,
-            processing_ms: None,
-            tool_calls_count: None,
-            correlation_id: None,
-            metadata: Map::new(),
+            direction,
+            log: LogFields::default(),
             model: None,
             usage: None,
         }
@@ -95,11 +72,18 @@ impl LogMessage {
         LogMessage::new(Direction::Outbound, text)
     }
 
+    /// The same message with `text` as what is logged (the model's input for it).
+    pub(super) fn with_text(mut self, text: String) -> Self {
+        self.text = text;
+        self
+    }
+
     /// An inbound message as an adapter described it: its text, channel, sender (the
     /// canonical person when the message names one, else E.164, else the sender id) and
     /// message id as correlation id.
     pub fn from_inbound(message: &InboundMessage) -> Self {
-        let mut log = LogMessage::inbound(message.body.clone());
+        let mut logged = LogMessage::inbound(message.body.clone());
+        let log = &mut logged.log;
         log.channel = normalize_channel(&message.channel);
         log.person_id = message
             .person_id
@@ -108,49 +92,49 @@ impl LogMessage {
             .or_else(|| message.sender.e164.clone())
             .or_else(|| message.sender.id.clone());
         log.correlation_id = message.message_id.clone();
-        log
+        logged
     }
 
     /// Who the person is.
     pub fn from_person(mut self, person_id: impl Into<String>) -> Self {
-        self.person_id = Some(person_id.into());
+        self.log.person_id = Some(person_id.into());
         self
     }
 
     /// The agent variant and its identity (`reggie_oc`, `reggie`).
     pub fn with_agent(mut self, name: impl Into<String>, identity: impl Into<String>) -> Self {
-        self.agent_name = Some(name.into());
-        self.agent_identity = Some(identity.into());
+        self.log.agent_name = Some(name.into());
+        self.log.agent_identity = Some(identity.into());
         self
     }
 
     /// The channel.
     pub fn on_channel(mut self, channel: impl Into<String>) -> Self {
-        self.channel = Some(channel.into());
+        self.log.channel = Some(channel.into());
         self
     }
 
     /// How long processing took.
     pub fn took(mut self, millis: u64) -> Self {
-        self.processing_ms = Some(millis);
+        self.log.processing_ms = Some(millis);
         self
     }
 
     /// How many tool calls were made.
     pub fn with_tool_calls(mut self, count: u64) -> Self {
-        self.tool_calls_count = Some(count);
+        self.log.tool_calls_count = Some(count);
         self
     }
 
     /// The correlation id.
     pub fn correlated(mut self, id: impl Into<String>) -> Self {
-        self.correlation_id = Some(id.into());
+        self.log.correlation_id = Some(id.into());
         self
     }
 
     /// One metadata field.
     pub fn with_metadata(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
-        self.metadata.insert(key.into(), value.into());
+        self.log.metadata.insert(key.into(), value.into());
         self
     }
 
@@ -303,29 +287,8 @@ impl SessionManager {
     }
 }
 
-/// The transcript calls of a [`SessionManager`]: log messages in and out, mirror
-/// deliveries, take checkpoints, replay a session's events and subscribe to updates.
-///
-/// Borrowed from [`SessionManager::transcripts`]; every call needs a transcript store
-/// ([`Error::NotConfigured`] otherwise). [`ScopedManager::transcripts`](super::ScopedManager::transcripts)
-/// offers the same calls for one caller, each checked first.
-///
-/// ```
-/// use agent_sessions::manager::LogMessage;
-/// use agent_sessions::prelude::*;
-/// use agent_sessions::transcript::MemoryTranscriptStore;
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> agent_sessions::Result<()> {
-/// let manager = SessionManager::builder(MemoryStore::new())
-///     .transcripts(MemoryTranscriptStore::new())
-///     .build()?;
-/// let key = manager.resolve(&InboundMessage::direct("telegram", "42", "hi")).await?.key;
-/// let event = manager.session(&key).log_message(LogMessage::inbound("hi")).await?;
-/// assert_eq!(event.line, 2); // after the transcript's header
-/// # Ok(())
-/// # }
-/// ```
+/// The transcript side of [`Session`](super::Session)'s calls: they need a transcript
+/// store ([`Error::NotConfigured`] otherwise).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SessionTranscripts<'a> {
     pub(super) manager: &'a SessionManager,
@@ -415,49 +378,41 @@ impl SessionManager {
         message: LogMessage,
     ) -> TranscriptEntry {
         let now = self.seams.clock.now();
-        let agent_name = message
-            .agent_name
-            .clone()
-            .or_else(|| key.agent_id().map(str::to_owned));
+        let LogMessage {
+            text,
+            direction,
+            mut log,
+            model,
+            usage,
+        } = message;
+        log.message_id = Some(uuid::Uuid::new_v4().to_string());
+        log.direction = Some(direction);
+        log.session_key = Some(key.to_string());
+        log.agent_name = log.agent_name.or_else(|| key.agent_id().map(str::to_owned));
         // A one-person session knows its canonical person: its log lines name that
         // person, not the raw identifier an adapter saw (in a group, each line keeps its
         // own sender). A line that does not name the agent's identity gets the session's.
         let one_person = !key.peer_kind().is_some_and(PeerKind::is_group);
-        let person_id = entry
+        log.person_id = entry
             .person_id
             .clone()
             .filter(|_| one_person)
-            .or(message.person_id);
-        let agent_identity = message
+            .or(log.person_id);
+        log.agent_identity = log
             .agent_identity
             .or_else(|| entry.agent_identity.clone())
-            .or_else(|| agent_name.as_deref().map(|a| self.agent_identity_of(a)));
-        let log = LogFields {
-            message_id: Some(uuid::Uuid::new_v4().to_string()),
-            direction: Some(message.direction),
-            session_key: Some(key.to_string()),
-            person_id,
-            agent_identity,
-            agent_name,
-            channel: message
-                .channel
-                .or_else(|| entry.channel_name().map(str::to_owned)),
-            processing_ms: message.processing_ms,
-            tool_calls_count: message.tool_calls_count,
-            correlation_id: message.correlation_id,
-            inbound_id: None,
-            parts: Vec::new(),
-            metadata: message.metadata,
-            extra: Map::new(),
-        };
-        let line = match message.direction {
-            Direction::Inbound => TranscriptEntry::user_text(message.text, now),
+            .or_else(|| log.agent_name.as_deref().map(|a| self.agent_identity_of(a)));
+        log.channel = log
+            .channel
+            .or_else(|| entry.channel_name().map(str::to_owned));
+        let line = match direction {
+            Direction::Inbound => TranscriptEntry::user_text(text, now),
             Direction::Outbound => {
-                let mut line = TranscriptEntry::assistant_text(message.text, "", "", now);
+                let mut line = TranscriptEntry::assistant_text(text, "", "", now);
                 if let Some(assistant) = line.message.as_mut() {
-                    assistant.provider = message.model.as_ref().map(|m| m.provider.clone());
-                    assistant.model = message.model.map(|m| m.model);
-                    assistant.usage = message.usage;
+                    assistant.provider = model.as_ref().map(|m| m.provider.clone());
+                    assistant.model = model.map(|m| m.model);
+                    assistant.usage = usage;
                 }
                 line
             }

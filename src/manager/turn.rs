@@ -346,8 +346,7 @@ impl SessionManager {
         let (text, drained) = self
             .model_input(resolution, message, activation, history.unwrap_or_default())
             .await;
-        let mut log = LogMessage::from_inbound(message);
-        log.text = text.clone();
+        let log = LogMessage::from_inbound(message).with_text(text.clone());
         let mut line = self.log_line(&turn.key, &entry, log);
         if let Some(log) = line.log.as_mut() {
             if let Some(claimed) = &claimed {
@@ -627,14 +626,12 @@ impl<'m> Turn<'m> {
                 if let (Some(transcript), Some(entry), false) =
                     (&self.transcript, &self.entry, sent.is_empty())
                 {
-                    let mut log = LogMessage::outbound(sent.clone());
-                    log.correlation_id = self.message.message_id.clone();
-                    log.processing_ms = Some(self.started.elapsed().as_millis() as u64);
+                    let mut log = LogMessage::outbound(sent.clone())
+                        .took(self.started.elapsed().as_millis() as u64);
+                    log.log.correlation_id = self.message.message_id.clone();
+                    log.log.parts = parts;
                     log.usage = reply.usage.as_ref().map(TurnUsage::to_transcript_usage);
-                    let mut line = manager.log_line(&self.key, entry, log);
-                    if let Some(log) = line.log.as_mut() {
-                        log.parts = parts;
-                    }
+                    let line = manager.log_line(&self.key, entry, log);
                     let line = manager.append_line(&self.key, transcript, line).await?;
                     give_receipts(&mut payloads, &self.key, entry, &line);
                 }
