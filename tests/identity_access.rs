@@ -689,6 +689,118 @@ async fn a_denial_does_not_reveal_whether_a_session_exists() {
         .is_none());
 }
 
+/// Bob, by web chat, in a thread that names `parent` as the session it forks from.
+fn bob_forking(thread: &str, parent: &SessionKey) -> InboundMessage {
+    InboundMessage::direct("web", "bob", "what did she say?")
+        .from_person("staff:18")
+        .with_thread(thread)
+        .with_parent_session(parent.as_str())
+}
+
+#[tokio::test]
+async fn a_session_cannot_be_read_by_forking_it_into_a_thread_of_ones_own() {
+    let fixture = fixture().await;
+    let bob = fixture.manager.scoped(Caller::person("staff:18"));
+    let turn = bob.turn(&bob_forking("t1", &fixture.key)).await.unwrap();
+    let seen: Vec<String> = turn
+        .messages()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.content)
+        .collect();
+    assert!(
+        !seen.iter().any(|text| text.contains("shift")),
+        "Jane's line reached Bob's model input: {seen:?}"
+    );
+    let forked = |key: &SessionKey| {
+        let manager = &fixture.manager;
+        let key = key.clone();
+        async move {
+            manager
+                .session(&key)
+                .get()
+                .await
+                .unwrap()
+                .unwrap()
+                .entry
+                .forked_from
+        }
+    };
+    assert_eq!(forked(turn.key()).await, None);
+    // Whether the parent exists is not told either: a missing parent is the same.
+    let missing = SessionKey::parse("agent:main:sms:dm:+61400000000").unwrap();
+    let probe = bob.resolve(&bob_forking("t2", &missing)).await.unwrap();
+    assert_eq!(forked(&probe.key).await, None);
+    // The host, and Jane herself, still fork it.
+    let jane_forking = InboundMessage::direct("sms", JANE_PHONE, "and next week?")
+        .from_person("staff:17")
+        .with_thread("t3")
+        .with_parent_session(fixture.key.as_str());
+    let jane = fixture.manager.scoped(Caller::person("staff:17"));
+    let hers = jane.resolve(&jane_forking).await.unwrap();
+    assert!(forked(&hers.key).await.is_some());
+}
+
+#[tokio::test]
+async fn a_named_session_key_never_creates_a_session_for_someone_else() {
+    let manager = SessionManager::builder(MemoryStore::new())
+        .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerPerson))
+        .build()
+        .unwrap();
+    let janes = SessionKey::parse("agent:main:person:staff:17").unwrap();
+    let bob = manager.scoped(Caller::person("staff:18"));
+    let squat = InboundMessage::direct("web", "bob", "planted")
+        .from_person("staff:18")
+        .with_session_key(janes.as_str());
+    assert!(matches!(
+        bob.resolve(&squat).await,
+        Err(Error::AccessDenied {
+            reason: AccessDenial::NotParticipant,
+            ..
+        })
+    ));
+    assert!(manager.session(&janes).get().await.unwrap().is_none());
+    // Jane's first message opens her session, as hers.
+    let jane = manager.scoped(Caller::person("staff:17"));
+    assert_eq!(jane.resolve(&jane_by_sms("hi")).await.unwrap().key, janes);
+    // A participant naming their own key (the key builder's) still may.
+    let bobs = SessionKey::parse("agent:main:person:staff:18").unwrap();
+    let own = InboundMessage::direct("web", "bob", "hi")
+        .from_person("staff:18")
+        .with_session_key(bobs.as_str());
+    assert_eq!(bob.resolve(&own).await.unwrap().key, bobs);
+}
+
+#[tokio::test]
+async fn fork_thread_hands_an_existing_thread_only_to_who_may_open_it() {
+    let manager = SessionManager::builder(MemoryStore::new()).build().unwrap();
+    let in_group = |sender: &str, person: &str| {
+        InboundMessage::group("telegram", "-100", sender, "hello").from_person(person)
+    };
+    let group = manager
+        .resolve(&in_group("jane", "staff:17"))
+        .await
+        .unwrap()
+        .key;
+    let jane = manager.scoped(Caller::person("staff:17"));
+    let thread = jane.session(&group).fork_thread("salary").await.unwrap();
+    // Bob joins the group after the thread was started without him.
+    manager.resolve(&in_group("bob", "staff:18")).await.unwrap();
+    let bob = manager.scoped(Caller::person("staff:18"));
+    assert!(bob.session(&group).get().await.unwrap().is_some());
+    assert!(matches!(
+        bob.session(&group).fork_thread("salary").await,
+        Err(Error::AccessDenied {
+            reason: AccessDenial::NotParticipant,
+            ..
+        })
+    ));
+    // A new thread of the group starts with its participants, Bob among them.
+    let new = bob.session(&group).fork_thread("lunch").await.unwrap();
+    assert_ne!(new.key, thread.key);
+}
+
 // ---------------------------------------------------------------------------------
 // Opening sessions: participants and re-resolved identity
 

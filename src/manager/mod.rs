@@ -836,7 +836,7 @@ impl SessionManager {
             reset_triggered: trigger.is_some(),
         };
         let drifted = self.drifted_session(&key, message, &policy, gate).await?;
-        let fork = self.fork_origin(message, &key).await?;
+        let fork = self.fork_origin(message, &key, admit).await?;
 
         let now = self.seams.clock.now();
         let agent_identity = key.agent_id().map(|agent| self.agent_identity_of(agent));
@@ -1074,10 +1074,15 @@ impl SessionManager {
 
     /// The parent a new thread session forks from: the message's parent session, when it
     /// exists and is not this session.
+    ///
+    /// A parent that `admit` does not let the caller open is no parent: the new session
+    /// starts empty, as for a parent that does not exist, so a caller can neither read
+    /// a session through a fork nor learn whether it exists.
     async fn fork_origin(
         &self,
         message: &InboundMessage,
         key: &SessionKey,
+        admit: &Admission<'_>,
     ) -> Result<Option<ForkOrigin>> {
         let Some(raw) = present(message.parent_session_key.as_deref()) else {
             return Ok(None);
@@ -1091,6 +1096,7 @@ impl SessionManager {
             .store
             .get(&parent)
             .await?
+            .filter(|stored| admit(&parent, Some(&stored.entry)).is_ok())
             .map(|stored| ForkOrigin {
                 session_key: parent.to_string(),
                 session_id: stored.entry.session_id,

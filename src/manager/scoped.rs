@@ -125,56 +125,85 @@ impl<'a> ScopedManager<'a> {
 
     /// Whether the caller may go on with the session under `key` whose entry is
     /// `entry`, where the call may create it: an existing session must be open to the
-    /// caller; a missing one only needs the key in the caller's namespace (its creator
-    /// becomes its first participant). Asked inside the store update.
-    fn may_create(&self, key: &SessionKey, entry: Option<&SessionEntry>) -> Result<()> {
+    /// caller; a missing one needs the key in the caller's namespace (its creator
+    /// becomes its first participant) and, for a participant, to be `creatable` when
+    /// that is given. Asked inside the store update.
+    fn may_create(
+        &self,
+        key: &SessionKey,
+        entry: Option<&SessionEntry>,
+        creatable: Option<&SessionKey>,
+    ) -> Result<()> {
         verify_namespace(&self.caller, key)?;
-        match entry {
-            Some(entry) => verify_session_access(&self.caller, key, Some(entry)),
-            None => Ok(()),
+        match (entry, self.caller.participant_id(), creatable) {
+            (Some(entry), _, _) => verify_session_access(&self.caller, key, Some(entry)),
+            (None, Some(_), Some(creatable)) if creatable != key => {
+                Err(denied(key, AccessDenial::NotParticipant))
+            }
+            (None, _, _) => Ok(()),
         }
     }
 
     /// Whether the caller may post `message`: a participant only as themselves (the
-    /// message's participant id is theirs).
-    fn may_post(&self, message: &InboundMessage) -> Result<()> {
+    /// message's participant id is theirs). Returns, for a participant's message that
+    /// names its session key, the only key it may create a session under: the key
+    /// builder's. A named key reaches an existing session the participant takes part
+    /// in, never a new one — else anyone could take a person's key before they do and
+    /// lock them out of it.
+    fn may_post(&self, message: &InboundMessage) -> Result<Option<SessionKey>> {
         let key = self.manager.key_for(message)?;
         match self.caller.participant_id() {
             Some(id) if message.participant_id().as_deref() != Some(id) => {
                 Err(denied(&key, AccessDenial::NotParticipant))
             }
-            _ => Ok(()),
+            Some(_) if message.session_key.is_some() => {
+                let mut built = message.clone();
+                built.session_key = None;
+                self.manager.key_for(&built).map(Some)
+            }
+            _ => Ok(None),
         }
     }
 
     /// [`SessionManager::record_inbound_meta`] for a message the caller may post, on the
     /// same terms as [`resolve`](Self::resolve).
     pub async fn record_inbound_meta(&self, message: &InboundMessage) -> Result<StoredSession> {
-        self.may_post(message)?;
+        let creatable = self.may_post(message)?;
         self.manager
-            .record_inbound_meta_admitted(message, &|key, entry| self.may_create(key, entry))
+            .record_inbound_meta_admitted(message, &|key, entry| {
+                self.may_create(key, entry, creatable.as_ref())
+            })
             .await
     }
 
     /// [`SessionManager::resolve`] for a message the caller may post: a participant
     /// posts only as themselves (the message's [`participant_id`] is theirs) and only
-    /// into a session they take part in or a new one; a namespaced caller only into
-    /// its namespace.
+    /// into a session they take part in or a new one under the key builder's key (a
+    /// session key the message names never creates one); a namespaced caller only into
+    /// its namespace. A parent session the message names
+    /// ([`InboundMessage::with_parent_session`]) that the caller may not open is
+    /// ignored: the new session starts empty instead of forking it.
     ///
     /// [`participant_id`]: InboundMessage::participant_id
     pub async fn resolve(&self, message: &InboundMessage) -> Result<Resolution> {
-        self.may_post(message)?;
+        let creatable = self.may_post(message)?;
         self.manager
-            .resolve_admitted(message, &|key, entry| self.may_create(key, entry), false)
+            .resolve_admitted(
+                message,
+                &|key, entry| self.may_create(key, entry, creatable.as_ref()),
+                false,
+            )
             .await
     }
 
     /// [`SessionManager::turn`] for a message the caller may post, on the same terms as
     /// [`resolve`](Self::resolve).
     pub async fn turn(&self, message: &InboundMessage) -> Result<Turn<'a>> {
-        self.may_post(message)?;
+        let creatable = self.may_post(message)?;
         self.manager
-            .turn_admitted(message, &|key, entry| self.may_create(key, entry))
+            .turn_admitted(message, &|key, entry| {
+                self.may_create(key, entry, creatable.as_ref())
+            })
             .await
     }
 
@@ -215,7 +244,7 @@ impl<'a> ScopedManager<'a> {
             .open_admitted(
                 source,
                 agent,
-                &|key, entry| self.may_create(key, entry),
+                &|key, entry| self.may_create(key, entry, None),
                 &|entry| stamp_caller(entry, participant, person),
             )
             .await

@@ -11,7 +11,7 @@ use crate::context::chat::ChatMessage;
 use crate::context::delivery::DeliveryRoute;
 use crate::entry::{DescriptionSource, SessionEntry, SessionStatus};
 use crate::error::{Error, Result};
-use crate::identity::access::{verify_namespace, Caller};
+use crate::identity::access::{verify_namespace, verify_session_access, Caller};
 use crate::identity::workspace::Workspace;
 use crate::key::{AgentId, SessionKey};
 use crate::memory::flush::FlushPlan;
@@ -211,9 +211,18 @@ impl Session<'_> {
     /// An existing thread session is returned unchanged. A blank `thread_id` names no
     /// thread (OpenClaw's `resolveThreadSessionKeys`): the parent itself is returned,
     /// unchanged.
+    ///
+    /// A scoped caller gets an existing thread only if they may open it too.
     pub async fn fork_thread(&self, thread_id: &str) -> Result<StoredSession> {
         self.check().await?;
-        self.manager.fork_thread(&self.key, thread_id).await
+        let thread = self.manager.fork_thread(&self.key, thread_id).await?;
+        if let Some(caller) = &self.caller {
+            // A new thread takes the parent's participants; an existing one is returned
+            // as it is, and may not be the caller's.
+            verify_namespace(caller, &thread.key)?;
+            verify_session_access(caller, &thread.key, Some(&thread.entry))?;
+        }
+        Ok(thread)
     }
 
     /// Spawns a subagent session under `agent`, `agent:<agent>:subagent:<uuid>` (nested
