@@ -162,12 +162,27 @@ pub(crate) fn validate_session_id(session_id: &str) -> Result<()> {
     }
 }
 
+/// The longest live transcript name: archiving adds at most this much
+/// (`.deleted.<timestamp>-nn`) and a name stays within 255 bytes.
+const MAX_LIVE_TRANSCRIPT_NAME: usize = 255 - 36;
+
 /// The transcript file name `<sessionId>.jsonl` or `<sessionId>-topic-<topicId>.jsonl`,
-/// with the topic id percent-encoded as OpenClaw's `encodeURIComponent` does.
+/// with the topic id percent-encoded as OpenClaw's `encodeURIComponent` does. A topic
+/// too long for a file name (even once archived) is shortened as [`file_name_for`]
+/// shortens ids: the first part of its encoding, `%~` and a name-based UUID of it.
 pub(crate) fn transcript_file_name(session_id: &str, topic_id: Option<&str>) -> Result<String> {
     validate_session_id(session_id)?;
     Ok(match topic_id {
-        Some(topic) => format!("{session_id}-topic-{}.jsonl", encode_file_component(topic)),
+        Some(topic) => {
+            let room = MAX_LIVE_TRANSCRIPT_NAME - "-topic-.jsonl".len() - session_id.len();
+            let encoded = encode_file_component(topic);
+            let topic = if encoded.len() <= room {
+                encoded
+            } else {
+                shortened(topic, &encoded, room - SHORTENING_SUFFIX)
+            };
+            format!("{session_id}-topic-{topic}.jsonl")
+        }
         None => format!("{session_id}.jsonl"),
     })
 }
@@ -299,9 +314,18 @@ pub(crate) fn file_name_for(id: &str) -> String {
     if encoded.len() <= MAX_PLAIN_FILE_NAME {
         return encoded;
     }
+    shortened(id, &encoded, KEPT_FILE_NAME_PREFIX)
+}
+
+/// How much [`shortened`] adds to what it keeps: `%~` and a simple UUID.
+const SHORTENING_SUFFIX: usize = 2 + 32;
+
+/// The first `keep` bytes of `encoded` (the encoding of `id`), `%~` and a name-based
+/// UUID of `id`.
+fn shortened(id: &str, encoded: &str, keep: usize) -> String {
     let digest = uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, id.as_bytes());
     // The encoding is ASCII: any byte is a character boundary.
-    format!("{}%~{}", &encoded[..KEPT_FILE_NAME_PREFIX], digest.simple())
+    format!("{}%~{}", &encoded[..keep.min(encoded.len())], digest.simple())
 }
 
 /// Reverses [`encode_file_component`].
@@ -326,6 +350,31 @@ pub fn decode_file_component(encoded: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_transcript_name_fits_a_file_name_whatever_the_topic() {
+        let sid = "0d4f1c2e-2b9a-4c61-9e3f-8a8e4c1b7d20";
+        assert_eq!(
+            transcript_file_name(sid, Some("1700.42")).unwrap(),
+            format!("{sid}-topic-1700.42.jsonl")
+        );
+        let longest_sid = "s".repeat(MAX_SESSION_ID_LEN);
+        for topic in ["x".repeat(1_000), "é".repeat(500), "x".repeat(171)] {
+            for session_id in [sid, longest_sid.as_str()] {
+                let name = transcript_file_name(session_id, Some(&topic)).unwrap();
+                assert!(name.len() <= MAX_LIVE_TRANSCRIPT_NAME, "{name}");
+                let archived = format!("{name}.deleted.2026-11-27T21-51-55.123Z-99");
+                assert!(archived.len() <= 255, "{archived}");
+                crate::transcript::lines::validate_transcript_name(&archived).unwrap();
+            }
+        }
+        // Two long topics that share their first part are two transcripts.
+        let (a, b) = ("x".repeat(400) + "a", "x".repeat(400) + "b");
+        assert_ne!(
+            transcript_file_name(sid, Some(&a)).unwrap(),
+            transcript_file_name(sid, Some(&b)).unwrap()
+        );
+    }
 
     #[test]
     fn ids_spelled_like_a_shortened_name_get_names_of_their_own() {

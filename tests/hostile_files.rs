@@ -477,3 +477,35 @@ async fn store_with_one_session(root: &Path) -> JsonFileStore {
         .unwrap();
     store
 }
+
+/// A thread id as long as a key segment may be (1,024 bytes) names a transcript file
+/// that fits the file system, live and archived: every turn in the thread works.
+#[tokio::test]
+async fn a_thread_id_too_long_for_a_file_name_still_gets_a_transcript() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("json:{}", dir.path().display());
+    let manager = SessionManager::connect(&url).await.unwrap().build().unwrap();
+    for thread in ["t".repeat(1_024), "é".repeat(300)] {
+        let message = |text: &str| {
+            InboundMessage::group("slack", "c1", "ann", text)
+                .mentioning_agent()
+                .with_thread(thread.as_str())
+        };
+        for text in ["@bot first", "@bot second"] {
+            let turn = manager.turn(&message(text)).await.unwrap();
+            turn.complete("ok").await.unwrap();
+        }
+        let key = manager.key_for(&message("")).unwrap();
+        let said: Vec<String> = manager
+            .session(&key)
+            .messages()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.content)
+            .collect();
+        assert_eq!(said.len(), 4, "{said:?}");
+        // Archived by a reset, it keeps a name the file system takes.
+        manager.session(&key).reset().await.unwrap();
+    }
+}
