@@ -325,7 +325,11 @@ const SHORTENING_SUFFIX: usize = 2 + 32;
 fn shortened(id: &str, encoded: &str, keep: usize) -> String {
     let digest = uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, id.as_bytes());
     // The encoding is ASCII: any byte is a character boundary.
-    format!("{}%~{}", &encoded[..keep.min(encoded.len())], digest.simple())
+    format!(
+        "{}%~{}",
+        &encoded[..keep.min(encoded.len())],
+        digest.simple()
+    )
 }
 
 /// Reverses [`encode_file_component`].

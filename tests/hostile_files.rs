@@ -484,7 +484,11 @@ async fn store_with_one_session(root: &Path) -> JsonFileStore {
 async fn a_thread_id_too_long_for_a_file_name_still_gets_a_transcript() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("json:{}", dir.path().display());
-    let manager = SessionManager::connect(&url).await.unwrap().build().unwrap();
+    let manager = SessionManager::connect(&url)
+        .await
+        .unwrap()
+        .build()
+        .unwrap();
     for thread in ["t".repeat(1_024), "é".repeat(300)] {
         let message = |text: &str| {
             InboundMessage::group("slack", "c1", "ann", text)

@@ -383,6 +383,12 @@ impl Session<'_> {
     /// Live updates of the session's current transcript: this process's appends, and
     /// other processes' where the store hears of them (PostgreSQL, SQLite). Dropping the
     /// subscription unsubscribes. In order and without gaps, use [`follow`](Self::follow).
+    ///
+    /// [`Error::NotFound`] when there is no session (unlike [`get`](Self::get), which
+    /// answers `None`). Access is checked when the subscription is made: it then lasts
+    /// until it is dropped, so a host that removes a caller from a session drops the
+    /// caller's open subscriptions too. A reset starts a new transcript, which this
+    /// subscription does not follow (it goes quiet): subscribe again.
     pub async fn subscribe(&self) -> Result<TranscriptSubscription> {
         let stored = self.existing().await?;
         let transcript = TranscriptRef::of(
@@ -393,6 +399,7 @@ impl Session<'_> {
         Ok(self.manager.subscribe()?.only(move |update| {
             update.transcript.agent == transcript.agent
                 && update.transcript.session_id == transcript.session_id
+                && update.transcript.topic == transcript.topic
         }))
     }
 
@@ -401,6 +408,10 @@ impl Session<'_> {
     /// reconnects passes the [`position`](TranscriptFollow::position) it reached. A
     /// reset starts a new session with a new transcript: the follower returns the old
     /// session's last events and ends; follow the key again then.
+    ///
+    /// [`Error::NotFound`] when there is no session. As with
+    /// [`subscribe`](Self::subscribe), access is checked when the follower is made, and
+    /// it lasts until it is dropped or ends.
     ///
     /// ```
     /// use agent_sessions::manager::LogMessage;
