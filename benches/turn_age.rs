@@ -3,6 +3,8 @@
 //! the model's window at 8,000 tokens (the conversation the model gets is the same size
 //! at every age) and at the default 200,000. Each backend in its fast durability mode.
 //! The turn after 10 earlier turns is the baseline each older session is compared with.
+//! Each measured turn adds to its session: about 60 turns over a run, which matter only
+//! for the youngest.
 //!
 //! `cargo bench --bench turn_age --features sqlite,postgres` (PostgreSQL only when
 //! `AGENT_SESSIONS_TEST_POSTGRES_URL` names a server; the run uses a schema of its own
@@ -81,9 +83,11 @@ fn bench(
         }
         let manager = builder.build().unwrap();
         let mut group = c.benchmark_group(format!("turn_age/{name}/{window_name}"));
+        // Every measured turn makes its session two lines older: few iterations (55 over
+        // the 10 samples, a few more to warm up), so the youngest session stays young.
         group.sample_size(10);
-        group.warm_up_time(Duration::from_millis(500));
-        group.measurement_time(Duration::from_secs(3));
+        group.warm_up_time(Duration::from_millis(1));
+        group.measurement_time(Duration::from_millis(10));
         for age in AGES {
             // Each window has sessions of its own: the peer differs by window.
             let age_key = age + if window.is_some() { 0 } else { 1 };
