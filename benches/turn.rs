@@ -16,9 +16,7 @@ mod separate_calls;
 use std::sync::Arc;
 
 use agent_sessions::prelude::*;
-use agent_sessions::transcript::{FileTranscriptStore, MemoryTranscriptStore, TranscriptStore};
-use agent_sessions::{Durability, JsonFileOptions};
-use common::write_store;
+use agent_sessions::transcript::TranscriptStore;
 use criterion::{criterion_group, criterion_main, Criterion};
 use separate_calls::separate_calls;
 use tokio::runtime::Runtime;
@@ -66,89 +64,9 @@ fn turns(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-
-    let memory = MemoryStore::new();
-    runtime.block_on(async {
-        for i in 0..SESSIONS {
-            memory.put(&common::key(i), common::entry(i)).await.unwrap();
-        }
+    common::on_each_backend(&runtime, SESSIONS, |name, store, transcripts| {
+        bench(c, &runtime, name, store, transcripts)
     });
-    bench(
-        c,
-        &runtime,
-        "memory",
-        Arc::new(memory),
-        Arc::new(MemoryTranscriptStore::new()),
-    );
-
-    let dir = tempfile::tempdir().unwrap();
-    write_store(dir.path(), SESSIONS);
-    let json = JsonFileStore::new_with(
-        dir.path(),
-        JsonFileOptions {
-            durability: Durability::Unsynced,
-            ..JsonFileOptions::default()
-        },
-    );
-    bench(
-        c,
-        &runtime,
-        "json",
-        Arc::new(json),
-        Arc::new(FileTranscriptStore::with_durability(
-            dir.path(),
-            Durability::Unsynced,
-        )),
-    );
-
-    #[cfg(feature = "sqlite")]
-    {
-        use agent_sessions::store::{SqliteOptions, SqliteStore};
-        let dir = tempfile::tempdir().unwrap();
-        let mut options = SqliteOptions::default();
-        options.durability = Durability::Unsynced;
-        let sqlite = SqliteStore::open_with(dir.path().join("bench.db"), options).unwrap();
-        runtime.block_on(async {
-            for i in 0..SESSIONS {
-                sqlite.put(&common::key(i), common::entry(i)).await.unwrap();
-            }
-        });
-        bench(
-            c,
-            &runtime,
-            "sqlite",
-            Arc::new(sqlite.clone()),
-            Arc::new(sqlite),
-        );
-    }
-
-    #[cfg(feature = "postgres")]
-    if let Ok(server) = std::env::var("AGENT_SESSIONS_TEST_POSTGRES_URL") {
-        use agent_sessions::store::{PostgresOptions, PostgresStore};
-        let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
-        let postgres = runtime
-            .block_on(PostgresStore::connect_with(
-                &server,
-                PostgresOptions::in_schema(&schema),
-            ))
-            .unwrap();
-        runtime.block_on(async {
-            for i in 0..SESSIONS {
-                postgres
-                    .put(&common::key(i), common::entry(i))
-                    .await
-                    .unwrap();
-            }
-        });
-        bench(
-            c,
-            &runtime,
-            "postgres",
-            Arc::new(postgres.clone()),
-            Arc::new(postgres.clone()),
-        );
-        runtime.block_on(postgres.drop_schema()).unwrap();
-    }
 }
 
 criterion_group!(benches, turns);

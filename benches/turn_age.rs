@@ -10,14 +10,13 @@
 //! `AGENT_SESSIONS_TEST_POSTGRES_URL` names a server; the run uses a schema of its own
 //! and drops it).
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sessions::prelude::*;
-use agent_sessions::transcript::{
-    FileTranscriptStore, MemoryTranscriptStore, TranscriptEntry, TranscriptStore,
-};
-use agent_sessions::{Durability, JsonFileOptions};
+use agent_sessions::transcript::{TranscriptEntry, TranscriptStore};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use tokio::runtime::Runtime;
 
@@ -106,69 +105,9 @@ fn turn_age(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-
-    bench(
-        c,
-        &runtime,
-        "memory",
-        Arc::new(MemoryStore::new()),
-        Arc::new(MemoryTranscriptStore::new()),
-    );
-
-    let dir = tempfile::tempdir().unwrap();
-    let json = JsonFileStore::new_with(
-        dir.path(),
-        JsonFileOptions {
-            durability: Durability::Unsynced,
-            ..JsonFileOptions::default()
-        },
-    );
-    bench(
-        c,
-        &runtime,
-        "json",
-        Arc::new(json),
-        Arc::new(FileTranscriptStore::with_durability(
-            dir.path(),
-            Durability::Unsynced,
-        )),
-    );
-
-    #[cfg(feature = "sqlite")]
-    {
-        use agent_sessions::store::{SqliteOptions, SqliteStore};
-        let dir = tempfile::tempdir().unwrap();
-        let mut options = SqliteOptions::default();
-        options.durability = Durability::Unsynced;
-        let sqlite = SqliteStore::open_with(dir.path().join("bench.db"), options).unwrap();
-        bench(
-            c,
-            &runtime,
-            "sqlite",
-            Arc::new(sqlite.clone()),
-            Arc::new(sqlite),
-        );
-    }
-
-    #[cfg(feature = "postgres")]
-    if let Ok(server) = std::env::var("AGENT_SESSIONS_TEST_POSTGRES_URL") {
-        use agent_sessions::store::{PostgresOptions, PostgresStore};
-        let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
-        let postgres = runtime
-            .block_on(PostgresStore::connect_with(
-                &server,
-                PostgresOptions::in_schema(&schema),
-            ))
-            .unwrap();
-        bench(
-            c,
-            &runtime,
-            "postgres",
-            Arc::new(postgres.clone()),
-            Arc::new(postgres.clone()),
-        );
-        runtime.block_on(postgres.drop_schema()).unwrap();
-    }
+    common::on_each_backend(&runtime, 0, |name, store, transcripts| {
+        bench(c, &runtime, name, store, transcripts)
+    });
 }
 
 criterion_group!(benches, turn_age);

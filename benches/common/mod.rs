@@ -144,3 +144,86 @@ pub fn raw_sqlite_update(
         .unwrap();
     connection.execute_batch("COMMIT").unwrap();
 }
+
+/// Runs `bench` once per backend, each in its fast durability mode and holding
+/// `sessions` entries first: memory, JSON files (store and transcripts unsynced),
+/// SQLite (`synchronous = OFF`, with the `sqlite` feature) and PostgreSQL (with the
+/// `postgres` feature, when `AGENT_SESSIONS_TEST_POSTGRES_URL` names a server; in a
+/// schema of its own, dropped afterwards).
+pub fn on_each_backend(
+    runtime: &tokio::runtime::Runtime,
+    sessions: usize,
+    mut bench: impl FnMut(
+        &str,
+        std::sync::Arc<dyn SessionStore>,
+        std::sync::Arc<dyn agent_sessions::transcript::TranscriptStore>,
+    ),
+) {
+    use agent_sessions::transcript::{FileTranscriptStore, MemoryTranscriptStore};
+    use agent_sessions::{Durability, JsonFileOptions};
+    use std::sync::Arc;
+
+    async fn fill(store: &dyn SessionStore, sessions: usize) {
+        for i in 0..sessions {
+            store.put(&key(i), entry(i)).await.unwrap();
+        }
+    }
+
+    let memory = MemoryStore::new();
+    runtime.block_on(fill(&memory, sessions));
+    bench(
+        "memory",
+        Arc::new(memory),
+        Arc::new(MemoryTranscriptStore::new()),
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    if sessions > 0 {
+        write_store(dir.path(), sessions);
+    }
+    let json = JsonFileStore::new_with(
+        dir.path(),
+        JsonFileOptions {
+            durability: Durability::Unsynced,
+            ..JsonFileOptions::default()
+        },
+    );
+    bench(
+        "json",
+        Arc::new(json),
+        Arc::new(FileTranscriptStore::with_durability(
+            dir.path(),
+            Durability::Unsynced,
+        )),
+    );
+
+    #[cfg(feature = "sqlite")]
+    {
+        use agent_sessions::store::{SqliteOptions, SqliteStore};
+        let dir = tempfile::tempdir().unwrap();
+        let mut options = SqliteOptions::default();
+        options.durability = Durability::Unsynced;
+        let sqlite = SqliteStore::open_with(dir.path().join("bench.db"), options).unwrap();
+        runtime.block_on(fill(&sqlite, sessions));
+        bench("sqlite", Arc::new(sqlite.clone()), Arc::new(sqlite));
+    }
+
+    #[cfg(feature = "postgres")]
+    if let Ok(server) = std::env::var("AGENT_SESSIONS_TEST_POSTGRES_URL") {
+        use agent_sessions::store::{PostgresOptions, PostgresStore};
+        let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
+        let postgres = runtime
+            .block_on(PostgresStore::connect_with(
+                &server,
+                PostgresOptions::in_schema(&schema),
+            ))
+            .unwrap();
+        runtime.block_on(fill(&postgres, sessions));
+        bench(
+            "postgres",
+            Arc::new(postgres.clone()),
+            Arc::new(postgres.clone()),
+        );
+        runtime.block_on(postgres.drop_schema()).unwrap();
+    }
+}
