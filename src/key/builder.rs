@@ -258,8 +258,10 @@ impl IdentityLinks {
 /// | Telegram forum topic | `agent:<agentId>:telegram:group:<chatId>:topic:<topicId>` |
 /// | [`SessionScope::Global`] | `global` |
 ///
-/// Ids are trimmed and lower-cased; an empty group id is `unknown`, an empty DM peer
-/// falls back to the main key. Telegram thread ids only become topic keys in forum
+/// Ids are trimmed and lower-cased; an empty group id is `unknown`; a DM without its
+/// sender's id is refused ([`Error::InvalidId`](crate::Error::InvalidId)) unless DMs share
+/// the main session ([`DmScope::Main`]) — OpenClaw would put it in the main session, which
+/// every sender without an id would then share. Telegram thread ids only become topic keys in forum
 /// groups (in other chats they are reply chains, not conversations).
 ///
 /// ```
@@ -346,9 +348,18 @@ impl DefaultKeyBuilder {
                 return Ok(format!("agent:{agent}:person:{person}"));
             }
         }
-        let peer = conversation.peer_id.as_deref().unwrap_or("").trim();
-        if self.dm_scope == DmScope::Main || peer.is_empty() {
+        if self.dm_scope == DmScope::Main {
             return self.main_session_key(agent);
+        }
+        let peer = conversation.peer_id.as_deref().unwrap_or("").trim();
+        if peer.is_empty() {
+            // OpenClaw puts such a message in the main session, which every sender
+            // without an id would then share: refused instead.
+            return Err(Error::invalid_id(
+                IdKind::Peer,
+                peer,
+                "a direct message needs its sender's id (DmScope::Main shares one session)",
+            ));
         }
         let peer = self.identity_links.resolve(channel, peer).unwrap_or(peer);
         let peer = key_segment(IdKind::Peer, peer)?;
@@ -492,12 +503,30 @@ mod tests {
     }
 
     #[test]
-    fn empty_dm_peer_falls_back_to_the_main_key() {
-        let builder = DefaultKeyBuilder::new()
-            .dm_scope(DmScope::PerPeer)
+    fn a_dm_without_its_senders_id_is_refused_unless_dms_share_the_main_key() {
+        for scope in [
+            DmScope::PerPeer,
+            DmScope::PerChannelPeer,
+            DmScope::PerAccountChannelPeer,
+            DmScope::PerPerson,
+        ] {
+            let builder = DefaultKeyBuilder::new().dm_scope(scope);
+            assert!(
+                matches!(
+                    builder.build(&Conversation::direct("telegram", "  ")),
+                    Err(Error::InvalidId {
+                        kind: IdKind::Peer,
+                        ..
+                    })
+                ),
+                "{scope:?}"
+            );
+        }
+        let shared = DefaultKeyBuilder::new()
+            .dm_scope(DmScope::Main)
             .main_key("Home");
         assert_eq!(
-            build(&builder, Conversation::direct("telegram", "  ")),
+            build(&shared, Conversation::direct("telegram", "  ")),
             "agent:main:home"
         );
     }
