@@ -110,11 +110,10 @@ impl Session<'_> {
         }
     }
 
-    /// The conversation of the current session as chat messages for the model,
-    /// within the session's token budget (see [`Turn::messages`](super::Turn::messages)); it ends with the
-    /// session's last logged message. Needs a transcript store
-    /// ([`Error::NotConfigured`](crate::Error::NotConfigured) otherwise): the
-    /// conversation is read back from it.
+    /// The conversation of the current session as chat messages for the model, within
+    /// the session's token budget (see [`Turn::messages`](super::Turn::messages)); it
+    /// ends with the session's last logged message. Needs a transcript store
+    /// ([`Error::NotConfigured`] otherwise): the conversation is read back from it.
     pub async fn messages(&self) -> Result<Vec<ChatMessage>> {
         self.check().await?;
         self.manager.messages(&self.key).await
