@@ -13,8 +13,7 @@ mod common;
 use std::sync::Arc;
 
 use agent_sessions::prelude::*;
-use agent_sessions::{Durability, JsonFileOptions};
-use common::{entry, key, write_store};
+use common::key;
 use criterion::{criterion_group, criterion_main, Criterion};
 use tokio::runtime::Runtime;
 
@@ -29,21 +28,6 @@ fn runtime() -> Runtime {
 }
 
 /// Puts `sessions` entries, several at a time.
-async fn fill(store: Arc<dyn SessionStore>, sessions: usize) {
-    let mut tasks = tokio::task::JoinSet::new();
-    for chunk in 0..8 {
-        let store = store.clone();
-        tasks.spawn(async move {
-            for i in (chunk..sessions).step_by(8) {
-                store.put(&key(i), entry(i)).await.unwrap();
-            }
-        });
-    }
-    while let Some(done) = tasks.join_next().await {
-        done.unwrap();
-    }
-}
-
 fn bench(
     c: &mut Criterion,
     runtime: &Runtime,
@@ -93,48 +77,9 @@ fn bench(
 fn backends(c: &mut Criterion) {
     let runtime = runtime();
     for sessions in SIZES {
-        let memory = Arc::new(MemoryStore::new());
-        runtime.block_on(fill(memory.clone(), sessions));
-        bench(c, &runtime, "memory", sessions, memory);
-
-        let dir = tempfile::tempdir().unwrap();
-        write_store(dir.path(), sessions);
-        let json = JsonFileStore::new_with(
-            dir.path(),
-            JsonFileOptions {
-                durability: Durability::Unsynced,
-                ..JsonFileOptions::default()
-            },
-        );
-        bench(c, &runtime, "json", sessions, Arc::new(json));
-
-        #[cfg(feature = "sqlite")]
-        {
-            use agent_sessions::store::{SqliteOptions, SqliteStore};
-            let dir = tempfile::tempdir().unwrap();
-            let mut options = SqliteOptions::default();
-            options.durability = Durability::Unsynced;
-            let sqlite =
-                Arc::new(SqliteStore::open_with(dir.path().join("bench.db"), options).unwrap());
-            runtime.block_on(fill(sqlite.clone(), sessions));
-            bench(c, &runtime, "sqlite", sessions, sqlite);
-        }
-
-        #[cfg(feature = "postgres")]
-        if let Ok(server) = std::env::var("AGENT_SESSIONS_TEST_POSTGRES_URL") {
-            use agent_sessions::store::{PostgresOptions, PostgresStore};
-            let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
-            let postgres = runtime
-                .block_on(PostgresStore::connect_with(
-                    &server,
-                    PostgresOptions::in_schema(&schema),
-                ))
-                .unwrap();
-            let store = Arc::new(postgres.clone());
-            runtime.block_on(fill(store.clone(), sessions));
-            bench(c, &runtime, "postgres", sessions, store);
-            runtime.block_on(postgres.drop_schema()).unwrap();
-        }
+        common::on_each_backend(&runtime, sessions, |name, store, _| {
+            bench(c, &runtime, name, sessions, store)
+        });
     }
 }
 

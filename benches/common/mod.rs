@@ -163,19 +163,25 @@ pub fn on_each_backend(
     use agent_sessions::{Durability, JsonFileOptions};
     use std::sync::Arc;
 
-    async fn fill(store: &dyn SessionStore, sessions: usize) {
-        for i in 0..sessions {
-            store.put(&key(i), entry(i)).await.unwrap();
+    /// Puts the `sessions` entries, eight writers at a time.
+    async fn fill(store: Arc<dyn SessionStore>, sessions: usize) {
+        let mut tasks = tokio::task::JoinSet::new();
+        for chunk in 0..8 {
+            let store = store.clone();
+            tasks.spawn(async move {
+                for i in (chunk..sessions).step_by(8) {
+                    store.put(&key(i), entry(i)).await.unwrap();
+                }
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            done.unwrap();
         }
     }
 
-    let memory = MemoryStore::new();
-    runtime.block_on(fill(&memory, sessions));
-    bench(
-        "memory",
-        Arc::new(memory),
-        Arc::new(MemoryTranscriptStore::new()),
-    );
+    let memory = Arc::new(MemoryStore::new());
+    runtime.block_on(fill(memory.clone(), sessions));
+    bench("memory", memory, Arc::new(MemoryTranscriptStore::new()));
 
     let dir = tempfile::tempdir().unwrap();
     if sessions > 0 {
@@ -203,9 +209,10 @@ pub fn on_each_backend(
         let dir = tempfile::tempdir().unwrap();
         let mut options = SqliteOptions::default();
         options.durability = Durability::Unsynced;
-        let sqlite = SqliteStore::open_with(dir.path().join("bench.db"), options).unwrap();
-        runtime.block_on(fill(&sqlite, sessions));
-        bench("sqlite", Arc::new(sqlite.clone()), Arc::new(sqlite));
+        let sqlite =
+            Arc::new(SqliteStore::open_with(dir.path().join("bench.db"), options).unwrap());
+        runtime.block_on(fill(sqlite.clone(), sessions));
+        bench("sqlite", sqlite.clone(), sqlite);
     }
 
     #[cfg(feature = "postgres")]
@@ -218,12 +225,9 @@ pub fn on_each_backend(
                 PostgresOptions::in_schema(&schema),
             ))
             .unwrap();
-        runtime.block_on(fill(&postgres, sessions));
-        bench(
-            "postgres",
-            Arc::new(postgres.clone()),
-            Arc::new(postgres.clone()),
-        );
+        let store = Arc::new(postgres.clone());
+        runtime.block_on(fill(store.clone(), sessions));
+        bench("postgres", store.clone(), store);
         runtime.block_on(postgres.drop_schema()).unwrap();
     }
 }
