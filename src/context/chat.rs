@@ -5,7 +5,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::transcript::{AgentMessage, Content, ContentBlock, Role, TranscriptEntry};
+use std::collections::VecDeque;
+
+use crate::manager::outcome::Marks;
+use crate::transcript::{
+    AgentMessage, Content, ContentBlock, LogFields, Offset, Role, TranscriptEntry,
+};
 
 /// Who speaks in a [`ChatMessage`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -140,58 +145,257 @@ pub fn message_tokens(message: &ChatMessage, counter: &dyn TokenCounter) -> usiz
 /// is left out, and so are the reply parts reported undelivered
 /// ([`Delivery::Failed`](crate::manager::Delivery)).
 pub fn transcript_messages(entries: &[TranscriptEntry]) -> (Vec<ChatMessage>, Option<String>) {
-    let mut start = 0;
-    let mut summary = None;
-    if let Some(at) = entries.iter().rposition(|e| e.kind == "compaction") {
-        let compaction = &entries[at];
-        summary = compaction
-            .extra
-            .get("summary")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        let first_kept = compaction
-            .extra
-            .get("firstKeptEntryId")
-            .and_then(Value::as_str);
-        start = first_kept
-            .and_then(|id| {
-                entries[..at]
-                    .iter()
-                    .position(|e| e.id.as_deref() == Some(id))
-            })
-            .unwrap_or(at + 1);
+    let conversation =
+        Conversation::whole(entries, |entry| (Offset::START, entry), &EstimatedTokens);
+    (conversation.messages(), conversation.summary)
+}
+
+fn compaction_summary(compaction: &TranscriptEntry) -> Option<String> {
+    compaction
+        .extra
+        .get("summary")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+fn first_kept(compaction: &TranscriptEntry) -> Option<&str> {
+    compaction
+        .extra
+        .get("firstKeptEntryId")
+        .and_then(Value::as_str)
+}
+
+/// The conversation of a transcript, taken in a line at a time: the summary of its
+/// last compaction, the message lines since (or their newest part), and the marks that
+/// hide some of them. What [`transcript_messages`] returns for the whole transcript,
+/// kept up to date as lines are appended.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Conversation {
+    /// The summary of the last compaction.
+    pub(crate) summary: Option<String>,
+    /// The message lines since the last compaction (its first kept entry on), oldest
+    /// first, as chat messages before the marks apply.
+    lines: VecDeque<MessageLine>,
+    /// The marks among the lines taken in.
+    marks: Marks,
+    /// Whether message lines since the last compaction were let go from the front.
+    trimmed: bool,
+    /// What `lines` cost, by [`message_tokens`], marks aside.
+    tokens: usize,
+}
+
+/// One message line of a [`Conversation`].
+#[derive(Debug, Clone)]
+struct MessageLine {
+    offset: Offset,
+    id: Option<String>,
+    /// The message-log fields of a reply, whose parts a delivery report names.
+    log: Option<LogFields>,
+    message: ChatMessage,
+    tokens: usize,
+}
+
+/// What a turn asks of a [`Conversation`]: its newest messages, back to the first
+/// that makes those before the current one cost more than `tokens` or number `count`
+/// (else all of them), without the line at `skip`. Those are enough for
+/// [`fit_to_budget`] within `tokens` (and for a window of `count` messages) to give
+/// what it gives for all of them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Want {
+    pub(crate) skip: Option<Offset>,
+    pub(crate) tokens: usize,
+    pub(crate) count: Option<usize>,
+    /// Whether the newest message is the current one (not history).
+    pub(crate) newest_is_current: bool,
+}
+
+/// A compaction that names a first kept entry the conversation no longer holds: only
+/// the whole transcript says where its conversation starts.
+#[derive(Debug)]
+pub(crate) struct NeedsWholeTranscript;
+
+impl Conversation {
+    /// The conversation of a whole transcript, each of whose `lines` is an entry at
+    /// its offset.
+    pub(crate) fn whole<T>(
+        lines: &[T],
+        line: impl Fn(&T) -> (Offset, &TranscriptEntry),
+        counter: &dyn TokenCounter,
+    ) -> Conversation {
+        let mut conversation = Conversation::default();
+        let mut start = 0;
+        if let Some(at) = lines.iter().rposition(|l| line(l).1.kind == "compaction") {
+            let compaction = line(&lines[at]).1;
+            conversation.summary = compaction_summary(compaction);
+            start = first_kept(compaction)
+                .and_then(|id| {
+                    lines[..at]
+                        .iter()
+                        .position(|l| line(l).1.id.as_deref() == Some(id))
+                })
+                .unwrap_or(at + 1);
+        }
+        for l in &lines[start..] {
+            let (offset, entry) = line(l);
+            conversation.add_line(offset, entry, counter);
+        }
+        conversation
     }
-    let marks = crate::manager::outcome::Marks::of(&entries[start..]);
-    let messages = entries[start..]
-        .iter()
-        .filter(|e| e.kind == "message")
-        .filter(|e| e.id.as_ref().is_none_or(|id| !marks.dropped.contains(id)))
-        .filter_map(|e| Some((e.id.as_deref(), e.log.as_ref(), e.message.as_ref()?)))
-        .filter_map(|(id, log, message)| {
-            let text = message.text();
-            match &message.role {
-                Role::User => Some(ChatMessage::user(text)),
-                Role::Assistant => {
-                    let tool_calls = tool_calls(message.content.as_ref());
-                    let text = match marks.delivered_text(id, log, text) {
-                        Some(text) => text,
-                        None if tool_calls.is_empty() => return None,
-                        None => String::new(),
-                    };
-                    (!text.trim().is_empty() || !tool_calls.is_empty()).then(|| ChatMessage {
-                        tool_calls,
-                        ..ChatMessage::assistant(text)
-                    })
-                }
-                Role::ToolResult => {
-                    let call = message.extra.get("toolCallId").and_then(Value::as_str)?;
-                    Some(ChatMessage::tool(call, text))
-                }
-                Role::Other(_) => None,
+
+    /// Takes in the line at `offset`, appended after the lines taken in so far.
+    pub(crate) fn add(
+        &mut self,
+        offset: Offset,
+        entry: &TranscriptEntry,
+        counter: &dyn TokenCounter,
+    ) -> std::result::Result<(), NeedsWholeTranscript> {
+        if entry.kind != "compaction" {
+            self.add_line(offset, entry, counter);
+            return Ok(());
+        }
+        self.summary = compaction_summary(entry);
+        let kept = match first_kept(entry) {
+            None => self.lines.len(),
+            Some(id) => self
+                .lines
+                .iter()
+                .position(|line| line.id.as_deref() == Some(id))
+                .ok_or(NeedsWholeTranscript)?,
+        };
+        for line in self.lines.drain(..kept) {
+            self.tokens -= line.tokens;
+        }
+        self.trimmed = false;
+        let lines = &self.lines;
+        self.marks
+            .retain(|id| lines.iter().any(|line| line.id.as_deref() == Some(id)));
+        Ok(())
+    }
+
+    /// Takes in a line that is not a compaction.
+    fn add_line(&mut self, offset: Offset, entry: &TranscriptEntry, counter: &dyn TokenCounter) {
+        if self.marks.add(entry) || entry.kind != "message" {
+            return;
+        }
+        let Some(message) = &entry.message else {
+            return;
+        };
+        let text = message.text();
+        let message = match &message.role {
+            Role::User => ChatMessage::user(text),
+            Role::Assistant => ChatMessage {
+                tool_calls: tool_calls(message.content.as_ref()),
+                ..ChatMessage::assistant(text)
+            },
+            Role::ToolResult => match message.extra.get("toolCallId").and_then(Value::as_str) {
+                Some(call) => ChatMessage::tool(call, text),
+                None => return,
+            },
+            Role::Other(_) => return,
+        };
+        let tokens = message_tokens(&message, counter);
+        self.tokens = self.tokens.saturating_add(tokens);
+        self.lines.push_back(MessageLine {
+            offset,
+            id: entry.id.clone(),
+            log: (message.role == ChatRole::Assistant)
+                .then(|| entry.log.clone())
+                .flatten(),
+            message,
+            tokens,
+        });
+    }
+
+    /// Lets go of the oldest message lines while the rest cost more than `keep`
+    /// tokens.
+    pub(crate) fn trim(&mut self, keep: usize) {
+        while let Some(front) = self.lines.front() {
+            if self.tokens - front.tokens <= keep {
+                break;
             }
+            self.tokens -= front.tokens;
+            self.lines.pop_front();
+            self.trimmed = true;
+        }
+    }
+
+    /// What the conversation holds, in bytes of text (about).
+    pub(crate) fn size(&self) -> usize {
+        self.lines
+            .iter()
+            .map(|line| line.message.content.len() + 64)
+            .sum()
+    }
+
+    /// The messages, oldest first.
+    fn messages(&self) -> Vec<ChatMessage> {
+        self.lines
+            .iter()
+            .filter_map(|line| self.message(line))
+            .collect()
+    }
+
+    /// The newest messages `want` asks for, oldest first; `None` when they take lines
+    /// this conversation let go of.
+    pub(crate) fn newest(
+        &self,
+        want: Want,
+        counter: &dyn TokenCounter,
+    ) -> Option<Vec<ChatMessage>> {
+        let mut newest = Vec::new();
+        // What the messages before the current one cost, and how many they are.
+        let (mut cost, mut before) = (0usize, 0usize);
+        let enough = |cost: usize, before: usize| {
+            cost > want.tokens || want.count.is_some_and(|count| before >= count)
+        };
+        for line in self.lines.iter().rev() {
+            if enough(cost, before) {
+                break;
+            }
+            if Some(line.offset) == want.skip {
+                continue;
+            }
+            if let Some(message) = self.message(line) {
+                if !(want.newest_is_current && newest.is_empty()) {
+                    cost = cost.saturating_add(message_tokens(&message, counter));
+                    before += 1;
+                }
+                newest.push(message);
+            }
+        }
+        if self.trimmed && !enough(cost, before) {
+            return None;
+        }
+        newest.reverse();
+        Some(newest)
+    }
+
+    /// `line` as the model sees it, once the marks apply: nothing for a dropped input,
+    /// a reply without its undelivered parts (nothing when none was delivered and it
+    /// calls no tool).
+    fn message(&self, line: &MessageLine) -> Option<ChatMessage> {
+        let id = line.id.as_deref();
+        if id.is_some_and(|id| self.marks.dropped.contains(id)) {
+            return None;
+        }
+        let message = &line.message;
+        if message.role != ChatRole::Assistant {
+            return Some(message.clone());
+        }
+        let text = match self
+            .marks
+            .delivered_text(id, line.log.as_ref(), message.content.clone())
+        {
+            Some(text) => text,
+            None if message.tool_calls.is_empty() => return None,
+            None => String::new(),
+        };
+        (!text.trim().is_empty() || !message.tool_calls.is_empty()).then(|| ChatMessage {
+            content: text,
+            tool_calls: message.tool_calls.clone(),
+            ..ChatMessage::assistant("")
         })
-        .collect();
-    (messages, summary)
+    }
 }
 
 fn tool_calls(content: Option<&Content>) -> Vec<ToolCall> {

@@ -28,6 +28,7 @@
 //! ```
 
 mod claims;
+mod conversations;
 mod dedupe;
 mod entry_update;
 mod holders;
@@ -125,6 +126,8 @@ pub struct SessionManager {
     settings: Settings,
     /// System events queued for the next turn of each session.
     system_events: Arc<dyn SystemEvents>,
+    /// The conversations of the sessions served, kept between turns.
+    conversations: conversations::Conversations,
 }
 
 /// The seams of a [`SessionManager`]: each a trait object with a default.
@@ -610,6 +613,7 @@ impl SessionManager {
                     shared_dm_warned: AtomicBool::new(false),
                 },
                 system_events: Arc::new(SystemEventQueue::default()),
+                conversations: conversations::Conversations::default(),
             },
             isolated_to: None,
             custom_flush_guard: false,

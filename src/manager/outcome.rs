@@ -108,7 +108,7 @@ impl Delivery {
 
 /// The inputs a host dropped and the reply parts the user never received, by line id,
 /// as the marks of a transcript say.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Marks {
     /// Ids of inbound lines whose input was dropped.
     pub(crate) dropped: std::collections::HashSet<String>,
@@ -117,38 +117,49 @@ pub(crate) struct Marks {
 }
 
 impl Marks {
-    /// The marks among `entries`.
-    pub(crate) fn of(entries: &[TranscriptEntry]) -> Marks {
-        let mut marks = Marks::default();
-        let mut reports: std::collections::HashMap<(String, usize), bool> =
-            std::collections::HashMap::new();
-        for entry in entries.iter().filter(|e| e.kind == "custom") {
-            let (Some(kind), Some(data)) = (entry.custom_type.as_deref(), &entry.data) else {
-                continue;
-            };
-            let text = |field: &str| data.get(field).and_then(Value::as_str).map(str::to_owned);
-            match kind {
-                TURN_FAILED_CUSTOM_TYPE if text("input").as_deref() == Some("dropped") => {
-                    marks.dropped.extend(text("inbound"));
+    /// Takes in `entry` if it is a mark (a later report on a reply part replaces an
+    /// earlier one); whether it was one.
+    pub(crate) fn add(&mut self, entry: &TranscriptEntry) -> bool {
+        let (true, Some(kind), Some(data)) = (
+            entry.kind == "custom",
+            entry.custom_type.as_deref(),
+            &entry.data,
+        ) else {
+            return false;
+        };
+        let text = |field: &str| data.get(field).and_then(Value::as_str).map(str::to_owned);
+        match kind {
+            TURN_FAILED_CUSTOM_TYPE => {
+                if text("input").as_deref() == Some("dropped") {
+                    self.dropped.extend(text("inbound"));
                 }
-                DELIVERY_CUSTOM_TYPE => {
-                    let (Some(line), Some(part)) =
-                        (text("line"), data.get("part").and_then(Value::as_u64))
-                    else {
-                        continue;
-                    };
-                    let failed = text("status").as_deref() == Some("failed");
-                    reports.insert((line, part as usize), failed);
+                true
+            }
+            DELIVERY_CUSTOM_TYPE => {
+                let (Some(line), Some(part)) =
+                    (text("line"), data.get("part").and_then(Value::as_u64))
+                else {
+                    return true;
+                };
+                let part = part as usize;
+                let failed = text("status").as_deref() == Some("failed");
+                let parts = self.undelivered.entry(line.clone()).or_default();
+                parts.retain(|p| *p != part);
+                if failed {
+                    parts.push(part);
+                } else if parts.is_empty() {
+                    self.undelivered.remove(&line);
                 }
-                _ => {}
+                true
             }
+            _ => false,
         }
-        for ((line, part), failed) in reports {
-            if failed {
-                marks.undelivered.entry(line).or_default().push(part);
-            }
-        }
-        marks
+    }
+
+    /// Forgets the marks about lines that `keep` says no to.
+    pub(crate) fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+        self.dropped.retain(|id| keep(id));
+        self.undelivered.retain(|id, _| keep(id));
     }
 
     /// The text of reply line `line` (its `text` and `log`) without its undelivered
@@ -337,6 +348,14 @@ impl SessionManager {
 mod tests {
     use super::*;
 
+    fn marks_of(entries: &[TranscriptEntry]) -> Marks {
+        let mut marks = Marks::default();
+        for entry in entries {
+            marks.add(entry);
+        }
+        marks
+    }
+
     fn mark(kind: &str, data: Value) -> TranscriptEntry {
         TranscriptEntry::custom(kind, data, chrono::Utc::now())
     }
@@ -369,7 +388,7 @@ mod tests {
                 serde_json::json!({"line": "a2", "status": "failed"}),
             ),
         ];
-        let marks = Marks::of(&entries);
+        let marks = marks_of(&entries);
         assert!(marks.dropped.contains("u1") && !marks.dropped.contains("u2"));
         // "one" and "two" as payloads 0 and 1, a payload without text as 2.
         let log = LogFields {
@@ -408,7 +427,7 @@ mod tests {
     /// part may contain the same words.
     #[test]
     fn a_refused_part_is_removed_where_it_is_not_where_its_words_first_appear() {
-        let marks = Marks::of(&[mark(
+        let marks = marks_of(&[mark(
             DELIVERY_CUSTOM_TYPE,
             serde_json::json!({"line": "a1", "part": 1, "status": "failed"}),
         )]);

@@ -2,9 +2,7 @@
 //! do; [`Turn::complete`] takes the model's reply and says what to send.
 
 use crate::context::activation::ActivationDecision;
-use crate::context::chat::{
-    fit_to_budget, summary_message, transcript_messages, ChatMessage, ChatRole,
-};
+use crate::context::chat::{fit_to_budget, summary_message, ChatMessage, ChatRole, Want};
 use crate::context::history::group_history_key;
 use crate::context::inbound::InboundMessage;
 use crate::context::reply::ReplyPayload;
@@ -409,8 +407,12 @@ impl SessionManager {
         self.fit_messages(&entry, Vec::new(), (history, compacted), last)
     }
 
-    /// The session's transcript as chat messages, without the line at `skip`, and the
-    /// summary that stands for what is not in them.
+    /// The newest of the session's chat messages that [`fit_messages`](Self::fit_messages)
+    /// may keep (all of them, or enough to fill the budget and the message window),
+    /// without the line at `skip` (the current message, which is not history; with
+    /// none, the newest message is the current one); and the summary that stands for
+    /// what the last compaction removed. Read from the session's conversation as the
+    /// last turn left it, so a turn reads only the lines appended since.
     async fn history_messages(
         &self,
         key: &SessionKey,
@@ -419,20 +421,31 @@ impl SessionManager {
     ) -> Result<(Vec<ChatMessage>, Option<String>)> {
         let transcripts = self.transcript_store()?;
         let transcript = TranscriptRef::of(key, entry, &self.settings.default_agent);
-        let read = transcripts.read(&transcript, Offset::START).await?;
-        let lines: Vec<_> = read
-            .events
-            .into_iter()
-            .filter(|event| Some(event.offset) != skip)
-            .map(|event| event.entry)
-            .collect();
-        Ok(transcript_messages(&lines))
+        let want = Want {
+            skip,
+            tokens: self.budget(entry),
+            count: self.settings.message_window,
+            newest_is_current: skip.is_none(),
+        };
+        self.conversations
+            .newest(transcripts, &transcript, want, &*self.seams.tokens)
+            .await
     }
 
-    /// `history` then `current`, within the budget for `entry` (the model's context
-    /// window it records, else the manager's): the summary of the transcript's last
-    /// compaction first (it stands for what the compaction removed), and the context
-    /// summary standing for what the budget cuts.
+    /// The model's context window for `entry`, in tokens: the one it records, else
+    /// the manager's.
+    fn budget(&self, entry: &SessionEntry) -> usize {
+        let budget = entry
+            .context_tokens
+            .or(self.settings.context_window)
+            .unwrap_or(DEFAULT_CONTEXT_TOKENS);
+        usize::try_from(budget).unwrap_or(usize::MAX)
+    }
+
+    /// `history` then `current`, within the budget for `entry` (see
+    /// [`budget`](Self::budget)): the summary of the transcript's last compaction
+    /// first (it stands for what the compaction removed), and the context summary
+    /// standing for what the budget cuts.
     fn fit_messages(
         &self,
         entry: &SessionEntry,
@@ -447,18 +460,13 @@ impl SessionManager {
             }
             history.drain(..from);
         }
-        let budget = entry
-            .context_tokens
-            .or(self.settings.context_window)
-            .unwrap_or(DEFAULT_CONTEXT_TOKENS);
-        let budget = usize::try_from(budget).unwrap_or(usize::MAX);
         system.extend(compacted.as_deref().map(summary_message));
         fit_to_budget(
             &system,
             entry.context_summary.as_deref(),
             history,
             current,
-            budget,
+            self.budget(entry),
             &*self.seams.tokens,
         )
     }
