@@ -1,10 +1,11 @@
 //! What a whole turn costs as its session ages: `turn`, `Turn::messages` and
-//! `Turn::complete` on a session after 10, 1,000, 10,000 and 50,000 earlier turns, with
-//! the model's window at 8,000 tokens (the conversation the model gets is the same size
-//! at every age) and at the default 200,000. Each backend in its fast durability mode.
-//! The turn after 10 earlier turns is the baseline each older session is compared with.
-//! Each measured turn adds to its session: about 60 turns over a run, which matter only
-//! for the youngest.
+//! `Turn::complete` on a session after 10, 1,000, 10,000 and 50,000 earlier turns of
+//! chat-sized messages, with the model's window at 8,000 tokens (the conversation the
+//! model gets is about the same size at every age: 10 turns, then the 25 or so the
+//! window holds) and at the default 200,000. Each backend in its fast durability mode.
+//! The turn after 10 earlier turns is the baseline each older session is compared with;
+//! it is measured on a new session each time (made before the clock starts), and the
+//! older ones grow by the turns measured on them, a few hundred at most.
 //!
 //! `cargo bench --bench turn_age --features sqlite,postgres` (PostgreSQL only when
 //! `AGENT_SESSIONS_TEST_POSTGRES_URL` names a server; the run uses a schema of its own
@@ -12,8 +13,9 @@
 
 mod common;
 
+use std::hint::black_box;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::{TranscriptEntry, TranscriptStore};
@@ -27,14 +29,23 @@ const WINDOWS: [(&str, Option<u64>); 2] = [("window_8k", Some(8_000)), ("window_
 /// Earlier turns written per append.
 const BATCH: usize = 1_000;
 
-fn message(age: usize, text: &str) -> InboundMessage {
-    InboundMessage::direct("telegram", format!("{}", 100_000 + age), text)
+/// Ages up to this are measured on a new session each turn (made before the clock
+/// starts), so measuring does not age them.
+const YOUNG: usize = 100;
+
+/// A message from `peer`, whose session is the one measured.
+fn message(peer: usize, text: &str) -> InboundMessage {
+    InboundMessage::direct("telegram", format!("{}", 100_000 + peer), text)
 }
 
-/// Gives the session of `age` its earlier turns: a question and an answer each, about
-/// the length of a chat message, appended as transcript lines in batches.
-async fn age_session(manager: &SessionManager, age: usize) {
-    let key = manager.resolve(&message(age, "hello")).await.unwrap().key;
+/// A model's answer of about 1,000 characters (250 tokens), as chat answers run.
+const ANSWER: &str = "Thursday from 9 to 5, at the front desk. ";
+
+/// Gives the session of `age` its earlier turns: a question of about 100 characters and
+/// an answer of about 1,000 each (an 8,000-token window holds the last 25 or so),
+/// appended as transcript lines in batches.
+async fn age_session(manager: &SessionManager, peer: usize, age: usize) {
+    let key = manager.resolve(&message(peer, "hello")).await.unwrap().key;
     let session = manager.session(&key);
     let now = chrono::Utc::now();
     for start in (0..age).step_by(BATCH) {
@@ -42,11 +53,14 @@ async fn age_session(manager: &SessionManager, age: usize) {
             .flat_map(|n| {
                 [
                     TranscriptEntry::user_text(
-                        format!("question {n}: when is my next shift?"),
+                        format!(
+                            "question {n}: when is my next shift, and is it at the front desk \
+                             or in the back office this time?"
+                        ),
                         now,
                     ),
                     TranscriptEntry::assistant_text(
-                        format!("answer {n}: Thursday from 9 to 5, at the front desk."),
+                        format!("answer {n}: {}", ANSWER.repeat(24)),
                         "",
                         "",
                         now,
@@ -58,9 +72,9 @@ async fn age_session(manager: &SessionManager, age: usize) {
     }
 }
 
-async fn one_turn(manager: &SessionManager, age: usize) -> usize {
+async fn one_turn(manager: &SessionManager, peer: usize) -> usize {
     let turn = manager
-        .turn(&message(age, "and the one after?"))
+        .turn(&message(peer, "and the one after?"))
         .await
         .unwrap();
     let seen = turn.messages().await.unwrap().len();
@@ -82,17 +96,35 @@ fn bench(
         }
         let manager = builder.build().unwrap();
         let mut group = c.benchmark_group(format!("turn_age/{name}/{window_name}"));
-        // Every measured turn makes its session two lines older: few iterations (55 over
-        // the 10 samples, a few more to warm up), so the youngest session stays young.
+        // Every measured turn makes its session two lines older: the young are new
+        // sessions each turn, the old are old enough not to notice.
         group.sample_size(10);
         group.warm_up_time(Duration::from_millis(1));
-        group.measurement_time(Duration::from_millis(10));
+        group.measurement_time(Duration::from_millis(300));
+        let mut fresh = 10_000_000 * (1 + usize::from(window.is_none()));
         for age in AGES {
             // Each window has sessions of its own: the peer differs by window.
-            let age_key = age + if window.is_some() { 0 } else { 1 };
-            runtime.block_on(age_session(&manager, age_key));
-            group.bench_with_input(BenchmarkId::from_parameter(age), &age_key, |b, &age| {
-                b.iter(|| runtime.block_on(one_turn(&manager, age)))
+            let peer = 2 * age + usize::from(window.is_none());
+            if age > YOUNG {
+                runtime.block_on(age_session(&manager, peer, age));
+            }
+            group.bench_with_input(BenchmarkId::from_parameter(age), &age, |b, &age| {
+                b.iter_custom(|turns| {
+                    let mut spent = Duration::ZERO;
+                    for _ in 0..turns {
+                        let peer = if age > YOUNG {
+                            peer
+                        } else {
+                            fresh += 1;
+                            runtime.block_on(age_session(&manager, fresh, age));
+                            fresh
+                        };
+                        let start = Instant::now();
+                        black_box(runtime.block_on(one_turn(&manager, peer)));
+                        spent += start.elapsed();
+                    }
+                    spent
+                })
             });
         }
         group.finish();

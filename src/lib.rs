@@ -104,7 +104,7 @@ pub use key::{
 };
 pub use manager::{Decision, Reason, Resolution, Session, SessionManager};
 pub use store::{
-    Durability, JsonFileOptions, JsonFileStore, ListFilter, LockOptions, MemoryStore,
+    Durability, JsonFileOptions, JsonFileStore, ListCursor, ListFilter, LockOptions, MemoryStore,
     MultiKeyStore, Revision, SessionStore, SessionStoreExt, StatusFilter, StoredSession,
     CLOSED_SESSIONS_PER_KEY,
 };

@@ -32,6 +32,7 @@
 //! ```
 
 pub(crate) mod backend;
+mod cursor;
 #[cfg(test)]
 mod history_suite;
 pub(crate) mod json;
@@ -55,6 +56,8 @@ use async_trait::async_trait;
 use crate::entry::{SessionEntry, SessionStatus};
 use crate::error::{Error, Result};
 use crate::key::{AgentId, PeerKind, SessionKey};
+
+pub use cursor::ListCursor;
 
 pub use backend::{Backend, OpenMode, StoreUrl, SEARCH_INDEX_FILE};
 pub(crate) use json::DEFAULT_CACHE_TTL;
@@ -511,6 +514,8 @@ pub struct ListFilter {
     pub updated_after: Option<u64>,
     /// At most this many sessions.
     pub limit: Option<usize>,
+    /// Only the sessions listed after this cursor: the next page (see [`ListCursor`]).
+    pub after: Option<ListCursor>,
 }
 
 impl ListFilter {
@@ -635,10 +640,26 @@ impl ListFilter {
         self
     }
 
-    /// At most `limit` sessions.
+    /// At most `limit` sessions: a page of them.
     pub fn limit(mut self, limit: usize) -> Self {
         self.limit = Some(limit);
         self
+    }
+
+    /// Only the sessions listed after `cursor`: the next page.
+    pub fn after(mut self, cursor: ListCursor) -> Self {
+        self.after = Some(cursor);
+        self
+    }
+
+    /// The cursor of the page after `page` (what a listing with this filter returned),
+    /// or `None` when `page` is the last: it is shorter than the limit (or there is no
+    /// limit).
+    pub fn next_page(&self, page: &[StoredSession]) -> Option<ListCursor> {
+        let limit = self.limit?;
+        (limit > 0 && page.len() >= limit)
+            .then(|| page.last().map(ListCursor::after))
+            .flatten()
     }
 
     /// Whether `key` passes the key-only conditions (agent and prefix). Stores check
@@ -696,6 +717,9 @@ impl ListFilter {
             && self
                 .updated_after
                 .is_none_or(|after| entry.updated_at > after)
+            && self.after.as_ref().is_none_or(|cursor| {
+                cursor.precedes(entry.updated_at, key.as_str(), &entry.session_id)
+            })
     }
 
     /// Sorts sessions most recently updated first (then by key, then by session id) and

@@ -375,6 +375,28 @@ impl Where {
         self.sql.push_str(&condition);
     }
 
+    /// `condition`, whose `?`s stand for `values` in order.
+    pub(crate) fn push_all(
+        &mut self,
+        placeholder: &dyn Fn(usize) -> String,
+        condition: &str,
+        values: Vec<SqlValue>,
+    ) {
+        let mut pieces = condition.split('?');
+        let mut sql = pieces.next().unwrap_or_default().to_owned();
+        for (piece, value) in pieces.zip(values) {
+            self.values.push(value);
+            sql.push_str(&placeholder(self.values.len()));
+            sql.push_str(piece);
+        }
+        self.sql.push_str(if self.sql.is_empty() {
+            " WHERE "
+        } else {
+            " AND "
+        });
+        self.sql.push_str(&sql);
+    }
+
     /// `column IN (?, ?, …)` over `values` (never empty: an empty set is `1 = 0`).
     pub(crate) fn push_in(
         &mut self,
@@ -409,9 +431,13 @@ impl Where {
 }
 
 /// `filter` as a `WHERE` clause over the sessions table (and the closed-sessions
-/// table, which has the same columns). The limit is left to the caller (ordering comes
-/// first).
-pub(crate) fn session_filter(filter: &ListFilter, placeholder: &dyn Fn(usize) -> String) -> Where {
+/// table, which has the same columns), whose keys order as `key_order` sorts them. The
+/// limit is left to the caller (ordering comes first).
+pub(crate) fn session_filter(
+    filter: &ListFilter,
+    placeholder: &dyn Fn(usize) -> String,
+    key_order: &str,
+) -> Where {
     let mut clause = Where::default();
     if let Some(agent) = &filter.agent {
         clause.push(
@@ -477,6 +503,21 @@ pub(crate) fn session_filter(filter: &ListFilter, placeholder: &dyn Fn(usize) ->
     }
     if let Some(after) = filter.updated_after {
         clause.push(placeholder, "updated_at > ?", SqlValue::Int(to_i64(after)));
+    }
+    if let Some(cursor) = &filter.after {
+        // Listed after the cursor, in listing order; the first bound lets the
+        // `updated_at` index start the scan there.
+        let at = SqlValue::Int(to_i64(cursor.updated_at()));
+        let key = SqlValue::Text(cursor.key().to_owned());
+        let session_id = SqlValue::Text(cursor.session_id().to_owned());
+        clause.push_all(
+            placeholder,
+            &format!(
+                "updated_at <= ? AND (updated_at < ? OR {key_order} > ? \
+                 OR ({key_order} = ? AND session_id > ?))"
+            ),
+            vec![at.clone(), at, key.clone(), key, session_id],
+        );
     }
     clause
 }
@@ -680,7 +721,7 @@ mod tests {
             .key_prefix("agent:ops:slack")
             .chat_type(PeerKind::Group)
             .updated_after(5);
-        let clause = session_filter(&filter, &|n| format!("${n}"));
+        let clause = session_filter(&filter, &|n| format!("${n}"), "session_key");
         assert_eq!(
             clause.sql,
             " WHERE agent_id = $1 AND substr(session_key, 1, 15) = $2 AND chat_type = $3 \
@@ -688,14 +729,14 @@ mod tests {
         );
         assert_eq!(clause.values.len(), 5);
         assert_eq!(
-            session_filter(&ListFilter::all(), &|n| format!("?{n}")).sql,
+            session_filter(&ListFilter::all(), &|n| format!("?{n}"), "session_key").sql,
             ""
         );
         let statuses = ListFilter::all()
             .status(crate::entry::SessionStatus::Running)
             .status(crate::entry::SessionStatus::Closed);
         assert_eq!(
-            session_filter(&statuses, &|n| format!("?{n}")).sql,
+            session_filter(&statuses, &|n| format!("?{n}"), "session_key").sql,
             " WHERE status IN (?1, ?2)"
         );
     }

@@ -760,6 +760,11 @@ pub(super) fn read_transcript_chunk(
         read_line(&mut read, line, offset, text);
     }
     line_marks().remember(&file, read.next.0, line);
+    // The next read often starts at the last event (a reader that checks it is still
+    // there): a mark there spares it counting the lines before.
+    if let Some(last) = read.events.last() {
+        line_marks().remember(&file, last.offset.0, last.line - 1);
+    }
     Ok(read)
 }
 

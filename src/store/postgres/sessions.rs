@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// How keys are ordered in a listing: byte by byte, as the other stores order them.
+const KEY_ORDER: &str = "session_key COLLATE \"C\"";
+
 #[async_trait]
 impl SessionStore for PostgresStore {
     async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
@@ -35,13 +38,13 @@ impl SessionStore for PostgresStore {
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
-        let clause = sql::session_filter(filter, &|n| format!("${n}"));
+        let clause = sql::session_filter(filter, &|n| format!("${n}"), KEY_ORDER);
         let statement = sql::list_query(
             filter,
             &clause,
             &self.table("sessions"),
             &self.table("closed_sessions"),
-            "session_key COLLATE \"C\"",
+            KEY_ORDER,
         );
         let values = params(&clause.values);
         let client = self.client().await?;

@@ -25,7 +25,7 @@ impl SessionStore for SqliteStore {
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
-        let clause = sql::session_filter(filter, &|n| format!("?{n}"));
+        let clause = sql::session_filter(filter, &|n| format!("?{n}"), "session_key");
         let query = sql::list_query(
             filter,
             &clause,
