@@ -287,6 +287,38 @@ async fn smoke_sequence(store: &str) {
         .get("/kernel/sessions?workspace_id=ws_abc&status=closed&limit=1")
         .await;
     assert_eq!(one["sessions"].as_array().unwrap().len(), 1, "{one}");
+    // Pages of one, each after the cursor of the one before, list them all once.
+    let mut paged = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let (status, page) = service
+            .get(&format!(
+                "/kernel/sessions?workspace_id=ws_abc&status=all&limit=1&cursor={cursor}"
+            ))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        paged.extend(listed_ids(&page));
+        match page["nextCursor"].as_str() {
+            Some(next) => cursor = next.to_owned(),
+            None => break,
+        }
+        assert!(paged.len() <= 4, "pages never end: {paged:?}");
+    }
+    paged.sort();
+    let (_, all) = service
+        .get("/kernel/sessions?workspace_id=ws_abc&status=all")
+        .await;
+    assert_eq!(paged, listed_ids(&all));
+    assert_eq!(all["nextCursor"], json!(null), "one page holds them all");
+    for forged in ["nope", "1.2.3.4", "zz.61.62", "%00"] {
+        let (status, refused) = service
+            .get(&format!(
+                "/kernel/sessions?workspace_id=ws_abc&cursor={forged}"
+            ))
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{forged}: {refused}");
+        assert_eq!(refused["error"]["code"], "invalid_request");
+    }
     let (status, refused) = service
         .get("/kernel/sessions?workspace_id=ws_abc&status=open")
         .await;

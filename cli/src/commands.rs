@@ -9,7 +9,8 @@ use agent_sessions::manager::{DeleteOptions, PruneOptions};
 use agent_sessions::ops::{migrate_with, MigrateOptions, MigrationProgress, MigrationReport};
 use agent_sessions::store::{Backend, OpenMode, StoreUrl};
 use agent_sessions::{
-    AgentId, Error, ListFilter, PeerKind, SessionKey, SessionManager, SessionStatus, StoredSession,
+    AgentId, Error, ListCursor, ListFilter, PeerKind, SessionKey, SessionManager, SessionStatus,
+    StoredSession,
 };
 use clap::Args;
 use serde_json::{json, Value};
@@ -288,11 +289,26 @@ pub struct ListArgs {
     /// inactive or closed. Closed includes the sessions a reset or a timeout replaced.
     #[arg(long = "status", value_name = "STATUS", value_parser = parse_status)]
     statuses: Vec<SessionStatus>,
-    /// At most this many.
+    /// At most this many: a page (default on a terminal: 50; otherwise all). When more
+    /// follow, the command ends by printing, on standard error, the `--cursor` that
+    /// lists the next page.
     #[arg(long)]
     limit: Option<usize>,
+    /// List the page after this cursor (printed at the end of the page before).
+    #[arg(long, value_parser = parse_cursor)]
+    cursor: Option<ListCursor>,
     #[command(flatten)]
     scope: Scope,
+}
+
+/// The sessions `list` prints on a terminal when given no `--limit`.
+const TERMINAL_PAGE: usize = 50;
+
+/// A cursor as `list --cursor` takes it.
+fn parse_cursor(raw: &str) -> Result<ListCursor, String> {
+    raw.trim()
+        .parse()
+        .map_err(|_| "not a cursor a listing printed".to_owned())
 }
 
 /// A status name as `list --status` takes it.
@@ -515,11 +531,20 @@ async fn list(store: &str, agent: &AgentId, json: bool, args: ListArgs) -> Outco
     if args.include_inactive {
         filter = filter.include_inactive();
     }
-    if let Some(limit) = args.limit {
+    let page = args
+        .limit
+        .or_else(|| io::stdout().is_terminal().then_some(TERMINAL_PAGE));
+    if let Some(limit) = page {
         filter = filter.limit(limit);
+    }
+    if let Some(cursor) = args.cursor {
+        filter = filter.after(cursor);
     }
     let sessions = backend.sessions().list(&filter).await?;
     output::sessions(json, &sessions);
+    if let Some(next) = filter.next_page(&sessions) {
+        eprintln!("agent-sessions: more sessions follow: add --cursor {next} for the next page");
+    }
     warn_unreadable(&backend).await
 }
 

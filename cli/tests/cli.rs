@@ -83,6 +83,37 @@ fn import_then_list_show_and_stats() {
         text.contains("agent:main:main") && text.contains("\n1 session\n"),
         "{text}"
     );
+    // Page by page: each page names the cursor of the next on standard error.
+    let mut paged = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut args = vec!["--json", "list", "--limit", "2"];
+        if let Some(cursor) = &cursor {
+            args.extend(["--cursor", cursor.as_str()]);
+        }
+        let output = run(&store, &args);
+        let page = json(&output);
+        paged.extend(
+            page.as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["key"].as_str().unwrap().to_owned()),
+        );
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        match stderr.split("--cursor ").nth(1) {
+            Some(rest) => cursor = Some(rest.split_whitespace().next().unwrap().to_owned()),
+            None => break,
+        }
+        assert!(paged.len() <= keys.len(), "pages never end: {paged:?}");
+    }
+    assert_eq!(paged, keys);
+    let forged = run(&store, &["--json", "list", "--cursor", "1.zz.00"]);
+    assert_eq!(code(&forged), 2, "a usage error");
+    assert!(
+        String::from_utf8_lossy(&forged.stderr).contains("not a cursor"),
+        "{}",
+        String::from_utf8_lossy(&forged.stderr)
+    );
 
     let shown = json(&run(&store, &["--json", "show", "main"]));
     assert_eq!(

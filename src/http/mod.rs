@@ -1133,6 +1133,12 @@ async fn close_session(
     Ok(session_body(&closed))
 }
 
+/// The sessions a page of `GET /kernel/sessions` holds when the request names no
+/// `limit`.
+const DEFAULT_PAGE: usize = 100;
+/// The most sessions a page holds, whatever the request's `limit`.
+const MAX_PAGE: usize = 1_000;
+
 /// `GET /kernel/sessions`'s query.
 #[derive(Debug, Deserialize)]
 struct ListQuery {
@@ -1141,6 +1147,8 @@ struct ListQuery {
     limit: Option<usize>,
     #[serde(default)]
     status: Option<String>,
+    #[serde(default)]
+    cursor: Option<String>,
 }
 
 /// The sessions a `status` query selects: none lists the current session of each key
@@ -1173,10 +1181,22 @@ async fn list_sessions(
     let Query(query) = query?;
     let mut filter = ListFilter::new().agent(workspace(&query.workspace_id)?);
     filter.status = status_filter(query.status.as_deref())?;
-    filter.limit = query.limit;
+    filter.limit = Some(query.limit.unwrap_or(DEFAULT_PAGE).min(MAX_PAGE));
+    if let Some(cursor) = query.cursor.as_deref().filter(|c| !c.is_empty()) {
+        filter.after = Some(cursor.parse().map_err(|_| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                "cursor is not one a listing returned (pass nextCursor as it came)",
+            )
+        })?);
+    }
     let sessions = manager.list(&filter).await?;
+    let next = filter.next_page(&sessions).map(|cursor| cursor.to_string());
     let views: Vec<SessionView> = sessions.iter().map(SessionView::of).collect();
-    Ok(Json(json!({ "ok": true, "sessions": views })))
+    Ok(Json(
+        json!({ "ok": true, "sessions": views, "nextCursor": next }),
+    ))
 }
 
 #[cfg(test)]

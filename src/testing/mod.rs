@@ -735,6 +735,94 @@ pub async fn replaced_sessions_are_kept_closed<S: SessionStore + ?Sized>(store: 
     assert_eq!(ids(store.list(&closed).await.unwrap()), ["second"]);
 }
 
+/// Pages of a listing, each after the cursor of the one before, list every session
+/// once, in listing order — ties of `updatedAt` and closed sessions of one key
+/// included — and stay so while sessions change between pages: a session updated
+/// since moves to the front (the next listing from the top shows it), the others are
+/// neither repeated nor skipped.
+pub async fn pages_list_every_session_once<S: SessionStore + ?Sized>(store: &S) {
+    // Twelve sessions, three to each `updatedAt`, and two closed ones.
+    for n in 0..12u64 {
+        let k = key(&format!("agent:main:cli:p{:02}", (n * 7) % 12));
+        store
+            .put(&k, SessionEntry::new(format!("s{n}"), 1_000 + n / 3))
+            .await
+            .unwrap();
+    }
+    let replaced = key("agent:main:cli:p05");
+    for (id, at) in [("r1", 1_001), ("r2", 1_002)] {
+        store
+            .put(&replaced, SessionEntry::new(id, at))
+            .await
+            .unwrap();
+    }
+    for filter in [ListFilter::new(), ListFilter::new().any_status()] {
+        let whole = store.list(&filter).await.unwrap();
+        for limit in [1, 2, 5, whole.len(), whole.len() + 1] {
+            let mut paged = Vec::new();
+            let mut page_filter = filter.clone().limit(limit);
+            loop {
+                let page = store.list(&page_filter).await.unwrap();
+                assert!(page.len() <= limit);
+                assert_eq!(
+                    store.count(&page_filter).await.unwrap(),
+                    page.len(),
+                    "count {page_filter:?}"
+                );
+                paged.extend(page.iter().map(|s| s.entry.session_id.clone()));
+                match page_filter.next_page(&page) {
+                    Some(cursor) => page_filter = page_filter.after(cursor),
+                    None => break,
+                }
+                assert!(paged.len() <= whole.len(), "pages never end: {paged:?}");
+            }
+            let expected: Vec<String> = whole.iter().map(|s| s.entry.session_id.clone()).collect();
+            assert_eq!(paged, expected, "pages of {limit}, {filter:?}");
+        }
+    }
+
+    // Sessions change between pages: the first page is read, then the newest session
+    // of the next page is updated and a session is created.
+    let filter = ListFilter::new().limit(4);
+    let first = store.list(&filter).await.unwrap();
+    let before: Vec<String> = store
+        .list(&ListFilter::new())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.entry.session_id)
+        .collect();
+    let next = filter.clone().after(filter.next_page(&first).unwrap());
+    let moved = store.list(&next).await.unwrap()[0].clone();
+    store
+        .with_session(&moved.key, |e| e.updated_at = 5_000)
+        .await
+        .unwrap();
+    store
+        .put(&key("agent:main:cli:new"), SessionEntry::new("new", 6_000))
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    let mut page_filter = next;
+    loop {
+        let page = store.list(&page_filter).await.unwrap();
+        rest.extend(page.iter().map(|s| s.entry.session_id.clone()));
+        match page_filter.next_page(&page) {
+            Some(cursor) => page_filter = page_filter.after(cursor),
+            None => break,
+        }
+    }
+    let expected: Vec<String> = before[4..]
+        .iter()
+        .filter(|id| **id != moved.entry.session_id)
+        .cloned()
+        .collect();
+    assert_eq!(
+        rest, expected,
+        "the pages after the first, while sessions change"
+    );
+}
+
 /// At most [`CLOSED_SESSIONS_PER_KEY`](crate::store::CLOSED_SESSIONS_PER_KEY) closed
 /// sessions are kept per key: the oldest go first, other keys keep theirs.
 #[doc(hidden)]
@@ -1406,6 +1494,7 @@ macro_rules! store_conformance_tests {
             list_filters_and_orders,
             list_filters_by_status,
             replaced_sessions_are_kept_closed,
+            pages_list_every_session_once,
             closed_sessions_are_bounded_per_key,
             concurrent_updates_to_one_key_lose_nothing,
             concurrent_updates_to_distinct_keys_lose_nothing,
