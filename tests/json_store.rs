@@ -729,3 +729,38 @@ async fn an_entry_with_a_lone_surrogate_from_javascript_is_served() {
     assert_eq!(entry.message_count, Some(1));
     assert_eq!(entry.updated_at, 1_770_350_123_456);
 }
+
+/// A page is read from the two fields that order a listing and then whole entries in
+/// that order: an entry that does not decode is skipped, and the page is still full.
+#[tokio::test]
+async fn a_page_skips_an_entry_that_does_not_decode_and_stays_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = main_store_file(dir.path());
+    fs::create_dir_all(file.parent().unwrap()).unwrap();
+    fs::write(
+        &file,
+        r#"{
+  "agent:main:cli:a": { "sessionId": "a", "updatedAt": 100 },
+  "agent:main:cli:broken": { "sessionId": "broken", "updatedAt": 300, "chatType": 42 },
+  "agent:main:cli:b": { "sessionId": "b", "updatedAt": 200 },
+  "agent:main:cli:c": { "sessionId": "c", "updatedAt": 50 }
+}"#,
+    )
+    .unwrap();
+    let store = store(dir.path());
+    let filter = ListFilter::new().limit(2);
+    let first = store.list(&filter).await.unwrap();
+    let ids = |page: &[StoredSession]| -> Vec<String> {
+        page.iter().map(|s| s.entry.session_id.clone()).collect()
+    };
+    assert_eq!(ids(&first), ["b", "a"]);
+    let next = filter.clone().after(filter.next_page(&first).unwrap());
+    let second = store.list(&next).await.unwrap();
+    assert_eq!(ids(&second), ["c"]);
+    assert_eq!(filter.next_page(&second), None);
+    // The entry is kept as it is, and reported.
+    assert!(fs::read_to_string(&file)
+        .unwrap()
+        .contains("\"chatType\": 42"));
+    assert_eq!(store.unreadable().await.unwrap().len(), 1);
+}

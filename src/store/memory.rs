@@ -1,5 +1,6 @@
 //! An in-process store for tests and ephemeral bots.
 
+use std::cmp::Reverse;
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -112,15 +113,12 @@ impl SessionStore for MemoryStore {
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
         let sessions = self.sessions();
-        let mut matching: Vec<StoredSession> = sessions
+        // Ordered and cut to the page by reference: only the page is copied.
+        let mut matching: Vec<(&SessionKey, &SessionEntry, Revision)> = sessions
             .live
             .iter()
             .filter(|(key, slot)| filter.matches(key, &slot.entry))
-            .map(|(key, slot)| StoredSession {
-                key: key.clone(),
-                entry: slot.entry.clone(),
-                revision: slot.revision,
-            })
+            .map(|(key, slot)| (key, &slot.entry, slot.revision))
             .collect();
         if filter.status.includes_replaced() {
             matching.extend(
@@ -128,10 +126,25 @@ impl SessionStore for MemoryStore {
                     .closed
                     .iter()
                     .filter(|c| filter.matches(&c.key, &c.entry))
-                    .cloned(),
+                    .map(|c| (&c.key, &c.entry, c.revision)),
             );
         }
-        Ok(filter.finish(matching))
+        matching.sort_by(|a, b| {
+            (Reverse(a.1.updated_at), a.0, &a.1.session_id).cmp(&(
+                Reverse(b.1.updated_at),
+                b.0,
+                &b.1.session_id,
+            ))
+        });
+        matching.truncate(filter.limit.unwrap_or(usize::MAX));
+        Ok(matching
+            .into_iter()
+            .map(|(key, entry, revision)| StoredSession {
+                key: key.clone(),
+                entry: entry.clone(),
+                revision,
+            })
+            .collect())
     }
 
     async fn count(&self, filter: &ListFilter) -> Result<usize> {

@@ -15,6 +15,7 @@ mod template;
 #[cfg(test)]
 mod tests;
 
+use std::cmp::Reverse;
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -966,17 +967,48 @@ impl Inner {
         Ok(stamp)
     }
 
-    /// Every session of one store file that passes `filter`.
+    /// The sessions of one store file that pass `filter`, in listing order, at most
+    /// its limit of them. Only the two fields that order a listing are read from every
+    /// entry; whole entries are read in that order until the page is full.
     fn scan(&self, agent: &AgentId, filter: &ListFilter) -> Result<Vec<StoredSession>> {
+        /// What orders a listing, read without the rest of the entry.
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Order {
+            #[serde(default)]
+            session_id: String,
+            #[serde(default)]
+            updated_at: u64,
+        }
         let path = self.store_path(agent);
         let document = self.load(&path)?;
-        let mut sessions = Vec::new();
+        let mut candidates = Vec::new();
         for (key, raw) in document.iter() {
             let Some(key) = self.served_key(agent, key) else {
                 continue;
             };
             if !filter.matches_key(&key) {
                 continue;
+            }
+            // An entry whose order cannot be read is reported below, like any other
+            // that does not parse.
+            let order = crate::json_text::from_slice::<Order>(raw.as_bytes()).unwrap_or(Order {
+                session_id: String::new(),
+                updated_at: 0,
+            });
+            let after_cursor = filter.after.as_ref().is_none_or(|cursor| {
+                cursor.precedes(order.updated_at, key.as_str(), &order.session_id)
+            });
+            if after_cursor {
+                candidates.push((Reverse(order.updated_at), key, order.session_id, raw));
+            }
+        }
+        candidates.sort_unstable_by(|a, b| (&a.0, &a.1, &a.2).cmp(&(&b.0, &b.1, &b.2)));
+        let limit = filter.limit.unwrap_or(usize::MAX);
+        let mut sessions = Vec::new();
+        for (_, key, _, raw) in candidates {
+            if sessions.len() >= limit {
+                break;
             }
             match parse_entry(raw) {
                 Ok(entry) if filter.matches(&key, &entry) => sessions.push(StoredSession {

@@ -150,6 +150,13 @@ CREATE TABLE group_history_seen (
 );
 CREATE INDEX group_history_seen_by_time ON group_history_seen (at);
 "#,
+    // A listing's whole order, so a page is read from the index in order and the scan
+    // stops when the page is full (with only `updated_at` indexed, SQLite sorted every
+    // session to find the first page).
+    r#"
+CREATE INDEX sessions_by_listing ON sessions (updated_at DESC, session_key, session_id);
+DROP INDEX sessions_by_activity;
+"#,
 ];
 
 /// The migration that adds `search_postings`: messages indexed before it are indexed
