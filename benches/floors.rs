@@ -29,6 +29,7 @@ use agent_sessions::{Durability, JsonFileOptions};
 use chrono::Utc;
 use common::contention::{contend, Contention};
 use common::search::{corpus, fill, naive, recall_at_10, Hashed, QUERY};
+use common::turn_age::Aged;
 use common::{entry, key, raw_sqlite_update, write_and_rename, write_store, RawChange};
 use criterion::Criterion;
 
@@ -166,6 +167,30 @@ fn transcript_append(c: &mut Criterion) {
         })
     });
     group.finish();
+}
+
+/// Whole turns after 10 and after 10,000 earlier turns, the model's window at 8,000
+/// tokens, on each persistent backend.
+fn turn_age(c: &mut Criterion) {
+    let runtime = runtime(2);
+    common::on_each_backend(&runtime, 0, |name, store, transcripts| {
+        if name == "memory" {
+            return;
+        }
+        let manager = SessionManager::builder(store)
+            .transcripts(transcripts)
+            .context_window(8_000)
+            .build()
+            .unwrap();
+        let mut group = c.benchmark_group(GROUP);
+        for (age, peer) in [(10, 1_000_000), (10_000, 2_000_000)] {
+            let mut aged = Aged::new(&runtime, &manager, peer, age);
+            group.bench_function(format!("turn_age/{name}/{age}"), |b| {
+                b.iter_custom(|turns| aged.measure(&runtime, &manager, turns))
+            });
+        }
+        group.finish();
+    });
 }
 
 /// Full-text and hybrid search over 100,000 messages on each index, against a naive
@@ -409,6 +434,7 @@ fn main() {
     let recalls = search(&mut criterion);
     http(&mut criterion);
     cold_open(&mut criterion, cold.path());
+    turn_age(&mut criterion);
     criterion.final_summary();
     if listing {
         return;
@@ -542,6 +568,25 @@ fn main() {
         },
         None => Row::not_measured("cold open, 100,000 sessions, JSON", "≤ 200 ms, peak ≤ 1.3×"),
     });
+
+    for backend in ["json", "sqlite", "postgres"] {
+        let what = format!("a turn after 10,000 turns, 8,000-token window, {backend}");
+        let (young, old) = (
+            median_ns(&output, &format!("turn_age/{backend}/10")),
+            median_ns(&output, &format!("turn_age/{backend}/10000")),
+        );
+        rows.push(match (young, old) {
+            (Some(young), Some(old)) => Row {
+                what,
+                baseline: format!("after 10 turns {}", duration(young)),
+                measured: duration(old),
+                ratio: format!("{:.2}×", old / young),
+                goal: "≤ 1.3×",
+                met: Some(old / young <= 1.3),
+            },
+            _ => Row::not_measured(&what, "≤ 1.3×"),
+        });
+    }
 
     println!("\n| row | baseline | measured | ratio | goal | met |");
     println!("| --- | --- | --- | --- | --- | --- |");

@@ -5,7 +5,9 @@
 //! window holds) and at the default 200,000. Each backend in its fast durability mode.
 //! The turn after 10 earlier turns is the baseline each older session is compared with;
 //! it is measured on a new session each time (made before the clock starts), and the
-//! older ones grow by the turns measured on them, a few hundred at most.
+//! older ones grow by the turns measured on them, a few hundred at most. An older
+//! session's first turn in the process (which reads its whole transcript) is timed
+//! once and printed, not measured by criterion.
 //!
 //! `cargo bench --bench turn_age --features sqlite,postgres` (PostgreSQL only when
 //! `AGENT_SESSIONS_TEST_POSTGRES_URL` names a server; the run uses a schema of its own
@@ -13,12 +15,12 @@
 
 mod common;
 
-use std::hint::black_box;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agent_sessions::prelude::*;
-use agent_sessions::transcript::{TranscriptEntry, TranscriptStore};
+use agent_sessions::transcript::TranscriptStore;
+use common::turn_age::Aged;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use tokio::runtime::Runtime;
 
@@ -26,61 +28,6 @@ use tokio::runtime::Runtime;
 const AGES: [usize; 4] = [10, 1_000, 10_000, 50_000];
 /// The model's window: 8,000 tokens, and the default.
 const WINDOWS: [(&str, Option<u64>); 2] = [("window_8k", Some(8_000)), ("window_default", None)];
-/// Earlier turns written per append.
-const BATCH: usize = 1_000;
-
-/// Ages up to this are measured on a new session each turn (made before the clock
-/// starts), so measuring does not age them.
-const YOUNG: usize = 100;
-
-/// A message from `peer`, whose session is the one measured.
-fn message(peer: usize, text: &str) -> InboundMessage {
-    InboundMessage::direct("telegram", format!("{}", 100_000 + peer), text)
-}
-
-/// A model's answer of about 1,000 characters (250 tokens), as chat answers run.
-const ANSWER: &str = "Thursday from 9 to 5, at the front desk. ";
-
-/// Gives the session of `age` its earlier turns: a question of about 100 characters and
-/// an answer of about 1,000 each (an 8,000-token window holds the last 25 or so),
-/// appended as transcript lines in batches.
-async fn age_session(manager: &SessionManager, peer: usize, age: usize) {
-    let key = manager.resolve(&message(peer, "hello")).await.unwrap().key;
-    let session = manager.session(&key);
-    let now = chrono::Utc::now();
-    for start in (0..age).step_by(BATCH) {
-        let lines = (start..age.min(start + BATCH))
-            .flat_map(|n| {
-                [
-                    TranscriptEntry::user_text(
-                        format!(
-                            "question {n}: when is my next shift, and is it at the front desk \
-                             or in the back office this time?"
-                        ),
-                        now,
-                    ),
-                    TranscriptEntry::assistant_text(
-                        format!("answer {n}: {}", ANSWER.repeat(24)),
-                        "",
-                        "",
-                        now,
-                    ),
-                ]
-            })
-            .collect();
-        session.append(lines).await.unwrap();
-    }
-}
-
-async fn one_turn(manager: &SessionManager, peer: usize) -> usize {
-    let turn = manager
-        .turn(&message(peer, "and the one after?"))
-        .await
-        .unwrap();
-    let seen = turn.messages().await.unwrap().len();
-    turn.complete("Saturday from 10.").await.unwrap();
-    seen
-}
 
 fn bench(
     c: &mut Criterion,
@@ -101,30 +48,18 @@ fn bench(
         group.sample_size(10);
         group.warm_up_time(Duration::from_millis(1));
         group.measurement_time(Duration::from_millis(300));
-        let mut fresh = 10_000_000 * (1 + usize::from(window.is_none()));
         for age in AGES {
-            // Each window has sessions of its own: the peer differs by window.
-            let peer = 2 * age + usize::from(window.is_none());
-            if age > YOUNG {
-                runtime.block_on(age_session(&manager, peer, age));
+            // Each window has sessions of its own, and room for the young ones.
+            let peer = (2 * age + usize::from(window.is_none())) * 1_000_000;
+            let mut aged = Aged::new(runtime, &manager, peer, age);
+            if let Some(first) = aged.first_turn {
+                // Not a criterion figure: one turn, the session's first in this process.
+                eprintln!(
+                    "turn_age/{name}/{window_name}/{age}: first turn in this process {first:?}"
+                );
             }
-            group.bench_with_input(BenchmarkId::from_parameter(age), &age, |b, &age| {
-                b.iter_custom(|turns| {
-                    let mut spent = Duration::ZERO;
-                    for _ in 0..turns {
-                        let peer = if age > YOUNG {
-                            peer
-                        } else {
-                            fresh += 1;
-                            runtime.block_on(age_session(&manager, fresh, age));
-                            fresh
-                        };
-                        let start = Instant::now();
-                        black_box(runtime.block_on(one_turn(&manager, peer)));
-                        spent += start.elapsed();
-                    }
-                    spent
-                })
+            group.bench_function(BenchmarkId::from_parameter(age), |b| {
+                b.iter_custom(|turns| aged.measure(runtime, &manager, turns))
             });
         }
         group.finish();

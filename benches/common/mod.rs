@@ -11,6 +11,7 @@ pub mod http;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod search;
+pub mod turn_age;
 
 use agent_sessions::entry::{ChatType, DeliveryContext, SessionOrigin};
 use agent_sessions::prelude::*;

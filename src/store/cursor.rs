@@ -94,7 +94,7 @@ fn hex(text: &str) -> String {
 }
 
 fn unhex(text: &str) -> Option<String> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     let bytes = (0..text.len())
