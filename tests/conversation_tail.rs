@@ -198,3 +198,47 @@ async fn what_the_model_sees_is_what_the_whole_transcript_gives_after_any_histor
     }
     stores.finish().await;
 }
+
+/// An operator rewrites a transcript (a redaction of the same length, say) and renames
+/// the copy over it: every line where it was, the last one unchanged. The manager that
+/// kept the conversation sees the new copy, not the one it read.
+#[tokio::test]
+async fn a_transcript_replaced_by_another_copy_is_read_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("json:{}", dir.path().display());
+    let manager = SessionManager::connect(&url)
+        .await
+        .unwrap()
+        .build()
+        .unwrap();
+    for text in ["my card is 4111 1111 1111 1111", "and my name is Ada"] {
+        let turn = manager.turn(&dm(7, text)).await.unwrap();
+        turn.complete("noted").await.unwrap();
+    }
+    let key = manager.resolve(&dm(7, "x")).await.unwrap().key;
+    let seen = manager.session(&key).messages().await.unwrap();
+    assert!(seen.iter().any(|m| m.content.contains("4111")));
+
+    let path = manager
+        .session(&key)
+        .get()
+        .await
+        .unwrap()
+        .unwrap()
+        .entry
+        .session_file
+        .unwrap();
+    let redacted = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("4111 1111 1111 1111", "XXXX XXXX XXXX XXXX");
+    let copy = format!("{path}.tmp");
+    std::fs::write(&copy, redacted).unwrap();
+    std::fs::rename(&copy, &path).unwrap();
+
+    let seen = manager.session(&key).messages().await.unwrap();
+    assert!(
+        seen.iter().all(|m| !m.content.contains("4111")),
+        "the old copy is not served: {seen:?}"
+    );
+    assert!(seen.iter().any(|m| m.content.contains("XXXX XXXX")));
+}

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use agent_sessions::manager::DeleteOptions;
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::TranscriptEntry;
 
@@ -63,7 +64,8 @@ async fn one_turn(manager: &SessionManager, peer: usize) -> usize {
 }
 
 /// Sessions of one age, measured a turn at a time: the young on a new session each
-/// turn, the old on one session made once (old enough not to notice the turns added).
+/// turn (deleted after it, so the store does not grow), the old on one session made
+/// once (old enough not to notice the turns added).
 pub struct Aged {
     age: usize,
     peer: usize,
@@ -115,6 +117,17 @@ impl Aged {
             let start = Instant::now();
             std::hint::black_box(runtime.block_on(one_turn(manager, peer)));
             spent += start.elapsed();
+            if self.age <= YOUNG {
+                // Gone again, so the store holds as many sessions for every age.
+                let key = manager.key_for(&message(peer, "")).unwrap();
+                let erase = DeleteOptions {
+                    erase_transcript: true,
+                    ..DeleteOptions::default()
+                };
+                runtime
+                    .block_on(manager.session(&key).delete(erase))
+                    .unwrap();
+            }
         }
         spent
     }

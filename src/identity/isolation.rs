@@ -182,6 +182,11 @@ impl<T: TranscriptStore> TranscriptStore for AgentScoped<T> {
         self.inner.read(transcript, from).await
     }
 
+    async fn identity(&self, transcript: &TranscriptRef) -> Result<Option<u64>> {
+        self.check_transcript(transcript)?;
+        self.inner.identity(transcript).await
+    }
+
     async fn read_chunk(
         &self,
         transcript: &TranscriptRef,

@@ -1,11 +1,12 @@
 //! The conversations of the sessions a manager served, kept between turns, so a turn
 //! reads only the lines appended since the last one instead of the whole transcript.
 //!
-//! Each cached conversation remembers the last line it took in (its offset and id).
-//! The next turn reads the transcript from that line on: when the line is still there,
-//! under the same id, only the lines after it are new; otherwise (the transcript was
-//! replaced, cut back, or is not one this manager saw) the whole transcript is read
-//! again. A conversation keeps the newest lines that fill twice the largest budget
+//! Each cached conversation remembers which copy of the transcript it read (the store's
+//! [`identity`](TranscriptStore::identity): a file's inode) and the last line it took
+//! in (its offset and id). The next turn reads the transcript from that line on: when
+//! the copy is the same and the line is still there, under the same id, only the lines
+//! after it are new; otherwise (the transcript was replaced, cut back, or is not one
+//! this manager saw) the whole transcript is read again. A conversation keeps the newest lines that fill twice the largest budget
 //! asked of it; all of them together stay under [`MAX_CACHED_BYTES`], the least
 //! recently used let go first.
 
@@ -42,6 +43,8 @@ struct Tail {
     conversation: Conversation,
     /// The offset and id of the last line taken in.
     last: (Offset, Option<String>),
+    /// Which copy of the transcript was read ([`TranscriptStore::identity`]).
+    identity: Option<u64>,
     /// The most tokens a turn asked for.
     budget: usize,
     size: usize,
@@ -135,6 +138,9 @@ async fn catch_up(
     mut tail: Tail,
     counter: &dyn TokenCounter,
 ) -> Option<Tail> {
+    if transcripts.identity(transcript).await.ok()? != tail.identity {
+        return None;
+    }
     let read = transcripts.read(transcript, tail.last.0).await.ok()?;
     let mut events = read.events.into_iter();
     let first = events.next()?;
@@ -156,6 +162,8 @@ async fn read_whole(
     transcript: &TranscriptRef,
     counter: &dyn TokenCounter,
 ) -> Result<Tail> {
+    // Asked before the read: a replacement in between is caught by the next turn.
+    let identity = transcripts.identity(transcript).await?;
     let read = transcripts.read(transcript, Offset::START).await?;
     let conversation = Conversation::whole(&read.events, |e| (e.offset, &e.entry), counter);
     let last = read
@@ -165,6 +173,7 @@ async fn read_whole(
     Ok(Tail {
         conversation,
         last,
+        identity,
         budget: 0,
         size: 0,
         used: 0,

@@ -975,6 +975,15 @@ impl TranscriptStore for FileTranscriptStore {
         blocking(&path, move || read_transcript(&file, from)).await
     }
 
+    /// The file's device and inode: a file renamed over the transcript is another.
+    async fn identity(&self, transcript: &TranscriptRef) -> Result<Option<u64>> {
+        let path = self.named_path(transcript)?;
+        Ok(match crate::fsutil::identify(&path) {
+            Ok((Some((device, inode)), _)) => Some(device.rotate_left(32) ^ inode),
+            _ => None,
+        })
+    }
+
     async fn read_chunk(
         &self,
         transcript: &TranscriptRef,

@@ -462,6 +462,10 @@ impl<T: TranscriptStore + ?Sized> TranscriptStore for Arc<T> {
     fn location(&self, transcript: &TranscriptRef) -> Option<String> {
         (**self).location(transcript)
     }
+
+    async fn identity(&self, transcript: &TranscriptRef) -> Result<Option<u64>> {
+        (**self).identity(transcript).await
+    }
 }
 
 #[async_trait]
@@ -632,6 +636,19 @@ pub trait TranscriptStore: Send + Sync {
     fn location(&self, transcript: &TranscriptRef) -> Option<String> {
         let _ = transcript;
         None
+    }
+
+    /// Which copy of `transcript` is there now: a value that changes when the
+    /// transcript is replaced by another (a file renamed over it, removed and made
+    /// again) and stays while lines are appended; `None` when there is none or the
+    /// store cannot tell. A reader that keeps what it read (as the manager keeps each
+    /// session's conversation between turns) trusts it only while this is unchanged.
+    ///
+    /// The default is `None`: the reader then checks only that the last line it read
+    /// is still there, under the same id.
+    async fn identity(&self, transcript: &TranscriptRef) -> Result<Option<u64>> {
+        let _ = transcript;
+        Ok(None)
     }
 }
 
