@@ -48,17 +48,24 @@ fn bench(
         group.sample_size(10);
         group.warm_up_time(Duration::from_millis(1));
         group.measurement_time(Duration::from_millis(300));
-        for age in AGES {
-            // Each window has sessions of its own, and room for the young ones.
-            let peer = (2 * age + usize::from(window.is_none())) * 1_000_000;
-            let mut aged = Aged::new(runtime, &manager, peer, age);
+        // Every session made before any is measured: the writing of the old ones (and
+        // the work it leaves the disk and the server) does not fall on one alone.
+        let mut sessions: Vec<(usize, Aged)> = AGES
+            .into_iter()
+            .map(|age| {
+                // Each window has sessions of its own, and room for the young ones.
+                let peer = (2 * age + usize::from(window.is_none())) * 1_000_000;
+                (age, Aged::new(runtime, &manager, peer, age))
+            })
+            .collect();
+        for (age, aged) in &mut sessions {
             if let Some(first) = aged.first_turn {
                 // Not a criterion figure: one turn, the session's first in this process.
                 eprintln!(
                     "turn_age/{name}/{window_name}/{age}: first turn in this process {first:?}"
                 );
             }
-            group.bench_function(BenchmarkId::from_parameter(age), |b| {
+            group.bench_function(BenchmarkId::from_parameter(*age), |b| {
                 b.iter_custom(|turns| aged.measure(runtime, &manager, turns))
             });
         }
