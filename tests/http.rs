@@ -310,6 +310,15 @@ async fn smoke_sequence(store: &str) {
         .await;
     assert_eq!(paged, listed_ids(&all));
     assert_eq!(all["nextCursor"], json!(null), "one page holds them all");
+    let (_, exact) = service
+        .get("/kernel/sessions?workspace_id=ws_abc&status=all&limit=4")
+        .await;
+    assert_eq!(exact["sessions"].as_array().unwrap().len(), 4);
+    assert_eq!(
+        exact["nextCursor"],
+        json!(null),
+        "a full last page: {exact}"
+    );
     for forged in ["nope", "1.2.3.4", "zz.61.62", "%00"] {
         let (status, refused) = service
             .get(&format!(

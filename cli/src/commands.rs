@@ -535,14 +535,20 @@ async fn list(store: &str, agent: &AgentId, json: bool, args: ListArgs) -> Outco
         .limit
         .or_else(|| io::stdout().is_terminal().then_some(TERMINAL_PAGE));
     if let Some(limit) = page {
-        filter = filter.limit(limit);
+        // One more than the page, to know whether another page follows.
+        filter = filter.limit(limit.saturating_add(1));
     }
     if let Some(cursor) = args.cursor {
         filter = filter.after(cursor);
     }
-    let sessions = backend.sessions().list(&filter).await?;
+    let mut sessions = backend.sessions().list(&filter).await?;
+    let more = page.is_some_and(|limit| sessions.len() > limit);
+    if let Some(limit) = page {
+        sessions.truncate(limit);
+    }
     output::sessions(json, &sessions);
-    if let Some(next) = filter.next_page(&sessions) {
+    if let (true, Some(last)) = (more, sessions.last()) {
+        let next = ListCursor::after(last);
         eprintln!("agent-sessions: more sessions follow: add --cursor {next} for the next page");
     }
     warn_unreadable(&backend).await

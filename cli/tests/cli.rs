@@ -107,6 +107,19 @@ fn import_then_list_show_and_stats() {
         assert!(paged.len() <= keys.len(), "pages never end: {paged:?}");
     }
     assert_eq!(paged, keys);
+    // A full last page names no next one; a limit past any integer is no limit.
+    for limit in ["3", "18446744073709551615"] {
+        let output = run(&store, &["--json", "list", "--limit", limit]);
+        assert_eq!(
+            json(&output).as_array().unwrap().len(),
+            3,
+            "--limit {limit}"
+        );
+        assert!(
+            !String::from_utf8_lossy(&output.stderr).contains("--cursor"),
+            "--limit {limit}"
+        );
+    }
     let forged = run(&store, &["--json", "list", "--cursor", "1.zz.00"]);
     assert_eq!(code(&forged), 2, "a usage error");
     assert!(

@@ -85,7 +85,7 @@ use crate::entry::{SessionEntry, SessionStatus};
 use crate::error::Error;
 use crate::key::AgentId;
 use crate::manager::{Resolution, SessionManager, TurnOutcome};
-use crate::store::{ListFilter, StatusFilter, StoredSession};
+use crate::store::{ListCursor, ListFilter, StatusFilter, StoredSession};
 
 mod connections;
 mod events;
@@ -1181,7 +1181,9 @@ async fn list_sessions(
     let Query(query) = query?;
     let mut filter = ListFilter::new().agent(workspace(&query.workspace_id)?);
     filter.status = status_filter(query.status.as_deref())?;
-    filter.limit = Some(query.limit.unwrap_or(DEFAULT_PAGE).min(MAX_PAGE));
+    let page = query.limit.unwrap_or(DEFAULT_PAGE).min(MAX_PAGE);
+    // One more than the page, to know whether another page follows.
+    filter.limit = Some(page + 1);
     if let Some(cursor) = query.cursor.as_deref().filter(|c| !c.is_empty()) {
         filter.after = Some(cursor.parse().map_err(|_| {
             ApiError::new(
@@ -1191,8 +1193,15 @@ async fn list_sessions(
             )
         })?);
     }
-    let sessions = manager.list(&filter).await?;
-    let next = filter.next_page(&sessions).map(|cursor| cursor.to_string());
+    let mut sessions = manager.list(&filter).await?;
+    let next = (sessions.len() > page)
+        .then(|| {
+            sessions.truncate(page);
+            sessions
+                .last()
+                .map(|last| ListCursor::after(last).to_string())
+        })
+        .flatten();
     let views: Vec<SessionView> = sessions.iter().map(SessionView::of).collect();
     Ok(Json(
         json!({ "ok": true, "sessions": views, "nextCursor": next }),

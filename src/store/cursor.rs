@@ -17,7 +17,9 @@ use crate::error::{Error, Result};
 /// moves to the front, before the page, and the next listing from the top shows it).
 ///
 /// As text (for a URL or a command line) a cursor is an opaque token of hex digits
-/// and dots; [`FromStr`] reads it back, and refuses anything else.
+/// and dots; [`FromStr`] reads it back, and refuses text that is not a cursor. A cursor
+/// is a position in the listing order, not a session: one that names no session (made
+/// up, or of a session deleted since) lists what comes after that position.
 ///
 /// ```
 /// use agent_sessions::prelude::*;

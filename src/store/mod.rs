@@ -653,8 +653,9 @@ impl ListFilter {
     }
 
     /// The cursor of the page after `page` (what a listing with this filter returned),
-    /// or `None` when `page` is the last: it is shorter than the limit (or there is no
-    /// limit).
+    /// or `None` when `page` is shorter than the limit (or there is no limit): then it
+    /// is the last. A full page gets a cursor even when nothing follows it (the next
+    /// page is empty); to know, list one more than the page shows.
     pub fn next_page(&self, page: &[StoredSession]) -> Option<ListCursor> {
         let limit = self.limit?;
         (limit > 0 && page.len() >= limit)

@@ -426,7 +426,10 @@ impl Where {
 
     /// `LIMIT n`, if any.
     pub(crate) fn limit(limit: Option<usize>) -> String {
-        limit.map_or_else(String::new, |n| format!(" LIMIT {n}"))
+        // A larger limit than the SQL integer holds is no limit at all.
+        limit.map_or_else(String::new, |n| {
+            format!(" LIMIT {}", n.min(i64::MAX as usize))
+        })
     }
 }
 
