@@ -62,27 +62,25 @@ impl Conversations {
         want: Want,
         counter: &dyn TokenCounter,
     ) -> Result<(Vec<ChatMessage>, Option<String>)> {
-        let cached = self.take(transcript);
-        let mut tail = match cached {
+        let kept = match self.take(transcript) {
             Some(tail) => catch_up(transcripts, transcript, tail, counter).await,
             None => None,
         };
-        let newest = tail
-            .as_ref()
-            .and_then(|tail| tail.conversation.newest(want, counter));
-        let newest = match newest {
-            Some(newest) => newest,
+        let found = kept.and_then(|tail| {
+            let newest = tail.conversation.newest(want, counter)?;
+            Some((tail, newest))
+        });
+        let (mut tail, newest) = match found {
+            Some(found) => found,
             None => {
                 let whole = read_whole(transcripts, transcript, counter).await?;
                 let newest = whole
                     .conversation
                     .newest(want, counter)
-                    .expect("a whole conversation has every line");
-                tail = Some(whole);
-                newest
+                    .expect("a whole conversation lets go of no line");
+                (whole, newest)
             }
         };
-        let mut tail = tail.expect("read or caught up");
         let summary = tail.conversation.summary.clone();
         tail.budget = tail.budget.max(want.tokens);
         tail.conversation.trim(tail.budget.saturating_mul(2));
