@@ -670,8 +670,14 @@ impl OpenTransaction {
 /// Drops, in `table`, the rows of all but the `keep` most recently appended values of
 /// `key_column` (a group, a session), in the caller's transaction. Evictions take turns
 /// on the advisory lock `eviction_lock` (so two new keys cannot both stay under the
-/// bound), and skip a key whose own lock (`lock_prefix` + key) another transaction
-/// holds: it is being written to now.
+/// bound), and never delete a key whose own lock (`lock_prefix` + key) another
+/// transaction holds: it is being written to now.
+///
+/// A writer that just committed can still hold its key's lock for a moment after its
+/// rows became visible (the server releases a transaction's locks one by one), so a key
+/// found locked is tried again, each time in a fresh snapshot, for up to
+/// [`EVICTION_PATIENCE`]; only a key that stays locked longer (a write in progress,
+/// which makes it the most recent anyway) is left for the next eviction.
 async fn evict_least_recent(
     c: &Object,
     table: &str,
@@ -685,21 +691,30 @@ async fn evict_least_recent(
         &[&eviction_lock],
     )
     .await?;
-    c.execute(
-        &format!(
-            "WITH old AS (
-                 SELECT {key_column} FROM {table} GROUP BY {key_column}
-                 ORDER BY MAX(id) DESC OFFSET $1),
-             free AS MATERIALIZED (
-                 SELECT {key_column} FROM old
-                 WHERE pg_try_advisory_xact_lock(hashtextextended($2 || {key_column}, 0)))
-             DELETE FROM {table} WHERE {key_column} IN (SELECT {key_column} FROM free)"
-        ),
-        &[&keep, &lock_prefix],
-    )
-    .await?;
-    Ok(())
+    let evict = format!(
+        "WITH old AS MATERIALIZED (
+             SELECT {key_column} FROM {table} GROUP BY {key_column}
+             ORDER BY MAX(id) DESC OFFSET $1),
+         free AS MATERIALIZED (
+             SELECT {key_column} FROM old
+             WHERE pg_try_advisory_xact_lock(hashtextextended($2 || {key_column}, 0))),
+         gone AS (DELETE FROM {table} WHERE {key_column} IN (SELECT {key_column} FROM free))
+         SELECT (SELECT COUNT(*) FROM old) - (SELECT COUNT(*) FROM free)"
+    );
+    let started = std::time::Instant::now();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let busy: i64 = c.query_one(&evict, &[&keep, &lock_prefix]).await?.get(0);
+        if busy == 0 || started.elapsed() >= EVICTION_PATIENCE {
+            return Ok(());
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(20));
+    }
 }
+
+/// How long an eviction waits for a key that another transaction holds locked.
+const EVICTION_PATIENCE: Duration = Duration::from_millis(200);
 
 impl PostgresStore {
     /// A transaction holding the advisory lock named `lock` (hashed by the server with
