@@ -134,34 +134,84 @@ pub(crate) async fn append(
     (agent, name): (&str, &str),
     session_id: &str,
     location: &Path,
-    mut entries: Vec<TranscriptEntry>,
+    entries: Vec<TranscriptEntry>,
 ) -> Result<Vec<SessionEvent>> {
-    let (count, leaf) = match rows.row(agent, name).await? {
-        Some(row) => row,
+    let tail = tail_or_create(rows, (agent, name), session_id).await?;
+    let appended = Appended::new(tail, location, entries)?;
+    rows.insert_lines(agent, name, appended.first, &appended.lines)
+        .await?;
+    appended.count_bytes();
+    rows.set_tail(agent, name, appended.line_count(), appended.leaf.clone())
+        .await?;
+    Ok(appended.events)
+}
+
+/// The transcript's `line_count` and `leaf`, after creating it with its header if it
+/// does not exist.
+pub(crate) async fn tail_or_create(
+    rows: &mut impl TranscriptRows,
+    (agent, name): (&str, &str),
+    session_id: &str,
+) -> Result<(i64, Option<String>)> {
+    match rows.row(agent, name).await? {
+        Some(row) => Ok(row),
         None => {
             let header = header_line(&SessionHeader::new(session_id, Utc::now()));
             create(rows, agent, name, &[header]).await?;
-            (1, None)
+            Ok((1, None))
         }
-    };
-    let (lines, leaf) = stamp_entries(&mut entries, leaf, Utc::now())
-        .map_err(|e| Error::encode(format!("a transcript entry for {}", location.display()), e))?;
-    rows.insert_lines(agent, name, count, &lines).await?;
-    crate::telemetry::appended(lines.iter().map(|line| line.len() + 1).sum());
-    rows.set_tail(agent, name, count + lines.len() as i64, leaf)
-        .await?;
-    Ok(entries
-        .into_iter()
-        .enumerate()
-        .map(|(index, entry)| {
-            let seq = count + index as i64;
-            SessionEvent {
-                offset: Offset(seq as u64),
-                line: seq as usize + 1,
-                entry,
-            }
+    }
+}
+
+/// Entries stamped for a transcript whose tail is known: the lines to insert from
+/// `first`, the new leaf, and the events as they will be stored.
+pub(crate) struct Appended {
+    pub first: i64,
+    pub lines: Vec<String>,
+    pub leaf: Option<String>,
+    pub events: Vec<SessionEvent>,
+}
+
+impl Appended {
+    /// Stamps `entries` (ids, parents, times) after the tail `(line_count, leaf)` of the
+    /// transcript at `location`.
+    pub(crate) fn new(
+        (first, leaf): (i64, Option<String>),
+        location: &Path,
+        mut entries: Vec<TranscriptEntry>,
+    ) -> Result<Appended> {
+        let (lines, leaf) = stamp_entries(&mut entries, leaf, Utc::now()).map_err(|e| {
+            Error::encode(format!("a transcript entry for {}", location.display()), e)
+        })?;
+        let events = entries
+            .into_iter()
+            .enumerate()
+            .map(|(index, entry)| {
+                let seq = first + index as i64;
+                SessionEvent {
+                    offset: Offset(seq as u64),
+                    line: seq as usize + 1,
+                    entry,
+                }
+            })
+            .collect();
+        Ok(Appended {
+            first,
+            lines,
+            leaf,
+            events,
         })
-        .collect())
+    }
+
+    /// Counts the bytes appended, once they are in (see [`crate::telemetry`]).
+    pub(crate) fn count_bytes(&self) {
+        crate::telemetry::appended(self.lines.iter().map(|line| line.len() + 1).sum());
+    }
+
+    /// The transcript's `line_count` once the lines are in.
+    pub(crate) fn line_count(&self) -> i64 {
+        self.first + self.lines.len() as i64
+    }
 }
 
 /// How many lines a chunked read asks for at a time.
@@ -178,23 +228,10 @@ pub(crate) async fn read(
     max_bytes: Option<usize>,
 ) -> Result<TranscriptRead> {
     let Some((count, _)) = rows.row(agent, name).await? else {
-        return Ok(TranscriptRead {
-            next: from,
-            ..TranscriptRead::default()
-        });
+        return Ok(nothing_at(from));
     };
+    let mut read = read_from(count, from, location, name)?;
     let count = count as u64;
-    if from.0 > count {
-        return Err(Error::InvalidOffset {
-            path: location.join(name),
-            offset: from.0,
-            len: count,
-        });
-    }
-    let mut read = TranscriptRead {
-        next: Offset(count),
-        ..TranscriptRead::default()
-    };
     let mut at = from.0;
     let mut size = 0usize;
     while at < count {
@@ -226,6 +263,36 @@ pub(crate) async fn read(
         }
     }
     Ok(read)
+}
+
+/// What reading a transcript that does not exist from `from` gives.
+pub(crate) fn nothing_at(from: Offset) -> TranscriptRead {
+    TranscriptRead {
+        next: from,
+        ..TranscriptRead::default()
+    }
+}
+
+/// An empty read of transcript `name` (at `location`) of `count` lines, from `from`;
+/// an error if `from` is past its end.
+pub(crate) fn read_from(
+    count: i64,
+    from: Offset,
+    location: &Path,
+    name: &str,
+) -> Result<TranscriptRead> {
+    let count = count as u64;
+    if from.0 > count {
+        return Err(Error::InvalidOffset {
+            path: location.join(name),
+            offset: from.0,
+            len: count,
+        });
+    }
+    Ok(TranscriptRead {
+        next: Offset(count),
+        ..TranscriptRead::default()
+    })
 }
 
 /// Renames the transcript to its archived name (a free one); `None` if there is none.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio_postgres::Row;
 
-use super::{evict_least_recent, pg_error, OpenTransaction, PostgresStore};
+use super::{evict_least_recent, pg_error, OpenTransaction, PostgresStore, Prepared};
 use crate::context::history::{
     entry_message_id, legacy_group_history_key, HistoryBuffer, HistoryClaim, HistoryEntry,
     DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
@@ -99,7 +99,7 @@ impl PostgresHistory {
         let result = async {
             let c = open.client();
             adopt_legacy(c, &self.table(), key).await?;
-            c.query(sql, params).await.map_err(pg_error(what))
+            c.query_prepared(sql, params).await.map_err(pg_error(what))
         }
         .await;
         open.end(result).await
@@ -110,7 +110,7 @@ impl PostgresHistory {
 /// its key.
 async fn adopt_legacy(c: &deadpool_postgres::Object, table: &str, key: &str) -> Result<()> {
     if let Some(legacy) = legacy_group_history_key(key) {
-        c.execute(
+        c.execute_prepared(
             &format!("UPDATE {table} SET group_key = $1 WHERE group_key = $2"),
             &[&key, &legacy],
         )
@@ -141,14 +141,14 @@ impl PostgresHistory {
     ) -> Result<()> {
         let table = self.table();
         let existed: bool = c
-            .query_one(
+            .query_one_prepared(
                 &format!("SELECT EXISTS (SELECT 1 FROM {table} WHERE group_key = $1)"),
                 &[&key],
             )
             .await
             .map_err(pg_error("read group history"))?
             .get(0);
-        c.execute(
+        c.execute_prepared(
             &format!(
                 "INSERT INTO {table} (group_key, sender, body, at, message_id)
                  VALUES ($1, $2, $3, $4, $5)"
@@ -164,7 +164,7 @@ impl PostgresHistory {
         .await
         .map_err(pg_error("append group history"))?;
         // The group keeps its `limit` newest unclaimed entries.
-        c.execute(
+        c.execute_prepared(
             &format!(
                 "DELETE FROM {table} WHERE group_key = $1 AND claim_id IS NULL AND id <= (
                      SELECT id FROM {table} WHERE group_key = $1 AND claim_id IS NULL
@@ -219,11 +219,11 @@ impl HistoryBuffer for PostgresHistory {
             adopt_legacy(c, &self.table(), key).await?;
             if let Some(id) = entry_message_id(&entry) {
                 let (now, since) = seen_window(&entry, window);
-                c.execute(&format!("DELETE FROM {seen} WHERE at < $1"), &[&since])
+                c.execute_prepared(&format!("DELETE FROM {seen} WHERE at < $1"), &[&since])
                     .await
                     .map_err(pg_error("forget group history message ids"))?;
                 let new = c
-                    .execute(
+                    .execute_prepared(
                         &format!(
                             "INSERT INTO {seen} (group_key, message_id, at) VALUES ($1, $2, $3)
                              ON CONFLICT DO NOTHING"
@@ -246,7 +246,7 @@ impl HistoryBuffer for PostgresHistory {
     async fn entries(&self, key: &str) -> Result<Vec<HistoryEntry>> {
         let client = self.store.client().await?;
         let rows = client
-            .query(
+            .query_prepared(
                 &format!(
                     "SELECT sender, body, at, message_id FROM {}
                      WHERE group_key = $1 AND claim_id IS NULL ORDER BY id",
@@ -310,7 +310,7 @@ impl HistoryBuffer for PostgresHistory {
     async fn claims(&self, key: &str) -> Result<Vec<HistoryClaim>> {
         let client = self.store.client().await?;
         let rows = client
-            .query(
+            .query_prepared(
                 &format!(
                     "SELECT claim_id, MIN(claim) FROM {}
                      WHERE group_key = $1 AND claim_id IS NOT NULL

@@ -16,7 +16,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::key::{AgentId, SessionKey};
-use crate::transcript::lines::{header_line, validate_transcript_name};
+use crate::transcript::lines::{header_line, read_line, validate_transcript_name};
 use crate::transcript::{
     ArchiveReason, LogQuery, LogRecord, Offset, SessionEvent, SessionHeader, TranscriptEntry,
     TranscriptExport, TranscriptRead, TranscriptRef, TranscriptStore, TranscriptSubscription,
@@ -574,7 +574,7 @@ impl PostgresStore {
 
     /// Locks `what` until the transaction ends.
     async fn lock(&self, tx: &Transaction<'_>, what: &str) -> Result<()> {
-        tx.execute(
+        tx.execute_prepared(
             "SELECT pg_advisory_xact_lock($1)",
             &[&lock_id(&format!("{}\0{what}", self.schema))],
         )
@@ -650,6 +650,22 @@ impl OpenTransaction {
         error
     }
 
+    /// Ends a transaction whose `COMMIT` went out with its last statements (a failed
+    /// statement makes that `COMMIT` a rollback), or rolls back one that failed before
+    /// (`Err`).
+    async fn end_pipelined<T>(self, outcome: Result<Committed<T>>) -> Result<T> {
+        match outcome {
+            Ok(Committed { committed, result }) => {
+                // Once COMMIT was answered the transaction is over either way; when it
+                // was not, the connection is closed.
+                committed?;
+                self.finish();
+                result
+            }
+            Err(error) => Err(self.abandon(error).await),
+        }
+    }
+
     /// Commits when `result` is a success (a failed `COMMIT` leaves the transaction
     /// unfinished: the connection is closed), rolls back otherwise.
     async fn end<T>(self, result: Result<T>) -> Result<T> {
@@ -664,6 +680,83 @@ impl OpenTransaction {
             }
             Err(error) => Err(self.abandon(error).await),
         }
+    }
+}
+
+/// Statements of a fixed text, prepared once per connection and run from then on in
+/// one round trip (a statement given as text is prepared again on every call: two).
+///
+/// Only for statements whose text is one of a fixed few (the table names are the
+/// store's): each connection keeps every text it prepared.
+#[async_trait]
+trait Prepared: deadpool_postgres::GenericClient {
+    async fn execute_prepared(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> std::result::Result<u64, tokio_postgres::Error> {
+        let statement = self.prepare_cached(sql).await?;
+        self.execute(&statement, params).await
+    }
+
+    async fn query_prepared(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+        let statement = self.prepare_cached(sql).await?;
+        self.query(&statement, params).await
+    }
+
+    async fn query_one_prepared(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> std::result::Result<tokio_postgres::Row, tokio_postgres::Error> {
+        let statement = self.prepare_cached(sql).await?;
+        self.query_one(&statement, params).await
+    }
+
+    async fn query_opt_prepared(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> std::result::Result<Option<tokio_postgres::Row>, tokio_postgres::Error> {
+        let statement = self.prepare_cached(sql).await?;
+        self.query_opt(&statement, params).await
+    }
+}
+
+impl<C: deadpool_postgres::GenericClient + ?Sized> Prepared for C {}
+
+/// A transaction whose `COMMIT` was sent with its last statements: what `COMMIT`
+/// answered, and what the statements came to.
+struct Committed<T> {
+    committed: Result<()>,
+    result: Result<T>,
+}
+
+/// The message-log columns of lines inserted together, one array per column.
+#[derive(Default)]
+struct LineColumns {
+    seq: Vec<i64>,
+    log_at: Vec<Option<i64>>,
+    person_id: Vec<Option<String>>,
+    agent_identity: Vec<Option<String>>,
+    session_key: Vec<Option<String>>,
+}
+
+impl LineColumns {
+    /// Adds line number `seq`, whose text is `line`.
+    fn push(&mut self, seq: i64, line: &str) {
+        let log = LogColumns::of_line(line);
+        self.seq.push(seq);
+        self.log_at.push(log.as_ref().map(|l| l.at));
+        self.person_id
+            .push(log.as_ref().and_then(|l| l.person_id.clone()));
+        self.agent_identity
+            .push(log.as_ref().and_then(|l| l.agent_identity.clone()));
+        self.session_key.push(log.and_then(|l| l.session_key));
     }
 }
 
@@ -686,7 +779,7 @@ async fn evict_least_recent(
     lock_prefix: &str,
     keep: i64,
 ) -> std::result::Result<(), tokio_postgres::Error> {
-    c.execute(
+    c.execute_prepared(
         "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
         &[&eviction_lock],
     )
@@ -704,7 +797,10 @@ async fn evict_least_recent(
     let started = std::time::Instant::now();
     let mut pause = Duration::from_millis(1);
     loop {
-        let busy: i64 = c.query_one(&evict, &[&keep, &lock_prefix]).await?.get(0);
+        let busy: i64 = c
+            .query_one_prepared(&evict, &[&keep, &lock_prefix])
+            .await?
+            .get(0);
         if busy == 0 || started.elapsed() >= EVICTION_PATIENCE {
             return Ok(());
         }
@@ -722,20 +818,21 @@ impl PostgresStore {
     /// errors.
     async fn begin_locked(&self, lock: &str, what: &'static str) -> Result<OpenTransaction> {
         let open = OpenTransaction(Some(self.client().await?));
-        if let Err(e) = open.client().batch_execute("BEGIN").await {
-            // Dropped unfinished: the connection is closed, not pooled.
-            return Err(pg_error("begin a transaction")(e));
-        }
-        match open
-            .client()
-            .execute(
+        let c = open.client();
+        let params: &[&(dyn ToSql + Sync)] = &[&lock];
+        // BEGIN and the lock go out together.
+        let (begun, locked) = tokio::join!(
+            c.batch_execute("BEGIN"),
+            c.execute_prepared(
                 "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-                &[&lock],
+                params,
             )
-            .await
-        {
-            Ok(_) => Ok(open),
-            Err(e) => Err(open.abandon(pg_error(what)(e)).await),
+        );
+        match (begun, locked) {
+            (Ok(()), Ok(_)) => Ok(open),
+            // Dropped unfinished: the connection is closed, not pooled.
+            (Err(e), _) => Err(pg_error("begin a transaction")(e)),
+            (_, Err(e)) => Err(open.abandon(pg_error(what)(e)).await),
         }
     }
 }

@@ -34,27 +34,6 @@ impl Drop for Listener {
 }
 
 impl PostgresStore {
-    /// Sends the notice of `events` inside `tx`, so it is delivered when `tx` commits.
-    pub(super) async fn announce(
-        &self,
-        tx: &Transaction<'_>,
-        transcript: &TranscriptRef,
-        name: &str,
-        events: &[SessionEvent],
-    ) -> Result<()> {
-        let Some(notice) = AppendNotice::of(&self.writer, transcript, name, events) else {
-            return Ok(());
-        };
-        let payload = serde_json::to_string(&notice).expect("a notice serialises");
-        tx.execute(
-            "SELECT pg_notify($1, $2)",
-            &[&channel(&self.schema), &payload],
-        )
-        .await
-        .map_err(pg_error("announce an append"))?;
-        Ok(())
-    }
-
     /// Starts listening for other processes' appends, once per handle, when there is a
     /// runtime to listen on and no listener is running (a subscription made outside a
     /// runtime, or one whose runtime has shut down, leaves the start to a later one).

@@ -11,7 +11,7 @@ impl SessionStore for PostgresStore {
     async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
         let client = self.client().await?;
         let row = client
-            .query_opt(
+            .query_opt_prepared(
                 &format!(
                     "SELECT revision, entry FROM {} WHERE session_key = $1",
                     self.table("sessions")

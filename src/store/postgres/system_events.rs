@@ -3,8 +3,9 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use tokio_postgres::types::ToSql;
 
-use super::{evict_least_recent, pg_error, OpenTransaction, PostgresStore};
+use super::{evict_least_recent, pg_error, Committed, OpenTransaction, PostgresStore, Prepared};
 use crate::context::inbound::events::{
     SystemEvent, SystemEvents, MAX_SYSTEM_EVENTS, MAX_SYSTEM_EVENT_SESSIONS,
 };
@@ -96,7 +97,7 @@ impl SystemEvents for PostgresSystemEvents {
         let result = async {
             let c = open.client();
             let last = c
-                .query_opt(
+                .query_opt_prepared(
                     &format!(
                         "SELECT id, text, at FROM {table} WHERE session_key = $1
                          ORDER BY id DESC LIMIT 1"
@@ -117,20 +118,20 @@ impl SystemEvents for PostgresSystemEvents {
                 if last_text == text {
                     // A repeat is skipped but touches the session: its last event moves
                     // to the end of the order, unchanged.
-                    c.execute(&format!("DELETE FROM {table} WHERE id = $1"), &[id])
+                    c.execute_prepared(&format!("DELETE FROM {table} WHERE id = $1"), &[id])
                         .await
                         .map_err(pg_error("touch system events"))?;
-                    c.execute(&insert, &[&key, last_text, last_at])
+                    c.execute_prepared(&insert, &[&key, last_text, last_at])
                         .await
                         .map_err(pg_error("touch system events"))?;
                     return Ok(false);
                 }
             }
-            c.execute(&insert, &[&key, &text, &event_time_to_i64(at)])
+            c.execute_prepared(&insert, &[&key, &text, &event_time_to_i64(at)])
                 .await
                 .map_err(pg_error("queue a system event"))?;
             // The session keeps its `max_events` newest events.
-            c.execute(
+            c.execute_prepared(
                 &format!(
                     "DELETE FROM {table} WHERE session_key = $1 AND id <= (
                          SELECT id FROM {table} WHERE session_key = $1
@@ -162,19 +163,38 @@ impl SystemEvents for PostgresSystemEvents {
 
     async fn drain(&self, key: &SessionKey) -> Result<Vec<SystemEvent>> {
         let key = key.to_string();
-        let open = self.begin(&key).await?;
-        let result = open
-            .client()
-            .query(
-                &format!(
-                    "WITH drained AS (
-                         DELETE FROM {} WHERE session_key = $1 RETURNING id, text, at)
-                     SELECT text, at FROM drained ORDER BY id",
-                    self.table()
-                ),
-                &[&key],
-            )
-            .await
+        let lock = format!("{}{key}", self.lock_prefix());
+        let open = OpenTransaction(Some(self.store.client().await?));
+        let c = open.client();
+        let drain = format!(
+            "WITH drained AS (
+                 DELETE FROM {} WHERE session_key = $1 RETURNING id, text, at)
+             SELECT text, at FROM drained ORDER BY id",
+            self.table()
+        );
+        let statements = tokio::try_join!(
+            c.prepare_cached("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"),
+            c.prepare_cached(&drain),
+        );
+        let (lock_statement, drain) = match statements {
+            Ok(statements) => statements,
+            Err(e) => return Err(open.abandon(pg_error("drain system events")(e)).await),
+        };
+        let (lock_params, drain_params): (&[&(dyn ToSql + Sync)], &[&(dyn ToSql + Sync)]) =
+            (&[&lock], &[&key]);
+        // One round trip: BEGIN, the lock, the drain and COMMIT go out together (a
+        // failed statement makes the COMMIT a rollback).
+        let (begun, locked, drained, committed) = tokio::join!(
+            biased;
+            c.batch_execute("BEGIN"),
+            c.execute(&lock_statement, lock_params),
+            c.query(&drain, drain_params),
+            c.batch_execute("COMMIT"),
+        );
+        let result = begun
+            .map_err(pg_error("begin a transaction"))
+            .and(locked.map_err(pg_error("lock system events")))
+            .and(drained.map_err(pg_error("drain system events")))
             .map(|rows| {
                 rows.iter()
                     .map(|row| SystemEvent {
@@ -182,8 +202,11 @@ impl SystemEvents for PostgresSystemEvents {
                         at: event_time_from_i64(row.get(1)),
                     })
                     .collect()
-            })
-            .map_err(pg_error("drain system events"));
-        open.end(result).await
+            });
+        open.end_pipelined(Ok(Committed {
+            committed: committed.map_err(pg_error("commit")),
+            result,
+        }))
+        .await
     }
 }

@@ -1,19 +1,21 @@
 //! [`PostgresStore`] as a [`TranscriptStore`]: transcripts as rows of lines.
 
+use super::notify::channel;
 use super::*;
-use crate::store::sql_transcripts::{self as rows, TranscriptRows};
+use crate::store::sql_transcripts::{self as rows, AppendNotice, TranscriptRows};
 
-/// A PostgreSQL transaction as the rows of the transcript tables.
-pub(super) struct PgRows<'a, 't> {
+/// A PostgreSQL transaction (`C`: a [`Transaction`], or a connection inside
+/// `BEGIN … COMMIT`) as the rows of the transcript tables.
+pub(super) struct PgRows<'a, C> {
     store: &'a PostgresStore,
-    tx: &'a Transaction<'t>,
+    tx: &'a C,
 }
 
-impl TranscriptRows for PgRows<'_, '_> {
+impl<C: deadpool_postgres::GenericClient> TranscriptRows for PgRows<'_, C> {
     async fn row(&mut self, agent: &str, name: &str) -> Result<Option<(i64, Option<String>)>> {
         Ok(self
             .tx
-            .query_opt(
+            .query_opt_prepared(
                 &format!(
                     "SELECT line_count, leaf FROM {} WHERE agent_id = $1 AND name = $2",
                     self.store.table("transcripts")
@@ -34,7 +36,7 @@ impl TranscriptRows for PgRows<'_, '_> {
         leaf: Option<String>,
     ) -> Result<()> {
         self.tx
-            .execute(
+            .execute_prepared(
                 &format!(
                     "INSERT INTO {} (agent_id, name, session_id, line_count, leaf)
                      VALUES ($1, $2, $3, $4, $5)",
@@ -56,7 +58,7 @@ impl TranscriptRows for PgRows<'_, '_> {
     ) -> Result<()> {
         let statement = self
             .tx
-            .prepare(&format!(
+            .prepare_cached(&format!(
                 "INSERT INTO {} (agent_id, name, seq, line, log_at, person_id, agent_identity,
                      session_key) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
                 self.store.table("transcript_lines")
@@ -94,7 +96,7 @@ impl TranscriptRows for PgRows<'_, '_> {
     ) -> Result<Vec<(i64, String)>> {
         Ok(self
             .tx
-            .query(
+            .query_prepared(
                 &format!(
                     "SELECT seq, line FROM {} WHERE agent_id = $1 AND name = $2 AND seq >= $3
                      ORDER BY seq LIMIT $4",
@@ -117,7 +119,7 @@ impl TranscriptRows for PgRows<'_, '_> {
         leaf: Option<String>,
     ) -> Result<()> {
         self.tx
-            .execute(
+            .execute_prepared(
                 &format!(
                     "UPDATE {} SET line_count = $3, leaf = $4 WHERE agent_id = $1 AND name = $2",
                     self.store.table("transcripts")
@@ -132,7 +134,7 @@ impl TranscriptRows for PgRows<'_, '_> {
     async fn rename(&mut self, agent: &str, from: &str, to: &str) -> Result<()> {
         for table in ["transcripts", "transcript_lines"] {
             self.tx
-                .execute(
+                .execute_prepared(
                     &format!(
                         "UPDATE {} SET name = $3 WHERE agent_id = $1 AND name = $2",
                         self.store.table(table)
@@ -148,7 +150,7 @@ impl TranscriptRows for PgRows<'_, '_> {
     async fn archived_as(&mut self, agent: &str, name: &str) -> Result<Option<String>> {
         Ok(self
             .tx
-            .query_opt(
+            .query_opt_prepared(
                 &format!(
                     "SELECT name FROM {} WHERE agent_id = $1 AND starts_with(name, $2 || '.')
                      ORDER BY name DESC LIMIT 1",
@@ -163,7 +165,22 @@ impl TranscriptRows for PgRows<'_, '_> {
 }
 
 impl PostgresStore {
-    pub(super) fn rows<'a, 't>(&'a self, tx: &'a Transaction<'t>) -> PgRows<'a, 't> {
+    /// Whether transcript `name` of `agent` is live, read in one statement.
+    async fn transcript_exists(&self, client: &Object, agent: &str, name: &str) -> Result<bool> {
+        Ok(client
+            .query_opt_prepared(
+                &format!(
+                    "SELECT 1 FROM {} WHERE agent_id = $1 AND name = $2",
+                    self.table("transcripts")
+                ),
+                &[&agent, &name],
+            )
+            .await
+            .map_err(pg_error("read a transcript"))?
+            .is_some())
+    }
+
+    pub(super) fn rows<'a, C>(&'a self, tx: &'a C) -> PgRows<'a, C> {
         PgRows { store: self, tx }
     }
 
@@ -201,6 +218,11 @@ impl TranscriptStore for PostgresStore {
         let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
         let line = header_line(header);
         let mut client = self.client().await?;
+        // A transcript that exists stays (only an archive or a removal, which rename or
+        // delete it, end it): seen without a lock or a transaction, it is not created.
+        if self.transcript_exists(&client, &agent, &name).await? {
+            return Ok(false);
+        }
         let txn = self.begin_transcript(&mut client, &agent, &name).await?;
         let created = rows::create(&mut self.rows(&txn), &agent, &name, &[line]).await?;
         txn.commit().await.map_err(pg_error("commit"))?;
@@ -245,16 +267,38 @@ impl TranscriptStore for PostgresStore {
 
     async fn read(&self, transcript: &TranscriptRef, from: Offset) -> Result<TranscriptRead> {
         let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
-        let mut client = self.client().await?;
-        let tx = self.snapshot(&mut client).await?;
-        rows::read(
-            &mut self.rows(&tx),
-            (&agent, &name),
-            from,
-            &self.location,
-            None,
-        )
-        .await
+        let client = self.client().await?;
+        // One statement, so one snapshot: the count and the lines agree.
+        let rows = client
+            .query_prepared(
+                &format!(
+                    "SELECT t.line_count, l.seq, l.line FROM {} t
+                     LEFT JOIN {} l ON l.agent_id = t.agent_id AND l.name = t.name
+                         AND l.seq >= $3 AND l.seq < t.line_count
+                     WHERE t.agent_id = $1 AND t.name = $2 ORDER BY l.seq",
+                    self.table("transcripts"),
+                    self.table("transcript_lines")
+                ),
+                &[&agent, &name, &(from.0 as i64)],
+            )
+            .await
+            .map_err(pg_error("read a transcript"))?;
+        let Some(first) = rows.first() else {
+            return Ok(rows::nothing_at(from));
+        };
+        let mut read = rows::read_from(first.get(0), from, &self.location, &name)?;
+        for row in &rows {
+            if let Some(seq) = row.get::<_, Option<i64>>(1) {
+                let line: &str = row.get(2);
+                read_line(
+                    &mut read,
+                    seq as usize + 1,
+                    Offset(seq as u64),
+                    line.as_bytes(),
+                );
+            }
+        }
+        Ok(read)
     }
 
     async fn read_chunk(
@@ -413,23 +457,119 @@ impl PostgresStore {
         entries: Vec<TranscriptEntry>,
     ) -> Result<Vec<SessionEvent>> {
         let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
-        let mut client = self.client().await?;
-        let txn = self.begin_transcript(&mut client, &agent, &name).await?;
-        let events = rows::append(
-            &mut self.rows(&txn),
-            (&agent, &name),
-            &transcript.session_id,
-            &self.location,
-            entries,
-        )
-        .await?;
-        self.announce(&txn, transcript, &name, &events).await?;
-        txn.commit().await.map_err(pg_error("commit"))?;
+        let open = OpenTransaction(Some(self.client().await?));
+        let result = self
+            .append_in(open.client(), transcript, (&agent, &name), entries)
+            .await;
+        let events = open.end_pipelined(result).await?;
         self.hub.publish(TranscriptUpdate {
             transcript: transcript.clone(),
             path: None,
             events: events.clone(),
         });
         Ok(events)
+    }
+
+    /// Appends `entries` to transcript `name` of `agent` on `c`, in two round trips:
+    /// `BEGIN`, its lock and its tail together; then the lines, the new tail, the notice
+    /// and `COMMIT` together. An error before that is returned as it is, the
+    /// transaction still open.
+    async fn append_in(
+        &self,
+        c: &Object,
+        transcript: &TranscriptRef,
+        (agent, name): (&str, &str),
+        entries: Vec<TranscriptEntry>,
+    ) -> Result<Committed<Vec<SessionEvent>>> {
+        let statements = [
+            "SELECT pg_advisory_xact_lock($1)".to_owned(),
+            format!(
+                "SELECT line_count, leaf FROM {} WHERE agent_id = $1 AND name = $2",
+                self.table("transcripts")
+            ),
+            format!(
+                "INSERT INTO {} (agent_id, name, seq, line, log_at, person_id,
+                     agent_identity, session_key)
+                 SELECT $1, $2, * FROM UNNEST($3::BIGINT[], $4::TEXT[], $5::BIGINT[],
+                     $6::TEXT[], $7::TEXT[], $8::TEXT[])",
+                self.table("transcript_lines")
+            ),
+            format!(
+                "UPDATE {} SET line_count = $3, leaf = $4 WHERE agent_id = $1 AND name = $2",
+                self.table("transcripts")
+            ),
+            "SELECT pg_notify($1, $2)".to_owned(),
+        ];
+        let prepared = tokio::try_join!(
+            c.prepare_cached(&statements[0]),
+            c.prepare_cached(&statements[1]),
+            c.prepare_cached(&statements[2]),
+            c.prepare_cached(&statements[3]),
+            c.prepare_cached(&statements[4]),
+        )
+        .map_err(pg_error("append to a transcript"));
+        let (lock, read, insert, set_tail, notify) = prepared?;
+        let lock_id = lock_id(&format!("{}\0transcript\0{agent}\0{name}", self.schema));
+        let (lock_params, read_params): (&[&(dyn ToSql + Sync)], &[&(dyn ToSql + Sync)]) =
+            (&[&lock_id], &[&agent, &name]);
+        let (begun, locked, tail) = tokio::join!(
+            biased;
+            c.batch_execute("BEGIN"),
+            c.execute(&lock, lock_params),
+            c.query_opt(&read, read_params),
+        );
+        begun.map_err(pg_error("begin a transaction"))?;
+        locked.map_err(pg_error("lock a row"))?;
+        let tail = match tail.map_err(pg_error("read a transcript"))? {
+            Some(row) => (row.get(0), row.get(1)),
+            // A new transcript: created with its header first, in this transaction.
+            None => {
+                rows::tail_or_create(&mut self.rows(c), (agent, name), &transcript.session_id)
+                    .await?
+            }
+        };
+        let appended = rows::Appended::new(tail, &self.location, entries)?;
+        let mut columns = LineColumns::default();
+        for (index, line) in appended.lines.iter().enumerate() {
+            columns.push(appended.first + index as i64, line);
+        }
+        let notice = AppendNotice::of(&self.writer, transcript, name, &appended.events)
+            .map(|notice| serde_json::to_string(&notice).expect("a notice serialises"));
+        let channel = channel(&self.schema);
+        let line_count = appended.line_count();
+        let insert_params: &[&(dyn ToSql + Sync)] = &[
+            &agent,
+            &name,
+            &columns.seq,
+            &appended.lines,
+            &columns.log_at,
+            &columns.person_id,
+            &columns.agent_identity,
+            &columns.session_key,
+        ];
+        let tail_params: &[&(dyn ToSql + Sync)] = &[&agent, &name, &line_count, &appended.leaf];
+        let (inserted, tailed, announced, committed) = tokio::join!(
+            biased;
+            c.execute(&insert, insert_params),
+            c.execute(&set_tail, tail_params),
+            async {
+                match &notice {
+                    Some(payload) => c.execute(&notify, &[&channel, payload]).await.map(|_| ()),
+                    None => Ok(()),
+                }
+            },
+            c.batch_execute("COMMIT"),
+        );
+        let written = inserted
+            .and(tailed)
+            .map_err(pg_error("append to a transcript"))
+            .and(announced.map_err(pg_error("announce an append")));
+        Ok(Committed {
+            committed: committed.map_err(pg_error("commit")),
+            result: written.map(|_| {
+                appended.count_bytes();
+                appended.events
+            }),
+        })
     }
 }

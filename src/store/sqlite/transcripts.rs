@@ -141,6 +141,19 @@ impl TranscriptStore for SqliteStore {
     async fn create(&self, transcript: &TranscriptRef, header: &SessionHeader) -> Result<bool> {
         let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
         let line = header_line(header);
+        // A transcript that exists stays (only an archive or a removal, which rename or
+        // delete it, end it): seen without the write lock, it is not created.
+        let (read_agent, read_name) = (agent.clone(), name.clone());
+        let exists = self
+            .read(move |c| {
+                c.prepare_cached("SELECT 1 FROM transcripts WHERE agent_id = ?1 AND name = ?2")
+                    .and_then(|mut statement| statement.exists([read_agent, read_name]))
+                    .map_err(db_error("read a transcript"))
+            })
+            .await?;
+        if exists {
+            return Ok(false);
+        }
         self.write(move |tx| now(rows::create(&mut SqliteRows(tx), &agent, &name, &[line])))
             .await
     }
