@@ -1,9 +1,10 @@
-//! Several worker processes of one bot over one PostgreSQL: turns per second with 1, 2,
+//! Several worker processes of one bot over one PostgreSQL (and, with the `sqlite`
+//! feature, over one SQLite file): turns per second with 1, 2,
 //! 4 and 8 worker processes handling turns on distinct sessions; and the latency a
 //! subscriber in another process sees from an append to its update, against a plain
 //! `LISTEN`/`NOTIFY` round trip on the same server in the same run.
 //!
-//! `AGENT_SESSIONS_TEST_POSTGRES_URL=postgres://… cargo bench --bench workers --features postgres`.
+//! `AGENT_SESSIONS_TEST_POSTGRES_URL=postgres://… cargo bench --bench workers --features postgres,sqlite`.
 //! The workers are this binary, started again; a schema is created for the run and
 //! dropped after.
 
@@ -100,8 +101,8 @@ impl Drop for Worker {
     }
 }
 
-fn scaling(c: &mut Criterion, url: &str) {
-    let mut group = c.benchmark_group("workers/turns");
+fn scaling(c: &mut Criterion, name: &str, url: &str) {
+    let mut group = c.benchmark_group(name);
     group
         .sample_size(10)
         .measurement_time(Duration::from_secs(10));
@@ -230,9 +231,15 @@ fn benches(c: &mut Criterion) {
         PostgresOptions::in_schema(&schema),
     ));
     let store = store.unwrap();
-    scaling(c, &url);
+    scaling(c, "workers/turns", &url);
     notification_latency(c, &runtime, &url);
     runtime.block_on(store.drop_schema()).unwrap();
+    // The same workers on one SQLite file (with the `sqlite` feature).
+    if cfg!(feature = "sqlite") {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("sessions.db").display());
+        scaling(c, "workers/turns/sqlite", &url);
+    }
 }
 
 fn main() {
