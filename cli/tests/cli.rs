@@ -1810,3 +1810,48 @@ async fn serve_under_a_low_open_files_limit_keeps_serving_callers_past_idle_stra
     }
     drop(strangers);
 }
+
+/// A closed-sessions file with a record that does not decode and a record written
+/// twice: the listing serves the rest (each once) and says what it skipped; the next
+/// write keeps the record it cannot read.
+#[test]
+fn a_bad_closed_record_hides_only_itself() {
+    let tree = common::openclaw_fixture();
+    let store = format!("json:{}", tree.path().display());
+    let before = json(&run(&store, &["--json", "show", "main"]));
+    let old_id = before["entry"]["sessionId"].as_str().unwrap().to_owned();
+    json(&run(&store, &["--json", "reset", "main"]));
+    let closed_file = tree
+        .path()
+        .join("agents/main/sessions/sessions.closed.json");
+    let mut file: Value = serde_json::from_slice(&std::fs::read(&closed_file).unwrap()).unwrap();
+    let good = file["sessions"][0].clone();
+    let bad = serde_json::json!({"sessionKey": "agent:main:x", "entry": {"sessionId": ["no"]}});
+    file["sessions"] = serde_json::json!([bad.clone(), good.clone(), good]);
+    std::fs::write(&closed_file, serde_json::to_vec(&file).unwrap()).unwrap();
+
+    let output = run(&store, &["--json", "list", "--status", "closed"]);
+    let listed = json(&output);
+    let ids: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["entry"]["sessionId"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [old_id.as_str()], "{listed}");
+    let warnings = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        warnings.contains("sessions.closed.json") && warnings.contains("agent:main:x"),
+        "{warnings}"
+    );
+    let paged = json(&run(
+        &store,
+        &["--json", "list", "--status", "closed", "--limit", "1"],
+    ));
+    assert_eq!(paged.as_array().unwrap().len(), 1, "{paged}");
+
+    // Another reset rewrites the file: the record it cannot read is still there.
+    json(&run(&store, &["--json", "reset", "main"]));
+    let after: Value = serde_json::from_slice(&std::fs::read(&closed_file).unwrap()).unwrap();
+    assert!(after["sessions"].as_array().unwrap().contains(&bad), "{after}");
+}

@@ -34,10 +34,24 @@ pub(crate) struct ClosedSession {
     pub(crate) entry: SessionEntry,
 }
 
+/// The file as written: each record is read on its own, so one that does not decode
+/// hides only itself.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct ClosedFile {
     version: u32,
-    sessions: Vec<ClosedSession>,
+    sessions: Vec<serde_json::Value>,
+}
+
+/// One record of the file.
+#[derive(Debug, Clone)]
+enum Record {
+    Closed(ClosedSession),
+    /// A record that does not decode as a closed session: not served, reported by
+    /// [`unreadable`], and written back as it was.
+    Unreadable {
+        raw: serde_json::Value,
+        problem: String,
+    },
 }
 
 /// What one commit changes in the closed-sessions file.
@@ -55,8 +69,9 @@ impl ClosedChanges {
     }
 }
 
-/// The closed sessions in `path`, oldest first (none when there is no file).
-pub(crate) fn read(path: &Path, limit: u64) -> Result<Vec<ClosedSession>> {
+/// Every record in `path`, oldest first (none when there is no file); an error only
+/// when the file as a whole is not a closed-sessions file.
+fn records(path: &Path, limit: u64) -> Result<Vec<Record>> {
     let Some((bytes, _)) =
         crate::fsutil::read_limited(path, limit).map_err(|e| Error::io("read", path, e))?
     else {
@@ -67,30 +82,103 @@ pub(crate) fn read(path: &Path, limit: u64) -> Result<Vec<ClosedSession>> {
         problem: CorruptProblem::Syntax(source),
         valid_backup: None,
     })?;
-    Ok(file.sessions)
+    Ok(file
+        .sessions
+        .into_iter()
+        .map(
+            |raw| match serde_json::from_value::<ClosedSession>(raw.clone()) {
+                Ok(closed) => Record::Closed(closed),
+                Err(error) => Record::Unreadable {
+                    raw,
+                    problem: format!("the closed session does not decode: {error}"),
+                },
+            },
+        )
+        .collect())
+}
+
+/// The closed sessions in `path`, oldest first (none when there is no file). A record
+/// that does not decode is left out (see [`unreadable`]); of two records of one session
+/// id, the later is the one kept.
+pub(crate) fn read(path: &Path, limit: u64) -> Result<Vec<ClosedSession>> {
+    let mut sessions: Vec<ClosedSession> = Vec::new();
+    for record in records(path, limit)? {
+        if let Record::Closed(closed) = record {
+            sessions.retain(|s| s.entry.session_id != closed.entry.session_id);
+            sessions.push(closed);
+        }
+    }
+    Ok(sessions)
+}
+
+/// The records of `path` that are not served, as `(key as written, problem)`: those
+/// that do not decode, and those a later record of the same session id hides.
+pub(crate) fn unreadable(path: &Path, limit: u64) -> Result<Vec<(String, String)>> {
+    let records = records(path, limit)?;
+    let mut found = Vec::new();
+    for (at, record) in records.iter().enumerate() {
+        match record {
+            Record::Unreadable { raw, problem } => {
+                let key = raw.get("sessionKey").and_then(|k| k.as_str());
+                found.push((key.unwrap_or_default().to_owned(), problem.clone()));
+            }
+            Record::Closed(closed) => {
+                let hidden = records[at + 1..].iter().any(|later| {
+                    matches!(later, Record::Closed(l) if l.entry.session_id == closed.entry.session_id)
+                });
+                if hidden {
+                    found.push((
+                        closed.session_key.clone(),
+                        format!(
+                            "closed session {} is recorded again later in the file; the \
+                             later record is the one served",
+                            closed.entry.session_id
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(found)
 }
 
 /// Applies `changes` to the file at `path` (under the store file's lock). Returns how
-/// many sessions were forgotten. An unreadable file is an error and is left untouched.
+/// many sessions were forgotten. A file that is not a closed-sessions file is an error
+/// and is left untouched; a record in it that does not decode is written back as it
+/// was.
 pub(crate) fn write(path: &Path, limit: u64, changes: &ClosedChanges) -> Result<usize> {
-    let mut sessions = read(path, limit)?;
-    let before = sessions.len();
-    sessions.retain(|s| !changes.forget.contains(&s.entry.session_id));
-    let forgotten = before - sessions.len();
+    let mut records = records(path, limit)?;
+    let id_of = |record: &Record| match record {
+        Record::Closed(closed) => Some(closed.entry.session_id.clone()),
+        Record::Unreadable { .. } => None,
+    };
+    let before = records.len();
+    records.retain(|r| id_of(r).is_none_or(|id| !changes.forget.contains(&id)));
+    let forgotten = before - records.len();
     for kept in &changes.keep {
-        sessions.retain(|s| s.entry.session_id != kept.entry.session_id);
-        sessions.push(kept.clone());
-        let of_key = sessions
+        records.retain(|r| id_of(r).as_ref() != Some(&kept.entry.session_id));
+        records.push(Record::Closed(kept.clone()));
+        let of_key =
+            |r: &Record| matches!(r, Record::Closed(c) if c.session_key == kept.session_key);
+        let mut surplus = records
             .iter()
-            .filter(|s| s.session_key == kept.session_key)
-            .count();
-        let mut surplus = of_key.saturating_sub(CLOSED_SESSIONS_PER_KEY);
-        sessions.retain(|s| {
-            let drop = surplus > 0 && s.session_key == kept.session_key;
+            .filter(|r| of_key(r))
+            .count()
+            .saturating_sub(CLOSED_SESSIONS_PER_KEY);
+        records.retain(|r| {
+            let drop = surplus > 0 && of_key(r);
             surplus -= usize::from(drop);
             !drop
         });
     }
+    let sessions = records
+        .into_iter()
+        .map(|record| match record {
+            Record::Closed(closed) => serde_json::to_value(closed),
+            Record::Unreadable { raw, .. } => Ok(raw),
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|source| Error::io("encode", path, std::io::Error::other(source)))?;
     let bytes = serde_json::to_vec(&ClosedFile {
         version: 1,
         sessions,
@@ -158,6 +246,49 @@ mod tests {
             let mode = std::fs::metadata(&path).unwrap().permissions().mode();
             assert_eq!(mode & 0o777, 0o600);
         }
+    }
+
+    #[test]
+    fn a_record_that_does_not_decode_hides_only_itself_and_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.closed.json");
+        let good = serde_json::to_value(ClosedSession {
+            session_key: "agent:main:a".into(),
+            entry: SessionEntry::new("s-good", 1),
+        })
+        .unwrap();
+        let bad = serde_json::json!({"sessionKey": "agent:main:b", "entry": {"sessionId": 7}});
+        let file = serde_json::json!({"version": 1, "sessions": [bad.clone(), good.clone(), good]});
+        std::fs::write(&path, serde_json::to_vec(&file).unwrap()).unwrap();
+
+        let ids: Vec<String> = read(&path, 1 << 20)
+            .unwrap()
+            .into_iter()
+            .map(|s| s.entry.session_id)
+            .collect();
+        assert_eq!(
+            ids,
+            ["s-good"],
+            "the bad record is skipped, the repeat read once"
+        );
+        let problems = unreadable(&path, 1 << 20).unwrap();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert_eq!(problems[0].0, "agent:main:b");
+        assert!(problems[0].1.contains("does not decode"), "{problems:?}");
+        assert!(
+            problems[1].1.contains("recorded again later"),
+            "{problems:?}"
+        );
+
+        // Rewriting the file keeps the record it cannot read, as it was.
+        let changes = ClosedChanges {
+            keep: vec![],
+            forget: vec!["s-good".into()],
+        };
+        assert_eq!(write(&path, 1 << 20, &changes).unwrap(), 2);
+        let after: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(after["sessions"], serde_json::json!([bad]));
     }
 
     #[test]

@@ -874,6 +874,16 @@ impl Inner {
                     problem,
                 });
             }
+            let closed_path = closed::closed_path(&path);
+            crate::fsutil::refuse_linked_dirs(&self.root, &closed_path)
+                .map_err(|e| Error::io("read", &closed_path, e))?;
+            for (key, problem) in closed::unreadable(&closed_path, self.options.max_file_bytes)? {
+                found.push(super::UnreadableEntry {
+                    location: closed_path.display().to_string(),
+                    key,
+                    problem,
+                });
+            }
         }
         found.sort_by(|a, b| (&a.location, &a.key).cmp(&(&b.location, &b.key)));
         Ok(found)
