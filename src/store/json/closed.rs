@@ -45,7 +45,7 @@ struct ClosedFile {
 /// One record of the file.
 #[derive(Debug, Clone)]
 enum Record {
-    Closed(ClosedSession),
+    Closed(Box<ClosedSession>),
     /// A record that does not decode as a closed session: not served, reported by
     /// [`unreadable`], and written back as it was.
     Unreadable {
@@ -87,7 +87,7 @@ fn records(path: &Path, limit: u64) -> Result<Vec<Record>> {
         .into_iter()
         .map(
             |raw| match serde_json::from_value::<ClosedSession>(raw.clone()) {
-                Ok(closed) => Record::Closed(closed),
+                Ok(closed) => Record::Closed(Box::new(closed)),
                 Err(error) => Record::Unreadable {
                     raw,
                     problem: format!("the closed session does not decode: {error}"),
@@ -105,7 +105,7 @@ pub(crate) fn read(path: &Path, limit: u64) -> Result<Vec<ClosedSession>> {
     for record in records(path, limit)? {
         if let Record::Closed(closed) = record {
             sessions.retain(|s| s.entry.session_id != closed.entry.session_id);
-            sessions.push(closed);
+            sessions.push(*closed);
         }
     }
     Ok(sessions)
@@ -157,7 +157,7 @@ pub(crate) fn write(path: &Path, limit: u64, changes: &ClosedChanges) -> Result<
     let forgotten = before - records.len();
     for kept in &changes.keep {
         records.retain(|r| id_of(r).as_ref() != Some(&kept.entry.session_id));
-        records.push(Record::Closed(kept.clone()));
+        records.push(Record::Closed(Box::new(kept.clone())));
         let of_key =
             |r: &Record| matches!(r, Record::Closed(c) if c.session_key == kept.session_key);
         let mut surplus = records
@@ -174,7 +174,7 @@ pub(crate) fn write(path: &Path, limit: u64, changes: &ClosedChanges) -> Result<
     let sessions = records
         .into_iter()
         .map(|record| match record {
-            Record::Closed(closed) => serde_json::to_value(closed),
+            Record::Closed(closed) => serde_json::to_value(*closed),
             Record::Unreadable { raw, .. } => Ok(raw),
         })
         .collect::<std::result::Result<Vec<_>, _>>()
