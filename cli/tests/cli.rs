@@ -1853,5 +1853,8 @@ fn a_bad_closed_record_hides_only_itself() {
     // Another reset rewrites the file: the record it cannot read is still there.
     json(&run(&store, &["--json", "reset", "main"]));
     let after: Value = serde_json::from_slice(&std::fs::read(&closed_file).unwrap()).unwrap();
-    assert!(after["sessions"].as_array().unwrap().contains(&bad), "{after}");
+    assert!(
+        after["sessions"].as_array().unwrap().contains(&bad),
+        "{after}"
+    );
 }

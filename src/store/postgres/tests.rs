@@ -639,3 +639,50 @@ mod system_events {
         store.drop_schema().await.unwrap();
     }
 }
+
+/// An append whose lines go out with its `COMMIT` and fails on the server (a text
+/// PostgreSQL cannot store: a NUL in a message-log column) leaves the transcript as it
+/// was; the next append continues it.
+#[tokio::test]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+async fn a_failed_append_leaves_the_transcript_as_it_was() {
+    use crate::transcript::{LogFields, TranscriptEntry, TranscriptRef, TranscriptStore};
+    let store = fresh("as_append").await;
+    let transcript = TranscriptRef::new(crate::AgentId::main(), "s-append");
+    let at = chrono::Utc::now();
+    store
+        .append(&transcript, vec![TranscriptEntry::user_text("first", at)])
+        .await
+        .unwrap();
+    let before = store.read(&transcript, Offset::START).await.unwrap();
+
+    let mut poisoned = TranscriptEntry::user_text("second", at);
+    poisoned.log = Some(LogFields {
+        person_id: Some("person\0with a NUL".into()),
+        ..LogFields::default()
+    });
+    let failed = store
+        .append(
+            &transcript,
+            vec![TranscriptEntry::user_text("ok", at), poisoned],
+        )
+        .await;
+    let error = failed.unwrap_err().to_string();
+    assert!(error.contains("append to a transcript"), "{error}");
+    let after = store.read(&transcript, Offset::START).await.unwrap();
+    assert_eq!(
+        after.next, before.next,
+        "no line of the failed append is in"
+    );
+    assert_eq!(after.events.len(), before.events.len());
+
+    let next = store
+        .append(&transcript, vec![TranscriptEntry::user_text("third", at)])
+        .await
+        .unwrap();
+    assert_eq!(next[0].offset, before.next, "the next append continues it");
+    store.drop_schema().await.unwrap();
+}
