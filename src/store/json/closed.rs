@@ -112,7 +112,8 @@ pub(crate) fn read(path: &Path, limit: u64) -> Result<Vec<ClosedSession>> {
 }
 
 /// The records of `path` that are not served, as `(key as written, problem)`: those
-/// that do not decode, and those a later record of the same session id hides.
+/// that do not decode, and those a later, different record of the same session id
+/// hides.
 pub(crate) fn unreadable(path: &Path, limit: u64) -> Result<Vec<(String, String)>> {
     let records = records(path, limit)?;
     let mut found = Vec::new();
@@ -123,8 +124,10 @@ pub(crate) fn unreadable(path: &Path, limit: u64) -> Result<Vec<(String, String)
                 found.push((key.unwrap_or_default().to_owned(), problem.clone()));
             }
             Record::Closed(closed) => {
+                // A repeat with the same content hides nothing.
                 let hidden = records[at + 1..].iter().any(|later| {
-                    matches!(later, Record::Closed(l) if l.entry.session_id == closed.entry.session_id)
+                    matches!(later, Record::Closed(l)
+                        if l.entry.session_id == closed.entry.session_id && l != closed)
                 });
                 if hidden {
                     found.push((
@@ -258,7 +261,9 @@ mod tests {
         })
         .unwrap();
         let bad = serde_json::json!({"sessionKey": "agent:main:b", "entry": {"sessionId": 7}});
-        let file = serde_json::json!({"version": 1, "sessions": [bad.clone(), good.clone(), good]});
+        let mut changed = good.clone();
+        changed["entry"]["label"] = "renamed".into();
+        let file = serde_json::json!({"version": 1, "sessions": [bad.clone(), good.clone(), good, changed]});
         std::fs::write(&path, serde_json::to_vec(&file).unwrap()).unwrap();
 
         let ids: Vec<String> = read(&path, 1 << 20)
@@ -272,7 +277,7 @@ mod tests {
             "the bad record is skipped, the repeat read once"
         );
         let problems = unreadable(&path, 1 << 20).unwrap();
-        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert_eq!(problems.len(), 3, "{problems:?}");
         assert_eq!(problems[0].0, "agent:main:b");
         assert!(problems[0].1.contains("does not decode"), "{problems:?}");
         assert!(
@@ -285,7 +290,7 @@ mod tests {
             keep: vec![],
             forget: vec!["s-good".into()],
         };
-        assert_eq!(write(&path, 1 << 20, &changes).unwrap(), 2);
+        assert_eq!(write(&path, 1 << 20, &changes).unwrap(), 3);
         let after: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
         assert_eq!(after["sessions"], serde_json::json!([bad]));
