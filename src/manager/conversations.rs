@@ -88,6 +88,15 @@ impl Conversations {
         Ok((newest, summary))
     }
 
+    /// Whether a conversation of `transcript` is kept: it existed when it was last read.
+    pub(crate) fn holds(&self, transcript: &TranscriptRef) -> bool {
+        self.cached
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .tails
+            .contains_key(transcript)
+    }
+
     /// Takes `transcript`'s conversation out (a concurrent turn of the same session
     /// reads the whole transcript rather than wait).
     fn take(&self, transcript: &TranscriptRef) -> Option<Tail> {

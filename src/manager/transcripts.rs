@@ -198,6 +198,15 @@ impl SessionManager {
         if transcript.session_file.is_some() {
             return Ok((transcript, entry, None));
         }
+        // A transcript this manager read for an earlier turn exists, and a store that
+        // names no location for it has nothing to record: not created again (an append
+        // creates one that was removed since, with its header).
+        if entry.forked_from.is_none()
+            && self.conversations.holds(&transcript)
+            && transcripts.location(&transcript).is_none()
+        {
+            return Ok((transcript, entry, None));
+        }
         let header = SessionHeader::new(&entry.session_id, self.seams.clock.now());
         match &entry.forked_from {
             Some(origin) => {
