@@ -1116,11 +1116,15 @@ async fn record_turn(
     tracing::debug!(session_id = %id, action_type = ?turn.action_type, "turn recorded over HTTP");
     let outcome =
         TurnOutcome::completed().with_exchange(turn.user_message, turn.assistant_response);
-    let updated = manager.record_turn(&session.key, outcome).await?;
-    if updated.entry.session_id != id {
-        // A reset replaced the session between the lookup and the update.
-        return Err(ApiError::no_current_session(&id));
-    }
+    // Recorded only if the session is still the key's current one: a reset between
+    // the lookup and the update leaves its successor as it was.
+    let updated = manager
+        .record_turn_of(&session.key, Some(&id), outcome)
+        .await
+        .map_err(|error| match error {
+            Error::NotFound { .. } => ApiError::no_current_session(&id),
+            error => error.into(),
+        })?;
     Ok(session_body(&updated))
 }
 
@@ -1129,7 +1133,16 @@ async fn close_session(
     Path(id): Path<String>,
 ) -> ApiResult {
     let session = find(&manager, &id).await?;
-    let closed = manager.close(&session.key).await?;
+    // Closed only if it is still the key's current session (not its successor after
+    // a reset meanwhile).
+    let closed =
+        manager
+            .close_session_id(&session.key, &id)
+            .await
+            .map_err(|error| match error {
+                Error::NotFound { .. } => ApiError::no_current_session(&id),
+                error => error.into(),
+            })?;
     Ok(session_body(&closed))
 }
 

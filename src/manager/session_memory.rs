@@ -125,13 +125,24 @@ impl SessionManager {
         key: &SessionKey,
         outcome: TurnOutcome,
     ) -> Result<StoredSession> {
+        self.record_turn_of(key, None, outcome).await
+    }
+
+    /// [`record_turn`](Self::record_turn) of `key`'s current session if it is
+    /// `session_id` (when given); [`Error::NotFound`] and nothing written when it is not.
+    pub(crate) async fn record_turn_of(
+        &self,
+        key: &SessionKey,
+        session_id: Option<&str>,
+        outcome: TurnOutcome,
+    ) -> Result<StoredSession> {
         let summary = match &outcome.exchange {
             Some((user, reply)) => self.next_context_summary(key, user, reply).await?,
             None => None,
         };
         let now_ms = self.seams.clock.now_millis();
         let stored = self
-            .change(key, |entry| {
+            .change_of(key, session_id, |entry| {
                 entry.turn_count = Some(entry.turn_count.unwrap_or(0) + 1);
                 entry.system_sent = Some(true);
                 entry.aborted_last_run = Some(outcome.aborted);

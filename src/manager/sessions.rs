@@ -199,13 +199,24 @@ impl SessionManager {
         self.set_status(key, SessionStatus::Closed).await
     }
 
+    /// Closes `key`'s current session if it is `session_id`; [`Error::NotFound`] (and
+    /// nothing written) when it is not.
+    pub(crate) async fn close_session_id(
+        &self,
+        key: &SessionKey,
+        session_id: &str,
+    ) -> Result<StoredSession> {
+        self.change_status(key, SessionStatus::Closed, Some(session_id))
+            .await
+    }
+
     /// See [`Session::set_status`](super::Session::set_status).
     pub(crate) async fn set_status(
         &self,
         key: &SessionKey,
         status: SessionStatus,
     ) -> Result<StoredSession> {
-        self.change_status(key, status).await
+        self.change_status(key, status, None).await
     }
 
     /// See [`Session::reset`](super::Session::reset).
@@ -646,18 +657,33 @@ impl SessionManager {
     }
 
     /// Changes an existing session without touching `updatedAt`.
-    pub(super) async fn change<F>(&self, key: &SessionKey, mut f: F) -> Result<StoredSession>
+    pub(super) async fn change<F>(&self, key: &SessionKey, f: F) -> Result<StoredSession>
+    where
+        F: FnMut(&mut SessionEntry) + Send,
+    {
+        self.change_of(key, None, f).await
+    }
+
+    /// [`change`](Self::change), refused with [`Error::NotFound`] (nothing written)
+    /// unless `key`'s current session is `session_id`, when one is given: a session a
+    /// reset replaced since the caller looked is not changed in its successor's place.
+    pub(super) async fn change_of<F>(
+        &self,
+        key: &SessionKey,
+        session_id: Option<&str>,
+        mut f: F,
+    ) -> Result<StoredSession>
     where
         F: FnMut(&mut SessionEntry) + Send,
     {
         self.seams
             .store
             .apply(key, &mut |slot, _| match slot {
-                Some(entry) => {
+                Some(entry) if session_id.is_none_or(|id| entry.session_id == id) => {
                     f(entry);
                     Ok(())
                 }
-                None => Err(Error::NotFound { key: key.clone() }),
+                _ => Err(Error::NotFound { key: key.clone() }),
             })
             .await?
             .ok_or_else(|| Error::NotFound { key: key.clone() })
@@ -714,5 +740,73 @@ fn clear_override(entry: &mut SessionEntry, kind: OverrideKind) {
         OverrideKind::SendPolicy => entry.send_policy = None,
         OverrideKind::GroupActivation => entry.group_activation = None,
         OverrideKind::QueueMode => entry.queue_mode = None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::manager::TurnOutcome;
+    use crate::prelude::*;
+    use crate::transcript::{MemoryTranscriptStore, Offset, TranscriptRef, TranscriptStore};
+    use crate::{Error, SessionStatus};
+
+    /// A session named by id that a reset replaced since the caller looked is neither
+    /// closed nor counted in its successor's place, and no status line goes anywhere.
+    #[tokio::test]
+    async fn a_change_for_a_replaced_session_id_leaves_its_successor_alone() {
+        let transcripts = MemoryTranscriptStore::new();
+        let manager = SessionManager::builder(MemoryStore::new())
+            .transcripts(transcripts.clone())
+            .build()
+            .unwrap();
+        let message = InboundMessage::direct("sms", "+100", "hello");
+        let turn = manager.turn(&message).await.unwrap();
+        let key = turn.key().clone();
+        turn.complete("Hi.").await.unwrap();
+        let first = manager
+            .session(&key)
+            .get()
+            .await
+            .unwrap()
+            .unwrap()
+            .entry
+            .session_id;
+        let successor = manager.session(&key).reset().await.unwrap().entry;
+        let (turns, lines) = {
+            let transcript = TranscriptRef::of(&key, &successor, &AgentId::main());
+            let read = transcripts.read(&transcript, Offset::START).await.unwrap();
+            (successor.turn_count, read.events.len())
+        };
+
+        let closed = manager.close_session_id(&key, &first).await;
+        assert!(matches!(closed, Err(Error::NotFound { .. })), "{closed:?}");
+        let recorded = manager
+            .record_turn_of(&key, Some(&first), TurnOutcome::completed())
+            .await;
+        assert!(
+            matches!(recorded, Err(Error::NotFound { .. })),
+            "{recorded:?}"
+        );
+
+        let now = manager.session(&key).get().await.unwrap().unwrap().entry;
+        assert_eq!(now.session_id, successor.session_id);
+        assert_ne!(now.status, Some(SessionStatus::Closed));
+        assert_eq!(now.turn_count, turns);
+        let transcript = TranscriptRef::of(&key, &now, &AgentId::main());
+        let read = transcripts.read(&transcript, Offset::START).await.unwrap();
+        assert_eq!(
+            read.events.len(),
+            lines,
+            "no status line in the successor's log"
+        );
+
+        // Named by its own id, the successor closes, its line in its own log.
+        let closed = manager
+            .close_session_id(&key, &successor.session_id)
+            .await
+            .unwrap();
+        assert_eq!(closed.entry.status, Some(SessionStatus::Closed));
+        let read = transcripts.read(&transcript, Offset::START).await.unwrap();
+        assert_eq!(read.events.len(), lines + 1);
     }
 }

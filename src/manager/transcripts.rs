@@ -234,36 +234,60 @@ impl SessionManager {
 
     /// Sets a session's status and, when transcripts are kept, records the change in
     /// its event log — one write of the store: a transcript created for it is recorded
-    /// in the same update, so the backup keeps the state before the call.
+    /// in the same update, so the backup keeps the state before the call. The change
+    /// and its log line are of one session: with `session_id`, only that one (else
+    /// [`Error::NotFound`], nothing written); without, the key's current session, looked
+    /// for again when a reset replaces it meanwhile.
     pub(super) async fn change_status(
         &self,
         key: &SessionKey,
         status: crate::entry::SessionStatus,
+        session_id: Option<&str>,
     ) -> Result<StoredSession> {
         let now_ms = self.seams.clock.now_millis();
-        let prepared = match self.seams.transcripts {
-            Some(_) => Some(self.prepared_transcript(key).await?),
-            None => None,
-        };
-        let unrecorded = prepared
-            .as_ref()
-            .and_then(|(_, entry, location)| Some((entry.session_id.clone(), location.clone()?)));
-        let stored = self
-            .change(key, |entry| {
-                entry.closed_at = status.is_closed().then_some(now_ms);
-                entry.status = Some(status.clone());
-                if let Some((session_id, location)) = &unrecorded {
-                    record_location(entry, session_id, location);
+        let mut attempts = 0;
+        loop {
+            let prepared = match self.seams.transcripts {
+                Some(_) => Some(self.prepared_transcript(key).await?),
+                None => None,
+            };
+            let prepared_id = prepared
+                .as_ref()
+                .map(|(_, entry, _)| entry.session_id.as_str());
+            if session_id.is_some() && prepared_id.is_some() && session_id != prepared_id {
+                return Err(Error::NotFound { key: key.clone() });
+            }
+            let unrecorded = prepared.as_ref().and_then(|(_, entry, location)| {
+                Some((entry.session_id.clone(), location.clone()?))
+            });
+            let changed = self
+                .change_of(key, session_id.or(prepared_id), |entry| {
+                    entry.closed_at = status.is_closed().then_some(now_ms);
+                    entry.status = Some(status.clone());
+                    if let Some((session_id, location)) = &unrecorded {
+                        record_location(entry, session_id, location);
+                    }
+                })
+                .await;
+            let stored = match changed {
+                // A reset replaced the session whose transcript was prepared: again,
+                // with its successor's.
+                Err(Error::NotFound { .. })
+                    if session_id.is_none() && prepared.is_some() && attempts < 3 =>
+                {
+                    attempts += 1;
+                    continue;
                 }
-            })
-            .await?;
-        if let Some((transcript, _, _)) = prepared {
-            let line = TranscriptEntry::status_change(status.as_str(), self.seams.clock.now());
-            self.transcript_store()?
-                .append(&transcript, vec![line])
-                .await?;
+                changed => changed?,
+            };
+            if let Some((transcript, _, _)) = prepared {
+                let line = TranscriptEntry::status_change(status.as_str(), self.seams.clock.now());
+                self.transcript_store()?
+                    .append(&transcript, vec![line])
+                    .await?;
+            }
+            return Ok(stored);
         }
-        Ok(stored)
     }
 
     /// Archives (or erases) the transcript of a session that was reset or deleted.
