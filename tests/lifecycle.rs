@@ -3,6 +3,12 @@
 
 mod common;
 
+#[path = "common/stores.rs"]
+mod stores;
+
+#[path = "common/flaky.rs"]
+mod flaky;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -1272,4 +1278,52 @@ async fn is_expired_says_whether_the_next_message_starts_a_new_session() {
             h.name
         );
     }
+}
+
+/// A close whose status line cannot be logged (a full disk, a lost database) fails and
+/// leaves the session as it was; closing again does it whole, line and all.
+#[tokio::test]
+async fn a_close_whose_log_line_fails_changes_nothing() {
+    use agent_sessions::store::Backend;
+    use agent_sessions::transcript::{Offset, TranscriptRef};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let stores = stores::Stores::new("close_fail");
+    for url in &stores.urls {
+        let backend = Backend::open(url).await.unwrap();
+        let failing = Arc::new(AtomicBool::new(false));
+        let manager = flaky::flaky_manager(&backend, &failing, false);
+        let turn = manager
+            .turn(&InboundMessage::direct("sms", "+100", "hello"))
+            .await
+            .unwrap();
+        let key = turn.key().clone();
+        turn.complete("Hi.").await.unwrap();
+        let session = manager.session(&key);
+        let before = session.get().await.unwrap().unwrap().entry;
+        let transcript = TranscriptRef::of(&key, &before, &agent_sessions::AgentId::main());
+        let lines = || async {
+            backend
+                .transcripts()
+                .read(&transcript, Offset::START)
+                .await
+                .unwrap()
+                .events
+                .len()
+        };
+        let logged = lines().await;
+
+        failing.store(true, Ordering::SeqCst);
+        assert!(session.close().await.is_err(), "{url}");
+        failing.store(false, Ordering::SeqCst);
+        let after = session.get().await.unwrap().unwrap().entry;
+        assert_eq!(after.status, before.status, "{url}: still open");
+        assert_eq!(after.closed_at, None, "{url}");
+        assert_eq!(lines().await, logged, "{url}");
+
+        let closed = session.close().await.unwrap();
+        assert_eq!(closed.entry.status, Some(SessionStatus::Closed), "{url}");
+        assert_eq!(lines().await, logged + 1, "{url}: its status line");
+    }
+    stores.finish().await;
 }

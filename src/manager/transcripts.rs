@@ -237,7 +237,8 @@ impl SessionManager {
     /// in the same update, so the backup keeps the state before the call. The change
     /// and its log line are of one session: with `session_id`, only that one (else
     /// [`Error::NotFound`], nothing written); without, the key's current session, looked
-    /// for again when a reset replaces it meanwhile.
+    /// for again when a reset replaces it meanwhile. When the line cannot be logged, the
+    /// change is undone and the error returned.
     pub(super) async fn change_status(
         &self,
         key: &SessionKey,
@@ -260,8 +261,10 @@ impl SessionManager {
             let unrecorded = prepared.as_ref().and_then(|(_, entry, location)| {
                 Some((entry.session_id.clone(), location.clone()?))
             });
+            let mut before = None;
             let changed = self
                 .change_of(key, session_id.or(prepared_id), |entry| {
+                    before = Some((entry.status.clone(), entry.closed_at));
                     entry.closed_at = status.is_closed().then_some(now_ms);
                     entry.status = Some(status.clone());
                     if let Some((session_id, location)) = &unrecorded {
@@ -282,9 +285,27 @@ impl SessionManager {
             };
             if let Some((transcript, _, _)) = prepared {
                 let line = TranscriptEntry::status_change(status.as_str(), self.seams.clock.now());
-                self.transcript_store()?
+                let logged = self
+                    .transcript_store()?
                     .append(&transcript, vec![line])
-                    .await?;
+                    .await;
+                if let (Err(error), Some(before)) = (logged, before) {
+                    // The change is undone, so the failed call changed nothing (a call
+                    // again does it whole); a change made by another since is kept.
+                    let undone = self
+                        .change_of(key, Some(&stored.entry.session_id), |entry| {
+                            if entry.status == stored.entry.status
+                                && entry.closed_at == stored.entry.closed_at
+                            {
+                                (entry.status, entry.closed_at) = before.clone();
+                            }
+                        })
+                        .await;
+                    if let Err(undo) = undone {
+                        tracing::warn!(key = %key, %undo, "the status change whose log line failed could not be undone");
+                    }
+                    return Err(error);
+                }
             }
             return Ok(stored);
         }
