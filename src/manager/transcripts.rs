@@ -2,6 +2,7 @@
 //! the session events that go with a session's life.
 
 use serde_json::Value;
+use std::time::Duration;
 
 use super::SessionManager;
 use crate::context::inbound::InboundMessage;
@@ -290,24 +291,47 @@ impl SessionManager {
                     .append(&transcript, vec![line])
                     .await;
                 if let (Err(error), Some(before)) = (logged, before) {
-                    // The change is undone, so the failed call changed nothing (a call
-                    // again does it whole); a change made by another since is kept.
-                    let undone = self
-                        .change_of(key, Some(&stored.entry.session_id), |entry| {
-                            if entry.status == stored.entry.status
-                                && entry.closed_at == stored.entry.closed_at
-                            {
-                                (entry.status, entry.closed_at) = before.clone();
-                            }
-                        })
-                        .await;
-                    if let Err(undo) = undone {
-                        tracing::warn!(key = %key, %undo, "the status change whose log line failed could not be undone");
-                    }
+                    self.undo_status(key, &stored, before).await;
                     return Err(error);
                 }
             }
             return Ok(stored);
+        }
+    }
+
+    /// Puts back the status `before` of `changed`, a status change whose log line could
+    /// not be written, so the failed call changed nothing (a call again does it whole).
+    /// A change made by another since is kept, and so is a session a reset replaced
+    /// meanwhile; a store that fails for a moment (the same outage, often) is tried
+    /// again, a few times.
+    async fn undo_status(
+        &self,
+        key: &SessionKey,
+        changed: &StoredSession,
+        before: (Option<crate::entry::SessionStatus>, Option<u64>),
+    ) {
+        let mut pause = Duration::from_millis(10);
+        for attempt in 1..=UNDO_ATTEMPTS {
+            let undone = self
+                .change_of(key, Some(&changed.entry.session_id), |entry| {
+                    if entry.status == changed.entry.status
+                        && entry.closed_at == changed.entry.closed_at
+                    {
+                        (entry.status, entry.closed_at) = before.clone();
+                    }
+                })
+                .await;
+            match undone {
+                Ok(_) | Err(Error::NotFound { .. }) => return,
+                Err(error) if error.is_transient() && attempt < UNDO_ATTEMPTS => {
+                    tokio::time::sleep(pause).await;
+                    pause *= 4;
+                }
+                Err(error) => {
+                    tracing::warn!(key = %key, %error, "the status change whose log line failed could not be undone; calling again logs it");
+                    return;
+                }
+            }
         }
     }
 
@@ -340,6 +364,9 @@ impl SessionManager {
         }
     }
 }
+
+/// How many times a status change whose log line failed is tried to be undone.
+const UNDO_ATTEMPTS: u32 = 4;
 
 /// The transcript side of [`Session`](super::Session)'s calls: they need a transcript
 /// store ([`Error::NotConfigured`] otherwise).
