@@ -1,16 +1,19 @@
-//! What a turn asks of a PostgreSQL server, counted on the wire by a proxy between the
-//! crate and the server: round trips (requests sent together before the first answer
-//! count once) and transactions.
+//! What a turn asks of its database: of a PostgreSQL server, counted on the wire by a
+//! proxy between the crate and the server (round trips — requests sent together before
+//! the first answer count once — and transactions); of a SQLite database, the
+//! transactions that wrote, counted in its write-ahead log.
 
-#![cfg(feature = "postgres")]
-
+#[cfg(feature = "postgres")]
 mod common;
+#[cfg(feature = "postgres")]
 #[path = "common/wire.rs"]
 mod wire;
 
 use agent_sessions::prelude::*;
+#[cfg(feature = "postgres")]
 use wire::{WireCount, WireCounter};
 
+#[cfg(feature = "postgres")]
 /// The store URL of `schema` through `counter`.
 fn through(counter: &WireCounter, schema: &common::TestSchema) -> String {
     let (user, rest) = schema
@@ -27,6 +30,7 @@ fn through(counter: &WireCounter, schema: &common::TestSchema) -> String {
     )
 }
 
+#[cfg(feature = "postgres")]
 /// The server's `host:port`, from the test server's URL.
 fn upstream(server: &str) -> String {
     let rest = server.split_once('@').map_or(server, |(_, rest)| rest);
@@ -38,6 +42,7 @@ fn upstream(server: &str) -> String {
     }
 }
 
+#[cfg(feature = "postgres")]
 fn check(what: &str, count: &WireCount, round_trips: usize, transactions: usize) {
     assert!(
         count.round_trips <= round_trips && count.transactions <= transactions,
@@ -49,6 +54,7 @@ fn check(what: &str, count: &WireCount, round_trips: usize, transactions: usize)
     );
 }
 
+#[cfg(feature = "postgres")]
 /// A steady-state turn of a direct chat — `turn()`, `messages()`, `complete()` — takes
 /// 11 round trips in all (it took 47 when every statement was prepared anew and every
 /// transaction began and committed in round trips of their own), in 7 transactions
@@ -89,4 +95,78 @@ async fn a_turn_takes_eleven_round_trips_on_postgres() {
         check("complete()", &counter.take(), 5, 3);
     }
     schema.drop().await;
+}
+
+/// The transactions that wrote to a SQLite database in WAL mode, counted from its
+/// write-ahead log: each frame that ends a transaction carries the database's size
+/// (other frames carry 0), and frames of the log's current generation carry its salt.
+#[cfg(feature = "sqlite")]
+fn commits_in_wal(wal: &std::path::Path) -> (u64, usize) {
+    let Ok(bytes) = std::fs::read(wal) else {
+        return (0, 0);
+    };
+    if bytes.len() < 32 {
+        return (0, 0);
+    }
+    let word = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap());
+    let page_size = word(8) as usize;
+    let salts = (word(16), word(20));
+    let generation = u64::from(word(12)) << 32 | u64::from(salts.0);
+    let mut commits = 0;
+    let mut at = 32;
+    while at + 24 + page_size <= bytes.len() {
+        if (word(at + 8), word(at + 12)) != salts {
+            break;
+        }
+        if word(at + 4) != 0 {
+            commits += 1;
+        }
+        at += 24 + page_size;
+    }
+    (generation, commits)
+}
+
+/// A steady-state turn of a direct chat on SQLite writes in 4 transactions: the
+/// session's update and the inbound line in `turn()`, the reply line and the turn's
+/// bookkeeping in `complete()`; `messages()` writes nothing.
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn a_turn_writes_in_four_transactions_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = dir.path().join("sessions.db");
+    let manager = SessionManager::connect(&format!("sqlite:{}", database.display()))
+        .await
+        .unwrap()
+        .build()
+        .unwrap();
+    let wal = dir.path().join("sessions.db-wal");
+    let message = InboundMessage::direct("telegram", "42", "When is my shift?");
+    for _ in 0..3 {
+        let turn = manager.turn(&message).await.unwrap();
+        turn.messages().await.unwrap();
+        turn.complete("Thursday at 9.").await.unwrap();
+    }
+    let (mut measured, mut tries) = (0, 0);
+    while measured < 3 {
+        tries += 1;
+        assert!(
+            tries < 20,
+            "the log was begun again during every measurement"
+        );
+        let start = commits_in_wal(&wal);
+        let turn = manager.turn(&message).await.unwrap();
+        let opened = commits_in_wal(&wal);
+        turn.messages().await.unwrap();
+        let read = commits_in_wal(&wal);
+        turn.complete("Thursday at 9.").await.unwrap();
+        let completed = commits_in_wal(&wal);
+        if start.0 != completed.0 {
+            // The log was checkpointed and begun again meanwhile: measured again.
+            continue;
+        }
+        assert_eq!(opened.1 - start.1, 2, "turn()");
+        assert_eq!(read.1 - opened.1, 0, "messages()");
+        assert_eq!(completed.1 - read.1, 2, "complete()");
+        measured += 1;
+    }
 }

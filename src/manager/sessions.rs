@@ -199,6 +199,7 @@ impl SessionManager {
         self.set_status(key, SessionStatus::Closed).await
     }
 
+    #[cfg(feature = "http")]
     /// Closes `key`'s current session if it is `session_id`; [`Error::NotFound`] (and
     /// nothing written) when it is not.
     pub(crate) async fn close_session_id(

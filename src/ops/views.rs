@@ -74,6 +74,7 @@ fn plain_name(name: &str) -> bool {
         && name.len() <= 63
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 /// The current sessions and the closed ones a replacement kept, as one row set (`j`:
 /// the entry as JSON, by `entry_json`): a closed session keeps its row in RABS's and
 /// ClawOS's tables, and its messages keep their session.

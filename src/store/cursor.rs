@@ -75,16 +75,19 @@ impl ListCursor {
         ) < (Reverse(updated_at), key, session_id)
     }
 
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     /// The `updatedAt` of the session the cursor names (epoch ms).
     pub(crate) fn updated_at(&self) -> u64 {
         self.updated_at
     }
 
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     /// The key of the session the cursor names.
     pub(crate) fn key(&self) -> &str {
         &self.key
     }
 
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     /// The session id of the session the cursor names.
     pub(crate) fn session_id(&self) -> &str {
         &self.session_id

@@ -49,7 +49,9 @@ pub(crate) trait TranscriptRows {
         from: i64,
         limit: Option<i64>,
     ) -> Result<Vec<(i64, String)>>;
-    /// Sets the transcript's `line_count` and `leaf`.
+    /// Sets the transcript's `line_count` and `leaf` (PostgreSQL sets them with the
+    /// lines, in one round trip).
+    #[cfg(feature = "sqlite")]
     async fn set_tail(
         &mut self,
         agent: &str,
@@ -129,6 +131,7 @@ pub(crate) async fn fork(
 
 /// Appends `entries` (ids and parents assigned), creating the transcript with its
 /// header first if needed; the events as stored.
+#[cfg(feature = "sqlite")]
 pub(crate) async fn append(
     rows: &mut impl TranscriptRows,
     (agent, name): (&str, &str),

@@ -155,6 +155,7 @@ impl TranscriptFollow {
         Ok((!events.is_empty()).then_some(events))
     }
 
+    #[cfg(feature = "http")]
     /// Whether the transcript was archived and the follower reads its last events: once
     /// they are returned, [`next`](Self::next) returns `None`.
     pub(crate) fn is_ended(&self) -> bool {

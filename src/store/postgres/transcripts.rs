@@ -111,6 +111,7 @@ impl<C: deadpool_postgres::GenericClient> TranscriptRows for PgRows<'_, C> {
             .collect())
     }
 
+    #[cfg(feature = "sqlite")]
     async fn set_tail(
         &mut self,
         agent: &str,
