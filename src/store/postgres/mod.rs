@@ -737,7 +737,6 @@ struct Committed<T> {
 }
 
 /// The message-log columns of lines inserted together, one array per column.
-#[derive(Default)]
 struct LineColumns {
     seq: Vec<i64>,
     log_at: Vec<Option<i64>>,
@@ -747,16 +746,28 @@ struct LineColumns {
 }
 
 impl LineColumns {
-    /// Adds line number `seq`, whose text is `line`.
-    fn push(&mut self, seq: i64, line: &str) {
-        let log = LogColumns::of_line(line);
-        self.seq.push(seq);
-        self.log_at.push(log.as_ref().map(|l| l.at));
-        self.person_id
-            .push(log.as_ref().and_then(|l| l.person_id.clone()));
-        self.agent_identity
-            .push(log.as_ref().and_then(|l| l.agent_identity.clone()));
-        self.session_key.push(log.and_then(|l| l.session_key));
+    /// The columns of `lines`, numbered from `first`.
+    fn of(first: i64, lines: &[String]) -> LineColumns {
+        let mut columns = LineColumns {
+            seq: Vec::with_capacity(lines.len()),
+            log_at: Vec::with_capacity(lines.len()),
+            person_id: Vec::with_capacity(lines.len()),
+            agent_identity: Vec::with_capacity(lines.len()),
+            session_key: Vec::with_capacity(lines.len()),
+        };
+        for (seq, line) in (first..).zip(lines) {
+            let log = LogColumns::of_line(line);
+            columns.seq.push(seq);
+            columns.log_at.push(log.as_ref().map(|l| l.at));
+            columns
+                .person_id
+                .push(log.as_ref().and_then(|l| l.person_id.clone()));
+            columns
+                .agent_identity
+                .push(log.as_ref().and_then(|l| l.agent_identity.clone()));
+            columns.session_key.push(log.and_then(|l| l.session_key));
+        }
+        columns
     }
 }
 

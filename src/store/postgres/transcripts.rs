@@ -56,34 +56,23 @@ impl<C: deadpool_postgres::GenericClient> TranscriptRows for PgRows<'_, C> {
         first: i64,
         lines: &[String],
     ) -> Result<()> {
-        let statement = self
-            .tx
-            .prepare_cached(&format!(
-                "INSERT INTO {} (agent_id, name, seq, line, log_at, person_id, agent_identity,
-                     session_key) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                self.store.table("transcript_lines")
-            ))
+        let columns = LineColumns::of(first, lines);
+        self.tx
+            .execute_prepared(
+                &self.store.insert_lines_sql(),
+                &[
+                    &agent,
+                    &name,
+                    &columns.seq,
+                    &lines,
+                    &columns.log_at,
+                    &columns.person_id,
+                    &columns.agent_identity,
+                    &columns.session_key,
+                ],
+            )
             .await
             .map_err(pg_error("append to a transcript"))?;
-        for (index, line) in lines.iter().enumerate() {
-            let log = LogColumns::of_line(line);
-            self.tx
-                .execute(
-                    &statement,
-                    &[
-                        &agent,
-                        &name,
-                        &(first + index as i64),
-                        line,
-                        &log.as_ref().map(|l| l.at),
-                        &log.as_ref().and_then(|l| l.person_id.clone()),
-                        &log.as_ref().and_then(|l| l.agent_identity.clone()),
-                        &log.as_ref().and_then(|l| l.session_key.clone()),
-                    ],
-                )
-                .await
-                .map_err(pg_error("append to a transcript"))?;
-        }
         Ok(())
     }
 
@@ -166,6 +155,19 @@ impl<C: deadpool_postgres::GenericClient> TranscriptRows for PgRows<'_, C> {
 }
 
 impl PostgresStore {
+    /// The statement that inserts lines numbered from `$3[1]` in one go, with their
+    /// message-log columns (parameters: agent, name, then the arrays of
+    /// [`LineColumns`] with the lines as the second).
+    fn insert_lines_sql(&self) -> String {
+        format!(
+            "INSERT INTO {} (agent_id, name, seq, line, log_at, person_id, agent_identity,
+                 session_key)
+             SELECT $1, $2, * FROM UNNEST($3::BIGINT[], $4::TEXT[], $5::BIGINT[],
+                 $6::TEXT[], $7::TEXT[], $8::TEXT[])",
+            self.table("transcript_lines")
+        )
+    }
+
     /// Whether transcript `name` of `agent` is live, read in one statement.
     async fn transcript_exists(&self, client: &Object, agent: &str, name: &str) -> Result<bool> {
         Ok(client
@@ -488,13 +490,7 @@ impl PostgresStore {
                 "SELECT line_count, leaf FROM {} WHERE agent_id = $1 AND name = $2",
                 self.table("transcripts")
             ),
-            format!(
-                "INSERT INTO {} (agent_id, name, seq, line, log_at, person_id,
-                     agent_identity, session_key)
-                 SELECT $1, $2, * FROM UNNEST($3::BIGINT[], $4::TEXT[], $5::BIGINT[],
-                     $6::TEXT[], $7::TEXT[], $8::TEXT[])",
-                self.table("transcript_lines")
-            ),
+            self.insert_lines_sql(),
             format!(
                 "UPDATE {} SET line_count = $3, leaf = $4 WHERE agent_id = $1 AND name = $2",
                 self.table("transcripts")
@@ -530,10 +526,7 @@ impl PostgresStore {
             }
         };
         let appended = rows::Appended::new(tail, &self.location, entries)?;
-        let mut columns = LineColumns::default();
-        for (index, line) in appended.lines.iter().enumerate() {
-            columns.push(appended.first + index as i64, line);
-        }
+        let columns = LineColumns::of(appended.first, &appended.lines);
         let notice = AppendNotice::of(&self.writer, transcript, name, &appended.events)
             .map(|notice| serde_json::to_string(&notice).expect("a notice serialises"));
         let channel = channel(&self.schema);
