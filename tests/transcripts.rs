@@ -512,6 +512,30 @@ fn manager(dir: &std::path::Path, clock: &ManualClock) -> SessionManager {
 }
 
 #[tokio::test]
+async fn closing_a_closed_session_again_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(at("2026-03-10T10:00:00Z"));
+    let manager = manager(dir.path(), &clock);
+    let inbound = InboundMessage::direct("sms", "+15550100", "cancel my order");
+    let key = manager.resolve(&inbound).await.unwrap().key;
+    let closed = manager.session(&key).close().await.unwrap();
+    clock.advance(Duration::from_secs(60));
+    let again = manager.session(&key).close().await.unwrap();
+    assert_eq!(again.entry.session_id, closed.entry.session_id);
+    assert_eq!(
+        again.entry.closed_at, closed.entry.closed_at,
+        "a second close keeps the time of the first"
+    );
+    let read = manager.session(&key).replay(Offset::START).await.unwrap();
+    let changes = read
+        .events
+        .iter()
+        .filter(|event| event.kind() == EventKind::StatusChange)
+        .count();
+    assert_eq!(changes, 1, "one close, one line");
+}
+
+#[tokio::test]
 async fn the_manager_logs_messages_and_session_events() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(at("2026-03-10T10:00:00Z"));

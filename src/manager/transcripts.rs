@@ -239,7 +239,8 @@ impl SessionManager {
     /// and its log line are of one session: with `session_id`, only that one (else
     /// [`Error::NotFound`], nothing written); without, the key's current session, looked
     /// for again when a reset replaces it meanwhile. When the line cannot be logged, the
-    /// change is undone and the error returned.
+    /// change is undone and the error returned. A session already in `status` is left
+    /// as it is (a second close neither moves its `closedAt` nor logs a line).
     pub(super) async fn change_status(
         &self,
         key: &SessionKey,
@@ -262,12 +263,16 @@ impl SessionManager {
             let unrecorded = prepared.as_ref().and_then(|(_, entry, location)| {
                 Some((entry.session_id.clone(), location.clone()?))
             });
-            let mut before = None;
+            let (mut before, mut unchanged) = (None, false);
             let changed = self
                 .change_of(key, session_id.or(prepared_id), |entry| {
                     before = Some((entry.status.clone(), entry.closed_at));
-                    entry.closed_at = status.is_closed().then_some(now_ms);
-                    entry.status = Some(status.clone());
+                    // A session in this status already keeps it, and its time.
+                    unchanged = entry.status.as_ref() == Some(&status);
+                    if !unchanged {
+                        entry.closed_at = status.is_closed().then_some(now_ms);
+                        entry.status = Some(status.clone());
+                    }
                     if let Some((session_id, location)) = &unrecorded {
                         record_location(entry, session_id, location);
                     }
@@ -284,7 +289,7 @@ impl SessionManager {
                 }
                 changed => changed?,
             };
-            if let Some((transcript, _, _)) = prepared {
+            if let Some((transcript, _, _)) = prepared.filter(|_| !unchanged) {
                 let line = TranscriptEntry::status_change(status.as_str(), self.seams.clock.now());
                 let logged = self
                     .transcript_store()?
