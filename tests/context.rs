@@ -237,6 +237,7 @@ async fn the_send_policy_silences_a_session_and_overrides_win() {
                 },
                 action: SendPolicy::Deny,
             }],
+            ..SendPolicyConfig::default()
         })
         .build()
         .unwrap();

@@ -299,6 +299,7 @@ async fn a_session_that_may_not_send_gets_nothing_to_send_but_keeps_the_turn() {
         .send_policy(SendPolicyConfig {
             default: Some(SendPolicy::Deny),
             rules: vec![],
+            ..SendPolicyConfig::default()
         })
         .build()
         .unwrap();

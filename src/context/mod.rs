@@ -182,4 +182,4 @@ pub use reply::{
     strip_heartbeat_token, HeartbeatMode, HeartbeatStrip, ReplyDirectives, ReplyOptions,
     ReplyPayload,
 };
-pub use send_policy::{SendMatch, SendPolicyConfig, SendRule};
+pub use send_policy::{RuleOrder, SendMatch, SendPolicyConfig, SendRule};

@@ -42,7 +42,9 @@ fn allow() -> SendPolicy {
 /// Evaluation (`resolveSendPolicy`): the session's own `sendPolicy` override wins; with
 /// no rules and no default, allow; otherwise every matching rule is considered — a
 /// matching **deny** wins at once, a matching allow allows unless a later rule denies —
-/// and when no rule matches, the default, else allow. A `keyPrefix` matches the key or
+/// and when no rule matches, the default, else allow. With
+/// [`order`](Self::order) set to [`RuleOrder::FirstMatch`] (`"order": "firstMatch"` in
+/// JSON), the first matching rule decides instead. A `keyPrefix` matches the key or
 /// its rest after `agent:<agentId>:` (a bare `cron:` matches `agent:main:cron:job1`);
 /// the channel and chat type a rule asks for come from the message, then the entry,
 /// then the key.
@@ -58,6 +60,7 @@ fn allow() -> SendPolicy {
 ///         matches: SendMatch { channel: Some("discord".into()), chat_type: Some(PeerKind::Group), key_prefix: None },
 ///         action: SendPolicy::Deny,
 ///     }],
+///     ..SendPolicyConfig::default()
 /// };
 /// let key = SessionKey::parse("agent:main:discord:group:g1")?;
 /// assert_eq!(config.resolve(&key, None, None, None), SendPolicy::Deny);
@@ -70,6 +73,7 @@ fn allow() -> SendPolicy {
 ///         matches: SendMatch { channel: None, chat_type: None, key_prefix: Some("cron:".into()) },
 ///         action: SendPolicy::Deny,
 ///     }],
+///     ..SendPolicyConfig::default()
 /// };
 /// let job = SessionKey::parse("agent:main:cron:nightly")?;
 /// assert_eq!(quiet_cron.resolve(&job, None, None, None), SendPolicy::Deny);
@@ -83,6 +87,52 @@ pub struct SendPolicyConfig {
     /// The rules, in order.
     #[serde(default)]
     pub rules: Vec<SendRule>,
+    /// How matching rules decide (OpenClaw's: any matching deny wins).
+    #[serde(default, skip_serializing_if = "RuleOrder::is_any_deny_wins")]
+    pub order: RuleOrder,
+}
+
+/// How the rules of a [`SendPolicyConfig`] that match a session decide.
+///
+/// ```
+/// use agent_sessions::context::{RuleOrder, SendMatch, SendPolicyConfig, SendRule};
+/// use agent_sessions::entry::SendPolicy;
+/// use agent_sessions::SessionKey;
+///
+/// // Allow the support channel, deny every other Slack channel.
+/// let rules = vec![
+///     SendRule {
+///         matches: SendMatch { key_prefix: Some("slack:channel:support".into()), ..SendMatch::default() },
+///         action: SendPolicy::Allow,
+///     },
+///     SendRule {
+///         matches: SendMatch { channel: Some("slack".into()), ..SendMatch::default() },
+///         action: SendPolicy::Deny,
+///     },
+/// ];
+/// let support = SessionKey::parse("agent:main:slack:channel:support")?;
+/// let openclaw = SendPolicyConfig { rules: rules.clone(), ..SendPolicyConfig::default() };
+/// assert_eq!(openclaw.resolve(&support, None, None, None), SendPolicy::Deny);
+/// let first_match = SendPolicyConfig { rules, order: RuleOrder::FirstMatch, ..SendPolicyConfig::default() };
+/// assert_eq!(first_match.resolve(&support, None, None, None), SendPolicy::Allow);
+/// # Ok::<(), agent_sessions::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RuleOrder {
+    /// OpenClaw's evaluation, the default: a matching deny wins wherever it stands; a
+    /// matching allow allows when no rule denies.
+    #[default]
+    AnyDenyWins,
+    /// The first rule that matches decides (ClawCode's design): an allow before a deny
+    /// that also matches allows.
+    FirstMatch,
+}
+
+impl RuleOrder {
+    fn is_any_deny_wins(&self) -> bool {
+        *self == RuleOrder::AnyDenyWins
+    }
 }
 
 impl SendPolicyConfig {
@@ -131,9 +181,10 @@ impl SendPolicyConfig {
             if !(channel_ok && type_ok && prefix_ok) {
                 continue;
             }
-            match rule.action {
-                SendPolicy::Deny => return SendPolicy::Deny,
-                SendPolicy::Allow => allowed = true,
+            match (rule.action.clone(), self.order) {
+                (SendPolicy::Deny, _) => return SendPolicy::Deny,
+                (SendPolicy::Allow, RuleOrder::FirstMatch) => return SendPolicy::Allow,
+                (SendPolicy::Allow, RuleOrder::AnyDenyWins) => allowed = true,
                 _ => {}
             }
         }
@@ -224,6 +275,7 @@ mod tests {
                     Deny,
                 ),
             ],
+            ..SendPolicyConfig::default()
         };
         let mut denied_entry = SessionEntry::new("s", 1);
         denied_entry.send_policy = Some(Deny);
@@ -291,6 +343,7 @@ mod tests {
                 rule(None, None, Some("hook:"), Allow),
                 rule(None, None, Some("   "), Allow),
             ],
+            ..SendPolicyConfig::default()
         };
         // key → policy
         let cases: &[(&str, SendPolicy)] = &[
@@ -315,6 +368,7 @@ mod tests {
         let raw_prefix = SendPolicyConfig {
             default: Some(Deny),
             rules: vec![rule(None, None, Some("agent:main:cron:"), Allow)],
+            ..SendPolicyConfig::default()
         };
         let policy =
             |raw: &str| raw_prefix.resolve(&SessionKey::parse(raw).unwrap(), None, None, None);
@@ -361,9 +415,75 @@ mod tests {
                 None,
                 SendPolicy::Deny,
             )],
+            ..SendPolicyConfig::default()
         };
         let legacy = SessionKey::parse("agent:main:discord:default:guild-1:channel-2").unwrap();
         assert_eq!(config.resolve(&legacy, None, None, None), SendPolicy::Deny);
+    }
+
+    #[test]
+    fn the_two_rule_orders_decide_the_same_rules_differently() {
+        use SendPolicy::{Allow, Deny};
+        let rules = vec![
+            rule(None, None, Some("slack:channel:support"), Allow),
+            rule(Some("slack"), None, None, Deny),
+            rule(Some("discord"), None, None, Allow),
+            rule(Some("discord"), Some(PeerKind::Group), None, Deny),
+        ];
+        let config = |order| SendPolicyConfig {
+            default: Some(Deny),
+            rules: rules.clone(),
+            order,
+        };
+        let (any_deny, first) = (
+            config(RuleOrder::AnyDenyWins),
+            config(RuleOrder::FirstMatch),
+        );
+        // key → (any matching deny wins, the first match decides)
+        let cases = [
+            // An allow before a matching deny.
+            ("agent:main:slack:channel:support", Deny, Allow),
+            ("agent:main:discord:group:g1", Deny, Allow),
+            // Only a deny matches.
+            ("agent:main:slack:channel:random", Deny, Deny),
+            // Only an allow matches.
+            ("agent:main:discord:dm:u1", Allow, Allow),
+            // Nothing matches: the default.
+            ("agent:main:telegram:dm:u1", Deny, Deny),
+        ];
+        for (raw, by_any_deny, by_first) in cases {
+            let key = SessionKey::parse(raw).unwrap();
+            assert_eq!(
+                any_deny.resolve(&key, None, None, None),
+                by_any_deny,
+                "{raw}"
+            );
+            assert_eq!(first.resolve(&key, None, None, None), by_first, "{raw}");
+        }
+        // The session's own override wins under both.
+        let mut entry = SessionEntry::new("s", 1);
+        entry.send_policy = Some(Deny);
+        let key = SessionKey::parse("agent:main:discord:dm:u1").unwrap();
+        assert_eq!(first.resolve(&key, Some(&entry), None, None), Deny);
+    }
+
+    #[test]
+    fn the_rule_order_reads_and_writes_as_json() {
+        let config: SendPolicyConfig =
+            serde_json::from_str(r#"{"rules":[],"order":"firstMatch"}"#).unwrap();
+        assert_eq!(config.order, RuleOrder::FirstMatch);
+        assert_eq!(
+            serde_json::to_value(&config).unwrap()["order"],
+            "firstMatch"
+        );
+        // OpenClaw's evaluation is the default and is not written.
+        let openclaw: SendPolicyConfig = serde_json::from_str(r#"{"rules":[]}"#).unwrap();
+        assert_eq!(openclaw.order, RuleOrder::AnyDenyWins);
+        assert!(serde_json::to_value(&openclaw)
+            .unwrap()
+            .get("order")
+            .is_none());
+        assert!(serde_json::from_str::<SendPolicyConfig>(r#"{"order":"lastMatch"}"#).is_err());
     }
 
     #[test]

@@ -744,7 +744,7 @@ fn clear_override(entry: &mut SessionEntry, kind: OverrideKind) {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "http"))]
 mod tests {
     use crate::manager::TurnOutcome;
     use crate::prelude::*;

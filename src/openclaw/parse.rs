@@ -343,6 +343,7 @@ impl Reader<'_> {
         let mut config = SendPolicyConfig {
             default: action("session.sendPolicy.default", policy.get("default"))?,
             rules: Vec::new(),
+            ..SendPolicyConfig::default()
         };
         let rules = self
             .array("session.sendPolicy.rules", policy.get("rules"))?
