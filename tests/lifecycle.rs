@@ -357,14 +357,16 @@ async fn chatter_records_metadata_without_activity() {
             .await
             .unwrap();
         let created_at = first.entry.updated_at;
+        // Chatter is not a route: a session it created has none yet.
+        assert_eq!(first.entry.last_to, None, "{}", harness.name);
         // (what arrives, expected subject, expected lastTo)
         let cases = [
-            (group("+1556", "pizza"), Some("Family"), Some("120363@g.us")),
+            (group("+1556", "pizza"), Some("Family"), None),
             (
                 InboundMessage::group("whatsapp", "120363@g.us", "+1557", "ok")
                     .with_group_subject("Family 2026"),
                 Some("Family 2026"),
-                Some("120363@g.us"),
+                None,
             ),
         ];
         for (message, subject, to) in cases {
@@ -397,6 +399,34 @@ async fn chatter_records_metadata_without_activity() {
         assert_eq!(answered.session.entry.session_id, first.entry.session_id);
         assert_eq!(answered.session.entry.message_count, Some(1));
         assert!(answered.session.entry.updated_at > created_at);
+        // ... and it sets where replies go; later chatter that names another reply
+        // target and account does not move it.
+        assert_eq!(
+            answered.session.entry.last_to.as_deref(),
+            Some("120363@g.us")
+        );
+        let elsewhere = manager
+            .record_inbound_meta(
+                &group("+1558", "off topic")
+                    .with_reply_to("120363@g.us/announcements")
+                    .with_account("work"),
+            )
+            .await
+            .unwrap();
+        assert_eq!(elsewhere.entry.session_id, first.entry.session_id);
+        assert_eq!(
+            (
+                elsewhere.entry.last_to.as_deref(),
+                elsewhere.entry.last_account_id.as_deref()
+            ),
+            (Some("120363@g.us"), None),
+            "{}: chatter moved the reply route",
+            harness.name
+        );
+        assert_eq!(
+            elsewhere.entry.delivery_context,
+            answered.session.entry.delivery_context
+        );
     }
 }
 

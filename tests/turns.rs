@@ -464,6 +464,39 @@ async fn a_group_message_is_routed_in_the_same_store_update_that_resolves_it() {
     );
 }
 
+#[tokio::test]
+async fn a_route_update_with_its_message_is_one_store_write() {
+    use agent_sessions::context::DeliveryRoute;
+    use std::sync::Arc;
+
+    let store = Arc::new(CountingStore::default());
+    let manager = SessionManager::builder(store.clone()).build().unwrap();
+    let message = in_group("Ann", "lunch at noon?").with_group_subject("Lunch crew");
+    let key = manager.key_for(&message).unwrap();
+    let route = DeliveryRoute::to("telegram", "-100").with_thread("t-1");
+    let stored = manager
+        .session(&key)
+        .update_last_route_from(&route, &message)
+        .await
+        .unwrap();
+    assert_eq!(store.take(), (0, 1), "one write, no read");
+    let entry = &stored.entry;
+    assert_eq!(
+        (entry.last_to.as_deref(), entry.subject.as_deref()),
+        (Some("-100"), Some("Lunch crew")),
+        "the route and the message's metadata together"
+    );
+    assert_eq!(
+        entry.origin.as_ref().unwrap().provider.as_deref(),
+        Some("telegram")
+    );
+    assert_eq!(
+        entry.message_count,
+        Some(0),
+        "a route update is not a message"
+    );
+}
+
 /// A group conversation through the store `url`: chatter, a restart, then a mention
 /// that sees the chatter once.
 async fn a_restart_keeps_group_history(url: &str) {

@@ -126,6 +126,9 @@ pub(crate) fn record_message(entry: &mut SessionEntry, inbound: &Inbound<'_>) {
     if let Some(participant) = message.participant_id() {
         entry.add_participant(&participant);
     }
+    // An answered message moves the reply route (OpenClaw's `initSessionState`);
+    // chatter records only its metadata.
+    apply_route(entry, &inbound_route(message));
     record_meta(entry, message, inbound.group, inbound.key);
     if let Some(label) = present(message.thread_label.as_deref()) {
         entry.display_name = Some(label.to_owned());
@@ -157,9 +160,10 @@ pub(crate) fn another_dm_sender(
     (!known.is_empty() && !entry.has_participant(&sender)).then_some(known.len() + 1)
 }
 
-/// Records where the message came from without counting it: the reply route, the
-/// origin, group metadata and the chat type (OpenClaw's `recordSessionMetaFromInbound`
-/// patch). `updatedAt` is not touched.
+/// Records where the message came from without counting it: the origin, group
+/// metadata and the chat type (OpenClaw's `deriveSessionMetaPatch`). Neither the reply
+/// route nor `updatedAt` is touched: the route moves with an answered message or an
+/// explicit route update only.
 pub(crate) fn record_meta(
     entry: &mut SessionEntry,
     message: &InboundMessage,
@@ -167,21 +171,22 @@ pub(crate) fn record_meta(
     key: &SessionKey,
 ) {
     let kind = group.map_or(message.peer_kind(), |g| g.kind);
-    apply_route(
-        entry,
-        &DeliveryRoute {
-            channel: Some(message.channel.clone()),
-            to: message.reply_to(),
-            account_id: message.account_id.clone(),
-            thread_id: message.thread_id.clone(),
-        },
-    );
     merge_origin(entry, message, group, kind);
     if let Some(group) = group {
         apply_group(entry, message, group, key);
     }
     if entry.chat_type.is_none() {
         entry.chat_type = Some(kind.into());
+    }
+}
+
+/// Where a reply to `message` goes: its channel, chat, account and thread.
+fn inbound_route(message: &InboundMessage) -> DeliveryRoute {
+    DeliveryRoute {
+        channel: Some(message.channel.clone()),
+        to: message.reply_to(),
+        account_id: message.account_id.clone(),
+        thread_id: message.thread_id.clone(),
     }
 }
 

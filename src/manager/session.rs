@@ -9,6 +9,7 @@ use super::{
 };
 use crate::context::chat::ChatMessage;
 use crate::context::delivery::DeliveryRoute;
+use crate::context::InboundMessage;
 use crate::entry::{DescriptionSource, SessionEntry, SessionStatus};
 use crate::error::{Error, Result};
 use crate::identity::access::{verify_namespace, verify_session_access, Caller};
@@ -201,7 +202,41 @@ impl Session<'_> {
     /// ```
     pub async fn update_last_route(&self, route: &DeliveryRoute) -> Result<StoredSession> {
         self.check().await?;
-        self.manager.update_last_route(&self.key, route).await
+        self.manager.update_last_route(&self.key, route, None).await
+    }
+
+    /// [`update_last_route`](Self::update_last_route) that also records `message`'s
+    /// metadata (origin, group fields, chat type) as
+    /// [`SessionManager::record_inbound_meta`] does — in one store write, so no reader
+    /// sees the route without the metadata (OpenClaw's `updateLastRoute` with `ctx`).
+    /// `updatedAt` is not touched; the session is the one this handle names, whatever
+    /// key `message` would resolve to.
+    ///
+    /// ```
+    /// # use agent_sessions::prelude::*;
+    /// # use agent_sessions::context::DeliveryRoute;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// let manager = SessionManager::new(MemoryStore::new());
+    /// let message = InboundMessage::group("whatsapp", "120363@g.us", "+15550001", "lunch?")
+    ///     .with_group_subject("Family");
+    /// let key = manager.key_for(&message)?;
+    /// let route = DeliveryRoute::to("whatsapp", "120363@g.us");
+    /// let stored = manager.session(&key).update_last_route_from(&route, &message).await?;
+    /// assert_eq!(stored.entry.last_to.as_deref(), Some("120363@g.us"));
+    /// assert_eq!(stored.entry.subject.as_deref(), Some("Family"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn update_last_route_from(
+        &self,
+        route: &DeliveryRoute,
+        message: &InboundMessage,
+    ) -> Result<StoredSession> {
+        self.check().await?;
+        self.manager
+            .update_last_route(&self.key, route, Some(message))
+            .await
     }
 
     /// Starts a thread session `<parent>:thread:<threadId>` forked from `parent`: it

@@ -441,17 +441,24 @@ impl SessionManager {
     }
 
     /// See [`Session::update_last_route`](super::Session::update_last_route).
+    /// With `inbound`, the message's metadata is recorded in the same store write, as
+    /// [`record_inbound_meta`](Self::record_inbound_meta) records it.
     pub(crate) async fn update_last_route(
         &self,
         key: &SessionKey,
         route: &DeliveryRoute,
+        inbound: Option<&InboundMessage>,
     ) -> Result<StoredSession> {
         let now_ms = self.seams.clock.now_millis();
+        let group = inbound.and_then(InboundMessage::group_resolution);
         self.seams
             .store
             .apply(key, &mut |slot, _| {
                 let entry = slot.get_or_insert_with(|| start_session(None, now_ms));
                 apply_route(entry, route);
+                if let Some(message) = inbound {
+                    record_meta(entry, message, group.as_ref(), key);
+                }
                 Ok(())
             })
             .await?
@@ -459,7 +466,7 @@ impl SessionManager {
     }
 
     /// Records a message the bot does not answer (group chatter): its origin, group
-    /// metadata and reply route, as OpenClaw's `recordSessionMetaFromInbound` does —
+    /// metadata and chat type (the reply route stays where it was), as OpenClaw's `recordSessionMetaFromInbound` does —
     /// without counting a message or a turn and without moving `updatedAt`, so chatter
     /// neither keeps a session alive nor resets it. A key with no session gets one
     /// (`updatedAt` now), as in OpenClaw.
