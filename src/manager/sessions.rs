@@ -466,9 +466,10 @@ impl SessionManager {
     }
 
     /// Records a message the bot does not answer (group chatter): its origin, group
-    /// metadata and chat type (the reply route stays where it was), as OpenClaw's `recordSessionMetaFromInbound` does —
-    /// without counting a message or a turn and without moving `updatedAt`, so chatter
-    /// neither keeps a session alive nor resets it. A key with no session gets one
+    /// metadata and chat type, as OpenClaw's `recordSessionMetaFromInbound` does —
+    /// without counting a message or a turn, without moving `updatedAt` (chatter
+    /// neither keeps a session alive nor resets it) and without moving the reply route
+    /// (only an answered message or a route update does). A key with no session gets one
     /// (`updatedAt` now), as in OpenClaw.
     ///
     /// ```
