@@ -79,7 +79,9 @@ pub trait HistoryBuffer: Send + Sync {
     async fn append(&self, key: &str, entry: HistoryEntry) -> Result<()>;
     /// The group's entries no turn has claimed, oldest first.
     async fn entries(&self, key: &str) -> Result<Vec<HistoryEntry>>;
-    /// Forgets the group's entries, claimed or not.
+    /// Forgets the group's entries, claimed or not. With history off (a limit of 0) the
+    /// crate's buffers leave what they hold, as OpenClaw's `clearHistoryEntriesIfEnabled`
+    /// does: a group's history outlives a spell of history being off.
     async fn clear(&self, key: &str) -> Result<()>;
     /// The group's unclaimed entries, oldest first, forgetting them. An entry appended
     /// meanwhile is either returned or kept, never lost — implementations make this
@@ -502,7 +504,10 @@ impl HistoryBuffer for MemoryHistory {
     }
 
     async fn clear(&self, key: &str) -> Result<()> {
-        self.state().groups.shift_remove(key);
+        let mut state = self.state();
+        if state.limit > 0 {
+            state.groups.shift_remove(key);
+        }
         Ok(())
     }
 

@@ -137,6 +137,19 @@ where
     }
 }
 
+/// With history off (`off`: a limit of 0), clearing a group leaves what a buffer with
+/// history on (`on`, over the same storage) kept, as OpenClaw's
+/// `clearHistoryEntriesIfEnabled` does.
+pub(crate) async fn clearing_with_history_off_leaves_the_group<H: HistoryBuffer>(on: H, off: H) {
+    for body in ["a", "b"] {
+        on.append("g1", said(body)).await.unwrap();
+    }
+    off.clear("g1").await.unwrap();
+    assert_eq!(bodies(on.entries("g1").await.unwrap()), ["a", "b"]);
+    on.clear("g1").await.unwrap();
+    assert!(on.entries("g1").await.unwrap().is_empty());
+}
+
 /// Every field comes back as it was appended, whatever its value, and `take` returns
 /// what `entries` showed, then leaves the group empty.
 pub(crate) async fn entries_keep_every_field<H: HistoryBuffer>(history: H) {
@@ -342,6 +355,19 @@ async fn memory_history_is_what_the_suite_describes() {
     .await;
     entries_keep_every_field(MemoryHistory::default()).await;
     claims_hand_entries_over_exactly_once(MemoryHistory::new(3, 10), 3).await;
+}
+
+/// `MemoryHistory` forgets every group when its limit becomes 0 (see
+/// [`MemoryHistory::set_limit`]); a clear while it is 0 changes nothing either.
+#[tokio::test]
+async fn memory_history_forgets_every_group_when_history_is_turned_off() {
+    let history = MemoryHistory::new(3, 10);
+    history.append("g1", said("a")).await.unwrap();
+    history.set_limit(Some(0));
+    history.clear("g1").await.unwrap();
+    history.set_limit(Some(3));
+    history.append("g1", said("b")).await.unwrap();
+    assert_eq!(bodies(history.entries("g1").await.unwrap()), ["b"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -210,6 +210,9 @@ impl HistoryBuffer for JsonFileHistory {
     }
 
     async fn clear(&self, key: &str) -> Result<()> {
+        if self.limit == 0 {
+            return Ok(());
+        }
         self.with_group(key, |group| {
             *group = GroupHistory::default();
             ((), true)
@@ -381,6 +384,16 @@ mod tests {
         );
         history.append("g", said("b")).await.unwrap();
         assert_eq!(bodies(&history, "g").await, ["b"]);
+    }
+
+    #[tokio::test]
+    async fn clearing_with_history_off_leaves_the_group() {
+        let dir = tempfile::tempdir().unwrap();
+        crate::store::history_suite::clearing_with_history_off_leaves_the_group(
+            JsonFileHistory::with_limits(dir.path(), 3, 10),
+            JsonFileHistory::with_limits(dir.path(), 0, 10),
+        )
+        .await;
     }
 
     #[tokio::test]

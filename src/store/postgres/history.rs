@@ -260,6 +260,9 @@ impl HistoryBuffer for PostgresHistory {
     }
 
     async fn clear(&self, key: &str) -> Result<()> {
+        if self.limit == 0 {
+            return Ok(());
+        }
         let sql = format!("DELETE FROM {} WHERE group_key = $1", self.table());
         self.locked_query(key, "clear group history", &sql, &[&key])
             .await

@@ -383,6 +383,21 @@ mod group_history {
         not(postgres_tests),
         ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
     )]
+    async fn clearing_with_history_off_leaves_the_group() {
+        let store = fresh("as_history").await;
+        history_suite::clearing_with_history_off_leaves_the_group(
+            PostgresHistory::with_limits(&store, 3, 10),
+            PostgresHistory::with_limits(&store, 0, 10),
+        )
+        .await;
+        store.drop_schema().await.unwrap();
+    }
+
+    #[tokio::test]
+    #[cfg_attr(
+        not(postgres_tests),
+        ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+    )]
     async fn hands_claimed_entries_over_exactly_once() {
         let store = fresh("as_history").await;
         history_suite::claims_hand_entries_over_exactly_once(

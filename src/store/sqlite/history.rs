@@ -218,6 +218,9 @@ impl HistoryBuffer for SqliteHistory {
     }
 
     async fn clear(&self, key: &str) -> Result<()> {
+        if self.limit == 0 {
+            return Ok(());
+        }
         let key = key.to_owned();
         self.store.write(move |tx| delete_group(tx, &key)).await
     }

@@ -353,6 +353,17 @@ mod group_history {
     }
 
     #[tokio::test]
+    async fn clearing_with_history_off_leaves_the_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("sessions.db")).unwrap();
+        history_suite::clearing_with_history_off_leaves_the_group(
+            SqliteHistory::with_limits(&store, 3, 10),
+            SqliteHistory::with_limits(&store, 0, 10),
+        )
+        .await;
+    }
+
+    #[tokio::test]
     async fn hands_claimed_entries_over_exactly_once() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(dir.path().join("sessions.db")).unwrap();
