@@ -626,6 +626,31 @@ pub fn parse_session_label(raw: &str) -> crate::Result<String> {
     Ok(trimmed.to_owned())
 }
 
+/// Validates a session label given as any JSON value, as OpenClaw's `parseSessionLabel`
+/// receives it from a request: a string is checked as [`parse_session_label`] checks
+/// it; anything else (a number, `null`, an array) is refused with OpenClaw's error,
+/// `invalid label: must be a string`.
+///
+/// ```
+/// use agent_sessions::entry::parse_session_label_value;
+/// use serde_json::json;
+///
+/// assert_eq!(parse_session_label_value(&json!(" standup "))?, "standup");
+/// let refused = parse_session_label_value(&json!(42)).unwrap_err();
+/// assert!(refused.to_string().contains("invalid label: must be a string"));
+/// assert!(parse_session_label_value(&json!(null)).is_err());
+/// # Ok::<(), agent_sessions::Error>(())
+/// ```
+pub fn parse_session_label_value(raw: &serde_json::Value) -> crate::Result<String> {
+    match raw {
+        serde_json::Value::String(text) => parse_session_label(text),
+        other => Err(crate::Error::invalid_label(
+            &other.to_string(),
+            "invalid label: must be a string",
+        )),
+    }
+}
+
 /// The longest [`SessionEntry::last_message_preview`], in characters.
 pub(crate) const MESSAGE_PREVIEW_MAX_CHARS: usize = 120;
 

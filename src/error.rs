@@ -181,7 +181,7 @@ pub enum Error {
     InvalidLabel {
         /// The label as given (possibly truncated for display).
         label: String,
-        /// Why: empty, or longer than 64 characters.
+        /// Why: not a string, empty, or longer than 64 characters.
         problem: &'static str,
     },
 

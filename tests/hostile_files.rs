@@ -99,6 +99,33 @@ async fn anything_but_a_regular_file_at_the_store_path_is_a_typed_error_at_once(
 }
 
 #[tokio::test]
+async fn a_heartbeat_file_that_is_not_a_regular_file_is_a_typed_error_at_once() {
+    use agent_sessions::context::is_heartbeat_file_effectively_empty;
+    for kind in ["fifo", "directory", "symlink", "socket"] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("HEARTBEAT.md");
+        let found = plant(kind, &path);
+        let file = path.clone();
+        let checked = promptly(tokio::task::spawn_blocking(move || {
+            is_heartbeat_file_effectively_empty(&file)
+        }))
+        .await
+        .unwrap();
+        assert_not_a_file(checked, &path, found);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("HEARTBEAT.md");
+    // Past the bound, refused before it is read; not UTF-8, content.
+    fs::write(&path, vec![b'\n'; (1 << 20) + 1]).unwrap();
+    assert!(matches!(
+        is_heartbeat_file_effectively_empty(&path),
+        Err(Error::FileTooLarge { .. })
+    ));
+    fs::write(&path, b"# Tasks\n\xff\xfe\n").unwrap();
+    assert!(!is_heartbeat_file_effectively_empty(&path).unwrap());
+}
+
+#[tokio::test]
 async fn a_fifo_as_the_lock_file_fails_the_write_instead_of_hanging() {
     let dir = tempfile::tempdir().unwrap();
     let lock = main_store_file(dir.path()).with_extension("json.lock");

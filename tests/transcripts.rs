@@ -1211,3 +1211,118 @@ async fn messages_logged_while_another_process_resets_are_all_kept() {
     let lost: Vec<usize> = (0..MESSAGES).filter(|n| seen[*n] != 1).collect();
     assert!(lost.is_empty(), "not kept exactly once: {lost:?}");
 }
+
+/// What an OpenClaw host does after it appends to a transcript file itself: it announces
+/// the file (`emitSessionTranscriptUpdate`), and the crate's followers and subscribers
+/// of that transcript hear of it at once.
+#[tokio::test]
+async fn an_announced_transcript_update_wakes_followers_and_subscribers() {
+    use agent_sessions::transcript::TranscriptNotice;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(at("2026-03-10T10:00:00Z"));
+    let manager = manager(dir.path(), &clock);
+    let turn = manager
+        .turn(&InboundMessage::direct("sms", "+15550100", "hello"))
+        .await
+        .unwrap();
+    let key = turn.key().clone();
+    turn.complete("Hi.").await.unwrap();
+    let entry = manager.session(&key).get().await.unwrap().unwrap().entry;
+    let file = entry.session_file.clone().unwrap();
+    let transcript = TranscriptRef::of(&key, &entry, &AgentId::main());
+
+    let mut follow = manager
+        .session(&key)
+        .follow(Offset::START)
+        .await
+        .unwrap()
+        .poll_interval(Duration::from_secs(600));
+    while follow.try_next().await.unwrap().is_some() {}
+    let mut updates = manager.subscribe().unwrap();
+
+    // Another program appends (its own store: this process hears nothing of it).
+    let other = store(dir.path());
+    other
+        .append(
+            &transcript,
+            vec![TranscriptEntry::assistant_text(
+                "Sent from elsewhere.",
+                "openclaw",
+                "delivery-mirror",
+                Utc::now(),
+            )],
+        )
+        .await
+        .unwrap();
+    // ... and says so in OpenClaw's object form.
+    let notice = TranscriptNotice::from_openclaw(&serde_json::json!({
+        "sessionFile": format!("  {file} "),
+        "sessionKey": key.as_str(),
+        "message": {"role": "assistant"}
+    }))
+    .unwrap();
+    let announced = manager.emit_transcript_update(&notice).await.unwrap();
+    assert_eq!(announced.as_ref(), Some(&transcript));
+    let update = tokio::time::timeout(Duration::from_secs(5), updates.recv())
+        .await
+        .expect("the subscriber heard the notice")
+        .unwrap();
+    assert_eq!(update.transcript, transcript);
+    assert_eq!(update.path.as_deref(), Some(std::path::Path::new(&file)));
+    let events = tokio::time::timeout(Duration::from_secs(5), follow.next())
+        .await
+        .expect("the follower was woken, not left to its ten-minute look")
+        .unwrap()
+        .unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].kind(), EventKind::AssistantMessage);
+
+    // The bare file path names the same transcript (by its name, not its entry).
+    let by_path = TranscriptNotice::from_openclaw(&serde_json::json!(file)).unwrap();
+    let named = manager
+        .emit_transcript_update(&by_path)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (&named.agent, &named.session_id, &named.topic),
+        (&transcript.agent, &transcript.session_id, &transcript.topic)
+    );
+    // A blank path is ignored; a file that is no transcript of this store is refused,
+    // and nobody hears of either.
+    assert_eq!(
+        updates.recv().await.unwrap().transcript.session_id,
+        entry.session_id
+    );
+    let blank = TranscriptNotice::from_openclaw(&serde_json::json!("   ")).unwrap();
+    assert_eq!(manager.emit_transcript_update(&blank).await.unwrap(), None);
+    for stranger in [
+        "/etc/passwd".to_owned(),
+        dir.path()
+            .join("agents/main/sessions/../../../x.jsonl")
+            .display()
+            .to_string(),
+        dir.path()
+            .join("agents/main/notes/s.jsonl")
+            .display()
+            .to_string(),
+        dir.path()
+            .join("agents/main/sessions/s.json")
+            .display()
+            .to_string(),
+    ] {
+        let refused = manager
+            .emit_transcript_update(&TranscriptNotice::file(&stranger))
+            .await;
+        assert!(
+            matches!(refused, Err(Error::InvalidId { .. })),
+            "{stranger}: {refused:?}"
+        );
+    }
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), updates.recv())
+            .await
+            .is_err(),
+        "nothing was announced"
+    );
+}

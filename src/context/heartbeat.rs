@@ -17,7 +17,8 @@ pub const HEARTBEAT_PROMPT: &str = "Read HEARTBEAT.md if it exists (workspace co
 ///   (`- `, `* [ ]`, `+ [x]`), and nothing after it.
 ///
 /// A file that does not exist is not "empty": OpenClaw still runs the heartbeat then, so
-/// the model can decide; only call this with the content of a file that exists.
+/// the model can decide; only call this with the content of a file that exists, or
+/// give the file to [`is_heartbeat_file_effectively_empty`], which says so.
 ///
 /// ```
 /// use agent_sessions::context::is_heartbeat_content_effectively_empty;
@@ -36,6 +37,43 @@ pub fn is_heartbeat_content_effectively_empty(content: &str) -> bool {
     // A `<!--` never closed is not a comment (OpenClaw removes only closed ones): what
     // follows it may be a task, so the heartbeat runs.
     lines_empty && !in_comment
+}
+
+/// The most of a `HEARTBEAT.md` [`is_heartbeat_file_effectively_empty`] reads (1 MiB).
+pub const MAX_HEARTBEAT_FILE_BYTES: u64 = 1 << 20;
+
+/// Whether the heartbeat file at `path` holds no task
+/// ([`is_heartbeat_content_effectively_empty`] of its text), for a host that skips the
+/// heartbeat run then. A file that does not exist is **not** empty: OpenClaw runs the
+/// heartbeat when `HEARTBEAT.md` is absent, and so should the host (`Ok(false)`).
+///
+/// Only a regular file is read, and no link is followed; anything else (a directory, a
+/// FIFO, a link) is [`Error::NotAFile`](crate::Error::NotAFile), a file over
+/// [`MAX_HEARTBEAT_FILE_BYTES`] is [`Error::FileTooLarge`](crate::Error::FileTooLarge),
+/// and other I/O failures are [`Error::Io`](crate::Error::Io) — the host decides
+/// whether to run. Bytes that are not UTF-8 are read as replacement characters (they
+/// are content).
+///
+/// ```
+/// use agent_sessions::context::is_heartbeat_file_effectively_empty;
+///
+/// let workspace = tempfile::tempdir()?;
+/// let file = workspace.path().join("HEARTBEAT.md");
+/// assert!(!is_heartbeat_file_effectively_empty(&file)?, "absent: run the heartbeat");
+/// std::fs::write(&file, "# Heartbeat\n\n- [ ]\n")?;
+/// assert!(is_heartbeat_file_effectively_empty(&file)?, "the template: skip it");
+/// std::fs::write(&file, "- [ ] check the backups\n")?;
+/// assert!(!is_heartbeat_file_effectively_empty(&file)?);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn is_heartbeat_file_effectively_empty(path: &std::path::Path) -> crate::Result<bool> {
+    match crate::fsutil::read_limited(path, MAX_HEARTBEAT_FILE_BYTES) {
+        Ok(Some((bytes, _))) => Ok(is_heartbeat_content_effectively_empty(
+            &String::from_utf8_lossy(&bytes),
+        )),
+        Ok(None) => Ok(false),
+        Err(error) => Err(crate::Error::io("read", path, error)),
+    }
 }
 
 /// `line` without HTML comments; `in_comment` carries an open `<!--` to the next line.

@@ -168,7 +168,10 @@ pub use chat::{
     TokenCounter, ToolCall,
 };
 pub use delivery::DeliveryRoute;
-pub use heartbeat::{is_heartbeat_content_effectively_empty, HEARTBEAT_PROMPT};
+pub use heartbeat::{
+    is_heartbeat_content_effectively_empty, is_heartbeat_file_effectively_empty, HEARTBEAT_PROMPT,
+    MAX_HEARTBEAT_FILE_BYTES,
+};
 pub use history::{
     build_history_context, format_envelope, HistoryBuffer, HistoryClaim, HistoryEntry,
     MemoryHistory,

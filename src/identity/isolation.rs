@@ -232,6 +232,11 @@ impl<T: TranscriptStore> TranscriptStore for AgentScoped<T> {
         self.inner.follow_interval()
     }
 
+    fn announce(&self, update: crate::transcript::TranscriptUpdate) -> bool {
+        // Another agent's transcript is not this store's to announce.
+        update.transcript.agent == self.agent && self.inner.announce(update)
+    }
+
     async fn archived(&self, transcript: &TranscriptRef) -> Result<Option<TranscriptRef>> {
         self.check_transcript(transcript)?;
         self.inner.archived(transcript).await

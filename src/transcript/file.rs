@@ -1092,6 +1092,12 @@ impl TranscriptStore for FileTranscriptStore {
         self.inner.hub.subscribe()
     }
 
+    fn announce(&self, update: TranscriptUpdate) -> bool {
+        let heard = self.inner.hub.subscribers() > 0;
+        self.inner.hub.publish(update);
+        heard
+    }
+
     fn location(&self, transcript: &TranscriptRef) -> Option<String> {
         self.path(transcript)
             .ok()

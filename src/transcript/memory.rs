@@ -225,6 +225,12 @@ impl TranscriptStore for MemoryTranscriptStore {
     fn subscribe(&self) -> TranscriptSubscription {
         self.inner.hub.subscribe()
     }
+
+    fn announce(&self, update: TranscriptUpdate) -> bool {
+        let heard = self.inner.hub.subscribers() > 0;
+        self.inner.hub.publish(update);
+        heard
+    }
 }
 
 #[async_trait]

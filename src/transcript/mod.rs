@@ -335,6 +335,90 @@ pub struct TranscriptUpdate {
     pub events: Vec<SessionEvent>,
 }
 
+/// A transcript changed, as an OpenClaw host announces it with
+/// `emitSessionTranscriptUpdate`: the transcript's file, and in OpenClaw's object form
+/// the session's key (and the appended message, which the crate reads from the
+/// transcript itself). Given to [`SessionManager::emit_transcript_update`], it wakes
+/// the crate's subscribers and followers of that transcript.
+///
+/// [`SessionManager::emit_transcript_update`]: crate::SessionManager::emit_transcript_update
+///
+/// ```
+/// use agent_sessions::transcript::TranscriptNotice;
+/// use serde_json::json;
+///
+/// let by_path = TranscriptNotice::from_openclaw(&json!(" /state/agents/main/sessions/s-1.jsonl "))?;
+/// assert_eq!(by_path.session_file, "/state/agents/main/sessions/s-1.jsonl");
+/// let object = TranscriptNotice::from_openclaw(&json!({
+///     "sessionFile": "/state/agents/main/sessions/s-1.jsonl",
+///     "sessionKey": "agent:main:telegram:dm:42",
+///     "message": {"role": "assistant", "content": "Done."}
+/// }))?;
+/// assert_eq!(object.session_key.as_deref(), Some("agent:main:telegram:dm:42"));
+/// assert!(TranscriptNotice::from_openclaw(&json!(42)).is_err());
+/// # Ok::<(), agent_sessions::Error>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TranscriptNotice {
+    /// The transcript's file, trimmed; blank names nothing (the notice is ignored).
+    pub session_file: String,
+    /// The session's key, when the host gave it.
+    pub session_key: Option<String>,
+}
+
+impl TranscriptNotice {
+    /// A notice for the transcript at `session_file` (trimmed).
+    pub fn file(session_file: impl AsRef<str>) -> Self {
+        TranscriptNotice {
+            session_file: session_file.as_ref().trim().to_owned(),
+            session_key: None,
+        }
+    }
+
+    /// The notice of OpenClaw's `emitSessionTranscriptUpdate` argument: a string (the
+    /// file) or an object with `sessionFile` and optional `sessionKey` and `message`.
+    /// Anything else — a number, an object without a string `sessionFile`, a
+    /// `sessionKey` that is not a string — is [`Error::InvalidId`] of kind
+    /// [`IdKind::SessionFile`](crate::error::IdKind::SessionFile).
+    pub fn from_openclaw(update: &serde_json::Value) -> Result<Self> {
+        use serde_json::Value;
+        let refused = |problem| {
+            crate::Error::invalid_id(
+                crate::error::IdKind::SessionFile,
+                &update.to_string(),
+                problem,
+            )
+        };
+        match update {
+            Value::String(file) => Ok(TranscriptNotice::file(file)),
+            Value::Object(fields) => {
+                let Some(Value::String(file)) = fields.get("sessionFile") else {
+                    return Err(refused(
+                        "a transcript update names its sessionFile as a string",
+                    ));
+                };
+                let session_key = match fields.get("sessionKey") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(key)) => {
+                        Some(key.trim().to_owned()).filter(|key| !key.is_empty())
+                    }
+                    Some(_) => return Err(refused("sessionKey must be a string")),
+                };
+                Ok(TranscriptNotice {
+                    session_key,
+                    ..TranscriptNotice::file(file)
+                })
+            }
+            _ => Err(refused("a transcript update is a file path or an object")),
+        }
+    }
+
+    /// Whether it names no transcript (a blank file): OpenClaw ignores such a notice.
+    pub fn is_blank(&self) -> bool {
+        self.session_file.trim().is_empty()
+    }
+}
+
 /// A live feed of [`TranscriptUpdate`]s. Dropping it unsubscribes.
 ///
 /// A subscriber that falls behind by more than the channel's capacity misses updates
@@ -453,6 +537,10 @@ impl<T: TranscriptStore + ?Sized> TranscriptStore for Arc<T> {
 
     fn follow_interval(&self) -> Duration {
         (**self).follow_interval()
+    }
+
+    fn announce(&self, update: TranscriptUpdate) -> bool {
+        (**self).announce(update)
     }
 
     async fn archived(&self, transcript: &TranscriptRef) -> Result<Option<TranscriptRef>> {
@@ -621,6 +709,15 @@ pub trait TranscriptStore: Send + Sync {
     /// longest it takes a follower to see an append this store does not announce.
     fn follow_interval(&self) -> Duration {
         DEFAULT_FOLLOW_INTERVAL
+    }
+
+    /// Sends `update` to this store's subscribers, for a change made outside the
+    /// store (another program appended to a transcript file and says so). Whether the
+    /// store has subscribers to tell: the default has none, and its followers see the
+    /// change at their next look.
+    fn announce(&self, update: TranscriptUpdate) -> bool {
+        let _ = update;
+        false
     }
 
     /// Where `transcript` went if it was archived (its session was reset or deleted):
