@@ -873,6 +873,25 @@ pub struct LogCursor {
     pub offset: u64,
 }
 
+impl LogCursor {
+    /// Where `record` stands in the message log.
+    pub fn of(record: &crate::transcript::LogRecord) -> Self {
+        LogCursor {
+            at: crate::lifecycle::clock::to_millis(record.at),
+            session_id: record.session_id.clone(),
+            offset: record.offset.0,
+        }
+    }
+
+    /// Where `event`, a message logged in session `session_id` (what
+    /// [`Session::log_message`](crate::Session::log_message) returns), stands in the
+    /// message log; `None` for an event that is not a logged message.
+    pub fn of_event(session_id: &str, event: &crate::transcript::SessionEvent) -> Option<Self> {
+        crate::transcript::lines::log_record(&crate::AgentId::main(), session_id, event)
+            .map(|record| LogCursor::of(&record))
+    }
+}
+
 /// The parent of a forked thread session: what its context starts from.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -4,8 +4,9 @@
 
 mod common;
 
-use agent_sessions::entry::IdentitySummary;
+use agent_sessions::entry::{IdentitySummary, LogCursor};
 use agent_sessions::manager::LogMessage;
+use agent_sessions::ops::type2_message_id;
 use agent_sessions::prelude::*;
 
 const PERSON: &str = "person-7";
@@ -16,7 +17,7 @@ const CORRELATION: &str = "5b0f3c3e-8d4c-4d55-9a55-0d1f0c1e2a3b";
 struct Written {
     key: SessionKey,
     session_id: String,
-    /// The logged messages' ids: inbound, outbound.
+    /// The logged messages' ids in `type2_messages`: inbound, outbound.
     message_ids: [String; 2],
 }
 
@@ -76,13 +77,11 @@ async fn write_through_the_api(manager: &SessionManager) -> Written {
         .unwrap();
     assert_eq!(again.key, key);
     assert_eq!(again.entry().channel_name(), Some("sms"));
+    // Where they stand in the message log: what RABS's message ids are made of.
     let id = |event: &agent_sessions::transcript::SessionEvent| {
-        event
-            .entry
-            .log
-            .as_ref()
-            .and_then(|log| log.message_id.clone())
-            .expect("a logged message has an id")
+        let cursor = LogCursor::of_event(resolution.session_id(), event)
+            .expect("a logged message has its place in the log");
+        type2_message_id(&cursor).to_string()
     };
     // A session of another engine variant, whose id is not a UUID.
     let mut droid = SessionEntry::new("sess_xyz", 1_770_000_000_000);
@@ -117,6 +116,108 @@ async fn reset_once(manager: &SessionManager) -> (String, String) {
     second.complete("ok").await.unwrap();
     assert_ne!(first_id, second_id);
     (first_id, second_id)
+}
+
+/// RABS's person-and-agent conversation as the crate keeps it: two current sessions of
+/// one person with one agent (WhatsApp, then SMS later), two messages summarised into
+/// her rolling summary once the conversation went quiet, and one message after it.
+/// Returns the SMS session's id (the most recent) and the text of the message the
+/// summary does not cover.
+async fn summarised_then_one_more(
+    manager: &SessionManager,
+    clock: &agent_sessions::lifecycle::ManualClock,
+) -> (String, &'static str) {
+    let mut latest = String::new();
+    for (channel, text) in [
+        ("whatsapp", "Can I swap Thursday's shift?"),
+        ("sms", "Friday works too."),
+    ] {
+        let key = manager
+            .resolve(&InboundMessage::direct(channel, "+15550001", text))
+            .await
+            .unwrap()
+            .key;
+        manager
+            .store()
+            .with_session(&key, |entry| {
+                entry.person_id = Some(PERSON.into());
+                entry.agent_identity = Some("reggie".into());
+            })
+            .await
+            .unwrap();
+        let logged = manager
+            .session(&key)
+            .log_message(
+                LogMessage::inbound(text)
+                    .from_person(PERSON)
+                    .with_agent("reggie_oc", "reggie"),
+            )
+            .await
+            .unwrap();
+        latest = LogCursor::of_event(
+            &manager
+                .session(&key)
+                .get()
+                .await
+                .unwrap()
+                .unwrap()
+                .entry
+                .session_id,
+            &logged,
+        )
+        .unwrap()
+        .session_id;
+        clock.advance(std::time::Duration::from_secs(60));
+    }
+    clock.advance(std::time::Duration::from_secs(2 * 3600));
+    let refreshed = manager
+        .refresh_identity_summary(PERSON, "reggie")
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            refreshed,
+            agent_sessions::manager::SummaryRefresh::Updated { .. }
+        ),
+        "{refreshed:?}"
+    );
+    clock.advance(std::time::Duration::from_secs(60));
+    let after = "And Saturday?";
+    let key = manager
+        .resolve(&InboundMessage::direct("sms", "+15550001", after))
+        .await
+        .unwrap()
+        .key;
+    manager
+        .session(&key)
+        .log_message(
+            LogMessage::inbound(after)
+                .from_person(PERSON)
+                .with_agent("reggie_oc", "reggie"),
+        )
+        .await
+        .unwrap();
+    (latest, after)
+}
+
+/// A manager for [`summarised_then_one_more`]: a session per channel and peer, on a
+/// clock the test moves.
+fn per_channel_manager<S>(store: S) -> (SessionManager, agent_sessions::lifecycle::ManualClock)
+where
+    S: SessionStore + agent_sessions::transcript::TranscriptStore + Clone + 'static,
+{
+    let clock = agent_sessions::lifecycle::ManualClock::new(
+        chrono::DateTime::parse_from_rfc3339("2026-03-10T10:00:00Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc),
+    );
+    let manager = SessionManager::builder(store.clone())
+        .transcripts(store)
+        .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    (manager, clock)
 }
 
 #[cfg(feature = "sqlite")]
@@ -161,7 +262,7 @@ mod sqlite {
             String,
             String,
             String,
-            String,
+            Option<String>,
             String,
         ) = c
             .query_row(
@@ -186,7 +287,7 @@ mod sqlite {
                 person_type.as_str(),
                 identity.as_str(),
                 engine_type.as_str(),
-                engine_id.as_str(),
+                engine_id.as_deref(),
                 channel.as_str()
             ),
             (
@@ -194,7 +295,8 @@ mod sqlite {
                 "staff",
                 "reggie",
                 "openclaw",
-                written.session_id.as_str(),
+                // The engine has not replied: RABS starts it without --session-id.
+                None,
                 "whatsapp"
             )
         );
@@ -385,6 +487,54 @@ WHERE session_id = $1 ORDER BY created_at DESC LIMIT 1",
     }
 
     #[tokio::test]
+    async fn rabs_finds_one_current_session_and_the_messages_its_summary_lacks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.db");
+        let db = SqliteStore::open(&path).unwrap();
+        let (manager, clock) = per_channel_manager(db.clone());
+        let (latest, unsummarised) = summarised_then_one_more(&manager, &clock).await;
+        db.create_views().await.unwrap();
+        let c = dashboard(&path);
+        // UNIQUE(person_id, agent_name): her most recent session; both in the history.
+        let count = |view: &str| -> i64 {
+            c.query_row(
+                &format!("SELECT count(*) FROM brainframe.{view} WHERE person_id = $1 AND agent_name = $2"),
+                params![PERSON, "main"],
+                |r| r.get(0),
+            )
+            .unwrap()
+        };
+        assert_eq!(
+            (count("type2_sessions"), count("type2_sessions_history")),
+            (1, 2)
+        );
+        let (id, last): (String, Option<String>) = c
+            .query_row(
+                "SELECT id, last_message_in_summary FROM brainframe.type2_sessions \
+                 WHERE person_id = $1 AND agent_name = $2",
+                params![PERSON, "main"],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(id, latest);
+        let last = last.expect("the rolling summary names the last message it covers");
+        // RABS's maybeSummarise query, its uuid cast left out (SQLite has none).
+        let messages: Vec<String> = c
+            .prepare(
+                "SELECT message FROM brainframe.type2_messages
+                 WHERE person_id = $1 AND agent_identity = $2
+                 AND ($3 IS NULL OR id > $3)
+                 ORDER BY created_at",
+            )
+            .unwrap()
+            .query_map(params![PERSON, "reggie", last], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(messages, [unsummarised]);
+    }
+
+    #[tokio::test]
     async fn a_replaced_session_keeps_its_rows_in_the_sqlite_views() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sessions.db");
@@ -408,16 +558,23 @@ WHERE session_id = $1 ORDER BY created_at DESC LIMIT 1",
             (status(&old), status(&new)),
             ("closed".into(), "active".into())
         );
-        let joined: i64 = c
-            .query_row(
-                "SELECT count(*) FROM type2_messages m JOIN type2_sessions s ON m.session_id = s.id",
+        let joined = |sessions: &str| -> i64 {
+            c.query_row(
+                &format!("SELECT count(*) FROM type2_messages m JOIN {sessions} s ON m.session_id = s.id"),
                 [],
                 |r| r.get(0),
             )
-            .unwrap();
+            .unwrap()
+        };
         assert_eq!(
-            joined, 4,
-            "every message finds its session, the closed one too"
+            joined("type2_sessions_history"),
+            4,
+            "every message finds its session in the history, the closed one too"
+        );
+        assert_eq!(
+            joined("type2_sessions"),
+            2,
+            "the registry holds the current session only"
         );
     }
 }
@@ -542,8 +699,9 @@ mod postgres {
         );
         assert_eq!(session.get::<_, String>("engine_type"), "openclaw");
         assert_eq!(
-            session.get::<_, String>("engine_session_id"),
-            written.session_id
+            session.get::<_, Option<String>>("engine_session_id"),
+            None,
+            "the engine has not replied: RABS starts it without --session-id"
         );
         assert_eq!(session.get::<_, String>("channel"), "whatsapp");
         assert_eq!(
@@ -779,6 +937,73 @@ ORDER BY created_at",
         not(postgres_tests),
         ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
     )]
+    async fn rabs_finds_one_current_session_and_the_messages_its_summary_lacks() {
+        let schema = common::TestSchema::new("views_summary");
+        let store = schema.store().await;
+        let (manager, clock) = per_channel_manager(store.clone());
+        let (latest, unsummarised) = summarised_then_one_more(&manager, &clock).await;
+        let (rabs, clawos) = (format!("{}_r", schema.name), format!("{}_c", schema.name));
+        let views = ViewSchemas::new(&rabs, &clawos);
+        store.create_views(&views).await.unwrap();
+        let rabs_sql = |sql: &str| sql.replace("brainframe.", &format!("{rabs}."));
+        let (client, connection) = tokio_postgres::connect(&schema.server, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        // RABS's lookup, as written: one row, her most recent session.
+        let session = client
+            .query_one(
+                &rabs_sql("SELECT * FROM brainframe.type2_sessions WHERE person_id = $1 AND agent_name = $2"),
+                &[&PERSON, &"main"],
+            )
+            .await
+            .unwrap();
+        assert_eq!(session.get::<_, PgUuid>("id"), uuid(&latest));
+        let history: i64 = client
+            .query_one(
+                &rabs_sql("SELECT count(*) FROM brainframe.type2_sessions_history WHERE person_id = $1 AND agent_name = $2"),
+                &[&PERSON, &"main"],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(history, 2);
+        let last: Option<PgUuid> = session.get("last_message_in_summary");
+        assert!(
+            last.is_some(),
+            "the rolling summary names the last message it covers"
+        );
+        // RABS's maybeSummarise query, as written.
+        let messages = client
+            .query(
+                &rabs_sql(
+                    "SELECT direction, message, agent_name, channel, created_at
+FROM brainframe.type2_messages
+WHERE person_id = $1 AND agent_identity = $2
+AND ($3::uuid IS NULL OR id > $3)
+ORDER BY created_at",
+                ),
+                &[&PERSON, &"reggie", &last],
+            )
+            .await
+            .unwrap();
+        let texts: Vec<String> = messages.iter().map(|m| m.get(1)).collect();
+        assert_eq!(texts, [unsummarised]);
+        store.drop_views(&views).await.unwrap();
+        client
+            .batch_execute(&format!(
+                "DROP SCHEMA {rabs} CASCADE; DROP SCHEMA {clawos} CASCADE"
+            ))
+            .await
+            .unwrap();
+        schema.drop().await;
+    }
+
+    #[tokio::test]
+    #[cfg_attr(
+        not(postgres_tests),
+        ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+    )]
     async fn a_replaced_session_keeps_its_rows_in_the_postgres_views() {
         let schema = common::TestSchema::new("views_closed");
         let store = schema.store().await;
@@ -806,19 +1031,25 @@ ORDER BY created_at",
             statuses.push(row.get::<_, String>(0));
         }
         assert_eq!(statuses, ["closed", "active"]);
-        let joined: i64 = client
-            .query_one(
-                &format!(
-                    "SELECT count(*) FROM {rabs}.type2_messages m JOIN {rabs}.type2_sessions s ON m.session_id = s.id"
-                ),
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
+        let mut joined = Vec::new();
+        for sessions in ["type2_sessions_history", "type2_sessions"] {
+            let count: i64 = client
+                .query_one(
+                    &format!(
+                        "SELECT count(*) FROM {rabs}.type2_messages m JOIN {rabs}.{sessions} s ON m.session_id = s.id"
+                    ),
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            joined.push(count);
+        }
         assert_eq!(
-            joined, 4,
-            "every message finds its session, the closed one too"
+            joined,
+            [4, 2],
+            "every message finds its session in the history, the closed one too; the \
+             registry holds the current session only"
         );
         store.drop_views(&views).await.unwrap();
         client

@@ -123,7 +123,7 @@ pub struct ExportArgs {
 pub struct ViewsArgs {
     /// `create` (or re-create: idempotent) or `drop` the views.
     action: ViewsAction,
-    /// PostgreSQL: the schema of type2_sessions and type2_messages.
+    /// PostgreSQL: the schema of type2_sessions, type2_sessions_history and type2_messages.
     #[arg(long, default_value = "brainframe")]
     rabs_schema: String,
     /// PostgreSQL: the schema of ClawOS's sessions view.
@@ -152,10 +152,15 @@ async fn views(store: &str, json: bool, args: ViewsArgs) -> Outcome {
                 ViewsAction::Create => db.create_views().await?,
                 ViewsAction::Drop => db.drop_views().await?,
             }
-            vec!["type2_sessions", "type2_messages", "clawos_sessions"]
-                .into_iter()
-                .map(str::to_owned)
-                .collect::<Vec<_>>()
+            vec![
+                "type2_sessions",
+                "type2_sessions_history",
+                "type2_messages",
+                "clawos_sessions",
+            ]
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
         }
         StoreUrl::Postgres { url, schema } => {
             let options = match schema {
@@ -171,6 +176,7 @@ async fn views(store: &str, json: bool, args: ViewsArgs) -> Outcome {
             }
             vec![
                 format!("{}.type2_sessions", args.rabs_schema),
+                format!("{}.type2_sessions_history", args.rabs_schema),
                 format!("{}.type2_messages", args.rabs_schema),
                 format!("{}.sessions", args.clawos_schema),
             ]

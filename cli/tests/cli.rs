@@ -1640,7 +1640,7 @@ fn views_are_created_and_dropped_on_a_sqlite_store() {
         (
             &["views", "create"],
             0,
-            "created type2_sessions, type2_messages, clawos_sessions in sqlite:",
+            "created type2_sessions, type2_sessions_history, type2_messages, clawos_sessions in sqlite:",
         ),
         (&["views", "create"], 0, "created type2_sessions"),
         (&["views", "drop"], 0, "dropped type2_sessions"),

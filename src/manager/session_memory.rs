@@ -324,14 +324,6 @@ impl SessionManager {
     }
 }
 
-fn cursor_of(record: &crate::transcript::LogRecord) -> LogCursor {
-    LogCursor {
-        at: to_millis(record.at),
-        session_id: record.session_id.clone(),
-        offset: record.offset.0,
-    }
-}
-
 /// The memory side of [`Session`](super::Session)'s calls: the memory flush before
 /// compaction, compaction, engine sessions and the skills snapshot.
 #[derive(Debug, Clone, Copy)]
@@ -499,7 +491,7 @@ impl SessionManager {
             .filter(|record| {
                 watermark
                     .as_ref()
-                    .is_none_or(|mark| cursor_of(record) > *mark)
+                    .is_none_or(|mark| LogCursor::of(record) > *mark)
             })
             .collect();
         let Some(last) = records.last() else {
@@ -528,7 +520,7 @@ impl SessionManager {
         let summary = IdentitySummary {
             text: clip_summary(&self.seams.summarizer.summarize(&input).await?),
             updated_at: to_millis(now),
-            watermark: Some(cursor_of(last)),
+            watermark: Some(LogCursor::of(last)),
             extra: Default::default(),
         };
         let mut sessions = Vec::new();

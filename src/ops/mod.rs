@@ -92,9 +92,10 @@
 //!
 //! | view | shape of | rows |
 //! | --- | --- | --- |
-//! | `type2_sessions` | RABS's session registry | one per session: the current one of each key, and the closed ones a reset or timeout replaced |
+//! | `type2_sessions` | RABS's session registry | RABS's `UNIQUE(person_id, agent_name)`: a person's most recently active current session with each agent (every current session without a person) |
+//! | `type2_sessions_history` | the same columns | every session: the current ones and the closed ones a reset or timeout replaced, so every logged message finds its session |
 //! | `type2_messages` | RABS's message log | one per logged message (`log_message`), in every transcript, archived ones included |
-//! | `sessions` (PostgreSQL, in its own schema) / `clawos_sessions` (SQLite) | ClawOS's kernel table | one per session, as `type2_sessions`: a replaced session is a `closed` row, as ClawOS keeps it |
+//! | `sessions` (PostgreSQL, in its own schema) / `clawos_sessions` (SQLite) | ClawOS's kernel table | one per session, as `type2_sessions_history`: a replaced session is a `closed` row, as ClawOS keeps it |
 //!
 //! **Names.** The crate's own table is already called `sessions`. On PostgreSQL every
 //! view lives in a schema of its own, named by [`ViewSchemas`] (default `brainframe`
@@ -113,15 +114,18 @@
 //! * `type2_sessions`: `id` is the session's `sessionId` (a new one after every reset;
 //!   on PostgreSQL a UUID, derived with `md5` from an id that is not one), `agent_name`
 //!   the key's agent, `engine_type`/`engine_session_id` the first of the entry's
-//!   `engineSessionIds` (else `openclaw` and the `sessionId`), `channel` the entry's
+//!   `engineSessionIds` (else `openclaw` and NULL: the engine has not replied yet, so
+//!   RABS starts it without `--session-id`), `channel` the entry's
 //!   `firstChannel` (the channel the session began on; for entries older than that
 //!   field, the origin's), `summary` and `summary_updated_at` the shared
 //!   identity summary, `metadata` the whole entry, `created_at` when the session
-//!   started; `last_message_in_summary` is NULL (the summary's watermark is a position
-//!   in the log, not a message id).
-//! * `type2_messages`: `id` is the message's own id (lines logged before messages had
-//!   one: derived from their place), `session_id` the transcript's session id (joins
-//!   `type2_sessions.id`), `message` the text, `category` and `embedding` what the
+//!   started; `last_message_in_summary` the `type2_messages.id` of the last message the
+//!   rolling summary covers (its watermark), NULL before the first summary.
+//! * `type2_messages`: `id` grows with the message log's order — time, then session,
+//!   then place ([`type2_message_id`] computes it) — so RABS's incremental query
+//!   `id > last_message_in_summary` finds what the summary lacks; `session_id` the
+//!   transcript's session id (joins `type2_sessions_history.id`, and
+//!   `type2_sessions.id` for current sessions), `message` the text, `category` and `embedding` what the
 //!   search index holds for it (NULL until indexed); `embedding` is `REAL[]` on
 //!   PostgreSQL (`vector(1536)` needs the pgvector extension: cast it where installed)
 //!   and the index's `BLOB` on SQLite.
@@ -141,4 +145,4 @@ pub use migrate::{
     migrate, migrate_with, Checksums, MigrateOptions, MigrationProgress, MigrationReport,
     NoProgress, SessionConflict,
 };
-pub use views::ViewSchemas;
+pub use views::{type2_message_id, ViewSchemas};

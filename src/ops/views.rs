@@ -87,6 +87,81 @@ fn sessions_and_closed(schema: &str, entry_json: &str) -> String {
     )
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+/// The current sessions, one per person and agent (RABS's `UNIQUE(person_id,
+/// agent_name)`): of a person's current sessions with one agent, the most recently
+/// active; every session without a person.
+fn current_per_person(schema: &str, entry_json: &str) -> String {
+    let columns =
+        "session_id, session_key, agent_id, updated_at, channel, person_id, agent_identity";
+    format!(
+        "SELECT {columns}, j FROM (SELECT {columns}, {entry_json} AS j, \
+         row_number() OVER (PARTITION BY person_id, agent_id \
+         ORDER BY updated_at DESC, session_id) AS n FROM {schema}sessions) AS c \
+         WHERE person_id IS NULL OR n = 1"
+    )
+}
+
+/// The largest value a 12-hex-digit field of a message id holds.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+const MAX_ID_FIELD: u64 = (1 << 48) - 1;
+
+/// RABS's `type2_messages.id` of the message logged at `at` (epoch milliseconds) in
+/// session `session_id` at `offset` — what the SQL views show, so a host can find the
+/// row of a message it logged, or compare with `last_message_in_summary`.
+///
+/// Ids grow with the message log's order: by time, then session id (its first four
+/// bytes), then offset; so RABS's incremental query (`id > last_message_in_summary`)
+/// finds the messages logged after the last one a summary covers.
+///
+/// ```
+/// use agent_sessions::entry::LogCursor;
+/// use agent_sessions::ops::type2_message_id;
+///
+/// let earlier = LogCursor { at: 1_770_000_000_000, session_id: "0b6c1f0e".into(), offset: 7 };
+/// let later = LogCursor { at: 1_770_000_000_001, session_id: "0a00".into(), offset: 2 };
+/// assert!(type2_message_id(&earlier) < type2_message_id(&later));
+/// assert_eq!(type2_message_id(&earlier).to_string(), "019c1c38-a400-3062-3663-000000000007");
+/// ```
+pub fn type2_message_id(cursor: &crate::entry::LogCursor) -> uuid::Uuid {
+    let prefix = cursor.session_id.as_bytes();
+    let mut session = [0u8; 4];
+    let len = prefix.len().min(4);
+    session[..len].copy_from_slice(&prefix[..len]);
+    let at = u128::from(cursor.at.min((1 << 48) - 1));
+    let offset = u128::from(cursor.offset.min((1 << 48) - 1));
+    uuid::Uuid::from_u128(at << 80 | u128::from(u32::from_be_bytes(session)) << 48 | offset)
+}
+
+/// The 32 hex digits of a message id in SQLite (see [`type2_message_id`]), as a UUID's
+/// text.
+#[cfg(feature = "sqlite")]
+fn sqlite_message_id(at: &str, session_id: &str, offset: &str) -> String {
+    let field = |value: &str| format!("printf('%012x', max(0, min(({value}), {MAX_ID_FIELD})))");
+    let hex = format!(
+        "({} || lower(substr(hex(substr(CAST(({session_id}) AS BLOB), 1, 4)) || '00000000', 1, 8)) || {})",
+        field(at),
+        field(offset)
+    );
+    format!(
+        "(substr({hex}, 1, 8) || '-' || substr({hex}, 9, 4) || '-' || substr({hex}, 13, 4) \
+         || '-' || substr({hex}, 17, 4) || '-' || substr({hex}, 21, 12))"
+    )
+}
+
+/// A message id in PostgreSQL (see [`type2_message_id`]).
+#[cfg(feature = "postgres")]
+fn pg_message_id(at: &str, session_id: &str, offset: &str) -> String {
+    let field = |value: &str| {
+        format!("lpad(to_hex(GREATEST(0, LEAST(({value}), {MAX_ID_FIELD}))::bigint), 12, '0')")
+    };
+    format!(
+        "({} || rpad(encode(substring(convert_to(({session_id}), 'UTF8') from 1 for 4), 'hex'), 8, '0') || {})::uuid",
+        field(at),
+        field(offset)
+    )
+}
+
 /// The SQLite views, as one batch: each dropped if there and created.
 #[cfg(feature = "sqlite")]
 pub(crate) fn sqlite_create() -> String {
@@ -101,11 +176,35 @@ SELECT
     s.agent_identity AS agent_identity,
     NULLIF(s.agent_id, '') AS agent_name,
     COALESCE((SELECT e.key FROM json_each(s.j, '$.engineSessionIds') AS e ORDER BY e.key LIMIT 1), 'openclaw') AS engine_type,
-    COALESCE((SELECT e.value FROM json_each(s.j, '$.engineSessionIds') AS e ORDER BY e.key LIMIT 1), s.session_id) AS engine_session_id,
+    (SELECT e.value FROM json_each(s.j, '$.engineSessionIds') AS e ORDER BY e.key LIMIT 1) AS engine_session_id,
     COALESCE(json_extract(s.j, '$.firstChannel'), json_extract(s.j, '$.origin.provider'), s.channel) AS channel,
     json_extract(s.j, '$.identitySummary.text') AS summary,
     {summary_at} AS summary_updated_at,
-    CAST(NULL AS TEXT) AS last_message_in_summary,
+    CASE WHEN json_type(s.j, '$.identitySummary.watermark.at') = 'integer'
+        AND json_type(s.j, '$.identitySummary.watermark.offset') = 'integer'
+        AND json_type(s.j, '$.identitySummary.watermark.sessionId') = 'text'
+        THEN {summarised} END AS last_message_in_summary,
+    s.j AS metadata,
+    {created_at} AS created_at,
+    {updated_at} AS updated_at
+FROM ({current_per_person}) AS s;
+
+CREATE VIEW type2_sessions_history AS
+SELECT
+    s.session_id AS id,
+    json_extract(s.j, '$.personType') AS person_type,
+    s.person_id AS person_id,
+    s.agent_identity AS agent_identity,
+    NULLIF(s.agent_id, '') AS agent_name,
+    COALESCE((SELECT e.key FROM json_each(s.j, '$.engineSessionIds') AS e ORDER BY e.key LIMIT 1), 'openclaw') AS engine_type,
+    (SELECT e.value FROM json_each(s.j, '$.engineSessionIds') AS e ORDER BY e.key LIMIT 1) AS engine_session_id,
+    COALESCE(json_extract(s.j, '$.firstChannel'), json_extract(s.j, '$.origin.provider'), s.channel) AS channel,
+    json_extract(s.j, '$.identitySummary.text') AS summary,
+    {summary_at} AS summary_updated_at,
+    CASE WHEN json_type(s.j, '$.identitySummary.watermark.at') = 'integer'
+        AND json_type(s.j, '$.identitySummary.watermark.offset') = 'integer'
+        AND json_type(s.j, '$.identitySummary.watermark.sessionId') = 'text'
+        THEN {summarised} END AS last_message_in_summary,
     s.j AS metadata,
     {created_at} AS created_at,
     {updated_at} AS updated_at
@@ -113,7 +212,7 @@ FROM ({sessions_and_closed}) AS s;
 
 CREATE VIEW type2_messages AS
 SELECT
-    COALESCE(json_extract(l.j, '$.log.messageId'), l.agent_id || '/' || t.session_id || '/' || l.seq) AS id,
+    {message_id} AS id,
     t.session_id AS session_id,
     l.person_id AS person_id,
     COALESCE(json_extract(l.j, '$.log.agentName'), l.agent_id) AS agent_name,
@@ -156,6 +255,13 @@ FROM ({sessions_and_closed}) AS s;
 "#,
         drop = SQLITE_DROP,
         sessions_and_closed = sessions_and_closed("", "CASE WHEN json_valid(entry) THEN entry END"),
+        current_per_person = current_per_person("", "CASE WHEN json_valid(entry) THEN entry END"),
+        message_id = sqlite_message_id("l.log_at", "t.session_id", "l.seq"),
+        summarised = sqlite_message_id(
+            "json_extract(s.j, '$.identitySummary.watermark.at')",
+            "json_extract(s.j, '$.identitySummary.watermark.sessionId')",
+            "json_extract(s.j, '$.identitySummary.watermark.offset')"
+        ),
         summary_at = ts("json_extract(s.j, '$.identitySummary.updatedAt')"),
         created_at = ts("COALESCE(json_extract(s.j, '$.sessionStartedAt'), s.updated_at)"),
         updated_at = ts("s.updated_at"),
@@ -166,6 +272,7 @@ FROM ({sessions_and_closed}) AS s;
 /// Drops the SQLite views, those that are there.
 #[cfg(feature = "sqlite")]
 pub(crate) const SQLITE_DROP: &str = "DROP VIEW IF EXISTS type2_sessions;
+DROP VIEW IF EXISTS type2_sessions_history;
 DROP VIEW IF EXISTS type2_messages;
 DROP VIEW IF EXISTS clawos_sessions;";
 
@@ -214,11 +321,35 @@ SELECT
     s.agent_identity AS agent_identity,
     NULLIF(s.agent_id, '') AS agent_name,
     COALESCE((SELECT e.key FROM jsonb_each_text(s.j -> 'engineSessionIds') AS e ORDER BY e.key LIMIT 1), 'openclaw') AS engine_type,
-    COALESCE((SELECT e.value FROM jsonb_each_text(s.j -> 'engineSessionIds') AS e ORDER BY e.key LIMIT 1), s.session_id) AS engine_session_id,
+    (SELECT e.value FROM jsonb_each_text(s.j -> 'engineSessionIds') AS e ORDER BY e.key LIMIT 1) AS engine_session_id,
     COALESCE(s.j ->> 'firstChannel', s.j -> 'origin' ->> 'provider', s.channel) AS channel,
     s.j -> 'identitySummary' ->> 'text' AS summary,
     {summary_at} AS summary_updated_at,
-    NULL::uuid AS last_message_in_summary,
+    CASE WHEN jsonb_typeof(s.j -> 'identitySummary' -> 'watermark' -> 'at') = 'number'
+        AND jsonb_typeof(s.j -> 'identitySummary' -> 'watermark' -> 'offset') = 'number'
+        AND jsonb_typeof(s.j -> 'identitySummary' -> 'watermark' -> 'sessionId') = 'string'
+        THEN {summarised} END AS last_message_in_summary,
+    s.j AS metadata,
+    {created_at} AS created_at,
+    {updated_at} AS updated_at
+FROM ({current_per_person}) AS s;
+
+CREATE VIEW {rabs}.type2_sessions_history AS
+SELECT
+    {session_uuid} AS id,
+    s.j ->> 'personType' AS person_type,
+    s.person_id AS person_id,
+    s.agent_identity AS agent_identity,
+    NULLIF(s.agent_id, '') AS agent_name,
+    COALESCE((SELECT e.key FROM jsonb_each_text(s.j -> 'engineSessionIds') AS e ORDER BY e.key LIMIT 1), 'openclaw') AS engine_type,
+    (SELECT e.value FROM jsonb_each_text(s.j -> 'engineSessionIds') AS e ORDER BY e.key LIMIT 1) AS engine_session_id,
+    COALESCE(s.j ->> 'firstChannel', s.j -> 'origin' ->> 'provider', s.channel) AS channel,
+    s.j -> 'identitySummary' ->> 'text' AS summary,
+    {summary_at} AS summary_updated_at,
+    CASE WHEN jsonb_typeof(s.j -> 'identitySummary' -> 'watermark' -> 'at') = 'number'
+        AND jsonb_typeof(s.j -> 'identitySummary' -> 'watermark' -> 'offset') = 'number'
+        AND jsonb_typeof(s.j -> 'identitySummary' -> 'watermark' -> 'sessionId') = 'string'
+        THEN {summarised} END AS last_message_in_summary,
     s.j AS metadata,
     {created_at} AS created_at,
     {updated_at} AS updated_at
@@ -226,7 +357,7 @@ FROM ({sessions_and_closed}) AS s;
 
 CREATE VIEW {rabs}.type2_messages AS
 SELECT
-    COALESCE({message_uuid}, md5(l.agent_id || '/' || t.session_id || '/' || l.seq)::uuid) AS id,
+    {message_id} AS id,
     {transcript_uuid} AS session_id,
     l.person_id AS person_id,
     COALESCE(l.j -> 'log' ->> 'agentName', l.agent_id) AS agent_name,
@@ -272,7 +403,13 @@ FROM ({sessions_and_closed}) AS s;
         line_json = jsonb("line"),
         session_uuid = pg_uuid("s.session_id"),
         transcript_uuid = pg_uuid("t.session_id"),
-        message_uuid = pg_uuid("l.j -> 'log' ->> 'messageId'"),
+        current_per_person = current_per_person(&format!("{store}."), &jsonb("entry")),
+        message_id = pg_message_id("l.log_at", "t.session_id", "l.seq"),
+        summarised = pg_message_id(
+            "(s.j -> 'identitySummary' -> 'watermark' ->> 'at')::numeric",
+            "s.j -> 'identitySummary' -> 'watermark' ->> 'sessionId'",
+            "(s.j -> 'identitySummary' -> 'watermark' ->> 'offset')::numeric"
+        ),
         correlation_uuid = pg_uuid("l.j -> 'log' ->> 'correlationId'"),
         summary_at = pg_time("s.j -> 'identitySummary' ->> 'updatedAt'"),
         created_at = pg_time("COALESCE((s.j ->> 'sessionStartedAt')::bigint, s.updated_at)"),
@@ -290,6 +427,7 @@ pub(crate) fn postgres_drop(schemas: &ViewSchemas) -> String {
     format!(
         "DROP VIEW IF EXISTS {rabs}.type2_messages;
 DROP VIEW IF EXISTS {rabs}.type2_sessions;
+DROP VIEW IF EXISTS {rabs}.type2_sessions_history;
 DROP VIEW IF EXISTS {clawos}.sessions;",
         rabs = schemas.rabs,
         clawos = schemas.clawos

@@ -445,8 +445,8 @@ impl PostgresStore {
     }
 
     /// Creates (or re-creates) the SQL views with RABS's and ClawOS's shapes over this
-    /// store's tables — `<rabs>.type2_sessions`, `<rabs>.type2_messages` and
-    /// `<clawos>.sessions`, each schema created if missing — so their SQL, joins and
+    /// store's tables — `<rabs>.type2_sessions`, `<rabs>.type2_sessions_history`,
+    /// `<rabs>.type2_messages` and `<clawos>.sessions`, each schema created if missing — so their SQL, joins and
     /// dashboards read the crate's sessions and message log (see
     /// [`views`](crate::ops::ViewSchemas) for every column). Idempotent; one transaction.
     /// A schema that is not a plain name, or is the store's own, is
@@ -459,7 +459,7 @@ impl PostgresStore {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
     /// let db = PostgresStore::connect("postgres://bot@db.internal/sessions").await?;
-    /// // brainframe.type2_sessions, brainframe.type2_messages, clawos.sessions
+    /// // brainframe.type2_sessions (and _history), brainframe.type2_messages, clawos.sessions
     /// db.create_views(&ViewSchemas::default()).await?;
     /// # Ok(())
     /// # }

@@ -243,8 +243,8 @@ impl SqliteStore {
     }
 
     /// Creates (or re-creates) the SQL views with RABS's and ClawOS's shapes over this
-    /// database's tables — `type2_sessions`, `type2_messages` and `clawos_sessions` —
-    /// so their SQL and dashboards read the crate's sessions and message log (see
+    /// database's tables — `type2_sessions`, `type2_sessions_history`, `type2_messages`
+    /// and `clawos_sessions` — so their SQL and dashboards read the crate's sessions and message log (see
     /// [`views`](crate::ops::ViewSchemas) for every column). Idempotent; one transaction.
     ///
     /// ```
