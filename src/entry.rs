@@ -543,6 +543,13 @@ pub struct SessionEntry {
     /// login that resolves as `user`, say) does not change it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub person_type: Option<String>,
+    /// The raw ids the person came with where they differ from [`person_id`]
+    /// (`staff:17` by SMS and `42` on the admin chat, both linked to one person), in the
+    /// order first seen, at most 16.
+    ///
+    /// [`person_id`]: SessionEntry::person_id
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_person_ids: Option<Vec<String>>,
     /// The channel of the session's first message (`sms`, `web`, …); [`SessionEntry::channel_name`]
     /// names the latest.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -5,6 +5,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agent_sessions::key::IdentityLinks;
 use agent_sessions::lifecycle::ManualClock;
 use agent_sessions::manager::{CompactionEvent, LogMessage, SummaryRefresh, TurnOutcome};
 use agent_sessions::memory::{EngineKind, EngineSession, TurnUsage};
@@ -757,4 +758,97 @@ impl Backends {
         #[cfg(postgres_tests)]
         self.schema.drop().await;
     }
+}
+
+/// One person known by two raw ids — `staff:17` by SMS, `42` on the admin chat, linked
+/// to one canonical person — is one person everywhere: each session, each log line and
+/// the rolling summary name her canonical id, the raw id kept beside it; and a session
+/// that recorded a raw id before the link is corrected on its next message.
+#[tokio::test]
+async fn a_linked_person_has_one_id_across_her_sessions_lines_and_summary() {
+    use agent_sessions::transcript::{LogQuery, TranscriptStore};
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(at("2026-03-10T10:00:00Z"));
+    let transcripts = FileTranscriptStore::new(dir.path());
+    let build = |links: IdentityLinks| {
+        SessionManager::builder(common::store(dir.path()))
+            .key_builder(
+                DefaultKeyBuilder::new()
+                    .dm_scope(DmScope::PerChannelPeer)
+                    .identity_links(links),
+            )
+            .transcripts(transcripts.clone())
+            .agent_identity("reggie_oc", "reggie")
+            .agent_identity("reggie_fd", "reggie")
+            .clock(clock.clone())
+            .build()
+            .unwrap()
+    };
+    let sms = InboundMessage::direct("sms", "+61412345678", "When is my shift?")
+        .with_agent("reggie_oc")
+        .from_person("staff:17");
+    let admin = InboundMessage::direct("admin_chat", "42", "Swap it for Friday?")
+        .with_agent("reggie_fd")
+        .from_person("42");
+
+    // Before the link: her SMS session records the raw id it saw.
+    let unlinked = build(IdentityLinks::new());
+    let turn = unlinked.turn(&sms).await.unwrap();
+    let sms_key = turn.key().clone();
+    turn.complete("Thursday at 9.").await.unwrap();
+    assert_eq!(
+        unlinked
+            .session(&sms_key)
+            .get()
+            .await
+            .unwrap()
+            .unwrap()
+            .entry
+            .person_id
+            .as_deref(),
+        Some("staff:17")
+    );
+
+    let manager = build(IdentityLinks::new().link("jane", ["staff:17", "42"]));
+    let mut keys = Vec::new();
+    for (message, reply) in [(&sms, "Still Thursday."), (&admin, "Swap requested.")] {
+        clock.advance(Duration::from_secs(60));
+        let turn = manager.turn(message).await.unwrap();
+        keys.push(turn.key().clone());
+        turn.complete(reply).await.unwrap();
+    }
+    assert_eq!(keys[0], sms_key);
+    for (key, raw) in keys.iter().zip(["staff:17", "42"]) {
+        let entry = manager.session(key).get().await.unwrap().unwrap().entry;
+        assert_eq!(entry.person_id.as_deref(), Some("jane"), "{key}");
+        assert_eq!(entry.raw_person_ids, Some(vec![raw.to_owned()]), "{key}");
+    }
+
+    // Her lines since the link, by her one id; her messages keep the raw id they came
+    // with (the bot's replies came with none).
+    let lines = transcripts
+        .query_log(&LogQuery::person_with("jane", "reggie"))
+        .await
+        .unwrap();
+    assert_eq!(
+        lines.len(),
+        4,
+        "two messages and two replies since the link"
+    );
+    let raw: Vec<Option<&str>> = lines
+        .iter()
+        .map(|line| line.log.raw_person_id.as_deref())
+        .collect();
+    assert_eq!(raw, [Some("staff:17"), None, Some("42"), None]);
+
+    // Her rolling summary, asked for by either raw id, reaches both sessions.
+    clock.advance(Duration::from_secs(2 * 3600));
+    let SummaryRefresh::Updated { sessions, .. } = manager
+        .refresh_identity_summary("42", "reggie")
+        .await
+        .unwrap()
+    else {
+        panic!("expected an update")
+    };
+    assert_eq!(sessions.len(), 2, "{sessions:?}");
 }

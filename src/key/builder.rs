@@ -118,6 +118,14 @@ impl Conversation {
 pub trait KeyBuilder: Send + Sync {
     /// The key of the session `conversation` belongs to.
     fn build(&self, conversation: &Conversation) -> Result<SessionKey>;
+
+    /// The canonical person a person id (`42`, `staff:17`) is linked to, if another:
+    /// the manager records that id in sessions, log lines and summaries, and the raw id
+    /// beside it. The default links nothing.
+    fn canonical_person(&self, person_id: &str) -> Option<String> {
+        let _ = person_id;
+        None
+    }
 }
 
 /// How direct messages are grouped into sessions (OpenClaw's `session.dmScope`).
@@ -423,6 +431,13 @@ impl KeyBuilder for DefaultKeyBuilder {
             None => base,
         };
         SessionKey::parse(&key)
+    }
+
+    fn canonical_person(&self, person_id: &str) -> Option<String> {
+        self.identity_links
+            .canonical(person_id)
+            .filter(|canonical| *canonical != person_id.trim())
+            .map(str::to_owned)
     }
 }
 

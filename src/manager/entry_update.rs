@@ -9,7 +9,8 @@ use crate::entry::{
 };
 use crate::identity::PersonType;
 use crate::key::{
-    group_display_name, normalize_channel, GroupNameParts, GroupResolution, PeerKind, SessionKey,
+    group_display_name, normalize_channel, GroupNameParts, GroupResolution, KeyBuilder, PeerKind,
+    SessionKey,
 };
 use crate::lifecycle::triggers::ModelRef;
 
@@ -23,6 +24,10 @@ pub(crate) struct Inbound<'a> {
     pub(crate) model: Option<&'a ModelRef>,
     pub(crate) fork: Option<&'a ForkOrigin>,
     pub(crate) agent_identity: Option<&'a str>,
+    /// The canonical person of a person id (see [`KeyBuilder::canonical_person`]).
+    ///
+    /// [`KeyBuilder::canonical_person`]: crate::key::KeyBuilder::canonical_person
+    pub(crate) people: &'a dyn KeyBuilder,
     pub(crate) now_ms: u64,
 }
 
@@ -115,7 +120,7 @@ pub(crate) fn record_message(entry: &mut SessionEntry, inbound: &Inbound<'_>) {
         entry.forked_from = inbound.fork.cloned();
     }
     if let Some(person) = present(message.person_id.as_deref()) {
-        record_person(entry, person, message.person_type);
+        record_person(entry, person, message.person_type, inbound.people);
         if let Some(identity) = inbound.agent_identity {
             entry.agent_identity = Some(identity.to_owned());
         }
@@ -214,7 +219,28 @@ pub(crate) fn preview(text: &str) -> Option<String> {
 /// not take it over. The one exception is a placeholder: a person of type `external`
 /// (an identifier no directory knew) gives way to the person that identifier was later
 /// linked to.
-fn record_person(entry: &mut SessionEntry, person: &str, person_type: Option<PersonType>) {
+///
+/// The person is recorded by the canonical id `people` links the raw id to, the raw id
+/// kept in [`SessionEntry::raw_person_ids`]; a session that recorded another id of the
+/// same person (before the link, or from another channel) is corrected to the canonical
+/// one.
+fn record_person(
+    entry: &mut SessionEntry,
+    raw: &str,
+    person_type: Option<PersonType>,
+    people: &dyn KeyBuilder,
+) {
+    let canonical = people.canonical_person(raw);
+    let person = canonical.as_deref().unwrap_or(raw);
+    if canonical.is_some() {
+        remember_raw_person_id(entry, raw);
+    }
+    if let Some(known) = entry.person_id.clone().filter(|known| known != person) {
+        if people.canonical_person(&known).as_deref() == Some(person) {
+            remember_raw_person_id(entry, &known);
+            entry.person_id = Some(person.to_owned());
+        }
+    }
     let placeholder = entry.person_type.as_deref() == Some(PersonType::External.as_str())
         && person_type.is_some_and(|t| t != PersonType::External);
     match entry.person_id.as_deref() {
@@ -228,6 +254,16 @@ fn record_person(entry: &mut SessionEntry, person: &str, person_type: Option<Per
             entry.person_id = Some(person.to_owned());
             entry.person_type = person_type.map(|t| t.as_str().to_owned());
         }
+    }
+}
+
+/// The most raw ids a session remembers for its person.
+const MAX_RAW_PERSON_IDS: usize = 16;
+
+fn remember_raw_person_id(entry: &mut SessionEntry, raw: &str) {
+    let ids = entry.raw_person_ids.get_or_insert_with(Vec::new);
+    if !ids.iter().any(|id| id == raw) && ids.len() < MAX_RAW_PERSON_IDS {
+        ids.push(raw.to_owned());
     }
 }
 

@@ -854,6 +854,7 @@ impl SessionManager {
                 model: hint.as_ref().map(|h| &h.model),
                 fork: fork.as_ref(),
                 agent_identity: agent_identity.as_deref(),
+                people: &*self.seams.keys,
                 now_ms: to_millis(now),
             },
             policy: &policy,

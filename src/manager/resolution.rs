@@ -315,6 +315,7 @@ mod tests {
                 model: None,
                 fork: None,
                 agent_identity: None,
+                people: &crate::key::DefaultKeyBuilder::new(),
                 now_ms: now.timestamp_millis() as u64,
             },
             policy: &policy,

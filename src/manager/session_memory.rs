@@ -458,6 +458,9 @@ impl SessionManager {
         person: &str,
         agent_identity: &str,
     ) -> Result<SummaryRefresh> {
+        // A raw id linked to a person (see `KeyBuilder::canonical_person`) names them.
+        let canonical = self.seams.keys.canonical_person(person);
+        let person = canonical.as_deref().unwrap_or(person);
         let transcripts = self
             .seams
             .transcripts

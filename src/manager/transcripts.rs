@@ -479,11 +479,17 @@ impl SessionManager {
         // person, not the raw identifier an adapter saw (in a group, each line keeps its
         // own sender). A line that does not name the agent's identity gets the session's.
         let one_person = !key.peer_kind().is_some_and(PeerKind::is_group);
-        log.person_id = entry
-            .person_id
-            .clone()
-            .filter(|_| one_person)
-            .or(log.person_id);
+        let raw = log.person_id.take();
+        log.person_id = entry.person_id.clone().filter(|_| one_person).or_else(|| {
+            let raw = raw.as_deref()?;
+            Some(
+                self.seams
+                    .keys
+                    .canonical_person(raw)
+                    .unwrap_or_else(|| raw.to_owned()),
+            )
+        });
+        log.raw_person_id = raw.filter(|raw| Some(raw) != log.person_id.as_ref());
         log.agent_identity = log
             .agent_identity
             .or_else(|| entry.agent_identity.clone())

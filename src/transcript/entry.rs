@@ -349,6 +349,10 @@ pub struct LogFields {
     /// The canonical person.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub person_id: Option<String>,
+    /// The raw id the message came with, where the person is known by another (a
+    /// canonical id the raw one is linked to).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_person_id: Option<String>,
     /// The agent (variant) name, e.g. `reggie_oc`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_name: Option<String>,
