@@ -1354,47 +1354,95 @@ async fn everything_a_session_lifecycle_search_doctor_and_migration_write_is_own
     }
 }
 
-/// `summary.md` in a session's workspace follows the session's context summary: it is
-/// rewritten on every turn that changes the summary.
+/// `summary.md` in a session's workspace holds the person's rolling summary: written
+/// whenever it changes — merged, or seeded into a new sibling — whether or not the host
+/// opened the workspace; shared by the agent variants that share the folder, and not
+/// overwritten by a turn's per-session context summary.
 #[tokio::test]
-async fn the_workspace_summary_follows_the_context_summary() {
-    use agent_sessions::manager::TurnOutcome;
-    let dir = tempfile::tempdir().unwrap();
-    let manager = SessionManager::builder(MemoryStore::new())
-        .workspaces(Workspaces::new(dir.path()))
-        .build()
-        .unwrap();
-    let resolution = manager.resolve(&jane_by_sms("hi")).await.unwrap();
-    let workspace = manager.session(&resolution.key).workspace().await.unwrap();
-    let summary_file = workspace.dir().join("summary.md");
-    assert!(!summary_file.exists(), "no summary before the first turn");
-    // (what the user said, what the bot replied)
-    let turns = [
-        ("book a table for two", "Booked for 7pm."),
-        ("make it three", "Changed to three people."),
-    ];
-    for (user, reply) in turns {
-        let stored = manager
-            .session(&resolution.key)
-            .record_turn(TurnOutcome::completed().with_exchange(user, reply))
+async fn the_workspace_summary_holds_the_rolling_summary() {
+    use agent_sessions::identity::WorkspaceSharing;
+    use agent_sessions::lifecycle::ManualClock;
+    use agent_sessions::manager::{SummaryRefresh, TurnOutcome};
+    use agent_sessions::transcript::MemoryTranscriptStore;
+    for sharing in [WorkspaceSharing::PerIdentity, WorkspaceSharing::PerSession] {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(
+            chrono::DateTime::parse_from_rfc3339("2026-03-10T10:00:00Z")
+                .unwrap()
+                .with_timezone(&chrono::Utc),
+        );
+        let manager = SessionManager::builder(MemoryStore::new())
+            .transcripts(MemoryTranscriptStore::new())
+            .workspaces(Workspaces::new(dir.path()).sharing(sharing))
+            .agent_identity("reggie_oc", "reggie")
+            .agent_identity("reggie_fd", "reggie")
+            .agent_identity("reggie_web", "reggie")
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        let say = |agent: &str, text: &str| jane_by_sms(text).with_agent(agent);
+        // Two variants of one agent; neither opened its workspace.
+        let mut keys = Vec::new();
+        for (agent, text, reply) in [
+            ("reggie_oc", "When is my shift?", "Thursday at 9."),
+            ("reggie_fd", "Can I swap it?", "Swap requested."),
+        ] {
+            let turn = manager.turn(&say(agent, text)).await.unwrap();
+            keys.push(turn.key().clone());
+            turn.complete(reply).await.unwrap();
+            // A turn's context summary is the session's own: not in summary.md.
+            manager
+                .session(keys.last().unwrap())
+                .record_turn(TurnOutcome::completed().with_exchange(text, reply))
+                .await
+                .unwrap();
+        }
+        let files = |dir: &Path| -> Vec<String> {
+            let mut found: Vec<String> = std::fs::read_dir(dir)
+                .unwrap()
+                .filter_map(|e| {
+                    let summary = e.unwrap().path().join("summary.md");
+                    std::fs::read_to_string(summary).ok()
+                })
+                .collect();
+            found.sort();
+            found
+        };
+        assert!(
+            files(dir.path()).is_empty(),
+            "{sharing:?}: no rolling summary yet"
+        );
+
+        clock.advance(std::time::Duration::from_secs(2 * 3600));
+        let SummaryRefresh::Updated { summary, .. } = manager
+            .refresh_identity_summary("staff:17", "reggie")
+            .await
+            .unwrap()
+        else {
+            panic!("expected an update")
+        };
+        let folders = match sharing {
+            WorkspaceSharing::PerIdentity => 1,
+            _ => 2,
+        };
+        assert_eq!(
+            files(dir.path()),
+            vec![summary.text.clone(); folders],
+            "{sharing:?}: every folder holds her rolling summary"
+        );
+        // A third variant's first session starts with the summary, in its folder too.
+        let web = manager
+            .turn(&say("reggie_web", "Is Friday confirmed?"))
             .await
             .unwrap();
-        let summary = stored
-            .entry
-            .context_summary
-            .expect("a turn with an exchange is summarised");
-        assert_eq!(
-            std::fs::read_to_string(&summary_file).unwrap(),
-            summary,
-            "after {user:?}"
-        );
+        keys.push(web.key().clone());
+        for key in &keys {
+            let workspace = manager.session(key).workspace().await.unwrap();
+            assert_eq!(
+                std::fs::read_to_string(workspace.dir().join("summary.md")).unwrap(),
+                summary.text,
+                "{sharing:?}: {key}"
+            );
+        }
     }
-    // A turn without an exchange leaves the summary, and the file, as they were.
-    let before = std::fs::read_to_string(&summary_file).unwrap();
-    manager
-        .session(&resolution.key)
-        .record_turn(TurnOutcome::completed())
-        .await
-        .unwrap();
-    assert_eq!(std::fs::read_to_string(&summary_file).unwrap(), before);
 }

@@ -164,9 +164,6 @@ impl SessionManager {
                 }
             })
             .await?;
-        if summary.is_some() {
-            self.write_workspace_summary(key, &stored.entry).await;
-        }
         let turns = stored.entry.turn_count.unwrap_or(0);
         let at_limit = self
             .settings
@@ -246,6 +243,10 @@ impl SessionManager {
                 e.identity_summary.get_or_insert_with(|| summary.clone());
             })
             .await?;
+        if let Some(summary) = &seeded.entry.identity_summary {
+            self.write_summary_files(std::slice::from_ref(key), &summary.text)
+                .await?;
+        }
         Ok(Some(seeded))
     }
 
@@ -452,7 +453,8 @@ impl SessionManager {
     /// since the summary's watermark, across every session, channel and engine variant,
     /// merged by the summarizer — but only once the conversation has been quiet for the
     /// configured gap (default one hour) — and written to every sibling session with the
-    /// new watermark.
+    /// new watermark, and to `summary.md` in their workspaces (with
+    /// [`workspaces`](super::SessionManagerBuilder::workspaces)).
     pub async fn refresh_identity_summary(
         &self,
         person: &str,
@@ -534,6 +536,7 @@ impl SessionManager {
             .await?;
             sessions.push(sibling.key);
         }
+        self.write_summary_files(&sessions, &summary.text).await?;
         tracing::info!(
             person,
             agent_identity,

@@ -34,27 +34,23 @@ impl SessionManager {
         blocking(&root, move || workspaces.open(id)).await
     }
 
-    /// Rewrites `summary.md` in the session's workspace, if it has one, with its context
-    /// summary: readers of the workspace (RABS reads the summary from there) see the
-    /// summary the entry holds. A failure is logged; the summary stays in the entry.
-    pub(super) async fn write_workspace_summary(&self, key: &SessionKey, entry: &SessionEntry) {
-        let (Some(workspaces), Some(id), Some(summary)) = (
-            self.seams.workspaces.clone(),
-            entry.workspace_id.as_deref(),
-            entry.context_summary.clone(),
-        ) else {
-            return;
+    /// Writes the rolling (identity) summary `text` to `summary.md` in the workspace of
+    /// each session in `keys` — once per folder, as siblings may share one — giving a
+    /// session its workspace first if it has none yet. Nothing without workspaces. The
+    /// first failure is returned (the summary stays in the sessions' entries).
+    pub(super) async fn write_summary_files(&self, keys: &[SessionKey], text: &str) -> Result<()> {
+        let Some(workspaces) = &self.seams.workspaces else {
+            return Ok(());
         };
-        let written = match parse_workspace_id(id) {
-            Ok(id) => {
-                let root = workspaces.root().to_path_buf();
-                blocking(&root, move || workspaces.open(id)?.write_summary(&summary)).await
+        let mut written = std::collections::HashSet::new();
+        for key in keys {
+            let workspace = self.workspace(key).await?;
+            if written.insert(workspace.dir().to_path_buf()) {
+                let text = text.to_owned();
+                blocking(workspaces.root(), move || workspace.write_summary(&text)).await?;
             }
-            Err(error) => Err(error),
-        };
-        if let Err(error) = written {
-            tracing::warn!(key = %key, %error, "could not write the workspace's summary.md");
         }
+        Ok(())
     }
 
     async fn choose_workspace_id(
