@@ -378,7 +378,7 @@ impl TranscriptNotice {
     /// The notice of OpenClaw's `emitSessionTranscriptUpdate` argument: a string (the
     /// file) or an object with `sessionFile` and optional `sessionKey` and `message`.
     /// Anything else — a number, an object without a string `sessionFile`, a
-    /// `sessionKey` that is not a string — is [`Error::InvalidId`] of kind
+    /// `sessionKey` that is not a string — is [`Error::InvalidId`](crate::Error::InvalidId) of kind
     /// [`IdKind::SessionFile`](crate::error::IdKind::SessionFile).
     pub fn from_openclaw(update: &serde_json::Value) -> Result<Self> {
         use serde_json::Value;
