@@ -93,9 +93,13 @@ async fn one_person_texting_then_opening_the_web_chat_continues_one_session() {
         entry.participants.as_deref(),
         Some(&["staff:17".to_owned(), "42".to_owned()][..])
     );
-    // The session keeps the person it is with, and the channel it began on beside
-    // the latest one.
-    assert_eq!(entry.person_id.as_deref(), Some("staff:17"));
+    // The session keeps the person it is with, by the id her links give her, with the
+    // raw ids she wrote from beside it, and the channel it began on beside the latest one.
+    assert_eq!(entry.person_id.as_deref(), Some("jane"));
+    assert_eq!(
+        entry.raw_person_ids.as_deref(),
+        Some(&["staff:17".to_owned(), "42".to_owned()][..])
+    );
     assert_eq!(entry.person_type.as_deref(), Some("staff"));
     assert_eq!(entry.first_channel.as_deref(), Some("sms"));
     assert_eq!(entry.channel_name(), Some("web"));
