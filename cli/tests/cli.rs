@@ -1664,7 +1664,7 @@ fn views_are_created_and_dropped_on_a_sqlite_store() {
     }
     let created = json(&run(&store, &["--json", "views", "create"]));
     assert_eq!(created["action"], "created");
-    assert_eq!(created["views"][2], "clawos_sessions");
+    assert_eq!(created["views"][3], "clawos_sessions");
 
     let json_tree = run(
         &format!("json:{}", tree.path().display()),
