@@ -852,3 +852,66 @@ async fn a_linked_person_has_one_id_across_her_sessions_lines_and_summary() {
     };
     assert_eq!(sessions.len(), 2, "{sessions:?}");
 }
+
+/// Sessions that recorded a raw id before the link are corrected without waiting for
+/// their next message: every session of the linked person, once (a second run finds
+/// nothing), and a person with no link is left as she was.
+#[tokio::test]
+async fn linking_a_person_later_corrects_her_waiting_sessions_in_one_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let build = |links: IdentityLinks| {
+        SessionManager::builder(common::store(dir.path()))
+            .key_builder(DefaultKeyBuilder::new().identity_links(links))
+            .build()
+            .unwrap()
+    };
+    let unlinked = build(IdentityLinks::new());
+    for (channel, peer, person) in [
+        ("sms", "+61412345678", "staff:17"),
+        ("admin_chat", "42", "42"),
+        ("sms", "+61499999999", "staff:99"),
+    ] {
+        let message = InboundMessage::direct(channel, peer, "hello").from_person(person);
+        unlinked.resolve(&message).await.unwrap();
+    }
+
+    let manager = build(IdentityLinks::new().link("jane", ["staff:17", "42"]));
+    let corrected = manager
+        .canonicalize_people(&ListFilter::new())
+        .await
+        .unwrap();
+    let mut raw: Vec<_> = corrected
+        .iter()
+        .map(|s| {
+            assert_eq!(s.entry.person_id.as_deref(), Some("jane"), "{}", s.key);
+            s.entry.raw_person_ids.clone().unwrap().join(",")
+        })
+        .collect();
+    raw.sort();
+    assert_eq!(raw, ["42", "staff:17"]);
+
+    let people: Vec<Option<String>> = manager
+        .list(&ListFilter::new().person("jane"))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.entry.person_id)
+        .collect();
+    assert_eq!(
+        people.len(),
+        2,
+        "both of her sessions are found by her one id"
+    );
+    let other = manager
+        .list(&ListFilter::new().person("staff:99"))
+        .await
+        .unwrap();
+    assert_eq!(other.len(), 1, "an unlinked person keeps her id");
+    assert!(other[0].entry.raw_person_ids.is_none());
+
+    let again = manager
+        .canonicalize_people(&ListFilter::new())
+        .await
+        .unwrap();
+    assert!(again.is_empty(), "nothing is left to correct: {again:?}");
+}

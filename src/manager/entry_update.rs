@@ -257,6 +257,21 @@ fn record_person(
     }
 }
 
+/// Gives `entry`'s person the canonical id `people` links it to, keeping the raw id in
+/// [`SessionEntry::raw_person_ids`]; `false` (and nothing changed) when the person has
+/// no other id.
+pub(crate) fn canonicalize_person(entry: &mut SessionEntry, people: &dyn KeyBuilder) -> bool {
+    let Some(raw) = entry.person_id.clone() else {
+        return false;
+    };
+    let Some(canonical) = people.canonical_person(&raw) else {
+        return false;
+    };
+    remember_raw_person_id(entry, &raw);
+    entry.person_id = Some(canonical);
+    true
+}
+
 /// The most raw ids a session remembers for its person.
 const MAX_RAW_PERSON_IDS: usize = 16;
 

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::entry_update::{record_meta, start_session};
+use super::entry_update::{canonicalize_person, record_meta, start_session};
 use super::{Admission, Decision, Reason, Resolution, SessionManager};
 use crate::context::delivery::{apply_route, DeliveryRoute};
 use crate::context::inbound::InboundMessage;
@@ -351,6 +351,76 @@ impl SessionManager {
         }
         tracing::info!(removed = removed.len(), "sessions pruned");
         Ok(filter.finish(removed))
+    }
+
+    /// Gives every session `filter` selects whose person is linked to another id the
+    /// canonical id the key builder's links give (see
+    /// [`KeyBuilder::canonical_person`](crate::key::KeyBuilder::canonical_person)), the
+    /// id it recorded kept in [`SessionEntry::raw_person_ids`]. A session is corrected
+    /// on its next message anyway; this corrects the ones that wait, after links were
+    /// added. Current sessions only (also inactive and closed ones still under their
+    /// key): a closed session replaced under its key keeps what it recorded. Each
+    /// session is one store update, skipped if it changed person meanwhile. Returns the
+    /// sessions corrected, most recent first.
+    ///
+    /// ```
+    /// use agent_sessions::prelude::*;
+    /// use agent_sessions::key::{DefaultKeyBuilder, IdentityLinks};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// let store = MemoryStore::new();
+    /// let before = SessionManager::new(store.clone());
+    /// let sms = InboundMessage::direct("sms", "+15550100", "hi").from_person("+15550100");
+    /// before.resolve(&sms).await?;
+    ///
+    /// // Later the operator links Jane's ids.
+    /// let links = IdentityLinks::new().link("jane", ["+15550100"]);
+    /// let after = SessionManager::builder(store)
+    ///     .key_builder(DefaultKeyBuilder::new().identity_links(links))
+    ///     .build()?;
+    /// let corrected = after.canonicalize_people(&ListFilter::new()).await?;
+    /// assert_eq!(corrected.len(), 1);
+    /// assert_eq!(corrected[0].entry.person_id.as_deref(), Some("jane"));
+    /// assert_eq!(corrected[0].entry.raw_person_ids, Some(vec!["+15550100".to_owned()]));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn canonicalize_people(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
+        let mut filter = filter.clone();
+        if matches!(filter.status, StatusFilter::Listed) {
+            filter.status = StatusFilter::Current;
+        }
+        let people = &*self.seams.keys;
+        let mut corrected = Vec::new();
+        for session in self.seams.store.list(&filter).await? {
+            let Some(person) = session.entry.person_id.clone() else {
+                continue;
+            };
+            if people.canonical_person(&person).is_none() {
+                continue;
+            }
+            let session_id = session.entry.session_id.clone();
+            let mut changed = false;
+            let stored = self
+                .seams
+                .store
+                .apply(&session.key, &mut |slot, _| {
+                    changed = false;
+                    if let Some(entry) = slot.as_mut().filter(|entry| {
+                        entry.session_id == session_id
+                            && entry.person_id.as_deref() == Some(&person)
+                    }) {
+                        changed = canonicalize_person(entry, people);
+                    }
+                    Ok(())
+                })
+                .await?;
+            if let (true, Some(stored)) = (changed, stored) {
+                corrected.push(stored);
+            }
+        }
+        Ok(corrected)
     }
 
     /// The closed sessions replaced under their keys that `filter` selects (whatever its
