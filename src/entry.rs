@@ -503,6 +503,15 @@ pub struct SessionEntry {
     /// When the session was closed, epoch milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub closed_at: Option<u64>,
+    /// Why the current session started in place of the key's previous one, as
+    /// [`Reason::started_by`](crate::manager::Reason::started_by) names it:
+    /// `no_session` (the key's first), `explicit_reset` (`/new`, a reset phrase, a reset
+    /// call), `session_closed`, `daily`, `idle` or `topic_drift`. Written by this crate
+    /// (OpenClaw records no reason); absent on a fork (its
+    /// [`forked_from`](Self::forked_from) says where it came from) and on sessions
+    /// this crate did not start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_reason: Option<String>,
     /// The `updatedAt` of the quiet period whose `idle` checkpoint was taken: the idle
     /// sweep ([`SessionManager::spawn_idle_checkpoints`](crate::SessionManager::spawn_idle_checkpoints))
     /// checkpoints a session once per quiet period, and the next message (which moves

@@ -183,8 +183,30 @@ async fn decision_table() {
                 harness.name,
                 message.body
             );
+            // The session says why it started, as long as it lasts.
+            let started = match decision {
+                Decision::New => reason.started_by(),
+                Decision::Continue => steps[..index]
+                    .iter()
+                    .rev()
+                    .find(|(_, earlier, decided, _)| {
+                        *decided == Decision::New
+                            && harness.manager.key_for(earlier).unwrap() == resolution.key
+                    })
+                    .map(|(_, _, _, reason)| reason.started_by())
+                    .unwrap(),
+            };
+            assert_eq!(
+                resolution.entry().start_reason.as_deref(),
+                Some(started),
+                "{} step {index}",
+                harness.name
+            );
         }
     }
+    assert_eq!(Reason::Timeout(StaleReason::Daily).started_by(), "daily");
+    assert_eq!(Reason::Timeout(StaleReason::Idle).started_by(), "idle");
+    assert_eq!(Reason::ExplicitReset.started_by(), "explicit_reset");
 }
 
 #[tokio::test]
@@ -202,6 +224,13 @@ async fn closed_sessions_start_over() {
         assert_ne!(next.session_id(), first.session_id());
         assert_eq!(next.previous.unwrap().session_id, first.session_id());
         assert_eq!(next.session.entry.status, Some(SessionStatus::Idle));
+        assert_eq!(
+            next.session.entry.start_reason.as_deref(),
+            Some("session_closed")
+        );
+        // A reset by call says so too.
+        let reset = harness.manager.session(&next.key).reset().await.unwrap();
+        assert_eq!(reset.entry.start_reason.as_deref(), Some("explicit_reset"));
     }
 }
 

@@ -8,7 +8,7 @@ use std::io::{self, Write};
 use std::sync::Mutex;
 
 use agent_sessions::ops::{MigrationProgress, MigrationReport};
-use agent_sessions::{SessionKey, StoredSession};
+use agent_sessions::{SessionEntry, SessionKey, StoredSession};
 use chrono::{Local, TimeZone};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
@@ -120,6 +120,20 @@ pub fn sessions(as_json: bool, sessions: &[StoredSession]) {
 }
 
 /// One session: a table of its main fields, or with `as_json` the whole entry.
+/// Why a session started, in words, from its `startReason`.
+pub fn start_reason(entry: &SessionEntry) -> Option<String> {
+    let why = match entry.start_reason.as_deref()? {
+        "no_session" => "the key's first session",
+        "explicit_reset" => "reset: /new, a reset phrase or a reset call",
+        "session_closed" => "the previous session was closed",
+        "daily" => "daily reset: the previous session passed the daily boundary",
+        "idle" => "idle reset: the previous session was idle too long",
+        "topic_drift" => "the message was judged a new topic",
+        other => return Some(other.to_owned()),
+    };
+    Some(why.to_owned())
+}
+
 pub fn session(as_json: bool, session: &StoredSession) {
     if as_json {
         print_json(&session_json(session));
@@ -160,7 +174,13 @@ pub fn session(as_json: bool, session: &StoredSession) {
     add("description", entry.description.clone());
     add("person", entry.person_id.clone());
     add("spawned by", entry.spawned_by.clone());
-    add("started", entry.session_started_at.map(exact));
+    add(
+        "started",
+        entry.session_started_at.map(|at| match start_reason(entry) {
+            Some(why) => format!("{} ({why})", exact(at)),
+            None => exact(at),
+        }),
+    );
     add("active", Some(exact(entry.updated_at)));
     add("closed", entry.closed_at.map(exact));
     let activity = [

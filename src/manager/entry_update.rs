@@ -37,6 +37,7 @@ pub(crate) struct Inbound<'a> {
 /// reset, as they do in OpenClaw. Engine session ids (SDK, CLI) are cleared: they belong
 /// to the old conversation (OpenClaw's Claude Code variant clears them on reset too).
 pub(crate) fn start_session(base: Option<SessionEntry>, now_ms: u64) -> SessionEntry {
+    let first = base.is_none();
     let mut entry = base.unwrap_or_default();
     entry.session_id = uuid::Uuid::new_v4().to_string();
     entry.session_file = None;
@@ -81,6 +82,8 @@ pub(crate) fn start_session(base: Option<SessionEntry>, now_ms: u64) -> SessionE
     entry.status = Some(SessionStatus::Idle);
     entry.session_started_at = Some(now_ms);
     entry.closed_at = None;
+    // A replacement's reason is the caller's to give.
+    entry.start_reason = first.then(|| "no_session".to_owned());
     entry.idle_checkpoint_at = None;
     entry.message_count = Some(0);
     entry.turn_count = Some(0);

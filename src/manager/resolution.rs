@@ -74,6 +74,19 @@ impl Reason {
     }
 }
 
+impl Reason {
+    /// What a session started for this reason records in
+    /// [`SessionEntry::start_reason`]: the reason's name, with a timeout named by what
+    /// made the session stale (`daily` or `idle`).
+    pub fn started_by(&self) -> &'static str {
+        match self {
+            Reason::Timeout(StaleReason::Daily) => "daily",
+            Reason::Timeout(StaleReason::Idle) => "idle",
+            other => other.as_str(),
+        }
+    }
+}
+
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -249,7 +262,11 @@ impl StepFacts<'_> {
         };
         let (mut entry, previous) = match decision {
             Decision::Continue => (current.unwrap_or_default(), None),
-            Decision::New => (start_session(current.clone(), inbound.now_ms), current),
+            Decision::New => {
+                let mut entry = start_session(current.clone(), inbound.now_ms);
+                entry.start_reason = Some(reason.started_by().to_owned());
+                (entry, current)
+            }
         };
         let is_new = decision == Decision::New;
         let shared_by = another_dm_sender(inbound.key, inbound.message, &entry);

@@ -232,7 +232,9 @@ impl SessionManager {
                     return Err(Error::NotFound { key: key.clone() });
                 };
                 previous = Some(current.clone());
-                *slot = Some(start_session(Some(current), now_ms));
+                let mut entry = start_session(Some(current), now_ms);
+                entry.start_reason = Some(Reason::ExplicitReset.started_by().to_owned());
+                *slot = Some(entry);
                 Ok(())
             })
             .await?
@@ -690,7 +692,11 @@ impl SessionManager {
                     Some(_) => (Decision::Continue, Reason::WithinTimeout, None),
                 };
                 let mut entry = match decision {
-                    Decision::New => start_session(current.clone(), now_ms),
+                    Decision::New => {
+                        let mut entry = start_session(current.clone(), now_ms);
+                        entry.start_reason = Some(reason.started_by().to_owned());
+                        entry
+                    }
                     Decision::Continue => current.unwrap_or_default(),
                 };
                 if entry.status == Some(SessionStatus::Inactive) {
