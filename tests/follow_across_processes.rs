@@ -5,12 +5,13 @@
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use agent_sessions::manager::LogMessage;
+use agent_sessions::manager::{KeyFollow, KeyPosition, KeyUpdate, LogMessage};
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::{Offset, SessionEvent};
 
 const URL_VAR: &str = "OUTSIDE_WRITER_URL";
 const BYTES_VAR: &str = "OUTSIDE_WRITER_BYTES";
+const RESETS_VAR: &str = "OUTSIDE_WRITER_RESETS";
 
 fn inbound() -> InboundMessage {
     InboundMessage::direct("telegram", "4242", "hello")
@@ -40,6 +41,25 @@ fn writer_process() {
     tokio::runtime::Runtime::new().unwrap().block_on(async {
         let manager = manager(&url).await;
         let key = manager.resolve(&inbound()).await.unwrap().key;
+        if std::env::var(RESETS_VAR).is_ok() {
+            // Three sessions of three messages, each ended by a reset, then `end`.
+            for session in 0..3 {
+                for n in 0..3 {
+                    manager
+                        .session(&key)
+                        .log_message(LogMessage::inbound(format!("s{session}m{n}")))
+                        .await
+                        .unwrap();
+                }
+                manager.session(&key).reset().await.unwrap();
+            }
+            manager
+                .session(&key)
+                .log_message(LogMessage::inbound("end"))
+                .await
+                .unwrap();
+            return;
+        }
         if let Some(bytes) = big {
             manager
                 .session(&key)
@@ -57,6 +77,20 @@ fn writer_process() {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     });
+}
+
+fn start_writer_with(url: &str, mode: &str) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "writer_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(URL_VAR, url)
+        .env(mode, "1")
+        .spawn()
+        .unwrap()
 }
 
 fn start_writer(url: &str, bytes: Option<usize>) -> Child {
@@ -117,6 +151,83 @@ async fn a_killed_writer_is_followed_without_gaps_or_repeats(url: &str) {
     assert_eq!(
         seen, expected,
         "the follower saw every message once, in order"
+    );
+}
+
+/// What a key follower reads until `end`: the texts, and for each session it moved to,
+/// the session's id and why it started.
+async fn follow_to_the_end(follow: &mut KeyFollow) -> (Vec<String>, Vec<(String, String)>) {
+    let (mut seen, mut sessions) = (Vec::new(), Vec::new());
+    while seen.last().map(String::as_str) != Some("end") {
+        let update = tokio::time::timeout(Duration::from_secs(20), follow.next())
+            .await
+            .expect("the writer's messages and sessions arrive")
+            .unwrap();
+        match update {
+            KeyUpdate::Session { session, .. } => sessions.push((
+                session.entry.session_id.clone(),
+                session.entry.start_reason.clone().unwrap_or_default(),
+            )),
+            KeyUpdate::Events { events, .. } => seen.extend(texts(&events)),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    (seen, sessions)
+}
+
+/// A follower of a session key reads, from another process's writes, every message of
+/// the key's session and of each session that replaced it after a reset — in order,
+/// each once — and one that resumes from the first session after the writer finished
+/// visits every session the key went through meanwhile.
+async fn a_key_is_followed_across_resets_made_by_another_process(url: &str) {
+    let manager = manager(url).await;
+    let key = manager.resolve(&inbound()).await.unwrap().key;
+    let first = manager.session(&key).get().await.unwrap().unwrap();
+    let mut follow = manager.follow_key(&key, None).await.unwrap();
+    let mut writer = start_writer_with(url, RESETS_VAR);
+    let (seen, sessions) = follow_to_the_end(&mut follow).await;
+    assert!(writer.wait().unwrap().success());
+    let expected: Vec<String> = (0..3)
+        .flat_map(|s| (0..3).map(move |n| format!("s{s}m{n}")))
+        .chain(["end".to_owned()])
+        .collect();
+    assert_eq!(
+        seen, expected,
+        "every message once, in order, across resets"
+    );
+    let reasons: Vec<&str> = sessions.iter().map(|(_, why)| why.as_str()).collect();
+    assert_eq!(
+        reasons,
+        [
+            "no_session",
+            "explicit_reset",
+            "explicit_reset",
+            "explicit_reset"
+        ]
+    );
+    assert_eq!(sessions[0].0, first.entry.session_id);
+
+    let position = KeyPosition {
+        session_id: first.entry.session_id.clone(),
+        offset: Offset::START,
+    };
+    let mut resumed = manager.follow_key(&key, Some(position)).await.unwrap();
+    let (again, later) = follow_to_the_end(&mut resumed).await;
+    assert_eq!(again, expected, "a late follower misses no session");
+    assert_eq!(
+        later,
+        sessions[1..],
+        "the sessions after the resumed one, in order"
+    );
+
+    let stranger = KeyPosition {
+        session_id: "not-a-session-of-this-key".into(),
+        offset: Offset::START,
+    };
+    let refused = manager.follow_key(&key, Some(stranger)).await.unwrap_err();
+    assert!(
+        matches!(refused, agent_sessions::Error::InvalidId { .. }),
+        "{refused}"
     );
 }
 
@@ -281,6 +392,7 @@ macro_rules! per_backend {
 
 per_backend!(a_killed_writer_is_followed_without_gaps_or_repeats);
 per_backend!(events_before_a_reset_reach_the_follower);
+per_backend!(a_key_is_followed_across_resets_made_by_another_process);
 per_backend!(a_reset_session_can_be_followed_by_id);
 per_backend!(a_huge_append_from_another_process_is_followed);
 per_backend!(a_subscriber_that_never_reads_is_told_it_lagged);

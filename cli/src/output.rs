@@ -176,10 +176,12 @@ pub fn session(as_json: bool, session: &StoredSession) {
     add("spawned by", entry.spawned_by.clone());
     add(
         "started",
-        entry.session_started_at.map(|at| match start_reason(entry) {
-            Some(why) => format!("{} ({why})", exact(at)),
-            None => exact(at),
-        }),
+        entry
+            .session_started_at
+            .map(|at| match start_reason(entry) {
+                Some(why) => format!("{} ({why})", exact(at)),
+                None => exact(at),
+            }),
     );
     add("active", Some(exact(entry.updated_at)));
     add("closed", entry.closed_at.map(exact));

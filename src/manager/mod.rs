@@ -33,6 +33,7 @@ mod dedupe;
 mod entry_update;
 mod holders;
 mod idle;
+mod key_follow;
 mod model_input;
 pub(crate) mod outcome;
 mod resolution;
@@ -78,6 +79,7 @@ use crate::transcript::{ArchiveReason, CheckpointReason, TranscriptRef, Transcri
 
 pub use dedupe::DEFAULT_DEDUPE_WINDOW;
 pub use idle::{IdleCheckpointOptions, IdleCheckpoints};
+pub use key_follow::{KeyFollow, KeyPosition, KeyUpdate};
 pub use outcome::{Delivery, DeliveryReceipt, TurnFailure, DELIVERY_CUSTOM_TYPE};
 pub use resolution::{Decision, Reason, Resolution};
 pub use scoped::ScopedManager;
