@@ -5,9 +5,10 @@ use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agent_sessions::manager::{DeleteOptions, PruneOptions};
+use agent_sessions::manager::{DeleteOptions, KeyUpdate, PruneOptions};
 use agent_sessions::ops::{migrate_with, MigrateOptions, MigrationProgress, MigrationReport};
 use agent_sessions::store::{Backend, OpenMode, StoreUrl};
+use agent_sessions::transcript::{Offset, SessionEvent};
 use agent_sessions::{
     AgentId, Error, ListCursor, ListFilter, PeerKind, SessionKey, SessionManager, SessionStatus,
     StoredSession,
@@ -15,6 +16,7 @@ use agent_sessions::{
 use clap::Args;
 use serde_json::{json, Value};
 
+use crate::conversation;
 use crate::output::{self, Bar};
 use crate::settings::{self, Setting};
 use crate::{Command, Given, Global};
@@ -418,6 +420,8 @@ pub async fn run(global: Global, given: Given, command: Command) -> Outcome {
     match command {
         Command::List(args) => list(&global.store, &agent, json, args).await,
         Command::Show { key } => show(&global.store, &agent, json, &key).await,
+        Command::Log(args) => log(&global.store, &agent, json, args).await,
+        Command::Follow(args) => follow(&global.store, &agent, json, args).await,
         Command::Reset { key } => {
             let (manager, key) = manager_for(&global.store, &agent, &key).await?;
             let session = manager.session(&key).reset().await?;
@@ -584,19 +588,195 @@ async fn warn_unreadable(backend: &Backend) -> Outcome {
 }
 
 async fn show(store: &str, agent: &AgentId, json: bool, raw: &str) -> Outcome {
-    let key = key_of(agent, raw)?;
     let backend = Backend::open_with(store, OpenMode::ReadOnly).await?;
-    let session = match backend.sessions().get(&key).await? {
-        Some(session) => session,
-        None => by_session_id(&backend, raw).await?.ok_or_else(|| {
+    let session = find(&backend, agent, raw).await?;
+    output::session(json, &session);
+    Ok(())
+}
+
+/// The session `raw` names: a key (under `agent`), a session id or its beginning.
+async fn find(backend: &Backend, agent: &AgentId, raw: &str) -> Result<StoredSession, Failure> {
+    let key = key_of(agent, raw)?;
+    match backend.sessions().get(&key).await? {
+        Some(session) => Ok(session),
+        None => by_session_id(backend, raw).await?.ok_or_else(|| {
             failure(
                 EXIT_NOT_FOUND,
                 format!("no session {key} (no key or session id {raw:?})"),
             )
-        })?,
+        }),
+    }
+}
+
+/// A manager that only reads `backend`, for the commands that print conversations.
+fn reader(backend: &Backend, agent: &AgentId) -> Result<SessionManager, Failure> {
+    Ok(SessionManager::builder(backend.sessions().clone())
+        .transcripts(backend.transcripts().clone())
+        .default_agent(agent.clone())
+        .build()?)
+}
+
+/// What `log` prints.
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// The session key (`agent:main:telegram:dm:42`, or `telegram:dm:42` under
+    /// --agent), its session id, or the beginning of the id.
+    key: String,
+    /// Every session the key has had, oldest first: those a reset, a close or an
+    /// expiry ended, then the current one.
+    #[arg(long)]
+    all: bool,
+    /// Write to standard output even on a terminal (by default a terminal gets
+    /// `$PAGER`, or `less -FRX`).
+    #[arg(long)]
+    no_pager: bool,
+}
+
+async fn log(store: &str, agent: &AgentId, json: bool, args: LogArgs) -> Outcome {
+    let backend = Backend::open_with(store, OpenMode::ReadOnly).await?;
+    let session = find(&backend, agent, &args.key).await?;
+    let manager = reader(&backend, agent)?;
+    let sessions = if args.all {
+        key_sessions(&backend, &session.key).await?
+    } else {
+        vec![session]
     };
-    output::session(json, &session);
+    let mut output = conversation::Output::open(!json && !args.no_pager);
+    for session in &sessions {
+        let out = output.writer();
+        conversation::write_heading(out, session, json)
+            .unwrap_or_else(|e| output::stdout_failed(&e));
+        let Some(mut follow) = manager
+            .follow_session(&session.entry.session_id, Offset::START)
+            .await?
+        else {
+            continue;
+        };
+        while let Some(events) = follow.try_next().await? {
+            write_items(out, &session.entry.session_id, &events, json)
+                .unwrap_or_else(|e| output::stdout_failed(&e));
+        }
+    }
+    output
+        .finish()
+        .unwrap_or_else(|e| output::stdout_failed(&e));
     Ok(())
+}
+
+/// Every session `key` has had, oldest first: its closed sessions, then its current one.
+async fn key_sessions(backend: &Backend, key: &SessionKey) -> Result<Vec<StoredSession>, Failure> {
+    let mut filter = ListFilter::all().key_prefix(key.as_str());
+    filter.status = agent_sessions::store::StatusFilter::Only(vec![SessionStatus::Closed]);
+    let mut sessions: Vec<StoredSession> = backend
+        .sessions()
+        .list(&filter)
+        .await?
+        .into_iter()
+        .filter(|s| &s.key == key)
+        .collect();
+    if let Some(current) = backend.sessions().get(key).await? {
+        sessions.retain(|s| s.entry.session_id != current.entry.session_id);
+        sessions.push(current);
+    }
+    let started = |s: &StoredSession| s.entry.session_started_at.unwrap_or(s.entry.updated_at);
+    sessions
+        .sort_by(|a, b| (started(a), &a.entry.session_id).cmp(&(started(b), &b.entry.session_id)));
+    Ok(sessions)
+}
+
+fn write_items(
+    out: &mut dyn Write,
+    session_id: &str,
+    events: &[SessionEvent],
+    json: bool,
+) -> io::Result<()> {
+    for event in events {
+        let item = conversation::Item::of(event);
+        if json {
+            writeln!(out, "{}", item.json(session_id))?;
+        } else {
+            item.write(out)?;
+        }
+    }
+    Ok(())
+}
+
+/// What `follow` follows.
+#[derive(Debug, Args)]
+pub struct FollowArgs {
+    /// The session key (`agent:main:telegram:dm:42`, or `telegram:dm:42` under
+    /// --agent), or a session id of the key (or its beginning). A key with no session
+    /// yet is waited for.
+    key: String,
+    /// How many of the current session's last lines to print before the new ones.
+    #[arg(long, short = 'n', default_value_t = 10)]
+    lines: usize,
+}
+
+async fn follow(store: &str, agent: &AgentId, json: bool, args: FollowArgs) -> Outcome {
+    let backend = Backend::open_with(store, OpenMode::ReadOnly).await?;
+    let key = match find(&backend, agent, &args.key).await {
+        Ok(session) => session.key,
+        Err(failure) if failure.code == EXIT_NOT_FOUND => {
+            let key = key_of(agent, &args.key)?;
+            eprintln!("agent-sessions: waiting for the first session of {key}");
+            key
+        }
+        Err(failure) => return Err(failure),
+    };
+    let manager = reader(&backend, agent)?;
+    let mut follow = manager.follow_key(&key, None).await?;
+    let mut out = io::stdout().lock();
+    // What the key holds now: its session's last lines only.
+    let mut heading = None;
+    let mut last = std::collections::VecDeque::with_capacity(args.lines.min(1024));
+    while let Some(update) = follow.try_next().await? {
+        match update {
+            KeyUpdate::Session { session, .. } => {
+                heading = Some(session);
+                last.clear();
+            }
+            KeyUpdate::Events {
+                session_id, events, ..
+            } => {
+                for event in events {
+                    last.push_back((session_id.clone(), event));
+                    if last.len() > args.lines {
+                        last.pop_front();
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let shown = (|| -> io::Result<()> {
+        if let Some(session) = &heading {
+            conversation::write_heading(&mut out, session, json)?;
+        }
+        for (session_id, event) in &last {
+            write_items(&mut out, session_id, std::slice::from_ref(event), json)?;
+        }
+        out.flush()
+    })();
+    shown.unwrap_or_else(|e| output::stdout_failed(&e));
+    loop {
+        let update = tokio::select! {
+            update = follow.next() => update?,
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        };
+        let written = match &update {
+            KeyUpdate::Session { session, .. } => {
+                conversation::write_heading(&mut out, session, json)
+            }
+            KeyUpdate::Events {
+                session_id, events, ..
+            } => write_items(&mut out, session_id, events, json),
+            _ => Ok(()),
+        };
+        written
+            .and_then(|()| out.flush())
+            .unwrap_or_else(|e| output::stdout_failed(&e));
+    }
 }
 
 /// The session, of any agent, whose session id is `raw` or starts with it (the short

@@ -38,6 +38,7 @@
 //! ```
 
 mod commands;
+mod conversation;
 mod output;
 mod settings;
 
@@ -86,6 +87,12 @@ enum Command {
         /// prints).
         key: String,
     },
+    /// Print a session's conversation: when, who (user, assistant, tool, status,
+    /// compaction, …) and what, each session headed by when and why it started.
+    Log(commands::LogArgs),
+    /// Print a key's new transcript lines as they are written (tail -f), continuing
+    /// into the next session after a reset, from any process, until Ctrl-C.
+    Follow(commands::FollowArgs),
     /// Start a new session for a key; the old transcript is archived.
     Reset {
         /// The session key.

@@ -1,0 +1,242 @@
+//! `log` and `follow`: an operator reads what the user wrote and what was answered, and
+//! why a session started, on every backend — including lines another process writes
+//! while `follow` runs, across a reset.
+
+// The library's test helpers (PostgreSQL schemas), shared with this crate.
+#[path = "../../tests/common/mod.rs"]
+#[allow(dead_code)]
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use agent_sessions::prelude::*;
+use serde_json::Value;
+
+fn run(store: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_agent-sessions"))
+        .env_remove("AGENT_SESSIONS_STORE")
+        .env_remove("PAGER")
+        .arg("--store")
+        .arg(store)
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn stdout(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+fn json_lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .map(|line| serde_json::from_str(line).expect("each --json line is JSON"))
+        .collect()
+}
+
+async fn manager(url: &str) -> SessionManager {
+    SessionManager::connect(url).await.unwrap().build().unwrap()
+}
+
+fn dm(text: &str) -> InboundMessage {
+    InboundMessage::direct("telegram", "42", text)
+}
+
+/// A conversation of two sessions — the second started by `/new` — and a stranger's.
+async fn two_sessions(url: &str) -> SessionKey {
+    let manager = manager(url).await;
+    for (text, reply) in [
+        ("when is my shift?", "Thursday at 9."),
+        // A message crafted to clear the operator's screen and recolour it.
+        ("\u{1b}[2J\u{1b}[31mgotcha", "I can't help with that."),
+        ("/new", "(not sent: the reset answers itself)"),
+        ("and tomorrow?", "Friday off."),
+    ] {
+        let turn = manager.turn(&dm(text)).await.unwrap();
+        turn.complete(reply).await.unwrap();
+    }
+    let stranger = manager
+        .turn(&InboundMessage::direct(
+            "telegram",
+            "77",
+            "a stranger's secret",
+        ))
+        .await
+        .unwrap();
+    stranger.complete("noted").await.unwrap();
+    manager.key_for(&dm("x")).unwrap()
+}
+
+async fn log_reads_a_conversation_and_why_each_session_started(url: &str) {
+    let key = two_sessions(url).await;
+    let key = key.as_str();
+
+    // The current session: its heading says it began with a reset.
+    let current = stdout(&run(url, &["log", key]));
+    assert!(current.contains("reset: /new"), "{current}");
+    assert!(current.contains("and tomorrow?"), "{current}");
+    assert!(current.contains("Friday off."), "{current}");
+    assert!(!current.contains("when is my shift?"), "{current}");
+
+    // --all: both sessions, oldest first, each line once; no escape sequence reaches
+    // the terminal, and nothing of the stranger's.
+    let all = stdout(&run(url, &["log", key, "--all"]));
+    let order = [
+        "the key's first session",
+        "when is my shift?",
+        "Thursday at 9.",
+        "I can't help with that.",
+        "reset: /new",
+        "and tomorrow?",
+        "Friday off.",
+    ];
+    let mut from = 0;
+    for text in order {
+        let at = all[from..]
+            .find(text)
+            .unwrap_or_else(|| panic!("{text:?} after byte {from} in:\n{all}"));
+        from += at + text.len();
+    }
+    assert!(!all.contains('\u{1b}'), "{all:?}");
+    assert!(all.contains("\\u{1b}[2J\\u{1b}[31mgotcha"), "{all}");
+    assert!(!all.contains("a stranger's secret"));
+
+    // --json: one object a line, sessions then their lines.
+    let lines = json_lines(&stdout(&run(url, &["--json", "log", key, "--all"])));
+    let kinds: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds.iter().filter(|k| **k == "session").count(), 2);
+    let reasons: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["type"] == "session")
+        .map(|l| l["startReason"].as_str().unwrap())
+        .collect();
+    assert_eq!(reasons, ["no_session", "explicit_reset"]);
+    let said: Vec<(&str, &str)> = lines
+        .iter()
+        .filter(|l| l["type"] == "line")
+        .map(|l| (l["who"].as_str().unwrap(), l["text"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        said,
+        [
+            ("user", "when is my shift?"),
+            ("assistant", "Thursday at 9."),
+            ("user", "\u{1b}[2J\u{1b}[31mgotcha"),
+            ("assistant", "I can't help with that."),
+            // A bare `/new` is answered by the reset's acknowledgement in the new
+            // session, not sent to the model.
+            ("assistant", "New session started."),
+            ("user", "and tomorrow?"),
+            ("assistant", "Friday off."),
+        ],
+        "JSON keeps the text as written"
+    );
+
+    // A session id (or its beginning) names the same conversation; an unknown one is
+    // exit code 4.
+    let first = lines[0]["session"].as_str().unwrap();
+    let by_id = stdout(&run(url, &["log", &first[..8]]));
+    assert!(by_id.contains("when is my shift?"), "{by_id}");
+    let missing = run(url, &["log", "telegram:dm:nobody"]);
+    assert_eq!(missing.status.code(), Some(4));
+}
+
+async fn follow_continues_across_a_reset_made_by_another_process(url: &str) {
+    let manager = manager(url).await;
+    let key = {
+        let turn = manager.turn(&dm("before following")).await.unwrap();
+        let key = turn.key().clone();
+        turn.complete("ok").await.unwrap();
+        key
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent-sessions"))
+        .env_remove("AGENT_SESSIONS_STORE")
+        .args(["--store", url, "--json", "follow", key.as_str(), "-n", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (sender, lines) = std::sync::mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let next = || -> Value {
+        let line = lines
+            .recv_timeout(Duration::from_secs(20))
+            .expect("follow prints the next line");
+        serde_json::from_str(&line).unwrap()
+    };
+    // What is there: the session, and its last line only.
+    assert_eq!(next()["type"], "session");
+    assert_eq!(next()["text"], "ok");
+
+    for (text, reply) in [("one", "1"), ("/new", "(acknowledged)"), ("two", "2")] {
+        let turn = manager.turn(&dm(text)).await.unwrap();
+        turn.complete(reply).await.unwrap();
+    }
+    let mut seen = Vec::new();
+    while seen.last().map(String::as_str) != Some("line:2") {
+        let line = next();
+        seen.push(match line["type"].as_str().unwrap() {
+            "session" => format!("session:{}", line["startReason"].as_str().unwrap()),
+            _ => format!("line:{}", line["text"].as_str().unwrap()),
+        });
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(
+        seen,
+        [
+            "line:one",
+            "line:1",
+            "session:explicit_reset",
+            "line:New session started.",
+            "line:two",
+            "line:2"
+        ]
+    );
+}
+
+macro_rules! per_backend {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread")]
+            async fn json() {
+                let dir = tempfile::tempdir().unwrap();
+                super::$name(&format!("json:{}", dir.path().display())).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread")]
+            async fn sqlite() {
+                let dir = tempfile::tempdir().unwrap();
+                super::$name(&format!("sqlite:{}", dir.path().join("s.db").display())).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread")]
+            #[cfg_attr(
+                not(postgres_tests),
+                ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+            )]
+            async fn postgres() {
+                let schema = super::common::TestSchema::new("cli_conversation");
+                super::$name(&schema.url()).await;
+                schema.drop().await;
+            }
+        }
+    };
+}
+
+per_backend!(log_reads_a_conversation_and_why_each_session_started);
+per_backend!(follow_continues_across_a_reset_made_by_another_process);
