@@ -4,7 +4,6 @@
 
 // The library's test helpers (PostgreSQL schemas), shared with this crate.
 #[path = "../../tests/common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 
 use std::io::{BufRead, BufReader};
