@@ -116,8 +116,37 @@ pub struct ExportArgs {
     /// followed.
     #[arg(long, short)]
     output: Option<PathBuf>,
+    /// Only this session: a key (under --agent), a session id or its beginning; with
+    /// its transcript (live or archived).
+    #[arg(long, conflicts_with = "all_agents")]
+    session: Option<String>,
+    /// Only sessions active since then: a duration back from now (`7d`, `12h`) or a
+    /// time (`2026-02-06`, `2026-02-06T10:00:00Z`); with their transcripts and those of
+    /// the key's sessions closed since.
+    #[arg(long, value_parser = parse_since)]
+    since: Option<u64>,
     #[command(flatten)]
     scope: Scope,
+}
+
+/// `--since`: epoch milliseconds from a duration back from now, a date or a time.
+fn parse_since(raw: &str) -> Result<u64, String> {
+    let now = chrono::Utc::now();
+    let at = if let Ok(back) = humantime::parse_duration(raw) {
+        chrono::Duration::from_std(back)
+            .ok()
+            .and_then(|back| now.checked_sub_signed(back))
+            .ok_or_else(|| format!("{raw:?} reaches back too far"))?
+    } else if let Ok(at) = chrono::DateTime::parse_from_rfc3339(raw) {
+        at.with_timezone(&chrono::Utc)
+    } else if let Ok(day) = chrono::NaiveDate::parse_from_str(raw, "%Y-%m-%d") {
+        day.and_hms_opt(0, 0, 0).expect("midnight exists").and_utc()
+    } else {
+        return Err(format!(
+            "{raw:?} is neither a duration (7d, 12h) nor a date (2026-02-06) or time (2026-02-06T10:00:00Z)"
+        ));
+    };
+    Ok(at.timestamp_millis().max(0) as u64)
 }
 
 /// What `views` does, and (PostgreSQL) where the views go.
@@ -915,14 +944,7 @@ async fn export(store: &str, agent: &AgentId, args: ExportArgs) -> Outcome {
         export_destination_is_safe(store, path)?;
     }
     let backend = Backend::open_with(store, OpenMode::ReadOnly).await?;
-    let sessions = backend
-        .sessions()
-        .list(&args.scope.filter(agent).include_inactive())
-        .await?;
-    let names = backend
-        .transcripts()
-        .transcript_names(args.scope.agent(agent))
-        .await?;
+    let (sessions, names) = exported(&backend, agent, &args).await?;
     let Some(path) = args.output else {
         let mut out = io::BufWriter::with_capacity(1 << 16, io::stdout());
         let written = write_export(&backend, &sessions, &names, &mut out).await?;
@@ -951,6 +973,72 @@ async fn export(store: &str, agent: &AgentId, args: ExportArgs) -> Outcome {
     file.as_file().sync_all().map_err(cannot)?;
     file.persist(&path).map_err(|e| cannot(e.error))?;
     Ok(())
+}
+
+/// The sessions and transcripts `export` writes: all of the agent's (or every
+/// agent's), or those `--session` and `--since` select.
+async fn exported(
+    backend: &Backend,
+    agent: &AgentId,
+    args: &ExportArgs,
+) -> Result<(Vec<StoredSession>, Vec<(AgentId, String)>), Failure> {
+    let mut filter = args.scope.filter(agent).include_inactive();
+    if let Some(since) = args.since {
+        filter = filter.updated_after(since);
+    }
+    let sessions = match &args.session {
+        Some(raw) => {
+            let session = find(backend, agent, raw).await?;
+            let active = args
+                .since
+                .is_none_or(|since| session.entry.updated_at >= since);
+            active.then_some(session).into_iter().collect()
+        }
+        None => backend.sessions().list(&filter).await?,
+    };
+    let scope = match &args.session {
+        Some(_) => sessions
+            .first()
+            .and_then(|s| s.key.agent_id().map(AgentId::new)),
+        None => args.scope.agent(agent).map(|a| Ok(a.clone())),
+    }
+    .transpose()?;
+    let names = backend
+        .transcripts()
+        .transcript_names(scope.as_ref())
+        .await?;
+    if args.session.is_none() && args.since.is_none() {
+        return Ok((sessions, names));
+    }
+    // The selected sessions' transcripts, and with --since those of sessions closed
+    // since (replaced under their keys, so not listed as current).
+    let mut ids: Vec<String> = sessions
+        .iter()
+        .map(|s| s.entry.session_id.clone())
+        .collect();
+    if args.session.is_none() {
+        let mut closed = filter.clone();
+        closed.status = agent_sessions::store::StatusFilter::Only(vec![SessionStatus::Closed]);
+        ids.extend(
+            backend
+                .sessions()
+                .list(&closed)
+                .await?
+                .into_iter()
+                .map(|s| s.entry.session_id),
+        );
+    }
+    let of_selected = |name: &str| {
+        ids.iter().any(|id| {
+            name.strip_prefix(id.as_str())
+                .is_some_and(|rest| rest.starts_with('.') || rest.starts_with("-topic-"))
+        })
+    };
+    let names = names
+        .into_iter()
+        .filter(|(_, name)| of_selected(name))
+        .collect();
+    Ok((sessions, names))
 }
 
 /// Refuses an export destination that is anything but a new or regular file (a

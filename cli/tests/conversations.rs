@@ -208,6 +208,48 @@ async fn follow_continues_across_a_reset_made_by_another_process(url: &str) {
     );
 }
 
+async fn export_takes_one_session_or_a_time_range(url: &str) {
+    let key = two_sessions(url).await;
+    let export = |args: &[&str]| -> Value {
+        let mut all = vec!["export"];
+        all.extend_from_slice(args);
+        serde_json::from_str(&stdout(&run(url, &all))).unwrap()
+    };
+    let everything = export(&[]);
+    assert_eq!(everything["sessions"].as_array().unwrap().len(), 2);
+
+    let one = export(&["--session", key.as_str()]);
+    let sessions = one["sessions"].as_array().unwrap();
+    assert_eq!(sessions.len(), 1);
+    assert_eq!(sessions[0]["key"], key.as_str());
+    let id = sessions[0]["entry"]["sessionId"].as_str().unwrap();
+    let transcripts = one["transcripts"].as_array().unwrap();
+    assert_eq!(transcripts.len(), 1, "{transcripts:?}");
+    assert!(transcripts[0]["name"].as_str().unwrap().starts_with(id));
+    let text = one.to_string();
+    assert!(text.contains("and tomorrow?"));
+    assert!(!text.contains("a stranger's secret"));
+    assert!(
+        !text.contains("when is my shift?"),
+        "the session before the reset is another"
+    );
+
+    // Since an hour ago: both keys, with the session closed by the reset too.
+    let recent = export(&["--since", "1h"]);
+    assert_eq!(recent["sessions"].as_array().unwrap().len(), 2);
+    let recent_text = recent.to_string();
+    assert!(recent_text.contains("a stranger's secret"));
+    assert!(recent_text.contains("when is my shift?"));
+    let later = export(&["--since", "2999-01-01"]);
+    assert_eq!(later["sessions"], serde_json::json!([]));
+    assert_eq!(later["transcripts"], serde_json::json!([]));
+
+    let bad = run(url, &["export", "--since", "last tuesday"]);
+    assert_eq!(bad.status.code(), Some(2));
+    let missing = run(url, &["export", "--session", "telegram:dm:nobody"]);
+    assert_eq!(missing.status.code(), Some(4));
+}
+
 macro_rules! per_backend {
     ($name:ident) => {
         mod $name {
@@ -239,3 +281,4 @@ macro_rules! per_backend {
 
 per_backend!(log_reads_a_conversation_and_why_each_session_started);
 per_backend!(follow_continues_across_a_reset_made_by_another_process);
+per_backend!(export_takes_one_session_or_a_time_range);
