@@ -578,6 +578,7 @@ async fn the_openapi_description_matches_the_service() {
         paths,
         [
             "/kernel/health",
+            "/kernel/keys/{key}/events",
             "/kernel/sessions",
             "/kernel/sessions/resolve",
             "/kernel/sessions/{id}",

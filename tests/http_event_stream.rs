@@ -1,6 +1,8 @@
 //! The HTTP event stream as a bot author meets it: a session reset by its sender, and a
 //! `from` offset into a transcript that does not exist yet.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -120,3 +122,194 @@ async fn a_from_past_the_end_of_an_empty_transcript_is_refused() {
         "streamed: {body:?}"
     );
 }
+
+/// One server-sent event: its name (`message` when it has none), id and data.
+#[derive(Debug)]
+struct Sse {
+    event: String,
+    id: String,
+    data: serde_json::Value,
+}
+
+/// Reads a stream's events as they arrive.
+struct SseReader {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl SseReader {
+    async fn open(base: &str, path: &str, last_event_id: Option<&str>) -> reqwest::Response {
+        let mut request = reqwest::Client::new()
+            .get(format!("{base}{path}"))
+            .header(SECRET_HEADER, SECRET);
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id);
+        }
+        request.send().await.unwrap()
+    }
+
+    /// The next event (keep-alive comments skipped), waiting up to 20 s.
+    async fn next(&mut self) -> Sse {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let (mut event, mut id, mut data) =
+                    ("message".to_owned(), String::new(), String::new());
+                for line in block.lines() {
+                    if let Some(value) = line.strip_prefix("event:") {
+                        event = value.trim().to_owned();
+                    } else if let Some(value) = line.strip_prefix("id:") {
+                        id = value.trim().to_owned();
+                    } else if let Some(value) = line.strip_prefix("data:") {
+                        data.push_str(value.trim_start());
+                    }
+                }
+                if data.is_empty() {
+                    continue;
+                }
+                return Sse {
+                    event,
+                    id,
+                    data: serde_json::from_str(&data).unwrap(),
+                };
+            }
+            let chunk = tokio::time::timeout(Duration::from_secs(20), self.response.chunk())
+                .await
+                .expect("the next event arrives")
+                .unwrap()
+                .expect("the stream stays open");
+            self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+
+    /// The text of a line event's message, or `session:<startReason>`.
+    fn said(event: &Sse) -> String {
+        match event.event.as_str() {
+            "session" => format!("session:{}", event.data["startReason"].as_str().unwrap()),
+            _ => event.data["entry"]["message"]["content"]
+                .as_str()
+                .map(str::to_owned)
+                .or_else(|| {
+                    event.data["entry"]["message"]["content"][0]["text"]
+                        .as_str()
+                        .map(str::to_owned)
+                })
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// `GET /kernel/keys/{key}/events` follows a key into the session that replaced its
+/// session, whoever wrote it, with a `session` event that says why; a client that
+/// reconnects with the last id it saw gets exactly what followed; bad ids, positions
+/// and keys are 400s in the API's JSON, and the stream needs the secret.
+async fn a_keys_stream_continues_across_a_reset_and_resumes(url: &str) {
+    let base = start(url).await;
+    let writer = manager(url).await;
+    let say = |text: &'static str| {
+        let writer = &writer;
+        async move {
+            let turn = writer
+                .turn(&InboundMessage::direct("telegram", "42", text))
+                .await
+                .unwrap();
+            let key = turn.key().clone();
+            turn.complete(format!("re: {text}")).await.unwrap();
+            key
+        }
+    };
+    let key = say("first").await;
+    let path = format!("/kernel/keys/{}/events", key.as_str());
+    let mut reader = SseReader {
+        response: SseReader::open(&base, &path, None).await,
+        buffer: String::new(),
+    };
+    assert_eq!(reader.response.status(), StatusCode::OK);
+    let mut seen = Vec::new();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let event = reader.next().await;
+        seen.push(SseReader::said(&event));
+        ids.push(event.id);
+    }
+    assert_eq!(seen, ["session:no_session", "first", "re: first"]);
+
+    say("/new").await;
+    say("second").await;
+    while seen.last().map(String::as_str) != Some("re: second") {
+        let event = reader.next().await;
+        if event.event == "session" {
+            assert_eq!(event.data["previous"], ids[0].split(':').next().unwrap());
+            assert_eq!(event.data["key"], key.as_str());
+        }
+        seen.push(SseReader::said(&event));
+    }
+    assert_eq!(
+        seen[3..],
+        [
+            "session:explicit_reset",
+            "New session started.",
+            "second",
+            "re: second"
+        ]
+    );
+
+    // Reconnecting after "first": its reply, then the next session, nothing twice.
+    let mut resumed = SseReader {
+        response: SseReader::open(&base, &path, Some(&ids[1])).await,
+        buffer: String::new(),
+    };
+    let mut again = Vec::new();
+    while again.last().map(String::as_str) != Some("re: second") {
+        again.push(SseReader::said(&resumed.next().await));
+    }
+    assert_eq!(again, seen[2..]);
+
+    for (last_event_id, query, why) in [
+        (Some("garbage"), "", "not an event id"),
+        (None, "?from=nosuchsession:0", "none of the key's sessions"),
+        (None, "?from=12", "<sessionId>:<offset>"),
+    ] {
+        let response = SseReader::open(&base, &format!("{path}{query}"), last_event_id).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{why}");
+        let body: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(body["ok"], false);
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains(why),
+            "{body}"
+        );
+    }
+    let bad_key = SseReader::open(&base, "/kernel/keys/agent:..:x/events", None).await;
+    assert_eq!(bad_key.status(), StatusCode::BAD_REQUEST);
+    let unauthenticated = reqwest::get(format!("{base}{path}")).await.unwrap();
+    assert_eq!(unauthenticated.status(), StatusCode::UNAUTHORIZED);
+}
+
+macro_rules! per_backend {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread")]
+            async fn json() {
+                let dir = tempfile::tempdir().unwrap();
+                super::$name(&format!("json:{}", dir.path().display())).await;
+            }
+
+            #[cfg(feature = "sqlite")]
+            #[tokio::test(flavor = "multi_thread")]
+            async fn sqlite() {
+                let dir = tempfile::tempdir().unwrap();
+                super::$name(&format!("sqlite:{}", dir.path().join("s.db").display())).await;
+            }
+
+            #[cfg(postgres_tests)]
+            #[tokio::test(flavor = "multi_thread")]
+            async fn postgres() {
+                let schema = crate::common::TestSchema::new("http_keys");
+                super::$name(&schema.url()).await;
+                schema.drop().await;
+            }
+        }
+    };
+}
+
+per_backend!(a_keys_stream_continues_across_a_reset_and_resumes);

@@ -330,9 +330,10 @@ enum Call {
     Append,
     AppendChat,
     Follow,
+    FollowKey,
 }
 
-const EVERY_CALL: [Call; 32] = [
+const EVERY_CALL: [Call; 33] = [
     Call::Resolve,
     Call::Get,
     Call::Close,
@@ -365,6 +366,7 @@ const EVERY_CALL: [Call; 32] = [
     Call::Append,
     Call::AppendChat,
     Call::Follow,
+    Call::FollowKey,
 ];
 
 async fn call(scoped: &ScopedManager<'_>, fixture: &Fixture, call: Call) -> Result<()> {
@@ -483,6 +485,7 @@ async fn call(scoped: &ScopedManager<'_>, fixture: &Fixture, call: Call) -> Resu
             .await
             .map(drop),
         Call::Follow => scoped.session(key).follow(Offset::START).await.map(drop),
+        Call::FollowKey => scoped.session(key).follow_key(None).await.map(drop),
     }
 }
 

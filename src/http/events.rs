@@ -1,4 +1,9 @@
-//! `GET /kernel/sessions/{id}/events`: a session's transcript as server-sent events.
+//! `GET /kernel/sessions/{id}/events`: a session's transcript as server-sent events;
+//! `GET /kernel/keys/{key}/events`: a key's sessions in turn, the same way.
+//!
+//! A key's stream announces each session it moves to with an `event: session` message
+//! and ids its lines `<sessionId>:<offset>`; otherwise it is a session's stream that
+//! does not end at a reset.
 //!
 //! Each event of the transcript is one SSE message whose `data` is
 //! `{"offset": …, "line": …, "entry": {…}}` (the entry as its transcript line has it)
@@ -17,6 +22,7 @@ use futures_util::Stream;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use super::*;
+use crate::manager::{KeyFollow, KeyPosition, KeyUpdate};
 use crate::transcript::{Offset, SessionEvent, TranscriptFollow};
 
 /// The header a reconnecting SSE client sends its last event id in.
@@ -61,9 +67,16 @@ impl StreamsEnd {
         self.slots = Arc::new(Semaphore::new(streams.min(Semaphore::MAX_PERMITS)));
     }
 
-    /// A slot for one more stream, if one is free.
-    fn slot(&self) -> Option<OwnedSemaphorePermit> {
-        self.slots.clone().try_acquire_owned().ok()
+    /// A slot for one more stream (each holds a chunk of a transcript in memory:
+    /// their number is bounded), or 503 when none is free.
+    fn slot(&self) -> Result<OwnedSemaphorePermit, ApiError> {
+        self.slots.clone().try_acquire_owned().map_err(|_| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "too many event streams are open; retry",
+            )
+        })
     }
 }
 
@@ -84,29 +97,12 @@ pub(super) async fn session_events(
     query: Result<Query<EventsQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(query) = query?;
-    let from = match headers.get(LAST_EVENT_ID) {
-        Some(value) => value
-            .to_str()
-            .ok()
-            .and_then(|value| value.trim().parse::<u64>().ok())
-            .ok_or_else(|| {
-                ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    "invalid_request",
-                    "Last-Event-ID is not an event id this service sent",
-                )
-            })?,
+    let from = match last_event_id(&headers)? {
+        Some(value) => value.parse::<u64>().map_err(|_| not_our_event_id())?,
         None => query.from.unwrap_or(0),
     };
     check_id(&id)?;
-    // Each stream holds a chunk of its transcript in memory: their number is bounded.
-    let slot = end.slot().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            "too many event streams are open; retry",
-        )
-    })?;
+    let slot = end.slot()?;
     let mut follow = manager
         .follow_session(&id, Offset(from))
         .await?
@@ -130,14 +126,82 @@ pub(super) async fn session_events(
     }
     tracing::debug!(session_id = %id, from, "streaming a session's events");
     let stream = EventStream {
-        pending: numbered(first, follow.position()),
-        follow,
+        pending: Pending::lines(first, follow.position(), None),
+        source: Source::Session(follow),
         end: end.subscribe(),
         _slot: slot,
     };
     Ok(Sse::new(stream.into_stream())
         .keep_alive(KeepAlive::default())
         .into_response())
+}
+
+/// `GET /kernel/keys/{key}/events`'s query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct KeyEventsQuery {
+    /// Where to resume, `<sessionId>:<offset>` (default: the start of the key's
+    /// current session); `Last-Event-ID` wins.
+    from: Option<String>,
+}
+
+/// A key's events across its sessions: a `session` event for each session it moves
+/// to, then the session's lines, live; never ends by itself.
+pub(super) async fn key_events(
+    manager: Arc<SessionManager>,
+    end: StreamsEnd,
+    key: String,
+    headers: HeaderMap,
+    query: Result<Query<KeyEventsQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query?;
+    let key = crate::key::SessionKey::parse(&key)?;
+    let from = match last_event_id(&headers)? {
+        Some(value) => Some(
+            value
+                .parse::<KeyPosition>()
+                .map_err(|_| not_our_event_id())?,
+        ),
+        None => query
+            .from
+            .as_deref()
+            .map(str::parse::<KeyPosition>)
+            .transpose()?,
+    };
+    let slot = end.slot()?;
+    let follow = manager.follow_key(&key, from).await?;
+    tracing::debug!(key = %key, "streaming a key's events");
+    let stream = EventStream {
+        pending: VecDeque::new(),
+        source: Source::Key(Box::new(follow)),
+        end: end.subscribe(),
+        _slot: slot,
+    };
+    // A bad offset shows at the first read: an `error` event ends the stream.
+    Ok(Sse::new(stream.into_stream())
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+/// The `Last-Event-ID` a reconnecting client sent, trimmed.
+fn last_event_id(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
+    headers
+        .get(LAST_EVENT_ID)
+        .map(|value| {
+            value
+                .to_str()
+                .map(str::trim)
+                .map_err(|_| not_our_event_id())
+        })
+        .transpose()
+}
+
+fn not_our_event_id() -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "invalid_request",
+        "Last-Event-ID is not an event id this service sent",
+    )
 }
 
 /// The `data` of each event, paired with the offset that follows it. Events are
@@ -180,27 +244,57 @@ fn event_data(event: &SessionEvent, next: Offset) -> String {
     .to_string()
 }
 
+/// What a stream reads from: one session's transcript, or a key's sessions in turn.
+enum Source {
+    Session(TranscriptFollow),
+    Key(Box<KeyFollow>),
+}
+
+/// One SSE message waiting for the client: its `event` name (none for a line), its
+/// `data`, and its `id` (where to resume after it).
+struct Pending {
+    event: Option<&'static str>,
+    data: String,
+    id: String,
+}
+
+impl Pending {
+    fn lines(events: Vec<SessionEvent>, next: Offset, session: Option<&str>) -> VecDeque<Self> {
+        numbered(events, next)
+            .into_iter()
+            .map(|(data, next)| Pending {
+                event: None,
+                data,
+                id: match session {
+                    Some(session_id) => format!("{session_id}:{next}"),
+                    None => next.to_string(),
+                },
+            })
+            .collect()
+    }
+}
+
 struct EventStream {
-    follow: TranscriptFollow,
-    /// One chunk of the transcript at most, as the text each event sends (the
+    source: Source,
+    /// One chunk of a transcript at most, as the text each event sends (the
     /// follower reads chunk by chunk, and the next chunk is read only when the client
     /// has taken this one).
-    pending: VecDeque<(String, Offset)>,
+    pending: VecDeque<Pending>,
     end: watch::Receiver<bool>,
     _slot: OwnedSemaphorePermit,
 }
 
 impl EventStream {
-    /// The next SSE message and whether it is the last (an `error` event), or `None`
-    /// when the service shuts down.
+    /// The next SSE message and whether it is the last (an `end` or `error` event), or
+    /// `None` when the service shuts down.
     async fn next_event(&mut self) -> Option<(Event, bool)> {
         if self.pending.is_empty() {
             let read = tokio::select! {
-                read = self.follow.next() => read,
+                read = self.source.read() => read,
                 _ = self.end.wait_for(|ended| *ended) => return None,
             };
             match read {
-                Ok(Some(events)) => self.pending = numbered(events, self.follow.position()),
+                Ok(Some(pending)) => self.pending = pending,
                 Ok(None) => {
                     // The transcript was archived (a reset or a delete): nothing follows.
                     let event = Event::default()
@@ -209,7 +303,7 @@ impl EventStream {
                     return Some((event, true));
                 }
                 Err(error) => {
-                    tracing::warn!(%error, "a session's event stream failed");
+                    tracing::warn!(%error, "an event stream failed");
                     let data = json!({
                         "code": "internal",
                         "message": "reading the session failed; reconnect to resume",
@@ -219,8 +313,11 @@ impl EventStream {
                 }
             }
         }
-        let (data, next) = self.pending.pop_front()?;
-        let event = Event::default().id(next.to_string()).data(data);
+        let pending = self.pending.pop_front()?;
+        let mut event = Event::default().id(pending.id).data(pending.data);
+        if let Some(name) = pending.event {
+            event = event.event(name);
+        }
         Some((event, false))
     }
 
@@ -230,5 +327,41 @@ impl EventStream {
             let (event, last) = stream.next_event().await?;
             Some((Ok(event), (!last).then_some(stream)))
         })
+    }
+}
+
+impl Source {
+    /// The next messages, waiting for them; `None` when a session's stream has
+    /// nothing more to send.
+    async fn read(&mut self) -> crate::Result<Option<VecDeque<Pending>>> {
+        match self {
+            Source::Session(follow) => Ok(follow
+                .next()
+                .await?
+                .map(|events| Pending::lines(events, follow.position(), None))),
+            Source::Key(follow) => Ok(Some(match follow.next().await? {
+                KeyUpdate::Session { session, previous } => {
+                    let entry = &session.entry;
+                    let data = json!({
+                        "key": session.key.as_str(),
+                        "sessionId": entry.session_id,
+                        "previous": previous,
+                        "startReason": entry.start_reason,
+                        "startedAt": entry.session_started_at.map(timestamp),
+                        "status": entry.status.as_ref().map(SessionStatus::as_str),
+                    });
+                    VecDeque::from([Pending {
+                        event: Some("session"),
+                        data: data.to_string(),
+                        id: format!("{}:{}", entry.session_id, Offset::START),
+                    }])
+                }
+                KeyUpdate::Events {
+                    session_id,
+                    events,
+                    next,
+                } => Pending::lines(events, next.offset, Some(&session_id)),
+            })),
+        }
     }
 }

@@ -15,6 +15,7 @@
 //! | `PATCH` | `/kernel/sessions/{id}` | records a turn: advances the turn count, regenerates the context summary |
 //! | `POST` | `/kernel/sessions/{id}/close` | closes a session: its next message starts a new one |
 //! | `GET` | `/kernel/sessions/{id}/events?from=` | the session's transcript events as server-sent events, then live; resumable with `Last-Event-ID` |
+//! | `GET` | `/kernel/keys/{key}/events?from=` | a session key's events across its sessions: a `session` event for each session it moves to (after a reset, a close, an expiry), then its lines, live; resumable with `Last-Event-ID` |
 //! | `GET` | `/kernel/sessions?workspace_id=` | a workspace's sessions, most recently active first |
 //! | `GET` | `/kernel/health` | liveness (needs no secret) |
 //!
@@ -545,6 +546,7 @@ async fn pause_after_failed_accept(error: std::io::Error) {
 pub fn router(manager: Arc<SessionManager>, options: ServiceOptions) -> Router {
     let secret: Arc<Option<Secret>> = Arc::new(options.secret);
     let streams_end = options.streams_end;
+    let key_streams_end = streams_end.clone();
     let mut sessions = Router::new()
         .route("/kernel/sessions", get(list_sessions))
         .route("/kernel/sessions/resolve", post(resolve))
@@ -558,6 +560,17 @@ pub fn router(manager: Arc<SessionManager>, options: ServiceOptions) -> Router {
                       headers: HeaderMap,
                       query: Result<Query<events::EventsQuery>, QueryRejection>| {
                     events::session_events(manager, streams_end.clone(), id, headers, query)
+                },
+            ),
+        )
+        .route(
+            "/kernel/keys/{key}/events",
+            get(
+                move |State(manager): State<Arc<SessionManager>>,
+                      Path(key): Path<String>,
+                      headers: HeaderMap,
+                      query: Result<Query<events::KeyEventsQuery>, QueryRejection>| {
+                    events::key_events(manager, key_streams_end.clone(), key, headers, query)
                 },
             ),
         );

@@ -474,6 +474,14 @@ impl Session<'_> {
         self.manager.transcripts().follow(&self.key, from).await
     }
 
+    /// Follows this key across its sessions — into the session that replaces the
+    /// current one after a reset, a close or an expiry (see
+    /// [`SessionManager::follow_key`]); a scoped caller must be allowed this session.
+    pub async fn follow_key(&self, from: Option<super::KeyPosition>) -> Result<super::KeyFollow> {
+        self.existing().await?;
+        self.manager.follow_key(&self.key, from).await
+    }
+
     /// The memory flush to run before this session's next turn, if one is due (see
     /// [`MemoryFlushGuard`](crate::memory::flush::MemoryFlushGuard)).
     pub async fn memory_flush_plan(&self) -> Result<Option<FlushPlan>> {
