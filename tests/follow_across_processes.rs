@@ -5,13 +5,16 @@
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use agent_sessions::manager::{KeyFollow, KeyPosition, KeyUpdate, LogMessage};
+use agent_sessions::manager::{
+    AgentFollow, AgentUpdate, KeyFollow, KeyPosition, KeyUpdate, LogMessage,
+};
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::{Offset, SessionEvent};
 
 const URL_VAR: &str = "OUTSIDE_WRITER_URL";
 const BYTES_VAR: &str = "OUTSIDE_WRITER_BYTES";
 const RESETS_VAR: &str = "OUTSIDE_WRITER_RESETS";
+const AGENT_VAR: &str = "OUTSIDE_WRITER_AGENT";
 
 fn inbound() -> InboundMessage {
     InboundMessage::direct("telegram", "4242", "hello")
@@ -41,6 +44,30 @@ fn writer_process() {
     tokio::runtime::Runtime::new().unwrap().block_on(async {
         let manager = manager(&url).await;
         let key = manager.resolve(&inbound()).await.unwrap().key;
+        if std::env::var(AGENT_VAR).is_ok() {
+            // Three people talk; one resets and talks on, one's session is closed.
+            let say = |peer: &'static str, text: String| {
+                let manager = &manager;
+                async move {
+                    let turn = manager
+                        .turn(&InboundMessage::direct("telegram", peer, text.clone()))
+                        .await
+                        .unwrap();
+                    let key = turn.key().clone();
+                    turn.complete(format!("re {text}")).await.unwrap();
+                    key
+                }
+            };
+            for peer in ["a", "b", "c"] {
+                say(peer, format!("{peer}: hello")).await;
+            }
+            say("a", "/new".into()).await;
+            let b = say("b", "b: bye".into()).await;
+            manager.session(&b).close().await.unwrap();
+            say("a", "a: again".into()).await;
+            say("c", "c: end".into()).await;
+            return;
+        }
         if std::env::var(RESETS_VAR).is_ok() {
             // Three sessions of three messages, each ended by a reset, then `end`.
             for session in 0..3 {
@@ -231,6 +258,133 @@ async fn a_key_is_followed_across_resets_made_by_another_process(url: &str) {
     );
 }
 
+/// The lines the writer's sessions hold, each session's in order, by peer.
+type Said = std::collections::BTreeMap<String, Vec<Vec<String>>>;
+
+/// What an agent follower reads until it has the writer's 13 lines and knows `b`'s
+/// session is closed: each session's lines by peer (sessions sorted by their first
+/// line), and the sessions it was told of (peer, why it started, whether new).
+async fn follow_agent_to_the_end(follow: &mut AgentFollow) -> (Said, Vec<(String, String, bool)>) {
+    let mut by_session = std::collections::BTreeMap::<String, (String, Vec<String>)>::new();
+    let mut b_status = String::new();
+    let mut sessions = Vec::new();
+    let peer = |key: &SessionKey| key.as_str().rsplit(':').next().unwrap().to_owned();
+    let lines = |by_session: &std::collections::BTreeMap<String, (String, Vec<String>)>| {
+        by_session
+            .values()
+            .map(|(_, said)| said.len())
+            .sum::<usize>()
+    };
+    while lines(&by_session) < 13 || b_status != "closed" {
+        let update = tokio::time::timeout(Duration::from_secs(20), follow.next())
+            .await
+            .expect("the writer's sessions and lines arrive")
+            .unwrap();
+        let mut note_status = |session: &StoredSession| {
+            if peer(&session.key) == "b" {
+                b_status = session.entry.status.as_ref().unwrap().as_str().to_owned();
+            }
+        };
+        match update {
+            AgentUpdate::Session { session, new } => {
+                note_status(&session);
+                sessions.push((
+                    peer(&session.key),
+                    session.entry.start_reason.clone().unwrap_or_default(),
+                    new,
+                ));
+            }
+            AgentUpdate::Status { session } => note_status(&session),
+            AgentUpdate::Events {
+                key,
+                session_id,
+                events,
+            } => by_session
+                .entry(session_id)
+                .or_insert_with(|| (peer(&key), Vec::new()))
+                .1
+                .extend(texts(&events)),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let mut said = Said::new();
+    for (peer, lines) in by_session.into_values() {
+        said.entry(peer).or_default().push(lines);
+    }
+    for sessions in said.values_mut() {
+        sessions.sort();
+    }
+    (said, sessions)
+}
+
+/// A follower of an agent sees, from another process's turns, each session as it
+/// starts (a reset's new session too), a close, and every line of each — and nothing
+/// of a session last active before it started; one started again at an earlier
+/// position delivers the same lines.
+async fn an_agents_sessions_are_followed_from_another_process(url: &str) {
+    let manager = manager(url).await;
+    let old = manager
+        .turn(&InboundMessage::direct("telegram", "z", "z: before"))
+        .await
+        .unwrap();
+    old.complete("re z: before").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut follow = manager.follow_agent(&AgentId::main(), None).await.unwrap();
+    let start = follow.position();
+    let mut writer = start_writer_with(url, AGENT_VAR);
+    let (said, sessions) = follow_agent_to_the_end(&mut follow).await;
+    assert!(writer.wait().unwrap().success());
+    let session = |lines: &[&str]| lines.iter().map(|l| l.to_string()).collect::<Vec<_>>();
+    let expected: Said = [
+        (
+            "a",
+            vec![
+                session(&["New session started.", "a: again", "re a: again"]),
+                session(&["a: hello", "re a: hello"]),
+            ],
+        ),
+        (
+            "b",
+            vec![session(&["b: hello", "re b: hello", "b: bye", "re b: bye"])],
+        ),
+        (
+            "c",
+            vec![session(&["c: hello", "re c: hello", "c: end", "re c: end"])],
+        ),
+    ]
+    .into_iter()
+    .map(|(peer, sessions)| (peer.to_owned(), sessions))
+    .collect();
+    assert_eq!(
+        said, expected,
+        "every line of every session, nothing from before"
+    );
+    let mut told: Vec<_> = sessions.clone();
+    told.sort();
+    assert_eq!(
+        told,
+        [
+            // The writer's own first session, which it resolved and never wrote to.
+            ("4242".to_owned(), "no_session".to_owned(), true),
+            ("a".to_owned(), "explicit_reset".to_owned(), true),
+            ("a".to_owned(), "no_session".to_owned(), true),
+            ("b".to_owned(), "no_session".to_owned(), true),
+            ("c".to_owned(), "no_session".to_owned(), true),
+        ],
+        "each session once; none from before the follower started: {sessions:?}"
+    );
+
+    let mut again = manager
+        .follow_agent(&AgentId::main(), Some(start))
+        .await
+        .unwrap();
+    let (said_again, _) = follow_agent_to_the_end(&mut again).await;
+    assert_eq!(
+        said_again, expected,
+        "started again, it delivers the same lines"
+    );
+}
+
 /// Events appended before a reset reach a follower of the session that was reset,
 /// even when it reads them only after the reset archived the transcript.
 async fn events_before_a_reset_reach_the_follower(url: &str) {
@@ -393,6 +547,7 @@ macro_rules! per_backend {
 per_backend!(a_killed_writer_is_followed_without_gaps_or_repeats);
 per_backend!(events_before_a_reset_reach_the_follower);
 per_backend!(a_key_is_followed_across_resets_made_by_another_process);
+per_backend!(an_agents_sessions_are_followed_from_another_process);
 per_backend!(a_reset_session_can_be_followed_by_id);
 per_backend!(a_huge_append_from_another_process_is_followed);
 per_backend!(a_subscriber_that_never_reads_is_told_it_lagged);

@@ -27,6 +27,7 @@
 //! # }
 //! ```
 
+mod agent_follow;
 mod claims;
 mod conversations;
 mod dedupe;
@@ -77,6 +78,7 @@ use crate::memory::MemoryOptions;
 use crate::store::SessionStore;
 use crate::transcript::{ArchiveReason, CheckpointReason, TranscriptRef, TranscriptStore};
 
+pub use agent_follow::{AgentFollow, AgentUpdate, MAX_WATCHED_SESSIONS};
 pub use dedupe::DEFAULT_DEDUPE_WINDOW;
 pub use idle::{IdleCheckpointOptions, IdleCheckpoints};
 pub use key_follow::{KeyFollow, KeyPosition, KeyUpdate};

@@ -1,0 +1,382 @@
+//! Following every session of an agent: sessions as they start, change status and
+//! grow, from any process.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::SessionManager;
+use crate::entry::SessionStatus;
+use crate::error::{Error, Result};
+use crate::key::{AgentId, SessionKey};
+use crate::lifecycle::Clock;
+use crate::store::{ListFilter, SessionStore, StatusFilter, StoredSession};
+use crate::transcript::{
+    Offset, SessionEvent, SubscriptionError, TranscriptFollow, TranscriptRef, TranscriptStore,
+    TranscriptSubscription,
+};
+
+/// The most sessions an [`AgentFollow`] watches at once: past it, the least recently
+/// active is dropped, and watched again when it is active again — from the follower's
+/// start, so its lines since then may come again (with the same session id and
+/// offset).
+pub const MAX_WATCHED_SESSIONS: usize = 1024;
+
+/// How far back a follower looks, before the time it last looked, for activity it
+/// may not have seen yet: writes whose clocks lag a little, entries written just as it
+/// listed them.
+const LOOK_BACK_MS: u64 = 2_000;
+
+/// About how many lines a follower reads ahead of its reader.
+const MAX_PENDING_EVENTS: usize = 1024;
+
+/// What an [`AgentFollow`] returns.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum AgentUpdate {
+    /// A session the follower now watches: one that started since the follower's
+    /// start position, or an older one that became active again. Its new lines follow.
+    Session {
+        /// The session, as the store has it now.
+        session: Box<StoredSession>,
+        /// Whether it started at or after the follower's start position.
+        new: bool,
+    },
+    /// A watched session's status changed (closed, running, idle, inactive).
+    Status {
+        /// The session, as the store has it now.
+        session: Box<StoredSession>,
+    },
+    /// Lines appended to a session's transcript, in order.
+    Events {
+        /// The session's key.
+        key: SessionKey,
+        /// The session.
+        session_id: String,
+        /// The lines.
+        events: Vec<SessionEvent>,
+    },
+}
+
+/// A live feed of everything an agent's sessions do, from any process: sessions as
+/// they start, status changes, and the lines each one's transcript gains.
+///
+/// Made by [`SessionManager::follow_agent`]. A session is noticed when its entry
+/// records activity (every turn does, and every close or reset) or when the store
+/// announces an append (this process's appends; other processes' on SQLite and
+/// PostgreSQL); lines are then read from its transcript in order. Memory is bounded:
+/// it watches at most [`MAX_WATCHED_SESSIONS`] sessions and reads each a chunk at a
+/// time.
+///
+/// [`position`](Self::position) is a time: a follower started there again delivers
+/// every line written since, at least once — lines delivered just before may come
+/// again, each with the same session id and offset, by which a client that needs
+/// exactly once tells them apart.
+///
+/// ```
+/// use agent_sessions::prelude::*;
+/// use agent_sessions::manager::AgentUpdate;
+/// use agent_sessions::transcript::MemoryTranscriptStore;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> agent_sessions::Result<()> {
+/// let manager = SessionManager::builder(MemoryStore::new())
+///     .transcripts(MemoryTranscriptStore::new())
+///     .build()?;
+/// let mut everything = manager.follow_agent(&AgentId::main(), None).await?;
+///
+/// let turn = manager.turn(&InboundMessage::direct("telegram", "42", "hi")).await?;
+/// turn.complete("hello!").await?;
+/// let AgentUpdate::Session { session, new } = everything.next().await? else { unreachable!() };
+/// assert!(new);
+/// assert_eq!(session.key.as_str(), "agent:main:telegram:dm:42");
+/// let AgentUpdate::Events { events, .. } = everything.next().await? else { unreachable!() };
+/// assert_eq!(events.len(), 2, "the message and the reply");
+/// # Ok(())
+/// # }
+/// ```
+pub struct AgentFollow {
+    sessions: Arc<dyn SessionStore>,
+    transcripts: Arc<dyn TranscriptStore>,
+    clock: Arc<dyn Clock>,
+    default_agent: AgentId,
+    agent: AgentId,
+    /// Lines written before this time (epoch milliseconds) are not delivered.
+    since: u64,
+    /// When the store was last listed for activity.
+    listed_at: u64,
+    /// Everything delivered was written before this, or after it and delivered too:
+    /// where a follower would start again.
+    position: u64,
+    /// Where the position moves once what the last complete look found is delivered.
+    complete: Option<u64>,
+    watched: HashMap<String, Watched>,
+    pending: VecDeque<AgentUpdate>,
+    wake: TranscriptSubscription,
+    poll_interval: Duration,
+}
+
+struct Watched {
+    key: SessionKey,
+    status: Option<SessionStatus>,
+    follow: TranscriptFollow,
+    /// When it was last active, for choosing which to drop.
+    active_at: u64,
+}
+
+impl fmt::Debug for AgentFollow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentFollow")
+            .field("agent", &self.agent)
+            .field("position", &self.position)
+            .field("watched", &self.watched.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentFollow {
+    /// The agent followed.
+    pub fn agent(&self) -> &AgentId {
+        &self.agent
+    }
+
+    /// Where a follower started later would pick up (epoch milliseconds): every line
+    /// written since then is delivered by it, some perhaps again.
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// How many sessions it watches now.
+    pub fn watched(&self) -> usize {
+        self.watched.len()
+    }
+
+    /// Looks again this often when no live update wakes the follower (default: the
+    /// transcript store's [`follow_interval`](TranscriptStore::follow_interval)).
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.poll_interval = every.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The next update, waiting until there is one.
+    pub async fn next(&mut self) -> Result<AgentUpdate> {
+        loop {
+            if let Some(update) = self.try_next().await? {
+                return Ok(update);
+            }
+            let woken = tokio::time::timeout(self.poll_interval, self.wake.recv()).await;
+            match woken {
+                Ok(Ok(update)) => self.noticed(update.transcript).await?,
+                Ok(Err(SubscriptionError::Closed)) => tokio::time::sleep(self.poll_interval).await,
+                Ok(Err(SubscriptionError::Lagged(_))) | Err(_) => {}
+            }
+        }
+    }
+
+    /// The next update if there is one now, without waiting.
+    pub async fn try_next(&mut self) -> Result<Option<AgentUpdate>> {
+        if let Some(update) = self.pending.pop_front() {
+            return Ok(Some(update));
+        }
+        // What the last complete look found is delivered: a follower started again
+        // need not look before it.
+        if let Some(done) = self.complete.take() {
+            self.position = self.position.max(done);
+        }
+        let started = self.clock.now_millis();
+        self.look().await?;
+        if self.read().await? {
+            // Every line written before this look began is read (its clock allowing).
+            self.complete = Some(started.saturating_sub(LOOK_BACK_MS));
+        }
+        Ok(self.pending.pop_front())
+    }
+
+    /// Watches the sessions whose entries recorded activity since the last look, and
+    /// tells of status changes.
+    async fn look(&mut self) -> Result<()> {
+        let now = self.clock.now_millis();
+        let after = self.listed_at.saturating_sub(LOOK_BACK_MS);
+        let current = ListFilter::new()
+            .agent(self.agent.clone())
+            .include_inactive()
+            .updated_after(after);
+        let mut closed = current.clone();
+        closed.status = StatusFilter::Only(vec![SessionStatus::Closed]);
+        let mut active = self.sessions.list(&closed).await?;
+        active.extend(self.sessions.list(&current).await?);
+        // Oldest first, so sessions are told of in the order they were active.
+        active.sort_by_key(|s| s.entry.updated_at);
+        for session in active {
+            // Last active before the follower's start: nothing of it to tell.
+            if session.entry.updated_at >= self.since {
+                self.watch(session);
+            }
+        }
+        self.listed_at = now;
+        Ok(())
+    }
+
+    /// Starts watching `session`, or tells of its new status if it is watched.
+    fn watch(&mut self, session: StoredSession) {
+        let id = session.entry.session_id.clone();
+        if let Some(watched) = self.watched.get_mut(&id) {
+            watched.active_at = watched.active_at.max(session.entry.updated_at);
+            if watched.status != session.entry.status {
+                watched.status = session.entry.status.clone();
+                self.pending.push_back(AgentUpdate::Status {
+                    session: Box::new(session),
+                });
+            }
+            return;
+        }
+        let started = session
+            .entry
+            .session_started_at
+            .unwrap_or(session.entry.updated_at);
+        let transcript = TranscriptRef::of(&session.key, &session.entry, &self.default_agent);
+        let follow = TranscriptFollow::new(self.transcripts.clone(), transcript, Offset::START)
+            .poll_interval(self.poll_interval);
+        self.watched.insert(
+            id,
+            Watched {
+                key: session.key.clone(),
+                status: session.entry.status.clone(),
+                follow,
+                active_at: session.entry.updated_at,
+            },
+        );
+        self.pending.push_back(AgentUpdate::Session {
+            new: started >= self.since,
+            session: Box::new(session),
+        });
+        self.drop_least_active();
+    }
+
+    /// A transcript the store announced an append to: watched, if it is this agent's.
+    async fn noticed(&mut self, transcript: TranscriptRef) -> Result<()> {
+        if transcript.agent != self.agent || self.watched.contains_key(&transcript.session_id) {
+            return Ok(());
+        }
+        let filter = ListFilter::new()
+            .agent(self.agent.clone())
+            .session_id(transcript.session_id.clone())
+            .limit(1);
+        let mut found = self.sessions.list(&filter).await?;
+        if found.is_empty() {
+            let mut closed = filter.clone();
+            closed.status = StatusFilter::Only(vec![SessionStatus::Closed]);
+            found = self.sessions.list(&closed).await?;
+        }
+        if let Some(session) = found.pop() {
+            self.watch(session);
+        }
+        Ok(())
+    }
+
+    /// The watched sessions' new lines, those written since the follower's start,
+    /// until about [`MAX_PENDING_EVENTS`] wait; whether every session was read to its
+    /// end.
+    async fn read(&mut self) -> Result<bool> {
+        let mut waiting = 0;
+        let mut complete = true;
+        for (session_id, watched) in &mut self.watched {
+            let mut batch = Vec::new();
+            loop {
+                if waiting >= MAX_PENDING_EVENTS {
+                    // The rest is read at the next look.
+                    complete = false;
+                    break;
+                }
+                let Some(events) = watched.follow.try_next().await? else {
+                    break;
+                };
+                // Lines from before the start are skipped, a chunk at a time.
+                let since = self.since;
+                let new = events
+                    .into_iter()
+                    .filter(|event| written_at(event).is_none_or(|at| at >= since));
+                let before = batch.len();
+                batch.extend(new);
+                waiting += batch.len() - before;
+            }
+            if let Some(at) = batch.iter().filter_map(written_at).max() {
+                watched.active_at = watched.active_at.max(at);
+            }
+            if !batch.is_empty() {
+                self.pending.push_back(AgentUpdate::Events {
+                    key: watched.key.clone(),
+                    session_id: session_id.clone(),
+                    events: batch,
+                });
+            }
+            if !complete {
+                break;
+            }
+        }
+        Ok(complete)
+    }
+
+    fn drop_least_active(&mut self) {
+        while self.watched.len() > MAX_WATCHED_SESSIONS {
+            let Some(oldest) = self
+                .watched
+                .iter()
+                .min_by_key(|(_, w)| w.active_at)
+                .map(|(id, _)| id.clone())
+            else {
+                return;
+            };
+            self.watched.remove(&oldest);
+        }
+    }
+}
+
+/// When a line was written, from its timestamp (epoch milliseconds).
+fn written_at(event: &SessionEvent) -> Option<u64> {
+    let at = chrono::DateTime::parse_from_rfc3339(event.entry.timestamp.as_deref()?).ok()?;
+    u64::try_from(at.timestamp_millis()).ok()
+}
+
+impl SessionManager {
+    /// Follows every session of `agent` (see [`AgentFollow`]): the lines written since
+    /// `since` (epoch milliseconds; a follower's [`position`](AgentFollow::position)
+    /// to resume), or from now on. A manager isolated to another agent is refused
+    /// ([`Error::AccessDenied`]) by its store; one without a transcript store is
+    /// [`Error::NotConfigured`].
+    pub async fn follow_agent(&self, agent: &AgentId, since: Option<u64>) -> Result<AgentFollow> {
+        let transcripts = self.seams.transcripts.clone().ok_or(Error::NotConfigured {
+            what: "a transcript store (SessionManagerBuilder::transcripts)",
+        })?;
+        let watched_agent = agent.clone();
+        // Subscribed before the first look, so nothing falls between the two.
+        let wake = transcripts
+            .subscribe()
+            .only(move |update| update.transcript.agent == watched_agent);
+        let now = self.seams.clock.now_millis();
+        let since = since.unwrap_or(now);
+        let poll_interval = transcripts.follow_interval();
+        let follow = AgentFollow {
+            sessions: self.seams.store.clone(),
+            transcripts,
+            clock: self.seams.clock.clone(),
+            default_agent: self.settings.default_agent.clone(),
+            agent: agent.clone(),
+            since,
+            listed_at: since,
+            position: since,
+            complete: None,
+            watched: HashMap::new(),
+            pending: VecDeque::new(),
+            wake,
+            poll_interval,
+        };
+        // An isolated manager's store refuses another agent's sessions here, not later.
+        follow
+            .sessions
+            .count(&ListFilter::new().agent(agent.clone()).limit(1))
+            .await?;
+        Ok(follow)
+    }
+}
