@@ -299,6 +299,7 @@ async fn follow_agent_to_the_end(follow: &mut AgentFollow) -> (Said, Vec<(String
                 key,
                 session_id,
                 events,
+                ..
             } => by_session
                 .entry(session_id)
                 .or_insert_with(|| (peer(&key), Vec::new()))

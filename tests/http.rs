@@ -577,6 +577,7 @@ async fn the_openapi_description_matches_the_service() {
     assert_eq!(
         paths,
         [
+            "/kernel/agents/{agent}/events",
             "/kernel/health",
             "/kernel/keys/{key}/events",
             "/kernel/sessions",

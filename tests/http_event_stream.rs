@@ -285,6 +285,110 @@ async fn a_keys_stream_continues_across_a_reset_and_resumes(url: &str) {
     assert_eq!(unauthenticated.status(), StatusCode::UNAUTHORIZED);
 }
 
+/// `GET /kernel/agents/{agent}/events` tells of every session of the agent as it
+/// starts and changes status, with each line's key and session; a client that
+/// reconnects with the last id it saw gets every line since (some perhaps again); an
+/// invalid agent id is 400 and the stream needs the secret. A manager isolated to
+/// another agent refuses to follow this one.
+async fn an_agents_stream_tells_of_every_session(url: &str) {
+    let base = start(url).await;
+    let writer = manager(url).await;
+    let path = "/kernel/agents/main/events";
+    let mut reader = SseReader {
+        response: SseReader::open(&base, path, None).await,
+        buffer: String::new(),
+    };
+    assert_eq!(reader.response.status(), StatusCode::OK);
+    let mut keys = Vec::new();
+    for peer in ["41", "42"] {
+        let turn = writer
+            .turn(&InboundMessage::direct(
+                "telegram",
+                peer,
+                format!("hi from {peer}"),
+            ))
+            .await
+            .unwrap();
+        keys.push(turn.key().clone());
+        turn.complete(format!("re {peer}")).await.unwrap();
+    }
+    writer.session(&keys[1]).close().await.unwrap();
+
+    let mut lines = std::collections::BTreeSet::new();
+    let mut new_sessions = std::collections::BTreeSet::new();
+    let mut closed = false;
+    let mut first_id = None;
+    while lines.len() < 4 || !closed {
+        let event = reader.next().await;
+        first_id.get_or_insert(event.id.clone());
+        assert!(
+            event.id.parse::<u64>().is_ok(),
+            "ids are times: {}",
+            event.id
+        );
+        match event.event.as_str() {
+            "session" => {
+                assert_eq!(event.data["new"], true);
+                new_sessions.insert(event.data["key"].as_str().unwrap().to_owned());
+                closed |= event.data["status"] == "closed";
+            }
+            "status" => closed |= event.data["status"] == "closed",
+            _ => {
+                let key = event.data["key"].as_str().unwrap().to_owned();
+                assert!(event.data["sessionId"].is_string());
+                // Messages; the close's status line says nothing.
+                let said = SseReader::said(&event);
+                if !said.is_empty() {
+                    lines.insert((key, said));
+                }
+            }
+        }
+    }
+    let expected_keys: std::collections::BTreeSet<String> =
+        keys.iter().map(|k| k.as_str().to_owned()).collect();
+    assert_eq!(new_sessions, expected_keys);
+    let said: Vec<String> = lines.iter().map(|(_, said)| said.clone()).collect();
+    assert_eq!(said, ["hi from 41", "re 41", "hi from 42", "re 42"]);
+
+    // From the first id: every line again.
+    let mut resumed = SseReader {
+        response: SseReader::open(&base, path, first_id.as_deref()).await,
+        buffer: String::new(),
+    };
+    let mut again = std::collections::BTreeSet::new();
+    while again.len() < 4 {
+        let event = resumed.next().await;
+        let said = SseReader::said(&event);
+        if event.event == "message" && !said.is_empty() {
+            let key = event.data["key"].as_str().unwrap().to_owned();
+            again.insert((key, said));
+        }
+    }
+    assert_eq!(again, lines);
+
+    let bad = SseReader::open(&base, "/kernel/agents/Not%20An%20Agent!/events", None).await;
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+    let garbage = SseReader::open(&base, path, Some("yesterday")).await;
+    assert_eq!(garbage.status(), StatusCode::BAD_REQUEST);
+    let unauthenticated = reqwest::get(format!("{base}{path}")).await.unwrap();
+    assert_eq!(unauthenticated.status(), StatusCode::UNAUTHORIZED);
+
+    let isolated = SessionManager::connect(url)
+        .await
+        .unwrap()
+        .isolate_to_agent(AgentId::new("ops").unwrap())
+        .build()
+        .unwrap();
+    let refused = isolated
+        .follow_agent(&AgentId::main(), None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, agent_sessions::Error::AccessDenied { .. }),
+        "{refused}"
+    );
+}
+
 macro_rules! per_backend {
     ($name:ident) => {
         mod $name {
@@ -313,3 +417,4 @@ macro_rules! per_backend {
 }
 
 per_backend!(a_keys_stream_continues_across_a_reset_and_resumes);
+per_backend!(an_agents_stream_tells_of_every_session);

@@ -5,7 +5,7 @@ use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agent_sessions::manager::{DeleteOptions, KeyUpdate, PruneOptions};
+use agent_sessions::manager::{AgentUpdate, DeleteOptions, KeyUpdate, PruneOptions};
 use agent_sessions::ops::{migrate_with, MigrateOptions, MigrationProgress, MigrationReport};
 use agent_sessions::store::{Backend, OpenMode, StoreUrl};
 use agent_sessions::transcript::{Offset, SessionEvent};
@@ -682,7 +682,7 @@ async fn log(store: &str, agent: &AgentId, json: bool, args: LogArgs) -> Outcome
             continue;
         };
         while let Some(events) = follow.try_next().await? {
-            write_items(out, &session.entry.session_id, &events, json)
+            write_items(out, &session.key, &session.entry.session_id, &events, json)
                 .unwrap_or_else(|e| output::stdout_failed(&e));
         }
     }
@@ -690,6 +690,60 @@ async fn log(store: &str, agent: &AgentId, json: bool, args: LogArgs) -> Outcome
         .finish()
         .unwrap_or_else(|e| output::stdout_failed(&e));
     Ok(())
+}
+
+/// `follow --store-wide`: every session of `agent`, from now on, until Ctrl-C.
+async fn follow_agent(backend: &Backend, agent: &AgentId, json: bool) -> Outcome {
+    let manager = reader(backend, agent)?;
+    let mut follow = manager.follow_agent(agent, None).await?;
+    eprintln!("agent-sessions: following every session of agent {agent} from now on");
+    let mut out = io::stdout().lock();
+    // The session whose lines were printed last: another one's get their heading.
+    let mut shown: Option<String> = None;
+    let mut sessions: BTreeMap<String, StoredSession> = BTreeMap::new();
+    loop {
+        let update = tokio::select! {
+            update = follow.next() => update?,
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        };
+        let written = match update {
+            AgentUpdate::Session { session, .. } | AgentUpdate::Status { session } => {
+                shown = Some(session.entry.session_id.clone());
+                let written = conversation::write_heading(&mut out, &session, json);
+                sessions.insert(session.entry.session_id.clone(), *session);
+                written
+            }
+            AgentUpdate::Events {
+                key,
+                session_id,
+                events,
+                ..
+            } => {
+                let mut written = Ok(());
+                if shown.as_deref() != Some(session_id.as_str()) && !json {
+                    if let Some(session) = sessions.get(&session_id) {
+                        written = conversation::write_heading(&mut out, session, json);
+                    }
+                    shown = Some(session_id.clone());
+                }
+                written.and_then(|()| write_items(&mut out, &key, &session_id, &events, json))
+            }
+            _ => Ok(()),
+        };
+        written
+            .and_then(|()| out.flush())
+            .unwrap_or_else(|e| output::stdout_failed(&e));
+        // Only the sessions still followed are remembered.
+        if sessions.len() > agent_sessions::manager::MAX_WATCHED_SESSIONS {
+            if let Some(oldest) = sessions
+                .iter()
+                .min_by_key(|(_, s)| s.entry.updated_at)
+                .map(|(id, _)| id.clone())
+            {
+                sessions.remove(&oldest);
+            }
+        }
+    }
 }
 
 /// Every session `key` has had, oldest first: its closed sessions, then its current one.
@@ -715,6 +769,7 @@ async fn key_sessions(backend: &Backend, key: &SessionKey) -> Result<Vec<StoredS
 
 fn write_items(
     out: &mut dyn Write,
+    key: &SessionKey,
     session_id: &str,
     events: &[SessionEvent],
     json: bool,
@@ -722,7 +777,7 @@ fn write_items(
     for event in events {
         let item = conversation::Item::of(event);
         if json {
-            writeln!(out, "{}", item.json(session_id))?;
+            writeln!(out, "{}", item.json(key, session_id))?;
         } else {
             item.write(out)?;
         }
@@ -736,7 +791,12 @@ pub struct FollowArgs {
     /// The session key (`agent:main:telegram:dm:42`, or `telegram:dm:42` under
     /// --agent), or a session id of the key (or its beginning). A key with no session
     /// yet is waited for.
-    key: String,
+    #[arg(required_unless_present = "store_wide", conflicts_with = "store_wide")]
+    key: Option<String>,
+    /// Every session of --agent instead of one key: sessions as they start, status
+    /// changes, and every new line, from now on.
+    #[arg(long)]
+    store_wide: bool,
     /// How many of the current session's last lines to print before the new ones.
     #[arg(long, short = 'n', default_value_t = 10)]
     lines: usize,
@@ -744,10 +804,13 @@ pub struct FollowArgs {
 
 async fn follow(store: &str, agent: &AgentId, json: bool, args: FollowArgs) -> Outcome {
     let backend = Backend::open_with(store, OpenMode::ReadOnly).await?;
-    let key = match find(&backend, agent, &args.key).await {
+    let Some(raw) = args.key.as_deref() else {
+        return follow_agent(&backend, agent, json).await;
+    };
+    let key = match find(&backend, agent, raw).await {
         Ok(session) => session.key,
         Err(failure) if failure.code == EXIT_NOT_FOUND => {
-            let key = key_of(agent, &args.key)?;
+            let key = key_of(agent, raw)?;
             eprintln!("agent-sessions: waiting for the first session of {key}");
             key
         }
@@ -783,7 +846,13 @@ async fn follow(store: &str, agent: &AgentId, json: bool, args: FollowArgs) -> O
             conversation::write_heading(&mut out, session, json)?;
         }
         for (session_id, event) in &last {
-            write_items(&mut out, session_id, std::slice::from_ref(event), json)?;
+            write_items(
+                &mut out,
+                &key,
+                session_id,
+                std::slice::from_ref(event),
+                json,
+            )?;
         }
         out.flush()
     })();
@@ -799,7 +868,7 @@ async fn follow(store: &str, agent: &AgentId, json: bool, args: FollowArgs) -> O
             }
             KeyUpdate::Events {
                 session_id, events, ..
-            } => write_items(&mut out, session_id, events, json),
+            } => write_items(&mut out, &key, session_id, events, json),
             _ => Ok(()),
         };
         written

@@ -8,7 +8,7 @@
 use std::io::{self, Write};
 
 use agent_sessions::transcript::{Content, Role, SessionEvent};
-use agent_sessions::StoredSession;
+use agent_sessions::{SessionKey, StoredSession};
 use chrono::{DateTime, Local};
 use serde_json::{json, Value};
 
@@ -127,9 +127,10 @@ impl Item {
     }
 
     /// The item for `--json`: one object a line.
-    pub fn json(&self, session_id: &str) -> Value {
+    pub fn json(&self, key: &SessionKey, session_id: &str) -> Value {
         json!({
             "type": "line",
+            "key": key.as_str(),
             "session": session_id,
             "offset": self.offset,
             "at": self.at,

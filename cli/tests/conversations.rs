@@ -250,6 +250,84 @@ async fn export_takes_one_session_or_a_time_range(url: &str) {
     assert_eq!(missing.status.code(), Some(4));
 }
 
+async fn follow_store_wide_tells_of_every_session(url: &str) {
+    let manager = manager(url).await;
+    let old = manager
+        .turn(&InboundMessage::direct("telegram", "5", "said before"))
+        .await
+        .unwrap();
+    old.complete("answered before").await.unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent-sessions"))
+        .env_remove("AGENT_SESSIONS_STORE")
+        .args(["--store", url, "--json", "follow", "--store-wide"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // It says when it follows: what is written from then on reaches it.
+    let mut notice = String::new();
+    BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut notice)
+        .unwrap();
+    assert!(
+        notice.contains("following every session of agent main"),
+        "{notice}"
+    );
+    let (sender, lines) = std::sync::mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    for (peer, text) in [("77", "from 77"), ("42", "from 42")] {
+        let turn = manager
+            .turn(&InboundMessage::direct("telegram", peer, text))
+            .await
+            .unwrap();
+        turn.complete(format!("re {text}")).await.unwrap();
+    }
+    let mut said = std::collections::BTreeSet::new();
+    let mut sessions = std::collections::BTreeSet::new();
+    while said.len() < 4 {
+        let line = lines
+            .recv_timeout(Duration::from_secs(20))
+            .expect("follow prints the next line");
+        let value: Value = serde_json::from_str(&line).unwrap();
+        match value["type"].as_str().unwrap() {
+            "session" => {
+                sessions.insert(value["key"].as_str().unwrap().to_owned());
+            }
+            _ => {
+                said.insert((
+                    value["key"].as_str().unwrap().to_owned(),
+                    value["text"].as_str().unwrap().to_owned(),
+                ));
+            }
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let key = |peer: &str| format!("agent:main:telegram:dm:{peer}");
+    assert_eq!(
+        said.into_iter().collect::<Vec<_>>(),
+        [
+            (key("42"), "from 42".to_owned()),
+            (key("42"), "re from 42".to_owned()),
+            (key("77"), "from 77".to_owned()),
+            (key("77"), "re from 77".to_owned()),
+        ],
+        "nothing written before it started"
+    );
+    assert_eq!(
+        sessions.into_iter().collect::<Vec<_>>(),
+        [key("42"), key("77")]
+    );
+}
+
 macro_rules! per_backend {
     ($name:ident) => {
         mod $name {
@@ -282,3 +360,4 @@ macro_rules! per_backend {
 per_backend!(log_reads_a_conversation_and_why_each_session_started);
 per_backend!(follow_continues_across_a_reset_made_by_another_process);
 per_backend!(export_takes_one_session_or_a_time_range);
+per_backend!(follow_store_wide_tells_of_every_session);

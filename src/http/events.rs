@@ -22,7 +22,8 @@ use futures_util::Stream;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use super::*;
-use crate::manager::{KeyFollow, KeyPosition, KeyUpdate};
+use crate::key::SessionKey;
+use crate::manager::{AgentFollow, AgentUpdate, KeyFollow, KeyPosition, KeyUpdate};
 use crate::transcript::{Offset, SessionEvent, TranscriptFollow};
 
 /// The header a reconnecting SSE client sends its last event id in.
@@ -183,6 +184,44 @@ pub(super) async fn key_events(
         .into_response())
 }
 
+/// `GET /kernel/agents/{agent}/events`'s query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct AgentEventsQuery {
+    /// Lines written since this time, epoch milliseconds (default: from now on);
+    /// `Last-Event-ID` wins.
+    since: Option<u64>,
+}
+
+/// Every session of an agent: `session` and `status` events and each session's
+/// lines, live; never ends by itself.
+pub(super) async fn agent_events(
+    manager: Arc<SessionManager>,
+    end: StreamsEnd,
+    agent: String,
+    headers: HeaderMap,
+    query: Result<Query<AgentEventsQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query?;
+    let agent = AgentId::new(&agent)?;
+    let since = match last_event_id(&headers)? {
+        Some(value) => Some(value.parse::<u64>().map_err(|_| not_our_event_id())?),
+        None => query.since,
+    };
+    let slot = end.slot()?;
+    let follow = manager.follow_agent(&agent, since).await?;
+    tracing::debug!(agent = %agent, "streaming an agent's events");
+    let stream = EventStream {
+        pending: VecDeque::new(),
+        source: Source::Agent(Box::new(follow)),
+        end: end.subscribe(),
+        _slot: slot,
+    };
+    Ok(Sse::new(stream.into_stream())
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
 /// The `Last-Event-ID` a reconnecting client sent, trimmed.
 fn last_event_id(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
     headers
@@ -207,7 +246,11 @@ fn not_our_event_id() -> ApiError {
 /// The `data` of each event, paired with the offset that follows it. Events are
 /// serialised as soon as they are read, and the parsed entries dropped: what waits for a
 /// slow client is the text it will be sent, at most [`MAX_EVENT_BYTES`] an event.
-fn numbered(events: Vec<SessionEvent>, next: Offset) -> VecDeque<(String, Offset)> {
+fn numbered(
+    events: Vec<SessionEvent>,
+    next: Offset,
+    owner: Option<(&SessionKey, &str)>,
+) -> VecDeque<(String, Offset)> {
     let after: Vec<Offset> = events
         .iter()
         .skip(1)
@@ -217,37 +260,43 @@ fn numbered(events: Vec<SessionEvent>, next: Offset) -> VecDeque<(String, Offset
     events
         .iter()
         .zip(after)
-        .map(|(event, next)| (event_data(event, next), next))
+        .map(|(event, next)| (event_data(event, next, owner), next))
         .collect()
 }
 
 /// What an event's `data` says: the transcript line whole, or a stub when the line (it
 /// ends where `next` starts) is more than [`MAX_EVENT_BYTES`] — judged by its size on
-/// disk, so a huge line is never serialised again.
-fn event_data(event: &SessionEvent, next: Offset) -> String {
+/// disk, so a huge line is never serialised again. On an agent's stream, the line's
+/// key and session (`owner`) come with it.
+fn event_data(event: &SessionEvent, next: Offset, owner: Option<(&SessionKey, &str)>) -> String {
     let bytes = next.0.saturating_sub(event.offset.0);
-    if bytes > MAX_EVENT_BYTES as u64 {
-        return json!({
+    let mut data = if bytes > MAX_EVENT_BYTES as u64 {
+        json!({
             "offset": event.offset,
             "line": event.line,
             "truncated": true,
             "bytes": bytes,
             "entry": {"type": event.entry.kind, "id": event.entry.id},
         })
-        .to_string();
+    } else {
+        json!({
+            "offset": event.offset,
+            "line": event.line,
+            "entry": event.entry,
+        })
+    };
+    if let Some((key, session_id)) = owner {
+        data["key"] = json!(key.as_str());
+        data["sessionId"] = json!(session_id);
     }
-    json!({
-        "offset": event.offset,
-        "line": event.line,
-        "entry": event.entry,
-    })
-    .to_string()
+    data.to_string()
 }
 
 /// What a stream reads from: one session's transcript, or a key's sessions in turn.
 enum Source {
     Session(TranscriptFollow),
     Key(Box<KeyFollow>),
+    Agent(Box<AgentFollow>),
 }
 
 /// One SSE message waiting for the client: its `event` name (none for a line), its
@@ -258,9 +307,29 @@ struct Pending {
     id: String,
 }
 
+/// What a `session` or `status` message says of a session.
+fn session_data(session: &StoredSession) -> serde_json::Value {
+    let entry = &session.entry;
+    json!({
+        "key": session.key.as_str(),
+        "sessionId": entry.session_id,
+        "startReason": entry.start_reason,
+        "startedAt": entry.session_started_at.map(timestamp),
+        "status": entry.status.as_ref().map(SessionStatus::as_str),
+    })
+}
+
 impl Pending {
+    fn announce(event: &'static str, data: serde_json::Value, id: String) -> Self {
+        Pending {
+            event: Some(event),
+            data: data.to_string(),
+            id,
+        }
+    }
+
     fn lines(events: Vec<SessionEvent>, next: Offset, session: Option<&str>) -> VecDeque<Self> {
-        numbered(events, next)
+        numbered(events, next, None)
             .into_iter()
             .map(|(data, next)| Pending {
                 event: None,
@@ -341,20 +410,10 @@ impl Source {
                 .map(|events| Pending::lines(events, follow.position(), None))),
             Source::Key(follow) => Ok(Some(match follow.next().await? {
                 KeyUpdate::Session { session, previous } => {
-                    let entry = &session.entry;
-                    let data = json!({
-                        "key": session.key.as_str(),
-                        "sessionId": entry.session_id,
-                        "previous": previous,
-                        "startReason": entry.start_reason,
-                        "startedAt": entry.session_started_at.map(timestamp),
-                        "status": entry.status.as_ref().map(SessionStatus::as_str),
-                    });
-                    VecDeque::from([Pending {
-                        event: Some("session"),
-                        data: data.to_string(),
-                        id: format!("{}:{}", entry.session_id, Offset::START),
-                    }])
+                    let mut data = session_data(&session);
+                    data["previous"] = json!(previous);
+                    let id = format!("{}:{}", session.entry.session_id, Offset::START);
+                    VecDeque::from([Pending::announce("session", data, id)])
                 }
                 KeyUpdate::Events {
                     session_id,
@@ -362,6 +421,35 @@ impl Source {
                     next,
                 } => Pending::lines(events, next.offset, Some(&session_id)),
             })),
+            Source::Agent(follow) => {
+                let update = follow.next().await?;
+                // Every message's id is where a follower started again would begin.
+                let id = follow.position().to_string();
+                Ok(Some(match update {
+                    AgentUpdate::Session { session, new } => {
+                        let mut data = session_data(&session);
+                        data["new"] = json!(new);
+                        VecDeque::from([Pending::announce("session", data, id)])
+                    }
+                    AgentUpdate::Status { session } => {
+                        let data = session_data(&session);
+                        VecDeque::from([Pending::announce("status", data, id)])
+                    }
+                    AgentUpdate::Events {
+                        key,
+                        session_id,
+                        events,
+                        next,
+                    } => numbered(events, next, Some((&key, &session_id)))
+                        .into_iter()
+                        .map(|(data, _)| Pending {
+                            event: None,
+                            data,
+                            id: id.clone(),
+                        })
+                        .collect(),
+                }))
+            }
         }
     }
 }

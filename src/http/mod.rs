@@ -15,6 +15,7 @@
 //! | `PATCH` | `/kernel/sessions/{id}` | records a turn: advances the turn count, regenerates the context summary |
 //! | `POST` | `/kernel/sessions/{id}/close` | closes a session: its next message starts a new one |
 //! | `GET` | `/kernel/sessions/{id}/events?from=` | the session's transcript events as server-sent events, then live; resumable with `Last-Event-ID` |
+//! | `GET` | `/kernel/agents/{agent}/events?since=` | every session of an agent: `session` and `status` events and each session's lines, live; resumable with `Last-Event-ID` (at least once) |
 //! | `GET` | `/kernel/keys/{key}/events?from=` | a session key's events across its sessions: a `session` event for each session it moves to (after a reset, a close, an expiry), then its lines, live; resumable with `Last-Event-ID` |
 //! | `GET` | `/kernel/sessions?workspace_id=` | a workspace's sessions, most recently active first |
 //! | `GET` | `/kernel/health` | liveness (needs no secret) |
@@ -547,6 +548,7 @@ pub fn router(manager: Arc<SessionManager>, options: ServiceOptions) -> Router {
     let secret: Arc<Option<Secret>> = Arc::new(options.secret);
     let streams_end = options.streams_end;
     let key_streams_end = streams_end.clone();
+    let agent_streams_end = streams_end.clone();
     let mut sessions = Router::new()
         .route("/kernel/sessions", get(list_sessions))
         .route("/kernel/sessions/resolve", post(resolve))
@@ -560,6 +562,17 @@ pub fn router(manager: Arc<SessionManager>, options: ServiceOptions) -> Router {
                       headers: HeaderMap,
                       query: Result<Query<events::EventsQuery>, QueryRejection>| {
                     events::session_events(manager, streams_end.clone(), id, headers, query)
+                },
+            ),
+        )
+        .route(
+            "/kernel/agents/{agent}/events",
+            get(
+                move |State(manager): State<Arc<SessionManager>>,
+                      Path(agent): Path<String>,
+                      headers: HeaderMap,
+                      query: Result<Query<events::AgentEventsQuery>, QueryRejection>| {
+                    events::agent_events(manager, agent_streams_end.clone(), agent, headers, query)
                 },
             ),
         )

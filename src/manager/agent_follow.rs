@@ -56,6 +56,8 @@ pub enum AgentUpdate {
         session_id: String,
         /// The lines.
         events: Vec<SessionEvent>,
+        /// Where the line after the last one starts in the transcript.
+        next: Offset,
     },
 }
 
@@ -309,6 +311,7 @@ impl AgentFollow {
                     key: watched.key.clone(),
                     session_id: session_id.clone(),
                     events: batch,
+                    next: watched.follow.position(),
                 });
             }
             if !complete {
@@ -342,10 +345,22 @@ fn written_at(event: &SessionEvent) -> Option<u64> {
 impl SessionManager {
     /// Follows every session of `agent` (see [`AgentFollow`]): the lines written since
     /// `since` (epoch milliseconds; a follower's [`position`](AgentFollow::position)
-    /// to resume), or from now on. A manager isolated to another agent is refused
-    /// ([`Error::AccessDenied`]) by its store; one without a transcript store is
+    /// to resume), or from now on. A manager isolated to another agent
+    /// ([`SessionManagerBuilder::isolate_to_agent`](super::SessionManagerBuilder::isolate_to_agent))
+    /// refuses with [`Error::AccessDenied`]; one without a transcript store is
     /// [`Error::NotConfigured`].
     pub async fn follow_agent(&self, agent: &AgentId, since: Option<u64>) -> Result<AgentFollow> {
+        if self
+            .settings
+            .isolated_to
+            .as_ref()
+            .is_some_and(|own| own != agent)
+        {
+            return Err(Error::AccessDenied {
+                reason: crate::error::AccessDenial::OtherAgent,
+                resource: format!("the sessions of agent {agent}"),
+            });
+        }
         let transcripts = self.seams.transcripts.clone().ok_or(Error::NotConfigured {
             what: "a transcript store (SessionManagerBuilder::transcripts)",
         })?;
@@ -372,11 +387,6 @@ impl SessionManager {
             wake,
             poll_interval,
         };
-        // An isolated manager's store refuses another agent's sessions here, not later.
-        follow
-            .sessions
-            .count(&ListFilter::new().agent(agent.clone()).limit(1))
-            .await?;
         Ok(follow)
     }
 }
