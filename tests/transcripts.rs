@@ -1326,3 +1326,56 @@ async fn an_announced_transcript_update_wakes_followers_and_subscribers() {
         "nothing was announced"
     );
 }
+
+/// A follower of an agent hears a session closed an hour after its last turn — a close
+/// does not move the entry's `updatedAt`, so the status line it writes is what tells.
+#[tokio::test]
+async fn an_agent_follower_hears_a_close_long_after_the_last_turn() {
+    use agent_sessions::manager::AgentUpdate;
+    let clock = ManualClock::new("2026-03-10T10:00:00Z".parse::<DateTime<Utc>>().unwrap());
+    let manager = SessionManager::builder(MemoryStore::new())
+        .transcripts(agent_sessions::transcript::MemoryTranscriptStore::new())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let mut follow = manager
+        .follow_agent(&AgentId::main(), None)
+        .await
+        .unwrap()
+        .poll_interval(Duration::from_millis(5));
+    let turn = manager
+        .turn(&InboundMessage::direct("telegram", "42", "hi"))
+        .await
+        .unwrap();
+    let key = turn.key().clone();
+    turn.complete("hello").await.unwrap();
+    async fn next(follow: &mut agent_sessions::manager::AgentFollow) -> AgentUpdate {
+        tokio::time::timeout(Duration::from_secs(5), follow.next())
+            .await
+            .expect("an update")
+            .unwrap()
+    }
+    assert!(matches!(
+        next(&mut follow).await,
+        AgentUpdate::Session { new: true, .. }
+    ));
+    assert!(matches!(
+        next(&mut follow).await,
+        AgentUpdate::Events { .. }
+    ));
+
+    clock.advance(Duration::from_secs(3600));
+    // An hour of looking, and nothing new.
+    assert!(follow.try_next().await.unwrap().is_none());
+    manager.session(&key).close().await.unwrap();
+    let events = match next(&mut follow).await {
+        AgentUpdate::Events { events, .. } => events,
+        other => panic!("the close's status line first: {other:?}"),
+    };
+    assert_eq!(events.len(), 1);
+    let AgentUpdate::Status { session } = next(&mut follow).await else {
+        panic!("then the new status")
+    };
+    assert_eq!(session.key, key);
+    assert_eq!(session.entry.status, Some(SessionStatus::Closed));
+}

@@ -13,8 +13,8 @@ use crate::key::{AgentId, SessionKey};
 use crate::lifecycle::Clock;
 use crate::store::{ListFilter, SessionStore, StatusFilter, StoredSession};
 use crate::transcript::{
-    Offset, SessionEvent, SubscriptionError, TranscriptFollow, TranscriptRef, TranscriptStore,
-    TranscriptSubscription,
+    EventKind, Offset, SessionEvent, SubscriptionError, TranscriptFollow, TranscriptRef,
+    TranscriptStore, TranscriptSubscription,
 };
 
 /// The most sessions an [`AgentFollow`] watches at once: past it, the least recently
@@ -65,9 +65,12 @@ pub enum AgentUpdate {
 /// they start, status changes, and the lines each one's transcript gains.
 ///
 /// Made by [`SessionManager::follow_agent`]. A session is noticed when its entry
-/// records activity (every turn does, and every close or reset) or when the store
+/// records activity (every turn does, and a reset's new session) or when the store
 /// announces an append (this process's appends; other processes' on SQLite and
-/// PostgreSQL); lines are then read from its transcript in order. Memory is bounded:
+/// PostgreSQL); lines are then read from its transcript in order, and a status line
+/// among them (a close, a status set) is told as [`AgentUpdate::Status`]. On a JSON
+/// tree, a session another process only closes or appends to without a turn is
+/// noticed once it is followed. Memory is bounded:
 /// it watches at most [`MAX_WATCHED_SESSIONS`] sessions and reads each a chunk at a
 /// time.
 ///
@@ -283,6 +286,7 @@ impl AgentFollow {
     async fn read(&mut self) -> Result<bool> {
         let mut waiting = 0;
         let mut complete = true;
+        let mut changed = Vec::new();
         for (session_id, watched) in &mut self.watched {
             let mut batch = Vec::new();
             loop {
@@ -306,6 +310,9 @@ impl AgentFollow {
             if let Some(at) = batch.iter().filter_map(written_at).max() {
                 watched.active_at = watched.active_at.max(at);
             }
+            // A status line (a close, a status set) does not move the entry's
+            // `updatedAt`: the entry is asked for its new status.
+            let status_changed = batch.iter().any(|e| e.kind() == EventKind::StatusChange);
             if !batch.is_empty() {
                 self.pending.push_back(AgentUpdate::Events {
                     key: watched.key.clone(),
@@ -314,8 +321,18 @@ impl AgentFollow {
                     next: watched.follow.position(),
                 });
             }
+            if status_changed {
+                changed.push(watched.key.clone());
+            }
             if !complete {
                 break;
+            }
+        }
+        for key in changed {
+            if let Some(session) = self.sessions.get(&key).await? {
+                if self.watched.contains_key(&session.entry.session_id) {
+                    self.watch(session);
+                }
             }
         }
         Ok(complete)
