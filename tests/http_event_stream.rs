@@ -177,7 +177,9 @@ impl SseReader {
                 .await
                 .expect("the next event arrives")
                 .unwrap()
-                .expect("the stream stays open");
+                .unwrap_or_else(|| {
+                    panic!("the stream stays open; it ended after {:?}", self.buffer)
+                });
             self.buffer.push_str(&String::from_utf8_lossy(&chunk));
         }
     }
@@ -418,3 +420,91 @@ macro_rules! per_backend {
 
 per_backend!(a_keys_stream_continues_across_a_reset_and_resumes);
 per_backend!(an_agents_stream_tells_of_every_session);
+
+/// An entry an attacker wrote by hand — a session id with a newline, a NUL, a path —
+/// neither breaks a key's stream (an `error` event ends it cleanly, nothing injected)
+/// nor stops an agent's stream: that session is reported `unreadable` and the healthy
+/// ones go on.
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_entries_neither_break_a_keys_stream_nor_stop_an_agents() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("json:{}", dir.path().display());
+    let base = start(&url).await;
+    let writer = manager(&url).await;
+    let turn = writer
+        .turn(&InboundMessage::direct("telegram", "42", "healthy"))
+        .await
+        .unwrap();
+    let healthy = turn.key().clone();
+    turn.complete("fine").await.unwrap();
+    let mut agent_stream = SseReader {
+        response: SseReader::open(&base, "/kernel/agents/main/events", None).await,
+        buffer: String::new(),
+    };
+
+    // Hostile entries beside the healthy one, active now.
+    let store = dir.path().join("agents/main/sessions/sessions.json");
+    let mut sessions: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&store).unwrap()).unwrap();
+    let now = chrono::Utc::now().timestamp_millis();
+    for (key, id) in [
+        (
+            "agent:main:inj",
+            "x\ndata: {\"injected\":true}\n\nevent: pwn\ndata: 1\n\nid: y",
+        ),
+        ("agent:main:nul", "x\u{0}y"),
+        ("agent:main:dots", "../x"),
+    ] {
+        sessions[key] = serde_json::json!({"sessionId": id, "updatedAt": now});
+    }
+    // Written as OpenClaw writes it: beside the file, then renamed over it.
+    let staged = store.with_extension("json.tmp");
+    std::fs::write(&staged, sessions.to_string()).unwrap();
+    std::fs::rename(&staged, &store).unwrap();
+
+    for key in ["agent:main:inj", "agent:main:nul", "agent:main:dots"] {
+        let (status, body) = stream(
+            &base,
+            &format!("/kernel/keys/{key}/events"),
+            Duration::from_secs(2),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{key}");
+        assert!(body.contains("event: error"), "{key}: {body:?}");
+        assert!(
+            !body.contains("injected") && !body.contains("pwn"),
+            "{body:?}"
+        );
+    }
+
+    let mut unreadable = std::collections::BTreeSet::new();
+    let mut said = Vec::new();
+    let mut asked = false;
+    while unreadable.len() < 3 || !said.contains(&"still fine".to_owned()) {
+        let event = agent_stream.next().await;
+        match event.event.as_str() {
+            "unreadable" => {
+                unreadable.insert(event.data["key"].as_str().unwrap().to_owned());
+                assert!(!event
+                    .data
+                    .to_string()
+                    .contains(dir.path().to_str().unwrap()));
+            }
+            "message" => said.push(SseReader::said(&event)),
+            _ => {}
+        }
+        if unreadable.len() == 3 && !asked {
+            asked = true;
+            let turn = writer
+                .turn(&InboundMessage::direct("telegram", "42", "again"))
+                .await
+                .unwrap();
+            assert_eq!(turn.key(), &healthy);
+            turn.complete("still fine").await.unwrap();
+        }
+    }
+    assert_eq!(
+        unreadable.into_iter().collect::<Vec<_>>(),
+        ["agent:main:dots", "agent:main:inj", "agent:main:nul"]
+    );
+}

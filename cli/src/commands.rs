@@ -8,7 +8,9 @@ use std::time::Duration;
 use agent_sessions::manager::{AgentUpdate, DeleteOptions, KeyUpdate, PruneOptions};
 use agent_sessions::ops::{migrate_with, MigrateOptions, MigrationProgress, MigrationReport};
 use agent_sessions::store::{Backend, OpenMode, StoreUrl};
-use agent_sessions::transcript::{Offset, SessionEvent};
+use agent_sessions::transcript::{
+    Offset, SessionEvent, TranscriptFollow, TranscriptRef, TranscriptStore,
+};
 use agent_sessions::{
     AgentId, Error, ListCursor, ListFilter, PeerKind, SessionKey, SessionManager, SessionStatus,
     StoredSession,
@@ -664,7 +666,7 @@ pub struct LogArgs {
 async fn log(store: &str, agent: &AgentId, json: bool, args: LogArgs) -> Outcome {
     let backend = Backend::open_with(store, OpenMode::ReadOnly).await?;
     let session = find(&backend, agent, &args.key).await?;
-    let manager = reader(&backend, agent)?;
+    let transcripts: std::sync::Arc<dyn TranscriptStore> = backend.transcripts().clone();
     let sessions = if args.all {
         key_sessions(&backend, &session.key).await?
     } else {
@@ -675,12 +677,9 @@ async fn log(store: &str, agent: &AgentId, json: bool, args: LogArgs) -> Outcome
         let out = output.writer();
         conversation::write_heading(out, session, json)
             .unwrap_or_else(|e| output::stdout_failed(&e));
-        let Some(mut follow) = manager
-            .follow_session(&session.entry.session_id, Offset::START)
-            .await?
-        else {
-            continue;
-        };
+        // The stored session's own transcript: a session id is looked up nowhere else.
+        let transcript = TranscriptRef::of(&session.key, &session.entry, agent);
+        let mut follow = TranscriptFollow::new(transcripts.clone(), transcript, Offset::START);
         while let Some(events) = follow.try_next().await? {
             write_items(out, &session.key, &session.entry.session_id, &events, json)
                 .unwrap_or_else(|e| output::stdout_failed(&e));
@@ -712,6 +711,18 @@ async fn follow_agent(backend: &Backend, agent: &AgentId, json: bool) -> Outcome
                 let written = conversation::write_heading(&mut out, &session, json);
                 sessions.insert(session.entry.session_id.clone(), *session);
                 written
+            }
+            AgentUpdate::Unreadable {
+                key,
+                session_id,
+                problem,
+                ..
+            } => {
+                eprintln!(
+                    "agent-sessions: warning: no longer following {key} (session {session_id}): {}",
+                    conversation::escaped(&problem)
+                );
+                Ok(())
             }
             AgentUpdate::Events {
                 key,

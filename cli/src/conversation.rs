@@ -9,6 +9,8 @@ use std::io::{self, Write};
 
 use agent_sessions::transcript::{Content, Role, SessionEvent};
 use agent_sessions::{SessionKey, StoredSession};
+
+pub use crate::output::escaped;
 use chrono::{DateTime, Local};
 use serde_json::{json, Value};
 
@@ -205,27 +207,13 @@ pub fn write_heading(
         .as_ref()
         .map(|s| format!(", {}", s.as_str()))
         .unwrap_or_default();
-    writeln!(
-        out,
+    let heading = format!(
         "── {} session {} started {started}{why}{status} ──",
-        escaped(session.key.as_str()),
+        session.key.as_str(),
         entry.session_id
-    )
-}
-
-/// `text` with every control character but newline and tab, and every bidirectional
-/// override (which can make text read as something else), written as `\u{…}`.
-pub fn escaped(text: &str) -> String {
-    let bidi = |c: char| matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if (c.is_control() && c != '\n' && c != '\t') || bidi(c) {
-            out.push_str(&c.escape_unicode().to_string());
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    );
+    // Every part of it comes from the store: none may drive the terminal.
+    writeln!(out, "{}", escaped(&heading).replace('\n', "\\n"))
 }
 
 fn shortened(text: &str) -> String {

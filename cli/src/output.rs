@@ -46,6 +46,37 @@ pub fn stdout_failed(error: &io::Error) -> ! {
     std::process::exit(i32::from(crate::commands::EXIT_FAILURE));
 }
 
+/// `text` with every control character but newline and tab, and every character that
+/// reorders or hides text (bidirectional controls, zero-width marks, line and paragraph
+/// separators), written as `\u{…}`: stored text shown to a person can never drive
+/// their terminal or read as something else.
+pub fn escaped(text: &str) -> String {
+    let hidden = |c: char| {
+        matches!(
+            c,
+            '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{061c}'
+                | '\u{feff}'
+        )
+    };
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if (c.is_control() && c != '\n' && c != '\t') || hidden(c) {
+            out.push_str(&c.escape_unicode().to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// One line of stored text: [`escaped`], with newlines and tabs escaped too.
+fn one_line(text: &str) -> String {
+    escaped(text).replace('\n', "\\n").replace('\t', "\\t")
+}
+
 fn print_json(value: &Value) {
     println!(
         "{}",
@@ -106,14 +137,14 @@ pub fn sessions(as_json: bool, sessions: &[StoredSession]) {
             .unwrap_or("");
         println!(
             "{:<width$}  {:<8}  {:<16}  {:<17}  {:>5}  {}",
-            session.key.as_str(),
-            entry.session_id.chars().take(8).collect::<String>(),
+            one_line(session.key.as_str()),
+            one_line(&entry.session_id.chars().take(8).collect::<String>()),
             when(entry.updated_at),
-            entry.status.as_ref().map_or("", |s| s.as_str()),
+            one_line(entry.status.as_ref().map_or("", |s| s.as_str())),
             entry
                 .message_count
                 .map_or_else(String::new, |n| n.to_string()),
-            note.chars().take(60).collect::<String>(),
+            one_line(&note.chars().take(60).collect::<String>()),
         );
     }
     println!("{}", count(sessions.len() as u64, "session", "sessions"));
@@ -231,7 +262,7 @@ pub fn session(as_json: bool, session: &StoredSession) {
     add("transcript", entry.session_file.clone());
     let width = rows.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
     for (name, value) in &rows {
-        println!("{name:<width$}  {value}");
+        println!("{name:<width$}  {}", one_line(value));
     }
     println!("(--json prints the whole entry)");
 }
@@ -241,7 +272,11 @@ pub fn done(as_json: bool, what: &str, key: &SessionKey, session_id: &str) {
     if as_json {
         print_json(&json!({"action": what, "key": key.as_str(), "sessionId": session_id}));
     } else {
-        println!("{what} {key} (session {session_id})");
+        println!(
+            "{what} {} (session {})",
+            one_line(key.as_str()),
+            one_line(session_id)
+        );
     }
 }
 
@@ -259,8 +294,8 @@ pub fn pruned(as_json: bool, dry_run: bool, removed: &[StoredSession]) {
     for session in removed {
         println!(
             "{verb} {} session {} (active {})",
-            session.key,
-            session.entry.session_id,
+            one_line(session.key.as_str()),
+            one_line(&session.entry.session_id),
             when(session.entry.updated_at)
         );
     }

@@ -361,3 +361,74 @@ per_backend!(log_reads_a_conversation_and_why_each_session_started);
 per_backend!(follow_continues_across_a_reset_made_by_another_process);
 per_backend!(export_takes_one_session_or_a_time_range);
 per_backend!(follow_store_wide_tells_of_every_session);
+
+/// One agent of a hand-written store: its id, its `sessions.json`, and its transcripts
+/// as `(file name, text)`.
+type HandWrittenAgent<'a> = (&'a str, Value, &'a [(&'a str, &'a str)]);
+
+/// A store written by hand, as an attacker who can write an agent's files would.
+fn hand_written(dir: &std::path::Path, agents: &[HandWrittenAgent<'_>]) {
+    for (agent, sessions, transcripts) in agents {
+        let sessions_dir = dir.join("agents").join(agent).join("sessions");
+        std::fs::create_dir_all(&sessions_dir).unwrap();
+        std::fs::write(sessions_dir.join("sessions.json"), sessions.to_string()).unwrap();
+        for (name, text) in *transcripts {
+            std::fs::write(sessions_dir.join(name), text).unwrap();
+        }
+    }
+}
+
+/// Whatever a hostile store holds — an escape sequence or a bidirectional override in a
+/// session id, a status, a start reason, a label or a preview — `list`, `show` and
+/// `log` print it as text; and `log` reads a session's own transcript, never another
+/// agent's of the same id.
+#[test]
+fn hostile_entries_print_as_text_and_log_stays_in_its_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let evil = "x\u{1b}[2J\u{1b}]52;c;aGFja2Vk\u{7}\u{9b}31m\u{202e}evil\nfake line";
+    let b1 = "{\"type\":\"session\",\"version\":3,\"id\":\"b1\",\"timestamp\":\"2026-02-06T10:00:00.000Z\"}\n{\"type\":\"message\",\"id\":\"m1\",\"parentId\":null,\"timestamp\":\"2026-02-06T10:00:01.000Z\",\"message\":{\"role\":\"user\",\"content\":\"agent b's secret\"}}\n";
+    hand_written(
+        dir.path(),
+        &[
+            (
+                "a",
+                serde_json::json!({
+                    "agent:a:esc": {
+                        "sessionId": evil, "updatedAt": 1770372001000u64,
+                        "status": "id\u{1b}[2Jle", "startReason": "expl\u{1b}]52;c;aGk=\u{7}icit",
+                        "label": "\u{1b}[31mred", "lastMessagePreview": "\u{202e}gpj.exe"
+                    },
+                    "agent:a:borrow": {"sessionId": "b1", "updatedAt": 1770372002000u64}
+                }),
+                &[],
+            ),
+            (
+                "b",
+                serde_json::json!({"agent:b:mine": {"sessionId": "b1", "updatedAt": 1770372003000u64}}),
+                &[("b1.jsonl", b1)],
+            ),
+        ],
+    );
+    let url = format!("json:{}", dir.path().display());
+    for args in [
+        &["--agent", "a", "list"][..],
+        &["--agent", "a", "show", "esc"],
+        &["--agent", "a", "log", "esc", "--no-pager"],
+    ] {
+        let output = run(&url, args);
+        let printed = [output.stdout.as_slice(), output.stderr.as_slice()].concat();
+        let printed = String::from_utf8_lossy(&printed);
+        for raw in ['\u{1b}', '\u{7}', '\u{9b}', '\u{202e}'] {
+            assert!(
+                !printed.contains(raw),
+                "{args:?} printed {raw:?}: {printed:?}"
+            );
+        }
+        assert!(!printed.contains("\nfake line"), "{args:?}: {printed:?}");
+    }
+    let borrowed = run(&url, &["--agent", "a", "log", "borrow", "--no-pager"]);
+    let printed = String::from_utf8_lossy(&borrowed.stdout);
+    assert!(!printed.contains("agent b's secret"), "{printed}");
+    let own = stdout(&run(&url, &["--agent", "b", "log", "mine", "--no-pager"]));
+    assert!(own.contains("agent b's secret"), "{own}");
+}

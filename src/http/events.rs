@@ -435,6 +435,17 @@ impl Source {
                         let data = session_data(&session);
                         VecDeque::from([Pending::announce("status", data, id)])
                     }
+                    AgentUpdate::Unreadable {
+                        key, session_id, ..
+                    } => {
+                        // The problem may name files: it is in the service's log.
+                        let data = json!({
+                            "key": key.as_str(),
+                            "sessionId": session_id,
+                            "message": "the session's transcript cannot be read; it is no longer streamed (see the service log)",
+                        });
+                        VecDeque::from([Pending::announce("unreadable", data, id)])
+                    }
                     AgentUpdate::Events {
                         key,
                         session_id,

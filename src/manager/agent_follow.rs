@@ -48,6 +48,17 @@ pub enum AgentUpdate {
         /// The session, as the store has it now.
         session: Box<StoredSession>,
     },
+    /// A session whose transcript cannot be read (a stored transcript location outside
+    /// the store, a malformed session id): it is no longer followed, and the others
+    /// go on.
+    Unreadable {
+        /// The session's key.
+        key: SessionKey,
+        /// The session.
+        session_id: String,
+        /// Why, as the error says it.
+        problem: String,
+    },
     /// Lines appended to a session's transcript, in order.
     Events {
         /// The session's key.
@@ -73,6 +84,10 @@ pub enum AgentUpdate {
 /// noticed once it is followed. Memory is bounded:
 /// it watches at most [`MAX_WATCHED_SESSIONS`] sessions and reads each a chunk at a
 /// time.
+///
+/// In a session that was already there when the follower started, its lines are told
+/// apart by their timestamps: one written with a clock behind the follower's start is
+/// not delivered (a session started since delivers every line).
 ///
 /// [`position`](Self::position) is a time: a follower started there again delivers
 /// every line written since, at least once — lines delivered just before may come
@@ -117,6 +132,9 @@ pub struct AgentFollow {
     /// Where the position moves once what the last complete look found is delivered.
     complete: Option<u64>,
     watched: HashMap<String, Watched>,
+    /// Sessions found unreadable, not followed again (at most
+    /// [`MAX_WATCHED_SESSIONS`] remembered).
+    unreadable: VecDeque<String>,
     pending: VecDeque<AgentUpdate>,
     wake: TranscriptSubscription,
     poll_interval: Duration,
@@ -124,6 +142,10 @@ pub struct AgentFollow {
 
 struct Watched {
     key: SessionKey,
+    /// For a session that was there before the follower started: lines written
+    /// before this time (epoch milliseconds) are skipped. A newer session's lines
+    /// are all new, whatever their timestamps say.
+    skip_before: Option<u64>,
     status: Option<SessionStatus>,
     follow: TranscriptFollow,
     /// When it was last active, for choosing which to drop.
@@ -226,6 +248,9 @@ impl AgentFollow {
     /// Starts watching `session`, or tells of its new status if it is watched.
     fn watch(&mut self, session: StoredSession) {
         let id = session.entry.session_id.clone();
+        if self.unreadable.contains(&id) {
+            return;
+        }
         if let Some(watched) = self.watched.get_mut(&id) {
             watched.active_at = watched.active_at.max(session.entry.updated_at);
             if watched.status != session.entry.status {
@@ -243,17 +268,19 @@ impl AgentFollow {
         let transcript = TranscriptRef::of(&session.key, &session.entry, &self.default_agent);
         let follow = TranscriptFollow::new(self.transcripts.clone(), transcript, Offset::START)
             .poll_interval(self.poll_interval);
+        let new = started >= self.since;
         self.watched.insert(
             id,
             Watched {
                 key: session.key.clone(),
+                skip_before: (!new).then_some(self.since),
                 status: session.entry.status.clone(),
                 follow,
                 active_at: session.entry.updated_at,
             },
         );
         self.pending.push_back(AgentUpdate::Session {
-            new: started >= self.since,
+            new,
             session: Box::new(session),
         });
         self.drop_least_active();
@@ -287,6 +314,7 @@ impl AgentFollow {
         let mut waiting = 0;
         let mut complete = true;
         let mut changed = Vec::new();
+        let mut refused = Vec::new();
         for (session_id, watched) in &mut self.watched {
             let mut batch = Vec::new();
             loop {
@@ -295,14 +323,20 @@ impl AgentFollow {
                     complete = false;
                     break;
                 }
-                let Some(events) = watched.follow.try_next().await? else {
-                    break;
+                let events = match watched.follow.try_next().await {
+                    Ok(Some(events)) => events,
+                    Ok(None) => break,
+                    Err(error) if error.is_transient() => return Err(error),
+                    Err(error) => {
+                        refused.push((session_id.clone(), error.to_string()));
+                        break;
+                    }
                 };
                 // Lines from before the start are skipped, a chunk at a time.
-                let since = self.since;
-                let new = events
-                    .into_iter()
-                    .filter(|event| written_at(event).is_none_or(|at| at >= since));
+                let skip_before = watched.skip_before;
+                let new = events.into_iter().filter(|event| {
+                    skip_before.is_none_or(|since| written_at(event).is_none_or(|at| at >= since))
+                });
                 let before = batch.len();
                 batch.extend(new);
                 waiting += batch.len() - before;
@@ -327,6 +361,21 @@ impl AgentFollow {
             if !complete {
                 break;
             }
+        }
+        for (session_id, problem) in refused {
+            let Some(watched) = self.watched.remove(&session_id) else {
+                continue;
+            };
+            tracing::warn!(key = %watched.key, %session_id, %problem, "a followed session's transcript cannot be read; no longer followed");
+            if self.unreadable.len() >= MAX_WATCHED_SESSIONS {
+                self.unreadable.pop_front();
+            }
+            self.unreadable.push_back(session_id.clone());
+            self.pending.push_back(AgentUpdate::Unreadable {
+                key: watched.key,
+                session_id,
+                problem,
+            });
         }
         for key in changed {
             if let Some(session) = self.sessions.get(&key).await? {
@@ -400,6 +449,7 @@ impl SessionManager {
             position: since,
             complete: None,
             watched: HashMap::new(),
+            unreadable: VecDeque::new(),
             pending: VecDeque::new(),
             wake,
             poll_interval,

@@ -133,6 +133,8 @@ pub struct KeyFollow {
     key: SessionKey,
     /// The session followed, when it started (milliseconds), and its follower.
     current: Option<(String, u64, TranscriptFollow)>,
+    /// The session followed before the current one, until it is announced.
+    previous: Option<String>,
     wake: TranscriptSubscription,
     poll_interval: Duration,
 }
@@ -204,20 +206,27 @@ impl KeyFollow {
         let Some(next) = self.successor().await? else {
             return Ok(None);
         };
-        let previous = self.current.take().map(|(id, _, _)| id);
-        self.start(&next, Offset::START);
+        self.start(&next, Offset::START)?;
+        let previous = self.previous.take();
         Ok(Some(KeyUpdate::Session {
             session: Box::new(next),
             previous,
         }))
     }
 
-    fn start(&mut self, session: &StoredSession, from: Offset) {
+    /// Follows `session` from `from`; a session id that cannot name a transcript is
+    /// [`Error::InvalidId`], and the follower stays where it was.
+    fn start(&mut self, session: &StoredSession, from: Offset) -> Result<()> {
+        crate::paths::validate_session_id(&session.entry.session_id)?;
         let transcript = TranscriptRef::of(&self.key, &session.entry, &self.default_agent);
         let follow = TranscriptFollow::new(self.transcripts.clone(), transcript, from)
             .poll_interval(self.poll_interval);
         let started = started_at(session);
-        self.current = Some((session.entry.session_id.clone(), started, follow));
+        let replaced = self
+            .current
+            .replace((session.entry.session_id.clone(), started, follow));
+        self.previous = replaced.map(|(id, _, _)| id);
+        Ok(())
     }
 
     /// The session to follow after the current one: the first of the key's sessions
@@ -295,6 +304,7 @@ impl SessionManager {
             default_agent: self.settings.default_agent.clone(),
             key: key.clone(),
             current: None,
+            previous: None,
             wake,
             poll_interval,
         };
@@ -314,7 +324,8 @@ impl SessionManager {
                     "the position's session is none of the key's sessions",
                 )
             })?;
-            follow.start(&session, position.offset);
+            follow.start(&session, position.offset)?;
+            follow.previous = None;
         }
         Ok(follow)
     }
