@@ -368,6 +368,20 @@ async fn an_agents_stream_tells_of_every_session(url: &str) {
     }
     assert_eq!(again, lines);
 
+    // Streams that have nothing to send yet answer at once.
+    for idle in [
+        "/kernel/agents/quiet/events",
+        "/kernel/keys/agent:main:telegram:dm:nobody/events",
+    ] {
+        let response = tokio::time::timeout(
+            Duration::from_secs(2),
+            SseReader::open(&base, idle, None),
+        )
+        .await
+        .expect("the response comes before any event");
+        assert_eq!(response.status(), StatusCode::OK, "{idle}");
+    }
+
     let bad = SseReader::open(&base, "/kernel/agents/Not%20An%20Agent!/events", None).await;
     assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
     let garbage = SseReader::open(&base, path, Some("yesterday")).await;
