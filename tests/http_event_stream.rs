@@ -373,12 +373,10 @@ async fn an_agents_stream_tells_of_every_session(url: &str) {
         "/kernel/agents/quiet/events",
         "/kernel/keys/agent:main:telegram:dm:nobody/events",
     ] {
-        let response = tokio::time::timeout(
-            Duration::from_secs(2),
-            SseReader::open(&base, idle, None),
-        )
-        .await
-        .expect("the response comes before any event");
+        let response =
+            tokio::time::timeout(Duration::from_secs(2), SseReader::open(&base, idle, None))
+                .await
+                .expect("the response comes before any event");
         assert_eq!(response.status(), StatusCode::OK, "{idle}");
     }
 
