@@ -301,6 +301,10 @@ pub struct ServeArgs {
     /// How many event streams are served at once (503 beyond).
     #[arg(long, default_value_t = agent_sessions::http::DEFAULT_MAX_EVENT_STREAMS)]
     max_event_streams: usize,
+    /// Also serve the session inspector, a web page for operators, at `/ui` on the
+    /// same port: sign in with the secret (so it needs --secret).
+    #[arg(long)]
+    ui: bool,
 }
 
 /// Filters of `list`.
@@ -1342,7 +1346,7 @@ async fn copy(from: &str, to: &str, json: bool, overwrite_conflicts: bool) -> Ou
 /// reset phrases, an idle timeout) and `agent_sessions::http::serve`'s protections
 /// (timeouts, a connection limit) until Ctrl-C, then finishes the calls in flight.
 async fn serve(store: &str, given: Given, args: ServeArgs) -> Outcome {
-    use agent_sessions::http::{router, serve, Secret, ServiceOptions};
+    use agent_sessions::http::{router, serve, Inspector, Secret, ServiceOptions};
     use agent_sessions::lifecycle::ResetTriggers;
     use agent_sessions::lifecycle::{ResetConfig, ResetSpec};
     use agent_sessions::{DefaultKeyBuilder, DmScope};
@@ -1423,11 +1427,26 @@ async fn serve(store: &str, given: Given, args: ServeArgs) -> Outcome {
         });
         options = options.metrics_endpoint(move || recorder.render());
     }
+    if args.ui && options.secret.is_none() {
+        return Err(failure(
+            EXIT_USAGE,
+            "refusing to start: --ui needs --secret (or AGENT_SESSIONS_SECRET): the \
+             inspector's login form asks for it",
+        ));
+    }
     options
         .validate()
         .map_err(|e| failure(EXIT_FAILURE, format!("refusing to start: {e}")))?;
-    let manager = SessionManager::connect(store)
-        .await?
+    let backend = agent_sessions::store::Backend::open(store).await?;
+    if args.ui {
+        let transcripts: std::sync::Arc<dyn TranscriptStore> = backend.transcripts().clone();
+        let search = agent_sessions::search::Search::shared(backend.search_index().await?);
+        options = options.inspector(Inspector::new().search(search, transcripts));
+    }
+    let manager = SessionManager::builder(backend.sessions().clone())
+        .transcripts(backend.transcripts().clone())
+        .history(backend.history().clone())
+        .system_events(backend.system_events().clone())
         .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
         .reset_triggers(ResetTriggers::clawos())
         .freshness(ResetConfig::default().reset(ResetSpec::idle(idle_minutes)))
@@ -1455,6 +1474,9 @@ async fn serve(store: &str, given: Given, args: ServeArgs) -> Outcome {
         "agent-sessions: serving {} on http://{address}",
         without_password(store)
     );
+    if args.ui {
+        eprintln!("agent-sessions: the session inspector is at http://{address}/ui");
+    }
     let app = router(std::sync::Arc::new(manager), options.clone());
     serve(listener, app, &options, shutdown_signal()).await?;
     Ok(())

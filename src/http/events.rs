@@ -246,7 +246,7 @@ fn not_our_event_id() -> ApiError {
 /// The `data` of each event, paired with the offset that follows it. Events are
 /// serialised as soon as they are read, and the parsed entries dropped: what waits for a
 /// slow client is the text it will be sent, at most [`MAX_EVENT_BYTES`] an event.
-fn numbered(
+pub(super) fn numbered(
     events: Vec<SessionEvent>,
     next: Offset,
     owner: Option<(&SessionKey, &str)>,

@@ -91,7 +91,9 @@ use crate::store::{ListCursor, ListFilter, StatusFilter, StoredSession};
 
 mod connections;
 mod events;
+mod inspector;
 pub use events::MAX_EVENT_BYTES;
+pub use inspector::Inspector;
 
 pub use connections::default_max_connections;
 
@@ -256,6 +258,8 @@ pub struct ServiceOptions {
     streams_end: events::StreamsEnd,
     /// What `GET /metrics` answers, if anything.
     metrics: Option<MetricsText>,
+    /// The session inspector at `/ui`, if it is on.
+    inspector: Option<Inspector>,
 }
 
 /// The text a `GET /metrics` answers with (see [`ServiceOptions::metrics_endpoint`]).
@@ -280,6 +284,7 @@ impl Default for ServiceOptions {
             max_event_streams: DEFAULT_MAX_EVENT_STREAMS,
             streams_end: events::StreamsEnd::default(),
             metrics: None,
+            inspector: None,
         }
     }
 }
@@ -339,6 +344,14 @@ impl ServiceOptions {
         self
     }
 
+    /// Serves the session inspector, a web page for operators, at `/ui` (see
+    /// [`Inspector`]); it needs a [`secret`](Self::secret), the password of its login
+    /// form.
+    pub fn inspector(mut self, inspector: Inspector) -> Self {
+        self.inspector = Some(inspector);
+        self
+    }
+
     /// Serves `GET /metrics` with the text `render` returns, as
     /// `text/plain; version=0.0.4` (the Prometheus text format), behind the secret like
     /// every call but `health`. The CLI's `serve --metrics` passes a Prometheus
@@ -389,6 +402,12 @@ impl ServiceOptions {
             return refuse(
                 "max_event_streams",
                 "it must be at least 1 (and at most usize::MAX >> 3)",
+            );
+        }
+        if self.inspector.is_some() && self.secret.is_none() {
+            return refuse(
+                "inspector",
+                "the inspector needs a secret: it is the password of its login form",
             );
         }
         for (option, timeout) in [
@@ -545,6 +564,19 @@ async fn pause_after_failed_accept(error: std::io::Error) {
 /// timeouts, and the JSON shape of every error it answers; the header read timeout and
 /// the connection limit need the server, which [`serve`] provides.
 pub fn router(manager: Arc<SessionManager>, options: ServiceOptions) -> Router {
+    let inspector = match (options.inspector, &options.secret) {
+        (Some(inspector), Some(secret)) => Some(inspector::routes(
+            manager.clone(),
+            secret.clone(),
+            inspector,
+            options.streams_end.clone(),
+        )),
+        (Some(_), None) => {
+            tracing::error!("the inspector needs a secret (ServiceOptions::secret): it is off");
+            None
+        }
+        (None, _) => None,
+    };
     let secret: Arc<Option<Secret>> = Arc::new(options.secret);
     let streams_end = options.streams_end;
     let key_streams_end = streams_end.clone();
@@ -612,10 +644,13 @@ pub fn router(manager: Arc<SessionManager>, options: ServiceOptions) -> Router {
         ))
         .route_layer(middleware::from_fn_with_state(secret, require_secret))
         .with_state(manager);
-    Router::new()
+    let mut app = Router::new()
         .route("/kernel/health", get(health))
-        .merge(sessions)
-        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .merge(sessions);
+    if let Some(inspector) = inspector {
+        app = app.merge(inspector);
+    }
+    app.fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .layer(DefaultBodyLimit::max(options.body_limit))
         .layer(middleware::from_fn_with_state(
             options.request_timeout,

@@ -655,6 +655,20 @@ impl SessionManager {
         &*self.seams.store
     }
 
+    /// The agent whose sessions a key without an agent belongs to (`main` unless
+    /// [`SessionManagerBuilder::default_agent`] or
+    /// [`SessionManagerBuilder::isolate_to_agent`] set another).
+    ///
+    /// ```
+    /// use agent_sessions::prelude::*;
+    ///
+    /// let manager = SessionManager::new(MemoryStore::new());
+    /// assert_eq!(manager.default_agent().as_str(), "main");
+    /// ```
+    pub fn default_agent(&self) -> &AgentId {
+        &self.settings.default_agent
+    }
+
     /// The clock.
     pub fn clock(&self) -> &dyn Clock {
         &*self.seams.clock

@@ -1,0 +1,584 @@
+//! `serve --ui`: the session inspector, in a real browser (Debian's Chromium, driven
+//! over WebDriver by chromedriver) and over plain HTTP as an attacker would try it.
+//!
+//! The browser test needs `/usr/bin/chromium` and `/usr/bin/chromedriver` (Debian's
+//! `chromium` and `chromium-driver` packages; `.ci/run` installs them). Without them it
+//! fails and says so, unless `AGENT_SESSIONS_SKIP_BROWSER=1` is set. With
+//! `AGENT_SESSIONS_SCREENSHOTS=1` it also writes the screenshots in `docs/images/`.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use agent_sessions::prelude::*;
+use fantoccini::{Client, ClientBuilder, Locator};
+use reqwest::redirect::Policy;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+const SECRET: &str = "inspector-s3cret";
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// A message crafted to run script wherever it is put into a page as HTML.
+const HOSTILE: &str =
+    "<img src=x onerror=\"document.title='pwned'\"><script>document.title='pwned'</script>";
+
+/// A process killed when the test ends, however it ends.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `agent-sessions serve --ui` on a free port of `store`: the process and its address.
+fn serve_ui(store: &str) -> (Killed, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent-sessions"))
+        .env_remove("AGENT_SESSIONS_SECRET")
+        .env_remove("AGENT_SESSIONS_STORE")
+        .args(["--store", store, "serve", "--listen", "127.0.0.1:0"])
+        .args(["--secret", SECRET, "--ui"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut banner = String::new();
+    stderr.read_line(&mut banner).unwrap();
+    // The rest of what it prints goes to the test's output (a closed pipe would fail it).
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            eprintln!("serve: {line}");
+        }
+    });
+    let base = banner
+        .split_whitespace()
+        .find(|word| word.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {banner:?}"))
+        .to_owned();
+    (Killed(child), base)
+}
+
+async fn manager(url: &str) -> SessionManager {
+    SessionManager::connect(url).await.unwrap().build().unwrap()
+}
+
+/// Two people's conversations, one of them with a message crafted to inject script.
+async fn conversations(url: &str) -> SessionKey {
+    let manager = manager(url).await;
+    let dm = |text: &str| InboundMessage::direct("telegram", "42", text);
+    for (text, reply, tokens) in [
+        ("when is my shift?", "Thursday at 9.", 1200),
+        (HOSTILE, "I can't help with that.", 1900),
+    ] {
+        let turn = manager.turn(&dm(text)).await.unwrap();
+        let usage = TurnUsage::tokens(tokens, 40, 0, 0);
+        turn.complete(TurnReply::from(reply).with_usage(usage))
+            .await
+            .unwrap();
+    }
+    let other = manager
+        .turn(&InboundMessage::direct(
+            "whatsapp",
+            "+15550100",
+            "hello there",
+        ))
+        .await
+        .unwrap();
+    other.complete("hi!").await.unwrap();
+    manager.key_for(&dm("x")).unwrap()
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// Logs in over HTTP: the cookie header to send, and the login's CSRF token.
+async fn log_in(base: &str) -> (String, String) {
+    let response = client()
+        .post(format!("{base}/ui/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("secret={SECRET}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert_eq!(response.headers()["location"], "/ui/sessions");
+    let set_cookie = response.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/ui"] {
+        assert!(set_cookie.contains(attribute), "{set_cookie}");
+    }
+    let cookie = set_cookie.split(';').next().unwrap().to_owned();
+    let me: Value = client()
+        .get(format!("{base}/ui/api/me"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    (cookie, me["csrf"].as_str().unwrap().to_owned())
+}
+
+/// What an attacker tries without a browser: the secret's header is no login, a wrong
+/// secret is no login, an action without the CSRF token or from another site is
+/// refused, and every page forbids inline script.
+#[tokio::test]
+async fn the_inspector_lets_in_only_a_login_and_acts_only_for_its_own_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("json:{}", dir.path().display());
+    let key = conversations(&store).await;
+    let (_server, base) = serve_ui(&store);
+    let http = client();
+
+    let page = http
+        .get(format!("{base}/ui/sessions"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        page.status(),
+        StatusCode::SEE_OTHER,
+        "a page asks to log in first"
+    );
+    assert_eq!(page.headers()["location"], "/ui/login");
+    let csp = page.headers()["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"),
+        "{csp}"
+    );
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+
+    let with_header = http
+        .get(format!("{base}/ui/api/sessions"))
+        .header("x-kernel-secret", SECRET)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        with_header.status(),
+        StatusCode::UNAUTHORIZED,
+        "the API secret is not a login"
+    );
+
+    let wrong = http
+        .post(format!("{base}/ui/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("secret=guess")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.headers()["location"], "/ui/login?failed");
+    assert!(wrong.headers().get("set-cookie").is_none());
+    let forged = http
+        .get(format!("{base}/ui/api/me"))
+        .header("cookie", "agent_sessions_inspector=0123456789abcdef")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), StatusCode::UNAUTHORIZED);
+
+    let (cookie, csrf) = log_in(&base).await;
+    let reset = |token: Option<&str>, origin: Option<&str>| {
+        let mut request = http
+            .post(format!("{base}/ui/api/reset"))
+            .header("cookie", &cookie)
+            .json(&json!({ "key": key.as_str() }));
+        if let Some(token) = token {
+            request = request.header("x-csrf-token", token);
+        }
+        if let Some(origin) = origin {
+            request = request.header("origin", origin);
+        }
+        request.send()
+    };
+    let before = manager(&store)
+        .await
+        .session(&key)
+        .get()
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        reset(None, None).await.unwrap().status(),
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        reset(Some("not-the-token"), None).await.unwrap().status(),
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        reset(Some(&csrf), Some("http://evil.example"))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::FORBIDDEN,
+        "another site's page cannot act, even with a stolen token"
+    );
+    let unchanged = manager(&store)
+        .await
+        .session(&key)
+        .get()
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        unchanged.entry.session_id, before.entry.session_id,
+        "nothing was reset"
+    );
+
+    let done = reset(Some(&csrf), None).await.unwrap();
+    assert_eq!(done.status(), StatusCode::OK);
+    let after = manager(&store)
+        .await
+        .session(&key)
+        .get()
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(after.entry.session_id, before.entry.session_id);
+
+    // A session of another key, and a key that is no key, are refused before a read.
+    for (query, status) in [
+        (
+            format!("key={}&session={}", key.as_str(), "../../etc/passwd"),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            format!(
+                "key=agent:main:whatsapp:dm:%2B15550100&session={}",
+                before.entry.session_id
+            ),
+            StatusCode::NOT_FOUND,
+        ),
+    ] {
+        let response = http
+            .get(format!("{base}/ui/api/conversation?{query}"))
+            .header("cookie", &cookie)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), status, "{query}");
+    }
+
+    let out = http
+        .post(format!("{base}/ui/logout"))
+        .header("cookie", &cookie)
+        .header("x-csrf-token", &csrf)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status(), StatusCode::OK);
+    let gone = http
+        .get(format!("{base}/ui/api/me"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        gone.status(),
+        StatusCode::UNAUTHORIZED,
+        "a logout ends the login"
+    );
+}
+
+#[test]
+fn serve_ui_needs_a_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_agent-sessions"))
+        .env_remove("AGENT_SESSIONS_SECRET")
+        .env_remove("AGENT_SESSIONS_STORE")
+        .args(["--store", &format!("json:{}", dir.path().display())])
+        .args(["serve", "--listen", "127.0.0.1:0", "--ui"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--ui needs --secret"), "{stderr}");
+}
+
+// ---- in the browser ----
+
+/// chromedriver on a free port: the process and the address to connect to.
+fn chromedriver() -> (Killed, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(CHROMEDRIVER)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "chromedriver did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (Killed(child), format!("http://127.0.0.1:{port}"))
+}
+
+async fn browser(driver: &str, profile: &Path) -> Client {
+    let mut capabilities = serde_json::Map::new();
+    capabilities.insert(
+        "goog:chromeOptions".into(),
+        json!({
+            "binary": CHROMIUM,
+            "args": [
+                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--disable-quic", "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--window-size=1280,860",
+                format!("--user-data-dir={}", profile.display()),
+            ],
+        }),
+    );
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(capabilities)
+        .connect(driver)
+        .await
+        .expect("chromedriver starts a Chromium session")
+}
+
+/// Waits until `check` returns `Some`, at most 20 seconds.
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "timed out waiting: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The text of every element `css` selects.
+async fn texts(browser: &Client, css: &str) -> Vec<String> {
+    let mut texts = Vec::new();
+    for element in browser
+        .find_all(Locator::Css(css))
+        .await
+        .unwrap_or_default()
+    {
+        if let Ok(Some(text)) = element.prop("textContent").await {
+            texts.push(text);
+        }
+    }
+    texts
+}
+
+async fn screenshot(browser: &Client, name: &str) {
+    let png = browser.screenshot().await.unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::write(&target, &png).unwrap();
+    if std::env::var_os("AGENT_SESSIONS_SCREENSHOTS").is_some() {
+        let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/images");
+        std::fs::create_dir_all(&docs).unwrap();
+        std::fs::write(docs.join(name), &png).unwrap();
+    }
+}
+
+/// An operator logs in, lists, opens a session, sees a line another process appends
+/// arrive live, resets the session, and a message crafted to inject script shows as
+/// the text it is.
+#[tokio::test]
+async fn an_operator_inspects_and_resets_a_session_in_a_real_browser() {
+    if !Path::new(CHROMEDRIVER).exists() || !Path::new(CHROMIUM).exists() {
+        if std::env::var_os("AGENT_SESSIONS_SKIP_BROWSER").is_some() {
+            eprintln!("skipped: no Chromium (AGENT_SESSIONS_SKIP_BROWSER is set)");
+            return;
+        }
+        panic!(
+            "the browser test needs {CHROMIUM} and {CHROMEDRIVER}: `apt-get install chromium \
+             chromium-driver` (or set AGENT_SESSIONS_SKIP_BROWSER=1 to skip it)"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("json:{}", dir.path().display());
+    let key = conversations(&store).await;
+    let (_server, base) = serve_ui(&store);
+    let (_driver, driver_url) = chromedriver();
+    let profile = tempfile::tempdir().unwrap();
+    let browser = browser(&driver_url, profile.path()).await;
+
+    // The login form: a wrong secret is refused, the right one lists the sessions.
+    browser.goto(&format!("{base}/ui")).await.unwrap();
+    assert!(browser
+        .current_url()
+        .await
+        .unwrap()
+        .path()
+        .ends_with("/ui/login"));
+    let sign_in = |secret: &'static str| {
+        let browser = browser.clone();
+        async move {
+            let field = browser.find(Locator::Id("secret")).await.unwrap();
+            field.send_keys(secret).await.unwrap();
+            browser
+                .find(Locator::Id("sign-in"))
+                .await
+                .unwrap()
+                .click()
+                .await
+                .unwrap();
+        }
+    };
+    sign_in("not the secret").await;
+    eventually("the failure to show", || async {
+        let failed = browser.find(Locator::Id("failed")).await.ok()?;
+        failed.is_displayed().await.ok()?.then_some(())
+    })
+    .await;
+    sign_in(SECRET).await;
+    let rows = eventually("the sessions listed", || async {
+        let rows = texts(&browser, "#sessions tr td.key a").await;
+        (rows.len() == 2).then_some(rows)
+    })
+    .await;
+    assert!(rows.contains(&key.to_string()), "{rows:?}");
+    assert!(
+        rows.contains(&"agent:main:whatsapp:dm:+15550100".to_owned()),
+        "{rows:?}"
+    );
+    // The login is a cookie the page's script cannot read.
+    let visible = browser
+        .execute("return document.cookie", vec![])
+        .await
+        .unwrap();
+    assert_eq!(visible, json!(""));
+    screenshot(&browser, "inspector-sessions.png").await;
+
+    // One session: the conversation, with the crafted message as plain text.
+    let link = browser
+        .find(Locator::XPath(&format!("//a[text()='{key}']")))
+        .await
+        .unwrap();
+    link.click().await.unwrap();
+    eventually("the conversation", || async {
+        let said = texts(&browser, "#conversation .text").await;
+        said.iter().any(|t| t == "Thursday at 9.").then_some(())
+    })
+    .await;
+    let said = texts(&browser, "#conversation .text").await;
+    assert!(
+        said.iter().any(|t| t == HOSTILE),
+        "shown as its text: {said:?}"
+    );
+    let injected = browser
+        .find_all(Locator::Css("#conversation img, #conversation script"))
+        .await
+        .unwrap();
+    assert!(injected.is_empty(), "no element came from a message");
+    assert_ne!(browser.title().await.unwrap(), "pwned");
+
+    // A line another process appends arrives without a reload.
+    let writer = manager(&store).await;
+    let turn = writer
+        .turn(&InboundMessage::direct(
+            "telegram",
+            "42",
+            "appended while you watch",
+        ))
+        .await
+        .unwrap();
+    let usage = TurnUsage::tokens(2600, 30, 0, 0);
+    turn.complete(TurnReply::from("seen live").with_usage(usage))
+        .await
+        .unwrap();
+    eventually("the appended line to arrive", || async {
+        let said = texts(&browser, "#conversation .text").await;
+        said.iter().any(|t| t == "seen live").then_some(())
+    })
+    .await;
+    let usage = texts(&browser, "#usage li .number").await;
+    assert_eq!(
+        usage,
+        ["1240 tokens", "1940 tokens", "2630 tokens"],
+        "usage per reply"
+    );
+    screenshot(&browser, "inspector-session.png").await;
+
+    // What the model is given, on the other tab.
+    browser
+        .find(Locator::Id("show-context"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    eventually("the model's context", || async {
+        let said = texts(&browser, "#context .text").await;
+        said.iter()
+            .any(|t| t == "appended while you watch")
+            .then_some(())
+    })
+    .await;
+
+    // An action from the page without its token is refused, even from the page itself.
+    let forged = browser
+        .execute_async(
+            "const done = arguments[arguments.length - 1];
+             fetch('/ui/api/reset', {method: 'POST', headers: {'content-type': 'application/json'},
+               body: JSON.stringify({key: arguments[0]})}).then(r => done(r.status));",
+            vec![json!(key.as_str())],
+        )
+        .await
+        .unwrap();
+    assert_eq!(forged, json!(403));
+
+    // Reset, confirmed in the dialog: the key moves to a new session.
+    let before = writer
+        .session(&key)
+        .get()
+        .await
+        .unwrap()
+        .unwrap()
+        .entry
+        .session_id;
+    browser
+        .find(Locator::Id("reset"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser.accept_alert().await.unwrap();
+    let after = eventually("the reset", || async {
+        let now = writer.session(&key).get().await.ok()??.entry.session_id;
+        (now != before).then_some(now)
+    })
+    .await;
+    eventually(
+        "the page to show the new session and the old one as earlier",
+        || async {
+            let summary = texts(&browser, "#summary").await.join("");
+            let earlier = texts(&browser, "#predecessors").await.join("");
+            (summary.contains(&after) && earlier.contains(&before)).then_some(())
+        },
+    )
+    .await;
+    browser.close().await.unwrap();
+}

@@ -1,0 +1,331 @@
+// The session inspector's pages. Everything shown comes from /ui/api as JSON and is
+// put on the page with textContent: no HTML is ever built from data.
+'use strict';
+
+let csrf = null;
+
+async function api(path, options = {}) {
+  const response = await fetch(path, { credentials: 'same-origin', ...options });
+  if (response.status === 401) {
+    location.assign('/ui/login');
+    throw new Error('signed out');
+  }
+  const body = await response.json().catch(() => ({}));
+  if (!response.ok) {
+    throw new Error(body.error ? body.error.message : response.statusText);
+  }
+  return body;
+}
+
+function post(path, body) {
+  return api(path, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-csrf-token': csrf },
+    body: JSON.stringify(body),
+  });
+}
+
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  return node;
+}
+
+function $(id) {
+  return document.getElementById(id);
+}
+
+function notice(error) {
+  const box = $('notice');
+  if (!box) return;
+  box.textContent = error ? String(error.message || error) : '';
+  box.hidden = !error;
+}
+
+function when(value) {
+  if (value === null || value === undefined || value === '') return '';
+  const date = new Date(typeof value === 'number' ? value : String(value));
+  return isNaN(date) ? String(value) : date.toLocaleString();
+}
+
+function sessionLink(key) {
+  const link = el('a', null, key);
+  link.href = '/ui/session?key=' + encodeURIComponent(key);
+  return link;
+}
+
+async function signIn() {
+  const me = await api('/ui/api/me');
+  csrf = me.csrf;
+  const signOut = $('sign-out');
+  if (signOut) {
+    signOut.addEventListener('click', async () => {
+      await post('/ui/logout', {}).catch(() => {});
+      location.assign('/ui/login');
+    });
+  }
+  return me;
+}
+
+// ---- the login page ----
+
+function loginPage() {
+  if (new URLSearchParams(location.search).has('failed')) $('failed').hidden = false;
+}
+
+// ---- the sessions page ----
+
+async function sessionsPage() {
+  const me = await signIn();
+  const params = new URLSearchParams(location.search);
+  const form = $('filters');
+  $('agent').value = params.get('agent') || me.agent;
+  $('channel').value = params.get('channel') || '';
+  $('status').value = params.get('status') || '';
+  $('q').value = params.get('q') || '';
+  $('search-box').hidden = !me.search;
+  let cursor = null;
+
+  async function load(more) {
+    notice(null);
+    const query = new URLSearchParams(new FormData(form));
+    for (const [name, value] of [...query]) if (!value) query.delete(name);
+    if (!more) {
+      history.replaceState(null, '', '/ui/sessions?' + query);
+      $('sessions').replaceChildren();
+    } else if (cursor) {
+      query.set('cursor', cursor);
+    }
+    try {
+      const page = await api('/ui/api/sessions?' + query);
+      for (const session of page.sessions) $('sessions').append(sessionRow(session));
+      cursor = page.nextCursor;
+      $('more').hidden = !cursor;
+      $('empty').hidden = $('sessions').children.length > 0;
+    } catch (error) {
+      notice(error);
+    }
+  }
+
+  form.addEventListener('submit', (event) => {
+    event.preventDefault();
+    load(false);
+  });
+  $('more').addEventListener('click', () => load(true));
+  await load(false);
+}
+
+function sessionRow(session) {
+  const row = el('tr');
+  row.dataset.key = session.key;
+  const key = el('td', 'key');
+  key.append(sessionLink(session.key));
+  if (session.label) key.append(el('div', 'muted', session.label));
+  row.append(
+    key,
+    el('td', null, session.channel || ''),
+    el('td', null, session.person || ''),
+    el('td', 'status status-' + session.status, session.status),
+    el('td', null, when(session.updatedAt)),
+    el('td', 'number', session.turns ?? ''),
+    el('td', 'number', session.tokens ?? ''),
+  );
+  return row;
+}
+
+// ---- one session ----
+
+function textOf(content) {
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) return '';
+  return content
+    .map((block) => {
+      if (block.type === 'text') return block.text;
+      if (block.type === 'toolCall') return '→ ' + block.name + '(' + JSON.stringify(block.arguments ?? {}) + ')';
+      if (block.type === 'thinking') return '';
+      return '[' + block.type + ']';
+    })
+    .filter(Boolean)
+    .join('\n');
+}
+
+// What one transcript line says: who, what, when.
+function describe(data) {
+  const entry = data.entry || {};
+  if (data.truncated) {
+    return { who: entry.type || 'line', text: '(a line of ' + data.bytes + ' bytes, not shown)' };
+  }
+  const at = entry.timestamp;
+  if (entry.message) {
+    const message = entry.message;
+    let who = message.role;
+    if (who === 'toolResult') who = 'tool ' + (message.toolName || '');
+    return { who, text: textOf(message.content), at, usage: who === 'assistant' ? message.usage : null };
+  }
+  const custom = entry.customType || '';
+  const payload = entry.data || {};
+  if (entry.type === 'compaction') return { who: 'compaction', text: entry.summary || 'the conversation before was summarised', at };
+  if (custom === 'agent-sessions.status') return { who: 'status', text: payload.status || '', at };
+  if (custom === 'agent-sessions.checkpoint') return { who: 'checkpoint', text: payload.reason || '', at };
+  if (custom === 'agent-sessions.delivery') return { who: 'delivery', text: JSON.stringify(payload), at };
+  if (custom === 'agent-sessions.turn-failed') return { who: 'failed', text: JSON.stringify(payload), at };
+  if (entry.type === 'session') return { who: 'session', text: 'transcript started', at };
+  return { who: custom || entry.type || 'line', text: entry.data ? JSON.stringify(entry.data) : '', at };
+}
+
+function item(said) {
+  const li = el('li', 'item who-' + said.who.split(' ')[0]);
+  const head = el('div', 'head');
+  head.append(el('span', 'who', said.who), el('time', 'muted', when(said.at)));
+  li.append(head, el('div', 'text', said.text));
+  return li;
+}
+
+function divider(text) {
+  return el('li', 'divider', text);
+}
+
+function renderUsage(list, said) {
+  if (!said.usage) return;
+  const total = said.usage.totalTokens ?? (said.usage.input ?? 0) + (said.usage.output ?? 0);
+  const li = el('li');
+  li.dataset.total = total;
+  const bar = el('span', 'bar');
+  li.append(el('time', 'muted', when(said.at)), bar, el('span', 'number', total + ' tokens'));
+  list.append(li);
+  $('usage-none').hidden = true;
+  const largest = Math.max(...[...list.children].map((row) => Number(row.dataset.total) || 0), 1);
+  for (const row of list.children) {
+    row.querySelector('.bar').style.width = Math.round((100 * (Number(row.dataset.total) || 0)) / largest) + '%';
+  }
+}
+
+function renderFields(entry) {
+  const fields = $('fields');
+  fields.replaceChildren();
+  if (!entry) {
+    fields.append(el('dd', 'muted', 'No current session: its next message starts one.'));
+    return;
+  }
+  for (const [name, value] of Object.entries(entry)) {
+    if (value === null || value === undefined) continue;
+    const shown = typeof value === 'object' ? JSON.stringify(value) : String(value);
+    fields.append(el('dt', null, name), el('dd', null, shown));
+  }
+}
+
+async function sessionPage() {
+  await signIn();
+  const key = new URLSearchParams(location.search).get('key') || '';
+  $('key').textContent = key;
+  document.title = key + ' · agent-sessions';
+
+  async function refresh() {
+    try {
+      const found = await api('/ui/api/session?key=' + encodeURIComponent(key));
+      const entry = found.session;
+      renderFields(entry);
+      $('usage-total').textContent = entry && entry.totalTokens
+        ? 'This session: ' + entry.totalTokens + ' tokens (' + (entry.inputTokens ?? 0) + ' in, ' + (entry.outputTokens ?? 0) + ' out)'
+        : '';
+      $('summary').textContent = entry
+        ? 'session ' + entry.sessionId + ' · ' + (entry.status || 'idle') +
+          (entry.startReason ? ' · started: ' + entry.startReason : '')
+        : 'no current session';
+      const list = $('predecessors');
+      list.replaceChildren();
+      for (const earlier of found.predecessors) {
+        const li = el('li');
+        const open = el('button', 'link', when(earlier.updatedAt) + ' · ' + earlier.sessionId);
+        open.type = 'button';
+        open.addEventListener('click', () => showEarlier(earlier));
+        li.append(open, el('div', 'muted', (earlier.startReason ? 'started: ' + earlier.startReason + ' · ' : '') + (earlier.turns ?? 0) + ' turns'));
+        list.append(li);
+      }
+      if (!found.predecessors.length) list.append(el('li', 'muted', 'none'));
+    } catch (error) {
+      notice(error);
+    }
+  }
+
+  async function showEarlier(earlier) {
+    const list = $('earlier');
+    list.replaceChildren();
+    $('earlier-title').textContent = 'Earlier session ' + earlier.sessionId;
+    $('earlier-title').hidden = false;
+    list.hidden = false;
+    try {
+      const read = await api('/ui/api/conversation?key=' + encodeURIComponent(key) + '&session=' + encodeURIComponent(earlier.sessionId));
+      if (read.truncated) list.append(divider('(only its last lines are shown)'));
+      for (const data of read.events) list.append(item(describe(data)));
+      $('earlier-title').scrollIntoView();
+    } catch (error) {
+      notice(error);
+    }
+  }
+
+  function tab(show) {
+    $('conversation').hidden = show !== 'written';
+    $('context').hidden = show !== 'context';
+    $('show-written').classList.toggle('selected', show === 'written');
+    $('show-context').classList.toggle('selected', show === 'context');
+  }
+  $('show-written').addEventListener('click', () => tab('written'));
+  $('show-context').addEventListener('click', async () => {
+    tab('context');
+    const list = $('context');
+    list.replaceChildren();
+    try {
+      const context = await api('/ui/api/context?key=' + encodeURIComponent(key));
+      for (const message of context.messages) list.append(item({ who: message.role, text: textOf(message.content) }));
+      if (!context.messages.length) list.append(divider('The model would be given no earlier messages.'));
+    } catch (error) {
+      notice(error);
+    }
+  });
+
+  for (const [button, path, question] of [
+    ['reset', '/ui/api/reset', 'Reset this session? Its next message starts a new one; the current one is kept as an earlier session.'],
+    ['close', '/ui/api/close', 'Close this session? Its next message starts a new one.'],
+  ]) {
+    $(button).addEventListener('click', async () => {
+      if (!window.confirm(question)) return;
+      try {
+        await post(path, { key });
+        await refresh();
+      } catch (error) {
+        notice(error);
+      }
+    });
+  }
+
+  await refresh();
+  const conversation = $('conversation');
+  const stream = new EventSource('/ui/api/keys/' + encodeURIComponent(key) + '/events');
+  stream.addEventListener('open', () => {
+    $('live').textContent = 'live';
+    $('live').classList.add('on');
+  });
+  stream.addEventListener('message', (event) => {
+    const said = describe(JSON.parse(event.data));
+    conversation.append(item(said));
+    renderUsage($('usage'), said);
+  });
+  stream.addEventListener('session', (event) => {
+    const session = JSON.parse(event.data);
+    conversation.append(divider('session ' + session.sessionId + (session.startReason ? ' · started: ' + session.startReason : '')));
+    refresh();
+  });
+  stream.addEventListener('error', (event) => {
+    $('live').textContent = 'reconnecting';
+    $('live').classList.remove('on');
+    if (event.data) notice(JSON.parse(event.data).message);
+  });
+}
+
+document.addEventListener('DOMContentLoaded', () => {
+  const page = document.body.dataset.page;
+  const run = { login: loginPage, sessions: sessionsPage, session: sessionPage }[page];
+  if (run) Promise.resolve(run()).catch(notice);
+});
