@@ -11,7 +11,7 @@
 //! same-origin request.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
 use axum::extract::Form;
@@ -168,8 +168,6 @@ impl Console {
         (login.expires > Instant::now()).then(|| (id, login.csrf.clone()))
     }
 }
-
-use std::sync::PoisonError;
 
 /// The value of the inspector's cookie in `headers`, if any.
 fn cookie(headers: &HeaderMap) -> Option<String> {
