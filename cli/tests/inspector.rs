@@ -93,6 +93,12 @@ async fn conversations(url: &str) -> SessionKey {
     manager.key_for(&dm("x")).unwrap()
 }
 
+/// The key's current session, as the store has it now.
+async fn current_session(store: &str, key: &SessionKey) -> StoredSession {
+    let manager = manager(store).await;
+    manager.session(key).get().await.unwrap().unwrap()
+}
+
 fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .redirect(Policy::none())
@@ -203,13 +209,7 @@ async fn the_inspector_lets_in_only_a_login_and_acts_only_for_its_own_page() {
         }
         request.send()
     };
-    let before = manager(&store)
-        .await
-        .session(&key)
-        .get()
-        .await
-        .unwrap()
-        .unwrap();
+    let before = current_session(&store, &key).await;
     assert_eq!(
         reset(None, None).await.unwrap().status(),
         StatusCode::FORBIDDEN
@@ -226,13 +226,7 @@ async fn the_inspector_lets_in_only_a_login_and_acts_only_for_its_own_page() {
         StatusCode::FORBIDDEN,
         "another site's page cannot act, even with a stolen token"
     );
-    let unchanged = manager(&store)
-        .await
-        .session(&key)
-        .get()
-        .await
-        .unwrap()
-        .unwrap();
+    let unchanged = current_session(&store, &key).await;
     assert_eq!(
         unchanged.entry.session_id, before.entry.session_id,
         "nothing was reset"
@@ -240,13 +234,7 @@ async fn the_inspector_lets_in_only_a_login_and_acts_only_for_its_own_page() {
 
     let done = reset(Some(&csrf), None).await.unwrap();
     assert_eq!(done.status(), StatusCode::OK);
-    let after = manager(&store)
-        .await
-        .session(&key)
-        .get()
-        .await
-        .unwrap()
-        .unwrap();
+    let after = current_session(&store, &key).await;
     assert_ne!(after.entry.session_id, before.entry.session_id);
 
     // A session of another key, and a key that is no key, are refused before a read.
