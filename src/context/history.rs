@@ -32,7 +32,28 @@ pub struct HistoryEntry {
     /// The channel's message id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_id: Option<String>,
+    /// Who said it, as an id: the canonical person when known, else the sender's
+    /// E.164 number or channel id. What [`SessionManager::forget_person`] finds a
+    /// person's chatter by; `None` in entries kept before it was recorded.
+    ///
+    /// [`SessionManager::forget_person`]: crate::SessionManager::forget_person
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender_id: Option<String>,
 }
+
+/// What [`HistoryBuffer::edit_entries`] does with one entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HistoryEdit {
+    /// Leave it as it is.
+    Keep,
+    /// Remove it.
+    Remove,
+    /// Put this entry in its place.
+    Replace(HistoryEntry),
+}
+
+/// The function [`HistoryBuffer::edit_entries`] applies to every entry.
+pub type EntryEditor<'a> = &'a (dyn Fn(&HistoryEntry) -> HistoryEdit + Send + Sync);
 
 /// A turn's hold on the group history it is about to show the model.
 ///
@@ -146,6 +167,20 @@ pub trait HistoryBuffer: Send + Sync {
         }
         Ok(())
     }
+
+    /// Applies `edit` to every entry of every group, claimed or not, removing or
+    /// replacing what it says, one atomic step per group; returns how many entries
+    /// were removed or replaced. This is how
+    /// [`SessionManager::forget_person`](crate::SessionManager::forget_person) erases a
+    /// person's chatter. The crate's buffers implement it; the default is
+    /// [`Error::NotConfigured`](crate::Error::NotConfigured), so a buffer that cannot
+    /// erase says so instead of keeping the data.
+    async fn edit_entries(&self, edit: EntryEditor<'_>) -> Result<usize> {
+        let _ = edit;
+        Err(crate::Error::NotConfigured {
+            what: "erasing from this group-history buffer (HistoryBuffer::edit_entries)",
+        })
+    }
 }
 
 /// An `Arc` of a history buffer is a history buffer: a host keeps one handle (to change
@@ -191,6 +226,10 @@ impl<T: HistoryBuffer + ?Sized> HistoryBuffer for Arc<T> {
 
     async fn release(&self, key: &str, claim_id: &str, entries: Vec<HistoryEntry>) -> Result<()> {
         (**self).release(key, claim_id, entries).await
+    }
+
+    async fn edit_entries(&self, edit: EntryEditor<'_>) -> Result<usize> {
+        (**self).edit_entries(edit).await
     }
 }
 
@@ -308,6 +347,43 @@ impl GroupHistory {
         }
         self.append(entry, limit);
         true
+    }
+
+    /// Applies `edit` to every entry, claimed or not: how many it removed or replaced.
+    pub(crate) fn edit(&mut self, edit: EntryEditor<'_>) -> usize {
+        fn apply<'e>(
+            entries: impl Iterator<Item = &'e mut HistoryEntry>,
+            edit: EntryEditor<'_>,
+            removed: &mut Vec<bool>,
+        ) -> usize {
+            let mut changed = 0;
+            for entry in entries {
+                let remove = match edit(entry) {
+                    HistoryEdit::Keep => false,
+                    HistoryEdit::Remove => true,
+                    HistoryEdit::Replace(new) => {
+                        *entry = new;
+                        changed += 1;
+                        false
+                    }
+                };
+                changed += usize::from(remove);
+                removed.push(remove);
+            }
+            changed
+        }
+        let mut changed = 0;
+        let mut removed = Vec::new();
+        changed += apply(self.entries.iter_mut(), edit, &mut removed);
+        let mut marks = removed.into_iter();
+        self.entries.retain(|_| !marks.next().unwrap_or(false));
+        for claimed in &mut self.claimed {
+            let mut removed = Vec::new();
+            changed += apply(claimed.entries.iter_mut(), edit, &mut removed);
+            let mut marks = removed.into_iter();
+            claimed.entries.retain(|_| !marks.next().unwrap_or(false));
+        }
+        changed
     }
 
     /// Whether it holds nothing: no entry, claimed or not, and no message id.
@@ -459,6 +535,16 @@ impl MemoryHistory {
 
 #[async_trait]
 impl HistoryBuffer for MemoryHistory {
+    async fn edit_entries(&self, edit: EntryEditor<'_>) -> Result<usize> {
+        let mut state = self.state();
+        let mut changed = 0;
+        for group in state.groups.values_mut() {
+            changed += group.edit(edit);
+        }
+        state.groups.retain(|_, group| !group.is_empty());
+        Ok(changed)
+    }
+
     async fn append(&self, key: &str, entry: HistoryEntry) -> Result<()> {
         let mut state = self.state();
         let limit = state.limit;

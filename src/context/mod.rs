@@ -173,8 +173,8 @@ pub use heartbeat::{
     MAX_HEARTBEAT_FILE_BYTES,
 };
 pub use history::{
-    build_history_context, format_envelope, HistoryBuffer, HistoryClaim, HistoryEntry,
-    MemoryHistory,
+    build_history_context, format_envelope, EntryEditor, HistoryBuffer, HistoryClaim, HistoryEdit,
+    HistoryEntry, MemoryHistory,
 };
 pub use inbound::{
     defang, model_body, InboundMessage, PipelineOptions, Sender, SystemEvent, SystemEventQueue,

@@ -266,4 +266,19 @@ impl<T: TranscriptExport> TranscriptExport for AgentScoped<T> {
         self.check_agent(agent, name)?;
         self.inner.import_lines(agent, name, lines).await
     }
+
+    async fn overwrite_lines(
+        &self,
+        agent: &AgentId,
+        name: &str,
+        edits: Vec<crate::transcript::LineEdit>,
+    ) -> Result<usize> {
+        self.check_agent(agent, name)?;
+        self.inner.overwrite_lines(agent, name, edits).await
+    }
+
+    async fn remove_named(&self, agent: &AgentId, name: &str) -> Result<bool> {
+        self.check_agent(agent, name)?;
+        self.inner.remove_named(agent, name).await
+    }
 }

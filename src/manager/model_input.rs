@@ -38,6 +38,25 @@ impl SessionManager {
         }
     }
 
+    /// Who wrote `message`, as an id: the canonical person (by the key builder's links)
+    /// when the message names one, else its E.164 number or sender id, as the message
+    /// log records a sender.
+    pub(super) fn sender_id(&self, message: &InboundMessage) -> Option<String> {
+        let raw = message
+            .person_id
+            .as_deref()
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .or(message.sender.e164.as_deref())
+            .or(message.sender.id.as_deref())?;
+        Some(
+            self.seams
+                .keys
+                .canonical_person(raw)
+                .unwrap_or_else(|| raw.to_owned()),
+        )
+    }
+
     /// Appends a group message the agent of `session` does not answer to its group's
     /// history — once within `dedupe` when given: whether it was appended.
     pub(super) async fn keep_as_history(
@@ -55,6 +74,7 @@ impl SessionManager {
             body: clean_text(message, body, &self.pipeline_options(false)),
             timestamp: Some(to_millis(self.seams.clock.now())),
             message_id: message.message_id.clone(),
+            sender_id: self.sender_id(message),
         };
         // Acknowledged chatter is kept: a buffer that cannot keep the line (a full disk,
         // a database gone) fails the call, so the host can retry or drop it knowingly.

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::key::SessionKey;
 use crate::memory::flush::{FlushPlan, DEFAULT_CONTEXT_TOKENS};
 use crate::memory::usage::{EngineSession, TurnUsage};
-use crate::transcript::{Offset, SessionEvent, TranscriptRef};
+use crate::transcript::{ChatterSender, Offset, SessionEvent, TranscriptRef};
 use std::time::Duration;
 use tracing::Instrument;
 
@@ -349,6 +349,19 @@ impl SessionManager {
         if let Some(log) = line.log.as_mut() {
             if let Some(claimed) = &claimed {
                 log.message_id = Some(claimed.claim.id().to_owned());
+                for entry in &claimed.entries {
+                    let Some(id) = &entry.sender_id else { continue };
+                    if !log
+                        .chatter
+                        .iter()
+                        .any(|c| c.sender == entry.sender && &c.sender_id == id)
+                    {
+                        log.chatter.push(ChatterSender {
+                            sender: entry.sender.clone(),
+                            sender_id: id.clone(),
+                        });
+                    }
+                }
             }
             // What a redelivery of the message finds, whatever chat it came from.
             log.inbound_id = dedupe::inbound_id(message);

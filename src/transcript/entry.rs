@@ -383,12 +383,29 @@ pub struct LogFields {
     /// names exactly one payload.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<Option<[usize; 2]>>,
+    /// Who wrote the group history an inbound line carries (the lines under
+    /// `[Chat messages since your last reply - for context]`), one record per sender
+    /// label: how a person's chatter in another person's line is found when they are
+    /// erased.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chatter: Vec<ChatterSender>,
     /// Anything else the host wants kept.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub metadata: Map<String, Value>,
     /// Fields this version does not know.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// One sender of the group history an inbound line carries: the label the lines show
+/// and the id it stands for (see [`LogFields::chatter`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChatterSender {
+    /// The label the history lines show (`Alice`).
+    pub sender: String,
+    /// Who that is: a canonical person, an E.164 number or a channel sender id.
+    pub sender_id: String,
 }
 
 impl LogFields {

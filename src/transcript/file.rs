@@ -1180,6 +1180,110 @@ impl TranscriptExport for FileTranscriptStore {
         })
         .await
     }
+    async fn overwrite_lines(
+        &self,
+        agent: &AgentId,
+        name: &str,
+        edits: Vec<super::LineEdit>,
+    ) -> Result<usize> {
+        validate_transcript_name(name)?;
+        let path = paths::sessions_dir(&self.inner.root, agent).join(name);
+        crate::fsutil::refuse_linked_dirs(&self.inner.root, &path)
+            .map_err(|e| Error::io("open", &path, e))?;
+        let _queue = process_mutex(&path).lock_owned().await;
+        let inner = self.inner.clone();
+        let file = path.clone();
+        blocking(&path, move || {
+            use std::os::unix::fs::FileExt;
+            let mut options = fs::OpenOptions::new();
+            options.read(true).write(true);
+            let mut handle = match crate::fsutil::open_checked(&mut options, &file) {
+                Ok(handle) => handle,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+                Err(e) => return Err(Error::io("open", &file, e)),
+            };
+            // Appenders in every process take this lock: no line is half written.
+            handle.lock().map_err(|e| Error::io("lock", &file, e))?;
+            let mut bytes = Vec::new();
+            handle
+                .read_to_end(&mut bytes)
+                .map_err(|e| Error::io("read", &file, e))?;
+            let mut starts = vec![0usize];
+            starts.extend(memchr_newlines(&bytes).map(|at| at + 1));
+            let mut done = 0;
+            for edit in &edits {
+                let Some(&start) = starts.get(edit.index) else {
+                    continue;
+                };
+                let end = start + edit.old.len();
+                if bytes.get(start..end) != Some(edit.old.as_bytes())
+                    || !matches!(bytes.get(end), None | Some(b'\n'))
+                    || edit.new.len() != edit.old.len()
+                {
+                    continue;
+                }
+                handle
+                    .write_all_at(edit.new.as_bytes(), start as u64)
+                    .map_err(|e| Error::io("write", &file, e))?;
+                done += 1;
+            }
+            if done > 0 {
+                handle
+                    .sync_all()
+                    .map_err(|e| Error::io("fsync", &file, e))?;
+            }
+            drop(handle.unlock());
+            inner.forget(&file);
+            Ok(done)
+        })
+        .await
+    }
+
+    async fn remove_named(&self, agent: &AgentId, name: &str) -> Result<bool> {
+        validate_transcript_name(name)?;
+        let path = paths::sessions_dir(&self.inner.root, agent).join(name);
+        crate::fsutil::refuse_linked_dirs(&self.inner.root, &path)
+            .map_err(|e| Error::io("open", &path, e))?;
+        let _queue = process_mutex(&path).lock_owned().await;
+        let inner = self.inner.clone();
+        let file = path.clone();
+        blocking(&path, move || {
+            match fs::symlink_metadata(&file) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+                Err(e) => return Err(Error::io("inspect", &file, e)),
+                Ok(metadata) if !metadata.is_file() => {
+                    return Err(Error::NotAFile {
+                        path: file,
+                        found: crate::fsutil::describe(metadata.file_type()),
+                    })
+                }
+                Ok(_) => {}
+            }
+            match fs::remove_file(&file) {
+                Ok(()) => {
+                    inner.forget(&file);
+                    if let Some(dir) = file.parent() {
+                        File::open(dir)
+                            .and_then(|d| d.sync_all())
+                            .map_err(|e| Error::io("fsync", dir, e))?;
+                    }
+                    Ok(true)
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+                Err(e) => Err(Error::io("remove", &file, e)),
+            }
+        })
+        .await
+    }
+}
+
+/// The positions of the line breaks in `bytes`.
+fn memchr_newlines(bytes: &[u8]) -> impl Iterator<Item = usize> + '_ {
+    bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .map(|(at, _)| at)
 }
 
 impl FileTranscriptStore {

@@ -260,6 +260,33 @@ impl TranscriptExport for MemoryTranscriptStore {
             true
         }))
     }
+
+    async fn overwrite_lines(
+        &self,
+        agent: &AgentId,
+        name: &str,
+        edits: Vec<super::LineEdit>,
+    ) -> Result<usize> {
+        validate_transcript_name(name)?;
+        Ok(self.with(|all| {
+            let Some(lines) = all.get_mut(&(agent.clone(), name.to_owned())) else {
+                return 0;
+            };
+            let mut done = 0;
+            for edit in edits {
+                if let Some(line) = lines.get_mut(edit.index).filter(|l| **l == edit.old) {
+                    *line = edit.new;
+                    done += 1;
+                }
+            }
+            done
+        }))
+    }
+
+    async fn remove_named(&self, agent: &AgentId, name: &str) -> Result<bool> {
+        validate_transcript_name(name)?;
+        Ok(self.with(|all| all.remove(&(agent.clone(), name.to_owned())).is_some()))
+    }
 }
 
 impl MemoryTranscriptStore {

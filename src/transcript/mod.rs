@@ -58,8 +58,8 @@ use crate::key::{AgentId, SessionKey};
 
 pub(crate) use entry::iso_timestamp;
 pub use entry::{
-    AgentMessage, CheckpointReason, Content, ContentBlock, Cost, Direction, EventKind, LogFields,
-    Role, SessionHeader, TranscriptEntry, Usage,
+    AgentMessage, ChatterSender, CheckpointReason, Content, ContentBlock, Cost, Direction,
+    EventKind, LogFields, Role, SessionHeader, TranscriptEntry, Usage,
 };
 pub use file::FileTranscriptStore;
 pub use follow::TranscriptFollow;
@@ -569,6 +569,19 @@ impl<T: TranscriptExport + ?Sized> TranscriptExport for Arc<T> {
     async fn import_lines(&self, agent: &AgentId, name: &str, lines: Vec<String>) -> Result<bool> {
         (**self).import_lines(agent, name, lines).await
     }
+
+    async fn overwrite_lines(
+        &self,
+        agent: &AgentId,
+        name: &str,
+        edits: Vec<LineEdit>,
+    ) -> Result<usize> {
+        (**self).overwrite_lines(agent, name, edits).await
+    }
+
+    async fn remove_named(&self, agent: &AgentId, name: &str) -> Result<bool> {
+        (**self).remove_named(agent, name).await
+    }
 }
 
 /// Cuts `read` down to its first events that hold about `max_bytes` (their entries as
@@ -769,4 +782,62 @@ pub trait TranscriptExport: TranscriptStore {
     /// Creates transcript `name` with `lines` unless it exists; returns whether it did.
     /// The lines are kept byte for byte.
     async fn import_lines(&self, agent: &AgentId, name: &str, lines: Vec<String>) -> Result<bool>;
+
+    /// Overwrites lines of transcript `name` in place, each only if it still holds the
+    /// text it was judged by; returns how many were overwritten. A new line is exactly
+    /// as long as the line it replaces ([`LineEdit::new`] checks), so every other line
+    /// keeps its offset and readers following the transcript are not disturbed. This is
+    /// how [`SessionManager::forget_person`](crate::SessionManager::forget_person)
+    /// redacts a person's lines in a shared transcript. The default is
+    /// [`Error::NotConfigured`](crate::Error::NotConfigured).
+    async fn overwrite_lines(
+        &self,
+        agent: &AgentId,
+        name: &str,
+        edits: Vec<LineEdit>,
+    ) -> Result<usize> {
+        let _ = (agent, name, edits);
+        Err(crate::Error::NotConfigured {
+            what: "overwriting transcript lines in this transcript store",
+        })
+    }
+
+    /// Removes transcript `name`, live or archived, with all its lines; returns whether
+    /// it was there. The default is [`Error::NotConfigured`](crate::Error::NotConfigured).
+    async fn remove_named(&self, agent: &AgentId, name: &str) -> Result<bool> {
+        let _ = (agent, name);
+        Err(crate::Error::NotConfigured {
+            what: "removing transcripts by name in this transcript store",
+        })
+    }
+}
+
+/// One line of a transcript to overwrite in place: see
+/// [`TranscriptExport::overwrite_lines`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineEdit {
+    /// The line's index, as in [`TranscriptExport::export_lines`] (0 is the header).
+    pub index: usize,
+    /// The text the line must still hold.
+    pub old: String,
+    /// Its replacement, the same length in bytes.
+    pub new: String,
+}
+
+impl LineEdit {
+    /// The edit of line `index` from `old` to `new`; [`Error::InvalidOption`] when `new`
+    /// is not exactly as long as `old` or holds a line break.
+    ///
+    /// [`Error::InvalidOption`]: crate::Error::InvalidOption
+    pub fn new(index: usize, old: impl Into<String>, new: impl Into<String>) -> Result<Self> {
+        let (old, new) = (old.into(), new.into());
+        if old.len() != new.len() || new.contains('\n') {
+            return Err(crate::Error::InvalidOption {
+                option: "LineEdit",
+                problem: "a line is overwritten by a line of the same length, without line breaks"
+                    .into(),
+            });
+        }
+        Ok(LineEdit { index, old, new })
+    }
 }

@@ -10,8 +10,8 @@ use serde::Deserialize;
 
 use super::keyed_files::KeyedFiles;
 use crate::context::history::{
-    legacy_group_history_key, GroupHistory, HistoryBuffer, HistoryClaim, HistoryEntry,
-    DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
+    legacy_group_history_key, EntryEditor, GroupHistory, HistoryBuffer, HistoryClaim, HistoryEdit,
+    HistoryEntry, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
 };
 use crate::error::Result;
 
@@ -257,6 +257,66 @@ impl HistoryBuffer for JsonFileHistory {
     async fn release(&self, key: &str, claim_id: &str, _: Vec<HistoryEntry>) -> Result<()> {
         let claim_id = claim_id.to_owned();
         self.with_group(key, move |group| ((), group.release(&claim_id)))
+            .await
+    }
+
+    async fn edit_entries(&self, edit: EntryEditor<'_>) -> Result<usize> {
+        // The files are edited under the lock on the blocking pool, which needs owned
+        // data: the entries are read, judged here, and the decisions applied to each
+        // file as it is then (an entry appended meanwhile is kept).
+        let groups = self
+            .files
+            .locked(|files| {
+                let mut groups = Vec::new();
+                for path in files.all_files()? {
+                    let history: GroupHistory = files.read::<GroupFile>(&path)?.into();
+                    groups.push((path, history));
+                }
+                Ok(groups)
+            })
+            .await?;
+        let mut decisions: Vec<(PathBuf, Vec<(HistoryEntry, HistoryEdit)>)> = Vec::new();
+        for (path, history) in groups {
+            let claimed = history.claimed.iter().flat_map(|c| c.entries.iter());
+            let judged: Vec<(HistoryEntry, HistoryEdit)> = history
+                .entries
+                .iter()
+                .chain(claimed)
+                .map(|entry| (entry.clone(), edit(entry)))
+                .filter(|(_, decision)| *decision != HistoryEdit::Keep)
+                .collect();
+            if !judged.is_empty() {
+                decisions.push((path, judged));
+            }
+        }
+        if decisions.is_empty() {
+            return Ok(0);
+        }
+        self.files
+            .locked(move |files| {
+                let mut changed = 0;
+                for (path, judged) in decisions {
+                    let history: GroupHistory = files.read::<GroupFile>(&path)?.into();
+                    let mut group = Group {
+                        files,
+                        path,
+                        history,
+                        existed: true,
+                    };
+                    let decide = |entry: &HistoryEntry| {
+                        judged
+                            .iter()
+                            .find(|(judged, _)| judged == entry)
+                            .map_or(HistoryEdit::Keep, |(_, decision)| decision.clone())
+                    };
+                    let count = group.history.edit(&decide);
+                    if count > 0 {
+                        group.save(None)?;
+                        changed += count;
+                    }
+                }
+                Ok(changed)
+            })
             .await
     }
 }

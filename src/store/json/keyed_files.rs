@@ -103,6 +103,23 @@ impl KeyedFiles {
         }
     }
 
+    /// Every key's file (`*.json`), in name order.
+    pub(super) fn all_files(&self) -> Result<Vec<PathBuf>> {
+        let listing = match fs::read_dir(&self.dir) {
+            Ok(listing) => listing,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io("list", &self.dir, e)),
+        };
+        let mut files: Vec<PathBuf> = listing
+            .filter_map(|entry| entry.ok())
+            .filter(|entry| entry.file_name().to_string_lossy().ends_with(".json"))
+            .filter(|entry| entry.file_type().is_ok_and(|t| t.is_file()))
+            .map(|entry| entry.path())
+            .collect();
+        files.sort();
+        Ok(files)
+    }
+
     /// [`read`](Self::read) and [`remove`](Self::remove) in one step.
     pub(super) fn take<T: DeserializeOwned + Default>(&self, path: &Path) -> Result<T> {
         let value = self.read(path)?;

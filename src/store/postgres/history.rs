@@ -8,8 +8,8 @@ use tokio_postgres::Row;
 
 use super::{evict_least_recent, pg_error, OpenTransaction, PostgresStore, Prepared};
 use crate::context::history::{
-    entry_message_id, legacy_group_history_key, HistoryBuffer, HistoryClaim, HistoryEntry,
-    DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
+    entry_message_id, legacy_group_history_key, EntryEditor, HistoryBuffer, HistoryClaim,
+    HistoryEdit, HistoryEntry, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
 };
 use crate::error::Result;
 use crate::store::sql::{
@@ -126,6 +126,7 @@ fn entry_of(row: &Row) -> HistoryEntry {
         body: row.get(1),
         timestamp: row.get::<_, Option<i64>>(2).map(history_time_from_i64),
         message_id: row.get(3),
+        sender_id: row.get(4),
     }
 }
 
@@ -150,8 +151,8 @@ impl PostgresHistory {
             .get(0);
         c.execute_prepared(
             &format!(
-                "INSERT INTO {table} (group_key, sender, body, at, message_id)
-                 VALUES ($1, $2, $3, $4, $5)"
+                "INSERT INTO {table} (group_key, sender, body, at, message_id, sender_id)
+                 VALUES ($1, $2, $3, $4, $5, $6)"
             ),
             &[
                 &key,
@@ -159,6 +160,7 @@ impl PostgresHistory {
                 &entry.body,
                 &entry.timestamp.map(history_time_to_i64),
                 &entry.message_id,
+                &entry.sender_id,
             ],
         )
         .await
@@ -194,6 +196,62 @@ impl PostgresHistory {
 
 #[async_trait]
 impl HistoryBuffer for PostgresHistory {
+    async fn edit_entries(&self, edit: EntryEditor<'_>) -> Result<usize> {
+        let client = self.store.client().await?;
+        let rows = client
+            .query_prepared(
+                &format!(
+                    "SELECT sender, body, at, message_id, sender_id, id, group_key FROM {}",
+                    self.table()
+                ),
+                &[],
+            )
+            .await
+            .map_err(pg_error("read group history"))?;
+        drop(client);
+        let mut changed = 0;
+        for row in &rows {
+            let before = entry_of(row);
+            let (id, group): (i64, String) = (row.get(5), row.get(6));
+            // Only the row as it was judged (a claim may have taken it meanwhile).
+            let done = match edit(&before) {
+                HistoryEdit::Keep => continue,
+                HistoryEdit::Remove => {
+                    let sql = format!("DELETE FROM {} WHERE id = $1 AND body = $2", self.table());
+                    self.locked_query(
+                        &group,
+                        "erase from group history",
+                        &format!("{sql} RETURNING id"),
+                        &[&id, &before.body],
+                    )
+                    .await?
+                }
+                HistoryEdit::Replace(after) => {
+                    let sql = format!(
+                        "UPDATE {} SET sender = $3, body = $4, sender_id = $5
+                         WHERE id = $1 AND body = $2 RETURNING id",
+                        self.table()
+                    );
+                    self.locked_query(
+                        &group,
+                        "erase from group history",
+                        &sql,
+                        &[
+                            &id,
+                            &before.body,
+                            &after.sender,
+                            &after.body,
+                            &after.sender_id,
+                        ],
+                    )
+                    .await?
+                }
+            };
+            changed += done.len();
+        }
+        Ok(changed)
+    }
+
     async fn append(&self, key: &str, entry: HistoryEntry) -> Result<()> {
         if self.limit == 0 {
             return Ok(());
@@ -248,7 +306,7 @@ impl HistoryBuffer for PostgresHistory {
         let rows = client
             .query_prepared(
                 &format!(
-                    "SELECT sender, body, at, message_id FROM {}
+                    "SELECT sender, body, at, message_id, sender_id FROM {}
                      WHERE group_key = $1 AND claim_id IS NULL ORDER BY id",
                     self.table()
                 ),
@@ -273,8 +331,8 @@ impl HistoryBuffer for PostgresHistory {
         let sql = format!(
             "WITH taken AS (
                  DELETE FROM {} WHERE group_key = $1 AND claim_id IS NULL
-                 RETURNING id, sender, body, at, message_id)
-             SELECT sender, body, at, message_id FROM taken ORDER BY id",
+                 RETURNING id, sender, body, at, message_id, sender_id)
+             SELECT sender, body, at, message_id, sender_id FROM taken ORDER BY id",
             self.table()
         );
         let rows = self
@@ -295,8 +353,8 @@ impl HistoryBuffer for PostgresHistory {
             "WITH claimed AS (
                  UPDATE {} SET claim_id = $1, claim = $2
                  WHERE group_key = $3 AND (claim_id IS NULL OR claim_id = ANY($4))
-                 RETURNING id, sender, body, at, message_id)
-             SELECT sender, body, at, message_id FROM claimed ORDER BY id",
+                 RETURNING id, sender, body, at, message_id, sender_id)
+             SELECT sender, body, at, message_id, sender_id FROM claimed ORDER BY id",
             self.table()
         );
         let rows = self

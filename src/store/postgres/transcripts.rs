@@ -451,6 +451,75 @@ impl TranscriptExport for PostgresStore {
         txn.commit().await.map_err(pg_error("commit"))?;
         Ok(created)
     }
+
+    async fn overwrite_lines(
+        &self,
+        agent: &AgentId,
+        name: &str,
+        edits: Vec<crate::transcript::LineEdit>,
+    ) -> Result<usize> {
+        validate_transcript_name(name)?;
+        let (agent, name) = (agent.to_string(), name.to_owned());
+        let mut client = self.client().await?;
+        let txn = self.begin_transcript(&mut client, &agent, &name).await?;
+        let sql = format!(
+            "UPDATE {} SET line = $5, log_at = $6, person_id = $7, agent_identity = $8,
+                 session_key = $9
+             WHERE agent_id = $1 AND name = $2 AND seq = $3 AND line = $4",
+            self.table("transcript_lines")
+        );
+        let mut done = 0;
+        for edit in &edits {
+            let log = crate::store::sql::LogColumns::of_line(&edit.new);
+            done += txn
+                .execute(
+                    &sql,
+                    &[
+                        &agent,
+                        &name,
+                        &(edit.index as i64),
+                        &edit.old,
+                        &edit.new,
+                        &log.as_ref().map(|l| l.at),
+                        &log.as_ref().and_then(|l| l.person_id.clone()),
+                        &log.as_ref().and_then(|l| l.agent_identity.clone()),
+                        &log.as_ref().and_then(|l| l.session_key.clone()),
+                    ],
+                )
+                .await
+                .map_err(pg_error("overwrite a transcript line"))?;
+        }
+        txn.commit().await.map_err(pg_error("commit"))?;
+        Ok(usize::try_from(done).unwrap_or(usize::MAX))
+    }
+
+    async fn remove_named(&self, agent: &AgentId, name: &str) -> Result<bool> {
+        validate_transcript_name(name)?;
+        let (agent, name) = (agent.to_string(), name.to_owned());
+        let mut client = self.client().await?;
+        let txn = self.begin_transcript(&mut client, &agent, &name).await?;
+        txn.execute(
+            &format!(
+                "DELETE FROM {} WHERE agent_id = $1 AND name = $2",
+                self.table("transcript_lines")
+            ),
+            &[&agent, &name],
+        )
+        .await
+        .map_err(pg_error("remove a transcript"))?;
+        let removed = txn
+            .execute(
+                &format!(
+                    "DELETE FROM {} WHERE agent_id = $1 AND name = $2",
+                    self.table("transcripts")
+                ),
+                &[&agent, &name],
+            )
+            .await
+            .map_err(pg_error("remove a transcript"))?;
+        txn.commit().await.map_err(pg_error("commit"))?;
+        Ok(removed > 0)
+    }
 }
 
 impl PostgresStore {

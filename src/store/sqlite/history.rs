@@ -8,8 +8,8 @@ use rusqlite::{params, Connection};
 
 use super::{db_error, SqliteStore};
 use crate::context::history::{
-    entry_message_id, legacy_group_history_key, HistoryBuffer, HistoryClaim, HistoryEntry,
-    DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
+    entry_message_id, legacy_group_history_key, EntryEditor, HistoryBuffer, HistoryClaim,
+    HistoryEdit, HistoryEntry, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
 };
 use crate::error::Result;
 use crate::store::sql::{
@@ -77,7 +77,7 @@ impl SqliteHistory {
 fn read_group(c: &Connection, key: &str, claim_id: Option<&str>) -> Result<Vec<HistoryEntry>> {
     let mut statement = c
         .prepare_cached(
-            "SELECT sender, body, at, message_id FROM group_history
+            "SELECT sender, body, at, message_id, sender_id FROM group_history
              WHERE group_key = ?1 AND claim_id IS ?2 ORDER BY id",
         )
         .map_err(db_error("read group history"))?;
@@ -88,6 +88,7 @@ fn read_group(c: &Connection, key: &str, claim_id: Option<&str>) -> Result<Vec<H
                 body: row.get(1)?,
                 timestamp: row.get::<_, Option<i64>>(2)?.map(history_time_from_i64),
                 message_id: row.get(3)?,
+                sender_id: row.get(4)?,
             })
         })
         .map_err(db_error("read group history"))?;
@@ -130,8 +131,8 @@ fn append_in(
         )
         .map_err(db_error("read group history"))?;
     tx.prepare_cached(
-        "INSERT INTO group_history (group_key, sender, body, at, message_id)
-         VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO group_history (group_key, sender, body, at, message_id, sender_id)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )
     .and_then(|mut statement| {
         statement.execute(params![
@@ -139,7 +140,8 @@ fn append_in(
             entry.sender,
             entry.body,
             entry.timestamp.map(history_time_to_i64),
-            entry.message_id
+            entry.message_id,
+            entry.sender_id
         ])
     })
     .map_err(db_error("append group history"))?;
@@ -167,6 +169,76 @@ fn append_in(
 
 #[async_trait]
 impl HistoryBuffer for SqliteHistory {
+    async fn edit_entries(&self, edit: EntryEditor<'_>) -> Result<usize> {
+        let rows = self
+            .store
+            .read(|c| {
+                let mut statement = c
+                    .prepare(
+                        "SELECT id, sender, body, at, message_id, sender_id FROM group_history",
+                    )
+                    .map_err(db_error("read group history"))?;
+                let rows = statement
+                    .query_map([], |row| {
+                        Ok((
+                            row.get::<_, i64>(0)?,
+                            HistoryEntry {
+                                sender: row.get(1)?,
+                                body: row.get(2)?,
+                                timestamp: row.get::<_, Option<i64>>(3)?.map(history_time_from_i64),
+                                message_id: row.get(4)?,
+                                sender_id: row.get(5)?,
+                            },
+                        ))
+                    })
+                    .map_err(db_error("read group history"))?;
+                rows.collect::<rusqlite::Result<Vec<_>>>()
+                    .map_err(db_error("read group history"))
+            })
+            .await?;
+        let decisions: Vec<(i64, HistoryEntry, HistoryEdit)> = rows
+            .into_iter()
+            .filter_map(|(id, entry)| match edit(&entry) {
+                HistoryEdit::Keep => None,
+                decision => Some((id, entry, decision)),
+            })
+            .collect();
+        if decisions.is_empty() {
+            return Ok(0);
+        }
+        self.store
+            .write(move |tx| {
+                let mut changed = 0;
+                for (id, before, decision) in decisions {
+                    // Only the row as it was judged (a row is never changed in place
+                    // otherwise, but a claim may have taken it meanwhile).
+                    changed += match decision {
+                        HistoryEdit::Keep => Ok(0),
+                        HistoryEdit::Remove => tx
+                            .prepare_cached("DELETE FROM group_history WHERE id = ?1 AND body = ?2")
+                            .and_then(|mut s| s.execute(params![id, before.body])),
+                        HistoryEdit::Replace(after) => tx
+                            .prepare_cached(
+                                "UPDATE group_history SET sender = ?3, body = ?4, sender_id = ?5
+                                 WHERE id = ?1 AND body = ?2",
+                            )
+                            .and_then(|mut s| {
+                                s.execute(params![
+                                    id,
+                                    before.body,
+                                    after.sender,
+                                    after.body,
+                                    after.sender_id
+                                ])
+                            }),
+                    }
+                    .map_err(db_error("erase from group history"))?;
+                }
+                Ok(changed)
+            })
+            .await
+    }
+
     async fn append(&self, key: &str, entry: HistoryEntry) -> Result<()> {
         if self.limit == 0 {
             return Ok(());

@@ -345,6 +345,64 @@ impl TranscriptExport for SqliteStore {
         self.write(move |tx| now(rows::create(&mut SqliteRows(tx), &agent, &name, &lines)))
             .await
     }
+
+    async fn overwrite_lines(
+        &self,
+        agent: &AgentId,
+        name: &str,
+        edits: Vec<crate::transcript::LineEdit>,
+    ) -> Result<usize> {
+        validate_transcript_name(name)?;
+        let (agent, name) = (agent.to_string(), name.to_owned());
+        self.write(move |tx| {
+            let mut statement = tx
+                .prepare_cached(
+                    "UPDATE transcript_lines SET line = ?5, log_at = ?6, person_id = ?7,
+                         agent_identity = ?8, session_key = ?9
+                     WHERE agent_id = ?1 AND name = ?2 AND seq = ?3 AND line = ?4",
+                )
+                .map_err(db_error("overwrite a transcript line"))?;
+            let mut done = 0;
+            for edit in &edits {
+                let log = LogColumns::of_line(&edit.new);
+                done += statement
+                    .execute(params![
+                        agent,
+                        name,
+                        edit.index as i64,
+                        edit.old,
+                        edit.new,
+                        log.as_ref().map(|l| l.at),
+                        log.as_ref().and_then(|l| l.person_id.clone()),
+                        log.as_ref().and_then(|l| l.agent_identity.clone()),
+                        log.as_ref().and_then(|l| l.session_key.clone()),
+                    ])
+                    .map_err(db_error("overwrite a transcript line"))?;
+            }
+            Ok(done)
+        })
+        .await
+    }
+
+    async fn remove_named(&self, agent: &AgentId, name: &str) -> Result<bool> {
+        validate_transcript_name(name)?;
+        let (agent, name) = (agent.to_string(), name.to_owned());
+        self.write(move |tx| {
+            tx.execute(
+                "DELETE FROM transcript_lines WHERE agent_id = ?1 AND name = ?2",
+                [&agent, &name],
+            )
+            .map_err(db_error("remove a transcript"))?;
+            let removed = tx
+                .execute(
+                    "DELETE FROM transcripts WHERE agent_id = ?1 AND name = ?2",
+                    [&agent, &name],
+                )
+                .map_err(db_error("remove a transcript"))?;
+            Ok(removed > 0)
+        })
+        .await
+    }
 }
 
 impl SqliteStore {
