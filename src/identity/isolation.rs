@@ -134,6 +134,10 @@ impl<S: SessionStore> SessionStore for AgentScoped<S> {
         }
         self.inner.remove_closed(&own).await
     }
+
+    async fn erase_copies(&self, needles: &[String], vacuum: bool) -> Result<usize> {
+        self.inner.erase_copies(needles, vacuum).await
+    }
 }
 
 #[async_trait]

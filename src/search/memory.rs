@@ -176,6 +176,30 @@ impl MemoryIndex {
 
 #[async_trait]
 impl SearchIndex for MemoryIndex {
+    async fn remove(&self, ids: &[String]) -> Result<usize> {
+        let mut state = self.write();
+        let gone: HashSet<&str> = ids
+            .iter()
+            .map(String::as_str)
+            .filter(|id| state.by_id.contains_key(*id))
+            .collect();
+        if gone.is_empty() {
+            return Ok(0);
+        }
+        // Rebuilt from what stays: no word or length of a removed message remains.
+        let kept: Vec<LoggedMessage> = std::mem::take(&mut state.messages)
+            .into_iter()
+            .filter(|m| !gone.contains(m.id.as_str()))
+            .collect();
+        let removed = gone.len();
+        *state = State::default();
+        for message in kept {
+            state.insert(message);
+        }
+        state.dirty = true;
+        Ok(removed)
+    }
+
     async fn add(&self, messages: Vec<LoggedMessage>) -> Result<usize> {
         let mut state = self.write();
         let mut added = 0;

@@ -334,6 +334,18 @@ pub trait SearchIndex: Send + Sync {
     /// How many messages are indexed.
     async fn message_count(&self) -> Result<usize>;
 
+    /// Removes the messages with these ids, their words and their vectors, so that
+    /// nothing of them is found or kept; returns how many were there. What
+    /// [`SessionManager::forget_person`](crate::SessionManager::forget_person) erases
+    /// the index with (then [`flush`](Self::flush)es it). The crate's indexes implement
+    /// it; the default is [`Error::NotConfigured`](crate::Error::NotConfigured).
+    async fn remove(&self, ids: &[String]) -> Result<usize> {
+        let _ = ids;
+        Err(crate::Error::NotConfigured {
+            what: "removing messages from this search index (SearchIndex::remove)",
+        })
+    }
+
     /// Makes everything so far durable (a no-op for indexes that always are).
     async fn flush(&self) -> Result<()> {
         Ok(())

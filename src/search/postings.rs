@@ -167,6 +167,26 @@ pub(crate) fn append(last: Option<Block>, new: &[Posting]) -> Vec<Block> {
     blocks
 }
 
+/// The blocks of one word that change when the messages `docs` leave the index,
+/// re-packed without them (a block left with no posting has `count` 0: delete it).
+pub(crate) fn without(blocks: Vec<Block>, docs: &HashSet<i64>) -> Vec<Block> {
+    let mut changed = Vec::new();
+    for block in blocks {
+        let mut postings = Vec::with_capacity(block.count);
+        decode(&block.data, &mut postings);
+        let before = postings.len();
+        postings.retain(|p| !docs.contains(&p.doc));
+        if postings.len() != before {
+            changed.push(Block {
+                number: block.number,
+                count: postings.len(),
+                data: encode(&postings),
+            });
+        }
+    }
+    changed
+}
+
 /// BM25 scores of every message containing one of the words, whose blocks are given
 /// per word (the number of postings in all of a word's blocks is its document
 /// frequency). With `only`, messages outside it are skipped (their words still count

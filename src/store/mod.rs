@@ -801,6 +801,21 @@ pub trait SessionStore: Send + Sync {
         Ok(0)
     }
 
+    /// Erases what the store keeps of data it no longer holds, wherever one of
+    /// `needles` (a person's identifiers, the ids of their erased sessions) is in it:
+    /// `sessions.json.bak`, orphaned temporary files, files set aside as corrupt and
+    /// quarantined copies in a JSON tree; freed pages, the write-ahead log and the
+    /// full-text segments of a SQLite database. With `vacuum`, the database is also
+    /// rewritten (SQLite `VACUUM`; PostgreSQL `VACUUM` of the crate's tables, after
+    /// which dead row versions no longer hold the data). Returns how many copies were
+    /// removed or rewritten. Called by
+    /// [`SessionManager::forget_person`](crate::SessionManager::forget_person); the
+    /// default, for a store that keeps no copies, does nothing.
+    async fn erase_copies(&self, needles: &[String], vacuum: bool) -> Result<usize> {
+        let _ = (needles, vacuum);
+        Ok(0)
+    }
+
     /// Removes `key`, returning the entry it had.
     async fn delete(&self, key: &SessionKey) -> Result<Option<SessionEntry>> {
         let mut removed = None;
@@ -1052,6 +1067,10 @@ impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
 
     async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
         (**self).remove_closed(session_ids).await
+    }
+
+    async fn erase_copies(&self, needles: &[String], vacuum: bool) -> Result<usize> {
+        (**self).erase_copies(needles, vacuum).await
     }
 }
 

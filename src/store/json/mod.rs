@@ -2,6 +2,7 @@
 
 mod closed;
 mod commit;
+mod copies;
 mod courtesy;
 pub(crate) mod document;
 mod history;
@@ -1107,6 +1108,14 @@ impl JsonFileStore {
 
 #[async_trait]
 impl SessionStore for JsonFileStore {
+    async fn erase_copies(&self, needles: &[String], _vacuum: bool) -> Result<usize> {
+        let (root, needles) = (crate::paths::state_root(&self.inner.root), needles.to_vec());
+        blocking(&self.inner.root, move || {
+            copies::erase_copies(&root, &needles)
+        })
+        .await
+    }
+
     async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
         let path = self.store_path_for(key);
         let document = self.load(&path).await?;

@@ -286,6 +286,143 @@ impl PostgresStore {
 
 #[async_trait]
 impl SearchIndex for PostgresStore {
+    async fn remove(&self, ids: &[String]) -> Result<usize> {
+        let failed = || pg_error("remove messages from the search index");
+        let mut client = self.client().await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(pg_error("begin a transaction"))?;
+        self.lock(&tx, "search index").await?;
+        let found: Vec<(i64, String)> = tx
+            .query(
+                &format!(
+                    "SELECT seq, text FROM {} WHERE id = ANY($1)",
+                    self.table("search_messages")
+                ),
+                &[&ids],
+            )
+            .await
+            .map_err(failed())?
+            .iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect();
+        if found.is_empty() {
+            return Ok(0);
+        }
+        let stats = self.postings_stats(&tx).await?;
+        let indexed: Vec<(i64, String)> = found
+            .iter()
+            .filter(|(doc, _)| *doc <= stats.through)
+            .cloned()
+            .collect();
+        let (by_word, words) = postings::postings_of(&indexed);
+        let docs: HashSet<i64> = indexed.iter().map(|(doc, _)| *doc).collect();
+        let terms: Vec<&String> = by_word.keys().collect();
+        let mut blocks: BTreeMap<String, Vec<Block>> = BTreeMap::new();
+        for row in tx
+            .query(
+                &format!(
+                    "SELECT term, block, postings, data FROM {} WHERE term = ANY($1)",
+                    self.table("search_postings")
+                ),
+                &[&terms],
+            )
+            .await
+            .map_err(failed())?
+        {
+            blocks.entry(row.get(0)).or_default().push(Block {
+                number: row.get(1),
+                count: row.get::<_, i32>(2) as usize,
+                data: row.get(3),
+            });
+        }
+        for (term, current) in blocks {
+            for block in postings::without(current, &docs) {
+                if block.count == 0 {
+                    tx.execute(
+                        &format!(
+                            "DELETE FROM {} WHERE term = $1 AND block = $2",
+                            self.table("search_postings")
+                        ),
+                        &[&term, &block.number],
+                    )
+                    .await
+                } else {
+                    tx.execute(
+                        &format!(
+                            "UPDATE {} SET postings = $3, data = $4 WHERE term = $1 AND block = $2",
+                            self.table("search_postings")
+                        ),
+                        &[&term, &block.number, &(block.count as i32), &block.data],
+                    )
+                    .await
+                }
+                .map_err(failed())?;
+            }
+        }
+        // Their vectors leave the packed vector blocks.
+        let mut by_block: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+        for (seq, _) in &found {
+            by_block
+                .entry(seq.div_euclid(postings::VECTOR_BLOCK))
+                .or_default()
+                .push(*seq);
+        }
+        let numbers: Vec<i64> = by_block.keys().copied().collect();
+        for row in tx
+            .query(
+                &format!(
+                    "SELECT block, data FROM {} WHERE block = ANY($1)",
+                    self.table("search_vector_blocks")
+                ),
+                &[&numbers],
+            )
+            .await
+            .map_err(failed())?
+        {
+            let number: i64 = row.get(0);
+            let mut vectors = postings::decode_vectors(row.get(1));
+            let before = vectors.len();
+            for seq in by_block.get(&number).into_iter().flatten() {
+                vectors.remove(seq);
+            }
+            if vectors.len() != before {
+                tx.execute(
+                    &format!(
+                        "UPDATE {} SET data = $2 WHERE block = $1",
+                        self.table("search_vector_blocks")
+                    ),
+                    &[&number, &postings::encode_vectors(&vectors)],
+                )
+                .await
+                .map_err(failed())?;
+            }
+        }
+        tx.execute(
+            &format!(
+                "UPDATE {} SET messages = GREATEST(messages - $1, 0),
+                 words = GREATEST(words - $2, 0) WHERE id = 1",
+                self.table("search_postings_state")
+            ),
+            &[&(indexed.len() as i64), &words],
+        )
+        .await
+        .map_err(failed())?;
+        let seqs: Vec<i64> = found.iter().map(|(seq, _)| *seq).collect();
+        tx.execute(
+            &format!(
+                "DELETE FROM {} WHERE seq = ANY($1)",
+                self.table("search_messages")
+            ),
+            &[&seqs],
+        )
+        .await
+        .map_err(failed())?;
+        tx.commit().await.map_err(pg_error("commit"))?;
+        Ok(found.len())
+    }
+
     async fn add(&self, messages: Vec<LoggedMessage>) -> Result<usize> {
         let mut client = self.client().await?;
         let tx = client

@@ -8,6 +8,36 @@ const KEY_ORDER: &str = "session_key COLLATE \"C\"";
 
 #[async_trait]
 impl SessionStore for PostgresStore {
+    async fn erase_copies(&self, _needles: &[String], vacuum: bool) -> Result<usize> {
+        if !vacuum {
+            return Ok(0);
+        }
+        // Deleted and updated rows stay in the table files as dead row versions until
+        // a vacuum; `VACUUM FULL` rewrites each table without them (holding its lock
+        // while it runs).
+        let client = self.client().await?;
+        let tables = [
+            "sessions",
+            "closed_sessions",
+            "transcripts",
+            "transcript_lines",
+            "search_messages",
+            "search_postings",
+            "search_postings_state",
+            "search_vector_blocks",
+            "group_history",
+            "group_history_seen",
+            "system_events",
+        ];
+        for table in tables {
+            client
+                .batch_execute(&format!("VACUUM FULL {}", self.table(table)))
+                .await
+                .map_err(pg_error("vacuum"))?;
+        }
+        Ok(tables.len())
+    }
+
     async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
         let client = self.client().await?;
         let row = client

@@ -357,7 +357,7 @@ fn configure(connection: &Connection, options: &SqliteOptions) -> Result<()> {
         _ => "FULL",
     };
     let pragmas = format!(
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON;"
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON; PRAGMA secure_delete = ON;"
     );
     // Switching a new database to WAL needs it to itself, and SQLite answers "busy"
     // at once, without waiting, when another process is opening it at that moment:

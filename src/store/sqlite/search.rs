@@ -233,8 +233,90 @@ fn ids_of(
     Ok(ids)
 }
 
+/// Removes the messages `ids` in `tx`: their rows (with their vectors), their words in
+/// `search_postings` and the collection statistics, and their text in `search_text`.
+pub(super) fn remove_messages(tx: &rusqlite::Connection, ids: &[String]) -> Result<usize> {
+    let failed = || db_error("remove messages from the search index");
+    let mut found: Vec<(i64, String)> = Vec::new();
+    let mut select = tx
+        .prepare_cached("SELECT rowid, text FROM search_messages WHERE id = ?1")
+        .map_err(failed())?;
+    for id in ids {
+        if let Some(row) = select
+            .query_row([id], |row| Ok((row.get(0)?, row.get(1)?)))
+            .optional()
+            .map_err(failed())?
+        {
+            found.push(row);
+        }
+    }
+    if found.is_empty() {
+        return Ok(0);
+    }
+    let stats = postings_stats(tx)?;
+    let indexed: Vec<(i64, String)> = found
+        .iter()
+        .filter(|(doc, _)| *doc <= stats.through)
+        .cloned()
+        .collect();
+    let (by_word, words) = postings::postings_of(&indexed);
+    let docs: HashSet<i64> = indexed.iter().map(|(doc, _)| *doc).collect();
+    let mut blocks = tx
+        .prepare_cached("SELECT block, postings, data FROM search_postings WHERE term = ?1")
+        .map_err(failed())?;
+    for word in by_word.keys() {
+        let current = blocks
+            .query_map([word], |row| {
+                Ok(Block {
+                    number: row.get(0)?,
+                    count: row.get::<_, i64>(1)? as usize,
+                    data: row.get(2)?,
+                })
+            })
+            .map_err(failed())?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(failed())?;
+        for block in postings::without(current, &docs) {
+            if block.count == 0 {
+                tx.execute(
+                    "DELETE FROM search_postings WHERE term = ?1 AND block = ?2",
+                    params![word, block.number],
+                )
+            } else {
+                tx.execute(
+                    "UPDATE search_postings SET postings = ?3, data = ?4
+                     WHERE term = ?1 AND block = ?2",
+                    params![word, block.number, block.count as i64, block.data],
+                )
+            }
+            .map_err(failed())?;
+        }
+    }
+    tx.execute(
+        "UPDATE search_postings_state SET messages = MAX(messages - ?1, 0),
+         words = MAX(words - ?2, 0) WHERE id = 1",
+        params![indexed.len() as i64, words],
+    )
+    .map_err(failed())?;
+    for (doc, text) in &found {
+        tx.execute(
+            "INSERT INTO search_text (search_text, rowid, text) VALUES ('delete', ?1, ?2)",
+            params![doc, text],
+        )
+        .map_err(failed())?;
+        tx.execute("DELETE FROM search_messages WHERE rowid = ?1", [doc])
+            .map_err(failed())?;
+    }
+    Ok(found.len())
+}
+
 #[async_trait]
 impl SearchIndex for SqliteStore {
+    async fn remove(&self, ids: &[String]) -> Result<usize> {
+        let ids = ids.to_vec();
+        self.write(move |tx| remove_messages(tx, &ids)).await
+    }
+
     async fn add(&self, messages: Vec<LoggedMessage>) -> Result<usize> {
         self.write(move |tx| {
             let mut insert = tx

@@ -1,0 +1,172 @@
+//! The copies a JSON tree keeps beside its live files, and erasing a person from them:
+//! `sessions.json.bak`, orphaned temporary files, files set aside as `*.corrupt`, and
+//! what `doctor --repair` moved into `quarantine/` directories.
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use super::history::HISTORY_DIR;
+use super::io::backup_path;
+use super::system_events::EVENTS_DIR;
+use crate::error::{Error, Result};
+use crate::fsutil::{open_no_follow, write_private_atomically};
+
+/// A temporary file older than this is a crashed writer's, whatever the lock says
+/// (a live writer renames its file within milliseconds).
+const ORPHAN_AGE: Duration = Duration::from_secs(30);
+
+/// The largest copy searched; a larger one is reported, not guessed about.
+const MAX_COPY: u64 = 1 << 30;
+
+/// Removes (or, for a `.bak`, rewrites from its live file) every copy under `root`
+/// that holds one of `needles`; returns how many it removed or rewrote. The live files
+/// themselves are the caller's business.
+pub(super) fn erase_copies(root: &Path, needles: &[String]) -> Result<usize> {
+    let needles: Vec<&[u8]> = needles
+        .iter()
+        .map(|n| n.as_bytes())
+        .filter(|n| !n.is_empty())
+        .collect();
+    if needles.is_empty() {
+        return Ok(0);
+    }
+    let mut dirs: Vec<PathBuf> = vec![
+        root.join(HISTORY_DIR),
+        root.join(EVENTS_DIR),
+        root.join("search"),
+    ];
+    if let Ok(agents) = fs::read_dir(root.join("agents")) {
+        for agent in agents.filter_map(|entry| entry.ok()) {
+            if agent.file_type().is_ok_and(|t| t.is_dir()) {
+                dirs.push(agent.path().join("sessions"));
+            }
+        }
+    }
+    let mut erased = 0;
+    for dir in dirs {
+        erased += erase_in(&dir, &needles, false)?;
+    }
+    Ok(erased)
+}
+
+/// The copies in `dir` (everything in it when `quarantined`).
+fn erase_in(dir: &Path, needles: &[&[u8]], quarantined: bool) -> Result<usize> {
+    let listing = match fs::read_dir(dir) {
+        Ok(listing) => listing,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(Error::io("list", dir, e)),
+    };
+    let mut erased = 0;
+    for entry in listing.filter_map(|entry| entry.ok()) {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        // Never followed: a link is neither searched nor removed.
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            if quarantined || name == "quarantine" {
+                erased += erase_in(&path, needles, true)?;
+            }
+            continue;
+        }
+        if !kind.is_file() {
+            continue;
+        }
+        let copy = if quarantined || name.ends_with(".corrupt") {
+            Copy::Remove
+        } else if name.ends_with(".tmp") || name.starts_with(".tmp") {
+            if orphaned(&path, dir) {
+                Copy::Remove
+            } else {
+                continue;
+            }
+        } else if let Some(live) = name.strip_suffix(".bak") {
+            Copy::Backup(dir.join(live))
+        } else {
+            continue;
+        };
+        if !holds_any(&path, needles)? {
+            continue;
+        }
+        match copy {
+            Copy::Remove => remove(&path)?,
+            Copy::Backup(live) => {
+                debug_assert_eq!(backup_path(&live), path);
+                // The backup becomes the live file as it is now (already erased).
+                match read_all(&live)? {
+                    Some(bytes) if !contains_any(&bytes, needles) => {
+                        write_private_atomically(&path, &bytes)?
+                    }
+                    _ => remove(&path)?,
+                }
+            }
+        }
+        erased += 1;
+    }
+    Ok(erased)
+}
+
+enum Copy {
+    Remove,
+    Backup(PathBuf),
+}
+
+/// Whether the temporary file `path` is a dead writer's: old, or in a directory whose
+/// store lock file is gone.
+fn orphaned(path: &Path, dir: &Path) -> bool {
+    let old = fs::symlink_metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|at| SystemTime::now().duration_since(at).ok())
+        .is_some_and(|age| age > ORPHAN_AGE);
+    let unlocked = !crate::fsutil::exists_no_follow(&dir.join("sessions.json.lock"))
+        && !crate::fsutil::exists_no_follow(&dir.join(".lock"));
+    old || unlocked
+}
+
+fn read_all(path: &Path) -> Result<Option<Vec<u8>>> {
+    let mut file = match open_no_follow(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io("read", path, e)),
+    };
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if size > MAX_COPY {
+        return Err(Error::io(
+            "read",
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "a copy larger than 1 GiB: search it and remove it by hand",
+            ),
+        ));
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    file.read_to_end(&mut bytes)
+        .map_err(|e| Error::io("read", path, e))?;
+    Ok(Some(bytes))
+}
+
+fn holds_any(path: &Path, needles: &[&[u8]]) -> Result<bool> {
+    Ok(read_all(path)?.is_some_and(|bytes| contains_any(&bytes, needles)))
+}
+
+/// Whether `haystack` contains one of `needles`.
+pub(crate) fn contains_any(haystack: &[u8], needles: &[&[u8]]) -> bool {
+    needles.iter().any(|needle| {
+        haystack
+            .windows(needle.len())
+            .any(|window| window == *needle)
+    })
+}
+
+fn remove(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io("remove", path, e)),
+    }
+}
