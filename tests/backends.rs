@@ -638,6 +638,7 @@ async fn group_history_lives_with_the_store_and_a_read_only_backend_writes_none(
         body: body.into(),
         timestamp: Some(1_773_136_800_000),
         message_id: None,
+        sender_id: None,
     };
     const GROUP: &str = "telegram:default:group:-100";
     let urls = [

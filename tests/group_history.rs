@@ -313,6 +313,7 @@ async fn history_kept_before_it_was_per_agent_reaches_the_next_turn() {
             body: "kept before the upgrade".into(),
             timestamp: None,
             message_id: None,
+            sender_id: None,
         };
         backend
             .history()

@@ -11,6 +11,7 @@ fn entry(body: String) -> HistoryEntry {
         body,
         timestamp: None,
         message_id: None,
+        sender_id: None,
     }
 }
 

@@ -242,7 +242,7 @@ impl<T: HistoryBuffer + ?Sized> HistoryBuffer for Arc<T> {
 /// # async fn main() -> agent_sessions::Result<()> {
 /// let history = MemoryHistory::new(2, 100);
 /// for body in ["one", "two", "three"] {
-///     let entry = HistoryEntry { sender: "Alice".into(), body: body.into(), timestamp: None, message_id: None };
+///     let entry = HistoryEntry { sender: "Alice".into(), body: body.into(), timestamp: None, message_id: None, sender_id: None };
 ///     history.append("whatsapp:default:group:120363@g.us", entry).await?;
 /// }
 /// let kept: Vec<String> = history.entries("whatsapp:default:group:120363@g.us").await?
@@ -491,7 +491,7 @@ impl MemoryHistory {
     /// let history = Arc::new(MemoryHistory::default());
     /// let manager = SessionManager::builder(MemoryStore::new()).history(Arc::clone(&history)).build()?;
     /// for body in ["a", "b", "c"] {
-    ///     let entry = HistoryEntry { sender: "Bob".into(), body: body.into(), timestamp: None, message_id: None };
+    ///     let entry = HistoryEntry { sender: "Bob".into(), body: body.into(), timestamp: None, message_id: None, sender_id: None };
     ///     history.append("slack:default:channel:c1", entry).await?;
     /// }
     ///
@@ -768,6 +768,7 @@ mod tests {
             body: body.into(),
             timestamp: None,
             message_id: None,
+            sender_id: None,
         }
     }
 

@@ -69,6 +69,25 @@ impl Workspaces {
         Ok(workspace)
     }
 
+    /// Removes the workspace `id` with everything in it; whether it was there. A link
+    /// where the workspace should be is refused ([`Error::NotAFile`]), not followed;
+    /// links inside it are removed, not followed.
+    pub fn remove(&self, id: Uuid) -> Result<bool> {
+        let dir = self.locate(id).dir;
+        match fs::symlink_metadata(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(Error::io("inspect", &dir, e)),
+            Ok(metadata) if !metadata.is_dir() => Err(Error::NotAFile {
+                path: dir,
+                found: crate::fsutil::describe(metadata.file_type()),
+            }),
+            Ok(_) => {
+                fs::remove_dir_all(&dir).map_err(|e| Error::io("remove", &dir, e))?;
+                Ok(true)
+            }
+        }
+    }
+
     /// Where the workspace `id` is, without touching the file system.
     pub fn locate(&self, id: Uuid) -> Workspace {
         Workspace {

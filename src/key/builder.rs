@@ -126,6 +126,14 @@ pub trait KeyBuilder: Send + Sync {
         let _ = person_id;
         None
     }
+
+    /// Every id linked to the canonical person `canonical` (the reverse of
+    /// [`canonical_person`](Self::canonical_person)), so that erasing a person reaches
+    /// each of their ids. The default links none.
+    fn linked_ids(&self, canonical: &str) -> Vec<String> {
+        let _ = canonical;
+        Vec::new()
+    }
 }
 
 /// How direct messages are grouped into sessions (OpenClaw's `session.dmScope`).
@@ -239,6 +247,16 @@ impl IdentityLinks {
     /// [`DmScope::PerPerson`], where one human has a different id per directory.
     pub fn canonical(&self, person_id: &str) -> Option<&str> {
         self.find(&[person_id])
+    }
+
+    /// The ids linked to `canonical` (compared without regard to case).
+    pub fn linked(&self, canonical: &str) -> Vec<String> {
+        let wanted = canonical.trim().to_lowercase();
+        self.0
+            .iter()
+            .filter(|(name, _)| name.trim().to_lowercase() == wanted)
+            .flat_map(|(_, ids)| ids.iter().cloned())
+            .collect()
     }
 
     fn find(&self, candidates: &[&str]) -> Option<&str> {
@@ -431,6 +449,10 @@ impl KeyBuilder for DefaultKeyBuilder {
             None => base,
         };
         SessionKey::parse(&key)
+    }
+
+    fn linked_ids(&self, canonical: &str) -> Vec<String> {
+        self.identity_links.linked(canonical)
     }
 
     fn canonical_person(&self, person_id: &str) -> Option<String> {

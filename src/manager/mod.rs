@@ -32,11 +32,13 @@ mod claims;
 mod conversations;
 mod dedupe;
 mod entry_update;
+mod forget;
 mod holders;
 mod idle;
 mod key_follow;
 mod model_input;
 pub(crate) mod outcome;
+mod redact;
 mod resolution;
 mod scoped;
 mod session;
@@ -80,6 +82,7 @@ use crate::transcript::{ArchiveReason, CheckpointReason, TranscriptRef, Transcri
 
 pub use agent_follow::{AgentFollow, AgentUpdate, MAX_WATCHED_SESSIONS};
 pub use dedupe::DEFAULT_DEDUPE_WINDOW;
+pub use forget::{ForgetOptions, ForgetReport, PersonRef};
 pub use idle::{IdleCheckpointOptions, IdleCheckpoints};
 pub use key_follow::{KeyFollow, KeyPosition, KeyUpdate};
 pub use outcome::{Delivery, DeliveryReceipt, TurnFailure, DELIVERY_CUSTOM_TYPE};
@@ -151,6 +154,9 @@ struct Seams {
     identity: Option<Arc<dyn IdentityResolver>>,
     workspaces: Option<Workspaces>,
     tokens: Arc<dyn TokenCounter>,
+    /// The backend the store came from: every transcript and the search index, for
+    /// erasing and exporting a person.
+    backend: Option<crate::store::Backend>,
 }
 
 /// The settings of a [`SessionManager`].
@@ -279,6 +285,22 @@ impl SessionManagerBuilder {
     /// logging calls then return [`Error::NotConfigured`]).
     pub fn transcripts(mut self, transcripts: impl TranscriptStore + 'static) -> Self {
         self.manager.seams.transcripts = Some(Arc::new(transcripts));
+        self
+    }
+
+    /// Serves `backend`: its transcripts, group history and system events become this
+    /// manager's (as [`transcripts`](Self::transcripts), [`history`](Self::history)
+    /// and [`system_events`](Self::system_events) would set them), and
+    /// [`SessionManager::forget_person`] and [`SessionManager::export_person`] reach
+    /// every transcript it keeps, archived ones too, and its search index.
+    /// [`SessionManager::connect`] calls it. Give the builder the backend's own
+    /// session store ([`Backend::sessions`](crate::store::Backend::sessions)).
+    pub fn backend(mut self, backend: crate::store::Backend) -> Self {
+        self = self
+            .transcripts(backend.transcripts().clone())
+            .history(backend.history().clone())
+            .system_events(backend.system_events().clone());
+        self.manager.seams.backend = Some(backend);
         self
     }
 
@@ -599,6 +621,7 @@ impl SessionManager {
                     identity: None,
                     workspaces: None,
                     tokens: Arc::new(EstimatedTokens),
+                    backend: None,
                 },
                 settings: Settings {
                     send_policy: SendPolicyConfig::default(),
@@ -644,10 +667,7 @@ impl SessionManager {
     /// ```
     pub async fn connect(url: &str) -> Result<SessionManagerBuilder> {
         let backend = crate::store::Backend::open(url).await?;
-        Ok(SessionManager::builder(backend.sessions().clone())
-            .transcripts(backend.transcripts().clone())
-            .history(backend.history().clone())
-            .system_events(backend.system_events().clone()))
+        Ok(SessionManager::builder(backend.sessions().clone()).backend(backend))
     }
 
     /// The store.

@@ -21,6 +21,7 @@ fn said(body: &str) -> HistoryEntry {
         body: body.into(),
         timestamp: None,
         message_id: None,
+        sender_id: None,
     }
 }
 
@@ -159,24 +160,28 @@ pub(crate) async fn entries_keep_every_field<H: HistoryBuffer>(history: H) {
             body: "lunch at noon?\nsecond line, 'quoted', \"double\", ünïcödé 🍕".into(),
             timestamp: Some(1_773_136_800_000),
             message_id: Some("wamid.HBgL".into()),
+            sender_id: None,
         },
         HistoryEntry {
             sender: String::new(),
             body: String::new(),
             timestamp: None,
             message_id: None,
+            sender_id: None,
         },
         HistoryEntry {
             sender: "Bob".into(),
             body: "%_\\ LIKE wildcards and a NUL-free \t tab".into(),
             timestamp: Some(u64::MAX),
             message_id: Some(String::new()),
+            sender_id: None,
         },
         HistoryEntry {
             sender: "Cy".into(),
             body: "zero".into(),
             timestamp: Some(0),
             message_id: None,
+            sender_id: None,
         },
     ];
     let group = "telegram:default:group:-100'; DROP TABLE group_history; --";

@@ -834,8 +834,7 @@ impl LineEdit {
         if old.len() != new.len() || new.contains('\n') {
             return Err(crate::Error::InvalidOption {
                 option: "LineEdit",
-                problem: "a line is overwritten by a line of the same length, without line breaks"
-                    .into(),
+                problem: "a line is overwritten by a line of the same length, without line breaks",
             });
         }
         Ok(LineEdit { index, old, new })

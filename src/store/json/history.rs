@@ -39,7 +39,7 @@ pub(crate) const HISTORY_DIR: &str = "group-history";
 /// # async fn main() -> agent_sessions::Result<()> {
 /// # let dir = tempfile::tempdir().unwrap();
 /// let history = JsonFileHistory::new(dir.path());
-/// let entry = HistoryEntry { sender: "Ann".into(), body: "lunch?".into(), timestamp: None, message_id: None };
+/// let entry = HistoryEntry { sender: "Ann".into(), body: "lunch?".into(), timestamp: None, message_id: None, sender_id: None };
 /// history.append("whatsapp:default:group:120363@g.us", entry).await?;
 ///
 /// // Another process, or this one after a restart, sees it.
@@ -332,6 +332,7 @@ mod tests {
             body: body.into(),
             timestamp: None,
             message_id: None,
+            sender_id: None,
         }
     }
 

@@ -38,7 +38,7 @@ use crate::store::sql::{
 /// # async fn main() -> agent_sessions::Result<()> {
 /// let db = PostgresStore::connect("postgres://bot@db.internal/sessions").await?;
 /// let history = PostgresHistory::new(&db);
-/// let entry = HistoryEntry { sender: "Ann".into(), body: "lunch?".into(), timestamp: None, message_id: None };
+/// let entry = HistoryEntry { sender: "Ann".into(), body: "lunch?".into(), timestamp: None, message_id: None, sender_id: None };
 /// history.append("whatsapp:default:group:120363@g.us", entry).await?;
 /// // Any host, before or after a restart, sees it once.
 /// assert_eq!(history.take("whatsapp:default:group:120363@g.us").await?.len(), 1);

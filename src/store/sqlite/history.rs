@@ -39,7 +39,7 @@ use crate::store::sql::{
 /// # let dir = tempfile::tempdir().unwrap();
 /// let file = dir.path().join("sessions.db");
 /// let history = SqliteHistory::new(&SqliteStore::open(&file)?);
-/// let entry = HistoryEntry { sender: "Ann".into(), body: "lunch?".into(), timestamp: Some(1_770_000_000_000), message_id: Some("m1".into()) };
+/// let entry = HistoryEntry { sender: "Ann".into(), body: "lunch?".into(), timestamp: Some(1_770_000_000_000), message_id: Some("m1".into()), sender_id: None };
 /// history.append("whatsapp:default:group:120363@g.us", entry.clone()).await?;
 ///
 /// // Another process, or this one after a restart, sees it.

@@ -331,6 +331,7 @@ mod group_history {
             body: body.into(),
             timestamp: Some(1_773_136_800_000),
             message_id: Some(format!("m-{body}")),
+            sender_id: None,
         }
     }
 

@@ -1,0 +1,572 @@
+//! Erasing one person from everything the crate keeps:
+//! [`SessionManager::forget_person`].
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::redact::{LineFate, PersonIds, TranscriptRedaction};
+use super::SessionManager;
+use crate::error::{DeleteRefusal, Error, Result};
+use crate::identity::Identifier;
+use crate::key::AgentId;
+use crate::search::{LoggedMessage, SearchFilter, SearchIndex};
+use crate::store::{ListFilter, SessionStoreExt, StatusFilter, StoredSession};
+use crate::transcript::lines::session_id_of_name;
+use crate::transcript::{LineEdit, TranscriptExport};
+use crate::SessionStatus;
+
+/// How long an erase waits for a turn running in one of the person's sessions.
+const RUNNING_WAIT: Duration = Duration::from_secs(30);
+
+/// Whom [`SessionManager::forget_person`] erases.
+///
+/// ```
+/// use agent_sessions::manager::PersonRef;
+///
+/// let by_id = PersonRef::person("jane");
+/// let by_number = PersonRef::sender("sms", "+15550100");
+/// assert_ne!(by_id, by_number);
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum PersonRef {
+    /// A person id (`jane`, `staff:17`, `+15550100`): with the canonical person the
+    /// key builder's identity links give and every id linked to it.
+    Person(String),
+    /// A sender on a channel (`telegram`, `123456789`): the id, its channel-scoped
+    /// form (`telegram:123456789`), and the person the identity links make of it.
+    Sender {
+        /// The channel.
+        channel: String,
+        /// The sender's id or number on it.
+        id: String,
+    },
+    /// What a channel knows of someone, resolved by the configured
+    /// [`IdentityResolver`](crate::identity::IdentityResolver) to a person.
+    Identified {
+        /// The channel.
+        channel: String,
+        /// What it knows.
+        identifier: Identifier,
+    },
+}
+
+impl PersonRef {
+    /// A person by id.
+    pub fn person(id: impl Into<String>) -> Self {
+        PersonRef::Person(id.into())
+    }
+
+    /// A sender on a channel.
+    pub fn sender(channel: impl Into<String>, id: impl Into<String>) -> Self {
+        PersonRef::Sender {
+            channel: channel.into(),
+            id: id.into(),
+        }
+    }
+}
+
+/// How [`SessionManager::forget_person_with`] erases.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ForgetOptions {
+    /// Also rewrite the database, so deleted rows leave its files: SQLite `VACUUM`,
+    /// PostgreSQL `VACUUM FULL` of the crate's tables (each table locked while it is
+    /// rewritten). Without it, SQLite still zeroes what is deleted (`secure_delete`)
+    /// and resets its write-ahead log; PostgreSQL keeps dead row versions until its
+    /// next vacuum.
+    pub vacuum: bool,
+}
+
+impl ForgetOptions {
+    /// The defaults: no vacuum.
+    pub fn new() -> Self {
+        ForgetOptions::default()
+    }
+
+    /// With a vacuum (see [`vacuum`](Self::vacuum)).
+    pub fn vacuum(mut self) -> Self {
+        self.vacuum = true;
+        self
+    }
+}
+
+/// What an erase removed, by kind: counts only, never an id or a word of the data.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ForgetReport {
+    /// The person's current sessions removed.
+    pub sessions: usize,
+    /// Their closed sessions removed (sessions replaced under their keys).
+    pub closed_sessions: usize,
+    /// Transcripts removed, archived copies (`.reset.`, `.deleted.`) included.
+    pub transcripts: usize,
+    /// Lines overwritten in transcripts that stay (group sessions, others' sessions).
+    pub redacted_lines: usize,
+    /// Sessions of others (groups) that named them and were edited.
+    pub edited_sessions: usize,
+    /// Messages removed from the search index (or replaced by a masked copy).
+    pub search_messages: usize,
+    /// Group-history entries removed or masked.
+    pub history_entries: usize,
+    /// System events dropped from their sessions' queues.
+    pub system_events: usize,
+    /// Workspaces removed.
+    pub workspaces: usize,
+    /// Copies removed or rewritten (backups, orphaned and quarantined files, database
+    /// pages and logs).
+    pub copies: usize,
+}
+
+impl SessionManager {
+    /// Erases `person` from everything this manager reaches (see
+    /// [`forget_person_with`](Self::forget_person_with)), without a vacuum.
+    pub async fn forget_person(&self, person: &PersonRef) -> Result<ForgetReport> {
+        self.forget_person_with(person, ForgetOptions::default())
+            .await
+    }
+
+    /// Erases `person` from everything this manager reaches, for an erasure request:
+    ///
+    /// - their sessions, current and closed, with every transcript of them (archived
+    ///   `.reset.` and `.deleted.` copies too), their workspaces (summaries and files),
+    ///   their queued system events;
+    /// - in shared transcripts (groups), the lines they wrote become erased markers of
+    ///   the same length, the chatter of theirs shown to the model in others' lines is
+    ///   cut, their ids are masked in what others wrote, and a compaction summary
+    ///   written after a line of theirs goes; others' lines that do not name them stay
+    ///   byte for byte;
+    /// - the group history they wrote, their messages in the search index (postings,
+    ///   vectors), their ids in group sessions' participants;
+    /// - the copies the store keeps (`sessions.json.bak`, orphaned temporary files,
+    ///   corrupt and quarantined files; a database's freed pages and log).
+    ///
+    /// Safe to run again: killed midway, the next run finishes the job (the sessions,
+    /// which point at everything else, go last). A turn running in one of their
+    /// sessions is waited for (up to 30 seconds, then
+    /// [`Error::DeleteRefused`] with [`DeleteRefusal::Running`]); a message of theirs
+    /// after the erase starts a new, empty session. Reaches the transcripts and search
+    /// index of the backend given to [`SessionManagerBuilder::backend`] (set by
+    /// [`SessionManager::connect`]); a manager with transcripts but no backend is
+    /// [`Error::NotConfigured`]. The report counts what went, and holds no personal
+    /// data. What it cannot reach (the host's logs, a model provider, backups made
+    /// outside the crate) is listed in the crate's `docs/personal-data.md`.
+    ///
+    /// ```
+    /// use agent_sessions::manager::PersonRef;
+    /// use agent_sessions::prelude::*;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let url = format!("json:{}", dir.path().display());
+    /// let manager = SessionManager::connect(&url).await?.build()?;
+    /// manager.resolve(&InboundMessage::direct("telegram", "42", "hi")).await?;
+    /// manager.resolve(&InboundMessage::direct("telegram", "43", "hello")).await?;
+    ///
+    /// let report = manager.forget_person(&PersonRef::sender("telegram", "42")).await?;
+    /// assert_eq!(report.sessions, 1);
+    /// assert_eq!(manager.list(&ListFilter::new()).await?.len(), 1, "the other stays");
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// [`SessionManagerBuilder::backend`]: super::SessionManagerBuilder::backend
+    pub async fn forget_person_with(
+        &self,
+        person: &PersonRef,
+        options: ForgetOptions,
+    ) -> Result<ForgetReport> {
+        let transcripts = self.exportable_transcripts()?;
+        let mut report = ForgetReport::default();
+        let ids = self.person_ids(person).await?;
+        let (current, closed) = self.sessions_of(&ids).await?;
+        let ids = widen(ids, current.iter().chain(&closed));
+        let current = self.wait_until_idle(current, &ids).await?;
+        let erased: BTreeSet<String> = current
+            .iter()
+            .chain(&closed)
+            .map(|s| s.entry.session_id.clone())
+            .filter(|id| !id.is_empty())
+            .collect();
+
+        if let Some(transcripts) = &transcripts {
+            self.erase_transcripts(&**transcripts, &ids, &erased, &mut report)
+                .await?;
+        }
+        if let Some(index) = self.search_index().await? {
+            report.search_messages += self.erase_search(&*index, &ids, &erased).await?;
+        }
+        report.history_entries += self
+            .seams
+            .history
+            .edit_entries(&|entry| ids.history_edit(entry))
+            .await?;
+        for session in &current {
+            report.system_events += self.system_events.drain(&session.key).await?.len();
+        }
+        report.workspaces += self.erase_workspaces(current.iter().chain(&closed)).await?;
+        report.edited_sessions += self.redact_shared_sessions(&ids).await?;
+
+        // The sessions point at everything above: they go last, so a run that dies
+        // before this finds them again.
+        let closed_ids: Vec<String> = closed.iter().map(|s| s.entry.session_id.clone()).collect();
+        report.closed_sessions += self.seams.store.remove_closed(&closed_ids).await?;
+        for session in &current {
+            if self.remove_current(session, &ids).await? {
+                report.sessions += 1;
+            }
+        }
+        // A turn that slipped in before the sessions went appended to a transcript
+        // already erased: erased again (a new session after this one starts afresh).
+        if let Some(transcripts) = &transcripts {
+            let mut again = ForgetReport::default();
+            self.erase_transcripts(&**transcripts, &ids, &erased, &mut again)
+                .await?;
+        }
+        if let Some(index) = self.search_index().await? {
+            self.erase_search(&*index, &ids, &erased).await?;
+            index.flush().await?;
+        }
+        let mut needles = ids.needles();
+        needles.extend(erased.iter().cloned());
+        report.copies += self
+            .seams
+            .store
+            .erase_copies(&needles, options.vacuum)
+            .await?;
+        tracing::info!(
+            sessions = report.sessions,
+            closed = report.closed_sessions,
+            transcripts = report.transcripts,
+            redacted_lines = report.redacted_lines,
+            "a person was erased"
+        );
+        Ok(report)
+    }
+
+    /// The transcripts as a store that lists and edits them whole: the backend's, or
+    /// none when the manager keeps no transcripts.
+    pub(super) fn exportable_transcripts(
+        &self,
+    ) -> Result<Option<std::sync::Arc<dyn TranscriptExport>>> {
+        match (&self.seams.backend, &self.seams.transcripts) {
+            (Some(backend), _) => Ok(Some(match &self.settings.isolated_to {
+                Some(agent) => std::sync::Arc::new(crate::identity::isolation::AgentScoped::new(
+                    agent.clone(),
+                    backend.transcripts().clone(),
+                )),
+                None => backend.transcripts().clone(),
+            })),
+            (None, None) => Ok(None),
+            (None, Some(_)) => Err(Error::NotConfigured {
+                what: "the backend the transcripts are in (SessionManagerBuilder::backend or SessionManager::connect)",
+            }),
+        }
+    }
+
+    /// The backend's search index, if the manager has a backend.
+    pub(super) async fn search_index(&self) -> Result<Option<std::sync::Arc<dyn SearchIndex>>> {
+        match &self.seams.backend {
+            Some(backend) => backend.search_index().await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The ids `person` is known by.
+    pub(super) async fn person_ids(&self, person: &PersonRef) -> Result<PersonIds> {
+        let mut ids = PersonIds::default();
+        let add_with_links = |ids: &mut PersonIds, id: &str| {
+            ids.add(id);
+            if let Some(canonical) = self.seams.keys.canonical_person(id) {
+                ids.add(&canonical);
+            }
+        };
+        let blank = || Error::InvalidOption {
+            option: "PersonRef",
+            problem: "the person id or sender id is blank",
+        };
+        match person {
+            PersonRef::Person(id) => {
+                if id.trim().is_empty() {
+                    return Err(blank());
+                }
+                add_with_links(&mut ids, id);
+            }
+            PersonRef::Sender { channel, id } => {
+                if id.trim().is_empty() {
+                    return Err(blank());
+                }
+                add_with_links(&mut ids, id);
+                add_with_links(
+                    &mut ids,
+                    &format!("{}:{}", channel.trim().to_lowercase(), id.trim()),
+                );
+            }
+            PersonRef::Identified {
+                channel,
+                identifier,
+            } => {
+                let found = self.identify(channel, identifier).await?;
+                add_with_links(&mut ids, &found.id);
+                for id in [&found.phone, &found.email].into_iter().flatten() {
+                    ids.add(id);
+                }
+            }
+        }
+        let linked: Vec<String> = ids
+            .all()
+            .flat_map(|id| self.seams.keys.linked_ids(id))
+            .collect();
+        for id in linked {
+            ids.add(&id);
+        }
+        Ok(ids)
+    }
+
+    /// The person's sessions: current ones and closed ones (replaced under their
+    /// keys), across every agent this manager serves.
+    pub(super) async fn sessions_of(
+        &self,
+        ids: &PersonIds,
+    ) -> Result<(Vec<StoredSession>, Vec<StoredSession>)> {
+        let every = |status| ListFilter {
+            status,
+            ..ListFilter::new()
+        };
+        let current: Vec<StoredSession> = self
+            .seams
+            .store
+            .list(&every(StatusFilter::Current))
+            .await?
+            .into_iter()
+            .filter(|s| ids.owns(&s.key, &s.entry))
+            .collect();
+        let live: BTreeSet<&str> = current
+            .iter()
+            .map(|s| s.entry.session_id.as_str())
+            .collect();
+        let closed: Vec<StoredSession> = self
+            .seams
+            .store
+            .list(&every(StatusFilter::Any))
+            .await?
+            .into_iter()
+            .filter(|s| ids.owns(&s.key, &s.entry))
+            .filter(|s| !live.contains(s.entry.session_id.as_str()))
+            .collect();
+        Ok((current, closed))
+    }
+
+    /// `current` once no turn runs in any of them, re-read.
+    async fn wait_until_idle(
+        &self,
+        current: Vec<StoredSession>,
+        ids: &PersonIds,
+    ) -> Result<Vec<StoredSession>> {
+        let started = std::time::Instant::now();
+        let mut sessions = current;
+        loop {
+            let Some(running) = sessions
+                .iter()
+                .find(|s| s.entry.status == Some(SessionStatus::Running))
+            else {
+                return Ok(sessions);
+            };
+            if started.elapsed() > RUNNING_WAIT {
+                return Err(Error::DeleteRefused {
+                    key: running.key.clone(),
+                    reason: DeleteRefusal::Running,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let mut fresh = Vec::with_capacity(sessions.len());
+            for session in &sessions {
+                if let Some(now) = self.seams.store.get(&session.key).await? {
+                    if ids.owns(&now.key, &now.entry) {
+                        fresh.push(now);
+                    }
+                }
+            }
+            sessions = fresh;
+        }
+    }
+
+    /// Removes the transcripts of the sessions `erased` (live and archived) and
+    /// redacts the person from every other transcript.
+    async fn erase_transcripts(
+        &self,
+        transcripts: &dyn TranscriptExport,
+        ids: &PersonIds,
+        erased: &BTreeSet<String>,
+        report: &mut ForgetReport,
+    ) -> Result<()> {
+        for (agent, name) in transcripts.transcript_names(self.isolated_agent()).await? {
+            if erased.contains(&session_id_of_name(&name)) {
+                if transcripts.remove_named(&agent, &name).await? {
+                    report.transcripts += 1;
+                }
+                continue;
+            }
+            let Some(lines) = transcripts.export_lines(&agent, &name).await? else {
+                continue;
+            };
+            let mut redaction = TranscriptRedaction::new(ids);
+            let mut edits = Vec::new();
+            for (index, line) in lines.into_iter().enumerate() {
+                if let LineFate::Replace(new) = redaction.judge(index, &line) {
+                    edits.push(LineEdit::new(index, line, new)?);
+                }
+            }
+            if !edits.is_empty() {
+                report.redacted_lines += transcripts.overwrite_lines(&agent, &name, edits).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the person's messages (and those of the sessions `erased`) from the
+    /// search index, and replaces others' messages that name them by masked copies.
+    async fn erase_search(
+        &self,
+        index: &dyn SearchIndex,
+        ids: &PersonIds,
+        erased: &BTreeSet<String>,
+    ) -> Result<usize> {
+        let agent = self.isolated_agent().map(AgentId::to_string);
+        let messages = index.messages(&SearchFilter::new()).await?;
+        let mut gone = Vec::new();
+        let mut masked = Vec::new();
+        for message in messages {
+            if agent.as_ref().is_some_and(|agent| *agent != message.agent) {
+                continue;
+            }
+            let theirs = erased.contains(&message.session_id)
+                || message.person_id.as_deref().is_some_and(|p| ids.is(p));
+            if theirs {
+                gone.push(message.id);
+            } else if ids.named_in(&message.text) {
+                gone.push(message.id.clone());
+                masked.push(LoggedMessage {
+                    text: ids.mask(&message.text),
+                    embedding: None,
+                    ..message
+                });
+            }
+        }
+        if gone.is_empty() {
+            return Ok(0);
+        }
+        let removed = index.remove(&gone).await?;
+        index.add(masked).await?;
+        Ok(removed)
+    }
+
+    /// Removes the workspaces of `sessions`.
+    async fn erase_workspaces<'s>(
+        &self,
+        sessions: impl Iterator<Item = &'s StoredSession>,
+    ) -> Result<usize> {
+        let Some(workspaces) = &self.seams.workspaces else {
+            return Ok(0);
+        };
+        let ids: BTreeSet<uuid::Uuid> = sessions
+            .filter_map(|s| s.entry.workspace_id.as_deref())
+            .filter_map(|id| uuid::Uuid::parse_str(id).ok())
+            .collect();
+        let mut removed = 0;
+        for id in ids {
+            let workspaces = workspaces.clone();
+            let root = workspaces.root().to_path_buf();
+            if crate::fsutil::blocking(&root, move || workspaces.remove(id)).await? {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Takes the person out of the sessions of others that name them (a group's
+    /// participants): how many were edited.
+    async fn redact_shared_sessions(&self, ids: &PersonIds) -> Result<usize> {
+        let all = ListFilter {
+            status: StatusFilter::Current,
+            ..ListFilter::new()
+        };
+        let mut edited = 0;
+        for session in self.seams.store.list(&all).await? {
+            if ids.owns(&session.key, &session.entry) || ids.redact_entry(&session.entry).is_none()
+            {
+                continue;
+            }
+            let changed = self
+                .seams
+                .store
+                .update(&session.key, |slot| {
+                    let Some(entry) = slot.as_mut() else {
+                        return false;
+                    };
+                    match ids.redact_entry(entry) {
+                        Some(redacted) => {
+                            *entry = redacted;
+                            true
+                        }
+                        None => false,
+                    }
+                })
+                .await?;
+            edited += usize::from(changed);
+        }
+        Ok(edited)
+    }
+
+    /// Removes the person's current session `session`, unless it changed person
+    /// meanwhile; a session changed by a turn that slipped in is read again.
+    async fn remove_current(&self, session: &StoredSession, ids: &PersonIds) -> Result<bool> {
+        let mut revision = Some(session.revision);
+        for _ in 0..5 {
+            match self
+                .seams
+                .store
+                .compare_and_set(&session.key, revision, None)
+                .await
+            {
+                Ok(_) => return Ok(true),
+                Err(Error::Conflict { .. }) => match self.seams.store.get(&session.key).await? {
+                    Some(now) if ids.owns(&now.key, &now.entry) => revision = Some(now.revision),
+                    _ => return Ok(false),
+                },
+                Err(error) => return Err(error),
+            }
+        }
+        Err(Error::DeleteRefused {
+            key: session.key.clone(),
+            reason: DeleteRefusal::Running,
+        })
+    }
+
+    /// The agent this manager is isolated to, if any.
+    pub(super) fn isolated_agent(&self) -> Option<&AgentId> {
+        self.settings.isolated_to.as_ref()
+    }
+}
+
+/// `ids` with the ids the person's sessions recorded for them.
+fn widen<'s>(mut ids: PersonIds, sessions: impl Iterator<Item = &'s StoredSession>) -> PersonIds {
+    let found: Vec<String> = sessions
+        .flat_map(|s| {
+            s.entry
+                .person_id
+                .iter()
+                .chain(s.entry.raw_person_ids.iter().flatten())
+                .cloned()
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    for id in found {
+        ids.add(&id);
+    }
+    ids
+}
