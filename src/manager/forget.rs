@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::redact::{LineFate, PersonIds, TranscriptRedaction};
+use super::redact::{without_chatter_of, LineFate, PersonIds, TranscriptRedaction};
 use super::SessionManager;
 use crate::error::{DeleteRefusal, Error, Result};
 use crate::identity::Identifier;
@@ -193,12 +193,20 @@ impl SessionManager {
             .filter(|id| !id.is_empty())
             .collect();
 
-        if let Some(transcripts) = &transcripts {
-            self.erase_transcripts(&**transcripts, &ids, &erased, &mut report)
+        // The shared transcripts are judged first and edited after the search index:
+        // the records of whose chatter a line carries go with the edit, and a run that
+        // dies in between must still find them to mask the index's copies.
+        let plan = match &transcripts {
+            Some(transcripts) => self.plan_transcripts(&**transcripts, &ids, &erased).await?,
+            None => TranscriptPlan::default(),
+        };
+        if let Some(index) = self.search_index().await? {
+            report.search_messages += self
+                .erase_search(&*index, &ids, &erased, &plan.labels)
                 .await?;
         }
-        if let Some(index) = self.search_index().await? {
-            report.search_messages += self.erase_search(&*index, &ids, &erased).await?;
+        if let Some(transcripts) = &transcripts {
+            self.apply_plan(&**transcripts, plan, &mut report).await?;
         }
         report.history_entries += self
             .seams
@@ -223,12 +231,12 @@ impl SessionManager {
         // A turn that slipped in before the sessions went appended to a transcript
         // already erased: erased again (a new session after this one starts afresh).
         if let Some(transcripts) = &transcripts {
+            let plan = self.plan_transcripts(&**transcripts, &ids, &erased).await?;
             let mut again = ForgetReport::default();
-            self.erase_transcripts(&**transcripts, &ids, &erased, &mut again)
-                .await?;
+            self.apply_plan(&**transcripts, plan, &mut again).await?;
         }
         if let Some(index) = self.search_index().await? {
-            self.erase_search(&*index, &ids, &erased).await?;
+            self.erase_search(&*index, &ids, &erased, &[]).await?;
             index.flush().await?;
         }
         let mut needles = ids.needles();
@@ -370,10 +378,8 @@ impl SessionManager {
         let started = std::time::Instant::now();
         let mut sessions = current;
         loop {
-            let Some(running) = sessions
-                .iter()
-                .find(|s| s.entry.status == Some(SessionStatus::Running))
-            else {
+            let now_ms = self.seams.clock.now_millis();
+            let Some(running) = sessions.iter().find(|s| runs(&s.entry, now_ms)) else {
                 return Ok(sessions);
             };
             if started.elapsed() > RUNNING_WAIT {
@@ -395,20 +401,18 @@ impl SessionManager {
         }
     }
 
-    /// Removes the transcripts of the sessions `erased` (live and archived) and
-    /// redacts the person from every other transcript.
-    async fn erase_transcripts(
+    /// What to do to the transcripts: those of the sessions `erased` (live and
+    /// archived) go, and the person is redacted from every other one.
+    async fn plan_transcripts(
         &self,
         transcripts: &dyn TranscriptExport,
         ids: &PersonIds,
         erased: &BTreeSet<String>,
-        report: &mut ForgetReport,
-    ) -> Result<()> {
+    ) -> Result<TranscriptPlan> {
+        let mut plan = TranscriptPlan::default();
         for (agent, name) in transcripts.transcript_names(self.isolated_agent()).await? {
             if erased.contains(&session_id_of_name(&name)) {
-                if transcripts.remove_named(&agent, &name).await? {
-                    report.transcripts += 1;
-                }
+                plan.remove.push((agent, name));
                 continue;
             }
             let Some(lines) = transcripts.export_lines(&agent, &name).await? else {
@@ -421,9 +425,28 @@ impl SessionManager {
                     edits.push(LineEdit::new(index, line, new)?);
                 }
             }
+            plan.labels.extend(redaction.labels());
             if !edits.is_empty() {
-                report.redacted_lines += transcripts.overwrite_lines(&agent, &name, edits).await?;
+                plan.edit.push((agent, name, edits));
             }
+        }
+        Ok(plan)
+    }
+
+    /// Carries out `plan`.
+    async fn apply_plan(
+        &self,
+        transcripts: &dyn TranscriptExport,
+        plan: TranscriptPlan,
+        report: &mut ForgetReport,
+    ) -> Result<()> {
+        for (agent, name) in plan.remove {
+            if transcripts.remove_named(&agent, &name).await? {
+                report.transcripts += 1;
+            }
+        }
+        for (agent, name, edits) in plan.edit {
+            report.redacted_lines += transcripts.overwrite_lines(&agent, &name, edits).await?;
         }
         Ok(())
     }
@@ -435,6 +458,7 @@ impl SessionManager {
         index: &dyn SearchIndex,
         ids: &PersonIds,
         erased: &BTreeSet<String>,
+        labels: &[String],
     ) -> Result<usize> {
         let agent = self.isolated_agent().map(AgentId::to_string);
         let messages = index.messages(&SearchFilter::new()).await?;
@@ -448,13 +472,16 @@ impl SessionManager {
                 || message.person_id.as_deref().is_some_and(|p| ids.is(p));
             if theirs {
                 gone.push(message.id);
-            } else if ids.named_in(&message.text) {
-                gone.push(message.id.clone());
-                masked.push(LoggedMessage {
-                    text: ids.mask(&message.text),
-                    embedding: None,
-                    ..message
-                });
+            } else {
+                let text = without_chatter_of(&message.text, labels);
+                if text != message.text || ids.named_in(&text) {
+                    gone.push(message.id.clone());
+                    masked.push(LoggedMessage {
+                        text: ids.mask(&text),
+                        embedding: None,
+                        ..message
+                    });
+                }
             }
         }
         if gone.is_empty() {
@@ -553,16 +580,54 @@ impl SessionManager {
     }
 }
 
+/// The transcripts an erase removes and edits, and the labels the person's chatter
+/// was shown under in them.
+#[derive(Default)]
+struct TranscriptPlan {
+    remove: Vec<(AgentId, String)>,
+    edit: Vec<(AgentId, String, Vec<LineEdit>)>,
+    labels: Vec<String>,
+}
+
+/// Whether a turn may still run in the session of `entry`: its status is `running`
+/// and the turn that took its last message is alive (a turn that died, its process
+/// killed, does not hold an erase up). Without a record of who took the message, it
+/// may.
+fn runs(entry: &crate::entry::SessionEntry, now_ms: u64) -> bool {
+    entry.status == Some(SessionStatus::Running)
+        && entry
+            .recent_inbound
+            .iter()
+            .rev()
+            .find(|record| record.session_id == entry.session_id)
+            .is_none_or(|record| {
+                record.holder.is_empty() || super::holders::alive(&record.holder, record.at, now_ms)
+            })
+}
+
 /// `ids` with the ids the person's sessions recorded for them.
 fn widen<'s>(mut ids: PersonIds, sessions: impl Iterator<Item = &'s StoredSession>) -> PersonIds {
     let found: Vec<String> = sessions
         .flat_map(|s| {
-            s.entry
+            let mut found: Vec<String> = s
+                .entry
                 .person_id
                 .iter()
                 .chain(s.entry.raw_person_ids.iter().flatten())
                 .cloned()
-                .collect::<Vec<_>>()
+                .collect();
+            // The peer a direct key names (`…:telegram:direct:<peer>`), with its channel.
+            let segments: Vec<&str> = s.key.rest().unwrap_or("").split(':').collect();
+            if let Some(at) = segments.iter().position(|s| matches!(*s, "direct" | "dm")) {
+                let peer = segments[at + 1..].join(":");
+                if !peer.is_empty() {
+                    if let Some(channel) = segments.first().filter(|_| at > 0) {
+                        found.push(format!("{channel}:{peer}"));
+                    }
+                    found.push(peer);
+                }
+            }
+            found
         })
         .collect();
     for id in found {

@@ -122,9 +122,21 @@ impl PersonIds {
         if !self.named_in(&text) {
             return None;
         }
+        let took_part = entry
+            .participants
+            .as_ref()
+            .is_some_and(|all| self.any(all.iter()));
         for field in ["participants", "rawPersonIds"] {
             if let Some(Value::Array(ids)) = value.get_mut(field) {
                 ids.retain(|id| !id.as_str().is_some_and(|id| self.is(id)));
+            }
+        }
+        if took_part {
+            // Texts derived from what everyone said, theirs too: made again by the
+            // next turn.
+            if let Value::Object(fields) = &mut value {
+                fields.remove("lastMessagePreview");
+                fields.remove("contextSummary");
             }
         }
         self.mask_value(&mut value);
@@ -184,6 +196,8 @@ pub(crate) enum LineFate {
 /// repeat what they said) becomes an erased marker too.
 pub(crate) struct TranscriptRedaction<'p> {
     person: &'p PersonIds,
+    /// The labels the person's chatter was shown under, as found.
+    labels: Vec<String>,
     /// Whether a line of the person's came before (so a later summary may hold it).
     seen_person: bool,
 }
@@ -192,8 +206,14 @@ impl<'p> TranscriptRedaction<'p> {
     pub(crate) fn new(person: &'p PersonIds) -> Self {
         TranscriptRedaction {
             person,
+            labels: Vec::new(),
             seen_person: false,
         }
+    }
+
+    /// The labels the person's chatter was shown under in the lines judged.
+    pub(crate) fn labels(self) -> Vec<String> {
+        self.labels
     }
 
     /// The fate of line `index` (0, the header, always stays).
@@ -221,6 +241,11 @@ impl<'p> TranscriptRedaction<'p> {
         let labels = self.take_chatter_labels(&mut entry);
         if !labels.is_empty() {
             self.seen_person = true;
+            for label in &labels {
+                if !self.labels.contains(label) {
+                    self.labels.push(label.clone());
+                }
+            }
         }
         let mut value = Value::Object(entry);
         self.redact_strings(&mut value, &labels);
@@ -298,7 +323,7 @@ impl<'p> TranscriptRedaction<'p> {
 
 /// `text` with the group-history lines of senders shown as one of `labels`
 /// (`[WhatsApp … 2026-01-13T07:45Z] Alice: …`) cut to their envelope and a mask.
-fn without_chatter_of(text: &str, labels: &[String]) -> String {
+pub(crate) fn without_chatter_of(text: &str, labels: &[String]) -> String {
     if labels.is_empty() {
         return text.to_owned();
     }

@@ -1,0 +1,543 @@
+//! Erasing a person: their data written through every path the crate has, then
+//! `forget_person`, then every byte the backend keeps searched for their ids and for
+//! words only they wrote — on a JSON tree, SQLite and PostgreSQL, once with the erase
+//! killed at random points and run again.
+//!
+//! The killed processes are this test binary run again: the ignored tests
+//! `erase_child` and `turn_child` do the work the parent kills.
+#![cfg(unix)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use agent_sessions::identity::{Area, Workspaces};
+use agent_sessions::manager::{ForgetOptions, PersonRef};
+use agent_sessions::prelude::*;
+use agent_sessions::store::Backend;
+use agent_sessions::transcript::TranscriptEntry;
+use agent_sessions::Sender;
+
+/// Jane's person id, her Telegram id and her phone number.
+const JANE: &str = "person-jq7";
+const JANE_TELEGRAM: &str = "48151623";
+const JANE_PHONE: &str = "+15550100777";
+/// Bob, who stays.
+const BOB_PHONE: &str = "+15550200888";
+const GROUP: &str = "120363777@g.us";
+
+/// Words only Jane wrote (or that only her sessions hold), one per path.
+const JANE_WORDS: &[&str] = &[
+    "jqalphadm",        // her Telegram DM
+    "jqbravosms",       // her SMS DM
+    "jqcharliereset",   // before a reset (the archived transcript)
+    "jqdeltacompacted", // a compaction summary of her DM
+    "jqechoworkspace",  // a file in her workspace
+    "jqfoxtrotchatter", // group chatter shown to the model in Bob's line
+    "jqgolfgroup",      // her own message in the group
+    "jqhotelpending",   // chatter still waiting in the group's history
+    "jqindiaclosed",    // a session she closed
+    "jqjulietevent",    // a system event queued for her
+    "jqkilokilled",     // the turn killed mid-way
+];
+
+/// Words of Bob's that must stay.
+const BOB_WORDS: &[&str] = &["bobdmkeepsake", "bobgroupkeepsake"];
+
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+async fn manager(url: &str, workspaces: &Path) -> SessionManager {
+    SessionManager::connect(url)
+        .await
+        .unwrap()
+        .workspaces(Workspaces::new(workspaces))
+        .build()
+        .unwrap()
+}
+
+fn telegram(text: &str, id: &str) -> InboundMessage {
+    InboundMessage::direct("telegram", JANE_TELEGRAM, text)
+        .from_person(JANE)
+        .with_sender_name("Quillfeather")
+        .with_message_id(id)
+}
+
+fn sms(text: &str, id: &str) -> InboundMessage {
+    InboundMessage::direct("sms", JANE_PHONE, text)
+        .from_person(JANE)
+        .with_message_id(id)
+}
+
+fn in_group(name: &str, phone: &str, person: &str, text: &str, id: &str) -> InboundMessage {
+    InboundMessage::group("whatsapp", GROUP, phone, text)
+        .with_sender(Sender {
+            id: Some(phone.into()),
+            name: Some(name.into()),
+            e164: Some(phone.into()),
+            ..Sender::default()
+        })
+        .from_person(person)
+        .with_message_id(id)
+}
+
+async fn answer(manager: &SessionManager, message: &InboundMessage, reply: &str) {
+    let turn = manager.turn(message).await.unwrap();
+    turn.complete(reply).await.unwrap();
+}
+
+/// Writes Jane's data through every path, and Bob's beside it.
+async fn write_everything(url: &str, workspaces: &Path) {
+    let manager = manager(url, workspaces).await;
+    // Direct messages on two channels.
+    answer(&manager, &telegram("hello jqalphadm", "t1"), "noted").await;
+    answer(&manager, &sms("text jqbravosms", "s1"), "noted").await;
+    // A reset: the first Telegram session is archived and closed.
+    answer(&manager, &telegram("remember jqcharliereset", "t2"), "ok").await;
+    answer(&manager, &telegram("/new", "t3"), "fresh").await;
+    answer(&manager, &telegram("back again", "t4"), "hi").await;
+    let tg = manager.key_for(&telegram("x", "x")).unwrap();
+    // A compaction summary in her DM.
+    let compaction: TranscriptEntry = serde_json::from_value(serde_json::json!({
+        "type": "compaction", "id": "c0ffee01", "parentId": null,
+        "timestamp": "2026-02-06T10:00:00.000Z",
+        "summary": "she mentioned jqdeltacompacted", "firstKeptEntryId": "c0ffee01",
+        "tokensBefore": 1000
+    }))
+    .unwrap();
+    manager.session(&tg).append(vec![compaction]).await.unwrap();
+    manager
+        .session(&tg)
+        .record_compaction(Some(100))
+        .await
+        .unwrap();
+    // A workspace with a file, and the rolling summary of what she said.
+    let workspace = manager.session(&tg).workspace().await.unwrap();
+    workspace
+        .write(Area::Exports, "notes.txt", b"jqechoworkspace")
+        .unwrap();
+    manager
+        .refresh_identity_summary(JANE, "main")
+        .await
+        .unwrap();
+    // A system event waiting for her next turn.
+    manager
+        .session(&tg)
+        .enqueue_system_event("reminder jqjulietevent")
+        .await
+        .unwrap();
+    // A closed session: closed, then a new one on the next message.
+    let sms_key = manager.key_for(&sms("x", "x")).unwrap();
+    answer(&manager, &sms("one more jqindiaclosed", "s2"), "ok").await;
+    manager.session(&sms_key).close().await.unwrap();
+    answer(&manager, &sms("after closing", "s3"), "ok").await;
+    // Bob's own conversation.
+    let bob_dm = InboundMessage::direct("whatsapp", BOB_PHONE, "my bobdmkeepsake")
+        .from_person("bob")
+        .with_message_id("b1");
+    answer(&manager, &bob_dm, "fine").await;
+    // The group: Jane chatters (kept as history), Bob asks the agent (her chatter is
+    // in his line) and names her number, Jane asks the agent, Jane chatters again
+    // (still waiting), Bob chatters.
+    let jane_says = |text: &str, id: &str| in_group("Quillfeather", JANE_PHONE, JANE, text, id);
+    let bob_says = |text: &str, id: &str| in_group("Bob", BOB_PHONE, "bob", text, id);
+    answer(
+        &manager,
+        &jane_says("lunch at jqfoxtrotchatter?", "g1"),
+        "-",
+    )
+    .await;
+    answer(
+        &manager,
+        &bob_says(
+            &format!("@bot call {JANE_PHONE} about bobgroupkeepsake"),
+            "g2",
+        )
+        .mentioning_agent(),
+        "will do",
+    )
+    .await;
+    answer(
+        &manager,
+        &jane_says("@bot jqgolfgroup please", "g3").mentioning_agent(),
+        "sure",
+    )
+    .await;
+    answer(&manager, &jane_says("and jqhotelpending", "g4"), "-").await;
+    answer(&manager, &bob_says("just chatting", "g5"), "-").await;
+    // The search index of the message log.
+    let backend = Backend::open(url).await.unwrap();
+    let search = agent_sessions::search::Search::shared(backend.search_index().await.unwrap());
+    search.sync(&**backend.transcripts()).await.unwrap();
+}
+
+/// Runs this binary's ignored test `name` with `vars`.
+fn child(name: &str, vars: &[(&str, String)]) -> std::process::Child {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
+        .args([
+            name,
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    for (name, value) in vars {
+        command.env(name, value);
+    }
+    command.spawn().unwrap()
+}
+
+/// A turn of Jane's killed after its message was logged, before the reply.
+fn kill_a_turn(url: &str, workspaces: &Path) {
+    let mut turn = child(
+        "turn_child",
+        &[
+            ("PERSONAL_DATA_URL", url.to_owned()),
+            ("PERSONAL_DATA_WORKSPACES", workspaces.display().to_string()),
+        ],
+    );
+    let mut lines = BufReader::new(turn.stdout.take().unwrap()).lines();
+    assert!(
+        lines.any(|line| line.unwrap().contains("TURN-STARTED")),
+        "the child started its turn"
+    );
+    turn.kill().unwrap();
+    turn.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by the erase tests in a child process"]
+async fn turn_child() {
+    let (Some(url), Some(workspaces)) = (
+        env_var("PERSONAL_DATA_URL"),
+        env_var("PERSONAL_DATA_WORKSPACES"),
+    ) else {
+        return;
+    };
+    let manager = manager(&url, Path::new(&workspaces)).await;
+    let turn = manager
+        .turn(&telegram("this is jqkilokilled", "t9"))
+        .await
+        .unwrap();
+    println!("TURN-STARTED");
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    drop(turn);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by the kill test in a child process"]
+async fn erase_child() {
+    let (Some(url), Some(workspaces)) = (
+        env_var("PERSONAL_DATA_URL"),
+        env_var("PERSONAL_DATA_WORKSPACES"),
+    ) else {
+        return;
+    };
+    let manager = manager(&url, Path::new(&workspaces)).await;
+    println!("ERASE-STARTED");
+    manager
+        .forget_person(&PersonRef::person(JANE))
+        .await
+        .unwrap();
+    println!("ERASE-DONE");
+}
+
+/// Every file under `dir` (links not followed), with its bytes.
+fn files_under(dir: &Path, into: &mut BTreeMap<PathBuf, Vec<u8>>) {
+    let Ok(listing) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in listing.flatten() {
+        let kind = entry.file_type().unwrap();
+        if kind.is_dir() {
+            files_under(&entry.path(), into);
+        } else if kind.is_file() {
+            into.insert(
+                entry.path(),
+                std::fs::read(entry.path()).unwrap_or_default(),
+            );
+        }
+    }
+}
+
+fn needles() -> Vec<String> {
+    let mut needles: Vec<String> = JANE_WORDS.iter().map(|w| w.to_string()).collect();
+    needles.extend([
+        JANE.into(),
+        JANE_TELEGRAM.into(),
+        JANE_PHONE.into(),
+        "15550100777".into(),
+        "Quillfeather".into(),
+    ]);
+    needles
+}
+
+fn hits(bytes: &[u8], needles: &[String]) -> Vec<String> {
+    needles
+        .iter()
+        .filter(|n| bytes.windows(n.len()).any(|w| w == n.as_bytes()))
+        .cloned()
+        .collect()
+}
+
+/// Every row of every table of the crate's schema, as text.
+#[cfg(feature = "postgres")]
+async fn postgres_rows(url: &str) -> Vec<String> {
+    let (server, schema) = url.split_once("?schema=").unwrap();
+    let (client, connection) = tokio_postgres::connect(server, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let tables = client
+        .query(
+            "SELECT table_name::text FROM information_schema.tables WHERE table_schema = $1",
+            &[&schema],
+        )
+        .await
+        .unwrap();
+    let mut rows = Vec::new();
+    for table in tables {
+        let table: String = table.get(0);
+        for row in client
+            .query(&format!("SELECT t::text FROM {schema}.{table} t"), &[])
+            .await
+            .unwrap()
+        {
+            rows.push(format!("{table}: {}", row.get::<_, String>(0)));
+        }
+    }
+    rows
+}
+
+/// What the backend keeps, for scanning: every file of the state directory (JSON),
+/// the database's files (SQLite, with its log), every row (PostgreSQL), and the
+/// workspaces.
+async fn everything(url: &str, state: &Path, workspaces: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut all = BTreeMap::new();
+    files_under(state, &mut all);
+    files_under(workspaces, &mut all);
+    #[cfg(feature = "postgres")]
+    if url.starts_with("postgres") {
+        for (n, row) in postgres_rows(url).await.into_iter().enumerate() {
+            all.insert(PathBuf::from(format!("row {n}")), row.into_bytes());
+        }
+    }
+    let _ = url;
+    all
+}
+
+/// Bob's DM transcript and entry, and the group's transcript.
+async fn bobs_data(url: &str) -> (Vec<String>, String, Vec<String>) {
+    let backend = Backend::open(url).await.unwrap();
+    let sessions = backend.sessions().list(&ListFilter::new()).await.unwrap();
+    let bob = sessions
+        .iter()
+        .find(|s| s.entry.person_id.as_deref() == Some("bob") && !s.key.as_str().contains("group"))
+        .expect("Bob's session");
+    let group = sessions
+        .iter()
+        .find(|s| s.key.as_str().contains("group"))
+        .expect("the group's session");
+    let lines = |session_id: String| {
+        let transcripts = backend.transcripts().clone();
+        async move {
+            transcripts
+                .export_lines(&AgentId::main(), &format!("{session_id}.jsonl"))
+                .await
+                .unwrap()
+                .unwrap()
+        }
+    };
+    let bob_lines = lines(bob.entry.session_id.clone()).await;
+    let group_lines = lines(group.entry.session_id.clone()).await;
+    (
+        bob_lines,
+        serde_json::to_string(&bob.entry).unwrap(),
+        group_lines,
+    )
+}
+
+/// Writes, kills a turn, erases (`kills` times killed first), and checks.
+async fn erase_and_scan(url: &str, state: &Path, workspaces: &Path, kills: usize) {
+    write_everything(url, workspaces).await;
+    kill_a_turn(url, workspaces);
+    let before = everything(url, state, workspaces).await;
+    let found: Vec<String> = before
+        .values()
+        .flat_map(|bytes| hits(bytes, &needles()))
+        .collect();
+    for word in JANE_WORDS {
+        assert!(
+            found.iter().any(|f| f == word),
+            "{word} was written somewhere before the erase"
+        );
+    }
+    let bob_before = bobs_data(url).await;
+
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64 ^ kills as u64;
+    for _ in 0..kills {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let mut erase = child(
+            "erase_child",
+            &[
+                ("PERSONAL_DATA_URL", url.to_owned()),
+                ("PERSONAL_DATA_WORKSPACES", workspaces.display().to_string()),
+            ],
+        );
+        let mut lines = BufReader::new(erase.stdout.take().unwrap()).lines();
+        assert!(lines.any(|l| l.unwrap().contains("ERASE-STARTED")));
+        std::thread::sleep(Duration::from_millis(seed % 120));
+        erase.kill().unwrap();
+        erase.wait().unwrap();
+    }
+
+    let manager = manager(url, workspaces).await;
+    let report = manager
+        .forget_person_with(&PersonRef::person(JANE), ForgetOptions::new().vacuum())
+        .await
+        .unwrap();
+    let report_text = serde_json::to_string(&report).unwrap();
+    assert!(
+        hits(report_text.as_bytes(), &needles()).is_empty(),
+        "the report holds no personal data"
+    );
+    if kills == 0 {
+        assert_eq!(
+            report.sessions, 2,
+            "her Telegram and SMS sessions: {report:?}"
+        );
+        assert!(
+            report.closed_sessions >= 2,
+            "the reset and the closed session: {report:?}"
+        );
+        assert!(
+            report.redacted_lines >= 2,
+            "her group line and Bob's: {report:?}"
+        );
+        assert!(
+            report.history_entries >= 1,
+            "the chatter still waiting: {report:?}"
+        );
+        assert_eq!(report.workspaces, 1, "{report:?}");
+        assert!(report.search_messages > 0, "{report:?}");
+    }
+    // Nothing of hers anywhere.
+    for (path, bytes) in everything(url, state, workspaces).await {
+        let found = hits(&bytes, &needles());
+        let lines: Vec<String> = String::from_utf8_lossy(&bytes)
+            .lines()
+            .filter(|line| !hits(line.as_bytes(), &found).is_empty())
+            .take(3)
+            .map(|line| line.chars().take(600).collect())
+            .collect();
+        assert!(
+            found.is_empty(),
+            "{} still holds {found:?}: {lines:#?}",
+            path.display()
+        );
+    }
+    // Running it again finds nothing more.
+    let again = manager
+        .forget_person(&PersonRef::person(JANE))
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.sessions, again.transcripts, again.redacted_lines),
+        (0, 0, 0)
+    );
+    // Bob's data is as it was, byte for byte, where it did not name her.
+    let bob_after = bobs_data(url).await;
+    assert_eq!((&bob_after.0, &bob_after.1), (&bob_before.0, &bob_before.1));
+    assert_eq!(
+        bob_after.2.len(),
+        bob_before.2.len(),
+        "no line of the group's moved"
+    );
+    for (before, after) in bob_before.2.iter().zip(&bob_after.2) {
+        if hits(before.as_bytes(), &needles()).is_empty() {
+            assert_eq!(before, after, "a line that did not name her stays");
+        } else {
+            assert_eq!(before.len(), after.len(), "an edited line keeps its length");
+        }
+    }
+    // The search index knows Bob's words and none of hers.
+    let backend = Backend::open(url).await.unwrap();
+    let search = agent_sessions::search::Search::shared(backend.search_index().await.unwrap());
+    for word in BOB_WORDS {
+        let hits = search
+            .search(&agent_sessions::search::SearchQuery::text(*word))
+            .await
+            .unwrap();
+        assert!(!hits.is_empty(), "Bob's {word} is still found");
+    }
+    for word in JANE_WORDS {
+        let hits = search
+            .search(&agent_sessions::search::SearchQuery::text(*word))
+            .await
+            .unwrap();
+        assert!(hits.is_empty(), "{word} is not found");
+    }
+    // She can come back: a new message starts a new, empty session.
+    let fresh = manager
+        .resolve(&telegram("hello again", "t10"))
+        .await
+        .unwrap();
+    assert!(fresh.is_new());
+    let listed = manager.list(&ListFilter::new().any_status()).await.unwrap();
+    assert!(
+        listed
+            .iter()
+            .filter(|s| s.entry.person_id.as_deref() == Some(JANE))
+            .count()
+            == 1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn erasing_a_person_leaves_nothing_of_them_in_a_json_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let url = format!("json:{}", state.display());
+    erase_and_scan(&url, &state, &dir.path().join("workspaces"), 0).await;
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn erasing_a_person_leaves_nothing_of_them_in_a_sqlite_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("db");
+    std::fs::create_dir(&state).unwrap();
+    let url = format!("sqlite:{}", state.join("sessions.db").display());
+    erase_and_scan(&url, &state, &dir.path().join("workspaces"), 0).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn erasing_a_person_leaves_nothing_of_them_in_postgres() {
+    if env_var("AGENT_SESSIONS_TEST_POSTGRES_URL").is_none() {
+        eprintln!("skipped: AGENT_SESSIONS_TEST_POSTGRES_URL is not set");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let schema = common::TestSchema::new("erase");
+    erase_and_scan(&schema.url(), dir.path(), &dir.path().join("workspaces"), 0).await;
+    schema.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_erase_killed_at_random_points_finishes_when_run_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let url = format!("json:{}", state.display());
+    erase_and_scan(&url, &state, &dir.path().join("workspaces"), 6).await;
+}
