@@ -22,6 +22,7 @@ fn history(c: &mut Criterion) {
         body: format!("message number {i}: shall we meet at the usual place around seven?"),
         timestamp: Some(1_768_290_300_000 + i as u64 * 60_000),
         message_id: Some(format!("m-{i}")),
+        sender_id: None,
     };
     runtime.block_on(async {
         for i in 0..50 {

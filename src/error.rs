@@ -514,6 +514,8 @@ pub enum AccessDenial {
     OutsideTokenNamespace,
     /// The session belongs to another agent than the one this manager serves.
     OtherAgent,
+    /// Only the owner, unrestricted by a namespace, may do this (erasing a person).
+    OwnerOnly,
 }
 
 impl fmt::Display for AccessDenial {
@@ -524,6 +526,7 @@ impl fmt::Display for AccessDenial {
                 "the key is outside the caller's token namespace"
             }
             AccessDenial::OtherAgent => "the session belongs to another agent",
+            AccessDenial::OwnerOnly => "only the owner may do this",
         })
     }
 }

@@ -365,6 +365,19 @@ async fn bobs_data(url: &str) -> (Vec<String>, String, Vec<String>) {
     )
 }
 
+/// Jane's copy of her data, as text.
+async fn export(url: &str, workspaces: &Path) -> String {
+    let mut copy = Vec::new();
+    manager(url, workspaces)
+        .await
+        .export_person(&PersonRef::person(JANE), &mut copy)
+        .await
+        .unwrap();
+    let text = String::from_utf8(copy).unwrap();
+    serde_json::from_str::<serde_json::Value>(&text).expect("the copy is one JSON document");
+    text
+}
+
 /// Writes, kills a turn, erases (`kills` times killed first), and checks.
 async fn erase_and_scan(url: &str, state: &Path, workspaces: &Path, kills: usize) {
     write_everything(url, workspaces).await;
@@ -381,6 +394,20 @@ async fn erase_and_scan(url: &str, state: &Path, workspaces: &Path, kills: usize
         );
     }
     let bob_before = bobs_data(url).await;
+    // Her copy holds what she said, wherever it is.
+    let copy = export(url, workspaces).await;
+    for word in JANE_WORDS {
+        let elsewhere = ["jqechoworkspace", "jqjulietevent"];
+        assert!(
+            copy.contains(word) || elsewhere.contains(word),
+            "her copy holds {word}"
+        );
+    }
+    assert!(
+        copy.contains("notes.txt"),
+        "her workspace's files are listed"
+    );
+    assert!(!copy.contains("bobdmkeepsake"), "not Bob's conversation");
 
     let mut seed = 0x9E37_79B9_7F4A_7C15u64 ^ kills as u64;
     for _ in 0..kills {
@@ -487,6 +514,11 @@ async fn erase_and_scan(url: &str, state: &Path, workspaces: &Path, kills: usize
             .unwrap();
         assert!(hits.is_empty(), "{word} is not found");
     }
+    // Her copy is now empty.
+    let copy: serde_json::Value = serde_json::from_str(&export(url, workspaces).await).unwrap();
+    assert_eq!(copy["sessions"], serde_json::json!([]));
+    assert_eq!(copy["sharedMessages"], serde_json::json!([]));
+    assert_eq!(copy["groupHistory"], serde_json::json!([]));
     // She can come back: a new message starts a new, empty session.
     let fresh = manager
         .resolve(&telegram("hello again", "t10"))
@@ -540,4 +572,57 @@ async fn an_erase_killed_at_random_points_finishes_when_run_again() {
     let state = dir.path().join("state");
     let url = format!("json:{}", state.display());
     erase_and_scan(&url, &state, &dir.path().join("workspaces"), 6).await;
+}
+
+#[tokio::test]
+async fn only_the_owner_erases_and_a_person_may_take_their_own_copy() {
+    use agent_sessions::identity::Caller;
+    use agent_sessions::{AccessDenial, Error};
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("json:{}", dir.path().join("state").display());
+    let workspaces = dir.path().join("workspaces");
+    let manager = manager(&url, &workspaces).await;
+    answer(&manager, &telegram("hello jqalphadm", "t1"), "noted").await;
+    let jane = PersonRef::person(JANE);
+    fn owner_only<T>(result: agent_sessions::Result<T>) -> bool {
+        matches!(
+            result,
+            Err(Error::AccessDenied {
+                reason: AccessDenial::OwnerOnly,
+                ..
+            })
+        )
+    }
+    // Not Bob, not Jane herself, not an owner limited to a namespace.
+    for caller in [
+        Caller::person("bob"),
+        Caller::person(JANE),
+        Caller::owner()
+            .within_namespace("agent:main:telegram")
+            .unwrap(),
+    ] {
+        let scoped = manager.scoped(caller.clone());
+        assert!(
+            owner_only(scoped.forget_person(&jane).await),
+            "{caller:?} may not erase"
+        );
+    }
+    let mut copy = Vec::new();
+    let bob = manager.scoped(Caller::person("bob"));
+    assert!(owner_only(bob.export_person(&jane, &mut copy).await));
+    assert!(copy.is_empty(), "nothing was written for Bob");
+    // Jane may take her own copy; the owner may erase her.
+    let herself = manager.scoped(Caller::person(JANE));
+    herself.export_person(&jane, &mut copy).await.unwrap();
+    assert!(String::from_utf8_lossy(&copy).contains("jqalphadm"));
+    assert!(
+        manager.list(&ListFilter::new()).await.unwrap().len() == 1,
+        "nothing erased yet"
+    );
+    let report = manager
+        .scoped(Caller::owner())
+        .forget_person(&jane)
+        .await
+        .unwrap();
+    assert_eq!(report.sessions, 1);
 }

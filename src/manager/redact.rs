@@ -145,11 +145,7 @@ impl PersonIds {
 
     fn mask_value(&self, value: &mut Value) {
         match value {
-            Value::String(text) => {
-                if self.named_in(text) {
-                    *text = self.mask(text);
-                }
-            }
+            Value::String(text) if self.named_in(text) => *text = self.mask(text),
             Value::Array(items) => items.iter_mut().for_each(|v| self.mask_value(v)),
             Value::Object(map) => map.values_mut().for_each(|v| self.mask_value(v)),
             _ => {}
@@ -319,6 +315,18 @@ impl<'p> TranscriptRedaction<'p> {
             _ => {}
         }
     }
+}
+
+/// The group-history lines of `text` whose sender is shown as one of `labels`.
+pub(crate) fn chatter_of(text: &str, labels: &[String]) -> Vec<String> {
+    text.split('\n')
+        .filter(|line| {
+            line.strip_prefix('[')
+                .and_then(|rest| rest.find("] ").map(|close| &rest[close + 2..]))
+                .is_some_and(|after| labels.iter().any(|l| after.starts_with(&format!("{l}: "))))
+        })
+        .map(str::to_owned)
+        .collect()
 }
 
 /// `text` with the group-history lines of senders shown as one of `labels`

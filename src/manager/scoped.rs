@@ -250,6 +250,61 @@ impl<'a> ScopedManager<'a> {
             .await
     }
 
+    /// [`SessionManager::forget_person`], for the owner only: a participant, or an owner
+    /// limited to a namespace, is [`Error::AccessDenied`] with
+    /// [`AccessDenial::OwnerOnly`] and nothing is erased.
+    ///
+    /// ```
+    /// use agent_sessions::identity::Caller;
+    /// use agent_sessions::manager::PersonRef;
+    /// use agent_sessions::prelude::*;
+    /// use agent_sessions::{AccessDenial, Error};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// let manager = SessionManager::new(MemoryStore::new());
+    /// let bob = manager.scoped(Caller::person("bob"));
+    /// let denied = bob.forget_person(&PersonRef::person("jane")).await;
+    /// assert!(matches!(denied, Err(Error::AccessDenied { reason: AccessDenial::OwnerOnly, .. })));
+    /// assert!(manager.scoped(Caller::owner()).forget_person(&PersonRef::person("jane")).await.is_ok());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn forget_person(&self, person: &super::PersonRef) -> Result<super::ForgetReport> {
+        self.owner_only("forget_person")?;
+        self.manager.forget_person(person).await
+    }
+
+    /// [`SessionManager::export_person`], for the owner (not limited to a namespace)
+    /// or the person themselves (a participant whose id is the
+    /// [`PersonRef::Person`](super::PersonRef::Person) asked for); anyone else is
+    /// [`Error::AccessDenied`] and nothing is written.
+    pub async fn export_person(
+        &self,
+        person: &super::PersonRef,
+        out: &mut (dyn std::io::Write + Send),
+    ) -> Result<super::PersonExportSummary> {
+        let themselves = matches!(
+            (person, self.caller.participant_id()),
+            (super::PersonRef::Person(id), Some(caller)) if id.trim() == caller
+        );
+        if !themselves {
+            self.owner_only("export_person")?;
+        }
+        self.manager.export_person(person, out).await
+    }
+
+    fn owner_only(&self, resource: &str) -> Result<()> {
+        if self.caller.is_owner() && self.caller.namespace().is_none() {
+            Ok(())
+        } else {
+            Err(Error::AccessDenied {
+                resource: resource.to_owned(),
+                reason: AccessDenial::OwnerOnly,
+            })
+        }
+    }
+
     /// The sessions matching `filter` that the caller may open, most recently active
     /// first; the limit counts only those.
     pub async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
