@@ -5,7 +5,9 @@ use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agent_sessions::manager::{AgentUpdate, DeleteOptions, KeyUpdate, PruneOptions};
+use agent_sessions::manager::{
+    AgentUpdate, DeleteOptions, ForgetOptions, KeyUpdate, PersonRef, PruneOptions,
+};
 use agent_sessions::ops::{migrate_with, MigrateOptions, MigrationProgress, MigrationReport};
 use agent_sessions::store::{Backend, OpenMode, StoreUrl};
 use agent_sessions::transcript::{
@@ -127,8 +129,94 @@ pub struct ExportArgs {
     /// the key's sessions closed since.
     #[arg(long, value_parser = parse_since)]
     since: Option<u64>,
+    /// Instead, everything held about one person, for their access request: a person
+    /// id (`jane`, `staff:17`) or a channel sender (`telegram:42`, `sms:+15550100`).
+    #[arg(long, conflicts_with_all = ["session", "since", "all_agents"])]
+    person: Option<String>,
+    /// With --person: the folder holding the bot's session workspaces, whose files
+    /// are listed in the copy.
+    #[arg(long, requires = "person")]
+    workspaces: Option<PathBuf>,
     #[command(flatten)]
     scope: Scope,
+}
+
+/// `forget`'s arguments.
+#[derive(Debug, Args)]
+pub struct ForgetArgs {
+    /// Who: a person id (`jane`, `staff:17`) or a channel sender (`telegram:42`,
+    /// `sms:+15550100`); ids linked to them are erased too.
+    #[arg(long)]
+    person: String,
+    /// Also rewrite the database so deleted rows leave its files (SQLite `VACUUM`,
+    /// PostgreSQL `VACUUM FULL`, which locks each table while it runs).
+    #[arg(long)]
+    vacuum: bool,
+    /// The folder holding the bot's session workspaces: the person's are removed.
+    #[arg(long)]
+    workspaces: Option<PathBuf>,
+}
+
+/// `--person`: a channel sender when it names a channel (`telegram:42`), else a
+/// person id (`jane`, and `staff:17`, whose prefix is not a channel).
+fn person_ref(raw: &str) -> Result<PersonRef, Failure> {
+    let raw = raw.trim();
+    if raw.is_empty() {
+        return Err(failure(EXIT_USAGE, "--person is empty".to_owned()));
+    }
+    const CHANNELS: &[&str] = &[
+        "telegram",
+        "whatsapp",
+        "sms",
+        "signal",
+        "slack",
+        "discord",
+        "imessage",
+        "imsg",
+        "matrix",
+        "msteams",
+        "googlechat",
+        "web",
+        "webchat",
+        "cli",
+        "email",
+        "line",
+    ];
+    Ok(match raw.split_once(':') {
+        Some((channel, id)) if CHANNELS.contains(&channel.to_lowercase().as_str()) => {
+            PersonRef::sender(channel, id)
+        }
+        _ => PersonRef::person(raw),
+    })
+}
+
+/// A manager over the existing backend `store` that reaches all of it: for erasing and
+/// exporting a person.
+async fn backend_manager(
+    store: &str,
+    agent: &AgentId,
+    workspaces: Option<&Path>,
+) -> Result<SessionManager, Failure> {
+    let backend = Backend::open_with(store, OpenMode::Existing).await?;
+    let mut builder = SessionManager::builder(backend.sessions().clone())
+        .backend(backend)
+        .default_agent(agent.clone());
+    if let Some(dir) = workspaces {
+        builder = builder.workspaces(agent_sessions::identity::Workspaces::new(dir));
+    }
+    Ok(builder.build()?)
+}
+
+async fn forget(store: &str, agent: &AgentId, json: bool, args: ForgetArgs) -> Outcome {
+    let person = person_ref(&args.person)?;
+    let manager = backend_manager(store, agent, args.workspaces.as_deref()).await?;
+    let mut options = ForgetOptions::new();
+    if args.vacuum {
+        options = options.vacuum();
+    }
+    let report = manager.forget_person_with(&person, options).await?;
+    output::forgotten(json, &report);
+    Ok(())
 }
 
 /// `--since`: epoch milliseconds from a duration back from now, a date or a time.
@@ -484,6 +572,7 @@ pub async fn run(global: Global, given: Given, command: Command) -> Outcome {
             }
         }
         Command::Prune(args) => prune(&global.store, &agent, json, args).await,
+        Command::Forget(args) => forget(&global.store, &agent, json, args).await,
         Command::Stats(args) => stats(&global.store, &agent, json, args).await,
         Command::Export(args) => export(&global.store, &agent, args).await,
         Command::Import {
@@ -1027,6 +1116,9 @@ async fn export(store: &str, agent: &AgentId, args: ExportArgs) -> Outcome {
     if let Some(path) = &args.output {
         export_destination_is_safe(store, path)?;
     }
+    if let Some(person) = &args.person {
+        return export_person(store, agent, person, &args).await;
+    }
     let backend = Backend::open_with(store, OpenMode::ReadOnly).await?;
     let (sessions, names) = exported(&backend, agent, &args).await?;
     let Some(path) = args.output else {
@@ -1056,6 +1148,35 @@ async fn export(store: &str, agent: &AgentId, args: ExportArgs) -> Outcome {
     let file = out.into_inner().map_err(|e| cannot(e.into_error()))?;
     file.as_file().sync_all().map_err(cannot)?;
     file.persist(&path).map_err(|e| cannot(e.error))?;
+    Ok(())
+}
+
+/// `export --person`: the person's copy, to standard output or written whole to
+/// `--output` (owner-only, renamed into place).
+async fn export_person(store: &str, agent: &AgentId, raw: &str, args: &ExportArgs) -> Outcome {
+    let person = person_ref(raw)?;
+    let manager = backend_manager(store, agent, args.workspaces.as_deref()).await?;
+    let Some(path) = &args.output else {
+        let mut out = io::BufWriter::with_capacity(1 << 16, io::stdout());
+        manager.export_person(&person, &mut out).await?;
+        return out.flush().map_err(|error| output::stdout_failed(&error));
+    };
+    let cannot = |error: io::Error| {
+        failure(
+            EXIT_FAILURE,
+            format!("cannot write {}: {error}", path.display()),
+        )
+    };
+    let dir = path
+        .parent()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let file = tempfile::NamedTempFile::new_in(dir).map_err(cannot)?;
+    let mut out = io::BufWriter::with_capacity(1 << 16, file);
+    manager.export_person(&person, &mut out).await?;
+    let file = out.into_inner().map_err(|e| cannot(e.into_error()))?;
+    file.as_file().sync_all().map_err(cannot)?;
+    file.persist(path).map_err(|e| cannot(e.error))?;
     Ok(())
 }
 

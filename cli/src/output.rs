@@ -280,6 +280,20 @@ pub fn done(as_json: bool, what: &str, key: &SessionKey, session_id: &str) {
     }
 }
 
+/// What `forget` erased: counts by kind.
+pub fn forgotten(as_json: bool, report: &agent_sessions::manager::ForgetReport) {
+    if as_json {
+        print_json(&json!(report));
+        return;
+    }
+    let value = serde_json::to_value(report).unwrap_or_default();
+    let mut parts = Vec::new();
+    for (kind, count) in value.as_object().into_iter().flatten() {
+        parts.push(format!("{kind} {}", count.as_u64().unwrap_or(0)));
+    }
+    println!("erased: {}", parts.join(", "));
+}
+
 /// What `prune` removed.
 pub fn pruned(as_json: bool, dry_run: bool, removed: &[StoredSession]) {
     if as_json {
