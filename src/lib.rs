@@ -137,6 +137,8 @@ mod doc_pages {
     struct OpenClawCompatibility;
     #[doc = include_str!("../docs/performance.md")]
     struct Performance;
+    #[doc = include_str!("../docs/personal-data.md")]
+    struct PersonalData;
     #[doc = include_str!("../docs/scaling.md")]
     struct Scaling;
     #[doc = include_str!("../docs/search-and-analytics.md")]

@@ -52,8 +52,10 @@ pub enum HistoryEdit {
     Replace(HistoryEntry),
 }
 
-/// The function [`HistoryBuffer::edit_entries`] applies to every entry.
-pub type EntryEditor<'a> = &'a (dyn Fn(&HistoryEntry) -> HistoryEdit + Send + Sync);
+/// The function [`HistoryBuffer::edit_entries`] applies to every entry, given the
+/// entry's group key (`agent:<agentId>:<channel>:<account>:<kind>:<id>`; a very long
+/// key may reach it cut short, its beginning kept) and the entry.
+pub type EntryEditor<'a> = &'a (dyn Fn(&str, &HistoryEntry) -> HistoryEdit + Send + Sync);
 
 /// A turn's hold on the group history it is about to show the model.
 ///
@@ -350,15 +352,12 @@ impl GroupHistory {
     }
 
     /// Applies `edit` to every entry, claimed or not: how many it removed or replaced.
-    pub(crate) fn edit(&mut self, edit: EntryEditor<'_>) -> usize {
-        fn apply<'e>(
-            entries: impl Iterator<Item = &'e mut HistoryEntry>,
-            edit: EntryEditor<'_>,
-            removed: &mut Vec<bool>,
-        ) -> usize {
+    pub(crate) fn edit(&mut self, group: &str, edit: EntryEditor<'_>) -> usize {
+        let apply = |entries: &mut dyn Iterator<Item = &mut HistoryEntry>,
+                     removed: &mut Vec<bool>| {
             let mut changed = 0;
             for entry in entries {
-                let remove = match edit(entry) {
+                let remove = match edit(group, entry) {
                     HistoryEdit::Keep => false,
                     HistoryEdit::Remove => true,
                     HistoryEdit::Replace(new) => {
@@ -371,15 +370,15 @@ impl GroupHistory {
                 removed.push(remove);
             }
             changed
-        }
+        };
         let mut changed = 0;
         let mut removed = Vec::new();
-        changed += apply(self.entries.iter_mut(), edit, &mut removed);
+        changed += apply(&mut self.entries.iter_mut(), &mut removed);
         let mut marks = removed.into_iter();
         self.entries.retain(|_| !marks.next().unwrap_or(false));
         for claimed in &mut self.claimed {
             let mut removed = Vec::new();
-            changed += apply(claimed.entries.iter_mut(), edit, &mut removed);
+            changed += apply(&mut claimed.entries.iter_mut(), &mut removed);
             let mut marks = removed.into_iter();
             claimed.entries.retain(|_| !marks.next().unwrap_or(false));
         }
@@ -538,8 +537,8 @@ impl HistoryBuffer for MemoryHistory {
     async fn edit_entries(&self, edit: EntryEditor<'_>) -> Result<usize> {
         let mut state = self.state();
         let mut changed = 0;
-        for group in state.groups.values_mut() {
-            changed += group.edit(edit);
+        for (key, group) in state.groups.iter_mut() {
+            changed += group.edit(key, edit);
         }
         state.groups.retain(|_, group| !group.is_empty());
         Ok(changed)

@@ -204,6 +204,8 @@ impl SessionManager {
             report.search_messages += self
                 .erase_search(&*index, &ids, &erased, &plan.labels)
                 .await?;
+            // Saved before the transcripts lose what the index's copies are masked by.
+            index.flush().await?;
         }
         if let Some(transcripts) = &transcripts {
             self.apply_plan(&**transcripts, plan, &mut report).await?;
@@ -211,7 +213,7 @@ impl SessionManager {
         report.history_entries += self
             .seams
             .history
-            .edit_entries(&|entry| ids.history_edit(entry))
+            .edit_entries(&|_, entry| ids.history_edit(entry))
             .await?;
         for session in &current {
             report.system_events += self.system_events.drain(&session.key).await?.len();

@@ -185,7 +185,7 @@ impl SessionManager {
         let chatter = Mutex::new(Vec::new());
         self.seams
             .history
-            .edit_entries(&|entry| {
+            .edit_entries(&|_, entry| {
                 if entry.sender_id.as_deref().is_some_and(|id| ids.is(id)) {
                     chatter
                         .lock()

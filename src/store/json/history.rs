@@ -75,6 +75,17 @@ impl JsonFileHistory {
     }
 }
 
+/// The group key a file is named after (its beginning, for a shortened name).
+fn group_of(path: &Path) -> String {
+    let stem = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("")
+        .trim_end_matches(".json");
+    let stem = stem.split("%~").next().unwrap_or(stem);
+    crate::paths::decode_file_component(stem).unwrap_or_else(|_| stem.to_owned())
+}
+
 /// A group's file: the entries as an array (how every version writes a group without
 /// claims), or the entries and the claims as an object.
 #[derive(Debug, Default, Deserialize)]
@@ -282,7 +293,7 @@ impl HistoryBuffer for JsonFileHistory {
                 .entries
                 .iter()
                 .chain(claimed)
-                .map(|entry| (entry.clone(), edit(entry)))
+                .map(|entry| (entry.clone(), edit(&group_of(&path), entry)))
                 .filter(|(_, decision)| *decision != HistoryEdit::Keep)
                 .collect();
             if !judged.is_empty() {
@@ -303,13 +314,14 @@ impl HistoryBuffer for JsonFileHistory {
                         history,
                         existed: true,
                     };
-                    let decide = |entry: &HistoryEntry| {
+                    let decide = |_: &str, entry: &HistoryEntry| {
                         judged
                             .iter()
                             .find(|(judged, _)| judged == entry)
                             .map_or(HistoryEdit::Keep, |(_, decision)| decision.clone())
                     };
-                    let count = group.history.edit(&decide);
+                    let key = group_of(&group.path);
+                    let count = group.history.edit(&key, &decide);
                     if count > 0 {
                         group.save(None)?;
                         changed += count;

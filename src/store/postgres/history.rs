@@ -214,7 +214,7 @@ impl HistoryBuffer for PostgresHistory {
             let before = entry_of(row);
             let (id, group): (i64, String) = (row.get(5), row.get(6));
             // Only the row as it was judged (a claim may have taken it meanwhile).
-            let done = match edit(&before) {
+            let done = match edit(&group, &before) {
                 HistoryEdit::Keep => continue,
                 HistoryEdit::Remove => {
                     let sql = format!("DELETE FROM {} WHERE id = $1 AND body = $2", self.table());

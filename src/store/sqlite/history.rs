@@ -175,13 +175,14 @@ impl HistoryBuffer for SqliteHistory {
             .read(|c| {
                 let mut statement = c
                     .prepare(
-                        "SELECT id, sender, body, at, message_id, sender_id FROM group_history",
+                        "SELECT id, sender, body, at, message_id, sender_id, group_key FROM group_history",
                     )
                     .map_err(db_error("read group history"))?;
                 let rows = statement
                     .query_map([], |row| {
                         Ok((
                             row.get::<_, i64>(0)?,
+                            row.get::<_, String>(6)?,
                             HistoryEntry {
                                 sender: row.get(1)?,
                                 body: row.get(2)?,
@@ -198,7 +199,7 @@ impl HistoryBuffer for SqliteHistory {
             .await?;
         let decisions: Vec<(i64, HistoryEntry, HistoryEdit)> = rows
             .into_iter()
-            .filter_map(|(id, entry)| match edit(&entry) {
+            .filter_map(|(id, group, entry)| match edit(&group, &entry) {
                 HistoryEdit::Keep => None,
                 decision => Some((id, entry, decision)),
             })
