@@ -409,7 +409,20 @@ async fn erase_and_scan(url: &str, state: &Path, workspaces: &Path, kills: usize
     );
     assert!(!copy.contains("bobdmkeepsake"), "not Bob's conversation");
 
-    let mut seed = 0x9E37_79B9_7F4A_7C15u64 ^ kills as u64;
+    // A new seed each run (printed, so a failure can be replayed with
+    // PERSONAL_DATA_SEED).
+    let mut seed = env_var("PERSONAL_DATA_SEED")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    if kills > 0 {
+        eprintln!("PERSONAL_DATA_SEED={seed}");
+    }
     for _ in 0..kills {
         seed ^= seed << 13;
         seed ^= seed >> 7;
@@ -423,7 +436,7 @@ async fn erase_and_scan(url: &str, state: &Path, workspaces: &Path, kills: usize
         );
         let mut lines = BufReader::new(erase.stdout.take().unwrap()).lines();
         assert!(lines.any(|l| l.unwrap().contains("ERASE-STARTED")));
-        std::thread::sleep(Duration::from_millis(seed % 120));
+        std::thread::sleep(Duration::from_micros(seed % 90_000));
         erase.kill().unwrap();
         erase.wait().unwrap();
     }
@@ -571,7 +584,7 @@ async fn an_erase_killed_at_random_points_finishes_when_run_again() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let url = format!("json:{}", state.display());
-    erase_and_scan(&url, &state, &dir.path().join("workspaces"), 6).await;
+    erase_and_scan(&url, &state, &dir.path().join("workspaces"), 12).await;
 }
 
 #[tokio::test]

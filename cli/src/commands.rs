@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agent_sessions::manager::{
-    AgentUpdate, DeleteOptions, ForgetOptions, KeyUpdate, PersonRef, PruneOptions,
+    AgentUpdate, DeleteOptions, ForgetOptions, KeyUpdate, PersonRef, PruneOptions, RetentionPolicy,
+    RetentionRule,
 };
 use agent_sessions::ops::{migrate_with, MigrateOptions, MigrationProgress, MigrationReport};
 use agent_sessions::store::{Backend, OpenMode, StoreUrl};
@@ -155,6 +156,65 @@ pub struct ForgetArgs {
     /// The folder holding the bot's session workspaces: the person's are removed.
     #[arg(long)]
     workspaces: Option<PathBuf>,
+}
+
+/// A retention policy file, as `prune --retention` reads it.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct PolicyFile {
+    rules: Vec<RuleFile>,
+    #[serde(default)]
+    max_per_pass: Option<usize>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RuleFile {
+    agent: Option<String>,
+    channel: Option<String>,
+    transcripts: Option<String>,
+    group_chatter: Option<String>,
+    closed_sessions: Option<String>,
+    #[serde(default)]
+    keep_summary: bool,
+}
+
+fn retention_policy(file: &Path) -> Result<RetentionPolicy, Failure> {
+    let bad = |problem: String| failure(EXIT_USAGE, format!("{}: {problem}", file.display()));
+    let text = std::fs::read_to_string(file).map_err(|e| bad(e.to_string()))?;
+    let parsed: PolicyFile = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    let duration = |raw: &Option<String>| -> Result<Option<Duration>, Failure> {
+        raw.as_deref()
+            .map(|raw| parse_duration(raw).map_err(bad))
+            .transpose()
+    };
+    let mut policy = RetentionPolicy::new();
+    if let Some(max) = parsed.max_per_pass {
+        policy = policy.at_most(max);
+    }
+    for rule in &parsed.rules {
+        let mut built = match &rule.agent {
+            Some(agent) => RetentionRule::for_agent(AgentId::new(agent)?),
+            None => RetentionRule::all(),
+        };
+        if let Some(channel) = &rule.channel {
+            built = built.channel(channel);
+        }
+        if let Some(keep) = duration(&rule.transcripts)? {
+            built = built.transcripts(keep);
+        }
+        if let Some(keep) = duration(&rule.group_chatter)? {
+            built = built.group_chatter(keep);
+        }
+        if let Some(keep) = duration(&rule.closed_sessions)? {
+            built = built.closed_sessions(keep);
+        }
+        if rule.keep_summary {
+            built = built.keep_summary();
+        }
+        policy = policy.rule(built);
+    }
+    Ok(policy)
 }
 
 /// `--person`: a channel sender when it names a channel (`telegram:42`), else a
@@ -469,8 +529,15 @@ pub struct DeleteArgs {
 #[derive(Debug, Args)]
 pub struct PruneArgs {
     /// Remove sessions inactive for longer than this (`30d`, `12h`).
-    #[arg(long, value_parser = parse_duration)]
-    older_than: Duration,
+    #[arg(long, value_parser = parse_duration, required_unless_present = "retention")]
+    older_than: Option<Duration>,
+    /// Instead, apply the retention policy in this JSON file once (what the bot's
+    /// background sweep does): `{"rules": [{"channel": "sms", "transcripts": "30d",
+    /// "groupChatter": "7d", "closedSessions": "90d", "keepSummary": true}]}`; a rule
+    /// may name an `agent`; the first rule that selects a session applies. Prints
+    /// what was removed, by kind.
+    #[arg(long, conflicts_with_all = ["older_than", "keep", "dry_run"])]
+    retention: Option<PathBuf>,
     /// Keep at least this many of the most recent sessions.
     #[arg(long)]
     keep: Option<usize>,
@@ -1020,8 +1087,16 @@ async fn by_session_id(backend: &Backend, raw: &str) -> Result<Option<StoredSess
 }
 
 async fn prune(store: &str, agent: &AgentId, json: bool, args: PruneArgs) -> Outcome {
+    if let Some(file) = &args.retention {
+        let policy = retention_policy(file)?;
+        let manager = backend_manager(store, agent, None).await?;
+        let report = manager.apply_retention(&policy).await?;
+        output::retained(json, &report);
+        return Ok(());
+    }
     let manager = existing_manager(store, agent).await?;
-    let mut options = PruneOptions::older_than(args.older_than).filter(args.scope.filter(agent));
+    let older_than = args.older_than.unwrap_or_default();
+    let mut options = PruneOptions::older_than(older_than).filter(args.scope.filter(agent));
     if let Some(keep) = args.keep {
         options = options.keep_newest(keep);
     }

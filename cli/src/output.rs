@@ -287,11 +287,29 @@ pub fn forgotten(as_json: bool, report: &agent_sessions::manager::ForgetReport) 
         return;
     }
     let value = serde_json::to_value(report).unwrap_or_default();
-    let mut parts = Vec::new();
-    for (kind, count) in value.as_object().into_iter().flatten() {
-        parts.push(format!("{kind} {}", count.as_u64().unwrap_or(0)));
-    }
+    let parts: Vec<String> = value
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(kind, count)| format!("{kind} {}", count.as_u64().unwrap_or(0)))
+        .collect();
     println!("erased: {}", parts.join(", "));
+}
+
+/// What `prune --retention` removed: counts by kind.
+pub fn retained(as_json: bool, report: &agent_sessions::manager::RetentionReport) {
+    if as_json {
+        print_json(&json!(report));
+        return;
+    }
+    let value = serde_json::to_value(report).unwrap_or_default();
+    let parts: Vec<String> = value
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(kind, count)| format!("{kind} {}", count.as_u64().unwrap_or(0)))
+        .collect();
+    println!("removed: {}", parts.join(", "));
 }
 
 /// What `prune` removed.
