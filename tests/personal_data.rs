@@ -168,6 +168,16 @@ async fn write_everything(url: &str, workspaces: &Path) {
         "sure",
     )
     .await;
+    // The group's session is reset: the one Jane wrote in is kept closed, its
+    // transcript archived.
+    let group = manager.key_for(&bob_says("x", "x")).unwrap();
+    manager.session(&group).reset().await.unwrap();
+    answer(
+        &manager,
+        &bob_says("@bot a new topic", "g6").mentioning_agent(),
+        "ok",
+    )
+    .await;
     answer(&manager, &jane_says("and jqhotelpending", "g4"), "-").await;
     answer(&manager, &bob_says("just chatting", "g5"), "-").await;
     // The search index of the message log.

@@ -138,6 +138,13 @@ impl<S: SessionStore> SessionStore for AgentScoped<S> {
     async fn erase_copies(&self, needles: &[String], vacuum: bool) -> Result<usize> {
         self.inner.erase_copies(needles, vacuum).await
     }
+
+    async fn replace_closed(&self, sessions: &[crate::store::StoredSession]) -> Result<usize> {
+        for session in sessions {
+            self.check_key(&session.key)?;
+        }
+        self.inner.replace_closed(sessions).await
+    }
 }
 
 #[async_trait]

@@ -197,12 +197,15 @@ impl SessionManager {
         // the records of whose chatter a line carries go with the edit, and a run that
         // dies in between must still find them to mask the index's copies.
         let plan = match &transcripts {
-            Some(transcripts) => self.plan_transcripts(&**transcripts, &ids, &erased).await?,
+            Some(transcripts) => {
+                self.plan_transcripts(&**transcripts, &ids, &erased, true)
+                    .await?
+            }
             None => TranscriptPlan::default(),
         };
         if let Some(index) = self.search_index().await? {
             report.search_messages += self
-                .erase_search(&*index, &ids, &erased, &plan.labels)
+                .erase_search(&*index, &ids, &erased, &plan.touched, &plan.labels)
                 .await?;
             // Saved before the transcripts lose what the index's copies are masked by.
             index.flush().await?;
@@ -233,12 +236,15 @@ impl SessionManager {
         // A turn that slipped in before the sessions went appended to a transcript
         // already erased: erased again (a new session after this one starts afresh).
         if let Some(transcripts) = &transcripts {
-            let plan = self.plan_transcripts(&**transcripts, &ids, &erased).await?;
+            let plan = self
+                .plan_transcripts(&**transcripts, &ids, &erased, false)
+                .await?;
             let mut again = ForgetReport::default();
             self.apply_plan(&**transcripts, plan, &mut again).await?;
         }
         if let Some(index) = self.search_index().await? {
-            self.erase_search(&*index, &ids, &erased, &[]).await?;
+            self.erase_search(&*index, &ids, &erased, &BTreeSet::new(), &[])
+                .await?;
             index.flush().await?;
         }
         let mut needles = ids.needles();
@@ -404,17 +410,22 @@ impl SessionManager {
     }
 
     /// What to do to the transcripts: those of the sessions `erased` (live and
-    /// archived) go, and the person is redacted from every other one.
+    /// archived) go, and (with `redact_shared`) the person is redacted from every other
+    /// one.
     async fn plan_transcripts(
         &self,
         transcripts: &dyn TranscriptExport,
         ids: &PersonIds,
         erased: &BTreeSet<String>,
+        redact_shared: bool,
     ) -> Result<TranscriptPlan> {
         let mut plan = TranscriptPlan::default();
         for (agent, name) in transcripts.transcript_names(self.isolated_agent()).await? {
             if erased.contains(&session_id_of_name(&name)) {
                 plan.remove.push((agent, name));
+                continue;
+            }
+            if !redact_shared {
                 continue;
             }
             let Some(lines) = transcripts.export_lines(&agent, &name).await? else {
@@ -429,6 +440,7 @@ impl SessionManager {
             }
             plan.labels.extend(redaction.labels());
             if !edits.is_empty() {
+                plan.touched.insert(session_id_of_name(&name));
                 plan.edit.push((agent, name, edits));
             }
         }
@@ -460,29 +472,42 @@ impl SessionManager {
         index: &dyn SearchIndex,
         ids: &PersonIds,
         erased: &BTreeSet<String>,
+        touched: &BTreeSet<String>,
         labels: &[String],
     ) -> Result<usize> {
         let agent = self.isolated_agent().map(AgentId::to_string);
-        let messages = index.messages(&SearchFilter::new()).await?;
+        // The index is made from the transcripts: only the sessions erased, and those
+        // whose transcripts name the person, can hold their messages (read one session
+        // at a time), and messages filed under their ids.
+        let mut seen = BTreeSet::new();
         let mut gone = Vec::new();
         let mut masked = Vec::new();
-        for message in messages {
-            if agent.as_ref().is_some_and(|agent| *agent != message.agent) {
-                continue;
-            }
-            let theirs = erased.contains(&message.session_id)
-                || message.person_id.as_deref().is_some_and(|p| ids.is(p));
-            if theirs {
-                gone.push(message.id);
-            } else {
-                let text = without_chatter_of(&message.text, labels);
-                if text != message.text || ids.named_in(&text) {
-                    gone.push(message.id.clone());
-                    masked.push(LoggedMessage {
-                        text: ids.mask(&text),
-                        embedding: None,
-                        ..message
-                    });
+        let filters = erased
+            .iter()
+            .chain(touched)
+            .map(|session| SearchFilter::new().session(session))
+            .chain(ids.all().map(|id| SearchFilter::new().person(id)));
+        for filter in filters {
+            for message in index.messages(&filter).await? {
+                if agent.as_ref().is_some_and(|agent| *agent != message.agent)
+                    || !seen.insert(message.id.clone())
+                {
+                    continue;
+                }
+                let theirs = erased.contains(&message.session_id)
+                    || message.person_id.as_deref().is_some_and(|p| ids.is(p));
+                if theirs {
+                    gone.push(message.id);
+                } else {
+                    let text = without_chatter_of(&message.text, labels);
+                    if text != message.text || ids.named_in(&text) {
+                        gone.push(message.id.clone());
+                        masked.push(LoggedMessage {
+                            text: ids.mask(&text),
+                            embedding: None,
+                            ..message
+                        });
+                    }
                 }
             }
         }
@@ -524,7 +549,30 @@ impl SessionManager {
             status: StatusFilter::Current,
             ..ListFilter::new()
         };
-        let mut edited = 0;
+        let current: Vec<StoredSession> = self.seams.store.list(&all).await?;
+        let live: BTreeSet<&str> = current
+            .iter()
+            .map(|s| s.entry.session_id.as_str())
+            .collect();
+        // Closed sessions of others (a group's earlier sessions) are replaced whole.
+        let every = ListFilter {
+            status: StatusFilter::Any,
+            ..ListFilter::new()
+        };
+        let closed: Vec<StoredSession> = self
+            .seams
+            .store
+            .list(&every)
+            .await?
+            .into_iter()
+            .filter(|s| !live.contains(s.entry.session_id.as_str()))
+            .filter(|s| !ids.owns(&s.key, &s.entry))
+            .filter_map(|s| {
+                let entry = ids.redact_entry(&s.entry)?;
+                Some(StoredSession { entry, ..s })
+            })
+            .collect();
+        let mut edited = self.seams.store.replace_closed(&closed).await?;
         for session in self.seams.store.list(&all).await? {
             if ids.owns(&session.key, &session.entry) || ids.redact_entry(&session.entry).is_none()
             {
@@ -589,6 +637,8 @@ struct TranscriptPlan {
     remove: Vec<(AgentId, String)>,
     edit: Vec<(AgentId, String, Vec<LineEdit>)>,
     labels: Vec<String>,
+    /// The sessions of the transcripts edited.
+    touched: BTreeSet<String>,
 }
 
 /// Whether a turn may still run in the session of `entry`: its status is `running`

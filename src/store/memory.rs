@@ -154,6 +154,23 @@ impl SessionStore for MemoryStore {
         Ok(self.list(filter).await?.len())
     }
 
+    async fn replace_closed(&self, replacements: &[StoredSession]) -> Result<usize> {
+        let mut sessions = self.sessions();
+        let mut replaced = 0;
+        for closed in sessions.closed.iter_mut() {
+            if let Some(new) = replacements
+                .iter()
+                .find(|r| r.entry.session_id == closed.entry.session_id)
+            {
+                closed.entry = new.entry.clone();
+                closed.revision = crate::store::entry_revision(&new.entry)
+                    .map_err(|e| crate::Error::encode("a closed session", e))?;
+                replaced += 1;
+            }
+        }
+        Ok(replaced)
+    }
+
     async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
         let mut sessions = self.sessions();
         let before = sessions.closed.len();

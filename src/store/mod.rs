@@ -801,6 +801,16 @@ pub trait SessionStore: Send + Sync {
         Ok(0)
     }
 
+    /// Replaces closed sessions (replaced under their key) by the entries given, each
+    /// found by its session id; a current session is never touched. Returns how many
+    /// were replaced. What [`SessionManager::forget_person`](crate::SessionManager::forget_person)
+    /// takes a person out of other people's closed group sessions with. The default,
+    /// for a store that keeps none, replaces none.
+    async fn replace_closed(&self, sessions: &[StoredSession]) -> Result<usize> {
+        let _ = sessions;
+        Ok(0)
+    }
+
     /// Erases what the store keeps of data it no longer holds, wherever one of
     /// `needles` (a person's identifiers, the ids of their erased sessions) is in it:
     /// `sessions.json.bak`, orphaned temporary files, files set aside as corrupt and
@@ -1071,6 +1081,10 @@ impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
 
     async fn erase_copies(&self, needles: &[String], vacuum: bool) -> Result<usize> {
         (**self).erase_copies(needles, vacuum).await
+    }
+
+    async fn replace_closed(&self, sessions: &[StoredSession]) -> Result<usize> {
+        (**self).replace_closed(sessions).await
     }
 }
 

@@ -1158,6 +1158,50 @@ impl SessionStore for JsonFileStore {
         blocking(&self.inner.root, move || inner.unreadable()).await
     }
 
+    async fn replace_closed(&self, sessions: &[StoredSession]) -> Result<usize> {
+        let mut replaced = 0;
+        let mut paths: Vec<PathBuf> = Vec::new();
+        for agent in self.agents().await? {
+            let path = self.store_path(&agent);
+            if paths.contains(&path) {
+                continue;
+            }
+            paths.push(path.clone());
+            // Only the sessions this file holds are replaced in it.
+            let closed_path = closed::closed_path(&path);
+            let limit = self.inner.options.max_file_bytes;
+            let held: Vec<String> = blocking(&closed_path.clone(), move || {
+                Ok(closed::read(&closed_path, limit)?
+                    .into_iter()
+                    .map(|c| c.entry.session_id)
+                    .collect())
+            })
+            .await?;
+            let keep: Vec<closed::ClosedSession> = sessions
+                .iter()
+                .filter(|s| held.contains(&s.entry.session_id))
+                .map(|s| closed::ClosedSession {
+                    session_key: s.key.to_string(),
+                    entry: s.entry.clone(),
+                })
+                .collect();
+            if keep.is_empty() {
+                continue;
+            }
+            replaced += keep.len();
+            let started = Instant::now();
+            let queue = self.inner.queue_of(&path);
+            let mut state = self.queue(&path, &queue, started).await?;
+            if state.open.is_none() {
+                self.lock_file(&path, started, &mut state).await?;
+            }
+            let mut batch = state.open.take().expect("a batch is open");
+            batch.closed.keep.extend(keep);
+            self.commit(&path, state, batch).await?;
+        }
+        Ok(replaced)
+    }
+
     async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
         let mut removed = 0;
         let mut paths: Vec<PathBuf> = Vec::new();

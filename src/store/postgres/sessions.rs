@@ -104,6 +104,38 @@ impl SessionStore for PostgresStore {
         Ok(usize::try_from(count).unwrap_or(0))
     }
 
+    async fn replace_closed(&self, sessions: &[crate::store::StoredSession]) -> Result<usize> {
+        let client = self.client().await?;
+        let sql = format!(
+            "UPDATE {} SET updated_at = $2, channel = $3, chat_type = $4, person_id = $5,
+                 agent_identity = $6, status = $7, revision = $8, entry = $9
+             WHERE session_id = $1",
+            self.table("closed_sessions")
+        );
+        let mut replaced = 0;
+        for session in sessions {
+            let row = crate::store::sql::SessionRow::new(&session.key, &session.entry)?;
+            replaced += client
+                .execute(
+                    &sql,
+                    &[
+                        &row.session_id,
+                        &row.updated_at,
+                        &row.channel,
+                        &row.chat_type,
+                        &row.person_id,
+                        &row.agent_identity,
+                        &row.status,
+                        &row.revision,
+                        &row.entry,
+                    ],
+                )
+                .await
+                .map_err(pg_error("replace a closed session"))?;
+        }
+        Ok(usize::try_from(replaced).unwrap_or(usize::MAX))
+    }
+
     async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
         let client = self.client().await?;
         let removed = client

@@ -117,6 +117,39 @@ impl SessionStore for SqliteStore {
         ))
     }
 
+    async fn replace_closed(&self, sessions: &[crate::store::StoredSession]) -> Result<usize> {
+        let rows = sessions
+            .iter()
+            .map(|s| crate::store::sql::SessionRow::new(&s.key, &s.entry))
+            .collect::<Result<Vec<_>>>()?;
+        self.write(move |tx| {
+            let mut replaced = 0;
+            for row in &rows {
+                replaced += tx
+                    .execute(
+                        "UPDATE closed_sessions SET updated_at = ?2, channel = ?3, chat_type = ?4,
+                             person_id = ?5, agent_identity = ?6, status = ?7, revision = ?8,
+                             entry = ?9
+                         WHERE session_id = ?1",
+                        params![
+                            row.session_id,
+                            row.updated_at,
+                            row.channel,
+                            row.chat_type,
+                            row.person_id,
+                            row.agent_identity,
+                            row.status,
+                            row.revision,
+                            row.entry
+                        ],
+                    )
+                    .map_err(db_error("replace a closed session"))?;
+            }
+            Ok(replaced)
+        })
+        .await
+    }
+
     async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
         let ids = session_ids.to_vec();
         let guard = self.lock().await;
