@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::redact::{without_chatter_of, LineFate, PersonIds, TranscriptRedaction};
+use super::redact::{direct_peer, without_chatter_of, LineFate, PersonIds, TranscriptRedaction};
 use super::SessionManager;
 use crate::error::{DeleteRefusal, Error, Result};
 use crate::identity::Identifier;
@@ -233,6 +233,9 @@ impl SessionManager {
                 report.sessions += 1;
             }
         }
+        // A session replaced under its key meanwhile was kept closed by the store.
+        let erased_ids: Vec<String> = erased.iter().cloned().collect();
+        report.closed_sessions += self.seams.store.remove_closed(&erased_ids).await?;
         // A turn that slipped in before the sessions went appended to a transcript
         // already erased: erased again (a new session after this one starts afresh).
         if let Some(transcripts) = &transcripts {
@@ -669,15 +672,11 @@ fn widen<'s>(mut ids: PersonIds, sessions: impl Iterator<Item = &'s StoredSessio
                 .cloned()
                 .collect();
             // The peer a direct key names (`…:telegram:direct:<peer>`), with its channel.
-            let segments: Vec<&str> = s.key.rest().unwrap_or("").split(':').collect();
-            if let Some(at) = segments.iter().position(|s| matches!(*s, "direct" | "dm")) {
-                let peer = segments[at + 1..].join(":");
-                if !peer.is_empty() {
-                    if let Some(channel) = segments.first().filter(|_| at > 0) {
-                        found.push(format!("{channel}:{peer}"));
-                    }
-                    found.push(peer);
+            if let Some((channel, peer)) = direct_peer(&s.key) {
+                if let Some(channel) = channel {
+                    found.push(format!("{channel}:{peer}"));
                 }
+                found.push(peer);
             }
             found
         })

@@ -76,10 +76,7 @@ impl PersonIds {
                 .raw_person_ids
                 .as_ref()
                 .is_some_and(|raw| self.any(raw.iter()))
-            || (key.peer_kind().is_some()
-                && key
-                    .rest()
-                    .is_some_and(|rest| rest.split(':').skip(2).any(|segment| self.is(segment))))
+            || direct_peer(key).is_some_and(|(_, peer)| self.is(&peer))
     }
 
     /// `text` with every id of the person (three characters or more, matched without
@@ -151,6 +148,22 @@ impl PersonIds {
             _ => {}
         }
     }
+}
+
+/// The peer a direct chat's key names, with the channel when the key has one:
+/// `agent:main:telegram:direct:42` is `(Some("telegram"), "42")`,
+/// `agent:main:dm:jane` (one per person) is `(None, "jane")`.
+pub(crate) fn direct_peer(key: &SessionKey) -> Option<(Option<String>, String)> {
+    let segments: Vec<&str> = key.rest()?.split(':').collect();
+    let at = segments
+        .iter()
+        .position(|s| matches!(*s, "direct" | "dm"))?;
+    let peer = segments[at + 1..].join(":");
+    if peer.is_empty() {
+        return None;
+    }
+    let channel = (at > 0).then(|| segments[0].to_owned());
+    Some((channel, peer))
 }
 
 /// `text` with each occurrence of `id` (lower-case) replaced, whatever its case.
@@ -464,6 +477,18 @@ mod tests {
         assert_eq!(redaction.judge(1, summary), LineFate::Keep);
         assert!(matches!(redaction.judge(2, theirs), LineFate::Replace(_)));
         assert!(matches!(redaction.judge(3, summary), LineFate::Replace(_)));
+    }
+
+    #[test]
+    fn direct_keys_name_their_peer() {
+        let peer = |key: &str| direct_peer(&SessionKey::parse(key).unwrap());
+        assert_eq!(
+            peer("agent:main:telegram:direct:42"),
+            Some((Some("telegram".into()), "42".into()))
+        );
+        assert_eq!(peer("agent:main:dm:jane"), Some((None, "jane".into())));
+        assert_eq!(peer("agent:main:whatsapp:group:120363@g.us"), None);
+        assert_eq!(peer("agent:main:main"), None);
     }
 
     #[test]
