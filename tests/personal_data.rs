@@ -649,3 +649,92 @@ async fn only_the_owner_erases_and_a_person_may_take_their_own_copy() {
         .unwrap();
     assert_eq!(report.sessions, 1);
 }
+
+/// Every session's entry and transcript lines, by key.
+async fn snapshot(url: &str) -> BTreeMap<String, (String, Vec<String>)> {
+    let backend = Backend::open(url).await.unwrap();
+    let mut all = BTreeMap::new();
+    for session in backend
+        .sessions()
+        .list(&ListFilter::new().any_status())
+        .await
+        .unwrap()
+    {
+        let lines = backend
+            .transcripts()
+            .export_lines(
+                &AgentId::main(),
+                &format!("{}.jsonl", session.entry.session_id),
+            )
+            .await
+            .unwrap()
+            .unwrap_or_default();
+        all.insert(
+            format!("{} {}", session.key, session.entry.session_id),
+            (serde_json::to_string(&session.entry).unwrap(), lines),
+        );
+    }
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn erasing_one_person_leaves_people_with_overlapping_ids_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut urls = vec![format!("json:{}", dir.path().join("tree").display())];
+    #[cfg(feature = "sqlite")]
+    urls.push(format!("sqlite:{}", dir.path().join("s.db").display()));
+    for url in &urls {
+        let manager = manager(url, &dir.path().join("ws")).await;
+        // 42's neighbours: 420, 4242424 and 42 on another channel, a group whose id
+        // contains 42, and times that contain numbers.
+        let dm = |channel: &str, id: &str, text: &str| InboundMessage::direct(channel, id, text);
+        for (channel, id) in [
+            ("telegram", "420"),
+            ("telegram", "4242424"),
+            ("whatsapp", "42"),
+        ] {
+            let text = format!("I am {id}, call telegram:420 or 42 at 20:42 on 2026-04-20");
+            answer(&manager, &dm(channel, id, &text), "ok").await;
+        }
+        let group = |who: &str, text: &str| {
+            InboundMessage::group("telegram", "-1004200042", who, text).with_sender_name(who)
+        };
+        answer(
+            &manager,
+            &group("420", "@bot hi from 420").mentioning_agent(),
+            "hi",
+        )
+        .await;
+        let before = snapshot(url).await;
+        // Someone with no data at all: nothing changes.
+        for nobody in ["telegram:2026", "telegram:main", "telegram:agent"] {
+            let (channel, id) = nobody.split_once(':').unwrap();
+            let report = manager
+                .forget_person(&PersonRef::sender(channel, id))
+                .await
+                .unwrap();
+            assert_eq!(
+                (
+                    report.sessions,
+                    report.redacted_lines,
+                    report.edited_sessions
+                ),
+                (0, 0, 0),
+                "{url}: {nobody}"
+            );
+            assert_eq!(
+                snapshot(url).await,
+                before,
+                "{url}: erasing {nobody} changed others' data"
+            );
+        }
+        // 42 on Telegram: only their session goes.
+        answer(&manager, &dm("telegram", "42", "I am 42"), "ok").await;
+        let report = manager
+            .forget_person(&PersonRef::sender("telegram", "42"))
+            .await
+            .unwrap();
+        assert_eq!(report.sessions, 1, "{url}: {report:?}");
+        assert_eq!(snapshot(url).await, before, "{url}: others' data changed");
+    }
+}

@@ -181,12 +181,25 @@ struct RuleFile {
 
 fn retention_policy(file: &Path) -> Result<RetentionPolicy, Failure> {
     let bad = |problem: String| failure(EXIT_USAGE, format!("{}: {problem}", file.display()));
+    // Only a regular file is read (a FIFO would wait forever).
+    match std::fs::metadata(file) {
+        Ok(metadata) if metadata.is_file() => {}
+        Ok(_) => return Err(bad("not a regular file".into())),
+        Err(e) => return Err(bad(e.to_string())),
+    }
     let text = std::fs::read_to_string(file).map_err(|e| bad(e.to_string()))?;
     let parsed: PolicyFile = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
     let duration = |raw: &Option<String>| -> Result<Option<Duration>, Failure> {
-        raw.as_deref()
-            .map(|raw| parse_duration(raw).map_err(bad))
-            .transpose()
+        let Some(raw) = raw.as_deref() else {
+            return Ok(None);
+        };
+        let keep = parse_duration(raw).map_err(bad)?;
+        if keep.is_zero() {
+            return Err(bad(format!(
+                "{raw:?} keeps nothing: give at least a minute (a policy removes what is older)"
+            )));
+        }
+        Ok(Some(keep))
     };
     let mut policy = RetentionPolicy::new();
     if let Some(max) = parsed.max_per_pass {
@@ -194,7 +207,9 @@ fn retention_policy(file: &Path) -> Result<RetentionPolicy, Failure> {
     }
     for rule in &parsed.rules {
         let mut built = match &rule.agent {
-            Some(agent) => RetentionRule::for_agent(AgentId::new(agent)?),
+            Some(agent) => {
+                RetentionRule::for_agent(AgentId::new(agent).map_err(|e| bad(e.to_string()))?)
+            }
             None => RetentionRule::all(),
         };
         if let Some(channel) = &rule.channel {
@@ -221,8 +236,15 @@ fn retention_policy(file: &Path) -> Result<RetentionPolicy, Failure> {
 /// person id (`jane`, and `staff:17`, whose prefix is not a channel).
 fn person_ref(raw: &str) -> Result<PersonRef, Failure> {
     let raw = raw.trim();
+    let usage = |problem: &str| failure(EXIT_USAGE, format!("--person {raw:?}: {problem}"));
     if raw.is_empty() {
         return Err(failure(EXIT_USAGE, "--person is empty".to_owned()));
+    }
+    if raw.chars().any(char::is_control) {
+        return Err(usage("holds a control character"));
+    }
+    if !raw.chars().any(char::is_alphanumeric) {
+        return Err(usage("is not an id"));
     }
     const CHANNELS: &[&str] = &[
         "telegram",
@@ -242,8 +264,14 @@ fn person_ref(raw: &str) -> Result<PersonRef, Failure> {
         "email",
         "line",
     ];
+    if CHANNELS.contains(&raw.to_lowercase().as_str()) {
+        return Err(usage("is a channel: give the sender on it (telegram:42)"));
+    }
     Ok(match raw.split_once(':') {
         Some((channel, id)) if CHANNELS.contains(&channel.to_lowercase().as_str()) => {
+            if id.trim().is_empty() {
+                return Err(usage("names no sender id after the channel"));
+            }
             PersonRef::sender(channel, id)
         }
         _ => PersonRef::person(raw),
@@ -256,11 +284,23 @@ async fn backend_manager(
     store: &str,
     agent: &AgentId,
     workspaces: Option<&Path>,
+    isolated: bool,
 ) -> Result<SessionManager, Failure> {
+    if let Some(dir) = workspaces {
+        if !std::fs::metadata(dir).is_ok_and(|m| m.is_dir()) {
+            return Err(failure(
+                EXIT_USAGE,
+                format!("--workspaces {}: not a directory", dir.display()),
+            ));
+        }
+    }
     let backend = Backend::open_with(store, OpenMode::Existing).await?;
     let mut builder = SessionManager::builder(backend.sessions().clone())
         .backend(backend)
         .default_agent(agent.clone());
+    if isolated {
+        builder = builder.isolate_to_agent(agent.clone());
+    }
     if let Some(dir) = workspaces {
         builder = builder.workspaces(agent_sessions::identity::Workspaces::new(dir));
     }
@@ -269,7 +309,8 @@ async fn backend_manager(
 
 async fn forget(store: &str, agent: &AgentId, json: bool, args: ForgetArgs) -> Outcome {
     let person = person_ref(&args.person)?;
-    let manager = backend_manager(store, agent, args.workspaces.as_deref()).await?;
+    // An erase reaches every agent: a person's data is not left in one of them.
+    let manager = backend_manager(store, agent, args.workspaces.as_deref(), false).await?;
     let mut options = ForgetOptions::new();
     if args.vacuum {
         options = options.vacuum();
@@ -564,7 +605,18 @@ fn parse_kind(raw: &str) -> Result<PeerKind, String> {
 /// Refuses a global option given on the command line that `command` would ignore.
 fn refuse_ignored(given: Given, command: &Command) -> Outcome {
     let (name, ignored): (&str, &[(&str, bool, &str)]) = match command {
+        Command::Export(args) if args.person.is_some() => (
+            "export --person",
+            &[
+                ("--json", given.json, "it always writes JSON"),
+                ("--agent", given.agent, "a person's copy covers every agent"),
+            ],
+        ),
         Command::Export(_) => ("export", &[("--json", given.json, "it always writes JSON")]),
+        Command::Forget(_) => (
+            "forget",
+            &[("--agent", given.agent, "an erase reaches every agent")],
+        ),
         Command::Migrate { .. } => (
             "migrate",
             &[
@@ -1089,7 +1141,8 @@ async fn by_session_id(backend: &Backend, raw: &str) -> Result<Option<StoredSess
 async fn prune(store: &str, agent: &AgentId, json: bool, args: PruneArgs) -> Outcome {
     if let Some(file) = &args.retention {
         let policy = retention_policy(file)?;
-        let manager = backend_manager(store, agent, None).await?;
+        let isolated = args.scope.agent(agent).is_some();
+        let manager = backend_manager(store, agent, None, isolated).await?;
         let report = manager.apply_retention(&policy).await?;
         output::retained(json, &report);
         return Ok(());
@@ -1230,7 +1283,8 @@ async fn export(store: &str, agent: &AgentId, args: ExportArgs) -> Outcome {
 /// `--output` (owner-only, renamed into place).
 async fn export_person(store: &str, agent: &AgentId, raw: &str, args: &ExportArgs) -> Outcome {
     let person = person_ref(raw)?;
-    let manager = backend_manager(store, agent, args.workspaces.as_deref()).await?;
+    // A person's copy holds what every agent keeps of them.
+    let manager = backend_manager(store, agent, args.workspaces.as_deref(), false).await?;
     let Some(path) = &args.output else {
         let mut out = io::BufWriter::with_capacity(1 << 16, io::stdout());
         manager.export_person(&person, &mut out).await?;
@@ -1351,10 +1405,14 @@ fn export_destination_is_safe(store: &str, path: &Path) -> Outcome {
     };
     let destination = dir.join(path.file_name().unwrap_or_default());
     let inside = match store.parse::<StoreUrl>()? {
-        StoreUrl::Json(root) => agent_sessions::paths::expand_home(&root)
-            .join("agents")
-            .canonicalize()
-            .is_ok_and(|agents| destination.starts_with(agents)),
+        // The directories the crate keeps its files in.
+        StoreUrl::Json(root) => {
+            let root = agent_sessions::paths::expand_home(&root);
+            ["agents", "group-history", "system-events", "search"]
+                .iter()
+                .filter_map(|dir| root.join(dir).canonicalize().ok())
+                .any(|dir| destination.starts_with(dir))
+        }
         StoreUrl::Sqlite(file) => {
             let file = agent_sessions::paths::expand_home(&file);
             file.canonicalize().is_ok_and(|db| {

@@ -10,7 +10,7 @@ use super::redact::{direct_peer, without_chatter_of, LineFate, PersonIds, Transc
 use super::SessionManager;
 use crate::error::{DeleteRefusal, Error, Result};
 use crate::identity::Identifier;
-use crate::key::AgentId;
+use crate::key::{AgentId, SessionKey};
 use crate::search::{LoggedMessage, SearchFilter, SearchIndex};
 use crate::store::{ListFilter, SessionStoreExt, StatusFilter, StoredSession};
 use crate::transcript::lines::session_id_of_name;
@@ -119,6 +119,10 @@ pub struct ForgetReport {
     /// Copies removed or rewritten (backups, orphaned and quarantined files, database
     /// pages and logs).
     pub copies: usize,
+    /// Names in the transcripts' place that are not regular files (a link or a FIFO
+    /// planted there): neither followed nor removed. `doctor` reports them; remove them
+    /// and erase again.
+    pub skipped: usize,
 }
 
 impl SessionManager {
@@ -216,7 +220,7 @@ impl SessionManager {
         report.history_entries += self
             .seams
             .history
-            .edit_entries(&|_, entry| ids.history_edit(entry))
+            .edit_entries(&|group, entry| ids.history_edit(group, entry))
             .await?;
         for session in &current {
             report.system_events += self.system_events.drain(&session.key).await?.len();
@@ -319,7 +323,11 @@ impl SessionManager {
                 if id.trim().is_empty() {
                     return Err(blank());
                 }
-                add_with_links(&mut ids, id);
+                // The id is theirs on this channel only (`42` on WhatsApp is someone
+                // else); a person it is linked to is theirs everywhere.
+                if let Some(canonical) = self.seams.keys.canonical_person(id) {
+                    ids.add(&canonical);
+                }
                 add_with_links(
                     &mut ids,
                     &format!("{}:{}", channel.trim().to_lowercase(), id.trim()),
@@ -431,8 +439,17 @@ impl SessionManager {
             if !redact_shared {
                 continue;
             }
-            let Some(lines) = transcripts.export_lines(&agent, &name).await? else {
-                continue;
+            let lines = match transcripts.export_lines(&agent, &name).await {
+                Ok(Some(lines)) => lines,
+                Ok(None) => continue,
+                // Not a transcript (a link, a FIFO planted where one belongs): not
+                // followed, left for `doctor`, and counted.
+                Err(Error::NotAFile { path, .. }) => {
+                    tracing::warn!(path = %path.display(), "not a regular file: left as it is");
+                    plan.skipped += 1;
+                    continue;
+                }
+                Err(error) => return Err(error),
             };
             let mut redaction = TranscriptRedaction::new(ids);
             let mut edits = Vec::new();
@@ -457,9 +474,15 @@ impl SessionManager {
         plan: TranscriptPlan,
         report: &mut ForgetReport,
     ) -> Result<()> {
+        report.skipped += plan.skipped;
         for (agent, name) in plan.remove {
-            if transcripts.remove_named(&agent, &name).await? {
-                report.transcripts += 1;
+            match transcripts.remove_named(&agent, &name).await {
+                Ok(removed) => report.transcripts += usize::from(removed),
+                Err(Error::NotAFile { path, .. }) => {
+                    tracing::warn!(path = %path.display(), "not a regular file: left as it is");
+                    report.skipped += 1;
+                }
+                Err(error) => return Err(error),
             }
         }
         for (agent, name, edits) in plan.edit {
@@ -489,7 +512,15 @@ impl SessionManager {
             .iter()
             .chain(touched)
             .map(|session| SearchFilter::new().session(session))
-            .chain(ids.all().map(|id| SearchFilter::new().person(id)));
+            .chain(
+                ids.all()
+                    .flat_map(|id| {
+                        // Messages file a sender by their bare id (`42`), on their channel.
+                        let bare = id.rsplit_once(':').map(|(_, bare)| bare.to_owned());
+                        std::iter::once(id.to_owned()).chain(bare)
+                    })
+                    .map(|id| SearchFilter::new().person(id)),
+            );
         for filter in filters {
             for message in index.messages(&filter).await? {
                 if agent.as_ref().is_some_and(|agent| *agent != message.agent)
@@ -498,7 +529,10 @@ impl SessionManager {
                     continue;
                 }
                 let theirs = erased.contains(&message.session_id)
-                    || message.person_id.as_deref().is_some_and(|p| ids.is(p));
+                    || message
+                        .person_id
+                        .as_deref()
+                        .is_some_and(|p| ids.is_on(message.channel.as_deref(), p));
                 if theirs {
                     gone.push(message.id);
                 } else {
@@ -642,6 +676,8 @@ struct TranscriptPlan {
     labels: Vec<String>,
     /// The sessions of the transcripts edited.
     touched: BTreeSet<String>,
+    /// Names that are not regular files, left alone.
+    skipped: usize,
 }
 
 /// Whether a turn may still run in the session of `entry`: its status is `running`
@@ -661,7 +697,11 @@ fn runs(entry: &crate::entry::SessionEntry, now_ms: u64) -> bool {
 }
 
 /// `ids` with the ids the person's sessions recorded for them.
-fn widen<'s>(mut ids: PersonIds, sessions: impl Iterator<Item = &'s StoredSession>) -> PersonIds {
+fn widen<'s>(
+    mut ids: PersonIds,
+    sessions: impl Iterator<Item = &'s StoredSession> + Clone,
+) -> PersonIds {
+    let keys: Vec<SessionKey> = sessions.clone().map(|s| s.key.clone()).collect();
     let found: Vec<String> = sessions
         .flat_map(|s| {
             let mut found: Vec<String> = s
@@ -671,18 +711,21 @@ fn widen<'s>(mut ids: PersonIds, sessions: impl Iterator<Item = &'s StoredSessio
                 .chain(s.entry.raw_person_ids.iter().flatten())
                 .cloned()
                 .collect();
-            // The peer a direct key names (`…:telegram:direct:<peer>`), with its channel.
+            // The peer a direct key names (`…:telegram:direct:<peer>`), on its channel.
             if let Some((channel, peer)) = direct_peer(&s.key) {
-                if let Some(channel) = channel {
-                    found.push(format!("{channel}:{peer}"));
-                }
-                found.push(peer);
+                found.push(match channel {
+                    Some(channel) => format!("{channel}:{peer}"),
+                    None => peer,
+                });
             }
             found
         })
         .collect();
     for id in found {
         ids.add(&id);
+    }
+    for session in keys {
+        ids.add_key(&session);
     }
     ids
 }

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::forget::PersonRef;
-use super::redact::{chatter_of, PersonIds};
+use super::redact::{self, chatter_of, PersonIds};
 use super::SessionManager;
 use crate::context::history::HistoryEdit;
 use crate::error::{Error, Result};
@@ -143,7 +143,17 @@ impl SessionManager {
                     .unwrap_or_default()
                 {
                     let found = if written_by(&ids, &line) {
-                        exported_line(&line).into_iter().collect()
+                        // Their message, without the chatter of others shown with it.
+                        exported_line(&line)
+                            .map(|mut message| {
+                                if let Some(text) = message["text"].as_str() {
+                                    let own = own_part(text).to_owned();
+                                    message["text"] = Value::from(own);
+                                }
+                                message
+                            })
+                            .into_iter()
+                            .collect()
                     } else {
                         chatter_in(&ids, &line)
                     };
@@ -185,8 +195,13 @@ impl SessionManager {
         let chatter = Mutex::new(Vec::new());
         self.seams
             .history
-            .edit_entries(&|_, entry| {
-                if entry.sender_id.as_deref().is_some_and(|id| ids.is(id)) {
+            .edit_entries(&|group, entry| {
+                let channel = group.split(':').nth(2);
+                if entry
+                    .sender_id
+                    .as_deref()
+                    .is_some_and(|id| ids.is_on(channel, id))
+                {
                     chatter
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -236,7 +251,11 @@ fn chatter_in(ids: &PersonIds, line: &str) -> Vec<Value> {
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|record| record["senderId"].as_str().is_some_and(|id| ids.is(id)))
+        .filter(|record| {
+            record["senderId"]
+                .as_str()
+                .is_some_and(|id| ids.is_on(value["log"]["channel"].as_str(), id))
+        })
         .filter_map(|record| record["sender"].as_str().map(str::to_owned))
         .collect();
     if labels.is_empty() {
@@ -259,16 +278,21 @@ fn chatter_in(ids: &PersonIds, line: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The part of a group line's text its sender wrote: after the group's history
+/// block, the current message.
+fn own_part(text: &str) -> &str {
+    match text.split_once(crate::context::inbound::pipeline::CURRENT_MESSAGE_MARKER) {
+        Some((_, own)) => own.trim_start_matches('\n'),
+        None => text,
+    }
+}
+
 /// Whether `line` is a message the person wrote.
 fn written_by(ids: &PersonIds, line: &str) -> bool {
-    let Ok(value) = serde_json::from_str::<Value>(line) else {
-        return false;
-    };
-    ["personId", "rawPersonId"]
-        .iter()
-        .filter_map(|field| value["log"][*field].as_str())
-        .any(|id| ids.is(id))
-        && value["type"] == "message"
+    match serde_json::from_str::<Value>(line) {
+        Ok(Value::Object(entry)) => entry["type"] == "message" && redact::written_by(ids, &entry),
+        _ => false,
+    }
 }
 
 /// A transcript line as the export shows it: a message (time, role, text, and the

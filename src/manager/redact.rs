@@ -13,31 +13,38 @@ use crate::key::SessionKey;
 /// What stands in for an identifier in text that stays.
 const MASK: &str = "[erased]";
 
+/// The shortest id searched for in free text: a shorter one (`42`) would match numbers
+/// people write for other reasons. Ids are matched whole (not inside a longer word or
+/// number) and only in what people wrote, never in keys, times or routing fields.
+const MIN_TEXT_ID: usize = 6;
+
 /// The `customType` of the line that replaces an erased transcript line.
 pub(crate) const ERASED_CUSTOM_TYPE: &str = "agent-sessions.erased";
 
 /// One person as the data names them: every id they are known by.
+///
+/// Ids are compared whole. An id with a channel (`telegram:42`) matches a sender only
+/// on that channel: `42` on WhatsApp is someone else.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct PersonIds {
-    /// The ids, lower-cased for matching (`jane`, `+15550100`, `telegram:42`, `42`).
+    /// The ids, lower-cased (`jane`, `staff:17`, `telegram:42`, `sms:+15550100`).
     ids: BTreeSet<String>,
+    /// Session keys of theirs, for finding copies of their entries.
+    keys: BTreeSet<String>,
 }
 
 impl PersonIds {
-    /// Adds `id` (trimmed; blank ids are ignored), and for a channel-scoped id
-    /// (`telegram:42`) its bare form too.
+    /// Adds `id` (trimmed; blank ids are ignored).
     pub(crate) fn add(&mut self, id: &str) {
         let id = id.trim();
-        if id.is_empty() {
-            return;
+        if !id.is_empty() {
+            self.ids.insert(id.to_lowercase());
         }
-        self.ids.insert(id.to_lowercase());
-        if let Some((_, bare)) = id.split_once(':') {
-            // `staff:17` stays whole too; `telegram:42` is also `42`.
-            if !bare.is_empty() && !bare.contains(':') && bare.len() >= 2 {
-                self.ids.insert(bare.to_lowercase());
-            }
-        }
+    }
+
+    /// Records `key` as one of their sessions' keys.
+    pub(crate) fn add_key(&mut self, key: &SessionKey) {
+        self.keys.insert(key.to_string());
     }
 
     /// Every id, lower-cased.
@@ -50,18 +57,43 @@ impl PersonIds {
         self.ids.contains(&id.trim().to_lowercase())
     }
 
+    /// Whether `id`, seen on `channel`, is one of theirs: the id itself, or the id
+    /// scoped by the channel (`telegram` and `42` as `telegram:42`).
+    pub(crate) fn is_on(&self, channel: Option<&str>, id: &str) -> bool {
+        self.is(id)
+            || channel.is_some_and(|channel| {
+                self.is(&format!("{}:{}", channel.trim().to_lowercase(), id.trim()))
+            })
+    }
+
     /// Whether any of `ids` is.
     pub(crate) fn any<'a>(&self, mut ids: impl Iterator<Item = &'a String>) -> bool {
         ids.any(|id| self.is(id))
     }
 
-    /// The ids, for searching stored bytes (both as stored and as written by people).
-    pub(crate) fn needles(&self) -> Vec<String> {
-        self.ids
+    /// The forms of their ids people write in text (`+15550100` of `sms:+15550100`),
+    /// long enough to be searched for.
+    fn text_ids(&self) -> Vec<String> {
+        let mut found: Vec<String> = self
+            .ids
             .iter()
-            .filter(|id| id.len() >= 3)
-            .cloned()
-            .collect()
+            .flat_map(|id| {
+                let bare = id.rsplit_once(':').map(|(_, bare)| bare.to_owned());
+                std::iter::once(id.clone()).chain(bare)
+            })
+            .filter(|id| id.chars().count() >= MIN_TEXT_ID)
+            .collect();
+        found.sort();
+        found.dedup();
+        found
+    }
+
+    /// What finds a copy of their data in a file or row: their sessions' keys, and
+    /// their ids as [`mask`](Self::mask) finds them.
+    pub(crate) fn needles(&self) -> Vec<String> {
+        let mut needles = self.text_ids();
+        needles.extend(self.keys.iter().cloned());
+        needles
     }
 
     /// Whether the session under `key` with `entry` is this person's own: not a group
@@ -76,34 +108,39 @@ impl PersonIds {
                 .raw_person_ids
                 .as_ref()
                 .is_some_and(|raw| self.any(raw.iter()))
-            || direct_peer(key).is_some_and(|(_, peer)| self.is(&peer))
+            || direct_peer(key).is_some_and(|(channel, peer)| self.is_on(channel.as_deref(), &peer))
     }
 
-    /// `text` with every id of the person (three characters or more, matched without
-    /// regard to case) replaced by a mask no longer than it, so a line never grows.
+    /// `text` with every id of theirs people write (see [`MIN_TEXT_ID`]) replaced by a
+    /// mask no longer than it, so a line never grows.
     pub(crate) fn mask(&self, text: &str) -> String {
         let mut out = text.to_owned();
-        for id in self.needles() {
-            out = replace_ignoring_case(&out, &id);
+        for id in self.text_ids() {
+            out = replace_whole(&out, &id);
         }
         out
     }
 
-    /// Whether `text` names the person.
+    /// Whether `text` names them (by an id [`mask`](Self::mask) would replace).
     pub(crate) fn named_in(&self, text: &str) -> bool {
-        let lower = text.to_lowercase();
-        self.needles().iter().any(|id| lower.contains(id.as_str()))
+        self.text_ids()
+            .iter()
+            .any(|id| !whole_matches(&text.to_lowercase(), id).is_empty())
     }
 
-    /// What to do with one entry of group history: the person's go, others' that
-    /// name them are masked.
-    pub(crate) fn history_edit(&self, entry: &HistoryEntry) -> HistoryEdit {
-        if entry.sender_id.as_deref().is_some_and(|id| self.is(id)) {
+    /// What to do with one entry of the group history `group`: theirs go (by the id
+    /// recorded with it, on the group's channel), others' that name them are masked.
+    pub(crate) fn history_edit(&self, group: &str, entry: &HistoryEntry) -> HistoryEdit {
+        let channel = group.split(':').nth(2);
+        if entry
+            .sender_id
+            .as_deref()
+            .is_some_and(|id| self.is_on(channel, id))
+        {
             return HistoryEdit::Remove;
         }
-        if self.named_in(&entry.body) || self.named_in(&entry.sender) {
+        if self.named_in(&entry.body) {
             return HistoryEdit::Replace(HistoryEntry {
-                sender: self.mask(&entry.sender),
                 body: self.mask(&entry.body),
                 ..entry.clone()
             });
@@ -112,42 +149,78 @@ impl PersonIds {
     }
 
     /// A session entry that is not theirs, without them: out of its participants and
-    /// raw ids, their ids masked in its text. `None` when it does not name them.
+    /// raw ids; where they took part (or its preview names them), without the texts
+    /// derived from what everyone said (`lastMessagePreview`, `contextSummary`, made
+    /// again by the next turn). Keys, routes and every other field stay. `None` when
+    /// nothing changes.
     pub(crate) fn redact_entry(&self, entry: &SessionEntry) -> Option<SessionEntry> {
-        let mut value = serde_json::to_value(entry).ok()?;
-        let text = value.to_string();
-        if !self.named_in(&text) {
-            return None;
-        }
+        let mut redacted = entry.clone();
+        let channel = entry.channel_name().map(str::to_owned);
+        let theirs = |id: &String| self.is_on(channel.as_deref(), id);
         let took_part = entry
             .participants
             .as_ref()
-            .is_some_and(|all| self.any(all.iter()));
-        for field in ["participants", "rawPersonIds"] {
-            if let Some(Value::Array(ids)) = value.get_mut(field) {
-                ids.retain(|id| !id.as_str().is_some_and(|id| self.is(id)));
-            }
+            .is_some_and(|all| all.iter().any(theirs));
+        if let Some(all) = redacted.participants.as_mut() {
+            all.retain(|id| !theirs(id));
         }
-        if took_part {
-            // Texts derived from what everyone said, theirs too: made again by the
-            // next turn.
-            if let Value::Object(fields) = &mut value {
-                fields.remove("lastMessagePreview");
-                fields.remove("contextSummary");
-            }
+        if let Some(all) = redacted.raw_person_ids.as_mut() {
+            all.retain(|id| !theirs(id));
         }
-        self.mask_value(&mut value);
-        serde_json::from_value(value).ok()
+        let named = |text: &Option<String>| text.as_deref().is_some_and(|t| self.named_in(t));
+        if took_part || named(&entry.last_message_preview) || named(&entry.context_summary) {
+            redacted.last_message_preview = None;
+            redacted.context_summary = None;
+        }
+        (redacted != *entry).then_some(redacted)
     }
+}
 
-    fn mask_value(&self, value: &mut Value) {
-        match value {
-            Value::String(text) if self.named_in(text) => *text = self.mask(text),
-            Value::Array(items) => items.iter_mut().for_each(|v| self.mask_value(v)),
-            Value::Object(map) => map.values_mut().for_each(|v| self.mask_value(v)),
-            _ => {}
+/// The byte ranges where `id` (lower-case) occurs whole in `lower` (lower-cased
+/// text): not inside a longer word or number.
+fn whole_matches(lower: &str, id: &str) -> Vec<(usize, usize)> {
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(at) = lower[from..].find(id) {
+        let start = from + at;
+        let end = start + id.len();
+        let before = lower[..start].chars().next_back();
+        let after = lower[end..].chars().next();
+        // An id's own edge that is not a word character (`+1555…`) needs no boundary.
+        let open = !id.starts_with(word) || before.is_none_or(|c| !word(c));
+        let close = !id.ends_with(word) || after.is_none_or(|c| !word(c));
+        if open && close {
+            found.push((start, end));
         }
+        from = start + id.len().max(1);
     }
+    found
+}
+
+/// `text` with each whole occurrence of `id` (lower-case) replaced, whatever its case.
+fn replace_whole(text: &str, id: &str) -> String {
+    let mask = if id.len() >= MASK.len() {
+        MASK.to_owned()
+    } else {
+        "*".repeat(id.len())
+    };
+    let lower = text.to_lowercase();
+    // Lower-casing may change byte lengths: then only exact-case matches are masked.
+    let haystack = if lower.len() == text.len() {
+        lower
+    } else {
+        text.to_owned()
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for (start, end) in whole_matches(&haystack, id) {
+        out.push_str(&text[at..start]);
+        out.push_str(&mask);
+        at = end;
+    }
+    out.push_str(&text[at..]);
+    out
 }
 
 /// The peer a direct chat's key names, with the channel when the key has one:
@@ -164,30 +237,6 @@ pub(crate) fn direct_peer(key: &SessionKey) -> Option<(Option<String>, String)> 
     }
     let channel = (at > 0).then(|| segments[0].to_owned());
     Some((channel, peer))
-}
-
-/// `text` with each occurrence of `id` (lower-case) replaced, whatever its case.
-fn replace_ignoring_case(text: &str, id: &str) -> String {
-    let mask = if id.len() >= MASK.len() {
-        MASK.to_owned()
-    } else {
-        "*".repeat(id.len())
-    };
-    let lower = text.to_lowercase();
-    // Lower-casing may change byte lengths: then only exact-case matches are masked.
-    if lower.len() != text.len() {
-        return text.replace(id, &mask);
-    }
-    let mut out = String::with_capacity(text.len());
-    let mut at = 0;
-    while let Some(found) = lower[at..].find(id) {
-        let start = at + found;
-        out.push_str(&text[at..start]);
-        out.push_str(&mask);
-        at = start + id.len();
-    }
-    out.push_str(&text[at..]);
-    out
 }
 
 /// What happens to one transcript line.
@@ -272,18 +321,13 @@ impl<'p> TranscriptRedaction<'p> {
     }
 
     fn written_by_person(&self, entry: &Map<String, Value>) -> bool {
-        let Some(log) = entry.get("log").and_then(Value::as_object) else {
-            return false;
-        };
-        ["personId", "rawPersonId"]
-            .iter()
-            .filter_map(|field| log.get(*field).and_then(Value::as_str))
-            .any(|id| self.person.is(id))
+        written_by(self.person, entry)
     }
 
     /// The labels under which the line's group history shows the person, taking their
     /// records out of the line's `log.chatter`.
     fn take_chatter_labels(&self, entry: &mut Map<String, Value>) -> Vec<String> {
+        let channel = entry_channel(entry);
         let Some(Value::Array(chatter)) = entry
             .get_mut("log")
             .and_then(Value::as_object_mut)
@@ -294,7 +338,7 @@ impl<'p> TranscriptRedaction<'p> {
         let mut labels = Vec::new();
         chatter.retain(|record| {
             let id = record.get("senderId").and_then(Value::as_str).unwrap_or("");
-            if self.person.is(id) {
+            if !id.is_empty() && self.person.is_on(channel.as_deref(), id) {
                 if let Some(label) = record.get("sender").and_then(Value::as_str) {
                     labels.push(label.to_owned());
                 }
@@ -306,38 +350,71 @@ impl<'p> TranscriptRedaction<'p> {
         labels
     }
 
+    /// Takes the person out of what people wrote in the line: the text of its
+    /// message (a string, or the text of its blocks). Keys, times and every other field
+    /// stay as they are.
     fn redact_strings(&self, value: &mut Value, labels: &[String]) {
-        match value {
-            Value::String(text) => {
-                let lines = without_chatter_of(text, labels);
-                let masked = if self.person.named_in(&lines) {
-                    self.person.mask(&lines)
-                } else {
-                    lines
-                };
-                if masked != *text {
-                    *text = masked;
+        let redact = |text: &mut String| {
+            let cut = without_chatter_of(text, labels);
+            let masked = self.person.mask(&cut);
+            if masked != *text {
+                *text = masked;
+            }
+        };
+        match value.pointer_mut("/message/content") {
+            Some(Value::String(text)) => redact(text),
+            Some(Value::Array(blocks)) => {
+                for block in blocks {
+                    if let Some(Value::String(text)) = block.get_mut("text") {
+                        redact(text);
+                    }
                 }
             }
-            Value::Array(items) => items
-                .iter_mut()
-                .for_each(|v| self.redact_strings(v, labels)),
-            Value::Object(map) => map
-                .values_mut()
-                .for_each(|v| self.redact_strings(v, labels)),
             _ => {}
         }
     }
 }
 
+/// The channel a line's log names.
+fn entry_channel(entry: &Map<String, Value>) -> Option<String> {
+    entry
+        .get("log")
+        .and_then(|log| log.get("channel"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+/// Whether the message line `entry` was written by the person (its log's person, on
+/// its channel).
+pub(crate) fn written_by(person: &PersonIds, entry: &Map<String, Value>) -> bool {
+    let Some(log) = entry.get("log").and_then(Value::as_object) else {
+        return false;
+    };
+    let channel = entry_channel(entry);
+    ["personId", "rawPersonId"]
+        .iter()
+        .filter_map(|field| log.get(*field).and_then(Value::as_str))
+        .any(|id| person.is_on(channel.as_deref(), id))
+}
+
+/// Where `label` starts speaking in `line` of a chatter block, if it does:
+/// `[<envelope>] <label>: …`, or `<label>: …` without an envelope.
+fn spoken_by(line: &str, label: &str) -> Option<usize> {
+    let said = format!("{label}: ");
+    if let Some(rest) = line.strip_prefix('[') {
+        if let Some(close) = rest.find("] ") {
+            if rest[close + 2..].starts_with(&said) {
+                return Some(1 + close + 2);
+            }
+        }
+    }
+    line.starts_with(&said).then_some(0)
+}
+
 /// The group-history lines of `text` whose sender is shown as one of `labels`.
 pub(crate) fn chatter_of(text: &str, labels: &[String]) -> Vec<String> {
     text.split('\n')
-        .filter(|line| {
-            line.strip_prefix('[')
-                .and_then(|rest| rest.find("] ").map(|close| &rest[close + 2..]))
-                .is_some_and(|after| labels.iter().any(|l| after.starts_with(&format!("{l}: "))))
-        })
+        .filter(|line| labels.iter().any(|label| spoken_by(line, label).is_some()))
         .map(str::to_owned)
         .collect()
 }
@@ -351,20 +428,15 @@ pub(crate) fn without_chatter_of(text: &str, labels: &[String]) -> String {
     let mut changed = false;
     let lines: Vec<String> = text
         .split('\n')
-        .map(|line| {
-            if let Some(rest) = line.strip_prefix('[') {
-                if let Some(close) = rest.find("] ") {
-                    let after = &rest[close + 2..];
-                    for label in labels {
-                        if after.starts_with(&format!("{label}: ")) {
-                            changed = true;
-                            return format!("[{}] {MASK}", &rest[..close]);
-                        }
-                    }
+        .map(
+            |line| match labels.iter().find_map(|label| spoken_by(line, label)) {
+                Some(at) => {
+                    changed = true;
+                    format!("{}{MASK}", &line[..at])
                 }
-            }
-            line.to_owned()
-        })
+                None => line.to_owned(),
+            },
+        )
         .collect();
     if changed {
         lines.join("\n")
@@ -492,11 +564,47 @@ mod tests {
     }
 
     #[test]
-    fn masks_never_grow_text_and_ignore_case() {
+    fn masks_never_grow_text_and_match_whole_ids_only() {
         let ids = jane();
-        assert_eq!(ids.mask("Ask JANE or +15550100"), "Ask **** or [erased]");
-        assert!(ids.is("Telegram:4242") && ids.is("4242"));
+        assert_eq!(
+            ids.mask("Call +15550100 or +155501001"),
+            "Call [erased] or +155501001"
+        );
+        assert_eq!(
+            ids.mask("TELEGRAM:4242 wrote; telegram:42420 did not"),
+            "[erased] wrote; telegram:42420 did not"
+        );
+        // Short ids are too common in text to be masked there.
+        assert_eq!(ids.mask("jane is 4242 days old"), "jane is 4242 days old");
+        assert!(ids.is("Telegram:4242") && ids.is_on(Some("telegram"), "4242"));
+        assert!(!ids.is("4242"), "42 on another channel is someone else");
+        assert!(!ids.is_on(Some("whatsapp"), "4242"));
         assert!(!ids.is("bob"));
+    }
+
+    #[test]
+    fn keys_times_and_routes_of_others_lines_are_never_touched() {
+        let mut ids = PersonIds::default();
+        ids.add("telegram:2026");
+        ids.add("sms:+15550100777");
+        let line = serde_json::json!({
+            "type": "message", "id": "a1b2c3d4", "parentId": null,
+            "timestamp": "2026-02-06T10:00:01.000Z",
+            "message": {"role": "user", "content": "meet in 2026, says +15550100777"},
+            "log": {"personId": "bob", "channel": "sms", "sessionKey": "agent:main:sms:direct:+15550100777"}
+        })
+        .to_string();
+        let mut redaction = TranscriptRedaction::new(&ids);
+        let LineFate::Replace(new) = redaction.judge(1, &line) else {
+            panic!("the number in the text is masked")
+        };
+        let value: Value = serde_json::from_str(&new).unwrap();
+        assert_eq!(value["message"]["content"], "meet in 2026, says [erased]");
+        assert_eq!(value["timestamp"], "2026-02-06T10:00:01.000Z");
+        assert_eq!(
+            value["log"]["sessionKey"],
+            "agent:main:sms:direct:+15550100777"
+        );
     }
 
     #[test]
@@ -509,14 +617,19 @@ mod tests {
             message_id: None,
             sender_id: Some("jane".into()),
         };
-        assert_eq!(ids.history_edit(&theirs), HistoryEdit::Remove);
+        assert_eq!(
+            ids.history_edit("agent:main:whatsapp:default:group:g", &theirs),
+            HistoryEdit::Remove
+        );
         let mention = HistoryEntry {
             sender: "Bob".into(),
             body: "ping +15550100".into(),
             sender_id: Some("bob".into()),
             ..theirs.clone()
         };
-        let HistoryEdit::Replace(masked) = ids.history_edit(&mention) else {
+        let HistoryEdit::Replace(masked) =
+            ids.history_edit("agent:main:whatsapp:default:group:g", &mention)
+        else {
             panic!("a mention is masked")
         };
         assert_eq!(masked.body, "ping [erased]");
@@ -524,6 +637,9 @@ mod tests {
             body: "lunch?".into(),
             ..mention
         };
-        assert_eq!(ids.history_edit(&other), HistoryEdit::Keep);
+        assert_eq!(
+            ids.history_edit("agent:main:whatsapp:default:group:g", &other),
+            HistoryEdit::Keep
+        );
     }
 }

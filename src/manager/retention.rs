@@ -361,6 +361,7 @@ impl SessionManager {
         }
 
         // Group chatter, by the rule of its group's agent and channel.
+        let isolated = self.isolated_agent().map(AgentId::as_str);
         if policy.rules.iter().any(|rule| rule.group_chatter.is_some()) {
             report.history_entries += self
                 .seams
@@ -369,6 +370,10 @@ impl SessionManager {
                     let mut parts = group.split(':');
                     let agent = parts.nth(1).map(|a| a.split('/').next().unwrap_or(a));
                     let channel = parts.next();
+                    // A manager isolated to an agent keeps to that agent's groups.
+                    if isolated.is_some_and(|only| agent != Some(only)) {
+                        return HistoryEdit::Keep;
+                    }
                     let too_old = policy
                         .rule_for(agent, channel)
                         .and_then(|rule| rule.group_chatter)

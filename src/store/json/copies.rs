@@ -1,6 +1,7 @@
 //! The copies a JSON tree keeps beside its live files, and erasing a person from them:
-//! `sessions.json.bak`, orphaned temporary files, files set aside as `*.corrupt`, and
-//! what `doctor --repair` moved into `quarantine/` directories.
+//! `sessions.json.bak`, orphaned temporary files, files set aside as `*.corrupt` (and
+//! group-history or system-event files that no longer parse), and what `doctor
+//! --repair` moved into `quarantine/` directories.
 
 use std::fs;
 use std::io::Read;
@@ -75,7 +76,11 @@ fn erase_in(dir: &Path, needles: &[&[u8]], quarantined: bool) -> Result<usize> {
         if !kind.is_file() {
             continue;
         }
-        let copy = if quarantined || name.ends_with(".corrupt") {
+        let unparsable = (dir.ends_with(HISTORY_DIR) || dir.ends_with(EVENTS_DIR))
+            && name.ends_with(".json")
+            && read_all(&path)?
+                .is_some_and(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).is_err());
+        let copy = if quarantined || name.ends_with(".corrupt") || unparsable {
             Copy::Remove
         } else if name.ends_with(".tmp") || name.starts_with(".tmp") {
             if orphaned(&path, dir) {

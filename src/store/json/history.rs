@@ -272,16 +272,22 @@ impl HistoryBuffer for JsonFileHistory {
     }
 
     async fn edit_entries(&self, edit: EntryEditor<'_>) -> Result<usize> {
+        if !self.files.exists() {
+            return Ok(0);
+        }
         // The files are edited under the lock on the blocking pool, which needs owned
         // data: the entries are read, judged here, and the decisions applied to each
         // file as it is then (an entry appended meanwhile is kept).
         let groups = self
             .files
             .locked(|files| {
+                // A file that does not parse is skipped and left as it is (an erase
+                // removes it if it names the person).
                 let mut groups = Vec::new();
                 for path in files.all_files()? {
-                    let history: GroupHistory = files.read::<GroupFile>(&path)?.into();
-                    groups.push((path, history));
+                    if let Some(file) = files.read_as_is::<GroupFile>(&path)? {
+                        groups.push((path, GroupHistory::from(file)));
+                    }
                 }
                 Ok(groups)
             })
@@ -307,7 +313,10 @@ impl HistoryBuffer for JsonFileHistory {
             .locked(move |files| {
                 let mut changed = 0;
                 for (path, judged) in decisions {
-                    let history: GroupHistory = files.read::<GroupFile>(&path)?.into();
+                    let Some(file) = files.read_as_is::<GroupFile>(&path)? else {
+                        continue;
+                    };
+                    let history = GroupHistory::from(file);
                     let mut group = Group {
                         files,
                         path,

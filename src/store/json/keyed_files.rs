@@ -37,6 +37,11 @@ impl KeyedFiles {
         }
     }
 
+    /// Whether the directory is there (nothing was ever kept when it is not).
+    pub(super) fn exists(&self) -> bool {
+        crate::fsutil::exists_no_follow(&self.dir)
+    }
+
     /// The file of `key`.
     pub(super) fn file_of(&self, key: &str) -> PathBuf {
         self.dir.join(format!("{}.json", file_name_for(key)))
@@ -83,6 +88,26 @@ impl KeyedFiles {
                     .map_err(|e| Error::io("move a corrupt file aside", path, e))?;
                 tracing::warn!(what = self.what, path = %path.display(), kept_as = %aside.display(), %error, "a file does not parse; kept aside, starting over");
                 Ok(T::default())
+            }
+        }
+    }
+
+    /// What `path` holds, or `None` (logged) when it does not parse: left as it is,
+    /// for callers that must not write.
+    pub(super) fn read_as_is<T: DeserializeOwned + Default>(
+        &self,
+        path: &Path,
+    ) -> Result<Option<T>> {
+        let bytes = match read_limited(path, MAX_FILE) {
+            Ok(Some((bytes, _))) => bytes,
+            Ok(None) => return Ok(Some(T::default())),
+            Err(e) => return Err(Error::io("read", path, e)),
+        };
+        match serde_json::from_slice(&bytes) {
+            Ok(value) => Ok(Some(value)),
+            Err(error) => {
+                tracing::warn!(what = self.what, path = %path.display(), %error, "a file does not parse; skipped");
+                Ok(None)
             }
         }
     }
