@@ -496,6 +496,29 @@ async fn erase_and_scan(url: &str, state: &Path, workspaces: &Path, kills: usize
             path.display()
         );
     }
+    // A migration after the erase has nothing of hers to bring back.
+    #[cfg(feature = "sqlite")]
+    {
+        let copy_dir = tempfile::tempdir().unwrap();
+        let target = format!("sqlite:{}", copy_dir.path().join("copy.db").display());
+        agent_sessions::ops::migrate(
+            &Backend::open(url).await.unwrap(),
+            &Backend::open(&target).await.unwrap(),
+            &agent_sessions::ops::NoProgress,
+        )
+        .await
+        .unwrap();
+        let mut copied = BTreeMap::new();
+        files_under(copy_dir.path(), &mut copied);
+        for (path, bytes) in copied {
+            let found = hits(&bytes, &needles());
+            assert!(
+                found.is_empty(),
+                "the migrated {} holds {found:?}",
+                path.display()
+            );
+        }
+    }
     // Running it again finds nothing more.
     let again = manager
         .forget_person(&PersonRef::person(JANE))
@@ -737,4 +760,38 @@ async fn erasing_one_person_leaves_people_with_overlapping_ids_untouched() {
         assert_eq!(report.sessions, 1, "{url}: {report:?}");
         assert_eq!(snapshot(url).await, before, "{url}: others' data changed");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_running_during_an_erase_completes_first_and_a_later_message_starts_afresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("json:{}", dir.path().join("state").display());
+    let manager = std::sync::Arc::new(manager(&url, &dir.path().join("ws")).await);
+    answer(&manager, &telegram("hello jqalphadm", "t1"), "noted").await;
+    // A turn of hers is running when the erase starts: the erase waits for it.
+    let turn = manager
+        .turn(&telegram("still typing jqbravosms", "t2"))
+        .await
+        .unwrap();
+    let erase = {
+        let manager = manager.clone();
+        tokio::spawn(async move { manager.forget_person(&PersonRef::person(JANE)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!erase.is_finished(), "the erase waits for the running turn");
+    turn.complete("reply jqcharliereset").await.unwrap();
+    let report = erase.await.unwrap().unwrap();
+    assert_eq!(report.sessions, 1, "{report:?}");
+    // Nothing of that conversation is left, the reply included.
+    let mut all = BTreeMap::new();
+    files_under(&dir.path().join("state"), &mut all);
+    for (path, bytes) in &all {
+        let found = hits(bytes, &needles());
+        assert!(found.is_empty(), "{} holds {found:?}", path.display());
+    }
+    // Her next message starts a new, empty session.
+    let next = manager.resolve(&telegram("hi again", "t3")).await.unwrap();
+    assert!(next.is_new());
+    let key = manager.key_for(&telegram("x", "x")).unwrap();
+    assert!(manager.session(&key).messages().await.unwrap().len() <= 1);
 }

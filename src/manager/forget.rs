@@ -15,7 +15,7 @@ use crate::search::{LoggedMessage, SearchFilter, SearchIndex};
 use crate::store::{ListFilter, SessionStoreExt, StatusFilter, StoredSession};
 use crate::transcript::lines::session_id_of_name;
 use crate::transcript::{LineEdit, TranscriptExport};
-use crate::SessionStatus;
+use crate::{SessionEntry, SessionStatus};
 
 /// How long an erase waits for a turn running in one of the person's sessions.
 const RUNNING_WAIT: Duration = Duration::from_secs(30);
@@ -189,7 +189,9 @@ impl SessionManager {
         let ids = self.person_ids(person).await?;
         let (current, closed) = self.sessions_of(&ids).await?;
         let ids = widen(ids, current.iter().chain(&closed));
-        let current = self.wait_until_idle(current, &ids).await?;
+        // From here on, a message of theirs starts afresh: nothing read before the erase
+        // is written back into what it erases.
+        let (current, fresh) = self.retire(current, &ids).await?;
         let erased: BTreeSet<String> = current
             .iter()
             .chain(&closed)
@@ -232,14 +234,22 @@ impl SessionManager {
         // before this finds them again.
         let closed_ids: Vec<String> = closed.iter().map(|s| s.entry.session_id.clone()).collect();
         report.closed_sessions += self.seams.store.remove_closed(&closed_ids).await?;
-        for session in &current {
-            if self.remove_current(session, &ids).await? {
-                report.sessions += 1;
+        // The sessions retired were kept closed by the store; the empty ones in their
+        // place go too, unless a message of theirs came after the fence (a new
+        // conversation, theirs to keep).
+        let erased_ids: Vec<String> = current.iter().map(|s| s.entry.session_id.clone()).collect();
+        report.sessions += self.seams.store.remove_closed(&erased_ids).await?;
+        for empty in &fresh {
+            match self
+                .seams
+                .store
+                .compare_and_set(&empty.key, Some(empty.revision), None)
+                .await
+            {
+                Ok(_) | Err(Error::Conflict { .. }) => {}
+                Err(error) => return Err(error),
             }
         }
-        // A session replaced under its key meanwhile was kept closed by the store.
-        let erased_ids: Vec<String> = erased.iter().cloned().collect();
-        report.closed_sessions += self.seams.store.remove_closed(&erased_ids).await?;
         // A turn that slipped in before the sessions went appended to a transcript
         // already erased: erased again (a new session after this one starts afresh).
         if let Some(transcripts) = &transcripts {
@@ -388,36 +398,60 @@ impl SessionManager {
         Ok((current, closed))
     }
 
-    /// `current` once no turn runs in any of them, re-read.
-    async fn wait_until_idle(
+    /// Fences the person's current sessions off: each, once no turn runs in it, is
+    /// replaced under its key by a new, empty session (the store keeps the old one
+    /// closed, to be erased with the others), so a message of theirs from now on starts
+    /// afresh instead of writing into what is being erased. A turn running in one is
+    /// waited for (up to [`RUNNING_WAIT`]). Returns the sessions retired and the empty
+    /// ones in their place.
+    async fn retire(
         &self,
         current: Vec<StoredSession>,
         ids: &PersonIds,
-    ) -> Result<Vec<StoredSession>> {
+    ) -> Result<(Vec<StoredSession>, Vec<StoredSession>)> {
         let started = std::time::Instant::now();
-        let mut sessions = current;
-        loop {
-            let now_ms = self.seams.clock.now_millis();
-            let Some(running) = sessions.iter().find(|s| runs(&s.entry, now_ms)) else {
-                return Ok(sessions);
-            };
-            if started.elapsed() > RUNNING_WAIT {
-                return Err(Error::DeleteRefused {
-                    key: running.key.clone(),
-                    reason: DeleteRefusal::Running,
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            let mut fresh = Vec::with_capacity(sessions.len());
-            for session in &sessions {
-                if let Some(now) = self.seams.store.get(&session.key).await? {
-                    if ids.owns(&now.key, &now.entry) {
-                        fresh.push(now);
+        let (mut retired, mut fresh) = (Vec::new(), Vec::new());
+        for session in current {
+            let mut judged = Some(session);
+            while let Some(session) = judged.take().filter(|s| ids.owns(&s.key, &s.entry)) {
+                if runs(&session.entry, self.seams.clock.now_millis()) {
+                    if started.elapsed() > RUNNING_WAIT {
+                        return Err(Error::DeleteRefused {
+                            key: session.key,
+                            reason: DeleteRefusal::Running,
+                        });
                     }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    judged = self.seams.store.get(&session.key).await?;
+                    continue;
+                }
+                // Who it was of stays, so a run killed after this finds it again.
+                let empty = SessionEntry {
+                    session_id: uuid::Uuid::new_v4().to_string(),
+                    updated_at: session.entry.updated_at,
+                    person_id: session.entry.person_id.clone(),
+                    raw_person_ids: session.entry.raw_person_ids.clone(),
+                    ..SessionEntry::default()
+                };
+                match self
+                    .seams
+                    .store
+                    .compare_and_set(&session.key, Some(session.revision), Some(empty))
+                    .await
+                {
+                    Ok(Some(stored)) => {
+                        fresh.push(stored);
+                        retired.push(session);
+                    }
+                    Ok(None) => retired.push(session),
+                    Err(Error::Conflict { .. }) => {
+                        judged = self.seams.store.get(&session.key).await?;
+                    }
+                    Err(error) => return Err(error),
                 }
             }
-            sessions = fresh;
         }
+        Ok((retired, fresh))
     }
 
     /// What to do to the transcripts: those of the sessions `erased` (live and
@@ -634,31 +668,6 @@ impl SessionManager {
             edited += usize::from(changed);
         }
         Ok(edited)
-    }
-
-    /// Removes the person's current session `session`, unless it changed person
-    /// meanwhile; a session changed by a turn that slipped in is read again.
-    async fn remove_current(&self, session: &StoredSession, ids: &PersonIds) -> Result<bool> {
-        let mut revision = Some(session.revision);
-        for _ in 0..5 {
-            match self
-                .seams
-                .store
-                .compare_and_set(&session.key, revision, None)
-                .await
-            {
-                Ok(_) => return Ok(true),
-                Err(Error::Conflict { .. }) => match self.seams.store.get(&session.key).await? {
-                    Some(now) if ids.owns(&now.key, &now.entry) => revision = Some(now.revision),
-                    _ => return Ok(false),
-                },
-                Err(error) => return Err(error),
-            }
-        }
-        Err(Error::DeleteRefused {
-            key: session.key.clone(),
-            reason: DeleteRefusal::Running,
-        })
     }
 
     /// The agent this manager is isolated to, if any.

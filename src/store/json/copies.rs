@@ -21,8 +21,9 @@ const ORPHAN_AGE: Duration = Duration::from_secs(30);
 /// The largest copy searched; a larger one is reported, not guessed about.
 const MAX_COPY: u64 = 1 << 30;
 
-/// Removes (or, for a `.bak`, rewrites from its live file) every copy under `root`
-/// that holds one of `needles`; returns how many it removed or rewrote. The live files
+/// Rewrites every backup (`*.bak`) under `root` from its live file and removes dead
+/// writers' temporary files; removes the quarantined, corrupt and unparsable copies
+/// that hold one of `needles`. Returns how many it removed or rewrote. The live files
 /// themselves are the caller's business.
 pub(super) fn erase_copies(root: &Path, needles: &[String]) -> Result<usize> {
     let needles: Vec<&[u8]> = needles
@@ -30,9 +31,6 @@ pub(super) fn erase_copies(root: &Path, needles: &[String]) -> Result<usize> {
         .map(|n| n.as_bytes())
         .filter(|n| !n.is_empty())
         .collect();
-    if needles.is_empty() {
-        return Ok(0);
-    }
     let mut dirs: Vec<PathBuf> = vec![
         root.join(HISTORY_DIR),
         root.join(EVENTS_DIR),
@@ -76,47 +74,42 @@ fn erase_in(dir: &Path, needles: &[&[u8]], quarantined: bool) -> Result<usize> {
         if !kind.is_file() {
             continue;
         }
+        // A backup becomes its live file as it is now (already erased), and a dead
+        // writer's temporary file goes, whatever they hold: an erase killed after its
+        // last write left them holding what it erased, which a rerun can no longer
+        // name. Other copies go when they name the person.
+        if let Some(live) = name.strip_suffix(".bak").filter(|_| !quarantined) {
+            debug_assert_eq!(backup_path(&dir.join(live)), path);
+            let live_bytes = read_all(&dir.join(live))?;
+            if live_bytes.as_deref() == read_all(&path)?.as_deref() {
+                continue;
+            }
+            match live_bytes {
+                Some(bytes) => write_private_atomically(&path, &bytes)?,
+                None => remove(&path)?,
+            }
+            erased += 1;
+            continue;
+        }
+        if !quarantined && (name.ends_with(".tmp") || name.starts_with(".tmp")) {
+            if orphaned(&path, dir) {
+                remove(&path)?;
+                erased += 1;
+            }
+            continue;
+        }
         let unparsable = (dir.ends_with(HISTORY_DIR) || dir.ends_with(EVENTS_DIR))
             && name.ends_with(".json")
             && read_all(&path)?
                 .is_some_and(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).is_err());
-        let copy = if quarantined || name.ends_with(".corrupt") || unparsable {
-            Copy::Remove
-        } else if name.ends_with(".tmp") || name.starts_with(".tmp") {
-            if orphaned(&path, dir) {
-                Copy::Remove
-            } else {
-                continue;
-            }
-        } else if let Some(live) = name.strip_suffix(".bak") {
-            Copy::Backup(dir.join(live))
-        } else {
-            continue;
-        };
-        if !holds_any(&path, needles)? {
+        if !(quarantined || name.ends_with(".corrupt") || unparsable) || !holds_any(&path, needles)?
+        {
             continue;
         }
-        match copy {
-            Copy::Remove => remove(&path)?,
-            Copy::Backup(live) => {
-                debug_assert_eq!(backup_path(&live), path);
-                // The backup becomes the live file as it is now (already erased).
-                match read_all(&live)? {
-                    Some(bytes) if !contains_any(&bytes, needles) => {
-                        write_private_atomically(&path, &bytes)?
-                    }
-                    _ => remove(&path)?,
-                }
-            }
-        }
+        remove(&path)?;
         erased += 1;
     }
     Ok(erased)
-}
-
-enum Copy {
-    Remove,
-    Backup(PathBuf),
 }
 
 /// Whether the temporary file `path` is a dead writer's: old, or in a directory whose
