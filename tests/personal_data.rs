@@ -795,3 +795,33 @@ async fn a_turn_running_during_an_erase_completes_first_and_a_later_message_star
     let key = manager.key_for(&telegram("x", "x")).unwrap();
     assert!(manager.session(&key).messages().await.unwrap().len() <= 1);
 }
+
+#[tokio::test]
+async fn ids_linked_to_a_person_are_erased_with_them_and_the_links_are_reported() {
+    use agent_sessions::key::{DefaultKeyBuilder, IdentityLinks};
+    let links = IdentityLinks::new().link("jane", ["telegram:4242", "sms:+15550100777"]);
+    let manager = SessionManager::builder(MemoryStore::new())
+        .key_builder(DefaultKeyBuilder::new().identity_links(links))
+        .build()
+        .unwrap();
+    manager
+        .resolve(&InboundMessage::direct("telegram", "4242", "hi"))
+        .await
+        .unwrap();
+    manager
+        .resolve(&InboundMessage::direct("telegram", "4243", "someone else"))
+        .await
+        .unwrap();
+    let report = manager
+        .forget_person(&PersonRef::person("jane"))
+        .await
+        .unwrap();
+    assert_eq!(report.sessions, 1, "{report:?}");
+    assert_eq!(
+        report.identity_links, 2,
+        "the host removes them from its configuration"
+    );
+    let left = manager.list(&ListFilter::new()).await.unwrap();
+    assert_eq!(left.len(), 1);
+    assert!(left[0].key.as_str().ends_with("4243"));
+}

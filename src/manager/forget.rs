@@ -123,6 +123,10 @@ pub struct ForgetReport {
     /// planted there): neither followed nor removed. `doctor` reports them; remove them
     /// and erase again.
     pub skipped: usize,
+    /// Ids the key builder's identity links still tie to them. The links are the host's
+    /// configuration (OpenClaw's `identityLinks`), which the crate does not write:
+    /// remove them there.
+    pub identity_links: usize,
 }
 
 impl SessionManager {
@@ -264,6 +268,10 @@ impl SessionManager {
                 .await?;
             index.flush().await?;
         }
+        report.identity_links = ids
+            .all()
+            .map(|id| self.seams.keys.linked_ids(id).len())
+            .sum();
         let mut needles = ids.needles();
         needles.extend(erased.iter().cloned());
         report.copies += self
