@@ -751,6 +751,13 @@ async fn erasing_one_person_leaves_people_with_overlapping_ids_untouched() {
                 "{url}: erasing {nobody} changed others' data"
             );
         }
+        // A person whose id is `42` is not the WhatsApp sender 42.
+        let report = manager
+            .forget_person(&PersonRef::person("42"))
+            .await
+            .unwrap();
+        assert_eq!(report.sessions, 0, "{url}: {report:?}");
+        assert_eq!(snapshot(url).await, before, "{url}: erasing person 42");
         // 42 on Telegram: only their session goes.
         answer(&manager, &dm("telegram", "42", "I am 42"), "ok").await;
         let report = manager

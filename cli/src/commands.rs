@@ -194,9 +194,9 @@ fn retention_policy(file: &Path) -> Result<RetentionPolicy, Failure> {
             return Ok(None);
         };
         let keep = parse_duration(raw).map_err(bad)?;
-        if keep.is_zero() {
+        if keep < Duration::from_secs(60) {
             return Err(bad(format!(
-                "{raw:?} keeps nothing: give at least a minute (a policy removes what is older)"
+                "{raw:?} keeps (almost) nothing: give at least a minute (a policy removes what is older)"
             )));
         }
         Ok(Some(keep))
@@ -243,7 +243,7 @@ fn person_ref(raw: &str) -> Result<PersonRef, Failure> {
     if raw.chars().any(char::is_control) {
         return Err(usage("holds a control character"));
     }
-    if !raw.chars().any(char::is_alphanumeric) {
+    if !raw.chars().any(char::is_alphanumeric) || raw.starts_with(':') {
         return Err(usage("is not an id"));
     }
     const CHANNELS: &[&str] = &[
@@ -1406,13 +1406,9 @@ fn export_destination_is_safe(store: &str, path: &Path) -> Outcome {
     let destination = dir.join(path.file_name().unwrap_or_default());
     let inside = match store.parse::<StoreUrl>()? {
         // The directories the crate keeps its files in.
-        StoreUrl::Json(root) => {
-            let root = agent_sessions::paths::expand_home(&root);
-            ["agents", "group-history", "system-events", "search"]
-                .iter()
-                .filter_map(|dir| root.join(dir).canonicalize().ok())
-                .any(|dir| destination.starts_with(dir))
-        }
+        StoreUrl::Json(root) => agent_sessions::paths::expand_home(&root)
+            .canonicalize()
+            .is_ok_and(|root| destination.starts_with(root)),
         StoreUrl::Sqlite(file) => {
             let file = agent_sessions::paths::expand_home(&file);
             file.canonicalize().is_ok_and(|db| {

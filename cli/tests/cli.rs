@@ -1858,3 +1858,133 @@ fn a_bad_closed_record_hides_only_itself() {
         "{after}"
     );
 }
+
+/// A JSON store with direct chats of Telegram 42 and 420 and a retention policy file.
+fn people() -> (tempfile::TempDir, String) {
+    let work = tempfile::tempdir().unwrap();
+    let store = format!("json:{}", work.path().join("tree").display());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        use agent_sessions::prelude::*;
+        let manager = SessionManager::connect(&store)
+            .await
+            .unwrap()
+            .build()
+            .unwrap();
+        for (id, text) in [("42", "fortytwo secret"), ("420", "fourtwenty keeps this")] {
+            let turn = manager
+                .turn(&InboundMessage::direct("telegram", id, text))
+                .await
+                .unwrap();
+            turn.complete("ok").await.unwrap();
+        }
+    });
+    (work, store)
+}
+
+fn all_bytes(dir: &Path) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let kind = entry.file_type().unwrap();
+        if kind.is_dir() {
+            bytes.extend(all_bytes(&entry.path()));
+        } else if kind.is_file() {
+            bytes.extend(std::fs::read(entry.path()).unwrap());
+        }
+    }
+    bytes
+}
+
+#[test]
+fn forget_erases_one_person_and_reports_counts_only() {
+    let (work, store) = people();
+    let tree = work.path().join("tree");
+    // Their copy first: one JSON document, and reading it writes nothing.
+    let before = all_bytes(&tree);
+    let copy = run(&store, &["export", "--person", "telegram:42"]);
+    assert_eq!(code(&copy), 0, "{}", stderr(&copy));
+    let document: Value = serde_json::from_slice(&copy.stdout).unwrap();
+    assert_eq!(document["sessions"].as_array().unwrap().len(), 1);
+    assert!(String::from_utf8_lossy(&copy.stdout).contains("fortytwo secret"));
+    assert!(!String::from_utf8_lossy(&copy.stdout).contains("fourtwenty"));
+    assert_eq!(all_bytes(&tree), before, "export --person writes nothing");
+
+    let report = json(&run(
+        &store,
+        &["--json", "forget", "--person", "telegram:42"],
+    ));
+    assert_eq!(report["sessions"], 1);
+    assert!(
+        !report.to_string().contains("42\""),
+        "counts only: {report}"
+    );
+    let left = String::from_utf8_lossy(&all_bytes(&tree)).into_owned();
+    assert!(!left.contains("fortytwo"), "nothing of theirs is left");
+    assert!(left.contains("fourtwenty keeps this"), "420 stays");
+
+    // Refused with exit code 2, nothing erased: a channel alone, no id, not an id, a
+    // control character, --agent (an erase reaches every agent), a workspace folder
+    // that is not there.
+    let before = all_bytes(&tree);
+    for args in [
+        vec!["forget", "--person", "telegram"],
+        vec!["forget", "--person", "telegram:"],
+        vec!["forget", "--person", ":42"],
+        vec!["forget", "--person", "a\u{7}b"],
+        vec!["--agent", "main", "forget", "--person", "telegram:420"],
+        vec![
+            "forget",
+            "--person",
+            "telegram:420",
+            "--workspaces",
+            "/nonexistent",
+        ],
+    ] {
+        let output = run(&store, &args);
+        assert_eq!(code(&output), 2, "{args:?}: {}", stderr(&output));
+    }
+    assert_eq!(all_bytes(&tree), before);
+}
+
+#[test]
+fn prune_retention_reads_a_policy_file_and_refuses_a_bad_one() {
+    let (work, store) = people();
+    let policy = |name: &str, text: &str| {
+        let path = work.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let nothing_yet = policy(
+        "ok.json",
+        r#"{"rules":[{"channel":"telegram","transcripts":"30d"}]}"#,
+    );
+    let report = json(&run(
+        &store,
+        &["--json", "prune", "--retention", &nothing_yet],
+    ));
+    assert_eq!(report["sessions"], 0, "nothing is a month old");
+    for (name, text) in [
+        ("zero.json", r#"{"rules":[{"transcripts":"0d"}]}"#),
+        ("seconds.json", r#"{"rules":[{"transcripts":"30s"}]}"#),
+        ("typo.json", r#"{"rules":[{"chanel":"sms"}]}"#),
+        (
+            "agent.json",
+            r#"{"rules":[{"agent":"../x","transcripts":"1d"}]}"#,
+        ),
+    ] {
+        let output = run(&store, &["prune", "--retention", &policy(name, text)]);
+        assert_eq!(code(&output), 2, "{name}: {}", stderr(&output));
+    }
+    let missing = work.path().join("missing.json");
+    let output = run(&store, &["prune", "--retention", missing.to_str().unwrap()]);
+    assert_eq!(code(&output), 2);
+    let sessions = json(&run(&store, &["--json", "list"]));
+    assert_eq!(
+        sessions.as_array().map(Vec::len),
+        Some(2),
+        "nothing was removed"
+    );
+}

@@ -15,7 +15,7 @@ use crate::search::{LoggedMessage, SearchFilter, SearchIndex};
 use crate::store::{ListFilter, SessionStoreExt, StatusFilter, StoredSession};
 use crate::transcript::lines::session_id_of_name;
 use crate::transcript::{LineEdit, TranscriptExport};
-use crate::{SessionEntry, SessionStatus};
+use crate::SessionStatus;
 
 /// How long an erase waits for a turn running in one of the person's sessions.
 const RUNNING_WAIT: Duration = Duration::from_secs(30);
@@ -119,9 +119,9 @@ pub struct ForgetReport {
     /// Copies removed or rewritten (backups, orphaned and quarantined files, database
     /// pages and logs).
     pub copies: usize,
-    /// Names in the transcripts' place that are not regular files (a link or a FIFO
-    /// planted there): neither followed nor removed. `doctor` reports them; remove them
-    /// and erase again.
+    /// Names in the place of a transcript or a workspace that are not a regular file or
+    /// a directory (a link or a FIFO planted there): neither followed nor removed.
+    /// `doctor` reports them; remove them and erase again.
     pub skipped: usize,
     /// Ids the key builder's identity links still tie to them. The links are the host's
     /// configuration (OpenClaw's `identityLinks`), which the crate does not write:
@@ -195,7 +195,7 @@ impl SessionManager {
         let ids = widen(ids, current.iter().chain(&closed));
         // From here on, a message of theirs starts afresh: nothing read before the erase
         // is written back into what it erases.
-        let (current, fresh) = self.retire(current, &ids).await?;
+        let current = self.fence(current, &ids).await?;
         let erased: BTreeSet<String> = current
             .iter()
             .chain(&closed)
@@ -231,29 +231,26 @@ impl SessionManager {
         for session in &current {
             report.system_events += self.system_events.drain(&session.key).await?.len();
         }
-        report.workspaces += self.erase_workspaces(current.iter().chain(&closed)).await?;
+        let mut skipped = ForgetReport::default();
+        report.workspaces += self
+            .erase_workspaces(current.iter().chain(&closed), &mut skipped)
+            .await?;
+        report.skipped += skipped.skipped;
         report.edited_sessions += self.redact_shared_sessions(&ids).await?;
 
         // The sessions point at everything above: they go last, so a run that dies
         // before this finds them again.
         let closed_ids: Vec<String> = closed.iter().map(|s| s.entry.session_id.clone()).collect();
         report.closed_sessions += self.seams.store.remove_closed(&closed_ids).await?;
-        // The sessions retired were kept closed by the store; the empty ones in their
-        // place go too, unless a message of theirs came after the fence (a new
-        // conversation, theirs to keep).
-        let erased_ids: Vec<String> = current.iter().map(|s| s.entry.session_id.clone()).collect();
-        report.sessions += self.seams.store.remove_closed(&erased_ids).await?;
-        for empty in &fresh {
-            match self
-                .seams
-                .store
-                .compare_and_set(&empty.key, Some(empty.revision), None)
-                .await
-            {
-                Ok(_) | Err(Error::Conflict { .. }) => {}
-                Err(error) => return Err(error),
+        for session in &current {
+            if self.remove_fenced(session, &ids).await? {
+                report.sessions += 1;
             }
         }
+        // A fenced session a message of theirs replaced meanwhile was kept closed by the
+        // store (the new session, a conversation after the erase, stays).
+        let erased_ids: Vec<String> = erased.iter().cloned().collect();
+        report.sessions += self.seams.store.remove_closed(&erased_ids).await?;
         // A turn that slipped in before the sessions went appended to a transcript
         // already erased: erased again (a new session after this one starts afresh).
         if let Some(transcripts) = &transcripts {
@@ -362,10 +359,18 @@ impl SessionManager {
                 }
             }
         }
+        let canonical: Vec<String> = ids
+            .all()
+            .filter(|id| !self.seams.keys.linked_ids(id).is_empty())
+            .map(str::to_owned)
+            .collect();
         let linked: Vec<String> = ids
             .all()
             .flat_map(|id| self.seams.keys.linked_ids(id))
             .collect();
+        for id in canonical {
+            ids.add_linked(&id);
+        }
         for id in linked {
             ids.add(&id);
         }
@@ -407,21 +412,26 @@ impl SessionManager {
     }
 
     /// Fences the person's current sessions off: each, once no turn runs in it, is
-    /// replaced under its key by a new, empty session (the store keeps the old one
-    /// closed, to be erased with the others), so a message of theirs from now on starts
-    /// afresh instead of writing into what is being erased. A turn running in one is
-    /// waited for (up to [`RUNNING_WAIT`]). Returns the sessions retired and the empty
-    /// ones in their place.
-    async fn retire(
+    /// closed (as [`Session::close`](super::Session::close) closes a session), so a
+    /// message of theirs from now on starts a new session instead of writing into what
+    /// is being erased. A turn running in one is waited for (up to [`RUNNING_WAIT`]).
+    /// Closing adds no closed session to the key (a new session id would push the
+    /// key's oldest closed session out, and with it what an interrupted erase must find
+    /// again). Returns the sessions as fenced.
+    async fn fence(
         &self,
         current: Vec<StoredSession>,
         ids: &PersonIds,
-    ) -> Result<(Vec<StoredSession>, Vec<StoredSession>)> {
+    ) -> Result<Vec<StoredSession>> {
         let started = std::time::Instant::now();
-        let (mut retired, mut fresh) = (Vec::new(), Vec::new());
+        let mut fenced = Vec::new();
         for session in current {
             let mut judged = Some(session);
             while let Some(session) = judged.take().filter(|s| ids.owns(&s.key, &s.entry)) {
+                if session.entry.status == Some(SessionStatus::Closed) {
+                    fenced.push(session);
+                    break;
+                }
                 if runs(&session.entry, self.seams.clock.now_millis()) {
                     if started.elapsed() > RUNNING_WAIT {
                         return Err(Error::DeleteRefused {
@@ -433,25 +443,17 @@ impl SessionManager {
                     judged = self.seams.store.get(&session.key).await?;
                     continue;
                 }
-                // Who it was of stays, so a run killed after this finds it again.
-                let empty = SessionEntry {
-                    session_id: uuid::Uuid::new_v4().to_string(),
-                    updated_at: session.entry.updated_at,
-                    person_id: session.entry.person_id.clone(),
-                    raw_person_ids: session.entry.raw_person_ids.clone(),
-                    ..SessionEntry::default()
-                };
+                let mut closed = session.entry.clone();
+                closed.status = Some(SessionStatus::Closed);
+                closed.closed_at = Some(self.seams.clock.now_millis());
                 match self
                     .seams
                     .store
-                    .compare_and_set(&session.key, Some(session.revision), Some(empty))
+                    .compare_and_set(&session.key, Some(session.revision), Some(closed))
                     .await
                 {
-                    Ok(Some(stored)) => {
-                        fresh.push(stored);
-                        retired.push(session);
-                    }
-                    Ok(None) => retired.push(session),
+                    Ok(Some(stored)) => fenced.push(stored),
+                    Ok(None) => {}
                     Err(Error::Conflict { .. }) => {
                         judged = self.seams.store.get(&session.key).await?;
                     }
@@ -459,7 +461,7 @@ impl SessionManager {
                 }
             }
         }
-        Ok((retired, fresh))
+        Ok(fenced)
     }
 
     /// What to do to the transcripts: those of the sessions `erased` (live and
@@ -571,10 +573,13 @@ impl SessionManager {
                     continue;
                 }
                 let theirs = erased.contains(&message.session_id)
-                    || message
-                        .person_id
-                        .as_deref()
-                        .is_some_and(|p| ids.is_on(message.channel.as_deref(), p));
+                    || message.person_id.as_deref().is_some_and(|p| {
+                        ids.wrote(
+                            message.session_key.as_deref(),
+                            message.channel.as_deref(),
+                            p,
+                        )
+                    });
                 if theirs {
                     gone.push(message.id);
                 } else {
@@ -602,6 +607,7 @@ impl SessionManager {
     async fn erase_workspaces<'s>(
         &self,
         sessions: impl Iterator<Item = &'s StoredSession>,
+        report: &mut ForgetReport,
     ) -> Result<usize> {
         let Some(workspaces) = &self.seams.workspaces else {
             return Ok(0);
@@ -614,8 +620,14 @@ impl SessionManager {
         for id in ids {
             let workspaces = workspaces.clone();
             let root = workspaces.root().to_path_buf();
-            if crate::fsutil::blocking(&root, move || workspaces.remove(id)).await? {
-                removed += 1;
+            match crate::fsutil::blocking(&root, move || workspaces.remove(id)).await {
+                Ok(gone) => removed += usize::from(gone),
+                // A link where the folder belongs: neither followed nor removed.
+                Err(Error::NotAFile { path, .. }) => {
+                    tracing::warn!(path = %path.display(), "not a directory: left as it is");
+                    report.skipped += 1;
+                }
+                Err(error) => return Err(error),
             }
         }
         Ok(removed)
@@ -676,6 +688,36 @@ impl SessionManager {
             edited += usize::from(changed);
         }
         Ok(edited)
+    }
+
+    /// Removes the fenced session `session`, unless a new session took its key; one
+    /// changed otherwise meanwhile is read again.
+    async fn remove_fenced(&self, session: &StoredSession, ids: &PersonIds) -> Result<bool> {
+        let mut revision = Some(session.revision);
+        for _ in 0..5 {
+            match self
+                .seams
+                .store
+                .compare_and_set(&session.key, revision, None)
+                .await
+            {
+                Ok(_) => return Ok(true),
+                Err(Error::Conflict { .. }) => match self.seams.store.get(&session.key).await? {
+                    Some(now)
+                        if now.entry.session_id == session.entry.session_id
+                            && ids.owns(&now.key, &now.entry) =>
+                    {
+                        revision = Some(now.revision);
+                    }
+                    _ => return Ok(false),
+                },
+                Err(error) => return Err(error),
+            }
+        }
+        Err(Error::DeleteRefused {
+            key: session.key.clone(),
+            reason: DeleteRefusal::Running,
+        })
     }
 
     /// The agent this manager is isolated to, if any.

@@ -185,8 +185,16 @@ impl SessionManager {
             for id in folders {
                 let dir = root.join(&id);
                 let listed = dir.clone();
-                let files =
-                    crate::fsutil::blocking(&dir, move || Ok(files_in(&listed, &listed))).await?;
+                // A link where the folder should be is not followed.
+                let files = crate::fsutil::blocking(&dir, move || {
+                    let is_dir = std::fs::symlink_metadata(&listed).is_ok_and(|m| m.is_dir());
+                    Ok(if is_dir {
+                        files_in(&listed, &listed)
+                    } else {
+                        Vec::new()
+                    })
+                })
+                .await?;
                 workspaces.push(json!({"dir": dir.display().to_string(), "files": files}));
             }
         }

@@ -31,6 +31,9 @@ pub(crate) struct PersonIds {
     ids: BTreeSet<String>,
     /// Session keys of theirs, for finding copies of their entries.
     keys: BTreeSet<String>,
+    /// Their canonical ids that identity links make of senders: what a direct key
+    /// names as its peer, on any channel, once a sender is linked.
+    linked: BTreeSet<String>,
 }
 
 impl PersonIds {
@@ -40,6 +43,12 @@ impl PersonIds {
         if !id.is_empty() {
             self.ids.insert(id.to_lowercase());
         }
+    }
+
+    /// Records `id` as a canonical person the identity links make of senders.
+    pub(crate) fn add_linked(&mut self, id: &str) {
+        self.add(id);
+        self.linked.insert(id.trim().to_lowercase());
     }
 
     /// Records `key` as one of their sessions' keys.
@@ -64,6 +73,41 @@ impl PersonIds {
             || channel.is_some_and(|channel| {
                 self.is(&format!("{}:{}", channel.trim().to_lowercase(), id.trim()))
             })
+    }
+
+    /// Whether a message logged with `person` as its person, on `channel`, in the
+    /// session `session_key`, is theirs. In a direct chat the logged person is the
+    /// chat's peer when no person was named: then the peer must be theirs on that
+    /// channel (the WhatsApp sender 42 is not the person `42`); a person named there is
+    /// matched as an id. Elsewhere (groups) the logged person is matched as an id, or as
+    /// a sender on the channel.
+    pub(crate) fn wrote(
+        &self,
+        session_key: Option<&str>,
+        channel: Option<&str>,
+        person: &str,
+    ) -> bool {
+        let key = session_key.and_then(|key| SessionKey::parse(key).ok());
+        match key.as_ref().and_then(direct_peer) {
+            Some((peer_channel, peer)) if peer.eq_ignore_ascii_case(person.trim()) => {
+                self.owns_peer(peer_channel.as_deref().or(channel), &peer)
+            }
+            Some(_) => self.is(person),
+            None => self.is_on(channel, person),
+        }
+    }
+
+    /// Whether the peer of a direct key, on `channel`, is them.
+    fn owns_peer(&self, channel: Option<&str>, peer: &str) -> bool {
+        match channel {
+            // A peer on a channel is a sender there: a person id `42` is not the
+            // Telegram sender 42, unless identity links made that sender them.
+            Some(channel) => {
+                self.is(&format!("{}:{peer}", channel.trim().to_lowercase()))
+                    || self.linked.contains(&peer.to_lowercase())
+            }
+            None => self.is(peer),
+        }
     }
 
     /// Whether any of `ids` is.
@@ -108,7 +152,8 @@ impl PersonIds {
                 .raw_person_ids
                 .as_ref()
                 .is_some_and(|raw| self.any(raw.iter()))
-            || direct_peer(key).is_some_and(|(channel, peer)| self.is_on(channel.as_deref(), &peer))
+            || direct_peer(key)
+                .is_some_and(|(channel, peer)| self.owns_peer(channel.as_deref(), &peer))
     }
 
     /// `text` with every id of theirs people write (see [`MIN_TEXT_ID`]) replaced by a
@@ -391,10 +436,11 @@ pub(crate) fn written_by(person: &PersonIds, entry: &Map<String, Value>) -> bool
         return false;
     };
     let channel = entry_channel(entry);
+    let key = log.get("sessionKey").and_then(Value::as_str);
     ["personId", "rawPersonId"]
         .iter()
         .filter_map(|field| log.get(*field).and_then(Value::as_str))
-        .any(|id| person.is_on(channel.as_deref(), id))
+        .any(|id| person.wrote(key, channel.as_deref(), id))
 }
 
 /// Where `label` starts speaking in `line` of a chatter block, if it does:

@@ -152,12 +152,25 @@ fn holds_any(path: &Path, needles: &[&[u8]]) -> Result<bool> {
     Ok(read_all(path)?.is_some_and(|bytes| contains_any(&bytes, needles)))
 }
 
-/// Whether `haystack` contains one of `needles`.
+/// Whether `haystack` contains one of `needles` whole: not inside a longer word or
+/// number (`42` is not in `420`), without regard to ASCII case.
 pub(crate) fn contains_any(haystack: &[u8], needles: &[&[u8]]) -> bool {
+    let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
     needles.iter().any(|needle| {
+        let Some((&first, &last)) = needle.first().zip(needle.last()) else {
+            return false;
+        };
         haystack
             .windows(needle.len())
-            .any(|window| window == *needle)
+            .enumerate()
+            .any(|(at, window)| {
+                window.eq_ignore_ascii_case(needle)
+                    && (!word(first) || at == 0 || !word(haystack[at - 1]))
+                    && (!word(last)
+                        || haystack
+                            .get(at + needle.len())
+                            .is_none_or(|&after| !word(after)))
+            })
     })
 }
 
@@ -166,5 +179,20 @@ fn remove(path: &Path) -> Result<()> {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(Error::io("remove", path, e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::contains_any;
+
+    #[test]
+    fn ids_are_found_whole_only() {
+        let text = br#"{"agent:main:telegram:dm:420":{"lastTo":"telegram:1234567890"}}"#;
+        assert!(!contains_any(text, &[b"agent:main:telegram:dm:42"]));
+        assert!(!contains_any(text, &[b"telegram:42"]));
+        assert!(!contains_any(text, &[b"123456789"]));
+        assert!(contains_any(text, &[b"telegram:1234567890"]));
+        assert!(contains_any(text, &[b"AGENT:main:telegram:dm:420"]));
     }
 }
