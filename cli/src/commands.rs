@@ -316,7 +316,7 @@ async fn forget(store: &str, agent: &AgentId, json: bool, args: ForgetArgs) -> O
         options = options.vacuum();
     }
     let report = manager.forget_person_with(&person, options).await?;
-    output::forgotten(json, &report);
+    output::counts(json, "erased", &report);
     Ok(())
 }
 
@@ -1144,7 +1144,7 @@ async fn prune(store: &str, agent: &AgentId, json: bool, args: PruneArgs) -> Out
         let isolated = args.scope.agent(agent).is_some();
         let manager = backend_manager(store, agent, None, isolated).await?;
         let report = manager.apply_retention(&policy).await?;
-        output::retained(json, &report);
+        output::counts(json, "removed", &report);
         return Ok(());
     }
     let manager = existing_manager(store, agent).await?;
@@ -1256,26 +1256,40 @@ async fn export(store: &str, agent: &AgentId, args: ExportArgs) -> Outcome {
             .and_then(|()| out.flush())
             .map_err(|error| output::stdout_failed(&error));
     };
-    let cannot = |error: io::Error| {
+    let mut out = beside(&path)?;
+    write_export(&backend, &sessions, &names, &mut out)
+        .await?
+        .map_err(cannot_write(&path))?;
+    persist(out, &path)
+}
+
+/// The error of a write to `path` that failed.
+fn cannot_write(path: &Path) -> impl Fn(io::Error) -> Failure + '_ {
+    move |error| {
         failure(
             EXIT_FAILURE,
             format!("cannot write {}: {error}", path.display()),
         )
-    };
-    // Written owner-only beside the destination and renamed over it: a reader never
-    // sees half a document.
+    }
+}
+
+/// A file for what goes to `path`: written owner-only beside it and renamed over it by
+/// [`persist`], so a reader never sees half a document.
+fn beside(path: &Path) -> Result<io::BufWriter<tempfile::NamedTempFile>, Failure> {
     let dir = path
         .parent()
         .filter(|dir| !dir.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let file = tempfile::NamedTempFile::new_in(dir).map_err(cannot)?;
-    let mut out = io::BufWriter::with_capacity(1 << 16, file);
-    write_export(&backend, &sessions, &names, &mut out)
-        .await?
-        .map_err(cannot)?;
+    let file = tempfile::NamedTempFile::new_in(dir).map_err(cannot_write(path))?;
+    Ok(io::BufWriter::with_capacity(1 << 16, file))
+}
+
+/// Syncs what [`beside`] wrote and renames it over `path`.
+fn persist(out: io::BufWriter<tempfile::NamedTempFile>, path: &Path) -> Outcome {
+    let cannot = cannot_write(path);
     let file = out.into_inner().map_err(|e| cannot(e.into_error()))?;
-    file.as_file().sync_all().map_err(cannot)?;
-    file.persist(&path).map_err(|e| cannot(e.error))?;
+    file.as_file().sync_all().map_err(&cannot)?;
+    file.persist(path).map_err(|e| cannot(e.error))?;
     Ok(())
 }
 
@@ -1290,23 +1304,9 @@ async fn export_person(store: &str, agent: &AgentId, raw: &str, args: &ExportArg
         manager.export_person(&person, &mut out).await?;
         return out.flush().map_err(|error| output::stdout_failed(&error));
     };
-    let cannot = |error: io::Error| {
-        failure(
-            EXIT_FAILURE,
-            format!("cannot write {}: {error}", path.display()),
-        )
-    };
-    let dir = path
-        .parent()
-        .filter(|dir| !dir.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let file = tempfile::NamedTempFile::new_in(dir).map_err(cannot)?;
-    let mut out = io::BufWriter::with_capacity(1 << 16, file);
+    let mut out = beside(path)?;
     manager.export_person(&person, &mut out).await?;
-    let file = out.into_inner().map_err(|e| cannot(e.into_error()))?;
-    file.as_file().sync_all().map_err(cannot)?;
-    file.persist(path).map_err(|e| cannot(e.error))?;
-    Ok(())
+    persist(out, path)
 }
 
 /// The sessions and transcripts `export` writes: all of the agent's (or every

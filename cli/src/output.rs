@@ -280,36 +280,20 @@ pub fn done(as_json: bool, what: &str, key: &SessionKey, session_id: &str) {
     }
 }
 
-/// What `forget` erased: counts by kind.
-pub fn forgotten(as_json: bool, report: &agent_sessions::manager::ForgetReport) {
+/// What `forget` erased or `prune --retention` removed (`verb`): counts by kind.
+pub fn counts(as_json: bool, verb: &str, report: &impl serde::Serialize) {
+    let value = json!(report);
     if as_json {
-        print_json(&json!(report));
+        print_json(&value);
         return;
     }
-    let value = serde_json::to_value(report).unwrap_or_default();
     let parts: Vec<String> = value
         .as_object()
         .into_iter()
         .flatten()
         .map(|(kind, count)| format!("{kind} {}", count.as_u64().unwrap_or(0)))
         .collect();
-    println!("erased: {}", parts.join(", "));
-}
-
-/// What `prune --retention` removed: counts by kind.
-pub fn retained(as_json: bool, report: &agent_sessions::manager::RetentionReport) {
-    if as_json {
-        print_json(&json!(report));
-        return;
-    }
-    let value = serde_json::to_value(report).unwrap_or_default();
-    let parts: Vec<String> = value
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(kind, count)| format!("{kind} {}", count.as_u64().unwrap_or(0)))
-        .collect();
-    println!("removed: {}", parts.join(", "));
+    println!("{verb}: {}", parts.join(", "));
 }
 
 /// What `prune` removed.

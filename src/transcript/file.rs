@@ -1129,10 +1129,7 @@ impl TranscriptExport for FileTranscriptStore {
     }
 
     async fn export_lines(&self, agent: &AgentId, name: &str) -> Result<Option<Vec<String>>> {
-        validate_transcript_name(name)?;
-        let path = paths::sessions_dir(&self.inner.root, agent).join(name);
-        crate::fsutil::refuse_linked_dirs(&self.inner.root, &path)
-            .map_err(|e| Error::io("open", &path, e))?;
+        let path = self.named_path_of(agent, name)?;
         let file = path.clone();
         blocking(&path, move || {
             let mut bytes = Vec::new();
@@ -1163,10 +1160,7 @@ impl TranscriptExport for FileTranscriptStore {
     }
 
     async fn import_lines(&self, agent: &AgentId, name: &str, lines: Vec<String>) -> Result<bool> {
-        validate_transcript_name(name)?;
-        let path = paths::sessions_dir(&self.inner.root, agent).join(name);
-        crate::fsutil::refuse_linked_dirs(&self.inner.root, &path)
-            .map_err(|e| Error::io("open", &path, e))?;
+        let path = self.named_path_of(agent, name)?;
         let _queue = process_mutex(&path).lock_owned().await;
         let inner = self.inner.clone();
         let file = path.clone();
@@ -1186,10 +1180,7 @@ impl TranscriptExport for FileTranscriptStore {
         name: &str,
         edits: Vec<super::LineEdit>,
     ) -> Result<usize> {
-        validate_transcript_name(name)?;
-        let path = paths::sessions_dir(&self.inner.root, agent).join(name);
-        crate::fsutil::refuse_linked_dirs(&self.inner.root, &path)
-            .map_err(|e| Error::io("open", &path, e))?;
+        let path = self.named_path_of(agent, name)?;
         let _queue = process_mutex(&path).lock_owned().await;
         let inner = self.inner.clone();
         let file = path.clone();
@@ -1240,10 +1231,7 @@ impl TranscriptExport for FileTranscriptStore {
     }
 
     async fn remove_named(&self, agent: &AgentId, name: &str) -> Result<bool> {
-        validate_transcript_name(name)?;
-        let path = paths::sessions_dir(&self.inner.root, agent).join(name);
-        crate::fsutil::refuse_linked_dirs(&self.inner.root, &path)
-            .map_err(|e| Error::io("open", &path, e))?;
+        let path = self.named_path_of(agent, name)?;
         let _queue = process_mutex(&path).lock_owned().await;
         let inner = self.inner.clone();
         let file = path.clone();
@@ -1287,6 +1275,16 @@ fn memchr_newlines(bytes: &[u8]) -> impl Iterator<Item = usize> + '_ {
 }
 
 impl FileTranscriptStore {
+    /// The file of transcript `name` of `agent` (a transcript's name, live or
+    /// archived), with no directory on the way a link.
+    fn named_path_of(&self, agent: &AgentId, name: &str) -> Result<PathBuf> {
+        validate_transcript_name(name)?;
+        let path = paths::sessions_dir(&self.inner.root, agent).join(name);
+        crate::fsutil::refuse_linked_dirs(&self.inner.root, &path)
+            .map_err(|e| Error::io("open", &path, e))?;
+        Ok(path)
+    }
+
     async fn append_in_span(
         &self,
         transcript: &TranscriptRef,

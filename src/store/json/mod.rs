@@ -423,18 +423,45 @@ impl JsonFileStore {
         Ok(removed)
     }
 
-    /// Forgets the closed sessions `session_ids` kept beside the store file `path`,
-    /// under the store's lock (the store file itself is not written).
-    async fn forget_closed(&self, path: &Path, session_ids: &[String]) -> Result<()> {
-        let started = Instant::now();
-        let queue = self.inner.queue_of(path);
-        let mut state = self.queue(path, &queue, started).await?;
-        if state.open.is_none() {
-            self.lock_file(path, started, &mut state).await?;
+    /// Applies to the closed-sessions file beside every store file the changes
+    /// `changes` makes of the sessions it holds, each file under its store's lock (the
+    /// store file itself is not written); only files with changes are locked and
+    /// rewritten. Returns how many sessions were changed.
+    async fn change_closed(
+        &self,
+        changes: impl Fn(&[closed::ClosedSession]) -> closed::ClosedChanges,
+    ) -> Result<usize> {
+        let mut changed = 0;
+        let mut paths: Vec<PathBuf> = Vec::new();
+        for agent in self.agents().await? {
+            let path = self.store_path(&agent);
+            if paths.contains(&path) {
+                continue;
+            }
+            paths.push(path.clone());
+            let closed_path = closed::closed_path(&path);
+            let limit = self.inner.options.max_file_bytes;
+            let held = blocking(&closed_path.clone(), move || {
+                closed::read(&closed_path, limit)
+            })
+            .await?;
+            let wanted = changes(&held);
+            if wanted.is_empty() {
+                continue;
+            }
+            changed += wanted.keep.len() + wanted.forget.len();
+            let started = Instant::now();
+            let queue = self.inner.queue_of(&path);
+            let mut state = self.queue(&path, &queue, started).await?;
+            if state.open.is_none() {
+                self.lock_file(&path, started, &mut state).await?;
+            }
+            let mut batch = state.open.take().expect("a batch is open");
+            batch.closed.keep.extend(wanted.keep);
+            batch.closed.forget.extend(wanted.forget);
+            self.commit(&path, state, batch).await?;
         }
-        let mut batch = state.open.take().expect("a batch is open");
-        batch.closed.forget.extend(session_ids.iter().cloned());
-        self.commit(path, state, batch).await
+        Ok(changed)
     }
 
     /// Applies a multi-key `mutator` to `keys` (all in the file `path`) in `document`;
@@ -1159,75 +1186,33 @@ impl SessionStore for JsonFileStore {
     }
 
     async fn replace_closed(&self, sessions: &[StoredSession]) -> Result<usize> {
-        let mut replaced = 0;
-        let mut paths: Vec<PathBuf> = Vec::new();
-        for agent in self.agents().await? {
-            let path = self.store_path(&agent);
-            if paths.contains(&path) {
-                continue;
-            }
-            paths.push(path.clone());
-            // Only the sessions this file holds are replaced in it.
-            let closed_path = closed::closed_path(&path);
-            let limit = self.inner.options.max_file_bytes;
-            let held: Vec<String> = blocking(&closed_path.clone(), move || {
-                Ok(closed::read(&closed_path, limit)?
-                    .into_iter()
-                    .map(|c| c.entry.session_id)
-                    .collect())
-            })
-            .await?;
-            let keep: Vec<closed::ClosedSession> = sessions
+        self.change_closed(|held| closed::ClosedChanges {
+            keep: sessions
                 .iter()
-                .filter(|s| held.contains(&s.entry.session_id))
+                .filter(|s| {
+                    held.iter()
+                        .any(|h| h.entry.session_id == s.entry.session_id)
+                })
                 .map(|s| closed::ClosedSession {
                     session_key: s.key.to_string(),
                     entry: s.entry.clone(),
                 })
-                .collect();
-            if keep.is_empty() {
-                continue;
-            }
-            replaced += keep.len();
-            let started = Instant::now();
-            let queue = self.inner.queue_of(&path);
-            let mut state = self.queue(&path, &queue, started).await?;
-            if state.open.is_none() {
-                self.lock_file(&path, started, &mut state).await?;
-            }
-            let mut batch = state.open.take().expect("a batch is open");
-            batch.closed.keep.extend(keep);
-            self.commit(&path, state, batch).await?;
-        }
-        Ok(replaced)
+                .collect(),
+            forget: Vec::new(),
+        })
+        .await
     }
 
     async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
-        let mut removed = 0;
-        let mut paths: Vec<PathBuf> = Vec::new();
-        for agent in self.agents().await? {
-            let path = self.store_path(&agent);
-            if paths.contains(&path) {
-                continue;
-            }
-            paths.push(path.clone());
-            // Only files that hold one of the ids are locked and rewritten.
-            let closed_path = closed::closed_path(&path);
-            let limit = self.inner.options.max_file_bytes;
-            let wanted = session_ids.to_vec();
-            let found = blocking(&closed_path.clone(), move || {
-                Ok(closed::read(&closed_path, limit)?
-                    .iter()
-                    .filter(|c| wanted.contains(&c.entry.session_id))
-                    .count())
-            })
-            .await?;
-            if found > 0 {
-                self.forget_closed(&path, session_ids).await?;
-                removed += found;
-            }
-        }
-        Ok(removed)
+        self.change_closed(|held| closed::ClosedChanges {
+            keep: Vec::new(),
+            forget: held
+                .iter()
+                .map(|h| h.entry.session_id.clone())
+                .filter(|id| session_ids.contains(id))
+                .collect(),
+        })
+        .await
     }
 
     async fn count(&self, filter: &ListFilter) -> Result<usize> {
