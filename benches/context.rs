@@ -1,23 +1,23 @@
-//! Group history and the inbound pipeline.
+//! Group chatter and the inbound pipeline.
 //!
 //! `cargo bench --bench context`
 
 use std::hint::black_box;
 
-use agent_sessions::context::{
-    build_history_context, format_envelope, HistoryBuffer, HistoryEntry, MemoryHistory,
+use agent_sessions::inbound::{
+    build_chatter_context, format_envelope, ChatterBuffer, ChatterEntry, InMemoryChatter,
 };
-use agent_sessions::context::{model_body, PipelineOptions};
+use agent_sessions::inbound::{model_body, PipelineOptions};
 use agent_sessions::{InboundMessage, Sender};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
-fn history(c: &mut Criterion) {
+fn chatter(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let buffer = MemoryHistory::default();
+    let buffer = InMemoryChatter::default();
     let key = "whatsapp:default:group:120363@g.us";
-    let entry = |i: usize| HistoryEntry {
+    let entry = |i: usize| ChatterEntry {
         sender: format!("Member {}", i % 7),
         body: format!("message number {i}: shall we meet at the usual place around seven?"),
         timestamp: Some(1_768_290_300_000 + i as u64 * 60_000),
@@ -53,7 +53,7 @@ fn history(c: &mut Criterion) {
                     )
                 })
                 .collect();
-            black_box(build_history_context(&lines, "current message", false))
+            black_box(build_chatter_context(&lines, "current message", false))
         })
     });
     group.finish();
@@ -81,5 +81,5 @@ fn pipeline(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, history, pipeline);
+criterion_group!(benches, chatter, pipeline);
 criterion_main!(benches);

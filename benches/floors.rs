@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sessions::prelude::*;
-use agent_sessions::search::{MemoryIndex, Search, SearchIndex, SearchQuery};
+use agent_sessions::search::{InMemoryIndex, Search, SearchIndex, SearchQuery};
 use agent_sessions::store::{SqliteOptions, SqliteStore};
 use agent_sessions::transcript::{
     FileTranscriptStore, TranscriptEntry, TranscriptRef, TranscriptStore,
@@ -210,7 +210,7 @@ fn search(c: &mut Criterion) -> Vec<(&'static str, f32)> {
     let dir = tempfile::tempdir().unwrap();
     #[allow(unused_mut)] // PostgreSQL's index joins with its feature
     let mut indexes: Vec<(&str, Arc<dyn SearchIndex>)> = vec![
-        ("memory", Arc::new(MemoryIndex::new())),
+        ("memory", Arc::new(InMemoryIndex::new())),
         (
             "sqlite",
             Arc::new(SqliteStore::open(dir.path().join("search.db")).unwrap()),

@@ -78,7 +78,7 @@ fn resolve(c: &mut Criterion) {
         .build()
         .unwrap();
 
-    let memory = MemoryStore::new();
+    let memory = InMemoryStore::new();
     runtime.block_on(async {
         for i in 0..SESSIONS {
             memory.put(&key(i), entry(i)).await.unwrap();

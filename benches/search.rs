@@ -1,5 +1,5 @@
 //! Search latency over 100,000 logged messages on each index — the in-crate
-//! `MemoryIndex` (memory and JSON stores), SQLite's and PostgreSQL's packed postings —
+//! `InMemoryIndex` (memory and JSON stores), SQLite's and PostgreSQL's packed postings —
 //! against a naive scan of the same messages (lower-case every text, count the query's
 //! words, sort) measured in the same run. Also hybrid search with 64-dimension vectors,
 //! and each index's recall@10 of the nearest vectors against an exact scan (printed).
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 mod common;
 
-use agent_sessions::search::{MemoryIndex, Search, SearchFilter, SearchIndex, SearchQuery};
+use agent_sessions::search::{InMemoryIndex, Search, SearchFilter, SearchIndex, SearchQuery};
 use common::search::{corpus, fill, naive, recall_at_10, Hashed, MESSAGES, QUERY};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 
@@ -31,7 +31,7 @@ fn search(c: &mut Criterion) {
 
     let dir = tempfile::tempdir().unwrap();
     let mut indexes: Vec<(&str, Arc<dyn SearchIndex>)> =
-        vec![("memory", Arc::new(MemoryIndex::new()))];
+        vec![("memory", Arc::new(InMemoryIndex::new()))];
     #[cfg(feature = "sqlite")]
     indexes.push((
         "sqlite",

@@ -184,7 +184,7 @@ fn memory_update(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let store = MemoryStore::new();
+    let store = InMemoryStore::new();
     runtime.block_on(async {
         for i in 0..10_000 {
             store.put(&key(i), entry(i)).await.unwrap();

@@ -1,5 +1,5 @@
 //! A group-chat adapter replaying a scripted WhatsApp group conversation: every message
-//! goes through the inbound pipeline and routing; chatter is kept as group history;
+//! goes through the inbound pipeline and routing; chatter is kept as group chatter;
 //! when the bot is addressed, it prints what the model sees (history, sender lines,
 //! defanged markers) and what the bot sends after reply filtering (silence markers,
 //! directives, media lines, heartbeats).
@@ -12,8 +12,8 @@
 
 use std::time::Duration;
 
-use agent_sessions::lifecycle::ManualClock;
-use agent_sessions::lifecycle::ResetTriggers;
+use agent_sessions::freshness::ManualClock;
+use agent_sessions::freshness::ResetTriggers;
 use agent_sessions::prelude::*;
 
 /// The stand-in model: what it "answers" depends only on what it was shown.
@@ -42,7 +42,7 @@ fn stand_in_model(seen: &str) -> String {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let clock = ManualClock::at_millis(1_771_840_800_000); // 2026-02-23 10:00 UTC
-    let manager = SessionManager::builder(MemoryStore::new())
+    let manager = SessionManager::builder(InMemoryStore::new())
         .reset_triggers(ResetTriggers::default().mention_names(["@bot"]))
         .clock(clock.clone())
         .build()?;
@@ -78,7 +78,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         // counting as activity; a message that addresses the bot opens a turn.
         let turn = manager.turn(message).await?;
         let Some(seen) = turn.input().map(str::to_owned) else {
-            println!("  not addressed: kept as group history\n");
+            println!("  not addressed: kept as group chatter\n");
             continue;
         };
         println!("  the model sees:");

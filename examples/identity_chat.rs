@@ -12,11 +12,11 @@
 
 use std::time::Duration;
 
+use agent_sessions::freshness::ManualClock;
 use agent_sessions::identity::{DefaultIdentityResolver, Identifier, PersonType, StaticDirectory};
-use agent_sessions::lifecycle::ManualClock;
 use agent_sessions::manager::SummaryRefresh;
 use agent_sessions::prelude::*;
-use agent_sessions::transcript::MemoryTranscriptStore;
+use agent_sessions::transcript::InMemoryTranscriptStore;
 
 const JANE_PHONE: &str = "+61 411 111 111";
 
@@ -44,11 +44,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "Jane Smith",
         Some("support_worker"),
     );
-    let manager = SessionManager::builder(MemoryStore::new())
+    let manager = SessionManager::builder(InMemoryStore::new())
         // One session per person per agent, whatever the channel.
         .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerPerson))
         .identity_resolver(DefaultIdentityResolver::new().directory(staff))
-        .transcripts(MemoryTranscriptStore::new())
+        .transcripts(InMemoryTranscriptStore::new())
         // Two engine variants of one agent identity share rolling summaries.
         .agent_identity("reggie_oc", "reggie")
         .agent_identity("reggie_fd", "reggie")

@@ -13,9 +13,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_sessions::lifecycle::ResetTriggers;
-use agent_sessions::lifecycle::{Clock, ManualClock, SystemClock};
-use agent_sessions::lifecycle::{ResetConfig, ResetSpec};
+use agent_sessions::freshness::ResetTriggers;
+use agent_sessions::freshness::{Clock, ManualClock, SystemClock};
+use agent_sessions::freshness::{ResetConfig, ResetSpec};
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::FileTranscriptStore;
 
@@ -115,7 +115,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let name = message.sender.name.as_deref().unwrap_or("?");
         let Some(resolution) = turn.resolution() else {
             println!(
-                "{name:>5} on {:<8} → not addressed to the bot: kept as group history",
+                "{name:>5} on {:<8} → not addressed to the bot: kept as group chatter",
                 message.channel
             );
             continue;

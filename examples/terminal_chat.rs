@@ -14,8 +14,8 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use agent_sessions::lifecycle::from_millis;
-use agent_sessions::lifecycle::{Freshness, FreshnessInput, FreshnessPolicy, ResetPolicy, Zone};
+use agent_sessions::freshness::from_millis;
+use agent_sessions::freshness::{Freshness, FreshnessInput, FreshnessPolicy, ResetPolicy, Zone};
 use agent_sessions::prelude::*;
 use chrono::{DateTime, Utc};
 

@@ -230,7 +230,16 @@ impl From<String> for ThreadId {
     }
 }
 
-/// Where a reply to this session is delivered (`deliveryContext`).
+/// Where a reply to this session is delivered (`deliveryContext`), or a change to that
+/// route: the fields given replace the entry's
+/// ([`Session::update_last_route`](crate::Session::update_last_route)).
+///
+/// ```
+/// use agent_sessions::DeliveryContext;
+///
+/// let route = DeliveryContext::to("telegram", "42").with_thread(7);
+/// assert_eq!(route.to.as_deref(), Some("42"));
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DeliveryContext {
@@ -249,6 +258,29 @@ pub struct DeliveryContext {
     /// Fields this version does not know, kept as written.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+impl DeliveryContext {
+    /// Replies go to `to` on `channel`.
+    pub fn to(channel: impl Into<String>, to: impl Into<String>) -> Self {
+        DeliveryContext {
+            channel: Some(channel.into()),
+            to: Some(to.into()),
+            ..DeliveryContext::default()
+        }
+    }
+
+    /// Sends from this bot account.
+    pub fn with_account(mut self, account_id: impl Into<String>) -> Self {
+        self.account_id = Some(account_id.into());
+        self
+    }
+
+    /// Replies in this thread.
+    pub fn with_thread(mut self, thread_id: impl Into<ThreadId>) -> Self {
+        self.thread_id = Some(thread_id.into());
+        self
+    }
 }
 
 /// Where the conversation came from (`origin`).
@@ -893,7 +925,7 @@ impl LogCursor {
     /// Where `record` stands in the message log.
     pub fn of(record: &crate::transcript::LogRecord) -> Self {
         LogCursor {
-            at: crate::lifecycle::clock::to_millis(record.at),
+            at: crate::freshness::clock::to_millis(record.at),
             session_id: record.session_id.clone(),
             offset: record.offset.0,
         }

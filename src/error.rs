@@ -624,6 +624,8 @@ pub enum IdKind {
     WorkspaceId,
     /// A file name in a session workspace.
     WorkspaceFile,
+    /// Where a follower starts ([`Position`](crate::follow::Position)).
+    Position,
 }
 
 impl fmt::Display for IdKind {
@@ -642,6 +644,7 @@ impl fmt::Display for IdKind {
             IdKind::TimeZone => "time zone",
             IdKind::WorkspaceId => "workspace id",
             IdKind::WorkspaceFile => "workspace file name",
+            IdKind::Position => "follow position",
         })
     }
 }

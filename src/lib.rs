@@ -37,9 +37,9 @@
 //! them with the call that changes each.
 //!
 //! Underneath, each step is its own part: [`SessionKey`]s built by a [`KeyBuilder`],
-//! [`SessionEntry`]s kept by a [`SessionStore`] ([`JsonFileStore`], [`MemoryStore`],
+//! [`SessionEntry`]s kept by a [`SessionStore`] ([`JsonFileStore`], [`InMemoryStore`],
 //! SQLite, PostgreSQL) with an atomic per-key read-modify-write, the lifecycle in
-//! [`lifecycle`], what the model sees in [`context`], transcripts in [`transcript`].
+//! [`freshness`], what comes in and what the model sees in [`inbound`], what goes out in [`reply`], transcripts in [`transcript`].
 //!
 //! # Feature flags
 //!
@@ -68,22 +68,24 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod context;
 pub mod entry;
 mod error;
+pub mod follow;
+pub mod freshness;
 mod fsutil;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
 pub mod identity;
+pub mod inbound;
 mod json_text;
 pub mod key;
-pub mod lifecycle;
 pub mod manager;
 pub mod memory;
 pub mod openclaw;
 pub mod ops;
 pub mod paths;
+pub mod reply;
 pub mod search;
 pub mod store;
 pub mod telemetry;
@@ -92,19 +94,19 @@ pub mod telemetry;
 pub mod testing;
 pub mod transcript;
 
-pub use context::inbound::{InboundMessage, Sender};
 pub use entry::{
     ChatType, DeliveryContext, SessionEntry, SessionOrigin, SessionSource, SessionStatus, ThreadId,
 };
 pub use error::{
     AccessDenial, CorruptProblem, DeleteRefusal, Error, IdKind, KeyProblem, LockHolder, Result,
 };
+pub use inbound::{InboundMessage, Sender};
 pub use key::{
     AgentId, Conversation, DefaultKeyBuilder, DmScope, KeyBuilder, PeerKind, SessionKey,
 };
 pub use manager::{Decision, Reason, Resolution, Session, SessionManager};
 pub use store::{
-    Durability, JsonFileOptions, JsonFileStore, ListCursor, ListFilter, LockOptions, MemoryStore,
+    Durability, InMemoryStore, JsonFileOptions, JsonFileStore, ListCursor, ListFilter, LockOptions,
     MultiKeyStore, Revision, SessionStore, SessionStoreExt, StatusFilter, StoredSession,
     CLOSED_SESSIONS_PER_KEY,
 };
@@ -153,10 +155,9 @@ mod doc_pages {
 
 /// The names most programs use, for `use agent_sessions::prelude::*`.
 pub mod prelude {
-    pub use crate::context::chat::{ChatMessage, ChatRole};
-    pub use crate::context::inbound::InboundMessage;
-    pub use crate::context::reply::ReplyPayload;
     pub use crate::entry::SessionEntry;
+    pub use crate::inbound::chat::{ChatMessage, ChatRole};
+    pub use crate::inbound::InboundMessage;
     pub use crate::key::{
         AgentId, Conversation, DefaultKeyBuilder, DmScope, KeyBuilder, PeerKind, SessionKey,
     };
@@ -164,7 +165,8 @@ pub mod prelude {
         Decision, Reason, Resolution, SessionManager, Turn, TurnAction, TurnReply,
     };
     pub use crate::memory::usage::TurnUsage;
+    pub use crate::reply::payload::ReplyPayload;
     pub use crate::store::{
-        JsonFileStore, ListFilter, MemoryStore, SessionStore, SessionStoreExt, StoredSession,
+        InMemoryStore, JsonFileStore, ListFilter, SessionStore, SessionStoreExt, StoredSession,
     };
 }

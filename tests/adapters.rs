@@ -114,8 +114,8 @@ fn the_terminal_chat_survives_restarts_resets_and_expires_when_idle() {
 fn the_group_chat_keeps_chatter_as_history_and_filters_replies() {
     let output = run("group_chat", &[], "");
     let blocks: Vec<&str> = output.split("\n\n").collect();
-    assert!(blocks[0].ends_with("kept as group history"), "{output}");
-    assert!(blocks[1].ends_with("kept as group history"), "{output}");
+    assert!(blocks[0].ends_with("kept as group chatter"), "{output}");
+    assert!(blocks[1].ends_with("kept as group chatter"), "{output}");
     // Bob's question: the model sees both earlier messages, then the current one.
     let bob = blocks[2];
     assert!(

@@ -626,14 +626,14 @@ async fn postgres_connect_reads_the_schema_from_the_url() {
     schema.drop().await;
 }
 
-/// A backend keeps group history where it keeps sessions, so a new `Backend` on the
+/// A backend keeps group chatter where it keeps sessions, so a new `Backend` on the
 /// same store sees it; one opened read-only keeps its own in memory and writes nothing.
 #[tokio::test]
 async fn group_history_lives_with_the_store_and_a_read_only_backend_writes_none() {
-    use agent_sessions::context::HistoryEntry;
+    use agent_sessions::inbound::ChatterEntry;
     use agent_sessions::store::OpenMode;
     let dir = tempfile::tempdir().unwrap();
-    let said = |body: &str| HistoryEntry {
+    let said = |body: &str| ChatterEntry {
         sender: "Ann".into(),
         body: body.into(),
         timestamp: Some(1_773_136_800_000),
@@ -654,20 +654,20 @@ async fn group_history_lives_with_the_store_and_a_read_only_backend_writes_none(
             .put(&key, SessionEntry::new("s", 1))
             .await
             .unwrap();
-        writer.history().append(GROUP, said("a")).await.unwrap();
+        writer.chatter().append(GROUP, said("a")).await.unwrap();
         let again = Backend::open(&url).await.unwrap();
         assert_eq!(
-            again.history().entries(GROUP).await.unwrap(),
+            again.chatter().entries(GROUP).await.unwrap(),
             [said("a")],
             "{url}"
         );
         {
             let reader = Backend::open_with(&url, OpenMode::ReadOnly).await.unwrap();
-            reader.history().append(GROUP, said("b")).await.unwrap();
-            assert_eq!(reader.history().take(GROUP).await.unwrap(), [said("b")]);
+            reader.chatter().append(GROUP, said("b")).await.unwrap();
+            assert_eq!(reader.chatter().take(GROUP).await.unwrap(), [said("b")]);
         }
         assert_eq!(
-            again.history().take(GROUP).await.unwrap(),
+            again.chatter().take(GROUP).await.unwrap(),
             [said("a")],
             "{url}: the store holds what the writer wrote, and only that"
         );

@@ -1,9 +1,9 @@
 //! Every store passes the same conformance suite (`agent_sessions::testing`).
 
-use agent_sessions::{Durability, JsonFileOptions, JsonFileStore, MemoryStore};
+use agent_sessions::{Durability, InMemoryStore, JsonFileOptions, JsonFileStore};
 
-async fn memory_store() -> (MemoryStore, ()) {
-    (MemoryStore::new(), ())
+async fn memory_store() -> (InMemoryStore, ()) {
+    (InMemoryStore::new(), ())
 }
 
 async fn json_store() -> (JsonFileStore, tempfile::TempDir) {
@@ -60,8 +60,11 @@ mod sqlite_transcripts {
     agent_sessions::transcript_conformance_tests!(super::sqlite_store());
 }
 
-async fn memory_transcripts() -> (agent_sessions::transcript::MemoryTranscriptStore, ()) {
-    (agent_sessions::transcript::MemoryTranscriptStore::new(), ())
+async fn memory_transcripts() -> (agent_sessions::transcript::InMemoryTranscriptStore, ()) {
+    (
+        agent_sessions::transcript::InMemoryTranscriptStore::new(),
+        (),
+    )
 }
 
 mod memory_transcripts {

@@ -1,14 +1,14 @@
 //! Conversation context through the manager: golden texts from the seeds' examples.
 
-use agent_sessions::context::OwnerChatter;
-use agent_sessions::context::ReplyPayload;
-use agent_sessions::context::{SendMatch, SendPolicyConfig, SendRule};
 use agent_sessions::entry::SendPolicy;
-use agent_sessions::lifecycle::ManualClock;
-use agent_sessions::lifecycle::ResetTriggers;
-use agent_sessions::lifecycle::Zone;
+use agent_sessions::freshness::ManualClock;
+use agent_sessions::freshness::ResetTriggers;
+use agent_sessions::freshness::Zone;
+use agent_sessions::inbound::OwnerChatter;
 use agent_sessions::manager::SessionOverride;
 use agent_sessions::prelude::*;
+use agent_sessions::reply::ReplyPayload;
+use agent_sessions::reply::{SendMatch, SendPolicyConfig, SendRule};
 use agent_sessions::Sender;
 use chrono::{DateTime, Utc};
 
@@ -19,7 +19,7 @@ fn at(text: &str) -> DateTime<Utc> {
 }
 
 fn manager(clock: &ManualClock, mention_names: &[&str]) -> SessionManager {
-    SessionManager::builder(MemoryStore::new())
+    SessionManager::builder(InMemoryStore::new())
         .reset_triggers(ResetTriggers::default().mention_names(mention_names.iter().copied()))
         .clock(clock.clone())
         .event_time_zone(Zone::Utc)
@@ -147,7 +147,7 @@ async fn owner_messages_not_addressed_to_the_agent_are_history_by_default() {
 #[tokio::test]
 async fn owner_messages_not_addressed_to_the_agent_are_marked_when_owners_are_answered() {
     let clock = ManualClock::new(at("2026-01-13T07:47:00Z"));
-    let manager = SessionManager::builder(MemoryStore::new())
+    let manager = SessionManager::builder(InMemoryStore::new())
         .clock(clock.clone())
         .event_time_zone(Zone::Utc)
         .owner_chatter(OwnerChatter::Answer)
@@ -225,7 +225,7 @@ async fn remote_text_cannot_forge_markers() {
 #[tokio::test]
 async fn the_send_policy_silences_a_session_and_overrides_win() {
     let clock = ManualClock::new(at("2026-01-13T07:47:00Z"));
-    let manager = SessionManager::builder(MemoryStore::new())
+    let manager = SessionManager::builder(InMemoryStore::new())
         .clock(clock.clone())
         .send_policy(SendPolicyConfig {
             default: None,
@@ -302,7 +302,7 @@ async fn a_host_silence_token_is_honoured() {
         (Some("   "), "NO_REPLY", None),
     ];
     for (token, output, expected) in cases {
-        let mut builder = SessionManager::builder(MemoryStore::new()).clock(clock.clone());
+        let mut builder = SessionManager::builder(InMemoryStore::new()).clock(clock.clone());
         if let Some(token) = token {
             builder = builder.silent_reply_token(*token);
         }
@@ -327,7 +327,7 @@ async fn bare_key_prefixes_from_openclaw_configs_reach_agent_scoped_sessions() {
                      {"match":{"keyPrefix":"discord:group:"},"action":"deny"}]}"#,
     )
     .unwrap();
-    let manager = SessionManager::builder(MemoryStore::new())
+    let manager = SessionManager::builder(InMemoryStore::new())
         .clock(clock)
         .send_policy(policy)
         .build()

@@ -9,7 +9,7 @@ mod common;
 #[path = "common/stores.rs"]
 mod stores;
 
-use agent_sessions::context::ChatMessage;
+use agent_sessions::inbound::ChatMessage;
 use agent_sessions::manager::{Delivery, TurnFailure};
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::{Offset, TranscriptEntry};
@@ -138,7 +138,7 @@ async fn run(url: &str, seed: u64) {
             }
             7 => {
                 let mut call = ChatMessage::assistant("");
-                call.tool_calls.push(agent_sessions::context::ToolCall {
+                call.tool_calls.push(agent_sessions::inbound::ToolCall {
                     id: format!("call_{step}"),
                     name: "shifts".into(),
                     arguments: json!({"day": "thu"}),

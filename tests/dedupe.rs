@@ -14,10 +14,10 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use agent_sessions::lifecycle::ManualClock;
+use agent_sessions::freshness::ManualClock;
 use agent_sessions::manager::DEFAULT_DEDUPE_WINDOW;
 use agent_sessions::prelude::*;
-use agent_sessions::transcript::{MemoryTranscriptStore, Offset};
+use agent_sessions::transcript::{InMemoryTranscriptStore, Offset};
 use stores::Stores;
 
 fn update(id: &str, text: &str) -> InboundMessage {
@@ -171,8 +171,8 @@ async fn chatter_delivered_again_is_kept_and_shown_once() {
 #[tokio::test]
 async fn messages_without_an_id_are_never_deduplicated_and_the_window_ends() {
     let clock = ManualClock::at_millis(1_773_136_800_000);
-    let manager = SessionManager::builder(MemoryStore::new())
-        .transcripts(MemoryTranscriptStore::new())
+    let manager = SessionManager::builder(InMemoryStore::new())
+        .transcripts(InMemoryTranscriptStore::new())
         .clock(clock.clone())
         .build()
         .unwrap();
@@ -200,8 +200,8 @@ async fn messages_without_an_id_are_never_deduplicated_and_the_window_ends() {
     assert_eq!(after.action(), &TurnAction::Answer, "past the window: new");
     drop(after);
     // Turned off: every delivery runs.
-    let manager = SessionManager::builder(MemoryStore::new())
-        .transcripts(MemoryTranscriptStore::new())
+    let manager = SessionManager::builder(InMemoryStore::new())
+        .transcripts(InMemoryTranscriptStore::new())
         .dedupe_window(Duration::ZERO)
         .build()
         .unwrap();

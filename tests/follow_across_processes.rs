@@ -5,11 +5,11 @@
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use agent_sessions::manager::{
-    AgentFollow, AgentUpdate, KeyFollow, KeyPosition, KeyUpdate, LogMessage,
-};
+use agent_sessions::follow::{Follow, Position, Scope, Update};
+use agent_sessions::manager::LogMessage;
 use agent_sessions::prelude::*;
-use agent_sessions::transcript::{Offset, SessionEvent};
+use agent_sessions::store::Backend;
+use agent_sessions::transcript::{Offset, SessionEvent, TranscriptStore, TranscriptSubscription};
 
 const URL_VAR: &str = "OUTSIDE_WRITER_URL";
 const BYTES_VAR: &str = "OUTSIDE_WRITER_BYTES";
@@ -22,6 +22,43 @@ fn inbound() -> InboundMessage {
 
 async fn manager(url: &str) -> SessionManager {
     SessionManager::connect(url).await.unwrap().build().unwrap()
+}
+
+/// A manager of the backend at `url`, and a subscription to its transcripts' live
+/// updates.
+async fn manager_and_updates(url: &str) -> (SessionManager, TranscriptSubscription) {
+    let backend = Backend::open(url).await.unwrap();
+    let updates = backend.transcripts().subscribe();
+    let manager = SessionManager::builder(backend.sessions().clone())
+        .backend(backend)
+        .build()
+        .unwrap();
+    (manager, updates)
+}
+
+/// The lines of the next update that brings lines (a key's follower first tells of
+/// the session it comes to); none once a session's follower ended.
+async fn next_lines(follow: &mut Follow) -> Vec<SessionEvent> {
+    loop {
+        match follow.next().await.unwrap() {
+            Update::Events { events, .. } => return events,
+            Update::Ended { .. } => return Vec::new(),
+            _ => {}
+        }
+    }
+}
+
+/// Every line there is now.
+async fn lines_now(follow: &mut Follow) -> Vec<SessionEvent> {
+    let mut lines = Vec::new();
+    while let Some(update) = follow.try_next().await.unwrap() {
+        match update {
+            Update::Events { events, .. } => lines.extend(events),
+            Update::Ended { .. } => break,
+            _ => {}
+        }
+    }
+    lines
 }
 
 fn texts(events: &[SessionEvent]) -> Vec<String> {
@@ -142,15 +179,13 @@ fn start_writer(url: &str, bytes: Option<usize>) -> Child {
 async fn a_killed_writer_is_followed_without_gaps_or_repeats(url: &str) {
     let manager = manager(url).await;
     let key = manager.resolve(&inbound()).await.unwrap().key;
-    let mut follow = manager.session(&key).follow(Offset::START).await.unwrap();
+    let mut follow = manager.session(&key).follow(Position::Start).await.unwrap();
     let mut writer = start_writer(url, None);
     let mut seen = Vec::new();
     while seen.len() < 100 {
-        let events = tokio::time::timeout(Duration::from_secs(20), follow.next())
+        let events = tokio::time::timeout(Duration::from_secs(20), next_lines(&mut follow))
             .await
-            .expect("the writer's messages arrive")
-            .unwrap()
-            .unwrap_or_default();
+            .expect("the writer's messages arrive");
         seen.extend(texts(&events));
     }
     let saved = follow.position();
@@ -159,9 +194,7 @@ async fn a_killed_writer_is_followed_without_gaps_or_repeats(url: &str) {
     writer.wait().unwrap();
 
     let mut resumed = manager.session(&key).follow(saved).await.unwrap();
-    while let Some(events) = resumed.try_next().await.unwrap() {
-        seen.extend(texts(&events));
-    }
+    seen.extend(texts(&lines_now(&mut resumed).await));
     let whole = texts(
         &manager
             .session(&key)
@@ -183,7 +216,7 @@ async fn a_killed_writer_is_followed_without_gaps_or_repeats(url: &str) {
 
 /// What a key follower reads until `end`: the texts, and for each session it moved to,
 /// the session's id and why it started.
-async fn follow_to_the_end(follow: &mut KeyFollow) -> (Vec<String>, Vec<(String, String)>) {
+async fn follow_to_the_end(follow: &mut Follow) -> (Vec<String>, Vec<(String, String)>) {
     let (mut seen, mut sessions) = (Vec::new(), Vec::new());
     while seen.last().map(String::as_str) != Some("end") {
         let update = tokio::time::timeout(Duration::from_secs(20), follow.next())
@@ -191,11 +224,11 @@ async fn follow_to_the_end(follow: &mut KeyFollow) -> (Vec<String>, Vec<(String,
             .expect("the writer's messages and sessions arrive")
             .unwrap();
         match update {
-            KeyUpdate::Session { session, .. } => sessions.push((
+            Update::Session { session, .. } => sessions.push((
                 session.entry.session_id.clone(),
                 session.entry.start_reason.clone().unwrap_or_default(),
             )),
-            KeyUpdate::Events { events, .. } => seen.extend(texts(&events)),
+            Update::Events { events, .. } => seen.extend(texts(&events)),
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -210,7 +243,10 @@ async fn a_key_is_followed_across_resets_made_by_another_process(url: &str) {
     let manager = manager(url).await;
     let key = manager.resolve(&inbound()).await.unwrap().key;
     let first = manager.session(&key).get().await.unwrap().unwrap();
-    let mut follow = manager.follow_key(&key, None).await.unwrap();
+    let mut follow = manager
+        .follow(Scope::Key(key.clone()), Position::Start)
+        .await
+        .unwrap();
     let mut writer = start_writer_with(url, RESETS_VAR);
     let (seen, sessions) = follow_to_the_end(&mut follow).await;
     assert!(writer.wait().unwrap().success());
@@ -234,11 +270,14 @@ async fn a_key_is_followed_across_resets_made_by_another_process(url: &str) {
     );
     assert_eq!(sessions[0].0, first.entry.session_id);
 
-    let position = KeyPosition {
+    let position = Position::After {
         session_id: first.entry.session_id.clone(),
         offset: Offset::START,
     };
-    let mut resumed = manager.follow_key(&key, Some(position)).await.unwrap();
+    let mut resumed = manager
+        .follow(Scope::Key(key.clone()), position)
+        .await
+        .unwrap();
     let (again, later) = follow_to_the_end(&mut resumed).await;
     assert_eq!(again, expected, "a late follower misses no session");
     assert_eq!(
@@ -247,11 +286,14 @@ async fn a_key_is_followed_across_resets_made_by_another_process(url: &str) {
         "the sessions after the resumed one, in order"
     );
 
-    let stranger = KeyPosition {
+    let stranger = Position::After {
         session_id: "not-a-session-of-this-key".into(),
         offset: Offset::START,
     };
-    let refused = manager.follow_key(&key, Some(stranger)).await.unwrap_err();
+    let refused = manager
+        .follow(Scope::Key(key.clone()), stranger)
+        .await
+        .unwrap_err();
     assert!(
         matches!(refused, agent_sessions::Error::InvalidId { .. }),
         "{refused}"
@@ -264,7 +306,7 @@ type Said = std::collections::BTreeMap<String, Vec<Vec<String>>>;
 /// What an agent follower reads until it has the writer's 13 lines and knows `b`'s
 /// session is closed: each session's lines by peer (sessions sorted by their first
 /// line), and the sessions it was told of (peer, why it started, whether new).
-async fn follow_agent_to_the_end(follow: &mut AgentFollow) -> (Said, Vec<(String, String, bool)>) {
+async fn follow_agent_to_the_end(follow: &mut Follow) -> (Said, Vec<(String, String, bool)>) {
     let mut by_session = std::collections::BTreeMap::<String, (String, Vec<String>)>::new();
     let mut b_status = String::new();
     let mut sessions = Vec::new();
@@ -286,7 +328,7 @@ async fn follow_agent_to_the_end(follow: &mut AgentFollow) -> (Said, Vec<(String
             }
         };
         match update {
-            AgentUpdate::Session { session, new } => {
+            Update::Session { session, new, .. } => {
                 note_status(&session);
                 sessions.push((
                     peer(&session.key),
@@ -294,8 +336,8 @@ async fn follow_agent_to_the_end(follow: &mut AgentFollow) -> (Said, Vec<(String
                     new,
                 ));
             }
-            AgentUpdate::Status { session } => note_status(&session),
-            AgentUpdate::Events {
+            Update::Status { session } => note_status(&session),
+            Update::Events {
                 key,
                 session_id,
                 events,
@@ -330,7 +372,10 @@ async fn an_agents_sessions_are_followed_from_another_process(url: &str) {
         .unwrap();
     old.complete("re z: before").await.unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let mut follow = manager.follow_agent(&AgentId::main(), None).await.unwrap();
+    let mut follow = manager
+        .follow(Scope::Agent(AgentId::main()), Position::Now)
+        .await
+        .unwrap();
     let start = follow.position();
     let mut writer = start_writer_with(url, AGENT_VAR);
     let (said, sessions) = follow_agent_to_the_end(&mut follow).await;
@@ -376,7 +421,7 @@ async fn an_agents_sessions_are_followed_from_another_process(url: &str) {
     );
 
     let mut again = manager
-        .follow_agent(&AgentId::main(), Some(start))
+        .follow(Scope::Agent(AgentId::main()), start)
         .await
         .unwrap();
     let (said_again, _) = follow_agent_to_the_end(&mut again).await;
@@ -403,22 +448,28 @@ async fn events_before_a_reset_reach_the_follower(url: &str) {
         }
     };
     log("before").await;
-    let mut follow = manager.session(&key).follow(Offset::START).await.unwrap();
-    assert_eq!(
-        texts(&follow.next().await.unwrap().unwrap_or_default()),
-        ["before"]
-    );
+    let id = manager
+        .session(&key)
+        .get()
+        .await
+        .unwrap()
+        .unwrap()
+        .entry
+        .session_id;
+    let mut follow = manager
+        .follow(Scope::Session(id), Position::Start)
+        .await
+        .unwrap();
+    assert_eq!(texts(&next_lines(&mut follow).await), ["before"]);
     log("last words").await;
     manager.session(&key).reset().await.unwrap();
-    let after = tokio::time::timeout(Duration::from_secs(5), follow.next())
+    let after = tokio::time::timeout(Duration::from_secs(5), next_lines(&mut follow))
         .await
-        .expect("the follower is not left waiting on an archived transcript")
-        .unwrap()
-        .unwrap_or_default();
+        .expect("the follower is not left waiting on an archived transcript");
     assert_eq!(texts(&after), ["last words"]);
 }
 
-/// `follow_session` on a session replaced by a reset reads its (archived) transcript.
+/// Following a session replaced by a reset, by its id, reads its (archived) transcript.
 async fn a_reset_session_can_be_followed_by_id(url: &str) {
     let manager = manager(url).await;
     let resolution = manager.resolve(&inbound()).await.unwrap();
@@ -430,33 +481,27 @@ async fn a_reset_session_can_be_followed_by_id(url: &str) {
         .unwrap();
     manager.session(&resolution.key).reset().await.unwrap();
     let mut follow = manager
-        .follow_session(&old_id, Offset::START)
+        .follow(Scope::Session(old_id), Position::Start)
         .await
-        .unwrap()
         .expect("a closed session is found by its id");
-    let events = tokio::time::timeout(Duration::from_secs(5), follow.next())
+    let events = tokio::time::timeout(Duration::from_secs(5), next_lines(&mut follow))
         .await
-        .expect("the closed session's messages are read")
-        .unwrap()
-        .unwrap_or_default();
+        .expect("the closed session's messages are read");
     assert_eq!(texts(&events), ["old session"]);
 }
 
 /// A 4 MiB message appended by another process reaches a follower here whole.
 async fn a_huge_append_from_another_process_is_followed(url: &str) {
     const BYTES: usize = 4 << 20;
-    let manager = manager(url).await;
+    let (manager, mut subscription) = manager_and_updates(url).await;
     let key = manager.resolve(&inbound()).await.unwrap().key;
-    let mut follow = manager.session(&key).follow(Offset::START).await.unwrap();
-    let mut subscription = manager.subscribe().unwrap();
+    let mut follow = manager.session(&key).follow(Position::Start).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let status = start_writer(url, Some(BYTES)).wait().unwrap();
     assert!(status.success());
-    let events = tokio::time::timeout(Duration::from_secs(20), follow.next())
+    let events = tokio::time::timeout(Duration::from_secs(20), next_lines(&mut follow))
         .await
-        .expect("the huge message arrives")
-        .unwrap()
-        .unwrap_or_default();
+        .expect("the huge message arrives");
     assert_eq!(texts(&events).concat().len(), BYTES);
     if !url.starts_with("json:") {
         let update = tokio::time::timeout(Duration::from_secs(20), subscription.recv())
@@ -470,9 +515,8 @@ async fn a_huge_append_from_another_process_is_followed(url: &str) {
 /// A subscriber that never reads while thousands of appends happen costs a bounded
 /// amount and is then told how many it missed.
 async fn a_subscriber_that_never_reads_is_told_it_lagged(url: &str) {
-    let manager = manager(url).await;
+    let (manager, mut sleeping) = manager_and_updates(url).await;
     let key = manager.resolve(&inbound()).await.unwrap().key;
-    let mut sleeping = manager.subscribe().unwrap();
     for n in 0..1_500 {
         manager
             .session(&key)

@@ -94,7 +94,7 @@ async fn chatter_taken_by_a_turn_that_fails_is_shown_to_the_next_turn_once() {
             "{url}"
         );
         assert!(backend
-            .history()
+            .chatter()
             .entries("agent:main:telegram:default:group:-100")
             .await
             .unwrap()
@@ -174,7 +174,7 @@ async fn chatter_that_cannot_be_kept_fails_the_call_and_a_mention_is_still_answe
         .unwrap()
         .build()
         .unwrap();
-    // Something planted where the group's history file belongs.
+    // Something planted where the group's chatter file belongs.
     let planted = dir
         .path()
         .join("group-history/agent%3Amain%3Atelegram%3Adefault%3Agroup%3A-100.json");
@@ -308,7 +308,7 @@ async fn history_kept_before_it_was_per_agent_reaches_the_next_turn() {
     for url in &stores.urls {
         let backend = Backend::open(url).await.unwrap();
         // What an earlier version kept, under the group's key without the agent.
-        let said = agent_sessions::context::HistoryEntry {
+        let said = agent_sessions::inbound::ChatterEntry {
             sender: "Ann".into(),
             body: "kept before the upgrade".into(),
             timestamp: None,
@@ -316,7 +316,7 @@ async fn history_kept_before_it_was_per_agent_reaches_the_next_turn() {
             sender_id: None,
         };
         backend
-            .history()
+            .chatter()
             .append("telegram:default:group:-100", said)
             .await
             .unwrap();
@@ -329,7 +329,7 @@ async fn history_kept_before_it_was_per_agent_reaches_the_next_turn() {
         assert!(before < after, "{url}: oldest first");
         asked.complete("ok").await.unwrap();
         assert!(backend
-            .history()
+            .chatter()
             .entries("telegram:default:group:-100")
             .await
             .unwrap()

@@ -100,7 +100,7 @@ async fn anything_but_a_regular_file_at_the_store_path_is_a_typed_error_at_once(
 
 #[tokio::test]
 async fn a_heartbeat_file_that_is_not_a_regular_file_is_a_typed_error_at_once() {
-    use agent_sessions::context::is_heartbeat_file_effectively_empty;
+    use agent_sessions::reply::is_heartbeat_file_effectively_empty;
     for kind in ["fifo", "directory", "symlink", "socket"] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("HEARTBEAT.md");

@@ -8,10 +8,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_sessions::freshness::ManualClock;
+use agent_sessions::freshness::ResetTriggers;
+use agent_sessions::freshness::{ResetConfig, ResetSpec};
 use agent_sessions::http::{router, serve, Secret, ServiceOptions, SECRET_HEADER};
-use agent_sessions::lifecycle::ManualClock;
-use agent_sessions::lifecycle::ResetTriggers;
-use agent_sessions::lifecycle::{ResetConfig, ResetSpec};
 use agent_sessions::manager::LogMessage;
 use agent_sessions::prelude::*;
 use reqwest::StatusCode;
@@ -1122,7 +1122,11 @@ async fn serve_checks_its_options_and_stops_on_shutdown() {
         ),
     ] {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let manager = Arc::new(SessionManager::builder(MemoryStore::new()).build().unwrap());
+        let manager = Arc::new(
+            SessionManager::builder(InMemoryStore::new())
+                .build()
+                .unwrap(),
+        );
         let served = tokio::time::timeout(
             Duration::from_secs(5),
             serve(
@@ -1141,7 +1145,11 @@ async fn serve_checks_its_options_and_stops_on_shutdown() {
     }
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let manager = Arc::new(SessionManager::builder(MemoryStore::new()).build().unwrap());
+    let manager = Arc::new(
+        SessionManager::builder(InMemoryStore::new())
+            .build()
+            .unwrap(),
+    );
     let options = ServiceOptions::default();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {

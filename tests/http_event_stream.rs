@@ -394,7 +394,10 @@ async fn an_agents_stream_tells_of_every_session(url: &str) {
         .build()
         .unwrap();
     let refused = isolated
-        .follow_agent(&AgentId::main(), None)
+        .follow(
+            agent_sessions::follow::Scope::Agent(AgentId::main()),
+            agent_sessions::follow::Position::Now,
+        )
         .await
         .unwrap_err();
     assert!(

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use agent_sessions::context::DeliveryRoute;
+use agent_sessions::follow::{Position, Scope, Update};
 use agent_sessions::identity::AgentScoped;
 use agent_sessions::identity::Caller;
 use agent_sessions::identity::Workspaces;
@@ -18,6 +18,7 @@ use agent_sessions::manager::{
 use agent_sessions::memory::EngineKind;
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::{CheckpointReason, FileTranscriptStore, Offset, TranscriptEntry};
+use agent_sessions::DeliveryContext;
 use agent_sessions::{
     entry::DescriptionSource, AccessDenial, Error, Result, SessionSource, SessionStatus,
 };
@@ -55,7 +56,7 @@ fn web_subject(sub: &str) -> Identifier {
 async fn one_person_texting_then_opening_the_web_chat_continues_one_session() {
     // Jane is `staff:17` to the SMS directory and `42` to the web app's login; an
     // identity link says both are Jane.
-    let manager = SessionManager::builder(MemoryStore::new())
+    let manager = SessionManager::builder(InMemoryStore::new())
         .key_builder(
             DefaultKeyBuilder::new()
                 .dm_scope(DmScope::PerPerson)
@@ -162,7 +163,7 @@ async fn a_session_keeps_its_person_across_channels_and_senders() {
         },
     ];
     for case in cases {
-        let manager = SessionManager::builder(MemoryStore::new())
+        let manager = SessionManager::builder(InMemoryStore::new())
             .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::Main))
             .build()
             .unwrap();
@@ -193,7 +194,7 @@ async fn a_session_keeps_its_person_across_channels_and_senders() {
 
 #[tokio::test]
 async fn one_directory_id_across_phone_channels_is_one_session_without_links() {
-    let manager = SessionManager::builder(MemoryStore::new())
+    let manager = SessionManager::builder(InMemoryStore::new())
         .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerPerson))
         .identity_resolver(DefaultIdentityResolver::new().directory(staff()))
         .build()
@@ -213,13 +214,13 @@ async fn one_directory_id_across_phone_channels_is_one_session_without_links() {
 
 #[tokio::test]
 async fn identify_needs_a_resolver_and_a_known_channel() {
-    let bare = SessionManager::new(MemoryStore::new());
+    let bare = SessionManager::new(InMemoryStore::new());
     assert!(matches!(
         bare.identify("sms", &Identifier::Phone(JANE_PHONE.into()))
             .await,
         Err(Error::NotConfigured { .. })
     ));
-    let manager = SessionManager::builder(MemoryStore::new())
+    let manager = SessionManager::builder(InMemoryStore::new())
         .identity_resolver(DefaultIdentityResolver::new())
         .build()
         .unwrap();
@@ -241,7 +242,7 @@ struct Fixture {
 
 async fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let manager = SessionManager::builder(MemoryStore::new())
+    let manager = SessionManager::builder(InMemoryStore::new())
         .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
         .transcripts(FileTranscriptStore::new(dir.path()))
         .workspaces(Workspaces::new(dir.path().join("workspaces")))
@@ -325,15 +326,13 @@ enum Call {
     EnsureSkillsSnapshot,
     Turn,
     EnqueueSystemEvent,
-    Subscribe,
     Messages,
     Append,
     AppendChat,
     Follow,
-    FollowKey,
 }
 
-const EVERY_CALL: [Call; 33] = [
+const EVERY_CALL: [Call; 31] = [
     Call::Resolve,
     Call::Get,
     Call::Close,
@@ -361,12 +360,10 @@ const EVERY_CALL: [Call; 33] = [
     Call::EnsureSkillsSnapshot,
     Call::Turn,
     Call::EnqueueSystemEvent,
-    Call::Subscribe,
     Call::Messages,
     Call::Append,
     Call::AppendChat,
     Call::Follow,
-    Call::FollowKey,
 ];
 
 async fn call(scoped: &ScopedManager<'_>, fixture: &Fixture, call: Call) -> Result<()> {
@@ -410,7 +407,7 @@ async fn call(scoped: &ScopedManager<'_>, fixture: &Fixture, call: Call) -> Resu
             .map(drop),
         Call::UpdateLastRoute => scoped
             .session(key)
-            .update_last_route(&DeliveryRoute::default().with_thread("7"))
+            .update_last_route(&DeliveryContext::default().with_thread("7"))
             .await
             .map(drop),
         Call::ForkThread => scoped.session(key).fork_thread("t1").await.map(drop),
@@ -468,7 +465,6 @@ async fn call(scoped: &ScopedManager<'_>, fixture: &Fixture, call: Call) -> Resu
             .enqueue_system_event("Model switched.")
             .await
             .map(drop),
-        Call::Subscribe => scoped.session(key).subscribe().await.map(drop),
         Call::Messages => scoped.session(key).messages().await.map(drop),
         Call::Append => scoped
             .session(key)
@@ -484,8 +480,7 @@ async fn call(scoped: &ScopedManager<'_>, fixture: &Fixture, call: Call) -> Resu
             .append_chat(&[ChatMessage::assistant("Tomorrow at 9.")])
             .await
             .map(drop),
-        Call::Follow => scoped.session(key).follow(Offset::START).await.map(drop),
-        Call::FollowKey => scoped.session(key).follow_key(None).await.map(drop),
+        Call::Follow => scoped.session(key).follow(Position::Start).await.map(drop),
     }
 }
 
@@ -751,7 +746,7 @@ async fn a_session_cannot_be_read_by_forking_it_into_a_thread_of_ones_own() {
 
 #[tokio::test]
 async fn a_named_session_key_never_creates_a_session_for_someone_else() {
-    let manager = SessionManager::builder(MemoryStore::new())
+    let manager = SessionManager::builder(InMemoryStore::new())
         .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerPerson))
         .build()
         .unwrap();
@@ -781,7 +776,9 @@ async fn a_named_session_key_never_creates_a_session_for_someone_else() {
 
 #[tokio::test]
 async fn fork_thread_hands_an_existing_thread_only_to_who_may_open_it() {
-    let manager = SessionManager::builder(MemoryStore::new()).build().unwrap();
+    let manager = SessionManager::builder(InMemoryStore::new())
+        .build()
+        .unwrap();
     let in_group = |sender: &str, person: &str| {
         InboundMessage::group("telegram", "-100", sender, "hello").from_person(person)
     };
@@ -838,7 +835,7 @@ impl Directory for LiveDirectory {
 async fn opening_re_resolves_identity_and_admits_only_participants() {
     let directory = LiveDirectory::default();
     *directory.0.lock().unwrap() = Some("support_worker".into());
-    let manager = SessionManager::builder(MemoryStore::new())
+    let manager = SessionManager::builder(InMemoryStore::new())
         .identity_resolver(
             DefaultIdentityResolver::new()
                 .phone_channel("portal")
@@ -889,7 +886,7 @@ async fn opening_re_resolves_identity_and_admits_only_participants() {
 #[tokio::test]
 async fn an_isolated_manager_never_reaches_another_agents_sessions_or_transcripts() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let transcripts = Arc::new(FileTranscriptStore::new(dir.path()));
     let main = SessionManager::builder(store.clone())
         .transcripts(transcripts.clone())
@@ -979,8 +976,13 @@ async fn an_isolated_manager_never_reaches_another_agents_sessions_or_transcript
     // Main's session is as main left it.
     assert_eq!(main.session(key).get().await.unwrap().unwrap(), before);
 
-    // Live updates of main's transcripts do not reach ops.
-    let mut feed = ops.subscribe().unwrap();
+    // Following the whole store from ops follows ops's sessions alone: main's lines
+    // never reach it.
+    let mut feed = ops
+        .follow(Scope::Store, Position::Now)
+        .await
+        .unwrap()
+        .poll_interval(std::time::Duration::from_millis(5));
     main.session(key)
         .log_message(LogMessage::inbound("main again"))
         .await
@@ -989,8 +991,27 @@ async fn an_isolated_manager_never_reaches_another_agents_sessions_or_transcript
         .log_message(LogMessage::inbound("ops again"))
         .await
         .unwrap();
-    let update = feed.recv().await.unwrap();
-    assert_eq!(update.transcript.agent, ops_agent);
+    loop {
+        match feed.next().await.unwrap() {
+            Update::Session { session, .. } => assert_eq!(session.key.agent_id(), Some("ops")),
+            Update::Events { key, events, .. } => {
+                assert_eq!(key.agent_id(), Some(ops_agent.as_str()));
+                let said: Vec<String> = events
+                    .iter()
+                    .filter_map(|e| e.entry.message.as_ref().map(|m| m.text()))
+                    .collect();
+                assert_eq!(said.last().map(String::as_str), Some("ops again"));
+                break;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(
+        ops.follow(Scope::Agent(AgentId::main()), Position::Now)
+            .await
+            .is_err(),
+        "ops may not follow main"
+    );
 }
 
 #[tokio::test]
@@ -1019,7 +1040,7 @@ async fn workspaces_are_keyed_by_our_uuid_and_shared_across_variants_by_choice()
     use agent_sessions::identity::{Area, WorkspaceSharing};
     for sharing in [WorkspaceSharing::PerIdentity, WorkspaceSharing::PerSession] {
         let dir = tempfile::tempdir().unwrap();
-        let manager = SessionManager::builder(MemoryStore::new())
+        let manager = SessionManager::builder(InMemoryStore::new())
             .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerPerson))
             .agent_identity("reggie_oc", "reggie")
             .agent_identity("reggie_fd", "reggie")
@@ -1066,7 +1087,7 @@ async fn workspaces_are_keyed_by_our_uuid_and_shared_across_variants_by_choice()
 #[tokio::test]
 async fn a_hand_edited_workspace_id_is_rejected_not_used_as_a_path() {
     let dir = tempfile::tempdir().unwrap();
-    let manager = SessionManager::builder(MemoryStore::new())
+    let manager = SessionManager::builder(InMemoryStore::new())
         .workspaces(Workspaces::new(dir.path().join("ws")))
         .build()
         .unwrap();
@@ -1367,10 +1388,10 @@ async fn everything_a_session_lifecycle_search_doctor_and_migration_write_is_own
 /// overwritten by a turn's per-session context summary.
 #[tokio::test]
 async fn the_workspace_summary_holds_the_rolling_summary() {
+    use agent_sessions::freshness::ManualClock;
     use agent_sessions::identity::WorkspaceSharing;
-    use agent_sessions::lifecycle::ManualClock;
     use agent_sessions::manager::{SummaryRefresh, TurnOutcome};
-    use agent_sessions::transcript::MemoryTranscriptStore;
+    use agent_sessions::transcript::InMemoryTranscriptStore;
     for sharing in [WorkspaceSharing::PerIdentity, WorkspaceSharing::PerSession] {
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(
@@ -1378,8 +1399,8 @@ async fn the_workspace_summary_holds_the_rolling_summary() {
                 .unwrap()
                 .with_timezone(&chrono::Utc),
         );
-        let manager = SessionManager::builder(MemoryStore::new())
-            .transcripts(MemoryTranscriptStore::new())
+        let manager = SessionManager::builder(InMemoryStore::new())
+            .transcripts(InMemoryTranscriptStore::new())
             .workspaces(Workspaces::new(dir.path()).sharing(sharing))
             .agent_identity("reggie_oc", "reggie")
             .agent_identity("reggie_fd", "reggie")

@@ -5,7 +5,7 @@ mod common;
 use std::fs;
 use std::time::{Duration, Instant, SystemTime};
 
-use agent_sessions::lifecycle::{ResetConfig, ResetSpec};
+use agent_sessions::freshness::{ResetConfig, ResetSpec};
 use agent_sessions::prelude::*;
 use agent_sessions::{CorruptProblem, Error, JsonFileOptions};
 use indexmap::IndexMap;

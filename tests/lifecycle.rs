@@ -12,16 +12,16 @@ mod flaky;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_sessions::context::DeliveryRoute;
 use agent_sessions::entry::{DescriptionSource, SendPolicy, SessionSource, SessionStatus};
-use agent_sessions::lifecycle::{Clock, ManualClock};
-use agent_sessions::lifecycle::{DriftClassifier, DriftVerdict};
-use agent_sessions::lifecycle::{ModelRef, ResetTriggers, StaticModelCatalog};
-use agent_sessions::lifecycle::{ResetConfig, ResetSpec, ResetType, StaleReason, Zone};
+use agent_sessions::freshness::{Clock, ManualClock};
+use agent_sessions::freshness::{DriftClassifier, DriftVerdict};
+use agent_sessions::freshness::{ModelRef, ResetTriggers, StaticModelCatalog};
+use agent_sessions::freshness::{ResetConfig, ResetSpec, ResetType, StaleReason, Zone};
 use agent_sessions::manager::{
     DeleteOptions, OverrideKind, PruneOptions, SessionOverride, TurnOutcome,
 };
 use agent_sessions::prelude::*;
+use agent_sessions::DeliveryContext;
 use agent_sessions::{DeleteRefusal, Error, SessionManager, ThreadId};
 use chrono::{DateTime, Utc};
 
@@ -67,7 +67,7 @@ fn harnesses_with(
             .clock(clock.clone());
         (configure(builder).build().unwrap(), clock)
     };
-    let (memory, memory_clock) = make(Arc::new(MemoryStore::new()));
+    let (memory, memory_clock) = make(Arc::new(InMemoryStore::new()));
     let dir = tempfile::tempdir().unwrap();
     let (json, json_clock) = make(Arc::new(common::store(dir.path())));
     vec![
@@ -308,21 +308,21 @@ async fn a_route_update_creates_a_missing_session_as_openclaw_does() {
         let cases = [
             (
                 "agent:main:telegram:dm:42",
-                DeliveryRoute::to(" Telegram ", " 42 "),
+                DeliveryContext::to(" Telegram ", " 42 "),
                 Some("telegram"),
                 Some("42"),
                 None,
             ),
             (
                 "agent:main:slack:channel:c1",
-                DeliveryRoute::to("slack", "C1").with_thread("1700.1"),
+                DeliveryContext::to("slack", "C1").with_thread("1700.1"),
                 Some("slack"),
                 Some("C1"),
                 Some(ThreadId::Text("1700.1".into())),
             ),
             (
                 "agent:main:main",
-                DeliveryRoute::default(),
+                DeliveryContext::default(),
                 None,
                 None,
                 None,
@@ -361,7 +361,7 @@ async fn a_route_update_creates_a_missing_session_as_openclaw_does() {
             let id = entry.session_id.clone();
             let again = manager
                 .session(&key)
-                .update_last_route(&DeliveryRoute::to("slack", "C9"))
+                .update_last_route(&DeliveryContext::to("slack", "C9"))
                 .await
                 .unwrap();
             assert_eq!(
@@ -476,7 +476,7 @@ async fn only_real_turns_refresh_activity() {
             .unwrap();
         manager
             .session(&key)
-            .update_last_route(&DeliveryRoute::to("slack", "C2"))
+            .update_last_route(&DeliveryContext::to("slack", "C2"))
             .await
             .unwrap();
         manager
@@ -1170,9 +1170,9 @@ async fn explicit_keys_are_used_as_given() {
 #[tokio::test]
 async fn reset_starts_a_new_session_and_archives_the_old_transcript() {
     use agent_sessions::manager::LogMessage;
-    use agent_sessions::transcript::{MemoryTranscriptStore, TranscriptExport};
-    let transcripts = MemoryTranscriptStore::new();
-    let manager = SessionManager::builder(MemoryStore::new())
+    use agent_sessions::transcript::{InMemoryTranscriptStore, TranscriptExport};
+    let transcripts = InMemoryTranscriptStore::new();
+    let manager = SessionManager::builder(InMemoryStore::new())
         .transcripts(transcripts.clone())
         .build()
         .unwrap();

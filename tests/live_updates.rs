@@ -8,11 +8,11 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_sessions::follow::{Position, Scope, Update};
+use agent_sessions::prelude::*;
 use agent_sessions::transcript::{
-    Offset, SessionEvent, TranscriptEntry, TranscriptFollow, TranscriptRef, TranscriptStore,
-    TranscriptSubscription,
+    SessionEvent, TranscriptEntry, TranscriptRef, TranscriptStore, TranscriptSubscription,
 };
-use agent_sessions::AgentId;
 
 fn transcript(id: &str) -> TranscriptRef {
     TranscriptRef::new(AgentId::main(), id)
@@ -122,18 +122,31 @@ async fn followers_are_woken_by_the_other_handle(
     there: &dyn TranscriptStore,
     poll: Duration,
 ) {
-    let t = transcript("s-followed");
-    let mut follow = TranscriptFollow::new(here, t.clone(), Offset::START).poll_interval(poll);
+    let manager = SessionManager::builder(InMemoryStore::new())
+        .transcripts(here)
+        .build()
+        .unwrap();
+    let message = InboundMessage::direct("telegram", "42", "hi");
+    let key = manager.resolve(&message).await.unwrap().key;
+    let entry = manager.session(&key).get().await.unwrap().unwrap().entry;
+    let t = TranscriptRef::of(&key, &entry, &AgentId::main());
+    let mut follow = manager
+        .follow(Scope::Session(entry.session_id.clone()), Position::Start)
+        .await
+        .unwrap()
+        .poll_interval(poll);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut seen = Vec::new();
     for n in 0..5 {
         there.append(&t, vec![said(&format!("{n}"))]).await.unwrap();
         while seen.len() <= n {
-            let events = tokio::time::timeout(Duration::from_secs(5), follow.next())
+            let update = tokio::time::timeout(Duration::from_secs(5), follow.next())
                 .await
                 .expect("woken within 5 s")
-                .unwrap()
-                .expect("the transcript is live");
+                .unwrap();
+            let Update::Events { events, .. } = update else {
+                panic!("the transcript is live: {update:?}")
+            };
             seen.extend(texts(&events));
         }
     }

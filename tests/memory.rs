@@ -5,8 +5,8 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agent_sessions::freshness::ManualClock;
 use agent_sessions::key::IdentityLinks;
-use agent_sessions::lifecycle::ManualClock;
 use agent_sessions::manager::{CompactionEvent, LogMessage, SummaryRefresh, TurnOutcome};
 use agent_sessions::memory::{EngineKind, EngineSession, TurnUsage};
 use agent_sessions::memory::{IntrospectionInput, IntrospectionOutcome, Introspector};
@@ -32,7 +32,7 @@ fn dm(body: &str) -> InboundMessage {
 #[tokio::test]
 async fn one_call_after_each_turn_records_usage_engine_and_summary() {
     let clock = ManualClock::new(at("2026-03-10T10:00:00Z"));
-    let manager = SessionManager::builder(MemoryStore::new())
+    let manager = SessionManager::builder(InMemoryStore::new())
         .clock(clock.clone())
         .build()
         .unwrap();
@@ -85,7 +85,7 @@ async fn one_call_after_each_turn_records_usage_engine_and_summary() {
 
 #[tokio::test]
 async fn exactly_one_flush_per_compaction_cycle() {
-    let manager = SessionManager::builder(MemoryStore::new())
+    let manager = SessionManager::builder(InMemoryStore::new())
         .memory(MemoryOptions::new().flush_guard(MemoryFlushSettings {
             reserve_tokens_floor: 5_000,
             ..MemoryFlushSettings::default()
@@ -140,7 +140,7 @@ async fn exactly_one_flush_per_compaction_cycle() {
 
 #[tokio::test]
 async fn a_retried_compaction_counts_once() {
-    let manager = SessionManager::new(MemoryStore::new());
+    let manager = SessionManager::new(InMemoryStore::new());
     let key = manager.resolve(&dm("hi")).await.unwrap().key;
     manager
         .session(&key)
@@ -196,7 +196,7 @@ async fn a_retried_compaction_counts_once() {
 
 #[tokio::test]
 async fn engine_sessions_are_kept_for_resume_and_cleared_on_reset() {
-    let manager = SessionManager::new(MemoryStore::new());
+    let manager = SessionManager::new(InMemoryStore::new());
     let key = manager.resolve(&dm("hi")).await.unwrap().key;
     for engine in [
         EngineSession::Sdk { id: "sdk-1".into() },
@@ -517,7 +517,7 @@ async fn checkpoints_introspect_the_events_since_the_last_one() {
 
 #[tokio::test]
 async fn the_skills_snapshot_is_rebuilt_on_first_turns_and_new_versions() {
-    let manager = SessionManager::new(MemoryStore::new());
+    let manager = SessionManager::new(InMemoryStore::new());
     let key = manager.resolve(&dm("hi")).await.unwrap().key;
     let builds = Mutex::new(0);
     let build = || {
@@ -588,7 +588,7 @@ impl Summarizer for FailingSummarizer {
 
 #[tokio::test]
 async fn a_failing_summarizer_leaves_the_turn_recorded() {
-    let manager = SessionManager::builder(MemoryStore::new())
+    let manager = SessionManager::builder(InMemoryStore::new())
         .memory(MemoryOptions::new().summarizer(FailingSummarizer))
         .build()
         .unwrap();
@@ -721,8 +721,8 @@ impl Backends {
         let mut builders = vec![
             (
                 "memory",
-                SessionManager::builder(MemoryStore::new())
-                    .transcripts(agent_sessions::transcript::MemoryTranscriptStore::new()),
+                SessionManager::builder(InMemoryStore::new())
+                    .transcripts(agent_sessions::transcript::InMemoryTranscriptStore::new()),
             ),
             (
                 "json",

@@ -295,7 +295,7 @@ async fn the_json_store_writes_a_multi_key_update_once() {
 /// and writes nothing of it.
 #[tokio::test]
 async fn an_agent_scoped_store_refuses_another_agents_key_among_many() {
-    let shared = std::sync::Arc::new(MemoryStore::new());
+    let shared = std::sync::Arc::new(InMemoryStore::new());
     let ops = AgentScoped::new(AgentId::new("ops").unwrap(), shared.clone());
     let own = key("agent:ops:telegram:dm:1");
     let theirs = key("agent:main:telegram:dm:1");

@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use agent_sessions::lifecycle::ManualClock;
-use agent_sessions::lifecycle::{StaleReason, Zone};
+use agent_sessions::freshness::ManualClock;
+use agent_sessions::freshness::{StaleReason, Zone};
 use agent_sessions::openclaw::{OpenClawConfig, OpenClawEnv};
 use agent_sessions::prelude::*;
 use agent_sessions::{Error, Reason};
@@ -681,10 +681,10 @@ fn settings_the_crate_does_not_use_are_ignored() {
         assert_eq!(
             config
                 .reset
-                .policy(agent_sessions::lifecycle::ResetType::Group, None),
+                .policy(agent_sessions::freshness::ResetType::Group, None),
             defaults
                 .reset
-                .policy(agent_sessions::lifecycle::ResetType::Group, None),
+                .policy(agent_sessions::freshness::ResetType::Group, None),
             "{text}"
         );
     }

@@ -39,7 +39,7 @@ const JANE_WORDS: &[&str] = &[
     "jqechoworkspace",  // a file in her workspace
     "jqfoxtrotchatter", // group chatter shown to the model in Bob's line
     "jqgolfgroup",      // her own message in the group
-    "jqhotelpending",   // chatter still waiting in the group's history
+    "jqhotelpending",   // chatter still waiting in the group's chatter
     "jqindiaclosed",    // a session she closed
     "jqjulietevent",    // a system event queued for her
     "jqkilokilled",     // the turn killed mid-way
@@ -475,7 +475,7 @@ async fn erase_and_scan(url: &str, state: &Path, workspaces: &Path, kills: usize
             "her group line and Bob's: {report:?}"
         );
         assert!(
-            report.history_entries >= 1,
+            report.chatter_entries >= 1,
             "the chatter still waiting: {report:?}"
         );
         assert_eq!(report.workspaces, 1, "{report:?}");
@@ -807,7 +807,7 @@ async fn a_turn_running_during_an_erase_completes_first_and_a_later_message_star
 async fn ids_linked_to_a_person_are_erased_with_them_and_the_links_are_reported() {
     use agent_sessions::key::{DefaultKeyBuilder, IdentityLinks};
     let links = IdentityLinks::new().link("jane", ["telegram:4242", "sms:+15550100777"]);
-    let manager = SessionManager::builder(MemoryStore::new())
+    let manager = SessionManager::builder(InMemoryStore::new())
         .key_builder(DefaultKeyBuilder::new().identity_links(links))
         .build()
         .unwrap();

@@ -1,12 +1,12 @@
 //! Properties that hold for any input.
 
-use agent_sessions::context::{model_body, PipelineOptions, UNTRUSTED_CONTEXT_HEADER};
-use agent_sessions::context::{HistoryBuffer, HistoryEntry, MemoryHistory};
+use agent_sessions::inbound::{model_body, PipelineOptions, UNTRUSTED_CONTEXT_HEADER};
+use agent_sessions::inbound::{ChatterBuffer, ChatterEntry, InMemoryChatter};
 use agent_sessions::{InboundMessage, Sender};
 use proptest::prelude::*;
 
-fn entry(body: String) -> HistoryEntry {
-    HistoryEntry {
+fn entry(body: String) -> ChatterEntry {
+    ChatterEntry {
         sender: "s".into(),
         body,
         timestamp: None,
@@ -26,7 +26,7 @@ proptest! {
     ) {
         let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
         runtime.block_on(async {
-            let history = MemoryHistory::new(limit, max_keys);
+            let history = InMemoryChatter::new(limit, max_keys);
             let mut expected: Vec<(String, Vec<String>)> = Vec::new(); // LRU order, oldest first
             for (group, value) in &appends {
                 let key = format!("g{group}");
@@ -269,7 +269,7 @@ proptest! {
         budget in 0usize..400,
         chars_per_token in 1usize..6,
     ) {
-        use agent_sessions::context::{fit_to_budget, message_tokens, ChatMessage, ChatRole, TokenCounter};
+        use agent_sessions::inbound::{fit_to_budget, message_tokens, ChatMessage, ChatRole, TokenCounter};
 
         #[derive(Debug)]
         struct PerChars(usize);

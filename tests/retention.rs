@@ -8,7 +8,7 @@ mod stores;
 
 use std::time::Duration;
 
-use agent_sessions::lifecycle::ManualClock;
+use agent_sessions::freshness::ManualClock;
 use agent_sessions::manager::{RetentionPolicy, RetentionRule};
 use agent_sessions::prelude::*;
 use agent_sessions::search::{Search, SearchQuery};
@@ -116,7 +116,7 @@ async fn conversations_are_kept_as_long_as_the_policy_says_on_every_backend() {
         // group's chatter, never shown, is past its week.
         assert_eq!(report.sessions, 1, "{url}: {report:?}");
         assert_eq!(report.cut, 2, "{url}: telegram 42 and 43: {report:?}");
-        assert_eq!(report.history_entries, 1, "{url}: {report:?}");
+        assert_eq!(report.chatter_entries, 1, "{url}: {report:?}");
         assert_eq!(transcript_count(url).await, before - 3, "{url}");
         let sessions = manager.list(&ListFilter::new()).await.unwrap();
         assert!(
@@ -165,7 +165,7 @@ async fn conversations_are_kept_as_long_as_the_policy_says_on_every_backend() {
             .unwrap();
         clock.advance(8 * DAY);
         let report = manager.apply_retention(&policy()).await.unwrap();
-        assert_eq!(report.history_entries, 1, "{url}: {report:?}");
+        assert_eq!(report.chatter_entries, 1, "{url}: {report:?}");
     }
     stores.finish().await;
 }

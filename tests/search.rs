@@ -9,14 +9,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_sessions::lifecycle::ManualClock;
+use agent_sessions::freshness::ManualClock;
 use agent_sessions::manager::LogMessage;
 use agent_sessions::prelude::*;
 use agent_sessions::search::{
-    Categorizer, Embedder, Exchange, KeywordCategorizer, LoggedMessage, MemoryIndex, Search,
+    Categorizer, Embedder, Exchange, InMemoryIndex, KeywordCategorizer, LoggedMessage, Search,
     SearchFilter, SearchIndex, SearchQuery, Work,
 };
-use agent_sessions::transcript::{Direction, MemoryTranscriptStore, TranscriptStore};
+use agent_sessions::transcript::{Direction, InMemoryTranscriptStore, TranscriptStore};
 use agent_sessions::{Error, Result};
 use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
@@ -310,9 +310,9 @@ async fn known_hits_rank_first(
 #[tokio::test]
 async fn known_hits_rank_first_on_the_memory_stores() {
     known_hits_rank_first(
-        Arc::new(MemoryTranscriptStore::new()),
-        Arc::new(MemoryStore::new()),
-        MemoryIndex::new(),
+        Arc::new(InMemoryTranscriptStore::new()),
+        Arc::new(InMemoryStore::new()),
+        InMemoryIndex::new(),
     )
     .await;
 }
@@ -323,7 +323,7 @@ async fn known_hits_rank_first_on_the_json_store() {
     let backend = agent_sessions::store::Backend::open(&format!("json:{}", dir.path().display()))
         .await
         .unwrap();
-    let index = MemoryIndex::open(dir.path().join("search.json")).unwrap();
+    let index = InMemoryIndex::open(dir.path().join("search.json")).unwrap();
     known_hits_rank_first(
         backend.transcripts().clone(),
         backend.sessions().clone(),
@@ -424,8 +424,8 @@ impl Embedder for ConceptEmbedder {
 }
 
 async fn vectors_and_hybrid_ranking(index: impl SearchIndex + 'static) {
-    let transcripts: Arc<dyn TranscriptStore> = Arc::new(MemoryTranscriptStore::new());
-    log_corpus(transcripts.clone(), Arc::new(MemoryStore::new())).await;
+    let transcripts: Arc<dyn TranscriptStore> = Arc::new(InMemoryTranscriptStore::new());
+    log_corpus(transcripts.clone(), Arc::new(InMemoryStore::new())).await;
     let embedder = Arc::new(ConceptEmbedder::default());
     let search = Search::new(index).embedder(embedder.clone());
     let progress = search.process_all(&*transcripts).await.unwrap();
@@ -480,7 +480,7 @@ async fn vectors_and_hybrid_ranking(index: impl SearchIndex + 'static) {
     assert!(hits.iter().all(|h| (0.0..=1.0).contains(&h.score)));
 
     // Without a working embedder, search is full text only — never an error.
-    let broken = Search::new(MemoryIndex::new()).embedder(ConceptEmbedder {
+    let broken = Search::new(InMemoryIndex::new()).embedder(ConceptEmbedder {
         fail: true,
         ..ConceptEmbedder::default()
     });
@@ -512,7 +512,7 @@ async fn vectors_and_hybrid_ranking(index: impl SearchIndex + 'static) {
 
 #[tokio::test]
 async fn a_fake_embedder_proves_the_vector_path_and_hybrid_ranking() {
-    vectors_and_hybrid_ranking(MemoryIndex::new()).await;
+    vectors_and_hybrid_ranking(InMemoryIndex::new()).await;
 }
 
 #[cfg(feature = "sqlite")]
@@ -551,11 +551,11 @@ impl Categorizer for Gate {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn background_work_never_delays_a_reply_and_reports_progress() {
-    let transcripts: Arc<dyn TranscriptStore> = Arc::new(MemoryTranscriptStore::new());
-    let sessions: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
+    let transcripts: Arc<dyn TranscriptStore> = Arc::new(InMemoryTranscriptStore::new());
+    let sessions: Arc<dyn SessionStore> = Arc::new(InMemoryStore::new());
     log_corpus(transcripts.clone(), sessions.clone()).await;
     let gate = Arc::new(Gate(tokio::sync::Semaphore::new(0), AtomicUsize::new(0)));
-    let search = Search::new(MemoryIndex::new()).categorizer(gate.clone());
+    let search = Search::new(InMemoryIndex::new()).categorizer(gate.clone());
     let mut background = search.spawn_background(transcripts.clone(), Duration::from_millis(20));
 
     // The categorizer is stuck; the bot still answers at once.
@@ -599,15 +599,15 @@ async fn background_work_never_delays_a_reply_and_reports_progress() {
 async fn an_index_saved_to_a_file_resumes_where_it_stopped() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("search.json");
-    let transcripts: Arc<dyn TranscriptStore> = Arc::new(MemoryTranscriptStore::new());
-    log_corpus(transcripts.clone(), Arc::new(MemoryStore::new())).await;
+    let transcripts: Arc<dyn TranscriptStore> = Arc::new(InMemoryTranscriptStore::new());
+    log_corpus(transcripts.clone(), Arc::new(InMemoryStore::new())).await;
 
     let counting = Arc::new(Gate(
         tokio::sync::Semaphore::new(1_000),
         AtomicUsize::new(0),
     ));
     {
-        let search = Search::new(MemoryIndex::open(&file).unwrap()).categorizer(counting.clone());
+        let search = Search::new(InMemoryIndex::open(&file).unwrap()).categorizer(counting.clone());
         search.sync(&*transcripts).await.unwrap();
         // Categorise only the first exchange, then "stop".
         let first = search.index().pending(Work::Categorize, 1).await.unwrap();
@@ -624,7 +624,7 @@ async fn an_index_saved_to_a_file_resumes_where_it_stopped() {
             .unwrap();
         search.index().flush().await.unwrap();
     }
-    let reopened = Search::new(MemoryIndex::open(&file).unwrap()).categorizer(counting.clone());
+    let reopened = Search::new(InMemoryIndex::open(&file).unwrap()).categorizer(counting.clone());
     assert_eq!(
         reopened.index().message_count().await.unwrap(),
         CORPUS.len()
@@ -650,7 +650,7 @@ async fn an_index_saved_to_a_file_resumes_where_it_stopped() {
     // A damaged index file is an error naming it, and is left as it was.
     std::fs::write(&file, b"{ not an index").unwrap();
     assert!(matches!(
-        MemoryIndex::open(&file),
+        InMemoryIndex::open(&file),
         Err(Error::Component {
             component: "search index",
             ..
@@ -720,7 +720,7 @@ async fn search_child_worker() {
         .transcripts()
         .clone();
     let search =
-        Search::new(MemoryIndex::open(root.join("search.json")).unwrap()).categorizer(Slow);
+        Search::new(InMemoryIndex::open(root.join("search.json")).unwrap()).categorizer(Slow);
     search.sync(&*transcripts).await.unwrap();
     loop {
         let progress = search.process_pending().await.unwrap();
@@ -771,7 +771,7 @@ async fn background_processing_resumes_after_a_kill() {
     child.wait().unwrap();
 
     // The index file is whole (written by rename) and remembers the work done.
-    let index = MemoryIndex::open(dir.path().join("search.json")).unwrap();
+    let index = InMemoryIndex::open(dir.path().join("search.json")).unwrap();
     let done_before = MESSAGES
         - index
             .pending(Work::Categorize, usize::MAX)
@@ -986,7 +986,7 @@ fn generated_corpus() -> Vec<LoggedMessage> {
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 async fn ranks_like_the_memory_index(index: &dyn SearchIndex) {
     let corpus = generated_corpus();
-    let memory = MemoryIndex::new();
+    let memory = InMemoryIndex::new();
     for batch in corpus.chunks(2_500) {
         assert_eq!(index.add(batch.to_vec()).await.unwrap(), batch.len());
         memory.add(batch.to_vec()).await.unwrap();
@@ -1072,7 +1072,7 @@ fn cosine(a: &[f32], b: &[f32]) -> f32 {
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 async fn nearest_like_the_memory_index(index: &dyn SearchIndex, recall: f32) {
     let corpus = generated_corpus();
-    let memory = MemoryIndex::new();
+    let memory = InMemoryIndex::new();
     for batch in corpus.chunks(4_000) {
         index.add(batch.to_vec()).await.unwrap();
         memory.add(batch.to_vec()).await.unwrap();

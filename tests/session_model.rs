@@ -5,8 +5,8 @@ mod common;
 
 use std::time::Duration;
 
-use agent_sessions::lifecycle::ManualClock;
-use agent_sessions::lifecycle::{ResetConfig, ResetSpec};
+use agent_sessions::freshness::ManualClock;
+use agent_sessions::freshness::{ResetConfig, ResetSpec};
 use agent_sessions::manager::{PruneOptions, SessionManagerBuilder};
 use agent_sessions::prelude::*;
 use agent_sessions::{SessionKey, SessionStatus, StatusFilter};
@@ -31,8 +31,8 @@ impl Backends {
         let mut builders = vec![
             (
                 "memory",
-                SessionManager::builder(MemoryStore::new())
-                    .transcripts(agent_sessions::transcript::MemoryTranscriptStore::new()),
+                SessionManager::builder(InMemoryStore::new())
+                    .transcripts(agent_sessions::transcript::InMemoryTranscriptStore::new()),
             ),
             (
                 "json",
@@ -404,8 +404,8 @@ async fn the_spawned_idle_sweep_runs_on_its_interval_and_stops_when_dropped() {
     use agent_sessions::manager::IdleCheckpointOptions;
     let clock = ManualClock::at_millis(START_MS);
     let manager = std::sync::Arc::new(
-        SessionManager::builder(MemoryStore::new())
-            .transcripts(agent_sessions::transcript::MemoryTranscriptStore::new())
+        SessionManager::builder(InMemoryStore::new())
+            .transcripts(agent_sessions::transcript::InMemoryTranscriptStore::new())
             .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
             .clock(clock.clone())
             .build()

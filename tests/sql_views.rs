@@ -125,7 +125,7 @@ async fn reset_once(manager: &SessionManager) -> (String, String) {
 /// summary does not cover.
 async fn summarised_then_one_more(
     manager: &SessionManager,
-    clock: &agent_sessions::lifecycle::ManualClock,
+    clock: &agent_sessions::freshness::ManualClock,
 ) -> (String, &'static str) {
     let mut latest = String::new();
     for (channel, text) in [
@@ -202,11 +202,11 @@ async fn summarised_then_one_more(
 
 /// A manager for [`summarised_then_one_more`]: a session per channel and peer, on a
 /// clock the test moves.
-fn per_channel_manager<S>(store: S) -> (SessionManager, agent_sessions::lifecycle::ManualClock)
+fn per_channel_manager<S>(store: S) -> (SessionManager, agent_sessions::freshness::ManualClock)
 where
     S: SessionStore + agent_sessions::transcript::TranscriptStore + Clone + 'static,
 {
-    let clock = agent_sessions::lifecycle::ManualClock::new(
+    let clock = agent_sessions::freshness::ManualClock::new(
         chrono::DateTime::parse_from_rfc3339("2026-03-10T10:00:00Z")
             .unwrap()
             .with_timezone(&chrono::Utc),

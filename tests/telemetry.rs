@@ -282,7 +282,11 @@ async fn an_http_request_opens_a_span_with_its_route_and_status() {
     use agent_sessions::http::{router, serve, ServiceOptions};
     let _serial = SERIAL.lock().await;
     let capture = capture();
-    let manager = Arc::new(SessionManager::builder(MemoryStore::new()).build().unwrap());
+    let manager = Arc::new(
+        SessionManager::builder(InMemoryStore::new())
+            .build()
+            .unwrap(),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let options = ServiceOptions::default();

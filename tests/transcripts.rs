@@ -5,8 +5,9 @@ mod common;
 use std::fs;
 use std::time::Duration;
 
-use agent_sessions::lifecycle::ManualClock;
-use agent_sessions::lifecycle::ModelRef;
+use agent_sessions::follow::{Follow, Position, Scope, Update};
+use agent_sessions::freshness::ManualClock;
+use agent_sessions::freshness::ModelRef;
 use agent_sessions::manager::{DeleteOptions, LogMessage};
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::{
@@ -937,7 +938,7 @@ async fn the_indexer_rereads_only_what_changed() {
 
 #[tokio::test]
 async fn logging_without_a_transcript_store_is_a_typed_error() {
-    let manager = SessionManager::new(MemoryStore::new());
+    let manager = SessionManager::new(InMemoryStore::new());
     let resolution = manager
         .resolve(&InboundMessage::direct("telegram", "1", "hi"))
         .await
@@ -1220,7 +1221,13 @@ async fn an_announced_transcript_update_wakes_followers_and_subscribers() {
     use agent_sessions::transcript::TranscriptNotice;
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(at("2026-03-10T10:00:00Z"));
-    let manager = manager(dir.path(), &clock);
+    let transcripts = std::sync::Arc::new(store(dir.path()));
+    let manager = SessionManager::builder(common::store(dir.path()))
+        .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
+        .transcripts(transcripts.clone())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
     let turn = manager
         .turn(&InboundMessage::direct("sms", "+15550100", "hello"))
         .await
@@ -1233,12 +1240,12 @@ async fn an_announced_transcript_update_wakes_followers_and_subscribers() {
 
     let mut follow = manager
         .session(&key)
-        .follow(Offset::START)
+        .follow(Position::Start)
         .await
         .unwrap()
         .poll_interval(Duration::from_secs(600));
     while follow.try_next().await.unwrap().is_some() {}
-    let mut updates = manager.subscribe().unwrap();
+    let mut updates = transcripts.subscribe();
 
     // Another program appends (its own store: this process hears nothing of it).
     let other = store(dir.path());
@@ -1269,11 +1276,13 @@ async fn an_announced_transcript_update_wakes_followers_and_subscribers() {
         .unwrap();
     assert_eq!(update.transcript, transcript);
     assert_eq!(update.path.as_deref(), Some(std::path::Path::new(&file)));
-    let events = tokio::time::timeout(Duration::from_secs(5), follow.next())
+    let update = tokio::time::timeout(Duration::from_secs(5), follow.next())
         .await
         .expect("the follower was woken, not left to its ten-minute look")
-        .unwrap()
         .unwrap();
+    let Update::Events { events, .. } = update else {
+        panic!("the appended line: {update:?}")
+    };
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].kind(), EventKind::AssistantMessage);
 
@@ -1331,15 +1340,14 @@ async fn an_announced_transcript_update_wakes_followers_and_subscribers() {
 /// does not move the entry's `updatedAt`, so the status line it writes is what tells.
 #[tokio::test]
 async fn an_agent_follower_hears_a_close_long_after_the_last_turn() {
-    use agent_sessions::manager::AgentUpdate;
     let clock = ManualClock::new("2026-03-10T10:00:00Z".parse::<DateTime<Utc>>().unwrap());
-    let manager = SessionManager::builder(MemoryStore::new())
-        .transcripts(agent_sessions::transcript::MemoryTranscriptStore::new())
+    let manager = SessionManager::builder(InMemoryStore::new())
+        .transcripts(agent_sessions::transcript::InMemoryTranscriptStore::new())
         .clock(clock.clone())
         .build()
         .unwrap();
     let mut follow = manager
-        .follow_agent(&AgentId::main(), None)
+        .follow(Scope::Agent(AgentId::main()), Position::Now)
         .await
         .unwrap()
         .poll_interval(Duration::from_millis(5));
@@ -1349,7 +1357,7 @@ async fn an_agent_follower_hears_a_close_long_after_the_last_turn() {
         .unwrap();
     let key = turn.key().clone();
     turn.complete("hello").await.unwrap();
-    async fn next(follow: &mut agent_sessions::manager::AgentFollow) -> AgentUpdate {
+    async fn next(follow: &mut Follow) -> Update {
         tokio::time::timeout(Duration::from_secs(5), follow.next())
             .await
             .expect("an update")
@@ -1357,23 +1365,20 @@ async fn an_agent_follower_hears_a_close_long_after_the_last_turn() {
     }
     assert!(matches!(
         next(&mut follow).await,
-        AgentUpdate::Session { new: true, .. }
+        Update::Session { new: true, .. }
     ));
-    assert!(matches!(
-        next(&mut follow).await,
-        AgentUpdate::Events { .. }
-    ));
+    assert!(matches!(next(&mut follow).await, Update::Events { .. }));
 
     clock.advance(Duration::from_secs(3600));
     // An hour of looking, and nothing new.
     assert!(follow.try_next().await.unwrap().is_none());
     manager.session(&key).close().await.unwrap();
     let events = match next(&mut follow).await {
-        AgentUpdate::Events { events, .. } => events,
+        Update::Events { events, .. } => events,
         other => panic!("the close's status line first: {other:?}"),
     };
     assert_eq!(events.len(), 1);
-    let AgentUpdate::Status { session } = next(&mut follow).await else {
+    let Update::Status { session } = next(&mut follow).await else {
         panic!("then the new status")
     };
     assert_eq!(session.key, key);

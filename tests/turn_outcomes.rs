@@ -99,8 +99,8 @@ async fn a_reply_the_channel_refused_is_not_believed_read() {
         let turn = manager.turn(&dm("Tell me everything")).await.unwrap();
         let key = turn.key().clone();
         let reply = TurnReply::payloads(vec![
-            agent_sessions::context::ReplyPayload::text("part one"),
-            agent_sessions::context::ReplyPayload::text("part two"),
+            agent_sessions::reply::ReplyPayload::text("part one"),
+            agent_sessions::reply::ReplyPayload::text("part two"),
         ]);
         let payloads = turn.complete(reply).await.unwrap();
         assert_eq!(payloads.len(), 2);

@@ -2,13 +2,13 @@
 
 mod common;
 
-use agent_sessions::context::SendPolicyConfig;
 use agent_sessions::entry::SendPolicy;
-use agent_sessions::lifecycle::ManualClock;
+use agent_sessions::freshness::ManualClock;
 use agent_sessions::manager::DEFAULT_RESET_ACKNOWLEDGEMENT;
 use agent_sessions::memory::MemoryOptions;
 use agent_sessions::prelude::*;
-use agent_sessions::transcript::MemoryTranscriptStore;
+use agent_sessions::reply::SendPolicyConfig;
+use agent_sessions::transcript::InMemoryTranscriptStore;
 use agent_sessions::SessionStatus;
 
 #[path = "common/separate_calls.rs"]
@@ -19,8 +19,8 @@ use separate_calls::separate_calls;
 const START_MS: u64 = 1_773_136_800_000; // 2026-03-10 10:00 UTC
 
 fn manager() -> SessionManager {
-    SessionManager::builder(MemoryStore::new())
-        .transcripts(MemoryTranscriptStore::new())
+    SessionManager::builder(InMemoryStore::new())
+        .transcripts(InMemoryTranscriptStore::new())
         .clock(ManualClock::at_millis(START_MS))
         .build()
         .unwrap()
@@ -266,8 +266,8 @@ async fn the_memory_flush_follows_the_configured_context_window() {
         (200_000, 176_000, true),
     ];
     for (window, prompt, flushes) in cases {
-        let manager = SessionManager::builder(MemoryStore::new())
-            .transcripts(MemoryTranscriptStore::new())
+        let manager = SessionManager::builder(InMemoryStore::new())
+            .transcripts(InMemoryTranscriptStore::new())
             .context_window(window)
             .build()
             .unwrap();
@@ -294,8 +294,8 @@ async fn the_memory_flush_follows_the_configured_context_window() {
 
 #[tokio::test]
 async fn a_session_that_may_not_send_gets_nothing_to_send_but_keeps_the_turn() {
-    let manager = SessionManager::builder(MemoryStore::new())
-        .transcripts(MemoryTranscriptStore::new())
+    let manager = SessionManager::builder(InMemoryStore::new())
+        .transcripts(InMemoryTranscriptStore::new())
         .send_policy(SendPolicyConfig {
             default: Some(SendPolicy::Deny),
             rules: vec![],
@@ -312,8 +312,8 @@ async fn a_session_that_may_not_send_gets_nothing_to_send_but_keeps_the_turn() {
 
 #[tokio::test]
 async fn the_token_budget_keeps_the_newest_turns_and_the_summary_of_what_was_cut() {
-    let manager = SessionManager::builder(MemoryStore::new())
-        .transcripts(MemoryTranscriptStore::new())
+    let manager = SessionManager::builder(InMemoryStore::new())
+        .transcripts(InMemoryTranscriptStore::new())
         .context_window(120)
         .build()
         .unwrap();
@@ -326,10 +326,10 @@ async fn the_token_budget_keeps_the_newest_turns_and_the_summary_of_what_was_cut
     }
     let turn = manager.turn(&dm("and now?")).await.unwrap();
     let messages = turn.messages().await.unwrap();
-    let counter = agent_sessions::context::EstimatedTokens;
+    let counter = agent_sessions::inbound::EstimatedTokens;
     let total: usize = messages
         .iter()
-        .map(|m| agent_sessions::context::message_tokens(m, &counter))
+        .map(|m| agent_sessions::inbound::message_tokens(m, &counter))
         .sum();
     assert!(total <= 120, "{total}");
     assert_eq!(messages[0].role, ChatRole::System);
@@ -347,7 +347,7 @@ async fn the_token_budget_keeps_the_newest_turns_and_the_summary_of_what_was_cut
 /// A store that counts the calls that reach it.
 #[derive(Debug, Default)]
 struct CountingStore {
-    inner: MemoryStore,
+    inner: InMemoryStore,
     reads: std::sync::atomic::AtomicUsize,
     writes: std::sync::atomic::AtomicUsize,
 }
@@ -399,7 +399,7 @@ async fn a_turn_costs_fewer_store_round_trips_than_the_separate_calls() {
     for turn_path in [false, true] {
         let store = Arc::new(CountingStore::default());
         let manager = SessionManager::builder(store.clone())
-            .transcripts(MemoryTranscriptStore::new())
+            .transcripts(InMemoryTranscriptStore::new())
             .build()
             .unwrap();
         for text in ["first", "second"] {
@@ -430,7 +430,7 @@ async fn a_group_message_is_routed_in_the_same_store_update_that_resolves_it() {
 
     let store = Arc::new(CountingStore::default());
     let manager = SessionManager::builder(store.clone())
-        .transcripts(MemoryTranscriptStore::new())
+        .transcripts(InMemoryTranscriptStore::new())
         .build()
         .unwrap();
     // (reads, writes) of chatter, of a mention, and of chatter again.
@@ -466,14 +466,14 @@ async fn a_group_message_is_routed_in_the_same_store_update_that_resolves_it() {
 
 #[tokio::test]
 async fn a_route_update_with_its_message_is_one_store_write() {
-    use agent_sessions::context::DeliveryRoute;
+    use agent_sessions::DeliveryContext;
     use std::sync::Arc;
 
     let store = Arc::new(CountingStore::default());
     let manager = SessionManager::builder(store.clone()).build().unwrap();
     let message = in_group("Ann", "lunch at noon?").with_group_subject("Lunch crew");
     let key = manager.key_for(&message).unwrap();
-    let route = DeliveryRoute::to("telegram", "-100").with_thread("t-1");
+    let route = DeliveryContext::to("telegram", "-100").with_thread("t-1");
     let stored = manager
         .session(&key)
         .update_last_route_from(&route, &message)
@@ -618,7 +618,7 @@ async fn a_system_event_queued_on_one_worker_reaches_the_next_turn_on_another_on
 
 #[tokio::test]
 async fn the_conversation_needs_a_transcript_store_and_says_so() {
-    let manager = SessionManager::new(MemoryStore::new());
+    let manager = SessionManager::new(InMemoryStore::new());
     let turn = manager.turn(&dm("hi")).await.unwrap();
     assert_eq!(turn.action(), &TurnAction::Answer);
     assert!(matches!(
@@ -634,8 +634,8 @@ async fn what_the_model_sees_after_a_compaction_byte_for_byte() {
     use agent_sessions::transcript::{TranscriptEntry, TranscriptRef, TranscriptStore};
     use std::sync::Arc;
 
-    let transcripts = Arc::new(MemoryTranscriptStore::new());
-    let manager = SessionManager::builder(MemoryStore::new())
+    let transcripts = Arc::new(InMemoryTranscriptStore::new());
+    let manager = SessionManager::builder(InMemoryStore::new())
         .transcripts(transcripts.clone())
         .clock(ManualClock::at_millis(START_MS))
         .build()
@@ -703,13 +703,13 @@ async fn a_manager_that_needs_transcripts_is_not_built_without_them() {
         (true, false, true, false),
     ];
     for (introspector, transcripts, every, built) in cases {
-        let mut builder = SessionManager::builder(MemoryStore::new());
+        let mut builder = SessionManager::builder(InMemoryStore::new());
         let mut memory = MemoryOptions::new();
         if introspector {
             memory = memory.introspector(Quiet);
         }
         if transcripts {
-            builder = builder.transcripts(MemoryTranscriptStore::new());
+            builder = builder.transcripts(InMemoryTranscriptStore::new());
         }
         if every {
             memory = memory.checkpoint_every_turns(5);
@@ -766,7 +766,7 @@ async fn after_a_bare_reset_the_conversation_starts_with_the_user() {
 
 #[tokio::test]
 async fn a_token_counter_with_wild_values_never_panics() {
-    use agent_sessions::context::TokenCounter;
+    use agent_sessions::inbound::TokenCounter;
 
     #[derive(Debug)]
     struct Fixed(usize);
@@ -784,8 +784,8 @@ async fn a_token_counter_with_wild_values_never_panics() {
         (1, u64::MAX, true),
     ];
     for (cost, window, built) in cases {
-        let manager = SessionManager::builder(MemoryStore::new())
-            .transcripts(MemoryTranscriptStore::new())
+        let manager = SessionManager::builder(InMemoryStore::new())
+            .transcripts(InMemoryTranscriptStore::new())
             .context_window(window)
             .token_counter(Fixed(cost))
             .build()

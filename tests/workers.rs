@@ -20,8 +20,8 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agent_sessions::lifecycle::{from_millis, ManualClock};
-use agent_sessions::lifecycle::{ResetConfig, ResetSpec};
+use agent_sessions::freshness::{from_millis, ManualClock};
+use agent_sessions::freshness::{ResetConfig, ResetSpec};
 use agent_sessions::prelude::*;
 use agent_sessions::store::Backend;
 use agent_sessions::transcript::{Offset, TranscriptRef, TranscriptUpdate};
@@ -647,7 +647,7 @@ fn inputs(outcome: &Outcome) -> BTreeMap<usize, &str> {
         .collect()
 }
 
-/// The day really had what the equivalence is claimed over: group history reaching a
+/// The day really had what the equivalence is claimed over: group chatter reaching a
 /// mention, a reminder seen once, resets and an idle expiry starting new sessions, and
 /// a subscriber hearing every line of every transcript.
 fn assert_the_day_happened(outcome: &Outcome) {

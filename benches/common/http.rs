@@ -18,7 +18,7 @@ pub const ROUNDS: usize = 10;
 pub fn manager(dir: Option<std::path::PathBuf>) -> Arc<SessionManager> {
     let keys = DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer);
     let manager = match dir {
-        None => SessionManager::builder(MemoryStore::new()).key_builder(keys),
+        None => SessionManager::builder(InMemoryStore::new()).key_builder(keys),
         Some(dir) => SessionManager::builder(JsonFileStore::new(dir)).key_builder(keys),
     };
     Arc::new(manager.build().unwrap())

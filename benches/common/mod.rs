@@ -160,7 +160,7 @@ pub fn on_each_backend(
         std::sync::Arc<dyn agent_sessions::transcript::TranscriptStore>,
     ),
 ) {
-    use agent_sessions::transcript::{FileTranscriptStore, MemoryTranscriptStore};
+    use agent_sessions::transcript::{FileTranscriptStore, InMemoryTranscriptStore};
     use agent_sessions::{Durability, JsonFileOptions};
     use std::sync::Arc;
 
@@ -180,9 +180,9 @@ pub fn on_each_backend(
         }
     }
 
-    let memory = Arc::new(MemoryStore::new());
+    let memory = Arc::new(InMemoryStore::new());
     runtime.block_on(fill(memory.clone(), sessions));
-    bench("memory", memory, Arc::new(MemoryTranscriptStore::new()));
+    bench("memory", memory, Arc::new(InMemoryTranscriptStore::new()));
 
     let dir = tempfile::tempdir().unwrap();
     if sessions > 0 {

@@ -5,15 +5,13 @@ use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use agent_sessions::follow::{self, Position, Update};
 use agent_sessions::manager::{
-    AgentUpdate, DeleteOptions, ForgetOptions, KeyUpdate, PersonRef, PruneOptions, RetentionPolicy,
-    RetentionRule,
+    DeleteOptions, ForgetOptions, PersonRef, PruneOptions, RetentionPolicy, RetentionRule,
 };
 use agent_sessions::ops::{migrate_with, MigrateOptions, MigrationProgress, MigrationReport};
 use agent_sessions::store::{Backend, OpenMode, StoreUrl};
-use agent_sessions::transcript::{
-    Offset, SessionEvent, TranscriptFollow, TranscriptRef, TranscriptStore,
-};
+use agent_sessions::transcript::{Offset, SessionEvent, TranscriptRef, TranscriptStore};
 use agent_sessions::{
     AgentId, Error, ListCursor, ListFilter, PeerKind, SessionKey, SessionManager, SessionStatus,
     StoredSession,
@@ -890,11 +888,30 @@ async fn log(store: &str, agent: &AgentId, json: bool, args: LogArgs) -> Outcome
         conversation::write_heading(out, session, json)
             .unwrap_or_else(|e| output::stdout_failed(&e));
         // The stored session's own transcript: a session id is looked up nowhere else.
-        let transcript = TranscriptRef::of(&session.key, &session.entry, agent);
-        let mut follow = TranscriptFollow::new(transcripts.clone(), transcript, Offset::START);
-        while let Some(events) = follow.try_next().await? {
-            write_items(out, &session.key, &session.entry.session_id, &events, json)
-                .unwrap_or_else(|e| output::stdout_failed(&e));
+        // Read a chunk at a time, and on into the archived copy once the transcript was
+        // archived (a reset, a delete) under the reader.
+        let mut transcript = TranscriptRef::of(&session.key, &session.entry, agent);
+        let (mut from, mut archived) = (Offset::START, false);
+        loop {
+            let read = transcripts
+                .read_chunk(&transcript, from, LOG_CHUNK_BYTES)
+                .await?;
+            if read.events.is_empty() {
+                match transcripts.archived(&transcript).await? {
+                    Some(copy) if !archived => (transcript, archived) = (copy, true),
+                    _ => break,
+                }
+                continue;
+            }
+            from = read.next;
+            write_items(
+                out,
+                &session.key,
+                &session.entry.session_id,
+                &read.events,
+                json,
+            )
+            .unwrap_or_else(|e| output::stdout_failed(&e));
         }
     }
     output
@@ -903,10 +920,15 @@ async fn log(store: &str, agent: &AgentId, json: bool, args: LogArgs) -> Outcome
     Ok(())
 }
 
+/// How much of a transcript `log` reads at a time.
+const LOG_CHUNK_BYTES: usize = 256 * 1024;
+
 /// `follow --store-wide`: every session of `agent`, from now on, until Ctrl-C.
 async fn follow_agent(backend: &Backend, agent: &AgentId, json: bool) -> Outcome {
     let manager = reader(backend, agent)?;
-    let mut follow = manager.follow_agent(agent, None).await?;
+    let mut follow = manager
+        .follow(follow::Scope::Agent(agent.clone()), Position::Now)
+        .await?;
     eprintln!("agent-sessions: following every session of agent {agent} from now on");
     let mut out = io::stdout().lock();
     // The session whose lines were printed last: another one's get their heading.
@@ -918,13 +940,13 @@ async fn follow_agent(backend: &Backend, agent: &AgentId, json: bool) -> Outcome
             _ = tokio::signal::ctrl_c() => return Ok(()),
         };
         let written = match update {
-            AgentUpdate::Session { session, .. } | AgentUpdate::Status { session } => {
+            Update::Session { session, .. } | Update::Status { session } => {
                 shown = Some(session.entry.session_id.clone());
                 let written = conversation::write_heading(&mut out, &session, json);
                 sessions.insert(session.entry.session_id.clone(), *session);
                 written
             }
-            AgentUpdate::Unreadable {
+            Update::Unreadable {
                 key,
                 session_id,
                 problem,
@@ -936,7 +958,7 @@ async fn follow_agent(backend: &Backend, agent: &AgentId, json: bool) -> Outcome
                 );
                 Ok(())
             }
-            AgentUpdate::Events {
+            Update::Events {
                 key,
                 session_id,
                 events,
@@ -957,7 +979,7 @@ async fn follow_agent(backend: &Backend, agent: &AgentId, json: bool) -> Outcome
             .and_then(|()| out.flush())
             .unwrap_or_else(|e| output::stdout_failed(&e));
         // Only the sessions still followed are remembered.
-        if sessions.len() > agent_sessions::manager::MAX_WATCHED_SESSIONS {
+        if sessions.len() > agent_sessions::follow::MAX_WATCHED_SESSIONS {
             if let Some(oldest) = sessions
                 .iter()
                 .min_by_key(|(_, s)| s.entry.updated_at)
@@ -1040,18 +1062,20 @@ async fn follow(store: &str, agent: &AgentId, json: bool, args: FollowArgs) -> O
         Err(failure) => return Err(failure),
     };
     let manager = reader(&backend, agent)?;
-    let mut follow = manager.follow_key(&key, None).await?;
+    let mut follow = manager
+        .follow(follow::Scope::Key(key.clone()), Position::Start)
+        .await?;
     let mut out = io::stdout().lock();
     // What the key holds now: its session's last lines only.
     let mut heading = None;
     let mut last = std::collections::VecDeque::with_capacity(args.lines.min(1024));
     while let Some(update) = follow.try_next().await? {
         match update {
-            KeyUpdate::Session { session, .. } => {
+            Update::Session { session, .. } => {
                 heading = Some(session);
                 last.clear();
             }
-            KeyUpdate::Events {
+            Update::Events {
                 session_id, events, ..
             } => {
                 for event in events {
@@ -1086,10 +1110,8 @@ async fn follow(store: &str, agent: &AgentId, json: bool, args: FollowArgs) -> O
             _ = tokio::signal::ctrl_c() => return Ok(()),
         };
         let written = match &update {
-            KeyUpdate::Session { session, .. } => {
-                conversation::write_heading(&mut out, session, json)
-            }
-            KeyUpdate::Events {
+            Update::Session { session, .. } => conversation::write_heading(&mut out, session, json),
+            Update::Events {
                 session_id, events, ..
             } => write_items(&mut out, &key, session_id, events, json),
             _ => Ok(()),
@@ -1217,12 +1239,12 @@ async fn stats(store: &str, agent: &AgentId, json: bool, args: StatsArgs) -> Out
     });
     let mut summary = summary;
     if args.messages {
-        use agent_sessions::search::{self, MemoryIndex, Search, SearchFilter, SearchIndex};
+        use agent_sessions::search::{self, InMemoryIndex, Search, SearchFilter, SearchIndex};
         // Built in memory unless the index is to be kept in the store.
         let index: std::sync::Arc<dyn SearchIndex> = if args.save_index {
             backend.search_index().await?
         } else {
-            std::sync::Arc::new(MemoryIndex::new())
+            std::sync::Arc::new(InMemoryIndex::new())
         };
         let search = Search::shared(index.clone());
         let progress = search.process_all(&**backend.transcripts()).await?;
@@ -1596,9 +1618,9 @@ async fn copy(from: &str, to: &str, json: bool, overwrite_conflicts: bool) -> Ou
 /// reset phrases, an idle timeout) and `agent_sessions::http::serve`'s protections
 /// (timeouts, a connection limit) until Ctrl-C, then finishes the calls in flight.
 async fn serve(store: &str, given: Given, args: ServeArgs) -> Outcome {
+    use agent_sessions::freshness::ResetTriggers;
+    use agent_sessions::freshness::{ResetConfig, ResetSpec};
     use agent_sessions::http::{router, serve, Inspector, Secret, ServiceOptions};
-    use agent_sessions::lifecycle::ResetTriggers;
-    use agent_sessions::lifecycle::{ResetConfig, ResetSpec};
     use agent_sessions::{DefaultKeyBuilder, DmScope};
 
     log_to_stderr();
@@ -1695,7 +1717,7 @@ async fn serve(store: &str, given: Given, args: ServeArgs) -> Outcome {
     }
     let manager = SessionManager::builder(backend.sessions().clone())
         .transcripts(backend.transcripts().clone())
-        .history(backend.history().clone())
+        .chatter(backend.chatter().clone())
         .system_events(backend.system_events().clone())
         .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
         .reset_triggers(ResetTriggers::clawos())

@@ -109,7 +109,7 @@ enum Command {
     Prune(commands::PruneArgs),
     /// Erase one person from everything the store keeps: their sessions (current and
     /// closed) and transcripts (archived copies too), their lines in group transcripts,
-    /// the search index, group history, system events, workspaces and the store's
+    /// the search index, group chatter, system events, workspaces and the store's
     /// backups; prints what was removed, by kind (never the content).
     Forget(commands::ForgetArgs),
     /// Counts by agent, kind of chat, channel and status; with --messages, message

@@ -22,9 +22,9 @@ use futures_util::Stream;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use super::*;
+use crate::follow::{Follow, Position, Scope, Update};
 use crate::key::SessionKey;
-use crate::manager::{AgentFollow, AgentUpdate, KeyFollow, KeyPosition, KeyUpdate};
-use crate::transcript::{Offset, SessionEvent, TranscriptFollow};
+use crate::transcript::{Offset, SessionEvent};
 
 /// The header a reconnecting SSE client sends its last event id in.
 const LAST_EVENT_ID: &str = "last-event-id";
@@ -104,13 +104,27 @@ pub(super) async fn session_events(
     };
     check_id(&id)?;
     let slot = end.slot()?;
-    let mut follow = manager
-        .follow_session(&id, Offset(from))
+    if manager
+        .find_session(&id, StatusFilter::Any)
         .await?
-        .ok_or_else(|| ApiError::unknown_session(&id))?;
+        .is_none()
+    {
+        return Err(ApiError::unknown_session(&id));
+    }
+    let from = Position::After {
+        session_id: id.clone(),
+        offset: Offset(from),
+    };
+    let mut follow = manager.follow(Scope::Session(id.clone()), from).await?;
     // The first read answers now, so a bad offset is a 400 rather than a broken stream.
     let first = match follow.try_next().await {
-        Ok(first) => first.unwrap_or_default(),
+        Ok(Some(Update::Events { events, .. })) => events,
+        Ok(Some(Update::Ended { .. })) => {
+            // A closed session streamed to its end: 204 tells an EventSource not to
+            // reconnect.
+            return Ok(StatusCode::NO_CONTENT.into_response());
+        }
+        Ok(_) => Vec::new(),
         Err(Error::InvalidOffset { offset, .. }) => {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
@@ -120,14 +134,9 @@ pub(super) async fn session_events(
         }
         Err(error) => return Err(error.into()),
     };
-    if first.is_empty() && follow.is_ended() {
-        // A closed session streamed to its end: 204 tells an EventSource not to
-        // reconnect.
-        return Ok(StatusCode::NO_CONTENT.into_response());
-    }
-    tracing::debug!(session_id = %id, from, "streaming a session's events");
+    tracing::debug!(session_id = %id, from = %follow.position(), "streaming a session's events");
     let stream = EventStream {
-        pending: Pending::lines(first, follow.position(), None),
+        pending: Pending::lines(first, offset_of(&follow.position()), None),
         source: Source::Session(follow),
         end: end.subscribe(),
         _slot: slot,
@@ -160,21 +169,25 @@ pub(super) async fn key_events(
     let from = match last_event_id(&headers)? {
         Some(value) => Some(
             value
-                .parse::<KeyPosition>()
-                .map_err(|_| not_our_event_id())?,
+                .parse::<Position>()
+                .ok()
+                .filter(|position| matches!(position, Position::After { .. }))
+                .ok_or_else(not_our_event_id)?,
         ),
         None => query
             .from
             .as_deref()
-            .map(str::parse::<KeyPosition>)
+            .map(str::parse::<Position>)
             .transpose()?,
     };
     let slot = end.slot()?;
-    let follow = manager.follow_key(&key, from).await?;
+    let follow = manager
+        .follow(Scope::Key(key.clone()), from.unwrap_or(Position::Start))
+        .await?;
     tracing::debug!(key = %key, "streaming a key's events");
     let stream = EventStream {
         pending: VecDeque::new(),
-        source: Source::Key(Box::new(follow)),
+        source: Source::Key(follow),
         end: end.subscribe(),
         _slot: slot,
     };
@@ -209,11 +222,12 @@ pub(super) async fn agent_events(
         None => query.since,
     };
     let slot = end.slot()?;
-    let follow = manager.follow_agent(&agent, since).await?;
+    let from = since.map_or(Position::Now, Position::Since);
+    let follow = manager.follow(Scope::Agent(agent.clone()), from).await?;
     tracing::debug!(agent = %agent, "streaming an agent's events");
     let stream = EventStream {
         pending: VecDeque::new(),
-        source: Source::Agent(Box::new(follow)),
+        source: Source::Agent(follow),
         end: end.subscribe(),
         _slot: slot,
     };
@@ -292,11 +306,20 @@ fn event_data(event: &SessionEvent, next: Offset, owner: Option<(&SessionKey, &s
     data.to_string()
 }
 
-/// What a stream reads from: one session's transcript, or a key's sessions in turn.
+/// What a stream reads from: one session's transcript, a key's sessions in turn, or
+/// an agent's sessions.
 enum Source {
-    Session(TranscriptFollow),
-    Key(Box<KeyFollow>),
-    Agent(Box<AgentFollow>),
+    Session(Follow),
+    Key(Follow),
+    Agent(Follow),
+}
+
+/// The offset a follower's position names in its session.
+fn offset_of(position: &Position) -> Offset {
+    match position {
+        Position::After { offset, .. } => *offset,
+        _ => Offset::START,
+    }
 }
 
 /// One SSE message waiting for the client: its `event` name (none for a line), its
@@ -403,64 +426,75 @@ impl Source {
     /// The next messages, waiting for them; `None` when a session's stream has
     /// nothing more to send.
     async fn read(&mut self) -> crate::Result<Option<VecDeque<Pending>>> {
-        match self {
-            Source::Session(follow) => Ok(follow
-                .next()
-                .await?
-                .map(|events| Pending::lines(events, follow.position(), None))),
-            Source::Key(follow) => Ok(Some(match follow.next().await? {
-                KeyUpdate::Session { session, previous } => {
-                    let mut data = session_data(&session);
-                    data["previous"] = json!(previous);
-                    let id = format!("{}:{}", session.entry.session_id, Offset::START);
-                    VecDeque::from([Pending::announce("session", data, id)])
-                }
-                KeyUpdate::Events {
-                    session_id,
-                    events,
-                    next,
-                } => Pending::lines(events, next.offset, Some(&session_id)),
-            })),
-            Source::Agent(follow) => {
-                let update = follow.next().await?;
-                // Every message's id is where a follower started again would begin.
-                let id = follow.position().to_string();
-                Ok(Some(match update {
-                    AgentUpdate::Session { session, new } => {
+        loop {
+            let pending = match self {
+                Source::Session(follow) => match follow.next().await? {
+                    Update::Events { events, next, .. } => {
+                        Pending::lines(events, offset_of(&next), None)
+                    }
+                    Update::Ended { .. } => return Ok(None),
+                    _ => continue,
+                },
+                Source::Key(follow) => match follow.next().await? {
+                    Update::Session {
+                        session, previous, ..
+                    } => {
                         let mut data = session_data(&session);
-                        data["new"] = json!(new);
+                        data["previous"] = json!(previous);
+                        let id = format!("{}:{}", session.entry.session_id, Offset::START);
                         VecDeque::from([Pending::announce("session", data, id)])
                     }
-                    AgentUpdate::Status { session } => {
-                        let data = session_data(&session);
-                        VecDeque::from([Pending::announce("status", data, id)])
-                    }
-                    AgentUpdate::Unreadable {
-                        key, session_id, ..
-                    } => {
-                        // The problem may name files: it is in the service's log.
-                        let data = json!({
-                            "key": key.as_str(),
-                            "sessionId": session_id,
-                            "message": "the session's transcript cannot be read; it is no longer streamed (see the service log)",
-                        });
-                        VecDeque::from([Pending::announce("unreadable", data, id)])
-                    }
-                    AgentUpdate::Events {
-                        key,
+                    Update::Events {
                         session_id,
                         events,
                         next,
-                    } => numbered(events, next, Some((&key, &session_id)))
-                        .into_iter()
-                        .map(|(data, _)| Pending {
-                            event: None,
-                            data,
-                            id: id.clone(),
-                        })
-                        .collect(),
-                }))
-            }
+                        ..
+                    } => Pending::lines(events, offset_of(&next), Some(&session_id)),
+                    _ => continue,
+                },
+                Source::Agent(follow) => {
+                    let update = follow.next().await?;
+                    // Every message's id is where a follower started again would begin.
+                    let id = follow.position().to_string();
+                    match update {
+                        Update::Session { session, new, .. } => {
+                            let mut data = session_data(&session);
+                            data["new"] = json!(new);
+                            VecDeque::from([Pending::announce("session", data, id)])
+                        }
+                        Update::Status { session } => {
+                            let data = session_data(&session);
+                            VecDeque::from([Pending::announce("status", data, id)])
+                        }
+                        Update::Unreadable {
+                            key, session_id, ..
+                        } => {
+                            // The problem may name files: it is in the service's log.
+                            let data = json!({
+                                "key": key.as_str(),
+                                "sessionId": session_id,
+                                "message": "the session's transcript cannot be read; it is no longer streamed (see the service log)",
+                            });
+                            VecDeque::from([Pending::announce("unreadable", data, id)])
+                        }
+                        Update::Events {
+                            key,
+                            session_id,
+                            events,
+                            next,
+                        } => numbered(events, offset_of(&next), Some((&key, &session_id)))
+                            .into_iter()
+                            .map(|(data, _)| Pending {
+                                event: None,
+                                data,
+                                id: id.clone(),
+                            })
+                            .collect(),
+                        _ => continue,
+                    }
+                }
+            };
+            return Ok(Some(pending));
         }
     }
 }

@@ -19,9 +19,10 @@ use axum::http::header::{CACHE_CONTROL, COOKIE, HOST, LOCATION, ORIGIN, SET_COOK
 use axum::http::HeaderValue;
 
 use super::*;
+use crate::follow::{Position, Scope, Update};
 use crate::key::SessionKey;
 use crate::search::{Search, SearchFilter, SearchQuery};
-use crate::transcript::{Offset, TranscriptStore};
+use crate::transcript::TranscriptStore;
 
 /// The cookie that names an operator's login.
 const COOKIE_NAME: &str = "agent_sessions_inspector";
@@ -578,15 +579,15 @@ async fn conversation(
         .await?
         .filter(|s| s.key == key)
         .ok_or_else(|| ApiError::unknown_session(&query.session))?;
-    let mut follow = state
-        .manager
-        .follow_session(&session.entry.session_id, Offset::START)
-        .await?
-        .ok_or_else(|| ApiError::unknown_session(&query.session))?;
+    let scope = Scope::Session(session.entry.session_id.clone());
+    let mut follow = state.manager.follow(scope, Position::Start).await?;
     let mut kept = std::collections::VecDeque::new();
     let mut dropped = false;
-    while let Some(events) = follow.try_next().await? {
-        for (data, _) in events::numbered(events, follow.position(), None) {
+    while let Some(Update::Events { events, next, .. }) = follow.try_next().await? {
+        let Position::After { offset: next, .. } = next else {
+            break;
+        };
+        for (data, _) in events::numbered(events, next, None) {
             if kept.len() == MAX_CONVERSATION_EVENTS {
                 kept.pop_front();
                 dropped = true;

@@ -40,11 +40,11 @@
 //! use std::sync::Arc;
 //! use agent_sessions::http::{router, serve, Secret, ServiceOptions};
 //! use agent_sessions::prelude::*;
-//! use agent_sessions::lifecycle::ResetTriggers;
+//! use agent_sessions::freshness::ResetTriggers;
 //!
 //! # #[tokio::main]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let manager = SessionManager::builder(MemoryStore::new())
+//! let manager = SessionManager::builder(InMemoryStore::new())
 //!     .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
 //!     .reset_triggers(ResetTriggers::clawos())
 //!     .build()?;
@@ -82,9 +82,9 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 
-use crate::context::inbound::InboundMessage;
 use crate::entry::{SessionEntry, SessionStatus};
 use crate::error::Error;
+use crate::inbound::InboundMessage;
 use crate::key::AgentId;
 use crate::manager::{Resolution, SessionManager, TurnOutcome};
 use crate::store::{ListCursor, ListFilter, StatusFilter, StoredSession};
@@ -445,7 +445,7 @@ impl ServiceOptions {
 ///
 /// # #[tokio::main]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let manager = Arc::new(SessionManager::builder(MemoryStore::new()).build()?);
+/// let manager = Arc::new(SessionManager::builder(InMemoryStore::new()).build()?);
 /// let options = ServiceOptions::default();
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:18888").await?;
 /// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

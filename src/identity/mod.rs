@@ -50,7 +50,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> agent_sessions::Result<()> {
-//! let shared = Arc::new(MemoryStore::new());
+//! let shared = Arc::new(InMemoryStore::new());
 //! let ops = AgentScoped::new(AgentId::new("ops")?, shared.clone());
 //!
 //! let theirs = SessionKey::parse("agent:main:main")?;

@@ -1,5 +1,5 @@
-//! Group history shown exactly once: a turn claims the lines, its inbound transcript
-//! line carries them, and that line settles the claim (see [`HistoryClaim`]).
+//! Group chatter shown exactly once: a turn claims the lines, its inbound transcript
+//! line carries them, and that line settles the claim (see [`ChatterClaim`]).
 //!
 //! A claim names its holder (the turn, see [`holders`]) and its witness, the transcript
 //! its line goes to. A later turn that finds the claim outstanding and its holder gone
@@ -11,16 +11,16 @@ use serde::{Deserialize, Serialize};
 
 use super::holders::{self, Hold};
 use super::SessionManager;
-use crate::context::history::{HistoryClaim, HistoryEntry};
 use crate::error::Result;
+use crate::freshness::clock::to_millis;
+use crate::inbound::chatter::{ChatterClaim, ChatterEntry};
 use crate::key::AgentId;
-use crate::lifecycle::clock::to_millis;
 use crate::transcript::{Offset, SessionEvent, TranscriptEntry, TranscriptRef, TranscriptStore};
 
 /// A claim of this process, live until dropped.
 #[derive(Debug)]
 pub(super) struct LiveClaim {
-    claim: HistoryClaim,
+    claim: ChatterClaim,
     _hold: Hold,
 }
 
@@ -29,7 +29,7 @@ impl LiveClaim {
         let id = uuid::Uuid::new_v4().to_string();
         let hold = Hold::new(id.clone());
         LiveClaim {
-            claim: HistoryClaim {
+            claim: ChatterClaim {
                 id,
                 holder: hold.holder().to_owned(),
                 witness: Witness::of(witness),
@@ -161,22 +161,22 @@ async fn append_once(
     }
 }
 
-/// A claim of a group's history for one turn, and the lines it holds.
+/// A claim of a group's chatter for one turn, and the lines it holds.
 #[derive(Debug)]
-pub(super) struct ClaimedHistory {
+pub(super) struct ClaimedChatter {
     pub(super) group: String,
     pub(super) claim: LiveClaim,
-    pub(super) entries: Vec<HistoryEntry>,
+    pub(super) entries: Vec<ChatterEntry>,
 }
 
 impl SessionManager {
     /// Claims group `group`'s history for a turn whose inbound line goes to
     /// `transcript`: first settling or taking over the claims whose holders are gone.
-    pub(super) async fn claim_history(
+    pub(super) async fn claim_chatter(
         &self,
         group: &str,
         transcript: &TranscriptRef,
-    ) -> Result<ClaimedHistory> {
+    ) -> Result<ClaimedChatter> {
         let history = &*self.seams.history;
         let now = to_millis(self.seams.clock.now());
         let mut take_over = Vec::new();
@@ -192,7 +192,7 @@ impl SessionManager {
         }
         let claim = LiveClaim::new(transcript, now);
         let entries = history.claim(group, &claim.claim, &take_over).await?;
-        Ok(ClaimedHistory {
+        Ok(ClaimedChatter {
             group: group.to_owned(),
             claim,
             entries,
@@ -209,7 +209,7 @@ impl SessionManager {
         &self,
         transcript: &TranscriptRef,
         line: TranscriptEntry,
-        claimed: Option<ClaimedHistory>,
+        claimed: Option<ClaimedChatter>,
         done: Option<(Hold, u64, Duration)>,
     ) -> Result<Vec<SessionEvent>> {
         let transcripts = self
@@ -226,7 +226,7 @@ impl SessionManager {
             if let (Ok(_), Some((hold, at, keep))) = (&appended, done) {
                 hold.done(at, keep);
             }
-            if let Some(ClaimedHistory {
+            if let Some(ClaimedChatter {
                 group,
                 claim,
                 entries,
@@ -239,7 +239,7 @@ impl SessionManager {
                     Err(_) => history.release(&group, claim.id(), entries).await,
                 };
                 if let Err(error) = outcome {
-                    tracing::warn!(%group, claim = claim.id(), %error, "could not settle a claim of group history; the next turn of the group does");
+                    tracing::warn!(%group, claim = claim.id(), %error, "could not settle a claim of group chatter; the next turn of the group does");
                 }
                 drop(claim);
             }

@@ -13,8 +13,8 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-use crate::context::chat::{ChatMessage, Conversation, TokenCounter, Want};
 use crate::error::Result;
+use crate::inbound::chat::{ChatMessage, Conversation, TokenCounter, Want};
 use crate::transcript::{Offset, TranscriptRef, TranscriptStore};
 
 /// The most text (about) the conversations of one manager keep in memory.

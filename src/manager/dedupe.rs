@@ -5,7 +5,7 @@
 //! channel's message id is remembered for a window (OpenClaw drops duplicates within 20
 //! minutes): an answered one in its session's entry, written in the same atomic update
 //! that resolves it (so two workers racing the same update agree on which takes it); a
-//! group message kept as chatter in the group's history, in the same step that keeps it.
+//! group message kept as chatter in the group's chatter, in the same step that keeps it.
 //! A message seen again is a duplicate while the turn that took it may still log it,
 //! and afterwards if its line is in the session's transcript; a message whose turn died
 //! before logging it is taken again.
@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use super::holders::{self, Hold};
 use super::SessionManager;
-use crate::context::inbound::InboundMessage;
 use crate::entry::{InboundRecord, SessionEntry};
 use crate::error::Result;
+use crate::inbound::InboundMessage;
 use crate::key::{normalize_account_id, normalize_channel, SessionKey};
 use crate::transcript::{Direction, TranscriptRef};
 
@@ -228,11 +228,11 @@ mod tests {
     async fn a_dead_turns_message_is_not_mistaken_for_another_chats_line() {
         use crate::key::{DefaultKeyBuilder, DmScope};
         use crate::manager::TurnAction;
-        use crate::store::{MemoryStore, SessionStoreExt};
-        use crate::transcript::MemoryTranscriptStore;
+        use crate::store::{InMemoryStore, SessionStoreExt};
+        use crate::transcript::InMemoryTranscriptStore;
 
-        let manager = SessionManager::builder(MemoryStore::new())
-            .transcripts(MemoryTranscriptStore::new())
+        let manager = SessionManager::builder(InMemoryStore::new())
+            .transcripts(InMemoryTranscriptStore::new())
             .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::Main))
             .build()
             .unwrap();

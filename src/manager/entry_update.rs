@@ -1,18 +1,19 @@
 //! What one inbound message changes in an entry (OpenClaw's `initSessionState` steps
 //! 9–14 and `deriveSessionMetaPatch`).
 
-use crate::context::delivery::{apply_route, DeliveryRoute};
-use crate::context::inbound::InboundMessage;
+use crate::entry::DeliveryContext;
 use crate::entry::{
     ChatType, ForkOrigin, SessionEntry, SessionOrigin, SessionSource, SessionStatus,
     MESSAGE_PREVIEW_MAX_CHARS,
 };
+use crate::freshness::triggers::ModelRef;
 use crate::identity::PersonType;
+use crate::inbound::InboundMessage;
 use crate::key::{
     group_display_name, normalize_channel, GroupNameParts, GroupResolution, KeyBuilder, PeerKind,
     SessionKey,
 };
-use crate::lifecycle::triggers::ModelRef;
+use crate::reply::delivery::apply_route;
 
 /// Everything about the message that the entry records.
 #[derive(Clone, Copy)]
@@ -189,12 +190,13 @@ pub(crate) fn record_meta(
 }
 
 /// Where a reply to `message` goes: its channel, chat, account and thread.
-fn inbound_route(message: &InboundMessage) -> DeliveryRoute {
-    DeliveryRoute {
+fn inbound_route(message: &InboundMessage) -> DeliveryContext {
+    DeliveryContext {
         channel: Some(message.channel.clone()),
         to: message.reply_to(),
         account_id: message.account_id.clone(),
         thread_id: message.thread_id.clone(),
+        extra: Default::default(),
     }
 }
 

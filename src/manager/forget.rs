@@ -111,7 +111,7 @@ pub struct ForgetReport {
     /// Messages removed from the search index (or replaced by a masked copy).
     pub search_messages: usize,
     /// Group-history entries removed or masked.
-    pub history_entries: usize,
+    pub chatter_entries: usize,
     /// System events dropped from their sessions' queues.
     pub system_events: usize,
     /// Workspaces removed.
@@ -147,7 +147,7 @@ impl SessionManager {
     ///   cut, their ids are masked in what others wrote, and a compaction summary
     ///   written after a line of theirs goes; others' lines that do not name them stay
     ///   byte for byte;
-    /// - the group history they wrote, their messages in the search index (postings,
+    /// - the group chatter they wrote, their messages in the search index (postings,
     ///   vectors), their ids in group sessions' participants;
     /// - the copies the store keeps (`sessions.json.bak`, orphaned temporary files,
     ///   corrupt and quarantined files; a database's freed pages and log).
@@ -223,7 +223,7 @@ impl SessionManager {
         if let Some(transcripts) = &transcripts {
             self.apply_plan(&**transcripts, plan, &mut report).await?;
         }
-        report.history_entries += self
+        report.chatter_entries += self
             .seams
             .history
             .edit_entries(&|group, entry| ids.history_edit(group, entry))

@@ -92,13 +92,13 @@ impl SessionManager {
     /// ```
     /// # use std::time::Duration;
     /// # use agent_sessions::prelude::*;
-    /// # use agent_sessions::lifecycle::ManualClock;
-    /// # use agent_sessions::transcript::MemoryTranscriptStore;
+    /// # use agent_sessions::freshness::ManualClock;
+    /// # use agent_sessions::transcript::InMemoryTranscriptStore;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
     /// let clock = ManualClock::at_millis(1_770_000_000_000);
-    /// let manager = SessionManager::builder(MemoryStore::new())
-    ///     .transcripts(MemoryTranscriptStore::new())
+    /// let manager = SessionManager::builder(InMemoryStore::new())
+    ///     .transcripts(InMemoryTranscriptStore::new())
     ///     .clock(clock.clone())
     ///     .build()?;
     /// manager.resolve(&InboundMessage::direct("telegram", "42", "hi")).await?;

@@ -11,7 +11,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> agent_sessions::Result<()> {
-//! let manager = SessionManager::new(MemoryStore::new());
+//! let manager = SessionManager::new(InMemoryStore::new());
 //!
 //! let first = manager.resolve(&InboundMessage::direct("telegram", "42", "hello")).await?;
 //! assert_eq!((first.decision, first.reason), (Decision::New, Reason::NoSession));
@@ -27,7 +27,6 @@
 //! # }
 //! ```
 
-mod agent_follow;
 mod claims;
 mod conversations;
 mod dedupe;
@@ -35,7 +34,6 @@ mod entry_update;
 mod forget;
 mod holders;
 mod idle;
-mod key_follow;
 mod model_input;
 pub(crate) mod outcome;
 mod person_export;
@@ -57,36 +55,35 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
 
-use crate::context::activation::{ActivationDecision, OwnerChatter};
-use crate::context::chat::{EstimatedTokens, TokenCounter};
-use crate::context::history::{HistoryBuffer, MemoryHistory};
-use crate::context::inbound::events::{SystemEventQueue, SystemEvents};
-use crate::context::inbound::InboundMessage;
-use crate::context::send_policy::SendPolicyConfig;
 use crate::entry::ForkOrigin;
 use crate::error::{Error, Result};
+use crate::follow::{self, Follow, Position, Scope};
+use crate::freshness::clock::{to_millis, Clock, SystemClock};
+use crate::freshness::drift::DriftClassifier;
+use crate::freshness::policy::{FreshnessPolicy, ResetConfig, ResetType, Zone};
+use crate::freshness::triggers::{parse_model_hint, ModelCatalog, ResetTriggers};
 use crate::identity::isolation::AgentScoped;
 use crate::identity::workspace::Workspaces;
 use crate::identity::IdentityResolver;
+use crate::inbound::activation::{ActivationDecision, OwnerChatter};
+use crate::inbound::chat::{EstimatedTokens, TokenCounter};
+use crate::inbound::chatter::{ChatterBuffer, InMemoryChatter};
+use crate::inbound::events::{SystemEventQueue, SystemEvents};
+use crate::inbound::InboundMessage;
 use crate::key::{
     normalize_agent_id, normalize_channel, AgentId, DefaultKeyBuilder, KeyBuilder, SessionKey,
 };
-use crate::lifecycle::clock::{to_millis, Clock, SystemClock};
-use crate::lifecycle::drift::DriftClassifier;
-use crate::lifecycle::freshness::{FreshnessPolicy, ResetConfig, ResetType, Zone};
-use crate::lifecycle::triggers::{parse_model_hint, ModelCatalog, ResetTriggers};
 use crate::memory::checkpoint::Introspector;
 use crate::memory::flush::{MemoryFlushGuard, MemoryFlushSettings};
 use crate::memory::summary::{Summarizer, TemplateSummarizer};
 use crate::memory::MemoryOptions;
+use crate::reply::send_policy::SendPolicyConfig;
 use crate::store::SessionStore;
 use crate::transcript::{ArchiveReason, CheckpointReason, TranscriptRef, TranscriptStore};
 
-pub use agent_follow::{AgentFollow, AgentUpdate, MAX_WATCHED_SESSIONS};
 pub use dedupe::DEFAULT_DEDUPE_WINDOW;
 pub use forget::{ForgetOptions, ForgetReport, PersonRef};
 pub use idle::{IdleCheckpointOptions, IdleCheckpoints};
-pub use key_follow::{KeyFollow, KeyPosition, KeyUpdate};
 pub use outcome::{Delivery, DeliveryReceipt, TurnFailure, DELIVERY_CUSTOM_TYPE};
 pub use person_export::PersonExportSummary;
 pub use resolution::{Decision, Reason, Resolution};
@@ -122,12 +119,12 @@ use self::resolution::{Policy, Step, StepFacts};
 /// everything; and the jobs over many sessions ([`list`](Self::list),
 /// [`prune`](Self::prune), [`checkpoint_idle_sessions`](Self::checkpoint_idle_sessions),
 /// [`refresh_identity_summary`](Self::refresh_identity_summary),
-/// [`subscribe`](Self::subscribe)).
+/// [`follow`](Self::follow)).
 ///
 /// Built from a [`SessionStore`] and, optionally, the other seams
 /// ([`SessionManager::builder`]): a [`KeyBuilder`], a [`FreshnessPolicy`],
 /// [`ResetTriggers`], a [`Clock`], a [`DriftClassifier`], a [`ModelCatalog`], a
-/// [`TranscriptStore`], a [`HistoryBuffer`], a [`Summarizer`], a [`MemoryFlushGuard`],
+/// [`TranscriptStore`], a [`ChatterBuffer`], a [`Summarizer`], a [`MemoryFlushGuard`],
 /// an [`Introspector`], an [`IdentityResolver`], [`Workspaces`] and a [`TokenCounter`].
 /// Cheap to share: wrap it in an `Arc`.
 pub struct SessionManager {
@@ -151,7 +148,7 @@ struct Seams {
     drift: Option<(Arc<dyn DriftClassifier>, f32)>,
     models: Option<Arc<dyn ModelCatalog>>,
     transcripts: Option<Arc<dyn TranscriptStore>>,
-    history: Arc<dyn HistoryBuffer>,
+    history: Arc<dyn ChatterBuffer>,
     summarizer: Arc<dyn Summarizer>,
     flush_guard: Arc<dyn MemoryFlushGuard>,
     introspector: Option<Arc<dyn Introspector>>,
@@ -224,11 +221,11 @@ impl fmt::Debug for SessionManager {
 ///
 /// ```
 /// use agent_sessions::prelude::*;
-/// use agent_sessions::lifecycle::ManualClock;
-/// use agent_sessions::lifecycle::{ResetConfig, ResetSpec};
-/// use agent_sessions::lifecycle::ResetTriggers;
+/// use agent_sessions::freshness::ManualClock;
+/// use agent_sessions::freshness::{ResetConfig, ResetSpec};
+/// use agent_sessions::freshness::ResetTriggers;
 ///
-/// let manager = SessionManager::builder(MemoryStore::new())
+/// let manager = SessionManager::builder(InMemoryStore::new())
 ///     .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerPeer))
 ///     .freshness(ResetConfig::default().reset(ResetSpec::idle(30)))
 ///     .reset_triggers(ResetTriggers::clawos())
@@ -292,8 +289,8 @@ impl SessionManagerBuilder {
         self
     }
 
-    /// Serves `backend`: its transcripts, group history and system events become this
-    /// manager's (as [`transcripts`](Self::transcripts), [`history`](Self::history)
+    /// Serves `backend`: its transcripts, group chatter and system events become this
+    /// manager's (as [`transcripts`](Self::transcripts), [`chatter`](Self::chatter)
     /// and [`system_events`](Self::system_events) would set them), and
     /// [`SessionManager::forget_person`] and [`SessionManager::export_person`] reach
     /// every transcript it keeps, archived ones too, and its search index.
@@ -302,16 +299,16 @@ impl SessionManagerBuilder {
     pub fn backend(mut self, backend: crate::store::Backend) -> Self {
         self = self
             .transcripts(backend.transcripts().clone())
-            .history(backend.history().clone())
+            .chatter(backend.chatter().clone())
             .system_events(backend.system_events().clone());
         self.manager.seams.backend = Some(backend);
         self
     }
 
-    /// Where group history is kept (default: [`MemoryHistory`], 50 entries per group,
-    /// 1,000 groups). Pass an `Arc<MemoryHistory>` and keep a clone to change its limit
-    /// at run time ([`MemoryHistory::set_limit`]).
-    pub fn history(mut self, history: impl HistoryBuffer + 'static) -> Self {
+    /// Where group chatter is kept (default: [`InMemoryChatter`], 50 entries per group,
+    /// 1,000 groups). Pass an `Arc<InMemoryChatter>` and keep a clone to change its limit
+    /// at run time ([`InMemoryChatter::set_limit`]).
+    pub fn chatter(mut self, history: impl ChatterBuffer + 'static) -> Self {
         self.manager.seams.history = Arc::new(history);
         self
     }
@@ -439,12 +436,12 @@ impl SessionManagerBuilder {
     ///
     /// ```
     /// use agent_sessions::prelude::*;
-    /// use agent_sessions::transcript::MemoryTranscriptStore;
+    /// use agent_sessions::transcript::InMemoryTranscriptStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
-    /// let manager = SessionManager::builder(MemoryStore::new())
-    ///     .transcripts(MemoryTranscriptStore::new())
+    /// let manager = SessionManager::builder(InMemoryStore::new())
+    ///     .transcripts(InMemoryTranscriptStore::new())
     ///     .message_window(2)
     ///     .build()?;
     /// for text in ["one", "two", "three"] {
@@ -478,12 +475,12 @@ impl SessionManagerBuilder {
     /// ```
     /// use std::time::Duration;
     /// use agent_sessions::prelude::*;
-    /// use agent_sessions::transcript::MemoryTranscriptStore;
+    /// use agent_sessions::transcript::InMemoryTranscriptStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
-    /// let manager = SessionManager::builder(MemoryStore::new())
-    ///     .transcripts(MemoryTranscriptStore::new())
+    /// let manager = SessionManager::builder(InMemoryStore::new())
+    ///     .transcripts(InMemoryTranscriptStore::new())
     ///     .dedupe_window(Duration::from_secs(3600))
     ///     .build()?;
     /// let update = InboundMessage::direct("telegram", "42", "hi").with_message_id("1001");
@@ -507,16 +504,16 @@ impl SessionManagerBuilder {
     /// configured from `openclaw.json` answers them).
     ///
     /// ```
-    /// use agent_sessions::context::OwnerChatter;
+    /// use agent_sessions::inbound::OwnerChatter;
     /// use agent_sessions::manager::TurnAction;
     /// use agent_sessions::prelude::*;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
     /// let owner = InboundMessage::group("telegram", "-100", "7", "note to self").from_owner();
-    /// let default = SessionManager::builder(MemoryStore::new()).build()?;
+    /// let default = SessionManager::builder(InMemoryStore::new()).build()?;
     /// assert_eq!(default.turn(&owner).await?.action(), &TurnAction::StaySilent);
-    /// let answering = SessionManager::builder(MemoryStore::new())
+    /// let answering = SessionManager::builder(InMemoryStore::new())
     ///     .owner_chatter(OwnerChatter::Answer)
     ///     .build()?;
     /// assert_eq!(answering.turn(&owner).await?.action(), &TurnAction::Answer);
@@ -540,7 +537,7 @@ impl SessionManagerBuilder {
     /// use agent_sessions::memory::MemoryOptions;
     ///
     /// let every_ten = MemoryOptions::new().checkpoint_every_turns(10);
-    /// let refused = SessionManager::builder(MemoryStore::new()).memory(every_ten).build();
+    /// let refused = SessionManager::builder(InMemoryStore::new()).memory(every_ten).build();
     /// assert!(matches!(refused, Err(Error::NotConfigured { .. })));
     /// ```
     pub fn build(self) -> Result<SessionManager> {
@@ -618,7 +615,7 @@ impl SessionManager {
                     drift: None,
                     models: None,
                     transcripts: None,
-                    history: Arc::new(MemoryHistory::default()),
+                    history: Arc::new(InMemoryChatter::default()),
                     summarizer: Arc::new(TemplateSummarizer),
                     flush_guard: Arc::new(MemoryFlushSettings::default()),
                     introspector: None,
@@ -651,7 +648,7 @@ impl SessionManager {
         }
     }
 
-    /// A builder over the backend `url` names — sessions, transcripts, group history and
+    /// A builder over the backend `url` names — sessions, transcripts, group chatter and
     /// system events —
     /// so that switching from OpenClaw's files to SQLite or PostgreSQL is one string:
     /// `json:~/.openclaw`, `sqlite:sessions.db`, `postgres://bot@db/sessions`
@@ -686,7 +683,7 @@ impl SessionManager {
     /// ```
     /// use agent_sessions::prelude::*;
     ///
-    /// let manager = SessionManager::new(MemoryStore::new());
+    /// let manager = SessionManager::new(InMemoryStore::new());
     /// assert_eq!(manager.default_agent().as_str(), "main");
     /// ```
     pub fn default_agent(&self) -> &AgentId {
@@ -748,13 +745,13 @@ impl SessionManager {
     /// ```
     /// # use std::time::Duration;
     /// # use agent_sessions::prelude::*;
-    /// use agent_sessions::lifecycle::ManualClock;
-    /// use agent_sessions::lifecycle::{ResetConfig, ResetSpec};
+    /// use agent_sessions::freshness::ManualClock;
+    /// use agent_sessions::freshness::{ResetConfig, ResetSpec};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
     /// let clock = ManualClock::at_millis(1_771_840_800_000);
-    /// let manager = SessionManager::builder(MemoryStore::new())
+    /// let manager = SessionManager::builder(InMemoryStore::new())
     ///     .freshness(ResetConfig::default().reset(ResetSpec::idle(30)))
     ///     .clock(clock.clone())
     ///     .build()?;
@@ -784,6 +781,79 @@ impl SessionManager {
         };
         let (decision, _) = policy.decide(&key, Some(entry), self.seams.clock.now(), None);
         Ok(decision == Decision::New)
+    }
+
+    /// Follows `scope` — one session, a key across its sessions, an agent, or the whole
+    /// store — from `from`: every line the sessions' transcripts gain, from any
+    /// process, and the sessions as the follower comes to them (see
+    /// the [`crate::follow`] module for what each scope returns and where each resumes).
+    ///
+    /// Needs a transcript store ([`Error::NotConfigured`] otherwise). A session id that
+    /// no session has, and a position the scope does not start from (a time for a key),
+    /// are [`Error::InvalidId`]; an offset that is not where an event starts is
+    /// [`Error::InvalidOffset`] at the first read. A manager serving one agent
+    /// ([`SessionManagerBuilder::isolate_to_agent`]) refuses another agent with
+    /// [`Error::AccessDenied`] and follows its own agent for [`Scope::Store`].
+    ///
+    /// ```
+    /// use agent_sessions::follow::{Position, Scope, Update};
+    /// use agent_sessions::prelude::*;
+    /// use agent_sessions::transcript::InMemoryTranscriptStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// let manager = SessionManager::builder(InMemoryStore::new())
+    ///     .transcripts(InMemoryTranscriptStore::new())
+    ///     .build()?;
+    /// let mut everything = manager.follow(Scope::Agent(AgentId::main()), Position::Now).await?;
+    ///
+    /// let turn = manager.turn(&InboundMessage::direct("telegram", "42", "hi")).await?;
+    /// turn.complete("hello!").await?;
+    /// let Update::Session { session, new, .. } = everything.next().await? else { unreachable!() };
+    /// assert!(new);
+    /// assert_eq!(session.key.as_str(), "agent:main:telegram:dm:42");
+    /// let Update::Events { events, .. } = everything.next().await? else { unreachable!() };
+    /// assert_eq!(events.len(), 2, "the message and the reply");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn follow(&self, scope: Scope, from: Position) -> Result<Follow> {
+        let transcripts = self.seams.transcripts.clone().ok_or(Error::NotConfigured {
+            what: "a transcript store (SessionManagerBuilder::transcripts)",
+        })?;
+        let sources = follow::Sources {
+            sessions: self.seams.store.clone(),
+            transcripts,
+            clock: self.seams.clock.clone(),
+            default_agent: self.settings.default_agent.clone(),
+        };
+        match scope {
+            Scope::Session(id) => {
+                let session = self
+                    .find_session(&id, crate::store::StatusFilter::Any)
+                    .await?
+                    .ok_or_else(|| {
+                        Error::invalid_id(crate::IdKind::SessionId, &id, "no session has this id")
+                    })?;
+                Follow::session(sources, &session, from)
+            }
+            Scope::Key(key) => Follow::key(sources, &key, from).await,
+            Scope::Agent(agent) => {
+                if self
+                    .settings
+                    .isolated_to
+                    .as_ref()
+                    .is_some_and(|own| *own != agent)
+                {
+                    return Err(Error::AccessDenied {
+                        reason: crate::error::AccessDenial::OtherAgent,
+                        resource: format!("the sessions of agent {agent}"),
+                    });
+                }
+                Follow::agents(sources, Some(agent), from)
+            }
+            Scope::Store => Follow::agents(sources, self.settings.isolated_to.clone(), from),
+        }
     }
 
     /// [`resolve`](Self::resolve), when `admit` allows the key and its current entry —
@@ -1055,13 +1125,13 @@ impl SessionManager {
         }
     }
 
-    /// How `message` is routed in its group (see [`decide`](crate::context::activation::decide)).
+    /// How `message` is routed in its group (see [`decide`](crate::inbound::activation::decide)).
     fn activation(
         &self,
         message: &InboundMessage,
         group_activation: Option<&crate::entry::GroupActivation>,
     ) -> ActivationDecision {
-        crate::context::activation::decide(message, group_activation, self.settings.owner_chatter)
+        crate::inbound::activation::decide(message, group_activation, self.settings.owner_chatter)
     }
 
     /// Warns (once per manager) and counts that `senders` people now share `key`'s main

@@ -4,22 +4,20 @@
 use std::time::Duration;
 
 use super::{Resolution, SessionManager};
-use crate::context::activation::ActivationDecision;
-use crate::context::history::{
-    build_history_context, format_envelope, group_history_key, HistoryEntry,
-};
-use crate::context::inbound::events::{prepend_system_events, SystemEvent};
-use crate::context::inbound::pipeline::{
-    clean_text, enveloped_body, model_body, sender_label, PipelineOptions,
-};
-use crate::context::inbound::InboundMessage;
-use crate::context::reply::{build_reply_payloads, ReplyOptions, ReplyPayload};
 use crate::entry::SendPolicy;
 use crate::error::Result;
+use crate::freshness::clock::{from_millis, to_millis};
+use crate::inbound::activation::ActivationDecision;
+use crate::inbound::chatter::{build_chatter_context, chatter_key, format_envelope, ChatterEntry};
+use crate::inbound::events::{prepend_system_events, SystemEvent};
+use crate::inbound::pipeline::{
+    clean_text, enveloped_body, model_body, sender_label, PipelineOptions,
+};
+use crate::inbound::InboundMessage;
 use crate::key::SessionKey;
-use crate::lifecycle::clock::{from_millis, to_millis};
+use crate::reply::payload::{build_reply_payloads, ReplyOptions, ReplyPayload};
 
-/// How a sender is named in group history and envelopes.
+/// How a sender is named in group chatter and envelopes.
 fn sender_name(message: &InboundMessage) -> String {
     message
         .sender
@@ -59,17 +57,17 @@ impl SessionManager {
 
     /// Appends a group message the agent of `session` does not answer to its group's
     /// history — once within `dedupe` when given: whether it was appended.
-    pub(super) async fn keep_as_history(
+    pub(super) async fn keep_as_chatter(
         &self,
         session: &SessionKey,
         message: &InboundMessage,
         body: &str,
         dedupe: Option<Duration>,
     ) -> Result<bool> {
-        let Some(key) = group_history_key(session, message) else {
+        let Some(key) = chatter_key(session, message) else {
             return Ok(true);
         };
-        let entry = HistoryEntry {
+        let entry = ChatterEntry {
             sender: sender_name(message),
             body: clean_text(message, body, &self.pipeline_options(false)),
             timestamp: Some(to_millis(self.seams.clock.now())),
@@ -96,11 +94,11 @@ impl SessionManager {
         message: &InboundMessage,
         activation: &ActivationDecision,
     ) -> String {
-        let history = match group_history_key(&resolution.key, message) {
+        let history = match chatter_key(&resolution.key, message) {
             // The agent sees the history now: the next turn starts a new one. A buffer
             // that cannot be read leaves the history out, not the answer.
             Some(key) => self.seams.history.take(&key).await.unwrap_or_else(|error| {
-                tracing::warn!(group = %key, %error, "could not read the group's history; answering without it");
+                tracing::warn!(group = %key, %error, "could not read the group's chatter; answering without it");
                 Vec::new()
             }),
             None => Vec::new(),
@@ -120,7 +118,7 @@ impl SessionManager {
         resolution: &Resolution,
         message: &InboundMessage,
         activation: &ActivationDecision,
-        history: &[HistoryEntry],
+        history: &[ChatterEntry],
     ) -> (String, Vec<SystemEvent>) {
         let now = self.seams.clock.now();
         let options = self.pipeline_options(activation.mark_for_context);
@@ -142,7 +140,7 @@ impl SessionManager {
                 let sender = sender_label(&message.sender).unwrap_or_else(|| sender_name(message));
                 let body = enveloped_body(message, &resolution.body, &options);
                 let current = format_envelope(&group.channel, &group.id, Some(now), &sender, &body);
-                build_history_context(&lines, &current, false)
+                build_chatter_context(&lines, &current, false)
             }
             None => model_body(message, &resolution.body, &options),
         };

@@ -3,17 +3,17 @@
 //!
 //! Both are recorded as marks in the session's transcript — a `custom` line that names
 //! the line it is about — so the transcript keeps everything that happened, and the
-//! conversation the model sees ([`transcript_messages`](crate::context::chat::transcript_messages))
+//! conversation the model sees ([`transcript_messages`](crate::inbound::chat::transcript_messages))
 //! leaves out an input the host dropped and a reply the user never received.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::SessionManager;
-use crate::context::reply::ReplyPayload;
 use crate::entry::SessionEntry;
 use crate::error::{Error, Result};
 use crate::key::SessionKey;
+use crate::reply::payload::ReplyPayload;
 use crate::transcript::{Direction, LogFields, Offset, TranscriptEntry, TranscriptRef};
 
 /// The `customType` of the line that marks a failed turn.
@@ -27,12 +27,12 @@ pub const DELIVERY_CUSTOM_TYPE: &str = "agent-sessions.delivery";
 /// ```
 /// use agent_sessions::manager::TurnFailure;
 /// use agent_sessions::prelude::*;
-/// use agent_sessions::transcript::MemoryTranscriptStore;
+/// use agent_sessions::transcript::InMemoryTranscriptStore;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> agent_sessions::Result<()> {
-/// let manager = SessionManager::builder(MemoryStore::new())
-///     .transcripts(MemoryTranscriptStore::new())
+/// let manager = SessionManager::builder(InMemoryStore::new())
+///     .transcripts(InMemoryTranscriptStore::new())
 ///     .build()?;
 /// let turn = manager.turn(&InboundMessage::direct("telegram", "42", "(a text the provider refuses)")).await?;
 /// // The provider answered 400 (content filter): it would refuse this input again.
@@ -235,12 +235,12 @@ impl SessionManager {
     /// ```
     /// use agent_sessions::manager::Delivery;
     /// use agent_sessions::prelude::*;
-    /// use agent_sessions::transcript::MemoryTranscriptStore;
+    /// use agent_sessions::transcript::InMemoryTranscriptStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
-    /// let manager = SessionManager::builder(MemoryStore::new())
-    ///     .transcripts(MemoryTranscriptStore::new())
+    /// let manager = SessionManager::builder(InMemoryStore::new())
+    ///     .transcripts(InMemoryTranscriptStore::new())
     ///     .build()?;
     /// let turn = manager.turn(&InboundMessage::direct("telegram", "42", "Tell me everything")).await?;
     /// for payload in turn.complete("(a reply too long for the channel)").await? {

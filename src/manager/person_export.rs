@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 use super::forget::PersonRef;
 use super::redact::{self, chatter_of, PersonIds};
 use super::SessionManager;
-use crate::context::history::HistoryEdit;
 use crate::error::{Error, Result};
+use crate::inbound::chatter::ChatterEdit;
 use crate::transcript::lines::session_id_of_name;
 
 /// What [`SessionManager::export_person`] wrote: counts only.
@@ -23,8 +23,8 @@ pub struct PersonExportSummary {
     pub sessions: usize,
     /// Messages of their sessions, and their messages in shared ones.
     pub messages: usize,
-    /// Their group chatter still waiting in group history.
-    pub history_entries: usize,
+    /// Their group chatter still waiting in group chatter.
+    pub chatter_entries: usize,
 }
 
 impl SessionManager {
@@ -34,7 +34,7 @@ impl SessionManager {
     /// and its messages in order (archived transcripts too, compaction summaries as
     /// such), the messages they wrote in shared sessions (groups), their workspaces
     /// (each folder and the files in it, for the host to copy), and their chatter
-    /// still waiting in group history. System events queued for their next turn are
+    /// still waiting in group chatter. System events queued for their next turn are
     /// not in it (reading them would take them). Finds what
     /// [`forget_person`](Self::forget_person) would erase, by the same rules; reaches
     /// transcripts through the manager's backend (see
@@ -215,13 +215,13 @@ impl SessionManager {
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
                         .push(entry.clone());
                 }
-                HistoryEdit::Keep
+                ChatterEdit::Keep
             })
             .await?;
         let chatter = chatter
             .into_inner()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        summary.history_entries = chatter.len();
+        summary.chatter_entries = chatter.len();
         value(out, &json!(chatter))?;
         write(out, b"}")?;
         out.flush()
@@ -286,10 +286,10 @@ fn chatter_in(ids: &PersonIds, line: &str) -> Vec<Value> {
         .collect()
 }
 
-/// The part of a group line's text its sender wrote: after the group's history
+/// The part of a group line's text its sender wrote: after the group's chatter
 /// block, the current message.
 fn own_part(text: &str) -> &str {
-    match text.split_once(crate::context::inbound::pipeline::CURRENT_MESSAGE_MARKER) {
+    match text.split_once(crate::inbound::pipeline::CURRENT_MESSAGE_MARKER) {
         Some((_, own)) => own.trim_start_matches('\n'),
         None => text,
     }

@@ -1,13 +1,13 @@
 //! Finding one person in data the crate keeps, and taking them out of lines that stay:
 //! what [`SessionManager::forget_person`](super::SessionManager::forget_person) runs on
-//! shared transcripts, group history, search messages and session entries.
+//! shared transcripts, group chatter, search messages and session entries.
 
 use std::collections::BTreeSet;
 
 use serde_json::{Map, Value};
 
-use crate::context::history::{HistoryEdit, HistoryEntry};
 use crate::entry::SessionEntry;
+use crate::inbound::chatter::{ChatterEdit, ChatterEntry};
 use crate::key::SessionKey;
 
 /// What stands in for an identifier in text that stays.
@@ -173,24 +173,24 @@ impl PersonIds {
             .any(|id| !whole_matches(&text.to_lowercase(), id).is_empty())
     }
 
-    /// What to do with one entry of the group history `group`: theirs go (by the id
+    /// What to do with one entry of the group chatter `group`: theirs go (by the id
     /// recorded with it, on the group's channel), others' that name them are masked.
-    pub(crate) fn history_edit(&self, group: &str, entry: &HistoryEntry) -> HistoryEdit {
+    pub(crate) fn history_edit(&self, group: &str, entry: &ChatterEntry) -> ChatterEdit {
         let channel = group.split(':').nth(2);
         if entry
             .sender_id
             .as_deref()
             .is_some_and(|id| self.is_on(channel, id))
         {
-            return HistoryEdit::Remove;
+            return ChatterEdit::Remove;
         }
         if self.named_in(&entry.body) {
-            return HistoryEdit::Replace(HistoryEntry {
+            return ChatterEdit::Replace(ChatterEntry {
                 body: self.mask(&entry.body),
                 ..entry.clone()
             });
         }
-        HistoryEdit::Keep
+        ChatterEdit::Keep
     }
 
     /// A session entry that is not theirs, without them: out of its participants and
@@ -369,7 +369,7 @@ impl<'p> TranscriptRedaction<'p> {
         written_by(self.person, entry)
     }
 
-    /// The labels under which the line's group history shows the person, taking their
+    /// The labels under which the line's group chatter shows the person, taking their
     /// records out of the line's `log.chatter`.
     fn take_chatter_labels(&self, entry: &mut Map<String, Value>) -> Vec<String> {
         let channel = entry_channel(entry);
@@ -656,7 +656,7 @@ mod tests {
     #[test]
     fn group_history_of_the_person_goes_and_mentions_are_masked() {
         let ids = jane();
-        let theirs = HistoryEntry {
+        let theirs = ChatterEntry {
             sender: "Jane".into(),
             body: "hi".into(),
             timestamp: None,
@@ -665,27 +665,27 @@ mod tests {
         };
         assert_eq!(
             ids.history_edit("agent:main:whatsapp:default:group:g", &theirs),
-            HistoryEdit::Remove
+            ChatterEdit::Remove
         );
-        let mention = HistoryEntry {
+        let mention = ChatterEntry {
             sender: "Bob".into(),
             body: "ping +15550100".into(),
             sender_id: Some("bob".into()),
             ..theirs.clone()
         };
-        let HistoryEdit::Replace(masked) =
+        let ChatterEdit::Replace(masked) =
             ids.history_edit("agent:main:whatsapp:default:group:g", &mention)
         else {
             panic!("a mention is masked")
         };
         assert_eq!(masked.body, "ping [erased]");
-        let other = HistoryEntry {
+        let other = ChatterEntry {
             body: "lunch?".into(),
             ..mention
         };
         assert_eq!(
             ids.history_edit("agent:main:whatsapp:default:group:g", &other),
-            HistoryEdit::Keep
+            ChatterEdit::Keep
         );
     }
 }

@@ -10,11 +10,11 @@ use std::time::Duration;
 use super::dedupe::{self, Intake};
 use super::entry_update::{another_dm_sender, record_message, start_session, Inbound};
 use crate::entry::{SessionEntry, SessionStatus};
-use crate::key::SessionKey;
-use crate::lifecycle::freshness::{
+use crate::freshness::policy::{
     Freshness, FreshnessInput, FreshnessPolicy, ResetType, StaleReason,
 };
-use crate::lifecycle::triggers::ModelRef;
+use crate::freshness::triggers::ModelRef;
+use crate::key::SessionKey;
 use crate::store::StoredSession;
 
 /// Whether a message starts a new session or continues one (the kernel HTTP API's
@@ -304,8 +304,8 @@ impl StepFacts<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::context::inbound::InboundMessage;
-    use crate::lifecycle::freshness::ResetConfig;
+    use crate::freshness::policy::ResetConfig;
+    use crate::inbound::InboundMessage;
 
     /// A step decided twice from the same entry — as a store whose atomic step retries
     /// runs it — decides the same, and a step from its own result continues.

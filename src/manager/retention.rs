@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::SessionManager;
-use crate::context::history::HistoryEdit;
 use crate::error::{Error, Result};
+use crate::inbound::chatter::ChatterEdit;
 use crate::key::{normalize_channel, AgentId};
 use crate::search::SearchFilter;
 use crate::store::{ListFilter, SessionStoreExt, StatusFilter, StoredSession};
@@ -185,7 +185,7 @@ pub struct RetentionReport {
     /// Messages removed from the search index.
     pub search_messages: usize,
     /// Group-history entries dropped.
-    pub history_entries: usize,
+    pub chatter_entries: usize,
 }
 
 /// The retention sweep's task ([`SessionManager::spawn_retention`]); dropping it (or
@@ -218,7 +218,7 @@ impl SessionManager {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use agent_sessions::lifecycle::ManualClock;
+    /// use agent_sessions::freshness::ManualClock;
     /// use agent_sessions::manager::{RetentionPolicy, RetentionRule};
     /// use agent_sessions::prelude::*;
     ///
@@ -363,7 +363,7 @@ impl SessionManager {
         // Group chatter, by the rule of its group's agent and channel.
         let isolated = self.isolated_agent().map(AgentId::as_str);
         if policy.rules.iter().any(|rule| rule.group_chatter.is_some()) {
-            report.history_entries += self
+            report.chatter_entries += self
                 .seams
                 .history
                 .edit_entries(&|group, entry| {
@@ -372,16 +372,16 @@ impl SessionManager {
                     let channel = parts.next();
                     // A manager isolated to an agent keeps to that agent's groups.
                     if isolated.is_some_and(|only| agent != Some(only)) {
-                        return HistoryEdit::Keep;
+                        return ChatterEdit::Keep;
                     }
                     let too_old = policy
                         .rule_for(agent, channel)
                         .and_then(|rule| rule.group_chatter)
                         .is_some_and(|keep| entry.timestamp.is_some_and(|at| at < cutoff(keep)));
                     if too_old {
-                        HistoryEdit::Remove
+                        ChatterEdit::Remove
                     } else {
-                        HistoryEdit::Keep
+                        ChatterEdit::Keep
                     }
                 })
                 .await?;

@@ -9,11 +9,11 @@
 //! host.
 
 use super::{Resolution, SessionManager, Turn};
-use crate::context::inbound::InboundMessage;
 use crate::entry::{SessionEntry, SessionSource};
 use crate::error::{AccessDenial, Error, Result};
 use crate::identity::access::{denied, verify_namespace, verify_session_access, Caller};
 use crate::identity::{Identifier, Person};
+use crate::inbound::InboundMessage;
 use crate::key::{AgentId, SessionKey};
 use crate::store::{ListFilter, StoredSession};
 
@@ -51,7 +51,7 @@ impl SessionManager {
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
-    /// let manager = SessionManager::new(MemoryStore::new());
+    /// let manager = SessionManager::new(InMemoryStore::new());
     /// let jane = manager.scoped(Caller::person("staff:17"));
     /// let mine = jane.resolve(&InboundMessage::direct("web", "jane", "hi").from_person("staff:17")).await?;
     /// assert!(jane.session(&mine.key).get().await?.is_some());
@@ -211,7 +211,7 @@ impl<'a> ScopedManager<'a> {
     /// payload's receipt names.
     pub async fn report_delivery(
         &self,
-        payload: &crate::context::reply::ReplyPayload,
+        payload: &crate::reply::payload::ReplyPayload,
         delivery: super::Delivery,
     ) -> Result<()> {
         if let Some(receipt) = &payload.receipt {
@@ -262,7 +262,7 @@ impl<'a> ScopedManager<'a> {
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
-    /// let manager = SessionManager::new(MemoryStore::new());
+    /// let manager = SessionManager::new(InMemoryStore::new());
     /// let bob = manager.scoped(Caller::person("bob"));
     /// let denied = bob.forget_person(&PersonRef::person("jane")).await;
     /// assert!(matches!(denied, Err(Error::AccessDenied { reason: AccessDenial::OwnerOnly, .. })));

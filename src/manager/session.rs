@@ -7,21 +7,19 @@ use super::{
     CompactionEvent, DeleteOptions, LogMessage, OverrideKind, ScopedManager, SessionManager,
     SessionOverride, TurnOutcome,
 };
-use crate::context::chat::ChatMessage;
-use crate::context::delivery::DeliveryRoute;
-use crate::context::InboundMessage;
+use crate::entry::DeliveryContext;
 use crate::entry::{DescriptionSource, SessionEntry, SessionStatus};
 use crate::error::{Error, Result};
+use crate::follow::{Follow, Position, Scope};
 use crate::identity::access::{verify_namespace, verify_session_access, Caller};
 use crate::identity::workspace::Workspace;
+use crate::inbound::chat::ChatMessage;
+use crate::inbound::InboundMessage;
 use crate::key::{AgentId, SessionKey};
 use crate::memory::flush::FlushPlan;
 use crate::memory::usage::EngineKind;
 use crate::store::StoredSession;
-use crate::transcript::{
-    CheckpointReason, Offset, SessionEvent, TranscriptEntry, TranscriptFollow, TranscriptRead,
-    TranscriptRef, TranscriptSubscription,
-};
+use crate::transcript::{CheckpointReason, Offset, SessionEvent, TranscriptEntry, TranscriptRead};
 
 /// One session of a [`SessionManager`], by key: every call about a single session.
 ///
@@ -32,12 +30,12 @@ use crate::transcript::{
 ///
 /// ```
 /// use agent_sessions::prelude::*;
-/// use agent_sessions::transcript::MemoryTranscriptStore;
+/// use agent_sessions::transcript::InMemoryTranscriptStore;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> agent_sessions::Result<()> {
-/// let manager = SessionManager::builder(MemoryStore::new())
-///     .transcripts(MemoryTranscriptStore::new())
+/// let manager = SessionManager::builder(InMemoryStore::new())
+///     .transcripts(InMemoryTranscriptStore::new())
 ///     .build()?;
 /// let key = manager.resolve(&InboundMessage::direct("telegram", "42", "hi")).await?.key;
 /// let session = manager.session(&key);
@@ -190,17 +188,17 @@ impl Session<'_> {
     ///
     /// ```
     /// # use agent_sessions::prelude::*;
-    /// # use agent_sessions::context::DeliveryRoute;
+    /// # use agent_sessions::DeliveryContext;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
-    /// let manager = SessionManager::new(MemoryStore::new());
+    /// let manager = SessionManager::new(InMemoryStore::new());
     /// let key = SessionKey::parse("agent:main:telegram:dm:42")?;
-    /// let stored = manager.session(&key).update_last_route(&DeliveryRoute::to("Telegram", "42")).await?;
+    /// let stored = manager.session(&key).update_last_route(&DeliveryContext::to("Telegram", "42")).await?;
     /// assert_eq!(stored.entry.last_channel.as_deref(), Some("telegram"));
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn update_last_route(&self, route: &DeliveryRoute) -> Result<StoredSession> {
+    pub async fn update_last_route(&self, route: &DeliveryContext) -> Result<StoredSession> {
         self.check().await?;
         self.manager.update_last_route(&self.key, route, None).await
     }
@@ -214,14 +212,14 @@ impl Session<'_> {
     ///
     /// ```
     /// # use agent_sessions::prelude::*;
-    /// # use agent_sessions::context::DeliveryRoute;
+    /// # use agent_sessions::DeliveryContext;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
-    /// let manager = SessionManager::new(MemoryStore::new());
+    /// let manager = SessionManager::new(InMemoryStore::new());
     /// let message = InboundMessage::group("whatsapp", "120363@g.us", "+15550001", "lunch?")
     ///     .with_group_subject("Family");
     /// let key = manager.key_for(&message)?;
-    /// let route = DeliveryRoute::to("whatsapp", "120363@g.us");
+    /// let route = DeliveryContext::to("whatsapp", "120363@g.us");
     /// let stored = manager.session(&key).update_last_route_from(&route, &message).await?;
     /// assert_eq!(stored.entry.last_to.as_deref(), Some("120363@g.us"));
     /// assert_eq!(stored.entry.subject.as_deref(), Some("Family"));
@@ -230,7 +228,7 @@ impl Session<'_> {
     /// ```
     pub async fn update_last_route_from(
         &self,
-        route: &DeliveryRoute,
+        route: &DeliveryContext,
         message: &InboundMessage,
     ) -> Result<StoredSession> {
         self.check().await?;
@@ -307,7 +305,7 @@ impl Session<'_> {
     /// `false` for a blank text or a repeat of the last one; an error when the shared
     /// queue cannot be written.
     ///
-    /// [`SystemEvents`]: crate::context::inbound::events::SystemEvents
+    /// [`SystemEvents`]: crate::inbound::events::SystemEvents
     pub async fn enqueue_system_event(&self, text: &str) -> Result<bool> {
         self.check().await?;
         self.manager.enqueue_system_event(&self.key, text).await
@@ -350,21 +348,21 @@ impl Session<'_> {
 
     /// Appends chat messages to the current session transcript: the steps of a tool
     /// loop — the assistant's message that calls tools, the tools' results — from the
-    /// [`ChatMessage`](crate::context::chat::ChatMessage)s a host already has
+    /// [`ChatMessage`](crate::inbound::chat::ChatMessage)s a host already has
     /// (converted to transcript lines), so
     /// that the next turn's [`messages`](crate::manager::Turn::messages) carry the calls
     /// and their results. System messages are skipped. The turn's own input and reply
     /// are logged by the turn: append only what happened between them.
     ///
     /// ```
-    /// use agent_sessions::context::ToolCall;
+    /// use agent_sessions::inbound::ToolCall;
     /// use agent_sessions::prelude::*;
-    /// use agent_sessions::transcript::MemoryTranscriptStore;
+    /// use agent_sessions::transcript::InMemoryTranscriptStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
-    /// let manager = SessionManager::builder(MemoryStore::new())
-    ///     .transcripts(MemoryTranscriptStore::new())
+    /// let manager = SessionManager::builder(InMemoryStore::new())
+    ///     .transcripts(InMemoryTranscriptStore::new())
     ///     .build()?;
     /// let turn = manager.turn(&InboundMessage::direct("telegram", "42", "When is my shift?")).await?;
     /// // The model called a tool; the host ran it.
@@ -414,72 +412,41 @@ impl Session<'_> {
         self.manager.transcripts().replay(&self.key, from).await
     }
 
-    /// Live updates of the session's current transcript: this process's appends, and
-    /// other processes' where the store hears of them (PostgreSQL, SQLite). Dropping the
-    /// subscription unsubscribes. In order and without gaps, use [`follow`](Self::follow).
+    /// Follows this key across its sessions from `from` — the key's session, then the
+    /// one that replaces it after a reset, a close or an expiry, from any process (see
+    /// [`Scope::Key`](crate::follow::Scope::Key)): [`Position::Start`] for the start of
+    /// the key's current session, or the [`position`](crate::follow::Follow::position)
+    /// a follower reached, to resume.
     ///
-    /// [`Error::NotFound`] when there is no session (unlike [`get`](Self::get), which
-    /// answers `None`). Access is checked when the subscription is made: it then lasts
-    /// until it is dropped, so a host that removes a caller from a session drops the
-    /// caller's open subscriptions too. A reset starts a new transcript, which this
-    /// subscription does not follow (it goes quiet): subscribe again.
-    pub async fn subscribe(&self) -> Result<TranscriptSubscription> {
-        let stored = self.existing().await?;
-        let transcript = TranscriptRef::of(
-            &self.key,
-            &stored.entry,
-            &self.manager.settings.default_agent,
-        );
-        Ok(self.manager.subscribe()?.only(move |update| {
-            update.transcript.agent == transcript.agent
-                && update.transcript.session_id == transcript.session_id
-                && update.transcript.topic == transcript.topic
-        }))
-    }
-
-    /// Follows the events of the current session from `from` on, whichever process
-    /// appends them: every event once, in order, waiting for new ones. A client that
-    /// reconnects passes the [`position`](TranscriptFollow::position) it reached. A
-    /// reset starts a new session with a new transcript: the follower returns the old
-    /// session's last events and ends; follow the key again then.
-    ///
-    /// [`Error::NotFound`] when there is no session. As with
-    /// [`subscribe`](Self::subscribe), access is checked when the follower is made, and
-    /// it lasts until it is dropped or ends.
+    /// [`Error::NotFound`] when there is no session. For a scoped caller, access is
+    /// checked when the follower is made, and it lasts until it is dropped: a host that
+    /// removes a caller from a session drops the caller's followers too.
     ///
     /// ```
+    /// use agent_sessions::follow::{Position, Update};
     /// use agent_sessions::manager::LogMessage;
     /// use agent_sessions::prelude::*;
-    /// use agent_sessions::transcript::{MemoryTranscriptStore, Offset};
+    /// use agent_sessions::transcript::InMemoryTranscriptStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
-    /// let manager = SessionManager::builder(MemoryStore::new())
-    ///     .transcripts(MemoryTranscriptStore::new())
+    /// let manager = SessionManager::builder(InMemoryStore::new())
+    ///     .transcripts(InMemoryTranscriptStore::new())
     ///     .build()?;
-    /// let message = InboundMessage::direct("telegram", "42", "hi");
-    /// let key = manager.resolve(&message).await?.key;
-    /// let mut follow = manager.session(&key).follow(Offset::START).await?;
-    /// manager
-    ///     .session(&key)
-    ///     .log_message(LogMessage::inbound("hi"))
-    ///     .await?;
-    /// let events = follow.next().await?.expect("the session is live");
+    /// let key = manager.resolve(&InboundMessage::direct("telegram", "42", "hi")).await?.key;
+    /// let mut follow = manager.session(&key).follow(Position::Start).await?;
+    /// let Update::Session { .. } = follow.next().await? else { unreachable!() };
+    /// manager.session(&key).log_message(LogMessage::inbound("hi")).await?;
+    /// let Update::Events { events, .. } = follow.next().await? else { unreachable!() };
     /// assert_eq!(events.last().unwrap().entry.message.as_ref().unwrap().text(), "hi");
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn follow(&self, from: Offset) -> Result<TranscriptFollow> {
+    pub async fn follow(&self, from: Position) -> Result<Follow> {
         self.existing().await?;
-        self.manager.transcripts().follow(&self.key, from).await
-    }
-
-    /// Follows this key across its sessions — into the session that replaces the
-    /// current one after a reset, a close or an expiry (see
-    /// [`SessionManager::follow_key`]); a scoped caller must be allowed this session.
-    pub async fn follow_key(&self, from: Option<super::KeyPosition>) -> Result<super::KeyFollow> {
-        self.existing().await?;
-        self.manager.follow_key(&self.key, from).await
+        self.manager
+            .follow(Scope::Key(self.key.clone()), from)
+            .await
     }
 
     /// The memory flush to run before this session's next turn, if one is due (see

@@ -8,15 +8,16 @@ use std::time::Duration;
 
 use super::entry_update::{canonicalize_person, record_meta, start_session};
 use super::{Admission, Decision, Reason, Resolution, SessionManager};
-use crate::context::delivery::{apply_route, DeliveryRoute};
-use crate::context::inbound::InboundMessage;
+use crate::entry::DeliveryContext;
 use crate::entry::{
     parse_session_label, AuthProfileSource, DescriptionSource, ForkOrigin, GroupActivation,
     QueueMode, SendPolicy, SessionEntry, SessionSource, SessionStatus,
 };
 use crate::error::{DeleteRefusal, Error, Result};
+use crate::freshness::triggers::ModelRef;
+use crate::inbound::InboundMessage;
 use crate::key::{AgentId, SessionKey};
-use crate::lifecycle::triggers::ModelRef;
+use crate::reply::delivery::apply_route;
 use crate::store::{ListFilter, SessionStoreExt, StatusFilter, StoredSession};
 use crate::transcript::ArchiveReason;
 
@@ -149,7 +150,7 @@ impl SessionManager {
     /// # use agent_sessions::{SessionStatus, StatusFilter};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
-    /// let manager = SessionManager::new(MemoryStore::new());
+    /// let manager = SessionManager::new(InMemoryStore::new());
     /// let first = manager.resolve(&InboundMessage::direct("telegram", "42", "hi")).await?;
     /// let found = manager.find_session(first.session_id(), StatusFilter::Current).await?;
     /// assert_eq!(found.unwrap().key, first.key);
@@ -371,7 +372,7 @@ impl SessionManager {
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
-    /// let store = MemoryStore::new();
+    /// let store = InMemoryStore::new();
     /// let before = SessionManager::new(store.clone());
     /// let sms = InboundMessage::direct("sms", "+15550100", "hi").from_person("+15550100");
     /// before.resolve(&sms).await?;
@@ -518,7 +519,7 @@ impl SessionManager {
     pub(crate) async fn update_last_route(
         &self,
         key: &SessionKey,
-        route: &DeliveryRoute,
+        route: &DeliveryContext,
         inbound: Option<&InboundMessage>,
     ) -> Result<StoredSession> {
         let now_ms = self.seams.clock.now_millis();
@@ -548,7 +549,7 @@ impl SessionManager {
     /// # use agent_sessions::prelude::*;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
-    /// let manager = SessionManager::new(MemoryStore::new());
+    /// let manager = SessionManager::new(InMemoryStore::new());
     /// let chatter = InboundMessage::group("whatsapp", "120363@g.us", "+15550001", "lunch?")
     ///     .with_group_subject("Family");
     /// let stored = manager.record_inbound_meta(&chatter).await?;
@@ -613,7 +614,7 @@ impl SessionManager {
                     });
                     apply_route(
                         &mut entry,
-                        &DeliveryRoute::default().with_thread(thread_id.trim()),
+                        &DeliveryContext::default().with_thread(thread_id.trim()),
                     );
                     *slot = Some(entry);
                 }
@@ -832,15 +833,15 @@ fn clear_override(entry: &mut SessionEntry, kind: OverrideKind) {
 mod tests {
     use crate::manager::TurnOutcome;
     use crate::prelude::*;
-    use crate::transcript::{MemoryTranscriptStore, Offset, TranscriptRef, TranscriptStore};
+    use crate::transcript::{InMemoryTranscriptStore, Offset, TranscriptRef, TranscriptStore};
     use crate::{Error, SessionStatus};
 
     /// A session named by id that a reset replaced since the caller looked is neither
     /// closed nor counted in its successor's place, and no status line goes anywhere.
     #[tokio::test]
     async fn a_change_for_a_replaced_session_id_leaves_its_successor_alone() {
-        let transcripts = MemoryTranscriptStore::new();
-        let manager = SessionManager::builder(MemoryStore::new())
+        let transcripts = InMemoryTranscriptStore::new();
+        let manager = SessionManager::builder(InMemoryStore::new())
             .transcripts(transcripts.clone())
             .build()
             .unwrap();

@@ -5,16 +5,16 @@ use serde_json::Value;
 use std::time::Duration;
 
 use super::SessionManager;
-use crate::context::inbound::InboundMessage;
 use crate::entry::SessionEntry;
 use crate::error::{Error, Result};
+use crate::freshness::triggers::ModelRef;
+use crate::inbound::InboundMessage;
 use crate::key::{normalize_channel, PeerKind, SessionKey};
-use crate::lifecycle::triggers::ModelRef;
 use crate::store::{SessionStoreExt, StoredSession};
 use crate::transcript::{
     ArchiveReason, CheckpointReason, Direction, LogFields, Offset, SessionEvent, SessionHeader,
-    TranscriptEntry, TranscriptFollow, TranscriptNotice, TranscriptRead, TranscriptRef,
-    TranscriptStore, TranscriptSubscription, TranscriptUpdate, Usage,
+    TranscriptEntry, TranscriptNotice, TranscriptRead, TranscriptRef, TranscriptStore,
+    TranscriptUpdate, Usage,
 };
 
 /// Records `location` as the entry's `sessionFile` unless it has one, if the entry is
@@ -415,10 +415,10 @@ impl SessionTranscripts<'_> {
     pub(crate) async fn append_chat(
         &self,
         key: &SessionKey,
-        messages: &[crate::context::chat::ChatMessage],
+        messages: &[crate::inbound::chat::ChatMessage],
     ) -> Result<Vec<SessionEvent>> {
         let now = self.manager.seams.clock.now();
-        let lines = crate::context::chat::transcript_lines(messages, now);
+        let lines = crate::inbound::chat::transcript_lines(messages, now);
         if lines.is_empty() {
             return Ok(Vec::new());
         }
@@ -561,28 +561,14 @@ impl SessionTranscripts<'_> {
             .read(&transcript, from)
             .await
     }
-
-    /// See [`Session::follow`](super::Session::follow).
-    pub(crate) async fn follow(&self, key: &SessionKey, from: Offset) -> Result<TranscriptFollow> {
-        let entry = self.manager.existing(key).await?.entry;
-        self.manager.follow_stored(key, &entry, from)
-    }
 }
 
 impl SessionManager {
-    /// Live transcript updates of every session: this process's appends, and other
-    /// processes' where the store hears of them (PostgreSQL, SQLite). Dropping the
-    /// subscription unsubscribes. For one session, in order and without gaps, use
-    /// [`Session::follow`](super::Session::follow).
-    pub fn subscribe(&self) -> Result<TranscriptSubscription> {
-        Ok(self.transcript_store()?.subscribe())
-    }
-
     /// Tells this process's subscribers and followers that a transcript changed outside
     /// the crate — what an OpenClaw host announces with `emitSessionTranscriptUpdate`
     /// after it appended to a transcript file. The update they receive names the
     /// transcript and its file and carries no events: they read what is new from the
-    /// transcript ([`Session::follow`](super::Session::follow) does so at once instead of
+    /// transcript (a [`Follow`](crate::follow::Follow) does so at once instead of
     /// at its next look).
     ///
     /// The transcript is the session's, when the notice names a key whose session has
@@ -599,11 +585,14 @@ impl SessionManager {
     /// # use agent_sessions::transcript::{FileTranscriptStore, TranscriptNotice};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
+    /// # use std::sync::Arc;
+    /// # use agent_sessions::transcript::TranscriptStore;
     /// let state = tempfile::tempdir().unwrap();
-    /// let manager = SessionManager::builder(MemoryStore::new())
-    ///     .transcripts(FileTranscriptStore::new(state.path()))
+    /// let transcripts = Arc::new(FileTranscriptStore::new(state.path()));
+    /// let manager = SessionManager::builder(InMemoryStore::new())
+    ///     .transcripts(transcripts.clone())
     ///     .build()?;
-    /// let mut updates = manager.subscribe()?;
+    /// let mut updates = transcripts.subscribe();
     /// let file = state.path().join("agents/main/sessions/0b6c1f0e-2c58-4f43-9a4a-3f1c1b0c9d10.jsonl");
     /// let notice = TranscriptNotice::from_openclaw(&serde_json::json!(file.to_str()))?;
     /// let transcript = manager.emit_transcript_update(&notice).await?.unwrap();
@@ -650,36 +639,6 @@ impl SessionManager {
         let transcript = TranscriptRef::of(&key, &stored.entry, &self.settings.default_agent);
         let store = self.transcript_store()?;
         Ok((store.location(&transcript).as_deref() == Some(file)).then_some(transcript))
-    }
-
-    /// Follows the events of session `session_id` — current or closed — from `from`
-    /// on, as [`Session::follow`](super::Session::follow) does; `None` if no such session is stored.
-    pub async fn follow_session(
-        &self,
-        session_id: &str,
-        from: Offset,
-    ) -> Result<Option<TranscriptFollow>> {
-        let Some(session) = self
-            .find_session(session_id, crate::store::StatusFilter::Any)
-            .await?
-        else {
-            return Ok(None);
-        };
-        self.follow_stored(&session.key, &session.entry, from)
-            .map(Some)
-    }
-
-    pub(super) fn follow_stored(
-        &self,
-        key: &SessionKey,
-        entry: &SessionEntry,
-        from: Offset,
-    ) -> Result<TranscriptFollow> {
-        let store = self.seams.transcripts.clone().ok_or(Error::NotConfigured {
-            what: "a transcript store (SessionManagerBuilder::transcripts)",
-        })?;
-        let transcript = TranscriptRef::of(key, entry, &self.settings.default_agent);
-        Ok(TranscriptFollow::new(store, transcript, from))
     }
 }
 

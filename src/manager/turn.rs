@@ -1,16 +1,16 @@
 //! One call per turn: [`SessionManager::turn`] takes an inbound message and says what to
 //! do; [`Turn::complete`] takes the model's reply and says what to send.
 
-use crate::context::activation::ActivationDecision;
-use crate::context::chat::{fit_to_budget, summary_message, ChatMessage, ChatRole, Want};
-use crate::context::history::group_history_key;
-use crate::context::inbound::InboundMessage;
-use crate::context::reply::ReplyPayload;
 use crate::entry::SessionEntry;
 use crate::error::Result;
+use crate::inbound::activation::ActivationDecision;
+use crate::inbound::chat::{fit_to_budget, summary_message, ChatMessage, ChatRole, Want};
+use crate::inbound::chatter::chatter_key;
+use crate::inbound::InboundMessage;
 use crate::key::SessionKey;
 use crate::memory::flush::{FlushPlan, DEFAULT_CONTEXT_TOKENS};
 use crate::memory::usage::{EngineSession, TurnUsage};
+use crate::reply::payload::ReplyPayload;
 use crate::transcript::{ChatterSender, Offset, SessionEvent, TranscriptRef};
 use std::time::Duration;
 use tracing::Instrument;
@@ -32,7 +32,7 @@ pub enum TurnAction {
     /// Call the model with [`Turn::messages`] (after the memory flush, when
     /// [`Turn::memory_flush`] has one), then [`Turn::complete`] with its reply.
     Answer,
-    /// Group chatter not addressed to the agent: kept as the group's history for the
+    /// Group chatter not addressed to the agent: kept as the group's chatter for the
     /// next turn. No model call; [`Turn::complete`] sends nothing.
     StaySilent,
     /// A reset with nothing after it: the new session is ready. No model call;
@@ -131,12 +131,12 @@ impl From<String> for TurnReply {
 ///
 /// ```
 /// use agent_sessions::prelude::*;
-/// use agent_sessions::transcript::MemoryTranscriptStore;
+/// use agent_sessions::transcript::InMemoryTranscriptStore;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> agent_sessions::Result<()> {
-/// let manager = SessionManager::builder(MemoryStore::new())
-///     .transcripts(MemoryTranscriptStore::new())
+/// let manager = SessionManager::builder(InMemoryStore::new())
+///     .transcripts(InMemoryTranscriptStore::new())
 ///     .build()?;
 ///
 /// let turn = manager.turn(&InboundMessage::direct("telegram", "42", "When is my shift?")).await?;
@@ -240,10 +240,10 @@ impl SessionManager {
             match self.resolve_once(message, admit, intake.as_mut()).await? {
                 Resolved::Session(resolution, activation) => (*resolution, activation),
                 Resolved::Chatter => {
-                    // Kept as the group's history for the next turn that answers — once
+                    // Kept as the group's chatter for the next turn that answers — once
                     // within the window, so a delivery again is a duplicate.
                     if !self
-                        .keep_as_history(&turn.key, message, &message.body, dedupe)
+                        .keep_as_chatter(&turn.key, message, &message.body, dedupe)
                         .await?
                     {
                         crate::telemetry::duplicate();
@@ -268,7 +268,7 @@ impl SessionManager {
         if resolution.reset_triggered {
             // An explicit reset is a clean start: the group's chatter from before it is
             // not carried into the new session.
-            if let Some(history) = group_history_key(&resolution.key, message) {
+            if let Some(history) = chatter_key(&resolution.key, message) {
                 self.seams.history.clear(&history).await?;
             }
         }
@@ -303,7 +303,7 @@ impl SessionManager {
 
     /// Builds the model's input for `turn` (the session `entry` that `resolution`
     /// chose) and logs it in the session's transcript, which is created on first use:
-    /// the group's history claimed and settled by that line, the system events drained
+    /// the group's chatter claimed and settled by that line, the system events drained
     /// (and queued again if the line cannot be logged), and the message marked taken
     /// (`done`) once it is logged. Returns the input and the entry as it is now.
     async fn log_input(
@@ -328,13 +328,13 @@ impl SessionManager {
                 .await?
                 .entry;
         }
-        // The group's history is claimed, shown, and settled by the inbound line that
+        // The group's chatter is claimed, shown, and settled by the inbound line that
         // carries it: each line reaches exactly one model input.
-        let claimed = match group_history_key(&turn.key, message) {
-            Some(group) => match self.claim_history(&group, &transcript).await {
+        let claimed = match chatter_key(&turn.key, message) {
+            Some(group) => match self.claim_chatter(&group, &transcript).await {
                 Ok(claimed) => Some(claimed),
                 Err(error) => {
-                    tracing::warn!(%group, %error, "could not claim the group's history; answering without it");
+                    tracing::warn!(%group, %error, "could not claim the group's chatter; answering without it");
                     None
                 }
             },
@@ -508,7 +508,7 @@ impl<'m> Turn<'m> {
     }
 
     /// The model's input for this message: the message after the inbound pipeline, with
-    /// group history and system events (`None` unless the action is
+    /// group chatter and system events (`None` unless the action is
     /// [`TurnAction::Answer`]).
     pub fn input(&self) -> Option<&str> {
         self.input.as_deref()
@@ -539,7 +539,7 @@ impl<'m> Turn<'m> {
     /// The budget is the context window the session records (from the model's usage),
     /// else [`SessionManagerBuilder::context_window`](super::SessionManagerBuilder::context_window);
     /// tokens are counted by the manager's
-    /// [`TokenCounter`](crate::context::chat::TokenCounter). Empty unless the action is
+    /// [`TokenCounter`](crate::inbound::chat::TokenCounter). Empty unless the action is
     /// [`TurnAction::Answer`]. Needs a transcript store
     /// ([`Error::NotConfigured`](crate::Error::NotConfigured) otherwise), which keeps
     /// the conversation: without one every turn would look like the first.
@@ -552,10 +552,10 @@ impl<'m> Turn<'m> {
     ///
     /// ```
     /// # use agent_sessions::prelude::*;
-    /// # use agent_sessions::transcript::MemoryTranscriptStore;
+    /// # use agent_sessions::transcript::InMemoryTranscriptStore;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
-    /// # let manager = SessionManager::builder(MemoryStore::new()).transcripts(MemoryTranscriptStore::new()).build()?;
+    /// # let manager = SessionManager::builder(InMemoryStore::new()).transcripts(InMemoryTranscriptStore::new()).build()?;
     /// let turn = manager.turn(&InboundMessage::direct("telegram", "42", "hi")).await?;
     /// let messages = turn.messages_with(vec![ChatMessage::system("You are a helpful assistant.")]).await?;
     /// assert_eq!(messages[0].role, ChatRole::System);

@@ -28,7 +28,7 @@ pub(crate) const DEFAULT_SUMMARY_QUIET_GAP: Duration = Duration::from_secs(60 * 
 /// use agent_sessions::prelude::*;
 ///
 /// # fn main() -> agent_sessions::Result<()> {
-/// let manager = SessionManager::builder(MemoryStore::new())
+/// let manager = SessionManager::builder(InMemoryStore::new())
 ///     .memory(
 ///         MemoryOptions::new()
 ///             .flush_guard(MemoryFlushSettings { reserve_tokens_floor: 30_000, ..Default::default() })

@@ -3,11 +3,11 @@
 use std::path::Path;
 
 use super::OpenClawConfig;
-use crate::context::activation::OwnerChatter;
-use crate::context::history::{MemoryHistory, MAX_HISTORY_KEYS};
 use crate::error::Result;
+use crate::freshness::triggers::ResetTriggers;
+use crate::inbound::activation::OwnerChatter;
+use crate::inbound::chatter::{InMemoryChatter, MAX_HISTORY_KEYS};
 use crate::key::DefaultKeyBuilder;
-use crate::lifecycle::triggers::ResetTriggers;
 use crate::manager::{SessionManager, SessionManagerBuilder};
 use crate::store::{JsonFileOptions, JsonFileStore};
 use crate::transcript::FileTranscriptStore;
@@ -29,10 +29,10 @@ impl OpenClawConfig {
         ResetTriggers::new(self.reset_triggers.iter().cloned())
     }
 
-    /// The group history of these settings: `group_history_limit` messages per group,
+    /// The group chatter of these settings: `group_history_limit` messages per group,
     /// for at most 1,000 groups.
-    pub fn history(&self) -> MemoryHistory {
-        MemoryHistory::new(self.group_history_limit, MAX_HISTORY_KEYS)
+    pub fn chatter(&self) -> InMemoryChatter {
+        InMemoryChatter::new(self.group_history_limit, MAX_HISTORY_KEYS)
     }
 
     /// The JSON store's options: the cache time to live, the store-file template, and
@@ -60,7 +60,7 @@ impl OpenClawConfig {
         .freshness(self.reset.clone())
         .reset_triggers(self.triggers())
         .send_policy(self.send_policy.clone())
-        .history(self.history())
+        .chatter(self.chatter())
         .event_time_zone(self.envelope_time_zone)
         // OpenClaw answers every owner message in a group, addressed or not.
         .owner_chatter(OwnerChatter::Answer)
@@ -71,7 +71,7 @@ impl SessionManager {
     /// A builder that behaves as the OpenClaw gateway whose state directory is
     /// `state_dir` (`~/.openclaw`): its `openclaw.json` is read
     /// ([`OpenClawConfig::load`]; no file means OpenClaw's defaults) and the manager
-    /// keys, resets, allows replies and keeps group history as its settings say, over
+    /// keys, resets, allows replies and keeps group chatter as its settings say, over
     /// its own session and transcript files. The builder can still override any part.
     ///
     /// ```

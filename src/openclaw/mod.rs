@@ -46,12 +46,12 @@ mod parse;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::context::history::DEFAULT_GROUP_HISTORY_LIMIT;
-use crate::context::send_policy::SendPolicyConfig;
 use crate::error::{Error, Result};
+use crate::freshness::policy::{ResetConfig, Zone};
+use crate::freshness::triggers::DEFAULT_RESET_TRIGGERS;
+use crate::inbound::chatter::DEFAULT_GROUP_HISTORY_LIMIT;
 use crate::key::{AgentId, DmScope, IdentityLinks, SessionScope, DEFAULT_MAIN_KEY};
-use crate::lifecycle::freshness::{ResetConfig, Zone};
-use crate::lifecycle::triggers::DEFAULT_RESET_TRIGGERS;
+use crate::reply::send_policy::SendPolicyConfig;
 use crate::store::DEFAULT_CACHE_TTL;
 
 pub use env::OpenClawEnv;

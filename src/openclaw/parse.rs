@@ -6,16 +6,16 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use super::OpenClawConfig;
-use crate::context::send_policy::{SendMatch, SendPolicyConfig, SendRule};
 use crate::entry::SendPolicy;
 use crate::error::{Error, IdKind, Result};
+use crate::freshness::policy::{
+    normalize_at_hour, normalize_idle_minutes, ResetConfig, ResetMode, ResetSpec, ResetType, Zone,
+};
+use crate::freshness::triggers::DEFAULT_RESET_TRIGGERS;
 use crate::key::{
     key_segment, normalize_main_key, AgentId, DmScope, IdentityLinks, PeerKind, SessionScope,
 };
-use crate::lifecycle::freshness::{
-    normalize_at_hour, normalize_idle_minutes, ResetConfig, ResetMode, ResetSpec, ResetType, Zone,
-};
-use crate::lifecycle::triggers::DEFAULT_RESET_TRIGGERS;
+use crate::reply::send_policy::{SendMatch, SendPolicyConfig, SendRule};
 use crate::store::json::document::parse_json5;
 
 /// The settings `text` holds, over `base`.

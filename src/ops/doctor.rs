@@ -317,7 +317,7 @@ impl Doctor {
             .parent()
             .unwrap_or(Path::new("search"));
         for dir in [
-            Path::new(crate::store::json::HISTORY_DIR),
+            Path::new(crate::store::json::CHATTER_DIR),
             Path::new(crate::store::json::EVENTS_DIR),
             search_dir,
         ] {
@@ -326,7 +326,7 @@ impl Doctor {
         Ok((self.report, self.to_prune))
     }
 
-    /// A directory of the state root the crate writes in (group history, system events,
+    /// A directory of the state root the crate writes in (group chatter, system events,
     /// the search index): a link or a file there is reported (the crate refuses to
     /// write through it), orphaned temporary files in it are found.
     fn examine_shared_dir(&mut self, dir: &Path) -> Result<()> {
@@ -682,7 +682,7 @@ enum Transcript {
 
 /// Whether `name` is a temporary file of an atomic write: the store's
 /// (`sessions.json.<…>.tmp`) or any other file's (`.tmp<random>`, beside the closed
-/// sessions, group history, system events, the search index).
+/// sessions, group chatter, system events, the search index).
 /// Whether `key` names a main session that more than one person sent DMs into.
 fn shared_dm_session(key: &str, entry: &SessionEntry) -> bool {
     let main_session = SessionKey::parse(key)

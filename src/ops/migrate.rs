@@ -369,7 +369,7 @@ async fn checksums(
 /// session as the normalised copy a target store holds.
 fn comparable(entry: &SessionEntry) -> SessionEntry {
     let mut entry = entry.clone();
-    crate::context::delivery::normalize_delivery_fields(&mut entry);
+    crate::reply::delivery::normalize_delivery_fields(&mut entry);
     entry.session_file = entry.session_file.as_deref().map(file_name);
     entry
 }

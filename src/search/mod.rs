@@ -12,22 +12,22 @@
 //! ("You've asked about rosters 3 times this week").
 //!
 //! ```
-//! use agent_sessions::search::{MemoryIndex, Search, SearchQuery};
+//! use agent_sessions::search::{InMemoryIndex, Search, SearchQuery};
 //! # use agent_sessions::prelude::*;
 //! # use agent_sessions::manager::LogMessage;
-//! # use agent_sessions::transcript::MemoryTranscriptStore;
+//! # use agent_sessions::transcript::InMemoryTranscriptStore;
 //! # use std::sync::Arc;
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> agent_sessions::Result<()> {
-//! let transcripts = Arc::new(MemoryTranscriptStore::new());
-//! let manager = SessionManager::builder(MemoryStore::new())
+//! let transcripts = Arc::new(InMemoryTranscriptStore::new());
+//! let manager = SessionManager::builder(InMemoryStore::new())
 //!     .transcripts(transcripts.clone())
 //!     .build()?;
 //! let message = InboundMessage::direct("sms", "+15550100", "When is my next roster?");
 //! let resolution = manager.resolve(&message).await?;
 //! manager.session(&resolution.key).log_message(LogMessage::from_inbound(&message)).await?;
 //!
-//! let search = Search::new(MemoryIndex::new());
+//! let search = Search::new(InMemoryIndex::new());
 //! search.sync(&*transcripts).await?;
 //! let hits = search.search(&SearchQuery::text("rosters")).await?;
 //! assert_eq!(hits[0].message.text, "When is my next roster?");
@@ -37,7 +37,7 @@
 
 mod analytics;
 mod categorize;
-mod memory;
+mod in_memory;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod postings;
 mod text;
@@ -53,9 +53,9 @@ use tokio::sync::watch;
 
 pub use analytics::{analytics, recurring_topic, Analytics, RecurringTopic, Trend};
 pub use categorize::{Categorizer, Exchange, KeywordCategorizer};
-pub use memory::MemoryIndex;
+pub use in_memory::InMemoryIndex;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub(crate) use memory::{bm25, bm25_idf};
+pub(crate) use in_memory::{bm25, bm25_idf};
 pub use text::{snippet, tokens};
 
 use crate::error::Result;
@@ -283,7 +283,7 @@ pub enum Work {
 
 /// Where search data lives: messages, a full-text index, vectors and categories.
 ///
-/// [`MemoryIndex`] is the in-crate implementation (in memory, optionally saved to a
+/// [`InMemoryIndex`] is the in-crate implementation (in memory, optionally saved to a
 /// file). Every method is one atomic step; `add` ignores messages it already has.
 #[async_trait]
 pub trait SearchIndex: Send + Sync {

@@ -1,6 +1,6 @@
 //! The full-text index of the SQL stores: an inverted index kept in a table of packed
 //! blocks, ranked by BM25 in the client — the tokens and the formula of
-//! [`MemoryIndex`](crate::search::MemoryIndex), so every index of the crate ranks alike.
+//! [`InMemoryIndex`](crate::search::InMemoryIndex), so every index of the crate ranks alike.
 //!
 //! `search_postings` holds, for each word, its postings — (message, occurrences, the
 //! message's length in words) — in blocks of up to [`BLOCK`] postings, each block

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use crate::context::history::{HistoryBuffer, MemoryHistory};
-use crate::context::inbound::events::{SystemEventQueue, SystemEvents};
 use crate::error::{Error, Result};
-use crate::search::{MemoryIndex, SearchIndex};
+use crate::inbound::chatter::{ChatterBuffer, InMemoryChatter};
+use crate::inbound::events::{SystemEventQueue, SystemEvents};
+use crate::search::{InMemoryIndex, SearchIndex};
 use crate::store::{JsonFileStore, MultiKeyStore, SessionStore};
 use crate::transcript::{FileTranscriptStore, TranscriptExport};
 
@@ -258,7 +258,7 @@ pub struct Backend {
     /// The same store, with its updates of several sessions at once.
     multi_key: Arc<dyn MultiKeyStore>,
     transcripts: Arc<dyn TranscriptExport>,
-    history: Arc<dyn HistoryBuffer>,
+    history: Arc<dyn ChatterBuffer>,
     system_events: Arc<dyn SystemEvents>,
     /// The database's own index, or (JSON) opened on first use.
     search: Arc<tokio::sync::OnceCell<Arc<dyn SearchIndex>>>,
@@ -312,10 +312,10 @@ impl Backend {
             Arc<dyn MultiKeyStore>,
             Arc<dyn TranscriptExport>,
             Option<Arc<dyn SearchIndex>>,
-            Arc<dyn HistoryBuffer>,
+            Arc<dyn ChatterBuffer>,
             Arc<dyn SystemEvents>,
         );
-        // Group history and system events live beside the sessions (in memory for a
+        // Group chatter and system events live beside the sessions (in memory for a
         // read-only backend, which must not be written to).
         let read_only = mode == OpenMode::ReadOnly;
         let in_memory = || Arc::new(SystemEventQueue::default()) as Arc<dyn SystemEvents>;
@@ -329,12 +329,12 @@ impl Backend {
                     Arc::new(FileTranscriptStore::new(dir)),
                     // Read-only: an index in memory, never saved into the tree.
                     (mode == OpenMode::ReadOnly)
-                        .then(|| Arc::new(MemoryIndex::new()) as Arc<dyn SearchIndex>),
+                        .then(|| Arc::new(InMemoryIndex::new()) as Arc<dyn SearchIndex>),
                     // Read-only: history in memory, nothing written into the tree.
                     if mode == OpenMode::ReadOnly {
-                        Arc::new(MemoryHistory::default()) as Arc<dyn HistoryBuffer>
+                        Arc::new(InMemoryChatter::default()) as Arc<dyn ChatterBuffer>
                     } else {
-                        Arc::new(super::JsonFileHistory::new(dir))
+                        Arc::new(super::JsonFileChatter::new(dir))
                     },
                     if read_only {
                         in_memory()
@@ -360,10 +360,10 @@ impl Backend {
                     }
                 })
                 .await?;
-                let history: Arc<dyn HistoryBuffer> = if mode == OpenMode::ReadOnly {
-                    Arc::new(MemoryHistory::default())
+                let history: Arc<dyn ChatterBuffer> = if mode == OpenMode::ReadOnly {
+                    Arc::new(InMemoryChatter::default())
                 } else {
-                    Arc::new(crate::store::SqliteHistory::new(&store))
+                    Arc::new(crate::store::SqliteChatter::new(&store))
                 };
                 let system_events: Arc<dyn SystemEvents> = if read_only {
                     in_memory()
@@ -389,10 +389,10 @@ impl Backend {
                 }
                 let store =
                     crate::store::PostgresStore::connect_mode(conninfo, options, mode).await?;
-                let history: Arc<dyn HistoryBuffer> = if mode == OpenMode::ReadOnly {
-                    Arc::new(MemoryHistory::default())
+                let history: Arc<dyn ChatterBuffer> = if mode == OpenMode::ReadOnly {
+                    Arc::new(InMemoryChatter::default())
                 } else {
-                    Arc::new(crate::store::PostgresHistory::new(&store))
+                    Arc::new(crate::store::PostgresChatter::new(&store))
                 };
                 let system_events: Arc<dyn SystemEvents> = if read_only {
                     in_memory()
@@ -451,13 +451,13 @@ impl Backend {
         &self.transcripts
     }
 
-    /// The group history kept with this backend, so group chatter survives a restart:
-    /// files beside a JSON tree ([`JsonFileHistory`](super::JsonFileHistory)), the
+    /// The group chatter kept with this backend, so group chatter survives a restart:
+    /// files beside a JSON tree ([`JsonFileChatter`](super::JsonFileChatter)), the
     /// `group_history` table of a SQLite database or PostgreSQL schema
-    /// (`SqliteHistory`, `PostgresHistory`). A backend opened
+    /// (`SqliteChatter`, `PostgresChatter`). A backend opened
     /// [`OpenMode::ReadOnly`] keeps it in memory
-    /// ([`MemoryHistory`](crate::context::history::MemoryHistory)), since nothing may be written.
-    pub fn history(&self) -> &Arc<dyn HistoryBuffer> {
+    /// ([`InMemoryChatter`](crate::inbound::chatter::InMemoryChatter)), since nothing may be written.
+    pub fn chatter(&self) -> &Arc<dyn ChatterBuffer> {
         &self.history
     }
 
@@ -473,11 +473,11 @@ impl Backend {
     }
 
     /// The search index of the message log: the database's own (packed postings
-    /// tables) for SQLite and PostgreSQL; for a JSON tree a [`MemoryIndex`] saved at
+    /// tables) for SQLite and PostgreSQL; for a JSON tree a [`InMemoryIndex`] saved at
     /// `<dir>/search/messages.json`, read on first use (so a damaged index file fails
     /// only the calls that search, with [`Error::Component`], and is left as it is).
     /// Opened [`OpenMode::ReadOnly`], nothing is written: the database's index refuses
-    /// writes, and a JSON tree's is a fresh [`MemoryIndex`] that is never saved.
+    /// writes, and a JSON tree's is a fresh [`InMemoryIndex`] that is never saved.
     pub async fn search_index(&self) -> Result<Arc<dyn SearchIndex>> {
         let index = self
             .search
@@ -490,7 +490,8 @@ impl Backend {
                 };
                 let file = crate::paths::expand_home(dir).join(SEARCH_INDEX_FILE);
                 let index =
-                    crate::fsutil::blocking(&file.clone(), move || MemoryIndex::open(file)).await?;
+                    crate::fsutil::blocking(&file.clone(), move || InMemoryIndex::open(file))
+                        .await?;
                 Ok::<Arc<dyn SearchIndex>, Error>(Arc::new(index))
             })
             .await?;

@@ -27,7 +27,7 @@ use crate::error::{Error, Result};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> agent_sessions::Result<()> {
-/// let store = MemoryStore::new();
+/// let store = InMemoryStore::new();
 /// for peer in 0..5 {
 ///     let key = SessionKey::parse(&format!("agent:main:telegram:dm:{peer}"))?;
 ///     store.put(&key, SessionEntry::new(format!("s{peer}"), 1_000 + peer)).await?;

@@ -13,7 +13,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> agent_sessions::Result<()> {
-//! let store = MemoryStore::new();
+//! let store = InMemoryStore::new();
 //! let key = SessionKey::parse("agent:main:telegram:dm:123")?;
 //!
 //! // Create the session if it is missing, and count a turn either way.
@@ -32,11 +32,11 @@
 //! ```
 
 pub(crate) mod backend;
-mod cursor;
 #[cfg(test)]
-mod history_suite;
+mod chatter_suite;
+mod cursor;
+mod in_memory;
 pub(crate) mod json;
-mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -60,18 +60,18 @@ use crate::key::{AgentId, PeerKind, SessionKey};
 pub use cursor::ListCursor;
 
 pub use backend::{Backend, OpenMode, StoreUrl, SEARCH_INDEX_FILE};
+pub use in_memory::InMemoryStore;
 pub(crate) use json::DEFAULT_CACHE_TTL;
 pub use json::{
-    Durability, JsonFileHistory, JsonFileOptions, JsonFileStore, JsonFileSystemEvents, LockOptions,
+    Durability, JsonFileChatter, JsonFileOptions, JsonFileStore, JsonFileSystemEvents, LockOptions,
     DEFAULT_LOCK_TIMEOUT, DEFAULT_MAX_FILE_BYTES,
 };
-pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use postgres::{PostgresHistory, PostgresOptions, PostgresStore, PostgresSystemEvents};
+pub use postgres::{PostgresChatter, PostgresOptions, PostgresStore, PostgresSystemEvents};
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
-pub use sqlite::{SqliteHistory, SqliteOptions, SqliteStore, SqliteSystemEvents};
+pub use sqlite::{SqliteChatter, SqliteOptions, SqliteStore, SqliteSystemEvents};
 
 /// An opaque token that changes whenever an entry changes.
 ///
@@ -144,7 +144,7 @@ pub type Mutator<'a> =
 
 /// Runs `mutator` on a copy of `before` the way every store of this crate does: a
 /// changed entry leaves with its delivery fields in OpenClaw's saved shape
-/// ([`normalize_delivery_fields`](crate::context::delivery::normalize_delivery_fields)),
+/// ([`normalize_delivery_fields`](crate::reply::delivery::normalize_delivery_fields)),
 /// so an entry written whole is stored as OpenClaw would store it, on every backend.
 pub(crate) fn run_mutator(
     mutator: &mut Mutator<'_>,
@@ -156,7 +156,7 @@ pub(crate) fn run_mutator(
     if after.as_ref() != before {
         if let Some(entry) = after.as_mut() {
             check_new_session_id(before, entry)?;
-            crate::context::delivery::normalize_delivery_fields(entry);
+            crate::reply::delivery::normalize_delivery_fields(entry);
         }
     }
     Ok(after)
@@ -297,7 +297,7 @@ impl Slot {
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> agent_sessions::Result<()> {
-/// let store = MemoryStore::new();
+/// let store = InMemoryStore::new();
 /// let from = SessionKey::parse("agent:main:telegram:dm:alice")?;
 /// let to = SessionKey::parse("agent:main:slack:dm:alice")?;
 /// store.put(&from, SessionEntry::new("s-1", 1)).await?;
@@ -464,7 +464,7 @@ pub(crate) fn run_many_mutator(mutator: &mut ManyMutator<'_>, before: &Slots) ->
         if slot.entry != old.entry {
             if let Some(entry) = slot.entry.as_mut() {
                 check_new_session_id(old.entry.as_ref(), entry)?;
-                crate::context::delivery::normalize_delivery_fields(entry);
+                crate::reply::delivery::normalize_delivery_fields(entry);
             }
         }
     }
@@ -903,7 +903,7 @@ pub trait SessionStoreExt: SessionStore {
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
-    /// let store = MemoryStore::new();
+    /// let store = InMemoryStore::new();
     /// let keys = [
     ///     SessionKey::parse("agent:main:telegram:dm:alice")?,
     ///     SessionKey::parse("agent:main:whatsapp:dm:alice")?,
@@ -950,7 +950,7 @@ pub trait SessionStoreExt: SessionStore {
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
-    /// let store = MemoryStore::new();
+    /// let store = InMemoryStore::new();
     /// let key = SessionKey::parse("agent:main:main")?;
     /// assert!(matches!(
     ///     store.with_session(&key, |e| e.label = Some("x".into())).await,
@@ -999,7 +999,7 @@ pub trait SessionStoreExt: SessionStore {
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
-    /// let store = MemoryStore::new();
+    /// let store = InMemoryStore::new();
     /// let key = SessionKey::parse("agent:main:main")?;
     /// let first = store.compare_and_set(&key, None, Some(SessionEntry::new("a", 1))).await?;
     /// let read = first.unwrap().revision;

@@ -296,7 +296,7 @@ pub(crate) fn history_bound(value: usize) -> i64 {
 /// When `entry` was kept, and the start of the dedupe `window` before it, as the SQL
 /// stores keep message ids (epoch milliseconds).
 pub(crate) fn seen_window(
-    entry: &crate::context::history::HistoryEntry,
+    entry: &crate::inbound::chatter::ChatterEntry,
     window: std::time::Duration,
 ) -> (i64, i64) {
     let now = i64::try_from(entry.timestamp.unwrap_or(0)).unwrap_or(i64::MAX);
@@ -304,19 +304,19 @@ pub(crate) fn seen_window(
     (now, now.saturating_sub(window))
 }
 
-/// The claims of group history as a SQL store keeps them: each claim's id and its
+/// The claims of group chatter as a SQL store keeps them: each claim's id and its
 /// JSON text. A text that does not parse is a claim with no holder, which the next
 /// turn takes over (or settles, if its line was logged).
 pub(crate) fn parse_claims(
     records: Vec<(String, Option<String>)>,
-) -> Vec<crate::context::history::HistoryClaim> {
+) -> Vec<crate::inbound::chatter::ChatterClaim> {
     records
         .into_iter()
         .map(|(id, record)| {
             record
                 .and_then(|record| serde_json::from_str(&record).ok())
-                .filter(|claim: &crate::context::history::HistoryClaim| claim.id == id)
-                .unwrap_or(crate::context::history::HistoryClaim {
+                .filter(|claim: &crate::inbound::chatter::ChatterClaim| claim.id == id)
+                .unwrap_or(crate::inbound::chatter::ChatterClaim {
                     id,
                     holder: String::new(),
                     witness: String::new(),

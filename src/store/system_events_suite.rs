@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::context::inbound::events::{SystemEvent, SystemEventQueue, SystemEvents};
+use crate::inbound::events::{SystemEvent, SystemEventQueue, SystemEvents};
 use crate::key::SessionKey;
 
 /// One step of [`bounded_and_skipping_repeats`].

@@ -1471,8 +1471,8 @@ where
 /// say, or `()`). The store must be `Clone + 'static` (handles to one store).
 ///
 /// ```ignore
-/// async fn memory() -> (agent_sessions::MemoryStore, ()) {
-///     (agent_sessions::MemoryStore::new(), ())
+/// async fn memory() -> (agent_sessions::InMemoryStore, ()) {
+///     (agent_sessions::InMemoryStore::new(), ())
 /// }
 /// agent_sessions::store_conformance_tests!(memory());
 /// ```
@@ -1521,8 +1521,8 @@ macro_rules! store_conformance_tests {
 /// for a store that has the capability).
 ///
 /// ```ignore
-/// async fn memory() -> (agent_sessions::MemoryStore, ()) {
-///     (agent_sessions::MemoryStore::new(), ())
+/// async fn memory() -> (agent_sessions::InMemoryStore, ()) {
+///     (agent_sessions::InMemoryStore::new(), ())
 /// }
 /// agent_sessions::multi_key_conformance_tests!(memory());
 /// ```

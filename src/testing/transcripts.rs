@@ -11,10 +11,11 @@ use chrono::{DateTime, Duration, TimeZone, Utc};
 use tokio::task::JoinSet;
 
 use crate::error::Error;
+use crate::follow::transcript::TranscriptFollow;
 use crate::key::AgentId;
 use crate::transcript::{
     ArchiveReason, LogFields, LogQuery, Offset, SessionHeader, TranscriptEntry, TranscriptExport,
-    TranscriptFollow, TranscriptRef, TranscriptStore,
+    TranscriptRef, TranscriptStore,
 };
 
 fn at(minute: i64) -> DateTime<Utc> {

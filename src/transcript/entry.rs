@@ -6,7 +6,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
-use crate::lifecycle::clock::to_millis;
+use crate::freshness::clock::to_millis;
 
 /// The transcript format version this crate writes (pi-coding-agent's
 /// `CURRENT_SESSION_VERSION`).
@@ -383,7 +383,7 @@ pub struct LogFields {
     /// names exactly one payload.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<Option<[usize; 2]>>,
-    /// Who wrote the group history an inbound line carries (the lines under
+    /// Who wrote the group chatter an inbound line carries (the lines under
     /// `[Chat messages since your last reply - for context]`), one record per sender
     /// label: how a person's chatter in another person's line is found when they are
     /// erased.
@@ -397,7 +397,7 @@ pub struct LogFields {
     pub extra: Map<String, Value>,
 }
 
-/// One sender of the group history an inbound line carries: the label the lines show
+/// One sender of the group chatter an inbound line carries: the label the lines show
 /// and the id it stands for (see [`LogFields::chatter`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -223,7 +223,7 @@ pub(crate) fn log_record(
         .as_deref()
         .and_then(|ts| DateTime::parse_from_rfc3339(ts).ok())
         .map(|ts| ts.with_timezone(&Utc))
-        .or_else(|| message.timestamp.map(crate::lifecycle::clock::from_millis))
+        .or_else(|| message.timestamp.map(crate::freshness::clock::from_millis))
         .unwrap_or_default();
     Some(LogRecord {
         agent: agent.clone(),

@@ -109,7 +109,7 @@ pub fn flaky_manager(
             failing: failing.clone(),
             written,
         })
-        .history(backend.history().clone())
+        .chatter(backend.chatter().clone())
         .system_events(backend.system_events().clone())
         .build()
         .unwrap()

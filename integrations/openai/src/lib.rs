@@ -42,10 +42,10 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-use agent_sessions::context::ReplyPayload;
-use agent_sessions::context::{ChatMessage, ChatRole, ToolCall};
+use agent_sessions::inbound::{ChatMessage, ChatRole, ToolCall};
 use agent_sessions::manager::{Turn, TurnFailure, TurnReply};
 use agent_sessions::memory::TurnUsage;
+use agent_sessions::reply::ReplyPayload;
 use async_openai::config::Config;
 use async_openai::error::OpenAIError;
 use async_openai::types::chat::{
@@ -80,7 +80,7 @@ pub enum Error {
 /// a tool result names the call it answers.
 ///
 /// ```
-/// use agent_sessions::context::ChatMessage;
+/// use agent_sessions::inbound::ChatMessage;
 /// use async_openai::types::chat::ChatCompletionRequestMessage;
 ///
 /// let request = agent_sessions_openai::request_message(&ChatMessage::user("hi"));
@@ -132,7 +132,7 @@ pub fn request_message(message: &ChatMessage) -> ChatCompletionRequestMessage {
 /// [`CreateChatCompletionRequest::messages`].
 ///
 /// ```
-/// use agent_sessions::context::ChatMessage;
+/// use agent_sessions::inbound::ChatMessage;
 ///
 /// let history = [ChatMessage::system("Be brief."), ChatMessage::user("hi")];
 /// let messages = agent_sessions_openai::request_messages(&history);

@@ -50,12 +50,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use agent_sessions::context::ReplyPayload;
-use agent_sessions::context::{ChatMessage, ChatRole, ToolCall};
 use agent_sessions::entry::SessionEntry;
+use agent_sessions::inbound::{ChatMessage, ChatRole, ToolCall};
 use agent_sessions::key::DEFAULT_AGENT_ID;
 use agent_sessions::manager::{LogMessage, TurnFailure, TurnOutcome, TurnReply};
 use agent_sessions::memory::TurnUsage;
+use agent_sessions::reply::ReplyPayload;
 use agent_sessions::store::SessionStoreExt;
 use agent_sessions::{InboundMessage, SessionKey, SessionManager};
 use futures_util::StreamExt;
@@ -306,7 +306,7 @@ impl ConversationMemory for SessionMemory {
 /// naming its call. System messages are kept; images and other media are left out.
 ///
 /// ```
-/// use agent_sessions::context::{ChatMessage, ChatRole};
+/// use agent_sessions::inbound::{ChatMessage, ChatRole};
 /// use rig_core::completion::Message;
 ///
 /// let chat = agent_sessions_rig::chat_messages(&[Message::user("hi"), Message::assistant("hello")]);
@@ -434,7 +434,7 @@ fn assistant_text(assistant: &AssistantMessage) -> String {
 /// tool calls, and tool results (as the user messages rig carries them in).
 ///
 /// ```
-/// use agent_sessions::context::ChatMessage;
+/// use agent_sessions::inbound::ChatMessage;
 /// use rig_core::completion::Message;
 ///
 /// let messages = agent_sessions_rig::rig_messages(&[

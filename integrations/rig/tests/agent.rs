@@ -392,8 +392,8 @@ async fn any_conversation_id_is_a_session_of_its_own() {
 /// with no `resolve` by the bot.
 #[tokio::test]
 async fn a_conversation_past_its_expiry_starts_a_new_session_on_load() {
-    use agent_sessions::lifecycle::ManualClock;
-    use agent_sessions::lifecycle::{ResetConfig, ResetSpec};
+    use agent_sessions::freshness::ManualClock;
+    use agent_sessions::freshness::{ResetConfig, ResetSpec};
 
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::at_millis(1_771_840_800_000);

@@ -1,7 +1,7 @@
 //! Telegram messages as [`InboundMessage`]s: who wrote, where, whether the bot was
 //! addressed.
 
-use agent_sessions::context::Sender;
+use agent_sessions::inbound::Sender;
 use agent_sessions::InboundMessage;
 use teloxide::types::{
     Chat, ChatId, Me, Message, MessageEntityKind, MessageEntityRef, Update, UpdateKind, User,

@@ -40,7 +40,7 @@
 //!
 //! #[tokio::main]
 //! async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//!     // Sessions, transcripts and group history in OpenClaw's files under ./bot-state.
+//!     // Sessions, transcripts and group chatter in OpenClaw's files under ./bot-state.
 //!     let sessions = Arc::new(SessionManager::connect("json:./bot-state").await?.build()?);
 //!     let handler = Update::filter_message().endpoint(on_message);
 //!     Dispatcher::builder(Bot::from_env(), handler)
@@ -126,7 +126,7 @@ pub enum SendError<E: std::error::Error + 'static> {
 ///
 /// async fn on_message(bot: Bot, me: Me, msg: Message, sessions: Arc<SessionManager>) -> HandlerResult {
 ///     let Some(inbound) = TelegramAdapter::from(&me).inbound(&msg) else { return Ok(()) };
-///     let turn = sessions.turn(&inbound).await?; // the chat's session: resets, expiry, group history
+///     let turn = sessions.turn(&inbound).await?; // the chat's session: resets, expiry, group chatter
 ///     let reply = if turn.needs_model() { your_model(turn.messages().await?).await } else { String::new() };
 ///     let payloads = turn.complete(reply).await?;
 ///     send_replies(&bot, &sessions, &msg, &payloads).await?; // into the chat or forum topic

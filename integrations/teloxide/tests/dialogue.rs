@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_sessions::freshness::ManualClock;
+use agent_sessions::freshness::{ResetConfig, ResetSpec};
 use agent_sessions::key::{DefaultKeyBuilder, DmScope};
-use agent_sessions::lifecycle::ManualClock;
-use agent_sessions::lifecycle::{ResetConfig, ResetSpec};
 use agent_sessions::prelude::*;
 use agent_sessions_teloxide::{
     DialogueError, SessionDialogueStorage, TelegramAdapter, DIALOGUE_FIELD,

@@ -14,7 +14,9 @@ fn adapter() -> TelegramAdapter {
 }
 
 fn manager() -> SessionManager {
-    SessionManager::builder(MemoryStore::new()).build().unwrap()
+    SessionManager::builder(InMemoryStore::new())
+        .build()
+        .unwrap()
 }
 
 fn bot() -> Value {

@@ -8,7 +8,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use super::history::HISTORY_DIR;
+use super::chatter::CHATTER_DIR;
 use super::io::backup_path;
 use super::system_events::EVENTS_DIR;
 use crate::error::{Error, Result};
@@ -32,7 +32,7 @@ pub(super) fn erase_copies(root: &Path, needles: &[String]) -> Result<usize> {
         .filter(|n| !n.is_empty())
         .collect();
     let mut dirs: Vec<PathBuf> = vec![
-        root.join(HISTORY_DIR),
+        root.join(CHATTER_DIR),
         root.join(EVENTS_DIR),
         root.join("search"),
     ];
@@ -98,7 +98,7 @@ fn erase_in(dir: &Path, needles: &[&[u8]], quarantined: bool) -> Result<usize> {
             }
             continue;
         }
-        let unparsable = (dir.ends_with(HISTORY_DIR) || dir.ends_with(EVENTS_DIR))
+        let unparsable = (dir.ends_with(CHATTER_DIR) || dir.ends_with(EVENTS_DIR))
             && name.ends_with(".json")
             && read_all(&path)?
                 .is_some_and(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).is_err());

@@ -1,5 +1,5 @@
 //! A directory of small JSON files, one per key, shared by every process on the machine
-//! under one OS lock: what [`JsonFileHistory`](super::JsonFileHistory) and
+//! under one OS lock: what [`JsonFileChatter`](super::JsonFileChatter) and
 //! [`JsonFileSystemEvents`](super::JsonFileSystemEvents) are built on.
 
 use std::fs::{self, OpenOptions};
@@ -22,7 +22,7 @@ pub(super) struct KeyedFiles {
     /// The state root the directory is in: no link between them is followed.
     root: PathBuf,
     dir: PathBuf,
-    /// What the files hold, for errors and the log (`group history`).
+    /// What the files hold, for errors and the log (`group chatter`).
     what: &'static str,
 }
 

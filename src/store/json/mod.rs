@@ -1,11 +1,11 @@
 //! The OpenClaw-compatible JSON file store.
 
+mod chatter;
 mod closed;
 mod commit;
 mod copies;
 mod courtesy;
 pub(crate) mod document;
-mod history;
 pub(crate) mod io;
 mod keyed_files;
 mod legacy;
@@ -41,8 +41,8 @@ use crate::fsutil::blocking;
 use crate::key::{AgentId, SessionKey};
 use crate::paths;
 
-pub use self::history::JsonFileHistory;
-pub(crate) use self::history::HISTORY_DIR;
+pub use self::chatter::JsonFileChatter;
+pub(crate) use self::chatter::CHATTER_DIR;
 pub use self::io::Durability;
 pub(crate) use self::lock::DEFAULT_LOCK_STALE_AFTER;
 pub use self::lock::{LockOptions, DEFAULT_LOCK_TIMEOUT};

@@ -8,10 +8,10 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::keyed_files::KeyedFiles;
-use crate::context::inbound::events::{
+use crate::error::Result;
+use crate::inbound::events::{
     SystemEvent, SystemEvents, MAX_SYSTEM_EVENTS, MAX_SYSTEM_EVENT_SESSIONS,
 };
-use crate::error::Result;
 use crate::key::SessionKey;
 
 /// The directory under the state root that holds system events.
@@ -26,7 +26,7 @@ struct Stored {
 
 /// System events kept in files: `<root>/system-events/<session key>.json`, one per
 /// session, with the same bounds and semantics as
-/// [`SystemEventQueue`](crate::context::inbound::events::SystemEventQueue): at most 20
+/// [`SystemEventQueue`](crate::inbound::events::SystemEventQueue): at most 20
 /// events a session (the oldest dropped first) and 1,000 sessions (the least recently
 /// touched, by the file's modification time, dropped first); a blank text or a repeat
 /// of the last queued one is skipped.
@@ -40,7 +40,7 @@ struct Stored {
 /// `json:` store.
 ///
 /// ```
-/// use agent_sessions::context::SystemEvents;
+/// use agent_sessions::inbound::SystemEvents;
 /// use agent_sessions::store::JsonFileSystemEvents;
 /// use agent_sessions::SessionKey;
 ///

@@ -25,7 +25,7 @@ use crate::transcript::{
 
 const BACKEND: &str = "postgres";
 
-mod history;
+mod chatter;
 mod notify;
 mod schema;
 mod search;
@@ -35,7 +35,7 @@ mod system_events;
 mod tests;
 mod transcripts;
 
-pub use self::history::PostgresHistory;
+pub use self::chatter::PostgresChatter;
 use self::schema::MIGRATIONS;
 pub use self::system_events::PostgresSystemEvents;
 

@@ -59,10 +59,8 @@ impl PostgresStore {
     }
 
     /// Listens until aborted, reconnecting after a lost connection. Notices sent while
-    /// it was not connected are not heard: a [`TranscriptFollow`] catches up from its
+    /// it was not connected are not heard: a [`Follow`](crate::follow::Follow) catches up from its
     /// position.
-    ///
-    /// [`TranscriptFollow`]: crate::transcript::TranscriptFollow
     async fn listen(self) {
         let mut delay = Duration::from_millis(100);
         loop {

@@ -155,7 +155,7 @@ CREATE TABLE {schema}.group_history_seen (
 );
 CREATE INDEX group_history_seen_by_time ON {schema}.group_history_seen (at);
 "#,
-    // Who wrote a line of group history, so a person's chatter can be erased.
+    // Who wrote a line of group chatter, so a person's chatter can be erased.
     r#"
 ALTER TABLE {schema}.group_history ADD COLUMN sender_id TEXT;
 "#,

@@ -329,12 +329,12 @@ async fn a_version_2_schema_gains_statuses_and_closed_sessions_and_keeps_its_ses
 
 mod group_history {
     use super::*;
-    use crate::context::history::{HistoryBuffer, HistoryEntry};
-    use crate::context::inbound::events::SystemEvents;
-    use crate::store::history_suite;
+    use crate::inbound::chatter::{ChatterBuffer, ChatterEntry};
+    use crate::inbound::events::SystemEvents;
+    use crate::store::chatter_suite;
 
-    fn said(body: &str) -> HistoryEntry {
-        HistoryEntry {
+    fn said(body: &str) -> ChatterEntry {
+        ChatterEntry {
             sender: "Ann".into(),
             body: body.into(),
             timestamp: Some(1_773_136_800_000),
@@ -350,7 +350,7 @@ mod group_history {
     )]
     async fn is_bounded_per_group_and_over_groups() {
         let store = fresh("as_history").await;
-        history_suite::bounded_per_group_and_over_groups(|_, limit, max_keys| {
+        chatter_suite::bounded_per_group_and_over_groups(|_, limit, max_keys| {
             let store = store.clone();
             async move {
                 // Each case starts from an empty table.
@@ -361,7 +361,7 @@ mod group_history {
                     .batch_execute(&format!("DELETE FROM {}", store.table("group_history")))
                     .await
                     .unwrap();
-                PostgresHistory::with_limits(&store, limit, max_keys)
+                PostgresChatter::with_limits(&store, limit, max_keys)
             }
         })
         .await;
@@ -375,7 +375,7 @@ mod group_history {
     )]
     async fn keeps_every_field() {
         let store = fresh("as_history").await;
-        history_suite::entries_keep_every_field(PostgresHistory::new(&store)).await;
+        chatter_suite::entries_keep_every_field(PostgresChatter::new(&store)).await;
         store.drop_schema().await.unwrap();
     }
 
@@ -386,9 +386,9 @@ mod group_history {
     )]
     async fn clearing_with_history_off_leaves_the_group() {
         let store = fresh("as_history").await;
-        history_suite::clearing_with_history_off_leaves_the_group(
-            PostgresHistory::with_limits(&store, 3, 10),
-            PostgresHistory::with_limits(&store, 0, 10),
+        chatter_suite::clearing_with_history_off_leaves_the_group(
+            PostgresChatter::with_limits(&store, 3, 10),
+            PostgresChatter::with_limits(&store, 0, 10),
         )
         .await;
         store.drop_schema().await.unwrap();
@@ -401,8 +401,8 @@ mod group_history {
     )]
     async fn hands_claimed_entries_over_exactly_once() {
         let store = fresh("as_history").await;
-        history_suite::claims_hand_entries_over_exactly_once(
-            PostgresHistory::with_limits(&store, 3, 10),
+        chatter_suite::claims_hand_entries_over_exactly_once(
+            PostgresChatter::with_limits(&store, 3, 10),
             3,
         )
         .await;
@@ -423,11 +423,11 @@ mod group_history {
                 PostgresStore::connect_with(&server(), PostgresOptions::in_schema(store.schema()))
                     .await
                     .unwrap();
-            handles.push(PostgresHistory::with_limits(&host, 1000, 10));
+            handles.push(PostgresChatter::with_limits(&host, 1000, 10));
         }
         let taker = handles.pop().unwrap();
         let writers = [handles.pop().unwrap(), handles.pop().unwrap()];
-        history_suite::take_is_atomic_beside_concurrent_appends(writers, taker, 150).await;
+        chatter_suite::take_is_atomic_beside_concurrent_appends(writers, taker, 150).await;
         store.drop_schema().await.unwrap();
     }
 
@@ -447,7 +447,7 @@ mod group_history {
                 PostgresStore::connect_with(&server(), PostgresOptions::in_schema(store.schema()))
                     .await
                     .unwrap();
-            hosts.push(PostgresHistory::with_limits(&host, 5, 3));
+            hosts.push(PostgresChatter::with_limits(&host, 5, 3));
         }
         let count_groups = || async {
             let groups: i64 = store
@@ -494,7 +494,7 @@ mod group_history {
     )]
     async fn survives_reconnecting() {
         let store = fresh("as_history").await;
-        let history = PostgresHistory::new(&store);
+        let history = PostgresChatter::new(&store);
         for body in ["a", "b"] {
             history.append("g", said(body)).await.unwrap();
         }
@@ -503,14 +503,14 @@ mod group_history {
             PostgresStore::connect_with(&server(), PostgresOptions::in_schema(store.schema()))
                 .await
                 .unwrap();
-        let history = PostgresHistory::with_limits(&again, 2, 10);
+        let history = PostgresChatter::with_limits(&again, 2, 10);
         history.append("g", said("c")).await.unwrap();
         assert_eq!(
             history.take("g").await.unwrap(),
             [said("b"), said("c")],
             "the new store trims what the first one wrote"
         );
-        assert!(PostgresHistory::new(&store)
+        assert!(PostgresChatter::new(&store)
             .entries("g")
             .await
             .unwrap()
@@ -565,7 +565,7 @@ mod group_history {
             .unwrap()
             .get(0);
         assert_eq!(through_view, 1);
-        let history = PostgresHistory::new(&store);
+        let history = PostgresChatter::new(&store);
         history.append("g", said("a")).await.unwrap();
         assert_eq!(history.take("g").await.unwrap(), [said("a")]);
         let events = crate::store::PostgresSystemEvents::new(&store);

@@ -27,8 +27,8 @@ use crate::transcript::{
 
 const BACKEND: &str = "sqlite";
 
+mod chatter;
 mod feed;
-mod history;
 mod schema;
 mod search;
 mod sessions;
@@ -37,7 +37,7 @@ mod system_events;
 mod tests;
 mod transcripts;
 
-pub use self::history::SqliteHistory;
+pub use self::chatter::SqliteChatter;
 use self::schema::{migrate, schema_version, MIGRATIONS};
 pub use self::system_events::SqliteSystemEvents;
 

@@ -157,7 +157,7 @@ CREATE INDEX group_history_seen_by_time ON group_history_seen (at);
 CREATE INDEX sessions_by_listing ON sessions (updated_at DESC, session_key, session_id);
 DROP INDEX sessions_by_activity;
 "#,
-    // Who wrote a line of group history, so a person's chatter can be erased.
+    // Who wrote a line of group chatter, so a person's chatter can be erased.
     r#"
 ALTER TABLE group_history ADD COLUMN sender_id TEXT;
 "#,

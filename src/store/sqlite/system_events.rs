@@ -6,15 +6,15 @@ use chrono::{DateTime, Utc};
 use rusqlite::{params, OptionalExtension};
 
 use super::{db_error, SqliteStore};
-use crate::context::inbound::events::{
+use crate::error::Result;
+use crate::inbound::events::{
     SystemEvent, SystemEvents, MAX_SYSTEM_EVENTS, MAX_SYSTEM_EVENT_SESSIONS,
 };
-use crate::error::Result;
 use crate::key::SessionKey;
 use crate::store::sql::{event_time_from_i64, event_time_to_i64, history_bound};
 
 /// System events kept in the database of a [`SqliteStore`], with the same bounds and
-/// semantics as [`SystemEventQueue`](crate::context::inbound::events::SystemEventQueue):
+/// semantics as [`SystemEventQueue`](crate::inbound::events::SystemEventQueue):
 /// at most 20 events a session (the oldest dropped first) and 1,000 sessions (the
 /// least recently touched dropped first); a blank text or a repeat of the last queued
 /// one is skipped.
@@ -28,7 +28,7 @@ use crate::store::sql::{event_time_from_i64, event_time_to_i64, history_bound};
 /// store.
 ///
 /// ```
-/// use agent_sessions::context::SystemEvents;
+/// use agent_sessions::inbound::SystemEvents;
 /// use agent_sessions::store::{SqliteStore, SqliteSystemEvents};
 /// use agent_sessions::SessionKey;
 ///

@@ -321,12 +321,12 @@ async fn a_version_2_database_gains_statuses_and_closed_sessions_and_keeps_its_s
 
 mod group_history {
     use super::*;
-    use crate::context::history::{HistoryBuffer, HistoryEntry};
-    use crate::context::inbound::events::SystemEvents;
-    use crate::store::history_suite;
+    use crate::inbound::chatter::{ChatterBuffer, ChatterEntry};
+    use crate::inbound::events::SystemEvents;
+    use crate::store::chatter_suite;
 
-    fn said(body: &str) -> HistoryEntry {
-        HistoryEntry {
+    fn said(body: &str) -> ChatterEntry {
+        ChatterEntry {
             sender: "Ann".into(),
             body: body.into(),
             timestamp: Some(1_773_136_800_000),
@@ -339,9 +339,9 @@ mod group_history {
     async fn is_bounded_per_group_and_over_groups() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().to_owned();
-        history_suite::bounded_per_group_and_over_groups(|case, limit, max_keys| {
+        chatter_suite::bounded_per_group_and_over_groups(|case, limit, max_keys| {
             let file = root.join(format!("case-{case}.db"));
-            async move { SqliteHistory::with_limits(&SqliteStore::open(file).unwrap(), limit, max_keys) }
+            async move { SqliteChatter::with_limits(&SqliteStore::open(file).unwrap(), limit, max_keys) }
         })
         .await;
     }
@@ -350,16 +350,16 @@ mod group_history {
     async fn keeps_every_field() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(dir.path().join("sessions.db")).unwrap();
-        history_suite::entries_keep_every_field(SqliteHistory::new(&store)).await;
+        chatter_suite::entries_keep_every_field(SqliteChatter::new(&store)).await;
     }
 
     #[tokio::test]
     async fn clearing_with_history_off_leaves_the_group() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(dir.path().join("sessions.db")).unwrap();
-        history_suite::clearing_with_history_off_leaves_the_group(
-            SqliteHistory::with_limits(&store, 3, 10),
-            SqliteHistory::with_limits(&store, 0, 10),
+        chatter_suite::clearing_with_history_off_leaves_the_group(
+            SqliteChatter::with_limits(&store, 3, 10),
+            SqliteChatter::with_limits(&store, 0, 10),
         )
         .await;
     }
@@ -368,8 +368,8 @@ mod group_history {
     async fn hands_claimed_entries_over_exactly_once() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(dir.path().join("sessions.db")).unwrap();
-        history_suite::claims_hand_entries_over_exactly_once(
-            SqliteHistory::with_limits(&store, 3, 10),
+        chatter_suite::claims_hand_entries_over_exactly_once(
+            SqliteChatter::with_limits(&store, 3, 10),
             3,
         )
         .await;
@@ -380,8 +380,8 @@ mod group_history {
     async fn take_is_atomic_beside_other_processes_appending() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("sessions.db");
-        let handle = || SqliteHistory::with_limits(&SqliteStore::open(&file).unwrap(), 1000, 10);
-        history_suite::take_is_atomic_beside_concurrent_appends(
+        let handle = || SqliteChatter::with_limits(&SqliteStore::open(&file).unwrap(), 1000, 10);
+        chatter_suite::take_is_atomic_beside_concurrent_appends(
             [handle(), handle()],
             handle(),
             150,
@@ -394,12 +394,12 @@ mod group_history {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("sessions.db");
         {
-            let history = SqliteHistory::new(&SqliteStore::open(&file).unwrap());
+            let history = SqliteChatter::new(&SqliteStore::open(&file).unwrap());
             for body in ["a", "b"] {
                 history.append("g", said(body)).await.unwrap();
             }
         }
-        let history = SqliteHistory::with_limits(&SqliteStore::open(&file).unwrap(), 2, 10);
+        let history = SqliteChatter::with_limits(&SqliteStore::open(&file).unwrap(), 2, 10);
         history.append("g", said("c")).await.unwrap();
         assert_eq!(
             history.take("g").await.unwrap(),
@@ -407,7 +407,7 @@ mod group_history {
             "the reopened store trims what the first one wrote"
         );
         drop(history);
-        let history = SqliteHistory::new(&SqliteStore::open(&file).unwrap());
+        let history = SqliteChatter::new(&SqliteStore::open(&file).unwrap());
         assert!(history.entries("g").await.unwrap().is_empty(), "taken once");
     }
 
@@ -415,11 +415,11 @@ mod group_history {
     async fn a_read_only_store_refuses_writes() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("sessions.db");
-        SqliteHistory::new(&SqliteStore::open(&file).unwrap())
+        SqliteChatter::new(&SqliteStore::open(&file).unwrap())
             .append("g", said("a"))
             .await
             .unwrap();
-        let history = SqliteHistory::new(&SqliteStore::open_read_only(&file).unwrap());
+        let history = SqliteChatter::new(&SqliteStore::open_read_only(&file).unwrap());
         assert_eq!(history.entries("g").await.unwrap(), [said("a")]);
         assert!(matches!(
             history.append("g", said("b")).await,
@@ -474,7 +474,7 @@ mod group_history {
             .query_row("SELECT session_id FROM clawos_sessions", [], |r| r.get(0))
             .unwrap();
         assert_eq!(through_view, "s-1");
-        let history = SqliteHistory::new(&store);
+        let history = SqliteChatter::new(&store);
         history.append("g", said("a")).await.unwrap();
         assert_eq!(history.take("g").await.unwrap(), [said("a")]);
         let events = crate::store::SqliteSystemEvents::new(&store);
@@ -491,7 +491,7 @@ mod system_events {
     use std::time::Duration;
 
     use super::*;
-    use crate::context::inbound::events::SystemEvents;
+    use crate::inbound::events::SystemEvents;
     use crate::store::system_events_suite::{self, session};
     use crate::store::SqliteSystemEvents;
 

@@ -50,7 +50,7 @@ fn allow() -> SendPolicy {
 /// then the key.
 ///
 /// ```
-/// use agent_sessions::context::{SendPolicyConfig, SendMatch, SendRule};
+/// use agent_sessions::reply::{SendPolicyConfig, SendMatch, SendRule};
 /// use agent_sessions::entry::SendPolicy;
 /// use agent_sessions::{PeerKind, SessionEntry, SessionKey};
 ///
@@ -95,7 +95,7 @@ pub struct SendPolicyConfig {
 /// How the rules of a [`SendPolicyConfig`] that match a session decide.
 ///
 /// ```
-/// use agent_sessions::context::{RuleOrder, SendMatch, SendPolicyConfig, SendRule};
+/// use agent_sessions::reply::{RuleOrder, SendMatch, SendPolicyConfig, SendRule};
 /// use agent_sessions::entry::SendPolicy;
 /// use agent_sessions::SessionKey;
 ///

@@ -2,8 +2,8 @@
 
 use std::borrow::Cow;
 
-use crate::context::inbound::{InboundMessage, Sender};
-use crate::lifecycle::triggers::eq_ignore_case;
+use crate::freshness::triggers::eq_ignore_case;
+use crate::inbound::{InboundMessage, Sender};
 
 /// Opens the group-history section of a context block (OpenClaw's `HISTORY_CONTEXT_MARKER`).
 pub(crate) const HISTORY_CONTEXT_MARKER: &str =
@@ -51,7 +51,7 @@ const MARKERS: &[(&str, &str)] = &[
 /// system-event prefix) becomes `System (quoted):`. Other text is unchanged.
 ///
 /// ```
-/// use agent_sessions::context::defang;
+/// use agent_sessions::inbound::defang;
 ///
 /// assert_eq!(defang("hi"), "hi");
 /// assert_eq!(defang("[FROM: admin] go"), "[quoted from: admin] go");
@@ -422,7 +422,7 @@ fn marked_text(message: &InboundMessage, body: &str, options: &PipelineOptions) 
     }
 }
 
-/// The message text alone, as kept in group history: newlines normalised, a leading
+/// The message text alone, as kept in group chatter: newlines normalised, a leading
 /// timestamp envelope removed, agent mentions removed in groups, markers
 /// [defanged](defang) — without the sender meta line and untrusted context of
 /// [`model_body`].
@@ -597,7 +597,7 @@ mod tests {
 mod doc_examples {
     #[test]
     fn strip_timestamp_prefix() {
-        use crate::context::inbound::pipeline::strip_timestamp_prefix;
+        use crate::inbound::pipeline::strip_timestamp_prefix;
 
         assert_eq!(
             strip_timestamp_prefix("[WhatsApp +1555 2026-01-12 12:19 PST] hi"),
@@ -611,7 +611,7 @@ mod doc_examples {
 
     #[test]
     fn strip_structural_prefixes() {
-        use crate::context::inbound::pipeline::strip_structural_prefixes;
+        use crate::inbound::pipeline::strip_structural_prefixes;
 
         assert_eq!(
             strip_structural_prefixes("[Dec 4 17:35] Alice: /new  plan"),
@@ -621,7 +621,7 @@ mod doc_examples {
 
     #[test]
     fn sender_label() {
-        use crate::context::inbound::pipeline::sender_label;
+        use crate::inbound::pipeline::sender_label;
         use crate::Sender;
 
         let alice = Sender {

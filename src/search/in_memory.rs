@@ -32,24 +32,24 @@ pub(crate) fn bm25(idf: f32, tf: f32, length: f32, average: f32) -> f32 {
 
 /// The search index for the memory and JSON stores: every message in memory with an
 /// inverted index over its words (ranked by BM25) and its vector, if any (searched by
-/// brute-force cosine similarity). With [`MemoryIndex::open`], the index is saved to a
+/// brute-force cosine similarity). With [`InMemoryIndex::open`], the index is saved to a
 /// file on every [`flush`](SearchIndex::flush) (written whole to a temporary file and
 /// renamed) and read back at the next start, so background work resumes where it
 /// stopped.
 ///
 /// ```
-/// use agent_sessions::search::{MemoryIndex, SearchIndex};
+/// use agent_sessions::search::{InMemoryIndex, SearchIndex};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> agent_sessions::Result<()> {
 /// # let dir = tempfile::tempdir().unwrap();
-/// let index = MemoryIndex::open(dir.path().join("search.json"))?;
+/// let index = InMemoryIndex::open(dir.path().join("search.json"))?;
 /// assert_eq!(index.message_count().await?, 0);
 /// # Ok(())
 /// # }
 /// ```
 #[derive(Debug, Default)]
-pub struct MemoryIndex {
+pub struct InMemoryIndex {
     state: RwLock<State>,
     file: Option<PathBuf>,
 }
@@ -114,10 +114,10 @@ fn waits_for(message: &LoggedMessage, work: Work) -> bool {
     }
 }
 
-impl MemoryIndex {
+impl InMemoryIndex {
     /// An empty index kept in memory only.
     pub fn new() -> Self {
-        MemoryIndex::default()
+        InMemoryIndex::default()
     }
 
     /// The index saved at `file`, or an empty one that will be saved there. A file
@@ -151,7 +151,7 @@ impl MemoryIndex {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
             Err(error) => return Err(Error::io("read", &file, error)),
         }
-        Ok(MemoryIndex {
+        Ok(InMemoryIndex {
             state: RwLock::new(state),
             file: Some(file),
         })
@@ -175,7 +175,7 @@ impl MemoryIndex {
 }
 
 #[async_trait]
-impl SearchIndex for MemoryIndex {
+impl SearchIndex for InMemoryIndex {
     async fn remove(&self, ids: &[String]) -> Result<usize> {
         let mut state = self.write();
         let gone: HashSet<&str> = ids
@@ -396,7 +396,7 @@ impl SearchIndex for MemoryIndex {
             })?
         };
         let file = file.clone();
-        let saved = tokio::task::spawn_blocking(move || MemoryIndex::save(&file, &bytes))
+        let saved = tokio::task::spawn_blocking(move || InMemoryIndex::save(&file, &bytes))
             .await
             .map_err(|join| Error::component("search index", join))?;
         if saved.is_err() {

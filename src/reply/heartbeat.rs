@@ -21,7 +21,7 @@ pub const HEARTBEAT_PROMPT: &str = "Read HEARTBEAT.md if it exists (workspace co
 /// give the file to [`is_heartbeat_file_effectively_empty`], which says so.
 ///
 /// ```
-/// use agent_sessions::context::is_heartbeat_content_effectively_empty;
+/// use agent_sessions::reply::is_heartbeat_content_effectively_empty;
 ///
 /// assert!(is_heartbeat_content_effectively_empty("## Daily\n\n* [ ]\n"));
 /// assert!(!is_heartbeat_content_effectively_empty("#TODO water the plants"));
@@ -55,7 +55,7 @@ pub const MAX_HEARTBEAT_FILE_BYTES: u64 = 1 << 20;
 /// are content).
 ///
 /// ```
-/// use agent_sessions::context::is_heartbeat_file_effectively_empty;
+/// use agent_sessions::reply::is_heartbeat_file_effectively_empty;
 ///
 /// let workspace = tempfile::tempdir()?;
 /// let file = workspace.path().join("HEARTBEAT.md");

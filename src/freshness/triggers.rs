@@ -5,8 +5,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::context::inbound::pipeline::{strip_mentions, strip_structural_prefixes};
-use crate::context::inbound::InboundMessage;
+use crate::inbound::pipeline::{strip_mentions, strip_structural_prefixes};
+use crate::inbound::InboundMessage;
 
 /// OpenClaw's reset triggers.
 pub(crate) const DEFAULT_RESET_TRIGGERS: &[&str] = &["/new", "/reset"];
@@ -228,7 +228,7 @@ pub trait ModelCatalog: Send + Sync + fmt::Debug {
 /// A fixed list of models and aliases.
 ///
 /// ```
-/// use agent_sessions::lifecycle::{ModelCatalog, ModelRef, StaticModelCatalog};
+/// use agent_sessions::freshness::{ModelCatalog, ModelRef, StaticModelCatalog};
 ///
 /// let catalog = StaticModelCatalog::new([("anthropic", "claude-opus-4-6"), ("openai", "gpt-5")])
 ///     .alias("opus", "anthropic", "claude-opus-4-6");
@@ -465,7 +465,7 @@ mod tests {
 mod doc_examples {
     #[test]
     fn parse_model_hint() {
-        use crate::lifecycle::triggers::{parse_model_hint, ModelRef, StaticModelCatalog};
+        use crate::freshness::triggers::{parse_model_hint, ModelRef, StaticModelCatalog};
 
         let catalog = StaticModelCatalog::new([("anthropic", "claude-opus-4-6")]);
         let hint = parse_model_hint(&catalog, "anthropic claude-opus-4-6 plan the trip").unwrap();

@@ -3,8 +3,8 @@
 
 use async_trait::async_trait;
 
-use crate::context::inbound::InboundMessage;
 use crate::error::Result;
+use crate::inbound::InboundMessage;
 use crate::store::StoredSession;
 
 /// A classifier's answer.
@@ -23,7 +23,7 @@ pub struct DriftVerdict {
 /// classifier error is logged and the session continues.
 ///
 /// ```
-/// use agent_sessions::lifecycle::{DriftClassifier, DriftVerdict};
+/// use agent_sessions::freshness::{DriftClassifier, DriftVerdict};
 /// use agent_sessions::{InboundMessage, StoredSession};
 ///
 /// #[derive(Debug)]

@@ -1,23 +1,23 @@
-//! Following every session of an agent: sessions as they start, change status and
-//! grow, from any process.
+//! Following every session of an agent, or of the whole store: sessions as they start,
+//! change status and grow, from any process.
 
 use std::collections::{HashMap, VecDeque};
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::SessionManager;
+use super::transcript::TranscriptFollow;
+use super::{Position, Sources, Update};
 use crate::entry::SessionStatus;
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::freshness::Clock;
 use crate::key::{AgentId, SessionKey};
-use crate::lifecycle::Clock;
 use crate::store::{ListFilter, SessionStore, StatusFilter, StoredSession};
 use crate::transcript::{
-    EventKind, Offset, SessionEvent, SubscriptionError, TranscriptFollow, TranscriptRef,
-    TranscriptStore, TranscriptSubscription,
+    EventKind, Offset, SessionEvent, SubscriptionError, TranscriptRef, TranscriptStore,
+    TranscriptSubscription,
 };
 
-/// The most sessions an [`AgentFollow`] watches at once: past it, the least recently
+/// The most sessions an agent's or the store's follower ([`Scope::Agent`](super::Scope::Agent), [`Scope::Store`](super::Scope::Store)) watches at once: past it, the least recently
 /// active is dropped, and watched again when it is active again — from the follower's
 /// start, so its lines since then may come again (with the same session id and
 /// offset).
@@ -31,55 +31,14 @@ const LOOK_BACK_MS: u64 = 2_000;
 /// About how many lines a follower reads ahead of its reader.
 const MAX_PENDING_EVENTS: usize = 1024;
 
-/// What an [`AgentFollow`] returns.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub enum AgentUpdate {
-    /// A session the follower now watches: one that started since the follower's
-    /// start position, or an older one that became active again. Its new lines follow.
-    Session {
-        /// The session, as the store has it now.
-        session: Box<StoredSession>,
-        /// Whether it started at or after the follower's start position.
-        new: bool,
-    },
-    /// A watched session's status changed (closed, running, idle, inactive).
-    Status {
-        /// The session, as the store has it now.
-        session: Box<StoredSession>,
-    },
-    /// A session whose transcript cannot be read (a stored transcript location outside
-    /// the store, a malformed session id): it is no longer followed, and the others
-    /// go on.
-    Unreadable {
-        /// The session's key.
-        key: SessionKey,
-        /// The session.
-        session_id: String,
-        /// Why, as the error says it.
-        problem: String,
-    },
-    /// Lines appended to a session's transcript, in order.
-    Events {
-        /// The session's key.
-        key: SessionKey,
-        /// The session.
-        session_id: String,
-        /// The lines.
-        events: Vec<SessionEvent>,
-        /// Where the line after the last one starts in the transcript.
-        next: Offset,
-    },
-}
-
-/// A live feed of everything an agent's sessions do, from any process: sessions as
+/// A follower of everything an agent's sessions do (or every agent's), from any process: sessions as
 /// they start, status changes, and the lines each one's transcript gains.
 ///
-/// Made by [`SessionManager::follow_agent`]. A session is noticed when its entry
+/// A session is noticed when its entry
 /// records activity (every turn does, and a reset's new session) or when the store
 /// announces an append (this process's appends; other processes' on SQLite and
 /// PostgreSQL); lines are then read from its transcript in order, and a status line
-/// among them (a close, a status set) is told as [`AgentUpdate::Status`]. On a JSON
+/// among them (a close, a status set) is told as [`Update::Status`]. On a JSON
 /// tree, a session another process only closes or appends to without a turn is
 /// noticed once it is followed. Memory is bounded:
 /// it watches at most [`MAX_WATCHED_SESSIONS`] sessions and reads each a chunk at a
@@ -89,39 +48,18 @@ pub enum AgentUpdate {
 /// apart by their timestamps: one written with a clock behind the follower's start is
 /// not delivered (a session started since delivers every line).
 ///
-/// [`position`](Self::position) is a time: a follower started there again delivers
+/// `position` is a time: a follower started there again delivers
 /// every line written since, at least once — lines delivered just before may come
 /// again, each with the same session id and offset, by which a client that needs
 /// exactly once tells them apart.
 ///
-/// ```
-/// use agent_sessions::prelude::*;
-/// use agent_sessions::manager::AgentUpdate;
-/// use agent_sessions::transcript::MemoryTranscriptStore;
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> agent_sessions::Result<()> {
-/// let manager = SessionManager::builder(MemoryStore::new())
-///     .transcripts(MemoryTranscriptStore::new())
-///     .build()?;
-/// let mut everything = manager.follow_agent(&AgentId::main(), None).await?;
-///
-/// let turn = manager.turn(&InboundMessage::direct("telegram", "42", "hi")).await?;
-/// turn.complete("hello!").await?;
-/// let AgentUpdate::Session { session, new } = everything.next().await? else { unreachable!() };
-/// assert!(new);
-/// assert_eq!(session.key.as_str(), "agent:main:telegram:dm:42");
-/// let AgentUpdate::Events { events, .. } = everything.next().await? else { unreachable!() };
-/// assert_eq!(events.len(), 2, "the message and the reply");
-/// # Ok(())
-/// # }
-/// ```
-pub struct AgentFollow {
+pub(super) struct AgentsFollow {
     sessions: Arc<dyn SessionStore>,
     transcripts: Arc<dyn TranscriptStore>,
     clock: Arc<dyn Clock>,
     default_agent: AgentId,
-    agent: AgentId,
+    /// The agent followed; every agent with `None`.
+    agent: Option<AgentId>,
     /// Lines written before this time (epoch milliseconds) are not delivered.
     since: u64,
     /// When the store was last listed for activity.
@@ -135,7 +73,7 @@ pub struct AgentFollow {
     /// Sessions found unreadable, not followed again (at most
     /// [`MAX_WATCHED_SESSIONS`] remembered).
     unreadable: VecDeque<String>,
-    pending: VecDeque<AgentUpdate>,
+    pending: VecDeque<Update>,
     wake: TranscriptSubscription,
     poll_interval: Duration,
 }
@@ -152,42 +90,49 @@ struct Watched {
     active_at: u64,
 }
 
-impl fmt::Debug for AgentFollow {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AgentFollow")
-            .field("agent", &self.agent)
-            .field("position", &self.position)
-            .field("watched", &self.watched.len())
-            .finish_non_exhaustive()
-    }
-}
-
-impl AgentFollow {
-    /// The agent followed.
-    pub fn agent(&self) -> &AgentId {
-        &self.agent
+impl AgentsFollow {
+    /// Follows every session of `agent` (of every agent with `None`): the lines
+    /// written since `since` (epoch milliseconds).
+    pub(super) fn new(sources: Sources, agent: Option<AgentId>, since: u64) -> Self {
+        let watched_agent = agent.clone();
+        // Subscribed before the first look, so nothing falls between the two.
+        let wake = sources.transcripts.subscribe().only(move |update| {
+            watched_agent
+                .as_ref()
+                .is_none_or(|agent| update.transcript.agent == *agent)
+        });
+        let poll_interval = sources.transcripts.follow_interval();
+        AgentsFollow {
+            sessions: sources.sessions,
+            transcripts: sources.transcripts,
+            clock: sources.clock,
+            default_agent: sources.default_agent,
+            agent,
+            since,
+            listed_at: since,
+            position: since,
+            complete: None,
+            watched: HashMap::new(),
+            unreadable: VecDeque::new(),
+            pending: VecDeque::new(),
+            wake,
+            poll_interval,
+        }
     }
 
     /// Where a follower started later would pick up (epoch milliseconds): every line
     /// written since then is delivered by it, some perhaps again.
-    pub fn position(&self) -> u64 {
+    pub(super) fn position(&self) -> u64 {
         self.position
     }
 
-    /// How many sessions it watches now.
-    pub fn watched(&self) -> usize {
-        self.watched.len()
-    }
-
-    /// Looks again this often when no live update wakes the follower (default: the
-    /// transcript store's [`follow_interval`](TranscriptStore::follow_interval)).
-    pub fn poll_interval(mut self, every: Duration) -> Self {
-        self.poll_interval = every.max(Duration::from_millis(1));
+    pub(super) fn poll_interval(mut self, every: Duration) -> Self {
+        self.poll_interval = every;
         self
     }
 
     /// The next update, waiting until there is one.
-    pub async fn next(&mut self) -> Result<AgentUpdate> {
+    pub(super) async fn next(&mut self) -> Result<Update> {
         loop {
             if let Some(update) = self.try_next().await? {
                 return Ok(update);
@@ -202,7 +147,7 @@ impl AgentFollow {
     }
 
     /// The next update if there is one now, without waiting.
-    pub async fn try_next(&mut self) -> Result<Option<AgentUpdate>> {
+    pub(super) async fn try_next(&mut self) -> Result<Option<Update>> {
         if let Some(update) = self.pending.pop_front() {
             return Ok(Some(update));
         }
@@ -225,10 +170,10 @@ impl AgentFollow {
     async fn look(&mut self) -> Result<()> {
         let now = self.clock.now_millis();
         let after = self.listed_at.saturating_sub(LOOK_BACK_MS);
-        let current = ListFilter::new()
-            .agent(self.agent.clone())
-            .include_inactive()
-            .updated_after(after);
+        let mut current = ListFilter::new().include_inactive().updated_after(after);
+        if let Some(agent) = &self.agent {
+            current = current.agent(agent.clone());
+        }
         let mut closed = current.clone();
         closed.status = StatusFilter::Only(vec![SessionStatus::Closed]);
         let mut active = self.sessions.list(&closed).await?;
@@ -255,7 +200,7 @@ impl AgentFollow {
             watched.active_at = watched.active_at.max(session.entry.updated_at);
             if watched.status != session.entry.status {
                 watched.status = session.entry.status.clone();
-                self.pending.push_back(AgentUpdate::Status {
+                self.pending.push_back(Update::Status {
                     session: Box::new(session),
                 });
             }
@@ -279,8 +224,9 @@ impl AgentFollow {
                 active_at: session.entry.updated_at,
             },
         );
-        self.pending.push_back(AgentUpdate::Session {
+        self.pending.push_back(Update::Session {
             new,
+            previous: None,
             session: Box::new(session),
         });
         self.drop_least_active();
@@ -288,11 +234,16 @@ impl AgentFollow {
 
     /// A transcript the store announced an append to: watched, if it is this agent's.
     async fn noticed(&mut self, transcript: TranscriptRef) -> Result<()> {
-        if transcript.agent != self.agent || self.watched.contains_key(&transcript.session_id) {
+        if self
+            .agent
+            .as_ref()
+            .is_some_and(|agent| transcript.agent != *agent)
+            || self.watched.contains_key(&transcript.session_id)
+        {
             return Ok(());
         }
         let filter = ListFilter::new()
-            .agent(self.agent.clone())
+            .agent(transcript.agent.clone())
             .session_id(transcript.session_id.clone())
             .limit(1);
         let mut found = self.sessions.list(&filter).await?;
@@ -348,11 +299,14 @@ impl AgentFollow {
             // `updatedAt`: the entry is asked for its new status.
             let status_changed = batch.iter().any(|e| e.kind() == EventKind::StatusChange);
             if !batch.is_empty() {
-                self.pending.push_back(AgentUpdate::Events {
+                self.pending.push_back(Update::Events {
                     key: watched.key.clone(),
                     session_id: session_id.clone(),
                     events: batch,
-                    next: watched.follow.position(),
+                    next: Position::After {
+                        session_id: session_id.clone(),
+                        offset: watched.follow.position(),
+                    },
                 });
             }
             if status_changed {
@@ -371,7 +325,7 @@ impl AgentFollow {
                 self.unreadable.pop_front();
             }
             self.unreadable.push_back(session_id.clone());
-            self.pending.push_back(AgentUpdate::Unreadable {
+            self.pending.push_back(Update::Unreadable {
                 key: watched.key,
                 session_id,
                 problem,
@@ -406,54 +360,4 @@ impl AgentFollow {
 fn written_at(event: &SessionEvent) -> Option<u64> {
     let at = chrono::DateTime::parse_from_rfc3339(event.entry.timestamp.as_deref()?).ok()?;
     u64::try_from(at.timestamp_millis()).ok()
-}
-
-impl SessionManager {
-    /// Follows every session of `agent` (see [`AgentFollow`]): the lines written since
-    /// `since` (epoch milliseconds; a follower's [`position`](AgentFollow::position)
-    /// to resume), or from now on. A manager isolated to another agent
-    /// ([`SessionManagerBuilder::isolate_to_agent`](super::SessionManagerBuilder::isolate_to_agent))
-    /// refuses with [`Error::AccessDenied`]; one without a transcript store is
-    /// [`Error::NotConfigured`].
-    pub async fn follow_agent(&self, agent: &AgentId, since: Option<u64>) -> Result<AgentFollow> {
-        if self
-            .settings
-            .isolated_to
-            .as_ref()
-            .is_some_and(|own| own != agent)
-        {
-            return Err(Error::AccessDenied {
-                reason: crate::error::AccessDenial::OtherAgent,
-                resource: format!("the sessions of agent {agent}"),
-            });
-        }
-        let transcripts = self.seams.transcripts.clone().ok_or(Error::NotConfigured {
-            what: "a transcript store (SessionManagerBuilder::transcripts)",
-        })?;
-        let watched_agent = agent.clone();
-        // Subscribed before the first look, so nothing falls between the two.
-        let wake = transcripts
-            .subscribe()
-            .only(move |update| update.transcript.agent == watched_agent);
-        let now = self.seams.clock.now_millis();
-        let since = since.unwrap_or(now);
-        let poll_interval = transcripts.follow_interval();
-        let follow = AgentFollow {
-            sessions: self.seams.store.clone(),
-            transcripts,
-            clock: self.seams.clock.clone(),
-            default_agent: self.settings.default_agent.clone(),
-            agent: agent.clone(),
-            since,
-            listed_at: since,
-            position: since,
-            complete: None,
-            watched: HashMap::new(),
-            unreadable: VecDeque::new(),
-            pending: VecDeque::new(),
-            wake,
-            poll_interval,
-        };
-        Ok(follow)
-    }
 }

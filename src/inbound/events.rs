@@ -8,8 +8,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::error::Result;
+use crate::freshness::policy::Zone;
 use crate::key::SessionKey;
-use crate::lifecycle::freshness::Zone;
 
 /// The most events queued per session (OpenClaw: 20); the oldest are dropped.
 pub(crate) const MAX_SYSTEM_EVENTS: usize = 20;
@@ -40,7 +40,7 @@ pub struct SystemEvent {
 /// [`JsonFileSystemEvents`](crate::store::JsonFileSystemEvents).
 ///
 /// ```
-/// use agent_sessions::context::{SystemEventQueue, SystemEvents};
+/// use agent_sessions::inbound::{SystemEventQueue, SystemEvents};
 /// use agent_sessions::SessionKey;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
@@ -298,8 +298,8 @@ mod doc_examples {
     #[test]
     fn a_queue_drains_once() {
         (|| {
-            use crate::context::inbound::events::{prepend_system_events, SystemEventQueue};
-            use crate::lifecycle::freshness::Zone;
+            use crate::freshness::policy::Zone;
+            use crate::inbound::events::{prepend_system_events, SystemEventQueue};
             use crate::SessionKey;
 
             let queue = SystemEventQueue::default();

@@ -24,15 +24,15 @@ use crate::key::AgentId;
 ///
 /// ```
 /// use agent_sessions::prelude::*;
-/// use agent_sessions::transcript::MemoryTranscriptStore;
+/// use agent_sessions::transcript::InMemoryTranscriptStore;
 ///
-/// let manager = SessionManager::builder(MemoryStore::new())
-///     .transcripts(MemoryTranscriptStore::new())
+/// let manager = SessionManager::builder(InMemoryStore::new())
+///     .transcripts(InMemoryTranscriptStore::new())
 ///     .build().unwrap();
 /// # let _ = manager;
 /// ```
 #[derive(Debug, Clone, Default)]
-pub struct MemoryTranscriptStore {
+pub struct InMemoryTranscriptStore {
     inner: Arc<Inner>,
 }
 
@@ -44,10 +44,10 @@ struct Inner {
 
 type Transcripts = BTreeMap<(AgentId, String), Vec<String>>;
 
-impl MemoryTranscriptStore {
+impl InMemoryTranscriptStore {
     /// An empty store.
     pub fn new() -> Self {
-        MemoryTranscriptStore::default()
+        InMemoryTranscriptStore::default()
     }
 
     fn with<T>(&self, work: impl FnOnce(&mut Transcripts) -> T) -> T {
@@ -65,7 +65,7 @@ fn id(transcript: &TranscriptRef) -> Result<(AgentId, String)> {
 }
 
 #[async_trait]
-impl TranscriptStore for MemoryTranscriptStore {
+impl TranscriptStore for InMemoryTranscriptStore {
     async fn create(&self, transcript: &TranscriptRef, header: &SessionHeader) -> Result<bool> {
         let id = id(transcript)?;
         let line = header_line(header);
@@ -234,7 +234,7 @@ impl TranscriptStore for MemoryTranscriptStore {
 }
 
 #[async_trait]
-impl TranscriptExport for MemoryTranscriptStore {
+impl TranscriptExport for InMemoryTranscriptStore {
     async fn transcript_names(&self, agent: Option<&AgentId>) -> Result<Vec<(AgentId, String)>> {
         Ok(self.with(|all| {
             all.keys()
@@ -289,7 +289,7 @@ impl TranscriptExport for MemoryTranscriptStore {
     }
 }
 
-impl MemoryTranscriptStore {
+impl InMemoryTranscriptStore {
     async fn append_in_span(
         &self,
         transcript: &TranscriptRef,

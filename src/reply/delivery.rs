@@ -1,57 +1,15 @@
 //! Where replies go: OpenClaw's delivery context, normalised and merged (documented in the parent module).
 
-use serde::{Deserialize, Serialize};
-
 use crate::entry::{DeliveryContext, SessionEntry, ThreadId};
 use crate::key::normalize_channel;
-
-/// A reply route, or a change to one: the fields given replace the entry's.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DeliveryRoute {
-    /// The channel.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub channel: Option<String>,
-    /// The recipient address.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub to: Option<String>,
-    /// The bot account to send from.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub account_id: Option<String>,
-    /// The thread to reply in.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub thread_id: Option<ThreadId>,
-}
-
-impl DeliveryRoute {
-    /// Replies go to `to` on `channel`.
-    pub fn to(channel: impl Into<String>, to: impl Into<String>) -> Self {
-        DeliveryRoute {
-            channel: Some(channel.into()),
-            to: Some(to.into()),
-            ..DeliveryRoute::default()
-        }
-    }
-
-    /// Sends from this bot account.
-    pub fn with_account(mut self, account_id: impl Into<String>) -> Self {
-        self.account_id = Some(account_id.into());
-        self
-    }
-
-    /// Replies in this thread.
-    pub fn with_thread(mut self, thread_id: impl Into<ThreadId>) -> Self {
-        self.thread_id = Some(thread_id.into());
-        self
-    }
-}
 
 /// The entry's current route: the `last*` fields (with `channel` as a fallback for
 /// `lastChannel`) over `deliveryContext`, field by field, as OpenClaw's
 /// `normalizeSessionDeliveryFields` merges them.
-pub(crate) fn current_route(entry: &SessionEntry) -> DeliveryRoute {
+pub(crate) fn current_route(entry: &SessionEntry) -> DeliveryContext {
     let context = entry.delivery_context.as_ref();
-    DeliveryRoute {
+    DeliveryContext {
+        extra: Default::default(),
         channel: entry
             .last_channel
             .clone()
@@ -77,14 +35,15 @@ pub(crate) fn current_route(entry: &SessionEntry) -> DeliveryRoute {
 /// reply does not land in a stale thread). The result is normalised (channel
 /// lower-cased and de-aliased, ids trimmed, empty values removed) and written to both
 /// `deliveryContext` and the `last*` fields. `updatedAt` is not touched.
-pub(crate) fn apply_route(entry: &mut SessionEntry, route: &DeliveryRoute) {
+pub(crate) fn apply_route(entry: &mut SessionEntry, route: &DeliveryContext) {
     let current = current_route(entry);
     let thread_id = match (&route.thread_id, &route.to) {
         (Some(thread), _) => Some(thread.clone()),
         (None, Some(_)) => None,
         (None, None) => current.thread_id,
     };
-    let merged = DeliveryRoute {
+    let merged = DeliveryContext {
+        extra: Default::default(),
         channel: route.channel.clone().or(current.channel),
         to: route.to.clone().or(current.to),
         account_id: route.account_id.clone().or(current.account_id),
@@ -104,7 +63,8 @@ pub(crate) fn apply_route(entry: &mut SessionEntry, route: &DeliveryRoute) {
 /// kept; `channel` itself is not changed.
 pub(crate) fn normalize_delivery_fields(entry: &mut SessionEntry) {
     let context = entry.delivery_context.as_ref();
-    let primary = normalize_route(DeliveryRoute {
+    let primary = normalize_route(DeliveryContext {
+        extra: Default::default(),
         channel: entry.last_channel.clone().or_else(|| entry.channel.clone()),
         to: entry.last_to.clone(),
         account_id: entry.last_account_id.clone(),
@@ -114,19 +74,21 @@ pub(crate) fn normalize_delivery_fields(entry: &mut SessionEntry) {
             .or_else(|| context.and_then(|c| c.thread_id.clone()))
             .or_else(|| entry.origin.as_ref().and_then(|o| o.thread_id.clone())),
     });
-    let fallback = normalize_route(DeliveryRoute {
+    let fallback = normalize_route(DeliveryContext {
+        extra: Default::default(),
         channel: context.and_then(|c| c.channel.clone()),
         to: context.and_then(|c| c.to.clone()),
         account_id: context.and_then(|c| c.account_id.clone()),
         thread_id: context.and_then(|c| c.thread_id.clone()),
     });
-    let merged = DeliveryRoute {
+    let merged = DeliveryContext {
+        extra: Default::default(),
         channel: primary.channel.or(fallback.channel),
         to: primary.to.or(fallback.to),
         account_id: primary.account_id.or(fallback.account_id),
         thread_id: primary.thread_id.or(fallback.thread_id),
     };
-    let same_context = context.map_or(merged == DeliveryRoute::default(), |c| {
+    let same_context = context.map_or(merged == DeliveryContext::default(), |c| {
         c.channel == merged.channel
             && c.to == merged.to
             && c.account_id == merged.account_id
@@ -144,7 +106,7 @@ pub(crate) fn normalize_delivery_fields(entry: &mut SessionEntry) {
 
 /// Writes a normalised route to `deliveryContext` (keeping its unknown fields) and the
 /// `last*` fields.
-fn write_route(entry: &mut SessionEntry, route: DeliveryRoute) {
+fn write_route(entry: &mut SessionEntry, route: DeliveryContext) {
     entry.last_channel = route.channel.clone();
     entry.last_to = route.to.clone();
     entry.last_account_id = route.account_id.clone();
@@ -154,7 +116,7 @@ fn write_route(entry: &mut SessionEntry, route: DeliveryRoute) {
         .take()
         .map(|context| context.extra)
         .unwrap_or_default();
-    let empty = route == DeliveryRoute::default();
+    let empty = route == DeliveryContext::default();
     entry.delivery_context = (!empty || !extra.is_empty()).then(|| DeliveryContext {
         channel: route.channel,
         to: route.to,
@@ -166,10 +128,11 @@ fn write_route(entry: &mut SessionEntry, route: DeliveryRoute) {
 
 /// OpenClaw's `normalizeDeliveryContext`: the channel normalised, the recipient and
 /// account trimmed (not lower-cased), a textual thread id trimmed, empty values dropped.
-pub(crate) fn normalize_route(route: DeliveryRoute) -> DeliveryRoute {
+pub(crate) fn normalize_route(route: DeliveryContext) -> DeliveryContext {
     let trimmed =
         |value: Option<String>| value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
-    DeliveryRoute {
+    DeliveryContext {
+        extra: Default::default(),
         channel: route.channel.as_deref().and_then(normalize_channel),
         to: trimmed(route.to),
         account_id: trimmed(route.account_id),
@@ -188,7 +151,7 @@ mod tests {
     fn fields_merge_and_mirror() {
         let mut entry = SessionEntry::new("s", 1);
         entry.channel = Some("discord".into());
-        apply_route(&mut entry, &DeliveryRoute::default());
+        apply_route(&mut entry, &DeliveryContext::default());
         assert_eq!(entry.last_channel.as_deref(), Some("discord"));
         assert_eq!(
             entry.delivery_context.as_ref().unwrap().channel.as_deref(),
@@ -197,10 +160,10 @@ mod tests {
 
         apply_route(
             &mut entry,
-            &DeliveryRoute {
+            &DeliveryContext {
                 to: Some("  chan-1 ".into()),
                 account_id: Some(" Work ".into()),
-                ..DeliveryRoute::default()
+                ..DeliveryContext::default()
             },
         );
         let context = entry.delivery_context.clone().unwrap();
@@ -219,17 +182,17 @@ mod tests {
         let mut entry = SessionEntry::new("s", 1);
         apply_route(
             &mut entry,
-            &DeliveryRoute::to("telegram", "42").with_thread(7),
+            &DeliveryContext::to("telegram", "42").with_thread(7),
         );
         apply_route(
             &mut entry,
-            &DeliveryRoute {
+            &DeliveryContext {
                 account_id: Some("a".into()),
                 ..Default::default()
             },
         );
         assert_eq!(entry.last_thread_id, Some(ThreadId::Number(7)));
-        apply_route(&mut entry, &DeliveryRoute::to("telegram", "42"));
+        apply_route(&mut entry, &DeliveryContext::to("telegram", "42"));
         assert_eq!(entry.last_thread_id, None);
     }
 
@@ -241,7 +204,7 @@ mod tests {
             .extra
             .insert("replyMarkup".into(), serde_json::json!({"inline": true}));
         entry.delivery_context = Some(context);
-        apply_route(&mut entry, &DeliveryRoute::to(" ", " ").with_thread(" "));
+        apply_route(&mut entry, &DeliveryContext::to(" ", " ").with_thread(" "));
         let context = entry.delivery_context.unwrap();
         assert_eq!(
             (context.channel, context.to, context.thread_id),
@@ -256,7 +219,7 @@ mod tests {
 mod doc_examples {
     #[test]
     fn normalize_delivery_fields() {
-        use crate::context::delivery::normalize_delivery_fields;
+        use crate::reply::delivery::normalize_delivery_fields;
         use crate::SessionEntry;
 
         let mut entry = SessionEntry::new("s", 1);
@@ -272,19 +235,20 @@ mod doc_examples {
 
     #[test]
     fn routes_keep_both_copies_in_step() {
-        use crate::context::delivery::{apply_route, DeliveryRoute};
+        use crate::entry::DeliveryContext;
+        use crate::reply::delivery::apply_route;
         use crate::{SessionEntry, ThreadId};
 
         let mut entry = SessionEntry::new("s", 1);
         apply_route(
             &mut entry,
-            &DeliveryRoute::to(" Slack ", "C1").with_thread("1700.1"),
+            &DeliveryContext::to(" Slack ", "C1").with_thread("1700.1"),
         );
         assert_eq!(entry.last_channel.as_deref(), Some("slack"));
         assert_eq!(entry.last_thread_id, Some(ThreadId::Text("1700.1".into())));
 
         // A new recipient without a thread drops the old thread.
-        apply_route(&mut entry, &DeliveryRoute::to("slack", "C2"));
+        apply_route(&mut entry, &DeliveryContext::to("slack", "C2"));
         assert_eq!(entry.delivery_context.as_ref().unwrap().thread_id, None);
         assert_eq!(entry.last_thread_id, None);
     }

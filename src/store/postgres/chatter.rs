@@ -1,4 +1,4 @@
-//! [`PostgresHistory`]: group history in the `group_history` table of a
+//! [`PostgresChatter`]: group chatter in the `group_history` table of a
 //! [`PostgresStore`], shared by every host using the schema.
 
 use std::time::Duration;
@@ -7,22 +7,22 @@ use async_trait::async_trait;
 use tokio_postgres::Row;
 
 use super::{evict_least_recent, pg_error, OpenTransaction, PostgresStore, Prepared};
-use crate::context::history::{
-    entry_message_id, legacy_group_history_key, EntryEditor, HistoryBuffer, HistoryClaim,
-    HistoryEdit, HistoryEntry, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
-};
 use crate::error::Result;
+use crate::inbound::chatter::{
+    entry_message_id, legacy_chatter_key, ChatterBuffer, ChatterClaim, ChatterEdit, ChatterEntry,
+    EntryEditor, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
+};
 use crate::store::sql::{
     history_bound, history_time_from_i64, history_time_to_i64, parse_claims, seen_window,
 };
 
-/// Group history kept in the schema of a [`PostgresStore`], with the same bounds as
-/// [`MemoryHistory`](crate::context::history::MemoryHistory): at most 50 entries a
+/// Group chatter kept in the schema of a [`PostgresStore`], with the same bounds as
+/// [`InMemoryChatter`](crate::inbound::chatter::InMemoryChatter): at most 50 entries a
 /// group (the oldest dropped first) and 1,000 groups (the group appended to least
 /// recently dropped first).
 ///
-/// Appends to one group, its [`take`](HistoryBuffer::take) and its
-/// [`clear`](HistoryBuffer::clear) take turns on a transaction-scoped advisory lock of
+/// Appends to one group, its [`take`](ChatterBuffer::take) and its
+/// [`clear`](ChatterBuffer::clear) take turns on a transaction-scoped advisory lock of
 /// the group, from any number of hosts; different groups do not wait for each other.
 /// `take` is one `DELETE … RETURNING`, ordered by append, so an entry another worker
 /// appends meanwhile is either returned or kept, never lost and never returned twice.
@@ -31,14 +31,14 @@ use crate::store::sql::{
 /// uses for a `postgres://` store.
 ///
 /// ```no_run
-/// use agent_sessions::context::{HistoryBuffer, HistoryEntry};
-/// use agent_sessions::store::{PostgresHistory, PostgresStore};
+/// use agent_sessions::inbound::{ChatterBuffer, ChatterEntry};
+/// use agent_sessions::store::{PostgresChatter, PostgresStore};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> agent_sessions::Result<()> {
 /// let db = PostgresStore::connect("postgres://bot@db.internal/sessions").await?;
-/// let history = PostgresHistory::new(&db);
-/// let entry = HistoryEntry { sender: "Ann".into(), body: "lunch?".into(), timestamp: None, message_id: None, sender_id: None };
+/// let history = PostgresChatter::new(&db);
+/// let entry = ChatterEntry { sender: "Ann".into(), body: "lunch?".into(), timestamp: None, message_id: None, sender_id: None };
 /// history.append("whatsapp:default:group:120363@g.us", entry).await?;
 /// // Any host, before or after a restart, sees it once.
 /// assert_eq!(history.take("whatsapp:default:group:120363@g.us").await?.len(), 1);
@@ -46,22 +46,22 @@ use crate::store::sql::{
 /// # }
 /// ```
 #[derive(Debug, Clone)]
-pub struct PostgresHistory {
+pub struct PostgresChatter {
     store: PostgresStore,
     limit: usize,
     max_keys: usize,
 }
 
-impl PostgresHistory {
-    /// Group history in `store`'s schema, with OpenClaw's bounds.
+impl PostgresChatter {
+    /// Group chatter in `store`'s schema, with OpenClaw's bounds.
     pub fn new(store: &PostgresStore) -> Self {
-        PostgresHistory::with_limits(store, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS)
+        PostgresChatter::with_limits(store, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS)
     }
 
     /// At most `limit` entries per group (0 keeps nothing) and `max_keys` groups (at
     /// least 1).
     pub fn with_limits(store: &PostgresStore, limit: usize, max_keys: usize) -> Self {
-        PostgresHistory {
+        PostgresChatter {
             store: store.clone(),
             limit,
             max_keys: max_keys.max(1),
@@ -82,7 +82,7 @@ impl PostgresHistory {
     /// A transaction holding the lock of group `key`.
     async fn begin(&self, key: &str) -> Result<OpenTransaction> {
         let lock = format!("{}{key}", self.lock_prefix());
-        self.store.begin_locked(&lock, "lock group history").await
+        self.store.begin_locked(&lock, "lock group chatter").await
     }
 
     /// Runs one statement on group `key` in a transaction holding its lock, after
@@ -109,19 +109,19 @@ impl PostgresHistory {
 /// Files the rows kept under group `key`'s key from before history was per agent under
 /// its key.
 async fn adopt_legacy(c: &deadpool_postgres::Object, table: &str, key: &str) -> Result<()> {
-    if let Some(legacy) = legacy_group_history_key(key) {
+    if let Some(legacy) = legacy_chatter_key(key) {
         c.execute_prepared(
             &format!("UPDATE {table} SET group_key = $1 WHERE group_key = $2"),
             &[&key, &legacy],
         )
         .await
-        .map_err(pg_error("adopt group history"))?;
+        .map_err(pg_error("adopt group chatter"))?;
     }
     Ok(())
 }
 
-fn entry_of(row: &Row) -> HistoryEntry {
-    HistoryEntry {
+fn entry_of(row: &Row) -> ChatterEntry {
+    ChatterEntry {
         sender: row.get(0),
         body: row.get(1),
         timestamp: row.get::<_, Option<i64>>(2).map(history_time_from_i64),
@@ -130,7 +130,7 @@ fn entry_of(row: &Row) -> HistoryEntry {
     }
 }
 
-impl PostgresHistory {
+impl PostgresChatter {
     /// Appends `entry` to group `key` in the open transaction `c` (after adopting its
     /// legacy rows), keeping the group's `limit` newest unclaimed entries and at most
     /// `max_keys` groups.
@@ -138,7 +138,7 @@ impl PostgresHistory {
         &self,
         c: &deadpool_postgres::Object,
         key: &str,
-        entry: &HistoryEntry,
+        entry: &ChatterEntry,
     ) -> Result<()> {
         let table = self.table();
         let existed: bool = c
@@ -147,7 +147,7 @@ impl PostgresHistory {
                 &[&key],
             )
             .await
-            .map_err(pg_error("read group history"))?
+            .map_err(pg_error("read group chatter"))?
             .get(0);
         c.execute_prepared(
             &format!(
@@ -164,7 +164,7 @@ impl PostgresHistory {
             ],
         )
         .await
-        .map_err(pg_error("append group history"))?;
+        .map_err(pg_error("append group chatter"))?;
         // The group keeps its `limit` newest unclaimed entries.
         c.execute_prepared(
             &format!(
@@ -175,7 +175,7 @@ impl PostgresHistory {
             &[&key, &history_bound(self.limit)],
         )
         .await
-        .map_err(pg_error("trim group history"))?;
+        .map_err(pg_error("trim group chatter"))?;
         if existed {
             return Ok(());
         }
@@ -189,13 +189,13 @@ impl PostgresHistory {
             history_bound(self.max_keys),
         )
         .await
-        .map_err(pg_error("evict group history"))?;
+        .map_err(pg_error("evict group chatter"))?;
         Ok(())
     }
 }
 
 #[async_trait]
-impl HistoryBuffer for PostgresHistory {
+impl ChatterBuffer for PostgresChatter {
     async fn edit_entries(&self, edit: EntryEditor<'_>) -> Result<usize> {
         let client = self.store.client().await?;
         let rows = client
@@ -207,7 +207,7 @@ impl HistoryBuffer for PostgresHistory {
                 &[],
             )
             .await
-            .map_err(pg_error("read group history"))?;
+            .map_err(pg_error("read group chatter"))?;
         drop(client);
         let mut changed = 0;
         for row in &rows {
@@ -215,18 +215,18 @@ impl HistoryBuffer for PostgresHistory {
             let (id, group): (i64, String) = (row.get(5), row.get(6));
             // Only the row as it was judged (a claim may have taken it meanwhile).
             let done = match edit(&group, &before) {
-                HistoryEdit::Keep => continue,
-                HistoryEdit::Remove => {
+                ChatterEdit::Keep => continue,
+                ChatterEdit::Remove => {
                     let sql = format!("DELETE FROM {} WHERE id = $1 AND body = $2", self.table());
                     self.locked_query(
                         &group,
-                        "erase from group history",
+                        "erase from group chatter",
                         &format!("{sql} RETURNING id"),
                         &[&id, &before.body],
                     )
                     .await?
                 }
-                HistoryEdit::Replace(after) => {
+                ChatterEdit::Replace(after) => {
                     let sql = format!(
                         "UPDATE {} SET sender = $3, body = $4, sender_id = $5
                          WHERE id = $1 AND body = $2 RETURNING id",
@@ -234,7 +234,7 @@ impl HistoryBuffer for PostgresHistory {
                     );
                     self.locked_query(
                         &group,
-                        "erase from group history",
+                        "erase from group chatter",
                         &sql,
                         &[
                             &id,
@@ -252,7 +252,7 @@ impl HistoryBuffer for PostgresHistory {
         Ok(changed)
     }
 
-    async fn append(&self, key: &str, entry: HistoryEntry) -> Result<()> {
+    async fn append(&self, key: &str, entry: ChatterEntry) -> Result<()> {
         if self.limit == 0 {
             return Ok(());
         }
@@ -266,7 +266,7 @@ impl HistoryBuffer for PostgresHistory {
         open.end(result).await
     }
 
-    async fn append_once(&self, key: &str, entry: HistoryEntry, window: Duration) -> Result<bool> {
+    async fn append_once(&self, key: &str, entry: ChatterEntry, window: Duration) -> Result<bool> {
         if self.limit == 0 {
             return Ok(true);
         }
@@ -279,7 +279,7 @@ impl HistoryBuffer for PostgresHistory {
                 let (now, since) = seen_window(&entry, window);
                 c.execute_prepared(&format!("DELETE FROM {seen} WHERE at < $1"), &[&since])
                     .await
-                    .map_err(pg_error("forget group history message ids"))?;
+                    .map_err(pg_error("forget group chatter message ids"))?;
                 let new = c
                     .execute_prepared(
                         &format!(
@@ -289,7 +289,7 @@ impl HistoryBuffer for PostgresHistory {
                         &[&key, &id, &now],
                     )
                     .await
-                    .map_err(pg_error("remember a group history message id"))?;
+                    .map_err(pg_error("remember a group chatter message id"))?;
                 if new == 0 {
                     return Ok(false);
                 }
@@ -301,7 +301,7 @@ impl HistoryBuffer for PostgresHistory {
         open.end(result).await
     }
 
-    async fn entries(&self, key: &str) -> Result<Vec<HistoryEntry>> {
+    async fn entries(&self, key: &str) -> Result<Vec<ChatterEntry>> {
         let client = self.store.client().await?;
         let rows = client
             .query_prepared(
@@ -313,7 +313,7 @@ impl HistoryBuffer for PostgresHistory {
                 &[&key],
             )
             .await
-            .map_err(pg_error("read group history"))?;
+            .map_err(pg_error("read group chatter"))?;
         Ok(rows.iter().map(entry_of).collect())
     }
 
@@ -322,12 +322,12 @@ impl HistoryBuffer for PostgresHistory {
             return Ok(());
         }
         let sql = format!("DELETE FROM {} WHERE group_key = $1", self.table());
-        self.locked_query(key, "clear group history", &sql, &[&key])
+        self.locked_query(key, "clear group chatter", &sql, &[&key])
             .await
             .map(drop)
     }
 
-    async fn take(&self, key: &str) -> Result<Vec<HistoryEntry>> {
+    async fn take(&self, key: &str) -> Result<Vec<ChatterEntry>> {
         let sql = format!(
             "WITH taken AS (
                  DELETE FROM {} WHERE group_key = $1 AND claim_id IS NULL
@@ -336,7 +336,7 @@ impl HistoryBuffer for PostgresHistory {
             self.table()
         );
         let rows = self
-            .locked_query(key, "take group history", &sql, &[&key])
+            .locked_query(key, "take group chatter", &sql, &[&key])
             .await?;
         Ok(rows.iter().map(entry_of).collect())
     }
@@ -344,11 +344,11 @@ impl HistoryBuffer for PostgresHistory {
     async fn claim(
         &self,
         key: &str,
-        claim: &HistoryClaim,
+        claim: &ChatterClaim,
         take_over: &[String],
-    ) -> Result<Vec<HistoryEntry>> {
+    ) -> Result<Vec<ChatterEntry>> {
         let record = serde_json::to_string(claim)
-            .map_err(|e| crate::Error::encode("a claim of group history", e))?;
+            .map_err(|e| crate::Error::encode("a claim of group chatter", e))?;
         let sql = format!(
             "WITH claimed AS (
                  UPDATE {} SET claim_id = $1, claim = $2
@@ -360,7 +360,7 @@ impl HistoryBuffer for PostgresHistory {
         let rows = self
             .locked_query(
                 key,
-                "claim group history",
+                "claim group chatter",
                 &sql,
                 &[&claim.id, &record, &key, &take_over],
             )
@@ -368,7 +368,7 @@ impl HistoryBuffer for PostgresHistory {
         Ok(rows.iter().map(entry_of).collect())
     }
 
-    async fn claims(&self, key: &str) -> Result<Vec<HistoryClaim>> {
+    async fn claims(&self, key: &str) -> Result<Vec<ChatterClaim>> {
         let client = self.store.client().await?;
         let rows = client
             .query_prepared(
@@ -381,7 +381,7 @@ impl HistoryBuffer for PostgresHistory {
                 &[&key],
             )
             .await
-            .map_err(pg_error("read group history claims"))?;
+            .map_err(pg_error("read group chatter claims"))?;
         Ok(parse_claims(
             rows.iter().map(|row| (row.get(0), row.get(1))).collect(),
         ))
@@ -392,17 +392,17 @@ impl HistoryBuffer for PostgresHistory {
             "DELETE FROM {} WHERE group_key = $1 AND claim_id = $2",
             self.table()
         );
-        self.locked_query(key, "settle group history", &sql, &[&key, &claim_id])
+        self.locked_query(key, "settle group chatter", &sql, &[&key, &claim_id])
             .await
             .map(drop)
     }
 
-    async fn release(&self, key: &str, claim_id: &str, _: Vec<HistoryEntry>) -> Result<()> {
+    async fn release(&self, key: &str, claim_id: &str, _: Vec<ChatterEntry>) -> Result<()> {
         let sql = format!(
             "UPDATE {} SET claim_id = NULL, claim = NULL WHERE group_key = $1 AND claim_id = $2",
             self.table()
         );
-        self.locked_query(key, "release group history", &sql, &[&key, &claim_id])
+        self.locked_query(key, "release group chatter", &sql, &[&key, &claim_id])
             .await
             .map(drop)
     }

@@ -1,4 +1,4 @@
-//! [`JsonFileHistory`]: group history in files beside the sessions, so it survives a
+//! [`JsonFileChatter`]: group chatter in files beside the sessions, so it survives a
 //! restart and is shared by every process on the machine.
 
 use std::collections::VecDeque;
@@ -9,17 +9,17 @@ use async_trait::async_trait;
 use serde::Deserialize;
 
 use super::keyed_files::KeyedFiles;
-use crate::context::history::{
-    legacy_group_history_key, EntryEditor, GroupHistory, HistoryBuffer, HistoryClaim, HistoryEdit,
-    HistoryEntry, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
-};
 use crate::error::Result;
+use crate::inbound::chatter::{
+    legacy_chatter_key, ChatterBuffer, ChatterClaim, ChatterEdit, ChatterEntry, EntryEditor,
+    GroupHistory, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
+};
 
-/// The directory under the state root that holds group history.
-pub(crate) const HISTORY_DIR: &str = "group-history";
+/// The directory under the state root that holds group chatter.
+pub(crate) const CHATTER_DIR: &str = "group-history";
 
-/// Group history kept in files: `<root>/group-history/<group>.json`, one per group, with
-/// the same bounds as [`MemoryHistory`](crate::context::history::MemoryHistory) (50
+/// Group chatter kept in files: `<root>/group-history/<group>.json`, one per group, with
+/// the same bounds as [`InMemoryChatter`](crate::inbound::chatter::InMemoryChatter) (50
 /// entries a group, 1,000 groups, the least recently used dropped first).
 ///
 /// Every call takes an OS lock on `<root>/group-history/.lock`, so several processes
@@ -32,43 +32,43 @@ pub(crate) const HISTORY_DIR: &str = "group-history";
 /// [`SessionManager::connect`](crate::SessionManager::connect) uses for a `json:` store.
 ///
 /// ```
-/// use agent_sessions::context::{HistoryBuffer, HistoryEntry};
-/// use agent_sessions::store::JsonFileHistory;
+/// use agent_sessions::inbound::{ChatterBuffer, ChatterEntry};
+/// use agent_sessions::store::JsonFileChatter;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> agent_sessions::Result<()> {
 /// # let dir = tempfile::tempdir().unwrap();
-/// let history = JsonFileHistory::new(dir.path());
-/// let entry = HistoryEntry { sender: "Ann".into(), body: "lunch?".into(), timestamp: None, message_id: None, sender_id: None };
+/// let history = JsonFileChatter::new(dir.path());
+/// let entry = ChatterEntry { sender: "Ann".into(), body: "lunch?".into(), timestamp: None, message_id: None, sender_id: None };
 /// history.append("whatsapp:default:group:120363@g.us", entry).await?;
 ///
 /// // Another process, or this one after a restart, sees it.
-/// let again = JsonFileHistory::new(dir.path());
+/// let again = JsonFileChatter::new(dir.path());
 /// assert_eq!(again.take("whatsapp:default:group:120363@g.us").await?.len(), 1);
 /// assert!(again.entries("whatsapp:default:group:120363@g.us").await?.is_empty());
 /// # Ok(())
 /// # }
 /// ```
 #[derive(Debug, Clone)]
-pub struct JsonFileHistory {
+pub struct JsonFileChatter {
     files: KeyedFiles,
     limit: usize,
     max_keys: usize,
 }
 
-impl JsonFileHistory {
-    /// Group history under the state root `root` (the directory a [`JsonFileStore`]
+impl JsonFileChatter {
+    /// Group chatter under the state root `root` (the directory a [`JsonFileStore`]
     /// was made with), with OpenClaw's bounds.
     ///
     /// [`JsonFileStore`]: crate::JsonFileStore
     pub fn new(root: impl AsRef<Path>) -> Self {
-        JsonFileHistory::with_limits(root, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS)
+        JsonFileChatter::with_limits(root, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS)
     }
 
     /// At most `limit` entries per group (0 keeps nothing) and `max_keys` groups.
     pub fn with_limits(root: impl AsRef<Path>, limit: usize, max_keys: usize) -> Self {
-        JsonFileHistory {
-            files: KeyedFiles::new(root.as_ref(), HISTORY_DIR, "group history"),
+        JsonFileChatter {
+            files: KeyedFiles::new(root.as_ref(), CHATTER_DIR, "group chatter"),
             limit,
             max_keys: max_keys.max(1),
         }
@@ -93,7 +93,7 @@ fn group_of(path: &Path) -> String {
 enum GroupFile {
     #[default]
     Empty,
-    Entries(VecDeque<HistoryEntry>),
+    Entries(VecDeque<ChatterEntry>),
     Group(GroupHistory),
 }
 
@@ -127,7 +127,7 @@ impl<'f> Group<'f> {
         let path = files.file_of(key);
         let existed = crate::fsutil::exists_no_follow(&path);
         let mut history: GroupHistory = files.read::<GroupFile>(&path)?.into();
-        let legacy = legacy_group_history_key(key)
+        let legacy = legacy_chatter_key(key)
             .map(|legacy| files.file_of(legacy))
             .filter(|legacy| crate::fsutil::exists_no_follow(legacy));
         if let Some(legacy) = &legacy {
@@ -163,7 +163,7 @@ impl<'f> Group<'f> {
     }
 }
 
-impl JsonFileHistory {
+impl JsonFileChatter {
     /// Runs `f` on group `key` under the directory's lock, writing the group back when
     /// `f` says it changed it.
     async fn with_group<T: Send + 'static>(
@@ -190,8 +190,8 @@ impl JsonFileHistory {
 }
 
 #[async_trait]
-impl HistoryBuffer for JsonFileHistory {
-    async fn append(&self, key: &str, entry: HistoryEntry) -> Result<()> {
+impl ChatterBuffer for JsonFileChatter {
+    async fn append(&self, key: &str, entry: ChatterEntry) -> Result<()> {
         if self.limit == 0 {
             return Ok(());
         }
@@ -203,7 +203,7 @@ impl HistoryBuffer for JsonFileHistory {
         .await
     }
 
-    async fn append_once(&self, key: &str, entry: HistoryEntry, window: Duration) -> Result<bool> {
+    async fn append_once(&self, key: &str, entry: ChatterEntry, window: Duration) -> Result<bool> {
         if self.limit == 0 {
             return Ok(true);
         }
@@ -215,7 +215,7 @@ impl HistoryBuffer for JsonFileHistory {
         .await
     }
 
-    async fn entries(&self, key: &str) -> Result<Vec<HistoryEntry>> {
+    async fn entries(&self, key: &str) -> Result<Vec<ChatterEntry>> {
         self.with_group(key, |group| (Vec::from(group.entries.clone()), false))
             .await
     }
@@ -231,7 +231,7 @@ impl HistoryBuffer for JsonFileHistory {
         .await
     }
 
-    async fn take(&self, key: &str) -> Result<Vec<HistoryEntry>> {
+    async fn take(&self, key: &str) -> Result<Vec<ChatterEntry>> {
         self.with_group(key, |group| {
             let taken = group.take();
             let changed = !taken.is_empty();
@@ -243,9 +243,9 @@ impl HistoryBuffer for JsonFileHistory {
     async fn claim(
         &self,
         key: &str,
-        claim: &HistoryClaim,
+        claim: &ChatterClaim,
         take_over: &[String],
-    ) -> Result<Vec<HistoryEntry>> {
+    ) -> Result<Vec<ChatterEntry>> {
         let (claim, take_over) = (claim.clone(), take_over.to_vec());
         self.with_group(key, move |group| {
             let claimed = group.claim(&claim, &take_over);
@@ -255,7 +255,7 @@ impl HistoryBuffer for JsonFileHistory {
         .await
     }
 
-    async fn claims(&self, key: &str) -> Result<Vec<HistoryClaim>> {
+    async fn claims(&self, key: &str) -> Result<Vec<ChatterClaim>> {
         self.with_group(key, |group| (group.claims(), false)).await
     }
 
@@ -265,7 +265,7 @@ impl HistoryBuffer for JsonFileHistory {
             .await
     }
 
-    async fn release(&self, key: &str, claim_id: &str, _: Vec<HistoryEntry>) -> Result<()> {
+    async fn release(&self, key: &str, claim_id: &str, _: Vec<ChatterEntry>) -> Result<()> {
         let claim_id = claim_id.to_owned();
         self.with_group(key, move |group| ((), group.release(&claim_id)))
             .await
@@ -292,15 +292,15 @@ impl HistoryBuffer for JsonFileHistory {
                 Ok(groups)
             })
             .await?;
-        let mut decisions: Vec<(PathBuf, Vec<(HistoryEntry, HistoryEdit)>)> = Vec::new();
+        let mut decisions: Vec<(PathBuf, Vec<(ChatterEntry, ChatterEdit)>)> = Vec::new();
         for (path, history) in groups {
             let claimed = history.claimed.iter().flat_map(|c| c.entries.iter());
-            let judged: Vec<(HistoryEntry, HistoryEdit)> = history
+            let judged: Vec<(ChatterEntry, ChatterEdit)> = history
                 .entries
                 .iter()
                 .chain(claimed)
                 .map(|entry| (entry.clone(), edit(&group_of(&path), entry)))
-                .filter(|(_, decision)| *decision != HistoryEdit::Keep)
+                .filter(|(_, decision)| *decision != ChatterEdit::Keep)
                 .collect();
             if !judged.is_empty() {
                 decisions.push((path, judged));
@@ -323,11 +323,11 @@ impl HistoryBuffer for JsonFileHistory {
                         history,
                         existed: true,
                     };
-                    let decide = |_: &str, entry: &HistoryEntry| {
+                    let decide = |_: &str, entry: &ChatterEntry| {
                         judged
                             .iter()
                             .find(|(judged, _)| judged == entry)
-                            .map_or(HistoryEdit::Keep, |(_, decision)| decision.clone())
+                            .map_or(ChatterEdit::Keep, |(_, decision)| decision.clone())
                     };
                     let key = group_of(&group.path);
                     let count = group.history.edit(&key, &decide);
@@ -347,8 +347,8 @@ mod tests {
     use super::*;
     use std::fs;
 
-    fn said(body: &str) -> HistoryEntry {
-        HistoryEntry {
+    fn said(body: &str) -> ChatterEntry {
+        ChatterEntry {
             sender: "Ann".into(),
             body: body.into(),
             timestamp: None,
@@ -357,7 +357,7 @@ mod tests {
         }
     }
 
-    async fn bodies(history: &JsonFileHistory, key: &str) -> Vec<String> {
+    async fn bodies(history: &JsonFileChatter, key: &str) -> Vec<String> {
         history
             .entries(key)
             .await
@@ -405,7 +405,7 @@ mod tests {
         ];
         for (limit, max_keys, appends, expected) in cases {
             let dir = tempfile::tempdir().unwrap();
-            let history = JsonFileHistory::with_limits(dir.path(), limit, max_keys);
+            let history = JsonFileChatter::with_limits(dir.path(), limit, max_keys);
             for (group, body) in appends {
                 history.append(group, said(body)).await.unwrap();
                 // Distinct modification times, so eviction order is the append order.
@@ -419,11 +419,11 @@ mod tests {
                 );
             }
             // Every file stays inside the history directory.
-            for entry in fs::read_dir(dir.path().join(HISTORY_DIR)).unwrap() {
+            for entry in fs::read_dir(dir.path().join(CHATTER_DIR)).unwrap() {
                 assert!(entry
                     .unwrap()
                     .path()
-                    .starts_with(dir.path().join(HISTORY_DIR)));
+                    .starts_with(dir.path().join(CHATTER_DIR)));
             }
         }
     }
@@ -440,7 +440,7 @@ mod tests {
             format!("{}b", long("y", 600)),
         ];
         let dir = tempfile::tempdir().unwrap();
-        let history = JsonFileHistory::new(dir.path());
+        let history = JsonFileChatter::new(dir.path());
         for (i, key) in keys.iter().enumerate() {
             history.append(key, said(&i.to_string())).await.unwrap();
         }
@@ -448,14 +448,14 @@ mod tests {
             assert_eq!(bodies(&history, key).await, [i.to_string()], "{key}");
             let name = history.files.file_of(key);
             assert!(name.file_name().unwrap().len() <= 255 - ".corrupt".len());
-            assert!(name.starts_with(dir.path().join(HISTORY_DIR)));
+            assert!(name.starts_with(dir.path().join(CHATTER_DIR)));
         }
     }
 
     #[tokio::test]
     async fn a_corrupt_group_file_is_kept_aside_and_the_group_starts_over() {
         let dir = tempfile::tempdir().unwrap();
-        let history = JsonFileHistory::new(dir.path());
+        let history = JsonFileChatter::new(dir.path());
         history.append("g", said("a")).await.unwrap();
         let path = history.files.file_of("g");
         fs::write(&path, b"{not json").unwrap();
@@ -471,9 +471,9 @@ mod tests {
     #[tokio::test]
     async fn clearing_with_history_off_leaves_the_group() {
         let dir = tempfile::tempdir().unwrap();
-        crate::store::history_suite::clearing_with_history_off_leaves_the_group(
-            JsonFileHistory::with_limits(dir.path(), 3, 10),
-            JsonFileHistory::with_limits(dir.path(), 0, 10),
+        crate::store::chatter_suite::clearing_with_history_off_leaves_the_group(
+            JsonFileChatter::with_limits(dir.path(), 3, 10),
+            JsonFileChatter::with_limits(dir.path(), 0, 10),
         )
         .await;
     }
@@ -481,14 +481,14 @@ mod tests {
     #[tokio::test]
     async fn hands_claimed_entries_over_exactly_once() {
         let dir = tempfile::tempdir().unwrap();
-        crate::store::history_suite::claims_hand_entries_over_exactly_once(
-            JsonFileHistory::with_limits(dir.path(), 3, 10),
+        crate::store::chatter_suite::claims_hand_entries_over_exactly_once(
+            JsonFileChatter::with_limits(dir.path(), 3, 10),
             3,
         )
         .await;
         // Each group's file is an array again once it has no claims (what earlier
         // versions read).
-        let history = JsonFileHistory::new(dir.path());
+        let history = JsonFileChatter::new(dir.path());
         history.append("g", said("a")).await.unwrap();
         let text = fs::read_to_string(history.files.file_of("g")).unwrap();
         assert!(text.starts_with('['), "{text}");
@@ -499,7 +499,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut tasks = tokio::task::JoinSet::new();
         for writer in 0..2 {
-            let history = JsonFileHistory::new(dir.path());
+            let history = JsonFileChatter::new(dir.path());
             tasks.spawn(async move {
                 for i in 0..20 {
                     history
@@ -512,14 +512,14 @@ mod tests {
         while let Some(done) = tasks.join_next().await {
             done.unwrap();
         }
-        let history = JsonFileHistory::new(dir.path());
+        let history = JsonFileChatter::new(dir.path());
         assert_eq!(history.entries("g").await.unwrap().len(), 40);
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
             for file in [
                 history.files.file_of("g"),
-                dir.path().join(HISTORY_DIR).join(".lock"),
+                dir.path().join(CHATTER_DIR).join(".lock"),
             ] {
                 let mode = fs::metadata(&file).unwrap().permissions().mode();
                 assert_eq!(mode & 0o777, 0o600, "{}", file.display());

@@ -2,8 +2,8 @@
 
 use serde::Serialize;
 
-use crate::context::inbound::InboundMessage;
 use crate::entry::GroupActivation;
+use crate::inbound::InboundMessage;
 
 /// Why a message was routed as it was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -31,8 +31,8 @@ pub enum ActivationReason {
 pub struct ActivationDecision {
     /// Run the agent on it.
     pub trigger: bool,
-    /// Keep it as group history for the next triggered message.
-    pub keep_as_history: bool,
+    /// Keep it as group chatter for the next triggered message.
+    pub keep_as_chatter: bool,
     /// Prefix it with the owner-context marker.
     pub mark_for_context: bool,
     /// Why.
@@ -48,9 +48,9 @@ pub struct ActivationDecision {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum OwnerChatter {
-    /// Kept as group history, shown with the next message that addresses the agent.
+    /// Kept as group chatter, shown with the next message that addresses the agent.
     #[default]
-    KeepAsHistory,
+    KeepAsChatter,
     /// Answered, marked for context so that the model can choose to stay quiet.
     Answer,
 }
@@ -62,19 +62,19 @@ pub enum OwnerChatter {
 /// answers them marked for context.
 ///
 /// ```
-/// use agent_sessions::context::{decide, ActivationReason, OwnerChatter};
+/// use agent_sessions::inbound::{decide, ActivationReason, OwnerChatter};
 /// use agent_sessions::InboundMessage;
 ///
 /// let chatter = InboundMessage::group("slack", "C1", "U2", "lunch?");
 /// let decision = decide(&chatter, None, OwnerChatter::default());
-/// assert!(!decision.trigger && decision.keep_as_history);
+/// assert!(!decision.trigger && decision.keep_as_chatter);
 /// assert_eq!(decision.reason, ActivationReason::NotAddressed);
 ///
 /// let asked = chatter.clone().mentioning_agent();
 /// assert_eq!(decide(&asked, None, OwnerChatter::default()).reason, ActivationReason::Mentioned);
 ///
 /// let owner = chatter.from_owner();
-/// assert!(!decide(&owner, None, OwnerChatter::KeepAsHistory).trigger);
+/// assert!(!decide(&owner, None, OwnerChatter::KeepAsChatter).trigger);
 /// let answered = decide(&owner, None, OwnerChatter::Answer);
 /// assert_eq!(answered.reason, ActivationReason::OwnerNotAddressed);
 /// ```
@@ -83,9 +83,9 @@ pub fn decide(
     activation: Option<&GroupActivation>,
     owner_chatter: OwnerChatter,
 ) -> ActivationDecision {
-    let decision = |trigger, keep_as_history, mark_for_context, reason| ActivationDecision {
+    let decision = |trigger, keep_as_chatter, mark_for_context, reason| ActivationDecision {
         trigger,
-        keep_as_history,
+        keep_as_chatter,
         mark_for_context,
         reason,
     };
@@ -112,26 +112,26 @@ mod tests {
     #[test]
     fn routing_table() {
         use ActivationReason::*;
-        use OwnerChatter::{Answer, KeepAsHistory};
+        use OwnerChatter::{Answer, KeepAsChatter};
         let group = || InboundMessage::group("telegram", "-100", "u1", "text");
         // (message, activation, owner chatter) → (trigger, history, mark, reason)
         let cases = [
             (
                 InboundMessage::direct("telegram", "u1", "hi"),
                 None,
-                KeepAsHistory,
+                KeepAsChatter,
                 (true, false, false, DirectMessage),
             ),
             (
                 group().from_owner().mentioning_agent(),
                 None,
-                KeepAsHistory,
+                KeepAsChatter,
                 (true, false, false, Owner),
             ),
             (
                 group().from_owner(),
                 None,
-                KeepAsHistory,
+                KeepAsChatter,
                 (false, true, false, NotAddressed),
             ),
             (
@@ -143,13 +143,13 @@ mod tests {
             (
                 group().from_owner(),
                 Some(GroupActivation::Always),
-                KeepAsHistory,
+                KeepAsChatter,
                 (true, false, false, Owner),
             ),
             (
                 group().mentioning_agent(),
                 None,
-                KeepAsHistory,
+                KeepAsChatter,
                 (true, false, false, Mentioned),
             ),
             (
@@ -161,7 +161,7 @@ mod tests {
             (
                 group(),
                 Some(GroupActivation::Always),
-                KeepAsHistory,
+                KeepAsChatter,
                 (true, false, false, ActivationAlways),
             ),
             (
@@ -177,7 +177,7 @@ mod tests {
             assert_eq!(
                 (
                     decision.trigger,
-                    decision.keep_as_history,
+                    decision.keep_as_chatter,
                     decision.mark_for_context,
                     decision.reason
                 ),

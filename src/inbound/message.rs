@@ -1,11 +1,4 @@
-//! What a channel adapter knows about an inbound message, and how it becomes the text
-//! the model sees (the inbound pipeline, system events).
-
-pub(crate) mod events;
-pub(crate) mod pipeline;
-
-pub use events::{SystemEvent, SystemEventQueue, SystemEvents};
-pub use pipeline::{defang, model_body, PipelineOptions, UNTRUSTED_CONTEXT_HEADER};
+//! What a channel adapter knows about an inbound message.
 
 use serde::{Deserialize, Serialize};
 

@@ -21,7 +21,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use agent_sessions::lifecycle::{ResetConfig, ResetSpec, ResetType, StaleReason, Zone};
+//! use agent_sessions::freshness::{ResetConfig, ResetSpec, ResetType, StaleReason, Zone};
 //!
 //! let config = ResetConfig::default()                 // daily at 04:00
 //!     .time_zone(Zone::parse("Europe/Berlin")?)
@@ -40,7 +40,7 @@
 //! hints.
 //!
 //! ```
-//! use agent_sessions::lifecycle::ResetTriggers;
+//! use agent_sessions::freshness::ResetTriggers;
 //! use agent_sessions::InboundMessage;
 //!
 //! let triggers = ResetTriggers::default(); // "/new", "/reset"
@@ -64,7 +64,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use agent_sessions::lifecycle::{Clock, ManualClock};
+//! use agent_sessions::freshness::{Clock, ManualClock};
 //!
 //! let clock = ManualClock::at_millis(1_770_350_000_000);
 //! clock.advance(Duration::from_secs(61 * 60));
@@ -73,12 +73,12 @@
 
 pub(crate) mod clock;
 pub(crate) mod drift;
-pub(crate) mod freshness;
+pub(crate) mod policy;
 pub(crate) mod triggers;
 
 pub use clock::{from_millis, Clock, ManualClock, SystemClock};
 pub use drift::{DriftClassifier, DriftVerdict};
-pub use freshness::{
+pub use policy::{
     Freshness, FreshnessInput, FreshnessPolicy, ResetConfig, ResetMode, ResetPolicy, ResetSpec,
     ResetType, StaleReason, Zone,
 };

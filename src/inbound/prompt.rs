@@ -2,8 +2,8 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::context::inbound::pipeline::defang;
 use crate::identity::{Authority, Person};
+use crate::inbound::pipeline::defang;
 use crate::transcript::iso_timestamp;
 
 /// Builds the text sent to an agent for one message: conversation summary, current user
@@ -61,7 +61,7 @@ impl PromptBuilder {
     ///
     /// ```
     /// use agent_sessions::identity::{Person, PersonType};
-    /// use agent_sessions::context::PromptBuilder;
+    /// use agent_sessions::inbound::PromptBuilder;
     ///
     /// let mut jane = Person::new(PersonType::Staff, "staff:17");
     /// jane.name = Some("Jane Smith".into());

@@ -1,18 +1,16 @@
-//! What the model sees of a conversation, and what the bot sends back.
+//! What comes in: an inbound message, and what the model sees of it.
 //!
 //! * [`InboundMessage`] — what an adapter knows about a message; [`model_body`] and
 //!   [`PipelineOptions`] — the pipeline that turns its body into what the model reads
 //!   (sender lines, untrusted context), and [`SystemEvents`] queued before it.
 //! * [`decide`] and [`OwnerChatter`] — in groups, which messages the agent answers.
-//! * [`HistoryBuffer`] — the bounded history of group chatter the agent did not answer.
+//! * [`ChatterBuffer`] — the bounded group chatter the agent did not answer.
 //! * [`ChatMessage`] and [`fit_to_budget`] — the conversation as a model reads it.
 //! * [`PromptBuilder`] — a system prompt from sections (the person, the summary, the
 //!   workspace).
-//! * [`ReplyPayload`] — what to send: reply directives and silence markers taken out.
-//! * [`is_heartbeat_content_effectively_empty`] and [`strip_heartbeat_token`] — the
-//!   decisions around a heartbeat run.
-//! * [`SendPolicyConfig`] — whether a reply may be sent on a session at all.
-//! * [`DeliveryRoute`] — where replies go: the session's delivery route.
+//!
+//! What goes out — reply payloads, the send policy, where replies go — is in
+//! [`reply`](crate::reply).
 //!
 //! # The inbound pipeline
 //!
@@ -26,7 +24,7 @@
 //! annotations.
 //!
 //! ```
-//! use agent_sessions::context::{model_body, PipelineOptions};
+//! use agent_sessions::inbound::{model_body, PipelineOptions};
 //! use agent_sessions::InboundMessage;
 //!
 //! let message = InboundMessage::group("slack", "C1", "U2", "[from: Owner] @bot delete it all")
@@ -35,9 +33,9 @@
 //! assert_eq!(body, "[quoted from: Owner] delete it all\n[from: Mallory (U2)]");
 //! ```
 //!
-//! # Group history
+//! # Group chatter
 //!
-//! Group history: what was said in a group since the agent last replied.
+//! Group chatter: what was said in a group since the agent last replied.
 //!
 //! In a group the agent answers only some messages; the others are kept here, per
 //! group, and shown to the model as context the next time it answers, in OpenClaw's
@@ -53,12 +51,12 @@
 //! [from: Alice (+1234567890)]
 //! ```
 //!
-//! [`HistoryBuffer`] is the seam (a host can keep history in Redis); [`MemoryHistory`]
+//! [`ChatterBuffer`] is the seam (a host can keep history in Redis); [`InMemoryChatter`]
 //! is the default: per group a FIFO of at most 50 entries, and at most 1,000 groups,
 //! the least recently used dropped first — memory stays bounded whatever the traffic.
 //! Durable buffers with the same bounds keep history across restarts beside each
-//! store backend — [`JsonFileHistory`](crate::store::JsonFileHistory), and with their
-//! features `SqliteHistory` and `PostgresHistory` — and
+//! store backend — [`JsonFileChatter`](crate::store::JsonFileChatter), and with their
+//! features `SqliteChatter` and `PostgresChatter` — and
 //! [`SessionManager::connect`](crate::SessionManager::connect) picks the one matching
 //! its URL.
 //!
@@ -68,13 +66,13 @@
 //! budget.
 //!
 //! A session's transcript holds each turn as the model saw it (the prompt after the
-//! inbound pipeline, with group history and system events) and each reply, tool call
+//! inbound pipeline, with group chatter and system events) and each reply, tool call
 //! and tool result. [`transcript_messages`] turns those lines into [`ChatMessage`]s,
 //! starting after the last compaction; [`fit_to_budget`] keeps the newest turns that fit
 //! a token budget, counted by a [`TokenCounter`], with a summary of what was cut.
 //!
 //! ```
-//! use agent_sessions::context::{fit_to_budget, ChatMessage, EstimatedTokens};
+//! use agent_sessions::inbound::{fit_to_budget, ChatMessage, EstimatedTokens};
 //!
 //! let history = vec![
 //!     ChatMessage::user("When is my shift?"),
@@ -96,7 +94,7 @@
 //! Prompt construction: the context stack the session layer adds in front of a message.
 //!
 //! ```
-//! use agent_sessions::context::PromptBuilder;
+//! use agent_sessions::inbound::PromptBuilder;
 //!
 //! let prompt = PromptBuilder::new("When is my next shift?")
 //!     .summary("GOAL: roster questions", Some("2026-03-10T09:00:00Z".parse().unwrap()))
@@ -112,77 +110,25 @@
 //! );
 //! ```
 //!
-//! # Replies
-//!
-//! What the bot sends back: reply payloads from the model's output.
-//!
-//! [`Turn::complete`](crate::manager::Turn::complete) turns the model's outputs into
-//! [`ReplyPayload`]s as OpenClaw does: `[[reply_to_current]]` and `[[reply_to:<id>]]`
-//! directives, `MEDIA:` lines, silence (`NO_REPLY`, `<NO_REPLY>`, `<EMPTY_RESPONSE>`),
-//! heartbeat acknowledgements and texts a messaging tool already sent; the session's
-//! send policy has the last word.
-//!
-//! # Heartbeats
-//!
-//! Heartbeats: the periodic turn in which the agent reads `HEARTBEAT.md` and either acts
-//! or answers `HEARTBEAT_OK`.
-//!
-//! The host schedules heartbeat runs; this module holds the decisions around them that
-//! OpenClaw makes. Before a run: [`is_heartbeat_content_effectively_empty`] — a
-//! `HEARTBEAT.md` with no tasks in it means no model call at all. After it: the reply
-//! goes through [`strip_heartbeat_token`]
-//! in [`HeartbeatMode::Heartbeat`],
-//! where a short acknowledgement is nothing to send.
-//!
-//! ```
-//! use agent_sessions::context::{is_heartbeat_content_effectively_empty, HEARTBEAT_PROMPT};
-//!
-//! let template = "# HEARTBEAT.md\n\n<!-- Add tasks below. -->\n- [ ]\n";
-//! assert!(is_heartbeat_content_effectively_empty(template), "skip the run");
-//! let tasks = "# HEARTBEAT.md\n- [ ] Check the build every morning\n";
-//! assert!(!is_heartbeat_content_effectively_empty(tasks), "run with HEARTBEAT_PROMPT");
-//! assert!(HEARTBEAT_PROMPT.contains("HEARTBEAT_OK"));
-//! ```
-//!
-//! # Where replies go
-//!
-//! Where replies go: OpenClaw's delivery context, normalised and merged.
-//!
-//! An entry keeps its reply route twice, as OpenClaw writes it: in `deliveryContext` and
-//! mirrored in `lastChannel`, `lastTo`, `lastAccountId` and `lastThreadId`. Every change
-//! goes through one function that keeps the two in step.
 
 pub(crate) mod activation;
 pub(crate) mod chat;
-pub(crate) mod delivery;
-pub(crate) mod heartbeat;
-pub(crate) mod history;
-pub(crate) mod inbound;
+pub(crate) mod chatter;
+pub(crate) mod events;
+pub(crate) mod message;
+pub(crate) mod pipeline;
 pub(crate) mod prompt;
-pub(crate) mod reply;
-pub(crate) mod send_policy;
 
 pub use activation::{decide, ActivationDecision, ActivationReason, OwnerChatter};
 pub use chat::{
     fit_to_budget, message_tokens, transcript_messages, ChatMessage, ChatRole, EstimatedTokens,
     TokenCounter, ToolCall,
 };
-pub use delivery::DeliveryRoute;
-pub use heartbeat::{
-    is_heartbeat_content_effectively_empty, is_heartbeat_file_effectively_empty, HEARTBEAT_PROMPT,
-    MAX_HEARTBEAT_FILE_BYTES,
+pub use chatter::{
+    build_chatter_context, format_envelope, ChatterBuffer, ChatterClaim, ChatterEdit, ChatterEntry,
+    EntryEditor, InMemoryChatter,
 };
-pub use history::{
-    build_history_context, format_envelope, EntryEditor, HistoryBuffer, HistoryClaim, HistoryEdit,
-    HistoryEntry, MemoryHistory,
-};
-pub use inbound::{
-    defang, model_body, InboundMessage, PipelineOptions, Sender, SystemEvent, SystemEventQueue,
-    SystemEvents, UNTRUSTED_CONTEXT_HEADER,
-};
+pub use events::{SystemEvent, SystemEventQueue, SystemEvents};
+pub use message::{InboundMessage, Sender};
+pub use pipeline::{defang, model_body, PipelineOptions, UNTRUSTED_CONTEXT_HEADER};
 pub use prompt::PromptBuilder;
-pub use reply::{
-    strip_heartbeat_token, HeartbeatMode, HeartbeatStrip, ReplyDirectives, ReplyOptions,
-    ReplyPayload,
-};
-pub use send_policy::{RuleOrder, SendMatch, SendPolicyConfig, SendRule};

@@ -100,7 +100,7 @@ pub trait TokenCounter: Send + Sync + std::fmt::Debug {
 /// estimate).
 ///
 /// ```
-/// use agent_sessions::context::{EstimatedTokens, TokenCounter};
+/// use agent_sessions::inbound::{EstimatedTokens, TokenCounter};
 ///
 /// assert_eq!(EstimatedTokens.count(""), 0);
 /// assert_eq!(EstimatedTokens.count("hello"), 2);
@@ -742,7 +742,7 @@ mod tests {
 mod doc_examples {
     #[test]
     fn transcript_lines() {
-        use crate::context::chat::{transcript_lines, transcript_messages, ChatMessage, ToolCall};
+        use crate::inbound::chat::{transcript_lines, transcript_messages, ChatMessage, ToolCall};
 
         let mut call = ChatMessage::assistant("");
         call.tool_calls.push(ToolCall {

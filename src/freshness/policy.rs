@@ -10,8 +10,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::entry::SessionEntry;
 use crate::error::{Error, IdKind, Result};
+use crate::freshness::clock::from_millis;
 use crate::key::{normalize_channel, PeerKind, SessionKey};
-use crate::lifecycle::clock::from_millis;
 
 /// The hour of the daily reset when none is configured (OpenClaw: 4, local time).
 pub(crate) const DEFAULT_RESET_AT_HOUR: u8 = 4;
@@ -64,7 +64,7 @@ impl ResetType {
 /// `idleMinutes` fraction is floored. Each correction is logged as a warning.
 ///
 /// ```
-/// use agent_sessions::lifecycle::ResetSpec;
+/// use agent_sessions::freshness::ResetSpec;
 ///
 /// let spec: ResetSpec = serde_json::from_str(r#"{"atHour": 30, "idleMinutes": 90.5}"#)?;
 /// assert_eq!((spec.at_hour, spec.idle_minutes), (Some(23), Some(90)));
@@ -536,7 +536,7 @@ mod tests {
     }
 
     fn ms(text: &str) -> u64 {
-        crate::lifecycle::clock::to_millis(utc(text))
+        crate::freshness::clock::to_millis(utc(text))
     }
 
     #[test]
@@ -885,7 +885,7 @@ mod tests {
 mod doc_examples {
     #[test]
     fn normalize_at_hour() {
-        use crate::lifecycle::freshness::normalize_at_hour;
+        use crate::freshness::policy::normalize_at_hour;
         use serde_json::json;
 
         assert_eq!(normalize_at_hour(&json!(-3)), Some(0));
@@ -897,7 +897,7 @@ mod doc_examples {
 
     #[test]
     fn normalize_idle_minutes() {
-        use crate::lifecycle::freshness::normalize_idle_minutes;
+        use crate::freshness::policy::normalize_idle_minutes;
         use serde_json::json;
 
         assert_eq!(normalize_idle_minutes(&json!(90.9)), Some(90));

@@ -1,13 +1,14 @@
 //! Following one transcript from an offset: every event once, in order, across
-//! processes.
+//! processes — what every follower reads with.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{
-    Offset, SessionEvent, SubscriptionError, TranscriptRef, TranscriptStore, TranscriptSubscription,
-};
 use crate::error::Result;
+use crate::transcript::{
+    Offset, SessionEvent, SubscriptionError, TranscriptRef, TranscriptStore,
+    TranscriptSubscription, DEFAULT_CHUNK_BYTES,
+};
 
 /// A durable feed of one transcript's events from an offset on, whoever appends them.
 ///
@@ -15,47 +16,21 @@ use crate::error::Result;
 /// follower sees every event exactly once and in order — also the events appended by
 /// other processes and those appended while it was not listening. A live update of the
 /// store (an append in this process, or another process's as the store hears it) wakes
-/// it at once; otherwise it looks again every [`poll_interval`](Self::poll_interval),
+/// it at once; otherwise it looks again every `poll_interval`,
 /// which is the longest it takes to see another process's append on a store that cannot
 /// announce them (files and SQLite; PostgreSQL announces them with `NOTIFY`). To resume
-/// after a restart, keep [`position`](Self::position) and start a new follower there.
+/// after a restart, keep `position` and start a new follower there.
 ///
 /// When the transcript is archived (its session was reset or deleted), the follower
-/// reads the rest from the archived copy and then ends: [`next`](Self::next) returns
+/// reads the rest from the archived copy and then ends: `next` returns
 /// `None`. Following a closed session's transcript returns its events and ends.
 ///
-/// ```
-/// use std::sync::Arc;
-/// use agent_sessions::transcript::{
-///     MemoryTranscriptStore, Offset, SessionHeader, TranscriptEntry, TranscriptFollow,
-///     TranscriptRef, TranscriptStore,
-/// };
-/// use agent_sessions::AgentId;
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> agent_sessions::Result<()> {
-/// let store = Arc::new(MemoryTranscriptStore::new());
-/// let transcript = TranscriptRef::new(AgentId::main(), "s1");
-/// let now = chrono::Utc::now();
-/// store.create(&transcript, &SessionHeader::new("s1", now)).await?;
-///
-/// let mut follow = TranscriptFollow::new(store.clone(), transcript.clone(), Offset::START);
-/// store.append(&transcript, vec![TranscriptEntry::user_text("hi", now)]).await?;
-/// let events = follow.next().await?.expect("the session is live");
-/// assert_eq!(events[0].entry.message.as_ref().unwrap().text(), "hi");
-/// // Saved somewhere, this resumes after "hi" on the next run.
-/// let resume_at = follow.position();
-/// # assert!(resume_at > Offset::START);
-/// # Ok(())
-/// # }
-/// ```
-pub struct TranscriptFollow {
+pub(crate) struct TranscriptFollow {
     store: Arc<dyn TranscriptStore>,
     transcript: TranscriptRef,
     position: Offset,
     wake: TranscriptSubscription,
     poll_interval: Duration,
-    chunk_bytes: usize,
     ended: bool,
 }
 
@@ -65,7 +40,6 @@ impl std::fmt::Debug for TranscriptFollow {
             .field("transcript", &self.transcript)
             .field("position", &self.position)
             .field("poll_interval", &self.poll_interval)
-            .field("chunk_bytes", &self.chunk_bytes)
             .finish_non_exhaustive()
     }
 }
@@ -73,7 +47,11 @@ impl std::fmt::Debug for TranscriptFollow {
 impl TranscriptFollow {
     /// Follows `transcript` of `store` from `from` ([`Offset::START`] for everything),
     /// looking again every [`TranscriptStore::follow_interval`] when nothing wakes it.
-    pub fn new(store: Arc<dyn TranscriptStore>, transcript: TranscriptRef, from: Offset) -> Self {
+    pub(crate) fn new(
+        store: Arc<dyn TranscriptStore>,
+        transcript: TranscriptRef,
+        from: Offset,
+    ) -> Self {
         let watched = transcript.clone();
         // Subscribed before the first read, so no append falls between the two.
         let wake = store.subscribe().only(move |update| {
@@ -88,42 +66,33 @@ impl TranscriptFollow {
             position: from,
             wake,
             poll_interval,
-            chunk_bytes: super::DEFAULT_CHUNK_BYTES,
             ended: false,
         }
     }
 
-    /// Reads at most about this many bytes of the transcript at a time (default
-    /// 256 KiB): a follower of a long
-    /// transcript holds one chunk, whatever the transcript's length.
-    pub fn chunk_bytes(mut self, bytes: usize) -> Self {
-        self.chunk_bytes = bytes.max(1);
-        self
-    }
-
     /// Looks again this often when no live update wakes the follower.
-    pub fn poll_interval(mut self, every: Duration) -> Self {
+    pub(crate) fn poll_interval(mut self, every: Duration) -> Self {
         self.poll_interval = every.max(Duration::from_millis(1));
         self
     }
 
     /// The transcript followed.
-    pub fn transcript(&self) -> &TranscriptRef {
+    pub(crate) fn transcript(&self) -> &TranscriptRef {
         &self.transcript
     }
 
     /// Where the next read starts: everything before it has been returned. A follower
     /// started here later returns only what came after.
-    pub fn position(&self) -> Offset {
+    pub(crate) fn position(&self) -> Offset {
         self.position
     }
 
     /// The next events after the last call's (or from the start offset), waiting until
     /// there is at least one; `None` once the transcript was archived and every event of
-    /// it returned. One call returns one chunk at most (see
-    /// [`chunk_bytes`](Self::chunk_bytes)): what is left comes with the next calls. A
+    /// it returned. One call returns one chunk (about 256 KiB of
+    /// the transcript) at most: what is left comes with the next calls. A
     /// transcript that does not exist yet is waited for.
-    pub async fn next(&mut self) -> Result<Option<Vec<SessionEvent>>> {
+    pub(crate) async fn next(&mut self) -> Result<Option<Vec<SessionEvent>>> {
         loop {
             if let Some(events) = self.try_next().await? {
                 return Ok(Some(events));
@@ -141,7 +110,7 @@ impl TranscriptFollow {
     }
 
     /// The events appended since the last call, or `None` without waiting.
-    pub async fn try_next(&mut self) -> Result<Option<Vec<SessionEvent>>> {
+    pub(crate) async fn try_next(&mut self) -> Result<Option<Vec<SessionEvent>>> {
         let events = self.read().await?;
         if events.is_empty() && !self.ended {
             // Nothing new: if the transcript was archived, the rest is in the copy.
@@ -155,7 +124,6 @@ impl TranscriptFollow {
         Ok((!events.is_empty()).then_some(events))
     }
 
-    #[cfg(feature = "http")]
     /// Whether the transcript was archived and the follower reads its last events: once
     /// they are returned, [`next`](Self::next) returns `None`.
     pub(crate) fn is_ended(&self) -> bool {
@@ -165,7 +133,7 @@ impl TranscriptFollow {
     async fn read(&mut self) -> Result<Vec<SessionEvent>> {
         let read = self
             .store
-            .read_chunk(&self.transcript, self.position, self.chunk_bytes)
+            .read_chunk(&self.transcript, self.position, DEFAULT_CHUNK_BYTES)
             .await?;
         self.position = self.position.max(read.next);
         Ok(read.events)

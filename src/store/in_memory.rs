@@ -16,14 +16,14 @@ use crate::key::SessionKey;
 
 /// A [`SessionStore`] in memory: fast, atomic per key, gone when the process ends.
 ///
-/// Cloning a `MemoryStore` is cheap and yields a handle to the same sessions.
+/// Cloning a `InMemoryStore` is cheap and yields a handle to the same sessions.
 ///
 /// ```
 /// use agent_sessions::prelude::*;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> agent_sessions::Result<()> {
-/// let store = MemoryStore::new();
+/// let store = InMemoryStore::new();
 /// let key = SessionKey::parse("agent:main:main")?;
 /// store.put(&key, SessionEntry::new_session(1)).await?;
 /// assert!(store.get(&key).await?.is_some());
@@ -31,7 +31,7 @@ use crate::key::SessionKey;
 /// # }
 /// ```
 #[derive(Debug, Clone, Default)]
-pub struct MemoryStore {
+pub struct InMemoryStore {
     sessions: std::sync::Arc<Mutex<Sessions>>,
 }
 
@@ -75,10 +75,10 @@ impl Sessions {
     }
 }
 
-impl MemoryStore {
+impl InMemoryStore {
     /// An empty store.
     pub fn new() -> Self {
-        MemoryStore::default()
+        InMemoryStore::default()
     }
 
     fn sessions(&self) -> MutexGuard<'_, Sessions> {
@@ -89,7 +89,7 @@ impl MemoryStore {
 }
 
 #[async_trait]
-impl SessionStore for MemoryStore {
+impl SessionStore for InMemoryStore {
     async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
         Ok(self.sessions().live.get(key).map(|slot| StoredSession {
             key: key.clone(),
@@ -182,7 +182,7 @@ impl SessionStore for MemoryStore {
 }
 
 #[async_trait]
-impl crate::store::MultiKeyStore for MemoryStore {
+impl crate::store::MultiKeyStore for InMemoryStore {
     async fn apply_many(
         &self,
         keys: &[SessionKey],
@@ -192,7 +192,7 @@ impl crate::store::MultiKeyStore for MemoryStore {
     }
 }
 
-impl MemoryStore {
+impl InMemoryStore {
     async fn apply_in_span(
         &self,
         key: &SessionKey,

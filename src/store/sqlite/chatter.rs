@@ -1,4 +1,4 @@
-//! [`SqliteHistory`]: group history in the `group_history` table of a [`SqliteStore`],
+//! [`SqliteChatter`]: group chatter in the `group_history` table of a [`SqliteStore`],
 //! so it survives a restart and is shared by every process using the file.
 
 use std::time::Duration;
@@ -7,23 +7,23 @@ use async_trait::async_trait;
 use rusqlite::{params, Connection};
 
 use super::{db_error, SqliteStore};
-use crate::context::history::{
-    entry_message_id, legacy_group_history_key, EntryEditor, HistoryBuffer, HistoryClaim,
-    HistoryEdit, HistoryEntry, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
-};
 use crate::error::Result;
+use crate::inbound::chatter::{
+    entry_message_id, legacy_chatter_key, ChatterBuffer, ChatterClaim, ChatterEdit, ChatterEntry,
+    EntryEditor, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
+};
 use crate::store::sql::{
     history_bound, history_time_from_i64, history_time_to_i64, parse_claims, seen_window,
 };
 
-/// Group history kept in the database of a [`SqliteStore`], with the same bounds as
-/// [`MemoryHistory`](crate::context::history::MemoryHistory): at most 50 entries a
+/// Group chatter kept in the database of a [`SqliteStore`], with the same bounds as
+/// [`InMemoryChatter`](crate::inbound::chatter::InMemoryChatter): at most 50 entries a
 /// group (the oldest dropped first) and 1,000 groups (the group appended to least
 /// recently dropped first).
 ///
 /// Each call is one transaction: an append writes the entry, trims the group and, when
 /// the group is new, drops the groups beyond the bound, all under the database's write
-/// lock; [`take`](HistoryBuffer::take) reads and deletes the group's entries in one
+/// lock; [`take`](ChatterBuffer::take) reads and deletes the group's entries in one
 /// transaction, so an entry another process appends meanwhile is either returned or
 /// kept, never lost and never returned twice. Entries keep their sender, body,
 /// timestamp and message id, in the order they were appended. This is what
@@ -31,41 +31,41 @@ use crate::store::sql::{
 /// store.
 ///
 /// ```
-/// use agent_sessions::context::{HistoryBuffer, HistoryEntry};
-/// use agent_sessions::store::{SqliteHistory, SqliteStore};
+/// use agent_sessions::inbound::{ChatterBuffer, ChatterEntry};
+/// use agent_sessions::store::{SqliteChatter, SqliteStore};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> agent_sessions::Result<()> {
 /// # let dir = tempfile::tempdir().unwrap();
 /// let file = dir.path().join("sessions.db");
-/// let history = SqliteHistory::new(&SqliteStore::open(&file)?);
-/// let entry = HistoryEntry { sender: "Ann".into(), body: "lunch?".into(), timestamp: Some(1_770_000_000_000), message_id: Some("m1".into()), sender_id: None };
+/// let history = SqliteChatter::new(&SqliteStore::open(&file)?);
+/// let entry = ChatterEntry { sender: "Ann".into(), body: "lunch?".into(), timestamp: Some(1_770_000_000_000), message_id: Some("m1".into()), sender_id: None };
 /// history.append("whatsapp:default:group:120363@g.us", entry.clone()).await?;
 ///
 /// // Another process, or this one after a restart, sees it.
-/// let again = SqliteHistory::new(&SqliteStore::open(&file)?);
+/// let again = SqliteChatter::new(&SqliteStore::open(&file)?);
 /// assert_eq!(again.take("whatsapp:default:group:120363@g.us").await?, [entry]);
 /// assert!(again.entries("whatsapp:default:group:120363@g.us").await?.is_empty());
 /// # Ok(())
 /// # }
 /// ```
 #[derive(Debug, Clone)]
-pub struct SqliteHistory {
+pub struct SqliteChatter {
     store: SqliteStore,
     limit: usize,
     max_keys: usize,
 }
 
-impl SqliteHistory {
-    /// Group history in `store`'s database, with OpenClaw's bounds.
+impl SqliteChatter {
+    /// Group chatter in `store`'s database, with OpenClaw's bounds.
     pub fn new(store: &SqliteStore) -> Self {
-        SqliteHistory::with_limits(store, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS)
+        SqliteChatter::with_limits(store, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS)
     }
 
     /// At most `limit` entries per group (0 keeps nothing) and `max_keys` groups (at
     /// least 1).
     pub fn with_limits(store: &SqliteStore, limit: usize, max_keys: usize) -> Self {
-        SqliteHistory {
+        SqliteChatter {
             store: store.clone(),
             limit,
             max_keys: max_keys.max(1),
@@ -74,16 +74,16 @@ impl SqliteHistory {
 }
 
 /// The group's unclaimed entries, or those of claim `claim_id`, oldest first.
-fn read_group(c: &Connection, key: &str, claim_id: Option<&str>) -> Result<Vec<HistoryEntry>> {
+fn read_group(c: &Connection, key: &str, claim_id: Option<&str>) -> Result<Vec<ChatterEntry>> {
     let mut statement = c
         .prepare_cached(
             "SELECT sender, body, at, message_id, sender_id FROM group_history
              WHERE group_key = ?1 AND claim_id IS ?2 ORDER BY id",
         )
-        .map_err(db_error("read group history"))?;
+        .map_err(db_error("read group chatter"))?;
     let rows = statement
         .query_map(params![key, claim_id], |row| {
-            Ok(HistoryEntry {
+            Ok(ChatterEntry {
                 sender: row.get(0)?,
                 body: row.get(1)?,
                 timestamp: row.get::<_, Option<i64>>(2)?.map(history_time_from_i64),
@@ -91,25 +91,25 @@ fn read_group(c: &Connection, key: &str, claim_id: Option<&str>) -> Result<Vec<H
                 sender_id: row.get(4)?,
             })
         })
-        .map_err(db_error("read group history"))?;
+        .map_err(db_error("read group chatter"))?;
     rows.collect::<rusqlite::Result<Vec<_>>>()
-        .map_err(db_error("read group history"))
+        .map_err(db_error("read group chatter"))
 }
 
 fn delete_group(c: &Connection, key: &str) -> Result<()> {
     c.prepare_cached("DELETE FROM group_history WHERE group_key = ?1")
         .and_then(|mut statement| statement.execute([key]))
-        .map_err(db_error("clear group history"))?;
+        .map_err(db_error("clear group chatter"))?;
     Ok(())
 }
 
 /// Files what was kept under the group's key from before history was per agent under
 /// its key.
 fn adopt_legacy(tx: &Connection, key: &str) -> Result<()> {
-    if let Some(legacy) = legacy_group_history_key(key) {
+    if let Some(legacy) = legacy_chatter_key(key) {
         tx.prepare_cached("UPDATE group_history SET group_key = ?1 WHERE group_key = ?2")
             .and_then(|mut statement| statement.execute([key, legacy]))
-            .map_err(db_error("adopt group history"))?;
+            .map_err(db_error("adopt group chatter"))?;
     }
     Ok(())
 }
@@ -119,7 +119,7 @@ fn adopt_legacy(tx: &Connection, key: &str) -> Result<()> {
 fn append_in(
     tx: &Connection,
     key: &str,
-    entry: &HistoryEntry,
+    entry: &ChatterEntry,
     limit: i64,
     max_keys: i64,
 ) -> Result<()> {
@@ -129,7 +129,7 @@ fn append_in(
             [key],
             |row| row.get(0),
         )
-        .map_err(db_error("read group history"))?;
+        .map_err(db_error("read group chatter"))?;
     tx.prepare_cached(
         "INSERT INTO group_history (group_key, sender, body, at, message_id, sender_id)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -144,7 +144,7 @@ fn append_in(
             entry.sender_id
         ])
     })
-    .map_err(db_error("append group history"))?;
+    .map_err(db_error("append group chatter"))?;
     // The group keeps its `limit` newest unclaimed entries.
     tx.prepare_cached(
         "DELETE FROM group_history WHERE group_key = ?1 AND claim_id IS NULL
@@ -153,7 +153,7 @@ fn append_in(
              ORDER BY id DESC LIMIT 1 OFFSET ?2)",
     )
     .and_then(|mut statement| statement.execute(params![key, limit]))
-    .map_err(db_error("trim group history"))?;
+    .map_err(db_error("trim group chatter"))?;
     // A new group may push the least recently appended ones out.
     if !existed {
         tx.prepare_cached(
@@ -162,13 +162,13 @@ fn append_in(
                  ORDER BY MAX(id) DESC LIMIT -1 OFFSET ?1)",
         )
         .and_then(|mut statement| statement.execute([max_keys]))
-        .map_err(db_error("evict group history"))?;
+        .map_err(db_error("evict group chatter"))?;
     }
     Ok(())
 }
 
 #[async_trait]
-impl HistoryBuffer for SqliteHistory {
+impl ChatterBuffer for SqliteChatter {
     async fn edit_entries(&self, edit: EntryEditor<'_>) -> Result<usize> {
         let rows = self
             .store
@@ -177,13 +177,13 @@ impl HistoryBuffer for SqliteHistory {
                     .prepare(
                         "SELECT id, sender, body, at, message_id, sender_id, group_key FROM group_history",
                     )
-                    .map_err(db_error("read group history"))?;
+                    .map_err(db_error("read group chatter"))?;
                 let rows = statement
                     .query_map([], |row| {
                         Ok((
                             row.get::<_, i64>(0)?,
                             row.get::<_, String>(6)?,
-                            HistoryEntry {
+                            ChatterEntry {
                                 sender: row.get(1)?,
                                 body: row.get(2)?,
                                 timestamp: row.get::<_, Option<i64>>(3)?.map(history_time_from_i64),
@@ -192,15 +192,15 @@ impl HistoryBuffer for SqliteHistory {
                             },
                         ))
                     })
-                    .map_err(db_error("read group history"))?;
+                    .map_err(db_error("read group chatter"))?;
                 rows.collect::<rusqlite::Result<Vec<_>>>()
-                    .map_err(db_error("read group history"))
+                    .map_err(db_error("read group chatter"))
             })
             .await?;
-        let decisions: Vec<(i64, HistoryEntry, HistoryEdit)> = rows
+        let decisions: Vec<(i64, ChatterEntry, ChatterEdit)> = rows
             .into_iter()
             .filter_map(|(id, group, entry)| match edit(&group, &entry) {
-                HistoryEdit::Keep => None,
+                ChatterEdit::Keep => None,
                 decision => Some((id, entry, decision)),
             })
             .collect();
@@ -214,11 +214,11 @@ impl HistoryBuffer for SqliteHistory {
                     // Only the row as it was judged (a row is never changed in place
                     // otherwise, but a claim may have taken it meanwhile).
                     changed += match decision {
-                        HistoryEdit::Keep => Ok(0),
-                        HistoryEdit::Remove => tx
+                        ChatterEdit::Keep => Ok(0),
+                        ChatterEdit::Remove => tx
                             .prepare_cached("DELETE FROM group_history WHERE id = ?1 AND body = ?2")
                             .and_then(|mut s| s.execute(params![id, before.body])),
-                        HistoryEdit::Replace(after) => tx
+                        ChatterEdit::Replace(after) => tx
                             .prepare_cached(
                                 "UPDATE group_history SET sender = ?3, body = ?4, sender_id = ?5
                                  WHERE id = ?1 AND body = ?2",
@@ -233,14 +233,14 @@ impl HistoryBuffer for SqliteHistory {
                                 ])
                             }),
                     }
-                    .map_err(db_error("erase from group history"))?;
+                    .map_err(db_error("erase from group chatter"))?;
                 }
                 Ok(changed)
             })
             .await
     }
 
-    async fn append(&self, key: &str, entry: HistoryEntry) -> Result<()> {
+    async fn append(&self, key: &str, entry: ChatterEntry) -> Result<()> {
         if self.limit == 0 {
             return Ok(());
         }
@@ -254,7 +254,7 @@ impl HistoryBuffer for SqliteHistory {
             .await
     }
 
-    async fn append_once(&self, key: &str, entry: HistoryEntry, window: Duration) -> Result<bool> {
+    async fn append_once(&self, key: &str, entry: ChatterEntry, window: Duration) -> Result<bool> {
         if self.limit == 0 {
             return Ok(true);
         }
@@ -267,14 +267,14 @@ impl HistoryBuffer for SqliteHistory {
                     let (now, since) = seen_window(&entry, window);
                     tx.prepare_cached("DELETE FROM group_history_seen WHERE at < ?1")
                         .and_then(|mut statement| statement.execute([since]))
-                        .map_err(db_error("forget group history message ids"))?;
+                        .map_err(db_error("forget group chatter message ids"))?;
                     let new = tx
                         .prepare_cached(
                             "INSERT OR IGNORE INTO group_history_seen (group_key, message_id, at)
                              VALUES (?1, ?2, ?3)",
                         )
                         .and_then(|mut statement| statement.execute(params![key, id, now]))
-                        .map_err(db_error("remember a group history message id"))?;
+                        .map_err(db_error("remember a group chatter message id"))?;
                     if new == 0 {
                         return Ok(false);
                     }
@@ -285,7 +285,7 @@ impl HistoryBuffer for SqliteHistory {
             .await
     }
 
-    async fn entries(&self, key: &str) -> Result<Vec<HistoryEntry>> {
+    async fn entries(&self, key: &str) -> Result<Vec<ChatterEntry>> {
         let key = key.to_owned();
         self.store.read(move |c| read_group(c, &key, None)).await
     }
@@ -298,7 +298,7 @@ impl HistoryBuffer for SqliteHistory {
         self.store.write(move |tx| delete_group(tx, &key)).await
     }
 
-    async fn take(&self, key: &str) -> Result<Vec<HistoryEntry>> {
+    async fn take(&self, key: &str) -> Result<Vec<ChatterEntry>> {
         let key = key.to_owned();
         self.store
             .write(move |tx| {
@@ -309,7 +309,7 @@ impl HistoryBuffer for SqliteHistory {
                         "DELETE FROM group_history WHERE group_key = ?1 AND claim_id IS NULL",
                     )
                     .and_then(|mut statement| statement.execute([&key]))
-                    .map_err(db_error("take group history"))?;
+                    .map_err(db_error("take group chatter"))?;
                 }
                 Ok(entries)
             })
@@ -319,12 +319,12 @@ impl HistoryBuffer for SqliteHistory {
     async fn claim(
         &self,
         key: &str,
-        claim: &HistoryClaim,
+        claim: &ChatterClaim,
         take_over: &[String],
-    ) -> Result<Vec<HistoryEntry>> {
+    ) -> Result<Vec<ChatterEntry>> {
         let key = key.to_owned();
         let record = serde_json::to_string(claim)
-            .map_err(|e| crate::Error::encode("a claim of group history", e))?;
+            .map_err(|e| crate::Error::encode("a claim of group chatter", e))?;
         let id = claim.id.clone();
         let take_over = serde_json::Value::from(take_over.to_vec()).to_string();
         self.store
@@ -336,13 +336,13 @@ impl HistoryBuffer for SqliteHistory {
                      AND (claim_id IS NULL OR claim_id IN (SELECT value FROM json_each(?4)))",
                 )
                 .and_then(|mut statement| statement.execute(params![id, record, key, take_over]))
-                .map_err(db_error("claim group history"))?;
+                .map_err(db_error("claim group chatter"))?;
                 read_group(tx, &key, Some(&id))
             })
             .await
     }
 
-    async fn claims(&self, key: &str) -> Result<Vec<HistoryClaim>> {
+    async fn claims(&self, key: &str) -> Result<Vec<ChatterClaim>> {
         let key = key.to_owned();
         let records = self
             .store
@@ -353,12 +353,12 @@ impl HistoryBuffer for SqliteHistory {
                          WHERE group_key = ?1 AND claim_id IS NOT NULL
                          GROUP BY claim_id ORDER BY MIN(id)",
                     )
-                    .map_err(db_error("read group history claims"))?;
+                    .map_err(db_error("read group chatter claims"))?;
                 let rows = statement
                     .query_map([&key], |row| Ok((row.get(0)?, row.get(1)?)))
-                    .map_err(db_error("read group history claims"))?;
+                    .map_err(db_error("read group chatter claims"))?;
                 rows.collect::<rusqlite::Result<Vec<_>>>()
-                    .map_err(db_error("read group history claims"))
+                    .map_err(db_error("read group chatter claims"))
             })
             .await?;
         Ok(parse_claims(records))
@@ -372,13 +372,13 @@ impl HistoryBuffer for SqliteHistory {
                     "DELETE FROM group_history WHERE group_key = ?1 AND claim_id = ?2",
                 )
                 .and_then(|mut statement| statement.execute([&key, &claim_id]))
-                .map_err(db_error("settle group history"))?;
+                .map_err(db_error("settle group chatter"))?;
                 Ok(())
             })
             .await
     }
 
-    async fn release(&self, key: &str, claim_id: &str, _: Vec<HistoryEntry>) -> Result<()> {
+    async fn release(&self, key: &str, claim_id: &str, _: Vec<ChatterEntry>) -> Result<()> {
         let (key, claim_id) = (key.to_owned(), claim_id.to_owned());
         self.store
             .write(move |tx| {
@@ -387,7 +387,7 @@ impl HistoryBuffer for SqliteHistory {
                      WHERE group_key = ?1 AND claim_id = ?2",
                 )
                 .and_then(|mut statement| statement.execute([&key, &claim_id]))
-                .map_err(db_error("release group history"))?;
+                .map_err(db_error("release group chatter"))?;
                 Ok(())
             })
             .await

@@ -84,7 +84,7 @@ pub struct HeartbeatStrip {
 /// an acknowledgement, not a message.
 ///
 /// ```
-/// use agent_sessions::context::{strip_heartbeat_token, HeartbeatMode};
+/// use agent_sessions::reply::{strip_heartbeat_token, HeartbeatMode};
 ///
 /// let message = strip_heartbeat_token("All good. **HEARTBEAT_OK**", HeartbeatMode::Message, 300);
 /// assert_eq!((message.text.as_str(), message.should_skip), ("All good.", false));
@@ -778,7 +778,7 @@ mod tests {
 mod doc_examples {
     #[test]
     fn strip_silence() {
-        use crate::context::reply::{strip_silence_token, SILENT_REPLY_TOKEN};
+        use crate::reply::payload::{strip_silence_token, SILENT_REPLY_TOKEN};
         let strip_silence = |text| strip_silence_token(text, SILENT_REPLY_TOKEN);
 
         assert_eq!(strip_silence("<NO_REPLY>"), None);
@@ -807,7 +807,7 @@ mod doc_examples {
 
     #[test]
     fn strip_silence_token() {
-        use crate::context::reply::strip_silence_token;
+        use crate::reply::payload::strip_silence_token;
 
         assert_eq!(strip_silence_token("SKIP", "SKIP"), None);
         assert_eq!(
@@ -823,7 +823,7 @@ mod doc_examples {
 
     #[test]
     fn reply_payloads_follow_directives_and_silence() {
-        use crate::context::reply::{build_reply_payloads, ReplyOptions, ReplyPayload};
+        use crate::reply::payload::{build_reply_payloads, ReplyOptions, ReplyPayload};
 
         let raw = vec![ReplyPayload::text(
             "[[reply_to_current]] Done!\nMEDIA: https://cdn.example.com/report.pdf",

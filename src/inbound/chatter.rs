@@ -1,4 +1,4 @@
-//! Group history: what was said in a group since the agent last replied (documented in the parent module).
+//! Group chatter: what was said in a group since the agent last replied (documented in the parent module).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -9,8 +9,8 @@ use chrono::{DateTime, Utc};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
-use crate::context::inbound::pipeline::{CURRENT_MESSAGE_MARKER, HISTORY_CONTEXT_MARKER};
 use crate::error::Result;
+use crate::inbound::pipeline::{CURRENT_MESSAGE_MARKER, HISTORY_CONTEXT_MARKER};
 use crate::key::{normalize_account_id, normalize_channel};
 
 /// Entries kept per group (OpenClaw's `DEFAULT_GROUP_HISTORY_LIMIT`).
@@ -18,10 +18,10 @@ pub(crate) const DEFAULT_GROUP_HISTORY_LIMIT: usize = 50;
 /// Groups kept (OpenClaw's `MAX_HISTORY_KEYS`).
 pub(crate) const MAX_HISTORY_KEYS: usize = 1000;
 
-/// One message of group history.
+/// One message of group chatter.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct HistoryEntry {
+pub struct ChatterEntry {
     /// Who said it (a display label).
     pub sender: String,
     /// What they said (already through the inbound pipeline).
@@ -41,40 +41,40 @@ pub struct HistoryEntry {
     pub sender_id: Option<String>,
 }
 
-/// What [`HistoryBuffer::edit_entries`] does with one entry.
+/// What [`ChatterBuffer::edit_entries`] does with one entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HistoryEdit {
+pub enum ChatterEdit {
     /// Leave it as it is.
     Keep,
     /// Remove it.
     Remove,
     /// Put this entry in its place.
-    Replace(HistoryEntry),
+    Replace(ChatterEntry),
 }
 
-/// The function [`HistoryBuffer::edit_entries`] applies to every entry, given the
+/// The function [`ChatterBuffer::edit_entries`] applies to every entry, given the
 /// entry's group key (`agent:<agentId>:<channel>:<account>:<kind>:<id>`; a very long
 /// key may reach it cut short, its beginning kept) and the entry.
-pub type EntryEditor<'a> = &'a (dyn Fn(&str, &HistoryEntry) -> HistoryEdit + Send + Sync);
+pub type EntryEditor<'a> = &'a (dyn Fn(&str, &ChatterEntry) -> ChatterEdit + Send + Sync);
 
-/// A turn's hold on the group history it is about to show the model.
+/// A turn's hold on the group chatter it is about to show the model.
 ///
-/// [`SessionManager::turn`](crate::SessionManager::turn) takes a group's history in
+/// [`SessionManager::turn`](crate::SessionManager::turn) takes a group's chatter in
 /// three steps, so that every line reaches exactly one model input whatever fails or
-/// crashes: it *claims* the lines ([`HistoryBuffer::claim`]: they stay stored, marked
+/// crashes: it *claims* the lines ([`ChatterBuffer::claim`]: they stay stored, marked
 /// with the claim), logs the inbound message that carries them in the session's
 /// transcript, a line whose id is the claim's id, and then *settles* the claim
-/// ([`HistoryBuffer::settle`]: the lines leave the buffer). A turn that fails before its
+/// ([`ChatterBuffer::settle`]: the lines leave the buffer). A turn that fails before its
 /// line is logged *releases* the claim: the lines are there for the next turn. A claim
 /// whose holder died is looked up by the next turn in the transcript it names: if its
 /// line is there the claim is settled, else its lines are taken over.
 ///
 /// A buffer stores a claim as it is given and returns it from
-/// [`claims`](HistoryBuffer::claims); the fields other than the id mean something only
+/// [`claims`](ChatterBuffer::claims); the fields other than the id mean something only
 /// to the manager.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct HistoryClaim {
+pub struct ChatterClaim {
     /// The claim's id, unique: the id of the transcript line that carries its entries.
     pub id: String,
     /// Who holds the claim (a process, and where it runs).
@@ -85,31 +85,31 @@ pub struct HistoryClaim {
     pub at: u64,
 }
 
-/// Where group history is kept.
+/// Where group chatter is kept.
 ///
 /// A buffer keeps, per group, the entries not yet shown to the model, oldest first;
 /// [`take`](Self::take) is the simple way to show them, and the claim methods
 /// ([`claim`](Self::claim), [`settle`](Self::settle), [`release`](Self::release),
 /// [`claims`](Self::claims)) are how a turn shows them exactly once (see
-/// [`HistoryClaim`]). The claim methods have defaults built on the others, so a host's
+/// [`ChatterClaim`]). The claim methods have defaults built on the others, so a host's
 /// own buffer needs only `append`, `entries` and `clear` — it then gives up the
 /// guarantee across crashes: its claim is a `take`, and a failed turn appends the lines
 /// back at the end. The crate's buffers implement them all.
 #[async_trait]
-pub trait HistoryBuffer: Send + Sync {
+pub trait ChatterBuffer: Send + Sync {
     /// Adds `entry` to the group `key`, dropping the oldest unclaimed entries beyond the
     /// buffer's limit. `Ok` means the entry is kept (durably, for a durable buffer).
-    async fn append(&self, key: &str, entry: HistoryEntry) -> Result<()>;
+    async fn append(&self, key: &str, entry: ChatterEntry) -> Result<()>;
     /// The group's entries no turn has claimed, oldest first.
-    async fn entries(&self, key: &str) -> Result<Vec<HistoryEntry>>;
+    async fn entries(&self, key: &str) -> Result<Vec<ChatterEntry>>;
     /// Forgets the group's entries, claimed or not. With history off (a limit of 0) the
     /// crate's buffers leave what they hold, as OpenClaw's `clearHistoryEntriesIfEnabled`
-    /// does: a group's history outlives a spell of history being off.
+    /// does: a group's chatter outlives a spell of history being off.
     async fn clear(&self, key: &str) -> Result<()>;
     /// The group's unclaimed entries, oldest first, forgetting them. An entry appended
     /// meanwhile is either returned or kept, never lost — implementations make this
     /// one atomic step (the default, `entries` then `clear`, is not).
-    async fn take(&self, key: &str) -> Result<Vec<HistoryEntry>> {
+    async fn take(&self, key: &str) -> Result<Vec<ChatterEntry>> {
         let entries = self.entries(key).await?;
         self.clear(key).await?;
         Ok(entries)
@@ -121,7 +121,7 @@ pub trait HistoryBuffer: Send + Sync {
     /// blank one, is always appended. The crate's buffers check and append in one
     /// atomic step, remembering the ids of entries taken or claimed since; the default
     /// looks only at the entries still kept.
-    async fn append_once(&self, key: &str, entry: HistoryEntry, window: Duration) -> Result<bool> {
+    async fn append_once(&self, key: &str, entry: ChatterEntry, window: Duration) -> Result<bool> {
         let _ = window;
         if let Some(id) = entry_message_id(&entry) {
             let kept = self.entries(key).await?;
@@ -140,15 +140,15 @@ pub trait HistoryBuffer: Send + Sync {
     async fn claim(
         &self,
         key: &str,
-        claim: &HistoryClaim,
+        claim: &ChatterClaim,
         take_over: &[String],
-    ) -> Result<Vec<HistoryEntry>> {
+    ) -> Result<Vec<ChatterEntry>> {
         let _ = (claim, take_over);
         self.take(key).await
     }
 
     /// The claims of the group that are neither settled nor released.
-    async fn claims(&self, key: &str) -> Result<Vec<HistoryClaim>> {
+    async fn claims(&self, key: &str) -> Result<Vec<ChatterClaim>> {
         let _ = key;
         Ok(Vec::new())
     }
@@ -162,7 +162,7 @@ pub trait HistoryBuffer: Send + Sync {
     /// Gives the entries of claim `claim_id` back to the group, before its unclaimed
     /// entries: the turn that claimed them did not log them. `entries` are what
     /// [`claim`](Self::claim) returned, for buffers that did not keep them.
-    async fn release(&self, key: &str, claim_id: &str, entries: Vec<HistoryEntry>) -> Result<()> {
+    async fn release(&self, key: &str, claim_id: &str, entries: Vec<ChatterEntry>) -> Result<()> {
         let _ = claim_id;
         for entry in entries {
             self.append(key, entry).await?;
@@ -180,20 +180,20 @@ pub trait HistoryBuffer: Send + Sync {
     async fn edit_entries(&self, edit: EntryEditor<'_>) -> Result<usize> {
         let _ = edit;
         Err(crate::Error::NotConfigured {
-            what: "erasing from this group-history buffer (HistoryBuffer::edit_entries)",
+            what: "erasing from this group-history buffer (ChatterBuffer::edit_entries)",
         })
     }
 }
 
 /// An `Arc` of a history buffer is a history buffer: a host keeps one handle (to change
-/// a [`MemoryHistory`]'s limit at run time) and gives the manager another.
+/// a [`InMemoryChatter`]'s limit at run time) and gives the manager another.
 #[async_trait]
-impl<T: HistoryBuffer + ?Sized> HistoryBuffer for Arc<T> {
-    async fn append(&self, key: &str, entry: HistoryEntry) -> Result<()> {
+impl<T: ChatterBuffer + ?Sized> ChatterBuffer for Arc<T> {
+    async fn append(&self, key: &str, entry: ChatterEntry) -> Result<()> {
         (**self).append(key, entry).await
     }
 
-    async fn entries(&self, key: &str) -> Result<Vec<HistoryEntry>> {
+    async fn entries(&self, key: &str) -> Result<Vec<ChatterEntry>> {
         (**self).entries(key).await
     }
 
@@ -201,24 +201,24 @@ impl<T: HistoryBuffer + ?Sized> HistoryBuffer for Arc<T> {
         (**self).clear(key).await
     }
 
-    async fn take(&self, key: &str) -> Result<Vec<HistoryEntry>> {
+    async fn take(&self, key: &str) -> Result<Vec<ChatterEntry>> {
         (**self).take(key).await
     }
 
-    async fn append_once(&self, key: &str, entry: HistoryEntry, window: Duration) -> Result<bool> {
+    async fn append_once(&self, key: &str, entry: ChatterEntry, window: Duration) -> Result<bool> {
         (**self).append_once(key, entry, window).await
     }
 
     async fn claim(
         &self,
         key: &str,
-        claim: &HistoryClaim,
+        claim: &ChatterClaim,
         take_over: &[String],
-    ) -> Result<Vec<HistoryEntry>> {
+    ) -> Result<Vec<ChatterEntry>> {
         (**self).claim(key, claim, take_over).await
     }
 
-    async fn claims(&self, key: &str) -> Result<Vec<HistoryClaim>> {
+    async fn claims(&self, key: &str) -> Result<Vec<ChatterClaim>> {
         (**self).claims(key).await
     }
 
@@ -226,7 +226,7 @@ impl<T: HistoryBuffer + ?Sized> HistoryBuffer for Arc<T> {
         (**self).settle(key, claim_id).await
     }
 
-    async fn release(&self, key: &str, claim_id: &str, entries: Vec<HistoryEntry>) -> Result<()> {
+    async fn release(&self, key: &str, claim_id: &str, entries: Vec<ChatterEntry>) -> Result<()> {
         (**self).release(key, claim_id, entries).await
     }
 
@@ -235,16 +235,16 @@ impl<T: HistoryBuffer + ?Sized> HistoryBuffer for Arc<T> {
     }
 }
 
-/// The in-memory [`HistoryBuffer`]: a FIFO per group, LRU over groups.
+/// The in-memory [`ChatterBuffer`]: a FIFO per group, LRU over groups.
 ///
 /// ```
-/// use agent_sessions::context::{HistoryBuffer, HistoryEntry, MemoryHistory};
+/// use agent_sessions::inbound::{ChatterBuffer, ChatterEntry, InMemoryChatter};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> agent_sessions::Result<()> {
-/// let history = MemoryHistory::new(2, 100);
+/// let history = InMemoryChatter::new(2, 100);
 /// for body in ["one", "two", "three"] {
-///     let entry = HistoryEntry { sender: "Alice".into(), body: body.into(), timestamp: None, message_id: None, sender_id: None };
+///     let entry = ChatterEntry { sender: "Alice".into(), body: body.into(), timestamp: None, message_id: None, sender_id: None };
 ///     history.append("whatsapp:default:group:120363@g.us", entry).await?;
 /// }
 /// let kept: Vec<String> = history.entries("whatsapp:default:group:120363@g.us").await?
@@ -255,28 +255,28 @@ impl<T: HistoryBuffer + ?Sized> HistoryBuffer for Arc<T> {
 /// ```
 ///
 /// The per-group limit can change while the buffer is in use, as OpenClaw applies a
-/// reloaded `historyLimit`: see [`MemoryHistory::set_limit`].
+/// reloaded `historyLimit`: see [`InMemoryChatter::set_limit`].
 #[derive(Debug)]
-pub struct MemoryHistory {
+pub struct InMemoryChatter {
     max_keys: usize,
-    state: Mutex<HistoryState>,
+    state: Mutex<ChatterState>,
 }
 
 /// The limit and the groups, under one lock: an append never sees a limit that is
 /// being changed half-way.
 #[derive(Debug)]
-struct HistoryState {
+struct ChatterState {
     limit: usize,
     groups: IndexMap<String, GroupHistory>,
 }
 
-/// One group's history: the entries no turn has claimed, oldest first, and the claimed
-/// ones by claim. What [`MemoryHistory`] keeps per group, and what a
-/// [`JsonFileHistory`](crate::store::JsonFileHistory) file holds.
+/// One group's chatter: the entries no turn has claimed, oldest first, and the claimed
+/// ones by claim. What [`InMemoryChatter`] keeps per group, and what a
+/// [`JsonFileChatter`](crate::store::JsonFileChatter) file holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct GroupHistory {
     /// The unclaimed entries, oldest first.
-    pub(crate) entries: VecDeque<HistoryEntry>,
+    pub(crate) entries: VecDeque<ChatterEntry>,
     /// The claimed entries, by claim, in claim order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) claimed: Vec<ClaimedEntries>,
@@ -296,7 +296,7 @@ pub(crate) struct SeenMessage {
 pub(crate) const MAX_SEEN_PER_GROUP: usize = 500;
 
 /// The message id of `entry`, unless it has none or a blank one.
-pub(crate) fn entry_message_id(entry: &HistoryEntry) -> Option<&str> {
+pub(crate) fn entry_message_id(entry: &ChatterEntry) -> Option<&str> {
     entry
         .message_id
         .as_deref()
@@ -306,13 +306,13 @@ pub(crate) fn entry_message_id(entry: &HistoryEntry) -> Option<&str> {
 /// The entries of one claim.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct ClaimedEntries {
-    pub(crate) claim: HistoryClaim,
-    pub(crate) entries: Vec<HistoryEntry>,
+    pub(crate) claim: ChatterClaim,
+    pub(crate) entries: Vec<ChatterEntry>,
 }
 
 impl GroupHistory {
     /// Appends `entry`, keeping the `limit` newest unclaimed entries.
-    pub(crate) fn append(&mut self, entry: HistoryEntry, limit: usize) {
+    pub(crate) fn append(&mut self, entry: ChatterEntry, limit: usize) {
         self.entries.push_back(entry);
         self.trim(limit);
     }
@@ -325,10 +325,10 @@ impl GroupHistory {
     }
 
     /// [`append`](Self::append), unless the group kept an entry with the same message
-    /// id within `window` (see [`HistoryBuffer::append_once`]): whether it appended.
+    /// id within `window` (see [`ChatterBuffer::append_once`]): whether it appended.
     pub(crate) fn append_once(
         &mut self,
-        entry: HistoryEntry,
+        entry: ChatterEntry,
         limit: usize,
         window: Duration,
     ) -> bool {
@@ -353,14 +353,14 @@ impl GroupHistory {
 
     /// Applies `edit` to every entry, claimed or not: how many it removed or replaced.
     pub(crate) fn edit(&mut self, group: &str, edit: EntryEditor<'_>) -> usize {
-        let apply = |entries: &mut dyn Iterator<Item = &mut HistoryEntry>,
+        let apply = |entries: &mut dyn Iterator<Item = &mut ChatterEntry>,
                      removed: &mut Vec<bool>| {
             let mut changed = 0;
             for entry in entries {
                 let remove = match edit(group, entry) {
-                    HistoryEdit::Keep => false,
-                    HistoryEdit::Remove => true,
-                    HistoryEdit::Replace(new) => {
+                    ChatterEdit::Keep => false,
+                    ChatterEdit::Remove => true,
+                    ChatterEdit::Replace(new) => {
                         *entry = new;
                         changed += 1;
                         false
@@ -391,7 +391,7 @@ impl GroupHistory {
     }
 
     /// The unclaimed entries, forgotten.
-    pub(crate) fn take(&mut self) -> Vec<HistoryEntry> {
+    pub(crate) fn take(&mut self) -> Vec<ChatterEntry> {
         Vec::from(std::mem::take(&mut self.entries))
     }
 
@@ -399,9 +399,9 @@ impl GroupHistory {
     /// `claim`; returns them in that order.
     pub(crate) fn claim(
         &mut self,
-        claim: &HistoryClaim,
+        claim: &ChatterClaim,
         take_over: &[String],
-    ) -> Vec<HistoryEntry> {
+    ) -> Vec<ChatterEntry> {
         let mut entries = Vec::new();
         self.claimed.retain_mut(|claimed| {
             let taken = take_over.contains(&claimed.claim.id);
@@ -421,7 +421,7 @@ impl GroupHistory {
     }
 
     /// The outstanding claims.
-    pub(crate) fn claims(&self) -> Vec<HistoryClaim> {
+    pub(crate) fn claims(&self) -> Vec<ChatterClaim> {
         self.claimed.iter().map(|c| c.claim.clone()).collect()
     }
 
@@ -446,25 +446,25 @@ impl GroupHistory {
     }
 }
 
-impl Default for MemoryHistory {
+impl Default for InMemoryChatter {
     fn default() -> Self {
-        MemoryHistory::new(DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS)
+        InMemoryChatter::new(DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS)
     }
 }
 
-impl MemoryHistory {
+impl InMemoryChatter {
     /// At most `limit` entries per group (0 keeps nothing) and `max_keys` groups.
     pub fn new(limit: usize, max_keys: usize) -> Self {
-        MemoryHistory {
+        InMemoryChatter {
             max_keys: max_keys.max(1),
-            state: Mutex::new(HistoryState {
+            state: Mutex::new(ChatterState {
                 limit,
                 groups: IndexMap::new(),
             }),
         }
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, HistoryState> {
+    fn state(&self) -> std::sync::MutexGuard<'_, ChatterState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -482,15 +482,15 @@ impl MemoryHistory {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use agent_sessions::context::{HistoryBuffer, HistoryEntry, MemoryHistory};
+    /// use agent_sessions::inbound::{ChatterBuffer, ChatterEntry, InMemoryChatter};
     /// use agent_sessions::prelude::*;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
-    /// let history = Arc::new(MemoryHistory::default());
-    /// let manager = SessionManager::builder(MemoryStore::new()).history(Arc::clone(&history)).build()?;
+    /// let history = Arc::new(InMemoryChatter::default());
+    /// let manager = SessionManager::builder(InMemoryStore::new()).chatter(Arc::clone(&history)).build()?;
     /// for body in ["a", "b", "c"] {
-    ///     let entry = HistoryEntry { sender: "Bob".into(), body: body.into(), timestamp: None, message_id: None, sender_id: None };
+    ///     let entry = ChatterEntry { sender: "Bob".into(), body: body.into(), timestamp: None, message_id: None, sender_id: None };
     ///     history.append("slack:default:channel:c1", entry).await?;
     /// }
     ///
@@ -533,7 +533,7 @@ impl MemoryHistory {
 }
 
 #[async_trait]
-impl HistoryBuffer for MemoryHistory {
+impl ChatterBuffer for InMemoryChatter {
     async fn edit_entries(&self, edit: EntryEditor<'_>) -> Result<usize> {
         let mut state = self.state();
         let mut changed = 0;
@@ -544,7 +544,7 @@ impl HistoryBuffer for MemoryHistory {
         Ok(changed)
     }
 
-    async fn append(&self, key: &str, entry: HistoryEntry) -> Result<()> {
+    async fn append(&self, key: &str, entry: ChatterEntry) -> Result<()> {
         let mut state = self.state();
         let limit = state.limit;
         if limit == 0 {
@@ -560,7 +560,7 @@ impl HistoryBuffer for MemoryHistory {
         Ok(())
     }
 
-    async fn append_once(&self, key: &str, entry: HistoryEntry, window: Duration) -> Result<bool> {
+    async fn append_once(&self, key: &str, entry: ChatterEntry, window: Duration) -> Result<bool> {
         let mut state = self.state();
         let limit = state.limit;
         if limit == 0 {
@@ -575,7 +575,7 @@ impl HistoryBuffer for MemoryHistory {
         Ok(appended)
     }
 
-    async fn entries(&self, key: &str) -> Result<Vec<HistoryEntry>> {
+    async fn entries(&self, key: &str) -> Result<Vec<ChatterEntry>> {
         Ok(self
             .state()
             .groups
@@ -584,7 +584,7 @@ impl HistoryBuffer for MemoryHistory {
             .unwrap_or_default())
     }
 
-    async fn take(&self, key: &str) -> Result<Vec<HistoryEntry>> {
+    async fn take(&self, key: &str) -> Result<Vec<ChatterEntry>> {
         Ok(self.with_group(key, GroupHistory::take))
     }
 
@@ -599,13 +599,13 @@ impl HistoryBuffer for MemoryHistory {
     async fn claim(
         &self,
         key: &str,
-        claim: &HistoryClaim,
+        claim: &ChatterClaim,
         take_over: &[String],
-    ) -> Result<Vec<HistoryEntry>> {
+    ) -> Result<Vec<ChatterEntry>> {
         Ok(self.with_group(key, |group| group.claim(claim, take_over)))
     }
 
-    async fn claims(&self, key: &str) -> Result<Vec<HistoryClaim>> {
+    async fn claims(&self, key: &str) -> Result<Vec<ChatterClaim>> {
         Ok(self
             .state()
             .groups
@@ -619,13 +619,13 @@ impl HistoryBuffer for MemoryHistory {
         Ok(())
     }
 
-    async fn release(&self, key: &str, claim_id: &str, _: Vec<HistoryEntry>) -> Result<()> {
+    async fn release(&self, key: &str, claim_id: &str, _: Vec<ChatterEntry>) -> Result<()> {
         self.with_group(key, |group| group.release(claim_id));
         Ok(())
     }
 }
 
-impl MemoryHistory {
+impl InMemoryChatter {
     /// Runs `f` on group `key` if it has one, dropping the group when it is left empty.
     fn with_group<T: Default>(&self, key: &str, f: impl FnOnce(&mut GroupHistory) -> T) -> T {
         let mut state = self.state();
@@ -648,9 +648,9 @@ impl MemoryHistory {
 ///
 /// Each agent keeps its own history of a group, and each thread its own when the
 /// session is per thread: what one agent or topic keeps never reaches another's model.
-pub(crate) fn group_history_key(
+pub(crate) fn chatter_key(
     key: &crate::key::SessionKey,
-    message: &crate::context::inbound::InboundMessage,
+    message: &crate::inbound::InboundMessage,
 ) -> Option<String> {
     let group = message.group_resolution()?;
     let channel = normalize_channel(&group.channel).unwrap_or_else(|| "unknown".into());
@@ -668,10 +668,10 @@ pub(crate) fn group_history_key(
     ))
 }
 
-/// The key the same group's history had before history was kept per agent
+/// The key the same group's chatter had before history was kept per agent
 /// (`<channel>:<accountId>:<group|channel>:<groupId>`), for a buffer that adopts what
-/// was kept under it; `None` for a key that is not a [`group_history_key`].
-pub(crate) fn legacy_group_history_key(key: &str) -> Option<&str> {
+/// was kept under it; `None` for a key that is not a [`chatter_key`].
+pub(crate) fn legacy_chatter_key(key: &str) -> Option<&str> {
     let (_, legacy) = key.strip_prefix("agent:")?.split_once(':')?;
     Some(legacy)
 }
@@ -704,7 +704,7 @@ pub(crate) fn channel_display_name(channel: &str) -> String {
 /// `YYYY-MM-DDTHH:MMZ` (as OpenClaw writes it).
 ///
 /// ```
-/// use agent_sessions::context::format_envelope;
+/// use agent_sessions::inbound::format_envelope;
 ///
 /// let at = "2026-01-13T07:45:31Z".parse().unwrap();
 /// assert_eq!(
@@ -737,7 +737,7 @@ pub fn format_envelope(
 /// under `[Chat messages since your last reply - for context]`, a blank line, and `current` under
 /// `[Current message - respond to this]`. With `exclude_last`, the last history line is left out
 /// (it is the current message). No history: `current` alone.
-pub fn build_history_context(history: &[String], current: &str, exclude_last: bool) -> String {
+pub fn build_chatter_context(history: &[String], current: &str, exclude_last: bool) -> String {
     let history = if exclude_last {
         &history[..history.len().saturating_sub(1)]
     } else {
@@ -761,8 +761,8 @@ pub fn build_history_context(history: &[String], current: &str, exclude_last: bo
 mod tests {
     use super::*;
 
-    fn entry(body: &str) -> HistoryEntry {
-        HistoryEntry {
+    fn entry(body: &str) -> ChatterEntry {
+        ChatterEntry {
             sender: "Alice".into(),
             body: body.into(),
             timestamp: None,
@@ -773,7 +773,7 @@ mod tests {
 
     #[tokio::test]
     async fn keys_are_evicted_least_recently_used_first() {
-        let history = MemoryHistory::new(5, 2);
+        let history = InMemoryChatter::new(5, 2);
         history.append("a", entry("1")).await.unwrap();
         history.append("b", entry("1")).await.unwrap();
         history.append("a", entry("2")).await.unwrap(); // a is now the most recent
@@ -785,10 +785,10 @@ mod tests {
 
     #[tokio::test]
     async fn limit_zero_keeps_nothing_and_clear_forgets() {
-        let history = MemoryHistory::new(0, 10);
+        let history = InMemoryChatter::new(0, 10);
         history.append("a", entry("1")).await.unwrap();
         assert_eq!(history.groups(), 0);
-        let history = MemoryHistory::default();
+        let history = InMemoryChatter::default();
         history.append("a", entry("1")).await.unwrap();
         history.clear("a").await.unwrap();
         assert!(history.entries("a").await.unwrap().is_empty());
@@ -876,14 +876,14 @@ mod tests {
             ),
         ];
         for (steps, limit, a, b) in cases {
-            let history = MemoryHistory::new(3, 10);
+            let history = InMemoryChatter::new(3, 10);
             for step in *steps {
                 match *step {
                     Append(key, body) => history.append(key, entry(body)).await.unwrap(),
                     SetLimit(limit) => history.set_limit(limit),
                 }
             }
-            let bodies = |entries: Vec<HistoryEntry>| -> Vec<String> {
+            let bodies = |entries: Vec<ChatterEntry>| -> Vec<String> {
                 entries.into_iter().map(|e| e.body).collect()
             };
             assert_eq!(history.limit(), *limit, "{steps:?}");
@@ -894,7 +894,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn limit_changes_are_safe_beside_concurrent_appends() {
-        let history = Arc::new(MemoryHistory::new(50, 100));
+        let history = Arc::new(InMemoryChatter::new(50, 100));
         let writers: Vec<_> = (0..4)
             .map(|writer| {
                 let history = Arc::clone(&history);
@@ -958,7 +958,7 @@ mod tests {
             )
         );
         assert_eq!(
-            build_history_context(&lines, &current, false),
+            build_chatter_context(&lines, &current, false),
             "[Chat messages since your last reply - for context]\n\
              [WhatsApp 120363@g.us 2026-01-13T07:45Z] Alice: hello\n\
              [WhatsApp 120363@g.us 2026-01-13T07:46Z] Bob: hi there\n\
@@ -968,11 +968,11 @@ mod tests {
              [from: Alice (+1234567890)]"
         );
         assert_eq!(
-            build_history_context(&lines[..1], "now", true),
+            build_chatter_context(&lines[..1], "now", true),
             "now",
             "only the current one"
         );
-        assert_eq!(build_history_context(&[], "now", false), "now");
+        assert_eq!(build_chatter_context(&[], "now", false), "now");
     }
 
     #[test]
@@ -987,22 +987,22 @@ mod tests {
 #[cfg(test)]
 mod doc_examples {
     #[test]
-    fn group_history_key() {
+    fn chatter_key() {
         (|| {
-            use crate::context::history::group_history_key;
+            use crate::inbound::chatter::chatter_key;
             use crate::{InboundMessage, SessionKey};
 
             let message = InboundMessage::group("WhatsApp", "120363@G.US", "+1555", "hi");
             let key = SessionKey::parse("agent:main:whatsapp:group:120363@g.us")?;
             assert_eq!(
-                group_history_key(&key, &message).as_deref(),
+                chatter_key(&key, &message).as_deref(),
                 Some("agent:main:whatsapp:default:group:120363@g.us")
             );
             let topic = SessionKey::parse("agent:ops:telegram:group:-100:topic:42")?;
             let in_topic =
                 InboundMessage::group("telegram", "-100", "7", "hi").with_forum_topic(42);
             assert_eq!(
-                group_history_key(&topic, &in_topic).as_deref(),
+                chatter_key(&topic, &in_topic).as_deref(),
                 Some("agent:ops/42:telegram:default:group:-100")
             );
             Ok::<(), crate::Error>(())

@@ -1,11 +1,11 @@
-//! What every durable [`HistoryBuffer`] must do, as [`MemoryHistory`] does: run by the
-//! SQLite and PostgreSQL tests on their buffers, and here on `MemoryHistory` itself, so
+//! What every durable [`ChatterBuffer`] must do, as [`InMemoryChatter`] does: run by the
+//! SQLite and PostgreSQL tests on their buffers, and here on `InMemoryChatter` itself, so
 //! the suite is known to describe the in-memory semantics.
 
 use std::collections::HashSet;
 use std::future::Future;
 
-use crate::context::history::{HistoryBuffer, HistoryClaim, HistoryEntry, MemoryHistory};
+use crate::inbound::chatter::{ChatterBuffer, ChatterClaim, ChatterEntry, InMemoryChatter};
 
 /// One step of [`bounded_per_group_and_over_groups`].
 #[derive(Debug, Clone, Copy)]
@@ -15,8 +15,8 @@ pub(crate) enum Step {
     Clear(&'static str),
 }
 
-fn said(body: &str) -> HistoryEntry {
-    HistoryEntry {
+fn said(body: &str) -> ChatterEntry {
+    ChatterEntry {
         sender: "Ann".into(),
         body: body.into(),
         timestamp: None,
@@ -25,7 +25,7 @@ fn said(body: &str) -> HistoryEntry {
     }
 }
 
-fn bodies(entries: Vec<HistoryEntry>) -> Vec<String> {
+fn bodies(entries: Vec<ChatterEntry>) -> Vec<String> {
     entries.into_iter().map(|e| e.body).collect()
 }
 
@@ -34,7 +34,7 @@ fn bodies(entries: Vec<HistoryEntry>) -> Vec<String> {
 /// `make(case, limit, max_keys)` gives an empty buffer with those bounds.
 pub(crate) async fn bounded_per_group_and_over_groups<H, F, Fut>(make: F)
 where
-    H: HistoryBuffer,
+    H: ChatterBuffer,
     F: Fn(usize, usize, usize) -> Fut,
     Fut: Future<Output = H>,
 {
@@ -141,7 +141,7 @@ where
 /// With history off (`off`: a limit of 0), clearing a group leaves what a buffer with
 /// history on (`on`, over the same storage) kept, as OpenClaw's
 /// `clearHistoryEntriesIfEnabled` does.
-pub(crate) async fn clearing_with_history_off_leaves_the_group<H: HistoryBuffer>(on: H, off: H) {
+pub(crate) async fn clearing_with_history_off_leaves_the_group<H: ChatterBuffer>(on: H, off: H) {
     for body in ["a", "b"] {
         on.append("g1", said(body)).await.unwrap();
     }
@@ -153,30 +153,30 @@ pub(crate) async fn clearing_with_history_off_leaves_the_group<H: HistoryBuffer>
 
 /// Every field comes back as it was appended, whatever its value, and `take` returns
 /// what `entries` showed, then leaves the group empty.
-pub(crate) async fn entries_keep_every_field<H: HistoryBuffer>(history: H) {
+pub(crate) async fn entries_keep_every_field<H: ChatterBuffer>(history: H) {
     let entries = [
-        HistoryEntry {
+        ChatterEntry {
             sender: "Ann (+15550001)".into(),
             body: "lunch at noon?\nsecond line, 'quoted', \"double\", ünïcödé 🍕".into(),
             timestamp: Some(1_773_136_800_000),
             message_id: Some("wamid.HBgL".into()),
             sender_id: None,
         },
-        HistoryEntry {
+        ChatterEntry {
             sender: String::new(),
             body: String::new(),
             timestamp: None,
             message_id: None,
             sender_id: None,
         },
-        HistoryEntry {
+        ChatterEntry {
             sender: "Bob".into(),
             body: "%_\\ LIKE wildcards and a NUL-free \t tab".into(),
             timestamp: Some(u64::MAX),
             message_id: Some(String::new()),
             sender_id: None,
         },
-        HistoryEntry {
+        ChatterEntry {
             sender: "Cy".into(),
             body: "zero".into(),
             timestamp: Some(0),
@@ -210,7 +210,7 @@ pub(crate) async fn take_is_atomic_beside_concurrent_appends<H>(
     taker: H,
     per_writer: usize,
 ) where
-    H: HistoryBuffer + 'static,
+    H: ChatterBuffer + 'static,
 {
     const GROUP: &str = "slack:default:channel:c1";
     // The writers append half, then all three meet: the taker's takes start while the
@@ -255,8 +255,8 @@ pub(crate) async fn take_is_atomic_beside_concurrent_appends<H>(
     }
 }
 
-fn claim(id: &str) -> HistoryClaim {
-    HistoryClaim {
+fn claim(id: &str) -> ChatterClaim {
+    ChatterClaim {
         id: id.into(),
         holder: format!("holder of {id}"),
         witness: format!("{{\"where\": \"{id}\"}}"),
@@ -269,14 +269,14 @@ fn claim(id: &str) -> HistoryClaim {
 /// the unclaimed ones); every claim comes back from `claims` as it was made; the limit
 /// counts unclaimed entries only; `clear` forgets claims too. `history` starts empty
 /// and keeps at least 2 entries a group.
-pub(crate) async fn claims_hand_entries_over_exactly_once<H: HistoryBuffer>(
+pub(crate) async fn claims_hand_entries_over_exactly_once<H: ChatterBuffer>(
     history: H,
     limit: usize,
 ) {
     const G: &str = "agent:main:telegram:default:group:-100";
     let append = |body: &'static str| history.append(G, said(body));
     let ids =
-        |claims: Vec<HistoryClaim>| -> Vec<String> { claims.into_iter().map(|c| c.id).collect() };
+        |claims: Vec<ChatterClaim>| -> Vec<String> { claims.into_iter().map(|c| c.id).collect() };
     append("a").await.unwrap();
     append("b").await.unwrap();
     assert_eq!(
@@ -355,18 +355,18 @@ pub(crate) async fn claims_hand_entries_over_exactly_once<H: HistoryBuffer>(
 #[tokio::test]
 async fn memory_history_is_what_the_suite_describes() {
     bounded_per_group_and_over_groups(|_, limit, max_keys| async move {
-        MemoryHistory::new(limit, max_keys)
+        InMemoryChatter::new(limit, max_keys)
     })
     .await;
-    entries_keep_every_field(MemoryHistory::default()).await;
-    claims_hand_entries_over_exactly_once(MemoryHistory::new(3, 10), 3).await;
+    entries_keep_every_field(InMemoryChatter::default()).await;
+    claims_hand_entries_over_exactly_once(InMemoryChatter::new(3, 10), 3).await;
 }
 
-/// `MemoryHistory` forgets every group when its limit becomes 0 (see
-/// [`MemoryHistory::set_limit`]); a clear while it is 0 changes nothing either.
+/// `InMemoryChatter` forgets every group when its limit becomes 0 (see
+/// [`InMemoryChatter::set_limit`]); a clear while it is 0 changes nothing either.
 #[tokio::test]
 async fn memory_history_forgets_every_group_when_history_is_turned_off() {
-    let history = MemoryHistory::new(3, 10);
+    let history = InMemoryChatter::new(3, 10);
     history.append("g1", said("a")).await.unwrap();
     history.set_limit(Some(0));
     history.clear("g1").await.unwrap();
@@ -377,7 +377,7 @@ async fn memory_history_forgets_every_group_when_history_is_turned_off() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_history_takes_atomically() {
-    let history = std::sync::Arc::new(MemoryHistory::new(1000, 10));
+    let history = std::sync::Arc::new(InMemoryChatter::new(1000, 10));
     take_is_atomic_beside_concurrent_appends([history.clone(), history.clone()], history, 200)
         .await;
 }
