@@ -70,6 +70,7 @@
 
 pub mod entry;
 mod error;
+pub mod exactly_once;
 pub mod follow;
 pub mod freshness;
 mod fsutil;
@@ -85,6 +86,7 @@ pub mod memory;
 pub mod openclaw;
 pub mod ops;
 pub mod paths;
+pub mod privacy;
 pub mod reply;
 pub mod search;
 pub mod store;

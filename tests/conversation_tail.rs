@@ -9,8 +9,8 @@ mod common;
 #[path = "common/stores.rs"]
 mod stores;
 
+use agent_sessions::exactly_once::{Delivery, TurnFailure};
 use agent_sessions::inbound::ChatMessage;
-use agent_sessions::manager::{Delivery, TurnFailure};
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::{Offset, TranscriptEntry};
 use serde_json::json;

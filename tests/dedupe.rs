@@ -14,8 +14,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use agent_sessions::exactly_once::DEFAULT_DEDUPE_WINDOW;
 use agent_sessions::freshness::ManualClock;
-use agent_sessions::manager::DEFAULT_DEDUPE_WINDOW;
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::{InMemoryTranscriptStore, Offset};
 use stores::Stores;

@@ -16,8 +16,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use agent_sessions::identity::{Area, Workspaces};
-use agent_sessions::manager::{ForgetOptions, PersonRef};
 use agent_sessions::prelude::*;
+use agent_sessions::privacy::{ForgetOptions, PersonRef};
 use agent_sessions::store::Backend;
 use agent_sessions::transcript::TranscriptEntry;
 use agent_sessions::Sender;

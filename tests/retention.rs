@@ -9,8 +9,8 @@ mod stores;
 use std::time::Duration;
 
 use agent_sessions::freshness::ManualClock;
-use agent_sessions::manager::{RetentionPolicy, RetentionRule};
 use agent_sessions::prelude::*;
+use agent_sessions::privacy::{RetentionPolicy, RetentionRule};
 use agent_sessions::search::{Search, SearchQuery};
 use agent_sessions::store::Backend;
 use agent_sessions::Sender;

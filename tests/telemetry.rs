@@ -435,7 +435,7 @@ mod metrics_recorded {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn duplicates_failed_turns_and_deliveries_are_counted() {
-        use agent_sessions::manager::{Delivery, TurnFailure};
+        use agent_sessions::exactly_once::{Delivery, TurnFailure};
         let _serial = SERIAL.lock().await;
         recorded(); // what other tests recorded
         let dir = tempfile::tempdir().unwrap();

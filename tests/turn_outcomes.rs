@@ -8,7 +8,7 @@ mod common;
 #[path = "common/stores.rs"]
 mod stores;
 
-use agent_sessions::manager::{Delivery, TurnFailure, DELIVERY_CUSTOM_TYPE};
+use agent_sessions::exactly_once::{Delivery, TurnFailure, DELIVERY_CUSTOM_TYPE};
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::Offset;
 use agent_sessions::{Error, SessionStatus};

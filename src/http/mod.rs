@@ -1180,7 +1180,8 @@ async fn record_turn(
     // Recorded only if the session is still the key's current one: a reset between
     // the lookup and the update leaves its successor as it was.
     let updated = manager
-        .record_turn_of(&session.key, Some(&id), outcome)
+        .session(&session.key)
+        .record_turn_of(Some(&id), outcome)
         .await
         .map_err(|error| match error {
             Error::NotFound { .. } => ApiError::no_current_session(&id),
@@ -1196,14 +1197,14 @@ async fn close_session(
     let session = find(&manager, &id).await?;
     // Closed only if it is still the key's current session (not its successor after
     // a reset meanwhile).
-    let closed =
-        manager
-            .close_session_id(&session.key, &id)
-            .await
-            .map_err(|error| match error {
-                Error::NotFound { .. } => ApiError::no_current_session(&id),
-                error => error.into(),
-            })?;
+    let closed = manager
+        .session(&session.key)
+        .close_if_current(&id)
+        .await
+        .map_err(|error| match error {
+            Error::NotFound { .. } => ApiError::no_current_session(&id),
+            error => error.into(),
+        })?;
     Ok(session_body(&closed))
 }
 

@@ -115,6 +115,15 @@ impl<S: SessionStore> SessionStore for AgentScoped<S> {
         self.inner.delete(key).await
     }
 
+    fn as_erase(&self) -> Option<&dyn crate::store::Erase> {
+        self.inner
+            .as_erase()
+            .map(|_| self as &dyn crate::store::Erase)
+    }
+}
+
+#[async_trait]
+impl<S: SessionStore> crate::store::Erase for AgentScoped<S> {
     async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
         // Only this agent's closed sessions: another agent's ids are not ours to touch.
         let own: Vec<String> = self
@@ -132,18 +141,25 @@ impl<S: SessionStore> SessionStore for AgentScoped<S> {
         if own.is_empty() {
             return Ok(0);
         }
-        self.inner.remove_closed(&own).await
+        match self.inner.as_erase() {
+            Some(inner) => inner.remove_closed(&own).await,
+            None => Ok(0),
+        }
     }
-
-    async fn erase_copies(&self, needles: &[String], vacuum: bool) -> Result<usize> {
-        self.inner.erase_copies(needles, vacuum).await
-    }
-
     async fn replace_closed(&self, sessions: &[crate::store::StoredSession]) -> Result<usize> {
         for session in sessions {
             self.check_key(&session.key)?;
         }
-        self.inner.replace_closed(sessions).await
+        match self.inner.as_erase() {
+            Some(inner) => inner.replace_closed(sessions).await,
+            None => Ok(0),
+        }
+    }
+    async fn erase_copies(&self, needles: &[String], vacuum: bool) -> Result<usize> {
+        match self.inner.as_erase() {
+            Some(inner) => inner.erase_copies(needles, vacuum).await,
+            None => Ok(0),
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 use std::collections::VecDeque;
 
-use crate::manager::outcome::Marks;
+use crate::exactly_once::outcome::Marks;
 use crate::transcript::{
     AgentMessage, Content, ContentBlock, LogFields, Offset, Role, TranscriptEntry,
 };
@@ -141,9 +141,9 @@ pub fn message_tokens(message: &ChatMessage, counter: &dyn TokenCounter) -> usiz
 /// messages become [`ChatMessage`]s, tool-call blocks become [`ToolCall`]s, and an
 /// assistant message with neither text nor tool calls (an aborted run) is left out.
 /// Status changes, checkpoints and other custom lines are not conversation. An input
-/// dropped by a failed turn ([`TurnFailure::DropInput`](crate::manager::TurnFailure))
+/// dropped by a failed turn ([`TurnFailure::DropInput`](crate::exactly_once::TurnFailure))
 /// is left out, and so are the reply parts reported undelivered
-/// ([`Delivery::Failed`](crate::manager::Delivery)).
+/// ([`Delivery::Failed`](crate::exactly_once::Delivery)).
 pub fn transcript_messages(entries: &[TranscriptEntry]) -> (Vec<ChatMessage>, Option<String>) {
     let conversation =
         Conversation::whole(entries, |entry| (Offset::START, entry), &EstimatedTokens);

@@ -158,8 +158,8 @@ impl SessionManager {
                 Err(error) => return Err(error),
             }
             match self
-                .transcripts()
-                .checkpoint(&session.key, CheckpointReason::Idle)
+                .session(&session.key)
+                .checkpoint(CheckpointReason::Idle)
                 .await
             {
                 Ok(_) => taken.push(session.key),

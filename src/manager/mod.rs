@@ -27,19 +27,11 @@
 //! # }
 //! ```
 
-mod claims;
 mod conversations;
-mod dedupe;
 mod entry_update;
-mod forget;
-mod holders;
 mod idle;
 mod model_input;
-pub(crate) mod outcome;
-mod person_export;
-mod redact;
 mod resolution;
-mod retention;
 mod scoped;
 mod session;
 mod session_memory;
@@ -57,6 +49,7 @@ use tracing::Instrument;
 
 use crate::entry::ForkOrigin;
 use crate::error::{Error, Result};
+use crate::exactly_once::dedupe;
 use crate::follow::{self, Follow, Position, Scope};
 use crate::freshness::clock::{to_millis, Clock, SystemClock};
 use crate::freshness::drift::DriftClassifier;
@@ -81,13 +74,8 @@ use crate::reply::send_policy::SendPolicyConfig;
 use crate::store::SessionStore;
 use crate::transcript::{ArchiveReason, CheckpointReason, TranscriptRef, TranscriptStore};
 
-pub use dedupe::DEFAULT_DEDUPE_WINDOW;
-pub use forget::{ForgetOptions, ForgetReport, PersonRef};
 pub use idle::{IdleCheckpointOptions, IdleCheckpoints};
-pub use outcome::{Delivery, DeliveryReceipt, TurnFailure, DELIVERY_CUSTOM_TYPE};
-pub use person_export::PersonExportSummary;
 pub use resolution::{Decision, Reason, Resolution};
-pub use retention::{RetentionPolicy, RetentionReport, RetentionRule, RetentionSweep};
 pub use scoped::ScopedManager;
 pub use session::Session;
 pub use session_memory::{CompactionEvent, SummaryRefresh, TurnOutcome};
@@ -129,54 +117,54 @@ use self::resolution::{Policy, Step, StepFacts};
 /// Cheap to share: wrap it in an `Arc`.
 pub struct SessionManager {
     /// The parts a host can replace.
-    seams: Seams,
+    pub(crate) seams: Seams,
     /// What the parts run with.
-    settings: Settings,
+    pub(crate) settings: Settings,
     /// System events queued for the next turn of each session.
-    system_events: Arc<dyn SystemEvents>,
+    pub(crate) system_events: Arc<dyn SystemEvents>,
     /// The conversations of the sessions served, kept between turns.
     conversations: conversations::Conversations,
 }
 
 /// The seams of a [`SessionManager`]: each a trait object with a default.
-struct Seams {
-    store: Arc<dyn SessionStore>,
-    keys: Arc<dyn KeyBuilder>,
-    freshness: Arc<dyn FreshnessPolicy>,
-    triggers: ResetTriggers,
-    clock: Arc<dyn Clock>,
-    drift: Option<(Arc<dyn DriftClassifier>, f32)>,
-    models: Option<Arc<dyn ModelCatalog>>,
-    transcripts: Option<Arc<dyn TranscriptStore>>,
-    history: Arc<dyn ChatterBuffer>,
-    summarizer: Arc<dyn Summarizer>,
-    flush_guard: Arc<dyn MemoryFlushGuard>,
-    introspector: Option<Arc<dyn Introspector>>,
-    identity: Option<Arc<dyn IdentityResolver>>,
-    workspaces: Option<Workspaces>,
-    tokens: Arc<dyn TokenCounter>,
+pub(crate) struct Seams {
+    pub(crate) store: Arc<dyn SessionStore>,
+    pub(crate) keys: Arc<dyn KeyBuilder>,
+    pub(crate) freshness: Arc<dyn FreshnessPolicy>,
+    pub(crate) triggers: ResetTriggers,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) drift: Option<(Arc<dyn DriftClassifier>, f32)>,
+    pub(crate) models: Option<Arc<dyn ModelCatalog>>,
+    pub(crate) transcripts: Option<Arc<dyn TranscriptStore>>,
+    pub(crate) history: Arc<dyn ChatterBuffer>,
+    pub(crate) summarizer: Arc<dyn Summarizer>,
+    pub(crate) flush_guard: Arc<dyn MemoryFlushGuard>,
+    pub(crate) introspector: Option<Arc<dyn Introspector>>,
+    pub(crate) identity: Option<Arc<dyn IdentityResolver>>,
+    pub(crate) workspaces: Option<Workspaces>,
+    pub(crate) tokens: Arc<dyn TokenCounter>,
     /// The backend the store came from: every transcript and the search index, for
     /// erasing and exporting a person.
-    backend: Option<crate::store::Backend>,
+    pub(crate) backend: Option<crate::store::Backend>,
 }
 
 /// The settings of a [`SessionManager`].
-struct Settings {
-    send_policy: SendPolicyConfig,
-    silent_token: Option<String>,
-    event_zone: Zone,
-    summary_quiet_gap: Duration,
-    checkpoint_every_turns: Option<u64>,
-    agent_identities: HashMap<String, String>,
-    default_agent: AgentId,
-    isolated_to: Option<AgentId>,
-    context_window: Option<u64>,
-    message_window: Option<usize>,
-    reset_acknowledgement: String,
-    dedupe_window: Duration,
-    owner_chatter: OwnerChatter,
+pub(crate) struct Settings {
+    pub(crate) send_policy: SendPolicyConfig,
+    pub(crate) silent_token: Option<String>,
+    pub(crate) event_zone: Zone,
+    pub(crate) summary_quiet_gap: Duration,
+    pub(crate) checkpoint_every_turns: Option<u64>,
+    pub(crate) agent_identities: HashMap<String, String>,
+    pub(crate) default_agent: AgentId,
+    pub(crate) isolated_to: Option<AgentId>,
+    pub(crate) context_window: Option<u64>,
+    pub(crate) message_window: Option<usize>,
+    pub(crate) reset_acknowledgement: String,
+    pub(crate) dedupe_window: Duration,
+    pub(crate) owner_chatter: OwnerChatter,
     /// Set once a DM session shared by everyone has seen a second sender (warned once).
-    shared_dm_warned: AtomicBool,
+    pub(crate) shared_dm_warned: AtomicBool,
 }
 
 impl fmt::Debug for SessionManager {
@@ -467,7 +455,7 @@ impl SessionManagerBuilder {
     }
 
     /// How long a message the channel delivers again is recognised by its message id
-    /// and not answered again (default: [`DEFAULT_DEDUPE_WINDOW`], 20 minutes, as
+    /// and not answered again (default: [`DEFAULT_DEDUPE_WINDOW`](crate::exactly_once::DEFAULT_DEDUPE_WINDOW), 20 minutes, as
     /// OpenClaw; `Duration::ZERO` turns deduplication off). Only messages that carry a
     /// message id ([`InboundMessage::with_message_id`]) are deduplicated; see
     /// [`TurnAction::Duplicate`].
@@ -863,7 +851,7 @@ impl SessionManager {
     /// With `start_run`, a message that is not a bare reset also starts a run in the
     /// same update: the status becomes `running` and the last run counts as aborted
     /// until the turn completes.
-    pub(super) async fn resolve_admitted(
+    pub(crate) async fn resolve_admitted(
         &self,
         message: &InboundMessage,
         admit: &Admission<'_>,
@@ -1067,7 +1055,7 @@ impl SessionManager {
     /// session it replaced gets a `new_session` checkpoint (with an introspector, whose
     /// working memory carries over); and after an explicit reset the old transcript is
     /// archived. Returns the session as it is now when any of this changed its entry.
-    pub(super) async fn after_new_session(
+    pub(crate) async fn after_new_session(
         &self,
         key: &SessionKey,
         entry: &crate::entry::SessionEntry,

@@ -39,7 +39,7 @@ impl SessionManager {
     /// Who wrote `message`, as an id: the canonical person (by the key builder's links)
     /// when the message names one, else its E.164 number or sender id, as the message
     /// log records a sender.
-    pub(super) fn sender_id(&self, message: &InboundMessage) -> Option<String> {
+    pub(crate) fn sender_id(&self, message: &InboundMessage) -> Option<String> {
         let raw = message
             .person_id
             .as_deref()
@@ -57,7 +57,7 @@ impl SessionManager {
 
     /// Appends a group message the agent of `session` does not answer to its group's
     /// history — once within `dedupe` when given: whether it was appended.
-    pub(super) async fn keep_as_chatter(
+    pub(crate) async fn keep_as_chatter(
         &self,
         session: &SessionKey,
         message: &InboundMessage,
@@ -113,7 +113,7 @@ impl SessionManager {
     /// model hint removed), in a group after the `history` lines, and after the
     /// session's queued system events (drained, and returned to be handed back if the
     /// turn fails).
-    pub(super) async fn model_input(
+    pub(crate) async fn model_input(
         &self,
         resolution: &Resolution,
         message: &InboundMessage,
@@ -159,7 +159,7 @@ impl SessionManager {
     }
 
     /// Queues `events`, drained by a turn that failed, again for `key`'s next turn.
-    pub(super) async fn requeue_system_events(&self, key: &SessionKey, events: Vec<SystemEvent>) {
+    pub(crate) async fn requeue_system_events(&self, key: &SessionKey, events: Vec<SystemEvent>) {
         for event in events {
             if let Err(error) = self.system_events.enqueue(key, &event.text, event.at).await {
                 tracing::warn!(%key, %error, "could not queue a system event again after a failed turn; it is lost");
@@ -197,12 +197,5 @@ impl SessionManager {
             return Ok(Vec::new());
         }
         Ok(payloads)
-    }
-
-    /// See [`Session::enqueue_system_event`](super::Session::enqueue_system_event).
-    pub(crate) async fn enqueue_system_event(&self, key: &SessionKey, text: &str) -> Result<bool> {
-        self.system_events
-            .enqueue(key, text, self.seams.clock.now())
-            .await
     }
 }

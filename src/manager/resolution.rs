@@ -7,9 +7,9 @@ use serde::{Serialize, Serializer};
 
 use std::time::Duration;
 
-use super::dedupe::{self, Intake};
 use super::entry_update::{another_dm_sender, record_message, start_session, Inbound};
 use crate::entry::{SessionEntry, SessionStatus};
+use crate::exactly_once::dedupe::{self, Intake};
 use crate::freshness::policy::{
     Freshness, FreshnessInput, FreshnessPolicy, ResetType, StaleReason,
 };
@@ -248,7 +248,7 @@ impl StepFacts<'_> {
     /// what happened. No I/O and nothing else changes: the same entry and facts give the
     /// same decision (a new session gets a fresh id each time), so the store may run it
     /// again when its atomic step retries.
-    pub(super) fn step(&self, current: Option<SessionEntry>) -> (SessionEntry, Step) {
+    pub(crate) fn step(&self, current: Option<SessionEntry>) -> (SessionEntry, Step) {
         let inbound = &self.inbound;
         let (decision, reason) =
             self.policy

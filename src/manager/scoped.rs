@@ -212,7 +212,7 @@ impl<'a> ScopedManager<'a> {
     pub async fn report_delivery(
         &self,
         payload: &crate::reply::payload::ReplyPayload,
-        delivery: super::Delivery,
+        delivery: crate::exactly_once::Delivery,
     ) -> Result<()> {
         if let Some(receipt) = &payload.receipt {
             self.check(&receipt.key).await?;
@@ -256,7 +256,7 @@ impl<'a> ScopedManager<'a> {
     ///
     /// ```
     /// use agent_sessions::identity::Caller;
-    /// use agent_sessions::manager::PersonRef;
+    /// use agent_sessions::privacy::PersonRef;
     /// use agent_sessions::prelude::*;
     /// use agent_sessions::{AccessDenial, Error};
     ///
@@ -270,23 +270,26 @@ impl<'a> ScopedManager<'a> {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn forget_person(&self, person: &super::PersonRef) -> Result<super::ForgetReport> {
+    pub async fn forget_person(
+        &self,
+        person: &crate::privacy::PersonRef,
+    ) -> Result<crate::privacy::ForgetReport> {
         self.owner_only("forget_person")?;
         self.manager.forget_person(person).await
     }
 
     /// [`SessionManager::export_person`], for the owner (not limited to a namespace)
     /// or the person themselves (a participant whose id is the
-    /// [`PersonRef::Person`](super::PersonRef::Person) asked for); anyone else is
+    /// [`PersonRef::Person`](crate::privacy::PersonRef::Person) asked for); anyone else is
     /// [`Error::AccessDenied`] and nothing is written.
     pub async fn export_person(
         &self,
-        person: &super::PersonRef,
+        person: &crate::privacy::PersonRef,
         out: &mut (dyn std::io::Write + Send),
-    ) -> Result<super::PersonExportSummary> {
+    ) -> Result<crate::privacy::PersonExportSummary> {
         let themselves = matches!(
             (person, self.caller.participant_id()),
-            (super::PersonRef::Person(id), Some(caller)) if id.trim() == caller
+            (crate::privacy::PersonRef::Person(id), Some(caller)) if id.trim() == caller
         );
         if !themselves {
             self.owner_only("export_person")?;

@@ -2,23 +2,37 @@
 
 use serde_json::Value;
 
-use super::sessions::subagent_key;
+use uuid::Uuid;
+
+use super::entry_update::{record_meta, start_session};
+use super::session_memory::clip_summary;
+use super::sessions::{clear_override, is_shared, subagent_key};
+use super::workspace::parse_workspace_id;
+use super::Reason;
 use super::{
     CompactionEvent, DeleteOptions, LogMessage, OverrideKind, ScopedManager, SessionManager,
     SessionOverride, TurnOutcome,
 };
 use crate::entry::DeliveryContext;
+use crate::entry::{parse_session_label, ForkOrigin, SessionSource};
 use crate::entry::{DescriptionSource, SessionEntry, SessionStatus};
-use crate::error::{Error, Result};
+use crate::error::{DeleteRefusal, Error, Result};
 use crate::follow::{Follow, Position, Scope};
+use crate::fsutil::blocking;
 use crate::identity::access::{verify_namespace, verify_session_access, Caller};
 use crate::identity::workspace::Workspace;
+use crate::identity::workspace::WorkspaceSharing;
 use crate::inbound::chat::ChatMessage;
 use crate::inbound::InboundMessage;
 use crate::key::{AgentId, SessionKey};
+use crate::memory::checkpoint::snapshot_needs_refresh;
 use crate::memory::flush::FlushPlan;
+use crate::memory::summary::{SummaryInput, SummaryTurn};
 use crate::memory::usage::EngineKind;
+use crate::reply::delivery::apply_route;
 use crate::store::StoredSession;
+use crate::store::{ListFilter, SessionStoreExt};
+use crate::transcript::{ArchiveReason, TranscriptRef};
 use crate::transcript::{CheckpointReason, Offset, SessionEvent, TranscriptEntry, TranscriptRead};
 
 /// One session of a [`SessionManager`], by key: every call about a single session.
@@ -105,7 +119,7 @@ impl Session<'_> {
     pub async fn get(&self) -> Result<Option<StoredSession>> {
         match &self.caller {
             Some(caller) => self.manager.verify_session_access(caller, &self.key).await,
-            None => self.manager.get(&self.key).await,
+            None => self.manager.seams.store.get(&self.key).await,
         }
     }
 
@@ -115,13 +129,22 @@ impl Session<'_> {
     /// ([`Error::NotConfigured`] otherwise): the conversation is read back from it.
     pub async fn messages(&self) -> Result<Vec<ChatMessage>> {
         self.check().await?;
-        self.manager.messages(&self.key).await
+        let key = &self.key;
+        let entry = self.manager.existing(key).await?.entry;
+        let (mut history, compacted) = self.manager.history_messages(key, &entry, None).await?;
+        let Some(last) = history.pop() else {
+            return Ok(Vec::new());
+        };
+        self.manager
+            .fit_messages(&entry, Vec::new(), (history, compacted), last)
     }
 
     /// Closes a session: its next message starts a new one (`session_closed`).
     pub async fn close(&self) -> Result<StoredSession> {
         self.check().await?;
-        self.manager.close(&self.key).await
+        self.manager
+            .change_status(&self.key, SessionStatus::Closed, None)
+            .await
     }
 
     /// Sets a session's status (a host marks turns `Running`, approvals
@@ -129,7 +152,7 @@ impl Session<'_> {
     /// change is also an event in the session's log.
     pub async fn set_status(&self, status: SessionStatus) -> Result<StoredSession> {
         self.check().await?;
-        self.manager.set_status(&self.key, status).await
+        self.manager.change_status(&self.key, status, None).await
     }
 
     /// Resets a session as an authorised `/new` would, without a message: the key gets
@@ -139,7 +162,35 @@ impl Session<'_> {
     /// [`Error::NotFound`] if there is none to reset.
     pub async fn reset(&self) -> Result<StoredSession> {
         self.check().await?;
-        self.manager.reset(&self.key).await
+        let key = &self.key;
+        let now_ms = self.manager.seams.clock.now_millis();
+        let mut previous = None;
+        let stored = self
+            .manager
+            .seams
+            .store
+            .apply(key, &mut |slot, _| {
+                let Some(current) = slot.take() else {
+                    return Err(Error::NotFound { key: key.clone() });
+                };
+                previous = Some(current.clone());
+                let mut entry = start_session(Some(current), now_ms);
+                entry.start_reason = Some(Reason::ExplicitReset.started_by().to_owned());
+                *slot = Some(entry);
+                Ok(())
+            })
+            .await?
+            .ok_or_else(|| Error::NotFound { key: key.clone() })?;
+        if let Some(old) = &previous {
+            if let Some(updated) = self
+                .manager
+                .after_new_session(key, &stored.entry, Some(old), Reason::ExplicitReset)
+                .await?
+            {
+                return Ok(updated);
+            }
+        }
+        Ok(stored)
     }
 
     /// Deletes a session: never while a turn runs ([`DeleteRefusal::Running`](crate::DeleteRefusal::Running)); group and
@@ -147,14 +198,49 @@ impl Session<'_> {
     /// deleted entry, `None` if there was none.
     pub async fn delete(&self, options: DeleteOptions) -> Result<Option<SessionEntry>> {
         self.check().await?;
-        self.manager.delete(&self.key, options).await
+        let key = &self.key;
+        let mut removed = None;
+        self.manager
+            .seams
+            .store
+            .apply(key, &mut |slot, _| {
+                let Some(entry) = slot.as_ref() else {
+                    return Ok(());
+                };
+                let refusal = if entry.status == Some(SessionStatus::Running) {
+                    Some(DeleteRefusal::Running)
+                } else if !options.force && is_shared(key, entry) {
+                    Some(DeleteRefusal::SharedHistory)
+                } else {
+                    None
+                };
+                if let Some(reason) = refusal {
+                    return Err(Error::DeleteRefused {
+                        key: key.clone(),
+                        reason,
+                    });
+                }
+                removed = slot.take();
+                Ok(())
+            })
+            .await?;
+        if let Some(entry) = &removed {
+            self.manager
+                .retire_transcript(key, entry, ArchiveReason::Deleted, options.erase_transcript)
+                .await;
+        }
+        Ok(removed)
     }
 
     /// Sets (or with `None` clears) a session's label: trimmed, 1–64 characters, else
     /// [`Error::InvalidLabel`].
     pub async fn set_label(&self, label: Option<&str>) -> Result<StoredSession> {
         self.check().await?;
-        self.manager.set_label(&self.key, label).await
+        let key = &self.key;
+        let label = label.map(parse_session_label).transpose()?;
+        self.manager
+            .change(key, |entry| entry.label = label.clone())
+            .await
     }
 
     /// Sets (or with `None` clears) what a session is about, and who said so.
@@ -164,21 +250,54 @@ impl Session<'_> {
         source: DescriptionSource,
     ) -> Result<StoredSession> {
         self.check().await?;
+        let key = &self.key;
+        let description = description.map(str::trim).filter(|d| !d.is_empty());
         self.manager
-            .set_description(&self.key, description, source)
+            .change(key, |entry| {
+                entry.description = description.map(str::to_owned);
+                entry.description_source = description.map(|_| source.clone());
+            })
             .await
     }
 
     /// Sets a per-session override.
     pub async fn set_override(&self, setting: SessionOverride) -> Result<StoredSession> {
         self.check().await?;
-        self.manager.set_override(&self.key, setting).await
+        let key = &self.key;
+        self.manager
+            .change(key, |entry| match &setting {
+                SessionOverride::Model(model) => {
+                    entry.provider_override = Some(model.provider.clone());
+                    entry.model_override = Some(model.model.clone());
+                    clear_override(entry, OverrideKind::AuthProfile);
+                }
+                SessionOverride::AuthProfile { profile, source } => {
+                    entry.auth_profile_override = Some(profile.clone());
+                    entry.auth_profile_override_source = Some(source.clone());
+                    entry.auth_profile_override_compaction_count =
+                        Some(entry.compaction_count.unwrap_or(0));
+                }
+                SessionOverride::ThinkingLevel(level) => entry.thinking_level = Some(level.clone()),
+                SessionOverride::VerboseLevel(level) => entry.verbose_level = Some(level.clone()),
+                SessionOverride::ReasoningLevel(level) => {
+                    entry.reasoning_level = Some(level.clone())
+                }
+                SessionOverride::SendPolicy(policy) => entry.send_policy = Some(policy.clone()),
+                SessionOverride::GroupActivation(activation) => {
+                    entry.group_activation = Some(activation.clone())
+                }
+                SessionOverride::QueueMode(mode) => entry.queue_mode = Some(mode.clone()),
+            })
+            .await
     }
 
     /// Clears a per-session override.
     pub async fn clear_override(&self, kind: OverrideKind) -> Result<StoredSession> {
         self.check().await?;
-        self.manager.clear_override(&self.key, kind).await
+        let key = &self.key;
+        self.manager
+            .change(key, |entry| clear_override(entry, kind))
+            .await
     }
 
     /// Changes where replies go, without touching `updatedAt` of an existing session
@@ -200,7 +319,7 @@ impl Session<'_> {
     /// ```
     pub async fn update_last_route(&self, route: &DeliveryContext) -> Result<StoredSession> {
         self.check().await?;
-        self.manager.update_last_route(&self.key, route, None).await
+        self.route(route, None).await
     }
 
     /// [`update_last_route`](Self::update_last_route) that also records `message`'s
@@ -232,9 +351,7 @@ impl Session<'_> {
         message: &InboundMessage,
     ) -> Result<StoredSession> {
         self.check().await?;
-        self.manager
-            .update_last_route(&self.key, route, Some(message))
-            .await
+        self.route(route, Some(message)).await
     }
 
     /// Starts a thread session `<parent>:thread:<threadId>` forked from `parent`: it
@@ -247,7 +364,7 @@ impl Session<'_> {
     /// A scoped caller gets an existing thread only if they may open it too.
     pub async fn fork_thread(&self, thread_id: &str) -> Result<StoredSession> {
         self.check().await?;
-        let thread = self.manager.fork_thread(&self.key, thread_id).await?;
+        let thread = self.fork(thread_id).await?;
         if let Some(caller) = &self.caller {
             // A new thread takes the parent's participants; an existing one is returned
             // as it is, and may not be the caller's.
@@ -270,7 +387,21 @@ impl Session<'_> {
         if let Some(caller) = &self.caller {
             verify_namespace(caller, &key)?;
         }
-        self.manager.create_subagent(&key, &self.key, label).await
+        let label = label.map(parse_session_label).transpose()?;
+        let participants = self
+            .manager
+            .seams
+            .store
+            .get(&self.key)
+            .await?
+            .and_then(|stored| stored.entry.participants);
+        let now_ms = self.manager.seams.clock.now_millis();
+        let mut entry = start_session(None, now_ms);
+        entry.spawned_by = Some(self.key.to_string());
+        entry.label = label;
+        entry.source = Some(SessionSource::api(self.key.to_string()));
+        entry.participants = participants;
+        self.manager.seams.store.put(&key, entry).await
     }
 
     /// Records a turn — one call after each turn: the turn count, that the system
@@ -284,7 +415,7 @@ impl Session<'_> {
     /// takes a `turn_limit` checkpoint.
     pub async fn record_turn(&self, outcome: TurnOutcome) -> Result<StoredSession> {
         self.check().await?;
-        self.manager.record_turn(&self.key, outcome).await
+        self.record_turn_of(None, outcome).await
     }
 
     /// The workspace of the session, created on first use
@@ -296,7 +427,32 @@ impl Session<'_> {
     /// agent identity) if one has one; otherwise the session's own id.
     pub async fn workspace(&self) -> Result<Workspace> {
         self.check().await?;
-        self.manager.workspace(&self.key).await
+        let key = &self.key;
+        let workspaces = self
+            .manager
+            .seams
+            .workspaces
+            .clone()
+            .ok_or(Error::NotConfigured {
+                what: "session workspaces (SessionManagerBuilder::workspaces)",
+            })?;
+        let entry = self.manager.existing(key).await?.entry;
+        let id = match &entry.workspace_id {
+            Some(id) => parse_workspace_id(id)?,
+            None => {
+                let chosen = self.choose_workspace_id(&entry, &workspaces).await?;
+                let recorded = self
+                    .manager
+                    .change(key, |e| {
+                        e.workspace_id.get_or_insert_with(|| chosen.to_string());
+                    })
+                    .await?;
+                // A racing call may have recorded another first; the store decides.
+                parse_workspace_id(recorded.entry.workspace_id.as_deref().unwrap_or_default())?
+            }
+        };
+        let root = workspaces.root().to_path_buf();
+        blocking(&root, move || workspaces.open(id)).await
     }
 
     /// Queues a system event (model switched, reminder fired) for the next message of
@@ -308,7 +464,11 @@ impl Session<'_> {
     /// [`SystemEvents`]: crate::inbound::events::SystemEvents
     pub async fn enqueue_system_event(&self, text: &str) -> Result<bool> {
         self.check().await?;
-        self.manager.enqueue_system_event(&self.key, text).await
+        let key = &self.key;
+        self.manager
+            .system_events
+            .enqueue(key, text, self.manager.seams.clock.now())
+            .await
     }
 
     /// Logs one inbound or outbound message in the session: the one call every channel
@@ -317,10 +477,9 @@ impl Session<'_> {
     /// and in [`query_log`](crate::transcript::TranscriptStore::query_log).
     pub async fn log_message(&self, message: LogMessage) -> Result<SessionEvent> {
         self.check().await?;
-        self.manager
-            .transcripts()
-            .log_message(&self.key, message)
-            .await
+        let key = &self.key;
+        let (transcript, entry) = self.manager.transcript_of(key).await?;
+        self.manager.log_to(key, &transcript, &entry, message).await
     }
 
     /// Mirrors a message delivered outside the model (a reminder, a broadcast) into the
@@ -331,10 +490,19 @@ impl Session<'_> {
         media_urls: &[String],
     ) -> Result<Option<SessionEvent>> {
         self.check().await?;
-        self.manager
-            .transcripts()
-            .mirror_delivery(&self.key, text, media_urls)
-            .await
+        let key = &self.key;
+        let Some(line) =
+            TranscriptEntry::delivery_mirror(text, media_urls, self.manager.seams.clock.now())
+        else {
+            return Ok(None);
+        };
+        let (transcript, _) = self.manager.transcript_of(key).await?;
+        Ok(self
+            .manager
+            .transcript_store()?
+            .append(&transcript, vec![line])
+            .await?
+            .pop())
     }
 
     /// Appends `lines` to the current session transcript (created on first use), as
@@ -343,7 +511,12 @@ impl Session<'_> {
     /// back as tool calls and tool messages. Returns their events, in order.
     pub async fn append(&self, lines: Vec<TranscriptEntry>) -> Result<Vec<SessionEvent>> {
         self.check().await?;
-        self.manager.transcripts().append(&self.key, lines).await
+        let key = &self.key;
+        let (transcript, _) = self.manager.transcript_of(key).await?;
+        self.manager
+            .transcript_store()?
+            .append(&transcript, lines)
+            .await
     }
 
     /// Appends chat messages to the current session transcript: the steps of a tool
@@ -387,10 +560,12 @@ impl Session<'_> {
     /// ```
     pub async fn append_chat(&self, messages: &[ChatMessage]) -> Result<Vec<SessionEvent>> {
         self.check().await?;
-        self.manager
-            .transcripts()
-            .append_chat(&self.key, messages)
-            .await
+        let now = self.manager.seams.clock.now();
+        let lines = crate::inbound::chat::transcript_lines(messages, now);
+        if lines.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.append(lines).await
     }
 
     /// Takes a checkpoint (`manual`, `new_session`, `turn_limit`, `idle`): with an
@@ -399,17 +574,29 @@ impl Session<'_> {
     /// from what it returns; a checkpoint event is recorded either way.
     pub async fn checkpoint(&self, reason: CheckpointReason) -> Result<SessionEvent> {
         self.check().await?;
-        self.manager
-            .transcripts()
-            .checkpoint(&self.key, reason)
-            .await
+        let key = &self.key;
+        let (transcript, entry) = self.manager.transcript_of(key).await?;
+        let (outcome, event) = self
+            .manager
+            .introspect(key, &transcript, &entry, reason)
+            .await?;
+        if let Some(outcome) = outcome {
+            self.manager.apply_introspection(key, outcome, true).await?;
+        }
+        Ok(event)
     }
 
     /// The events of the current session from `from` on: a client that reconnects
     /// passes the `next` offset of its last read and gets only what it missed.
     pub async fn replay(&self, from: Offset) -> Result<TranscriptRead> {
         self.check().await?;
-        self.manager.transcripts().replay(&self.key, from).await
+        let key = &self.key;
+        let entry = self.manager.existing(key).await?.entry;
+        let transcript = TranscriptRef::of(key, &entry, &self.manager.settings.default_agent);
+        self.manager
+            .transcript_store()?
+            .read(&transcript, from)
+            .await
     }
 
     /// Follows this key across its sessions from `from` — the key's session, then the
@@ -453,14 +640,23 @@ impl Session<'_> {
     /// [`MemoryFlushGuard`](crate::memory::flush::MemoryFlushGuard)).
     pub async fn memory_flush_plan(&self) -> Result<Option<FlushPlan>> {
         self.check().await?;
-        self.manager.memory().memory_flush_plan(&self.key).await
+        let key = &self.key;
+        let entry = self.manager.existing(key).await?.entry;
+        Ok(self.manager.seams.flush_guard.plan(&entry))
     }
 
     /// Records that the memory flush ran: `memoryFlushAt` and the compaction cycle it
     /// belongs to, so it does not run again until the next compaction.
     pub async fn record_memory_flush(&self) -> Result<StoredSession> {
         self.check().await?;
-        self.manager.memory().record_memory_flush(&self.key).await
+        let key = &self.key;
+        let now_ms = self.manager.seams.clock.now_millis();
+        self.manager
+            .change(key, |entry| {
+                entry.memory_flush_at = Some(now_ms);
+                entry.memory_flush_compaction_count = Some(entry.compaction_count.unwrap_or(0));
+            })
+            .await
     }
 
     /// Records a completed compaction in one atomic update (OpenClaw's
@@ -468,9 +664,18 @@ impl Session<'_> {
     /// size becomes it and the input/output breakdown is cleared.
     pub async fn record_compaction(&self, tokens_after: Option<u64>) -> Result<StoredSession> {
         self.check().await?;
+        let key = &self.key;
+        let now_ms = self.manager.seams.clock.now_millis();
         self.manager
-            .memory()
-            .record_compaction(&self.key, tokens_after)
+            .change(key, |entry| {
+                entry.compaction_count = Some(entry.compaction_count.unwrap_or(0) + 1);
+                entry.updated_at = entry.updated_at.max(now_ms);
+                if let Some(tokens) = tokens_after.filter(|t| *t > 0) {
+                    entry.total_tokens = Some(tokens);
+                    entry.input_tokens = None;
+                    entry.output_tokens = None;
+                }
+            })
             .await
     }
 
@@ -482,16 +687,36 @@ impl Session<'_> {
         event: CompactionEvent,
     ) -> Result<Option<StoredSession>> {
         self.check().await?;
-        self.manager
-            .memory()
-            .on_compaction_event(&self.key, event)
-            .await
+        let key = &self.key;
+        match event {
+            CompactionEvent::Start => {
+                tracing::debug!(key = %key, "compaction started");
+                Ok(None)
+            }
+            CompactionEvent::End {
+                will_retry: true, ..
+            } => {
+                tracing::debug!(key = %key, "compaction attempt ended; the engine retries");
+                Ok(None)
+            }
+            CompactionEvent::End {
+                will_retry: false,
+                tokens_after,
+            } => self.record_compaction(tokens_after).await.map(Some),
+        }
     }
 
     /// The engine session to resume, if one was recorded.
     pub async fn engine_session(&self, kind: &EngineKind) -> Result<Option<String>> {
         self.check().await?;
-        self.manager.memory().engine_session(&self.key, kind).await
+        let key = &self.key;
+        Ok(self
+            .manager
+            .seams
+            .store
+            .get(key)
+            .await?
+            .and_then(|s| kind.session_id(&s.entry)))
     }
 
     /// Makes sure the session holds a current skills snapshot (OpenClaw's
@@ -505,9 +730,198 @@ impl Session<'_> {
         F: FnOnce() -> Value + Send,
     {
         self.check().await?;
+        let key = &self.key;
+        let entry = self.manager.existing(key).await?.entry;
+        let stored = entry.skills_snapshot.as_ref();
+        let built_for_this_session = stored
+            .and_then(|s| s.get("sessionId"))
+            .and_then(Value::as_str)
+            == Some(entry.session_id.as_str());
+        let first_turn = entry.system_sent != Some(true) && !built_for_this_session;
+        if !snapshot_needs_refresh(stored, first_turn, version) {
+            return Ok(false);
+        }
+        let mut snapshot = build();
+        if let Value::Object(fields) = &mut snapshot {
+            fields.insert("version".into(), Value::from(version));
+            fields.insert("sessionId".into(), Value::from(entry.session_id.clone()));
+        }
         self.manager
-            .memory()
-            .ensure_skills_snapshot(&self.key, version, build)
+            .change(key, |e| e.skills_snapshot = Some(snapshot.clone()))
+            .await?;
+        Ok(true)
+    }
+
+    /// Changes where replies go; with `inbound`, records the message's metadata in the
+    /// same store write.
+    async fn route(
+        &self,
+        route: &DeliveryContext,
+        inbound: Option<&InboundMessage>,
+    ) -> Result<StoredSession> {
+        let key = &self.key;
+        let now_ms = self.manager.seams.clock.now_millis();
+        let group = inbound.and_then(InboundMessage::group_resolution);
+        self.manager
+            .seams
+            .store
+            .apply(key, &mut |slot, _| {
+                let entry = slot.get_or_insert_with(|| start_session(None, now_ms));
+                apply_route(entry, route);
+                if let Some(message) = inbound {
+                    record_meta(entry, message, group.as_ref(), key);
+                }
+                Ok(())
+            })
+            .await?
+            .ok_or_else(|| Error::NotFound { key: key.clone() })
+    }
+
+    /// The thread session `<key>:thread:<thread_id>`, forked from this one if new.
+    async fn fork(&self, thread_id: &str) -> Result<StoredSession> {
+        let parent = &self.key;
+        let key = parent.thread(thread_id)?;
+        let parent_entry = self.manager.existing(parent).await?.entry;
+        let now_ms = self.manager.seams.clock.now_millis();
+        self.manager
+            .seams
+            .store
+            .apply(&key, &mut |slot, _| {
+                if slot.is_none() {
+                    let mut entry = start_session(Some(parent_entry.clone()), now_ms);
+                    entry.label = None;
+                    entry.spawned_by = None;
+                    entry.chat_type = parent_entry.chat_type.clone();
+                    entry.channel = parent_entry.channel.clone();
+                    entry.group_id = parent_entry.group_id.clone();
+                    entry.subject = parent_entry.subject.clone();
+                    entry.group_channel = parent_entry.group_channel.clone();
+                    entry.space = parent_entry.space.clone();
+                    entry.display_name = parent_entry.display_name.clone();
+                    entry.forked_from = Some(ForkOrigin {
+                        session_key: parent.to_string(),
+                        session_id: parent_entry.session_id.clone(),
+                        session_file: parent_entry.session_file.clone(),
+                        extra: Default::default(),
+                    });
+                    apply_route(
+                        &mut entry,
+                        &DeliveryContext::default().with_thread(thread_id.trim()),
+                    );
+                    *slot = Some(entry);
+                }
+                Ok(())
+            })
+            .await?
+            .ok_or_else(|| Error::NotFound { key: key.clone() })
+    }
+
+    #[cfg(feature = "http")]
+    /// Closes the key's current session if it is `session_id`; [`Error::NotFound`] (and
+    /// nothing written) when it is not.
+    pub(crate) async fn close_if_current(&self, session_id: &str) -> Result<StoredSession> {
+        self.check().await?;
+        self.manager
+            .change_status(&self.key, SessionStatus::Closed, Some(session_id))
             .await
+    }
+
+    /// [`record_turn`](Self::record_turn) of the key's current session if it is
+    /// `session_id` (when given); [`Error::NotFound`] and nothing written when it is not.
+    pub(crate) async fn record_turn_of(
+        &self,
+        session_id: Option<&str>,
+        outcome: TurnOutcome,
+    ) -> Result<StoredSession> {
+        let key = &self.key;
+        let summary = match &outcome.exchange {
+            Some((user, reply)) => self.next_context_summary(user, reply).await?,
+            None => None,
+        };
+        let now_ms = self.manager.seams.clock.now_millis();
+        let stored = self
+            .manager
+            .change_of(key, session_id, |entry| {
+                entry.turn_count = Some(entry.turn_count.unwrap_or(0) + 1);
+                entry.system_sent = Some(true);
+                entry.aborted_last_run = Some(outcome.aborted);
+                if matches!(
+                    entry.status,
+                    Some(SessionStatus::Running | SessionStatus::AwaitingApproval)
+                ) {
+                    entry.status = Some(SessionStatus::Idle);
+                }
+                entry.updated_at = entry.updated_at.max(now_ms);
+                if let Some(usage) = &outcome.usage {
+                    usage.apply(entry);
+                }
+                if let Some(engine) = &outcome.engine {
+                    engine.apply(entry);
+                }
+                if let Some(summary) = &summary {
+                    entry.context_summary = Some(summary.clone());
+                }
+            })
+            .await?;
+        let turns = stored.entry.turn_count.unwrap_or(0);
+        let at_limit = self
+            .manager
+            .settings
+            .checkpoint_every_turns
+            .is_some_and(|every| every > 0 && turns % every == 0);
+        if at_limit
+            && self.manager.seams.introspector.is_some()
+            && self.manager.seams.transcripts.is_some()
+        {
+            self.checkpoint(CheckpointReason::TurnLimit).await?;
+            return self.manager.existing(key).await;
+        }
+        Ok(stored)
+    }
+
+    async fn next_context_summary(&self, user: &str, reply: &str) -> Result<Option<String>> {
+        let key = &self.key;
+        let current = self.manager.existing(key).await?.entry;
+        let input = SummaryInput::new(vec![SummaryTurn::user(user), SummaryTurn::assistant(reply)])
+            .merging(current.context_summary)
+            .with_turn_count(current.turn_count.unwrap_or(0) + 1);
+        match self.manager.seams.summarizer.summarize(&input).await {
+            Ok(summary) => Ok(Some(clip_summary(&summary))),
+            Err(error) => {
+                tracing::warn!(key = %key, %error, "summarizer failed; the context summary is unchanged");
+                Ok(None)
+            }
+        }
+    }
+
+    async fn choose_workspace_id(
+        &self,
+        entry: &SessionEntry,
+        workspaces: &crate::identity::workspace::Workspaces,
+    ) -> Result<Uuid> {
+        let key = &self.key;
+        if workspaces.sharing_mode() == WorkspaceSharing::PerIdentity {
+            if let (Some(person), Some(identity)) = (&entry.person_id, &entry.agent_identity) {
+                let siblings = self
+                    .manager
+                    .seams
+                    .store
+                    .list(
+                        &ListFilter::new()
+                            .include_inactive()
+                            .person(person.clone())
+                            .agent_identity(identity.clone()),
+                    )
+                    .await?;
+                let shared = siblings
+                    .iter()
+                    .filter(|s| s.key != *key)
+                    .find_map(|s| s.entry.workspace_id.as_deref());
+                if let Some(id) = shared {
+                    return parse_workspace_id(id);
+                }
+            }
+        }
+        Ok(Uuid::parse_str(&entry.session_id).unwrap_or_else(|_| Uuid::new_v4()))
     }
 }

@@ -1,17 +1,14 @@
 //! The manager's side of memory: turns with their usage, the memory flush, compaction,
 //! summaries, engine sessions, checkpoints and snapshots.
 
-use serde_json::Value;
-
 use super::SessionManager;
-use crate::entry::{DescriptionSource, IdentitySummary, LogCursor, SessionEntry, SessionStatus};
+use crate::entry::{DescriptionSource, IdentitySummary, LogCursor, SessionEntry};
 use crate::error::{Error, Result};
 use crate::freshness::clock::{from_millis, to_millis};
 use crate::key::SessionKey;
-use crate::memory::checkpoint::{snapshot_needs_refresh, IntrospectionInput, IntrospectionOutcome};
-use crate::memory::flush::FlushPlan;
+use crate::memory::checkpoint::{IntrospectionInput, IntrospectionOutcome};
 use crate::memory::summary::{SummaryInput, SummaryTurn, MAX_SUMMARY_CHARS};
-use crate::memory::usage::{EngineKind, EngineSession, TurnUsage};
+use crate::memory::usage::{EngineSession, TurnUsage};
 use crate::store::{ListFilter, StoredSession};
 use crate::transcript::{
     CheckpointReason, EventKind, LogQuery, Offset, SessionEvent, TranscriptEntry, TranscriptRef,
@@ -108,7 +105,7 @@ pub enum SummaryRefresh {
     NothingNew,
 }
 
-fn clip_summary(text: &str) -> String {
+pub(crate) fn clip_summary(text: &str) -> String {
     let text = text.trim();
     if text.chars().count() <= MAX_SUMMARY_CHARS {
         return text.to_owned();
@@ -119,84 +116,6 @@ fn clip_summary(text: &str) -> String {
 }
 
 impl SessionManager {
-    /// See [`Session::record_turn`](super::Session::record_turn).
-    pub(crate) async fn record_turn(
-        &self,
-        key: &SessionKey,
-        outcome: TurnOutcome,
-    ) -> Result<StoredSession> {
-        self.record_turn_of(key, None, outcome).await
-    }
-
-    /// [`record_turn`](Self::record_turn) of `key`'s current session if it is
-    /// `session_id` (when given); [`Error::NotFound`] and nothing written when it is not.
-    pub(crate) async fn record_turn_of(
-        &self,
-        key: &SessionKey,
-        session_id: Option<&str>,
-        outcome: TurnOutcome,
-    ) -> Result<StoredSession> {
-        let summary = match &outcome.exchange {
-            Some((user, reply)) => self.next_context_summary(key, user, reply).await?,
-            None => None,
-        };
-        let now_ms = self.seams.clock.now_millis();
-        let stored = self
-            .change_of(key, session_id, |entry| {
-                entry.turn_count = Some(entry.turn_count.unwrap_or(0) + 1);
-                entry.system_sent = Some(true);
-                entry.aborted_last_run = Some(outcome.aborted);
-                if matches!(
-                    entry.status,
-                    Some(SessionStatus::Running | SessionStatus::AwaitingApproval)
-                ) {
-                    entry.status = Some(SessionStatus::Idle);
-                }
-                entry.updated_at = entry.updated_at.max(now_ms);
-                if let Some(usage) = &outcome.usage {
-                    usage.apply(entry);
-                }
-                if let Some(engine) = &outcome.engine {
-                    engine.apply(entry);
-                }
-                if let Some(summary) = &summary {
-                    entry.context_summary = Some(summary.clone());
-                }
-            })
-            .await?;
-        let turns = stored.entry.turn_count.unwrap_or(0);
-        let at_limit = self
-            .settings
-            .checkpoint_every_turns
-            .is_some_and(|every| every > 0 && turns % every == 0);
-        if at_limit && self.seams.introspector.is_some() && self.seams.transcripts.is_some() {
-            self.transcripts()
-                .checkpoint(key, CheckpointReason::TurnLimit)
-                .await?;
-            return self.existing(key).await;
-        }
-        Ok(stored)
-    }
-
-    async fn next_context_summary(
-        &self,
-        key: &SessionKey,
-        user: &str,
-        reply: &str,
-    ) -> Result<Option<String>> {
-        let current = self.existing(key).await?.entry;
-        let input = SummaryInput::new(vec![SummaryTurn::user(user), SummaryTurn::assistant(reply)])
-            .merging(current.context_summary)
-            .with_turn_count(current.turn_count.unwrap_or(0) + 1);
-        match self.seams.summarizer.summarize(&input).await {
-            Ok(summary) => Ok(Some(clip_summary(&summary))),
-            Err(error) => {
-                tracing::warn!(key = %key, %error, "summarizer failed; the context summary is unchanged");
-                Ok(None)
-            }
-        }
-    }
-
     /// The agent identity of an agent id: as configured with
     /// [`agent_identity`](super::SessionManagerBuilder::agent_identity), else the id.
     pub fn agent_identity_of(&self, agent_id: &str) -> String {
@@ -210,7 +129,7 @@ impl SessionManager {
     /// Gives a new session of a known person the freshest identity summary of its
     /// siblings (same person, same agent identity): a person's first session with a new
     /// engine variant starts with what the others know.
-    pub(super) async fn seed_identity_summary(
+    pub(crate) async fn seed_identity_summary(
         &self,
         key: &SessionKey,
         entry: &SessionEntry,
@@ -252,7 +171,7 @@ impl SessionManager {
 
     /// Introspects `transcript` over its events since its last checkpoint and appends a
     /// checkpoint event there. `None` when no introspector is configured.
-    pub(super) async fn introspect(
+    pub(crate) async fn introspect(
         &self,
         key: &SessionKey,
         transcript: &TranscriptRef,
@@ -301,7 +220,7 @@ impl SessionManager {
 
     /// Applies an introspection's outcome; the description only when it concerns this
     /// session (not for `new_session`, which looked at the previous one).
-    pub(super) async fn apply_introspection(
+    pub(crate) async fn apply_introspection(
         &self,
         key: &SessionKey,
         outcome: IntrospectionOutcome,
@@ -322,129 +241,6 @@ impl SessionManager {
         })
         .await?;
         Ok(())
-    }
-}
-
-/// The memory side of [`Session`](super::Session)'s calls: the memory flush before
-/// compaction, compaction, engine sessions and the skills snapshot.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct SessionMemory<'a> {
-    pub(super) manager: &'a SessionManager,
-}
-
-impl SessionManager {
-    /// The memory calls (see [`SessionMemory`]).
-    pub(crate) fn memory(&self) -> SessionMemory<'_> {
-        SessionMemory { manager: self }
-    }
-}
-
-impl SessionMemory<'_> {
-    /// See [`Session::memory_flush_plan`](super::Session::memory_flush_plan).
-    pub(crate) async fn memory_flush_plan(&self, key: &SessionKey) -> Result<Option<FlushPlan>> {
-        let entry = self.manager.existing(key).await?.entry;
-        Ok(self.manager.seams.flush_guard.plan(&entry))
-    }
-
-    /// See [`Session::record_memory_flush`](super::Session::record_memory_flush).
-    pub(crate) async fn record_memory_flush(&self, key: &SessionKey) -> Result<StoredSession> {
-        let now_ms = self.manager.seams.clock.now_millis();
-        self.manager
-            .change(key, |entry| {
-                entry.memory_flush_at = Some(now_ms);
-                entry.memory_flush_compaction_count = Some(entry.compaction_count.unwrap_or(0));
-            })
-            .await
-    }
-
-    /// See [`Session::record_compaction`](super::Session::record_compaction).
-    pub(crate) async fn record_compaction(
-        &self,
-        key: &SessionKey,
-        tokens_after: Option<u64>,
-    ) -> Result<StoredSession> {
-        let now_ms = self.manager.seams.clock.now_millis();
-        self.manager
-            .change(key, |entry| {
-                entry.compaction_count = Some(entry.compaction_count.unwrap_or(0) + 1);
-                entry.updated_at = entry.updated_at.max(now_ms);
-                if let Some(tokens) = tokens_after.filter(|t| *t > 0) {
-                    entry.total_tokens = Some(tokens);
-                    entry.input_tokens = None;
-                    entry.output_tokens = None;
-                }
-            })
-            .await
-    }
-
-    /// See [`Session::on_compaction_event`](super::Session::on_compaction_event).
-    pub(crate) async fn on_compaction_event(
-        &self,
-        key: &SessionKey,
-        event: CompactionEvent,
-    ) -> Result<Option<StoredSession>> {
-        match event {
-            CompactionEvent::Start => {
-                tracing::debug!(key = %key, "compaction started");
-                Ok(None)
-            }
-            CompactionEvent::End {
-                will_retry: true, ..
-            } => {
-                tracing::debug!(key = %key, "compaction attempt ended; the engine retries");
-                Ok(None)
-            }
-            CompactionEvent::End {
-                will_retry: false,
-                tokens_after,
-            } => self.record_compaction(key, tokens_after).await.map(Some),
-        }
-    }
-
-    /// See [`Session::engine_session`](super::Session::engine_session).
-    pub(crate) async fn engine_session(
-        &self,
-        key: &SessionKey,
-        kind: &EngineKind,
-    ) -> Result<Option<String>> {
-        Ok(self
-            .manager
-            .seams
-            .store
-            .get(key)
-            .await?
-            .and_then(|s| kind.session_id(&s.entry)))
-    }
-
-    /// See [`Session::ensure_skills_snapshot`](super::Session::ensure_skills_snapshot).
-    pub(crate) async fn ensure_skills_snapshot<F>(
-        &self,
-        key: &SessionKey,
-        version: u64,
-        build: F,
-    ) -> Result<bool>
-    where
-        F: FnOnce() -> Value + Send,
-    {
-        let entry = self.manager.existing(key).await?.entry;
-        let stored = entry.skills_snapshot.as_ref();
-        let built_for_this_session = stored
-            .and_then(|s| s.get("sessionId"))
-            .and_then(Value::as_str)
-            == Some(entry.session_id.as_str());
-        let first_turn = entry.system_sent != Some(true) && !built_for_this_session;
-        if !snapshot_needs_refresh(stored, first_turn, version) {
-            return Ok(false);
-        }
-        let mut snapshot = build();
-        if let Value::Object(fields) = &mut snapshot {
-            fields.insert("version".into(), Value::from(version));
-            fields.insert("sessionId".into(), Value::from(entry.session_id.clone()));
-        }
-        self.manager
-            .change(key, |e| e.skills_snapshot = Some(snapshot.clone()))
-            .await?;
-        Ok(true)
     }
 }
 

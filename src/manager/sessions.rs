@@ -8,18 +8,15 @@ use std::time::Duration;
 
 use super::entry_update::{canonicalize_person, record_meta, start_session};
 use super::{Admission, Decision, Reason, Resolution, SessionManager};
-use crate::entry::DeliveryContext;
 use crate::entry::{
-    parse_session_label, AuthProfileSource, DescriptionSource, ForkOrigin, GroupActivation,
-    QueueMode, SendPolicy, SessionEntry, SessionSource, SessionStatus,
+    AuthProfileSource, GroupActivation, QueueMode, SendPolicy, SessionEntry, SessionSource,
+    SessionStatus,
 };
-use crate::error::{DeleteRefusal, Error, Result};
+use crate::error::{Error, Result};
 use crate::freshness::triggers::ModelRef;
 use crate::inbound::InboundMessage;
 use crate::key::{AgentId, SessionKey};
-use crate::reply::delivery::apply_route;
 use crate::store::{ListFilter, SessionStoreExt, StatusFilter, StoredSession};
-use crate::transcript::ArchiveReason;
 
 /// How [`Session::delete`](crate::manager::Session::delete) treats shared sessions.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -134,11 +131,6 @@ pub enum OverrideKind {
 }
 
 impl SessionManager {
-    /// See [`Session::get`](super::Session::get).
-    pub(crate) async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
-        self.seams.store.get(key).await
-    }
-
     /// The session with id `session_id` among the sessions `status` admits:
     /// [`StatusFilter::Current`] for the current session of its key (`inactive` or
     /// not), [`StatusFilter::Any`] for closed sessions too — a session replaced under
@@ -193,99 +185,6 @@ impl SessionManager {
     /// Sessions matching `filter`, most recently active first.
     pub async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
         self.seams.store.list(filter).await
-    }
-
-    /// See [`Session::close`](super::Session::close).
-    pub(crate) async fn close(&self, key: &SessionKey) -> Result<StoredSession> {
-        self.set_status(key, SessionStatus::Closed).await
-    }
-
-    #[cfg(feature = "http")]
-    /// Closes `key`'s current session if it is `session_id`; [`Error::NotFound`] (and
-    /// nothing written) when it is not.
-    pub(crate) async fn close_session_id(
-        &self,
-        key: &SessionKey,
-        session_id: &str,
-    ) -> Result<StoredSession> {
-        self.change_status(key, SessionStatus::Closed, Some(session_id))
-            .await
-    }
-
-    /// See [`Session::set_status`](super::Session::set_status).
-    pub(crate) async fn set_status(
-        &self,
-        key: &SessionKey,
-        status: SessionStatus,
-    ) -> Result<StoredSession> {
-        self.change_status(key, status, None).await
-    }
-
-    /// See [`Session::reset`](super::Session::reset).
-    pub(crate) async fn reset(&self, key: &SessionKey) -> Result<StoredSession> {
-        let now_ms = self.seams.clock.now_millis();
-        let mut previous = None;
-        let stored = self
-            .seams
-            .store
-            .apply(key, &mut |slot, _| {
-                let Some(current) = slot.take() else {
-                    return Err(Error::NotFound { key: key.clone() });
-                };
-                previous = Some(current.clone());
-                let mut entry = start_session(Some(current), now_ms);
-                entry.start_reason = Some(Reason::ExplicitReset.started_by().to_owned());
-                *slot = Some(entry);
-                Ok(())
-            })
-            .await?
-            .ok_or_else(|| Error::NotFound { key: key.clone() })?;
-        if let Some(old) = &previous {
-            if let Some(updated) = self
-                .after_new_session(key, &stored.entry, Some(old), Reason::ExplicitReset)
-                .await?
-            {
-                return Ok(updated);
-            }
-        }
-        Ok(stored)
-    }
-
-    /// See [`Session::delete`](super::Session::delete).
-    pub(crate) async fn delete(
-        &self,
-        key: &SessionKey,
-        options: DeleteOptions,
-    ) -> Result<Option<SessionEntry>> {
-        let mut removed = None;
-        self.seams
-            .store
-            .apply(key, &mut |slot, _| {
-                let Some(entry) = slot.as_ref() else {
-                    return Ok(());
-                };
-                let refusal = if entry.status == Some(SessionStatus::Running) {
-                    Some(DeleteRefusal::Running)
-                } else if !options.force && is_shared(key, entry) {
-                    Some(DeleteRefusal::SharedHistory)
-                } else {
-                    None
-                };
-                if let Some(reason) = refusal {
-                    return Err(Error::DeleteRefused {
-                        key: key.clone(),
-                        reason,
-                    });
-                }
-                removed = slot.take();
-                Ok(())
-            })
-            .await?;
-        if let Some(entry) = &removed {
-            self.retire_transcript(key, entry, ArchiveReason::Deleted, options.erase_transcript)
-                .await;
-        }
-        Ok(removed)
     }
 
     /// Removes inactive sessions: those `options.filter` selects, older than
@@ -349,7 +248,10 @@ impl SessionManager {
                 .iter()
                 .map(|s| s.entry.session_id.clone())
                 .collect();
-            self.seams.store.remove_closed(&ids).await?;
+            match self.seams.store.as_erase() {
+                Some(store) => store.remove_closed(&ids).await?,
+                None => 0,
+            };
             removed.extend(replaced);
         }
         tracing::info!(removed = removed.len(), "sessions pruned");
@@ -449,95 +351,6 @@ impl SessionManager {
         Ok(kept)
     }
 
-    /// See [`Session::set_label`](super::Session::set_label).
-    pub(crate) async fn set_label(
-        &self,
-        key: &SessionKey,
-        label: Option<&str>,
-    ) -> Result<StoredSession> {
-        let label = label.map(parse_session_label).transpose()?;
-        self.change(key, |entry| entry.label = label.clone()).await
-    }
-
-    /// See [`Session::set_description`](super::Session::set_description).
-    pub(crate) async fn set_description(
-        &self,
-        key: &SessionKey,
-        description: Option<&str>,
-        source: DescriptionSource,
-    ) -> Result<StoredSession> {
-        let description = description.map(str::trim).filter(|d| !d.is_empty());
-        self.change(key, |entry| {
-            entry.description = description.map(str::to_owned);
-            entry.description_source = description.map(|_| source.clone());
-        })
-        .await
-    }
-
-    /// See [`Session::set_override`](super::Session::set_override).
-    pub(crate) async fn set_override(
-        &self,
-        key: &SessionKey,
-        setting: SessionOverride,
-    ) -> Result<StoredSession> {
-        self.change(key, |entry| match &setting {
-            SessionOverride::Model(model) => {
-                entry.provider_override = Some(model.provider.clone());
-                entry.model_override = Some(model.model.clone());
-                clear_override(entry, OverrideKind::AuthProfile);
-            }
-            SessionOverride::AuthProfile { profile, source } => {
-                entry.auth_profile_override = Some(profile.clone());
-                entry.auth_profile_override_source = Some(source.clone());
-                entry.auth_profile_override_compaction_count =
-                    Some(entry.compaction_count.unwrap_or(0));
-            }
-            SessionOverride::ThinkingLevel(level) => entry.thinking_level = Some(level.clone()),
-            SessionOverride::VerboseLevel(level) => entry.verbose_level = Some(level.clone()),
-            SessionOverride::ReasoningLevel(level) => entry.reasoning_level = Some(level.clone()),
-            SessionOverride::SendPolicy(policy) => entry.send_policy = Some(policy.clone()),
-            SessionOverride::GroupActivation(activation) => {
-                entry.group_activation = Some(activation.clone())
-            }
-            SessionOverride::QueueMode(mode) => entry.queue_mode = Some(mode.clone()),
-        })
-        .await
-    }
-
-    /// See [`Session::clear_override`](super::Session::clear_override).
-    pub(crate) async fn clear_override(
-        &self,
-        key: &SessionKey,
-        kind: OverrideKind,
-    ) -> Result<StoredSession> {
-        self.change(key, |entry| clear_override(entry, kind)).await
-    }
-
-    /// See [`Session::update_last_route`](super::Session::update_last_route).
-    /// With `inbound`, the message's metadata is recorded in the same store write, as
-    /// [`record_inbound_meta`](Self::record_inbound_meta) records it.
-    pub(crate) async fn update_last_route(
-        &self,
-        key: &SessionKey,
-        route: &DeliveryContext,
-        inbound: Option<&InboundMessage>,
-    ) -> Result<StoredSession> {
-        let now_ms = self.seams.clock.now_millis();
-        let group = inbound.and_then(InboundMessage::group_resolution);
-        self.seams
-            .store
-            .apply(key, &mut |slot, _| {
-                let entry = slot.get_or_insert_with(|| start_session(None, now_ms));
-                apply_route(entry, route);
-                if let Some(message) = inbound {
-                    record_meta(entry, message, group.as_ref(), key);
-                }
-                Ok(())
-            })
-            .await?
-            .ok_or_else(|| Error::NotFound { key: key.clone() })
-    }
-
     /// Records a message the bot does not answer (group chatter): its origin, group
     /// metadata and chat type, as OpenClaw's `recordSessionMetaFromInbound` does —
     /// without counting a message or a turn, without moving `updatedAt` (chatter
@@ -563,7 +376,7 @@ impl SessionManager {
             .await
     }
 
-    pub(super) async fn record_inbound_meta_admitted(
+    pub(crate) async fn record_inbound_meta_admitted(
         &self,
         message: &InboundMessage,
         admit: &Admission<'_>,
@@ -581,69 +394,6 @@ impl SessionManager {
             })
             .await?
             .ok_or_else(|| Error::NotFound { key: key.clone() })
-    }
-
-    /// See [`Session::fork_thread`](super::Session::fork_thread).
-    pub(crate) async fn fork_thread(
-        &self,
-        parent: &SessionKey,
-        thread_id: &str,
-    ) -> Result<StoredSession> {
-        let key = parent.thread(thread_id)?;
-        let parent_entry = self.existing(parent).await?.entry;
-        let now_ms = self.seams.clock.now_millis();
-        self.seams
-            .store
-            .apply(&key, &mut |slot, _| {
-                if slot.is_none() {
-                    let mut entry = start_session(Some(parent_entry.clone()), now_ms);
-                    entry.label = None;
-                    entry.spawned_by = None;
-                    entry.chat_type = parent_entry.chat_type.clone();
-                    entry.channel = parent_entry.channel.clone();
-                    entry.group_id = parent_entry.group_id.clone();
-                    entry.subject = parent_entry.subject.clone();
-                    entry.group_channel = parent_entry.group_channel.clone();
-                    entry.space = parent_entry.space.clone();
-                    entry.display_name = parent_entry.display_name.clone();
-                    entry.forked_from = Some(ForkOrigin {
-                        session_key: parent.to_string(),
-                        session_id: parent_entry.session_id.clone(),
-                        session_file: parent_entry.session_file.clone(),
-                        extra: Default::default(),
-                    });
-                    apply_route(
-                        &mut entry,
-                        &DeliveryContext::default().with_thread(thread_id.trim()),
-                    );
-                    *slot = Some(entry);
-                }
-                Ok(())
-            })
-            .await?
-            .ok_or_else(|| Error::NotFound { key: key.clone() })
-    }
-
-    pub(super) async fn create_subagent(
-        &self,
-        key: &SessionKey,
-        parent: &SessionKey,
-        label: Option<&str>,
-    ) -> Result<StoredSession> {
-        let label = label.map(parse_session_label).transpose()?;
-        let participants = self
-            .seams
-            .store
-            .get(parent)
-            .await?
-            .and_then(|stored| stored.entry.participants);
-        let now_ms = self.seams.clock.now_millis();
-        let mut entry = start_session(None, now_ms);
-        entry.spawned_by = Some(parent.to_string());
-        entry.label = label;
-        entry.source = Some(SessionSource::api(parent.to_string()));
-        entry.participants = participants;
-        self.seams.store.put(key, entry).await
     }
 
     /// Opens the session of a CLI, web, API or schedule source: creates it (`no_session`),
@@ -665,7 +415,7 @@ impl SessionManager {
 
     /// [`open`](Self::open), when `admit` allows the key and its current entry, with
     /// `stamp` applied to the opened entry — in the one store update.
-    pub(super) async fn open_admitted(
+    pub(crate) async fn open_admitted(
         &self,
         source: &SessionSource,
         agent: Option<&AgentId>,
@@ -734,7 +484,7 @@ impl SessionManager {
     }
 
     /// The session under `key`, which must exist ([`Error::NotFound`] if not).
-    pub(super) async fn existing(&self, key: &SessionKey) -> Result<StoredSession> {
+    pub(crate) async fn existing(&self, key: &SessionKey) -> Result<StoredSession> {
         self.seams
             .store
             .get(key)
@@ -743,7 +493,7 @@ impl SessionManager {
     }
 
     /// Changes an existing session without touching `updatedAt`.
-    pub(super) async fn change<F>(&self, key: &SessionKey, f: F) -> Result<StoredSession>
+    pub(crate) async fn change<F>(&self, key: &SessionKey, f: F) -> Result<StoredSession>
     where
         F: FnMut(&mut SessionEntry) + Send,
     {
@@ -753,7 +503,7 @@ impl SessionManager {
     /// [`change`](Self::change), refused with [`Error::NotFound`] (nothing written)
     /// unless `key`'s current session is `session_id`, when one is given: a session a
     /// reset replaced since the caller looked is not changed in its successor's place.
-    pub(super) async fn change_of<F>(
+    pub(crate) async fn change_of<F>(
         &self,
         key: &SessionKey,
         session_id: Option<&str>,
@@ -777,7 +527,7 @@ impl SessionManager {
 }
 
 /// The key of a new subagent of `agent` spawned from `parent`.
-pub(super) fn subagent_key(parent: &SessionKey, agent: &AgentId) -> Result<SessionKey> {
+pub(crate) fn subagent_key(parent: &SessionKey, agent: &AgentId) -> Result<SessionKey> {
     if parent.is_subagent() && parent.agent_id() == Some(agent.as_str()) {
         parent.nested_subagent(&uuid::Uuid::new_v4().to_string())
     } else {
@@ -800,7 +550,7 @@ fn merge_source(original: &mut SessionSource, newer: &SessionSource) {
     }
 }
 
-fn is_shared(key: &SessionKey, entry: &SessionEntry) -> bool {
+pub(crate) fn is_shared(key: &SessionKey, entry: &SessionEntry) -> bool {
     let kind = entry
         .chat_type
         .as_ref()
@@ -809,7 +559,7 @@ fn is_shared(key: &SessionKey, entry: &SessionEntry) -> bool {
     kind.is_some_and(|k| k.is_group())
 }
 
-fn clear_override(entry: &mut SessionEntry, kind: OverrideKind) {
+pub(crate) fn clear_override(entry: &mut SessionEntry, kind: OverrideKind) {
     match kind {
         OverrideKind::Model => {
             entry.provider_override = None;
@@ -864,10 +614,11 @@ mod tests {
             (successor.turn_count, read.events.len())
         };
 
-        let closed = manager.close_session_id(&key, &first).await;
+        let closed = manager.session(&key).close_if_current(&first).await;
         assert!(matches!(closed, Err(Error::NotFound { .. })), "{closed:?}");
         let recorded = manager
-            .record_turn_of(&key, Some(&first), TurnOutcome::completed())
+            .session(&key)
+            .record_turn_of(Some(&first), TurnOutcome::completed())
             .await;
         assert!(
             matches!(recorded, Err(Error::NotFound { .. })),
@@ -888,7 +639,8 @@ mod tests {
 
         // Named by its own id, the successor closes, its line in its own log.
         let closed = manager
-            .close_session_id(&key, &successor.session_id)
+            .session(&key)
+            .close_if_current(&successor.session_id)
             .await
             .unwrap();
         assert_eq!(closed.entry.status, Some(SessionStatus::Closed));

@@ -12,14 +12,13 @@ use crate::inbound::InboundMessage;
 use crate::key::{normalize_channel, PeerKind, SessionKey};
 use crate::store::{SessionStoreExt, StoredSession};
 use crate::transcript::{
-    ArchiveReason, CheckpointReason, Direction, LogFields, Offset, SessionEvent, SessionHeader,
-    TranscriptEntry, TranscriptNotice, TranscriptRead, TranscriptRef, TranscriptStore,
-    TranscriptUpdate, Usage,
+    ArchiveReason, Direction, LogFields, SessionEvent, SessionHeader, TranscriptEntry,
+    TranscriptNotice, TranscriptRef, TranscriptStore, TranscriptUpdate, Usage,
 };
 
 /// Records `location` as the entry's `sessionFile` unless it has one, if the entry is
 /// still the session `session_id` (a reset in between makes it another session).
-pub(super) fn record_location(entry: &mut SessionEntry, session_id: &str, location: &str) {
+pub(crate) fn record_location(entry: &mut SessionEntry, session_id: &str, location: &str) {
     if entry.session_id == session_id {
         entry
             .session_file
@@ -74,7 +73,7 @@ impl LogMessage {
     }
 
     /// The same message with `text` as what is logged (the model's input for it).
-    pub(super) fn with_text(mut self, text: String) -> Self {
+    pub(crate) fn with_text(mut self, text: String) -> Self {
         self.text = text;
         self
     }
@@ -148,7 +147,7 @@ impl LogMessage {
 }
 
 impl SessionManager {
-    pub(super) fn transcript_store(&self) -> Result<&dyn TranscriptStore> {
+    pub(crate) fn transcript_store(&self) -> Result<&dyn TranscriptStore> {
         self.seams
             .transcripts
             .as_deref()
@@ -160,7 +159,10 @@ impl SessionManager {
     /// The transcript of `key`'s current session, created on first use — as a fork of
     /// its parent's when the session was forked — and recorded as the entry's
     /// `sessionFile`.
-    async fn transcript_of(&self, key: &SessionKey) -> Result<(TranscriptRef, SessionEntry)> {
+    pub(crate) async fn transcript_of(
+        &self,
+        key: &SessionKey,
+    ) -> Result<(TranscriptRef, SessionEntry)> {
         let (transcript, entry, unrecorded) = self.prepared_transcript(key).await?;
         if let Some(location) = unrecorded {
             // Metadata only: `updatedAt` stays. Skipped if the session changed meanwhile.
@@ -189,7 +191,7 @@ impl SessionManager {
 
     /// [`prepared_transcript`](Self::prepared_transcript) for `entry`, the session's
     /// entry as the caller just read or wrote it.
-    pub(super) async fn prepare_transcript_for(
+    pub(crate) async fn prepare_transcript_for(
         &self,
         key: &SessionKey,
         entry: SessionEntry,
@@ -241,7 +243,7 @@ impl SessionManager {
     /// for again when a reset replaces it meanwhile. When the line cannot be logged, the
     /// change is undone and the error returned. A session already in `status` is left
     /// as it is (a second close neither moves its `closedAt` nor logs a line).
-    pub(super) async fn change_status(
+    pub(crate) async fn change_status(
         &self,
         key: &SessionKey,
         status: crate::entry::SessionStatus,
@@ -342,7 +344,7 @@ impl SessionManager {
 
     /// Archives (or erases) the transcript of a session that was reset or deleted.
     /// Failures are logged, not returned: the session change they follow has happened.
-    pub(super) async fn retire_transcript(
+    pub(crate) async fn retire_transcript(
         &self,
         key: &SessionKey,
         entry: &SessionEntry,
@@ -373,62 +375,9 @@ impl SessionManager {
 /// How many times a status change whose log line failed is tried to be undone.
 const UNDO_ATTEMPTS: u32 = 4;
 
-/// The transcript side of [`Session`](super::Session)'s calls: they need a transcript
-/// store ([`Error::NotConfigured`] otherwise).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct SessionTranscripts<'a> {
-    pub(super) manager: &'a SessionManager,
-}
-
-impl SessionManager {
-    /// The transcript calls (see [`SessionTranscripts`]).
-    pub(crate) fn transcripts(&self) -> SessionTranscripts<'_> {
-        SessionTranscripts { manager: self }
-    }
-}
-
-impl SessionTranscripts<'_> {
-    /// See [`Session::log_message`](super::Session::log_message).
-    pub(crate) async fn log_message(
-        &self,
-        key: &SessionKey,
-        message: LogMessage,
-    ) -> Result<SessionEvent> {
-        let (transcript, entry) = self.manager.transcript_of(key).await?;
-        self.manager.log_to(key, &transcript, &entry, message).await
-    }
-
-    /// See [`Session::append`](super::Session::append).
-    pub(crate) async fn append(
-        &self,
-        key: &SessionKey,
-        lines: Vec<TranscriptEntry>,
-    ) -> Result<Vec<SessionEvent>> {
-        let (transcript, _) = self.manager.transcript_of(key).await?;
-        self.manager
-            .transcript_store()?
-            .append(&transcript, lines)
-            .await
-    }
-
-    /// See [`Session::append_chat`](super::Session::append_chat).
-    pub(crate) async fn append_chat(
-        &self,
-        key: &SessionKey,
-        messages: &[crate::inbound::chat::ChatMessage],
-    ) -> Result<Vec<SessionEvent>> {
-        let now = self.manager.seams.clock.now();
-        let lines = crate::inbound::chat::transcript_lines(messages, now);
-        if lines.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.append(key, lines).await
-    }
-}
-
 impl SessionManager {
     /// Logs `message` in `transcript`, the transcript of `key`'s session `entry`.
-    pub(super) async fn log_to(
+    pub(crate) async fn log_to(
         &self,
         key: &SessionKey,
         transcript: &TranscriptRef,
@@ -440,7 +389,7 @@ impl SessionManager {
     }
 
     /// Appends `line` to `key`'s session `transcript`; returns it as appended.
-    pub(super) async fn append_line(
+    pub(crate) async fn append_line(
         &self,
         key: &SessionKey,
         transcript: &TranscriptRef,
@@ -457,7 +406,7 @@ impl SessionManager {
 
     /// The transcript line of `message` in `key`'s session `entry`: a user message in,
     /// an assistant message out, with its message-log fields.
-    pub(super) fn log_line(
+    pub(crate) fn log_line(
         &self,
         key: &SessionKey,
         entry: &SessionEntry,
@@ -510,56 +459,6 @@ impl SessionManager {
             }
         };
         line.with_log(log)
-    }
-}
-
-impl SessionTranscripts<'_> {
-    /// See [`Session::mirror_delivery`](super::Session::mirror_delivery).
-    pub(crate) async fn mirror_delivery(
-        &self,
-        key: &SessionKey,
-        text: &str,
-        media_urls: &[String],
-    ) -> Result<Option<SessionEvent>> {
-        let Some(line) =
-            TranscriptEntry::delivery_mirror(text, media_urls, self.manager.seams.clock.now())
-        else {
-            return Ok(None);
-        };
-        let (transcript, _) = self.manager.transcript_of(key).await?;
-        Ok(self
-            .manager
-            .transcript_store()?
-            .append(&transcript, vec![line])
-            .await?
-            .pop())
-    }
-
-    /// See [`Session::checkpoint`](super::Session::checkpoint).
-    pub(crate) async fn checkpoint(
-        &self,
-        key: &SessionKey,
-        reason: CheckpointReason,
-    ) -> Result<SessionEvent> {
-        let (transcript, entry) = self.manager.transcript_of(key).await?;
-        let (outcome, event) = self
-            .manager
-            .introspect(key, &transcript, &entry, reason)
-            .await?;
-        if let Some(outcome) = outcome {
-            self.manager.apply_introspection(key, outcome, true).await?;
-        }
-        Ok(event)
-    }
-
-    /// See [`Session::replay`](super::Session::replay).
-    pub(crate) async fn replay(&self, key: &SessionKey, from: Offset) -> Result<TranscriptRead> {
-        let entry = self.manager.existing(key).await?.entry;
-        let transcript = TranscriptRef::of(key, &entry, &self.manager.settings.default_agent);
-        self.manager
-            .transcript_store()?
-            .read(&transcript, from)
-            .await
     }
 }
 

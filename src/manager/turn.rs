@@ -15,11 +15,11 @@ use crate::transcript::{ChatterSender, Offset, SessionEvent, TranscriptRef};
 use std::time::Duration;
 use tracing::Instrument;
 
-use super::dedupe::{self, Intake, Seen};
-use super::holders::Hold;
-use super::outcome::{DeliveryReceipt, TurnFailure};
 use super::transcripts::record_location;
 use super::{LogMessage, Resolution, Resolved, SessionManager, TurnOutcome};
+use crate::exactly_once::dedupe::{self, Intake, Seen};
+use crate::exactly_once::holders::Hold;
+use crate::exactly_once::outcome::{DeliveryReceipt, TurnFailure};
 
 /// What the session layer sends after a bare reset (`/new` with nothing after it), in
 /// place of a model reply.
@@ -182,7 +182,7 @@ impl SessionManager {
 
     /// [`turn`](Self::turn), when `admit` allows the session (see
     /// [`resolve_admitted`](Self::resolve_admitted)).
-    pub(super) async fn turn_admitted(
+    pub(crate) async fn turn_admitted(
         &self,
         message: &InboundMessage,
         admit: &super::Admission<'_>,
@@ -410,23 +410,13 @@ impl SessionManager {
         }
     }
 
-    /// See [`Session::messages`](super::Session::messages).
-    pub(crate) async fn messages(&self, key: &SessionKey) -> Result<Vec<ChatMessage>> {
-        let entry = self.existing(key).await?.entry;
-        let (mut history, compacted) = self.history_messages(key, &entry, None).await?;
-        let Some(last) = history.pop() else {
-            return Ok(Vec::new());
-        };
-        self.fit_messages(&entry, Vec::new(), (history, compacted), last)
-    }
-
     /// The newest of the session's chat messages that [`fit_messages`](Self::fit_messages)
     /// may keep (all of them, or enough to fill the budget and the message window),
     /// without the line at `skip` (the current message, which is not history; with
     /// none, the newest message is the current one); and the summary that stands for
     /// what the last compaction removed. Read from the session's conversation as the
     /// last turn left it, so a turn reads only the lines appended since.
-    async fn history_messages(
+    pub(crate) async fn history_messages(
         &self,
         key: &SessionKey,
         entry: &SessionEntry,
@@ -459,7 +449,7 @@ impl SessionManager {
     /// [`budget`](Self::budget)): the summary of the transcript's last compaction
     /// first (it stands for what the compaction removed), and the context summary
     /// standing for what the budget cuts.
-    fn fit_messages(
+    pub(crate) fn fit_messages(
         &self,
         entry: &SessionEntry,
         mut system: Vec<ChatMessage>,
@@ -524,7 +514,11 @@ impl<'m> Turn<'m> {
     /// again until the next compaction.
     pub async fn complete_memory_flush(&mut self) -> Result<()> {
         if self.flush.take().is_some() {
-            let stored = self.manager.memory().record_memory_flush(&self.key).await?;
+            let stored = self
+                .manager
+                .session(&self.key)
+                .record_memory_flush()
+                .await?;
             self.entry = Some(stored.entry);
         }
         Ok(())
@@ -662,15 +656,15 @@ impl<'m> Turn<'m> {
                 if !sent.is_empty() {
                     outcome.exchange = Some((resolution.body.clone(), sent));
                 }
-                manager.record_turn(&self.key, outcome).await?;
+                manager.session(&self.key).record_turn(outcome).await?;
                 Ok(payloads)
             }
             (TurnAction::Acknowledge(text), _) => {
                 let mut payloads = vec![ReplyPayload::text(text.clone())];
                 if manager.seams.transcripts.is_some() {
                     let line = manager
-                        .transcripts()
-                        .log_message(&self.key, LogMessage::outbound(text.clone()))
+                        .session(&self.key)
+                        .log_message(LogMessage::outbound(text.clone()))
                         .await?;
                     if let Some(entry) = &self.entry {
                         give_receipts(&mut payloads, &self.key, entry, &line);

@@ -37,7 +37,7 @@ pub struct ReplyPayload {
     /// ([`SessionManager::report_delivery`](crate::SessionManager::report_delivery));
     /// set on the payloads [`Turn::complete`](crate::manager::Turn::complete) returns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub receipt: Option<crate::manager::DeliveryReceipt>,
+    pub receipt: Option<crate::exactly_once::DeliveryReceipt>,
 }
 
 impl ReplyPayload {

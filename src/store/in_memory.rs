@@ -154,6 +154,26 @@ impl SessionStore for InMemoryStore {
         Ok(self.list(filter).await?.len())
     }
 
+    fn as_erase(&self) -> Option<&dyn crate::store::Erase> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl crate::store::Erase for InMemoryStore {
+    /// An in-memory store keeps no copies.
+    async fn erase_copies(&self, _needles: &[String], _vacuum: bool) -> Result<usize> {
+        Ok(0)
+    }
+
+    async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
+        let mut sessions = self.sessions();
+        let before = sessions.closed.len();
+        sessions
+            .closed
+            .retain(|c| !session_ids.contains(&c.entry.session_id));
+        Ok(before - sessions.closed.len())
+    }
     async fn replace_closed(&self, replacements: &[StoredSession]) -> Result<usize> {
         let mut sessions = self.sessions();
         let mut replaced = 0;
@@ -169,15 +189,6 @@ impl SessionStore for InMemoryStore {
             }
         }
         Ok(replaced)
-    }
-
-    async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
-        let mut sessions = self.sessions();
-        let before = sessions.closed.len();
-        sessions
-            .closed
-            .retain(|c| !session_ids.contains(&c.entry.session_id));
-        Ok(before - sessions.closed.len())
     }
 }
 

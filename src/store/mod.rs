@@ -793,37 +793,11 @@ pub trait SessionStore: Send + Sync {
         Ok(self.count(&ListFilter::all()).await? == 0)
     }
 
-    /// Forgets closed sessions that were replaced under their key (see
-    /// [`StatusFilter`]), by session id; a current session is never touched. Returns
-    /// how many were removed. The default, for a store that keeps none, removes none.
-    async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
-        let _ = session_ids;
-        Ok(0)
-    }
-
-    /// Replaces closed sessions (replaced under their key) by the entries given, each
-    /// found by its session id; a current session is never touched. Returns how many
-    /// were replaced. What [`SessionManager::forget_person`](crate::SessionManager::forget_person)
-    /// takes a person out of other people's closed group sessions with. The default,
-    /// for a store that keeps none, replaces none.
-    async fn replace_closed(&self, sessions: &[StoredSession]) -> Result<usize> {
-        let _ = sessions;
-        Ok(0)
-    }
-
-    /// Erases what the store keeps of data it no longer holds, wherever one of
-    /// `needles` (a person's identifiers, the ids of their erased sessions) is in it:
-    /// `sessions.json.bak`, orphaned temporary files, files set aside as corrupt and
-    /// quarantined copies in a JSON tree; freed pages, the write-ahead log and the
-    /// full-text segments of a SQLite database. With `vacuum`, the database is also
-    /// rewritten (SQLite `VACUUM`; PostgreSQL `VACUUM` of the crate's tables, after
-    /// which dead row versions no longer hold the data). Returns how many copies were
-    /// removed or rewritten. Called by
-    /// [`SessionManager::forget_person`](crate::SessionManager::forget_person); the
-    /// default, for a store that keeps no copies, does nothing.
-    async fn erase_copies(&self, needles: &[String], vacuum: bool) -> Result<usize> {
-        let _ = (needles, vacuum);
-        Ok(0)
+    /// This store's [`Erase`] capability — forgetting its closed sessions and the
+    /// copies it keeps — if it has one. The default is none: a store that keeps no
+    /// closed sessions and no copies has nothing to erase beside its sessions.
+    fn as_erase(&self) -> Option<&dyn Erase> {
+        None
     }
 
     /// Removes `key`, returning the entry it had.
@@ -836,6 +810,38 @@ pub trait SessionStore: Send + Sync {
         .await?;
         Ok(removed)
     }
+}
+
+/// A store that forgets what it keeps beside its current sessions: the closed sessions
+/// replaced under their keys, and copies of data it no longer holds (backups, files set
+/// aside, a database's freed pages). A capability split out of [`SessionStore`] as
+/// [`MultiKeyStore`] is: what pruning, retention and
+/// [`SessionManager::forget_person`](crate::SessionManager::forget_person) need, which a
+/// store that keeps neither does not implement. Every store of this crate does, and
+/// says so through [`SessionStore::as_erase`].
+#[async_trait]
+pub trait Erase: SessionStore {
+    /// Forgets closed sessions that were replaced under their key (see
+    /// [`StatusFilter`]), by session id; a current session is never touched. Returns
+    /// how many were removed.
+    async fn remove_closed(&self, session_ids: &[String]) -> Result<usize>;
+
+    /// Replaces closed sessions (replaced under their key) by the entries given, each
+    /// found by its session id; a current session is never touched. Returns how many
+    /// were replaced. What [`SessionManager::forget_person`](crate::SessionManager::forget_person)
+    /// takes a person out of other people's closed group sessions with.
+    async fn replace_closed(&self, sessions: &[StoredSession]) -> Result<usize>;
+
+    /// Erases what the store keeps of data it no longer holds, wherever one of
+    /// `needles` (a person's identifiers, the ids of their erased sessions) is in it:
+    /// `sessions.json.bak`, orphaned temporary files, files set aside as corrupt and
+    /// quarantined copies in a JSON tree; freed pages, the write-ahead log and the
+    /// full-text segments of a SQLite database. With `vacuum`, the database is also
+    /// rewritten (SQLite `VACUUM`; PostgreSQL `VACUUM` of the crate's tables, after
+    /// which dead row versions no longer hold the data). Returns how many copies were
+    /// removed or rewritten. Called by
+    /// [`SessionManager::forget_person`](crate::SessionManager::forget_person).
+    async fn erase_copies(&self, needles: &[String], vacuum: bool) -> Result<usize>;
 }
 
 /// A store that updates several sessions in one atomic step: a capability only some
@@ -1033,6 +1039,21 @@ pub trait SessionStoreExt: SessionStore {
 impl<S: SessionStore + ?Sized> SessionStoreExt for S {}
 
 #[async_trait]
+impl<S: Erase + ?Sized> Erase for std::sync::Arc<S> {
+    async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
+        (**self).remove_closed(session_ids).await
+    }
+
+    async fn replace_closed(&self, sessions: &[StoredSession]) -> Result<usize> {
+        (**self).replace_closed(sessions).await
+    }
+
+    async fn erase_copies(&self, needles: &[String], vacuum: bool) -> Result<usize> {
+        (**self).erase_copies(needles, vacuum).await
+    }
+}
+
+#[async_trait]
 impl<S: MultiKeyStore + ?Sized> MultiKeyStore for std::sync::Arc<S> {
     async fn apply_many(
         &self,
@@ -1075,16 +1096,8 @@ impl<S: SessionStore + ?Sized> SessionStore for std::sync::Arc<S> {
         (**self).delete(key).await
     }
 
-    async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
-        (**self).remove_closed(session_ids).await
-    }
-
-    async fn erase_copies(&self, needles: &[String], vacuum: bool) -> Result<usize> {
-        (**self).erase_copies(needles, vacuum).await
-    }
-
-    async fn replace_closed(&self, sessions: &[StoredSession]) -> Result<usize> {
-        (**self).replace_closed(sessions).await
+    fn as_erase(&self) -> Option<&dyn Erase> {
+        (**self).as_erase()
     }
 }
 

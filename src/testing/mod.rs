@@ -647,7 +647,8 @@ pub async fn list_filters_by_status<S: SessionStore + ?Sized>(store: &S) {
 
 /// A session replaced under its key by one with another session id is kept, closed:
 /// found by its id when closed sessions are asked for, never in a default listing, and
-/// counted as listed. Deleting the key keeps it; `remove_closed` forgets it.
+/// counted as listed. Deleting the key keeps it; [`Erase::remove_closed`](crate::store::Erase::remove_closed)
+/// forgets it.
 #[doc(hidden)]
 pub async fn replaced_sessions_are_kept_closed<S: SessionStore + ?Sized>(store: &S) {
     let k = key("agent:main:telegram:dm:42");
@@ -727,7 +728,11 @@ pub async fn replaced_sessions_are_kept_closed<S: SessionStore + ?Sized>(store: 
         ["second", "first"],
         "deleting is no replacement: the deleted session goes, the closed ones stay"
     );
-    let removed = store
+    // A store that keeps closed sessions can forget them.
+    let erase = store
+        .as_erase()
+        .expect("a store that keeps closed sessions erases them (SessionStore::as_erase)");
+    let removed = erase
         .remove_closed(&["first".to_owned(), "unknown".to_owned()])
         .await
         .unwrap();

@@ -42,8 +42,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+use agent_sessions::exactly_once::TurnFailure;
 use agent_sessions::inbound::{ChatMessage, ChatRole, ToolCall};
-use agent_sessions::manager::{Turn, TurnFailure, TurnReply};
+use agent_sessions::manager::{Turn, TurnReply};
 use agent_sessions::memory::TurnUsage;
 use agent_sessions::reply::ReplyPayload;
 use async_openai::config::Config;
@@ -379,7 +380,7 @@ pub async fn answer_streamed<C: Config>(
 /// timeout, a conflict or a rate limit: it would refuse it again), else keep it.
 ///
 /// ```
-/// use agent_sessions::manager::TurnFailure;
+/// use agent_sessions::exactly_once::TurnFailure;
 /// use async_openai::error::OpenAIError;
 ///
 /// let invalid = OpenAIError::InvalidArgument("no model".into());

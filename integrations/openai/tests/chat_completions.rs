@@ -183,7 +183,7 @@ async fn an_input_the_provider_refuses_is_dropped_and_never_sent_again() {
     };
     assert_eq!(
         agent_sessions_openai::failure_of(&error),
-        agent_sessions::manager::TurnFailure::DropInput
+        agent_sessions::exactly_once::TurnFailure::DropInput
     );
 
     // The session is not blocked: the next turn goes through without the refused input.

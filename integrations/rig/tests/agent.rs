@@ -436,7 +436,7 @@ async fn answer_drops_an_input_the_provider_refuses_so_the_session_goes_on() {
     };
     assert_eq!(
         agent_sessions_rig::failure_of(&error),
-        agent_sessions::manager::TurnFailure::DropInput
+        agent_sessions::exactly_once::TurnFailure::DropInput
     );
     // Not merged into the next message, not sent again.
     let sent = agent_sessions_rig::answer(&manager, &dm("Hello?"), &bot)

@@ -74,7 +74,7 @@ pub use inbound::{TelegramAdapter, CHANNEL};
 struct ReadmeDoctests;
 pub use storage::{DialogueError, SessionDialogueStorage, DIALOGUE_FIELD};
 
-use agent_sessions::manager::Delivery;
+use agent_sessions::exactly_once::Delivery;
 use agent_sessions::prelude::ReplyPayload;
 use agent_sessions::SessionManager;
 use teloxide::payloads::SendMessageSetters;

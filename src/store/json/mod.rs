@@ -1135,14 +1135,6 @@ impl JsonFileStore {
 
 #[async_trait]
 impl SessionStore for JsonFileStore {
-    async fn erase_copies(&self, needles: &[String], _vacuum: bool) -> Result<usize> {
-        let (root, needles) = (crate::paths::state_root(&self.inner.root), needles.to_vec());
-        blocking(&self.inner.root, move || {
-            copies::erase_copies(&root, &needles)
-        })
-        .await
-    }
-
     async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
         let path = self.store_path_for(key);
         let document = self.load(&path).await?;
@@ -1185,6 +1177,44 @@ impl SessionStore for JsonFileStore {
         blocking(&self.inner.root, move || inner.unreadable()).await
     }
 
+    async fn count(&self, filter: &ListFilter) -> Result<usize> {
+        if !filter.is_everything() {
+            return Ok(self.list(filter).await?.len());
+        }
+        let agents = self.agents().await?;
+        let inner = self.inner.clone();
+        blocking(&self.inner.root, move || {
+            let mut count = 0;
+            for agent in &agents {
+                let document = inner.load(&inner.store_path(agent))?;
+                count += document
+                    .iter()
+                    .filter(|(key, _)| inner.served_key(agent, key).is_some())
+                    .count();
+            }
+            Ok(count)
+        })
+        .await
+    }
+
+    fn as_erase(&self) -> Option<&dyn crate::store::Erase> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl crate::store::Erase for JsonFileStore {
+    async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
+        self.change_closed(|held| closed::ClosedChanges {
+            keep: Vec::new(),
+            forget: held
+                .iter()
+                .map(|h| h.entry.session_id.clone())
+                .filter(|id| session_ids.contains(id))
+                .collect(),
+        })
+        .await
+    }
     async fn replace_closed(&self, sessions: &[StoredSession]) -> Result<usize> {
         self.change_closed(|held| closed::ClosedChanges {
             keep: sessions
@@ -1202,35 +1232,10 @@ impl SessionStore for JsonFileStore {
         })
         .await
     }
-
-    async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
-        self.change_closed(|held| closed::ClosedChanges {
-            keep: Vec::new(),
-            forget: held
-                .iter()
-                .map(|h| h.entry.session_id.clone())
-                .filter(|id| session_ids.contains(id))
-                .collect(),
-        })
-        .await
-    }
-
-    async fn count(&self, filter: &ListFilter) -> Result<usize> {
-        if !filter.is_everything() {
-            return Ok(self.list(filter).await?.len());
-        }
-        let agents = self.agents().await?;
-        let inner = self.inner.clone();
+    async fn erase_copies(&self, needles: &[String], _vacuum: bool) -> Result<usize> {
+        let (root, needles) = (crate::paths::state_root(&self.inner.root), needles.to_vec());
         blocking(&self.inner.root, move || {
-            let mut count = 0;
-            for agent in &agents {
-                let document = inner.load(&inner.store_path(agent))?;
-                count += document
-                    .iter()
-                    .filter(|(key, _)| inner.served_key(agent, key).is_some())
-                    .count();
-            }
-            Ok(count)
+            copies::erase_copies(&root, &needles)
         })
         .await
     }

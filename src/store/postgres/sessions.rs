@@ -8,36 +8,6 @@ const KEY_ORDER: &str = "session_key COLLATE \"C\"";
 
 #[async_trait]
 impl SessionStore for PostgresStore {
-    async fn erase_copies(&self, _needles: &[String], vacuum: bool) -> Result<usize> {
-        if !vacuum {
-            return Ok(0);
-        }
-        // Deleted and updated rows stay in the table files as dead row versions until
-        // a vacuum; `VACUUM FULL` rewrites each table without them (holding its lock
-        // while it runs).
-        let client = self.client().await?;
-        let tables = [
-            "sessions",
-            "closed_sessions",
-            "transcripts",
-            "transcript_lines",
-            "search_messages",
-            "search_postings",
-            "search_postings_state",
-            "search_vector_blocks",
-            "group_history",
-            "group_history_seen",
-            "system_events",
-        ];
-        for table in tables {
-            client
-                .batch_execute(&format!("VACUUM FULL {}", self.table(table)))
-                .await
-                .map_err(pg_error("vacuum"))?;
-        }
-        Ok(tables.len())
-    }
-
     async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
         let client = self.client().await?;
         let row = client
@@ -104,6 +74,45 @@ impl SessionStore for PostgresStore {
         Ok(usize::try_from(count).unwrap_or(0))
     }
 
+    async fn unreadable(&self) -> Result<Vec<crate::store::UnreadableEntry>> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT session_key, revision, entry FROM {} ORDER BY session_key",
+                    self.table("sessions")
+                ),
+                &[],
+            )
+            .await
+            .map_err(pg_error("read sessions"))?;
+        Ok(sql::undecodable(
+            &self.location,
+            rows.iter().map(|row| (row.get(0), row.get(1), row.get(2))),
+        ))
+    }
+
+    fn as_erase(&self) -> Option<&dyn crate::store::Erase> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl crate::store::Erase for PostgresStore {
+    async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
+        let client = self.client().await?;
+        let removed = client
+            .execute(
+                &format!(
+                    "DELETE FROM {} WHERE session_id = ANY($1)",
+                    self.table("closed_sessions")
+                ),
+                &[&session_ids],
+            )
+            .await
+            .map_err(pg_error("remove closed sessions"))?;
+        Ok(usize::try_from(removed).unwrap_or(usize::MAX))
+    }
     async fn replace_closed(&self, sessions: &[crate::store::StoredSession]) -> Result<usize> {
         let client = self.client().await?;
         let sql = format!(
@@ -135,38 +144,34 @@ impl SessionStore for PostgresStore {
         }
         Ok(usize::try_from(replaced).unwrap_or(usize::MAX))
     }
-
-    async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
+    async fn erase_copies(&self, _needles: &[String], vacuum: bool) -> Result<usize> {
+        if !vacuum {
+            return Ok(0);
+        }
+        // Deleted and updated rows stay in the table files as dead row versions until
+        // a vacuum; `VACUUM FULL` rewrites each table without them (holding its lock
+        // while it runs).
         let client = self.client().await?;
-        let removed = client
-            .execute(
-                &format!(
-                    "DELETE FROM {} WHERE session_id = ANY($1)",
-                    self.table("closed_sessions")
-                ),
-                &[&session_ids],
-            )
-            .await
-            .map_err(pg_error("remove closed sessions"))?;
-        Ok(usize::try_from(removed).unwrap_or(usize::MAX))
-    }
-
-    async fn unreadable(&self) -> Result<Vec<crate::store::UnreadableEntry>> {
-        let client = self.client().await?;
-        let rows = client
-            .query(
-                &format!(
-                    "SELECT session_key, revision, entry FROM {} ORDER BY session_key",
-                    self.table("sessions")
-                ),
-                &[],
-            )
-            .await
-            .map_err(pg_error("read sessions"))?;
-        Ok(sql::undecodable(
-            &self.location,
-            rows.iter().map(|row| (row.get(0), row.get(1), row.get(2))),
-        ))
+        let tables = [
+            "sessions",
+            "closed_sessions",
+            "transcripts",
+            "transcript_lines",
+            "search_messages",
+            "search_postings",
+            "search_postings_state",
+            "search_vector_blocks",
+            "group_history",
+            "group_history_seen",
+            "system_events",
+        ];
+        for table in tables {
+            client
+                .batch_execute(&format!("VACUUM FULL {}", self.table(table)))
+                .await
+                .map_err(pg_error("vacuum"))?;
+        }
+        Ok(tables.len())
     }
 }
 

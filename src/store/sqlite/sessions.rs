@@ -4,35 +4,6 @@ use super::*;
 
 #[async_trait]
 impl SessionStore for SqliteStore {
-    async fn erase_copies(&self, needles: &[String], vacuum: bool) -> Result<usize> {
-        let needles = needles.to_vec();
-        self.read(move |c| {
-            let failed = || db_error("erase copies");
-            let mut erased = 0;
-            // Append notices name transcripts; one naming an erased session goes.
-            for needle in needles.iter().filter(|n| !n.is_empty()) {
-                erased += c
-                    .execute(
-                        "DELETE FROM transcript_feed WHERE instr(notice, ?1) > 0",
-                        [needle],
-                    )
-                    .map_err(failed())?;
-            }
-            // Deleted rows' words leave the full-text segments only when they merge.
-            c.execute_batch("INSERT INTO search_text (search_text) VALUES ('optimize');")
-                .map_err(failed())?;
-            if vacuum {
-                c.execute_batch("VACUUM;").map_err(failed())?;
-            }
-            // Deleted content is zeroed in the pages (`secure_delete`); the write-ahead
-            // log still holds the pages as they were until it is checkpointed and reset.
-            c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
-                .map_err(failed())?;
-            Ok(erased)
-        })
-        .await
-    }
-
     async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
         let raw = key.to_string();
         let row = self.read(move |c| read_row(c, &raw)).await?;
@@ -117,6 +88,29 @@ impl SessionStore for SqliteStore {
         ))
     }
 
+    fn as_erase(&self) -> Option<&dyn crate::store::Erase> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl crate::store::Erase for SqliteStore {
+    async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
+        let ids = session_ids.to_vec();
+        let guard = self.lock().await;
+        let (_guard, removed) = self
+            .run(guard, move |c| {
+                let mut removed = 0;
+                for id in &ids {
+                    removed += c
+                        .execute("DELETE FROM closed_sessions WHERE session_id = ?1", [id])
+                        .map_err(db_error("remove a closed session"))?;
+                }
+                Ok(removed)
+            })
+            .await?;
+        Ok(removed)
+    }
     async fn replace_closed(&self, sessions: &[crate::store::StoredSession]) -> Result<usize> {
         let rows = sessions
             .iter()
@@ -149,22 +143,33 @@ impl SessionStore for SqliteStore {
         })
         .await
     }
-
-    async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
-        let ids = session_ids.to_vec();
-        let guard = self.lock().await;
-        let (_guard, removed) = self
-            .run(guard, move |c| {
-                let mut removed = 0;
-                for id in &ids {
-                    removed += c
-                        .execute("DELETE FROM closed_sessions WHERE session_id = ?1", [id])
-                        .map_err(db_error("remove a closed session"))?;
-                }
-                Ok(removed)
-            })
-            .await?;
-        Ok(removed)
+    async fn erase_copies(&self, needles: &[String], vacuum: bool) -> Result<usize> {
+        let needles = needles.to_vec();
+        self.read(move |c| {
+            let failed = || db_error("erase copies");
+            let mut erased = 0;
+            // Append notices name transcripts; one naming an erased session goes.
+            for needle in needles.iter().filter(|n| !n.is_empty()) {
+                erased += c
+                    .execute(
+                        "DELETE FROM transcript_feed WHERE instr(notice, ?1) > 0",
+                        [needle],
+                    )
+                    .map_err(failed())?;
+            }
+            // Deleted rows' words leave the full-text segments only when they merge.
+            c.execute_batch("INSERT INTO search_text (search_text) VALUES ('optimize');")
+                .map_err(failed())?;
+            if vacuum {
+                c.execute_batch("VACUUM;").map_err(failed())?;
+            }
+            // Deleted content is zeroed in the pages (`secure_delete`); the write-ahead
+            // log still holds the pages as they were until it is checkpointed and reset.
+            c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+                .map_err(failed())?;
+            Ok(erased)
+        })
+        .await
     }
 }
 

@@ -1,5 +1,5 @@
 //! Finding one person in data the crate keeps, and taking them out of lines that stay:
-//! what [`SessionManager::forget_person`](super::SessionManager::forget_person) runs on
+//! what [`SessionManager::forget_person`](crate::SessionManager::forget_person) runs on
 //! shared transcripts, group chatter, search messages and session entries.
 
 use std::collections::BTreeSet;

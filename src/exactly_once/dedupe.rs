@@ -13,11 +13,11 @@
 use std::time::Duration;
 
 use super::holders::{self, Hold};
-use super::SessionManager;
 use crate::entry::{InboundRecord, SessionEntry};
 use crate::error::Result;
 use crate::inbound::InboundMessage;
 use crate::key::{normalize_account_id, normalize_channel, SessionKey};
+use crate::manager::SessionManager;
 use crate::transcript::{Direction, TranscriptRef};
 
 /// How long a message id is remembered (OpenClaw's inbound dedupe window, 20 minutes).
@@ -28,7 +28,7 @@ pub(crate) const MAX_RECENT_INBOUND: usize = 100;
 
 /// Which message `message` is, across deliveries: its channel, account, chat and
 /// message id; `None` for a message without a message id (never deduplicated).
-pub(super) fn inbound_id(message: &InboundMessage) -> Option<String> {
+pub(crate) fn inbound_id(message: &InboundMessage) -> Option<String> {
     let id = message.message_id.as_deref()?.trim();
     if id.is_empty() {
         return None;
@@ -47,16 +47,16 @@ pub(super) fn inbound_id(message: &InboundMessage) -> Option<String> {
 
 /// A turn taking a message with an id.
 #[derive(Debug)]
-pub(super) struct Intake {
-    pub(super) id: String,
-    pub(super) hold: Hold,
+pub(crate) struct Intake {
+    pub(crate) id: String,
+    pub(crate) hold: Hold,
     /// The holder of an earlier record of the message whose turn died before logging
     /// it: this turn takes the message over.
-    pub(super) take_over: Option<String>,
+    pub(crate) take_over: Option<String>,
 }
 
 impl Intake {
-    pub(super) fn new(id: String) -> Self {
+    pub(crate) fn new(id: String) -> Self {
         Intake {
             id,
             hold: Hold::new(uuid::Uuid::new_v4().to_string()),
@@ -67,7 +67,7 @@ impl Intake {
 
 /// What a session's entry says of a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Seen {
+pub(crate) enum Seen {
     /// Not taken before (or taken by a turn this one takes over): record it.
     New,
     /// Taken by a turn that may still log it, or did.
@@ -78,7 +78,7 @@ pub(super) enum Seen {
 
 /// What `entry` says of the message `intake` takes, at `now_ms`: a record older than
 /// `window` says nothing.
-pub(super) fn check(
+pub(crate) fn check(
     entry: Option<&SessionEntry>,
     intake: &Intake,
     now_ms: u64,
@@ -106,7 +106,7 @@ pub(super) fn check(
 /// older than `window` and beyond [`MAX_RECENT_INBOUND`]. `settled`: the update that
 /// records it is all the message does (a bare reset), so it needs no holder — a
 /// delivery again is a duplicate whoever looks, whenever within the window.
-pub(super) fn record(
+pub(crate) fn record(
     entry: &mut SessionEntry,
     intake: &Intake,
     now_ms: u64,
@@ -134,7 +134,7 @@ impl SessionManager {
     /// Whether the message of `record` (a message of `key`'s sessions whose turn died)
     /// is in its session's transcript: the turn logged it before it died. Without a
     /// transcript store nothing says so, and the message is taken again.
-    pub(super) async fn logged_before(
+    pub(crate) async fn logged_before(
         &self,
         key: &SessionKey,
         record: &InboundRecord,

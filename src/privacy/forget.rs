@@ -7,10 +7,11 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::redact::{direct_peer, without_chatter_of, LineFate, PersonIds, TranscriptRedaction};
-use super::SessionManager;
+use super::Privacy;
 use crate::error::{DeleteRefusal, Error, Result};
 use crate::identity::Identifier;
 use crate::key::{AgentId, SessionKey};
+use crate::manager::SessionManager;
 use crate::search::{LoggedMessage, SearchFilter, SearchIndex};
 use crate::store::{ListFilter, SessionStoreExt, StatusFilter, StoredSession};
 use crate::transcript::lines::session_id_of_name;
@@ -23,7 +24,7 @@ const RUNNING_WAIT: Duration = Duration::from_secs(30);
 /// Whom [`SessionManager::forget_person`] erases.
 ///
 /// ```
-/// use agent_sessions::manager::PersonRef;
+/// use agent_sessions::privacy::PersonRef;
 ///
 /// let by_id = PersonRef::person("jane");
 /// let by_number = PersonRef::sender("sms", "+15550100");
@@ -164,7 +165,7 @@ impl SessionManager {
     /// outside the crate) is listed in the crate's `docs/personal-data.md`.
     ///
     /// ```
-    /// use agent_sessions::manager::PersonRef;
+    /// use agent_sessions::privacy::PersonRef;
     /// use agent_sessions::prelude::*;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
@@ -182,12 +183,19 @@ impl SessionManager {
     /// # }
     /// ```
     ///
-    /// [`SessionManagerBuilder::backend`]: super::SessionManagerBuilder::backend
+    /// [`SessionManagerBuilder::backend`]: crate::manager::SessionManagerBuilder::backend
     pub async fn forget_person_with(
         &self,
         person: &PersonRef,
         options: ForgetOptions,
     ) -> Result<ForgetReport> {
+        Privacy(self).forget(person, options).await
+    }
+}
+
+impl Privacy<'_> {
+    /// See [`SessionManager::forget_person_with`].
+    async fn forget(&self, person: &PersonRef, options: ForgetOptions) -> Result<ForgetReport> {
         let transcripts = self.exportable_transcripts()?;
         let mut report = ForgetReport::default();
         let ids = self.person_ids(person).await?;
@@ -241,7 +249,10 @@ impl SessionManager {
         // The sessions point at everything above: they go last, so a run that dies
         // before this finds them again.
         let closed_ids: Vec<String> = closed.iter().map(|s| s.entry.session_id.clone()).collect();
-        report.closed_sessions += self.seams.store.remove_closed(&closed_ids).await?;
+        report.closed_sessions += match self.seams.store.as_erase() {
+            Some(store) => store.remove_closed(&closed_ids).await?,
+            None => 0,
+        };
         for session in &current {
             if self.remove_fenced(session, &ids).await? {
                 report.sessions += 1;
@@ -250,7 +261,10 @@ impl SessionManager {
         // A fenced session a message of theirs replaced meanwhile was kept closed by the
         // store (the new session, a conversation after the erase, stays).
         let erased_ids: Vec<String> = erased.iter().cloned().collect();
-        report.sessions += self.seams.store.remove_closed(&erased_ids).await?;
+        report.sessions += match self.seams.store.as_erase() {
+            Some(store) => store.remove_closed(&erased_ids).await?,
+            None => 0,
+        };
         // A turn that slipped in before the sessions went appended to a transcript
         // already erased: erased again (a new session after this one starts afresh).
         if let Some(transcripts) = &transcripts {
@@ -271,11 +285,10 @@ impl SessionManager {
             .sum();
         let mut needles = ids.needles();
         needles.extend(erased.iter().cloned());
-        report.copies += self
-            .seams
-            .store
-            .erase_copies(&needles, options.vacuum)
-            .await?;
+        report.copies += match self.seams.store.as_erase() {
+            Some(store) => store.erase_copies(&needles, options.vacuum).await?,
+            None => 0,
+        };
         tracing::info!(
             sessions = report.sessions,
             closed = report.closed_sessions,
@@ -288,7 +301,7 @@ impl SessionManager {
 
     /// The transcripts as a store that lists and edits them whole: the backend's, or
     /// none when the manager keeps no transcripts.
-    pub(super) fn exportable_transcripts(
+    pub(crate) fn exportable_transcripts(
         &self,
     ) -> Result<Option<std::sync::Arc<dyn TranscriptExport>>> {
         match (&self.seams.backend, &self.seams.transcripts) {
@@ -307,7 +320,7 @@ impl SessionManager {
     }
 
     /// The backend's search index, if the manager has a backend.
-    pub(super) async fn search_index(&self) -> Result<Option<std::sync::Arc<dyn SearchIndex>>> {
+    pub(crate) async fn search_index(&self) -> Result<Option<std::sync::Arc<dyn SearchIndex>>> {
         match &self.seams.backend {
             Some(backend) => backend.search_index().await.map(Some),
             None => Ok(None),
@@ -315,7 +328,7 @@ impl SessionManager {
     }
 
     /// The ids `person` is known by.
-    pub(super) async fn person_ids(&self, person: &PersonRef) -> Result<PersonIds> {
+    pub(crate) async fn person_ids(&self, person: &PersonRef) -> Result<PersonIds> {
         let mut ids = PersonIds::default();
         let add_with_links = |ids: &mut PersonIds, id: &str| {
             ids.add(id);
@@ -379,7 +392,7 @@ impl SessionManager {
 
     /// The person's sessions: current ones and closed ones (replaced under their
     /// keys), across every agent this manager serves.
-    pub(super) async fn sessions_of(
+    pub(crate) async fn sessions_of(
         &self,
         ids: &PersonIds,
     ) -> Result<(Vec<StoredSession>, Vec<StoredSession>)> {
@@ -412,7 +425,7 @@ impl SessionManager {
     }
 
     /// Fences the person's current sessions off: each, once no turn runs in it, is
-    /// closed (as [`Session::close`](super::Session::close) closes a session), so a
+    /// closed (as [`Session::close`](crate::Session::close) closes a session), so a
     /// message of theirs from now on starts a new session instead of writing into what
     /// is being erased. A turn running in one is waited for (up to [`RUNNING_WAIT`]).
     /// Closing adds no closed session to the key (a new session id would push the
@@ -475,7 +488,10 @@ impl SessionManager {
         redact_shared: bool,
     ) -> Result<TranscriptPlan> {
         let mut plan = TranscriptPlan::default();
-        for (agent, name) in transcripts.transcript_names(self.isolated_agent()).await? {
+        for (agent, name) in transcripts
+            .transcript_names(self.settings.isolated_to.as_ref())
+            .await?
+        {
             if erased.contains(&session_id_of_name(&name)) {
                 plan.remove.push((agent, name));
                 continue;
@@ -545,7 +561,7 @@ impl SessionManager {
         touched: &BTreeSet<String>,
         labels: &[String],
     ) -> Result<usize> {
-        let agent = self.isolated_agent().map(AgentId::to_string);
+        let agent = self.settings.isolated_to.as_ref().map(AgentId::to_string);
         // The index is made from the transcripts: only the sessions erased, and those
         // whose transcripts name the person, can hold their messages (read one session
         // at a time), and messages filed under their ids.
@@ -663,7 +679,10 @@ impl SessionManager {
                 Some(StoredSession { entry, ..s })
             })
             .collect();
-        let mut edited = self.seams.store.replace_closed(&closed).await?;
+        let mut edited = match self.seams.store.as_erase() {
+            Some(store) => store.replace_closed(&closed).await?,
+            None => 0,
+        };
         for session in self.seams.store.list(&all).await? {
             if ids.owns(&session.key, &session.entry) || ids.redact_entry(&session.entry).is_none()
             {
@@ -719,11 +738,6 @@ impl SessionManager {
             reason: DeleteRefusal::Running,
         })
     }
-
-    /// The agent this manager is isolated to, if any.
-    pub(super) fn isolated_agent(&self) -> Option<&AgentId> {
-        self.settings.isolated_to.as_ref()
-    }
 }
 
 /// The transcripts an erase removes and edits, and the labels the person's chatter
@@ -751,7 +765,8 @@ fn runs(entry: &crate::entry::SessionEntry, now_ms: u64) -> bool {
             .rev()
             .find(|record| record.session_id == entry.session_id)
             .is_none_or(|record| {
-                record.holder.is_empty() || super::holders::alive(&record.holder, record.at, now_ms)
+                record.holder.is_empty()
+                    || crate::exactly_once::holders::alive(&record.holder, record.at, now_ms)
             })
 }
 

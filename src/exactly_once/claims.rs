@@ -10,16 +10,16 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::holders::{self, Hold};
-use super::SessionManager;
 use crate::error::Result;
 use crate::freshness::clock::to_millis;
 use crate::inbound::chatter::{ChatterClaim, ChatterEntry};
 use crate::key::AgentId;
+use crate::manager::SessionManager;
 use crate::transcript::{Offset, SessionEvent, TranscriptEntry, TranscriptRef, TranscriptStore};
 
 /// A claim of this process, live until dropped.
 #[derive(Debug)]
-pub(super) struct LiveClaim {
+pub(crate) struct LiveClaim {
     claim: ChatterClaim,
     _hold: Hold,
 }
@@ -39,7 +39,7 @@ impl LiveClaim {
         }
     }
 
-    pub(super) fn id(&self) -> &str {
+    pub(crate) fn id(&self) -> &str {
         &self.claim.id
     }
 }
@@ -92,7 +92,7 @@ async fn logged(transcripts: &dyn TranscriptStore, witness: &str, line_id: &str)
 
 /// Whether `transcript` — or its archive, when its session was reset or deleted since
 /// — has a line that `is_it`.
-pub(super) async fn has_line(
+pub(crate) async fn has_line(
     transcripts: &dyn TranscriptStore,
     transcript: &TranscriptRef,
     is_it: impl Fn(&TranscriptEntry) -> bool,
@@ -163,16 +163,16 @@ async fn append_once(
 
 /// A claim of a group's chatter for one turn, and the lines it holds.
 #[derive(Debug)]
-pub(super) struct ClaimedChatter {
-    pub(super) group: String,
-    pub(super) claim: LiveClaim,
-    pub(super) entries: Vec<ChatterEntry>,
+pub(crate) struct ClaimedChatter {
+    pub(crate) group: String,
+    pub(crate) claim: LiveClaim,
+    pub(crate) entries: Vec<ChatterEntry>,
 }
 
 impl SessionManager {
     /// Claims group `group`'s history for a turn whose inbound line goes to
     /// `transcript`: first settling or taking over the claims whose holders are gone.
-    pub(super) async fn claim_chatter(
+    pub(crate) async fn claim_chatter(
         &self,
         group: &str,
         transcript: &TranscriptRef,
@@ -205,7 +205,7 @@ impl SessionManager {
     /// stops waiting: a turn dropped half-way leaves no claim it cannot account for.
     /// `done` is the turn's hold on its inbound message, marked done at its time once
     /// the line is logged, and kept that long.
-    pub(super) async fn log_claimed(
+    pub(crate) async fn log_claimed(
         &self,
         transcript: &TranscriptRef,
         line: TranscriptEntry,

@@ -9,9 +9,10 @@ use serde_json::{json, Value};
 
 use super::forget::PersonRef;
 use super::redact::{self, chatter_of, PersonIds};
-use super::SessionManager;
+use super::Privacy;
 use crate::error::{Error, Result};
 use crate::inbound::chatter::ChatterEdit;
+use crate::manager::SessionManager;
 use crate::transcript::lines::session_id_of_name;
 
 /// What [`SessionManager::export_person`] wrote: counts only.
@@ -38,7 +39,7 @@ impl SessionManager {
     /// not in it (reading them would take them). Finds what
     /// [`forget_person`](Self::forget_person) would erase, by the same rules; reaches
     /// transcripts through the manager's backend (see
-    /// [`SessionManagerBuilder::backend`](super::SessionManagerBuilder::backend)).
+    /// [`SessionManagerBuilder::backend`](crate::manager::SessionManagerBuilder::backend)).
     ///
     /// ```text
     /// {"version":1,"ids":["+15550100","jane"],
@@ -50,7 +51,7 @@ impl SessionManager {
     /// ```
     ///
     /// ```
-    /// use agent_sessions::manager::PersonRef;
+    /// use agent_sessions::privacy::PersonRef;
     /// use agent_sessions::prelude::*;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
@@ -74,9 +75,9 @@ impl SessionManager {
         person: &PersonRef,
         out: &mut (dyn Write + Send),
     ) -> Result<PersonExportSummary> {
-        let transcripts = self.exportable_transcripts()?;
-        let ids = self.person_ids(person).await?;
-        let (current, closed) = self.sessions_of(&ids).await?;
+        let transcripts = Privacy(self).exportable_transcripts()?;
+        let ids = Privacy(self).person_ids(person).await?;
+        let (current, closed) = Privacy(self).sessions_of(&ids).await?;
         let mut summary = PersonExportSummary::default();
         let write = |out: &mut (dyn Write + Send), bytes: &[u8]| {
             out.write_all(bytes)
@@ -91,7 +92,11 @@ impl SessionManager {
         value(out, &json!(all_ids))?;
         write(out, b",\"sessions\":[")?;
         let names = match &transcripts {
-            Some(transcripts) => transcripts.transcript_names(self.isolated_agent()).await?,
+            Some(transcripts) => {
+                transcripts
+                    .transcript_names(self.settings.isolated_to.as_ref())
+                    .await?
+            }
             None => Vec::new(),
         };
         let mut first = true;

@@ -9,10 +9,10 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::SessionManager;
 use crate::entry::SessionEntry;
 use crate::error::{Error, Result};
 use crate::key::SessionKey;
+use crate::manager::SessionManager;
 use crate::reply::payload::ReplyPayload;
 use crate::transcript::{Direction, LogFields, Offset, TranscriptEntry, TranscriptRef};
 
@@ -22,10 +22,10 @@ pub(crate) const TURN_FAILED_CUSTOM_TYPE: &str = "agent-sessions.turn-failed";
 pub const DELIVERY_CUSTOM_TYPE: &str = "agent-sessions.delivery";
 
 /// What to do with the input of a turn whose model call failed
-/// ([`Turn::fail`](super::Turn::fail)).
+/// ([`Turn::fail`](crate::manager::Turn::fail)).
 ///
 /// ```
-/// use agent_sessions::manager::TurnFailure;
+/// use agent_sessions::exactly_once::TurnFailure;
 /// use agent_sessions::prelude::*;
 /// use agent_sessions::transcript::InMemoryTranscriptStore;
 ///
@@ -66,7 +66,7 @@ impl TurnFailure {
     }
 }
 
-/// Where a payload [`Turn::complete`](super::Turn::complete) returned was logged: what
+/// Where a payload [`Turn::complete`](crate::manager::Turn::complete) returned was logged: what
 /// [`SessionManager::report_delivery`] needs to record its delivery.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -190,7 +190,7 @@ impl Marks {
 impl SessionManager {
     /// Marks the turn whose inbound line is `inbound` (in `transcript`, of `key`'s
     /// session `entry`) failed, keeping or dropping its input, and ends its run.
-    pub(super) async fn record_failure(
+    pub(crate) async fn record_failure(
         &self,
         key: &SessionKey,
         transcript: Option<&TranscriptRef>,
@@ -222,7 +222,7 @@ impl SessionManager {
     }
 
     /// Records what became of `payload`, one of the payloads
-    /// [`Turn::complete`](super::Turn::complete) returned: a line in the session's
+    /// [`Turn::complete`](crate::manager::Turn::complete) returned: a line in the session's
     /// transcript. A failed payload is left out of the conversation the model sees
     /// from then on (the model does not believe the user read it); a later report of
     /// the same payload replaces the earlier (a retry that got through). Reporting the
@@ -233,7 +233,7 @@ impl SessionManager {
     /// nothing to record: `Ok(())`.
     ///
     /// ```
-    /// use agent_sessions::manager::Delivery;
+    /// use agent_sessions::exactly_once::Delivery;
     /// use agent_sessions::prelude::*;
     /// use agent_sessions::transcript::InMemoryTranscriptStore;
     ///

@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::SessionManager;
+use super::Privacy;
 use crate::error::{Error, Result};
 use crate::inbound::chatter::ChatterEdit;
 use crate::key::{normalize_channel, AgentId};
+use crate::manager::SessionManager;
 use crate::search::SearchFilter;
 use crate::store::{ListFilter, SessionStoreExt, StatusFilter, StoredSession};
 use crate::transcript::lines::session_id_of_name;
@@ -20,7 +21,7 @@ use crate::SessionStatus;
 ///
 /// ```
 /// use std::time::Duration;
-/// use agent_sessions::manager::RetentionRule;
+/// use agent_sessions::privacy::RetentionRule;
 ///
 /// let day = Duration::from_secs(24 * 3600);
 /// // WhatsApp: conversations 30 days (summaries kept), chatter 7 days, closed sessions 90.
@@ -123,7 +124,7 @@ impl RetentionRule {
 ///
 /// ```
 /// use std::time::Duration;
-/// use agent_sessions::manager::{RetentionPolicy, RetentionRule};
+/// use agent_sessions::privacy::{RetentionPolicy, RetentionRule};
 ///
 /// let day = Duration::from_secs(24 * 3600);
 /// let policy = RetentionPolicy::new()
@@ -214,12 +215,12 @@ impl SessionManager {
     /// is never cut, and a session changed while the pass ran is left for the next
     /// (each removal is a compare-and-set on what was judged). Reaches transcripts and
     /// the search index through the manager's backend
-    /// ([`SessionManagerBuilder::backend`](super::SessionManagerBuilder::backend)).
+    /// ([`SessionManagerBuilder::backend`](crate::manager::SessionManagerBuilder::backend)).
     ///
     /// ```
     /// use std::time::Duration;
     /// use agent_sessions::freshness::ManualClock;
-    /// use agent_sessions::manager::{RetentionPolicy, RetentionRule};
+    /// use agent_sessions::privacy::{RetentionPolicy, RetentionRule};
     /// use agent_sessions::prelude::*;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
@@ -244,7 +245,7 @@ impl SessionManager {
         if policy.rules.is_empty() {
             return Ok(report);
         }
-        let transcripts = self.exportable_transcripts()?;
+        let transcripts = Privacy(self).exportable_transcripts()?;
         let now_ms = self.seams.clock.now_millis();
         let cutoff = |keep: Duration| {
             now_ms.saturating_sub(u64::try_from(keep.as_millis()).unwrap_or(u64::MAX))
@@ -325,14 +326,20 @@ impl SessionManager {
             }
         }
         if !removed_closed.is_empty() {
-            report.closed_sessions += self.seams.store.remove_closed(&removed_closed).await?;
+            report.closed_sessions += match self.seams.store.as_erase() {
+                Some(store) => store.remove_closed(&removed_closed).await?,
+                None => 0,
+            };
         }
         // A session cut keeps its entry as it is: its next message starts a new
         // transcript under the same session id.
         let cut: BTreeSet<String> = to_cut.iter().map(|s| s.entry.session_id.clone()).collect();
         let mut was_cut = BTreeSet::new();
         if let Some(transcripts) = &transcripts {
-            for (agent, name) in transcripts.transcript_names(self.isolated_agent()).await? {
+            for (agent, name) in transcripts
+                .transcript_names(self.settings.isolated_to.as_ref())
+                .await?
+            {
                 let session_id = session_id_of_name(&name);
                 if gone_ids.contains(&session_id) && transcripts.remove_named(&agent, &name).await?
                 {
@@ -344,7 +351,7 @@ impl SessionManager {
             }
         }
         report.cut = was_cut.len();
-        if let Some(index) = self.search_index().await? {
+        if let Some(index) = Privacy(self).search_index().await? {
             let mut ids = Vec::new();
             for session_id in &gone_ids {
                 for message in index
@@ -361,7 +368,7 @@ impl SessionManager {
         }
 
         // Group chatter, by the rule of its group's agent and channel.
-        let isolated = self.isolated_agent().map(AgentId::as_str);
+        let isolated = self.settings.isolated_to.as_ref().map(AgentId::as_str);
         if policy.rules.iter().any(|rule| rule.group_chatter.is_some()) {
             report.chatter_entries += self
                 .seams

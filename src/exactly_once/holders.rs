@@ -39,14 +39,14 @@ fn registry() -> std::sync::MutexGuard<'static, Registry> {
 
 /// A turn of this process, live until dropped (or done, when marked so).
 #[derive(Debug)]
-pub(super) struct Hold {
+pub(crate) struct Hold {
     token: String,
     holder: String,
 }
 
 impl Hold {
     /// A new live turn, with `token` (unique) as its token.
-    pub(super) fn new(token: String) -> Self {
+    pub(crate) fn new(token: String) -> Self {
         registry().live.insert(token.clone());
         Hold {
             holder: format!("{}#{token}", this_process()),
@@ -55,12 +55,12 @@ impl Hold {
     }
 
     /// `<process>#<token>`, as records store it.
-    pub(super) fn holder(&self) -> &str {
+    pub(crate) fn holder(&self) -> &str {
         &self.holder
     }
 
     /// Marks the turn done at `now_ms`: it stays live, for `keep`, to whoever looks.
-    pub(super) fn done(self, now_ms: u64, keep: Duration) {
+    pub(crate) fn done(self, now_ms: u64, keep: Duration) {
         let mut registry = registry();
         let registry = &mut *registry;
         // The oldest go first: those kept long enough, and any beyond the bound.
@@ -87,7 +87,7 @@ impl Drop for Hold {
 
 /// Which process this is: `<boot id>/<pid>/<start time>` on Linux, else a random id
 /// (other processes then wait out the lease).
-pub(super) fn this_process() -> &'static str {
+pub(crate) fn this_process() -> &'static str {
     static PROCESS: OnceLock<String> = OnceLock::new();
     PROCESS.get_or_init(|| {
         let pid = std::process::id();
@@ -114,7 +114,7 @@ fn start_time(pid: u32) -> Option<u64> {
 
 /// Whether `holder` (`<process>#<token>`, which took something at `at_ms`) may still
 /// finish what it took, at `now_ms`.
-pub(super) fn alive(holder: &str, at_ms: u64, now_ms: u64) -> bool {
+pub(crate) fn alive(holder: &str, at_ms: u64, now_ms: u64) -> bool {
     let (process, token) = holder.split_once('#').unwrap_or((holder, ""));
     if process == this_process() {
         let registry = registry();
