@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use agent_sessions::freshness::ManualClock;
 use agent_sessions::identity::{DefaultIdentityResolver, Identifier, PersonType, StaticDirectory};
-use agent_sessions::manager::SummaryRefresh;
+use agent_sessions::memory::SummaryRefresh;
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::InMemoryTranscriptStore;
 

@@ -49,6 +49,8 @@
 //!   server, with a connection pool.
 //! * `http` — [`http`]: the sessions HTTP service, an axum router serving the kernel
 //!   API (`/kernel/sessions/…`) over any [`SessionManager`].
+//! * `inspector` — the session inspector, a web page for operators at `/ui` of the
+//!   HTTP service (`http::Inspector`; implies `http`).
 //! * `metrics` — counters and histograms through the [`metrics`](https://docs.rs/metrics)
 //!   facade, to whatever recorder the host installs (see [`telemetry`]).
 //! * `testing` — [`testing`]: the conformance suites every [`SessionStore`] and

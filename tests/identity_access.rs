@@ -12,9 +12,9 @@ use agent_sessions::identity::{
 };
 use agent_sessions::key::IdentityLinks;
 use agent_sessions::manager::{
-    CompactionEvent, DeleteOptions, LogMessage, OverrideKind, ScopedManager, SessionOverride,
-    TurnOutcome,
+    DeleteOptions, LogMessage, OverrideKind, ScopedManager, SessionOverride, TurnOutcome,
 };
+use agent_sessions::memory::CompactionEvent;
 use agent_sessions::memory::EngineKind;
 use agent_sessions::prelude::*;
 use agent_sessions::transcript::{CheckpointReason, FileTranscriptStore, Offset, TranscriptEntry};
@@ -1390,7 +1390,8 @@ async fn everything_a_session_lifecycle_search_doctor_and_migration_write_is_own
 async fn the_workspace_summary_holds_the_rolling_summary() {
     use agent_sessions::freshness::ManualClock;
     use agent_sessions::identity::WorkspaceSharing;
-    use agent_sessions::manager::{SummaryRefresh, TurnOutcome};
+    use agent_sessions::manager::TurnOutcome;
+    use agent_sessions::memory::SummaryRefresh;
     use agent_sessions::transcript::InMemoryTranscriptStore;
     for sharing in [WorkspaceSharing::PerIdentity, WorkspaceSharing::PerSession] {
         let dir = tempfile::tempdir().unwrap();

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use agent_sessions::freshness::ManualClock;
 use agent_sessions::key::IdentityLinks;
-use agent_sessions::manager::{CompactionEvent, LogMessage, SummaryRefresh, TurnOutcome};
+use agent_sessions::manager::{LogMessage, TurnOutcome};
+use agent_sessions::memory::{CompactionEvent, SummaryRefresh};
 use agent_sessions::memory::{EngineKind, EngineSession, TurnUsage};
 use agent_sessions::memory::{IntrospectionInput, IntrospectionOutcome, Introspector};
 use agent_sessions::memory::{MemoryFlushSettings, MemoryOptions};

@@ -401,7 +401,7 @@ async fn idle_sessions_are_checkpointed_once_per_quiet_period_on_every_backend()
 /// stops when its handle is dropped.
 #[tokio::test(start_paused = true)]
 async fn the_spawned_idle_sweep_runs_on_its_interval_and_stops_when_dropped() {
-    use agent_sessions::manager::IdleCheckpointOptions;
+    use agent_sessions::memory::IdleCheckpointOptions;
     let clock = ManualClock::at_millis(START_MS);
     let manager = std::sync::Arc::new(
         SessionManager::builder(InMemoryStore::new())

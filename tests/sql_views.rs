@@ -177,7 +177,7 @@ async fn summarised_then_one_more(
     assert!(
         matches!(
             refreshed,
-            agent_sessions::manager::SummaryRefresh::Updated { .. }
+            agent_sessions::memory::SummaryRefresh::Updated { .. }
         ),
         "{refreshed:?}"
     );

@@ -91,8 +91,11 @@ use crate::store::{ListCursor, ListFilter, StatusFilter, StoredSession};
 
 mod connections;
 mod events;
+#[cfg(feature = "inspector")]
 mod inspector;
 pub use events::MAX_EVENT_BYTES;
+#[cfg(feature = "inspector")]
+#[cfg_attr(docsrs, doc(cfg(feature = "inspector")))]
 pub use inspector::Inspector;
 
 pub use connections::default_max_connections;
@@ -259,6 +262,7 @@ pub struct ServiceOptions {
     /// What `GET /metrics` answers, if anything.
     metrics: Option<MetricsText>,
     /// The session inspector at `/ui`, if it is on.
+    #[cfg(feature = "inspector")]
     inspector: Option<Inspector>,
 }
 
@@ -284,6 +288,7 @@ impl Default for ServiceOptions {
             max_event_streams: DEFAULT_MAX_EVENT_STREAMS,
             streams_end: events::StreamsEnd::default(),
             metrics: None,
+            #[cfg(feature = "inspector")]
             inspector: None,
         }
     }
@@ -344,6 +349,8 @@ impl ServiceOptions {
         self
     }
 
+    #[cfg(feature = "inspector")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "inspector")))]
     /// Serves the session inspector, a web page for operators, at `/ui` (see
     /// [`Inspector`]); it needs a [`secret`](Self::secret), the password of its login
     /// form.
@@ -404,6 +411,7 @@ impl ServiceOptions {
                 "it must be at least 1 (and at most usize::MAX >> 3)",
             );
         }
+        #[cfg(feature = "inspector")]
         if self.inspector.is_some() && self.secret.is_none() {
             return refuse(
                 "inspector",
@@ -564,6 +572,7 @@ async fn pause_after_failed_accept(error: std::io::Error) {
 /// timeouts, and the JSON shape of every error it answers; the header read timeout and
 /// the connection limit need the server, which [`serve`] provides.
 pub fn router(manager: Arc<SessionManager>, options: ServiceOptions) -> Router {
+    #[cfg(feature = "inspector")]
     let inspector = match (options.inspector, &options.secret) {
         (Some(inspector), Some(secret)) => Some(inspector::routes(
             manager.clone(),
@@ -644,12 +653,14 @@ pub fn router(manager: Arc<SessionManager>, options: ServiceOptions) -> Router {
         ))
         .route_layer(middleware::from_fn_with_state(secret, require_secret))
         .with_state(manager);
-    let mut app = Router::new()
+    let app = Router::new()
         .route("/kernel/health", get(health))
         .merge(sessions);
-    if let Some(inspector) = inspector {
-        app = app.merge(inspector);
-    }
+    #[cfg(feature = "inspector")]
+    let app = match inspector {
+        Some(inspector) => app.merge(inspector),
+        None => app,
+    };
     app.fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .layer(DefaultBodyLimit::max(options.body_limit))
         .layer(middleware::from_fn_with_state(

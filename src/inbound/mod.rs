@@ -118,6 +118,7 @@ pub(crate) mod events;
 pub(crate) mod message;
 pub(crate) mod pipeline;
 pub(crate) mod prompt;
+pub(crate) mod record;
 
 pub use activation::{decide, ActivationDecision, ActivationReason, OwnerChatter};
 pub use chat::{

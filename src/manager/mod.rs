@@ -28,13 +28,10 @@
 //! ```
 
 mod conversations;
-mod entry_update;
-mod idle;
 mod model_input;
 mod resolution;
 mod scoped;
 mod session;
-mod session_memory;
 mod sessions;
 mod transcripts;
 mod turn;
@@ -45,7 +42,6 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::Instrument;
 
 use crate::entry::ForkOrigin;
 use crate::error::{Error, Result};
@@ -74,18 +70,16 @@ use crate::reply::send_policy::SendPolicyConfig;
 use crate::store::SessionStore;
 use crate::transcript::{ArchiveReason, CheckpointReason, TranscriptRef, TranscriptStore};
 
-pub use idle::{IdleCheckpointOptions, IdleCheckpoints};
 pub use resolution::{Decision, Reason, Resolution};
 pub use scoped::ScopedManager;
 pub use session::Session;
-pub use session_memory::{CompactionEvent, SummaryRefresh, TurnOutcome};
 pub use sessions::{DeleteOptions, OverrideKind, PruneOptions, SessionOverride};
 pub use transcripts::LogMessage;
-pub use turn::{Turn, TurnAction, TurnReply, DEFAULT_RESET_ACKNOWLEDGEMENT};
+pub use turn::{Turn, TurnAction, TurnOutcome, TurnReply, DEFAULT_RESET_ACKNOWLEDGEMENT};
 
 /// What resolving a message a turn takes found.
 #[derive(Debug)]
-enum Resolved {
+pub(crate) enum Resolved {
     /// The session the message belongs to, and — when the group's activation was
     /// asked — why the agent runs.
     Session(Box<Resolution>, Option<ActivationDecision>),
@@ -95,8 +89,8 @@ enum Resolved {
     /// The message was taken before (the session was left as it is).
     Seen(dedupe::Seen),
 }
-use self::entry_update::{record_meta, start_session, Inbound};
 use self::resolution::{Policy, Step, StepFacts};
+use crate::inbound::record::{record_meta, start_session, Inbound};
 
 /// Decides which session each message belongs to, and keeps the sessions.
 ///
@@ -578,6 +572,49 @@ impl SessionManagerBuilder {
 pub(super) type Admission<'a> =
     dyn Fn(&SessionKey, Option<&crate::entry::SessionEntry>) -> Result<()> + Sync + 'a;
 
+/// Lets every call go on: the host's own calls.
+pub(super) fn anyone(_: &SessionKey, _: Option<&crate::entry::SessionEntry>) -> Result<()> {
+    Ok(())
+}
+
+/// How a message is resolved: what the one atomic store update that resolves its
+/// session does besides.
+#[derive(Clone, Copy)]
+pub(super) enum Mode<'a> {
+    /// The session alone ([`SessionManager::resolve`]), when `admit` lets the caller
+    /// go on with the key and its current entry — asked inside the update, so nothing
+    /// changes between the check and the write.
+    Resolve { admit: &'a Admission<'a> },
+    /// A turn ([`SessionManager::turn`]), on the same terms: a group message is first
+    /// routed by the group's activation (one the agent does not answer is only recorded
+    /// as chatter), a message with an id (`intake`) that the session took before is
+    /// not resolved again, and a message that is not a bare reset starts a run (the
+    /// status becomes `running`, the last run aborted until the turn completes).
+    Turn {
+        admit: &'a Admission<'a>,
+        intake: Option<&'a dedupe::Intake>,
+    },
+}
+
+impl Mode<'_> {
+    fn admit(&self) -> &Admission<'_> {
+        match self {
+            Mode::Resolve { admit } | Mode::Turn { admit, .. } => admit,
+        }
+    }
+
+    fn is_turn(&self) -> bool {
+        matches!(self, Mode::Turn { .. })
+    }
+
+    fn intake(&self) -> Option<&dedupe::Intake> {
+        match self {
+            Mode::Resolve { .. } => None,
+            Mode::Turn { intake, .. } => *intake,
+        }
+    }
+}
+
 fn present(value: Option<&str>) -> Option<&str> {
     value.map(str::trim).filter(|v| !v.is_empty())
 }
@@ -719,7 +756,7 @@ impl SessionManager {
     /// counts, preview, reply route, origin, group metadata), so one message costs one
     /// store update, and two messages racing for a new key create exactly one session.
     pub async fn resolve(&self, message: &InboundMessage) -> Result<Resolution> {
-        self.resolve_admitted(message, &|_, _| Ok(()), false).await
+        self.resolve_as(message, &anyone).await
     }
 
     /// Whether the next message like `message` would start a new session over `entry`
@@ -844,73 +881,45 @@ impl SessionManager {
         }
     }
 
-    /// [`resolve`](Self::resolve), when `admit` allows the key and its current entry —
-    /// asked inside the store update, so nothing changes between the check and the
-    /// write.
-    ///
-    /// With `start_run`, a message that is not a bare reset also starts a run in the
-    /// same update: the status becomes `running` and the last run counts as aborted
-    /// until the turn completes.
-    pub(crate) async fn resolve_admitted(
+    /// [`resolve`](Self::resolve), when `admit` allows the key and its current entry
+    /// (see [`Mode::Resolve`]).
+    pub(crate) async fn resolve_as(
         &self,
         message: &InboundMessage,
         admit: &Admission<'_>,
-        start_run: bool,
     ) -> Result<Resolution> {
-        match self
-            .resolve_taking(message, admit, start_run, None, false)
-            .await?
-        {
+        match self.resolve_in(message, Mode::Resolve { admit }).await? {
             Resolved::Session(resolution, _) => Ok(*resolution),
-            // Only a message taken with an intake is ever seen before, and only a turn
-            // asks the group's activation.
+            // Only a turn takes a message with an intake, or asks the group's activation.
             Resolved::Seen(_) | Resolved::Chatter => Err(Error::NotFound {
                 key: self.key_for(message)?,
             }),
         }
     }
 
-    /// [`resolve_admitted`](Self::resolve_admitted), for a turn taking a message with
-    /// an id (`intake`): a message the session took before is not resolved again.
-    /// With `gate`, a group message is first routed by the group's activation in the
-    /// same atomic update: one the agent does not answer is only recorded as chatter.
-    async fn resolve_taking(
-        &self,
-        message: &InboundMessage,
-        admit: &Admission<'_>,
-        start_run: bool,
-        intake: Option<&dedupe::Intake>,
-        gate: bool,
-    ) -> Result<Resolved> {
-        let span = tracing::info_span!(
-            target: "agent_sessions",
-            "resolve",
+    /// Resolves `message` as `mode` says, in one atomic update of its session.
+    #[tracing::instrument(
+        name = "resolve",
+        target = "agent_sessions",
+        level = "info",
+        skip_all,
+        fields(
             channel = %message.channel,
             key = tracing::field::Empty,
             agent = tracing::field::Empty,
             session_id = tracing::field::Empty,
             decision = tracing::field::Empty,
             reason = tracing::field::Empty,
-        );
-        // Boxed, as the store's update inside it is: a turn's future stays small.
-        let resolved = Box::pin(self.resolve_in_span(message, admit, start_run, intake, gate))
-            .instrument(span)
-            .await;
-        if let Err(error) = &resolved {
-            crate::telemetry::failed(error);
-        }
-        resolved
-    }
-
-    async fn resolve_in_span(
+        )
+    )]
+    pub(crate) async fn resolve_in(
         &self,
         message: &InboundMessage,
-        admit: &Admission<'_>,
-        start_run: bool,
-        intake: Option<&dedupe::Intake>,
-        gate: bool,
+        mode: Mode<'_>,
     ) -> Result<Resolved> {
-        let gate = gate && message.is_group();
+        let resolved: Result<Resolved> = Box::pin(async {
+        let gate = mode.is_turn() && message.is_group();
+        let (admit, intake) = (mode.admit(), mode.intake());
         let key = self.key_for(message)?;
         let span = tracing::Span::current();
         span.record("key", tracing::field::display(&key));
@@ -932,7 +941,7 @@ impl SessionManager {
             (None, Some(trigger)) => trigger.body.clone(),
             (None, None) => message.body.clone(),
         };
-        let start_run = start_run && !(trigger.is_some() && body.trim().is_empty());
+        let start_run = mode.is_turn() && !(trigger.is_some() && body.trim().is_empty());
         let policy = Policy {
             freshness: &*self.seams.freshness,
             reset_type,
@@ -996,6 +1005,8 @@ impl SessionManager {
                     }
                 }
                 let (entry, decided) = facts.step(slot.take());
+                // The session's turn lane is decided here, in the same update.
+                let resolution::Lane::Run = facts.lane(&entry, mode.is_turn());
                 *slot = Some(entry);
                 step = Some(decided);
                 Ok(())
@@ -1049,6 +1060,12 @@ impl SessionManager {
             }),
             routed,
         ))
+        })
+        .await;
+        if let Err(error) = &resolved {
+            crate::telemetry::failed(error);
+        }
+        resolved
     }
 
     /// What follows a new session: it inherits its siblings' identity summary; the

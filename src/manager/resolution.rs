@@ -7,13 +7,13 @@ use serde::{Serialize, Serializer};
 
 use std::time::Duration;
 
-use super::entry_update::{another_dm_sender, record_message, start_session, Inbound};
 use crate::entry::{SessionEntry, SessionStatus};
 use crate::exactly_once::dedupe::{self, Intake};
 use crate::freshness::policy::{
     Freshness, FreshnessInput, FreshnessPolicy, ResetType, StaleReason,
 };
 use crate::freshness::triggers::ModelRef;
+use crate::inbound::record::{another_dm_sender, record_message, start_session, Inbound};
 use crate::key::SessionKey;
 use crate::store::StoredSession;
 
@@ -243,7 +243,24 @@ pub(super) struct Step {
     pub(super) shared_by: Option<usize>,
 }
 
+/// How a resolved message's turn runs, decided inside the atomic update that resolves
+/// its session — so two workers that take messages for one session at once see one
+/// decision. Every turn runs at once for now; a turn lane per session (one run at a
+/// time, the messages that arrive meanwhile waiting their turn) is decided here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// The turn runs now.
+    Run,
+}
+
 impl StepFacts<'_> {
+    /// The lane of a turn (`turn`) in the session `entry` as it is about to be written;
+    /// a plain resolution starts no run.
+    pub(super) fn lane(&self, entry: &SessionEntry, turn: bool) -> Lane {
+        let _ = (entry, turn);
+        Lane::Run
+    }
+
     /// Decides, from the entry `current` under the key, the entry to leave there and
     /// what happened. No I/O and nothing else changes: the same entry and facts give the
     /// same decision (a new session gets a fresh id each time), so the store may run it

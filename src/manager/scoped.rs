@@ -188,11 +188,9 @@ impl<'a> ScopedManager<'a> {
     pub async fn resolve(&self, message: &InboundMessage) -> Result<Resolution> {
         let creatable = self.may_post(message)?;
         self.manager
-            .resolve_admitted(
-                message,
-                &|key, entry| self.may_create(key, entry, creatable.as_ref()),
-                false,
-            )
+            .resolve_as(message, &|key, entry| {
+                self.may_create(key, entry, creatable.as_ref())
+            })
             .await
     }
 
@@ -201,7 +199,7 @@ impl<'a> ScopedManager<'a> {
     pub async fn turn(&self, message: &InboundMessage) -> Result<Turn<'a>> {
         let creatable = self.may_post(message)?;
         self.manager
-            .turn_admitted(message, &|key, entry| {
+            .turn_as(message, &|key, entry| {
                 self.may_create(key, entry, creatable.as_ref())
             })
             .await

@@ -4,14 +4,12 @@ use serde_json::Value;
 
 use uuid::Uuid;
 
-use super::entry_update::{record_meta, start_session};
-use super::session_memory::clip_summary;
 use super::sessions::{clear_override, is_shared, subagent_key};
 use super::workspace::parse_workspace_id;
 use super::Reason;
 use super::{
-    CompactionEvent, DeleteOptions, LogMessage, OverrideKind, ScopedManager, SessionManager,
-    SessionOverride, TurnOutcome,
+    DeleteOptions, LogMessage, OverrideKind, ScopedManager, SessionManager, SessionOverride,
+    TurnOutcome,
 };
 use crate::entry::DeliveryContext;
 use crate::entry::{parse_session_label, ForkOrigin, SessionSource};
@@ -23,12 +21,15 @@ use crate::identity::access::{verify_namespace, verify_session_access, Caller};
 use crate::identity::workspace::Workspace;
 use crate::identity::workspace::WorkspaceSharing;
 use crate::inbound::chat::ChatMessage;
+use crate::inbound::record::{record_meta, start_session};
 use crate::inbound::InboundMessage;
 use crate::key::{AgentId, SessionKey};
 use crate::memory::checkpoint::snapshot_needs_refresh;
 use crate::memory::flush::FlushPlan;
+use crate::memory::jobs::clip_summary;
 use crate::memory::summary::{SummaryInput, SummaryTurn};
 use crate::memory::usage::EngineKind;
+use crate::memory::CompactionEvent;
 use crate::reply::delivery::apply_route;
 use crate::store::StoredSession;
 use crate::store::{ListFilter, SessionStoreExt};

@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use super::entry_update::{canonicalize_person, record_meta, start_session};
 use super::{Admission, Decision, Reason, Resolution, SessionManager};
 use crate::entry::{
     AuthProfileSource, GroupActivation, QueueMode, SendPolicy, SessionEntry, SessionSource,
@@ -14,6 +13,7 @@ use crate::entry::{
 };
 use crate::error::{Error, Result};
 use crate::freshness::triggers::ModelRef;
+use crate::inbound::record::{canonicalize_person, record_meta, start_session};
 use crate::inbound::InboundMessage;
 use crate::key::{AgentId, SessionKey};
 use crate::store::{ListFilter, SessionStoreExt, StatusFilter, StoredSession};

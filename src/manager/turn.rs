@@ -13,10 +13,9 @@ use crate::memory::usage::{EngineSession, TurnUsage};
 use crate::reply::payload::ReplyPayload;
 use crate::transcript::{ChatterSender, Offset, SessionEvent, TranscriptRef};
 use std::time::Duration;
-use tracing::Instrument;
 
 use super::transcripts::record_location;
-use super::{LogMessage, Resolution, Resolved, SessionManager, TurnOutcome};
+use super::{LogMessage, Resolution, Resolved, SessionManager};
 use crate::exactly_once::dedupe::{self, Intake, Seen};
 use crate::exactly_once::holders::Hold;
 use crate::exactly_once::outcome::{DeliveryReceipt, TurnFailure};
@@ -121,6 +120,63 @@ impl From<String> for TurnReply {
     }
 }
 
+/// How a turn ended, for [`Session::record_turn`](crate::manager::Session::record_turn): the one call after each turn.
+///
+/// ```
+/// use agent_sessions::manager::TurnOutcome;
+/// use agent_sessions::memory::{EngineSession, TurnUsage};
+///
+/// let outcome = TurnOutcome::completed()
+///     .with_usage(TurnUsage::tokens(1_200, 340, 14_000, 120).by("anthropic", "claude-opus-4-6"))
+///     .with_engine(EngineSession::Sdk { id: "sdk-7".into() })
+///     .with_exchange("When is my shift?", "Tomorrow at 9.");
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TurnOutcome {
+    /// The run was aborted.
+    pub aborted: bool,
+    /// What the turn used.
+    pub usage: Option<TurnUsage>,
+    /// The engine session it ran in, to resume next time.
+    pub engine: Option<EngineSession>,
+    /// The user's message and the reply, for the context summary.
+    pub exchange: Option<(String, String)>,
+}
+
+impl TurnOutcome {
+    /// A turn that completed.
+    pub fn completed() -> Self {
+        TurnOutcome::default()
+    }
+
+    /// A turn that was aborted.
+    pub fn aborted() -> Self {
+        TurnOutcome {
+            aborted: true,
+            ..TurnOutcome::default()
+        }
+    }
+
+    /// Records the turn's usage.
+    pub fn with_usage(mut self, usage: TurnUsage) -> Self {
+        self.usage = Some(usage);
+        self
+    }
+
+    /// Records the engine session to resume.
+    pub fn with_engine(mut self, engine: EngineSession) -> Self {
+        self.engine = Some(engine);
+        self
+    }
+
+    /// Updates the context summary with this exchange.
+    pub fn with_exchange(mut self, user: impl Into<String>, reply: impl Into<String>) -> Self {
+        self.exchange = Some((user.into(), reply.into()));
+        self
+    }
+}
+
 /// One inbound message on its way through the session layer: what to do with it, the
 /// conversation for the model, and — once the model has replied — what to send.
 ///
@@ -159,11 +215,12 @@ pub struct Turn<'m> {
     message: InboundMessage,
     key: SessionKey,
     action: TurnAction,
-    resolution: Option<Resolution>,
+    /// Boxed, as the entry: a turn moves through several calls, and stays small.
+    resolution: Option<Box<Resolution>>,
     input: Option<String>,
     inbound: Option<SessionEvent>,
     transcript: Option<TranscriptRef>,
-    entry: Option<SessionEntry>,
+    entry: Option<Box<SessionEntry>>,
     flush: Option<FlushPlan>,
     started: std::time::Instant,
 }
@@ -177,67 +234,75 @@ impl SessionManager {
     /// With a transcript store, the message is logged as the model sees it, so
     /// [`Turn::messages`] and later turns read the conversation back as it was.
     pub async fn turn(&self, message: &InboundMessage) -> Result<Turn<'_>> {
-        self.turn_admitted(message, &|_, _| Ok(())).await
+        self.turn_as(message, &super::anyone).await
     }
 
     /// [`turn`](Self::turn), when `admit` allows the session (see
-    /// [`resolve_admitted`](Self::resolve_admitted)).
-    pub(crate) async fn turn_admitted(
-        &self,
-        message: &InboundMessage,
-        admit: &super::Admission<'_>,
-    ) -> Result<Turn<'_>> {
-        let span = tracing::info_span!(
-            target: "agent_sessions",
-            "turn",
+    /// [`Mode::Turn`](super::Mode::Turn)).
+    #[tracing::instrument(
+        name = "turn",
+        target = "agent_sessions",
+        level = "info",
+        skip_all,
+        fields(
             channel = %message.channel,
             key = tracing::field::Empty,
             session_id = tracing::field::Empty,
             action = tracing::field::Empty,
-        );
-        let turn = Box::pin(self.turn_in_span(message, admit))
-            .instrument(span.clone())
-            .await;
-        match &turn {
-            Ok(turn) => {
-                span.record("key", tracing::field::display(&turn.key));
-                if let Some(entry) = &turn.entry {
-                    span.record("session_id", entry.session_id.as_str());
-                }
-                span.record("action", turn.action.as_str());
-            }
-            Err(error) => crate::telemetry::failed(error),
-        }
-        turn
-    }
-
-    async fn turn_in_span(
+        )
+    )]
+    pub(crate) async fn turn_as(
         &self,
         message: &InboundMessage,
         admit: &super::Admission<'_>,
     ) -> Result<Turn<'_>> {
-        let started = std::time::Instant::now();
-        let key = self.key_for(message)?;
-        let mut turn = Turn {
-            manager: self,
-            message: message.clone(),
-            key,
-            action: TurnAction::StaySilent,
-            resolution: None,
-            input: None,
-            inbound: None,
-            transcript: None,
-            entry: None,
-            flush: None,
-            started,
-        };
-        let window = self.settings.dedupe_window;
-        let dedupe = (!window.is_zero()).then_some(window);
-        let mut intake = dedupe
-            .and_then(|_| dedupe::inbound_id(message))
-            .map(Intake::new);
-        let (resolution, activation) =
-            match self.resolve_once(message, admit, intake.as_mut()).await? {
+        let turn: Result<Turn<'_>> = Box::pin(async {
+            let started = std::time::Instant::now();
+            let key = self.key_for(message)?;
+            let mut turn = Turn {
+                manager: self,
+                message: message.clone(),
+                key,
+                action: TurnAction::StaySilent,
+                resolution: None,
+                input: None,
+                inbound: None,
+                transcript: None,
+                entry: None,
+                flush: None,
+                started,
+            };
+            let window = self.settings.dedupe_window;
+            let dedupe = (!window.is_zero()).then_some(window);
+            let mut intake = dedupe
+                .and_then(|_| dedupe::inbound_id(message))
+                .map(Intake::new);
+            // The message's session, unless it was taken before (a duplicate). A message
+            // whose earlier turn died is taken over when its line is not in that turn's
+            // transcript.
+            let resolved = loop {
+                let mode = super::Mode::Turn {
+                    admit,
+                    intake: intake.as_ref(),
+                };
+                let resolved = self.resolve_in(message, mode).await?;
+                let Resolved::Seen(Seen::Unsure(record)) = &resolved else {
+                    break resolved;
+                };
+                let (Some(taking), Some(id)) = (intake.as_mut(), &message.message_id) else {
+                    break resolved;
+                };
+                if taking.take_over.is_some()
+                    || self
+                        .logged_before(&self.key_for(message)?, record, id)
+                        .await?
+                {
+                    break resolved;
+                }
+                // Its turn died before logging it: this turn takes it.
+                taking.take_over = Some(record.holder.clone());
+            };
+            let (resolution, activation) = match resolved {
                 Resolved::Session(resolution, activation) => (*resolution, activation),
                 Resolved::Chatter => {
                     // Kept as the group's chatter for the next turn that answers — once
@@ -257,48 +322,62 @@ impl SessionManager {
                     return Ok(turn);
                 }
             };
-        let now_ms = self.seams.clock.now_millis();
-        // The message was acted on: a delivery again within the window is a duplicate.
-        let taken = |intake: Option<Intake>| {
-            if let Some(intake) = intake {
-                intake.hold.done(now_ms, window);
+            let now_ms = self.seams.clock.now_millis();
+            // The message was acted on: a delivery again within the window is a duplicate.
+            let taken = |intake: Option<Intake>| {
+                if let Some(intake) = intake {
+                    intake.hold.done(now_ms, window);
+                }
+            };
+            turn.key = resolution.key.clone();
+            if resolution.reset_triggered {
+                // An explicit reset is a clean start: the group's chatter from before it is
+                // not carried into the new session.
+                if let Some(history) = chatter_key(&resolution.key, message) {
+                    self.seams.history.clear(&history).await?;
+                }
             }
-        };
-        turn.key = resolution.key.clone();
-        if resolution.reset_triggered {
-            // An explicit reset is a clean start: the group's chatter from before it is
-            // not carried into the new session.
-            if let Some(history) = chatter_key(&resolution.key, message) {
-                self.seams.history.clear(&history).await?;
+            if resolution.reset_triggered && resolution.body.trim().is_empty() {
+                taken(intake);
+                turn.action = TurnAction::Acknowledge(self.settings.reset_acknowledgement.clone());
+                turn.entry = Some(Box::new(resolution.entry().clone()));
+                turn.resolution = Some(Box::new(resolution));
+                return Ok(turn);
             }
+            // Decided in the same atomic update as the session (a direct message always runs).
+            let activation = activation.unwrap_or_else(|| {
+                self.activation(message, resolution.entry().group_activation.as_ref())
+            });
+            let entry = resolution.entry().clone();
+            let (text, entry) = if self.seams.transcripts.is_some() {
+                let done = intake.map(|intake| (intake.hold, now_ms, window));
+                self.log_input(&mut turn, &resolution, &activation, entry, done)
+                    .await?
+            } else {
+                let text = self.prepare_turn(&resolution, message, &activation).await;
+                taken(intake);
+                (text, entry)
+            };
+            turn.flush = self.seams.flush_guard.plan(&entry);
+            turn.entry = Some(Box::new(entry));
+            turn.action = TurnAction::Answer;
+            turn.input = Some(text);
+            turn.resolution = Some(Box::new(resolution));
+            Ok(turn)
+        })
+        .await;
+        let span = tracing::Span::current();
+        match &turn {
+            Ok(turn) => {
+                span.record("key", tracing::field::display(&turn.key));
+                if let Some(entry) = &turn.entry {
+                    span.record("session_id", entry.session_id.as_str());
+                }
+                span.record("action", turn.action.as_str());
+            }
+            Err(error) => crate::telemetry::failed(error),
         }
-        if resolution.reset_triggered && resolution.body.trim().is_empty() {
-            taken(intake);
-            turn.action = TurnAction::Acknowledge(self.settings.reset_acknowledgement.clone());
-            turn.entry = Some(resolution.entry().clone());
-            turn.resolution = Some(resolution);
-            return Ok(turn);
-        }
-        // Decided in the same atomic update as the session (a direct message always runs).
-        let activation = activation.unwrap_or_else(|| {
-            self.activation(message, resolution.entry().group_activation.as_ref())
-        });
-        let entry = resolution.entry().clone();
-        let (text, entry) = if self.seams.transcripts.is_some() {
-            let done = intake.map(|intake| (intake.hold, now_ms, window));
-            self.log_input(&mut turn, &resolution, &activation, entry, done)
-                .await?
-        } else {
-            let text = self.prepare_turn(&resolution, message, &activation).await;
-            taken(intake);
-            (text, entry)
-        };
-        turn.flush = self.seams.flush_guard.plan(&entry);
-        turn.entry = Some(entry);
-        turn.action = TurnAction::Answer;
-        turn.input = Some(text);
-        turn.resolution = Some(resolution);
-        Ok(turn)
+        turn
     }
 
     /// Builds the model's input for `turn` (the session `entry` that `resolution`
@@ -376,38 +455,6 @@ impl SessionManager {
         }
         turn.transcript = Some(transcript);
         Ok((text, entry))
-    }
-
-    /// Resolves `message` for a turn, routed by its group's activation (chatter is only
-    /// recorded), unless it was taken before ([`Resolved::Seen`]: a duplicate). A
-    /// message whose earlier turn died is taken over when its line is not in that
-    /// turn's transcript.
-    async fn resolve_once(
-        &self,
-        message: &InboundMessage,
-        admit: &super::Admission<'_>,
-        mut intake: Option<&mut Intake>,
-    ) -> Result<Resolved> {
-        loop {
-            let resolved = self
-                .resolve_taking(message, admit, true, intake.as_deref(), true)
-                .await?;
-            let Resolved::Seen(Seen::Unsure(record)) = &resolved else {
-                return Ok(resolved);
-            };
-            let (Some(intake), Some(id)) = (intake.as_deref_mut(), &message.message_id) else {
-                return Ok(resolved);
-            };
-            if intake.take_over.is_some()
-                || self
-                    .logged_before(&self.key_for(message)?, record, id)
-                    .await?
-            {
-                return Ok(resolved);
-            }
-            // Its turn died before logging it: this turn takes it.
-            intake.take_over = Some(record.holder.clone());
-        }
     }
 
     /// The newest of the session's chat messages that [`fit_messages`](Self::fit_messages)
@@ -494,7 +541,7 @@ impl<'m> Turn<'m> {
     /// Which session the message went to, and why (`None` for group chatter, which
     /// does not open a session turn).
     pub fn resolution(&self) -> Option<&Resolution> {
-        self.resolution.as_ref()
+        self.resolution.as_deref()
     }
 
     /// The model's input for this message: the message after the inbound pipeline, with
@@ -519,7 +566,7 @@ impl<'m> Turn<'m> {
                 .session(&self.key)
                 .record_memory_flush()
                 .await?;
-            self.entry = Some(stored.entry);
+            self.entry = Some(Box::new(stored.entry));
         }
         Ok(())
     }
@@ -605,75 +652,78 @@ impl<'m> Turn<'m> {
     /// Each logged payload carries its [receipt](ReplyPayload::receipt): once the host
     /// has sent it, [`SessionManager::report_delivery`] records whether the channel
     /// took it, and a reply the channel refused is left out of what the model sees.
-    pub async fn complete(self, reply: impl Into<TurnReply>) -> Result<Vec<ReplyPayload>> {
-        let span = tracing::info_span!(
-            target: "agent_sessions",
-            "turn.complete",
+    #[tracing::instrument(
+        name = "turn.complete",
+        target = "agent_sessions",
+        level = "info",
+        skip_all,
+        fields(
             key = %self.key,
             session_id = self.entry.as_ref().map(|entry| entry.session_id.as_str()),
             payloads = tracing::field::Empty,
-        );
-        let sent = Box::pin(self.complete_in_span(reply.into()))
-            .instrument(span.clone())
-            .await;
+        )
+    )]
+    pub async fn complete(self, reply: impl Into<TurnReply>) -> Result<Vec<ReplyPayload>> {
+        let reply = reply.into();
+        // Boxed: the completion holds store updates; callers' futures stay small.
+        let sent: Result<Vec<ReplyPayload>> = Box::pin(async move {
+            let manager = self.manager;
+            match (&self.action, &self.resolution) {
+                (TurnAction::Answer, Some(resolution)) => {
+                    let mut payloads = manager
+                        .finish_turn(
+                            resolution,
+                            &self.message,
+                            reply.payloads,
+                            reply.sent_by_tool,
+                        )
+                        .await?;
+                    let (sent, parts) = sent_text(&payloads);
+                    if let (Some(transcript), Some(entry), false) =
+                        (&self.transcript, &self.entry, sent.is_empty())
+                    {
+                        let mut log = LogMessage::outbound(sent.clone())
+                            .took(self.started.elapsed().as_millis() as u64);
+                        log.log.correlation_id = self.message.message_id.clone();
+                        log.log.parts = parts;
+                        log.usage = reply.usage.as_ref().map(TurnUsage::to_transcript_usage);
+                        let line = manager.log_line(&self.key, entry, log);
+                        let line = manager.append_line(&self.key, transcript, line).await?;
+                        give_receipts(&mut payloads, &self.key, entry, &line);
+                    }
+                    let mut outcome = TurnOutcome::completed();
+                    outcome.usage = reply.usage;
+                    outcome.engine = reply.engine;
+                    if !sent.is_empty() {
+                        outcome.exchange = Some((resolution.body.clone(), sent));
+                    }
+                    manager.session(&self.key).record_turn(outcome).await?;
+                    Ok(payloads)
+                }
+                (TurnAction::Acknowledge(text), _) => {
+                    let mut payloads = vec![ReplyPayload::text(text.clone())];
+                    if manager.seams.transcripts.is_some() {
+                        let line = manager
+                            .session(&self.key)
+                            .log_message(LogMessage::outbound(text.clone()))
+                            .await?;
+                        if let Some(entry) = &self.entry {
+                            give_receipts(&mut payloads, &self.key, entry, &line);
+                        }
+                    }
+                    Ok(payloads)
+                }
+                _ => Ok(Vec::new()),
+            }
+        })
+        .await;
         match &sent {
             Ok(payloads) => {
-                span.record("payloads", payloads.len() as u64);
+                tracing::Span::current().record("payloads", payloads.len() as u64);
             }
             Err(error) => crate::telemetry::failed(error),
         }
         sent
-    }
-
-    async fn complete_in_span(self, reply: TurnReply) -> Result<Vec<ReplyPayload>> {
-        let manager = self.manager;
-        match (&self.action, &self.resolution) {
-            (TurnAction::Answer, Some(resolution)) => {
-                let mut payloads = manager
-                    .finish_turn(
-                        resolution,
-                        &self.message,
-                        reply.payloads,
-                        reply.sent_by_tool,
-                    )
-                    .await?;
-                let (sent, parts) = sent_text(&payloads);
-                if let (Some(transcript), Some(entry), false) =
-                    (&self.transcript, &self.entry, sent.is_empty())
-                {
-                    let mut log = LogMessage::outbound(sent.clone())
-                        .took(self.started.elapsed().as_millis() as u64);
-                    log.log.correlation_id = self.message.message_id.clone();
-                    log.log.parts = parts;
-                    log.usage = reply.usage.as_ref().map(TurnUsage::to_transcript_usage);
-                    let line = manager.log_line(&self.key, entry, log);
-                    let line = manager.append_line(&self.key, transcript, line).await?;
-                    give_receipts(&mut payloads, &self.key, entry, &line);
-                }
-                let mut outcome = TurnOutcome::completed();
-                outcome.usage = reply.usage;
-                outcome.engine = reply.engine;
-                if !sent.is_empty() {
-                    outcome.exchange = Some((resolution.body.clone(), sent));
-                }
-                manager.session(&self.key).record_turn(outcome).await?;
-                Ok(payloads)
-            }
-            (TurnAction::Acknowledge(text), _) => {
-                let mut payloads = vec![ReplyPayload::text(text.clone())];
-                if manager.seams.transcripts.is_some() {
-                    let line = manager
-                        .session(&self.key)
-                        .log_message(LogMessage::outbound(text.clone()))
-                        .await?;
-                    if let Some(entry) = &self.entry {
-                        give_receipts(&mut payloads, &self.key, entry, &line);
-                    }
-                }
-                Ok(payloads)
-            }
-            _ => Ok(Vec::new()),
-        }
     }
 }
 

@@ -48,12 +48,16 @@
 
 pub(crate) mod checkpoint;
 pub(crate) mod flush;
+mod idle;
+pub(crate) mod jobs;
 mod options;
 pub(crate) mod summary;
 pub(crate) mod usage;
 
 pub use checkpoint::{IntrospectionInput, IntrospectionOutcome, Introspector};
 pub use flush::{FlushPlan, MemoryFlushGuard, MemoryFlushSettings};
+pub use idle::{IdleCheckpointOptions, IdleCheckpoints};
+pub use jobs::{CompactionEvent, SummaryRefresh};
 pub use options::MemoryOptions;
 pub(crate) use options::DEFAULT_SUMMARY_QUIET_GAP;
 pub use summary::{

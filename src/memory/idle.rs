@@ -3,10 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::SessionManager;
 use crate::entry::SessionStatus;
 use crate::error::{Error, Result};
 use crate::key::SessionKey;
+use crate::manager::SessionManager;
 use crate::store::{ListFilter, SessionStoreExt};
 use crate::transcript::CheckpointReason;
 
@@ -14,7 +14,7 @@ use crate::transcript::CheckpointReason;
 ///
 /// ```
 /// use std::time::Duration;
-/// use agent_sessions::manager::IdleCheckpointOptions;
+/// use agent_sessions::memory::IdleCheckpointOptions;
 ///
 /// // Sessions quiet for 20 minutes, looked for every minute, at most 50 per pass.
 /// let options = IdleCheckpointOptions::after(Duration::from_secs(20 * 60))
@@ -197,7 +197,7 @@ impl SessionManager {
     /// # use std::sync::Arc;
     /// # use std::time::Duration;
     /// # use agent_sessions::prelude::*;
-    /// # use agent_sessions::manager::IdleCheckpointOptions;
+    /// # use agent_sessions::memory::IdleCheckpointOptions;
     /// # async fn run(manager: Arc<SessionManager>) {
     /// let sweep = manager.spawn_idle_checkpoints(IdleCheckpointOptions::after(
     ///     Duration::from_secs(20 * 60),

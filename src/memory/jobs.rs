@@ -1,75 +1,17 @@
-//! The manager's side of memory: turns with their usage, the memory flush, compaction,
-//! summaries, engine sessions, checkpoints and snapshots.
+//! The memory jobs over a manager's sessions: identity summaries shared across a
+//! person's sessions, and introspection at checkpoints.
 
-use super::SessionManager;
 use crate::entry::{DescriptionSource, IdentitySummary, LogCursor, SessionEntry};
 use crate::error::{Error, Result};
 use crate::freshness::clock::{from_millis, to_millis};
 use crate::key::SessionKey;
+use crate::manager::SessionManager;
 use crate::memory::checkpoint::{IntrospectionInput, IntrospectionOutcome};
 use crate::memory::summary::{SummaryInput, SummaryTurn, MAX_SUMMARY_CHARS};
-use crate::memory::usage::{EngineSession, TurnUsage};
 use crate::store::{ListFilter, StoredSession};
 use crate::transcript::{
     CheckpointReason, EventKind, LogQuery, Offset, SessionEvent, TranscriptEntry, TranscriptRef,
 };
-
-/// How a turn ended, for [`Session::record_turn`](crate::manager::Session::record_turn): the one call after each turn.
-///
-/// ```
-/// use agent_sessions::manager::TurnOutcome;
-/// use agent_sessions::memory::{EngineSession, TurnUsage};
-///
-/// let outcome = TurnOutcome::completed()
-///     .with_usage(TurnUsage::tokens(1_200, 340, 14_000, 120).by("anthropic", "claude-opus-4-6"))
-///     .with_engine(EngineSession::Sdk { id: "sdk-7".into() })
-///     .with_exchange("When is my shift?", "Tomorrow at 9.");
-/// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct TurnOutcome {
-    /// The run was aborted.
-    pub aborted: bool,
-    /// What the turn used.
-    pub usage: Option<TurnUsage>,
-    /// The engine session it ran in, to resume next time.
-    pub engine: Option<EngineSession>,
-    /// The user's message and the reply, for the context summary.
-    pub exchange: Option<(String, String)>,
-}
-
-impl TurnOutcome {
-    /// A turn that completed.
-    pub fn completed() -> Self {
-        TurnOutcome::default()
-    }
-
-    /// A turn that was aborted.
-    pub fn aborted() -> Self {
-        TurnOutcome {
-            aborted: true,
-            ..TurnOutcome::default()
-        }
-    }
-
-    /// Records the turn's usage.
-    pub fn with_usage(mut self, usage: TurnUsage) -> Self {
-        self.usage = Some(usage);
-        self
-    }
-
-    /// Records the engine session to resume.
-    pub fn with_engine(mut self, engine: EngineSession) -> Self {
-        self.engine = Some(engine);
-        self
-    }
-
-    /// Updates the context summary with this exchange.
-    pub fn with_exchange(mut self, user: impl Into<String>, reply: impl Into<String>) -> Self {
-        self.exchange = Some((user.into(), reply.into()));
-        self
-    }
-}
 
 /// A compaction event from the engine: compaction started or ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,7 +59,7 @@ pub(crate) fn clip_summary(text: &str) -> String {
 
 impl SessionManager {
     /// The agent identity of an agent id: as configured with
-    /// [`agent_identity`](super::SessionManagerBuilder::agent_identity), else the id.
+    /// [`agent_identity`](crate::manager::SessionManagerBuilder::agent_identity), else the id.
     pub fn agent_identity_of(&self, agent_id: &str) -> String {
         self.settings
             .agent_identities
@@ -250,7 +192,7 @@ impl SessionManager {
     /// merged by the summarizer — but only once the conversation has been quiet for the
     /// configured gap (default one hour) — and written to every sibling session with the
     /// new watermark, and to `summary.md` in their workspaces (with
-    /// [`workspaces`](super::SessionManagerBuilder::workspaces)).
+    /// [`workspaces`](crate::manager::SessionManagerBuilder::workspaces)).
     pub async fn refresh_identity_summary(
         &self,
         person: &str,
