@@ -732,7 +732,7 @@ string_enum! {
 
 impl SessionStatus {
     /// Whether the next message must start a new session (the kernel API's `closed`).
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         matches!(self, SessionStatus::Closed)
     }
 
@@ -841,7 +841,7 @@ impl SessionSource {
     }
 
     /// An API client session (`api:{client}`).
-    pub fn api(client: impl Into<String>) -> Self {
+    pub(crate) fn api(client: impl Into<String>) -> Self {
         SessionSource {
             name: Some(client.into()),
             ..SessionSource::new(SourceKind::Api, false)
@@ -958,7 +958,7 @@ pub struct ForkOrigin {
 
 impl SessionEntry {
     /// Records `participant` (once).
-    pub fn add_participant(&mut self, participant: &str) {
+    pub(crate) fn add_participant(&mut self, participant: &str) {
         let participant = participant.trim();
         if participant.is_empty() {
             return;

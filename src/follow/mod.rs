@@ -54,6 +54,7 @@
 
 mod agents;
 mod key;
+mod notice;
 pub(crate) mod transcript;
 
 use std::fmt;

@@ -82,6 +82,4 @@ pub use policy::{
     Freshness, FreshnessInput, FreshnessPolicy, ResetConfig, ResetMode, ResetPolicy, ResetSpec,
     ResetType, StaleReason, Zone,
 };
-pub use triggers::{
-    ModelCatalog, ModelHint, ModelRef, ResetTriggers, StaticModelCatalog, TriggerMatch,
-};
+pub use triggers::{ModelCatalog, ModelRef, ResetTriggers, StaticModelCatalog, TriggerMatch};

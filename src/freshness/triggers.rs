@@ -301,7 +301,7 @@ impl ModelCatalog for StaticModelCatalog {
 
 /// A model named at the start of a reset's text, and the text after it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ModelHint {
+pub(crate) struct ModelHint {
     /// The model.
     pub model: ModelRef,
     /// The rest of the text, tokens joined by single spaces.

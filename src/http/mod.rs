@@ -693,7 +693,7 @@ async fn trace_request(request: Request, next: Next) -> Response {
 /// `POST /kernel/sessions/resolve`'s body.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct ResolveRequest {
+pub(crate) struct ResolveRequest {
     /// The workspace (an agent id) the sender talks to.
     pub workspace_id: String,
     /// The channel (`whatsapp`, `sms`, `telegram`, …).
@@ -707,7 +707,7 @@ pub struct ResolveRequest {
 /// `PATCH /kernel/sessions/{id}`'s body: the exchange of the turn just finished.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-pub struct TurnRequest {
+pub(crate) struct TurnRequest {
     /// When given, the session must belong to this workspace (404 otherwise).
     #[serde(default)]
     pub workspace_id: Option<String>,

@@ -75,7 +75,7 @@ impl Caller {
     }
 
     /// Whether the caller is the owner.
-    pub fn is_owner(&self) -> bool {
+    pub(crate) fn is_owner(&self) -> bool {
         self.principal == Principal::Owner
     }
 
@@ -88,12 +88,12 @@ impl Caller {
     }
 
     /// The key namespace the caller is limited to, if any.
-    pub fn namespace(&self) -> Option<&str> {
+    pub(crate) fn namespace(&self) -> Option<&str> {
         self.namespace.as_deref()
     }
 
     /// Whether `key` lies in the caller's namespace (always, without one).
-    pub fn reaches(&self, key: &SessionKey) -> bool {
+    pub(crate) fn reaches(&self, key: &SessionKey) -> bool {
         self.namespace.as_deref().is_none_or(|prefix| {
             key.as_str()
                 .strip_prefix(prefix)

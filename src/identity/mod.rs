@@ -187,7 +187,7 @@ impl Authority {
     }
 
     /// What the agent should do at this level, for prompts.
-    pub fn guidance(self) -> &'static str {
+    pub(crate) fn guidance(self) -> &'static str {
         match self {
             Authority::Full => "Can query any data, run reports, access all tools",
             Authority::Standard => "Own roster, shifts, leave, policies, training",

@@ -145,8 +145,7 @@ pub fn message_tokens(message: &ChatMessage, counter: &dyn TokenCounter) -> usiz
 /// is left out, and so are the reply parts reported undelivered
 /// ([`Delivery::Failed`](crate::exactly_once::Delivery)).
 pub fn transcript_messages(entries: &[TranscriptEntry]) -> (Vec<ChatMessage>, Option<String>) {
-    let conversation =
-        Conversation::whole(entries, |entry| (Offset::START, entry), &EstimatedTokens);
+    let conversation = History::whole(entries, |entry| (Offset::START, entry), &EstimatedTokens);
     (conversation.messages(), conversation.summary)
 }
 
@@ -170,7 +169,7 @@ fn first_kept(compaction: &TranscriptEntry) -> Option<&str> {
 /// hide some of them. What [`transcript_messages`] returns for the whole transcript,
 /// kept up to date as lines are appended.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Conversation {
+pub(crate) struct History {
     /// The summary of the last compaction.
     pub(crate) summary: Option<String>,
     /// The message lines since the last compaction (its first kept entry on), oldest
@@ -184,7 +183,7 @@ pub(crate) struct Conversation {
     tokens: usize,
 }
 
-/// One message line of a [`Conversation`].
+/// One message line of a [`History`].
 #[derive(Debug, Clone)]
 struct MessageLine {
     offset: Offset,
@@ -195,7 +194,7 @@ struct MessageLine {
     tokens: usize,
 }
 
-/// What a turn asks of a [`Conversation`]: its newest messages, back to the first
+/// What a turn asks of a [`History`]: its newest messages, back to the first
 /// that makes those before the current one cost more than `tokens` or number `count`
 /// (else all of them), without the line at `skip`. Those are enough for
 /// [`fit_to_budget`] within `tokens` (and for a window of `count` messages) to give
@@ -214,15 +213,15 @@ pub(crate) struct Want {
 #[derive(Debug)]
 pub(crate) struct NeedsWholeTranscript;
 
-impl Conversation {
+impl History {
     /// The conversation of a whole transcript, each of whose `lines` is an entry at
     /// its offset.
     pub(crate) fn whole<T>(
         lines: &[T],
         line: impl Fn(&T) -> (Offset, &TranscriptEntry),
         counter: &dyn TokenCounter,
-    ) -> Conversation {
-        let mut conversation = Conversation::default();
+    ) -> History {
+        let mut conversation = History::default();
         let mut start = 0;
         if let Some(at) = lines.iter().rposition(|l| line(l).1.kind == "compaction") {
             let compaction = line(&lines[at]).1;

@@ -115,6 +115,7 @@ pub(crate) mod activation;
 pub(crate) mod chat;
 pub(crate) mod chatter;
 pub(crate) mod events;
+pub(crate) mod history_cache;
 pub(crate) mod message;
 pub(crate) mod pipeline;
 pub(crate) mod prompt;

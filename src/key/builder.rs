@@ -245,12 +245,12 @@ impl IdentityLinks {
 
     /// The canonical name a person id (`42`, `staff:17`) is linked to, if any: for
     /// [`DmScope::PerPerson`], where one human has a different id per directory.
-    pub fn canonical(&self, person_id: &str) -> Option<&str> {
+    pub(crate) fn canonical(&self, person_id: &str) -> Option<&str> {
         self.find(&[person_id])
     }
 
     /// The ids linked to `canonical` (compared without regard to case).
-    pub fn linked(&self, canonical: &str) -> Vec<String> {
+    pub(crate) fn linked(&self, canonical: &str) -> Vec<String> {
         let wanted = canonical.trim().to_lowercase();
         self.0
             .iter()

@@ -5,7 +5,7 @@ use super::{Conversation, PeerKind};
 
 /// A group or channel recognised in a message's sender address.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupResolution {
+pub(crate) struct GroupResolution {
     /// OpenClaw's raw group key `<channel>:<group|channel>:<id>` (not a session key).
     pub key: String,
     /// The channel the group lives on.

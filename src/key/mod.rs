@@ -43,14 +43,15 @@ pub use builder::{
     Conversation, DefaultKeyBuilder, DmMarker, DmScope, IdentityLinks, KeyBuilder, SessionScope,
 };
 pub(crate) use group::resolve_group;
-pub use group::GroupResolution;
+pub(crate) use group::GroupResolution;
 pub use legacy::legacy_request_key;
+pub(crate) use normalize::GroupNameParts;
+pub use normalize::DEFAULT_AGENT_ID;
 pub(crate) use normalize::{
     group_display_name, normalize_account_id, normalize_agent_id, normalize_channel,
     normalize_chat_type, normalize_e164, normalize_main_key, normalize_peer_id, DEFAULT_MAIN_KEY,
     MAX_ID_LEN,
 };
-pub use normalize::{GroupNameParts, DEFAULT_AGENT_ID};
 
 /// The longest session key, in bytes (OpenClaw's normalised-key cache bound).
 pub(crate) const MAX_KEY_LEN: usize = 4096;
@@ -317,7 +318,7 @@ impl SessionKey {
 
     /// A new subagent session under `agent`, with a fresh UUID v4:
     /// `agent:<agentId>:subagent:<uuid>`.
-    pub fn new_subagent(agent: &AgentId) -> Self {
+    pub(crate) fn new_subagent(agent: &AgentId) -> Self {
         SessionKey(format!("agent:{agent}:subagent:{}", uuid::Uuid::new_v4()))
     }
 

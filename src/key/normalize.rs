@@ -163,7 +163,7 @@ pub(crate) fn normalize_group_label(raw: &str) -> String {
 ///
 /// All fields are optional; blank strings count as absent.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct GroupNameParts<'a> {
+pub(crate) struct GroupNameParts<'a> {
     /// The channel (`whatsapp`, `slack`, …).
     pub provider: Option<&'a str>,
     /// The group's subject or title.

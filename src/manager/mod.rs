@@ -27,7 +27,6 @@
 //! # }
 //! ```
 
-mod conversations;
 mod model_input;
 mod resolution;
 mod scoped;
@@ -116,8 +115,8 @@ pub struct SessionManager {
     pub(crate) settings: Settings,
     /// System events queued for the next turn of each session.
     pub(crate) system_events: Arc<dyn SystemEvents>,
-    /// The conversations of the sessions served, kept between turns.
-    conversations: conversations::Conversations,
+    /// The histories of the sessions served, kept between turns.
+    pub(crate) histories: crate::inbound::history_cache::HistoryCache,
 }
 
 /// The seams of a [`SessionManager`]: each a trait object with a default.
@@ -666,7 +665,7 @@ impl SessionManager {
                     shared_dm_warned: AtomicBool::new(false),
                 },
                 system_events: Arc::new(SystemEventQueue::default()),
-                conversations: conversations::Conversations::default(),
+                histories: crate::inbound::history_cache::HistoryCache::default(),
             },
             isolated_to: None,
             custom_flush_guard: false,

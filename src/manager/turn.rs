@@ -477,7 +477,7 @@ impl SessionManager {
             count: self.settings.message_window,
             newest_is_current: skip.is_none(),
         };
-        self.conversations
+        self.histories
             .newest(transcripts, &transcript, want, &*self.seams.tokens)
             .await
     }

@@ -25,7 +25,7 @@ impl OpenClawConfig {
     }
 
     /// The reset triggers of these settings, with OpenClaw's authorisation defaults.
-    pub fn triggers(&self) -> ResetTriggers {
+    pub(crate) fn triggers(&self) -> ResetTriggers {
         ResetTriggers::new(self.reset_triggers.iter().cloned())
     }
 

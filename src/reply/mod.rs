@@ -57,8 +57,5 @@ pub use heartbeat::{
     is_heartbeat_content_effectively_empty, is_heartbeat_file_effectively_empty, HEARTBEAT_PROMPT,
     MAX_HEARTBEAT_FILE_BYTES,
 };
-pub use payload::{
-    strip_heartbeat_token, HeartbeatMode, HeartbeatStrip, ReplyDirectives, ReplyOptions,
-    ReplyPayload,
-};
+pub use payload::{strip_heartbeat_token, HeartbeatMode, HeartbeatStrip, ReplyPayload};
 pub use send_policy::{RuleOrder, SendMatch, SendPolicyConfig, SendRule};

@@ -299,7 +299,7 @@ fn strip_trailing_token<'a>(text: &'a str, token: &str) -> Option<&'a str> {
 /// The reply directives (`[[reply_to_current]]`, `[[reply_to:<id>]]`, …) found in a
 /// model's output.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ReplyDirectives {
+pub(crate) struct ReplyDirectives {
     /// The text without directives.
     pub text: String,
     /// Media from `MEDIA:` lines (outside code fences).
@@ -427,7 +427,7 @@ fn is_media_source(source: &str) -> bool {
 
 /// How a model's outputs become reply payloads.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ReplyOptions {
+pub(crate) struct ReplyOptions {
     /// This is a heartbeat run: `HEARTBEAT_OK` is left for the heartbeat runner.
     pub heartbeat_run: bool,
     /// The triggering message, for `[[reply_to_current]]`.

@@ -93,7 +93,7 @@ impl Revision {
     }
 
     /// The revision of a serialised entry: a 64-bit FNV-1a hash of its bytes.
-    pub fn of_bytes(bytes: &[u8]) -> Self {
+    pub(crate) fn of_bytes(bytes: &[u8]) -> Self {
         const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
         const PRIME: u64 = 0x0000_0100_0000_01b3;
         Revision(bytes.iter().fold(OFFSET, |hash, byte| {
@@ -223,7 +223,7 @@ impl StatusFilter {
     }
 
     /// Whether sessions replaced under their key (kept as `closed`) are included.
-    pub fn includes_replaced(&self) -> bool {
+    pub(crate) fn includes_replaced(&self) -> bool {
         match self {
             StatusFilter::Any => true,
             StatusFilter::Only(wanted) => wanted.contains(&SessionStatus::Closed),
@@ -665,7 +665,7 @@ impl ListFilter {
 
     /// Whether `key` passes the key-only conditions (agent and prefix). Stores check
     /// this before reading the entry.
-    pub fn matches_key(&self, key: &SessionKey) -> bool {
+    pub(crate) fn matches_key(&self, key: &SessionKey) -> bool {
         let agent_ok = self
             .agent
             .as_ref()

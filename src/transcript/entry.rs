@@ -250,7 +250,7 @@ pub struct Usage {
 
 impl Usage {
     /// All zero, with a zero cost (what OpenClaw writes for delivery mirrors).
-    pub fn zero() -> Self {
+    pub(crate) fn zero() -> Self {
         Usage {
             cost: Some(Cost::default()),
             ..Usage::default()

@@ -412,7 +412,7 @@ impl TranscriptNotice {
     }
 
     /// Whether it names no transcript (a blank file): OpenClaw ignores such a notice.
-    pub fn is_blank(&self) -> bool {
+    pub(crate) fn is_blank(&self) -> bool {
         self.session_file.trim().is_empty()
     }
 }

@@ -1,4 +1,4 @@
-//! The conversations of the sessions a manager served, kept between turns, so a turn
+//! The histories of the sessions a manager served, kept between turns, so a turn
 //! reads only the lines appended since the last one instead of the whole transcript.
 //!
 //! Each cached conversation remembers which copy of the transcript it read (the store's
@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 use crate::error::Result;
-use crate::inbound::chat::{ChatMessage, Conversation, TokenCounter, Want};
+use crate::inbound::chat::{ChatMessage, History, TokenCounter, Want};
 use crate::transcript::{Offset, TranscriptRef, TranscriptStore};
 
 /// The most text (about) the conversations of one manager keep in memory.
@@ -22,9 +22,9 @@ pub(crate) const MAX_CACHED_BYTES: usize = 64 * 1024 * 1024;
 /// The most conversations one manager keeps.
 const MAX_CACHED: usize = 4096;
 
-/// The conversations a manager keeps between turns.
+/// The session histories a manager keeps between turns.
 #[derive(Debug, Default)]
-pub(crate) struct Conversations {
+pub(crate) struct HistoryCache {
     cached: Mutex<Cached>,
 }
 
@@ -40,7 +40,7 @@ struct Cached {
 /// One transcript's conversation, as of its last line taken in.
 #[derive(Debug)]
 struct Tail {
-    conversation: Conversation,
+    conversation: History,
     /// The offset and id of the last line taken in.
     last: (Offset, Option<String>),
     /// Which copy of the transcript was read ([`TranscriptStore::identity`]).
@@ -51,7 +51,7 @@ struct Tail {
     used: u64,
 }
 
-impl Conversations {
+impl HistoryCache {
     /// The newest messages of `transcript` that `want` asks for, and the summary of
     /// its last compaction: what the whole transcript's conversation gives, read from
     /// the line the last call for it took in.
@@ -172,7 +172,7 @@ async fn read_whole(
     // Asked before the read: a replacement in between is caught by the next turn.
     let identity = transcripts.identity(transcript).await?;
     let read = transcripts.read(transcript, Offset::START).await?;
-    let conversation = Conversation::whole(&read.events, |e| (e.offset, &e.entry), counter);
+    let conversation = History::whole(&read.events, |e| (e.offset, &e.entry), counter);
     let last = read
         .events
         .last()
