@@ -125,7 +125,7 @@ fn main() {
             Path::new(parts.next().unwrap()),
             parts.next().unwrap().parse().unwrap(),
         );
-        let store = agent_sessions::paths::store_path(root, &AgentId::main());
+        let store = agent_sessions::store::store_path(root, &AgentId::main());
         match role {
             "crate" => crate_child(&store, root, writer),
             _ => openclaw_child(&store, writer),
@@ -147,7 +147,7 @@ fn main() {
     for run in 1..=RUNS {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
-        let store = agent_sessions::paths::store_path(&root, &AgentId::main());
+        let store = agent_sessions::store::store_path(&root, &AgentId::main());
         openclaw_writer::seed(&store, SESSIONS);
         let started = Instant::now();
         // Interleaved, so neither kind starts first.

@@ -21,10 +21,9 @@ use std::time::Duration;
 
 use agent_sessions::prelude::*;
 use agent_sessions::search::{InMemoryIndex, Search, SearchIndex, SearchQuery};
+use agent_sessions::store::FileTranscriptStore;
 use agent_sessions::store::{SqliteOptions, SqliteStore};
-use agent_sessions::transcript::{
-    FileTranscriptStore, TranscriptEntry, TranscriptRef, TranscriptStore,
-};
+use agent_sessions::transcript::{TranscriptEntry, TranscriptRef, TranscriptStore};
 use agent_sessions::{Durability, JsonFileOptions};
 use chrono::Utc;
 use common::contention::{contend, Contention};

@@ -87,7 +87,7 @@ fn json_update(c: &mut Criterion) {
             });
             let naive_dir = tempfile::tempdir().unwrap();
             write_store(naive_dir.path(), sessions);
-            let naive_file = agent_sessions::paths::store_path(naive_dir.path(), &AgentId::main());
+            let naive_file = agent_sessions::store::store_path(naive_dir.path(), &AgentId::main());
             let naive_key = key(sessions / 2).to_string();
             let mut naive_counter = 0u64;
             group.bench_function(BenchmarkId::new("naive", label), |b| {

@@ -10,9 +10,8 @@ use std::fs::OpenOptions;
 use std::hint::black_box;
 use std::io::Write;
 
-use agent_sessions::transcript::{
-    FileTranscriptStore, Offset, TranscriptEntry, TranscriptRef, TranscriptStore,
-};
+use agent_sessions::store::FileTranscriptStore;
+use agent_sessions::transcript::{Offset, TranscriptEntry, TranscriptRef, TranscriptStore};
 use agent_sessions::{AgentId, Durability};
 use chrono::Utc;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};

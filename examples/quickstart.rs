@@ -17,7 +17,7 @@ use agent_sessions::freshness::ResetTriggers;
 use agent_sessions::freshness::{Clock, ManualClock, SystemClock};
 use agent_sessions::freshness::{ResetConfig, ResetSpec};
 use agent_sessions::prelude::*;
-use agent_sessions::transcript::FileTranscriptStore;
+use agent_sessions::store::FileTranscriptStore;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

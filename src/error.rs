@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::key::SessionKey;
-use crate::store::Revision;
+// Two leaf files of plain data, which import nothing of the crate: no import circle
+// runs through the error type.
+use crate::key::session_key::SessionKey;
+use crate::store::revision::Revision;
 
 /// A `Result` whose error is the crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -427,30 +429,6 @@ impl Error {
             Error::Database { transient, .. } => *transient,
             Error::Shared(error) => error.is_transient(),
             _ => false,
-        }
-    }
-
-    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
-        if is_out_of_descriptors(&source) {
-            crate::telemetry::out_of_descriptors();
-        }
-        let mut path = path.into();
-        let inner = source.get_ref();
-        let refused = match inner.and_then(|e| e.downcast_ref::<crate::fsutil::RefusedAt>()) {
-            Some(crate::fsutil::RefusedAt(at, refused)) => {
-                path = at.clone();
-                Some(refused)
-            }
-            None => inner.and_then(|e| e.downcast_ref::<crate::fsutil::Refused>()),
-        };
-        match refused {
-            Some(crate::fsutil::Refused::NotRegular(found)) => Error::NotAFile { path, found },
-            Some(crate::fsutil::Refused::TooLarge { size, limit }) => Error::FileTooLarge {
-                path,
-                size: *size,
-                limit: *limit,
-            },
-            None => Error::Io { op, path, source },
         }
     }
 

@@ -70,24 +70,20 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod entry;
 mod error;
 pub mod exactly_once;
 pub mod follow;
 pub mod freshness;
-mod fsutil;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
 pub mod identity;
 pub mod inbound;
-mod json_text;
 pub mod key;
 pub mod manager;
 pub mod memory;
 pub mod openclaw;
 pub mod ops;
-pub mod paths;
 pub mod privacy;
 pub mod reply;
 pub mod search;
@@ -98,9 +94,6 @@ pub mod telemetry;
 pub mod testing;
 pub mod transcript;
 
-pub use entry::{
-    ChatType, DeliveryContext, SessionEntry, SessionOrigin, SessionSource, SessionStatus, ThreadId,
-};
 pub use error::{
     AccessDenial, CorruptProblem, DeleteRefusal, Error, IdKind, KeyProblem, LockHolder, Result,
 };
@@ -109,6 +102,9 @@ pub use key::{
     AgentId, Conversation, DefaultKeyBuilder, DmScope, KeyBuilder, PeerKind, SessionKey,
 };
 pub use manager::{Decision, Reason, Resolution, Session, SessionManager};
+pub use store::entry::{
+    ChatType, DeliveryContext, SessionEntry, SessionOrigin, SessionSource, SessionStatus, ThreadId,
+};
 pub use store::{
     Durability, InMemoryStore, JsonFileOptions, JsonFileStore, ListCursor, ListFilter, LockOptions,
     MultiKeyStore, Revision, SessionStore, SessionStoreExt, StatusFilter, StoredSession,
@@ -157,20 +153,4 @@ mod doc_pages {
     struct Turns;
 }
 
-/// The names most programs use, for `use agent_sessions::prelude::*`.
-pub mod prelude {
-    pub use crate::entry::SessionEntry;
-    pub use crate::inbound::chat::{ChatMessage, ChatRole};
-    pub use crate::inbound::InboundMessage;
-    pub use crate::key::{
-        AgentId, Conversation, DefaultKeyBuilder, DmScope, KeyBuilder, PeerKind, SessionKey,
-    };
-    pub use crate::manager::{
-        Decision, Reason, Resolution, SessionManager, Turn, TurnAction, TurnReply,
-    };
-    pub use crate::memory::usage::TurnUsage;
-    pub use crate::reply::payload::ReplyPayload;
-    pub use crate::store::{
-        InMemoryStore, JsonFileStore, ListFilter, SessionStore, SessionStoreExt, StoredSession,
-    };
-}
+pub mod prelude;

@@ -434,7 +434,7 @@ async fn every_store_lists_around_an_entry_it_cannot_decode() {
     for (key, entry) in [&good, &bad] {
         json.sessions().put(key, entry.clone()).await.unwrap();
     }
-    let file = agent_sessions::paths::store_path(json_dir.path(), &AgentId::main());
+    let file = agent_sessions::store::store_path(json_dir.path(), &AgentId::main());
     let text = std::fs::read_to_string(&file).unwrap();
     std::fs::write(&file, text.replace("\"s-bad\"", "42")).unwrap();
     a_damaged_entry_is_skipped_by_list_and_reported_by_get(&json, &bad.0).await;
@@ -491,7 +491,7 @@ async fn postgres_lists_around_an_entry_it_cannot_decode() {
 #[tokio::test]
 async fn a_migration_never_verifies_past_what_it_could_not_read() {
     let dir = tempfile::tempdir().unwrap();
-    let sessions = agent_sessions::paths::sessions_dir(dir.path(), &AgentId::main());
+    let sessions = agent_sessions::store::sessions_dir(dir.path(), &AgentId::main());
     std::fs::create_dir_all(&sessions).unwrap();
     std::fs::write(
         sessions.join("sessions.json"),
@@ -555,7 +555,7 @@ async fn a_migration_never_verifies_past_what_it_could_not_read() {
 #[tokio::test]
 async fn a_transcript_the_source_cannot_read_is_named_and_the_rest_is_copied() {
     let ((source_dir, _work), source, target) = busy_source_and_empty_sqlite().await;
-    let sessions = agent_sessions::paths::sessions_dir(source_dir.path(), &AgentId::main());
+    let sessions = agent_sessions::store::sessions_dir(source_dir.path(), &AgentId::main());
     let fifo = sessions.join("ffff-1.jsonl");
     assert!(std::process::Command::new("mkfifo")
         .arg(&fifo)
@@ -685,7 +685,7 @@ async fn entries_written_before_delivery_normalisation_migrate_verified_and_resu
         r#""agent:main:whatsapp:dm:+15550100": {"sessionId": "aaaaaaaa-0000-4000-8000-000000000003", "updatedAt": 1770350123458, "deliveryContext": {"channel": " WhatsApp", "to": "+15550100"}}"#,
     ];
     let source_dir = tempfile::tempdir().unwrap();
-    let file = agent_sessions::paths::store_path(source_dir.path(), &AgentId::main());
+    let file = agent_sessions::store::store_path(source_dir.path(), &AgentId::main());
     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
     std::fs::write(&file, format!("{{\n  {}\n}}", entries.join(",\n  "))).unwrap();
     let target_dir = tempfile::tempdir().unwrap();

@@ -43,11 +43,11 @@ mod sqlite {
 }
 
 async fn file_transcripts() -> (
-    agent_sessions::transcript::FileTranscriptStore,
+    agent_sessions::store::FileTranscriptStore,
     tempfile::TempDir,
 ) {
     let dir = tempfile::tempdir().expect("temporary directory");
-    let store = agent_sessions::transcript::FileTranscriptStore::new(dir.path());
+    let store = agent_sessions::store::FileTranscriptStore::new(dir.path());
     (store, dir)
 }
 

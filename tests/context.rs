@@ -1,6 +1,5 @@
 //! Conversation context through the manager: golden texts from the seeds' examples.
 
-use agent_sessions::entry::SendPolicy;
 use agent_sessions::freshness::ManualClock;
 use agent_sessions::freshness::ResetTriggers;
 use agent_sessions::freshness::Zone;
@@ -9,6 +8,7 @@ use agent_sessions::manager::SessionOverride;
 use agent_sessions::prelude::*;
 use agent_sessions::reply::ReplyPayload;
 use agent_sessions::reply::{SendMatch, SendPolicyConfig, SendRule};
+use agent_sessions::store::SendPolicy;
 use agent_sessions::Sender;
 use chrono::{DateTime, Utc};
 
@@ -170,7 +170,7 @@ async fn group_activation_always_runs_the_agent_for_everyone() {
     manager
         .session(&key)
         .set_override(SessionOverride::GroupActivation(
-            agent_sessions::entry::GroupActivation::Always,
+            agent_sessions::store::GroupActivation::Always,
         ))
         .await
         .unwrap();

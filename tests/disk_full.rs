@@ -15,9 +15,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use agent_sessions::prelude::*;
-use agent_sessions::transcript::{
-    FileTranscriptStore, Offset, TranscriptEntry, TranscriptRef, TranscriptStore,
-};
+use agent_sessions::store::FileTranscriptStore;
+use agent_sessions::transcript::{Offset, TranscriptEntry, TranscriptRef, TranscriptStore};
 use agent_sessions::{Durability, Error, JsonFileOptions, LockOptions};
 
 /// A 1 MiB tmpfs, unmounted on drop.

@@ -11,7 +11,7 @@ use agent_sessions::ops::{examine, DoctorOptions, Finding};
 use agent_sessions::prelude::*;
 
 fn sessions_dir(root: &Path) -> PathBuf {
-    agent_sessions::paths::sessions_dir(root, &AgentId::main())
+    agent_sessions::store::sessions_dir(root, &AgentId::main())
 }
 
 /// Makes `path` look `age` old.
@@ -379,7 +379,7 @@ async fn a_huge_entry_round_trips() {
 
 /// Writes `entries` (raw key → raw entry) as the sessions.json of `agent`.
 fn write_store(root: &Path, agent: &str, entries: &[(&str, serde_json::Value)]) -> PathBuf {
-    let dir = agent_sessions::paths::sessions_dir(root, &AgentId::new(agent).unwrap());
+    let dir = agent_sessions::store::sessions_dir(root, &AgentId::new(agent).unwrap());
     fs::create_dir_all(&dir).unwrap();
     let map: serde_json::Map<String, serde_json::Value> = entries
         .iter()

@@ -14,9 +14,8 @@ use std::time::Duration;
 
 use agent_sessions::ops::{examine, DoctorOptions, Finding};
 use agent_sessions::prelude::*;
-use agent_sessions::transcript::{
-    FileTranscriptStore, Offset, TranscriptEntry, TranscriptRef, TranscriptStore,
-};
+use agent_sessions::store::FileTranscriptStore;
+use agent_sessions::transcript::{Offset, TranscriptEntry, TranscriptRef, TranscriptStore};
 use agent_sessions::{Durability, Error, JsonFileOptions};
 
 use common::main_store_file;
@@ -221,7 +220,7 @@ async fn doctor_reports_a_transcript_that_is_a_fifo() {
     let dir = tempfile::tempdir().unwrap();
     let store = common::store(dir.path());
     let transcript =
-        agent_sessions::paths::sessions_dir(dir.path(), &AgentId::main()).join("s-1.jsonl");
+        agent_sessions::store::sessions_dir(dir.path(), &AgentId::main()).join("s-1.jsonl");
     let mut entry = SessionEntry::new("s-1", 1);
     entry.session_file = Some(transcript.display().to_string());
     store.put(&key(), entry).await.unwrap();
@@ -359,7 +358,7 @@ async fn a_transcript_line_nested_a_million_deep_is_a_reported_issue() {
 async fn a_planted_quarantine_link_carries_nothing_out_of_the_tree() {
     let dir = tempfile::tempdir().unwrap();
     let outside = tempfile::tempdir().unwrap();
-    let sessions = agent_sessions::paths::sessions_dir(dir.path(), &AgentId::main());
+    let sessions = agent_sessions::store::sessions_dir(dir.path(), &AgentId::main());
     fs::create_dir_all(&sessions).unwrap();
     fs::write(
         sessions.join("sessions.json.bak"),
@@ -443,7 +442,7 @@ async fn a_linked_agent_directory_is_neither_read_nor_written_through() {
 async fn doctor_reports_every_special_file_in_a_sessions_directory() {
     let dir = tempfile::tempdir().unwrap();
     store_with_one_session(dir.path()).await;
-    let sessions = agent_sessions::paths::sessions_dir(dir.path(), &AgentId::main());
+    let sessions = agent_sessions::store::sessions_dir(dir.path(), &AgentId::main());
     mkfifo(&sessions.join("bbbb-1.jsonl")); // a transcript no entry names
     fs::create_dir(sessions.join("sessions.json.bak")).unwrap();
     let report = examine(dir.path(), &DoctorOptions::default())

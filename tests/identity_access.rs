@@ -17,10 +17,11 @@ use agent_sessions::manager::{
 use agent_sessions::memory::CompactionEvent;
 use agent_sessions::memory::EngineKind;
 use agent_sessions::prelude::*;
-use agent_sessions::transcript::{CheckpointReason, FileTranscriptStore, Offset, TranscriptEntry};
+use agent_sessions::store::FileTranscriptStore;
+use agent_sessions::transcript::{CheckpointReason, Offset, TranscriptEntry};
 use agent_sessions::DeliveryContext;
 use agent_sessions::{
-    entry::DescriptionSource, AccessDenial, Error, Result, SessionSource, SessionStatus,
+    store::DescriptionSource, AccessDenial, Error, Result, SessionSource, SessionStatus,
 };
 use async_trait::async_trait;
 
@@ -1141,7 +1142,7 @@ async fn directories_are_owner_only_and_files_too() {
         .unwrap();
     let summary = workspace.write_summary("GOAL: shifts").unwrap();
 
-    let sessions = agent_sessions::paths::sessions_dir(&state, &agent);
+    let sessions = agent_sessions::store::sessions_dir(&state, &agent);
     for directory in [
         state.join("agents"),
         sessions.clone(),
@@ -1218,7 +1219,7 @@ async fn a_symlink_planted_in_the_sessions_directory_is_not_followed() {
         .build()
         .unwrap();
     let resolution = manager.resolve(&jane_by_sms("hi")).await.unwrap();
-    let sessions = agent_sessions::paths::sessions_dir(&state, &AgentId::main());
+    let sessions = agent_sessions::store::sessions_dir(&state, &AgentId::main());
 
     // Where this session's transcript will go, a link to a file outside.
     let transcript = sessions.join(format!("{}.jsonl", resolution.session_id()));
@@ -1338,7 +1339,7 @@ async fn everything_a_session_lifecycle_search_doctor_and_migration_write_is_own
     let search = agent_sessions::search::Search::shared(backend.search_index().await.unwrap());
     search.process_all(&**backend.transcripts()).await.unwrap();
     // Doctor: a corrupt store restored from its backup, the corrupt one quarantined.
-    let store_file = agent_sessions::paths::store_path(&state, &AgentId::main());
+    let store_file = agent_sessions::store::store_path(&state, &AgentId::main());
     std::fs::write(&store_file, "{ truncated").unwrap();
     std::fs::set_permissions(
         &store_file,

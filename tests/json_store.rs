@@ -698,7 +698,7 @@ async fn an_uncached_read_sees_what_the_cache_cannot() {
 #[tokio::test]
 async fn an_entry_with_a_lone_surrogate_from_javascript_is_served() {
     let dir = tempfile::tempdir().unwrap();
-    let file = agent_sessions::paths::store_path(dir.path(), &AgentId::main());
+    let file = agent_sessions::store::store_path(dir.path(), &AgentId::main());
     fs::create_dir_all(file.parent().unwrap()).unwrap();
     fs::write(
         &file,

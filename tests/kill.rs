@@ -12,7 +12,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agent_sessions::prelude::*;
-use agent_sessions::transcript::{FileTranscriptStore, Offset, TranscriptRef, TranscriptStore};
+use agent_sessions::store::FileTranscriptStore;
+use agent_sessions::transcript::{Offset, TranscriptRef, TranscriptStore};
 use agent_sessions::{Durability, JsonFileOptions, LockOptions};
 
 const ROOT_VAR: &str = "AGENT_SESSIONS_KILL_ROOT";

@@ -12,7 +12,6 @@ mod flaky;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_sessions::entry::{DescriptionSource, SendPolicy, SessionSource, SessionStatus};
 use agent_sessions::freshness::{Clock, ManualClock};
 use agent_sessions::freshness::{DriftClassifier, DriftVerdict};
 use agent_sessions::freshness::{ModelRef, ResetTriggers, StaticModelCatalog};
@@ -21,8 +20,10 @@ use agent_sessions::manager::{
     DeleteOptions, OverrideKind, PruneOptions, SessionOverride, TurnOutcome,
 };
 use agent_sessions::prelude::*;
+use agent_sessions::store::{DescriptionSource, SendPolicy};
 use agent_sessions::DeliveryContext;
 use agent_sessions::{DeleteRefusal, Error, SessionManager, ThreadId};
+use agent_sessions::{SessionSource, SessionStatus};
 use chrono::{DateTime, Utc};
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -608,7 +609,7 @@ async fn a_model_hint_after_a_reset_sets_the_override() {
             .session(&first.key)
             .set_override(SessionOverride::AuthProfile {
                 profile: "work".into(),
-                source: agent_sessions::entry::AuthProfileSource::User,
+                source: agent_sessions::store::AuthProfileSource::User,
             })
             .await
             .unwrap();
@@ -1225,7 +1226,8 @@ async fn reset_starts_a_new_session_and_archives_the_old_transcript() {
 /// transcript: the backup then holds the state from before the call.
 #[tokio::test]
 async fn closing_a_session_writes_its_store_once_so_the_backup_is_the_state_before() {
-    use agent_sessions::transcript::{FileTranscriptStore, Offset, TranscriptRef, TranscriptStore};
+    use agent_sessions::store::FileTranscriptStore;
+    use agent_sessions::transcript::{Offset, TranscriptRef, TranscriptStore};
     let dir = tempfile::tempdir().unwrap();
     let manager = SessionManager::builder(JsonFileStore::new(dir.path()))
         .transcripts(FileTranscriptStore::new(dir.path()))
@@ -1236,7 +1238,7 @@ async fn closing_a_session_writes_its_store_once_so_the_backup_is_the_state_befo
         .await
         .unwrap()
         .key;
-    let store_file = agent_sessions::paths::store_path(dir.path(), &AgentId::main());
+    let store_file = agent_sessions::store::store_path(dir.path(), &AgentId::main());
     let before = std::fs::read(&store_file).unwrap();
     assert!(manager
         .session(&key)
@@ -1280,7 +1282,7 @@ async fn closing_a_session_writes_its_store_once_so_the_backup_is_the_state_befo
 async fn a_relative_state_directory_records_absolute_transcript_paths() {
     use agent_sessions::manager::LogMessage;
     use agent_sessions::ops::{examine, DoctorOptions};
-    use agent_sessions::transcript::FileTranscriptStore;
+    use agent_sessions::store::FileTranscriptStore;
     let dir = tempfile::tempdir_in(".").unwrap();
     // A directory in the working directory, named by its bare name.
     let relative = std::path::PathBuf::from(dir.path().file_name().unwrap());

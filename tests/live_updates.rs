@@ -155,7 +155,7 @@ async fn followers_are_woken_by_the_other_handle(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn file_transcripts_follow_across_handles_by_looking_again() {
-    use agent_sessions::transcript::FileTranscriptStore;
+    use agent_sessions::store::FileTranscriptStore;
     let dir = tempfile::tempdir().unwrap();
     let there = FileTranscriptStore::new(dir.path());
     let here: Arc<dyn TranscriptStore> = Arc::new(FileTranscriptStore::new(dir.path()));

@@ -14,7 +14,8 @@ use agent_sessions::memory::{IntrospectionInput, IntrospectionOutcome, Introspec
 use agent_sessions::memory::{MemoryFlushSettings, MemoryOptions};
 use agent_sessions::memory::{Summarizer, SummaryInput};
 use agent_sessions::prelude::*;
-use agent_sessions::transcript::{CheckpointReason, EventKind, FileTranscriptStore};
+use agent_sessions::store::FileTranscriptStore;
+use agent_sessions::transcript::{CheckpointReason, EventKind};
 use agent_sessions::{Durability, Error};
 use chrono::{DateTime, Utc};
 

@@ -177,7 +177,8 @@ const APPENDS: usize = 150;
 
 #[test]
 fn processes_appending_to_one_transcript_keep_one_parent_chain() {
-    use agent_sessions::transcript::{FileTranscriptStore, Offset, TranscriptRef, TranscriptStore};
+    use agent_sessions::store::FileTranscriptStore;
+    use agent_sessions::transcript::{Offset, TranscriptRef, TranscriptStore};
     let dir = tempfile::tempdir().unwrap();
     run_children(
         "transcript_child_worker",
@@ -215,9 +216,8 @@ fn processes_appending_to_one_transcript_keep_one_parent_chain() {
 #[test]
 #[ignore = "a child process of the multi-process tests"]
 fn transcript_child_worker() {
-    use agent_sessions::transcript::{
-        FileTranscriptStore, TranscriptEntry, TranscriptRef, TranscriptStore,
-    };
+    use agent_sessions::store::FileTranscriptStore;
+    use agent_sessions::transcript::{TranscriptEntry, TranscriptRef, TranscriptStore};
     let (Ok(root), Ok(worker)) = (std::env::var(TRANSCRIPT_VAR), std::env::var(WORKER_VAR)) else {
         panic!("run by the multi-process tests, not directly");
     };

@@ -59,7 +59,7 @@ fn crate_store(root: &Path, timeout: Duration) -> JsonFileStore {
 }
 
 fn store_file(root: &Path) -> PathBuf {
-    agent_sessions::paths::store_path(root, &AgentId::main())
+    agent_sessions::store::store_path(root, &AgentId::main())
 }
 
 /// Adds one to session `i`'s crate counter.

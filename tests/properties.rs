@@ -172,14 +172,15 @@ proptest! {
         thread in hostile_id(),
         file_name in hostile_id(),
     ) {
-        use agent_sessions::transcript::{FileTranscriptStore, TranscriptRef};
+        use agent_sessions::transcript::TranscriptRef;
+        use agent_sessions::store::FileTranscriptStore;
         use agent_sessions::identity::{Area, Workspaces};
         use agent_sessions::{AgentId, Conversation, DefaultKeyBuilder, KeyBuilder, SessionEntry};
 
         let root = std::path::Path::new("/srv/state");
         let transcripts = FileTranscriptStore::new(root);
         let agent = AgentId::new(&agent).unwrap_or_else(|_| AgentId::main());
-        let sessions = agent_sessions::paths::sessions_dir(root, &agent);
+        let sessions = agent_sessions::store::sessions_dir(root, &agent);
         prop_assert_eq!(sessions.parent().unwrap().parent().unwrap(), root.join("agents"));
 
         // A transcript named by ids.
@@ -249,7 +250,7 @@ proptest! {
     /// File-name encoding is reversible and never yields a path separator.
     #[test]
     fn file_name_encoding_is_reversible(id in any::<String>()) {
-        use agent_sessions::paths::{decode_file_component, encode_file_component};
+        use agent_sessions::store::{decode_file_component, encode_file_component};
         let encoded = encode_file_component(&id);
         prop_assert!(!encoded.contains('/') && !encoded.contains('\\'));
         prop_assert_eq!(decode_file_component(&encoded).unwrap(), id);

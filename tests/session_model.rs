@@ -246,7 +246,7 @@ async fn inactive_sessions_are_hidden_from_listings_unless_asked_on_every_backen
         let clock = ManualClock::at_millis(START_MS);
         let manager = builder.clock(clock.clone()).build().unwrap();
         let hidden = manager
-            .open(&agent_sessions::entry::SessionSource::cli("old"), None)
+            .open(&agent_sessions::SessionSource::cli("old"), None)
             .await
             .unwrap();
         manager

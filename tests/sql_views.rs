@@ -4,10 +4,10 @@
 
 mod common;
 
-use agent_sessions::entry::{IdentitySummary, LogCursor};
 use agent_sessions::manager::LogMessage;
 use agent_sessions::ops::type2_message_id;
 use agent_sessions::prelude::*;
+use agent_sessions::store::{IdentitySummary, LogCursor};
 
 const PERSON: &str = "person-7";
 const CORRELATION: &str = "5b0f3c3e-8d4c-4d55-9a55-0d1f0c1e2a3b";
@@ -458,7 +458,7 @@ WHERE session_id = $1 ORDER BY created_at DESC LIMIT 1",
         manager
             .store()
             .with_session(&written.key, |e| {
-                e.status = Some(agent_sessions::entry::SessionStatus::Closed);
+                e.status = Some(agent_sessions::SessionStatus::Closed);
             })
             .await
             .unwrap();

@@ -529,7 +529,7 @@ mod metrics_recorded {
                 ..JsonFileOptions::default()
             },
         );
-        let file = agent_sessions::paths::sessions_dir(locked.path(), &AgentId::main())
+        let file = agent_sessions::store::sessions_dir(locked.path(), &AgentId::main())
             .join("sessions.json.lock");
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
         std::fs::write(

@@ -10,9 +10,10 @@ use agent_sessions::freshness::ManualClock;
 use agent_sessions::freshness::ModelRef;
 use agent_sessions::manager::{DeleteOptions, LogMessage};
 use agent_sessions::prelude::*;
+use agent_sessions::store::FileTranscriptStore;
 use agent_sessions::transcript::{
-    CheckpointReason, Direction, EventKind, FileTranscriptStore, LogQuery, Offset, ReadIssue,
-    SessionHeader, TranscriptEntry, TranscriptIndexer, TranscriptRef, TranscriptStore, Usage,
+    CheckpointReason, Direction, EventKind, LogQuery, Offset, ReadIssue, SessionHeader,
+    TranscriptEntry, TranscriptIndexer, TranscriptRef, TranscriptStore, Usage,
 };
 use agent_sessions::{Durability, Error, SessionStatus};
 use chrono::{DateTime, Utc};
@@ -1188,7 +1189,7 @@ async fn messages_logged_while_another_process_resets_are_all_kept() {
         failures.len(),
         &failures[..failures.len().min(5)]
     );
-    let sessions = agent_sessions::paths::sessions_dir(dir.path(), &AgentId::main());
+    let sessions = agent_sessions::store::sessions_dir(dir.path(), &AgentId::main());
     let mut seen = vec![0usize; MESSAGES];
     let mut files = 0;
     for file in std::fs::read_dir(&sessions).unwrap() {

@@ -2,12 +2,12 @@
 
 mod common;
 
-use agent_sessions::entry::SendPolicy;
 use agent_sessions::freshness::ManualClock;
 use agent_sessions::manager::DEFAULT_RESET_ACKNOWLEDGEMENT;
 use agent_sessions::memory::MemoryOptions;
 use agent_sessions::prelude::*;
 use agent_sessions::reply::SendPolicyConfig;
+use agent_sessions::store::SendPolicy;
 use agent_sessions::transcript::InMemoryTranscriptStore;
 use agent_sessions::SessionStatus;
 

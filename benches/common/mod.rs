@@ -13,8 +13,8 @@ pub mod postgres;
 pub mod search;
 pub mod turn_age;
 
-use agent_sessions::entry::{ChatType, DeliveryContext, SessionOrigin};
 use agent_sessions::prelude::*;
+use agent_sessions::{ChatType, DeliveryContext, SessionOrigin};
 use indexmap::IndexMap;
 
 /// A realistic entry of about 1.46 KB, the size OpenClaw's users report.
@@ -79,7 +79,7 @@ pub fn write_store(root: &Path, sessions: usize) -> Vec<u8> {
         .map(|i| (key(i).to_string(), entry(i)))
         .collect();
     let bytes = serde_json::to_vec_pretty(&store).unwrap();
-    let file = agent_sessions::paths::store_path(root, &AgentId::main());
+    let file = agent_sessions::store::store_path(root, &AgentId::main());
     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
     std::fs::write(&file, &bytes).unwrap();
     bytes
@@ -160,7 +160,8 @@ pub fn on_each_backend(
         std::sync::Arc<dyn agent_sessions::transcript::TranscriptStore>,
     ),
 ) {
-    use agent_sessions::transcript::{FileTranscriptStore, InMemoryTranscriptStore};
+    use agent_sessions::store::FileTranscriptStore;
+    use agent_sessions::transcript::InMemoryTranscriptStore;
     use agent_sessions::{Durability, JsonFileOptions};
     use std::sync::Arc;
 

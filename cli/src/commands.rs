@@ -1427,11 +1427,11 @@ fn export_destination_is_safe(store: &str, path: &Path) -> Outcome {
     let destination = dir.join(path.file_name().unwrap_or_default());
     let inside = match store.parse::<StoreUrl>()? {
         // The directories the crate keeps its files in.
-        StoreUrl::Json(root) => agent_sessions::paths::expand_home(&root)
+        StoreUrl::Json(root) => agent_sessions::store::expand_home(&root)
             .canonicalize()
             .is_ok_and(|root| destination.starts_with(root)),
         StoreUrl::Sqlite(file) => {
-            let file = agent_sessions::paths::expand_home(&file);
+            let file = agent_sessions::store::expand_home(&file);
             file.canonicalize().is_ok_and(|db| {
                 let name = db
                     .file_name()
@@ -1512,7 +1512,7 @@ async fn write_export(
 
 /// The state directory of an OpenClaw tree given as `~/.openclaw` or its `agents`.
 fn openclaw_root(dir: &Path) -> Result<PathBuf, Failure> {
-    let dir = agent_sessions::paths::expand_home(dir);
+    let dir = agent_sessions::store::expand_home(dir);
     let root = if dir.file_name().is_some_and(|n| n == "agents") {
         dir.parent().map(Path::to_path_buf).unwrap_or_default()
     } else {

@@ -13,11 +13,11 @@
 use std::time::Duration;
 
 use super::holders::{self, Hold};
-use crate::entry::{InboundRecord, SessionEntry};
 use crate::error::Result;
 use crate::inbound::InboundMessage;
 use crate::key::{normalize_account_id, normalize_channel, SessionKey};
 use crate::manager::SessionManager;
+use crate::store::entry::{InboundRecord, SessionEntry};
 use crate::transcript::{Direction, TranscriptRef};
 
 /// How long a message id is remembered (OpenClaw's inbound dedupe window, 20 minutes).

@@ -9,11 +9,11 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::entry::SessionEntry;
 use crate::error::{Error, Result};
 use crate::key::SessionKey;
 use crate::manager::SessionManager;
 use crate::reply::payload::ReplyPayload;
+use crate::store::entry::SessionEntry;
 use crate::transcript::{Direction, LogFields, Offset, TranscriptEntry, TranscriptRef};
 
 /// The `customType` of the line that marks a failed turn.
@@ -212,7 +212,7 @@ impl SessionManager {
         self.change(key, |current| {
             // A reset meanwhile made it another session: its run is not this one.
             if current.session_id == session_id {
-                current.status = Some(crate::entry::SessionStatus::Idle);
+                current.status = Some(crate::store::entry::SessionStatus::Idle);
                 current.aborted_last_run = Some(true);
             }
         })

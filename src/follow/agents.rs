@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use super::transcript::TranscriptFollow;
 use super::{Position, Sources, Update};
-use crate::entry::SessionStatus;
 use crate::error::Result;
 use crate::freshness::Clock;
 use crate::key::{AgentId, SessionKey};
+use crate::store::entry::SessionStatus;
 use crate::store::{ListFilter, SessionStore, StatusFilter, StoredSession};
 use crate::transcript::{
     EventKind, Offset, SessionEvent, SubscriptionError, TranscriptRef, TranscriptStore,

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use super::transcript::TranscriptFollow;
 use super::{Position, Sources, Update};
-use crate::entry::SessionStatus;
 use crate::error::{Error, IdKind, Result};
 use crate::key::{AgentId, SessionKey};
+use crate::store::entry::SessionStatus;
 use crate::store::{ListFilter, SessionStore, StatusFilter, StoredSession};
 use crate::transcript::{
     Offset, SubscriptionError, TranscriptRef, TranscriptStore, TranscriptSubscription,
@@ -147,7 +147,7 @@ impl KeyFollow {
     /// Follows `session` from `from`; a session id that cannot name a transcript is
     /// [`Error::InvalidId`], and the follower stays where it was.
     fn start(&mut self, session: &StoredSession, from: Offset) -> Result<()> {
-        crate::paths::validate_session_id(&session.entry.session_id)?;
+        crate::store::json::paths::validate_session_id(&session.entry.session_id)?;
         let transcript = TranscriptRef::of(&self.key, &session.entry, &self.default_agent);
         let follow = TranscriptFollow::new(self.transcripts.clone(), transcript, from)
             .poll_interval(self.poll_interval);

@@ -170,7 +170,7 @@ impl FromStr for Position {
         let offset = offset
             .parse::<u64>()
             .map_err(|_| refused("the offset after the colon is not a number"))?;
-        crate::paths::validate_session_id(session_id)?;
+        crate::store::json::paths::validate_session_id(session_id)?;
         Ok(Position::After {
             session_id: session_id.to_owned(),
             offset: Offset(offset),

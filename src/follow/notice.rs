@@ -26,7 +26,8 @@ impl SessionManager {
     ///
     /// ```
     /// # use agent_sessions::prelude::*;
-    /// # use agent_sessions::transcript::{FileTranscriptStore, TranscriptNotice};
+    /// # use agent_sessions::transcript::TranscriptNotice;
+    /// # use agent_sessions::store::FileTranscriptStore;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {
     /// # use std::sync::Arc;
@@ -118,7 +119,10 @@ fn transcript_named_by(store: &dyn TranscriptStore, file: &str) -> Result<Transc
         .strip_suffix(".jsonl")
         .ok_or_else(|| refused("a transcript file ends in .jsonl"))?;
     let (session_id, topic) = match stem.split_once("-topic-") {
-        Some((id, topic)) => (id, Some(crate::paths::decode_file_component(topic)?)),
+        Some((id, topic)) => (
+            id,
+            Some(crate::store::json::paths::decode_file_component(topic)?),
+        ),
         None => (stem, None),
     };
     let transcript = TranscriptRef {

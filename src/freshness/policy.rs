@@ -8,10 +8,10 @@ use std::time::Duration;
 use chrono::{DateTime, FixedOffset, LocalResult, NaiveDate, NaiveDateTime, Offset, TimeZone, Utc};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::entry::SessionEntry;
 use crate::error::{Error, IdKind, Result};
 use crate::freshness::clock::from_millis;
 use crate::key::{normalize_channel, PeerKind, SessionKey};
+use crate::store::entry::SessionEntry;
 
 /// The hour of the daily reset when none is configured (OpenClaw: 4, local time).
 pub(crate) const DEFAULT_RESET_AT_HOUR: u8 = 4;

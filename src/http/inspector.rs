@@ -571,7 +571,7 @@ async fn conversation(
 ) -> ApiResult {
     let Query(query) = query?;
     let key = SessionKey::parse(&query.key)?;
-    crate::paths::validate_session_id(&query.session)?;
+    crate::store::json::paths::validate_session_id(&query.session)?;
     // The session must be this key's: its id is looked up nowhere else.
     let session = state
         .manager

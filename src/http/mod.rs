@@ -82,11 +82,11 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 
-use crate::entry::{SessionEntry, SessionStatus};
 use crate::error::Error;
 use crate::inbound::InboundMessage;
 use crate::key::AgentId;
 use crate::manager::{Resolution, SessionManager, TurnOutcome};
+use crate::store::entry::{SessionEntry, SessionStatus};
 use crate::store::{ListCursor, ListFilter, StatusFilter, StoredSession};
 
 mod connections;

@@ -1,9 +1,9 @@
 //! Who may read and change a session (documented in the parent module).
 
-use crate::entry::SessionEntry;
 use crate::error::{AccessDenial, Error, KeyProblem, Result};
 use crate::identity::Person;
 use crate::key::SessionKey;
+use crate::store::entry::SessionEntry;
 
 /// Who is asking, as far as access control cares.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use crate::entry::SessionEntry;
 use crate::error::{AccessDenial, Error, Result};
 use crate::key::{AgentId, SessionKey};
+use crate::store::entry::SessionEntry;
 use crate::store::{ListFilter, ManyMutator, Mutator, SessionStore, Slots, StoredSession};
 use crate::transcript::{
     ArchiveReason, LogQuery, LogRecord, Offset, SessionEvent, SessionHeader, TranscriptEntry,
@@ -131,7 +131,7 @@ impl<S: SessionStore> crate::store::Erase for AgentScoped<S> {
             .list(
                 &ListFilter::new()
                     .agent(self.agent.clone())
-                    .status(crate::entry::SessionStatus::Closed),
+                    .status(crate::store::entry::SessionStatus::Closed),
             )
             .await?
             .into_iter()

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use uuid::Uuid;
 
 use crate::error::{Error, IdKind, Result};
-use crate::fsutil::{create_checked_dir, open_no_follow, write_private_atomically};
+use crate::store::fs::{create_checked_dir, open_no_follow, write_private_atomically};
 
 /// The longest workspace file name, in bytes (a common file-system limit).
 pub(crate) const MAX_FILE_NAME_LEN: usize = 255;
@@ -79,7 +79,7 @@ impl Workspaces {
             Err(e) => Err(Error::io("inspect", &dir, e)),
             Ok(metadata) if !metadata.is_dir() => Err(Error::NotAFile {
                 path: dir,
-                found: crate::fsutil::describe(metadata.file_type()),
+                found: crate::store::fs::describe(metadata.file_type()),
             }),
             Ok(_) => {
                 fs::remove_dir_all(&dir).map_err(|e| Error::io("remove", &dir, e))?;

@@ -2,8 +2,8 @@
 
 use serde::Serialize;
 
-use crate::entry::GroupActivation;
 use crate::inbound::InboundMessage;
+use crate::store::entry::GroupActivation;
 
 /// Why a message was routed as it was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]

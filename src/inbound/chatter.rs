@@ -660,7 +660,12 @@ pub(crate) fn chatter_key(
     let thread = key
         .thread_id()
         .filter(|thread| !thread.is_empty())
-        .map(|thread| format!("/{}", crate::paths::encode_file_component(thread)))
+        .map(|thread| {
+            format!(
+                "/{}",
+                crate::store::json::paths::encode_file_component(thread)
+            )
+        })
         .unwrap_or_default();
     Some(format!(
         "agent:{agent}{thread}:{channel}:{account}:{kind}:{id}",

@@ -2,9 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::entry::ThreadId;
 use crate::identity::{Person, PersonType};
 use crate::key::{normalize_channel, resolve_group, Conversation, GroupResolution, PeerKind};
+use crate::store::entry::ThreadId;
 
 /// Who sent a message.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,11 +1,6 @@
 //! What one inbound message changes in an entry (OpenClaw's `initSessionState` steps
 //! 9–14 and `deriveSessionMetaPatch`).
 
-use crate::entry::DeliveryContext;
-use crate::entry::{
-    ChatType, ForkOrigin, SessionEntry, SessionOrigin, SessionSource, SessionStatus,
-    MESSAGE_PREVIEW_MAX_CHARS,
-};
 use crate::freshness::triggers::ModelRef;
 use crate::identity::PersonType;
 use crate::inbound::InboundMessage;
@@ -14,6 +9,11 @@ use crate::key::{
     SessionKey,
 };
 use crate::reply::delivery::apply_route;
+use crate::store::entry::DeliveryContext;
+use crate::store::entry::{
+    ChatType, ForkOrigin, SessionEntry, SessionOrigin, SessionSource, SessionStatus,
+    MESSAGE_PREVIEW_MAX_CHARS,
+};
 
 /// Everything about the message that the entry records.
 #[derive(Clone, Copy)]

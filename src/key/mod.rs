@@ -27,6 +27,7 @@
 //! cannot forge a key that reads as someone else's thread or group.
 
 mod builder;
+pub(crate) mod session_key;
 pub(crate) use builder::key_segment;
 mod group;
 mod legacy;
@@ -52,6 +53,7 @@ pub(crate) use normalize::{
     normalize_chat_type, normalize_e164, normalize_main_key, normalize_peer_id, DEFAULT_MAIN_KEY,
     MAX_ID_LEN,
 };
+pub use session_key::SessionKey;
 
 /// The longest session key, in bytes (OpenClaw's normalised-key cache bound).
 pub(crate) const MAX_KEY_LEN: usize = 4096;
@@ -205,27 +207,6 @@ fn is_path_safe_id(value: &str) -> bool {
             .iter()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_' || *b == b'-')
 }
-
-/// A validated, canonical session key: `global` or `agent:<agentId>:<rest>`.
-///
-/// Parsing lower-cases the key (as OpenClaw 3.x does), rejects control characters, empty
-/// `:` segments, keys over `4096` bytes and invalid agent ids. A `SessionKey`
-/// is therefore always safe to log, store and compare.
-///
-/// ```
-/// use agent_sessions::{PeerKind, SessionKey};
-///
-/// let key = SessionKey::parse("AGENT:Main:Slack:Channel:C1:thread:1700.1")?;
-/// assert_eq!(key.as_str(), "agent:main:slack:channel:c1:thread:1700.1");
-/// assert_eq!(key.agent_id(), Some("main"));
-/// assert_eq!(key.rest(), Some("slack:channel:c1:thread:1700.1"));
-/// assert_eq!(key.peer_kind(), Some(PeerKind::Channel));
-/// assert_eq!(key.thread_parent().unwrap().as_str(), "agent:main:slack:channel:c1");
-/// # Ok::<(), agent_sessions::Error>(())
-/// ```
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(transparent)]
-pub struct SessionKey(String);
 
 impl SessionKey {
     /// Parses and canonicalises a key.
@@ -452,18 +433,6 @@ impl SessionKey {
     }
 }
 
-impl fmt::Display for SessionKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl fmt::Debug for SessionKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SessionKey({:?})", self.0)
-    }
-}
-
 impl FromStr for SessionKey {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
@@ -475,12 +444,6 @@ impl TryFrom<&str> for SessionKey {
     type Error = Error;
     fn try_from(s: &str) -> Result<Self> {
         SessionKey::parse(s)
-    }
-}
-
-impl AsRef<str> for SessionKey {
-    fn as_ref(&self) -> &str {
-        &self.0
     }
 }
 

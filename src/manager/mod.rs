@@ -42,7 +42,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::entry::ForkOrigin;
 use crate::error::{Error, Result};
 use crate::exactly_once::dedupe;
 use crate::follow::{self, Follow, Position, Scope};
@@ -66,6 +65,7 @@ use crate::memory::flush::{MemoryFlushGuard, MemoryFlushSettings};
 use crate::memory::summary::{Summarizer, TemplateSummarizer};
 use crate::memory::MemoryOptions;
 use crate::reply::send_policy::SendPolicyConfig;
+use crate::store::entry::ForkOrigin;
 use crate::store::SessionStore;
 use crate::transcript::{ArchiveReason, CheckpointReason, TranscriptRef, TranscriptStore};
 
@@ -569,10 +569,10 @@ impl SessionManagerBuilder {
 /// Whether a call may go on with the session under a key, given its current entry:
 /// asked inside the store update that follows.
 pub(super) type Admission<'a> =
-    dyn Fn(&SessionKey, Option<&crate::entry::SessionEntry>) -> Result<()> + Sync + 'a;
+    dyn Fn(&SessionKey, Option<&crate::store::entry::SessionEntry>) -> Result<()> + Sync + 'a;
 
 /// Lets every call go on: the host's own calls.
-pub(super) fn anyone(_: &SessionKey, _: Option<&crate::entry::SessionEntry>) -> Result<()> {
+pub(super) fn anyone(_: &SessionKey, _: Option<&crate::store::entry::SessionEntry>) -> Result<()> {
     Ok(())
 }
 
@@ -790,7 +790,7 @@ impl SessionManager {
     pub fn is_expired(
         &self,
         message: &InboundMessage,
-        entry: &crate::entry::SessionEntry,
+        entry: &crate::store::entry::SessionEntry,
     ) -> Result<bool> {
         let key = self.key_for(message)?;
         let channel = message
@@ -1074,8 +1074,8 @@ impl SessionManager {
     pub(crate) async fn after_new_session(
         &self,
         key: &SessionKey,
-        entry: &crate::entry::SessionEntry,
-        previous: Option<&crate::entry::SessionEntry>,
+        entry: &crate::store::entry::SessionEntry,
+        previous: Option<&crate::store::entry::SessionEntry>,
         reason: Reason,
     ) -> Result<Option<crate::store::StoredSession>> {
         let mut updated = self.seed_identity_summary(key, entry).await?;
@@ -1108,7 +1108,7 @@ impl SessionManager {
     /// asked.
     async fn has_transcript(
         &self,
-        entry: &crate::entry::SessionEntry,
+        entry: &crate::store::entry::SessionEntry,
         transcript: &TranscriptRef,
     ) -> bool {
         let Some(transcripts) = self.seams.transcripts.as_deref() else {
@@ -1133,7 +1133,7 @@ impl SessionManager {
     fn activation(
         &self,
         message: &InboundMessage,
-        group_activation: Option<&crate::entry::GroupActivation>,
+        group_activation: Option<&crate::store::entry::GroupActivation>,
     ) -> ActivationDecision {
         crate::inbound::activation::decide(message, group_activation, self.settings.owner_chatter)
     }

@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use super::{Resolution, SessionManager};
-use crate::entry::SendPolicy;
 use crate::error::Result;
 use crate::freshness::clock::{from_millis, to_millis};
 use crate::inbound::activation::ActivationDecision;
@@ -16,6 +15,7 @@ use crate::inbound::pipeline::{
 use crate::inbound::InboundMessage;
 use crate::key::SessionKey;
 use crate::reply::payload::{build_reply_payloads, ReplyOptions, ReplyPayload};
+use crate::store::entry::SendPolicy;
 
 /// How a sender is named in group chatter and envelopes.
 fn sender_name(message: &InboundMessage) -> String {

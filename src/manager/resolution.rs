@@ -7,7 +7,6 @@ use serde::{Serialize, Serializer};
 
 use std::time::Duration;
 
-use crate::entry::{SessionEntry, SessionStatus};
 use crate::exactly_once::dedupe::{self, Intake};
 use crate::freshness::policy::{
     Freshness, FreshnessInput, FreshnessPolicy, ResetType, StaleReason,
@@ -15,6 +14,7 @@ use crate::freshness::policy::{
 use crate::freshness::triggers::ModelRef;
 use crate::inbound::record::{another_dm_sender, record_message, start_session, Inbound};
 use crate::key::SessionKey;
+use crate::store::entry::{SessionEntry, SessionStatus};
 use crate::store::StoredSession;
 
 /// Whether a message starts a new session or continues one (the kernel HTTP API's

@@ -9,12 +9,12 @@
 //! host.
 
 use super::{Resolution, SessionManager, Turn};
-use crate::entry::{SessionEntry, SessionSource};
 use crate::error::{AccessDenial, Error, Result};
 use crate::identity::access::{denied, verify_namespace, verify_session_access, Caller};
 use crate::identity::{Identifier, Person};
 use crate::inbound::InboundMessage;
 use crate::key::{AgentId, SessionKey};
+use crate::store::entry::{SessionEntry, SessionSource};
 use crate::store::{ListFilter, StoredSession};
 
 impl SessionManager {

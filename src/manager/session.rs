@@ -11,12 +11,8 @@ use super::{
     DeleteOptions, LogMessage, OverrideKind, ScopedManager, SessionManager, SessionOverride,
     TurnOutcome,
 };
-use crate::entry::DeliveryContext;
-use crate::entry::{parse_session_label, ForkOrigin, SessionSource};
-use crate::entry::{DescriptionSource, SessionEntry, SessionStatus};
 use crate::error::{DeleteRefusal, Error, Result};
 use crate::follow::{Follow, Position, Scope};
-use crate::fsutil::blocking;
 use crate::identity::access::{verify_namespace, verify_session_access, Caller};
 use crate::identity::workspace::Workspace;
 use crate::identity::workspace::WorkspaceSharing;
@@ -31,6 +27,10 @@ use crate::memory::summary::{SummaryInput, SummaryTurn};
 use crate::memory::usage::EngineKind;
 use crate::memory::CompactionEvent;
 use crate::reply::delivery::apply_route;
+use crate::store::entry::DeliveryContext;
+use crate::store::entry::{parse_session_label, ForkOrigin, SessionSource};
+use crate::store::entry::{DescriptionSource, SessionEntry, SessionStatus};
+use crate::store::fs::blocking;
 use crate::store::StoredSession;
 use crate::store::{ListFilter, SessionStoreExt};
 use crate::transcript::{ArchiveReason, TranscriptRef};

@@ -7,15 +7,15 @@
 use std::time::Duration;
 
 use super::{Admission, Decision, Reason, Resolution, SessionManager};
-use crate::entry::{
-    AuthProfileSource, GroupActivation, QueueMode, SendPolicy, SessionEntry, SessionSource,
-    SessionStatus,
-};
 use crate::error::{Error, Result};
 use crate::freshness::triggers::ModelRef;
 use crate::inbound::record::{canonicalize_person, record_meta, start_session};
 use crate::inbound::InboundMessage;
 use crate::key::{AgentId, SessionKey};
+use crate::store::entry::{
+    AuthProfileSource, GroupActivation, QueueMode, SendPolicy, SessionEntry, SessionSource,
+    SessionStatus,
+};
 use crate::store::{ListFilter, SessionStoreExt, StatusFilter, StoredSession};
 
 /// How [`Session::delete`](crate::manager::Session::delete) treats shared sessions.

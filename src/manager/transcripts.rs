@@ -5,11 +5,11 @@ use serde_json::Value;
 use std::time::Duration;
 
 use super::SessionManager;
-use crate::entry::SessionEntry;
 use crate::error::{Error, Result};
 use crate::freshness::triggers::ModelRef;
 use crate::inbound::InboundMessage;
 use crate::key::{normalize_channel, PeerKind, SessionKey};
+use crate::store::entry::SessionEntry;
 use crate::store::{SessionStoreExt, StoredSession};
 use crate::transcript::{
     ArchiveReason, Direction, LogFields, SessionEvent, SessionHeader, TranscriptEntry,
@@ -246,7 +246,7 @@ impl SessionManager {
     pub(crate) async fn change_status(
         &self,
         key: &SessionKey,
-        status: crate::entry::SessionStatus,
+        status: crate::store::entry::SessionStatus,
         session_id: Option<&str>,
     ) -> Result<StoredSession> {
         let now_ms = self.seams.clock.now_millis();
@@ -315,7 +315,7 @@ impl SessionManager {
         &self,
         key: &SessionKey,
         changed: &StoredSession,
-        before: (Option<crate::entry::SessionStatus>, Option<u64>),
+        before: (Option<crate::store::entry::SessionStatus>, Option<u64>),
     ) {
         let mut pause = Duration::from_millis(10);
         for attempt in 1..=UNDO_ATTEMPTS {

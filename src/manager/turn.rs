@@ -1,7 +1,6 @@
 //! One call per turn: [`SessionManager::turn`] takes an inbound message and says what to
 //! do; [`Turn::complete`] takes the model's reply and says what to send.
 
-use crate::entry::SessionEntry;
 use crate::error::Result;
 use crate::inbound::activation::ActivationDecision;
 use crate::inbound::chat::{fit_to_budget, summary_message, ChatMessage, ChatRole, Want};
@@ -11,6 +10,7 @@ use crate::key::SessionKey;
 use crate::memory::flush::{FlushPlan, DEFAULT_CONTEXT_TOKENS};
 use crate::memory::usage::{EngineSession, TurnUsage};
 use crate::reply::payload::ReplyPayload;
+use crate::store::entry::SessionEntry;
 use crate::transcript::{ChatterSender, Offset, SessionEvent, TranscriptRef};
 use std::time::Duration;
 

@@ -4,8 +4,8 @@ use uuid::Uuid;
 
 use super::SessionManager;
 use crate::error::{Error, IdKind, Result};
-use crate::fsutil::blocking;
 use crate::key::SessionKey;
+use crate::store::fs::blocking;
 
 impl SessionManager {
     /// Writes the rolling (identity) summary `text` to `summary.md` in the workspace of

@@ -3,9 +3,9 @@
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::entry::SessionEntry;
 use crate::error::Result;
 use crate::key::SessionKey;
+use crate::store::entry::SessionEntry;
 use crate::transcript::{CheckpointReason, SessionEvent};
 
 /// What an [`Introspector`] sees.

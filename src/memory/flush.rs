@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::entry::SessionEntry;
 use crate::reply::payload::SILENT_REPLY_TOKEN;
+use crate::store::entry::SessionEntry;
 
 /// How many tokens before the compaction point the flush runs (OpenClaw: 4,000).
 pub(crate) const DEFAULT_SOFT_THRESHOLD_TOKENS: u64 = 4_000;

@@ -3,10 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::entry::SessionStatus;
 use crate::error::{Error, Result};
 use crate::key::SessionKey;
 use crate::manager::SessionManager;
+use crate::store::entry::SessionStatus;
 use crate::store::{ListFilter, SessionStoreExt};
 use crate::transcript::CheckpointReason;
 

@@ -1,13 +1,13 @@
 //! The memory jobs over a manager's sessions: identity summaries shared across a
 //! person's sessions, and introspection at checkpoints.
 
-use crate::entry::{DescriptionSource, IdentitySummary, LogCursor, SessionEntry};
 use crate::error::{Error, Result};
 use crate::freshness::clock::{from_millis, to_millis};
 use crate::key::SessionKey;
 use crate::manager::SessionManager;
 use crate::memory::checkpoint::{IntrospectionInput, IntrospectionOutcome};
 use crate::memory::summary::{SummaryInput, SummaryTurn, MAX_SUMMARY_CHARS};
+use crate::store::entry::{DescriptionSource, IdentitySummary, LogCursor, SessionEntry};
 use crate::store::{ListFilter, StoredSession};
 use crate::transcript::{
     CheckpointReason, EventKind, LogQuery, Offset, SessionEvent, TranscriptEntry, TranscriptRef,

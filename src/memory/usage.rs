@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::entry::SessionEntry;
+use crate::store::entry::SessionEntry;
 
 /// Token usage and model of one turn, as the engine reports it.
 ///

@@ -9,8 +9,8 @@ use crate::inbound::activation::OwnerChatter;
 use crate::inbound::chatter::{InMemoryChatter, MAX_HISTORY_KEYS};
 use crate::key::DefaultKeyBuilder;
 use crate::manager::{SessionManager, SessionManagerBuilder};
+use crate::store::FileTranscriptStore;
 use crate::store::{JsonFileOptions, JsonFileStore};
-use crate::transcript::FileTranscriptStore;
 
 impl OpenClawConfig {
     /// The key builder of these settings: scope, DM scope, main key, identity links and
@@ -90,9 +90,10 @@ impl SessionManager {
     /// ```
     pub async fn connect_openclaw(state_dir: impl AsRef<Path>) -> Result<SessionManagerBuilder> {
         let state_dir = state_dir.as_ref().to_owned();
-        let config =
-            crate::fsutil::blocking(&state_dir.clone(), move || OpenClawConfig::load(&state_dir))
-                .await?;
+        let config = crate::store::fs::blocking(&state_dir.clone(), move || {
+            OpenClawConfig::load(&state_dir)
+        })
+        .await?;
         Ok(config.manager_builder())
     }
 }

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use super::env::OpenClawEnv;
-use crate::paths;
+use crate::store::json::paths;
 
 /// OpenClaw's configuration file name.
 pub(crate) const CONFIG_FILE_NAME: &str = "openclaw.json";

@@ -172,7 +172,7 @@ impl OpenClawConfig {
 
     /// [`load`](Self::load) with the environment given.
     pub fn load_with_env(state_dir: impl AsRef<Path>, env: &OpenClawEnv) -> Result<Self> {
-        let state_dir = crate::paths::state_root(state_dir.as_ref());
+        let state_dir = crate::store::json::paths::state_root(state_dir.as_ref());
         let file = locate::config_candidates(&state_dir)
             .into_iter()
             .find(|file| file.exists())

@@ -6,7 +6,6 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use super::OpenClawConfig;
-use crate::entry::SendPolicy;
 use crate::error::{Error, IdKind, Result};
 use crate::freshness::policy::{
     normalize_at_hour, normalize_idle_minutes, ResetConfig, ResetMode, ResetSpec, ResetType, Zone,
@@ -16,6 +15,7 @@ use crate::key::{
     key_segment, normalize_main_key, AgentId, DmScope, IdentityLinks, PeerKind, SessionScope,
 };
 use crate::reply::send_policy::{SendMatch, SendPolicyConfig, SendRule};
+use crate::store::entry::SendPolicy;
 use crate::store::json::document::parse_json5;
 
 /// The settings `text` holds, over `base`.

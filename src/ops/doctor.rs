@@ -7,14 +7,14 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use crate::entry::{ChatType, SessionEntry};
 use crate::error::{Error, Result};
-use crate::fsutil::{
+use crate::key::{AgentId, SessionKey};
+use crate::store::entry::{ChatType, SessionEntry};
+use crate::store::fs::{
     blocking, create_private_dir_all, describe, read_limited, write_private_atomically,
 };
-use crate::key::{AgentId, SessionKey};
-use crate::paths;
 use crate::store::json::io::{backup_path, lock_path};
+use crate::store::json::paths;
 use crate::store::json::DEFAULT_MAX_FILE_BYTES;
 
 /// What [`examine`] may change.
@@ -299,7 +299,7 @@ impl Doctor {
     fn run(mut self) -> Result<(DoctorReport, Vec<(PathBuf, Vec<(String, String)>)>)> {
         for agent in agents(&self.root)? {
             let dir = paths::sessions_dir(&self.root, &agent);
-            if let Err(e) = crate::fsutil::refuse_linked_dirs(&self.root, &dir.join("-")) {
+            if let Err(e) = crate::store::fs::refuse_linked_dirs(&self.root, &dir.join("-")) {
                 let (path, problem) = match Error::io("examine", &dir, e) {
                     Error::NotAFile { path, found } => {
                         (path, format!("{found}: the store never reads through it"))
@@ -427,7 +427,7 @@ impl Doctor {
     fn quarantine(&self, dir: &Path) -> Result<PathBuf> {
         let quarantine = dir.join("quarantine").join(&self.stamp);
         // A `quarantine` planted as a link would carry what doctor removes elsewhere.
-        crate::fsutil::refuse_linked_dirs(&self.root, &quarantine.join("-"))
+        crate::store::fs::refuse_linked_dirs(&self.root, &quarantine.join("-"))
             .map_err(|e| Error::io("quarantine", &quarantine, e))?;
         create_private_dir_all(&quarantine)
             .map_err(|e| Error::io("create directory", &quarantine, e))?;

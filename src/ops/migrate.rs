@@ -8,9 +8,9 @@ use serde::Serialize;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::entry::SessionEntry;
 use crate::error::{Error, Result};
 use crate::key::{AgentId, SessionKey};
+use crate::store::entry::SessionEntry;
 use crate::store::{Backend, ListFilter, Revision, StoredSession};
 use crate::transcript::TranscriptRef;
 

@@ -115,7 +115,7 @@ const MAX_ID_FIELD: u64 = (1 << 48) - 1;
 /// finds the messages logged after the last one a summary covers.
 ///
 /// ```
-/// use agent_sessions::entry::LogCursor;
+/// use agent_sessions::store::LogCursor;
 /// use agent_sessions::ops::type2_message_id;
 ///
 /// let earlier = LogCursor { at: 1_770_000_000_000, session_id: "0b6c1f0e".into(), offset: 7 };
@@ -123,7 +123,7 @@ const MAX_ID_FIELD: u64 = (1 << 48) - 1;
 /// assert!(type2_message_id(&earlier) < type2_message_id(&later));
 /// assert_eq!(type2_message_id(&earlier).to_string(), "019c1c38-a400-3062-3663-000000000007");
 /// ```
-pub fn type2_message_id(cursor: &crate::entry::LogCursor) -> uuid::Uuid {
+pub fn type2_message_id(cursor: &crate::store::entry::LogCursor) -> uuid::Uuid {
     let prefix = cursor.session_id.as_bytes();
     let mut session = [0u8; 4];
     let len = prefix.len().min(4);

@@ -191,7 +191,7 @@ impl SessionManager {
                 let dir = root.join(&id);
                 let listed = dir.clone();
                 // A link where the folder should be is not followed.
-                let files = crate::fsutil::blocking(&dir, move || {
+                let files = crate::store::fs::blocking(&dir, move || {
                     let is_dir = std::fs::symlink_metadata(&listed).is_ok_and(|m| m.is_dir());
                     Ok(if is_dir {
                         files_in(&listed, &listed)

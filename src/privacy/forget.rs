@@ -636,7 +636,7 @@ impl Privacy<'_> {
         for id in ids {
             let workspaces = workspaces.clone();
             let root = workspaces.root().to_path_buf();
-            match crate::fsutil::blocking(&root, move || workspaces.remove(id)).await {
+            match crate::store::fs::blocking(&root, move || workspaces.remove(id)).await {
                 Ok(gone) => removed += usize::from(gone),
                 // A link where the folder belongs: neither followed nor removed.
                 Err(Error::NotAFile { path, .. }) => {
@@ -757,7 +757,7 @@ struct TranscriptPlan {
 /// and the turn that took its last message is alive (a turn that died, its process
 /// killed, does not hold an erase up). Without a record of who took the message, it
 /// may.
-fn runs(entry: &crate::entry::SessionEntry, now_ms: u64) -> bool {
+fn runs(entry: &crate::store::entry::SessionEntry, now_ms: u64) -> bool {
     entry.status == Some(SessionStatus::Running)
         && entry
             .recent_inbound

@@ -6,9 +6,9 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value};
 
-use crate::entry::SessionEntry;
 use crate::inbound::chatter::{ChatterEdit, ChatterEntry};
 use crate::key::SessionKey;
+use crate::store::entry::SessionEntry;
 
 /// What stands in for an identifier in text that stays.
 const MASK: &str = "[erased]";

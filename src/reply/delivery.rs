@@ -1,7 +1,7 @@
 //! Where replies go: OpenClaw's delivery context, normalised and merged (documented in the parent module).
 
-use crate::entry::{DeliveryContext, SessionEntry, ThreadId};
 use crate::key::normalize_channel;
+use crate::store::entry::{DeliveryContext, SessionEntry, ThreadId};
 
 /// The entry's current route: the `last*` fields (with `channel` as a fallback for
 /// `lastChannel`) over `deliveryContext`, field by field, as OpenClaw's
@@ -235,8 +235,8 @@ mod doc_examples {
 
     #[test]
     fn routes_keep_both_copies_in_step() {
-        use crate::entry::DeliveryContext;
         use crate::reply::delivery::apply_route;
+        use crate::store::entry::DeliveryContext;
         use crate::{SessionEntry, ThreadId};
 
         let mut entry = SessionEntry::new("s", 1);

@@ -67,7 +67,7 @@ pub const MAX_HEARTBEAT_FILE_BYTES: u64 = 1 << 20;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn is_heartbeat_file_effectively_empty(path: &std::path::Path) -> crate::Result<bool> {
-    match crate::fsutil::read_limited(path, MAX_HEARTBEAT_FILE_BYTES) {
+    match crate::store::fs::read_limited(path, MAX_HEARTBEAT_FILE_BYTES) {
         Ok(Some((bytes, _))) => Ok(is_heartbeat_content_effectively_empty(
             &String::from_utf8_lossy(&bytes),
         )),

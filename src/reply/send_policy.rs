@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::entry::{SendPolicy, SessionEntry};
 use crate::key::{is_legacy_discord_channel, normalize_channel, PeerKind, SessionKey};
+use crate::store::entry::{SendPolicy, SessionEntry};
 
 /// What a [`SendRule`] matches; absent conditions match everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,7 +51,7 @@ fn allow() -> SendPolicy {
 ///
 /// ```
 /// use agent_sessions::reply::{SendPolicyConfig, SendMatch, SendRule};
-/// use agent_sessions::entry::SendPolicy;
+/// use agent_sessions::store::SendPolicy;
 /// use agent_sessions::{PeerKind, SessionEntry, SessionKey};
 ///
 /// let config = SendPolicyConfig {
@@ -96,7 +96,7 @@ pub struct SendPolicyConfig {
 ///
 /// ```
 /// use agent_sessions::reply::{RuleOrder, SendMatch, SendPolicyConfig, SendRule};
-/// use agent_sessions::entry::SendPolicy;
+/// use agent_sessions::store::SendPolicy;
 /// use agent_sessions::SessionKey;
 ///
 /// // Allow the support channel, deny every other Slack channel.

@@ -170,7 +170,7 @@ impl InMemoryIndex {
     }
 
     fn save(file: &Path, bytes: &[u8]) -> Result<()> {
-        crate::fsutil::write_private_atomically(file, bytes)
+        crate::store::fs::write_private_atomically(file, bytes)
     }
 }
 

@@ -9,8 +9,9 @@ use crate::error::{Error, Result};
 use crate::inbound::chatter::{ChatterBuffer, InMemoryChatter};
 use crate::inbound::events::{SystemEventQueue, SystemEvents};
 use crate::search::{InMemoryIndex, SearchIndex};
+use crate::store::FileTranscriptStore;
 use crate::store::{JsonFileStore, MultiKeyStore, SessionStore};
-use crate::transcript::{FileTranscriptStore, TranscriptExport};
+use crate::transcript::TranscriptExport;
 
 /// Where sessions and transcripts live, as a URL.
 ///
@@ -60,7 +61,9 @@ impl FromStr for StoreUrl {
             if rest.trim().is_empty() {
                 Err(invalid("the path is empty"))
             } else {
-                Ok(crate::paths::expand_home(std::path::Path::new(rest)))
+                Ok(crate::store::json::paths::expand_home(
+                    std::path::Path::new(rest),
+                ))
             }
         };
         if let Some(rest) = trimmed.strip_prefix("json:") {
@@ -152,7 +155,7 @@ impl StoreUrl {
 /// `path` with `~` expanded and its longest existing ancestor canonicalised, so a
 /// file not created yet still compares equal to another spelling of it.
 fn resolved(path: &std::path::Path) -> PathBuf {
-    let path = crate::paths::expand_home(path);
+    let path = crate::store::json::paths::expand_home(path);
     let absolute = if path.is_absolute() {
         path
     } else {
@@ -346,13 +349,15 @@ impl Backend {
             #[cfg(feature = "sqlite")]
             StoreUrl::Sqlite(file) => {
                 let file = file.clone();
-                if mode == OpenMode::Existing && !crate::paths::expand_home(&file).is_file() {
+                if mode == OpenMode::Existing
+                    && !crate::store::json::paths::expand_home(&file).is_file()
+                {
                     return Err(Error::StoreNotFound {
                         store: url.to_string(),
                         problem: "the file does not exist".into(),
                     });
                 }
-                let store = crate::fsutil::blocking(&file.clone(), move || {
+                let store = crate::store::fs::blocking(&file.clone(), move || {
                     if mode == OpenMode::ReadOnly {
                         crate::store::SqliteStore::open_read_only(&file)
                     } else {
@@ -488,9 +493,9 @@ impl Backend {
                         what: "a search index for this backend",
                     });
                 };
-                let file = crate::paths::expand_home(dir).join(SEARCH_INDEX_FILE);
+                let file = crate::store::json::paths::expand_home(dir).join(SEARCH_INDEX_FILE);
                 let index =
-                    crate::fsutil::blocking(&file.clone(), move || InMemoryIndex::open(file))
+                    crate::store::fs::blocking(&file.clone(), move || InMemoryIndex::open(file))
                         .await?;
                 Ok::<Arc<dyn SearchIndex>, Error>(Arc::new(index))
             })
@@ -502,7 +507,7 @@ impl Backend {
 /// Refuses a JSON tree that is not there: no directory, or no `agents/` in it (a
 /// mistyped path, `~/.openclaw` not created yet, or the `agents` directory itself).
 fn json_tree_exists(dir: &std::path::Path, url: &StoreUrl) -> Result<()> {
-    let dir = crate::paths::expand_home(dir);
+    let dir = crate::store::json::paths::expand_home(dir);
     let not_found = |problem: &str| Error::StoreNotFound {
         store: url.to_string(),
         problem: problem.to_owned(),

@@ -10,9 +10,9 @@ use super::{
     entry_revision, replaced_session, run_many_mutator, run_mutator, ListFilter, ManyMutator,
     Mutator, Revision, SessionStore, Slots, StoredSession, CLOSED_SESSIONS_PER_KEY,
 };
-use crate::entry::SessionEntry;
 use crate::error::{Error, Result};
 use crate::key::SessionKey;
+use crate::store::entry::SessionEntry;
 
 /// A [`SessionStore`] in memory: fast, atomic per key, gone when the process ends.
 ///

@@ -35,10 +35,14 @@ pub(crate) mod backend;
 #[cfg(test)]
 mod chatter_suite;
 mod cursor;
+pub(crate) mod entry;
+pub(crate) mod fs;
 mod in_memory;
 pub(crate) mod json;
+pub(crate) mod json_text;
 #[cfg(feature = "postgres")]
 mod postgres;
+pub(crate) mod revision;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -49,22 +53,31 @@ mod sqlite;
 mod system_events_suite;
 
 use std::cmp::Reverse;
-use std::fmt;
 
 use async_trait::async_trait;
 
-use crate::entry::{SessionEntry, SessionStatus};
 use crate::error::{Error, Result};
 use crate::key::{AgentId, PeerKind, SessionKey};
+use crate::store::entry::{SessionEntry, SessionStatus};
 
 pub use cursor::ListCursor;
+pub use entry::{
+    parse_session_label, parse_session_label_value, AuthProfileSource, DescriptionSource,
+    ForkOrigin, GroupActivation, IdentitySummary, InboundRecord, LogCursor, QueueDrop, QueueMode,
+    ResponseUsage, SendPolicy, SourceKind,
+};
+pub use json::paths::{
+    decode_file_component, encode_file_component, expand_home, openclaw_state_dir, session_file,
+    sessions_dir, store_path, transcript_path,
+};
+pub use revision::Revision;
 
 pub use backend::{Backend, OpenMode, StoreUrl, SEARCH_INDEX_FILE};
 pub use in_memory::InMemoryStore;
 pub(crate) use json::DEFAULT_CACHE_TTL;
 pub use json::{
-    Durability, JsonFileChatter, JsonFileOptions, JsonFileStore, JsonFileSystemEvents, LockOptions,
-    DEFAULT_LOCK_TIMEOUT, DEFAULT_MAX_FILE_BYTES,
+    Durability, FileTranscriptStore, JsonFileChatter, JsonFileOptions, JsonFileStore,
+    JsonFileSystemEvents, LockOptions, DEFAULT_LOCK_TIMEOUT, DEFAULT_MAX_FILE_BYTES,
 };
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
@@ -72,41 +85,6 @@ pub use postgres::{PostgresChatter, PostgresOptions, PostgresStore, PostgresSyst
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use sqlite::{SqliteChatter, SqliteOptions, SqliteStore, SqliteSystemEvents};
-
-/// An opaque token that changes whenever an entry changes.
-///
-/// Read one with [`SessionStore::get`], hand it back to
-/// [`SessionStoreExt::compare_and_set`] to update only if nobody else did in between.
-/// Revisions are only comparable within one store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Revision(u64);
-
-impl Revision {
-    /// A revision from a raw number (for store implementations).
-    pub const fn from_u64(value: u64) -> Self {
-        Revision(value)
-    }
-
-    /// The raw number.
-    pub const fn as_u64(self) -> u64 {
-        self.0
-    }
-
-    /// The revision of a serialised entry: a 64-bit FNV-1a hash of its bytes.
-    pub(crate) fn of_bytes(bytes: &[u8]) -> Self {
-        const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-        const PRIME: u64 = 0x0000_0100_0000_01b3;
-        Revision(bytes.iter().fold(OFFSET, |hash, byte| {
-            (hash ^ u64::from(*byte)).wrapping_mul(PRIME)
-        }))
-    }
-}
-
-impl fmt::Display for Revision {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:016x}", self.0)
-    }
-}
 
 /// One session as a store holds it: its key, its entry and the entry's revision.
 #[derive(Debug, Clone, PartialEq)]
@@ -164,13 +142,13 @@ pub(crate) fn run_mutator(
 
 /// Refuses a session id that `after` brings in (a new entry, or a new id for an old
 /// one) when it cannot name a transcript file
-/// ([`validate_session_id`](crate::paths::validate_session_id)): written, it would
+/// ([`validate_session_id`](crate::store::json::paths::validate_session_id)): written, it would
 /// fail every later turn of the session. An id already stored is left to its reader.
 fn check_new_session_id(before: Option<&SessionEntry>, after: &SessionEntry) -> Result<()> {
     if before.is_some_and(|b| b.session_id == after.session_id) {
         return Ok(());
     }
-    crate::paths::validate_session_id(&after.session_id)
+    crate::store::json::paths::validate_session_id(&after.session_id)
 }
 
 /// How many sessions replaced under one key a store keeps as `closed` (the oldest go
@@ -411,7 +389,7 @@ impl Slots {
                 let revision = slot
                     .revision
                     .or_else(|| entry_revision(&entry).ok())
-                    .unwrap_or(Revision(0));
+                    .unwrap_or(Revision::from_u64(0));
                 Some(StoredSession {
                     key: slot.key,
                     entry,

@@ -3,9 +3,9 @@
 
 use std::path::Path;
 
-use crate::entry::{SessionEntry, SessionStatus};
 use crate::error::{Error, Result};
 use crate::key::{normalize_channel, SessionKey};
+use crate::store::entry::{SessionEntry, SessionStatus};
 use crate::store::{status_name, ListFilter, Revision, StatusFilter, StoredSession};
 use crate::transcript::{LogQuery, TranscriptEntry};
 
@@ -227,7 +227,7 @@ pub(crate) type ManyWrites = Vec<ManyWrite>;
 pub(crate) struct ManyWrite {
     pub(crate) key: SessionKey,
     pub(crate) row: Option<SessionRow>,
-    pub(crate) replaced: Option<crate::entry::SessionEntry>,
+    pub(crate) replaced: Option<crate::store::entry::SessionEntry>,
 }
 
 /// Runs a multi-key mutator on the rows read for `keys` (`None`: no row): the sessions
@@ -538,7 +538,7 @@ pub(crate) struct LogColumns {
 impl LogColumns {
     /// The columns of `line`, if it is a logged message.
     pub(crate) fn of_line(line: &str) -> Option<LogColumns> {
-        let entry: TranscriptEntry = crate::json_text::from_slice(line.as_bytes()).ok()?;
+        let entry: TranscriptEntry = crate::store::json_text::from_slice(line.as_bytes()).ok()?;
         let event = crate::transcript::SessionEvent {
             offset: crate::transcript::Offset::START,
             line: 0,
@@ -736,8 +736,8 @@ mod tests {
             ""
         );
         let statuses = ListFilter::all()
-            .status(crate::entry::SessionStatus::Running)
-            .status(crate::entry::SessionStatus::Closed);
+            .status(crate::store::entry::SessionStatus::Running)
+            .status(crate::store::entry::SessionStatus::Closed);
         assert_eq!(
             session_filter(&statuses, &|n| format!("?{n}"), "session_key").sql,
             " WHERE status IN (?1, ?2)"

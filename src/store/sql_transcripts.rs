@@ -123,7 +123,7 @@ pub(crate) async fn fork(
             .into_iter()
             .map(|(_, line)| line)
             .filter(|line| {
-                crate::json_text::from_slice::<TranscriptEntry>(line.as_bytes()).is_ok()
+                crate::store::json_text::from_slice::<TranscriptEntry>(line.as_bytes()).is_ok()
             }),
     );
     create(rows, agent, child_name, &lines).await

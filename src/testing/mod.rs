@@ -34,11 +34,11 @@ use std::sync::Arc;
 use serde_json::json;
 use tokio::task::JoinSet;
 
-use crate::entry::{
-    ChatType, DeliveryContext, SessionEntry, SessionOrigin, SessionStatus, ThreadId,
-};
 use crate::error::Error;
 use crate::key::{AgentId, PeerKind, SessionKey};
+use crate::store::entry::{
+    ChatType, DeliveryContext, SessionEntry, SessionOrigin, SessionStatus, ThreadId,
+};
 use crate::store::{ListFilter, MultiKeyStore, Revision, SessionStore, SessionStoreExt, Slots};
 
 fn key(raw: &str) -> SessionKey {

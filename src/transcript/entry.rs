@@ -740,7 +740,8 @@ fn media_name(url: &str) -> Option<String> {
         None => without_query,
     };
     let name = path.rsplit(['/', '\\']).next().unwrap_or("");
-    let decoded = crate::paths::decode_file_component(name).unwrap_or_else(|_| name.to_owned());
+    let decoded =
+        crate::store::json::paths::decode_file_component(name).unwrap_or_else(|_| name.to_owned());
     (!decoded.is_empty() && decoded != "." && decoded != "/").then_some(decoded)
 }
 

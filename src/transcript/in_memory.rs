@@ -99,7 +99,8 @@ impl TranscriptStore for InMemoryTranscriptStore {
                         .iter()
                         .skip(1)
                         .filter(|line| {
-                            crate::json_text::from_slice::<TranscriptEntry>(line.as_bytes()).is_ok()
+                            crate::store::json_text::from_slice::<TranscriptEntry>(line.as_bytes())
+                                .is_ok()
                         })
                         .cloned(),
                 );

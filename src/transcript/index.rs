@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use super::file::read_transcript;
 use super::{Offset, Role};
 use crate::error::{Error, Result};
+use crate::store::json::transcripts::read_transcript;
 use crate::store::Revision;
 
 /// One transcript's text for an indexer.
@@ -101,7 +101,7 @@ impl TranscriptIndexer {
     /// Scans `sessions_dir` (blocking file I/O; call it from a blocking context in an
     /// async program). Live transcripts (`*.jsonl`) are indexed; archived ones are not.
     pub fn scan(&mut self, sessions_dir: &Path) -> Result<IndexDelta> {
-        let files: Vec<PathBuf> = super::file::transcript_files(sessions_dir)?
+        let files: Vec<PathBuf> = crate::store::json::transcripts::transcript_files(sessions_dir)?
             .into_iter()
             .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
             .collect();

@@ -9,7 +9,7 @@ use super::{
 };
 use crate::error::{Error, IdKind, Result};
 use crate::key::AgentId;
-use crate::paths;
+use crate::store::json::paths;
 
 impl TranscriptRef {
     /// The transcript's file name, which every store keys it by:
@@ -172,7 +172,9 @@ impl Stamp {
 pub(crate) fn leaf_of<'a>(lines: impl DoubleEndedIterator<Item = &'a str>) -> Option<String> {
     lines
         .rev()
-        .filter_map(|line| crate::json_text::from_slice::<TranscriptEntry>(line.as_bytes()).ok())
+        .filter_map(|line| {
+            crate::store::json_text::from_slice::<TranscriptEntry>(line.as_bytes()).ok()
+        })
         .filter(|entry| entry.kind != "session")
         .find_map(|entry| entry.id)
 }
@@ -192,7 +194,7 @@ pub(crate) fn read_line(read: &mut TranscriptRead, line: usize, offset: Offset, 
             _ => read.issues.push(ReadIssue::MissingHeader),
         }
     }
-    match crate::json_text::from_slice::<TranscriptEntry>(text) {
+    match crate::store::json_text::from_slice::<TranscriptEntry>(text) {
         Ok(entry) => read.events.push(SessionEvent {
             offset,
             line,

@@ -7,7 +7,7 @@
 //! took) rides on the message lines as a [`LogFields`] object; see `docs/transcripts.md`
 //! for why it lives there.
 //!
-//! [`TranscriptStore`] is the seam; [`FileTranscriptStore`] writes OpenClaw's files:
+//! [`TranscriptStore`] is the seam; [`FileTranscriptStore`](crate::store::FileTranscriptStore) writes OpenClaw's files:
 //!
 //! ```text
 //! <root>/agents/<agentId>/sessions/<sessionId>.jsonl
@@ -15,7 +15,8 @@
 //! ```
 //!
 //! ```
-//! use agent_sessions::transcript::{FileTranscriptStore, Offset, SessionHeader, TranscriptEntry, TranscriptRef, TranscriptStore};
+//! use agent_sessions::transcript::{Offset, SessionHeader, TranscriptEntry, TranscriptRef, TranscriptStore};
+//! use agent_sessions::store::FileTranscriptStore;
 //! use agent_sessions::AgentId;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -36,7 +37,6 @@
 //! ```
 
 mod entry;
-mod file;
 mod in_memory;
 mod index;
 pub(crate) mod lines;
@@ -51,16 +51,15 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use tokio::sync::broadcast;
 
-use crate::entry::SessionEntry;
 use crate::error::Result;
 use crate::key::{AgentId, SessionKey};
+use crate::store::entry::SessionEntry;
 
 pub(crate) use entry::iso_timestamp;
 pub use entry::{
     AgentMessage, ChatterSender, CheckpointReason, Content, ContentBlock, Cost, Direction,
     EventKind, LogFields, Role, SessionHeader, TranscriptEntry, Usage,
 };
-pub use file::FileTranscriptStore;
 pub use in_memory::InMemoryTranscriptStore;
 pub use index::{IndexDelta, IndexedTranscript, TranscriptIndexer};
 

@@ -60,7 +60,7 @@ pub fn store(root: &Path) -> JsonFileStore {
 
 /// The main agent's `sessions.json` under `root`.
 pub fn main_store_file(root: &Path) -> PathBuf {
-    agent_sessions::paths::store_path(root, &AgentId::main())
+    agent_sessions::store::store_path(root, &AgentId::main())
 }
 
 /// Every file name in `dir`, sorted.

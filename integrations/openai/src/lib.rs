@@ -14,7 +14,7 @@
 //!
 //! ```no_run
 //! use agent_sessions::prelude::*;
-//! use agent_sessions::transcript::FileTranscriptStore;
+//! use agent_sessions::store::FileTranscriptStore;
 //! use async_openai::{config::OpenAIConfig, Client};
 //!
 //! # async fn run() -> Result<(), agent_sessions_openai::Error> {

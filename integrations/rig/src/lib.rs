@@ -50,7 +50,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use agent_sessions::entry::SessionEntry;
 use agent_sessions::exactly_once::TurnFailure;
 use agent_sessions::inbound::{ChatMessage, ChatRole, ToolCall};
 use agent_sessions::key::DEFAULT_AGENT_ID;
@@ -58,6 +57,7 @@ use agent_sessions::manager::{LogMessage, TurnOutcome, TurnReply};
 use agent_sessions::memory::TurnUsage;
 use agent_sessions::reply::ReplyPayload;
 use agent_sessions::store::SessionStoreExt;
+use agent_sessions::SessionEntry;
 use agent_sessions::{InboundMessage, SessionKey, SessionManager};
 use futures_util::StreamExt;
 use rig_agent::agent::MultiTurnStreamItem;

@@ -83,7 +83,7 @@ fn group_of(path: &Path) -> String {
         .unwrap_or("")
         .trim_end_matches(".json");
     let stem = stem.split("%~").next().unwrap_or(stem);
-    crate::paths::decode_file_component(stem).unwrap_or_else(|_| stem.to_owned())
+    crate::store::json::paths::decode_file_component(stem).unwrap_or_else(|_| stem.to_owned())
 }
 
 /// A group's file: the entries as an array (how every version writes a group without
@@ -125,11 +125,11 @@ impl<'f> Group<'f> {
     /// next written).
     fn load(files: &'f KeyedFiles, key: &str) -> Result<(Self, Option<PathBuf>)> {
         let path = files.file_of(key);
-        let existed = crate::fsutil::exists_no_follow(&path);
+        let existed = crate::store::fs::exists_no_follow(&path);
         let mut history: GroupHistory = files.read::<GroupFile>(&path)?.into();
         let legacy = legacy_chatter_key(key)
             .map(|legacy| files.file_of(legacy))
-            .filter(|legacy| crate::fsutil::exists_no_follow(legacy));
+            .filter(|legacy| crate::store::fs::exists_no_follow(legacy));
         if let Some(legacy) = &legacy {
             let mut older: GroupHistory = files.read::<GroupFile>(legacy)?.into();
             older.entries.append(&mut history.entries);

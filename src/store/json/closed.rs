@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::entry::SessionEntry;
 use crate::error::{CorruptProblem, Error, Result};
+use crate::store::entry::SessionEntry;
 use crate::store::CLOSED_SESSIONS_PER_KEY;
 
 /// The closed-sessions file of the store file `store_path`: `<stem>.closed.json` in
@@ -73,7 +73,7 @@ impl ClosedChanges {
 /// when the file as a whole is not a closed-sessions file.
 fn records(path: &Path, limit: u64) -> Result<Vec<Record>> {
     let Some((bytes, _)) =
-        crate::fsutil::read_limited(path, limit).map_err(|e| Error::io("read", path, e))?
+        crate::store::fs::read_limited(path, limit).map_err(|e| Error::io("read", path, e))?
     else {
         return Ok(Vec::new());
     };
@@ -187,7 +187,7 @@ pub(crate) fn write(path: &Path, limit: u64, changes: &ClosedChanges) -> Result<
         sessions,
     })
     .map_err(|source| Error::io("encode", path, std::io::Error::other(source)))?;
-    crate::fsutil::write_private_atomically(path, &bytes)?;
+    crate::store::fs::write_private_atomically(path, &bytes)?;
     Ok(forgotten)
 }
 

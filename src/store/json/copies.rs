@@ -12,7 +12,7 @@ use super::chatter::CHATTER_DIR;
 use super::io::backup_path;
 use super::system_events::EVENTS_DIR;
 use crate::error::{Error, Result};
-use crate::fsutil::{open_no_follow, write_private_atomically};
+use crate::store::fs::{open_no_follow, write_private_atomically};
 
 /// A temporary file older than this is a crashed writer's, whatever the lock says
 /// (a live writer renames its file within milliseconds).
@@ -120,8 +120,8 @@ fn orphaned(path: &Path, dir: &Path) -> bool {
         .ok()
         .and_then(|at| SystemTime::now().duration_since(at).ok())
         .is_some_and(|age| age > ORPHAN_AGE);
-    let unlocked = !crate::fsutil::exists_no_follow(&dir.join("sessions.json.lock"))
-        && !crate::fsutil::exists_no_follow(&dir.join(".lock"));
+    let unlocked = !crate::store::fs::exists_no_follow(&dir.join("sessions.json.lock"))
+        && !crate::store::fs::exists_no_follow(&dir.join(".lock"));
     old || unlocked
 }
 

@@ -15,8 +15,8 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::entry::SessionEntry;
 use crate::error::CorruptProblem;
+use crate::store::entry::SessionEntry;
 
 /// The entries of one store file.
 #[derive(Debug, Default, Clone)]

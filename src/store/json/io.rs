@@ -100,7 +100,7 @@ pub(crate) struct RealIo;
 
 impl StoreIo for RealIo {
     fn read(&self, path: &Path, limit: u64) -> io::Result<Option<(Vec<u8>, FileStamp)>> {
-        Ok(crate::fsutil::read_limited(path, limit)?
+        Ok(crate::store::fs::read_limited(path, limit)?
             .map(|(bytes, metadata)| (bytes, FileStamp::of(&metadata))))
     }
 
@@ -144,7 +144,7 @@ impl StoreIo for RealIo {
     }
 }
 
-pub(crate) use crate::fsutil::create_private;
+pub(crate) use crate::store::fs::create_private;
 
 /// A sibling of `path` named `<name>.<pid>.<uuid>.tmp`: unique, and recognisable as an
 /// orphan if a crash leaves it behind.
@@ -184,7 +184,7 @@ pub(crate) fn write_atomically(
     durability: Durability,
 ) -> Result<FileStamp> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    crate::fsutil::create_private_dir_all(dir)
+    crate::store::fs::create_private_dir_all(dir)
         .map_err(|e| Error::io("create directory", dir, e))?;
     let temp = temp_sibling(path);
     let backup = backup_path(path);

@@ -9,8 +9,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::fsutil::{blocking, create_checked_dir, read_limited, write_private_atomically};
-use crate::paths::file_name_for;
+use crate::store::fs::{blocking, create_checked_dir, read_limited, write_private_atomically};
+use crate::store::json::paths::file_name_for;
 
 /// The largest file read: far more than any bounded list of chat messages.
 const MAX_FILE: u64 = 16 * 1024 * 1024;
@@ -29,7 +29,7 @@ pub(super) struct KeyedFiles {
 impl KeyedFiles {
     /// The files in directory `name` of the state root `root`, holding `what`.
     pub(super) fn new(root: &Path, name: &str, what: &'static str) -> Self {
-        let root = crate::paths::state_root(root);
+        let root = crate::store::json::paths::state_root(root);
         KeyedFiles {
             dir: root.join(name),
             root,
@@ -39,7 +39,7 @@ impl KeyedFiles {
 
     /// Whether the directory is there (nothing was ever kept when it is not).
     pub(super) fn exists(&self) -> bool {
-        crate::fsutil::exists_no_follow(&self.dir)
+        crate::store::fs::exists_no_follow(&self.dir)
     }
 
     /// The file of `key`.
@@ -61,7 +61,7 @@ impl KeyedFiles {
             options.create(true).truncate(false).write(true);
             #[cfg(unix)]
             std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-            let lock = crate::fsutil::open_checked(&mut options, &lock_path)
+            let lock = crate::store::fs::open_checked(&mut options, &lock_path)
                 .map_err(|e| Error::io("open lock file", &lock_path, e))?;
             lock.lock().map_err(|e| Error::io("lock", &lock_path, e))?;
             let result = f(&files);

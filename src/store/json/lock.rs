@@ -115,7 +115,7 @@ impl FileLock {
                 },
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     let dir = path.parent().unwrap_or(Path::new("."));
-                    crate::fsutil::create_private_dir_all(dir)
+                    crate::store::fs::create_private_dir_all(dir)
                         .map_err(|e| Error::io("create directory", dir, e))?;
                 }
                 Err(e) => return Err(Error::io("create lock file", path, e)),
@@ -299,7 +299,7 @@ enum Existing {
 /// removes the file, then closes it), so a waiter of this crate wakes at the release
 /// instead of at its next poll. Returns at once if there is no file or no OS lock.
 pub(crate) fn wait_for_release(path: &Path) {
-    if let Ok(file) = crate::fsutil::open_no_follow(path) {
+    if let Ok(file) = crate::store::fs::open_no_follow(path) {
         // Taking the OS lock waits for the holder; it is dropped at once.
         let _ = file.lock();
     }
@@ -432,7 +432,7 @@ impl Jitter {
 
 /// Whether the lock file at `path` is abandoned (see [`abandoned`]).
 pub(crate) fn is_abandoned(path: &Path, stale_after: Duration) -> bool {
-    let Ok(mut file) = crate::fsutil::open_no_follow(path) else {
+    let Ok(mut file) = crate::store::fs::open_no_follow(path) else {
         return false;
     };
     let mut content = String::new();
@@ -470,7 +470,7 @@ fn abandoned(file: &File, content: &str, stale_after: Duration) -> bool {
 
 /// Looks at an existing lock file: still held, or gone (vanished, or evicted now).
 fn inspect(path: &Path, stale_after: Duration) -> Result<Existing> {
-    let mut file = match crate::fsutil::open_no_follow(path) {
+    let mut file = match crate::store::fs::open_no_follow(path) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Existing::Gone),
         Err(e) => return Err(Error::io("open lock file", path, e)),
@@ -529,7 +529,7 @@ fn parse_holder(content: &str) -> Option<LockHolder> {
 /// Reads the holder of the lock at `path`, if it exists and names one.
 pub(crate) fn read_holder(path: &Path) -> Option<LockHolder> {
     let mut content = String::new();
-    crate::fsutil::open_no_follow(path)
+    crate::store::fs::open_no_follow(path)
         .ok()?
         .take(4096)
         .read_to_string(&mut content)

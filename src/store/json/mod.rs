@@ -10,8 +10,10 @@ pub(crate) mod io;
 mod keyed_files;
 mod legacy;
 pub(crate) mod lock;
+pub(crate) mod paths;
 mod system_events;
 mod template;
+pub(crate) mod transcripts;
 
 #[cfg(test)]
 mod tests;
@@ -35,11 +37,10 @@ use super::{
     distinct_keys, entry_revision, replaced_session, run_many_mutator, run_mutator, ListFilter,
     ManyMutator, Mutator, Revision, SessionStore, Slots, StoredSession,
 };
-use crate::entry::SessionEntry;
 use crate::error::{Error, LockHolder, Result};
-use crate::fsutil::blocking;
 use crate::key::{AgentId, SessionKey};
-use crate::paths;
+use crate::store::entry::SessionEntry;
+use crate::store::fs::blocking;
 
 pub use self::chatter::JsonFileChatter;
 pub(crate) use self::chatter::CHATTER_DIR;
@@ -48,6 +49,7 @@ pub(crate) use self::lock::DEFAULT_LOCK_STALE_AFTER;
 pub use self::lock::{LockOptions, DEFAULT_LOCK_TIMEOUT};
 pub use self::system_events::JsonFileSystemEvents;
 pub(crate) use self::system_events::EVENTS_DIR;
+pub use self::transcripts::FileTranscriptStore;
 
 /// What a writer whose change joined an open batch waits on: the batch's write, done
 /// (`Some`) or not yet (`None`).
@@ -314,7 +316,7 @@ impl JsonFileStore {
             let until = Instant::now() + left.min(FOREIGN_WAIT_SLICE);
             // One trip to the blocking pool takes the lock and reads the store.
             let attempt = blocking(&lock_path, move || {
-                crate::fsutil::refuse_linked_dirs(&inner.root, &attempt_path)
+                crate::store::fs::refuse_linked_dirs(&inner.root, &attempt_path)
                     .map_err(|e| Error::io("lock", &attempt_path, e))?;
                 let attempt = if foreign {
                     lock::wait_foreign(
@@ -903,7 +905,7 @@ impl Inner {
                 });
             }
             let closed_path = closed::closed_path(&path);
-            crate::fsutil::refuse_linked_dirs(&self.root, &closed_path)
+            crate::store::fs::refuse_linked_dirs(&self.root, &closed_path)
                 .map_err(|e| Error::io("read", &closed_path, e))?;
             for (key, problem) in closed::unreadable(&closed_path, self.options.max_file_bytes)? {
                 found.push(super::UnreadableEntry {
@@ -944,7 +946,7 @@ impl Inner {
     /// Reads and parses the store at `path`, bypassing the cache.
     fn read(&self, path: &Path) -> Result<Option<(Document, FileStamp)>> {
         let started = Instant::now();
-        crate::fsutil::refuse_linked_dirs(&self.root, path)
+        crate::store::fs::refuse_linked_dirs(&self.root, path)
             .map_err(|e| Error::io("read", path, e))?;
         let Some((bytes, stamp)) = self
             .io
@@ -1030,10 +1032,11 @@ impl Inner {
             }
             // An entry whose order cannot be read is reported below, like any other
             // that does not parse.
-            let order = crate::json_text::from_slice::<Order>(raw.as_bytes()).unwrap_or(Order {
-                session_id: String::new(),
-                updated_at: 0,
-            });
+            let order =
+                crate::store::json_text::from_slice::<Order>(raw.as_bytes()).unwrap_or(Order {
+                    session_id: String::new(),
+                    updated_at: 0,
+                });
             let after_cursor = filter.after.as_ref().is_none_or(|cursor| {
                 cursor.precedes(order.updated_at, key.as_str(), &order.session_id)
             });
@@ -1077,7 +1080,7 @@ impl Inner {
         filter: &ListFilter,
     ) -> Result<Vec<StoredSession>> {
         let closed_path = closed::closed_path(path);
-        crate::fsutil::refuse_linked_dirs(&self.root, &closed_path)
+        crate::store::fs::refuse_linked_dirs(&self.root, &closed_path)
             .map_err(|e| Error::io("read", &closed_path, e))?;
         let mut sessions = Vec::new();
         for closed in closed::read(&closed_path, self.options.max_file_bytes)? {
@@ -1233,7 +1236,10 @@ impl crate::store::Erase for JsonFileStore {
         .await
     }
     async fn erase_copies(&self, needles: &[String], _vacuum: bool) -> Result<usize> {
-        let (root, needles) = (crate::paths::state_root(&self.inner.root), needles.to_vec());
+        let (root, needles) = (
+            crate::store::json::paths::state_root(&self.inner.root),
+            needles.to_vec(),
+        );
         blocking(&self.inner.root, move || {
             copies::erase_copies(&root, &needles)
         })

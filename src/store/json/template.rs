@@ -121,7 +121,7 @@ fn agents_named_by(pattern: &str, name: &str) -> Vec<AgentId> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::entry::SessionEntry;
+    use crate::store::entry::SessionEntry;
     use crate::store::{JsonFileOptions, JsonFileStore, ListFilter, SessionStore, SessionStoreExt};
 
     #[tokio::test]

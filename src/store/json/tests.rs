@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::io::{temp_sibling, RealIo, StepArgs, StoreIo, WriteStep};
 use super::*;
-use crate::entry::SessionEntry;
+use crate::store::entry::SessionEntry;
 use crate::store::SessionStoreExt;
 
 /// Real I/O that fails at one step of the write path, as a crash at that point would

@@ -193,7 +193,7 @@ impl PostgresStore {
         &self,
         client: &Object,
         key: &SessionKey,
-        closed: &crate::entry::SessionEntry,
+        closed: &crate::store::entry::SessionEntry,
     ) -> Result<()> {
         let row = SessionRow::new(key, closed)?;
         let closed_at = sql::to_i64(closed.closed_at.unwrap_or(closed.updated_at));

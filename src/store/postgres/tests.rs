@@ -260,7 +260,7 @@ fn schemas_are_plain_identifiers() {
     ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
 )]
 async fn a_version_2_schema_gains_statuses_and_closed_sessions_and_keeps_its_sessions() {
-    use crate::entry::SessionStatus;
+    use crate::store::entry::SessionStatus;
     let (schema, admin) = schema_at_version("unit_v2_", 2).await;
     // Rows as version 2 wrote them (no status column), and one that is not JSON.
     let rows = [

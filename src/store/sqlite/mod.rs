@@ -16,8 +16,8 @@ use super::{
     replaced_session, run_mutator, Durability, ListFilter, Mutator, SessionStore, StoredSession,
 };
 use crate::error::{Error, Result};
-use crate::fsutil::{blocking, create_private_dir_all};
 use crate::key::{AgentId, SessionKey};
+use crate::store::fs::{blocking, create_private_dir_all};
 use crate::transcript::lines::{header_line, validate_transcript_name};
 use crate::transcript::{
     ArchiveReason, LogQuery, LogRecord, Offset, SessionEvent, SessionHeader, TranscriptEntry,
@@ -129,12 +129,12 @@ impl SqliteStore {
     /// Opens (or creates) the database at `path`. A leading `~` is expanded; missing
     /// parent directories are created owner-only.
     pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self> {
-        let path = crate::paths::expand_home(path.as_ref());
+        let path = crate::store::json::paths::expand_home(path.as_ref());
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             create_private_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
         }
         // Created owner-only; SQLite gives its -wal and -shm files the same mode.
-        if let Err(e) = crate::fsutil::create_private(&path) {
+        if let Err(e) = crate::store::fs::create_private(&path) {
             if e.kind() != std::io::ErrorKind::AlreadyExists {
                 return Err(Error::io("create", &path, e));
             }
@@ -169,7 +169,7 @@ impl SqliteStore {
     /// # }
     /// ```
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self> {
-        let path = crate::paths::expand_home(path.as_ref());
+        let path = crate::store::json::paths::expand_home(path.as_ref());
         let not_found = |problem: &str| Error::StoreNotFound {
             store: format!("sqlite:{}", path.display()),
             problem: problem.to_owned(),

@@ -232,7 +232,7 @@ struct Change {
     /// The session as it was.
     current: Option<StoredSession>,
     /// The session as the mutator left it, if it changed.
-    after: Option<(SessionKey, Option<crate::entry::SessionEntry>)>,
+    after: Option<(SessionKey, Option<crate::store::entry::SessionEntry>)>,
     /// The row to write (`None` with a change: delete).
     row: Option<SessionRow>,
     /// The row as it was stored, if there was one.

@@ -240,7 +240,7 @@ async fn the_database_and_its_journal_are_owner_only() {
 
 #[tokio::test]
 async fn a_version_2_database_gains_statuses_and_closed_sessions_and_keeps_its_sessions() {
-    use crate::entry::SessionStatus;
+    use crate::store::entry::SessionStatus;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sessions.db");
     let hidden = SessionKey::parse("agent:main:cli:hidden").unwrap();
@@ -579,14 +579,14 @@ async fn every_column_follows_the_entry_whichever_fields_an_update_changes() {
         ("session id", |e| e.session_id = "s-2".into()),
         ("channel", |e| e.channel = Some("signal".into())),
         ("chat type", |e| {
-            e.chat_type = Some(crate::entry::ChatType::Group)
+            e.chat_type = Some(crate::store::entry::ChatType::Group)
         }),
         ("person", |e| e.person_id = Some("p-9".into())),
         ("agent identity", |e| {
             e.agent_identity = Some("reggie".into())
         }),
         ("status and time together", |e| {
-            e.status = Some(crate::entry::SessionStatus::Running);
+            e.status = Some(crate::store::entry::SessionStatus::Running);
             e.updated_at += 5;
         }),
     ];

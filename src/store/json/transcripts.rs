@@ -11,24 +11,24 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::lines::{
+use crate::error::{Error, Result};
+use crate::key::AgentId;
+use crate::store::fs::{
+    blocking, create_private_dir_all, identify, identify_file, open_checked, open_no_follow,
+    process_mutex, FileId,
+};
+use crate::store::json::io::create_private;
+use crate::store::json::paths;
+use crate::store::Durability;
+use crate::transcript::lines::{
     archived_name, log_record, newest_archive, read_line, session_id_of_name,
     validate_transcript_name, Stamp,
 };
-use super::{
+use crate::transcript::{
     ArchiveReason, LogQuery, LogRecord, Offset, ReadIssue, SessionEvent, SessionHeader,
     TranscriptEntry, TranscriptExport, TranscriptRead, TranscriptRef, TranscriptStore,
     TranscriptSubscription, TranscriptUpdate, UpdateHub,
 };
-use crate::error::{Error, Result};
-use crate::fsutil::{
-    blocking, create_private_dir_all, identify, identify_file, open_checked, open_no_follow,
-    process_mutex, FileId,
-};
-use crate::key::AgentId;
-use crate::paths;
-use crate::store::json::io::create_private;
-use crate::store::Durability;
 
 /// Transcripts in OpenClaw's files, beside its `sessions.json`:
 /// `<root>/agents/<agentId>/sessions/<sessionId>.jsonl` (or `-topic-<topicId>.jsonl`),
@@ -137,7 +137,7 @@ impl FileTranscriptStore {
         if let Some(file) = session_file(transcript) {
             paths::checked_session_file(&self.inner.root, &transcript.agent, file)?;
         }
-        crate::fsutil::refuse_linked_dirs(&self.inner.root, path)
+        crate::store::fs::refuse_linked_dirs(&self.inner.root, path)
             .map_err(|e| Error::io("open", path, e))
     }
 }
@@ -647,7 +647,7 @@ fn read_tail(file: &mut File, len: u64) -> io::Result<(bool, Option<String>)> {
         let leaf = buffer[complete_from..]
             .split(|b| *b == b'\n')
             .rev()
-            .filter_map(|line| crate::json_text::from_slice::<TranscriptEntry>(line).ok())
+            .filter_map(|line| crate::store::json_text::from_slice::<TranscriptEntry>(line).ok())
             .filter(|entry| entry.kind != "session")
             .find_map(|entry| entry.id);
         if leaf.is_some() || start == 0 {
@@ -681,7 +681,7 @@ fn count_lines(path: &Path, file: &File, len: u64) -> Result<usize> {
 }
 
 /// Reads `path` from `from`: complete lines only, damage reported.
-pub(super) fn read_transcript(path: &Path, from: Offset) -> Result<TranscriptRead> {
+pub(crate) fn read_transcript(path: &Path, from: Offset) -> Result<TranscriptRead> {
     read_transcript_chunk(path, from, None)
 }
 
@@ -885,7 +885,7 @@ fn agent_dirs(root: &Path) -> Result<Vec<AgentId>> {
 
 /// Transcript files in `dir`, live and archived (`*.jsonl`, `*.jsonl.reset.*`,
 /// `*.jsonl.deleted.*`), sorted by name.
-pub(super) fn transcript_files(dir: &Path) -> Result<Vec<PathBuf>> {
+pub(crate) fn transcript_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -952,7 +952,9 @@ impl TranscriptStore for FileTranscriptStore {
                 let is_header = index == 0
                     && serde_json::from_slice::<SessionHeader>(line)
                         .is_ok_and(|h| h.kind == "session");
-                if !is_header && crate::json_text::from_slice::<TranscriptEntry>(line).is_ok() {
+                if !is_header
+                    && crate::store::json_text::from_slice::<TranscriptEntry>(line).is_ok()
+                {
                     lines.extend_from_slice(line);
                 }
             }
@@ -978,7 +980,7 @@ impl TranscriptStore for FileTranscriptStore {
     /// The file's device and inode: a file renamed over the transcript is another.
     async fn identity(&self, transcript: &TranscriptRef) -> Result<Option<u64>> {
         let path = self.named_path(transcript)?;
-        Ok(match crate::fsutil::identify(&path) {
+        Ok(match crate::store::fs::identify(&path) {
             Ok((Some((device, inode)), _)) => Some(device.rotate_left(32) ^ inode),
             _ => None,
         })
@@ -1015,7 +1017,7 @@ impl TranscriptStore for FileTranscriptStore {
                 Ok(metadata) if !metadata.is_file() => {
                     return Err(Error::NotAFile {
                         path: file,
-                        found: crate::fsutil::describe(metadata.file_type()),
+                        found: crate::store::fs::describe(metadata.file_type()),
                     })
                 }
                 Ok(_) => {}
@@ -1178,7 +1180,7 @@ impl TranscriptExport for FileTranscriptStore {
         &self,
         agent: &AgentId,
         name: &str,
-        edits: Vec<super::LineEdit>,
+        edits: Vec<crate::transcript::LineEdit>,
     ) -> Result<usize> {
         let path = self.named_path_of(agent, name)?;
         let _queue = process_mutex(&path).lock_owned().await;
@@ -1188,7 +1190,7 @@ impl TranscriptExport for FileTranscriptStore {
             use std::os::unix::fs::FileExt;
             let mut options = fs::OpenOptions::new();
             options.read(true).write(true);
-            let mut handle = match crate::fsutil::open_checked(&mut options, &file) {
+            let mut handle = match crate::store::fs::open_checked(&mut options, &file) {
                 Ok(handle) => handle,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
                 Err(e) => return Err(Error::io("open", &file, e)),
@@ -1242,7 +1244,7 @@ impl TranscriptExport for FileTranscriptStore {
                 Ok(metadata) if !metadata.is_file() => {
                     return Err(Error::NotAFile {
                         path: file,
-                        found: crate::fsutil::describe(metadata.file_type()),
+                        found: crate::store::fs::describe(metadata.file_type()),
                     })
                 }
                 Ok(_) => {}
@@ -1280,7 +1282,7 @@ impl FileTranscriptStore {
     fn named_path_of(&self, agent: &AgentId, name: &str) -> Result<PathBuf> {
         validate_transcript_name(name)?;
         let path = paths::sessions_dir(&self.inner.root, agent).join(name);
-        crate::fsutil::refuse_linked_dirs(&self.inner.root, &path)
+        crate::store::fs::refuse_linked_dirs(&self.inner.root, &path)
             .map_err(|e| Error::io("open", &path, e))?;
         Ok(path)
     }

@@ -653,7 +653,7 @@ pub(crate) const SESSION_LABEL_MAX_CHARS: usize = 64;
 /// empty, at most `64` characters.
 ///
 /// ```
-/// use agent_sessions::entry::parse_session_label;
+/// use agent_sessions::store::parse_session_label;
 ///
 /// assert_eq!(parse_session_label("  trip planning ")?, "trip planning");
 /// assert!(parse_session_label("   ").is_err());
@@ -680,7 +680,7 @@ pub fn parse_session_label(raw: &str) -> crate::Result<String> {
 /// `invalid label: must be a string`.
 ///
 /// ```
-/// use agent_sessions::entry::parse_session_label_value;
+/// use agent_sessions::store::parse_session_label_value;
 /// use serde_json::json;
 ///
 /// assert_eq!(parse_session_label_value(&json!(" standup "))?, "standup");
@@ -778,7 +778,7 @@ string_enum! {
 /// Where a session came from: a CLI, the web, an API client, a channel or a schedule.
 ///
 /// ```
-/// use agent_sessions::entry::SessionSource;
+/// use agent_sessions::SessionSource;
 /// use agent_sessions::AgentId;
 ///
 /// let nightly = SessionSource::schedule("nightly-report");
@@ -993,7 +993,7 @@ impl SessionEntry {
     /// Parses an entry from JSON, applying OpenClaw's legacy-field migrations
     /// (`provider` → `channel`, `lastProvider` → `lastChannel`, `room` → `groupChannel`).
     pub(crate) fn from_json(json: &str) -> serde_json::Result<Self> {
-        let mut entry: SessionEntry = crate::json_text::from_slice(json.as_bytes())?;
+        let mut entry: SessionEntry = crate::store::json_text::from_slice(json.as_bytes())?;
         entry.migrate_legacy_fields();
         Ok(entry)
     }

@@ -6,7 +6,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
 
-use crate::error::{Error, Result};
+use crate::error::{is_out_of_descriptors, Error, Result};
 
 /// Runs blocking file work off the async executor; a panic in it is re-raised here.
 pub(crate) async fn blocking<T, F>(path: &Path, work: F) -> Result<T>
@@ -353,6 +353,35 @@ pub(crate) fn read_limited(
         .into_io());
     }
     Ok(Some((bytes, metadata)))
+}
+
+impl Error {
+    /// An I/O failure of `op` on `path`: a file this module refused (not a regular file,
+    /// too large) is told as such, at the path it was refused at; running out of file
+    /// descriptors is counted.
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        if is_out_of_descriptors(&source) {
+            crate::telemetry::out_of_descriptors();
+        }
+        let mut path = path.into();
+        let inner = source.get_ref();
+        let refused = match inner.and_then(|e| e.downcast_ref::<RefusedAt>()) {
+            Some(RefusedAt(at, refused)) => {
+                path = at.clone();
+                Some(refused)
+            }
+            None => inner.and_then(|e| e.downcast_ref::<Refused>()),
+        };
+        match refused {
+            Some(Refused::NotRegular(found)) => Error::NotAFile { path, found },
+            Some(Refused::TooLarge { size, limit }) => Error::FileTooLarge {
+                path,
+                size: *size,
+                limit: *limit,
+            },
+            None => Error::Io { op, path, source },
+        }
+    }
 }
 
 #[cfg(test)]

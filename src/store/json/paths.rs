@@ -14,27 +14,28 @@
 //!
 //! ```
 //! use std::path::Path;
-//! use agent_sessions::{paths, AgentId};
+//! use agent_sessions::store::{store_path, transcript_path};
+//! use agent_sessions::AgentId;
 //!
 //! let root = Path::new("/home/u/.openclaw");
 //! let main = AgentId::main();
 //! assert_eq!(
-//!     paths::store_path(root, &main),
+//!     store_path(root, &main),
 //!     Path::new("/home/u/.openclaw/agents/main/sessions/sessions.json")
 //! );
 //! assert_eq!(
-//!     paths::transcript_path(root, &main, "0f5d59ee", Some("a/b"))?,
+//!     transcript_path(root, &main, "0f5d59ee", Some("a/b"))?,
 //!     Path::new("/home/u/.openclaw/agents/main/sessions/0f5d59ee-topic-a%2Fb.jsonl")
 //! );
-//! assert!(paths::transcript_path(root, &main, "../../etc/passwd", None).is_err());
+//! assert!(transcript_path(root, &main, "../../etc/passwd", None).is_err());
 //! # Ok::<(), agent_sessions::Error>(())
 //! ```
 
 use std::path::{Component, Path, PathBuf};
 
-use crate::entry::SessionEntry;
 use crate::error::{Error, IdKind, Result};
 use crate::key::AgentId;
+use crate::store::entry::SessionEntry;
 
 /// The name of an agent's store file.
 pub(crate) const STORE_FILE_NAME: &str = "sessions.json";
@@ -63,7 +64,7 @@ pub(crate) fn state_root(path: &Path) -> PathBuf {
 ///
 /// ```
 /// use std::path::Path;
-/// use agent_sessions::paths::expand_home;
+/// use agent_sessions::store::expand_home;
 ///
 /// assert_eq!(expand_home(Path::new("/srv/bot")), Path::new("/srv/bot"));
 /// assert_eq!(expand_home(Path::new("~user/x")), Path::new("~user/x"));
@@ -543,7 +544,7 @@ mod tests {
 mod doc_examples {
     #[test]
     fn state_root() {
-        use crate::paths::state_root;
+        use crate::store::json::paths::state_root;
         use std::path::Path;
 
         assert!(state_root(Path::new("state")).is_absolute());
@@ -552,7 +553,7 @@ mod doc_examples {
 
     #[test]
     fn file_name_for() {
-        use crate::paths::file_name_for;
+        use crate::store::json::paths::file_name_for;
 
         assert_eq!(
             file_name_for("slack:T1:channel:c1"),
