@@ -89,7 +89,7 @@ pub mod reply;
 pub mod search;
 pub mod store;
 pub mod telemetry;
-#[cfg(feature = "testing")]
+#[cfg(any(test, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 pub mod transcript;

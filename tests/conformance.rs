@@ -119,3 +119,95 @@ mod postgres_transcripts {
     agent_sessions::transcript_conformance_tests!(super::postgres_store();
         #[cfg_attr(not(postgres_tests), ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run")]);
 }
+
+/// Group chatter and system events: every buffer and queue of the crate passes the same
+/// suites, over the storage each backend keeps them in.
+mod chatter_and_system_events {
+    use agent_sessions::inbound::{InMemoryChatter, SystemEventQueue};
+    use agent_sessions::store::{JsonFileChatter, JsonFileSystemEvents};
+
+    mod memory {
+        async fn chatter(limit: usize, max_keys: usize) -> (super::InMemoryChatter, ()) {
+            (super::InMemoryChatter::new(limit, max_keys), ())
+        }
+        async fn events(max_events: usize, max_sessions: usize) -> (super::SystemEventQueue, ()) {
+            (
+                super::SystemEventQueue::with_limits(max_events, max_sessions),
+                (),
+            )
+        }
+        agent_sessions::chatter_conformance_tests!(chatter);
+        agent_sessions::system_events_conformance_tests!(events);
+    }
+
+    mod json {
+        async fn chatter(
+            limit: usize,
+            max_keys: usize,
+        ) -> (super::JsonFileChatter, tempfile::TempDir) {
+            let dir = tempfile::tempdir().expect("temporary directory");
+            (
+                super::JsonFileChatter::with_limits(dir.path(), limit, max_keys),
+                dir,
+            )
+        }
+        async fn events(
+            max_events: usize,
+            max_sessions: usize,
+        ) -> (super::JsonFileSystemEvents, tempfile::TempDir) {
+            let dir = tempfile::tempdir().expect("temporary directory");
+            (
+                super::JsonFileSystemEvents::with_limits(dir.path(), max_events, max_sessions),
+                dir,
+            )
+        }
+        agent_sessions::chatter_conformance_tests!(chatter);
+        agent_sessions::system_events_conformance_tests!(events);
+    }
+
+    #[cfg(feature = "sqlite")]
+    mod sqlite {
+        use agent_sessions::store::{SqliteChatter, SqliteSystemEvents};
+
+        async fn chatter(limit: usize, max_keys: usize) -> (SqliteChatter, tempfile::TempDir) {
+            let (store, dir) = crate::sqlite_store().await;
+            (SqliteChatter::with_limits(&store, limit, max_keys), dir)
+        }
+        async fn events(
+            max_events: usize,
+            max_sessions: usize,
+        ) -> (SqliteSystemEvents, tempfile::TempDir) {
+            let (store, dir) = crate::sqlite_store().await;
+            (
+                SqliteSystemEvents::with_limits(&store, max_events, max_sessions),
+                dir,
+            )
+        }
+        agent_sessions::chatter_conformance_tests!(chatter);
+        agent_sessions::system_events_conformance_tests!(events);
+    }
+
+    #[cfg(feature = "postgres")]
+    mod postgres {
+        use agent_sessions::store::{PostgresChatter, PostgresSystemEvents};
+
+        async fn chatter(limit: usize, max_keys: usize) -> (PostgresChatter, crate::SchemaGuard) {
+            let (store, guard) = crate::postgres_store().await;
+            (PostgresChatter::with_limits(&store, limit, max_keys), guard)
+        }
+        async fn events(
+            max_events: usize,
+            max_sessions: usize,
+        ) -> (PostgresSystemEvents, crate::SchemaGuard) {
+            let (store, guard) = crate::postgres_store().await;
+            (
+                PostgresSystemEvents::with_limits(&store, max_events, max_sessions),
+                guard,
+            )
+        }
+        agent_sessions::chatter_conformance_tests!(chatter;
+            #[cfg_attr(not(postgres_tests), ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run")]);
+        agent_sessions::system_events_conformance_tests!(events;
+            #[cfg_attr(not(postgres_tests), ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run")]);
+    }
+}

@@ -103,11 +103,46 @@ impl SessionStore for InMemoryStore {
         key: &SessionKey,
         mutator: &mut Mutator<'_>,
     ) -> Result<Option<StoredSession>> {
-        crate::telemetry::update(
-            "memory",
-            std::slice::from_ref(key),
-            self.apply_in_span(key, mutator),
-        )
+        crate::telemetry::update("memory", std::slice::from_ref(key), async move {
+            let mut sessions = self.sessions();
+            let (before, revision) = match sessions.live.get(key) {
+                Some(slot) => (Some(slot.entry.clone()), Some(slot.revision)),
+                None => (None, None),
+            };
+            let after = run_mutator(mutator, before.as_ref(), revision)?;
+            if after == before {
+                return Ok(after.map(|entry| StoredSession {
+                    key: key.clone(),
+                    entry,
+                    revision: revision.expect("an existing entry has a revision"),
+                }));
+            }
+            let serialize_error = |source| Error::encode(format!("session entry {key}"), source);
+            if let Some(closed) = replaced_session(before.as_ref(), after.as_ref()) {
+                sessions.keep_closed(key, closed)?;
+            }
+            match after {
+                None => {
+                    sessions.live.remove(key);
+                    Ok(None)
+                }
+                Some(entry) => {
+                    let revision = entry_revision(&entry).map_err(serialize_error)?;
+                    sessions.live.insert(
+                        key.clone(),
+                        Slot {
+                            entry: entry.clone(),
+                            revision,
+                        },
+                    );
+                    Ok(Some(StoredSession {
+                        key: key.clone(),
+                        entry,
+                        revision,
+                    }))
+                }
+            }
+        })
         .await
     }
 
@@ -199,106 +234,54 @@ impl crate::store::MultiKeyStore for InMemoryStore {
         keys: &[SessionKey],
         mutator: &mut ManyMutator<'_>,
     ) -> Result<Slots> {
-        crate::telemetry::update("memory", keys, self.apply_many_in_span(keys, mutator)).await
-    }
-}
-
-impl InMemoryStore {
-    async fn apply_in_span(
-        &self,
-        key: &SessionKey,
-        mutator: &mut Mutator<'_>,
-    ) -> Result<Option<StoredSession>> {
-        let mut sessions = self.sessions();
-        let (before, revision) = match sessions.live.get(key) {
-            Some(slot) => (Some(slot.entry.clone()), Some(slot.revision)),
-            None => (None, None),
-        };
-        let after = run_mutator(mutator, before.as_ref(), revision)?;
-        if after == before {
-            return Ok(after.map(|entry| StoredSession {
-                key: key.clone(),
-                entry,
-                revision: revision.expect("an existing entry has a revision"),
-            }));
-        }
-        let serialize_error = |source| Error::encode(format!("session entry {key}"), source);
-        if let Some(closed) = replaced_session(before.as_ref(), after.as_ref()) {
-            sessions.keep_closed(key, closed)?;
-        }
-        match after {
-            None => {
-                sessions.live.remove(key);
-                Ok(None)
+        crate::telemetry::update("memory", keys, async move {
+            let mut sessions = self.sessions();
+            let before = Slots::new(keys, |key| {
+                sessions
+                    .live
+                    .get(key)
+                    .map(|slot| (slot.entry.clone(), slot.revision))
+            });
+            let mut after = run_many_mutator(mutator, &before)?;
+            // Every new revision first: a failure to serialise leaves the map untouched.
+            let mut revisions = Vec::with_capacity(after.len());
+            for (slot, old) in after.iter().zip(&before) {
+                let revision = match &slot.entry {
+                    Some(entry) if slot.entry != old.entry => {
+                        Some(entry_revision(entry).map_err(|source| {
+                            Error::encode(format!("session entry {}", slot.key()), source)
+                        })?)
+                    }
+                    Some(_) => old.revision(),
+                    None => None,
+                };
+                revisions.push(revision);
             }
-            Some(entry) => {
-                let revision = entry_revision(&entry).map_err(serialize_error)?;
-                sessions.live.insert(
-                    key.clone(),
-                    Slot {
-                        entry: entry.clone(),
-                        revision,
-                    },
-                );
-                Ok(Some(StoredSession {
-                    key: key.clone(),
-                    entry,
-                    revision,
-                }))
-            }
-        }
-    }
-
-    async fn apply_many_in_span(
-        &self,
-        keys: &[SessionKey],
-        mutator: &mut ManyMutator<'_>,
-    ) -> Result<Slots> {
-        let mut sessions = self.sessions();
-        let before = Slots::new(keys, |key| {
-            sessions
-                .live
-                .get(key)
-                .map(|slot| (slot.entry.clone(), slot.revision))
-        });
-        let mut after = run_many_mutator(mutator, &before)?;
-        // Every new revision first: a failure to serialise leaves the map untouched.
-        let mut revisions = Vec::with_capacity(after.len());
-        for (slot, old) in after.iter().zip(&before) {
-            let revision = match &slot.entry {
-                Some(entry) if slot.entry != old.entry => {
-                    Some(entry_revision(entry).map_err(|source| {
-                        Error::encode(format!("session entry {}", slot.key()), source)
-                    })?)
+            for ((slot, old), revision) in after.slots.iter_mut().zip(&before).zip(revisions) {
+                slot.revision = revision;
+                if slot.entry == old.entry {
+                    continue;
                 }
-                Some(_) => old.revision(),
-                None => None,
-            };
-            revisions.push(revision);
-        }
-        for ((slot, old), revision) in after.slots.iter_mut().zip(&before).zip(revisions) {
-            slot.revision = revision;
-            if slot.entry == old.entry {
-                continue;
-            }
-            if let Some(closed) = replaced_session(old.entry.as_ref(), slot.entry.as_ref()) {
-                sessions.keep_closed(&slot.key, closed)?;
-            }
-            match (&slot.entry, revision) {
-                (Some(entry), Some(revision)) => {
-                    sessions.live.insert(
-                        slot.key.clone(),
-                        Slot {
-                            entry: entry.clone(),
-                            revision,
-                        },
-                    );
+                if let Some(closed) = replaced_session(old.entry.as_ref(), slot.entry.as_ref()) {
+                    sessions.keep_closed(&slot.key, closed)?;
                 }
-                _ => {
-                    sessions.live.remove(&slot.key);
+                match (&slot.entry, revision) {
+                    (Some(entry), Some(revision)) => {
+                        sessions.live.insert(
+                            slot.key.clone(),
+                            Slot {
+                                entry: entry.clone(),
+                                revision,
+                            },
+                        );
+                    }
+                    _ => {
+                        sessions.live.remove(&slot.key);
+                    }
                 }
             }
-        }
-        Ok(after)
+            Ok(after)
+        })
+        .await
     }
 }

@@ -32,8 +32,6 @@
 //! ```
 
 pub(crate) mod backend;
-#[cfg(test)]
-mod chatter_suite;
 mod cursor;
 pub(crate) mod entry;
 pub(crate) mod fs;
@@ -49,8 +47,6 @@ mod sql;
 mod sql_transcripts;
 #[cfg(feature = "sqlite")]
 mod sqlite;
-#[cfg(test)]
-mod system_events_suite;
 
 use std::cmp::Reverse;
 

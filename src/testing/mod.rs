@@ -24,8 +24,17 @@
 //! A [`TranscriptStore`](crate::transcript::TranscriptStore) has its own suite,
 //! [`transcript_conformance_tests!`](crate::transcript_conformance_tests), run the same
 //! way; two of its cases (archive names, export and import) need the store to implement
-//! [`TranscriptExport`](crate::transcript::TranscriptExport) as well.
+//! [`TranscriptExport`](crate::transcript::TranscriptExport) as well. A buffer of group
+//! chatter ([`ChatterBuffer`](crate::inbound::ChatterBuffer)) and a queue of system
+//! events ([`SystemEvents`](crate::inbound::SystemEvents)) have theirs too:
+//! [`chatter_conformance_tests!`](crate::chatter_conformance_tests) and
+//! [`system_events_conformance_tests!`](crate::system_events_conformance_tests), whose
+//! `$make` takes the two bounds and yields a fresh, empty buffer or queue.
 
+#[doc(hidden)]
+pub mod chatter;
+#[doc(hidden)]
+pub mod system_events;
 #[doc(hidden)]
 pub mod transcripts;
 
@@ -1545,5 +1554,120 @@ macro_rules! multi_key_conformance_tests {
             update_many_across_agents_is_atomic_or_refused,
             concurrent_many_updates_over_overlapping_keys_lose_nothing,
         );
+    };
+}
+
+/// Runs the conformance suite of a [`ChatterBuffer`](crate::inbound::ChatterBuffer)
+/// against buffers made by `$make`, one `#[tokio::test]` per behaviour.
+///
+/// `$make` is called as `$make(limit, max_keys)` — the entries kept per group and the
+/// groups kept — afresh for every buffer a test needs; awaited, it yields
+/// `(buffer, guard)` over empty storage, the guard living as long as the test. The
+/// tests run on several threads, so a guard that tidies up as it drops (a database
+/// schema, say) may block one while the buffer's connections are served by another.
+///
+/// ```ignore
+/// async fn fresh(limit: usize, max_keys: usize) -> (agent_sessions::inbound::InMemoryChatter, ()) {
+///     (agent_sessions::inbound::InMemoryChatter::new(limit, max_keys), ())
+/// }
+/// agent_sessions::chatter_conformance_tests!(fresh);
+/// ```
+#[macro_export]
+macro_rules! chatter_conformance_tests {
+    ($make:expr $(; $(#[$attr:meta])*)?) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        $($(#[$attr])*)?
+        async fn chatter_is_bounded_per_group_and_over_groups() {
+            let guards = ::std::sync::Mutex::new(::std::vec::Vec::new());
+            $crate::testing::chatter::bounded_per_group_and_over_groups(|_, limit, max_keys| {
+                let guards = &guards;
+                async move {
+                    let (buffer, guard) = ($make)(limit, max_keys).await;
+                    guards.lock().unwrap().push(guard);
+                    buffer
+                }
+            })
+            .await;
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        $($(#[$attr])*)?
+        async fn chatter_entries_keep_every_field() {
+            let (buffer, _guard) = ($make)(50, 1000).await;
+            $crate::testing::chatter::entries_keep_every_field(buffer).await;
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        $($(#[$attr])*)?
+        async fn chatter_claims_hand_entries_over_exactly_once() {
+            let (buffer, _guard) = ($make)(3, 10).await;
+            $crate::testing::chatter::claims_hand_entries_over_exactly_once(buffer, 3).await;
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        $($(#[$attr])*)?
+        async fn chatter_take_is_atomic_beside_concurrent_appends() {
+            let (buffer, _guard) = ($make)(1000, 10).await;
+            let buffer = ::std::sync::Arc::new(buffer);
+            $crate::testing::chatter::take_is_atomic_beside_concurrent_appends(
+                [buffer.clone(), buffer.clone()],
+                buffer,
+                200,
+            )
+            .await;
+        }
+    };
+}
+
+/// Runs the conformance suite of a [`SystemEvents`](crate::inbound::SystemEvents) queue
+/// against queues made by `$make`, one `#[tokio::test]` per behaviour.
+///
+/// `$make` is called as `$make(max_events, max_sessions)` — the events kept per session
+/// and the sessions kept — afresh for every queue a test needs; awaited, it yields
+/// `(queue, guard)` over empty storage, the guard living as long as the test (the tests
+/// run on several threads, as for [`chatter_conformance_tests!`]).
+///
+/// ```ignore
+/// async fn fresh(events: usize, sessions: usize) -> (agent_sessions::inbound::SystemEventQueue, ()) {
+///     (agent_sessions::inbound::SystemEventQueue::with_limits(events, sessions), ())
+/// }
+/// agent_sessions::system_events_conformance_tests!(fresh);
+/// ```
+#[macro_export]
+macro_rules! system_events_conformance_tests {
+    ($make:expr $(; $(#[$attr:meta])*)?) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        $($(#[$attr])*)?
+        async fn system_events_are_bounded_and_skip_repeats() {
+            let guards = ::std::sync::Mutex::new(::std::vec::Vec::new());
+            $crate::testing::system_events::bounded_and_skipping_repeats(
+                |_, max_events, max_sessions| {
+                    let guards = &guards;
+                    async move {
+                        let (queue, guard) = ($make)(max_events, max_sessions).await;
+                        guards.lock().unwrap().push(guard);
+                        queue
+                    }
+                },
+                // Stores that order sessions by a file's time need their writes apart.
+                ::std::time::Duration::from_millis(20),
+            )
+            .await;
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        $($(#[$attr])*)?
+        async fn system_events_keep_text_and_time() {
+            let (queue, _guard) = ($make)(20, 1000).await;
+            $crate::testing::system_events::events_keep_text_and_time(queue).await;
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        $($(#[$attr])*)?
+        async fn system_events_drain_once_beside_concurrent_enqueues() {
+            let (queue, _guard) = ($make)(1000, 10).await;
+            let queue = ::std::sync::Arc::new(queue);
+            $crate::testing::system_events::drain_once_beside_concurrent_enqueues(
+                [queue.clone(), queue.clone()],
+                [queue.clone(), queue],
+                200,
+            )
+            .await;
+        }
     };
 }

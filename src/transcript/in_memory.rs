@@ -115,11 +115,41 @@ impl TranscriptStore for InMemoryTranscriptStore {
         transcript: &TranscriptRef,
         entries: Vec<TranscriptEntry>,
     ) -> Result<Vec<SessionEvent>> {
-        crate::telemetry::append(
-            "memory",
-            transcript,
-            self.append_in_span(transcript, entries),
-        )
+        crate::telemetry::append("memory", transcript, async move {
+            let mut entries = entries;
+            let id = id(transcript)?;
+            let events = self.with(|all| {
+                let lines = all.entry(id).or_insert_with(|| {
+                    vec![header_line(&SessionHeader::new(
+                        &transcript.session_id,
+                        Utc::now(),
+                    ))]
+                });
+                let leaf = leaf_of(lines.iter().map(String::as_str));
+                let first = lines.len();
+                let (new_lines, _) = stamp_entries(&mut entries, leaf, Utc::now())
+                    .map_err(|e| Error::encode("a transcript entry", e))?;
+                crate::telemetry::appended(new_lines.iter().map(|line| line.len() + 1).sum());
+                lines.extend(new_lines);
+                Ok::<_, Error>(
+                    entries
+                        .into_iter()
+                        .enumerate()
+                        .map(|(index, entry)| SessionEvent {
+                            offset: Offset((first + index) as u64),
+                            line: first + index + 1,
+                            entry,
+                        })
+                        .collect::<Vec<_>>(),
+                )
+            })?;
+            self.inner.hub.publish(TranscriptUpdate {
+                transcript: transcript.clone(),
+                path: None,
+                events: events.clone(),
+            });
+            Ok(events)
+        })
         .await
     }
 
@@ -287,46 +317,5 @@ impl TranscriptExport for InMemoryTranscriptStore {
     async fn remove_named(&self, agent: &AgentId, name: &str) -> Result<bool> {
         validate_transcript_name(name)?;
         Ok(self.with(|all| all.remove(&(agent.clone(), name.to_owned())).is_some()))
-    }
-}
-
-impl InMemoryTranscriptStore {
-    async fn append_in_span(
-        &self,
-        transcript: &TranscriptRef,
-        mut entries: Vec<TranscriptEntry>,
-    ) -> Result<Vec<SessionEvent>> {
-        let id = id(transcript)?;
-        let events = self.with(|all| {
-            let lines = all.entry(id).or_insert_with(|| {
-                vec![header_line(&SessionHeader::new(
-                    &transcript.session_id,
-                    Utc::now(),
-                ))]
-            });
-            let leaf = leaf_of(lines.iter().map(String::as_str));
-            let first = lines.len();
-            let (new_lines, _) = stamp_entries(&mut entries, leaf, Utc::now())
-                .map_err(|e| Error::encode("a transcript entry", e))?;
-            crate::telemetry::appended(new_lines.iter().map(|line| line.len() + 1).sum());
-            lines.extend(new_lines);
-            Ok::<_, Error>(
-                entries
-                    .into_iter()
-                    .enumerate()
-                    .map(|(index, entry)| SessionEvent {
-                        offset: Offset((first + index) as u64),
-                        line: first + index + 1,
-                        entry,
-                    })
-                    .collect::<Vec<_>>(),
-            )
-        })?;
-        self.inner.hub.publish(TranscriptUpdate {
-            transcript: transcript.clone(),
-            path: None,
-            events: events.clone(),
-        });
-        Ok(events)
     }
 }

@@ -1149,11 +1149,33 @@ impl SessionStore for JsonFileStore {
         key: &SessionKey,
         mutator: &mut Mutator<'_>,
     ) -> Result<Option<StoredSession>> {
-        crate::telemetry::update(
-            "json",
-            std::slice::from_ref(key),
-            self.apply_in_span(key, mutator),
-        )
+        crate::telemetry::update("json", std::slice::from_ref(key), async move {
+            let path = self.store_path_for(key);
+            let started = Instant::now();
+            let queue = self.inner.queue_of(&path);
+            let mut state = self.queue(&path, &queue, started).await?;
+            if state.open.is_none() {
+                self.lock_file(&path, started, &mut state).await?;
+            }
+            let batch = state.open.as_mut().expect("a batch is open");
+            let main_elsewhere = self.main_elsewhere(key, &path);
+            let applied = apply_change(&mut batch.document, key, &path, main_elsewhere, mutator);
+            let member = match &applied {
+                Ok((_, true, replaced)) => {
+                    batch.members += 1;
+                    if let Some(entry) = replaced {
+                        batch.closed.keep.push(closed::ClosedSession {
+                            session_key: key.to_string(),
+                            entry: entry.clone(),
+                        });
+                    }
+                    Some(batch.outcome.subscribe())
+                }
+                _ => None,
+            };
+            self.end_change(&path, &queue, state, member).await?;
+            applied.map(|(stored, _, _)| stored)
+        })
         .await
     }
 
@@ -1254,103 +1276,64 @@ impl crate::store::MultiKeyStore for JsonFileStore {
         keys: &[SessionKey],
         mutator: &mut ManyMutator<'_>,
     ) -> Result<Slots> {
-        crate::telemetry::update("json", keys, self.apply_many_in_span(keys, mutator)).await
-    }
-}
-
-impl JsonFileStore {
-    async fn apply_in_span(
-        &self,
-        key: &SessionKey,
-        mutator: &mut Mutator<'_>,
-    ) -> Result<Option<StoredSession>> {
-        let path = self.store_path_for(key);
-        let started = Instant::now();
-        let queue = self.inner.queue_of(&path);
-        let mut state = self.queue(&path, &queue, started).await?;
-        if state.open.is_none() {
-            self.lock_file(&path, started, &mut state).await?;
-        }
-        let batch = state.open.as_mut().expect("a batch is open");
-        let main_elsewhere = self.main_elsewhere(key, &path);
-        let applied = apply_change(&mut batch.document, key, &path, main_elsewhere, mutator);
-        let member = match &applied {
-            Ok((_, true, replaced)) => {
-                batch.members += 1;
-                if let Some(entry) = replaced {
-                    batch.closed.keep.push(closed::ClosedSession {
-                        session_key: key.to_string(),
-                        entry: entry.clone(),
+        crate::telemetry::update("json", keys, async move {
+            let keys = distinct_keys(keys);
+            let Some(first) = keys.first() else {
+                mutator(&mut Slots::default())?;
+                return Ok(Slots::default());
+            };
+            // One lock and one write of one file: keys in two files cannot change together
+            // (a reader could see one file written and not the other, and a failure could
+            // leave one written), so they are refused before anything is locked.
+            let path = self.store_path_for(first);
+            for key in &keys[1..] {
+                let other = self.store_path_for(key);
+                if other != path {
+                    return Err(Error::NotAtomic {
+                        first: first.clone(),
+                        second: key.clone(),
+                        reason: format!(
+                            "their sessions are in different files ({} and {}), and one write \
+                         replaces one file",
+                            path.display(),
+                            other.display()
+                        ),
                     });
                 }
-                Some(batch.outcome.subscribe())
             }
-            _ => None,
-        };
-        self.end_change(&path, &queue, state, member).await?;
-        applied.map(|(stored, _, _)| stored)
-    }
-
-    async fn apply_many_in_span(
-        &self,
-        keys: &[SessionKey],
-        mutator: &mut ManyMutator<'_>,
-    ) -> Result<Slots> {
-        let keys = distinct_keys(keys);
-        let Some(first) = keys.first() else {
-            mutator(&mut Slots::default())?;
-            return Ok(Slots::default());
-        };
-        // One lock and one write of one file: keys in two files cannot change together
-        // (a reader could see one file written and not the other, and a failure could
-        // leave one written), so they are refused before anything is locked.
-        let path = self.store_path_for(first);
-        for key in &keys[1..] {
-            let other = self.store_path_for(key);
-            if other != path {
-                return Err(Error::NotAtomic {
-                    first: first.clone(),
-                    second: key.clone(),
-                    reason: format!(
-                        "their sessions are in different files ({} and {}), and one write \
-                         replaces one file",
-                        path.display(),
-                        other.display()
-                    ),
-                });
+            let started = Instant::now();
+            let queue = self.inner.queue_of(&path);
+            let mut state = self.queue(&path, &queue, started).await?;
+            if state.open.is_none() {
+                self.lock_file(&path, started, &mut state).await?;
             }
-        }
-        let started = Instant::now();
-        let queue = self.inner.queue_of(&path);
-        let mut state = self.queue(&path, &queue, started).await?;
-        if state.open.is_none() {
-            self.lock_file(&path, started, &mut state).await?;
-        }
-        let batch = state.open.as_mut().expect("a batch is open");
-        let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.change_many(&mut batch.document, &keys, &path, mutator)
-        }));
-        let mut applied = match applied {
-            Ok(applied) => applied,
-            Err(panic) => {
-                // The mutator panicked before anything of it reached the document: write
-                // what other writers left in the batch and release the lock file (which
-                // would otherwise stay taken until this process's next write), then let
-                // the panic go on.
-                let batch = state.open.take().expect("a batch is open");
-                let _ = self.commit(&path, state, batch).await;
-                std::panic::resume_unwind(panic);
-            }
-        };
-        let member = match &mut applied {
-            Ok((_, true, replaced)) => {
-                batch.members += 1;
-                batch.closed.keep.append(replaced);
-                Some(batch.outcome.subscribe())
-            }
-            _ => None,
-        };
-        self.end_change(&path, &queue, state, member).await?;
-        applied.map(|(slots, _, _)| slots)
+            let batch = state.open.as_mut().expect("a batch is open");
+            let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.change_many(&mut batch.document, &keys, &path, mutator)
+            }));
+            let mut applied = match applied {
+                Ok(applied) => applied,
+                Err(panic) => {
+                    // The mutator panicked before anything of it reached the document: write
+                    // what other writers left in the batch and release the lock file (which
+                    // would otherwise stay taken until this process's next write), then let
+                    // the panic go on.
+                    let batch = state.open.take().expect("a batch is open");
+                    let _ = self.commit(&path, state, batch).await;
+                    std::panic::resume_unwind(panic);
+                }
+            };
+            let member = match &mut applied {
+                Ok((_, true, replaced)) => {
+                    batch.members += 1;
+                    batch.closed.keep.append(replaced);
+                    Some(batch.outcome.subscribe())
+                }
+                _ => None,
+            };
+            self.end_change(&path, &queue, state, member).await?;
+            applied.map(|(slots, _, _)| slots)
+        })
+        .await
     }
 }

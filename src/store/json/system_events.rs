@@ -136,7 +136,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::store::system_events_suite::{self, session};
+    use crate::testing::system_events::{self as system_events_suite, session};
     use std::fs;
 
     #[tokio::test]

@@ -968,7 +968,31 @@ impl TranscriptStore for FileTranscriptStore {
         transcript: &TranscriptRef,
         entries: Vec<TranscriptEntry>,
     ) -> Result<Vec<SessionEvent>> {
-        crate::telemetry::append("json", transcript, self.append_in_span(transcript, entries)).await
+        crate::telemetry::append("json", transcript, async move {
+            let path = self.named_path(transcript)?;
+            let _queue = process_mutex(&path).lock_owned().await;
+            let events = match self.inner.append_now(transcript, &path, entries) {
+                Now::Done(appended) => appended?,
+                Now::Later(entries) => {
+                    // The checks that read the file system guard every open; an append
+                    // through a kept file needs none (the path was checked when the file
+                    // was opened, and still names that very file).
+                    self.check_path(transcript, &path)?;
+                    let inner = self.inner.clone();
+                    let (owned_ref, file) = (transcript.clone(), path.clone());
+                    blocking(&path, move || inner.append(&owned_ref, &file, entries)).await?
+                }
+            };
+            if self.inner.hub.subscribers() > 0 {
+                self.inner.hub.publish(TranscriptUpdate {
+                    transcript: transcript.clone(),
+                    path: Some(path),
+                    events: events.clone(),
+                });
+            }
+            Ok(events)
+        })
+        .await
     }
 
     async fn read(&self, transcript: &TranscriptRef, from: Offset) -> Result<TranscriptRead> {
@@ -1285,34 +1309,5 @@ impl FileTranscriptStore {
         crate::store::fs::refuse_linked_dirs(&self.inner.root, &path)
             .map_err(|e| Error::io("open", &path, e))?;
         Ok(path)
-    }
-
-    async fn append_in_span(
-        &self,
-        transcript: &TranscriptRef,
-        entries: Vec<TranscriptEntry>,
-    ) -> Result<Vec<SessionEvent>> {
-        let path = self.named_path(transcript)?;
-        let _queue = process_mutex(&path).lock_owned().await;
-        let events = match self.inner.append_now(transcript, &path, entries) {
-            Now::Done(appended) => appended?,
-            Now::Later(entries) => {
-                // The checks that read the file system guard every open; an append
-                // through a kept file needs none (the path was checked when the file
-                // was opened, and still names that very file).
-                self.check_path(transcript, &path)?;
-                let inner = self.inner.clone();
-                let (owned_ref, file) = (transcript.clone(), path.clone());
-                blocking(&path, move || inner.append(&owned_ref, &file, entries)).await?
-            }
-        };
-        if self.inner.hub.subscribers() > 0 {
-            self.inner.hub.publish(TranscriptUpdate {
-                transcript: transcript.clone(),
-                path: Some(path),
-                events: events.clone(),
-            });
-        }
-        Ok(events)
     }
 }

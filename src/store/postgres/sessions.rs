@@ -29,11 +29,108 @@ impl SessionStore for PostgresStore {
         key: &SessionKey,
         mutator: &mut Mutator<'_>,
     ) -> Result<Option<StoredSession>> {
-        crate::telemetry::update(
-            BACKEND,
-            std::slice::from_ref(key),
-            self.apply_in_span(key, mutator),
-        )
+        crate::telemetry::update(BACKEND, std::slice::from_ref(key), async move {
+            let started = std::time::Instant::now();
+            let client = self.client().await?;
+            let lock = client
+                .prepare_cached("SELECT pg_advisory_xact_lock($1)")
+                .await
+                .map_err(pg_error("lock a row"))?;
+            let read = client
+                .prepare_cached(&format!(
+                    "SELECT revision, entry FROM {} WHERE session_key = $1",
+                    self.table("sessions")
+                ))
+                .await
+                .map_err(pg_error("read a session"))?;
+            // Serialise updates of this key across every host, also while it does not
+            // exist yet (a row lock needs a row). BEGIN, the lock and the read go out
+            // together; the server runs the read once the lock is granted.
+            let lock_id = lock_id(&format!("{}\0{}", self.schema, key.as_str()));
+            let raw_key = key.as_str();
+            let (lock_params, read_params): (&[&(dyn ToSql + Sync)], &[&(dyn ToSql + Sync)]) =
+                (&[&lock_id], &[&raw_key]);
+            let open = OpenTransaction(Some(client));
+            let c = open.client();
+            let (begun, locked, row) = tokio::join!(
+                c.batch_execute("BEGIN"),
+                c.execute(&lock, lock_params),
+                c.query_opt(&read, read_params)
+            );
+            crate::telemetry::lock_taken(BACKEND, started.elapsed());
+            let current = match (begun, locked, row) {
+                (Ok(()), Ok(_), Ok(row)) => row
+                    .map(|row| decode(&self.location, key.as_str(), row.get(0), row.get(1)))
+                    .transpose(),
+                (Err(e), _, _) => return Err(pg_error("begin a transaction")(e)),
+                (_, Err(e), _) => Err(pg_error("lock a row")(e)),
+                (_, _, Err(e)) => Err(pg_error("read a session")(e)),
+            };
+            let current = match current {
+                Ok(current) => current,
+                Err(error) => return Err(open.abandon(error).await),
+            };
+            let slot = match run_mutator(
+                mutator,
+                current.as_ref().map(|s| &s.entry),
+                current.as_ref().map(|s| s.revision),
+            ) {
+                Ok(slot) => slot,
+                Err(error) => return Err(open.abandon(error).await),
+            };
+            if slot.as_ref() == current.as_ref().map(|s| &s.entry) {
+                return match open.client().batch_execute("COMMIT").await {
+                    Ok(()) => {
+                        open.finish();
+                        Ok(current)
+                    }
+                    Err(e) => Err(pg_error("commit")(e)),
+                };
+            }
+            if let Some(closed) =
+                replaced_session(current.as_ref().map(|s| &s.entry), slot.as_ref())
+            {
+                if let Err(error) = self.keep_closed(open.client(), key, &closed).await {
+                    return Err(open.abandon(error).await);
+                }
+            }
+            let (statement, row) = match &slot {
+                Some(entry) => match SessionRow::new(key, entry) {
+                    Ok(row) => (self.write_statement(current.is_some()), Some(row)),
+                    Err(error) => return Err(open.abandon(error).await),
+                },
+                None => (
+                    format!(
+                        "DELETE FROM {} WHERE session_key = $1",
+                        self.table("sessions")
+                    ),
+                    None,
+                ),
+            };
+            let prepared = match open.client().prepare_cached(&statement).await {
+                Ok(prepared) => prepared,
+                Err(e) => return Err(open.abandon(pg_error("write a session")(e)).await),
+            };
+            let key_param: [&(dyn ToSql + Sync); 1] = [&raw_key];
+            let values: &[&(dyn ToSql + Sync)] = match &row {
+                Some(row) => &row_params(row),
+                None => &key_param,
+            };
+            // The write and COMMIT go out together: if the write fails, COMMIT ends the
+            // failed transaction as a rollback.
+            let c = open.client();
+            let (written, committed) =
+                tokio::join!(c.execute(&prepared, values), c.batch_execute("COMMIT"));
+            // Once COMMIT was answered the transaction is over either way.
+            committed.map_err(pg_error("commit"))?;
+            open.finish();
+            written.map_err(pg_error("write a session"))?;
+            Ok(slot.zip(row).map(|(entry, row)| StoredSession {
+                key: key.clone(),
+                entry,
+                revision: sql::revision_from_i64(row.revision),
+            }))
+        })
         .await
     }
 
@@ -182,7 +279,93 @@ impl crate::store::MultiKeyStore for PostgresStore {
         keys: &[SessionKey],
         mutator: &mut crate::store::ManyMutator<'_>,
     ) -> Result<crate::store::Slots> {
-        crate::telemetry::update(BACKEND, keys, self.apply_many_in_span(keys, mutator)).await
+        crate::telemetry::update(BACKEND, keys, async move {
+            let started = std::time::Instant::now();
+            let keys = crate::store::distinct_keys(keys);
+            let raw: Vec<String> = keys.iter().map(ToString::to_string).collect();
+            let open = OpenTransaction(Some(self.client().await?));
+            if let Err(e) = open.client().batch_execute("BEGIN").await {
+                return Err(pg_error("begin a transaction")(e));
+            }
+            // Each key's advisory lock (as `apply` takes it), in one fixed order: two
+            // calls over overlapping keys wait for each other instead of deadlocking.
+            let mut locks: Vec<i64> = raw
+                .iter()
+                .map(|key| lock_id(&format!("{}\0{key}", self.schema)))
+                .collect();
+            locks.sort_unstable();
+            locks.dedup();
+            for lock in &locks {
+                if let Err(e) = open
+                    .client()
+                    .execute("SELECT pg_advisory_xact_lock($1)", &[lock])
+                    .await
+                {
+                    return Err(open.abandon(pg_error("lock a row")(e)).await);
+                }
+            }
+            crate::telemetry::lock_taken(BACKEND, started.elapsed());
+            let read = open
+                .client()
+                .query(
+                    &format!(
+                        "SELECT session_key, revision, entry FROM {} WHERE session_key = ANY($1)",
+                        self.table("sessions")
+                    ),
+                    &[&raw],
+                )
+                .await;
+            let mut found: std::collections::HashMap<String, (i64, String)> = match read {
+                Ok(rows) => rows
+                    .iter()
+                    .map(|row| (row.get(0), (row.get(1), row.get(2))))
+                    .collect(),
+                Err(e) => return Err(open.abandon(pg_error("read a session")(e)).await),
+            };
+            let existing: std::collections::HashSet<String> = found.keys().cloned().collect();
+            let rows = raw.iter().map(|key| found.remove(key)).collect();
+            let (slots, writes) = match sql::change_many(&self.location, keys, rows, mutator) {
+                Ok(changed) => changed,
+                Err(error) => return Err(open.abandon(error).await),
+            };
+            for write in &writes {
+                if let Some(replaced) = &write.replaced {
+                    if let Err(error) = self.keep_closed(open.client(), &write.key, replaced).await
+                    {
+                        return Err(open.abandon(error).await);
+                    }
+                }
+                let key = write.key.as_str();
+                let written = match &write.row {
+                    Some(row) => {
+                        let statement = self.write_statement(existing.contains(key));
+                        open.client().execute(&statement, &row_params(row)).await
+                    }
+                    None => {
+                        open.client()
+                            .execute(
+                                &format!(
+                                    "DELETE FROM {} WHERE session_key = $1",
+                                    self.table("sessions")
+                                ),
+                                &[&key],
+                            )
+                            .await
+                    }
+                };
+                if let Err(e) = written {
+                    return Err(open.abandon(pg_error("write a session")(e)).await);
+                }
+            }
+            match open.client().batch_execute("COMMIT").await {
+                Ok(()) => {
+                    open.finish();
+                    Ok(slots)
+                }
+                Err(e) => Err(pg_error("commit")(e)),
+            }
+        })
+        .await
     }
 }
 
@@ -234,202 +417,5 @@ impl PostgresStore {
             .await
             .map_err(pg_error("keep a closed session"))?;
         Ok(())
-    }
-}
-
-impl PostgresStore {
-    async fn apply_in_span(
-        &self,
-        key: &SessionKey,
-        mutator: &mut Mutator<'_>,
-    ) -> Result<Option<StoredSession>> {
-        let started = std::time::Instant::now();
-        let client = self.client().await?;
-        let lock = client
-            .prepare_cached("SELECT pg_advisory_xact_lock($1)")
-            .await
-            .map_err(pg_error("lock a row"))?;
-        let read = client
-            .prepare_cached(&format!(
-                "SELECT revision, entry FROM {} WHERE session_key = $1",
-                self.table("sessions")
-            ))
-            .await
-            .map_err(pg_error("read a session"))?;
-        // Serialise updates of this key across every host, also while it does not
-        // exist yet (a row lock needs a row). BEGIN, the lock and the read go out
-        // together; the server runs the read once the lock is granted.
-        let lock_id = lock_id(&format!("{}\0{}", self.schema, key.as_str()));
-        let raw_key = key.as_str();
-        let (lock_params, read_params): (&[&(dyn ToSql + Sync)], &[&(dyn ToSql + Sync)]) =
-            (&[&lock_id], &[&raw_key]);
-        let open = OpenTransaction(Some(client));
-        let c = open.client();
-        let (begun, locked, row) = tokio::join!(
-            c.batch_execute("BEGIN"),
-            c.execute(&lock, lock_params),
-            c.query_opt(&read, read_params)
-        );
-        crate::telemetry::lock_taken(BACKEND, started.elapsed());
-        let current = match (begun, locked, row) {
-            (Ok(()), Ok(_), Ok(row)) => row
-                .map(|row| decode(&self.location, key.as_str(), row.get(0), row.get(1)))
-                .transpose(),
-            (Err(e), _, _) => return Err(pg_error("begin a transaction")(e)),
-            (_, Err(e), _) => Err(pg_error("lock a row")(e)),
-            (_, _, Err(e)) => Err(pg_error("read a session")(e)),
-        };
-        let current = match current {
-            Ok(current) => current,
-            Err(error) => return Err(open.abandon(error).await),
-        };
-        let slot = match run_mutator(
-            mutator,
-            current.as_ref().map(|s| &s.entry),
-            current.as_ref().map(|s| s.revision),
-        ) {
-            Ok(slot) => slot,
-            Err(error) => return Err(open.abandon(error).await),
-        };
-        if slot.as_ref() == current.as_ref().map(|s| &s.entry) {
-            return match open.client().batch_execute("COMMIT").await {
-                Ok(()) => {
-                    open.finish();
-                    Ok(current)
-                }
-                Err(e) => Err(pg_error("commit")(e)),
-            };
-        }
-        if let Some(closed) = replaced_session(current.as_ref().map(|s| &s.entry), slot.as_ref()) {
-            if let Err(error) = self.keep_closed(open.client(), key, &closed).await {
-                return Err(open.abandon(error).await);
-            }
-        }
-        let (statement, row) = match &slot {
-            Some(entry) => match SessionRow::new(key, entry) {
-                Ok(row) => (self.write_statement(current.is_some()), Some(row)),
-                Err(error) => return Err(open.abandon(error).await),
-            },
-            None => (
-                format!(
-                    "DELETE FROM {} WHERE session_key = $1",
-                    self.table("sessions")
-                ),
-                None,
-            ),
-        };
-        let prepared = match open.client().prepare_cached(&statement).await {
-            Ok(prepared) => prepared,
-            Err(e) => return Err(open.abandon(pg_error("write a session")(e)).await),
-        };
-        let key_param: [&(dyn ToSql + Sync); 1] = [&raw_key];
-        let values: &[&(dyn ToSql + Sync)] = match &row {
-            Some(row) => &row_params(row),
-            None => &key_param,
-        };
-        // The write and COMMIT go out together: if the write fails, COMMIT ends the
-        // failed transaction as a rollback.
-        let c = open.client();
-        let (written, committed) =
-            tokio::join!(c.execute(&prepared, values), c.batch_execute("COMMIT"));
-        // Once COMMIT was answered the transaction is over either way.
-        committed.map_err(pg_error("commit"))?;
-        open.finish();
-        written.map_err(pg_error("write a session"))?;
-        Ok(slot.zip(row).map(|(entry, row)| StoredSession {
-            key: key.clone(),
-            entry,
-            revision: sql::revision_from_i64(row.revision),
-        }))
-    }
-
-    async fn apply_many_in_span(
-        &self,
-        keys: &[SessionKey],
-        mutator: &mut crate::store::ManyMutator<'_>,
-    ) -> Result<crate::store::Slots> {
-        let started = std::time::Instant::now();
-        let keys = crate::store::distinct_keys(keys);
-        let raw: Vec<String> = keys.iter().map(ToString::to_string).collect();
-        let open = OpenTransaction(Some(self.client().await?));
-        if let Err(e) = open.client().batch_execute("BEGIN").await {
-            return Err(pg_error("begin a transaction")(e));
-        }
-        // Each key's advisory lock (as `apply` takes it), in one fixed order: two
-        // calls over overlapping keys wait for each other instead of deadlocking.
-        let mut locks: Vec<i64> = raw
-            .iter()
-            .map(|key| lock_id(&format!("{}\0{key}", self.schema)))
-            .collect();
-        locks.sort_unstable();
-        locks.dedup();
-        for lock in &locks {
-            if let Err(e) = open
-                .client()
-                .execute("SELECT pg_advisory_xact_lock($1)", &[lock])
-                .await
-            {
-                return Err(open.abandon(pg_error("lock a row")(e)).await);
-            }
-        }
-        crate::telemetry::lock_taken(BACKEND, started.elapsed());
-        let read = open
-            .client()
-            .query(
-                &format!(
-                    "SELECT session_key, revision, entry FROM {} WHERE session_key = ANY($1)",
-                    self.table("sessions")
-                ),
-                &[&raw],
-            )
-            .await;
-        let mut found: std::collections::HashMap<String, (i64, String)> = match read {
-            Ok(rows) => rows
-                .iter()
-                .map(|row| (row.get(0), (row.get(1), row.get(2))))
-                .collect(),
-            Err(e) => return Err(open.abandon(pg_error("read a session")(e)).await),
-        };
-        let existing: std::collections::HashSet<String> = found.keys().cloned().collect();
-        let rows = raw.iter().map(|key| found.remove(key)).collect();
-        let (slots, writes) = match sql::change_many(&self.location, keys, rows, mutator) {
-            Ok(changed) => changed,
-            Err(error) => return Err(open.abandon(error).await),
-        };
-        for write in &writes {
-            if let Some(replaced) = &write.replaced {
-                if let Err(error) = self.keep_closed(open.client(), &write.key, replaced).await {
-                    return Err(open.abandon(error).await);
-                }
-            }
-            let key = write.key.as_str();
-            let written = match &write.row {
-                Some(row) => {
-                    let statement = self.write_statement(existing.contains(key));
-                    open.client().execute(&statement, &row_params(row)).await
-                }
-                None => {
-                    open.client()
-                        .execute(
-                            &format!(
-                                "DELETE FROM {} WHERE session_key = $1",
-                                self.table("sessions")
-                            ),
-                            &[&key],
-                        )
-                        .await
-                }
-            };
-            if let Err(e) = written {
-                return Err(open.abandon(pg_error("write a session")(e)).await);
-            }
-        }
-        match open.client().batch_execute("COMMIT").await {
-            Ok(()) => {
-                open.finish();
-                Ok(slots)
-            }
-            Err(e) => Err(pg_error("commit")(e)),
-        }
     }
 }

@@ -331,7 +331,7 @@ mod group_history {
     use super::*;
     use crate::inbound::chatter::{ChatterBuffer, ChatterEntry};
     use crate::inbound::events::SystemEvents;
-    use crate::store::chatter_suite;
+    use crate::testing::chatter as chatter_suite;
 
     fn said(body: &str) -> ChatterEntry {
         ChatterEntry {
@@ -590,8 +590,8 @@ mod system_events {
     use std::time::Duration;
 
     use super::*;
-    use crate::store::system_events_suite;
     use crate::store::PostgresSystemEvents;
+    use crate::testing::system_events as system_events_suite;
 
     #[tokio::test]
     #[cfg_attr(

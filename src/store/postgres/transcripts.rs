@@ -260,11 +260,20 @@ impl TranscriptStore for PostgresStore {
         transcript: &TranscriptRef,
         entries: Vec<TranscriptEntry>,
     ) -> Result<Vec<SessionEvent>> {
-        crate::telemetry::append(
-            BACKEND,
-            transcript,
-            self.append_in_span(transcript, entries),
-        )
+        crate::telemetry::append(BACKEND, transcript, async move {
+            let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
+            let open = OpenTransaction(Some(self.client().await?));
+            let result = self
+                .append_in(open.client(), transcript, (&agent, &name), entries)
+                .await;
+            let events = open.end_pipelined(result).await?;
+            self.hub.publish(TranscriptUpdate {
+                transcript: transcript.clone(),
+                path: None,
+                events: events.clone(),
+            });
+            Ok(events)
+        })
         .await
     }
 
@@ -523,25 +532,6 @@ impl TranscriptExport for PostgresStore {
 }
 
 impl PostgresStore {
-    async fn append_in_span(
-        &self,
-        transcript: &TranscriptRef,
-        entries: Vec<TranscriptEntry>,
-    ) -> Result<Vec<SessionEvent>> {
-        let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
-        let open = OpenTransaction(Some(self.client().await?));
-        let result = self
-            .append_in(open.client(), transcript, (&agent, &name), entries)
-            .await;
-        let events = open.end_pipelined(result).await?;
-        self.hub.publish(TranscriptUpdate {
-            transcript: transcript.clone(),
-            path: None,
-            events: events.clone(),
-        });
-        Ok(events)
-    }
-
     /// Appends `entries` to transcript `name` of `agent` on `c`, in two round trips:
     /// `BEGIN`, its lock and its tail together; then the lines, the new tail, the notice
     /// and `COMMIT` together. An error before that is returned as it is, the

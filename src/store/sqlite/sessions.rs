@@ -16,11 +16,32 @@ impl SessionStore for SqliteStore {
         key: &SessionKey,
         mutator: &mut Mutator<'_>,
     ) -> Result<Option<StoredSession>> {
-        crate::telemetry::update(
-            BACKEND,
-            std::slice::from_ref(key),
-            self.apply_in_span(key, mutator),
-        )
+        crate::telemetry::update(BACKEND, std::slice::from_ref(key), async move {
+            let location = self.inner.path.clone();
+            // Take the write lock first, then read: no other process can change the row
+            // between the read and the write.
+            let guard = self.lock().await;
+            if tokio::runtime::Handle::current().runtime_flavor()
+                == tokio::runtime::RuntimeFlavor::MultiThread
+            {
+                // The whole transaction on this worker, which tokio replaces meanwhile: one
+                // hand-over instead of two trips to the blocking pool.
+                let mut connection = guard;
+                return tokio::task::block_in_place(|| {
+                    let row = begin_update(&mut connection, key)?;
+                    let change = change(&location, key, row, mutator);
+                    finish_update(&mut connection, key, &change_summary(&change))?;
+                    change.map(Change::into_stored)
+                });
+            }
+            let raw = key.clone();
+            let (guard, row) = self.run(guard, move |c| begin_update(c, &raw)).await?;
+            let change = change(&location, key, row, mutator);
+            let (outcome, raw) = (change_summary(&change), key.clone());
+            self.run(guard, move |c| finish_update(c, &raw, &outcome))
+                .await?;
+            change.map(Change::into_stored)
+        })
         .await
     }
 
@@ -180,7 +201,35 @@ impl crate::store::MultiKeyStore for SqliteStore {
         keys: &[SessionKey],
         mutator: &mut crate::store::ManyMutator<'_>,
     ) -> Result<crate::store::Slots> {
-        crate::telemetry::update(BACKEND, keys, self.apply_many_in_span(keys, mutator)).await
+        crate::telemetry::update(BACKEND, keys, async move {
+            let keys = crate::store::distinct_keys(keys);
+            let raw: Vec<String> = keys.iter().map(ToString::to_string).collect();
+            // One `BEGIN IMMEDIATE` transaction: the write lock is taken before any row is
+            // read, so no other writer can change one of them before the write.
+            let guard = self.lock().await;
+            let (guard, rows) = self.run(guard, move |c| begin_many(c, &raw)).await?;
+            let changed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                sql::change_many(&self.inner.path, keys, rows, mutator)
+            }));
+            let changed = match changed {
+                Ok(changed) => changed,
+                Err(panic) => {
+                    // Roll back at once: the transaction holds the database's write lock,
+                    // which other processes would otherwise wait for until this store's
+                    // next call.
+                    let _ = self.run(guard, |c| finish_many(c, None)).await;
+                    std::panic::resume_unwind(panic);
+                }
+            };
+            let writes = match &changed {
+                Ok((_, writes)) if !writes.is_empty() => Some(writes.clone()),
+                _ => None,
+            };
+            self.run(guard, move |c| finish_many(c, writes.as_deref()))
+                .await?;
+            changed.map(|(slots, _)| slots)
+        })
+        .await
     }
 }
 
@@ -384,69 +433,3 @@ fn finish_update(c: &mut Connection, key: &SessionKey, finish: &Finish) -> Resul
 
 // ---------------------------------------------------------------------------------
 // Transcripts
-
-impl SqliteStore {
-    async fn apply_in_span(
-        &self,
-        key: &SessionKey,
-        mutator: &mut Mutator<'_>,
-    ) -> Result<Option<StoredSession>> {
-        let location = self.inner.path.clone();
-        // Take the write lock first, then read: no other process can change the row
-        // between the read and the write.
-        let guard = self.lock().await;
-        if tokio::runtime::Handle::current().runtime_flavor()
-            == tokio::runtime::RuntimeFlavor::MultiThread
-        {
-            // The whole transaction on this worker, which tokio replaces meanwhile: one
-            // hand-over instead of two trips to the blocking pool.
-            let mut connection = guard;
-            return tokio::task::block_in_place(|| {
-                let row = begin_update(&mut connection, key)?;
-                let change = change(&location, key, row, mutator);
-                finish_update(&mut connection, key, &change_summary(&change))?;
-                change.map(Change::into_stored)
-            });
-        }
-        let raw = key.clone();
-        let (guard, row) = self.run(guard, move |c| begin_update(c, &raw)).await?;
-        let change = change(&location, key, row, mutator);
-        let (outcome, raw) = (change_summary(&change), key.clone());
-        self.run(guard, move |c| finish_update(c, &raw, &outcome))
-            .await?;
-        change.map(Change::into_stored)
-    }
-
-    async fn apply_many_in_span(
-        &self,
-        keys: &[SessionKey],
-        mutator: &mut crate::store::ManyMutator<'_>,
-    ) -> Result<crate::store::Slots> {
-        let keys = crate::store::distinct_keys(keys);
-        let raw: Vec<String> = keys.iter().map(ToString::to_string).collect();
-        // One `BEGIN IMMEDIATE` transaction: the write lock is taken before any row is
-        // read, so no other writer can change one of them before the write.
-        let guard = self.lock().await;
-        let (guard, rows) = self.run(guard, move |c| begin_many(c, &raw)).await?;
-        let changed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            sql::change_many(&self.inner.path, keys, rows, mutator)
-        }));
-        let changed = match changed {
-            Ok(changed) => changed,
-            Err(panic) => {
-                // Roll back at once: the transaction holds the database's write lock,
-                // which other processes would otherwise wait for until this store's
-                // next call.
-                let _ = self.run(guard, |c| finish_many(c, None)).await;
-                std::panic::resume_unwind(panic);
-            }
-        };
-        let writes = match &changed {
-            Ok((_, writes)) if !writes.is_empty() => Some(writes.clone()),
-            _ => None,
-        };
-        self.run(guard, move |c| finish_many(c, writes.as_deref()))
-            .await?;
-        changed.map(|(slots, _)| slots)
-    }
-}

@@ -323,7 +323,7 @@ mod group_history {
     use super::*;
     use crate::inbound::chatter::{ChatterBuffer, ChatterEntry};
     use crate::inbound::events::SystemEvents;
-    use crate::store::chatter_suite;
+    use crate::testing::chatter as chatter_suite;
 
     fn said(body: &str) -> ChatterEntry {
         ChatterEntry {
@@ -492,8 +492,8 @@ mod system_events {
 
     use super::*;
     use crate::inbound::events::SystemEvents;
-    use crate::store::system_events_suite::{self, session};
     use crate::store::SqliteSystemEvents;
+    use crate::testing::system_events::{self as system_events_suite, session};
 
     #[tokio::test]
     async fn are_bounded_and_skip_repeats() {

@@ -183,11 +183,31 @@ impl TranscriptStore for SqliteStore {
         transcript: &TranscriptRef,
         entries: Vec<TranscriptEntry>,
     ) -> Result<Vec<SessionEvent>> {
-        crate::telemetry::append(
-            BACKEND,
-            transcript,
-            self.append_in_span(transcript, entries),
-        )
+        crate::telemetry::append(BACKEND, transcript, async move {
+            let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
+            let session_id = transcript.session_id.clone();
+            let location = self.inner.path.clone();
+            let (writer, announced) = (self.inner.writer.clone(), transcript.clone());
+            let events = self
+                .write(move |tx| {
+                    let events = now(rows::append(
+                        &mut SqliteRows(tx),
+                        (&agent, &name),
+                        &session_id,
+                        &location,
+                        entries,
+                    ))?;
+                    feed::announce(tx, &writer, &announced, &name, &events)?;
+                    Ok(events)
+                })
+                .await?;
+            self.inner.hub.publish(TranscriptUpdate {
+                transcript: transcript.clone(),
+                path: None,
+                events: events.clone(),
+            });
+            Ok(events)
+        })
         .await
     }
 
@@ -402,37 +422,5 @@ impl TranscriptExport for SqliteStore {
             Ok(removed > 0)
         })
         .await
-    }
-}
-
-impl SqliteStore {
-    async fn append_in_span(
-        &self,
-        transcript: &TranscriptRef,
-        entries: Vec<TranscriptEntry>,
-    ) -> Result<Vec<SessionEvent>> {
-        let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
-        let session_id = transcript.session_id.clone();
-        let location = self.inner.path.clone();
-        let (writer, announced) = (self.inner.writer.clone(), transcript.clone());
-        let events = self
-            .write(move |tx| {
-                let events = now(rows::append(
-                    &mut SqliteRows(tx),
-                    (&agent, &name),
-                    &session_id,
-                    &location,
-                    entries,
-                ))?;
-                feed::announce(tx, &writer, &announced, &name, &events)?;
-                Ok(events)
-            })
-            .await?;
-        self.inner.hub.publish(TranscriptUpdate {
-            transcript: transcript.clone(),
-            path: None,
-            events: events.clone(),
-        });
-        Ok(events)
     }
 }

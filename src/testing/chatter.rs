@@ -1,15 +1,17 @@
-//! What every durable [`ChatterBuffer`] must do, as [`InMemoryChatter`] does: run by the
-//! SQLite and PostgreSQL tests on their buffers, and here on `InMemoryChatter` itself, so
-//! the suite is known to describe the in-memory semantics.
+//! What every [`ChatterBuffer`] must do, as [`InMemoryChatter`](crate::inbound::InMemoryChatter) does: run on every
+//! buffer of the crate by [`chatter_conformance_tests!`](crate::chatter_conformance_tests)
+//! (and on a host's own), and here on `InMemoryChatter` itself, so the suite is known to
+//! describe the in-memory semantics.
 
 use std::collections::HashSet;
 use std::future::Future;
 
-use crate::inbound::chatter::{ChatterBuffer, ChatterClaim, ChatterEntry, InMemoryChatter};
+use crate::inbound::chatter::{ChatterBuffer, ChatterClaim, ChatterEntry};
 
 /// One step of [`bounded_per_group_and_over_groups`].
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Step {
+#[doc(hidden)]
+pub enum Step {
     Append(&'static str, &'static str),
     Take(&'static str),
     Clear(&'static str),
@@ -32,7 +34,8 @@ fn bodies(entries: Vec<ChatterEntry>) -> Vec<String> {
 /// At most `limit` newest entries a group, at most `max_keys` groups, the group
 /// appended to least recently dropped first; `take` and `clear` empty a group.
 /// `make(case, limit, max_keys)` gives an empty buffer with those bounds.
-pub(crate) async fn bounded_per_group_and_over_groups<H, F, Fut>(make: F)
+#[doc(hidden)]
+pub async fn bounded_per_group_and_over_groups<H, F, Fut>(make: F)
 where
     H: ChatterBuffer,
     F: Fn(usize, usize, usize) -> Fut,
@@ -141,7 +144,8 @@ where
 /// With history off (`off`: a limit of 0), clearing a group leaves what a buffer with
 /// history on (`on`, over the same storage) kept, as OpenClaw's
 /// `clearHistoryEntriesIfEnabled` does.
-pub(crate) async fn clearing_with_history_off_leaves_the_group<H: ChatterBuffer>(on: H, off: H) {
+#[doc(hidden)]
+pub async fn clearing_with_history_off_leaves_the_group<H: ChatterBuffer>(on: H, off: H) {
     for body in ["a", "b"] {
         on.append("g1", said(body)).await.unwrap();
     }
@@ -153,7 +157,8 @@ pub(crate) async fn clearing_with_history_off_leaves_the_group<H: ChatterBuffer>
 
 /// Every field comes back as it was appended, whatever its value, and `take` returns
 /// what `entries` showed, then leaves the group empty.
-pub(crate) async fn entries_keep_every_field<H: ChatterBuffer>(history: H) {
+#[doc(hidden)]
+pub async fn entries_keep_every_field<H: ChatterBuffer>(history: H) {
     let entries = [
         ChatterEntry {
             sender: "Ann (+15550001)".into(),
@@ -205,7 +210,8 @@ pub(crate) async fn entries_keep_every_field<H: ChatterBuffer>(history: H) {
 /// entry is returned by exactly one `take` or kept, each writer's entries in the order
 /// it appended them. The handles may be one buffer or three (processes, hosts); their
 /// per-group limit must hold every entry (`2 * per_writer`).
-pub(crate) async fn take_is_atomic_beside_concurrent_appends<H>(
+#[doc(hidden)]
+pub async fn take_is_atomic_beside_concurrent_appends<H>(
     writers: [H; 2],
     taker: H,
     per_writer: usize,
@@ -269,10 +275,8 @@ fn claim(id: &str) -> ChatterClaim {
 /// the unclaimed ones); every claim comes back from `claims` as it was made; the limit
 /// counts unclaimed entries only; `clear` forgets claims too. `history` starts empty
 /// and keeps at least 2 entries a group.
-pub(crate) async fn claims_hand_entries_over_exactly_once<H: ChatterBuffer>(
-    history: H,
-    limit: usize,
-) {
+#[doc(hidden)]
+pub async fn claims_hand_entries_over_exactly_once<H: ChatterBuffer>(history: H, limit: usize) {
     const G: &str = "agent:main:telegram:default:group:-100";
     let append = |body: &'static str| history.append(G, said(body));
     let ids =
@@ -352,32 +356,38 @@ pub(crate) async fn claims_hand_entries_over_exactly_once<H: ChatterBuffer>(
     assert_eq!(history.entries(G).await.unwrap(), []);
 }
 
-#[tokio::test]
-async fn memory_history_is_what_the_suite_describes() {
-    bounded_per_group_and_over_groups(|_, limit, max_keys| async move {
-        InMemoryChatter::new(limit, max_keys)
-    })
-    .await;
-    entries_keep_every_field(InMemoryChatter::default()).await;
-    claims_hand_entries_over_exactly_once(InMemoryChatter::new(3, 10), 3).await;
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inbound::chatter::InMemoryChatter;
 
-/// `InMemoryChatter` forgets every group when its limit becomes 0 (see
-/// [`InMemoryChatter::set_limit`]); a clear while it is 0 changes nothing either.
-#[tokio::test]
-async fn memory_history_forgets_every_group_when_history_is_turned_off() {
-    let history = InMemoryChatter::new(3, 10);
-    history.append("g1", said("a")).await.unwrap();
-    history.set_limit(Some(0));
-    history.clear("g1").await.unwrap();
-    history.set_limit(Some(3));
-    history.append("g1", said("b")).await.unwrap();
-    assert_eq!(bodies(history.entries("g1").await.unwrap()), ["b"]);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_history_takes_atomically() {
-    let history = std::sync::Arc::new(InMemoryChatter::new(1000, 10));
-    take_is_atomic_beside_concurrent_appends([history.clone(), history.clone()], history, 200)
+    #[tokio::test]
+    async fn memory_history_is_what_the_suite_describes() {
+        bounded_per_group_and_over_groups(|_, limit, max_keys| async move {
+            InMemoryChatter::new(limit, max_keys)
+        })
         .await;
+        entries_keep_every_field(InMemoryChatter::default()).await;
+        claims_hand_entries_over_exactly_once(InMemoryChatter::new(3, 10), 3).await;
+    }
+
+    /// `InMemoryChatter` forgets every group when its limit becomes 0 (see
+    /// [`InMemoryChatter::set_limit`](crate::inbound::InMemoryChatter::set_limit)); a clear while it is 0 changes nothing either.
+    #[tokio::test]
+    async fn memory_history_forgets_every_group_when_history_is_turned_off() {
+        let history = InMemoryChatter::new(3, 10);
+        history.append("g1", said("a")).await.unwrap();
+        history.set_limit(Some(0));
+        history.clear("g1").await.unwrap();
+        history.set_limit(Some(3));
+        history.append("g1", said("b")).await.unwrap();
+        assert_eq!(bodies(history.entries("g1").await.unwrap()), ["b"]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn memory_history_takes_atomically() {
+        let history = std::sync::Arc::new(InMemoryChatter::new(1000, 10));
+        take_is_atomic_beside_concurrent_appends([history.clone(), history.clone()], history, 200)
+            .await;
+    }
 }

@@ -1,6 +1,8 @@
-//! What every shared [`SystemEvents`] must do, as [`SystemEventQueue`] does: run by the
-//! SQLite, PostgreSQL and JSON tests on their queues, and here on `SystemEventQueue`
-//! itself, so the suite is known to describe the in-memory semantics.
+//! What every [`SystemEvents`] queue must do, as [`SystemEventQueue`](crate::inbound::SystemEventQueue) does: run on every
+//! queue of the crate by
+//! [`system_events_conformance_tests!`](crate::system_events_conformance_tests) (and on
+//! a host's own), and here on `SystemEventQueue` itself, so the suite is known to
+//! describe the in-memory semantics.
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -8,19 +10,21 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::inbound::events::{SystemEvent, SystemEventQueue, SystemEvents};
+use crate::inbound::events::{SystemEvent, SystemEvents};
 use crate::key::SessionKey;
 
 /// One step of [`bounded_and_skipping_repeats`].
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Step {
+#[doc(hidden)]
+pub enum Step {
     /// Enqueue to a session, and whether it was queued.
     Enqueue(&'static str, &'static str, bool),
     /// Drain a session, and the texts returned.
     Drain(&'static str, &'static [&'static str]),
 }
 
-pub(crate) fn session(name: &str) -> SessionKey {
+#[doc(hidden)]
+pub fn session(name: &str) -> SessionKey {
     SessionKey::parse(&format!("agent:main:telegram:dm:{name}")).unwrap()
 }
 
@@ -38,7 +42,8 @@ fn texts(events: Vec<SystemEvent>) -> Vec<String> {
 /// empties a session and frees its place. `make(case, max_events, max_sessions)` gives
 /// empty queues with those bounds; `pause` is slept between steps (for stores that
 /// order sessions by file time).
-pub(crate) async fn bounded_and_skipping_repeats<E, F, Fut>(make: F, pause: Duration)
+#[doc(hidden)]
+pub async fn bounded_and_skipping_repeats<E, F, Fut>(make: F, pause: Duration)
 where
     E: SystemEvents,
     F: Fn(usize, usize, usize) -> Fut,
@@ -169,7 +174,8 @@ where
 
 /// Text and time come back as they were queued (times to the microsecond), oldest
 /// first, and sessions do not see each other's events.
-pub(crate) async fn events_keep_text_and_time<E: SystemEvents>(events: E) {
+#[doc(hidden)]
+pub async fn events_keep_text_and_time<E: SystemEvents>(events: E) {
     let queued = [
         SystemEvent {
             text: "Model switched to 'opus' — \"quoted\", ünïcödé 🍕\nsecond line".into(),
@@ -197,7 +203,8 @@ pub(crate) async fn events_keep_text_and_time<E: SystemEvents>(events: E) {
 /// every event is returned by exactly one drain, each writer's events in the order it
 /// queued them. The handles may be one queue or four (processes, hosts); their
 /// per-session bound must hold every event (`2 * per_writer`).
-pub(crate) async fn drain_once_beside_concurrent_enqueues<E>(
+#[doc(hidden)]
+pub async fn drain_once_beside_concurrent_enqueues<E>(
     writers: [E; 2],
     drainers: [E; 2],
     per_writer: usize,
@@ -271,25 +278,31 @@ pub(crate) async fn drain_once_beside_concurrent_enqueues<E>(
     assert_eq!(distinct.len(), seen.len(), "nothing returned twice");
 }
 
-#[tokio::test]
-async fn the_in_memory_queue_is_what_the_suite_describes() {
-    bounded_and_skipping_repeats(
-        |_, max_events, max_sessions| async move {
-            SystemEventQueue::with_limits(max_events, max_sessions)
-        },
-        Duration::ZERO,
-    )
-    .await;
-    events_keep_text_and_time(SystemEventQueue::default()).await;
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inbound::events::SystemEventQueue;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_in_memory_queue_drains_once() {
-    let events = std::sync::Arc::new(SystemEventQueue::with_limits(1000, 10));
-    drain_once_beside_concurrent_enqueues(
-        [events.clone(), events.clone()],
-        [events.clone(), events],
-        200,
-    )
-    .await;
+    #[tokio::test]
+    async fn the_in_memory_queue_is_what_the_suite_describes() {
+        bounded_and_skipping_repeats(
+            |_, max_events, max_sessions| async move {
+                SystemEventQueue::with_limits(max_events, max_sessions)
+            },
+            Duration::ZERO,
+        )
+        .await;
+        events_keep_text_and_time(SystemEventQueue::default()).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_in_memory_queue_drains_once() {
+        let events = std::sync::Arc::new(SystemEventQueue::with_limits(1000, 10));
+        drain_once_beside_concurrent_enqueues(
+            [events.clone(), events.clone()],
+            [events.clone(), events],
+            200,
+        )
+        .await;
+    }
 }
