@@ -20,9 +20,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sessions::prelude::*;
-use agent_sessions::search::{InMemoryIndex, Search, SearchIndex, SearchQuery};
 use agent_sessions::store::FileTranscriptStore;
 use agent_sessions::store::{SqliteOptions, SqliteStore};
+use agent_sessions::transcript::search::{InMemoryIndex, Search, SearchIndex, SearchQuery};
 use agent_sessions::transcript::{TranscriptEntry, TranscriptRef, TranscriptStore};
 use agent_sessions::{Durability, JsonFileOptions};
 use chrono::Utc;

@@ -2,7 +2,9 @@
 
 use std::hint::black_box;
 
-use agent_sessions::key::{Conversation, DefaultKeyBuilder, DmScope, IdentityLinks, KeyBuilder};
+use agent_sessions::identity::{
+    Conversation, DefaultKeyBuilder, DmScope, IdentityLinks, KeyBuilder,
+};
 use agent_sessions::SessionKey;
 use criterion::{criterion_group, criterion_main, Criterion};
 

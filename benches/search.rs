@@ -12,7 +12,9 @@ use std::time::Duration;
 
 mod common;
 
-use agent_sessions::search::{InMemoryIndex, Search, SearchFilter, SearchIndex, SearchQuery};
+use agent_sessions::transcript::search::{
+    InMemoryIndex, Search, SearchFilter, SearchIndex, SearchQuery,
+};
 use common::search::{corpus, fill, naive, recall_at_10, Hashed, MESSAGES, QUERY};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 

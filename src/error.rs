@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 
 // Two leaf files of plain data, which import nothing of the crate: no import circle
 // runs through the error type.
-use crate::key::session_key::SessionKey;
+use crate::identity::key::session_key::SessionKey;
 use crate::store::revision::Revision;
 
 /// A `Result` whose error is the crate's [`Error`].
@@ -319,7 +319,7 @@ pub enum Error {
     /// unusable. Settings the crate does not read are never the cause.
     ///
     /// ```
-    /// use agent_sessions::openclaw::OpenClawConfig;
+    /// use agent_sessions::ops::openclaw::OpenClawConfig;
     /// use agent_sessions::Error;
     ///
     /// let err = OpenClawConfig::from_json5_str("{ session: { dmScope: 'per-user' } }").unwrap_err();

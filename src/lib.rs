@@ -52,8 +52,8 @@
 //! * `inspector` — the session inspector, a web page for operators at `/ui` of the
 //!   HTTP service (`http::Inspector`; implies `http`).
 //! * `metrics` — counters and histograms through the [`metrics`](https://docs.rs/metrics)
-//!   facade, to whatever recorder the host installs (see [`telemetry`]).
-//! * `testing` — [`testing`]: the conformance suites every [`SessionStore`] and
+//!   facade, to whatever recorder the host installs (see [`ops::telemetry`]).
+//! * `testing` — [`store::testing`]: the conformance suites every [`SessionStore`] and
 //!   transcript store must pass, and the macros that run them against your own.
 //!
 //! The `agent-sessions` command-line tool (list, show, reset, prune, export, import,
@@ -64,7 +64,7 @@
 //!
 //! The crate logs through [`tracing`]: lock waits and who holds the lock, writes and
 //! their durations, corrupt files, cache hits. Install any `tracing` subscriber to see
-//! why a turn was slow; [`telemetry`] lists the spans and metrics.
+//! why a turn was slow; [`ops::telemetry`] lists the spans and metrics.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -79,28 +79,21 @@ pub mod freshness;
 pub mod http;
 pub mod identity;
 pub mod inbound;
-pub mod key;
 pub mod manager;
 pub mod memory;
-pub mod openclaw;
 pub mod ops;
 pub mod privacy;
 pub mod reply;
-pub mod search;
 pub mod store;
-pub mod telemetry;
-#[cfg(any(test, feature = "testing"))]
-#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
-pub mod testing;
 pub mod transcript;
 
 pub use error::{
     AccessDenial, CorruptProblem, DeleteRefusal, Error, IdKind, KeyProblem, LockHolder, Result,
 };
-pub use inbound::{InboundMessage, Sender};
-pub use key::{
+pub use identity::{
     AgentId, Conversation, DefaultKeyBuilder, DmScope, KeyBuilder, PeerKind, SessionKey,
 };
+pub use inbound::{InboundMessage, Sender};
 pub use manager::{Decision, Reason, Resolution, Session, SessionManager};
 pub use store::entry::{
     ChatType, DeliveryContext, SessionEntry, SessionOrigin, SessionSource, SessionStatus, ThreadId,

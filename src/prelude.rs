@@ -1,10 +1,10 @@
 //! The names most programs use, for `use agent_sessions::prelude::*`.
 
-pub use crate::inbound::chat::{ChatMessage, ChatRole};
-pub use crate::inbound::InboundMessage;
-pub use crate::key::{
+pub use crate::identity::{
     AgentId, Conversation, DefaultKeyBuilder, DmScope, KeyBuilder, PeerKind, SessionKey,
 };
+pub use crate::inbound::chat::{ChatMessage, ChatRole};
+pub use crate::inbound::InboundMessage;
 pub use crate::manager::{
     Decision, Reason, Resolution, SessionManager, Turn, TurnAction, TurnReply,
 };

@@ -124,3 +124,20 @@ fn every_folder_of_the_crate_is_on_the_map() {
         }
     }
 }
+
+#[test]
+fn ls_src_is_a_short_map() {
+    // Each feature is a folder; what belongs to one lives inside it, so the top level
+    // stays a map a reader takes in at a glance.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let entries: Vec<String> = std::fs::read_dir(&src)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name != "lib.rs" && name != "prelude.rs")
+        .collect();
+    assert!(
+        entries.len() <= 14,
+        "src/ has {} entries besides lib.rs and prelude.rs: {entries:?}",
+        entries.len()
+    );
+}

@@ -1,4 +1,4 @@
-//! Every store passes the same conformance suite (`agent_sessions::testing`).
+//! Every store passes the same conformance suite (`agent_sessions::store::testing`).
 
 use agent_sessions::{Durability, InMemoryStore, JsonFileOptions, JsonFileStore};
 

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use agent_sessions::follow::{Position, Scope, Update};
 use agent_sessions::identity::AgentScoped;
 use agent_sessions::identity::Caller;
+use agent_sessions::identity::IdentityLinks;
 use agent_sessions::identity::Workspaces;
 use agent_sessions::identity::{
     DefaultIdentityResolver, Directory, DirectoryEntry, Identifier, PersonType, StaticDirectory,
 };
-use agent_sessions::key::IdentityLinks;
 use agent_sessions::manager::{
     DeleteOptions, LogMessage, OverrideKind, ScopedManager, SessionOverride, TurnOutcome,
 };
@@ -1336,7 +1336,8 @@ async fn everything_a_session_lifecycle_search_doctor_and_migration_write_is_own
         .await
         .unwrap();
     // Search: the index saved beside the tree.
-    let search = agent_sessions::search::Search::shared(backend.search_index().await.unwrap());
+    let search =
+        agent_sessions::transcript::search::Search::shared(backend.search_index().await.unwrap());
     search.process_all(&**backend.transcripts()).await.unwrap();
     // Doctor: a corrupt store restored from its backup, the corrupt one quarantined.
     let store_file = agent_sessions::store::store_path(&state, &AgentId::main());

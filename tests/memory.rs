@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_sessions::freshness::ManualClock;
-use agent_sessions::key::IdentityLinks;
+use agent_sessions::identity::IdentityLinks;
 use agent_sessions::manager::{LogMessage, TurnOutcome};
 use agent_sessions::memory::{CompactionEvent, SummaryRefresh};
 use agent_sessions::memory::{EngineKind, EngineSession, TurnUsage};

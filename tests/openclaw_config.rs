@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use agent_sessions::freshness::ManualClock;
 use agent_sessions::freshness::{StaleReason, Zone};
-use agent_sessions::openclaw::{OpenClawConfig, OpenClawEnv};
+use agent_sessions::ops::openclaw::{OpenClawConfig, OpenClawEnv};
 use agent_sessions::prelude::*;
 use agent_sessions::{Error, Reason};
 use chrono::{DateTime, Utc};

@@ -182,7 +182,8 @@ async fn write_everything(url: &str, workspaces: &Path) {
     answer(&manager, &bob_says("just chatting", "g5"), "-").await;
     // The search index of the message log.
     let backend = Backend::open(url).await.unwrap();
-    let search = agent_sessions::search::Search::shared(backend.search_index().await.unwrap());
+    let search =
+        agent_sessions::transcript::search::Search::shared(backend.search_index().await.unwrap());
     search.sync(&**backend.transcripts()).await.unwrap();
 }
 
@@ -545,17 +546,22 @@ async fn erase_and_scan(url: &str, state: &Path, workspaces: &Path, kills: usize
     }
     // The search index knows Bob's words and none of hers.
     let backend = Backend::open(url).await.unwrap();
-    let search = agent_sessions::search::Search::shared(backend.search_index().await.unwrap());
+    let search =
+        agent_sessions::transcript::search::Search::shared(backend.search_index().await.unwrap());
     for word in BOB_WORDS {
         let hits = search
-            .search(&agent_sessions::search::SearchQuery::text(*word))
+            .search(&agent_sessions::transcript::search::SearchQuery::text(
+                *word,
+            ))
             .await
             .unwrap();
         assert!(!hits.is_empty(), "Bob's {word} is still found");
     }
     for word in JANE_WORDS {
         let hits = search
-            .search(&agent_sessions::search::SearchQuery::text(*word))
+            .search(&agent_sessions::transcript::search::SearchQuery::text(
+                *word,
+            ))
             .await
             .unwrap();
         assert!(hits.is_empty(), "{word} is not found");
@@ -805,7 +811,7 @@ async fn a_turn_running_during_an_erase_completes_first_and_a_later_message_star
 
 #[tokio::test]
 async fn ids_linked_to_a_person_are_erased_with_them_and_the_links_are_reported() {
-    use agent_sessions::key::{DefaultKeyBuilder, IdentityLinks};
+    use agent_sessions::identity::{DefaultKeyBuilder, IdentityLinks};
     let links = IdentityLinks::new().link("jane", ["telegram:4242", "sms:+15550100777"]);
     let manager = SessionManager::builder(InMemoryStore::new())
         .key_builder(DefaultKeyBuilder::new().identity_links(links))

@@ -11,8 +11,8 @@ use std::time::Duration;
 use agent_sessions::freshness::ManualClock;
 use agent_sessions::prelude::*;
 use agent_sessions::privacy::{RetentionPolicy, RetentionRule};
-use agent_sessions::search::{Search, SearchQuery};
 use agent_sessions::store::Backend;
+use agent_sessions::transcript::search::{Search, SearchQuery};
 use agent_sessions::Sender;
 
 const DAY: Duration = Duration::from_secs(24 * 3600);

@@ -12,7 +12,7 @@ use std::time::Duration;
 use agent_sessions::freshness::ManualClock;
 use agent_sessions::manager::LogMessage;
 use agent_sessions::prelude::*;
-use agent_sessions::search::{
+use agent_sessions::transcript::search::{
     Categorizer, Embedder, Exchange, InMemoryIndex, KeywordCategorizer, LoggedMessage, Search,
     SearchFilter, SearchIndex, SearchQuery, Work,
 };
@@ -188,12 +188,12 @@ async fn log_corpus(transcripts: Arc<dyn TranscriptStore>, sessions: Arc<dyn Ses
     }
 }
 
-fn texts(hits: &[agent_sessions::search::SearchHit]) -> Vec<&str> {
+fn texts(hits: &[agent_sessions::transcript::search::SearchHit]) -> Vec<&str> {
     hits.iter().map(|h| h.message.text.as_str()).collect()
 }
 
 /// The texts of the first `n` hits, sorted (for hits whose scores tie).
-fn sorted_top(hits: &[agent_sessions::search::SearchHit], n: usize) -> Vec<&str> {
+fn sorted_top(hits: &[agent_sessions::transcript::search::SearchHit], n: usize) -> Vec<&str> {
     let mut top = texts(hits)[..n].to_vec();
     top.sort();
     top
@@ -408,7 +408,7 @@ impl Embedder for ConceptEmbedder {
         Ok(texts
             .iter()
             .map(|text| {
-                let words = agent_sessions::search::tokens(text);
+                let words = agent_sessions::transcript::search::tokens(text);
                 CONCEPTS
                     .iter()
                     .map(|concept| {
@@ -846,7 +846,8 @@ fn month() -> Vec<LoggedMessage> {
 fn analytics_count_a_generated_month() {
     let messages = month();
     let end = Utc.with_ymd_and_hms(2026, 3, 31, 23, 59, 0).unwrap();
-    let stats = agent_sessions::search::analytics(&messages, end, chrono::Duration::days(7));
+    let stats =
+        agent_sessions::transcript::search::analytics(&messages, end, chrono::Duration::days(7));
     assert_eq!(stats.total, 62);
     assert_eq!((stats.inbound, stats.outbound), (31, 31));
     // Days 1..=31 by day % 4: 0 → 7 days (4, 8, …, 28), 1 → 8, 2 → 8, 3 → 8.
@@ -885,7 +886,7 @@ fn a_person_who_keeps_asking_has_a_recurring_topic() {
     let mut messages = month();
     let end = Utc.with_ymd_and_hms(2026, 3, 31, 23, 59, 0).unwrap();
     assert_eq!(
-        agent_sessions::search::recurring_topic(&messages, "p1", end),
+        agent_sessions::transcript::search::recurring_topic(&messages, "p1", end),
         None
     );
     // p1 asks about rosters three times this week.
@@ -899,7 +900,7 @@ fn a_person_who_keeps_asking_has_a_recurring_topic() {
             ..messages[0].clone()
         });
     }
-    let topic = agent_sessions::search::recurring_topic(&messages, "p1", end).unwrap();
+    let topic = agent_sessions::transcript::search::recurring_topic(&messages, "p1", end).unwrap();
     assert_eq!((topic.category.as_str(), topic.count), ("roster_query", 3));
     assert_eq!(
         topic.sentence(),
@@ -908,7 +909,7 @@ fn a_person_who_keeps_asking_has_a_recurring_topic() {
     // A week later it is no longer recurring.
     let later = end + chrono::Duration::days(7);
     assert_eq!(
-        agent_sessions::search::recurring_topic(&messages, "p1", later),
+        agent_sessions::transcript::search::recurring_topic(&messages, "p1", later),
         None
     );
 }
@@ -1049,7 +1050,7 @@ async fn postgres_ranks_like_the_memory_index() {
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 fn hashed(text: &str) -> Vec<f32> {
     let mut vector = vec![0.0; 32];
-    for word in agent_sessions::search::tokens(text) {
+    for word in agent_sessions::transcript::search::tokens(text) {
         let bucket = word
             .bytes()
             .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));

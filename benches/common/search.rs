@@ -1,7 +1,7 @@
 //! The search corpus and its naive baseline, shared by the `search` and `floors`
 //! benchmarks: 100,000 generated messages, a stand-in embedding model, and a naive scan.
 
-use agent_sessions::search::{Embedder, LoggedMessage, SearchFilter, SearchIndex};
+use agent_sessions::transcript::search::{Embedder, LoggedMessage, SearchFilter, SearchIndex};
 use agent_sessions::transcript::Direction;
 use async_trait::async_trait;
 use chrono::{TimeZone, Utc};
@@ -82,7 +82,7 @@ pub struct Hashed;
 
 pub fn embed(text: &str) -> Vec<f32> {
     let mut vector = vec![0.0; DIMENSIONS];
-    for word in agent_sessions::search::tokens(text) {
+    for word in agent_sessions::transcript::search::tokens(text) {
         let bucket = word
             .bytes()
             .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));

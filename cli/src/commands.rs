@@ -1238,7 +1238,9 @@ async fn stats(store: &str, agent: &AgentId, json: bool, args: StatsArgs) -> Out
     });
     let mut summary = summary;
     if args.messages {
-        use agent_sessions::search::{self, InMemoryIndex, Search, SearchFilter, SearchIndex};
+        use agent_sessions::transcript::search::{
+            self, InMemoryIndex, Search, SearchFilter, SearchIndex,
+        };
         // Built in memory unless the index is to be kept in the store.
         let index: std::sync::Arc<dyn SearchIndex> = if args.save_index {
             backend.search_index().await?
@@ -1711,7 +1713,8 @@ async fn serve(store: &str, given: Given, args: ServeArgs) -> Outcome {
     let backend = agent_sessions::store::Backend::open(store).await?;
     if args.ui {
         let transcripts: std::sync::Arc<dyn TranscriptStore> = backend.transcripts().clone();
-        let search = agent_sessions::search::Search::shared(backend.search_index().await?);
+        let search =
+            agent_sessions::transcript::search::Search::shared(backend.search_index().await?);
         options = options.inspector(Inspector::new().search(search, transcripts));
     }
     let manager = SessionManager::builder(backend.sessions().clone())

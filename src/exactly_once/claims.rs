@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use super::holders::{self, Hold};
 use crate::error::Result;
 use crate::freshness::clock::to_millis;
+use crate::identity::key::AgentId;
 use crate::inbound::chatter::{ChatterClaim, ChatterEntry};
-use crate::key::AgentId;
 use crate::manager::SessionManager;
 use crate::transcript::{Offset, SessionEvent, TranscriptEntry, TranscriptRef, TranscriptStore};
 

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use super::holders::{self, Hold};
 use crate::error::Result;
+use crate::identity::key::{normalize_account_id, normalize_channel, SessionKey};
 use crate::inbound::InboundMessage;
-use crate::key::{normalize_account_id, normalize_channel, SessionKey};
 use crate::manager::SessionManager;
 use crate::store::entry::{InboundRecord, SessionEntry};
 use crate::transcript::{Direction, TranscriptRef};
@@ -226,7 +226,7 @@ mod tests {
     /// same message id.
     #[tokio::test]
     async fn a_dead_turns_message_is_not_mistaken_for_another_chats_line() {
-        use crate::key::{DefaultKeyBuilder, DmScope};
+        use crate::identity::key::{DefaultKeyBuilder, DmScope};
         use crate::manager::TurnAction;
         use crate::store::{InMemoryStore, SessionStoreExt};
         use crate::transcript::InMemoryTranscriptStore;

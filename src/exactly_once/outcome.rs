@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::key::SessionKey;
+use crate::identity::key::SessionKey;
 use crate::manager::SessionManager;
 use crate::reply::payload::ReplyPayload;
 use crate::store::entry::SessionEntry;
@@ -217,7 +217,7 @@ impl SessionManager {
             }
         })
         .await?;
-        crate::telemetry::turn_failed(failure.as_str());
+        crate::ops::telemetry::turn_failed(failure.as_str());
         Ok(())
     }
 
@@ -339,7 +339,7 @@ impl SessionManager {
         }
         let mark = TranscriptEntry::custom(DELIVERY_CUSTOM_TYPE, data, self.seams.clock.now());
         transcripts.append(&transcript, vec![mark]).await?;
-        crate::telemetry::delivered(delivery.status());
+        crate::ops::telemetry::delivered(delivery.status());
         Ok(())
     }
 }

@@ -9,7 +9,7 @@ use super::transcript::TranscriptFollow;
 use super::{Position, Sources, Update};
 use crate::error::Result;
 use crate::freshness::Clock;
-use crate::key::{AgentId, SessionKey};
+use crate::identity::key::{AgentId, SessionKey};
 use crate::store::entry::SessionStatus;
 use crate::store::{ListFilter, SessionStore, StatusFilter, StoredSession};
 use crate::transcript::{

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::transcript::TranscriptFollow;
 use super::{Position, Sources, Update};
 use crate::error::{Error, IdKind, Result};
-use crate::key::{AgentId, SessionKey};
+use crate::identity::key::{AgentId, SessionKey};
 use crate::store::entry::SessionStatus;
 use crate::store::{ListFilter, SessionStore, StatusFilter, StoredSession};
 use crate::transcript::{

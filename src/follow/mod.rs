@@ -64,7 +64,7 @@ use std::time::Duration;
 
 use crate::error::{Error, IdKind, Result};
 use crate::freshness::Clock;
-use crate::key::{AgentId, SessionKey};
+use crate::identity::key::{AgentId, SessionKey};
 use crate::store::{SessionStore, StoredSession};
 use crate::transcript::{Offset, SessionEvent, TranscriptRef, TranscriptStore};
 

@@ -3,7 +3,7 @@
 //! `emitSessionTranscriptUpdate`.
 
 use crate::error::{Error, Result};
-use crate::key::SessionKey;
+use crate::identity::key::SessionKey;
 use crate::manager::SessionManager;
 use crate::transcript::{TranscriptNotice, TranscriptRef, TranscriptStore, TranscriptUpdate};
 
@@ -92,7 +92,7 @@ impl SessionManager {
 /// store where that transcript lives.
 fn transcript_named_by(store: &dyn TranscriptStore, file: &str) -> Result<TranscriptRef> {
     use crate::error::IdKind;
-    use crate::key::AgentId;
+    use crate::identity::key::AgentId;
     let refused = |problem| Error::invalid_id(IdKind::SessionFile, file, problem);
     let path = std::path::Path::new(file);
     let parent = path.parent();

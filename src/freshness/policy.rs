@@ -10,7 +10,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::{Error, IdKind, Result};
 use crate::freshness::clock::from_millis;
-use crate::key::{normalize_channel, PeerKind, SessionKey};
+use crate::identity::key::{normalize_channel, PeerKind, SessionKey};
 use crate::store::entry::SessionEntry;
 
 /// The hour of the daily reset when none is configured (OpenClaw: 4, local time).

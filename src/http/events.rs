@@ -23,7 +23,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use super::*;
 use crate::follow::{Follow, Position, Scope, Update};
-use crate::key::SessionKey;
+use crate::identity::key::SessionKey;
 use crate::transcript::{Offset, SessionEvent};
 
 /// The header a reconnecting SSE client sends its last event id in.
@@ -165,7 +165,7 @@ pub(super) async fn key_events(
     query: Result<Query<KeyEventsQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(query) = query?;
-    let key = crate::key::SessionKey::parse(&key)?;
+    let key = crate::identity::key::SessionKey::parse(&key)?;
     let from = match last_event_id(&headers)? {
         Some(value) => Some(
             value

@@ -20,8 +20,8 @@ use axum::http::HeaderValue;
 
 use super::*;
 use crate::follow::{Position, Scope, Update};
-use crate::key::SessionKey;
-use crate::search::{Search, SearchFilter, SearchQuery};
+use crate::identity::key::SessionKey;
+use crate::transcript::search::{Search, SearchFilter, SearchQuery};
 use crate::transcript::TranscriptStore;
 
 /// The cookie that names an operator's login.

@@ -83,8 +83,8 @@ use tokio::sync::Semaphore;
 use tracing::Instrument;
 
 use crate::error::Error;
+use crate::identity::key::AgentId;
 use crate::inbound::InboundMessage;
-use crate::key::AgentId;
 use crate::manager::{Resolution, SessionManager, TurnOutcome};
 use crate::store::entry::{SessionEntry, SessionStatus};
 use crate::store::{ListCursor, ListFilter, StatusFilter, StoredSession};
@@ -504,7 +504,7 @@ where
                 let shed = open.shed_strangers(SHED_GRACE);
                 if shed > 0 {
                     tracing::info!(shed, "every connection taken: closed the idle ones that showed no secret");
-                    crate::telemetry::connections_shed(shed);
+                    crate::ops::telemetry::connections_shed(shed);
                 }
                 continue;
             }

@@ -1,8 +1,8 @@
 //! Who may read and change a session (documented in the parent module).
 
 use crate::error::{AccessDenial, Error, KeyProblem, Result};
+use crate::identity::key::SessionKey;
 use crate::identity::Person;
-use crate::key::SessionKey;
 use crate::store::entry::SessionEntry;
 
 /// Who is asking, as far as access control cares.

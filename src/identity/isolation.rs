@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::error::{AccessDenial, Error, Result};
-use crate::key::{AgentId, SessionKey};
+use crate::identity::key::{AgentId, SessionKey};
 use crate::store::entry::SessionEntry;
 use crate::store::{ListFilter, ManyMutator, Mutator, SessionStore, Slots, StoredSession};
 use crate::transcript::{

@@ -1,8 +1,38 @@
-//! Identity: every channel resolves to one canonical person.
+//! Identity: which conversation a message belongs to, who wrote it, and who may open it.
 //!
-//! A person who texts from their phone and later opens the web chat is one person; a
-//! session keyed by person (see [`DmScope::PerPerson`](crate::key::DmScope::PerPerson))
-//! is then one conversation across transports.
+//! # Session keys
+//!
+//! A [`SessionKey`] is the canonical, validated name of one conversation, in OpenClaw's
+//! format `agent:<agentId>:<rest>` (or `global`). Keys are built from a [`Conversation`]
+//! by a [`KeyBuilder`]; [`DefaultKeyBuilder`] implements OpenClaw's rules (dm scopes,
+//! groups, channels, threads, Telegram forum topics, identity links).
+//!
+//! ```
+//! use agent_sessions::identity::{Conversation, DefaultKeyBuilder, DmScope, KeyBuilder, PeerKind};
+//!
+//! let keys = DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer);
+//! let dm = keys.build(&Conversation::direct("telegram", "123456789"))?;
+//! assert_eq!(dm.as_str(), "agent:main:telegram:dm:123456789");
+//!
+//! let group = keys.build(&Conversation::group("whatsapp", "120363@g.us"))?;
+//! assert_eq!(group.as_str(), "agent:main:whatsapp:group:120363@g.us");
+//! assert_eq!(group.peer_kind(), Some(PeerKind::Group));
+//! # Ok::<(), agent_sessions::Error>(())
+//! ```
+//!
+//! # Safety of keys and ids
+//!
+//! Keys never become file paths; only the agent id does (as a directory name), and it is
+//! restricted to `[a-z0-9_-]`. Ids placed inside a key may not contain control
+//! characters, empty `:` segments, or a segment that is one of the structural markers
+//! (`dm`, `direct`, `group`, `channel`, `thread`, `topic`, `subagent`), so a remote user
+//! cannot forge a key that reads as someone else's thread or group.
+//!
+//! # People
+//!
+//! Every channel resolves to one canonical person. A person who texts from their phone
+//! and later opens the web chat is one person; a session keyed by person (see
+//! [`DmScope::PerPerson`]) is then one conversation across transports.
 //!
 //! ```
 //! use agent_sessions::identity::{DefaultIdentityResolver, Identifier, IdentityResolver, PersonType, StaticDirectory};
@@ -96,7 +126,13 @@
 
 pub(crate) mod access;
 pub(crate) mod isolation;
+pub(crate) mod key;
 pub(crate) mod workspace;
+
+pub use key::{
+    legacy_request_key, AgentId, Conversation, DefaultKeyBuilder, DmMarker, DmScope, IdentityLinks,
+    KeyBuilder, PeerKind, SessionKey, SessionScope, DEFAULT_AGENT_ID,
+};
 
 pub use access::{Caller, Principal};
 pub use isolation::AgentScoped;
@@ -111,7 +147,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::key::normalize_e164;
+use crate::identity::key::normalize_e164;
 
 /// What kind of person someone is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -10,8 +10,8 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
+use crate::identity::key::{normalize_account_id, normalize_channel};
 use crate::inbound::pipeline::{CURRENT_MESSAGE_MARKER, HISTORY_CONTEXT_MARKER};
-use crate::key::{normalize_account_id, normalize_channel};
 
 /// Entries kept per group (OpenClaw's `DEFAULT_GROUP_HISTORY_LIMIT`).
 pub(crate) const DEFAULT_GROUP_HISTORY_LIMIT: usize = 50;
@@ -649,14 +649,16 @@ impl InMemoryChatter {
 /// Each agent keeps its own history of a group, and each thread its own when the
 /// session is per thread: what one agent or topic keeps never reaches another's model.
 pub(crate) fn chatter_key(
-    key: &crate::key::SessionKey,
+    key: &crate::identity::key::SessionKey,
     message: &crate::inbound::InboundMessage,
 ) -> Option<String> {
     let group = message.group_resolution()?;
     let channel = normalize_channel(&group.channel).unwrap_or_else(|| "unknown".into());
     let account = normalize_account_id(message.account_id.as_deref().unwrap_or(""));
-    let id = crate::key::normalize_peer_id(&group.id).unwrap_or_else(|| "unknown".into());
-    let agent = key.agent_id().unwrap_or(crate::key::DEFAULT_AGENT_ID);
+    let id = crate::identity::key::normalize_peer_id(&group.id).unwrap_or_else(|| "unknown".into());
+    let agent = key
+        .agent_id()
+        .unwrap_or(crate::identity::key::DEFAULT_AGENT_ID);
     let thread = key
         .thread_id()
         .filter(|thread| !thread.is_empty())

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 
 use crate::error::Result;
 use crate::freshness::policy::Zone;
-use crate::key::SessionKey;
+use crate::identity::key::SessionKey;
 
 /// The most events queued per session (OpenClaw: 20); the oldest are dropped.
 pub(crate) const MAX_SYSTEM_EVENTS: usize = 20;

@@ -2,8 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::identity::key::{
+    normalize_channel, resolve_group, Conversation, GroupResolution, PeerKind,
+};
 use crate::identity::{Person, PersonType};
-use crate::key::{normalize_channel, resolve_group, Conversation, GroupResolution, PeerKind};
 use crate::store::entry::ThreadId;
 
 /// Who sent a message.
@@ -330,8 +332,8 @@ impl InboundMessage {
             self.chat_type.filter(|k| k.is_group()),
             present(self.group_id.as_deref()),
         ) {
-            let channel =
-                crate::key::normalize_channel(&self.channel).unwrap_or_else(|| "unknown".into());
+            let channel = crate::identity::key::normalize_channel(&self.channel)
+                .unwrap_or_else(|| "unknown".into());
             let id = id.to_lowercase();
             return Some(GroupResolution {
                 key: format!("{channel}:{kind}:{id}"),
@@ -417,7 +419,7 @@ impl InboundMessage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::key::{DefaultKeyBuilder, DmScope, KeyBuilder};
+    use crate::identity::key::{DefaultKeyBuilder, DmScope, KeyBuilder};
 
     fn key(message: &InboundMessage) -> String {
         DefaultKeyBuilder::new()

@@ -2,12 +2,12 @@
 //! 9–14 and `deriveSessionMetaPatch`).
 
 use crate::freshness::triggers::ModelRef;
-use crate::identity::PersonType;
-use crate::inbound::InboundMessage;
-use crate::key::{
+use crate::identity::key::{
     group_display_name, normalize_channel, GroupNameParts, GroupResolution, KeyBuilder, PeerKind,
     SessionKey,
 };
+use crate::identity::PersonType;
+use crate::inbound::InboundMessage;
 use crate::reply::delivery::apply_route;
 use crate::store::entry::DeliveryContext;
 use crate::store::entry::{
@@ -27,7 +27,7 @@ pub(crate) struct Inbound<'a> {
     pub(crate) agent_identity: Option<&'a str>,
     /// The canonical person of a person id (see [`KeyBuilder::canonical_person`]).
     ///
-    /// [`KeyBuilder::canonical_person`]: crate::key::KeyBuilder::canonical_person
+    /// [`KeyBuilder::canonical_person`]: crate::identity::key::KeyBuilder::canonical_person
     pub(crate) people: &'a dyn KeyBuilder,
     pub(crate) now_ms: u64,
 }
@@ -153,7 +153,7 @@ pub(crate) fn record_message(entry: &mut SessionEntry, inbound: &Inbound<'_>) {
 
 /// How many people have written into `key`'s session once `message` is recorded, when
 /// `message` is a DM from a new person and `key` is a main session every DM shares
-/// ([`DmScope::Main`](crate::key::DmScope::Main)): one user's conversation is being read
+/// ([`DmScope::Main`](crate::identity::key::DmScope::Main)): one user's conversation is being read
 /// by another.
 pub(crate) fn another_dm_sender(
     key: &SessionKey,
@@ -402,7 +402,8 @@ mod tests {
 
     #[test]
     fn conversation_labels_follow_openclaw() {
-        let group = |from: &str| crate::key::resolve_group(from, Some("group"), Some("whatsapp"));
+        let group =
+            |from: &str| crate::identity::key::resolve_group(from, Some("group"), Some("whatsapp"));
         let message = InboundMessage::group("whatsapp", "120363@g.us", "+1", "hi")
             .with_group_subject("Family");
         assert_eq!(

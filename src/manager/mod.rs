@@ -50,6 +50,9 @@ use crate::freshness::drift::DriftClassifier;
 use crate::freshness::policy::{FreshnessPolicy, ResetConfig, ResetType, Zone};
 use crate::freshness::triggers::{parse_model_hint, ModelCatalog, ResetTriggers};
 use crate::identity::isolation::AgentScoped;
+use crate::identity::key::{
+    normalize_agent_id, normalize_channel, AgentId, DefaultKeyBuilder, KeyBuilder, SessionKey,
+};
 use crate::identity::workspace::Workspaces;
 use crate::identity::IdentityResolver;
 use crate::inbound::activation::{ActivationDecision, OwnerChatter};
@@ -57,9 +60,6 @@ use crate::inbound::chat::{EstimatedTokens, TokenCounter};
 use crate::inbound::chatter::{ChatterBuffer, InMemoryChatter};
 use crate::inbound::events::{SystemEventQueue, SystemEvents};
 use crate::inbound::InboundMessage;
-use crate::key::{
-    normalize_agent_id, normalize_channel, AgentId, DefaultKeyBuilder, KeyBuilder, SessionKey,
-};
 use crate::memory::checkpoint::Introspector;
 use crate::memory::flush::{MemoryFlushGuard, MemoryFlushSettings};
 use crate::memory::summary::{Summarizer, TemplateSummarizer};
@@ -196,7 +196,7 @@ impl fmt::Debug for SessionManager {
 }
 
 /// Builds a [`SessionManager`]; every seam has a default: OpenClaw's, except that DMs
-/// are per channel and peer ([`DmScope`](crate::key::DmScope)) and an owner's
+/// are per channel and peer ([`DmScope`](crate::identity::key::DmScope)) and an owner's
 /// unaddressed group messages are history
 /// ([`owner_chatter`](SessionManagerBuilder::owner_chatter)).
 ///
@@ -1030,7 +1030,7 @@ impl SessionManager {
             shared_by,
         } = step;
         tracing::Span::current().record("session_id", session.entry.session_id.as_str());
-        crate::telemetry::decided(decision.as_str(), reason.as_str());
+        crate::ops::telemetry::decided(decision.as_str(), reason.as_str());
         if let Some(senders) = shared_by {
             self.shared_dm_session(&key, senders);
         }
@@ -1062,7 +1062,7 @@ impl SessionManager {
         })
         .await;
         if let Err(error) = &resolved {
-            crate::telemetry::failed(error);
+            crate::ops::telemetry::failed(error);
         }
         resolved
     }
@@ -1141,7 +1141,7 @@ impl SessionManager {
     /// Warns (once per manager) and counts that `senders` people now share `key`'s main
     /// DM session, as OpenClaw's security audit does.
     fn shared_dm_session(&self, key: &SessionKey, senders: usize) {
-        crate::telemetry::shared_dm_sender();
+        crate::ops::telemetry::shared_dm_sender();
         if !self.settings.shared_dm_warned.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 key = %key,

@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::{Resolution, SessionManager};
 use crate::error::Result;
 use crate::freshness::clock::{from_millis, to_millis};
+use crate::identity::key::SessionKey;
 use crate::inbound::activation::ActivationDecision;
 use crate::inbound::chatter::{build_chatter_context, chatter_key, format_envelope, ChatterEntry};
 use crate::inbound::events::{prepend_system_events, SystemEvent};
@@ -13,7 +14,6 @@ use crate::inbound::pipeline::{
     clean_text, enveloped_body, model_body, sender_label, PipelineOptions,
 };
 use crate::inbound::InboundMessage;
-use crate::key::SessionKey;
 use crate::reply::payload::{build_reply_payloads, ReplyOptions, ReplyPayload};
 use crate::store::entry::SendPolicy;
 

@@ -12,8 +12,8 @@ use crate::freshness::policy::{
     Freshness, FreshnessInput, FreshnessPolicy, ResetType, StaleReason,
 };
 use crate::freshness::triggers::ModelRef;
+use crate::identity::key::SessionKey;
 use crate::inbound::record::{another_dm_sender, record_message, start_session, Inbound};
-use crate::key::SessionKey;
 use crate::store::entry::{SessionEntry, SessionStatus};
 use crate::store::StoredSession;
 
@@ -349,7 +349,7 @@ mod tests {
                 model: None,
                 fork: None,
                 agent_identity: None,
-                people: &crate::key::DefaultKeyBuilder::new(),
+                people: &crate::identity::key::DefaultKeyBuilder::new(),
                 now_ms: now.timestamp_millis() as u64,
             },
             policy: &policy,

@@ -11,9 +11,9 @@
 use super::{Resolution, SessionManager, Turn};
 use crate::error::{AccessDenial, Error, Result};
 use crate::identity::access::{denied, verify_namespace, verify_session_access, Caller};
+use crate::identity::key::{AgentId, SessionKey};
 use crate::identity::{Identifier, Person};
 use crate::inbound::InboundMessage;
-use crate::key::{AgentId, SessionKey};
 use crate::store::entry::{SessionEntry, SessionSource};
 use crate::store::{ListFilter, StoredSession};
 

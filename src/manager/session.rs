@@ -14,12 +14,12 @@ use super::{
 use crate::error::{DeleteRefusal, Error, Result};
 use crate::follow::{Follow, Position, Scope};
 use crate::identity::access::{verify_namespace, verify_session_access, Caller};
+use crate::identity::key::{AgentId, SessionKey};
 use crate::identity::workspace::Workspace;
 use crate::identity::workspace::WorkspaceSharing;
 use crate::inbound::chat::ChatMessage;
 use crate::inbound::record::{record_meta, start_session};
 use crate::inbound::InboundMessage;
-use crate::key::{AgentId, SessionKey};
 use crate::memory::checkpoint::snapshot_needs_refresh;
 use crate::memory::flush::FlushPlan;
 use crate::memory::jobs::clip_summary;

@@ -9,9 +9,9 @@ use std::time::Duration;
 use super::{Admission, Decision, Reason, Resolution, SessionManager};
 use crate::error::{Error, Result};
 use crate::freshness::triggers::ModelRef;
+use crate::identity::key::{AgentId, SessionKey};
 use crate::inbound::record::{canonicalize_person, record_meta, start_session};
 use crate::inbound::InboundMessage;
-use crate::key::{AgentId, SessionKey};
 use crate::store::entry::{
     AuthProfileSource, GroupActivation, QueueMode, SendPolicy, SessionEntry, SessionSource,
     SessionStatus,
@@ -260,7 +260,7 @@ impl SessionManager {
 
     /// Gives every session `filter` selects whose person is linked to another id the
     /// canonical id the key builder's links give (see
-    /// [`KeyBuilder::canonical_person`](crate::key::KeyBuilder::canonical_person)), the
+    /// [`KeyBuilder::canonical_person`](crate::identity::key::KeyBuilder::canonical_person)), the
     /// id it recorded kept in [`SessionEntry::raw_person_ids`]. A session is corrected
     /// on its next message anyway; this corrects the ones that wait, after links were
     /// added. Current sessions only (also inactive and closed ones still under their
@@ -270,7 +270,7 @@ impl SessionManager {
     ///
     /// ```
     /// use agent_sessions::prelude::*;
-    /// use agent_sessions::key::{DefaultKeyBuilder, IdentityLinks};
+    /// use agent_sessions::identity::{DefaultKeyBuilder, IdentityLinks};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> agent_sessions::Result<()> {

@@ -7,8 +7,8 @@ use std::time::Duration;
 use super::SessionManager;
 use crate::error::{Error, Result};
 use crate::freshness::triggers::ModelRef;
+use crate::identity::key::{normalize_channel, PeerKind, SessionKey};
 use crate::inbound::InboundMessage;
-use crate::key::{normalize_channel, PeerKind, SessionKey};
 use crate::store::entry::SessionEntry;
 use crate::store::{SessionStoreExt, StoredSession};
 use crate::transcript::{

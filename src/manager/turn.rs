@@ -2,11 +2,11 @@
 //! do; [`Turn::complete`] takes the model's reply and says what to send.
 
 use crate::error::Result;
+use crate::identity::key::SessionKey;
 use crate::inbound::activation::ActivationDecision;
 use crate::inbound::chat::{fit_to_budget, summary_message, ChatMessage, ChatRole, Want};
 use crate::inbound::chatter::chatter_key;
 use crate::inbound::InboundMessage;
-use crate::key::SessionKey;
 use crate::memory::flush::{FlushPlan, DEFAULT_CONTEXT_TOKENS};
 use crate::memory::usage::{EngineSession, TurnUsage};
 use crate::reply::payload::ReplyPayload;
@@ -311,13 +311,13 @@ impl SessionManager {
                         .keep_as_chatter(&turn.key, message, &message.body, dedupe)
                         .await?
                     {
-                        crate::telemetry::duplicate();
+                        crate::ops::telemetry::duplicate();
                         turn.action = TurnAction::Duplicate;
                     }
                     return Ok(turn);
                 }
                 Resolved::Seen(_) => {
-                    crate::telemetry::duplicate();
+                    crate::ops::telemetry::duplicate();
                     turn.action = TurnAction::Duplicate;
                     return Ok(turn);
                 }
@@ -375,7 +375,7 @@ impl SessionManager {
                 }
                 span.record("action", turn.action.as_str());
             }
-            Err(error) => crate::telemetry::failed(error),
+            Err(error) => crate::ops::telemetry::failed(error),
         }
         turn
     }
@@ -721,7 +721,7 @@ impl<'m> Turn<'m> {
             Ok(payloads) => {
                 tracing::Span::current().record("payloads", payloads.len() as u64);
             }
-            Err(error) => crate::telemetry::failed(error),
+            Err(error) => crate::ops::telemetry::failed(error),
         }
         sent
     }

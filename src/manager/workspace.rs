@@ -4,7 +4,7 @@ use uuid::Uuid;
 
 use super::SessionManager;
 use crate::error::{Error, IdKind, Result};
-use crate::key::SessionKey;
+use crate::identity::key::SessionKey;
 use crate::store::fs::blocking;
 
 impl SessionManager {

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::error::Result;
-use crate::key::SessionKey;
+use crate::identity::key::SessionKey;
 use crate::store::entry::SessionEntry;
 use crate::transcript::{CheckpointReason, SessionEvent};
 

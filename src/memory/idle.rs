@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::key::SessionKey;
+use crate::identity::key::SessionKey;
 use crate::manager::SessionManager;
 use crate::store::entry::SessionStatus;
 use crate::store::{ListFilter, SessionStoreExt};

@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::freshness::clock::{from_millis, to_millis};
-use crate::key::SessionKey;
+use crate::identity::key::SessionKey;
 use crate::manager::SessionManager;
 use crate::memory::checkpoint::{IntrospectionInput, IntrospectionOutcome};
 use crate::memory::summary::{SummaryInput, SummaryTurn, MAX_SUMMARY_CHARS};

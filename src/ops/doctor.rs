@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::key::{AgentId, SessionKey};
+use crate::identity::key::{AgentId, SessionKey};
 use crate::store::entry::{ChatType, SessionEntry};
 use crate::store::fs::{
     blocking, create_private_dir_all, describe, read_limited, write_private_atomically,
@@ -111,7 +111,7 @@ pub enum Finding {
     /// A main session that DMs from several people went into (OpenClaw's `dmScope`
     /// `main`, its fallback): each of them sees the others' messages. Reported, never
     /// repaired: set `session.dmScope` to `per-channel-peer` (the crate's
-    /// [`DmScope`](crate::key::DmScope) default) so that each person gets a session.
+    /// [`DmScope`](crate::identity::key::DmScope) default) so that each person gets a session.
     SharedDmSession {
         /// The store file.
         path: PathBuf,
@@ -240,7 +240,7 @@ async fn relocate_session_files(
         };
         let inside = dir.join(name);
         let is_file = fs::symlink_metadata(&inside).is_ok_and(|m| m.is_file());
-        let Ok(parsed) = crate::key::SessionKey::parse(key.as_str()) else {
+        let Ok(parsed) = crate::identity::key::SessionKey::parse(key.as_str()) else {
             continue;
         };
         if !is_file || parsed.as_str() != key.as_str() {

@@ -9,7 +9,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::error::{Error, Result};
-use crate::key::{AgentId, SessionKey};
+use crate::identity::key::{AgentId, SessionKey};
 use crate::store::entry::SessionEntry;
 use crate::store::{Backend, ListFilter, Revision, StoredSession};
 use crate::transcript::TranscriptRef;

@@ -1,6 +1,8 @@
 //! Tools for the people who run a bot: check a tree of OpenClaw stores and repair what
 //! is safe to repair ([`examine`]), move sessions and transcripts between backends
-//! ([`migrate`]), and read sessions from SQL through views ([`ViewSchemas`]).
+//! ([`migrate`]), read sessions from SQL through views ([`ViewSchemas`]), run beside an
+//! OpenClaw install from its `openclaw.json` ([`openclaw`]), and watch the crate at work
+//! ([`telemetry`]: its spans and metrics).
 //!
 //! # Checking a state directory
 //!
@@ -138,6 +140,8 @@
 
 pub(crate) mod doctor;
 pub(crate) mod migrate;
+pub mod openclaw;
+pub mod telemetry;
 pub(crate) mod views;
 
 pub use doctor::{examine, DoctorOptions, DoctorReport, Finding, Repair};

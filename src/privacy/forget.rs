@@ -9,12 +9,12 @@ use serde::Serialize;
 use super::redact::{direct_peer, without_chatter_of, LineFate, PersonIds, TranscriptRedaction};
 use super::Privacy;
 use crate::error::{DeleteRefusal, Error, Result};
+use crate::identity::key::{AgentId, SessionKey};
 use crate::identity::Identifier;
-use crate::key::{AgentId, SessionKey};
 use crate::manager::SessionManager;
-use crate::search::{LoggedMessage, SearchFilter, SearchIndex};
 use crate::store::{ListFilter, SessionStoreExt, StatusFilter, StoredSession};
 use crate::transcript::lines::session_id_of_name;
+use crate::transcript::search::{LoggedMessage, SearchFilter, SearchIndex};
 use crate::transcript::{LineEdit, TranscriptExport};
 use crate::SessionStatus;
 

@@ -6,8 +6,8 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value};
 
+use crate::identity::key::SessionKey;
 use crate::inbound::chatter::{ChatterEdit, ChatterEntry};
-use crate::key::SessionKey;
 use crate::store::entry::SessionEntry;
 
 /// What stands in for an identifier in text that stays.

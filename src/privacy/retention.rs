@@ -8,12 +8,12 @@ use serde::Serialize;
 
 use super::Privacy;
 use crate::error::{Error, Result};
+use crate::identity::key::{normalize_channel, AgentId};
 use crate::inbound::chatter::ChatterEdit;
-use crate::key::{normalize_channel, AgentId};
 use crate::manager::SessionManager;
-use crate::search::SearchFilter;
 use crate::store::{ListFilter, SessionStoreExt, StatusFilter, StoredSession};
 use crate::transcript::lines::session_id_of_name;
+use crate::transcript::search::SearchFilter;
 use crate::SessionStatus;
 
 /// How long one part of the conversations may be kept, for the sessions one rule

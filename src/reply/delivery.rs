@@ -1,6 +1,6 @@
 //! Where replies go: OpenClaw's delivery context, normalised and merged (documented in the parent module).
 
-use crate::key::normalize_channel;
+use crate::identity::key::normalize_channel;
 use crate::store::entry::{DeliveryContext, SessionEntry, ThreadId};
 
 /// The entry's current route: the `last*` fields (with `channel` as a fallback for

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::key::{is_legacy_discord_channel, normalize_channel, PeerKind, SessionKey};
+use crate::identity::key::{is_legacy_discord_channel, normalize_channel, PeerKind, SessionKey};
 use crate::store::entry::{SendPolicy, SessionEntry};
 
 /// What a [`SendRule`] matches; absent conditions match everything.

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::inbound::chatter::{ChatterBuffer, InMemoryChatter};
 use crate::inbound::events::{SystemEventQueue, SystemEvents};
-use crate::search::{InMemoryIndex, SearchIndex};
 use crate::store::FileTranscriptStore;
 use crate::store::{JsonFileStore, MultiKeyStore, SessionStore};
+use crate::transcript::search::{InMemoryIndex, SearchIndex};
 use crate::transcript::TranscriptExport;
 
 /// Where sessions and transcripts live, as a URL.

@@ -23,7 +23,7 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
-use crate::key::PeerKind;
+use crate::identity::key::PeerKind;
 
 /// Declares a string-valued enum whose unknown values are kept as written, so a value a
 /// newer OpenClaw writes never makes an entry unreadable.
@@ -102,7 +102,7 @@ impl ChatType {
             ChatType::Direct => Some(PeerKind::Direct),
             ChatType::Group => Some(PeerKind::Group),
             ChatType::Channel => Some(PeerKind::Channel),
-            ChatType::Other(other) => crate::key::normalize_chat_type(other),
+            ChatType::Other(other) => crate::identity::key::normalize_chat_type(other),
         }
     }
 }
@@ -886,7 +886,7 @@ impl SessionSource {
                 ))
             }
         };
-        let id = crate::key::key_segment(IdKind::Peer, id.unwrap_or(""))?;
+        let id = crate::identity::key::key_segment(IdKind::Peer, id.unwrap_or(""))?;
         crate::SessionKey::parse(&format!("agent:{agent}:{prefix}:{id}"))
     }
 }

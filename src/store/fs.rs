@@ -361,7 +361,7 @@ impl Error {
     /// descriptors is counted.
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
         if is_out_of_descriptors(&source) {
-            crate::telemetry::out_of_descriptors();
+            crate::ops::telemetry::out_of_descriptors();
         }
         let mut path = path.into();
         let inner = source.get_ref();

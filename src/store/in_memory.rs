@@ -11,7 +11,7 @@ use super::{
     Mutator, Revision, SessionStore, Slots, StoredSession, CLOSED_SESSIONS_PER_KEY,
 };
 use crate::error::{Error, Result};
-use crate::key::SessionKey;
+use crate::identity::key::SessionKey;
 use crate::store::entry::SessionEntry;
 
 /// A [`SessionStore`] in memory: fast, atomic per key, gone when the process ends.
@@ -103,7 +103,7 @@ impl SessionStore for InMemoryStore {
         key: &SessionKey,
         mutator: &mut Mutator<'_>,
     ) -> Result<Option<StoredSession>> {
-        crate::telemetry::update("memory", std::slice::from_ref(key), async move {
+        crate::ops::telemetry::update("memory", std::slice::from_ref(key), async move {
             let mut sessions = self.sessions();
             let (before, revision) = match sessions.live.get(key) {
                 Some(slot) => (Some(slot.entry.clone()), Some(slot.revision)),
@@ -234,7 +234,7 @@ impl crate::store::MultiKeyStore for InMemoryStore {
         keys: &[SessionKey],
         mutator: &mut ManyMutator<'_>,
     ) -> Result<Slots> {
-        crate::telemetry::update("memory", keys, async move {
+        crate::ops::telemetry::update("memory", keys, async move {
             let mut sessions = self.sessions();
             let before = Slots::new(keys, |key| {
                 sessions

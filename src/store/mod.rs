@@ -47,13 +47,16 @@ mod sql;
 mod sql_transcripts;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 
 use std::cmp::Reverse;
 
 use async_trait::async_trait;
 
 use crate::error::{Error, Result};
-use crate::key::{AgentId, PeerKind, SessionKey};
+use crate::identity::key::{AgentId, PeerKind, SessionKey};
 use crate::store::entry::{SessionEntry, SessionStatus};
 
 pub use cursor::ListCursor;
@@ -574,7 +577,7 @@ impl ListFilter {
 
     /// Only sessions on `channel`.
     pub fn channel(mut self, channel: &str) -> Self {
-        self.channel = crate::key::normalize_channel(channel);
+        self.channel = crate::identity::key::normalize_channel(channel);
         self
     }
 
@@ -656,7 +659,7 @@ impl ListFilter {
         let channel_ok = self.channel.as_deref().is_none_or(|wanted| {
             entry
                 .channel_name()
-                .and_then(crate::key::normalize_channel)
+                .and_then(crate::identity::key::normalize_channel)
                 .is_some_and(|channel| channel == wanted)
         });
         let kind_ok = self.chat_type.is_none_or(|wanted| {

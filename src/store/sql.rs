@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::key::{normalize_channel, SessionKey};
+use crate::identity::key::{normalize_channel, SessionKey};
 use crate::store::entry::{SessionEntry, SessionStatus};
 use crate::store::{status_name, ListFilter, Revision, StatusFilter, StoredSession};
 use crate::transcript::{LogQuery, TranscriptEntry};
@@ -634,9 +634,9 @@ pub(crate) fn message_from_columns(
     at_ms: i64,
     text: String,
     category: Option<String>,
-) -> crate::search::LoggedMessage {
+) -> crate::transcript::search::LoggedMessage {
     use crate::transcript::Direction;
-    crate::search::LoggedMessage {
+    crate::transcript::search::LoggedMessage {
         id,
         agent,
         session_id,
@@ -670,7 +670,7 @@ pub(crate) fn direction_column(
 /// Adds `filter`'s conditions on `search_messages` (aliased `m`) to `clause`.
 pub(crate) fn message_filter(
     clause: &mut Where,
-    filter: &crate::search::SearchFilter,
+    filter: &crate::transcript::search::SearchFilter,
     placeholder: &dyn Fn(usize) -> String,
 ) {
     let text = |value: &Option<String>| value.clone().map(SqlValue::Text);
@@ -696,17 +696,17 @@ pub(crate) fn message_filter(
 }
 
 /// The condition on `search_messages m` of messages waiting for `work`.
-pub(crate) fn waiting(work: crate::search::Work) -> &'static str {
+pub(crate) fn waiting(work: crate::transcript::search::Work) -> &'static str {
     match work {
-        crate::search::Work::Categorize => "m.category IS NULL",
-        crate::search::Work::Embed => "m.embedding IS NULL",
+        crate::transcript::search::Work::Categorize => "m.category IS NULL",
+        crate::transcript::search::Work::Embed => "m.embedding IS NULL",
     }
 }
 
 /// Full-text words of `query` for a database's query language: the crate's tokens,
 /// each unique (letters and digits only, so nothing needs escaping).
 pub(crate) fn query_words(query: &str) -> Vec<String> {
-    let mut words = crate::search::tokens(query);
+    let mut words = crate::transcript::search::tokens(query);
     let mut seen = std::collections::HashSet::new();
     words.retain(|w| seen.insert(w.clone()));
     words
@@ -715,7 +715,7 @@ pub(crate) fn query_words(query: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::key::{AgentId, PeerKind};
+    use crate::identity::key::{AgentId, PeerKind};
 
     #[test]
     fn filters_become_numbered_conditions() {

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use chrono::{DateTime, Utc};
 
 use crate::error::{Error, Result};
-use crate::key::AgentId;
+use crate::identity::key::AgentId;
 use crate::transcript::lines::{
     archived_name, header_line, leaf_of, read_line, session_id_of_name, stamp_entries,
 };
@@ -206,9 +206,9 @@ impl Appended {
         })
     }
 
-    /// Counts the bytes appended, once they are in (see [`crate::telemetry`]).
+    /// Counts the bytes appended, once they are in (see [`crate::ops::telemetry`]).
     pub(crate) fn count_bytes(&self) {
-        crate::telemetry::appended(self.lines.iter().map(|line| line.len() + 1).sum());
+        crate::ops::telemetry::appended(self.lines.iter().map(|line| line.len() + 1).sum());
     }
 
     /// The transcript's `line_count` once the lines are in.

@@ -17,7 +17,7 @@ use super::{
     TranscriptUpdate, UpdateHub,
 };
 use crate::error::{Error, Result};
-use crate::key::AgentId;
+use crate::identity::key::AgentId;
 
 /// Transcripts held in memory, with the same behaviour as the file and database
 /// stores (offsets are line numbers). Cheap to clone: clones share the transcripts.
@@ -115,7 +115,7 @@ impl TranscriptStore for InMemoryTranscriptStore {
         transcript: &TranscriptRef,
         entries: Vec<TranscriptEntry>,
     ) -> Result<Vec<SessionEvent>> {
-        crate::telemetry::append("memory", transcript, async move {
+        crate::ops::telemetry::append("memory", transcript, async move {
             let mut entries = entries;
             let id = id(transcript)?;
             let events = self.with(|all| {
@@ -129,7 +129,7 @@ impl TranscriptStore for InMemoryTranscriptStore {
                 let first = lines.len();
                 let (new_lines, _) = stamp_entries(&mut entries, leaf, Utc::now())
                     .map_err(|e| Error::encode("a transcript entry", e))?;
-                crate::telemetry::appended(new_lines.iter().map(|line| line.len() + 1).sum());
+                crate::ops::telemetry::appended(new_lines.iter().map(|line| line.len() + 1).sum());
                 lines.extend(new_lines);
                 Ok::<_, Error>(
                     entries

@@ -8,7 +8,7 @@ use super::{
     TranscriptRef,
 };
 use crate::error::{Error, IdKind, Result};
-use crate::key::AgentId;
+use crate::identity::key::AgentId;
 use crate::store::json::paths;
 
 impl TranscriptRef {

@@ -40,6 +40,7 @@ mod entry;
 mod in_memory;
 mod index;
 pub(crate) mod lines;
+pub mod search;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -52,7 +53,7 @@ use serde::Serialize;
 use tokio::sync::broadcast;
 
 use crate::error::Result;
-use crate::key::{AgentId, SessionKey};
+use crate::identity::key::{AgentId, SessionKey};
 use crate::store::entry::SessionEntry;
 
 pub(crate) use entry::iso_timestamp;

@@ -51,8 +51,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use agent_sessions::exactly_once::TurnFailure;
+use agent_sessions::identity::DEFAULT_AGENT_ID;
 use agent_sessions::inbound::{ChatMessage, ChatRole, ToolCall};
-use agent_sessions::key::DEFAULT_AGENT_ID;
 use agent_sessions::manager::{LogMessage, TurnOutcome, TurnReply};
 use agent_sessions::memory::TurnUsage;
 use agent_sessions::reply::ReplyPayload;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use agent_sessions::freshness::ManualClock;
 use agent_sessions::freshness::{ResetConfig, ResetSpec};
-use agent_sessions::key::{DefaultKeyBuilder, DmScope};
+use agent_sessions::identity::{DefaultKeyBuilder, DmScope};
 use agent_sessions::prelude::*;
 use agent_sessions_teloxide::{
     DialogueError, SessionDialogueStorage, TelegramAdapter, DIALOGUE_FIELD,

@@ -471,7 +471,7 @@ mod tests {
     #[tokio::test]
     async fn clearing_with_history_off_leaves_the_group() {
         let dir = tempfile::tempdir().unwrap();
-        crate::testing::chatter::clearing_with_history_off_leaves_the_group(
+        crate::store::testing::chatter::clearing_with_history_off_leaves_the_group(
             JsonFileChatter::with_limits(dir.path(), 3, 10),
             JsonFileChatter::with_limits(dir.path(), 0, 10),
         )
@@ -481,7 +481,7 @@ mod tests {
     #[tokio::test]
     async fn hands_claimed_entries_over_exactly_once() {
         let dir = tempfile::tempdir().unwrap();
-        crate::testing::chatter::claims_hand_entries_over_exactly_once(
+        crate::store::testing::chatter::claims_hand_entries_over_exactly_once(
             JsonFileChatter::with_limits(dir.path(), 3, 10),
             3,
         )

@@ -10,7 +10,7 @@
 //! write that uses the session.
 
 use super::document::{parse_entry, Document};
-use crate::key::{PeerKind, SessionKey};
+use crate::identity::key::{PeerKind, SessionKey};
 
 /// What using `key` takes over: the raw key whose entry the session continues from
 /// (`key` itself when it is the freshest) and the legacy spellings to remove.

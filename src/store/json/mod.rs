@@ -38,7 +38,7 @@ use super::{
     ManyMutator, Mutator, Revision, SessionStore, Slots, StoredSession,
 };
 use crate::error::{Error, LockHolder, Result};
-use crate::key::{AgentId, SessionKey};
+use crate::identity::key::{AgentId, SessionKey};
 use crate::store::entry::SessionEntry;
 use crate::store::fs::blocking;
 
@@ -341,7 +341,7 @@ impl JsonFileStore {
             holder = match attempt {
                 Ok((lock, document, read_stamp)) => {
                     let waited = started.elapsed();
-                    crate::telemetry::lock_taken("json", waited);
+                    crate::ops::telemetry::lock_taken("json", waited);
                     if waited >= Duration::from_millis(100) {
                         tracing::info!(path = %lock_path.display(), waited_ms = waited.as_millis() as u64, "session store lock acquired after waiting");
                     } else {
@@ -367,7 +367,7 @@ impl JsonFileStore {
             if waited >= options.timeout {
                 state.last_written = last_written;
                 tracing::warn!(path = %lock_path.display(), holder = ?holder, waited_ms = waited.as_millis() as u64, "timed out waiting for the session store lock");
-                crate::telemetry::lock_timed_out("json");
+                crate::ops::telemetry::lock_timed_out("json");
                 return Err(Error::LockTimeout {
                     path: lock_path,
                     holder,
@@ -1002,7 +1002,7 @@ impl Inner {
         // failed); never serve the old version from the cache after trying.
         self.forget(path);
         let stamp = write_atomically(&*self.io, path, &bytes, self.options.durability)?;
-        crate::telemetry::wrote(bytes.len());
+        crate::ops::telemetry::wrote(bytes.len());
         tracing::debug!(path = %path.display(), bytes = bytes.len(), durability = ?self.options.durability, elapsed_us = started.elapsed().as_micros() as u64, "session store written");
         Ok(stamp)
     }
@@ -1149,7 +1149,7 @@ impl SessionStore for JsonFileStore {
         key: &SessionKey,
         mutator: &mut Mutator<'_>,
     ) -> Result<Option<StoredSession>> {
-        crate::telemetry::update("json", std::slice::from_ref(key), async move {
+        crate::ops::telemetry::update("json", std::slice::from_ref(key), async move {
             let path = self.store_path_for(key);
             let started = Instant::now();
             let queue = self.inner.queue_of(&path);
@@ -1276,7 +1276,7 @@ impl crate::store::MultiKeyStore for JsonFileStore {
         keys: &[SessionKey],
         mutator: &mut ManyMutator<'_>,
     ) -> Result<Slots> {
-        crate::telemetry::update("json", keys, async move {
+        crate::ops::telemetry::update("json", keys, async move {
             let keys = distinct_keys(keys);
             let Some(first) = keys.first() else {
                 mutator(&mut Slots::default())?;

@@ -34,7 +34,7 @@
 use std::path::{Component, Path, PathBuf};
 
 use crate::error::{Error, IdKind, Result};
-use crate::key::AgentId;
+use crate::identity::key::AgentId;
 use crate::store::entry::SessionEntry;
 
 /// The name of an agent's store file.

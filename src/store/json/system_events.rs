@@ -9,10 +9,10 @@ use serde::{Deserialize, Serialize};
 
 use super::keyed_files::KeyedFiles;
 use crate::error::Result;
+use crate::identity::key::SessionKey;
 use crate::inbound::events::{
     SystemEvent, SystemEvents, MAX_SYSTEM_EVENTS, MAX_SYSTEM_EVENT_SESSIONS,
 };
-use crate::key::SessionKey;
 
 /// The directory under the state root that holds system events.
 pub(crate) const EVENTS_DIR: &str = "system-events";
@@ -136,7 +136,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::testing::system_events::{self as system_events_suite, session};
+    use crate::store::testing::system_events::{self as system_events_suite, session};
     use std::fs;
 
     #[tokio::test]

@@ -8,7 +8,7 @@ use std::path::{Component, Path, PathBuf};
 use super::document::parse_entry;
 use super::Inner;
 use crate::error::{Error, Result};
-use crate::key::{AgentId, SessionKey};
+use crate::identity::key::{AgentId, SessionKey};
 use crate::store::UnreadableEntry;
 
 /// What stands for the agent id in a store path template.

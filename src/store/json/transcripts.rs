@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::error::{Error, Result};
-use crate::key::AgentId;
+use crate::identity::key::AgentId;
 use crate::store::fs::{
     blocking, create_private_dir_all, identify, identify_file, open_checked, open_no_follow,
     process_mutex, FileId,
@@ -511,7 +511,7 @@ impl Inner {
             line_marks().forget(file);
             return (Err(error), None);
         }
-        crate::telemetry::appended(buffer.len());
+        crate::ops::telemetry::appended(buffer.len());
         let tail = Tail {
             file: tail.file,
             len: tail.len + buffer.len() as u64,
@@ -968,7 +968,7 @@ impl TranscriptStore for FileTranscriptStore {
         transcript: &TranscriptRef,
         entries: Vec<TranscriptEntry>,
     ) -> Result<Vec<SessionEvent>> {
-        crate::telemetry::append("json", transcript, async move {
+        crate::ops::telemetry::append("json", transcript, async move {
             let path = self.named_path(transcript)?;
             let _queue = process_mutex(&path).lock_owned().await;
             let events = match self.inner.append_now(transcript, &path, entries) {

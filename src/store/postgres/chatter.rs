@@ -6,7 +6,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio_postgres::Row;
 
-use super::{evict_least_recent, pg_error, OpenTransaction, PostgresStore, Prepared};
+use super::keyed_log::KeyedLog;
+use super::{pg_error, OpenTransaction, PostgresStore, Prepared};
 use crate::error::Result;
 use crate::inbound::chatter::{
     entry_message_id, legacy_chatter_key, ChatterBuffer, ChatterClaim, ChatterEdit, ChatterEntry,
@@ -165,32 +166,29 @@ impl PostgresChatter {
         )
         .await
         .map_err(pg_error("append group chatter"))?;
-        // The group keeps its `limit` newest unclaimed entries.
-        c.execute_prepared(
-            &format!(
-                "DELETE FROM {table} WHERE group_key = $1 AND claim_id IS NULL AND id <= (
-                     SELECT id FROM {table} WHERE group_key = $1 AND claim_id IS NULL
-                     ORDER BY id DESC OFFSET $2 LIMIT 1)"
-            ),
-            &[&key, &history_bound(self.limit)],
-        )
-        .await
-        .map_err(pg_error("trim group chatter"))?;
-        if existed {
-            return Ok(());
+        // The group keeps its `limit` newest unclaimed entries; a new group may push
+        // the least recently appended ones out.
+        let (eviction_lock, lock_prefix) = (
+            format!("{}/group-history", self.store.schema),
+            self.lock_prefix(),
+        );
+        KeyedLog {
+            table: &table,
+            key_column: "group_key",
+            counted: "claim_id IS NULL",
+            eviction_lock: &eviction_lock,
+            lock_prefix: &lock_prefix,
+            trim_op: "trim group chatter",
+            evict_op: "evict group chatter",
         }
-        // A new group may push the least recently appended ones out.
-        evict_least_recent(
+        .bound(
             c,
-            &table,
-            "group_key",
-            &format!("{}/group-history", self.store.schema),
-            &self.lock_prefix(),
+            key,
+            history_bound(self.limit),
             history_bound(self.max_keys),
+            !existed,
         )
         .await
-        .map_err(pg_error("evict group chatter"))?;
-        Ok(())
     }
 }
 

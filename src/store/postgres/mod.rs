@@ -15,7 +15,7 @@ use super::{
     replaced_session, run_mutator, ListFilter, Mutator, OpenMode, SessionStore, StoredSession,
 };
 use crate::error::{Error, Result};
-use crate::key::{AgentId, SessionKey};
+use crate::identity::key::{AgentId, SessionKey};
 use crate::transcript::lines::{header_line, read_line, validate_transcript_name};
 use crate::transcript::{
     ArchiveReason, LogQuery, LogRecord, Offset, SessionEvent, SessionHeader, TranscriptEntry,
@@ -26,6 +26,7 @@ use crate::transcript::{
 const BACKEND: &str = "postgres";
 
 mod chatter;
+mod keyed_log;
 mod notify;
 mod schema;
 mod search;
@@ -770,58 +771,6 @@ impl LineColumns {
         columns
     }
 }
-
-/// Drops, in `table`, the rows of all but the `keep` most recently appended values of
-/// `key_column` (a group, a session), in the caller's transaction. Evictions take turns
-/// on the advisory lock `eviction_lock` (so two new keys cannot both stay under the
-/// bound), and never delete a key whose own lock (`lock_prefix` + key) another
-/// transaction holds: it is being written to now.
-///
-/// A writer that just committed can still hold its key's lock for a moment after its
-/// rows became visible (the server releases a transaction's locks one by one), so a key
-/// found locked is tried again, each time in a fresh snapshot, for up to
-/// [`EVICTION_PATIENCE`]; only a key that stays locked longer (a write in progress,
-/// which makes it the most recent anyway) is left for the next eviction.
-async fn evict_least_recent(
-    c: &Object,
-    table: &str,
-    key_column: &str,
-    eviction_lock: &str,
-    lock_prefix: &str,
-    keep: i64,
-) -> std::result::Result<(), tokio_postgres::Error> {
-    c.execute_prepared(
-        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-        &[&eviction_lock],
-    )
-    .await?;
-    let evict = format!(
-        "WITH old AS MATERIALIZED (
-             SELECT {key_column} FROM {table} GROUP BY {key_column}
-             ORDER BY MAX(id) DESC OFFSET $1),
-         free AS MATERIALIZED (
-             SELECT {key_column} FROM old
-             WHERE pg_try_advisory_xact_lock(hashtextextended($2 || {key_column}, 0))),
-         gone AS (DELETE FROM {table} WHERE {key_column} IN (SELECT {key_column} FROM free))
-         SELECT (SELECT COUNT(*) FROM old) - (SELECT COUNT(*) FROM free)"
-    );
-    let started = std::time::Instant::now();
-    let mut pause = Duration::from_millis(1);
-    loop {
-        let busy: i64 = c
-            .query_one_prepared(&evict, &[&keep, &lock_prefix])
-            .await?
-            .get(0);
-        if busy == 0 || started.elapsed() >= EVICTION_PATIENCE {
-            return Ok(());
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(20));
-    }
-}
-
-/// How long an eviction waits for a key that another transaction holds locked.
-const EVICTION_PATIENCE: Duration = Duration::from_millis(200);
 
 impl PostgresStore {
     /// A transaction holding the advisory lock named `lock` (hashed by the server with

@@ -15,11 +15,11 @@ use deadpool_postgres::{GenericClient, Transaction};
 
 use super::{params, pg_error, refs, PostgresStore};
 use crate::error::Result;
-use crate::search::postings::{self, Block, Picking, Stats};
-use crate::search::{best, cosine, LoggedMessage, SearchFilter, SearchIndex, Work};
 use crate::store::sql::{
     self, direction_column, message_filter, query_words, SqlValue, Where, MESSAGE_COLUMNS,
 };
+use crate::transcript::search::postings::{self, Block, Picking, Stats};
+use crate::transcript::search::{best, cosine, LoggedMessage, SearchFilter, SearchIndex, Work};
 
 fn placeholder(n: usize) -> String {
     format!("${n}")

@@ -29,7 +29,7 @@ impl SessionStore for PostgresStore {
         key: &SessionKey,
         mutator: &mut Mutator<'_>,
     ) -> Result<Option<StoredSession>> {
-        crate::telemetry::update(BACKEND, std::slice::from_ref(key), async move {
+        crate::ops::telemetry::update(BACKEND, std::slice::from_ref(key), async move {
             let started = std::time::Instant::now();
             let client = self.client().await?;
             let lock = client
@@ -57,7 +57,7 @@ impl SessionStore for PostgresStore {
                 c.execute(&lock, lock_params),
                 c.query_opt(&read, read_params)
             );
-            crate::telemetry::lock_taken(BACKEND, started.elapsed());
+            crate::ops::telemetry::lock_taken(BACKEND, started.elapsed());
             let current = match (begun, locked, row) {
                 (Ok(()), Ok(_), Ok(row)) => row
                     .map(|row| decode(&self.location, key.as_str(), row.get(0), row.get(1)))
@@ -279,7 +279,7 @@ impl crate::store::MultiKeyStore for PostgresStore {
         keys: &[SessionKey],
         mutator: &mut crate::store::ManyMutator<'_>,
     ) -> Result<crate::store::Slots> {
-        crate::telemetry::update(BACKEND, keys, async move {
+        crate::ops::telemetry::update(BACKEND, keys, async move {
             let started = std::time::Instant::now();
             let keys = crate::store::distinct_keys(keys);
             let raw: Vec<String> = keys.iter().map(ToString::to_string).collect();
@@ -304,7 +304,7 @@ impl crate::store::MultiKeyStore for PostgresStore {
                     return Err(open.abandon(pg_error("lock a row")(e)).await);
                 }
             }
-            crate::telemetry::lock_taken(BACKEND, started.elapsed());
+            crate::ops::telemetry::lock_taken(BACKEND, started.elapsed());
             let read = open
                 .client()
                 .query(

@@ -5,12 +5,13 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use tokio_postgres::types::ToSql;
 
-use super::{evict_least_recent, pg_error, Committed, OpenTransaction, PostgresStore, Prepared};
+use super::keyed_log::KeyedLog;
+use super::{pg_error, Committed, OpenTransaction, PostgresStore, Prepared};
 use crate::error::Result;
+use crate::identity::key::SessionKey;
 use crate::inbound::events::{
     SystemEvent, SystemEvents, MAX_SYSTEM_EVENTS, MAX_SYSTEM_EVENT_SESSIONS,
 };
-use crate::key::SessionKey;
 use crate::store::sql::{event_time_from_i64, event_time_to_i64, history_bound};
 
 /// System events kept in the schema of a [`PostgresStore`], with the same bounds and
@@ -130,31 +131,29 @@ impl SystemEvents for PostgresSystemEvents {
             c.execute_prepared(&insert, &[&key, &text, &event_time_to_i64(at)])
                 .await
                 .map_err(pg_error("queue a system event"))?;
-            // The session keeps its `max_events` newest events.
-            c.execute_prepared(
-                &format!(
-                    "DELETE FROM {table} WHERE session_key = $1 AND id <= (
-                         SELECT id FROM {table} WHERE session_key = $1
-                         ORDER BY id DESC OFFSET $2 LIMIT 1)"
-                ),
-                &[&key, &history_bound(self.max_events)],
-            )
-            .await
-            .map_err(pg_error("trim system events"))?;
-            if last.is_some() {
-                return Ok(true);
+            // The session keeps its `max_events` newest events; a new session may push
+            // the least recently touched ones out.
+            let (eviction_lock, lock_prefix) = (
+                format!("{}/system-events", self.store.schema),
+                self.lock_prefix(),
+            );
+            KeyedLog {
+                table: &table,
+                key_column: "session_key",
+                counted: "TRUE",
+                eviction_lock: &eviction_lock,
+                lock_prefix: &lock_prefix,
+                trim_op: "trim system events",
+                evict_op: "evict system events",
             }
-            // A new session may push the least recently touched ones out.
-            evict_least_recent(
+            .bound(
                 c,
-                &table,
-                "session_key",
-                &format!("{}/system-events", self.store.schema),
-                &self.lock_prefix(),
+                &key,
+                history_bound(self.max_events),
                 history_bound(self.max_sessions),
+                last.is_none(),
             )
-            .await
-            .map_err(pg_error("evict system events"))?;
+            .await?;
             Ok(true)
         }
         .await;

@@ -150,7 +150,7 @@ async fn a_cancelled_update_leaves_no_transaction_behind() {
     ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
 )]
 async fn messages_indexed_before_the_postings_are_found_after_the_migration() {
-    use crate::search::{SearchFilter, SearchIndex};
+    use crate::transcript::search::{SearchFilter, SearchIndex};
     let (schema, admin) = schema_at_version("unit_v5_", 5).await;
     for (n, text) in ["the roster for Thursday", "swap my shift", "rosters again"]
         .iter()
@@ -331,7 +331,7 @@ mod group_history {
     use super::*;
     use crate::inbound::chatter::{ChatterBuffer, ChatterEntry};
     use crate::inbound::events::SystemEvents;
-    use crate::testing::chatter as chatter_suite;
+    use crate::store::testing::chatter as chatter_suite;
 
     fn said(body: &str) -> ChatterEntry {
         ChatterEntry {
@@ -590,8 +590,8 @@ mod system_events {
     use std::time::Duration;
 
     use super::*;
+    use crate::store::testing::system_events as system_events_suite;
     use crate::store::PostgresSystemEvents;
-    use crate::testing::system_events as system_events_suite;
 
     #[tokio::test]
     #[cfg_attr(

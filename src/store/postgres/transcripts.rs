@@ -260,7 +260,7 @@ impl TranscriptStore for PostgresStore {
         transcript: &TranscriptRef,
         entries: Vec<TranscriptEntry>,
     ) -> Result<Vec<SessionEvent>> {
-        crate::telemetry::append(BACKEND, transcript, async move {
+        crate::ops::telemetry::append(BACKEND, transcript, async move {
             let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
             let open = OpenTransaction(Some(self.client().await?));
             let result = self

@@ -6,6 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rusqlite::{params, Connection};
 
+use super::keyed_log::KeyedLog;
 use super::{db_error, SqliteStore};
 use crate::error::Result;
 use crate::inbound::chatter::{
@@ -73,6 +74,16 @@ impl SqliteChatter {
     }
 }
 
+/// Group chatter, a keyed bounded log: a group's bound counts the entries no turn has
+/// claimed.
+const GROUP_CHATTER: KeyedLog = KeyedLog {
+    table: "group_history",
+    key_column: "group_key",
+    counted: "claim_id IS NULL",
+    trim_op: "trim group chatter",
+    evict_op: "evict group chatter",
+};
+
 /// The group's unclaimed entries, or those of claim `claim_id`, oldest first.
 fn read_group(c: &Connection, key: &str, claim_id: Option<&str>) -> Result<Vec<ChatterEntry>> {
     let mut statement = c
@@ -123,13 +134,7 @@ fn append_in(
     limit: i64,
     max_keys: i64,
 ) -> Result<()> {
-    let existed: bool = tx
-        .query_row(
-            "SELECT EXISTS (SELECT 1 FROM group_history WHERE group_key = ?1)",
-            [key],
-            |row| row.get(0),
-        )
-        .map_err(db_error("read group chatter"))?;
+    let existed = GROUP_CHATTER.has(tx, key, "read group chatter")?;
     tx.prepare_cached(
         "INSERT INTO group_history (group_key, sender, body, at, message_id, sender_id)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -145,26 +150,9 @@ fn append_in(
         ])
     })
     .map_err(db_error("append group chatter"))?;
-    // The group keeps its `limit` newest unclaimed entries.
-    tx.prepare_cached(
-        "DELETE FROM group_history WHERE group_key = ?1 AND claim_id IS NULL
-         AND id <= (
-             SELECT id FROM group_history WHERE group_key = ?1 AND claim_id IS NULL
-             ORDER BY id DESC LIMIT 1 OFFSET ?2)",
-    )
-    .and_then(|mut statement| statement.execute(params![key, limit]))
-    .map_err(db_error("trim group chatter"))?;
-    // A new group may push the least recently appended ones out.
-    if !existed {
-        tx.prepare_cached(
-            "DELETE FROM group_history WHERE group_key IN (
-                 SELECT group_key FROM group_history GROUP BY group_key
-                 ORDER BY MAX(id) DESC LIMIT -1 OFFSET ?1)",
-        )
-        .and_then(|mut statement| statement.execute([max_keys]))
-        .map_err(db_error("evict group chatter"))?;
-    }
-    Ok(())
+    // The group keeps its `limit` newest unclaimed entries; a new group may push the
+    // least recently appended ones out.
+    GROUP_CHATTER.bound(tx, key, limit, max_keys, !existed)
 }
 
 #[async_trait]

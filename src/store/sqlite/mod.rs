@@ -16,7 +16,7 @@ use super::{
     replaced_session, run_mutator, Durability, ListFilter, Mutator, SessionStore, StoredSession,
 };
 use crate::error::{Error, Result};
-use crate::key::{AgentId, SessionKey};
+use crate::identity::key::{AgentId, SessionKey};
 use crate::store::fs::{blocking, create_private_dir_all};
 use crate::transcript::lines::{header_line, validate_transcript_name};
 use crate::transcript::{
@@ -29,6 +29,7 @@ const BACKEND: &str = "sqlite";
 
 mod chatter;
 mod feed;
+mod keyed_log;
 mod schema;
 mod search;
 mod sessions;
@@ -335,7 +336,7 @@ impl SqliteStore {
             let tx = c
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(db_error("begin a transaction"))?;
-            crate::telemetry::lock_taken(BACKEND, started.elapsed());
+            crate::ops::telemetry::lock_taken(BACKEND, started.elapsed());
             let value = work(&tx)?;
             tx.commit().map_err(db_error("commit"))?;
             Ok(value)

@@ -11,11 +11,11 @@ use super::{db_error, SqliteStore};
 use crate::error::Result;
 use std::collections::{HashMap, HashSet};
 
-use crate::search::postings::{self, Block, Picking, Stats};
-use crate::search::{best, LoggedMessage, SearchFilter, SearchIndex, Work};
 use crate::store::sql::{
     self, direction_column, message_filter, query_words, SqlValue, Where, MESSAGE_COLUMNS,
 };
+use crate::transcript::search::postings::{self, Block, Picking, Stats};
+use crate::transcript::search::{best, LoggedMessage, SearchFilter, SearchIndex, Work};
 
 /// Rows per `IN (…)` list.
 const CHUNK: usize = 500;

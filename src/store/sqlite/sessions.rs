@@ -16,7 +16,7 @@ impl SessionStore for SqliteStore {
         key: &SessionKey,
         mutator: &mut Mutator<'_>,
     ) -> Result<Option<StoredSession>> {
-        crate::telemetry::update(BACKEND, std::slice::from_ref(key), async move {
+        crate::ops::telemetry::update(BACKEND, std::slice::from_ref(key), async move {
             let location = self.inner.path.clone();
             // Take the write lock first, then read: no other process can change the row
             // between the read and the write.
@@ -201,7 +201,7 @@ impl crate::store::MultiKeyStore for SqliteStore {
         keys: &[SessionKey],
         mutator: &mut crate::store::ManyMutator<'_>,
     ) -> Result<crate::store::Slots> {
-        crate::telemetry::update(BACKEND, keys, async move {
+        crate::ops::telemetry::update(BACKEND, keys, async move {
             let keys = crate::store::distinct_keys(keys);
             let raw: Vec<String> = keys.iter().map(ToString::to_string).collect();
             // One `BEGIN IMMEDIATE` transaction: the write lock is taken before any row is

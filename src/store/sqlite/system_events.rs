@@ -5,12 +5,13 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use rusqlite::{params, OptionalExtension};
 
+use super::keyed_log::KeyedLog;
 use super::{db_error, SqliteStore};
 use crate::error::Result;
+use crate::identity::key::SessionKey;
 use crate::inbound::events::{
     SystemEvent, SystemEvents, MAX_SYSTEM_EVENTS, MAX_SYSTEM_EVENT_SESSIONS,
 };
-use crate::key::SessionKey;
 use crate::store::sql::{event_time_from_i64, event_time_to_i64, history_bound};
 
 /// System events kept in the database of a [`SqliteStore`], with the same bounds and
@@ -71,6 +72,15 @@ impl SqliteSystemEvents {
     }
 }
 
+/// System events, a keyed bounded log: every event of a session counts.
+const SYSTEM_EVENTS: KeyedLog = KeyedLog {
+    table: "system_events",
+    key_column: "session_key",
+    counted: "TRUE",
+    trim_op: "trim system events",
+    evict_op: "evict system events",
+};
+
 #[async_trait]
 impl SystemEvents for SqliteSystemEvents {
     async fn enqueue(&self, key: &SessionKey, text: &str, at: DateTime<Utc>) -> Result<bool> {
@@ -112,24 +122,9 @@ impl SystemEvents for SqliteSystemEvents {
                     }
                 }
                 insert(&text, event_time_to_i64(at))?;
-                // The session keeps its `max_events` newest events.
-                tx.prepare_cached(
-                    "DELETE FROM system_events WHERE session_key = ?1 AND id <= (
-                         SELECT id FROM system_events WHERE session_key = ?1
-                         ORDER BY id DESC LIMIT 1 OFFSET ?2)",
-                )
-                .and_then(|mut statement| statement.execute(params![key, max_events]))
-                .map_err(db_error("trim system events"))?;
-                // A new session may push the least recently touched ones out.
-                if last.is_none() {
-                    tx.prepare_cached(
-                        "DELETE FROM system_events WHERE session_key IN (
-                             SELECT session_key FROM system_events GROUP BY session_key
-                             ORDER BY MAX(id) DESC LIMIT -1 OFFSET ?1)",
-                    )
-                    .and_then(|mut statement| statement.execute([max_sessions]))
-                    .map_err(db_error("evict system events"))?;
-                }
+                // The session keeps its `max_events` newest events; a new session may
+                // push the least recently touched ones out.
+                SYSTEM_EVENTS.bound(tx, &key, max_events, max_sessions, last.is_none())?;
                 Ok(true)
             })
             .await

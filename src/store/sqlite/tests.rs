@@ -35,7 +35,7 @@ async fn a_newer_schema_is_refused_and_left_alone() {
 
 #[tokio::test]
 async fn a_version_1_database_gains_the_search_tables_and_keeps_its_sessions() {
-    use crate::search::{LoggedMessage, SearchIndex};
+    use crate::transcript::search::{LoggedMessage, SearchIndex};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sessions.db");
     {
@@ -90,7 +90,7 @@ async fn a_version_1_database_gains_the_search_tables_and_keeps_its_sessions() {
 /// messages added after.
 #[tokio::test]
 async fn messages_indexed_before_the_postings_are_found_after_the_migration() {
-    use crate::search::{LoggedMessage, SearchIndex};
+    use crate::transcript::search::{LoggedMessage, SearchIndex};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sessions.db");
     let message = |n: usize, text: &str| LoggedMessage {
@@ -149,7 +149,7 @@ async fn messages_indexed_before_the_postings_are_found_after_the_migration() {
     let hits = store
         .full_text(
             "roster",
-            &crate::search::SearchFilter::new().person("p0"),
+            &crate::transcript::search::SearchFilter::new().person("p0"),
             5,
         )
         .await
@@ -323,7 +323,7 @@ mod group_history {
     use super::*;
     use crate::inbound::chatter::{ChatterBuffer, ChatterEntry};
     use crate::inbound::events::SystemEvents;
-    use crate::testing::chatter as chatter_suite;
+    use crate::store::testing::chatter as chatter_suite;
 
     fn said(body: &str) -> ChatterEntry {
         ChatterEntry {
@@ -492,8 +492,8 @@ mod system_events {
 
     use super::*;
     use crate::inbound::events::SystemEvents;
+    use crate::store::testing::system_events::{self as system_events_suite, session};
     use crate::store::SqliteSystemEvents;
-    use crate::testing::system_events::{self as system_events_suite, session};
 
     #[tokio::test]
     async fn are_bounded_and_skip_repeats() {

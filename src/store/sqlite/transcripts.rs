@@ -183,7 +183,7 @@ impl TranscriptStore for SqliteStore {
         transcript: &TranscriptRef,
         entries: Vec<TranscriptEntry>,
     ) -> Result<Vec<SessionEvent>> {
-        crate::telemetry::append(BACKEND, transcript, async move {
+        crate::ops::telemetry::append(BACKEND, transcript, async move {
             let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
             let session_id = transcript.session_id.clone();
             let location = self.inner.path.clone();

@@ -157,7 +157,7 @@ mod tests {
 
     #[test]
     fn resolution_feeds_the_key_builder() {
-        use crate::key::{DefaultKeyBuilder, KeyBuilder};
+        use crate::identity::key::{DefaultKeyBuilder, KeyBuilder};
         let group = resolve_group("whatsapp:group:120363@g.us", None, None).unwrap();
         let key = DefaultKeyBuilder::new()
             .build(&group.conversation())
@@ -171,7 +171,7 @@ mod tests {
 mod doc_examples {
     #[test]
     fn resolve_group() {
-        use crate::key::{resolve_group, PeerKind};
+        use crate::identity::key::{resolve_group, PeerKind};
 
         let group = resolve_group("120363406150318674@g.us", None, None).unwrap();
         assert_eq!(group.key, "whatsapp:group:120363406150318674@g.us");

@@ -1,30 +1,4 @@
-//! Session keys: which conversation a message belongs to.
-//!
-//! A [`SessionKey`] is the canonical, validated name of one conversation, in OpenClaw's
-//! format `agent:<agentId>:<rest>` (or `global`). Keys are built from a [`Conversation`]
-//! by a [`KeyBuilder`]; [`DefaultKeyBuilder`] implements OpenClaw's rules (dm scopes,
-//! groups, channels, threads, Telegram forum topics, identity links).
-//!
-//! ```
-//! use agent_sessions::key::{Conversation, DefaultKeyBuilder, DmScope, KeyBuilder, PeerKind};
-//!
-//! let keys = DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer);
-//! let dm = keys.build(&Conversation::direct("telegram", "123456789"))?;
-//! assert_eq!(dm.as_str(), "agent:main:telegram:dm:123456789");
-//!
-//! let group = keys.build(&Conversation::group("whatsapp", "120363@g.us"))?;
-//! assert_eq!(group.as_str(), "agent:main:whatsapp:group:120363@g.us");
-//! assert_eq!(group.peer_kind(), Some(PeerKind::Group));
-//! # Ok::<(), agent_sessions::Error>(())
-//! ```
-//!
-//! # Safety of keys and ids
-//!
-//! Keys never become file paths; only the agent id does (as a directory name), and it is
-//! restricted to `[a-z0-9_-]`. Ids placed inside a key may not contain control
-//! characters, empty `:` segments, or a segment that is one of the structural markers
-//! (`dm`, `direct`, `group`, `channel`, `thread`, `topic`, `subagent`), so a remote user
-//! cannot forge a key that reads as someone else's thread or group.
+//! Session keys: which conversation a message belongs to (see the module above).
 
 mod builder;
 pub(crate) mod session_key;

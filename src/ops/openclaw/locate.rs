@@ -21,7 +21,7 @@ const LEGACY_STATE_DIRS: &[&str] = &[".clawdbot", ".moltbot", ".moldbot"];
 ///
 /// ```
 /// use std::path::Path;
-/// use agent_sessions::openclaw::{OpenClawEnv, OpenClawLocation};
+/// use agent_sessions::ops::openclaw::{OpenClawEnv, OpenClawLocation};
 ///
 /// let env = OpenClawEnv::from_vars([
 ///     ("HOME", "/home/u"),

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use crate::identity::key::SessionKey;
 use crate::inbound::events::{SystemEvent, SystemEvents};
-use crate::key::SessionKey;
 
 /// One step of [`bounded_and_skipping_repeats`].
 #[derive(Debug, Clone, Copy)]

@@ -1,6 +1,6 @@
 //! The full-text index of the SQL stores: an inverted index kept in a table of packed
 //! blocks, ranked by BM25 in the client — the tokens and the formula of
-//! [`InMemoryIndex`](crate::search::InMemoryIndex), so every index of the crate ranks alike.
+//! [`InMemoryIndex`](crate::transcript::search::InMemoryIndex), so every index of the crate ranks alike.
 //!
 //! `search_postings` holds, for each word, its postings — (message, occurrences, the
 //! message's length in words) — in blocks of up to [`BLOCK`] postings, each block
@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::search::{bm25, bm25_idf, tokens};
+use crate::transcript::search::{bm25, bm25_idf, tokens};
 
 /// Postings per block: small enough that appending to a word's last block rewrites
 /// little (and a PostgreSQL block stays under its TOAST threshold), large enough that
@@ -366,7 +366,7 @@ pub(crate) const SELECTIVE: usize = 5_000;
 
 #[cfg(feature = "sqlite")]
 /// The cosine similarity of a vector stored as little-endian `f32` bytes and `query`
-/// whose norm is `query_norm` — [`cosine`](crate::search::cosine)'s result, computed
+/// whose norm is `query_norm` — [`cosine`](crate::transcript::search::cosine)'s result, computed
 /// without copying the stored vector.
 pub(crate) fn cosine_of_bytes(stored: &[u8], query: &[f32], query_norm: f32) -> Option<f32> {
     if stored.len() != query.len() * 4 {
@@ -558,7 +558,7 @@ mod tests {
             let bytes: Vec<u8> = stored.iter().flat_map(|x| x.to_le_bytes()).collect();
             assert_eq!(
                 cosine_of_bytes(&bytes, &query, norm),
-                crate::search::cosine(&stored, &query)
+                crate::transcript::search::cosine(&stored, &query)
             );
         }
         let ties = best_with_ties(vec![(1, 0.5), (2, 0.9), (3, 0.5), (4, 0.1)], 2);
@@ -702,7 +702,9 @@ mod tests {
             let scored: Vec<(i64, f32)> = vectors
                 .iter()
                 .enumerate()
-                .filter_map(|(doc, v)| Some((doc as i64, crate::search::cosine(v, query)?)))
+                .filter_map(|(doc, v)| {
+                    Some((doc as i64, crate::transcript::search::cosine(v, query)?))
+                })
                 .collect();
             best(scored, 10)
         };
@@ -714,7 +716,10 @@ mod tests {
             let reranked: Vec<(i64, f32)> = candidates
                 .iter()
                 .filter_map(|(doc, _)| {
-                    Some((*doc, crate::search::cosine(&vectors[*doc as usize], query)?))
+                    Some((
+                        *doc,
+                        crate::transcript::search::cosine(&vectors[*doc as usize], query)?,
+                    ))
                 })
                 .collect();
             let approximate: HashSet<i64> = best(reranked, 10).iter().map(|h| h.0).collect();

@@ -12,7 +12,7 @@
 //! ("You've asked about rosters 3 times this week").
 //!
 //! ```
-//! use agent_sessions::search::{InMemoryIndex, Search, SearchQuery};
+//! use agent_sessions::transcript::search::{InMemoryIndex, Search, SearchQuery};
 //! # use agent_sessions::prelude::*;
 //! # use agent_sessions::manager::LogMessage;
 //! # use agent_sessions::transcript::InMemoryTranscriptStore;

@@ -36,7 +36,7 @@
 //! | `agent_sessions_duplicates_total` | counter: messages a channel delivered again | |
 //! | `agent_sessions_turns_failed_total` | counter: turns ended by [`Turn::fail`](crate::manager::Turn::fail) | `input` (`kept`, `dropped`) |
 //! | `agent_sessions_deliveries_total` | counter: reported deliveries | `status` (`delivered`, `failed`) |
-//! | `agent_sessions_shared_dm_senders_total` | counter: new senders in a DM session every sender shares ([`DmScope::Main`](crate::key::DmScope::Main)) | |
+//! | `agent_sessions_shared_dm_senders_total` | counter: new senders in a DM session every sender shares ([`DmScope::Main`](crate::identity::key::DmScope::Main)) | |
 //! | `agent_sessions_out_of_descriptors_total` | counter: files not opened for want of a descriptor | |
 //! | `agent_sessions_http_connections_shed_total` | counter: idle unauthenticated connections `serve` closed | |
 
@@ -47,7 +47,7 @@ use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
 use crate::error::{Error, Result};
-use crate::key::SessionKey;
+use crate::identity::key::SessionKey;
 use crate::transcript::{SessionEvent, TranscriptRef};
 
 /// The metrics facade, or nothing without feature `metrics`.

@@ -38,7 +38,7 @@ pub(crate) fn bm25(idf: f32, tf: f32, length: f32, average: f32) -> f32 {
 /// stopped.
 ///
 /// ```
-/// use agent_sessions::search::{InMemoryIndex, SearchIndex};
+/// use agent_sessions::transcript::search::{InMemoryIndex, SearchIndex};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> agent_sessions::Result<()> {

@@ -11,7 +11,7 @@ use crate::freshness::policy::{
     normalize_at_hour, normalize_idle_minutes, ResetConfig, ResetMode, ResetSpec, ResetType, Zone,
 };
 use crate::freshness::triggers::DEFAULT_RESET_TRIGGERS;
-use crate::key::{
+use crate::identity::key::{
     key_segment, normalize_main_key, AgentId, DmScope, IdentityLinks, PeerKind, SessionScope,
 };
 use crate::reply::send_policy::{SendMatch, SendPolicyConfig, SendRule};

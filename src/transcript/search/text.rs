@@ -6,7 +6,7 @@
 /// `roster`).
 ///
 /// ```
-/// use agent_sessions::search::tokens;
+/// use agent_sessions::transcript::search::tokens;
 ///
 /// assert_eq!(tokens("Swap my ROSTERS, please!"), ["swap", "my", "roster", "please"]);
 /// ```
@@ -30,7 +30,7 @@ const SNIPPET_CONTEXT: usize = 60;
 /// it was cut; the start of `text` when no word matches.
 ///
 /// ```
-/// use agent_sessions::search::snippet;
+/// use agent_sessions::transcript::search::snippet;
 ///
 /// assert_eq!(snippet("Can I swap my Thursday shift?", "shifts"), "Can I swap my Thursday shift?");
 /// ```

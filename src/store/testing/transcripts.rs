@@ -12,7 +12,7 @@ use tokio::task::JoinSet;
 
 use crate::error::Error;
 use crate::follow::transcript::TranscriptFollow;
-use crate::key::AgentId;
+use crate::identity::key::AgentId;
 use crate::transcript::{
     ArchiveReason, LogFields, LogQuery, Offset, SessionHeader, TranscriptEntry, TranscriptExport,
     TranscriptRef, TranscriptStore,
@@ -491,7 +491,7 @@ macro_rules! transcript_conformance_tests {
         $($(#[$attr])*)?
         async fn concurrent_appends_keep_one_chain() {
             let (store, _guard) = $make.await;
-            $crate::testing::transcripts::concurrent_appends_keep_one_chain(
+            $crate::store::testing::transcripts::concurrent_appends_keep_one_chain(
                 ::std::sync::Arc::new(store),
             )
             .await;
@@ -500,7 +500,7 @@ macro_rules! transcript_conformance_tests {
         $($(#[$attr])*)?
         async fn followers_see_every_append_once_in_order() {
             let (store, _guard) = $make.await;
-            $crate::testing::transcripts::followers_see_every_append_once_in_order(
+            $crate::store::testing::transcripts::followers_see_every_append_once_in_order(
                 ::std::sync::Arc::new(store),
             )
             .await;
@@ -514,7 +514,7 @@ macro_rules! transcript_conformance_tests {
         $(#[$attr])*
         async fn $name() {
             let (store, _guard) = $make.await;
-            $crate::testing::transcripts::$name(&store).await;
+            $crate::store::testing::transcripts::$name(&store).await;
         }
     };
 }

@@ -380,7 +380,7 @@ mod tests {
 mod doc_examples {
     #[test]
     fn normalize_agent_id() {
-        use crate::key::normalize_agent_id;
+        use crate::identity::key::normalize_agent_id;
 
         assert_eq!(normalize_agent_id("Main"), "main");
         assert_eq!(normalize_agent_id("My Agent!"), "my-agent");
@@ -390,7 +390,7 @@ mod doc_examples {
 
     #[test]
     fn normalize_account_id() {
-        use crate::key::normalize_account_id;
+        use crate::identity::key::normalize_account_id;
 
         assert_eq!(normalize_account_id(""), "default");
         assert_eq!(normalize_account_id("Work Phone"), "work-phone");
@@ -398,7 +398,7 @@ mod doc_examples {
 
     #[test]
     fn normalize_channel() {
-        use crate::key::normalize_channel;
+        use crate::identity::key::normalize_channel;
 
         assert_eq!(normalize_channel(" Telegram ").as_deref(), Some("telegram"));
         assert_eq!(normalize_channel("gchat").as_deref(), Some("googlechat"));
@@ -407,7 +407,7 @@ mod doc_examples {
 
     #[test]
     fn normalize_e164() {
-        use crate::key::normalize_e164;
+        use crate::identity::key::normalize_e164;
 
         assert_eq!(normalize_e164("whatsapp:+1 (555) 010-9999"), "+15550109999");
         assert_eq!(normalize_e164("44 20 7946 0000"), "+442079460000");
@@ -415,7 +415,7 @@ mod doc_examples {
 
     #[test]
     fn group_display_name() {
-        use crate::key::{group_display_name, GroupNameParts};
+        use crate::identity::key::{group_display_name, GroupNameParts};
 
         let name = group_display_name(&GroupNameParts {
             provider: Some("WhatsApp"),

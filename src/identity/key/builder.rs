@@ -17,7 +17,7 @@ const MAX_SEGMENT_LEN: usize = 1024;
 /// is derived from.
 ///
 /// ```
-/// use agent_sessions::key::{Conversation, PeerKind};
+/// use agent_sessions::identity::{Conversation, PeerKind};
 ///
 /// let topic = Conversation::group("telegram", "-1001234567890")
 ///     .with_agent("support")
@@ -204,7 +204,7 @@ impl DmMarker {
 /// names are tried in the order they were added.
 ///
 /// ```
-/// use agent_sessions::key::{Conversation, DefaultKeyBuilder, DmScope, IdentityLinks, KeyBuilder};
+/// use agent_sessions::identity::{Conversation, DefaultKeyBuilder, DmScope, IdentityLinks, KeyBuilder};
 ///
 /// let links = IdentityLinks::new().link("alice", ["telegram:123", "whatsapp:+15550100"]);
 /// let keys = DefaultKeyBuilder::new().dm_scope(DmScope::PerPeer).identity_links(links);
@@ -291,7 +291,7 @@ impl IdentityLinks {
 /// groups (in other chats they are reply chains, not conversations).
 ///
 /// ```
-/// use agent_sessions::key::{Conversation, DefaultKeyBuilder, DmScope, KeyBuilder};
+/// use agent_sessions::identity::{Conversation, DefaultKeyBuilder, DmScope, KeyBuilder};
 ///
 /// let keys = DefaultKeyBuilder::new().dm_scope(DmScope::PerAccountChannelPeer);
 /// let key = keys.build(&Conversation::direct("Telegram", "User123").with_account("Work"))?;

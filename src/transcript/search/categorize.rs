@@ -98,7 +98,7 @@ impl<T: Categorizer + ?Sized> Categorizer for std::sync::Arc<T> {
 /// exchange's text most often wins (ties: the earlier rule), `fallback` when none match.
 ///
 /// ```
-/// use agent_sessions::search::KeywordCategorizer;
+/// use agent_sessions::transcript::search::KeywordCategorizer;
 ///
 /// let rules = KeywordCategorizer::default();
 /// assert_eq!(rules.label_for("Can I swap my Thursday shift?"), "roster_query");

@@ -44,7 +44,7 @@ use serde_json::json;
 use tokio::task::JoinSet;
 
 use crate::error::Error;
-use crate::key::{AgentId, PeerKind, SessionKey};
+use crate::identity::key::{AgentId, PeerKind, SessionKey};
 use crate::store::entry::{
     ChatType, DeliveryContext, SessionEntry, SessionOrigin, SessionStatus, ThreadId,
 };
@@ -1524,7 +1524,7 @@ macro_rules! store_conformance_tests {
         $(#[$attr])*
         async fn $name() {
             let (store, _guard) = $make.await;
-            $crate::testing::$name(&store).await;
+            $crate::store::testing::$name(&store).await;
         }
     };
 }
@@ -1579,7 +1579,7 @@ macro_rules! chatter_conformance_tests {
         $($(#[$attr])*)?
         async fn chatter_is_bounded_per_group_and_over_groups() {
             let guards = ::std::sync::Mutex::new(::std::vec::Vec::new());
-            $crate::testing::chatter::bounded_per_group_and_over_groups(|_, limit, max_keys| {
+            $crate::store::testing::chatter::bounded_per_group_and_over_groups(|_, limit, max_keys| {
                 let guards = &guards;
                 async move {
                     let (buffer, guard) = ($make)(limit, max_keys).await;
@@ -1593,20 +1593,20 @@ macro_rules! chatter_conformance_tests {
         $($(#[$attr])*)?
         async fn chatter_entries_keep_every_field() {
             let (buffer, _guard) = ($make)(50, 1000).await;
-            $crate::testing::chatter::entries_keep_every_field(buffer).await;
+            $crate::store::testing::chatter::entries_keep_every_field(buffer).await;
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         $($(#[$attr])*)?
         async fn chatter_claims_hand_entries_over_exactly_once() {
             let (buffer, _guard) = ($make)(3, 10).await;
-            $crate::testing::chatter::claims_hand_entries_over_exactly_once(buffer, 3).await;
+            $crate::store::testing::chatter::claims_hand_entries_over_exactly_once(buffer, 3).await;
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         $($(#[$attr])*)?
         async fn chatter_take_is_atomic_beside_concurrent_appends() {
             let (buffer, _guard) = ($make)(1000, 10).await;
             let buffer = ::std::sync::Arc::new(buffer);
-            $crate::testing::chatter::take_is_atomic_beside_concurrent_appends(
+            $crate::store::testing::chatter::take_is_atomic_beside_concurrent_appends(
                 [buffer.clone(), buffer.clone()],
                 buffer,
                 200,
@@ -1637,7 +1637,7 @@ macro_rules! system_events_conformance_tests {
         $($(#[$attr])*)?
         async fn system_events_are_bounded_and_skip_repeats() {
             let guards = ::std::sync::Mutex::new(::std::vec::Vec::new());
-            $crate::testing::system_events::bounded_and_skipping_repeats(
+            $crate::store::testing::system_events::bounded_and_skipping_repeats(
                 |_, max_events, max_sessions| {
                     let guards = &guards;
                     async move {
@@ -1655,14 +1655,14 @@ macro_rules! system_events_conformance_tests {
         $($(#[$attr])*)?
         async fn system_events_keep_text_and_time() {
             let (queue, _guard) = ($make)(20, 1000).await;
-            $crate::testing::system_events::events_keep_text_and_time(queue).await;
+            $crate::store::testing::system_events::events_keep_text_and_time(queue).await;
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         $($(#[$attr])*)?
         async fn system_events_drain_once_beside_concurrent_enqueues() {
             let (queue, _guard) = ($make)(1000, 10).await;
             let queue = ::std::sync::Arc::new(queue);
-            $crate::testing::system_events::drain_once_beside_concurrent_enqueues(
+            $crate::store::testing::system_events::drain_once_beside_concurrent_enqueues(
                 [queue.clone(), queue.clone()],
                 [queue.clone(), queue],
                 200,

@@ -33,7 +33,7 @@ pub(crate) const ENV_VARS: &[&str] = &[
 /// ```
 /// use std::path::Path;
 /// use std::time::Duration;
-/// use agent_sessions::openclaw::OpenClawEnv;
+/// use agent_sessions::ops::openclaw::OpenClawEnv;
 ///
 /// let env = OpenClawEnv::from_vars([("HOME", "/home/u"), ("OPENCLAW_SESSION_CACHE_TTL_MS", "0")]);
 /// assert_eq!(env.home().as_deref(), Some(Path::new("/home/u")));

@@ -49,8 +49,8 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::freshness::policy::{ResetConfig, Zone};
 use crate::freshness::triggers::DEFAULT_RESET_TRIGGERS;
+use crate::identity::key::{AgentId, DmScope, IdentityLinks, SessionScope, DEFAULT_MAIN_KEY};
 use crate::inbound::chatter::DEFAULT_GROUP_HISTORY_LIMIT;
-use crate::key::{AgentId, DmScope, IdentityLinks, SessionScope, DEFAULT_MAIN_KEY};
 use crate::reply::send_policy::SendPolicyConfig;
 use crate::store::DEFAULT_CACHE_TTL;
 
@@ -70,7 +70,7 @@ pub(crate) const MAX_CONFIG_BYTES: u64 = 16 * 1024 * 1024;
 /// `~/.openclaw`.
 ///
 /// ```
-/// use agent_sessions::openclaw::OpenClawConfig;
+/// use agent_sessions::ops::openclaw::OpenClawConfig;
 /// use agent_sessions::DmScope;
 ///
 /// let config = OpenClawConfig::from_json5_str(r#"{

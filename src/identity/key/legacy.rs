@@ -22,7 +22,7 @@ use super::GLOBAL_KEY;
 /// so the keys it returns are the ones old stores hold.
 ///
 /// ```
-/// use agent_sessions::key::{legacy_request_key, SessionScope};
+/// use agent_sessions::identity::{legacy_request_key, SessionScope};
 ///
 /// let key = |from| legacy_request_key(SessionScope::PerSender, from, None, None);
 /// assert_eq!(key("whatsapp:+1 555 0100"), "+15550100");

@@ -54,7 +54,7 @@ pub struct Trend {
 /// window before it.
 ///
 /// ```
-/// use agent_sessions::search::analytics;
+/// use agent_sessions::transcript::search::analytics;
 /// use chrono::{Duration, Utc};
 ///
 /// let stats = analytics(&[], Utc::now(), Duration::days(7));
@@ -151,7 +151,7 @@ pub(crate) fn topic_phrase(category: &str) -> String {
 /// and `other` are not topics).
 ///
 /// ```
-/// use agent_sessions::search::recurring_topic;
+/// use agent_sessions::transcript::search::recurring_topic;
 /// use chrono::Utc;
 ///
 /// assert_eq!(recurring_topic(&[], "staff:17", Utc::now()), None);
