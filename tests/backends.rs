@@ -706,3 +706,229 @@ async fn entries_written_before_delivery_normalisation_migrate_verified_and_resu
     assert!(again.session_conflicts.is_empty());
     assert_eq!((again.sessions_copied, again.sessions_skipped), (0, 3));
 }
+
+/// Everything of `backend` a copy must carry beside sessions and transcripts: the
+/// closed sessions (by id, entry without its `sessionFile` path), pending group
+/// chatter and queued system events.
+async fn the_rest(
+    backend: &Backend,
+) -> (
+    BTreeMap<String, (String, SessionEntry)>,
+    Vec<(String, agent_sessions::inbound::GroupChatter)>,
+    Vec<(SessionKey, Vec<(String, i64)>)>,
+) {
+    let current: Vec<String> = backend
+        .sessions()
+        .list(&ListFilter::all())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.entry.session_id)
+        .collect();
+    let any = ListFilter::new().any_status();
+    let closed = backend
+        .sessions()
+        .list(&any)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|s| !current.contains(&s.entry.session_id))
+        .map(|s| {
+            let mut entry = s.entry;
+            entry.session_file = entry
+                .session_file
+                .as_deref()
+                .map(|f| file_name(f).to_owned());
+            (entry.session_id.clone(), (s.key.to_string(), entry))
+        })
+        .collect();
+    let mut chatter = backend.chatter().export_groups().await.unwrap();
+    chatter.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut events: Vec<(SessionKey, Vec<(String, i64)>)> = backend
+        .system_events()
+        .export_queues()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(k, q)| {
+            let q = q
+                .into_iter()
+                .map(|e| (e.text, e.at.timestamp_micros()))
+                .collect();
+            (k, q)
+        })
+        .collect();
+    events.sort_by(|a, b| a.0.cmp(&b.0));
+    (closed, chatter, events)
+}
+
+/// An OpenClaw tree in use: closed sessions under two keys (more than a copy used to
+/// carry), group chatter waiting for the next turn with its message ids, chatter a
+/// killed turn still holds claimed, a DM answered with its message id, and system
+/// events queued.
+async fn a_store_in_use() -> tempfile::TempDir {
+    let dir = busy_openclaw_tree().await;
+    let url = format!("json:{}", dir.path().display());
+    let manager = SessionManager::connect(&url)
+        .await
+        .unwrap()
+        .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
+        .build()
+        .unwrap();
+    for (peer, resets) in [("501", 12), ("502", 9)] {
+        let message = InboundMessage::direct("telegram", peer, "hello").from_person(peer);
+        let key = manager.key_for(&message).unwrap();
+        for n in 0..resets {
+            let mut message = message.clone();
+            message.body = format!("message {n}");
+            manager
+                .turn(&message)
+                .await
+                .unwrap()
+                .complete("ok")
+                .await
+                .unwrap();
+            manager.session(&key).reset().await.unwrap();
+        }
+    }
+    let group = |sender: &str, text: &str, id: &str| {
+        InboundMessage::group("whatsapp", "120363555@g.us", sender, text).with_message_id(id)
+    };
+    for (n, sender) in ["+15550001", "+15550002", "+15550003"].iter().enumerate() {
+        let turn = manager
+            .turn(&group(sender, &format!("chatter {n}"), &format!("g{n}")))
+            .await
+            .unwrap();
+        assert_eq!(turn.action(), &TurnAction::StaySilent);
+    }
+    // A turn that claimed chatter of another group and was killed before logging it.
+    let backend = Backend::open(&url).await.unwrap();
+    let other = "agent:main:whatsapp:default:group:120363666@g.us";
+    backend
+        .chatter()
+        .append_once(
+            other,
+            agent_sessions::inbound::ChatterEntry {
+                sender: "Ann".into(),
+                body: "held by a dead turn".into(),
+                timestamp: Some(1_770_000_000_000),
+                message_id: Some("c1".into()),
+                sender_id: Some("+15550009".into()),
+            },
+            std::time::Duration::from_secs(1200),
+        )
+        .await
+        .unwrap();
+    let claim = agent_sessions::inbound::ChatterClaim {
+        id: "line-1".into(),
+        holder: "gone/1/1#t".into(),
+        witness: "main/none.jsonl".into(),
+        at: 1_770_000_000_000,
+    };
+    backend.chatter().claim(other, &claim, &[]).await.unwrap();
+    let dm = InboundMessage::direct("telegram", "601", "answered once")
+        .from_person("601")
+        .with_message_id("d1");
+    manager
+        .turn(&dm)
+        .await
+        .unwrap()
+        .complete("done")
+        .await
+        .unwrap();
+    let key = manager.key_for(&dm).unwrap();
+    manager
+        .session(&key)
+        .enqueue_system_event("Model switched.")
+        .await
+        .unwrap();
+    manager
+        .session(&key)
+        .enqueue_system_event("Reminder fired.")
+        .await
+        .unwrap();
+    dir
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+async fn everything_a_store_holds_travels_from_openclaw_through_sqlite_and_postgres_and_back() {
+    let source_dir = a_store_in_use().await;
+    let source = Backend::open(&format!("json:{}", source_dir.path().display()))
+        .await
+        .unwrap();
+    let (closed, chatter, events) = the_rest(&source).await;
+    assert!(
+        closed.len() > 20,
+        "the source has many closed sessions: {}",
+        closed.len()
+    );
+    assert_eq!(chatter.len(), 2, "{chatter:?}");
+    assert!(chatter
+        .iter()
+        .any(|(_, g)| !g.claimed.is_empty() && !g.seen.is_empty()));
+    assert_eq!(events.len(), 1);
+
+    let work = tempfile::tempdir().unwrap();
+    let sqlite = Backend::open(&format!("sqlite:{}", work.path().join("s.db").display()))
+        .await
+        .unwrap();
+    let schema = common::TestSchema::new("everything");
+    let postgres = Backend::open(&schema.url()).await.unwrap();
+    let back_dir = work.path().join("back");
+    let back = Backend::open(&format!("json:{}", back_dir.display()))
+        .await
+        .unwrap();
+    for (from, to) in [(&source, &sqlite), (&sqlite, &postgres), (&postgres, &back)] {
+        let report = migrate(from, to, &NoProgress).await.unwrap();
+        assert!(report.verified(), "{report:#?}");
+        assert_eq!(report.closed_sessions_copied as usize, closed.len());
+        assert_eq!(report.source.closed_sessions as usize, closed.len());
+        assert_eq!(report.chatter_groups_copied, 2);
+        assert_eq!(report.system_event_queues_copied, 1);
+        assert!(report.source.differing(&report.target).is_empty());
+        let (their_closed, their_chatter, their_events) = the_rest(to).await;
+        assert_eq!(their_closed, closed, "closed sessions in {}", to.url());
+        assert_eq!(their_chatter, chatter, "chatter in {}", to.url());
+        assert_eq!(their_events, events, "system events in {}", to.url());
+    }
+    assert_same_content(&source, &back, Some(&back_dir)).await;
+
+    // On the last copy, a message delivered again is a duplicate, as on the source:
+    // the group's chatter and the answered DM alike.
+    let manager = SessionManager::connect(&format!("json:{}", back_dir.display()))
+        .await
+        .unwrap()
+        .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
+        .build()
+        .unwrap();
+    let again = InboundMessage::group("whatsapp", "120363555@g.us", "+15550001", "chatter 0")
+        .with_message_id("g0");
+    assert_eq!(
+        manager.turn(&again).await.unwrap().action(),
+        &TurnAction::Duplicate
+    );
+    let dm = InboundMessage::direct("telegram", "601", "answered once")
+        .from_person("601")
+        .with_message_id("d1");
+    assert_eq!(
+        manager.turn(&dm).await.unwrap().action(),
+        &TurnAction::Duplicate
+    );
+    // The chatter waiting on the source reaches the next answered turn on the copy.
+    let mention = InboundMessage::group("whatsapp", "120363555@g.us", "+15550004", "@bot hi")
+        .with_message_id("g9")
+        .mentioning_agent();
+    let turn = manager.turn(&mention).await.unwrap();
+    assert_eq!(turn.action(), &TurnAction::Answer);
+    let input = turn.input().unwrap().to_owned();
+    assert!(
+        input.contains("chatter 0") && input.contains("chatter 2"),
+        "{input}"
+    );
+    schema.drop().await;
+}

@@ -208,11 +208,18 @@ fn child(name: &str, vars: &[(&str, String)]) -> std::process::Child {
 
 /// A turn of Jane's killed after its message was logged, before the reply.
 fn kill_a_turn(url: &str, workspaces: &Path) {
+    kill_a_turn_of(url, workspaces, "t9");
+}
+
+/// A turn of Jane's on a message with channel message id `id` (none if empty), killed
+/// after its message was logged, before the reply.
+fn kill_a_turn_of(url: &str, workspaces: &Path, id: &str) {
     let mut turn = child(
         "turn_child",
         &[
             ("PERSONAL_DATA_URL", url.to_owned()),
             ("PERSONAL_DATA_WORKSPACES", workspaces.display().to_string()),
+            ("PERSONAL_DATA_MESSAGE_ID", id.to_owned()),
         ],
     );
     let mut lines = BufReader::new(turn.stdout.take().unwrap()).lines();
@@ -234,10 +241,9 @@ async fn turn_child() {
         return;
     };
     let manager = manager(&url, Path::new(&workspaces)).await;
-    let turn = manager
-        .turn(&telegram("this is jqkilokilled", "t9"))
-        .await
-        .unwrap();
+    let mut message = telegram("this is jqkilokilled", "t9");
+    message.message_id = env_var("PERSONAL_DATA_MESSAGE_ID");
+    let turn = manager.turn(&message).await.unwrap();
     println!("TURN-STARTED");
     tokio::time::sleep(Duration::from_secs(60)).await;
     drop(turn);
@@ -807,6 +813,122 @@ async fn a_turn_running_during_an_erase_completes_first_and_a_later_message_star
     assert!(next.is_new());
     let key = manager.key_for(&telegram("x", "x")).unwrap();
     assert!(manager.session(&key).messages().await.unwrap().len() <= 1);
+}
+
+/// A worker killed between `turn` and `complete` on a message without a channel message
+/// id (the README's quickstart sends none) leaves the session `running`; its holder is
+/// dead, so an erase goes ahead at once instead of waiting 30 s and failing — and so do
+/// a delete and a prune.
+async fn a_killed_turn_holds_nothing_up(url: &str, workspaces: &Path) {
+    let manager = manager(url, workspaces).await;
+    let mut hello = telegram("hello jqalphadm", "");
+    hello.message_id = None;
+    answer(&manager, &hello, "noted").await;
+    let key = manager.key_for(&hello).unwrap();
+    let bob = InboundMessage::direct("telegram", "777001", "hi bobdmkeepsake");
+    answer(&manager, &bob, "hello Bob").await;
+    let bob_key = manager.key_for(&bob).unwrap();
+
+    kill_a_turn_of(url, workspaces, "");
+    let entry = manager.session(&key).get().await.unwrap().unwrap();
+    assert_eq!(
+        entry.entry.status,
+        Some(agent_sessions::SessionStatus::Running),
+        "the kill left it running"
+    );
+    let report = tokio::time::timeout(
+        Duration::from_secs(10),
+        manager.forget_person(&PersonRef::person(JANE)),
+    )
+    .await
+    .expect("the erase does not wait for a dead turn")
+    .unwrap();
+    assert_eq!(report.sessions, 1, "{report:?}");
+
+    // Bob's turn killed the same way: his session can be deleted, and pruned.
+    let killed_bob = |id: &str| {
+        let mut turn = child(
+            "bob_turn_child",
+            &[
+                ("PERSONAL_DATA_URL", url.to_owned()),
+                ("PERSONAL_DATA_WORKSPACES", workspaces.display().to_string()),
+                ("PERSONAL_DATA_MESSAGE_ID", id.to_owned()),
+            ],
+        );
+        let mut lines = BufReader::new(turn.stdout.take().unwrap()).lines();
+        assert!(lines.any(|line| line.unwrap().contains("TURN-STARTED")));
+        turn.kill().unwrap();
+        turn.wait().unwrap();
+    };
+    killed_bob("");
+    let session = manager.session(&bob_key);
+    assert_eq!(
+        session.get().await.unwrap().unwrap().entry.status,
+        Some(agent_sessions::SessionStatus::Running)
+    );
+    let deleted = session
+        .delete(agent_sessions::manager::DeleteOptions::default())
+        .await
+        .unwrap();
+    assert!(deleted.is_some(), "a dead turn does not refuse the delete");
+    answer(&manager, &bob, "hello again").await;
+    killed_bob("");
+    let pruned = manager
+        .prune(&agent_sessions::manager::PruneOptions::older_than(
+            Duration::ZERO,
+        ))
+        .await
+        .unwrap();
+    assert!(
+        pruned.iter().any(|s| s.key == bob_key),
+        "a dead turn does not keep a session from a prune: {pruned:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by the kill tests in a child process"]
+async fn bob_turn_child() {
+    let (Some(url), Some(workspaces)) = (
+        env_var("PERSONAL_DATA_URL"),
+        env_var("PERSONAL_DATA_WORKSPACES"),
+    ) else {
+        return;
+    };
+    let manager = manager(&url, Path::new(&workspaces)).await;
+    let mut message = InboundMessage::direct("telegram", "777001", "a long question");
+    message.message_id = env_var("PERSONAL_DATA_MESSAGE_ID");
+    let turn = manager.turn(&message).await.unwrap();
+    println!("TURN-STARTED");
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    drop(turn);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_turn_holds_nothing_up_in_a_json_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("json:{}", dir.path().join("state").display());
+    a_killed_turn_holds_nothing_up(&url, &dir.path().join("ws")).await;
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_turn_holds_nothing_up_in_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("sessions.db").display());
+    a_killed_turn_holds_nothing_up(&url, &dir.path().join("ws")).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_turn_holds_nothing_up_in_postgres() {
+    if env_var("AGENT_SESSIONS_TEST_POSTGRES_URL").is_none() {
+        eprintln!("skipped: AGENT_SESSIONS_TEST_POSTGRES_URL is not set");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let schema = common::TestSchema::new("killed_turn");
+    a_killed_turn_holds_nothing_up(&schema.url(), &dir.path().join("ws")).await;
+    schema.drop().await;
 }
 
 #[tokio::test]

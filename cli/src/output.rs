@@ -426,6 +426,7 @@ pub fn migrated(as_json: bool, from: &str, to: &str, report: &MigrationReport) {
         value["from"] = json!(from);
         value["to"] = json!(to);
         value["verified"] = json!(report.verified());
+        value["differing"] = json!(report.source.differing(&report.target));
         print_json(&value);
         return;
     }
@@ -438,6 +439,25 @@ pub fn migrated(as_json: bool, from: &str, to: &str, report: &MigrationReport) {
         "transcripts  {} copied, {} already there",
         report.transcripts_copied, report.transcripts_skipped
     );
+    println!(
+        "closed       {} closed sessions copied",
+        report.closed_sessions_copied
+    );
+    println!(
+        "chatter      {} groups of pending chatter copied",
+        report.chatter_groups_copied
+    );
+    println!(
+        "events       {} sessions' queued system events copied",
+        report.system_event_queues_copied
+    );
+    println!("search index not copied: the target builds its own from the transcripts");
+    for group in &report.chatter_conflicts {
+        println!("conflict     group {group}: the target has other chatter; left alone");
+    }
+    for key in &report.system_event_conflicts {
+        println!("conflict     {key}: the target has other system events queued; left alone");
+    }
     for conflict in &report.session_conflicts {
         let what = if conflict.overwritten {
             "replaced by the source's"
@@ -463,16 +483,31 @@ pub fn migrated(as_json: bool, from: &str, to: &str, report: &MigrationReport) {
     }
     let side = |c: &agent_sessions::ops::Checksums| {
         format!(
-            "{} sessions {:016x}, {} transcripts {:016x}",
-            c.sessions, c.session_checksum, c.transcripts, c.transcript_checksum
+            "{} sessions {:016x}, {} transcripts {:016x}, {} closed {:016x}, \
+             {} chatter groups {:016x}, {} event queues {:016x}",
+            c.sessions,
+            c.session_checksum,
+            c.transcripts,
+            c.transcript_checksum,
+            c.closed_sessions,
+            c.closed_session_checksum,
+            c.chatter_groups,
+            c.chatter_checksum,
+            c.system_event_queues,
+            c.system_event_checksum
         )
     };
     println!("source       {}", side(&report.source));
     println!("target       {}", side(&report.target));
+    let differing = report.source.differing(&report.target);
+    if !differing.is_empty() {
+        println!("differs      {}", differing.join(", "));
+    }
     println!(
         "{}",
         if report.verified() {
-            "verified: the target holds everything the source holds"
+            "verified: the target holds everything the source holds \
+             (sessions, closed sessions, transcripts, group chatter, system events)"
         } else {
             "NOT verified"
         }

@@ -11,6 +11,8 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
+use crate::store::entry::{SessionEntry, SessionStatus};
+
 /// How long a turn on another host counts as live without word from it: far longer
 /// than a turn takes from its claim to its inbound line (one transcript append).
 pub(crate) const LEASE: Duration = Duration::from_secs(120);
@@ -131,6 +133,25 @@ pub(crate) fn alive(holder: &str, at_ms: u64, now_ms: u64) -> bool {
         };
     }
     within_lease(at_ms, now_ms)
+}
+
+/// Whether a turn may still run in the session of `entry` at `now_ms`: its status is
+/// `running` and the run's holder is alive. A turn that died (its process killed, or its
+/// `Turn` dropped) holds nothing up. An entry written before runs were recorded falls
+/// back to the turn that took its last message, and without that, may run.
+pub(crate) fn runs(entry: &SessionEntry, now_ms: u64) -> bool {
+    if entry.status != Some(SessionStatus::Running) {
+        return false;
+    }
+    if let Some(run) = &entry.run {
+        return alive(&run.holder, run.started_at, now_ms);
+    }
+    entry
+        .recent_inbound
+        .iter()
+        .rev()
+        .find(|record| record.session_id == entry.session_id)
+        .is_none_or(|record| record.holder.is_empty() || alive(&record.holder, record.at, now_ms))
 }
 
 fn within_lease(at_ms: u64, now_ms: u64) -> bool {

@@ -214,6 +214,7 @@ impl SessionManager {
             if current.session_id == session_id {
                 current.status = Some(crate::store::entry::SessionStatus::Idle);
                 current.aborted_last_run = Some(true);
+                current.run = None;
             }
         })
         .await?;

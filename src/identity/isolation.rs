@@ -155,6 +155,15 @@ impl<S: SessionStore> crate::store::Erase for AgentScoped<S> {
             None => Ok(0),
         }
     }
+    async fn add_closed(&self, sessions: &[crate::store::StoredSession]) -> Result<usize> {
+        for session in sessions {
+            self.check_key(&session.key)?;
+        }
+        match self.inner.as_erase() {
+            Some(inner) => inner.add_closed(sessions).await,
+            None => Ok(0),
+        }
+    }
     async fn erase_copies(&self, needles: &[String], vacuum: bool) -> Result<usize> {
         match self.inner.as_erase() {
             Some(inner) => inner.erase_copies(needles, vacuum).await,

@@ -183,6 +183,27 @@ pub trait ChatterBuffer: Send + Sync {
             what: "erasing from this group-history buffer (ChatterBuffer::edit_entries)",
         })
     }
+
+    /// Every group the buffer holds, whole, by group key: what a copy of the store
+    /// carries ([`migrate`](crate::ops::migrate)). The crate's buffers implement it; the
+    /// default is [`Error::NotConfigured`](crate::Error::NotConfigured), so a copy says
+    /// what it could not carry instead of leaving it behind unsaid.
+    async fn export_groups(&self) -> Result<Vec<(String, GroupChatter)>> {
+        Err(crate::Error::NotConfigured {
+            what: "copying this group-chatter buffer (ChatterBuffer::export_groups)",
+        })
+    }
+
+    /// Takes in group `key` as a copy carries it (see
+    /// [`export_groups`](Self::export_groups)), when the buffer holds nothing of that
+    /// group: `Ok(false)`, nothing written, when it holds an entry, a claim or a message
+    /// id of it. The default is [`Error::NotConfigured`](crate::Error::NotConfigured).
+    async fn import_group(&self, key: &str, group: GroupChatter) -> Result<bool> {
+        let _ = (key, group);
+        Err(crate::Error::NotConfigured {
+            what: "copying into this group-chatter buffer (ChatterBuffer::import_group)",
+        })
+    }
 }
 
 /// An `Arc` of a history buffer is a history buffer: a host keeps one handle (to change
@@ -233,6 +254,14 @@ impl<T: ChatterBuffer + ?Sized> ChatterBuffer for Arc<T> {
     async fn edit_entries(&self, edit: EntryEditor<'_>) -> Result<usize> {
         (**self).edit_entries(edit).await
     }
+
+    async fn export_groups(&self) -> Result<Vec<(String, GroupChatter)>> {
+        (**self).export_groups().await
+    }
+
+    async fn import_group(&self, key: &str, group: GroupChatter) -> Result<bool> {
+        (**self).import_group(key, group).await
+    }
 }
 
 /// The in-memory [`ChatterBuffer`]: a FIFO per group, LRU over groups.
@@ -267,29 +296,43 @@ pub struct InMemoryChatter {
 #[derive(Debug)]
 struct ChatterState {
     limit: usize,
-    groups: IndexMap<String, GroupHistory>,
+    groups: IndexMap<String, GroupChatter>,
 }
 
-/// One group's chatter: the entries no turn has claimed, oldest first, and the claimed
-/// ones by claim. What [`InMemoryChatter`] keeps per group, and what a
-/// [`JsonFileChatter`](crate::store::JsonFileChatter) file holds.
+/// One group's chatter, whole: the entries no turn has claimed, oldest first, the
+/// claimed ones by claim, and the message ids it remembers. What
+/// [`InMemoryChatter`] keeps per group, what a
+/// [`JsonFileChatter`](crate::store::JsonFileChatter) file holds, and what a copy of a
+/// store carries ([`ChatterBuffer::export_groups`], [`ChatterBuffer::import_group`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct GroupHistory {
+#[non_exhaustive]
+pub struct GroupChatter {
     /// The unclaimed entries, oldest first.
-    pub(crate) entries: VecDeque<ChatterEntry>,
+    pub entries: VecDeque<ChatterEntry>,
     /// The claimed entries, by claim, in claim order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) claimed: Vec<ClaimedEntries>,
-    /// The message ids of the entries kept within the dedupe window, oldest first.
+    pub claimed: Vec<ClaimedChatter>,
+    /// The message ids of the entries kept within the dedupe window, oldest first: a
+    /// message delivered again with one of them is a duplicate.
     #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
-    pub(crate) seen: VecDeque<SeenMessage>,
+    pub seen: VecDeque<SeenMessage>,
 }
 
 /// A message id a group kept, and when (epoch milliseconds).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct SeenMessage {
-    pub(crate) id: String,
-    pub(crate) at: u64,
+#[non_exhaustive]
+pub struct SeenMessage {
+    /// The channel's message id.
+    pub id: String,
+    /// When the entry was kept, epoch milliseconds.
+    pub at: u64,
+}
+
+impl SeenMessage {
+    /// Message `id`, kept at `at` (epoch milliseconds).
+    pub fn new(id: impl Into<String>, at: u64) -> Self {
+        SeenMessage { id: id.into(), at }
+    }
 }
 
 /// The most message ids a group remembers for deduplication; the oldest go first.
@@ -303,14 +346,24 @@ pub(crate) fn entry_message_id(entry: &ChatterEntry) -> Option<&str> {
         .filter(|id| !id.trim().is_empty())
 }
 
-/// The entries of one claim.
+/// The entries of one claim: the claim, and its entries oldest first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct ClaimedEntries {
-    pub(crate) claim: ChatterClaim,
-    pub(crate) entries: Vec<ChatterEntry>,
+#[non_exhaustive]
+pub struct ClaimedChatter {
+    /// The claim.
+    pub claim: ChatterClaim,
+    /// Its entries, oldest first.
+    pub entries: Vec<ChatterEntry>,
 }
 
-impl GroupHistory {
+impl ClaimedChatter {
+    /// `entries`, claimed by `claim`.
+    pub fn new(claim: ChatterClaim, entries: Vec<ChatterEntry>) -> Self {
+        ClaimedChatter { claim, entries }
+    }
+}
+
+impl GroupChatter {
     /// Appends `entry`, keeping the `limit` newest unclaimed entries.
     pub(crate) fn append(&mut self, entry: ChatterEntry, limit: usize) {
         self.entries.push_back(entry);
@@ -412,7 +465,7 @@ impl GroupHistory {
         });
         entries.extend(self.entries.drain(..));
         if !entries.is_empty() {
-            self.claimed.push(ClaimedEntries {
+            self.claimed.push(ClaimedChatter {
                 claim: claim.clone(),
                 entries: entries.clone(),
             });
@@ -534,6 +587,30 @@ impl InMemoryChatter {
 
 #[async_trait]
 impl ChatterBuffer for InMemoryChatter {
+    async fn export_groups(&self) -> Result<Vec<(String, GroupChatter)>> {
+        let state = self.state();
+        Ok(state
+            .groups
+            .iter()
+            .map(|(key, group)| (key.clone(), group.clone()))
+            .collect())
+    }
+
+    async fn import_group(&self, key: &str, group: GroupChatter) -> Result<bool> {
+        let mut state = self.state();
+        if state.groups.get(key).is_some_and(|held| !held.is_empty()) {
+            return Ok(false);
+        }
+        if !group.is_empty() {
+            state.groups.shift_remove(key);
+            state.groups.insert(key.to_owned(), group);
+            while state.groups.len() > self.max_keys {
+                state.groups.shift_remove_index(0);
+            }
+        }
+        Ok(true)
+    }
+
     async fn edit_entries(&self, edit: EntryEditor<'_>) -> Result<usize> {
         let mut state = self.state();
         let mut changed = 0;
@@ -585,7 +662,7 @@ impl ChatterBuffer for InMemoryChatter {
     }
 
     async fn take(&self, key: &str) -> Result<Vec<ChatterEntry>> {
-        Ok(self.with_group(key, GroupHistory::take))
+        Ok(self.with_group(key, GroupChatter::take))
     }
 
     async fn clear(&self, key: &str) -> Result<()> {
@@ -610,7 +687,7 @@ impl ChatterBuffer for InMemoryChatter {
             .state()
             .groups
             .get(key)
-            .map(GroupHistory::claims)
+            .map(GroupChatter::claims)
             .unwrap_or_default())
     }
 
@@ -627,7 +704,7 @@ impl ChatterBuffer for InMemoryChatter {
 
 impl InMemoryChatter {
     /// Runs `f` on group `key` if it has one, dropping the group when it is left empty.
-    fn with_group<T: Default>(&self, key: &str, f: impl FnOnce(&mut GroupHistory) -> T) -> T {
+    fn with_group<T: Default>(&self, key: &str, f: impl FnOnce(&mut GroupChatter) -> T) -> T {
         let mut state = self.state();
         let Some(group) = state.groups.get_mut(key) else {
             return T::default();

@@ -62,6 +62,28 @@ pub trait SystemEvents: Send + Sync {
     async fn enqueue(&self, key: &SessionKey, text: &str, at: DateTime<Utc>) -> Result<bool>;
     /// Takes every event queued for `key`, oldest first.
     async fn drain(&self, key: &SessionKey) -> Result<Vec<SystemEvent>>;
+
+    /// Every session's queued events, oldest first, by session key, leaving them
+    /// queued: what a copy of the store carries ([`migrate`](crate::ops::migrate)). The
+    /// crate's queues implement it; the default is
+    /// [`Error::NotConfigured`](crate::Error::NotConfigured), so a copy says what it
+    /// could not carry.
+    async fn export_queues(&self) -> Result<Vec<(SessionKey, Vec<SystemEvent>)>> {
+        Err(crate::Error::NotConfigured {
+            what: "copying these system events (SystemEvents::export_queues)",
+        })
+    }
+
+    /// Queues `events` for `key` as a copy carries them (see
+    /// [`export_queues`](Self::export_queues)), when nothing is queued for `key`:
+    /// `Ok(false)`, nothing written, when something is. The default is
+    /// [`Error::NotConfigured`](crate::Error::NotConfigured).
+    async fn import_queue(&self, key: &SessionKey, events: Vec<SystemEvent>) -> Result<bool> {
+        let _ = (key, events);
+        Err(crate::Error::NotConfigured {
+            what: "copying into these system events (SystemEvents::import_queue)",
+        })
+    }
 }
 
 /// An `Arc` of system events is system events: a host keeps one handle and gives the
@@ -74,6 +96,14 @@ impl<T: SystemEvents + ?Sized> SystemEvents for Arc<T> {
 
     async fn drain(&self, key: &SessionKey) -> Result<Vec<SystemEvent>> {
         (**self).drain(key).await
+    }
+
+    async fn export_queues(&self) -> Result<Vec<(SessionKey, Vec<SystemEvent>)>> {
+        (**self).export_queues().await
+    }
+
+    async fn import_queue(&self, key: &SessionKey, events: Vec<SystemEvent>) -> Result<bool> {
+        (**self).import_queue(key, events).await
     }
 }
 
@@ -172,6 +202,30 @@ impl SystemEvents for SystemEventQueue {
 
     async fn drain(&self, key: &SessionKey) -> Result<Vec<SystemEvent>> {
         Ok(SystemEventQueue::drain(self, key))
+    }
+
+    async fn export_queues(&self) -> Result<Vec<(SessionKey, Vec<SystemEvent>)>> {
+        let queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut exported: Vec<(u64, SessionKey, Vec<SystemEvent>)> = queues
+            .iter()
+            .filter(|(_, (_, queue))| !queue.is_empty())
+            .map(|(key, (touched, queue))| (*touched, key.clone(), queue.iter().cloned().collect()))
+            .collect();
+        // Least recently touched first, so a copy keeps the same order of eviction.
+        exported.sort_by_key(|(touched, _, _)| *touched);
+        Ok(exported.into_iter().map(|(_, k, q)| (k, q)).collect())
+    }
+
+    async fn import_queue(&self, key: &SessionKey, events: Vec<SystemEvent>) -> Result<bool> {
+        if !self.is_empty(key) {
+            return Ok(false);
+        }
+        for event in events {
+            // Each event as it was queued (a repeat of the last one is skipped, as it
+            // was when it was first queued).
+            SystemEventQueue::enqueue(self, key, &event.text, event.at);
+        }
+        Ok(true)
     }
 }
 

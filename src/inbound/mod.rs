@@ -128,7 +128,7 @@ pub use chat::{
 };
 pub use chatter::{
     build_chatter_context, format_envelope, ChatterBuffer, ChatterClaim, ChatterEdit, ChatterEntry,
-    EntryEditor, InMemoryChatter,
+    ClaimedChatter, EntryEditor, GroupChatter, InMemoryChatter, SeenMessage,
 };
 pub use events::{SystemEvent, SystemEventQueue, SystemEvents};
 pub use message::{InboundMessage, Sender};

@@ -83,6 +83,7 @@ pub(crate) fn start_session(base: Option<SessionEntry>, now_ms: u64) -> SessionE
     entry.status = Some(SessionStatus::Idle);
     entry.session_started_at = Some(now_ms);
     entry.closed_at = None;
+    entry.run = None;
     // A replacement's reason is the caller's to give.
     entry.start_reason = first.then(|| "no_session".to_owned());
     entry.idle_checkpoint_at = None;

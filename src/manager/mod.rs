@@ -44,6 +44,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::exactly_once::dedupe;
+use crate::exactly_once::holders::Hold;
 use crate::follow::{self, Follow, Position, Scope};
 use crate::freshness::clock::{to_millis, Clock, SystemClock};
 use crate::freshness::drift::DriftClassifier;
@@ -592,6 +593,8 @@ pub(super) enum Mode<'a> {
     Turn {
         admit: &'a Admission<'a>,
         intake: Option<&'a dedupe::Intake>,
+        /// The turn's run, recorded in the session while it runs.
+        run: &'a Hold,
     },
 }
 
@@ -610,6 +613,13 @@ impl Mode<'_> {
         match self {
             Mode::Resolve { .. } => None,
             Mode::Turn { intake, .. } => *intake,
+        }
+    }
+
+    fn run(&self) -> Option<&Hold> {
+        match self {
+            Mode::Resolve { .. } => None,
+            Mode::Turn { run, .. } => Some(run),
         }
     }
 }
@@ -940,7 +950,10 @@ impl SessionManager {
             (None, Some(trigger)) => trigger.body.clone(),
             (None, None) => message.body.clone(),
         };
-        let start_run = mode.is_turn() && !(trigger.is_some() && body.trim().is_empty());
+        let start_run = mode
+            .run()
+            .filter(|_| !(trigger.is_some() && body.trim().is_empty()))
+            .map(Hold::holder);
         let policy = Policy {
             freshness: &*self.seams.freshness,
             reset_type,

@@ -14,7 +14,7 @@ use crate::freshness::policy::{
 use crate::freshness::triggers::ModelRef;
 use crate::identity::key::SessionKey;
 use crate::inbound::record::{another_dm_sender, record_message, start_session, Inbound};
-use crate::store::entry::{SessionEntry, SessionStatus};
+use crate::store::entry::{SessionEntry, SessionRun, SessionStatus};
 use crate::store::StoredSession;
 
 /// Whether a message starts a new session or continues one (the kernel HTTP API's
@@ -219,8 +219,8 @@ pub(super) struct StepFacts<'a> {
     pub(super) now: DateTime<Utc>,
     /// The session id the drift gate fired for, if it did.
     pub(super) drifted: Option<&'a str>,
-    /// Mark the session running (a turn follows).
-    pub(super) start_run: bool,
+    /// Mark the session running, held by this turn (a turn follows).
+    pub(super) start_run: Option<&'a str>,
     /// Record the message as taken: its intake, the dedupe window, and whether it is a
     /// bare reset (all done here).
     pub(super) dedupe: Option<(&'a Intake, Duration, bool)>,
@@ -294,9 +294,13 @@ impl StepFacts<'_> {
                 ..*inbound
             },
         );
-        if self.start_run {
+        if let Some(holder) = self.start_run {
             entry.status = Some(SessionStatus::Running);
             entry.aborted_last_run = Some(true);
+            entry.run = Some(SessionRun {
+                holder: holder.to_owned(),
+                started_at: inbound.now_ms,
+            });
         }
         if let Some((intake, window, bare_reset)) = self.dedupe {
             dedupe::record(&mut entry, intake, inbound.now_ms, window, bare_reset);
@@ -355,7 +359,7 @@ mod tests {
             policy: &policy,
             now,
             drifted: None,
-            start_run: true,
+            start_run: Some("this-process#turn"),
             dedupe: None,
         };
 

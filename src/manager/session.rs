@@ -194,13 +194,16 @@ impl Session<'_> {
         Ok(stored)
     }
 
-    /// Deletes a session: never while a turn runs ([`DeleteRefusal::Running`](crate::DeleteRefusal::Running)); group and
-    /// channel sessions only with `force` ([`DeleteRefusal::SharedHistory`](crate::DeleteRefusal::SharedHistory)). Returns the
-    /// deleted entry, `None` if there was none.
+    /// Deletes a session: never while a turn runs ([`DeleteRefusal::Running`](crate::DeleteRefusal::Running));
+    /// a turn whose process was killed, or whose [`Turn`](crate::manager::Turn) was
+    /// dropped, runs no longer. Group and channel sessions only with `force`
+    /// ([`DeleteRefusal::SharedHistory`](crate::DeleteRefusal::SharedHistory)). Returns
+    /// the deleted entry, `None` if there was none.
     pub async fn delete(&self, options: DeleteOptions) -> Result<Option<SessionEntry>> {
         self.check().await?;
         let key = &self.key;
         let mut removed = None;
+        let now_ms = self.manager.seams.clock.now_millis();
         self.manager
             .seams
             .store
@@ -208,7 +211,7 @@ impl Session<'_> {
                 let Some(entry) = slot.as_ref() else {
                     return Ok(());
                 };
-                let refusal = if entry.status == Some(SessionStatus::Running) {
+                let refusal = if crate::exactly_once::holders::runs(entry, now_ms) {
                     Some(DeleteRefusal::Running)
                 } else if !options.force && is_shared(key, entry) {
                     Some(DeleteRefusal::SharedHistory)
@@ -851,6 +854,7 @@ impl Session<'_> {
                     Some(SessionStatus::Running | SessionStatus::AwaitingApproval)
                 ) {
                     entry.status = Some(SessionStatus::Idle);
+                    entry.run = None;
                 }
                 entry.updated_at = entry.updated_at.max(now_ms);
                 if let Some(usage) = &outcome.usage {

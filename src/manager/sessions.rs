@@ -222,7 +222,7 @@ impl SessionManager {
             .into_iter()
             .skip(options.keep_newest.unwrap_or(0))
             .filter(|s| cutoff.is_none_or(|cutoff| s.entry.updated_at < cutoff))
-            .filter(|s| s.entry.status != Some(SessionStatus::Running))
+            .filter(|s| !crate::exactly_once::holders::runs(&s.entry, now_ms))
             .collect();
         if options.dry_run {
             candidates.extend(replaced);

@@ -223,6 +223,9 @@ pub struct Turn<'m> {
     entry: Option<Box<SessionEntry>>,
     flush: Option<FlushPlan>,
     started: std::time::Instant,
+    /// The run this turn holds while the model answers: recorded in the session
+    /// ([`SessionEntry::run`]), live until the turn ends or is dropped.
+    run: Option<Hold>,
 }
 
 impl SessionManager {
@@ -271,7 +274,9 @@ impl SessionManager {
                 entry: None,
                 flush: None,
                 started,
+                run: None,
             };
+            let run = Hold::new(uuid::Uuid::new_v4().to_string());
             let window = self.settings.dedupe_window;
             let dedupe = (!window.is_zero()).then_some(window);
             let mut intake = dedupe
@@ -284,6 +289,7 @@ impl SessionManager {
                 let mode = super::Mode::Turn {
                     admit,
                     intake: intake.as_ref(),
+                    run: &run,
                 };
                 let resolved = self.resolve_in(message, mode).await?;
                 let Resolved::Seen(Seen::Unsure(record)) = &resolved else {
@@ -361,6 +367,7 @@ impl SessionManager {
             turn.flush = self.seams.flush_guard.plan(&entry);
             turn.entry = Some(Box::new(entry));
             turn.action = TurnAction::Answer;
+            turn.run = Some(run);
             turn.input = Some(text);
             turn.resolution = Some(Box::new(resolution));
             Ok(turn)

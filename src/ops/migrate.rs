@@ -49,6 +49,56 @@ pub struct Checksums {
     pub transcripts: u64,
     /// A checksum of every transcript's agent, name and lines.
     pub transcript_checksum: u64,
+    /// How many closed sessions (replaced under their keys).
+    pub closed_sessions: u64,
+    /// A checksum of every closed session's key and entry.
+    pub closed_session_checksum: u64,
+    /// How many groups with pending chatter (entries, claims or remembered message ids).
+    pub chatter_groups: u64,
+    /// A checksum of every group's key and chatter.
+    pub chatter_checksum: u64,
+    /// How many sessions with queued system events.
+    pub system_event_queues: u64,
+    /// A checksum of every session's key and queued events.
+    pub system_event_checksum: u64,
+}
+
+impl Checksums {
+    /// The kinds of data whose count or checksum differs between `self` and `other`:
+    /// `sessions`, `transcripts`, `closed sessions`, `group chatter`, `system events`.
+    pub fn differing(&self, other: &Checksums) -> Vec<&'static str> {
+        [
+            (
+                "sessions",
+                (self.sessions, self.session_checksum),
+                (other.sessions, other.session_checksum),
+            ),
+            (
+                "transcripts",
+                (self.transcripts, self.transcript_checksum),
+                (other.transcripts, other.transcript_checksum),
+            ),
+            (
+                "closed sessions",
+                (self.closed_sessions, self.closed_session_checksum),
+                (other.closed_sessions, other.closed_session_checksum),
+            ),
+            (
+                "group chatter",
+                (self.chatter_groups, self.chatter_checksum),
+                (other.chatter_groups, other.chatter_checksum),
+            ),
+            (
+                "system events",
+                (self.system_event_queues, self.system_event_checksum),
+                (other.system_event_queues, other.system_event_checksum),
+            ),
+        ]
+        .into_iter()
+        .filter(|(_, mine, theirs)| mine != theirs)
+        .map(|(kind, _, _)| kind)
+        .collect()
+    }
 }
 
 /// How [`migrate_with`] treats what the target already has.
@@ -117,6 +167,18 @@ pub struct MigrationReport {
     /// Transcripts the target had with other lines: left alone, and the verification
     /// fails.
     pub transcript_conflicts: Vec<String>,
+    /// Closed sessions written to the target.
+    pub closed_sessions_copied: u64,
+    /// Groups of pending chatter written to the target.
+    pub chatter_groups_copied: u64,
+    /// Groups the target already had chatter of, other than the source's: left alone,
+    /// and the verification fails.
+    pub chatter_conflicts: Vec<String>,
+    /// Sessions whose queued system events were written to the target.
+    pub system_event_queues_copied: u64,
+    /// Sessions the target already had other system events queued for: left alone, and
+    /// the verification fails.
+    pub system_event_conflicts: Vec<SessionKey>,
     /// What the source holds.
     pub source: Checksums,
     /// The same sessions and transcripts, read back from the target.
@@ -129,14 +191,19 @@ impl MigrationReport {
     pub fn verified(&self) -> bool {
         self.source == self.target
             && self.transcript_conflicts.is_empty()
+            && self.chatter_conflicts.is_empty()
+            && self.system_event_conflicts.is_empty()
             && self.session_conflicts.is_empty()
             && self.source_changed.is_empty()
             && self.unreadable.is_empty()
     }
 }
 
-/// Copies every session and transcript of `from` into `to`, leaving conflicts alone,
-/// then verifies (see [`ops`](crate::ops)).
+/// Copies everything `from` holds into `to` — sessions, closed sessions, transcripts
+/// (archives too), pending group chatter with its claims and remembered message ids,
+/// queued system events — leaving conflicts alone, then verifies each kind (see
+/// [`ops`](crate::ops)). The search index is not copied: the target builds its own from
+/// the transcripts.
 pub async fn migrate(
     from: &Backend,
     to: &Backend,
@@ -201,6 +268,31 @@ pub async fn migrate_with(
     }
     report.session_conflicts.sort_by(|a, b| a.key.cmp(&b.key));
 
+    // Closed sessions, oldest first, as their keys replaced them.
+    let closed = closed_sessions(from, &sessions).await?;
+    if !closed.is_empty() {
+        progress.begin("closed sessions", closed.len() as u64);
+        let closed: Vec<StoredSession> = closed
+            .into_iter()
+            .map(|s| StoredSession {
+                entry: relocate(&s.key, s.entry, to),
+                ..s
+            })
+            .collect();
+        match to.sessions().as_erase() {
+            Some(erase) => {
+                report.closed_sessions_copied = erase.add_closed(&closed).await? as u64;
+            }
+            None => report.unreadable.push(crate::store::UnreadableEntry {
+                location: to.url().to_string(),
+                key: String::new(),
+                problem: "the target keeps no closed sessions; they were not copied".into(),
+            }),
+        }
+        progress.advance(closed.len() as u64);
+        progress.finish();
+    }
+
     let mut names = from.transcripts().transcript_names(None).await?;
     progress.begin("transcripts", names.len() as u64);
     let mut unreadable_names = Vec::new();
@@ -237,6 +329,50 @@ pub async fn migrate_with(
     progress.finish();
     names.retain(|name| !unreadable_names.contains(name));
 
+    // What waits for the next turns: group chatter and system events.
+    let chatter = exported(
+        &mut report,
+        from.chatter().export_groups().await,
+        "group chatter",
+    );
+    progress.begin("group chatter", chatter.len() as u64);
+    for (key, group) in &chatter {
+        if to.chatter().import_group(key, group.clone()).await? {
+            report.chatter_groups_copied += 1;
+        } else if !to
+            .chatter()
+            .export_groups()
+            .await?
+            .iter()
+            .any(|(k, g)| k == key && g == group)
+        {
+            report.chatter_conflicts.push(key.clone());
+        }
+        progress.advance(1);
+    }
+    progress.finish();
+    let events = exported(
+        &mut report,
+        from.system_events().export_queues().await,
+        "system events",
+    );
+    progress.begin("system events", events.len() as u64);
+    for (key, queue) in &events {
+        if to.system_events().import_queue(key, queue.clone()).await? {
+            report.system_event_queues_copied += 1;
+        } else if !to
+            .system_events()
+            .export_queues()
+            .await?
+            .iter()
+            .any(|(k, q)| k == key && q == queue)
+        {
+            report.system_event_conflicts.push(key.clone());
+        }
+        progress.advance(1);
+    }
+    progress.finish();
+
     // Verify against the source as it is now: what changed during the copy shows.
     let now = from.sessions().list(&ListFilter::all()).await?;
     report.source_changed = changed_keys(&sessions, &now);
@@ -244,8 +380,130 @@ pub async fn migrate_with(
     report.source = checksums(from, &now, &names, progress).await?;
     let in_target = read_back(to, &now).await?;
     report.target = checksums(to, &in_target, &names, progress).await?;
+    let closed_now = closed_sessions(from, &now).await?;
+    let ids: BTreeSet<&str> = closed_now
+        .iter()
+        .map(|s| s.entry.session_id.as_str())
+        .collect();
+    let closed_there: Vec<StoredSession> = closed_sessions(to, &in_target)
+        .await?
+        .into_iter()
+        .filter(|s| ids.contains(s.entry.session_id.as_str()))
+        .collect();
+    (
+        report.source.closed_sessions,
+        report.source.closed_session_checksum,
+    ) = closed_checksum(&closed_now)?;
+    (
+        report.target.closed_sessions,
+        report.target.closed_session_checksum,
+    ) = closed_checksum(&closed_there)?;
+    let keys: BTreeSet<&String> = chatter.iter().map(|(k, _)| k).collect();
+    let chatter_there = kept(to.chatter().export_groups().await, |(k, _)| {
+        keys.contains(k)
+    });
+    (report.source.chatter_groups, report.source.chatter_checksum) = sum_of(&chatter)?;
+    (report.target.chatter_groups, report.target.chatter_checksum) = sum_of(&chatter_there)?;
+    let keys: BTreeSet<&SessionKey> = events.iter().map(|(k, _)| k).collect();
+    let events_there = kept(to.system_events().export_queues().await, |(k, _)| {
+        keys.contains(k)
+    });
+    let texts = |queues: &[(SessionKey, Vec<crate::inbound::SystemEvent>)]| {
+        queues
+            .iter()
+            .map(|(k, q)| {
+                let q: Vec<(String, i64)> = q
+                    .iter()
+                    .map(|e| (e.text.clone(), e.at.timestamp_micros()))
+                    .collect();
+                (k.to_string(), q)
+            })
+            .collect::<Vec<_>>()
+    };
+    (
+        report.source.system_event_queues,
+        report.source.system_event_checksum,
+    ) = sum_of(&texts(&events))?;
+    (
+        report.target.system_event_queues,
+        report.target.system_event_checksum,
+    ) = sum_of(&texts(&events_there))?;
     progress.finish();
     Ok(report)
+}
+
+/// What an export gave; an export that failed is reported as unreadable (nothing of
+/// that kind copied, and the verification fails).
+fn exported<T>(report: &mut MigrationReport, export: Result<Vec<T>>, kind: &str) -> Vec<T> {
+    match export {
+        Ok(items) => items,
+        Err(error) => {
+            report.unreadable.push(crate::store::UnreadableEntry {
+                location: kind.to_owned(),
+                key: String::new(),
+                problem: format!("not copied: {error}"),
+            });
+            Vec::new()
+        }
+    }
+}
+
+/// The items of an export that `keep` picks (none when the export failed: the
+/// verification then shows the difference).
+fn kept<T>(export: Result<Vec<T>>, keep: impl Fn(&T) -> bool) -> Vec<T> {
+    export
+        .map(|items| items.into_iter().filter(|item| keep(item)).collect())
+        .unwrap_or_default()
+}
+
+/// How many `items`, and an order-independent checksum of them.
+fn sum_of<T: Serialize>(items: &[(impl Serialize + Ord, T)]) -> Result<(u64, u64)> {
+    let mut lines: Vec<Vec<u8>> = items
+        .iter()
+        .map(|item| serde_json::to_vec(item).map_err(|e| Error::encode("a copy's checksum", e)))
+        .collect::<Result<_>>()?;
+    lines.sort();
+    Ok((
+        items.len() as u64,
+        Revision::of_bytes(&lines.concat()).as_u64(),
+    ))
+}
+
+/// The closed sessions of `store` (replaced under their keys, not one of `current`),
+/// oldest first.
+async fn closed_sessions(store: &Backend, current: &[StoredSession]) -> Result<Vec<StoredSession>> {
+    let current: BTreeSet<&str> = current
+        .iter()
+        .map(|s| s.entry.session_id.as_str())
+        .collect();
+    let filter = ListFilter {
+        status: crate::store::StatusFilter::Any,
+        ..ListFilter::default()
+    };
+    let mut closed: Vec<StoredSession> = store
+        .sessions()
+        .list(&filter)
+        .await?
+        .into_iter()
+        .filter(|s| !current.contains(s.entry.session_id.as_str()))
+        .collect();
+    closed.sort_by_key(|s| {
+        (
+            s.entry.closed_at.unwrap_or(s.entry.updated_at),
+            s.entry.updated_at,
+        )
+    });
+    Ok(closed)
+}
+
+/// How many closed sessions, and a checksum of their keys and entries as every store
+/// saves them.
+fn closed_checksum(closed: &[StoredSession]) -> Result<(u64, u64)> {
+    let items: Vec<(String, SessionEntry)> = closed
+        .iter()
+        .map(|s| (s.key.to_string(), comparable(&s.entry)))
+        .collect();
+    sum_of(&items)
 }
 
 /// Writes `entry` under `key` in `to` if the target has nothing there, in one atomic
@@ -360,6 +618,7 @@ async fn checksums(
         session_checksum: Revision::of_bytes(&session_bytes).as_u64(),
         transcripts,
         transcript_checksum: Revision::of_bytes(&transcript_bytes).as_u64(),
+        ..Checksums::default()
     })
 }
 

@@ -29,8 +29,14 @@
 //!
 //! # Moving sessions between backends
 //!
-//! [`migrate`] copies every session and every transcript (live and archived) of one
-//! [`Backend`](crate::store::Backend) into another. It only adds:
+//! [`migrate`] copies everything one [`Backend`](crate::store::Backend) holds into
+//! another: every session, the closed sessions replaced under their keys, every
+//! transcript (live and archived, `.reset.` and `.deleted.`), the group chatter waiting
+//! for the next turn (with the claims of turns that died holding it and the message ids
+//! remembered against a delivery again), and the system events queued for sessions.
+//! A message a channel delivers again to the copy is a duplicate there, as it was on
+//! the source. The search index is not copied: the target builds its own from the
+//! transcripts when it is first searched. It only adds:
 //!
 //! * a session the target does not have is written (atomically: a session that appears
 //!   in the target meanwhile is not overwritten);
@@ -40,13 +46,17 @@
 //!   left as it is and reported in [`MigrationReport::session_conflicts`] (it may have
 //!   moved on since an earlier migration: a bot already writing to the target). Only
 //!   [`MigrateOptions::overwrite_conflicts`] replaces it with the source's;
-//! * a transcript the target has with other lines is a conflict too, left alone;
+//! * a transcript the target has with other lines is a conflict too, left alone, and
+//!   so are a group with other chatter and a session with other system events queued;
+//!   a closed session the target holds under its id already is skipped;
 //! * what the source holds but cannot serve — an entry that does not decode, a legacy
 //!   or foreign key in OpenClaw's files — cannot be copied: it is listed in
 //!   [`MigrationReport::unreadable`] and the migration does not verify.
 //!
-//! At the end it compares counts and checksums of what the source holds *then* with
-//! the same sessions and transcripts in the target; sessions that changed in the source
+//! At the end it compares, for each kind — sessions, closed sessions, transcripts,
+//! group chatter, system events — counts and checksums of what the source holds *then*
+//! with the same items in the target, and [`Checksums::differing`] names the kinds that
+//! differ; sessions that changed in the source
 //! while it was being copied are listed in [`MigrationReport::source_changed`]. Any
 //! conflict or change makes [`MigrationReport::verified`] false: stop the writers and
 //! run the migration again.

@@ -445,7 +445,8 @@ impl Privacy<'_> {
                     fenced.push(session);
                     break;
                 }
-                if runs(&session.entry, self.seams.clock.now_millis()) {
+                if crate::exactly_once::holders::runs(&session.entry, self.seams.clock.now_millis())
+                {
                     if started.elapsed() > RUNNING_WAIT {
                         return Err(Error::DeleteRefused {
                             key: session.key,
@@ -751,23 +752,6 @@ struct TranscriptPlan {
     touched: BTreeSet<String>,
     /// Names that are not regular files, left alone.
     skipped: usize,
-}
-
-/// Whether a turn may still run in the session of `entry`: its status is `running`
-/// and the turn that took its last message is alive (a turn that died, its process
-/// killed, does not hold an erase up). Without a record of who took the message, it
-/// may.
-fn runs(entry: &crate::store::entry::SessionEntry, now_ms: u64) -> bool {
-    entry.status == Some(SessionStatus::Running)
-        && entry
-            .recent_inbound
-            .iter()
-            .rev()
-            .find(|record| record.session_id == entry.session_id)
-            .is_none_or(|record| {
-                record.holder.is_empty()
-                    || crate::exactly_once::holders::alive(&record.holder, record.at, now_ms)
-            })
 }
 
 /// `ids` with the ids the person's sessions recorded for them.

@@ -14,7 +14,6 @@ use crate::manager::SessionManager;
 use crate::store::{ListFilter, SessionStoreExt, StatusFilter, StoredSession};
 use crate::transcript::lines::session_id_of_name;
 use crate::transcript::search::SearchFilter;
-use crate::SessionStatus;
 
 /// How long one part of the conversations may be kept, for the sessions one rule
 /// selects (an agent, a channel, both, or every session).
@@ -297,7 +296,7 @@ impl SessionManager {
                 continue;
             };
             if session.entry.updated_at >= cutoff(keep)
-                || session.entry.status == Some(SessionStatus::Running)
+                || crate::exactly_once::holders::runs(&session.entry, self.seams.clock.now_millis())
             {
                 continue;
             }

@@ -623,6 +623,11 @@ pub struct SessionEntry {
     /// [`SessionManagerBuilder::dedupe_window`](crate::manager::SessionManagerBuilder::dedupe_window)).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub recent_inbound: Vec<InboundRecord>,
+    /// The turn running in the session, while [`status`](Self::status) is `running`:
+    /// who runs it and since when. A run whose holder is gone (its process killed) holds
+    /// nothing up: an erase, a delete or a prune goes ahead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<SessionRun>,
 
     /// Fields this version does not know, kept as written, in order.
     #[serde(flatten)]
@@ -644,6 +649,17 @@ pub struct InboundRecord {
     /// message, a delivery again is a duplicate; after, the transcript says.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub holder: String,
+}
+
+/// The turn running in a session, as [`SessionEntry::run`] records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct SessionRun {
+    /// The turn (a process and a token), as [`InboundRecord::holder`] names one.
+    pub holder: String,
+    /// When it started, epoch milliseconds.
+    pub started_at: u64,
 }
 
 /// The longest session label, in characters (OpenClaw's `SESSION_LABEL_MAX_LENGTH`).

@@ -209,6 +209,20 @@ impl crate::store::Erase for InMemoryStore {
             .retain(|c| !session_ids.contains(&c.entry.session_id));
         Ok(before - sessions.closed.len())
     }
+    async fn add_closed(&self, closed: &[StoredSession]) -> Result<usize> {
+        let mut sessions = self.sessions();
+        let mut added = 0;
+        for session in closed {
+            let id = &session.entry.session_id;
+            let held = sessions.live.values().any(|s| s.entry.session_id == *id)
+                || sessions.closed.iter().any(|c| c.entry.session_id == *id);
+            if !held {
+                sessions.keep_closed(&session.key, session.entry.clone())?;
+                added += 1;
+            }
+        }
+        Ok(added)
+    }
     async fn replace_closed(&self, replacements: &[StoredSession]) -> Result<usize> {
         let mut sessions = self.sessions();
         let mut replaced = 0;

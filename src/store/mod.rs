@@ -63,7 +63,7 @@ pub use cursor::ListCursor;
 pub use entry::{
     parse_session_label, parse_session_label_value, AuthProfileSource, DescriptionSource,
     ForkOrigin, GroupActivation, IdentitySummary, InboundRecord, LogCursor, QueueDrop, QueueMode,
-    ResponseUsage, SendPolicy, SourceKind,
+    ResponseUsage, SendPolicy, SessionRun, SourceKind,
 };
 pub use json::paths::{
     decode_file_component, encode_file_component, expand_home, openclaw_state_dir, session_file,
@@ -791,7 +791,7 @@ pub trait SessionStore: Send + Sync {
 
 /// A store that forgets what it keeps beside its current sessions: the closed sessions
 /// replaced under their keys, and copies of data it no longer holds (backups, files set
-/// aside, a database's freed pages). A capability split out of [`SessionStore`] as
+/// aside, a database's freed pages) — and takes closed sessions in from a copy. A capability split out of [`SessionStore`] as
 /// [`MultiKeyStore`] is: what pruning, retention and
 /// [`SessionManager::forget_person`](crate::SessionManager::forget_person) need, which a
 /// store that keeps neither does not implement. Every store of this crate does, and
@@ -808,6 +808,12 @@ pub trait Erase: SessionStore {
     /// were replaced. What [`SessionManager::forget_person`](crate::SessionManager::forget_person)
     /// takes a person out of other people's closed group sessions with.
     async fn replace_closed(&self, sessions: &[StoredSession]) -> Result<usize>;
+
+    /// Adds closed sessions, given oldest first, each kept as replaced under its key
+    /// (within [`CLOSED_SESSIONS_PER_KEY`]) unless the store already holds its session
+    /// id, current or closed. Returns how many were added. What a migration
+    /// ([`ops::migrate`](crate::ops::migrate)) copies a store's closed sessions with.
+    async fn add_closed(&self, sessions: &[StoredSession]) -> Result<usize>;
 
     /// Erases what the store keeps of data it no longer holds, wherever one of
     /// `needles` (a person's identifiers, the ids of their erased sessions) is in it:
@@ -1023,6 +1029,10 @@ impl<S: Erase + ?Sized> Erase for std::sync::Arc<S> {
 
     async fn replace_closed(&self, sessions: &[StoredSession]) -> Result<usize> {
         (**self).replace_closed(sessions).await
+    }
+
+    async fn add_closed(&self, sessions: &[StoredSession]) -> Result<usize> {
+        (**self).add_closed(sessions).await
     }
 
     async fn erase_copies(&self, needles: &[String], vacuum: bool) -> Result<usize> {

@@ -326,6 +326,102 @@ pub(crate) fn parse_claims(
         .collect()
 }
 
+/// One row of group chatter as the SQL stores keep it: its group, the entry, and the
+/// claim it is under (the claim's id and JSON text).
+pub(crate) type ChatterRow = (
+    String,
+    crate::inbound::chatter::ChatterEntry,
+    Option<String>,
+    Option<String>,
+);
+
+/// The groups a SQL store's chatter rows (in id order) and remembered message ids
+/// (`group_key`, `message_id`, `at`) make, in the order groups first appear.
+pub(crate) fn chatter_groups(
+    rows: Vec<ChatterRow>,
+    seen: Vec<(String, String, i64)>,
+) -> Vec<(String, crate::inbound::chatter::GroupChatter)> {
+    use crate::inbound::chatter::{ClaimedChatter, GroupChatter, SeenMessage};
+    let mut groups: indexmap::IndexMap<String, GroupChatter> = indexmap::IndexMap::new();
+    for (key, entry, claim_id, claim) in rows {
+        let group = groups.entry(key).or_default();
+        let Some(claim_id) = claim_id else {
+            group.entries.push_back(entry);
+            continue;
+        };
+        match group.claimed.iter_mut().find(|c| c.claim.id == claim_id) {
+            Some(claimed) => claimed.entries.push(entry),
+            None => {
+                let claim = parse_claims(vec![(claim_id, claim)]).remove(0);
+                group.claimed.push(ClaimedChatter::new(claim, vec![entry]));
+            }
+        }
+    }
+    for (key, id, at) in seen {
+        let at = u64::try_from(at).unwrap_or(0);
+        groups
+            .entry(key)
+            .or_default()
+            .seen
+            .push_back(SeenMessage::new(id, at));
+    }
+    for group in groups.values_mut() {
+        group.seen.make_contiguous().sort_by_key(|seen| seen.at);
+    }
+    groups.into_iter().collect()
+}
+
+/// The rows group `key` is stored as (claimed entries first, by claim, then the
+/// unclaimed ones), for a copy to insert in this order.
+pub(crate) fn chatter_rows(
+    key: &str,
+    group: crate::inbound::chatter::GroupChatter,
+) -> crate::error::Result<Vec<ChatterRow>> {
+    let mut rows = Vec::new();
+    for claimed in group.claimed {
+        let record = serde_json::to_string(&claimed.claim)
+            .map_err(|e| crate::Error::encode("a claim of group chatter", e))?;
+        for entry in claimed.entries {
+            rows.push((
+                key.to_owned(),
+                entry,
+                Some(claimed.claim.id.clone()),
+                Some(record.clone()),
+            ));
+        }
+    }
+    rows.extend(
+        group
+            .entries
+            .into_iter()
+            .map(|e| (key.to_owned(), e, None, None)),
+    );
+    Ok(rows)
+}
+
+/// The queues a SQL store's system-event rows (`session_key`, `text`, `at`, in id
+/// order) make, the least recently touched session first; a row whose key does not
+/// parse is an error naming it.
+pub(crate) fn queues_of(
+    rows: Vec<(String, String, i64)>,
+) -> crate::error::Result<Vec<(SessionKey, Vec<crate::inbound::SystemEvent>)>> {
+    let mut queues: indexmap::IndexMap<String, Vec<crate::inbound::SystemEvent>> =
+        indexmap::IndexMap::new();
+    for (key, text, at) in rows {
+        // Keys in order of their newest event: a key moves to the end as it appears.
+        let mut events = queues.shift_remove(&key).unwrap_or_default();
+        events.push(crate::inbound::SystemEvent {
+            text,
+            at: event_time_from_i64(at),
+        });
+        queues.insert(key, events);
+    }
+    queues
+        .into_iter()
+        .map(|(key, events)| Ok((SessionKey::parse(&key)?, events)))
+        .collect()
+}
+
 /// A system event's time as a SQL integer: microseconds since the epoch.
 pub(crate) fn event_time_to_i64(at: chrono::DateTime<chrono::Utc>) -> i64 {
     at.timestamp_micros()

@@ -12,7 +12,7 @@ use super::keyed_files::KeyedFiles;
 use crate::error::Result;
 use crate::inbound::chatter::{
     legacy_chatter_key, ChatterBuffer, ChatterClaim, ChatterEdit, ChatterEntry, EntryEditor,
-    GroupHistory, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
+    GroupChatter, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
 };
 
 /// The directory under the state root that holds group chatter.
@@ -94,16 +94,16 @@ enum GroupFile {
     #[default]
     Empty,
     Entries(VecDeque<ChatterEntry>),
-    Group(GroupHistory),
+    Group(GroupChatter),
 }
 
-impl From<GroupFile> for GroupHistory {
+impl From<GroupFile> for GroupChatter {
     fn from(file: GroupFile) -> Self {
         match file {
-            GroupFile::Empty => GroupHistory::default(),
-            GroupFile::Entries(entries) => GroupHistory {
+            GroupFile::Empty => GroupChatter::default(),
+            GroupFile::Entries(entries) => GroupChatter {
                 entries,
-                ..GroupHistory::default()
+                ..GroupChatter::default()
             },
             GroupFile::Group(group) => group,
         }
@@ -114,7 +114,7 @@ impl From<GroupFile> for GroupHistory {
 struct Group<'f> {
     files: &'f KeyedFiles,
     path: PathBuf,
-    history: GroupHistory,
+    history: GroupChatter,
     /// Whether the group had a file (a new one may push others out).
     existed: bool,
 }
@@ -126,12 +126,12 @@ impl<'f> Group<'f> {
     fn load(files: &'f KeyedFiles, key: &str) -> Result<(Self, Option<PathBuf>)> {
         let path = files.file_of(key);
         let existed = crate::store::fs::exists_no_follow(&path);
-        let mut history: GroupHistory = files.read::<GroupFile>(&path)?.into();
+        let mut history: GroupChatter = files.read::<GroupFile>(&path)?.into();
         let legacy = legacy_chatter_key(key)
             .map(|legacy| files.file_of(legacy))
             .filter(|legacy| crate::store::fs::exists_no_follow(legacy));
         if let Some(legacy) = &legacy {
-            let mut older: GroupHistory = files.read::<GroupFile>(legacy)?.into();
+            let mut older: GroupChatter = files.read::<GroupFile>(legacy)?.into();
             older.entries.append(&mut history.entries);
             older.claimed.append(&mut history.claimed);
             older.seen.append(&mut history.seen);
@@ -169,7 +169,7 @@ impl JsonFileChatter {
     async fn with_group<T: Send + 'static>(
         &self,
         key: &str,
-        f: impl FnOnce(&mut GroupHistory) -> (T, bool) + Send + 'static,
+        f: impl FnOnce(&mut GroupChatter) -> (T, bool) + Send + 'static,
     ) -> Result<T> {
         let key = key.to_owned();
         let max_keys = self.max_keys;
@@ -225,7 +225,7 @@ impl ChatterBuffer for JsonFileChatter {
             return Ok(());
         }
         self.with_group(key, |group| {
-            *group = GroupHistory::default();
+            *group = GroupChatter::default();
             ((), true)
         })
         .await
@@ -271,6 +271,45 @@ impl ChatterBuffer for JsonFileChatter {
             .await
     }
 
+    async fn export_groups(&self) -> Result<Vec<(String, GroupChatter)>> {
+        if !self.files.exists() {
+            return Ok(Vec::new());
+        }
+        self.files
+            .locked(|files| {
+                let mut groups = Vec::new();
+                for path in files.all_files()? {
+                    let key = group_of(&path);
+                    if files.file_of(&key) != path {
+                        // A name shortened to fit the file system: the group's key is
+                        // not in it, and a copy under another key would be lost.
+                        let problem = std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            "the group key is too long to recover from the file name",
+                        );
+                        return Err(crate::Error::io("copy group chatter", &path, problem));
+                    }
+                    let group: GroupChatter = files.read::<GroupFile>(&path)?.into();
+                    if !group.is_empty() {
+                        groups.push((key, group));
+                    }
+                }
+                Ok(groups)
+            })
+            .await
+    }
+
+    async fn import_group(&self, key: &str, group: GroupChatter) -> Result<bool> {
+        self.with_group(key, move |held| {
+            if !held.is_empty() {
+                return (false, false);
+            }
+            *held = group;
+            (true, true)
+        })
+        .await
+    }
+
     async fn edit_entries(&self, edit: EntryEditor<'_>) -> Result<usize> {
         if !self.files.exists() {
             return Ok(0);
@@ -286,7 +325,7 @@ impl ChatterBuffer for JsonFileChatter {
                 let mut groups = Vec::new();
                 for path in files.all_files()? {
                     if let Some(file) = files.read_as_is::<GroupFile>(&path)? {
-                        groups.push((path, GroupHistory::from(file)));
+                        groups.push((path, GroupChatter::from(file)));
                     }
                 }
                 Ok(groups)
@@ -316,7 +355,7 @@ impl ChatterBuffer for JsonFileChatter {
                     let Some(file) = files.read_as_is::<GroupFile>(&path)? else {
                         continue;
                     };
-                    let history = GroupHistory::from(file);
+                    let history = GroupChatter::from(file);
                     let mut group = Group {
                         files,
                         path,

@@ -431,23 +431,33 @@ impl JsonFileStore {
     /// rewritten. Returns how many sessions were changed.
     async fn change_closed(
         &self,
-        changes: impl Fn(&[closed::ClosedSession]) -> closed::ClosedChanges,
+        changes: impl Fn(&Path, &[closed::ClosedSession]) -> closed::ClosedChanges,
     ) -> Result<usize> {
-        let mut changed = 0;
         let mut paths: Vec<PathBuf> = Vec::new();
         for agent in self.agents().await? {
             let path = self.store_path(&agent);
-            if paths.contains(&path) {
-                continue;
+            if !paths.contains(&path) {
+                paths.push(path);
             }
-            paths.push(path.clone());
+        }
+        self.change_closed_in(paths, changes).await
+    }
+
+    /// [`change_closed`](Self::change_closed) in the stores at `paths`.
+    async fn change_closed_in(
+        &self,
+        paths: Vec<PathBuf>,
+        changes: impl Fn(&Path, &[closed::ClosedSession]) -> closed::ClosedChanges,
+    ) -> Result<usize> {
+        let mut changed = 0;
+        for path in paths {
             let closed_path = closed::closed_path(&path);
             let limit = self.inner.options.max_file_bytes;
             let held = blocking(&closed_path.clone(), move || {
                 closed::read(&closed_path, limit)
             })
             .await?;
-            let wanted = changes(&held);
+            let wanted = changes(&path, &held);
             if wanted.is_empty() {
                 continue;
             }
@@ -1230,7 +1240,7 @@ impl SessionStore for JsonFileStore {
 #[async_trait]
 impl crate::store::Erase for JsonFileStore {
     async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
-        self.change_closed(|held| closed::ClosedChanges {
+        self.change_closed(|_, held| closed::ClosedChanges {
             keep: Vec::new(),
             forget: held
                 .iter()
@@ -1240,8 +1250,41 @@ impl crate::store::Erase for JsonFileStore {
         })
         .await
     }
+    async fn add_closed(&self, sessions: &[StoredSession]) -> Result<usize> {
+        let current: std::collections::HashSet<String> = self
+            .list(&ListFilter::all())
+            .await?
+            .into_iter()
+            .map(|s| s.entry.session_id)
+            .collect();
+        let mut paths: Vec<PathBuf> = Vec::new();
+        for session in sessions {
+            let path = self.store_path_for(&session.key);
+            if !paths.contains(&path) {
+                paths.push(path);
+            }
+        }
+        self.change_closed_in(paths, |path, held| closed::ClosedChanges {
+            keep: sessions
+                .iter()
+                .filter(|s| {
+                    self.store_path_for(&s.key) == path
+                        && !current.contains(&s.entry.session_id)
+                        && !held
+                            .iter()
+                            .any(|h| h.entry.session_id == s.entry.session_id)
+                })
+                .map(|s| closed::ClosedSession {
+                    session_key: s.key.to_string(),
+                    entry: s.entry.clone(),
+                })
+                .collect(),
+            forget: Vec::new(),
+        })
+        .await
+    }
     async fn replace_closed(&self, sessions: &[StoredSession]) -> Result<usize> {
-        self.change_closed(|held| closed::ClosedChanges {
+        self.change_closed(|_, held| closed::ClosedChanges {
             keep: sessions
                 .iter()
                 .filter(|s| {

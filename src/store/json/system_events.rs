@@ -24,6 +24,15 @@ struct Stored {
     at: DateTime<Utc>,
 }
 
+impl From<Stored> for SystemEvent {
+    fn from(stored: Stored) -> Self {
+        SystemEvent {
+            text: stored.text,
+            at: stored.at,
+        }
+    }
+}
+
 /// System events kept in files: `<root>/system-events/<session key>.json`, one per
 /// session, with the same bounds and semantics as
 /// [`SystemEventQueue`](crate::inbound::events::SystemEventQueue): at most 20
@@ -114,18 +123,74 @@ impl SystemEvents for JsonFileSystemEvents {
             .await
     }
 
+    async fn export_queues(&self) -> Result<Vec<(SessionKey, Vec<SystemEvent>)>> {
+        if !self.files.exists() {
+            return Ok(Vec::new());
+        }
+        self.files
+            .locked(|files| {
+                let mut queues = Vec::new();
+                for path in files.all_files()? {
+                    let name = path
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .unwrap_or("")
+                        .trim_end_matches(".json");
+                    let key = crate::store::json::paths::decode_file_component(name)
+                        .ok()
+                        .and_then(|raw| SessionKey::parse(&raw).ok())
+                        .filter(|key| files.file_of(key.as_ref()) == path);
+                    let Some(key) = key else {
+                        // A name shortened to fit the file system, or not a key: the
+                        // events' session cannot be named, and a copy would lose them.
+                        let problem = std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            "the session key cannot be recovered from the file name",
+                        );
+                        return Err(crate::Error::io("copy system events", &path, problem));
+                    };
+                    let events: Vec<Stored> = files.read(&path)?;
+                    if !events.is_empty() {
+                        queues.push((key, events.into_iter().map(SystemEvent::from).collect()));
+                    }
+                }
+                Ok(queues)
+            })
+            .await
+    }
+
+    async fn import_queue(&self, key: &SessionKey, events: Vec<SystemEvent>) -> Result<bool> {
+        let path = self.files.file_of(key.as_ref());
+        let max_sessions = self.max_sessions;
+        self.files
+            .locked(move |files| {
+                let existed = path.exists();
+                let held: Vec<Stored> = files.read(&path)?;
+                if !held.is_empty() {
+                    return Ok(false);
+                }
+                let events: Vec<Stored> = events
+                    .into_iter()
+                    .map(|e| Stored {
+                        text: e.text,
+                        at: e.at,
+                    })
+                    .collect();
+                files.write(&path, &events)?;
+                if !existed {
+                    files.evict(max_sessions)?;
+                }
+                Ok(true)
+            })
+            .await
+    }
+
     async fn drain(&self, key: &SessionKey) -> Result<Vec<SystemEvent>> {
         let path = self.files.file_of(key.as_ref());
         self.files
             .locked(move |files| {
                 let events: Vec<Stored> = files.take(&path)?;
-                Ok(events
-                    .into_iter()
-                    .map(|stored| SystemEvent {
-                        text: stored.text,
-                        at: stored.at,
-                    })
-                    .collect())
+                Ok(events.into_iter().map(SystemEvent::from).collect())
             })
             .await
     }

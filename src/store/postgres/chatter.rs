@@ -11,10 +11,11 @@ use super::{pg_error, OpenTransaction, PostgresStore, Prepared};
 use crate::error::Result;
 use crate::inbound::chatter::{
     entry_message_id, legacy_chatter_key, ChatterBuffer, ChatterClaim, ChatterEdit, ChatterEntry,
-    EntryEditor, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
+    EntryEditor, GroupChatter, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
 };
 use crate::store::sql::{
-    history_bound, history_time_from_i64, history_time_to_i64, parse_claims, seen_window,
+    chatter_groups, chatter_rows, history_bound, history_time_from_i64, history_time_to_i64,
+    parse_claims, seen_window,
 };
 
 /// Group chatter kept in the schema of a [`PostgresStore`], with the same bounds as
@@ -194,6 +195,101 @@ impl PostgresChatter {
 
 #[async_trait]
 impl ChatterBuffer for PostgresChatter {
+    async fn export_groups(&self) -> Result<Vec<(String, GroupChatter)>> {
+        let client = self.store.client().await?;
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT sender, body, at, message_id, sender_id, group_key, claim_id, claim
+                     FROM {} ORDER BY id",
+                    self.table()
+                ),
+                &[],
+            )
+            .await
+            .map_err(pg_error("read group chatter"))?
+            .iter()
+            .map(|row| (row.get(5), entry_of(row), row.get(6), row.get(7)))
+            .collect();
+        let seen = client
+            .query(
+                &format!(
+                    "SELECT group_key, message_id, at FROM {}",
+                    self.store.table("group_history_seen")
+                ),
+                &[],
+            )
+            .await
+            .map_err(pg_error("read group chatter"))?
+            .iter()
+            .map(|row| (row.get(0), row.get(1), row.get(2)))
+            .collect();
+        Ok(chatter_groups(rows, seen))
+    }
+
+    async fn import_group(&self, key: &str, group: GroupChatter) -> Result<bool> {
+        let (table, seen_table) = (self.table(), self.store.table("group_history_seen"));
+        let seen: Vec<(String, i64)> = group
+            .seen
+            .iter()
+            .map(|s| (s.id.clone(), i64::try_from(s.at).unwrap_or(i64::MAX)))
+            .collect();
+        let rows = chatter_rows(key, group)?;
+        let open = self.begin(key).await?;
+        let result = async {
+            let c = open.client();
+            let held: bool = c
+                .query_one_prepared(
+                    &format!(
+                        "SELECT EXISTS (SELECT 1 FROM {table} WHERE group_key = $1)
+                             OR EXISTS (SELECT 1 FROM {seen_table} WHERE group_key = $1)"
+                    ),
+                    &[&key],
+                )
+                .await
+                .map_err(pg_error("copy group chatter"))?
+                .get(0);
+            if held {
+                return Ok(false);
+            }
+            for (key, entry, claim_id, claim) in &rows {
+                c.execute_prepared(
+                    &format!(
+                        "INSERT INTO {table}
+                             (group_key, sender, body, at, message_id, sender_id, claim_id, claim)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+                    ),
+                    &[
+                        key,
+                        &entry.sender,
+                        &entry.body,
+                        &entry.timestamp.map(history_time_to_i64),
+                        &entry.message_id,
+                        &entry.sender_id,
+                        claim_id,
+                        claim,
+                    ],
+                )
+                .await
+                .map_err(pg_error("copy group chatter"))?;
+            }
+            for (id, at) in &seen {
+                c.execute_prepared(
+                    &format!(
+                        "INSERT INTO {seen_table} (group_key, message_id, at) VALUES ($1, $2, $3)
+                         ON CONFLICT DO NOTHING"
+                    ),
+                    &[&key, id, at],
+                )
+                .await
+                .map_err(pg_error("copy group chatter"))?;
+            }
+            Ok(true)
+        }
+        .await;
+        open.end(result).await
+    }
+
     async fn edit_entries(&self, edit: EntryEditor<'_>) -> Result<usize> {
         let client = self.store.client().await?;
         let rows = client

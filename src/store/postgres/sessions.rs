@@ -210,6 +210,48 @@ impl crate::store::Erase for PostgresStore {
             .map_err(pg_error("remove closed sessions"))?;
         Ok(usize::try_from(removed).unwrap_or(usize::MAX))
     }
+    async fn add_closed(&self, sessions: &[crate::store::StoredSession]) -> Result<usize> {
+        let client = self.client().await?;
+        let (table, current) = (self.table("closed_sessions"), self.table("sessions"));
+        let insert = format!(
+            "INSERT INTO {table} (session_id, session_key, agent_id, updated_at, channel,
+                 chat_type, person_id, agent_identity, status, revision, entry, closed_at)
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12
+             WHERE NOT EXISTS (SELECT 1 FROM {current} WHERE session_id = $1)
+             ON CONFLICT (session_id) DO NOTHING"
+        );
+        let mut added = 0;
+        for session in sessions {
+            let row = SessionRow::new(&session.key, &session.entry)?;
+            let closed_at =
+                sql::to_i64(session.entry.closed_at.unwrap_or(session.entry.updated_at));
+            added += client
+                .execute(
+                    &insert,
+                    &[
+                        &row.session_id,
+                        &row.session_key,
+                        &row.agent_id,
+                        &row.updated_at,
+                        &row.channel,
+                        &row.chat_type,
+                        &row.person_id,
+                        &row.agent_identity,
+                        &row.status,
+                        &row.revision,
+                        &row.entry,
+                        &closed_at,
+                    ],
+                )
+                .await
+                .map_err(pg_error("add a closed session"))?;
+            client
+                .execute(&sql::trim_closed_sql(&table, "$1"), &[&row.session_key])
+                .await
+                .map_err(pg_error("add a closed session"))?;
+        }
+        Ok(usize::try_from(added).unwrap_or(usize::MAX))
+    }
     async fn replace_closed(&self, sessions: &[crate::store::StoredSession]) -> Result<usize> {
         let client = self.client().await?;
         let sql = format!(

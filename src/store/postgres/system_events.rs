@@ -12,7 +12,7 @@ use crate::identity::key::SessionKey;
 use crate::inbound::events::{
     SystemEvent, SystemEvents, MAX_SYSTEM_EVENTS, MAX_SYSTEM_EVENT_SESSIONS,
 };
-use crate::store::sql::{event_time_from_i64, event_time_to_i64, history_bound};
+use crate::store::sql::{event_time_from_i64, event_time_to_i64, history_bound, queues_of};
 
 /// System events kept in the schema of a [`PostgresStore`], with the same bounds and
 /// semantics as [`SystemEventQueue`](crate::inbound::events::SystemEventQueue):
@@ -154,6 +154,55 @@ impl SystemEvents for PostgresSystemEvents {
                 last.is_none(),
             )
             .await?;
+            Ok(true)
+        }
+        .await;
+        open.end(result).await
+    }
+
+    async fn export_queues(&self) -> Result<Vec<(SessionKey, Vec<SystemEvent>)>> {
+        let client = self.store.client().await?;
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT session_key, text, at FROM {} ORDER BY id",
+                    self.table()
+                ),
+                &[],
+            )
+            .await
+            .map_err(pg_error("read system events"))?
+            .iter()
+            .map(|row| (row.get(0), row.get(1), row.get(2)))
+            .collect();
+        queues_of(rows)
+    }
+
+    async fn import_queue(&self, key: &SessionKey, events: Vec<SystemEvent>) -> Result<bool> {
+        let key = key.to_string();
+        let table = self.table();
+        let open = self.begin(&key).await?;
+        let result = async {
+            let c = open.client();
+            let held: bool = c
+                .query_one_prepared(
+                    &format!("SELECT EXISTS (SELECT 1 FROM {table} WHERE session_key = $1)"),
+                    &[&key],
+                )
+                .await
+                .map_err(pg_error("copy system events"))?
+                .get(0);
+            if held {
+                return Ok(false);
+            }
+            for event in &events {
+                c.execute_prepared(
+                    &format!("INSERT INTO {table} (session_key, text, at) VALUES ($1, $2, $3)"),
+                    &[&key, &event.text, &event_time_to_i64(event.at)],
+                )
+                .await
+                .map_err(pg_error("copy system events"))?;
+            }
             Ok(true)
         }
         .await;

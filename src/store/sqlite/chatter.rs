@@ -11,10 +11,11 @@ use super::{db_error, SqliteStore};
 use crate::error::Result;
 use crate::inbound::chatter::{
     entry_message_id, legacy_chatter_key, ChatterBuffer, ChatterClaim, ChatterEdit, ChatterEntry,
-    EntryEditor, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
+    EntryEditor, GroupChatter, DEFAULT_GROUP_HISTORY_LIMIT, MAX_HISTORY_KEYS,
 };
 use crate::store::sql::{
-    history_bound, history_time_from_i64, history_time_to_i64, parse_claims, seen_window,
+    chatter_groups, chatter_rows, history_bound, history_time_from_i64, history_time_to_i64,
+    parse_claims, seen_window, ChatterRow,
 };
 
 /// Group chatter kept in the database of a [`SqliteStore`], with the same bounds as
@@ -157,6 +158,104 @@ fn append_in(
 
 #[async_trait]
 impl ChatterBuffer for SqliteChatter {
+    async fn export_groups(&self) -> Result<Vec<(String, GroupChatter)>> {
+        let (rows, seen) = self
+            .store
+            .read(|c| {
+                let failed = || db_error("read group chatter");
+                let mut statement = c
+                    .prepare(
+                        "SELECT group_key, sender, body, at, message_id, sender_id, claim_id, claim
+                         FROM group_history ORDER BY id",
+                    )
+                    .map_err(failed())?;
+                let rows = statement
+                    .query_map([], |row| {
+                        Ok((
+                            row.get(0)?,
+                            ChatterEntry {
+                                sender: row.get(1)?,
+                                body: row.get(2)?,
+                                timestamp: row.get::<_, Option<i64>>(3)?.map(history_time_from_i64),
+                                message_id: row.get(4)?,
+                                sender_id: row.get(5)?,
+                            },
+                            row.get(6)?,
+                            row.get(7)?,
+                        ))
+                    })
+                    .map_err(failed())?
+                    .collect::<rusqlite::Result<Vec<ChatterRow>>>()
+                    .map_err(failed())?;
+                let mut statement = c
+                    .prepare("SELECT group_key, message_id, at FROM group_history_seen")
+                    .map_err(failed())?;
+                let seen = statement
+                    .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+                    .map_err(failed())?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                    .map_err(failed())?;
+                Ok((rows, seen))
+            })
+            .await?;
+        Ok(chatter_groups(rows, seen))
+    }
+
+    async fn import_group(&self, key: &str, group: GroupChatter) -> Result<bool> {
+        let key = key.to_owned();
+        let seen: Vec<(String, i64)> = group
+            .seen
+            .iter()
+            .map(|s| (s.id.clone(), i64::try_from(s.at).unwrap_or(i64::MAX)))
+            .collect();
+        let rows = chatter_rows(&key, group)?;
+        self.store
+            .write(move |tx| {
+                let failed = || db_error("copy group chatter");
+                let held: bool = tx
+                    .query_row(
+                        "SELECT EXISTS (SELECT 1 FROM group_history WHERE group_key = ?1)
+                             OR EXISTS (SELECT 1 FROM group_history_seen WHERE group_key = ?1)",
+                        [&key],
+                        |row| row.get(0),
+                    )
+                    .map_err(failed())?;
+                if held {
+                    return Ok(false);
+                }
+                for (key, entry, claim_id, claim) in &rows {
+                    tx.prepare_cached(
+                        "INSERT INTO group_history
+                             (group_key, sender, body, at, message_id, sender_id, claim_id, claim)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                    )
+                    .and_then(|mut statement| {
+                        statement.execute(params![
+                            key,
+                            entry.sender,
+                            entry.body,
+                            entry.timestamp.map(history_time_to_i64),
+                            entry.message_id,
+                            entry.sender_id,
+                            claim_id,
+                            claim
+                        ])
+                    })
+                    .map_err(failed())?;
+                }
+                for (id, at) in &seen {
+                    tx.prepare_cached(
+                        "INSERT OR IGNORE INTO group_history_seen (group_key, message_id, at)
+                         VALUES (?1, ?2, ?3)",
+                    )
+                    .and_then(|mut statement| statement.execute(params![key, id, at]))
+                    .map_err(failed())?;
+                }
+                Ok(true)
+            })
+            .await
+    }
+
     async fn edit_entries(&self, edit: EntryEditor<'_>) -> Result<usize> {
         let rows = self
             .store

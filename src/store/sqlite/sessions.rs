@@ -132,6 +132,37 @@ impl crate::store::Erase for SqliteStore {
             .await?;
         Ok(removed)
     }
+    async fn add_closed(&self, sessions: &[crate::store::StoredSession]) -> Result<usize> {
+        let rows = sessions
+            .iter()
+            .map(|s| {
+                let closed_at = s.entry.closed_at.unwrap_or(s.entry.updated_at);
+                Ok((
+                    crate::store::sql::SessionRow::new(&s.key, &s.entry)?,
+                    closed_at,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.write(move |tx| {
+            let mut added = 0;
+            for (row, closed_at) in &rows {
+                let held: bool = tx
+                    .query_row(
+                        "SELECT EXISTS (SELECT 1 FROM sessions WHERE session_id = ?1)
+                             OR EXISTS (SELECT 1 FROM closed_sessions WHERE session_id = ?1)",
+                        [&row.session_id],
+                        |r| r.get(0),
+                    )
+                    .map_err(db_error("read closed sessions"))?;
+                if !held {
+                    super::write_closed_row(tx, row, crate::store::sql::to_i64(*closed_at))?;
+                    added += 1;
+                }
+            }
+            Ok(added)
+        })
+        .await
+    }
     async fn replace_closed(&self, sessions: &[crate::store::StoredSession]) -> Result<usize> {
         let rows = sessions
             .iter()

@@ -12,7 +12,7 @@ use crate::identity::key::SessionKey;
 use crate::inbound::events::{
     SystemEvent, SystemEvents, MAX_SYSTEM_EVENTS, MAX_SYSTEM_EVENT_SESSIONS,
 };
-use crate::store::sql::{event_time_from_i64, event_time_to_i64, history_bound};
+use crate::store::sql::{event_time_from_i64, event_time_to_i64, history_bound, queues_of};
 
 /// System events kept in the database of a [`SqliteStore`], with the same bounds and
 /// semantics as [`SystemEventQueue`](crate::inbound::events::SystemEventQueue):
@@ -125,6 +125,54 @@ impl SystemEvents for SqliteSystemEvents {
                 // The session keeps its `max_events` newest events; a new session may
                 // push the least recently touched ones out.
                 SYSTEM_EVENTS.bound(tx, &key, max_events, max_sessions, last.is_none())?;
+                Ok(true)
+            })
+            .await
+    }
+
+    async fn export_queues(&self) -> Result<Vec<(SessionKey, Vec<SystemEvent>)>> {
+        let rows: Vec<(String, String, i64)> = self
+            .store
+            .read(|c| {
+                let failed = || db_error("read system events");
+                let mut statement = c
+                    .prepare("SELECT session_key, text, at FROM system_events ORDER BY id")
+                    .map_err(failed())?;
+                let rows = statement
+                    .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+                    .map_err(failed())?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                    .map_err(failed());
+                rows
+            })
+            .await?;
+        queues_of(rows)
+    }
+
+    async fn import_queue(&self, key: &SessionKey, events: Vec<SystemEvent>) -> Result<bool> {
+        let key = key.to_string();
+        self.store
+            .write(move |tx| {
+                let failed = || db_error("copy system events");
+                let held: bool = tx
+                    .query_row(
+                        "SELECT EXISTS (SELECT 1 FROM system_events WHERE session_key = ?1)",
+                        [&key],
+                        |row| row.get(0),
+                    )
+                    .map_err(failed())?;
+                if held {
+                    return Ok(false);
+                }
+                for event in &events {
+                    tx.prepare_cached(
+                        "INSERT INTO system_events (session_key, text, at) VALUES (?1, ?2, ?3)",
+                    )
+                    .and_then(|mut statement| {
+                        statement.execute(params![key, event.text, event_time_to_i64(event.at)])
+                    })
+                    .map_err(failed())?;
+                }
                 Ok(true)
             })
             .await

@@ -391,3 +391,56 @@ mod tests {
             .await;
     }
 }
+
+/// A group exported whole — unclaimed entries, a claim with its entries, remembered
+/// message ids — and imported into another buffer (empty) reads back the same there:
+/// the same entries, the same claim, and a message delivered again is a duplicate. A
+/// group the target already holds something of is left alone.
+#[doc(hidden)]
+pub async fn groups_travel_whole<H: ChatterBuffer>(source: H, target: H) {
+    let group = "agent:main:whatsapp:default:group:120363@g.us";
+    let window = std::time::Duration::from_secs(20 * 60);
+    let with_id = |body: &str, id: &str, at: u64| ChatterEntry {
+        message_id: Some(id.into()),
+        timestamp: Some(at),
+        sender_id: Some("+15550001".into()),
+        ..said(body)
+    };
+    assert!(source
+        .append_once(group, with_id("held", "m1", 1_770_000_000_000), window)
+        .await
+        .unwrap());
+    source.claim(group, &claim("c1"), &[]).await.unwrap();
+    assert!(source
+        .append_once(group, with_id("waiting", "m2", 1_770_000_001_000), window)
+        .await
+        .unwrap());
+    let exported = source.export_groups().await.unwrap();
+    assert_eq!(exported.len(), 1, "{exported:?}");
+    let (key, whole) = exported.into_iter().next().unwrap();
+    assert_eq!(key, group);
+    assert_eq!(bodies(whole.entries.iter().cloned().collect()), ["waiting"]);
+    assert_eq!(whole.claimed.len(), 1);
+    assert_eq!(whole.claimed[0].claim, claim("c1"));
+    assert_eq!(bodies(whole.claimed[0].entries.clone()), ["held"]);
+    assert_eq!(whole.seen.len(), 2);
+
+    assert!(target.import_group(&key, whole.clone()).await.unwrap());
+    assert_eq!(
+        target.export_groups().await.unwrap(),
+        [(key.clone(), whole.clone())]
+    );
+    assert_eq!(bodies(target.entries(group).await.unwrap()), ["waiting"]);
+    assert_eq!(target.claims(group).await.unwrap(), [claim("c1")]);
+    assert!(
+        !target
+            .append_once(group, with_id("held", "m1", 1_770_000_002_000), window)
+            .await
+            .unwrap(),
+        "a message the source remembered is a duplicate in the copy"
+    );
+    assert!(
+        !target.import_group(&key, whole).await.unwrap(),
+        "a group the buffer holds is left alone"
+    );
+}

@@ -48,7 +48,9 @@ use crate::identity::key::{AgentId, PeerKind, SessionKey};
 use crate::store::entry::{
     ChatType, DeliveryContext, SessionEntry, SessionOrigin, SessionStatus, ThreadId,
 };
-use crate::store::{ListFilter, MultiKeyStore, Revision, SessionStore, SessionStoreExt, Slots};
+use crate::store::{
+    ListFilter, MultiKeyStore, Revision, SessionStore, SessionStoreExt, Slots, StoredSession,
+};
 
 fn key(raw: &str) -> SessionKey {
     SessionKey::parse(raw).expect("test keys are valid")
@@ -872,6 +874,57 @@ pub async fn closed_sessions_are_bounded_per_key<S: SessionStore + ?Sized>(store
     assert_eq!(quiet_closed, 1, "another key keeps its closed session");
 }
 
+/// Closed sessions a copy carries are added once each, under their keys, never over a
+/// session the store holds (current or closed).
+#[doc(hidden)]
+pub async fn closed_sessions_are_added_once<S: SessionStore + ?Sized>(store: &S) {
+    let Some(erase) = store.as_erase() else {
+        return;
+    };
+    let moved = key("agent:main:cli:moved");
+    store
+        .put(&moved, SessionEntry::new("m-now", 100))
+        .await
+        .unwrap();
+    let mut closed = SessionEntry::new("m-old", 50);
+    closed.status = Some(SessionStatus::Closed);
+    closed.closed_at = Some(60);
+    let copies = [
+        StoredSession {
+            key: moved.clone(),
+            entry: closed.clone(),
+            revision: Revision::of_bytes(b""),
+        },
+        // The current session's id: never added as closed.
+        StoredSession {
+            key: moved.clone(),
+            entry: SessionEntry::new("m-now", 90),
+            revision: Revision::of_bytes(b""),
+        },
+    ];
+    assert_eq!(erase.add_closed(&copies).await.unwrap(), 1);
+    assert_eq!(erase.add_closed(&copies).await.unwrap(), 0, "added once");
+    let listed: Vec<(String, Option<SessionStatus>)> = store
+        .list(&ListFilter::new().any_status().key_prefix(moved.as_str()))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| (s.entry.session_id, s.entry.status))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("m-now".to_owned(), None),
+            ("m-old".to_owned(), Some(SessionStatus::Closed))
+        ]
+    );
+    assert_eq!(
+        store.get(&moved).await.unwrap().unwrap().entry.session_id,
+        "m-now",
+        "the current session is untouched"
+    );
+}
+
 /// Adds one to the entry's `compactionCount`, creating the entry if needed.
 async fn increment<S: SessionStore + ?Sized>(store: &S, k: &SessionKey) {
     store
@@ -1510,6 +1563,7 @@ macro_rules! store_conformance_tests {
             replaced_sessions_are_kept_closed,
             pages_list_every_session_once,
             closed_sessions_are_bounded_per_key,
+            closed_sessions_are_added_once,
             concurrent_updates_to_one_key_lose_nothing,
             concurrent_updates_to_distinct_keys_lose_nothing,
             racing_creators_create_one_session,
@@ -1603,6 +1657,13 @@ macro_rules! chatter_conformance_tests {
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         $($(#[$attr])*)?
+        async fn chatter_groups_travel_whole() {
+            let (source, _source) = ($make)(50, 1000).await;
+            let (target, _target) = ($make)(50, 1000).await;
+            $crate::store::testing::chatter::groups_travel_whole(source, target).await;
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        $($(#[$attr])*)?
         async fn chatter_take_is_atomic_beside_concurrent_appends() {
             let (buffer, _guard) = ($make)(1000, 10).await;
             let buffer = ::std::sync::Arc::new(buffer);
@@ -1656,6 +1717,13 @@ macro_rules! system_events_conformance_tests {
         async fn system_events_keep_text_and_time() {
             let (queue, _guard) = ($make)(20, 1000).await;
             $crate::store::testing::system_events::events_keep_text_and_time(queue).await;
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        $($(#[$attr])*)?
+        async fn system_events_travel_whole() {
+            let (source, _source) = ($make)(20, 1000).await;
+            let (target, _target) = ($make)(20, 1000).await;
+            $crate::store::testing::system_events::queues_travel_whole(source, target).await;
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         $($(#[$attr])*)?

@@ -306,3 +306,44 @@ mod tests {
         .await;
     }
 }
+
+/// Queues exported — leaving them queued — and imported into other (empty) queues
+/// drain the same there, in order with their times; a session with events queued
+/// already is left alone.
+#[doc(hidden)]
+pub async fn queues_travel_whole<E: SystemEvents>(source: E, target: E) {
+    let (one, two) = (session("one"), session("two"));
+    source.enqueue(&one, "Model switched.", at()).await.unwrap();
+    source
+        .enqueue(&one, "Reminder fired.", at() + chrono::Duration::seconds(1))
+        .await
+        .unwrap();
+    source.enqueue(&two, "Node connected.", at()).await.unwrap();
+    let mut exported = source.export_queues().await.unwrap();
+    exported.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(exported.len(), 2);
+    assert_eq!(
+        texts(source.drain(&one).await.unwrap()),
+        ["Model switched.", "Reminder fired."],
+        "an export leaves the events queued"
+    );
+    for (key, events) in &exported {
+        assert!(target.import_queue(key, events.clone()).await.unwrap());
+    }
+    let mut there = target.export_queues().await.unwrap();
+    there.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(there, exported);
+    assert!(
+        !target
+            .import_queue(&two, exported[1].1.clone())
+            .await
+            .unwrap(),
+        "a session with events queued is left alone"
+    );
+    let drained = target.drain(&one).await.unwrap();
+    assert_eq!(
+        texts(drained.clone()),
+        ["Model switched.", "Reminder fired."]
+    );
+    assert_eq!(drained[1].at, at() + chrono::Duration::seconds(1));
+}
