@@ -356,42 +356,6 @@ pub async fn claims_hand_entries_over_exactly_once<H: ChatterBuffer>(history: H,
     assert_eq!(history.entries(G).await.unwrap(), []);
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::inbound::chatter::InMemoryChatter;
-
-    #[tokio::test]
-    async fn memory_history_is_what_the_suite_describes() {
-        bounded_per_group_and_over_groups(|_, limit, max_keys| async move {
-            InMemoryChatter::new(limit, max_keys)
-        })
-        .await;
-        entries_keep_every_field(InMemoryChatter::default()).await;
-        claims_hand_entries_over_exactly_once(InMemoryChatter::new(3, 10), 3).await;
-    }
-
-    /// `InMemoryChatter` forgets every group when its limit becomes 0 (see
-    /// [`InMemoryChatter::set_limit`](crate::inbound::InMemoryChatter::set_limit)); a clear while it is 0 changes nothing either.
-    #[tokio::test]
-    async fn memory_history_forgets_every_group_when_history_is_turned_off() {
-        let history = InMemoryChatter::new(3, 10);
-        history.append("g1", said("a")).await.unwrap();
-        history.set_limit(Some(0));
-        history.clear("g1").await.unwrap();
-        history.set_limit(Some(3));
-        history.append("g1", said("b")).await.unwrap();
-        assert_eq!(bodies(history.entries("g1").await.unwrap()), ["b"]);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn memory_history_takes_atomically() {
-        let history = std::sync::Arc::new(InMemoryChatter::new(1000, 10));
-        take_is_atomic_beside_concurrent_appends([history.clone(), history.clone()], history, 200)
-            .await;
-    }
-}
-
 /// A group exported whole — unclaimed entries, a claim with its entries, remembered
 /// message ids — and imported into another buffer (empty) reads back the same there:
 /// the same entries, the same claim, and a message delivered again is a duplicate. A
@@ -443,4 +407,40 @@ pub async fn groups_travel_whole<H: ChatterBuffer>(source: H, target: H) {
         !target.import_group(&key, whole).await.unwrap(),
         "a group the buffer holds is left alone"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inbound::chatter::InMemoryChatter;
+
+    #[tokio::test]
+    async fn memory_history_is_what_the_suite_describes() {
+        bounded_per_group_and_over_groups(|_, limit, max_keys| async move {
+            InMemoryChatter::new(limit, max_keys)
+        })
+        .await;
+        entries_keep_every_field(InMemoryChatter::default()).await;
+        claims_hand_entries_over_exactly_once(InMemoryChatter::new(3, 10), 3).await;
+    }
+
+    /// `InMemoryChatter` forgets every group when its limit becomes 0 (see
+    /// [`InMemoryChatter::set_limit`](crate::inbound::InMemoryChatter::set_limit)); a clear while it is 0 changes nothing either.
+    #[tokio::test]
+    async fn memory_history_forgets_every_group_when_history_is_turned_off() {
+        let history = InMemoryChatter::new(3, 10);
+        history.append("g1", said("a")).await.unwrap();
+        history.set_limit(Some(0));
+        history.clear("g1").await.unwrap();
+        history.set_limit(Some(3));
+        history.append("g1", said("b")).await.unwrap();
+        assert_eq!(bodies(history.entries("g1").await.unwrap()), ["b"]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn memory_history_takes_atomically() {
+        let history = std::sync::Arc::new(InMemoryChatter::new(1000, 10));
+        take_is_atomic_beside_concurrent_appends([history.clone(), history.clone()], history, 200)
+            .await;
+    }
 }

@@ -278,35 +278,6 @@ pub async fn drain_once_beside_concurrent_enqueues<E>(
     assert_eq!(distinct.len(), seen.len(), "nothing returned twice");
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::inbound::events::SystemEventQueue;
-
-    #[tokio::test]
-    async fn the_in_memory_queue_is_what_the_suite_describes() {
-        bounded_and_skipping_repeats(
-            |_, max_events, max_sessions| async move {
-                SystemEventQueue::with_limits(max_events, max_sessions)
-            },
-            Duration::ZERO,
-        )
-        .await;
-        events_keep_text_and_time(SystemEventQueue::default()).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_in_memory_queue_drains_once() {
-        let events = std::sync::Arc::new(SystemEventQueue::with_limits(1000, 10));
-        drain_once_beside_concurrent_enqueues(
-            [events.clone(), events.clone()],
-            [events.clone(), events],
-            200,
-        )
-        .await;
-    }
-}
-
 /// Queues exported — leaving them queued — and imported into other (empty) queues
 /// drain the same there, in order with their times; a session with events queued
 /// already is left alone.
@@ -346,4 +317,33 @@ pub async fn queues_travel_whole<E: SystemEvents>(source: E, target: E) {
         ["Model switched.", "Reminder fired."]
     );
     assert_eq!(drained[1].at, at() + chrono::Duration::seconds(1));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inbound::events::SystemEventQueue;
+
+    #[tokio::test]
+    async fn the_in_memory_queue_is_what_the_suite_describes() {
+        bounded_and_skipping_repeats(
+            |_, max_events, max_sessions| async move {
+                SystemEventQueue::with_limits(max_events, max_sessions)
+            },
+            Duration::ZERO,
+        )
+        .await;
+        events_keep_text_and_time(SystemEventQueue::default()).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_in_memory_queue_drains_once() {
+        let events = std::sync::Arc::new(SystemEventQueue::with_limits(1000, 10));
+        drain_once_beside_concurrent_enqueues(
+            [events.clone(), events.clone()],
+            [events.clone(), events],
+            200,
+        )
+        .await;
+    }
 }
