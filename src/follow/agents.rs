@@ -31,6 +31,11 @@ const LOOK_BACK_MS: u64 = 2_000;
 /// About how many lines a follower reads ahead of its reader.
 const MAX_PENDING_EVENTS: usize = 1024;
 
+/// About how many bytes of transcript a follower reads ahead of its reader: one chunk,
+/// as a session's follower reads (a line is read whole, so one line bigger than this is
+/// held alone) — what a reader that stops reading holds, whatever the size of the lines.
+const MAX_PENDING_BYTES: u64 = crate::transcript::DEFAULT_CHUNK_BYTES as u64;
+
 /// A follower of everything an agent's sessions do (or every agent's), from any process: sessions as
 /// they start, status changes, and the lines each one's transcript gains.
 ///
@@ -259,21 +264,23 @@ impl AgentsFollow {
     }
 
     /// The watched sessions' new lines, those written since the follower's start,
-    /// until about [`MAX_PENDING_EVENTS`] wait; whether every session was read to its
-    /// end.
+    /// until about [`MAX_PENDING_EVENTS`] or [`MAX_PENDING_BYTES`] wait; whether every
+    /// session was read to its end.
     async fn read(&mut self) -> Result<bool> {
         let mut waiting = 0;
+        let mut waiting_bytes = 0;
         let mut complete = true;
         let mut changed = Vec::new();
         let mut refused = Vec::new();
         for (session_id, watched) in &mut self.watched {
             let mut batch = Vec::new();
             loop {
-                if waiting >= MAX_PENDING_EVENTS {
+                if waiting >= MAX_PENDING_EVENTS || waiting_bytes >= MAX_PENDING_BYTES {
                     // The rest is read at the next look.
                     complete = false;
                     break;
                 }
+                let from = watched.follow.position();
                 let events = match watched.follow.try_next().await {
                     Ok(Some(events)) => events,
                     Ok(None) => break,
@@ -291,6 +298,8 @@ impl AgentsFollow {
                 let before = batch.len();
                 batch.extend(new);
                 waiting += batch.len() - before;
+                // What was read, skipped lines too (a chunk is held while it is parsed).
+                waiting_bytes += watched.follow.position().0.saturating_sub(from.0);
             }
             if let Some(at) = batch.iter().filter_map(written_at).max() {
                 watched.active_at = watched.active_at.max(at);
