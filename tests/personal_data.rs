@@ -9,6 +9,9 @@
 
 mod common;
 
+#[path = "common/stores.rs"]
+mod stores;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -959,4 +962,75 @@ async fn ids_linked_to_a_person_are_erased_with_them_and_the_links_are_reported(
     let left = manager.list(&ListFilter::new()).await.unwrap();
     assert_eq!(left.len(), 1);
     assert!(left[0].key.as_str().ends_with("4243"));
+}
+
+/// Erasing Jane keeps what others wrote: Bob's chatter, shown to the model only inside
+/// Jane's group mention line (its one record), stays in that line with her words gone;
+/// the agent's reply to her goes with her; Bob's own exchange afterwards stays whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_erase_keeps_what_others_wrote_inside_the_persons_lines() {
+    let stores = stores::Stores::new("others_words");
+    for url in &stores.urls {
+        let dir = tempfile::tempdir().unwrap();
+        let manager = manager(url, dir.path()).await;
+        let bob_chatter = in_group(
+            "Bob",
+            BOB_PHONE,
+            "bob",
+            "bobgroupkeepsake boat at nine",
+            "b1",
+        );
+        let turn = manager.turn(&bob_chatter).await.unwrap();
+        assert_eq!(turn.action(), &TurnAction::StaySilent, "{url}");
+        let mention = in_group(
+            "Jane",
+            JANE_PHONE,
+            JANE,
+            "@bot jqgolfgroup taxi please",
+            "j1",
+        )
+        .mentioning_agent();
+        let turn = manager.turn(&mention).await.unwrap();
+        assert_eq!(turn.action(), &TurnAction::Answer, "{url}");
+        assert!(turn.input().unwrap().contains("bobgroupkeepsake"), "{url}");
+        let key = turn.key().clone();
+        turn.complete("jqhotelpending taxi booked").await.unwrap();
+        let bob_mention =
+            in_group("Bob", BOB_PHONE, "bob", "@bot bobdmkeepsake me too", "b2").mentioning_agent();
+        answer(&manager, &bob_mention, "yes Bob, bobdmkeepsake").await;
+
+        manager
+            .forget_person(&PersonRef::person(JANE))
+            .await
+            .unwrap();
+
+        let backend = Backend::open(url).await.unwrap();
+        let mut text = String::new();
+        for (agent, name) in backend.transcripts().transcript_names(None).await.unwrap() {
+            for line in backend
+                .transcripts()
+                .export_lines(&agent, &name)
+                .await
+                .unwrap()
+                .unwrap()
+            {
+                text.push_str(&line);
+                text.push('\n');
+            }
+        }
+        assert!(
+            text.contains("bobgroupkeepsake boat at nine"),
+            "{url}: Bob's chatter stays: {text}"
+        );
+        assert_eq!(
+            text.matches("bobdmkeepsake").count(),
+            2,
+            "{url}: Bob's own exchange stays whole: {text}"
+        );
+        for gone in ["jqgolfgroup", "jqhotelpending", "taxi", JANE_PHONE] {
+            assert!(!text.contains(gone), "{url}: {gone} is left: {text}");
+        }
+        let _ = key;
+    }
+    stores.finish().await;
 }

@@ -303,6 +303,9 @@ pub(crate) struct TranscriptRedaction<'p> {
     labels: Vec<String>,
     /// Whether a line of the person's came before (so a later summary may hold it).
     seen_person: bool,
+    /// Whether the last message someone wrote was the person's: the agent's lines
+    /// until the next one (its reply, its tool calls) answer only them.
+    answering_person: bool,
 }
 
 impl<'p> TranscriptRedaction<'p> {
@@ -311,6 +314,7 @@ impl<'p> TranscriptRedaction<'p> {
             person,
             labels: Vec::new(),
             seen_person: false,
+            answering_person: false,
         }
     }
 
@@ -334,10 +338,27 @@ impl<'p> TranscriptRedaction<'p> {
             };
         };
         let kind = entry.get("type").and_then(Value::as_str).unwrap_or("");
+        let role = entry
+            .get("message")
+            .and_then(|m| m.get("role"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
         let theirs = kind == "message" && self.written_by_person(&entry);
         let summary = matches!(kind, "compaction" | "branch_summary");
-        if theirs || (summary && self.seen_person) {
-            self.seen_person |= theirs;
+        let reply = kind == "message" && role != "user" && self.answering_person;
+        if kind == "message" && role == "user" {
+            self.answering_person = theirs;
+        }
+        if theirs {
+            self.seen_person = true;
+            // What others said, shown to the model with the person's message, is
+            // theirs: it stays, the person's words go.
+            if let Some(kept) = self.others_chatter_kept(&entry, line.len()) {
+                return LineFate::Replace(kept);
+            }
+            return LineFate::Replace(erased_line(&entry, line.len()));
+        }
+        if reply || (summary && self.seen_person) {
             return LineFate::Replace(erased_line(&entry, line.len()));
         }
         let before = Value::Object(entry.clone());
@@ -367,6 +388,50 @@ impl<'p> TranscriptRedaction<'p> {
 
     fn written_by_person(&self, entry: &Map<String, Value>) -> bool {
         written_by(self.person, entry)
+    }
+
+    /// A line of the person's own that carries other people's chatter (the group's
+    /// messages shown to the model with theirs), rewritten to `length` bytes with that
+    /// chatter and nothing of the person: their message masked, their chatter cut, their
+    /// ids out of the log. `None` when it carries no one else's chatter, or when the
+    /// rewrite does not fit.
+    fn others_chatter_kept(&self, entry: &Map<String, Value>, length: usize) -> Option<String> {
+        use crate::inbound::pipeline::{CURRENT_MESSAGE_MARKER, HISTORY_CONTEXT_MARKER};
+        let mut entry = entry.clone();
+        let labels = self.take_chatter_labels(&mut entry);
+        let others = entry
+            .get("log")
+            .and_then(|log| log.get("chatter"))
+            .and_then(Value::as_array)
+            .is_some_and(|records| !records.is_empty());
+        let text = entry
+            .get("message")
+            .and_then(|m| m.get("content"))
+            .and_then(Value::as_str)?;
+        let block = text
+            .strip_prefix(HISTORY_CONTEXT_MARKER)?
+            .split(&format!("\n\n{CURRENT_MESSAGE_MARKER}"))
+            .next()?
+            .trim_start_matches('\n');
+        if !others || block.is_empty() {
+            return None;
+        }
+        let block = self.person.mask(&without_chatter_of(block, &labels));
+        let content =
+            format!("{HISTORY_CONTEXT_MARKER}\n{block}\n\n{CURRENT_MESSAGE_MARKER}\n{MASK}");
+        *entry.get_mut("message")?.get_mut("content")? = Value::from(content);
+        if let Some(log) = entry.get_mut("log").and_then(Value::as_object_mut) {
+            for field in [
+                "personId",
+                "rawPersonId",
+                "senderName",
+                "senderId",
+                "sender",
+            ] {
+                log.remove(field);
+            }
+        }
+        padded(Value::Object(entry).to_string(), length)
     }
 
     /// The labels under which the line's group chatter shows the person, taking their
@@ -575,6 +640,47 @@ mod tests {
         assert!(new.contains("Bob: ok"), "Bob's words stay");
         let value: Value = serde_json::from_str(&new).unwrap();
         assert_eq!(value["log"]["chatter"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn others_chatter_carried_by_the_persons_line_stays_and_her_words_go() {
+        let text = "[Chat messages since your last reply - for context]\n[WhatsApp g 2026-01-13T07:45Z] Bob: the boat leaves at nine\n[WhatsApp g 2026-01-13T07:46Z] Jane D: my cabin is 14\n\n[Current message - respond to this]\n[WhatsApp g 2026-01-13T07:47Z] Jane D: @bot book me a taxi from +15550100";
+        let line = serde_json::json!({
+            "type": "message", "id": "f6a7b8c9", "parentId": null,
+            "timestamp": "2026-02-06T10:00:03.000Z",
+            "message": {"role": "user", "content": text},
+            "log": {"personId": "jane", "direction": "inbound", "chatter": [
+                {"sender": "Bob", "senderId": "bob"},
+                {"sender": "Jane D", "senderId": "jane"}
+            ]}
+        })
+        .to_string();
+        let reply = r#"{"type":"message","id":"a7b8c9d0","parentId":"f6a7b8c9","timestamp":"2026-02-06T10:00:04.000Z","message":{"role":"assistant","content":[{"type":"text","text":"Taxi booked to cabin 14."}]},"log":{"direction":"outbound"}}"#;
+        let bobs = r#"{"type":"message","id":"b8c9d0e1","parentId":"a7b8c9d0","timestamp":"2026-02-06T10:00:05.000Z","message":{"role":"user","content":"and me?"},"log":{"personId":"bob"}}"#;
+        let answer = r#"{"type":"message","id":"c9d0e1f2","parentId":"b8c9d0e1","timestamp":"2026-02-06T10:00:06.000Z","message":{"role":"assistant","content":"Yes, Bob."},"log":{"direction":"outbound"}}"#;
+        let jane = jane();
+        let mut redaction = TranscriptRedaction::new(&jane);
+        let LineFate::Replace(new) = redaction.judge(1, &line) else {
+            panic!("Jane's line is rewritten")
+        };
+        assert_eq!(new.len(), line.len());
+        assert!(
+            new.contains("Bob: the boat leaves at nine"),
+            "Bob's chatter stays: {new}"
+        );
+        for gone in ["cabin", "taxi", "15550100", "jane", "Jane"] {
+            assert!(!new.contains(gone), "{gone} in {new}");
+        }
+        let value: Value = serde_json::from_str(&new).unwrap();
+        assert_eq!(value["id"], "f6a7b8c9", "the tree stays whole");
+        assert_eq!(value["log"]["chatter"].as_array().unwrap().len(), 1);
+        // The agent's reply to her goes with her line; Bob's next exchange stays.
+        let LineFate::Replace(erased) = redaction.judge(2, reply) else {
+            panic!("the reply to Jane is erased")
+        };
+        assert!(!erased.contains("Taxi") && erased.len() == reply.len());
+        assert_eq!(redaction.judge(3, bobs), LineFate::Keep);
+        assert_eq!(redaction.judge(4, answer), LineFate::Keep);
     }
 
     #[test]
