@@ -1,5 +1,10 @@
 //! Identity, access control, agent isolation and path safety.
 
+mod common;
+
+#[path = "common/stores.rs"]
+mod stores;
+
 use std::path::Path;
 use std::sync::Arc;
 
@@ -1476,4 +1481,42 @@ async fn the_workspace_summary_holds_the_rolling_summary() {
             );
         }
     }
+}
+
+/// Ann first texts from a number nobody knows (an `external` placeholder), then writes
+/// as the web login her identity links tie to that number: her session becomes hers,
+/// known as a `user`, on every backend — the placeholder gives way even though the
+/// session already bears her canonical id.
+#[tokio::test]
+async fn a_linked_external_person_becomes_known_when_she_writes_as_herself() {
+    let stores = stores::Stores::new("linked_external");
+    for url in &stores.urls {
+        let links = IdentityLinks::new().link("ann", ["phone:+61499999999", "77"]);
+        let manager = SessionManager::connect(url)
+            .await
+            .unwrap()
+            .key_builder(
+                DefaultKeyBuilder::new()
+                    .dm_scope(DmScope::PerPerson)
+                    .identity_links(links),
+            )
+            .build()
+            .unwrap();
+        let mut by_sms = InboundMessage::direct("sms", "+61499999999", "hi, it's Ann")
+            .from_person("phone:+61499999999");
+        by_sms.person_type = Some(PersonType::External);
+        let first = manager.resolve(&by_sms).await.unwrap();
+        assert_eq!(first.entry().person_type.as_deref(), Some("external"), "{url}");
+        let mut by_web = InboundMessage::direct("web", "77", "logged in now").from_person("77");
+        by_web.person_type = Some(PersonType::User);
+        let second = manager.resolve(&by_web).await.unwrap();
+        assert_eq!(second.key, first.key, "{url}: one session for Ann");
+        let entry = second.entry();
+        assert_eq!(
+            (entry.person_id.as_deref(), entry.person_type.as_deref()),
+            (Some("ann"), Some("user")),
+            "{url}"
+        );
+    }
+    stores.finish().await;
 }

@@ -252,7 +252,9 @@ fn record_person(
     match entry.person_id.as_deref() {
         Some(known) if known != person && !placeholder => {}
         Some(known) if known == person => {
-            if entry.person_type.is_none() {
+            // A type learned later fills a gap, and a known type replaces the
+            // placeholder of the same person reached first from an unknown number.
+            if entry.person_type.is_none() || placeholder {
                 entry.person_type = person_type.map(|t| t.as_str().to_owned());
             }
         }
