@@ -1506,7 +1506,11 @@ async fn a_linked_external_person_becomes_known_when_she_writes_as_herself() {
             .from_person("phone:+61499999999");
         by_sms.person_type = Some(PersonType::External);
         let first = manager.resolve(&by_sms).await.unwrap();
-        assert_eq!(first.entry().person_type.as_deref(), Some("external"), "{url}");
+        assert_eq!(
+            first.entry().person_type.as_deref(),
+            Some("external"),
+            "{url}"
+        );
         let mut by_web = InboundMessage::direct("web", "77", "logged in now").from_person("77");
         by_web.person_type = Some(PersonType::User);
         let second = manager.resolve(&by_web).await.unwrap();

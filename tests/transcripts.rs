@@ -1277,6 +1277,12 @@ async fn an_announced_transcript_update_wakes_followers_and_subscribers() {
         .unwrap();
     assert_eq!(update.transcript, transcript);
     assert_eq!(update.path.as_deref(), Some(std::path::Path::new(&file)));
+    // The object form's key and message reach the subscriber, as OpenClaw hands them on.
+    assert_eq!(update.session_key.as_deref(), Some(key.as_str()));
+    assert_eq!(
+        update.message,
+        Some(serde_json::json!({"role": "assistant"}))
+    );
     let update = tokio::time::timeout(Duration::from_secs(5), follow.next())
         .await
         .expect("the follower was woken, not left to its ten-minute look")

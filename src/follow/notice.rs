@@ -11,8 +11,8 @@ impl SessionManager {
     /// Tells this process's subscribers and followers that a transcript changed outside
     /// the crate — what an OpenClaw host announces with `emitSessionTranscriptUpdate`
     /// after it appended to a transcript file. The update they receive names the
-    /// transcript and its file and carries no events: they read what is new from the
-    /// transcript (a [`Follow`](crate::follow::Follow) does so at once instead of
+    /// transcript and its file, carries the notice's session key and message (OpenClaw's
+    /// object form) and no events: they read what is new from the transcript (a [`Follow`](crate::follow::Follow) does so at once instead of
     /// at its next look).
     ///
     /// The transcript is the session's, when the notice names a key whose session has
@@ -63,6 +63,8 @@ impl SessionManager {
             transcript: transcript.clone(),
             path: Some(file.into()),
             events: Vec::new(),
+            session_key: notice.session_key.clone(),
+            message: notice.message.clone(),
         });
         Ok(Some(transcript))
     }

@@ -592,6 +592,7 @@ impl ChatterBuffer for InMemoryChatter {
         Ok(state
             .groups
             .iter()
+            .filter(|(_, group)| !group.is_empty())
             .map(|(key, group)| (key.clone(), group.clone()))
             .collect())
     }
@@ -665,10 +666,18 @@ impl ChatterBuffer for InMemoryChatter {
         Ok(self.with_group(key, GroupChatter::take))
     }
 
+    /// As OpenClaw's `clearHistoryEntries` (`historyMap.set(key, [])`): the group's slot
+    /// stays, empty, where it was among the groups kept — it still counts toward the
+    /// bound and is dropped in its turn — and a group not kept gets an empty slot.
     async fn clear(&self, key: &str) -> Result<()> {
         let mut state = self.state();
         if state.limit > 0 {
-            state.groups.shift_remove(key);
+            match state.groups.get_mut(key) {
+                Some(group) => *group = GroupChatter::default(),
+                None => {
+                    state.groups.insert(key.to_owned(), GroupChatter::default());
+                }
+            }
         }
         Ok(())
     }
@@ -876,6 +885,33 @@ mod tests {
         history.append("a", entry("1")).await.unwrap();
         history.clear("a").await.unwrap();
         assert!(history.entries("a").await.unwrap().is_empty());
+    }
+
+    /// OpenClaw's `clearHistoryEntries` sets the key to `[]`: the slot stays where it
+    /// was and still counts toward the 1,000 groups, so the next new groups push it
+    /// out first — and with it nothing, while the groups after it keep theirs.
+    #[tokio::test]
+    async fn clearing_a_group_keeps_its_empty_slot_as_openclaws_map_does() {
+        let history = InMemoryChatter::new(5, 2);
+        history.append("g1", entry("a")).await.unwrap();
+        history.append("g2", entry("b")).await.unwrap();
+        history.clear("g2").await.unwrap();
+        assert_eq!(history.groups(), 2, "the cleared group keeps its slot");
+        history.append("g3", entry("c")).await.unwrap();
+        // g1 was the oldest slot: it goes, as in OpenClaw's map.
+        assert!(history.entries("g1").await.unwrap().is_empty());
+        history.append("g1", entry("d")).await.unwrap();
+        // Now g2's empty slot is the oldest, and goes; g3 keeps its entry.
+        assert_eq!(history.entries("g3").await.unwrap(), [entry("c")]);
+        assert_eq!(history.entries("g1").await.unwrap(), [entry("d")]);
+        assert_eq!(history.groups(), 2);
+        // Clearing a group not kept gives it an empty slot too.
+        history.clear("g9").await.unwrap();
+        assert_eq!(history.groups(), 3);
+        assert!(
+            history.export_groups().await.unwrap().len() == 2,
+            "empty slots are not copied"
+        );
     }
 
     /// One step of [`the_limit_changes_at_run_time`].

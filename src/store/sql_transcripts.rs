@@ -427,6 +427,8 @@ impl AppendNotice {
             },
             path: None,
             events,
+            session_key: None,
+            message: None,
         }))
     }
 }

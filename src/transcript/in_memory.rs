@@ -147,6 +147,8 @@ impl TranscriptStore for InMemoryTranscriptStore {
                 transcript: transcript.clone(),
                 path: None,
                 events: events.clone(),
+                session_key: None,
+                message: None,
             });
             Ok(events)
         })

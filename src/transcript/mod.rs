@@ -331,13 +331,19 @@ pub struct TranscriptUpdate {
     pub path: Option<PathBuf>,
     /// The events appended.
     pub events: Vec<SessionEvent>,
+    /// The session's key, when the update came from a host's notice that named it
+    /// (OpenClaw's object form of `emitSessionTranscriptUpdate`).
+    pub session_key: Option<String>,
+    /// The message appended, as the host's notice gave it (OpenClaw's object form);
+    /// `None` for the crate's own appends, whose lines are in `events`.
+    pub message: Option<serde_json::Value>,
 }
 
 /// A transcript changed, as an OpenClaw host announces it with
 /// `emitSessionTranscriptUpdate`: the transcript's file, and in OpenClaw's object form
-/// the session's key (and the appended message, which the crate reads from the
-/// transcript itself). Given to [`SessionManager::emit_transcript_update`], it wakes
-/// the crate's subscribers and followers of that transcript.
+/// the session's key and the appended message. Given to
+/// [`SessionManager::emit_transcript_update`], it wakes the crate's subscribers (their
+/// update carries the key and the message) and followers of that transcript.
 ///
 /// [`SessionManager::emit_transcript_update`]: crate::SessionManager::emit_transcript_update
 ///
@@ -353,6 +359,7 @@ pub struct TranscriptUpdate {
 ///     "message": {"role": "assistant", "content": "Done."}
 /// }))?;
 /// assert_eq!(object.session_key.as_deref(), Some("agent:main:telegram:dm:42"));
+/// assert_eq!(object.message.unwrap()["content"], "Done.");
 /// assert!(TranscriptNotice::from_openclaw(&json!(42)).is_err());
 /// # Ok::<(), agent_sessions::Error>(())
 /// ```
@@ -362,6 +369,8 @@ pub struct TranscriptNotice {
     pub session_file: String,
     /// The session's key, when the host gave it.
     pub session_key: Option<String>,
+    /// The message appended, when the host gave it (OpenClaw's object form).
+    pub message: Option<serde_json::Value>,
 }
 
 impl TranscriptNotice {
@@ -370,6 +379,7 @@ impl TranscriptNotice {
         TranscriptNotice {
             session_file: session_file.as_ref().trim().to_owned(),
             session_key: None,
+            message: None,
         }
     }
 
@@ -404,6 +414,7 @@ impl TranscriptNotice {
                 };
                 Ok(TranscriptNotice {
                     session_key,
+                    message: fields.get("message").filter(|m| !m.is_null()).cloned(),
                     ..TranscriptNotice::file(file)
                 })
             }

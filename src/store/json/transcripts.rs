@@ -988,6 +988,8 @@ impl TranscriptStore for FileTranscriptStore {
                     transcript: transcript.clone(),
                     path: Some(path),
                     events: events.clone(),
+                    session_key: None,
+                    message: None,
                 });
             }
             Ok(events)

@@ -271,6 +271,8 @@ impl TranscriptStore for PostgresStore {
                 transcript: transcript.clone(),
                 path: None,
                 events: events.clone(),
+                session_key: None,
+                message: None,
             });
             Ok(events)
         })

@@ -205,6 +205,8 @@ impl TranscriptStore for SqliteStore {
                 transcript: transcript.clone(),
                 path: None,
                 events: events.clone(),
+                session_key: None,
+                message: None,
             });
             Ok(events)
         })
