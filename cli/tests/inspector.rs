@@ -281,6 +281,105 @@ async fn the_inspector_lets_in_only_a_login_and_acts_only_for_its_own_page() {
     );
 }
 
+/// A long conversation of big lines is sent a page at a time, each bounded in bytes,
+/// and the pages, followed by their `before`, hold every line once — where one request
+/// used to answer the whole session (450 MB in one answer).
+#[tokio::test]
+async fn a_conversation_is_paged_and_each_page_is_bounded_in_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("json:{}", dir.path().display());
+    let key = conversations(&store).await;
+    let session = current_session(&store, &key).await;
+    // 40 lines of 900 KB and 2,000 small ones, appended to the transcript.
+    {
+        use std::io::Write;
+        let path = session.entry.session_file.clone().unwrap();
+        let file = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+        let mut out = std::io::BufWriter::new(file);
+        let big = "x".repeat(900 * 1024);
+        for n in 0..2_040u32 {
+            let text = if n % 51 == 0 {
+                big.as_str()
+            } else {
+                "a small line"
+            };
+            writeln!(
+                out,
+                r#"{{"type":"message","id":"{n:08x}","timestamp":"2026-11-27T10:00:00.000Z","message":{{"role":"user","content":"{text}"}}}}"#
+            )
+            .unwrap();
+        }
+        out.flush().unwrap();
+    }
+    let (_server, base) = serve_ui(&store);
+    let http = client();
+    let (cookie, _) = log_in(&base).await;
+    let mut before: Option<u64> = None;
+    let mut offsets = Vec::new();
+    let mut pages = 0;
+    loop {
+        let mut url = format!(
+            "{base}/ui/api/conversation?key={}&session={}",
+            key.as_str(),
+            session.entry.session_id
+        );
+        if let Some(before) = before {
+            url.push_str(&format!("&before={before}"));
+        }
+        let response = http
+            .get(url)
+            .header("cookie", &cookie)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let body = response.bytes().await.unwrap();
+        assert!(body.len() <= 5 << 20, "a page of {} bytes", body.len());
+        let page: Value = serde_json::from_slice(&body).unwrap();
+        let mut here: Vec<u64> = page["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["offset"].as_u64().unwrap())
+            .collect();
+        assert!(!here.is_empty());
+        assert!(here.windows(2).all(|w| w[0] < w[1]), "a page is in order");
+        if let Some(before) = before {
+            assert!(
+                *here.last().unwrap() < before,
+                "a page ends before its `before`"
+            );
+        }
+        here.extend(offsets);
+        offsets = here;
+        pages += 1;
+        match page["before"].as_u64() {
+            Some(next) => {
+                assert_eq!(page["truncated"], true);
+                before = Some(next);
+            }
+            None => break,
+        }
+        assert!(pages < 100, "paging ends");
+    }
+    assert!(pages > 5, "{pages} pages");
+    // Every line once, at the offset it starts at in the file.
+    let file = std::fs::read(session.entry.session_file.as_ref().unwrap()).unwrap();
+    let mut starts = vec![0u64];
+    for (at, byte) in file.iter().enumerate() {
+        if *byte == b'\n' && at + 1 < file.len() {
+            starts.push(at as u64 + 1);
+        }
+    }
+    // (The header line is not an event of the conversation.)
+    assert!(
+        offsets == starts[1..],
+        "{pages} pages hold {} lines at their offsets; the file has {} after its header",
+        offsets.len(),
+        starts.len() - 1
+    );
+}
+
 #[test]
 fn serve_ui_needs_a_secret() {
     let dir = tempfile::tempdir().unwrap();

@@ -42,8 +42,13 @@ const WRONG_SECRET_PAUSE: Duration = Duration::from_millis(500);
 /// The most sessions a page of the list shows.
 const PAGE: usize = 50;
 
-/// The most events of a closed session's conversation sent at once: its last ones.
+/// The most events of a session's conversation one page sends: the last ones before
+/// the page's end.
 const MAX_CONVERSATION_EVENTS: usize = 500;
+
+/// The most bytes of events one page of a conversation sends (and holds while it is
+/// read): a page of big lines has fewer of them.
+const MAX_CONVERSATION_BYTES: usize = 4 << 20;
 
 /// The most closed sessions of a key the session page lists: the newest.
 const MAX_PREDECESSORS: usize = 100;
@@ -561,14 +566,20 @@ async fn session(
 struct ConversationQuery {
     key: String,
     session: String,
+    /// The page ends before this offset (default: the transcript's end); a page's
+    /// `before` names the next, older page.
+    before: Option<u64>,
 }
 
-/// `GET /ui/api/conversation?key=&session=`: the last events of one of the key's
-/// sessions (closed ones included), as the key's event stream sends them.
+/// `GET /ui/api/conversation?key=&session=[&before=]`: one page of one of the key's
+/// sessions (closed ones included) — its last events before `before`, as the key's
+/// event stream sends them, at most [`MAX_CONVERSATION_EVENTS`] and
+/// [`MAX_CONVERSATION_BYTES`] — with `before`, where the next (older) page ends, when
+/// there is one. What the request holds is one page, whatever the transcript's length.
 async fn conversation(
     State(state): State<Shared>,
     query: Result<Query<ConversationQuery>, QueryRejection>,
-) -> ApiResult {
+) -> Result<Response, ApiError> {
     let Query(query) = query?;
     let key = SessionKey::parse(&query.key)?;
     crate::store::json::paths::validate_session_id(&query.session)?;
@@ -579,29 +590,55 @@ async fn conversation(
         .await?
         .filter(|s| s.key == key)
         .ok_or_else(|| ApiError::unknown_session(&query.session))?;
+    let end = query.before.unwrap_or(u64::MAX);
     let scope = Scope::Session(session.entry.session_id.clone());
     let mut follow = state.manager.follow(scope, Position::Start).await?;
-    let mut kept = std::collections::VecDeque::new();
-    let mut dropped = false;
-    while let Some(Update::Events { events, next, .. }) = follow.try_next().await? {
+    // The page's events, newest last, with where each starts; older ones are let go
+    // as newer ones arrive, so the page stays within its bounds.
+    let mut kept: std::collections::VecDeque<(u64, String)> = std::collections::VecDeque::new();
+    let mut bytes = 0;
+    let mut older = None;
+    'read: while let Some(Update::Events { events, next, .. }) = follow.try_next().await? {
         let Position::After { offset: next, .. } = next else {
             break;
         };
-        for (data, _) in events::numbered(events, next, None) {
-            if kept.len() == MAX_CONVERSATION_EVENTS {
-                kept.pop_front();
-                dropped = true;
+        let starts: Vec<u64> = events.iter().map(|e| e.offset.0).collect();
+        for (start, (data, _)) in starts.into_iter().zip(events::numbered(events, next, None)) {
+            if start >= end {
+                break 'read;
             }
-            kept.push_back(data);
+            bytes += data.len();
+            kept.push_back((start, data));
+            while kept.len() > MAX_CONVERSATION_EVENTS
+                || (bytes > MAX_CONVERSATION_BYTES && kept.len() > 1)
+            {
+                let (start, data) = kept.pop_front().expect("more than one kept");
+                bytes -= data.len();
+                older = Some(start);
+            }
         }
     }
-    let events: Vec<serde_json::Value> = kept
-        .iter()
-        .filter_map(|data| serde_json::from_str(data).ok())
-        .collect();
-    Ok(Json(
-        json!({ "ok": true, "events": events, "truncated": dropped }),
-    ))
+    // The page's JSON written from the events' text, not parsed again.
+    let first = kept.front().map(|(start, _)| *start);
+    let mut body = String::with_capacity(bytes + 64);
+    body.push_str(r#"{"ok":true,"events":["#);
+    for (n, (_, data)) in kept.iter().enumerate() {
+        if n > 0 {
+            body.push(',');
+        }
+        body.push_str(data);
+    }
+    body.push_str("],\"truncated\":");
+    body.push_str(if older.is_some() { "true" } else { "false" });
+    if let (Some(_), Some(first)) = (older, first) {
+        body.push_str(&format!(",\"before\":{first}"));
+    }
+    body.push('}');
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response())
 }
 
 /// `GET /ui/api/context?key=`: the conversation the model is given for the key's

@@ -255,10 +255,29 @@ async function sessionPage() {
     $('earlier-title').textContent = 'Earlier session ' + earlier.sessionId;
     $('earlier-title').hidden = false;
     list.hidden = false;
+    const base = '/ui/api/conversation?key=' + encodeURIComponent(key) + '&session=' + encodeURIComponent(earlier.sessionId);
+    // One page at a time, newest first; a button above it fetches the page before.
+    async function page(before) {
+      const read = await api(base + (before === undefined ? '' : '&before=' + before));
+      const lines = read.events.map((data) => item(describe(data)));
+      if (read.before !== undefined) {
+        const more = el('button', 'link', 'show earlier lines');
+        more.type = 'button';
+        const holder = el('li', 'divider');
+        holder.append(more);
+        more.addEventListener('click', async () => {
+          try {
+            holder.replaceWith(...(await page(read.before)));
+          } catch (error) {
+            notice(error);
+          }
+        });
+        lines.unshift(holder);
+      }
+      return lines;
+    }
     try {
-      const read = await api('/ui/api/conversation?key=' + encodeURIComponent(key) + '&session=' + encodeURIComponent(earlier.sessionId));
-      if (read.truncated) list.append(divider('(only its last lines are shown)'));
-      for (const data of read.events) list.append(item(describe(data)));
+      list.append(...(await page()));
       $('earlier-title').scrollIntoView();
     } catch (error) {
       notice(error);
