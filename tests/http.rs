@@ -1522,3 +1522,59 @@ async fn shutting_down_ends_open_event_streams() {
         "the stream ended"
     );
 }
+
+/// A page on an attacker's domain that resolves to the service's address (DNS
+/// rebinding) reaches `serve` with its own `Host`: refused with 421 before anything
+/// runs, even without a secret. IP addresses and loopback names are answered, and so
+/// is a name allowed by `ServiceOptions::allow_host`.
+#[tokio::test]
+async fn serve_answers_only_its_own_host_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("json:{}", dir.path().display());
+    let service = Service::start_with(
+        &store,
+        ServiceOptions::default().allow_host("Sessions.Internal."),
+    )
+    .await;
+    let exchange = |host: &str| {
+        let request =
+            format!("GET /kernel/health HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n");
+        let addr = service.addr;
+        async move { raw_exchange(addr, request.as_bytes()).await.unwrap() }
+    };
+    let port = service.addr.port();
+    for host in [
+        format!("127.0.0.1:{port}"),
+        "127.0.0.1".to_owned(),
+        format!("localhost:{port}"),
+        "LOCALHOST".to_owned(),
+        format!("[::1]:{port}"),
+        "sessions.internal".to_owned(),
+        format!("sessions.internal:{port}"),
+    ] {
+        let response = exchange(&host).await;
+        assert_eq!(
+            response.status,
+            200,
+            "{host}: {}",
+            String::from_utf8_lossy(&response.body)
+        );
+    }
+    for host in [
+        format!("rebind.attacker.example:{port}"),
+        "attacker.example".to_owned(),
+        "localhost.attacker.example".to_owned(),
+        "127.0.0.1.nip.io".to_owned(),
+        "".to_owned(),
+    ] {
+        let response = exchange(&host).await;
+        assert_eq!(
+            response.status,
+            421,
+            "{host}: {}",
+            String::from_utf8_lossy(&response.body)
+        );
+        let body: Value = serde_json::from_slice(&response.body).unwrap();
+        assert_eq!(body["error"]["code"], "misdirected_request", "{host}");
+    }
+}

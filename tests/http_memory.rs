@@ -79,7 +79,7 @@ async fn forty_slow_readers_of_a_100_mb_transcript_hold_a_chunk_each() {
 
     // Forty clients each read the start of the stream, then stop reading.
     let request = format!(
-        "GET /kernel/sessions/{}/events HTTP/1.1\r\nHost: x\r\n\r\n",
+        "GET /kernel/sessions/{}/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
         entry.session_id
     );
     let mut readers = Vec::new();

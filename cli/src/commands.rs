@@ -491,6 +491,11 @@ pub struct ServeArgs {
     /// same port: sign in with the secret (so it needs --secret).
     #[arg(long)]
     ui: bool,
+    /// Also answer requests addressed to this host name (repeatable). By default only
+    /// IP addresses and `localhost` are answered, so a web page on another domain that
+    /// resolves to this address (DNS rebinding) is refused.
+    #[arg(long = "allow-host", value_name = "NAME")]
+    allow_hosts: Vec<String>,
 }
 
 /// Filters of `list`.
@@ -1683,6 +1688,9 @@ async fn serve(store: &str, given: Given, args: ServeArgs) -> Outcome {
                 .unwrap_or_else(agent_sessions::http::default_max_connections),
         )
         .max_event_streams(args.max_event_streams);
+    for host in &args.allow_hosts {
+        options = options.allow_host(host);
+    }
     options.secret = secret;
     if args.metrics {
         let recorder = metrics_exporter_prometheus::PrometheusBuilder::new()

@@ -1783,7 +1783,7 @@ async fn serve_under_a_low_open_files_limit_keeps_serving_callers_past_idle_stra
         .await
         {
             let _ = stream
-                .write_all(b"GET /kernel/sessions HTTP/1.1\r\nHost: x\r\n")
+                .write_all(b"GET /kernel/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\n")
                 .await;
             strangers.push(stream);
         }

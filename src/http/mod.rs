@@ -264,6 +264,9 @@ pub struct ServiceOptions {
     /// The session inspector at `/ui`, if it is on.
     #[cfg(feature = "inspector")]
     inspector: Option<Inspector>,
+    /// Host names [`serve`] answers besides loopback names and IP addresses (see
+    /// [`allow_host`](Self::allow_host)).
+    allowed_hosts: Vec<String>,
 }
 
 /// The text a `GET /metrics` answers with (see [`ServiceOptions::metrics_endpoint`]).
@@ -290,6 +293,7 @@ impl Default for ServiceOptions {
             metrics: None,
             #[cfg(feature = "inspector")]
             inspector: None,
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -306,6 +310,28 @@ impl ServiceOptions {
     /// ```
     pub fn secret(mut self, secret: Secret) -> Self {
         self.secret = Some(secret);
+        self
+    }
+
+    /// Lets [`serve`] answer requests addressed to host `name` (say, `sessions.internal`
+    /// behind a proxy). By default it answers only requests whose `Host` is an IP
+    /// address or a loopback name (`localhost`): a web page whose domain an attacker
+    /// points at the service's address (DNS rebinding) is refused with 421, so a
+    /// browser on the same machine cannot be made to call a service without a secret.
+    ///
+    /// ```
+    /// use agent_sessions::http::ServiceOptions;
+    ///
+    /// let options = ServiceOptions::default().allow_host("sessions.internal");
+    /// assert!(options.validate().is_ok());
+    /// ```
+    pub fn allow_host(mut self, name: impl Into<String>) -> Self {
+        self.allowed_hosts.push(
+            name.into()
+                .trim()
+                .trim_end_matches('.')
+                .to_ascii_lowercase(),
+        );
         self
     }
 
@@ -482,6 +508,10 @@ where
             }
         }
     }
+    let app = app.layer(axum::middleware::from_fn_with_state(
+        Arc::new(options.allowed_hosts.clone()),
+        require_known_host,
+    ));
     let slots = Arc::new(Semaphore::new(options.max_connections));
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
@@ -973,6 +1003,56 @@ impl From<QueryRejection> for ApiError {
 }
 
 type ApiResult = Result<Json<serde_json::Value>, ApiError>;
+
+/// Refuses a request whose `Host` names neither an IP address, nor a loopback name,
+/// nor a host allowed by [`ServiceOptions::allow_host`] (421): what a page served from
+/// an attacker's domain, pointed at this address, sends.
+async fn require_known_host(
+    State(allowed): State<Arc<Vec<String>>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let host = request
+        .headers()
+        .get(axum::http::header::HOST)
+        .and_then(|value| value.to_str().ok())
+        .or_else(|| request.uri().host());
+    if host.is_some_and(|host| known_host(host, &allowed)) {
+        return next.run(request).await;
+    }
+    ApiError::new(
+        StatusCode::MISDIRECTED_REQUEST,
+        "misdirected_request",
+        "this service answers requests to its address or a loopback name; \
+         allow other host names with --allow-host",
+    )
+    .into_response()
+}
+
+/// Whether `host` (a `Host` header: a name or an address, with an optional port) is an
+/// IP address, a loopback name, or one of `allowed`.
+fn known_host(host: &str, allowed: &[String]) -> bool {
+    let host = host.trim();
+    // `[::1]:8080`, `[::1]`, `127.0.0.1:8080`, `name:8080`, `name`.
+    let name = match host.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((address, _)) => return address.parse::<std::net::Ipv6Addr>().is_ok(),
+            None => return false,
+        },
+        None => host.rsplit_once(':').map_or(host, |(name, port)| {
+            if port.bytes().all(|b| b.is_ascii_digit()) {
+                name
+            } else {
+                host
+            }
+        }),
+    };
+    if name.parse::<std::net::IpAddr>().is_ok() {
+        return true;
+    }
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name == "localhost" || name.ends_with(".localhost") || allowed.contains(&name)
+}
 
 /// Rejects calls without the configured secret (compared in constant time).
 async fn require_secret(
