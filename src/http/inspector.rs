@@ -123,6 +123,40 @@ struct Console {
     logins: Mutex<HashMap<String, Login>>,
     search: Option<(Arc<Search>, Arc<dyn TranscriptStore>)>,
     streams_end: events::StreamsEnd,
+    /// Failed logins allowed now, across the whole service (see [`FailedLogins`]).
+    failures: Mutex<FailedLogins>,
+}
+
+/// A bucket of failed logins: [`MAX_FAILED_LOGINS`] at once, refilled at
+/// [`FAILED_LOGINS_PER_SECOND`]. While it is empty a login is not checked at all (429),
+/// so guesses are checked at that rate however many arrive at once, on however many
+/// connections.
+#[derive(Debug)]
+struct FailedLogins {
+    left: f64,
+    at: Instant,
+}
+
+/// How many failed logins may come at once.
+const MAX_FAILED_LOGINS: f64 = 10.0;
+
+/// How many failed logins a second the service allows, across every client.
+const FAILED_LOGINS_PER_SECOND: f64 = 2.0;
+
+impl FailedLogins {
+    /// Whether a login may be checked now.
+    fn allows(&mut self) -> bool {
+        let now = Instant::now();
+        let refill = now.duration_since(self.at).as_secs_f64() * FAILED_LOGINS_PER_SECOND;
+        self.left = (self.left + refill).min(MAX_FAILED_LOGINS);
+        self.at = now;
+        self.left >= 1.0
+    }
+
+    /// A login failed.
+    fn failed(&mut self) {
+        self.left = (self.left - 1.0).max(0.0);
+    }
 }
 
 type Shared = Arc<Console>;
@@ -200,6 +234,10 @@ pub(super) fn routes(
         logins: Mutex::new(HashMap::new()),
         search: inspector.search,
         streams_end,
+        failures: Mutex::new(FailedLogins {
+            left: MAX_FAILED_LOGINS,
+            at: Instant::now(),
+        }),
     });
     let api = Router::new()
         .route("/ui/api/me", get(me))
@@ -348,7 +386,29 @@ async fn log_in(
     form: Result<Form<LoginForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
     let given = form.map(|Form(form)| form.secret).unwrap_or_default();
+    let failures = || {
+        state
+            .failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    };
+    if !failures().allows() {
+        // Too many failures lately, from anyone: not checked, so guessing goes no
+        // faster than the bucket refills.
+        let mut response = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_requests",
+            "too many failed logins; retry in a few seconds",
+        )
+        .into_response();
+        response.headers_mut().insert(
+            axum::http::header::RETRY_AFTER,
+            HeaderValue::from_static("1"),
+        );
+        return response;
+    }
     if !same_origin(&headers) || !state.secret.matches(given.as_bytes()) {
+        failures().failed();
         tokio::time::sleep(WRONG_SECRET_PAUSE).await;
         return see_other("/ui/login?failed");
     }
