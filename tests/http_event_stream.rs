@@ -123,6 +123,46 @@ async fn a_from_past_the_end_of_an_empty_transcript_is_refused() {
     );
 }
 
+/// A key's stream resumed at an offset where no event of the key's session starts —
+/// past its end (`u64::MAX`), inside a line — is refused with 400 `invalid_request`,
+/// as a session's stream is, rather than a 200 that ends in an `internal` error event;
+/// a session that is none of the key's is 400 too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_keys_stream_from_a_position_in_none_of_its_events_is_400() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("json:{}", dir.path().display());
+    let base = start(&url).await;
+    let writer = manager(&url).await;
+    let message = InboundMessage::direct("whatsapp", "+15550003", "hello");
+    let turn = writer.turn(&message).await.unwrap();
+    let key = turn.key().clone();
+    let id = turn.resolution().unwrap().entry().session_id.clone();
+    turn.complete("hi").await.unwrap();
+    for from in [
+        format!("{id}:18446744073709551615"),
+        format!("{id}:3"),
+        "00000000-0000-4000-8000-000000000000:0".to_owned(),
+    ] {
+        let (status, body) = stream(
+            &base,
+            &format!("/kernel/keys/{key}/events?from={from}"),
+            Duration::from_secs(1),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{from}: {body}");
+        assert!(body.contains("invalid_request"), "{from}: {body}");
+    }
+    // A good position still streams.
+    let (status, body) = stream(
+        &base,
+        &format!("/kernel/keys/{key}/events?from={id}:0"),
+        Duration::from_secs(1),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.contains("hello"), "{body}");
+}
+
 /// One server-sent event: its name (`message` when it has none), id and data.
 #[derive(Debug)]
 struct Sse {

@@ -181,17 +181,31 @@ pub(super) async fn key_events(
             .transpose()?,
     };
     let slot = end.slot()?;
-    let follow = manager
+    let mut follow = manager
         .follow(Scope::Key(key.clone()), from.unwrap_or(Position::Start))
         .await?;
+    // The first read answers now, so an offset in none of the key's events is a 400
+    // rather than a broken stream.
+    let first = match follow.try_next().await {
+        Ok(Some(update)) => key_messages(update).unwrap_or_default(),
+        Ok(None) => VecDeque::new(),
+        Err(Error::InvalidOffset { offset, .. }) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                format!("offset {offset} is not where an event of the key's session starts"),
+            ))
+        }
+        // Anything else shows as the stream's `error` event at the next read.
+        Err(_) => VecDeque::new(),
+    };
     tracing::debug!(key = %key, "streaming a key's events");
     let stream = EventStream {
-        pending: VecDeque::new(),
+        pending: first,
         source: Source::Key(follow),
         end: end.subscribe(),
         _slot: slot,
     };
-    // A bad offset shows at the first read: an `error` event ends the stream.
     Ok(Sse::new(stream.into_stream())
         .keep_alive(KeepAlive::default())
         .into_response())
@@ -422,6 +436,28 @@ impl EventStream {
     }
 }
 
+/// The messages of a key's stream for `update`: a `session` announcement, or lines
+/// ided `<sessionId>:<offset>`; `None` for an update the stream does not send.
+fn key_messages(update: Update) -> Option<VecDeque<Pending>> {
+    match update {
+        Update::Session {
+            session, previous, ..
+        } => {
+            let mut data = session_data(&session);
+            data["previous"] = json!(previous);
+            let id = format!("{}:{}", session.entry.session_id, Offset::START);
+            Some(VecDeque::from([Pending::announce("session", data, id)]))
+        }
+        Update::Events {
+            session_id,
+            events,
+            next,
+            ..
+        } => Some(Pending::lines(events, offset_of(&next), Some(&session_id))),
+        _ => None,
+    }
+}
+
 impl Source {
     /// The next messages, waiting for them; `None` when a session's stream has
     /// nothing more to send.
@@ -435,22 +471,9 @@ impl Source {
                     Update::Ended { .. } => return Ok(None),
                     _ => continue,
                 },
-                Source::Key(follow) => match follow.next().await? {
-                    Update::Session {
-                        session, previous, ..
-                    } => {
-                        let mut data = session_data(&session);
-                        data["previous"] = json!(previous);
-                        let id = format!("{}:{}", session.entry.session_id, Offset::START);
-                        VecDeque::from([Pending::announce("session", data, id)])
-                    }
-                    Update::Events {
-                        session_id,
-                        events,
-                        next,
-                        ..
-                    } => Pending::lines(events, offset_of(&next), Some(&session_id)),
-                    _ => continue,
+                Source::Key(follow) => match key_messages(follow.next().await?) {
+                    Some(pending) => pending,
+                    None => continue,
                 },
                 Source::Agent(follow) => {
                     let update = follow.next().await?;
