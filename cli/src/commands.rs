@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 use crate::conversation;
 use crate::output::{self, Bar};
 use crate::settings::{self, Setting};
+use crate::staged::Staged;
 use crate::{Command, Given, Global};
 
 /// Something went wrong (`1`).
@@ -1301,24 +1302,14 @@ fn cannot_write(path: &Path) -> impl Fn(io::Error) -> Failure + '_ {
     }
 }
 
-/// A file for what goes to `path`: written owner-only beside it and renamed over it by
-/// [`persist`], so a reader never sees half a document.
-fn beside(path: &Path) -> Result<io::BufWriter<tempfile::NamedTempFile>, Failure> {
-    let dir = path
-        .parent()
-        .filter(|dir| !dir.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let file = tempfile::NamedTempFile::new_in(dir).map_err(cannot_write(path))?;
-    Ok(io::BufWriter::with_capacity(1 << 16, file))
+/// A file for what goes to `path`, written whole or not at all (see [`Staged`]).
+fn beside(path: &Path) -> Result<Staged, Failure> {
+    Staged::new(path).map_err(cannot_write(path))
 }
 
-/// Syncs what [`beside`] wrote and renames it over `path`.
-fn persist(out: io::BufWriter<tempfile::NamedTempFile>, path: &Path) -> Outcome {
-    let cannot = cannot_write(path);
-    let file = out.into_inner().map_err(|e| cannot(e.into_error()))?;
-    file.as_file().sync_all().map_err(&cannot)?;
-    file.persist(path).map_err(|e| cannot(e.error))?;
-    Ok(())
+/// Makes what [`beside`] wrote durable and gives it `path`'s name.
+fn persist(out: Staged, path: &Path) -> Outcome {
+    out.commit().map_err(cannot_write(path))
 }
 
 /// `export --person`: the person's copy, to standard output or written whole to

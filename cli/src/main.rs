@@ -41,6 +41,7 @@ mod commands;
 mod conversation;
 mod output;
 mod settings;
+mod staged;
 
 use std::process::ExitCode;
 

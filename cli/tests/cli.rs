@@ -1988,3 +1988,82 @@ fn prune_retention_reads_a_policy_file_and_refuses_a_bad_one() {
         "nothing was removed"
     );
 }
+
+/// An `export --person --output` killed midway leaves nothing of the person behind:
+/// the document is written to a file without a name until it is whole, so a SIGKILL
+/// at any point leaves the destination's directory as it was (or holding the finished
+/// copy). A leftover under the staged name from a writer that is gone (an older
+/// version, a system without unnamed files) is removed by the next export there.
+#[test]
+fn a_killed_export_leaves_no_copy_of_the_person_behind() {
+    let (work, store) = people();
+    // A long conversation, so the export takes a while.
+    {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async {
+            use agent_sessions::prelude::*;
+            let manager = SessionManager::connect(&store)
+                .await
+                .unwrap()
+                .build()
+                .unwrap();
+            let long = "fortytwo secret ".repeat(4_000);
+            for _ in 0..200 {
+                let turn = manager
+                    .turn(&InboundMessage::direct("telegram", "42", &long))
+                    .await
+                    .unwrap();
+                turn.complete("ok").await.unwrap();
+            }
+        });
+    }
+    let out_dir = work.path().join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let destination = out_dir.join("jane.json");
+    let leftover = out_dir.join(".jane.json.export-999999999-1.tmp");
+    std::fs::write(&leftover, "fortytwo secret from a killed export").unwrap();
+    for delay in [5u64, 20, 60, 150] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_agent-sessions"))
+            .env_remove("AGENT_SESSIONS_STORE")
+            .args(["--store", &store, "export", "--person", "telegram:42"])
+            .arg("--output")
+            .arg(&destination)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(delay));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let names: Vec<String> = std::fs::read_dir(&out_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name != "jane.json" && !leftover.ends_with(name))
+            .collect();
+        assert!(names.is_empty(), "killed after {delay} ms, left {names:?}");
+        if destination.exists() {
+            // Whole, or not there at all.
+            let copy: Value = serde_json::from_slice(&std::fs::read(&destination).unwrap())
+                .expect("the destination is a whole document");
+            assert!(copy["sessions"].is_array());
+        }
+    }
+    let done = run(
+        &store,
+        &[
+            "export",
+            "--person",
+            "telegram:42",
+            "--output",
+            destination.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code(&done), 0, "{}", stderr(&done));
+    assert!(serde_json::from_slice::<Value>(&std::fs::read(&destination).unwrap()).is_ok());
+    assert!(!leftover.exists(), "a dead writer's leftover is removed");
+    let names: Vec<String> = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["jane.json"]);
+}
