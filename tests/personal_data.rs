@@ -1034,3 +1034,45 @@ async fn an_erase_keeps_what_others_wrote_inside_the_persons_lines() {
     }
     stores.finish().await;
 }
+
+/// Her own session deleted (its transcript archived as `….deleted.<time>`) before she
+/// asks to be forgotten: the archive is hers, and goes whole — not kept as a file of
+/// erased markers — on every backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_erase_removes_the_archive_of_her_deleted_session() {
+    let stores = stores::Stores::new("erase_deleted");
+    for url in &stores.urls {
+        let dir = tempfile::tempdir().unwrap();
+        let manager = manager(url, dir.path()).await;
+        let hello = telegram("hello jqalphadm", "t1");
+        answer(&manager, &hello, "noted").await;
+        let key = manager.key_for(&hello).unwrap();
+        manager
+            .session(&key)
+            .delete(agent_sessions::manager::DeleteOptions::default())
+            .await
+            .unwrap();
+        let bob = InboundMessage::direct("telegram", "777002", "hi bobdmkeepsake");
+        answer(&manager, &bob, "hello Bob").await;
+        manager
+            .forget_person(&PersonRef::person(JANE))
+            .await
+            .unwrap();
+        let backend = Backend::open(url).await.unwrap();
+        let names: Vec<String> = backend
+            .transcripts()
+            .transcript_names(None)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(_, name)| name)
+            .collect();
+        assert_eq!(
+            names.len(),
+            1,
+            "{url}: only Bob's transcript is left: {names:?}"
+        );
+        assert!(!names[0].contains(".deleted."), "{url}: {names:?}");
+    }
+    stores.finish().await;
+}

@@ -217,3 +217,47 @@ async fn closed_sessions_go_after_their_own_period() {
     assert_eq!(report.sessions, 0, "the current session stays");
     assert_eq!(manager.list(&ListFilter::new()).await.unwrap().len(), 1);
 }
+
+/// A deleted session's archive (`….jsonl.deleted.<time>`) has no entry to age by: it
+/// goes by its own time under the rule of its agent and channel, on every backend —
+/// where retention used to keep it for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_sessions_archive_goes_after_its_period() {
+    let stores = stores::Stores::new("retention_archives");
+    for url in &stores.urls {
+        let clock = ManualClock::at_millis(1_770_000_000_000);
+        let manager = SessionManager::connect(url)
+            .await
+            .unwrap()
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        let message = InboundMessage::direct("sms", "+15550100", "archivedword here");
+        manager
+            .turn(&message)
+            .await
+            .unwrap()
+            .complete("ok")
+            .await
+            .unwrap();
+        let key = manager.key_for(&message).unwrap();
+        manager
+            .session(&key)
+            .delete(agent_sessions::manager::DeleteOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(
+            transcript_count(url).await,
+            1,
+            "{url}: the deleted session's archive"
+        );
+        clock.advance(10 * DAY);
+        let report = manager.apply_retention(&policy()).await.unwrap();
+        assert_eq!(report.transcripts, 0, "{url}: too recent");
+        clock.advance(21 * DAY);
+        let report = manager.apply_retention(&policy()).await.unwrap();
+        assert_eq!(report.transcripts, 1, "{url}");
+        assert_eq!(transcript_count(url).await, 0, "{url}");
+    }
+    stores.finish().await;
+}

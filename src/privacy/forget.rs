@@ -512,6 +512,13 @@ impl Privacy<'_> {
                 }
                 Err(error) => return Err(error),
             };
+            // A transcript of a conversation of theirs the store no longer lists (a
+            // deleted session's archive, one pushed out of its key's closed sessions)
+            // is theirs whole, as their sessions' transcripts are.
+            if theirs_whole(ids, &lines) {
+                plan.remove.push((agent, name));
+                continue;
+            }
             let mut redaction = TranscriptRedaction::new(ids);
             let mut edits = Vec::new();
             for (index, line) in lines.into_iter().enumerate() {
@@ -739,6 +746,42 @@ impl Privacy<'_> {
             reason: DeleteRefusal::Running,
         })
     }
+}
+
+/// Whether a transcript, by its lines, is a conversation of the person's own: not a
+/// group's or a channel's, and either under a direct key of theirs or with every
+/// message someone wrote in it written by them.
+fn theirs_whole(ids: &PersonIds, lines: &[String]) -> bool {
+    let entries: Vec<serde_json::Map<String, serde_json::Value>> = lines
+        .iter()
+        .filter_map(|line| match serde_json::from_str(line) {
+            Ok(serde_json::Value::Object(entry)) => Some(entry),
+            _ => None,
+        })
+        .collect();
+    let key = entries
+        .iter()
+        .find_map(|entry| SessionKey::parse(entry.get("log")?.get("sessionKey")?.as_str()?).ok());
+    let Some(key) = key else {
+        return false;
+    };
+    if key.peer_kind().is_some_and(|kind| kind.is_group()) {
+        return false;
+    }
+    if ids.owns(&key, &crate::store::entry::SessionEntry::default()) {
+        return true;
+    }
+    let mut writers = entries.iter().filter(|entry| {
+        entry
+            .get("log")
+            .and_then(|log| log.get("personId").or_else(|| log.get("rawPersonId")))
+            .is_some()
+    });
+    let mut any = false;
+    writers.all(|entry| {
+        any = true;
+        crate::privacy::redact::written_by(ids, entry)
+    }) && any
 }
 
 /// The transcripts an erase removes and edits, and the labels the person's chatter

@@ -12,8 +12,9 @@ use crate::identity::key::{normalize_channel, AgentId};
 use crate::inbound::chatter::ChatterEdit;
 use crate::manager::SessionManager;
 use crate::store::{ListFilter, SessionStoreExt, StatusFilter, StoredSession};
-use crate::transcript::lines::session_id_of_name;
+use crate::transcript::lines::{archived_at, session_id_of_name};
 use crate::transcript::search::SearchFilter;
+use crate::transcript::TranscriptExport;
 
 /// How long one part of the conversations may be kept, for the sessions one rule
 /// selects (an agent, a channel, both, or every session).
@@ -206,6 +207,26 @@ impl Drop for RetentionSweep {
     }
 }
 
+/// The channel the lines of transcript `name` were logged on (the first line that
+/// says), if any.
+async fn transcript_channel(
+    transcripts: &dyn TranscriptExport,
+    agent: &AgentId,
+    name: &str,
+) -> Result<Option<String>> {
+    let Some(lines) = transcripts.export_lines(agent, name).await? else {
+        return Ok(None);
+    };
+    Ok(lines.iter().find_map(|line| {
+        let value: serde_json::Value = serde_json::from_str(line).ok()?;
+        value
+            .get("log")?
+            .get("channel")?
+            .as_str()
+            .map(str::to_owned)
+    }))
+}
+
 impl SessionManager {
     /// One pass of `policy`: removes what it no longer allows, at most
     /// `policy.max_per_pass` sessions, oldest activity first. What goes follows the
@@ -267,6 +288,12 @@ impl SessionManager {
             .collect();
         let mut sessions = self.seams.store.list(&everything).await?;
         sessions.sort_by_key(|s| s.entry.updated_at);
+        // Every session the store still knows: an archive of none of them (a deleted
+        // session's, or one pushed out of its key's closed sessions) is judged alone.
+        let known: BTreeSet<String> = sessions
+            .iter()
+            .map(|s| s.entry.session_id.clone())
+            .collect();
 
         // What each session's rule says: remove it, cut it, or leave it.
         let mut removed_closed = Vec::new();
@@ -346,6 +373,25 @@ impl SessionManager {
                     if cut.contains(&session_id) {
                         was_cut.insert(session_id);
                     }
+                    continue;
+                }
+                // An archive whose session the store no longer knows goes by its own
+                // time, under the rule of its agent and channel.
+                let Some(archived) = archived_at(&name).filter(|_| !known.contains(&session_id))
+                else {
+                    continue;
+                };
+                if report.transcripts >= policy.max_per_pass {
+                    continue;
+                }
+                let channel = transcript_channel(&**transcripts, &agent, &name).await?;
+                let too_old = policy
+                    .rule_for(Some(agent.as_str()), channel.as_deref())
+                    .and_then(|rule| rule.transcripts)
+                    .is_some_and(|keep| archived < cutoff(keep));
+                if too_old && transcripts.remove_named(&agent, &name).await? {
+                    report.transcripts += 1;
+                    gone_ids.insert(session_id);
                 }
             }
         }

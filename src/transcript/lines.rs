@@ -78,6 +78,20 @@ pub(crate) fn newest_archive<'a>(
         .map(str::to_owned)
 }
 
+/// When the archived transcript `name` (`….jsonl.reset.<ts>`, `….jsonl.deleted.<ts>`,
+/// maybe with a `-n` suffix) was archived, epoch milliseconds; `None` for a live
+/// transcript or a name whose time does not parse.
+pub(crate) fn archived_at(name: &str) -> Option<u64> {
+    let (_, rest) = name.split_once(".jsonl.")?;
+    let stamp = rest
+        .strip_prefix("reset.")
+        .or_else(|| rest.strip_prefix("deleted."))?;
+    // `2026-11-27T21-51-55.123Z`, perhaps followed by `-2`.
+    let stamp = stamp.get(..24)?;
+    let at = chrono::NaiveDateTime::parse_from_str(stamp, "%Y-%m-%dT%H-%M-%S%.3fZ").ok()?;
+    u64::try_from(at.and_utc().timestamp_millis()).ok()
+}
+
 /// The session id a transcript name belongs to (`<id>.jsonl`, `<id>-topic-….jsonl`).
 pub(crate) fn session_id_of_name(name: &str) -> String {
     let stem = name.split(".jsonl").next().unwrap_or(name);
@@ -285,5 +299,15 @@ mod tests {
             assert!(validate_transcript_name(bad).is_err(), "{bad:?}");
         }
         assert_eq!(session_id_of_name("abc-topic-7.jsonl.reset.x"), "abc");
+        assert_eq!(
+            archived_at("abc.jsonl.deleted.2026-11-27T21-51-55.123Z-2"),
+            Some(1_795_816_315_123)
+        );
+        assert_eq!(
+            archived_at("abc.jsonl.reset.2026-11-27T21-51-55.123Z"),
+            Some(1_795_816_315_123)
+        );
+        assert_eq!(archived_at("abc.jsonl"), None);
+        assert_eq!(archived_at("abc.jsonl.reset.yesterday"), None);
     }
 }
