@@ -178,6 +178,15 @@ pub enum Error {
         key: SessionKey,
     },
 
+    /// The turn's run lost its session: another turn holds it now (a message that
+    /// interrupted it, or a take-over while this one was thought gone, past its lease).
+    /// Its reply was not logged and must not be sent.
+    #[error("the run of session {key} was taken by another turn: its reply is not logged; do not send it")]
+    RunLost {
+        /// The session.
+        key: SessionKey,
+    },
+
     /// A session label was rejected (OpenClaw's `parseSessionLabel` rules).
     #[error("invalid label {label:?}: {problem}")]
     InvalidLabel {
@@ -400,6 +409,7 @@ impl Error {
             Error::Conflict { .. } => "conflict",
             Error::NotAtomic { .. } => "not_atomic",
             Error::NotFound { .. } => "not_found",
+            Error::RunLost { .. } => "run_lost",
             Error::InvalidLabel { .. } => "invalid_label",
             Error::DeleteRefused { .. } => "delete_refused",
             Error::InvalidOffset { .. } => "invalid_offset",
@@ -602,7 +612,7 @@ pub enum IdKind {
     WorkspaceId,
     /// A file name in a session workspace.
     WorkspaceFile,
-    /// Where a follower starts ([`Position`](crate::follow::Position)).
+    /// Where a follower starts ([`Position`](crate::transcript::follow::Position)).
     Position,
 }
 

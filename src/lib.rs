@@ -72,13 +72,13 @@
 
 mod error;
 pub mod exactly_once;
-pub mod follow;
 pub mod freshness;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
 pub mod identity;
 pub mod inbound;
+pub mod lane;
 pub mod manager;
 pub mod memory;
 pub mod ops;

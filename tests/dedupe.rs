@@ -381,23 +381,31 @@ async fn an_update_taken_by_a_running_or_killed_process_is_not_answered_again() 
             .unwrap();
         assert_eq!(while_running.action(), &TurnAction::Duplicate, "{url}");
         drop(while_running);
-        // Killed between its turn and its `complete`: the message was logged, so a
-        // delivery after the restart is a duplicate too (the run stays aborted).
+        // Killed between its turn and its `complete`: the message was logged but never
+        // answered, so a delivery after the kill takes the dead run over and answers it
+        // — from the logged line, not logging it again — and a delivery after that is a
+        // duplicate.
         first.kill();
         let after_kill = manager
             .turn(&update("1001", "When is my shift?"))
             .await
             .unwrap();
-        assert_eq!(after_kill.action(), &TurnAction::Duplicate, "{url}");
+        assert_eq!(after_kill.action(), &TurnAction::Answer, "{url}");
+        assert_eq!(after_kill.input(), Some("When is my shift?"), "{url}");
         let key = after_kill.key().clone();
-        drop(after_kill);
+        after_kill.complete("Thursday at 9.").await.unwrap();
         assert_eq!(
             lines_saying(&manager, &key, "When is my shift?").await,
             1,
             "{url}"
         );
-        let stored = manager.session(&key).get().await.unwrap().unwrap();
-        assert_eq!(stored.entry.aborted_last_run, Some(true), "{url}");
+        assert_eq!(lines_saying(&manager, &key, "Thursday at 9.").await, 1, "{url}");
+        let again = manager
+            .turn(&update("1001", "When is my shift?"))
+            .await
+            .unwrap();
+        assert_eq!(again.action(), &TurnAction::Duplicate, "{url}");
+        drop(again);
     }
     stores.finish().await;
 }

@@ -5,7 +5,7 @@
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use agent_sessions::follow::{Follow, Position, Scope, Update};
+use agent_sessions::transcript::follow::{Follow, Position, Scope, Update};
 use agent_sessions::manager::LogMessage;
 use agent_sessions::prelude::*;
 use agent_sessions::store::Backend;

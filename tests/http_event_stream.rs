@@ -435,8 +435,8 @@ async fn an_agents_stream_tells_of_every_session(url: &str) {
         .unwrap();
     let refused = isolated
         .follow(
-            agent_sessions::follow::Scope::Agent(AgentId::main()),
-            agent_sessions::follow::Position::Now,
+            agent_sessions::transcript::follow::Scope::Agent(AgentId::main()),
+            agent_sessions::transcript::follow::Position::Now,
         )
         .await
         .unwrap_err();

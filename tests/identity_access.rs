@@ -8,7 +8,7 @@ mod stores;
 use std::path::Path;
 use std::sync::Arc;
 
-use agent_sessions::follow::{Position, Scope, Update};
+use agent_sessions::transcript::follow::{Position, Scope, Update};
 use agent_sessions::identity::AgentScoped;
 use agent_sessions::identity::Caller;
 use agent_sessions::identity::IdentityLinks;

@@ -5,7 +5,7 @@ mod common;
 use std::fs;
 use std::time::Duration;
 
-use agent_sessions::follow::{Follow, Position, Scope, Update};
+use agent_sessions::transcript::follow::{Follow, Position, Scope, Update};
 use agent_sessions::freshness::ManualClock;
 use agent_sessions::freshness::ModelRef;
 use agent_sessions::manager::{DeleteOptions, LogMessage};

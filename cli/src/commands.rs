@@ -5,7 +5,7 @@ use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agent_sessions::follow::{self, Position, Update};
+use agent_sessions::transcript::follow::{self, Position, Update};
 use agent_sessions::manager::{DeleteOptions, PruneOptions};
 use agent_sessions::ops::{migrate_with, MigrateOptions, MigrationProgress, MigrationReport};
 use agent_sessions::privacy::{ForgetOptions, PersonRef, RetentionPolicy, RetentionRule};
@@ -984,7 +984,7 @@ async fn follow_agent(backend: &Backend, agent: &AgentId, json: bool) -> Outcome
             .and_then(|()| out.flush())
             .unwrap_or_else(|e| output::stdout_failed(&e));
         // Only the sessions still followed are remembered.
-        if sessions.len() > agent_sessions::follow::MAX_WATCHED_SESSIONS {
+        if sessions.len() > agent_sessions::transcript::follow::MAX_WATCHED_SESSIONS {
             if let Some(oldest) = sessions
                 .iter()
                 .min_by_key(|(_, s)| s.entry.updated_at)

@@ -102,7 +102,7 @@ pub(crate) async fn has_line(
 
 /// The first line of `transcript` — or of its archive, when its session was reset or
 /// deleted since — that `is_it`, read a chunk at a time.
-async fn find_line(
+pub(crate) async fn find_line(
     transcripts: &dyn TranscriptStore,
     transcript: &TranscriptRef,
     is_it: impl Fn(&TranscriptEntry) -> bool,

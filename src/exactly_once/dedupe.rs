@@ -152,11 +152,12 @@ impl SessionManager {
         super::claims::has_line(transcripts, &transcript, |line| {
             line.log.as_ref().is_some_and(|log| {
                 log.direction == Some(Direction::Inbound)
-                    && match &log.inbound_id {
-                        Some(id) => *id == record.id,
-                        // A line of a version that did not write the whole id.
-                        None => log.correlation_id.as_deref() == Some(message_id),
-                    }
+                    && (log.collected.iter().any(|id| *id == record.id)
+                        || match &log.inbound_id {
+                            Some(id) => *id == record.id,
+                            // A line of a version that did not write the whole id.
+                            None => log.correlation_id.as_deref() == Some(message_id),
+                        })
             })
         })
         .await

@@ -197,6 +197,7 @@ impl SessionManager {
         inbound: Option<&str>,
         failure: TurnFailure,
         entry: &SessionEntry,
+        fence: Option<u64>,
     ) -> Result<()> {
         if let (Some(transcript), Some(inbound)) = (transcript, inbound) {
             let mark = TranscriptEntry::custom(
@@ -210,11 +211,21 @@ impl SessionManager {
         }
         let session_id = entry.session_id.clone();
         self.change(key, |current| {
-            // A reset meanwhile made it another session: its run is not this one.
-            if current.session_id == session_id {
+            // A reset meanwhile made it another session: its run is not this one; nor is
+            // a run another turn took since (an interrupt, a take-over).
+            if current.session_id != session_id {
+                return;
+            }
+            let ended = match fence {
+                Some(fence) => crate::lane::release(current, fence),
+                None => {
+                    current.run = None;
+                    true
+                }
+            };
+            if ended {
                 current.status = Some(crate::store::entry::SessionStatus::Idle);
                 current.aborted_last_run = Some(true);
-                current.run = None;
             }
         })
         .await?;

@@ -22,7 +22,7 @@ use futures_util::Stream;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use super::*;
-use crate::follow::{Follow, Position, Scope, Update};
+use crate::transcript::follow::{Follow, Position, Scope, Update};
 use crate::identity::key::SessionKey;
 use crate::transcript::{Offset, SessionEvent};
 

@@ -19,7 +19,7 @@ use axum::http::header::{CACHE_CONTROL, COOKIE, HOST, LOCATION, ORIGIN, SET_COOK
 use axum::http::HeaderValue;
 
 use super::*;
-use crate::follow::{Position, Scope, Update};
+use crate::transcript::follow::{Position, Scope, Update};
 use crate::identity::key::SessionKey;
 use crate::transcript::search::{Search, SearchFilter, SearchQuery};
 use crate::transcript::TranscriptStore;

@@ -45,7 +45,8 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::exactly_once::dedupe;
 use crate::exactly_once::holders::Hold;
-use crate::follow::{self, Follow, Position, Scope};
+use crate::lane::{Lane, QueueSettings, Waker};
+use crate::transcript::follow::{self, Follow, Position, Scope};
 use crate::freshness::clock::{to_millis, Clock, SystemClock};
 use crate::freshness::drift::DriftClassifier;
 use crate::freshness::policy::{FreshnessPolicy, ResetConfig, ResetType, Zone};
@@ -82,14 +83,14 @@ pub use turn::{Turn, TurnAction, TurnOutcome, TurnReply, DEFAULT_RESET_ACKNOWLED
 pub(crate) enum Resolved {
     /// The session the message belongs to, and — when the group's activation was
     /// asked — why the agent runs.
-    Session(Box<Resolution>, Option<ActivationDecision>),
+    Session(Box<Resolution>, Option<ActivationDecision>, Option<Lane>),
     /// A group message the agent does not answer under the group's activation: its
     /// origin, group metadata and route were recorded, nothing else.
     Chatter,
     /// The message was taken before (the session was left as it is).
     Seen(dedupe::Seen),
 }
-use self::resolution::{Policy, Step, StepFacts};
+use self::resolution::{Policy, RunFacts, Step, StepFacts};
 use crate::inbound::record::{record_meta, start_session, Inbound};
 
 /// Decides which session each message belongs to, and keeps the sessions.
@@ -118,6 +119,8 @@ pub struct SessionManager {
     pub(crate) system_events: Arc<dyn SystemEvents>,
     /// The histories of the sessions served, kept between turns.
     pub(crate) histories: crate::inbound::history_cache::HistoryCache,
+    /// This process's turns waiting for a session's run.
+    pub(crate) waker: Waker,
 }
 
 /// The seams of a [`SessionManager`]: each a trait object with a default.
@@ -157,6 +160,7 @@ pub(crate) struct Settings {
     pub(crate) reset_acknowledgement: String,
     pub(crate) dedupe_window: Duration,
     pub(crate) owner_chatter: OwnerChatter,
+    pub(crate) queue: QueueSettings,
     /// Set once a DM session shared by everyone has seen a second sender (warned once).
     pub(crate) shared_dm_warned: AtomicBool,
 }
@@ -480,6 +484,25 @@ impl SessionManagerBuilder {
         self
     }
 
+    /// What a message that arrives during a run of its session does: the queue mode,
+    /// its debounce, cap and drop policy, per channel (default
+    /// [`QueueSettings::default`]: `collect`, 1 s, 20, `summarize`). A session's own
+    /// `/queue` setting wins. See [`crate::lane`].
+    ///
+    /// ```
+    /// use agent_sessions::lane::{QueueMode, QueueSettings};
+    /// use agent_sessions::prelude::*;
+    ///
+    /// let manager = SessionManager::builder(InMemoryStore::new())
+    ///     .queue(QueueSettings::default().mode(QueueMode::Followup))
+    ///     .build()?;
+    /// # Ok::<(), agent_sessions::Error>(())
+    /// ```
+    pub fn queue(mut self, settings: QueueSettings) -> Self {
+        self.manager.settings.queue = settings;
+        self
+    }
+
     /// What an owner's group message that does not address the agent does: kept as
     /// history like anyone's (the default: in a group the agent answers only when
     /// addressed), or answered, as OpenClaw does ([`OwnerChatter::Answer`]; a manager
@@ -573,7 +596,7 @@ pub(super) type Admission<'a> =
     dyn Fn(&SessionKey, Option<&crate::store::entry::SessionEntry>) -> Result<()> + Sync + 'a;
 
 /// Lets every call go on: the host's own calls.
-pub(super) fn anyone(_: &SessionKey, _: Option<&crate::store::entry::SessionEntry>) -> Result<()> {
+pub(crate) fn anyone(_: &SessionKey, _: Option<&crate::store::entry::SessionEntry>) -> Result<()> {
     Ok(())
 }
 
@@ -595,6 +618,9 @@ pub(super) enum Mode<'a> {
         intake: Option<&'a dedupe::Intake>,
         /// The turn's run, recorded in the session while it runs.
         run: &'a Hold,
+        /// A queued message (its queue id) the turn waits with instead of queuing its
+        /// own: one whose waiter is gone.
+        adopt: Option<&'a str>,
     },
 }
 
@@ -620,6 +646,13 @@ impl Mode<'_> {
         match self {
             Mode::Resolve { .. } => None,
             Mode::Turn { run, .. } => Some(run),
+        }
+    }
+
+    fn adopt(&self) -> Option<&str> {
+        match self {
+            Mode::Resolve { .. } => None,
+            Mode::Turn { adopt, .. } => *adopt,
         }
     }
 }
@@ -670,12 +703,14 @@ impl SessionManager {
                     context_window: None,
                     reset_acknowledgement: turn::DEFAULT_RESET_ACKNOWLEDGEMENT.to_owned(),
                     dedupe_window: dedupe::DEFAULT_DEDUPE_WINDOW,
+                    queue: QueueSettings::default(),
                     owner_chatter: OwnerChatter::default(),
                     message_window: None,
                     shared_dm_warned: AtomicBool::new(false),
                 },
                 system_events: Arc::new(SystemEventQueue::default()),
                 histories: crate::inbound::history_cache::HistoryCache::default(),
+                waker: Waker::default(),
             },
             isolated_to: None,
             custom_flush_guard: false,
@@ -820,7 +855,7 @@ impl SessionManager {
     /// Follows `scope` — one session, a key across its sessions, an agent, or the whole
     /// store — from `from`: every line the sessions' transcripts gain, from any
     /// process, and the sessions as the follower comes to them (see
-    /// the [`crate::follow`] module for what each scope returns and where each resumes).
+    /// the [`crate::transcript::follow`] module for what each scope returns and where each resumes).
     ///
     /// Needs a transcript store ([`Error::NotConfigured`] otherwise). A session id that
     /// no session has, and a position the scope does not start from (a time for a key),
@@ -830,7 +865,7 @@ impl SessionManager {
     /// [`Error::AccessDenied`] and follows its own agent for [`Scope::Store`].
     ///
     /// ```
-    /// use agent_sessions::follow::{Position, Scope, Update};
+    /// use agent_sessions::transcript::follow::{Position, Scope, Update};
     /// use agent_sessions::prelude::*;
     /// use agent_sessions::transcript::InMemoryTranscriptStore;
     ///
@@ -898,7 +933,7 @@ impl SessionManager {
         admit: &Admission<'_>,
     ) -> Result<Resolution> {
         match self.resolve_in(message, Mode::Resolve { admit }).await? {
-            Resolved::Session(resolution, _) => Ok(*resolution),
+            Resolved::Session(resolution, ..) => Ok(*resolution),
             // Only a turn takes a message with an intake, or asks the group's activation.
             Resolved::Seen(_) | Resolved::Chatter => Err(Error::NotFound {
                 key: self.key_for(message)?,
@@ -950,10 +985,16 @@ impl SessionManager {
             (None, Some(trigger)) => trigger.body.clone(),
             (None, None) => message.body.clone(),
         };
-        let start_run = mode
+        let inbound_id = intake.map(|intake| intake.id.as_str());
+        let run = mode
             .run()
             .filter(|_| !(trigger.is_some() && body.trim().is_empty()))
-            .map(Hold::holder);
+            .map(|hold| RunFacts {
+                holder: hold.holder(),
+                inbound_id,
+                adopt: mode.adopt(),
+                queue: &self.settings.queue,
+            });
         let policy = Policy {
             freshness: &*self.seams.freshness,
             reset_type,
@@ -981,13 +1022,14 @@ impl SessionManager {
             policy: &policy,
             now,
             drifted: drifted.as_deref(),
-            start_run,
+            run,
             // A bare reset is all done here; other messages are logged next.
             dedupe: intake
                 .map(|intake| (intake, window, trigger.is_some() && body.trim().is_empty())),
         };
         let mut seen = dedupe::Seen::New;
         let mut step = None;
+        let mut lane = None;
         let mut routed = None;
         let stored = self
             .seams
@@ -1016,9 +1058,9 @@ impl SessionManager {
                         return Ok(());
                     }
                 }
-                let (entry, decided) = facts.step(slot.take());
+                let (mut entry, decided) = facts.step(slot.take());
                 // The session's turn lane is decided here, in the same update.
-                let resolution::Lane::Run = facts.lane(&entry, mode.is_turn());
+                lane = facts.lane(&mut entry);
                 *slot = Some(entry);
                 step = Some(decided);
                 Ok(())
@@ -1071,6 +1113,7 @@ impl SessionManager {
                 expires_at,
             }),
             routed,
+            lane,
         ))
         })
         .await;

@@ -14,7 +14,8 @@ use crate::freshness::policy::{
 use crate::freshness::triggers::ModelRef;
 use crate::identity::key::SessionKey;
 use crate::inbound::record::{another_dm_sender, record_message, start_session, Inbound};
-use crate::store::entry::{SessionEntry, SessionRun, SessionStatus};
+use crate::lane::{Arrival, Lane, QueueSettings};
+use crate::store::entry::{SessionEntry, SessionStatus};
 use crate::store::StoredSession;
 
 /// Whether a message starts a new session or continues one (the kernel HTTP API's
@@ -219,8 +220,9 @@ pub(super) struct StepFacts<'a> {
     pub(super) now: DateTime<Utc>,
     /// The session id the drift gate fired for, if it did.
     pub(super) drifted: Option<&'a str>,
-    /// Mark the session running, held by this turn (a turn follows).
-    pub(super) start_run: Option<&'a str>,
+    /// The turn that takes the message, when one does (not a plain resolution, not a
+    /// bare reset): its lane is decided in this update ([`lane`](Self::lane)).
+    pub(super) run: Option<RunFacts<'a>>,
     /// Record the message as taken: its intake, the dedupe window, and whether it is a
     /// bare reset (all done here).
     pub(super) dedupe: Option<(&'a Intake, Duration, bool)>,
@@ -243,22 +245,37 @@ pub(super) struct Step {
     pub(super) shared_by: Option<usize>,
 }
 
-/// How a resolved message's turn runs, decided inside the atomic update that resolves
-/// its session — so two workers that take messages for one session at once see one
-/// decision. Every turn runs at once for now; a turn lane per session (one run at a
-/// time, the messages that arrive meanwhile waiting their turn) is decided here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Lane {
-    /// The turn runs now.
-    Run,
+/// What the lane of a turn's message is decided from (see [`StepFacts::lane`]).
+pub(super) struct RunFacts<'a> {
+    /// The turn (a process and a token).
+    pub(super) holder: &'a str,
+    /// Its channel message id, as the dedupe records name it.
+    pub(super) inbound_id: Option<&'a str>,
+    /// A queued message it waits with instead of queuing its own (see
+    /// [`Mode::Turn`](super::Mode::Turn)).
+    pub(super) adopt: Option<&'a str>,
+    /// The manager's queue settings.
+    pub(super) queue: &'a QueueSettings,
 }
 
 impl StepFacts<'_> {
-    /// The lane of a turn (`turn`) in the session `entry` as it is about to be written;
-    /// a plain resolution starts no run.
-    pub(super) fn lane(&self, entry: &SessionEntry, turn: bool) -> Lane {
-        let _ = (entry, turn);
-        Lane::Run
+    /// The turn's lane in the session `entry` as it is about to be written: it takes the
+    /// run now, waits in the queue, or is dropped (see [`crate::lane`]); `None` for a
+    /// plain resolution or a bare reset, which start no run.
+    pub(super) fn lane(&self, entry: &mut SessionEntry) -> Option<Lane> {
+        let run = self.run.as_ref()?;
+        let settings = crate::lane::effective(entry, run.queue, self.policy.channel);
+        Some(crate::lane::arrive(
+            entry,
+            &Arrival {
+                holder: run.holder,
+                message: self.inbound.message,
+                inbound_id: run.inbound_id,
+                adopt: run.adopt,
+                now_ms: self.inbound.now_ms,
+            },
+            &settings,
+        ))
     }
 
     /// Decides, from the entry `current` under the key, the entry to leave there and
@@ -294,14 +311,6 @@ impl StepFacts<'_> {
                 ..*inbound
             },
         );
-        if let Some(holder) = self.start_run {
-            entry.status = Some(SessionStatus::Running);
-            entry.aborted_last_run = Some(true);
-            entry.run = Some(SessionRun {
-                holder: holder.to_owned(),
-                started_at: inbound.now_ms,
-            });
-        }
         if let Some((intake, window, bare_reset)) = self.dedupe {
             dedupe::record(&mut entry, intake, inbound.now_ms, window, bare_reset);
         }
@@ -359,7 +368,7 @@ mod tests {
             policy: &policy,
             now,
             drifted: None,
-            start_run: Some("this-process#turn"),
+            run: None,
             dedupe: None,
         };
 
@@ -373,13 +382,13 @@ mod tests {
             (step_again.decision, step_again.reason),
             (step.decision, step.reason)
         );
-        assert_eq!(first.status, Some(SessionStatus::Running));
+        assert_eq!(first.status, Some(SessionStatus::Idle), "a run is taken by the lane");
         assert_eq!(again.status, first.status);
         assert!(step.previous.is_none() && !step.system_sent);
 
         let (next, continued) = facts.step(Some(first.clone()));
         assert_eq!(continued.decision, Decision::Continue);
         assert_eq!(next.session_id, first.session_id);
-        assert!(continued.aborted_last_run, "the first run never completed");
+        assert!(!continued.aborted_last_run, "the step takes no run: the lane does");
     }
 }

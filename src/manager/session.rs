@@ -12,7 +12,7 @@ use super::{
     TurnOutcome,
 };
 use crate::error::{DeleteRefusal, Error, Result};
-use crate::follow::{Follow, Position, Scope};
+use crate::transcript::follow::{Follow, Position, Scope};
 use crate::identity::access::{verify_namespace, verify_session_access, Caller};
 use crate::identity::key::{AgentId, SessionKey};
 use crate::identity::workspace::Workspace;
@@ -422,6 +422,20 @@ impl Session<'_> {
         self.record_turn_of(None, outcome).await
     }
 
+    /// [`record_turn`](Self::record_turn) for the turn that holds the run `fence`: the
+    /// run ends in the same update, which is refused ([`Error::RunLost`], nothing
+    /// written) when another turn holds the run now.
+    pub(crate) async fn end_run(
+        &self,
+        outcome: TurnOutcome,
+        fence: Option<u64>,
+    ) -> Result<StoredSession> {
+        match fence {
+            None => self.record_turn_of(None, outcome).await,
+            Some(fence) => self.record_turn_fenced(None, outcome, Some(fence)).await,
+        }
+    }
+
     /// The workspace of the session, created on first use
     /// ([`Error::NotConfigured`] without [`workspaces`](super::SessionManagerBuilder::workspaces)).
     ///
@@ -605,8 +619,8 @@ impl Session<'_> {
 
     /// Follows this key across its sessions from `from` — the key's session, then the
     /// one that replaces it after a reset, a close or an expiry, from any process (see
-    /// [`Scope::Key`](crate::follow::Scope::Key)): [`Position::Start`] for the start of
-    /// the key's current session, or the [`position`](crate::follow::Follow::position)
+    /// [`Scope::Key`](crate::transcript::follow::Scope::Key)): [`Position::Start`] for the start of
+    /// the key's current session, or the [`position`](crate::transcript::follow::Follow::position)
     /// a follower reached, to resume.
     ///
     /// [`Error::NotFound`] when there is no session. For a scoped caller, access is
@@ -614,7 +628,7 @@ impl Session<'_> {
     /// removes a caller from a session drops the caller's followers too.
     ///
     /// ```
-    /// use agent_sessions::follow::{Position, Update};
+    /// use agent_sessions::transcript::follow::{Position, Update};
     /// use agent_sessions::manager::LogMessage;
     /// use agent_sessions::prelude::*;
     /// use agent_sessions::transcript::InMemoryTranscriptStore;
@@ -837,25 +851,48 @@ impl Session<'_> {
         session_id: Option<&str>,
         outcome: TurnOutcome,
     ) -> Result<StoredSession> {
+        self.record_turn_fenced(session_id, outcome, None).await
+    }
+
+    /// [`record_turn_of`](Self::record_turn_of), ending the run `fence` when given (see
+    /// [`end_run`](Self::end_run)).
+    async fn record_turn_fenced(
+        &self,
+        session_id: Option<&str>,
+        outcome: TurnOutcome,
+        fence: Option<u64>,
+    ) -> Result<StoredSession> {
         let key = &self.key;
         let summary = match &outcome.exchange {
             Some((user, reply)) => self.next_context_summary(user, reply).await?,
             None => None,
         };
         let now_ms = self.manager.seams.clock.now_millis();
+        let mut lost = false;
         let stored = self
             .manager
             .change_of(key, session_id, |entry| {
+                lost = false;
+                match fence {
+                    // The run ends here, if it is still this turn's; else nothing changes.
+                    Some(fence) if !crate::lane::release(entry, fence) => {
+                        lost = true;
+                        return;
+                    }
+                    Some(_) => {}
+                    None => {
+                        if matches!(
+                            entry.status,
+                            Some(SessionStatus::Running | SessionStatus::AwaitingApproval)
+                        ) {
+                            entry.status = Some(SessionStatus::Idle);
+                            entry.run = None;
+                        }
+                    }
+                }
                 entry.turn_count = Some(entry.turn_count.unwrap_or(0) + 1);
                 entry.system_sent = Some(true);
                 entry.aborted_last_run = Some(outcome.aborted);
-                if matches!(
-                    entry.status,
-                    Some(SessionStatus::Running | SessionStatus::AwaitingApproval)
-                ) {
-                    entry.status = Some(SessionStatus::Idle);
-                    entry.run = None;
-                }
                 entry.updated_at = entry.updated_at.max(now_ms);
                 if let Some(usage) = &outcome.usage {
                     usage.apply(entry);
@@ -868,6 +905,10 @@ impl Session<'_> {
                 }
             })
             .await?;
+        if lost {
+            crate::ops::telemetry::run_lost();
+            return Err(Error::RunLost { key: key.clone() });
+        }
         let turns = stored.entry.turn_count.unwrap_or(0);
         let at_limit = self
             .manager

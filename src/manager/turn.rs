@@ -19,6 +19,7 @@ use super::{LogMessage, Resolution, Resolved, SessionManager};
 use crate::exactly_once::dedupe::{self, Intake, Seen};
 use crate::exactly_once::holders::Hold;
 use crate::exactly_once::outcome::{DeliveryReceipt, TurnFailure};
+use crate::lane::{Lane, Place, QueueOutcome, RunLease};
 
 /// What the session layer sends after a bare reset (`/new` with nothing after it), in
 /// place of a model reply.
@@ -43,16 +44,23 @@ pub enum TurnAction {
     /// as chatter. Nothing ran, nothing was logged and no chatter was taken;
     /// [`Turn::complete`] sends nothing.
     Duplicate,
+    /// The message arrived during a run of its session and was handled without a turn
+    /// of its own (see [`crate::lane`]): answered together with others by another turn,
+    /// taken by the running turn at a tool boundary, or dropped by the queue's cap. No
+    /// model call; [`Turn::complete`] sends nothing.
+    Queued(QueueOutcome),
 }
 
 impl TurnAction {
-    /// The action's name: `answer`, `stay_silent`, `acknowledge` or `duplicate`.
+    /// The action's name: `answer`, `stay_silent`, `acknowledge`, `duplicate` or
+    /// `queued`.
     pub fn as_str(&self) -> &'static str {
         match self {
             TurnAction::Answer => "answer",
             TurnAction::StaySilent => "stay_silent",
             TurnAction::Acknowledge(_) => "acknowledge",
             TurnAction::Duplicate => "duplicate",
+            TurnAction::Queued(_) => "queued",
         }
     }
 }
@@ -226,6 +234,13 @@ pub struct Turn<'m> {
     /// The run this turn holds while the model answers: recorded in the session
     /// ([`SessionEntry::run`]), live until the turn ends or is dropped.
     run: Option<Hold>,
+    /// The run's fencing token, while this turn holds the session's run.
+    fence: Option<u64>,
+    /// Renews the run's lease while the turn lives.
+    lease: Option<RunLease>,
+    /// Whether a message may interrupt its run (the session's queue mode was
+    /// `interrupt` when it started).
+    interruptible: bool,
 }
 
 impl SessionManager {
@@ -259,6 +274,17 @@ impl SessionManager {
         message: &InboundMessage,
         admit: &super::Admission<'_>,
     ) -> Result<Turn<'_>> {
+        self.turn_adopting(message, admit, None).await
+    }
+
+    /// [`turn_as`](Self::turn_as), waiting with the queued message `adopt` (whose
+    /// waiter is gone) in its own arrival's place.
+    pub(crate) async fn turn_adopting(
+        &self,
+        message: &InboundMessage,
+        admit: &super::Admission<'_>,
+        adopt: Option<&str>,
+    ) -> Result<Turn<'_>> {
         let turn: Result<Turn<'_>> = Box::pin(async {
             let started = std::time::Instant::now();
             let key = self.key_for(message)?;
@@ -275,6 +301,9 @@ impl SessionManager {
                 flush: None,
                 started,
                 run: None,
+                fence: None,
+                lease: None,
+                interruptible: false,
             };
             let run = Hold::new(uuid::Uuid::new_v4().to_string());
             let window = self.settings.dedupe_window;
@@ -282,14 +311,21 @@ impl SessionManager {
             let mut intake = dedupe
                 .and_then(|_| dedupe::inbound_id(message))
                 .map(Intake::new);
+            if let Some(command) = crate::lane::queue_command(&message.body) {
+                if self.seams.triggers.is_authorized(message) {
+                    return self.set_queue(turn, command).await;
+                }
+            }
             // The message's session, unless it was taken before (a duplicate). A message
             // whose earlier turn died is taken over when its line is not in that turn's
-            // transcript.
+            // transcript — or when it is, but the run that logged it died before it
+            // answered: this turn takes that run over.
             let resolved = loop {
                 let mode = super::Mode::Turn {
                     admit,
                     intake: intake.as_ref(),
                     run: &run,
+                    adopt,
                 };
                 let resolved = self.resolve_in(message, mode).await?;
                 let Resolved::Seen(Seen::Unsure(record)) = &resolved else {
@@ -299,17 +335,19 @@ impl SessionManager {
                     break resolved;
                 };
                 if taking.take_over.is_some()
-                    || self
+                    || (self
                         .logged_before(&self.key_for(message)?, record, id)
                         .await?
+                        && !self.run_died_answering(&turn.key, &record.id).await?)
                 {
                     break resolved;
                 }
-                // Its turn died before logging it: this turn takes it.
+                // Its turn died before logging it, or its run before answering it: this
+                // turn takes it.
                 taking.take_over = Some(record.holder.clone());
             };
-            let (resolution, activation) = match resolved {
-                Resolved::Session(resolution, activation) => (*resolution, activation),
+            let (resolution, activation, lane) = match resolved {
+                Resolved::Session(resolution, activation, lane) => (*resolution, activation, lane),
                 Resolved::Chatter => {
                     // Kept as the group's chatter for the next turn that answers — once
                     // within the window, so a delivery again is a duplicate.
@@ -350,23 +388,77 @@ impl SessionManager {
                 turn.resolution = Some(Box::new(resolution));
                 return Ok(turn);
             }
+            // One run at a time: a message that arrived during a run waits for its place.
+            let place = match lane {
+                Some(Lane::Run {
+                    fence,
+                    collected,
+                    dropped,
+                    resumed,
+                }) => Place {
+                    fence,
+                    own_at: collected.len(),
+                    collected,
+                    dropped,
+                    resumed,
+                },
+                Some(Lane::Queued { id }) => {
+                    crate::ops::telemetry::queued();
+                    match self.wait_for_place(&turn.key, message, &id, &run).await? {
+                        Ok(place) => place,
+                        Err(outcome) => {
+                            taken(intake);
+                            turn.action = TurnAction::Queued(outcome);
+                            turn.entry = Some(Box::new(resolution.entry().clone()));
+                            turn.resolution = Some(Box::new(resolution));
+                            return Ok(turn);
+                        }
+                    }
+                }
+                Some(Lane::Dropped) | None => {
+                    taken(intake);
+                    crate::ops::telemetry::dropped(1);
+                    turn.action = TurnAction::Queued(QueueOutcome::Dropped);
+                    turn.resolution = Some(Box::new(resolution));
+                    return Ok(turn);
+                }
+            };
+            turn.fence = Some(place.fence);
+            turn.interruptible = crate::lane::effective(
+                resolution.entry(),
+                &self.settings.queue,
+                crate::lane::lane_channel(message).as_deref(),
+            )
+            .mode
+                == crate::lane::QueueMode::Interrupt;
             // Decided in the same atomic update as the session (a direct message always runs).
             let activation = activation.unwrap_or_else(|| {
                 self.activation(message, resolution.entry().group_activation.as_ref())
             });
             let entry = resolution.entry().clone();
-            let (text, entry) = if self.seams.transcripts.is_some() {
+            // A run that died after logging this message: its line is this turn's input.
+            let resumed = if place.resumed {
+                self.resume_input(&mut turn, &entry).await?
+            } else {
+                None
+            };
+            let (text, entry) = if let Some(text) = resumed {
+                taken(intake);
+                (text, entry)
+            } else if self.seams.transcripts.is_some() {
                 let done = intake.map(|intake| (intake.hold, now_ms, window));
-                self.log_input(&mut turn, &resolution, &activation, entry, done)
+                self.log_input(&mut turn, &resolution, &activation, entry, done, &place)
                     .await?
             } else {
                 let text = self.prepare_turn(&resolution, message, &activation).await;
+                let text = self.with_collected(text, &place, &activation);
                 taken(intake);
                 (text, entry)
             };
             turn.flush = self.seams.flush_guard.plan(&entry);
             turn.entry = Some(Box::new(entry));
             turn.action = TurnAction::Answer;
+            turn.lease = Some(self.hold_run(&turn.key, place.fence));
             turn.run = Some(run);
             turn.input = Some(text);
             turn.resolution = Some(Box::new(resolution));
@@ -399,6 +491,7 @@ impl SessionManager {
         activation: &ActivationDecision,
         entry: SessionEntry,
         done: Option<(Hold, u64, Duration)>,
+        place: &Place,
     ) -> Result<(String, SessionEntry)> {
         let message = &turn.message;
         let (transcript, mut entry, location) =
@@ -430,6 +523,7 @@ impl SessionManager {
         let (text, drained) = self
             .model_input(resolution, message, activation, history.unwrap_or_default())
             .await;
+        let text = self.with_collected(text, place, activation);
         let log = LogMessage::from_inbound(message).with_text(text.clone());
         let mut line = self.log_line(&turn.key, &entry, log);
         if let Some(log) = line.log.as_mut() {
@@ -449,8 +543,14 @@ impl SessionManager {
                     }
                 }
             }
-            // What a redelivery of the message finds, whatever chat it came from.
+            // What a redelivery of the message finds, whatever chat it came from — and of
+            // the messages it answers with its own.
             log.inbound_id = dedupe::inbound_id(message);
+            log.collected = place
+                .collected
+                .iter()
+                .filter_map(|queued| queued.inbound_id.clone())
+                .collect();
         }
         match self.log_claimed(&transcript, line, claimed, done).await {
             Ok(mut logged) => turn.inbound = logged.pop(),
@@ -533,6 +633,106 @@ impl<'m> Turn<'m> {
     /// What to do.
     pub fn action(&self) -> &TurnAction {
         &self.action
+    }
+
+    /// The message the turn took.
+    pub(crate) fn message(&self) -> &InboundMessage {
+        &self.message
+    }
+
+    /// Says what the turn does (`/queue`: an acknowledgement).
+    pub(crate) fn set_action(&mut self, action: TurnAction) {
+        self.action = action;
+    }
+
+    /// Makes the turn answer its message as a run that died logged it: `event` in
+    /// `transcript` is its input line.
+    pub(crate) fn resume(&mut self, event: SessionEvent, transcript: TranscriptRef) {
+        self.inbound = Some(event);
+        self.transcript = Some(transcript);
+    }
+
+    /// The messages that arrived for this session while this turn runs, for the model
+    /// at its next tool boundary — when the session's queue mode steers
+    /// ([`QueueMode::Steer`](crate::lane::QueueMode::Steer) or `steer-backlog`), else
+    /// none. Each is handed over once: the turns that wait with them learn that they
+    /// were taken ([`QueueOutcome::Steered`]), and in `steer-backlog` they get a
+    /// follow-up turn too. Add them to the conversation as user messages before the
+    /// next model call (and answer the tool calls not yet run in the batch as skipped,
+    /// as OpenClaw does). None once the turn lost its run.
+    ///
+    /// ```
+    /// # use agent_sessions::prelude::*;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// # let manager = SessionManager::builder(InMemoryStore::new()).build()?;
+    /// let turn = manager.turn(&InboundMessage::direct("telegram", "42", "book me a table")).await?;
+    /// // … the model calls a tool; at the boundary:
+    /// for message in turn.steering().await? {
+    ///     println!("the user added: {}", message.body);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn steering(&self) -> Result<Vec<InboundMessage>> {
+        let Some(fence) = self.fence else {
+            return Ok(Vec::new());
+        };
+        let channel = crate::lane::lane_channel(&self.message);
+        let queue = &self.manager.settings.queue;
+        let mut taken = Vec::new();
+        self.manager
+            .seams
+            .store
+            .apply(&self.key, &mut |slot, _| {
+                taken = match slot.as_mut() {
+                    Some(entry) => {
+                        let settings = crate::lane::effective(entry, queue, channel.as_deref());
+                        crate::lane::steer(entry, fence, &settings)
+                    }
+                    None => Vec::new(),
+                };
+                Ok(())
+            })
+            .await?;
+        crate::ops::telemetry::steered(taken.len());
+        Ok(taken
+            .into_iter()
+            .filter_map(|queued| serde_json::from_value(queued.message).ok())
+            .collect())
+    }
+
+    /// Whether this turn lost its session's run: a message interrupted it
+    /// ([`QueueMode::Interrupt`](crate::lane::QueueMode::Interrupt)), or another turn
+    /// took the run over while this one was thought gone. Its
+    /// [`complete`](Self::complete) is then refused ([`Error::RunLost`](crate::Error::RunLost)):
+    /// stop the model and send nothing. `false` for a turn that holds no run.
+    pub async fn interrupted(&self) -> Result<bool> {
+        let Some(fence) = self.fence else {
+            return Ok(false);
+        };
+        Ok(self
+            .manager
+            .seams
+            .store
+            .get(&self.key)
+            .await?
+            .is_none_or(|session| crate::lane::interrupted(&session.entry, fence)))
+    }
+
+    /// Resolves once this turn has lost its run (see [`interrupted`](Self::interrupted)),
+    /// looking every 50 ms: race it against the model call to stop a run that was
+    /// interrupted. Never resolves for a turn that holds no run.
+    pub async fn interruption(&self) {
+        if self.fence.is_none() {
+            return std::future::pending().await;
+        }
+        loop {
+            if self.interrupted().await.unwrap_or(false) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Whether the model is to be called.
@@ -642,9 +842,19 @@ impl<'m> Turn<'m> {
             .inbound
             .as_ref()
             .and_then(|event| event.entry.id.as_deref());
-        self.manager
-            .record_failure(&self.key, self.transcript.as_ref(), inbound, failure, entry)
-            .await
+        let failed = self
+            .manager
+            .record_failure(
+                &self.key,
+                self.transcript.as_ref(),
+                inbound,
+                failure,
+                entry,
+                self.fence,
+            )
+            .await;
+        crate::lane::wake(&self.manager.waker, &self.key);
+        failed
     }
 
     /// Finishes the turn with the model's `reply` and returns what to send.
@@ -677,6 +887,18 @@ impl<'m> Turn<'m> {
             let manager = self.manager;
             match (&self.action, &self.resolution) {
                 (TurnAction::Answer, Some(resolution)) => {
+                    // A run can be lost only to a message that interrupts it, or to a
+                    // take-over once its lease looks run out: in those cases the session
+                    // is asked first, so a lost run logs nothing. Otherwise the update
+                    // that ends the run checks its token, with no extra round trip.
+                    let at_risk = self.interruptible
+                        || self.started.elapsed() >= crate::exactly_once::holders::LEASE / 2;
+                    if at_risk && self.interrupted().await? {
+                        crate::ops::telemetry::run_lost();
+                        return Err(crate::Error::RunLost {
+                            key: self.key.clone(),
+                        });
+                    }
                     let mut payloads = manager
                         .finish_turn(
                             resolution,
@@ -704,7 +926,12 @@ impl<'m> Turn<'m> {
                     if !sent.is_empty() {
                         outcome.exchange = Some((resolution.body.clone(), sent));
                     }
-                    manager.session(&self.key).record_turn(outcome).await?;
+                    let ended = manager
+                        .session(&self.key)
+                        .end_run(outcome, self.fence)
+                        .await;
+                    crate::lane::wake(&manager.waker, &self.key);
+                    ended?;
                     Ok(payloads)
                 }
                 (TurnAction::Acknowledge(text), _) => {

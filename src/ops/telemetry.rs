@@ -200,6 +200,53 @@ pub(crate) fn duplicate() {
     record::counter("agent_sessions_duplicates_total", &[], 1);
 }
 
+/// Counts a message that arrived during a run and waits in the session's queue.
+pub(crate) fn queued() {
+    record::counter("agent_sessions_queue_total", &[("event", "queued")], 1);
+}
+
+/// Counts messages the queue's cap dropped.
+pub(crate) fn dropped(count: u64) {
+    record::counter("agent_sessions_queue_total", &[("event", "dropped")], count);
+}
+
+/// Records how long a queued message's turn waited before it ran, and counts the other
+/// queued messages it answers with its own.
+pub(crate) fn queue_waited(waited: Duration, collected: usize) {
+    record::histogram(
+        "agent_sessions_queue_wait_seconds",
+        &[],
+        waited.as_secs_f64(),
+    );
+    record::counter(
+        "agent_sessions_queue_total",
+        &[("event", "collected")],
+        collected as u64,
+    );
+    tracing::debug!(target: "agent_sessions", waited_ms = waited.as_millis() as u64, collected, "a queued message's turn runs");
+}
+
+/// Counts a queued message handled without its own turn (`collected`, `steered`,
+/// `dropped`).
+pub(crate) fn queue_handled(how: &'static str) {
+    record::counter("agent_sessions_queue_total", &[("event", how)], 1);
+}
+
+/// Counts messages a running turn took at a tool boundary.
+pub(crate) fn steered(count: usize) {
+    record::counter("agent_sessions_queue_total", &[("event", "steered")], count as u64);
+}
+
+/// Counts a run that lost its session (interrupted, or taken over).
+pub(crate) fn run_lost() {
+    record::counter("agent_sessions_runs_total", &[("event", "lost")], 1);
+}
+
+/// Counts a run taken over from a holder that is gone.
+pub(crate) fn run_taken_over() {
+    record::counter("agent_sessions_runs_total", &[("event", "taken_over")], 1);
+}
+
 /// Counts connections `serve` closed to make room (idle, no secret shown).
 #[cfg(feature = "http")]
 pub(crate) fn connections_shed(count: usize) {

@@ -623,11 +623,24 @@ pub struct SessionEntry {
     /// [`SessionManagerBuilder::dedupe_window`](crate::manager::SessionManagerBuilder::dedupe_window)).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub recent_inbound: Vec<InboundRecord>,
-    /// The turn running in the session, while [`status`](Self::status) is `running`:
-    /// who runs it and since when. A run whose holder is gone (its process killed) holds
-    /// nothing up: an erase, a delete or a prune goes ahead.
+    /// The turn running in the session — one at a time, on any number of workers — while
+    /// [`status`](Self::status) is `running`: who runs it, since when, and its fencing
+    /// token. A run whose holder is gone (its process killed) holds nothing up: the next
+    /// turn takes it over, and an erase, a delete or a prune goes ahead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run: Option<SessionRun>,
+    /// The fencing token the session's last run took; each run takes the next, so the
+    /// number only grows (`runFence`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_fence: Option<u64>,
+    /// Messages that arrived during a run, oldest first, waiting for it to end
+    /// (`queued`; see [`lane`](crate::lane)).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queued: Vec<QueuedMessage>,
+    /// The messages the queue's cap dropped since the last follow-up turn, which stands
+    /// for them with one line (`queueDropped`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_dropped: Option<QueueDropped>,
 
     /// Fields this version does not know, kept as written, in order.
     #[serde(flatten)]
@@ -660,6 +673,57 @@ pub struct SessionRun {
     pub holder: String,
     /// When it started, epoch milliseconds.
     pub started_at: u64,
+    /// When its holder last said it still runs, epoch milliseconds: a holder on another
+    /// host is taken for gone once its lease has run out since.
+    #[serde(default)]
+    pub renewed_at: u64,
+    /// Its fencing token ([`SessionEntry::run_fence`] when it was taken): a turn whose
+    /// token is no longer the run's cannot complete.
+    #[serde(default)]
+    pub fence: u64,
+    /// The messages it answers (their channel message ids, as
+    /// [`InboundRecord::id`] names them): a run taken over answers them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub answering: Vec<String>,
+}
+
+/// A message that arrived during a run and waits for it to end, as
+/// [`SessionEntry::queued`] keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct QueuedMessage {
+    /// Its place in the queue: unique.
+    pub id: String,
+    /// When it arrived, epoch milliseconds.
+    pub at: u64,
+    /// The turn waiting with it (a process and a token).
+    pub waiter: String,
+    /// Its channel message id, as [`InboundRecord::id`] names it, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inbound_id: Option<String>,
+    /// The message, as the crate's `InboundMessage` serialises.
+    pub message: Value,
+    /// The fencing token of the run that took it while it ran (steering), if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steered: Option<u64>,
+}
+
+/// What the queue's cap dropped, as [`SessionEntry::queue_dropped`] keeps it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct QueueDropped {
+    /// How many messages, since the last follow-up turn.
+    #[serde(default)]
+    pub count: u64,
+    /// The beginning of each (at most 160 characters), oldest first, when the queue
+    /// summarises what it drops.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lines: Vec<String>,
+    /// The queue ids of the last 100 dropped, so the turns waiting with them learn so.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ids: Vec<String>,
 }
 
 /// The longest session label, in characters (OpenClaw's `SESSION_LABEL_MAX_LENGTH`).

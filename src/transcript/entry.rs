@@ -377,6 +377,11 @@ pub struct LogFields {
     /// message id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inbound_id: Option<String>,
+    /// The delivered messages (as [`inbound_id`](Self::inbound_id) names them) that an
+    /// inbound line answers besides its own: the messages that waited during a run and
+    /// a follow-up turn answers together ([`crate::lane`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub collected: Vec<String>,
     /// Where each payload of a reply is in the line's text, by payload: its byte range
     /// `[start, end]`, or `null` for a payload with no text. Written by
     /// [`Turn::complete`](crate::manager::Turn::complete), so that a delivery report

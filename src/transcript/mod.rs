@@ -37,6 +37,7 @@
 //! ```
 
 mod entry;
+pub mod follow;
 mod in_memory;
 mod index;
 pub(crate) mod lines;
@@ -618,10 +619,10 @@ fn first_chunk(read: &mut TranscriptRead, max_bytes: usize) {
     }
 }
 
-/// How much of a transcript a [`Follow`](crate::follow::Follow) reads at once by default.
+/// How much of a transcript a [`Follow`](crate::transcript::follow::Follow) reads at once by default.
 pub(crate) const DEFAULT_CHUNK_BYTES: usize = 256 * 1024;
 
-/// How often a [`Follow`](crate::follow::Follow) looks again by default when nothing wakes it.
+/// How often a [`Follow`](crate::transcript::follow::Follow) looks again by default when nothing wakes it.
 pub(crate) const DEFAULT_FOLLOW_INTERVAL: Duration = Duration::from_millis(100);
 
 /// How many updates a slow subscriber may fall behind before it misses some.
@@ -724,10 +725,10 @@ pub trait TranscriptStore: Send + Sync {
 
     /// Live updates of every transcript of this store: the appends of this process, and
     /// of other processes where the store hears of them (PostgreSQL, SQLite). Updates
-    /// are a live view; [`Follow`](crate::follow::Follow) reads one transcript durably, in order.
+    /// are a live view; [`Follow`](crate::transcript::follow::Follow) reads one transcript durably, in order.
     fn subscribe(&self) -> TranscriptSubscription;
 
-    /// How often a [`Follow`](crate::follow::Follow) looks again when no live update wakes it: the
+    /// How often a [`Follow`](crate::transcript::follow::Follow) looks again when no live update wakes it: the
     /// longest it takes a follower to see an append this store does not announce.
     fn follow_interval(&self) -> Duration {
         DEFAULT_FOLLOW_INTERVAL

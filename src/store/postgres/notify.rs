@@ -59,7 +59,7 @@ impl PostgresStore {
     }
 
     /// Listens until aborted, reconnecting after a lost connection. Notices sent while
-    /// it was not connected are not heard: a [`Follow`](crate::follow::Follow) catches up from its
+    /// it was not connected are not heard: a [`Follow`](crate::transcript::follow::Follow) catches up from its
     /// position.
     async fn listen(self) {
         let mut delay = Duration::from_millis(100);

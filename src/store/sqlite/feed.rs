@@ -18,7 +18,7 @@ use crate::store::sql_transcripts::{now, AppendNotice};
 pub(super) const FEED_POLL_INTERVAL: Duration = Duration::from_millis(50);
 
 /// How many notices the feed keeps; a reader more than this many appends behind misses
-/// the oldest (a [`Follow`](crate::follow::Follow) does not).
+/// the oldest (a [`Follow`](crate::transcript::follow::Follow) does not).
 const FEED_KEPT: i64 = 10_000;
 
 /// The feed reader of a store handle; it stops when the handle is dropped.

@@ -12,7 +12,7 @@ impl SessionManager {
     /// the crate — what an OpenClaw host announces with `emitSessionTranscriptUpdate`
     /// after it appended to a transcript file. The update they receive names the
     /// transcript and its file, carries the notice's session key and message (OpenClaw's
-    /// object form) and no events: they read what is new from the transcript (a [`Follow`](crate::follow::Follow) does so at once instead of
+    /// object form) and no events: they read what is new from the transcript (a [`Follow`](crate::transcript::follow::Follow) does so at once instead of
     /// at its next look).
     ///
     /// The transcript is the session's, when the notice names a key whose session has

@@ -20,7 +20,7 @@
 //! | [`Scope::Agent`], [`Scope::Store`] | [`Position::Now`], [`Position::Since`] or [`Position::Start`] | watches each session as it becomes active, at most [`MAX_WATCHED_SESSIONS`] at once | [`Position::Since`], at least once |
 //!
 //! ```
-//! use agent_sessions::follow::{Position, Scope, Update};
+//! use agent_sessions::transcript::follow::{Position, Scope, Update};
 //! use agent_sessions::prelude::*;
 //! use agent_sessions::transcript::InMemoryTranscriptStore;
 //!
@@ -107,7 +107,7 @@ impl fmt::Display for Scope {
 /// milliseconds for [`Position::Since`].
 ///
 /// ```
-/// use agent_sessions::follow::Position;
+/// use agent_sessions::transcript::follow::Position;
 /// use agent_sessions::transcript::Offset;
 ///
 /// let position: Position = "0f5d59ee-1c2b-4e0f-9a57-2b1f7f0e6a11:2048".parse()?;

@@ -1,0 +1,319 @@
+//! The manager's side of the lane: a queued message's turn waiting for its place, a
+//! running turn holding (and renewing) the run, `/queue`, and a run taken over.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::wait::POLL;
+use super::{effective, take, QueueCommand, QueueOutcome, Take};
+use crate::error::Result;
+use crate::exactly_once::holders::{Hold, LEASE};
+use crate::identity::key::{normalize_channel, SessionKey};
+use crate::inbound::activation::ActivationDecision;
+use crate::inbound::InboundMessage;
+use crate::manager::{SessionManager, Turn, TurnAction};
+use crate::store::entry::{QueueDropped, QueuedMessage, SessionEntry};
+use crate::store::SessionStore;
+use crate::transcript::{Direction, TranscriptRef};
+
+/// Where a turn runs: the run's fencing token, and what it answers besides its own
+/// message.
+#[derive(Debug)]
+pub(crate) struct Place {
+    pub(crate) fence: u64,
+    /// The messages that waited with it, oldest first (its own not among them).
+    pub(crate) collected: Vec<QueuedMessage>,
+    /// Where its own message is among them, by arrival.
+    pub(crate) own_at: usize,
+    /// What the queue's cap dropped, for one line of its input.
+    pub(crate) dropped: Option<QueueDropped>,
+    /// Its own message was logged by a run that died before answering it.
+    pub(crate) resumed: bool,
+}
+
+/// A running turn's hold on its session's run: renews the run's lease (so a holder on
+/// another host is not taken for gone) until it is dropped.
+#[derive(Debug)]
+pub(crate) struct RunLease {
+    renewal: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for RunLease {
+    fn drop(&mut self) {
+        self.renewal.abort();
+    }
+}
+
+/// The channel a message's queue settings are chosen by: its group's, else its own.
+pub(crate) fn lane_channel(message: &InboundMessage) -> Option<String> {
+    message
+        .group_resolution()
+        .map(|group| group.channel)
+        .or_else(|| normalize_channel(&message.channel))
+}
+
+impl SessionManager {
+    /// `/queue <mode> [debounce:…] [cap:…] [drop:…]` from a sender allowed to reset:
+    /// sets the session's queue settings and acknowledges them (or says what did not
+    /// parse). No model call.
+    pub(crate) async fn set_queue<'m>(
+        &'m self,
+        mut turn: Turn<'m>,
+        command: std::result::Result<QueueCommand, String>,
+    ) -> Result<Turn<'m>> {
+        let text = match command {
+            Ok(command) => {
+                let now_ms = self.seams.clock.now_millis();
+                let stored = self
+                    .seams
+                    .store
+                    .apply(turn.key(), &mut |slot, _| {
+                        let entry = slot.get_or_insert_with(|| {
+                            crate::inbound::record::start_session(None, now_ms)
+                        });
+                        command.apply(entry);
+                        Ok(())
+                    })
+                    .await?;
+                let settings = stored.as_ref().map(|s| {
+                    effective(
+                        &s.entry,
+                        &self.settings.queue,
+                        lane_channel(turn.message()).as_deref(),
+                    )
+                });
+                match settings {
+                    Some(s) => format!(
+                        "Queue mode set to {} (debounce {} ms, cap {}, drop {}).",
+                        s.mode,
+                        s.debounce.as_millis(),
+                        s.cap,
+                        s.drop
+                    ),
+                    None => "Queue settings unchanged.".to_owned(),
+                }
+            }
+            Err(problem) => format!(
+                "Queue settings unchanged: {problem}. Modes: collect, followup, steer, \
+                 steer-backlog, interrupt; options: debounce:<ms|Ns>, cap:<n>, \
+                 drop:<old|new|summarize>."
+            ),
+        };
+        turn.set_action(TurnAction::Acknowledge(text));
+        Ok(turn)
+    }
+
+    /// Whether the session under `key` has a run whose holder is gone, which was
+    /// answering the message `inbound_id` (it was logged, never answered).
+    pub(crate) async fn run_died_answering(&self, key: &SessionKey, inbound_id: &str) -> Result<bool> {
+        let now_ms = self.seams.clock.now_millis();
+        Ok(self.seams.store.get(key).await?.is_some_and(|session| {
+            !super::decide::live(&session.entry, now_ms)
+                && session
+                    .entry
+                    .run
+                    .as_ref()
+                    .is_some_and(|run| run.answering.iter().any(|id| id == inbound_id))
+        }))
+    }
+
+    /// Waits, for `message` queued under `queued_id` by the turn `run`, until it runs
+    /// (its place) or was handled without it (how).
+    pub(crate) async fn wait_for_place(
+        &self,
+        key: &SessionKey,
+        message: &InboundMessage,
+        queued_id: &str,
+        run: &Hold,
+    ) -> Result<std::result::Result<Place, QueueOutcome>> {
+        let channel = lane_channel(message);
+        let notify = self.waker.waiting_on(key);
+        let waited = std::time::Instant::now();
+        loop {
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let now_ms = self.seams.clock.now_millis();
+            let mut found = None;
+            self.seams
+                .store
+                .apply(key, &mut |slot, _| {
+                    found = Some(match slot {
+                        None => Take::Gone(QueueOutcome::Collected),
+                        Some(entry) => {
+                            let settings =
+                                effective(entry, &self.settings.queue, channel.as_deref());
+                            take(entry, queued_id, run.holder(), &settings, now_ms)
+                        }
+                    });
+                    Ok(())
+                })
+                .await?;
+            match found.expect("the store ran the update") {
+                Take::Run {
+                    fence,
+                    mut taken,
+                    own_at,
+                    dropped,
+                } => {
+                    taken.remove(own_at);
+                    crate::ops::telemetry::queue_waited(waited.elapsed(), taken.len());
+                    return Ok(Ok(Place {
+                        fence,
+                        collected: taken,
+                        own_at,
+                        dropped,
+                        resumed: false,
+                    }));
+                }
+                Take::Gone(outcome) => {
+                    crate::ops::telemetry::queue_handled(outcome.as_str());
+                    return Ok(Err(outcome));
+                }
+                Take::Wait { until } => {
+                    let pause = until
+                        .map(|until| Duration::from_millis(until.saturating_sub(now_ms)))
+                        .unwrap_or(POLL)
+                        .clamp(Duration::from_millis(1), POLL);
+                    tokio::select! {
+                        () = &mut notified => {}
+                        () = tokio::time::sleep(pause) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// The input of a turn that took over the run that logged its message and died:
+    /// the logged line is its input (it is not logged again); `None` when the line is
+    /// not there after all (the run died before logging it).
+    pub(crate) async fn resume_input(
+        &self,
+        turn: &mut Turn<'_>,
+        entry: &SessionEntry,
+    ) -> Result<Option<String>> {
+        let inbound_id = crate::exactly_once::dedupe::inbound_id(turn.message());
+        if let (Some(transcripts), Some(inbound_id)) = (self.seams.transcripts.as_deref(), inbound_id) {
+            let transcript = TranscriptRef::of(turn.key(), entry, &self.settings.default_agent);
+            let logged = crate::exactly_once::claims::find_line(transcripts, &transcript, |line| {
+                line.log.as_ref().is_some_and(|log| {
+                    log.direction == Some(Direction::Inbound)
+                        && log.inbound_id.as_deref() == Some(inbound_id.as_str())
+                })
+            })
+            .await?;
+            if let Some(event) = logged {
+                crate::ops::telemetry::run_taken_over();
+                let text = event
+                    .entry
+                    .message
+                    .as_ref()
+                    .map(|m| m.text())
+                    .unwrap_or_default();
+                turn.resume(event, transcript);
+                return Ok(Some(text));
+            }
+        }
+        Ok(None)
+    }
+
+    /// `text` (the turn's own input) after the messages that waited before it and the
+    /// line for what the cap dropped, as one input.
+    pub(crate) fn with_collected(
+        &self,
+        text: String,
+        place: &Place,
+        activation: &ActivationDecision,
+    ) -> String {
+        if place.collected.is_empty() && place.dropped.is_none() {
+            return text;
+        }
+        let mut inputs: Vec<String> = place
+            .collected
+            .iter()
+            .filter_map(|queued| {
+                let message: InboundMessage = serde_json::from_value(queued.message.clone()).ok()?;
+                Some(self.queued_text(&message, queued.at, activation))
+            })
+            .collect();
+        inputs.insert(place.own_at.min(inputs.len()), text);
+        super::collected_input(&inputs, place.dropped.as_ref())
+    }
+
+    /// A turn for what waits in `key`'s session with no one waiting for it — messages
+    /// queued during a run whose waiting processes were killed — once no run holds the
+    /// session: answer it as any turn (`messages`, then `complete`). `None` when nothing
+    /// is orphaned (a live turn waits with each queued message, or a run is live: it or
+    /// they will answer). The next message of the session answers orphans too; this is
+    /// for a host that sweeps its sessions rather than wait for one.
+    ///
+    /// ```
+    /// # use agent_sessions::prelude::*;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// # let manager = SessionManager::builder(InMemoryStore::new()).build()?;
+    /// # let key = SessionKey::parse("agent:main:telegram:dm:42")?;
+    /// if let Some(turn) = manager.take_queued(&key).await? {
+    ///     let _messages = turn.messages().await?;
+    ///     turn.complete("Sorry for the wait: …").await?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn take_queued(&self, key: &SessionKey) -> Result<Option<Turn<'_>>> {
+        let now_ms = self.seams.clock.now_millis();
+        let Some(session) = self.seams.store.get(key).await? else {
+            return Ok(None);
+        };
+        let entry = &session.entry;
+        if super::decide::live(entry, now_ms)
+            || entry
+                .queued
+                .iter()
+                .any(|q| crate::exactly_once::holders::alive(&q.waiter, q.at, now_ms))
+        {
+            return Ok(None);
+        }
+        let Some(last) = entry.queued.last() else {
+            return Ok(None);
+        };
+        let Ok(message) = serde_json::from_value::<InboundMessage>(last.message.clone()) else {
+            return Ok(None);
+        };
+        let turn = self
+            .turn_adopting(&message, &crate::manager::anyone, Some(&last.id))
+            .await?;
+        Ok(Some(turn))
+    }
+
+    /// Holds the run `fence` of `key`'s session for a running turn: its lease is
+    /// renewed every quarter of [`LEASE`] until the turn ends (or the run is lost).
+    pub(crate) fn hold_run(&self, key: &SessionKey, fence: u64) -> RunLease {
+        let store: Arc<dyn SessionStore> = self.seams.store.clone();
+        let clock = self.seams.clock.clone();
+        let key = key.clone();
+        let renewal = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(LEASE / 4).await;
+                let now_ms = clock.now_millis();
+                let mut held = false;
+                let renewed = store
+                    .apply(&key, &mut |slot, _| {
+                        held = slot
+                            .as_mut()
+                            .is_some_and(|entry| super::renew(entry, fence, now_ms));
+                        Ok(())
+                    })
+                    .await;
+                if renewed.is_err() {
+                    // The store is away for now: the next renewal tries again.
+                    continue;
+                }
+                if !held {
+                    return;
+                }
+            }
+        });
+        RunLease { renewal }
+    }
+}
