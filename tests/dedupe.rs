@@ -399,7 +399,11 @@ async fn an_update_taken_by_a_running_or_killed_process_is_not_answered_again() 
             1,
             "{url}"
         );
-        assert_eq!(lines_saying(&manager, &key, "Thursday at 9.").await, 1, "{url}");
+        assert_eq!(
+            lines_saying(&manager, &key, "Thursday at 9.").await,
+            1,
+            "{url}"
+        );
         let again = manager
             .turn(&update("1001", "When is my shift?"))
             .await

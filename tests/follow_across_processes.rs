@@ -5,10 +5,10 @@
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use agent_sessions::transcript::follow::{Follow, Position, Scope, Update};
 use agent_sessions::manager::LogMessage;
 use agent_sessions::prelude::*;
 use agent_sessions::store::Backend;
+use agent_sessions::transcript::follow::{Follow, Position, Scope, Update};
 use agent_sessions::transcript::{Offset, SessionEvent, TranscriptStore, TranscriptSubscription};
 
 const URL_VAR: &str = "OUTSIDE_WRITER_URL";

@@ -8,7 +8,6 @@ mod stores;
 use std::path::Path;
 use std::sync::Arc;
 
-use agent_sessions::transcript::follow::{Position, Scope, Update};
 use agent_sessions::identity::AgentScoped;
 use agent_sessions::identity::Caller;
 use agent_sessions::identity::IdentityLinks;
@@ -23,6 +22,7 @@ use agent_sessions::memory::CompactionEvent;
 use agent_sessions::memory::EngineKind;
 use agent_sessions::prelude::*;
 use agent_sessions::store::FileTranscriptStore;
+use agent_sessions::transcript::follow::{Position, Scope, Update};
 use agent_sessions::transcript::{CheckpointReason, Offset, TranscriptEntry};
 use agent_sessions::DeliveryContext;
 use agent_sessions::{

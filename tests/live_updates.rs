@@ -8,8 +8,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_sessions::transcript::follow::{Position, Scope, Update};
 use agent_sessions::prelude::*;
+use agent_sessions::transcript::follow::{Position, Scope, Update};
 use agent_sessions::transcript::{
     SessionEvent, TranscriptEntry, TranscriptRef, TranscriptStore, TranscriptSubscription,
 };

@@ -5,12 +5,12 @@ mod common;
 use std::fs;
 use std::time::Duration;
 
-use agent_sessions::transcript::follow::{Follow, Position, Scope, Update};
 use agent_sessions::freshness::ManualClock;
 use agent_sessions::freshness::ModelRef;
 use agent_sessions::manager::{DeleteOptions, LogMessage};
 use agent_sessions::prelude::*;
 use agent_sessions::store::FileTranscriptStore;
+use agent_sessions::transcript::follow::{Follow, Position, Scope, Update};
 use agent_sessions::transcript::{
     CheckpointReason, Direction, EventKind, LogQuery, Offset, ReadIssue, SessionHeader,
     TranscriptEntry, TranscriptIndexer, TranscriptRef, TranscriptStore, Usage,

@@ -5,11 +5,11 @@ use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agent_sessions::transcript::follow::{self, Position, Update};
 use agent_sessions::manager::{DeleteOptions, PruneOptions};
 use agent_sessions::ops::{migrate_with, MigrateOptions, MigrationProgress, MigrationReport};
 use agent_sessions::privacy::{ForgetOptions, PersonRef, RetentionPolicy, RetentionRule};
 use agent_sessions::store::{Backend, OpenMode, StoreUrl};
+use agent_sessions::transcript::follow::{self, Position, Update};
 use agent_sessions::transcript::{Offset, SessionEvent, TranscriptRef, TranscriptStore};
 use agent_sessions::{
     AgentId, Error, ListCursor, ListFilter, PeerKind, SessionKey, SessionManager, SessionStatus,

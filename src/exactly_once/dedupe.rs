@@ -164,6 +164,33 @@ impl SessionManager {
     }
 }
 
+impl SessionManager {
+    /// Whether a reply to the message of `record` is in its session's transcript: a
+    /// run answered it (and died, if it did, after logging the reply).
+    pub(crate) async fn answered_before(
+        &self,
+        key: &SessionKey,
+        record: &InboundRecord,
+    ) -> Result<bool> {
+        let Some(transcripts) = self.seams.transcripts.as_deref() else {
+            return Ok(false);
+        };
+        let current = self.seams.store.get(key).await?;
+        let entry = current
+            .map(|s| s.entry)
+            .filter(|entry| entry.session_id == record.session_id)
+            .unwrap_or_else(|| SessionEntry::new(&record.session_id, 0));
+        let transcript = TranscriptRef::of(key, &entry, &self.settings.default_agent);
+        super::claims::has_line(transcripts, &transcript, |line| {
+            line.log.as_ref().is_some_and(|log| {
+                log.direction == Some(Direction::Outbound)
+                    && log.collected.iter().any(|id| *id == record.id)
+            })
+        })
+        .await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

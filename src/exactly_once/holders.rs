@@ -105,13 +105,19 @@ fn boot_id() -> Option<String> {
     Some(id.trim().to_owned()).filter(|id| !id.is_empty())
 }
 
-/// When process `pid` started (clock ticks since boot), if it runs.
+/// When process `pid` started (clock ticks since boot), if it runs. A process that was
+/// killed and not yet reaped by its parent (a zombie) runs no more.
 fn start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may hold spaces and parentheses: fields start after the last ')'.
     let fields = stat.get(stat.rfind(')')? + 1..)?;
-    // Field 22 of the whole line is the 20th after the name.
-    fields.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = fields.split_whitespace();
+    // Field 3 of the whole line is the state: `Z` (zombie) and `X` (dead) run no more.
+    if matches!(fields.next(), Some("Z" | "X" | "x")) {
+        return None;
+    }
+    // Field 22 of the whole line is the 19th after the state.
+    fields.nth(18)?.parse().ok()
 }
 
 /// Whether `holder` (`<process>#<token>`, which took something at `at_ms`) may still

@@ -22,8 +22,8 @@ use futures_util::Stream;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use super::*;
-use crate::transcript::follow::{Follow, Position, Scope, Update};
 use crate::identity::key::SessionKey;
+use crate::transcript::follow::{Follow, Position, Scope, Update};
 use crate::transcript::{Offset, SessionEvent};
 
 /// The header a reconnecting SSE client sends its last event id in.

@@ -19,8 +19,8 @@ use axum::http::header::{CACHE_CONTROL, COOKIE, HOST, LOCATION, ORIGIN, SET_COOK
 use axum::http::HeaderValue;
 
 use super::*;
-use crate::transcript::follow::{Position, Scope, Update};
 use crate::identity::key::SessionKey;
+use crate::transcript::follow::{Position, Scope, Update};
 use crate::transcript::search::{Search, SearchFilter, SearchQuery};
 use crate::transcript::TranscriptStore;
 

@@ -43,6 +43,9 @@ pub(crate) enum Lane {
     Queued { id: String },
     /// The message did not fit the queue (`drop: new`).
     Dropped,
+    /// A delivery again of a message the live run answers (it took over the run that
+    /// had it): nothing to do.
+    Answering,
 }
 
 /// What a waiting turn finds when it asks for its place.
@@ -55,6 +58,8 @@ pub(crate) enum Take {
         taken: Vec<QueuedMessage>,
         own_at: usize,
         dropped: Option<QueueDropped>,
+        /// Every message the run answers (those of a dead run it took over too).
+        answering: Vec<String>,
     },
     /// Not yet: the run still holds the session, or the queue is not quiet until this
     /// time (epoch milliseconds).
@@ -65,17 +70,31 @@ pub(crate) enum Take {
 
 /// Whether a live turn holds the session's run at `now_ms`.
 pub(crate) fn live(entry: &SessionEntry, now_ms: u64) -> bool {
-    entry.run.as_ref().is_some_and(|run| {
-        alive(&run.holder, run.renewed_at.max(run.started_at), now_ms)
-    })
+    entry
+        .run
+        .as_ref()
+        .is_some_and(|run| alive(&run.holder, run.renewed_at.max(run.started_at), now_ms))
 }
 
 /// Gives the run to `holder`, with the next fencing token: it answers `answering`,
-/// and what a run that died before it was answering.
+/// and what a run that died before it was answering. The messages it answers are its
+/// own now: a delivery again of one finds this run holding it (a duplicate while it
+/// lives), not the turn that queued it.
 fn take_run(entry: &mut SessionEntry, holder: &str, now_ms: u64, answering: Vec<String>) -> u64 {
+    for record in entry
+        .recent_inbound
+        .iter_mut()
+        .filter(|record| answering.contains(&record.id))
+    {
+        record.holder = holder.to_owned();
+    }
     let fence = entry.run_fence.unwrap_or(0).saturating_add(1);
     entry.run_fence = Some(fence);
-    let mut all = entry.run.take().map(|dead| dead.answering).unwrap_or_default();
+    let mut all = entry
+        .run
+        .take()
+        .map(|dead| dead.answering)
+        .unwrap_or_default();
     for id in answering {
         if !all.contains(&id) {
             all.push(id);
@@ -95,7 +114,11 @@ fn take_run(entry: &mut SessionEntry, holder: &str, now_ms: u64, answering: Vec<
 
 /// Decides what `arrival` does in the session `entry` (as its update is about to write
 /// it): run now, wait in the queue, or be dropped.
-pub(crate) fn arrive(entry: &mut SessionEntry, arrival: &Arrival<'_>, settings: &Effective) -> Lane {
+pub(crate) fn arrive(
+    entry: &mut SessionEntry,
+    arrival: &Arrival<'_>,
+    settings: &Effective,
+) -> Lane {
     let now = arrival.now_ms;
     if let Some(item) = arrival
         .adopt
@@ -121,6 +144,16 @@ pub(crate) fn arrive(entry: &mut SessionEntry, arrival: &Arrival<'_>, settings: 
         }
     }
     let live = live(entry, now);
+    if live
+        && arrival.inbound_id.is_some_and(|id| {
+            entry
+                .run
+                .as_ref()
+                .is_some_and(|run| run.answering.iter().any(|a| a == id))
+        })
+    {
+        return Lane::Answering;
+    }
     let own: Vec<String> = arrival.inbound_id.map(str::to_owned).into_iter().collect();
     if !live {
         let resumed = arrival.inbound_id.is_some_and(|id| {
@@ -142,8 +175,10 @@ pub(crate) fn arrive(entry: &mut SessionEntry, arrival: &Arrival<'_>, settings: 
         // The running turn is told (its token is no longer the run's); the newest
         // message runs now, with what waited.
         let collected = std::mem::take(&mut entry.queued);
-        let mut answering: Vec<String> =
-            collected.iter().filter_map(|q| q.inbound_id.clone()).collect();
+        let mut answering: Vec<String> = collected
+            .iter()
+            .filter_map(|q| q.inbound_id.clone())
+            .collect();
         answering.extend(own);
         let fence = take_run(entry, arrival.holder, now, answering);
         return Lane::Run {
@@ -182,7 +217,9 @@ fn enqueue(entry: &mut SessionEntry, arrival: &Arrival<'_>, settings: &Effective
 }
 
 fn remember_dropped(entry: &mut SessionEntry, gone: &QueuedMessage, summarize: bool) {
-    let dropped = entry.queue_dropped.get_or_insert_with(QueueDropped::default);
+    let dropped = entry
+        .queue_dropped
+        .get_or_insert_with(QueueDropped::default);
     if summarize {
         dropped.count += 1;
         let body = gone
@@ -253,13 +290,16 @@ pub(crate) fn take(
         return Take::Wait { until: None };
     }
     let newest = entry.queued.iter().map(|q| q.at).max().unwrap_or(now_ms);
-    let due = newest.saturating_add(u64::try_from(settings.debounce.as_millis()).unwrap_or(u64::MAX));
+    let due =
+        newest.saturating_add(u64::try_from(settings.debounce.as_millis()).unwrap_or(u64::MAX));
     if now_ms < due {
         return Take::Wait { until: Some(due) };
     }
     // In steer mode, what a run took by steering was answered by it.
     if settings.mode == QueueMode::Steer {
-        entry.queued.retain(|q| q.id == queued_id || q.steered.is_none());
+        entry
+            .queued
+            .retain(|q| q.id == queued_id || q.steered.is_none());
     }
     let position = entry
         .queued
@@ -281,10 +321,7 @@ pub(crate) fn take(
         }
     };
     let taken: Vec<QueuedMessage> = entry.queued.drain(..upto).collect();
-    let own_at = taken
-        .iter()
-        .position(|q| q.id == queued_id)
-        .expect("taken");
+    let own_at = taken.iter().position(|q| q.id == queued_id).expect("taken");
     let answering = taken.iter().filter_map(|q| q.inbound_id.clone()).collect();
     let fence = take_run(entry, holder, now_ms, answering);
     Take::Run {
@@ -292,12 +329,21 @@ pub(crate) fn take(
         taken,
         own_at,
         dropped: take_dropped(entry),
+        answering: entry
+            .run
+            .as_ref()
+            .map(|run| run.answering.clone())
+            .unwrap_or_default(),
     }
 }
 
 /// The queued messages the run `fence` takes at a tool boundary (steering), marked
 /// taken by it; none when the run is no longer `fence` or the mode does not steer.
-pub(crate) fn steer(entry: &mut SessionEntry, fence: u64, settings: &Effective) -> Vec<QueuedMessage> {
+pub(crate) fn steer(
+    entry: &mut SessionEntry,
+    fence: u64,
+    settings: &Effective,
+) -> Vec<QueuedMessage> {
     let steers = matches!(settings.mode, QueueMode::Steer | QueueMode::SteerBacklog);
     if !steers || entry.run.as_ref().map(|run| run.fence) != Some(fence) {
         return Vec::new();
@@ -362,7 +408,13 @@ mod tests {
         InboundMessage::direct("telegram", "42", body)
     }
 
-    fn arrive_as(entry: &mut SessionEntry, hold: &Hold, body: &str, at: u64, s: &Effective) -> Lane {
+    fn arrive_as(
+        entry: &mut SessionEntry,
+        hold: &Hold,
+        body: &str,
+        at: u64,
+        s: &Effective,
+    ) -> Lane {
         let message = message(body);
         arrive(
             entry,
@@ -396,7 +448,11 @@ mod tests {
         ];
         for (mode, first_follow_up, follow_ups) in cases {
             let s = settings(mode.clone(), 20, QueueDrop::Summarize);
-            let (a, b, c) = (Hold::new("a".into()), Hold::new("b".into()), Hold::new("c".into()));
+            let (a, b, c) = (
+                Hold::new("a".into()),
+                Hold::new("b".into()),
+                Hold::new("c".into()),
+            );
             let mut entry = SessionEntry::new("s", 0);
             let Lane::Run { fence, .. } = arrive_as(&mut entry, &a, "a", 0, &s) else {
                 panic!("{mode:?}: the first message runs")
@@ -407,28 +463,46 @@ mod tests {
             let Lane::Queued { id: qc } = arrive_as(&mut entry, &c, "c", 120, &s) else {
                 panic!("{mode:?}: the third waits")
             };
-            assert_eq!(take(&mut entry, &qb, b.holder(), &s, 200), Take::Wait { until: None });
+            assert_eq!(
+                take(&mut entry, &qb, b.holder(), &s, 200),
+                Take::Wait { until: None }
+            );
             assert!(release(&mut entry, fence));
             assert_eq!(
                 take(&mut entry, &qb, b.holder(), &s, 500),
                 Take::Wait { until: Some(1_120) },
                 "{mode:?}: the queue must be quiet for the debounce"
             );
-            let Take::Run { fence: second, taken, own_at, .. } =
-                take(&mut entry, &qb, b.holder(), &s, 1_200)
+            let Take::Run {
+                fence: second,
+                taken,
+                own_at,
+                ..
+            } = take(&mut entry, &qb, b.holder(), &s, 1_200)
             else {
                 panic!("{mode:?}: the second's turn runs")
             };
             assert!(second > fence, "tokens only grow");
-            assert_eq!(bodies(&taken), first_follow_up, "{mode:?}: in arrival order");
+            assert_eq!(
+                bodies(&taken),
+                first_follow_up,
+                "{mode:?}: in arrival order"
+            );
             assert_eq!(taken[own_at].id, qb);
             let third = take(&mut entry, &qc, c.holder(), &s, 1_300);
             if follow_ups == 1 {
                 assert_eq!(third, Take::Gone(QueueOutcome::Collected), "{mode:?}");
             } else {
-                assert_eq!(third, Take::Wait { until: None }, "{mode:?}: its own turn, later");
+                assert_eq!(
+                    third,
+                    Take::Wait { until: None },
+                    "{mode:?}: its own turn, later"
+                );
                 assert!(release(&mut entry, second));
-                assert!(matches!(take(&mut entry, &qc, c.holder(), &s, 2_300), Take::Run { .. }));
+                assert!(matches!(
+                    take(&mut entry, &qc, c.holder(), &s, 2_300),
+                    Take::Run { .. }
+                ));
             }
         }
     }
@@ -445,7 +519,10 @@ mod tests {
             panic!("the newest message runs at once")
         };
         assert!(interrupted(&entry, old));
-        assert!(!release(&mut entry, old), "the interrupted run cannot end the new one");
+        assert!(
+            !release(&mut entry, old),
+            "the interrupted run cannot end the new one"
+        );
         assert!(release(&mut entry, new));
     }
 
@@ -462,9 +539,15 @@ mod tests {
         };
         assert_eq!(bodies(&steer(&mut entry, fence, &s)), ["b"]);
         assert!(steer(&mut entry, fence, &s).is_empty(), "taken once");
-        assert_eq!(take(&mut entry, &id, b.holder(), &s, 20), Take::Wait { until: None });
+        assert_eq!(
+            take(&mut entry, &id, b.holder(), &s, 20),
+            Take::Wait { until: None }
+        );
         assert!(release(&mut entry, fence));
-        assert_eq!(take(&mut entry, &id, b.holder(), &s, 30), Take::Gone(QueueOutcome::Steered));
+        assert_eq!(
+            take(&mut entry, &id, b.holder(), &s, 30),
+            Take::Gone(QueueOutcome::Steered)
+        );
         // Collect does not steer.
         let c = settings(QueueMode::Collect, 20, QueueDrop::Summarize);
         assert!(steer(&mut entry, fence, &c).is_empty());
@@ -478,7 +561,9 @@ mod tests {
             (QueueDrop::New, None, 0),
         ] {
             let s = settings(QueueMode::Collect, 2, drop.clone());
-            let holds: Vec<Hold> = (0..4).map(|n| Hold::new(format!("cap{n}{drop:?}"))).collect();
+            let holds: Vec<Hold> = (0..4)
+                .map(|n| Hold::new(format!("cap{n}{drop:?}")))
+                .collect();
             let mut entry = SessionEntry::new("s", 0);
             arrive_as(&mut entry, &holds[0], "run", 0, &s);
             let Lane::Queued { id: first } = arrive_as(&mut entry, &holds[1], "one", 1, &s) else {
@@ -489,7 +574,10 @@ mod tests {
             match outcome_of_first {
                 Some(outcome) => {
                     assert!(matches!(third, Lane::Queued { .. }), "{drop:?}");
-                    assert_eq!(take(&mut entry, &first, holds[1].holder(), &s, 4), Take::Gone(outcome));
+                    assert_eq!(
+                        take(&mut entry, &first, holds[1].holder(), &s, 4),
+                        Take::Gone(outcome)
+                    );
                 }
                 None => assert_eq!(third, Lane::Dropped, "{drop:?}: the new one goes"),
             }
@@ -530,7 +618,12 @@ mod tests {
         );
         assert_eq!(
             lane,
-            Lane::Run { fence: 5, collected: Vec::new(), dropped: None, resumed: true }
+            Lane::Run {
+                fence: 5,
+                collected: Vec::new(),
+                dropped: None,
+                resumed: true
+            }
         );
     }
 }

@@ -183,7 +183,12 @@ pub(crate) fn effective(
 ) -> Effective {
     let base = settings.for_channel(channel);
     Effective {
-        mode: normalize(entry.queue_mode.clone().unwrap_or_else(|| base.mode.clone())),
+        mode: normalize(
+            entry
+                .queue_mode
+                .clone()
+                .unwrap_or_else(|| base.mode.clone()),
+        ),
         debounce: entry
             .queue_debounce_ms
             .map_or(base.debounce, Duration::from_millis),
@@ -191,7 +196,11 @@ pub(crate) fn effective(
             .queue_cap
             .map_or(base.cap, |cap| usize::try_from(cap).unwrap_or(usize::MAX))
             .max(1),
-        drop: match entry.queue_drop.clone().unwrap_or_else(|| base.drop.clone()) {
+        drop: match entry
+            .queue_drop
+            .clone()
+            .unwrap_or_else(|| base.drop.clone())
+        {
             QueueDrop::Other(_) => QueueDrop::Summarize,
             drop => drop,
         },
@@ -330,7 +339,10 @@ mod tests {
         let on_sms = effective(&entry, &settings, Some("sms"));
         assert_eq!((on_sms.mode, on_sms.cap), (QueueMode::Collect, 20));
         let on_telegram = effective(&entry, &settings, Some("telegram"));
-        assert_eq!((on_telegram.mode, on_telegram.cap), (QueueMode::Followup, 5));
+        assert_eq!(
+            (on_telegram.mode, on_telegram.cap),
+            (QueueMode::Followup, 5)
+        );
         entry.queue_mode = Some(QueueMode::Queue);
         entry.queue_cap = Some(2);
         let own = effective(&entry, &settings, Some("telegram"));

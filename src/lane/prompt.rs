@@ -13,7 +13,11 @@ const COLLECTED_HEADER: &str = "[Queued messages while agent was busy]";
 pub(crate) fn collected_input(inputs: &[String], dropped: Option<&QueueDropped>) -> String {
     let mut out = String::new();
     if let Some(dropped) = dropped.filter(|d| d.count > 0) {
-        let noun = if dropped.count == 1 { "message" } else { "messages" };
+        let noun = if dropped.count == 1 {
+            "message"
+        } else {
+            "messages"
+        };
         out.push_str(&format!(
             "[Queue overflow] Dropped {} {noun} due to cap.",
             dropped.count

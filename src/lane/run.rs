@@ -29,6 +29,9 @@ pub(crate) struct Place {
     pub(crate) dropped: Option<QueueDropped>,
     /// Its own message was logged by a run that died before answering it.
     pub(crate) resumed: bool,
+    /// Every delivered message the run answers, as the session's run records them
+    /// (those of a dead run it took over too).
+    pub(crate) answering: Vec<String>,
 }
 
 /// A running turn's hold on its session's run: renews the run's lease (so a holder on
@@ -105,7 +108,11 @@ impl SessionManager {
 
     /// Whether the session under `key` has a run whose holder is gone, which was
     /// answering the message `inbound_id` (it was logged, never answered).
-    pub(crate) async fn run_died_answering(&self, key: &SessionKey, inbound_id: &str) -> Result<bool> {
+    pub(crate) async fn run_died_answering(
+        &self,
+        key: &SessionKey,
+        inbound_id: &str,
+    ) -> Result<bool> {
         let now_ms = self.seams.clock.now_millis();
         Ok(self.seams.store.get(key).await?.is_some_and(|session| {
             !super::decide::live(&session.entry, now_ms)
@@ -155,6 +162,7 @@ impl SessionManager {
                     mut taken,
                     own_at,
                     dropped,
+                    answering,
                 } => {
                     taken.remove(own_at);
                     crate::ops::telemetry::queue_waited(waited.elapsed(), taken.len());
@@ -164,6 +172,7 @@ impl SessionManager {
                         own_at,
                         dropped,
                         resumed: false,
+                        answering,
                     }));
                 }
                 Take::Gone(outcome) => {
@@ -193,12 +202,15 @@ impl SessionManager {
         entry: &SessionEntry,
     ) -> Result<Option<String>> {
         let inbound_id = crate::exactly_once::dedupe::inbound_id(turn.message());
-        if let (Some(transcripts), Some(inbound_id)) = (self.seams.transcripts.as_deref(), inbound_id) {
+        if let (Some(transcripts), Some(inbound_id)) =
+            (self.seams.transcripts.as_deref(), inbound_id)
+        {
             let transcript = TranscriptRef::of(turn.key(), entry, &self.settings.default_agent);
             let logged = crate::exactly_once::claims::find_line(transcripts, &transcript, |line| {
                 line.log.as_ref().is_some_and(|log| {
                     log.direction == Some(Direction::Inbound)
-                        && log.inbound_id.as_deref() == Some(inbound_id.as_str())
+                        && (log.inbound_id.as_deref() == Some(inbound_id.as_str())
+                            || log.collected.contains(&inbound_id))
                 })
             })
             .await?;
@@ -232,7 +244,8 @@ impl SessionManager {
             .collected
             .iter()
             .filter_map(|queued| {
-                let message: InboundMessage = serde_json::from_value(queued.message.clone()).ok()?;
+                let message: InboundMessage =
+                    serde_json::from_value(queued.message.clone()).ok()?;
                 Some(self.queued_text(&message, queued.at, activation))
             })
             .collect();

@@ -173,7 +173,13 @@ impl SessionManager {
             Some(group) => {
                 let sender = sender_label(&message.sender).unwrap_or_else(|| sender_name(message));
                 let body = enveloped_body(message, &message.body, &options);
-                format_envelope(&group.channel, &group.id, Some(from_millis(at_ms)), &sender, &body)
+                format_envelope(
+                    &group.channel,
+                    &group.id,
+                    Some(from_millis(at_ms)),
+                    &sender,
+                    &body,
+                )
             }
             None => model_body(message, &message.body, &options),
         }

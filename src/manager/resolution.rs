@@ -382,13 +382,20 @@ mod tests {
             (step_again.decision, step_again.reason),
             (step.decision, step.reason)
         );
-        assert_eq!(first.status, Some(SessionStatus::Idle), "a run is taken by the lane");
+        assert_eq!(
+            first.status,
+            Some(SessionStatus::Idle),
+            "a run is taken by the lane"
+        );
         assert_eq!(again.status, first.status);
         assert!(step.previous.is_none() && !step.system_sent);
 
         let (next, continued) = facts.step(Some(first.clone()));
         assert_eq!(continued.decision, Decision::Continue);
         assert_eq!(next.session_id, first.session_id);
-        assert!(!continued.aborted_last_run, "the step takes no run: the lane does");
+        assert!(
+            !continued.aborted_last_run,
+            "the step takes no run: the lane does"
+        );
     }
 }

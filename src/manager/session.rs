@@ -12,7 +12,6 @@ use super::{
     TurnOutcome,
 };
 use crate::error::{DeleteRefusal, Error, Result};
-use crate::transcript::follow::{Follow, Position, Scope};
 use crate::identity::access::{verify_namespace, verify_session_access, Caller};
 use crate::identity::key::{AgentId, SessionKey};
 use crate::identity::workspace::Workspace;
@@ -33,6 +32,7 @@ use crate::store::entry::{DescriptionSource, SessionEntry, SessionStatus};
 use crate::store::fs::blocking;
 use crate::store::StoredSession;
 use crate::store::{ListFilter, SessionStoreExt};
+use crate::transcript::follow::{Follow, Position, Scope};
 use crate::transcript::{ArchiveReason, TranscriptRef};
 use crate::transcript::{CheckpointReason, Offset, SessionEvent, TranscriptEntry, TranscriptRead};
 

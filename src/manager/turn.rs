@@ -241,6 +241,10 @@ pub struct Turn<'m> {
     /// Whether a message may interrupt its run (the session's queue mode was
     /// `interrupt` when it started).
     interruptible: bool,
+    /// When it started, by the manager's clock (epoch milliseconds).
+    started_ms: u64,
+    /// The delivered messages its reply answers (as the dedupe records name them).
+    answering: Vec<String>,
 }
 
 impl SessionManager {
@@ -304,6 +308,8 @@ impl SessionManager {
                 fence: None,
                 lease: None,
                 interruptible: false,
+                started_ms: self.seams.clock.now_millis(),
+                answering: Vec::new(),
             };
             let run = Hold::new(uuid::Uuid::new_v4().to_string());
             let window = self.settings.dedupe_window;
@@ -334,11 +340,14 @@ impl SessionManager {
                 let (Some(taking), Some(id)) = (intake.as_mut(), &message.message_id) else {
                     break resolved;
                 };
-                if taking.take_over.is_some()
-                    || (self
+                let logged = taking.take_over.is_none()
+                    && self
                         .logged_before(&self.key_for(message)?, record, id)
-                        .await?
-                        && !self.run_died_answering(&turn.key, &record.id).await?)
+                        .await?;
+                if taking.take_over.is_some()
+                    || (logged
+                        && !(self.run_died_answering(&turn.key, &record.id).await?
+                            && !self.answered_before(&turn.key, record).await?))
                 {
                     break resolved;
                 }
@@ -401,6 +410,12 @@ impl SessionManager {
                     collected,
                     dropped,
                     resumed,
+                    answering: resolution
+                        .entry()
+                        .run
+                        .as_ref()
+                        .map(|run| run.answering.clone())
+                        .unwrap_or_default(),
                 },
                 Some(Lane::Queued { id }) => {
                     crate::ops::telemetry::queued();
@@ -415,6 +430,11 @@ impl SessionManager {
                         }
                     }
                 }
+                Some(Lane::Answering) => {
+                    crate::ops::telemetry::duplicate();
+                    turn.action = TurnAction::Duplicate;
+                    return Ok(turn);
+                }
                 Some(Lane::Dropped) | None => {
                     taken(intake);
                     crate::ops::telemetry::dropped(1);
@@ -424,6 +444,7 @@ impl SessionManager {
                 }
             };
             turn.fence = Some(place.fence);
+            turn.answering = place.answering.clone();
             turn.interruptible = crate::lane::effective(
                 resolution.entry(),
                 &self.settings.queue,
@@ -891,8 +912,15 @@ impl<'m> Turn<'m> {
                     // take-over once its lease looks run out: in those cases the session
                     // is asked first, so a lost run logs nothing. Otherwise the update
                     // that ends the run checks its token, with no extra round trip.
+                    let half_lease = crate::exactly_once::holders::LEASE / 2;
+                    let ran_ms = manager
+                        .seams
+                        .clock
+                        .now_millis()
+                        .saturating_sub(self.started_ms);
                     let at_risk = self.interruptible
-                        || self.started.elapsed() >= crate::exactly_once::holders::LEASE / 2;
+                        || self.started.elapsed() >= half_lease
+                        || u128::from(ran_ms) >= half_lease.as_millis();
                     if at_risk && self.interrupted().await? {
                         crate::ops::telemetry::run_lost();
                         return Err(crate::Error::RunLost {
@@ -914,6 +942,7 @@ impl<'m> Turn<'m> {
                         let mut log = LogMessage::outbound(sent.clone())
                             .took(self.started.elapsed().as_millis() as u64);
                         log.log.correlation_id = self.message.message_id.clone();
+                        log.log.collected = self.answering.clone();
                         log.log.parts = parts;
                         log.usage = reply.usage.as_ref().map(TurnUsage::to_transcript_usage);
                         let line = manager.log_line(&self.key, entry, log);

@@ -234,7 +234,11 @@ pub(crate) fn queue_handled(how: &'static str) {
 
 /// Counts messages a running turn took at a tool boundary.
 pub(crate) fn steered(count: usize) {
-    record::counter("agent_sessions_queue_total", &[("event", "steered")], count as u64);
+    record::counter(
+        "agent_sessions_queue_total",
+        &[("event", "steered")],
+        count as u64,
+    );
 }
 
 /// Counts a run that lost its session (interrupted, or taken over).

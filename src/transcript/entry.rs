@@ -377,9 +377,10 @@ pub struct LogFields {
     /// message id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inbound_id: Option<String>,
-    /// The delivered messages (as [`inbound_id`](Self::inbound_id) names them) that an
-    /// inbound line answers besides its own: the messages that waited during a run and
-    /// a follow-up turn answers together ([`crate::lane`]).
+    /// Delivered messages, as [`inbound_id`](Self::inbound_id) names them: on an
+    /// inbound line, the messages it carries besides its own (those that waited during
+    /// a run, which a follow-up turn answers together: [`crate::lane`]); on a reply,
+    /// every message it answers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub collected: Vec<String>,
     /// Where each payload of a reply is in the line's text, by payload: its byte range

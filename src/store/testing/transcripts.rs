@@ -11,8 +11,8 @@ use chrono::{DateTime, Duration, TimeZone, Utc};
 use tokio::task::JoinSet;
 
 use crate::error::Error;
-use crate::transcript::follow::transcript::TranscriptFollow;
 use crate::identity::key::AgentId;
+use crate::transcript::follow::transcript::TranscriptFollow;
 use crate::transcript::{
     ArchiveReason, LogFields, LogQuery, Offset, SessionHeader, TranscriptEntry, TranscriptExport,
     TranscriptRef, TranscriptStore,
