@@ -662,9 +662,17 @@ async fn group_history_lives_with_the_store_and_a_read_only_backend_writes_none(
             "{url}"
         );
         {
+            // A read-only backend reads the store's chatter (a copy carries it) and
+            // writes nothing.
             let reader = Backend::open_with(&url, OpenMode::ReadOnly).await.unwrap();
-            reader.chatter().append(GROUP, said("b")).await.unwrap();
-            assert_eq!(reader.chatter().take(GROUP).await.unwrap(), [said("b")]);
+            assert_eq!(reader.chatter().entries(GROUP).await.unwrap(), [said("a")]);
+            assert_eq!(reader.chatter().export_groups().await.unwrap().len(), 1);
+            assert!(matches!(
+                reader.chatter().append(GROUP, said("b")).await,
+                Err(agent_sessions::Error::NotConfigured { .. })
+            ));
+            assert!(reader.chatter().take(GROUP).await.is_err(), "{url}");
+            assert!(reader.system_events().drain(&key).await.is_err(), "{url}");
         }
         assert_eq!(
             again.chatter().take(GROUP).await.unwrap(),

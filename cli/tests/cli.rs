@@ -2067,3 +2067,76 @@ fn a_killed_export_leaves_no_copy_of_the_person_behind() {
         .collect();
     assert_eq!(names, ["jane.json"]);
 }
+
+/// `migrate` and `import --openclaw` open their source read-only, and still carry its
+/// pending group chatter, remembered message ids and queued system events — where the
+/// command used to copy none of them and say "verified".
+#[test]
+fn migrate_carries_pending_chatter_and_system_events() {
+    let work = tempfile::tempdir().unwrap();
+    let source = format!("json:{}", work.path().join("tree").display());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        use agent_sessions::prelude::*;
+        let manager = SessionManager::connect(&source)
+            .await
+            .unwrap()
+            .build()
+            .unwrap();
+        let turn = manager
+            .turn(&InboundMessage::direct("telegram", "42", "hi"))
+            .await
+            .unwrap();
+        let key = turn.key().clone();
+        turn.complete("hello").await.unwrap();
+        manager
+            .session(&key)
+            .enqueue_system_event("Model switched.")
+            .await
+            .unwrap();
+        for (n, sender) in ["+15550001", "+15550002"].iter().enumerate() {
+            let chatter = InboundMessage::group("whatsapp", "1203@g.us", *sender, "lunch?")
+                .with_message_id(format!("g{n}"));
+            let turn = manager.turn(&chatter).await.unwrap();
+            assert_eq!(turn.action(), &TurnAction::StaySilent);
+        }
+    });
+    for (verb, from) in [("migrate", source.clone()), ("import", source.clone())] {
+        let target = format!(
+            "sqlite:{}",
+            work.path().join(format!("{verb}.db")).display()
+        );
+        let output = if verb == "migrate" {
+            run_bare(&["--json", "migrate", "--from", &from, "--to", &target])
+        } else {
+            let tree = work.path().join("tree");
+            run(
+                &target,
+                &["--json", "import", "--openclaw", tree.to_str().unwrap()],
+            )
+        };
+        let report = json(&output);
+        assert_eq!(report["verified"], true, "{verb}: {report}");
+        assert_eq!(report["chatterGroupsCopied"], 1, "{verb}: {report}");
+        assert_eq!(report["systemEventQueuesCopied"], 1, "{verb}: {report}");
+        assert_eq!(report["source"]["chatterGroups"], 1, "{verb}: {report}");
+        runtime.block_on(async {
+            use agent_sessions::prelude::*;
+            let copy = SessionManager::connect(&target)
+                .await
+                .unwrap()
+                .build()
+                .unwrap();
+            let again = InboundMessage::group("whatsapp", "1203@g.us", "+15550001", "lunch?")
+                .with_message_id("g0");
+            assert_eq!(
+                copy.turn(&again).await.unwrap().action(),
+                &TurnAction::Duplicate,
+                "{verb}: chatter delivered again to the copy is a duplicate there"
+            );
+        });
+    }
+}

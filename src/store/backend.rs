@@ -6,8 +6,8 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::inbound::chatter::{ChatterBuffer, InMemoryChatter};
-use crate::inbound::events::{SystemEventQueue, SystemEvents};
+use crate::inbound::chatter::ChatterBuffer;
+use crate::inbound::events::SystemEvents;
 use crate::store::FileTranscriptStore;
 use crate::store::{JsonFileStore, MultiKeyStore, SessionStore};
 use crate::transcript::search::{InMemoryIndex, SearchIndex};
@@ -318,10 +318,9 @@ impl Backend {
             Arc<dyn ChatterBuffer>,
             Arc<dyn SystemEvents>,
         );
-        // Group chatter and system events live beside the sessions (in memory for a
-        // read-only backend, which must not be written to).
+        // Group chatter and system events live beside the sessions; a read-only backend
+        // reads them and writes nothing (see `ReadOnly`).
         let read_only = mode == OpenMode::ReadOnly;
-        let in_memory = || Arc::new(SystemEventQueue::default()) as Arc<dyn SystemEvents>;
         let (multi_key, transcripts, search, history, system_events): Parts = match &url {
             StoreUrl::Json(dir) => {
                 if mode != OpenMode::Create {
@@ -333,17 +332,8 @@ impl Backend {
                     // Read-only: an index in memory, never saved into the tree.
                     (mode == OpenMode::ReadOnly)
                         .then(|| Arc::new(InMemoryIndex::new()) as Arc<dyn SearchIndex>),
-                    // Read-only: history in memory, nothing written into the tree.
-                    if mode == OpenMode::ReadOnly {
-                        Arc::new(InMemoryChatter::default()) as Arc<dyn ChatterBuffer>
-                    } else {
-                        Arc::new(super::JsonFileChatter::new(dir))
-                    },
-                    if read_only {
-                        in_memory()
-                    } else {
-                        Arc::new(super::JsonFileSystemEvents::new(dir))
-                    },
+                    read_only_chatter(Arc::new(super::JsonFileChatter::new(dir)), read_only),
+                    read_only_events(Arc::new(super::JsonFileSystemEvents::new(dir)), read_only),
                 )
             }
             #[cfg(feature = "sqlite")]
@@ -365,16 +355,14 @@ impl Backend {
                     }
                 })
                 .await?;
-                let history: Arc<dyn ChatterBuffer> = if mode == OpenMode::ReadOnly {
-                    Arc::new(InMemoryChatter::default())
-                } else {
-                    Arc::new(crate::store::SqliteChatter::new(&store))
-                };
-                let system_events: Arc<dyn SystemEvents> = if read_only {
-                    in_memory()
-                } else {
-                    Arc::new(crate::store::SqliteSystemEvents::new(&store))
-                };
+                let history = read_only_chatter(
+                    Arc::new(crate::store::SqliteChatter::new(&store)),
+                    read_only,
+                );
+                let system_events = read_only_events(
+                    Arc::new(crate::store::SqliteSystemEvents::new(&store)),
+                    read_only,
+                );
                 (
                     Arc::new(store.clone()),
                     Arc::new(store.clone()),
@@ -394,16 +382,14 @@ impl Backend {
                 }
                 let store =
                     crate::store::PostgresStore::connect_mode(conninfo, options, mode).await?;
-                let history: Arc<dyn ChatterBuffer> = if mode == OpenMode::ReadOnly {
-                    Arc::new(InMemoryChatter::default())
-                } else {
-                    Arc::new(crate::store::PostgresChatter::new(&store))
-                };
-                let system_events: Arc<dyn SystemEvents> = if read_only {
-                    in_memory()
-                } else {
-                    Arc::new(crate::store::PostgresSystemEvents::new(&store))
-                };
+                let history = read_only_chatter(
+                    Arc::new(crate::store::PostgresChatter::new(&store)),
+                    read_only,
+                );
+                let system_events = read_only_events(
+                    Arc::new(crate::store::PostgresSystemEvents::new(&store)),
+                    read_only,
+                );
                 (
                     Arc::new(store.clone()),
                     Arc::new(store.clone()),
@@ -460,8 +446,8 @@ impl Backend {
     /// files beside a JSON tree ([`JsonFileChatter`](super::JsonFileChatter)), the
     /// `group_history` table of a SQLite database or PostgreSQL schema
     /// (`SqliteChatter`, `PostgresChatter`). A backend opened
-    /// [`OpenMode::ReadOnly`] keeps it in memory
-    /// ([`InMemoryChatter`](crate::inbound::chatter::InMemoryChatter)), since nothing may be written.
+    /// [`OpenMode::ReadOnly`] reads it (a copy exports it) and refuses every write
+    /// ([`Error::NotConfigured`]), since nothing may be written.
     pub fn chatter(&self) -> &Arc<dyn ChatterBuffer> {
         &self.history
     }
@@ -471,8 +457,8 @@ impl Backend {
     /// JSON tree ([`JsonFileSystemEvents`](super::JsonFileSystemEvents)), the
     /// `system_events` table of a SQLite database or PostgreSQL schema
     /// (`SqliteSystemEvents`, `PostgresSystemEvents`). A backend opened
-    /// [`OpenMode::ReadOnly`] keeps them in memory
-    /// ([`SystemEventQueue`]), since nothing may be written.
+    /// [`OpenMode::ReadOnly`] reads them (a copy exports them) and refuses every write,
+    /// draining included ([`Error::NotConfigured`]), since nothing may be written.
     pub fn system_events(&self) -> &Arc<dyn SystemEvents> {
         &self.system_events
     }
@@ -530,5 +516,118 @@ fn json_tree_exists(dir: &std::path::Path, url: &StoreUrl) -> Result<()> {
         Err(not_found(
             "it has no agents/ directory (not an OpenClaw state directory)",
         ))
+    }
+}
+
+/// `inner`, or — for a backend opened read-only — a view of it that reads (a copy's
+/// export, a person's pending chatter) and writes nothing.
+fn read_only_chatter(inner: Arc<dyn ChatterBuffer>, read_only: bool) -> Arc<dyn ChatterBuffer> {
+    if read_only {
+        Arc::new(ReadOnly(inner))
+    } else {
+        inner
+    }
+}
+
+/// As [`read_only_chatter`], for system events.
+fn read_only_events(inner: Arc<dyn SystemEvents>, read_only: bool) -> Arc<dyn SystemEvents> {
+    if read_only {
+        Arc::new(ReadOnly(inner))
+    } else {
+        inner
+    }
+}
+
+/// A buffer or queue of a backend opened read-only: what it holds can be read, and
+/// every write is refused ([`Error::NotConfigured`]) — a store opened read-only is never
+/// written to.
+struct ReadOnly<T: ?Sized>(Arc<T>);
+
+const READ_ONLY: Error = Error::NotConfigured {
+    what: "writing to a store opened read-only (OpenMode::ReadOnly)",
+};
+
+#[async_trait::async_trait]
+impl ChatterBuffer for ReadOnly<dyn ChatterBuffer> {
+    async fn append(&self, _: &str, _: crate::inbound::ChatterEntry) -> Result<()> {
+        Err(READ_ONLY)
+    }
+    async fn entries(&self, key: &str) -> Result<Vec<crate::inbound::ChatterEntry>> {
+        self.0.entries(key).await
+    }
+    async fn clear(&self, _: &str) -> Result<()> {
+        Err(READ_ONLY)
+    }
+    async fn take(&self, _: &str) -> Result<Vec<crate::inbound::ChatterEntry>> {
+        Err(READ_ONLY)
+    }
+    async fn append_once(
+        &self,
+        _: &str,
+        _: crate::inbound::ChatterEntry,
+        _: std::time::Duration,
+    ) -> Result<bool> {
+        Err(READ_ONLY)
+    }
+    async fn claim(
+        &self,
+        _: &str,
+        _: &crate::inbound::ChatterClaim,
+        _: &[String],
+    ) -> Result<Vec<crate::inbound::ChatterEntry>> {
+        Err(READ_ONLY)
+    }
+    async fn claims(&self, key: &str) -> Result<Vec<crate::inbound::ChatterClaim>> {
+        self.0.claims(key).await
+    }
+    async fn settle(&self, _: &str, _: &str) -> Result<()> {
+        Err(READ_ONLY)
+    }
+    async fn release(&self, _: &str, _: &str, _: Vec<crate::inbound::ChatterEntry>) -> Result<()> {
+        Err(READ_ONLY)
+    }
+    async fn edit_entries(&self, _: crate::inbound::EntryEditor<'_>) -> Result<usize> {
+        Err(READ_ONLY)
+    }
+    async fn export_groups(&self) -> Result<Vec<(String, crate::inbound::GroupChatter)>> {
+        self.0.export_groups().await
+    }
+    async fn import_group(&self, _: &str, _: crate::inbound::GroupChatter) -> Result<bool> {
+        Err(READ_ONLY)
+    }
+}
+
+#[async_trait::async_trait]
+impl SystemEvents for ReadOnly<dyn SystemEvents> {
+    async fn enqueue(
+        &self,
+        _: &crate::identity::key::SessionKey,
+        _: &str,
+        _: chrono::DateTime<chrono::Utc>,
+    ) -> Result<bool> {
+        Err(READ_ONLY)
+    }
+    async fn drain(
+        &self,
+        _: &crate::identity::key::SessionKey,
+    ) -> Result<Vec<crate::inbound::SystemEvent>> {
+        Err(READ_ONLY)
+    }
+    async fn export_queues(
+        &self,
+    ) -> Result<
+        Vec<(
+            crate::identity::key::SessionKey,
+            Vec<crate::inbound::SystemEvent>,
+        )>,
+    > {
+        self.0.export_queues().await
+    }
+    async fn import_queue(
+        &self,
+        _: &crate::identity::key::SessionKey,
+        _: Vec<crate::inbound::SystemEvent>,
+    ) -> Result<bool> {
+        Err(READ_ONLY)
     }
 }

@@ -275,8 +275,10 @@ impl ChatterBuffer for JsonFileChatter {
         if !self.files.exists() {
             return Ok(Vec::new());
         }
+        // Read without the lock, writing nothing: a copy may read a tree opened
+        // read-only.
         self.files
-            .locked(|files| {
+            .unlocked(|files| {
                 let mut groups = Vec::new();
                 for path in files.all_files()? {
                     let key = group_of(&path);
@@ -289,7 +291,14 @@ impl ChatterBuffer for JsonFileChatter {
                         );
                         return Err(crate::Error::io("copy group chatter", &path, problem));
                     }
-                    let group: GroupChatter = files.read::<GroupFile>(&path)?.into();
+                    let Some(file) = files.read_as_is::<GroupFile>(&path)? else {
+                        let problem = std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            "the group's chatter does not parse",
+                        );
+                        return Err(crate::Error::io("copy group chatter", &path, problem));
+                    };
+                    let group: GroupChatter = file.into();
                     if !group.is_empty() {
                         groups.push((key, group));
                     }

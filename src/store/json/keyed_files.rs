@@ -71,6 +71,17 @@ impl KeyedFiles {
         .await
     }
 
+    /// Runs `f` on the blocking pool without the directory's lock and writing nothing
+    /// (no directory, no lock file): for readers of a tree that must not be written.
+    /// Each file is replaced whole by its writers, so each read sees one version of it.
+    pub(super) async fn unlocked<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&KeyedFiles) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let files = self.clone();
+        blocking(&self.dir, move || f(&files)).await
+    }
+
     /// What `path` holds (the default when it does not exist); a file that does not
     /// parse is moved aside as `<name>.json.corrupt`, kept and logged, and counts as
     /// empty.

@@ -127,8 +127,10 @@ impl SystemEvents for JsonFileSystemEvents {
         if !self.files.exists() {
             return Ok(Vec::new());
         }
+        // Read without the lock, writing nothing: a copy may read a tree opened
+        // read-only.
         self.files
-            .locked(|files| {
+            .unlocked(|files| {
                 let mut queues = Vec::new();
                 for path in files.all_files()? {
                     let name = path
@@ -149,7 +151,13 @@ impl SystemEvents for JsonFileSystemEvents {
                         );
                         return Err(crate::Error::io("copy system events", &path, problem));
                     };
-                    let events: Vec<Stored> = files.read(&path)?;
+                    let Some(events) = files.read_as_is::<Vec<Stored>>(&path)? else {
+                        let problem = std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            "the session's system events do not parse",
+                        );
+                        return Err(crate::Error::io("copy system events", &path, problem));
+                    };
                     if !events.is_empty() {
                         queues.push((key, events.into_iter().map(SystemEvent::from).collect()));
                     }
