@@ -822,7 +822,7 @@ async fn kill_worker() {
         .build()
         .unwrap();
     let peer = std::env::var("LANES_PEER").unwrap_or_else(|_| "42".into());
-    let message = InboundMessage::direct("telegram", &peer, &format!("q{question}"))
+    let message = InboundMessage::direct("telegram", &peer, format!("q{question}"))
         .with_message_id(format!("k{question}"));
     let turn = manager.turn(&message).await.unwrap();
     if !turn.needs_model() {

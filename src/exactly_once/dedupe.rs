@@ -152,7 +152,7 @@ impl SessionManager {
         super::claims::has_line(transcripts, &transcript, |line| {
             line.log.as_ref().is_some_and(|log| {
                 log.direction == Some(Direction::Inbound)
-                    && (log.collected.iter().any(|id| *id == record.id)
+                    && (log.collected.contains(&record.id)
                         || match &log.inbound_id {
                             Some(id) => *id == record.id,
                             // A line of a version that did not write the whole id.
@@ -183,8 +183,7 @@ impl SessionManager {
         let transcript = TranscriptRef::of(key, &entry, &self.settings.default_agent);
         super::claims::has_line(transcripts, &transcript, |line| {
             line.log.as_ref().is_some_and(|log| {
-                log.direction == Some(Direction::Outbound)
-                    && log.collected.iter().any(|id| *id == record.id)
+                log.direction == Some(Direction::Outbound) && log.collected.contains(&record.id)
             })
         })
         .await

@@ -340,15 +340,18 @@ impl SessionManager {
                 let (Some(taking), Some(id)) = (intake.as_mut(), &message.message_id) else {
                     break resolved;
                 };
-                let logged = taking.take_over.is_none()
-                    && self
-                        .logged_before(&self.key_for(message)?, record, id)
-                        .await?;
-                if taking.take_over.is_some()
-                    || (logged
-                        && !(self.run_died_answering(&turn.key, &record.id).await?
-                            && !self.answered_before(&turn.key, record).await?))
-                {
+                if taking.take_over.is_some() {
+                    break resolved;
+                }
+                let logged = self
+                    .logged_before(&self.key_for(message)?, record, id)
+                    .await?;
+                // Logged: a duplicate, unless the run that logged it died before it
+                // answered.
+                let unanswered = logged
+                    && self.run_died_answering(&turn.key, &record.id).await?
+                    && !self.answered_before(&turn.key, record).await?;
+                if logged && !unanswered {
                     break resolved;
                 }
                 // Its turn died before logging it, or its run before answering it: this
