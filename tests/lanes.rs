@@ -611,6 +611,7 @@ fn answered_ids(text: &str) -> Vec<u64> {
 fn runs_killed_at_random_answer_every_message_exactly_once() {
     // Below the 100 message ids a session remembers for its dedupe window.
     const MESSAGES: u64 = 90;
+    const KILLS_PER_BACKEND: usize = 60;
     let seed = std::env::var("LANES_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -626,11 +627,29 @@ fn runs_killed_at_random_answer_every_message_exactly_once() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let stores = Stores::new("lanes_kills");
     let mut kills = 0;
-    for (url, peer) in stores
-        .urls
-        .iter()
-        .flat_map(|url| ["42", "43"].map(move |peer| (url, peer)))
-    {
+    // Sessions (peers) on each backend until that backend has seen enough kills.
+    let mut plan: Vec<(String, String)> = Vec::new();
+    let mut kills_on: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut next = 0;
+    while next < stores.urls.len() * 10 {
+        let url = &stores.urls[next % stores.urls.len()];
+        let peer = format!("{}", 42 + next / stores.urls.len());
+        next += 1;
+        let enough = kills_on.get(url).copied().unwrap_or(0) >= KILLS_PER_BACKEND
+            && next > stores.urls.len() * 2;
+        if enough {
+            if stores
+                .urls
+                .iter()
+                .all(|u| kills_on.get(u).copied().unwrap_or(0) >= KILLS_PER_BACKEND)
+            {
+                break;
+            }
+            continue;
+        }
+        plan.push((url.clone(), peer.clone()));
+        let (url, peer) = (url.as_str(), peer.as_str());
+        let before = kills;
         runtime.block_on(async { drop(manager(url, quick()).await) });
         let answered = |runtime: &tokio::runtime::Runtime| -> Vec<u64> {
             runtime.block_on(async {
@@ -794,10 +813,14 @@ fn runs_killed_at_random_answer_every_message_exactly_once() {
                 done.iter().filter(|d| **d == i).count()
             );
         }
-        eprintln!("{url} ({peer}): {rounds} rounds");
+        eprintln!("{url} ({peer}): {rounds} rounds, {} kills", kills - before);
+        *kills_on.entry(url.to_owned()).or_default() += kills - before;
     }
+    eprintln!("sessions: {plan:?}");
     eprintln!("{kills} workers killed");
-    assert!(kills >= 100, "{kills} kills");
+    for url in &stores.urls {
+        assert!(kills_on[url] >= KILLS_PER_BACKEND, "{url}: {kills_on:?}");
+    }
     runtime.block_on(stores.finish());
 }
 
