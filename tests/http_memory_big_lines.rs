@@ -1,23 +1,28 @@
 //! Stalled readers of transcripts made of big lines (900 KB each: a pasted document, a
 //! base64 image) hold a bounded number of bytes, not of lines, on every kind of stream
-//! — an agent's, a key's, a session's — and give the memory back when they go.
+//! — an agent's, a key's, a session's — on every backend, and give the memory back when
+//! they go.
 //!
 //! The only test of its binary, so the process's resident memory is the service's (and
 //! its clients', which read almost nothing).
 #![cfg(target_os = "linux")]
 
-use std::io::Write;
+mod common;
+#[path = "common/stores.rs"]
+mod stores;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sessions::http::{router, serve, ServiceOptions};
 use agent_sessions::prelude::*;
+use stores::Stores;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// Each line's size.
+/// Each big line's size.
 const LINE_BYTES: usize = 900 * 1024;
-/// Lines per transcript.
-const LINES: usize = 60;
+/// Turns per session, each answered with a big line.
+const TURNS: usize = 30;
 
 /// This process's resident memory, in MiB.
 fn resident_mib() -> u64 {
@@ -48,34 +53,30 @@ async fn stalled_reader(address: std::net::SocketAddr, path: &str) -> tokio::net
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_readers_of_900_kb_lines_hold_bytes_not_lines() {
-    let dir = tempfile::tempdir().unwrap();
-    let manager = SessionManager::connect(&format!("json:{}", dir.path().display()))
-        .await
-        .unwrap()
-        .build()
-        .unwrap();
-    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let stores = Stores::new("big_lines");
+    for url in &stores.urls {
+        stalled_readers_hold_bytes_not_lines(url).await;
+    }
+    stores.finish().await;
+}
+
+async fn stalled_readers_hold_bytes_not_lines(url: &str) {
+    let backend = url.split(':').next().unwrap();
+    let manager = SessionManager::connect(url).await.unwrap().build().unwrap();
+    let text = "x".repeat(LINE_BYTES);
     let mut sessions = Vec::new();
     for peer in ["42", "43"] {
-        let turn = manager
-            .turn(&InboundMessage::direct("telegram", peer, "hi"))
-            .await
-            .unwrap();
-        let key = turn.key().clone();
-        turn.complete("Hello.").await.unwrap();
-        let entry = manager.session(&key).get().await.unwrap().unwrap().entry;
-        let path = entry.session_file.clone().unwrap();
-        let file = std::fs::OpenOptions::new().append(true).open(path).unwrap();
-        let mut out = std::io::BufWriter::new(file);
-        let text = "x".repeat(LINE_BYTES);
-        for n in 0..LINES {
-            writeln!(
-                out,
-                r#"{{"type":"message","id":"{n:08x}","timestamp":"{now}","message":{{"role":"user","content":"{text}"}}}}"#
-            )
-            .unwrap();
+        let mut key = None;
+        for _ in 0..TURNS {
+            let turn = manager
+                .turn(&InboundMessage::direct("telegram", peer, "hi"))
+                .await
+                .unwrap();
+            key = Some(turn.key().clone());
+            turn.complete(text.as_str()).await.unwrap();
         }
-        out.flush().unwrap();
+        let key = key.unwrap();
+        let entry = manager.session(&key).get().await.unwrap().unwrap().entry;
         sessions.push((key, entry.session_id));
     }
 
@@ -83,10 +84,13 @@ async fn stalled_readers_of_900_kb_lines_hold_bytes_not_lines() {
     let app = router(Arc::new(manager), options.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        serve(listener, app, &options, std::future::pending())
-            .await
-            .unwrap()
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let service = tokio::spawn(async move {
+        serve(listener, app, &options, async {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap()
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     let before = resident_mib();
@@ -108,24 +112,27 @@ async fn stalled_readers_of_900_kb_lines_hold_bytes_not_lines() {
     let held = peak.saturating_sub(before);
     // Each stream holds one chunk of transcript read ahead (here: one 900 KB line),
     // parsed, serialised and framed for the socket: about 4–5 MiB a stream, the figure
-    // docs/http-api.md gives; an agent's stream used to read 1,024 lines ahead.
+    // docs/http-api.md gives; an agent's stream used to read 1,024 lines ahead, and a
+    // SQL store's streams 64 lines whatever their size.
     let bound = 6 * paths.len() as u64;
     eprintln!(
-        "resident: {before} MiB before, {peak} MiB with {} stalled readers ({held} MiB, bound {bound} MiB)",
+        "{backend}: resident {before} MiB before, {peak} MiB with {} stalled readers ({held} MiB, bound {bound} MiB)",
         paths.len()
     );
     assert!(
         held <= bound,
-        "{} stalled readers took {held} MiB (from {before} to {peak}); the bound is {bound}",
+        "{backend}: {} stalled readers took {held} MiB (from {before} to {peak}); the bound is {bound}",
         paths.len()
     );
 
     drop(readers);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = resident_mib();
-    eprintln!("resident: {after} MiB after the readers went");
+    eprintln!("{backend}: resident {after} MiB after the readers went");
     assert!(
         after.saturating_sub(before) <= bound * 2 / 3,
-        "memory is given back: {before} MiB before, {peak} with the readers, {after} after"
+        "{backend}: memory is given back: {before} MiB before, {peak} with the readers, {after} after"
     );
+    let _ = stop.send(());
+    service.await.unwrap();
 }

@@ -288,16 +288,15 @@ pub(super) fn numbered(
     events
         .iter()
         .zip(after)
-        .map(|(event, next)| (event_data(event, next, owner), next))
+        .map(|(event, next)| (event_data(event, owner), next))
         .collect()
 }
 
-/// What an event's `data` says: the transcript line whole, or a stub when the line (it
-/// ends where `next` starts) is more than [`MAX_EVENT_BYTES`] — judged by its size on
-/// disk, so a huge line is never serialised again. On an agent's stream, the line's
-/// key and session (`owner`) come with it.
-fn event_data(event: &SessionEvent, next: Offset, owner: Option<(&SessionKey, &str)>) -> String {
-    let bytes = next.0.saturating_sub(event.offset.0);
+/// What an event's `data` says: the transcript line whole, or a stub when the entry is
+/// more than [`MAX_EVENT_BYTES`] as JSON — counted, so a huge line is never serialised
+/// again. On an agent's stream, the line's key and session (`owner`) come with it.
+fn event_data(event: &SessionEvent, owner: Option<(&SessionKey, &str)>) -> String {
+    let bytes = event.encoded_len();
     let mut data = if bytes > MAX_EVENT_BYTES as u64 {
         json!({
             "offset": event.offset,

@@ -41,13 +41,17 @@ pub(crate) trait TranscriptRows {
         first: i64,
         lines: &[String],
     ) -> Result<()>;
-    /// The lines numbered `from` on, in order; at most `limit` of them when given.
+    /// The lines numbered `from` on, in order; at most `limit` of them when given, and
+    /// with `max_bytes`, only those whose sizes before them add up to less than it (at
+    /// least one): the database leaves the rest unsent, so a chunk of big lines is held
+    /// one line at a time.
     async fn lines_from(
         &mut self,
         agent: &str,
         name: &str,
         from: i64,
         limit: Option<i64>,
+        max_bytes: Option<i64>,
     ) -> Result<Vec<(i64, String)>>;
     /// Sets the transcript's `line_count` and `leaf` (PostgreSQL sets them with the
     /// lines, in one round trip).
@@ -118,7 +122,7 @@ pub(crate) async fn fork(
     }
     let mut lines = vec![header_line(&header)];
     lines.extend(
-        rows.lines_from(parent_agent, parent_name, 1, None)
+        rows.lines_from(parent_agent, parent_name, 1, None, None)
             .await?
             .into_iter()
             .map(|(_, line)| line)
@@ -239,7 +243,10 @@ pub(crate) async fn read(
     let mut size = 0usize;
     while at < count {
         let batch = max_bytes.map(|_| CHUNK_BATCH_LINES);
-        let lines = rows.lines_from(agent, name, at as i64, batch).await?;
+        let left = max_bytes.map(|max| i64::try_from(max.saturating_sub(size)).unwrap_or(i64::MAX));
+        let lines = rows
+            .lines_from(agent, name, at as i64, batch, left.map(|left| left.max(1)))
+            .await?;
         let fetched = lines.len();
         // Lines past the count were appended after it was read (a store that reads
         // without one snapshot): the next read returns them, so they are not returned
@@ -262,7 +269,15 @@ pub(crate) async fn read(
             );
         }
         if batch.is_none_or(|batch| (fetched as i64) < batch) {
-            break;
+            if max_bytes.is_none() || fetched == 0 || at >= count {
+                break;
+            }
+            // A batch cut short by its size: the chunk is full, once it holds an event
+            // (a chunk of the header alone reads on).
+            if !read.events.is_empty() {
+                read.next = Offset(at);
+                return Ok(read);
+            }
         }
     }
     Ok(read)
@@ -328,7 +343,7 @@ pub(crate) async fn export(
         return Ok(None);
     }
     Ok(Some(
-        rows.lines_from(agent, name, 0, None)
+        rows.lines_from(agent, name, 0, None, None)
             .await?
             .into_iter()
             .map(|(_, line)| line)

@@ -145,6 +145,24 @@ impl SessionEvent {
     pub fn kind(&self) -> EventKind {
         self.entry.event_kind()
     }
+
+    /// The size of its entry as one JSON line, in bytes, counted without writing it.
+    pub(crate) fn encoded_len(&self) -> u64 {
+        struct Count(u64);
+        impl std::io::Write for Count {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0 += bytes.len() as u64;
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut count = Count(0);
+        // Serialising a parsed entry into a sink that never fails cannot fail.
+        let _ = serde_json::to_writer(&mut count, &self.entry);
+        count.0
+    }
 }
 
 /// Something wrong found while reading; the rest was still read.

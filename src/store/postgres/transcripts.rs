@@ -82,16 +82,25 @@ impl<C: deadpool_postgres::GenericClient> TranscriptRows for PgRows<'_, C> {
         name: &str,
         from: i64,
         limit: Option<i64>,
+        max_bytes: Option<i64>,
     ) -> Result<Vec<(i64, String)>> {
+        // The lines whose sizes before them (in bytes) add up to less than `max_bytes`:
+        // the first always.
+        let max_bytes = max_bytes.unwrap_or(i64::MAX);
         Ok(self
             .tx
             .query_prepared(
                 &format!(
-                    "SELECT seq, line FROM {} WHERE agent_id = $1 AND name = $2 AND seq >= $3
-                     ORDER BY seq LIMIT $4",
+                    "SELECT seq, line FROM (
+                         SELECT seq, line,
+                             SUM(octet_length(line)) OVER (ORDER BY seq)
+                                 - octet_length(line) AS before
+                         FROM {} WHERE agent_id = $1 AND name = $2 AND seq >= $3
+                         ORDER BY seq LIMIT $4) AS chunk
+                     WHERE before < $5 OR seq = $3 ORDER BY seq",
                     self.store.table("transcript_lines")
                 ),
-                &[&agent, &name, &from, &limit],
+                &[&agent, &name, &from, &limit, &max_bytes],
             )
             .await
             .map_err(pg_error("read a transcript"))?

@@ -280,7 +280,6 @@ impl AgentsFollow {
                     complete = false;
                     break;
                 }
-                let from = watched.follow.position();
                 let events = match watched.follow.try_next().await {
                     Ok(Some(events)) => events,
                     Ok(None) => break,
@@ -290,6 +289,8 @@ impl AgentsFollow {
                         break;
                     }
                 };
+                // What was read, skipped lines too (a chunk is held while it is parsed).
+                waiting_bytes += events.iter().map(SessionEvent::encoded_len).sum::<u64>();
                 // Lines from before the start are skipped, a chunk at a time.
                 let skip_before = watched.skip_before;
                 let new = events.into_iter().filter(|event| {
@@ -298,8 +299,6 @@ impl AgentsFollow {
                 let before = batch.len();
                 batch.extend(new);
                 waiting += batch.len() - before;
-                // What was read, skipped lines too (a chunk is held while it is parsed).
-                waiting_bytes += watched.follow.position().0.saturating_sub(from.0);
             }
             if let Some(at) = batch.iter().filter_map(written_at).max() {
                 watched.active_at = watched.active_at.max(at);
