@@ -998,13 +998,39 @@ async fn an_erase_keeps_what_others_wrote_inside_the_persons_lines() {
         let bob_mention =
             in_group("Bob", BOB_PHONE, "bob", "@bot bobdmkeepsake me too", "b2").mentioning_agent();
         answer(&manager, &bob_mention, "yes Bob, bobdmkeepsake").await;
+        // The message log indexed before the erase.
+        let backend = Backend::open(url).await.unwrap();
+        let search = agent_sessions::transcript::search::Search::shared(
+            backend.search_index().await.unwrap(),
+        );
+        search.sync(&**backend.transcripts()).await.unwrap();
+        async fn found(search: &agent_sessions::transcript::search::Search, word: &str) -> usize {
+            let query = agent_sessions::transcript::search::SearchQuery::text(word);
+            search.search(&query).await.unwrap().len()
+        }
+        assert!(found(&search, "jqhotelpending").await > 0, "{url}: indexed");
 
         manager
             .forget_person(&PersonRef::person(JANE))
             .await
             .unwrap();
 
+        // The index follows the transcripts: what stays in them is found, what left
+        // them is not.
+        drop(search);
         let backend = Backend::open(url).await.unwrap();
+        let search = agent_sessions::transcript::search::Search::shared(
+            backend.search_index().await.unwrap(),
+        );
+        for word in ["bobgroupkeepsake", "bobdmkeepsake"] {
+            assert!(
+                found(&search, word).await > 0,
+                "{url}: {word} is still found"
+            );
+        }
+        for word in ["jqgolfgroup", "jqhotelpending", "taxi"] {
+            assert_eq!(found(&search, word).await, 0, "{url}: {word} is found");
+        }
         let mut text = String::new();
         for (agent, name) in backend.transcripts().transcript_names(None).await.unwrap() {
             for line in backend

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::redact::{direct_peer, without_chatter_of, LineFate, PersonIds, TranscriptRedaction};
+use super::redact::{
+    direct_peer, others_chatter_in, without_chatter_of, LineFate, PersonIds, TranscriptRedaction,
+};
 use super::Privacy;
 use crate::error::{DeleteRefusal, Error, Result};
 use crate::identity::key::{AgentId, SessionKey};
@@ -15,7 +17,7 @@ use crate::manager::SessionManager;
 use crate::store::{ListFilter, SessionStoreExt, StatusFilter, StoredSession};
 use crate::transcript::lines::session_id_of_name;
 use crate::transcript::search::{LoggedMessage, SearchFilter, SearchIndex};
-use crate::transcript::{LineEdit, TranscriptExport};
+use crate::transcript::{Direction, LineEdit, TranscriptExport};
 use crate::SessionStatus;
 
 /// How long an erase waits for a turn running in one of the person's sessions.
@@ -559,8 +561,12 @@ impl Privacy<'_> {
         Ok(())
     }
 
-    /// Removes the person's messages (and those of the sessions `erased`) from the
-    /// search index, and replaces others' messages that name them by masked copies.
+    /// Makes the search index say what the transcripts say after the erase: the
+    /// messages of the sessions `erased` and the person's messages go, and with them the
+    /// agent's replies to the person in the sessions they shared (`touched`); a message
+    /// of theirs that carried others' chatter keeps that chatter; others' messages that
+    /// name them (or carry their chatter, shown under `labels`) are replaced by masked
+    /// copies.
     async fn erase_search(
         &self,
         index: &dyn SearchIndex,
@@ -570,52 +576,79 @@ impl Privacy<'_> {
         labels: &[String],
     ) -> Result<usize> {
         let agent = self.settings.isolated_to.as_ref().map(AgentId::to_string);
-        // The index is made from the transcripts: only the sessions erased, and those
-        // whose transcripts name the person, can hold their messages (read one session
-        // at a time), and messages filed under their ids.
+        let ours = |message: &LoggedMessage| agent.as_ref().is_none_or(|a| *a == message.agent);
+        let theirs = |message: &LoggedMessage| {
+            erased.contains(&message.session_id)
+                || message.person_id.as_deref().is_some_and(|p| {
+                    ids.wrote(
+                        message.session_key.as_deref(),
+                        message.channel.as_deref(),
+                        p,
+                    )
+                })
+        };
         let mut seen = BTreeSet::new();
         let mut gone = Vec::new();
         let mut masked = Vec::new();
-        let filters = erased
-            .iter()
-            .chain(touched)
-            .map(|session| SearchFilter::new().session(session))
-            .chain(
-                ids.all()
-                    .flat_map(|id| {
-                        // Messages file a sender by their bare id (`42`), on their channel.
-                        let bare = id.rsplit_once(':').map(|(_, bare)| bare.to_owned());
-                        std::iter::once(id.to_owned()).chain(bare)
-                    })
-                    .map(|id| SearchFilter::new().person(id)),
-            );
-        for filter in filters {
-            for message in index.messages(&filter).await? {
-                if agent.as_ref().is_some_and(|agent| *agent != message.agent)
-                    || !seen.insert(message.id.clone())
-                {
-                    continue;
-                }
-                let theirs = erased.contains(&message.session_id)
-                    || message.person_id.as_deref().is_some_and(|p| {
-                        ids.wrote(
-                            message.session_key.as_deref(),
-                            message.channel.as_deref(),
-                            p,
-                        )
-                    });
-                if theirs {
-                    gone.push(message.id);
-                } else {
-                    let text = without_chatter_of(&message.text, labels);
-                    if text != message.text || ids.named_in(&text) {
-                        gone.push(message.id.clone());
+        // Every other message: kept, or masked where it names them.
+        let mut judge = |message: LoggedMessage, answering: &mut bool| {
+            let inbound = message.direction == Some(Direction::Inbound);
+            let reply = !inbound && *answering;
+            if inbound {
+                *answering = theirs(&message);
+            }
+            if theirs(&message) || reply {
+                gone.push(message.id.clone());
+                // Others' chatter shown with the person's message stays, as in its line.
+                if let Some(text) = others_chatter_in(ids, &message.text, labels) {
+                    if !erased.contains(&message.session_id) {
                         masked.push(LoggedMessage {
-                            text: ids.mask(&text),
+                            text,
+                            person_id: None,
                             embedding: None,
+                            category: None,
                             ..message
                         });
                     }
+                }
+                return;
+            }
+            let text = ids.mask(&without_chatter_of(&message.text, labels));
+            if text != message.text {
+                gone.push(message.id.clone());
+                masked.push(LoggedMessage {
+                    text,
+                    embedding: None,
+                    ..message
+                });
+            }
+        };
+        // The index is made from the transcripts: only the sessions erased, and those
+        // whose transcripts name the person, can hold their messages (read one session
+        // at a time, in the transcript's order, so a reply follows what it answers),
+        // and messages filed under their ids.
+        for session in erased.iter().chain(touched) {
+            let mut messages: Vec<LoggedMessage> = index
+                .messages(&SearchFilter::new().session(session))
+                .await?
+                .into_iter()
+                .filter(|message| ours(message) && seen.insert(message.id.clone()))
+                .collect();
+            messages.sort_by_key(|message| offset_in_id(&message.id));
+            let mut answering = false;
+            for message in messages {
+                judge(message, &mut answering);
+            }
+        }
+        let people = ids.all().flat_map(|id| {
+            // Messages file a sender by their bare id (`42`), on their channel.
+            let bare = id.rsplit_once(':').map(|(_, bare)| bare.to_owned());
+            std::iter::once(id.to_owned()).chain(bare)
+        });
+        for person in people {
+            for message in index.messages(&SearchFilter::new().person(person)).await? {
+                if ours(&message) && seen.insert(message.id.clone()) {
+                    judge(message, &mut false);
                 }
             }
         }
@@ -829,4 +862,12 @@ fn widen<'s>(
         ids.add_key(&session);
     }
     ids
+}
+
+/// Where in its transcript an index message starts: its id ends with the offset.
+fn offset_in_id(id: &str) -> u64 {
+    id.rsplit('/')
+        .next()
+        .and_then(|offset| offset.parse().ok())
+        .unwrap_or(u64::MAX)
 }

@@ -396,7 +396,6 @@ impl<'p> TranscriptRedaction<'p> {
     /// ids out of the log. `None` when it carries no one else's chatter, or when the
     /// rewrite does not fit.
     fn others_chatter_kept(&self, entry: &Map<String, Value>, length: usize) -> Option<String> {
-        use crate::inbound::pipeline::{CURRENT_MESSAGE_MARKER, HISTORY_CONTEXT_MARKER};
         let mut entry = entry.clone();
         let labels = self.take_chatter_labels(&mut entry);
         let others = entry
@@ -404,21 +403,14 @@ impl<'p> TranscriptRedaction<'p> {
             .and_then(|log| log.get("chatter"))
             .and_then(Value::as_array)
             .is_some_and(|records| !records.is_empty());
+        if !others {
+            return None;
+        }
         let text = entry
             .get("message")
             .and_then(|m| m.get("content"))
             .and_then(Value::as_str)?;
-        let block = text
-            .strip_prefix(HISTORY_CONTEXT_MARKER)?
-            .split(&format!("\n\n{CURRENT_MESSAGE_MARKER}"))
-            .next()?
-            .trim_start_matches('\n');
-        if !others || block.is_empty() {
-            return None;
-        }
-        let block = self.person.mask(&without_chatter_of(block, &labels));
-        let content =
-            format!("{HISTORY_CONTEXT_MARKER}\n{block}\n\n{CURRENT_MESSAGE_MARKER}\n{MASK}");
+        let content = others_chatter_in(self.person, text, &labels)?;
         *entry.get_mut("message")?.get_mut("content")? = Value::from(content);
         if let Some(log) = entry.get_mut("log").and_then(Value::as_object_mut) {
             for field in [
@@ -492,6 +484,32 @@ fn entry_channel(entry: &Map<String, Value>) -> Option<String> {
         .and_then(|log| log.get("channel"))
         .and_then(Value::as_str)
         .map(str::to_owned)
+}
+
+/// The text that stands for a message of the person's that carried others' chatter:
+/// the chatter block without the person's lines and ids, their own message masked.
+/// `None` when the text carries no chatter block, or only the person's (`labels`).
+pub(crate) fn others_chatter_in(
+    person: &PersonIds,
+    text: &str,
+    labels: &[String],
+) -> Option<String> {
+    use crate::inbound::pipeline::{CURRENT_MESSAGE_MARKER, HISTORY_CONTEXT_MARKER};
+    let block = text
+        .strip_prefix(HISTORY_CONTEXT_MARKER)?
+        .split(&format!("\n\n{CURRENT_MESSAGE_MARKER}"))
+        .next()?
+        .trim_start_matches('\n');
+    let others = block.split('\n').any(|line| {
+        !line.is_empty() && labels.iter().all(|label| spoken_by(line, label).is_none())
+    });
+    if !others {
+        return None;
+    }
+    let block = person.mask(&without_chatter_of(block, labels));
+    Some(format!(
+        "{HISTORY_CONTEXT_MARKER}\n{block}\n\n{CURRENT_MESSAGE_MARKER}\n{MASK}"
+    ))
 }
 
 /// Whether the message line `entry` was written by the person (its log's person, on
