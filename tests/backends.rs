@@ -940,3 +940,47 @@ async fn everything_a_store_holds_travels_from_openclaw_through_sqlite_and_postg
     );
     schema.drop().await;
 }
+
+/// A source that holds more closed sessions of one key than the target keeps (an
+/// OpenClaw tree's file edited by hand, say): the migration says how many it copied
+/// and how many the target did not keep, and does not verify.
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_sessions_past_the_targets_cap_are_counted_as_not_kept() {
+    let source_dir = a_store_in_use().await;
+    let closed_file = source_dir
+        .path()
+        .join("agents/main/sessions/sessions.closed.json");
+    let mut file: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&closed_file).unwrap()).unwrap();
+    let sessions = file["sessions"].as_array_mut().unwrap();
+    let first = sessions[0].clone();
+    let key = first["sessionKey"].as_str().unwrap().to_owned();
+    let of_key = sessions.iter().filter(|s| s["sessionKey"] == key).count();
+    let extra = agent_sessions::CLOSED_SESSIONS_PER_KEY + 3 - of_key;
+    for n in 0..extra {
+        let mut more = first.clone();
+        more["entry"]["sessionId"] = format!("0000000{n}-extra").into();
+        sessions.insert(0, more);
+    }
+    std::fs::write(&closed_file, serde_json::to_vec(&file).unwrap()).unwrap();
+    let source = Backend::open(&format!("json:{}", source_dir.path().display()))
+        .await
+        .unwrap();
+    let (closed, _, _) = the_rest(&source).await;
+
+    let work = tempfile::tempdir().unwrap();
+    let sqlite = Backend::open(&format!("sqlite:{}", work.path().join("s.db").display()))
+        .await
+        .unwrap();
+    let report = migrate(&source, &sqlite, &NoProgress).await.unwrap();
+    assert_eq!(report.closed_sessions_dropped, 3, "{report:#?}");
+    assert_eq!(
+        (report.closed_sessions_copied + report.closed_sessions_dropped) as usize,
+        closed.len()
+    );
+    let (kept, _, _) = the_rest(&sqlite).await;
+    assert_eq!(kept.len() as u64, report.closed_sessions_copied);
+    assert!(!report.verified(), "{report:#?}");
+    assert!(!report.source.differing(&report.target).is_empty());
+}

@@ -1582,14 +1582,24 @@ async fn copy(from: &str, to: &str, json: bool, overwrite_conflicts: bool) -> Ou
         Err(failure(
             EXIT_UNVERIFIED,
             format!(
-                "{} entr{} of the source could not be read and were not copied (see the \
-                 report; `doctor` examines a JSON tree)",
+                "{} entr{} of the source could not be read, or the target refused {}, and \
+                 {} not copied (see the report; `doctor` examines a JSON tree)",
                 report.unreadable.len(),
                 if report.unreadable.len() == 1 {
                     "y"
                 } else {
                     "ies"
-                }
+                },
+                if report.unreadable.len() == 1 {
+                    "it"
+                } else {
+                    "them"
+                },
+                if report.unreadable.len() == 1 {
+                    "was"
+                } else {
+                    "were"
+                },
             ),
         ))
     } else if !report.source_changed.is_empty() {

@@ -443,6 +443,13 @@ pub fn migrated(as_json: bool, from: &str, to: &str, report: &MigrationReport) {
         "closed       {} closed sessions copied",
         report.closed_sessions_copied
     );
+    if report.closed_sessions_dropped > 0 {
+        println!(
+            "             {} not kept: the target keeps {} closed sessions a key",
+            report.closed_sessions_dropped,
+            agent_sessions::CLOSED_SESSIONS_PER_KEY
+        );
+    }
     println!(
         "chatter      {} groups of pending chatter copied",
         report.chatter_groups_copied

@@ -2140,3 +2140,44 @@ fn migrate_carries_pending_chatter_and_system_events() {
         });
     }
 }
+
+/// A session whose id cannot name a file (`../../../../etc/x`, planted in an OpenClaw
+/// tree) is named as refused and the migration goes on with the rest — where it used to
+/// stop after the first session with nothing but the error.
+#[test]
+fn migrate_names_a_hostile_session_id_and_copies_the_rest() {
+    let work = tempfile::tempdir().unwrap();
+    let sessions = work.path().join("tree/agents/main/sessions");
+    std::fs::create_dir_all(&sessions).unwrap();
+    let mut store = serde_json::Map::new();
+    store.insert(
+        "agent:main:main".into(),
+        serde_json::json!({"sessionId": "../../../../etc/x", "updatedAt": 1_700_000_000_000u64}),
+    );
+    for n in 0..5 {
+        store.insert(
+            format!("agent:main:telegram:direct:4{n}"),
+            serde_json::json!({
+                "sessionId": format!("6f9619ff-8b86-d011-b42d-00c04fc964f{n}"),
+                "updatedAt": 1_700_000_000_001u64 + n,
+            }),
+        );
+    }
+    std::fs::write(
+        sessions.join("sessions.json"),
+        serde_json::to_vec(&store).unwrap(),
+    )
+    .unwrap();
+    let from = format!("json:{}", work.path().join("tree").display());
+    let to = format!("sqlite:{}", work.path().join("copy.db").display());
+    let output = run_bare(&["--json", "migrate", "--from", &from, "--to", &to]);
+    let report: Value = serde_json::from_slice(&output.stdout).expect("--json prints JSON");
+    assert_eq!(code(&output), 3, "{report}");
+    assert_eq!(report["verified"], false, "{report}");
+    assert_eq!(report["sessionsCopied"], 5, "{report}");
+    let refused = report["unreadable"].as_array().unwrap();
+    assert_eq!(refused.len(), 1, "{report}");
+    assert_eq!(refused[0]["key"], "agent:main:main", "{report}");
+    assert!(stderr(&output).contains("refused"), "{}", stderr(&output));
+    assert!(!std::path::Path::new("/etc/x.jsonl").exists());
+}

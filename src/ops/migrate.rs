@@ -169,6 +169,10 @@ pub struct MigrationReport {
     pub transcript_conflicts: Vec<String>,
     /// Closed sessions written to the target.
     pub closed_sessions_copied: u64,
+    /// Closed sessions the target did not keep: more of one key than it keeps
+    /// ([`CLOSED_SESSIONS_PER_KEY`](crate::store::CLOSED_SESSIONS_PER_KEY), the oldest
+    /// go first). The verification fails.
+    pub closed_sessions_dropped: u64,
     /// Groups of pending chatter written to the target.
     pub chatter_groups_copied: u64,
     /// Groups the target already had chatter of, other than the source's: left alone,
@@ -217,6 +221,8 @@ enum Copied {
     Written,
     Skipped,
     Conflict(SessionConflict),
+    /// The target refuses the entry (a session id that cannot name a file, say).
+    Refused(crate::store::UnreadableEntry),
 }
 
 /// [`migrate`] with options.
@@ -242,7 +248,17 @@ pub async fn migrate_with(
         tasks.spawn(async move {
             let _permit = permit;
             let entry = relocate(&session.key, session.entry, &to);
-            copy_session(&to, session.key, entry, overwrite).await
+            let key = session.key.to_string();
+            match copy_session(&to, session.key, entry, overwrite).await {
+                Err(error @ (Error::InvalidId { .. } | Error::InvalidKey { .. })) => {
+                    Ok(Copied::Refused(crate::store::UnreadableEntry {
+                        location: to.url().to_string(),
+                        key,
+                        problem: error.to_string(),
+                    }))
+                }
+                copied => copied,
+            }
         });
         while let Some(done) = tasks.try_join_next() {
             outcomes.push(joined(done)?);
@@ -258,6 +274,7 @@ pub async fn migrate_with(
         match outcome {
             Copied::Written => report.sessions_copied += 1,
             Copied::Skipped => report.sessions_skipped += 1,
+            Copied::Refused(refused) => report.unreadable.push(refused),
             Copied::Conflict(conflict) => {
                 if conflict.overwritten {
                     report.sessions_copied += 1;
@@ -281,7 +298,20 @@ pub async fn migrate_with(
             .collect();
         match to.sessions().as_erase() {
             Some(erase) => {
-                report.closed_sessions_copied = erase.add_closed(&closed).await? as u64;
+                let held = |sessions: Vec<StoredSession>| -> BTreeSet<String> {
+                    sessions.into_iter().map(|s| s.entry.session_id).collect()
+                };
+                let before = held(closed_sessions(to, &[]).await?);
+                erase.add_closed(&closed).await?;
+                let after = held(closed_sessions(to, &[]).await?);
+                for session in &closed {
+                    let id = &session.entry.session_id;
+                    if !after.contains(id) {
+                        report.closed_sessions_dropped += 1;
+                    } else if !before.contains(id) {
+                        report.closed_sessions_copied += 1;
+                    }
+                }
             }
             None => report.unreadable.push(crate::store::UnreadableEntry {
                 location: to.url().to_string(),
