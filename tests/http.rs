@@ -1566,6 +1566,9 @@ async fn serve_answers_only_its_own_host_names() {
         "localhost.attacker.example".to_owned(),
         "127.0.0.1.nip.io".to_owned(),
         "".to_owned(),
+        "localhost..".to_owned(),
+        "sessions.internal..".to_owned(),
+        "*.internal".to_owned(),
     ] {
         let response = exchange(&host).await;
         assert_eq!(
@@ -1577,4 +1580,70 @@ async fn serve_answers_only_its_own_host_names() {
         let body: Value = serde_json::from_slice(&response.body).unwrap();
         assert_eq!(body["error"]["code"], "misdirected_request", "{host}");
     }
+    // A second Host header (a proxy and a client that disagree) is refused, and a
+    // request in absolute form is judged by the host it names too.
+    let send = |request: String| {
+        let addr = service.addr;
+        async move { raw_exchange(addr, request.as_bytes()).await.unwrap() }
+    };
+    let twice = send(
+        "GET /kernel/health HTTP/1.1\r\nhost: localhost\r\nhost: attacker.example\r\n\
+         connection: close\r\n\r\n"
+            .to_owned(),
+    )
+    .await;
+    assert_eq!(
+        twice.status,
+        400,
+        "{}",
+        String::from_utf8_lossy(&twice.body)
+    );
+    let absolute = send(
+        "GET http://attacker.example/kernel/health HTTP/1.1\r\nhost: localhost\r\n\
+         connection: close\r\n\r\n"
+            .to_owned(),
+    )
+    .await;
+    assert_ne!(
+        absolute.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&absolute.body)
+    );
+    let own = send(format!(
+        "GET http://127.0.0.1:{port}/kernel/health HTTP/1.1\r\nhost: localhost\r\n\
+         connection: close\r\n\r\n"
+    ))
+    .await;
+    assert_eq!(own.status, 200, "{}", String::from_utf8_lossy(&own.body));
+}
+
+/// A name `allow_host` cannot match as written — empty, a wildcard, a port — is refused
+/// when the service starts, not silently never matched.
+#[test]
+fn allow_host_refuses_names_that_are_not_host_names() {
+    for name in [
+        "",
+        "  ",
+        "*.internal",
+        "sessions.internal:8080",
+        "a..b",
+        "bad name",
+    ] {
+        let options = ServiceOptions::default().allow_host(name);
+        assert!(
+            matches!(
+                options.validate(),
+                Err(agent_sessions::Error::InvalidOption {
+                    option: "allow_host",
+                    ..
+                })
+            ),
+            "{name:?}"
+        );
+    }
+    assert!(ServiceOptions::default()
+        .allow_host("Sessions.Internal.")
+        .validate()
+        .is_ok());
 }

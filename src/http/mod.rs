@@ -326,12 +326,9 @@ impl ServiceOptions {
     /// assert!(options.validate().is_ok());
     /// ```
     pub fn allow_host(mut self, name: impl Into<String>) -> Self {
-        self.allowed_hosts.push(
-            name.into()
-                .trim()
-                .trim_end_matches('.')
-                .to_ascii_lowercase(),
-        );
+        let name = name.into().trim().to_ascii_lowercase();
+        let name = name.strip_suffix('.').unwrap_or(&name).to_owned();
+        self.allowed_hosts.push(name);
         self
     }
 
@@ -442,6 +439,13 @@ impl ServiceOptions {
             return refuse(
                 "inspector",
                 "the inspector needs a secret: it is the password of its login form",
+            );
+        }
+        if !self.allowed_hosts.iter().all(|name| host_name(name)) {
+            return refuse(
+                "allow_host",
+                "a host name is letters, digits, `-` and dots between non-empty labels \
+                 (no wildcard, no port)",
             );
         }
         for (option, timeout) in [
@@ -1012,12 +1016,31 @@ async fn require_known_host(
     request: Request,
     next: Next,
 ) -> Response {
-    let host = request
-        .headers()
-        .get(axum::http::header::HOST)
-        .and_then(|value| value.to_str().ok())
-        .or_else(|| request.uri().host());
-    if host.is_some_and(|host| known_host(host, &allowed)) {
+    let mut hosts = request.headers().get_all(axum::http::header::HOST).iter();
+    let (header, again) = (hosts.next(), hosts.next());
+    if again.is_some() {
+        return ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "a request has one Host header",
+        )
+        .into_response();
+    }
+    let header = header.map(|value| value.to_str().ok());
+    // A request in absolute form (`GET http://name/…`) names its host twice: both
+    // must be known.
+    let target = request
+        .uri()
+        .authority()
+        .map(|authority| authority.as_str());
+    let known = match (header, target) {
+        (Some(None), _) | (None, None) => false,
+        (Some(Some(host)), target) => {
+            known_host(host, &allowed) && target.is_none_or(|t| known_host(t, &allowed))
+        }
+        (None, Some(target)) => known_host(target, &allowed),
+    };
+    if known {
         return next.run(request).await;
     }
     ApiError::new(
@@ -1050,8 +1073,24 @@ fn known_host(host: &str, allowed: &[String]) -> bool {
     if name.parse::<std::net::IpAddr>().is_ok() {
         return true;
     }
-    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    // One trailing dot names the same host (`localhost.`); anything else odd is unknown.
+    let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+    if !host_name(&name) {
+        return false;
+    }
     name == "localhost" || name.ends_with(".localhost") || allowed.contains(&name)
+}
+
+/// Whether `name` is a host name: dot-separated labels of letters, digits and `-`.
+fn host_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
 }
 
 /// Rejects calls without the configured secret (compared in constant time).
