@@ -878,3 +878,72 @@ fn discovery_reads_the_file_openclaw_would() {
     let config = OpenClawConfig::discover_with_env(&env).unwrap();
     assert_eq!((config.file, config.main_key.as_str()), (None, "main"));
 }
+
+/// `messages.queue` — mode, debounce, cap, drop policy, and per channel either
+/// OpenClaw's bare mode or settings of its own — decides what a message that arrives
+/// during a run does; a mode OpenClaw does not know is an error naming the setting.
+#[tokio::test]
+async fn messages_queue_decides_what_arrives_during_a_run() {
+    use agent_sessions::lane::{QueueDrop, QueueMode, QueueOutcome};
+    let dir = gateway(
+        "{ messages: { queue: { mode: 'collect', debounceMs: 0, cap: 1, drop: 'new',
+           byChannel: { telegram: 'followup', slack: { mode: 'steer', cap: 5 } } } } }",
+    );
+    let queue = config_of(dir.path()).queue;
+    assert_eq!(queue.mode, QueueMode::Collect);
+    assert_eq!(queue.debounce, Duration::ZERO);
+    assert_eq!((queue.cap, queue.drop.clone()), (1, QueueDrop::New));
+    let telegram = queue.for_channel(Some("telegram"));
+    assert_eq!(telegram.mode, QueueMode::Followup);
+    assert_eq!((telegram.cap, telegram.drop.clone()), (1, QueueDrop::New));
+    let slack = queue.for_channel(Some("Slack"));
+    assert_eq!((slack.mode.clone(), slack.cap), (QueueMode::Steer, 5));
+    assert_eq!(queue.for_channel(Some("whatsapp")).mode, QueueMode::Collect);
+
+    // On WhatsApp (the top-level settings): a cap of 1, and the newest message dropped.
+    let manager = std::sync::Arc::new(
+        SessionManager::connect_openclaw(dir.path())
+            .await
+            .unwrap()
+            .build()
+            .unwrap(),
+    );
+    let dm = |text: &str| InboundMessage::direct("whatsapp", "+15550001", text);
+    let first = manager.turn(&dm("first")).await.unwrap();
+    assert_eq!(first.action(), &TurnAction::Answer);
+    let mut waiting = Vec::new();
+    for text in ["second", "third"] {
+        let manager = manager.clone();
+        let message = dm(text);
+        waiting.push(tokio::spawn(async move {
+            let turn = manager.turn(&message).await.unwrap();
+            let seen = (turn.action().clone(), turn.input().map(str::to_owned));
+            turn.complete("ok").await.unwrap();
+            seen
+        }));
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    first.complete("done").await.unwrap();
+    let second = waiting.remove(0).await.unwrap();
+    let third = waiting.remove(0).await.unwrap();
+    assert_eq!(second.0, TurnAction::Answer);
+    assert!(second.1.unwrap().contains("second"));
+    assert_eq!(third.0, TurnAction::Queued(QueueOutcome::Dropped));
+
+    for (text, field) in [
+        ("{ messages: { queue: { mode: 'shout' } } }", "messages.queue.mode"),
+        ("{ messages: { queue: { cap: 0 } } }", "messages.queue.cap"),
+        ("{ messages: { queue: { drop: 'all' } } }", "messages.queue.drop"),
+        (
+            "{ messages: { queue: { byChannel: { telegram: 'later' } } } }",
+            "messages.queue.byChannel.telegram",
+        ),
+    ] {
+        let dir = gateway(text);
+        match OpenClawConfig::load_with_env(dir.path(), &OpenClawEnv::default()) {
+            Err(Error::Config { field: Some(f), .. }) => assert_eq!(f, field, "{text}"),
+            other => panic!("{text}: {other:?}"),
+        }
+    }
+}

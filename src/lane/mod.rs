@@ -42,7 +42,7 @@
 //! let settings = QueueSettings::default();
 //! assert_eq!(settings.mode, QueueMode::Collect);
 //! assert_eq!(settings.debounce, Duration::from_millis(1_000));
-//! assert_eq!((settings.cap, settings.drop), (20, QueueDrop::Summarize));
+//! assert_eq!((settings.cap, &settings.drop), (20, &QueueDrop::Summarize));
 //!
 //! // Telegram: each message its own turn, half a second apart at the least.
 //! let settings = settings.by_channel(
@@ -79,7 +79,7 @@ pub const DEFAULT_QUEUE_CAP: usize = 20;
 /// before a follow-up turn, the most messages queued, and what overflows the cap —
 /// with per-channel settings that win over these. `Default` is OpenClaw 2026.1.x's:
 /// `collect`, 1,000 ms, 20, `summarize`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct QueueSettings {
     /// What a message that arrives during a run does.

@@ -61,6 +61,7 @@ impl OpenClawConfig {
         .reset_triggers(self.triggers())
         .send_policy(self.send_policy.clone())
         .chatter(self.chatter())
+        .queue(self.queue.clone())
         .event_time_zone(self.envelope_time_zone)
         // OpenClaw answers every owner message in a group, addressed or not.
         .owner_chatter(OwnerChatter::Answer)

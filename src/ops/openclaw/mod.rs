@@ -115,6 +115,9 @@ pub struct OpenClawConfig {
     /// `messages.groupChat.historyLimit`: group messages kept for context per group
     /// (0 keeps none).
     pub group_history_limit: usize,
+    /// `messages.queue` (`mode`, `debounceMs`, `cap`, `drop`, `byChannel`): what a
+    /// message that arrives during a run does.
+    pub queue: crate::lane::QueueSettings,
     /// `agents.defaults.envelopeTimezone`: the zone of the times written into the
     /// model's text (system events).
     pub envelope_time_zone: Zone,
@@ -143,6 +146,7 @@ impl Default for OpenClawConfig {
             send_policy: SendPolicyConfig::default(),
             store: None,
             group_history_limit: DEFAULT_GROUP_HISTORY_LIMIT,
+            queue: crate::lane::QueueSettings::default(),
             envelope_time_zone: Zone::Local,
             default_agent: AgentId::main(),
             cache_ttl: DEFAULT_CACHE_TTL,

@@ -2,6 +2,7 @@
 //! so an error names its setting (`session.reset.mode`).
 
 use std::path::Path;
+use std::time::Duration;
 
 use serde_json::{Map, Value};
 
@@ -14,6 +15,7 @@ use crate::freshness::triggers::DEFAULT_RESET_TRIGGERS;
 use crate::identity::key::{
     key_segment, normalize_main_key, AgentId, DmScope, IdentityLinks, PeerKind, SessionScope,
 };
+use crate::lane::{QueueDrop, QueueMode, QueueSettings};
 use crate::reply::send_policy::{SendMatch, SendPolicyConfig, SendRule};
 use crate::store::entry::SendPolicy;
 use crate::store::json::document::parse_json5;
@@ -49,7 +51,33 @@ pub(super) fn parse(
         reader.session(session, &mut config)?;
     }
     if let Some(messages) = reader.object("messages", root.get("messages"))? {
-        ignore_unknown("messages", messages, &["groupChat"]);
+        ignore_unknown("messages", messages, &["groupChat", "queue"]);
+        if let Some(queue) = reader.object("messages.queue", messages.get("queue"))? {
+            config.queue = reader.queue("messages.queue", queue, config.queue.clone())?;
+            if let Some(channels) =
+                reader.object("messages.queue.byChannel", queue.get("byChannel"))?
+            {
+                for (channel, value) in channels {
+                    let field = format!("messages.queue.byChannel.{channel}");
+                    let own = match value {
+                        // OpenClaw's form: the channel's mode.
+                        Value::String(_) => {
+                            let mode = reader.queue_mode(&field, Some(value))?;
+                            config.queue.clone().mode(mode.unwrap_or(config.queue.mode.clone()))
+                        }
+                        Value::Object(settings) => {
+                            reader.queue(&field, settings, config.queue.clone())?
+                        }
+                        other => return Err(reader.expected(&field, "a queue mode", other)),
+                    };
+                    let own = QueueSettings {
+                        by_channel: Default::default(),
+                        ..own
+                    };
+                    config.queue = config.queue.clone().by_channel(channel, own);
+                }
+            }
+        }
         if let Some(group_chat) = reader.object("messages.groupChat", messages.get("groupChat"))? {
             ignore_unknown("messages.groupChat", group_chat, &["historyLimit"]);
             if let Some(limit) = reader.number(
@@ -193,6 +221,64 @@ impl Reader<'_> {
                     format!("expected one of {}, found {value}", names.join(", ")),
                 )
             })
+    }
+
+    /// A queue mode, as `/queue` and OpenClaw's settings name it.
+    fn queue_mode(&self, field: &str, value: Option<&Value>) -> Result<Option<QueueMode>> {
+        let Some(name) = self.string(field, value)? else {
+            return Ok(None);
+        };
+        match QueueMode::from(name.trim().to_lowercase().as_str()) {
+            QueueMode::Other(_) => Err(self.error(
+                field,
+                format!(
+                    "expected one of collect, followup, steer, steer-backlog, interrupt, \
+                     queue, found {name:?}"
+                ),
+            )),
+            mode => Ok(Some(mode)),
+        }
+    }
+
+    /// `mode`, `debounceMs`, `cap` and `drop` of `queue` over `base`.
+    fn queue(
+        &self,
+        path: &str,
+        queue: &Map<String, Value>,
+        base: QueueSettings,
+    ) -> Result<QueueSettings> {
+        ignore_unknown(path, queue, &["mode", "debounceMs", "cap", "drop", "byChannel"]);
+        let mut settings = base;
+        if let Some(mode) = self.queue_mode(&join(path, "mode"), queue.get("mode"))? {
+            settings = settings.mode(mode);
+        }
+        let field = join(path, "debounceMs");
+        if let Some(ms) = self.number(&field, queue.get("debounceMs"))? {
+            if !(0.0..=86_400_000.0).contains(&ms) {
+                return Err(self.error(&field, format!("expected 0 to 86400000 ms, found {ms}")));
+            }
+            settings = settings.debounce(Duration::from_millis(ms as u64));
+        }
+        let field = join(path, "cap");
+        if let Some(cap) = self.number(&field, queue.get("cap"))? {
+            if !(1.0..=10_000.0).contains(&cap) {
+                return Err(self.error(&field, format!("expected 1 to 10000, found {cap}")));
+            }
+            settings = settings.cap(cap as usize);
+        }
+        let drop = self.one_of(
+            &join(path, "drop"),
+            queue.get("drop"),
+            &[
+                ("old", QueueDrop::Old),
+                ("new", QueueDrop::New),
+                ("summarize", QueueDrop::Summarize),
+            ],
+        )?;
+        if let Some(drop) = drop {
+            settings = settings.drop_policy(drop);
+        }
+        Ok(settings)
     }
 
     fn session(&self, session: &Map<String, Value>, config: &mut OpenClawConfig) -> Result<()> {
