@@ -1647,3 +1647,56 @@ fn allow_host_refuses_names_that_are_not_host_names() {
         .validate()
         .is_ok());
 }
+
+/// A session's view says whether a model run holds it, how many messages that run
+/// answers, and how many wait for it — as workers of the same store see them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_view_reports_its_run_and_queued_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("json:{}", dir.path().display());
+    let service = Service::start(&store).await;
+    let worker = Arc::new(
+        SessionManager::connect(&store)
+            .await
+            .unwrap()
+            .build()
+            .unwrap(),
+    );
+    let dm = |text: &str| InboundMessage::direct("telegram", "42", text);
+    let first = worker
+        .turn(&dm("I need to change my booking"))
+        .await
+        .unwrap();
+    let id = first.resolution().unwrap().session_id().to_owned();
+    let (status, view) = service.get(&format!("/kernel/sessions/{id}")).await;
+    assert_eq!(status, StatusCode::OK, "{view}");
+    assert!(view["session"]["run_started_at"].is_string(), "{view}");
+    assert_eq!(view["session"]["queued_messages"], 0, "{view}");
+
+    let waiting = {
+        let worker = worker.clone();
+        let message = dm("it's for Friday");
+        tokio::spawn(async move {
+            let turn = worker.turn(&message).await.unwrap();
+            let input = turn.input().map(str::to_owned);
+            turn.complete("Friday it is.").await.unwrap();
+            input
+        })
+    };
+    let mut queued = Value::Null;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        queued = service.get(&format!("/kernel/sessions/{id}")).await.1;
+        if queued["session"]["queued_messages"] == 1 {
+            break;
+        }
+    }
+    assert_eq!(queued["session"]["queued_messages"], 1, "{queued}");
+
+    first.complete("Which day?").await.unwrap();
+    let input = waiting.await.unwrap().unwrap();
+    assert!(input.contains("it's for Friday"), "{input}");
+    let (_, after) = service.get(&format!("/kernel/sessions/{id}")).await;
+    assert!(after["session"].get("run_started_at").is_none(), "{after}");
+    assert_eq!(after["session"]["queued_messages"], 0, "{after}");
+}

@@ -421,7 +421,8 @@ async fn steering_hands_a_message_to_the_running_turn() {
         let second = {
             let manager = manager.clone();
             tokio::spawn(async move {
-                let turn = manager.turn(&dm("for four people")).await.unwrap();
+                let message = dm("for four people").with_message_id("m2");
+                let turn = manager.turn(&message).await.unwrap();
                 let action = turn.action().clone();
                 turn.complete("noted").await.unwrap();
                 action
@@ -433,8 +434,33 @@ async fn steering_hands_a_message_to_the_running_turn() {
         assert_eq!(steered.len(), 1, "{mode:?}");
         assert_eq!(steered[0].body, "for four people");
         assert!(first.steering().await.unwrap().is_empty(), "{mode:?}: once");
+        let key = first.key().clone();
         first.complete("A table for four, booked.").await.unwrap();
         assert_eq!(second.await.unwrap(), second_action, "{mode:?}");
+        if mode == QueueMode::Steer {
+            // The conversation keeps what the run was given, in order.
+            let said: Vec<String> = manager
+                .session(&key)
+                .messages()
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|m| m.content)
+                .collect();
+            let at = |text: &str| said.iter().position(|s| s.contains(text));
+            assert!(
+                at("book a table") < at("for four people")
+                    && at("for four people") < at("A table for four"),
+                "{said:?}"
+            );
+            assert!(at("for four people").is_some(), "{said:?}");
+            // A delivery again of the steered message is a duplicate.
+            let again = manager
+                .turn(&dm("for four people").with_message_id("m2"))
+                .await
+                .unwrap();
+            assert_eq!(again.action(), &TurnAction::Duplicate);
+        }
     }
 }
 

@@ -932,9 +932,15 @@ async fn messages_queue_decides_what_arrives_during_a_run() {
     assert_eq!(third.0, TurnAction::Queued(QueueOutcome::Dropped));
 
     for (text, field) in [
-        ("{ messages: { queue: { mode: 'shout' } } }", "messages.queue.mode"),
+        (
+            "{ messages: { queue: { mode: 'shout' } } }",
+            "messages.queue.mode",
+        ),
         ("{ messages: { queue: { cap: 0 } } }", "messages.queue.cap"),
-        ("{ messages: { queue: { drop: 'all' } } }", "messages.queue.drop"),
+        (
+            "{ messages: { queue: { drop: 'all' } } }",
+            "messages.queue.drop",
+        ),
         (
             "{ messages: { queue: { byChannel: { telegram: 'later' } } } }",
             "messages.queue.byChannel.telegram",

@@ -777,6 +777,15 @@ pub struct SessionView {
     pub created_at: String,
     /// When it last had a message (RFC 3339, UTC).
     pub last_message_at: String,
+    /// Since when a model run holds the session (RFC 3339, UTC); absent between runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_started_at: Option<String>,
+    /// Messages that arrived during the run and wait for it to end.
+    #[serde(default)]
+    pub queued_messages: usize,
+    /// Messages the queue's cap dropped since the last follow-up turn.
+    #[serde(default)]
+    pub dropped_messages: u64,
 }
 
 impl SessionView {
@@ -806,6 +815,9 @@ impl SessionView {
             context_summary: entry.context_summary.clone().unwrap_or_default(),
             created_at: timestamp(entry.session_started_at.unwrap_or(entry.updated_at)),
             last_message_at: timestamp(entry.updated_at),
+            run_started_at: entry.run.as_ref().map(|run| timestamp(run.started_at)),
+            queued_messages: entry.queued.len(),
+            dropped_messages: entry.queue_dropped.as_ref().map_or(0, |d| d.count),
         }
     }
 }

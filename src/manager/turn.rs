@@ -681,9 +681,11 @@ impl<'m> Turn<'m> {
     /// ([`QueueMode::Steer`](crate::lane::QueueMode::Steer) or `steer-backlog`), else
     /// none. Each is handed over once: the turns that wait with them learn that they
     /// were taken ([`QueueOutcome::Steered`]), and in `steer-backlog` they get a
-    /// follow-up turn too. Add them to the conversation as user messages before the
-    /// next model call (and answer the tool calls not yet run in the batch as skipped,
-    /// as OpenClaw does). None once the turn lost its run.
+    /// follow-up turn too. Each is logged in the session's transcript as a user
+    /// message, so the conversation keeps it and a delivery again of it is a
+    /// duplicate; give them to the model as user messages before its next call (and
+    /// answer the tool calls not yet run in the batch as skipped, as OpenClaw does).
+    /// None once the turn lost its run.
     ///
     /// ```
     /// # use agent_sessions::prelude::*;
@@ -705,7 +707,8 @@ impl<'m> Turn<'m> {
         let channel = crate::lane::lane_channel(&self.message);
         let queue = &self.manager.settings.queue;
         let mut taken = Vec::new();
-        self.manager
+        let session = self
+            .manager
             .seams
             .store
             .apply(&self.key, &mut |slot, _| {
@@ -720,10 +723,37 @@ impl<'m> Turn<'m> {
             })
             .await?;
         crate::ops::telemetry::steered(taken.len());
-        Ok(taken
+        let messages: Vec<(InboundMessage, u64)> = taken
             .into_iter()
-            .filter_map(|queued| serde_json::from_value(queued.message).ok())
-            .collect())
+            .filter_map(|queued| Some((serde_json::from_value(queued.message).ok()?, queued.at)))
+            .collect();
+        // The conversation keeps what the model is given: each message as a user line,
+        // which a delivery again of it then finds.
+        if let (Some(transcript), Some(session)) = (&self.transcript, &session) {
+            let entry = &session.entry;
+            let lines = messages
+                .iter()
+                .map(|(message, at)| {
+                    let activation = self
+                        .manager
+                        .activation(message, entry.group_activation.as_ref());
+                    let text = self.manager.queued_text(message, *at, &activation);
+                    let log = LogMessage::from_inbound(message).with_text(text);
+                    let mut line = self.manager.log_line(&self.key, entry, log);
+                    if let Some(log) = line.log.as_mut() {
+                        log.inbound_id = dedupe::inbound_id(message);
+                    }
+                    line
+                })
+                .collect::<Vec<_>>();
+            if !lines.is_empty() {
+                self.manager
+                    .transcript_store()?
+                    .append(transcript, lines)
+                    .await?;
+            }
+        }
+        Ok(messages.into_iter().map(|(message, _)| message).collect())
     }
 
     /// Whether this turn lost its session's run: a message interrupted it

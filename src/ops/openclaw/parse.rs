@@ -63,7 +63,10 @@ pub(super) fn parse(
                         // OpenClaw's form: the channel's mode.
                         Value::String(_) => {
                             let mode = reader.queue_mode(&field, Some(value))?;
-                            config.queue.clone().mode(mode.unwrap_or(config.queue.mode.clone()))
+                            config
+                                .queue
+                                .clone()
+                                .mode(mode.unwrap_or(config.queue.mode.clone()))
                         }
                         Value::Object(settings) => {
                             reader.queue(&field, settings, config.queue.clone())?
@@ -247,7 +250,11 @@ impl Reader<'_> {
         queue: &Map<String, Value>,
         base: QueueSettings,
     ) -> Result<QueueSettings> {
-        ignore_unknown(path, queue, &["mode", "debounceMs", "cap", "drop", "byChannel"]);
+        ignore_unknown(
+            path,
+            queue,
+            &["mode", "debounceMs", "cap", "drop", "byChannel"],
+        );
         let mut settings = base;
         if let Some(mode) = self.queue_mode(&join(path, "mode"), queue.get("mode"))? {
             settings = settings.mode(mode);
