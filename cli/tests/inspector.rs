@@ -652,6 +652,46 @@ async fn an_operator_inspects_and_resets_a_session_in_a_real_browser() {
     );
     screenshot(&browser, "inspector-session.png").await;
 
+    // A run in progress, and a message that waits for it, show on the page.
+    let running = writer
+        .turn(&InboundMessage::direct(
+            "telegram",
+            "42",
+            "change my booking",
+        ))
+        .await
+        .unwrap();
+    let waiting = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let other = manager(&store).await;
+            let turn = other
+                .turn(&InboundMessage::direct(
+                    "telegram",
+                    "42",
+                    "make it Saturday",
+                ))
+                .await
+                .unwrap();
+            turn.complete("Saturday it is.").await.unwrap();
+        })
+    };
+    let lane = eventually("the run and its queue", || async {
+        let lane = texts(&browser, "#lane").await.pop()?;
+        (lane.contains("a model run holds it")
+            && lane.contains("1 message waits: make it Saturday"))
+        .then_some(lane)
+    })
+    .await;
+    assert!(lane.contains("since"), "{lane}");
+    running.complete("Which day?").await.unwrap();
+    waiting.await.unwrap();
+    eventually("the queue emptied", || async {
+        let lane = texts(&browser, "#lane").await.pop()?;
+        (lane == "no run; nothing queued").then_some(())
+    })
+    .await;
+
     // What the model is given, on the other tab.
     browser
         .find(Locator::Id("show-context"))

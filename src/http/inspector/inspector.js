@@ -215,6 +215,25 @@ function renderFields(entry) {
   }
 }
 
+// The session's run (since when, by whom) and the messages that wait for it.
+function laneText(entry) {
+  if (!entry) return '';
+  const parts = [];
+  if (entry.run) {
+    parts.push('a model run holds it since ' + when(entry.run.startedAt) + ' (' + entry.run.holder + ')');
+  }
+  const queued = entry.queued || [];
+  if (queued.length) {
+    const texts = queued.map((q) => String((q.message && q.message.body) || '').slice(0, 80));
+    parts.push(queued.length + (queued.length === 1 ? ' message waits: ' : ' messages wait: ') + texts.join(' · '));
+  }
+  if (entry.queueDropped && entry.queueDropped.count) {
+    parts.push(entry.queueDropped.count + ' dropped by the queue cap');
+  }
+  if (entry.queueMode) parts.push('queue mode: ' + entry.queueMode);
+  return parts.length ? parts.join(' · ') : 'no run; nothing queued';
+}
+
 async function sessionPage() {
   await signIn();
   const key = new URLSearchParams(location.search).get('key') || '';
@@ -233,6 +252,7 @@ async function sessionPage() {
         ? 'session ' + entry.sessionId + ' · ' + (entry.status || 'idle') +
           (entry.startReason ? ' · started: ' + entry.startReason : '')
         : 'no current session';
+      $('lane').textContent = laneText(entry);
       const list = $('predecessors');
       list.replaceChildren();
       for (const earlier of found.predecessors) {
@@ -320,6 +340,10 @@ async function sessionPage() {
   }
 
   await refresh();
+  // The entry changes without a transcript line too (a run taken, a message queued).
+  setInterval(() => {
+    if (!document.hidden) refresh();
+  }, 2000);
   const conversation = $('conversation');
   const stream = new EventSource('/ui/api/keys/' + encodeURIComponent(key) + '/events');
   stream.addEventListener('open', () => {
