@@ -774,18 +774,26 @@ impl<'m> Turn<'m> {
             .is_none_or(|session| crate::lane::interrupted(&session.entry, fence)))
     }
 
-    /// Resolves once this turn has lost its run (see [`interrupted`](Self::interrupted)),
-    /// looking every 50 ms: race it against the model call to stop a run that was
-    /// interrupted. Never resolves for a turn that holds no run.
+    /// Resolves once this turn has lost its run (see [`interrupted`](Self::interrupted)):
+    /// race it against the model call to stop a run that was interrupted. It looks
+    /// every 50 ms in `interrupt` mode, every 15 s otherwise (where only a turn paused
+    /// past its lease loses its run); never resolves for a turn that holds no run.
     pub async fn interruption(&self) {
         if self.fence.is_none() {
             return std::future::pending().await;
         }
+        // In `interrupt` mode a newer message takes the run at any moment; otherwise
+        // only a turn paused past its lease loses it, so a look now and then will do.
+        let every = if self.interruptible {
+            Duration::from_millis(50)
+        } else {
+            crate::exactly_once::holders::LEASE / 8
+        };
         loop {
             if self.interrupted().await.unwrap_or(false) {
                 return;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(every).await;
         }
     }
 

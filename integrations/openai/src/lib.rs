@@ -273,6 +273,14 @@ pub fn turn_reply(response: &CreateChatCompletionResponse) -> TurnReply {
 /// context too long) is dropped from the conversation, so it does not block the session
 /// until `/new`; after any other failure (a timeout, a rate limit, a server error) it
 /// is kept, and the next turn's model sees it.
+///
+/// A turn that loses its session's run while the model runs — a newer message
+/// interrupted it ([`QueueMode::Interrupt`](agent_sessions::lane::QueueMode::Interrupt)),
+/// or another worker took the run over — stops waiting for the model and returns
+/// [`agent_sessions::Error::RunLost`]: send nothing. Messages that arrive during the call
+/// in a `steer` mode are answered by a follow-up turn (one call has no tool boundary to
+/// hand them to; a host that runs tools between calls takes them with
+/// [`Turn::steering`]).
 pub async fn answer<C: Config>(
     turn: Turn<'_>,
     client: &Client<C>,
@@ -288,12 +296,29 @@ pub async fn answer<C: Config>(
         messages: request_messages(&messages),
         ..CreateChatCompletionRequest::default()
     };
-    match client.chat().create(request).await {
+    let Some(called) = unless_interrupted(&turn, client.chat().create(request)).await else {
+        // Refused: the run is another turn's now.
+        return Ok(turn.complete("").await?);
+    };
+    match called {
         Ok(response) => Ok(turn.complete(turn_reply(&response)).await?),
         Err(error) => {
             turn.fail(failure_of(&error)).await?;
             Err(error.into())
         }
+    }
+}
+
+/// What `work` gives, unless `turn` loses its session's run first (`None`).
+async fn unless_interrupted<T>(
+    turn: &Turn<'_>,
+    work: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    let work = std::pin::pin!(work);
+    let interruption = std::pin::pin!(turn.interruption());
+    match futures_util::future::select(work, interruption).await {
+        futures_util::future::Either::Left((done, _)) => Some(done),
+        futures_util::future::Either::Right(((), _)) => None,
     }
 }
 
@@ -305,7 +330,8 @@ pub async fn answer<C: Config>(
 /// The request asks for the usage in the stream (`stream_options.include_usage`). A
 /// stream that fails, at the start or half way, fails the turn as [`answer`] does and
 /// returns the error; the pieces already given to `on_text` are not logged (the user may
-/// have seen them: say so if that matters).
+/// have seen them: say so if that matters). A turn that loses its run stops reading
+/// the stream and returns [`agent_sessions::Error::RunLost`], as [`answer`] does.
 ///
 /// ```no_run
 /// use agent_sessions::prelude::*;
@@ -342,7 +368,11 @@ pub async fn answer_streamed<C: Config>(
         }),
         ..CreateChatCompletionRequest::default()
     };
-    let mut stream = match client.chat().create_stream(request).await {
+    let Some(started) = unless_interrupted(&turn, client.chat().create_stream(request)).await
+    else {
+        return Ok(turn.complete("").await?);
+    };
+    let mut stream = match started {
         Ok(stream) => stream,
         Err(error) => {
             turn.fail(failure_of(&error)).await?;
@@ -350,7 +380,11 @@ pub async fn answer_streamed<C: Config>(
         }
     };
     let (mut text, mut usage) = (String::new(), None);
-    while let Some(chunk) = stream.next().await {
+    loop {
+        let Some(next) = unless_interrupted(&turn, stream.next()).await else {
+            return Ok(turn.complete("").await?);
+        };
+        let Some(chunk) = next else { break };
         let chunk = match chunk {
             Ok(chunk) => chunk,
             Err(error) => {

@@ -243,3 +243,97 @@ async fn a_streamed_answer_is_shown_as_it_arrives_and_logged_once_whole() {
         ])
     );
 }
+
+/// Three quick messages while the model answers the first: one call at a time, and the
+/// second call answers the other two together, having seen the first reply. In
+/// `interrupt` mode the running call is abandoned as soon as a newer message arrives,
+/// and nothing of it is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quick_messages_get_one_call_at_a_time_and_an_interrupted_call_sends_nothing() {
+    use agent_sessions::lane::{QueueMode, QueueSettings};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let server = Arc::new(FakeOpenAi::start().await);
+    let dir = tempfile::tempdir().unwrap();
+    let manager = Arc::new(
+        SessionManager::connect(&format!("json:{}", dir.path().display()))
+            .await
+            .unwrap()
+            .queue(QueueSettings::default().debounce(Duration::from_millis(100)))
+            .build()
+            .unwrap(),
+    );
+    let send = |manager: Arc<SessionManager>, text: &'static str| {
+        let client = client(&server);
+        tokio::spawn(async move {
+            let turn = manager
+                .turn(&InboundMessage::direct("telegram", "42", text))
+                .await
+                .unwrap();
+            let system = vec![ChatMessage::system(SYSTEM)];
+            agent_sessions_openai::answer(turn, &client, "gpt-test", system)
+                .await
+                .map(|payloads| {
+                    payloads
+                        .into_iter()
+                        .filter_map(|p| p.text)
+                        .collect::<Vec<_>>()
+                })
+        })
+    };
+    let mut handlers = Vec::new();
+    for text in [
+        "change my booking TAKE_A_MOMENT",
+        "it's for Friday",
+        "actually Saturday",
+    ] {
+        handlers.push(send(manager.clone(), text));
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    let mut replies = Vec::new();
+    for handler in handlers {
+        replies.extend(handler.await.unwrap().unwrap());
+    }
+    assert_eq!(replies, ["reply 1", "reply 2"], "two calls, two replies");
+    assert_eq!(server.count(), 2);
+    let last = server.last_messages();
+    let user = &last.last().unwrap().1;
+    assert!(
+        user.contains("it's for Friday") && user.contains("actually Saturday"),
+        "{user}"
+    );
+    assert!(last
+        .iter()
+        .any(|(role, text)| role == "assistant" && text == "reply 1"));
+
+    // Interrupt: the slow call is abandoned when the next message arrives.
+    let dir = tempfile::tempdir().unwrap();
+    let manager = Arc::new(
+        SessionManager::connect(&format!("json:{}", dir.path().display()))
+            .await
+            .unwrap()
+            .queue(QueueSettings::default().mode(QueueMode::Interrupt))
+            .build()
+            .unwrap(),
+    );
+    let slow = send(manager.clone(), common::SLOW);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let newer = send(manager.clone(), "never mind: hello");
+    // Well before the slow answer's 5 seconds.
+    let abandoned = tokio::time::timeout(Duration::from_secs(3), slow)
+        .await
+        .expect("the interrupted call is abandoned")
+        .unwrap();
+    assert!(
+        matches!(
+            abandoned,
+            Err(agent_sessions_openai::Error::Sessions(
+                agent_sessions::Error::RunLost { .. }
+            ))
+        ),
+        "{abandoned:?}"
+    );
+    let answered = newer.await.unwrap().unwrap();
+    assert_eq!(answered.len(), 1, "{answered:?}");
+}

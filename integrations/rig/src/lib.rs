@@ -551,10 +551,21 @@ pub async fn answer(
     let Some(prompt) = history.pop() else {
         return Ok(turn.complete("").await?);
     };
+    let (steering, mut asks) = Steering::new();
     // Boxed: rig's run is a large future, and so is the turn's completion; on the
     // stack together they overflow a 2 MiB thread in a debug build.
-    let run = Box::pin(async { agent.prompt(prompt).history(history).await });
-    let response = match run.await {
+    let run = Box::pin(async {
+        agent
+            .prompt(prompt)
+            .history(history)
+            .add_hook(steering)
+            .await
+    });
+    let Some(ran) = Box::pin(drive(&turn, run, &mut asks)).await? else {
+        // The run is another turn's now: refused, nothing to send.
+        return Ok(turn.complete("").await?);
+    };
+    let response = match ran {
         Ok(response) => response,
         Err(error) => {
             turn.fail(failure_of(&error)).await?;
@@ -562,6 +573,90 @@ pub async fn answer(
         }
     };
     Box::pin(finish(manager, turn, response)).await
+}
+
+/// A request for the messages that arrived for the session since the last one, at a
+/// tool boundary of the agent's run.
+type SteeringAsk = tokio::sync::oneshot::Sender<Vec<String>>;
+
+/// The hook that hands the agent, before each model call after the first (a tool
+/// boundary), what the person added meanwhile in a `steer` mode
+/// ([`Turn::steering`](agent_sessions::manager::Turn::steering)): as context the rest of
+/// the run keeps.
+struct Steering {
+    asks: tokio::sync::mpsc::UnboundedSender<SteeringAsk>,
+    taken: std::sync::Mutex<Vec<String>>,
+}
+
+impl Steering {
+    fn new() -> (Steering, tokio::sync::mpsc::UnboundedReceiver<SteeringAsk>) {
+        let (asks, received) = tokio::sync::mpsc::unbounded_channel();
+        let steering = Steering {
+            asks,
+            taken: std::sync::Mutex::new(Vec::new()),
+        };
+        (steering, received)
+    }
+}
+
+impl rig_agent::agent::AgentHook for Steering {
+    async fn on_completion_call(
+        &self,
+        _context: &rig_agent::agent::HookContext,
+        event: rig_agent::agent::CompletionCallEvent<'_>,
+    ) -> rig_agent::agent::CompletionCallAction {
+        use rig_agent::agent::{CompletionCallAction, RequestPatch};
+        if event.turn > 1 {
+            let (answer, answered) = tokio::sync::oneshot::channel();
+            if self.asks.send(answer).is_ok() {
+                if let Ok(added) = answered.await {
+                    self.taken
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .extend(added);
+                }
+            }
+        }
+        let taken = self
+            .taken
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        if taken.is_empty() {
+            return CompletionCallAction::Continue;
+        }
+        let added = taken
+            .into_iter()
+            .enumerate()
+            .map(|(n, text)| rig_core::completion::Document {
+                id: format!("user-added-{}", n + 1),
+                text: format!("The user added while you were working: {text}"),
+                additional_props: HashMap::new(),
+            });
+        CompletionCallAction::patch(RequestPatch::new().extra_context(added))
+    }
+}
+
+/// Drives the agent's `run` for `turn`: answers the [`Steering`] hook's asks with the
+/// messages steered to the turn, and gives up on the run when the turn loses its
+/// session's run (`None`: interrupted by a newer message, or taken over).
+async fn drive<T>(
+    turn: &agent_sessions::manager::Turn<'_>,
+    run: impl std::future::Future<Output = T>,
+    asks: &mut tokio::sync::mpsc::UnboundedReceiver<SteeringAsk>,
+) -> Result<Option<T>, Error> {
+    let mut run = std::pin::pin!(run);
+    let mut interruption = std::pin::pin!(turn.interruption());
+    loop {
+        tokio::select! {
+            done = &mut run => return Ok(Some(done)),
+            () = &mut interruption => return Ok(None),
+            Some(ask) = asks.recv() => {
+                let added = turn.steering().await?;
+                let _ = ask.send(added.into_iter().map(|message| message.body).collect());
+            }
+        }
+    }
 }
 
 /// [`answer`] with the agent's run streamed: `on_text` is called with each piece of the
@@ -600,9 +695,18 @@ pub async fn answer_streamed(
     let Some(prompt) = history.pop() else {
         return Ok(turn.complete("").await?);
     };
-    let mut stream = agent.prompt(prompt).history(history).stream();
+    let (steering, mut asks) = Steering::new();
+    let mut stream = agent
+        .prompt(prompt)
+        .history(history)
+        .add_hook(steering)
+        .stream();
     let mut response = None;
-    while let Some(item) = stream.next().await {
+    loop {
+        let Some(next) = Box::pin(drive(&turn, stream.next(), &mut asks)).await? else {
+            return Ok(turn.complete("").await?);
+        };
+        let Some(item) = next else { break };
         match item {
             Ok(MultiTurnStreamItem::StreamAssistantItem(Item::Event(StreamEvent::Text {
                 text,

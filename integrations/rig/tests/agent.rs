@@ -498,3 +498,118 @@ async fn answer_streamed_shows_the_reply_as_it_arrives_and_logs_it_once() {
         ])
     );
 }
+
+/// The rota tool, slow: the person writes again while it runs.
+struct SlowShifts;
+
+impl PortableTool for SlowShifts {
+    const NAME: &'static str = "shifts";
+    type Args = serde_json::Value;
+    type Output = String;
+    type Error = std::convert::Infallible;
+
+    fn description(&self) -> String {
+        "The user's shifts on a day.".into()
+    }
+
+    fn parameters(&self) -> serde_json::Value {
+        serde_json::json!({"type": "object", "properties": {"day": {"type": "string"}}})
+    }
+
+    async fn call(&self, _day: serde_json::Value) -> Result<String, Self::Error> {
+        tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+        Ok("9am".into())
+    }
+}
+
+/// `steer`: a message that arrives while the agent's tool runs is handed to the agent
+/// before its next model call — one run, one reply, and the message's own `answer`
+/// sends nothing. In `interrupt` mode a newer message abandons the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answer_hands_a_message_sent_during_a_tool_call_to_the_running_agent() {
+    use agent_sessions::lane::{QueueMode, QueueSettings};
+    use std::time::Duration;
+
+    let server = Arc::new(FakeOpenAi::start().await);
+    let dir = tempfile::tempdir().unwrap();
+    let manager = Arc::new(
+        SessionManager::connect(&format!("json:{}", dir.path().display()))
+            .await
+            .unwrap()
+            .queue(QueueSettings::default().mode(QueueMode::Steer))
+            .build()
+            .unwrap(),
+    );
+    let model = OpenAIConfig::new("test-key")
+        .with_base_url(&server.base)
+        .client()
+        .chat("gpt-test");
+    let bot = Arc::new(
+        AgentBuilder::new(model)
+            .preamble(SYSTEM)
+            .tool(SlowShifts)
+            .default_max_turns(3)
+            .build(),
+    );
+    let send = |text: &'static str| {
+        let (manager, bot) = (manager.clone(), bot.clone());
+        tokio::spawn(async move {
+            agent_sessions_rig::answer(&manager, &dm(text), &bot)
+                .await
+                .map(|payloads| {
+                    payloads
+                        .into_iter()
+                        .filter_map(|p| p.text)
+                        .collect::<Vec<_>>()
+                })
+        })
+    };
+    let asking = send("When is my shift?");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let adding = send("and is Friday free?");
+    assert_eq!(asking.await.unwrap().unwrap(), ["reply 2"]);
+    assert_eq!(adding.await.unwrap().unwrap(), Vec::<String>::new());
+    assert_eq!(server.count(), 2, "one run: the call, then the answer");
+    assert!(
+        server
+            .last_request()
+            .to_string()
+            .contains("and is Friday free?"),
+        "the model's second call sees the message: {}",
+        server.last_request()
+    );
+
+    // Interrupt: a newer message abandons the slow run; only the newer one is answered.
+    let dir = tempfile::tempdir().unwrap();
+    let manager = Arc::new(
+        SessionManager::connect(&format!("json:{}", dir.path().display()))
+            .await
+            .unwrap()
+            .queue(QueueSettings::default().mode(QueueMode::Interrupt))
+            .build()
+            .unwrap(),
+    );
+    let (slow_manager, slow_bot) = (manager.clone(), bot.clone());
+    let slow = tokio::spawn(async move {
+        agent_sessions_rig::answer(&slow_manager, &dm(common::SLOW), &slow_bot).await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (newer_manager, newer_bot) = (manager.clone(), bot.clone());
+    let newer = tokio::spawn(async move {
+        agent_sessions_rig::answer(&newer_manager, &dm("never mind"), &newer_bot).await
+    });
+    let abandoned = tokio::time::timeout(Duration::from_secs(3), slow)
+        .await
+        .expect("the interrupted run is abandoned")
+        .unwrap();
+    assert!(
+        matches!(
+            abandoned,
+            Err(agent_sessions_rig::Error::Sessions(
+                agent_sessions::Error::RunLost { .. }
+            ))
+        ),
+        "{abandoned:?}"
+    );
+    assert_eq!(newer.await.unwrap().unwrap().len(), 1);
+}

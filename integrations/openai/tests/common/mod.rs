@@ -1,7 +1,8 @@
 //! A fake OpenAI-compatible chat-completions server on loopback: it keeps every request
 //! body it receives and answers each with a numbered reply and fixed usage — or, when
 //! the request declares tools and ends with a user message that mentions a shift, with a
-//! call of the `shifts` tool. The rig integration's tests use it too.
+//! call of the `shifts` tool; one that says [`SLOW`] is answered after 5 seconds,
+//! [`A_MOMENT`] after 400 ms. The rig integration's tests use it too.
 #![allow(dead_code)] // each test crate uses part of it
 
 use std::io::Write;
@@ -95,6 +96,13 @@ impl Drop for FakeOpenAi {
 /// filter does: `400` with an `invalid_request_error`.
 pub const REFUSED: &str = "FILTER_ME";
 
+/// What the last message of a request says to have the fake take 5 seconds to answer
+/// (a slow model).
+pub const SLOW: &str = "TAKE_YOUR_TIME";
+/// What the last message of a request says to have the fake take 400 ms (a model that
+/// is still answering when the person writes again).
+pub const A_MOMENT: &str = "TAKE_A_MOMENT";
+
 /// Answers request number `n` (from 1) with `reply n`.
 async fn complete(
     State(requests): State<Arc<Mutex<Vec<Value>>>>,
@@ -108,6 +116,11 @@ async fn complete(
     };
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     let last = messages.last().cloned().unwrap_or_default();
+    if last["content"].to_string().contains(SLOW) {
+        tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    } else if last["content"].to_string().contains(A_MOMENT) {
+        tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    }
     if body["messages"].to_string().contains(REFUSED) {
         let refusal = json!({"error": {
             "message": "The response was filtered due to the prompt triggering the content management policy.",
