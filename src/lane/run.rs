@@ -1,7 +1,8 @@
 //! The manager's side of the lane: a queued message's turn waiting for its place, a
 //! running turn holding (and renewing) the run, `/queue`, and a run taken over.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use super::wait::POLL;
@@ -34,16 +35,29 @@ pub(crate) struct Place {
     pub(crate) answering: Vec<String>,
 }
 
-/// A running turn's hold on its session's run: renews the run's lease (so a holder on
-/// another host is not taken for gone) until it is dropped.
+/// The runs this manager's turns hold, by session: one task renews all their leases
+/// (so a holder on another host is not taken for gone), started with the first.
+#[derive(Debug, Default)]
+pub(crate) struct Leases {
+    held: Arc<Mutex<HashMap<SessionKey, u64>>>,
+    renewer: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// A running turn's hold on its session's run (`fence`): renewed with the manager's
+/// other runs until it is dropped.
 #[derive(Debug)]
 pub(crate) struct RunLease {
-    renewal: tokio::task::JoinHandle<()>,
+    held: Arc<Mutex<HashMap<SessionKey, u64>>>,
+    key: SessionKey,
+    fence: u64,
 }
 
 impl Drop for RunLease {
     fn drop(&mut self) {
-        self.renewal.abort();
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if held.get(&self.key) == Some(&self.fence) {
+            held.remove(&self.key);
+        }
     }
 }
 
@@ -302,31 +316,70 @@ impl SessionManager {
     /// Holds the run `fence` of `key`'s session for a running turn: its lease is
     /// renewed every quarter of [`LEASE`] until the turn ends (or the run is lost).
     pub(crate) fn hold_run(&self, key: &SessionKey, fence: u64) -> RunLease {
-        let store: Arc<dyn SessionStore> = self.seams.store.clone();
-        let clock = self.seams.clock.clone();
-        let key = key.clone();
-        let renewal = tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(LEASE / 4).await;
-                let now_ms = clock.now_millis();
-                let mut held = false;
-                let renewed = store
-                    .apply(&key, &mut |slot, _| {
-                        held = slot
-                            .as_mut()
-                            .is_some_and(|entry| super::renew(entry, fence, now_ms));
-                        Ok(())
-                    })
-                    .await;
-                if renewed.is_err() {
-                    // The store is away for now: the next renewal tries again.
-                    continue;
-                }
-                if !held {
-                    return;
+        let leases = &self.leases;
+        leases
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key.clone(), fence);
+        let mut renewer = leases
+            .renewer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // One renewer a manager; again when its runtime has gone (a test's, say).
+        if renewer
+            .as_ref()
+            .is_none_or(tokio::task::JoinHandle::is_finished)
+        {
+            let held = Arc::downgrade(&leases.held);
+            let store = Arc::downgrade(&self.seams.store);
+            let clock = self.seams.clock.clone();
+            *renewer = Some(tokio::spawn(renew_leases(held, store, clock)));
+        }
+        RunLease {
+            held: leases.held.clone(),
+            key: key.clone(),
+            fence,
+        }
+    }
+}
+
+/// Renews the lease of every run in `held`, every quarter of [`LEASE`], until the
+/// manager is gone; a run found lost is let go.
+async fn renew_leases(
+    held: Weak<Mutex<HashMap<SessionKey, u64>>>,
+    store: Weak<dyn SessionStore>,
+    clock: Arc<dyn crate::freshness::Clock>,
+) {
+    loop {
+        tokio::time::sleep(LEASE / 4).await;
+        let (Some(runs), Some(store)) = (held.upgrade(), store.upgrade()) else {
+            return;
+        };
+        let snapshot: Vec<(SessionKey, u64)> = runs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(key, fence)| (key.clone(), *fence))
+            .collect();
+        for (key, fence) in snapshot {
+            let now_ms = clock.now_millis();
+            let mut still = false;
+            let renewed = store
+                .apply(&key, &mut |slot, _| {
+                    still = slot
+                        .as_mut()
+                        .is_some_and(|entry| super::renew(entry, fence, now_ms));
+                    Ok(())
+                })
+                .await;
+            // A store away for now: the next round tries again.
+            if renewed.is_ok() && !still {
+                let mut runs = runs.lock().unwrap_or_else(PoisonError::into_inner);
+                if runs.get(&key) == Some(&fence) {
+                    runs.remove(&key);
                 }
             }
-        });
-        RunLease { renewal }
+        }
     }
 }

@@ -121,6 +121,8 @@ pub struct SessionManager {
     pub(crate) histories: crate::inbound::history_cache::HistoryCache,
     /// This process's turns waiting for a session's run.
     pub(crate) waker: Waker,
+    /// The runs this manager's turns hold, their leases renewed together.
+    pub(crate) leases: crate::lane::Leases,
 }
 
 /// The seams of a [`SessionManager`]: each a trait object with a default.
@@ -711,6 +713,7 @@ impl SessionManager {
                 system_events: Arc::new(SystemEventQueue::default()),
                 histories: crate::inbound::history_cache::HistoryCache::default(),
                 waker: Waker::default(),
+                leases: crate::lane::Leases::default(),
             },
             isolated_to: None,
             custom_flush_guard: false,

@@ -84,25 +84,35 @@ impl<C: deadpool_postgres::GenericClient> TranscriptRows for PgRows<'_, C> {
         limit: Option<i64>,
         max_bytes: Option<i64>,
     ) -> Result<Vec<(i64, String)>> {
-        // The lines whose sizes before them (in bytes) add up to less than `max_bytes`:
-        // the first always.
-        let max_bytes = max_bytes.unwrap_or(i64::MAX);
-        Ok(self
-            .tx
-            .query_prepared(
-                &format!(
+        let table = self.store.table("transcript_lines");
+        // With `max_bytes`, the lines whose sizes before them (in bytes) add up to less
+        // than it: the first always. Without, the plain query a turn's read runs.
+        let rows = match max_bytes {
+            Some(max_bytes) => {
+                let sql = format!(
                     "SELECT seq, line FROM (
                          SELECT seq, line,
                              SUM(octet_length(line)) OVER (ORDER BY seq)
                                  - octet_length(line) AS before
-                         FROM {} WHERE agent_id = $1 AND name = $2 AND seq >= $3
+                         FROM {table} WHERE agent_id = $1 AND name = $2 AND seq >= $3
                          ORDER BY seq LIMIT $4) AS chunk
-                     WHERE before < $5 OR seq = $3 ORDER BY seq",
-                    self.store.table("transcript_lines")
-                ),
-                &[&agent, &name, &from, &limit, &max_bytes],
-            )
-            .await
+                     WHERE before < $5 OR seq = $3 ORDER BY seq"
+                );
+                self.tx
+                    .query_prepared(&sql, &[&agent, &name, &from, &limit, &max_bytes])
+                    .await
+            }
+            None => {
+                let sql = format!(
+                    "SELECT seq, line FROM {table}
+                     WHERE agent_id = $1 AND name = $2 AND seq >= $3 ORDER BY seq LIMIT $4"
+                );
+                self.tx
+                    .query_prepared(&sql, &[&agent, &name, &from, &limit])
+                    .await
+            }
+        };
+        Ok(rows
             .map_err(pg_error("read a transcript"))?
             .iter()
             .map(|row| (row.get(0), row.get(1)))

@@ -76,31 +76,41 @@ impl TranscriptRows for SqliteRows<'_> {
         limit: Option<i64>,
         max_bytes: Option<i64>,
     ) -> Result<Vec<(i64, String)>> {
-        // The lines whose sizes before them (in bytes) add up to less than `max_bytes`:
-        // the first always.
-        let mut statement = self
-            .0
-            .prepare_cached(
-                "SELECT seq, line FROM (
-                     SELECT seq, line,
-                         SUM(length(CAST(line AS BLOB))) OVER (ORDER BY seq)
-                             - length(CAST(line AS BLOB)) AS before
-                     FROM transcript_lines
-                     WHERE agent_id = ?1 AND name = ?2 AND seq >= ?3 ORDER BY seq LIMIT ?4)
-                 WHERE before < ?5 OR seq = ?3 ORDER BY seq",
-            )
-            .map_err(db_error("read a transcript"))?;
+        // With `max_bytes`, the lines whose sizes before them (in bytes) add up to less
+        // than it: the first always. Without, the plain query a turn's read runs.
         // SQLite reads a negative limit as none.
         let limit = limit.unwrap_or(-1);
-        let max_bytes = max_bytes.unwrap_or(i64::MAX);
-        let rows = statement
-            .query_map(params![agent, name, from, limit, max_bytes], |row| {
-                Ok((row.get(0)?, row.get(1)?))
-            })
-            .map_err(db_error("read a transcript"))?
-            .collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(db_error("read a transcript"))?;
-        Ok(rows)
+        let read = |row: &rusqlite::Row<'_>| Ok((row.get(0)?, row.get(1)?));
+        let rows = match max_bytes {
+            Some(max_bytes) => self
+                .0
+                .prepare_cached(
+                    "SELECT seq, line FROM (
+                         SELECT seq, line,
+                             SUM(length(CAST(line AS BLOB))) OVER (ORDER BY seq)
+                                 - length(CAST(line AS BLOB)) AS before
+                         FROM transcript_lines
+                         WHERE agent_id = ?1 AND name = ?2 AND seq >= ?3 ORDER BY seq LIMIT ?4)
+                     WHERE before < ?5 OR seq = ?3 ORDER BY seq",
+                )
+                .and_then(|mut statement| {
+                    statement
+                        .query_map(params![agent, name, from, limit, max_bytes], read)?
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                }),
+            None => self
+                .0
+                .prepare_cached(
+                    "SELECT seq, line FROM transcript_lines
+                     WHERE agent_id = ?1 AND name = ?2 AND seq >= ?3 ORDER BY seq LIMIT ?4",
+                )
+                .and_then(|mut statement| {
+                    statement
+                        .query_map(params![agent, name, from, limit], read)?
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                }),
+        };
+        rows.map_err(db_error("read a transcript"))
     }
 
     async fn set_tail(
