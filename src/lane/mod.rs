@@ -55,6 +55,7 @@
 mod decide;
 mod prompt;
 mod run;
+mod turn;
 mod wait;
 
 use std::time::Duration;
@@ -65,7 +66,7 @@ pub use crate::store::entry::{QueueDrop, QueueMode};
 
 pub(crate) use decide::{arrive, interrupted, release, renew, steer, take, Arrival, Lane, Take};
 pub(crate) use prompt::collected_input;
-pub(crate) use run::{lane_channel, Leases, Place, RunLease};
+pub(crate) use run::{lane_channel, Lanes, Leases, Place, RunLease};
 pub(crate) use wait::{wake, Waker};
 
 /// The default quiet time before a follow-up turn starts (OpenClaw 2026.1.x:

@@ -69,19 +69,24 @@ pub(crate) fn lane_channel(message: &InboundMessage) -> Option<String> {
         .or_else(|| normalize_channel(&message.channel))
 }
 
-impl SessionManager {
+/// The manager's side of the lane, for the turn pipeline: `/queue`, a queued message's
+/// turn waiting for its place, a dead run taken over, collected input, run leases.
+pub(crate) struct Lanes<'m>(pub(crate) &'m SessionManager);
+
+impl<'m> Lanes<'m> {
     /// `/queue <mode> [debounce:…] [cap:…] [drop:…]` from a sender allowed to reset:
     /// sets the session's queue settings and acknowledges them (or says what did not
     /// parse). No model call.
-    pub(crate) async fn set_queue<'m>(
-        &'m self,
+    pub(crate) async fn set_queue(
+        &self,
         mut turn: Turn<'m>,
         command: std::result::Result<QueueCommand, String>,
     ) -> Result<Turn<'m>> {
         let text = match command {
             Ok(command) => {
-                let now_ms = self.seams.clock.now_millis();
+                let now_ms = self.0.seams.clock.now_millis();
                 let stored = self
+                    .0
                     .seams
                     .store
                     .apply(turn.key(), &mut |slot, _| {
@@ -95,7 +100,7 @@ impl SessionManager {
                 let settings = stored.as_ref().map(|s| {
                     effective(
                         &s.entry,
-                        &self.settings.queue,
+                        &self.0.settings.queue,
                         lane_channel(turn.message()).as_deref(),
                     )
                 });
@@ -127,8 +132,8 @@ impl SessionManager {
         key: &SessionKey,
         inbound_id: &str,
     ) -> Result<bool> {
-        let now_ms = self.seams.clock.now_millis();
-        Ok(self.seams.store.get(key).await?.is_some_and(|session| {
+        let now_ms = self.0.seams.clock.now_millis();
+        Ok(self.0.seams.store.get(key).await?.is_some_and(|session| {
             !super::decide::live(&session.entry, now_ms)
                 && session
                     .entry
@@ -148,22 +153,23 @@ impl SessionManager {
         run: &Hold,
     ) -> Result<std::result::Result<Place, QueueOutcome>> {
         let channel = lane_channel(message);
-        let notify = self.waker.waiting_on(key);
+        let notify = self.0.waker.waiting_on(key);
         let waited = std::time::Instant::now();
         loop {
             let notified = notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let now_ms = self.seams.clock.now_millis();
+            let now_ms = self.0.seams.clock.now_millis();
             let mut found = None;
-            self.seams
+            self.0
+                .seams
                 .store
                 .apply(key, &mut |slot, _| {
                     found = Some(match slot {
                         None => Take::Gone(QueueOutcome::Collected),
                         Some(entry) => {
                             let settings =
-                                effective(entry, &self.settings.queue, channel.as_deref());
+                                effective(entry, &self.0.settings.queue, channel.as_deref());
                             take(entry, queued_id, run.holder(), &settings, now_ms)
                         }
                     });
@@ -217,9 +223,9 @@ impl SessionManager {
     ) -> Result<Option<String>> {
         let inbound_id = crate::exactly_once::dedupe::inbound_id(turn.message());
         if let (Some(transcripts), Some(inbound_id)) =
-            (self.seams.transcripts.as_deref(), inbound_id)
+            (self.0.seams.transcripts.as_deref(), inbound_id)
         {
-            let transcript = TranscriptRef::of(turn.key(), entry, &self.settings.default_agent);
+            let transcript = TranscriptRef::of(turn.key(), entry, &self.0.settings.default_agent);
             let logged = crate::exactly_once::claims::find_line(transcripts, &transcript, |line| {
                 line.log.as_ref().is_some_and(|log| {
                     log.direction == Some(Direction::Inbound)
@@ -260,13 +266,45 @@ impl SessionManager {
             .filter_map(|queued| {
                 let message: InboundMessage =
                     serde_json::from_value(queued.message.clone()).ok()?;
-                Some(self.queued_text(&message, queued.at, activation))
+                Some(self.0.queued_text(&message, queued.at, activation))
             })
             .collect();
         inputs.insert(place.own_at.min(inputs.len()), text);
         super::collected_input(&inputs, place.dropped.as_ref())
     }
 
+    /// Holds the run `fence` of `key`'s session for a running turn: its lease is
+    /// renewed every quarter of [`LEASE`] until the turn ends (or the run is lost).
+    pub(crate) fn hold_run(&self, key: &SessionKey, fence: u64) -> RunLease {
+        let leases = &self.0.leases;
+        leases
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key.clone(), fence);
+        let mut renewer = leases
+            .renewer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // One renewer a manager; again when its runtime has gone (a test's, say).
+        if renewer
+            .as_ref()
+            .is_none_or(tokio::task::JoinHandle::is_finished)
+        {
+            let held = Arc::downgrade(&leases.held);
+            let store = Arc::downgrade(&self.0.seams.store);
+            let clock = self.0.seams.clock.clone();
+            *renewer = Some(tokio::spawn(renew_leases(held, store, clock)));
+        }
+        RunLease {
+            held: leases.held.clone(),
+            key: key.clone(),
+            fence,
+        }
+    }
+}
+
+impl SessionManager {
     /// A turn for what waits in `key`'s session with no one waiting for it — messages
     /// queued during a run whose waiting processes were killed — once no run holds the
     /// session: answer it as any turn (`messages`, then `complete`). `None` when nothing
@@ -311,36 +349,6 @@ impl SessionManager {
             .turn_adopting(&message, &crate::manager::anyone, Some(&last.id))
             .await?;
         Ok(Some(turn))
-    }
-
-    /// Holds the run `fence` of `key`'s session for a running turn: its lease is
-    /// renewed every quarter of [`LEASE`] until the turn ends (or the run is lost).
-    pub(crate) fn hold_run(&self, key: &SessionKey, fence: u64) -> RunLease {
-        let leases = &self.leases;
-        leases
-            .held
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(key.clone(), fence);
-        let mut renewer = leases
-            .renewer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        // One renewer a manager; again when its runtime has gone (a test's, say).
-        if renewer
-            .as_ref()
-            .is_none_or(tokio::task::JoinHandle::is_finished)
-        {
-            let held = Arc::downgrade(&leases.held);
-            let store = Arc::downgrade(&self.seams.store);
-            let clock = self.seams.clock.clone();
-            *renewer = Some(tokio::spawn(renew_leases(held, store, clock)));
-        }
-        RunLease {
-            held: leases.held.clone(),
-            key: key.clone(),
-            fence,
-        }
     }
 }
 

@@ -1189,7 +1189,7 @@ impl SessionManager {
     }
 
     /// How `message` is routed in its group (see [`decide`](crate::inbound::activation::decide)).
-    fn activation(
+    pub(crate) fn activation(
         &self,
         message: &InboundMessage,
         group_activation: Option<&crate::store::entry::GroupActivation>,

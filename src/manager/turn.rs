@@ -19,7 +19,7 @@ use super::{LogMessage, Resolution, Resolved, SessionManager};
 use crate::exactly_once::dedupe::{self, Intake, Seen};
 use crate::exactly_once::holders::Hold;
 use crate::exactly_once::outcome::{DeliveryReceipt, TurnFailure};
-use crate::lane::{Lane, Place, QueueOutcome, RunLease};
+use crate::lane::{Lane, Lanes, Place, QueueOutcome, RunLease};
 
 /// What the session layer sends after a bare reset (`/new` with nothing after it), in
 /// place of a model reply.
@@ -219,15 +219,15 @@ impl TurnOutcome {
 #[derive(Debug)]
 #[must_use = "a turn does nothing until its reply is completed"]
 pub struct Turn<'m> {
-    manager: &'m SessionManager,
-    message: InboundMessage,
-    key: SessionKey,
+    pub(crate) manager: &'m SessionManager,
+    pub(crate) message: InboundMessage,
+    pub(crate) key: SessionKey,
     action: TurnAction,
     /// Boxed, as the entry: a turn moves through several calls, and stays small.
     resolution: Option<Box<Resolution>>,
     input: Option<String>,
     inbound: Option<SessionEvent>,
-    transcript: Option<TranscriptRef>,
+    pub(crate) transcript: Option<TranscriptRef>,
     entry: Option<Box<SessionEntry>>,
     flush: Option<FlushPlan>,
     started: std::time::Instant,
@@ -235,12 +235,12 @@ pub struct Turn<'m> {
     /// ([`SessionEntry::run`]), live until the turn ends or is dropped.
     run: Option<Hold>,
     /// The run's fencing token, while this turn holds the session's run.
-    fence: Option<u64>,
+    pub(crate) fence: Option<u64>,
     /// Renews the run's lease while the turn lives.
     lease: Option<RunLease>,
     /// Whether a message may interrupt its run (the session's queue mode was
     /// `interrupt` when it started).
-    interruptible: bool,
+    pub(crate) interruptible: bool,
     /// When it started, by the manager's clock (epoch milliseconds).
     started_ms: u64,
     /// The delivered messages its reply answers (as the dedupe records name them).
@@ -319,7 +319,7 @@ impl SessionManager {
                 .map(Intake::new);
             if let Some(command) = crate::lane::queue_command(&message.body) {
                 if self.seams.triggers.is_authorized(message) {
-                    return self.set_queue(turn, command).await;
+                    return Lanes(self).set_queue(turn, command).await;
                 }
             }
             // The message's session, unless it was taken before (a duplicate). A message
@@ -349,7 +349,9 @@ impl SessionManager {
                 // Logged: a duplicate, unless the run that logged it died before it
                 // answered.
                 let unanswered = logged
-                    && self.run_died_answering(&turn.key, &record.id).await?
+                    && Lanes(self)
+                        .run_died_answering(&turn.key, &record.id)
+                        .await?
                     && !self.answered_before(&turn.key, record).await?;
                 if logged && !unanswered {
                     break resolved;
@@ -422,7 +424,10 @@ impl SessionManager {
                 },
                 Some(Lane::Queued { id }) => {
                     crate::ops::telemetry::queued();
-                    match self.wait_for_place(&turn.key, message, &id, &run).await? {
+                    match Lanes(self)
+                        .wait_for_place(&turn.key, message, &id, &run)
+                        .await?
+                    {
                         Ok(place) => place,
                         Err(outcome) => {
                             taken(intake);
@@ -462,7 +467,7 @@ impl SessionManager {
             let entry = resolution.entry().clone();
             // A run that died after logging this message: its line is this turn's input.
             let resumed = if place.resumed {
-                self.resume_input(&mut turn, &entry).await?
+                Lanes(self).resume_input(&mut turn, &entry).await?
             } else {
                 None
             };
@@ -475,14 +480,14 @@ impl SessionManager {
                     .await?
             } else {
                 let text = self.prepare_turn(&resolution, message, &activation).await;
-                let text = self.with_collected(text, &place, &activation);
+                let text = Lanes(self).with_collected(text, &place, &activation);
                 taken(intake);
                 (text, entry)
             };
             turn.flush = self.seams.flush_guard.plan(&entry);
             turn.entry = Some(Box::new(entry));
             turn.action = TurnAction::Answer;
-            turn.lease = Some(self.hold_run(&turn.key, place.fence));
+            turn.lease = Some(Lanes(self).hold_run(&turn.key, place.fence));
             turn.run = Some(run);
             turn.input = Some(text);
             turn.resolution = Some(Box::new(resolution));
@@ -547,7 +552,7 @@ impl SessionManager {
         let (text, drained) = self
             .model_input(resolution, message, activation, history.unwrap_or_default())
             .await;
-        let text = self.with_collected(text, place, activation);
+        let text = Lanes(self).with_collected(text, place, activation);
         let log = LogMessage::from_inbound(message).with_text(text.clone());
         let mut line = self.log_line(&turn.key, &entry, log);
         if let Some(log) = line.log.as_mut() {
@@ -674,127 +679,6 @@ impl<'m> Turn<'m> {
     pub(crate) fn resume(&mut self, event: SessionEvent, transcript: TranscriptRef) {
         self.inbound = Some(event);
         self.transcript = Some(transcript);
-    }
-
-    /// The messages that arrived for this session while this turn runs, for the model
-    /// at its next tool boundary — when the session's queue mode steers
-    /// ([`QueueMode::Steer`](crate::lane::QueueMode::Steer) or `steer-backlog`), else
-    /// none. Each is handed over once: the turns that wait with them learn that they
-    /// were taken ([`QueueOutcome::Steered`]), and in `steer-backlog` they get a
-    /// follow-up turn too. Each is logged in the session's transcript as a user
-    /// message, so the conversation keeps it and a delivery again of it is a
-    /// duplicate; give them to the model as user messages before its next call (and
-    /// answer the tool calls not yet run in the batch as skipped, as OpenClaw does).
-    /// None once the turn lost its run.
-    ///
-    /// ```
-    /// # use agent_sessions::prelude::*;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> agent_sessions::Result<()> {
-    /// # let manager = SessionManager::builder(InMemoryStore::new()).build()?;
-    /// let turn = manager.turn(&InboundMessage::direct("telegram", "42", "book me a table")).await?;
-    /// // … the model calls a tool; at the boundary:
-    /// for message in turn.steering().await? {
-    ///     println!("the user added: {}", message.body);
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn steering(&self) -> Result<Vec<InboundMessage>> {
-        let Some(fence) = self.fence else {
-            return Ok(Vec::new());
-        };
-        let channel = crate::lane::lane_channel(&self.message);
-        let queue = &self.manager.settings.queue;
-        let mut taken = Vec::new();
-        let session = self
-            .manager
-            .seams
-            .store
-            .apply(&self.key, &mut |slot, _| {
-                taken = match slot.as_mut() {
-                    Some(entry) => {
-                        let settings = crate::lane::effective(entry, queue, channel.as_deref());
-                        crate::lane::steer(entry, fence, &settings)
-                    }
-                    None => Vec::new(),
-                };
-                Ok(())
-            })
-            .await?;
-        crate::ops::telemetry::steered(taken.len());
-        let messages: Vec<(InboundMessage, u64)> = taken
-            .into_iter()
-            .filter_map(|queued| Some((serde_json::from_value(queued.message).ok()?, queued.at)))
-            .collect();
-        // The conversation keeps what the model is given: each message as a user line,
-        // which a delivery again of it then finds.
-        if let (Some(transcript), Some(session)) = (&self.transcript, &session) {
-            let entry = &session.entry;
-            let lines = messages
-                .iter()
-                .map(|(message, at)| {
-                    let activation = self
-                        .manager
-                        .activation(message, entry.group_activation.as_ref());
-                    let text = self.manager.queued_text(message, *at, &activation);
-                    let log = LogMessage::from_inbound(message).with_text(text);
-                    let mut line = self.manager.log_line(&self.key, entry, log);
-                    if let Some(log) = line.log.as_mut() {
-                        log.inbound_id = dedupe::inbound_id(message);
-                    }
-                    line
-                })
-                .collect::<Vec<_>>();
-            if !lines.is_empty() {
-                self.manager
-                    .transcript_store()?
-                    .append(transcript, lines)
-                    .await?;
-            }
-        }
-        Ok(messages.into_iter().map(|(message, _)| message).collect())
-    }
-
-    /// Whether this turn lost its session's run: a message interrupted it
-    /// ([`QueueMode::Interrupt`](crate::lane::QueueMode::Interrupt)), or another turn
-    /// took the run over while this one was thought gone. Its
-    /// [`complete`](Self::complete) is then refused ([`Error::RunLost`](crate::Error::RunLost)):
-    /// stop the model and send nothing. `false` for a turn that holds no run.
-    pub async fn interrupted(&self) -> Result<bool> {
-        let Some(fence) = self.fence else {
-            return Ok(false);
-        };
-        Ok(self
-            .manager
-            .seams
-            .store
-            .get(&self.key)
-            .await?
-            .is_none_or(|session| crate::lane::interrupted(&session.entry, fence)))
-    }
-
-    /// Resolves once this turn has lost its run (see [`interrupted`](Self::interrupted)):
-    /// race it against the model call to stop a run that was interrupted. It looks
-    /// every 50 ms in `interrupt` mode, every 15 s otherwise (where only a turn paused
-    /// past its lease loses its run); never resolves for a turn that holds no run.
-    pub async fn interruption(&self) {
-        if self.fence.is_none() {
-            return std::future::pending().await;
-        }
-        // In `interrupt` mode a newer message takes the run at any moment; otherwise
-        // only a turn paused past its lease loses it, so a look now and then will do.
-        let every = if self.interruptible {
-            Duration::from_millis(50)
-        } else {
-            crate::exactly_once::holders::LEASE / 8
-        };
-        loop {
-            if self.interrupted().await.unwrap_or(false) {
-                return;
-            }
-            tokio::time::sleep(every).await;
-        }
     }
 
     /// Whether the model is to be called.
