@@ -561,4 +561,96 @@ mod metrics_recorded {
             1
         );
     }
+
+    /// Messages that arrive during a run are counted once for each thing that happens
+    /// to them — queued, collected into another turn, steered to the running turn,
+    /// dropped by the cap — and a run that lost its session is counted.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn messages_that_arrive_during_a_run_are_counted_once_each() {
+        use agent_sessions::lane::{QueueDrop, QueueMode, QueueSettings};
+        let _serial = SERIAL.lock().await;
+        let quick = || QueueSettings::default().debounce(Duration::from_millis(100));
+        // The first message takes the run; `later` arrive 20 ms apart while it runs;
+        // `steer` lets the run look at its tool boundary before it completes.
+        async fn run(settings: QueueSettings, later: &[&str], steer: bool) -> Vec<Metric> {
+            let manager = Arc::new(
+                SessionManager::builder(InMemoryStore::new())
+                    .transcripts(agent_sessions::transcript::InMemoryTranscriptStore::new())
+                    .queue(settings)
+                    .build()
+                    .unwrap(),
+            );
+            let dm = |text: &str| InboundMessage::direct("telegram", "q-1", text);
+            recorded(); // what came before
+            let first = manager.turn(&dm("first")).await.unwrap();
+            let mut handlers = Vec::new();
+            for text in later {
+                let (manager, message) = (manager.clone(), dm(text));
+                handlers.push(tokio::spawn(async move {
+                    let turn = manager.turn(&message).await.unwrap();
+                    let _ = turn.complete("ok").await;
+                }));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if steer {
+                assert_eq!(first.steering().await.unwrap().len(), later.len());
+            }
+            let _ = first.complete("done").await;
+            for handler in handlers {
+                handler.await.unwrap();
+            }
+            recorded()
+        }
+        let queue = |metrics: &[Metric], event: &str| {
+            count(metrics, "agent_sessions_queue_total", &[("event", event)])
+        };
+        let waits = |metrics: &[Metric]| {
+            metrics
+                .iter()
+                .filter(|(name, _, _)| name == "agent_sessions_queue_wait_seconds")
+                .map(|(_, _, value)| match value {
+                    DebugValue::Histogram(samples) => samples.len(),
+                    other => panic!("not a histogram: {other:?}"),
+                })
+                .sum::<usize>()
+        };
+
+        let collect = run(quick(), &["second", "third"], false).await;
+        assert_eq!(queue(&collect, "queued"), 2);
+        assert_eq!(
+            queue(&collect, "collected"),
+            1,
+            "the one answered with the other"
+        );
+        assert_eq!(waits(&collect), 1, "one follow-up turn ran");
+        assert_eq!(queue(&collect, "dropped") + queue(&collect, "steered"), 0);
+
+        let capped = quick().cap(1).drop_policy(QueueDrop::Old);
+        let dropped = run(capped, &["second", "third"], false).await;
+        assert_eq!(queue(&dropped, "queued"), 2);
+        assert_eq!(queue(&dropped, "dropped"), 1);
+        assert_eq!(queue(&dropped, "collected"), 0);
+
+        let capped = quick().cap(1).drop_policy(QueueDrop::New);
+        let refused = run(capped, &["second", "third"], false).await;
+        assert_eq!(queue(&refused, "queued"), 1, "the third never waits");
+        assert_eq!(queue(&refused, "dropped"), 1);
+
+        let steered = run(quick().mode(QueueMode::Steer), &["second"], true).await;
+        assert_eq!(queue(&steered, "queued"), 1);
+        assert_eq!(queue(&steered, "steered"), 1);
+        assert_eq!(queue(&steered, "collected"), 0);
+
+        let interrupted = run(quick().mode(QueueMode::Interrupt), &["second"], false).await;
+        assert_eq!(
+            count(
+                &interrupted,
+                "agent_sessions_runs_total",
+                &[("event", "lost")]
+            ),
+            1,
+            "the first run lost the session to the newer message"
+        );
+    }
 }

@@ -196,7 +196,11 @@ impl<'m> Lanes<'m> {
                     }));
                 }
                 Take::Gone(outcome) => {
-                    crate::ops::telemetry::queue_handled(outcome.as_str());
+                    // Collected and steered messages were counted by the run that took
+                    // them (once, even when no turn waits with them any more).
+                    if outcome == QueueOutcome::Dropped {
+                        crate::ops::telemetry::dropped(1);
+                    }
                     return Ok(Err(outcome));
                 }
                 Take::Wait { until } => {

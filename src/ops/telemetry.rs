@@ -36,6 +36,9 @@
 //! | `agent_sessions_duplicates_total` | counter: messages a channel delivered again | |
 //! | `agent_sessions_turns_failed_total` | counter: turns ended by [`Turn::fail`](crate::manager::Turn::fail) | `input` (`kept`, `dropped`) |
 //! | `agent_sessions_deliveries_total` | counter: reported deliveries | `status` (`delivered`, `failed`) |
+//! | `agent_sessions_queue_total` | counter: messages that arrived during a run, by what became of them | `event` (`queued`, `collected`, `steered`, `dropped`) |
+//! | `agent_sessions_queue_wait_seconds` | histogram: how long a queued message's turn waited for its run | |
+//! | `agent_sessions_runs_total` | counter: runs that lost their session, runs taken over from a holder that is gone | `event` (`lost`, `taken_over`) |
 //! | `agent_sessions_shared_dm_senders_total` | counter: new senders in a DM session every sender shares ([`DmScope::Main`](crate::identity::key::DmScope::Main)) | |
 //! | `agent_sessions_out_of_descriptors_total` | counter: files not opened for want of a descriptor | |
 //! | `agent_sessions_http_connections_shed_total` | counter: idle unauthenticated connections `serve` closed | |
@@ -211,7 +214,8 @@ pub(crate) fn dropped(count: u64) {
 }
 
 /// Records how long a queued message's turn waited before it ran, and counts the other
-/// queued messages it answers with its own.
+/// queued messages it answers with its own (each collected message is counted here,
+/// once).
 pub(crate) fn queue_waited(waited: Duration, collected: usize) {
     record::histogram(
         "agent_sessions_queue_wait_seconds",
@@ -224,12 +228,6 @@ pub(crate) fn queue_waited(waited: Duration, collected: usize) {
         collected as u64,
     );
     tracing::debug!(target: "agent_sessions", waited_ms = waited.as_millis() as u64, collected, "a queued message's turn runs");
-}
-
-/// Counts a queued message handled without its own turn (`collected`, `steered`,
-/// `dropped`).
-pub(crate) fn queue_handled(how: &'static str) {
-    record::counter("agent_sessions_queue_total", &[("event", how)], 1);
 }
 
 /// Counts messages a running turn took at a tool boundary.
