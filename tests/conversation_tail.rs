@@ -2,7 +2,8 @@
 //! appended since; what the model sees must be exactly what reading the whole
 //! transcript gives. Random sessions — turns, failed turns, refused deliveries,
 //! compactions, tool runs, forks, resets, torn last lines, and turns taken by another
-//! process — are checked after every step against a manager that has never seen them.
+//! process — are checked after every step against a manager that reads each transcript
+//! whole, and against a fresh manager, which reads only the end it needs.
 
 mod common;
 
@@ -12,7 +13,10 @@ mod stores;
 use agent_sessions::exactly_once::{Delivery, TurnFailure};
 use agent_sessions::inbound::ChatMessage;
 use agent_sessions::prelude::*;
-use agent_sessions::transcript::{Offset, TranscriptEntry};
+use agent_sessions::transcript::{
+    ArchiveReason, LogQuery, LogRecord, Offset, SessionEvent, SessionHeader, TranscriptEntry,
+    TranscriptRead, TranscriptRef, TranscriptSubscription,
+};
 use serde_json::json;
 use stores::Stores;
 
@@ -47,12 +51,138 @@ async fn manager(url: &str, seed: u64) -> SessionManager {
     builder.build().unwrap()
 }
 
-/// What a manager that never served `key` gives, and what `warm` gives.
-async fn check(warm: &SessionManager, url: &str, seed: u64, key: &SessionKey, what: &str) {
-    let cold = manager(url, seed).await;
-    let expected = cold.session(key).messages().await.unwrap();
-    let got = warm.session(key).messages().await.unwrap();
+/// A manager over `url` that keeps no conversation between calls: it reads each
+/// transcript from its end (or whole, with `whole`, as the crate did before it read
+/// conversations from their end: what the model is to see).
+async fn uncached(url: &str, seed: u64, whole: bool) -> SessionManager {
+    let backend = agent_sessions::store::Backend::open(url).await.unwrap();
+    let transcripts = Uncached {
+        inner: backend.transcripts().clone(),
+        whole,
+        reads: std::sync::atomic::AtomicU64::new(0),
+    };
+    let mut builder = SessionManager::connect(url)
+        .await
+        .unwrap()
+        .transcripts(transcripts)
+        .context_window(600);
+    if seed % 2 == 1 {
+        builder = builder.message_window(7);
+    }
+    builder.build().unwrap()
+}
+
+/// What the managers give `key`: `warm` (which kept the conversation) and `fresh`
+/// (which reads the transcript from its end) give what reading it whole gives.
+async fn check(managers: &Managers, url: &str, seed: u64, key: &SessionKey, what: &str) {
+    let expected = managers.whole.session(key).messages().await.unwrap();
+    let got = managers.warm.session(key).messages().await.unwrap();
     assert_eq!(got, expected, "{url}, seed {seed}: {what}");
+    let got = managers.fresh.session(key).messages().await.unwrap();
+    assert_eq!(
+        got, expected,
+        "{url}, seed {seed}: {what}, read from the end"
+    );
+}
+
+struct Managers {
+    warm: SessionManager,
+    fresh: SessionManager,
+    whole: SessionManager,
+}
+
+/// A transcript store that tells a manager every transcript is a new copy each time it
+/// asks (so it keeps no conversation), and whose reads back from the end return the
+/// whole transcript (the events before the place asked) with `whole`.
+struct Uncached {
+    inner: std::sync::Arc<dyn agent_sessions::transcript::TranscriptExport>,
+    whole: bool,
+    reads: std::sync::atomic::AtomicU64,
+}
+
+#[async_trait::async_trait]
+impl agent_sessions::transcript::TranscriptStore for Uncached {
+    async fn create(
+        &self,
+        transcript: &TranscriptRef,
+        header: &SessionHeader,
+    ) -> agent_sessions::Result<bool> {
+        self.inner.create(transcript, header).await
+    }
+
+    async fn fork(
+        &self,
+        parent: &TranscriptRef,
+        child: &TranscriptRef,
+        header: &SessionHeader,
+    ) -> agent_sessions::Result<bool> {
+        self.inner.fork(parent, child, header).await
+    }
+
+    async fn append(
+        &self,
+        transcript: &TranscriptRef,
+        entries: Vec<TranscriptEntry>,
+    ) -> agent_sessions::Result<Vec<SessionEvent>> {
+        self.inner.append(transcript, entries).await
+    }
+
+    async fn read(
+        &self,
+        transcript: &TranscriptRef,
+        from: Offset,
+    ) -> agent_sessions::Result<TranscriptRead> {
+        self.inner.read(transcript, from).await
+    }
+
+    async fn read_back(
+        &self,
+        transcript: &TranscriptRef,
+        before: Option<Offset>,
+        max_bytes: usize,
+    ) -> agent_sessions::Result<TranscriptRead> {
+        if !self.whole {
+            return self.inner.read_back(transcript, before, max_bytes).await;
+        }
+        let mut read = self.inner.read(transcript, Offset::START).await?;
+        if let Some(before) = before {
+            read.events.retain(|event| event.offset < before);
+        }
+        read.next = Offset::START;
+        Ok(read)
+    }
+
+    async fn identity(&self, _: &TranscriptRef) -> agent_sessions::Result<Option<u64>> {
+        Ok(Some(
+            self.reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        ))
+    }
+
+    async fn archive(
+        &self,
+        transcript: &TranscriptRef,
+        reason: ArchiveReason,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> agent_sessions::Result<Option<std::path::PathBuf>> {
+        self.inner.archive(transcript, reason, at).await
+    }
+
+    async fn remove(&self, transcript: &TranscriptRef) -> agent_sessions::Result<bool> {
+        self.inner.remove(transcript).await
+    }
+
+    async fn query_log(&self, query: &LogQuery) -> agent_sessions::Result<Vec<LogRecord>> {
+        self.inner.query_log(query).await
+    }
+
+    fn subscribe(&self) -> TranscriptSubscription {
+        self.inner.subscribe()
+    }
+
+    fn location(&self, transcript: &TranscriptRef) -> Option<String> {
+        self.inner.location(transcript)
+    }
 }
 
 /// The ids of the lines of `key`'s transcript: messages and others.
@@ -75,7 +205,12 @@ fn compaction(first_kept: Option<String>, step: usize) -> TranscriptEntry {
 
 async fn run(url: &str, seed: u64) {
     let mut rng = fastrand::Rng::with_seed(seed);
-    let warm = manager(url, seed).await;
+    let managers = Managers {
+        warm: manager(url, seed).await,
+        fresh: uncached(url, seed, false).await,
+        whole: uncached(url, seed, true).await,
+    };
+    let warm = &managers.warm;
     let other = manager(url, seed).await;
     let first = warm.turn(&dm(seed, "hello")).await.unwrap();
     let mut key = first.key().clone();
@@ -87,8 +222,7 @@ async fn run(url: &str, seed: u64) {
                 let turn = warm.turn(&dm(seed, &text(&mut rng, step))).await.unwrap();
                 // The turn's view: the history without its own line, then its input.
                 let seen = turn.messages().await.unwrap();
-                let cold = manager(url, seed).await;
-                let expected = cold.session(turn.key()).messages().await.unwrap();
+                let expected = managers.whole.session(turn.key()).messages().await.unwrap();
                 assert_eq!(seen, expected, "{url}, seed {seed}, step {step}: a turn");
                 turn.complete(text(&mut rng, step)).await.unwrap();
                 "a turn"
@@ -123,7 +257,7 @@ async fn run(url: &str, seed: u64) {
                 "a reply with delivery reports"
             }
             6 => {
-                let ids = line_ids(&warm, &key).await;
+                let ids = line_ids(warm, &key).await;
                 let first_kept = match rng.u8(0..4) {
                     0 => None,
                     1 => Some("not-a-line".to_owned()),
@@ -162,7 +296,7 @@ async fn run(url: &str, seed: u64) {
                     .fork_thread(&format!("t{step}"))
                     .await
                     .unwrap();
-                check(&warm, url, seed, &thread.key, "a fork").await;
+                check(&managers, url, seed, &thread.key, "a fork").await;
                 keys.push(thread.key);
                 "a fork"
             }
@@ -183,7 +317,14 @@ async fn run(url: &str, seed: u64) {
             }
         };
         for key in &keys {
-            check(&warm, url, seed, key, &format!("step {step}, after {what}")).await;
+            check(
+                &managers,
+                url,
+                seed,
+                key,
+                &format!("step {step}, after {what}"),
+            )
+            .await;
         }
     }
 }

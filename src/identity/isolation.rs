@@ -233,6 +233,16 @@ impl<T: TranscriptStore> TranscriptStore for AgentScoped<T> {
         self.inner.read_chunk(transcript, from, max_bytes).await
     }
 
+    async fn read_back(
+        &self,
+        transcript: &TranscriptRef,
+        before: Option<Offset>,
+        max_bytes: usize,
+    ) -> Result<TranscriptRead> {
+        self.check_transcript(transcript)?;
+        self.inner.read_back(transcript, before, max_bytes).await
+    }
+
     async fn archive(
         &self,
         transcript: &TranscriptRef,

@@ -241,6 +241,22 @@ impl History {
         conversation
     }
 
+    /// Whether the conversation of `lines` (the end of a transcript) starts within
+    /// them: they hold the last compaction and the entry it keeps from.
+    pub(crate) fn starts_within<T>(
+        lines: &[T],
+        line: impl Fn(&T) -> (Offset, &TranscriptEntry),
+    ) -> bool {
+        let Some(at) = lines.iter().rposition(|l| line(l).1.kind == "compaction") else {
+            return false;
+        };
+        first_kept(line(&lines[at]).1).is_none_or(|id| {
+            lines[..at]
+                .iter()
+                .any(|l| line(l).1.id.as_deref() == Some(id))
+        })
+    }
+
     /// Takes in the line at `offset`, appended after the lines taken in so far.
     pub(crate) fn add(
         &mut self,

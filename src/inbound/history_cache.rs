@@ -6,7 +6,9 @@
 //! in (its offset and id). The next turn reads the transcript from that line on: when
 //! the copy is the same and the line is still there, under the same id, only the lines
 //! after it are new; otherwise (the transcript was replaced, cut back, or is not one
-//! this manager saw) the whole transcript is read again. A conversation keeps the newest lines that fill twice the largest budget
+//! this manager saw) the transcript is read from its end, backwards, back to where its
+//! last compaction keeps from ([`TranscriptStore::read_back`]): a fresh process pays for
+//! what the session holds since its last compaction. A conversation keeps the newest lines that fill twice the largest budget
 //! asked of it; all of them together stay under [`MAX_CACHED_BYTES`], the least
 //! recently used let go first.
 
@@ -15,7 +17,7 @@ use std::sync::{Mutex, PoisonError};
 
 use crate::error::Result;
 use crate::inbound::chat::{ChatMessage, History, TokenCounter, Want};
-use crate::transcript::{Offset, TranscriptRef, TranscriptStore};
+use crate::transcript::{Offset, SessionEvent, TranscriptRef, TranscriptStore};
 
 /// The most text (about) the conversations of one manager keep in memory.
 pub(crate) const MAX_CACHED_BYTES: usize = 64 * 1024 * 1024;
@@ -72,14 +74,7 @@ impl HistoryCache {
         });
         let (mut tail, newest) = match found {
             Some(found) => found,
-            None => {
-                let whole = read_whole(transcripts, transcript, counter).await?;
-                let newest = whole
-                    .conversation
-                    .newest(want, counter)
-                    .expect("a whole conversation lets go of no line");
-                (whole, newest)
-            }
+            None => read_end(transcripts, transcript, want, counter).await?,
         };
         let summary = tail.conversation.summary.clone();
         tail.budget = tail.budget.max(want.tokens);
@@ -163,26 +158,69 @@ async fn catch_up(
     Some(tail)
 }
 
-/// The conversation of the whole of `transcript`.
-async fn read_whole(
+/// The least of a transcript's end read at first for a conversation not kept: the
+/// first read takes about 8 bytes of lines for each token of the budget, and the read
+/// goes back in steps twice as big.
+const MIN_READ_BYTES: usize = 4 * 1024;
+/// The biggest step back.
+const MAX_READ_BYTES: usize = 16 * 1024 * 1024;
+
+/// The conversation of `transcript` and the newest messages `want` asks for, read
+/// backwards from the end until it reaches the entry the last compaction keeps from (the
+/// compaction's summary stands for what is before) or the start: a compacted session
+/// costs what it holds since its last compaction, not its whole age.
+///
+/// It reads on past what the budget needs because only the last compaction says where
+/// the conversation starts, and its summary is part of what the model sees.
+async fn read_end(
     transcripts: &dyn TranscriptStore,
     transcript: &TranscriptRef,
+    want: Want,
     counter: &dyn TokenCounter,
-) -> Result<Tail> {
+) -> Result<(Tail, Vec<ChatMessage>)> {
     // Asked before the read: a replacement in between is caught by the next turn.
     let identity = transcripts.identity(transcript).await?;
-    let read = transcripts.read(transcript, Offset::START).await?;
-    let conversation = History::whole(&read.events, |e| (e.offset, &e.entry), counter);
-    let last = read
-        .events
+    let mut step = want
+        .tokens
+        .saturating_mul(8)
+        .clamp(MIN_READ_BYTES, MAX_READ_BYTES);
+    let (mut before, mut events) = (None, Vec::new());
+    loop {
+        let read = transcripts.read_back(transcript, before, step).await?;
+        let mut reached_start = read.next == Offset::START;
+        let mut older = read.events;
+        if older.is_empty() && !reached_start {
+            // A store that read nothing before a place it says is not the start: the
+            // whole transcript.
+            let whole = transcripts.read(transcript, Offset::START).await?;
+            (older, events, reached_start) = (whole.events, Vec::new(), true);
+        }
+        older.append(&mut events);
+        events = older;
+        if reached_start || History::starts_within(&events, event_line) {
+            break;
+        }
+        before = events.first().map(|e| e.offset);
+        step = (step * 2).min(MAX_READ_BYTES);
+    }
+    let conversation = History::whole(&events, event_line, counter);
+    let newest = conversation
+        .newest(want, counter)
+        .expect("a whole conversation lets go of no line");
+    let last = events
         .last()
         .map_or((Offset::START, None), |e| (e.offset, e.entry.id.clone()));
-    Ok(Tail {
+    let tail = Tail {
         conversation,
         last,
         identity,
         budget: 0,
         size: 0,
         used: 0,
-    })
+    };
+    Ok((tail, newest))
+}
+
+fn event_line(event: &SessionEvent) -> (Offset, &crate::transcript::TranscriptEntry) {
+    (event.offset, &event.entry)
 }

@@ -53,6 +53,14 @@ pub(crate) trait TranscriptRows {
         limit: Option<i64>,
         max_bytes: Option<i64>,
     ) -> Result<Vec<(i64, String)>>;
+    /// The lines numbered below `before`, newest first, at most `limit` of them.
+    async fn lines_before(
+        &mut self,
+        agent: &str,
+        name: &str,
+        before: i64,
+        limit: i64,
+    ) -> Result<Vec<(i64, String)>>;
     /// Sets the transcript's `line_count` and `leaf` (PostgreSQL sets them with the
     /// lines, in one round trip).
     #[cfg(feature = "sqlite")]
@@ -279,6 +287,61 @@ pub(crate) async fn read(
                 return Ok(read);
             }
         }
+    }
+    Ok(read)
+}
+
+/// The newest events before `before` (the end when `None`) that fit in about
+/// `max_bytes` (at least one event), oldest first, read newest first a batch at a
+/// time; `next` is where they start (the header is read with the first line).
+pub(crate) async fn read_back(
+    rows: &mut impl TranscriptRows,
+    (agent, name): (&str, &str),
+    before: Option<Offset>,
+    location: &Path,
+    max_bytes: usize,
+) -> Result<TranscriptRead> {
+    let Some((count, _)) = rows.row(agent, name).await? else {
+        return Ok(nothing_at(Offset::START));
+    };
+    let end = match before {
+        Some(before) => {
+            read_from(count, before, location, name)?;
+            before.0 as i64
+        }
+        None => count,
+    };
+    let mut newest_first: Vec<(i64, String)> = Vec::new();
+    let (mut at, mut size, mut events) = (end, 0usize, 0usize);
+    'read: while at > 0 {
+        let lines = rows
+            .lines_before(agent, name, at, CHUNK_BATCH_LINES)
+            .await?;
+        if lines.is_empty() {
+            break;
+        }
+        for (seq, line) in lines {
+            // At least one event (the header, line 0, is not one), however long.
+            if seq > 0 && events > 0 && size + line.len() > max_bytes {
+                break 'read;
+            }
+            size += line.len() + 1;
+            events += usize::from(seq > 0);
+            at = seq;
+            newest_first.push((seq, line));
+        }
+    }
+    let mut read = TranscriptRead {
+        next: Offset(at as u64),
+        ..TranscriptRead::default()
+    };
+    for (seq, line) in newest_first.into_iter().rev() {
+        read_line(
+            &mut read,
+            seq as usize + 1,
+            Offset(seq as u64),
+            line.as_bytes(),
+        );
     }
     Ok(read)
 }

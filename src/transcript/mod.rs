@@ -542,6 +542,15 @@ impl<T: TranscriptStore + ?Sized> TranscriptStore for Arc<T> {
         (**self).read_chunk(transcript, from, max_bytes).await
     }
 
+    async fn read_back(
+        &self,
+        transcript: &TranscriptRef,
+        before: Option<Offset>,
+        max_bytes: usize,
+    ) -> Result<TranscriptRead> {
+        (**self).read_back(transcript, before, max_bytes).await
+    }
+
     async fn archive(
         &self,
         transcript: &TranscriptRef,
@@ -637,6 +646,42 @@ fn first_chunk(read: &mut TranscriptRead, max_bytes: usize) {
     }
 }
 
+/// Cuts `read` (of a whole transcript) down to its newest events before `before` that
+/// hold about `max_bytes` (their entries as JSON; at least one event), oldest first,
+/// with `next` where they start.
+fn last_chunk(read: &mut TranscriptRead, before: Option<Offset>, max_bytes: usize) {
+    if let Some(before) = before {
+        read.events.retain(|event| event.offset < before);
+    }
+    let mut size = 0usize;
+    let keep = read
+        .events
+        .iter()
+        .rev()
+        .position(|event| {
+            size = size.saturating_add(event.encoded_len() as usize + 1);
+            size > max_bytes
+        })
+        .map_or(read.events.len(), |over| over.max(1));
+    let from = read.events.len() - keep;
+    read.events.drain(..from);
+    if from > 0 {
+        read.header = None;
+        read.next = read
+            .events
+            .first()
+            .map_or(Offset::START, |event| event.offset);
+    } else {
+        read.next = Offset::START;
+    }
+    let next = read.next;
+    read.issues.retain(|issue| match issue {
+        ReadIssue::TornLastLine { .. } => false,
+        ReadIssue::InvalidLine { offset, .. } => *offset >= next,
+        ReadIssue::MissingHeader => next == Offset::START,
+    });
+}
+
 /// How much of a transcript a [`Follow`](crate::transcript::follow::Follow) reads at once by default.
 pub(crate) const DEFAULT_CHUNK_BYTES: usize = 256 * 1024;
 
@@ -723,6 +768,32 @@ pub trait TranscriptStore: Send + Sync {
     ) -> Result<TranscriptRead> {
         let mut read = self.read(transcript, from).await?;
         first_chunk(&mut read, max_bytes);
+        Ok(read)
+    }
+
+    /// The newest events before `before` (the end of the transcript when `None`), about
+    /// `max_bytes` of lines at most — at least one whole event when there is one,
+    /// however long — oldest first. `next` is where the events start, for the next read
+    /// back ([`Offset::START`] once it reached the beginning, with the header). What
+    /// needs only a transcript's end (the conversation a turn gives the model, in a
+    /// process that has not read it before) reads that much and not its whole age.
+    /// Events read back carry line number 0 where the store cannot tell theirs without
+    /// counting the lines before (a file); a torn last line is skipped.
+    ///
+    /// The default reads everything and keeps the newest chunk; the crate's stores read
+    /// only the chunk (files backwards by bytes; the SQL stores newest first by line).
+    async fn read_back(
+        &self,
+        transcript: &TranscriptRef,
+        before: Option<Offset>,
+        max_bytes: usize,
+    ) -> Result<TranscriptRead> {
+        if let Some(before) = before {
+            // Refused as a read from there is (past the end, or not a line's start).
+            self.read(transcript, before).await?;
+        }
+        let mut read = self.read(transcript, Offset::START).await?;
+        last_chunk(&mut read, before, max_bytes);
         Ok(read)
     }
 

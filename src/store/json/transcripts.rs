@@ -768,6 +768,113 @@ pub(super) fn read_transcript_chunk(
     Ok(read)
 }
 
+/// The newest events of the transcript at `path` before `before` (its end when `None`,
+/// a torn last line left out) in about `max_bytes` of lines (at least one event), read
+/// backwards from there a chunk at a time; oldest first, numbered 0 (the lines before
+/// are not counted), the header with them when they reach the start.
+pub(super) fn read_transcript_back(
+    path: &Path,
+    before: Option<Offset>,
+    max_bytes: usize,
+) -> Result<TranscriptRead> {
+    let mut file = match open_no_follow(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(TranscriptRead::default()),
+        Err(e) => return Err(Error::io("open", path, e)),
+    };
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io("stat", path, e))?
+        .len();
+    let invalid_offset = |offset: u64| Error::InvalidOffset {
+        path: path.to_owned(),
+        offset,
+        len,
+    };
+    let read_at = |file: &mut File, from: u64, to: u64| -> Result<Vec<u8>> {
+        let mut bytes = vec![0; (to - from) as usize];
+        file.seek(SeekFrom::Start(from))
+            .map_err(|e| Error::io("seek", path, e))?;
+        file.read_exact(&mut bytes)
+            .map_err(|e| Error::io("read", path, e))?;
+        Ok(bytes)
+    };
+    // `bytes` holds the file from `start` to the end of the read; with no `before`, the
+    // end is found once a newline is: what follows the last one is a torn line.
+    let mut end_found = before.is_some();
+    let mut start = match before {
+        Some(Offset(offset)) if offset > len => return Err(invalid_offset(offset)),
+        Some(Offset(offset)) if offset > 0 && read_at(&mut file, offset - 1, offset)? != b"\n" => {
+            return Err(invalid_offset(offset))
+        }
+        Some(Offset(offset)) => offset,
+        None => len,
+    };
+    let mut bytes: Vec<u8> = Vec::new();
+    // Where the whole lines in `bytes` start: after its first newline, unless it
+    // reaches the start of the file.
+    let whole_from = |bytes: &[u8], start: u64| {
+        if start == 0 {
+            0
+        } else {
+            bytes
+                .iter()
+                .position(|b| *b == b'\n')
+                .map_or(bytes.len(), |at| at + 1)
+        }
+    };
+    while start > 0 {
+        // A chunk, or as much again as is read so far (a long line in doubling steps).
+        let step = (bytes.len() as u64).max(64 * 1024);
+        let from = start.saturating_sub(step);
+        let mut chunk = read_at(&mut file, from, start)?;
+        chunk.extend_from_slice(&bytes);
+        bytes = chunk;
+        start = from;
+        if !end_found {
+            match bytes.iter().rposition(|b| *b == b'\n') {
+                Some(last) => {
+                    bytes.truncate(last + 1);
+                    end_found = true;
+                }
+                None if start == 0 => bytes.clear(),
+                None => continue,
+            }
+        }
+        let whole = bytes.len() - whole_from(&bytes, start);
+        if whole > 0 && whole >= max_bytes {
+            break;
+        }
+    }
+    // The newest whole lines that fit (at least one that is not the header).
+    let from = whole_from(&bytes, start);
+    let mut lines: Vec<(u64, &[u8])> = Vec::new();
+    let (mut size, mut events) = (0usize, 0usize);
+    let mut end = bytes.len();
+    while end > from {
+        let line_start = bytes[from..end - 1]
+            .iter()
+            .rposition(|b| *b == b'\n')
+            .map_or(from, |at| from + at + 1);
+        let offset = start + line_start as u64;
+        if offset > 0 && events > 0 && size + (end - line_start) > max_bytes {
+            break;
+        }
+        size += end - line_start;
+        events += usize::from(offset > 0);
+        lines.push((offset, &bytes[line_start..end - 1]));
+        end = line_start;
+    }
+    let mut read = TranscriptRead {
+        next: Offset(lines.last().map_or(start, |(offset, _)| *offset)),
+        ..TranscriptRead::default()
+    };
+    for (offset, text) in lines.into_iter().rev() {
+        read_line(&mut read, usize::from(offset == 0), Offset(offset), text);
+    }
+    Ok(read)
+}
+
 /// About `max` bytes of `file` from where it is, ending after a newline: the whole
 /// lines in the first `max` bytes, and at least the first `lines` lines however long
 /// (or everything up to the end of the file, where a torn last line may be).
@@ -1022,6 +1129,20 @@ impl TranscriptStore for FileTranscriptStore {
         let file = path.clone();
         blocking(&path, move || {
             read_transcript_chunk(&file, from, Some(max_bytes.max(1)))
+        })
+        .await
+    }
+
+    async fn read_back(
+        &self,
+        transcript: &TranscriptRef,
+        before: Option<Offset>,
+        max_bytes: usize,
+    ) -> Result<TranscriptRead> {
+        let path = self.path(transcript)?;
+        let file = path.clone();
+        blocking(&path, move || {
+            read_transcript_back(&file, before, max_bytes)
         })
         .await
     }

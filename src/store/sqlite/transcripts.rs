@@ -113,6 +113,28 @@ impl TranscriptRows for SqliteRows<'_> {
         rows.map_err(db_error("read a transcript"))
     }
 
+    async fn lines_before(
+        &mut self,
+        agent: &str,
+        name: &str,
+        before: i64,
+        limit: i64,
+    ) -> Result<Vec<(i64, String)>> {
+        self.0
+            .prepare_cached(
+                "SELECT seq, line FROM transcript_lines
+                 WHERE agent_id = ?1 AND name = ?2 AND seq < ?3 ORDER BY seq DESC LIMIT ?4",
+            )
+            .and_then(|mut statement| {
+                statement
+                    .query_map(params![agent, name, before, limit], |row| {
+                        Ok((row.get(0)?, row.get(1)?))
+                    })?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .map_err(db_error("read a transcript"))
+    }
+
     async fn set_tail(
         &mut self,
         agent: &str,
@@ -262,6 +284,26 @@ impl TranscriptStore for SqliteStore {
                 from,
                 &location,
                 Some(max_bytes),
+            ))
+        })
+        .await
+    }
+
+    async fn read_back(
+        &self,
+        transcript: &TranscriptRef,
+        before: Option<Offset>,
+        max_bytes: usize,
+    ) -> Result<TranscriptRead> {
+        let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
+        let location = self.inner.path.clone();
+        self.read(move |c| {
+            now(rows::read_back(
+                &mut SqliteRows(c),
+                (&agent, &name),
+                before,
+                &location,
+                max_bytes,
             ))
         })
         .await

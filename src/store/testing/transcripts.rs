@@ -159,6 +159,84 @@ pub async fn chunked_reads_return_everything_once<T: TranscriptStore + ?Sized>(s
     }
 }
 
+/// Reading back from the end returns what one read returns, newest chunk first: each
+/// chunk holds about the bytes asked (at least one event, however long), oldest first,
+/// and ends where the one after it starts; the header comes with the chunk that reaches
+/// the start. A read back from a place that is no line's start is refused.
+#[doc(hidden)]
+pub async fn reads_back_return_everything_once<T: TranscriptStore + ?Sized>(store: &T) {
+    let t = transcript("main", "s-back");
+    let empty = store.read_back(&t, None, 1_000).await.unwrap();
+    assert!(
+        empty.events.is_empty() && empty.next == Offset::START,
+        "no transcript"
+    );
+    let long = "y".repeat(5_000);
+    let mut entries: Vec<TranscriptEntry> =
+        (0..40).map(|n| said(&format!("line {n}"), n)).collect();
+    entries.insert(20, said(&long, 20));
+    entries.push(said(&long, 41));
+    store.append(&t, entries).await.unwrap();
+    let whole = store.read(&t, Offset::START).await.unwrap();
+    for max_bytes in [1, 300, 1_000, 4_096, 1 << 20] {
+        let mut before = None;
+        let mut chunks: Vec<Vec<crate::transcript::SessionEvent>> = Vec::new();
+        loop {
+            let chunk = store.read_back(&t, before, max_bytes).await.unwrap();
+            let size: usize = chunk
+                .events
+                .iter()
+                .map(|e| serde_json::to_vec(&e.entry).unwrap().len())
+                .sum();
+            assert!(
+                chunk.events.len() <= 1 || size <= max_bytes + max_bytes / 2 + 600,
+                "{max_bytes}: a chunk of {size} bytes"
+            );
+            let at_start = chunk.next == Offset::START;
+            if let (Some(first), false) = (chunk.events.first(), at_start) {
+                assert_eq!(chunk.next, first.offset, "{max_bytes}: starts at its first");
+            }
+            assert_eq!(
+                chunk.header.as_ref().map(|h| h.id.clone()),
+                at_start.then(|| "s-back".to_owned()),
+                "{max_bytes}: the header with the chunk at the start"
+            );
+            assert!(
+                !chunk.events.is_empty() || at_start,
+                "{max_bytes}: moves back"
+            );
+            before = Some(chunk.next);
+            chunks.push(chunk.events);
+            if at_start {
+                break;
+            }
+        }
+        let events: Vec<_> = chunks.into_iter().rev().flatten().collect();
+        assert_eq!(texts(&events), texts(&whole.events), "{max_bytes}");
+        assert_eq!(
+            events.iter().map(|e| e.offset).collect::<Vec<_>>(),
+            whole.events.iter().map(|e| e.offset).collect::<Vec<_>>(),
+            "{max_bytes}: the same offsets"
+        );
+        for (back, read) in events.iter().zip(&whole.events) {
+            assert!(
+                back.line == 0 || back.line == read.line,
+                "{max_bytes}: a line number is right or 0"
+            );
+        }
+    }
+    // From the middle: what is before that place.
+    let middle = whole.events[10].offset;
+    let before_middle = store.read_back(&t, Some(middle), 1 << 20).await.unwrap();
+    assert_eq!(texts(&before_middle.events), texts(&whole.events[..10]));
+    assert!(matches!(
+        store
+            .read_back(&t, Some(Offset(whole.next.0 + 1_000_000)), 100)
+            .await,
+        Err(Error::InvalidOffset { .. })
+    ));
+}
+
 /// `create` creates once; topics are transcripts of their own.
 #[doc(hidden)]
 pub async fn create_once_and_topics_apart<T: TranscriptStore + ?Sized>(store: &T) {
@@ -480,6 +558,7 @@ macro_rules! transcript_conformance_tests {
         $crate::transcript_conformance_tests!(@each $make; [$($(#[$attr])*)?];
             appends_chain_ids_and_replay_from_offsets,
             chunked_reads_return_everything_once,
+            reads_back_return_everything_once,
             create_once_and_topics_apart,
             forks_start_from_the_parent,
             archive_renames_and_remove_erases,
