@@ -5,9 +5,11 @@
 //! window holds) and at the default 200,000. Each backend in its fast durability mode.
 //! The turn after 10 earlier turns is the baseline each older session is compared with;
 //! it is measured on a new session each time (made before the clock starts), and the
-//! older ones grow by the turns measured on them, a few hundred at most. An older
-//! session's first turn in the process (which reads its whole transcript) is timed
-//! once and printed, not measured by criterion.
+//! older ones grow by the turns measured on them, a few hundred at most. `first/<age>`
+//! is a session's first turn on a manager that never served it (a restarted process, a
+//! new worker, a manager that let the conversation go): the turn reads the transcript
+//! from its end, so it is compared with `first/10` (a young session's turn, which is
+//! always its first).
 //!
 //! `cargo bench --bench turn_age --features sqlite,postgres` (PostgreSQL only when
 //! `AGENT_SESSIONS_TEST_POSTGRES_URL` names a server; the run uses a schema of its own
@@ -42,6 +44,15 @@ fn bench(
             builder = builder.context_window(tokens);
         }
         let manager = builder.build().unwrap();
+        // A manager that has served no turn yet: a restarted process, a new worker.
+        let fresh = || {
+            let mut builder =
+                SessionManager::builder(store.clone()).transcripts(transcripts.clone());
+            if let Some(tokens) = window {
+                builder = builder.context_window(tokens);
+            }
+            builder.build().unwrap()
+        };
         let mut group = c.benchmark_group(format!("turn_age/{name}/{window_name}"));
         // Every measured turn makes its session two lines older: the young are new
         // sessions each turn, the old are old enough not to notice.
@@ -67,6 +78,9 @@ fn bench(
             }
             group.bench_function(BenchmarkId::from_parameter(*age), |b| {
                 b.iter_custom(|turns| aged.measure(runtime, &manager, turns))
+            });
+            group.bench_function(BenchmarkId::new("first", *age), |b| {
+                b.iter_custom(|turns| aged.measure_first(runtime, &manager, fresh, turns))
             });
         }
         group.finish();

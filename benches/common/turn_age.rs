@@ -98,6 +98,30 @@ impl Aged {
         }
     }
 
+    /// The time `turns` whole turns take, each the first of its session on a manager
+    /// made for it by `fresh` (what a restarted process, a new worker or a manager that
+    /// let the conversation go pays): the young on a new session each turn, as
+    /// [`measure`](Self::measure) does.
+    pub fn measure_first(
+        &mut self,
+        runtime: &tokio::runtime::Runtime,
+        manager: &SessionManager,
+        fresh: impl Fn() -> SessionManager,
+        turns: u64,
+    ) -> Duration {
+        if self.age <= YOUNG {
+            return self.measure(runtime, manager, turns);
+        }
+        let mut spent = Duration::ZERO;
+        for _ in 0..turns {
+            let manager = fresh();
+            let start = Instant::now();
+            std::hint::black_box(runtime.block_on(one_turn(&manager, self.peer)));
+            spent += start.elapsed();
+        }
+        spent
+    }
+
     /// The time `turns` whole turns take (what criterion's `iter_custom` asks).
     pub fn measure(
         &mut self,

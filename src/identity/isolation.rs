@@ -243,6 +243,11 @@ impl<T: TranscriptStore> TranscriptStore for AgentScoped<T> {
         self.inner.read_back(transcript, before, max_bytes).await
     }
 
+    async fn last_compaction(&self, transcript: &TranscriptRef) -> Result<Option<SessionEvent>> {
+        self.check_transcript(transcript)?;
+        self.inner.last_compaction(transcript).await
+    }
+
     async fn archive(
         &self,
         transcript: &TranscriptRef,

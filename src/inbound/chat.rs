@@ -241,6 +241,12 @@ impl History {
         conversation
     }
 
+    /// Says that message lines before those taken in were not read: asked for more
+    /// than it holds, [`newest`](Self::newest) answers `None`.
+    pub(crate) fn read_from_the_end(&mut self) {
+        self.trimmed = true;
+    }
+
     /// Whether the conversation of `lines` (the end of a transcript) starts within
     /// them: they hold the last compaction and the entry it keeps from.
     pub(crate) fn starts_within<T>(

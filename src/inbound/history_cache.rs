@@ -6,9 +6,10 @@
 //! in (its offset and id). The next turn reads the transcript from that line on: when
 //! the copy is the same and the line is still there, under the same id, only the lines
 //! after it are new; otherwise (the transcript was replaced, cut back, or is not one
-//! this manager saw) the transcript is read from its end, backwards, back to where its
-//! last compaction keeps from ([`TranscriptStore::read_back`]): a fresh process pays for
-//! what the session holds since its last compaction. A conversation keeps the newest lines that fill twice the largest budget
+//! this manager saw) the transcript is read from its end, backwards, until it holds
+//! what the turn needs ([`TranscriptStore::read_back`], with
+//! [`TranscriptStore::last_compaction`] saying where the conversation starts): a fresh
+//! process pays for the window, not for the session's age. A conversation keeps the newest lines that fill twice the largest budget
 //! asked of it; all of them together stay under [`MAX_CACHED_BYTES`], the least
 //! recently used let go first.
 
@@ -132,8 +133,9 @@ impl HistoryCache {
 }
 
 /// `tail` with the lines appended to `transcript` since its last line; `None` when
-/// that line is no longer there as it was (or the transcript cannot be read: the whole
-/// read that follows reports why).
+/// that line is no longer there as it was (or the transcript cannot be read: the read
+/// that follows reports why). Read back from the end to that line, so a store that
+/// numbers its lines by counting them (a file) does not count them from the start.
 async fn catch_up(
     transcripts: &dyn TranscriptStore,
     transcript: &TranscriptRef,
@@ -143,13 +145,26 @@ async fn catch_up(
     if transcripts.identity(transcript).await.ok()? != tail.identity {
         return None;
     }
-    let read = transcripts.read(transcript, tail.last.0).await.ok()?;
-    let mut events = read.events.into_iter();
-    let first = events.next()?;
-    if first.offset != tail.last.0 || first.entry.id != tail.last.1 {
+    let last = tail.last.0;
+    let (mut before, mut step, mut events) = (None, MIN_READ_BYTES * 16, Vec::new());
+    loop {
+        let read = transcripts.read_back(transcript, before, step).await.ok()?;
+        let reached_start = read.next == Offset::START;
+        let mut older = read.events;
+        older.append(&mut events);
+        events = older;
+        let first = events.first()?.offset;
+        if first <= last || reached_start {
+            break;
+        }
+        before = Some(first);
+        step = (step * 2).min(MAX_READ_BYTES);
+    }
+    let at = events.iter().position(|event| event.offset == last)?;
+    if events[at].entry.id != tail.last.1 {
         return None;
     }
-    for event in events {
+    for event in events.drain(at + 1..) {
         tail.conversation
             .add(event.offset, &event.entry, counter)
             .ok()?;
@@ -166,26 +181,25 @@ const MIN_READ_BYTES: usize = 4 * 1024;
 const MAX_READ_BYTES: usize = 16 * 1024 * 1024;
 
 /// The conversation of `transcript` and the newest messages `want` asks for, read
-/// backwards from the end until it reaches the entry the last compaction keeps from (the
-/// compaction's summary stands for what is before) or the start: a compacted session
-/// costs what it holds since its last compaction, not its whole age.
-///
-/// It reads on past what the budget needs because only the last compaction says where
-/// the conversation starts, and its summary is part of what the model sees.
+/// backwards from the end a step at a time until it holds them. The last compaction
+/// says where the conversation starts (its summary stands for what is before): when it
+/// is older than what the turn needs, its line alone is read; when it is among the lines
+/// read, the read goes back to the entry it keeps from (or the start).
 async fn read_end(
     transcripts: &dyn TranscriptStore,
     transcript: &TranscriptRef,
     want: Want,
     counter: &dyn TokenCounter,
 ) -> Result<(Tail, Vec<ChatMessage>)> {
-    // Asked before the read: a replacement in between is caught by the next turn.
+    // Asked before the reads: a replacement in between is caught by the next turn.
     let identity = transcripts.identity(transcript).await?;
+    let compaction = transcripts.last_compaction(transcript).await?;
     let mut step = want
         .tokens
         .saturating_mul(8)
         .clamp(MIN_READ_BYTES, MAX_READ_BYTES);
     let (mut before, mut events) = (None, Vec::new());
-    loop {
+    let (conversation, newest) = loop {
         let read = transcripts.read_back(transcript, before, step).await?;
         let mut reached_start = read.next == Offset::START;
         let mut older = read.events;
@@ -198,15 +212,35 @@ async fn read_end(
         older.append(&mut events);
         events = older;
         if reached_start || History::starts_within(&events, event_line) {
-            break;
+            let conversation = History::whole(&events, event_line, counter);
+            let newest = conversation
+                .newest(want, counter)
+                .expect("a whole conversation lets go of no line");
+            break (conversation, newest);
         }
-        before = events.first().map(|e| e.offset);
+        let first = events.first().map_or(Offset::START, |e| e.offset);
+        let compacted_within = events.iter().any(|e| e.entry.kind == "compaction");
+        let older_compaction = compaction.as_ref().filter(|c| c.offset < first);
+        if !compacted_within && (compaction.is_none() || older_compaction.is_some()) {
+            // The conversation started before these lines: with the compaction's
+            // summary (its kept entries are older still), they hold what the turn needs
+            // if they hold enough.
+            let mut conversation = match older_compaction {
+                Some(compaction) => {
+                    let lines: Vec<&SessionEvent> =
+                        std::iter::once(compaction).chain(&events).collect();
+                    History::whole(&lines, |e| event_line(e), counter)
+                }
+                None => History::whole(&events, event_line, counter),
+            };
+            conversation.read_from_the_end();
+            if let Some(newest) = conversation.newest(want, counter) {
+                break (conversation, newest);
+            }
+        }
+        before = Some(first);
         step = (step * 2).min(MAX_READ_BYTES);
-    }
-    let conversation = History::whole(&events, event_line, counter);
-    let newest = conversation
-        .newest(want, counter)
-        .expect("a whole conversation lets go of no line");
+    };
     let last = events
         .last()
         .map_or((Offset::START, None), |e| (e.offset, e.entry.id.clone()));

@@ -61,6 +61,15 @@ pub(crate) trait TranscriptRows {
         before: i64,
         limit: i64,
     ) -> Result<Vec<(i64, String)>>;
+    /// The lines numbered below `before` whose text holds the word `compaction`, newest
+    /// first, at most `limit` of them.
+    async fn compaction_lines_before(
+        &mut self,
+        agent: &str,
+        name: &str,
+        before: i64,
+        limit: i64,
+    ) -> Result<Vec<(i64, String)>>;
     /// Sets the transcript's `line_count` and `leaf` (PostgreSQL sets them with the
     /// lines, in one round trip).
     #[cfg(feature = "sqlite")]
@@ -344,6 +353,41 @@ pub(crate) async fn read_back(
         );
     }
     Ok(read)
+}
+
+/// The transcript's last compaction line: the lines that hold the word, newest first,
+/// parsed until one is a compaction.
+pub(crate) async fn last_compaction(
+    rows: &mut impl TranscriptRows,
+    (agent, name): (&str, &str),
+) -> Result<Option<SessionEvent>> {
+    let mut before = i64::MAX;
+    loop {
+        let lines = rows
+            .compaction_lines_before(agent, name, before, CHUNK_BATCH_LINES)
+            .await?;
+        let fetched = lines.len() as i64;
+        for (seq, line) in lines {
+            before = seq;
+            let mut read = TranscriptRead::default();
+            read_line(
+                &mut read,
+                seq as usize + 1,
+                Offset(seq as u64),
+                line.as_bytes(),
+            );
+            if let Some(event) = read
+                .events
+                .pop()
+                .filter(|event| event.entry.kind == "compaction")
+            {
+                return Ok(Some(event));
+            }
+        }
+        if fetched < CHUNK_BATCH_LINES {
+            return Ok(None);
+        }
+    }
 }
 
 /// What reading a transcript that does not exist from `from` gives.

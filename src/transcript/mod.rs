@@ -551,6 +551,10 @@ impl<T: TranscriptStore + ?Sized> TranscriptStore for Arc<T> {
         (**self).read_back(transcript, before, max_bytes).await
     }
 
+    async fn last_compaction(&self, transcript: &TranscriptRef) -> Result<Option<SessionEvent>> {
+        (**self).last_compaction(transcript).await
+    }
+
     async fn archive(
         &self,
         transcript: &TranscriptRef,
@@ -795,6 +799,21 @@ pub trait TranscriptStore: Send + Sync {
         let mut read = self.read(transcript, Offset::START).await?;
         last_chunk(&mut read, before, max_bytes);
         Ok(read)
+    }
+
+    /// The transcript's last compaction line, if it has one. The conversation a model
+    /// sees starts at the last compaction (its summary stands for what is before), so
+    /// what reads a conversation from its end knows how far back to go.
+    ///
+    /// The default reads the whole transcript; the crate's stores look for the word
+    /// from the end and parse only the lines that hold it.
+    async fn last_compaction(&self, transcript: &TranscriptRef) -> Result<Option<SessionEvent>> {
+        let read = self.read(transcript, Offset::START).await?;
+        Ok(read
+            .events
+            .into_iter()
+            .rev()
+            .find(|event| event.entry.kind == "compaction"))
     }
 
     /// Archives a transcript by renaming it; returns the new name, `None` if there was

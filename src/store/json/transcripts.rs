@@ -875,6 +875,82 @@ pub(super) fn read_transcript_back(
     Ok(read)
 }
 
+/// The last compaction line of the transcript at `path` (a torn last line left out):
+/// the file read backwards a chunk at a time, only the lines that hold the word
+/// `compaction` parsed.
+pub(super) fn find_last_compaction(path: &Path) -> Result<Option<SessionEvent>> {
+    const CHUNK: u64 = 1024 * 1024;
+    let mut file = match open_no_follow(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io("open", path, e)),
+    };
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io("stat", path, e))?
+        .len();
+    let finder = memchr::memmem::FinderRev::new(b"compaction");
+    // `bytes` holds the file from `start` up to the end of the last whole line not yet
+    // searched.
+    let (mut start, mut bytes) = (len, Vec::new());
+    let mut end_found = false;
+    while start > 0 {
+        let from = start.saturating_sub(CHUNK.max(bytes.len() as u64));
+        let mut chunk = vec![0; (start - from) as usize];
+        file.seek(SeekFrom::Start(from))
+            .and_then(|_| file.read_exact(&mut chunk))
+            .map_err(|e| Error::io("read", path, e))?;
+        chunk.extend_from_slice(&bytes);
+        bytes = chunk;
+        start = from;
+        if !end_found {
+            match bytes.iter().rposition(|b| *b == b'\n') {
+                Some(last) => bytes.truncate(last + 1),
+                None if start == 0 => return Ok(None),
+                None => continue,
+            }
+            end_found = true;
+        }
+        // The whole lines: after the first newline, unless at the start of the file.
+        let whole = if start == 0 {
+            0
+        } else {
+            match bytes.iter().position(|b| *b == b'\n') {
+                Some(at) => at + 1,
+                None => continue,
+            }
+        };
+        let mut searched_to = bytes.len();
+        while let Some(hit) = finder.rfind(&bytes[whole..searched_to]) {
+            let hit = whole + hit;
+            let line_start = bytes[..hit]
+                .iter()
+                .rposition(|b| *b == b'\n')
+                .map_or(0, |at| at + 1);
+            let line_end = hit
+                + bytes[hit..]
+                    .iter()
+                    .position(|b| *b == b'\n')
+                    .unwrap_or(bytes.len() - hit);
+            if let Ok(entry) =
+                crate::store::json_text::from_slice::<TranscriptEntry>(&bytes[line_start..line_end])
+            {
+                if entry.kind == "compaction" {
+                    return Ok(Some(SessionEvent {
+                        offset: Offset(start + line_start as u64),
+                        line: 0,
+                        entry,
+                    }));
+                }
+            }
+            searched_to = line_start;
+        }
+        // What is left to search: the partial line at the front.
+        bytes.truncate(whole);
+    }
+    Ok(None)
+}
+
 /// About `max` bytes of `file` from where it is, ending after a newline: the whole
 /// lines in the first `max` bytes, and at least the first `lines` lines however long
 /// (or everything up to the end of the file, where a torn last line may be).
@@ -1145,6 +1221,12 @@ impl TranscriptStore for FileTranscriptStore {
             read_transcript_back(&file, before, max_bytes)
         })
         .await
+    }
+
+    async fn last_compaction(&self, transcript: &TranscriptRef) -> Result<Option<SessionEvent>> {
+        let path = self.path(transcript)?;
+        let file = path.clone();
+        blocking(&path, move || find_last_compaction(&file)).await
     }
 
     async fn archive(

@@ -141,6 +141,29 @@ impl<C: deadpool_postgres::GenericClient> TranscriptRows for PgRows<'_, C> {
             .collect())
     }
 
+    async fn compaction_lines_before(
+        &mut self,
+        agent: &str,
+        name: &str,
+        before: i64,
+        limit: i64,
+    ) -> Result<Vec<(i64, String)>> {
+        let table = self.store.table("transcript_lines");
+        let sql = format!(
+            "SELECT seq, line FROM {table}
+             WHERE agent_id = $1 AND name = $2 AND seq < $3 AND strpos(line, 'compaction') > 0
+             ORDER BY seq DESC LIMIT $4"
+        );
+        Ok(self
+            .tx
+            .query_prepared(&sql, &[&agent, &name, &before, &limit])
+            .await
+            .map_err(pg_error("read a transcript"))?
+            .iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect())
+    }
+
     #[cfg(feature = "sqlite")]
     async fn set_tail(
         &mut self,
@@ -392,6 +415,13 @@ impl TranscriptStore for PostgresStore {
             max_bytes,
         )
         .await
+    }
+
+    async fn last_compaction(&self, transcript: &TranscriptRef) -> Result<Option<SessionEvent>> {
+        let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
+        let mut client = self.client().await?;
+        let tx = self.snapshot(&mut client).await?;
+        rows::last_compaction(&mut self.rows(&tx), (&agent, &name)).await
     }
 
     async fn archive(

@@ -135,6 +135,29 @@ impl TranscriptRows for SqliteRows<'_> {
             .map_err(db_error("read a transcript"))
     }
 
+    async fn compaction_lines_before(
+        &mut self,
+        agent: &str,
+        name: &str,
+        before: i64,
+        limit: i64,
+    ) -> Result<Vec<(i64, String)>> {
+        self.0
+            .prepare_cached(
+                "SELECT seq, line FROM transcript_lines
+                 WHERE agent_id = ?1 AND name = ?2 AND seq < ?3 AND instr(line, 'compaction') > 0
+                 ORDER BY seq DESC LIMIT ?4",
+            )
+            .and_then(|mut statement| {
+                statement
+                    .query_map(params![agent, name, before, limit], |row| {
+                        Ok((row.get(0)?, row.get(1)?))
+                    })?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .map_err(db_error("read a transcript"))
+    }
+
     async fn set_tail(
         &mut self,
         agent: &str,
@@ -307,6 +330,12 @@ impl TranscriptStore for SqliteStore {
             ))
         })
         .await
+    }
+
+    async fn last_compaction(&self, transcript: &TranscriptRef) -> Result<Option<SessionEvent>> {
+        let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
+        self.read(move |c| now(rows::last_compaction(&mut SqliteRows(c), (&agent, &name))))
+            .await
     }
 
     async fn archive(

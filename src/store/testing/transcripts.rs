@@ -237,6 +237,53 @@ pub async fn reads_back_return_everything_once<T: TranscriptStore + ?Sized>(stor
     ));
 }
 
+/// The last compaction is the last line of that type, whatever other lines say of the
+/// word; none before there is one.
+#[doc(hidden)]
+pub async fn the_last_compaction_is_found<T: TranscriptStore + ?Sized>(store: &T) {
+    let t = transcript("main", "s-compacted");
+    assert!(
+        store.last_compaction(&t).await.unwrap().is_none(),
+        "no transcript"
+    );
+    store
+        .append(&t, vec![said("we talked about compaction", 0)])
+        .await
+        .unwrap();
+    assert!(
+        store.last_compaction(&t).await.unwrap().is_none(),
+        "only the word"
+    );
+    let compaction = |summary: &str| -> TranscriptEntry {
+        serde_json::from_value(serde_json::json!({
+            "type": "compaction", "summary": summary, "tokensBefore": 900
+        }))
+        .unwrap()
+    };
+    let mut lines = vec![compaction("first")];
+    lines.extend((0..300).map(|n| said(&format!("line {n}"), n)));
+    lines.push(compaction("second"));
+    lines.extend((0..300).map(|n| {
+        said(
+            &format!("compaction {n}? {}", "z".repeat(40 * n as usize)),
+            n,
+        )
+    }));
+    let appended = store.append(&t, lines).await.unwrap();
+    let found = store
+        .last_compaction(&t)
+        .await
+        .unwrap()
+        .expect("a compaction");
+    let second = &appended[301];
+    assert_eq!(found.offset, second.offset);
+    assert_eq!(found.entry.id, second.entry.id);
+    assert_eq!(
+        found.entry.extra.get("summary"),
+        Some(&serde_json::json!("second"))
+    );
+}
+
 /// `create` creates once; topics are transcripts of their own.
 #[doc(hidden)]
 pub async fn create_once_and_topics_apart<T: TranscriptStore + ?Sized>(store: &T) {
@@ -559,6 +606,7 @@ macro_rules! transcript_conformance_tests {
             appends_chain_ids_and_replay_from_offsets,
             chunked_reads_return_everything_once,
             reads_back_return_everything_once,
+            the_last_compaction_is_found,
             create_once_and_topics_apart,
             forks_start_from_the_parent,
             archive_renames_and_remove_erases,
