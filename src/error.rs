@@ -180,8 +180,9 @@ pub enum Error {
 
     /// The turn's run lost its session: another turn holds it now (a message that
     /// interrupted it, or a take-over while this one was thought gone, past its lease).
-    /// Its reply was not logged and must not be sent.
-    #[error("the run of session {key} was taken by another turn: its reply is not logged; do not send it")]
+    /// Its reply must not be sent: the model never sees it as said (when the run turned
+    /// out lost only after the reply was logged, the line stays, marked not sent).
+    #[error("the run of session {key} was taken by another turn: its reply counts as not sent; do not send it")]
     RunLost {
         /// The session.
         key: SessionKey,

@@ -899,3 +899,141 @@ async fn kill_worker() {
     tokio::time::sleep(Duration::from_millis(model_ms)).await;
     turn.complete(answers.join(" ")).await.unwrap();
 }
+
+/// A run whose session was reset while the model ran cannot complete, and its reply —
+/// logged before the reset was seen — stays in the old transcript marked not sent, so
+/// no model ever takes it as said.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_lost_to_a_reset_leaves_its_reply_marked_not_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let manager = manager(&format!("json:{}", dir.path().display()), quick()).await;
+    let first = manager.turn(&dm("book a table")).await.unwrap();
+    assert!(first.needs_model());
+    let reset = manager.turn(&dm("/new")).await.unwrap();
+    reset.complete("ok").await.unwrap();
+    let lost = first.complete("A table for two, booked.").await;
+    assert!(
+        matches!(lost, Err(agent_sessions::Error::RunLost { .. })),
+        "{lost:?}"
+    );
+    // Every transcript of the store, archives too: the reply's line, then its mark.
+    let mut lines = Vec::new();
+    for file in walk(dir.path()) {
+        if file.to_string_lossy().contains(".jsonl") {
+            let text = std::fs::read_to_string(&file).unwrap();
+            lines.extend(
+                text.lines()
+                    .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok()),
+            );
+        }
+    }
+    let reply = lines
+        .iter()
+        .find(|line| line.to_string().contains("A table for two, booked."));
+    if let Some(reply) = reply {
+        let id = reply["id"].as_str().unwrap();
+        assert!(
+            lines.iter().any(|line| {
+                line["customType"] == "agent-sessions.delivery"
+                    && line["data"]["line"] == id
+                    && line["data"]["status"] == "failed"
+            }),
+            "the lost run's reply is marked not sent"
+        );
+    }
+    // The session the key has now never saw it.
+    let key = manager.key_for(&dm("x")).unwrap();
+    let seen = manager.session(&key).messages().await.unwrap();
+    assert!(
+        seen.iter().all(|m| !m.content.contains("A table for two")),
+        "{seen:?}"
+    );
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
+/// What one session's queue keeps is bounded in bytes whatever arrives and whatever a
+/// sender asks: a cap over 100 is refused, big messages give way past 256 KiB, and a
+/// follow-up summarises at most the 20 newest it dropped. Other sessions go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flood_of_big_messages_keeps_the_queue_bounded_in_bytes() {
+    use agent_sessions::lane::MAX_QUEUED_BYTES;
+    let manager = Arc::new(
+        SessionManager::builder(InMemoryStore::new())
+            .transcripts(agent_sessions::transcript::InMemoryTranscriptStore::new())
+            .queue(quick().cap(100_000))
+            .build()
+            .unwrap(),
+    );
+    let refused = manager
+        .turn(&dm("/queue collect cap:100000"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(refused.action(), TurnAction::Acknowledge(text) if text.contains("not a cap")),
+        "{:?}",
+        refused.action()
+    );
+    refused.complete("").await.unwrap();
+    let first = manager.turn(&dm("hold the run")).await.unwrap();
+    let key = first.key().clone();
+    let mut waiting = Vec::new();
+    for n in 0..60 {
+        let manager = manager.clone();
+        let body = format!("message {n} {}", "x".repeat(20_000));
+        waiting.push(tokio::spawn(async move {
+            let turn = manager.turn(&dm(&body)).await.unwrap();
+            let action = turn.action().clone();
+            turn.complete("ok").await.unwrap();
+            action
+        }));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let entry = manager.store().get(&key).await.unwrap().unwrap().entry;
+    let queued: usize = entry
+        .queued
+        .iter()
+        .map(|q| q.message.to_string().len())
+        .sum();
+    assert!(entry.queued.len() <= 100, "the cap is at most 100");
+    assert!(queued <= MAX_QUEUED_BYTES, "{queued} bytes queued");
+    let dropped = entry.queue_dropped.clone().unwrap_or_default();
+    assert!(
+        dropped.lines.len() <= 20,
+        "{} summary lines",
+        dropped.lines.len()
+    );
+    assert!(dropped.count >= 40, "{} dropped", dropped.count);
+    // Another person's session is not held up meanwhile.
+    let other = InboundMessage::direct("telegram", "43", "hello");
+    let started = Instant::now();
+    manager
+        .turn(&other)
+        .await
+        .unwrap()
+        .complete("hi")
+        .await
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(2));
+    first.complete("done").await.unwrap();
+    let mut answered = 0;
+    for handle in waiting {
+        if handle.await.unwrap() == TurnAction::Answer {
+            answered += 1;
+        }
+    }
+    assert_eq!(answered, 1, "one follow-up turn answers what stayed");
+}

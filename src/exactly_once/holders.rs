@@ -87,22 +87,35 @@ impl Drop for Hold {
     }
 }
 
-/// Which process this is: `<boot id>/<pid>/<start time>` on Linux, else a random id
-/// (other processes then wait out the lease).
+/// Which process this is: `<boot id>@<pid namespace>/<pid>/<start time>` on Linux, else
+/// a random id (other processes then wait out the lease).
 pub(crate) fn this_process() -> &'static str {
     static PROCESS: OnceLock<String> = OnceLock::new();
     PROCESS.get_or_init(|| {
         let pid = std::process::id();
-        match (boot_id(), start_time(pid)) {
-            (Some(boot), Some(start)) => format!("{boot}/{pid}/{start}"),
+        match (pid_space(), start_time(pid)) {
+            (Some(space), Some(start)) => format!("{space}/{pid}/{start}"),
             _ => format!("{}/{pid}/0", uuid::Uuid::new_v4()),
         }
     })
 }
 
-fn boot_id() -> Option<String> {
-    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    Some(id.trim().to_owned()).filter(|id| !id.is_empty())
+/// Where this process's pid means something: the boot of the machine and the pid
+/// namespace (`<boot id>@<namespace inode>`). Containers on one kernel share the boot id
+/// but not their pids: a process in another namespace is judged by the lease.
+fn pid_space() -> Option<&'static str> {
+    static SPACE: OnceLock<Option<String>> = OnceLock::new();
+    SPACE
+        .get_or_init(|| {
+            let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+            let boot = boot.trim();
+            // `pid:[4026531836]`
+            let namespace = std::fs::read_link("/proc/self/ns/pid").ok()?;
+            let namespace = namespace.to_str()?;
+            let inode = namespace.strip_prefix("pid:[")?.strip_suffix(']')?;
+            (!boot.is_empty() && !inode.is_empty()).then(|| format!("{boot}@{inode}"))
+        })
+        .as_deref()
 }
 
 /// When process `pid` started (clock ticks since boot), if it runs. A process that was
@@ -129,10 +142,12 @@ pub(crate) fn alive(holder: &str, at_ms: u64, now_ms: u64) -> bool {
         return registry.live.contains(token) || registry.done.contains(token);
     }
     let mut parts = process.splitn(3, '/');
-    let (Some(boot), Some(pid), Some(start)) = (parts.next(), parts.next(), parts.next()) else {
+    let (Some(space), Some(pid), Some(start)) = (parts.next(), parts.next(), parts.next()) else {
         return within_lease(at_ms, now_ms);
     };
-    if boot_id().as_deref() == Some(boot) {
+    // Another machine, another container, or a holder from before pid namespaces were
+    // told apart (`<boot id>` alone): the lease decides.
+    if pid_space() == Some(space) {
         return match pid.parse() {
             Ok(pid) => start_time(pid).map(|s| s.to_string()).as_deref() == Some(start),
             Err(_) => false,
@@ -183,7 +198,7 @@ mod tests {
         hold.done(now, Duration::from_secs(60));
         assert!(alive(&holder, now, now), "done: remembered");
         #[cfg(unix)]
-        if let Some(boot) = boot_id() {
+        if let Some(boot) = pid_space() {
             // Another process of this machine: while it runs.
             let parent = std::os::unix::process::parent_id();
             let start = start_time(parent).unwrap();
@@ -199,6 +214,17 @@ mod tests {
         let other = "00000000-0000-0000-0000-000000000000/1/1#x";
         assert!(alive(other, now - lease + 1, now));
         assert!(!alive(other, now - lease, now));
+        #[cfg(target_os = "linux")]
+        if let Some(space) = pid_space() {
+            // A process in another pid namespace of this machine (a container): its pid
+            // means nothing here, so the lease decides, even for a pid that is not ours.
+            let boot = space.split('@').next().unwrap();
+            let container = format!("{boot}@1/4194305/1#x");
+            assert!(alive(&container, now - lease + 1, now));
+            assert!(!alive(&container, now - lease, now));
+            // A holder written before namespaces were told apart: the lease too.
+            assert!(alive(&format!("{boot}/4194305/1#x"), now - 1, now));
+        }
         assert!(!alive("garbage", now - lease, now));
     }
 }

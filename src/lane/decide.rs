@@ -2,7 +2,7 @@
 //! atomic update of it — so two workers that take messages for one session at once see
 //! one decision.
 
-use super::{Effective, QueueOutcome};
+use super::{Effective, QueueOutcome, MAX_QUEUED_BYTES};
 use crate::exactly_once::holders::alive;
 use crate::inbound::InboundMessage;
 use crate::store::entry::{
@@ -14,6 +14,9 @@ const MAX_DROPPED_IDS: usize = 100;
 
 /// The most characters of a dropped message its summary line keeps.
 const DROPPED_LINE_CHARS: usize = 160;
+/// The most dropped messages summarised in a follow-up's input (the newest; the count
+/// says how many there were).
+const MAX_DROPPED_LINES: usize = 20;
 
 /// A message a turn takes, as the lane sees it.
 pub(crate) struct Arrival<'a> {
@@ -191,16 +194,24 @@ pub(crate) fn arrive(
     enqueue(entry, arrival, settings)
 }
 
-/// Queues `arrival`, making room as the cap and drop policy say.
+/// Queues `arrival`, making room as the cap, the queue's byte bound
+/// ([`MAX_QUEUED_BYTES`]) and the drop policy say.
 fn enqueue(entry: &mut SessionEntry, arrival: &Arrival<'_>, settings: &Effective) -> Lane {
-    if entry.queued.len() >= settings.cap {
+    let message = serde_json::to_value(arrival.message).unwrap_or_default();
+    let size = |message: &serde_json::Value| message.to_string().len();
+    let mut bytes = size(&message) + entry.queued.iter().map(|q| size(&q.message)).sum::<usize>();
+    let full = |queued: usize, bytes: usize| {
+        queued >= settings.cap || (queued > 0 && bytes > MAX_QUEUED_BYTES)
+    };
+    if full(entry.queued.len(), bytes) {
         let summarize = match settings.drop {
             QueueDrop::New => return Lane::Dropped,
             QueueDrop::Old => false,
             _ => true,
         };
-        while entry.queued.len() >= settings.cap {
+        while full(entry.queued.len(), bytes) {
             let gone = entry.queued.remove(0);
+            bytes -= size(&gone.message);
             remember_dropped(entry, &gone, summarize);
         }
     }
@@ -210,7 +221,7 @@ fn enqueue(entry: &mut SessionEntry, arrival: &Arrival<'_>, settings: &Effective
         at: arrival.now_ms,
         waiter: arrival.holder.to_owned(),
         inbound_id: arrival.inbound_id.map(str::to_owned),
-        message: serde_json::to_value(arrival.message).unwrap_or_default(),
+        message,
         steered: None,
     });
     Lane::Queued { id }
@@ -231,6 +242,8 @@ fn remember_dropped(entry: &mut SessionEntry, gone: &QueuedMessage, summarize: b
         dropped
             .lines
             .push(line.chars().take(DROPPED_LINE_CHARS).collect());
+        let excess = dropped.lines.len().saturating_sub(MAX_DROPPED_LINES);
+        dropped.lines.drain(..excess);
     }
     dropped.ids.push(gone.id.clone());
     let excess = dropped.ids.len().saturating_sub(MAX_DROPPED_IDS);

@@ -76,6 +76,16 @@ pub const DEFAULT_QUEUE_DEBOUNCE: Duration = Duration::from_millis(1_000);
 /// The default most messages queued per session (OpenClaw: `cap` 20).
 pub const DEFAULT_QUEUE_CAP: usize = 20;
 
+/// The highest cap a session's queue may have, whoever sets it (a `/queue cap:` from a
+/// sender, the host's settings): the queue lives in the session's entry, which every
+/// update of the session rewrites.
+pub const MAX_QUEUE_CAP: usize = 100;
+
+/// About the most bytes of messages one session's queue holds (the messages as stored):
+/// past it, the oldest give way as the drop policy says, as past the cap. One message
+/// is queued whatever its size.
+pub const MAX_QUEUED_BYTES: usize = 256 * 1024;
+
 /// How messages that arrive during a run are handled: the queue mode, the quiet time
 /// before a follow-up turn, the most messages queued, and what overflows the cap —
 /// with per-channel settings that win over these. `Default` is OpenClaw 2026.1.x's:
@@ -123,9 +133,10 @@ impl QueueSettings {
         self
     }
 
-    /// These settings with at most `cap` messages queued (at least 1).
+    /// These settings with at most `cap` messages queued (at least 1, at most
+    /// [`MAX_QUEUE_CAP`]).
     pub fn cap(mut self, cap: usize) -> Self {
-        self.cap = cap.max(1);
+        self.cap = cap.clamp(1, MAX_QUEUE_CAP);
         self
     }
 
@@ -196,7 +207,7 @@ pub(crate) fn effective(
         cap: entry
             .queue_cap
             .map_or(base.cap, |cap| usize::try_from(cap).unwrap_or(usize::MAX))
-            .max(1),
+            .clamp(1, MAX_QUEUE_CAP),
         drop: match entry
             .queue_drop
             .clone()
@@ -254,7 +265,7 @@ pub(crate) fn queue_command(body: &str) -> Option<Result<QueueCommand, String>> 
             }
         } else if let Some(value) = lower.strip_prefix("cap:") {
             match value.parse::<u64>() {
-                Ok(cap) if cap > 0 => parsed.cap = Some(cap),
+                Ok(cap) if cap > 0 && cap <= MAX_QUEUE_CAP as u64 => parsed.cap = Some(cap),
                 _ => return Some(Err(format!("not a cap: {word}"))),
             }
         } else if let Some(value) = lower.strip_prefix("drop:") {
@@ -325,6 +336,11 @@ mod tests {
         );
         assert!(queue_command("/queue sideways").unwrap().is_err());
         assert!(queue_command("/queue cap:0").unwrap().is_err());
+        assert!(
+            queue_command("/queue cap:101").unwrap().is_err(),
+            "over MAX_QUEUE_CAP"
+        );
+        assert!(queue_command("/queue cap:100").unwrap().is_ok());
         assert!(queue_command("hello /queue collect").is_none());
         assert!(queue_command("/queued").is_none());
     }

@@ -885,18 +885,39 @@ impl<'m> Turn<'m> {
                         .end_run(outcome, self.fence)
                         .await;
                     crate::lane::wake(&manager.waker, &self.key);
+                    if let Err(crate::Error::RunLost { .. }) = &ended {
+                        // Lost after its reply was logged (a reset, a take-over): the
+                        // line stays, for operators, and is marked not sent, so the
+                        // model never believes it said it.
+                        let lost = crate::exactly_once::Delivery::Failed {
+                            reason: "not sent: the run was lost".into(),
+                        };
+                        for payload in &payloads {
+                            if let Err(error) =
+                                manager.report_delivery(payload, lost.clone()).await
+                            {
+                                tracing::warn!(%error, "a lost run's reply could not be marked not sent");
+                            }
+                        }
+                    }
                     ended?;
                     Ok(payloads)
                 }
                 (TurnAction::Acknowledge(text), _) => {
                     let mut payloads = vec![ReplyPayload::text(text.clone())];
                     if manager.seams.transcripts.is_some() {
-                        let line = manager
+                        let logged = manager
                             .session(&self.key)
                             .log_message(LogMessage::outbound(text.clone()))
-                            .await?;
-                        if let Some(entry) = &self.entry {
-                            give_receipts(&mut payloads, &self.key, entry, &line);
+                            .await;
+                        match (logged, &self.entry) {
+                            (Ok(line), Some(entry)) => {
+                                give_receipts(&mut payloads, &self.key, entry, &line)
+                            }
+                            // A command refused before the key had a session: there
+                            // is no conversation to log the answer in.
+                            (Ok(_), None) | (Err(crate::Error::NotFound { .. }), _) => {}
+                            (Err(error), _) => return Err(error),
                         }
                     }
                     Ok(payloads)
