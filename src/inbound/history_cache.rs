@@ -134,8 +134,7 @@ impl HistoryCache {
 
 /// `tail` with the lines appended to `transcript` since its last line; `None` when
 /// that line is no longer there as it was (or the transcript cannot be read: the read
-/// that follows reports why). Read back from the end to that line, so a store that
-/// numbers its lines by counting them (a file) does not count them from the start.
+/// that follows reports why).
 async fn catch_up(
     transcripts: &dyn TranscriptStore,
     transcript: &TranscriptRef,
@@ -145,26 +144,13 @@ async fn catch_up(
     if transcripts.identity(transcript).await.ok()? != tail.identity {
         return None;
     }
-    let last = tail.last.0;
-    let (mut before, mut step, mut events) = (None, MIN_READ_BYTES * 16, Vec::new());
-    loop {
-        let read = transcripts.read_back(transcript, before, step).await.ok()?;
-        let reached_start = read.next == Offset::START;
-        let mut older = read.events;
-        older.append(&mut events);
-        events = older;
-        let first = events.first()?.offset;
-        if first <= last || reached_start {
-            break;
-        }
-        before = Some(first);
-        step = (step * 2).min(MAX_READ_BYTES);
-    }
-    let at = events.iter().position(|event| event.offset == last)?;
-    if events[at].entry.id != tail.last.1 {
+    let read = transcripts.read(transcript, tail.last.0).await.ok()?;
+    let mut events = read.events.into_iter();
+    let first = events.next()?;
+    if first.offset != tail.last.0 || first.entry.id != tail.last.1 {
         return None;
     }
-    for event in events.drain(at + 1..) {
+    for event in events {
         tail.conversation
             .add(event.offset, &event.entry, counter)
             .ok()?;
