@@ -183,6 +183,70 @@ impl TranscriptStore for InMemoryTranscriptStore {
         })
     }
 
+    async fn read_back(
+        &self,
+        transcript: &TranscriptRef,
+        before: Option<Offset>,
+        max_bytes: usize,
+    ) -> Result<TranscriptRead> {
+        let id = id(transcript)?;
+        self.with(|all| {
+            let Some(lines) = all.get(&id) else {
+                return Ok(TranscriptRead::default());
+            };
+            let count = lines.len() as u64;
+            let end = match before {
+                Some(before) if before.0 > count => {
+                    return Err(Error::InvalidOffset {
+                        path: PathBuf::from(&id.1),
+                        offset: before.0,
+                        len: count,
+                    })
+                }
+                Some(before) => before.0 as usize,
+                None => lines.len(),
+            };
+            // The newest lines that fit, at least one that is not the header.
+            let (mut start, mut size, mut events) = (end, 0usize, 0usize);
+            while start > 0 {
+                let (seq, line) = (start - 1, &lines[start - 1]);
+                if seq > 0 && events > 0 && size + line.len() > max_bytes {
+                    break;
+                }
+                size += line.len() + 1;
+                events += usize::from(seq > 0);
+                start = seq;
+            }
+            let mut read = TranscriptRead {
+                next: Offset(start as u64),
+                ..TranscriptRead::default()
+            };
+            for (seq, line) in lines.iter().enumerate().take(end).skip(start) {
+                read_line(&mut read, seq + 1, Offset(seq as u64), line.as_bytes());
+            }
+            Ok(read)
+        })
+    }
+
+    async fn last_compaction(&self, transcript: &TranscriptRef) -> Result<Option<SessionEvent>> {
+        let id = id(transcript)?;
+        Ok(self.with(|all| {
+            let lines = all.get(&id)?;
+            lines
+                .iter()
+                .enumerate()
+                .rev()
+                .filter(|(_, line)| line.contains("compaction"))
+                .find_map(|(seq, line)| {
+                    let mut read = TranscriptRead::default();
+                    read_line(&mut read, seq + 1, Offset(seq as u64), line.as_bytes());
+                    read.events
+                        .pop()
+                        .filter(|event| event.entry.kind == "compaction")
+                })
+        }))
+    }
+
     async fn archive(
         &self,
         transcript: &TranscriptRef,

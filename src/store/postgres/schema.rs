@@ -159,6 +159,12 @@ CREATE INDEX group_history_seen_by_time ON {schema}.group_history_seen (at);
     r#"
 ALTER TABLE {schema}.group_history ADD COLUMN sender_id TEXT;
 "#,
+    // The lines that may be compactions, so a transcript's last compaction is found
+    // without reading the lines after it.
+    r#"
+CREATE INDEX transcript_compactions ON {schema}.transcript_lines (agent_id, name, seq)
+    WHERE strpos(line, 'compaction') > 0;
+"#,
 ];
 
 /// The migration that adds `search_postings` and `search_vector_blocks`: messages and

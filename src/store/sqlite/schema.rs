@@ -161,6 +161,12 @@ DROP INDEX sessions_by_activity;
     r#"
 ALTER TABLE group_history ADD COLUMN sender_id TEXT;
 "#,
+    // The lines that may be compactions, so a transcript's last compaction is found
+    // without reading the lines after it.
+    r#"
+CREATE INDEX transcript_compactions ON transcript_lines (agent_id, name, seq)
+    WHERE instr(line, 'compaction') > 0;
+"#,
 ];
 
 /// The migration that adds `search_postings`: messages indexed before it are indexed

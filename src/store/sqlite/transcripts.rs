@@ -144,7 +144,7 @@ impl TranscriptRows for SqliteRows<'_> {
     ) -> Result<Vec<(i64, String)>> {
         self.0
             .prepare_cached(
-                "SELECT seq, line FROM transcript_lines
+                "SELECT seq, line FROM transcript_lines INDEXED BY transcript_compactions
                  WHERE agent_id = ?1 AND name = ?2 AND seq < ?3 AND instr(line, 'compaction') > 0
                  ORDER BY seq DESC LIMIT ?4",
             )
