@@ -53,22 +53,16 @@ pub(crate) trait TranscriptRows {
         limit: Option<i64>,
         max_bytes: Option<i64>,
     ) -> Result<Vec<(i64, String)>>;
-    /// The lines numbered below `before`, newest first, at most `limit` of them.
+    /// The lines numbered below `before`, newest first, at most `limit` of them; with
+    /// `compactions`, only those whose text holds the word `compaction` (read through
+    /// the index of such lines).
     async fn lines_before(
         &mut self,
         agent: &str,
         name: &str,
         before: i64,
         limit: i64,
-    ) -> Result<Vec<(i64, String)>>;
-    /// The lines numbered below `before` whose text holds the word `compaction`, newest
-    /// first, at most `limit` of them.
-    async fn compaction_lines_before(
-        &mut self,
-        agent: &str,
-        name: &str,
-        before: i64,
-        limit: i64,
+        compactions: bool,
     ) -> Result<Vec<(i64, String)>>;
     /// Sets the transcript's `line_count` and `leaf` (PostgreSQL sets them with the
     /// lines, in one round trip).
@@ -324,7 +318,7 @@ pub(crate) async fn read_back(
     let (mut at, mut size, mut events) = (end, 0usize, 0usize);
     'read: while at > 0 {
         let lines = rows
-            .lines_before(agent, name, at, CHUNK_BATCH_LINES)
+            .lines_before(agent, name, at, CHUNK_BATCH_LINES, false)
             .await?;
         if lines.is_empty() {
             break;
@@ -364,7 +358,7 @@ pub(crate) async fn last_compaction(
     let mut before = i64::MAX;
     loop {
         let lines = rows
-            .compaction_lines_before(agent, name, before, CHUNK_BATCH_LINES)
+            .lines_before(agent, name, before, CHUNK_BATCH_LINES, true)
             .await?;
         let fetched = lines.len() as i64;
         for (seq, line) in lines {

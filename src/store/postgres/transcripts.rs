@@ -125,34 +125,18 @@ impl<C: deadpool_postgres::GenericClient> TranscriptRows for PgRows<'_, C> {
         name: &str,
         before: i64,
         limit: i64,
+        compactions: bool,
     ) -> Result<Vec<(i64, String)>> {
         let table = self.store.table("transcript_lines");
+        // The word, written as the index of such lines is, so the planner uses it.
+        let only = if compactions {
+            " AND strpos(line, 'compaction') > 0"
+        } else {
+            ""
+        };
         let sql = format!(
             "SELECT seq, line FROM {table}
-             WHERE agent_id = $1 AND name = $2 AND seq < $3 ORDER BY seq DESC LIMIT $4"
-        );
-        Ok(self
-            .tx
-            .query_prepared(&sql, &[&agent, &name, &before, &limit])
-            .await
-            .map_err(pg_error("read a transcript"))?
-            .iter()
-            .map(|row| (row.get(0), row.get(1)))
-            .collect())
-    }
-
-    async fn compaction_lines_before(
-        &mut self,
-        agent: &str,
-        name: &str,
-        before: i64,
-        limit: i64,
-    ) -> Result<Vec<(i64, String)>> {
-        let table = self.store.table("transcript_lines");
-        let sql = format!(
-            "SELECT seq, line FROM {table}
-             WHERE agent_id = $1 AND name = $2 AND seq < $3 AND strpos(line, 'compaction') > 0
-             ORDER BY seq DESC LIMIT $4"
+             WHERE agent_id = $1 AND name = $2 AND seq < $3{only} ORDER BY seq DESC LIMIT $4"
         );
         Ok(self
             .tx

@@ -119,35 +119,18 @@ impl TranscriptRows for SqliteRows<'_> {
         name: &str,
         before: i64,
         limit: i64,
+        compactions: bool,
     ) -> Result<Vec<(i64, String)>> {
+        let sql = if compactions {
+            "SELECT seq, line FROM transcript_lines INDEXED BY transcript_compactions
+             WHERE agent_id = ?1 AND name = ?2 AND seq < ?3 AND instr(line, 'compaction') > 0
+             ORDER BY seq DESC LIMIT ?4"
+        } else {
+            "SELECT seq, line FROM transcript_lines
+             WHERE agent_id = ?1 AND name = ?2 AND seq < ?3 ORDER BY seq DESC LIMIT ?4"
+        };
         self.0
-            .prepare_cached(
-                "SELECT seq, line FROM transcript_lines
-                 WHERE agent_id = ?1 AND name = ?2 AND seq < ?3 ORDER BY seq DESC LIMIT ?4",
-            )
-            .and_then(|mut statement| {
-                statement
-                    .query_map(params![agent, name, before, limit], |row| {
-                        Ok((row.get(0)?, row.get(1)?))
-                    })?
-                    .collect::<rusqlite::Result<Vec<_>>>()
-            })
-            .map_err(db_error("read a transcript"))
-    }
-
-    async fn compaction_lines_before(
-        &mut self,
-        agent: &str,
-        name: &str,
-        before: i64,
-        limit: i64,
-    ) -> Result<Vec<(i64, String)>> {
-        self.0
-            .prepare_cached(
-                "SELECT seq, line FROM transcript_lines INDEXED BY transcript_compactions
-                 WHERE agent_id = ?1 AND name = ?2 AND seq < ?3 AND instr(line, 'compaction') > 0
-                 ORDER BY seq DESC LIMIT ?4",
-            )
+            .prepare_cached(sql)
             .and_then(|mut statement| {
                 statement
                     .query_map(params![agent, name, before, limit], |row| {
