@@ -240,6 +240,14 @@ impl<'m> Lanes<'m> {
             .await?;
             if let Some(event) = logged {
                 crate::ops::telemetry::run_taken_over();
+                // The reply answers what the line asked, no more: messages the dead run
+                // took but never logged are not claimed as answered (a delivery again
+                // of one is taken over once this run ends).
+                if let Some(log) = &event.entry.log {
+                    turn.answering.retain(|id| {
+                        log.inbound_id.as_deref() == Some(id.as_str()) || log.collected.contains(id)
+                    });
+                }
                 let text = event
                     .entry
                     .message

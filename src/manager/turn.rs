@@ -244,7 +244,7 @@ pub struct Turn<'m> {
     /// When it started, by the manager's clock (epoch milliseconds).
     started_ms: u64,
     /// The delivered messages its reply answers (as the dedupe records name them).
-    answering: Vec<String>,
+    pub(crate) answering: Vec<String>,
 }
 
 impl SessionManager {
