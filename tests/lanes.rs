@@ -500,6 +500,33 @@ async fn the_queue_command_sets_the_sessions_mode() {
     assert_eq!(talk.action(), &TurnAction::Answer);
 }
 
+/// A mode or drop policy the crate does not know is refused when the manager is built,
+/// not followed as `collect` without a word.
+#[test]
+fn an_unknown_queue_mode_is_refused_when_the_manager_is_built() {
+    let sideways = QueueSettings::default().mode(QueueMode::from("sideways"));
+    let careless = QueueSettings::default().drop_policy(QueueDrop::from("newest"));
+    for settings in [
+        sideways.clone(),
+        QueueSettings::default().by_channel("telegram", sideways),
+        careless,
+    ] {
+        let built = SessionManager::builder(InMemoryStore::new())
+            .queue(settings.clone())
+            .build();
+        assert!(
+            matches!(
+                built,
+                Err(agent_sessions::Error::InvalidOption {
+                    option: "queue",
+                    ..
+                })
+            ),
+            "{settings:?}"
+        );
+    }
+}
+
 /// A worker killed while its queued message waits: the message is in the session's
 /// entry, so the next message of the session answers it too — or the host's sweep
 /// (`take_queued`) does when no message comes.
@@ -520,12 +547,13 @@ async fn a_queued_message_whose_waiter_died_is_answered_once() {
         let key = manager.key_for(&dm("x")).unwrap();
         let entry = manager.session(&key).get().await.unwrap().unwrap().entry;
         assert_eq!(entry.queued.len(), 1, "{url}: acknowledged, kept");
-        // The dropped waiter's hold is gone once its future is dropped: a sweep takes it.
-        let turn = manager
-            .take_queued(&key)
-            .await
-            .unwrap()
-            .expect("the orphan is taken");
+        // The dropped waiter's hold is gone once its future is dropped: a sweep takes it,
+        // and of two sweeps at once (two workers, say) one answers it.
+        let (a, b) = tokio::join!(manager.take_queued(&key), manager.take_queued(&key));
+        let mut turns: Vec<_> = [a.unwrap(), b.unwrap()].into_iter().flatten().collect();
+        assert_eq!(turns.len(), 1, "{url}: one sweep answers the orphan");
+        let turn = turns.pop().expect("the orphan is taken");
+        assert_eq!(turn.action(), &TurnAction::Answer, "{url}");
         assert!(turn.input().unwrap().contains("orphaned question"), "{url}");
         turn.complete("orphan answered").await.unwrap();
         assert!(

@@ -83,6 +83,7 @@ use tokio::sync::Semaphore;
 use tracing::Instrument;
 
 use crate::error::Error;
+use crate::freshness::{Clock, SystemClock};
 use crate::identity::key::AgentId;
 use crate::inbound::InboundMessage;
 use crate::manager::{Resolution, SessionManager, TurnOutcome};
@@ -777,7 +778,8 @@ pub struct SessionView {
     pub created_at: String,
     /// When it last had a message (RFC 3339, UTC).
     pub last_message_at: String,
-    /// Since when a model run holds the session (RFC 3339, UTC); absent between runs.
+    /// Since when a model run holds the session (RFC 3339, UTC); absent between runs and
+    /// when the run's holder is gone (the session's next message takes it over).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_started_at: Option<String>,
     /// Messages that arrived during the run and wait for it to end.
@@ -815,7 +817,11 @@ impl SessionView {
             context_summary: entry.context_summary.clone().unwrap_or_default(),
             created_at: timestamp(entry.session_started_at.unwrap_or(entry.updated_at)),
             last_message_at: timestamp(entry.updated_at),
-            run_started_at: entry.run.as_ref().map(|run| timestamp(run.started_at)),
+            run_started_at: entry
+                .run
+                .as_ref()
+                .filter(|_| crate::lane::live(entry, SystemClock.now_millis()))
+                .map(|run| timestamp(run.started_at)),
             queued_messages: entry.queued.len(),
             dropped_messages: entry.queue_dropped.as_ref().map_or(0, |d| d.count),
         }
@@ -1428,6 +1434,39 @@ async fn list_sessions(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The view says a run holds the session only while its holder lives: a killed
+    /// turn's run is shown as none (the next message takes it over).
+    #[test]
+    fn a_dead_holders_run_is_not_shown_as_running() {
+        let now = SystemClock.now_millis();
+        let run = |holder: &str| crate::store::entry::SessionRun {
+            holder: holder.to_owned(),
+            started_at: now,
+            renewed_at: now,
+            fence: 1,
+            answering: Vec::new(),
+        };
+        let key = crate::identity::key::SessionKey::parse("agent:main:telegram:dm:42").unwrap();
+        let mut entry = SessionEntry::new("s", now);
+        let live = crate::exactly_once::holders::Hold::new("live".into());
+        entry.run = Some(run(live.holder()));
+        let stored = |entry: &SessionEntry| StoredSession {
+            key: key.clone(),
+            entry: entry.clone(),
+            revision: crate::store::Revision::from_u64(1),
+        };
+        let view = SessionView::of(&stored(&entry));
+        assert!(view.run_started_at.is_some(), "a live turn's run is shown");
+        // A turn of this process that ended without giving the run back.
+        let gone = format!(
+            "{}#a-turn-that-was-dropped",
+            crate::exactly_once::holders::this_process()
+        );
+        entry.run = Some(run(&gone));
+        let view = SessionView::of(&stored(&entry));
+        assert_eq!(view.run_started_at, None);
+    }
 
     #[test]
     fn secrets_that_would_let_everyone_in_or_no_one_are_refused() {

@@ -44,8 +44,9 @@ pub(crate) enum Lane {
     },
     /// The message waits in the queue, under this id.
     Queued { id: String },
-    /// The message did not fit the queue (`drop: new`).
-    Dropped,
+    /// The message was handled without a turn: it did not fit the queue (`drop: new`),
+    /// or the queued message this turn came to adopt was taken by another turn.
+    Gone(QueueOutcome),
     /// A delivery again of a message the live run answers (it took over the run that
     /// had it): nothing to do.
     Answering,
@@ -123,10 +124,12 @@ pub(crate) fn arrive(
     settings: &Effective,
 ) -> Lane {
     let now = arrival.now_ms;
-    if let Some(item) = arrival
-        .adopt
-        .and_then(|id| entry.queued.iter_mut().find(|q| q.id == id))
-    {
+    if let Some(adopt) = arrival.adopt {
+        // A sweep for an orphaned message: wait with it, unless another turn took it
+        // since (then its message must not be answered again).
+        let Some(item) = entry.queued.iter_mut().find(|q| q.id == adopt) else {
+            return Lane::Gone(gone_outcome(entry, adopt));
+        };
         item.waiter = arrival.holder.to_owned();
         return Lane::Queued {
             id: item.id.clone(),
@@ -205,7 +208,7 @@ fn enqueue(entry: &mut SessionEntry, arrival: &Arrival<'_>, settings: &Effective
     };
     if full(entry.queued.len(), bytes) {
         let summarize = match settings.drop {
-            QueueDrop::New => return Lane::Dropped,
+            QueueDrop::New => return Lane::Gone(QueueOutcome::Dropped),
             QueueDrop::Old => false,
             _ => true,
         };
@@ -265,6 +268,20 @@ fn take_dropped(entry: &mut SessionEntry) -> Option<QueueDropped> {
     Some(taken)
 }
 
+/// What became of the queued message `queued_id`, no longer in the queue: dropped by
+/// the cap (as the entry remembers), else answered by another turn.
+fn gone_outcome(entry: &SessionEntry, queued_id: &str) -> QueueOutcome {
+    let dropped = entry
+        .queue_dropped
+        .as_ref()
+        .is_some_and(|d| d.ids.iter().any(|id| id == queued_id));
+    if dropped {
+        QueueOutcome::Dropped
+    } else {
+        QueueOutcome::Collected
+    }
+}
+
 /// Asks, for the turn `holder` waiting with queued message `queued_id`, whether it runs
 /// now.
 pub(crate) fn take(
@@ -275,15 +292,7 @@ pub(crate) fn take(
     now_ms: u64,
 ) -> Take {
     let Some(position) = entry.queued.iter().position(|q| q.id == queued_id) else {
-        let dropped = entry
-            .queue_dropped
-            .as_ref()
-            .is_some_and(|d| d.ids.iter().any(|id| id == queued_id));
-        return Take::Gone(if dropped {
-            QueueOutcome::Dropped
-        } else {
-            QueueOutcome::Collected
-        });
+        return Take::Gone(gone_outcome(entry, queued_id));
     };
     // This turn waits with it (a delivery again may have adopted it).
     entry.queued[position].waiter = holder.to_owned();
@@ -592,7 +601,11 @@ mod tests {
                         Take::Gone(outcome)
                     );
                 }
-                None => assert_eq!(third, Lane::Dropped, "{drop:?}: the new one goes"),
+                None => assert_eq!(
+                    third,
+                    Lane::Gone(QueueOutcome::Dropped),
+                    "{drop:?}: the new one goes"
+                ),
             }
             assert_eq!(entry.queued.len(), 2, "{drop:?}");
             assert_eq!(
@@ -638,5 +651,29 @@ mod tests {
                 resumed: true
             }
         );
+    }
+
+    /// A sweep that comes to answer an orphaned message another turn took meanwhile
+    /// finds it gone: it must not run the message again (it may carry no channel id to
+    /// catch a duplicate by).
+    #[test]
+    fn a_sweep_for_a_message_another_turn_took_does_not_run_it_again() {
+        let s = settings(QueueMode::Collect, 20, QueueDrop::Summarize);
+        let mut entry = SessionEntry::new("s", 0);
+        let sweep = Hold::new("sweep".into());
+        let message = message("orphaned question");
+        let lane = arrive(
+            &mut entry,
+            &Arrival {
+                holder: sweep.holder(),
+                message: &message,
+                inbound_id: None,
+                adopt: Some("taken-by-another-turn"),
+                now_ms: 10,
+            },
+            &s,
+        );
+        assert_eq!(lane, Lane::Gone(QueueOutcome::Collected));
+        assert!(entry.run.is_none(), "no run was taken");
     }
 }

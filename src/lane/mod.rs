@@ -64,7 +64,9 @@ use indexmap::IndexMap;
 
 pub use crate::store::entry::{QueueDrop, QueueMode};
 
-pub(crate) use decide::{arrive, interrupted, release, renew, steer, take, Arrival, Lane, Take};
+pub(crate) use decide::{
+    arrive, interrupted, live, release, renew, steer, take, Arrival, Lane, Take,
+};
 pub(crate) use prompt::collected_input;
 pub(crate) use run::{lane_channel, Lanes, Leases, Place, RunLease};
 pub(crate) use wait::{wake, Waker};
@@ -153,6 +155,23 @@ impl QueueSettings {
         self
     }
 
+    /// Refuses a mode or drop policy this version does not know
+    /// ([`QueueMode::Other`], [`QueueDrop::Other`]), here or for a channel: the manager
+    /// would otherwise follow `collect` or `summarize` without saying so.
+    pub(crate) fn check(&self) -> crate::error::Result<()> {
+        let problem = if matches!(self.mode, QueueMode::Other(_)) {
+            "unknown queue mode: expected collect, followup, steer, steer-backlog or interrupt"
+        } else if matches!(self.drop, QueueDrop::Other(_)) {
+            "unknown drop policy: expected old, new or summarize"
+        } else {
+            return self.by_channel.values().try_for_each(QueueSettings::check);
+        };
+        Err(crate::Error::InvalidOption {
+            option: "queue",
+            problem,
+        })
+    }
+
     /// The settings for `channel`: its own, else these.
     pub fn for_channel(&self, channel: Option<&str>) -> &QueueSettings {
         channel
@@ -213,19 +232,26 @@ pub(crate) fn effective(
             .clone()
             .unwrap_or_else(|| base.drop.clone())
         {
-            QueueDrop::Other(_) => QueueDrop::Summarize,
+            QueueDrop::Other(name) => {
+                tracing::warn!(drop = %name, "unknown queue drop policy in a session entry: following summarize");
+                QueueDrop::Summarize
+            }
             drop => drop,
         },
     }
 }
 
 /// The modes OpenClaw names twice, as one: `steer+backlog` is `steer-backlog`, the
-/// legacy `queue` is `steer`; a mode this version does not know is `collect`.
+/// legacy `queue` is `steer`; a mode this version does not know (an entry written by a
+/// newer OpenClaw, say) is `collect`, with a warning.
 fn normalize(mode: QueueMode) -> QueueMode {
     match mode {
         QueueMode::SteerPlusBacklog => QueueMode::SteerBacklog,
         QueueMode::Queue => QueueMode::Steer,
-        QueueMode::Other(_) => QueueMode::Collect,
+        QueueMode::Other(name) => {
+            tracing::warn!(mode = %name, "unknown queue mode in a session entry: following collect");
+            QueueMode::Collect
+        }
         other => other,
     }
 }

@@ -321,7 +321,7 @@ impl SessionManager {
     /// queued during a run whose waiting processes were killed — once no run holds the
     /// session: answer it as any turn (`messages`, then `complete`). `None` when nothing
     /// is orphaned (a live turn waits with each queued message, or a run is live: it or
-    /// they will answer). The next message of the session answers orphans too; this is
+    /// they will answer), or when another turn answered them first. The next message of the session answers orphans too; this is
     /// for a host that sweeps its sessions rather than wait for one.
     ///
     /// ```
@@ -360,7 +360,8 @@ impl SessionManager {
         let turn = self
             .turn_adopting(&message, &crate::manager::anyone, Some(&last.id))
             .await?;
-        Ok(Some(turn))
+        // Another turn may have taken them since: then nothing is left to answer.
+        Ok((turn.action() == &TurnAction::Answer).then_some(turn))
     }
 }
 

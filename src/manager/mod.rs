@@ -489,7 +489,9 @@ impl SessionManagerBuilder {
     /// What a message that arrives during a run of its session does: the queue mode,
     /// its debounce, cap and drop policy, per channel (default
     /// [`QueueSettings::default`]: `collect`, 1 s, 20, `summarize`). A session's own
-    /// `/queue` setting wins. See [`crate::lane`].
+    /// `/queue` setting wins. See [`crate::lane`]. A mode or drop policy this version
+    /// does not know ([`QueueMode::Other`](crate::lane::QueueMode::Other)) makes
+    /// [`build`](Self::build) fail with [`Error::InvalidOption`].
     ///
     /// ```
     /// use agent_sessions::lane::{QueueMode, QueueSettings};
@@ -556,6 +558,7 @@ impl SessionManagerBuilder {
                 "a transcript store for checkpoints (SessionManagerBuilder::transcripts)",
             );
         }
+        settings.queue.check()?;
         if settings.checkpoint_every_turns.is_some() {
             if seams.introspector.is_none() {
                 return needs(

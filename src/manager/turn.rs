@@ -403,13 +403,13 @@ impl SessionManager {
                 return Ok(turn);
             }
             // One run at a time: a message that arrived during a run waits for its place.
-            let place = match lane {
-                Some(Lane::Run {
+            let place = match lane.unwrap_or(Lane::Gone(QueueOutcome::Dropped)) {
+                Lane::Run {
                     fence,
                     collected,
                     dropped,
                     resumed,
-                }) => Place {
+                } => Place {
                     fence,
                     own_at: collected.len(),
                     collected,
@@ -422,7 +422,7 @@ impl SessionManager {
                         .map(|run| run.answering.clone())
                         .unwrap_or_default(),
                 },
-                Some(Lane::Queued { id }) => {
+                Lane::Queued { id } => {
                     crate::ops::telemetry::queued();
                     match Lanes(self)
                         .wait_for_place(&turn.key, message, &id, &run)
@@ -438,15 +438,17 @@ impl SessionManager {
                         }
                     }
                 }
-                Some(Lane::Answering) => {
+                Lane::Answering => {
                     crate::ops::telemetry::duplicate();
                     turn.action = TurnAction::Duplicate;
                     return Ok(turn);
                 }
-                Some(Lane::Dropped) | None => {
+                Lane::Gone(outcome) => {
                     taken(intake);
-                    crate::ops::telemetry::dropped(1);
-                    turn.action = TurnAction::Queued(QueueOutcome::Dropped);
+                    if outcome == QueueOutcome::Dropped {
+                        crate::ops::telemetry::dropped(1);
+                    }
+                    turn.action = TurnAction::Queued(outcome);
                     turn.resolution = Some(Box::new(resolution));
                     return Ok(turn);
                 }

@@ -85,6 +85,19 @@ impl FakeTelegram {
         self.state.lock().unwrap().pending.len()
     }
 
+    /// Waits until the bot has confirmed every update (asked for updates past them).
+    pub async fn wait_until_confirmed(&self) {
+        let waited = timeout(WAIT, async {
+            // getUpdates forgets confirmed updates without a notification: look often.
+            while self.pending() > 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        waited
+            .unwrap_or_else(|_| panic!("waited {WAIT:?}: {} updates unconfirmed", self.pending()));
+    }
+
     /// Waits until `sendMessage` has been called `count` times in all.
     pub async fn wait_for_sent(&self, count: usize) -> Vec<Value> {
         let waited = timeout(WAIT, async {
