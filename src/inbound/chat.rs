@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use std::collections::VecDeque;
 
 use crate::exactly_once::outcome::Marks;
+use crate::store::entry::WindowStart;
 use crate::transcript::{
     AgentMessage, Content, ContentBlock, LogFields, Offset, Role, TranscriptEntry,
 };
@@ -181,6 +182,13 @@ pub(crate) struct History {
     trimmed: bool,
     /// What `lines` cost, by [`message_tokens`], marks aside.
     tokens: usize,
+}
+
+/// A message of the conversation, with the id of the transcript line it comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct HistoryMessage {
+    pub(crate) id: Option<String>,
+    pub(crate) message: ChatMessage,
 }
 
 /// One message line of a [`History`].
@@ -362,7 +370,7 @@ impl History {
         &self,
         want: Want,
         counter: &dyn TokenCounter,
-    ) -> Option<Vec<ChatMessage>> {
+    ) -> Option<Vec<HistoryMessage>> {
         let mut newest = Vec::new();
         // What the messages before the current one cost, and how many they are.
         let (mut cost, mut before) = (0usize, 0usize);
@@ -381,7 +389,10 @@ impl History {
                     cost = cost.saturating_add(message_tokens(&message, counter));
                     before += 1;
                 }
-                newest.push(message);
+                newest.push(HistoryMessage {
+                    id: line.id.clone(),
+                    message,
+                });
             }
         }
         if self.trimmed && !enough(cost, before) {
@@ -545,18 +556,7 @@ pub fn fit_to_budget(
     budget: usize,
     counter: &dyn TokenCounter,
 ) -> Result<Vec<ChatMessage>> {
-    let too_small = || Error::InvalidOption {
-        option: "token budget",
-        problem: "too small for the system prompt and the current message",
-    };
-    let system_tokens = system
-        .iter()
-        .map(|m| message_tokens(m, counter))
-        .fold(0, usize::saturating_add);
-    let available = budget.checked_sub(system_tokens).ok_or_else(too_small)?;
-    let current = fit_message(current, available, counter).ok_or_else(too_small)?;
-    let mut left = available - message_tokens(&current, counter);
-
+    let (current, mut left) = fit_current(system, current, budget, counter)?;
     let summary = summary
         .filter(|s| !s.trim().is_empty())
         .map(summary_message);
@@ -593,6 +593,167 @@ pub fn fit_to_budget(
     messages.extend(history.into_iter().skip(kept_from));
     messages.push(current);
     Ok(messages)
+}
+
+/// How the history in a turn's model input gives way once the conversation outgrows the
+/// token budget.
+///
+/// ```
+/// use agent_sessions::inbound::HistoryWindow;
+/// use agent_sessions::prelude::*;
+///
+/// let manager = SessionManager::builder(InMemoryStore::new())
+///     .history_window(HistoryWindow::Stable { keep_percent: 60 })
+///     .build()?;
+/// # Ok::<(), agent_sessions::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HistoryWindow {
+    /// The default (`keep_percent: 50`): when the conversation no longer fits, its older
+    /// part is cut in one block, so that the history kept fills at most `keep_percent`
+    /// of the room for history; the context summary as it is at the cut stands for what
+    /// was cut. The next turns append to that history until it fills the budget, then
+    /// it is cut again. Between two cuts each turn's input begins with the whole of the
+    /// previous turn's input (the system messages, the summary and the history stay the
+    /// same), so a provider's prompt cache can reuse it.
+    Stable {
+        /// The share of the room for history kept after a cut, in percent (1–99; other
+        /// values are taken as the nearest).
+        keep_percent: u8,
+    },
+    /// Every turn keeps the newest history that fits, with the context summary as it is
+    /// now standing for the rest: the most history each turn, but once the budget is
+    /// reached the input's first messages change every turn and no provider can reuse
+    /// a prefix of it.
+    Sliding,
+}
+
+impl Default for HistoryWindow {
+    fn default() -> Self {
+        HistoryWindow::Stable { keep_percent: 50 }
+    }
+}
+
+/// [`fit_to_budget`] for a [`HistoryWindow::Stable`] window that starts at `start`
+/// (as the session's entry records its last cut): the history from that line on, with
+/// the summary recorded at the cut, while they fit with `current`; all of the history
+/// while it fits and nothing was cut; else a new cut, back to `keep_percent` of the
+/// room, with `summary` (the context summary now) standing for what goes. Returns the
+/// messages and where the window they use starts (`None`: uncut).
+#[allow(clippy::too_many_arguments)] // the inputs of fit_to_budget, and the window
+pub(crate) fn fit_stable(
+    system: &[ChatMessage],
+    start: Option<&WindowStart>,
+    summary: Option<&str>,
+    history: Vec<HistoryMessage>,
+    current: ChatMessage,
+    budget: usize,
+    keep_percent: u8,
+    counter: &dyn TokenCounter,
+) -> Result<(Vec<ChatMessage>, Option<WindowStart>)> {
+    let (current, left) = fit_current(system, current, budget, counter)?;
+    let tokens: Vec<usize> = history
+        .iter()
+        .map(|m| message_tokens(&m.message, counter))
+        .collect();
+    let tail = |from: usize| {
+        tokens[from..]
+            .iter()
+            .copied()
+            .fold(0, usize::saturating_add)
+    };
+    let summary_of = |text: Option<&str>| {
+        text.filter(|s| !s.trim().is_empty())
+            .map(|s| (summary_message(s), s.to_owned()))
+    };
+    let cost = |summary: &Option<(ChatMessage, String)>| {
+        summary
+            .as_ref()
+            .map_or(0, |(message, _)| message_tokens(message, counter))
+    };
+    // The window as the last cut left it, while it fits.
+    let kept = start.and_then(|start| {
+        let from = history
+            .iter()
+            .position(|m| m.id.as_deref() == Some(start.line.as_str()))?;
+        let summary = summary_of(start.summary.as_deref());
+        (cost(&summary).saturating_add(tail(from)) <= left).then_some((from, summary))
+    });
+    let was_kept = kept.is_some();
+    let (mut from, summary) = match kept {
+        Some(kept) => kept,
+        None if tail(0) <= left => (0, None),
+        None => {
+            // A cut: back to the mark, from a person's message on.
+            let mut summary = summary_of(summary);
+            if cost(&summary) > left {
+                summary = None;
+            }
+            let room = left - cost(&summary);
+            let mark = room / 100 * usize::from(keep_percent.clamp(1, 99));
+            let newest_within = |limit: usize| {
+                let (mut from, mut used) = (history.len(), 0usize);
+                while from > 0 && used.saturating_add(tokens[from - 1]) <= limit {
+                    from -= 1;
+                    used += tokens[from];
+                }
+                while from < history.len() && history[from].message.role != ChatRole::User {
+                    from += 1;
+                }
+                from
+            };
+            let mut from = newest_within(mark);
+            if from == history.len() {
+                // Not one exchange within the mark: the newest that fit the room.
+                from = newest_within(room);
+            }
+            (from, summary)
+        }
+    };
+    // Whatever is kept starts at a user message (as in `fit_to_budget`).
+    while from < history.len() && history[from].message.role != ChatRole::User {
+        from += 1;
+    }
+    let uncut = !was_kept && tail(0) <= left;
+    let window = if uncut {
+        None
+    } else {
+        history
+            .get(from)
+            .and_then(|m| m.id.clone())
+            .map(|line| WindowStart {
+                line,
+                summary: summary.as_ref().map(|(_, text)| text.clone()),
+            })
+    };
+    let mut messages = system.to_vec();
+    messages.extend(summary.map(|(message, _)| message));
+    messages.extend(history.into_iter().skip(from).map(|m| m.message));
+    messages.push(current);
+    Ok((messages, window))
+}
+
+/// `current` within what `budget` leaves after `system`, and the tokens left for the
+/// rest; a budget too small for both is refused.
+fn fit_current(
+    system: &[ChatMessage],
+    current: ChatMessage,
+    budget: usize,
+    counter: &dyn TokenCounter,
+) -> Result<(ChatMessage, usize)> {
+    let too_small = || Error::InvalidOption {
+        option: "token budget",
+        problem: "too small for the system prompt and the current message",
+    };
+    let system_tokens = system
+        .iter()
+        .map(|m| message_tokens(m, counter))
+        .fold(0, usize::saturating_add);
+    let available = budget.checked_sub(system_tokens).ok_or_else(too_small)?;
+    let current = fit_message(current, available, counter).ok_or_else(too_small)?;
+    let left = available - message_tokens(&current, counter);
+    Ok((current, left))
 }
 
 /// `message` cut short to fit `budget` tokens, or `None` when not even its first

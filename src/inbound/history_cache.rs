@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
 use crate::error::Result;
-use crate::inbound::chat::{ChatMessage, History, TokenCounter, Want};
+use crate::inbound::chat::{History, HistoryMessage, TokenCounter, Want};
 use crate::transcript::{Offset, SessionEvent, TranscriptRef, TranscriptStore};
 
 /// The most text (about) the conversations of one manager keep in memory.
@@ -64,7 +64,7 @@ impl HistoryCache {
         transcript: &TranscriptRef,
         want: Want,
         counter: &dyn TokenCounter,
-    ) -> Result<(Vec<ChatMessage>, Option<String>)> {
+    ) -> Result<(Vec<HistoryMessage>, Option<String>)> {
         let kept = match self.take(transcript) {
             Some(tail) => catch_up(transcripts, transcript, tail, counter).await,
             None => None,
@@ -176,7 +176,7 @@ async fn read_end(
     transcript: &TranscriptRef,
     want: Want,
     counter: &dyn TokenCounter,
-) -> Result<(Tail, Vec<ChatMessage>)> {
+) -> Result<(Tail, Vec<HistoryMessage>)> {
     // Asked before the reads: a replacement in between is caught by the next turn.
     let identity = transcripts.identity(transcript).await?;
     let compaction = transcripts.last_compaction(transcript).await?;

@@ -124,7 +124,7 @@ pub(crate) mod record;
 pub use activation::{decide, ActivationDecision, ActivationReason, OwnerChatter};
 pub use chat::{
     fit_to_budget, message_tokens, transcript_messages, ChatMessage, ChatRole, EstimatedTokens,
-    TokenCounter, ToolCall,
+    HistoryWindow, TokenCounter, ToolCall,
 };
 pub use chatter::{
     build_chatter_context, format_envelope, ChatterBuffer, ChatterClaim, ChatterEdit, ChatterEntry,

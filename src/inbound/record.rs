@@ -78,6 +78,7 @@ pub(crate) fn start_session(base: Option<SessionEntry>, now_ms: u64) -> SessionE
     entry.claude_cli_session_id = None;
     entry.engine_session_ids = None;
     entry.context_summary = None;
+    entry.window_start = None;
     entry.working_memory = None;
     // This crate's lifecycle.
     entry.status = Some(SessionStatus::Idle);

@@ -56,7 +56,7 @@ use crate::identity::key::{
 use crate::identity::workspace::Workspaces;
 use crate::identity::IdentityResolver;
 use crate::inbound::activation::{ActivationDecision, OwnerChatter};
-use crate::inbound::chat::{EstimatedTokens, TokenCounter};
+use crate::inbound::chat::{EstimatedTokens, HistoryWindow, TokenCounter};
 use crate::inbound::chatter::{ChatterBuffer, InMemoryChatter};
 use crate::inbound::events::{SystemEventQueue, SystemEvents};
 use crate::inbound::InboundMessage;
@@ -159,6 +159,7 @@ pub(crate) struct Settings {
     pub(crate) isolated_to: Option<AgentId>,
     pub(crate) context_window: Option<u64>,
     pub(crate) message_window: Option<usize>,
+    pub(crate) history_window: HistoryWindow,
     pub(crate) reset_acknowledgement: String,
     pub(crate) dedupe_window: Duration,
     pub(crate) owner_chatter: OwnerChatter,
@@ -447,6 +448,26 @@ impl SessionManagerBuilder {
         self
     }
 
+    /// How the history in [`Turn::messages`] gives way once the conversation outgrows
+    /// the token budget (default: [`HistoryWindow::Stable`], cut back to half the room
+    /// in one block, so that a provider's prompt cache can reuse each turn's input until
+    /// the next cut; [`HistoryWindow::Sliding`] keeps the newest that fit every turn).
+    /// A [`message_window`](Self::message_window) slides by the count whatever this is.
+    ///
+    /// ```
+    /// use agent_sessions::inbound::HistoryWindow;
+    /// use agent_sessions::prelude::*;
+    ///
+    /// let manager = SessionManager::builder(InMemoryStore::new())
+    ///     .history_window(HistoryWindow::Sliding)
+    ///     .build()?;
+    /// # Ok::<(), agent_sessions::Error>(())
+    /// ```
+    pub fn history_window(mut self, window: HistoryWindow) -> Self {
+        self.manager.settings.history_window = window;
+        self
+    }
+
     /// What a bare reset (`/new` with nothing after it) answers instead of calling the
     /// model (default: [`DEFAULT_RESET_ACKNOWLEDGEMENT`]).
     pub fn reset_acknowledgement(mut self, text: impl Into<String>) -> Self {
@@ -711,6 +732,7 @@ impl SessionManager {
                     queue: QueueSettings::default(),
                     owner_chatter: OwnerChatter::default(),
                     message_window: None,
+                    history_window: HistoryWindow::default(),
                     shared_dm_warned: AtomicBool::new(false),
                 },
                 system_events: Arc::new(SystemEventQueue::default()),

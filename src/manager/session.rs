@@ -136,8 +136,10 @@ impl Session<'_> {
         let Some(last) = history.pop() else {
             return Ok(Vec::new());
         };
-        self.manager
-            .fit_messages(&entry, Vec::new(), (history, compacted), last)
+        let (messages, _) =
+            self.manager
+                .fit_messages(&entry, Vec::new(), (history, compacted), last.message)?;
+        Ok(messages)
     }
 
     /// Closes a session: its next message starts a new one (`session_closed`).

@@ -4,13 +4,16 @@
 use crate::error::Result;
 use crate::identity::key::SessionKey;
 use crate::inbound::activation::ActivationDecision;
-use crate::inbound::chat::{fit_to_budget, summary_message, ChatMessage, ChatRole, Want};
+use crate::inbound::chat::{
+    fit_stable, fit_to_budget, summary_message, ChatMessage, ChatRole, HistoryMessage,
+    HistoryWindow, Want,
+};
 use crate::inbound::chatter::chatter_key;
 use crate::inbound::InboundMessage;
 use crate::memory::flush::{FlushPlan, DEFAULT_CONTEXT_TOKENS};
 use crate::memory::usage::{EngineSession, TurnUsage};
 use crate::reply::payload::ReplyPayload;
-use crate::store::entry::SessionEntry;
+use crate::store::entry::{SessionEntry, WindowStart};
 use crate::transcript::{ChatterSender, Offset, SessionEvent, TranscriptRef};
 use std::time::Duration;
 
@@ -606,7 +609,7 @@ impl SessionManager {
         key: &SessionKey,
         entry: &SessionEntry,
         skip: Option<Offset>,
-    ) -> Result<(Vec<ChatMessage>, Option<String>)> {
+    ) -> Result<(Vec<HistoryMessage>, Option<String>)> {
         let transcripts = self.transcript_store()?;
         let transcript = TranscriptRef::of(key, entry, &self.settings.default_agent);
         let want = Want {
@@ -633,30 +636,66 @@ impl SessionManager {
     /// `history` then `current`, within the budget for `entry` (see
     /// [`budget`](Self::budget)): the summary of the transcript's last compaction
     /// first (it stands for what the compaction removed), and the context summary
-    /// standing for what the budget cuts.
+    /// standing for what the budget cuts, as the manager's [`HistoryWindow`] cuts it.
+    /// Also where the window starts now, for the entry to record.
     pub(crate) fn fit_messages(
         &self,
         entry: &SessionEntry,
         mut system: Vec<ChatMessage>,
-        (mut history, compacted): (Vec<ChatMessage>, Option<String>),
+        (mut history, compacted): (Vec<HistoryMessage>, Option<String>),
         current: ChatMessage,
-    ) -> Result<Vec<ChatMessage>> {
+    ) -> Result<(Vec<ChatMessage>, Option<WindowStart>)> {
+        system.extend(compacted.as_deref().map(summary_message));
+        let summary = entry.context_summary.as_deref();
+        let (budget, counter) = (self.budget(entry), &*self.seams.tokens);
+        if let (HistoryWindow::Stable { keep_percent }, None) =
+            (self.settings.history_window, self.settings.message_window)
+        {
+            let start = entry.window_start.as_ref();
+            return fit_stable(
+                &system,
+                start,
+                summary,
+                history,
+                current,
+                budget,
+                keep_percent,
+                counter,
+            );
+        }
         if let Some(window) = self.settings.message_window {
             let mut from = history.len().saturating_sub(window);
-            while from < history.len() && history[from].role != ChatRole::User {
+            while from < history.len() && history[from].message.role != ChatRole::User {
                 from += 1;
             }
             history.drain(..from);
         }
-        system.extend(compacted.as_deref().map(summary_message));
-        fit_to_budget(
-            &system,
-            entry.context_summary.as_deref(),
-            history,
-            current,
-            self.budget(entry),
-            &*self.seams.tokens,
-        )
+        let history = history.into_iter().map(|m| m.message).collect();
+        let messages = fit_to_budget(&system, summary, history, current, budget, counter)?;
+        Ok((messages, entry.window_start.clone()))
+    }
+
+    /// Records in `entry`'s session (unless it has been replaced since) that its model
+    /// input's history starts at `window` now.
+    async fn record_window(
+        &self,
+        key: &SessionKey,
+        entry: &SessionEntry,
+        window: Option<WindowStart>,
+    ) -> Result<()> {
+        self.seams
+            .store
+            .apply(key, &mut |slot, _| {
+                if let Some(current) = slot
+                    .as_mut()
+                    .filter(|current| current.session_id == entry.session_id)
+                {
+                    current.window_start.clone_from(&window);
+                }
+                Ok(())
+            })
+            .await?;
+        Ok(())
     }
 }
 
@@ -768,8 +807,14 @@ impl<'m> Turn<'m> {
             .manager
             .history_messages(&self.key, entry, skip)
             .await?;
-        self.manager
-            .fit_messages(entry, system, history, ChatMessage::user(input.clone()))
+        let (messages, window) =
+            self.manager
+                .fit_messages(entry, system, history, ChatMessage::user(input.clone()))?;
+        // A cut: the next turns start where this one does, with the same summary.
+        if window != entry.window_start {
+            self.manager.record_window(&self.key, entry, window).await?;
+        }
+        Ok(messages)
     }
 
     /// Ends a turn whose model call failed, keeping or dropping its input (see

@@ -213,9 +213,15 @@ impl PersonIds {
             all.retain(|id| !theirs(id));
         }
         let named = |text: &Option<String>| text.as_deref().is_some_and(|t| self.named_in(t));
-        if took_part || named(&entry.last_message_preview) || named(&entry.context_summary) {
+        let window_summary = entry.window_start.as_ref().and_then(|w| w.summary.clone());
+        if took_part
+            || named(&entry.last_message_preview)
+            || named(&entry.context_summary)
+            || named(&window_summary)
+        {
             redacted.last_message_preview = None;
             redacted.context_summary = None;
+            redacted.window_start = None;
         }
         (redacted != *entry).then_some(redacted)
     }

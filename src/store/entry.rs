@@ -641,10 +641,29 @@ pub struct SessionEntry {
     /// for them with one line (`queueDropped`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_dropped: Option<QueueDropped>,
+    /// Where the history in this session's model input starts since its last cut, and
+    /// the summary that stands for what the cut left out (`windowStart`; see
+    /// [`HistoryWindow`](crate::inbound::HistoryWindow)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_start: Option<WindowStart>,
 
     /// Fields this version does not know, kept as written, in order.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// Where a session's model input starts its history since the last cut, as
+/// [`SessionEntry::window_start`] records it: the model input stays the same from turn
+/// to turn up to the new messages until the next cut.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct WindowStart {
+    /// The id of the transcript line the history starts at (a person's message).
+    pub line: String,
+    /// The context summary as it was at the cut, standing for what the cut left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
 }
 
 /// An inbound message a session took, as [`SessionEntry::recent_inbound`] remembers it.

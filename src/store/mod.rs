@@ -63,7 +63,7 @@ pub use cursor::ListCursor;
 pub use entry::{
     parse_session_label, parse_session_label_value, AuthProfileSource, DescriptionSource,
     ForkOrigin, GroupActivation, IdentitySummary, InboundRecord, LogCursor, QueueDrop, QueueMode,
-    ResponseUsage, SendPolicy, SessionRun, SourceKind,
+    ResponseUsage, SendPolicy, SessionRun, SourceKind, WindowStart,
 };
 pub use json::paths::{
     decode_file_component, encode_file_component, expand_home, openclaw_state_dir, session_file,

@@ -1,0 +1,141 @@
+//! What a provider's prompt cache can reuse: the share of each turn's model input that
+//! repeats the previous turn's input as a prefix of whole messages.
+//!
+//! Providers bill the part of an input that repeats the previous request's prefix at a
+//! fraction of the price. A window that slides by one exchange every turn changes the
+//! input's first messages every turn once the budget is reached, and nothing repeats;
+//! the stable window (the default) cuts in blocks and keeps the input's beginning the
+//! same between cuts.
+
+use agent_sessions::inbound::HistoryWindow;
+use agent_sessions::prelude::*;
+use agent_sessions::transcript::InMemoryTranscriptStore;
+
+const TURNS: usize = 300;
+
+/// A person's message and the bot's reply of turn `n`: a few hundred characters each,
+/// never twice the same.
+fn exchange(n: usize) -> (String, String) {
+    let ask = format!(
+        "Message {n}: I would like to move my booking for {} people to another day, \
+         if the restaurant has a table by the window; my reference is R-{:05}.",
+        2 + n % 6,
+        n * 7919 % 100_000
+    );
+    let reply = format!(
+        "Reply {n}: Of course. For {} people I can offer Thursday at 19:30 or Friday at \
+         20:00, both by the window. Shall I move reference R-{:05} to one of them? \
+         The deposit stays as it is.",
+        2 + n % 6,
+        n * 7919 % 100_000
+    );
+    (ask, reply)
+}
+
+/// The characters of `now` that repeat `before` as a prefix of whole messages.
+fn repeated_prefix(before: &[ChatMessage], now: &[ChatMessage]) -> usize {
+    before
+        .iter()
+        .zip(now)
+        .take_while(|(a, b)| a == b)
+        .map(|(_, b)| b.content.len())
+        .sum()
+}
+
+fn size(input: &[ChatMessage]) -> usize {
+    input.iter().map(|m| m.content.len()).sum()
+}
+
+/// Runs `TURNS` turns on one DM with an 8,000-token window and gives, for the second
+/// half, the share of input characters that repeat the previous input as a prefix,
+/// and the most tokens (estimated) any input held.
+async fn reused_share(window: HistoryWindow) -> (f64, usize) {
+    let manager = SessionManager::builder(InMemoryStore::new())
+        .transcripts(InMemoryTranscriptStore::new())
+        .context_window(8_000)
+        .history_window(window)
+        .build()
+        .unwrap();
+    let system = vec![ChatMessage::system(
+        "You are the booking assistant of a restaurant.",
+    )];
+    let (mut previous, mut repeated, mut total, mut largest) = (Vec::new(), 0, 0, 0);
+    for n in 0..TURNS {
+        let (ask, reply) = exchange(n);
+        let turn = manager
+            .turn(&InboundMessage::direct("telegram", "42", ask))
+            .await
+            .unwrap();
+        let input = turn.messages_with(system.clone()).await.unwrap();
+        largest = largest.max(size(&input) / 4);
+        if n >= TURNS / 2 {
+            repeated += repeated_prefix(&previous, &input);
+            total += size(&input);
+        }
+        turn.complete(reply).await.unwrap();
+        previous = input;
+    }
+    (repeated as f64 / total as f64, largest)
+}
+
+/// The goal: with an 8,000-token window, at least 80 % of the input characters of the
+/// second half of a 300-turn conversation repeat the previous turn's input as a prefix
+/// — against none with a window that slides every turn. Both stay within the window.
+#[tokio::test]
+async fn the_stable_window_lets_a_prompt_cache_reuse_most_of_each_input() {
+    let (stable, stable_largest) = reused_share(HistoryWindow::default()).await;
+    let (sliding, sliding_largest) = reused_share(HistoryWindow::Sliding).await;
+    println!(
+        "repeated prefix, second half: stable {:.1} %, sliding {:.1} %",
+        stable * 100.0,
+        sliding * 100.0
+    );
+    assert!(stable >= 0.80, "stable window: {:.1} %", stable * 100.0);
+    assert!(sliding < 0.10, "sliding window: {:.1} %", sliding * 100.0);
+    assert!(stable_largest <= 8_000 && sliding_largest <= 8_000);
+    // The stable window gives up some history for it, never more than half the room.
+    assert!(
+        stable_largest * 2 >= sliding_largest,
+        "{stable_largest} vs {sliding_largest}"
+    );
+}
+
+/// Between cuts the input only grows at its end; at a cut the history starts at a
+/// person's message and the summary as it was at the cut stands for what went — the
+/// same summary on every turn until the next cut, even though the context summary
+/// changes every turn.
+#[tokio::test]
+async fn between_cuts_the_summary_and_history_stay_the_same() {
+    let manager = SessionManager::builder(InMemoryStore::new())
+        .transcripts(InMemoryTranscriptStore::new())
+        .context_window(2_000)
+        .build()
+        .unwrap();
+    let (mut previous, mut cuts) = (Vec::<ChatMessage>::new(), 0);
+    for n in 0..120 {
+        let (ask, reply) = exchange(n);
+        let turn = manager
+            .turn(&InboundMessage::direct("telegram", "42", ask))
+            .await
+            .unwrap();
+        let input = turn.messages().await.unwrap();
+        let kept = repeated_prefix(&previous, &input);
+        if !previous.is_empty() && kept < size(&previous) - previous.last().unwrap().content.len() {
+            // A cut: the history after the summary starts at a person's message.
+            cuts += 1;
+            assert_eq!(
+                input[0].role,
+                ChatRole::System,
+                "turn {n}: the summary first"
+            );
+            assert!(input[0]
+                .content
+                .starts_with("Summary of the conversation so far"));
+            assert_eq!(input[1].role, ChatRole::User, "turn {n}");
+        }
+        turn.complete(reply).await.unwrap();
+        previous = input;
+    }
+    // 2,000 tokens hold about 25 exchanges; cut back to half, every dozen or so turns.
+    assert!((4..=15).contains(&cuts), "{cuts} cuts");
+}
