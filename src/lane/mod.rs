@@ -64,9 +64,9 @@ use indexmap::IndexMap;
 
 pub use crate::store::entry::{QueueDrop, QueueMode};
 
-pub(crate) use decide::{
-    arrive, interrupted, live, release, renew, steer, take, Arrival, Lane, Take,
-};
+#[cfg(feature = "http")]
+pub(crate) use decide::live;
+pub(crate) use decide::{arrive, interrupted, release, renew, steer, take, Arrival, Lane, Take};
 pub(crate) use prompt::collected_input;
 pub(crate) use run::{lane_channel, Lanes, Leases, Place, RunLease};
 pub(crate) use wait::{wake, Waker};
