@@ -572,6 +572,72 @@ async fn a_queued_message_whose_waiter_died_is_answered_once() {
     stores.finish().await;
 }
 
+/// A turn that takes over a run that died after taking a message it never logged does
+/// not claim that message: its reply never saw it. A delivery again of the message,
+/// while the new run goes on, waits for its place and is answered — not taken for a
+/// duplicate and lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_a_dead_run_took_but_never_logged_is_answered_when_delivered_again() {
+    use agent_sessions::store::SessionStore;
+    let store = InMemoryStore::new();
+    let manager = Arc::new(
+        SessionManager::builder(store.clone())
+            .transcripts(agent_sessions::transcript::InMemoryTranscriptStore::new())
+            .queue(quick())
+            .build()
+            .unwrap(),
+    );
+    let hello = manager
+        .turn(&dm("hello").with_message_id("h"))
+        .await
+        .unwrap();
+    let key = hello.key().clone();
+    hello.complete("hi").await.unwrap();
+    // A run on another host, silent past its lease, that took message `q` and died
+    // before logging it.
+    let dead: agent_sessions::store::SessionRun = serde_json::from_value(serde_json::json!({
+        "holder": "another-host@1/77/1#gone",
+        "startedAt": 0,
+        "renewedAt": 0,
+        "fence": 7,
+        "answering": ["telegram:default:direct:42:q"],
+    }))
+    .unwrap();
+    store
+        .apply(&key, &mut |slot, _| {
+            let entry = slot.as_mut().unwrap();
+            entry.run = Some(dead.clone());
+            entry.run_fence = Some(7);
+            Ok(())
+        })
+        .await
+        .unwrap();
+    // A new message takes the run over.
+    let next = manager
+        .turn(&dm("a new question").with_message_id("y"))
+        .await
+        .unwrap();
+    assert_eq!(next.action(), &TurnAction::Answer);
+    // `q` comes again while that run goes on.
+    let again = {
+        let manager = manager.clone();
+        tokio::spawn(async move {
+            let turn = manager
+                .turn(&dm("the lost question").with_message_id("q"))
+                .await
+                .unwrap();
+            let seen = (turn.action().clone(), turn.input().map(str::to_owned));
+            turn.complete("answer to the lost question").await.unwrap();
+            seen
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    next.complete("answer to the new question").await.unwrap();
+    let (action, input) = again.await.unwrap();
+    assert_eq!(action, TurnAction::Answer, "answered, not a duplicate");
+    assert!(input.unwrap().contains("the lost question"));
+}
+
 /// A run whose holder seems gone past its lease (a host that stopped) is taken over;
 /// when the old holder comes back, its `complete` is refused and nothing it says is
 /// logged.
@@ -749,9 +815,24 @@ fn runs_killed_at_random_answer_every_message_exactly_once() {
                 break;
             }
             rounds += 1;
+            if rounds == 200 {
+                // What the session holds, to see why.
+                runtime.block_on(async {
+                    let manager = manager(url, quick()).await;
+                    let key = manager
+                        .key_for(&InboundMessage::direct("telegram", peer, "x"))
+                        .unwrap();
+                    if let Some(session) = manager.session(&key).get().await.unwrap() {
+                        eprintln!(
+                            "entry: {}",
+                            serde_json::to_string_pretty(&session.entry).unwrap()
+                        );
+                    }
+                });
+            }
             assert!(
                 rounds < 200,
-                "{url}: still unanswered after 200 rounds: {pending:?}"
+                "{url}: still unanswered after 200 rounds: {pending:?} (seed {seed})"
             );
             // A burst of the pending messages, each in a worker of its own.
             let burst: Vec<u64> = pending

@@ -261,6 +261,86 @@ impl<'m> Lanes<'m> {
         Ok(None)
     }
 
+    /// Settles what a turn that took over a dead run answers: its own message and the
+    /// queued ones it took, the logged line it resumes, and — of the other messages the
+    /// dead run was answering — those logged before (the model sees them in the
+    /// conversation). Those never logged are let go from the run: a delivery again of
+    /// one is answered by a turn of its own, not taken for a duplicate of a reply that
+    /// never saw it. Costs nothing unless a dead run was taken over.
+    pub(crate) async fn settle_takeover(
+        &self,
+        turn: &mut Turn<'_>,
+        entry: &SessionEntry,
+        place: &Place,
+    ) -> Result<()> {
+        if !place.resumed {
+            let own = crate::exactly_once::dedupe::inbound_id(turn.message());
+            turn.answering.retain(|id| {
+                own.as_deref() == Some(id.as_str())
+                    || place
+                        .collected
+                        .iter()
+                        .any(|q| q.inbound_id.as_deref() == Some(id.as_str()))
+            });
+        }
+        let others: Vec<String> = place
+            .answering
+            .iter()
+            .filter(|id| !turn.answering.contains(id))
+            .cloned()
+            .collect();
+        if others.is_empty() {
+            return Ok(());
+        }
+        let logged = std::sync::Mutex::new(Vec::new());
+        if let Some(transcripts) = self.0.seams.transcripts.as_deref() {
+            let transcript = TranscriptRef::of(turn.key(), entry, &self.0.settings.default_agent);
+            // The whole transcript, once: this is the rare path of a run that died.
+            crate::exactly_once::claims::find_line(transcripts, &transcript, |line| {
+                if let Some(log) = line
+                    .log
+                    .as_ref()
+                    .filter(|log| log.direction == Some(Direction::Inbound))
+                {
+                    let mut logged = logged.lock().unwrap_or_else(PoisonError::into_inner);
+                    for id in &others {
+                        if log.inbound_id.as_deref() == Some(id.as_str())
+                            || log.collected.contains(id)
+                        {
+                            logged.push(id.clone());
+                        }
+                    }
+                }
+                false
+            })
+            .await?;
+        }
+        let logged = logged.into_inner().unwrap_or_else(PoisonError::into_inner);
+        let unlogged: Vec<String> = others
+            .into_iter()
+            .filter(|id| !logged.contains(id))
+            .collect();
+        turn.answering.extend(logged);
+        if unlogged.is_empty() {
+            return Ok(());
+        }
+        self.0
+            .seams
+            .store
+            .apply(turn.key(), &mut |slot, _| {
+                if let Some(run) = slot
+                    .as_mut()
+                    .and_then(|entry| entry.run.as_mut())
+                    .filter(|run| run.fence == place.fence)
+                {
+                    run.answering.retain(|id| !unlogged.contains(id));
+                }
+                Ok(())
+            })
+            .await?;
+        Ok(())
+    }
+
     /// `text` (the turn's own input) after the messages that waited before it and the
     /// line for what the cap dropped, as one input.
     pub(crate) fn with_collected(

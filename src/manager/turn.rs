@@ -489,6 +489,9 @@ impl SessionManager {
                 taken(intake);
                 (text, entry)
             };
+            Lanes(self)
+                .settle_takeover(&mut turn, &entry, &place)
+                .await?;
             turn.flush = self.seams.flush_guard.plan(&entry);
             turn.entry = Some(Box::new(entry));
             turn.action = TurnAction::Answer;
