@@ -1102,3 +1102,48 @@ async fn an_erase_removes_the_archive_of_her_deleted_session() {
     }
     stores.finish().await;
 }
+
+/// The manager that erases a person lets go of the conversations it keeps between
+/// turns: its next turn in a group they wrote in does not give the model their
+/// chatter as it read it before the erase.
+#[tokio::test]
+async fn the_erasing_manager_forgets_what_it_kept_of_a_shared_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let manager = SessionManager::connect(&format!("json:{}", dir.path().display()))
+        .await
+        .unwrap()
+        .build()
+        .unwrap();
+    let group = |sender: &str, text: &str| InboundMessage::group("telegram", "-100", sender, text);
+    for n in 0..3 {
+        let chatter = manager
+            .turn(&group("bob", &format!("bob says bobsecret{n}")))
+            .await
+            .unwrap();
+        chatter.complete("").await.unwrap();
+    }
+    let asked = manager
+        .turn(&group("alice", "what did bob say?").mentioning_agent())
+        .await
+        .unwrap();
+    let seen = asked.messages().await.unwrap();
+    assert!(
+        seen.iter().any(|m| m.content.contains("bobsecret")),
+        "{seen:?}"
+    );
+    asked.complete("He said a few things.").await.unwrap();
+
+    manager
+        .forget_person(&PersonRef::sender("telegram", "bob"))
+        .await
+        .unwrap();
+    let next = manager
+        .turn(&group("alice", "and now?").mentioning_agent())
+        .await
+        .unwrap();
+    let seen = next.messages().await.unwrap();
+    assert!(
+        !seen.iter().any(|m| m.content.contains("bobsecret")),
+        "{seen:?}"
+    );
+}

@@ -139,3 +139,67 @@ async fn between_cuts_the_summary_and_history_stay_the_same() {
     // 2,000 tokens hold about 25 exchanges; cut back to half, every dozen or so turns.
     assert!((4..=15).contains(&cuts), "{cuts} cuts");
 }
+
+/// The turns, of a conversation of `messages` (each answered `reply`), whose model
+/// input does not begin with the whole of the previous turn's input: the cuts.
+async fn cuts(manager: &SessionManager, messages: &[String], reply: &str) -> Vec<usize> {
+    let (mut previous, mut cuts) = (Vec::<ChatMessage>::new(), Vec::new());
+    for (n, text) in messages.iter().enumerate() {
+        let turn = manager
+            .turn(&InboundMessage::direct("telegram", "42", text.as_str()))
+            .await
+            .unwrap();
+        let input = turn.messages().await.unwrap();
+        if !previous.is_empty() && repeated_prefix(&previous, &input) < size(&previous) {
+            cuts.push(n);
+        }
+        turn.complete(reply).await.unwrap();
+        previous = input;
+    }
+    cuts
+}
+
+fn stable_manager(window: u64, keep_percent: u8) -> SessionManager {
+    SessionManager::builder(InMemoryStore::new())
+        .transcripts(InMemoryTranscriptStore::new())
+        .context_window(window)
+        .history_window(HistoryWindow::Stable { keep_percent })
+        .build()
+        .unwrap()
+}
+
+/// A share so small that not one exchange fits in it still cuts in blocks: the cut
+/// keeps the last exchange, and the turns after it grow the window again.
+#[tokio::test]
+async fn a_tiny_share_still_cuts_in_blocks() {
+    let messages: Vec<String> = (0..60)
+        .map(|n| format!("{n:03} {}", "x".repeat(190)))
+        .collect();
+    for keep_percent in [0, 1, 2] {
+        let manager = stable_manager(1_000, keep_percent);
+        let cuts = cuts(&manager, &messages, &"y".repeat(190)).await;
+        assert!(
+            !cuts.is_empty() && cuts.len() <= messages.len() / 3,
+            "keep {keep_percent} %: cuts at {cuts:?}"
+        );
+    }
+}
+
+/// A message bigger than the whole window is cut short in its own turn's input, and
+/// the turn after cannot keep it either (the transcript holds it whole): both cut. The
+/// window then starts at that next message, and the turns after it only grow.
+#[tokio::test]
+async fn after_a_message_bigger_than_the_window_the_window_grows_again() {
+    let manager = stable_manager(1_000, 50);
+    let short = |n: usize| format!("{n} {}", "s".repeat(100));
+    let messages = vec![
+        short(0),
+        short(1),
+        "d".repeat(10_000),
+        short(3),
+        short(4),
+        short(5),
+    ];
+    let cuts = cuts(&manager, &messages, "ok").await;
+    assert_eq!(cuts, vec![2, 3]);
+}

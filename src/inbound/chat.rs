@@ -612,8 +612,8 @@ pub fn fit_to_budget(
 pub enum HistoryWindow {
     /// The default (`keep_percent: 50`): when the conversation no longer fits, its older
     /// part is cut in one block, so that the history kept fills at most `keep_percent`
-    /// of the room for history; the context summary as it is at the cut stands for what
-    /// was cut. The next turns append to that history until it fills the budget, then
+    /// of the room for history (only the last exchange when not one fits there); the
+    /// context summary as it is at the cut stands for what was cut. The next turns append to that history until it fills the budget, then
     /// it is cut again. Between two cuts each turn's input begins with the whole of the
     /// previous turn's input (the system messages, the summary and the history stay the
     /// same), so a provider's prompt cache can reuse it.
@@ -639,7 +639,9 @@ impl Default for HistoryWindow {
 /// (as the session's entry records its last cut): the history from that line on, with
 /// the summary recorded at the cut, while they fit with `current`; all of the history
 /// while it fits and nothing was cut; else a new cut, back to `keep_percent` of the
-/// room, with `summary` (the context summary now) standing for what goes. Returns the
+/// room (or, when not one exchange fits there, the last exchange), with `summary` (the
+/// context summary now) standing for what goes. `current_line` is the id of the
+/// current message's line, where a window that keeps no history starts. Returns the
 /// messages and where the window they use starts (`None`: uncut).
 #[allow(clippy::too_many_arguments)] // the inputs of fit_to_budget, and the window
 pub(crate) fn fit_stable(
@@ -647,7 +649,7 @@ pub(crate) fn fit_stable(
     start: Option<&WindowStart>,
     summary: Option<&str>,
     history: Vec<HistoryMessage>,
-    current: ChatMessage,
+    (current, current_line): (ChatMessage, Option<&str>),
     budget: usize,
     keep_percent: u8,
     counter: &dyn TokenCounter,
@@ -705,8 +707,13 @@ pub(crate) fn fit_stable(
             };
             let mut from = newest_within(mark);
             if from == history.len() {
-                // Not one exchange within the mark: the newest that fit the room.
-                from = newest_within(room);
+                // Not one exchange within the mark: the last one, if it fits the room
+                // (what was just said is kept; the room left lets the window grow).
+                from = history
+                    .iter()
+                    .rposition(|m| m.message.role == ChatRole::User)
+                    .filter(|&last| tail(last) <= room)
+                    .unwrap_or(history.len());
             }
             (from, summary)
         }
@@ -719,13 +726,15 @@ pub(crate) fn fit_stable(
     let window = if uncut {
         None
     } else {
-        history
-            .get(from)
-            .and_then(|m| m.id.clone())
-            .map(|line| WindowStart {
-                line,
-                summary: summary.as_ref().map(|(_, text)| text.clone()),
-            })
+        // A cut that keeps no history starts the window at the current message's line.
+        let line = match history.get(from) {
+            Some(first) => first.id.clone(),
+            None => current_line.map(str::to_owned),
+        };
+        line.map(|line| WindowStart {
+            line,
+            summary: summary.as_ref().map(|(_, text)| text.clone()),
+        })
     };
     let mut messages = system.to_vec();
     messages.extend(summary.map(|(message, _)| message));

@@ -84,6 +84,14 @@ impl HistoryCache {
         Ok((newest, summary))
     }
 
+    /// Lets go of every conversation kept: lines were edited in place (an erase), which
+    /// reading on from the last line taken in would not see.
+    pub(crate) fn clear(&self) {
+        let mut cached = self.cached.lock().unwrap_or_else(PoisonError::into_inner);
+        cached.tails.clear();
+        cached.bytes = 0;
+    }
+
     /// Whether a conversation of `transcript` is kept: it existed when it was last read.
     pub(crate) fn holds(&self, transcript: &TranscriptRef) -> bool {
         self.cached

@@ -136,9 +136,10 @@ impl Session<'_> {
         let Some(last) = history.pop() else {
             return Ok(Vec::new());
         };
+        let current = (last.message, last.id.as_deref());
         let (messages, _) =
             self.manager
-                .fit_messages(&entry, Vec::new(), (history, compacted), last.message)?;
+                .fit_messages(&entry, Vec::new(), (history, compacted), current)?;
         Ok(messages)
     }
 

@@ -646,7 +646,7 @@ impl SessionManager {
         entry: &SessionEntry,
         mut system: Vec<ChatMessage>,
         (mut history, compacted): (Vec<HistoryMessage>, Option<String>),
-        current: ChatMessage,
+        (current, current_line): (ChatMessage, Option<&str>),
     ) -> Result<(Vec<ChatMessage>, Option<WindowStart>)> {
         system.extend(compacted.as_deref().map(summary_message));
         let summary = entry.context_summary.as_deref();
@@ -660,7 +660,7 @@ impl SessionManager {
                 start,
                 summary,
                 history,
-                current,
+                (current, current_line),
                 budget,
                 keep_percent,
                 counter,
@@ -678,21 +678,22 @@ impl SessionManager {
         Ok((messages, entry.window_start.clone()))
     }
 
-    /// Records in `entry`'s session (unless it has been replaced since) that its model
-    /// input's history starts at `window` now.
+    /// Records in `entry`'s session (unless it has been replaced since, or the run
+    /// `fence` lost it) that its model input's history starts at `window` now.
     async fn record_window(
         &self,
         key: &SessionKey,
         entry: &SessionEntry,
+        fence: Option<u64>,
         window: Option<WindowStart>,
     ) -> Result<()> {
         self.seams
             .store
             .apply(key, &mut |slot, _| {
-                if let Some(current) = slot
-                    .as_mut()
-                    .filter(|current| current.session_id == entry.session_id)
-                {
+                if let Some(current) = slot.as_mut().filter(|current| {
+                    current.session_id == entry.session_id
+                        && fence.is_none_or(|fence| !crate::lane::interrupted(current, fence))
+                }) {
                     current.window_start.clone_from(&window);
                 }
                 Ok(())
@@ -810,12 +811,17 @@ impl<'m> Turn<'m> {
             .manager
             .history_messages(&self.key, entry, skip)
             .await?;
-        let (messages, window) =
-            self.manager
-                .fit_messages(entry, system, history, ChatMessage::user(input.clone()))?;
+        let line = self
+            .inbound
+            .as_ref()
+            .and_then(|event| event.entry.id.as_deref());
+        let current = (ChatMessage::user(input.clone()), line);
+        let (messages, window) = self.manager.fit_messages(entry, system, history, current)?;
         // A cut: the next turns start where this one does, with the same summary.
         if window != entry.window_start {
-            self.manager.record_window(&self.key, entry, window).await?;
+            self.manager
+                .record_window(&self.key, entry, self.fence, window)
+                .await?;
         }
         Ok(messages)
     }

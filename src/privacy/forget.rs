@@ -231,7 +231,10 @@ impl Privacy<'_> {
             index.flush().await?;
         }
         if let Some(transcripts) = &transcripts {
-            self.apply_plan(&**transcripts, plan, &mut report).await?;
+            let edited = self.apply_plan(&**transcripts, plan, &mut report).await;
+            // What this manager kept of the edited lines goes, whatever happened.
+            self.histories.clear();
+            edited?;
         }
         report.chatter_entries += self
             .seams
@@ -274,7 +277,9 @@ impl Privacy<'_> {
                 .plan_transcripts(&**transcripts, &ids, &erased, false)
                 .await?;
             let mut again = ForgetReport::default();
-            self.apply_plan(&**transcripts, plan, &mut again).await?;
+            let edited = self.apply_plan(&**transcripts, plan, &mut again).await;
+            self.histories.clear();
+            edited?;
         }
         if let Some(index) = self.search_index().await? {
             self.erase_search(&*index, &ids, &erased, &BTreeSet::new(), &[])
