@@ -579,63 +579,70 @@ async fn a_queued_message_whose_waiter_died_is_answered_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_a_dead_run_took_but_never_logged_is_answered_when_delivered_again() {
     use agent_sessions::store::SessionStore;
-    let store = InMemoryStore::new();
-    let manager = Arc::new(
-        SessionManager::builder(store.clone())
-            .transcripts(agent_sessions::transcript::InMemoryTranscriptStore::new())
-            .queue(quick())
-            .build()
-            .unwrap(),
-    );
-    let hello = manager
-        .turn(&dm("hello").with_message_id("h"))
-        .await
+    // The run is taken over by a new message, or by a delivery again of another message
+    // the dead run had taken (it finds no line to resume, and logs its own).
+    for (takes_over, text) in [("y", "a new question"), ("r", "the other lost question")] {
+        let store = InMemoryStore::new();
+        let manager = Arc::new(
+            SessionManager::builder(store.clone())
+                .transcripts(agent_sessions::transcript::InMemoryTranscriptStore::new())
+                .queue(quick())
+                .build()
+                .unwrap(),
+        );
+        let hello = manager
+            .turn(&dm("hello").with_message_id("h"))
+            .await
+            .unwrap();
+        let key = hello.key().clone();
+        hello.complete("hi").await.unwrap();
+        // A run on another host, silent past its lease, that took messages `q` and `r`
+        // and died before logging them.
+        let dead: agent_sessions::store::SessionRun = serde_json::from_value(serde_json::json!({
+            "holder": "another-host@1/77/1#gone",
+            "startedAt": 0,
+            "renewedAt": 0,
+            "fence": 7,
+            "answering": ["telegram:default:direct:42:q", "telegram:default:direct:42:r"],
+        }))
         .unwrap();
-    let key = hello.key().clone();
-    hello.complete("hi").await.unwrap();
-    // A run on another host, silent past its lease, that took message `q` and died
-    // before logging it.
-    let dead: agent_sessions::store::SessionRun = serde_json::from_value(serde_json::json!({
-        "holder": "another-host@1/77/1#gone",
-        "startedAt": 0,
-        "renewedAt": 0,
-        "fence": 7,
-        "answering": ["telegram:default:direct:42:q"],
-    }))
-    .unwrap();
-    store
-        .apply(&key, &mut |slot, _| {
-            let entry = slot.as_mut().unwrap();
-            entry.run = Some(dead.clone());
-            entry.run_fence = Some(7);
-            Ok(())
-        })
-        .await
-        .unwrap();
-    // A new message takes the run over.
-    let next = manager
-        .turn(&dm("a new question").with_message_id("y"))
-        .await
-        .unwrap();
-    assert_eq!(next.action(), &TurnAction::Answer);
-    // `q` comes again while that run goes on.
-    let again = {
-        let manager = manager.clone();
-        tokio::spawn(async move {
-            let turn = manager
-                .turn(&dm("the lost question").with_message_id("q"))
-                .await
-                .unwrap();
-            let seen = (turn.action().clone(), turn.input().map(str::to_owned));
-            turn.complete("answer to the lost question").await.unwrap();
-            seen
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    next.complete("answer to the new question").await.unwrap();
-    let (action, input) = again.await.unwrap();
-    assert_eq!(action, TurnAction::Answer, "answered, not a duplicate");
-    assert!(input.unwrap().contains("the lost question"));
+        store
+            .apply(&key, &mut |slot, _| {
+                let entry = slot.as_mut().unwrap();
+                entry.run = Some(dead.clone());
+                entry.run_fence = Some(7);
+                Ok(())
+            })
+            .await
+            .unwrap();
+        let next = manager
+            .turn(&dm(text).with_message_id(takes_over))
+            .await
+            .unwrap();
+        assert_eq!(next.action(), &TurnAction::Answer, "{takes_over}");
+        // `q` comes again while that run goes on.
+        let again = {
+            let manager = manager.clone();
+            tokio::spawn(async move {
+                let turn = manager
+                    .turn(&dm("the lost question").with_message_id("q"))
+                    .await
+                    .unwrap();
+                let seen = (turn.action().clone(), turn.input().map(str::to_owned));
+                turn.complete("answer to the lost question").await.unwrap();
+                seen
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        next.complete("an answer").await.unwrap();
+        let (action, input) = again.await.unwrap();
+        assert_eq!(
+            action,
+            TurnAction::Answer,
+            "{takes_over}: answered, not a duplicate"
+        );
+        assert!(input.unwrap().contains("the lost question"), "{takes_over}");
+    }
 }
 
 /// A run whose holder seems gone past its lease (a host that stopped) is taken over;

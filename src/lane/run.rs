@@ -262,7 +262,8 @@ impl<'m> Lanes<'m> {
     }
 
     /// Settles what a turn that took over a dead run answers: its own message and the
-    /// queued ones it took, the logged line it resumes, and — of the other messages the
+    /// queued ones it took, the logged line it resumes (`resumed_line`: what that line
+    /// asked is already all `turn` answers of it), and — of the other messages the
     /// dead run was answering — those logged before (the model sees them in the
     /// conversation). Those never logged are let go from the run: a delivery again of
     /// one is answered by a turn of its own, not taken for a duplicate of a reply that
@@ -272,8 +273,10 @@ impl<'m> Lanes<'m> {
         turn: &mut Turn<'_>,
         entry: &SessionEntry,
         place: &Place,
+        resumed_line: bool,
     ) -> Result<()> {
-        if !place.resumed {
+        // A turn that was to resume a line the dead run never wrote logged its own.
+        if !resumed_line {
             let own = crate::exactly_once::dedupe::inbound_id(turn.message());
             turn.answering.retain(|id| {
                 own.as_deref() == Some(id.as_str())

@@ -476,6 +476,7 @@ impl SessionManager {
             } else {
                 None
             };
+            let resumed_line = resumed.is_some();
             let (text, entry) = if let Some(text) = resumed {
                 taken(intake);
                 (text, entry)
@@ -490,7 +491,7 @@ impl SessionManager {
                 (text, entry)
             };
             Lanes(self)
-                .settle_takeover(&mut turn, &entry, &place)
+                .settle_takeover(&mut turn, &entry, &place, resumed_line)
                 .await?;
             turn.flush = self.seams.flush_guard.plan(&entry);
             turn.entry = Some(Box::new(entry));
