@@ -645,6 +645,62 @@ async fn a_message_a_dead_run_took_but_never_logged_is_answered_when_delivered_a
     }
 }
 
+/// A run that logged its reply and died before it gave the run back: a delivery again
+/// of its message finds the reply and answers nothing — once, not twice — and the
+/// session goes on.
+#[tokio::test]
+async fn a_message_a_dead_run_answered_is_not_answered_again() {
+    use agent_sessions::store::SessionStore;
+    let store = InMemoryStore::new();
+    let manager = SessionManager::builder(store.clone())
+        .transcripts(agent_sessions::transcript::InMemoryTranscriptStore::new())
+        .queue(quick())
+        .build()
+        .unwrap();
+    let question = dm("when do you open?").with_message_id("q");
+    let turn = manager.turn(&question).await.unwrap();
+    let key = turn.key().clone();
+    turn.complete("At nine.").await.unwrap();
+    // As if the run had died after logging its reply: it still holds the session, and
+    // this process no longer remembers taking the message.
+    let dead: agent_sessions::store::SessionRun = serde_json::from_value(serde_json::json!({
+        "holder": "another-host@1/77/1#gone",
+        "startedAt": 0,
+        "renewedAt": 0,
+        "fence": 7,
+        "answering": ["telegram:default:direct:42:q"],
+    }))
+    .unwrap();
+    store
+        .apply(&key, &mut |slot, _| {
+            let entry = slot.as_mut().unwrap();
+            entry.run = Some(dead.clone());
+            entry.run_fence = Some(7);
+            entry.recent_inbound.clear();
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let again = manager.turn(&question).await.unwrap();
+    assert_eq!(again.action(), &TurnAction::Duplicate);
+    again.complete("").await.unwrap();
+    let next = manager
+        .turn(&dm("and on Sundays?").with_message_id("s"))
+        .await
+        .unwrap();
+    assert_eq!(next.action(), &TurnAction::Answer, "the run was given back");
+    next.complete("From ten.").await.unwrap();
+    let replies = manager
+        .session(&key)
+        .messages()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.content == "At nine.")
+        .count();
+    assert_eq!(replies, 1);
+}
+
 /// A run whose holder seems gone past its lease (a host that stopped) is taken over;
 /// when the old holder comes back, its `complete` is refused and nothing it says is
 /// logged.

@@ -68,7 +68,7 @@ pub use crate::store::entry::{QueueDrop, QueueMode};
 pub(crate) use decide::live;
 pub(crate) use decide::{arrive, interrupted, release, renew, steer, take, Arrival, Lane, Take};
 pub(crate) use prompt::collected_input;
-pub(crate) use run::{lane_channel, Lanes, Leases, Place, RunLease};
+pub(crate) use run::{lane_channel, Lanes, Leases, Place, Resume, RunLease};
 pub(crate) use wait::{wake, Waker};
 
 /// The default quiet time before a follow-up turn starts (OpenClaw 2026.1.x:

@@ -35,6 +35,16 @@ pub(crate) struct Place {
     pub(crate) answering: Vec<String>,
 }
 
+/// What a turn that took over a dead run finds of the line it was to resume.
+pub(crate) enum Resume {
+    /// The line, whose text is the turn's input.
+    Input(String),
+    /// A reply to it: nothing is left to answer.
+    Answered,
+    /// No line: the turn logs its own.
+    NotLogged,
+}
+
 /// The runs this manager's turns hold, by session: one task renews all their leases
 /// (so a holder on another host is not taken for gone), started with the first.
 #[derive(Debug, Default)]
@@ -218,13 +228,15 @@ impl<'m> Lanes<'m> {
     }
 
     /// The input of a turn that took over the run that logged its message and died:
-    /// the logged line is its input (it is not logged again); `None` when the line is
-    /// not there after all (the run died before logging it).
+    /// the logged line is its input (it is not logged again). [`Resume::NotLogged`]
+    /// when the line is not there after all (the run died before logging it), and
+    /// [`Resume::Answered`] when a reply to it is (the run died after answering, before
+    /// it gave the run back).
     pub(crate) async fn resume_input(
         &self,
         turn: &mut Turn<'_>,
         entry: &SessionEntry,
-    ) -> Result<Option<String>> {
+    ) -> Result<Resume> {
         let inbound_id = crate::exactly_once::dedupe::inbound_id(turn.message());
         if let (Some(transcripts), Some(inbound_id)) =
             (self.0.seams.transcripts.as_deref(), inbound_id)
@@ -240,6 +252,17 @@ impl<'m> Lanes<'m> {
             .await?;
             if let Some(event) = logged {
                 crate::ops::telemetry::run_taken_over();
+                let answered =
+                    crate::exactly_once::claims::has_line(transcripts, &transcript, |line| {
+                        line.log.as_ref().is_some_and(|log| {
+                            log.direction == Some(Direction::Outbound)
+                                && log.collected.contains(&inbound_id)
+                        })
+                    })
+                    .await?;
+                if answered {
+                    return Ok(Resume::Answered);
+                }
                 // The reply answers what the line asked, no more: messages the dead run
                 // took but never logged are not claimed as answered (a delivery again
                 // of one is taken over once this run ends).
@@ -255,10 +278,26 @@ impl<'m> Lanes<'m> {
                     .map(|m| m.text())
                     .unwrap_or_default();
                 turn.resume(event, transcript);
-                return Ok(Some(text));
+                return Ok(Resume::Input(text));
             }
         }
-        Ok(None)
+        Ok(Resume::NotLogged)
+    }
+
+    /// Gives back the run `fence` of `key`'s session, held by a turn that has nothing
+    /// to answer.
+    pub(crate) async fn give_back(&self, key: &SessionKey, fence: u64) -> Result<()> {
+        self.0
+            .seams
+            .store
+            .apply(key, &mut |slot, _| {
+                if let Some(entry) = slot.as_mut() {
+                    super::release(entry, fence);
+                }
+                Ok(())
+            })
+            .await?;
+        Ok(())
     }
 
     /// Settles what a turn that took over a dead run answers: its own message and the

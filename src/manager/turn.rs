@@ -22,7 +22,7 @@ use super::{LogMessage, Resolution, Resolved, SessionManager};
 use crate::exactly_once::dedupe::{self, Intake, Seen};
 use crate::exactly_once::holders::Hold;
 use crate::exactly_once::outcome::{DeliveryReceipt, TurnFailure};
-use crate::lane::{Lane, Lanes, Place, QueueOutcome, RunLease};
+use crate::lane::{Lane, Lanes, Place, QueueOutcome, Resume, RunLease};
 
 /// What the session layer sends after a bare reset (`/new` with nothing after it), in
 /// place of a model reply.
@@ -472,7 +472,18 @@ impl SessionManager {
             let entry = resolution.entry().clone();
             // A run that died after logging this message: its line is this turn's input.
             let resumed = if place.resumed {
-                Lanes(self).resume_input(&mut turn, &entry).await?
+                match Lanes(self).resume_input(&mut turn, &entry).await? {
+                    Resume::Input(text) => Some(text),
+                    Resume::NotLogged => None,
+                    Resume::Answered => {
+                        // The dead run answered it before it died: nothing to do.
+                        Lanes(self).give_back(&turn.key, place.fence).await?;
+                        taken(intake);
+                        crate::ops::telemetry::duplicate();
+                        turn.action = TurnAction::Duplicate;
+                        return Ok(turn);
+                    }
+                }
             } else {
                 None
             };
