@@ -572,13 +572,43 @@ async fn a_queued_message_whose_waiter_died_is_answered_once() {
     stores.finish().await;
 }
 
+/// Makes `key`'s session held by a run on another host, silent past its lease, that
+/// was answering the messages `ids` of peer 42 (and, with `forget_taken`, as if this
+/// process no longer remembered taking them).
+async fn plant_dead_run(store: &InMemoryStore, key: &SessionKey, ids: &[&str], forget_taken: bool) {
+    use agent_sessions::store::SessionStore;
+    let answering: Vec<String> = ids
+        .iter()
+        .map(|id| format!("telegram:default:direct:42:{id}"))
+        .collect();
+    let dead: agent_sessions::store::SessionRun = serde_json::from_value(serde_json::json!({
+        "holder": "another-host@1/77/1#gone",
+        "startedAt": 0,
+        "renewedAt": 0,
+        "fence": 7,
+        "answering": answering,
+    }))
+    .unwrap();
+    store
+        .apply(key, &mut |slot, _| {
+            let entry = slot.as_mut().unwrap();
+            entry.run = Some(dead.clone());
+            entry.run_fence = Some(7);
+            if forget_taken {
+                entry.recent_inbound.clear();
+            }
+            Ok(())
+        })
+        .await
+        .unwrap();
+}
+
 /// A turn that takes over a run that died after taking a message it never logged does
 /// not claim that message: its reply never saw it. A delivery again of the message,
 /// while the new run goes on, waits for its place and is answered — not taken for a
 /// duplicate and lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_a_dead_run_took_but_never_logged_is_answered_when_delivered_again() {
-    use agent_sessions::store::SessionStore;
     // The run is taken over by a new message, or by a delivery again of another message
     // the dead run had taken (it finds no line to resume, and logs its own).
     for (takes_over, text) in [("y", "a new question"), ("r", "the other lost question")] {
@@ -598,23 +628,7 @@ async fn a_message_a_dead_run_took_but_never_logged_is_answered_when_delivered_a
         hello.complete("hi").await.unwrap();
         // A run on another host, silent past its lease, that took messages `q` and `r`
         // and died before logging them.
-        let dead: agent_sessions::store::SessionRun = serde_json::from_value(serde_json::json!({
-            "holder": "another-host@1/77/1#gone",
-            "startedAt": 0,
-            "renewedAt": 0,
-            "fence": 7,
-            "answering": ["telegram:default:direct:42:q", "telegram:default:direct:42:r"],
-        }))
-        .unwrap();
-        store
-            .apply(&key, &mut |slot, _| {
-                let entry = slot.as_mut().unwrap();
-                entry.run = Some(dead.clone());
-                entry.run_fence = Some(7);
-                Ok(())
-            })
-            .await
-            .unwrap();
+        plant_dead_run(&store, &key, &["q", "r"], false).await;
         let next = manager
             .turn(&dm(text).with_message_id(takes_over))
             .await
@@ -650,7 +664,6 @@ async fn a_message_a_dead_run_took_but_never_logged_is_answered_when_delivered_a
 /// session goes on.
 #[tokio::test]
 async fn a_message_a_dead_run_answered_is_not_answered_again() {
-    use agent_sessions::store::SessionStore;
     let store = InMemoryStore::new();
     let manager = SessionManager::builder(store.clone())
         .transcripts(agent_sessions::transcript::InMemoryTranscriptStore::new())
@@ -663,24 +676,7 @@ async fn a_message_a_dead_run_answered_is_not_answered_again() {
     turn.complete("At nine.").await.unwrap();
     // As if the run had died after logging its reply: it still holds the session, and
     // this process no longer remembers taking the message.
-    let dead: agent_sessions::store::SessionRun = serde_json::from_value(serde_json::json!({
-        "holder": "another-host@1/77/1#gone",
-        "startedAt": 0,
-        "renewedAt": 0,
-        "fence": 7,
-        "answering": ["telegram:default:direct:42:q"],
-    }))
-    .unwrap();
-    store
-        .apply(&key, &mut |slot, _| {
-            let entry = slot.as_mut().unwrap();
-            entry.run = Some(dead.clone());
-            entry.run_fence = Some(7);
-            entry.recent_inbound.clear();
-            Ok(())
-        })
-        .await
-        .unwrap();
+    plant_dead_run(&store, &key, &["q"], true).await;
     let again = manager.turn(&question).await.unwrap();
     assert_eq!(again.action(), &TurnAction::Duplicate);
     again.complete("").await.unwrap();
