@@ -659,6 +659,184 @@ async fn a_message_a_dead_run_took_but_never_logged_is_answered_when_delivered_a
     }
 }
 
+/// A queued message as a run keeps it once it took it: `id` its queue id, `message_id`
+/// its channel message id, if it has one.
+fn taken_message(id: &str, message_id: Option<&str>, text: &str) -> serde_json::Value {
+    let mut message = dm(text);
+    if let Some(message_id) = message_id {
+        message = message.with_message_id(message_id);
+    }
+    serde_json::json!({
+        "id": id,
+        "at": 1,
+        "waiter": "another-host@1/77/1#gone-waiter",
+        "inboundId": message_id.map(|m| format!("telegram:default:direct:42:{m}")),
+        "message": serde_json::to_value(&message).unwrap(),
+    })
+}
+
+/// Gives the session's run (dead or alive) the queued messages it took and answers,
+/// each delivered once (the session remembers taking those with a channel id).
+async fn plant_taken(store: &InMemoryStore, key: &SessionKey, taken: &[serde_json::Value]) {
+    use agent_sessions::store::SessionStore;
+    store
+        .apply(key, &mut |slot, _| {
+            let entry = slot.as_mut().unwrap();
+            let holder = entry.run.as_ref().unwrap().holder.clone();
+            for id in taken.iter().filter_map(|m| m["inboundId"].as_str()) {
+                if !entry.recent_inbound.iter().any(|r| r.id == id) {
+                    entry.recent_inbound.push(
+                        serde_json::from_value(serde_json::json!({
+                            "id": id,
+                            "at": entry.updated_at,
+                            "sessionId": entry.session_id,
+                            "holder": holder,
+                        }))
+                        .unwrap(),
+                    );
+                }
+            }
+            let run = entry.run.as_mut().unwrap();
+            let mut record = serde_json::to_value(&*run).unwrap();
+            if record.get("answering").is_none() {
+                record["answering"] = serde_json::json!([]);
+            }
+            for message in taken {
+                let tracked = match message["inboundId"].as_str() {
+                    Some(id) => id.to_owned(),
+                    None => format!("queued:{}", message["id"].as_str().unwrap()),
+                };
+                record["answering"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(tracked.into());
+            }
+            record["taken"] = taken.to_vec().into();
+            *run = serde_json::from_value(record).unwrap();
+            Ok(())
+        })
+        .await
+        .unwrap();
+}
+
+/// Messages that waited during a run, which a follow-up turn took together and whose
+/// process was killed before it logged them: their waiting turns had already returned
+/// `Queued(Collected)` (nothing to send), so no delivery again will come. The turn that
+/// takes the dead run over answers them with its own message — once: a delivery again
+/// of one afterwards is a duplicate. A message with no channel id is answered too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_a_killed_follow_up_took_are_answered_by_the_run_that_takes_over() {
+    let store = InMemoryStore::new();
+    let manager = SessionManager::builder(store.clone())
+        .transcripts(agent_sessions::transcript::InMemoryTranscriptStore::new())
+        .queue(quick())
+        .build()
+        .unwrap();
+    let hello = manager
+        .turn(&dm("hello").with_message_id("h"))
+        .await
+        .unwrap();
+    let key = hello.key().clone();
+    hello.complete("hi").await.unwrap();
+    plant_dead_run(&store, &key, &[], false).await;
+    plant_taken(
+        &store,
+        &key,
+        &[
+            taken_message("q1", Some("q"), "change my booking to Friday"),
+            taken_message("p1", None, "actually make it Saturday"),
+        ],
+    )
+    .await;
+    let next = manager
+        .turn(&dm("are you there?").with_message_id("y"))
+        .await
+        .unwrap();
+    assert_eq!(next.action(), &TurnAction::Answer);
+    let input = next.input().unwrap().to_owned();
+    let friday = input.find("change my booking to Friday");
+    let saturday = input.find("actually make it Saturday");
+    let there = input.find("are you there?");
+    assert!(
+        friday < saturday && saturday < there && friday.is_some(),
+        "in arrival order: {input}"
+    );
+    next.complete("Saturday it is.").await.unwrap();
+    let again = manager
+        .turn(&dm("change my booking to Friday").with_message_id("q"))
+        .await
+        .unwrap();
+    assert_eq!(again.action(), &TurnAction::Duplicate, "answered once");
+    again.complete("").await.unwrap();
+    let entry = store.get(&key).await.unwrap().unwrap().entry;
+    assert!(entry.run.is_none() && entry.queued.is_empty(), "{entry:?}");
+    let asked = manager
+        .session(&key)
+        .messages()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.content.contains("make it Saturday"))
+        .count();
+    assert_eq!(asked, 1, "logged once");
+}
+
+/// The same, when the run is taken over by a delivery again of a message the dead run
+/// had logged: that line is the new turn's input, so the messages the dead run took and
+/// never logged go back to the queue, where the next turn — or a sweep — answers them.
+/// Those it did log are not answered twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_a_killed_run_took_go_back_to_the_queue_when_it_is_resumed() {
+    let store = InMemoryStore::new();
+    let manager = SessionManager::builder(store.clone())
+        .transcripts(agent_sessions::transcript::InMemoryTranscriptStore::new())
+        .queue(quick())
+        .build()
+        .unwrap();
+    let question = dm("when do you open?").with_message_id("r");
+    let killed = manager.turn(&question).await.unwrap();
+    assert_eq!(killed.action(), &TurnAction::Answer);
+    let key = killed.key().clone();
+    // Its run had taken `q` (never logged) and its line shows it answers `s` (logged).
+    plant_taken(
+        &store,
+        &key,
+        &[
+            taken_message("q1", Some("q"), "and on Sundays?"),
+            taken_message("s1", Some("r"), "when do you open?"),
+        ],
+    )
+    .await;
+    drop(killed);
+    let resumed = manager.turn(&question).await.unwrap();
+    assert_eq!(resumed.action(), &TurnAction::Answer);
+    let input = resumed.input().unwrap();
+    assert!(
+        input.contains("when do you open?") && !input.contains("Sundays"),
+        "{input}"
+    );
+    resumed.complete("At nine.").await.unwrap();
+    let entry = store.get(&key).await.unwrap().unwrap().entry;
+    assert_eq!(entry.queued.len(), 1, "back in the queue: {entry:?}");
+    let swept = manager
+        .take_queued(&key)
+        .await
+        .unwrap()
+        .expect("a turn for it");
+    let input = swept.input().unwrap();
+    assert!(
+        input.contains("Sundays") && !input.contains("open?"),
+        "{input}"
+    );
+    swept.complete("From ten.").await.unwrap();
+    assert!(manager.take_queued(&key).await.unwrap().is_none());
+    let again = manager
+        .turn(&dm("and on Sundays?").with_message_id("q"))
+        .await
+        .unwrap();
+    assert_eq!(again.action(), &TurnAction::Duplicate, "answered once");
+}
+
 /// A run that logged its reply and died before it gave the run back: a delivery again
 /// of its message finds the reply and answers nothing — once, not twice — and the
 /// session goes on.

@@ -1446,6 +1446,7 @@ mod tests {
             renewed_at: now,
             fence: 1,
             answering: Vec::new(),
+            taken: Vec::new(),
         };
         let key = crate::identity::key::SessionKey::parse("agent:main:telegram:dm:42").unwrap();
         let mut entry = SessionEntry::new("s", now);

@@ -41,6 +41,8 @@ pub(crate) enum Lane {
         collected: Vec<QueuedMessage>,
         dropped: Option<QueueDropped>,
         resumed: bool,
+        /// What the run it took over had taken from the queue.
+        inherited: Vec<QueuedMessage>,
     },
     /// The message waits in the queue, under this id.
     Queued { id: String },
@@ -64,6 +66,8 @@ pub(crate) enum Take {
         dropped: Option<QueueDropped>,
         /// Every message the run answers (those of a dead run it took over too).
         answering: Vec<String>,
+        /// What the run it took over had taken from the queue.
+        inherited: Vec<QueuedMessage>,
     },
     /// Not yet: the run still holds the session, or the queue is not quiet until this
     /// time (epoch milliseconds).
@@ -80,11 +84,30 @@ pub(crate) fn live(entry: &SessionEntry, now_ms: u64) -> bool {
         .is_some_and(|run| alive(&run.holder, run.renewed_at.max(run.started_at), now_ms))
 }
 
-/// Gives the run to `holder`, with the next fencing token: it answers `answering`,
-/// and what a run that died before it was answering. The messages it answers are its
-/// own now: a delivery again of one finds this run holding it (a duplicate while it
-/// lives), not the turn that queued it.
-fn take_run(entry: &mut SessionEntry, holder: &str, now_ms: u64, answering: Vec<String>) -> u64 {
+/// The id a queued message is answered under: its channel message id, or for a
+/// message with none, its queue id (`queued:<id>`, which no channel message id
+/// matches). Logged lines and the run name it, so a run that takes over can tell
+/// whether the one that died logged it.
+pub(crate) fn tracked_id(queued: &QueuedMessage) -> String {
+    queued
+        .inbound_id
+        .clone()
+        .unwrap_or_else(|| format!("queued:{}", queued.id))
+}
+
+/// Gives the run to `holder`, with the next fencing token: it answers `answering`
+/// (the queued messages it `taken` among them), and what a run that died before it
+/// was answering. The messages it answers are its own now: a delivery again of one
+/// finds this run holding it (a duplicate while it lives), not the turn that queued
+/// it. Returns the token and the queued messages the run before it had taken
+/// (inherited: they stay in this run's record until it has answered them).
+fn take_run(
+    entry: &mut SessionEntry,
+    holder: &str,
+    now_ms: u64,
+    answering: Vec<String>,
+    taken: Vec<QueuedMessage>,
+) -> (u64, Vec<QueuedMessage>) {
     for record in entry
         .recent_inbound
         .iter_mut()
@@ -94,10 +117,10 @@ fn take_run(entry: &mut SessionEntry, holder: &str, now_ms: u64, answering: Vec<
     }
     let fence = entry.run_fence.unwrap_or(0).saturating_add(1);
     entry.run_fence = Some(fence);
-    let mut all = entry
+    let (mut all, inherited) = entry
         .run
         .take()
-        .map(|dead| dead.answering)
+        .map(|before| (before.answering, before.taken))
         .unwrap_or_default();
     for id in answering {
         if !all.contains(&id) {
@@ -110,10 +133,11 @@ fn take_run(entry: &mut SessionEntry, holder: &str, now_ms: u64, answering: Vec<
         renewed_at: now_ms,
         fence,
         answering: all,
+        taken: inherited.iter().cloned().chain(taken).collect(),
     });
     entry.status = Some(SessionStatus::Running);
     entry.aborted_last_run = Some(true);
-    fence
+    (fence, inherited)
 }
 
 /// Decides what `arrival` does in the session `entry` (as its update is about to write
@@ -169,29 +193,28 @@ pub(crate) fn arrive(
                 .is_some_and(|dead| dead.answering.iter().any(|a| a == id))
         });
         if resumed || entry.queued.is_empty() {
-            let fence = take_run(entry, arrival.holder, now, own);
+            let (fence, inherited) = take_run(entry, arrival.holder, now, own, Vec::new());
             return Lane::Run {
                 fence,
                 collected: Vec::new(),
                 dropped: None,
                 resumed,
+                inherited,
             };
         }
     } else if settings.mode == QueueMode::Interrupt {
         // The running turn is told (its token is no longer the run's); the newest
         // message runs now, with what waited.
         let collected = std::mem::take(&mut entry.queued);
-        let mut answering: Vec<String> = collected
-            .iter()
-            .filter_map(|q| q.inbound_id.clone())
-            .collect();
+        let mut answering: Vec<String> = collected.iter().map(tracked_id).collect();
         answering.extend(own);
-        let fence = take_run(entry, arrival.holder, now, answering);
+        let (fence, inherited) = take_run(entry, arrival.holder, now, answering, collected.clone());
         return Lane::Run {
             fence,
             collected,
             dropped: take_dropped(entry),
             resumed: false,
+            inherited,
         };
     }
     enqueue(entry, arrival, settings)
@@ -344,12 +367,13 @@ pub(crate) fn take(
     };
     let taken: Vec<QueuedMessage> = entry.queued.drain(..upto).collect();
     let own_at = taken.iter().position(|q| q.id == queued_id).expect("taken");
-    let answering = taken.iter().filter_map(|q| q.inbound_id.clone()).collect();
-    let fence = take_run(entry, holder, now_ms, answering);
+    let answering = taken.iter().map(tracked_id).collect();
+    let (fence, inherited) = take_run(entry, holder, now_ms, answering, taken.clone());
     Take::Run {
         fence,
         taken,
         own_at,
+        inherited,
         dropped: take_dropped(entry),
         answering: entry
             .run
@@ -626,6 +650,7 @@ mod tests {
             renewed_at: 0,
             fence: 4,
             answering: vec!["telegram:default:direct:42:7".into()],
+            taken: Vec::new(),
         });
         entry.run_fence = Some(4);
         let b = Hold::new("takeover".into());
@@ -648,9 +673,77 @@ mod tests {
                 fence: 5,
                 collected: Vec::new(),
                 dropped: None,
-                resumed: true
+                resumed: true,
+                inherited: Vec::new(),
             }
         );
+    }
+
+    /// A run that took queued messages keeps them in its record until it ends: when
+    /// its holder dies, the run that takes it over inherits them (whatever the dead
+    /// run did not log, it answers), and so does the next if that one dies too.
+    #[test]
+    fn the_queued_messages_a_dead_run_took_pass_to_the_run_that_takes_it_over() {
+        let s = settings(QueueMode::Collect, 20, QueueDrop::Summarize);
+        let (a, b, c) = (
+            Hold::new("ta".into()),
+            Hold::new("tb".into()),
+            Hold::new("tc".into()),
+        );
+        let mut entry = SessionEntry::new("s", 0);
+        let Lane::Run { fence, .. } = arrive_as(&mut entry, &a, "a", 0, &s) else {
+            panic!()
+        };
+        arrive_as(&mut entry, &b, "b", 60, &s);
+        let Lane::Queued { id: qc } = arrive_as(&mut entry, &c, "c", 120, &s) else {
+            panic!()
+        };
+        assert!(release(&mut entry, fence));
+        let Take::Run {
+            taken, inherited, ..
+        } = take(&mut entry, &qc, c.holder(), &s, 2_000)
+        else {
+            panic!("the follow-up runs")
+        };
+        assert!(inherited.is_empty(), "the run before it ended well");
+        assert_eq!(bodies(&taken), ["b", "c"]);
+        let record = entry.run.as_ref().unwrap();
+        assert_eq!(
+            bodies(&record.taken),
+            ["b", "c"],
+            "kept in the run's record"
+        );
+        assert_eq!(
+            record.answering,
+            taken.iter().map(tracked_id).collect::<Vec<_>>(),
+            "a message with no channel id is answered under its queue id"
+        );
+        assert!(record.answering[0].starts_with("queued:"));
+        // The follow-up's process dies before logging what it took.
+        drop(c);
+        let later = 2_000 + crate::exactly_once::holders::LEASE.as_millis() as u64;
+        let d = Hold::new("td".into());
+        let Lane::Run {
+            inherited, resumed, ..
+        } = arrive_as(&mut entry, &d, "d", later, &s)
+        else {
+            panic!("a new message takes the dead run over")
+        };
+        assert!(!resumed);
+        assert_eq!(bodies(&inherited), ["b", "c"]);
+        assert_eq!(bodies(&entry.run.as_ref().unwrap().taken), ["b", "c"]);
+        assert!(entry.queued.is_empty());
+        // And if that run dies too, the next inherits them again.
+        drop(d);
+        let e = Hold::new("te".into());
+        let Lane::Run { inherited, .. } = arrive_as(&mut entry, &e, "e", later * 2, &s) else {
+            panic!()
+        };
+        assert_eq!(bodies(&inherited), ["b", "c"]);
+        // A run that ends lets them go.
+        let fence = entry.run.as_ref().unwrap().fence;
+        assert!(release(&mut entry, fence));
+        assert!(entry.run.is_none());
     }
 
     /// A sweep that comes to answer an orphaned message another turn took meanwhile

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use super::wait::POLL;
-use super::{effective, take, QueueCommand, QueueOutcome, Take};
+use super::{effective, take, tracked_id, QueueCommand, QueueOutcome, Take};
 use crate::error::Result;
 use crate::exactly_once::holders::{Hold, LEASE};
 use crate::identity::key::{normalize_channel, SessionKey};
@@ -33,6 +33,9 @@ pub(crate) struct Place {
     /// Every delivered message the run answers, as the session's run records them
     /// (those of a dead run it took over too).
     pub(crate) answering: Vec<String>,
+    /// The queued messages the run it took over had taken: those that run never logged
+    /// this one answers.
+    pub(crate) inherited: Vec<QueuedMessage>,
 }
 
 /// What a turn that took over a dead run finds of the line it was to resume.
@@ -193,6 +196,7 @@ impl<'m> Lanes<'m> {
                     own_at,
                     dropped,
                     answering,
+                    inherited,
                 } => {
                     taken.remove(own_at);
                     crate::ops::telemetry::queue_waited(waited.elapsed(), taken.len());
@@ -203,6 +207,7 @@ impl<'m> Lanes<'m> {
                         dropped,
                         resumed: false,
                         answering,
+                        inherited,
                     }));
                 }
                 Take::Gone(outcome) => {
@@ -300,29 +305,29 @@ impl<'m> Lanes<'m> {
         Ok(())
     }
 
-    /// Settles what a turn that took over a dead run answers: its own message and the
-    /// queued ones it took, the logged line it resumes (`resumed_line`: what that line
-    /// asked is already all `turn` answers of it), and — of the other messages the
-    /// dead run was answering — those logged before (the model sees them in the
-    /// conversation). Those never logged are let go from the run: a delivery again of
-    /// one is answered by a turn of its own, not taken for a duplicate of a reply that
-    /// never saw it. Costs nothing unless a dead run was taken over.
+    /// Settles what a turn that took over a dead run answers, before it logs its
+    /// input: its own message and the queued ones it took, the logged line it resumes
+    /// (`resumed_line`: what that line asked is already all `turn` answers of it), and
+    /// — of the other messages the dead run was answering — those logged before (the
+    /// model sees them in the conversation). Of those never logged, the queued messages
+    /// the dead run had taken are answered by this turn with its own (`place` gains
+    /// them), or, when it resumes a line, go back to the queue for the next turn; the
+    /// rest are let go from the run: a delivery again of one is answered by a turn of
+    /// its own, not taken for a duplicate of a reply that never saw it. Costs nothing
+    /// unless a dead run was taken over.
     pub(crate) async fn settle_takeover(
         &self,
         turn: &mut Turn<'_>,
         entry: &SessionEntry,
-        place: &Place,
+        place: &mut Place,
         resumed_line: bool,
     ) -> Result<()> {
-        // A turn that was to resume a line the dead run never wrote logged its own.
+        // A turn that was to resume a line the dead run never wrote logs its own.
         if !resumed_line {
             let own = crate::exactly_once::dedupe::inbound_id(turn.message());
             turn.answering.retain(|id| {
                 own.as_deref() == Some(id.as_str())
-                    || place
-                        .collected
-                        .iter()
-                        .any(|q| q.inbound_id.as_deref() == Some(id.as_str()))
+                    || place.collected.iter().any(|q| tracked_id(q) == *id)
             });
         }
         let others: Vec<String> = place
@@ -358,11 +363,24 @@ impl<'m> Lanes<'m> {
             .await?;
         }
         let logged = logged.into_inner().unwrap_or_else(PoisonError::into_inner);
-        let unlogged: Vec<String> = others
+        let mut unlogged: Vec<String> = others
             .into_iter()
             .filter(|id| !logged.contains(id))
             .collect();
         turn.answering.extend(logged);
+        let mut back: Vec<QueuedMessage> = place
+            .inherited
+            .iter()
+            .filter(|q| unlogged.contains(&tracked_id(q)))
+            .cloned()
+            .collect();
+        if !resumed_line && !back.is_empty() {
+            // Queued before everything this turn took: they come first.
+            turn.answering.extend(back.iter().map(tracked_id));
+            unlogged.retain(|id| !turn.answering.contains(id));
+            place.own_at += back.len();
+            place.collected.splice(0..0, std::mem::take(&mut back));
+        }
         if unlogged.is_empty() {
             return Ok(());
         }
@@ -370,13 +388,16 @@ impl<'m> Lanes<'m> {
             .seams
             .store
             .apply(turn.key(), &mut |slot, _| {
-                if let Some(run) = slot
-                    .as_mut()
-                    .and_then(|entry| entry.run.as_mut())
-                    .filter(|run| run.fence == place.fence)
-                {
-                    run.answering.retain(|id| !unlogged.contains(id));
-                }
+                let Some(entry) = slot.as_mut() else {
+                    return Ok(());
+                };
+                // A run that lost the session meanwhile left all of it to the next.
+                let Some(run) = entry.run.as_mut().filter(|run| run.fence == place.fence) else {
+                    return Ok(());
+                };
+                run.answering.retain(|id| !unlogged.contains(id));
+                run.taken.retain(|q| !unlogged.contains(&tracked_id(q)));
+                entry.queued.splice(0..0, back.iter().cloned());
                 Ok(())
             })
             .await?;

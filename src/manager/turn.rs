@@ -412,6 +412,7 @@ impl SessionManager {
                     collected,
                     dropped,
                     resumed,
+                    inherited,
                 } => Place {
                     fence,
                     own_at: collected.len(),
@@ -424,6 +425,7 @@ impl SessionManager {
                         .as_ref()
                         .map(|run| run.answering.clone())
                         .unwrap_or_default(),
+                    inherited,
                 },
                 Lane::Queued { id } => {
                     crate::ops::telemetry::queued();
@@ -488,6 +490,10 @@ impl SessionManager {
                 None
             };
             let resumed_line = resumed.is_some();
+            let mut place = place;
+            Lanes(self)
+                .settle_takeover(&mut turn, &entry, &mut place, resumed_line)
+                .await?;
             let (text, entry) = if let Some(text) = resumed {
                 taken(intake);
                 (text, entry)
@@ -501,9 +507,6 @@ impl SessionManager {
                 taken(intake);
                 (text, entry)
             };
-            Lanes(self)
-                .settle_takeover(&mut turn, &entry, &place, resumed_line)
-                .await?;
             turn.flush = self.seams.flush_guard.plan(&entry);
             turn.entry = Some(Box::new(entry));
             turn.action = TurnAction::Answer;
@@ -598,7 +601,7 @@ impl SessionManager {
             log.collected = place
                 .collected
                 .iter()
-                .filter_map(|queued| queued.inbound_id.clone())
+                .map(crate::lane::tracked_id)
                 .collect();
         }
         match self.log_claimed(&transcript, line, claimed, done).await {

@@ -704,11 +704,15 @@ pub struct SessionRun {
     /// [`InboundRecord::id`] names them): a run taken over answers them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub answering: Vec<String>,
+    /// The queued messages it took to answer with its own, kept until it ends: a run
+    /// that takes it over answers those it died before logging.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taken: Vec<QueuedMessage>,
 }
 
 /// A message that arrived during a run and waits for it to end, as
 /// [`SessionEntry::queued`] keeps it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct QueuedMessage {
