@@ -1147,3 +1147,50 @@ async fn the_erasing_manager_forgets_what_it_kept_of_a_shared_group() {
         "{seen:?}"
     );
 }
+
+/// So does every other worker on the same store: the next turn of a manager that kept
+/// the group's conversation between turns, in another process, reads it again after
+/// the erase instead of giving the model the person's chatter as it kept it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_worker_forgets_what_it_kept_of_a_shared_group() {
+    let stores = stores::Stores::new("erase_other_worker");
+    for url in &stores.urls {
+        let connect = || async { SessionManager::connect(url).await.unwrap().build().unwrap() };
+        let (eraser, worker) = (connect().await, connect().await);
+        let group =
+            |sender: &str, text: &str| InboundMessage::group("telegram", "-100", sender, text);
+        for n in 0..3 {
+            let chatter = worker
+                .turn(&group("bob", &format!("bob says bobsecret{n}")))
+                .await
+                .unwrap();
+            chatter.complete("").await.unwrap();
+        }
+        let asked = worker
+            .turn(&group("alice", "what did bob say?").mentioning_agent())
+            .await
+            .unwrap();
+        let seen = asked.messages().await.unwrap();
+        assert!(
+            seen.iter().any(|m| m.content.contains("bobsecret")),
+            "{url}: {seen:?}"
+        );
+        asked.complete("He said a few things.").await.unwrap();
+
+        eraser
+            .forget_person(&PersonRef::sender("telegram", "bob"))
+            .await
+            .unwrap();
+        let next = worker
+            .turn(&group("alice", "and now?").mentioning_agent())
+            .await
+            .unwrap();
+        let seen = next.messages().await.unwrap();
+        assert!(
+            !seen.iter().any(|m| m.content.contains("bobsecret")),
+            "{url}: {seen:?}"
+        );
+        next.complete("Nothing I can repeat.").await.unwrap();
+    }
+    stores.finish().await;
+}

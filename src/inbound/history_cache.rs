@@ -6,7 +6,8 @@
 //! in (its offset and id). The next turn reads the transcript from that line on: when
 //! the copy is the same and the line is still there, under the same id, only the lines
 //! after it are new; otherwise (the transcript was replaced, cut back, or is not one
-//! this manager saw) the transcript is read from its end, backwards, until it holds
+//! this manager saw, or the session's entry counts an edit in place since — an erase,
+//! by any process) the transcript is read from its end, backwards, until it holds
 //! what the turn needs ([`TranscriptStore::read_back`], with
 //! [`TranscriptStore::last_compaction`] saying where the conversation starts): a fresh
 //! process pays for the window, not for the session's age. A conversation keeps the newest lines that fill twice the largest budget
@@ -48,6 +49,9 @@ struct Tail {
     last: (Offset, Option<String>),
     /// Which copy of the transcript was read ([`TranscriptStore::identity`]).
     identity: Option<u64>,
+    /// The session's count of in-place edits when it was read
+    /// ([`SessionEntry::transcript_edits`](crate::store::SessionEntry::transcript_edits)).
+    edits: u64,
     /// The most tokens a turn asked for.
     budget: usize,
     size: usize,
@@ -57,17 +61,21 @@ struct Tail {
 impl HistoryCache {
     /// The newest messages of `transcript` that `want` asks for, and the summary of
     /// its last compaction: what the whole transcript's conversation gives, read from
-    /// the line the last call for it took in.
+    /// the line the last call for it took in — unless its lines were edited in place
+    /// since (`edits`, the session's count of such edits, changed).
     pub(crate) async fn newest(
         &self,
         transcripts: &dyn TranscriptStore,
         transcript: &TranscriptRef,
         want: Want,
         counter: &dyn TokenCounter,
+        edits: u64,
     ) -> Result<(Vec<HistoryMessage>, Option<String>)> {
         let kept = match self.take(transcript) {
-            Some(tail) => catch_up(transcripts, transcript, tail, counter).await,
-            None => None,
+            Some(tail) if tail.edits == edits => {
+                catch_up(transcripts, transcript, tail, counter).await
+            }
+            _ => None,
         };
         let found = kept.and_then(|tail| {
             let newest = tail.conversation.newest(want, counter)?;
@@ -78,6 +86,7 @@ impl HistoryCache {
             None => read_end(transcripts, transcript, want, counter).await?,
         };
         let summary = tail.conversation.summary.clone();
+        tail.edits = edits;
         tail.budget = tail.budget.max(want.tokens);
         tail.conversation.trim(tail.budget.saturating_mul(2));
         self.put(transcript.clone(), tail);
@@ -242,6 +251,7 @@ async fn read_end(
         conversation,
         last,
         identity,
+        edits: 0,
         budget: 0,
         size: 0,
         used: 0,

@@ -636,8 +636,9 @@ impl SessionManager {
             count: self.settings.message_window,
             newest_is_current: skip.is_none(),
         };
+        let edits = entry.transcript_edits.unwrap_or(0);
         self.histories
-            .newest(transcripts, &transcript, want, &*self.seams.tokens)
+            .newest(transcripts, &transcript, want, &*self.seams.tokens, edits)
             .await
     }
 

@@ -231,10 +231,13 @@ impl Privacy<'_> {
             index.flush().await?;
         }
         if let Some(transcripts) = &transcripts {
+            let touched = plan.touched.clone();
             let edited = self.apply_plan(&**transcripts, plan, &mut report).await;
-            // What this manager kept of the edited lines goes, whatever happened.
+            // What this manager kept of the edited lines goes, whatever happened; other
+            // managers learn it from the sessions' entries.
             self.histories.clear();
             edited?;
+            self.count_edits(&touched).await?;
         }
         report.chatter_entries += self
             .seams
@@ -753,6 +756,38 @@ impl Privacy<'_> {
             edited += usize::from(changed);
         }
         Ok(edited)
+    }
+
+    /// Counts an edit in place in the entry of each current session whose transcript
+    /// is among `touched` (by session id): every manager that keeps its conversation
+    /// between turns reads it again.
+    async fn count_edits(&self, touched: &BTreeSet<String>) -> Result<()> {
+        if touched.is_empty() {
+            return Ok(());
+        }
+        let current = ListFilter {
+            status: StatusFilter::Current,
+            ..ListFilter::new()
+        };
+        for session in self.seams.store.list(&current).await? {
+            if !touched.contains(&session.entry.session_id) {
+                continue;
+            }
+            self.seams
+                .store
+                .update(&session.key, |slot| {
+                    let Some(entry) = slot
+                        .as_mut()
+                        .filter(|entry| touched.contains(&entry.session_id))
+                    else {
+                        return false;
+                    };
+                    entry.transcript_edits = Some(entry.transcript_edits.unwrap_or(0) + 1);
+                    true
+                })
+                .await?;
+        }
+        Ok(())
     }
 
     /// Removes the fenced session `session`, unless a new session took its key; one

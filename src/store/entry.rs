@@ -646,6 +646,12 @@ pub struct SessionEntry {
     /// [`HistoryWindow`](crate::inbound::HistoryWindow)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window_start: Option<WindowStart>,
+    /// How many times lines of this session's transcript were edited in place — an
+    /// erase redacting a person from a conversation they shared (`transcriptEdits`): a
+    /// manager that keeps the conversation between turns reads it again when this
+    /// changes, whichever process edited it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transcript_edits: Option<u64>,
 
     /// Fields this version does not know, kept as written, in order.
     #[serde(flatten)]
