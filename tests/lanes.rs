@@ -837,6 +837,119 @@ async fn messages_a_killed_run_took_go_back_to_the_queue_when_it_is_resumed() {
     assert_eq!(again.action(), &TurnAction::Duplicate, "answered once");
 }
 
+/// A run that logged its reply and died before it gave the run back, taken over by the
+/// next, different message: that turn's reply claims its own message, not again the
+/// ones the dead run's reply already answered.
+#[tokio::test]
+async fn a_run_taken_over_after_its_reply_is_not_claimed_twice() {
+    use agent_sessions::transcript::TranscriptExport;
+    let store = InMemoryStore::new();
+    let transcripts = agent_sessions::transcript::InMemoryTranscriptStore::new();
+    let manager = SessionManager::builder(store.clone())
+        .transcripts(transcripts.clone())
+        .queue(quick())
+        .build()
+        .unwrap();
+    let turn = manager
+        .turn(&dm("when do you open?").with_message_id("q"))
+        .await
+        .unwrap();
+    let key = turn.key().clone();
+    turn.complete("At nine.").await.unwrap();
+    plant_dead_run(&store, &key, &["q"], false).await;
+    let next = manager
+        .turn(&dm("and on Sundays?").with_message_id("s"))
+        .await
+        .unwrap();
+    assert_eq!(next.action(), &TurnAction::Answer);
+    next.complete("From ten.").await.unwrap();
+    let mut claims = Vec::new();
+    for (agent, name) in transcripts.transcript_names(None).await.unwrap() {
+        for line in transcripts
+            .export_lines(&agent, &name)
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            let line: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if line["log"]["direction"] == "outbound" {
+                claims.push(line["log"]["collected"].clone());
+            }
+        }
+    }
+    assert_eq!(
+        claims,
+        [
+            serde_json::json!(["telegram:default:direct:42:q"]),
+            serde_json::json!(["telegram:default:direct:42:s"]),
+        ]
+    );
+}
+
+/// Messages with no channel id that waited during a run are named in the follow-up's
+/// line by their queue ids — the follow-up's own message too — so a run that takes a
+/// dead follow-up over can tell they were logged, and its reply claims each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_names_every_message_it_carries_even_without_channel_ids() {
+    use agent_sessions::transcript::TranscriptExport;
+    let transcripts = agent_sessions::transcript::InMemoryTranscriptStore::new();
+    let manager = Arc::new(
+        SessionManager::builder(InMemoryStore::new())
+            .transcripts(transcripts.clone())
+            .queue(quick())
+            .build()
+            .unwrap(),
+    );
+    let first = manager.turn(&dm("book a table")).await.unwrap();
+    let mut waiting = Vec::new();
+    for text in ["for Friday", "make it Saturday"] {
+        let manager = manager.clone();
+        waiting.push(tokio::spawn(async move {
+            let turn = manager.turn(&dm(text)).await.unwrap();
+            let action = turn.action().clone();
+            turn.complete("Saturday, booked.").await.unwrap();
+            action
+        }));
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    first.complete("Which day?").await.unwrap();
+    let mut actions = Vec::new();
+    for waiter in waiting {
+        actions.push(waiter.await.unwrap());
+    }
+    assert!(actions.contains(&TurnAction::Answer), "{actions:?}");
+    let mut lines = Vec::new();
+    for (agent, name) in transcripts.transcript_names(None).await.unwrap() {
+        for line in transcripts
+            .export_lines(&agent, &name)
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            lines.push(serde_json::from_str::<serde_json::Value>(&line).unwrap());
+        }
+    }
+    let follow_up = lines
+        .iter()
+        .rfind(|l| l["log"]["direction"] == "inbound")
+        .unwrap();
+    let reply = lines.last().unwrap();
+    let named = |line: &serde_json::Value| -> Vec<String> {
+        line["log"]["collected"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|id| id.as_str())
+            .filter(|id| id.starts_with("queued:"))
+            .map(str::to_owned)
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect()
+    };
+    assert_eq!(named(follow_up).len(), 2, "{follow_up}");
+    assert_eq!(named(reply), named(follow_up), "{reply}");
+}
+
 /// A run that logged its reply and died before it gave the run back: a delivery again
 /// of its message finds the reply and answers nothing — once, not twice — and the
 /// session goes on.

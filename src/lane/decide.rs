@@ -108,10 +108,17 @@ fn take_run(
     answering: Vec<String>,
     taken: Vec<QueuedMessage>,
 ) -> (u64, Vec<QueuedMessage>) {
+    // What a run that died had taken is this one's to answer (or give back to the
+    // queue): a delivery again of one finds this run, not the dead one, holding it.
+    let inherited: Vec<String> = entry
+        .run
+        .iter()
+        .flat_map(|before| before.taken.iter().map(tracked_id))
+        .collect();
     for record in entry
         .recent_inbound
         .iter_mut()
-        .filter(|record| answering.contains(&record.id))
+        .filter(|record| answering.contains(&record.id) || inherited.contains(&record.id))
     {
         record.holder = holder.to_owned();
     }

@@ -26,6 +26,10 @@ pub(crate) struct Place {
     pub(crate) collected: Vec<QueuedMessage>,
     /// Where its own message is among them, by arrival.
     pub(crate) own_at: usize,
+    /// Its own message's id as the run answers it, when the message waited in the
+    /// queue with no channel id (`queued:<id>`): its line names it, so that a run that
+    /// takes this one over can tell it was logged.
+    pub(crate) queued_as: Option<String>,
     /// What the queue's cap dropped, for one line of its input.
     pub(crate) dropped: Option<QueueDropped>,
     /// Its own message was logged by a run that died before answering it.
@@ -198,12 +202,13 @@ impl<'m> Lanes<'m> {
                     answering,
                     inherited,
                 } => {
-                    taken.remove(own_at);
+                    let own = taken.remove(own_at);
                     crate::ops::telemetry::queue_waited(waited.elapsed(), taken.len());
                     return Ok(Ok(Place {
                         fence,
                         collected: taken,
                         own_at,
+                        queued_as: own.inbound_id.is_none().then(|| tracked_id(&own)),
                         dropped,
                         resumed: false,
                         answering,
@@ -327,6 +332,7 @@ impl<'m> Lanes<'m> {
             let own = crate::exactly_once::dedupe::inbound_id(turn.message());
             turn.answering.retain(|id| {
                 own.as_deref() == Some(id.as_str())
+                    || place.queued_as.as_deref() == Some(id.as_str())
                     || place.collected.iter().any(|q| tracked_id(q) == *id)
             });
         }
@@ -339,35 +345,41 @@ impl<'m> Lanes<'m> {
         if others.is_empty() {
             return Ok(());
         }
-        let logged = std::sync::Mutex::new(Vec::new());
+        // What was logged, and what a reply already answered.
+        let found = std::sync::Mutex::new((Vec::new(), Vec::new()));
         if let Some(transcripts) = self.0.seams.transcripts.as_deref() {
             let transcript = TranscriptRef::of(turn.key(), entry, &self.0.settings.default_agent);
             // The whole transcript, once: this is the rare path of a run that died.
             crate::exactly_once::claims::find_line(transcripts, &transcript, |line| {
-                if let Some(log) = line
-                    .log
-                    .as_ref()
-                    .filter(|log| log.direction == Some(Direction::Inbound))
-                {
-                    let mut logged = logged.lock().unwrap_or_else(PoisonError::into_inner);
-                    for id in &others {
-                        if log.inbound_id.as_deref() == Some(id.as_str())
-                            || log.collected.contains(id)
-                        {
-                            logged.push(id.clone());
+                let Some(log) = line.log.as_ref() else {
+                    return false;
+                };
+                let mut found = found.lock().unwrap_or_else(PoisonError::into_inner);
+                let (logged, answered) = &mut *found;
+                for id in &others {
+                    let carried = log.inbound_id.as_deref() == Some(id.as_str())
+                        || log.collected.contains(id);
+                    match log.direction {
+                        Some(Direction::Inbound) if carried => logged.push(id.clone()),
+                        Some(Direction::Outbound) if log.collected.contains(id) => {
+                            answered.push(id.clone());
                         }
+                        _ => {}
                     }
                 }
                 false
             })
             .await?;
         }
-        let logged = logged.into_inner().unwrap_or_else(PoisonError::into_inner);
+        let (logged, answered) = found.into_inner().unwrap_or_else(PoisonError::into_inner);
         let mut unlogged: Vec<String> = others
             .into_iter()
             .filter(|id| !logged.contains(id))
             .collect();
-        turn.answering.extend(logged);
+        // Logged and not yet answered: the model sees them in the conversation, and this
+        // turn's reply answers them. A reply the dead run logged answered the others.
+        turn.answering
+            .extend(logged.into_iter().filter(|id| !answered.contains(id)));
         let mut back: Vec<QueuedMessage> = place
             .inherited
             .iter()

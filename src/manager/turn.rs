@@ -416,6 +416,7 @@ impl SessionManager {
                 } => Place {
                     fence,
                     own_at: collected.len(),
+                    queued_as: None,
                     collected,
                     dropped,
                     resumed,
@@ -602,6 +603,7 @@ impl SessionManager {
                 .collected
                 .iter()
                 .map(crate::lane::tracked_id)
+                .chain(place.queued_as.clone())
                 .collect();
         }
         match self.log_claimed(&transcript, line, claimed, done).await {
