@@ -43,6 +43,8 @@ pub(crate) enum Lane {
         resumed: bool,
         /// What the run it took over had taken from the queue.
         inherited: Vec<QueuedMessage>,
+        /// The holder of the run it took over, if it took one over.
+        before: Option<String>,
     },
     /// The message waits in the queue, under this id.
     Queued { id: String },
@@ -68,6 +70,8 @@ pub(crate) enum Take {
         answering: Vec<String>,
         /// What the run it took over had taken from the queue.
         inherited: Vec<QueuedMessage>,
+        /// The holder of the run it took over, if it took one over.
+        before: Option<String>,
     },
     /// Not yet: the run still holds the session, or the queue is not quiet until this
     /// time (epoch milliseconds).
@@ -96,43 +100,36 @@ pub(crate) fn tracked_id(queued: &QueuedMessage) -> String {
 }
 
 /// Gives the run to `holder`, with the next fencing token: it answers `answering`
-/// (the queued messages it `taken` among them), and what a run that died before it
-/// was answering. The messages it answers are its own now: a delivery again of one
-/// finds this run holding it (a duplicate while it lives), not the turn that queued
-/// it. Returns the token and the queued messages the run before it had taken
-/// (inherited: they stay in this run's record until it has answered them).
+/// (the queued messages it `taken` among them), and what a run before it — dead, or
+/// interrupted — was answering. The messages it answers are its own now: a delivery
+/// again of one finds this run holding it (a duplicate while it lives), not the turn
+/// that queued it or the run that died. Returns the token, the queued messages the run
+/// before it had taken (inherited: they stay in this run's record until it has
+/// answered them), and that run's holder.
 fn take_run(
     entry: &mut SessionEntry,
     holder: &str,
     now_ms: u64,
     answering: Vec<String>,
     taken: Vec<QueuedMessage>,
-) -> (u64, Vec<QueuedMessage>) {
-    // What a run that died had taken is this one's to answer (or give back to the
-    // queue): a delivery again of one finds this run, not the dead one, holding it.
-    let inherited: Vec<String> = entry
-        .run
-        .iter()
-        .flat_map(|before| before.taken.iter().map(tracked_id))
-        .collect();
-    for record in entry
-        .recent_inbound
-        .iter_mut()
-        .filter(|record| answering.contains(&record.id) || inherited.contains(&record.id))
-    {
-        record.holder = holder.to_owned();
-    }
+) -> (u64, Vec<QueuedMessage>, Option<String>) {
     let fence = entry.run_fence.unwrap_or(0).saturating_add(1);
     entry.run_fence = Some(fence);
-    let (mut all, inherited) = entry
-        .run
-        .take()
-        .map(|before| (before.answering, before.taken))
-        .unwrap_or_default();
+    let (mut all, inherited, before) = match entry.run.take() {
+        Some(before) => (before.answering, before.taken, Some(before.holder)),
+        None => Default::default(),
+    };
     for id in answering {
         if !all.contains(&id) {
             all.push(id);
         }
+    }
+    for record in entry
+        .recent_inbound
+        .iter_mut()
+        .filter(|record| all.contains(&record.id))
+    {
+        record.holder = holder.to_owned();
     }
     entry.run = Some(SessionRun {
         holder: holder.to_owned(),
@@ -144,7 +141,7 @@ fn take_run(
     });
     entry.status = Some(SessionStatus::Running);
     entry.aborted_last_run = Some(true);
-    (fence, inherited)
+    (fence, inherited, before)
 }
 
 /// Decides what `arrival` does in the session `entry` (as its update is about to write
@@ -200,13 +197,14 @@ pub(crate) fn arrive(
                 .is_some_and(|dead| dead.answering.iter().any(|a| a == id))
         });
         if resumed || entry.queued.is_empty() {
-            let (fence, inherited) = take_run(entry, arrival.holder, now, own, Vec::new());
+            let (fence, inherited, before) = take_run(entry, arrival.holder, now, own, Vec::new());
             return Lane::Run {
                 fence,
                 collected: Vec::new(),
                 dropped: None,
                 resumed,
                 inherited,
+                before,
             };
         }
     } else if settings.mode == QueueMode::Interrupt {
@@ -215,13 +213,15 @@ pub(crate) fn arrive(
         let collected = std::mem::take(&mut entry.queued);
         let mut answering: Vec<String> = collected.iter().map(tracked_id).collect();
         answering.extend(own);
-        let (fence, inherited) = take_run(entry, arrival.holder, now, answering, collected.clone());
+        let (fence, inherited, before) =
+            take_run(entry, arrival.holder, now, answering, collected.clone());
         return Lane::Run {
             fence,
             collected,
             dropped: take_dropped(entry),
             resumed: false,
             inherited,
+            before,
         };
     }
     enqueue(entry, arrival, settings)
@@ -375,12 +375,13 @@ pub(crate) fn take(
     let taken: Vec<QueuedMessage> = entry.queued.drain(..upto).collect();
     let own_at = taken.iter().position(|q| q.id == queued_id).expect("taken");
     let answering = taken.iter().map(tracked_id).collect();
-    let (fence, inherited) = take_run(entry, holder, now_ms, answering, taken.clone());
+    let (fence, inherited, before) = take_run(entry, holder, now_ms, answering, taken.clone());
     Take::Run {
         fence,
         taken,
         own_at,
         inherited,
+        before,
         dropped: take_dropped(entry),
         answering: entry
             .run
@@ -682,6 +683,7 @@ mod tests {
                 dropped: None,
                 resumed: true,
                 inherited: Vec::new(),
+                before: Some("gone-boot/1/1#dead".into()),
             }
         );
     }

@@ -40,6 +40,8 @@ pub(crate) struct Place {
     /// The queued messages the run it took over had taken: those that run never logged
     /// this one answers.
     pub(crate) inherited: Vec<QueuedMessage>,
+    /// The holder of the run it took over, if it took one over.
+    pub(crate) before: Option<String>,
 }
 
 /// What a turn that took over a dead run finds of the line it was to resume.
@@ -201,6 +203,7 @@ impl<'m> Lanes<'m> {
                     dropped,
                     answering,
                     inherited,
+                    before,
                 } => {
                     let own = taken.remove(own_at);
                     crate::ops::telemetry::queue_waited(waited.elapsed(), taken.len());
@@ -213,6 +216,7 @@ impl<'m> Lanes<'m> {
                         resumed: false,
                         answering,
                         inherited,
+                        before,
                     }));
                 }
                 Take::Gone(outcome) => {
@@ -410,6 +414,17 @@ impl<'m> Lanes<'m> {
                 run.answering.retain(|id| !unlogged.contains(id));
                 run.taken.retain(|q| !unlogged.contains(&tracked_id(q)));
                 entry.queued.splice(0..0, back.iter().cloned());
+                // This run does not answer them: a delivery again of one is not its
+                // duplicate (the run that died holds it, as before).
+                if let Some(before) = &place.before {
+                    for record in entry
+                        .recent_inbound
+                        .iter_mut()
+                        .filter(|record| unlogged.contains(&record.id))
+                    {
+                        record.holder.clone_from(before);
+                    }
+                }
                 Ok(())
             })
             .await?;

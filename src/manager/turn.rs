@@ -413,6 +413,7 @@ impl SessionManager {
                     dropped,
                     resumed,
                     inherited,
+                    before,
                 } => Place {
                     fence,
                     own_at: collected.len(),
@@ -427,6 +428,7 @@ impl SessionManager {
                         .map(|run| run.answering.clone())
                         .unwrap_or_default(),
                     inherited,
+                    before,
                 },
                 Lane::Queued { id } => {
                     crate::ops::telemetry::queued();
