@@ -950,6 +950,87 @@ async fn a_follow_up_names_every_message_it_carries_even_without_channel_ids() {
     assert_eq!(named(reply), named(follow_up), "{reply}");
 }
 
+/// A host that sweeps rather than wait for the next message gets the messages a killed
+/// follow-up had taken: those it never logged, and — when it logged them and died
+/// before its reply — its line, answered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_answers_what_a_killed_follow_up_had_taken() {
+    // Never logged.
+    let store = InMemoryStore::new();
+    let manager = SessionManager::builder(store.clone())
+        .transcripts(agent_sessions::transcript::InMemoryTranscriptStore::new())
+        .queue(quick())
+        .build()
+        .unwrap();
+    let hello = manager
+        .turn(&dm("hello").with_message_id("h"))
+        .await
+        .unwrap();
+    let key = hello.key().clone();
+    hello.complete("hi").await.unwrap();
+    plant_dead_run(&store, &key, &[], false).await;
+    plant_taken(
+        &store,
+        &key,
+        &[
+            taken_message("q1", Some("q"), "change my booking to Friday"),
+            taken_message("p1", None, "actually make it Saturday"),
+        ],
+    )
+    .await;
+    let swept = manager.take_queued(&key).await.unwrap().expect("a turn");
+    let input = swept.input().unwrap().to_owned();
+    assert!(
+        input.contains("to Friday") && input.contains("make it Saturday"),
+        "{input}"
+    );
+    swept.complete("Saturday it is.").await.unwrap();
+    assert!(manager.take_queued(&key).await.unwrap().is_none());
+    let again = manager
+        .turn(&dm("change my booking to Friday").with_message_id("q"))
+        .await
+        .unwrap();
+    assert_eq!(again.action(), &TurnAction::Duplicate);
+
+    // Logged, never answered: the follow-up is killed while the model runs.
+    let manager = Arc::new(
+        SessionManager::builder(InMemoryStore::new())
+            .transcripts(agent_sessions::transcript::InMemoryTranscriptStore::new())
+            .queue(quick())
+            .build()
+            .unwrap(),
+    );
+    let first = manager.turn(&dm("book a table")).await.unwrap();
+    let key = first.key().clone();
+    let follow_up = {
+        let manager = manager.clone();
+        tokio::spawn(async move {
+            let turn = manager
+                .turn(&dm("for Friday").with_message_id("f"))
+                .await
+                .unwrap();
+            assert_eq!(turn.action(), &TurnAction::Answer);
+            drop(turn); // killed before its reply
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    first.complete("Which day?").await.unwrap();
+    follow_up.await.unwrap();
+    let swept = manager.take_queued(&key).await.unwrap().expect("a turn");
+    assert!(swept.input().unwrap().contains("for Friday"));
+    swept.complete("Friday, booked.").await.unwrap();
+    assert!(manager.take_queued(&key).await.unwrap().is_none());
+    let asked = manager
+        .session(&key)
+        .messages()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.content.contains("for Friday"))
+        .count();
+    assert_eq!(asked, 1, "its line answered, not logged again");
+}
+
 /// A run that logged its reply and died before it gave the run back: a delivery again
 /// of its message finds the reply and answers nothing — once, not twice — and the
 /// session goes on.

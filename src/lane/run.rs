@@ -349,33 +349,7 @@ impl<'m> Lanes<'m> {
         if others.is_empty() {
             return Ok(());
         }
-        // What was logged, and what a reply already answered.
-        let found = std::sync::Mutex::new((Vec::new(), Vec::new()));
-        if let Some(transcripts) = self.0.seams.transcripts.as_deref() {
-            let transcript = TranscriptRef::of(turn.key(), entry, &self.0.settings.default_agent);
-            // The whole transcript, once: this is the rare path of a run that died.
-            crate::exactly_once::claims::find_line(transcripts, &transcript, |line| {
-                let Some(log) = line.log.as_ref() else {
-                    return false;
-                };
-                let mut found = found.lock().unwrap_or_else(PoisonError::into_inner);
-                let (logged, answered) = &mut *found;
-                for id in &others {
-                    let carried = log.inbound_id.as_deref() == Some(id.as_str())
-                        || log.collected.contains(id);
-                    match log.direction {
-                        Some(Direction::Inbound) if carried => logged.push(id.clone()),
-                        Some(Direction::Outbound) if log.collected.contains(id) => {
-                            answered.push(id.clone());
-                        }
-                        _ => {}
-                    }
-                }
-                false
-            })
-            .await?;
-        }
-        let (logged, answered) = found.into_inner().unwrap_or_else(PoisonError::into_inner);
+        let (logged, answered) = self.found(turn.key(), entry, &others).await?;
         let mut unlogged: Vec<String> = others
             .into_iter()
             .filter(|id| !logged.contains(id))
@@ -429,6 +403,114 @@ impl<'m> Lanes<'m> {
             })
             .await?;
         Ok(())
+    }
+
+    /// A sweep of a session whose queue is empty but whose run died holding queued
+    /// messages it took (their own turns had ended, answered within it): those it never
+    /// logged go back to the queue and a turn answers them; when it logged them and no
+    /// reply answered them, a turn takes the run over as a delivery again of one of them
+    /// would, and answers its line. `None` when nothing is left to answer (or what is
+    /// left has no channel id to take the run over with: the session's next message
+    /// answers it).
+    async fn sweep_dead_run(
+        &self,
+        key: &SessionKey,
+        entry: &SessionEntry,
+    ) -> Result<Option<Turn<'m>>> {
+        let Some(dead) = entry.run.as_ref().filter(|run| !run.taken.is_empty()) else {
+            return Ok(None);
+        };
+        let ids: Vec<String> = dead.taken.iter().map(tracked_id).collect();
+        let (logged, answered) = self.found(key, entry, &ids).await?;
+        let unlogged: Vec<QueuedMessage> = dead
+            .taken
+            .iter()
+            .filter(|q| !logged.contains(&tracked_id(q)))
+            .cloned()
+            .collect();
+        if unlogged.is_empty() {
+            let unanswered = dead.taken.iter().find(|q| {
+                q.inbound_id
+                    .as_ref()
+                    .is_some_and(|id| !answered.contains(id))
+            });
+            let Some(message) = unanswered
+                .and_then(|q| serde_json::from_value::<InboundMessage>(q.message.clone()).ok())
+            else {
+                return Ok(None);
+            };
+            let turn = self
+                .0
+                .turn_adopting(&message, &crate::manager::anyone, None)
+                .await?;
+            return Ok((turn.action() == &TurnAction::Answer).then_some(turn));
+        }
+        let gone: Vec<String> = unlogged.iter().map(tracked_id).collect();
+        let fence = dead.fence;
+        let mut moved = false;
+        let now_ms = self.0.seams.clock.now_millis();
+        self.0
+            .seams
+            .store
+            .apply(key, &mut |slot, _| {
+                moved = false;
+                let Some(entry) = slot.as_mut() else {
+                    return Ok(());
+                };
+                if super::decide::live(entry, now_ms) {
+                    return Ok(());
+                }
+                let Some(run) = entry.run.as_mut().filter(|run| run.fence == fence) else {
+                    return Ok(());
+                };
+                run.answering.retain(|id| !gone.contains(id));
+                run.taken.retain(|q| !gone.contains(&tracked_id(q)));
+                entry.queued.splice(0..0, unlogged.iter().cloned());
+                moved = true;
+                Ok(())
+            })
+            .await?;
+        if !moved {
+            return Ok(None);
+        }
+        // Orphans in the queue now: answered as any.
+        Box::pin(self.0.take_queued(key)).await
+    }
+
+    /// Of the messages `ids` (as a run answers them), those a line of the session's
+    /// transcript carries (logged), and those a reply claims (answered). Reads the
+    /// whole transcript once: the rare path of a run that died.
+    async fn found(
+        &self,
+        key: &SessionKey,
+        entry: &SessionEntry,
+        ids: &[String],
+    ) -> Result<(Vec<String>, Vec<String>)> {
+        let found = Mutex::new((Vec::new(), Vec::new()));
+        if let Some(transcripts) = self.0.seams.transcripts.as_deref() {
+            let transcript = TranscriptRef::of(key, entry, &self.0.settings.default_agent);
+            crate::exactly_once::claims::find_line(transcripts, &transcript, |line| {
+                let Some(log) = line.log.as_ref() else {
+                    return false;
+                };
+                let mut found = found.lock().unwrap_or_else(PoisonError::into_inner);
+                let (logged, answered) = &mut *found;
+                for id in ids {
+                    let carried = log.inbound_id.as_deref() == Some(id.as_str())
+                        || log.collected.contains(id);
+                    match log.direction {
+                        Some(Direction::Inbound) if carried => logged.push(id.clone()),
+                        Some(Direction::Outbound) if log.collected.contains(id) => {
+                            answered.push(id.clone());
+                        }
+                        _ => {}
+                    }
+                }
+                false
+            })
+            .await?;
+        }
+        Ok(found.into_inner().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// `text` (the turn's own input) after the messages that waited before it and the
@@ -488,11 +570,13 @@ impl<'m> Lanes<'m> {
 
 impl SessionManager {
     /// A turn for what waits in `key`'s session with no one waiting for it — messages
-    /// queued during a run whose waiting processes were killed — once no run holds the
+    /// queued during a run whose waiting processes were killed, or taken by a follow-up
+    /// run that was killed before it answered them — once no live run holds the
     /// session: answer it as any turn (`messages`, then `complete`). `None` when nothing
     /// is orphaned (a live turn waits with each queued message, or a run is live: it or
-    /// they will answer), or when another turn answered them first. The next message of the session answers orphans too; this is
-    /// for a host that sweeps its sessions rather than wait for one.
+    /// they will answer), or when another turn answered them first. The next message of
+    /// the session answers orphans too; this is for a host that sweeps its sessions
+    /// rather than wait for one.
     ///
     /// ```
     /// # use agent_sessions::prelude::*;
@@ -522,7 +606,7 @@ impl SessionManager {
             return Ok(None);
         }
         let Some(last) = entry.queued.last() else {
-            return Ok(None);
+            return Lanes(self).sweep_dead_run(key, entry).await;
         };
         let Ok(message) = serde_json::from_value::<InboundMessage>(last.message.clone()) else {
             return Ok(None);
