@@ -992,43 +992,56 @@ async fn a_sweep_answers_what_a_killed_follow_up_had_taken() {
         .unwrap();
     assert_eq!(again.action(), &TurnAction::Duplicate);
 
-    // Logged, never answered: the follow-up is killed while the model runs.
-    let manager = Arc::new(
-        SessionManager::builder(InMemoryStore::new())
-            .transcripts(agent_sessions::transcript::InMemoryTranscriptStore::new())
-            .queue(quick())
-            .build()
-            .unwrap(),
-    );
-    let first = manager.turn(&dm("book a table")).await.unwrap();
-    let key = first.key().clone();
-    let follow_up = {
-        let manager = manager.clone();
-        tokio::spawn(async move {
-            let turn = manager
-                .turn(&dm("for Friday").with_message_id("f"))
-                .await
-                .unwrap();
-            assert_eq!(turn.action(), &TurnAction::Answer);
-            drop(turn); // killed before its reply
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    first.complete("Which day?").await.unwrap();
-    follow_up.await.unwrap();
-    let swept = manager.take_queued(&key).await.unwrap().expect("a turn");
-    assert!(swept.input().unwrap().contains("for Friday"));
-    swept.complete("Friday, booked.").await.unwrap();
-    assert!(manager.take_queued(&key).await.unwrap().is_none());
-    let asked = manager
-        .session(&key)
-        .messages()
-        .await
-        .unwrap()
-        .into_iter()
-        .filter(|m| m.content.contains("for Friday"))
-        .count();
-    assert_eq!(asked, 1, "its line answered, not logged again");
+    // Logged, never answered: the follow-up is killed while the model runs — with a
+    // channel message id, and without one (it is found by the id it was queued as).
+    for message_id in [Some("f"), None] {
+        let manager = Arc::new(
+            SessionManager::builder(InMemoryStore::new())
+                .transcripts(agent_sessions::transcript::InMemoryTranscriptStore::new())
+                .queue(quick())
+                .build()
+                .unwrap(),
+        );
+        let first = manager.turn(&dm("book a table")).await.unwrap();
+        let key = first.key().clone();
+        let follow_up = {
+            let manager = manager.clone();
+            let mut message = dm("for Friday");
+            if let Some(id) = message_id {
+                message = message.with_message_id(id);
+            }
+            tokio::spawn(async move {
+                let turn = manager.turn(&message).await.unwrap();
+                assert_eq!(turn.action(), &TurnAction::Answer);
+                drop(turn); // killed before its reply
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        first.complete("Which day?").await.unwrap();
+        follow_up.await.unwrap();
+        let swept = manager
+            .take_queued(&key)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("a turn for the follow-up with id {message_id:?}"));
+        assert!(swept.input().unwrap().contains("for Friday"));
+        swept.complete("Friday, booked.").await.unwrap();
+        assert!(manager.take_queued(&key).await.unwrap().is_none());
+        let messages = manager.session(&key).messages().await.unwrap();
+        let asked = messages
+            .iter()
+            .filter(|m| m.content.contains("for Friday"))
+            .count();
+        assert_eq!(
+            asked, 1,
+            "its line answered, not logged again ({message_id:?})"
+        );
+        let replies = messages
+            .iter()
+            .filter(|m| m.content == "Friday, booked.")
+            .count();
+        assert_eq!(replies, 1, "answered once ({message_id:?})");
+    }
 }
 
 /// A run that logged its reply and died before it gave the run back: a delivery again

@@ -25,7 +25,8 @@ pub(crate) struct Arrival<'a> {
     pub(crate) message: &'a InboundMessage,
     /// Its channel message id, as the dedupe records name it.
     pub(crate) inbound_id: Option<&'a str>,
-    /// A queued message (its queue id) to wait with instead of queuing this one.
+    /// A queued message (its queue id) to wait with instead of queuing this one, or to
+    /// answer by taking over the dead run that took it.
     pub(crate) adopt: Option<&'a str>,
     pub(crate) now_ms: u64,
 }
@@ -35,7 +36,7 @@ pub(crate) struct Arrival<'a> {
 pub(crate) enum Lane {
     /// The turn runs now, holding the run (`fence`), and answers the `collected`
     /// messages (oldest first) before its own; `resumed` when its own message was
-    /// logged by a run that died, which it takes over.
+    /// answered by a run that died (and maybe logged), which it takes over.
     Run {
         fence: u64,
         collected: Vec<QueuedMessage>,
@@ -96,7 +97,12 @@ pub(crate) fn tracked_id(queued: &QueuedMessage) -> String {
     queued
         .inbound_id
         .clone()
-        .unwrap_or_else(|| format!("queued:{}", queued.id))
+        .unwrap_or_else(|| queued_id(&queued.id))
+}
+
+/// The id a queued message without a channel id is answered under (`queued:<id>`).
+pub(crate) fn queued_id(id: &str) -> String {
+    format!("queued:{id}")
 }
 
 /// Gives the run to `holder`, with the next fencing token: it answers `answering`
@@ -155,12 +161,39 @@ pub(crate) fn arrive(
     if let Some(adopt) = arrival.adopt {
         // A sweep for an orphaned message: wait with it, unless another turn took it
         // since (then its message must not be answered again).
-        let Some(item) = entry.queued.iter_mut().find(|q| q.id == adopt) else {
+        if let Some(item) = entry.queued.iter_mut().find(|q| q.id == adopt) {
+            item.waiter = arrival.holder.to_owned();
+            return Lane::Queued {
+                id: item.id.clone(),
+            };
+        }
+        // A sweep for a message a run took from the queue and died with: this turn
+        // takes that run over and answers it (its line, if the run logged one).
+        let dead_took = if live(entry, now) {
+            None
+        } else {
+            entry.run.as_mut().and_then(|dead| {
+                let at = dead.taken.iter().position(|q| q.id == adopt)?;
+                Some(dead.taken.remove(at))
+            })
+        };
+        let Some(own) = dead_took else {
             return Lane::Gone(gone_outcome(entry, adopt));
         };
-        item.waiter = arrival.holder.to_owned();
-        return Lane::Queued {
-            id: item.id.clone(),
+        let (fence, inherited, before) = take_run(
+            entry,
+            arrival.holder,
+            now,
+            vec![tracked_id(&own)],
+            vec![own],
+        );
+        return Lane::Run {
+            fence,
+            collected: Vec::new(),
+            dropped: None,
+            resumed: true,
+            inherited,
+            before,
         };
     }
     if let Some(id) = arrival.inbound_id {

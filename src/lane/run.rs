@@ -242,7 +242,8 @@ impl<'m> Lanes<'m> {
     }
 
     /// The input of a turn that took over the run that logged its message and died:
-    /// the logged line is its input (it is not logged again). [`Resume::NotLogged`]
+    /// the logged line is its input (it is not logged again). A message without a
+    /// channel id is found under the id it was queued as (`queued_as`). [`Resume::NotLogged`]
     /// when the line is not there after all (the run died before logging it), and
     /// [`Resume::Answered`] when a reply to it is (the run died after answering, before
     /// it gave the run back).
@@ -250,8 +251,10 @@ impl<'m> Lanes<'m> {
         &self,
         turn: &mut Turn<'_>,
         entry: &SessionEntry,
+        queued_as: Option<&str>,
     ) -> Result<Resume> {
-        let inbound_id = crate::exactly_once::dedupe::inbound_id(turn.message());
+        let inbound_id = crate::exactly_once::dedupe::inbound_id(turn.message())
+            .or_else(|| queued_as.map(str::to_owned));
         if let (Some(transcripts), Some(inbound_id)) =
             (self.0.seams.transcripts.as_deref(), inbound_id)
         {
@@ -409,9 +412,7 @@ impl<'m> Lanes<'m> {
     /// messages it took (their own turns had ended, answered within it): those it never
     /// logged go back to the queue and a turn answers them; when it logged them and no
     /// reply answered them, a turn takes the run over as a delivery again of one of them
-    /// would, and answers its line. `None` when nothing is left to answer (or what is
-    /// left has no channel id to take the run over with: the session's next message
-    /// answers it).
+    /// would, and answers its line. `None` when nothing is left to answer.
     async fn sweep_dead_run(
         &self,
         key: &SessionKey,
@@ -429,19 +430,26 @@ impl<'m> Lanes<'m> {
             .cloned()
             .collect();
         if unlogged.is_empty() {
-            let unanswered = dead.taken.iter().find(|q| {
-                q.inbound_id
-                    .as_ref()
-                    .is_some_and(|id| !answered.contains(id))
-            });
-            let Some(message) = unanswered
-                .and_then(|q| serde_json::from_value::<InboundMessage>(q.message.clone()).ok())
+            let Some(unanswered) = dead
+                .taken
+                .iter()
+                .find(|q| !answered.contains(&tracked_id(q)))
             else {
                 return Ok(None);
             };
+            let Ok(message) = serde_json::from_value::<InboundMessage>(unanswered.message.clone())
+            else {
+                return Ok(None);
+            };
+            // A message with a channel id is taken as its delivery again would be; one
+            // without, by the queue id the run took it under.
+            let adopt = unanswered
+                .inbound_id
+                .is_none()
+                .then_some(unanswered.id.as_str());
             let turn = self
                 .0
-                .turn_adopting(&message, &crate::manager::anyone, None)
+                .turn_adopting(&message, &crate::manager::anyone, adopt)
                 .await?;
             return Ok((turn.action() == &TurnAction::Answer).then_some(turn));
         }

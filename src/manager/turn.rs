@@ -417,7 +417,11 @@ impl SessionManager {
                 } => Place {
                     fence,
                     own_at: collected.len(),
-                    queued_as: None,
+                    // A sweep answering a message without a channel id that a dead run
+                    // took: its line names it by its queue id.
+                    queued_as: adopt
+                        .filter(|_| dedupe::inbound_id(message).is_none())
+                        .map(crate::lane::queued_id),
                     collected,
                     dropped,
                     resumed,
@@ -477,7 +481,10 @@ impl SessionManager {
             let entry = resolution.entry().clone();
             // A run that died after logging this message: its line is this turn's input.
             let resumed = if place.resumed {
-                match Lanes(self).resume_input(&mut turn, &entry).await? {
+                match Lanes(self)
+                    .resume_input(&mut turn, &entry, place.queued_as.as_deref())
+                    .await?
+                {
                     Resume::Input(text) => Some(text),
                     Resume::NotLogged => None,
                     Resume::Answered => {
