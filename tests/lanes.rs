@@ -406,13 +406,15 @@ async fn each_mode_handles_messages_that_arrive_during_a_run() {
 /// to a follow-up. `steer-backlog` hands it over and answers it in a follow-up too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn steering_hands_a_message_to_the_running_turn() {
+    use agent_sessions::transcript::TranscriptExport;
     for (mode, second_action) in [
         (QueueMode::Steer, TurnAction::Queued(QueueOutcome::Steered)),
         (QueueMode::SteerBacklog, TurnAction::Answer),
     ] {
+        let transcripts = agent_sessions::transcript::InMemoryTranscriptStore::new();
         let manager = Arc::new(
             SessionManager::builder(InMemoryStore::new())
-                .transcripts(agent_sessions::transcript::InMemoryTranscriptStore::new())
+                .transcripts(transcripts.clone())
                 .queue(quick().mode(mode.clone()))
                 .build()
                 .unwrap(),
@@ -454,6 +456,24 @@ async fn steering_hands_a_message_to_the_running_turn() {
                 "{said:?}"
             );
             assert!(at("for four people").is_some(), "{said:?}");
+            // Its reply answers the steered message too: a run that took this one over
+            // would not answer it again.
+            let (agent, name) = transcripts.transcript_names(None).await.unwrap().remove(0);
+            let claims: Vec<serde_json::Value> = transcripts
+                .export_lines(&agent, &name)
+                .await
+                .unwrap()
+                .unwrap()
+                .iter()
+                .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+                .filter(|line| line["log"]["direction"] == "outbound")
+                .map(|line| line["log"]["collected"].clone())
+                .collect();
+            assert_eq!(
+                claims,
+                [serde_json::json!(["telegram:default:direct:42:m2"])],
+                "{said:?}"
+            );
             // A delivery again of the steered message is a duplicate.
             let again = manager
                 .turn(&dm("for four people").with_message_id("m2"))
@@ -461,6 +481,134 @@ async fn steering_hands_a_message_to_the_running_turn() {
                 .unwrap();
             assert_eq!(again.action(), &TurnAction::Duplicate);
         }
+    }
+}
+
+/// A message handed to a running turn by steering is answered once even when that
+/// run's process dies before its reply: the message's own turn, still waiting, takes
+/// the dead run over and answers the line the run logged for it — with a channel
+/// message id or without.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_message_steered_into_a_run_that_dies_is_answered_by_its_own_turn() {
+    for message_id in [Some("m2"), None] {
+        let manager = Arc::new(
+            SessionManager::builder(InMemoryStore::new())
+                .transcripts(agent_sessions::transcript::InMemoryTranscriptStore::new())
+                .queue(quick().mode(QueueMode::Steer))
+                .build()
+                .unwrap(),
+        );
+        let first = manager.turn(&dm("book a table")).await.unwrap();
+        let key = first.key().clone();
+        let second = {
+            let manager = manager.clone();
+            let mut message = dm("for four people");
+            if let Some(id) = message_id {
+                message = message.with_message_id(id);
+            }
+            tokio::spawn(async move {
+                let turn = manager.turn(&message).await.unwrap();
+                let action = turn.action().clone();
+                let input = turn.input().map(str::to_owned);
+                if action == TurnAction::Answer {
+                    turn.complete("Four people, booked.").await.unwrap();
+                }
+                (action, input)
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(first.steering().await.unwrap().len(), 1);
+        drop(first); // killed at the tool boundary, before its reply
+        let (action, input) = second.await.unwrap();
+        assert_eq!(action, TurnAction::Answer, "{message_id:?}");
+        assert!(input.unwrap().contains("for four people"), "{message_id:?}");
+        let said: Vec<String> = manager
+            .session(&key)
+            .messages()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.content)
+            .collect();
+        let count = |text: &str| said.iter().filter(|s| s.contains(text)).count();
+        assert_eq!(count("for four people"), 1, "logged once: {said:?}");
+        assert_eq!(count("Four people, booked."), 1, "answered once: {said:?}");
+    }
+}
+
+/// Marks a message without a channel id, queued by a turn that is gone, as taken by
+/// steering into the session's run — the state a process leaves that died between
+/// taking it at a tool boundary and logging it.
+async fn plant_steered(store: &InMemoryStore, key: &SessionKey, text: &str) {
+    use agent_sessions::store::SessionStore;
+    store
+        .apply(key, &mut |slot, _| {
+            let entry = slot.as_mut().unwrap();
+            let mut record = serde_json::to_value(&*entry).unwrap();
+            let queued = taken_message("s1", None, text);
+            let fence = record["run"]["fence"].clone();
+            let run = record["run"].as_object_mut().unwrap();
+            run.entry("answering")
+                .or_insert_with(|| serde_json::json!([]))
+                .as_array_mut()
+                .unwrap()
+                .push("queued:s1".into());
+            run.insert("taken".into(), serde_json::json!([queued.clone()]));
+            let mut steered = queued;
+            steered["steered"] = fence;
+            record["queued"] = serde_json::json!([steered]);
+            *entry = serde_json::from_value(record).unwrap();
+            Ok(())
+        })
+        .await
+        .unwrap();
+}
+
+/// A message steered into a run whose process died before it logged the message —
+/// its own turn gone too — is answered by a sweep, or by the session's next message:
+/// once, not lost as though the dead run had answered it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_steered_into_a_run_killed_before_logging_it_is_answered() {
+    for by_sweep in [true, false] {
+        let store = InMemoryStore::new();
+        let manager = SessionManager::builder(store.clone())
+            .transcripts(agent_sessions::transcript::InMemoryTranscriptStore::new())
+            .queue(quick().mode(QueueMode::Steer))
+            .build()
+            .unwrap();
+        let first = manager.turn(&dm("book a table")).await.unwrap();
+        let key = first.key().clone();
+        plant_steered(&store, &key, "for four people").await;
+        drop(first); // killed after taking the message, before logging it
+        let turn = if by_sweep {
+            manager.take_queued(&key).await.unwrap().expect("a turn")
+        } else {
+            let turn = manager.turn(&dm("and a high chair")).await.unwrap();
+            assert_eq!(turn.action(), &TurnAction::Answer);
+            assert!(turn.input().unwrap().contains("high chair"));
+            turn
+        };
+        assert!(
+            turn.input().unwrap().contains("for four people"),
+            "sweep {by_sweep}: {:?}",
+            turn.input()
+        );
+        turn.complete("Four people and a high chair.")
+            .await
+            .unwrap();
+        assert!(manager.take_queued(&key).await.unwrap().is_none());
+        let said: Vec<String> = manager
+            .session(&key)
+            .messages()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.content)
+            .collect();
+        let count = |text: &str| said.iter().filter(|s| s.contains(text)).count();
+        assert_eq!(count("for four people"), 1, "sweep {by_sweep}: {said:?}");
+        let entry = manager.session(&key).get().await.unwrap().unwrap().entry;
+        assert!(entry.queued.is_empty() && entry.run.is_none(), "{entry:?}");
     }
 }
 

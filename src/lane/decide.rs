@@ -73,6 +73,9 @@ pub(crate) enum Take {
         inherited: Vec<QueuedMessage>,
         /// The holder of the run it took over, if it took one over.
         before: Option<String>,
+        /// Its own message was taken by steering into the run it took over, which
+        /// died before it answered (`taken` is its message alone).
+        resumed: bool,
     },
     /// Not yet: the run still holds the session, or the queue is not quiet until this
     /// time (epoch milliseconds).
@@ -229,7 +232,8 @@ pub(crate) fn arrive(
                 .as_ref()
                 .is_some_and(|dead| dead.answering.iter().any(|a| a == id))
         });
-        if resumed || entry.queued.is_empty() {
+        if resumed || entry.queued.iter().all(|q| steered_into_run(entry, q)) {
+            unqueue_steered(entry);
             let (fence, inherited, before) = take_run(entry, arrival.holder, now, own, Vec::new());
             return Lane::Run {
                 fence,
@@ -242,7 +246,9 @@ pub(crate) fn arrive(
         }
     } else if settings.mode == QueueMode::Interrupt {
         // The running turn is told (its token is no longer the run's); the newest
-        // message runs now, with what waited.
+        // message runs now, with what waited (what the run took by steering it
+        // inherits from the run).
+        unqueue_steered(entry);
         let collected = std::mem::take(&mut entry.queued);
         let mut answering: Vec<String> = collected.iter().map(tracked_id).collect();
         answering.extend(own);
@@ -365,6 +371,38 @@ pub(crate) fn take(
         if live && running == Some(fence) {
             return Take::Wait { until: None };
         }
+        if steered_into_run(entry, &entry.queued[position]) {
+            // Steered into a run that died before it answered: this turn takes that
+            // run over and answers its message (the line the run logged for it, if it
+            // did).
+            let mut own = entry.queued.remove(position);
+            own.steered = None;
+            if let Some(dead) = entry.run.as_mut() {
+                dead.taken.retain(|q| q.id != own.id);
+            }
+            unqueue_steered(entry);
+            let (fence, inherited, before) = take_run(
+                entry,
+                holder,
+                now_ms,
+                vec![tracked_id(&own)],
+                vec![own.clone()],
+            );
+            return Take::Run {
+                fence,
+                taken: vec![own],
+                own_at: 0,
+                dropped: None,
+                answering: entry
+                    .run
+                    .as_ref()
+                    .map(|run| run.answering.clone())
+                    .unwrap_or_default(),
+                inherited,
+                before,
+                resumed: true,
+            };
+        }
         if settings.mode == QueueMode::Steer {
             // Taken by the run that ended: nothing left to answer.
             entry.queued.remove(position);
@@ -380,7 +418,9 @@ pub(crate) fn take(
     if now_ms < due {
         return Take::Wait { until: Some(due) };
     }
-    // In steer mode, what a run took by steering was answered by it.
+    // What the dead run took by steering, this run inherits from it; in steer mode,
+    // what a run that ended took by steering was answered by it.
+    unqueue_steered(entry);
     if settings.mode == QueueMode::Steer {
         entry
             .queued
@@ -415,6 +455,7 @@ pub(crate) fn take(
         own_at,
         inherited,
         before,
+        resumed: false,
         dropped: take_dropped(entry),
         answering: entry
             .run
@@ -440,7 +481,42 @@ pub(crate) fn steer(
         item.steered = Some(fence);
         taken.push(item.clone());
     }
+    // The run answers them now: if it dies before it has, the run that takes it over
+    // inherits them, as it does the queued messages a follow-up took.
+    if let Some(run) = entry.run.as_mut() {
+        for item in &taken {
+            let id = tracked_id(item);
+            if !run.answering.contains(&id) {
+                run.answering.push(id);
+            }
+            run.taken.push(QueuedMessage {
+                steered: None,
+                ..item.clone()
+            });
+        }
+    }
     taken
+}
+
+/// Whether `queued` waits in the queue only for its turn to learn that the session's
+/// run took it by steering: that run holds it (in [`SessionRun::taken`]), and a run
+/// that takes that one over inherits it from there.
+fn steered_into_run(entry: &SessionEntry, queued: &QueuedMessage) -> bool {
+    entry.run.as_ref().is_some_and(|run| {
+        queued.steered == Some(run.fence) && run.taken.iter().any(|t| t.id == queued.id)
+    })
+}
+
+/// Takes out of the queue what the session's run took by steering, as another run
+/// takes that one over (it inherits them from the run).
+fn unqueue_steered(entry: &mut SessionEntry) {
+    let steered: Vec<String> = entry
+        .queued
+        .iter()
+        .filter(|q| steered_into_run(entry, q))
+        .map(|q| q.id.clone())
+        .collect();
+    entry.queued.retain(|q| !steered.contains(&q.id));
 }
 
 /// Whether the run `fence` lost the session: another run holds it (an interrupt, a
@@ -638,6 +714,55 @@ mod tests {
         // Collect does not steer.
         let c = settings(QueueMode::Collect, 20, QueueDrop::Summarize);
         assert!(steer(&mut entry, fence, &c).is_empty());
+    }
+
+    #[test]
+    fn what_a_dead_run_took_by_steering_passes_to_the_run_that_takes_it_over() {
+        let s = settings(QueueMode::Steer, 20, QueueDrop::Summarize);
+        let later = crate::exactly_once::holders::LEASE.as_millis() as u64 + 1;
+        let (a, b, c) = (
+            Hold::new("da".into()),
+            Hold::new("db".into()),
+            Hold::new("dc".into()),
+        );
+        for own_turn_takes_over in [true, false] {
+            let mut entry = SessionEntry::new("s", 0);
+            let Lane::Run { fence, .. } = arrive_as(&mut entry, &a, "a", 0, &s) else {
+                panic!()
+            };
+            let Lane::Queued { id } = arrive_as(&mut entry, &b, "b", 10, &s) else {
+                panic!()
+            };
+            assert_eq!(bodies(&steer(&mut entry, fence, &s)), ["b"]);
+            // The run's process dies before it answers.
+            entry.run.as_mut().unwrap().holder = "gone-boot/1/1#dead".into();
+            if own_turn_takes_over {
+                let Take::Run {
+                    taken,
+                    inherited,
+                    resumed,
+                    ..
+                } = take(&mut entry, &id, b.holder(), &s, later)
+                else {
+                    panic!("its own turn takes the dead run over")
+                };
+                assert!(resumed);
+                assert_eq!(bodies(&taken), ["b"]);
+                assert!(inherited.is_empty(), "its own message is not inherited too");
+            } else {
+                let Lane::Run { inherited, .. } = arrive_as(&mut entry, &c, "c", later, &s) else {
+                    panic!("nothing else waits: the new message takes the dead run over")
+                };
+                assert_eq!(bodies(&inherited), ["b"]);
+                assert_eq!(inherited[0].steered, None);
+                assert_eq!(
+                    take(&mut entry, &id, b.holder(), &s, later + 1),
+                    Take::Gone(QueueOutcome::Collected),
+                    "answered by the run that took it over"
+                );
+            }
+            assert!(entry.queued.is_empty());
+        }
     }
 
     #[test]

@@ -32,7 +32,8 @@ pub(crate) struct Place {
     pub(crate) queued_as: Option<String>,
     /// What the queue's cap dropped, for one line of its input.
     pub(crate) dropped: Option<QueueDropped>,
-    /// Its own message was logged by a run that died before answering it.
+    /// Its own message was answered by a run that died before it replied (it may
+    /// have logged it): the turn resumes that line, or logs its own.
     pub(crate) resumed: bool,
     /// Every delivered message the run answers, as the session's run records them
     /// (those of a dead run it took over too).
@@ -204,6 +205,7 @@ impl<'m> Lanes<'m> {
                     answering,
                     inherited,
                     before,
+                    resumed,
                 } => {
                     let own = taken.remove(own_at);
                     crate::ops::telemetry::queue_waited(waited.elapsed(), taken.len());
@@ -213,7 +215,7 @@ impl<'m> Lanes<'m> {
                         own_at,
                         queued_as: own.inbound_id.is_none().then(|| tracked_id(&own)),
                         dropped,
-                        resumed: false,
+                        resumed,
                         answering,
                         inherited,
                         before,

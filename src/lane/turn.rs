@@ -56,9 +56,21 @@ impl Turn<'_> {
             })
             .await?;
         crate::ops::telemetry::steered(taken.len());
-        let messages: Vec<(InboundMessage, u64)> = taken
+        // Its reply answers them (a run that takes this one over can tell).
+        self.steered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend(taken.iter().map(crate::lane::tracked_id));
+        let messages: Vec<(InboundMessage, u64, String)> = taken
             .into_iter()
-            .filter_map(|queued| Some((serde_json::from_value(queued.message).ok()?, queued.at)))
+            .filter_map(|queued| {
+                let tracked = crate::lane::tracked_id(&queued);
+                Some((
+                    serde_json::from_value(queued.message).ok()?,
+                    queued.at,
+                    tracked,
+                ))
+            })
             .collect();
         // The conversation keeps what the model is given: each message as a user line,
         // which a delivery again of it then finds.
@@ -66,7 +78,7 @@ impl Turn<'_> {
             let entry = &session.entry;
             let lines = messages
                 .iter()
-                .map(|(message, at)| {
+                .map(|(message, at, tracked)| {
                     let activation = self
                         .manager
                         .activation(message, entry.group_activation.as_ref());
@@ -75,6 +87,10 @@ impl Turn<'_> {
                     let mut line = self.manager.log_line(&self.key, entry, log);
                     if let Some(log) = line.log.as_mut() {
                         log.inbound_id = dedupe::inbound_id(message);
+                        // One without a channel id, by the id it was queued as.
+                        if log.inbound_id.is_none() {
+                            log.collected = vec![tracked.clone()];
+                        }
                     }
                     line
                 })
@@ -86,7 +102,7 @@ impl Turn<'_> {
                     .await?;
             }
         }
-        Ok(messages.into_iter().map(|(message, _)| message).collect())
+        Ok(messages.into_iter().map(|(message, ..)| message).collect())
     }
 
     /// Whether this turn lost its session's run: a message interrupted it

@@ -248,6 +248,8 @@ pub struct Turn<'m> {
     started_ms: u64,
     /// The delivered messages its reply answers (as the dedupe records name them).
     pub(crate) answering: Vec<String>,
+    /// The queued messages it took by steering, which its reply answers too.
+    pub(crate) steered: std::sync::Mutex<Vec<String>>,
 }
 
 impl SessionManager {
@@ -313,6 +315,7 @@ impl SessionManager {
                 interruptible: false,
                 started_ms: self.seams.clock.now_millis(),
                 answering: Vec::new(),
+                steered: std::sync::Mutex::default(),
             };
             let run = Hold::new(uuid::Uuid::new_v4().to_string());
             let window = self.settings.dedupe_window;
@@ -951,6 +954,13 @@ impl<'m> Turn<'m> {
                             .took(self.started.elapsed().as_millis() as u64);
                         log.log.correlation_id = self.message.message_id.clone();
                         log.log.collected = self.answering.clone();
+                        log.log.collected.extend(
+                            self.steered
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                .iter()
+                                .cloned(),
+                        );
                         log.log.parts = parts;
                         log.usage = reply.usage.as_ref().map(TurnUsage::to_transcript_usage);
                         let line = manager.log_line(&self.key, entry, log);

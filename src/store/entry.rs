@@ -710,8 +710,9 @@ pub struct SessionRun {
     /// [`InboundRecord::id`] names them): a run taken over answers them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub answering: Vec<String>,
-    /// The queued messages it took to answer with its own, kept until it ends: a run
-    /// that takes it over answers those it died before logging.
+    /// The queued messages it took to answer with its own, or by steering while it
+    /// ran, kept until it ends: a run that takes it over answers those it died before
+    /// answering.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub taken: Vec<QueuedMessage>,
 }
