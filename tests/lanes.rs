@@ -1317,8 +1317,9 @@ fn answered_ids(text: &str) -> Vec<u64> {
 }
 
 /// Workers SIGKILLed at random points — waiting in the queue, running the model,
-/// completing — hundreds of times, while the channel delivers every unanswered message
-/// again: every message is answered exactly once, none lost, none twice.
+/// steering, completing — hundreds of times, while the channel delivers every
+/// unanswered message again: every message is answered exactly once, none lost, none
+/// twice, in `collect` and in `steer` mode.
 #[test]
 fn runs_killed_at_random_answer_every_message_exactly_once() {
     // Below the 100 message ids a session remembers for its dedupe window.
@@ -1361,6 +1362,12 @@ fn runs_killed_at_random_answer_every_message_exactly_once() {
         }
         plan.push((url.clone(), peer.clone()));
         let (url, peer) = (url.as_str(), peer.as_str());
+        // Every other session steers: its runs take what arrives at a tool boundary.
+        let mode = if peer.parse::<u64>().unwrap() % 2 == 1 {
+            "steer"
+        } else {
+            "collect"
+        };
         let before = kills;
         runtime.block_on(async { drop(manager(url, quick()).await) });
         let answered = |runtime: &tokio::runtime::Runtime| -> Vec<u64> {
@@ -1445,6 +1452,7 @@ fn runs_killed_at_random_answer_every_message_exactly_once() {
                     .env("LANES_URL", url)
                     .env("LANES_QUESTION", i.to_string())
                     .env("LANES_PEER", peer)
+                    .env("LANES_MODE", mode)
                     .env("LANES_MODEL_MS", dice.next(80).to_string())
                     .stdout(Stdio::null())
                     .stderr(Stdio::null())
@@ -1540,7 +1548,10 @@ fn runs_killed_at_random_answer_every_message_exactly_once() {
                 done.iter().filter(|d| **d == i).count()
             );
         }
-        eprintln!("{url} ({peer}): {rounds} rounds, {} kills", kills - before);
+        eprintln!(
+            "{url} ({peer}, {mode}): {rounds} rounds, {} kills",
+            kills - before
+        );
         *kills_on.entry(url.to_owned()).or_default() += kills - before;
     }
     eprintln!("sessions: {plan:?}");
@@ -1565,10 +1576,15 @@ async fn kill_worker() {
         .ok()
         .and_then(|ms| ms.parse().ok())
         .unwrap_or(0);
+    let steers = std::env::var("LANES_MODE").is_ok_and(|mode| mode == "steer");
+    let mut queue = QueueSettings::default().debounce(Duration::from_millis(20));
+    if steers {
+        queue = queue.mode(QueueMode::Steer);
+    }
     let manager = SessionManager::connect(&url)
         .await
         .unwrap()
-        .queue(QueueSettings::default().debounce(Duration::from_millis(20)))
+        .queue(queue)
         .build()
         .unwrap();
     let peer = std::env::var("LANES_PEER").unwrap_or_else(|_| "42".into());
@@ -1596,8 +1612,21 @@ async fn kill_worker() {
                 .collect::<Vec<_>>()
         })
         .collect();
+    tokio::time::sleep(Duration::from_millis(model_ms / 2)).await;
+    if steers {
+        // A tool boundary: what arrived meanwhile is answered by this run too.
+        for steered in turn.steering().await.unwrap() {
+            answers.extend(
+                steered
+                    .body
+                    .split(|c: char| !c.is_ascii_alphanumeric())
+                    .filter_map(|word| word.strip_prefix('q')?.parse::<u64>().ok())
+                    .map(|q| format!("a{q}")),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(model_ms / 2)).await;
+    }
     answers.dedup();
-    tokio::time::sleep(Duration::from_millis(model_ms)).await;
     turn.complete(answers.join(" ")).await.unwrap();
 }
 
