@@ -237,21 +237,7 @@ pub fn session(as_json: bool, session: &StoredSession) {
             (provider, model) => model.clone().or(provider.clone()),
         },
     );
-    add(
-        "tokens",
-        entry.total_tokens.map(|total| {
-            let parts = [
-                entry.input_tokens.map(|n| format!("{n} in")),
-                entry.output_tokens.map(|n| format!("{n} out")),
-            ];
-            let parts: Vec<String> = parts.into_iter().flatten().collect();
-            if parts.is_empty() {
-                total.to_string()
-            } else {
-                format!("{total} ({})", parts.join(", "))
-            }
-        }),
-    );
+    add("last turn", last_turn_tokens(entry));
     add(
         "last message",
         entry
@@ -599,4 +585,23 @@ impl MigrationProgress for Bar {
             bar.finish_and_clear();
         }
     }
+}
+
+/// What the session's last turn cost in tokens, each figure named: the prompt (OpenClaw's
+/// `totalTokens`: the input, with what came from the provider's cache) and the reply.
+/// Not a sum: the prompt holds the input.
+fn last_turn_tokens(entry: &SessionEntry) -> Option<String> {
+    let prompt =
+        entry.total_tokens.map(
+            |total| match entry.input_tokens.filter(|input| *input <= total) {
+                Some(input) if input < total => format!(
+                    "prompt {total} tokens ({input} input + {} cache)",
+                    total - input
+                ),
+                _ => format!("prompt {total} tokens"),
+            },
+        );
+    let reply = entry.output_tokens.map(|n| format!("reply {n} tokens"));
+    let parts: Vec<String> = [prompt, reply].into_iter().flatten().collect();
+    (!parts.is_empty()).then(|| parts.join(", "))
 }

@@ -138,6 +138,13 @@ fn import_then_list_show_and_stats() {
         shown["entry"]["deliveryContext"]["replyMarkup"]["inline"],
         true
     );
+    // The text names each token figure: the prompt holds the input, it is not a sum.
+    let text = String::from_utf8(run(&store, &["show", "main"]).stdout).unwrap();
+    assert!(
+        text.lines().any(|line| line
+            == "last turn   prompt 15320 tokens (1200 input + 14120 cache), reply 340 tokens"),
+        "{text}"
+    );
 
     let stats = json(&run(&store, &["--json", "stats"]));
     assert_eq!(stats["sessions"], 3);

@@ -240,13 +240,28 @@ async function sessionPage() {
   $('key').textContent = key;
   document.title = key + ' · agent-sessions';
 
+  // The last turn's tokens, each figure named: the prompt (input, with what came from
+  // the provider's cache) and the reply. Not a sum: the prompt holds the input.
+  function lastTurnText(entry) {
+    const total = entry.totalTokens;
+    const input = entry.inputTokens;
+    let text = 'Last turn: prompt of ' + total + ' tokens';
+    if (input != null && input < total) {
+      text += ' (' + input + ' input + ' + (total - input) + ' from the cache)';
+    }
+    if (entry.outputTokens != null) {
+      text += ', reply of ' + entry.outputTokens + ' tokens';
+    }
+    return text;
+  }
+
   async function refresh() {
     try {
       const found = await api('/ui/api/session?key=' + encodeURIComponent(key));
       const entry = found.session;
       renderFields(entry);
       $('usage-total').textContent = entry && entry.totalTokens
-        ? 'This session: ' + entry.totalTokens + ' tokens (' + (entry.inputTokens ?? 0) + ' in, ' + (entry.outputTokens ?? 0) + ' out)'
+        ? lastTurnText(entry)
         : '';
       $('summary').textContent = entry
         ? 'session ' + entry.sessionId + ' · ' + (entry.status || 'idle') +
