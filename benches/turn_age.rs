@@ -8,8 +8,8 @@
 //! older ones grow by the turns measured on them, a few hundred at most. `first/<age>`
 //! is a session's first turn on a manager that never served it (a restarted process, a
 //! new worker, a manager that let the conversation go): the turn reads the transcript
-//! from its end, so it is compared with `first/10` (a young session's turn, which is
-//! always its first).
+//! from its end, so it is compared with `first/10`, a young session's first turn on a
+//! new manager too.
 //!
 //! `cargo bench --bench turn_age --features sqlite,postgres` (PostgreSQL only when
 //! `AGENT_SESSIONS_TEST_POSTGRES_URL` names a server; the run uses a schema of its own

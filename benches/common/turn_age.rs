@@ -100,8 +100,8 @@ impl Aged {
 
     /// The time `turns` whole turns take, each the first of its session on a manager
     /// made for it by `fresh` (what a restarted process, a new worker or a manager that
-    /// let the conversation go pays): the young on a new session each turn, as
-    /// [`measure`](Self::measure) does.
+    /// let the conversation go pays): the young on a new session each turn, made on
+    /// `manager` before the clock starts, as [`measure`](Self::measure) does.
     pub fn measure_first(
         &mut self,
         runtime: &tokio::runtime::Runtime,
@@ -109,17 +109,7 @@ impl Aged {
         fresh: impl Fn() -> SessionManager,
         turns: u64,
     ) -> Duration {
-        if self.age <= YOUNG {
-            return self.measure(runtime, manager, turns);
-        }
-        let mut spent = Duration::ZERO;
-        for _ in 0..turns {
-            let manager = fresh();
-            let start = Instant::now();
-            std::hint::black_box(runtime.block_on(one_turn(&manager, self.peer)));
-            spent += start.elapsed();
-        }
-        spent
+        self.turns(runtime, manager, Some(&fresh), turns)
     }
 
     /// The time `turns` whole turns take (what criterion's `iter_custom` asks).
@@ -127,6 +117,18 @@ impl Aged {
         &mut self,
         runtime: &tokio::runtime::Runtime,
         manager: &SessionManager,
+        turns: u64,
+    ) -> Duration {
+        self.turns(runtime, manager, None, turns)
+    }
+
+    /// `turns` whole turns, each on `manager` or on a manager `fresh` makes for it
+    /// before the clock starts.
+    fn turns(
+        &mut self,
+        runtime: &tokio::runtime::Runtime,
+        manager: &SessionManager,
+        fresh: Option<&dyn Fn() -> SessionManager>,
         turns: u64,
     ) -> Duration {
         let mut spent = Duration::ZERO;
@@ -138,8 +140,10 @@ impl Aged {
                 runtime.block_on(age_session(manager, self.fresh, self.age));
                 self.fresh
             };
+            let made = fresh.map(|fresh| fresh());
+            let on = made.as_ref().unwrap_or(manager);
             let start = Instant::now();
-            std::hint::black_box(runtime.block_on(one_turn(manager, peer)));
+            std::hint::black_box(runtime.block_on(one_turn(on, peer)));
             spent += start.elapsed();
             if self.age <= YOUNG {
                 // Gone again, so the store holds as many sessions for every age.
