@@ -15,7 +15,7 @@
 //! | `collect` (the default) | queued | once the run ends and the debounce has passed with no new message, one follow-up turn answers every queued message together, in arrival order, and sees the finished run's reply |
 //! | `followup` | queued | each queued message its own turn, in order |
 //! | `steer` | handed to the running turn at its next tool boundary ([`Turn::steering`](crate::manager::Turn::steering)) | what the run did not take falls back to `followup` |
-//! | `steer-backlog` | as `steer` | and also kept for a follow-up turn |
+//! | `steer-backlog` | as `steer` | and also kept for a follow-up turn: a message the run took is answered twice, by the run and by its own turn |
 //! | `interrupt` | the running turn is told ([`Turn::interrupted`](crate::manager::Turn::interrupted)) and its `complete` is refused; the newest message runs | — |
 //!
 //! A host changes nothing: every message still goes `turn` → `messages` →
