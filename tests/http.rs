@@ -1598,6 +1598,16 @@ async fn serve_answers_only_its_own_host_names() {
         "{}",
         String::from_utf8_lossy(&twice.body)
     );
+    // With a code the description documents.
+    let body: Value = serde_json::from_slice(&twice.body).unwrap();
+    let spec: Value = serde_json::from_str(include_str!("../docs/openapi.json")).unwrap();
+    let codes = &spec["components"]["schemas"]["Error"]["properties"]["error"]["properties"]
+        ["code"]["enum"];
+    assert_eq!(body["error"]["code"], "invalid_request");
+    assert!(
+        codes.as_array().unwrap().contains(&body["error"]["code"]),
+        "{body}"
+    );
     let absolute = send(
         "GET http://attacker.example/kernel/health HTTP/1.1\r\nhost: localhost\r\n\
          connection: close\r\n\r\n"

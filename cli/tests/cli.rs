@@ -750,6 +750,42 @@ fn read_commands_on_a_missing_store_say_so_and_create_nothing() {
     assert!(stderr(&output).contains("agents/"), "{}", stderr(&output));
 }
 
+/// A `--store` that names another program's SQLite database (a typo, a wrong path) is
+/// not a store: the commands that change sessions refuse it and write nothing into it.
+#[test]
+fn commands_that_change_sessions_leave_another_programs_database_alone() {
+    let work = tempfile::tempdir().unwrap();
+    let file = work.path().join("other.db");
+    {
+        let db = rusqlite::Connection::open(&file).unwrap();
+        db.execute_batch("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+            .unwrap();
+    }
+    let before = std::fs::read(&file).unwrap();
+    let store = format!("sqlite:{}", file.display());
+    for args in [
+        &["reset", "telegram:dm:1"][..],
+        &["close", "telegram:dm:1"],
+        &["delete", "telegram:dm:1"],
+        &["prune", "--older-than", "1d"],
+        &["forget", "--person", "telegram:1"],
+        &["list"],
+    ] {
+        let output = run(&store, args);
+        assert_eq!(code(&output), 4, "{args:?}: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains("holds no agent-sessions tables"),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+    }
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        before,
+        "the database is as it was"
+    );
+}
+
 #[tokio::test]
 async fn read_commands_leave_an_existing_sqlite_store_unwritten() {
     let (_tree, work, store) = imported();

@@ -1039,7 +1039,7 @@ async fn require_known_host(
     if again.is_some() {
         return ApiError::new(
             StatusCode::BAD_REQUEST,
-            "bad_request",
+            "invalid_request",
             "a request has one Host header",
         )
         .into_response();

@@ -227,8 +227,9 @@ pub enum OpenMode {
     /// migrate database schemas: what a host serving sessions wants.
     #[default]
     Create,
-    /// The store must exist ([`Error::StoreNotFound`] otherwise); database schemas
-    /// are migrated. For commands that change sessions that are already there.
+    /// The store must exist ([`Error::StoreNotFound`] otherwise: also a database file
+    /// or schema that holds no agent-sessions tables, which is left as it is); its
+    /// schema is migrated. For commands that change sessions that are already there.
     Existing,
     /// The store must exist and nothing is written: SQLite is opened with
     /// `SQLITE_OPEN_READ_ONLY`, PostgreSQL transactions are read-only, and neither is
@@ -339,13 +340,24 @@ impl Backend {
             #[cfg(feature = "sqlite")]
             StoreUrl::Sqlite(file) => {
                 let file = file.clone();
-                if mode == OpenMode::Existing
-                    && !crate::store::json::paths::expand_home(&file).is_file()
-                {
-                    return Err(Error::StoreNotFound {
+                if mode == OpenMode::Existing {
+                    let path = crate::store::json::paths::expand_home(&file);
+                    let not_found = |problem: &str| Error::StoreNotFound {
                         store: url.to_string(),
-                        problem: "the file does not exist".into(),
-                    });
+                        problem: problem.to_owned(),
+                    };
+                    if !path.is_file() {
+                        return Err(not_found("the file does not exist"));
+                    }
+                    // Another program's database is not made a store.
+                    let checked = path.clone();
+                    let holds = crate::store::fs::blocking(&path, move || {
+                        crate::store::SqliteStore::holds_store(&checked)
+                    })
+                    .await?;
+                    if !holds {
+                        return Err(not_found("the file holds no agent-sessions tables"));
+                    }
                 }
                 let store = crate::store::fs::blocking(&file.clone(), move || {
                     if mode == OpenMode::ReadOnly {

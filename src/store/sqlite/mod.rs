@@ -106,6 +106,18 @@ struct Inner {
 
 type Guard = OwnedMutexGuard<Connection>;
 
+/// Whether the database holds this crate's migration record.
+fn has_schema(connection: &Connection) -> Result<bool> {
+    connection
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master
+             WHERE type = 'table' AND name = 'schema_migrations')",
+            [],
+            |row| row.get(0),
+        )
+        .map_err(db_error("read the schema"))
+}
+
 fn db_error(op: &'static str) -> impl FnOnce(rusqlite::Error) -> Error {
     move |error| {
         let transient = matches!(
@@ -191,15 +203,7 @@ impl SqliteStore {
         connection
             .busy_timeout(SqliteOptions::default().busy_timeout)
             .map_err(db_error("set the busy timeout"))?;
-        let has_schema: bool = connection
-            .query_row(
-                "SELECT EXISTS (SELECT 1 FROM sqlite_master
-                 WHERE type = 'table' AND name = 'schema_migrations')",
-                [],
-                |row| row.get(0),
-            )
-            .map_err(db_error("read the schema"))?;
-        if !has_schema {
+        if !has_schema(&connection)? {
             return Err(not_found("the file holds no agent-sessions tables"));
         }
         let found = schema_version(&connection)?;
@@ -219,6 +223,21 @@ impl SqliteStore {
             });
         }
         Ok(SqliteStore::from_connection(path, connection))
+    }
+
+    /// Whether the database at `path` (a file that exists) holds this crate's tables,
+    /// read without writing: a store opened as [`OpenMode::Existing`](crate::store::OpenMode::Existing)
+    /// must not be made in another program's database.
+    pub(crate) fn holds_store(path: &Path) -> Result<bool> {
+        let connection = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(db_error("open the database"))?;
+        connection
+            .busy_timeout(SqliteOptions::default().busy_timeout)
+            .map_err(db_error("set the busy timeout"))?;
+        has_schema(&connection)
     }
 
     fn from_connection(path: PathBuf, connection: Connection) -> Self {
