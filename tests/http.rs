@@ -820,6 +820,8 @@ async fn hostile_requests_get_json_errors_with_a_4xx_status() {
         "",
         "?workspace_id=%FF",
         "?workspace_id=ws_abc&limit=-1",
+        // An empty page would read as the last one.
+        "?workspace_id=ws_abc&limit=0",
         "?workspace_id=ws_abc&limit=lots",
         "?workspace_id=ws_abc&limit=99999999999999999999999",
         "?workspace_id=../etc",

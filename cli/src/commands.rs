@@ -735,8 +735,16 @@ fn without_password(store: &str) -> String {
     }
 }
 
-/// The session key `raw` names under `agent`.
+/// The session key `raw` names under `agent`. An empty argument is refused (usage):
+/// the library reads it as `main`, and `reset "$KEY"` with `KEY` unset must not reset
+/// the main session.
 fn key_of(agent: &AgentId, raw: &str) -> Result<SessionKey, Failure> {
+    if raw.trim().is_empty() {
+        return Err(failure(
+            EXIT_USAGE,
+            "the key is empty: name a session (`telegram:dm:42`, `main`, a session id)",
+        ));
+    }
     // `global` is the one key outside every agent (OpenClaw's global scope).
     if raw.trim().eq_ignore_ascii_case("global") {
         return Ok(SessionKey::parse("global")?);

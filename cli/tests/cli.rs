@@ -786,6 +786,27 @@ fn commands_that_change_sessions_leave_another_programs_database_alone() {
     );
 }
 
+/// An empty key (a script's unset variable) names no session: refused, not taken for
+/// the main session.
+#[test]
+fn an_empty_key_is_refused_not_taken_for_main() {
+    let (_tree, _work, store) = imported();
+    let before = json(&run(&store, &["--json", "show", "main"]));
+    for args in [
+        &["show", ""][..],
+        &["log", "  ", "--no-pager"],
+        &["reset", ""],
+        &["close", ""],
+        &["delete", "", "--force"],
+    ] {
+        let output = run(&store, args);
+        assert_eq!(code(&output), 2, "{args:?}: {}", stderr(&output));
+        assert!(stderr(&output).contains("the key is empty"), "{args:?}");
+    }
+    let after = json(&run(&store, &["--json", "show", "main"]));
+    assert_eq!(before, after, "the main session is as it was");
+}
+
 #[tokio::test]
 async fn read_commands_leave_an_existing_sqlite_store_unwritten() {
     let (_tree, work, store) = imported();

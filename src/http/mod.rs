@@ -1404,6 +1404,14 @@ async fn list_sessions(
     let Query(query) = query?;
     let mut filter = ListFilter::new().agent(workspace(&query.workspace_id)?);
     filter.status = status_filter(query.status.as_deref())?;
+    // An empty page would read as the last one.
+    if query.limit == Some(0) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            format!("limit must be 1 to {MAX_PAGE}"),
+        ));
+    }
     let page = query.limit.unwrap_or(DEFAULT_PAGE).min(MAX_PAGE);
     // One more than the page, to know whether another page follows.
     filter.limit = Some(page + 1);
