@@ -397,6 +397,18 @@ async fn errors_are_json_with_the_right_status() {
         .await
         .unwrap();
     expect(wrong, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    // Two secrets, the right one among them: refused, whichever comes first.
+    for (first, second) in [(SECRET, "wrong"), ("wrong", SECRET), (SECRET, SECRET)] {
+        let twice = client
+            .post(url("/kernel/sessions/resolve"))
+            .header(SECRET_HEADER, first)
+            .header(SECRET_HEADER, second)
+            .json(&resolve_body)
+            .send()
+            .await
+            .unwrap();
+        expect(twice, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    }
     let (_, listed) = service.get("/kernel/sessions?workspace_id=ws_abc").await;
     assert_eq!(
         listed["sessions"],

@@ -1111,16 +1111,18 @@ fn host_name(name: &str) -> bool {
         })
 }
 
-/// Rejects calls without the configured secret (compared in constant time).
+/// Rejects calls without the configured secret (compared in constant time), or with
+/// more than one: a proxy and a client that disagree are not judged by the first.
 async fn require_secret(
     State(secret): State<Arc<Option<Secret>>>,
     request: Request,
     next: Next,
 ) -> Response {
     if let Some(expected) = secret.as_ref() {
-        let given = request
-            .headers()
-            .get(SECRET_HEADER)
+        let mut sent = request.headers().get_all(SECRET_HEADER).iter();
+        let (first, again) = (sent.next(), sent.next());
+        let given = first
+            .filter(|_| again.is_none())
             .map(|value| value.as_bytes())
             .unwrap_or_default();
         if !expected.matches(given) {
