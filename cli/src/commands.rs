@@ -10,7 +10,7 @@ use agent_sessions::ops::{migrate_with, MigrateOptions, MigrationProgress, Migra
 use agent_sessions::privacy::{ForgetOptions, PersonRef, RetentionPolicy, RetentionRule};
 use agent_sessions::store::{Backend, OpenMode, StoreUrl};
 use agent_sessions::transcript::follow::{self, Position, Update};
-use agent_sessions::transcript::{Offset, SessionEvent, TranscriptRef, TranscriptStore};
+use agent_sessions::transcript::{Offset, ReadIssue, SessionEvent, TranscriptRef, TranscriptStore};
 use agent_sessions::{
     AgentId, Error, ListCursor, ListFilter, PeerKind, SessionKey, SessionManager, SessionStatus,
     StoredSession,
@@ -925,12 +925,40 @@ async fn log(store: &str, agent: &AgentId, json: bool, args: LogArgs) -> Outcome
                 json,
             )
             .unwrap_or_else(|e| output::stdout_failed(&e));
+            // What was skipped is said, on standard error: the conversation printed is
+            // not the whole transcript.
+            for issue in &read.issues {
+                eprintln!(
+                    "agent-sessions: warning: the transcript of session {} ({}): {}",
+                    session.entry.session_id,
+                    session.key,
+                    read_issue(issue)
+                );
+            }
         }
     }
     output
         .finish()
         .unwrap_or_else(|e| output::stdout_failed(&e));
     Ok(())
+}
+
+/// `issue` in words that hold in a read from any place in the transcript.
+fn read_issue(issue: &ReadIssue) -> String {
+    match issue {
+        ReadIssue::InvalidLine {
+            offset, message, ..
+        } => format!(
+            "the line at byte {} is not a transcript entry ({message}); it was skipped",
+            offset.0
+        ),
+        ReadIssue::TornLastLine { offset, bytes, .. } => format!(
+            "the last line (at byte {}, {bytes} bytes) is torn, a writer stopped mid-line; \
+             it was skipped",
+            offset.0
+        ),
+        other => other.to_string(),
+    }
 }
 
 /// How much of a transcript `log` reads at a time.

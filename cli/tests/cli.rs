@@ -786,6 +786,44 @@ fn commands_that_change_sessions_leave_another_programs_database_alone() {
     );
 }
 
+/// `log` says on standard error what it skipped — a line that is not a transcript
+/// entry, a torn last line — and still prints the rest, leaving the file as it was.
+#[test]
+fn log_says_which_lines_it_skipped() {
+    let tree = common::openclaw_fixture();
+    // The fixture's entries name their files under OpenClaw's home: here, this tree.
+    let entries = tree.path().join("agents/main/sessions/sessions.json");
+    let text = std::fs::read_to_string(&entries).unwrap();
+    let home = tree.path().display().to_string();
+    std::fs::write(&entries, text.replace("/home/u/.openclaw", &home)).unwrap();
+    let file = tree
+        .path()
+        .join("agents/main/sessions/0f5d59ee-034e-47d9-ac97-d383e6c022b8.jsonl");
+    let mut lines: Vec<String> = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    lines.insert(2, "this is not json \u{1b}[31m".to_owned());
+    let damaged = format!("{}\n{{\"type\":\"mess", lines.join("\n"));
+    std::fs::write(&file, &damaged).unwrap();
+    let store = format!("json:{}", tree.path().display());
+    let output = run(&store, &["log", "main", "--no-pager"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("Hello"),
+        "the rest is printed"
+    );
+    let warnings = stderr(&output);
+    assert!(warnings.contains("is not a transcript entry"), "{warnings}");
+    assert!(warnings.contains("is torn"), "{warnings}");
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        damaged,
+        "left as it was"
+    );
+}
+
 /// An empty key (a script's unset variable) names no session: refused, not taken for
 /// the main session.
 #[test]
