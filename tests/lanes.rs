@@ -42,6 +42,25 @@ fn quick() -> QueueSettings {
     QueueSettings::default().debounce(Duration::from_millis(150))
 }
 
+/// A manager in memory, with transcripts, following `settings`.
+fn in_memory(settings: QueueSettings) -> Arc<SessionManager> {
+    Arc::new(
+        SessionManager::builder(InMemoryStore::new())
+            .transcripts(agent_sessions::transcript::InMemoryTranscriptStore::new())
+            .queue(settings)
+            .build()
+            .unwrap(),
+    )
+}
+
+/// A direct message, with the channel message id `id` if it has one.
+fn dm_with_id(text: &str, id: Option<&str>) -> InboundMessage {
+    match id {
+        Some(id) => dm(text).with_message_id(id),
+        None => dm(text),
+    }
+}
+
 /// What one handler saw.
 #[derive(Debug, Clone)]
 struct Handled {
@@ -491,21 +510,12 @@ async fn steering_hands_a_message_to_the_running_turn() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_message_steered_into_a_run_that_dies_is_answered_by_its_own_turn() {
     for message_id in [Some("m2"), None] {
-        let manager = Arc::new(
-            SessionManager::builder(InMemoryStore::new())
-                .transcripts(agent_sessions::transcript::InMemoryTranscriptStore::new())
-                .queue(quick().mode(QueueMode::Steer))
-                .build()
-                .unwrap(),
-        );
+        let manager = in_memory(quick().mode(QueueMode::Steer));
         let first = manager.turn(&dm("book a table")).await.unwrap();
         let key = first.key().clone();
         let second = {
             let manager = manager.clone();
-            let mut message = dm("for four people");
-            if let Some(id) = message_id {
-                message = message.with_message_id(id);
-            }
+            let message = dm_with_id("for four people", message_id);
             tokio::spawn(async move {
                 let turn = manager.turn(&message).await.unwrap();
                 let action = turn.action().clone();
@@ -1143,21 +1153,12 @@ async fn a_sweep_answers_what_a_killed_follow_up_had_taken() {
     // Logged, never answered: the follow-up is killed while the model runs — with a
     // channel message id, and without one (it is found by the id it was queued as).
     for message_id in [Some("f"), None] {
-        let manager = Arc::new(
-            SessionManager::builder(InMemoryStore::new())
-                .transcripts(agent_sessions::transcript::InMemoryTranscriptStore::new())
-                .queue(quick())
-                .build()
-                .unwrap(),
-        );
+        let manager = in_memory(quick());
         let first = manager.turn(&dm("book a table")).await.unwrap();
         let key = first.key().clone();
         let follow_up = {
             let manager = manager.clone();
-            let mut message = dm("for Friday");
-            if let Some(id) = message_id {
-                message = message.with_message_id(id);
-            }
+            let message = dm_with_id("for Friday", message_id);
             tokio::spawn(async move {
                 let turn = manager.turn(&message).await.unwrap();
                 assert_eq!(turn.action(), &TurnAction::Answer);

@@ -108,6 +108,15 @@ pub(crate) fn queued_id(id: &str) -> String {
     format!("queued:{id}")
 }
 
+/// Every message the session's run answers (none without a run).
+pub(crate) fn answering(entry: &SessionEntry) -> Vec<String> {
+    entry
+        .run
+        .as_ref()
+        .map(|run| run.answering.clone())
+        .unwrap_or_default()
+}
+
 /// Gives the run to `holder`, with the next fencing token: it answers `answering`
 /// (the queued messages it `taken` among them), and what a run before it — dead, or
 /// interrupted — was answering. The messages it answers are its own now: a delivery
@@ -393,11 +402,7 @@ pub(crate) fn take(
                 taken: vec![own],
                 own_at: 0,
                 dropped: None,
-                answering: entry
-                    .run
-                    .as_ref()
-                    .map(|run| run.answering.clone())
-                    .unwrap_or_default(),
+                answering: answering(entry),
                 inherited,
                 before,
                 resumed: true,
@@ -447,8 +452,8 @@ pub(crate) fn take(
     };
     let taken: Vec<QueuedMessage> = entry.queued.drain(..upto).collect();
     let own_at = taken.iter().position(|q| q.id == queued_id).expect("taken");
-    let answering = taken.iter().map(tracked_id).collect();
-    let (fence, inherited, before) = take_run(entry, holder, now_ms, answering, taken.clone());
+    let ids = taken.iter().map(tracked_id).collect();
+    let (fence, inherited, before) = take_run(entry, holder, now_ms, ids, taken.clone());
     Take::Run {
         fence,
         taken,
@@ -457,11 +462,7 @@ pub(crate) fn take(
         before,
         resumed: false,
         dropped: take_dropped(entry),
-        answering: entry
-            .run
-            .as_ref()
-            .map(|run| run.answering.clone())
-            .unwrap_or_default(),
+        answering: answering(entry),
     }
 }
 

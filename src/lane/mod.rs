@@ -67,7 +67,8 @@ pub use crate::store::entry::{QueueDrop, QueueMode};
 #[cfg(feature = "http")]
 pub(crate) use decide::live;
 pub(crate) use decide::{
-    arrive, interrupted, queued_id, release, renew, steer, take, tracked_id, Arrival, Lane, Take,
+    answering, arrive, interrupted, queued_id, release, renew, steer, take, tracked_id, Arrival,
+    Lane, Take,
 };
 pub(crate) use prompt::collected_input;
 pub(crate) use run::{lane_channel, Lanes, Leases, Place, Resume, RunLease};

@@ -428,12 +428,7 @@ impl SessionManager {
                     collected,
                     dropped,
                     resumed,
-                    answering: resolution
-                        .entry()
-                        .run
-                        .as_ref()
-                        .map(|run| run.answering.clone())
-                        .unwrap_or_default(),
+                    answering: crate::lane::answering(resolution.entry()),
                     inherited,
                     before,
                 },
