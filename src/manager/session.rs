@@ -428,14 +428,23 @@ impl Session<'_> {
     /// [`record_turn`](Self::record_turn) for the turn that holds the run `fence`: the
     /// run ends in the same update, which is refused ([`Error::RunLost`], nothing
     /// written) when another turn holds the run now.
+    ///
+    /// `entry` is the session as the turn began; while the turn holds the run, nothing
+    /// else records a turn, so its context summary and turn count are the ones the next
+    /// summary builds on, with no read before the update (the update checks them, and
+    /// reads the session again if another call changed them meanwhile).
     pub(crate) async fn end_run(
         &self,
         outcome: TurnOutcome,
         fence: Option<u64>,
+        entry: Option<&SessionEntry>,
     ) -> Result<StoredSession> {
         match fence {
             None => self.record_turn_of(None, outcome).await,
-            Some(fence) => self.record_turn_fenced(None, outcome, Some(fence)).await,
+            Some(fence) => {
+                self.record_turn_fenced(None, outcome, Some(fence), entry)
+                    .await
+            }
         }
     }
 
@@ -854,7 +863,8 @@ impl Session<'_> {
         session_id: Option<&str>,
         outcome: TurnOutcome,
     ) -> Result<StoredSession> {
-        self.record_turn_fenced(session_id, outcome, None).await
+        self.record_turn_fenced(session_id, outcome, None, None)
+            .await
     }
 
     /// [`record_turn_of`](Self::record_turn_of), ending the run `fence` when given (see
@@ -864,54 +874,75 @@ impl Session<'_> {
         session_id: Option<&str>,
         outcome: TurnOutcome,
         fence: Option<u64>,
+        mut known: Option<&SessionEntry>,
     ) -> Result<StoredSession> {
         let key = &self.key;
-        let summary = match &outcome.exchange {
-            Some((user, reply)) => self.next_context_summary(user, reply).await?,
-            None => None,
-        };
         let now_ms = self.manager.seams.clock.now_millis();
-        let mut lost = false;
-        let stored = self
-            .manager
-            .change_of(key, session_id, |entry| {
-                lost = false;
-                match fence {
-                    // The run ends here, if it is still this turn's; else nothing changes.
-                    Some(fence) if !crate::lane::release(entry, fence) => {
-                        lost = true;
+        let stored = loop {
+            let base = match (&outcome.exchange, known.take()) {
+                (None, _) => None,
+                (Some(_), Some(entry)) => Some(entry.clone()),
+                (Some(_), None) => Some(self.manager.existing(key).await?.entry),
+            };
+            let summary = match (&outcome.exchange, &base) {
+                (Some((user, reply)), Some(base)) => {
+                    self.next_context_summary(base, user, reply).await
+                }
+                _ => None,
+            };
+            let (mut lost, mut moved) = (false, false);
+            let stored = self
+                .manager
+                .change_of(key, session_id, |entry| {
+                    (lost, moved) = (false, false);
+                    // The summary builds on the summary and count it was made from.
+                    if base.as_ref().is_some_and(|base| {
+                        base.context_summary != entry.context_summary
+                            || base.turn_count != entry.turn_count
+                    }) {
+                        moved = true;
                         return;
                     }
-                    Some(_) => {}
-                    None => {
-                        if matches!(
-                            entry.status,
-                            Some(SessionStatus::Running | SessionStatus::AwaitingApproval)
-                        ) {
-                            entry.status = Some(SessionStatus::Idle);
-                            entry.run = None;
+                    match fence {
+                        // The run ends here, if it is still this turn's; else nothing changes.
+                        Some(fence) if !crate::lane::release(entry, fence) => {
+                            lost = true;
+                            return;
+                        }
+                        Some(_) => {}
+                        None => {
+                            if matches!(
+                                entry.status,
+                                Some(SessionStatus::Running | SessionStatus::AwaitingApproval)
+                            ) {
+                                entry.status = Some(SessionStatus::Idle);
+                                entry.run = None;
+                            }
                         }
                     }
-                }
-                entry.turn_count = Some(entry.turn_count.unwrap_or(0) + 1);
-                entry.system_sent = Some(true);
-                entry.aborted_last_run = Some(outcome.aborted);
-                entry.updated_at = entry.updated_at.max(now_ms);
-                if let Some(usage) = &outcome.usage {
-                    usage.apply(entry);
-                }
-                if let Some(engine) = &outcome.engine {
-                    engine.apply(entry);
-                }
-                if let Some(summary) = &summary {
-                    entry.context_summary = Some(summary.clone());
-                }
-            })
-            .await?;
-        if lost {
-            crate::ops::telemetry::run_lost();
-            return Err(Error::RunLost { key: key.clone() });
-        }
+                    entry.turn_count = Some(entry.turn_count.unwrap_or(0) + 1);
+                    entry.system_sent = Some(true);
+                    entry.aborted_last_run = Some(outcome.aborted);
+                    entry.updated_at = entry.updated_at.max(now_ms);
+                    if let Some(usage) = &outcome.usage {
+                        usage.apply(entry);
+                    }
+                    if let Some(engine) = &outcome.engine {
+                        engine.apply(entry);
+                    }
+                    if let Some(summary) = &summary {
+                        entry.context_summary = Some(summary.clone());
+                    }
+                })
+                .await?;
+            if lost {
+                crate::ops::telemetry::run_lost();
+                return Err(Error::RunLost { key: key.clone() });
+            }
+            if !moved {
+                break stored;
+            }
+        };
         let turns = stored.entry.turn_count.unwrap_or(0);
         let at_limit = self
             .manager
@@ -928,17 +959,22 @@ impl Session<'_> {
         Ok(stored)
     }
 
-    async fn next_context_summary(&self, user: &str, reply: &str) -> Result<Option<String>> {
-        let key = &self.key;
-        let current = self.manager.existing(key).await?.entry;
+    /// The context summary after the exchange `user`/`reply`, built on `current`'s;
+    /// `None` (logged) when the summarizer fails.
+    async fn next_context_summary(
+        &self,
+        current: &SessionEntry,
+        user: &str,
+        reply: &str,
+    ) -> Option<String> {
         let input = SummaryInput::new(vec![SummaryTurn::user(user), SummaryTurn::assistant(reply)])
-            .merging(current.context_summary)
+            .merging(current.context_summary.clone())
             .with_turn_count(current.turn_count.unwrap_or(0) + 1);
         match self.manager.seams.summarizer.summarize(&input).await {
-            Ok(summary) => Ok(Some(clip_summary(&summary))),
+            Ok(summary) => Some(clip_summary(&summary)),
             Err(error) => {
-                tracing::warn!(key = %key, %error, "summarizer failed; the context summary is unchanged");
-                Ok(None)
+                tracing::warn!(key = %self.key, %error, "summarizer failed; the context summary is unchanged");
+                None
             }
         }
     }

@@ -109,6 +109,8 @@ pub struct PostgresStore {
     writer: Arc<str>,
     /// The task hearing other processes' appends, once started.
     listener: Arc<std::sync::Mutex<Option<notify::Listener>>>,
+    /// The tails of the transcripts this handle appended to last.
+    tails: Arc<transcripts::KnownTails>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -368,6 +370,7 @@ impl PostgresStore {
             config: listen_config,
             writer: uuid::Uuid::new_v4().simple().to_string().into(),
             listener: Arc::default(),
+            tails: Arc::default(),
         };
         if access != OpenMode::Create {
             let found = store

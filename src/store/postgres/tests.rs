@@ -702,3 +702,93 @@ async fn a_failed_append_leaves_the_transcript_as_it_was() {
     assert_eq!(next[0].offset, before.next, "the next append continues it");
     store.drop_schema().await.unwrap();
 }
+
+#[tokio::test]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+async fn appends_by_two_workers_continue_one_chain_announced_once_each() {
+    use crate::transcript::{TranscriptEntry, TranscriptRef, TranscriptStore};
+    // Each handle appends after the tail it wrote last without reading it first; when
+    // the other handle moved it since, that append writes and announces nothing and the
+    // tail is read.
+    let one = fresh("as_tails").await;
+    let url = format!("{}?application_name=as_tails", server());
+    let two = PostgresStore::connect_with(&url, PostgresOptions::in_schema(one.schema.clone()))
+        .await
+        .unwrap();
+    let transcript = TranscriptRef::new(crate::AgentId::main(), "s-tails");
+    let mut heard = TranscriptStore::subscribe(&one);
+    // The listening connection is up once it hears the other handle's first append.
+    let at = chrono::Utc::now();
+    two.append(&transcript, vec![TranscriptEntry::user_text("w0", at)])
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), heard.recv())
+        .await
+        .expect("the listener hears the other handle")
+        .unwrap();
+    assert_eq!(first.events.len(), 1);
+
+    // one, one, two, one, two, two, one: every append after the first of each handle
+    // finds the tail it remembers moved or in place, in turn.
+    let order = [&one, &one, &two, &one, &two, &two, &one];
+    for (n, store) in order.iter().enumerate() {
+        store
+            .append(
+                &transcript,
+                vec![
+                    TranscriptEntry::user_text(format!("q{n}"), at),
+                    TranscriptEntry::assistant_text(format!("a{n}"), "test", "model", at),
+                ],
+            )
+            .await
+            .unwrap();
+    }
+    let read = two.read(&transcript, Offset::START).await.unwrap();
+    let texts: Vec<String> = read
+        .events
+        .iter()
+        .map(|e| e.entry.message.as_ref().unwrap().text())
+        .collect();
+    let mut expected = vec!["w0".to_owned()];
+    for n in 0..order.len() {
+        expected.extend([format!("q{n}"), format!("a{n}")]);
+    }
+    assert_eq!(texts, expected, "every line once, in order");
+    for pair in read.events.windows(2) {
+        assert_eq!(
+            pair[1].entry.parent_id, pair[0].entry.id,
+            "each line hangs from the one before"
+        );
+        assert_eq!(
+            pair[1].offset.0,
+            pair[0].offset.0 + 1,
+            "numbered without a gap"
+        );
+    }
+
+    // `one`'s subscribers hear each append once — its own, and the other handle's
+    // through the listener — with the lines as stored.
+    let mut questions = Vec::new();
+    while questions.len() < order.len() {
+        let update = tokio::time::timeout(Duration::from_secs(10), heard.recv())
+            .await
+            .expect("every append is heard")
+            .unwrap();
+        questions.extend(update.events.into_iter().filter_map(|event| {
+            let text = event.entry.message.unwrap().text();
+            text.starts_with('q').then_some((event.offset.0, text))
+        }));
+    }
+    // The listener's are heard later than the handle's own.
+    questions.sort();
+    let expected: Vec<(u64, String)> = (0..order.len())
+        .map(|n| (2 + 2 * n as u64, format!("q{n}")))
+        .collect();
+    assert_eq!(questions, expected);
+    let more = tokio::time::timeout(Duration::from_millis(500), heard.recv()).await;
+    assert!(more.is_err(), "no append is announced twice: {more:?}");
+    one.drop_schema().await.unwrap();
+}

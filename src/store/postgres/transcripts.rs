@@ -3,6 +3,7 @@
 use super::notify::channel;
 use super::*;
 use crate::store::sql_transcripts::{self as rows, AppendNotice, TranscriptRows};
+use std::collections::HashMap;
 
 /// A PostgreSQL transaction (`C`: a [`Transaction`], or a connection inside
 /// `BEGIN … COMMIT`) as the rows of the transcript tables.
@@ -310,11 +311,39 @@ impl TranscriptStore for PostgresStore {
     ) -> Result<Vec<SessionEvent>> {
         crate::ops::telemetry::append(BACKEND, transcript, async move {
             let (agent, name) = (transcript.agent.to_string(), transcript.file_name()?);
-            let open = OpenTransaction(Some(self.client().await?));
-            let result = self
-                .append_in(open.client(), transcript, (&agent, &name), entries)
-                .await;
-            let events = open.end_pipelined(result).await?;
+            let appended = async {
+                // With the tail this handle wrote last, one round trip; when another
+                // writer moved it since, nothing is written and the tail is read.
+                if let Some(tail) = self.tails.get(&agent, &name) {
+                    let open = OpenTransaction(Some(self.client().await?));
+                    let result = self
+                        .append_after(
+                            open.client(),
+                            transcript,
+                            (&agent, &name),
+                            tail,
+                            entries.clone(),
+                        )
+                        .await;
+                    if let Some(appended) = open.end_pipelined(result).await? {
+                        return Ok(appended);
+                    }
+                }
+                let open = OpenTransaction(Some(self.client().await?));
+                let result = self
+                    .append_in(open.client(), transcript, (&agent, &name), entries)
+                    .await;
+                open.end_pipelined(result).await
+            }
+            .await;
+            let (events, tail) = match appended {
+                Ok(appended) => appended,
+                Err(error) => {
+                    self.tails.forget(&agent, &name);
+                    return Err(error);
+                }
+            };
+            self.tails.remember(agent, name, tail);
             self.hub.publish(TranscriptUpdate {
                 transcript: transcript.clone(),
                 path: None,
@@ -618,7 +647,7 @@ impl PostgresStore {
         transcript: &TranscriptRef,
         (agent, name): (&str, &str),
         entries: Vec<TranscriptEntry>,
-    ) -> Result<Committed<Vec<SessionEvent>>> {
+    ) -> Result<Committed<(Vec<SessionEvent>, Tail)>> {
         let statements = [
             "SELECT pg_advisory_xact_lock($1)".to_owned(),
             format!(
@@ -697,8 +726,152 @@ impl PostgresStore {
             committed: committed.map_err(pg_error("commit")),
             result: written.map(|_| {
                 appended.count_bytes();
-                appended.events
+                (appended.events, (line_count, appended.leaf))
             }),
         })
+    }
+
+    /// [`append_in`](Self::append_in) after `tail`, the transcript's line count and
+    /// leaf as this handle last wrote them, in one round trip: the tail moves, the
+    /// lines are inserted and the append announced only where it is still `tail` (the
+    /// transaction holds the transcript's lock); `None`, with nothing written, where
+    /// another writer moved it.
+    async fn append_after(
+        &self,
+        c: &Object,
+        transcript: &TranscriptRef,
+        (agent, name): (&str, &str),
+        tail: Tail,
+        entries: Vec<TranscriptEntry>,
+    ) -> Result<Committed<Option<(Vec<SessionEvent>, Tail)>>> {
+        let (transcripts, lines) = (self.table("transcripts"), self.table("transcript_lines"));
+        let statements = [
+            "SELECT pg_advisory_xact_lock($1)".to_owned(),
+            format!(
+                "WITH tail AS (
+                     UPDATE {transcripts} SET line_count = $9, leaf = $10
+                      WHERE agent_id = $1 AND name = $2 AND line_count = $11
+                        AND leaf IS NOT DISTINCT FROM $12
+                     RETURNING 1),
+                 inserted AS (
+                     INSERT INTO {lines} (agent_id, name, seq, line, log_at, person_id,
+                         agent_identity, session_key)
+                     SELECT $1, $2, * FROM UNNEST($3::BIGINT[], $4::TEXT[], $5::BIGINT[],
+                         $6::TEXT[], $7::TEXT[], $8::TEXT[])
+                      WHERE EXISTS (SELECT 1 FROM tail)
+                     RETURNING 1)
+                 SELECT count(*) FROM inserted"
+            ),
+            // Only where the tail is the one just written: this append's.
+            format!(
+                "SELECT pg_notify($1, $2) FROM {transcripts}
+                  WHERE agent_id = $3 AND name = $4 AND line_count = $5
+                    AND leaf IS NOT DISTINCT FROM $6"
+            ),
+        ];
+        let prepared = tokio::try_join!(
+            c.prepare_cached(&statements[0]),
+            c.prepare_cached(&statements[1]),
+            c.prepare_cached(&statements[2]),
+        )
+        .map_err(pg_error("append to a transcript"));
+        let (lock, append, notify) = prepared?;
+        let appended = rows::Appended::new(tail.clone(), &self.location, entries)?;
+        let columns = LineColumns::of(appended.first, &appended.lines);
+        let notice = AppendNotice::of(&self.writer, transcript, name, &appended.events)
+            .map(|notice| serde_json::to_string(&notice).expect("a notice serialises"));
+        let channel = channel(&self.schema);
+        let line_count = appended.line_count();
+        let lock_id = lock_id(&format!("{}\0transcript\0{agent}\0{name}", self.schema));
+        let lock_params: &[&(dyn ToSql + Sync)] = &[&lock_id];
+        let append_params: &[&(dyn ToSql + Sync)] = &[
+            &agent,
+            &name,
+            &columns.seq,
+            &appended.lines,
+            &columns.log_at,
+            &columns.person_id,
+            &columns.agent_identity,
+            &columns.session_key,
+            &line_count,
+            &appended.leaf,
+            &tail.0,
+            &tail.1,
+        ];
+        // BEGIN, the lock, the append, its notice and COMMIT go out together (a failed
+        // statement makes the COMMIT a rollback).
+        let (begun, locked, inserted, announced, committed) = tokio::join!(
+            biased;
+            c.batch_execute("BEGIN"),
+            c.execute(&lock, lock_params),
+            c.query_one(&append, append_params),
+            async {
+                match &notice {
+                    Some(payload) => c
+                        .execute(
+                            &notify,
+                            &[&channel, payload, &agent, &name, &line_count, &appended.leaf],
+                        )
+                        .await
+                        .map(|_| ()),
+                    None => Ok(()),
+                }
+            },
+            c.batch_execute("COMMIT"),
+        );
+        let written = begun
+            .map_err(pg_error("begin a transaction"))
+            .and(locked.map_err(pg_error("lock a row")))
+            .and(inserted.map_err(pg_error("append to a transcript")))
+            .and_then(|row| {
+                announced.map_err(pg_error("announce an append"))?;
+                Ok(row.get::<_, i64>(0) == appended.lines.len() as i64)
+            });
+        Ok(Committed {
+            committed: committed.map_err(pg_error("commit")),
+            result: written.map(|matched| {
+                matched.then(|| {
+                    appended.count_bytes();
+                    (appended.events, (line_count, appended.leaf))
+                })
+            }),
+        })
+    }
+}
+
+/// A transcript's line count and leaf.
+type Tail = (i64, Option<String>);
+
+/// The tails of the transcripts a store handle appended to last, so that its next
+/// append to one can write without reading the tail first; at most [`KnownTails::MAX`]
+/// of them (all are let go past it).
+#[derive(Debug, Default)]
+pub(super) struct KnownTails(std::sync::Mutex<HashMap<(String, String), Tail>>);
+
+impl KnownTails {
+    const MAX: usize = 4096;
+
+    fn get(&self, agent: &str, name: &str) -> Option<Tail> {
+        self.lock()
+            .get(&(agent.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
+    fn remember(&self, agent: String, name: String, tail: Tail) {
+        let mut tails = self.lock();
+        if tails.len() >= Self::MAX {
+            tails.clear();
+        }
+        tails.insert((agent, name), tail);
+    }
+
+    fn forget(&self, agent: &str, name: &str) {
+        self.lock().remove(&(agent.to_owned(), name.to_owned()));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Tail>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
