@@ -432,20 +432,14 @@ impl Session<'_> {
     /// `entry` is the session as the turn began; while the turn holds the run, nothing
     /// else records a turn, so its context summary and turn count are the ones the next
     /// summary builds on, with no read before the update (the update checks them, and
-    /// reads the session again if another call changed them meanwhile).
+    /// the session is read again if another call changed them meanwhile).
     pub(crate) async fn end_run(
         &self,
         outcome: TurnOutcome,
         fence: Option<u64>,
         entry: Option<&SessionEntry>,
     ) -> Result<StoredSession> {
-        match fence {
-            None => self.record_turn_of(None, outcome).await,
-            Some(fence) => {
-                self.record_turn_fenced(None, outcome, Some(fence), entry)
-                    .await
-            }
-        }
+        self.record_turn_fenced(None, outcome, fence, entry).await
     }
 
     /// The workspace of the session, created on first use
@@ -879,10 +873,11 @@ impl Session<'_> {
         let key = &self.key;
         let now_ms = self.manager.seams.clock.now_millis();
         let stored = loop {
-            let base = match (&outcome.exchange, known.take()) {
-                (None, _) => None,
-                (Some(_), Some(entry)) => Some(entry.clone()),
-                (Some(_), None) => Some(self.manager.existing(key).await?.entry),
+            // The session as the turn began, checked by the update; else read now.
+            let (base, check) = match (&outcome.exchange, known.take()) {
+                (None, _) => (None, false),
+                (Some(_), Some(entry)) => (Some(entry.clone()), true),
+                (Some(_), None) => (Some(self.manager.existing(key).await?.entry), false),
             };
             let summary = match (&outcome.exchange, &base) {
                 (Some((user, reply)), Some(base)) => {
@@ -896,10 +891,12 @@ impl Session<'_> {
                 .change_of(key, session_id, |entry| {
                     (lost, moved) = (false, false);
                     // The summary builds on the summary and count it was made from.
-                    if base.as_ref().is_some_and(|base| {
-                        base.context_summary != entry.context_summary
-                            || base.turn_count != entry.turn_count
-                    }) {
+                    if check
+                        && base.as_ref().is_some_and(|base| {
+                            base.context_summary != entry.context_summary
+                                || base.turn_count != entry.turn_count
+                        })
+                    {
                         moved = true;
                         return;
                     }
@@ -1008,5 +1005,49 @@ impl Session<'_> {
             }
         }
         Ok(Uuid::parse_str(&entry.session_id).unwrap_or_else(|_| Uuid::new_v4()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::manager::TurnOutcome;
+    use crate::prelude::*;
+
+    /// The end of a turn builds the context summary on the session as the turn began;
+    /// when another call recorded an exchange meanwhile, the summary is built again on
+    /// the session as it is, so that exchange is kept and counted.
+    #[tokio::test]
+    async fn a_turn_summary_keeps_what_was_recorded_while_the_model_ran() {
+        let manager = SessionManager::builder(InMemoryStore::new())
+            .build()
+            .unwrap();
+        let key = manager
+            .resolve(&InboundMessage::direct("sms", "+100", "hi"))
+            .await
+            .unwrap()
+            .key;
+        let session = manager.session(&key);
+        let began = session.get().await.unwrap().unwrap().entry;
+        session
+            .record_turn(
+                TurnOutcome::completed()
+                    .with_exchange("Please email the menu to anna@example.com", "Sent it."),
+            )
+            .await
+            .unwrap();
+        let ended = session
+            .end_run(
+                TurnOutcome::completed().with_exchange("Book Luigi's for Sunday?", "Booked."),
+                None,
+                Some(&began),
+            )
+            .await
+            .unwrap()
+            .entry;
+        let summary = ended.context_summary.unwrap();
+        assert!(summary.contains("anna@example.com"), "{summary}");
+        assert!(summary.contains("Luigi"), "{summary}");
+        assert!(summary.ends_with("TURNS: 2"), "{summary}");
+        assert_eq!(ended.turn_count, Some(2));
     }
 }
