@@ -803,3 +803,57 @@ async fn appends_by_two_workers_continue_one_chain_announced_once_each() {
     assert!(more.is_err(), "no append is announced twice: {more:?}");
     one.drop_schema().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+async fn concurrent_appends_by_four_workers_keep_one_chain() {
+    use crate::transcript::{TranscriptEntry, TranscriptRef, TranscriptStore};
+    let first = fresh("as_tails").await;
+    let url = format!("{}?application_name=as_tails", server());
+    let mut handles = vec![first.clone()];
+    for _ in 0..3 {
+        handles.push(
+            PostgresStore::connect_with(&url, PostgresOptions::in_schema(first.schema.clone()))
+                .await
+                .unwrap(),
+        );
+    }
+    let transcript = TranscriptRef::new(crate::AgentId::main(), "s-race");
+    let at = chrono::Utc::now();
+    let mut workers = tokio::task::JoinSet::new();
+    for (worker, store) in handles.into_iter().enumerate() {
+        let transcript = transcript.clone();
+        workers.spawn(async move {
+            for n in 0..40 {
+                store
+                    .append(
+                        &transcript,
+                        vec![TranscriptEntry::user_text(format!("w{worker}-{n}"), at)],
+                    )
+                    .await
+                    .unwrap();
+            }
+        });
+    }
+    while let Some(done) = workers.join_next().await {
+        done.unwrap();
+    }
+    let read = first.read(&transcript, Offset::START).await.unwrap();
+    assert_eq!(read.events.len(), 160, "every append once");
+    let mut texts: Vec<String> = read
+        .events
+        .iter()
+        .map(|e| e.entry.message.as_ref().unwrap().text())
+        .collect();
+    for pair in read.events.windows(2) {
+        assert_eq!(pair[1].entry.parent_id, pair[0].entry.id, "one chain");
+        assert_eq!(pair[1].offset.0, pair[0].offset.0 + 1, "no gap");
+    }
+    texts.sort();
+    texts.dedup();
+    assert_eq!(texts.len(), 160, "no line twice");
+    first.drop_schema().await.unwrap();
+}
