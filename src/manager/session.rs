@@ -872,12 +872,19 @@ impl Session<'_> {
     ) -> Result<StoredSession> {
         let key = &self.key;
         let now_ms = self.manager.seams.clock.now_millis();
+        // A summary is written only over the summary and turn count it was built on: when
+        // another call changed them meanwhile (an erase clears the summary), the session
+        // is read again and the summary built again, three times at most; after that
+        // the turn is recorded with the summary left as it is.
+        const ATTEMPTS: usize = 3;
+        let mut attempt = 0;
         let stored = loop {
-            // The session as the turn began, checked by the update; else read now.
-            let (base, check) = match (&outcome.exchange, known.take()) {
-                (None, _) => (None, false),
-                (Some(_), Some(entry)) => (Some(entry.clone()), true),
-                (Some(_), None) => (Some(self.manager.existing(key).await?.entry), false),
+            attempt += 1;
+            // The session as the turn began, else read now.
+            let base = match (&outcome.exchange, known.take()) {
+                (None, _) => None,
+                (Some(_), Some(entry)) => Some(entry.clone()),
+                (Some(_), None) => Some(self.manager.existing(key).await?.entry),
             };
             let summary = match (&outcome.exchange, &base) {
                 (Some((user, reply)), Some(base)) => {
@@ -890,23 +897,22 @@ impl Session<'_> {
                 .manager
                 .change_of(key, session_id, |entry| {
                     (lost, moved) = (false, false);
-                    // The summary builds on the summary and count it was made from.
-                    if check
-                        && base.as_ref().is_some_and(|base| {
-                            base.context_summary != entry.context_summary
-                                || base.turn_count != entry.turn_count
-                        })
-                    {
-                        moved = true;
+                    // The run ends here, if it is still this turn's; else nothing changes.
+                    if fence.is_some_and(|fence| crate::lane::interrupted(entry, fence)) {
+                        lost = true;
+                        return;
+                    }
+                    moved = base.as_ref().is_some_and(|base| {
+                        base.context_summary != entry.context_summary
+                            || base.turn_count != entry.turn_count
+                    });
+                    if moved && attempt < ATTEMPTS {
                         return;
                     }
                     match fence {
-                        // The run ends here, if it is still this turn's; else nothing changes.
-                        Some(fence) if !crate::lane::release(entry, fence) => {
-                            lost = true;
-                            return;
+                        Some(fence) => {
+                            crate::lane::release(entry, fence);
                         }
-                        Some(_) => {}
                         None => {
                             if matches!(
                                 entry.status,
@@ -927,7 +933,7 @@ impl Session<'_> {
                     if let Some(engine) = &outcome.engine {
                         engine.apply(entry);
                     }
-                    if let Some(summary) = &summary {
+                    if let (Some(summary), false) = (&summary, moved) {
                         entry.context_summary = Some(summary.clone());
                     }
                 })
@@ -936,7 +942,7 @@ impl Session<'_> {
                 crate::ops::telemetry::run_lost();
                 return Err(Error::RunLost { key: key.clone() });
             }
-            if !moved {
+            if !moved || attempt >= ATTEMPTS {
                 break stored;
             }
         };

@@ -857,3 +857,42 @@ async fn concurrent_appends_by_four_workers_keep_one_chain() {
     assert_eq!(texts.len(), 160, "no line twice");
     first.drop_schema().await.unwrap();
 }
+
+#[tokio::test]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+async fn an_append_after_another_worker_archived_the_transcript_starts_it_again() {
+    use crate::transcript::{ArchiveReason, TranscriptEntry, TranscriptRef, TranscriptStore};
+    let one = fresh("as_tails").await;
+    let url = format!("{}?application_name=as_tails", server());
+    let two = PostgresStore::connect_with(&url, PostgresOptions::in_schema(one.schema.clone()))
+        .await
+        .unwrap();
+    let transcript = TranscriptRef::new(crate::AgentId::main(), "s-archived");
+    let at = chrono::Utc::now();
+    one.append(&transcript, vec![TranscriptEntry::user_text("before", at)])
+        .await
+        .unwrap();
+    two.archive(&transcript, ArchiveReason::Reset, at)
+        .await
+        .unwrap()
+        .expect("archived");
+    // Even an empty append creates the transcript again, as with no remembered tail.
+    one.append(&transcript, Vec::new()).await.unwrap();
+    let read = two.read(&transcript, Offset::START).await.unwrap();
+    assert!(read.header.is_some(), "the transcript exists again");
+    assert!(read.events.is_empty());
+    let after = one
+        .append(&transcript, vec![TranscriptEntry::user_text("after", at)])
+        .await
+        .unwrap();
+    assert_eq!(
+        after[0].offset,
+        Offset(1),
+        "the first line after the header"
+    );
+    assert_eq!(after[0].entry.parent_id, None, "a new chain");
+    one.drop_schema().await.unwrap();
+}

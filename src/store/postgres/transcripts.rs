@@ -745,6 +745,15 @@ impl PostgresStore {
         entries: Vec<TranscriptEntry>,
     ) -> Result<Committed<Option<(Vec<SessionEvent>, Tail)>>> {
         let (transcripts, lines) = (self.table("transcripts"), self.table("transcript_lines"));
+        let appended = rows::Appended::new(tail.clone(), &self.location, entries)?;
+        let notice = AppendNotice::of(&self.writer, transcript, name, &appended.events)
+            .map(|notice| serde_json::to_string(&notice).expect("a notice serialises"));
+        // One statement: the tail moves where it is still `tail`, the lines go in and
+        // the notice out only where it moved (a row for each).
+        let announce = match notice {
+            Some(_) => "pg_notify($13, $14)",
+            None => "1",
+        };
         let statements = [
             "SELECT pg_advisory_xact_lock($1)".to_owned(),
             format!(
@@ -758,33 +767,22 @@ impl PostgresStore {
                          agent_identity, session_key)
                      SELECT $1, $2, * FROM UNNEST($3::BIGINT[], $4::TEXT[], $5::BIGINT[],
                          $6::TEXT[], $7::TEXT[], $8::TEXT[])
-                      WHERE EXISTS (SELECT 1 FROM tail)
-                     RETURNING 1)
-                 SELECT count(*) FROM inserted"
-            ),
-            // Only where the tail is the one just written: this append's.
-            format!(
-                "SELECT pg_notify($1, $2) FROM {transcripts}
-                  WHERE agent_id = $3 AND name = $4 AND line_count = $5
-                    AND leaf IS NOT DISTINCT FROM $6"
+                      WHERE EXISTS (SELECT 1 FROM tail))
+                 SELECT {announce} FROM tail"
             ),
         ];
         let prepared = tokio::try_join!(
             c.prepare_cached(&statements[0]),
             c.prepare_cached(&statements[1]),
-            c.prepare_cached(&statements[2]),
         )
         .map_err(pg_error("append to a transcript"));
-        let (lock, append, notify) = prepared?;
-        let appended = rows::Appended::new(tail.clone(), &self.location, entries)?;
+        let (lock, append) = prepared?;
         let columns = LineColumns::of(appended.first, &appended.lines);
-        let notice = AppendNotice::of(&self.writer, transcript, name, &appended.events)
-            .map(|notice| serde_json::to_string(&notice).expect("a notice serialises"));
         let channel = channel(&self.schema);
         let line_count = appended.line_count();
         let lock_id = lock_id(&format!("{}\0transcript\0{agent}\0{name}", self.schema));
         let lock_params: &[&(dyn ToSql + Sync)] = &[&lock_id];
-        let append_params: &[&(dyn ToSql + Sync)] = &[
+        let mut append_params: Vec<&(dyn ToSql + Sync)> = vec![
             &agent,
             &name,
             &columns.seq,
@@ -798,39 +796,26 @@ impl PostgresStore {
             &tail.0,
             &tail.1,
         ];
-        // BEGIN, the lock, the append, its notice and COMMIT go out together (a failed
-        // statement makes the COMMIT a rollback).
-        let (begun, locked, inserted, announced, committed) = tokio::join!(
+        if let Some(payload) = &notice {
+            append_params.extend([&channel as &(dyn ToSql + Sync), payload]);
+        }
+        // BEGIN, the lock, the append and COMMIT go out together (a failed statement
+        // makes the COMMIT a rollback).
+        let (begun, locked, moved, committed) = tokio::join!(
             biased;
             c.batch_execute("BEGIN"),
             c.execute(&lock, lock_params),
-            c.query_one(&append, append_params),
-            async {
-                match &notice {
-                    Some(payload) => c
-                        .execute(
-                            &notify,
-                            &[&channel, payload, &agent, &name, &line_count, &appended.leaf],
-                        )
-                        .await
-                        .map(|_| ()),
-                    None => Ok(()),
-                }
-            },
+            c.execute(&append, &append_params),
             c.batch_execute("COMMIT"),
         );
         let written = begun
             .map_err(pg_error("begin a transaction"))
             .and(locked.map_err(pg_error("lock a row")))
-            .and(inserted.map_err(pg_error("append to a transcript")))
-            .and_then(|row| {
-                announced.map_err(pg_error("announce an append"))?;
-                Ok(row.get::<_, i64>(0) == appended.lines.len() as i64)
-            });
+            .and(moved.map_err(pg_error("append to a transcript")));
         Ok(Committed {
             committed: committed.map_err(pg_error("commit")),
-            result: written.map(|matched| {
-                matched.then(|| {
+            result: written.map(|moved| {
+                (moved == 1).then(|| {
                     appended.count_bytes();
                     (appended.events, (line_count, appended.leaf))
                 })
