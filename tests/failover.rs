@@ -1,0 +1,522 @@
+//! PostgreSQL failing over under load: a primary and a synchronous standby on loopback
+//! (started here, in temporary directories, with the server binaries `pg_config
+//! --bindir` names), workers taking whole turns through a URL that names both hosts
+//! (`target_session_attrs=read-write`), the primary SIGKILLed mid-load and the standby
+//! promoted, several times. Every acknowledged message is answered exactly once on the
+//! promoted server, none twice, and the workers carry on.
+//!
+//! The servers refuse to run as root: as root, their commands run as the `postgres`
+//! user. Without the binaries the test fails, unless `AGENT_SESSIONS_SKIP_FAILOVER` is
+//! set.
+
+#![cfg(feature = "postgres")]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agent_sessions::prelude::*;
+
+/// Failovers in one run.
+const FAILOVERS: usize = 3;
+/// Workers, each with its own manager (its own pool of connections), as processes have.
+const WORKERS: u64 = 3;
+/// Questions a session of a worker is asked before the worker moves to a new one (below
+/// the 100 message ids a session remembers).
+const PER_SESSION: u64 = 40;
+
+/// The folder of the PostgreSQL server binaries, if this machine has them.
+fn bindir() -> Option<PathBuf> {
+    let out = Command::new("pg_config").arg("--bindir").output().ok()?;
+    let dir = PathBuf::from(String::from_utf8(out.stdout).ok()?.trim());
+    dir.join("pg_ctl").exists().then_some(dir)
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| out.stdout.trim_ascii() == b"0")
+}
+
+/// `program` of the server binaries, run as `postgres` when this process is root.
+fn server_command(bin: &Path, program: &str) -> Command {
+    if is_root() {
+        let mut command = Command::new("runuser");
+        command
+            .args(["-u", "postgres", "--"])
+            .arg(bin.join(program));
+        command
+    } else {
+        Command::new(bin.join(program))
+    }
+}
+
+fn run(mut command: Command, what: &str) {
+    let out = command.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A free port on loopback.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One server: its data directory and port.
+struct Node {
+    bin: PathBuf,
+    dir: PathBuf,
+    port: u16,
+}
+
+impl Node {
+    /// A new primary in `dir`, started: synchronous commit to any one standby.
+    fn primary(bin: &Path, dir: PathBuf) -> Node {
+        let node = Node {
+            bin: bin.to_owned(),
+            dir,
+            port: free_port(),
+        };
+        let mut initdb = server_command(bin, "initdb");
+        initdb
+            .args(["-A", "trust", "-U", "postgres", "-D"])
+            .arg(&node.dir);
+        run(initdb, "initdb");
+        append(
+            &node.dir.join("postgresql.conf"),
+            &format!(
+                "listen_addresses = '127.0.0.1'\n\
+                 # TCP only: a killed server's socket lock file would keep its port\n\
+                 unix_socket_directories = ''\n\
+                 wal_level = replica\nmax_wal_senders = 8\nwal_keep_size = 256MB\n\
+                 synchronous_standby_names = '*'\nsynchronous_commit = on\n\
+                 max_connections = 100\n\
+                 checkpoint_timeout = 30s\ncheckpoint_completion_target = 0.1\n"
+            ),
+        );
+        append(
+            &node.dir.join("pg_hba.conf"),
+            "host replication all 127.0.0.1/32 trust\n",
+        );
+        node.start();
+        node
+    }
+
+    /// A streaming standby of `primary` in `dir`, started on `port`.
+    fn standby_of(primary: &Node, dir: PathBuf, port: u16) -> Node {
+        let node = Node {
+            bin: primary.bin.clone(),
+            dir,
+            port,
+        };
+        let mut backup = server_command(&node.bin, "pg_basebackup");
+        backup
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "postgres",
+                "-R",
+                "-X",
+                "stream",
+                "-c",
+                "fast",
+            ])
+            .args(["-p", &primary.port.to_string()])
+            .args(["-d", "application_name=standby", "-D"])
+            .arg(&node.dir);
+        run(backup, "pg_basebackup");
+        node.start();
+        node
+    }
+
+    fn start(&self) {
+        let log = self.dir.with_extension("log");
+        let mut start = server_command(&self.bin, "pg_ctl");
+        start
+            .args(["-w", "-D"])
+            .arg(&self.dir)
+            .arg("-l")
+            .arg(&log)
+            .args(["-o", &format!("-p {}", self.port)])
+            .arg("start");
+        let out = start.output().unwrap();
+        assert!(
+            out.status.success(),
+            "pg_ctl start: {}{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            last_lines(&std::fs::read_to_string(&log).unwrap_or_default(), 20)
+        );
+    }
+
+    /// SIGKILL of the server's main process: no shutdown, no last WAL sent.
+    fn kill(&self) {
+        let pid = std::fs::read_to_string(self.dir.join("postmaster.pid")).unwrap();
+        let pid = pid.lines().next().unwrap().trim().to_owned();
+        run(
+            {
+                let mut kill = Command::new("kill");
+                kill.args(["-KILL", &pid]);
+                kill
+            },
+            "kill the primary",
+        );
+    }
+
+    fn promote(&self) {
+        let mut promote = server_command(&self.bin, "pg_ctl");
+        promote.args(["-w", "-D"]).arg(&self.dir).arg("promote");
+        run(promote, "pg_ctl promote");
+    }
+
+    fn stop(&self) {
+        let mut stop = server_command(&self.bin, "pg_ctl");
+        stop.args(["-m", "immediate", "-D"])
+            .arg(&self.dir)
+            .arg("stop");
+        let _ = stop.output();
+    }
+
+    /// Sets `synchronous_standby_names` and has the server read it.
+    async fn set_synchronous(&self, standbys: &str) {
+        let (client, connection) = tokio_postgres::connect(&self.url(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
+            .batch_execute(&format!(
+                "ALTER SYSTEM SET synchronous_standby_names = '{standbys}'"
+            ))
+            .await
+            .unwrap();
+        client
+            .batch_execute("SELECT pg_reload_conf()")
+            .await
+            .unwrap();
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+/// The last `count` lines of `text` (a node's log holds its earlier lives too).
+fn last_lines(text: &str, count: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(count)..].join("\n")
+}
+
+/// The servers of the test, stopped when it ends, however it ends.
+struct Cluster(Vec<Node>);
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.0.iter().for_each(Node::stop);
+    }
+}
+
+fn append(path: &Path, text: &str) {
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+}
+
+/// Waits until `primary` has a synchronous standby streaming.
+async fn wait_for_sync(primary: &Node) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok((client, connection)) =
+            tokio_postgres::connect(&primary.url(), tokio_postgres::NoTls).await
+        {
+            tokio::spawn(connection);
+            if let Ok(rows) = client
+                .query(
+                    "SELECT 1 FROM pg_stat_replication WHERE sync_state = 'sync' \
+                     AND state = 'streaming'",
+                    &[],
+                )
+                .await
+            {
+                if !rows.is_empty() {
+                    return;
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "no synchronous standby");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// What the workers saw.
+#[derive(Default)]
+struct Seen {
+    /// When each question was acknowledged (its turn completed, or was answered before),
+    /// and whether that took more than one delivery.
+    acknowledged: Vec<(u64, Instant, bool)>,
+    /// Calls that failed and were tried again.
+    retries: usize,
+    /// What they failed with, and how often.
+    errors: std::collections::BTreeMap<String, usize>,
+}
+
+/// Asks question `q` of the session `peer` through `manager` until a call succeeds:
+/// the question (message id `f<q>`) is delivered again after every failure, as a
+/// channel does; the worker answers every question the model sees pending.
+async fn ask(manager: &SessionManager, peer: &str, q: u64, seen: &Mutex<Seen>) {
+    let message =
+        InboundMessage::direct("telegram", peer, format!("q{q}")).with_message_id(format!("f{q}"));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut again = false;
+    loop {
+        match answer(manager, &message).await {
+            Ok(()) => {
+                seen.lock()
+                    .unwrap()
+                    .acknowledged
+                    .push((q, Instant::now(), again));
+                return;
+            }
+            Err(error) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "question {q} not answered in 120 s: {error}"
+                );
+                {
+                    let mut seen = seen.lock().unwrap();
+                    seen.retries += 1;
+                    let kind: String = error.to_string().chars().take(300).collect();
+                    *seen.errors.entry(kind).or_default() += 1;
+                }
+                again = true;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn answer(manager: &SessionManager, message: &InboundMessage) -> agent_sessions::Result<()> {
+    let turn = manager.turn(message).await?;
+    if !turn.needs_model() {
+        turn.complete("").await?;
+        return Ok(());
+    }
+    let messages = turn.messages().await?;
+    let last_reply = messages
+        .iter()
+        .rposition(|m| m.role == ChatRole::Assistant)
+        .map_or(0, |at| at + 1);
+    let answers: Vec<String> = messages[last_reply..]
+        .iter()
+        .filter(|m| m.role == ChatRole::User)
+        .flat_map(|m| questions_in(&m.content))
+        .map(|q| format!("a{q}"))
+        .collect();
+    turn.complete(answers.join(" ")).await?;
+    Ok(())
+}
+
+/// The session worker `w` asks its `n`th question in.
+fn session_of(w: u64, n: u64) -> String {
+    format!("w{w}-{}", n / PER_SESSION)
+}
+
+fn questions_in(text: &str) -> Vec<u64> {
+    text.split(|c: char| !c.is_ascii_alphanumeric())
+        .filter_map(|word| word.strip_prefix('q')?.parse().ok())
+        .collect()
+}
+
+fn answers_in(text: &str) -> Vec<u64> {
+    text.split_whitespace()
+        .filter_map(|word| word.strip_prefix('a')?.parse().ok())
+        .collect()
+}
+
+#[test]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+fn acknowledged_turns_survive_failovers_and_none_is_answered_twice() {
+    let Some(bin) = bindir() else {
+        if std::env::var_os("AGENT_SESSIONS_SKIP_FAILOVER").is_some() {
+            eprintln!("skipped: no PostgreSQL server binaries (AGENT_SESSIONS_SKIP_FAILOVER)");
+            return;
+        }
+        panic!(
+            "the failover test needs PostgreSQL's server binaries (`pg_config --bindir`), \
+             or AGENT_SESSIONS_SKIP_FAILOVER=1 to skip it"
+        );
+    };
+    let root = tempfile::tempdir().unwrap();
+    if is_root() {
+        run(
+            {
+                let mut chown = Command::new("chown");
+                chown.arg("postgres").arg(root.path());
+                chown
+            },
+            "chown the test directory",
+        );
+    }
+    let mut cluster = Cluster(vec![Node::primary(&bin, root.path().join("n0"))]);
+    let standby = Node::standby_of(&cluster.0[0], root.path().join("n1"), free_port());
+    cluster.0.push(standby);
+    let nodes = &mut cluster.0;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(wait_for_sync(&nodes[0]));
+    // Both hosts, whichever is primary: the URL a bot gives for a managed database.
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write",
+        nodes[0].port, nodes[1].port
+    );
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Each worker asks until told to stop, and says how many it asked.
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|w| {
+            let (url, seen, stop) = (url.clone(), seen.clone(), stop.clone());
+            runtime.spawn(async move {
+                let manager = SessionManager::connect(&url)
+                    .await
+                    .unwrap()
+                    .build()
+                    .unwrap();
+                let mut n = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let q = w * 1_000_000 + n;
+                    ask(&manager, &session_of(w, n), q, &seen).await;
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+
+    // Load, then the primary killed and the standby promoted. The promoted server
+    // commits alone (as a managed service does until it has a standby again) while the
+    // killed one comes back as its standby — a new copy: its WAL may hold what was never
+    // acknowledged — and commits wait for that standby again before the next failover,
+    // which goes the other way.
+    let mut carried_on = Vec::new();
+    for failover in 0..FAILOVERS {
+        std::thread::sleep(Duration::from_millis(1500));
+        let (old, new) = (failover % 2, (failover + 1) % 2);
+        nodes[old].kill();
+        let killed = Instant::now();
+        nodes[new].promote();
+        let promoted = Instant::now();
+        runtime.block_on(nodes[new].set_synchronous(""));
+        // The workers carry on once a question is answered at its first delivery, all
+        // of it on the promoted server. (Until it is promoted, the killed server's
+        // connections may still commit what the standby received.)
+        let resumed = loop {
+            let acknowledged = seen.lock().unwrap().acknowledged.clone();
+            if let Some((_, at, _)) = acknowledged
+                .iter()
+                .find(|(_, at, again)| *at > promoted && !again)
+            {
+                break *at - killed;
+            }
+            assert!(
+                killed.elapsed() < Duration::from_secs(30),
+                "failover {failover}: no question answered in 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        carried_on.push(resumed);
+        let (dir, port) = (nodes[old].dir.clone(), nodes[old].port);
+        std::fs::remove_dir_all(&dir).unwrap();
+        nodes[old] = Node::standby_of(&nodes[new], dir, port);
+        runtime.block_on(nodes[new].set_synchronous("*"));
+        runtime.block_on(wait_for_sync(&nodes[new]));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut asked_by = Vec::new();
+    for worker in workers {
+        match runtime.block_on(worker) {
+            Ok(count) => asked_by.push(count),
+            Err(error) => std::panic::resume_unwind(error.into_panic()),
+        }
+    }
+
+    // On the server that is primary now: each question reached the model in exactly
+    // one logged line and was answered exactly once.
+    let primary = nodes[FAILOVERS % 2].url();
+    let (asked, answered) = runtime.block_on(async {
+        let manager = SessionManager::connect(&primary)
+            .await
+            .unwrap()
+            .build()
+            .unwrap();
+        let (mut asked, mut answered) = (Vec::new(), Vec::new());
+        for (w, count) in asked_by.iter().enumerate() {
+            for s in 0..count.div_ceil(PER_SESSION) {
+                let peer = session_of(w as u64, s * PER_SESSION);
+                let key = manager
+                    .key_for(&InboundMessage::direct("telegram", &peer, "x"))
+                    .unwrap();
+                for message in manager.session(&key).messages().await.unwrap() {
+                    match message.role {
+                        ChatRole::User => asked.extend(questions_in(&message.content)),
+                        ChatRole::Assistant => answered.extend(answers_in(&message.content)),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        (asked, answered)
+    });
+    drop(cluster);
+    let seen = seen.lock().unwrap();
+    let questions: Vec<u64> = asked_by
+        .iter()
+        .enumerate()
+        .flat_map(|(w, count)| (0..*count).map(move |n| w as u64 * 1_000_000 + n))
+        .collect();
+    for &q in &questions {
+        let times = |all: &[u64]| all.iter().filter(|a| **a == q).count();
+        assert_eq!(
+            times(&asked),
+            1,
+            "question {q} logged {} times",
+            times(&asked)
+        );
+        assert_eq!(
+            times(&answered),
+            1,
+            "question {q} answered {} times",
+            times(&answered)
+        );
+    }
+    assert_eq!(seen.acknowledged.len(), questions.len());
+    assert_eq!(asked.len(), questions.len(), "no other question was logged");
+    eprintln!(
+        "{FAILOVERS} failovers, {} questions, {} calls tried again; workers carried on \
+         after {carried_on:?}; errors: {:#?}",
+        questions.len(),
+        seen.retries,
+        seen.errors
+    );
+}
