@@ -94,15 +94,13 @@ impl Node {
         run(initdb, "initdb");
         append(
             &node.dir.join("postgresql.conf"),
-            &format!(
-                "listen_addresses = '127.0.0.1'\n\
+            "listen_addresses = '127.0.0.1'\n\
                  # TCP only: a killed server's socket lock file would keep its port\n\
                  unix_socket_directories = ''\n\
                  wal_level = replica\nmax_wal_senders = 8\nwal_keep_size = 256MB\n\
                  synchronous_standby_names = '*'\nsynchronous_commit = on\n\
                  max_connections = 100\n\
-                 checkpoint_timeout = 30s\ncheckpoint_completion_target = 0.1\n"
-            ),
+                 checkpoint_timeout = 30s\ncheckpoint_completion_target = 0.1\n",
         );
         append(
             &node.dir.join("pg_hba.conf"),
