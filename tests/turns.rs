@@ -417,9 +417,10 @@ async fn a_turn_costs_fewer_store_round_trips_than_the_separate_calls() {
             // The separate calls: first message, continuing message.
             (4, 2),
             (4, 2),
-            // One turn, which also records the run as started in its first write.
-            (1, 2),
-            (1, 2),
+            // One turn, which also records the run as started in its first write, and
+            // builds the context summary on the session as the turn began: no read.
+            (0, 2),
+            (0, 2),
         ]
     );
 }
@@ -458,7 +459,7 @@ async fn a_group_message_is_routed_in_the_same_store_update_that_resolves_it() {
             // update, with no read before it.
             (0, 1),
             // A mention costs what a direct message costs.
-            (1, 2),
+            (0, 2),
             (0, 1),
         ]
     );

@@ -428,12 +428,18 @@ impl Session<'_> {
     /// [`record_turn`](Self::record_turn) for the turn that holds the run `fence`: the
     /// run ends in the same update, which is refused ([`Error::RunLost`], nothing
     /// written) when another turn holds the run now.
+    ///
+    /// `entry` is the session as the turn began; while the turn holds the run, nothing
+    /// else records a turn, so its context summary and turn count are the ones the next
+    /// summary builds on, with no read before the update (the update checks them, and
+    /// the session is read again if another call changed them meanwhile).
     pub(crate) async fn end_run(
         &self,
         outcome: TurnOutcome,
         fence: Option<u64>,
+        entry: Option<&SessionEntry>,
     ) -> Result<StoredSession> {
-        self.record_turn_fenced(None, outcome, fence).await
+        self.record_turn_fenced(None, outcome, fence, entry).await
     }
 
     /// The workspace of the session, created on first use
@@ -851,7 +857,8 @@ impl Session<'_> {
         session_id: Option<&str>,
         outcome: TurnOutcome,
     ) -> Result<StoredSession> {
-        self.record_turn_fenced(session_id, outcome, None).await
+        self.record_turn_fenced(session_id, outcome, None, None)
+            .await
     }
 
     /// [`record_turn_of`](Self::record_turn_of), ending the run `fence` when given (see
@@ -861,6 +868,7 @@ impl Session<'_> {
         session_id: Option<&str>,
         outcome: TurnOutcome,
         fence: Option<u64>,
+        mut known: Option<&SessionEntry>,
     ) -> Result<StoredSession> {
         let key = &self.key;
         let now_ms = self.manager.seams.clock.now_millis();
@@ -872,9 +880,11 @@ impl Session<'_> {
         let mut attempt = 0;
         let stored = loop {
             attempt += 1;
-            let base = match &outcome.exchange {
-                None => None,
-                Some(_) => Some(self.manager.existing(key).await?.entry),
+            // The session as the turn began, else read now.
+            let base = match (&outcome.exchange, known.take()) {
+                (None, _) => None,
+                (Some(_), Some(entry)) => Some(entry.clone()),
+                (Some(_), None) => Some(self.manager.existing(key).await?.entry),
             };
             let summary = match (&outcome.exchange, &base) {
                 (Some((user, reply)), Some(base)) => {
@@ -1001,5 +1011,49 @@ impl Session<'_> {
             }
         }
         Ok(Uuid::parse_str(&entry.session_id).unwrap_or_else(|_| Uuid::new_v4()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::manager::TurnOutcome;
+    use crate::prelude::*;
+
+    /// The end of a turn builds the context summary on the session as the turn began;
+    /// when another call recorded an exchange meanwhile, the summary is built again on
+    /// the session as it is, so that exchange is kept and counted.
+    #[tokio::test]
+    async fn a_turn_summary_keeps_what_was_recorded_while_the_model_ran() {
+        let manager = SessionManager::builder(InMemoryStore::new())
+            .build()
+            .unwrap();
+        let key = manager
+            .resolve(&InboundMessage::direct("sms", "+100", "hi"))
+            .await
+            .unwrap()
+            .key;
+        let session = manager.session(&key);
+        let began = session.get().await.unwrap().unwrap().entry;
+        session
+            .record_turn(
+                TurnOutcome::completed()
+                    .with_exchange("Please email the menu to anna@example.com", "Sent it."),
+            )
+            .await
+            .unwrap();
+        let ended = session
+            .end_run(
+                TurnOutcome::completed().with_exchange("Book Luigi's for Sunday?", "Booked."),
+                None,
+                Some(&began),
+            )
+            .await
+            .unwrap()
+            .entry;
+        let summary = ended.context_summary.unwrap();
+        assert!(summary.contains("anna@example.com"), "{summary}");
+        assert!(summary.contains("Luigi"), "{summary}");
+        assert!(summary.ends_with("TURNS: 2"), "{summary}");
+        assert_eq!(ended.turn_count, Some(2));
     }
 }

@@ -970,7 +970,7 @@ impl<'m> Turn<'m> {
                     }
                     let ended = manager
                         .session(&self.key)
-                        .end_run(outcome, self.fence)
+                        .end_run(outcome, self.fence, self.entry.as_deref())
                         .await;
                     crate::lane::wake(&manager.waker, &self.key);
                     if let Err(crate::Error::RunLost { .. }) = &ended {
