@@ -289,3 +289,150 @@ mod postgres {
         schema.drop().await;
     }
 }
+
+/// A transcript store whose chunk reads fail (a lost connection, a transient error)
+/// every other time once `failing` is set.
+struct FailingReads {
+    inner: agent_sessions::transcript::InMemoryTranscriptStore,
+    failing: std::sync::atomic::AtomicBool,
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl TranscriptStore for FailingReads {
+    async fn create(
+        &self,
+        transcript: &TranscriptRef,
+        header: &agent_sessions::transcript::SessionHeader,
+    ) -> agent_sessions::Result<bool> {
+        self.inner.create(transcript, header).await
+    }
+
+    async fn fork(
+        &self,
+        parent: &TranscriptRef,
+        child: &TranscriptRef,
+        header: &agent_sessions::transcript::SessionHeader,
+    ) -> agent_sessions::Result<bool> {
+        self.inner.fork(parent, child, header).await
+    }
+
+    async fn append(
+        &self,
+        transcript: &TranscriptRef,
+        entries: Vec<TranscriptEntry>,
+    ) -> agent_sessions::Result<Vec<SessionEvent>> {
+        self.inner.append(transcript, entries).await
+    }
+
+    async fn read(
+        &self,
+        transcript: &TranscriptRef,
+        from: agent_sessions::transcript::Offset,
+    ) -> agent_sessions::Result<agent_sessions::transcript::TranscriptRead> {
+        self.inner.read(transcript, from).await
+    }
+
+    async fn read_chunk(
+        &self,
+        transcript: &TranscriptRef,
+        from: agent_sessions::transcript::Offset,
+        max_bytes: usize,
+    ) -> agent_sessions::Result<agent_sessions::transcript::TranscriptRead> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.failing.load(SeqCst) && self.reads.fetch_add(1, SeqCst) % 2 == 1 {
+            return Err(agent_sessions::Error::LockTimeout {
+                path: "transcripts".into(),
+                holder: None,
+                waited: Duration::from_secs(1),
+            });
+        }
+        self.inner.read_chunk(transcript, from, max_bytes).await
+    }
+
+    async fn archive(
+        &self,
+        transcript: &TranscriptRef,
+        reason: agent_sessions::transcript::ArchiveReason,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> agent_sessions::Result<Option<std::path::PathBuf>> {
+        self.inner.archive(transcript, reason, at).await
+    }
+
+    async fn remove(&self, transcript: &TranscriptRef) -> agent_sessions::Result<bool> {
+        self.inner.remove(transcript).await
+    }
+
+    async fn query_log(
+        &self,
+        query: &agent_sessions::transcript::LogQuery,
+    ) -> agent_sessions::Result<Vec<agent_sessions::transcript::LogRecord>> {
+        self.inner.query_log(query).await
+    }
+
+    fn subscribe(&self) -> TranscriptSubscription {
+        self.inner.subscribe()
+    }
+
+    fn location(&self, transcript: &TranscriptRef) -> Option<String> {
+        self.inner.location(transcript)
+    }
+}
+
+/// A follower of every session whose reads fail now and then — the database went away
+/// for a moment — and that is asked again after each failure reads every line once, in
+/// order: what it read before a failure is not dropped with it.
+#[tokio::test]
+async fn a_follower_asked_again_after_failed_reads_misses_no_line() {
+    let transcripts = Arc::new(FailingReads {
+        inner: agent_sessions::transcript::InMemoryTranscriptStore::new(),
+        failing: false.into(),
+        reads: 0.into(),
+    });
+    let manager = SessionManager::builder(InMemoryStore::new())
+        .transcripts(transcripts.clone())
+        .build()
+        .unwrap();
+    // Lines of 100 KB: a session's new lines take several chunks to read.
+    let said: Vec<String> = (0..6)
+        .map(|n| format!("{n}{}", "x".repeat(100_000)))
+        .collect();
+    for pair in said.chunks(2) {
+        let turn = manager
+            .turn(&InboundMessage::direct("telegram", "42", &pair[0]))
+            .await
+            .unwrap();
+        turn.complete(pair[1].as_str()).await.unwrap();
+    }
+    let mut follow = manager
+        .follow(Scope::Agent(AgentId::main()), Position::Start)
+        .await
+        .unwrap();
+    transcripts
+        .failing
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let (mut read, mut failures) = (Vec::new(), 0);
+    for _ in 0..100 {
+        match follow.try_next().await {
+            Ok(Some(Update::Events { events, .. })) => read.extend(
+                events
+                    .iter()
+                    .filter_map(|e| e.entry.message.as_ref())
+                    .map(|m| m.text()),
+            ),
+            Ok(_) => {}
+            Err(error) => {
+                assert!(error.is_transient(), "{error}");
+                failures += 1;
+            }
+        }
+    }
+    assert!(failures > 0, "the reads failed now and then");
+    let first = |texts: &[String]| -> Vec<(char, usize)> {
+        texts
+            .iter()
+            .map(|t| (t.chars().next().unwrap(), t.len()))
+            .collect()
+    };
+    assert_eq!(first(&read), first(&said), "every line once, in order");
+}

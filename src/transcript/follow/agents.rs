@@ -79,6 +79,9 @@ pub(super) struct AgentsFollow {
     /// [`MAX_WATCHED_SESSIONS`] remembered).
     unreadable: VecDeque<String>,
     pending: VecDeque<Update>,
+    /// Sessions whose lines set a status the entry is still to be asked for (at most
+    /// one each).
+    status_unread: Vec<SessionKey>,
     wake: TranscriptSubscription,
     poll_interval: Duration,
 }
@@ -120,6 +123,7 @@ impl AgentsFollow {
             watched: HashMap::new(),
             unreadable: VecDeque::new(),
             pending: VecDeque::new(),
+            status_unread: Vec::new(),
             wake,
             poll_interval,
         }
@@ -270,8 +274,10 @@ impl AgentsFollow {
         let mut waiting = 0;
         let mut waiting_bytes = 0;
         let mut complete = true;
-        let mut changed = Vec::new();
         let mut refused = Vec::new();
+        // A transient failure ends the read once what was read before it is pending
+        // (its follower has moved past it) and is returned after.
+        let mut failed = None;
         for (session_id, watched) in &mut self.watched {
             let mut batch = Vec::new();
             loop {
@@ -283,7 +289,10 @@ impl AgentsFollow {
                 let events = match watched.follow.try_next().await {
                     Ok(Some(events)) => events,
                     Ok(None) => break,
-                    Err(error) if error.is_transient() => return Err(error),
+                    Err(error) if error.is_transient() => {
+                        failed = Some(error);
+                        break;
+                    }
                     Err(error) => {
                         refused.push((session_id.clone(), error.to_string()));
                         break;
@@ -317,10 +326,10 @@ impl AgentsFollow {
                     },
                 });
             }
-            if status_changed {
-                changed.push(watched.key.clone());
+            if status_changed && !self.status_unread.contains(&watched.key) {
+                self.status_unread.push(watched.key.clone());
             }
-            if !complete {
+            if !complete || failed.is_some() {
                 break;
             }
         }
@@ -339,12 +348,17 @@ impl AgentsFollow {
                 problem,
             });
         }
-        for key in changed {
-            if let Some(session) = self.sessions.get(&key).await? {
+        if let Some(error) = failed {
+            return Err(error);
+        }
+        // Each asked until it answers: a failure leaves the rest for the next read.
+        while let Some(key) = self.status_unread.first() {
+            if let Some(session) = self.sessions.get(key).await? {
                 if self.watched.contains_key(&session.entry.session_id) {
                     self.watch(session);
                 }
             }
+            self.status_unread.remove(0);
         }
         Ok(complete)
     }
