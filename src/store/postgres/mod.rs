@@ -25,6 +25,7 @@ use crate::transcript::{
 
 const BACKEND: &str = "postgres";
 
+mod backoff;
 mod chatter;
 mod keyed_log;
 mod notify;
@@ -78,7 +79,10 @@ impl PostgresOptions {
 ///
 /// Connections come from a pool (deadpool); a connection the server dropped is
 /// replaced on the next call, and the call that met the loss fails with
-/// [`Error::Database`] marked transient. Each session update is one transaction that
+/// [`Error::Database`] marked transient. After a connect fails, calls that would
+/// connect again fail at once with that failure until a wait has passed (25 ms,
+/// doubling to 400 ms while the server refuses), so a failover is not met with a
+/// connect per call. Each session update is one transaction that
 /// first takes a transaction-scoped advisory lock on the key, so concurrent updates
 /// from any number of hosts — including two creating the same new session — are
 /// serialised and none is lost. The schema is versioned and migrated on connect.
@@ -111,6 +115,8 @@ pub struct PostgresStore {
     listener: Arc<std::sync::Mutex<Option<notify::Listener>>>,
     /// The tails of the transcripts this handle appended to last.
     tails: Arc<transcripts::KnownTails>,
+    /// Connects held back after one failed.
+    backoff: Arc<backoff::Backoff>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -371,6 +377,7 @@ impl PostgresStore {
             writer: uuid::Uuid::new_v4().simple().to_string().into(),
             listener: Arc::default(),
             tails: Arc::default(),
+            backoff: Arc::default(),
         };
         if access != OpenMode::Create {
             let found = store
@@ -496,16 +503,45 @@ impl PostgresStore {
         tx.commit().await.map_err(pg_error(op))
     }
 
+    /// A connection from the pool. After a connect failed, a call that would connect
+    /// again within the back-off fails at once with that failure (see
+    /// [`backoff`]); an idle connection is still handed out.
     async fn client(&self) -> Result<Object> {
-        self.pool.get().await.map_err(|source| Error::Database {
+        let connect_error = |source: Box<dyn std::error::Error + Send + Sync>| Error::Database {
             backend: BACKEND,
             op: "connect to the server",
             transient: true,
-            source: Box::new(ConnectError {
-                server: self.server.clone(),
-                source,
-            }),
-        })
+            source,
+        };
+        if self.pool.status().available == 0 {
+            if let Some(backing_off) = self.backoff.waiting(std::time::Instant::now()) {
+                return Err(connect_error(Box::new(backing_off)));
+            }
+        }
+        match self.pool.get().await {
+            Ok(client) => {
+                self.backoff.connected();
+                Ok(client)
+            }
+            Err(source) => {
+                let refused = matches!(
+                    source,
+                    deadpool_postgres::PoolError::Backend(_)
+                        | deadpool_postgres::PoolError::Timeout(
+                            deadpool_postgres::TimeoutType::Create
+                        )
+                );
+                let error = ConnectError {
+                    server: self.server.clone(),
+                    source,
+                };
+                if refused {
+                    self.backoff
+                        .failed(std::time::Instant::now(), error.to_string());
+                }
+                Err(connect_error(Box::new(error)))
+            }
+        }
     }
 
     /// `{schema}.table`.

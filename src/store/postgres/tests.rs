@@ -79,6 +79,141 @@ async fn a_dropped_connection_fails_one_call_at_most_and_then_recovers() {
     store.drop_schema().await.unwrap();
 }
 
+/// A loopback proxy to the test server that can go down: then it cuts the
+/// connections it relayed and closes every new one at once, counting them.
+struct Gate {
+    port: u16,
+    down: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    refused: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    relayed: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Gate {
+    fn open() -> Gate {
+        use std::sync::atomic::Ordering::SeqCst;
+        let config: tokio_postgres::Config = server().parse().unwrap();
+        let upstream = match &config.get_hosts()[0] {
+            tokio_postgres::config::Host::Tcp(host) => {
+                format!(
+                    "{host}:{}",
+                    config.get_ports().first().copied().unwrap_or(5432)
+                )
+            }
+            other => panic!("the test server is not on TCP: {other:?}"),
+        };
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let gate = Gate {
+            port: listener.local_addr().unwrap().port(),
+            down: Default::default(),
+            refused: Default::default(),
+            relayed: Default::default(),
+        };
+        let (down, refused, relayed) = (
+            gate.down.clone(),
+            gate.refused.clone(),
+            gate.relayed.clone(),
+        );
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                if down.load(SeqCst) {
+                    refused.fetch_add(1, SeqCst);
+                    continue; // dropped: closed at once
+                }
+                let server = std::net::TcpStream::connect(&upstream).unwrap();
+                let mut open = relayed.lock().unwrap();
+                open.extend([client.try_clone().unwrap(), server.try_clone().unwrap()]);
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        gate
+    }
+
+    fn url(&self) -> String {
+        let config: tokio_postgres::Config = server().parse().unwrap();
+        format!(
+            "postgres://{}@127.0.0.1:{}/{}",
+            config.get_user().unwrap_or("postgres"),
+            self.port,
+            config.get_dbname().unwrap_or("postgres")
+        )
+    }
+
+    fn go_down(&self) {
+        self.down.store(true, std::sync::atomic::Ordering::SeqCst);
+        for stream in self.relayed.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    fn come_back(&self) {
+        self.down.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// While the server refuses connections, calls fail at once with a transient error and
+/// the store connects a few times a second, not once per call; once the server is back,
+/// a call connects again within the longest wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+async fn a_store_backs_off_from_a_server_that_refuses_it_and_connects_once_it_is_back() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let gate = Gate::open();
+    let schema = format!("unit_{}", uuid::Uuid::new_v4().simple());
+    let store = PostgresStore::connect_with(&gate.url(), PostgresOptions::in_schema(schema))
+        .await
+        .unwrap();
+    store
+        .put(&key(), SessionEntry::new("s-1", 1))
+        .await
+        .unwrap();
+
+    gate.go_down();
+    let started = std::time::Instant::now();
+    let mut calls = 0;
+    while started.elapsed() < Duration::from_millis(700) {
+        let error = store.get(&key()).await.unwrap_err();
+        assert!(error.is_transient(), "{error}");
+        calls += 1;
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let connects = gate.refused.load(SeqCst);
+    // Waits of 25, 50, 100, 200 and 400 ms: six connects in 700 ms at most.
+    assert!(calls >= 100, "{calls} calls");
+    assert!(
+        (1..=6).contains(&connects),
+        "{connects} connects for {calls} calls"
+    );
+
+    gate.come_back();
+    let back = std::time::Instant::now();
+    let found = loop {
+        match store.get(&key()).await {
+            Ok(found) => break found,
+            Err(error) => assert!(error.is_transient(), "{error}"),
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    assert_eq!(found.unwrap().entry.session_id, "s-1");
+    assert!(
+        back.elapsed() <= backoff::MAX_DELAY + Duration::from_millis(200),
+        "connected again {:?} after the server came back",
+        back.elapsed()
+    );
+    store.drop_schema().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(
     not(postgres_tests),
