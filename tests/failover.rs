@@ -508,10 +508,10 @@ async fn follow(url: String, followed: Arc<Mutex<Followed>>, stop: Arc<AtomicBoo
     }
 }
 
-/// Runs the workers through [`FAILOVERS`] failovers with `replication`; checks that
-/// no question was logged or answered twice and that every question is accounted for;
-/// `None` when this machine has no server binaries and the test may be skipped.
-fn fail_over(replication: Replication) -> Option<Report> {
+/// A primary and its standby, replicated to as `replication` says, in a new temporary
+/// directory (returned first, to be dropped after the servers); `None` when this machine
+/// has no server binaries and the test may be skipped.
+fn start_cluster(replication: Replication) -> Option<(tempfile::TempDir, Cluster)> {
     let Some(bin) = bindir() else {
         if std::env::var_os("AGENT_SESSIONS_SKIP_FAILOVER").is_some() {
             eprintln!("skipped: no PostgreSQL server binaries (AGENT_SESSIONS_SKIP_FAILOVER)");
@@ -540,6 +540,15 @@ fn fail_over(replication: Replication) -> Option<Report> {
     )]);
     let standby = Node::standby_of(&cluster.0[0], root.path().join("n1"), free_port());
     cluster.0.push(standby);
+    Some((root, cluster))
+}
+
+/// Runs the workers through [`FAILOVERS`] failovers with `replication`; checks that
+/// no question was logged or answered twice and that every question is accounted for;
+/// `None` when this machine has no server binaries and the test may be skipped.
+fn fail_over(replication: Replication) -> Option<Report> {
+    // The directory goes after the servers (bindings drop in reverse order).
+    let (_root, mut cluster) = start_cluster(replication)?;
     let nodes = &mut cluster.0;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -780,4 +789,81 @@ fn acknowledged_turns_survive_failovers_and_none_is_answered_twice() {
 )]
 fn with_asynchronous_replication_only_the_last_moments_can_be_lost_and_none_is_answered_twice() {
     fail_over(Replication::Asynchronous);
+}
+
+/// A store opened read-only on the standby — the replica URL for what tolerates
+/// staleness: listing, reading, searching, exporting — shows what the primary wrote a
+/// moment later, and refuses to write, so a turn can only go to the primary.
+#[test]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+fn a_read_only_store_on_the_standby_shows_what_the_primary_wrote_and_writes_nothing() {
+    use agent_sessions::store::{Backend, OpenMode};
+    let Some((_root, cluster)) = start_cluster(Replication::Synchronous) else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (primary, standby) = (&cluster.0[0], &cluster.0[1]);
+        wait_for_standby(primary, Replication::Synchronous).await;
+        let writer = SessionManager::connect(&primary.url())
+            .await
+            .unwrap()
+            .build()
+            .unwrap();
+        // The standby has the tables the writer created once it has applied them.
+        let opened = Instant::now();
+        let replica = loop {
+            match Backend::open_with(&standby.url(), OpenMode::ReadOnly).await {
+                Ok(replica) => break replica,
+                Err(agent_sessions::Error::StoreNotFound { .. })
+                    if opened.elapsed() < Duration::from_secs(10) =>
+                {
+                    tokio::time::sleep(Duration::from_millis(5)).await
+                }
+                Err(error) => panic!("{error}"),
+            }
+        };
+        let reader = SessionManager::builder(replica.sessions().clone())
+            .backend(replica)
+            .build()
+            .unwrap();
+        let mut stale_for = Vec::new();
+        for n in 0..20 {
+            let message = InboundMessage::direct("telegram", format!("p{n}"), format!("q{n}"));
+            let turn = writer.turn(&message).await.unwrap();
+            turn.complete(format!("a{n}")).await.unwrap();
+            let written = Instant::now();
+            let key = writer.key_for(&message).unwrap();
+            // Until the standby has applied it, the reader may not see it yet.
+            loop {
+                let said = reader.session(&key).messages().await.unwrap_or_default();
+                if said.iter().any(|m| m.content == format!("a{n}")) {
+                    stale_for.push(written.elapsed());
+                    break;
+                }
+                assert!(written.elapsed() < Duration::from_secs(10), "never shown");
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        let listed = reader.store().list(&ListFilter::new()).await.unwrap();
+        assert_eq!(listed.len(), 20);
+        // A turn on the reader is refused: nothing is written on a replica.
+        let refused = reader
+            .turn(&InboundMessage::direct("telegram", "p0", "again?"))
+            .await;
+        let Err(error) = refused else {
+            panic!("a turn on the replica is refused")
+        };
+        assert!(!error.is_transient(), "{error}");
+        assert!(error.to_string().contains("read-only"), "{error}");
+        stale_for.sort();
+        eprintln!("shown on the standby after {stale_for:?}; a turn there: {error}");
+    });
 }
