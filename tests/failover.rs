@@ -13,7 +13,7 @@
 //! user. Without the binaries the test fails, unless `AGENT_SESSIONS_SKIP_FAILOVER` is
 //! set.
 
-#![cfg(feature = "postgres")]
+#![cfg(all(feature = "postgres", feature = "http"))]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -457,6 +457,11 @@ struct Report {
     followed_but_lost: usize,
     /// Calls of the follower that failed (it went on with the same follower).
     follower_errors: usize,
+    /// Questions and answers the promoted server has that the HTTP event stream did
+    /// not deliver.
+    streamed_missed: usize,
+    /// Times the event stream's reader connected again.
+    stream_reconnects: usize,
 }
 
 /// What a follower in a process of its own read: every question and answer line.
@@ -503,6 +508,91 @@ async fn follow(url: String, followed: Arc<Mutex<Followed>>, stop: Arc<AtomicBoo
             Err(_) => {
                 followed.lock().unwrap().errors += 1;
                 tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Reads the HTTP event stream of every session (`GET /kernel/agents/main/events`,
+/// served over `url` by a manager of its own, as a dashboard reads it), reconnecting
+/// with the last event id after the stream fails or ends, until `stop` is set and no
+/// event came for 2 s.
+async fn stream_events(url: String, streamed: Arc<Mutex<Followed>>, stop: Arc<AtomicBool>) {
+    use agent_sessions::http::{router, serve, Secret, ServiceOptions, SECRET_HEADER};
+    let manager = SessionManager::connect(&url)
+        .await
+        .unwrap()
+        .build()
+        .unwrap();
+    let options = ServiceOptions::default().secret(Secret::new("failover").unwrap());
+    let app = router(Arc::new(manager), options.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { serve(listener, app, &options, std::future::pending()).await });
+    let client = reqwest::Client::new();
+    let mut last_id: Option<String> = None;
+    'connect: loop {
+        let mut request = client
+            .get(format!("{base}/kernel/agents/main/events?since=0"))
+            .header(SECRET_HEADER, "failover");
+        if let Some(id) = &last_id {
+            request = request.header("last-event-id", id);
+        }
+        let mut response = match request.send().await {
+            Ok(response) if response.status().is_success() => response,
+            _ => {
+                streamed.lock().unwrap().errors += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let mut buffer = String::new();
+        loop {
+            let chunk = match tokio::time::timeout(Duration::from_secs(2), response.chunk()).await {
+                Ok(Ok(Some(chunk))) => chunk,
+                Ok(_) => {
+                    // Ended (after an `error` event) or cut: connect again.
+                    streamed.lock().unwrap().errors += 1;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue 'connect;
+                }
+                Err(_) if stop.load(Ordering::SeqCst) => return,
+                Err(_) => continue,
+            };
+            buffer.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = buffer.find("\n\n") {
+                let block: String = buffer.drain(..end + 2).collect();
+                let (mut id, mut data) = (None, String::new());
+                for line in block.lines() {
+                    if let Some(value) = line.strip_prefix("id:") {
+                        id = Some(value.trim().to_owned());
+                    } else if let Some(value) = line.strip_prefix("data:") {
+                        data.push_str(value.trim_start());
+                    }
+                }
+                let Ok(event) = serde_json::from_str::<serde_json::Value>(&data) else {
+                    continue;
+                };
+                let message = &event["entry"]["message"];
+                let text = match &message["content"] {
+                    serde_json::Value::String(text) => text.clone(),
+                    blocks => blocks
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|b| b["text"].as_str())
+                        .collect(),
+                };
+                let mut streamed = streamed.lock().unwrap();
+                match message["role"].as_str() {
+                    Some("user") => streamed.questions.extend(questions_in(&text)),
+                    Some("assistant") => streamed.answers.extend(answers_in(&text)),
+                    _ => {}
+                }
+                drop(streamed);
+                if id.is_some() {
+                    last_id = id;
+                }
             }
         }
     }
@@ -584,14 +674,21 @@ fn fail_over(replication: Replication) -> Option<Report> {
             })
         })
         .collect();
-    // A follower of every session, as a dashboard in another process has.
-    let (followed, stop_following) = (
+    // A follower of every session, and a reader of the HTTP event stream of every
+    // session, as dashboards in other processes have.
+    let (followed, streamed, stop_following) = (
+        Arc::<Mutex<Followed>>::default(),
         Arc::<Mutex<Followed>>::default(),
         Arc::new(AtomicBool::new(false)),
     );
     let follower = runtime.spawn(follow(
         url.clone(),
         followed.clone(),
+        stop_following.clone(),
+    ));
+    let streamer = runtime.spawn(stream_events(
+        url.clone(),
+        streamed.clone(),
         stop_following.clone(),
     ));
 
@@ -659,6 +756,10 @@ fn fail_over(replication: Replication) -> Option<Report> {
     runtime
         .block_on(async { tokio::time::timeout(Duration::from_secs(60), follower).await })
         .expect("the follower reads everything within 60 s")
+        .unwrap();
+    runtime
+        .block_on(async { tokio::time::timeout(Duration::from_secs(60), streamer).await })
+        .expect("the event stream's reader reads everything within 60 s")
         .unwrap();
 
     // On the server that is primary now: each question reached the model in exactly
@@ -746,6 +847,16 @@ fn fail_over(replication: Replication) -> Option<Report> {
             followed_but_lost += 1;
         }
     }
+    // The event stream delivers every line at least once (its event ids are times: a
+    // client that reconnects may get the last moments again).
+    let streamed = streamed.lock().unwrap();
+    let streamed_missed = [
+        (&asked, &streamed.questions),
+        (&answered, &streamed.answers),
+    ]
+    .iter()
+    .map(|(kept, read)| kept.iter().filter(|q| !read.contains(q)).count())
+    .sum();
     let report = Report {
         questions: questions.len(),
         lost,
@@ -759,6 +870,8 @@ fn fail_over(replication: Replication) -> Option<Report> {
         followed_again,
         followed_but_lost,
         follower_errors: followed.errors,
+        streamed_missed,
+        stream_reconnects: streamed.errors,
     };
     eprintln!("{replication:?} replication, {FAILOVERS} failovers: {report:#?}");
     Some(report)
@@ -776,6 +889,7 @@ fn acknowledged_turns_survive_failovers_and_none_is_answered_twice() {
         assert_eq!(report.followed_missed, 0, "the follower missed lines");
         assert_eq!(report.followed_again, 0, "the follower read lines again");
         assert_eq!(report.followed_but_lost, 0);
+        assert_eq!(report.streamed_missed, 0, "the event stream missed lines");
     }
 }
 
