@@ -23,6 +23,8 @@ struct Refusing {
     delay: Duration,
     /// What the last connect failed with.
     failure: String,
+    /// Whether that failure may pass by itself.
+    transient: bool,
 }
 
 impl Backoff {
@@ -34,12 +36,14 @@ impl Backoff {
             .filter(|refusing| now < refusing.until)
             .map(|refusing| BackingOff {
                 failure: refusing.failure.clone(),
+                transient: refusing.transient,
                 retry_in: refusing.until - now,
             })
     }
 
-    /// A connect failed with `failure`: the next waits longer than the last.
-    pub(super) fn failed(&self, now: Instant, failure: String) {
+    /// A connect failed with `failure` (`transient` when it may pass by itself): the
+    /// next waits longer than the last.
+    pub(super) fn failed(&self, now: Instant, failure: String, transient: bool) {
         let mut refusing = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let delay = refusing
             .as_ref()
@@ -48,6 +52,7 @@ impl Backoff {
             until: now + delay,
             delay,
             failure,
+            transient,
         });
     }
 
@@ -65,7 +70,15 @@ impl Backoff {
 #[derive(Debug)]
 pub(super) struct BackingOff {
     failure: String,
+    transient: bool,
     retry_in: Duration,
+}
+
+impl BackingOff {
+    /// Whether the failure it repeats may pass by itself.
+    pub(super) fn transient(&self) -> bool {
+        self.transient
+    }
 }
 
 impl std::fmt::Display for BackingOff {
@@ -94,7 +107,7 @@ mod tests {
         let mut waits = Vec::new();
         let mut now = start;
         for _ in 0..7 {
-            backoff.failed(now, "refused".into());
+            backoff.failed(now, "refused".into(), true);
             let waiting = backoff.waiting(now).expect("too early");
             assert_eq!(
                 waiting.to_string(),
@@ -109,10 +122,10 @@ mod tests {
         }
         let ms: Vec<u128> = waits.iter().map(Duration::as_millis).collect();
         assert_eq!(ms, [25, 50, 100, 200, 400, 400, 400]);
-        backoff.failed(now, "refused".into());
+        backoff.failed(now, "refused".into(), true);
         backoff.connected();
         assert!(backoff.waiting(now).is_none());
-        backoff.failed(now, "refused".into());
+        backoff.failed(now, "refused".into(), true);
         assert_eq!(
             backoff.waiting(now).unwrap().retry_in,
             FIRST_DELAY,

@@ -507,15 +507,17 @@ impl PostgresStore {
     /// again within the back-off fails at once with that failure (see
     /// [`backoff`]); an idle connection is still handed out.
     async fn client(&self) -> Result<Object> {
-        let connect_error = |source: Box<dyn std::error::Error + Send + Sync>| Error::Database {
-            backend: BACKEND,
-            op: "connect to the server",
-            transient: true,
-            source,
-        };
+        let connect_error =
+            |transient, source: Box<dyn std::error::Error + Send + Sync>| Error::Database {
+                backend: BACKEND,
+                op: "connect to the server",
+                transient,
+                source,
+            };
         if self.pool.status().available == 0 {
             if let Some(backing_off) = self.backoff.waiting(std::time::Instant::now()) {
-                return Err(connect_error(Box::new(backing_off)));
+                let transient = backing_off.transient();
+                return Err(connect_error(transient, Box::new(backing_off)));
             }
         }
         match self.pool.get().await {
@@ -531,15 +533,23 @@ impl PostgresStore {
                             deadpool_postgres::TimeoutType::Create
                         )
                 );
+                // Refused for good until someone changes the server: no such role or
+                // database, a role that may not log in, a wrong password.
+                let transient = !matches!(
+                    &source,
+                    deadpool_postgres::PoolError::Backend(error) if error.code().is_some_and(|code| {
+                        code.code().starts_with("28") || code.code() == "3D000"
+                    })
+                );
                 let error = ConnectError {
                     server: self.server.clone(),
                     source,
                 };
                 if refused {
                     self.backoff
-                        .failed(std::time::Instant::now(), error.to_string());
+                        .failed(std::time::Instant::now(), error.to_string(), transient);
                 }
-                Err(connect_error(Box::new(error)))
+                Err(connect_error(transient, Box::new(error)))
             }
         }
     }

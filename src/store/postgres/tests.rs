@@ -79,6 +79,29 @@ async fn a_dropped_connection_fails_one_call_at_most_and_then_recovers() {
     store.drop_schema().await.unwrap();
 }
 
+/// A database that does not exist, or a role that does not, is not a failure that
+/// passes: the error says so, and a host that retries transient errors does not retry
+/// it forever.
+#[tokio::test]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+async fn a_missing_database_or_role_is_not_a_transient_error() {
+    let config: tokio_postgres::Config = server().parse().unwrap();
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let missing = uuid::Uuid::new_v4().simple().to_string();
+    for url in [
+        format!("postgres://postgres@127.0.0.1:{port}/no_such_db_{missing}"),
+        format!("postgres://no_such_role_{missing}@127.0.0.1:{port}/postgres"),
+    ] {
+        let error = PostgresStore::connect(&url).await.unwrap_err();
+        assert!(matches!(error, Error::Database { .. }), "{error}");
+        assert!(!error.is_transient(), "{error}");
+        assert!(error.to_string().contains("does not exist"), "{error}");
+    }
+}
+
 /// A loopback proxy to the test server that can go down: then it cuts the
 /// connections it relayed and closes every new one at once, counting them.
 struct Gate {
