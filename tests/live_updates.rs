@@ -291,11 +291,12 @@ mod postgres {
 }
 
 /// A transcript store whose chunk reads fail (a lost connection, a transient error)
-/// every other time once `failing` is set.
+/// every other time once `failing` is set, and take `slow` each.
 struct FailingReads {
     inner: agent_sessions::transcript::InMemoryTranscriptStore,
     failing: std::sync::atomic::AtomicBool,
     reads: std::sync::atomic::AtomicUsize,
+    slow: Duration,
 }
 
 #[async_trait::async_trait]
@@ -340,6 +341,7 @@ impl TranscriptStore for FailingReads {
         max_bytes: usize,
     ) -> agent_sessions::Result<agent_sessions::transcript::TranscriptRead> {
         use std::sync::atomic::Ordering::SeqCst;
+        tokio::time::sleep(self.slow).await;
         if self.failing.load(SeqCst) && self.reads.fetch_add(1, SeqCst) % 2 == 1 {
             return Err(agent_sessions::Error::LockTimeout {
                 path: "transcripts".into(),
@@ -388,6 +390,7 @@ async fn a_follower_asked_again_after_failed_reads_misses_no_line() {
         inner: agent_sessions::transcript::InMemoryTranscriptStore::new(),
         failing: false.into(),
         reads: 0.into(),
+        slow: Duration::ZERO,
     });
     let manager = SessionManager::builder(InMemoryStore::new())
         .transcripts(transcripts.clone())
@@ -428,6 +431,63 @@ async fn a_follower_asked_again_after_failed_reads_misses_no_line() {
         }
     }
     assert!(failures > 0, "the reads failed now and then");
+    let first = |texts: &[String]| -> Vec<(char, usize)> {
+        texts
+            .iter()
+            .map(|t| (t.chars().next().unwrap(), t.len()))
+            .collect()
+    };
+    assert_eq!(first(&read), first(&said), "every line once, in order");
+}
+
+/// A follower whose `next` is given up on part way — a caller's timeout while a
+/// session's lines take several slow reads — and called again delivers every line once,
+/// in order.
+#[tokio::test]
+async fn a_follower_whose_calls_time_out_misses_no_line() {
+    let transcripts = Arc::new(FailingReads {
+        inner: agent_sessions::transcript::InMemoryTranscriptStore::new(),
+        failing: false.into(),
+        reads: 0.into(),
+        slow: Duration::from_millis(20),
+    });
+    let manager = SessionManager::builder(InMemoryStore::new())
+        .transcripts(transcripts.clone())
+        .build()
+        .unwrap();
+    // Lines of 100 KB: a session's new lines take several chunks to read.
+    let said: Vec<String> = (0..6)
+        .map(|n| format!("{n}{}", "x".repeat(100_000)))
+        .collect();
+    for pair in said.chunks(2) {
+        let turn = manager
+            .turn(&InboundMessage::direct("telegram", "42", &pair[0]))
+            .await
+            .unwrap();
+        turn.complete(pair[1].as_str()).await.unwrap();
+    }
+    let mut follow = manager
+        .follow(Scope::Agent(AgentId::main()), Position::Start)
+        .await
+        .unwrap();
+    let (mut read, mut timeouts) = (Vec::new(), 0);
+    for _ in 0..200 {
+        match tokio::time::timeout(Duration::from_millis(30), follow.next()).await {
+            Ok(Ok(Update::Events { events, .. })) => read.extend(
+                events
+                    .iter()
+                    .filter_map(|e| e.entry.message.as_ref())
+                    .map(|m| m.text()),
+            ),
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => panic!("{error}"),
+            Err(_) => timeouts += 1,
+        }
+        if read.len() >= said.len() {
+            break;
+        }
+    }
+    assert!(timeouts > 0, "calls were given up on part way");
     let first = |texts: &[String]| -> Vec<(char, usize)> {
         texts
             .iter()

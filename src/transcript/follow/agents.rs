@@ -275,11 +275,14 @@ impl AgentsFollow {
         let mut waiting_bytes = 0;
         let mut complete = true;
         let mut refused = Vec::new();
-        // A transient failure ends the read once what was read before it is pending
-        // (its follower has moved past it) and is returned after.
+        // A transient failure ends the read; it is returned after what was read before
+        // it, which is pending.
         let mut failed = None;
         for (session_id, watched) in &mut self.watched {
-            let mut batch = Vec::new();
+            // The session's lines go on one update, made as they are read: a read
+            // dropped part way (a failure, a caller's timeout) loses nothing its
+            // follower has moved past.
+            let mut open = false;
             loop {
                 if waiting >= MAX_PENDING_EVENTS || waiting_bytes >= MAX_PENDING_BYTES {
                     // The rest is read at the next look.
@@ -302,32 +305,46 @@ impl AgentsFollow {
                 waiting_bytes += events.iter().map(SessionEvent::encoded_len).sum::<u64>();
                 // Lines from before the start are skipped, a chunk at a time.
                 let skip_before = watched.skip_before;
-                let new = events.into_iter().filter(|event| {
-                    skip_before.is_none_or(|since| written_at(event).is_none_or(|at| at >= since))
-                });
-                let before = batch.len();
-                batch.extend(new);
-                waiting += batch.len() - before;
-            }
-            if let Some(at) = batch.iter().filter_map(written_at).max() {
-                watched.active_at = watched.active_at.max(at);
-            }
-            // A status line (a close, a status set) does not move the entry's
-            // `updatedAt`: the entry is asked for its new status.
-            let status_changed = batch.iter().any(|e| e.kind() == EventKind::StatusChange);
-            if !batch.is_empty() {
-                self.pending.push_back(Update::Events {
-                    key: watched.key.clone(),
+                let new: Vec<SessionEvent> = events
+                    .into_iter()
+                    .filter(|event| {
+                        skip_before
+                            .is_none_or(|since| written_at(event).is_none_or(|at| at >= since))
+                    })
+                    .collect();
+                waiting += new.len();
+                if let Some(at) = new.iter().filter_map(written_at).max() {
+                    watched.active_at = watched.active_at.max(at);
+                }
+                // A status line (a close, a status set) does not move the entry's
+                // `updatedAt`: the entry is asked for its new status.
+                if new.iter().any(|e| e.kind() == EventKind::StatusChange)
+                    && !self.status_unread.contains(&watched.key)
+                {
+                    self.status_unread.push(watched.key.clone());
+                }
+                let next = Position::After {
                     session_id: session_id.clone(),
-                    events: batch,
-                    next: Position::After {
-                        session_id: session_id.clone(),
-                        offset: watched.follow.position(),
-                    },
-                });
-            }
-            if status_changed && !self.status_unread.contains(&watched.key) {
-                self.status_unread.push(watched.key.clone());
+                    offset: watched.follow.position(),
+                };
+                match self.pending.back_mut() {
+                    Some(Update::Events {
+                        events, next: at, ..
+                    }) if open => {
+                        events.extend(new);
+                        *at = next;
+                    }
+                    _ if new.is_empty() => {}
+                    _ => {
+                        self.pending.push_back(Update::Events {
+                            key: watched.key.clone(),
+                            session_id: session_id.clone(),
+                            events: new,
+                            next,
+                        });
+                        open = true;
+                    }
+                }
             }
             if !complete || failed.is_some() {
                 break;

@@ -353,6 +353,10 @@ impl Follow {
     }
 
     /// The next update, waiting until there is one.
+    ///
+    /// A call that fails (a transient store error: a lost connection) or is given up
+    /// on (a timeout, a `select!`) loses nothing: what it had read is returned by the
+    /// next call, which goes on from there.
     pub async fn next(&mut self) -> Result<Update> {
         match &mut self.inner {
             Inner::Session { key, follow } => match follow.next().await? {
