@@ -206,10 +206,7 @@ impl Node {
 
     /// Sets `synchronous_standby_names` and has the server read it.
     async fn set_synchronous(&self, standbys: &str) {
-        let (client, connection) = tokio_postgres::connect(&self.url(), tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(connection);
+        let client = self.admin().await;
         client
             .batch_execute(&format!(
                 "ALTER SYSTEM SET synchronous_standby_names = '{standbys}'"
@@ -220,6 +217,15 @@ impl Node {
             .batch_execute("SELECT pg_reload_conf()")
             .await
             .unwrap();
+    }
+
+    /// A connection to the server, for the test's own queries.
+    async fn admin(&self) -> tokio_postgres::Client {
+        let (client, connection) = tokio_postgres::connect(&self.url(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
     }
 
     fn url(&self) -> String {
@@ -307,11 +313,9 @@ async fn wait_for_standby(primary: &Node, replication: Replication) {
 
 /// How much of `primary`'s WAL its standby has not written yet, in bytes.
 async fn unreceived(primary: &Node) -> i64 {
-    let (client, connection) = tokio_postgres::connect(&primary.url(), tokio_postgres::NoTls)
+    let row = primary
+        .admin()
         .await
-        .unwrap();
-    tokio::spawn(connection);
-    let row = client
         .query_one(
             "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), write_lsn)::bigint \
              FROM pg_stat_replication",
@@ -324,11 +328,9 @@ async fn unreceived(primary: &Node) -> i64 {
 
 /// The process of `primary` that sends its WAL to the standby.
 async fn wal_sender(primary: &Node) -> String {
-    let (client, connection) = tokio_postgres::connect(&primary.url(), tokio_postgres::NoTls)
+    let row = primary
+        .admin()
         .await
-        .unwrap();
-    tokio::spawn(connection);
-    let row = client
         .query_one("SELECT pid FROM pg_stat_replication", &[])
         .await
         .unwrap();

@@ -381,16 +381,21 @@ impl TranscriptStore for FailingReads {
     }
 }
 
-/// A follower of every session whose reads fail now and then — the database went away
-/// for a moment — and that is asked again after each failure reads every line once, in
-/// order: what it read before a failure is not dropped with it.
-#[tokio::test]
-async fn a_follower_asked_again_after_failed_reads_misses_no_line() {
+/// Three turns of lines of 100 KB on a manager over a [`FailingReads`] store whose reads
+/// take `slow` (a session's new lines take several chunks to read): the store, the
+/// lines said in order, and a follower of every session from the start.
+async fn three_turns_of_long_lines(
+    slow: Duration,
+) -> (
+    Arc<FailingReads>,
+    Vec<String>,
+    agent_sessions::transcript::follow::Follow,
+) {
     let transcripts = Arc::new(FailingReads {
         inner: agent_sessions::transcript::InMemoryTranscriptStore::new(),
         failing: false.into(),
         reads: 0.into(),
-        slow: Duration::ZERO,
+        slow,
     });
     let manager = SessionManager::builder(InMemoryStore::new())
         .transcripts(transcripts.clone())
@@ -407,10 +412,27 @@ async fn a_follower_asked_again_after_failed_reads_misses_no_line() {
             .unwrap();
         turn.complete(pair[1].as_str()).await.unwrap();
     }
-    let mut follow = manager
+    let follow = manager
         .follow(Scope::Agent(AgentId::main()), Position::Start)
         .await
         .unwrap();
+    (transcripts, said, follow)
+}
+
+/// Each line's first character and length: long lines compared without printing them.
+fn shapes(texts: &[String]) -> Vec<(char, usize)> {
+    texts
+        .iter()
+        .map(|t| (t.chars().next().unwrap(), t.len()))
+        .collect()
+}
+
+/// A follower of every session whose reads fail now and then — the database went away
+/// for a moment — and that is asked again after each failure reads every line once, in
+/// order: what it read before a failure is not dropped with it.
+#[tokio::test]
+async fn a_follower_asked_again_after_failed_reads_misses_no_line() {
+    let (transcripts, said, mut follow) = three_turns_of_long_lines(Duration::ZERO).await;
     transcripts
         .failing
         .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -431,13 +453,7 @@ async fn a_follower_asked_again_after_failed_reads_misses_no_line() {
         }
     }
     assert!(failures > 0, "the reads failed now and then");
-    let first = |texts: &[String]| -> Vec<(char, usize)> {
-        texts
-            .iter()
-            .map(|t| (t.chars().next().unwrap(), t.len()))
-            .collect()
-    };
-    assert_eq!(first(&read), first(&said), "every line once, in order");
+    assert_eq!(shapes(&read), shapes(&said), "every line once, in order");
 }
 
 /// A follower whose `next` is given up on part way — a caller's timeout while a
@@ -445,31 +461,8 @@ async fn a_follower_asked_again_after_failed_reads_misses_no_line() {
 /// in order.
 #[tokio::test]
 async fn a_follower_whose_calls_time_out_misses_no_line() {
-    let transcripts = Arc::new(FailingReads {
-        inner: agent_sessions::transcript::InMemoryTranscriptStore::new(),
-        failing: false.into(),
-        reads: 0.into(),
-        slow: Duration::from_millis(20),
-    });
-    let manager = SessionManager::builder(InMemoryStore::new())
-        .transcripts(transcripts.clone())
-        .build()
-        .unwrap();
-    // Lines of 100 KB: a session's new lines take several chunks to read.
-    let said: Vec<String> = (0..6)
-        .map(|n| format!("{n}{}", "x".repeat(100_000)))
-        .collect();
-    for pair in said.chunks(2) {
-        let turn = manager
-            .turn(&InboundMessage::direct("telegram", "42", &pair[0]))
-            .await
-            .unwrap();
-        turn.complete(pair[1].as_str()).await.unwrap();
-    }
-    let mut follow = manager
-        .follow(Scope::Agent(AgentId::main()), Position::Start)
-        .await
-        .unwrap();
+    let (_transcripts, said, mut follow) =
+        three_turns_of_long_lines(Duration::from_millis(20)).await;
     let (mut read, mut timeouts) = (Vec::new(), 0);
     for _ in 0..200 {
         match tokio::time::timeout(Duration::from_millis(30), follow.next()).await {
@@ -488,11 +481,5 @@ async fn a_follower_whose_calls_time_out_misses_no_line() {
         }
     }
     assert!(timeouts > 0, "calls were given up on part way");
-    let first = |texts: &[String]| -> Vec<(char, usize)> {
-        texts
-            .iter()
-            .map(|t| (t.chars().next().unwrap(), t.len()))
-            .collect()
-    };
-    assert_eq!(first(&read), first(&said), "every line once, in order");
+    assert_eq!(shapes(&read), shapes(&said), "every line once, in order");
 }
