@@ -2,6 +2,8 @@
 //! `from` offset into a transcript that does not exist yet.
 
 mod common;
+#[path = "common/fails_over.rs"]
+mod fails_over;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -562,4 +564,79 @@ async fn hostile_entries_neither_break_a_keys_stream_nor_stop_an_agents() {
         unreadable.into_iter().collect::<Vec<_>>(),
         ["agent:main:dots", "agent:main:inj", "agent:main:nul"]
     );
+}
+
+/// A key's stream whose store lost lines it had sent — a database failed over to a
+/// standby that had not received them — says so with `event: rewound` and the offset
+/// to forget from, then sends what the promoted store has from there.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_keys_stream_tells_of_lines_the_store_lost_and_sends_their_replacements() {
+    let transcripts = Arc::new(fails_over::FailsOver::new());
+    let manager = Arc::new(
+        SessionManager::builder(InMemoryStore::new())
+            .transcripts(transcripts.clone())
+            .build()
+            .unwrap(),
+    );
+    let message = |text: &str| InboundMessage::direct("telegram", "42", text);
+    let exchange = |question: &'static str, answer: &'static str| {
+        let manager = &manager;
+        async move {
+            let turn = manager.turn(&message(question)).await.unwrap();
+            turn.complete(answer).await.unwrap();
+        }
+    };
+    exchange("q1", "a1").await;
+    let key = manager.key_for(&message("x")).unwrap();
+    let options = ServiceOptions::default().secret(Secret::new(SECRET).unwrap());
+    let app = router(manager.clone(), options.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { serve(listener, app, &options, std::future::pending()).await });
+    let path = format!("/kernel/keys/{}/events", key.as_str().replace(':', "%3A"));
+    let reader = tokio::spawn(async move { stream(&base, &path, Duration::from_secs(3)).await });
+
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    transcripts.pause_replication();
+    exchange("q2", "a2").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    transcripts.fail_over();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    exchange("q3", "a3").await;
+
+    let (status, body) = reader.await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    // Each message in order: a line's offset and text, or the rewind's offset.
+    let mut sent = Vec::new();
+    for block in body.split("\n\n") {
+        let Some(data) = block.lines().find_map(|l| l.strip_prefix("data: ")) else {
+            continue;
+        };
+        let data: serde_json::Value = serde_json::from_str(data).unwrap();
+        if block.contains("event: rewound") {
+            assert_eq!(data["key"], key.as_str());
+            sent.push((data["offset"].as_u64().unwrap(), "rewound".to_owned()));
+        } else if let Some(text) = {
+            let content = &data["entry"]["message"]["content"];
+            content.as_str().or(content[0]["text"].as_str())
+        } {
+            sent.push((data["offset"].as_u64().unwrap(), text.to_owned()));
+        }
+    }
+    let texts: Vec<&str> = sent.iter().map(|(_, text)| text.as_str()).collect();
+    assert_eq!(
+        texts,
+        ["q1", "a1", "q2", "a2", "rewound", "q3", "a3"],
+        "{body}"
+    );
+    let at = |text: &str| sent.iter().find(|(_, t)| t == text).unwrap().0;
+    // Forget from just after the answer the store kept, which takes in the lost two.
+    assert!(
+        at("a1") < at("rewound") && at("rewound") <= at("q2"),
+        "{sent:?}"
+    );
+    assert!(at("rewound") <= at("q3"), "{sent:?}");
+    let kept = manager.session(&key).messages().await.unwrap();
+    let kept: Vec<&str> = kept.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(kept, ["q1", "a1", "q3", "a3"]);
 }

@@ -4,6 +4,8 @@
 //! order, woken by the store's announcement where it has one.
 
 mod common;
+#[path = "common/fails_over.rs"]
+mod fails_over;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -482,4 +484,101 @@ async fn a_follower_whose_calls_time_out_misses_no_line() {
     }
     assert!(timeouts > 0, "calls were given up on part way");
     assert_eq!(shapes(&read), shapes(&said), "every line once, in order");
+}
+
+/// What a follower holds once it has taken every update there is: the lines it read,
+/// less those it was told the store lost, and how often it was told so.
+async fn taken(follow: &mut agent_sessions::transcript::follow::Follow) -> (Vec<String>, usize) {
+    let (mut lines, mut rewound) = (Vec::<(u64, String)>::new(), 0);
+    while let Some(update) = follow.try_next().await.unwrap() {
+        match update {
+            Update::Events { events, .. } => lines.extend(
+                events
+                    .iter()
+                    .map(|e| (e.offset.0, texts(std::slice::from_ref(e)).remove(0))),
+            ),
+            Update::Rewound {
+                next: Position::After { offset, .. },
+                ..
+            } => {
+                rewound += 1;
+                lines.retain(|(at, _)| *at < offset.0);
+            }
+            _ => {}
+        }
+    }
+    (lines.into_iter().map(|(_, text)| text).collect(), rewound)
+}
+
+/// A follower that read lines the store then lost — a database failed over to a
+/// standby that had not received them — is told so and reads what the promoted store
+/// has in their places: it misses no line, and keeps none the store lost. Whether it
+/// looks while the transcript is shorter than where it was, or once lines were written
+/// in the lost ones' places; following the key or the agent.
+#[tokio::test]
+async fn a_follower_of_a_store_that_lost_lines_it_read_is_told_and_misses_none() {
+    for (scope, looks_between) in [
+        ("key", true),
+        ("key", false),
+        ("agent", true),
+        ("agent", false),
+    ] {
+        let transcripts = Arc::new(fails_over::FailsOver::new());
+        let manager = SessionManager::builder(InMemoryStore::new())
+            .transcripts(transcripts.clone())
+            .build()
+            .unwrap();
+        let exchange = |question: &'static str, answer: &'static str| {
+            let manager = &manager;
+            async move {
+                let message = InboundMessage::direct("telegram", "42", question);
+                let turn = manager.turn(&message).await.unwrap();
+                turn.complete(answer).await.unwrap();
+            }
+        };
+        exchange("q1", "a1").await;
+        let key = manager
+            .key_for(&InboundMessage::direct("telegram", "42", "x"))
+            .unwrap();
+        let mut follow = match scope {
+            "key" => manager.follow(Scope::Key(key), Position::Start).await,
+            _ => {
+                manager
+                    .follow(Scope::Agent(AgentId::main()), Position::Start)
+                    .await
+            }
+        }
+        .unwrap();
+        assert_eq!(
+            taken(&mut follow).await,
+            (vec!["q1".into(), "a1".into()], 0)
+        );
+
+        // The standby stops receiving: what follows is read, then lost.
+        transcripts.pause_replication();
+        exchange("q2", "a2").await;
+        exchange("q3", "a3").await;
+        let (read, _) = taken(&mut follow).await;
+        assert_eq!(
+            read,
+            ["q2", "a2", "q3", "a3"],
+            "{scope}: read on the primary"
+        );
+
+        transcripts.fail_over();
+        if looks_between {
+            let (read, rewound) = taken(&mut follow).await;
+            assert_eq!((read.len(), rewound), (0, 1), "{scope}: told at once");
+        }
+        exchange("q4", "a4").await;
+        exchange("q5", "a5").await;
+        exchange("q6", "a6").await;
+        let (read, rewound) = taken(&mut follow).await;
+        assert_eq!(
+            read,
+            ["q4", "a4", "q5", "a5", "q6", "a6"],
+            "{scope}, looking between: {looks_between}: what the promoted store has"
+        );
+        assert_eq!(rewound, usize::from(!looks_between), "{scope}: told once");
+    }
 }

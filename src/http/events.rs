@@ -364,6 +364,17 @@ impl Pending {
         }
     }
 
+    /// A `rewound` message: the store lost the session's lines from `next` on (see
+    /// [`Update::Rewound`]), and the lines from there come next.
+    fn rewound(key: &SessionKey, session_id: &str, next: &Position, id: String) -> Self {
+        let data = json!({
+            "key": key.as_str(),
+            "sessionId": session_id,
+            "offset": offset_of(next).0,
+        });
+        Pending::announce("rewound", data, id)
+    }
+
     fn lines(events: Vec<SessionEvent>, next: Offset, session: Option<&str>) -> VecDeque<Self> {
         numbered(events, next, None)
             .into_iter()
@@ -453,6 +464,19 @@ fn key_messages(update: Update) -> Option<VecDeque<Pending>> {
             next,
             ..
         } => Some(Pending::lines(events, offset_of(&next), Some(&session_id))),
+        Update::Rewound {
+            key,
+            session_id,
+            next,
+        } => {
+            let id = format!("{session_id}:{}", offset_of(&next));
+            Some(VecDeque::from([Pending::rewound(
+                &key,
+                &session_id,
+                &next,
+                id,
+            )]))
+        }
         _ => None,
     }
 }
@@ -466,6 +490,14 @@ impl Source {
                 Source::Session(follow) => match follow.next().await? {
                     Update::Events { events, next, .. } => {
                         Pending::lines(events, offset_of(&next), None)
+                    }
+                    Update::Rewound {
+                        key,
+                        session_id,
+                        next,
+                    } => {
+                        let id = offset_of(&next).to_string();
+                        VecDeque::from([Pending::rewound(&key, &session_id, &next, id)])
                     }
                     Update::Ended { .. } => return Ok(None),
                     _ => continue,
@@ -499,6 +531,11 @@ impl Source {
                             });
                             VecDeque::from([Pending::announce("unreadable", data, id)])
                         }
+                        Update::Rewound {
+                            key,
+                            session_id,
+                            next,
+                        } => VecDeque::from([Pending::rewound(&key, &session_id, &next, id)]),
                         Update::Events {
                             key,
                             session_id,

@@ -12,7 +12,7 @@ use tokio::task::JoinSet;
 
 use crate::error::Error;
 use crate::identity::key::AgentId;
-use crate::transcript::follow::transcript::TranscriptFollow;
+use crate::transcript::follow::transcript::{Read, TranscriptFollow};
 use crate::transcript::{
     ArchiveReason, LogFields, LogQuery, Offset, SessionHeader, TranscriptEntry, TranscriptExport,
     TranscriptRef, TranscriptStore,
@@ -585,6 +585,9 @@ pub async fn followers_see_every_append_once_in_order<T: TranscriptStore + 'stat
             .expect("the follower keeps up")
             .unwrap()
             .expect("the transcript is live");
+        let Read::Events(events) = events else {
+            panic!("nothing was lost: {events:?}")
+        };
         seen.extend(texts(&events));
     }
     writer.await.unwrap();
@@ -594,7 +597,10 @@ pub async fn followers_see_every_append_once_in_order<T: TranscriptStore + 'stat
 
     let mut resumed = TranscriptFollow::new(store.clone(), t.clone(), follow.position());
     store.append(&t, vec![said("after", 1)]).await.unwrap();
-    assert_eq!(texts(&resumed.next().await.unwrap().unwrap()), ["after"]);
+    let Some(Read::Events(after)) = resumed.next().await.unwrap() else {
+        panic!("the line after")
+    };
+    assert_eq!(texts(&after), ["after"]);
 }
 
 /// Runs the transcript conformance suite: one `#[tokio::test]` per behaviour, each on a

@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::transcript::TranscriptFollow;
+use super::transcript::{Read, TranscriptFollow};
 use super::{Position, Sources, Update};
 use crate::error::Result;
 use crate::freshness::Clock;
@@ -290,7 +290,20 @@ impl AgentsFollow {
                     break;
                 }
                 let events = match watched.follow.try_next().await {
-                    Ok(Some(events)) => events,
+                    Ok(Some(Read::Events(events))) => events,
+                    Ok(Some(Read::Rewound(offset))) => {
+                        // After what is pending: the caller forgets what it lost.
+                        self.pending.push_back(Update::Rewound {
+                            key: watched.key.clone(),
+                            session_id: session_id.clone(),
+                            next: Position::After {
+                                session_id: session_id.clone(),
+                                offset,
+                            },
+                        });
+                        open = false;
+                        continue;
+                    }
                     Ok(None) => break,
                     Err(error) if error.is_transient() => {
                         failed = Some(error);

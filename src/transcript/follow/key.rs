@@ -117,18 +117,9 @@ impl KeyFollow {
 
     /// The next update if there is one now, without waiting.
     pub(super) async fn try_next(&mut self) -> Result<Option<Update>> {
-        if let Some((session_id, _, follow)) = &mut self.current {
-            if let Some(events) = follow.try_next().await? {
-                let next = Position::After {
-                    session_id: session_id.clone(),
-                    offset: follow.position(),
-                };
-                return Ok(Some(Update::Events {
-                    key: self.key.clone(),
-                    session_id: session_id.clone(),
-                    events,
-                    next,
-                }));
+        if let Some((_, _, follow)) = &mut self.current {
+            if let Some(read) = follow.try_next().await? {
+                return Ok(Some(super::session_update(&self.key, follow, read)));
             }
         }
         // Everything of the followed session is read: has the key moved on?

@@ -223,6 +223,22 @@ pub enum Update {
         /// Where the line after the last one starts ([`Position::After`]).
         next: Position,
     },
+    /// The store no longer has lines this follower returned from a session: a database
+    /// failed over to a standby that had not received them (asynchronous replication),
+    /// and the promoted server may have written other lines in their places. Forget the
+    /// session's lines at or after `next`; its lines from there come next. A follower
+    /// notices it by the last line it returned, which it checks whenever the session's
+    /// transcript turns out shorter than its position or gains lines, and every second
+    /// while it finds nothing new (a follower resumed at a position checks from the
+    /// first line it returns itself).
+    Rewound {
+        /// The session's key.
+        key: SessionKey,
+        /// The session.
+        session_id: String,
+        /// Where the lines that come next start ([`Position::After`]).
+        next: Position,
+    },
     /// A session's follower read the session to its end: its transcript was archived
     /// (or it was closed) and every line returned. Every later call returns this again.
     Ended {
@@ -244,7 +260,7 @@ pub struct Follow {
 enum Inner {
     Session {
         key: SessionKey,
-        follow: transcript::TranscriptFollow,
+        follow: Box<transcript::TranscriptFollow>,
     },
     Key(Box<key::KeyFollow>),
     Agents(Box<agents::AgentsFollow>),
@@ -285,7 +301,11 @@ impl Follow {
             scope: Scope::Session(id.clone()),
             inner: Inner::Session {
                 key: session.key.clone(),
-                follow: transcript::TranscriptFollow::new(sources.transcripts, transcript, offset),
+                follow: Box::new(transcript::TranscriptFollow::new(
+                    sources.transcripts,
+                    transcript,
+                    offset,
+                )),
             },
         })
     }
@@ -344,7 +364,7 @@ impl Follow {
         self.inner = match self.inner {
             Inner::Session { key, follow } => Inner::Session {
                 key,
-                follow: follow.poll_interval(every),
+                follow: Box::new(follow.poll_interval(every)),
             },
             Inner::Key(follow) => Inner::Key(Box::new(follow.poll_interval(every))),
             Inner::Agents(follow) => Inner::Agents(Box::new(follow.poll_interval(every))),
@@ -360,7 +380,7 @@ impl Follow {
     pub async fn next(&mut self) -> Result<Update> {
         match &mut self.inner {
             Inner::Session { key, follow } => match follow.next().await? {
-                Some(events) => Ok(session_events(key, follow, events)),
+                Some(read) => Ok(session_update(key, follow, read)),
                 None => Ok(Update::Ended {
                     session_id: follow.transcript().session_id.clone(),
                 }),
@@ -374,7 +394,7 @@ impl Follow {
     pub async fn try_next(&mut self) -> Result<Option<Update>> {
         match &mut self.inner {
             Inner::Session { key, follow } => match follow.try_next().await? {
-                Some(events) => Ok(Some(session_events(key, follow, events))),
+                Some(read) => Ok(Some(session_update(key, follow, read))),
                 None if follow.is_ended() => Ok(Some(Update::Ended {
                     session_id: follow.transcript().session_id.clone(),
                 })),
@@ -386,20 +406,30 @@ impl Follow {
     }
 }
 
-fn session_events(
+/// What a read of a session's transcript tells its follower.
+fn session_update(
     key: &SessionKey,
     follow: &transcript::TranscriptFollow,
-    events: Vec<SessionEvent>,
+    read: transcript::Read,
 ) -> Update {
     let session_id = follow.transcript().session_id.clone();
-    Update::Events {
-        key: key.clone(),
-        next: Position::After {
-            session_id: session_id.clone(),
-            offset: follow.position(),
+    let next = Position::After {
+        session_id: session_id.clone(),
+        offset: follow.position(),
+    };
+    let key = key.clone();
+    match read {
+        transcript::Read::Events(events) => Update::Events {
+            key,
+            session_id,
+            events,
+            next,
         },
-        session_id,
-        events,
+        transcript::Read::Rewound(_) => Update::Rewound {
+            key,
+            session_id,
+            next,
+        },
     }
 }
 

@@ -1,14 +1,37 @@
 //! Following one transcript from an offset: every event once, in order, across
 //! processes — what every follower reads with.
 
+use std::collections::VecDeque;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::transcript::{
     Offset, SessionEvent, SubscriptionError, TranscriptRef, TranscriptStore,
     TranscriptSubscription, DEFAULT_CHUNK_BYTES,
 };
+
+/// How many of the lines it returned last a follower remembers, to find where a
+/// transcript that lost its end parts from what it returned.
+const REMEMBERED_LINES: usize = 64;
+
+/// How often a follower that finds nothing new checks that the line it returned last
+/// is still there (a promoted server may have as many lines as it read, but others, or
+/// not the transcript at all).
+const CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// What a follower's read found.
+#[derive(Debug)]
+pub(crate) enum Read {
+    /// Lines appended since the last read, in order.
+    Events(Vec<SessionEvent>),
+    /// The transcript no longer has lines this follower returned — a database failed
+    /// over to a standby that had not received them, and the promoted server may have
+    /// written other lines in their places: those at or after this offset are to be
+    /// forgotten, and the lines from there come next.
+    Rewound(Offset),
+}
 
 /// A durable feed of one transcript's events from an offset on, whoever appends them.
 ///
@@ -25,10 +48,21 @@ use crate::transcript::{
 /// reads the rest from the archived copy and then ends: `next` returns
 /// `None`. Following a closed session's transcript returns its events and ends.
 ///
+/// Each read that finds new lines or finds the transcript shorter than the follower's
+/// position — and a read that finds nothing, every [`CHECK_EVERY`] — first checks that
+/// the last line the follower returned is still where it was: when it is not (the
+/// transcript lost its end in a failover, see [`Read::Rewound`]), the follower goes back
+/// to just after the newest line it returned that is still there — to the transcript's
+/// start when none of the [`REMEMBERED_LINES`] it remembers is — and says so before
+/// reading on.
 pub(crate) struct TranscriptFollow {
     store: Arc<dyn TranscriptStore>,
     transcript: TranscriptRef,
     position: Offset,
+    /// The last lines returned, oldest first: where each starts and what it was.
+    returned: VecDeque<(Offset, u64)>,
+    /// When the last of them was last checked.
+    checked_at: Instant,
     wake: TranscriptSubscription,
     poll_interval: Duration,
     ended: bool,
@@ -64,6 +98,8 @@ impl TranscriptFollow {
             store,
             transcript,
             position: from,
+            returned: VecDeque::new(),
+            checked_at: Instant::now(),
             wake,
             poll_interval,
             ended: false,
@@ -92,10 +128,10 @@ impl TranscriptFollow {
     /// it returned. One call returns one chunk (about 256 KiB of
     /// the transcript) at most: what is left comes with the next calls. A
     /// transcript that does not exist yet is waited for.
-    pub(crate) async fn next(&mut self) -> Result<Option<Vec<SessionEvent>>> {
+    pub(crate) async fn next(&mut self) -> Result<Option<Read>> {
         loop {
-            if let Some(events) = self.try_next().await? {
-                return Ok(Some(events));
+            if let Some(read) = self.try_next().await? {
+                return Ok(Some(read));
             }
             if self.ended {
                 return Ok(None);
@@ -110,18 +146,17 @@ impl TranscriptFollow {
     }
 
     /// The events appended since the last call, or `None` without waiting.
-    pub(crate) async fn try_next(&mut self) -> Result<Option<Vec<SessionEvent>>> {
-        let events = self.read().await?;
-        if events.is_empty() && !self.ended {
+    pub(crate) async fn try_next(&mut self) -> Result<Option<Read>> {
+        let read = self.read().await?;
+        if matches!(&read, Read::Events(events) if events.is_empty()) && !self.ended {
             // Nothing new: if the transcript was archived, the rest is in the copy.
             if let Some(archived) = self.store.archived(&self.transcript).await? {
                 self.transcript = archived;
                 self.ended = true;
-                let rest = self.read().await?;
-                return Ok((!rest.is_empty()).then_some(rest));
+                return Ok(self.read().await?.found());
             }
         }
-        Ok((!events.is_empty()).then_some(events))
+        Ok(read.found())
     }
 
     /// Whether the transcript was archived and the follower reads its last events: once
@@ -130,12 +165,98 @@ impl TranscriptFollow {
         self.ended
     }
 
-    async fn read(&mut self) -> Result<Vec<SessionEvent>> {
-        let read = self
+    async fn read(&mut self) -> Result<Read> {
+        let read = match self
             .store
             .read_chunk(&self.transcript, self.position, DEFAULT_CHUNK_BYTES)
-            .await?;
+            .await
+        {
+            Ok(read) => read,
+            // Shorter than where the follower is: did it lose lines returned?
+            Err(error @ Error::InvalidOffset { .. }) => {
+                return match self.parted().await? {
+                    Some(to) => Ok(Read::Rewound(to)),
+                    None => Err(error),
+                };
+            }
+            Err(error) => return Err(error),
+        };
+        if read.events.is_empty() {
+            if self.checked_at.elapsed() >= CHECK_EVERY {
+                if let Some(to) = self.parted().await? {
+                    return Ok(Read::Rewound(to));
+                }
+            }
+            return Ok(Read::Events(Vec::new()));
+        }
+        // New lines: are they after the line returned last, or in place of lost ones?
+        if let Some(to) = self.parted().await? {
+            return Ok(Read::Rewound(to));
+        }
+        if self.returned.len() + read.events.len() > REMEMBERED_LINES {
+            let keep = REMEMBERED_LINES.saturating_sub(read.events.len());
+            self.returned.drain(..self.returned.len() - keep);
+        }
+        let newest = read.events.len().saturating_sub(REMEMBERED_LINES);
+        self.returned.extend(
+            read.events[newest..]
+                .iter()
+                .map(|event| (event.offset, fingerprint(event))),
+        );
         self.position = self.position.max(read.next);
-        Ok(read.events)
+        Ok(Read::Events(read.events))
     }
+
+    /// `None` when the line returned last is still where it was (or none was
+    /// returned); otherwise where the follower goes back to, which it now reads from:
+    /// just after the newest line returned that is still there, or the start.
+    async fn parted(&mut self) -> Result<Option<Offset>> {
+        self.checked_at = Instant::now();
+        let mut parted = false;
+        while let Some(&(offset, line)) = self.returned.back() {
+            let still = match self.store.read_chunk(&self.transcript, offset, 1).await {
+                Ok(read) => read
+                    .events
+                    .first()
+                    .filter(|event| event.offset == offset && fingerprint(event) == line)
+                    .map(|_| read.next),
+                Err(Error::InvalidOffset { .. }) => None,
+                Err(error) => return Err(error),
+            };
+            match still {
+                Some(_) if !parted => return Ok(None),
+                Some(after) => {
+                    self.position = after;
+                    return Ok(Some(after));
+                }
+                None => {
+                    self.returned.pop_back();
+                    parted = true;
+                }
+            }
+        }
+        if !parted {
+            return Ok(None);
+        }
+        self.position = Offset::START;
+        Ok(Some(Offset::START))
+    }
+}
+
+impl Read {
+    /// The read, unless it found nothing.
+    fn found(self) -> Option<Read> {
+        match self {
+            Read::Events(events) if events.is_empty() => None,
+            read => Some(read),
+        }
+    }
+}
+
+/// What tells a line from another written in its place.
+fn fingerprint(event: &SessionEvent) -> u64 {
+    let entry = &event.entry;
+    let mut hasher = std::hash::DefaultHasher::new();
+    (&entry.kind, &entry.id, &entry.parent_id, &entry.timestamp).hash(&mut hasher);
+    hasher.finish()
 }
