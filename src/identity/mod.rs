@@ -127,6 +127,7 @@
 pub(crate) mod access;
 pub(crate) mod isolation;
 pub(crate) mod key;
+pub(crate) mod scoped;
 pub(crate) mod workspace;
 
 pub use key::{

@@ -27,14 +27,11 @@
 //! # }
 //! ```
 
-mod model_input;
 mod resolution;
-mod scoped;
 mod session;
 mod sessions;
 mod transcripts;
 mod turn;
-mod workspace;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -71,8 +68,8 @@ use crate::store::SessionStore;
 use crate::transcript::follow::{self, Follow, Position, Scope};
 use crate::transcript::{ArchiveReason, CheckpointReason, TranscriptRef, TranscriptStore};
 
+pub use crate::identity::scoped::ScopedManager;
 pub use resolution::{Decision, Reason, Resolution};
-pub use scoped::ScopedManager;
 pub use session::Session;
 pub use sessions::{DeleteOptions, OverrideKind, PruneOptions, SessionOverride};
 pub use transcripts::LogMessage;

@@ -5,7 +5,6 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::sessions::{clear_override, is_shared, subagent_key};
-use super::workspace::parse_workspace_id;
 use super::Reason;
 use super::{
     DeleteOptions, LogMessage, OverrideKind, ScopedManager, SessionManager, SessionOverride,
@@ -14,6 +13,7 @@ use super::{
 use crate::error::{DeleteRefusal, Error, Result};
 use crate::identity::access::{verify_namespace, verify_session_access, Caller};
 use crate::identity::key::{AgentId, SessionKey};
+use crate::identity::workspace::parse_workspace_id;
 use crate::identity::workspace::Workspace;
 use crate::identity::workspace::WorkspaceSharing;
 use crate::inbound::chat::ChatMessage;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::transcript::{
-    Offset, SessionEvent, SubscriptionError, TranscriptRef, TranscriptStore,
+    Offset, SessionEvent, SubscriptionError, TranscriptRead, TranscriptRef, TranscriptStore,
     TranscriptSubscription, DEFAULT_CHUNK_BYTES,
 };
 
@@ -63,6 +63,10 @@ pub(crate) struct TranscriptFollow {
     returned: VecDeque<(Offset, u64)>,
     /// When the last of them was last checked.
     checked_at: Instant,
+    /// Found gone while checking, and not yet rewound to what is still there.
+    parting: bool,
+    /// New lines read, not yet returned: the check of the line before them failed.
+    unchecked: Option<TranscriptRead>,
     wake: TranscriptSubscription,
     poll_interval: Duration,
     ended: bool,
@@ -100,6 +104,8 @@ impl TranscriptFollow {
             position: from,
             returned: VecDeque::new(),
             checked_at: Instant::now(),
+            parting: false,
+            unchecked: None,
             wake,
             poll_interval,
             ended: false,
@@ -155,6 +161,12 @@ impl TranscriptFollow {
                 self.ended = true;
                 return Ok(self.read().await?.found());
             }
+            // Not archived: now and then, is the line returned last still there?
+            if self.checked_at.elapsed() >= CHECK_EVERY {
+                if let Some(to) = self.parted().await? {
+                    return Ok(Some(Read::Rewound(to)));
+                }
+            }
         }
         Ok(read.found())
     }
@@ -166,33 +178,36 @@ impl TranscriptFollow {
     }
 
     async fn read(&mut self) -> Result<Read> {
-        let read = match self
-            .store
-            .read_chunk(&self.transcript, self.position, DEFAULT_CHUNK_BYTES)
-            .await
-        {
-            Ok(read) => read,
-            // Shorter than where the follower is: did it lose lines returned?
-            Err(error @ Error::InvalidOffset { .. }) => {
-                return match self.parted().await? {
-                    Some(to) => Ok(Read::Rewound(to)),
-                    None => Err(error),
-                };
-            }
-            Err(error) => return Err(error),
+        let read = match self.unchecked.take() {
+            Some(read) => read,
+            None => match self
+                .store
+                .read_chunk(&self.transcript, self.position, DEFAULT_CHUNK_BYTES)
+                .await
+            {
+                Ok(read) => read,
+                // Shorter than where the follower is: did it lose lines returned?
+                Err(error @ Error::InvalidOffset { .. }) => {
+                    return match self.parted().await? {
+                        Some(to) => Ok(Read::Rewound(to)),
+                        None => Err(error),
+                    };
+                }
+                Err(error) => return Err(error),
+            },
         };
         if read.events.is_empty() {
-            if self.checked_at.elapsed() >= CHECK_EVERY {
-                if let Some(to) = self.parted().await? {
-                    return Ok(Read::Rewound(to));
-                }
-            }
             return Ok(Read::Events(Vec::new()));
         }
         // New lines: are they after the line returned last, or in place of lost ones?
+        // Kept while that is asked, so a failed check costs no second read.
+        self.unchecked = Some(read);
         if let Some(to) = self.parted().await? {
             return Ok(Read::Rewound(to));
         }
+        let Some(read) = self.unchecked.take() else {
+            return Ok(Read::Events(Vec::new()));
+        };
         if self.returned.len() + read.events.len() > REMEMBERED_LINES {
             let keep = REMEMBERED_LINES.saturating_sub(read.events.len());
             self.returned.drain(..self.returned.len() - keep);
@@ -209,10 +224,10 @@ impl TranscriptFollow {
 
     /// `None` when the line returned last is still where it was (or none was
     /// returned); otherwise where the follower goes back to, which it now reads from:
-    /// just after the newest line returned that is still there, or the start.
+    /// just after the newest line returned that is still there, or the start. A check
+    /// that fails part way goes on from there at the next call.
     async fn parted(&mut self) -> Result<Option<Offset>> {
         self.checked_at = Instant::now();
-        let mut parted = false;
         while let Some(&(offset, line)) = self.returned.back() {
             let still = match self.store.read_chunk(&self.transcript, offset, 1).await {
                 Ok(read) => read
@@ -224,22 +239,23 @@ impl TranscriptFollow {
                 Err(error) => return Err(error),
             };
             match still {
-                Some(_) if !parted => return Ok(None),
-                Some(after) => {
-                    self.position = after;
-                    return Ok(Some(after));
-                }
+                Some(_) if !self.parting => return Ok(None),
+                Some(after) => return Ok(Some(self.rewind(after))),
                 None => {
                     self.returned.pop_back();
-                    parted = true;
+                    self.parting = true;
                 }
             }
         }
-        if !parted {
-            return Ok(None);
-        }
-        self.position = Offset::START;
-        Ok(Some(Offset::START))
+        Ok(self.parting.then(|| self.rewind(Offset::START)))
+    }
+
+    /// Goes back to `to`: what was read after it is read again.
+    fn rewind(&mut self, to: Offset) -> Offset {
+        self.parting = false;
+        self.unchecked = None;
+        self.position = to;
+        to
     }
 }
 

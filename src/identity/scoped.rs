@@ -8,12 +8,12 @@
 //! (`prune`, `refresh_identity_summary`, subscribing to every transcript) stay with the
 //! host.
 
-use super::{Resolution, SessionManager, Turn};
 use crate::error::{AccessDenial, Error, Result};
 use crate::identity::access::{denied, verify_namespace, verify_session_access, Caller};
 use crate::identity::key::{AgentId, SessionKey};
 use crate::identity::{Identifier, Person};
 use crate::inbound::InboundMessage;
+use crate::manager::{Resolution, SessionManager, Turn};
 use crate::store::entry::{SessionEntry, SessionSource};
 use crate::store::{ListFilter, StoredSession};
 
@@ -95,8 +95,8 @@ impl SessionManager {
 /// per request.
 #[derive(Debug)]
 pub struct ScopedManager<'a> {
-    pub(super) manager: &'a SessionManager,
-    pub(super) caller: Caller,
+    pub(crate) manager: &'a SessionManager,
+    pub(crate) caller: Caller,
     person: Option<Person>,
     identity: Option<(String, Identifier)>,
 }

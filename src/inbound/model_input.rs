@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use super::{Resolution, SessionManager};
 use crate::error::Result;
 use crate::freshness::clock::{from_millis, to_millis};
 use crate::identity::key::SessionKey;
@@ -14,6 +13,7 @@ use crate::inbound::pipeline::{
     clean_text, enveloped_body, model_body, sender_label, PipelineOptions,
 };
 use crate::inbound::InboundMessage;
+use crate::manager::{Resolution, SessionManager};
 use crate::reply::payload::{build_reply_payloads, ReplyOptions, ReplyPayload};
 use crate::store::entry::SendPolicy;
 
