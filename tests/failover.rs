@@ -945,6 +945,10 @@ fn acknowledged_turns_survive_failovers_and_none_is_answered_twice() {
         assert_eq!(report.followed_missed, 0, "the follower missed lines");
         assert_eq!(report.followed_again, 0, "the follower read lines again");
         assert_eq!(report.followed_but_lost, 0);
+        assert_eq!(
+            report.followed_rewound, 0,
+            "nothing lost: nothing to take back"
+        );
         assert_eq!(report.streamed_missed, 0, "the event stream missed lines");
     }
 }
@@ -963,6 +967,10 @@ fn with_asynchronous_replication_only_the_last_moments_can_be_lost_and_none_is_a
         // them, and reads what the promoted server wrote in their places.
         assert_eq!(report.followed_missed, 0, "the follower missed lines");
         assert_eq!(report.followed_again, 0, "the follower read lines again");
+        assert_eq!(
+            report.followed_but_lost, 0,
+            "the follower kept lines it was not told were lost"
+        );
         assert_eq!(report.streamed_missed, 0, "the event stream missed lines");
     }
 }

@@ -566,9 +566,10 @@ async fn hostile_entries_neither_break_a_keys_stream_nor_stop_an_agents() {
     );
 }
 
-/// A key's stream whose store lost lines it had sent — a database failed over to a
-/// standby that had not received them — says so with `event: rewound` and the offset
-/// to forget from, then sends what the promoted store has from there.
+/// A key's stream whose store lost lines it had sent — a database away for a moment,
+/// then failed over to a standby that had not received them — stays connected, says so
+/// with `event: rewound` and the offset to forget from, then sends what the promoted
+/// store has from there.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_keys_stream_tells_of_lines_the_store_lost_and_sends_their_replacements() {
     let transcripts = Arc::new(fails_over::FailsOver::new());
@@ -600,12 +601,18 @@ async fn a_keys_stream_tells_of_lines_the_store_lost_and_sends_their_replacement
     transcripts.pause_replication();
     exchange("q2", "a2").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
+    // The database is away for a while, and comes back failed over: the stream waits
+    // it out connected.
+    transcripts.set_down(true);
+    tokio::time::sleep(Duration::from_millis(300)).await;
     transcripts.fail_over();
+    transcripts.set_down(false);
     tokio::time::sleep(Duration::from_millis(500)).await;
     exchange("q3", "a3").await;
 
     let (status, body) = reader.await.unwrap();
     assert_eq!(status, StatusCode::OK);
+    assert!(!body.contains("event: error"), "{body}");
     // Each message in order: a line's offset and text, or the rewind's offset.
     let mut sent = Vec::new();
     for block in body.split("\n\n") {

@@ -582,3 +582,64 @@ async fn a_follower_of_a_store_that_lost_lines_it_read_is_told_and_misses_none()
         assert_eq!(rewound, usize::from(!looks_between), "{scope}: told once");
     }
 }
+
+/// A follower reads past lines that are no events — here 600 KB of them, more than two
+/// chunks, as a crashed writer or a stray program may leave — and on to the lines after.
+#[tokio::test]
+async fn a_follower_reads_past_a_long_run_of_lines_that_are_no_events() {
+    use agent_sessions::store::FileTranscriptStore;
+    let dir = tempfile::tempdir().unwrap();
+    let manager = SessionManager::builder(InMemoryStore::new())
+        .transcripts(FileTranscriptStore::new(dir.path()))
+        .build()
+        .unwrap();
+    let message = |text: &str| InboundMessage::direct("telegram", "42", text);
+    let turn = manager.turn(&message("before")).await.unwrap();
+    turn.complete("one").await.unwrap();
+    let key = manager.key_for(&message("x")).unwrap();
+    let mut follow = manager
+        .follow(Scope::Key(key), Position::Start)
+        .await
+        .unwrap()
+        .poll_interval(Duration::from_millis(10));
+    let (read, _) = taken(&mut follow).await;
+    assert_eq!(read, ["before", "one"]);
+
+    let file = walkdir(dir.path())
+        .into_iter()
+        .find(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .unwrap();
+    let mut garbage = String::new();
+    for n in 0..600 {
+        garbage.push_str(&format!("not json {n} {}\n", "x".repeat(1_000)));
+    }
+    let mut text = std::fs::read_to_string(&file).unwrap();
+    text.push_str(&garbage);
+    std::fs::write(&file, text).unwrap();
+    let turn = manager.turn(&message("after")).await.unwrap();
+    turn.complete("two").await.unwrap();
+
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while seen.len() < 2 && tokio::time::Instant::now() < deadline {
+        let (read, rewound) = taken(&mut follow).await;
+        assert_eq!(rewound, 0);
+        seen.extend(read);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(seen, ["after", "two"]);
+}
+
+/// Every file under `dir`.
+fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            found.extend(walkdir(&path));
+        } else {
+            found.push(path);
+        }
+    }
+    found
+}

@@ -1194,3 +1194,70 @@ async fn another_worker_forgets_what_it_kept_of_a_shared_group() {
     }
     stores.finish().await;
 }
+
+/// A follower of a group whose lines an erase overwrote goes on where it was: the
+/// overwritten lines keep their places, ids and times, so it is not told that the store
+/// lost what it read, and it reads what is said next.
+#[tokio::test]
+async fn a_follower_goes_on_undisturbed_across_an_erase() {
+    use agent_sessions::transcript::follow::{Position, Scope, Update};
+    let stores = stores::Stores::new("follow_erase");
+    for url in &stores.urls {
+        let dir = tempfile::tempdir().unwrap();
+        let manager = manager(url, dir.path()).await;
+        let jane = in_group(
+            "Jane",
+            JANE_PHONE,
+            JANE,
+            "@bot jqgolfgroup taxi please",
+            "j1",
+        )
+        .mentioning_agent();
+        answer(&manager, &jane, "jqhotelpending taxi booked").await;
+        let key = manager.key_for(&jane).unwrap();
+        let mut follow = manager
+            .follow(Scope::Key(key), Position::Start)
+            .await
+            .unwrap();
+        let mut read = Vec::new();
+        while let Some(update) = follow.try_next().await.unwrap() {
+            read.push(update);
+        }
+        manager
+            .forget_person(&PersonRef::person(JANE))
+            .await
+            .unwrap();
+        let bob = in_group("Bob", BOB_PHONE, "bob", "@bot bobgroupkeepsake boat", "b1")
+            .mentioning_agent();
+        answer(&manager, &bob, "yes Bob").await;
+        // Past the follower's idle check, too.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let mut after = Vec::new();
+        while let Some(update) = follow.try_next().await.unwrap() {
+            after.push(update);
+        }
+        assert!(
+            !after.iter().any(|u| matches!(u, Update::Rewound { .. })),
+            "{url}: {after:?}"
+        );
+        let texts: Vec<String> = after
+            .iter()
+            .filter_map(|u| match u {
+                Update::Events { events, .. } => Some(events),
+                _ => None,
+            })
+            .flatten()
+            .filter_map(|e| e.entry.message.as_ref().map(|m| m.text()))
+            .collect();
+        assert!(
+            texts.iter().any(|t| t.contains("bobgroupkeepsake")),
+            "{url}: {texts:?}"
+        );
+        assert!(texts.iter().any(|t| t == "yes Bob"), "{url}: {texts:?}");
+        assert!(
+            !texts.iter().any(|t| t.contains("jq")),
+            "{url}: nothing of hers again"
+        );
+        assert!(!read.is_empty());
+    }
+}

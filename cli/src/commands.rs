@@ -964,6 +964,14 @@ fn read_issue(issue: &ReadIssue) -> String {
 /// How much of a transcript `log` reads at a time.
 const LOG_CHUNK_BYTES: usize = 256 * 1024;
 
+/// The offset of a follower's position in a session (0 for any other position).
+fn offset_in(position: &Position) -> u64 {
+    match position {
+        Position::After { offset, .. } => offset.0,
+        _ => 0,
+    }
+}
+
 /// `follow --store-wide`: every session of `agent`, from now on, until Ctrl-C.
 async fn follow_agent(backend: &Backend, agent: &AgentId, json: bool) -> Outcome {
     let manager = reader(backend, agent)?;
@@ -1014,6 +1022,11 @@ async fn follow_agent(backend: &Backend, agent: &AgentId, json: bool) -> Outcome
                 }
                 written.and_then(|()| write_items(&mut out, &key, &session_id, &events, json))
             }
+            Update::Rewound {
+                key,
+                session_id,
+                next,
+            } => conversation::write_rewound(&mut out, &key, &session_id, offset_in(&next), json),
             _ => Ok(()),
         };
         written
@@ -1126,6 +1139,12 @@ async fn follow(store: &str, agent: &AgentId, json: bool, args: FollowArgs) -> O
                     }
                 }
             }
+            Update::Rewound {
+                session_id, next, ..
+            } => {
+                let from = offset_in(&next);
+                last.retain(|(s, event)| *s != session_id || event.offset.0 < from);
+            }
             _ => {}
         }
     }
@@ -1155,6 +1174,11 @@ async fn follow(store: &str, agent: &AgentId, json: bool, args: FollowArgs) -> O
             Update::Events {
                 session_id, events, ..
             } => write_items(&mut out, &key, session_id, events, json),
+            Update::Rewound {
+                key,
+                session_id,
+                next,
+            } => conversation::write_rewound(&mut out, key, session_id, offset_in(next), json),
             _ => Ok(()),
         };
         written

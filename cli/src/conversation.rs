@@ -172,6 +172,31 @@ impl Item {
 }
 
 /// The heading of a session: `── session 0f5d59ee… started 2026-02-06 10:00 (why) ──`.
+/// Writes that the store lost a session's lines from `offset` on (a database failed
+/// over to a standby that had not received them): what follows replaces them.
+pub fn write_rewound(
+    out: &mut dyn Write,
+    key: &SessionKey,
+    session_id: &str,
+    offset: u64,
+    as_json: bool,
+) -> io::Result<()> {
+    if as_json {
+        let value = json!({
+            "type": "rewound",
+            "key": key.as_str(),
+            "session": session_id,
+            "offset": offset,
+        });
+        return writeln!(out, "{value}");
+    }
+    writeln!(
+        out,
+        "-- the store lost the lines above from offset {offset} of session {} (a database failover); what follows replaces them",
+        escaped(session_id)
+    )
+}
+
 pub fn write_heading(
     out: &mut dyn Write,
     session: &StoredSession,

@@ -16,6 +16,7 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::time::Duration;
 
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::Stream;
@@ -400,17 +401,34 @@ struct EventStream {
     _slot: OwnedSemaphorePermit,
 }
 
+/// How long an event stream waits before reading again after a transient failure,
+/// doubling up to [`MAX_RETRY`].
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+const MAX_RETRY: Duration = Duration::from_secs(2);
+
 impl EventStream {
     /// The next SSE message and whether it is the last (an `end` or `error` event), or
     /// `None` when the service shuts down.
     async fn next_event(&mut self) -> Option<(Event, bool)> {
-        if self.pending.is_empty() {
+        // A transient failure (the database away, failing over) is waited out with the
+        // same follower, which remembers what it sent: what the store lost meanwhile is
+        // told as `rewound`, which a client connecting again could not be told.
+        let mut retry_in = FIRST_RETRY;
+        while self.pending.is_empty() {
             let read = tokio::select! {
                 read = self.source.read() => read,
                 _ = self.end.wait_for(|ended| *ended) => return None,
             };
             match read {
                 Ok(Some(pending)) => self.pending = pending,
+                Err(error) if error.is_transient() => {
+                    tracing::warn!(%error, "an event stream's read failed; trying again");
+                    tokio::select! {
+                        _ = tokio::time::sleep(retry_in) => {}
+                        _ = self.end.wait_for(|ended| *ended) => return None,
+                    }
+                    retry_in = (retry_in * 2).min(MAX_RETRY);
+                }
                 Ok(None) => {
                     // The transcript was archived (a reset or a delete): nothing follows.
                     let event = Event::default()

@@ -658,9 +658,23 @@ async fn conversation(
     let mut kept: std::collections::VecDeque<(u64, String)> = std::collections::VecDeque::new();
     let mut bytes = 0;
     let mut older = None;
-    'read: while let Some(Update::Events { events, next, .. }) = follow.try_next().await? {
-        let Position::After { offset: next, .. } = next else {
-            break;
+    'read: loop {
+        let (events, next) = match follow.try_next().await? {
+            Some(Update::Events {
+                events,
+                next: Position::After { offset, .. },
+                ..
+            }) => (events, offset),
+            // The store lost lines read (a failover): they leave the page.
+            Some(Update::Rewound {
+                next: Position::After { offset, .. },
+                ..
+            }) => {
+                kept.retain(|(start, _)| *start < offset.0);
+                bytes = kept.iter().map(|(_, data)| data.len()).sum();
+                continue;
+            }
+            _ => break,
         };
         let starts: Vec<u64> = events.iter().map(|e| e.offset.0).collect();
         for (start, (data, _)) in starts.into_iter().zip(events::numbered(events, next, None)) {

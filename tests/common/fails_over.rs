@@ -1,6 +1,8 @@
 //! A transcript store that fails over, for the tests of what followers do when a
 //! database's asynchronous standby is promoted without the primary's last lines.
 
+#![allow(dead_code)] // each test binary uses part of it
+
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 
 use agent_sessions::transcript::{
@@ -17,6 +19,8 @@ pub struct FailsOver {
     standby: InMemoryTranscriptStore,
     replicating: AtomicBool,
     failed_over: AtomicBool,
+    /// Reads fail with a transient error meanwhile (the database away).
+    down: AtomicBool,
 }
 
 impl FailsOver {
@@ -26,12 +30,18 @@ impl FailsOver {
             standby: InMemoryTranscriptStore::new(),
             replicating: true.into(),
             failed_over: false.into(),
+            down: false.into(),
         }
     }
 
     /// The standby stops receiving appends.
     pub fn pause_replication(&self) {
         self.replicating.store(false, SeqCst);
+    }
+
+    /// Reads fail (a transient error) while `down` is set.
+    pub fn set_down(&self, down: bool) {
+        self.down.store(down, SeqCst);
     }
 
     /// The primary is lost: the standby serves from now on.
@@ -95,6 +105,13 @@ impl TranscriptStore for FailsOver {
         transcript: &TranscriptRef,
         from: agent_sessions::transcript::Offset,
     ) -> agent_sessions::Result<agent_sessions::transcript::TranscriptRead> {
+        if self.down.load(SeqCst) {
+            return Err(agent_sessions::Error::LockTimeout {
+                path: "transcripts".into(),
+                holder: None,
+                waited: std::time::Duration::from_secs(1),
+            });
+        }
         self.serving().read(transcript, from).await
     }
 

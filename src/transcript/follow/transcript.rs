@@ -129,11 +129,11 @@ impl TranscriptFollow {
         self.position
     }
 
-    /// The next events after the last call's (or from the start offset), waiting until
-    /// there is at least one; `None` once the transcript was archived and every event of
-    /// it returned. One call returns one chunk (about 256 KiB of
-    /// the transcript) at most: what is left comes with the next calls. A
-    /// transcript that does not exist yet is waited for.
+    /// The next events after the last call's (or from the start offset), or word that
+    /// the transcript lost some of those ([`Read::Rewound`]), waiting until there is
+    /// one; `None` once the transcript was archived and every event of it returned. One
+    /// call returns one chunk (about 256 KiB of the transcript) at most: what is left
+    /// comes with the next calls. A transcript that does not exist yet is waited for.
     pub(crate) async fn next(&mut self) -> Result<Option<Read>> {
         loop {
             if let Some(read) = self.try_next().await? {
@@ -151,7 +151,8 @@ impl TranscriptFollow {
         }
     }
 
-    /// The events appended since the last call, or `None` without waiting.
+    /// The events appended since the last call (or a [`Read::Rewound`]), or `None`,
+    /// without waiting.
     pub(crate) async fn try_next(&mut self) -> Result<Option<Read>> {
         let read = self.read().await?;
         if matches!(&read, Read::Events(events) if events.is_empty()) && !self.ended {
@@ -197,6 +198,8 @@ impl TranscriptFollow {
             },
         };
         if read.events.is_empty() {
+            // Past lines that are no events (a torn line, blank lines), if any.
+            self.position = self.position.max(read.next);
             return Ok(Read::Events(Vec::new()));
         }
         // New lines: are they after the line returned last, or in place of lost ones?
@@ -241,6 +244,17 @@ impl TranscriptFollow {
             match still {
                 Some(_) if !self.parting => return Ok(None),
                 Some(after) => return Ok(Some(self.rewind(after))),
+                None if !self.parting && !self.ended => {
+                    // Gone from the live transcript: archived (a reset, a delete) just
+                    // now, rather than lost? Then the rest is read from the copy.
+                    if let Some(archived) = self.store.archived(&self.transcript).await? {
+                        self.transcript = archived;
+                        self.ended = true;
+                        continue;
+                    }
+                    self.returned.pop_back();
+                    self.parting = true;
+                }
                 None => {
                     self.returned.pop_back();
                     self.parting = true;
@@ -269,10 +283,11 @@ impl Read {
     }
 }
 
-/// What tells a line from another written in its place.
+/// What tells a line from another written in its place: its id, its parent's and its
+/// time, which a line overwritten by an erase keeps.
 fn fingerprint(event: &SessionEvent) -> u64 {
     let entry = &event.entry;
     let mut hasher = std::hash::DefaultHasher::new();
-    (&entry.kind, &entry.id, &entry.parent_id, &entry.timestamp).hash(&mut hasher);
+    (&entry.id, &entry.parent_id, &entry.timestamp).hash(&mut hasher);
     hasher.finish()
 }
