@@ -1038,6 +1038,29 @@ fn a_read_only_store_on_the_standby_shows_what_the_primary_wrote_and_writes_noth
         }
         let listed = reader.store().list(&ListFilter::new()).await.unwrap();
         assert_eq!(listed.len(), 20);
+        // Search: the primary's process indexes the message log; the replica's searches
+        // that index as the standby has it.
+        use agent_sessions::transcript::search::{Search, SearchQuery};
+        let primary_backend = Backend::open(&primary.url()).await.unwrap();
+        let indexer = Search::shared(primary_backend.search_index().await.unwrap());
+        assert!(indexer.sync(&**primary_backend.transcripts()).await.unwrap() >= 40);
+        let replica_backend = Backend::open_with(&standby.url(), OpenMode::ReadOnly)
+            .await
+            .unwrap();
+        let searcher = Search::shared(replica_backend.search_index().await.unwrap());
+        let indexed = Instant::now();
+        loop {
+            let hits = searcher.search(&SearchQuery::text("a7")).await.unwrap();
+            if hits.iter().any(|hit| hit.message.text == "a7") {
+                eprintln!("searched on the standby after {:?}", indexed.elapsed());
+                break;
+            }
+            assert!(indexed.elapsed() < Duration::from_secs(10), "never found");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // Indexing is a write: the replica refuses it.
+        let refused = searcher.sync(&**replica_backend.transcripts()).await;
+        assert!(refused.is_err(), "the replica indexes nothing");
         // A turn on the reader is refused: nothing is written on a replica.
         let refused = reader
             .turn(&InboundMessage::direct("telegram", "p0", "again?"))
