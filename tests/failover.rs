@@ -1043,7 +1043,13 @@ fn a_read_only_store_on_the_standby_shows_what_the_primary_wrote_and_writes_noth
         use agent_sessions::transcript::search::{Search, SearchQuery};
         let primary_backend = Backend::open(&primary.url()).await.unwrap();
         let indexer = Search::shared(primary_backend.search_index().await.unwrap());
-        assert!(indexer.sync(&**primary_backend.transcripts()).await.unwrap() >= 40);
+        assert!(
+            indexer
+                .sync(&**primary_backend.transcripts())
+                .await
+                .unwrap()
+                >= 40
+        );
         let replica_backend = Backend::open_with(&standby.url(), OpenMode::ReadOnly)
             .await
             .unwrap();
