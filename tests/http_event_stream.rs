@@ -647,3 +647,76 @@ async fn a_keys_stream_tells_of_lines_the_store_lost_and_sends_their_replacement
     let kept: Vec<&str> = kept.iter().map(|m| m.content.as_str()).collect();
     assert_eq!(kept, ["q1", "a1", "q3", "a3"]);
 }
+
+/// A client that connects again with the last id it got — after the store lost the
+/// line that id follows (a database failed over to a standby that had not received
+/// it) — is told so, `event: rewound` at offset 0, and sent the session as the store
+/// has it; a client that connects again when nothing was lost goes on exactly after.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_that_reconnects_after_the_store_lost_what_it_read_is_told() {
+    let transcripts = Arc::new(fails_over::FailsOver::new());
+    let manager = Arc::new(
+        SessionManager::builder(InMemoryStore::new())
+            .transcripts(transcripts.clone())
+            .build()
+            .unwrap(),
+    );
+    let message = |text: &str| InboundMessage::direct("telegram", "42", text);
+    let exchange = |question: &'static str, answer: &'static str| {
+        let manager = &manager;
+        async move {
+            let turn = manager.turn(&message(question)).await.unwrap();
+            turn.complete(answer).await.unwrap();
+        }
+    };
+    exchange("q1", "a1").await;
+    transcripts.pause_replication();
+    exchange("q2", "a2").await;
+    let key = manager.key_for(&message("x")).unwrap();
+    let options = ServiceOptions::default().secret(Secret::new(SECRET).unwrap());
+    let app = router(manager.clone(), options.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { serve(listener, app, &options, std::future::pending()).await });
+    let path = format!("/kernel/keys/{}/events", key.as_str().replace(':', "%3A"));
+    let read = |last: Option<String>, count: usize| {
+        let (base, path) = (base.clone(), path.clone());
+        async move {
+            let mut reader = SseReader {
+                response: SseReader::open(&base, &path, last.as_deref()).await,
+                buffer: String::new(),
+            };
+            let mut events = Vec::new();
+            for _ in 0..count {
+                events.push(reader.next().await);
+            }
+            events
+        }
+    };
+
+    let first = read(None, 5).await;
+    let said: Vec<String> = first.iter().map(SseReader::said).collect();
+    assert_eq!(said, ["session:no_session", "q1", "a1", "q2", "a2"]);
+    let last = first.last().unwrap().id.clone();
+    assert!(last.contains('~'), "a line's id names the line: {last}");
+
+    // Away: the primary is lost with what the standby had not received.
+    transcripts.fail_over();
+    exchange("q3", "a3").await;
+    let again = read(Some(last), 5).await;
+    assert_eq!(again[0].event, "rewound", "{:?}", again[0].data);
+    assert_eq!(again[0].data["offset"], 0);
+    let said: Vec<String> = again[1..].iter().map(SseReader::said).collect();
+    assert_eq!(
+        said,
+        ["q1", "a1", "q3", "a3"],
+        "the session as the store has it"
+    );
+
+    // Nothing lost since: the next client goes on exactly after.
+    let last = again.last().unwrap().id.clone();
+    exchange("q4", "a4").await;
+    let after = read(Some(last), 2).await;
+    let said: Vec<String> = after.iter().map(SseReader::said).collect();
+    assert_eq!(said, ["q4", "a4"]);
+}

@@ -86,8 +86,9 @@ impl StreamsEnd {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct EventsQuery {
-    /// The offset to start at (default 0: the whole transcript); `Last-Event-ID` wins.
-    from: Option<u64>,
+    /// The offset to start at (default 0: the whole transcript), or an event id;
+    /// `Last-Event-ID` wins.
+    from: Option<String>,
 }
 
 /// The session's events from the asked offset on, then live.
@@ -99,9 +100,12 @@ pub(super) async fn session_events(
     query: Result<Query<EventsQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(query) = query?;
-    let from = match last_event_id(&headers)? {
-        Some(value) => value.parse::<u64>().map_err(|_| not_our_event_id())?,
-        None => query.from.unwrap_or(0),
+    let (from, line) = match last_event_id(&headers)?.or(query.from.as_deref()) {
+        Some(value) => {
+            let (offset, line) = split_line_check(value)?;
+            (offset.parse::<u64>().map_err(|_| not_our_event_id())?, line)
+        }
+        None => (0, None),
     };
     check_id(&id)?;
     let slot = end.slot()?;
@@ -117,9 +121,22 @@ pub(super) async fn session_events(
         offset: Offset(from),
     };
     let mut follow = manager.follow(Scope::Session(id.clone()), from).await?;
+    if let Some(line) = line {
+        follow = follow.expecting(line);
+    }
     // The first read answers now, so a bad offset is a 400 rather than a broken stream.
+    let mut pending = VecDeque::new();
     let first = match follow.try_next().await {
         Ok(Some(Update::Events { events, .. })) => events,
+        Ok(Some(Update::Rewound {
+            key,
+            session_id,
+            next,
+        })) => {
+            let id = offset_of(&next).to_string();
+            pending.push_back(Pending::rewound(&key, &session_id, &next, id));
+            Vec::new()
+        }
         Ok(Some(Update::Ended { .. })) => {
             // A closed session streamed to its end: 204 tells an EventSource not to
             // reconnect.
@@ -136,8 +153,9 @@ pub(super) async fn session_events(
         Err(error) => return Err(error.into()),
     };
     tracing::debug!(session_id = %id, from = %follow.position(), "streaming a session's events");
+    pending.extend(Pending::lines(first, offset_of(&follow.position()), None));
     let stream = EventStream {
-        pending: Pending::lines(first, offset_of(&follow.position()), None),
+        pending,
         source: Source::Session(follow),
         end: end.subscribe(),
         _slot: slot,
@@ -167,24 +185,31 @@ pub(super) async fn key_events(
 ) -> Result<Response, ApiError> {
     let Query(query) = query?;
     let key = crate::identity::key::SessionKey::parse(&key)?;
-    let from = match last_event_id(&headers)? {
-        Some(value) => Some(
-            value
+    let (from, line) = match last_event_id(&headers)? {
+        Some(value) => {
+            let (position, line) = split_line_check(value)?;
+            let position = position
                 .parse::<Position>()
                 .ok()
                 .filter(|position| matches!(position, Position::After { .. }))
-                .ok_or_else(not_our_event_id)?,
-        ),
-        None => query
-            .from
-            .as_deref()
-            .map(str::parse::<Position>)
-            .transpose()?,
+                .ok_or_else(not_our_event_id)?;
+            (Some(position), line)
+        }
+        None => match query.from.as_deref() {
+            Some(from) => {
+                let (position, line) = split_line_check(from)?;
+                (Some(position.parse::<Position>()?), line)
+            }
+            None => (None, None),
+        },
     };
     let slot = end.slot()?;
     let mut follow = manager
         .follow(Scope::Key(key.clone()), from.unwrap_or(Position::Start))
         .await?;
+    if let Some(line) = line {
+        follow = follow.expecting(line);
+    }
     // The first read answers now, so an offset in none of the key's events is a 400
     // rather than a broken stream.
     let first = match follow.try_next().await {
@@ -264,11 +289,38 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
         .transpose()
 }
 
+/// What an event id adds after a line's offset: `~` and the line's id, when that id
+/// can go in an event id as it is (letters, digits, `-`, `_`; at most 64).
+fn line_check(line: Option<&str>) -> String {
+    match line {
+        Some(line) if is_plain_line_id(line) => format!("~{line}"),
+        _ => String::new(),
+    }
+}
+
+fn is_plain_line_id(line: &str) -> bool {
+    !line.is_empty()
+        && line.len() <= 64
+        && line
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// An event id (or `from`) split into the position and the id of the line before it,
+/// if it names one.
+fn split_line_check(id: &str) -> Result<(&str, Option<String>), ApiError> {
+    match id.split_once('~') {
+        Some((position, line)) if is_plain_line_id(line) => Ok((position, Some(line.to_owned()))),
+        Some(_) => Err(not_our_event_id()),
+        None => Ok((id, None)),
+    }
+}
+
 fn not_our_event_id() -> ApiError {
     ApiError::new(
         StatusCode::BAD_REQUEST,
         "invalid_request",
-        "Last-Event-ID is not an event id this service sent",
+        "Last-Event-ID (or from) is not an event id this service sent",
     )
 }
 
@@ -376,15 +428,22 @@ impl Pending {
         Pending::announce("rewound", data, id)
     }
 
+    /// A session's or key's lines: each id is where to resume after it, and the line's
+    /// own id, which a stream resumed there checks the store still has.
     fn lines(events: Vec<SessionEvent>, next: Offset, session: Option<&str>) -> VecDeque<Self> {
+        let checks: Vec<String> = events
+            .iter()
+            .map(|event| line_check(event.entry.id.as_deref()))
+            .collect();
         numbered(events, next, None)
             .into_iter()
-            .map(|(data, next)| Pending {
+            .zip(checks)
+            .map(|((data, next), check)| Pending {
                 event: None,
                 data,
                 id: match session {
-                    Some(session_id) => format!("{session_id}:{next}"),
-                    None => next.to_string(),
+                    Some(session_id) => format!("{session_id}:{next}{check}"),
+                    None => format!("{next}{check}"),
                 },
             })
             .collect()

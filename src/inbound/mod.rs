@@ -117,7 +117,7 @@ pub(crate) mod chatter;
 pub(crate) mod events;
 pub(crate) mod history_cache;
 pub(crate) mod message;
-mod model_input;
+pub(crate) mod model_input;
 pub(crate) mod pipeline;
 pub(crate) mod prompt;
 pub(crate) mod record;

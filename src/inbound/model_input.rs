@@ -29,7 +29,7 @@ fn sender_name(message: &InboundMessage) -> String {
 }
 
 impl SessionManager {
-    fn pipeline_options(&self, mark_owner_context: bool) -> PipelineOptions {
+    pub(crate) fn pipeline_options(&self, mark_owner_context: bool) -> PipelineOptions {
         PipelineOptions {
             mention_names: self.seams.triggers.mention_names.clone(),
             mark_owner_context,
@@ -158,33 +158,6 @@ impl SessionManager {
         (text, events)
     }
 
-    /// What the model is given for `message`, a message that waited during a run
-    /// (arrived at `at_ms`), as for the current message but without group chatter or
-    /// system events: a group message in its envelope, a direct one through the
-    /// inbound pipeline.
-    pub(crate) fn queued_text(
-        &self,
-        message: &InboundMessage,
-        at_ms: u64,
-        activation: &ActivationDecision,
-    ) -> String {
-        let options = self.pipeline_options(activation.mark_for_context);
-        match message.group_resolution() {
-            Some(group) => {
-                let sender = sender_label(&message.sender).unwrap_or_else(|| sender_name(message));
-                let body = enveloped_body(message, &message.body, &options);
-                format_envelope(
-                    &group.channel,
-                    &group.id,
-                    Some(from_millis(at_ms)),
-                    &sender,
-                    &body,
-                )
-            }
-            None => model_body(message, &message.body, &options),
-        }
-    }
-
     /// Queues `events`, drained by a turn that failed, again for `key`'s next turn.
     pub(crate) async fn requeue_system_events(&self, key: &SessionKey, events: Vec<SystemEvent>) {
         for event in events {
@@ -224,5 +197,30 @@ impl SessionManager {
             return Ok(Vec::new());
         }
         Ok(payloads)
+    }
+}
+
+/// What the model is given for `message`, a message that waited during a run
+/// (arrived at `at_ms`), as for the current message but without group chatter or
+/// system events: a group message in its envelope, a direct one through the
+/// inbound pipeline.
+pub(crate) fn queued_text(
+    options: &PipelineOptions,
+    message: &InboundMessage,
+    at_ms: u64,
+) -> String {
+    match message.group_resolution() {
+        Some(group) => {
+            let sender = sender_label(&message.sender).unwrap_or_else(|| sender_name(message));
+            let body = enveloped_body(message, &message.body, options);
+            format_envelope(
+                &group.channel,
+                &group.id,
+                Some(from_millis(at_ms)),
+                &sender,
+                &body,
+            )
+        }
+        None => model_body(message, &message.body, options),
     }
 }

@@ -1,6 +1,7 @@
 //! The manager's side of the lane: a queued message's turn waiting for its place, a
 //! running turn holding (and renewing) the run, `/queue`, and a run taken over.
 
+use crate::inbound::model_input::queued_text;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
@@ -540,7 +541,11 @@ impl<'m> Lanes<'m> {
             .filter_map(|queued| {
                 let message: InboundMessage =
                     serde_json::from_value(queued.message.clone()).ok()?;
-                Some(self.0.queued_text(&message, queued.at, activation))
+                Some(queued_text(
+                    &self.0.pipeline_options(activation.mark_for_context),
+                    &message,
+                    queued.at,
+                ))
             })
             .collect();
         inputs.insert(place.own_at.min(inputs.len()), text);

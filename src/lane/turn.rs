@@ -1,6 +1,7 @@
 //! A running turn's side of the lane: the messages steered to it at a tool boundary,
 //! and whether it lost its run.
 
+use crate::inbound::model_input::queued_text;
 use std::time::Duration;
 
 use crate::error::Result;
@@ -82,7 +83,8 @@ impl Turn<'_> {
                     let activation = self
                         .manager
                         .activation(message, entry.group_activation.as_ref());
-                    let text = self.manager.queued_text(message, *at, &activation);
+                    let options = self.manager.pipeline_options(activation.mark_for_context);
+                    let text = queued_text(&options, message, *at);
                     let log = LogMessage::from_inbound(message).with_text(text);
                     let mut line = self.manager.log_line(&self.key, entry, log);
                     if let Some(log) = line.log.as_mut() {

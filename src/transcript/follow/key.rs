@@ -95,6 +95,15 @@ impl KeyFollow {
             })
     }
 
+    /// The session followed resumed just after the line with id `line` (see
+    /// [`TranscriptFollow::expecting`]).
+    pub(super) fn expecting(mut self, line: String) -> Self {
+        self.current = self
+            .current
+            .map(|(id, started, follow)| (id, started, follow.expecting(line)));
+        self
+    }
+
     pub(super) fn poll_interval(mut self, every: Duration) -> Self {
         self.poll_interval = every;
         self

@@ -357,6 +357,22 @@ impl Follow {
         }
     }
 
+    /// A session's or key's follower resumed at a position, just after the line with id
+    /// `line` as whoever kept the position read it (an event stream's id carries it):
+    /// its first read checks the store still has that line there, and tells
+    /// [`Update::Rewound`] to the session's start if it does not.
+    pub(crate) fn expecting(mut self, line: String) -> Self {
+        self.inner = match self.inner {
+            Inner::Session { key, follow } => Inner::Session {
+                key,
+                follow: Box::new(follow.expecting(line)),
+            },
+            Inner::Key(follow) => Inner::Key(Box::new(follow.expecting(line))),
+            agents => agents,
+        };
+        self
+    }
+
     /// Looks again this often when no live update wakes the follower (default: the
     /// transcript store's [`follow_interval`](TranscriptStore::follow_interval)).
     pub fn poll_interval(mut self, every: Duration) -> Self {

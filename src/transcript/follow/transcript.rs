@@ -67,6 +67,9 @@ pub(crate) struct TranscriptFollow {
     parting: bool,
     /// New lines read, not yet returned: the check of the line before them failed.
     unchecked: Option<TranscriptRead>,
+    /// For a follower resumed at a position: the id of the line just before it, as
+    /// whoever kept the position read it — checked at the first read.
+    expected: Option<String>,
     wake: TranscriptSubscription,
     poll_interval: Duration,
     ended: bool,
@@ -106,10 +109,21 @@ impl TranscriptFollow {
             checked_at: Instant::now(),
             parting: false,
             unchecked: None,
+            expected: None,
             wake,
             poll_interval,
             ended: false,
         }
+    }
+
+    /// Resumed at a position just after the line with id `line`, as whoever kept the
+    /// position read it: the first read checks the store still has that line there, and
+    /// goes back to the start ([`Read::Rewound`]) if it does not.
+    pub(crate) fn expecting(mut self, line: String) -> Self {
+        if self.position > Offset::START {
+            self.expected = Some(line);
+        }
+        self
     }
 
     /// Looks again this often when no live update wakes the follower.
@@ -179,6 +193,16 @@ impl TranscriptFollow {
     }
 
     async fn read(&mut self) -> Result<Read> {
+        if let Some(line) = self.expected.take() {
+            match self.resumed_after(&line).await {
+                Ok(true) => {}
+                Ok(false) => return Ok(Read::Rewound(self.rewind(Offset::START))),
+                Err(error) => {
+                    self.expected = Some(line);
+                    return Err(error);
+                }
+            }
+        }
         let read = match self.unchecked.take() {
             Some(read) => read,
             None => match self
@@ -262,6 +286,36 @@ impl TranscriptFollow {
             }
         }
         Ok(self.parting.then(|| self.rewind(Offset::START)))
+    }
+
+    /// Whether the line just before the follower's position is the line `id` (found
+    /// in the transcript's archive if it was archived); remembered if it is.
+    async fn resumed_after(&mut self, id: &str) -> Result<bool> {
+        loop {
+            let last = match self
+                .store
+                .read_back(&self.transcript, Some(self.position), 1)
+                .await
+            {
+                Ok(read) => read.events.into_iter().last(),
+                Err(Error::InvalidOffset { .. }) => None,
+                Err(error) => return Err(error),
+            };
+            match last {
+                Some(event) if event.entry.id.as_deref() == Some(id) => {
+                    self.returned.push_back((event.offset, fingerprint(&event)));
+                    return Ok(true);
+                }
+                _ if !self.ended => match self.store.archived(&self.transcript).await? {
+                    Some(archived) => {
+                        self.transcript = archived;
+                        self.ended = true;
+                    }
+                    None => return Ok(false),
+                },
+                _ => return Ok(false),
+            }
+        }
     }
 
     /// Goes back to `to`: what was read after it is read again.
