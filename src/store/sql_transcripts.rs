@@ -291,6 +291,10 @@ pub(crate) async fn read(
             }
         }
     }
+    // Where the lines read end: short of the count when the transcript went away while
+    // it was read (archived by another process, on a store that reads without one
+    // snapshot), so the next read — of the archived copy — goes on from there.
+    read.next = Offset(at);
     Ok(read)
 }
 

@@ -298,7 +298,9 @@ impl TranscriptFollow {
                 .await
             {
                 Ok(read) => read.events.into_iter().last(),
-                Err(Error::InvalidOffset { .. }) => None,
+                // Past the end: the transcript is shorter than whoever kept the position
+                // read it. (Inside a line, the position is no line's: the error stands.)
+                Err(Error::InvalidOffset { offset, len, .. }) if offset > len => None,
                 Err(error) => return Err(error),
             };
             match last {
