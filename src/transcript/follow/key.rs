@@ -97,6 +97,7 @@ impl KeyFollow {
 
     /// The session followed resumed just after the line with id `line` (see
     /// [`TranscriptFollow::expecting`]).
+    #[cfg(feature = "http")]
     pub(super) fn expecting(mut self, line: String) -> Self {
         self.current = self
             .current

@@ -361,6 +361,7 @@ impl Follow {
     /// `line` as whoever kept the position read it (an event stream's id carries it):
     /// its first read checks the store still has that line there, and tells
     /// [`Update::Rewound`] to the session's start if it does not.
+    #[cfg(feature = "http")]
     pub(crate) fn expecting(mut self, line: String) -> Self {
         self.inner = match self.inner {
             Inner::Session { key, follow } => Inner::Session {

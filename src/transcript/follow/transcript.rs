@@ -119,6 +119,7 @@ impl TranscriptFollow {
     /// Resumed at a position just after the line with id `line`, as whoever kept the
     /// position read it: the first read checks the store still has that line there, and
     /// goes back to the start ([`Read::Rewound`]) if it does not.
+    #[cfg(feature = "http")]
     pub(crate) fn expecting(mut self, line: String) -> Self {
         if self.position > Offset::START {
             self.expected = Some(line);
@@ -171,9 +172,7 @@ impl TranscriptFollow {
         let read = self.read().await?;
         if matches!(&read, Read::Events(events) if events.is_empty()) && !self.ended {
             // Nothing new: if the transcript was archived, the rest is in the copy.
-            if let Some(archived) = self.store.archived(&self.transcript).await? {
-                self.transcript = archived;
-                self.ended = true;
+            if self.follow_archive().await? {
                 return Ok(self.read().await?.found());
             }
             // Not archived: now and then, is the line returned last still there?
@@ -268,18 +267,12 @@ impl TranscriptFollow {
             match still {
                 Some(_) if !self.parting => return Ok(None),
                 Some(after) => return Ok(Some(self.rewind(after))),
-                None if !self.parting && !self.ended => {
+                None => {
                     // Gone from the live transcript: archived (a reset, a delete) just
                     // now, rather than lost? Then the rest is read from the copy.
-                    if let Some(archived) = self.store.archived(&self.transcript).await? {
-                        self.transcript = archived;
-                        self.ended = true;
+                    if !self.parting && self.follow_archive().await? {
                         continue;
                     }
-                    self.returned.pop_back();
-                    self.parting = true;
-                }
-                None => {
                     self.returned.pop_back();
                     self.parting = true;
                 }
@@ -308,16 +301,24 @@ impl TranscriptFollow {
                     self.returned.push_back((event.offset, fingerprint(&event)));
                     return Ok(true);
                 }
-                _ if !self.ended => match self.store.archived(&self.transcript).await? {
-                    Some(archived) => {
-                        self.transcript = archived;
-                        self.ended = true;
-                    }
-                    None => return Ok(false),
-                },
+                _ if self.follow_archive().await? => {}
                 _ => return Ok(false),
             }
         }
+    }
+
+    /// Whether the transcript was archived (and not read from its archive yet): the
+    /// follower then reads the archived copy, and ends with it.
+    async fn follow_archive(&mut self) -> Result<bool> {
+        if self.ended {
+            return Ok(false);
+        }
+        let Some(archived) = self.store.archived(&self.transcript).await? else {
+            return Ok(false);
+        };
+        self.transcript = archived;
+        self.ended = true;
+        Ok(true)
     }
 
     /// Goes back to `to`: what was read after it is read again.
