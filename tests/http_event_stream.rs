@@ -720,3 +720,56 @@ async fn a_client_that_reconnects_after_the_store_lost_what_it_read_is_told() {
     let said: Vec<String> = after.iter().map(SseReader::said).collect();
     assert_eq!(said, ["q4", "a4"]);
 }
+
+/// A client that connects again with the id of a line followed by a line that is no
+/// event (blank, or not JSON) gets exactly the lines after it: the line its id names is
+/// found behind the one that is no event.
+#[tokio::test(flavor = "multi_thread")]
+async fn resuming_after_a_line_followed_by_one_that_is_no_event_sends_only_what_follows() {
+    let dir = tempfile::tempdir().unwrap();
+    let sessions = dir.path().join("agents/main/sessions");
+    std::fs::create_dir_all(&sessions).unwrap();
+    let id = "0f5d59ee-1c2b-4e0f-9a57-2b1f7f0e6a11";
+    let now = chrono::Utc::now().timestamp_millis();
+    std::fs::write(
+        sessions.join("sessions.json"),
+        format!(r#"{{"agent:main:telegram:dm:42": {{"sessionId": "{id}", "updatedAt": {now}}}}}"#),
+    )
+    .unwrap();
+    let line = |n: &str, parent: &str| {
+        format!(
+            r#"{{"type":"message","id":"{n}","parentId":"{parent}","timestamp":"2026-12-06T10:00:0{}.000Z","message":{{"role":"user","content":"{n}"}}}}"#,
+            n.len()
+        )
+    };
+    let text = [
+        format!(r#"{{"type":"session","version":3,"id":"{id}","timestamp":"2026-12-06T10:00:00.000Z","cwd":"/"}}"#),
+        line("t1", "t0"),
+        "this is not json".to_owned(),
+        String::new(),
+        line("t2", "t1"),
+    ]
+    .join("\n")
+        + "\n";
+    std::fs::write(sessions.join(format!("{id}.jsonl")), text).unwrap();
+    let base = start(&format!("json:{}", dir.path().display())).await;
+    let path = format!("/kernel/sessions/{id}/events");
+
+    let mut reader = SseReader {
+        response: SseReader::open(&base, &path, None).await,
+        buffer: String::new(),
+    };
+    let (t1, t2) = (reader.next().await, reader.next().await);
+    assert_eq!(
+        [SseReader::said(&t1), SseReader::said(&t2)],
+        ["t1".to_owned(), "t2".to_owned()]
+    );
+    assert!(t1.id.ends_with("~t1"), "{}", t1.id);
+    let mut resumed = SseReader {
+        response: SseReader::open(&base, &path, Some(&t1.id)).await,
+        buffer: String::new(),
+    };
+    let next = resumed.next().await;
+    assert_eq!(next.event, "message", "{:?}", next.data);
+    assert_eq!(SseReader::said(&next), "t2");
+}

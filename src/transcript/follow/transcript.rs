@@ -285,17 +285,7 @@ impl TranscriptFollow {
     /// in the transcript's archive if it was archived); remembered if it is.
     async fn resumed_after(&mut self, id: &str) -> Result<bool> {
         loop {
-            let last = match self
-                .store
-                .read_back(&self.transcript, Some(self.position), 1)
-                .await
-            {
-                Ok(read) => read.events.into_iter().last(),
-                // Past the end: the transcript is shorter than whoever kept the position
-                // read it. (Inside a line, the position is no line's: the error stands.)
-                Err(Error::InvalidOffset { offset, len, .. }) if offset > len => None,
-                Err(error) => return Err(error),
-            };
+            let last = self.event_before(self.position).await?;
             match last {
                 Some(event) if event.entry.id.as_deref() == Some(id) => {
                     self.returned.push_back((event.offset, fingerprint(&event)));
@@ -305,6 +295,32 @@ impl TranscriptFollow {
                 _ => return Ok(false),
             }
         }
+    }
+
+    /// The newest event before `before`, past lines that are no events (a blank or
+    /// torn line; at most [`REMEMBERED_LINES`] of them): `None` if there is none, or if
+    /// `before` is past the transcript's end. A position inside a line is an error.
+    async fn event_before(&self, mut before: Offset) -> Result<Option<SessionEvent>> {
+        for _ in 0..REMEMBERED_LINES {
+            let read = match self
+                .store
+                .read_back(&self.transcript, Some(before), 1)
+                .await
+            {
+                Ok(read) => read,
+                // Past the end: shorter than whoever kept the position read it.
+                Err(Error::InvalidOffset { offset, len, .. }) if offset > len => return Ok(None),
+                Err(error) => return Err(error),
+            };
+            if let Some(event) = read.events.into_iter().last() {
+                return Ok(Some(event));
+            }
+            if read.next == Offset::START || read.next >= before {
+                return Ok(None);
+            }
+            before = read.next;
+        }
+        Ok(None)
     }
 
     /// Whether the transcript was archived (and not read from its archive yet): the
