@@ -566,35 +566,63 @@ async fn hostile_entries_neither_break_a_keys_stream_nor_stop_an_agents() {
     );
 }
 
+/// A manager whose transcripts fail over ([`fails_over::FailsOver`]), served over
+/// HTTP, and the event stream of one DM's key.
+struct FailingOver {
+    transcripts: Arc<fails_over::FailsOver>,
+    manager: Arc<SessionManager>,
+    key: SessionKey,
+    base: String,
+    path: String,
+}
+
+impl FailingOver {
+    async fn start() -> Self {
+        let transcripts = Arc::new(fails_over::FailsOver::new());
+        let manager = Arc::new(
+            SessionManager::builder(InMemoryStore::new())
+                .transcripts(transcripts.clone())
+                .build()
+                .unwrap(),
+        );
+        let key = manager.key_for(&Self::message("x")).unwrap();
+        let options = ServiceOptions::default().secret(Secret::new(SECRET).unwrap());
+        let app = router(manager.clone(), options.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { serve(listener, app, &options, std::future::pending()).await });
+        let path = format!("/kernel/keys/{}/events", key.as_str().replace(':', "%3A"));
+        FailingOver {
+            transcripts,
+            manager,
+            key,
+            base,
+            path,
+        }
+    }
+
+    fn message(text: &str) -> InboundMessage {
+        InboundMessage::direct("telegram", "42", text)
+    }
+
+    /// A whole turn: `question`, answered `answer`.
+    async fn exchange(&self, question: &str, answer: &str) {
+        let turn = self.manager.turn(&Self::message(question)).await.unwrap();
+        turn.complete(answer).await.unwrap();
+    }
+}
+
 /// A key's stream whose store lost lines it had sent — a database away for a moment,
 /// then failed over to a standby that had not received them — stays connected, says so
 /// with `event: rewound` and the offset to forget from, then sends what the promoted
 /// store has from there.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_keys_stream_tells_of_lines_the_store_lost_and_sends_their_replacements() {
-    let transcripts = Arc::new(fails_over::FailsOver::new());
-    let manager = Arc::new(
-        SessionManager::builder(InMemoryStore::new())
-            .transcripts(transcripts.clone())
-            .build()
-            .unwrap(),
-    );
-    let message = |text: &str| InboundMessage::direct("telegram", "42", text);
-    let exchange = |question: &'static str, answer: &'static str| {
-        let manager = &manager;
-        async move {
-            let turn = manager.turn(&message(question)).await.unwrap();
-            turn.complete(answer).await.unwrap();
-        }
-    };
+    let service = FailingOver::start().await;
+    let (transcripts, manager, key) = (&service.transcripts, &service.manager, &service.key);
+    let exchange = |question, answer| service.exchange(question, answer);
     exchange("q1", "a1").await;
-    let key = manager.key_for(&message("x")).unwrap();
-    let options = ServiceOptions::default().secret(Secret::new(SECRET).unwrap());
-    let app = router(manager.clone(), options.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { serve(listener, app, &options, std::future::pending()).await });
-    let path = format!("/kernel/keys/{}/events", key.as_str().replace(':', "%3A"));
+    let (base, path) = (service.base.clone(), service.path.clone());
     let reader = tokio::spawn(async move { stream(&base, &path, Duration::from_secs(3)).await });
 
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -643,7 +671,7 @@ async fn a_keys_stream_tells_of_lines_the_store_lost_and_sends_their_replacement
         "{sent:?}"
     );
     assert!(at("rewound") <= at("q3"), "{sent:?}");
-    let kept = manager.session(&key).messages().await.unwrap();
+    let kept = manager.session(key).messages().await.unwrap();
     let kept: Vec<&str> = kept.iter().map(|m| m.content.as_str()).collect();
     assert_eq!(kept, ["q1", "a1", "q3", "a3"]);
 }
@@ -654,31 +682,13 @@ async fn a_keys_stream_tells_of_lines_the_store_lost_and_sends_their_replacement
 /// has it; a client that connects again when nothing was lost goes on exactly after.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_client_that_reconnects_after_the_store_lost_what_it_read_is_told() {
-    let transcripts = Arc::new(fails_over::FailsOver::new());
-    let manager = Arc::new(
-        SessionManager::builder(InMemoryStore::new())
-            .transcripts(transcripts.clone())
-            .build()
-            .unwrap(),
-    );
-    let message = |text: &str| InboundMessage::direct("telegram", "42", text);
-    let exchange = |question: &'static str, answer: &'static str| {
-        let manager = &manager;
-        async move {
-            let turn = manager.turn(&message(question)).await.unwrap();
-            turn.complete(answer).await.unwrap();
-        }
-    };
+    let service = FailingOver::start().await;
+    let transcripts = &service.transcripts;
+    let exchange = |question, answer| service.exchange(question, answer);
     exchange("q1", "a1").await;
     transcripts.pause_replication();
     exchange("q2", "a2").await;
-    let key = manager.key_for(&message("x")).unwrap();
-    let options = ServiceOptions::default().secret(Secret::new(SECRET).unwrap());
-    let app = router(manager.clone(), options.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { serve(listener, app, &options, std::future::pending()).await });
-    let path = format!("/kernel/keys/{}/events", key.as_str().replace(':', "%3A"));
+    let (base, path) = (&service.base, &service.path);
     let read = |last: Option<String>, count: usize| {
         let (base, path) = (base.clone(), path.clone());
         async move {
