@@ -91,6 +91,121 @@ async fn a_failed_model_call_keeps_or_drops_its_input_as_the_host_says() {
     stores.finish().await;
 }
 
+/// What a turn for `text` would show the model, the turn then failed with `failure`.
+async fn failed(manager: &SessionManager, text: &str, failure: TurnFailure) -> Vec<String> {
+    let turn = manager.turn(&dm(text)).await.unwrap();
+    let seen = turn.messages().await.unwrap();
+    turn.fail(failure).await.unwrap();
+    seen.into_iter().map(|m| m.content).collect()
+}
+
+fn set_aside(after: u32, text: &str) -> String {
+    format!(
+        "[This earlier message was set aside unanswered after {after} failed attempts to answer it: \"{text}\"]"
+    )
+}
+
+#[tokio::test]
+async fn an_input_that_keeps_failing_is_set_aside_after_three_attempts_with_a_note() {
+    let stores = Stores::new("turn_attempts");
+    for url in &stores.urls {
+        let manager = SessionManager::connect(url).await.unwrap().build().unwrap();
+        let keep = TurnFailure::KeepInput;
+        // The provider is down: every turn fails, its input kept.
+        assert_eq!(
+            failed(&manager, "Book a table", keep).await,
+            ["Book a table"]
+        );
+        assert_eq!(
+            failed(&manager, "for 4", keep).await,
+            ["Book a table", "for 4"]
+        );
+        // "Book a table" was part of its own failed turn and of the next: a third
+        // failure sets it aside.
+        assert_eq!(
+            failed(&manager, "at 8?", keep).await,
+            ["Book a table", "for 4", "at 8?"],
+            "{url}"
+        );
+        // Attempts: "Book a table" 3, "for 4" 2, "at 8?" 1.
+        let noted = vec![
+            set_aside(3, "Book a table"),
+            "for 4".to_owned(),
+            "at 8?".to_owned(),
+            "hello?".to_owned(),
+        ];
+        // A second worker (nothing kept in memory) counts the same from the marks.
+        let fresh = SessionManager::connect(url).await.unwrap().build().unwrap();
+        assert_eq!(failed(&fresh, "hello?", keep).await, noted, "{url}");
+        // That fourth failure set "for 4" aside too; a reply then ends the waiting.
+        let answered = seen(&manager, "anyone?").await;
+        assert_eq!(
+            answered
+                .iter()
+                .map(|(_, text)| text.clone())
+                .collect::<Vec<_>>(),
+            [
+                set_aside(4, "Book a table"),
+                set_aside(3, "for 4"),
+                "at 8?".to_owned(),
+                "hello?".to_owned(),
+                "anyone?".to_owned()
+            ],
+            "{url}"
+        );
+        // Failures after a reply count only against what came after it.
+        assert_eq!(
+            failed(&manager, "one more", keep).await.last().unwrap(),
+            "one more"
+        );
+        let later = failed(&fresh, "and again", keep).await;
+        assert_eq!(
+            later[..2],
+            [set_aside(4, "Book a table"), set_aside(3, "for 4")],
+            "{url}"
+        );
+        assert!(
+            later.ends_with(&["ok".into(), "one more".into(), "and again".into()]),
+            "{url}: {later:?}"
+        );
+        // Nothing is lost: every input is still in the transcript.
+        let key = manager.turn(&dm("/status")).await.unwrap().key().clone();
+        let read = manager.session(&key).replay(Offset::START).await.unwrap();
+        let texts: Vec<String> = read
+            .events
+            .iter()
+            .filter_map(|e| e.entry.message.as_ref().map(|m| m.text()))
+            .collect();
+        for input in ["Book a table", "for 4", "at 8?", "hello?", "one more"] {
+            assert!(texts.contains(&input.to_owned()), "{url}: {input}");
+        }
+    }
+    stores.finish().await;
+}
+
+#[tokio::test]
+async fn a_long_input_set_aside_is_quoted_only_in_part() {
+    let stores = Stores::new("turn_attempts_long");
+    let url = &stores.urls[0];
+    let manager = SessionManager::connect(url)
+        .await
+        .unwrap()
+        .max_answer_attempts(1)
+        .build()
+        .unwrap();
+    let long = "é".repeat(5_000);
+    failed(&manager, &long, TurnFailure::KeepInput).await;
+    let seen = seen(&manager, "next").await;
+    assert_eq!(seen.len(), 2);
+    let note = &seen[0].1;
+    assert!(
+        note.contains(&format!("\"{}…\"", "é".repeat(200))),
+        "{note}"
+    );
+    assert!(note.chars().count() < 300, "{note}");
+    stores.finish().await;
+}
+
 #[tokio::test]
 async fn a_reply_the_channel_refused_is_not_believed_read() {
     let stores = Stores::new("delivery");

@@ -114,6 +114,9 @@ pub(crate) struct Marks {
     pub(crate) dropped: std::collections::HashSet<String>,
     /// Per reply line, its parts whose last report is a failure.
     pub(crate) undelivered: std::collections::HashMap<String, Vec<usize>>,
+    /// Per inbound line, how many turns failed while it waited for a reply (its own
+    /// and those of the messages after it, whose input it was part of).
+    pub(crate) attempts: std::collections::HashMap<String, u32>,
 }
 
 impl Marks {
@@ -156,10 +159,16 @@ impl Marks {
         }
     }
 
+    /// Whether `entry` marks a failed turn.
+    pub(crate) fn is_failure(entry: &TranscriptEntry) -> bool {
+        entry.kind == "custom" && entry.custom_type.as_deref() == Some(TURN_FAILED_CUSTOM_TYPE)
+    }
+
     /// Forgets the marks about lines that `keep` says no to.
     pub(crate) fn retain(&mut self, keep: impl Fn(&str) -> bool) {
         self.dropped.retain(|id| keep(id));
         self.undelivered.retain(|id, _| keep(id));
+        self.attempts.retain(|id, _| keep(id));
     }
 
     /// The text of reply line `line` (its `text` and `log`) without its undelivered

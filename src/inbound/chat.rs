@@ -214,6 +214,8 @@ pub(crate) struct Want {
     pub(crate) count: Option<usize>,
     /// Whether the newest message is the current one (not history).
     pub(crate) newest_is_current: bool,
+    /// After how many failed turns an input waiting for a reply is set aside.
+    pub(crate) max_attempts: u32,
 }
 
 /// A compaction that names a first kept entry the conversation no longer holds: only
@@ -303,6 +305,9 @@ impl History {
 
     /// Takes in a line that is not a compaction.
     fn add_line(&mut self, offset: Offset, entry: &TranscriptEntry, counter: &dyn TokenCounter) {
+        if Marks::is_failure(entry) {
+            self.count_attempt();
+        }
         if self.marks.add(entry) || entry.kind != "message" {
             return;
         }
@@ -335,6 +340,21 @@ impl History {
         });
     }
 
+    /// Counts a failed turn as one more attempt at each input still waiting for a
+    /// reply: the failed turn's own and those before it, back to the model's last reply
+    /// (a kept input is part of every later turn's input until one is answered).
+    fn count_attempt(&mut self) {
+        for line in self.lines.iter().rev() {
+            match (line.message.role, &line.id) {
+                (ChatRole::Assistant, _) if !line.message.content.trim().is_empty() => break,
+                (ChatRole::User, Some(id)) => {
+                    *self.marks.attempts.entry(id.clone()).or_default() += 1;
+                }
+                _ => {}
+            }
+        }
+    }
+
     /// Lets go of the oldest message lines while the rest cost more than `keep`
     /// tokens.
     pub(crate) fn trim(&mut self, keep: usize) {
@@ -360,7 +380,7 @@ impl History {
     fn messages(&self) -> Vec<ChatMessage> {
         self.lines
             .iter()
-            .filter_map(|line| self.message(line))
+            .filter_map(|line| self.message(line, DEFAULT_MAX_ANSWER_ATTEMPTS))
             .collect()
     }
 
@@ -384,7 +404,7 @@ impl History {
             if Some(line.offset) == want.skip {
                 continue;
             }
-            if let Some(message) = self.message(line) {
+            if let Some(message) = self.message(line, want.max_attempts) {
                 if !(want.newest_is_current && newest.is_empty()) {
                     cost = cost.saturating_add(message_tokens(&message, counter));
                     before += 1;
@@ -403,14 +423,21 @@ impl History {
     }
 
     /// `line` as the model sees it, once the marks apply: nothing for a dropped input,
-    /// a reply without its undelivered parts (nothing when none was delivered and it
-    /// calls no tool).
-    fn message(&self, line: &MessageLine) -> Option<ChatMessage> {
+    /// a note for an input set aside after `max_attempts` failed turns, a reply without
+    /// its undelivered parts (nothing when none was delivered and it calls no tool).
+    fn message(&self, line: &MessageLine, max_attempts: u32) -> Option<ChatMessage> {
         let id = line.id.as_deref();
         if id.is_some_and(|id| self.marks.dropped.contains(id)) {
             return None;
         }
         let message = &line.message;
+        let attempts = id.and_then(|id| self.marks.attempts.get(id)).copied();
+        if let Some(attempts) = attempts.filter(|n| *n >= max_attempts.max(1)) {
+            return Some(ChatMessage::user(set_aside_note(
+                &message.content,
+                attempts,
+            )));
+        }
         if message.role != ChatRole::Assistant {
             return Some(message.clone());
         }
@@ -428,6 +455,26 @@ impl History {
             ..ChatMessage::assistant("")
         })
     }
+}
+
+/// How many failed turns an input waiting for a reply survives before it is set aside,
+/// unless the manager says otherwise.
+pub(crate) const DEFAULT_MAX_ANSWER_ATTEMPTS: u32 = 3;
+
+/// The most of a set-aside input its note quotes, in characters.
+const SET_ASIDE_QUOTE_CHARS: usize = 200;
+
+/// What the model sees in place of an input set aside after `attempts` failed turns:
+/// that it was not answered, and its beginning, so the model can say so.
+fn set_aside_note(input: &str, attempts: u32) -> String {
+    let mut quote: String = input.chars().take(SET_ASIDE_QUOTE_CHARS).collect();
+    if quote.len() < input.len() {
+        quote.push('…');
+    }
+    format!(
+        "[This earlier message was set aside unanswered after {attempts} failed attempts to \
+         answer it: \"{quote}\"]"
+    )
 }
 
 fn tool_calls(content: Option<&Content>) -> Vec<ToolCall> {

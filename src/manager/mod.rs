@@ -156,6 +156,7 @@ pub(crate) struct Settings {
     pub(crate) isolated_to: Option<AgentId>,
     pub(crate) context_window: Option<u64>,
     pub(crate) message_window: Option<usize>,
+    pub(crate) max_answer_attempts: u32,
     pub(crate) history_window: HistoryWindow,
     pub(crate) reset_acknowledgement: String,
     pub(crate) dedupe_window: Duration,
@@ -445,6 +446,47 @@ impl SessionManagerBuilder {
         self
     }
 
+    /// After how many failed turns an input still waiting for a reply is set aside
+    /// (default 3; at least 1).
+    ///
+    /// An input kept by [`Turn::fail`] with
+    /// [`TurnFailure::KeepInput`](crate::exactly_once::TurnFailure) is part of every
+    /// later turn's input until a reply comes; each of those turns that fails counts
+    /// against it. Once it has been part of this many failed turns, the model sees a
+    /// short note in its place (that it was set aside unanswered, and its first 200
+    /// characters) instead of being asked again — a provider that keeps failing on it
+    /// cannot wedge the session. The transcript keeps the input and the marks; the
+    /// count is read from them.
+    ///
+    /// ```
+    /// use agent_sessions::exactly_once::TurnFailure;
+    /// use agent_sessions::prelude::*;
+    /// use agent_sessions::transcript::InMemoryTranscriptStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// let manager = SessionManager::builder(InMemoryStore::new())
+    ///     .transcripts(InMemoryTranscriptStore::new())
+    ///     .max_answer_attempts(2)
+    ///     .build()?;
+    /// let say = |text: &str| InboundMessage::direct("telegram", "42", text);
+    /// // The provider is down twice: "Book a table" was part of both failed turns.
+    /// manager.turn(&say("Book a table")).await?.fail(TurnFailure::KeepInput).await?;
+    /// manager.turn(&say("Hello?")).await?.fail(TurnFailure::KeepInput).await?;
+    ///
+    /// let turn = manager.turn(&say("Are you there?")).await?;
+    /// let said: Vec<String> = turn.messages().await?.into_iter().map(|m| m.content).collect();
+    /// assert!(said[0].starts_with("[This earlier message was set aside unanswered after 2"));
+    /// assert!(said[0].contains("Book a table"));
+    /// assert_eq!(said[1..], ["Hello?", "Are you there?"]); // one failure each so far
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn max_answer_attempts(mut self, attempts: u32) -> Self {
+        self.manager.settings.max_answer_attempts = attempts.max(1);
+        self
+    }
+
     /// How the history in [`Turn::messages`] gives way once the conversation outgrows
     /// the token budget (default: [`HistoryWindow::Stable`], cut back to half the room
     /// in one block, so that a provider's prompt cache can reuse each turn's input until
@@ -729,6 +771,7 @@ impl SessionManager {
                     queue: QueueSettings::default(),
                     owner_chatter: OwnerChatter::default(),
                     message_window: None,
+                    max_answer_attempts: crate::inbound::chat::DEFAULT_MAX_ANSWER_ATTEMPTS,
                     history_window: HistoryWindow::default(),
                     shared_dm_warned: AtomicBool::new(false),
                 },

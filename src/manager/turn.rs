@@ -644,6 +644,7 @@ impl SessionManager {
             tokens: self.budget(entry),
             count: self.settings.message_window,
             newest_is_current: skip.is_none(),
+            max_attempts: self.settings.max_answer_attempts,
         };
         let edits = entry.transcript_edits.unwrap_or(0);
         self.histories
