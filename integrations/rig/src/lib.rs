@@ -535,9 +535,14 @@ pub fn turn_usage(usage: &Usage) -> TurnUsage {
 /// Group chatter and an acknowledged `/new` complete without a run.
 ///
 /// A failed run fails the turn ([`Turn::fail`](agent_sessions::manager::Turn::fail))
-/// and returns the error: an input the provider refused ([`failure_of`]: a 4xx answer
-/// such as a content filter or a context too long) is dropped from the conversation, so
-/// it does not block the session until `/new`; after any other failure it is kept.
+/// and returns the error. The tool calls and results of the steps it took are logged
+/// first, so the next turn's model knows what was done and no tool runs twice. An input
+/// that would fail the same way again ([`failure_of`]: a 4xx answer such as a content
+/// filter or a context too long, or the run's turn limit) is dropped from the
+/// conversation, so it does not block the session until `/new`; after any other
+/// failure it is kept, and set aside with a note once it has been part of the
+/// manager's [`max_answer_attempts`](agent_sessions::manager::SessionManagerBuilder::max_answer_attempts)
+/// failed turns (3 by default).
 pub async fn answer(
     manager: &SessionManager,
     message: &InboundMessage,
@@ -551,7 +556,8 @@ pub async fn answer(
     let Some(prompt) = history.pop() else {
         return Ok(turn.complete("").await?);
     };
-    let (steering, mut asks) = Steering::new();
+    let (steering, mut asks) = Steering::new(history.len());
+    let taken = steering.steps.clone();
     // Boxed: rig's run is a large future, and so is the turn's completion; on the
     // stack together they overflow a 2 MiB thread in a debug build.
     let run = Box::pin(async {
@@ -565,14 +571,64 @@ pub async fn answer(
         // The run is another turn's now: refused, nothing to send.
         return Ok(turn.complete("").await?);
     };
-    let response = match ran {
-        Ok(response) => response,
-        Err(error) => {
-            turn.fail(failure_of(&error)).await?;
-            return Err(error.into());
-        }
+    match ran {
+        Ok(response) => Box::pin(finish(manager, turn, response)).await,
+        Err(error) => Err(Box::pin(failed(manager, turn, &taken, error)).await),
+    }
+}
+
+/// Fails `turn`, whose run ended with `error`: the steps the run took (its tool calls
+/// and their results, from the error's history or else from what the [`Steering`] hook
+/// saw) are logged first, so the next turn knows what was done and runs no tool again;
+/// then the input is kept or dropped as [`failure_of`] says. Returns the error to hand
+/// back.
+async fn failed(
+    manager: &SessionManager,
+    turn: agent_sessions::manager::Turn<'_>,
+    taken: &RunSteps,
+    error: rig_agent::completion::PromptError,
+) -> Error {
+    let steps = match run_history(&error) {
+        Some(history) => history.get(taken.skip..).unwrap_or_default().to_vec(),
+        None => taken.lock().clone(),
     };
-    Box::pin(finish(manager, turn, response)).await
+    let failure = failure_of(&error);
+    let logged = match log_steps(manager, &turn, &steps).await {
+        Ok(()) => turn.fail(failure).await,
+        Err(logging) => Err(logging),
+    };
+    match logged {
+        Ok(()) => error.into(),
+        Err(sessions) => sessions.into(),
+    }
+}
+
+/// The whole history a failed run carries (what it was given, its prompt, the steps it
+/// took), when its error has one.
+fn run_history(error: &rig_agent::completion::PromptError) -> Option<&[Message]> {
+    use rig_agent::completion::PromptError;
+    match error {
+        PromptError::MaxTurns { chat_history, .. }
+        | PromptError::Cancelled { chat_history, .. }
+        | PromptError::UnknownToolCall { chat_history, .. } => Some(chat_history),
+        _ => None,
+    }
+}
+
+/// Logs the tool calls and results among a run's `messages` in `turn`'s session.
+async fn log_steps(
+    manager: &SessionManager,
+    turn: &agent_sessions::manager::Turn<'_>,
+    messages: &[Message],
+) -> Result<(), agent_sessions::Error> {
+    let steps: Vec<ChatMessage> = chat_messages(messages)
+        .into_iter()
+        .filter(|m| m.role == ChatRole::Tool || !m.tool_calls.is_empty())
+        .collect();
+    if !steps.is_empty() {
+        manager.session(turn.key()).append_chat(&steps).await?;
+    }
+    Ok(())
 }
 
 /// A request for the messages that arrived for the session since the last one, at a
@@ -583,19 +639,46 @@ type SteeringAsk = tokio::sync::oneshot::Sender<Vec<String>>;
 /// boundary), what the person added meanwhile in a `steer` mode
 /// ([`Turn::steering`](agent_sessions::manager::Turn::steering)): as context the rest of
 /// the run keeps.
+///
+/// It also keeps the steps the run has taken so far (its messages after the prompt, as
+/// each model call after the first sees them), for a run that fails before it returns
+/// them.
 struct Steering {
     asks: tokio::sync::mpsc::UnboundedSender<SteeringAsk>,
     taken: std::sync::Mutex<Vec<String>>,
+    steps: RunSteps,
 }
 
 impl Steering {
-    fn new() -> (Steering, tokio::sync::mpsc::UnboundedReceiver<SteeringAsk>) {
+    /// A hook for a run given `history` messages before its prompt.
+    fn new(history: usize) -> (Steering, tokio::sync::mpsc::UnboundedReceiver<SteeringAsk>) {
         let (asks, received) = tokio::sync::mpsc::unbounded_channel();
         let steering = Steering {
             asks,
             taken: std::sync::Mutex::new(Vec::new()),
+            steps: RunSteps {
+                skip: history + 1,
+                seen: Arc::default(),
+            },
         };
         (steering, received)
+    }
+}
+
+/// The steps a run has taken so far, as its last model call saw them.
+#[derive(Clone)]
+struct RunSteps {
+    /// How many messages of a run's whole history come before its steps: those it was
+    /// given and its prompt.
+    skip: usize,
+    seen: Arc<std::sync::Mutex<Vec<Message>>>,
+}
+
+impl RunSteps {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Message>> {
+        self.seen
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -607,6 +690,15 @@ impl rig_agent::agent::AgentHook for Steering {
     ) -> rig_agent::agent::CompletionCallAction {
         use rig_agent::agent::{CompletionCallAction, RequestPatch};
         if event.turn > 1 {
+            // The run's steps: its history past what it was given and its prompt, and
+            // this call's prompt (the tools' results).
+            let mut steps = event
+                .history
+                .get(self.steps.skip..)
+                .unwrap_or_default()
+                .to_vec();
+            steps.push(event.prompt.clone());
+            *self.steps.lock() = steps;
             let (answer, answered) = tokio::sync::oneshot::channel();
             if self.asks.send(answer).is_ok() {
                 if let Ok(added) = answered.await {
@@ -695,7 +787,8 @@ pub async fn answer_streamed(
     let Some(prompt) = history.pop() else {
         return Ok(turn.complete("").await?);
     };
-    let (steering, mut asks) = Steering::new();
+    let (steering, mut asks) = Steering::new(history.len());
+    let taken = steering.steps.clone();
     let mut stream = agent
         .prompt(prompt)
         .history(history)
@@ -714,13 +807,11 @@ pub async fn answer_streamed(
             }))) => on_text(&text),
             Ok(MultiTurnStreamItem::FinalResponse(last)) => response = Some(last),
             Ok(_) => {}
-            Err(error) => {
-                turn.fail(failure_of(&error)).await?;
-                return Err(error.into());
-            }
+            Err(error) => return Err(Box::pin(failed(manager, turn, &taken, error)).await),
         }
     }
     let Some(response) = response else {
+        log_steps(manager, &turn, &taken.lock().clone()).await?;
         turn.fail(TurnFailure::KeepInput).await?;
         return Err(Error::Incomplete);
     };
@@ -736,11 +827,7 @@ async fn finish(
 ) -> Result<Vec<ReplyPayload>, Error> {
     // What the model and its tools did between the prompt (which the turn logged) and
     // the reply (which `complete` logs).
-    let steps: Vec<ChatMessage> = chat_messages(&response.messages)
-        .into_iter()
-        .filter(|m| m.role == ChatRole::Tool || !m.tool_calls.is_empty())
-        .collect();
-    manager.session(turn.key()).append_chat(&steps).await?;
+    log_steps(manager, &turn, &response.messages).await?;
     let mut usage = turn_usage(&response.usage);
     if let Some(call) = response.completion_calls.last() {
         (usage.provider, usage.model) = model_of(&call.raw);
@@ -773,9 +860,26 @@ pub fn model_of(raw: &Value) -> (Option<String>, Option<String>) {
 }
 
 /// What to do with the input of a turn whose run failed with `error`: drop it when the
-/// provider refused the request itself (a 4xx answer other than a timeout, a conflict or
-/// a rate limit: it would refuse it again), else keep it.
+/// same input would fail the same way again — the provider refused the request itself (a
+/// 4xx answer other than a timeout, a conflict or a rate limit), or the run used up its
+/// turn limit (`PromptError::MaxTurns`: rig allows one model call per run unless the
+/// agent says otherwise) — else keep it, for the next turn to try again (up to the
+/// manager's [`max_answer_attempts`](agent_sessions::manager::SessionManagerBuilder::max_answer_attempts)).
+///
+/// ```
+/// use agent_sessions::exactly_once::TurnFailure;
+/// use rig_agent::completion::PromptError;
+/// use rig_core::completion::Message;
+///
+/// let limit = PromptError::MaxTurns { max_turns: 1, chat_history: vec![], prompt: Message::user("…") };
+/// assert_eq!(agent_sessions_rig::failure_of(&limit), TurnFailure::DropInput);
+/// let cancelled = PromptError::cancelled(vec![], "the host stopped it");
+/// assert_eq!(agent_sessions_rig::failure_of(&cancelled), TurnFailure::KeepInput);
+/// ```
 pub fn failure_of(error: &rig_agent::completion::PromptError) -> TurnFailure {
+    if matches!(error, rig_agent::completion::PromptError::MaxTurns { .. }) {
+        return TurnFailure::DropInput;
+    }
     match error.provider_response_status() {
         Some(status) if status.is_client_error() && !matches!(status.as_u16(), 408 | 409 | 429) => {
             TurnFailure::DropInput

@@ -613,3 +613,184 @@ async fn answer_hands_a_message_sent_during_a_tool_call_to_the_running_agent() {
     );
     assert_eq!(newer.await.unwrap().unwrap().len(), 1);
 }
+
+/// The rota tool, counting its calls.
+struct CountedShifts(Arc<std::sync::atomic::AtomicUsize>);
+
+impl PortableTool for CountedShifts {
+    const NAME: &'static str = "shifts";
+    type Args = serde_json::Value;
+    type Output = String;
+    type Error = std::convert::Infallible;
+
+    fn description(&self) -> String {
+        "The user's shifts on a day.".into()
+    }
+
+    fn parameters(&self) -> serde_json::Value {
+        serde_json::json!({"type": "object", "properties": {"day": {"type": "string"}}})
+    }
+
+    async fn call(&self, _day: serde_json::Value) -> Result<String, Self::Error> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok("9am".into())
+    }
+}
+
+/// An agent with the counting rota tool; `max_turns` model calls per run (rig's
+/// default is 1).
+fn agent_with_tool(
+    server: &FakeOpenAi,
+    max_turns: Option<usize>,
+) -> (Agent, Arc<std::sync::atomic::AtomicUsize>) {
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let model = OpenAIConfig::new("test-key")
+        .with_base_url(&server.base)
+        .client()
+        .chat("gpt-test");
+    let mut builder = AgentBuilder::new(model)
+        .preamble(SYSTEM)
+        .tool(CountedShifts(calls.clone()));
+    if let Some(max_turns) = max_turns {
+        builder = builder.default_max_turns(max_turns);
+    }
+    (builder.build(), calls)
+}
+
+fn roles(server: &FakeOpenAi) -> Vec<String> {
+    server
+        .last_messages()
+        .into_iter()
+        .map(|(role, _)| role)
+        .collect()
+}
+
+/// rig's default turn limit (one model call) ends a run that called a tool with
+/// `MaxTurns`: a failure that would repeat. Its input is dropped — not merged into the
+/// next message, its tool loop not run again — and the steps it took are logged.
+#[tokio::test]
+async fn a_run_that_hits_its_turn_limit_drops_its_input_and_keeps_its_steps() {
+    use std::sync::atomic::Ordering;
+    let server = FakeOpenAi::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let manager = open(dir.path()).await;
+    let (bot, calls) = agent_with_tool(&server, None);
+    agent_sessions_rig::answer(&manager, &dm("Hi."), &bot)
+        .await
+        .unwrap();
+
+    let limited = agent_sessions_rig::answer(&manager, &dm("When is my shift?"), &bot).await;
+    let Err(agent_sessions_rig::Error::Agent(error)) = limited else {
+        panic!("the run hit its limit: {limited:?}");
+    };
+    assert!(
+        matches!(*error, rig_agent::completion::PromptError::MaxTurns { .. }),
+        "{error}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the tool ran once");
+
+    let sent = agent_sessions_rig::answer(&manager, &dm("Thanks, bye"), &bot)
+        .await
+        .unwrap();
+    assert_eq!(sent[0].text.as_deref(), Some("reply 3"));
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "no tool ran again");
+    // The next model call knows what the failed run did, and is not asked it again.
+    assert_eq!(
+        roles(&server),
+        ["system", "user", "assistant", "assistant", "tool", "user"]
+    );
+    let contents: Vec<String> = server.last_messages().into_iter().map(|(_, c)| c).collect();
+    assert_eq!(contents[4], "9am");
+    assert_eq!(contents[5], "Thanks, bye");
+    assert!(!contents.iter().any(|c| c.contains("When is my shift?")));
+    // Nothing is lost: the transcript keeps the dropped input, marked.
+    let key = manager.key_for(&dm("")).unwrap();
+    let read = manager
+        .session(&key)
+        .replay(agent_sessions::transcript::Offset::START)
+        .await
+        .unwrap();
+    let texts: Vec<String> = read
+        .events
+        .iter()
+        .filter_map(|e| e.entry.message.as_ref().map(|m| m.text()))
+        .collect();
+    assert!(texts.contains(&"When is my shift?".to_owned()), "{texts:?}");
+}
+
+/// A provider that fails after a tool ran (a 500): the input is kept, and the steps the
+/// run took are logged, so the next turn's model carries on from the tool's result
+/// instead of calling the tool again.
+#[tokio::test]
+async fn a_run_that_fails_after_a_tool_ran_keeps_its_input_and_runs_no_tool_twice() {
+    use common::Failing;
+    use std::sync::atomic::Ordering;
+    for streamed in [false, true] {
+        let server = FakeOpenAi::start().await;
+        let dir = tempfile::tempdir().unwrap();
+        let manager = open(dir.path()).await;
+        let (bot, calls) = agent_with_tool(&server, Some(3));
+        server.fail_next(1, Failing::AfterTool);
+        let failed = if streamed {
+            agent_sessions_rig::answer_streamed(&manager, &dm("When is my shift?"), &bot, |_| {})
+                .await
+        } else {
+            agent_sessions_rig::answer(&manager, &dm("When is my shift?"), &bot).await
+        };
+        let Err(agent_sessions_rig::Error::Agent(error)) = failed else {
+            panic!("the provider failed: {failed:?}");
+        };
+        assert_eq!(
+            agent_sessions_rig::failure_of(&error),
+            agent_sessions::exactly_once::TurnFailure::KeepInput
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "{error:?}");
+
+        let sent = agent_sessions_rig::answer(&manager, &dm("Thanks"), &bot)
+            .await
+            .unwrap();
+        assert!(sent[0].text.as_deref().unwrap().starts_with("reply"));
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            1,
+            "streamed {streamed}: no tool ran again"
+        );
+        assert_eq!(
+            roles(&server),
+            ["system", "user", "assistant", "tool", "user"],
+            "streamed {streamed}"
+        );
+        let contents: Vec<String> = server.last_messages().into_iter().map(|(_, c)| c).collect();
+        assert_eq!(contents[1], "When is my shift?");
+        assert_eq!(contents[3], "9am");
+        assert_eq!(contents[4], "Thanks");
+    }
+}
+
+/// A provider that stays down: each message's input is kept for the next turn, but
+/// not forever — after three failed turns it is set aside, and the model sees a note.
+#[tokio::test]
+async fn an_input_the_provider_keeps_failing_on_is_set_aside_after_three_attempts() {
+    use common::Failing;
+    let server = FakeOpenAi::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let manager = open(dir.path()).await;
+    let bot = agent(&server, None);
+    server.fail_next(3, Failing::Any);
+    for text in ["Book a table", "for 4", "at 8?"] {
+        let failed = agent_sessions_rig::answer(&manager, &dm(text), &bot).await;
+        assert!(failed.is_err(), "{text}: {failed:?}");
+    }
+    let sent = agent_sessions_rig::answer(&manager, &dm("hello?"), &bot)
+        .await
+        .unwrap();
+    assert_eq!(sent[0].text.as_deref(), Some("reply 4"));
+    let contents: Vec<String> = server.last_messages().into_iter().map(|(_, c)| c).collect();
+    // rig sends the user messages in a row as one message of several parts.
+    assert_eq!(roles(&server), ["system", "user"]);
+    assert_eq!(
+        contents[1],
+        "[This earlier message was set aside unanswered after 3 failed attempts to answer \
+         it: \"Book a table\"]for 4at 8?hello?"
+    );
+}

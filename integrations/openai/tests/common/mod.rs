@@ -2,7 +2,8 @@
 //! body it receives and answers each with a numbered reply and fixed usage — or, when
 //! the request declares tools and ends with a user message that mentions a shift, with a
 //! call of the `shifts` tool; one that says [`SLOW`] is answered after 5 seconds,
-//! [`A_MOMENT`] after 400 ms. The rig integration's tests use it too.
+//! [`A_MOMENT`] after 400 ms; [`FakeOpenAi::fail_next`] makes it answer the next
+//! requests with `500`. The rig integration's tests use it too.
 #![allow(dead_code)] // each test crate uses part of it
 
 use std::io::Write;
@@ -25,16 +26,34 @@ pub struct FakeOpenAi {
     /// `http://127.0.0.1:<port>/v1`.
     pub base: String,
     requests: Arc<Mutex<Vec<Value>>>,
+    down: Arc<Mutex<Down>>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// The requests the server answers with `500`: the next `times` that `when` picks.
+#[derive(Default)]
+struct Down {
+    times: usize,
+    when: Option<Failing>,
+}
+
+/// Which requests a [`FakeOpenAi::fail_next`] fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failing {
+    /// Any request.
+    Any,
+    /// A request that carries a tool's result last (the model call after a tool ran).
+    AfterTool,
 }
 
 impl FakeOpenAi {
     /// Starts a server on an ephemeral loopback port.
     pub async fn start() -> FakeOpenAi {
         let requests = Arc::new(Mutex::new(Vec::new()));
+        let down = Arc::new(Mutex::new(Down::default()));
         let app = Router::new()
             .route("/v1/chat/completions", post(complete))
-            .with_state(requests.clone());
+            .with_state((requests.clone(), down.clone()));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}/v1", listener.local_addr().unwrap());
         let task = tokio::spawn(async move {
@@ -43,8 +62,18 @@ impl FakeOpenAi {
         FakeOpenAi {
             base,
             requests,
+            down,
             task,
         }
+    }
+
+    /// Answers the next `times` requests that `when` picks with `500` (a provider
+    /// that is down).
+    pub fn fail_next(&self, times: usize, when: Failing) {
+        *self.down.lock().unwrap() = Down {
+            times,
+            when: Some(when),
+        };
     }
 
     /// How many requests arrived.
@@ -105,7 +134,7 @@ pub const A_MOMENT: &str = "TAKE_A_MOMENT";
 
 /// Answers request number `n` (from 1) with `reply n`.
 async fn complete(
-    State(requests): State<Arc<Mutex<Vec<Value>>>>,
+    State((requests, down)): State<(Arc<Mutex<Vec<Value>>>, Arc<Mutex<Down>>)>,
     Json(body): Json<Value>,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
@@ -116,6 +145,20 @@ async fn complete(
     };
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     let last = messages.last().cloned().unwrap_or_default();
+    {
+        let mut down = down.lock().unwrap();
+        let picked = match down.when {
+            Some(Failing::Any) => true,
+            Some(Failing::AfterTool) => last["role"] == "tool",
+            None => false,
+        };
+        if picked && down.times > 0 {
+            down.times -= 1;
+            let error =
+                json!({"error": {"message": "The server had an error.", "type": "server_error"}});
+            return (axum::http::StatusCode::INTERNAL_SERVER_ERROR, Json(error)).into_response();
+        }
+    }
     if last["content"].to_string().contains(SLOW) {
         tokio::time::sleep(std::time::Duration::from_secs(5)).await;
     } else if last["content"].to_string().contains(A_MOMENT) {
@@ -133,8 +176,8 @@ async fn complete(
         .is_some_and(|tools| !tools.is_empty())
         && last["role"] == "user"
         && last["content"].to_string().contains("shift");
-    if body["stream"] == true && !calls_tool {
-        return streamed(n, &body);
+    if body["stream"] == true {
+        return streamed(n, &body, calls_tool);
     }
     let message = if calls_tool {
         json!({"role": "assistant", "content": null, "tool_calls": [{
@@ -164,8 +207,9 @@ async fn complete(
 }
 
 /// The reply to request `n` as a stream of server-sent chunks: its text in three
-/// pieces, the finish, the usage (when asked for), then `[DONE]`.
-fn streamed(n: usize, body: &Value) -> axum::response::Response {
+/// pieces (or, with `calls_tool`, the call of the `shifts` tool), the finish, the usage
+/// (when asked for), then `[DONE]`.
+fn streamed(n: usize, body: &Value, calls_tool: bool) -> axum::response::Response {
     use axum::response::IntoResponse;
     let chunk = |choices: Value, usage: Value| {
         let chunk = json!({
@@ -180,22 +224,32 @@ fn streamed(n: usize, body: &Value) -> axum::response::Response {
     };
     let text = format!("reply {n}");
     let (head, tail) = text.split_at(3);
-    let mut events: Vec<String> = ["", head, tail]
-        .iter()
-        .map(|piece| {
-            let delta = if piece.is_empty() {
-                json!({"role": "assistant", "content": ""})
-            } else {
-                json!({"content": piece})
-            };
+    let deltas = if calls_tool {
+        vec![json!({"role": "assistant", "tool_calls": [{
+            "index": 0, "id": "call_1", "type": "function",
+            "function": {"name": "shifts", "arguments": "{\"day\":\"thu\"}"}
+        }]})]
+    } else {
+        ["", head, tail]
+            .iter()
+            .map(|piece| match piece.is_empty() {
+                true => json!({"role": "assistant", "content": ""}),
+                false => json!({"content": piece}),
+            })
+            .collect()
+    };
+    let mut events: Vec<String> = deltas
+        .into_iter()
+        .map(|delta| {
             chunk(
                 json!([{"index": 0, "delta": delta, "finish_reason": null}]),
                 Value::Null,
             )
         })
         .collect();
+    let finish = if calls_tool { "tool_calls" } else { "stop" };
     events.push(chunk(
-        json!([{"index": 0, "delta": {}, "finish_reason": "stop"}]),
+        json!([{"index": 0, "delta": {}, "finish_reason": finish}]),
         Value::Null,
     ));
     if body["stream_options"]["include_usage"] == true {
