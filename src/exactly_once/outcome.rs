@@ -95,6 +95,16 @@ pub enum Delivery {
         /// Why.
         reason: String,
     },
+    /// The channel took some pieces of it and refused the others: a host that sends a
+    /// long text as several messages (Telegram's limit is 4,096 characters) says which
+    /// pieces the user got. The model then sees only those.
+    Partly {
+        /// The pieces the user got, as byte ranges of the payload's text (in any order;
+        /// each within the text, on character boundaries).
+        shown: Vec<std::ops::Range<usize>>,
+        /// Why the others were not sent (the channel's error).
+        reason: String,
+    },
 }
 
 impl Delivery {
@@ -102,7 +112,52 @@ impl Delivery {
         match self {
             Delivery::Delivered => "delivered",
             Delivery::Failed { .. } => "failed",
+            Delivery::Partly { .. } => "partly",
         }
+    }
+
+    /// The same outcome for a payload of `text`, in its simplest form: the pieces
+    /// shown sorted and joined where they touch; none shown a failure, all of it a
+    /// delivery. A piece outside `text` or off a character boundary is an error.
+    fn normalized(self, text: &str) -> Result<Delivery> {
+        let Delivery::Partly { mut shown, reason } = self else {
+            return Ok(self);
+        };
+        if shown
+            .iter()
+            .any(|range| range.start > range.end || text.get(range.clone()).is_none())
+        {
+            return Err(Error::InvalidOption {
+                option: "delivery",
+                problem:
+                    "a piece shown is not a range of the payload's text on character boundaries",
+            });
+        }
+        shown.retain(|range| !range.is_empty());
+        shown.sort_by_key(|range| range.start);
+        let mut joined: Vec<std::ops::Range<usize>> = Vec::with_capacity(shown.len());
+        for range in shown {
+            match joined.last_mut() {
+                Some(last) if range.start <= last.end => last.end = last.end.max(range.end),
+                _ => joined.push(range),
+            }
+        }
+        Ok(match joined.as_slice() {
+            [] => Delivery::Failed { reason },
+            [all] if *all == (0..text.len()) => Delivery::Delivered,
+            _ => Delivery::Partly {
+                shown: joined,
+                reason,
+            },
+        })
+    }
+
+    /// The pieces shown, as a mark records them: `[start, end]` pairs.
+    fn shown(&self) -> Option<Value> {
+        let Delivery::Partly { shown, .. } = self else {
+            return None;
+        };
+        Some(shown.iter().map(|range| [range.start, range.end]).collect())
     }
 }
 
@@ -112,8 +167,9 @@ impl Delivery {
 pub(crate) struct Marks {
     /// Ids of inbound lines whose input was dropped.
     pub(crate) dropped: std::collections::HashSet<String>,
-    /// Per reply line, its parts whose last report is a failure.
-    pub(crate) undelivered: std::collections::HashMap<String, Vec<usize>>,
+    /// Per reply line, its parts whose last report is not a delivery, with the
+    /// pieces of each the user got (none: it failed).
+    pub(crate) undelivered: std::collections::HashMap<String, Vec<(usize, Vec<[usize; 2]>)>>,
     /// Per inbound line, how many turns failed while it waited for a reply (its own
     /// and those of the messages after it, whose input it was part of).
     pub(crate) attempts: std::collections::HashMap<String, u32>,
@@ -145,13 +201,22 @@ impl Marks {
                     return true;
                 };
                 let part = part as usize;
-                let failed = text("status").as_deref() == Some("failed");
+                let shown = match text("status").as_deref() {
+                    Some("failed") => Some(Vec::new()),
+                    Some("partly") => Some(
+                        serde_json::from_value(data.get("shown").cloned().unwrap_or_default())
+                            .unwrap_or_default(),
+                    ),
+                    _ => None,
+                };
                 let parts = self.undelivered.entry(line.clone()).or_default();
-                parts.retain(|p| *p != part);
-                if failed {
-                    parts.push(part);
-                } else if parts.is_empty() {
-                    self.undelivered.remove(&line);
+                parts.retain(|(p, _)| *p != part);
+                match shown {
+                    Some(shown) => parts.push((part, shown)),
+                    None if parts.is_empty() => {
+                        self.undelivered.remove(&line);
+                    }
+                    None => {}
                 }
                 true
             }
@@ -171,24 +236,38 @@ impl Marks {
         self.attempts.retain(|id, _| keep(id));
     }
 
-    /// The text of reply line `line` (its `text` and `log`) without its undelivered
-    /// parts; `None` when nothing of it was delivered.
+    /// The text of reply line `line` (its `text` and `log`) as the user got it:
+    /// without its undelivered parts, and of a part delivered in pieces only those
+    /// pieces; `None` when nothing of it was delivered.
     pub(crate) fn delivered_text(
         &self,
         line: Option<&str>,
         log: Option<&LogFields>,
         text: String,
     ) -> Option<String> {
-        let Some(failed) = line.and_then(|line| self.undelivered.get(line)) else {
+        let Some(undelivered) = line.and_then(|line| self.undelivered.get(line)) else {
             return Some(text);
         };
         let parts = log.map(|log| log.parts.len()).unwrap_or_default().max(1);
-        let left = (0..parts)
-            .filter(|part| !failed.contains(part))
-            .filter_map(|part| match log {
+        let mut left = Vec::new();
+        for part in 0..parts {
+            let Some(whole) = (match log {
                 Some(log) => log.part_of(&text, part),
                 None => (part == 0).then_some(text.as_str()),
-            })
+            }) else {
+                continue;
+            };
+            match undelivered.iter().find(|(p, _)| *p == part) {
+                None => left.push(whole),
+                Some((_, shown)) => left.extend(
+                    shown
+                        .iter()
+                        .filter_map(|[start, end]| whole.get(*start..*end)),
+                ),
+            }
+        }
+        let left = left
+            .into_iter()
             .filter(|piece| !piece.trim().is_empty())
             .collect::<Vec<_>>()
             .join("\n\n");
@@ -245,9 +324,10 @@ impl SessionManager {
     /// Records what became of `payload`, one of the payloads
     /// [`Turn::complete`](crate::manager::Turn::complete) returned: a line in the session's
     /// transcript. A failed payload is left out of the conversation the model sees
-    /// from then on (the model does not believe the user read it); a later report of
-    /// the same payload replaces the earlier (a retry that got through). Reporting the
-    /// same outcome again changes nothing. Deliveries and failures are counted in the
+    /// from then on (the model does not believe the user read it), and of a payload
+    /// delivered [`Partly`](Delivery::Partly) the model sees only the pieces the user
+    /// got; a later report of the same payload replaces the earlier (a retry that got
+    /// through). Reporting the same outcome again changes nothing. Deliveries and failures are counted in the
     /// metrics (`agent_sessions_deliveries_total`, by status).
     ///
     /// A payload without a receipt (none is logged without a transcript store) has
@@ -331,6 +411,7 @@ impl SessionManager {
                 problem: "the payload is not the part of the reply its receipt names",
             });
         }
+        let delivery = delivery.normalized(text)?;
         // The same report again changes nothing: the last report of the part decides.
         let last = since
             .events
@@ -342,12 +423,8 @@ impl SessionManager {
                 data.get("line").and_then(Value::as_str) == Some(receipt.line.as_str())
                     && data.get("part").and_then(Value::as_u64) == Some(receipt.part as u64)
             })
-            .and_then(|data| {
-                data.get("status")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-            });
-        if last.as_deref() == Some(delivery.status()) {
+            .map(|data| (data.get("status").cloned(), data.get("shown").cloned()));
+        if last == Some((Some(delivery.status().into()), delivery.shown())) {
             return Ok(());
         }
         let mut data = serde_json::json!({
@@ -355,7 +432,10 @@ impl SessionManager {
             "part": receipt.part,
             "status": delivery.status(),
         });
-        if let Delivery::Failed { reason } = &delivery {
+        if let Some(shown) = delivery.shown() {
+            data["shown"] = shown;
+        }
+        if let Delivery::Failed { reason } | Delivery::Partly { reason, .. } = &delivery {
             data["reason"] = Value::from(reason.as_str());
         }
         let mark = TranscriptEntry::custom(DELIVERY_CUSTOM_TYPE, data, self.seams.clock.now());
@@ -442,6 +522,67 @@ mod tests {
             marks.delivered_text(None, None, "y".into()).as_deref(),
             Some("y")
         );
+    }
+
+    #[test]
+    fn of_a_part_delivered_in_pieces_only_those_pieces_are_seen() {
+        let text = "aaa bbb ccc ddd";
+        let log = LogFields {
+            parts: vec![Some([0, 15]), None],
+            ..LogFields::default()
+        };
+        let partly = |shown: Value| {
+            mark(
+                DELIVERY_CUSTOM_TYPE,
+                serde_json::json!({"line": "a1", "part": 0, "status": "partly", "shown": shown}),
+            )
+        };
+        let seen = |marks: &Marks| marks.delivered_text(Some("a1"), Some(&log), text.into());
+        let marks = marks_of(&[partly(serde_json::json!([[0, 3], [8, 15]]))]);
+        assert_eq!(seen(&marks).as_deref(), Some("aaa\n\nccc ddd"));
+        // A later delivery of the whole part replaces it.
+        let mut marks = marks;
+        marks.add(&mark(
+            DELIVERY_CUSTOM_TYPE,
+            serde_json::json!({"line": "a1", "part": 0, "status": "delivered"}),
+        ));
+        assert_eq!(seen(&marks).as_deref(), Some(text));
+        // Ranges a mark got wrong (outside the part, not a pair) show nothing of it.
+        let marks = marks_of(&[partly(serde_json::json!([[10, 99]]))]);
+        assert_eq!(seen(&marks), None);
+        let marks = marks_of(&[partly(serde_json::json!("0-3"))]);
+        assert_eq!(seen(&marks), None);
+    }
+
+    #[test]
+    fn a_partial_delivery_is_kept_in_its_simplest_form() {
+        let partly = |shown: Vec<std::ops::Range<usize>>| Delivery::Partly {
+            shown,
+            reason: "refused".into(),
+        };
+        let text = "héllo world";
+        assert_eq!(
+            partly(vec![6..12, 0..3, 3..6, 1..3])
+                .normalized(text)
+                .unwrap(),
+            Delivery::Delivered
+        );
+        assert_eq!(
+            partly(vec![7..12, 0..1, 1..3, 4..4])
+                .normalized(text)
+                .unwrap(),
+            partly(vec![0..3, 7..12])
+        );
+        assert!(matches!(
+            partly(vec![]).normalized(text).unwrap(),
+            Delivery::Failed { .. }
+        ));
+        for wrong in [0..2, 3..13, 5..4] {
+            assert!(
+                partly(vec![wrong.clone()]).normalized(text).is_err(),
+                "{wrong:?}"
+            );
+        }
     }
 
     /// A refused part is removed by where it is, never by what it says: the delivered

@@ -35,7 +35,7 @@
 //! | `agent_sessions_errors_total` | counter: failed updates, appends and resolutions | `kind` ([`Error::kind`]) |
 //! | `agent_sessions_duplicates_total` | counter: messages a channel delivered again | |
 //! | `agent_sessions_turns_failed_total` | counter: turns ended by [`Turn::fail`](crate::manager::Turn::fail) | `input` (`kept`, `dropped`) |
-//! | `agent_sessions_deliveries_total` | counter: reported deliveries | `status` (`delivered`, `failed`) |
+//! | `agent_sessions_deliveries_total` | counter: reported deliveries | `status` (`delivered`, `failed`, `partly`) |
 //! | `agent_sessions_queue_total` | counter: messages that arrived during a run, by what became of them | `event` (`queued`, `collected`, `steered`, `dropped`) |
 //! | `agent_sessions_queue_wait_seconds` | histogram: how long a queued message's turn waited for its run | |
 //! | `agent_sessions_runs_total` | counter: runs that lost their session, runs taken over from a holder that is gone | `event` (`lost`, `taken_over`) |

@@ -85,24 +85,78 @@ use teloxide::types::{Message, MessageId, ReplyParameters};
 /// characters that way).
 pub const MAX_MESSAGE_LEN: usize = 4096;
 
-/// Why [`send_replies`] stopped.
-#[derive(Debug, thiserror::Error)]
+/// Why [`send_replies`] did not send everything.
+#[derive(Debug)]
 #[non_exhaustive]
-pub enum SendError<E: std::error::Error + 'static> {
-    /// Telegram refused a message, or it could not be sent; the payload was reported
-    /// undelivered first.
-    #[error("Telegram did not take the reply: {0}")]
-    Telegram(#[source] E),
-    /// Recording a delivery failed (the transcript store).
-    #[error(transparent)]
-    Sessions(#[from] agent_sessions::Error),
+pub enum SendError<E> {
+    /// Telegram refused some of the reply's messages, or they could not be sent. The
+    /// others were sent, and every payload's delivery was reported: the model sees
+    /// what the user got.
+    Telegram {
+        /// The messages Telegram took.
+        sent: Vec<Message>,
+        /// The messages it did not take, in order (never empty).
+        unsent: Vec<Unsent<E>>,
+    },
+    /// Recording a delivery failed (the transcript store); nothing after it was sent.
+    Sessions(agent_sessions::Error),
+}
+
+/// A message [`send_replies`] did not get into the chat.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Unsent<E> {
+    /// The payload it belongs to (from 0).
+    pub payload: usize,
+    /// Which of the payload's messages it is (from 0), when the text was split.
+    pub piece: usize,
+    /// Its text.
+    pub text: String,
+    /// Why Telegram did not take it.
+    pub error: E,
+}
+
+impl<E: std::fmt::Display> std::fmt::Display for SendError<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SendError::Telegram { sent, unsent } => {
+                write!(
+                    f,
+                    "Telegram did not take {} of the reply's {} messages",
+                    unsent.len(),
+                    sent.len() + unsent.len()
+                )?;
+                match unsent.first() {
+                    Some(first) => write!(f, ": {}", first.error),
+                    None => Ok(()),
+                }
+            }
+            SendError::Sessions(error) => error.fmt(f),
+        }
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for SendError<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SendError::Telegram { unsent, .. } => unsent
+                .first()
+                .map(|first| &first.error as &(dyn std::error::Error + 'static)),
+            SendError::Sessions(error) => error.source(),
+        }
+    }
+}
+
+impl<E> From<agent_sessions::Error> for SendError<E> {
+    fn from(error: agent_sessions::Error) -> Self {
+        SendError::Sessions(error)
+    }
 }
 
 /// Sends `payloads` (what [`Turn::complete`](agent_sessions::manager::Turn::complete)
 /// returned for `message`) into `message`'s chat, in its forum topic, and reports each
-/// payload's delivery to `sessions`
-/// ([`SessionManager::report_delivery`]: a reply Telegram refused is not shown to the
-/// model as read); returns the messages sent.
+/// payload's delivery to `sessions` ([`SessionManager::report_delivery`]), so the model
+/// believes read exactly what the user got; returns the messages sent.
 ///
 /// `bot` is any teloxide [`Requester`] — `Bot`, or one wrapped in adaptors such as
 /// `Throttle<Bot>`, `DefaultParseMode<Bot>` or `CacheMe<Bot>`. A text longer than
@@ -112,8 +166,11 @@ pub enum SendError<E: std::error::Error + 'static> {
 /// `reply_to_id` as a reply to that message (the first part, when split). Media URLs
 /// are sent as lines after the text. Payloads with nothing to send are skipped.
 ///
-/// On the first message Telegram refuses, the payload is reported failed and
-/// [`SendError::Telegram`] returned; the payloads after it are not sent.
+/// A message Telegram refuses does not stop the others: each is tried, a payload whose
+/// messages all went out is reported [`Delivered`](Delivery::Delivered), one of which
+/// none did [`Failed`](Delivery::Failed), and one split into messages of which some
+/// went out [`Partly`](Delivery::Partly) — the model then sees those pieces only. What
+/// was not sent comes back as [`SendError::Telegram`], message by message.
 ///
 /// ```
 /// # use std::sync::Arc;
@@ -142,15 +199,16 @@ pub async fn send_replies<R>(
 ) -> Result<Vec<Message>, SendError<R::Err>>
 where
     R: Requester,
-    R::Err: std::error::Error + 'static,
 {
-    let mut sent = Vec::new();
-    for payload in payloads {
-        let text = payload
+    let (mut sent, mut unsent) = (Vec::new(), Vec::new());
+    for (index, payload) in payloads.iter().enumerate() {
+        let own_text = payload
             .text
-            .iter()
-            .chain(&payload.media_urls)
-            .map(String::as_str)
+            .as_deref()
+            .filter(|text| !text.trim().is_empty());
+        let text = own_text
+            .into_iter()
+            .chain(payload.media_urls.iter().map(String::as_str))
             .filter(|part| !part.trim().is_empty())
             .collect::<Vec<_>>()
             .join("\n");
@@ -166,7 +224,14 @@ where
                 .and_then(|id| id.parse().ok())
                 .map(MessageId)
         };
-        for part in split_message(&text, MAX_MESSAGE_LEN) {
+        // The pieces the user got, as byte ranges of the payload's own text (the
+        // joined text starts with it).
+        let own_len = own_text.map_or(0, str::len);
+        let (mut shown, mut refused) = (Vec::new(), None);
+        for (piece, part) in split_message(&text, MAX_MESSAGE_LEN)
+            .into_iter()
+            .enumerate()
+        {
             let mut request = bot.send_message(message.chat.id, part);
             if let Some(thread) = message.thread_id.filter(|_| message.is_topic_message) {
                 request = request.message_thread_id(thread);
@@ -175,21 +240,33 @@ where
                 request = request.reply_parameters(ReplyParameters::new(id));
             }
             match request.send().await {
-                Ok(delivered) => sent.push(delivered),
+                Ok(delivered) => {
+                    sent.push(delivered);
+                    let start = part.as_ptr() as usize - text.as_ptr() as usize;
+                    shown.push(start.min(own_len)..(start + part.len()).min(own_len));
+                }
                 Err(error) => {
-                    let reason = error.to_string();
-                    sessions
-                        .report_delivery(payload, Delivery::Failed { reason })
-                        .await?;
-                    return Err(SendError::Telegram(error));
+                    refused.get_or_insert_with(|| error.to_string());
+                    unsent.push(Unsent {
+                        payload: index,
+                        piece,
+                        text: part.to_owned(),
+                        error,
+                    });
                 }
             }
         }
-        sessions
-            .report_delivery(payload, Delivery::Delivered)
-            .await?;
+        let delivery = match refused {
+            None => Delivery::Delivered,
+            Some(reason) if shown.is_empty() => Delivery::Failed { reason },
+            Some(reason) => Delivery::Partly { shown, reason },
+        };
+        sessions.report_delivery(payload, delivery).await?;
     }
-    Ok(sent)
+    match unsent.is_empty() {
+        true => Ok(sent),
+        false => Err(SendError::Telegram { sent, unsent }),
+    }
 }
 
 /// `text` in pieces of at most `limit` UTF-16 code units, each cut at the last
