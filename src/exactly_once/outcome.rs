@@ -167,13 +167,16 @@ impl Delivery {
 pub(crate) struct Marks {
     /// Ids of inbound lines whose input was dropped.
     pub(crate) dropped: std::collections::HashSet<String>,
-    /// Per reply line, its parts whose last report is not a delivery, with the
-    /// pieces of each the user got (none: it failed).
-    pub(crate) undelivered: std::collections::HashMap<String, Vec<(usize, Vec<[usize; 2]>)>>,
+    /// Per reply line, its parts whose last report is not a delivery.
+    pub(crate) undelivered: std::collections::HashMap<String, Vec<Undelivered>>,
     /// Per inbound line, how many turns failed while it waited for a reply (its own
     /// and those of the messages after it, whose input it was part of).
     pub(crate) attempts: std::collections::HashMap<String, u32>,
 }
+
+/// A reply part whose last report is not a delivery: its index, and the pieces of it
+/// the user got as byte ranges of its text (none: it failed).
+pub(crate) type Undelivered = (usize, Vec<[usize; 2]>);
 
 impl Marks {
     /// Takes in `entry` if it is a mark (a later report on a reply part replaces an
@@ -577,7 +580,9 @@ mod tests {
             partly(vec![]).normalized(text).unwrap(),
             Delivery::Failed { .. }
         ));
-        for wrong in [0..2, 3..13, 5..4] {
+        #[allow(clippy::reversed_empty_ranges)] // a host's mistake, on purpose
+        let reversed = 5..4;
+        for wrong in [0..2, 3..13, reversed] {
             assert!(
                 partly(vec![wrong.clone()]).normalized(text).is_err(),
                 "{wrong:?}"

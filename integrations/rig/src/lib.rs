@@ -590,7 +590,7 @@ async fn failed(
 ) -> Error {
     let steps = match run_history(&error) {
         Some(history) => history.get(taken.skip..).unwrap_or_default().to_vec(),
-        None => taken.lock().clone(),
+        None => taken.so_far(),
     };
     let failure = failure_of(&error);
     let logged = match log_steps(manager, &turn, &steps).await {
@@ -679,6 +679,11 @@ impl RunSteps {
         self.seen
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The steps seen so far.
+    fn so_far(&self) -> Vec<Message> {
+        self.lock().clone()
     }
 }
 
@@ -811,7 +816,8 @@ pub async fn answer_streamed(
         }
     }
     let Some(response) = response else {
-        log_steps(manager, &turn, &taken.lock().clone()).await?;
+        let steps = taken.so_far();
+        log_steps(manager, &turn, &steps).await?;
         turn.fail(TurnFailure::KeepInput).await?;
         return Err(Error::Incomplete);
     };

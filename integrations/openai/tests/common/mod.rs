@@ -30,6 +30,10 @@ pub struct FakeOpenAi {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// What the server's handler shares with the test: the requests received, and the
+/// ones to fail.
+type Shared = (Arc<Mutex<Vec<Value>>>, Arc<Mutex<Down>>);
+
 /// The requests the server answers with `500`: the next `times` that `when` picks.
 #[derive(Default)]
 struct Down {
@@ -134,7 +138,7 @@ pub const A_MOMENT: &str = "TAKE_A_MOMENT";
 
 /// Answers request number `n` (from 1) with `reply n`.
 async fn complete(
-    State((requests, down)): State<(Arc<Mutex<Vec<Value>>>, Arc<Mutex<Down>>)>,
+    State((requests, down)): State<Shared>,
     Json(body): Json<Value>,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
