@@ -1,8 +1,8 @@
 //! An identity adapter for SMS and web chat: Jane texts the bot, then opens the
 //! web chat. Her phone number is looked up in the staff directory and her web login
-//! carries her staff id, so both resolve to one person and continue one conversation
-//! with one rolling context summary. An hour later the summary is shared with the
-//! other engine variant of the same agent identity, which picks up where she left off.
+//! carries her staff id, so both resolve to one person and continue one conversation.
+//! An hour later the person's rolling summary is shared with the other engine variant
+//! of the same agent identity, which picks up where she left off.
 //!
 //! ```text
 //! cargo run --example identity_chat
@@ -20,7 +20,7 @@ use agent_sessions::transcript::InMemoryTranscriptStore;
 
 const JANE_PHONE: &str = "+61 411 111 111";
 
-/// The stand-in model: answers from the message and the summaries it is given.
+/// The stand-in model: answers from the message and what it is given besides.
 fn stand_in_model(body: &str, context: &str) -> String {
     let knows_riverside = context.contains("Riverside");
     match (body, knows_riverside) {
@@ -135,21 +135,30 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             resolution.session_id(),
         );
 
-        let entry = resolution.entry();
-        let context = [
-            entry.identity_summary.as_ref().map(|s| s.text.as_str()),
-            entry.context_summary.as_deref(),
-        ]
-        .into_iter()
-        .flatten()
-        .collect::<Vec<_>>()
-        .join("\n");
-        if !context.is_empty() {
-            println!("  the model is given what the session remembers:");
-            for line in context.lines() {
+        // What the model is given: the person's rolling summary (shared by the
+        // identity's sessions), then the conversation, this message last.
+        let remembered = resolution
+            .entry()
+            .identity_summary
+            .as_ref()
+            .map(|s| s.text.clone());
+        if let Some(remembered) = &remembered {
+            println!("  the model is given what the identity remembers:");
+            for line in remembered.lines() {
                 println!("  │ {line}");
             }
         }
+        let conversation: Vec<String> = turn
+            .messages()
+            .await?
+            .into_iter()
+            .map(|m| m.content)
+            .collect();
+        let context = remembered
+            .into_iter()
+            .chain(conversation)
+            .collect::<Vec<_>>()
+            .join("\n");
         let reply = stand_in_model(text, &context);
         for payload in turn.complete(reply).await? {
             println!("  bot: {}\n", payload.text.unwrap_or_default());

@@ -75,8 +75,10 @@ async fn uncached(url: &str, seed: u64, whole: bool) -> SessionManager {
 /// What the managers give `key`: `warm` (which kept the conversation) and `fresh`
 /// (which reads the transcript from its end) give what reading it whole gives.
 async fn check(managers: &Managers, url: &str, seed: u64, key: &SessionKey, what: &str) {
-    let expected = managers.whole.session(key).messages().await.unwrap();
+    // The warm manager first: it waits for the summary its last turn's cut is
+    // writing, which the others read from the store.
     let got = managers.warm.session(key).messages().await.unwrap();
+    let expected = managers.whole.session(key).messages().await.unwrap();
     assert_eq!(got, expected, "{url}, seed {seed}: {what}");
     let got = managers.fresh.session(key).messages().await.unwrap();
     assert_eq!(
@@ -287,7 +289,10 @@ async fn run(url: &str, seed: u64) {
             8 => {
                 // Another process takes a turn.
                 let turn = other.turn(&dm(seed, &text(&mut rng, step))).await.unwrap();
+                let key = turn.key().clone();
                 turn.complete(text(&mut rng, step)).await.unwrap();
+                // …and is done with it (the summary of a cut it made is written).
+                other.session(&key).messages().await.unwrap();
                 "another process's turn"
             }
             9 => {

@@ -100,10 +100,10 @@ async fn the_stable_window_lets_a_prompt_cache_reuse_most_of_each_input() {
     );
 }
 
-/// Between cuts the input only grows at its end; at a cut the history starts at a
-/// person's message and the summary as it was at the cut stands for what went — the
-/// same summary on every turn until the next cut, even though the context summary
-/// changes every turn.
+/// Between cuts the input only grows at its end. At a cut the history starts at a
+/// person's message, after the summary of the cuts before it; what this cut leaves out
+/// is summarised once its reply is returned, and the next turn begins with that summary
+/// — the same on every turn until the next cut.
 #[tokio::test]
 async fn between_cuts_the_summary_and_history_stay_the_same() {
     let manager = SessionManager::builder(InMemoryStore::new())
@@ -111,33 +111,66 @@ async fn between_cuts_the_summary_and_history_stay_the_same() {
         .context_window(2_000)
         .build()
         .unwrap();
-    let (mut previous, mut cuts) = (Vec::<ChatMessage>::new(), 0);
+    let is_summary = |m: &ChatMessage| {
+        m.role == ChatRole::System && m.content.starts_with("Summary of the conversation so far")
+    };
+    let (mut previous, mut cuts, mut summaries) = (Vec::<ChatMessage>::new(), 0, Vec::new());
+    let mut after_cut = false;
     for n in 0..120 {
         let (ask, reply) = exchange(n);
         let turn = manager
             .turn(&InboundMessage::direct("telegram", "42", ask))
             .await
             .unwrap();
+        let key = turn.key().clone();
+        let before = window_line(&manager, &key).await;
         let input = turn.messages().await.unwrap();
-        let kept = repeated_prefix(&previous, &input);
-        if !previous.is_empty() && kept < size(&previous) - previous.last().unwrap().content.len() {
-            // A cut: the history after the summary starts at a person's message.
+        let cut = window_line(&manager, &key).await != before;
+        let history = input.iter().position(|m| !is_summary(m)).unwrap();
+        if cut {
             cuts += 1;
             assert_eq!(
-                input[0].role,
-                ChatRole::System,
-                "turn {n}: the summary first"
+                input[history].role,
+                ChatRole::User,
+                "turn {n}: from a person's message"
             );
-            assert!(input[0]
-                .content
-                .starts_with("Summary of the conversation so far"));
-            assert_eq!(input[1].role, ChatRole::User, "turn {n}");
+        } else if after_cut {
+            // The summary of what the cut left out, then the same history.
+            assert!(is_summary(&input[0]), "turn {n}: the new summary first");
+            summaries.push(input[0].content.clone());
+            let kept = &previous[history_start(&previous)..previous.len() - 1];
+            assert_eq!(input[1..=kept.len()], *kept, "turn {n}");
+        } else if !previous.is_empty() {
+            let grown = previous.len() - 1;
+            assert_eq!(
+                input[..grown],
+                previous[..grown],
+                "turn {n}: only grows at its end"
+            );
         }
+        after_cut = cut;
         turn.complete(reply).await.unwrap();
         previous = input;
     }
     // 2,000 tokens hold about 25 exchanges; cut back to half, every dozen or so turns.
     assert!((4..=15).contains(&cuts), "{cuts} cuts");
+    // Each cut's summary takes in the one before it: no two are the same (the last
+    // cut's may fall after the last turn).
+    let written = summaries.len();
+    summaries.dedup();
+    assert_eq!(summaries.len(), written);
+    assert!(written + 1 >= cuts, "{written} summaries, {cuts} cuts");
+}
+
+/// The line the session's window starts at.
+async fn window_line(manager: &SessionManager, key: &SessionKey) -> Option<String> {
+    let stored = manager.session(key).get().await.unwrap().unwrap();
+    stored.entry.window_start.map(|w| w.line)
+}
+
+/// Where the history of a model input starts: after its summary, if any.
+fn history_start(input: &[ChatMessage]) -> usize {
+    usize::from(input.first().is_some_and(|m| m.role == ChatRole::System))
 }
 
 /// The turns, of a conversation of `messages` (each answered `reply`), whose model
@@ -187,7 +220,9 @@ async fn a_tiny_share_still_cuts_in_blocks() {
 
 /// A message bigger than the whole window is cut short in its own turn's input, and
 /// the turn after cannot keep it either (the transcript holds it whole): both cut. The
-/// window then starts at that next message, and the turns after it only grow.
+/// window then starts at that next message; the turn after it begins with the summary
+/// of what that cut left out (written once the cut's reply was returned), and the turns
+/// after that only grow.
 #[tokio::test]
 async fn after_a_message_bigger_than_the_window_the_window_grows_again() {
     let manager = stable_manager(1_000, 50);
@@ -201,5 +236,5 @@ async fn after_a_message_bigger_than_the_window_the_window_grows_again() {
         short(5),
     ];
     let cuts = cuts(&manager, &messages, "ok").await;
-    assert_eq!(cuts, vec![2, 3]);
+    assert_eq!(cuts, vec![2, 3, 4]);
 }

@@ -772,7 +772,8 @@ pub struct SessionView {
     pub status: String,
     /// Turns recorded.
     pub turn_count: u64,
-    /// The rolling context summary (≤ 1,000 characters; empty before the first turn).
+    /// The context summary (≤ 1,000 characters): of the exchanges the bridge recorded
+    /// (`PATCH`), or of what turns' context windows cut; empty before either.
     pub context_summary: String,
     /// When the session started (RFC 3339, UTC).
     pub created_at: String,

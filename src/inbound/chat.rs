@@ -603,6 +603,18 @@ pub fn fit_to_budget(
     budget: usize,
     counter: &dyn TokenCounter,
 ) -> Result<Vec<ChatMessage>> {
+    fit_sliding(system, summary, history, current, budget, counter).map(|(messages, _)| messages)
+}
+
+/// [`fit_to_budget`], and the `history` messages it cut (the oldest).
+pub(crate) fn fit_sliding(
+    system: &[ChatMessage],
+    summary: Option<&str>,
+    mut history: Vec<ChatMessage>,
+    current: ChatMessage,
+    budget: usize,
+    counter: &dyn TokenCounter,
+) -> Result<(Vec<ChatMessage>, Vec<ChatMessage>)> {
     let (current, mut left) = fit_current(system, current, budget, counter)?;
     let summary = summary
         .filter(|s| !s.trim().is_empty())
@@ -635,11 +647,12 @@ pub fn fit_to_budget(
     while kept_from < history.len() && history[kept_from].role != ChatRole::User {
         kept_from += 1;
     }
+    let cut: Vec<ChatMessage> = history.drain(..kept_from).collect();
     let mut messages = system.to_vec();
     messages.extend(summary_kept);
-    messages.extend(history.into_iter().skip(kept_from));
+    messages.extend(history);
     messages.push(current);
-    Ok(messages)
+    Ok((messages, cut))
 }
 
 /// How the history in a turn's model input gives way once the conversation outgrows the
@@ -689,18 +702,19 @@ impl Default for HistoryWindow {
 /// room (or, when not one exchange fits there, the last exchange), with `summary` (the
 /// context summary now) standing for what goes. `current_line` is the id of the
 /// current message's line, where a window that keeps no history starts. Returns the
-/// messages and where the window they use starts (`None`: uncut).
+/// messages, where the window they use starts (`None`: uncut), and the history
+/// messages before that start.
 #[allow(clippy::too_many_arguments)] // the inputs of fit_to_budget, and the window
 pub(crate) fn fit_stable(
     system: &[ChatMessage],
     start: Option<&WindowStart>,
     summary: Option<&str>,
-    history: Vec<HistoryMessage>,
+    mut history: Vec<HistoryMessage>,
     (current, current_line): (ChatMessage, Option<&str>),
     budget: usize,
     keep_percent: u8,
     counter: &dyn TokenCounter,
-) -> Result<(Vec<ChatMessage>, Option<WindowStart>)> {
+) -> Result<(Vec<ChatMessage>, Option<WindowStart>, Vec<HistoryMessage>)> {
     let (current, left) = fit_current(system, current, budget, counter)?;
     let tokens: Vec<usize> = history
         .iter()
@@ -783,11 +797,12 @@ pub(crate) fn fit_stable(
             summary: summary.as_ref().map(|(_, text)| text.clone()),
         })
     };
+    let before: Vec<HistoryMessage> = history.drain(..from).collect();
     let mut messages = system.to_vec();
     messages.extend(summary.map(|(message, _)| message));
-    messages.extend(history.into_iter().skip(from).map(|m| m.message));
+    messages.extend(history.into_iter().map(|m| m.message));
     messages.push(current);
-    Ok((messages, window))
+    Ok((messages, window, before))
 }
 
 /// `current` within what `budget` leaves after `system`, and the tokens left for the

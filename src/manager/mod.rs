@@ -116,6 +116,8 @@ pub struct SessionManager {
     pub(crate) system_events: Arc<dyn SystemEvents>,
     /// The histories of the sessions served, kept between turns.
     pub(crate) histories: crate::inbound::history_cache::HistoryCache,
+    /// The summaries of what turns' windows cut, being written.
+    pub(crate) cuts: Arc<crate::memory::cuts::CutSummaries>,
     /// This process's turns waiting for a session's run.
     pub(crate) waker: Waker,
     /// The runs this manager's turns hold, their leases renewed together.
@@ -777,6 +779,7 @@ impl SessionManager {
                 },
                 system_events: Arc::new(SystemEventQueue::default()),
                 histories: crate::inbound::history_cache::HistoryCache::default(),
+                cuts: Arc::default(),
                 waker: Waker::default(),
                 leases: crate::lane::Leases::default(),
             },

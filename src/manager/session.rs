@@ -131,13 +131,15 @@ impl Session<'_> {
     pub async fn messages(&self) -> Result<Vec<ChatMessage>> {
         self.check().await?;
         let key = &self.key;
+        // With the summary of a cut this process is writing for it.
+        self.manager.cuts.settled(key).await;
         let entry = self.manager.existing(key).await?.entry;
         let (mut history, compacted) = self.manager.history_messages(key, &entry, None).await?;
         let Some(last) = history.pop() else {
             return Ok(Vec::new());
         };
         let current = (last.message, last.id.as_deref());
-        let (messages, _) =
+        let (messages, _, _) =
             self.manager
                 .fit_messages(&entry, Vec::new(), (history, compacted), current)?;
         Ok(messages)

@@ -5,11 +5,12 @@ use crate::error::Result;
 use crate::identity::key::SessionKey;
 use crate::inbound::activation::ActivationDecision;
 use crate::inbound::chat::{
-    fit_stable, fit_to_budget, summary_message, ChatMessage, ChatRole, HistoryMessage,
-    HistoryWindow, Want,
+    fit_sliding, fit_stable, summary_message, ChatMessage, ChatRole, HistoryMessage, HistoryWindow,
+    Want,
 };
 use crate::inbound::chatter::chatter_key;
 use crate::inbound::InboundMessage;
+use crate::memory::cuts::Cut;
 use crate::memory::flush::{FlushPlan, DEFAULT_CONTEXT_TOKENS};
 use crate::memory::usage::{EngineSession, TurnUsage};
 use crate::reply::payload::ReplyPayload;
@@ -151,7 +152,9 @@ pub struct TurnOutcome {
     pub usage: Option<TurnUsage>,
     /// The engine session it ran in, to resume next time.
     pub engine: Option<EngineSession>,
-    /// The user's message and the reply, for the context summary.
+    /// The user's message and the reply, for the context summary
+    /// ([`Session::record_turn`](super::Session::record_turn); a turn completed with
+    /// [`Turn::complete`] leaves the summary to the cuts of its context window).
     pub exchange: Option<(String, String)>,
 }
 
@@ -250,6 +253,9 @@ pub struct Turn<'m> {
     pub(crate) answering: Vec<String>,
     /// The queued messages it took by steering, which its reply answers too.
     pub(crate) steered: std::sync::Mutex<Vec<String>>,
+    /// What its model input cut that no summary stands for yet: summarised once the
+    /// reply is returned.
+    cut: std::sync::Mutex<Option<Cut>>,
 }
 
 impl SessionManager {
@@ -297,6 +303,9 @@ impl SessionManager {
         let turn: Result<Turn<'_>> = Box::pin(async {
             let started = std::time::Instant::now();
             let key = self.key_for(message)?;
+            // The session as the summary of its last cut left it, when this process is
+            // still writing that summary.
+            self.cuts.settled(&key).await;
             let mut turn = Turn {
                 manager: self,
                 message: message.clone(),
@@ -316,6 +325,7 @@ impl SessionManager {
                 started_ms: self.seams.clock.now_millis(),
                 answering: Vec::new(),
                 steered: std::sync::Mutex::default(),
+                cut: std::sync::Mutex::default(),
             };
             let run = Hold::new(uuid::Uuid::new_v4().to_string());
             let window = self.settings.dedupe_window;
@@ -666,22 +676,46 @@ impl SessionManager {
     /// [`budget`](Self::budget)): the summary of the transcript's last compaction
     /// first (it stands for what the compaction removed), and the context summary
     /// standing for what the budget cuts, as the manager's [`HistoryWindow`] cuts it.
-    /// Also where the window starts now, for the entry to record.
+    /// Also where the window starts now, for the entry to record, and what it cut that
+    /// no summary stands for yet.
     pub(crate) fn fit_messages(
         &self,
         entry: &SessionEntry,
         mut system: Vec<ChatMessage>,
         (mut history, compacted): (Vec<HistoryMessage>, Option<String>),
         (current, current_line): (ChatMessage, Option<&str>),
-    ) -> Result<(Vec<ChatMessage>, Option<WindowStart>)> {
+    ) -> Result<(Vec<ChatMessage>, Option<WindowStart>, Option<Cut>)> {
         system.extend(compacted.as_deref().map(summary_message));
         let summary = entry.context_summary.as_deref();
         let (budget, counter) = (self.budget(entry), &*self.seams.tokens);
+        // Where the summary's cover ends, and the summary that stands for what is before.
+        let covered = entry.window_start.as_ref().map(|w| w.line.clone());
+        let previous = match &entry.window_start {
+            Some(window) => window.summary.clone(),
+            None => entry.context_summary.clone(),
+        };
+        let cut = |before: Vec<HistoryMessage>, until: Option<String>| {
+            let start = covered
+                .as_ref()
+                .and_then(|line| before.iter().position(|m| m.id.as_ref() == Some(line)))
+                .unwrap_or(0);
+            let messages: Vec<ChatMessage> =
+                before.into_iter().skip(start).map(|m| m.message).collect();
+            let until = until.filter(|until| Some(until) != covered.as_ref())?;
+            (!messages.is_empty()).then(|| Cut {
+                session_id: entry.session_id.clone(),
+                from: covered.clone(),
+                previous: previous.clone(),
+                messages,
+                until,
+                turns: entry.turn_count.unwrap_or(0),
+            })
+        };
         if let (HistoryWindow::Stable { keep_percent }, None) =
             (self.settings.history_window, self.settings.message_window)
         {
             let start = entry.window_start.as_ref();
-            return fit_stable(
+            let (messages, window, before) = fit_stable(
                 &system,
                 start,
                 summary,
@@ -690,18 +724,37 @@ impl SessionManager {
                 budget,
                 keep_percent,
                 counter,
-            );
+            )?;
+            let cut = cut(before, window.as_ref().map(|w| w.line.clone()));
+            return Ok((messages, window, cut));
         }
+        let mut cut_from_window = Vec::new();
         if let Some(window) = self.settings.message_window {
             let mut from = history.len().saturating_sub(window);
             while from < history.len() && history[from].message.role != ChatRole::User {
                 from += 1;
             }
-            history.drain(..from);
+            cut_from_window = history.drain(..from).collect();
         }
+        let ids: Vec<Option<String>> = history.iter().map(|m| m.id.clone()).collect();
         let history = history.into_iter().map(|m| m.message).collect();
-        let messages = fit_to_budget(&system, summary, history, current, budget, counter)?;
-        Ok((messages, entry.window_start.clone()))
+        let (messages, dropped) = fit_sliding(&system, summary, history, current, budget, counter)?;
+        // The first line the input keeps (the current message's when it keeps no
+        // history).
+        let until = match ids.get(dropped.len()) {
+            Some(id) => id.clone(),
+            None => current_line.map(str::to_owned),
+        };
+        let before = cut_from_window
+            .into_iter()
+            .chain(
+                dropped
+                    .into_iter()
+                    .zip(ids)
+                    .map(|(message, id)| HistoryMessage { id, message }),
+            )
+            .collect();
+        Ok((messages, entry.window_start.clone(), cut(before, until)))
     }
 
     /// Records in `entry`'s session (unless it has been replaced since, or the run
@@ -832,6 +885,19 @@ impl<'m> Turn<'m> {
         let (Some(input), Some(entry)) = (&self.input, &self.entry) else {
             return Ok(Vec::new());
         };
+        // The summary of the last cut, when this process is still writing it, then the
+        // window it gave.
+        let summarised;
+        let entry = match self.manager.cuts.settled(&self.key).await {
+            false => entry,
+            true => {
+                summarised = self.manager.existing(&self.key).await?.entry;
+                match summarised.session_id == entry.session_id {
+                    true => &summarised,
+                    false => entry,
+                }
+            }
+        };
         let skip = self.inbound.as_ref().map(|event| event.offset);
         let history = self
             .manager
@@ -842,13 +908,17 @@ impl<'m> Turn<'m> {
             .as_ref()
             .and_then(|event| event.entry.id.as_deref());
         let current = (ChatMessage::user(input.clone()), line);
-        let (messages, window) = self.manager.fit_messages(entry, system, history, current)?;
+        let (messages, window, cut) = self.manager.fit_messages(entry, system, history, current)?;
         // A cut: the next turns start where this one does, with the same summary.
         if window != entry.window_start {
             self.manager
                 .record_window(&self.key, entry, self.fence, window)
                 .await?;
         }
+        *self
+            .cut
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = cut;
         Ok(messages)
     }
 
@@ -889,10 +959,14 @@ impl<'m> Turn<'m> {
     ///
     /// For an answered turn the reply goes through the reply pipeline (silence markers,
     /// heartbeat tokens, reply directives, texts a tool already sent) and the send
-    /// policy; what is sent is logged; then the turn count, usage, engine session,
-    /// context summary and the end of the run are recorded in one store update. An
-    /// acknowledged reset returns (and logs) the acknowledgement whatever `reply` is;
-    /// group chatter and a duplicate return nothing.
+    /// policy; what is sent is logged; then the turn count, usage, engine session and
+    /// the end of the run are recorded in one store update. When the turn's
+    /// [`messages`](Self::messages) cut the conversation, the summary of what they left
+    /// out is written afterwards, in the background (the manager's
+    /// [`Summarizer`](crate::memory::Summarizer)): the reply does not wait for it, and
+    /// the session's next turn in this process starts from it. An acknowledged reset
+    /// returns (and logs) the acknowledgement whatever `reply` is; group chatter and a
+    /// duplicate return nothing.
     ///
     /// Each logged payload carries its [receipt](ReplyPayload::receipt): once the host
     /// has sent it, [`SessionManager::report_delivery`] records whether the channel
@@ -966,14 +1040,25 @@ impl<'m> Turn<'m> {
                     let mut outcome = TurnOutcome::completed();
                     outcome.usage = reply.usage;
                     outcome.engine = reply.engine;
-                    if !sent.is_empty() {
-                        outcome.exchange = Some((resolution.body.clone(), sent));
-                    }
                     let ended = manager
                         .session(&self.key)
                         .end_run(outcome, self.fence, self.entry.as_deref())
                         .await;
                     crate::lane::wake(&manager.waker, &self.key);
+                    // What the input cut is summarised now, off the reply's path.
+                    let cut = self
+                        .cut
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .take();
+                    if let (Ok(_), Some(cut)) = (&ended, cut) {
+                        manager.cuts.write(
+                            self.key.clone(),
+                            cut,
+                            manager.seams.summarizer.clone(),
+                            manager.seams.store.clone(),
+                        );
+                    }
                     if let Err(crate::Error::RunLost { .. }) = &ended {
                         // Lost after its reply was logged (a reset, a take-over): the
                         // line stays, for operators, and is marked not sent, so the

@@ -47,6 +47,7 @@
 //! session keeps of slowly changing context (OpenClaw's skills).
 
 pub(crate) mod checkpoint;
+pub(crate) mod cuts;
 pub(crate) mod flush;
 mod idle;
 pub(crate) mod jobs;

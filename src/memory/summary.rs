@@ -82,6 +82,37 @@ impl SummaryInput {
 
 /// Writes summaries. Implement it with an LLM (a small, fast model is enough); keep the
 /// result at most [`MAX_SUMMARY_CHARS`] characters — the manager cuts longer ones.
+///
+/// The manager calls it when a turn's context window cuts the conversation, after that
+/// turn's reply is returned (never on the reply's path), and for
+/// [`record_turn`](crate::manager::Session::record_turn) with an exchange. It is an
+/// `async_trait` trait: implement it with the async-trait crate.
+///
+/// ```
+/// use agent_sessions::memory::{Summarizer, SummaryInput, MAX_SUMMARY_CHARS};
+///
+/// /// Your model client (an HTTP call in a real bot).
+/// async fn ask_model(prompt: String) -> Result<String, std::io::Error> {
+///     Ok(format!("A conversation of {} characters.", prompt.len()))
+/// }
+///
+/// struct LlmSummarizer;
+///
+/// #[async_trait::async_trait]
+/// impl Summarizer for LlmSummarizer {
+///     async fn summarize(&self, input: &SummaryInput) -> agent_sessions::Result<String> {
+///         let mut prompt = format!("Summarise in at most {MAX_SUMMARY_CHARS} characters.\n");
+///         prompt.extend(input.previous.as_deref().map(|p| format!("So far: {p}\n")));
+///         for turn in &input.turns {
+///             prompt.push_str(&format!("{:?}: {}\n", turn.direction, turn.text));
+///         }
+///         ask_model(prompt)
+///             .await
+///             .map_err(|error| agent_sessions::Error::component("summarizer", error))
+///     }
+/// }
+/// # let _ = agent_sessions::memory::MemoryOptions::new().summarizer(LlmSummarizer);
+/// ```
 #[async_trait]
 pub trait Summarizer: Send + Sync {
     /// The summary of `input`.
