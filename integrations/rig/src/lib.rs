@@ -56,8 +56,6 @@ use agent_sessions::inbound::{ChatMessage, ChatRole, ToolCall};
 use agent_sessions::manager::{LogMessage, TurnOutcome, TurnReply};
 use agent_sessions::memory::TurnUsage;
 use agent_sessions::reply::ReplyPayload;
-use agent_sessions::store::SessionStoreExt;
-use agent_sessions::SessionEntry;
 use agent_sessions::{InboundMessage, SessionKey, SessionManager};
 use futures_util::StreamExt;
 use rig_agent::agent::MultiTurnStreamItem;
@@ -210,14 +208,20 @@ impl SessionMemory {
     ) -> Result<(), MemoryError> {
         let key = self.session_key(id)?;
         let manager = &self.manager;
-        let now_ms = manager.clock().now_millis();
-        manager
-            .store()
-            .update(&key, |slot| {
-                slot.get_or_insert_with(|| SessionEntry::new_session(now_ms));
-            })
-            .await
-            .map_err(backend)?;
+        // The session's bookkeeping, as for any message a bot takes: the person's
+        // message is resolved (a new session started with its status and start time,
+        // the message counted, its preview, origin and channel recorded); a run that
+        // adds no message of the person's only makes sure the session is there.
+        let prompt = chat_messages(&messages).into_iter().find(|m| {
+            m.role == ChatRole::User && m.tool_call_id.is_none() && !m.content.trim().is_empty()
+        });
+        let probe = InboundMessage::new(RIG_CHANNEL, prompt.map(|m| m.content).unwrap_or_default())
+            .with_session_key(key.as_str());
+        if probe.body.is_empty() {
+            manager.record_inbound_meta(&probe).await.map_err(backend)?;
+        } else {
+            manager.resolve(&probe).await.map_err(backend)?;
+        }
         let (mut asked, mut answered) = (None, None);
         for message in &messages {
             let chat = chat_messages(std::slice::from_ref(message));

@@ -794,3 +794,41 @@ async fn an_input_the_provider_keeps_failing_on_is_set_aside_after_three_attempt
          it: \"Book a table\"]for 4at 8?hello?"
     );
 }
+
+/// A session that rig's memory writes keeps the bookkeeping of any other: its status,
+/// when and why it started, its messages counted, the last one's preview and its
+/// channel — what the inspector and the command line show of it.
+#[tokio::test]
+async fn a_session_written_through_rigs_memory_keeps_its_bookkeeping() {
+    let server = FakeOpenAi::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let manager = open(dir.path()).await;
+    let bot = agent(&server, Some(SessionMemory::new(manager.clone())));
+    for text in ["When is my shift?", "And the one after?"] {
+        bot.prompt(text).conversation("user-77").await.unwrap();
+    }
+    let key = agent_sessions_rig::conversation_key("user-77").unwrap();
+    let entry = manager.session(&key).get().await.unwrap().unwrap().entry;
+    assert_eq!(entry.status, Some(agent_sessions::SessionStatus::Idle));
+    assert!(entry.session_started_at.is_some());
+    assert_eq!(entry.start_reason.as_deref(), Some("no_session"));
+    assert_eq!((entry.message_count, entry.turn_count), (Some(2), Some(2)));
+    assert_eq!(
+        entry.last_message_preview.as_deref(),
+        Some("And the one after?")
+    );
+    let origin = entry.origin.expect("where the session came from");
+    assert_eq!(origin.provider.as_deref(), Some("rig"), "{origin:?}");
+    // The conversation is as before: both exchanges, once.
+    let kept = manager.session(&key).messages().await.unwrap();
+    let texts: Vec<&str> = kept.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(
+        texts,
+        [
+            "When is my shift?",
+            "reply 1",
+            "And the one after?",
+            "reply 2"
+        ]
+    );
+}
