@@ -170,53 +170,65 @@ impl SessionDialogueStorage {
     async fn set(&self, chat_id: ChatId, state: Option<Value>) -> Result<(), DialogueError> {
         let key = self.key(chat_id)?;
         let removing = state.is_none();
-        let now_ms = self.manager.clock().now_millis();
-        let outcome = self
-            .manager
-            .store()
-            .update(&key, move |slot| {
-                if slot.is_none() && !removing {
+        let mut started = false;
+        loop {
+            let outcome = self
+                .manager
+                .store()
+                .update(&key, |slot| {
+                    let Some(entry) = slot.as_mut().filter(|e| !e.session_id.is_empty()) else {
+                        return None;
+                    };
+                    Some(put_state(entry, chat_id, state.clone()))
+                })
+                .await?;
+            match outcome {
+                Some(had_state) if had_state || !removing => return Ok(()),
+                None if !removing && !started => {
                     // A chat with no session yet (a forum's General topic, a handler
-                    // that updates before its turn): the dialogue starts it.
-                    *slot = Some(SessionEntry::new_session(now_ms));
+                    // that updates before its turn): the dialogue starts it, as the
+                    // chat's first message would (its status, start and origin).
+                    self.manager
+                        .record_inbound_meta(&self.adapter.chat(chat_id))
+                        .await?;
+                    started = true;
                 }
-                let Some(entry) = slot.as_mut().filter(|e| !e.session_id.is_empty()) else {
-                    return Err(());
-                };
-                let had_state = current_state(entry, chat_id).is_some();
-                let session_id = entry.session_id.clone();
-                let dialogues = entry
-                    .extra
-                    .entry(DIALOGUE_FIELD.to_owned())
-                    .or_insert_with(|| Value::Object(Map::new()));
-                if !dialogues.is_object() {
-                    *dialogues = Value::Object(Map::new());
-                }
-                let Value::Object(dialogues) = dialogues else {
-                    unreachable!("made an object above");
-                };
-                // States of earlier sessions are dead: drop them while here.
-                dialogues.retain(|_, slot| slot["sessionId"] == session_id.as_str());
-                match &state {
-                    Some(state) => {
-                        let slot = serde_json::json!({ "sessionId": session_id, "state": state });
-                        dialogues.insert(chat_id.to_string(), slot);
-                    }
-                    None => {
-                        dialogues.shift_remove(&chat_id.to_string());
-                    }
-                }
-                if dialogues.is_empty() {
-                    entry.extra.shift_remove(DIALOGUE_FIELD);
-                }
-                Ok(had_state)
-            })
-            .await?;
-        match outcome {
-            Ok(had_state) if had_state || !removing => Ok(()),
-            _ => Err(DialogueError::DialogueNotFound { chat_id }),
+                _ => return Err(DialogueError::DialogueNotFound { chat_id }),
+            }
         }
     }
+}
+
+/// Puts `state` (`None`: removes it) as `chat_id`'s dialogue state in `entry`; whether
+/// it had one in this session.
+fn put_state(entry: &mut SessionEntry, chat_id: ChatId, state: Option<Value>) -> bool {
+    let had_state = current_state(entry, chat_id).is_some();
+    let session_id = entry.session_id.clone();
+    let dialogues = entry
+        .extra
+        .entry(DIALOGUE_FIELD.to_owned())
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !dialogues.is_object() {
+        *dialogues = Value::Object(Map::new());
+    }
+    let Value::Object(dialogues) = dialogues else {
+        unreachable!("made an object above");
+    };
+    // States of earlier sessions are dead: drop them while here.
+    dialogues.retain(|_, slot| slot["sessionId"] == session_id.as_str());
+    match state {
+        Some(state) => {
+            let slot = serde_json::json!({ "sessionId": session_id, "state": state });
+            dialogues.insert(chat_id.to_string(), slot);
+        }
+        None => {
+            dialogues.shift_remove(&chat_id.to_string());
+        }
+    }
+    if dialogues.is_empty() {
+        entry.extra.shift_remove(DIALOGUE_FIELD);
+    }
+    had_state
 }
 
 /// The state `entry` holds for `chat_id`, if it was written in this session.

@@ -254,6 +254,28 @@ async fn a_chat_without_a_session_reads_as_the_start_and_an_update_starts_its_se
         bot.dialogue(ADA).get().await.unwrap(),
         Some(awaiting("coffee"))
     );
+    // The session it started keeps the bookkeeping of any other: its status, when and
+    // why it started, where it came from (what operators see of it).
+    let key = bot
+        .manager
+        .key_for(&InboundMessage::direct("telegram", ADA.to_string(), ""))
+        .unwrap();
+    let entry = bot
+        .manager
+        .session(&key)
+        .get()
+        .await
+        .unwrap()
+        .unwrap()
+        .entry;
+    assert_eq!(entry.status, Some(agent_sessions::SessionStatus::Idle));
+    assert!(entry.session_started_at.is_some());
+    assert_eq!(entry.start_reason.as_deref(), Some("no_session"));
+    assert_eq!(entry.message_count, Some(0));
+    assert_eq!(
+        entry.origin.and_then(|o| o.provider).as_deref(),
+        Some("telegram")
+    );
     // The turn that follows continues the session the dialogue started.
     bot.say(ADA, "large").await;
     assert_eq!(
