@@ -176,9 +176,7 @@ impl SessionDialogueStorage {
                 .manager
                 .store()
                 .update(&key, |slot| {
-                    let Some(entry) = slot.as_mut().filter(|e| !e.session_id.is_empty()) else {
-                        return None;
-                    };
+                    let entry = slot.as_mut().filter(|e| !e.session_id.is_empty())?;
                     Some(put_state(entry, chat_id, state.clone()))
                 })
                 .await?;
