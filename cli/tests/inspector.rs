@@ -11,6 +11,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use agent_sessions::exactly_once::Delivery;
 use agent_sessions::prelude::*;
 use fantoccini::{Client, ClientBuilder, Locator};
 use reqwest::redirect::Policy;
@@ -636,7 +637,8 @@ async fn an_operator_inspects_and_resets_a_session_in_a_real_browser() {
         .await
         .unwrap();
     let usage = TurnUsage::tokens(2600, 30, 0, 0);
-    turn.complete(TurnReply::from("seen live").with_usage(usage))
+    let payloads = turn
+        .complete(TurnReply::from("seen live").with_usage(usage))
         .await
         .unwrap();
     eventually("the appended line to arrive", || async {
@@ -644,6 +646,31 @@ async fn an_operator_inspects_and_resets_a_session_in_a_real_browser() {
         said.iter().any(|t| t == "seen live").then_some(())
     })
     .await;
+    // The channel's report on that reply shows as a mark on it, not as a line of JSON;
+    // a later report of the same part replaces it.
+    let refused = Delivery::Failed {
+        reason: "Forbidden: bot was blocked by the user".into(),
+    };
+    writer.report_delivery(&payloads[0], refused).await.unwrap();
+    eventually("the delivery mark", || async {
+        let marks = texts(&browser, "#conversation li[data-line] .mark").await;
+        (marks == ["not delivered: Forbidden: bot was blocked by the user"]).then_some(())
+    })
+    .await;
+    writer
+        .report_delivery(&payloads[0], Delivery::Delivered)
+        .await
+        .unwrap();
+    eventually("the delivery mark replaced", || async {
+        let marks = texts(&browser, "#conversation li[data-line] .mark").await;
+        (marks == ["delivered"]).then_some(())
+    })
+    .await;
+    let said = texts(&browser, "#conversation .text").await;
+    assert!(
+        !said.iter().any(|t| t.contains("\"line\"") || t.contains("status")),
+        "no report shown as raw data: {said:?}"
+    );
     let usage = texts(&browser, "#usage li .number").await;
     assert_eq!(
         usage,

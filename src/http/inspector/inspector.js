@@ -161,25 +161,52 @@ function describe(data) {
     const message = entry.message;
     let who = message.role;
     if (who === 'toolResult') who = 'tool ' + (message.toolName || '');
-    return { who, text: textOf(message.content), at, usage: who === 'assistant' ? message.usage : null };
+    return { who, id: entry.id, text: textOf(message.content), at, usage: who === 'assistant' ? message.usage : null };
   }
   const custom = entry.customType || '';
   const payload = entry.data || {};
   if (entry.type === 'compaction') return { who: 'compaction', text: entry.summary || 'the conversation before was summarised', at };
   if (custom === 'agent-sessions.status') return { who: 'status', text: payload.status || '', at };
   if (custom === 'agent-sessions.checkpoint') return { who: 'checkpoint', text: payload.reason || '', at };
-  if (custom === 'agent-sessions.delivery') return { who: 'delivery', text: JSON.stringify(payload), at };
-  if (custom === 'agent-sessions.turn-failed') return { who: 'failed', text: JSON.stringify(payload), at };
+  if (custom === 'agent-sessions.delivery') {
+    // A mark on the reply it reports on: which part, and what became of it.
+    const part = Number(payload.part) > 0 ? 'part ' + (Number(payload.part) + 1) + ' ' : '';
+    const what = { delivered: 'delivered', failed: 'not delivered', partly: 'partly delivered' }[payload.status] || String(payload.status);
+    const text = part + what + (payload.reason ? ': ' + payload.reason : '');
+    return { who: 'delivery', about: payload.line, slot: 'delivery-' + (payload.part ?? 0), mark: payload.status, text, at };
+  }
+  if (custom === 'agent-sessions.turn-failed') {
+    const text = 'model call failed; input ' + (payload.input === 'dropped' ? 'dropped' : 'kept for the next turn');
+    return { who: 'failed', about: payload.inbound, slot: 'failed', mark: 'failed', text, at };
+  }
   if (entry.type === 'session') return { who: 'session', text: 'transcript started', at };
   return { who: custom || entry.type || 'line', text: entry.data ? JSON.stringify(entry.data) : '', at };
 }
 
 function item(said) {
   const li = el('li', 'item who-' + said.who.split(' ')[0]);
+  if (said.id) li.dataset.line = said.id;
   const head = el('div', 'head');
-  head.append(el('span', 'who', said.who), el('time', 'muted', when(said.at)));
+  head.append(el('span', 'who', said.who), el('span', 'marks'), el('time', 'muted', when(said.at)));
   li.append(head, el('div', 'text', said.text));
   return li;
+}
+
+// Adds what `said` says to `list`: a mark about another line (a delivery report, a
+// failed model call) goes on that line when the list shows it — a later report of the
+// same part replaces the earlier — else it is a line of its own.
+function place(list, said) {
+  const target = said.about && [...list.querySelectorAll('li[data-line]')].find((li) => li.dataset.line === said.about);
+  if (!target) {
+    list.append(item(said));
+    return;
+  }
+  const marks = target.querySelector('.marks');
+  const mark = el('span', 'mark ' + said.mark, said.text);
+  mark.dataset.slot = said.slot;
+  const earlier = [...marks.children].find((m) => m.dataset.slot === said.slot);
+  if (earlier) earlier.replaceWith(mark);
+  else marks.append(mark);
 }
 
 function divider(text) {
@@ -294,7 +321,9 @@ async function sessionPage() {
     // One page at a time, newest first; a button above it fetches the page before.
     async function page(before) {
       const read = await api(base + (before === undefined ? '' : '&before=' + before));
-      const lines = read.events.map((data) => item(describe(data)));
+      const shown = el('ul');
+      for (const data of read.events) place(shown, describe(data));
+      const lines = [...shown.children];
       if (read.before !== undefined) {
         const more = el('button', 'link', 'show earlier lines');
         more.type = 'button';
@@ -367,7 +396,7 @@ async function sessionPage() {
   });
   stream.addEventListener('message', (event) => {
     const said = describe(JSON.parse(event.data));
-    conversation.append(item(said));
+    place(conversation, said);
     renderUsage($('usage'), said);
   });
   stream.addEventListener('session', (event) => {
