@@ -389,3 +389,219 @@ async fn a_report_names_exactly_one_payload_of_its_reply() {
     }
     stores.finish().await;
 }
+
+/// The texts of `key`'s transcript's message lines, in order: what the store keeps.
+async fn kept(manager: &SessionManager, key: &agent_sessions::SessionKey) -> Vec<String> {
+    let read = manager.session(key).replay(Offset::START).await.unwrap();
+    read.events
+        .iter()
+        .filter_map(|e| e.entry.message.as_ref().map(|m| m.text()))
+        .collect()
+}
+
+fn texts(seen: Vec<(ChatRole, String)>) -> Vec<String> {
+    seen.into_iter().map(|(_, text)| text).collect()
+}
+
+#[tokio::test]
+async fn an_undone_turn_is_no_longer_seen_and_stays_in_the_transcript() {
+    let stores = Stores::new("turn_undo");
+    for url in &stores.urls {
+        let manager = SessionManager::connect(url).await.unwrap().build().unwrap();
+        let key = manager.key_for(&dm("")).unwrap();
+        assert!(
+            manager.session(&key).undo_last_turn().await.is_err(),
+            "{url}: no session yet"
+        );
+        for (text, reply) in [("one", "re one"), ("two", "re two")] {
+            manager
+                .turn(&dm(text))
+                .await
+                .unwrap()
+                .complete(reply)
+                .await
+                .unwrap();
+        }
+        // A turn with a tool run between its message and its reply.
+        let turn = manager.turn(&dm("three")).await.unwrap();
+        let mut call = ChatMessage::assistant("");
+        call.tool_calls.push(agent_sessions::inbound::ToolCall {
+            id: "call_1".into(),
+            name: "shifts".into(),
+            arguments: serde_json::json!({}),
+        });
+        manager
+            .session(&key)
+            .append_chat(&[call, ChatMessage::tool("call_1", "9am")])
+            .await
+            .unwrap();
+        turn.complete("re three").await.unwrap();
+
+        let undone = manager.session(&key).undo_last_turn().await.unwrap();
+        let undone: Vec<&str> = undone.iter().map(|m| m.content.as_str()).collect();
+        assert_eq!(undone, ["three", "", "9am", "re three"], "{url}");
+        // Again: the turn before it.
+        let undone = manager.session(&key).undo_last_turn().await.unwrap();
+        assert_eq!(undone.len(), 2, "{url}");
+        // A second worker, which kept nothing, sees the same.
+        let fresh = SessionManager::connect(url).await.unwrap().build().unwrap();
+        assert_eq!(
+            texts(seen(&fresh, "four").await),
+            ["one", "re one", "four"],
+            "{url}"
+        );
+        assert_eq!(
+            texts(seen(&manager, "five").await),
+            ["one", "re one", "four", "ok", "five"],
+            "{url}"
+        );
+        // Nothing is lost.
+        let all = kept(&manager, &key).await;
+        for line in ["two", "re two", "three", "9am", "re three"] {
+            assert!(all.contains(&line.to_owned()), "{url}: {line} kept");
+        }
+    }
+    stores.finish().await;
+}
+
+#[tokio::test]
+async fn regenerate_answers_the_last_message_again_and_keeps_the_first_answer() {
+    let stores = Stores::new("turn_regenerate");
+    for url in &stores.urls {
+        let manager = SessionManager::connect(url).await.unwrap().build().unwrap();
+        assert!(
+            manager.regenerate(&dm("")).await.unwrap().is_none(),
+            "{url}: nothing yet"
+        );
+        manager
+            .turn(&dm("hi"))
+            .await
+            .unwrap()
+            .complete("hello")
+            .await
+            .unwrap();
+        manager
+            .turn(&dm("Name a colour"))
+            .await
+            .unwrap()
+            .complete("Red.")
+            .await
+            .unwrap();
+
+        let again = manager
+            .regenerate(&dm("").with_message_id("tap-1"))
+            .await
+            .unwrap()
+            .expect("a turn to answer again");
+        let seen: Vec<String> = again
+            .messages()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.content)
+            .collect();
+        assert_eq!(seen, ["hi", "hello", "Name a colour"], "{url}");
+        again.complete("Blue.").await.unwrap();
+        assert_eq!(
+            texts(seen_now(&manager).await),
+            ["hi", "hello", "Name a colour", "Blue."],
+            "{url}"
+        );
+        let key = manager.key_for(&dm("")).unwrap();
+        let all = kept(&manager, &key).await;
+        assert!(
+            all.contains(&"Red.".to_owned()) && all.contains(&"Blue.".to_owned()),
+            "{url}"
+        );
+    }
+    stores.finish().await;
+}
+
+/// What the model would see of the session now (its last logged message last).
+async fn seen_now(manager: &SessionManager) -> Vec<(ChatRole, String)> {
+    let key = manager.key_for(&dm("")).unwrap();
+    let messages = manager.session(&key).messages().await.unwrap();
+    messages.into_iter().map(|m| (m.role, m.content)).collect()
+}
+
+#[tokio::test]
+async fn an_edited_message_is_seen_as_edited_and_its_first_text_stays_in_the_transcript() {
+    let stores = Stores::new("turn_edit");
+    for url in &stores.urls {
+        let manager = SessionManager::connect(url).await.unwrap().build().unwrap();
+        let said = |text: &str, id: &str| dm(text).with_message_id(id);
+        // Nothing to edit yet, and an edit must name its message.
+        assert!(
+            !manager.edit_message(&said("x", "1")).await.unwrap(),
+            "{url}"
+        );
+        assert!(matches!(
+            manager.edit_message(&dm("no id")).await,
+            Err(Error::InvalidOption { .. })
+        ));
+        let turn = manager
+            .turn(&said("Book for 3 people", "501"))
+            .await
+            .unwrap();
+        turn.complete("Booked for 3.").await.unwrap();
+        assert!(
+            manager
+                .edit_message(&said("Book for 4 people", "501"))
+                .await
+                .unwrap(),
+            "{url}"
+        );
+        assert!(
+            manager
+                .edit_message(&said("Book for 5 people", "501"))
+                .await
+                .unwrap(),
+            "{url}"
+        );
+        assert!(
+            !manager
+                .edit_message(&said("never sent", "999"))
+                .await
+                .unwrap(),
+            "{url}"
+        );
+        // The last edit is seen, by this worker and a fresh one.
+        let fresh = SessionManager::connect(url).await.unwrap().build().unwrap();
+        for manager in [&manager, &fresh] {
+            assert_eq!(
+                texts(seen_now(manager).await),
+                ["Book for 5 people", "Booked for 3."],
+                "{url}"
+            );
+        }
+        // The edit is not a message: the conversation has one, and the redelivery of
+        // the edited message is still the duplicate of the first.
+        let again = manager
+            .turn(&said("Book for 5 people", "501"))
+            .await
+            .unwrap();
+        assert!(!again.needs_model(), "{url}: a duplicate");
+        let key = manager.key_for(&dm("")).unwrap();
+        let all = kept(&manager, &key).await;
+        assert!(
+            all.contains(&"Book for 3 people".to_owned()),
+            "{url}: the first text kept"
+        );
+        // After a reset, an edit of a message of the earlier session changes nothing.
+        manager
+            .turn(&dm("/new"))
+            .await
+            .unwrap()
+            .complete("")
+            .await
+            .unwrap();
+        assert!(
+            !manager
+                .edit_message(&said("Book for 6", "501"))
+                .await
+                .unwrap(),
+            "{url}"
+        );
+    }
+    stores.finish().await;
+}

@@ -668,7 +668,9 @@ async fn an_operator_inspects_and_resets_a_session_in_a_real_browser() {
     .await;
     let said = texts(&browser, "#conversation .text").await;
     assert!(
-        !said.iter().any(|t| t.contains("\"line\"") || t.contains("status")),
+        !said
+            .iter()
+            .any(|t| t.contains("\"line\"") || t.contains("status")),
         "no report shown as raw data: {said:?}"
     );
     let usage = texts(&browser, "#usage li .number").await;
@@ -716,6 +718,16 @@ async fn an_operator_inspects_and_resets_a_session_in_a_real_browser() {
     eventually("the queue emptied", || async {
         let lane = texts(&browser, "#lane").await.pop()?;
         (lane == "no run; nothing queued").then_some(())
+    })
+    .await;
+    // An undo of the last exchange marks each line it took back.
+    let undone = writer.session(&key).undo_last_turn().await.unwrap();
+    let undone: Vec<&str> = undone.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(undone.last(), Some(&"Saturday it is."), "{undone:?}");
+    eventually("the undo marks", || async {
+        let marks = texts(&browser, "#conversation li[data-line] .mark").await;
+        let marked = marks.iter().filter(|m| m.starts_with("undone")).count();
+        (marked == undone.len()).then_some(())
     })
     .await;
 

@@ -107,13 +107,32 @@ pub(crate) async fn find_line(
     transcript: &TranscriptRef,
     is_it: impl Fn(&TranscriptEntry) -> bool,
 ) -> Result<Option<SessionEvent>> {
+    scan(transcripts, transcript, true, is_it).await
+}
+
+/// The first line of `transcript` itself (never of an archive) that `is_it`, read a
+/// chunk at a time.
+pub(crate) async fn find_own_line(
+    transcripts: &dyn TranscriptStore,
+    transcript: &TranscriptRef,
+    is_it: impl Fn(&TranscriptEntry) -> bool,
+) -> Result<Option<SessionEvent>> {
+    scan(transcripts, transcript, false, is_it).await
+}
+
+async fn scan(
+    transcripts: &dyn TranscriptStore,
+    transcript: &TranscriptRef,
+    archives: bool,
+    is_it: impl Fn(&TranscriptEntry) -> bool,
+) -> Result<Option<SessionEvent>> {
     let mut transcript = transcript.clone();
     let mut from = Offset::START;
     loop {
         let read = transcripts
             .read_chunk(&transcript, from, crate::transcript::DEFAULT_CHUNK_BYTES)
             .await?;
-        if from == Offset::START && read.header.is_none() && read.events.is_empty() {
+        if archives && from == Offset::START && read.header.is_none() && read.events.is_empty() {
             match transcripts.archived(&transcript).await? {
                 Some(archived) if archived != transcript => {
                     transcript = archived;

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::identity::key::SessionKey;
+use crate::inbound::edits::{EDIT_CUSTOM_TYPE, UNDO_CUSTOM_TYPE};
 use crate::manager::SessionManager;
 use crate::reply::payload::ReplyPayload;
 use crate::store::entry::SessionEntry;
@@ -172,6 +173,8 @@ pub(crate) struct Marks {
     /// Per inbound line, how many turns failed while it waited for a reply (its own
     /// and those of the messages after it, whose input it was part of).
     pub(crate) attempts: std::collections::HashMap<String, u32>,
+    /// Per inbound line, the text of its last edit.
+    pub(crate) edited: std::collections::HashMap<String, String>,
 }
 
 /// A reply part whose last report is not a delivery: its index, and the pieces of it
@@ -194,6 +197,18 @@ impl Marks {
             TURN_FAILED_CUSTOM_TYPE => {
                 if text("input").as_deref() == Some("dropped") {
                     self.dropped.extend(text("inbound"));
+                }
+                true
+            }
+            UNDO_CUSTOM_TYPE => {
+                let lines = data.get("lines").and_then(Value::as_array);
+                let ids = lines.into_iter().flatten().filter_map(Value::as_str);
+                self.dropped.extend(ids.map(str::to_owned));
+                true
+            }
+            EDIT_CUSTOM_TYPE => {
+                if let (Some(line), Some(edit)) = (text("line"), text("text")) {
+                    self.edited.insert(line, edit);
                 }
                 true
             }
@@ -237,6 +252,7 @@ impl Marks {
         self.dropped.retain(|id| keep(id));
         self.undelivered.retain(|id, _| keep(id));
         self.attempts.retain(|id, _| keep(id));
+        self.edited.retain(|id, _| keep(id));
     }
 
     /// The text of reply line `line` (its `text` and `log`) as the user got it:

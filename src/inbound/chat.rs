@@ -438,6 +438,10 @@ impl History {
                 attempts,
             )));
         }
+        if message.role == ChatRole::User {
+            let edited = id.and_then(|id| self.marks.edited.get(id));
+            return Some(edited.map_or_else(|| message.clone(), ChatMessage::user));
+        }
         if message.role != ChatRole::Assistant {
             return Some(message.clone());
         }

@@ -114,10 +114,12 @@
 pub(crate) mod activation;
 pub(crate) mod chat;
 pub(crate) mod chatter;
+pub(crate) mod edits;
 pub(crate) mod events;
 pub(crate) mod history_cache;
 pub(crate) mod message;
 pub(crate) mod model_input;
+pub(crate) mod window;
 pub(crate) mod pipeline;
 pub(crate) mod prompt;
 pub(crate) mod record;

@@ -168,6 +168,18 @@ pub(crate) struct Settings {
     pub(crate) shared_dm_warned: AtomicBool,
 }
 
+impl Settings {
+    /// The model's context window for `entry`, in tokens: the one it records, else
+    /// the manager's.
+    pub(crate) fn budget(&self, entry: &crate::store::entry::SessionEntry) -> usize {
+        let budget = entry
+            .context_tokens
+            .or(self.context_window)
+            .unwrap_or(crate::memory::flush::DEFAULT_CONTEXT_TOKENS);
+        usize::try_from(budget).unwrap_or(usize::MAX)
+    }
+}
+
 impl fmt::Debug for SessionManager {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SessionManager")

@@ -145,6 +145,45 @@ impl Session<'_> {
         Ok(messages)
     }
 
+    /// Takes the session's last turn back from what the model sees: the last message
+    /// of the person's the model still sees, and everything after it (the reply, tool
+    /// calls and results). The transcript keeps those lines, named by an undo mark, so
+    /// nothing is lost and operators see what happened. Returns the messages taken
+    /// back, oldest first (none: nothing to undo). [`SessionManager::regenerate`] undoes
+    /// the last turn and answers its message again.
+    ///
+    /// Call it between turns: a turn running meanwhile may log its reply after the mark.
+    /// Undoing is not erasing: to remove what a person said from the store, see
+    /// [`SessionManager::forget_person`].
+    ///
+    /// ```
+    /// use agent_sessions::prelude::*;
+    /// use agent_sessions::transcript::InMemoryTranscriptStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// let manager = SessionManager::builder(InMemoryStore::new())
+    ///     .transcripts(InMemoryTranscriptStore::new())
+    ///     .build()?;
+    /// let say = |text: &str| InboundMessage::direct("telegram", "42", text);
+    /// manager.turn(&say("Book the 9:00 slot")).await?.complete("Booked.").await?;
+    ///
+    /// // The person taps "undo".
+    /// let key = manager.key_for(&say(""))?;
+    /// let undone = manager.session(&key).undo_last_turn().await?;
+    /// assert_eq!(undone.len(), 2);
+    ///
+    /// let next = manager.turn(&say("Hello")).await?;
+    /// let seen: Vec<String> = next.messages().await?.into_iter().map(|m| m.content).collect();
+    /// assert_eq!(seen, ["Hello"]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn undo_last_turn(&self) -> Result<Vec<ChatMessage>> {
+        self.check().await?;
+        crate::inbound::edits::undo_last_turn(self.manager, &self.key).await
+    }
+
     /// Closes a session: its next message starts a new one (`session_closed`).
     pub async fn close(&self) -> Result<StoredSession> {
         self.check().await?;

@@ -4,18 +4,15 @@
 use crate::error::Result;
 use crate::identity::key::SessionKey;
 use crate::inbound::activation::ActivationDecision;
-use crate::inbound::chat::{
-    fit_sliding, fit_stable, summary_message, ChatMessage, ChatRole, HistoryMessage, HistoryWindow,
-    Want,
-};
+use crate::inbound::chat::ChatMessage;
 use crate::inbound::chatter::chatter_key;
 use crate::inbound::InboundMessage;
 use crate::memory::cuts::Cut;
-use crate::memory::flush::{FlushPlan, DEFAULT_CONTEXT_TOKENS};
+use crate::memory::flush::FlushPlan;
 use crate::memory::usage::{EngineSession, TurnUsage};
 use crate::reply::payload::ReplyPayload;
-use crate::store::entry::{SessionEntry, WindowStart};
-use crate::transcript::{ChatterSender, Offset, SessionEvent, TranscriptRef};
+use crate::store::entry::SessionEntry;
+use crate::transcript::{ChatterSender, SessionEvent, TranscriptRef};
 use std::time::Duration;
 
 use super::transcripts::record_location;
@@ -635,151 +632,6 @@ impl SessionManager {
         Ok((text, entry))
     }
 
-    /// The newest of the session's chat messages that [`fit_messages`](Self::fit_messages)
-    /// may keep (all of them, or enough to fill the budget and the message window),
-    /// without the line at `skip` (the current message, which is not history; with
-    /// none, the newest message is the current one); and the summary that stands for
-    /// what the last compaction removed. Read from the session's conversation as the
-    /// last turn left it, so a turn reads only the lines appended since.
-    pub(crate) async fn history_messages(
-        &self,
-        key: &SessionKey,
-        entry: &SessionEntry,
-        skip: Option<Offset>,
-    ) -> Result<(Vec<HistoryMessage>, Option<String>)> {
-        let transcripts = self.transcript_store()?;
-        let transcript = TranscriptRef::of(key, entry, &self.settings.default_agent);
-        let want = Want {
-            skip,
-            tokens: self.budget(entry),
-            count: self.settings.message_window,
-            newest_is_current: skip.is_none(),
-            max_attempts: self.settings.max_answer_attempts,
-        };
-        let edits = entry.transcript_edits.unwrap_or(0);
-        self.histories
-            .newest(transcripts, &transcript, want, &*self.seams.tokens, edits)
-            .await
-    }
-
-    /// The model's context window for `entry`, in tokens: the one it records, else
-    /// the manager's.
-    fn budget(&self, entry: &SessionEntry) -> usize {
-        let budget = entry
-            .context_tokens
-            .or(self.settings.context_window)
-            .unwrap_or(DEFAULT_CONTEXT_TOKENS);
-        usize::try_from(budget).unwrap_or(usize::MAX)
-    }
-
-    /// `history` then `current`, within the budget for `entry` (see
-    /// [`budget`](Self::budget)): the summary of the transcript's last compaction
-    /// first (it stands for what the compaction removed), and the context summary
-    /// standing for what the budget cuts, as the manager's [`HistoryWindow`] cuts it.
-    /// Also where the window starts now, for the entry to record, and what it cut that
-    /// no summary stands for yet.
-    pub(crate) fn fit_messages(
-        &self,
-        entry: &SessionEntry,
-        mut system: Vec<ChatMessage>,
-        (mut history, compacted): (Vec<HistoryMessage>, Option<String>),
-        (current, current_line): (ChatMessage, Option<&str>),
-    ) -> Result<(Vec<ChatMessage>, Option<WindowStart>, Option<Cut>)> {
-        system.extend(compacted.as_deref().map(summary_message));
-        let summary = entry.context_summary.as_deref();
-        let (budget, counter) = (self.budget(entry), &*self.seams.tokens);
-        // Where the summary's cover ends, and the summary that stands for what is before.
-        let covered = entry.window_start.as_ref().map(|w| w.line.clone());
-        let previous = match &entry.window_start {
-            Some(window) => window.summary.clone(),
-            None => entry.context_summary.clone(),
-        };
-        let cut = |before: Vec<HistoryMessage>, until: Option<String>| {
-            let start = covered
-                .as_ref()
-                .and_then(|line| before.iter().position(|m| m.id.as_ref() == Some(line)))
-                .unwrap_or(0);
-            let messages: Vec<ChatMessage> =
-                before.into_iter().skip(start).map(|m| m.message).collect();
-            let until = until.filter(|until| Some(until) != covered.as_ref())?;
-            (!messages.is_empty()).then(|| Cut {
-                session_id: entry.session_id.clone(),
-                from: covered.clone(),
-                previous: previous.clone(),
-                messages,
-                until,
-                turns: entry.turn_count.unwrap_or(0),
-            })
-        };
-        if let (HistoryWindow::Stable { keep_percent }, None) =
-            (self.settings.history_window, self.settings.message_window)
-        {
-            let start = entry.window_start.as_ref();
-            let (messages, window, before) = fit_stable(
-                &system,
-                start,
-                summary,
-                history,
-                (current, current_line),
-                budget,
-                keep_percent,
-                counter,
-            )?;
-            let cut = cut(before, window.as_ref().map(|w| w.line.clone()));
-            return Ok((messages, window, cut));
-        }
-        let mut cut_from_window = Vec::new();
-        if let Some(window) = self.settings.message_window {
-            let mut from = history.len().saturating_sub(window);
-            while from < history.len() && history[from].message.role != ChatRole::User {
-                from += 1;
-            }
-            cut_from_window = history.drain(..from).collect();
-        }
-        let ids: Vec<Option<String>> = history.iter().map(|m| m.id.clone()).collect();
-        let history = history.into_iter().map(|m| m.message).collect();
-        let (messages, dropped) = fit_sliding(&system, summary, history, current, budget, counter)?;
-        // The first line the input keeps (the current message's when it keeps no
-        // history).
-        let until = match ids.get(dropped.len()) {
-            Some(id) => id.clone(),
-            None => current_line.map(str::to_owned),
-        };
-        let before = cut_from_window
-            .into_iter()
-            .chain(
-                dropped
-                    .into_iter()
-                    .zip(ids)
-                    .map(|(message, id)| HistoryMessage { id, message }),
-            )
-            .collect();
-        Ok((messages, entry.window_start.clone(), cut(before, until)))
-    }
-
-    /// Records in `entry`'s session (unless it has been replaced since, or the run
-    /// `fence` lost it) that its model input's history starts at `window` now.
-    async fn record_window(
-        &self,
-        key: &SessionKey,
-        entry: &SessionEntry,
-        fence: Option<u64>,
-        window: Option<WindowStart>,
-    ) -> Result<()> {
-        self.seams
-            .store
-            .apply(key, &mut |slot, _| {
-                if let Some(current) = slot.as_mut().filter(|current| {
-                    current.session_id == entry.session_id
-                        && fence.is_none_or(|fence| !crate::lane::interrupted(current, fence))
-                }) {
-                    current.window_start.clone_from(&window);
-                }
-                Ok(())
-            })
-            .await?;
-        Ok(())
-    }
 }
 
 impl<'m> Turn<'m> {

@@ -175,6 +175,12 @@ function describe(data) {
     const text = part + what + (payload.reason ? ': ' + payload.reason : '');
     return { who: 'delivery', about: payload.line, slot: 'delivery-' + (payload.part ?? 0), mark: payload.status, text, at };
   }
+  if (custom === 'agent-sessions.undo') {
+    return { who: 'undo', about: payload.lines || [], slot: 'undo', mark: 'failed', text: 'undone: no longer seen by the model', at };
+  }
+  if (custom === 'agent-sessions.edit') {
+    return { who: 'edit', about: payload.line, slot: 'edit', mark: 'partly', text: 'edited: ' + String(payload.text ?? ''), at };
+  }
   if (custom === 'agent-sessions.turn-failed') {
     const text = 'model call failed; input ' + (payload.input === 'dropped' ? 'dropped' : 'kept for the next turn');
     return { who: 'failed', about: payload.inbound, slot: 'failed', mark: 'failed', text, at };
@@ -196,17 +202,21 @@ function item(said) {
 // failed model call) goes on that line when the list shows it — a later report of the
 // same part replaces the earlier — else it is a line of its own.
 function place(list, said) {
-  const target = said.about && [...list.querySelectorAll('li[data-line]')].find((li) => li.dataset.line === said.about);
-  if (!target) {
+  const about = [].concat(said.about ?? []);
+  const lines = [...list.querySelectorAll('li[data-line]')];
+  const targets = lines.filter((li) => about.includes(li.dataset.line));
+  if (!targets.length) {
     list.append(item(said));
     return;
   }
-  const marks = target.querySelector('.marks');
-  const mark = el('span', 'mark ' + said.mark, said.text);
-  mark.dataset.slot = said.slot;
-  const earlier = [...marks.children].find((m) => m.dataset.slot === said.slot);
-  if (earlier) earlier.replaceWith(mark);
-  else marks.append(mark);
+  for (const target of targets) {
+    const marks = target.querySelector('.marks');
+    const mark = el('span', 'mark ' + said.mark, said.text);
+    mark.dataset.slot = said.slot;
+    const earlier = [...marks.children].find((m) => m.dataset.slot === said.slot);
+    if (earlier) earlier.replaceWith(mark);
+    else marks.append(mark);
+  }
 }
 
 function divider(text) {
