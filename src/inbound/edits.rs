@@ -51,7 +51,6 @@ pub(crate) async fn undo_last_turn(
 }
 
 impl SessionManager {
-
     /// Answers the last turn of `message`'s session again: takes it back from what the
     /// model sees ([`undo_last_turn`](crate::manager::Session::undo_last_turn)) and
     /// starts a [`Turn`] for its message, with `message`'s channel and sender — the

@@ -119,10 +119,10 @@ pub(crate) mod events;
 pub(crate) mod history_cache;
 pub(crate) mod message;
 pub(crate) mod model_input;
-pub(crate) mod window;
 pub(crate) mod pipeline;
 pub(crate) mod prompt;
 pub(crate) mod record;
+pub(crate) mod window;
 
 pub use activation::{decide, ActivationDecision, ActivationReason, OwnerChatter};
 pub use chat::{

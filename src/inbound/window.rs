@@ -5,8 +5,8 @@
 use crate::error::Result;
 use crate::identity::key::SessionKey;
 use crate::inbound::chat::{
-    fit_sliding, fit_stable, summary_message, ChatMessage, ChatRole, HistoryMessage,
-    HistoryWindow, Want,
+    fit_sliding, fit_stable, summary_message, ChatMessage, ChatRole, HistoryMessage, HistoryWindow,
+    Want,
 };
 use crate::manager::SessionManager;
 use crate::memory::cuts::Cut;

@@ -631,7 +631,6 @@ impl SessionManager {
         turn.transcript = Some(transcript);
         Ok((text, entry))
     }
-
 }
 
 impl<'m> Turn<'m> {

@@ -64,9 +64,11 @@
 #![warn(missing_docs)]
 
 mod inbound;
+mod live;
 mod storage;
 
 pub use inbound::{TelegramAdapter, CHANNEL};
+pub use live::{LiveReply, LIVE_EDIT_INTERVAL};
 
 /// The README's examples, compiled as doctests.
 #[cfg(doctest)]
@@ -200,6 +202,28 @@ pub async fn send_replies<R>(
 where
     R: Requester,
 {
+    deliver(bot, sessions, message, payloads, None).await
+}
+
+/// A message already in the chat that the reply's first piece takes over (a
+/// [`LiveReply`]'s), with the text it shows.
+pub(crate) struct Shown {
+    message: Message,
+    text: String,
+}
+
+/// [`send_replies`], the first piece going into `shown` (edited when its text differs)
+/// instead of a new message; `shown` is deleted when the reply has nothing to send.
+pub(crate) async fn deliver<R>(
+    bot: &R,
+    sessions: &SessionManager,
+    message: &Message,
+    payloads: &[ReplyPayload],
+    mut shown: Option<Shown>,
+) -> Result<Vec<Message>, SendError<R::Err>>
+where
+    R: Requester,
+{
     let (mut sent, mut unsent) = (Vec::new(), Vec::new());
     for (index, payload) in payloads.iter().enumerate() {
         let own_text = payload
@@ -227,23 +251,37 @@ where
         // The pieces the user got, as byte ranges of the payload's own text (the
         // joined text starts with it).
         let own_len = own_text.map_or(0, str::len);
-        let (mut shown, mut refused) = (Vec::new(), None);
+        let (mut shown_pieces, mut refused) = (Vec::new(), None);
         for (piece, part) in split_message(&text, MAX_MESSAGE_LEN)
             .into_iter()
             .enumerate()
         {
-            let mut request = bot.send_message(message.chat.id, part);
-            if let Some(thread) = message.thread_id.filter(|_| message.is_topic_message) {
-                request = request.message_thread_id(thread);
-            }
-            if let Some(id) = reply_to.take() {
-                request = request.reply_parameters(ReplyParameters::new(id));
-            }
-            match request.send().await {
+            let outcome = match shown.take() {
+                Some(Shown {
+                    message: live,
+                    text,
+                }) if text == part => Ok(live),
+                Some(Shown { message: live, .. }) => {
+                    bot.edit_message_text(live.chat.id, live.id, part)
+                        .send()
+                        .await
+                }
+                None => {
+                    let mut request = bot.send_message(message.chat.id, part);
+                    if let Some(thread) = message.thread_id.filter(|_| message.is_topic_message) {
+                        request = request.message_thread_id(thread);
+                    }
+                    if let Some(id) = reply_to.take() {
+                        request = request.reply_parameters(ReplyParameters::new(id));
+                    }
+                    request.send().await
+                }
+            };
+            match outcome {
                 Ok(delivered) => {
                     sent.push(delivered);
                     let start = part.as_ptr() as usize - text.as_ptr() as usize;
-                    shown.push(start.min(own_len)..(start + part.len()).min(own_len));
+                    shown_pieces.push(start.min(own_len)..(start + part.len()).min(own_len));
                 }
                 Err(error) => {
                     refused.get_or_insert_with(|| error.to_string());
@@ -258,10 +296,18 @@ where
         }
         let delivery = match refused {
             None => Delivery::Delivered,
-            Some(reason) if shown.is_empty() => Delivery::Failed { reason },
-            Some(reason) => Delivery::Partly { shown, reason },
+            Some(reason) if shown_pieces.is_empty() => Delivery::Failed { reason },
+            Some(reason) => Delivery::Partly {
+                shown: shown_pieces,
+                reason,
+            },
         };
         sessions.report_delivery(payload, delivery).await?;
+    }
+    if let Some(Shown { message: live, .. }) = shown {
+        // Text shown while the model wrote, and nothing to send after all (a silent
+        // reply): the chat keeps none of it, as far as Telegram lets the bot delete.
+        let _ = bot.delete_message(live.chat.id, live.id).send().await;
     }
     match unsent.is_empty() {
         true => Ok(sent),

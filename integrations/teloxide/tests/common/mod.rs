@@ -35,6 +35,8 @@ pub struct Telegram {
     pub calls: Vec<String>,
     /// `sendMessage` requests answered 400.
     pub refused: Vec<Value>,
+    /// `editMessageText` requests, in order.
+    pub edits: Vec<Value>,
     /// The message of the last update pushed.
     pub last: Option<Value>,
 }
@@ -160,6 +162,17 @@ async fn answer(State(fake): State<FakeTelegram>, uri: Uri, body: Bytes) -> Json
             fake.changed.notify_waiters();
             return Json(json!({"ok": false, "error_code": 400,
                 "description": "Bad Request: message is refused by the test"}));
+        }
+        "editmessagetext" => {
+            let mut state = fake.state.lock().unwrap();
+            state.edits.push(params.clone());
+            let chat_id = params["chat_id"].as_i64().unwrap();
+            drop(state);
+            fake.changed.notify_waiters();
+            json!({"message_id": params["message_id"], "date": 1_771_840_801,
+                "edit_date": 1_771_840_802,
+                "chat": {"id": chat_id, "type": "private", "first_name": "User"},
+                "from": bot_user(), "text": params["text"]})
         }
         "sendmessage" => {
             let mut state = fake.state.lock().unwrap();
