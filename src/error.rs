@@ -188,6 +188,14 @@ pub enum Error {
         key: SessionKey,
     },
 
+    /// A turn is running in the session: what takes turns back (undo, regenerate, an
+    /// edit) waits until it has ended — try again then.
+    #[error("a turn is running in session {key}: try again once it has ended")]
+    TurnRunning {
+        /// The session.
+        key: SessionKey,
+    },
+
     /// A session label was rejected (OpenClaw's `parseSessionLabel` rules).
     #[error("invalid label {label:?}: {problem}")]
     InvalidLabel {
@@ -411,6 +419,7 @@ impl Error {
             Error::NotAtomic { .. } => "not_atomic",
             Error::NotFound { .. } => "not_found",
             Error::RunLost { .. } => "run_lost",
+            Error::TurnRunning { .. } => "turn_running",
             Error::InvalidLabel { .. } => "invalid_label",
             Error::DeleteRefused { .. } => "delete_refused",
             Error::InvalidOffset { .. } => "invalid_offset",
@@ -430,12 +439,12 @@ impl Error {
         }
     }
 
-    /// Whether retrying the call may succeed: a lock timeout, a write conflict, a lost
+    /// Whether retrying the call may succeed: a lock timeout, a write conflict, a turn still running, a lost
     /// database connection, a server that is restarting, or a process or system out of
     /// file descriptors (`EMFILE`, `ENFILE`) for the moment.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::LockTimeout { .. } | Error::Conflict { .. } => true,
+            Error::LockTimeout { .. } | Error::Conflict { .. } | Error::TurnRunning { .. } => true,
             Error::Io { source, .. } => is_out_of_descriptors(source),
             Error::Database { transient, .. } => *transient,
             Error::Shared(error) => error.is_transient(),

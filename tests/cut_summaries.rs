@@ -189,3 +189,66 @@ async fn a_summarizer_that_fails_leaves_the_window_as_it_was_and_turns_go_on() {
     // One call per cut (the first "cut" counted above is the conversation's start).
     assert_eq!(summarizer.calls.load(Ordering::SeqCst), cuts - 1);
 }
+
+/// A summary that was never written (the summarizer failed, or the process that was
+/// writing it died) is made good at the next cut: that summary takes in what both cuts
+/// left out.
+#[tokio::test]
+async fn a_summary_never_written_is_made_good_at_the_next_cut() {
+    #[derive(Clone, Default)]
+    struct FailsOnce {
+        calls: Arc<AtomicUsize>,
+        given: Arc<Mutex<Vec<SummaryInput>>>,
+    }
+    #[async_trait::async_trait]
+    impl Summarizer for FailsOnce {
+        async fn summarize(&self, input: &SummaryInput) -> agent_sessions::Result<String> {
+            self.given.lock().unwrap().push(input.clone());
+            match self.calls.fetch_add(1, Ordering::SeqCst) {
+                0 => Err(agent_sessions::Error::component(
+                    "summarizer",
+                    std::io::Error::other("the process died"),
+                )),
+                n => Ok(format!("summary {n}")),
+            }
+        }
+    }
+    let summarizer = FailsOnce::default();
+    let manager = SessionManager::builder(InMemoryStore::new())
+        .transcripts(InMemoryTranscriptStore::new())
+        .context_window(400)
+        .memory(MemoryOptions::new().summarizer(summarizer.clone()))
+        .build()
+        .unwrap();
+    let mut n = 0;
+    while summarizer.calls.load(Ordering::SeqCst) < 2 {
+        turn(&manager, n).await.expect("a reply");
+        n += 1;
+        assert!(n < 100, "two cuts within 100 turns");
+    }
+    // Settle the second summary, then look at what each call was given.
+    let input = turn(&manager, n).await.expect("a reply");
+    let given = summarizer.given.lock().unwrap().clone();
+    let first: Vec<&str> = given[0].turns.iter().map(|t| t.text.as_str()).collect();
+    let second: Vec<&str> = given[1].turns.iter().map(|t| t.text.as_str()).collect();
+    assert_eq!(first.first(), Some(&said(0).as_str()));
+    assert_eq!(given[1].previous, None, "no summary was written before");
+    // What the first cut left out is in the second summary (read back up to four
+    // context windows).
+    assert_eq!(
+        second.first(),
+        Some(&said(0).as_str()),
+        "from the start again"
+    );
+    assert!(second.contains(first.last().unwrap()), "{second:?}");
+    assert!(
+        second.len() > first.len(),
+        "both cuts: {} vs {}",
+        second.len(),
+        first.len()
+    );
+    assert_eq!(
+        window(&input).0,
+        Some("Summary of the conversation so far:\nsummary 1")
+    );
+}

@@ -346,7 +346,19 @@ impl History {
     fn count_attempt(&mut self) {
         for line in self.lines.iter().rev() {
             match (line.message.role, &line.id) {
-                (ChatRole::Assistant, _) if !line.message.content.trim().is_empty() => break,
+                // A reply the person got (some of it): what came before was answered.
+                (ChatRole::Assistant, id)
+                    if self
+                        .marks
+                        .delivered_text(
+                            id.as_deref(),
+                            line.log.as_ref(),
+                            line.message.content.clone(),
+                        )
+                        .is_some_and(|text| !text.trim().is_empty()) =>
+                {
+                    break
+                }
                 (ChatRole::User, Some(id)) => {
                     *self.marks.attempts.entry(id.clone()).or_default() += 1;
                 }
@@ -431,16 +443,15 @@ impl History {
             return None;
         }
         let message = &line.message;
-        let attempts = id.and_then(|id| self.marks.attempts.get(id)).copied();
-        if let Some(attempts) = attempts.filter(|n| *n >= max_attempts.max(1)) {
-            return Some(ChatMessage::user(set_aside_note(
-                &message.content,
-                attempts,
-            )));
-        }
         if message.role == ChatRole::User {
-            let edited = id.and_then(|id| self.marks.edited.get(id));
-            return Some(edited.map_or_else(|| message.clone(), ChatMessage::user));
+            let text = id
+                .and_then(|id| self.marks.edited.get(id))
+                .unwrap_or(&message.content);
+            let attempts = id.and_then(|id| self.marks.attempts.get(id)).copied();
+            return Some(match attempts.filter(|n| *n >= max_attempts.max(1)) {
+                Some(attempts) => ChatMessage::user(set_aside_note(text, attempts)),
+                None => ChatMessage::user(text),
+            });
         }
         if message.role != ChatRole::Assistant {
             return Some(message.clone());
@@ -475,10 +486,11 @@ fn set_aside_note(input: &str, attempts: u32) -> String {
     if quote.len() < input.len() {
         quote.push('…');
     }
-    format!(
-        "[This earlier message was set aside unanswered after {attempts} failed attempts to \
-         answer it: \"{quote}\"]"
-    )
+    let attempts = match attempts {
+        1 => "1 failed attempt".to_owned(),
+        n => format!("{n} failed attempts"),
+    };
+    format!("[This earlier message was set aside unanswered after {attempts} to answer it: \"{quote}\"]")
 }
 
 fn tool_calls(content: Option<&Content>) -> Vec<ToolCall> {
@@ -799,6 +811,7 @@ pub(crate) fn fit_stable(
         line.map(|line| WindowStart {
             line,
             summary: summary.as_ref().map(|(_, text)| text.clone()),
+            summary_until: None,
         })
     };
     let before: Vec<HistoryMessage> = history.drain(..from).collect();

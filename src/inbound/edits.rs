@@ -15,6 +15,7 @@ use crate::identity::key::SessionKey;
 use crate::inbound::chat::{ChatMessage, ChatRole};
 use crate::inbound::InboundMessage;
 use crate::manager::{SessionManager, Turn};
+use crate::store::entry::SessionEntry;
 use crate::transcript::{Direction, TranscriptEntry};
 
 /// The `customType` of the line that takes turns back from what the model sees.
@@ -29,6 +30,7 @@ pub(crate) async fn undo_last_turn(
     key: &SessionKey,
 ) -> Result<Vec<ChatMessage>> {
     let entry = manager.existing(key).await?.entry;
+    refuse_while_running(manager, key, &entry)?;
     let (history, _) = manager.history_messages(key, &entry, None).await?;
     let Some(from) = history
         .iter()
@@ -50,12 +52,28 @@ pub(crate) async fn undo_last_turn(
     Ok(undone.iter().map(|m| m.message.clone()).collect())
 }
 
+/// [`Error::TurnRunning`] while a turn runs in `key`'s session `entry`: what it logs
+/// would land after the mark, without what it answers.
+fn refuse_while_running(
+    manager: &SessionManager,
+    key: &SessionKey,
+    entry: &SessionEntry,
+) -> Result<()> {
+    match crate::exactly_once::holders::runs(entry, manager.clock().now_millis()) {
+        true => Err(Error::TurnRunning { key: key.clone() }),
+        false => Ok(()),
+    }
+}
+
 impl SessionManager {
     /// Answers the last turn of `message`'s session again: takes it back from what the
     /// model sees ([`undo_last_turn`](crate::manager::Session::undo_last_turn)) and
-    /// starts a [`Turn`] for its message, with `message`'s channel and sender — the
-    /// person's "regenerate" (a button, a command), whose own text is not used. `None`
-    /// when the session has no turn to answer again.
+    /// starts a [`Turn`] for its message — as the model was given it, addressed to the
+    /// agent — with `message`'s channel and sender: the person's "regenerate" (a button,
+    /// a command), whose own text is not used. `None` when the session has no turn to
+    /// answer again; [`Error::TurnRunning`] while a turn runs in it. A request the
+    /// channel delivers again (or one with the id of the message it would answer) is
+    /// the duplicate turn it is, and undoes nothing.
     ///
     /// The transcript keeps the first answer, marked undone, and logs the message
     /// again with the new one.
@@ -83,6 +101,14 @@ impl SessionManager {
     /// ```
     pub async fn regenerate(&self, message: &InboundMessage) -> Result<Option<Turn<'_>>> {
         let key = self.key_for(message)?;
+        // A request the channel delivered again is the duplicate it is: nothing is
+        // undone for it.
+        if let Some(id) = dedupe::inbound_id(message) {
+            let stored = self.seams.store.get(&key).await?;
+            if stored.is_some_and(|s| s.entry.recent_inbound.iter().any(|r| r.id == id)) {
+                return self.turn(message).await.map(Some);
+            }
+        }
         let undone = match undo_last_turn(self, &key).await {
             Err(Error::NotFound { .. }) => return Ok(None),
             undone => undone?,
@@ -90,22 +116,29 @@ impl SessionManager {
         let Some(input) = undone.into_iter().find(|m| m.role == ChatRole::User) else {
             return Ok(None);
         };
-        let mut again = message.clone();
+        // The message as the model was given it, answered again as it was: addressed
+        // to the agent, not through the inbound pipeline a second time.
+        let mut again = message.clone().mentioning_agent();
         again.body = input.content;
+        again.untrusted_context.clear();
+        again.verbatim = true;
         self.turn(&again).await.map(Some)
     }
 
     /// Shows the model `edited`'s new text in place of the message it edits (a
     /// channel's edited message: Telegram's `edited_message`, which keeps the message's
     /// id): a mark in the session's transcript names the message's line and gives the
-    /// text, and the original stays in the transcript. Whether the message was found in
-    /// the session's current conversation (an edit of a message of an earlier session,
-    /// or of one never taken, changes nothing).
+    /// text, and the original stays in the transcript. Whether the message's line was
+    /// found in the session's current transcript (an edit of a message of an earlier
+    /// session, or of one never taken, changes nothing; one that was undone stays
+    /// unseen).
     ///
     /// The edited message must carry its id ([`InboundMessage::with_message_id`]), the
     /// id of the message it edits; without one it is refused ([`Error::InvalidOption`]).
-    /// The new text replaces the line's whole text (a group message's sender line
-    /// included).
+    /// The new text goes through the inbound pipeline as any message's does (a line
+    /// that looks like the system's is quoted, the untrusted context is marked), and in
+    /// a group it is put in an envelope naming the edit's sender; it replaces the
+    /// line's whole text — in a group, the chatter that line carried too.
     ///
     /// ```
     /// use agent_sessions::prelude::*;
@@ -154,11 +187,13 @@ impl SessionManager {
         let Some(line) = line.and_then(|event| event.entry.id) else {
             return Ok(false);
         };
-        let mark = TranscriptEntry::custom(
-            EDIT_CUSTOM_TYPE,
-            json!({ "line": line, "text": edited.body }),
-            self.seams.clock.now(),
-        );
+        // The new text as a message's text is given to the model: through the inbound
+        // pipeline, in a group in an envelope that names its real sender.
+        let now = self.seams.clock.now();
+        let options = self.pipeline_options(false);
+        let text = crate::inbound::model_input::message_text(edited, &edited.body, &options, now);
+        let mark =
+            TranscriptEntry::custom(EDIT_CUSTOM_TYPE, json!({ "line": line, "text": text }), now);
         transcripts.append(&transcript, vec![mark]).await?;
         Ok(true)
     }

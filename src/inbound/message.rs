@@ -130,6 +130,10 @@ pub struct InboundMessage {
     /// model may read but must not obey: it goes into the untrusted-context block.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub untrusted_context: Vec<String>,
+    /// Whether `body` is a model input logged before (a turn answered again): the
+    /// inbound pipeline takes it as it is.
+    #[serde(skip)]
+    pub(crate) verbatim: bool,
 }
 
 fn present(value: Option<&str>) -> Option<&str> {

@@ -18,6 +18,25 @@ use crate::reply::payload::{build_reply_payloads, ReplyOptions, ReplyPayload};
 use crate::store::entry::SendPolicy;
 
 /// How a sender is named in group chatter and envelopes.
+/// `message`'s own text as the model is given it, `body` its text: through the
+/// inbound pipeline (sender lines, untrusted context, lines that look like the
+/// system's quoted), and in a group in its envelope, which names the sender once.
+pub(crate) fn message_text(
+    message: &InboundMessage,
+    body: &str,
+    options: &PipelineOptions,
+    now: chrono::DateTime<chrono::Utc>,
+) -> String {
+    match message.group_resolution() {
+        Some(group) => {
+            let sender = sender_label(&message.sender).unwrap_or_else(|| sender_name(message));
+            let body = enveloped_body(message, body, options);
+            format_envelope(&group.channel, &group.id, Some(now), &sender, &body)
+        }
+        None => model_body(message, body, options),
+    }
+}
+
 fn sender_name(message: &InboundMessage) -> String {
     message
         .sender
@@ -122,7 +141,10 @@ impl SessionManager {
     ) -> (String, Vec<SystemEvent>) {
         let now = self.seams.clock.now();
         let options = self.pipeline_options(activation.mark_for_context);
+        let current = message_text(message, &resolution.body, &options, now);
         let text = match message.group_resolution() {
+            // A model input logged before, answered again: as it was.
+            _ if message.verbatim => resolution.body.clone(),
             Some(group) => {
                 let lines: Vec<String> = history
                     .iter()
@@ -136,13 +158,9 @@ impl SessionManager {
                         )
                     })
                     .collect();
-                // The envelope names the sender (with their id), once.
-                let sender = sender_label(&message.sender).unwrap_or_else(|| sender_name(message));
-                let body = enveloped_body(message, &resolution.body, &options);
-                let current = format_envelope(&group.channel, &group.id, Some(now), &sender, &body);
                 build_chatter_context(&lines, &current, false)
             }
-            None => model_body(message, &resolution.body, &options),
+            None => current,
         };
         // Queued events are context too: a queue that cannot be drained keeps them for
         // a later turn, and this one is answered without them.

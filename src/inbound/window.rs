@@ -26,11 +26,24 @@ impl SessionManager {
         entry: &SessionEntry,
         skip: Option<Offset>,
     ) -> Result<(Vec<HistoryMessage>, Option<String>)> {
+        self.history_within(key, entry, skip, self.settings.budget(entry))
+            .await
+    }
+
+    /// [`history_messages`](Self::history_messages) reaching back `tokens` (rather
+    /// than the budget).
+    async fn history_within(
+        &self,
+        key: &SessionKey,
+        entry: &SessionEntry,
+        skip: Option<Offset>,
+        tokens: usize,
+    ) -> Result<(Vec<HistoryMessage>, Option<String>)> {
         let transcripts = self.transcript_store()?;
         let transcript = TranscriptRef::of(key, entry, &self.settings.default_agent);
         let want = Want {
             skip,
-            tokens: self.settings.budget(entry),
+            tokens,
             count: self.settings.message_window,
             newest_is_current: skip.is_none(),
             max_attempts: self.settings.max_answer_attempts,
@@ -41,8 +54,46 @@ impl SessionManager {
             .await
     }
 
+    /// `cut` with the messages its summary must take in reaching back to where the
+    /// summary's cover ends, when that is before the window it replaces (an earlier
+    /// cut's summary was never written: its process died, its summarizer failed) — read
+    /// again, back at most four times the budget; else `cut` as it is.
+    pub(crate) async fn reach_back(
+        &self,
+        key: &SessionKey,
+        entry: &SessionEntry,
+        skip: Option<Offset>,
+        mut cut: Cut,
+    ) -> Result<Cut> {
+        let covered = WindowStart::covered(entry.window_start.as_ref());
+        if entry.window_start.is_none() || covered == cut.window {
+            return Ok(cut);
+        }
+        let reach = self.settings.budget(entry).saturating_mul(4);
+        let (history, _) = self.history_within(key, entry, skip, reach).await?;
+        let until = history
+            .iter()
+            .position(|m| m.id.as_ref() == Some(&cut.until))
+            .unwrap_or(history.len());
+        let from = covered
+            .as_ref()
+            .and_then(|line| {
+                history[..until]
+                    .iter()
+                    .position(|m| m.id.as_ref() == Some(line))
+            })
+            .unwrap_or(0);
+        if until - from > cut.messages.len() {
+            cut.messages = history[from..until]
+                .iter()
+                .map(|m| m.message.clone())
+                .collect();
+        }
+        Ok(cut)
+    }
+
     /// `history` then `current`, within the budget for `entry` (see
-    /// [`Settings::budget`](super::Settings::budget)): the summary of the transcript's last compaction
+    /// [`Settings::budget`](crate::manager::Settings::budget)): the summary of the transcript's last compaction
     /// first (it stands for what the compaction removed), and the context summary
     /// standing for what the budget cuts, as the manager's [`HistoryWindow`] cuts it.
     /// Also where the window starts now, for the entry to record, and what it cut that
@@ -58,7 +109,8 @@ impl SessionManager {
         let summary = entry.context_summary.as_deref();
         let (budget, counter) = (self.settings.budget(entry), &*self.seams.tokens);
         // Where the summary's cover ends, and the summary that stands for what is before.
-        let covered = entry.window_start.as_ref().map(|w| w.line.clone());
+        let covered = WindowStart::covered(entry.window_start.as_ref());
+        let window_line = entry.window_start.as_ref().map(|w| w.line.clone());
         let previous = match &entry.window_start {
             Some(window) => window.summary.clone(),
             None => entry.context_summary.clone(),
@@ -70,10 +122,12 @@ impl SessionManager {
                 .unwrap_or(0);
             let messages: Vec<ChatMessage> =
                 before.into_iter().skip(start).map(|m| m.message).collect();
-            let until = until.filter(|until| Some(until) != covered.as_ref())?;
+            // Only a new cut: a window kept is summarised already, or waits for the
+            // next cut (a summary that failed is not asked for again every turn).
+            let until = until.filter(|until| Some(until) != window_line.as_ref())?;
             (!messages.is_empty()).then(|| Cut {
                 session_id: entry.session_id.clone(),
-                from: covered.clone(),
+                window: window_line.clone(),
                 previous: previous.clone(),
                 messages,
                 until,
@@ -94,6 +148,18 @@ impl SessionManager {
                 keep_percent,
                 counter,
             )?;
+            let mut window = window;
+            if let Some(new) = window.as_mut() {
+                new.summary_until = match Some(&new.line) == window_line.as_ref() {
+                    // The window kept: its summary covers what it covered.
+                    true => entry
+                        .window_start
+                        .as_ref()
+                        .and_then(|w| w.summary_until.clone()),
+                    // A new cut starts with the summary there is, which covers less.
+                    false => covered.clone().filter(|_| new.summary.is_some()),
+                };
+            }
             let cut = cut(before, window.as_ref().map(|w| w.line.clone()));
             return Ok((messages, window, cut));
         }

@@ -152,9 +152,10 @@ impl Session<'_> {
     /// back, oldest first (none: nothing to undo). [`SessionManager::regenerate`] undoes
     /// the last turn and answers its message again.
     ///
-    /// Call it between turns: a turn running meanwhile may log its reply after the mark.
-    /// Undoing is not erasing: to remove what a person said from the store, see
-    /// [`SessionManager::forget_person`].
+    /// While a turn runs in the session it is refused ([`Error::TurnRunning`],
+    /// transient: try again once the turn has ended), so no reply lands after the mark
+    /// without its question. Undoing is not erasing: to remove what a person said from
+    /// the store, see [`SessionManager::forget_person`].
     ///
     /// ```
     /// use agent_sessions::prelude::*;

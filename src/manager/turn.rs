@@ -760,6 +760,10 @@ impl<'m> Turn<'m> {
             .and_then(|event| event.entry.id.as_deref());
         let current = (ChatMessage::user(input.clone()), line);
         let (messages, window, cut) = self.manager.fit_messages(entry, system, history, current)?;
+        let cut = match cut {
+            Some(cut) => Some(self.manager.reach_back(&self.key, entry, skip, cut).await?),
+            None => None,
+        };
         // A cut: the next turns start where this one does, with the same summary.
         if window != entry.window_start {
             self.manager

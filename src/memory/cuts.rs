@@ -18,8 +18,8 @@ use crate::store::SessionStore;
 pub(crate) struct Cut {
     /// The session the cut was made in.
     pub(crate) session_id: String,
-    /// The line the summary covered up to before (where the history started).
-    pub(crate) from: Option<String>,
+    /// Where the session's window started before the cut.
+    pub(crate) window: Option<String>,
     /// The summary that stood for what was before `from`.
     pub(crate) previous: Option<String>,
     /// The messages between `from` and `until`, oldest first.
@@ -79,7 +79,8 @@ impl CutSummaries {
     /// Writes the summary of `cut` in the background: the summarizer's text becomes
     /// the session's context summary and the summary of its window, unless the session
     /// was replaced or its window moved on meanwhile. A summarizer or store that fails
-    /// is logged; the window keeps the summary it had.
+    /// is logged; the window keeps the summary it had, and the next cut's summary takes
+    /// in what this one would have.
     pub(crate) fn write(
         self: &Arc<Self>,
         key: SessionKey,
@@ -126,14 +127,15 @@ async fn write_summary(
                 return Ok(());
             };
             let line = current.window_start.as_ref().map(|w| &w.line);
-            // The same session, its history still starting where the cut left it (or,
-            // for a sliding window, where the summary's cover ended).
+            // The same session, its window still starting where the cut left it (or,
+            // for a sliding window, where it started before).
             if current.session_id == cut.session_id
-                && (line == Some(&cut.until) || line == cut.from.as_ref())
+                && (line == Some(&cut.until) || line == cut.window.as_ref())
             {
                 current.window_start = Some(WindowStart {
                     line: cut.until.clone(),
                     summary: Some(summary.clone()),
+                    summary_until: None,
                 });
                 current.context_summary = Some(summary.clone());
             }

@@ -667,9 +667,30 @@ pub struct SessionEntry {
 pub struct WindowStart {
     /// The id of the transcript line the history starts at (a person's message).
     pub line: String,
-    /// The context summary as it was at the cut, standing for what the cut left out.
+    /// The summary standing for what the window's cuts left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
+    /// The line the summary covers the conversation up to, when that is not `line`: a
+    /// cut whose summary is still being written (or was never written, its process
+    /// gone) keeps the earlier summary, which covers less.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_until: Option<String>,
+}
+
+impl WindowStart {
+    /// Where the conversation that no summary stands for starts: after the line the
+    /// summary covers up to (`None`: the conversation's start, no summary covering
+    /// any of it).
+    pub(crate) fn covered(window: Option<&WindowStart>) -> Option<String> {
+        let window = window?;
+        window.summary.as_ref()?;
+        Some(
+            window
+                .summary_until
+                .clone()
+                .unwrap_or_else(|| window.line.clone()),
+        )
+    }
 }
 
 /// An inbound message a session took, as [`SessionEntry::recent_inbound`] remembers it.
