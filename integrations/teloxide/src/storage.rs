@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use agent_sessions::store::SessionStoreExt;
-use agent_sessions::{SessionEntry, SessionKey, SessionManager};
+use agent_sessions::{ListFilter, SessionEntry, SessionKey, SessionManager, SessionStatus};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -44,13 +44,15 @@ pub enum DialogueError {
 }
 
 /// A teloxide dialogue [`Storage`] that keeps each chat's state in the session entry of
-/// the chat's session, so the dialogue belongs to the conversation: a `/new` reset, an
-/// idle or daily expiry, or a close starts the next session in the state's `Default`.
+/// the chat's session, so the dialogue belongs to the conversation: a `/new` reset or a
+/// close starts the next session in the state's `Default`. A dialogue in progress
+/// follows the chat across an expiry (the daily reset, an idle expiry) unless the
+/// storage [ends it there](Self::ends_on_expiry).
 ///
 /// Use it as teloxide's own storages are used: `.enter_dialogue::<Message,
 /// SessionDialogueStorage, State>()` in the handler tree, the storage in
-/// `dptree::deps!`. A chat that has no session yet, or whose session has expired,
-/// reads as the default state (so `enter_dialogue` never fails on a new chat). A
+/// `dptree::deps!`. A chat that has no session yet reads as the default state (so
+/// `enter_dialogue` never fails on a new chat). A
 /// dialogue is written into the chat's current session — started by the update when
 /// the chat has none (a forum's General topic, whose topics have sessions of their
 /// own) — so run the message's [`turn`](SessionManager::turn) before updating it: the
@@ -135,13 +137,38 @@ pub enum DialogueError {
 pub struct SessionDialogueStorage {
     manager: Arc<SessionManager>,
     adapter: TelegramAdapter,
+    ends_on_expiry: bool,
 }
 
 impl SessionDialogueStorage {
     /// A storage over `manager`'s sessions; `adapter` builds each chat's session key as
     /// it does for the chat's messages (the same account and agent).
     pub fn new(manager: Arc<SessionManager>, adapter: TelegramAdapter) -> Arc<Self> {
-        Arc::new(SessionDialogueStorage { manager, adapter })
+        Arc::new(SessionDialogueStorage {
+            manager,
+            adapter,
+            ends_on_expiry: false,
+        })
+    }
+
+    /// Ends a chat's dialogue when its session expires (the daily reset, an idle
+    /// expiry), as it ends on `/new` and on a close. By default a dialogue in progress
+    /// follows the chat across an expiry — a person answering a question at 04:00 is
+    /// not sent back to the start — and only the person or the host ends it.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use agent_sessions::prelude::*;
+    /// # use agent_sessions_teloxide::{SessionDialogueStorage, TelegramAdapter};
+    /// # use teloxide::types::UserId;
+    /// # let manager = Arc::new(SessionManager::new(InMemoryStore::new()));
+    /// let adapter = TelegramAdapter::new(UserId(777), "helper_bot");
+    /// let storage = SessionDialogueStorage::new(manager, adapter).ends_on_expiry();
+    /// ```
+    pub fn ends_on_expiry(self: Arc<Self>) -> Arc<Self> {
+        let mut storage = Arc::unwrap_or_clone(self);
+        storage.ends_on_expiry = true;
+        Arc::new(storage)
     }
 
     fn key(&self, chat_id: ChatId) -> Result<SessionKey, DialogueError> {
@@ -153,14 +180,21 @@ impl SessionDialogueStorage {
         let Some(stored) = self.manager.session(&key).get().await? else {
             return Ok(None);
         };
-        if self
-            .manager
-            .is_expired(&self.adapter.chat(chat_id), &stored.entry)?
+        let entry = &stored.entry;
+        if entry.status == Some(SessionStatus::Closed)
+            || (self.ends_on_expiry
+                && self
+                    .manager
+                    .is_expired(&self.adapter.chat(chat_id), entry)?)
         {
             return Ok(None);
         }
-        let Some(state) = current_state(&stored.entry, chat_id) else {
-            return Ok(None);
+        let state = match current_state(entry, chat_id) {
+            Some(state) => state,
+            None => match self.carried(&key, entry, chat_id).await? {
+                Some(state) => state,
+                None => return Ok(None),
+            },
         };
         serde_json::from_value(state.clone())
             .map(Some)
@@ -197,10 +231,48 @@ impl SessionDialogueStorage {
     }
 }
 
+impl SessionDialogueStorage {
+    /// The state `chat_id`'s dialogue had in the session an expiry replaced with
+    /// `entry` (the key's last closed session), unless expiries end dialogues.
+    async fn carried<'e>(
+        &self,
+        key: &SessionKey,
+        entry: &'e SessionEntry,
+        chat_id: ChatId,
+    ) -> Result<Option<&'e Value>, DialogueError> {
+        let expired = matches!(entry.start_reason.as_deref(), Some("daily" | "idle"));
+        let Some(slot) = entry
+            .extra
+            .get(DIALOGUE_FIELD)
+            .and_then(|dialogues| dialogues.get(chat_id.to_string()))
+            .filter(|_| expired && !self.ends_on_expiry)
+        else {
+            return Ok(None);
+        };
+        let closed = ListFilter::all()
+            .key_prefix(key.as_str())
+            .status(SessionStatus::Closed);
+        let last = self
+            .manager
+            .list(&closed)
+            .await?
+            .into_iter()
+            .filter(|s| s.key == *key && s.entry.session_id != entry.session_id)
+            .max_by_key(|s| (s.entry.closed_at, s.entry.session_started_at));
+        let replaced = last.is_some_and(|s| slot["sessionId"] == s.entry.session_id.as_str());
+        Ok(replaced.then(|| slot.get("state")).flatten())
+    }
+}
+
 /// Puts `state` (`None`: removes it) as `chat_id`'s dialogue state in `entry`; whether
-/// it had one in this session.
+/// it had one.
 fn put_state(entry: &mut SessionEntry, chat_id: ChatId, state: Option<Value>) -> bool {
-    let had_state = current_state(entry, chat_id).is_some();
+    // A state of an earlier session counts: one carried across an expiry can be ended.
+    let had_state = entry
+        .extra
+        .get(DIALOGUE_FIELD)
+        .and_then(|dialogues| dialogues.get(chat_id.to_string()))
+        .is_some();
     let session_id = entry.session_id.clone();
     let dialogues = entry
         .extra

@@ -128,6 +128,11 @@ async fn new_resets_the_dialogue() {
 
     assert_eq!(bot.say(ADA, "/new").await, ["New session started."]);
     assert_eq!(bot.dialogue(ADA).get().await.unwrap(), Some(Order::Start));
+    // An expiry after the reset does not bring the ended dialogue back.
+    bot.say(ADA, "hi").await;
+    bot.clock.advance(Duration::from_secs(31 * 60));
+    bot.say(ADA, "back").await;
+    assert_eq!(bot.dialogue(ADA).get().await.unwrap(), Some(Order::Start));
 
     // The next state belongs to the new session.
     bot.dialogue(ADA).update(awaiting("tea")).await.unwrap();
@@ -137,10 +142,60 @@ async fn new_resets_the_dialogue() {
     );
 }
 
+/// A dialogue in progress follows the chat across an expiry (the 04:00 reset, an idle
+/// expiry): the person is not sent back to the start by the clock. Only `/new`, a
+/// close — or a storage told to — ends it.
 #[tokio::test]
-async fn idle_expiry_resets_the_dialogue_before_the_next_message() {
+async fn a_dialogue_in_progress_follows_the_chat_across_an_expiry() {
     let dir = tempfile::tempdir().unwrap();
     let bot = bot(dir.path(), DmScope::PerChannelPeer);
+    bot.say(ADA, "a coffee please").await;
+    bot.dialogue(ADA).update(awaiting("coffee")).await.unwrap();
+
+    bot.clock.advance(Duration::from_secs(31 * 60));
+    // Expired: the handler of the next message still has the dialogue…
+    assert_eq!(
+        bot.dialogue(ADA).get().await.unwrap(),
+        Some(awaiting("coffee"))
+    );
+    let key = SessionKey::parse("agent:main:telegram:dm:42").unwrap();
+    let before = bot
+        .manager
+        .session(&key)
+        .get()
+        .await
+        .unwrap()
+        .unwrap()
+        .entry
+        .session_id;
+    bot.say(ADA, "large").await;
+    let after = bot
+        .manager
+        .session(&key)
+        .get()
+        .await
+        .unwrap()
+        .unwrap()
+        .entry;
+    assert_ne!(
+        after.session_id, before,
+        "the message started a new session"
+    );
+    assert_eq!(after.start_reason.as_deref(), Some("idle"));
+    // …and so do the messages after it, in the new session, until it ends.
+    assert_eq!(
+        bot.dialogue(ADA).get().await.unwrap(),
+        Some(awaiting("coffee"))
+    );
+    bot.dialogue(ADA).exit().await.unwrap();
+    assert_eq!(bot.dialogue(ADA).get().await.unwrap(), Some(Order::Start));
+}
+
+#[tokio::test]
+async fn a_storage_told_to_ends_the_dialogue_on_an_expiry() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bot = bot(dir.path(), DmScope::PerChannelPeer);
+    bot.storage = bot.storage.clone().ends_on_expiry();
     bot.say(ADA, "a coffee please").await;
     bot.dialogue(ADA).update(awaiting("coffee")).await.unwrap();
 
