@@ -256,29 +256,39 @@ where
             .into_iter()
             .enumerate()
         {
+            let send = || {
+                let mut request = bot.send_message(message.chat.id, part);
+                if let Some(thread) = message.thread_id.filter(|_| message.is_topic_message) {
+                    request = request.message_thread_id(thread);
+                }
+                if let Some(id) = reply_to {
+                    request = request.reply_parameters(ReplyParameters::new(id));
+                }
+                request.send()
+            };
             let outcome = match shown.take() {
                 Some(Shown {
                     message: live,
                     text,
                 }) if text == part => Ok(live),
+                // The message shown while the model wrote becomes the first piece — or,
+                // when it cannot be edited (the person deleted it), a new one goes.
                 Some(Shown { message: live, .. }) => {
-                    bot.edit_message_text(live.chat.id, live.id, part)
+                    match bot
+                        .edit_message_text(live.chat.id, live.id, part)
                         .send()
                         .await
-                }
-                None => {
-                    let mut request = bot.send_message(message.chat.id, part);
-                    if let Some(thread) = message.thread_id.filter(|_| message.is_topic_message) {
-                        request = request.message_thread_id(thread);
+                    {
+                        Ok(edited) => Ok(edited),
+                        Err(_) => send().await,
                     }
-                    if let Some(id) = reply_to.take() {
-                        request = request.reply_parameters(ReplyParameters::new(id));
-                    }
-                    request.send().await
                 }
+                None => send().await,
             };
             match outcome {
                 Ok(delivered) => {
+                    // The reply target goes with the first piece that is delivered.
+                    reply_to = None;
                     sent.push(delivered);
                     let start = part.as_ptr() as usize - text.as_ptr() as usize;
                     shown_pieces.push(start.min(own_len)..(start + part.len()).min(own_len));

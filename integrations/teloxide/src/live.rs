@@ -25,6 +25,10 @@ const TYPING_LASTS: Duration = Duration::from_secs(4);
 /// message edited to the reply's first piece, the rest split at 4,096 characters — with
 /// each payload's delivery reported. The turn logs the reply once, whole, as always.
 ///
+/// The message shown while the model writes is a plain message: a reply directive
+/// (`[[reply_to_current]]`) cannot quote the person's message in it, since the reply's
+/// directives are known only when the turn completes.
+///
 /// [`push`](Self::push) takes each piece as it arrives and never waits (so it fits a
 /// callback such as rig's `answer_streamed`); the edits run in the background. Works
 /// through any teloxide [`Requester`], `Throttle<Bot>` included, which keeps the edits
@@ -59,7 +63,7 @@ pub struct LiveReply<R: Requester> {
     message: Message,
     text: Arc<Mutex<String>>,
     done: Arc<tokio::sync::Notify>,
-    shown: tokio::task::JoinHandle<Option<Shown>>,
+    shown: Option<tokio::task::JoinHandle<Option<Shown>>>,
 }
 
 impl<R> LiveReply<R>
@@ -90,7 +94,7 @@ where
             message: message.clone(),
             text,
             done,
-            shown,
+            shown: Some(shown),
         }
     }
 
@@ -108,13 +112,24 @@ where
     /// first piece; when there is nothing to send (a silent reply), that message is
     /// deleted.
     pub async fn finish(
-        self,
+        mut self,
         sessions: &SessionManager,
         payloads: &[ReplyPayload],
     ) -> Result<Vec<Message>, SendError<R::Err>> {
         self.done.notify_one();
-        let shown = self.shown.await.ok().flatten();
+        let shown = match self.shown.take() {
+            Some(task) => task.await.ok().flatten(),
+            None => None,
+        };
         deliver(&self.bot, sessions, &self.message, payloads, shown).await
+    }
+}
+
+/// A live reply dropped without [`finish`](LiveReply::finish) (the turn failed, the
+/// model's stream broke) stops: no more "typing…", no more edits. What it showed stays.
+impl<R: Requester> Drop for LiveReply<R> {
+    fn drop(&mut self) {
+        self.done.notify_one();
     }
 }
 

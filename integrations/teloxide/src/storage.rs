@@ -240,7 +240,7 @@ impl SessionDialogueStorage {
         entry: &'e SessionEntry,
         chat_id: ChatId,
     ) -> Result<Option<&'e Value>, DialogueError> {
-        let expired = matches!(entry.start_reason.as_deref(), Some("daily" | "idle"));
+        let expired = started_by_expiry(entry);
         let Some(slot) = entry
             .extra
             .get(DIALOGUE_FIELD)
@@ -249,19 +249,35 @@ impl SessionDialogueStorage {
         else {
             return Ok(None);
         };
+        // The sessions the key had before, newest first: the state is carried when it
+        // was written in one of those that expiries replaced one after another.
         let closed = ListFilter::all()
             .key_prefix(key.as_str())
             .status(SessionStatus::Closed);
-        let last = self
+        let mut before: Vec<_> = self
             .manager
             .list(&closed)
             .await?
             .into_iter()
             .filter(|s| s.key == *key && s.entry.session_id != entry.session_id)
-            .max_by_key(|s| (s.entry.closed_at, s.entry.session_started_at));
-        let replaced = last.is_some_and(|s| slot["sessionId"] == s.entry.session_id.as_str());
-        Ok(replaced.then(|| slot.get("state")).flatten())
+            .collect();
+        before.sort_by_key(|s| std::cmp::Reverse((s.entry.closed_at, s.entry.session_started_at)));
+        for earlier in before {
+            if slot["sessionId"] == earlier.entry.session_id.as_str() {
+                return Ok(slot.get("state"));
+            }
+            if !started_by_expiry(&earlier.entry) {
+                break;
+            }
+        }
+        Ok(None)
     }
+}
+
+/// Whether `entry`'s session was started by an expiry (the daily reset, an idle
+/// expiry) rather than asked for (`/new`, a close).
+fn started_by_expiry(entry: &SessionEntry) -> bool {
+    matches!(entry.start_reason.as_deref(), Some("daily" | "idle"))
 }
 
 /// Puts `state` (`None`: removes it) as `chat_id`'s dialogue state in `entry`; whether
@@ -274,6 +290,7 @@ fn put_state(entry: &mut SessionEntry, chat_id: ChatId, state: Option<Value>) ->
         .and_then(|dialogues| dialogues.get(chat_id.to_string()))
         .is_some();
     let session_id = entry.session_id.clone();
+    let expired = started_by_expiry(entry);
     let dialogues = entry
         .extra
         .entry(DIALOGUE_FIELD.to_owned())
@@ -284,8 +301,11 @@ fn put_state(entry: &mut SessionEntry, chat_id: ChatId, state: Option<Value>) ->
     let Value::Object(dialogues) = dialogues else {
         unreachable!("made an object above");
     };
-    // States of earlier sessions are dead: drop them while here.
-    dialogues.retain(|_, slot| slot["sessionId"] == session_id.as_str());
+    // States of earlier sessions are dead — unless an expiry started this one, which
+    // other chats' dialogues may still be carried across: drop them while here.
+    if !expired {
+        dialogues.retain(|_, slot| slot["sessionId"] == session_id.as_str());
+    }
     match state {
         Some(state) => {
             let slot = serde_json::json!({ "sessionId": session_id, "state": state });

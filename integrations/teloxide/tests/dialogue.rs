@@ -445,3 +445,34 @@ async fn enter_dialogue_lets_a_new_chats_first_message_through() {
         "reading the dialogue created no session"
     );
 }
+
+/// Found by an outside test: a dialogue written once survives expiries one after
+/// another, and in a session chats share, one chat's write after an expiry leaves the
+/// others' dialogues carried.
+#[tokio::test]
+async fn a_dialogue_survives_expiries_in_a_row_and_beside_other_chats() {
+    let dir = tempfile::tempdir().unwrap();
+    let bot = bot(dir.path(), DmScope::Main);
+    bot.say(ADA, "a coffee please").await;
+    bot.say(BOB, "a tea please").await;
+    bot.dialogue(ADA).update(awaiting("coffee")).await.unwrap();
+    bot.dialogue(BOB).update(awaiting("tea")).await.unwrap();
+    for _ in 0..3 {
+        bot.clock.advance(Duration::from_secs(31 * 60));
+        bot.say(ADA, "still here").await;
+        assert_eq!(
+            bot.dialogue(ADA).get().await.unwrap(),
+            Some(awaiting("coffee"))
+        );
+    }
+    // ADA's dialogue moves on in the new session; BOB's is still carried.
+    bot.dialogue(ADA).update(awaiting("milk")).await.unwrap();
+    assert_eq!(
+        bot.dialogue(BOB).get().await.unwrap(),
+        Some(awaiting("tea"))
+    );
+    assert_eq!(
+        bot.dialogue(ADA).get().await.unwrap(),
+        Some(awaiting("milk"))
+    );
+}

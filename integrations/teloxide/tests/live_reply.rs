@@ -136,3 +136,23 @@ async fn a_live_reply_that_ends_silent_leaves_nothing_in_the_chat() {
         fake.calls()
     );
 }
+
+/// Found by an outside test: a live reply dropped without `finish` (the turn failed)
+/// stops — no "typing…" forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_reply_dropped_without_finish_stops() {
+    let (fake, bot, _sessions, _dir) = setup().await;
+    let asked = ada_says(10, "hello");
+    let live = LiveReply::with_interval(bot, &asked, Duration::from_millis(20));
+    let typing = || {
+        fake.calls()
+            .iter()
+            .filter(|c| *c == "sendchataction")
+            .count()
+    };
+    until("typing…", || typing() == 1).await;
+    drop(live);
+    // "typing…" lasts 4 s: a live reply still running would say it again by now.
+    tokio::time::sleep(Duration::from_millis(4_500)).await;
+    assert_eq!(typing(), 1, "no typing after the drop: {:?}", fake.calls());
+}

@@ -154,3 +154,34 @@ async fn a_reply_telegram_refuses_whole_is_not_believed_read_and_the_next_payloa
         .collect();
     assert_eq!(said, ["Two things?", "two", "Hm?"]);
 }
+
+/// Found by an outside test: the reply target goes with the first message delivered,
+/// not with one Telegram refused.
+#[tokio::test]
+async fn the_reply_target_goes_with_the_first_message_delivered() {
+    let (fake, bot) = telegram().await;
+    let dir = tempfile::tempdir().unwrap();
+    let sessions = open(dir.path()).await;
+    let adapter = TelegramAdapter::new(UserId(common::BOT_ID as u64), "helper_bot");
+    let asked = ada_says("Two parts please");
+    let turn = sessions
+        .turn(&adapter.inbound(&asked).unwrap())
+        .await
+        .unwrap();
+    let reply = format!(
+        "[[reply_to_current]] {REFUSED} {}\n\n{}",
+        "a".repeat(4_000),
+        "b".repeat(100)
+    );
+    let payloads = turn.complete(reply.as_str()).await.unwrap();
+    assert!(payloads[0].reply_to_current);
+    let sent = send_replies(&bot, &sessions, &asked, &payloads).await;
+    assert!(matches!(sent, Err(SendError::Telegram { .. })));
+    let delivered = fake.sent();
+    assert_eq!(delivered.len(), 1);
+    assert_eq!(
+        delivered[0]["reply_parameters"]["message_id"], asked.id.0,
+        "{}",
+        delivered[0]
+    );
+}
