@@ -169,13 +169,8 @@ async fn an_input_that_keeps_failing_is_set_aside_after_three_attempts_with_a_no
             "{url}: {later:?}"
         );
         // Nothing is lost: every input is still in the transcript.
-        let key = manager.turn(&dm("/status")).await.unwrap().key().clone();
-        let read = manager.session(&key).replay(Offset::START).await.unwrap();
-        let texts: Vec<String> = read
-            .events
-            .iter()
-            .filter_map(|e| e.entry.message.as_ref().map(|m| m.text()))
-            .collect();
+        let key = manager.key_for(&dm("")).unwrap();
+        let texts = kept(&manager, &key).await;
         for input in ["Book a table", "for 4", "at 8?", "hello?", "one more"] {
             assert!(texts.contains(&input.to_owned()), "{url}: {input}");
         }

@@ -164,28 +164,6 @@ async fn session_memory_gives_the_agent_its_conversation_across_turns_resets_and
     );
 }
 
-/// The rota tool the agent calls when Jane asks about her shift.
-struct Shifts;
-
-impl PortableTool for Shifts {
-    const NAME: &'static str = "shifts";
-    type Args = serde_json::Value;
-    type Output = String;
-    type Error = std::convert::Infallible;
-
-    fn description(&self) -> String {
-        "The user's shifts on a day.".into()
-    }
-
-    fn parameters(&self) -> serde_json::Value {
-        serde_json::json!({"type": "object", "properties": {"day": {"type": "string"}}})
-    }
-
-    async fn call(&self, _day: serde_json::Value) -> Result<String, Self::Error> {
-        Ok("9am".into())
-    }
-}
-
 #[tokio::test]
 async fn a_runs_tool_calls_and_results_are_kept_and_sent_with_the_next_turn() {
     let server = FakeOpenAi::start().await;
@@ -198,7 +176,7 @@ async fn a_runs_tool_calls_and_results_are_kept_and_sent_with_the_next_turn() {
     let bot = AgentBuilder::new(model)
         .preamble(SYSTEM)
         .memory(SessionMemory::new(manager.clone()).with_session_keys())
-        .tool(Shifts)
+        .tool(CountedShifts::default())
         .build();
 
     // The model calls the tool, the agent runs it, the model answers: two requests.
@@ -316,7 +294,7 @@ async fn answer_runs_whole_turns_across_resets_and_a_restart() {
     let with_tool = AgentBuilder::new(model)
         .preamble(SYSTEM)
         .default_max_turns(3)
-        .tool(Shifts)
+        .tool(CountedShifts::default())
         .build();
     assert_eq!(
         send(manager.clone(), with_tool.clone(), "And my shift?").await,
@@ -614,7 +592,8 @@ async fn answer_hands_a_message_sent_during_a_tool_call_to_the_running_agent() {
     assert_eq!(newer.await.unwrap().unwrap().len(), 1);
 }
 
-/// The rota tool, counting its calls.
+/// The rota tool the agent calls when Jane asks about her shift, counting its calls.
+#[derive(Default)]
 struct CountedShifts(Arc<std::sync::atomic::AtomicUsize>);
 
 impl PortableTool for CountedShifts {
