@@ -543,8 +543,10 @@ fn run(url: &str, steps: &[Step], dealing: Dealing) -> Outcome {
             }
         })
     };
-    // The reader of other processes' appends starts with the first subscription.
-    std::thread::sleep(Duration::from_millis(300));
+    // The reader of other processes' appends starts with the first subscription, from
+    // the feed's end as it reads it then: give it time to have read it, also on a
+    // loaded machine (300 ms was once not enough in CI, and the first line was missed).
+    std::thread::sleep(Duration::from_secs(2));
 
     let mut reports = Vec::new();
     let mut dealt = Vec::new();
