@@ -507,15 +507,12 @@ fn messages_logged(report: &Report) -> usize {
     }
 }
 
-/// Waits until the subscriber has heard `expected` user and assistant lines.
+/// Waits until the subscriber has heard `expected` user and assistant lines, or 20 s
+/// (a loaded machine reads slowly); what it missed, the comparison with the
+/// transcripts then names line by line.
 fn until_heard(heard: &Mutex<Vec<TranscriptUpdate>>, expected: usize) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while messages_in(heard) < expected {
-        assert!(
-            Instant::now() < deadline,
-            "the subscriber heard {} of {expected} lines",
-            messages_in(heard)
-        );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while messages_in(heard) < expected && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
 }

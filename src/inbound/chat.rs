@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use std::collections::VecDeque;
 
 use crate::exactly_once::outcome::Marks;
+use crate::inbound::attachment::Attachment;
 use crate::store::entry::WindowStart;
 use crate::transcript::{
     AgentMessage, Content, ContentBlock, LogFields, Offset, Role, TranscriptEntry,
@@ -52,6 +53,10 @@ pub struct ChatMessage {
     /// The call a tool message answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// The files a user message came with; its content carries their placeholders.
+    /// The model integrations send those with a URL as image or file inputs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
 }
 
 impl ChatMessage {
@@ -61,6 +66,7 @@ impl ChatMessage {
             content: content.into(),
             tool_calls: Vec::new(),
             tool_call_id: None,
+            attachments: Vec::new(),
         }
     }
 
@@ -316,7 +322,14 @@ impl History {
         };
         let text = message.text();
         let message = match &message.role {
-            Role::User => ChatMessage::user(text),
+            Role::User => ChatMessage {
+                attachments: entry
+                    .log
+                    .as_ref()
+                    .map(|log| log.attachments.clone())
+                    .unwrap_or_default(),
+                ..ChatMessage::user(text)
+            },
             Role::Assistant => ChatMessage {
                 tool_calls: tool_calls(message.content.as_ref()),
                 ..ChatMessage::assistant(text)
@@ -450,7 +463,10 @@ impl History {
             let attempts = id.and_then(|id| self.marks.attempts.get(id)).copied();
             return Some(match attempts.filter(|n| *n >= max_attempts.max(1)) {
                 Some(attempts) => ChatMessage::user(set_aside_note(text, attempts)),
-                None => ChatMessage::user(text),
+                None => ChatMessage {
+                    attachments: message.attachments.clone(),
+                    ..ChatMessage::user(text)
+                },
             });
         }
         if message.role != ChatRole::Assistant {

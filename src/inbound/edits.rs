@@ -120,6 +120,7 @@ impl SessionManager {
         // to the agent, not through the inbound pipeline a second time.
         let mut again = message.clone().mentioning_agent();
         again.body = input.content;
+        again.attachments = input.attachments;
         again.untrusted_context.clear();
         again.verbatim = true;
         self.turn(&again).await.map(Some)

@@ -6,6 +6,7 @@ use crate::identity::key::{
     normalize_channel, resolve_group, Conversation, GroupResolution, PeerKind,
 };
 use crate::identity::{Person, PersonType};
+use crate::inbound::attachment::Attachment;
 use crate::store::entry::ThreadId;
 
 /// Who sent a message.
@@ -130,6 +131,10 @@ pub struct InboundMessage {
     /// model may read but must not obey: it goes into the untrusted-context block.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub untrusted_context: Vec<String>,
+    /// The files that came with the message; the model's text for it carries one
+    /// placeholder per file (see [`Attachment`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
     /// Whether `body` is a model input logged before (a turn answered again): the
     /// inbound pipeline takes it as it is.
     #[serde(skip)]
@@ -319,6 +324,12 @@ impl InboundMessage {
     /// Adds an untrusted-context entry.
     pub fn with_untrusted_context(mut self, entry: impl Into<String>) -> Self {
         self.untrusted_context.push(entry.into());
+        self
+    }
+
+    /// Adds a file that came with the message.
+    pub fn with_attachment(mut self, attachment: Attachment) -> Self {
+        self.attachments.push(attachment);
         self
     }
 

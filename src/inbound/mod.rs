@@ -112,6 +112,7 @@
 //!
 
 pub(crate) mod activation;
+pub(crate) mod attachment;
 pub(crate) mod chat;
 pub(crate) mod chatter;
 pub(crate) mod edits;
@@ -125,6 +126,7 @@ pub(crate) mod record;
 pub(crate) mod window;
 
 pub use activation::{decide, ActivationDecision, ActivationReason, OwnerChatter};
+pub use attachment::{Attachment, AttachmentKind};
 pub use chat::{
     fit_to_budget, message_tokens, transcript_messages, ChatMessage, ChatRole, EstimatedTokens,
     HistoryWindow, TokenCounter, ToolCall,

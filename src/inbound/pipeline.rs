@@ -3,6 +3,7 @@
 use std::borrow::Cow;
 
 use crate::freshness::triggers::eq_ignore_case;
+use crate::inbound::attachment::with_placeholders;
 use crate::inbound::{InboundMessage, Sender};
 
 /// Opens the group-history section of a context block (OpenClaw's `HISTORY_CONTEXT_MARKER`).
@@ -425,7 +426,7 @@ fn marked_text(message: &InboundMessage, body: &str, options: &PipelineOptions) 
 /// The message text alone, as kept in group chatter: newlines normalised, a leading
 /// timestamp envelope removed, agent mentions removed in groups, markers
 /// [defanged](defang) — without the sender meta line and untrusted context of
-/// [`model_body`].
+/// [`model_body`] — and with a placeholder line for each attachment.
 pub(crate) fn clean_text(
     message: &InboundMessage,
     body: &str,
@@ -436,6 +437,7 @@ pub(crate) fn clean_text(
     if message.is_group() {
         text = strip_mentions(&text, &options.mention_names);
     }
+    let text = with_placeholders(text, &message.attachments);
     defang(&text).into_owned()
 }
 

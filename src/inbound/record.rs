@@ -7,6 +7,7 @@ use crate::identity::key::{
     SessionKey,
 };
 use crate::identity::PersonType;
+use crate::inbound::attachment::with_placeholders;
 use crate::inbound::InboundMessage;
 use crate::reply::delivery::apply_route;
 use crate::store::entry::DeliveryContext;
@@ -111,7 +112,10 @@ pub(crate) fn record_message(entry: &mut SessionEntry, inbound: &Inbound<'_>) {
     } else {
         inbound.body
     };
-    entry.last_message_preview = preview(preview_source);
+    entry.last_message_preview = preview(&with_placeholders(
+        preview_source.to_owned(),
+        &message.attachments,
+    ));
     if matches!(entry.status, None | Some(SessionStatus::Inactive)) {
         entry.status = Some(SessionStatus::Idle);
     }

@@ -278,7 +278,12 @@ pub(crate) fn arrive(
 /// Queues `arrival`, making room as the cap, the queue's byte bound
 /// ([`MAX_QUEUED_BYTES`]) and the drop policy say.
 fn enqueue(entry: &mut SessionEntry, arrival: &Arrival<'_>, settings: &Effective) -> Lane {
-    let message = serde_json::to_value(arrival.message).unwrap_or_default();
+    // Kept without file bytes (a `data:` URL is for the model call that has it).
+    let message = serde_json::to_value(InboundMessage {
+        attachments: crate::inbound::attachment::kept(&arrival.message.attachments),
+        ..arrival.message.clone()
+    })
+    .unwrap_or_default();
     let size = |message: &serde_json::Value| message.to_string().len();
     let mut bytes = size(&message) + entry.queued.iter().map(|q| size(&q.message)).sum::<usize>();
     let full = |queued: usize, bytes: usize| {

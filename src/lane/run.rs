@@ -552,6 +552,28 @@ impl<'m> Lanes<'m> {
         super::collected_input(&inputs, place.dropped.as_ref())
     }
 
+    /// The files of the messages a turn answers together (see
+    /// [`with_collected`](Self::with_collected)), in the order their text has them:
+    /// the waiting messages', with `own` at the turn's own place — as a session keeps
+    /// them (without file bytes).
+    pub(crate) fn collected_attachments(
+        &self,
+        own: &[crate::inbound::Attachment],
+        place: &Place,
+    ) -> Vec<crate::inbound::Attachment> {
+        let mut files: Vec<Vec<crate::inbound::Attachment>> = place
+            .collected
+            .iter()
+            .filter_map(|queued| {
+                let message: InboundMessage =
+                    serde_json::from_value(queued.message.clone()).ok()?;
+                Some(message.attachments)
+            })
+            .collect();
+        files.insert(place.own_at.min(files.len()), own.to_vec());
+        crate::inbound::attachment::kept(&files.concat())
+    }
+
     /// Holds the run `fence` of `key`'s session for a running turn: its lease is
     /// renewed every quarter of [`LEASE`] until the turn ends (or the run is lost).
     pub(crate) fn hold_run(&self, key: &SessionKey, fence: u64) -> RunLease {

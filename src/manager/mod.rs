@@ -1069,9 +1069,12 @@ impl SessionManager {
             (None, None) => message.body.clone(),
         };
         let inbound_id = intake.map(|intake| intake.id.as_str());
+        // A reset trigger alone ("/new"), without text or files after it.
+        let bare_reset =
+            trigger.is_some() && body.trim().is_empty() && message.attachments.is_empty();
         let run = mode
             .run()
-            .filter(|_| !(trigger.is_some() && body.trim().is_empty()))
+            .filter(|_| !bare_reset)
             .map(|hold| RunFacts {
                 holder: hold.holder(),
                 inbound_id,
@@ -1108,7 +1111,7 @@ impl SessionManager {
             run,
             // A bare reset is all done here; other messages are logged next.
             dedupe: intake
-                .map(|intake| (intake, window, trigger.is_some() && body.trim().is_empty())),
+                .map(|intake| (intake, window, bare_reset)),
         };
         let mut seen = dedupe::Seen::New;
         let mut step = None;

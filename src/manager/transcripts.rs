@@ -79,8 +79,8 @@ impl LogMessage {
     }
 
     /// An inbound message as an adapter described it: its text, channel, sender (the
-    /// canonical person when the message names one, else E.164, else the sender id) and
-    /// message id as correlation id.
+    /// canonical person when the message names one, else E.164, else the sender id),
+    /// message id as correlation id, and attachments.
     pub fn from_inbound(message: &InboundMessage) -> Self {
         let mut logged = LogMessage::inbound(message.body.clone());
         let log = &mut logged.log;
@@ -92,6 +92,7 @@ impl LogMessage {
             .or_else(|| message.sender.e164.clone())
             .or_else(|| message.sender.id.clone());
         log.correlation_id = message.message_id.clone();
+        log.attachments = crate::inbound::attachment::kept(&message.attachments);
         logged
     }
 

@@ -4,6 +4,7 @@
 use crate::error::Result;
 use crate::identity::key::SessionKey;
 use crate::inbound::activation::ActivationDecision;
+use crate::inbound::attachment::with_given_urls;
 use crate::inbound::chat::ChatMessage;
 use crate::inbound::chatter::chatter_key;
 use crate::inbound::InboundMessage;
@@ -408,7 +409,10 @@ impl SessionManager {
                     self.seams.history.clear(&history).await?;
                 }
             }
-            if resolution.reset_triggered && resolution.body.trim().is_empty() {
+            if resolution.reset_triggered
+                && resolution.body.trim().is_empty()
+                && message.attachments.is_empty()
+            {
                 taken(intake);
                 turn.action = TurnAction::Acknowledge(self.settings.reset_acknowledgement.clone());
                 turn.entry = Some(Box::new(resolution.entry().clone()));
@@ -619,6 +623,7 @@ impl SessionManager {
                 .map(crate::lane::tracked_id)
                 .chain(place.queued_as.clone())
                 .collect();
+            log.attachments = Lanes(self).collected_attachments(&message.attachments, place);
         }
         match self.log_claimed(&transcript, line, claimed, done).await {
             Ok(mut logged) => turn.inbound = logged.pop(),
@@ -758,7 +763,21 @@ impl<'m> Turn<'m> {
             .inbound
             .as_ref()
             .and_then(|event| event.entry.id.as_deref());
-        let current = (ChatMessage::user(input.clone()), line);
+        // The files as logged, with the URLs the host gave them that were not.
+        let attachments = self
+            .inbound
+            .as_ref()
+            .and_then(|event| event.entry.log.as_ref())
+            .map(|log| log.attachments.clone())
+            .unwrap_or_default();
+        let attachments = with_given_urls(attachments, &self.message.attachments);
+        let current = (
+            ChatMessage {
+                attachments,
+                ..ChatMessage::user(input.clone())
+            },
+            line,
+        );
         let (messages, window, cut) = self.manager.fit_messages(entry, system, history, current)?;
         let cut = match cut {
             Some(cut) => Some(self.manager.reach_back(&self.key, entry, skip, cut).await?),

@@ -395,6 +395,10 @@ pub struct LogFields {
     /// erased.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub chatter: Vec<ChatterSender>,
+    /// The files an inbound line's messages came with, in order (its text carries
+    /// their placeholders: [`Attachment`](crate::inbound::Attachment)).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<crate::inbound::Attachment>,
     /// Anything else the host wants kept.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub metadata: Map<String, Value>,

@@ -43,7 +43,7 @@
 #![warn(missing_docs)]
 
 use agent_sessions::exactly_once::TurnFailure;
-use agent_sessions::inbound::{ChatMessage, ChatRole, ToolCall};
+use agent_sessions::inbound::{Attachment, ChatMessage, ChatRole, ToolCall};
 use agent_sessions::manager::{Turn, TurnReply};
 use agent_sessions::memory::TurnUsage;
 use agent_sessions::reply::ReplyPayload;
@@ -52,13 +52,68 @@ use async_openai::error::OpenAIError;
 use async_openai::types::chat::{
     ChatCompletionMessageToolCall, ChatCompletionMessageToolCalls,
     ChatCompletionRequestAssistantMessage, ChatCompletionRequestMessage,
-    ChatCompletionRequestSystemMessage, ChatCompletionRequestToolMessage,
-    ChatCompletionRequestUserMessage, ChatCompletionStreamOptions, CompletionUsage,
-    CreateChatCompletionRequest, CreateChatCompletionResponse, FunctionCall,
+    ChatCompletionRequestMessageContentPartFile, ChatCompletionRequestMessageContentPartImage,
+    ChatCompletionRequestMessageContentPartText, ChatCompletionRequestSystemMessage,
+    ChatCompletionRequestToolMessage, ChatCompletionRequestUserMessage,
+    ChatCompletionRequestUserMessageContent, ChatCompletionRequestUserMessageContentPart,
+    ChatCompletionStreamOptions, CompletionUsage, CreateChatCompletionRequest,
+    CreateChatCompletionResponse, FileObject, FunctionCall, ImageUrl,
 };
 use async_openai::Client;
 use futures_util::StreamExt;
 use serde_json::Value;
+
+/// A user message's content: its text alone, or its text and then its files' inputs.
+fn user_content(
+    text: String,
+    attachments: &[Attachment],
+) -> ChatCompletionRequestUserMessageContent {
+    let files: Vec<ChatCompletionRequestUserMessageContentPart> =
+        attachments.iter().filter_map(file_part).collect();
+    if files.is_empty() {
+        return text.into();
+    }
+    let mut parts = vec![ChatCompletionRequestUserMessageContentPart::Text(
+        ChatCompletionRequestMessageContentPartText {
+            text,
+            ..Default::default()
+        },
+    )];
+    parts.extend(files);
+    ChatCompletionRequestUserMessageContent::Array(parts)
+}
+
+/// The input part of a file the model can read: a picture by its URL, another file by
+/// its `data:` URL.
+fn file_part(attachment: &Attachment) -> Option<ChatCompletionRequestUserMessageContentPart> {
+    let url = attachment
+        .url
+        .as_deref()
+        .filter(|url| !url.trim().is_empty())?;
+    if attachment.is_picture() {
+        return Some(ChatCompletionRequestUserMessageContentPart::ImageUrl(
+            ChatCompletionRequestMessageContentPartImage {
+                image_url: ImageUrl {
+                    url: url.to_owned(),
+                    detail: None,
+                },
+                ..Default::default()
+            },
+        ));
+    }
+    url.starts_with("data:").then(|| {
+        ChatCompletionRequestUserMessageContentPart::File(
+            ChatCompletionRequestMessageContentPartFile {
+                file: FileObject {
+                    file_data: Some(url.to_owned()),
+                    file_id: None,
+                    filename: attachment.file_name.clone(),
+                },
+                ..Default::default()
+            },
+        )
+    })
+}
 
 /// The provider name recorded with the usage of a completion.
 pub const PROVIDER: &str = "openai";
@@ -78,7 +133,10 @@ pub enum Error {
 /// One message of the conversation as a chat-completion request message.
 ///
 /// Tool calls keep their ids, names and arguments (as the JSON text the API takes);
-/// a tool result names the call it answers.
+/// a tool result names the call it answers. A user message's
+/// [attachments](ChatMessage::attachments) with a URL follow its text as content
+/// parts: a picture as an image input (an `https://` or `data:` URL), another file
+/// with a `data:` URL as a file input; the others are the placeholders in its text.
 ///
 /// ```
 /// use agent_sessions::inbound::ChatMessage;
@@ -97,7 +155,7 @@ pub fn request_message(message: &ChatMessage) -> ChatCompletionRequestMessage {
             })
         }
         ChatRole::User => ChatCompletionRequestMessage::User(ChatCompletionRequestUserMessage {
-            content: content.into(),
+            content: user_content(content, &message.attachments),
             name: None,
         }),
         ChatRole::Assistant => {

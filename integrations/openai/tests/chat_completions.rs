@@ -337,3 +337,36 @@ async fn quick_messages_get_one_call_at_a_time_and_an_interrupted_call_sends_not
     let answered = newer.await.unwrap().unwrap();
     assert_eq!(answered.len(), 1, "{answered:?}");
 }
+
+#[tokio::test]
+async fn a_photo_and_a_document_with_urls_are_sent_as_image_and_file_inputs() {
+    use agent_sessions::inbound::{Attachment, AttachmentKind};
+    let server = FakeOpenAi::start().await;
+    let client = client(&server);
+    let dir = tempfile::tempdir().unwrap();
+    let manager = open(dir.path()).await;
+    let message = InboundMessage::direct("telegram", "42", "is my shift on this rota?")
+        .with_attachment(
+            Attachment::new(AttachmentKind::Image).with_url("https://files.example/rota.png"),
+        )
+        .with_attachment(
+            Attachment::new(AttachmentKind::Document)
+                .with_file_name("rota.pdf")
+                .with_url("data:application/pdf;base64,JVBERi0x"),
+        )
+        .with_attachment(Attachment::new(AttachmentKind::Audio).with_file_id("AwAC"));
+    let turn = manager.turn(&message).await.unwrap();
+    agent_sessions_openai::answer(turn, &client, "gpt-test", Vec::new())
+        .await
+        .unwrap();
+    let body = server.last_request();
+    assert_eq!(
+        body["messages"][0]["content"],
+        serde_json::json!([
+            {"type": "text", "text": "is my shift on this rota?\n<media:image>\n<media:document>\n<media:audio>"},
+            {"type": "image_url", "image_url": {"url": "https://files.example/rota.png"}},
+            {"type": "file", "file": {"file_data": "data:application/pdf;base64,JVBERi0x", "filename": "rota.pdf"}},
+        ]),
+        "the voice note, which has no URL, is its placeholder"
+    );
+}

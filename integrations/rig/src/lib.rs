@@ -52,7 +52,7 @@ use std::sync::Arc;
 
 use agent_sessions::exactly_once::TurnFailure;
 use agent_sessions::identity::DEFAULT_AGENT_ID;
-use agent_sessions::inbound::{ChatMessage, ChatRole, ToolCall};
+use agent_sessions::inbound::{Attachment, ChatMessage, ChatRole, ToolCall};
 use agent_sessions::manager::{LogMessage, TurnOutcome, TurnReply};
 use agent_sessions::memory::TurnUsage;
 use agent_sessions::reply::ReplyPayload;
@@ -64,8 +64,8 @@ use rig_core::completion::{Message, Usage};
 use rig_core::id::ConversationId;
 use rig_core::memory::{ConversationMemory, MemoryError};
 use rig_core::message::{
-    AssistantContent, AssistantMessage, CallId, ToolName, ToolResult, ToolResultContent,
-    UserContent,
+    AssistantContent, AssistantMessage, CallId, DocumentMediaType, ImageMediaType, MimeType,
+    ToolName, ToolResult, ToolResultContent, UserContent,
 };
 use rig_core::streaming::{Item, StreamEvent};
 use rig_core::wasm_compat::WasmBoxedFuture;
@@ -436,7 +436,10 @@ fn assistant_text(assistant: &AssistantMessage) -> String {
 }
 
 /// The conversation as rig messages: system, user and assistant text, an assistant's
-/// tool calls, and tool results (as the user messages rig carries them in).
+/// tool calls, and tool results (as the user messages rig carries them in). A user
+/// message's [attachments](ChatMessage::attachments) with a URL follow its text: a
+/// picture as an image (by URL, or the bytes of a `data:` URL), another file with a
+/// `data:` URL as a document; the others are the placeholders in its text.
 ///
 /// ```
 /// use agent_sessions::inbound::ChatMessage;
@@ -455,7 +458,11 @@ pub fn rig_messages(messages: &[ChatMessage]) -> Vec<Message> {
     for message in messages {
         match message.role {
             ChatRole::System => out.push(Message::system(message.content.clone())),
-            ChatRole::User => out.push(Message::user(message.content.clone())),
+            ChatRole::User => {
+                let mut content = vec![UserContent::text(message.content.clone())];
+                content.extend(message.attachments.iter().filter_map(file_content));
+                out.push(Message::User { content });
+            }
             ChatRole::Assistant => {
                 let mut content = Vec::new();
                 if !message.content.is_empty() {
@@ -491,6 +498,38 @@ pub fn rig_messages(messages: &[ChatMessage]) -> Vec<Message> {
         }
     }
     out
+}
+
+/// The input of a file the model can read: a picture by its URL or the bytes of its
+/// `data:` URL, another file by the bytes of its `data:` URL.
+fn file_content(attachment: &Attachment) -> Option<UserContent> {
+    let url = attachment
+        .url
+        .as_deref()
+        .filter(|url| !url.trim().is_empty())?;
+    // `data:<mime>;base64,<bytes>`
+    let data = url.strip_prefix("data:").and_then(|rest| {
+        let (head, bytes) = rest.split_once(',')?;
+        let mime = head.strip_suffix(";base64")?;
+        Some((mime, bytes))
+    });
+    let mime = attachment
+        .mime_type
+        .as_deref()
+        .or(data.map(|(mime, _)| mime))
+        .unwrap_or_default();
+    if attachment.is_picture() {
+        let media = ImageMediaType::from_mime_type(mime);
+        return Some(match data {
+            Some((_, bytes)) => UserContent::image_base64(bytes, media, None),
+            None => UserContent::image_url(url, media, None),
+        });
+    }
+    let (_, bytes) = data?;
+    Some(UserContent::document_base64(
+        bytes,
+        DocumentMediaType::from_mime_type(mime),
+    ))
 }
 
 /// A run's usage as the session records it: input tokens without the cached ones

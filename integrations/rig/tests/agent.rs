@@ -811,3 +811,34 @@ async fn a_session_written_through_rigs_memory_keeps_its_bookkeeping() {
         ]
     );
 }
+
+#[tokio::test]
+async fn a_photo_with_a_url_reaches_the_rig_agent_as_an_image() {
+    use agent_sessions::inbound::{Attachment, AttachmentKind};
+    let server = FakeOpenAi::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let manager = open(dir.path()).await;
+    let bot = agent(&server, None);
+    let message = dm("what plant is this?").with_attachment(
+        Attachment::new(AttachmentKind::Image)
+            .with_mime_type("image/png")
+            .with_url("https://files.example/plant.png"),
+    );
+    agent_sessions_rig::answer(&manager, &message, &bot)
+        .await
+        .unwrap();
+    let body = server.last_request();
+    let user = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "user")
+        .unwrap();
+    let parts = user["content"].as_array().expect("content parts");
+    assert_eq!(parts[0]["text"], "what plant is this?\n<media:image>");
+    assert_eq!(parts[1]["type"], "image_url");
+    assert_eq!(
+        parts[1]["image_url"]["url"],
+        "https://files.example/plant.png"
+    );
+}

@@ -1,11 +1,11 @@
 //! Telegram messages as [`InboundMessage`]s: who wrote, where, whether the bot was
 //! addressed.
 
-use agent_sessions::inbound::Sender;
+use agent_sessions::inbound::{Attachment, AttachmentKind, Sender};
 use agent_sessions::InboundMessage;
 use teloxide::types::{
-    Chat, ChatId, Me, Message, MessageEntityKind, MessageEntityRef, Update, UpdateKind, User,
-    UserId,
+    Chat, ChatId, FileMeta, Me, Message, MessageEntityKind, MessageEntityRef, PhotoSize, Update,
+    UpdateKind, User, UserId,
 };
 
 /// The channel name every mapped message carries.
@@ -109,10 +109,13 @@ impl TelegramAdapter {
     /// The [`InboundMessage`] for `message`, or `None` when it has nothing to read (a
     /// service message, a poll, a location).
     ///
-    /// - A photo, video, voice note, audio file, document or sticker without a caption
-    ///   is read as OpenClaw's placeholder (`<media:image>`, `<media:video>`,
-    ///   `<media:audio>`, `<media:document>`, `<media:sticker>`), so the model knows
-    ///   something was sent; with a caption, as the caption.
+    /// - A photo (its largest size), video, video note, animation, voice note, audio
+    ///   file, document or sticker is an [`Attachment`] with its `file_id`, MIME type,
+    ///   size and file name; the caption is the message's text. The model's text gets
+    ///   OpenClaw's placeholder for it (`<media:image>`, `<media:video>`,
+    ///   `<media:audio>`, `<media:document>`, `<media:sticker>`) after the caption, so a
+    ///   caption never hides that something was sent; [`fetch_files`](crate::fetch_files)
+    ///   turns the file ids into what a model can read.
     /// - A private chat is a direct message from the chat; a group or supergroup is a
     ///   group message from its sender, with the chat's title as the group subject; a
     ///   channel post is a channel message.
@@ -129,13 +132,15 @@ impl TelegramAdapter {
     ///   recorded; the message it replies to and where it was forwarded from go into
     ///   the untrusted context, for the model to read but not obey.
     pub fn inbound(&self, message: &Message) -> Option<InboundMessage> {
+        let attachments = attachments_of(message);
         let (text, entities) = match (message.text(), message.caption()) {
             (Some(text), _) => (text, message.parse_entities().unwrap_or_default()),
             (None, Some(caption)) => (
                 caption,
                 message.parse_caption_entities().unwrap_or_default(),
             ),
-            (None, None) => (media_placeholder(message)?, Vec::new()),
+            (None, None) if !attachments.is_empty() => ("", Vec::new()),
+            (None, None) => return None,
         };
         let chat_id = message.chat.id.to_string();
         let sender = sender_of(message);
@@ -149,6 +154,7 @@ impl TelegramAdapter {
             InboundMessage::group(CHANNEL, chat_id, sender_id, body)
         };
         inbound = inbound.with_sender(sender);
+        inbound.attachments = attachments;
         if let Some(title) = message.chat.title() {
             inbound = inbound.with_group_subject(title);
         }
@@ -271,24 +277,81 @@ impl TelegramAdapter {
     }
 }
 
-/// OpenClaw's placeholder for a message that is only media.
-fn media_placeholder(message: &Message) -> Option<&'static str> {
-    if message.photo().is_some() {
-        Some("<media:image>")
-    } else if message.sticker().is_some() {
-        Some("<media:sticker>")
-    } else if message.video().is_some()
-        || message.video_note().is_some()
-        || message.animation().is_some()
-    {
-        Some("<media:video>")
-    } else if message.voice().is_some() || message.audio().is_some() {
-        Some("<media:audio>")
-    } else if message.document().is_some() {
-        Some("<media:document>")
-    } else {
-        None
+/// The files `message` carries, as the channel describes them.
+fn attachments_of(message: &Message) -> Vec<Attachment> {
+    let file = |kind, meta: &FileMeta| {
+        Attachment::new(kind)
+            .with_file_id(meta.id.to_string())
+            .with_size(u64::from(meta.size))
+    };
+    let named = |attachment: Attachment, mime: Option<&str>, name: Option<&String>| {
+        let attachment = match mime {
+            Some(mime) => attachment.with_mime_type(mime),
+            None => attachment,
+        };
+        match name {
+            Some(name) => attachment.with_file_name(name.clone()),
+            None => attachment,
+        }
+    };
+    let mut files = Vec::new();
+    if let Some(photo) = message.photo().and_then(<[PhotoSize]>::last) {
+        files.push(file(AttachmentKind::Image, &photo.file).with_mime_type("image/jpeg"));
     }
+    if let Some(sticker) = message.sticker() {
+        let mime = if sticker.is_video() {
+            "video/webm"
+        } else if sticker.is_animated() {
+            "application/x-tgsticker"
+        } else {
+            "image/webp"
+        };
+        files.push(file(AttachmentKind::Sticker, &sticker.file).with_mime_type(mime));
+    }
+    if let Some(video) = message.video() {
+        let video_file = file(AttachmentKind::Video, &video.file);
+        files.push(named(
+            video_file,
+            video.mime_type.as_ref().map(|m| m.essence_str()),
+            video.file_name.as_ref(),
+        ));
+    }
+    if let Some(note) = message.video_note() {
+        files.push(file(AttachmentKind::Video, &note.file).with_mime_type("video/mp4"));
+    }
+    if let Some(animation) = message.animation() {
+        let animated = file(AttachmentKind::Video, &animation.file);
+        files.push(named(
+            animated,
+            animation.mime_type.as_ref().map(|m| m.essence_str()),
+            animation.file_name.as_ref(),
+        ));
+    } else if let Some(document) = message.document() {
+        // An animation's message also carries it as a document.
+        let document_file = file(AttachmentKind::Document, &document.file);
+        files.push(named(
+            document_file,
+            document.mime_type.as_ref().map(|m| m.essence_str()),
+            document.file_name.as_ref(),
+        ));
+    }
+    if let Some(voice) = message.voice() {
+        let voice_file = file(AttachmentKind::Audio, &voice.file);
+        files.push(named(
+            voice_file,
+            voice.mime_type.as_ref().map(|m| m.essence_str()),
+            None,
+        ));
+    }
+    if let Some(audio) = message.audio() {
+        let audio_file = file(AttachmentKind::Audio, &audio.file);
+        files.push(named(
+            audio_file,
+            audio.mime_type.as_ref().map(|m| m.essence_str()),
+            audio.file_name.as_ref(),
+        ));
+    }
+    files
 }
 
 /// Who wrote `message`: the chat it was sent on behalf of (an anonymous admin, a

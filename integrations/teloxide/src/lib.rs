@@ -63,10 +63,12 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod files;
 mod inbound;
 mod live;
 mod storage;
 
+pub use files::{fetch_files, FetchedFiles};
 pub use inbound::{TelegramAdapter, CHANNEL};
 pub use live::{LiveReply, LIVE_EDIT_INTERVAL};
 

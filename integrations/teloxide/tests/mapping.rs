@@ -47,6 +47,17 @@ fn supergroup() -> Value {
     json!({"id": -1002, "type": "supergroup", "title": "Club"})
 }
 
+/// What the message says, as the model's text has it: its text, then a placeholder
+/// for each file.
+fn read_as(inbound: &InboundMessage) -> String {
+    let text = (!inbound.body.is_empty()).then(|| inbound.body.clone());
+    let files = inbound
+        .attachments
+        .iter()
+        .map(|file| file.kind.placeholder().to_owned());
+    text.into_iter().chain(files).collect::<Vec<_>>().join("\n")
+}
+
 /// A message update: `message` plus the fields every message has.
 fn update(message: Value) -> Value {
     update_as("message", message)
@@ -314,7 +325,7 @@ fn telegram_updates_map_to_inbound_messages() {
             }),
         ),
         (
-            "a photo's caption is the body, its caption entities the mentions",
+            "a photo's caption is the body, before the photo's placeholder; its caption entities the mentions",
             update(
                 json!({"chat": group(), "from": ada(), "caption": "look @helper_bot",
                 "caption_entities": [entity("mention", 5, 11)],
@@ -322,7 +333,7 @@ fn telegram_updates_map_to_inbound_messages() {
             ),
             Some(Expect {
                 key: "agent:main:telegram:group:-100",
-                body: "look @helper_bot",
+                body: "look @helper_bot\n<media:image>",
                 mentioned: true,
                 sender: ada_in_group,
                 context: &[],
@@ -440,7 +451,7 @@ fn telegram_updates_map_to_inbound_messages() {
             "{name}"
         );
         assert_eq!(inbound.channel, "telegram", "{name}");
-        assert_eq!(inbound.body, expected.body, "{name}");
+        assert_eq!(read_as(&inbound), expected.body, "{name}");
         assert_eq!(inbound.mentioned, expected.mentioned, "{name}");
         let (id, display, username) = expected.sender;
         assert_eq!(inbound.sender.id.as_deref(), Some(id), "{name}");
@@ -514,4 +525,67 @@ fn the_owner_is_recognised_by_user_id() {
             .unwrap()
             .sender_is_owner
     );
+}
+
+#[test]
+fn each_file_is_an_attachment_with_its_file_id_type_size_and_name() {
+    use agent_sessions::inbound::{Attachment, AttachmentKind};
+    let file = |kind, id: &str, mime: &str, size| {
+        Attachment::new(kind)
+            .with_file_id(id)
+            .with_mime_type(mime)
+            .with_size(size)
+    };
+    let cases = [
+        (
+            "a photo is its largest size",
+            json!({"photo": [
+                {"file_id": "small", "file_unique_id": "s", "width": 90, "height": 90, "file_size": 1200},
+                {"file_id": "large", "file_unique_id": "l", "width": 1280, "height": 960, "file_size": 98000}]}),
+            file(AttachmentKind::Image, "large", "image/jpeg", 98_000),
+        ),
+        (
+            "a document keeps its name and type",
+            json!({"document": {"file_id": "BQAD", "file_unique_id": "d", "file_name": "rota.pdf",
+                "mime_type": "application/pdf", "file_size": 9000}}),
+            file(AttachmentKind::Document, "BQAD", "application/pdf", 9_000)
+                .with_file_name("rota.pdf"),
+        ),
+        (
+            "a voice note is audio",
+            json!({"voice": {"file_id": "AwAD", "file_unique_id": "v", "duration": 3,
+                "mime_type": "audio/ogg", "file_size": 4000}}),
+            file(AttachmentKind::Audio, "AwAD", "audio/ogg", 4_000),
+        ),
+        (
+            "a video keeps its name",
+            json!({"video": {"file_id": "BAAD", "file_unique_id": "m", "width": 640, "height": 360,
+                "duration": 12, "file_name": "clip.mp4", "mime_type": "video/mp4", "file_size": 700000}}),
+            file(AttachmentKind::Video, "BAAD", "video/mp4", 700_000).with_file_name("clip.mp4"),
+        ),
+        (
+            "an animated sticker is not a picture",
+            json!({"sticker": {"file_id": "CAAD", "file_unique_id": "k", "type": "regular",
+                "width": 512, "height": 512, "is_animated": true, "is_video": false, "file_size": 30000}}),
+            file(
+                AttachmentKind::Sticker,
+                "CAAD",
+                "application/x-tgsticker",
+                30_000,
+            ),
+        ),
+    ];
+    for (name, media, expected) in cases {
+        let mut message = json!({"chat": private_chat(), "from": ada()});
+        message
+            .as_object_mut()
+            .unwrap()
+            .extend(media.as_object().unwrap().clone());
+        let inbound = adapter().inbound_update(&parse(&update(message))).unwrap();
+        assert_eq!(inbound.attachments, [expected], "{name}");
+        assert_eq!(inbound.body, "", "{name}: no caption, no text");
+    }
+    let animated =
+        Attachment::new(AttachmentKind::Sticker).with_mime_type("application/x-tgsticker");
+    assert!(!animated.is_picture());
 }

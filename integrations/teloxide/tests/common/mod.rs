@@ -39,6 +39,11 @@ pub struct Telegram {
     pub edits: Vec<Value>,
     /// The message of the last update pushed.
     pub last: Option<Value>,
+    /// Files `getFile` finds, by file id: the bytes the download serves, and the size
+    /// `getFile` says (Telegram's word, which a download need not match).
+    pub files: std::collections::HashMap<String, (Vec<u8>, usize)>,
+    /// File paths downloaded, in order.
+    pub downloads: Vec<String>,
 }
 
 #[derive(Clone, Default)]
@@ -137,11 +142,18 @@ impl FakeTelegram {
         waited.unwrap_or_else(|_| panic!("waited {WAIT:?} for {count} refused messages"))
     }
 
+    /// Keeps `bytes` as the file `id`, which `getFile` says is `announced` bytes long.
+    pub fn add_file(&self, id: &str, bytes: Vec<u8>, announced: usize) {
+        let mut state = self.state.lock().unwrap();
+        state.files.insert(id.to_owned(), (bytes, announced));
+    }
+
     /// Serves the Bot API on a loopback port; returns its URL.
     pub async fn serve(&self) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/", listener.local_addr().unwrap());
         let app = axum::Router::new()
+            .route("/file/{*path}", axum::routing::get(download))
             .fallback(answer)
             .with_state(self.clone());
         tokio::spawn(async move { axum::serve(listener, app).await });
@@ -162,6 +174,16 @@ async fn answer(State(fake): State<FakeTelegram>, uri: Uri, body: Bytes) -> Json
             fake.changed.notify_waiters();
             return Json(json!({"ok": false, "error_code": 400,
                 "description": "Bad Request: message is refused by the test"}));
+        }
+        "getfile" => {
+            let id = params["file_id"].as_str().unwrap_or_default().to_owned();
+            let state = fake.state.lock().unwrap();
+            let Some((_, announced)) = state.files.get(&id) else {
+                return Json(json!({"ok": false, "error_code": 400,
+                    "description": "Bad Request: invalid file_id"}));
+            };
+            json!({"file_id": id, "file_unique_id": format!("u-{id}"),
+                "file_size": announced, "file_path": format!("files/{id}")})
         }
         "editmessagetext" => {
             let mut state = fake.state.lock().unwrap();
@@ -197,6 +219,20 @@ async fn answer(State(fake): State<FakeTelegram>, uri: Uri, body: Bytes) -> Json
         _ => json!(true), // deleteWebhook and anything else: done
     };
     Json(json!({"ok": true, "result": result}))
+}
+
+/// A file download: `/file/bot<token>/files/<file id>` (teloxide sends the path's
+/// slash encoded).
+async fn download(State(fake): State<FakeTelegram>, uri: Uri) -> Vec<u8> {
+    let path = uri.path().replace("%2F", "/");
+    let id = path.rsplit('/').next().unwrap_or("").to_owned();
+    let mut state = fake.state.lock().unwrap();
+    state.downloads.push(uri.path().to_owned());
+    state
+        .files
+        .get(&id)
+        .map(|(bytes, _)| bytes.clone())
+        .unwrap_or_default()
 }
 
 /// Telegram's `getUpdates`: forgets updates below `offset`, returns the rest, or waits
