@@ -76,7 +76,7 @@ pub use live::{LiveReply, LIVE_EDIT_INTERVAL};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
-pub use storage::{DialogueError, SessionDialogueStorage, DIALOGUE_FIELD};
+pub use storage::{enter_dialogue, DialogueError, SessionDialogueStorage, DIALOGUE_FIELD};
 
 use agent_sessions::exactly_once::Delivery;
 use agent_sessions::prelude::ReplyPayload;

@@ -9,12 +9,15 @@ use agent_sessions::{ListFilter, SessionEntry, SessionKey, SessionManager, Sessi
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{Map, Value};
-use teloxide::dispatching::dialogue::Storage;
-use teloxide::types::ChatId;
+use teloxide::dispatching::dialogue::{Dialogue, Storage};
+use teloxide::dispatching::DpHandlerDescription;
+use teloxide::dptree::{self, Handler};
+use teloxide::types::{ChatId, Message};
 
 use crate::TelegramAdapter;
 
-/// The session-entry field that holds the dialogue states, one per chat id.
+/// The session-entry field that holds the dialogue states, one per chat id (a group's
+/// members' as `<group id>/<user id>`).
 pub const DIALOGUE_FIELD: &str = "telegramDialogues";
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -138,6 +141,11 @@ pub struct SessionDialogueStorage {
     manager: Arc<SessionManager>,
     adapter: TelegramAdapter,
     ends_on_expiry: bool,
+    /// Whether a group keeps one dialogue per member ([`per_member`](Self::per_member)).
+    per_member: bool,
+    /// The group whose members this storage's dialogues are: the chat ids it is given
+    /// are then user ids.
+    group: Option<ChatId>,
 }
 
 impl SessionDialogueStorage {
@@ -148,7 +156,55 @@ impl SessionDialogueStorage {
             manager,
             adapter,
             ends_on_expiry: false,
+            per_member: false,
+            group: None,
         })
+    }
+
+    /// Keeps one dialogue per member in a group (two people filling in two orders at
+    /// once), instead of one per chat: each member's state lives in the group's
+    /// session, ends with it on `/new` and follows it across expiries as a chat's
+    /// does. teloxide's `enter_dialogue` knows only the chat: enter dialogues with this
+    /// crate's [`enter_dialogue`](crate::enter_dialogue) (or build them with
+    /// [`dialogue`](Self::dialogue)). Private chats are unchanged; a channel post or an
+    /// anonymous admin's message, which names no member, uses the group's dialogue.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use agent_sessions::prelude::*;
+    /// # use agent_sessions_teloxide::{SessionDialogueStorage, TelegramAdapter};
+    /// # use teloxide::types::UserId;
+    /// # let manager = Arc::new(SessionManager::new(InMemoryStore::new()));
+    /// let adapter = TelegramAdapter::new(UserId(777), "helper_bot");
+    /// let storage = SessionDialogueStorage::new(manager, adapter).per_member();
+    /// ```
+    pub fn per_member(self: Arc<Self>) -> Arc<Self> {
+        let mut storage = Arc::unwrap_or_clone(self);
+        storage.per_member = true;
+        Arc::new(storage)
+    }
+
+    /// The dialogue `message` belongs to: its chat's, or — with
+    /// [`per_member`](Self::per_member), in a group — its sender's in that group.
+    pub fn dialogue<D>(self: &Arc<Self>, message: &Message) -> Dialogue<D, SessionDialogueStorage>
+    where
+        D: Serialize + DeserializeOwned + Default + Send + 'static,
+    {
+        let member = message
+            .from
+            .as_ref()
+            .filter(|_| self.per_member && !message.chat.is_private())
+            .filter(|_| message.sender_chat.is_none() && !message.chat.is_channel());
+        match member.and_then(|user| i64::try_from(user.id.0).ok()) {
+            Some(user) => {
+                let members = SessionDialogueStorage {
+                    group: Some(message.chat.id),
+                    ..(**self).clone()
+                };
+                Dialogue::new(Arc::new(members), ChatId(user))
+            }
+            None => Dialogue::new(self.clone(), message.chat.id),
+        }
     }
 
     /// Ends a chat's dialogue when its session expires (the daily reset, an idle
@@ -171,27 +227,34 @@ impl SessionDialogueStorage {
         Arc::new(storage)
     }
 
-    fn key(&self, chat_id: ChatId) -> Result<SessionKey, DialogueError> {
-        Ok(self.manager.key_for(&self.adapter.chat(chat_id))?)
+    /// The chat whose session holds the dialogue `chat_id` names (a member's: the
+    /// group's), and the dialogue's slot in it.
+    fn place(&self, chat_id: ChatId) -> (ChatId, String) {
+        match self.group {
+            Some(group) => (group, format!("{group}/{chat_id}")),
+            None => (chat_id, chat_id.to_string()),
+        }
+    }
+
+    fn key(&self, chat: ChatId) -> Result<SessionKey, DialogueError> {
+        Ok(self.manager.key_for(&self.adapter.chat(chat))?)
     }
 
     async fn get<D: DeserializeOwned>(&self, chat_id: ChatId) -> Result<Option<D>, DialogueError> {
-        let key = self.key(chat_id)?;
+        let (chat, slot) = self.place(chat_id);
+        let key = self.key(chat)?;
         let Some(stored) = self.manager.session(&key).get().await? else {
             return Ok(None);
         };
         let entry = &stored.entry;
         if entry.status == Some(SessionStatus::Closed)
-            || (self.ends_on_expiry
-                && self
-                    .manager
-                    .is_expired(&self.adapter.chat(chat_id), entry)?)
+            || (self.ends_on_expiry && self.manager.is_expired(&self.adapter.chat(chat), entry)?)
         {
             return Ok(None);
         }
-        let state = match current_state(entry, chat_id) {
+        let state = match current_state(entry, &slot) {
             Some(state) => state,
-            None => match self.carried(&key, entry, chat_id).await? {
+            None => match self.carried(&key, entry, &slot).await? {
                 Some(state) => state,
                 None => return Ok(None),
             },
@@ -202,16 +265,17 @@ impl SessionDialogueStorage {
     }
 
     async fn set(&self, chat_id: ChatId, state: Option<Value>) -> Result<(), DialogueError> {
-        let key = self.key(chat_id)?;
+        let (chat, slot) = self.place(chat_id);
+        let key = self.key(chat)?;
         let removing = state.is_none();
         let mut started = false;
         loop {
             let outcome = self
                 .manager
                 .store()
-                .update(&key, |slot| {
-                    let entry = slot.as_mut().filter(|e| !e.session_id.is_empty())?;
-                    Some(put_state(entry, chat_id, state.clone()))
+                .update(&key, |stored| {
+                    let entry = stored.as_mut().filter(|e| !e.session_id.is_empty())?;
+                    Some(put_state(entry, &slot, state.clone()))
                 })
                 .await?;
             match outcome {
@@ -221,7 +285,7 @@ impl SessionDialogueStorage {
                     // that updates before its turn): the dialogue starts it, as the
                     // chat's first message would (its status, start and origin).
                     self.manager
-                        .record_inbound_meta(&self.adapter.chat(chat_id))
+                        .record_inbound_meta(&self.adapter.chat(chat))
                         .await?;
                     started = true;
                 }
@@ -232,19 +296,19 @@ impl SessionDialogueStorage {
 }
 
 impl SessionDialogueStorage {
-    /// The state `chat_id`'s dialogue had in the session an expiry replaced with
+    /// The state the dialogue in `slot` had in the session an expiry replaced with
     /// `entry` (the key's last closed session), unless expiries end dialogues.
     async fn carried<'e>(
         &self,
         key: &SessionKey,
         entry: &'e SessionEntry,
-        chat_id: ChatId,
+        slot: &str,
     ) -> Result<Option<&'e Value>, DialogueError> {
         let expired = started_by_expiry(entry);
         let Some(slot) = entry
             .extra
             .get(DIALOGUE_FIELD)
-            .and_then(|dialogues| dialogues.get(chat_id.to_string()))
+            .and_then(|dialogues| dialogues.get(slot))
             .filter(|_| expired && !self.ends_on_expiry)
         else {
             return Ok(None);
@@ -280,14 +344,14 @@ fn started_by_expiry(entry: &SessionEntry) -> bool {
     matches!(entry.start_reason.as_deref(), Some("daily" | "idle"))
 }
 
-/// Puts `state` (`None`: removes it) as `chat_id`'s dialogue state in `entry`; whether
-/// it had one.
-fn put_state(entry: &mut SessionEntry, chat_id: ChatId, state: Option<Value>) -> bool {
+/// Puts `state` (`None`: removes it) as the state of the dialogue in `slot` in
+/// `entry`; whether it had one.
+fn put_state(entry: &mut SessionEntry, slot: &str, state: Option<Value>) -> bool {
     // A state of an earlier session counts: one carried across an expiry can be ended.
     let had_state = entry
         .extra
         .get(DIALOGUE_FIELD)
-        .and_then(|dialogues| dialogues.get(chat_id.to_string()))
+        .and_then(|dialogues| dialogues.get(slot))
         .is_some();
     let session_id = entry.session_id.clone();
     let expired = started_by_expiry(entry);
@@ -308,11 +372,11 @@ fn put_state(entry: &mut SessionEntry, chat_id: ChatId, state: Option<Value>) ->
     }
     match state {
         Some(state) => {
-            let slot = serde_json::json!({ "sessionId": session_id, "state": state });
-            dialogues.insert(chat_id.to_string(), slot);
+            let kept = serde_json::json!({ "sessionId": session_id, "state": state });
+            dialogues.insert(slot.to_owned(), kept);
         }
         None => {
-            dialogues.shift_remove(&chat_id.to_string());
+            dialogues.shift_remove(slot);
         }
     }
     if dialogues.is_empty() {
@@ -321,9 +385,9 @@ fn put_state(entry: &mut SessionEntry, chat_id: ChatId, state: Option<Value>) ->
     had_state
 }
 
-/// The state `entry` holds for `chat_id`, if it was written in this session.
-fn current_state(entry: &SessionEntry, chat_id: ChatId) -> Option<&Value> {
-    let slot = entry.extra.get(DIALOGUE_FIELD)?.get(chat_id.to_string())?;
+/// The state `entry` holds in `slot`, if it was written in this session.
+fn current_state<'e>(entry: &'e SessionEntry, slot: &str) -> Option<&'e Value> {
+    let slot = entry.extra.get(DIALOGUE_FIELD)?.get(slot)?;
     (slot.get("sessionId")?.as_str()? == entry.session_id).then(|| slot.get("state"))?
 }
 
@@ -362,4 +426,60 @@ where
         // No session, an expired one, or no state in it: the dialogue's start.
         Box::pin(async move { Ok(Some(self.get(chat_id).await?.unwrap_or_default())) })
     }
+}
+
+/// teloxide's `enter_dialogue` for a [`SessionDialogueStorage`]: hands the handler the
+/// message's [`Dialogue`] and its state, per member in a group when the storage keeps
+/// [one per member](SessionDialogueStorage::per_member) (teloxide's own knows only
+/// chats). Needs the `Arc<SessionDialogueStorage>` and the `Message` in the handler's
+/// dependencies; a state that cannot be read stops the update there, logged, as
+/// teloxide's does by default.
+///
+/// ```no_run
+/// # use std::sync::Arc;
+/// # use agent_sessions::prelude::*;
+/// # use agent_sessions_teloxide::{enter_dialogue, SessionDialogueStorage, TelegramAdapter};
+/// # use teloxide::dispatching::dialogue::Dialogue;
+/// # use teloxide::prelude::*;
+/// #[derive(Clone, Default, serde::Serialize, serde::Deserialize)]
+/// enum Order { #[default] Start, AwaitingSize }
+///
+/// async fn on_message(dialogue: Dialogue<Order, SessionDialogueStorage>, state: Order)
+///     -> Result<(), Box<dyn std::error::Error + Send + Sync>> { Ok(()) }
+///
+/// # async fn run(bot: Bot, sessions: Arc<SessionManager>) -> Result<(), Box<dyn std::error::Error>> {
+/// let me = bot.get_me().await?;
+/// let storage = SessionDialogueStorage::new(sessions, TelegramAdapter::from(&me)).per_member();
+/// let handler = Update::filter_message()
+///     .chain(enter_dialogue::<Order, _>())
+///     .endpoint(on_message);
+/// Dispatcher::builder(bot, handler)
+///     .dependencies(dptree::deps![storage])
+///     .build()
+///     .dispatch()
+///     .await;
+/// # Ok(())
+/// # }
+/// ```
+#[must_use]
+pub fn enter_dialogue<D, Output>() -> Handler<'static, Output, DpHandlerDescription>
+where
+    D: Serialize + DeserializeOwned + Default + Clone + Send + Sync + 'static,
+    Output: Send + Sync + 'static,
+{
+    dptree::map(|storage: Arc<SessionDialogueStorage>, message: Message| {
+        storage.dialogue::<D>(&message)
+    })
+    .filter_map_async(|dialogue: Dialogue<D, SessionDialogueStorage>| async move {
+        match dialogue.get_or_default().await {
+            Ok(state) => Some(state),
+            Err(error) => {
+                log::error!(
+                    "reading the dialogue of chat {} failed: {error}",
+                    dialogue.chat_id()
+                );
+                None
+            }
+        }
+    })
 }

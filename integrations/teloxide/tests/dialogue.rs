@@ -476,3 +476,90 @@ async fn a_dialogue_survives_expiries_in_a_row_and_beside_other_chats() {
         Some(awaiting("milk"))
     );
 }
+
+/// With `per_member`, two people in one group fill in their own orders at once: each
+/// member's state is their own, kept in the group's session, and a reset of the group's
+/// session ends them all; a private chat keeps its one dialogue.
+#[tokio::test]
+async fn a_group_can_keep_one_dialogue_per_member() {
+    use std::ops::ControlFlow;
+    use teloxide::dispatching::UpdateFilterExt;
+    use teloxide::types::Update;
+
+    let dir = tempfile::tempdir().unwrap();
+    let bot = bot(dir.path(), DmScope::PerChannelPeer);
+    let storage = bot.storage.clone().per_member();
+    // The endpoint returns the state it was given and moves the dialogue on.
+    let handler = Update::filter_message()
+        .chain(agent_sessions_teloxide::enter_dialogue::<Order, _>())
+        .endpoint(|dialogue: OrderDialogue, state: Order| async move {
+            let next = match &state {
+                Order::Start => awaiting("tea"),
+                Order::AwaitingSize { .. } => Order::Start,
+            };
+            dialogue.update(next).await.unwrap();
+            state
+        });
+    let message = |chat: serde_json::Value, from: i64, sender_chat: Option<serde_json::Value>| {
+        let mut message = serde_json::json!({"message_id": 1, "date": 1771840800,
+            "chat": chat, "from": {"id": from, "is_bot": false, "first_name": "Someone"},
+            "text": "tea"});
+        if let Some(sender_chat) = sender_chat {
+            message["sender_chat"] = sender_chat;
+        }
+        // teloxide reads updates from text (from a `Value` it reads an error update).
+        let update = serde_json::json!({"update_id": 1, "message": message});
+        serde_json::from_str::<Update>(&update.to_string()).unwrap()
+    };
+    let family = serde_json::json!({"id": -100, "type": "group", "title": "Family"});
+    let run = |update: Update| {
+        let handler = handler.clone();
+        let storage = storage.clone();
+        async move {
+            match handler
+                .dispatch(teloxide::dptree::deps![update, storage])
+                .await
+            {
+                ControlFlow::Break(state) => state,
+                ControlFlow::Continue(_) => panic!("the handler did not run"),
+            }
+        }
+    };
+    let ada = message(family.clone(), 42, None);
+    let bob = message(family.clone(), 43, None);
+    assert_eq!(run(ada.clone()).await, Order::Start);
+    assert_eq!(run(bob.clone()).await, Order::Start, "Bob's is not Ada's");
+    assert_eq!(run(ada.clone()).await, awaiting("tea"));
+    assert_eq!(run(bob.clone()).await, awaiting("tea"));
+    // An anonymous admin names no member: the group's own dialogue.
+    let anonymous = message(family.clone(), 1087968824, Some(family.clone()));
+    assert_eq!(run(anonymous.clone()).await, Order::Start);
+    assert_eq!(run(anonymous).await, awaiting("tea"));
+    // Ada's private chat has its dialogue as before.
+    let private = serde_json::json!({"id": 42, "type": "private", "first_name": "Ada"});
+    assert_eq!(run(message(private, 42, None)).await, Order::Start);
+
+    // They live in the group's session, which a reset ends for everyone.
+    let key = bot
+        .manager
+        .key_for(&TelegramAdapter::new(UserId(777), "helper_bot").chat(FAMILY))
+        .unwrap();
+    let entry = bot
+        .manager
+        .session(&key)
+        .get()
+        .await
+        .unwrap()
+        .unwrap()
+        .entry;
+    let mut slots: Vec<&String> = entry.extra[DIALOGUE_FIELD]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    slots.sort();
+    assert_eq!(slots, ["-100", "-100/42", "-100/43"]);
+    bot.manager.session(&key).reset().await.unwrap();
+    assert_eq!(run(ada).await, Order::Start, "the reset ended Ada's order");
+    assert_eq!(run(bob).await, Order::Start, "and Bob's");
+}
