@@ -385,6 +385,116 @@ async fn a_conversation_is_paged_and_each_page_is_bounded_in_bytes() {
 /// 200 at once on 200 connections got 200 answers in 0.72 s; now a handful are checked
 /// and the rest are refused unchecked (429), and the right secret gets in once the
 /// guessing stops.
+/// The charts' figures, per day, from the transcripts: turns, tokens, failed turns,
+/// refused deliveries and reply latency — and a request that asks too much is clamped
+/// or refused.
+#[tokio::test]
+async fn the_activity_figures_count_each_day_from_the_transcripts() {
+    use agent_sessions::exactly_once::TurnFailure;
+    use agent_sessions::freshness::ManualClock;
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("json:{}", dir.path().display());
+    let today = chrono::Utc::now();
+    let yesterday = today - chrono::Duration::days(1);
+    let clock = ManualClock::at_millis(yesterday.timestamp_millis() as u64);
+    let writer = SessionManager::connect(&store)
+        .await
+        .unwrap()
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let dm = |who: &str, text: &str| InboundMessage::direct("telegram", who, text);
+    // Yesterday: two answered turns.
+    for (who, text) in [("42", "when is my shift?"), ("43", "and mine?")] {
+        let turn = writer.turn(&dm(who, text)).await.unwrap();
+        let usage = TurnUsage::tokens(1200, 40, 300, 0);
+        turn.complete(TurnReply::from("Thursday.").with_usage(usage))
+            .await
+            .unwrap();
+    }
+    // Today: a failed turn, then an answer the channel refused.
+    clock.set(today);
+    let failed = writer.turn(&dm("42", "book me in")).await.unwrap();
+    failed.fail(TurnFailure::KeepInput).await.unwrap();
+    let refused = writer.turn(&dm("42", "hello?")).await.unwrap();
+    for payload in refused.complete("Booked.").await.unwrap() {
+        writer
+            .report_delivery(
+                &payload,
+                Delivery::Failed {
+                    reason: "blocked".into(),
+                },
+            )
+            .await
+            .unwrap();
+    }
+
+    let (_server, base) = serve_ui(&store);
+    let (cookie, _) = log_in(&base).await;
+    let get = |query: &str| {
+        let url = format!("{base}/ui/api/activity{query}");
+        let cookie = cookie.clone();
+        async move {
+            let response = client()
+                .get(url)
+                .header("cookie", cookie)
+                .send()
+                .await
+                .unwrap();
+            (response.status(), response.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, figures) = get("?days=7").await;
+    assert_eq!(status, StatusCode::OK, "{figures}");
+    let days = figures["days"].as_array().unwrap();
+    assert_eq!(days.len(), 7);
+    assert_eq!(days[6]["day"], today.date_naive().to_string());
+    let (before, now) = (&days[5], &days[6]);
+    assert_eq!(before["turns"], 2);
+    assert_eq!(
+        before["tokensIn"],
+        2 * (1200 + 300),
+        "uncached input and cache reads"
+    );
+    assert_eq!(before["tokensOut"], 2 * 40);
+    assert_eq!(before["replies"], 2);
+    assert!(before["latencyMedianMs"].is_u64(), "{before}");
+    assert_eq!(
+        (
+            before["failedTurns"].as_u64(),
+            before["refusedDeliveries"].as_u64()
+        ),
+        (Some(0), Some(0))
+    );
+    assert_eq!(now["turns"], 2);
+    assert_eq!(now["failedTurns"], 1);
+    assert_eq!(now["refusedDeliveries"], 1);
+    assert!(days[..5].iter().all(|d| d["turns"] == 0), "{days:?}");
+    assert_eq!(
+        figures["sessions"], 3,
+        "42's of yesterday (closed by the daily reset), 43's, and 42's of today"
+    );
+
+    // Asking too much is clamped; nonsense is refused, and nobody else gets in.
+    assert_eq!(
+        get("?days=100000").await.1["days"]
+            .as_array()
+            .unwrap()
+            .len(),
+        90
+    );
+    assert_eq!(get("?days=0").await.1["days"].as_array().unwrap().len(), 1);
+    assert_eq!(get("?days=many").await.0, StatusCode::BAD_REQUEST);
+    assert_eq!(get("?agent=../etc").await.0, StatusCode::BAD_REQUEST);
+    let stranger = client()
+        .get(format!("{base}/ui/api/activity"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stranger.status(), StatusCode::UNAUTHORIZED);
+}
+
 #[tokio::test]
 async fn failed_logins_are_limited_across_the_service() {
     let dir = tempfile::tempdir().unwrap();
@@ -790,5 +900,55 @@ async fn an_operator_inspects_and_resets_a_session_in_a_real_browser() {
         },
     )
     .await;
+
+    // The charts: each bar is the day's figure the service counted.
+    browser
+        .find(Locator::LinkText("Activity"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let bars = eventually("the turns chart", || async {
+        let bars = browser
+            .execute(
+                "return [...document.querySelectorAll('#chart-turns rect')]
+                   .map(r => [r.dataset.day, Number(r.dataset.value)])",
+                vec![],
+            )
+            .await
+            .ok()?;
+        (bars.as_array()?.len() == 14).then_some(bars)
+    })
+    .await;
+    let (cookie, _) = log_in(&base).await;
+    let figures: Value = client()
+        .get(format!("{base}/ui/api/activity?days=14"))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let counted: Vec<Value> = figures["days"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| json!([d["day"], d["turns"]]))
+        .collect();
+    assert_eq!(bars, json!(counted));
+    assert!(
+        counted.last().unwrap()[1].as_u64().unwrap() >= 5,
+        "today's turns: {counted:?}"
+    );
+    for chart in ["tokens", "failed", "refused", "latency"] {
+        let drawn = browser
+            .find_all(Locator::Css(&format!("#chart-{chart} svg.bars")))
+            .await
+            .unwrap();
+        assert_eq!(drawn.len(), 1, "the {chart} chart");
+    }
+    screenshot(&browser, "inspector-activity.png").await;
     browser.close().await.unwrap();
 }

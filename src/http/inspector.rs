@@ -24,6 +24,8 @@ use crate::transcript::follow::{Position, Scope, Update};
 use crate::transcript::search::{Search, SearchFilter, SearchQuery};
 use crate::transcript::TranscriptStore;
 
+mod activity;
+
 /// The cookie that names an operator's login.
 const COOKIE_NAME: &str = "agent_sessions_inspector";
 
@@ -62,6 +64,7 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
 const LOGIN_PAGE: &str = include_str!("inspector/login.html");
 const SESSIONS_PAGE: &str = include_str!("inspector/sessions.html");
 const SESSION_PAGE: &str = include_str!("inspector/session.html");
+const ACTIVITY_PAGE: &str = include_str!("inspector/activity.html");
 const SCRIPT: &str = include_str!("inspector/inspector.js");
 const STYLE: &str = include_str!("inspector/inspector.css");
 
@@ -242,6 +245,7 @@ pub(super) fn routes(
     let api = Router::new()
         .route("/ui/api/me", get(me))
         .route("/ui/api/sessions", get(sessions))
+        .route("/ui/api/activity", get(activity_figures))
         .route("/ui/api/session", get(session))
         .route("/ui/api/conversation", get(conversation))
         .route("/ui/api/context", get(context))
@@ -253,6 +257,7 @@ pub(super) fn routes(
     let pages = Router::new()
         .route("/ui/sessions", get(|| page(SESSIONS_PAGE)))
         .route("/ui/session", get(|| page(SESSION_PAGE)))
+        .route("/ui/activity", get(|| page(ACTIVITY_PAGE)))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             login_page_first,
@@ -459,6 +464,31 @@ struct SessionsQuery {
     status: Option<String>,
     q: Option<String>,
     cursor: Option<String>,
+}
+
+/// What `/ui/api/activity` is asked: an agent (the default one when absent) and how
+/// many days, up to today (14 when absent; at most 90).
+#[derive(Deserialize)]
+struct ActivityQuery {
+    agent: Option<String>,
+    days: Option<u32>,
+}
+
+/// `GET /ui/api/activity`: an agent's figures per day, for the charts page.
+async fn activity_figures(
+    State(state): State<Shared>,
+    query: Result<Query<ActivityQuery>, QueryRejection>,
+) -> ApiResult {
+    let Query(query) = query?;
+    let agent = match non_empty(query.agent) {
+        Some(agent) => AgentId::new(&agent)?,
+        None => state.manager.default_agent().clone(),
+    };
+    let days = query.days.unwrap_or(14);
+    let now = state.manager.seams.clock.now();
+    Ok(Json(
+        activity::activity(&state.manager, &agent, days, now).await?,
+    ))
 }
 
 fn non_empty(value: Option<String>) -> Option<String> {

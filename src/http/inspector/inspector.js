@@ -421,8 +421,90 @@ async function sessionPage() {
   });
 }
 
+// The charts page: one bar chart per figure, drawn as SVG from /ui/api/activity.
+const SVG = 'http://www.w3.org/2000/svg';
+
+function svg(tag, attributes) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, String(value));
+  return node;
+}
+
+// A bar chart of `series` (each a list of numbers, one per day, drawn side by side)
+// over `days`, its values labelled with `format`.
+function barChart(section, days, series, format) {
+  for (const old of section.querySelectorAll('svg, table')) old.remove();
+  const width = 640, height = 180, left = 48, bottom = 22, top = 10;
+  const max = Math.max(1, ...series.flat().filter((v) => v !== null));
+  const chart = svg('svg', { viewBox: `0 0 ${width} ${height}`, role: 'img', class: 'bars' });
+  const slot = (width - left) / Math.max(1, days.length);
+  const bar = Math.max(2, (slot * 0.8) / series.length);
+  chart.append(svg('line', { x1: left, y1: height - bottom, x2: width, y2: height - bottom, class: 'axis' }));
+  const topLabel = svg('text', { x: left - 6, y: top + 8, 'text-anchor': 'end', class: 'tick' });
+  topLabel.textContent = format(max);
+  chart.append(topLabel);
+  days.forEach((day, n) => {
+    series.forEach((values, s) => {
+      const value = values[n];
+      if (value === null || value === undefined) return;
+      const h = ((height - bottom - top) * value) / max;
+      const rect = svg('rect', {
+        x: left + n * slot + slot * 0.1 + s * bar, y: height - bottom - h,
+        width: bar, height: Math.max(h, value > 0 ? 1 : 0), class: 'series-' + s,
+        'data-day': day, 'data-value': value,
+      });
+      const tip = svg('title', {});
+      tip.textContent = `${day}: ${format(value)}`;
+      rect.append(tip);
+      chart.append(rect);
+    });
+    if (days.length <= 14 || n % Math.ceil(days.length / 14) === 0) {
+      const label = svg('text', { x: left + n * slot + slot / 2, y: height - 6, 'text-anchor': 'middle', class: 'tick' });
+      label.textContent = day.slice(5);
+      chart.append(label);
+    }
+  });
+  section.append(chart);
+}
+
+async function activityPage() {
+  const me = await signIn();
+  const params = new URLSearchParams(location.search);
+  const form = $('filters');
+  $('agent').value = params.get('agent') || me.agent;
+  $('days').value = params.get('days') || '14';
+  const count = (n) => Number(n).toLocaleString();
+  const seconds = (ms) => (ms / 1000).toFixed(ms < 10000 ? 1 : 0) + ' s';
+
+  async function load() {
+    notice(null);
+    const query = new URLSearchParams(new FormData(form));
+    history.replaceState(null, '', '/ui/activity?' + query);
+    try {
+      const figures = await api('/ui/api/activity?' + query);
+      const days = figures.days.map((d) => d.day);
+      const of = (name) => figures.days.map((d) => d[name]);
+      barChart($('chart-turns'), days, [of('turns')], count);
+      barChart($('chart-tokens'), days, [of('tokensIn'), of('tokensOut')], count);
+      barChart($('chart-failed'), days, [of('failedTurns')], count);
+      barChart($('chart-refused'), days, [of('refusedDeliveries')], count);
+      barChart($('chart-latency'), days, [of('latencyMedianMs'), of('latencyP90Ms')], seconds);
+      $('scope').textContent = `${figures.agent}: ${count(figures.sessions)} sessions active in these days` +
+        (figures.truncated ? ' (the most recently active only)' : '');
+    } catch (error) {
+      notice(error);
+    }
+  }
+
+  form.addEventListener('submit', (event) => {
+    event.preventDefault();
+    load();
+  });
+  await load();
+}
+
 document.addEventListener('DOMContentLoaded', () => {
   const page = document.body.dataset.page;
-  const run = { login: loginPage, sessions: sessionsPage, session: sessionPage }[page];
+  const run = { login: loginPage, sessions: sessionsPage, session: sessionPage, activity: activityPage }[page];
   if (run) Promise.resolve(run()).catch(notice);
 });
