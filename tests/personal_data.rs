@@ -19,6 +19,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use agent_sessions::identity::{Area, Workspaces};
+use agent_sessions::inbound::{Attachment, AttachmentKind};
 use agent_sessions::prelude::*;
 use agent_sessions::privacy::{ForgetOptions, PersonRef};
 use agent_sessions::store::Backend;
@@ -46,6 +47,9 @@ const JANE_WORDS: &[&str] = &[
     "jqindiaclosed",    // a session she closed
     "jqjulietevent",    // a system event queued for her
     "jqkilokilled",     // the turn killed mid-way
+    "jqlimafile",       // the name of a file she sent in her DM
+    "jqmikecaption",    // that file's own caption
+    "jqnovemberphoto",  // a photo she sent the agent in the group, beside Bob's chatter
 ];
 
 /// Words of Bob's that must stay.
@@ -104,6 +108,17 @@ async fn write_everything(url: &str, workspaces: &Path) {
     answer(&manager, &telegram("remember jqcharliereset", "t2"), "ok").await;
     answer(&manager, &telegram("/new", "t3"), "fresh").await;
     answer(&manager, &telegram("back again", "t4"), "hi").await;
+    // A file in her DM: its name and caption are hers.
+    let file = Attachment::new(AttachmentKind::Document)
+        .with_file_name("jqlimafile.pdf")
+        .with_caption("jqmikecaption")
+        .with_file_id("BQACAgIAAxkB");
+    answer(
+        &manager,
+        &telegram("", "t5").with_attachment(file),
+        "got it",
+    )
+    .await;
     let tg = manager.key_for(&telegram("x", "x")).unwrap();
     // A compaction summary in her DM.
     let compaction: TranscriptEntry = serde_json::from_value(serde_json::json!({
@@ -169,6 +184,17 @@ async fn write_everything(url: &str, workspaces: &Path) {
         &manager,
         &jane_says("@bot jqgolfgroup please", "g3").mentioning_agent(),
         "sure",
+    )
+    .await;
+    // Bob chatters; Jane sends the agent a photo: her line carries his chatter.
+    answer(&manager, &bob_says("nice weather", "g8"), "-").await;
+    let photo = Attachment::new(AttachmentKind::Image).with_file_name("jqnovemberphoto.jpg");
+    answer(
+        &manager,
+        &jane_says("@bot look", "g7")
+            .mentioning_agent()
+            .with_attachment(photo),
+        "lovely",
     )
     .await;
     // The group's session is reset: the one Jane wrote in is kept closed, its

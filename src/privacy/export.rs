@@ -308,8 +308,9 @@ fn written_by(ids: &PersonIds, line: &str) -> bool {
     }
 }
 
-/// A transcript line as the export shows it: a message (time, role, text, and the
-/// session key, channel and direction the log recorded) or a compaction summary;
+/// A transcript line as the export shows it: a message (time, role, text, the files
+/// it came with, and the session key, channel and direction the log recorded) or a
+/// compaction summary;
 /// `None` for other lines.
 fn exported_line(line: &str) -> Option<Value> {
     let value: Value = serde_json::from_str(line).ok()?;
@@ -326,14 +327,19 @@ fn exported_line(line: &str) -> Option<Value> {
                 _ => String::new(),
             };
             let log = &value["log"];
-            Some(json!({
+            let mut exported = json!({
                 "at": value["timestamp"],
                 "role": message["role"],
                 "text": text,
                 "sessionKey": log["sessionKey"],
                 "channel": log["channel"],
                 "direction": log["direction"],
-            }))
+            });
+            // The files the message came with (their names, captions, ids).
+            if let Some(files) = log.get("attachments").filter(|files| !files.is_null()) {
+                exported["attachments"] = files.clone();
+            }
+            Some(exported)
         }
         "compaction" | "branch_summary" => Some(json!({
             "at": value["timestamp"],

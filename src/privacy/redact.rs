@@ -419,12 +419,14 @@ impl<'p> TranscriptRedaction<'p> {
         let content = others_chatter_in(self.person, text, &labels)?;
         *entry.get_mut("message")?.get_mut("content")? = Value::from(content);
         if let Some(log) = entry.get_mut("log").and_then(Value::as_object_mut) {
+            // Who they are, and the files they sent (names, captions, ids).
             for field in [
                 "personId",
                 "rawPersonId",
                 "senderName",
                 "senderId",
                 "sender",
+                "attachments",
             ] {
                 log.remove(field);
             }
