@@ -286,3 +286,25 @@ async fn a_files_bytes_reach_its_turns_model_call_and_never_the_sessions_files()
         "no bytes on disk, ever"
     );
 }
+
+/// Found by an outside test: a provider's absurd token counts overflowed a sum inside
+/// the store update, left the session `running`, and panicked again on every retry.
+#[tokio::test]
+async fn absurd_token_counts_are_recorded_saturated_not_a_panic() {
+    let manager = in_memory();
+    let turn = manager.turn(&dm("count this")).await.unwrap();
+    let key = turn.key().clone();
+    let usage = TurnUsage::tokens(u64::MAX, u64::MAX, u64::MAX, u64::MAX);
+    assert_eq!(usage.prompt_tokens(), u64::MAX);
+    turn.complete(TurnReply::from("done").with_usage(usage))
+        .await
+        .unwrap();
+    let entry = manager.store().get(&key).await.unwrap().unwrap().entry;
+    assert_eq!(entry.total_tokens, Some(u64::MAX));
+    let next = manager.turn(&dm("again")).await.unwrap();
+    assert_eq!(
+        next.action(),
+        &TurnAction::Answer,
+        "the session is not left running"
+    );
+}

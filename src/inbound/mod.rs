@@ -126,7 +126,7 @@ pub(crate) mod record;
 pub(crate) mod window;
 
 pub use activation::{decide, ActivationDecision, ActivationReason, OwnerChatter};
-pub use attachment::{Attachment, AttachmentKind};
+pub use attachment::{files_to_answer, Attachment, AttachmentKind};
 pub use chat::{
     fit_to_budget, message_tokens, transcript_messages, ChatMessage, ChatRole, EstimatedTokens,
     HistoryWindow, TokenCounter, ToolCall,

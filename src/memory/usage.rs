@@ -94,9 +94,10 @@ impl TurnUsage {
             output: self.output.unwrap_or(0),
             cache_read: self.cache_read.unwrap_or(0),
             cache_write: self.cache_write.unwrap_or(0),
-            total_tokens: self
-                .total
-                .unwrap_or_else(|| self.prompt_tokens() + self.output.unwrap_or(0)),
+            total_tokens: self.total.unwrap_or_else(|| {
+                self.prompt_tokens()
+                    .saturating_add(self.output.unwrap_or(0))
+            }),
             ..crate::transcript::Usage::default()
         }
     }
@@ -117,7 +118,11 @@ impl TurnUsage {
     /// The prompt size: input + cache read + cache write — what the memory flush and
     /// compaction watch (OpenClaw's `totalTokens`, which does not count output).
     pub fn prompt_tokens(&self) -> u64 {
-        self.input.unwrap_or(0) + self.cache_read.unwrap_or(0) + self.cache_write.unwrap_or(0)
+        // Saturating: a provider's absurd counts never overflow.
+        self.input
+            .unwrap_or(0)
+            .saturating_add(self.cache_read.unwrap_or(0))
+            .saturating_add(self.cache_write.unwrap_or(0))
     }
 
     fn has_counts(&self) -> bool {

@@ -86,10 +86,7 @@ fn user_content(
 /// The input part of a file the model can read: a picture by its URL, another file by
 /// its `data:` URL.
 fn file_part(attachment: &Attachment) -> Option<ChatCompletionRequestUserMessageContentPart> {
-    let url = attachment
-        .url
-        .as_deref()
-        .filter(|url| !url.trim().is_empty())?;
+    let url = attachment.input_url()?;
     if attachment.is_picture() {
         return Some(ChatCompletionRequestUserMessageContentPart::ImageUrl(
             ChatCompletionRequestMessageContentPartImage {
@@ -101,13 +98,13 @@ fn file_part(attachment: &Attachment) -> Option<ChatCompletionRequestUserMessage
             },
         ));
     }
-    url.starts_with("data:").then(|| {
+    attachment.data().map(|_| {
         ChatCompletionRequestUserMessageContentPart::File(
             ChatCompletionRequestMessageContentPartFile {
                 file: FileObject {
                     file_data: Some(url.to_owned()),
                     file_id: None,
-                    filename: attachment.file_name.clone(),
+                    filename: attachment.safe_file_name(),
                 },
                 ..Default::default()
             },
@@ -135,8 +132,10 @@ pub enum Error {
 /// Tool calls keep their ids, names and arguments (as the JSON text the API takes);
 /// a tool result names the call it answers. A user message's
 /// [attachments](ChatMessage::attachments) with a URL follow its text as content
-/// parts: a picture as an image input (an `https://` or `data:` URL), another file
-/// with a `data:` URL as a file input; the others are the placeholders in its text.
+/// parts: a picture (an image, or an image sent as a file) as an image input (an
+/// `http(s)://` or `data:` URL), another file with a `data:` URL as a file input under
+/// its [safe name](agent_sessions::inbound::Attachment::safe_file_name); the others —
+/// and URLs of other schemes — are the placeholders in its text.
 ///
 /// ```
 /// use agent_sessions::inbound::ChatMessage;

@@ -438,8 +438,9 @@ fn assistant_text(assistant: &AssistantMessage) -> String {
 /// The conversation as rig messages: system, user and assistant text, an assistant's
 /// tool calls, and tool results (as the user messages rig carries them in). A user
 /// message's [attachments](ChatMessage::attachments) with a URL follow its text: a
-/// picture as an image (by URL, or the bytes of a `data:` URL), another file with a
-/// `data:` URL as a document; the others are the placeholders in its text.
+/// picture (an image, or an image sent as a file) as an image (by `http(s)://` URL, or
+/// the bytes of a `data:` URL), another file with a `data:` URL as a document; the
+/// others — and URLs of other schemes — are the placeholders in its text.
 ///
 /// ```
 /// use agent_sessions::inbound::ChatMessage;
@@ -503,16 +504,8 @@ pub fn rig_messages(messages: &[ChatMessage]) -> Vec<Message> {
 /// The input of a file the model can read: a picture by its URL or the bytes of its
 /// `data:` URL, another file by the bytes of its `data:` URL.
 fn file_content(attachment: &Attachment) -> Option<UserContent> {
-    let url = attachment
-        .url
-        .as_deref()
-        .filter(|url| !url.trim().is_empty())?;
-    // `data:<mime>;base64,<bytes>`
-    let data = url.strip_prefix("data:").and_then(|rest| {
-        let (head, bytes) = rest.split_once(',')?;
-        let mime = head.strip_suffix(";base64")?;
-        Some((mime, bytes))
-    });
+    let url = attachment.input_url()?;
+    let data = attachment.data();
     let mime = attachment
         .mime_type
         .as_deref()

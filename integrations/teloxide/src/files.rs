@@ -23,18 +23,21 @@ pub struct FetchedFiles {
 /// no URL yet, each of at most `max_bytes`, and gives each a `data:` URL: what the
 /// model integrations send as image and file inputs.
 ///
-/// Call it on a message's files before its turn: the turn of that message hands the
-/// bytes to its model call, and the session keeps the files without them (their
-/// placeholder, file id, type and size), so a later turn shows the file as a
-/// placeholder and nothing is downloaded twice. (Called on a turn's
-/// [`ChatMessage`](agent_sessions::inbound::ChatMessage)s instead, it downloads every
-/// file of the window, on every turn.)
+/// Call it on the files a turn answers ([`files_to_answer`] of its messages), before
+/// the model call: the turn's own message, those that waited during a run and are
+/// answered with it, and an input kept after a failed turn. A session keeps the files
+/// without their bytes (their placeholder, file id, type and size), so earlier turns'
+/// files are their placeholders and nothing is downloaded for them again. Messages
+/// handed to a running turn by steering (`Turn::steering`) are fetched the same way:
+/// `fetch_files(&bot, &mut message.attachments, max_bytes)`.
 ///
 /// A file that is larger, gone from Telegram's servers, or fails to download keeps its
 /// placeholder (the model reads that something was sent) and is named in
 /// [`FetchedFiles::skipped`]; the turn goes on. Memory is bounded: a download stops
-/// at `max_bytes`, whatever size Telegram announced. Audio, video and animated
-/// stickers are left to the host (a transcription, a description).
+/// at `max_bytes`, whatever size Telegram announced (or when it announces none). Audio,
+/// video and animated stickers are left to the host (a transcription, a description).
+///
+/// [`files_to_answer`]: agent_sessions::inbound::files_to_answer
 ///
 /// ```no_run
 /// # async fn run(
@@ -43,13 +46,16 @@ pub struct FetchedFiles {
 /// #     adapter: agent_sessions_teloxide::TelegramAdapter,
 /// #     sessions: agent_sessions::SessionManager,
 /// # ) -> agent_sessions::Result<()> {
-/// let Some(mut inbound) = adapter.inbound(&message) else { return Ok(()) };
-/// let fetched = agent_sessions_teloxide::fetch_files(&bot, &mut inbound.attachments, 5 << 20).await;
+/// use agent_sessions::inbound::files_to_answer;
+///
+/// let Some(inbound) = adapter.inbound(&message) else { return Ok(()) };
+/// let turn = sessions.turn(&inbound).await?;
+/// let mut messages = turn.messages().await?;
+/// let fetched = agent_sessions_teloxide::fetch_files(&bot, files_to_answer(&mut messages), 5 << 20).await;
 /// for (file_id, reason) in &fetched.skipped {
 ///     eprintln!("{file_id} stays a placeholder: {reason}");
 /// }
-/// let turn = sessions.turn(&inbound).await?;
-/// let messages = turn.messages().await?; // the photo as an image input, this once
+/// // … the model call with `messages`: the photo as an image input.
 /// # Ok(())
 /// # }
 /// ```
@@ -101,8 +107,11 @@ where
         .get_file(FileId(id))
         .await
         .map_err(|error| format!("getFile failed: {error}"))?;
-    if u64::from(found.meta.size) > max_bytes {
-        return Err(too_large(u64::from(found.meta.size)));
+    // teloxide reads a `getFile` answer without `file_size` (optional in the Bot API)
+    // as `u32::MAX`: an unknown size, which the download's own bound then holds.
+    let announced = Some(found.meta.size).filter(|size| *size != u32::MAX);
+    if let Some(size) = announced.map(u64::from).filter(|size| *size > max_bytes) {
+        return Err(too_large(size));
     }
     let mut bytes: Vec<u8> = Vec::new();
     let mut stream = std::pin::pin!(bot.download_file_stream(&found.path));

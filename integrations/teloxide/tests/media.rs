@@ -9,7 +9,7 @@ mod common;
 #[path = "../../openai/tests/common/mod.rs"]
 mod openai;
 
-use agent_sessions::inbound::AttachmentKind;
+use agent_sessions::inbound::{files_to_answer, AttachmentKind};
 use agent_sessions::prelude::*;
 use agent_sessions_teloxide::{fetch_files, TelegramAdapter};
 use async_openai::config::OpenAIConfig;
@@ -71,15 +71,15 @@ async fn a_captioned_photo_is_shown_to_the_model_as_an_image_and_kept_as_a_place
         10,
         json!({"caption": "what plant is this?", "photo": photo("AgAC-plant", JPEG.len())}),
     );
-    let mut inbound = adapter.inbound(&sent).unwrap();
-    let fetched = fetch_files(&bot, &mut inbound.attachments, 1024 * 1024).await;
+    let inbound = adapter.inbound(&sent).unwrap();
+    let turn = sessions.turn(&inbound).await.unwrap();
+    let mut messages = turn.messages().await.unwrap();
+    let fetched = fetch_files(&bot, files_to_answer(&mut messages), 1024 * 1024).await;
     assert_eq!(
         (fetched.fetched, fetched.skipped.len()),
         (1, 0),
         "{fetched:?}"
     );
-    let turn = sessions.turn(&inbound).await.unwrap();
-    let messages = turn.messages().await.unwrap();
     let data_url = "data:image/jpeg;base64,/9j/4AAQSkZJRg==";
     assert_eq!(
         messages.last().unwrap().attachments[0].url.as_deref(),
@@ -129,7 +129,13 @@ async fn a_captioned_photo_is_shown_to_the_model_as_an_image_and_kept_as_a_place
         .turn(&adapter.inbound(&next).unwrap())
         .await
         .unwrap();
-    let messages = turn.messages().await.unwrap();
+    let mut messages = turn.messages().await.unwrap();
+    let again = fetch_files(&bot, files_to_answer(&mut messages), 1024 * 1024).await;
+    assert_eq!(
+        again,
+        Default::default(),
+        "the photo was answered: not fetched again"
+    );
     assert_eq!(messages[0].content, "what plant is this?\n<media:image>");
     assert_eq!(
         messages[0].attachments[0].file_id.as_deref(),
@@ -225,4 +231,92 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     found
+}
+
+/// Found by an outside test: photos sent while the model answered, and a photo whose
+/// model call failed, reached the turn that answered them without their bytes (a
+/// session keeps none): `files_to_answer` gives them to `fetch_files` again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn photos_a_turn_answers_together_or_again_are_all_fetched_for_it() {
+    use agent_sessions::exactly_once::TurnFailure;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let (telegram, bot) = telegram().await;
+    for id in ["AgAC-a", "AgAC-b", "AgAC-c"] {
+        // `usize::MAX`: getFile answers without a size, which the Bot API allows.
+        telegram.add_file(id, JPEG.to_vec(), usize::MAX);
+    }
+    let sessions = Arc::new(
+        SessionManager::builder(InMemoryStore::new())
+            .transcripts(agent_sessions::transcript::InMemoryTranscriptStore::new())
+            .queue(
+                agent_sessions::lane::QueueSettings::default().debounce(Duration::from_millis(150)),
+            )
+            .build()
+            .unwrap(),
+    );
+    let adapter = TelegramAdapter::new(UserId(BOT_ID as u64), "helper_bot");
+    let said = |id: i32, fields: Value| adapter.inbound(&ada_sends(id, fields)).unwrap();
+
+    // Two photos arrive while the model answers a text; one turn answers both.
+    let first = sessions
+        .turn(&said(10, json!({"text": "hi"})))
+        .await
+        .unwrap();
+    let mut waiting = Vec::new();
+    for (id, file) in [(11, "AgAC-a"), (12, "AgAC-b")] {
+        let (sessions, bot) = (sessions.clone(), bot.clone());
+        let inbound = said(id, json!({"photo": photo(file, JPEG.len())}));
+        waiting.push(tokio::spawn(async move {
+            let turn = sessions.turn(&inbound).await.unwrap();
+            if !turn.needs_model() {
+                turn.complete("").await.unwrap();
+                return None;
+            }
+            let mut messages = turn.messages().await.unwrap();
+            let fetched = fetch_files(&bot, files_to_answer(&mut messages), 1 << 20).await;
+            turn.complete("Two photos.").await.unwrap();
+            Some((fetched, messages))
+        }));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    first.complete("Hello.").await.unwrap();
+    let mut answered = Vec::new();
+    for handler in waiting {
+        answered.extend(handler.await.unwrap());
+    }
+    assert_eq!(answered.len(), 1, "one turn answers both photos");
+    let (fetched, messages) = &answered[0];
+    assert_eq!(fetched.fetched, 2, "{fetched:?}");
+    let files: Vec<_> = messages
+        .last()
+        .unwrap()
+        .attachments
+        .iter()
+        .map(|f| (f.file_id.clone().unwrap(), f.url.is_some()))
+        .collect();
+    assert_eq!(
+        files,
+        [("AgAC-a".to_owned(), true), ("AgAC-b".to_owned(), true)],
+        "both photos, each with its bytes"
+    );
+
+    // A photo whose model call fails is kept, and the next turn fetches it again.
+    let failing = sessions
+        .turn(&said(13, json!({"photo": photo("AgAC-c", JPEG.len())})))
+        .await
+        .unwrap();
+    failing.fail(TurnFailure::KeepInput).await.unwrap();
+    let retry = sessions
+        .turn(&said(14, json!({"text": "well?"})))
+        .await
+        .unwrap();
+    let mut messages = retry.messages().await.unwrap();
+    let fetched = fetch_files(&bot, files_to_answer(&mut messages), 1 << 20).await;
+    assert_eq!(fetched.fetched, 1, "the kept photo: {fetched:?}");
+    let kept = &messages[messages.len() - 2];
+    assert_eq!(kept.attachments[0].file_id.as_deref(), Some("AgAC-c"));
+    assert!(kept.attachments[0].url.is_some());
 }

@@ -182,8 +182,13 @@ async fn answer(State(fake): State<FakeTelegram>, uri: Uri, body: Bytes) -> Json
                 return Json(json!({"ok": false, "error_code": 400,
                     "description": "Bad Request: invalid file_id"}));
             };
-            json!({"file_id": id, "file_unique_id": format!("u-{id}"),
-                "file_size": announced, "file_path": format!("files/{id}")})
+            // `usize::MAX`: a `getFile` answer without `file_size` (it is optional).
+            let mut file = json!({"file_id": id, "file_unique_id": format!("u-{id}"),
+                "file_path": format!("files/{id}")});
+            if *announced != usize::MAX {
+                file["file_size"] = json!(announced);
+            }
+            file
         }
         "editmessagetext" => {
             let mut state = fake.state.lock().unwrap();
