@@ -764,3 +764,77 @@ async fn a_page_skips_an_entry_that_does_not_decode_and_stays_full() {
         .contains("\"chatType\": 42"));
     assert_eq!(store.unreadable().await.unwrap().len(), 1);
 }
+
+/// Found by an outside test: a state directory copied elsewhere (a restore, a new
+/// disk) refused every conversation — its entries name their transcripts where the
+/// tree was. Moved, the tree's own files are found, closed sessions too.
+#[tokio::test]
+async fn a_state_directory_copied_elsewhere_goes_on_where_it_was() {
+    fn copy(from: &std::path::Path, to: &std::path::Path) {
+        fs::create_dir_all(to).unwrap();
+        for entry in fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let target = to.join(entry.file_name());
+            if entry.file_type().unwrap().is_dir() {
+                copy(&entry.path(), &target);
+            } else {
+                fs::copy(entry.path(), target).unwrap();
+            }
+        }
+    }
+    let open = |dir: &std::path::Path| {
+        SessionManager::builder(JsonFileStore::new(dir))
+            .transcripts(agent_sessions::store::FileTranscriptStore::new(dir))
+            .build()
+            .unwrap()
+    };
+    let dm = |text: &str| InboundMessage::direct("telegram", "42", text);
+    let old = tempfile::tempdir().unwrap();
+    {
+        let manager = open(old.path());
+        for text in ["my name is Sam", "/new", "what is my name?"] {
+            let turn = manager.turn(&dm(text)).await.unwrap();
+            turn.complete("ok").await.unwrap();
+        }
+    }
+    let moved = tempfile::tempdir().unwrap();
+    copy(old.path(), moved.path());
+    drop(old); // the old tree is gone
+
+    let manager = open(moved.path());
+    let turn = manager.turn(&dm("and now?")).await.unwrap();
+    let seen: Vec<String> = turn
+        .messages()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.content)
+        .collect();
+    assert_eq!(seen, ["what is my name?", "ok", "and now?"]);
+    turn.complete("still here").await.unwrap();
+    // The closed session before `/new` reads too.
+    let key = manager.key_for(&dm("x")).unwrap();
+    let closed = manager
+        .list(&ListFilter::new().any_status())
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.key == key && s.entry.status == Some(agent_sessions::SessionStatus::Closed))
+        .expect("the session `/new` closed");
+    let scope = agent_sessions::transcript::follow::Scope::Session(closed.entry.session_id);
+    let mut follow = manager
+        .follow(scope, agent_sessions::transcript::follow::Position::Start)
+        .await
+        .unwrap();
+    let mut texts = Vec::new();
+    while let Some(agent_sessions::transcript::follow::Update::Events { events, .. }) =
+        follow.try_next().await.unwrap()
+    {
+        texts.extend(
+            events
+                .iter()
+                .filter_map(|e| e.entry.message.as_ref().map(|m| m.text())),
+        );
+    }
+    assert_eq!(texts, ["my name is Sam", "ok"]);
+}

@@ -66,16 +66,28 @@ pub(super) async fn activity(
     sessions.truncate(MAX_SESSIONS);
 
     let mut figures: BTreeMap<NaiveDate, Day> = BTreeMap::new();
+    // A session whose transcript cannot be read (a refused location, a damaged store)
+    // is counted as unreadable, not a failure of the whole page: its lines read before
+    // the error stay counted.
+    let mut unreadable = 0usize;
     for session in &sessions {
         let scope = Scope::Session(session.entry.session_id.clone());
-        let mut follow = manager.follow(scope, Position::Start).await?;
-        while let Some(Update::Events { events, .. }) = follow.try_next().await? {
-            for event in &events {
-                let Some(day) = day_of(&event.entry).filter(|d| (first..=last).contains(d)) else {
-                    continue;
-                };
-                count(figures.entry(day).or_default(), &event.entry);
+        let read = async {
+            let mut follow = manager.follow(scope, Position::Start).await?;
+            while let Some(Update::Events { events, .. }) = follow.try_next().await? {
+                for event in &events {
+                    let day = day_of(&event.entry).filter(|d| (first..=last).contains(d));
+                    if let Some(day) = day {
+                        count(figures.entry(day).or_default(), &event.entry);
+                    }
+                }
             }
+            Ok::<_, crate::Error>(())
+        };
+        if let Err(error) = read.await {
+            let session = &session.entry.session_id;
+            tracing::warn!(%session, %error, "the activity page skips a transcript it cannot read");
+            unreadable += 1;
         }
     }
 
@@ -103,6 +115,7 @@ pub(super) async fn activity(
         "agent": agent.as_str(),
         "days": days,
         "sessions": sessions.len(),
+        "unreadable": unreadable,
         "truncated": truncated,
     }))
 }

@@ -490,7 +490,8 @@ async function activityPage() {
       barChart($('chart-refused'), days, [of('refusedDeliveries')], count);
       barChart($('chart-latency'), days, [of('latencyMedianMs'), of('latencyP90Ms')], seconds);
       $('scope').textContent = `${figures.agent}: ${count(figures.sessions)} sessions active in these days` +
-        (figures.truncated ? ' (the most recently active only)' : '');
+        (figures.truncated ? ' (the most recently active only)' : '') +
+        (figures.unreadable ? `; ${count(figures.unreadable)} could not be read (see the service's log)` : '');
     } catch (error) {
       notice(error);
     }

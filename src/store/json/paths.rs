@@ -255,7 +255,9 @@ pub(crate) fn checked_session_file(
 }
 
 /// [`checked_session_file`] without resolving links: `file` as a path if it is
-/// absolute and, as written, inside the agent's sessions directory.
+/// absolute and, as written, inside the agent's sessions directory — or, when it names
+/// the file in the agent's sessions directory of a state directory that has moved
+/// since (`<elsewhere>/agents/<agent>/sessions/<file>`), this tree's file of that name.
 pub(crate) fn lexical_session_file(
     state_dir: &Path,
     agent: &AgentId,
@@ -269,10 +271,31 @@ pub(crate) fn lexical_session_file(
             .components()
             .any(|c| matches!(c, Component::ParentDir | Component::CurDir));
     if lexically_inside {
-        Ok(path.to_owned())
-    } else {
-        Err(outside_sessions_dir(file))
+        return Ok(path.to_owned());
     }
+    // A state directory moved or copied elsewhere (a restore, a new disk): the entry
+    // still names the file where the tree was, `<old root>/agents/<agent>/sessions/<file>`.
+    // That file is this tree's file of the same name.
+    let mut parts = path.components().rev();
+    let moved = match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (
+            Some(Component::Normal(name)),
+            Some(Component::Normal(sessions)),
+            Some(Component::Normal(named_agent)),
+            Some(Component::Normal(agents)),
+        ) if path.is_absolute()
+            && sessions == "sessions"
+            && agents == "agents"
+            && named_agent.to_str() == Some(agent.as_str())
+            && !path
+                .components()
+                .any(|c| matches!(c, Component::ParentDir | Component::CurDir)) =>
+        {
+            Some(dir.join(name))
+        }
+        _ => None,
+    };
+    moved.ok_or_else(|| outside_sessions_dir(file))
 }
 
 fn outside_sessions_dir(file: &str) -> Error {
@@ -518,6 +541,32 @@ mod tests {
             assert!(
                 session_file(dir.path(), &main, &entry, None).is_err(),
                 "{outside}"
+            );
+        }
+    }
+
+    /// Found by an outside test: a state directory copied elsewhere refused every
+    /// conversation, its entries naming their files where the tree was.
+    #[test]
+    fn a_moved_state_directory_finds_its_own_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let main = AgentId::main();
+        let mut entry = SessionEntry::new("abc", 1);
+        entry.session_file = Some("/old/disk/state/agents/main/sessions/abc.jsonl".into());
+        assert_eq!(
+            session_file(dir.path(), &main, &entry, None).unwrap(),
+            sessions_dir(dir.path(), &main).join("abc.jsonl")
+        );
+        for refused in [
+            "/old/state/agents/other/sessions/abc.jsonl", // another agent's
+            "/old/state/agents/main/sessions/../../../etc/passwd",
+            "/old/state/agents/main/notes/abc.jsonl",
+            "old/state/agents/main/sessions/abc.jsonl", // not absolute
+        ] {
+            entry.session_file = Some(refused.into());
+            assert!(
+                session_file(dir.path(), &main, &entry, None).is_err(),
+                "{refused}"
             );
         }
     }
