@@ -403,10 +403,34 @@ impl History {
 
     /// The messages, oldest first.
     fn messages(&self) -> Vec<ChatMessage> {
-        self.lines
-            .iter()
-            .filter_map(|line| self.message(line, DEFAULT_MAX_ANSWER_ATTEMPTS))
-            .collect()
+        let mut messages: Vec<ChatMessage> = Vec::new();
+        for line in self.lines.iter().rev() {
+            let message = self
+                .message(line, DEFAULT_MAX_ANSWER_ATTEMPTS)
+                .or_else(|| self.left_out_before(line, messages.last()));
+            messages.extend(message);
+        }
+        messages.reverse();
+        messages
+    }
+
+    /// What the model sees of `line`, a dropped input, when `after` (the message the
+    /// model sees next) is a step its run took (a tool call): a note that a message
+    /// was left out, so the steps follow a person's message as providers require and
+    /// the model knows what they were for — never the input itself.
+    fn left_out_before(
+        &self,
+        line: &MessageLine,
+        after: Option<&ChatMessage>,
+    ) -> Option<ChatMessage> {
+        let dropped = line
+            .id
+            .as_deref()
+            .is_some_and(|id| self.marks.dropped.contains(id));
+        let steps_follow = after
+            .is_some_and(|after| after.role == ChatRole::Assistant && !after.tool_calls.is_empty());
+        (line.message.role == ChatRole::User && dropped && steps_follow)
+            .then(|| ChatMessage::user(LEFT_OUT_NOTE))
     }
 
     /// The newest messages `want` asks for, oldest first; `None` when they take lines
@@ -429,7 +453,11 @@ impl History {
             if Some(line.offset) == want.skip {
                 continue;
             }
-            if let Some(message) = self.message(line, want.max_attempts) {
+            let after = newest.last().map(|kept: &HistoryMessage| &kept.message);
+            let message = self
+                .message(line, want.max_attempts)
+                .or_else(|| self.left_out_before(line, after));
+            if let Some(message) = message {
                 if !(want.newest_is_current && newest.is_empty()) {
                     cost = cost.saturating_add(message_tokens(&message, counter));
                     before += 1;
@@ -487,6 +515,10 @@ impl History {
         })
     }
 }
+
+/// What the model sees in place of a dropped input that its run's steps follow.
+const LEFT_OUT_NOTE: &str =
+    "[An earlier message was left out of this conversation; the steps taken for it follow.]";
 
 /// How many failed turns an input waiting for a reply survives before it is set aside,
 /// unless the manager says otherwise.

@@ -673,14 +673,24 @@ async fn a_run_that_hits_its_turn_limit_drops_its_input_and_keeps_its_steps() {
         .unwrap();
     assert_eq!(sent[0].text.as_deref(), Some("reply 3"));
     assert_eq!(calls.load(Ordering::SeqCst), 1, "no tool ran again");
-    // The next model call knows what the failed run did, and is not asked it again.
+    // The next model call knows what the failed run did, and is not asked it again: a
+    // note stands where the input was, so the steps follow a person's message.
     assert_eq!(
         roles(&server),
-        ["system", "user", "assistant", "assistant", "tool", "user"]
+        [
+            "system",
+            "user",
+            "assistant",
+            "user",
+            "assistant",
+            "tool",
+            "user"
+        ]
     );
     let contents: Vec<String> = server.last_messages().into_iter().map(|(_, c)| c).collect();
-    assert_eq!(contents[4], "9am");
-    assert_eq!(contents[5], "Thanks, bye");
+    assert!(contents[3].contains("left out"), "{}", contents[3]);
+    assert_eq!(contents[5], "9am");
+    assert_eq!(contents[6], "Thanks, bye");
     assert!(!contents.iter().any(|c| c.contains("When is my shift?")));
     // Nothing is lost: the transcript keeps the dropped input, marked.
     let key = manager.key_for(&dm("")).unwrap();
@@ -695,6 +705,32 @@ async fn a_run_that_hits_its_turn_limit_drops_its_input_and_keeps_its_steps() {
         .filter_map(|e| e.entry.message.as_ref().map(|m| m.text()))
         .collect();
     assert!(texts.contains(&"When is my shift?".to_owned()), "{texts:?}");
+}
+
+/// Found by an outside test: when the dropped input was the session's first message,
+/// the steps its run took led the conversation, which must start with a person's
+/// message, and were cut from it: the next model call did not know the tool had run.
+#[tokio::test]
+async fn the_steps_of_a_first_message_that_hit_the_turn_limit_are_still_seen() {
+    use std::sync::atomic::Ordering;
+    let server = FakeOpenAi::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let manager = open(dir.path()).await;
+    let (bot, calls) = agent_with_tool(&server, None);
+    let limited = agent_sessions_rig::answer(&manager, &dm("When is my shift?"), &bot).await;
+    assert!(limited.is_err(), "the run hit its limit: {limited:?}");
+    agent_sessions_rig::answer(&manager, &dm("ok then"), &bot)
+        .await
+        .unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "no tool ran again");
+    assert_eq!(
+        roles(&server),
+        ["system", "user", "assistant", "tool", "user"]
+    );
+    let contents: Vec<String> = server.last_messages().into_iter().map(|(_, c)| c).collect();
+    assert!(contents[1].contains("left out"), "{}", contents[1]);
+    assert!(!contents.iter().any(|c| c.contains("When is my shift?")));
+    assert_eq!(contents[3], "9am");
 }
 
 /// A provider that fails after a tool ran (a 500): the input is kept, and the steps the
