@@ -25,7 +25,7 @@
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let manager = Arc::new(SessionManager::connect("json:./state").await?.build()?);
-//! let model = OpenAIConfig::new("sk-…").client().chat("gpt-4o-mini");
+//! let model = OpenAIConfig::new("sk-your-key").client().chat("gpt-4o-mini");
 //! let agent = AgentBuilder::new(model)
 //!     .preamble("You are the rota assistant.")
 //!     .memory(SessionMemory::new(manager.clone()))
@@ -108,7 +108,8 @@ impl From<rig_agent::completion::PromptError> for Error {
 ///
 /// The manager needs a transcript store (`SessionManager::connect` has one; a builder
 /// gets one from `SessionManagerBuilder::transcripts`). `/new` and group chatter are
-/// message-level: run whole turns with [`answer`] to have them too.
+/// message-level, and a memory sees no message before the model does (`prompt("/new")`
+/// is sent to the model as a message): run whole turns with [`answer`] to have them.
 ///
 /// ```
 /// use std::sync::Arc;
