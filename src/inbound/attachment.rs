@@ -290,12 +290,24 @@ pub(crate) fn kept(files: &[Attachment]) -> Vec<Attachment> {
         .collect()
 }
 
+/// A turn's current message for the model: its `input`, with the files its line
+/// `logged` keeps and the URLs the host `given` them that a session does not keep.
+pub(crate) fn current_message(
+    input: &str,
+    logged: Option<&crate::transcript::TranscriptEntry>,
+    given: &[Attachment],
+) -> ChatMessage {
+    let kept = logged.and_then(|entry| entry.log.as_ref());
+    let files = kept.map(|log| log.attachments.clone()).unwrap_or_default();
+    ChatMessage {
+        attachments: with_given_urls(files, given),
+        ..ChatMessage::user(input)
+    }
+}
+
 /// `logged` (files as the session kept them) with the URLs that `given` (the files
 /// as the host gave them) had and the session did not keep.
-pub(crate) fn with_given_urls(
-    mut logged: Vec<Attachment>,
-    given: &[Attachment],
-) -> Vec<Attachment> {
+fn with_given_urls(mut logged: Vec<Attachment>, given: &[Attachment]) -> Vec<Attachment> {
     for file in logged.iter_mut().filter(|file| file.url.is_none()) {
         let same = given.iter().find(|given| {
             given.url.is_some()

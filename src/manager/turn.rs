@@ -4,7 +4,7 @@
 use crate::error::Result;
 use crate::identity::key::SessionKey;
 use crate::inbound::activation::ActivationDecision;
-use crate::inbound::attachment::with_given_urls;
+use crate::inbound::attachment::current_message;
 use crate::inbound::chat::ChatMessage;
 use crate::inbound::chatter::chatter_key;
 use crate::inbound::InboundMessage;
@@ -409,10 +409,8 @@ impl SessionManager {
                     self.seams.history.clear(&history).await?;
                 }
             }
-            if resolution.reset_triggered
-                && resolution.body.trim().is_empty()
-                && message.attachments.is_empty()
-            {
+            let bare = resolution.body.trim().is_empty() && message.attachments.is_empty();
+            if resolution.reset_triggered && bare {
                 taken(intake);
                 turn.action = TurnAction::Acknowledge(self.settings.reset_acknowledgement.clone());
                 turn.entry = Some(Box::new(resolution.entry().clone()));
@@ -759,23 +757,10 @@ impl<'m> Turn<'m> {
             .manager
             .history_messages(&self.key, entry, skip)
             .await?;
-        let line = self
-            .inbound
-            .as_ref()
-            .and_then(|event| event.entry.id.as_deref());
-        // The files as logged, with the URLs the host gave them that were not.
-        let attachments = self
-            .inbound
-            .as_ref()
-            .and_then(|event| event.entry.log.as_ref())
-            .map(|log| log.attachments.clone())
-            .unwrap_or_default();
-        let attachments = with_given_urls(attachments, &self.message.attachments);
+        let logged = self.inbound.as_ref().map(|event| &event.entry);
+        let line = logged.and_then(|entry| entry.id.as_deref());
         let current = (
-            ChatMessage {
-                attachments,
-                ..ChatMessage::user(input.clone())
-            },
+            current_message(input, logged, &self.message.attachments),
             line,
         );
         let (messages, window, cut) = self.manager.fit_messages(entry, system, history, current)?;
