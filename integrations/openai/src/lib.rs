@@ -57,7 +57,8 @@ use async_openai::types::chat::{
     ChatCompletionRequestToolMessage, ChatCompletionRequestUserMessage,
     ChatCompletionRequestUserMessageContent, ChatCompletionRequestUserMessageContentPart,
     ChatCompletionStreamOptions, CompletionUsage, CreateChatCompletionRequest,
-    CreateChatCompletionResponse, FileObject, FunctionCall, ImageUrl,
+    CreateChatCompletionResponse, CreateChatCompletionStreamResponse, FileObject, FunctionCall,
+    ImageUrl,
 };
 use async_openai::Client;
 use futures_util::StreamExt;
@@ -436,7 +437,7 @@ pub async fn answer_streamed<C: Config>(
             return Err(error.into());
         }
     };
-    let (mut text, mut usage) = (String::new(), None);
+    let mut reply = StreamedReply::new();
     loop {
         let Some(next) = unless_interrupted(&turn, stream.next()).await else {
             return Ok(turn.complete("").await?);
@@ -449,21 +450,66 @@ pub async fn answer_streamed<C: Config>(
                 return Err(error.into());
             }
         };
-        if let Some(reported) = &chunk.usage {
-            usage = Some(usage_by(reported, &chunk.model));
+        if let Some(piece) = reply.push(&chunk) {
+            on_text(piece);
         }
+    }
+    Ok(turn.complete(reply.finish()).await?)
+}
+
+/// A turn's reply gathered from a streamed chat completion, chunk by chunk: its text
+/// (the first choice's) and the usage the stream reports — for a host that reads the
+/// stream itself (`turn_reply` takes a whole response). Ask for the usage with
+/// `stream_options.include_usage`.
+///
+/// ```
+/// use async_openai::types::chat::CreateChatCompletionStreamResponse;
+///
+/// let chunk = |json: &str| -> CreateChatCompletionStreamResponse { serde_json::from_str(json).unwrap() };
+/// let mut reply = agent_sessions_openai::StreamedReply::new();
+/// let piece = r#"{"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-test",
+///     "choices":[{"index":0,"delta":{"content":"Thursday"},"finish_reason":null}]}"#;
+/// assert_eq!(reply.push(&chunk(piece)), Some("Thursday"));
+/// let usage = r#"{"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-test",
+///     "choices":[],"usage":{"prompt_tokens":120,"completion_tokens":7,"total_tokens":127}}"#;
+/// assert_eq!(reply.push(&chunk(usage)), None);
+/// let reply = reply.finish(); // for `turn.complete(reply)`
+/// ```
+#[derive(Debug, Default)]
+pub struct StreamedReply {
+    text: String,
+    usage: Option<TurnUsage>,
+}
+
+impl StreamedReply {
+    /// Nothing gathered yet.
+    pub fn new() -> Self {
+        StreamedReply::default()
+    }
+
+    /// Takes one chunk; returns the text it adds, to show as it arrives.
+    pub fn push(&mut self, chunk: &CreateChatCompletionStreamResponse) -> Option<&str> {
+        if let Some(reported) = &chunk.usage {
+            self.usage = Some(usage_by(reported, &chunk.model));
+        }
+        let start = self.text.len();
         for choice in chunk.choices.iter().filter(|choice| choice.index == 0) {
-            if let Some(piece) = choice.delta.content.as_deref().filter(|p| !p.is_empty()) {
-                on_text(piece);
-                text.push_str(piece);
+            if let Some(piece) = choice.delta.content.as_deref() {
+                self.text.push_str(piece);
             }
         }
+        Some(&self.text[start..]).filter(|added| !added.is_empty())
     }
-    let mut reply = TurnReply::from(text);
-    if let Some(usage) = usage {
-        reply = reply.with_usage(usage);
+
+    /// The reply for [`Turn::complete`]: the whole text, with the usage if the stream
+    /// reported it.
+    pub fn finish(self) -> TurnReply {
+        let reply = TurnReply::from(self.text);
+        match self.usage {
+            Some(usage) => reply.with_usage(usage),
+            None => reply,
+        }
     }
-    Ok(turn.complete(reply).await?)
 }
 
 /// What to do with the input of a turn whose chat completion failed with `error`:
