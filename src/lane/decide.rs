@@ -279,11 +279,11 @@ pub(crate) fn arrive(
 /// ([`MAX_QUEUED_BYTES`]) and the drop policy say.
 fn enqueue(entry: &mut SessionEntry, arrival: &Arrival<'_>, settings: &Effective) -> Lane {
     // Kept without file bytes (a `data:` URL is for the model call that has it).
-    let message = serde_json::to_value(InboundMessage {
-        attachments: crate::inbound::attachment::kept(&arrival.message.attachments),
-        ..arrival.message.clone()
-    })
-    .unwrap_or_default();
+    let mut message = serde_json::to_value(arrival.message).unwrap_or_default();
+    if !arrival.message.attachments.is_empty() {
+        let kept = crate::inbound::attachment::kept(&arrival.message.attachments);
+        message["attachments"] = serde_json::to_value(kept).unwrap_or_default();
+    }
     let size = |message: &serde_json::Value| message.to_string().len();
     let mut bytes = size(&message) + entry.queued.iter().map(|q| size(&q.message)).sum::<usize>();
     let full = |queued: usize, bytes: usize| {

@@ -60,8 +60,10 @@ pub(super) async fn activity(
     let mut filter = ListFilter::new().agent(agent.clone());
     filter.status = StatusFilter::Any;
     filter.updated_after = Some(since.saturating_sub(1));
+    // Listed most recently updated first: one more than the page reads says there
+    // were more, and a request never holds more entries than that.
+    filter.limit = Some(MAX_SESSIONS + 1);
     let mut sessions = manager.list(&filter).await?;
-    sessions.sort_by_key(|s| std::cmp::Reverse(s.entry.updated_at));
     let truncated = sessions.len() > MAX_SESSIONS;
     sessions.truncate(MAX_SESSIONS);
 
