@@ -388,6 +388,15 @@ pub enum Error {
         source: serde_json::Error,
     },
 
+    /// Encrypted data could not be sealed or opened: the master key is missing or not
+    /// the one the data was sealed under, a sealed value was altered or moved to another
+    /// session or line, or a key file is damaged. Nothing was written.
+    #[error("encryption: {problem}")]
+    Encryption {
+        /// What went wrong, and what to check.
+        problem: String,
+    },
+
     /// The failure of one write shared by several callers — the JSON store writes the
     /// updates of concurrent callers together (a group commit) — as every one of them
     /// receives it: the same error, with its kind ([`Error::is_transient`] answers for
@@ -435,6 +444,7 @@ impl Error {
             Error::NotConfigured { .. } => "not_configured",
             Error::Component { .. } => "component",
             Error::Encode { .. } => "encode",
+            Error::Encryption { .. } => "encryption",
             Error::Shared(error) => error.kind(),
         }
     }

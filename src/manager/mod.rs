@@ -144,6 +144,9 @@ pub(crate) struct Seams {
     /// The backend the store came from: every transcript and the search index, for
     /// erasing and exporting a person.
     pub(crate) backend: Option<crate::store::Backend>,
+    /// Where data keys are kept, when transcripts are sealed at rest.
+    #[cfg(feature = "encryption")]
+    pub(crate) data_keys: Option<Arc<dyn crate::privacy::encryption::KeyProvider>>,
 }
 
 /// The settings of a [`SessionManager`].
@@ -239,6 +242,8 @@ pub struct SessionManagerBuilder {
     manager: SessionManager,
     isolated_to: Option<AgentId>,
     custom_flush_guard: bool,
+    /// Built for an OpenClaw state directory, whose files OpenClaw reads too.
+    openclaw_tree: bool,
 }
 
 impl SessionManagerBuilder {
@@ -320,6 +325,27 @@ impl SessionManagerBuilder {
     /// sessions — so an event queued on one worker reaches the next turn on any.
     pub fn system_events(mut self, events: impl SystemEvents + 'static) -> Self {
         self.manager.system_events = Arc::new(events);
+        self
+    }
+
+    /// Seals transcripts at rest under data keys from `keys` (feature `encryption`;
+    /// default: transcripts in plain text): a data key per person, else per session,
+    /// and [`SessionManager::forget_person`] destroys the person's. See
+    /// [`privacy::encryption`](crate::privacy::encryption); [`build`](Self::build)
+    /// refuses it for an OpenClaw state directory
+    /// ([`SessionManager::connect_openclaw`]), whose transcripts OpenClaw reads.
+    #[cfg(feature = "encryption")]
+    pub fn encryption(
+        mut self,
+        keys: impl crate::privacy::encryption::KeyProvider + 'static,
+    ) -> Self {
+        self.manager.seams.data_keys = Some(Arc::new(keys));
+        self
+    }
+
+    /// Marks the builder as serving an OpenClaw state directory.
+    pub(crate) fn openclaw_tree(mut self) -> Self {
+        self.openclaw_tree = true;
         self
     }
 
@@ -633,6 +659,20 @@ impl SessionManagerBuilder {
             );
         }
         settings.queue.check()?;
+        #[cfg(feature = "encryption")]
+        if seams.data_keys.is_some() {
+            if self.openclaw_tree {
+                return Err(Error::InvalidOption {
+                    option: "encryption",
+                    problem: "an OpenClaw state directory is read by OpenClaw too, which cannot open sealed transcripts: connect to a json:, sqlite: or postgres:// store of the crate's own",
+                });
+            }
+            if seams.transcripts.is_none() {
+                return needs(
+                    "a transcript store to seal (SessionManagerBuilder::transcripts or ::backend)",
+                );
+            }
+        }
         if settings.checkpoint_every_turns.is_some() {
             if seams.introspector.is_none() {
                 return needs(
@@ -655,6 +695,25 @@ impl SessionManagerBuilder {
             manager.seams.flush_guard = Arc::new(MemoryFlushSettings {
                 context_window_tokens: window,
                 ..MemoryFlushSettings::default()
+            });
+        }
+        #[cfg(feature = "encryption")]
+        if let Some(keys) = &manager.seams.data_keys {
+            use crate::privacy::encryption::{
+                EncryptedChatter, EncryptedEvents, EncryptedSessions,
+            };
+            let keys = keys.clone();
+            manager.seams.store =
+                Arc::new(EncryptedSessions::new(manager.seams.store, keys.clone()));
+            manager.seams.history =
+                Arc::new(EncryptedChatter::new(manager.seams.history, keys.clone()));
+            manager.system_events =
+                Arc::new(EncryptedEvents::new(manager.system_events, keys.clone()));
+            manager.seams.transcripts = manager.seams.transcripts.map(|t| {
+                Arc::new(crate::privacy::encryption::EncryptedTranscripts::new(
+                    t,
+                    keys.clone(),
+                )) as Arc<dyn TranscriptStore>
             });
         }
         if let Some(agent) = self.isolated_to {
@@ -769,6 +828,8 @@ impl SessionManager {
                     workspaces: None,
                     tokens: Arc::new(EstimatedTokens),
                     backend: None,
+                    #[cfg(feature = "encryption")]
+                    data_keys: None,
                 },
                 settings: Settings {
                     send_policy: SendPolicyConfig::default(),
@@ -797,6 +858,7 @@ impl SessionManager {
             },
             isolated_to: None,
             custom_flush_guard: false,
+            openclaw_tree: false,
         }
     }
 

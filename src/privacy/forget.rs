@@ -130,6 +130,10 @@ pub struct ForgetReport {
     /// configuration (OpenClaw's `identityLinks`), which the crate does not write:
     /// remove them there.
     pub identity_links: usize,
+    /// Data keys destroyed (feature `encryption`): the person's, and those of the
+    /// sessions erased with them. What they sealed can no longer be read anywhere — a
+    /// backup or any other copy the erase did not rewrite.
+    pub data_keys: usize,
 }
 
 impl SessionManager {
@@ -299,6 +303,10 @@ impl Privacy<'_> {
             Some(store) => store.erase_copies(&needles, options.vacuum).await?,
             None => 0,
         };
+        #[cfg(feature = "encryption")]
+        if let Some(keys) = &self.seams.data_keys {
+            report.data_keys += destroy_keys(&**keys, &ids, current.iter().chain(&closed)).await?;
+        }
         tracing::info!(
             sessions = report.sessions,
             closed = report.closed_sessions,
@@ -315,13 +323,25 @@ impl Privacy<'_> {
         &self,
     ) -> Result<Option<std::sync::Arc<dyn TranscriptExport>>> {
         match (&self.seams.backend, &self.seams.transcripts) {
-            (Some(backend), _) => Ok(Some(match &self.settings.isolated_to {
-                Some(agent) => std::sync::Arc::new(crate::identity::isolation::AgentScoped::new(
-                    agent.clone(),
-                    backend.transcripts().clone(),
-                )),
-                None => backend.transcripts().clone(),
-            })),
+            (Some(backend), _) => {
+                let transcripts = backend.transcripts().clone();
+                #[cfg(feature = "encryption")]
+                let transcripts = match &self.seams.data_keys {
+                    Some(keys) => std::sync::Arc::new(
+                        crate::privacy::encryption::EncryptedTranscripts::new(
+                            transcripts,
+                            keys.clone(),
+                        ),
+                    ),
+                    None => transcripts,
+                };
+                Ok(Some(match &self.settings.isolated_to {
+                    Some(agent) => std::sync::Arc::new(
+                        crate::identity::isolation::AgentScoped::new(agent.clone(), transcripts),
+                    ),
+                    None => transcripts,
+                }))
+            }
             (None, None) => Ok(None),
             (None, Some(_)) => Err(Error::NotConfigured {
                 what: "the backend the transcripts are in (SessionManagerBuilder::backend or SessionManager::connect)",
@@ -910,4 +930,36 @@ fn offset_in_id(id: &str) -> u64 {
         .next()
         .and_then(|offset| offset.parse().ok())
         .unwrap_or(u64::MAX)
+}
+
+/// Destroys the data keys of the person known by `ids` and of `sessions`, theirs; how
+/// many there were. Last of the erase: a run that dies before finds the keys again.
+#[cfg(feature = "encryption")]
+async fn destroy_keys(
+    keys: &dyn crate::privacy::encryption::KeyProvider,
+    ids: &PersonIds,
+    sessions: impl Iterator<Item = &StoredSession>,
+) -> Result<usize> {
+    use crate::privacy::encryption::KeyOwner;
+    let mut owners: Vec<KeyOwner> = ids
+        .all()
+        .map(|id| KeyOwner::Person(id.to_owned()))
+        .collect();
+    for session in sessions {
+        owners.push(KeyOwner::SessionKey(session.key.as_str().to_owned()));
+        if let (Some(agent), false) = (session.key.agent_id(), session.entry.session_id.is_empty())
+        {
+            owners.push(KeyOwner::Session {
+                agent: AgentId::new(agent)?,
+                session_id: session.entry.session_id.clone(),
+            });
+        }
+    }
+    let mut destroyed = 0;
+    for owner in owners {
+        if keys.destroy(&owner).await? {
+            destroyed += 1;
+        }
+    }
+    Ok(destroyed)
 }

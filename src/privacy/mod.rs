@@ -13,6 +13,8 @@
 //! the crate's `docs/personal-data.md`. The stores take part through their
 //! [`Erase`](crate::store::Erase) capability.
 
+#[cfg(feature = "encryption")]
+pub mod encryption;
 mod export;
 mod forget;
 pub(crate) mod redact;

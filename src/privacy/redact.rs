@@ -585,7 +585,7 @@ pub(crate) fn without_chatter_of(text: &str, labels: &[String]) -> String {
 /// The line that stands where an erased line was: a `custom` entry with the erased
 /// line's id, parent and time (so the conversation's tree stays whole), padded with
 /// spaces to `length` bytes, so no other line moves.
-fn erased_line(entry: &Map<String, Value>, length: usize) -> String {
+pub(crate) fn erased_line(entry: &Map<String, Value>, length: usize) -> String {
     let mut marker = Map::new();
     marker.insert("type".into(), Value::from("custom"));
     marker.insert("customType".into(), Value::from(ERASED_CUSTOM_TYPE));

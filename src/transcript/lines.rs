@@ -138,6 +138,11 @@ pub(crate) struct Stamp {
     now_iso: Option<String>,
 }
 
+/// The parent an entry carries when it has its id already (a sealed entry's id is part
+/// of what it is sealed with) and its parent is the transcript's leaf when it is
+/// appended: [`Stamp::stamp`] puts the leaf in its place.
+pub(crate) const PARENT_ON_APPEND: &str = "\u{0}leaf";
+
 impl Stamp {
     /// Stamps entries appended after `leaf`, at `now`.
     pub(crate) fn new(leaf: Option<String>, now: DateTime<Utc>) -> Self {
@@ -162,6 +167,8 @@ impl Stamp {
     pub(crate) fn stamp(&mut self, entry: &mut TranscriptEntry) {
         if entry.id.is_none() {
             entry.id = Some(new_entry_id());
+            entry.parent_id = self.leaf.take();
+        } else if entry.parent_id.as_deref() == Some(PARENT_ON_APPEND) {
             entry.parent_id = self.leaf.take();
         }
         if entry.timestamp.is_none() {

@@ -55,6 +55,7 @@ impl OpenClawConfig {
             self.json_options(),
         ))
         .transcripts(FileTranscriptStore::new(&self.state_dir))
+        .openclaw_tree()
         .key_builder(self.key_builder())
         .default_agent(self.default_agent.clone())
         .freshness(self.reset.clone())

@@ -1,0 +1,289 @@
+//! Group chatter and system events sealed at rest: what waits for a session's next
+//! turn, sealed under its sender's data key, else its session key's.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::key::{
+    is_sealed_text, open_text, seal_text, seal_text_repeatable, DataKey, KeyOwner, KeyProvider,
+};
+use crate::error::{Error, Result};
+use crate::identity::key::SessionKey;
+use crate::inbound::chatter::{
+    ChatterBuffer, ChatterClaim, ChatterEdit, ChatterEntry, EntryEditor, GroupChatter,
+};
+use crate::inbound::events::{SystemEvent, SystemEvents};
+
+/// Whose key seals a chatter entry: its sender's, else its group's.
+fn owner(group: &str, entry: &ChatterEntry) -> KeyOwner {
+    match entry.sender_id.as_deref() {
+        Some(id) if !id.trim().is_empty() => KeyOwner::Person(id.to_owned()),
+        _ => KeyOwner::SessionKey(group.to_owned()),
+    }
+}
+
+fn place(group: &str, field: &str) -> String {
+    format!("chatter\0{group}\0{field}")
+}
+
+fn damaged(what: &str) -> Error {
+    Error::Encryption {
+        problem: format!(
+            "{what} does not open: it was altered, moved from another group or session, or sealed under another master key"
+        ),
+    }
+}
+
+/// `inner`, each entry's sender label and text sealed.
+pub(crate) struct EncryptedChatter<C: ?Sized> {
+    inner: Arc<C>,
+    keys: Arc<dyn KeyProvider>,
+}
+
+impl<C: ?Sized> EncryptedChatter<C> {
+    pub(crate) fn new(inner: Arc<C>, keys: Arc<dyn KeyProvider>) -> Self {
+        EncryptedChatter { inner, keys }
+    }
+
+    async fn key(&self, owner: &KeyOwner, create: bool) -> Result<Option<DataKey>> {
+        self.keys.data_key(owner, create).await
+    }
+
+    async fn seal(&self, group: &str, mut entry: ChatterEntry) -> Result<ChatterEntry> {
+        let key = self
+            .key(&owner(group, &entry), true)
+            .await?
+            .ok_or_else(|| Error::Encryption {
+                problem: "the key provider made no data key".into(),
+            })?;
+        seal_entry(&key, group, &mut entry)?;
+        Ok(entry)
+    }
+
+    /// The entries opened; one whose key was destroyed is left out (its sender was
+    /// erased).
+    async fn open(&self, group: &str, entries: Vec<ChatterEntry>) -> Result<Vec<ChatterEntry>> {
+        let mut keys = HashMap::new();
+        let mut opened = Vec::with_capacity(entries.len());
+        for mut entry in entries {
+            let owner = owner(group, &entry);
+            if !keys.contains_key(&owner) {
+                let key = self.key(&owner, false).await?;
+                keys.insert(owner.clone(), key);
+            }
+            if open_entry(keys[&owner].as_ref(), group, &mut entry)? {
+                opened.push(entry);
+            }
+        }
+        Ok(opened)
+    }
+}
+
+fn seal_entry(key: &DataKey, group: &str, entry: &mut ChatterEntry) -> Result<()> {
+    entry.sender = seal_text(key, &place(group, "sender"), &entry.sender)?;
+    entry.body = seal_text(key, &place(group, "body"), &entry.body)?;
+    Ok(())
+}
+
+/// Opens `entry`; `false` when its key was destroyed.
+fn open_entry(key: Option<&DataKey>, group: &str, entry: &mut ChatterEntry) -> Result<bool> {
+    for (field, value) in [("sender", &mut entry.sender), ("body", &mut entry.body)] {
+        if !is_sealed_text(value) {
+            continue;
+        }
+        let Some(key) = key else {
+            return Ok(false);
+        };
+        match open_text(key, &place(group, field), value) {
+            Some(Some(text)) => *value = text,
+            Some(None) => return Ok(false),
+            None => return Err(damaged(&format!("group chatter of {group}"))),
+        }
+    }
+    Ok(true)
+}
+
+#[async_trait]
+impl<C: ChatterBuffer + ?Sized> ChatterBuffer for EncryptedChatter<C> {
+    async fn append(&self, key: &str, entry: ChatterEntry) -> Result<()> {
+        let entry = self.seal(key, entry).await?;
+        self.inner.append(key, entry).await
+    }
+
+    async fn entries(&self, key: &str) -> Result<Vec<ChatterEntry>> {
+        let entries = self.inner.entries(key).await?;
+        self.open(key, entries).await
+    }
+
+    async fn clear(&self, key: &str) -> Result<()> {
+        self.inner.clear(key).await
+    }
+
+    async fn take(&self, key: &str) -> Result<Vec<ChatterEntry>> {
+        let entries = self.inner.take(key).await?;
+        self.open(key, entries).await
+    }
+
+    async fn append_once(&self, key: &str, entry: ChatterEntry, window: Duration) -> Result<bool> {
+        let entry = self.seal(key, entry).await?;
+        self.inner.append_once(key, entry, window).await
+    }
+
+    async fn claim(
+        &self,
+        key: &str,
+        claim: &ChatterClaim,
+        take_over: &[String],
+    ) -> Result<Vec<ChatterEntry>> {
+        let entries = self.inner.claim(key, claim, take_over).await?;
+        self.open(key, entries).await
+    }
+
+    async fn claims(&self, key: &str) -> Result<Vec<ChatterClaim>> {
+        self.inner.claims(key).await
+    }
+
+    async fn settle(&self, key: &str, claim_id: &str) -> Result<()> {
+        self.inner.settle(key, claim_id).await
+    }
+
+    async fn release(&self, key: &str, claim_id: &str, entries: Vec<ChatterEntry>) -> Result<()> {
+        let mut sealed = Vec::with_capacity(entries.len());
+        for entry in entries {
+            sealed.push(self.seal(key, entry).await?);
+        }
+        self.inner.release(key, claim_id, sealed).await
+    }
+
+    async fn edit_entries(&self, edit: EntryEditor<'_>) -> Result<usize> {
+        // The editor runs inside the store's update, where no key can be asked for:
+        // the keys of every entry kept are fetched first.
+        let mut keys: HashMap<KeyOwner, Option<DataKey>> = HashMap::new();
+        for (group, chatter) in self.inner.export_groups().await? {
+            let all = chatter
+                .entries
+                .iter()
+                .chain(chatter.claimed.iter().flat_map(|c| c.entries.iter()));
+            for entry in all {
+                let owner = owner(&group, entry);
+                if !keys.contains_key(&owner) {
+                    let key = self.key(&owner, false).await?;
+                    keys.insert(owner, key);
+                }
+            }
+        }
+        let sealed_edit = |group: &str, stored: &ChatterEntry| -> ChatterEdit {
+            let mut entry = stored.clone();
+            let key = keys.get(&owner(group, &entry)).cloned().flatten();
+            match open_entry(key.as_ref(), group, &mut entry) {
+                // Its key was destroyed: nothing of it can be read, it goes.
+                Ok(false) => ChatterEdit::Remove,
+                Err(_) => ChatterEdit::Keep,
+                Ok(true) => match edit(group, &entry) {
+                    ChatterEdit::Replace(mut new) => {
+                        let sealed = key
+                            .as_ref()
+                            .filter(|_| owner(group, &new) == owner(group, stored))
+                            .map(|key| seal_entry(key, group, &mut new));
+                        match sealed {
+                            Some(Ok(())) => ChatterEdit::Replace(new),
+                            // A replacement under another owner, whose key is not at
+                            // hand: removed rather than kept in plain text.
+                            _ => ChatterEdit::Remove,
+                        }
+                    }
+                    other => other,
+                },
+            }
+        };
+        self.inner.edit_entries(&sealed_edit).await
+    }
+
+    async fn export_groups(&self) -> Result<Vec<(String, GroupChatter)>> {
+        self.inner.export_groups().await
+    }
+
+    async fn import_group(&self, key: &str, group: GroupChatter) -> Result<bool> {
+        self.inner.import_group(key, group).await
+    }
+}
+
+fn event_place(key: &SessionKey) -> String {
+    format!("event\0{key}")
+}
+
+/// `inner`, each event's text sealed under its session key's data key — repeatably,
+/// so a repeat of the last event is still skipped.
+pub(crate) struct EncryptedEvents<E: ?Sized> {
+    inner: Arc<E>,
+    keys: Arc<dyn KeyProvider>,
+}
+
+impl<E: ?Sized> EncryptedEvents<E> {
+    pub(crate) fn new(inner: Arc<E>, keys: Arc<dyn KeyProvider>) -> Self {
+        EncryptedEvents { inner, keys }
+    }
+
+    async fn open(&self, key: &SessionKey, events: Vec<SystemEvent>) -> Result<Vec<SystemEvent>> {
+        if !events.iter().any(|e| is_sealed_text(&e.text)) {
+            return Ok(events);
+        }
+        let data_key = self
+            .keys
+            .data_key(&KeyOwner::SessionKey(key.as_str().to_owned()), false)
+            .await?;
+        let mut opened = Vec::with_capacity(events.len());
+        for mut event in events {
+            if is_sealed_text(&event.text) {
+                let Some(data_key) = &data_key else { continue };
+                match open_text(data_key, &event_place(key), &event.text) {
+                    Some(Some(text)) => event.text = text,
+                    Some(None) => continue,
+                    None => return Err(damaged(&format!("a system event of session {key}"))),
+                }
+            }
+            opened.push(event);
+        }
+        Ok(opened)
+    }
+
+    async fn seal(&self, key: &SessionKey, text: &str) -> Result<String> {
+        let data_key = self
+            .keys
+            .data_key(&KeyOwner::SessionKey(key.as_str().to_owned()), true)
+            .await?
+            .ok_or_else(|| Error::Encryption {
+                problem: "the key provider made no data key".into(),
+            })?;
+        seal_text_repeatable(&data_key, &event_place(key), text)
+    }
+}
+
+#[async_trait]
+impl<E: SystemEvents + ?Sized> SystemEvents for EncryptedEvents<E> {
+    async fn enqueue(&self, key: &SessionKey, text: &str, at: DateTime<Utc>) -> Result<bool> {
+        let text = text.trim();
+        if text.is_empty() {
+            return self.inner.enqueue(key, text, at).await;
+        }
+        let sealed = self.seal(key, text).await?;
+        self.inner.enqueue(key, &sealed, at).await
+    }
+
+    async fn drain(&self, key: &SessionKey) -> Result<Vec<SystemEvent>> {
+        let events = self.inner.drain(key).await?;
+        self.open(key, events).await
+    }
+
+    async fn export_queues(&self) -> Result<Vec<(SessionKey, Vec<SystemEvent>)>> {
+        self.inner.export_queues().await
+    }
+
+    async fn import_queue(&self, key: &SessionKey, events: Vec<SystemEvent>) -> Result<bool> {
+        self.inner.import_queue(key, events).await
+    }
+}

@@ -1,0 +1,242 @@
+//! Session entries sealed at rest: the fields that carry what people wrote or are
+//! called, sealed under the data key of their session's key.
+
+use std::sync::Arc;
+
+use super::key::{is_sealed_text, open_text, seal_text, DataKey, KeyOwner, KeyProvider};
+use crate::error::{Error, Result};
+use crate::identity::key::SessionKey;
+use crate::store::entry::SessionEntry;
+use crate::store::{Erase, ListFilter, Mutator, Revision, SessionStore, StoredSession};
+use async_trait::async_trait;
+
+/// Runs `f` on each of the entry's fields that carry text a person wrote or a name
+/// they go by: the preview of the last message, the display name, the group's
+/// subject, the origin's label and the last heartbeat's text. Ids, times, counts and
+/// the host's own label stay clear, so the stores still find and list sessions.
+fn each_field(
+    entry: &mut SessionEntry,
+    mut f: impl FnMut(&'static str, &mut Option<String>) -> Result<()>,
+) -> Result<()> {
+    f("lastMessagePreview", &mut entry.last_message_preview)?;
+    f("displayName", &mut entry.display_name)?;
+    f("subject", &mut entry.subject)?;
+    f("lastHeartbeatText", &mut entry.last_heartbeat_text)?;
+    if let Some(origin) = &mut entry.origin {
+        f("origin.label", &mut origin.label)?;
+    }
+    Ok(())
+}
+
+fn place(key: &SessionKey, field: &str) -> String {
+    format!("entry\0{key}\0{field}")
+}
+
+fn damaged(key: &SessionKey, field: &str) -> Error {
+    Error::Encryption {
+        problem: format!(
+            "field {field} of session {key} does not open: it was altered, moved from another session, or sealed under another master key"
+        ),
+    }
+}
+
+/// Opens the entry's sealed fields; a field whose key was destroyed is left out.
+/// Returns the fields as they were stored, to seal unchanged fields back as they were.
+fn open_entry(
+    entry: &mut SessionEntry,
+    data_key: Option<&DataKey>,
+    key: &SessionKey,
+) -> Result<Vec<(&'static str, String, String)>> {
+    let mut stored = Vec::new();
+    each_field(entry, |field, value| {
+        let Some(text) = value.as_deref().filter(|text| is_sealed_text(text)) else {
+            return Ok(());
+        };
+        let opened = match data_key {
+            Some(data_key) => {
+                open_text(data_key, &place(key, field), text).ok_or_else(|| damaged(key, field))?
+            }
+            None => None,
+        };
+        if let Some(opened) = &opened {
+            stored.push((field, text.to_owned(), opened.clone()));
+        }
+        *value = opened;
+        Ok(())
+    })?;
+    Ok(stored)
+}
+
+/// Seals the entry's fields; one unchanged since it was opened keeps its stored form,
+/// so an update that changes nothing writes nothing new.
+fn seal_entry(
+    entry: &mut SessionEntry,
+    data_key: &DataKey,
+    key: &SessionKey,
+    stored: &[(&'static str, String, String)],
+) -> Result<()> {
+    each_field(entry, |field, value| {
+        let Some(plain) = value.as_deref() else {
+            return Ok(());
+        };
+        let kept = stored
+            .iter()
+            .find(|(name, _, opened)| *name == field && opened == plain)
+            .map(|(_, sealed, _)| sealed.clone());
+        *value = Some(match kept {
+            Some(sealed) => sealed,
+            None => seal_text(data_key, &place(key, field), plain)?,
+        });
+        Ok(())
+    })
+}
+
+fn owner(key: &SessionKey) -> KeyOwner {
+    KeyOwner::SessionKey(key.as_str().to_owned())
+}
+
+/// `inner`, its entries' text fields sealed under the data key of each session's key.
+pub(crate) struct EncryptedSessions<S: ?Sized> {
+    inner: Arc<S>,
+    keys: Arc<dyn KeyProvider>,
+}
+
+impl<S: ?Sized> EncryptedSessions<S> {
+    pub(crate) fn new(inner: Arc<S>, keys: Arc<dyn KeyProvider>) -> Self {
+        EncryptedSessions { inner, keys }
+    }
+
+    async fn open(&self, session: &mut StoredSession) -> Result<()> {
+        let mut sealed = false;
+        each_field(&mut session.entry, |_, value| {
+            sealed |= value.as_deref().is_some_and(is_sealed_text);
+            Ok(())
+        })?;
+        if sealed {
+            let data_key = self.keys.data_key(&owner(&session.key), false).await?;
+            open_entry(&mut session.entry, data_key.as_ref(), &session.key)?;
+        }
+        Ok(())
+    }
+
+    async fn sealed(&self, sessions: &[StoredSession]) -> Result<Vec<StoredSession>> {
+        let mut out = Vec::with_capacity(sessions.len());
+        for session in sessions {
+            let mut session = session.clone();
+            let data_key = self.data_key(&session.key).await?;
+            seal_entry(&mut session.entry, &data_key, &session.key, &[])?;
+            out.push(session);
+        }
+        Ok(out)
+    }
+
+    async fn data_key(&self, key: &SessionKey) -> Result<DataKey> {
+        self.keys
+            .data_key(&owner(key), true)
+            .await?
+            .ok_or_else(|| Error::Encryption {
+                problem: "the key provider made no data key".into(),
+            })
+    }
+}
+
+#[async_trait]
+impl<S: SessionStore + ?Sized> SessionStore for EncryptedSessions<S> {
+    async fn get(&self, key: &SessionKey) -> Result<Option<StoredSession>> {
+        let mut found = self.inner.get(key).await?;
+        if let Some(session) = &mut found {
+            self.open(session).await?;
+        }
+        Ok(found)
+    }
+
+    async fn apply(
+        &self,
+        key: &SessionKey,
+        mutator: &mut Mutator<'_>,
+    ) -> Result<Option<StoredSession>> {
+        let data_key = self.data_key(key).await?;
+        let mut sealed = |slot: &mut Option<SessionEntry>, revision: Option<Revision>| {
+            let stored = match slot {
+                Some(entry) => open_entry(entry, Some(&data_key), key)?,
+                None => Vec::new(),
+            };
+            mutator(slot, revision)?;
+            if let Some(entry) = slot {
+                seal_entry(entry, &data_key, key, &stored)?;
+            }
+            Ok(())
+        };
+        let mut result = self.inner.apply(key, &mut sealed).await?;
+        if let Some(session) = &mut result {
+            open_entry(&mut session.entry, Some(&data_key), key)?;
+        }
+        Ok(result)
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
+        let mut sessions = self.inner.list(filter).await?;
+        for session in &mut sessions {
+            self.open(session).await?;
+        }
+        Ok(sessions)
+    }
+
+    async fn count(&self, filter: &ListFilter) -> Result<usize> {
+        self.inner.count(filter).await
+    }
+
+    async fn unreadable(&self) -> Result<Vec<crate::store::UnreadableEntry>> {
+        self.inner.unreadable().await
+    }
+
+    async fn is_empty(&self) -> Result<bool> {
+        self.inner.is_empty().await
+    }
+
+    fn as_erase(&self) -> Option<&dyn Erase> {
+        self.inner.as_erase().map(|_| self as &dyn Erase)
+    }
+
+    async fn delete(&self, key: &SessionKey) -> Result<Option<SessionEntry>> {
+        let mut removed = self.inner.delete(key).await?;
+        if let Some(entry) = &mut removed {
+            let data_key = self.keys.data_key(&owner(key), false).await?;
+            open_entry(entry, data_key.as_ref(), key)?;
+        }
+        Ok(removed)
+    }
+}
+
+#[async_trait]
+impl<S: SessionStore + ?Sized> Erase for EncryptedSessions<S> {
+    async fn remove_closed(&self, session_ids: &[String]) -> Result<usize> {
+        match self.inner.as_erase() {
+            Some(inner) => inner.remove_closed(session_ids).await,
+            None => Ok(0),
+        }
+    }
+
+    async fn replace_closed(&self, sessions: &[StoredSession]) -> Result<usize> {
+        let sessions = self.sealed(sessions).await?;
+        match self.inner.as_erase() {
+            Some(inner) => inner.replace_closed(&sessions).await,
+            None => Ok(0),
+        }
+    }
+
+    async fn add_closed(&self, sessions: &[StoredSession]) -> Result<usize> {
+        let sessions = self.sealed(sessions).await?;
+        match self.inner.as_erase() {
+            Some(inner) => inner.add_closed(&sessions).await,
+            None => Ok(0),
+        }
+    }
+
+    async fn erase_copies(&self, needles: &[String], vacuum: bool) -> Result<usize> {
+        match self.inner.as_erase() {
+            Some(inner) => inner.erase_copies(needles, vacuum).await,
+            None => Ok(0),
+        }
+    }
+}

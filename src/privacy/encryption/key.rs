@@ -1,0 +1,461 @@
+//! Keys: the master key, the data keys it wraps, and where data keys are kept.
+
+use std::fmt;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use base64::Engine;
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+use sha2::Digest;
+
+use crate::error::{Error, Result};
+use crate::AgentId;
+
+const KEY_LEN: usize = 32;
+const NONCE_LEN: usize = 24;
+/// What a key file holds before its sealed key.
+const KEY_FILE_PREFIX: &str = "agent-sessions-data-key-v1:";
+/// Key files are a few dozen bytes; anything larger is not one.
+const KEY_FILE_LIMIT: u64 = 4096;
+
+fn problem(problem: impl Into<String>) -> Error {
+    Error::Encryption {
+        problem: problem.into(),
+    }
+}
+
+/// Fills a buffer from the operating system's random source.
+pub(crate) fn random<const N: usize>() -> Result<[u8; N]> {
+    let mut bytes = [0u8; N];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| problem(format!("the system's random source failed: {e}")))?;
+    Ok(bytes)
+}
+
+/// Seals `plain` under `key` with a fresh nonce, `aad` bound: the nonce, then the
+/// ciphertext with its tag.
+pub(crate) fn seal_bytes(key: &[u8; KEY_LEN], aad: &[u8], plain: &[u8]) -> Result<Vec<u8>> {
+    let nonce: [u8; NONCE_LEN] = random()?;
+    let cipher = XChaCha20Poly1305::new(key.into());
+    let sealed = cipher
+        .encrypt(XNonce::from_slice(&nonce), Payload { msg: plain, aad })
+        .map_err(|_| problem("a value could not be sealed"))?;
+    let mut out = Vec::with_capacity(NONCE_LEN + sealed.len());
+    out.extend_from_slice(&nonce);
+    out.extend_from_slice(&sealed);
+    Ok(out)
+}
+
+/// Opens what [`seal_bytes`] sealed; `None` when the key, the bound data or the bytes
+/// are not the ones it was sealed with.
+pub(crate) fn open_bytes(key: &[u8; KEY_LEN], aad: &[u8], sealed: &[u8]) -> Option<Vec<u8>> {
+    if sealed.len() < NONCE_LEN {
+        return None;
+    }
+    let (nonce, body) = sealed.split_at(NONCE_LEN);
+    XChaCha20Poly1305::new(key.into())
+        .decrypt(XNonce::from_slice(nonce), Payload { msg: body, aad })
+        .ok()
+}
+
+/// How a sealed text starts.
+const TEXT_PREFIX: &str = "enc1:";
+
+/// Whether `text` is a sealed text ([`seal_text`]).
+pub(crate) fn is_sealed_text(text: &str) -> bool {
+    text.starts_with(TEXT_PREFIX)
+}
+
+/// `plain` sealed under `key`, bound to `place` (what it is and where it is kept):
+/// `enc1:<key id>:<nonce and ciphertext in base64>`.
+pub(crate) fn seal_text(key: &DataKey, place: &str, plain: &str) -> Result<String> {
+    let aad = format!("agent-sessions text v1\0{place}");
+    let sealed = seal_bytes(&key.0, aad.as_bytes(), plain.as_bytes())?;
+    Ok(format!(
+        "{TEXT_PREFIX}{}:{}",
+        key.id(),
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sealed)
+    ))
+}
+
+/// [`seal_text`] with a nonce drawn from the key, the place and the text instead of at
+/// random: the same text in the same place seals the same, so a store that skips a
+/// repeat of the last text (system events) still sees the repeat. It reveals only that
+/// two texts in one place are equal.
+pub(crate) fn seal_text_repeatable(key: &DataKey, place: &str, plain: &str) -> Result<String> {
+    let aad = format!("agent-sessions text v1\0{place}");
+    let mut hasher = sha2::Sha256::new();
+    for part in [
+        b"agent-sessions nonce v1".as_slice(),
+        &key.0,
+        aad.as_bytes(),
+        b"\0",
+        plain.as_bytes(),
+    ] {
+        hasher.update((part.len() as u64).to_le_bytes());
+        hasher.update(part);
+    }
+    let digest = hasher.finalize();
+    let nonce = XNonce::from_slice(&digest[..NONCE_LEN]);
+    let sealed = XChaCha20Poly1305::new((&key.0).into())
+        .encrypt(
+            nonce,
+            Payload {
+                msg: plain.as_bytes(),
+                aad: aad.as_bytes(),
+            },
+        )
+        .map_err(|_| problem("a value could not be sealed"))?;
+    let mut bytes = nonce.to_vec();
+    bytes.extend_from_slice(&sealed);
+    Ok(format!(
+        "{TEXT_PREFIX}{}:{}",
+        key.id(),
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    ))
+}
+
+/// What [`seal_text`] sealed: `Some(None)` when `key` is not the key it was sealed
+/// under (that one was destroyed: the text is erased), `None` when `key` is that key
+/// and it does not open (altered, or moved from another place).
+pub(crate) fn open_text(key: &DataKey, place: &str, sealed: &str) -> Option<Option<String>> {
+    let (key_id, b64) = sealed.strip_prefix(TEXT_PREFIX)?.split_once(':')?;
+    if key_id != key.id() {
+        return Some(None);
+    }
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(b64)
+        .ok()?;
+    let aad = format!("agent-sessions text v1\0{place}");
+    let plain = open_bytes(&key.0, aad.as_bytes(), &bytes)?;
+    String::from_utf8(plain).ok().map(Some)
+}
+
+/// The key that wraps every data key: 32 random bytes the host keeps out of the store
+/// (an environment variable, a file readable by the bot alone, a KMS).
+///
+/// Written as 64 hexadecimal digits or as base64 (standard or URL-safe, padded or
+/// not); [`MasterKey::generate`] makes one.
+///
+/// ```
+/// use agent_sessions::privacy::encryption::MasterKey;
+///
+/// let key = MasterKey::generate()?;
+/// let again = MasterKey::parse(&key.to_base64())?;
+/// assert_eq!(key.fingerprint(), again.fingerprint());
+/// assert!(MasterKey::parse("too short").is_err());
+/// // Its Debug form never shows the key.
+/// assert!(!format!("{key:?}").contains(&key.to_base64()));
+/// # Ok::<(), agent_sessions::Error>(())
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct MasterKey([u8; KEY_LEN]);
+
+impl MasterKey {
+    /// A new random key.
+    pub fn generate() -> Result<Self> {
+        random().map(MasterKey)
+    }
+
+    /// The key written in `text` (64 hex digits or base64 of 32 bytes, surrounding
+    /// whitespace ignored); [`Error::Encryption`] otherwise, without repeating the text.
+    pub fn parse(text: &str) -> Result<Self> {
+        let text = text.trim();
+        let bytes = if text.len() == 2 * KEY_LEN && text.bytes().all(|b| b.is_ascii_hexdigit()) {
+            (0..KEY_LEN)
+                .map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16))
+                .collect::<std::result::Result<Vec<u8>, _>>()
+                .ok()
+        } else {
+            use base64::engine::general_purpose::{STANDARD, URL_SAFE, URL_SAFE_NO_PAD};
+            let unpadded = text.trim_end_matches('=');
+            STANDARD
+                .decode(text)
+                .or_else(|_| URL_SAFE.decode(text))
+                .or_else(|_| URL_SAFE_NO_PAD.decode(unpadded))
+                .ok()
+        };
+        bytes
+            .and_then(|bytes| <[u8; KEY_LEN]>::try_from(bytes).ok())
+            .map(MasterKey)
+            .ok_or_else(|| {
+                problem("a master key is 32 bytes written as 64 hex digits or as base64")
+            })
+    }
+
+    /// The key in environment variable `var`; [`Error::Encryption`] when it is unset or
+    /// not a key.
+    pub fn from_env(var: &str) -> Result<Self> {
+        let text = std::env::var(var)
+            .map_err(|_| problem(format!("the master key variable {var} is not set")))?;
+        Self::parse(&text).map_err(|_| {
+            problem(format!(
+                "{var} does not hold a master key (64 hex digits or base64 of 32 bytes)"
+            ))
+        })
+    }
+
+    /// The key in the file at `path` (not followed if it is a symbolic link).
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let (bytes, _) = crate::store::fs::read_limited(path, KEY_FILE_LIMIT)
+            .map_err(|e| Error::io("read", path, e))?
+            .ok_or_else(|| problem(format!("there is no master key file at {}", path.display())))?;
+        let text = String::from_utf8(bytes).unwrap_or_default();
+        Self::parse(&text).map_err(|_| {
+            problem(format!(
+                "{} does not hold a master key (64 hex digits or base64 of 32 bytes)",
+                path.display()
+            ))
+        })
+    }
+
+    /// The key as base64, to keep it somewhere.
+    pub fn to_base64(&self) -> String {
+        base64::engine::general_purpose::STANDARD.encode(self.0)
+    }
+
+    /// A short name for the key that does not reveal it: the first 8 hex digits of its
+    /// SHA-256. Which key a store was sealed under, in messages and `keys status`.
+    pub fn fingerprint(&self) -> String {
+        let digest = sha2::Sha256::digest(self.0);
+        digest[..4].iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn wrap(&self, owner: &KeyOwner, key: &DataKey) -> Result<Vec<u8>> {
+        seal_bytes(&self.0, owner.tag().as_bytes(), &key.0)
+    }
+
+    fn unwrap_key(&self, owner: &KeyOwner, wrapped: &[u8]) -> Option<DataKey> {
+        let bytes = open_bytes(&self.0, owner.tag().as_bytes(), wrapped)?;
+        <[u8; KEY_LEN]>::try_from(bytes).ok().map(DataKey)
+    }
+}
+
+impl fmt::Debug for MasterKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "MasterKey({})", self.fingerprint())
+    }
+}
+
+/// Whose data a data key seals: a person (by canonical id), else a session.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum KeyOwner {
+    /// A person, by the id transcripts record for them (`log.personId`): what they
+    /// wrote, and what was written to them.
+    Person(String),
+    /// One session of an agent: lines that name no person (summaries, system events,
+    /// group lines of unknown senders).
+    Session {
+        /// The agent.
+        agent: AgentId,
+        /// The session id.
+        session_id: String,
+    },
+    /// A session key (`agent:main:telegram:direct:42`): its entry's text fields
+    /// (previews, names), its waiting system events and group chatter.
+    SessionKey(String),
+}
+
+impl KeyOwner {
+    /// The owner as one string, bound to its key when the key is wrapped.
+    fn tag(&self) -> String {
+        match self {
+            KeyOwner::Person(id) => format!("agent-sessions data key\0person\0{id}"),
+            KeyOwner::Session { agent, session_id } => {
+                format!("agent-sessions data key\0session\0{agent}\0{session_id}")
+            }
+            KeyOwner::SessionKey(key) => format!("agent-sessions data key\0key\0{key}"),
+        }
+    }
+}
+
+/// A data key: 32 random bytes that seal one owner's data. Its `Debug` form never
+/// shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DataKey([u8; KEY_LEN]);
+
+impl DataKey {
+    /// A new random key.
+    pub fn generate() -> Result<Self> {
+        random().map(DataKey)
+    }
+
+    /// The key made of `bytes` (a key management service's plaintext data key).
+    pub fn from_bytes(bytes: [u8; KEY_LEN]) -> Self {
+        DataKey(bytes)
+    }
+
+    /// The key's bytes (to wrap it in a key management service).
+    pub fn as_bytes(&self) -> &[u8; KEY_LEN] {
+        &self.0
+    }
+
+    /// A short name of the key that does not reveal it (8 hex digits of its SHA-256),
+    /// kept with what it seals: a value sealed under a key since destroyed — even if
+    /// its owner has a new key now — reads as erased.
+    pub(crate) fn id(&self) -> String {
+        let digest = sha2::Sha256::digest(self.0);
+        digest[..4].iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+impl fmt::Debug for DataKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("DataKey(..)")
+    }
+}
+
+/// Where data keys are kept and destroyed: the seam a key management service plugs
+/// into. The crate's own is [`KeyFiles`].
+///
+/// A key, once made, must be the one every later call returns for its owner, in every
+/// process, until it is destroyed; two processes asking at once for a key not yet made
+/// must both get the same one.
+#[async_trait]
+pub trait KeyProvider: Send + Sync + fmt::Debug {
+    /// `owner`'s data key; made on first use when `create`. `None` when the owner has
+    /// none (never made, or destroyed): what it sealed can no longer be read.
+    async fn data_key(&self, owner: &KeyOwner, create: bool) -> Result<Option<DataKey>>;
+
+    /// Destroys `owner`'s data key; whether there was one.
+    async fn destroy(&self, owner: &KeyOwner) -> Result<bool>;
+}
+
+/// Data keys in a directory, each in its own file sealed by the master key (so a copy
+/// of the directory is useless without it), named by a hash of its owner.
+///
+/// Keep the directory apart from the store and out of its backups: a backup holds the
+/// store's sealed lines, and a person's lines in it can be read only while her key file
+/// exists. Every process of one bot opens the same directory with the same master key.
+///
+/// ```
+/// use agent_sessions::privacy::encryption::{KeyFiles, KeyOwner, KeyProvider, MasterKey};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> agent_sessions::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let keys = KeyFiles::open(dir.path().join("keys"), MasterKey::generate()?)?;
+/// let ana = KeyOwner::Person("ana".into());
+/// let key = keys.data_key(&ana, true).await?.expect("made");
+/// assert_eq!(keys.data_key(&ana, false).await?, Some(key));
+/// assert!(keys.destroy(&ana).await?);
+/// assert_eq!(keys.data_key(&ana, false).await?, None);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct KeyFiles {
+    dir: PathBuf,
+    master: MasterKey,
+}
+
+impl KeyFiles {
+    /// The key files in `dir` (made owner-only if missing), sealed by `master`.
+    pub fn open(dir: impl Into<PathBuf>, master: MasterKey) -> Result<Self> {
+        let dir = dir.into();
+        crate::store::fs::create_private_dir_all(&dir)
+            .map_err(|e| Error::io("create directory", &dir, e))?;
+        if std::fs::symlink_metadata(&dir).is_ok_and(|m| !m.is_dir()) {
+            return Err(problem(format!(
+                "the key directory {} is not a directory (a symbolic link is not followed)",
+                dir.display()
+            )));
+        }
+        Ok(KeyFiles { dir, master })
+    }
+
+    /// The master key's fingerprint ([`MasterKey::fingerprint`]).
+    pub fn fingerprint(&self) -> String {
+        self.master.fingerprint()
+    }
+
+    fn path(&self, owner: &KeyOwner) -> PathBuf {
+        let digest = sha2::Sha256::digest(owner.tag().as_bytes());
+        let name: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        self.dir.join(format!("{name}.key"))
+    }
+
+    fn read(&self, owner: &KeyOwner, path: &Path) -> Result<Option<DataKey>> {
+        let Some((bytes, _)) = crate::store::fs::read_limited(path, KEY_FILE_LIMIT)
+            .map_err(|e| Error::io("read", path, e))?
+        else {
+            return Ok(None);
+        };
+        let wrapped = std::str::from_utf8(&bytes)
+            .ok()
+            .and_then(|text| text.trim().strip_prefix(KEY_FILE_PREFIX))
+            .and_then(|text| base64::engine::general_purpose::STANDARD.decode(text).ok());
+        let Some(wrapped) = wrapped else {
+            return Err(problem(format!(
+                "{} is not a data key file; it was left as it is",
+                path.display()
+            )));
+        };
+        self.master.unwrap_key(owner, &wrapped).map(Some).ok_or_else(|| {
+            problem(format!(
+                "the data key in {} does not open with master key {}: is this the master key the store was sealed with?",
+                path.display(),
+                self.master.fingerprint()
+            ))
+        })
+    }
+
+    fn make(&self, owner: &KeyOwner, path: &Path) -> Result<DataKey> {
+        let key = DataKey::generate()?;
+        let wrapped = self.master.wrap(owner, &key)?;
+        let text = format!(
+            "{KEY_FILE_PREFIX}{}\n",
+            base64::engine::general_purpose::STANDARD.encode(wrapped)
+        );
+        let mut temp = tempfile::NamedTempFile::new_in(&self.dir)
+            .map_err(|e| Error::io("create", &self.dir, e))?;
+        temp.write_all(text.as_bytes())
+            .and_then(|()| temp.as_file().sync_all())
+            .map_err(|e| Error::io("write", temp.path(), e))?;
+        match temp.persist_noclobber(path) {
+            Ok(_) => {
+                sync_dir(&self.dir)?;
+                Ok(key)
+            }
+            // Another process made it first: theirs is the key.
+            Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => self
+                .read(owner, path)?
+                .ok_or_else(|| problem(format!("{} vanished as it was made", path.display()))),
+            Err(e) => Err(Error::io("create", path, e.error)),
+        }
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io("fsync", dir, e))
+}
+
+#[async_trait]
+impl KeyProvider for KeyFiles {
+    async fn data_key(&self, owner: &KeyOwner, create: bool) -> Result<Option<DataKey>> {
+        let path = self.path(owner);
+        match self.read(owner, &path)? {
+            Some(key) => Ok(Some(key)),
+            None if create => self.make(owner, &path).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    async fn destroy(&self, owner: &KeyOwner) -> Result<bool> {
+        let path = self.path(owner);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                sync_dir(&self.dir)?;
+                Ok(true)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(Error::io("remove", &path, e)),
+        }
+    }
+}

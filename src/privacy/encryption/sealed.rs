@@ -1,0 +1,231 @@
+//! A transcript entry sealed: what a person or the model wrote, in one sealed field.
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::key::{open_bytes, seal_bytes, DataKey, KeyOwner};
+use crate::error::{Error, Result};
+use crate::inbound::Attachment;
+use crate::transcript::{ChatterSender, Content, TranscriptEntry};
+use crate::AgentId;
+
+/// The field of a sealed entry that holds the sealed text.
+pub(crate) const SEALED_FIELD: &str = "sealed";
+/// How a sealed value starts: the format's version.
+const PREFIX: &str = "enc1:";
+/// What a line shows for text whose key was destroyed (its owner was erased).
+pub const ERASED_TEXT: &str = "[erased]";
+
+/// What an entry carries that a person or the model wrote: sealed together. Ids,
+/// times, roles, token counts and the message-log ids stay clear, so the stores still
+/// find, order and count lines.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Secret {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    content: Option<Content>,
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    message_extra: Map<String, Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    data: Option<Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    collected: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    chatter: Vec<ChatterSender>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    attachments: Vec<Attachment>,
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    metadata: Map<String, Value>,
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    log_extra: Map<String, Value>,
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    extra: Map<String, Value>,
+}
+
+impl Secret {
+    /// Takes the secret parts out of `entry`.
+    fn take(entry: &mut TranscriptEntry) -> Secret {
+        let mut secret = Secret {
+            data: entry.data.take(),
+            extra: std::mem::take(&mut entry.extra),
+            ..Secret::default()
+        };
+        if let Some(message) = &mut entry.message {
+            secret.content = message.content.take();
+            secret.message_extra = std::mem::take(&mut message.extra);
+        }
+        if let Some(log) = &mut entry.log {
+            secret.collected = std::mem::take(&mut log.collected);
+            secret.chatter = std::mem::take(&mut log.chatter);
+            secret.attachments = std::mem::take(&mut log.attachments);
+            secret.metadata = std::mem::take(&mut log.metadata);
+            secret.log_extra = std::mem::take(&mut log.extra);
+        }
+        secret
+    }
+
+    /// Puts the secret parts back into `entry`.
+    fn restore(self, entry: &mut TranscriptEntry) {
+        entry.data = self.data;
+        entry.extra = self.extra;
+        if let Some(message) = &mut entry.message {
+            message.content = self.content;
+            message.extra = self.message_extra;
+        }
+        if let Some(log) = &mut entry.log {
+            log.collected = self.collected;
+            log.chatter = self.chatter;
+            log.attachments = self.attachments;
+            log.metadata = self.metadata;
+            log.extra = self.log_extra;
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.content.is_none()
+            && self.message_extra.is_empty()
+            && self.data.is_none()
+            && self.collected.is_empty()
+            && self.chatter.is_empty()
+            && self.attachments.is_empty()
+            && self.metadata.is_empty()
+            && self.log_extra.is_empty()
+            && self.extra.is_empty()
+    }
+}
+
+/// Whose key seals `entry`: the person its message-log fields name, else the session.
+pub(crate) fn owner_of(entry: &TranscriptEntry, agent: &AgentId, session_id: &str) -> KeyOwner {
+    match entry.log.as_ref().and_then(|log| log.person_id.as_deref()) {
+        Some(person) if !person.trim().is_empty() => KeyOwner::Person(person.to_owned()),
+        _ => KeyOwner::Session {
+            agent: agent.clone(),
+            session_id: session_id.to_owned(),
+        },
+    }
+}
+
+/// What a sealed value is bound to: its agent, session and line (the entry's id).
+fn bound_to(agent: &AgentId, session_id: &str, entry_id: &str) -> Vec<u8> {
+    format!("agent-sessions line v1\0{agent}\0{session_id}\0{entry_id}").into_bytes()
+}
+
+/// Where an entry keeps its sealed value: with its message-log fields when it has them
+/// (so a message-log record carries it too), else among the entry's own fields.
+fn slot(entry: &mut TranscriptEntry) -> &mut Map<String, Value> {
+    match &mut entry.log {
+        Some(log) => &mut log.extra,
+        None => &mut entry.extra,
+    }
+}
+
+/// Seals `entry` (which has its id) under `key`, bound to its place. An entry with
+/// nothing secret is left as it is.
+pub(crate) fn seal(
+    entry: &mut TranscriptEntry,
+    key: &DataKey,
+    (agent, session_id): (&AgentId, &str),
+) -> Result<()> {
+    let id = entry.id.clone().ok_or_else(|| Error::Encryption {
+        problem: "an entry is sealed once it has its id".into(),
+    })?;
+    let secret = Secret::take(entry);
+    if secret.is_empty() {
+        return Ok(());
+    }
+    let plain = serde_json::to_vec(&secret).map_err(|e| Error::encode("a sealed entry", e))?;
+    let sealed = seal_bytes(key.as_bytes(), &bound_to(agent, session_id, &id), &plain)?;
+    let text = format!(
+        "{PREFIX}{}:{id}:{}",
+        key.id(),
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sealed)
+    );
+    slot(entry).insert(SEALED_FIELD.to_owned(), Value::String(text));
+    Ok(())
+}
+
+/// A sealed value's parts: the key it was sealed under, the line it was sealed for,
+/// and the sealed bytes in base64.
+pub(crate) struct SealedValue<'a> {
+    key_id: &'a str,
+    line: &'a str,
+    sealed: &'a str,
+}
+
+/// The sealed value of `entry`, if it is sealed.
+pub(crate) fn sealed_value(entry: &TranscriptEntry) -> Option<SealedValue<'_>> {
+    let slot = match &entry.log {
+        Some(log) => &log.extra,
+        None => &entry.extra,
+    };
+    let rest = slot.get(SEALED_FIELD)?.as_str()?.strip_prefix(PREFIX)?;
+    let (key_id, rest) = rest.split_once(':')?;
+    let (line, sealed) = rest.split_once(':')?;
+    Some(SealedValue {
+        key_id,
+        line,
+        sealed,
+    })
+}
+
+/// Opens a sealed `entry` with `key` — `None`, or a key made after the one it was
+/// sealed under, when its owner's key was destroyed: its text then reads
+/// [`ERASED_TEXT`]. [`Error::Encryption`] when the key does not open
+/// it (another master key, or the line was altered or moved). `line` is the entry's
+/// id where the reader knows it (a message-log record does not).
+pub(crate) fn open(
+    entry: &mut TranscriptEntry,
+    key: Option<&DataKey>,
+    (agent, session_id): (&AgentId, &str),
+) -> Result<()> {
+    let Some((key_id, sealed_for, b64)) = sealed_value(entry).map(|value| {
+        (
+            value.key_id.to_owned(),
+            value.line.to_owned(),
+            value.sealed.to_owned(),
+        )
+    }) else {
+        return Ok(());
+    };
+    let damaged = || {
+        Error::Encryption {
+        problem: format!(
+            "line {sealed_for} of session {session_id} ({agent}) does not open: it was altered, moved from another line or session, or sealed under another master key"
+        ),
+    }
+    };
+    if entry
+        .id
+        .as_deref()
+        .is_some_and(|id| id != sealed_for.as_str())
+    {
+        return Err(damaged());
+    }
+    let secret = match key.filter(|key| key.id() == key_id) {
+        // The key that sealed it was destroyed (its owner may have a new one since).
+        None => None,
+        Some(key) => {
+            let sealed = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(&b64)
+                .map_err(|_| damaged())?;
+            let plain = open_bytes(
+                key.as_bytes(),
+                &bound_to(agent, session_id, &sealed_for),
+                &sealed,
+            )
+            .ok_or_else(damaged)?;
+            Some(serde_json::from_slice::<Secret>(&plain).map_err(|_| damaged())?)
+        }
+    };
+    slot(entry).remove(SEALED_FIELD);
+    match secret {
+        Some(secret) => secret.restore(entry),
+        None => {
+            if let Some(message) = &mut entry.message {
+                message.content = Some(Content::Text(ERASED_TEXT.to_owned()));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,365 @@
+//! Transcripts sealed at rest: a transcript store that seals every entry it is given
+//! and opens every entry it reads, over any other.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use super::key::{DataKey, KeyOwner, KeyProvider};
+use super::sealed::{open, owner_of, seal, sealed_value};
+use crate::error::{Error, Result};
+use crate::transcript::lines::{new_entry_id, session_id_of_name, PARENT_ON_APPEND};
+use crate::transcript::{
+    ArchiveReason, LineEdit, LogQuery, LogRecord, Offset, SessionEvent, SessionHeader,
+    TranscriptEntry, TranscriptExport, TranscriptRead, TranscriptRef, TranscriptStore,
+    TranscriptSubscription, TranscriptUpdate,
+};
+use crate::AgentId;
+
+/// `inner`, sealed: what it keeps of a person or the model is sealed under the data
+/// key of its owner ([`owner_of`]), bound to its agent, session and line.
+pub(crate) struct EncryptedTranscripts<T: ?Sized> {
+    inner: Arc<T>,
+    keys: Arc<dyn KeyProvider>,
+}
+
+impl<T: ?Sized> EncryptedTranscripts<T> {
+    pub(crate) fn new(inner: Arc<T>, keys: Arc<dyn KeyProvider>) -> Self {
+        EncryptedTranscripts { inner, keys }
+    }
+
+    fn keyring(&self) -> Keyring<'_> {
+        Keyring {
+            provider: &*self.keys,
+            known: HashMap::new(),
+        }
+    }
+}
+
+/// The data keys one call uses, each asked of the provider once.
+struct Keyring<'a> {
+    provider: &'a dyn KeyProvider,
+    known: HashMap<KeyOwner, Option<DataKey>>,
+}
+
+impl Keyring<'_> {
+    async fn key(&mut self, owner: KeyOwner, create: bool) -> Result<Option<&DataKey>> {
+        if !self.known.contains_key(&owner) {
+            let key = self.provider.data_key(&owner, create).await?;
+            self.known.insert(owner.clone(), key);
+        }
+        Ok(self.known.get(&owner).and_then(Option::as_ref))
+    }
+
+    /// Seals `entry`, giving it an id first (its place is part of what it is sealed
+    /// with); its parent is then set where it is appended.
+    async fn seal(&mut self, entry: &mut TranscriptEntry, place: (&AgentId, &str)) -> Result<()> {
+        if entry.id.is_none() {
+            entry.id = Some(new_entry_id());
+            entry.parent_id = Some(PARENT_ON_APPEND.to_owned());
+        }
+        let owner = owner_of(entry, place.0, place.1);
+        let key = self
+            .key(owner, true)
+            .await?
+            .ok_or_else(|| Error::Encryption {
+                problem: "the key provider made no data key".into(),
+            })?;
+        seal(entry, key, place)
+    }
+
+    async fn open(&mut self, entry: &mut TranscriptEntry, place: (&AgentId, &str)) -> Result<()> {
+        if sealed_value(entry).is_none() {
+            return Ok(());
+        }
+        let owner = owner_of(entry, place.0, place.1);
+        let key = self.key(owner, false).await?.cloned();
+        open(entry, key.as_ref(), place)
+    }
+
+    async fn open_events(
+        &mut self,
+        events: &mut [SessionEvent],
+        place: (&AgentId, &str),
+    ) -> Result<()> {
+        for event in events {
+            self.open(&mut event.entry, place).await?;
+        }
+        Ok(())
+    }
+
+    /// The line as it reads opened: sealed lines re-written with their text, every
+    /// other line (the header, a damaged line) as it is.
+    async fn open_line(&mut self, line: String, place: (&AgentId, &str)) -> Result<String> {
+        let Ok(mut entry) = crate::store::json_text::from_slice::<TranscriptEntry>(line.as_bytes())
+        else {
+            return Ok(line);
+        };
+        if sealed_value(&entry).is_none() {
+            return Ok(line);
+        }
+        self.open(&mut entry, place).await?;
+        serde_json::to_string(&entry).map_err(|e| Error::encode("an opened transcript line", e))
+    }
+
+    /// The line sealed: an entry line not sealed yet is sealed, every other line kept.
+    async fn seal_line(&mut self, line: String, place: (&AgentId, &str)) -> Result<String> {
+        let Ok(mut entry) = crate::store::json_text::from_slice::<TranscriptEntry>(line.as_bytes())
+        else {
+            return Ok(line);
+        };
+        if entry.kind == "session" || sealed_value(&entry).is_some() || entry.id.is_none() {
+            return Ok(line);
+        }
+        self.seal(&mut entry, place).await?;
+        serde_json::to_string(&entry).map_err(|e| Error::encode("a sealed transcript line", e))
+    }
+}
+
+fn place(transcript: &TranscriptRef) -> (&AgentId, &str) {
+    (&transcript.agent, &transcript.session_id)
+}
+
+#[async_trait]
+impl<T: TranscriptStore + ?Sized> TranscriptStore for EncryptedTranscripts<T> {
+    async fn create(&self, transcript: &TranscriptRef, header: &SessionHeader) -> Result<bool> {
+        self.inner.create(transcript, header).await
+    }
+
+    async fn fork(
+        &self,
+        parent: &TranscriptRef,
+        child: &TranscriptRef,
+        header: &SessionHeader,
+    ) -> Result<bool> {
+        // Each line is bound to its session: the child's copies are sealed anew.
+        if !self.inner.create(child, header).await? {
+            return Ok(false);
+        }
+        let read = self.read(parent, Offset::START).await?;
+        let entries: Vec<TranscriptEntry> = read.events.into_iter().map(|e| e.entry).collect();
+        if !entries.is_empty() {
+            self.append(child, entries).await?;
+        }
+        Ok(true)
+    }
+
+    async fn append(
+        &self,
+        transcript: &TranscriptRef,
+        entries: Vec<TranscriptEntry>,
+    ) -> Result<Vec<SessionEvent>> {
+        let mut keyring = self.keyring();
+        let mut plain = entries;
+        let mut sealed = Vec::with_capacity(plain.len());
+        for entry in &mut plain {
+            let mut copy = entry.clone();
+            keyring.seal(&mut copy, place(transcript)).await?;
+            entry.id.clone_from(&copy.id);
+            sealed.push(copy);
+        }
+        let mut events = self.inner.append(transcript, sealed).await?;
+        for (event, plain) in events.iter_mut().zip(plain) {
+            let stored = std::mem::replace(&mut event.entry, plain);
+            event.entry.id = stored.id;
+            event.entry.parent_id = stored.parent_id;
+            event.entry.timestamp = stored.timestamp;
+        }
+        Ok(events)
+    }
+
+    async fn read(&self, transcript: &TranscriptRef, from: Offset) -> Result<TranscriptRead> {
+        let mut read = self.inner.read(transcript, from).await?;
+        self.keyring()
+            .open_events(&mut read.events, place(transcript))
+            .await?;
+        Ok(read)
+    }
+
+    async fn read_chunk(
+        &self,
+        transcript: &TranscriptRef,
+        from: Offset,
+        max_bytes: usize,
+    ) -> Result<TranscriptRead> {
+        let mut read = self.inner.read_chunk(transcript, from, max_bytes).await?;
+        self.keyring()
+            .open_events(&mut read.events, place(transcript))
+            .await?;
+        Ok(read)
+    }
+
+    async fn read_back(
+        &self,
+        transcript: &TranscriptRef,
+        before: Option<Offset>,
+        max_bytes: usize,
+    ) -> Result<TranscriptRead> {
+        let mut read = self.inner.read_back(transcript, before, max_bytes).await?;
+        self.keyring()
+            .open_events(&mut read.events, place(transcript))
+            .await?;
+        Ok(read)
+    }
+
+    async fn last_compaction(&self, transcript: &TranscriptRef) -> Result<Option<SessionEvent>> {
+        let mut found = self.inner.last_compaction(transcript).await?;
+        if let Some(event) = &mut found {
+            self.keyring()
+                .open(&mut event.entry, place(transcript))
+                .await?;
+        }
+        Ok(found)
+    }
+
+    async fn archive(
+        &self,
+        transcript: &TranscriptRef,
+        reason: ArchiveReason,
+        at: DateTime<Utc>,
+    ) -> Result<Option<PathBuf>> {
+        self.inner.archive(transcript, reason, at).await
+    }
+
+    async fn remove(&self, transcript: &TranscriptRef) -> Result<bool> {
+        self.inner.remove(transcript).await
+    }
+
+    async fn query_log(&self, query: &LogQuery) -> Result<Vec<LogRecord>> {
+        let mut records = self.inner.query_log(query).await?;
+        let mut keyring = self.keyring();
+        for record in &mut records {
+            let mut entry = TranscriptEntry {
+                log: Some(std::mem::take(&mut record.log)),
+                ..TranscriptEntry::user_text(String::new(), record.at)
+            };
+            if sealed_value(&entry).is_some() {
+                keyring
+                    .open(&mut entry, (&record.agent, &record.session_id))
+                    .await?;
+                if let Some(message) = &entry.message {
+                    record.text = message.text();
+                }
+            }
+            record.log = entry.log.unwrap_or_default();
+        }
+        Ok(records)
+    }
+
+    fn subscribe(&self) -> TranscriptSubscription {
+        self.inner.subscribe()
+    }
+
+    fn follow_interval(&self) -> Duration {
+        self.inner.follow_interval()
+    }
+
+    fn announce(&self, update: TranscriptUpdate) -> bool {
+        self.inner.announce(update)
+    }
+
+    async fn archived(&self, transcript: &TranscriptRef) -> Result<Option<TranscriptRef>> {
+        self.inner.archived(transcript).await
+    }
+
+    fn location(&self, transcript: &TranscriptRef) -> Option<String> {
+        self.inner.location(transcript)
+    }
+
+    async fn identity(&self, transcript: &TranscriptRef) -> Result<Option<u64>> {
+        self.inner.identity(transcript).await
+    }
+}
+
+/// Whole transcripts as they read opened: what erasing and exporting a person edit
+/// and copy. A line edited is sealed again, as long as it was.
+#[async_trait]
+impl<T: TranscriptExport + ?Sized> TranscriptExport for EncryptedTranscripts<T> {
+    async fn transcript_names(&self, agent: Option<&AgentId>) -> Result<Vec<(AgentId, String)>> {
+        self.inner.transcript_names(agent).await
+    }
+
+    async fn export_lines(&self, agent: &AgentId, name: &str) -> Result<Option<Vec<String>>> {
+        let Some(lines) = self.inner.export_lines(agent, name).await? else {
+            return Ok(None);
+        };
+        let session_id = session_id_of_name(name);
+        let mut keyring = self.keyring();
+        let mut opened = Vec::with_capacity(lines.len());
+        for line in lines {
+            opened.push(keyring.open_line(line, (agent, &session_id)).await?);
+        }
+        Ok(Some(opened))
+    }
+
+    async fn import_lines(&self, agent: &AgentId, name: &str, lines: Vec<String>) -> Result<bool> {
+        let session_id = session_id_of_name(name);
+        let mut keyring = self.keyring();
+        let mut sealed = Vec::with_capacity(lines.len());
+        for line in lines {
+            sealed.push(keyring.seal_line(line, (agent, &session_id)).await?);
+        }
+        self.inner.import_lines(agent, name, sealed).await
+    }
+
+    async fn overwrite_lines(
+        &self,
+        agent: &AgentId,
+        name: &str,
+        edits: Vec<LineEdit>,
+    ) -> Result<usize> {
+        let Some(stored) = self.inner.export_lines(agent, name).await? else {
+            return Ok(0);
+        };
+        let session_id = session_id_of_name(name);
+        let mut keyring = self.keyring();
+        let mut sealed_edits = Vec::with_capacity(edits.len());
+        for edit in edits {
+            let Some(old) = stored.get(edit.index) else {
+                continue;
+            };
+            let opened = keyring.open_line(old.clone(), (agent, &session_id)).await?;
+            if opened != edit.old {
+                // The line changed since it was judged: left alone, as the store does.
+                continue;
+            }
+            if opened == *old {
+                // Never sealed (the header, an entry with nothing secret): as it is.
+                sealed_edits.push(LineEdit::new(edit.index, old.clone(), edit.new)?);
+                continue;
+            }
+            let mut entry =
+                crate::store::json_text::from_slice::<TranscriptEntry>(edit.new.as_bytes())
+                    .map_err(|_| Error::Encryption {
+                        problem: format!(
+                            "an edit of line {} of {name} is not an entry",
+                            edit.index
+                        ),
+                    })?;
+            keyring.seal(&mut entry, (agent, &session_id)).await?;
+            let new = serde_json::to_string(&entry)
+                .map_err(|e| Error::encode("a sealed transcript line", e))?;
+            // An edit is at most as long as its line (padded with spaces), and so is
+            // its sealed value; one that still does not fit is the erased marker.
+            let new = match new.len() <= old.len() {
+                true => format!("{new:width$}", width = old.len()),
+                false => match serde_json::to_value(&entry) {
+                    Ok(serde_json::Value::Object(map)) => {
+                        crate::privacy::redact::erased_line(&map, old.len())
+                    }
+                    _ => " ".repeat(old.len()),
+                },
+            };
+            sealed_edits.push(LineEdit::new(edit.index, old.clone(), new)?);
+        }
+        self.inner.overwrite_lines(agent, name, sealed_edits).await
+    }
+
+    async fn remove_named(&self, agent: &AgentId, name: &str) -> Result<bool> {
+        self.inner.remove_named(agent, name).await
+    }
+}

@@ -1,0 +1,417 @@
+//! Encryption at rest: a person's words written through every path, sealed on every
+//! backend while the bot still reads them; an erase that reaches a backup restored
+//! after it by destroying her keys; and what a wrong key or a moved line does.
+#![cfg(all(unix, feature = "encryption"))]
+
+mod common;
+
+#[path = "common/stores.rs"]
+mod stores;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use agent_sessions::inbound::{Attachment, AttachmentKind};
+use agent_sessions::prelude::*;
+use agent_sessions::privacy::encryption::{KeyFiles, MasterKey, ERASED_TEXT};
+use agent_sessions::privacy::PersonRef;
+use agent_sessions::transcript::TranscriptEntry;
+use agent_sessions::Sender;
+
+const JANE: &str = "person-jq7";
+const JANE_TELEGRAM: &str = "48151623";
+const JANE_PHONE: &str = "+15550100777";
+const BOB_PHONE: &str = "+15550200888";
+const GROUP: &str = "120363777@g.us";
+
+/// Words of Jane's own lines, one per path.
+const JANE_OWN: &[&str] = &[
+    "jqcharliereset",   // before a reset (the archived transcript)
+    "jqalphadm",        // her direct message
+    "jqreplydm",        // the bot's reply to her
+    "jqlimafile",       // the name of a file she sent
+    "jqmikecaption",    // its caption
+    "jqdeltacompacted", // a compaction summary of her conversation
+    "jqjulietevent",    // a system event waiting for her next turn
+    "jqgolfgroup",      // her message to the bot in the group
+    "jqhotelpending",   // her group chatter still waiting
+];
+/// Her group chatter and the name it was shown under, in Bob's line to the model: his
+/// line, sealed under his key.
+const JANE_IN_BOBS_LINE: &[&str] = &["jqfoxtrotchatter", "Quillfeather"];
+/// Bob's words, which stay.
+const BOB_WORDS: &[&str] = &["bobdmkeepsake", "bobgroupkeepsake"];
+
+fn telegram(text: &str, id: &str) -> InboundMessage {
+    InboundMessage::direct("telegram", JANE_TELEGRAM, text)
+        .from_person(JANE)
+        .with_sender_name("Quillfeather")
+        .with_message_id(id)
+}
+
+fn in_group(name: &str, phone: &str, person: &str, text: &str, id: &str) -> InboundMessage {
+    InboundMessage::group("whatsapp", GROUP, phone, text)
+        .with_sender(Sender {
+            id: Some(phone.into()),
+            name: Some(name.into()),
+            e164: Some(phone.into()),
+            ..Sender::default()
+        })
+        .from_person(person)
+        .with_message_id(id)
+}
+
+fn bob_dm(text: &str, id: &str) -> InboundMessage {
+    InboundMessage::direct("whatsapp", BOB_PHONE, text)
+        .from_person("bob")
+        .with_message_id(id)
+}
+
+/// A store URL with its key directory and master key, kept apart from the store.
+struct Sealed {
+    url: String,
+    keys: PathBuf,
+    master: MasterKey,
+}
+
+impl Sealed {
+    async fn manager(&self) -> SessionManager {
+        SessionManager::connect(&self.url)
+            .await
+            .unwrap()
+            .encryption(KeyFiles::open(&self.keys, self.master.clone()).unwrap())
+            .build()
+            .unwrap()
+    }
+}
+
+/// Answers `message` with `reply`; what the model was given.
+async fn answer(manager: &SessionManager, message: &InboundMessage, reply: &str) -> String {
+    let turn = manager.turn(message).await.unwrap();
+    let seen: Vec<String> = turn
+        .messages()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.content)
+        .collect();
+    turn.complete(reply).await.unwrap();
+    seen.join("\n")
+}
+
+/// Writes Jane's words through every path, Bob's beside them, checking on the way
+/// that the bot reads back what was sealed.
+async fn write_everything(manager: &SessionManager) {
+    answer(manager, &telegram("remember jqcharliereset", "t1"), "ok").await;
+    answer(manager, &telegram("/new", "t2"), "fresh").await;
+    answer(
+        manager,
+        &telegram("my pin is jqalphadm", "t3"),
+        "noted jqreplydm",
+    )
+    .await;
+    let file = Attachment::new(AttachmentKind::Document)
+        .with_file_name("jqlimafile.pdf")
+        .with_caption("jqmikecaption")
+        .with_file_id("BQACAgIAAxkB");
+    let seen = answer(manager, &telegram("", "t4").with_attachment(file), "got it").await;
+    assert!(
+        seen.contains("jqalphadm") && seen.contains("jqreplydm"),
+        "{seen}"
+    );
+    let dm = manager.key_for(&telegram("x", "x")).unwrap();
+    let compaction: TranscriptEntry = serde_json::from_value(serde_json::json!({
+        "type": "compaction", "id": "c0ffee01", "parentId": null,
+        "timestamp": "2026-02-06T10:00:00.000Z",
+        "summary": "she mentioned jqdeltacompacted", "firstKeptEntryId": "c0ffee01",
+        "tokensBefore": 1000
+    }))
+    .unwrap();
+    manager.session(&dm).append(vec![compaction]).await.unwrap();
+    manager
+        .session(&dm)
+        .enqueue_system_event("jqzuluevent happened")
+        .await
+        .unwrap();
+    let seen = answer(manager, &telegram("and now?", "t5"), "ok").await;
+    assert!(
+        seen.contains("jqdeltacompacted"),
+        "the summary is read back: {seen}"
+    );
+    assert!(
+        seen.contains("jqzuluevent"),
+        "the system event is read back: {seen}"
+    );
+    manager
+        .session(&dm)
+        .enqueue_system_event("reminder jqjulietevent")
+        .await
+        .unwrap();
+
+    answer(manager, &bob_dm("my bobdmkeepsake", "b1"), "fine").await;
+    let jane_says = |text: &str, id: &str| in_group("Quillfeather", JANE_PHONE, JANE, text, id);
+    let bob_says = |text: &str, id: &str| in_group("Bob", BOB_PHONE, "bob", text, id);
+    answer(manager, &jane_says("lunch at jqfoxtrotchatter?", "g1"), "-").await;
+    let seen = answer(
+        manager,
+        &bob_says("@bot about bobgroupkeepsake", "g2").mentioning_agent(),
+        "will do",
+    )
+    .await;
+    assert!(
+        seen.contains("jqfoxtrotchatter"),
+        "the chatter is read back: {seen}"
+    );
+    answer(
+        manager,
+        &jane_says("@bot jqgolfgroup please", "g3").mentioning_agent(),
+        "sure",
+    )
+    .await;
+    answer(manager, &jane_says("and jqhotelpending", "g4"), "-").await;
+}
+
+fn files_under(dir: &Path, into: &mut BTreeMap<String, Vec<u8>>) {
+    let Ok(listing) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in listing.flatten() {
+        let kind = entry.file_type().unwrap();
+        if kind.is_dir() {
+            files_under(&entry.path(), into);
+        } else if kind.is_file() {
+            into.insert(
+                entry.path().display().to_string(),
+                std::fs::read(entry.path()).unwrap_or_default(),
+            );
+        }
+    }
+}
+
+/// Every byte the backend keeps: the JSON tree's files, the SQLite database with its
+/// log, every row of the PostgreSQL schema (as `pg_dump` writes it).
+fn everything(url: &str) -> BTreeMap<String, Vec<u8>> {
+    let mut all = BTreeMap::new();
+    if let Some(dir) = url.strip_prefix("json:") {
+        files_under(Path::new(dir), &mut all);
+    } else if let Some(file) = url.strip_prefix("sqlite:") {
+        for suffix in ["", "-wal", "-journal", "-shm"] {
+            if let Ok(bytes) = std::fs::read(format!("{file}{suffix}")) {
+                all.insert(format!("{file}{suffix}"), bytes);
+            }
+        }
+    } else {
+        all.insert(url.to_owned(), pg_dump(url));
+    }
+    all
+}
+
+fn pg_parts(url: &str) -> (&str, &str) {
+    url.split_once("?schema=").unwrap()
+}
+
+fn pg_dump(url: &str) -> Vec<u8> {
+    let (server, schema) = pg_parts(url);
+    let out = std::process::Command::new("pg_dump")
+        .args(["--dbname", server, "--schema", schema])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+fn hits<'w>(all: &BTreeMap<String, Vec<u8>>, words: &[&'w str]) -> Vec<(String, &'w str)> {
+    let mut found = Vec::new();
+    for (place, bytes) in all {
+        for word in words {
+            if bytes.windows(word.len()).any(|w| w == word.as_bytes()) {
+                found.push((place.clone(), *word));
+            }
+        }
+    }
+    found
+}
+
+fn sealed_stores(stores: &stores::Stores, keys: &Path) -> Vec<Sealed> {
+    let master = MasterKey::generate().unwrap();
+    stores
+        .urls
+        .iter()
+        .enumerate()
+        .map(|(n, url)| Sealed {
+            url: url.clone(),
+            keys: keys.join(format!("keys-{n}")),
+            master: master.clone(),
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sealed_store_keeps_no_word_of_anyone_in_plain_text_and_the_bot_still_reads_them() {
+    let stores = stores::Stores::new("sealed_words");
+    let keys = tempfile::tempdir().unwrap();
+    for store in sealed_stores(&stores, keys.path()) {
+        let manager = store.manager().await;
+        write_everything(&manager).await;
+        drop(manager);
+        let mut words: Vec<&str> = JANE_OWN.to_vec();
+        words.extend(JANE_IN_BOBS_LINE);
+        words.extend(BOB_WORDS);
+        assert_eq!(hits(&everything(&store.url), &words), [], "{}", store.url);
+        // A process that starts afresh reads it all back.
+        let manager = store.manager().await;
+        let seen = answer(&manager, &bob_dm("what did I say?", "b2"), "that").await;
+        assert!(seen.contains("bobdmkeepsake"), "{}: {seen}", store.url);
+        let seen = answer(&manager, &telegram("remind me", "t6"), "sure").await;
+        assert!(seen.contains("jqjulietevent"), "{}: {seen}", store.url);
+    }
+    stores.finish().await;
+}
+
+/// A copy of the store as a backup takes it.
+fn backup(url: &str, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    if let Some(dir) = url.strip_prefix("json:") {
+        let status = std::process::Command::new("cp")
+            .args(["-a", dir, &to.join("tree").display().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    } else if let Some(file) = url.strip_prefix("sqlite:") {
+        for suffix in ["", "-wal"] {
+            let _ = std::fs::copy(format!("{file}{suffix}"), to.join(format!("db{suffix}")));
+        }
+    } else {
+        std::fs::write(to.join("dump.sql"), pg_dump(url)).unwrap();
+    }
+}
+
+/// Puts the backup in `to` back in place of the store.
+fn restore(url: &str, from: &Path) {
+    if let Some(dir) = url.strip_prefix("json:") {
+        std::fs::remove_dir_all(dir).unwrap();
+        let status = std::process::Command::new("cp")
+            .args(["-a", &from.join("tree").display().to_string(), dir])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    } else if let Some(file) = url.strip_prefix("sqlite:") {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{file}{suffix}"));
+        }
+        for suffix in ["", "-wal"] {
+            let _ = std::fs::copy(from.join(format!("db{suffix}")), format!("{file}{suffix}"));
+        }
+    } else {
+        let (server, schema) = pg_parts(url);
+        let psql = |sql: &str| {
+            let out = std::process::Command::new("psql")
+                .args(["--dbname", server, "-v", "ON_ERROR_STOP=1", "-q", "-c", sql])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        psql(&format!("DROP SCHEMA {schema} CASCADE"));
+        let out = std::process::Command::new("psql")
+            .args(["--dbname", server, "-v", "ON_ERROR_STOP=1", "-q", "-f"])
+            .arg(from.join("dump.sql"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// What the manager shows of a person: their copy of everything kept of them.
+async fn export(manager: &SessionManager, person: &PersonRef) -> String {
+    let mut copy = Vec::new();
+    manager.export_person(person, &mut copy).await.unwrap();
+    String::from_utf8(copy).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_restored_after_an_erase_shows_none_of_her_lines_and_all_of_everyone_elses() {
+    let stores = stores::Stores::new("sealed_backup");
+    let keys = tempfile::tempdir().unwrap();
+    let backups = tempfile::tempdir().unwrap();
+    for (n, store) in sealed_stores(&stores, keys.path()).into_iter().enumerate() {
+        let manager = store.manager().await;
+        write_everything(&manager).await;
+        let before = export(&manager, &PersonRef::person(JANE)).await;
+        for word in JANE_OWN.iter().filter(|w| !w.contains("event")) {
+            assert!(
+                before.contains(word),
+                "{}: her copy before has {word}",
+                store.url
+            );
+        }
+        drop(manager);
+        let backup_dir = backups.path().join(n.to_string());
+        backup(&store.url, &backup_dir);
+
+        let report = store
+            .manager()
+            .await
+            .forget_person(&PersonRef::person(JANE))
+            .await
+            .unwrap();
+        assert!(report.data_keys >= 2, "{}: {report:?}", store.url);
+        restore(&store.url, &backup_dir);
+
+        // The restored store, opened as the bot opens it.
+        let manager = store.manager().await;
+        let after = export(&manager, &PersonRef::person(JANE)).await;
+        for word in JANE_OWN {
+            assert!(
+                !after.contains(word),
+                "{}: the restored copy shows {word}: {after}",
+                store.url
+            );
+        }
+        assert!(after.contains(ERASED_TEXT), "{}: {after}", store.url);
+        let bob = export(&manager, &PersonRef::person("bob")).await;
+        for word in BOB_WORDS {
+            assert!(
+                bob.contains(word),
+                "{}: Bob's {word} is intact: {bob}",
+                store.url
+            );
+        }
+        // In the group, her own line is erased; her chatter in Bob's line is his line,
+        // and is still there (the docs say so).
+        let seen = answer(
+            &manager,
+            &in_group("Bob", BOB_PHONE, "bob", "@bot and?", "g9").mentioning_agent(),
+            "ok",
+        )
+        .await;
+        assert!(seen.contains("bobgroupkeepsake"), "{}: {seen}", store.url);
+        assert!(!seen.contains("jqgolfgroup"), "{}: {seen}", store.url);
+        for word in JANE_IN_BOBS_LINE {
+            assert!(seen.contains(word), "{}: {seen}", store.url);
+        }
+        // The bot goes on with both, from the restored store.
+        let seen = answer(&manager, &bob_dm("again?", "b3"), "yes").await;
+        assert!(seen.contains("bobdmkeepsake"), "{}: {seen}", store.url);
+        let seen = answer(&manager, &telegram("hello again", "t7"), "hi").await;
+        for word in JANE_OWN {
+            assert!(
+                !seen.contains(word),
+                "{}: the model is shown {word}: {seen}",
+                store.url
+            );
+        }
+    }
+    stores.finish().await;
+}
