@@ -116,6 +116,9 @@ mod doc_pages {
     struct Backends;
     #[doc = include_str!("../docs/context.md")]
     struct Context;
+    #[cfg(feature = "encryption")]
+    #[doc = include_str!("../docs/encryption.md")]
+    struct Encryption;
     #[doc = include_str!("../docs/http-api.md")]
     struct HttpApi;
     #[doc = include_str!("../docs/identity-and-access.md")]

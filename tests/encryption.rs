@@ -415,3 +415,177 @@ async fn a_backup_restored_after_an_erase_shows_none_of_her_lines_and_all_of_eve
     }
     stores.finish().await;
 }
+
+/// The JSON tree's transcript lines of `dir`, by file.
+fn transcript_files(dir: &Path) -> Vec<PathBuf> {
+    let sessions = dir.join("agents/main/sessions");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&sessions)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[tokio::test]
+async fn another_master_key_is_refused_before_anything_is_read_or_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let master = MasterKey::generate().unwrap();
+    let store = Sealed {
+        url: format!("json:{}", dir.path().join("state").display()),
+        keys: dir.path().join("keys"),
+        master: master.clone(),
+    };
+    let manager = store.manager().await;
+    answer(&manager, &telegram("my pin is jqalphadm", "t1"), "noted").await;
+    let before = everything(&store.url);
+
+    let wrong = KeyFiles::open(&store.keys, MasterKey::generate().unwrap()).unwrap_err();
+    assert_eq!(wrong.kind(), "encryption", "{wrong}");
+    assert!(wrong.to_string().contains("not the one"), "{wrong}");
+    // A key file altered on disk: the turn fails with the same kind, and writes nothing.
+    for file in std::fs::read_dir(&store.keys).unwrap().flatten() {
+        if file.path().extension().is_some_and(|x| x == "key") {
+            let text = std::fs::read_to_string(file.path()).unwrap();
+            let flipped = text.replacen('A', "B", 1).replacen('a', "b", 1);
+            std::fs::write(file.path(), flipped).unwrap();
+        }
+    }
+    let manager = store.manager().await;
+    let error = manager.turn(&telegram("and now?", "t2")).await.unwrap_err();
+    assert_eq!(error.kind(), "encryption", "{error}");
+    assert_eq!(everything(&store.url), before, "nothing was written");
+}
+
+#[tokio::test]
+async fn a_sealed_line_moved_to_another_line_or_session_does_not_open() {
+    for move_to in ["another line", "another session"] {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let store = Sealed {
+            url: format!("json:{}", state.display()),
+            keys: dir.path().join("keys"),
+            master: MasterKey::generate().unwrap(),
+        };
+        let manager = store.manager().await;
+        answer(&manager, &telegram("my pin is jqalphadm", "t1"), "noted").await;
+        answer(&manager, &bob_dm("my bobdmkeepsake", "b1"), "fine").await;
+        drop(manager);
+        let files = transcript_files(&state);
+        let sealed_of = |line: &str| -> String {
+            let value: serde_json::Value = serde_json::from_str(line).unwrap();
+            value["log"]["sealed"].as_str().unwrap().to_owned()
+        };
+        // Jane's first line takes the sealed value of another line: her own reply,
+        // or Bob's first message in his session.
+        let jane_file = files
+            .iter()
+            .find(|f| std::fs::read_to_string(f).unwrap().contains(JANE))
+            .unwrap()
+            .clone();
+        let text = std::fs::read_to_string(&jane_file).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let donor = match move_to {
+            "another line" => sealed_of(lines[2]),
+            _ => {
+                let bob_file = files.iter().find(|f| **f != jane_file).unwrap();
+                let bob = std::fs::read_to_string(bob_file).unwrap();
+                sealed_of(bob.lines().nth(1).unwrap())
+            }
+        };
+        let moved = text.replacen(&sealed_of(lines[1]), &donor, 1);
+        assert_ne!(moved, text);
+        std::fs::write(&jane_file, moved).unwrap();
+
+        let manager = store.manager().await;
+        let turn = manager.turn(&telegram("what was it?", "t2")).await.unwrap();
+        let error = turn.messages().await.unwrap_err();
+        assert_eq!(error.kind(), "encryption", "{move_to}: {error}");
+        assert!(error.to_string().contains("moved"), "{error}");
+    }
+}
+
+#[tokio::test]
+async fn an_openclaw_state_directory_refuses_encryption() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = KeyFiles::open(dir.path().join("keys"), MasterKey::generate().unwrap()).unwrap();
+    let refused = SessionManager::connect_openclaw(dir.path().join("openclaw"))
+        .await
+        .unwrap()
+        .encryption(keys)
+        .build()
+        .unwrap_err();
+    assert_eq!(refused.kind(), "invalid_option");
+    assert!(refused.to_string().contains("OpenClaw"), "{refused}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replacing_the_master_key_while_turns_run_and_after_a_stop_midway_loses_nothing() {
+    let stores = stores::Stores::new("sealed_rotation");
+    let dir = tempfile::tempdir().unwrap();
+    for (n, url) in stores.urls.iter().enumerate() {
+        let keys_dir = dir.path().join(format!("keys-{n}"));
+        let (old, new) = (
+            MasterKey::generate().unwrap(),
+            MasterKey::generate().unwrap(),
+        );
+        let open = |keys: KeyFiles| async move {
+            SessionManager::connect(url)
+                .await
+                .unwrap()
+                .encryption(keys)
+                .build()
+                .unwrap()
+        };
+        let manager = open(KeyFiles::open(&keys_dir, old.clone()).unwrap()).await;
+        let people: Vec<String> = (0..12).map(|i| format!("7000{i:02}")).collect();
+        let say = |peer: &str, text: &str, id: &str| {
+            InboundMessage::direct("sms", peer, text)
+                .from_person(format!("p{peer}"))
+                .with_message_id(id)
+        };
+        for peer in &people {
+            answer(&manager, &say(peer, &format!("first {peer}"), "1"), "ok").await;
+        }
+        // Every process now opens the directory with both keys; a rotation runs while
+        // turns go on, and stops midway at a file it cannot open.
+        let rotating = || KeyFiles::rotating(&keys_dir, new.clone(), old.clone()).unwrap();
+        let manager = open(rotating()).await;
+        // A file it cannot open, in the middle of the directory's order.
+        let garbage = keys_dir.join("8000-not-a-key.key");
+        std::fs::write(&garbage, "garbage\n").unwrap();
+        let rotation = tokio::task::spawn_blocking({
+            let keys = rotating();
+            move || keys.rotate()
+        });
+        for peer in &people {
+            answer(&manager, &say(peer, &format!("second {peer}"), "2"), "ok").await;
+        }
+        assert_eq!(rotation.await.unwrap().unwrap_err().kind(), "encryption");
+        std::fs::remove_file(&garbage).unwrap();
+        let (all, under_new) = rotating().status().unwrap();
+        assert!(
+            0 < under_new && under_new < all,
+            "{url}: stopped midway ({under_new} of {all})"
+        );
+        // Run again, it finishes.
+        rotating().rotate().unwrap();
+        assert_eq!(rotating().status().unwrap(), (all, all));
+        // The old key alone no longer opens the directory; the new one reads everything.
+        assert_eq!(
+            KeyFiles::open(&keys_dir, old.clone()).unwrap_err().kind(),
+            "encryption"
+        );
+        let manager = open(KeyFiles::open(&keys_dir, new.clone()).unwrap()).await;
+        for peer in &people {
+            let seen = answer(&manager, &say(peer, "third", "3"), "ok").await;
+            assert!(
+                seen.contains(&format!("first {peer}")) && seen.contains(&format!("second {peer}")),
+                "{url}: {seen}"
+            );
+        }
+    }
+    stores.finish().await;
+}

@@ -60,14 +60,14 @@ impl From<Error> for Failure {
     }
 }
 
-fn failure(code: u8, message: impl Into<String>) -> Failure {
+pub(crate) fn failure(code: u8, message: impl Into<String>) -> Failure {
     Failure {
         code,
         message: message.into(),
     }
 }
 
-type Outcome = Result<(), Failure>;
+pub(crate) type Outcome = Result<(), Failure>;
 
 /// Which agents' sessions a command over many sessions works on.
 #[derive(Debug, Args)]
@@ -635,6 +635,17 @@ fn refuse_ignored(given: Given, command: &Command) -> Outcome {
             "doctor",
             &[("--agent", given.agent, "it examines every agent")],
         ),
+        Command::Keys(_) => (
+            "keys",
+            &[
+                (
+                    "--store",
+                    given.store,
+                    "the keys are in --dir, apart from the store",
+                ),
+                ("--agent", given.agent, "the keys serve every agent"),
+            ],
+        ),
         Command::Views(_) => (
             "views",
             &[("--agent", given.agent, "the views show every agent")],
@@ -712,6 +723,7 @@ pub async fn run(global: Global, given: Given, command: Command) -> Outcome {
         } => copy(&from, &to, json, overwrite_conflicts).await,
         Command::Serve(args) => serve(&global.store, given, args).await,
         Command::Views(args) => views(&global.store, json, args).await,
+        Command::Keys(args) => crate::keys::keys(json, args),
         Command::Doctor {
             repair,
             prune_missing_transcripts,

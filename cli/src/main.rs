@@ -39,6 +39,7 @@
 
 mod commands;
 mod conversation;
+mod keys;
 mod output;
 mod settings;
 mod staged;
@@ -146,6 +147,10 @@ enum Command {
     /// Create or drop SQL views with the shapes RABS (type2_sessions, type2_messages)
     /// and ClawOS (sessions) document, over a SQLite or PostgreSQL --store.
     Views(commands::ViewsArgs),
+    /// Encryption at rest: print a new master key (`generate`), show a key
+    /// directory's `status`, or `rotate` it to a new master key (read from
+    /// AGENT_SESSIONS_MASTER_KEY; the old one from AGENT_SESSIONS_PREVIOUS_MASTER_KEY).
+    Keys(keys::KeysArgs),
     /// Copy everything from one store to another, resumably, and verify the copy.
     Migrate {
         /// The store to copy from.

@@ -224,14 +224,18 @@ impl MasterKey {
         digest[..4].iter().map(|b| format!("{b:02x}")).collect()
     }
 
-    fn wrap(&self, owner: &KeyOwner, key: &DataKey) -> Result<Vec<u8>> {
-        seal_bytes(&self.0, owner.tag().as_bytes(), &key.0)
+    /// `key` sealed under this key, bound to `name` (its file's name).
+    fn wrap(&self, name: &str, key: &[u8]) -> Result<Vec<u8>> {
+        seal_bytes(&self.0, wrap_aad(name).as_bytes(), key)
     }
 
-    fn unwrap_key(&self, owner: &KeyOwner, wrapped: &[u8]) -> Option<DataKey> {
-        let bytes = open_bytes(&self.0, owner.tag().as_bytes(), wrapped)?;
-        <[u8; KEY_LEN]>::try_from(bytes).ok().map(DataKey)
+    fn unwrap_key(&self, name: &str, wrapped: &[u8]) -> Option<Vec<u8>> {
+        open_bytes(&self.0, wrap_aad(name).as_bytes(), wrapped)
     }
+}
+
+fn wrap_aad(name: &str) -> String {
+    format!("agent-sessions data key v1\0{name}")
 }
 
 impl fmt::Debug for MasterKey {
@@ -331,6 +335,8 @@ pub trait KeyProvider: Send + Sync + fmt::Debug {
 /// Keep the directory apart from the store and out of its backups: a backup holds the
 /// store's sealed lines, and a person's lines in it can be read only while her key file
 /// exists. Every process of one bot opens the same directory with the same master key.
+/// The directory remembers which master key it was made with (`master.check`): opened
+/// with another, it is refused before anything is read or written.
 ///
 /// ```
 /// use agent_sessions::privacy::encryption::{KeyFiles, KeyOwner, KeyProvider, MasterKey};
@@ -338,10 +344,23 @@ pub trait KeyProvider: Send + Sync + fmt::Debug {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> agent_sessions::Result<()> {
 /// # let dir = tempfile::tempdir().unwrap();
-/// let keys = KeyFiles::open(dir.path().join("keys"), MasterKey::generate()?)?;
+/// let master = MasterKey::generate()?;
+/// let keys = KeyFiles::open(dir.path().join("keys"), master.clone())?;
 /// let ana = KeyOwner::Person("ana".into());
 /// let key = keys.data_key(&ana, true).await?.expect("made");
+/// assert_eq!(keys.data_key(&ana, false).await?, Some(key.clone()));
+///
+/// // Another master key is refused.
+/// assert!(KeyFiles::open(dir.path().join("keys"), MasterKey::generate()?).is_err());
+///
+/// // Rotating the master key: the new one, the old one beside it until every file
+/// // is sealed under the new one (turns go on meanwhile; a killed rotation resumes).
+/// let new = MasterKey::generate()?;
+/// let keys = KeyFiles::rotating(dir.path().join("keys"), new.clone(), master)?;
+/// assert_eq!(keys.rotate()?, 1);
+/// let keys = KeyFiles::open(dir.path().join("keys"), new)?;
 /// assert_eq!(keys.data_key(&ana, false).await?, Some(key));
+///
 /// assert!(keys.destroy(&ana).await?);
 /// assert_eq!(keys.data_key(&ana, false).await?, None);
 /// # Ok(())
@@ -351,12 +370,35 @@ pub trait KeyProvider: Send + Sync + fmt::Debug {
 pub struct KeyFiles {
     dir: PathBuf,
     master: MasterKey,
+    previous: Option<MasterKey>,
 }
 
+/// The name of the file that tells which master key a key directory was made with.
+const CHECK_FILE: &str = "master.check";
+/// What the check file seals.
+const CHECK_TEXT: &[u8] = b"agent-sessions master key check";
+
 impl KeyFiles {
-    /// The key files in `dir` (made owner-only if missing), sealed by `master`.
+    /// The key files in `dir` (made owner-only if missing), sealed by `master`;
+    /// [`Error::Encryption`] when the directory was made with another master key.
     pub fn open(dir: impl Into<PathBuf>, master: MasterKey) -> Result<Self> {
-        let dir = dir.into();
+        Self::open_with(dir.into(), master, None)
+    }
+
+    /// The key files in `dir` while its master key is replaced: sealed under `master`
+    /// (new files, and each file [`rotate`](Self::rotate) seals anew), read under
+    /// `master` or `previous`. Every process of the bot opens the directory this way
+    /// before the rotation starts and goes on doing so until it ends; then `previous`
+    /// can be dropped.
+    pub fn rotating(
+        dir: impl Into<PathBuf>,
+        master: MasterKey,
+        previous: MasterKey,
+    ) -> Result<Self> {
+        Self::open_with(dir.into(), master, Some(previous))
+    }
+
+    fn open_with(dir: PathBuf, master: MasterKey, previous: Option<MasterKey>) -> Result<Self> {
         crate::store::fs::create_private_dir_all(&dir)
             .map_err(|e| Error::io("create directory", &dir, e))?;
         if std::fs::symlink_metadata(&dir).is_ok_and(|m| !m.is_dir()) {
@@ -365,7 +407,15 @@ impl KeyFiles {
                 dir.display()
             )));
         }
-        Ok(KeyFiles { dir, master })
+        let keys = KeyFiles {
+            dir,
+            master,
+            previous,
+        };
+        if keys.check()?.is_none() {
+            keys.write_new(CHECK_FILE, CHECK_TEXT)?;
+        }
+        Ok(keys)
     }
 
     /// The master key's fingerprint ([`MasterKey::fingerprint`]).
@@ -373,59 +423,163 @@ impl KeyFiles {
         self.master.fingerprint()
     }
 
-    fn path(&self, owner: &KeyOwner) -> PathBuf {
-        let digest = sha2::Sha256::digest(owner.tag().as_bytes());
-        let name: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-        self.dir.join(format!("{name}.key"))
+    /// Seals every key file still sealed under the previous master key
+    /// ([`rotating`](Self::rotating)) under the new one, each replaced whole; how many it sealed anew. Resumable:
+    /// a file already sealed under the new key is left as it is, so a rotation killed
+    /// at any point is finished by running it again. [`Error::Encryption`] for a file
+    /// neither key opens (nothing after it is rotated; the files before it are).
+    pub fn rotate(&self) -> Result<usize> {
+        let mut names: Vec<String> = std::fs::read_dir(&self.dir)
+            .map_err(|e| Error::io("list", &self.dir, e))?
+            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+            .filter(|name| name.ends_with(".key"))
+            .collect();
+        names.sort();
+        // The check file last: until it is rotated, the old key still opens the
+        // directory.
+        names.push(CHECK_FILE.to_owned());
+        let mut rotated = 0;
+        for name in names {
+            let path = self.dir.join(&name);
+            let Some(wrapped) = self.read_wrapped(&path)? else {
+                continue;
+            };
+            if self.master.unwrap_key(&name, &wrapped).is_some() {
+                continue;
+            }
+            let plain = self
+                .previous
+                .as_ref()
+                .and_then(|previous| previous.unwrap_key(&name, &wrapped))
+                .ok_or_else(|| self.not_opened(&path))?;
+            let text = self.file_text(&name, &plain)?;
+            crate::store::fs::write_private_atomically(&path, text.as_bytes())?;
+            sync_dir(&self.dir)?;
+            if name != CHECK_FILE {
+                rotated += 1;
+            }
+        }
+        Ok(rotated)
     }
 
-    fn read(&self, owner: &KeyOwner, path: &Path) -> Result<Option<DataKey>> {
+    /// How many key files there are, and how many are sealed under the master key
+    /// (the rest under the previous one, while a rotation is under way).
+    pub fn status(&self) -> Result<(usize, usize)> {
+        let mut keys = 0;
+        let mut current = 0;
+        for entry in std::fs::read_dir(&self.dir).map_err(|e| Error::io("list", &self.dir, e))? {
+            let name = entry
+                .map_err(|e| Error::io("list", &self.dir, e))?
+                .file_name()
+                .into_string()
+                .unwrap_or_default();
+            if !name.ends_with(".key") {
+                continue;
+            }
+            keys += 1;
+            let wrapped = self.read_wrapped(&self.dir.join(&name))?;
+            if wrapped.is_some_and(|w| self.master.unwrap_key(&name, &w).is_some()) {
+                current += 1;
+            }
+        }
+        Ok((keys, current))
+    }
+
+    fn name(owner: &KeyOwner) -> String {
+        let digest = sha2::Sha256::digest(owner.tag().as_bytes());
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        format!("{hex}.key")
+    }
+
+    /// Whether the check file opens (`None`: there is none yet).
+    fn check(&self) -> Result<Option<()>> {
+        let path = self.dir.join(CHECK_FILE);
+        match self.read_wrapped(&path)? {
+            None => Ok(None),
+            Some(wrapped) => self
+                .open_wrapped(CHECK_FILE, &wrapped)
+                .map(|_| Some(()))
+                .ok_or_else(|| {
+                    problem(format!(
+                        "master key {} is not the one the key directory {} was made with",
+                        self.master.fingerprint(),
+                        self.dir.display()
+                    ))
+                }),
+        }
+    }
+
+    fn open_wrapped(&self, name: &str, wrapped: &[u8]) -> Option<Vec<u8>> {
+        self.master.unwrap_key(name, wrapped).or_else(|| {
+            self.previous
+                .as_ref()
+                .and_then(|previous| previous.unwrap_key(name, wrapped))
+        })
+    }
+
+    fn not_opened(&self, path: &Path) -> Error {
+        problem(format!(
+            "the key file {} does not open with master key {}{}",
+            path.display(),
+            self.master.fingerprint(),
+            match &self.previous {
+                Some(previous) => format!(" nor {}", previous.fingerprint()),
+                None => String::new(),
+            }
+        ))
+    }
+
+    /// The sealed bytes of the file at `path`; `None` if there is none.
+    fn read_wrapped(&self, path: &Path) -> Result<Option<Vec<u8>>> {
         let Some((bytes, _)) = crate::store::fs::read_limited(path, KEY_FILE_LIMIT)
             .map_err(|e| Error::io("read", path, e))?
         else {
             return Ok(None);
         };
-        let wrapped = std::str::from_utf8(&bytes)
+        std::str::from_utf8(&bytes)
             .ok()
             .and_then(|text| text.trim().strip_prefix(KEY_FILE_PREFIX))
-            .and_then(|text| base64::engine::general_purpose::STANDARD.decode(text).ok());
-        let Some(wrapped) = wrapped else {
-            return Err(problem(format!(
-                "{} is not a data key file; it was left as it is",
-                path.display()
-            )));
-        };
-        self.master.unwrap_key(owner, &wrapped).map(Some).ok_or_else(|| {
-            problem(format!(
-                "the data key in {} does not open with master key {}: is this the master key the store was sealed with?",
-                path.display(),
-                self.master.fingerprint()
-            ))
-        })
+            .and_then(|text| base64::engine::general_purpose::STANDARD.decode(text).ok())
+            .map(Some)
+            .ok_or_else(|| {
+                problem(format!(
+                    "{} is not a key file of this crate; it was left as it is",
+                    path.display()
+                ))
+            })
     }
 
-    fn make(&self, owner: &KeyOwner, path: &Path) -> Result<DataKey> {
-        let key = DataKey::generate()?;
-        let wrapped = self.master.wrap(owner, &key)?;
-        let text = format!(
+    fn file_text(&self, name: &str, plain: &[u8]) -> Result<String> {
+        let wrapped = self.master.wrap(name, plain)?;
+        Ok(format!(
             "{KEY_FILE_PREFIX}{}\n",
             base64::engine::general_purpose::STANDARD.encode(wrapped)
-        );
+        ))
+    }
+
+    /// Writes file `name` holding `plain` sealed, unless it exists: then its content
+    /// is what another process wrote first, which is returned.
+    fn write_new(&self, name: &str, plain: &[u8]) -> Result<Vec<u8>> {
+        let path = self.dir.join(name);
+        let text = self.file_text(name, plain)?;
         let mut temp = tempfile::NamedTempFile::new_in(&self.dir)
             .map_err(|e| Error::io("create", &self.dir, e))?;
         temp.write_all(text.as_bytes())
             .and_then(|()| temp.as_file().sync_all())
             .map_err(|e| Error::io("write", temp.path(), e))?;
-        match temp.persist_noclobber(path) {
+        match temp.persist_noclobber(&path) {
             Ok(_) => {
                 sync_dir(&self.dir)?;
-                Ok(key)
+                Ok(plain.to_vec())
             }
-            // Another process made it first: theirs is the key.
-            Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => self
-                .read(owner, path)?
-                .ok_or_else(|| problem(format!("{} vanished as it was made", path.display()))),
-            Err(e) => Err(Error::io("create", path, e.error)),
+            Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => {
+                let wrapped = self.read_wrapped(&path)?.ok_or_else(|| {
+                    problem(format!("{} vanished as it was made", path.display()))
+                })?;
+                self.open_wrapped(name, &wrapped)
+                    .ok_or_else(|| self.not_opened(&path))
+            }
+            Err(e) => Err(Error::io("create", &path, e.error)),
         }
     }
 }
@@ -436,19 +590,34 @@ fn sync_dir(dir: &Path) -> Result<()> {
         .map_err(|e| Error::io("fsync", dir, e))
 }
 
+fn data_key(bytes: Vec<u8>, path: &Path) -> Result<DataKey> {
+    <[u8; KEY_LEN]>::try_from(bytes)
+        .map(DataKey)
+        .map_err(|_| problem(format!("{} does not hold a data key", path.display())))
+}
+
 #[async_trait]
 impl KeyProvider for KeyFiles {
     async fn data_key(&self, owner: &KeyOwner, create: bool) -> Result<Option<DataKey>> {
-        let path = self.path(owner);
-        match self.read(owner, &path)? {
-            Some(key) => Ok(Some(key)),
-            None if create => self.make(owner, &path).map(Some),
+        let name = Self::name(owner);
+        let path = self.dir.join(&name);
+        match self.read_wrapped(&path)? {
+            Some(wrapped) => {
+                let plain = self
+                    .open_wrapped(&name, &wrapped)
+                    .ok_or_else(|| self.not_opened(&path))?;
+                data_key(plain, &path).map(Some)
+            }
+            None if create => {
+                let fresh = DataKey::generate()?;
+                data_key(self.write_new(&name, &fresh.0)?, &path).map(Some)
+            }
             None => Ok(None),
         }
     }
 
     async fn destroy(&self, owner: &KeyOwner) -> Result<bool> {
-        let path = self.path(owner);
+        let path = self.dir.join(Self::name(owner));
         match std::fs::remove_file(&path) {
             Ok(()) => {
                 sync_dir(&self.dir)?;
