@@ -1,6 +1,6 @@
 //! A turn on a sealed store (feature `encryption`) against the same turn on the plain
 //! store, measured in the same run on every backend, 1,000 sessions, each backend's
-//! fast durability mode: `turn_and_complete` once the manager knows the session, and
+//! fast durability mode, an 8,000-token window: `turn_and_complete` once the manager knows the session, and
 //! `first_turn_of_a_fresh_manager` on a session 100 turns old (a restart, a new worker:
 //! the conversation's end is read and opened). Each function has a session of its own.
 //!
@@ -19,6 +19,9 @@ use tokio::runtime::Runtime;
 
 const SESSIONS: usize = 1_000;
 const HISTORY_TURNS: usize = 100;
+/// The model's window, in tokens: what a turn gives the model stays the same size as
+/// the sessions grow over the run.
+const CONTEXT_WINDOW: u64 = 8_000;
 
 fn message(peer: &str, text: &str) -> InboundMessage {
     InboundMessage::direct("telegram", peer, text)
@@ -47,6 +50,7 @@ fn bench(
     let manager = |sealed: bool| {
         let builder = SessionManager::builder(store.clone())
             .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
+            .context_window(CONTEXT_WINDOW)
             .transcripts(transcripts.clone());
         match sealed {
             true => builder.encryption(KeyFiles::open(keys.path(), master.clone()).unwrap()),

@@ -216,6 +216,13 @@ impl Privacy<'_> {
             .map(|s| s.entry.session_id.clone())
             .filter(|id| !id.is_empty())
             .collect();
+        // Their sessions' keys go first: a run that dies after removing the sessions
+        // and is run again no longer finds them, nor so their keys. Their own keys go
+        // last: the lines of theirs that carry others' chatter are read to keep it.
+        #[cfg(feature = "encryption")]
+        if let Some(keys) = &self.seams.data_keys {
+            report.data_keys += destroy_keys(&**keys, None, current.iter().chain(&closed)).await?;
+        }
 
         // The shared transcripts are judged first and edited after the search index:
         // the records of whose chatter a line carries go with the edit, and a run that
@@ -305,7 +312,8 @@ impl Privacy<'_> {
         };
         #[cfg(feature = "encryption")]
         if let Some(keys) = &self.seams.data_keys {
-            report.data_keys += destroy_keys(&**keys, &ids, current.iter().chain(&closed)).await?;
+            report.data_keys +=
+                destroy_keys(&**keys, Some(&ids), current.iter().chain(&closed)).await?;
         }
         tracing::info!(
             sessions = report.sessions,
@@ -932,17 +940,18 @@ fn offset_in_id(id: &str) -> u64 {
         .unwrap_or(u64::MAX)
 }
 
-/// Destroys the data keys of the person known by `ids` and of `sessions`, theirs; how
-/// many there were. Last of the erase: a run that dies before finds the keys again.
+/// Destroys the data keys of `sessions` (by session key and by session id) and of the
+/// person known by `ids`; how many there were.
 #[cfg(feature = "encryption")]
 async fn destroy_keys(
     keys: &dyn crate::privacy::encryption::KeyProvider,
-    ids: &PersonIds,
+    ids: Option<&PersonIds>,
     sessions: impl Iterator<Item = &StoredSession>,
 ) -> Result<usize> {
     use crate::privacy::encryption::KeyOwner;
     let mut owners: Vec<KeyOwner> = ids
-        .all()
+        .into_iter()
+        .flat_map(|ids| ids.all())
         .map(|id| KeyOwner::Person(id.to_owned()))
         .collect();
     for session in sessions {

@@ -170,9 +170,9 @@ impl<C: ChatterBuffer + ?Sized> ChatterBuffer for EncryptedChatter<C> {
                 .chain(chatter.claimed.iter().flat_map(|c| c.entries.iter()));
             for entry in all {
                 let owner = owner(&group, entry);
-                if !keys.contains_key(&owner) {
-                    let key = self.key(&owner, false).await?;
-                    keys.insert(owner, key);
+                if let std::collections::hash_map::Entry::Vacant(slot) = keys.entry(owner) {
+                    let key = self.key(slot.key(), false).await?;
+                    slot.insert(key);
                 }
             }
         }

@@ -1,5 +1,6 @@
 //! Keys: the master key, the data keys it wraps, and where data keys are kept.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -72,7 +73,7 @@ pub(crate) fn is_sealed_text(text: &str) -> bool {
 /// `enc1:<key id>:<nonce and ciphertext in base64>`.
 pub(crate) fn seal_text(key: &DataKey, place: &str, plain: &str) -> Result<String> {
     let aad = format!("agent-sessions text v1\0{place}");
-    let sealed = seal_bytes(&key.0, aad.as_bytes(), plain.as_bytes())?;
+    let sealed = seal_bytes(&key.bytes, aad.as_bytes(), plain.as_bytes())?;
     Ok(format!(
         "{TEXT_PREFIX}{}:{}",
         key.id(),
@@ -89,7 +90,7 @@ pub(crate) fn seal_text_repeatable(key: &DataKey, place: &str, plain: &str) -> R
     let mut hasher = sha2::Sha256::new();
     for part in [
         b"agent-sessions nonce v1".as_slice(),
-        &key.0,
+        &key.bytes,
         aad.as_bytes(),
         b"\0",
         plain.as_bytes(),
@@ -99,7 +100,7 @@ pub(crate) fn seal_text_repeatable(key: &DataKey, place: &str, plain: &str) -> R
     }
     let digest = hasher.finalize();
     let nonce = XNonce::from_slice(&digest[..NONCE_LEN]);
-    let sealed = XChaCha20Poly1305::new((&key.0).into())
+    let sealed = XChaCha20Poly1305::new((&key.bytes).into())
         .encrypt(
             nonce,
             Payload {
@@ -129,7 +130,7 @@ pub(crate) fn open_text(key: &DataKey, place: &str, sealed: &str) -> Option<Opti
         .decode(b64)
         .ok()?;
     let aad = format!("agent-sessions text v1\0{place}");
-    let plain = open_bytes(&key.0, aad.as_bytes(), &bytes)?;
+    let plain = open_bytes(&key.bytes, aad.as_bytes(), &bytes)?;
     String::from_utf8(plain).ok().map(Some)
 }
 
@@ -280,30 +281,35 @@ impl KeyOwner {
 /// A data key: 32 random bytes that seal one owner's data. Its `Debug` form never
 /// shows it.
 #[derive(Clone, PartialEq, Eq)]
-pub struct DataKey([u8; KEY_LEN]);
+pub struct DataKey {
+    bytes: [u8; KEY_LEN],
+    /// Its short name (see [`DataKey::id`]), worked out once.
+    id: String,
+}
 
 impl DataKey {
     /// A new random key.
     pub fn generate() -> Result<Self> {
-        random().map(DataKey)
+        random().map(DataKey::from_bytes)
     }
 
     /// The key made of `bytes` (a key management service's plaintext data key).
     pub fn from_bytes(bytes: [u8; KEY_LEN]) -> Self {
-        DataKey(bytes)
+        let digest = sha2::Sha256::digest(bytes);
+        let id = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+        DataKey { bytes, id }
     }
 
     /// The key's bytes (to wrap it in a key management service).
     pub fn as_bytes(&self) -> &[u8; KEY_LEN] {
-        &self.0
+        &self.bytes
     }
 
     /// A short name of the key that does not reveal it (8 hex digits of its SHA-256),
     /// kept with what it seals: a value sealed under a key since destroyed — even if
     /// its owner has a new key now — reads as erased.
-    pub(crate) fn id(&self) -> String {
-        let digest = sha2::Sha256::digest(self.0);
-        digest[..4].iter().map(|b| format!("{b:02x}")).collect()
+    pub(crate) fn id(&self) -> &str {
+        &self.id
     }
 }
 
@@ -371,6 +377,32 @@ pub struct KeyFiles {
     dir: PathBuf,
     master: MasterKey,
     previous: Option<MasterKey>,
+    /// The keys read, by file name, with which file they were read from: used while
+    /// that file is still the one there (a key destroyed, or made again, by another
+    /// process is a file gone, or another file).
+    read: std::sync::Mutex<HashMap<String, (FileStamp, DataKey)>>,
+}
+
+/// Which file a key was read from: its device, inode and change time.
+type FileStamp = (u64, u64, i64, i64);
+
+/// The most keys [`KeyFiles`] remembers; past it, it starts afresh.
+const KEYS_REMEMBERED: usize = 4096;
+
+/// Which file is at `path` now; `None` when there is none, or the platform cannot tell
+/// (then no key is remembered).
+fn stamp_of(path: &Path) -> std::io::Result<Option<FileStamp>> {
+    match std::fs::symlink_metadata(path) {
+        #[cfg(unix)]
+        Ok(m) => {
+            use std::os::unix::fs::MetadataExt;
+            Ok(Some((m.dev(), m.ino(), m.ctime(), m.ctime_nsec())))
+        }
+        #[cfg(not(unix))]
+        Ok(_) => Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The name of the file that tells which master key a key directory was made with.
@@ -411,6 +443,7 @@ impl KeyFiles {
             dir,
             master,
             previous,
+            read: std::sync::Mutex::default(),
         };
         if keys.check()?.is_none() {
             keys.write_new(CHECK_FILE, CHECK_TEXT)?;
@@ -592,7 +625,7 @@ fn sync_dir(dir: &Path) -> Result<()> {
 
 fn data_key(bytes: Vec<u8>, path: &Path) -> Result<DataKey> {
     <[u8; KEY_LEN]>::try_from(bytes)
-        .map(DataKey)
+        .map(DataKey::from_bytes)
         .map_err(|_| problem(format!("{} does not hold a data key", path.display())))
 }
 
@@ -601,23 +634,46 @@ impl KeyProvider for KeyFiles {
     async fn data_key(&self, owner: &KeyOwner, create: bool) -> Result<Option<DataKey>> {
         let name = Self::name(owner);
         let path = self.dir.join(&name);
+        let stamp = stamp_of(&path).map_err(|e| Error::io("read", &path, e))?;
+        let remembered = |read: &mut HashMap<String, (FileStamp, DataKey)>| {
+            let (seen, key) = read.get(&name)?;
+            (Some(*seen) == stamp).then(|| key.clone())
+        };
+        if let Some(key) = remembered(&mut self.read.lock().unwrap_or_else(|e| e.into_inner())) {
+            return Ok(Some(key));
+        }
         match self.read_wrapped(&path)? {
             Some(wrapped) => {
                 let plain = self
                     .open_wrapped(&name, &wrapped)
                     .ok_or_else(|| self.not_opened(&path))?;
-                data_key(plain, &path).map(Some)
+                let key = data_key(plain, &path)?;
+                // Remembered with the stamp taken before the read: if the file was
+                // replaced in between, the next call sees another stamp and reads again.
+                if let Some(stamp) = stamp {
+                    let mut read = self.read.lock().unwrap_or_else(|e| e.into_inner());
+                    if read.len() >= KEYS_REMEMBERED {
+                        read.clear();
+                    }
+                    read.insert(name, (stamp, key.clone()));
+                }
+                Ok(Some(key))
             }
             None if create => {
                 let fresh = DataKey::generate()?;
-                data_key(self.write_new(&name, &fresh.0)?, &path).map(Some)
+                data_key(self.write_new(&name, &fresh.bytes)?, &path).map(Some)
             }
             None => Ok(None),
         }
     }
 
     async fn destroy(&self, owner: &KeyOwner) -> Result<bool> {
-        let path = self.dir.join(Self::name(owner));
+        let name = Self::name(owner);
+        self.read
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&name);
+        let path = self.dir.join(name);
         match std::fs::remove_file(&path) {
             Ok(()) => {
                 sync_dir(&self.dir)?;

@@ -199,6 +199,9 @@ impl<T: TranscriptStore + ?Sized> TranscriptStore for EncryptedTranscripts<T> {
         before: Option<Offset>,
         max_bytes: usize,
     ) -> Result<TranscriptRead> {
+        // Sealed lines are longer than the lines they stand for (the sealed text in
+        // base64 beside the clear fields): about as much conversation as asked for.
+        let max_bytes = max_bytes.saturating_mul(2);
         let mut read = self.inner.read_back(transcript, before, max_bytes).await?;
         self.keyring()
             .open_events(&mut read.events, place(transcript))
