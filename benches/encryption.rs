@@ -1,19 +1,18 @@
 //! A turn on a sealed store (feature `encryption`) against the same turn on the plain
-//! store, measured in the same run on every backend, 1,000 sessions, each backend's
-//! fast durability mode, an 8,000-token window: `turn_and_complete` once the manager knows the session, and
-//! `first_turn_of_a_fresh_manager` on a session 100 turns old (a restart, a new worker:
-//! the conversation's end is read and opened). Each function has a session of its own.
+//! store, measured in the same run on every backend: `turn_and_complete` once the
+//! manager knows the session, and `first_turn_of_a_fresh_manager` on a session 100
+//! turns old (a restart, a new worker: the conversation's end is read and opened).
+//! Plain and sealed each run on a store of their own, filled alike (1,000 sessions,
+//! each backend's fast durability mode), with an 8,000-token window, so neither
+//! inherits what the other wrote.
 //!
 //! `cargo bench --bench encryption --features encryption,sqlite,postgres` (PostgreSQL
 //! only when `AGENT_SESSIONS_TEST_POSTGRES_URL` names a server).
 
 mod common;
 
-use std::sync::Arc;
-
 use agent_sessions::prelude::*;
 use agent_sessions::privacy::encryption::{KeyFiles, MasterKey};
-use agent_sessions::transcript::TranscriptStore;
 use criterion::{criterion_group, criterion_main, Criterion};
 use tokio::runtime::Runtime;
 
@@ -23,8 +22,14 @@ const HISTORY_TURNS: usize = 100;
 /// the sessions grow over the run.
 const CONTEXT_WINDOW: u64 = 8_000;
 
-fn message(peer: &str, text: &str) -> InboundMessage {
-    InboundMessage::direct("telegram", peer, text)
+use common::Stores;
+
+fn message(peer: &str) -> InboundMessage {
+    InboundMessage::direct(
+        "telegram",
+        peer,
+        "what about tomorrow? I can do 9 or 10, whichever suits you.",
+    )
 }
 
 async fn one_turn(manager: &SessionManager, message: &InboundMessage) {
@@ -38,49 +43,41 @@ async fn one_turn(manager: &SessionManager, message: &InboundMessage) {
     assert_eq!(sent.len(), 1);
 }
 
-fn bench(
-    c: &mut Criterion,
-    runtime: &Runtime,
-    name: &str,
-    store: Arc<dyn SessionStore>,
-    transcripts: Arc<dyn TranscriptStore>,
-) {
+fn bench(c: &mut Criterion, runtime: &Runtime, name: &str, plain: Stores, sealed: Stores) {
     let keys = tempfile::tempdir().unwrap();
     let master = MasterKey::generate().unwrap();
-    let manager = |sealed: bool| {
+    let manager = |(store, transcripts): &Stores, seal: bool| {
         let builder = SessionManager::builder(store.clone())
             .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
             .context_window(CONTEXT_WINDOW)
             .transcripts(transcripts.clone());
-        match sealed {
+        match seal {
             true => builder.encryption(KeyFiles::open(keys.path(), master.clone()).unwrap()),
             false => builder,
         }
         .build()
         .unwrap()
     };
-    let text = "what about tomorrow? I can do 9 or 10, whichever suits you.";
-    let (plain, sealed) = (manager(false), manager(true));
-    let (plain_old, sealed_old) = (message("300000001", text), message("300000002", text));
+    let (warm_plain, warm_sealed) = (manager(&plain, false), manager(&sealed, true));
+    let (old, new) = (message("300000001"), message("300000002"));
     runtime.block_on(async {
         for _ in 0..HISTORY_TURNS {
-            one_turn(&plain, &plain_old).await;
-            one_turn(&sealed, &sealed_old).await;
+            one_turn(&warm_plain, &old).await;
+            one_turn(&warm_sealed, &old).await;
         }
     });
     let mut group = c.benchmark_group(format!("encryption/{name}/{SESSIONS}"));
-    let (plain_new, sealed_new) = (message("300000003", text), message("300000004", text));
     group.bench_function("baseline_plain_turn", |b| {
-        b.iter(|| runtime.block_on(one_turn(&plain, &plain_new)))
+        b.iter(|| runtime.block_on(one_turn(&warm_plain, &new)))
     });
     group.bench_function("sealed_turn", |b| {
-        b.iter(|| runtime.block_on(one_turn(&sealed, &sealed_new)))
+        b.iter(|| runtime.block_on(one_turn(&warm_sealed, &new)))
     });
     group.bench_function("baseline_plain_first_turn_of_a_fresh_manager", |b| {
-        b.iter(|| runtime.block_on(one_turn(&manager(false), &plain_old)))
+        b.iter(|| runtime.block_on(one_turn(&manager(&plain, false), &old)))
     });
     group.bench_function("sealed_first_turn_of_a_fresh_manager", |b| {
-        b.iter(|| runtime.block_on(one_turn(&manager(true), &sealed_old)))
+        b.iter(|| runtime.block_on(one_turn(&manager(&sealed, true), &old)))
     });
     group.finish();
 }
@@ -91,9 +88,19 @@ fn encryption(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    common::on_each_backend(&runtime, SESSIONS, |name, store, transcripts| {
-        bench(c, &runtime, name, store, transcripts)
-    });
+    // Two stores of each backend filled alike: the plain turns on one, the sealed on
+    // the other.
+    for name in common::backends() {
+        let plain = common::open_backend(&runtime, SESSIONS, name);
+        let sealed = common::open_backend(&runtime, SESSIONS, name);
+        bench(
+            c,
+            &runtime,
+            name,
+            plain.stores.clone(),
+            sealed.stores.clone(),
+        );
+    }
 }
 
 criterion_group!(benches, encryption);

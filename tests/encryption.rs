@@ -589,3 +589,33 @@ async fn replacing_the_master_key_while_turns_run_and_after_a_stop_midway_loses_
     }
     stores.finish().await;
 }
+
+#[tokio::test]
+async fn a_manager_without_the_keys_refuses_a_sealed_session_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Sealed {
+        url: format!("json:{}", dir.path().join("state").display()),
+        keys: dir.path().join("keys"),
+        master: MasterKey::generate().unwrap(),
+    };
+    answer(
+        &store.manager().await,
+        &telegram("my pin is jqalphadm", "t1"),
+        "noted",
+    )
+    .await;
+    let before = everything(&store.url);
+    // Restarted without its keys, by mistake.
+    let plain = SessionManager::connect(&store.url)
+        .await
+        .unwrap()
+        .build()
+        .unwrap();
+    let refused = plain
+        .turn(&telegram("what was it?", "t2"))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), "encryption", "{refused}");
+    assert!(refused.to_string().contains("encryption"), "{refused}");
+    assert_eq!(everything(&store.url), before, "nothing was written");
+}

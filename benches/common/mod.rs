@@ -146,20 +146,50 @@ pub fn raw_sqlite_update(
     connection.execute_batch("COMMIT").unwrap();
 }
 
-/// Runs `bench` once per backend, each in its fast durability mode and holding
-/// `sessions` entries first: memory, JSON files (store and transcripts unsynced),
-/// SQLite (`synchronous = OFF`, with the `sqlite` feature) and PostgreSQL (with the
-/// `postgres` feature, when `AGENT_SESSIONS_TEST_POSTGRES_URL` names a server; in a
-/// schema of its own, dropped afterwards).
-pub fn on_each_backend(
-    runtime: &tokio::runtime::Runtime,
-    sessions: usize,
-    mut bench: impl FnMut(
-        &str,
-        std::sync::Arc<dyn SessionStore>,
-        std::sync::Arc<dyn agent_sessions::transcript::TranscriptStore>,
-    ),
-) {
+/// A session store and a transcript store of one backend.
+pub type Stores = (
+    std::sync::Arc<dyn SessionStore>,
+    std::sync::Arc<dyn agent_sessions::transcript::TranscriptStore>,
+);
+
+/// One backend's stores, and what they live in (a directory, a PostgreSQL schema),
+/// removed when this is dropped.
+pub struct Opened {
+    pub stores: Stores,
+    _dir: Option<tempfile::TempDir>,
+    #[cfg(feature = "postgres")]
+    schema: Option<(agent_sessions::store::PostgresStore, tokio::runtime::Handle)>,
+}
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        #[cfg(feature = "postgres")]
+        if let Some((postgres, runtime)) = self.schema.take() {
+            std::thread::spawn(move || runtime.block_on(postgres.drop_schema()).unwrap())
+                .join()
+                .unwrap();
+        }
+    }
+}
+
+/// The backends [`open_backend`] opens here: memory, JSON, and SQLite and PostgreSQL
+/// when the build (and, for PostgreSQL, `AGENT_SESSIONS_TEST_POSTGRES_URL`) has them.
+pub fn backends() -> Vec<&'static str> {
+    #[allow(unused_mut)]
+    let mut names = vec!["memory", "json"];
+    #[cfg(feature = "sqlite")]
+    names.push("sqlite");
+    #[cfg(feature = "postgres")]
+    if std::env::var("AGENT_SESSIONS_TEST_POSTGRES_URL").is_ok() {
+        names.push("postgres");
+    }
+    names
+}
+
+/// Backend `name` in its fast durability mode, holding `sessions` entries: memory,
+/// JSON files (store and transcripts unsynced), SQLite (`synchronous = OFF`) or
+/// PostgreSQL (in a schema of its own, dropped with the [`Opened`]).
+pub fn open_backend(runtime: &tokio::runtime::Runtime, sessions: usize, name: &str) -> Opened {
     use agent_sessions::store::FileTranscriptStore;
     use agent_sessions::transcript::InMemoryTranscriptStore;
     use agent_sessions::{Durability, JsonFileOptions};
@@ -180,56 +210,83 @@ pub fn on_each_backend(
             done.unwrap();
         }
     }
+    let opened = |stores: Stores, dir: Option<tempfile::TempDir>| Opened {
+        stores,
+        _dir: dir,
+        #[cfg(feature = "postgres")]
+        schema: None,
+    };
 
-    let memory = Arc::new(InMemoryStore::new());
-    runtime.block_on(fill(memory.clone(), sessions));
-    bench("memory", memory, Arc::new(InMemoryTranscriptStore::new()));
-
-    let dir = tempfile::tempdir().unwrap();
-    if sessions > 0 {
-        write_store(dir.path(), sessions);
+    match name {
+        "memory" => {
+            let memory = Arc::new(InMemoryStore::new());
+            runtime.block_on(fill(memory.clone(), sessions));
+            opened((memory, Arc::new(InMemoryTranscriptStore::new())), None)
+        }
+        "json" => {
+            let dir = tempfile::tempdir().unwrap();
+            if sessions > 0 {
+                write_store(dir.path(), sessions);
+            }
+            let json = JsonFileStore::new_with(
+                dir.path(),
+                JsonFileOptions {
+                    durability: Durability::Unsynced,
+                    ..JsonFileOptions::default()
+                },
+            );
+            let transcripts =
+                FileTranscriptStore::with_durability(dir.path(), Durability::Unsynced);
+            opened((Arc::new(json), Arc::new(transcripts)), Some(dir))
+        }
+        #[cfg(feature = "sqlite")]
+        "sqlite" => {
+            use agent_sessions::store::{SqliteOptions, SqliteStore};
+            let dir = tempfile::tempdir().unwrap();
+            let mut options = SqliteOptions::default();
+            options.durability = Durability::Unsynced;
+            let sqlite =
+                Arc::new(SqliteStore::open_with(dir.path().join("bench.db"), options).unwrap());
+            runtime.block_on(fill(sqlite.clone(), sessions));
+            opened((sqlite.clone(), sqlite), Some(dir))
+        }
+        #[cfg(feature = "postgres")]
+        "postgres" => {
+            use agent_sessions::store::{PostgresOptions, PostgresStore};
+            let server = std::env::var("AGENT_SESSIONS_TEST_POSTGRES_URL").unwrap();
+            let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
+            let postgres = runtime
+                .block_on(PostgresStore::connect_with(
+                    &server,
+                    PostgresOptions::in_schema(&schema),
+                ))
+                .unwrap();
+            let store = Arc::new(postgres.clone());
+            runtime.block_on(fill(store.clone(), sessions));
+            Opened {
+                stores: (store.clone(), store),
+                _dir: None,
+                schema: Some((postgres, runtime.handle().clone())),
+            }
+        }
+        other => panic!("no backend {other} in this build"),
     }
-    let json = JsonFileStore::new_with(
-        dir.path(),
-        JsonFileOptions {
-            durability: Durability::Unsynced,
-            ..JsonFileOptions::default()
-        },
-    );
-    bench(
-        "json",
-        Arc::new(json),
-        Arc::new(FileTranscriptStore::with_durability(
-            dir.path(),
-            Durability::Unsynced,
-        )),
-    );
+}
 
-    #[cfg(feature = "sqlite")]
-    {
-        use agent_sessions::store::{SqliteOptions, SqliteStore};
-        let dir = tempfile::tempdir().unwrap();
-        let mut options = SqliteOptions::default();
-        options.durability = Durability::Unsynced;
-        let sqlite =
-            Arc::new(SqliteStore::open_with(dir.path().join("bench.db"), options).unwrap());
-        runtime.block_on(fill(sqlite.clone(), sessions));
-        bench("sqlite", sqlite.clone(), sqlite);
-    }
-
-    #[cfg(feature = "postgres")]
-    if let Ok(server) = std::env::var("AGENT_SESSIONS_TEST_POSTGRES_URL") {
-        use agent_sessions::store::{PostgresOptions, PostgresStore};
-        let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
-        let postgres = runtime
-            .block_on(PostgresStore::connect_with(
-                &server,
-                PostgresOptions::in_schema(&schema),
-            ))
-            .unwrap();
-        let store = Arc::new(postgres.clone());
-        runtime.block_on(fill(store.clone(), sessions));
-        bench("postgres", store.clone(), store);
-        runtime.block_on(postgres.drop_schema()).unwrap();
+/// Runs `bench` once per backend ([`backends`], [`open_backend`]), each in its fast
+/// durability mode and holding `sessions` entries first.
+pub fn on_each_backend(
+    runtime: &tokio::runtime::Runtime,
+    sessions: usize,
+    mut bench: impl FnMut(
+        &str,
+        std::sync::Arc<dyn SessionStore>,
+        std::sync::Arc<dyn agent_sessions::transcript::TranscriptStore>,
+    ),
+) {
+    for name in backends() {
+        let opened = open_backend(runtime, sessions, name);
+        let (store, transcripts) = opened.stores.clone();
+        bench(name, store, transcripts);
     }
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use agent_sessions::privacy::encryption::{KeyFiles, MasterKey};
 use clap::Args;
 
-use crate::commands::{failure, Outcome, EXIT_USAGE};
+use crate::commands::{failure, Outcome, EXIT_NOT_FOUND, EXIT_USAGE};
 
 /// What `keys` does, and with which keys.
 #[derive(Debug, Args)]
@@ -49,6 +49,12 @@ pub fn keys(json: bool, args: KeysArgs) -> Outcome {
             "name the key directory with --dir or AGENT_SESSIONS_KEYS".to_owned(),
         )
     })?;
+    if !dir.exists() {
+        return Err(failure(
+            EXIT_NOT_FOUND,
+            format!("there is no key directory at {}", dir.display()),
+        ));
+    }
     let master = MasterKey::from_env(&args.master_key_env)?;
     let fingerprint = master.fingerprint();
     let keys = match args.action {

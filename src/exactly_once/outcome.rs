@@ -464,6 +464,30 @@ impl SessionManager {
     }
 }
 
+impl DeliveryReceipt {
+    /// Gives each payload the receipt of its part of `line`, the reply logged in
+    /// `key`'s session `entry`.
+    pub(crate) fn give(
+        payloads: &mut [crate::reply::payload::ReplyPayload],
+        key: &crate::identity::key::SessionKey,
+        entry: &crate::store::entry::SessionEntry,
+        line: &crate::transcript::SessionEvent,
+    ) {
+        let Some(id) = &line.entry.id else {
+            return;
+        };
+        for (part, payload) in payloads.iter_mut().enumerate() {
+            payload.receipt = Some(DeliveryReceipt {
+                key: key.clone(),
+                session_id: entry.session_id.clone(),
+                line: id.clone(),
+                offset: line.offset,
+                part,
+            });
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -239,11 +239,11 @@ impl fmt::Debug for SessionManager {
 /// # Ok::<(), agent_sessions::Error>(())
 /// ```
 pub struct SessionManagerBuilder {
-    manager: SessionManager,
+    pub(crate) manager: SessionManager,
     isolated_to: Option<AgentId>,
     custom_flush_guard: bool,
     /// Built for an OpenClaw state directory, whose files OpenClaw reads too.
-    openclaw_tree: bool,
+    pub(crate) openclaw_tree: bool,
 }
 
 impl SessionManagerBuilder {
@@ -325,27 +325,6 @@ impl SessionManagerBuilder {
     /// sessions — so an event queued on one worker reaches the next turn on any.
     pub fn system_events(mut self, events: impl SystemEvents + 'static) -> Self {
         self.manager.system_events = Arc::new(events);
-        self
-    }
-
-    /// Seals transcripts at rest under data keys from `keys` (feature `encryption`;
-    /// default: transcripts in plain text): a data key per person, else per session,
-    /// and [`SessionManager::forget_person`] destroys the person's. See
-    /// [`privacy::encryption`](crate::privacy::encryption); [`build`](Self::build)
-    /// refuses it for an OpenClaw state directory
-    /// ([`SessionManager::connect_openclaw`]), whose transcripts OpenClaw reads.
-    #[cfg(feature = "encryption")]
-    pub fn encryption(
-        mut self,
-        keys: impl crate::privacy::encryption::KeyProvider + 'static,
-    ) -> Self {
-        self.manager.seams.data_keys = Some(Arc::new(keys));
-        self
-    }
-
-    /// Marks the builder as serving an OpenClaw state directory.
-    pub(crate) fn openclaw_tree(mut self) -> Self {
-        self.openclaw_tree = true;
         self
     }
 
@@ -660,19 +639,7 @@ impl SessionManagerBuilder {
         }
         settings.queue.check()?;
         #[cfg(feature = "encryption")]
-        if seams.data_keys.is_some() {
-            if self.openclaw_tree {
-                return Err(Error::InvalidOption {
-                    option: "encryption",
-                    problem: "an OpenClaw state directory is read by OpenClaw too, which cannot open sealed transcripts: connect to a json:, sqlite: or postgres:// store of the crate's own",
-                });
-            }
-            if seams.transcripts.is_none() {
-                return needs(
-                    "a transcript store to seal (SessionManagerBuilder::transcripts or ::backend)",
-                );
-            }
-        }
+        crate::privacy::encryption::check(seams, self.openclaw_tree)?;
         if settings.checkpoint_every_turns.is_some() {
             if seams.introspector.is_none() {
                 return needs(
@@ -698,24 +665,7 @@ impl SessionManagerBuilder {
             });
         }
         #[cfg(feature = "encryption")]
-        if let Some(keys) = &manager.seams.data_keys {
-            use crate::privacy::encryption::{
-                EncryptedChatter, EncryptedEvents, EncryptedSessions,
-            };
-            let keys = keys.clone();
-            manager.seams.store =
-                Arc::new(EncryptedSessions::new(manager.seams.store, keys.clone()));
-            manager.seams.history =
-                Arc::new(EncryptedChatter::new(manager.seams.history, keys.clone()));
-            manager.system_events =
-                Arc::new(EncryptedEvents::new(manager.system_events, keys.clone()));
-            manager.seams.transcripts = manager.seams.transcripts.map(|t| {
-                Arc::new(crate::privacy::encryption::EncryptedTranscripts::new(
-                    t,
-                    keys.clone(),
-                )) as Arc<dyn TranscriptStore>
-            });
-        }
+        crate::privacy::encryption::seal(&mut manager);
         if let Some(agent) = self.isolated_to {
             manager.seams.store = Arc::new(AgentScoped::new(agent.clone(), manager.seams.store));
             manager.seams.transcripts = manager
@@ -1183,6 +1133,7 @@ impl SessionManager {
             .seams
             .store
             .apply(&key, &mut |slot, _| {
+                crate::privacy::refuse_sealed(&key, slot.as_ref(), self.seals())?;
                 admit(&key, slot.as_ref())?;
                 step = None;
                 routed = None;

@@ -875,7 +875,7 @@ impl<'m> Turn<'m> {
                             reply.sent_by_tool,
                         )
                         .await?;
-                    let (sent, parts) = sent_text(&payloads);
+                    let (sent, parts) = ReplyPayload::sent_text(&payloads);
                     if let (Some(transcript), Some(entry), false) =
                         (&self.transcript, &self.entry, sent.is_empty())
                     {
@@ -894,7 +894,7 @@ impl<'m> Turn<'m> {
                         log.usage = reply.usage.as_ref().map(TurnUsage::to_transcript_usage);
                         let line = manager.log_line(&self.key, entry, log);
                         let line = manager.append_line(&self.key, transcript, line).await?;
-                        give_receipts(&mut payloads, &self.key, entry, &line);
+                        DeliveryReceipt::give(&mut payloads, &self.key, entry, &line);
                     }
                     let mut outcome = TurnOutcome::completed();
                     outcome.usage = reply.usage;
@@ -945,7 +945,7 @@ impl<'m> Turn<'m> {
                             .await;
                         match (logged, &self.entry) {
                             (Ok(line), Some(entry)) => {
-                                give_receipts(&mut payloads, &self.key, entry, &line)
+                                DeliveryReceipt::give(&mut payloads, &self.key, entry, &line)
                             }
                             // A command refused before the key had a session: there
                             // is no conversation to log the answer in.
@@ -967,48 +967,4 @@ impl<'m> Turn<'m> {
         }
         sent
     }
-}
-
-/// Gives each payload the receipt of its part of `line`, the reply logged in `key`'s
-/// session `entry`.
-fn give_receipts(
-    payloads: &mut [ReplyPayload],
-    key: &SessionKey,
-    entry: &SessionEntry,
-    line: &SessionEvent,
-) {
-    let Some(id) = &line.entry.id else {
-        return;
-    };
-    for (part, payload) in payloads.iter_mut().enumerate() {
-        payload.receipt = Some(DeliveryReceipt {
-            key: key.clone(),
-            session_id: entry.session_id.clone(),
-            line: id.clone(),
-            offset: line.offset,
-            part,
-        });
-    }
-}
-
-/// The text of what is sent, payload by payload (a blank line between), and where
-/// each payload's text is in it.
-fn sent_text(payloads: &[ReplyPayload]) -> (String, Vec<Option<[usize; 2]>>) {
-    let mut sent = String::new();
-    let mut parts = Vec::with_capacity(payloads.len());
-    for text in payloads
-        .iter()
-        .map(|p| p.text.as_deref().unwrap_or_default())
-    {
-        if text.trim().is_empty() {
-            parts.push(None);
-            continue;
-        }
-        if !sent.is_empty() {
-            sent.push_str("\n\n");
-        }
-        parts.push(Some([sent.len(), sent.len() + text.len()]));
-        sent.push_str(text);
-    }
-    (sent, parts)
 }

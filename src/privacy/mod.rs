@@ -26,6 +26,46 @@ pub use export::PersonExportSummary;
 pub use forget::{ForgetOptions, ForgetReport, PersonRef};
 pub use retention::{RetentionPolicy, RetentionReport, RetentionRule, RetentionSweep};
 
+/// The field of a session entry that says its text fields are sealed (feature
+/// `encryption`).
+pub(crate) const SEALED_ENTRY: &str = "sealed";
+
+/// Refuses a session whose entry was sealed, to a manager without its keys, before
+/// anything is written: it would show sealed text and write plain text beside it.
+pub(crate) fn refuse_sealed(
+    key: &crate::SessionKey,
+    entry: Option<&crate::store::entry::SessionEntry>,
+    has_keys: bool,
+) -> crate::Result<()> {
+    let sealed = entry.is_some_and(|e| e.extra.get(SEALED_ENTRY) == Some(&true.into()));
+    if sealed && !has_keys {
+        return Err(crate::Error::Encryption {
+            problem: format!(
+                "session {key} is sealed: build the manager with encryption and its keys (SessionManagerBuilder::encryption)"
+            ),
+        });
+    }
+    Ok(())
+}
+
+impl SessionManager {
+    /// Whether this manager seals what it keeps (built with encryption).
+    pub(crate) fn seals(&self) -> bool {
+        #[cfg(feature = "encryption")]
+        return self.seams.data_keys.is_some();
+        #[cfg(not(feature = "encryption"))]
+        false
+    }
+}
+
+impl crate::manager::SessionManagerBuilder {
+    /// Marks the builder as serving an OpenClaw state directory.
+    pub(crate) fn openclaw_tree(mut self) -> Self {
+        self.openclaw_tree = true;
+        self
+    }
+}
+
 /// The manager as the privacy jobs see it: the steps of an erase and what the export
 /// and retention share with it.
 pub(crate) struct Privacy<'m>(pub(crate) &'m SessionManager);

@@ -496,6 +496,30 @@ fn normalize_for_dedupe(text: &str) -> String {
         .to_lowercase()
 }
 
+impl ReplyPayload {
+    /// The text of what is sent, payload by payload (a blank line between), and where
+    /// each payload's text is in it.
+    pub(crate) fn sent_text(payloads: &[ReplyPayload]) -> (String, Vec<Option<[usize; 2]>>) {
+        let mut sent = String::new();
+        let mut parts = Vec::with_capacity(payloads.len());
+        for text in payloads
+            .iter()
+            .map(|p| p.text.as_deref().unwrap_or_default())
+        {
+            if text.trim().is_empty() {
+                parts.push(None);
+                continue;
+            }
+            if !sent.is_empty() {
+                sent.push_str("\n\n");
+            }
+            parts.push(Some([sent.len(), sent.len() + text.len()]));
+            sent.push_str(text);
+        }
+        (sent, parts)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -75,6 +75,9 @@ fn seal_entry(
     key: &SessionKey,
     stored: &[(&'static str, String, String)],
 ) -> Result<()> {
+    entry
+        .extra
+        .insert(crate::privacy::SEALED_ENTRY.to_owned(), true.into());
     each_field(entry, |field, value| {
         let Some(plain) = value.as_deref() else {
             return Ok(());

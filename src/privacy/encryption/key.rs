@@ -431,13 +431,19 @@ impl KeyFiles {
     }
 
     fn open_with(dir: PathBuf, master: MasterKey, previous: Option<MasterKey>) -> Result<Self> {
+        let not_a_dir = || {
+            problem(format!(
+                "the key directory {} is not a directory (a symbolic link is not followed)",
+                dir.display()
+            ))
+        };
+        if std::fs::symlink_metadata(&dir).is_ok_and(|m| !m.is_dir()) {
+            return Err(not_a_dir());
+        }
         crate::store::fs::create_private_dir_all(&dir)
             .map_err(|e| Error::io("create directory", &dir, e))?;
         if std::fs::symlink_metadata(&dir).is_ok_and(|m| !m.is_dir()) {
-            return Err(problem(format!(
-                "the key directory {} is not a directory (a symbolic link is not followed)",
-                dir.display()
-            )));
+            return Err(not_a_dir());
         }
         let keys = KeyFiles {
             dir,
@@ -449,11 +455,6 @@ impl KeyFiles {
             keys.write_new(CHECK_FILE, CHECK_TEXT)?;
         }
         Ok(keys)
-    }
-
-    /// The master key's fingerprint ([`MasterKey::fingerprint`]).
-    pub fn fingerprint(&self) -> String {
-        self.master.fingerprint()
     }
 
     /// Seals every key file still sealed under the previous master key

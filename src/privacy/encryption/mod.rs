@@ -49,6 +49,65 @@ mod transcripts;
 pub use key::{DataKey, KeyFiles, KeyOwner, KeyProvider, MasterKey};
 pub use sealed::ERASED_TEXT;
 
-pub(crate) use chatter::{EncryptedChatter, EncryptedEvents};
-pub(crate) use entries::EncryptedSessions;
 pub(crate) use transcripts::EncryptedTranscripts;
+
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::manager::{Seams, SessionManager, SessionManagerBuilder};
+use crate::transcript::TranscriptStore;
+use chatter::{EncryptedChatter, EncryptedEvents};
+use entries::EncryptedSessions;
+
+impl SessionManagerBuilder {
+    /// Seals what the manager keeps, under data keys from `keys` (feature
+    /// `encryption`; default: plain text): transcripts, the text fields of session
+    /// entries, group chatter and system events, a data key per person, else per
+    /// session; [`SessionManager::forget_person`] destroys the person's. See
+    /// [`privacy::encryption`](crate::privacy::encryption);
+    /// [`build`](SessionManagerBuilder::build) refuses it for an OpenClaw state
+    /// directory ([`SessionManager::connect_openclaw`]), whose transcripts OpenClaw
+    /// reads.
+    pub fn encryption(mut self, keys: impl KeyProvider + 'static) -> Self {
+        self.manager.seams.data_keys = Some(Arc::new(keys));
+        self
+    }
+}
+
+/// Refuses encryption where it cannot work: an OpenClaw state directory, or a manager
+/// without transcripts.
+pub(crate) fn check(seams: &Seams, openclaw_tree: bool) -> Result<()> {
+    if seams.data_keys.is_none() {
+        return Ok(());
+    }
+    if openclaw_tree {
+        return Err(Error::InvalidOption {
+            option: "encryption",
+            problem: "an OpenClaw state directory is read by OpenClaw too, which cannot open sealed transcripts: connect to a json:, sqlite: or postgres:// store of the crate's own",
+        });
+    }
+    if seams.transcripts.is_none() {
+        return Err(Error::NotConfigured {
+            what: "a transcript store to seal (SessionManagerBuilder::transcripts or ::backend)",
+        });
+    }
+    Ok(())
+}
+
+/// Wraps the manager's stores so that what they keep is sealed, when it has keys.
+pub(crate) fn seal(manager: &mut SessionManager) {
+    let Some(keys) = manager.seams.data_keys.clone() else {
+        return;
+    };
+    let seams = &mut manager.seams;
+    seams.store = Arc::new(EncryptedSessions::new(seams.store.clone(), keys.clone()));
+    seams.history = Arc::new(EncryptedChatter::new(seams.history.clone(), keys.clone()));
+    seams.transcripts = seams
+        .transcripts
+        .take()
+        .map(|t| Arc::new(EncryptedTranscripts::new(t, keys.clone())) as Arc<dyn TranscriptStore>);
+    manager.system_events = Arc::new(EncryptedEvents::new(
+        manager.system_events.clone(),
+        keys.clone(),
+    ));
+}
