@@ -12,9 +12,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use agent_sessions::inbound::{Attachment, AttachmentKind};
+use agent_sessions::memory::MemoryOptions;
 use agent_sessions::prelude::*;
 use agent_sessions::privacy::encryption::{KeyFiles, MasterKey, ERASED_TEXT};
 use agent_sessions::privacy::PersonRef;
+use agent_sessions::store::DescriptionSource;
 use agent_sessions::transcript::TranscriptEntry;
 use agent_sessions::Sender;
 
@@ -36,6 +38,15 @@ const JANE_OWN: &[&str] = &[
     "jqgolfgroup",      // her message to the bot in the group
     "jqhotelpending",   // her group chatter still waiting
 ];
+/// Words that reach the entry's other fields: a context summary, a message waiting
+/// for a run, an identity summary, a description.
+const JANE_ENTRY_WORDS: &[&str] = &[
+    "jqsierrasummary",
+    "jqoscarqueued",
+    "jqquebecdescription",
+    "jqtangomail@example.com",
+];
+
 /// Her group chatter and the name it was shown under, in Bob's line to the model: his
 /// line, sealed under his key.
 const JANE_IN_BOBS_LINE: &[&str] = &["jqfoxtrotchatter", "Quillfeather"];
@@ -46,6 +57,12 @@ fn telegram(text: &str, id: &str) -> InboundMessage {
     InboundMessage::direct("telegram", JANE_TELEGRAM, text)
         .from_person(JANE)
         .with_sender_name("Quillfeather")
+        .with_message_id(id)
+}
+
+fn sms(text: &str, id: &str) -> InboundMessage {
+    InboundMessage::direct("sms", JANE_PHONE, text)
+        .from_person(JANE)
         .with_message_id(id)
 }
 
@@ -171,6 +188,41 @@ async fn write_everything(manager: &SessionManager) {
     answer(manager, &jane_says("and jqhotelpending", "g4"), "-").await;
 }
 
+/// Writes what reaches the entry's fields beyond its previews: a context summary (a
+/// small window), the identity summary, a description, and a message waiting while a
+/// run goes on — the run is returned, still open, and the message waits until it ends.
+async fn write_summaries_and_a_queue(store: &Sealed) -> (SessionManager, SessionKey) {
+    let manager = SessionManager::connect(&store.url)
+        .await
+        .unwrap()
+        .encryption(KeyFiles::open(&store.keys, store.master.clone()).unwrap())
+        .context_window(400)
+        .memory(MemoryOptions::default().summary_quiet_gap(std::time::Duration::ZERO))
+        .build()
+        .unwrap();
+    for i in 0..12 {
+        let text = format!(
+            "jqsierrasummary {i}: write to jqtangomail@example.com, ask Alice Smith about the \
+             booking on Friday, the table by the window, and whether the deposit arrived"
+        );
+        answer(&manager, &sms(&text, &format!("s{i}")), "ok").await;
+    }
+    let dm = manager.key_for(&sms("x", "x")).unwrap();
+    manager
+        .session(&dm)
+        .set_description(
+            Some("jqquebecdescription"),
+            DescriptionSource::Introspection,
+        )
+        .await
+        .unwrap();
+    manager
+        .refresh_identity_summary(JANE, "main")
+        .await
+        .unwrap();
+    (manager, dm)
+}
+
 fn files_under(dir: &Path, into: &mut BTreeMap<String, Vec<u8>>) {
     let Ok(listing) = std::fs::read_dir(dir) else {
         return;
@@ -258,10 +310,52 @@ async fn a_sealed_store_keeps_no_word_of_anyone_in_plain_text_and_the_bot_still_
         let manager = store.manager().await;
         write_everything(&manager).await;
         drop(manager);
+        let (manager, dm) = write_summaries_and_a_queue(&store).await;
         let mut words: Vec<&str> = JANE_OWN.to_vec();
         words.extend(JANE_IN_BOBS_LINE);
         words.extend(BOB_WORDS);
+        words.extend(JANE_ENTRY_WORDS);
+        // A message that waits while a run goes on: the store is scanned while it waits.
+        let running = manager.turn(&sms("jqrunning", "q1")).await.unwrap();
+        let queued = sms("jqoscarqueued", "q2");
+        let waiting = manager.turn(&queued);
+        let scan = async {
+            loop {
+                let entry = manager.session(&dm).get().await.unwrap().unwrap().entry;
+                if !entry.queued.is_empty() {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            assert_eq!(hits(&everything(&store.url), &words), [], "{}", store.url);
+            running.complete("done").await.unwrap();
+        };
+        let (waited, ()) = tokio::join!(waiting, scan);
+        let waited = waited.unwrap();
+        if *waited.action() == TurnAction::Answer {
+            waited.complete("and that").await.unwrap();
+        }
+        // The context summary is written off the reply path: once it is there, the
+        // store is scanned again.
+        let summarized = |entry: SessionEntry| {
+            entry.context_summary.is_some()
+                || entry.window_start.is_some_and(|w| w.summary.is_some())
+        };
+        for _ in 0..500 {
+            let entry = manager.session(&dm).get().await.unwrap().unwrap().entry;
+            if summarized(entry) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let entry = manager.session(&dm).get().await.unwrap().unwrap().entry;
+        assert!(
+            summarized(entry.clone()),
+            "{}: no summary: {entry:?}",
+            store.url
+        );
         assert_eq!(hits(&everything(&store.url), &words), [], "{}", store.url);
+        drop(manager);
         // A process that starts afresh reads it all back.
         let manager = store.manager().await;
         let seen = answer(&manager, &bob_dm("what did I say?", "b2"), "that").await;
@@ -348,8 +442,10 @@ async fn a_backup_restored_after_an_erase_shows_none_of_her_lines_and_all_of_eve
     for (n, store) in sealed_stores(&stores, keys.path()).into_iter().enumerate() {
         let manager = store.manager().await;
         write_everything(&manager).await;
+        drop(write_summaries_and_a_queue(&store).await);
         let before = export(&manager, &PersonRef::person(JANE)).await;
-        for word in JANE_OWN.iter().filter(|w| !w.contains("event")) {
+        let listed = JANE_OWN.iter().chain(JANE_ENTRY_WORDS);
+        for word in listed.filter(|w| !w.contains("event") && !w.contains("queued")) {
             assert!(
                 before.contains(word),
                 "{}: her copy before has {word}",
@@ -372,7 +468,7 @@ async fn a_backup_restored_after_an_erase_shows_none_of_her_lines_and_all_of_eve
         // The restored store, opened as the bot opens it.
         let manager = store.manager().await;
         let after = export(&manager, &PersonRef::person(JANE)).await;
-        for word in JANE_OWN {
+        for word in JANE_OWN.iter().chain(JANE_ENTRY_WORDS) {
             assert!(
                 !after.contains(word),
                 "{}: the restored copy shows {word}: {after}",

@@ -40,7 +40,11 @@ pub enum KeysAction {
 /// `keys`.
 pub fn keys(json: bool, args: KeysArgs) -> Outcome {
     if args.action == KeysAction::Generate {
-        println!("{}", MasterKey::generate()?.to_base64());
+        let key = MasterKey::generate()?;
+        match json {
+            true => println!("{}", serde_json::json!({ "masterKey": key.to_base64() })),
+            false => println!("{}", key.to_base64()),
+        }
         return Ok(());
     }
     let dir = args.dir.ok_or_else(|| {

@@ -22,8 +22,92 @@ fn each_field(
     f("displayName", &mut entry.display_name)?;
     f("subject", &mut entry.subject)?;
     f("lastHeartbeatText", &mut entry.last_heartbeat_text)?;
+    f("description", &mut entry.description)?;
+    f("contextSummary", &mut entry.context_summary)?;
+    f("workingMemory", &mut entry.working_memory)?;
     if let Some(origin) = &mut entry.origin {
         f("origin.label", &mut origin.label)?;
+    }
+    // The fields that are not text — the identity summary, the messages waiting for
+    // the session's run, the window's summary — are sealed together as JSON, in a
+    // field of their own.
+    let mut state = take_state(entry)?;
+    f(STATE_FIELD, &mut state)?;
+    restore_state(entry, state)
+}
+
+/// The entry's field holding its other fields that carry what people wrote.
+const STATE_FIELD: &str = "sealedState";
+
+/// The identity summary, the queued messages and what the queue dropped, the window's
+/// start and summary, the messages a run took, as one JSON text (taken out of the entry); or the sealed text
+/// of a stored entry.
+fn take_state(entry: &mut SessionEntry) -> Result<Option<String>> {
+    if let Some(serde_json::Value::String(sealed)) = entry.extra.remove(STATE_FIELD) {
+        return Ok(Some(sealed));
+    }
+    let mut state = serde_json::Map::new();
+    let mut put = |name: &str, value: serde_json::Result<serde_json::Value>| -> Result<()> {
+        let value = value.map_err(|e| Error::encode("a session's sealed state", e))?;
+        state.insert(name.to_owned(), value);
+        Ok(())
+    };
+    if let Some(summary) = entry.identity_summary.take() {
+        put("identitySummary", serde_json::to_value(summary))?;
+    }
+    if !entry.queued.is_empty() {
+        put(
+            "queued",
+            serde_json::to_value(std::mem::take(&mut entry.queued)),
+        )?;
+    }
+    if let Some(dropped) = entry.queue_dropped.take() {
+        put("queueDropped", serde_json::to_value(dropped))?;
+    }
+    if let Some(start) = entry.window_start.take() {
+        put("windowStart", serde_json::to_value(start))?;
+    }
+    if let Some(run) = entry.run.as_mut().filter(|run| !run.taken.is_empty()) {
+        put(
+            "runTaken",
+            serde_json::to_value(std::mem::take(&mut run.taken)),
+        )?;
+    }
+    Ok((!state.is_empty()).then(|| serde_json::Value::Object(state).to_string()))
+}
+
+/// Puts what [`take_state`] took back: the fields from an opened JSON text, or the
+/// sealed text as the entry's field.
+fn restore_state(entry: &mut SessionEntry, state: Option<String>) -> Result<()> {
+    let Some(text) = state else {
+        return Ok(());
+    };
+    if is_sealed_text(&text) {
+        entry
+            .extra
+            .insert(STATE_FIELD.to_owned(), serde_json::Value::String(text));
+        return Ok(());
+    }
+    let damaged = |_| Error::Encryption {
+        problem: "a session's sealed state does not read as what this version writes".into(),
+    };
+    let mut state: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&text).map_err(damaged)?;
+    let mut take = |name: &str| state.remove(name);
+    if let Some(value) = take("identitySummary") {
+        entry.identity_summary = serde_json::from_value(value).map_err(damaged)?;
+    }
+    if let Some(value) = take("queued") {
+        entry.queued = serde_json::from_value(value).map_err(damaged)?;
+    }
+    if let Some(value) = take("queueDropped") {
+        entry.queue_dropped = serde_json::from_value(value).map_err(damaged)?;
+    }
+    if let Some(value) = take("windowStart") {
+        entry.window_start = serde_json::from_value(value).map_err(damaged)?;
+    }
+    if let (Some(value), Some(run)) = (take("runTaken"), entry.run.as_mut()) {
+        run.taken = serde_json::from_value(value).map_err(damaged)?;
     }
     Ok(())
 }

@@ -161,7 +161,8 @@ impl MasterKey {
     }
 
     /// The key written in `text` (64 hex digits or base64 of 32 bytes, surrounding
-    /// whitespace ignored); [`Error::Encryption`] otherwise, without repeating the text.
+    /// whitespace ignored); [`Error::Encryption`] otherwise (all zeros too), without
+    /// repeating the text.
     pub fn parse(text: &str) -> Result<Self> {
         let text = text.trim();
         let bytes = if text.len() == 2 * KEY_LEN && text.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -180,6 +181,8 @@ impl MasterKey {
         };
         bytes
             .and_then(|bytes| <[u8; KEY_LEN]>::try_from(bytes).ok())
+            // All zeros is a placeholder, not a key.
+            .filter(|bytes| bytes.iter().any(|b| *b != 0))
             .map(MasterKey)
             .ok_or_else(|| {
                 problem("a master key is 32 bytes written as 64 hex digits or as base64")
@@ -260,7 +263,7 @@ pub enum KeyOwner {
         /// The session id.
         session_id: String,
     },
-    /// A session key (`agent:main:telegram:direct:42`): its entry's text fields
+    /// A session key (`agent:main:telegram:dm:42`): its entry's text fields
     /// (previews, names), its waiting system events and group chatter.
     SessionKey(String),
 }
@@ -405,6 +408,10 @@ fn stamp_of(path: &Path) -> std::io::Result<Option<FileStamp>> {
     }
 }
 
+/// How old a temporary file in the key directory is before it counts as left by a
+/// process killed while writing it.
+const STALE_COPY_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The name of the file that tells which master key a key directory was made with.
 const CHECK_FILE: &str = "master.check";
 /// What the check file seals.
@@ -451,10 +458,35 @@ impl KeyFiles {
             previous,
             read: std::sync::Mutex::default(),
         };
+        keys.remove_stale_copies()?;
         if keys.check()?.is_none() {
             keys.write_new(CHECK_FILE, CHECK_TEXT)?;
         }
         Ok(keys)
+    }
+
+    /// Removes the temporary files a process killed while writing a key file left
+    /// (`.tmp…`, older than a minute): each holds a sealed copy of a key, which would
+    /// outlive the key's destruction.
+    fn remove_stale_copies(&self) -> Result<()> {
+        let listing = std::fs::read_dir(&self.dir).map_err(|e| Error::io("list", &self.dir, e))?;
+        for entry in listing.flatten() {
+            let stale = entry.file_name().to_string_lossy().starts_with(".tmp")
+                && entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|at| at.elapsed().ok())
+                    .is_some_and(|age| age > STALE_COPY_AGE);
+            if stale {
+                match std::fs::remove_file(entry.path()) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(Error::io("remove", entry.path(), e)),
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Seals every key file still sealed under the previous master key
@@ -463,6 +495,7 @@ impl KeyFiles {
     /// at any point is finished by running it again. [`Error::Encryption`] for a file
     /// neither key opens (nothing after it is rotated; the files before it are).
     pub fn rotate(&self) -> Result<usize> {
+        self.remove_stale_copies()?;
         let mut names: Vec<String> = std::fs::read_dir(&self.dir)
             .map_err(|e| Error::io("list", &self.dir, e))?
             .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
@@ -675,6 +708,7 @@ impl KeyProvider for KeyFiles {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&name);
         let path = self.dir.join(name);
+        self.remove_stale_copies()?;
         match std::fs::remove_file(&path) {
             Ok(()) => {
                 sync_dir(&self.dir)?;
