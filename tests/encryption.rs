@@ -584,8 +584,10 @@ async fn a_sealed_line_moved_to_another_line_or_session_does_not_open() {
         let text = std::fs::read_to_string(&jane_file).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         // Sealed lines hang from one another as plain ones do.
-        let entries: Vec<serde_json::Value> =
-            lines[1..].iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let entries: Vec<serde_json::Value> = lines[1..]
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
         assert!(entries[0]["parentId"].is_null());
         for pair in entries.windows(2) {
             assert_eq!(pair[1]["parentId"], pair[0]["id"], "{pair:?}");

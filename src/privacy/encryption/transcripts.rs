@@ -48,7 +48,12 @@ struct Keyring<'a> {
 
 impl Keyring<'_> {
     async fn key(&mut self, owner: KeyOwner, create: bool) -> Result<Option<&DataKey>> {
-        if !self.known.contains_key(&owner) {
+        // Not asked yet, or asked only whether it exists and now to be made.
+        if self
+            .known
+            .get(&owner)
+            .is_none_or(|key| create && key.is_none())
+        {
             let key = self.provider.data_key(&owner, create).await?;
             self.known.insert(owner.clone(), key);
         }
