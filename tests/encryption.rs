@@ -512,6 +512,41 @@ async fn a_backup_restored_after_an_erase_shows_none_of_her_lines_and_all_of_eve
     stores.finish().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_read_her_lines_before_the_erase_cannot_show_them_from_a_restored_backup() {
+    let stores = stores::Stores::new("sealed_other_worker");
+    let keys = tempfile::tempdir().unwrap();
+    let backups = tempfile::tempdir().unwrap();
+    for (n, store) in sealed_stores(&stores, keys.path()).into_iter().enumerate() {
+        // Two workers of one bot: the second reads (and so keeps opened) her lines.
+        let first = store.manager().await;
+        let second = store.manager().await;
+        write_everything(&first).await;
+        let before = export(&second, &PersonRef::person(JANE)).await;
+        assert!(before.contains("jqcharliereset"), "{}: {before}", store.url);
+        let backup_dir = backups.path().join(n.to_string());
+        backup(&store.url, &backup_dir);
+
+        first.forget_person(&PersonRef::person(JANE)).await.unwrap();
+        restore(&store.url, &backup_dir);
+
+        // The second worker, still running, reads the restored store.
+        let after = export(&second, &PersonRef::person(JANE)).await;
+        for word in JANE_OWN {
+            assert!(
+                !after.contains(word),
+                "{}: the other worker still shows {word}: {after}",
+                store.url
+            );
+        }
+        let seen = answer(&second, &telegram("hello again", "t8"), "hi").await;
+        for word in JANE_OWN {
+            assert!(!seen.contains(word), "{}: {word}: {seen}", store.url);
+        }
+    }
+    stores.finish().await;
+}
+
 /// The JSON tree's transcript lines of `dir`, by file.
 fn transcript_files(dir: &Path) -> Vec<PathBuf> {
     let sessions = dir.join("agents/main/sessions");

@@ -146,7 +146,7 @@ pub(crate) struct Seams {
     pub(crate) backend: Option<crate::store::Backend>,
     /// Where data keys are kept, when transcripts are sealed at rest.
     #[cfg(feature = "encryption")]
-    pub(crate) data_keys: Option<Arc<dyn crate::privacy::encryption::KeyProvider>>,
+    pub(crate) data_keys: Option<Arc<crate::privacy::encryption::Keys>>,
 }
 
 /// The settings of a [`SessionManager`].

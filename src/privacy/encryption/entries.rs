@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use super::key::{is_sealed_text, open_text, seal_text, DataKey, KeyOwner, KeyProvider};
+use super::key::{is_sealed_text, DataKey, KeyOwner, KeyProvider};
+use super::opened::Keys;
 use crate::error::{Error, Result};
 use crate::identity::key::SessionKey;
 use crate::store::entry::SessionEntry;
@@ -127,6 +128,7 @@ fn damaged(key: &SessionKey, field: &str) -> Error {
 /// Opens the entry's sealed fields; a field whose key was destroyed is left out.
 /// Returns the fields as they were stored, to seal unchanged fields back as they were.
 fn open_entry(
+    keys: &Keys,
     entry: &mut SessionEntry,
     data_key: Option<&DataKey>,
     key: &SessionKey,
@@ -137,9 +139,9 @@ fn open_entry(
             return Ok(());
         };
         let opened = match data_key {
-            Some(data_key) => {
-                open_text(data_key, &place(key, field), text).ok_or_else(|| damaged(key, field))?
-            }
+            Some(data_key) => keys
+                .open_text(data_key, &place(key, field), text)
+                .ok_or_else(|| damaged(key, field))?,
             None => None,
         };
         if let Some(opened) = &opened {
@@ -154,6 +156,7 @@ fn open_entry(
 /// Seals the entry's fields; one unchanged since it was opened keeps its stored form,
 /// so an update that changes nothing writes nothing new.
 fn seal_entry(
+    keys: &Keys,
     entry: &mut SessionEntry,
     data_key: &DataKey,
     key: &SessionKey,
@@ -172,7 +175,7 @@ fn seal_entry(
             .map(|(_, sealed, _)| sealed.clone());
         *value = Some(match kept {
             Some(sealed) => sealed,
-            None => seal_text(data_key, &place(key, field), plain)?,
+            None => keys.seal_text(data_key, &place(key, field), plain)?,
         });
         Ok(())
     })
@@ -185,11 +188,11 @@ fn owner(key: &SessionKey) -> KeyOwner {
 /// `inner`, its entries' text fields sealed under the data key of each session's key.
 pub(crate) struct EncryptedSessions<S: ?Sized> {
     inner: Arc<S>,
-    keys: Arc<dyn KeyProvider>,
+    keys: Arc<Keys>,
 }
 
 impl<S: ?Sized> EncryptedSessions<S> {
-    pub(crate) fn new(inner: Arc<S>, keys: Arc<dyn KeyProvider>) -> Self {
+    pub(crate) fn new(inner: Arc<S>, keys: Arc<Keys>) -> Self {
         EncryptedSessions { inner, keys }
     }
 
@@ -201,7 +204,12 @@ impl<S: ?Sized> EncryptedSessions<S> {
         })?;
         if sealed {
             let data_key = self.keys.data_key(&owner(&session.key), false).await?;
-            open_entry(&mut session.entry, data_key.as_ref(), &session.key)?;
+            open_entry(
+                &self.keys,
+                &mut session.entry,
+                data_key.as_ref(),
+                &session.key,
+            )?;
         }
         Ok(())
     }
@@ -211,7 +219,7 @@ impl<S: ?Sized> EncryptedSessions<S> {
         for session in sessions {
             let mut session = session.clone();
             let data_key = self.data_key(&session.key).await?;
-            seal_entry(&mut session.entry, &data_key, &session.key, &[])?;
+            seal_entry(&self.keys, &mut session.entry, &data_key, &session.key, &[])?;
             out.push(session);
         }
         Ok(out)
@@ -245,18 +253,18 @@ impl<S: SessionStore + ?Sized> SessionStore for EncryptedSessions<S> {
         let data_key = self.data_key(key).await?;
         let mut sealed = |slot: &mut Option<SessionEntry>, revision: Option<Revision>| {
             let stored = match slot {
-                Some(entry) => open_entry(entry, Some(&data_key), key)?,
+                Some(entry) => open_entry(&self.keys, entry, Some(&data_key), key)?,
                 None => Vec::new(),
             };
             mutator(slot, revision)?;
             if let Some(entry) = slot {
-                seal_entry(entry, &data_key, key, &stored)?;
+                seal_entry(&self.keys, entry, &data_key, key, &stored)?;
             }
             Ok(())
         };
         let mut result = self.inner.apply(key, &mut sealed).await?;
         if let Some(session) = &mut result {
-            open_entry(&mut session.entry, Some(&data_key), key)?;
+            open_entry(&self.keys, &mut session.entry, Some(&data_key), key)?;
         }
         Ok(result)
     }
@@ -289,7 +297,7 @@ impl<S: SessionStore + ?Sized> SessionStore for EncryptedSessions<S> {
         let mut removed = self.inner.delete(key).await?;
         if let Some(entry) = &mut removed {
             let data_key = self.keys.data_key(&owner(key), false).await?;
-            open_entry(entry, data_key.as_ref(), key)?;
+            open_entry(&self.keys, entry, data_key.as_ref(), key)?;
         }
         Ok(removed)
     }

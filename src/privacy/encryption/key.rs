@@ -27,6 +27,17 @@ fn problem(problem: impl Into<String>) -> Error {
     }
 }
 
+/// `bytes` in lowercase hexadecimal.
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        text.push(DIGITS[usize::from(b >> 4)].into());
+        text.push(DIGITS[usize::from(b & 15)].into());
+    }
+    text
+}
+
 /// Fills a buffer from the operating system's random source.
 pub(crate) fn random<const N: usize>() -> Result<[u8; N]> {
     let mut bytes = [0u8; N];
@@ -116,6 +127,11 @@ pub(crate) fn seal_text_repeatable(key: &DataKey, place: &str, plain: &str) -> R
         key.id(),
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
     ))
+}
+
+/// The id of the key `sealed` was sealed under, if it is a sealed text.
+pub(crate) fn sealed_text_key(sealed: &str) -> Option<&str> {
+    Some(sealed.strip_prefix(TEXT_PREFIX)?.split_once(':')?.0)
 }
 
 /// What [`seal_text`] sealed: `Some(None)` when `key` is not the key it was sealed
@@ -224,8 +240,7 @@ impl MasterKey {
     /// A short name for the key that does not reveal it: the first 8 hex digits of its
     /// SHA-256. Which key a store was sealed under, in messages and `keys status`.
     pub fn fingerprint(&self) -> String {
-        let digest = sha2::Sha256::digest(self.0);
-        digest[..4].iter().map(|b| format!("{b:02x}")).collect()
+        hex(&sha2::Sha256::digest(self.0)[..4])
     }
 
     /// `key` sealed under this key, bound to `name` (its file's name).
@@ -298,8 +313,7 @@ impl DataKey {
 
     /// The key made of `bytes` (a key management service's plaintext data key).
     pub fn from_bytes(bytes: [u8; KEY_LEN]) -> Self {
-        let digest = sha2::Sha256::digest(bytes);
-        let id = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+        let id = hex(&sha2::Sha256::digest(bytes)[..4]);
         DataKey { bytes, id }
     }
 
@@ -380,10 +394,10 @@ pub struct KeyFiles {
     dir: PathBuf,
     master: MasterKey,
     previous: Option<MasterKey>,
-    /// The keys read, by file name, with which file they were read from: used while
-    /// that file is still the one there (a key destroyed, or made again, by another
-    /// process is a file gone, or another file).
-    read: std::sync::Mutex<HashMap<String, (FileStamp, DataKey)>>,
+    /// The keys read, by owner, with the name of their file and which file they were
+    /// read from: used while that file is still the one there (a key destroyed, or
+    /// made again, by another process is a file gone, or another file).
+    read: std::sync::Mutex<HashMap<KeyOwner, (String, FileStamp, DataKey)>>,
 }
 
 /// Which file a key was read from: its device, inode and change time.
@@ -553,9 +567,7 @@ impl KeyFiles {
     }
 
     fn name(owner: &KeyOwner) -> String {
-        let digest = sha2::Sha256::digest(owner.tag().as_bytes());
-        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-        format!("{hex}.key")
+        format!("{}.key", hex(&sha2::Sha256::digest(owner.tag().as_bytes())))
     }
 
     /// Whether the check file opens (`None`: there is none yet).
@@ -666,14 +678,18 @@ fn data_key(bytes: Vec<u8>, path: &Path) -> Result<DataKey> {
 #[async_trait]
 impl KeyProvider for KeyFiles {
     async fn data_key(&self, owner: &KeyOwner, create: bool) -> Result<Option<DataKey>> {
-        let name = Self::name(owner);
+        let (name, remembered) = match self
+            .read
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(owner)
+        {
+            Some((name, seen, key)) => (name.clone(), Some((*seen, key.clone()))),
+            None => (Self::name(owner), None),
+        };
         let path = self.dir.join(&name);
         let stamp = stamp_of(&path).map_err(|e| Error::io("read", &path, e))?;
-        let remembered = |read: &mut HashMap<String, (FileStamp, DataKey)>| {
-            let (seen, key) = read.get(&name)?;
-            (Some(*seen) == stamp).then(|| key.clone())
-        };
-        if let Some(key) = remembered(&mut self.read.lock().unwrap_or_else(|e| e.into_inner())) {
+        if let Some((_, key)) = remembered.filter(|(seen, _)| Some(*seen) == stamp) {
             return Ok(Some(key));
         }
         match self.read_wrapped(&path)? {
@@ -689,7 +705,7 @@ impl KeyProvider for KeyFiles {
                     if read.len() >= KEYS_REMEMBERED {
                         read.clear();
                     }
-                    read.insert(name, (stamp, key.clone()));
+                    read.insert(owner.clone(), (name, stamp, key.clone()));
                 }
                 Ok(Some(key))
             }
@@ -702,12 +718,11 @@ impl KeyProvider for KeyFiles {
     }
 
     async fn destroy(&self, owner: &KeyOwner) -> Result<bool> {
-        let name = Self::name(owner);
         self.read
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&name);
-        let path = self.dir.join(name);
+            .remove(owner);
+        let path = self.dir.join(Self::name(owner));
         self.remove_stale_copies()?;
         match std::fs::remove_file(&path) {
             Ok(()) => {

@@ -43,12 +43,14 @@
 mod chatter;
 mod entries;
 mod key;
+mod opened;
 mod sealed;
 mod transcripts;
 
 pub use key::{DataKey, KeyFiles, KeyOwner, KeyProvider, MasterKey};
 pub use sealed::ERASED_TEXT;
 
+pub(crate) use opened::Keys;
 pub(crate) use transcripts::EncryptedTranscripts;
 
 use std::sync::Arc;
@@ -69,7 +71,7 @@ impl SessionManagerBuilder {
     /// directory ([`SessionManager::connect_openclaw`]), whose transcripts OpenClaw
     /// reads.
     pub fn encryption(mut self, keys: impl KeyProvider + 'static) -> Self {
-        self.manager.seams.data_keys = Some(Arc::new(keys));
+        self.manager.seams.data_keys = Some(Arc::new(Keys::new(Arc::new(keys))));
         self
     }
 }
@@ -101,11 +103,12 @@ pub(crate) fn seal(manager: &mut SessionManager) {
     };
     let seams = &mut manager.seams;
     seams.store = Arc::new(EncryptedSessions::new(seams.store.clone(), keys.clone()));
-    seams.history = Arc::new(EncryptedChatter::new(seams.history.clone(), keys.clone()));
     seams.transcripts = seams
         .transcripts
         .take()
         .map(|t| Arc::new(EncryptedTranscripts::new(t, keys.clone())) as Arc<dyn TranscriptStore>);
+    let keys: Arc<dyn KeyProvider> = keys;
+    seams.history = Arc::new(EncryptedChatter::new(seams.history.clone(), keys.clone()));
     manager.system_events = Arc::new(EncryptedEvents::new(
         manager.system_events.clone(),
         keys.clone(),

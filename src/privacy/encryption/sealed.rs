@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::key::{open_bytes, seal_bytes, DataKey, KeyOwner};
+use super::opened::Opened;
 use crate::error::{Error, Result};
 use crate::inbound::Attachment;
 use crate::transcript::{ChatterSender, Content, TranscriptEntry};
@@ -20,9 +21,9 @@ pub const ERASED_TEXT: &str = "[erased]";
 /// What an entry carries that a person or the model wrote: sealed together. Ids,
 /// times, roles, token counts and the message-log ids stay clear, so the stores still
 /// find, order and count lines.
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Secret {
+pub(crate) struct Secret {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     content: Option<Content>,
     #[serde(default, skip_serializing_if = "Map::is_empty")]
@@ -111,6 +112,12 @@ fn bound_to(agent: &AgentId, session_id: &str, entry_id: &str) -> Vec<u8> {
     format!("agent-sessions line v1\0{agent}\0{session_id}\0{entry_id}").into_bytes()
 }
 
+/// The session a sealed value is bound to, as [`Opened`] keeps it (its line is in the
+/// sealed text).
+pub(crate) fn session_place(agent: &AgentId, session_id: &str) -> String {
+    format!("{agent}\0{session_id}")
+}
+
 /// Where an entry keeps its sealed value: with its message-log fields when it has them
 /// (so a message-log record carries it too), else among the entry's own fields.
 fn slot(entry: &mut TranscriptEntry) -> &mut Map<String, Value> {
@@ -126,6 +133,7 @@ pub(crate) fn seal(
     entry: &mut TranscriptEntry,
     key: &DataKey,
     (agent, session_id): (&AgentId, &str),
+    opened: &Opened<Secret>,
 ) -> Result<()> {
     let id = entry.id.clone().ok_or_else(|| Error::Encryption {
         problem: "an entry is sealed once it has its id".into(),
@@ -141,6 +149,12 @@ pub(crate) fn seal(
         key.id(),
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sealed)
     );
+    opened.put(
+        &text,
+        &session_place(agent, session_id),
+        secret,
+        plain.len(),
+    );
     slot(entry).insert(SEALED_FIELD.to_owned(), Value::String(text));
     Ok(())
 }
@@ -155,11 +169,21 @@ pub(crate) struct SealedValue<'a> {
 
 /// The sealed value of `entry`, if it is sealed.
 pub(crate) fn sealed_value(entry: &TranscriptEntry) -> Option<SealedValue<'_>> {
+    parts(sealed_text(entry)?)
+}
+
+/// The sealed text of `entry`, whole.
+fn sealed_text(entry: &TranscriptEntry) -> Option<&str> {
     let slot = match &entry.log {
         Some(log) => &log.extra,
         None => &entry.extra,
     };
-    let rest = slot.get(SEALED_FIELD)?.as_str()?.strip_prefix(PREFIX)?;
+    slot.get(SEALED_FIELD)?.as_str()
+}
+
+/// A sealed text's parts.
+fn parts(text: &str) -> Option<SealedValue<'_>> {
+    let rest = text.strip_prefix(PREFIX)?;
     let (key_id, rest) = rest.split_once(':')?;
     let (line, sealed) = rest.split_once(':')?;
     Some(SealedValue {
@@ -178,14 +202,17 @@ pub(crate) fn open(
     entry: &mut TranscriptEntry,
     key: Option<&DataKey>,
     (agent, session_id): (&AgentId, &str),
+    (opened, remember): (&Opened<Secret>, bool),
 ) -> Result<()> {
-    let Some((key_id, sealed_for, b64)) = sealed_value(entry).map(|value| {
-        (
-            value.key_id.to_owned(),
-            value.line.to_owned(),
-            value.sealed.to_owned(),
-        )
-    }) else {
+    let Some(text) = sealed_text(entry).map(str::to_owned) else {
+        return Ok(());
+    };
+    let Some(SealedValue {
+        key_id,
+        line: sealed_for,
+        sealed: b64,
+    }) = parts(&text)
+    else {
         return Ok(());
     };
     let damaged = || {
@@ -195,28 +222,32 @@ pub(crate) fn open(
         ),
     }
     };
-    if entry
-        .id
-        .as_deref()
-        .is_some_and(|id| id != sealed_for.as_str())
-    {
+    if entry.id.as_deref().is_some_and(|id| id != sealed_for) {
         return Err(damaged());
     }
+    let place = session_place(agent, session_id);
     let secret = match key.filter(|key| key.id() == key_id) {
         // The key that sealed it was destroyed (its owner may have a new one since).
         None => None,
-        Some(key) => {
-            let sealed = base64::engine::general_purpose::URL_SAFE_NO_PAD
-                .decode(&b64)
-                .map_err(|_| damaged())?;
-            let plain = open_bytes(
-                key.as_bytes(),
-                &bound_to(agent, session_id, &sealed_for),
-                &sealed,
-            )
-            .ok_or_else(damaged)?;
-            Some(serde_json::from_slice::<Secret>(&plain).map_err(|_| damaged())?)
-        }
+        Some(key) => match opened.get(&text, &place) {
+            Some(secret) => Some(secret),
+            None => {
+                let sealed = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                    .decode(b64)
+                    .map_err(|_| damaged())?;
+                let plain = open_bytes(
+                    key.as_bytes(),
+                    &bound_to(agent, session_id, sealed_for),
+                    &sealed,
+                )
+                .ok_or_else(damaged)?;
+                let secret = serde_json::from_slice::<Secret>(&plain).map_err(|_| damaged())?;
+                if remember {
+                    opened.put(&text, &place, secret.clone(), plain.len());
+                }
+                Some(secret)
+            }
+        },
     };
     slot(entry).remove(SEALED_FIELD);
     match secret {

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::key::{DataKey, KeyOwner, KeyProvider};
+use super::opened::Keys;
 use super::sealed::{open, owner_of, seal, sealed_value};
 use crate::error::{Error, Result};
 use crate::transcript::lines::{new_entry_id, session_id_of_name, PARENT_ON_APPEND};
@@ -24,26 +25,30 @@ use crate::AgentId;
 /// key of its owner ([`owner_of`]), bound to its agent, session and line.
 pub(crate) struct EncryptedTranscripts<T: ?Sized> {
     inner: Arc<T>,
-    keys: Arc<dyn KeyProvider>,
+    keys: Arc<Keys>,
 }
 
 impl<T: ?Sized> EncryptedTranscripts<T> {
-    pub(crate) fn new(inner: Arc<T>, keys: Arc<dyn KeyProvider>) -> Self {
+    pub(crate) fn new(inner: Arc<T>, keys: Arc<Keys>) -> Self {
         EncryptedTranscripts { inner, keys }
     }
 
     fn keyring(&self) -> Keyring<'_> {
         Keyring {
-            provider: &*self.keys,
+            provider: &self.keys,
             known: HashMap::new(),
+            remember: true,
         }
     }
 }
 
 /// The data keys one call uses, each asked of the provider once.
 struct Keyring<'a> {
-    provider: &'a dyn KeyProvider,
+    provider: &'a Keys,
     known: HashMap<KeyOwner, Option<DataKey>>,
+    /// Whether the lines it opens are kept opened (not for a read of a conversation's
+    /// end, which a manager reads once and then follows).
+    remember: bool,
 }
 
 impl Keyring<'_> {
@@ -68,13 +73,14 @@ impl Keyring<'_> {
             entry.parent_id = Some(PARENT_ON_APPEND.to_owned());
         }
         let owner = owner_of(entry, place.0, place.1);
+        let provider = self.provider;
         let key = self
             .key(owner, true)
             .await?
             .ok_or_else(|| Error::Encryption {
                 problem: "the key provider made no data key".into(),
             })?;
-        seal(entry, key, place)
+        seal(entry, key, place, &provider.lines)
     }
 
     async fn open(&mut self, entry: &mut TranscriptEntry, place: (&AgentId, &str)) -> Result<()> {
@@ -83,7 +89,12 @@ impl Keyring<'_> {
         }
         let owner = owner_of(entry, place.0, place.1);
         let key = self.key(owner, false).await?.cloned();
-        open(entry, key.as_ref(), place)
+        open(
+            entry,
+            key.as_ref(),
+            place,
+            (&self.provider.lines, self.remember),
+        )
     }
 
     async fn open_events(
@@ -206,9 +217,11 @@ impl<T: TranscriptStore + ?Sized> TranscriptStore for EncryptedTranscripts<T> {
     ) -> Result<TranscriptRead> {
         // Sealed lines are longer than the lines they stand for (the sealed text in
         // base64 beside the clear fields): about as much conversation as asked for.
-        let max_bytes = max_bytes.saturating_mul(2);
+        let max_bytes = max_bytes.saturating_mul(3) / 2;
         let mut read = self.inner.read_back(transcript, before, max_bytes).await?;
-        self.keyring()
+        let mut keyring = self.keyring();
+        keyring.remember = false;
+        keyring
             .open_events(&mut read.events, place(transcript))
             .await?;
         Ok(read)

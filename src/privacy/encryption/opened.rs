@@ -1,0 +1,143 @@
+//! Values opened lately, kept by their sealed text: what a manager reads again — the
+//! conversation's end at every turn, an entry at every update — is not opened again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+
+use super::key::{DataKey, KeyOwner, KeyProvider};
+use super::sealed::Secret;
+use crate::error::Result;
+
+/// The most bytes of sealed and opened text one [`Opened`] keeps; past it, it starts
+/// afresh.
+const MAX_BYTES: usize = 8 << 20;
+
+/// Opened values by their sealed text, each with the place it was opened for (a sealed
+/// text copied to another place is opened there, and fails). Bounded in bytes.
+///
+/// A value is looked up only once the caller holds the key its sealed text names: one
+/// sealed under a key since destroyed is never found here.
+pub(crate) struct Opened<V> {
+    values: Mutex<Values<V>>,
+}
+
+struct Values<V> {
+    by_sealed: HashMap<Box<str>, (Box<str>, V)>,
+    bytes: usize,
+}
+
+impl<V: Clone> Opened<V> {
+    fn new() -> Self {
+        Opened {
+            values: Mutex::new(Values {
+                by_sealed: HashMap::new(),
+                bytes: 0,
+            }),
+        }
+    }
+
+    /// The value `sealed` opened to at `place`, if it was opened (or sealed) lately.
+    pub(crate) fn get(&self, sealed: &str, place: &str) -> Option<V> {
+        let values = self.values.lock().unwrap_or_else(PoisonError::into_inner);
+        let (at, value) = values.by_sealed.get(sealed)?;
+        (**at == *place).then(|| value.clone())
+    }
+
+    /// Keeps `value` as what `sealed` opens to at `place`; `size` is about what the
+    /// value holds, in bytes.
+    pub(crate) fn put(&self, sealed: &str, place: &str, value: V, size: usize) {
+        let size = size + sealed.len() + place.len();
+        if size > MAX_BYTES / 16 {
+            return;
+        }
+        let mut values = self.values.lock().unwrap_or_else(PoisonError::into_inner);
+        if values.bytes + size > MAX_BYTES {
+            values.by_sealed.clear();
+            values.bytes = 0;
+        }
+        if values
+            .by_sealed
+            .insert(sealed.into(), (place.into(), value))
+            .is_none()
+        {
+            values.bytes += size;
+        }
+    }
+
+    fn clear(&self) {
+        let mut values = self.values.lock().unwrap_or_else(PoisonError::into_inner);
+        values.by_sealed.clear();
+        values.bytes = 0;
+    }
+}
+
+/// A manager's key provider with what its keys opened lately: transcript lines'
+/// sealed parts and sealed texts. Destroying a key through it lets go of everything
+/// kept, so no opened copy of an erased person's words stays in memory.
+pub(crate) struct Keys {
+    provider: Arc<dyn KeyProvider>,
+    /// Transcript lines' sealed parts, opened.
+    pub(crate) lines: Opened<Secret>,
+    /// Sealed texts (entry fields, chatter, events), opened.
+    pub(crate) texts: Opened<String>,
+}
+
+impl Keys {
+    pub(crate) fn new(provider: Arc<dyn KeyProvider>) -> Self {
+        Keys {
+            provider,
+            lines: Opened::new(),
+            texts: Opened::new(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.provider.fmt(f)
+    }
+}
+
+#[async_trait]
+impl KeyProvider for Keys {
+    async fn data_key(&self, owner: &KeyOwner, create: bool) -> Result<Option<DataKey>> {
+        self.provider.data_key(owner, create).await
+    }
+
+    async fn destroy(&self, owner: &KeyOwner) -> Result<bool> {
+        self.lines.clear();
+        self.texts.clear();
+        self.provider.destroy(owner).await
+    }
+}
+
+impl Keys {
+    /// [`open_text`](super::key::open_text), remembered.
+    pub(crate) fn open_text(
+        &self,
+        key: &DataKey,
+        place: &str,
+        sealed: &str,
+    ) -> Option<Option<String>> {
+        if super::key::sealed_text_key(sealed) == Some(key.id()) {
+            if let Some(opened) = self.texts.get(sealed, place) {
+                return Some(Some(opened));
+            }
+        }
+        let opened = super::key::open_text(key, place, sealed)?;
+        if let Some(text) = &opened {
+            self.texts.put(sealed, place, text.clone(), text.len());
+        }
+        Some(opened)
+    }
+
+    /// [`seal_text`](super::key::seal_text), remembered.
+    pub(crate) fn seal_text(&self, key: &DataKey, place: &str, plain: &str) -> Result<String> {
+        let sealed = super::key::seal_text(key, place, plain)?;
+        self.texts
+            .put(&sealed, place, plain.to_owned(), plain.len());
+        Ok(sealed)
+    }
+}
