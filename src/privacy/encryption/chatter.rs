@@ -9,7 +9,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::key::{
-    is_sealed_text, open_text, seal_text, seal_text_repeatable, DataKey, KeyOwner, KeyProvider,
+    is_sealed_text, key_with_id, open_text, seal_text, seal_text_repeatable, sealed_text_key,
+    DataKey, KeyOwner, KeyProvider,
 };
 use crate::error::{Error, Result};
 use crate::identity::key::SessionKey;
@@ -19,7 +20,7 @@ use crate::inbound::chatter::{
 use crate::inbound::events::{SystemEvent, SystemEvents};
 
 /// Whose key seals a chatter entry: its sender's, else its group's.
-fn owner(group: &str, entry: &ChatterEntry) -> KeyOwner {
+pub(crate) fn owner(group: &str, entry: &ChatterEntry) -> KeyOwner {
     match entry.sender_id.as_deref() {
         Some(id) if !id.trim().is_empty() => KeyOwner::Person(id.to_owned()),
         _ => KeyOwner::SessionKey(group.to_owned()),
@@ -72,10 +73,10 @@ impl<C: ?Sized> EncryptedChatter<C> {
         for mut entry in entries {
             let owner = owner(group, &entry);
             if !keys.contains_key(&owner) {
-                let key = self.key(&owner, false).await?;
-                keys.insert(owner.clone(), key);
+                let all = self.keys.data_keys(&owner).await?;
+                keys.insert(owner.clone(), all);
             }
-            if open_entry(keys[&owner].as_ref(), group, &mut entry)? {
+            if open_entry(&keys[&owner], group, &mut entry)? {
                 opened.push(entry);
             }
         }
@@ -89,13 +90,14 @@ fn seal_entry(key: &DataKey, group: &str, entry: &mut ChatterEntry) -> Result<()
     Ok(())
 }
 
-/// Opens `entry`; `false` when its key was destroyed.
-fn open_entry(key: Option<&DataKey>, group: &str, entry: &mut ChatterEntry) -> Result<bool> {
+/// Opens `entry` with the one of `keys` that sealed it; `false` when that key was
+/// destroyed.
+fn open_entry(keys: &[DataKey], group: &str, entry: &mut ChatterEntry) -> Result<bool> {
     for (field, value) in [("sender", &mut entry.sender), ("body", &mut entry.body)] {
         if !is_sealed_text(value) {
             continue;
         }
-        let Some(key) = key else {
+        let Some(key) = sealed_text_key(value).and_then(|id| key_with_id(keys, id)) else {
             return Ok(false);
         };
         match open_text(key, &place(group, field), value) {
@@ -162,7 +164,7 @@ impl<C: ChatterBuffer + ?Sized> ChatterBuffer for EncryptedChatter<C> {
     async fn edit_entries(&self, edit: EntryEditor<'_>) -> Result<usize> {
         // The editor runs inside the store's update, where no key can be asked for:
         // the keys of every entry kept are fetched first.
-        let mut keys: HashMap<KeyOwner, Option<DataKey>> = HashMap::new();
+        let mut keys: HashMap<KeyOwner, (Option<DataKey>, Vec<DataKey>)> = HashMap::new();
         for (group, chatter) in self.inner.export_groups().await? {
             let all = chatter
                 .entries
@@ -171,15 +173,16 @@ impl<C: ChatterBuffer + ?Sized> ChatterBuffer for EncryptedChatter<C> {
             for entry in all {
                 let owner = owner(&group, entry);
                 if let std::collections::hash_map::Entry::Vacant(slot) = keys.entry(owner) {
-                    let key = self.key(slot.key(), false).await?;
-                    slot.insert(key);
+                    let current = self.key(slot.key(), false).await?;
+                    let all = self.keys.data_keys(slot.key()).await?;
+                    slot.insert((current, all));
                 }
             }
         }
         let sealed_edit = |group: &str, stored: &ChatterEntry| -> ChatterEdit {
             let mut entry = stored.clone();
-            let key = keys.get(&owner(group, &entry)).cloned().flatten();
-            match open_entry(key.as_ref(), group, &mut entry) {
+            let (key, all) = keys.get(&owner(group, &entry)).cloned().unwrap_or_default();
+            match open_entry(&all, group, &mut entry) {
                 // Its key was destroyed: nothing of it can be read, it goes.
                 Ok(false) => ChatterEdit::Remove,
                 Err(_) => ChatterEdit::Keep,
@@ -232,14 +235,18 @@ impl<E: ?Sized> EncryptedEvents<E> {
         if !events.iter().any(|e| is_sealed_text(&e.text)) {
             return Ok(events);
         }
-        let data_key = self
+        let data_keys = self
             .keys
-            .data_key(&KeyOwner::SessionKey(key.as_str().to_owned()), false)
+            .data_keys(&KeyOwner::SessionKey(key.as_str().to_owned()))
             .await?;
         let mut opened = Vec::with_capacity(events.len());
         for mut event in events {
             if is_sealed_text(&event.text) {
-                let Some(data_key) = &data_key else { continue };
+                let sealed_under =
+                    sealed_text_key(&event.text).and_then(|id| key_with_id(&data_keys, id));
+                let Some(data_key) = sealed_under else {
+                    continue;
+                };
                 match open_text(data_key, &event_place(key), &event.text) {
                     Some(Some(text)) => event.text = text,
                     Some(None) => continue,

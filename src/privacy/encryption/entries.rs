@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::key::{is_sealed_text, DataKey, KeyOwner, KeyProvider};
+use super::key::{is_sealed_text, key_with_id, sealed_text_key, DataKey, KeyOwner, KeyProvider};
 use super::opened::Keys;
 use crate::error::{Error, Result};
 use crate::identity::key::SessionKey;
@@ -130,7 +130,7 @@ fn damaged(key: &SessionKey, field: &str) -> Error {
 fn open_entry(
     keys: &Keys,
     entry: &mut SessionEntry,
-    data_key: Option<&DataKey>,
+    data_keys: &[DataKey],
     key: &SessionKey,
 ) -> Result<Vec<(&'static str, String, String)>> {
     let mut stored = Vec::new();
@@ -138,7 +138,8 @@ fn open_entry(
         let Some(text) = value.as_deref().filter(|text| is_sealed_text(text)) else {
             return Ok(());
         };
-        let opened = match data_key {
+        let sealed_under = sealed_text_key(text).and_then(|id| key_with_id(data_keys, id));
+        let opened = match sealed_under {
             Some(data_key) => keys
                 .open_text(data_key, &place(key, field), text)
                 .ok_or_else(|| damaged(key, field))?,
@@ -169,9 +170,13 @@ fn seal_entry(
         let Some(plain) = value.as_deref() else {
             return Ok(());
         };
+        // Kept as stored only when sealed under the current key: an update seals anew
+        // what an earlier key sealed.
         let kept = stored
             .iter()
-            .find(|(name, _, opened)| *name == field && opened == plain)
+            .find(|(name, sealed, opened)| {
+                *name == field && opened == plain && sealed_text_key(sealed) == Some(data_key.id())
+            })
             .map(|(_, sealed, _)| sealed.clone());
         *value = Some(match kept {
             Some(sealed) => sealed,
@@ -181,8 +186,24 @@ fn seal_entry(
     })
 }
 
-fn owner(key: &SessionKey) -> KeyOwner {
+/// Whose key seals a session's entry: its session key's.
+pub(crate) fn owner(key: &SessionKey) -> KeyOwner {
     KeyOwner::SessionKey(key.as_str().to_owned())
+}
+
+/// The ids of the keys a stored entry's sealed fields were sealed under.
+pub(crate) fn sealed_key_ids(entry: &SessionEntry) -> Result<Vec<String>> {
+    let mut ids = Vec::new();
+    each_field(&mut entry.clone(), |_, value| {
+        ids.extend(
+            value
+                .as_deref()
+                .and_then(sealed_text_key)
+                .map(str::to_owned),
+        );
+        Ok(())
+    })?;
+    Ok(ids)
 }
 
 /// `inner`, its entries' text fields sealed under the data key of each session's key.
@@ -203,13 +224,8 @@ impl<S: ?Sized> EncryptedSessions<S> {
             Ok(())
         })?;
         if sealed {
-            let data_key = self.keys.data_key(&owner(&session.key), false).await?;
-            open_entry(
-                &self.keys,
-                &mut session.entry,
-                data_key.as_ref(),
-                &session.key,
-            )?;
+            let data_keys = self.keys.data_keys(&owner(&session.key)).await?;
+            open_entry(&self.keys, &mut session.entry, &data_keys, &session.key)?;
         }
         Ok(())
     }
@@ -251,9 +267,10 @@ impl<S: SessionStore + ?Sized> SessionStore for EncryptedSessions<S> {
         mutator: &mut Mutator<'_>,
     ) -> Result<Option<StoredSession>> {
         let data_key = self.data_key(key).await?;
+        let data_keys = self.keys.data_keys(&owner(key)).await?;
         let mut sealed = |slot: &mut Option<SessionEntry>, revision: Option<Revision>| {
             let stored = match slot {
-                Some(entry) => open_entry(&self.keys, entry, Some(&data_key), key)?,
+                Some(entry) => open_entry(&self.keys, entry, &data_keys, key)?,
                 None => Vec::new(),
             };
             mutator(slot, revision)?;
@@ -264,7 +281,7 @@ impl<S: SessionStore + ?Sized> SessionStore for EncryptedSessions<S> {
         };
         let mut result = self.inner.apply(key, &mut sealed).await?;
         if let Some(session) = &mut result {
-            open_entry(&self.keys, &mut session.entry, Some(&data_key), key)?;
+            open_entry(&self.keys, &mut session.entry, &data_keys, key)?;
         }
         Ok(result)
     }
@@ -296,8 +313,8 @@ impl<S: SessionStore + ?Sized> SessionStore for EncryptedSessions<S> {
     async fn delete(&self, key: &SessionKey) -> Result<Option<SessionEntry>> {
         let mut removed = self.inner.delete(key).await?;
         if let Some(entry) = &mut removed {
-            let data_key = self.keys.data_key(&owner(key), false).await?;
-            open_entry(&self.keys, entry, data_key.as_ref(), key)?;
+            let data_keys = self.keys.data_keys(&owner(key)).await?;
+            open_entry(&self.keys, entry, &data_keys, key)?;
         }
         Ok(removed)
     }

@@ -348,8 +348,39 @@ pub trait KeyProvider: Send + Sync + fmt::Debug {
     /// none (never made, or destroyed): what it sealed can no longer be read.
     async fn data_key(&self, owner: &KeyOwner, create: bool) -> Result<Option<DataKey>>;
 
-    /// Destroys `owner`'s data key; whether there was one.
+    /// Destroys `owner`'s data keys; whether there were any.
     async fn destroy(&self, owner: &KeyOwner) -> Result<bool>;
+
+    /// Every key of `owner` that still opens what it sealed: the current one (what
+    /// [`data_key`](Self::data_key) returns) first, then those
+    /// [`rotate_key`](Self::rotate_key) replaced, until they are retired. The default: the
+    /// current one alone.
+    async fn data_keys(&self, owner: &KeyOwner) -> Result<Vec<DataKey>> {
+        Ok(self.data_key(owner, false).await?.into_iter().collect())
+    }
+
+    /// Gives `owner` a new current key, keeping the ones before it to open what they
+    /// sealed; whether it had one (an owner without a key gets a new one on first
+    /// use anyway). The default refuses: a provider that keeps one key per owner
+    /// cannot rotate.
+    async fn rotate_key(&self, owner: &KeyOwner) -> Result<bool> {
+        let _ = owner;
+        Err(problem(
+            "this key provider keeps one key per owner and cannot rotate data keys",
+        ))
+    }
+
+    /// Lets go of `owner`'s keys other than the current one and those in `keep`; how
+    /// many. The default keeps everything.
+    async fn retire_keys(&self, owner: &KeyOwner, keep: &[DataKey]) -> Result<usize> {
+        let _ = (owner, keep);
+        Ok(0)
+    }
+}
+
+/// The key among `keys` whose id is `id`: the one that sealed a value, if it is left.
+pub(crate) fn key_with_id<'k>(keys: &'k [DataKey], id: &str) -> Option<&'k DataKey> {
+    keys.iter().find(|key| key.id() == id)
 }
 
 /// Data keys in a directory, each in its own file sealed by the master key (so a copy
@@ -397,14 +428,25 @@ pub struct KeyFiles {
     /// The keys read, by owner, with the name of their file and which file they were
     /// read from: used while that file is still the one there (a key destroyed, or
     /// made again, by another process is a file gone, or another file).
-    read: std::sync::Mutex<HashMap<KeyOwner, (String, FileStamp, DataKey)>>,
+    read: std::sync::Mutex<HashMap<KeyOwner, Remembered>>,
 }
 
 /// Which file a key was read from: its device, inode and change time.
 type FileStamp = (u64, u64, i64, i64);
 
+/// An owner's keys as read: its file's name, which file it was, the keys.
+type Remembered = (String, FileStamp, Vec<DataKey>);
+
 /// The most keys [`KeyFiles`] remembers; past it, it starts afresh.
 const KEYS_REMEMBERED: usize = 4096;
+
+/// The most keys one owner's file holds: the current one and those rotations replaced
+/// that were not retired yet.
+const KEYS_PER_OWNER: usize = 16;
+
+/// The file every change to a key file is made under (an exclusive lock on it), so
+/// that a rotation never brings back a key destroyed meanwhile.
+const LOCK_FILE: &str = "keys.lock";
 
 /// Which file is at `path` now; `None` when there is none, or the platform cannot tell
 /// (then no key is remembered).
@@ -522,21 +564,24 @@ impl KeyFiles {
         let mut rotated = 0;
         for name in names {
             let path = self.dir.join(&name);
-            let Some(wrapped) = self.read_wrapped(&path)? else {
-                continue;
-            };
-            if self.master.unwrap_key(&name, &wrapped).is_some() {
-                continue;
-            }
-            let plain = self
-                .previous
-                .as_ref()
-                .and_then(|previous| previous.unwrap_key(&name, &wrapped))
-                .ok_or_else(|| self.not_opened(&path))?;
-            let text = self.file_text(&name, &plain)?;
-            crate::store::fs::write_private_atomically(&path, text.as_bytes())?;
-            sync_dir(&self.dir)?;
-            if name != CHECK_FILE {
+            let sealed_anew = self.locked(|| {
+                let Some(wrapped) = self.read_wrapped(&path)? else {
+                    return Ok(false);
+                };
+                if self.master.unwrap_key(&name, &wrapped).is_some() {
+                    return Ok(false);
+                }
+                let plain = self
+                    .previous
+                    .as_ref()
+                    .and_then(|previous| previous.unwrap_key(&name, &wrapped))
+                    .ok_or_else(|| self.not_opened(&path))?;
+                let text = self.file_text(&name, &plain)?;
+                crate::store::fs::write_private_atomically(&path, text.as_bytes())?;
+                sync_dir(&self.dir)?;
+                Ok(true)
+            })?;
+            if sealed_anew && name != CHECK_FILE {
                 rotated += 1;
             }
         }
@@ -564,6 +609,73 @@ impl KeyFiles {
             }
         }
         Ok((keys, current))
+    }
+
+    /// `owner`'s file name and path, and its keys (the current one first) as
+    /// remembered while its file is the one read, else read; `None` when it has none.
+    fn keys_of(&self, owner: &KeyOwner) -> Result<(String, PathBuf, Option<Vec<DataKey>>)> {
+        let (name, remembered) = match self
+            .read
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(owner)
+        {
+            Some((name, seen, keys)) => (name.clone(), Some((*seen, keys.clone()))),
+            None => (Self::name(owner), None),
+        };
+        let path = self.dir.join(&name);
+        let stamp = stamp_of(&path).map_err(|e| Error::io("read", &path, e))?;
+        if let Some((_, keys)) = remembered.filter(|(seen, _)| Some(*seen) == stamp) {
+            return Ok((name, path, Some(keys)));
+        }
+        let Some(wrapped) = self.read_wrapped(&path)? else {
+            return Ok((name, path, None));
+        };
+        let plain = self
+            .open_wrapped(&name, &wrapped)
+            .ok_or_else(|| self.not_opened(&path))?;
+        let keys = data_keys(&plain, &path)?;
+        // Remembered with the stamp taken before the read: if the file was replaced in
+        // between, the next call sees another stamp and reads again.
+        if let Some(stamp) = stamp {
+            let mut read = self.read.lock().unwrap_or_else(|e| e.into_inner());
+            if read.len() >= KEYS_REMEMBERED {
+                read.clear();
+            }
+            read.insert(owner.clone(), (name.clone(), stamp, keys.clone()));
+        }
+        Ok((name, path, Some(keys)))
+    }
+
+    fn forget_remembered(&self, owner: &KeyOwner) {
+        self.read
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(owner);
+    }
+
+    /// Runs `change` holding the key directory's lock (every process's changes to key
+    /// files wait for one another).
+    fn locked<R>(&self, change: impl FnOnce() -> Result<R>) -> Result<R> {
+        let path = self.dir.join(LOCK_FILE);
+        let mut options = std::fs::OpenOptions::new();
+        options.read(true).write(true).create(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let lock = crate::store::fs::open_checked(&mut options, &path)
+            .map_err(|e| Error::io("open", &path, e))?;
+        lock.lock().map_err(|e| Error::io("lock", &path, e))?;
+        let result = change();
+        drop(lock);
+        result
+    }
+
+    /// Replaces file `name` with `keys`, the current one first.
+    fn write_keys(&self, name: &str, path: &Path, keys: &[DataKey]) -> Result<()> {
+        let plain: Vec<u8> = keys.iter().flat_map(|key| key.bytes).collect();
+        let text = self.file_text(name, &plain)?;
+        crate::store::fs::write_private_atomically(path, text.as_bytes())?;
+        sync_dir(&self.dir)
     }
 
     fn name(owner: &KeyOwner) -> String {
@@ -669,68 +781,91 @@ fn sync_dir(dir: &Path) -> Result<()> {
         .map_err(|e| Error::io("fsync", dir, e))
 }
 
-fn data_key(bytes: Vec<u8>, path: &Path) -> Result<DataKey> {
-    <[u8; KEY_LEN]>::try_from(bytes)
-        .map(DataKey::from_bytes)
-        .map_err(|_| problem(format!("{} does not hold a data key", path.display())))
+/// The keys a key file holds, the current one first.
+fn data_keys(bytes: &[u8], path: &Path) -> Result<Vec<DataKey>> {
+    let keys: Option<Vec<DataKey>> = bytes
+        .chunks(KEY_LEN)
+        .map(|chunk| {
+            <[u8; KEY_LEN]>::try_from(chunk)
+                .ok()
+                .map(DataKey::from_bytes)
+        })
+        .collect();
+    keys.filter(|keys| !keys.is_empty())
+        .ok_or_else(|| problem(format!("{} does not hold data keys", path.display())))
 }
 
 #[async_trait]
 impl KeyProvider for KeyFiles {
     async fn data_key(&self, owner: &KeyOwner, create: bool) -> Result<Option<DataKey>> {
-        let (name, remembered) = match self
-            .read
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(owner)
-        {
-            Some((name, seen, key)) => (name.clone(), Some((*seen, key.clone()))),
-            None => (Self::name(owner), None),
-        };
-        let path = self.dir.join(&name);
-        let stamp = stamp_of(&path).map_err(|e| Error::io("read", &path, e))?;
-        if let Some((_, key)) = remembered.filter(|(seen, _)| Some(*seen) == stamp) {
-            return Ok(Some(key));
-        }
-        match self.read_wrapped(&path)? {
-            Some(wrapped) => {
-                let plain = self
-                    .open_wrapped(&name, &wrapped)
-                    .ok_or_else(|| self.not_opened(&path))?;
-                let key = data_key(plain, &path)?;
-                // Remembered with the stamp taken before the read: if the file was
-                // replaced in between, the next call sees another stamp and reads again.
-                if let Some(stamp) = stamp {
-                    let mut read = self.read.lock().unwrap_or_else(|e| e.into_inner());
-                    if read.len() >= KEYS_REMEMBERED {
-                        read.clear();
-                    }
-                    read.insert(owner.clone(), (name, stamp, key.clone()));
-                }
-                Ok(Some(key))
-            }
+        let (name, path, keys) = self.keys_of(owner)?;
+        match keys {
+            Some(keys) => Ok(keys.into_iter().next()),
             None if create => {
                 let fresh = DataKey::generate()?;
-                data_key(self.write_new(&name, &fresh.bytes)?, &path).map(Some)
+                let made = self.write_new(&name, &fresh.bytes)?;
+                Ok(data_keys(&made, &path)?.into_iter().next())
             }
             None => Ok(None),
         }
     }
 
     async fn destroy(&self, owner: &KeyOwner) -> Result<bool> {
-        self.read
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(owner);
-        let path = self.dir.join(Self::name(owner));
-        self.remove_stale_copies()?;
-        match std::fs::remove_file(&path) {
-            Ok(()) => {
-                sync_dir(&self.dir)?;
-                Ok(true)
+        self.locked(|| {
+            self.forget_remembered(owner);
+            let path = self.dir.join(Self::name(owner));
+            self.remove_stale_copies()?;
+            match std::fs::remove_file(&path) {
+                Ok(()) => {
+                    sync_dir(&self.dir)?;
+                    Ok(true)
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+                Err(e) => Err(Error::io("remove", &path, e)),
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(Error::io("remove", &path, e)),
-        }
+        })
+    }
+
+    async fn data_keys(&self, owner: &KeyOwner) -> Result<Vec<DataKey>> {
+        Ok(self.keys_of(owner)?.2.unwrap_or_default())
+    }
+
+    async fn rotate_key(&self, owner: &KeyOwner) -> Result<bool> {
+        self.locked(|| {
+            self.forget_remembered(owner);
+            let (name, path, Some(keys)) = self.keys_of(owner)? else {
+                return Ok(false);
+            };
+            if keys.len() >= KEYS_PER_OWNER {
+                return Err(problem(format!(
+                    "{} holds {KEYS_PER_OWNER} keys: retire the replaced ones (SessionManager::retire_data_keys) before rotating again",
+                    path.display()
+                )));
+            }
+            let mut rotated = vec![DataKey::generate()?];
+            rotated.extend(keys);
+            self.write_keys(&name, &path, &rotated)?;
+            Ok(true)
+        })
+    }
+
+    async fn retire_keys(&self, owner: &KeyOwner, keep: &[DataKey]) -> Result<usize> {
+        self.locked(|| {
+            self.forget_remembered(owner);
+            let (name, path, Some(keys)) = self.keys_of(owner)? else {
+                return Ok(0);
+            };
+            let before = keys.len();
+            let kept: Vec<DataKey> = keys
+                .into_iter()
+                .enumerate()
+                .filter(|(n, key)| *n == 0 || keep.contains(key))
+                .map(|(_, key)| key)
+                .collect();
+            if kept.len() < before {
+                self.write_keys(&name, &path, &kept)?;
+            }
+            Ok(before - kept.len())
+        })
     }
 }

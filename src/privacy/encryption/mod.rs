@@ -44,10 +44,12 @@ mod chatter;
 mod entries;
 mod key;
 mod opened;
+mod rotation;
 mod sealed;
 mod transcripts;
 
 pub use key::{DataKey, KeyFiles, KeyOwner, KeyProvider, MasterKey};
+pub use rotation::DataKeyRotation;
 pub use sealed::ERASED_TEXT;
 
 pub(crate) use opened::Keys;

@@ -111,6 +111,18 @@ impl KeyProvider for Keys {
         self.texts.clear();
         self.provider.destroy(owner).await
     }
+
+    async fn data_keys(&self, owner: &KeyOwner) -> Result<Vec<DataKey>> {
+        self.provider.data_keys(owner).await
+    }
+
+    async fn rotate_key(&self, owner: &KeyOwner) -> Result<bool> {
+        self.provider.rotate_key(owner).await
+    }
+
+    async fn retire_keys(&self, owner: &KeyOwner, keep: &[DataKey]) -> Result<usize> {
+        self.provider.retire_keys(owner, keep).await
+    }
 }
 
 impl Keys {

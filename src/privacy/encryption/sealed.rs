@@ -167,6 +167,13 @@ pub(crate) struct SealedValue<'a> {
     sealed: &'a str,
 }
 
+impl SealedValue<'_> {
+    /// The id of the key it was sealed under.
+    pub(crate) fn key_id(&self) -> &str {
+        self.key_id
+    }
+}
+
 /// The sealed value of `entry`, if it is sealed.
 pub(crate) fn sealed_value(entry: &TranscriptEntry) -> Option<SealedValue<'_>> {
     parts(sealed_text(entry)?)

@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::key::{DataKey, KeyOwner, KeyProvider};
+use super::key::{key_with_id, DataKey, KeyOwner, KeyProvider};
 use super::opened::Keys;
 use super::sealed::{open, owner_of, seal, sealed_value};
 use crate::error::{Error, Result};
@@ -37,6 +37,7 @@ impl<T: ?Sized> EncryptedTranscripts<T> {
         Keyring {
             provider: &self.keys,
             known: HashMap::new(),
+            all: HashMap::new(),
             remember: true,
         }
     }
@@ -46,6 +47,8 @@ impl<T: ?Sized> EncryptedTranscripts<T> {
 struct Keyring<'a> {
     provider: &'a Keys,
     known: HashMap<KeyOwner, Option<DataKey>>,
+    /// Every key of an owner that opens something, asked once.
+    all: HashMap<KeyOwner, Vec<DataKey>>,
     /// Whether the lines it opens are kept opened (not for a read of a conversation's
     /// end, which a manager reads once and then follows).
     remember: bool,
@@ -60,6 +63,11 @@ impl Keyring<'_> {
             .is_none_or(|key| create && key.is_none())
         {
             let key = self.provider.data_key(&owner, create).await?;
+            if let (Some(key), Some(all)) = (&key, self.all.get_mut(&owner)) {
+                if !all.contains(key) {
+                    all.insert(0, key.clone());
+                }
+            }
             self.known.insert(owner.clone(), key);
         }
         Ok(self.known.get(&owner).and_then(Option::as_ref))
@@ -83,12 +91,25 @@ impl Keyring<'_> {
         seal(entry, key, place, &provider.lines)
     }
 
-    async fn open(&mut self, entry: &mut TranscriptEntry, place: (&AgentId, &str)) -> Result<()> {
-        if sealed_value(entry).is_none() {
-            return Ok(());
+    /// `owner`'s key whose id is `id`, if it is left.
+    async fn key_with_id(&mut self, owner: KeyOwner, id: &str) -> Result<Option<DataKey>> {
+        if !self.all.contains_key(&owner) {
+            let keys = self.provider.data_keys(&owner).await?;
+            self.all.insert(owner.clone(), keys);
         }
+        Ok(self
+            .all
+            .get(&owner)
+            .and_then(|keys| key_with_id(keys, id))
+            .cloned())
+    }
+
+    async fn open(&mut self, entry: &mut TranscriptEntry, place: (&AgentId, &str)) -> Result<()> {
+        let Some(id) = sealed_value(entry).map(|value| value.key_id().to_owned()) else {
+            return Ok(());
+        };
         let owner = owner_of(entry, place.0, place.1);
-        let key = self.key(owner, false).await?.cloned();
+        let key = self.key_with_id(owner, &id).await?;
         open(
             entry,
             key.as_ref(),
@@ -293,6 +314,76 @@ impl<T: TranscriptStore + ?Sized> TranscriptStore for EncryptedTranscripts<T> {
 
     async fn identity(&self, transcript: &TranscriptRef) -> Result<Option<u64>> {
         self.inner.identity(transcript).await
+    }
+}
+
+impl<T: TranscriptExport + ?Sized> EncryptedTranscripts<T> {
+    /// Seals anew, under its owner's current key, each line of transcript `name` that
+    /// an earlier key of its owner sealed; first gives each owner found there and not
+    /// yet in `rotated` a new key (a rotation). How many lines it sealed anew, and how
+    /// many it left under an earlier key (a line changed meanwhile, which the next pass
+    /// seals). Each line keeps its length and place, so readers following the
+    /// transcript are not disturbed.
+    pub(crate) async fn reseal(
+        &self,
+        agent: &AgentId,
+        name: &str,
+        rotated: &mut super::rotation::Rotated,
+    ) -> Result<(usize, usize)> {
+        let Some(lines) = self.inner.export_lines(agent, name).await? else {
+            return Ok((0, 0));
+        };
+        let session_id = session_id_of_name(name);
+        let place = (agent, session_id.as_str());
+        let mut sealed = Vec::new();
+        for (index, line) in lines.into_iter().enumerate() {
+            let Ok(entry) = crate::store::json_text::from_slice::<TranscriptEntry>(line.as_bytes())
+            else {
+                continue;
+            };
+            if sealed_value(&entry).is_some() {
+                rotated
+                    .rotate(&*self.keys, owner_of(&entry, agent, &session_id))
+                    .await?;
+                sealed.push((index, line, entry));
+            }
+        }
+        let mut keyring = self.keyring();
+        keyring.remember = false;
+        let (mut edits, mut left) = (Vec::new(), 0);
+        for (index, line, mut entry) in sealed {
+            let owner = owner_of(&entry, agent, &session_id);
+            let Some(sealed_under) = sealed_value(&entry).map(|v| v.key_id().to_owned()) else {
+                continue;
+            };
+            let current = keyring
+                .key(owner.clone(), true)
+                .await?
+                .map(|k| k.id().to_owned());
+            if current.as_deref() == Some(sealed_under.as_str())
+                || keyring.key_with_id(owner, &sealed_under).await?.is_none()
+            {
+                // Under the current key already, or under a destroyed one (erased).
+                continue;
+            }
+            keyring.open(&mut entry, place).await?;
+            keyring.seal(&mut entry, place).await?;
+            let new = serde_json::to_string(&entry)
+                .map_err(|e| Error::encode("a sealed transcript line", e))?;
+            match new.len() <= line.len() {
+                true => {
+                    let new = format!("{new:width$}", width = line.len());
+                    edits.push(LineEdit::new(index, line, new)?);
+                }
+                false => left += 1,
+            }
+        }
+        let asked = edits.len();
+        let done = match asked {
+            0 => 0,
+            _ => self.inner.overwrite_lines(agent, name, edits).await?,
+        };
+        Ok((done, left + asked - done))
     }
 }
 
