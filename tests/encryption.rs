@@ -864,3 +864,121 @@ async fn rotating_the_data_keys_while_turns_run_and_after_stops_midway_loses_not
     }
     stores.finish().await;
 }
+
+/// An export without its `sessionFile` paths (which name the store they are in).
+fn without_files(export: &str) -> serde_json::Value {
+    fn strip(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                map.remove("sessionFile");
+                map.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let mut value = serde_json::from_str(export).unwrap();
+    strip(&mut value);
+    value
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_store_sealed_by_a_migration_keeps_everything_and_shows_no_word() {
+    use agent_sessions::ops::{MigrateOptions, NoProgress};
+    use agent_sessions::privacy::encryption::migrate_sealed;
+    use agent_sessions::store::Backend;
+
+    let plain = stores::Stores::new("plain_to_seal");
+    let sealed = stores::Stores::new("sealed_by_migration");
+    let keys = tempfile::tempdir().unwrap();
+    let targets = sealed_stores(&sealed, keys.path());
+    for (from, store) in plain.urls.iter().zip(&targets) {
+        let manager = SessionManager::connect(from)
+            .await
+            .unwrap()
+            .build()
+            .unwrap();
+        write_everything(&manager).await;
+        let jane_before = export(&manager, &PersonRef::person(JANE)).await;
+        let bob_before = export(&manager, &PersonRef::person("bob")).await;
+        drop(manager);
+
+        let keys = || KeyFiles::open(&store.keys, store.master.clone()).unwrap();
+        let (source, target) = (
+            Backend::open(from).await.unwrap(),
+            Backend::open(&store.url).await.unwrap(),
+        );
+        let report = migrate_sealed(
+            &source,
+            &target,
+            keys(),
+            &MigrateOptions::default(),
+            &NoProgress,
+        )
+        .await
+        .unwrap();
+        assert!(report.verified(), "{} -> {}: {report:?}", from, store.url);
+        assert!(report.transcripts_copied >= 2, "{report:?}");
+        // Again: everything is there already, identical.
+        let again = migrate_sealed(
+            &source,
+            &target,
+            keys(),
+            &MigrateOptions::default(),
+            &NoProgress,
+        )
+        .await
+        .unwrap();
+        assert!(again.verified(), "{again:?}");
+        assert_eq!(again.transcripts_copied, 0, "{again:?}");
+
+        let mut words: Vec<&str> = JANE_OWN.to_vec();
+        words.extend(JANE_IN_BOBS_LINE);
+        words.extend(BOB_WORDS);
+        words.extend(JANE_ENTRY_WORDS);
+        assert_eq!(hits(&everything(&store.url), &words), [], "{}", store.url);
+
+        // The sealed copy, opened with the keys, holds everything the plain store held.
+        let manager = store.manager().await;
+        let jane_after = export(&manager, &PersonRef::person(JANE)).await;
+        let bob_after = export(&manager, &PersonRef::person("bob")).await;
+        assert_eq!(
+            without_files(&jane_after),
+            without_files(&jane_before),
+            "{}",
+            store.url
+        );
+        assert_eq!(
+            without_files(&bob_after),
+            without_files(&bob_before),
+            "{}",
+            store.url
+        );
+        let seen = answer(&manager, &telegram("remind me", "t6"), "sure").await;
+        assert!(seen.contains("jqjulietevent"), "{}: {seen}", store.url);
+
+        // A sealed store is not sealed twice, nor a store into itself.
+        let twice = migrate_sealed(
+            &target,
+            &source,
+            keys(),
+            &MigrateOptions::default(),
+            &NoProgress,
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(twice.kind(), "encryption", "{twice}");
+        let itself = migrate_sealed(
+            &source,
+            &source,
+            keys(),
+            &MigrateOptions::default(),
+            &NoProgress,
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(itself.kind(), "invalid_option", "{itself}");
+    }
+    plain.finish().await;
+    sealed.finish().await;
+}

@@ -232,6 +232,18 @@ pub async fn migrate_with(
     options: &MigrateOptions,
     progress: &dyn MigrationProgress,
 ) -> Result<MigrationReport> {
+    migrate_reading(from, to, options, progress, std::convert::identity).await
+}
+
+/// [`migrate_with`] into a target that reads a transcript line back as `read_back`
+/// makes of the source's (a sealing target re-encodes the lines it seals).
+pub(crate) async fn migrate_reading(
+    from: &Backend,
+    to: &Backend,
+    options: &MigrateOptions,
+    progress: &dyn MigrationProgress,
+    read_back: fn(String) -> String,
+) -> Result<MigrationReport> {
     let mut report = MigrationReport {
         unreadable: from.sessions().unreadable().await?,
         ..MigrationReport::default()
@@ -347,7 +359,15 @@ pub async fn migrate_with(
             Err(error) => return Err(error),
         };
         match to.transcripts().export_lines(agent, name).await? {
-            Some(existing) if existing == lines => report.transcripts_skipped += 1,
+            Some(existing)
+                if existing.iter().eq(&lines
+                    .iter()
+                    .cloned()
+                    .map(read_back)
+                    .collect::<Vec<_>>()) =>
+            {
+                report.transcripts_skipped += 1
+            }
             Some(_) => report.transcript_conflicts.push(format!("{agent}/{name}")),
             None => {
                 to.transcripts().import_lines(agent, name, lines).await?;
@@ -407,9 +427,9 @@ pub async fn migrate_with(
     let now = from.sessions().list(&ListFilter::all()).await?;
     report.source_changed = changed_keys(&sessions, &now);
     progress.begin("verify", (now.len() + names.len()) as u64);
-    report.source = checksums(from, &now, &names, progress).await?;
-    let in_target = read_back(to, &now).await?;
-    report.target = checksums(to, &in_target, &names, progress).await?;
+    report.source = checksums(from, &now, &names, progress, read_back).await?;
+    let in_target = read_back_sessions(to, &now).await?;
+    report.target = checksums(to, &in_target, &names, progress, std::convert::identity).await?;
     let closed_now = closed_sessions(from, &now).await?;
     let ids: BTreeSet<&str> = closed_now
         .iter()
@@ -601,7 +621,10 @@ fn joined<T>(done: std::result::Result<Result<T>, tokio::task::JoinError>) -> Re
 }
 
 /// The target's copies of `sessions` (those it has).
-async fn read_back(to: &Backend, sessions: &[StoredSession]) -> Result<Vec<StoredSession>> {
+async fn read_back_sessions(
+    to: &Backend,
+    sessions: &[StoredSession],
+) -> Result<Vec<StoredSession>> {
     let mut found = Vec::with_capacity(sessions.len());
     for session in sessions {
         if let Some(stored) = to.sessions().get(&session.key).await? {
@@ -617,6 +640,7 @@ async fn checksums(
     sessions: &[StoredSession],
     names: &[(AgentId, String)],
     progress: &dyn MigrationProgress,
+    read_as: fn(String) -> String,
 ) -> Result<Checksums> {
     let by_key: BTreeMap<&SessionKey, &SessionEntry> =
         sessions.iter().map(|s| (&s.key, &s.entry)).collect();
@@ -635,7 +659,7 @@ async fn checksums(
         if let Some(lines) = backend.transcripts().export_lines(agent, name).await? {
             transcripts += 1;
             transcript_bytes.extend_from_slice(format!("{agent}\0{name}\0").as_bytes());
-            for line in lines {
+            for line in lines.into_iter().map(read_as) {
                 transcript_bytes.extend_from_slice(line.as_bytes());
                 transcript_bytes.push(b'\n');
             }
@@ -659,6 +683,8 @@ async fn checksums(
 fn comparable(entry: &SessionEntry) -> SessionEntry {
     let mut entry = entry.clone();
     crate::reply::delivery::normalize_delivery_fields(&mut entry);
+    // Whether a store seals its entries is the store's, not the session's.
+    entry.extra.remove(crate::privacy::SEALED_ENTRY);
     entry.session_file = entry.session_file.as_deref().map(file_name);
     entry
 }

@@ -433,6 +433,27 @@ impl Backend {
         })
     }
 
+    /// The same backend with its sessions, transcripts, chatter and system events
+    /// read and written through others (a migration's sealing target). Its updates of
+    /// several sessions at once still go to the store itself: only a migration, which
+    /// makes none, uses it.
+    #[cfg(feature = "encryption")]
+    pub(crate) fn through(
+        &self,
+        sessions: Arc<dyn SessionStore>,
+        transcripts: Arc<dyn TranscriptExport>,
+        history: Arc<dyn ChatterBuffer>,
+        system_events: Arc<dyn SystemEvents>,
+    ) -> Backend {
+        Backend {
+            sessions,
+            transcripts,
+            history,
+            system_events,
+            ..self.clone()
+        }
+    }
+
     /// The URL it was opened from.
     pub fn url(&self) -> &StoreUrl {
         &self.url

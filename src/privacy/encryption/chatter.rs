@@ -207,10 +207,37 @@ impl<C: ChatterBuffer + ?Sized> ChatterBuffer for EncryptedChatter<C> {
     }
 
     async fn export_groups(&self) -> Result<Vec<(String, GroupChatter)>> {
-        self.inner.export_groups().await
+        let mut groups = self.inner.export_groups().await?;
+        for (key, group) in &mut groups {
+            let entries = std::mem::take(&mut group.entries).into_iter().collect();
+            group.entries = self.open(key, entries).await?.into();
+            for claimed in &mut group.claimed {
+                let entries = std::mem::take(&mut claimed.entries);
+                claimed.entries = self.open(key, entries).await?;
+            }
+        }
+        Ok(groups)
     }
 
-    async fn import_group(&self, key: &str, group: GroupChatter) -> Result<bool> {
+    async fn import_group(&self, key: &str, mut group: GroupChatter) -> Result<bool> {
+        let mut sealed = std::collections::VecDeque::with_capacity(group.entries.len());
+        for entry in std::mem::take(&mut group.entries) {
+            sealed.push_back(match is_sealed_text(&entry.body) {
+                true => entry,
+                false => self.seal(key, entry).await?,
+            });
+        }
+        group.entries = sealed;
+        for claimed in &mut group.claimed {
+            let mut sealed = Vec::with_capacity(claimed.entries.len());
+            for entry in std::mem::take(&mut claimed.entries) {
+                sealed.push(match is_sealed_text(&entry.body) {
+                    true => entry,
+                    false => self.seal(key, entry).await?,
+                });
+            }
+            claimed.entries = sealed;
+        }
         self.inner.import_group(key, group).await
     }
 }
@@ -287,10 +314,19 @@ impl<E: SystemEvents + ?Sized> SystemEvents for EncryptedEvents<E> {
     }
 
     async fn export_queues(&self) -> Result<Vec<(SessionKey, Vec<SystemEvent>)>> {
-        self.inner.export_queues().await
+        let mut queues = self.inner.export_queues().await?;
+        for (key, events) in &mut queues {
+            *events = self.open(key, std::mem::take(events)).await?;
+        }
+        Ok(queues)
     }
 
-    async fn import_queue(&self, key: &SessionKey, events: Vec<SystemEvent>) -> Result<bool> {
+    async fn import_queue(&self, key: &SessionKey, mut events: Vec<SystemEvent>) -> Result<bool> {
+        for event in &mut events {
+            if !is_sealed_text(&event.text) {
+                event.text = self.seal(key, &event.text).await?;
+            }
+        }
         self.inner.import_queue(key, events).await
     }
 }

@@ -59,6 +59,8 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::manager::{Seams, SessionManager, SessionManagerBuilder};
+use crate::ops::{MigrateOptions, MigrationProgress, MigrationReport};
+use crate::store::Backend;
 use crate::transcript::TranscriptStore;
 use chatter::{EncryptedChatter, EncryptedEvents};
 use entries::EncryptedSessions;
@@ -76,6 +78,96 @@ impl SessionManagerBuilder {
         self.manager.seams.data_keys = Some(Arc::new(Keys::new(Arc::new(keys))));
         self
     }
+}
+
+/// Copies the plain store `from` into `to`, sealing on the way, under data keys from
+/// `keys`, everything [`SessionManagerBuilder::encryption`] seals: how encryption is
+/// turned on for a store that holds sessions already. Otherwise it is
+/// [`ops::migrate_with`](crate::ops::migrate_with): what the target already holds is
+/// left alone, and the report compares what the target reads back, opened, with the
+/// source ([`MigrationReport::verified`]). Stop the bot first, then point it at `to`
+/// with the same keys.
+///
+/// [`Error::Encryption`] when `from` is sealed already; [`Error::InvalidOption`] when
+/// `from` and `to` are one store.
+///
+/// ```
+/// use agent_sessions::ops::{MigrateOptions, NoProgress};
+/// use agent_sessions::prelude::*;
+/// use agent_sessions::privacy::encryption::{migrate_sealed, KeyFiles, MasterKey};
+/// use agent_sessions::store::Backend;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> agent_sessions::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let plain_url = format!("json:{}", dir.path().join("plain").display());
+/// let manager = SessionManager::connect(&plain_url).await?.build()?;
+/// let turn = manager.turn(&InboundMessage::direct("telegram", "42", "my PIN is 4711")).await?;
+/// turn.complete("Noted.").await?;
+///
+/// let master = MasterKey::generate()?;
+/// let keys = || KeyFiles::open(dir.path().join("keys"), master.clone());
+/// let sealed_url = format!("json:{}", dir.path().join("sealed").display());
+/// let (from, to) = (Backend::open(&plain_url).await?, Backend::open(&sealed_url).await?);
+/// let report = migrate_sealed(&from, &to, keys()?, &MigrateOptions::default(), &NoProgress).await?;
+/// assert!(report.verified());
+///
+/// let manager = SessionManager::connect(&sealed_url).await?.encryption(keys()?).build()?;
+/// let turn = manager.turn(&InboundMessage::direct("telegram", "42", "what was it?")).await?;
+/// assert!(turn.messages().await?.iter().any(|m| m.content.contains("4711")));
+/// # Ok(())
+/// # }
+/// ```
+pub async fn migrate_sealed(
+    from: &Backend,
+    to: &Backend,
+    keys: impl KeyProvider + 'static,
+    options: &MigrateOptions,
+    progress: &dyn MigrationProgress,
+) -> Result<MigrationReport> {
+    if from.url().same_store(to.url()) {
+        return Err(Error::InvalidOption {
+            option: "to",
+            problem: "sealing copies a store into another one: give a new store as the target",
+        });
+    }
+    let sealed = from
+        .sessions()
+        .list(&crate::store::ListFilter::all())
+        .await?
+        .into_iter()
+        .find(|s| s.entry.extra.get(crate::privacy::SEALED_ENTRY) == Some(&true.into()));
+    if let Some(session) = sealed {
+        return Err(Error::Encryption {
+            problem: format!(
+                "{} is sealed already (session {} is): copy it with ops::migrate, and open the copy with the same keys",
+                from.url(),
+                session.key
+            ),
+        });
+    }
+    let keys = Arc::new(Keys::new(Arc::new(keys)));
+    let events_keys: Arc<dyn KeyProvider> = keys.clone();
+    let target = to.through(
+        Arc::new(EncryptedSessions::new(to.sessions().clone(), keys.clone())),
+        Arc::new(EncryptedTranscripts::new(to.transcripts().clone(), keys)),
+        Arc::new(EncryptedChatter::new(
+            to.chatter().clone(),
+            events_keys.clone(),
+        )),
+        Arc::new(EncryptedEvents::new(
+            to.system_events().clone(),
+            events_keys,
+        )),
+    );
+    crate::ops::migrate::migrate_reading(
+        from,
+        &target,
+        options,
+        progress,
+        transcripts::read_back_as,
+    )
+    .await
 }
 
 /// Refuses encryption where it cannot work: an OpenClaw state directory, or a manager

@@ -157,6 +157,18 @@ impl Keyring<'_> {
     }
 }
 
+/// `line` as a sealed store reads it back once it sealed it: an entry it seals is
+/// written again by this crate's encoder (the same fields, perhaps in another order).
+pub(crate) fn read_back_as(line: String) -> String {
+    let Ok(entry) = crate::store::json_text::from_slice::<TranscriptEntry>(line.as_bytes()) else {
+        return line;
+    };
+    if entry.kind == "session" || sealed_value(&entry).is_some() || entry.id.is_none() {
+        return line;
+    }
+    serde_json::to_string(&entry).unwrap_or(line)
+}
+
 fn place(transcript: &TranscriptRef) -> (&AgentId, &str) {
     (&transcript.agent, &transcript.session_id)
 }
