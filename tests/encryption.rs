@@ -865,12 +865,17 @@ async fn rotating_the_data_keys_while_turns_run_and_after_stops_midway_loses_not
     stores.finish().await;
 }
 
-/// An export without its `sessionFile` paths (which name the store they are in).
+/// An export without its `sessionFile` paths (which name the store they are in) and
+/// the sealed store's mark.
 fn without_files(export: &str) -> serde_json::Value {
     fn strip(value: &mut serde_json::Value) {
         match value {
             serde_json::Value::Object(map) => {
                 map.remove("sessionFile");
+                // The sealed store's mark on its entries.
+                if map.get("sealed") == Some(&serde_json::Value::Bool(true)) {
+                    map.remove("sealed");
+                }
                 map.values_mut().for_each(strip);
             }
             serde_json::Value::Array(items) => items.iter_mut().for_each(strip),
@@ -981,4 +986,42 @@ async fn a_plain_store_sealed_by_a_migration_keeps_everything_and_shows_no_word(
     }
     plain.finish().await;
     sealed.finish().await;
+}
+
+#[tokio::test]
+async fn a_manager_with_keys_refuses_a_session_written_in_plain_text_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Sealed {
+        url: format!("json:{}", dir.path().join("state").display()),
+        keys: dir.path().join("keys"),
+        master: MasterKey::generate().unwrap(),
+    };
+    let plain = SessionManager::connect(&store.url)
+        .await
+        .unwrap()
+        .build()
+        .unwrap();
+    answer(&plain, &telegram("my pin is jqalphadm", "t1"), "noted").await;
+    let before = everything(&store.url);
+    // Restarted with keys on a store that was never sealed.
+    let sealed = store.manager().await;
+    let refused = sealed
+        .turn(&telegram("what was it?", "t2"))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), "encryption", "{refused}");
+    assert!(refused.to_string().contains("migrate_sealed"), "{refused}");
+    let after = everything(&store.url);
+    let changed: Vec<&String> = after
+        .iter()
+        .filter(|(path, bytes)| before.get(*path) != Some(*bytes) && !path.contains("keys"))
+        .map(|(path, _)| path)
+        .collect();
+    assert!(
+        changed.is_empty(),
+        "nothing of the store was written: {changed:?}"
+    );
+    // Nor is the plain session half sealed: the manager without keys goes on with it.
+    let seen = answer(&plain, &telegram("what was it?", "t3"), "that").await;
+    assert!(seen.contains("jqalphadm"), "{seen}");
 }

@@ -30,22 +30,26 @@ pub use retention::{RetentionPolicy, RetentionReport, RetentionRule, RetentionSw
 /// `encryption`).
 pub(crate) const SEALED_ENTRY: &str = "sealed";
 
-/// Refuses a session whose entry was sealed, to a manager without its keys, before
-/// anything is written: it would show sealed text and write plain text beside it.
+/// Refuses a session whose entry was sealed, to a manager without its keys, and a
+/// session written in plain text, to a manager with keys, before anything is written:
+/// either would leave the session half sealed.
 pub(crate) fn refuse_sealed(
     key: &crate::SessionKey,
     entry: Option<&crate::store::entry::SessionEntry>,
     has_keys: bool,
 ) -> crate::Result<()> {
-    let sealed = entry.is_some_and(|e| e.extra.get(SEALED_ENTRY) == Some(&true.into()));
-    if sealed && !has_keys {
-        return Err(crate::Error::Encryption {
-            problem: format!(
-                "session {key} is sealed: build the manager with encryption and its keys (SessionManagerBuilder::encryption)"
-            ),
-        });
-    }
-    Ok(())
+    let Some(entry) = entry else {
+        return Ok(());
+    };
+    let sealed = entry.extra.get(SEALED_ENTRY) == Some(&true.into());
+    let problem = match (sealed, has_keys) {
+        (true, false) => "is sealed: build the manager with encryption and its keys (SessionManagerBuilder::encryption)",
+        (false, true) => "was written without encryption: seal the store first, by copying it into a new one with privacy::encryption::migrate_sealed",
+        _ => return Ok(()),
+    };
+    Err(crate::Error::Encryption {
+        problem: format!("session {key} {problem}"),
+    })
 }
 
 impl SessionManager {

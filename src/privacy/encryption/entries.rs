@@ -134,8 +134,6 @@ fn open_entry(
     key: &SessionKey,
 ) -> Result<Vec<(&'static str, String, String)>> {
     let mut stored = Vec::new();
-    // The mark is the stored entry's: opened, it is the session as it was written.
-    entry.extra.remove(crate::privacy::SEALED_ENTRY);
     each_field(entry, |field, value| {
         let Some(text) = value.as_deref().filter(|text| is_sealed_text(text)) else {
             return Ok(());
