@@ -1025,3 +1025,50 @@ async fn a_manager_with_keys_refuses_a_session_written_in_plain_text_and_writes_
     let seen = answer(&plain, &telegram("what was it?", "t3"), "that").await;
     assert!(seen.contains("jqalphadm"), "{seen}");
 }
+
+#[tokio::test]
+async fn a_torn_line_stops_a_sealing_migration_rather_than_being_copied_plain() {
+    use agent_sessions::ops::{MigrateOptions, NoProgress};
+    use agent_sessions::privacy::encryption::migrate_sealed;
+    use agent_sessions::store::Backend;
+
+    let dir = tempfile::tempdir().unwrap();
+    let from = format!("json:{}", dir.path().join("plain").display());
+    let to = format!("json:{}", dir.path().join("sealed").display());
+    let manager = SessionManager::connect(&from)
+        .await
+        .unwrap()
+        .build()
+        .unwrap();
+    answer(&manager, &telegram("my pin is jqalphadm", "t1"), "noted").await;
+    // A writer killed mid-line left half of a line behind.
+    let file = transcript_files(&dir.path().join("plain"))[0].clone();
+    let mut text = std::fs::read_to_string(&file).unwrap();
+    text.push_str(
+        r#"{"type":"message","id":"x1","message":{"role":"user","content":"jqtornsecret"#,
+    );
+    std::fs::write(&file, text).unwrap();
+
+    let keys = KeyFiles::open(dir.path().join("keys"), MasterKey::generate().unwrap()).unwrap();
+    let (source, target) = (
+        Backend::open(&from).await.unwrap(),
+        Backend::open(&to).await.unwrap(),
+    );
+    let refused = migrate_sealed(
+        &source,
+        &target,
+        keys,
+        &MigrateOptions::default(),
+        &NoProgress,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(refused.kind(), "encryption", "{refused}");
+    assert!(refused.to_string().contains("repair"), "{refused}");
+    let copied = everything(&to);
+    assert_eq!(
+        hits(&copied, &["jqtornsecret", "jqalphadm"]),
+        [],
+        "nothing of it plain"
+    );
+}

@@ -143,14 +143,31 @@ impl Keyring<'_> {
         serde_json::to_string(&entry).map_err(|e| Error::encode("an opened transcript line", e))
     }
 
-    /// The line sealed: an entry line not sealed yet is sealed, every other line kept.
+    /// The line sealed: an entry line not sealed yet is sealed, the header and a
+    /// blank or sealed line kept. [`Error::Encryption`] for a line that is not an
+    /// entry, or an entry without an id (what it binds a sealed value to): kept, it
+    /// would keep its text plain.
     async fn seal_line(&mut self, line: String, place: (&AgentId, &str)) -> Result<String> {
+        if line.trim().is_empty() {
+            return Ok(line);
+        }
+        let unsealable = |why: &str| {
+            Error::Encryption {
+            problem: format!(
+                "a line of transcript {} ({}) {why}: sealed as it is, its text would stay plain; repair or remove it first (agent-sessions doctor --repair)",
+                place.1, place.0
+            ),
+        }
+        };
         let Ok(mut entry) = crate::store::json_text::from_slice::<TranscriptEntry>(line.as_bytes())
         else {
-            return Ok(line);
+            return Err(unsealable("is not a transcript entry (torn, or not JSON)"));
         };
-        if entry.kind == "session" || sealed_value(&entry).is_some() || entry.id.is_none() {
+        if entry.kind == "session" || sealed_value(&entry).is_some() {
             return Ok(line);
+        }
+        if entry.id.is_none() {
+            return Err(unsealable("has no id"));
         }
         self.seal(&mut entry, place).await?;
         serde_json::to_string(&entry).map_err(|e| Error::encode("a sealed transcript line", e))
