@@ -266,8 +266,12 @@ impl<S: SessionStore + ?Sized> SessionStore for EncryptedSessions<S> {
         key: &SessionKey,
         mutator: &mut Mutator<'_>,
     ) -> Result<Option<StoredSession>> {
-        let data_key = self.data_key(key).await?;
-        let data_keys = self.keys.data_keys(&owner(key)).await?;
+        // Every key of the session key, the current one first; made when it has none.
+        let mut data_keys = self.keys.data_keys(&owner(key)).await?;
+        if data_keys.is_empty() {
+            data_keys.push(self.data_key(key).await?);
+        }
+        let data_key = data_keys[0].clone();
         let mut sealed = |slot: &mut Option<SessionEntry>, revision: Option<Revision>| {
             let stored = match slot {
                 Some(entry) => open_entry(&self.keys, entry, &data_keys, key)?,
