@@ -1072,3 +1072,76 @@ async fn a_torn_line_stops_a_sealing_migration_rather_than_being_copied_plain() 
         "nothing of it plain"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn messages_that_wait_for_a_run_survive_data_keys_rotated_by_another_worker() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let stores = stores::Stores::new("sealed_rotation_queue");
+    let keys = tempfile::tempdir().unwrap();
+    for store in sealed_stores(&stores, keys.path()) {
+        let rotating = store.manager().await;
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        // Three workers send to one person at once: most of the messages wait in the
+        // session's entry for the run under way, while the data keys are replaced.
+        let mut workers = Vec::new();
+        for worker in 0..4 {
+            let manager = store.manager().await;
+            let (sent, stop) = (sent.clone(), stop.clone());
+            workers.push(tokio::spawn(async move {
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) && n < 400 {
+                    n += 1;
+                    let word = format!("queueword{worker}x{n}");
+                    let message = InboundMessage::direct("telegram", "555", &word)
+                        .with_message_id(format!("w{worker}-{n}"));
+                    let turn = manager.turn(&message).await.unwrap();
+                    sent.lock().unwrap().push(word);
+                    match turn.needs_model() {
+                        true => drop(turn.complete("ok").await.unwrap()),
+                        false => drop(turn.complete("").await.unwrap()),
+                    }
+                }
+            }));
+        }
+        // Forty passes, the replaced keys retired after every tenth (a key file keeps
+        // 16 keys until they are).
+        for pass in 1..=40 {
+            rotating.rotate_data_keys().await.unwrap();
+            if pass % 10 == 0 {
+                rotating.retire_data_keys().await.unwrap();
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        for worker in workers {
+            worker.await.unwrap();
+        }
+        // One more turn answers whatever still waits; then every word is kept.
+        let last = rotating
+            .turn(&InboundMessage::direct("telegram", "555", "last"))
+            .await
+            .unwrap();
+        if last.needs_model() {
+            last.complete("done").await.unwrap();
+        }
+        let mut copy = Vec::new();
+        rotating
+            .export_person(&PersonRef::sender("telegram", "555"), &mut copy)
+            .await
+            .unwrap();
+        let copy = String::from_utf8(copy).unwrap();
+        let sent = sent.lock().unwrap();
+        let lost: Vec<&String> = sent.iter().filter(|w| !copy.contains(w.as_str())).collect();
+        assert!(
+            lost.is_empty(),
+            "{}: {} of {} lost: {lost:?}",
+            store.url,
+            lost.len(),
+            sent.len()
+        );
+        assert!(!copy.contains(ERASED_TEXT), "{}", store.url);
+    }
+    stores.finish().await;
+}

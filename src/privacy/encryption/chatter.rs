@@ -181,10 +181,16 @@ impl<C: ChatterBuffer + ?Sized> ChatterBuffer for EncryptedChatter<C> {
         }
         let sealed_edit = |group: &str, stored: &ChatterEntry| -> ChatterEdit {
             let mut entry = stored.clone();
-            let (key, all) = keys.get(&owner(group, &entry)).cloned().unwrap_or_default();
+            // Written since the keys were asked (a new sender): left as it is.
+            let Some((key, all)) = keys.get(&owner(group, &entry)).cloned() else {
+                return ChatterEdit::Keep;
+            };
             match open_entry(&all, group, &mut entry) {
-                // Its key was destroyed: nothing of it can be read, it goes.
-                Ok(false) => ChatterEdit::Remove,
+                // Its owner's keys were destroyed: nothing of it can be read, it goes.
+                Ok(false) if all.is_empty() => ChatterEdit::Remove,
+                // Sealed under a key made since the keys were asked (a rotation on
+                // another worker): left as it is.
+                Ok(false) => ChatterEdit::Keep,
                 Err(_) => ChatterEdit::Keep,
                 Ok(true) => match edit(group, &entry) {
                     ChatterEdit::Replace(mut new) => {

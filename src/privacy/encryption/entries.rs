@@ -154,6 +154,22 @@ fn open_entry(
     Ok(stored)
 }
 
+/// How many times an update runs when the entry names keys it was not given.
+const UPDATE_ATTEMPTS: usize = 3;
+
+/// Whether a sealed field of `entry` names a key not among `data_keys`.
+fn names_another_key(entry: &mut SessionEntry, data_keys: &[DataKey]) -> Result<bool> {
+    let mut found = false;
+    each_field(entry, |_, value| {
+        found |= value
+            .as_deref()
+            .and_then(sealed_text_key)
+            .is_some_and(|id| key_with_id(data_keys, id).is_none());
+        Ok(())
+    })?;
+    Ok(found)
+}
+
 /// Seals the entry's fields; one unchanged since it was opened keeps its stored form,
 /// so an update that changes nothing writes nothing new.
 fn seal_entry(
@@ -266,28 +282,48 @@ impl<S: SessionStore + ?Sized> SessionStore for EncryptedSessions<S> {
         key: &SessionKey,
         mutator: &mut Mutator<'_>,
     ) -> Result<Option<StoredSession>> {
-        // Every key of the session key, the current one first; made when it has none.
-        let mut data_keys = self.keys.data_keys(&owner(key)).await?;
-        if data_keys.is_empty() {
-            data_keys.push(self.data_key(key).await?);
-        }
-        let data_key = data_keys[0].clone();
-        let mut sealed = |slot: &mut Option<SessionEntry>, revision: Option<Revision>| {
-            let stored = match slot {
-                Some(entry) => open_entry(&self.keys, entry, &data_keys, key)?,
-                None => Vec::new(),
-            };
-            mutator(slot, revision)?;
-            if let Some(entry) = slot {
-                seal_entry(&self.keys, entry, &data_key, key, &stored)?;
+        // The keys are asked before the entry is read: a field sealed meanwhile under a
+        // key made after them (a rotation, another worker) is not taken for erased —
+        // the update runs again with the keys asked anew. Once more than that, the key
+        // is gone (its owner was erased).
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            // Every key of the session key, the current one first; made when it has none.
+            let mut data_keys = self.keys.data_keys(&owner(key)).await?;
+            if data_keys.is_empty() {
+                data_keys.push(self.data_key(key).await?);
             }
-            Ok(())
-        };
-        let mut result = self.inner.apply(key, &mut sealed).await?;
-        if let Some(session) = &mut result {
-            open_entry(&self.keys, &mut session.entry, &data_keys, key)?;
+            let data_key = data_keys[0].clone();
+            let mut newer_key = false;
+            let mut sealed = |slot: &mut Option<SessionEntry>, revision: Option<Revision>| {
+                let stored = match slot {
+                    Some(entry) => {
+                        if attempt < UPDATE_ATTEMPTS && names_another_key(entry, &data_keys)? {
+                            newer_key = true;
+                            return Err(Error::Encryption {
+                                problem: format!("session {key} was sealed under a key made after its update began"),
+                            });
+                        }
+                        open_entry(&self.keys, entry, &data_keys, key)?
+                    }
+                    None => Vec::new(),
+                };
+                mutator(slot, revision)?;
+                if let Some(entry) = slot {
+                    seal_entry(&self.keys, entry, &data_key, key, &stored)?;
+                }
+                Ok(())
+            };
+            let mut result = match self.inner.apply(key, &mut sealed).await {
+                Err(_) if newer_key => continue,
+                result => result?,
+            };
+            if let Some(session) = &mut result {
+                open_entry(&self.keys, &mut session.entry, &data_keys, key)?;
+            }
+            return Ok(result);
         }
-        Ok(result)
     }
 
     async fn list(&self, filter: &ListFilter) -> Result<Vec<StoredSession>> {
