@@ -887,10 +887,19 @@ fn without_files(export: &str) -> serde_json::Value {
     value
 }
 
+/// `from` copied into `to`, sealed under `keys`, with the default options.
+async fn seal(
+    from: &agent_sessions::store::Backend,
+    to: &agent_sessions::store::Backend,
+    keys: KeyFiles,
+) -> agent_sessions::Result<agent_sessions::ops::MigrationReport> {
+    use agent_sessions::ops::{MigrateOptions, NoProgress};
+    let options = MigrateOptions::default();
+    agent_sessions::privacy::encryption::migrate_sealed(from, to, keys, &options, &NoProgress).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plain_store_sealed_by_a_migration_keeps_everything_and_shows_no_word() {
-    use agent_sessions::ops::{MigrateOptions, NoProgress};
-    use agent_sessions::privacy::encryption::migrate_sealed;
     use agent_sessions::store::Backend;
 
     let plain = stores::Stores::new("plain_to_seal");
@@ -913,27 +922,11 @@ async fn a_plain_store_sealed_by_a_migration_keeps_everything_and_shows_no_word(
             Backend::open(from).await.unwrap(),
             Backend::open(&store.url).await.unwrap(),
         );
-        let report = migrate_sealed(
-            &source,
-            &target,
-            keys(),
-            &MigrateOptions::default(),
-            &NoProgress,
-        )
-        .await
-        .unwrap();
+        let report = seal(&source, &target, keys()).await.unwrap();
         assert!(report.verified(), "{} -> {}: {report:?}", from, store.url);
         assert!(report.transcripts_copied >= 2, "{report:?}");
         // Again: everything is there already, identical.
-        let again = migrate_sealed(
-            &source,
-            &target,
-            keys(),
-            &MigrateOptions::default(),
-            &NoProgress,
-        )
-        .await
-        .unwrap();
+        let again = seal(&source, &target, keys()).await.unwrap();
         assert!(again.verified(), "{again:?}");
         assert_eq!(again.transcripts_copied, 0, "{again:?}");
 
@@ -963,25 +956,9 @@ async fn a_plain_store_sealed_by_a_migration_keeps_everything_and_shows_no_word(
         assert!(seen.contains("jqjulietevent"), "{}: {seen}", store.url);
 
         // A sealed store is not sealed twice, nor a store into itself.
-        let twice = migrate_sealed(
-            &target,
-            &source,
-            keys(),
-            &MigrateOptions::default(),
-            &NoProgress,
-        )
-        .await
-        .unwrap_err();
+        let twice = seal(&target, &source, keys()).await.unwrap_err();
         assert_eq!(twice.kind(), "encryption", "{twice}");
-        let itself = migrate_sealed(
-            &source,
-            &source,
-            keys(),
-            &MigrateOptions::default(),
-            &NoProgress,
-        )
-        .await
-        .unwrap_err();
+        let itself = seal(&source, &source, keys()).await.unwrap_err();
         assert_eq!(itself.kind(), "invalid_option", "{itself}");
     }
     plain.finish().await;
@@ -1028,8 +1005,6 @@ async fn a_manager_with_keys_refuses_a_session_written_in_plain_text_and_writes_
 
 #[tokio::test]
 async fn a_torn_line_stops_a_sealing_migration_rather_than_being_copied_plain() {
-    use agent_sessions::ops::{MigrateOptions, NoProgress};
-    use agent_sessions::privacy::encryption::migrate_sealed;
     use agent_sessions::store::Backend;
 
     let dir = tempfile::tempdir().unwrap();
@@ -1054,15 +1029,7 @@ async fn a_torn_line_stops_a_sealing_migration_rather_than_being_copied_plain() 
         Backend::open(&from).await.unwrap(),
         Backend::open(&to).await.unwrap(),
     );
-    let refused = migrate_sealed(
-        &source,
-        &target,
-        keys,
-        &MigrateOptions::default(),
-        &NoProgress,
-    )
-    .await
-    .unwrap_err();
+    let refused = seal(&source, &target, keys).await.unwrap_err();
     assert_eq!(refused.kind(), "encryption", "{refused}");
     assert!(refused.to_string().contains("repair"), "{refused}");
     let copied = everything(&to);

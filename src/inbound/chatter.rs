@@ -364,6 +364,12 @@ impl ClaimedChatter {
 }
 
 impl GroupChatter {
+    /// Every entry it holds: waiting, then claimed by a turn.
+    pub(crate) fn all_entries(&self) -> impl Iterator<Item = &ChatterEntry> {
+        let claimed = self.claimed.iter().flat_map(|c| c.entries.iter());
+        self.entries.iter().chain(claimed)
+    }
+
     /// Appends `entry`, keeping the `limit` newest unclaimed entries.
     pub(crate) fn append(&mut self, entry: ChatterEntry, limit: usize) {
         self.entries.push_back(entry);

@@ -166,11 +166,7 @@ impl<C: ChatterBuffer + ?Sized> ChatterBuffer for EncryptedChatter<C> {
         // the keys of every entry kept are fetched first.
         let mut keys: HashMap<KeyOwner, (Option<DataKey>, Vec<DataKey>)> = HashMap::new();
         for (group, chatter) in self.inner.export_groups().await? {
-            let all = chatter
-                .entries
-                .iter()
-                .chain(chatter.claimed.iter().flat_map(|c| c.entries.iter()));
-            for entry in all {
+            for entry in chatter.all_entries() {
                 let owner = owner(&group, entry);
                 if let std::collections::hash_map::Entry::Vacant(slot) = keys.entry(owner) {
                     let current = self.key(slot.key(), false).await?;

@@ -154,11 +154,7 @@ impl SessionManager {
 
         let mut sealed_chatter = false;
         for (group, held) in backend.chatter().export_groups().await? {
-            let all = held
-                .entries
-                .iter()
-                .chain(held.claimed.iter().flat_map(|c| c.entries.iter()));
-            for entry in all {
+            for entry in held.all_entries() {
                 let owner = chatter::owner(&group, entry);
                 rotated.rotate(&*keys, owner).await?;
                 sealed_chatter |= sealed_text_key(&entry.body).is_some();
@@ -277,11 +273,7 @@ impl SessionManager {
             }
         }
         for (group, held) in backend.chatter().export_groups().await? {
-            let all = held
-                .entries
-                .iter()
-                .chain(held.claimed.iter().flat_map(|c| c.entries.iter()));
-            for entry in all {
+            for entry in held.all_entries() {
                 for text in [&entry.sender, &entry.body] {
                     if let Some(id) = sealed_text_key(text) {
                         add(chatter::owner(&group, entry), id);

@@ -342,11 +342,8 @@ impl ChatterBuffer for JsonFileChatter {
             .await?;
         let mut decisions: Vec<(PathBuf, Vec<(ChatterEntry, ChatterEdit)>)> = Vec::new();
         for (path, history) in groups {
-            let claimed = history.claimed.iter().flat_map(|c| c.entries.iter());
             let judged: Vec<(ChatterEntry, ChatterEdit)> = history
-                .entries
-                .iter()
-                .chain(claimed)
+                .all_entries()
                 .map(|entry| (entry.clone(), edit(&group_of(&path), entry)))
                 .filter(|(_, decision)| *decision != ChatterEdit::Keep)
                 .collect();
