@@ -16,7 +16,10 @@ use agent_sessions::memory::MemoryOptions;
 use agent_sessions::prelude::*;
 use agent_sessions::privacy::encryption::{KeyFiles, MasterKey, ERASED_TEXT};
 use agent_sessions::privacy::PersonRef;
-use agent_sessions::store::DescriptionSource;
+use agent_sessions::store::{Backend, DescriptionSource};
+use agent_sessions::transcript::search::{
+    InMemoryIndex, Search, SearchFilter, SearchIndex, SearchQuery,
+};
 use agent_sessions::transcript::TranscriptEntry;
 use agent_sessions::Sender;
 
@@ -1109,6 +1112,112 @@ async fn messages_that_wait_for_a_run_survive_data_keys_rotated_by_another_worke
             sent.len()
         );
         assert!(!copy.contains(ERASED_TEXT), "{}", store.url);
+    }
+    stores.finish().await;
+}
+
+/// A sealed manager over `store`, with the backend it serves (whose transcripts a
+/// search is synced from).
+async fn with_backend(store: &Sealed) -> (SessionManager, Backend) {
+    let backend = Backend::open(&store.url).await.unwrap();
+    let manager = SessionManager::builder(backend.sessions().clone())
+        .backend(backend.clone())
+        .encryption(KeyFiles::open(&store.keys, store.master.clone()).unwrap())
+        .build()
+        .unwrap();
+    (manager, backend)
+}
+
+/// The texts of the hits for `words`.
+async fn found(search: &Search, words: &str) -> Vec<String> {
+    let hits = search.search(&SearchQuery::text(words)).await.unwrap();
+    hits.into_iter().map(|hit| hit.message.text).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sealed_store_is_searched_by_words_it_keeps_only_as_keyed_hashes() {
+    let stores = stores::Stores::new("sealed_search");
+    let keys = tempfile::tempdir().unwrap();
+    let backups = tempfile::tempdir().unwrap();
+    for (n, store) in sealed_stores(&stores, keys.path()).into_iter().enumerate() {
+        let (manager, backend) = with_backend(&store).await;
+        write_everything(&manager).await;
+        let index = manager.search_index().await.unwrap();
+        let search = Search::shared(index.clone());
+        assert!(search.sync(&**backend.transcripts()).await.unwrap() > 0);
+
+        // Found by her words and his, each hit opened.
+        for word in ["jqalphadm", "jqreplydm", "bobdmkeepsake"] {
+            let texts = found(&search, word).await;
+            assert!(
+                texts.iter().any(|t| t.contains(word)),
+                "{}: {word}: {texts:?}",
+                store.url
+            );
+        }
+        // Ranked as a plain index ranks the same messages.
+        let plain = InMemoryIndex::new();
+        plain
+            .add(index.messages(&SearchFilter::new()).await.unwrap())
+            .await
+            .unwrap();
+        for query in ["jqalphadm", "my pin is", "ok", "bobdmkeepsake please"] {
+            let want = plain.full_text(query, &SearchFilter::new(), 10).await;
+            let got = index.full_text(query, &SearchFilter::new(), 10).await;
+            assert_eq!(got.unwrap(), want.unwrap(), "{}: {query}", store.url);
+        }
+        // Not a word of anyone's in plain text, the index included.
+        let mut words: Vec<&str> = JANE_OWN.to_vec();
+        words.extend(BOB_WORDS);
+        assert_eq!(hits(&everything(&store.url), &words), [], "{}", store.url);
+
+        // A backup with her rows in the index, restored after the erase: found by
+        // their hashes, they open to nothing of hers.
+        drop((search, index, manager));
+        let backup_dir = backups.path().join(n.to_string());
+        backup(&store.url, &backup_dir);
+        let (manager, _) = with_backend(&store).await;
+        let index = manager.search_index().await.unwrap();
+        manager
+            .forget_person(&PersonRef::person(JANE))
+            .await
+            .unwrap();
+        assert_eq!(
+            found(&Search::shared(index), "jqalphadm").await,
+            [] as [String; 0]
+        );
+        drop(manager);
+        restore(&store.url, &backup_dir);
+        let (manager, backend) = with_backend(&store).await;
+        let search = Search::shared(manager.search_index().await.unwrap());
+        let texts = found(&search, "jqalphadm").await;
+        assert!(
+            !texts.is_empty(),
+            "{}: her rows are in the backup",
+            store.url
+        );
+        for text in &texts {
+            assert_eq!(text, ERASED_TEXT, "{}", store.url);
+        }
+        let texts = found(&search, "bobdmkeepsake").await;
+        assert!(
+            texts.iter().any(|t| t.contains("bobdmkeepsake")),
+            "{}",
+            store.url
+        );
+
+        // Data keys replaced and the earlier ones retired: the index's rows keep the
+        // keys they were sealed under, and still open.
+        manager.rotate_data_keys().await.unwrap();
+        let retired = manager.retire_data_keys().await.unwrap();
+        search.sync(&**backend.transcripts()).await.unwrap();
+        let texts = found(&search, "bobdmkeepsake").await;
+        assert!(
+            texts.iter().any(|t| t.contains("bobdmkeepsake")),
+            "{}: {texts:?}",
+            store.url
+        );
+        assert!(retired.left > 0, "{}: {retired:?}", store.url);
     }
     stores.finish().await;
 }

@@ -835,6 +835,59 @@ impl SessionManager {
         Ok(SessionManager::builder(backend.sessions().clone()).backend(backend))
     }
 
+    /// The search index of the manager's backend, for a
+    /// [`Search`](crate::transcript::search::Search) synced from the backend's
+    /// transcripts as stored. On a manager with encryption, an index that keeps each
+    /// message's words as keyed hashes and its text sealed, and opens what it returns
+    /// (see [`privacy::encryption`](crate::privacy::encryption)).
+    ///
+    /// [`Error::NotConfigured`] without a backend, or for a manager isolated to one
+    /// agent (the index holds every agent's messages).
+    ///
+    /// ```
+    /// use agent_sessions::prelude::*;
+    /// use agent_sessions::manager::LogMessage;
+    /// use agent_sessions::store::Backend;
+    /// use agent_sessions::transcript::search::{Search, SearchQuery};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> agent_sessions::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let backend = Backend::open(&format!("json:{}", dir.path().display())).await?;
+    /// let manager = SessionManager::builder(backend.sessions().clone())
+    ///     .backend(backend.clone())
+    ///     .build()?;
+    /// let message = InboundMessage::direct("sms", "+15550100", "When is my next roster?");
+    /// let resolution = manager.resolve(&message).await?;
+    /// manager.session(&resolution.key).log_message(LogMessage::from_inbound(&message)).await?;
+    ///
+    /// let search = Search::shared(manager.search_index().await?);
+    /// search.sync(&**backend.transcripts()).await?;
+    /// let hits = search.search(&SearchQuery::text("rosters")).await?;
+    /// assert_eq!(hits[0].message.text, "When is my next roster?");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn search_index(&self) -> Result<Arc<dyn crate::transcript::search::SearchIndex>> {
+        let backend = self.seams.backend.as_ref().ok_or(Error::NotConfigured {
+            what: "the backend the search index is in (SessionManager::connect or SessionManagerBuilder::backend)",
+        })?;
+        if self.settings.isolated_to.is_some() {
+            return Err(Error::NotConfigured {
+                what: "a search index scoped to one agent (the backend's holds every agent's messages)",
+            });
+        }
+        let index = backend.search_index().await?;
+        #[cfg(feature = "encryption")]
+        if let Some(keys) = &self.seams.data_keys {
+            return Ok(Arc::new(crate::privacy::encryption::SealedIndex::new(
+                index,
+                keys.clone(),
+            )));
+        }
+        Ok(index)
+    }
+
     /// The store.
     pub fn store(&self) -> &dyn SessionStore {
         &*self.seams.store

@@ -30,6 +30,10 @@ pub use retention::{RetentionPolicy, RetentionReport, RetentionRule, RetentionSw
 /// `encryption`).
 pub(crate) const SEALED_ENTRY: &str = "sealed";
 
+/// The field of a transcript line's message-log fields (else of the line itself) that
+/// holds its sealed value (feature `encryption`).
+pub(crate) const SEALED_LINE: &str = "sealed";
+
 /// Refuses a session whose entry was sealed, to a manager without its keys, and a
 /// session written in plain text, to a manager with keys, before anything is written:
 /// either would leave the session half sealed.

@@ -28,7 +28,7 @@ fn problem(problem: impl Into<String>) -> Error {
 }
 
 /// `bytes` in lowercase hexadecimal.
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut text = String::with_capacity(bytes.len() * 2);
     for b in bytes {
@@ -281,6 +281,10 @@ pub enum KeyOwner {
     /// A session key (`agent:main:telegram:dm:42`): its entry's text fields
     /// (previews, names), its waiting system events and group chatter.
     SessionKey(String),
+    /// The store's search index: the one key its words are hashed under, so that a
+    /// search finds them without the index keeping them in plain text. Not a
+    /// person's: erasing one does not destroy it.
+    Search,
 }
 
 impl KeyOwner {
@@ -292,6 +296,7 @@ impl KeyOwner {
                 format!("agent-sessions data key\0session\0{agent}\0{session_id}")
             }
             KeyOwner::SessionKey(key) => format!("agent-sessions data key\0key\0{key}"),
+            KeyOwner::Search => "agent-sessions data key\0search".to_owned(),
         }
     }
 }

@@ -46,6 +46,7 @@ mod key;
 mod opened;
 mod rotation;
 mod sealed;
+mod search;
 mod transcripts;
 
 pub use key::{DataKey, KeyFiles, KeyOwner, KeyProvider, MasterKey};
@@ -53,6 +54,7 @@ pub use rotation::DataKeyRotation;
 pub use sealed::ERASED_TEXT;
 
 pub(crate) use opened::Keys;
+pub(crate) use search::SealedIndex;
 pub(crate) use transcripts::EncryptedTranscripts;
 
 use std::sync::Arc;

@@ -9,6 +9,7 @@ use super::chatter;
 use super::entries::{owner as entry_owner, sealed_key_ids};
 use super::key::{sealed_text_key, KeyOwner, KeyProvider};
 use super::sealed::{owner_of, sealed_value};
+use super::search;
 use super::{EncryptedTranscripts, Keys};
 use crate::error::{Error, Result};
 use crate::inbound::chatter::ChatterEdit;
@@ -253,8 +254,14 @@ impl SessionManager {
         };
         let agent = self.settings.isolated_to.as_ref();
         let transcripts = backend.transcripts();
+        let index = backend.search_index().await?;
         for (agent, name) in transcripts.transcript_names(agent).await? {
             let session_id = session_id_of_name(&name);
+            // The search index's copies of the session's messages keep the key they
+            // were sealed under.
+            for (owner, id) in search::keys_in_use(&*index, &session_id).await? {
+                add(owner, &id);
+            }
             let lines = transcripts.export_lines(&agent, &name).await?;
             for line in lines.into_iter().flatten() {
                 let Ok(entry) =

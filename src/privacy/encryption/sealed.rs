@@ -12,7 +12,7 @@ use crate::transcript::{ChatterSender, Content, TranscriptEntry};
 use crate::AgentId;
 
 /// The field of a sealed entry that holds the sealed text.
-pub(crate) const SEALED_FIELD: &str = "sealed";
+pub(crate) const SEALED_FIELD: &str = crate::privacy::SEALED_LINE;
 /// How a sealed value starts: the format's version.
 const PREFIX: &str = "enc1:";
 /// What a line shows for text whose key was destroyed (its owner was erased).

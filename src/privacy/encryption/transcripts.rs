@@ -34,17 +34,12 @@ impl<T: ?Sized> EncryptedTranscripts<T> {
     }
 
     fn keyring(&self) -> Keyring<'_> {
-        Keyring {
-            provider: &self.keys,
-            known: HashMap::new(),
-            all: HashMap::new(),
-            remember: true,
-        }
+        Keyring::new(&self.keys, true)
     }
 }
 
 /// The data keys one call uses, each asked of the provider once.
-struct Keyring<'a> {
+pub(crate) struct Keyring<'a> {
     provider: &'a Keys,
     known: HashMap<KeyOwner, Option<DataKey>>,
     /// Every key of an owner that opens something, asked once.
@@ -54,8 +49,19 @@ struct Keyring<'a> {
     remember: bool,
 }
 
-impl Keyring<'_> {
-    async fn key(&mut self, owner: KeyOwner, create: bool) -> Result<Option<&DataKey>> {
+impl<'a> Keyring<'a> {
+    /// A keyring over `provider`'s keys; `remember`: whether what it opens is kept
+    /// opened.
+    pub(crate) fn new(provider: &'a Keys, remember: bool) -> Self {
+        Keyring {
+            provider,
+            known: HashMap::new(),
+            all: HashMap::new(),
+            remember,
+        }
+    }
+
+    pub(crate) async fn key(&mut self, owner: KeyOwner, create: bool) -> Result<Option<&DataKey>> {
         // Not asked yet, or asked only whether it exists and now to be made.
         if self
             .known
@@ -92,7 +98,11 @@ impl Keyring<'_> {
     }
 
     /// `owner`'s key whose id is `id`, if it is left.
-    async fn key_with_id(&mut self, owner: KeyOwner, id: &str) -> Result<Option<DataKey>> {
+    pub(crate) async fn key_with_id(
+        &mut self,
+        owner: KeyOwner,
+        id: &str,
+    ) -> Result<Option<DataKey>> {
         if !self.all.contains_key(&owner) {
             let keys = self.provider.data_keys(&owner).await?;
             self.all.insert(owner.clone(), keys);
@@ -116,6 +126,31 @@ impl Keyring<'_> {
             place,
             (&self.provider.lines, self.remember),
         )
+    }
+
+    /// The text of a logged message whose text is its line's sealed value (what a
+    /// message-log record of a sealed transcript carries): [`ERASED_TEXT`](super::ERASED_TEXT)
+    /// when its key was destroyed.
+    pub(crate) async fn open_logged(
+        &mut self,
+        message: &crate::transcript::search::LoggedMessage,
+        agent: &AgentId,
+    ) -> Result<String> {
+        let mut entry = TranscriptEntry {
+            log: Some(crate::transcript::LogFields {
+                person_id: message.person_id.clone(),
+                extra: [(
+                    crate::privacy::SEALED_LINE.to_owned(),
+                    message.text.clone().into(),
+                )]
+                .into_iter()
+                .collect(),
+                ..Default::default()
+            }),
+            ..TranscriptEntry::user_text(String::new(), message.at)
+        };
+        self.open(&mut entry, (agent, &message.session_id)).await?;
+        Ok(entry.message.map(|m| m.text()).unwrap_or_default())
     }
 
     async fn open_events(

@@ -114,7 +114,12 @@ impl LoggedMessage {
             direction: record.log.direction,
             correlation_id: record.log.correlation_id.clone(),
             at: record.at,
-            text: record.text.clone(),
+            text: match record.log.extra.get(crate::privacy::SEALED_LINE) {
+                // A sealed line's record: its sealed value, which a sealed store's
+                // index opens (and any other keeps as stored).
+                Some(serde_json::Value::String(sealed)) if record.text.is_empty() => sealed.clone(),
+                _ => record.text.clone(),
+            },
             category: None,
             embedding: None,
         }
