@@ -869,23 +869,32 @@ impl SessionManager {
     /// # }
     /// ```
     pub async fn search_index(&self) -> Result<Arc<dyn crate::transcript::search::SearchIndex>> {
-        let backend = self.seams.backend.as_ref().ok_or(Error::NotConfigured {
-            what: "the backend the search index is in (SessionManager::connect or SessionManagerBuilder::backend)",
-        })?;
         if self.settings.isolated_to.is_some() {
             return Err(Error::NotConfigured {
                 what: "a search index scoped to one agent (the backend's holds every agent's messages)",
             });
         }
+        self.backend_index().await?.ok_or(Error::NotConfigured {
+            what: "the backend the search index is in (SessionManager::connect or SessionManagerBuilder::backend)",
+        })
+    }
+
+    /// The backend's search index, sealed when the manager seals; `None` without a
+    /// backend.
+    pub(crate) async fn backend_index(
+        &self,
+    ) -> Result<Option<Arc<dyn crate::transcript::search::SearchIndex>>> {
+        let Some(backend) = &self.seams.backend else {
+            return Ok(None);
+        };
         let index = backend.search_index().await?;
         #[cfg(feature = "encryption")]
         if let Some(keys) = &self.seams.data_keys {
-            return Ok(Arc::new(crate::privacy::encryption::SealedIndex::new(
-                index,
-                keys.clone(),
+            return Ok(Some(Arc::new(
+                crate::privacy::encryption::SealedIndex::new(index, keys.clone()),
             )));
         }
-        Ok(index)
+        Ok(Some(index))
     }
 
     /// The store.

@@ -234,7 +234,7 @@ impl Privacy<'_> {
             }
             None => TranscriptPlan::default(),
         };
-        if let Some(index) = self.search_index().await? {
+        if let Some(index) = self.backend_index().await? {
             report.search_messages += self
                 .erase_search(&*index, &ids, &erased, &plan.touched, &plan.labels)
                 .await?;
@@ -295,7 +295,7 @@ impl Privacy<'_> {
             self.histories.clear();
             edited?;
         }
-        if let Some(index) = self.search_index().await? {
+        if let Some(index) = self.backend_index().await? {
             self.erase_search(&*index, &ids, &erased, &BTreeSet::new(), &[])
                 .await?;
             index.flush().await?;
@@ -354,14 +354,6 @@ impl Privacy<'_> {
             (None, Some(_)) => Err(Error::NotConfigured {
                 what: "the backend the transcripts are in (SessionManagerBuilder::backend or SessionManager::connect)",
             }),
-        }
-    }
-
-    /// The backend's search index, if the manager has a backend.
-    pub(crate) async fn search_index(&self) -> Result<Option<std::sync::Arc<dyn SearchIndex>>> {
-        match &self.seams.backend {
-            Some(backend) => backend.search_index().await.map(Some),
-            None => Ok(None),
         }
     }
 

@@ -396,7 +396,7 @@ impl SessionManager {
             }
         }
         report.cut = was_cut.len();
-        if let Some(index) = Privacy(self).search_index().await? {
+        if let Some(index) = self.backend_index().await? {
             let mut ids = Vec::new();
             for session_id in &gone_ids {
                 for message in index
