@@ -1024,6 +1024,34 @@ async fn ranks_like_the_memory_index(index: &dyn SearchIndex) {
             }
         }
     }
+
+    // The newest messages removed (an erase, a retention sweep) and others added after
+    // them: the new ones are found, ranked alike, and the removed ones are not.
+    let newest: Vec<String> = corpus[11_500..].iter().map(|m| m.id.clone()).collect();
+    assert_eq!(index.remove(&newest).await.unwrap(), 500);
+    memory.remove(&newest).await.unwrap();
+    let later: Vec<LoggedMessage> = corpus[11_500..]
+        .iter()
+        .map(|m| LoggedMessage {
+            id: format!("{}-later", m.id),
+            text: format!("{} later", m.text),
+            ..m.clone()
+        })
+        .collect();
+    assert_eq!(index.add(later.clone()).await.unwrap(), 500);
+    memory.add(later).await.unwrap();
+    for query in ["later", "later roster", "swap"] {
+        let expected = memory.full_text(query, &SearchFilter::new(), 40).await;
+        let found = index.full_text(query, &SearchFilter::new(), 40).await;
+        let (expected, found) = (expected.unwrap(), found.unwrap());
+        assert_eq!(found.len(), 40, "{query:?}");
+        let ids = |hits: &[(String, f32)]| hits.iter().map(|h| h.0.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(&found), ids(&expected), "{query:?}");
+        assert!(
+            ids(&found).iter().all(|id| !newest.contains(id)),
+            "{query:?}"
+        );
+    }
 }
 
 #[cfg(feature = "sqlite")]

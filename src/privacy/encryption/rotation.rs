@@ -186,7 +186,9 @@ impl SessionManager {
     /// Lets go of the data keys [`rotate_data_keys`](Self::rotate_data_keys) replaced,
     /// each once nothing the store holds is sealed under it (feature `encryption`):
     /// it reads every sealed value first. Run it once a rotation pass has finished;
-    /// keys still needed are kept and counted in [`DataKeyRotation::left`].
+    /// keys still needed are kept and counted in [`DataKeyRotation::left`] — among
+    /// them those the search index's rows were sealed under
+    /// ([`SessionManager::search_index`]), which a rotation does not seal anew.
     ///
     /// A backup taken before the rotation opens only while the earlier keys exist:
     /// retiring them makes it unreadable, like an erase.

@@ -167,11 +167,17 @@ ALTER TABLE group_history ADD COLUMN sender_id TEXT;
 CREATE INDEX transcript_compactions ON transcript_lines (agent_id, name, seq)
     WHERE instr(line, 'compaction') > 0;
 "#,
+    // The search postings made again: before, a message numbered as one removed from
+    // the index's end had been (SQLite gives the number again) was never indexed.
+    r#"
+DELETE FROM search_postings;
+UPDATE search_postings_state SET indexed_through = 0, messages = 0, words = 0 WHERE id = 1;
+"#,
 ];
 
-/// The migration that adds `search_postings`: messages indexed before it are indexed
-/// when it is applied.
-const POSTINGS_MIGRATION: i64 = 7;
+/// The last migration that leaves messages to index (it adds `search_postings`, or
+/// empties it to be made again): they are indexed when it is applied.
+const POSTINGS_MIGRATION: i64 = 12;
 
 pub(super) fn schema_version(connection: &Connection) -> Result<i64> {
     connection

@@ -307,6 +307,14 @@ pub(super) fn remove_messages(tx: &rusqlite::Connection, ids: &[String]) -> Resu
         tx.execute("DELETE FROM search_messages WHERE rowid = ?1", [doc])
             .map_err(failed())?;
     }
+    // SQLite numbers a new row one past the largest left: the newest rows removed,
+    // their numbers come again, and must count as not yet indexed.
+    tx.execute(
+        "UPDATE search_postings_state SET indexed_through = MIN(indexed_through,
+         (SELECT COALESCE(MAX(rowid), 0) FROM search_messages)) WHERE id = 1",
+        [],
+    )
+    .map_err(failed())?;
     Ok(found.len())
 }
 

@@ -162,6 +162,62 @@ async fn messages_indexed_before_the_postings_are_found_after_the_migration() {
     assert_eq!(ids(hits), ["main/s-1/3", "main/s-1/2", "main/s-1/0"]);
 }
 
+/// A database where schema version 11 reused the numbers of the newest messages
+/// removed, and left the messages added after them out of the postings, has every
+/// message found once opened by this version.
+#[tokio::test]
+async fn messages_left_out_of_the_postings_after_a_removal_are_found_after_the_migration() {
+    use crate::transcript::search::{LoggedMessage, SearchFilter, SearchIndex};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
+    let message = |n: usize, text: &str| LoggedMessage {
+        id: format!("main/s-1/{n}"),
+        agent: "main".into(),
+        session_id: "s-1".into(),
+        session_key: None,
+        person_id: None,
+        agent_identity: None,
+        channel: None,
+        direction: None,
+        correlation_id: None,
+        at: Utc::now(),
+        text: text.into(),
+        category: None,
+        embedding: None,
+    };
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        let texts = ["the roster for Thursday", "swap my shift", "a roster"];
+        let first = texts.iter().enumerate().map(|(n, t)| message(n, t));
+        store.add(first.collect()).await.unwrap();
+        SearchIndex::remove(&store, &["main/s-1/2".to_owned()])
+            .await
+            .unwrap();
+    }
+    // What version 11 left: the removed message's number given to the next one, and
+    // the postings' mark past it.
+    let old = Connection::open(&path).unwrap();
+    old.execute_batch(
+        "DELETE FROM schema_migrations WHERE version = 12;
+         INSERT INTO search_messages (rowid, id, agent_id, session_id, at, text)
+             VALUES (3, 'main/s-1/3', 'main', 's-1', 0, 'roster after the erase');
+         UPDATE search_postings_state SET indexed_through = 3;",
+    )
+    .unwrap();
+    drop(old);
+    let store = SqliteStore::open(&path).unwrap();
+    let mut found: Vec<String> = store
+        .full_text("roster", &SearchFilter::new(), 5)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|hit| hit.0)
+        .collect();
+    found.sort();
+    assert_eq!(found, ["main/s-1/0", "main/s-1/3"]);
+    assert_eq!(store.message_count().await.unwrap(), 3);
+}
+
 #[tokio::test]
 async fn a_row_that_is_not_an_entry_is_reported_not_dropped() {
     let dir = tempfile::tempdir().unwrap();
