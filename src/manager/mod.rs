@@ -891,7 +891,11 @@ impl SessionManager {
         #[cfg(feature = "encryption")]
         if let Some(keys) = &self.seams.data_keys {
             return Ok(Some(Arc::new(
-                crate::privacy::encryption::SealedIndex::new(index, keys.clone()),
+                crate::privacy::encryption::SealedIndex::new(
+                    index,
+                    keys.clone(),
+                    backend.transcripts().clone(),
+                ),
             )));
         }
         Ok(Some(index))

@@ -9,7 +9,6 @@ use super::chatter;
 use super::entries::{owner as entry_owner, sealed_key_ids};
 use super::key::{sealed_text_key, KeyOwner, KeyProvider};
 use super::sealed::{owner_of, sealed_value};
-use super::search;
 use super::{EncryptedTranscripts, Keys};
 use crate::error::{Error, Result};
 use crate::inbound::chatter::ChatterEdit;
@@ -186,9 +185,7 @@ impl SessionManager {
     /// Lets go of the data keys [`rotate_data_keys`](Self::rotate_data_keys) replaced,
     /// each once nothing the store holds is sealed under it (feature `encryption`):
     /// it reads every sealed value first. Run it once a rotation pass has finished;
-    /// keys still needed are kept and counted in [`DataKeyRotation::left`] — among
-    /// them those the search index's rows were sealed under
-    /// ([`SessionManager::search_index`]), which a rotation does not seal anew.
+    /// keys still needed are kept and counted in [`DataKeyRotation::left`].
     ///
     /// A backup taken before the rotation opens only while the earlier keys exist:
     /// retiring them makes it unreadable, like an erase.
@@ -256,14 +253,8 @@ impl SessionManager {
         };
         let agent = self.settings.isolated_to.as_ref();
         let transcripts = backend.transcripts();
-        let index = backend.search_index().await?;
         for (agent, name) in transcripts.transcript_names(agent).await? {
             let session_id = session_id_of_name(&name);
-            // The search index's copies of the session's messages keep the key they
-            // were sealed under.
-            for (owner, id) in search::keys_in_use(&*index, &session_id).await? {
-                add(owner, &id);
-            }
             let lines = transcripts.export_lines(&agent, &name).await?;
             for line in lines.into_iter().flatten() {
                 let Ok(entry) =

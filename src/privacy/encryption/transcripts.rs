@@ -128,16 +128,40 @@ impl<'a> Keyring<'a> {
         )
     }
 
-    /// The text of a logged message whose text is its line's sealed value (what a
-    /// message-log record of a sealed transcript carries): [`ERASED_TEXT`](super::ERASED_TEXT)
-    /// when its key was destroyed.
+    /// Opens a message-log record of a sealed line: its text and log fields as they
+    /// were written ([`ERASED_TEXT`](super::ERASED_TEXT) when its key was destroyed).
+    pub(crate) async fn open_record(&mut self, record: &mut LogRecord) -> Result<()> {
+        let mut entry = TranscriptEntry {
+            log: Some(std::mem::take(&mut record.log)),
+            ..TranscriptEntry::user_text(String::new(), record.at)
+        };
+        let mut opened = Ok(());
+        if sealed_value(&entry).is_some() {
+            opened = self
+                .open(&mut entry, (&record.agent, &record.session_id))
+                .await;
+            if let (Ok(()), Some(message)) = (&opened, &entry.message) {
+                record.text = message.text();
+            }
+        }
+        record.log = entry.log.unwrap_or_default();
+        opened
+    }
+
+    /// The text of a logged message whose text is its line's sealed value (what
+    /// [`LoggedMessage::from_record`](crate::transcript::search::LoggedMessage) makes
+    /// of a sealed line's record).
     pub(crate) async fn open_logged(
         &mut self,
         message: &crate::transcript::search::LoggedMessage,
         agent: &AgentId,
     ) -> Result<String> {
-        let mut entry = TranscriptEntry {
-            log: Some(crate::transcript::LogFields {
+        let mut record = LogRecord {
+            agent: agent.clone(),
+            session_id: message.session_id.clone(),
+            at: message.at,
+            text: String::new(),
+            log: crate::transcript::LogFields {
                 person_id: message.person_id.clone(),
                 extra: [(
                     crate::privacy::SEALED_LINE.to_owned(),
@@ -146,11 +170,11 @@ impl<'a> Keyring<'a> {
                 .into_iter()
                 .collect(),
                 ..Default::default()
-            }),
-            ..TranscriptEntry::user_text(String::new(), message.at)
+            },
+            offset: Offset(0),
         };
-        self.open(&mut entry, (agent, &message.session_id)).await?;
-        Ok(entry.message.map(|m| m.text()).unwrap_or_default())
+        self.open_record(&mut record).await?;
+        Ok(record.text)
     }
 
     async fn open_events(
@@ -339,19 +363,7 @@ impl<T: TranscriptStore + ?Sized> TranscriptStore for EncryptedTranscripts<T> {
         let mut records = self.inner.query_log(query).await?;
         let mut keyring = self.keyring();
         for record in &mut records {
-            let mut entry = TranscriptEntry {
-                log: Some(std::mem::take(&mut record.log)),
-                ..TranscriptEntry::user_text(String::new(), record.at)
-            };
-            if sealed_value(&entry).is_some() {
-                keyring
-                    .open(&mut entry, (&record.agent, &record.session_id))
-                    .await?;
-                if let Some(message) = &entry.message {
-                    record.text = message.text();
-                }
-            }
-            record.log = entry.log.unwrap_or_default();
+            keyring.open_record(record).await?;
         }
         Ok(records)
     }

@@ -116,7 +116,7 @@ impl LoggedMessage {
             at: record.at,
             text: match record.log.extra.get(crate::privacy::SEALED_LINE) {
                 // A sealed line's record: its sealed value, which a sealed store's
-                // index opens (and any other keeps as stored).
+                // index opens (`Search::sync` gives it no other).
                 Some(serde_json::Value::String(sealed)) if record.text.is_empty() => sealed.clone(),
                 _ => record.text.clone(),
             },
@@ -355,6 +355,15 @@ pub trait SearchIndex: Send + Sync {
     async fn flush(&self) -> Result<()> {
         Ok(())
     }
+
+    /// Whether it opens the sealed lines of a store with encryption, given as their
+    /// sealed values: the index of
+    /// [`SessionManager::search_index`](crate::SessionManager::search_index) on a
+    /// manager with the store's keys does. [`Search::sync`] refuses sealed lines to
+    /// any other index, which would keep them unsearchable. The default: `false`.
+    fn reads_sealed_lines(&self) -> bool {
+        false
+    }
 }
 
 /// Turns texts into vectors: the host's embedding model, called in batches.
@@ -471,12 +480,27 @@ impl Search {
 
     /// Copies the log records written since the last sync into the index; returns how
     /// many were new. Idempotent: records already indexed are skipped.
+    /// [`Error::Encryption`](crate::Error::Encryption) for sealed lines (a store with
+    /// encryption) given to an index that cannot read them
+    /// ([`SearchIndex::reads_sealed_lines`]).
     pub async fn sync(&self, transcripts: &dyn TranscriptStore) -> Result<usize> {
         let mut query = LogQuery::new();
         if let Some(newest) = self.index.newest().await? {
             query = query.since(newest - SYNC_OVERLAP);
         }
         let records = transcripts.query_log(&query).await?;
+        let sealed =
+            |record: &&LogRecord| record.log.extra.contains_key(crate::privacy::SEALED_LINE);
+        if !self.index.reads_sealed_lines() {
+            if let Some(record) = records.iter().find(sealed) {
+                return Err(crate::Error::Encryption {
+                    problem: format!(
+                        "session {} of {} is sealed: search a sealed store through SessionManager::search_index, on a manager with its keys",
+                        record.session_id, record.agent
+                    ),
+                });
+            }
+        }
         let messages = records.iter().map(LoggedMessage::from_record).collect();
         let added = self.index.add(messages).await?;
         if added > 0 {
