@@ -1074,6 +1074,37 @@ async fn postgres_ranks_like_the_memory_index() {
     schema.drop().await;
 }
 
+/// A message holding a NUL character (which a PostgreSQL `TEXT` cannot) is indexed,
+/// with U+FFFD in its place, and the messages after it too: it does not stop every
+/// later sync.
+#[cfg(feature = "postgres")]
+#[tokio::test]
+#[cfg_attr(
+    not(postgres_tests),
+    ignore = "set AGENT_SESSIONS_TEST_POSTGRES_URL to run"
+)]
+async fn postgres_indexes_a_message_holding_a_nul_character() {
+    let schema = common::TestSchema::new("search_nul");
+    let store = schema.store().await;
+    let corpus = generated_corpus();
+    let with_nul = LoggedMessage {
+        text: "bad \u{0} roster".into(),
+        person_id: Some("p\u{0}1".into()),
+        ..corpus[0].clone()
+    };
+    assert_eq!(store.add(vec![with_nul]).await.unwrap(), 1);
+    assert_eq!(store.add(corpus[1..3].to_vec()).await.unwrap(), 2);
+    let hits = store
+        .full_text("bad roster", &SearchFilter::new(), 5)
+        .await
+        .unwrap();
+    assert_eq!(hits[0].0, corpus[0].id);
+    let kept = store.messages_by_id(&[corpus[0].id.clone()]).await.unwrap();
+    assert_eq!(kept[0].text, "bad \u{FFFD} roster");
+    assert_eq!(store.message_count().await.unwrap(), 3);
+    schema.drop().await;
+}
+
 /// A stand-in embedding: the words of a text hashed into 32 buckets.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 fn hashed(text: &str) -> Vec<f32> {

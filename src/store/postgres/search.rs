@@ -284,6 +284,15 @@ impl PostgresStore {
     }
 }
 
+/// `text` as a PostgreSQL `TEXT` value holds it: a NUL character (which it cannot
+/// hold, and would refuse the whole batch for) becomes U+FFFD.
+fn without_nul(text: &str) -> std::borrow::Cow<'_, str> {
+    match text.contains('\0') {
+        true => text.replace('\0', "\u{FFFD}").into(),
+        false => text.into(),
+    }
+}
+
 #[async_trait]
 impl SearchIndex for PostgresStore {
     async fn remove(&self, ids: &[String]) -> Result<usize> {
@@ -446,18 +455,21 @@ impl SearchIndex for PostgresStore {
         for m in &messages {
             let direction = direction_column(m.direction);
             let at = m.at.timestamp_millis();
+            let (session_key, person_id) = (m.session_key.as_deref(), m.person_id.as_deref());
+            let (identity, channel) = (m.agent_identity.as_deref(), m.channel.as_deref());
+            let correlation_id = m.correlation_id.as_deref();
             let values: [&(dyn ToSql + Sync); 11] = [
                 &m.id,
                 &m.agent,
                 &m.session_id,
-                &m.session_key,
-                &m.person_id,
-                &m.agent_identity,
-                &m.channel,
+                &session_key.map(without_nul),
+                &person_id.map(without_nul),
+                &identity.map(without_nul),
+                &channel.map(without_nul),
                 &direction,
-                &m.correlation_id,
+                &correlation_id.map(without_nul),
                 &at,
-                &m.text,
+                &without_nul(&m.text),
             ];
             added += tx
                 .execute(&insert, &values)
