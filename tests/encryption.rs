@@ -20,7 +20,7 @@ use agent_sessions::store::{Backend, DescriptionSource};
 use agent_sessions::transcript::search::{
     InMemoryIndex, Search, SearchFilter, SearchIndex, SearchQuery,
 };
-use agent_sessions::transcript::TranscriptEntry;
+use agent_sessions::transcript::{TranscriptEntry, TranscriptRef};
 use agent_sessions::{Error, Sender};
 
 const JANE: &str = "person-jq7";
@@ -1259,7 +1259,7 @@ async fn a_sealed_store_is_searched_by_words_it_keeps_only_as_keyed_hashes() {
 }
 
 #[tokio::test]
-async fn a_search_hit_whose_line_was_altered_is_left_out_and_the_search_goes_on() {
+async fn a_search_hit_whose_line_was_altered_reads_as_erased_and_the_search_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let store = Sealed {
         url: format!("json:{}", dir.path().join("tree").display()),
@@ -1292,6 +1292,55 @@ async fn a_search_hit_whose_line_was_altered_is_left_out_and_the_search_goes_on(
         std::fs::write(&path, lines.join("\n") + "\n").unwrap();
     }
     assert_eq!(altered, 2);
-    assert_eq!(found(&search, "bobdmkeepsake").await, [] as [String; 0]);
+    assert_eq!(found(&search, "bobdmkeepsake").await, [ERASED_TEXT]);
     assert_eq!(found(&search, "jqalphadm").await, ["my pin is jqalphadm"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_rows_whose_transcript_is_gone_read_as_erased_and_an_erase_still_removes_them() {
+    let stores = stores::Stores::new("sealed_orphans");
+    let keys = tempfile::tempdir().unwrap();
+    for store in sealed_stores(&stores, keys.path()) {
+        let (manager, backend) = with_backend(&store).await;
+        for i in 0..3 {
+            let text = format!("bobdmkeepsake {i}");
+            answer(&manager, &bob_dm(&text, &format!("b{i}")), "fine").await;
+        }
+        answer(&manager, &telegram("my pin is jqalphadm", "t1"), "noted").await;
+        let index = manager.search_index().await.unwrap();
+        let search = Search::shared(index.clone());
+        assert_eq!(search.sync(&**backend.transcripts()).await.unwrap(), 8);
+
+        // Bob's transcript removed by hand: his rows stay in the index until erased.
+        let key = manager.key_for(&bob_dm("x", "x")).unwrap();
+        let entry = manager.session(&key).get().await.unwrap().unwrap().entry;
+        let transcript = TranscriptRef::of(&key, &entry, manager.default_agent());
+        assert!(backend.transcripts().remove(&transcript).await.unwrap());
+
+        // His hits still count, reading `[erased]`; hers are untouched; background
+        // work moves past his rows.
+        let texts = found(&search, "bobdmkeepsake").await;
+        assert_eq!(texts, [ERASED_TEXT; 3], "{}", store.url);
+        assert_eq!(found(&search, "jqalphadm").await, ["my pin is jqalphadm"]);
+        let progress = search.process_all(&**backend.transcripts()).await.unwrap();
+        assert_eq!(
+            progress.pending_categories, 0,
+            "{}: {progress:?}",
+            store.url
+        );
+
+        // The erase finds his rows through the manager's index, and removes them.
+        manager
+            .forget_person(&PersonRef::person("bob"))
+            .await
+            .unwrap();
+        let raw = backend.search_index().await.unwrap();
+        let left = raw
+            .messages(&SearchFilter::new().person("bob"))
+            .await
+            .unwrap();
+        assert_eq!(left, [], "{}", store.url);
+        assert_eq!(index.message_count().await.unwrap(), 2, "{}", store.url);
+    }
+    stores.finish().await;
 }

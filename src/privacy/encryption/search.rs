@@ -8,7 +8,7 @@
 //! itself stays only where it was sealed, in its line, under its owner's data key: an
 //! erase, a key rotation or a restored backup treats it as it treats the line.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -17,6 +17,7 @@ use hmac::{KeyInit, Mac};
 
 use super::key::{is_sealed_text, DataKey, KeyOwner, KeyProvider};
 use super::opened::Keys;
+use super::sealed::ERASED_TEXT;
 use super::transcripts::Keyring;
 use crate::error::{Error, Result};
 use crate::transcript::search::{tokens, LoggedMessage, SearchFilter, SearchIndex, Work};
@@ -61,19 +62,37 @@ impl SealedIndex {
     }
 
     /// `rows` of the inner index with their texts, read from their lines and opened.
-    /// A row whose line is gone (its transcript removed) or does not open (altered,
-    /// moved) is left out, with a warning for the latter.
-    async fn with_texts(&self, rows: Vec<LoggedMessage>) -> Result<Vec<LoggedMessage>> {
-        let mut sessions: BTreeMap<(&str, &str), ()> = BTreeMap::new();
+    /// A row whose line is gone (its transcript removed), or does not open (altered:
+    /// with a warning), reads [`ERASED_TEXT`]: it is still returned, so that an erase
+    /// or a retention sweep finds it to remove it, and background work moves past it.
+    async fn with_texts(&self, mut rows: Vec<LoggedMessage>) -> Result<Vec<LoggedMessage>> {
+        let mut sessions: BTreeSet<(&str, &str)> = BTreeSet::new();
         for row in &rows {
-            sessions.insert((&row.agent, &row.session_id), ());
+            sessions.insert((&row.agent, &row.session_id));
         }
+        // A few sessions are read one by one; more, in one pass over the rows' time.
+        let queries: Vec<LogQuery> = if sessions.len() <= SESSIONS_READ_ONE_BY_ONE {
+            sessions
+                .into_iter()
+                .map(|(agent, session_id)| Ok(LogQuery::session(AgentId::new(agent)?, session_id)))
+                .collect::<Result<_>>()?
+        } else {
+            let since = rows.iter().map(|row| row.at).min();
+            let until = rows.iter().map(|row| row.at).max();
+            let mut query = LogQuery::new();
+            query.since = since;
+            query.until = until.map(|at| at + chrono::Duration::milliseconds(1));
+            vec![query]
+        };
+        let wanted: HashSet<&str> = rows.iter().map(|row| row.id.as_str()).collect();
         let mut keyring = Keyring::new(&self.keys, true);
         let mut texts: HashMap<String, String> = HashMap::new();
-        for (agent, session_id) in sessions.into_keys() {
-            let query = LogQuery::session(AgentId::new(agent)?, session_id);
+        for query in queries {
             for mut record in self.transcripts.query_log(&query).await? {
                 let id = LoggedMessage::from_record(&record).id;
+                if !wanted.contains(id.as_str()) {
+                    continue;
+                }
                 match keyring.open_record(&mut record).await {
                     Ok(()) => {
                         texts.insert(id, record.text);
@@ -85,15 +104,58 @@ impl SealedIndex {
                 }
             }
         }
-        Ok(rows
-            .into_iter()
-            .filter_map(|mut row| {
-                row.text = texts.remove(&row.id)?;
-                Some(row)
-            })
-            .collect())
+        for row in &mut rows {
+            row.text = texts
+                .remove(&row.id)
+                .unwrap_or_else(|| ERASED_TEXT.to_owned());
+        }
+        Ok(rows)
     }
 }
+
+impl SealedIndex {
+    /// `messages` whose lines' keys were gone when they were read, read again with
+    /// their keys asked anew: a rotation may have sealed them anew and retired the key
+    /// they were read under. Those whose keys are still gone (an erase) are left out:
+    /// nothing of them is indexed.
+    async fn read_again(
+        &self,
+        messages: Vec<LoggedMessage>,
+        word_key: &DataKey,
+    ) -> Result<Vec<LoggedMessage>> {
+        let mut keyring = Keyring::new(&self.keys, false);
+        let mut again = Vec::new();
+        let mut sessions: HashMap<(String, String), Vec<LoggedMessage>> = HashMap::new();
+        for message in messages {
+            let session = (message.agent.clone(), message.session_id.clone());
+            sessions.entry(session).or_default().push(message);
+        }
+        for ((agent, session_id), messages) in sessions {
+            let query = LogQuery::session(AgentId::new(&agent)?, session_id);
+            let mut records: HashMap<String, _> = HashMap::new();
+            for record in self.transcripts.query_log(&query).await? {
+                records.insert(LoggedMessage::from_record(&record).id, record);
+            }
+            for mut message in messages {
+                let Some(mut record) = records.remove(&message.id) else {
+                    continue;
+                };
+                if !keyring.can_open(&record).await?
+                    || keyring.open_record(&mut record).await.is_err()
+                {
+                    continue;
+                }
+                message.text = hashed_words(word_key, &record.text);
+                again.push(message);
+            }
+        }
+        Ok(again)
+    }
+}
+
+/// Up to how many sessions a read of rows' texts reads one by one; more are read in one
+/// pass over the message log between the rows' times.
+const SESSIONS_READ_ONE_BY_ONE: usize = 16;
 
 /// Whether a message's text is its line's sealed value, as a record of a sealed
 /// transcript carries it.
@@ -128,11 +190,16 @@ impl SearchIndex for SealedIndex {
         };
         let mut keyring = Keyring::new(&self.keys, false);
         let mut hashed = Vec::with_capacity(messages.len());
+        let mut key_gone = Vec::new();
         for mut message in messages {
             if is_sealed_line(&message.text) {
                 let agent = AgentId::new(&message.agent)?;
                 match keyring.open_logged(&message, &agent).await {
-                    Ok(text) => message.text = text,
+                    Ok(Some(text)) => message.text = text,
+                    Ok(None) => {
+                        key_gone.push(message);
+                        continue;
+                    }
                     Err(Error::Encryption { problem }) => {
                         // Left out, and left as it is in its transcript.
                         tracing::warn!(message = %message.id, %problem, "a sealed line was not indexed");
@@ -144,6 +211,7 @@ impl SearchIndex for SealedIndex {
             message.text = hashed_words(&word_key, &message.text);
             hashed.push(message);
         }
+        hashed.extend(self.read_again(key_gone, &word_key).await?);
         self.inner.add(hashed).await
     }
 

@@ -148,14 +148,29 @@ impl<'a> Keyring<'a> {
         opened
     }
 
+    /// Whether the key a sealed record was sealed under is left (not destroyed by an
+    /// erase, nor retired after a rotation sealed the line anew); `true` for a record
+    /// that is not sealed.
+    pub(crate) async fn can_open(&mut self, record: &LogRecord) -> Result<bool> {
+        let entry = TranscriptEntry {
+            log: Some(record.log.clone()),
+            ..TranscriptEntry::user_text(String::new(), record.at)
+        };
+        let Some(id) = sealed_value(&entry).map(|value| value.key_id().to_owned()) else {
+            return Ok(true);
+        };
+        let owner = owner_of(&entry, &record.agent, &record.session_id);
+        Ok(self.key_with_id(owner, &id).await?.is_some())
+    }
+
     /// The text of a logged message whose text is its line's sealed value (what
     /// [`LoggedMessage::from_record`](crate::transcript::search::LoggedMessage) makes
-    /// of a sealed line's record).
+    /// of a sealed line's record); `None` when its key is gone ([`can_open`](Self::can_open)).
     pub(crate) async fn open_logged(
         &mut self,
         message: &crate::transcript::search::LoggedMessage,
         agent: &AgentId,
-    ) -> Result<String> {
+    ) -> Result<Option<String>> {
         let mut record = LogRecord {
             agent: agent.clone(),
             session_id: message.session_id.clone(),
@@ -173,8 +188,11 @@ impl<'a> Keyring<'a> {
             },
             offset: Offset(0),
         };
+        if !self.can_open(&record).await? {
+            return Ok(None);
+        }
         self.open_record(&mut record).await?;
-        Ok(record.text)
+        Ok(Some(record.text))
     }
 
     async fn open_events(

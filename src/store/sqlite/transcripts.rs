@@ -358,10 +358,23 @@ impl TranscriptStore for SqliteStore {
     }
 
     async fn query_log(&self, query: &LogQuery) -> Result<Vec<LogRecord>> {
-        let clause = sql::log_filter(query, &|n| format!("?{n}"));
+        let mut clause = sql::log_filter(query, &|n| format!("?{n}"));
+        // One session's records: read from its transcripts' lines (by their key), not
+        // from the agent's whole log in time order, which SQLite picks without
+        // statistics (`CROSS JOIN` keeps the transcripts first; `+` keeps the log's
+        // index out).
+        let from = match query.session_id {
+            Some(_) => {
+                clause.sql = clause
+                    .sql
+                    .replacen("l.log_at IS NOT NULL", "+l.log_at IS NOT NULL", 1)
+                    .replacen("l.agent_id = ", "t.agent_id = ", 1);
+                "transcripts t CROSS JOIN transcript_lines l ON t.agent_id = l.agent_id AND t.name = l.name"
+            }
+            None => "transcript_lines l JOIN transcripts t ON t.agent_id = l.agent_id AND t.name = l.name",
+        };
         let statement = format!(
-            "SELECT l.agent_id, t.session_id, l.seq, l.line
-             FROM transcript_lines l JOIN transcripts t ON t.agent_id = l.agent_id AND t.name = l.name
+            "SELECT l.agent_id, t.session_id, l.seq, l.line FROM {from}
              {} ORDER BY l.log_at, t.session_id, l.seq{}",
             clause.sql,
             sql::Where::limit(query.limit)
