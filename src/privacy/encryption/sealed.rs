@@ -188,6 +188,12 @@ fn sealed_text(entry: &TranscriptEntry) -> Option<&str> {
     slot.get(SEALED_FIELD)?.as_str()
 }
 
+/// Whether `text` is a line's sealed value (as a message-log record of a sealed line
+/// carries it as its text, for the search index).
+pub(crate) fn is_sealed_line(text: &str) -> bool {
+    !text.contains(char::is_whitespace) && parts(text).is_some()
+}
+
 /// A sealed text's parts.
 fn parts(text: &str) -> Option<SealedValue<'_>> {
     let rest = text.strip_prefix(PREFIX)?;

@@ -15,9 +15,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use hmac::{KeyInit, Mac};
 
-use super::key::{is_sealed_text, DataKey, KeyOwner, KeyProvider};
+use super::key::{DataKey, KeyOwner, KeyProvider};
 use super::opened::Keys;
-use super::sealed::ERASED_TEXT;
+use super::sealed::{is_sealed_line, ERASED_TEXT};
 use super::transcripts::Keyring;
 use crate::error::{Error, Result};
 use crate::transcript::search::{tokens, LoggedMessage, SearchFilter, SearchIndex, Work};
@@ -156,12 +156,6 @@ impl SealedIndex {
 /// Up to how many sessions a read of rows' texts reads one by one; more are read in one
 /// pass over the message log between the rows' times.
 const SESSIONS_READ_ONE_BY_ONE: usize = 16;
-
-/// Whether a message's text is its line's sealed value, as a record of a sealed
-/// transcript carries it.
-fn is_sealed_line(text: &str) -> bool {
-    is_sealed_text(text) && !text.contains(char::is_whitespace)
-}
 
 /// The keyed hash of one word, in hex.
 fn word_hash(key: &DataKey, word: &str) -> String {
