@@ -111,9 +111,7 @@ impl SealedIndex {
         }
         Ok(rows)
     }
-}
 
-impl SealedIndex {
     /// `messages` whose lines' keys were gone when they were read, read again with
     /// their keys asked anew: a rotation may have sealed them anew and retired the key
     /// they were read under. Those whose keys are still gone (an erase) are left out:

@@ -85,15 +85,9 @@ async fn a_version_1_database_gains_the_search_tables_and_keeps_its_sessions() {
     assert_eq!(hits.len(), 1);
 }
 
-/// A database whose messages were indexed before `search_postings` existed (schema
-/// version 6) has them all in the new index once opened: they are found, ranked as the
-/// messages added after.
-#[tokio::test]
-async fn messages_indexed_before_the_postings_are_found_after_the_migration() {
-    use crate::transcript::search::{LoggedMessage, SearchIndex};
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("sessions.db");
-    let message = |n: usize, text: &str| LoggedMessage {
+/// Message `n` of session `s-1`, by person `p0` or `p1` by turns, saying `text`.
+fn logged(n: usize, text: &str) -> crate::transcript::search::LoggedMessage {
+    crate::transcript::search::LoggedMessage {
         id: format!("main/s-1/{n}"),
         agent: "main".into(),
         session_id: "s-1".into(),
@@ -107,7 +101,17 @@ async fn messages_indexed_before_the_postings_are_found_after_the_migration() {
         text: text.into(),
         category: None,
         embedding: None,
-    };
+    }
+}
+
+/// A database whose messages were indexed before `search_postings` existed (schema
+/// version 6) has them all in the new index once opened: they are found, ranked as the
+/// messages added after.
+#[tokio::test]
+async fn messages_indexed_before_the_postings_are_found_after_the_migration() {
+    use crate::transcript::search::SearchIndex;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.db");
     {
         let old = Connection::open(&path).unwrap();
         old.execute_batch(
@@ -122,7 +126,7 @@ async fn messages_indexed_before_the_postings_are_found_after_the_migration() {
             .iter()
             .enumerate()
         {
-            let m = message(n, text);
+            let m = logged(n, text);
             old.execute(
                 "INSERT INTO search_messages (id, agent_id, session_id, person_id, at, text)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -143,7 +147,7 @@ async fn messages_indexed_before_the_postings_are_found_after_the_migration() {
         .unwrap();
     assert_eq!(ids(roster), ["main/s-1/2", "main/s-1/0"]);
     assert_eq!(
-        store.add(vec![message(3, "roster roster")]).await.unwrap(),
+        store.add(vec![logged(3, "roster roster")]).await.unwrap(),
         1
     );
     let hits = store
@@ -167,28 +171,13 @@ async fn messages_indexed_before_the_postings_are_found_after_the_migration() {
 /// message found once opened by this version.
 #[tokio::test]
 async fn messages_left_out_of_the_postings_after_a_removal_are_found_after_the_migration() {
-    use crate::transcript::search::{LoggedMessage, SearchFilter, SearchIndex};
+    use crate::transcript::search::{SearchFilter, SearchIndex};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sessions.db");
-    let message = |n: usize, text: &str| LoggedMessage {
-        id: format!("main/s-1/{n}"),
-        agent: "main".into(),
-        session_id: "s-1".into(),
-        session_key: None,
-        person_id: None,
-        agent_identity: None,
-        channel: None,
-        direction: None,
-        correlation_id: None,
-        at: Utc::now(),
-        text: text.into(),
-        category: None,
-        embedding: None,
-    };
     {
         let store = SqliteStore::open(&path).unwrap();
         let texts = ["the roster for Thursday", "swap my shift", "a roster"];
-        let first = texts.iter().enumerate().map(|(n, t)| message(n, t));
+        let first = texts.iter().enumerate().map(|(n, t)| logged(n, t));
         store.add(first.collect()).await.unwrap();
         SearchIndex::remove(&store, &["main/s-1/2".to_owned()])
             .await
