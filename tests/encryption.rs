@@ -1344,3 +1344,52 @@ async fn search_rows_whose_transcript_is_gone_read_as_erased_and_an_erase_still_
     }
     stores.finish().await;
 }
+
+#[tokio::test]
+async fn a_key_changed_through_another_process_keys_is_seen_by_the_next_use_and_one_changed_by_hand_within_a_second(
+) {
+    use agent_sessions::privacy::encryption::{KeyOwner, KeyProvider};
+    let dir = tempfile::tempdir().unwrap();
+    let master = MasterKey::generate().unwrap();
+    // Two processes of one bot: each opens the key directory.
+    let (one, other) = (
+        KeyFiles::open(dir.path(), master.clone()).unwrap(),
+        KeyFiles::open(dir.path(), master.clone()).unwrap(),
+    );
+    let jane = KeyOwner::Person(JANE.into());
+    let first = one.data_key(&jane, true).await.unwrap().unwrap();
+    assert_eq!(other.data_key(&jane, false).await.unwrap(), Some(first.clone()));
+
+    // A rotation in one is the current key in the other at once.
+    assert!(one.rotate_key(&jane).await.unwrap());
+    let rotated = other.data_keys(&jane).await.unwrap();
+    assert_eq!(rotated.len(), 2);
+    assert_ne!(rotated[0], first, "the other process seals under the new key");
+    assert_eq!(rotated[1], first);
+
+    // An erase in one leaves the other no key to open or seal with.
+    assert!(one.destroy(&jane).await.unwrap());
+    assert_eq!(other.data_key(&jane, false).await.unwrap(), None);
+    assert!(other.data_keys(&jane).await.unwrap().is_empty());
+
+    // A key file removed by hand (not through KeyFiles) is seen within a second.
+    let again = other.data_key(&jane, true).await.unwrap().unwrap();
+    assert_eq!(one.data_key(&jane, false).await.unwrap(), Some(again));
+    let files: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "key"))
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    std::fs::remove_file(&files[0]).unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    assert_eq!(one.data_key(&jane, false).await.unwrap(), None);
+
+    // The change count is the owner's alone to read and write.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir.path().join("keys.changes"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+}

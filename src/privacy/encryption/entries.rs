@@ -7,9 +7,12 @@ use super::key::{is_sealed_text, key_with_id, sealed_text_key, DataKey, KeyOwner
 use super::opened::Keys;
 use crate::error::{Error, Result};
 use crate::identity::key::SessionKey;
-use crate::store::entry::SessionEntry;
+use crate::store::entry::{
+    IdentitySummary, QueueDropped, QueuedMessage, SessionEntry, WindowStart,
+};
 use crate::store::{Erase, ListFilter, Mutator, Revision, SessionStore, StoredSession};
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
 
 /// Runs `f` on each of the entry's fields that carry text a person wrote or a name
 /// they go by: the preview of the last message, the display name, the group's
@@ -40,41 +43,44 @@ fn each_field(
 /// The entry's field holding its other fields that carry what people wrote.
 const STATE_FIELD: &str = "sealedState";
 
-/// The identity summary, the queued messages and what the queue dropped, the window's
-/// start and summary, the messages a run took, as one JSON text (taken out of the entry); or the sealed text
-/// of a stored entry.
+/// The entry's fields that are not text but carry what people wrote — the identity
+/// summary, the queued messages and what the queue dropped, the window's start and
+/// summary, the messages a run took — as one JSON text, sealed in a field of its own.
+#[derive(Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct State {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    identity_summary: Option<IdentitySummary>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    queued: Vec<QueuedMessage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    queue_dropped: Option<QueueDropped>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    window_start: Option<WindowStart>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    run_taken: Vec<QueuedMessage>,
+}
+
+/// The entry's [`State`] as JSON text (taken out of the entry); or the sealed text of
+/// a stored entry.
 fn take_state(entry: &mut SessionEntry) -> Result<Option<String>> {
     if let Some(serde_json::Value::String(sealed)) = entry.extra.remove(STATE_FIELD) {
         return Ok(Some(sealed));
     }
-    let mut state = serde_json::Map::new();
-    let mut put = |name: &str, value: serde_json::Result<serde_json::Value>| -> Result<()> {
-        let value = value.map_err(|e| Error::encode("a session's sealed state", e))?;
-        state.insert(name.to_owned(), value);
-        Ok(())
+    let state = State {
+        identity_summary: entry.identity_summary.take(),
+        queued: std::mem::take(&mut entry.queued),
+        queue_dropped: entry.queue_dropped.take(),
+        window_start: entry.window_start.take(),
+        run_taken: entry
+            .run
+            .as_mut()
+            .map(|run| std::mem::take(&mut run.taken))
+            .unwrap_or_default(),
     };
-    if let Some(summary) = entry.identity_summary.take() {
-        put("identitySummary", serde_json::to_value(summary))?;
-    }
-    if !entry.queued.is_empty() {
-        put(
-            "queued",
-            serde_json::to_value(std::mem::take(&mut entry.queued)),
-        )?;
-    }
-    if let Some(dropped) = entry.queue_dropped.take() {
-        put("queueDropped", serde_json::to_value(dropped))?;
-    }
-    if let Some(start) = entry.window_start.take() {
-        put("windowStart", serde_json::to_value(start))?;
-    }
-    if let Some(run) = entry.run.as_mut().filter(|run| !run.taken.is_empty()) {
-        put(
-            "runTaken",
-            serde_json::to_value(std::mem::take(&mut run.taken)),
-        )?;
-    }
-    Ok((!state.is_empty()).then(|| serde_json::Value::Object(state).to_string()))
+    let text =
+        serde_json::to_string(&state).map_err(|e| Error::encode("a session's sealed state", e))?;
+    Ok((text != "{}").then_some(text))
 }
 
 /// Puts what [`take_state`] took back: the fields from an opened JSON text, or the
@@ -89,26 +95,15 @@ fn restore_state(entry: &mut SessionEntry, state: Option<String>) -> Result<()> 
             .insert(STATE_FIELD.to_owned(), serde_json::Value::String(text));
         return Ok(());
     }
-    let damaged = |_| Error::Encryption {
+    let state: State = serde_json::from_str(&text).map_err(|_| Error::Encryption {
         problem: "a session's sealed state does not read as what this version writes".into(),
-    };
-    let mut state: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_str(&text).map_err(damaged)?;
-    let mut take = |name: &str| state.remove(name);
-    if let Some(value) = take("identitySummary") {
-        entry.identity_summary = serde_json::from_value(value).map_err(damaged)?;
-    }
-    if let Some(value) = take("queued") {
-        entry.queued = serde_json::from_value(value).map_err(damaged)?;
-    }
-    if let Some(value) = take("queueDropped") {
-        entry.queue_dropped = serde_json::from_value(value).map_err(damaged)?;
-    }
-    if let Some(value) = take("windowStart") {
-        entry.window_start = serde_json::from_value(value).map_err(damaged)?;
-    }
-    if let (Some(value), Some(run)) = (take("runTaken"), entry.run.as_mut()) {
-        run.taken = serde_json::from_value(value).map_err(damaged)?;
+    })?;
+    entry.identity_summary = state.identity_summary;
+    entry.queued = state.queued;
+    entry.queue_dropped = state.queue_dropped;
+    entry.window_start = state.window_start;
+    if let Some(run) = entry.run.as_mut() {
+        run.taken = state.run_taken;
     }
     Ok(())
 }

@@ -306,9 +306,12 @@ impl KeyOwner {
 #[derive(Clone, PartialEq, Eq)]
 pub struct DataKey {
     bytes: [u8; KEY_LEN],
-    /// Its short name (see [`DataKey::id`]), worked out once.
-    id: String,
+    /// Its short name (see [`DataKey::id`]) in hexadecimal digits, worked out once.
+    id: [u8; KEY_ID_LEN],
 }
+
+/// How many hexadecimal digits a data key's id has.
+const KEY_ID_LEN: usize = 8;
 
 impl DataKey {
     /// A new random key.
@@ -318,7 +321,8 @@ impl DataKey {
 
     /// The key made of `bytes` (a key management service's plaintext data key).
     pub fn from_bytes(bytes: [u8; KEY_LEN]) -> Self {
-        let id = hex(&sha2::Sha256::digest(bytes)[..4]);
+        let mut id = [0u8; KEY_ID_LEN];
+        id.copy_from_slice(hex(&sha2::Sha256::digest(bytes)[..KEY_ID_LEN / 2]).as_bytes());
         DataKey { bytes, id }
     }
 
@@ -331,7 +335,7 @@ impl DataKey {
     /// kept with what it seals: a value sealed under a key since destroyed — even if
     /// its owner has a new key now — reads as erased.
     pub(crate) fn id(&self) -> &str {
-        &self.id
+        std::str::from_utf8(&self.id).unwrap_or_default()
     }
 }
 
@@ -397,6 +401,12 @@ pub(crate) fn key_with_id<'k>(keys: &'k [DataKey], id: &str) -> Option<&'k DataK
 /// The directory remembers which master key it was made with (`master.check`): opened
 /// with another, it is refused before anything is read or written.
 ///
+/// Keys read are remembered, and used while the directory's change count
+/// (`keys.changes`, which every rotation, retirement or erase through `KeyFiles` moves
+/// on, in any process) stands still: a key rotated or destroyed by another process is
+/// seen by the next use, at the cost of one read of 8 bytes. A key file changed by other
+/// means (removed by hand, a copy of the directory put back) is seen within a second.
+///
 /// ```
 /// use agent_sessions::privacy::encryption::{KeyFiles, KeyOwner, KeyProvider, MasterKey};
 ///
@@ -434,13 +444,29 @@ pub struct KeyFiles {
     /// read from: used while that file is still the one there (a key destroyed, or
     /// made again, by another process is a file gone, or another file).
     read: std::sync::Mutex<HashMap<KeyOwner, Remembered>>,
+    /// The directory's change count, which every change to a key file made through
+    /// [`KeyFiles`] (in any process) moves on: while it stands still, a remembered key
+    /// is used without looking at its file.
+    changes: Changes,
 }
 
 /// Which file a key was read from: its device, inode and change time.
 type FileStamp = (u64, u64, i64, i64);
 
-/// An owner's keys as read: its file's name, which file it was, the keys.
-type Remembered = (String, FileStamp, Vec<DataKey>);
+/// An owner's keys as read: its file's name, which file it was, the keys, and when
+/// the file was last seen to be that one (the change count then, and the time).
+type Remembered = (String, FileStamp, Vec<DataKey>, Seen);
+
+/// The key directory's change count, and when it was read.
+type Seen = (u64, std::time::Instant);
+
+/// How long a remembered key is used on the change count alone before its file is
+/// looked at again: a key file changed by other means than [`KeyFiles`] (by hand, a
+/// restored copy of the directory) is seen within this time.
+const LOOK_AGAIN_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The name of the file holding the key directory's change count.
+const CHANGES_FILE: &str = "keys.changes";
 
 /// The most keys [`KeyFiles`] remembers; past it, it starts afresh.
 const KEYS_REMEMBERED: usize = 4096;
@@ -513,11 +539,13 @@ impl KeyFiles {
         if std::fs::symlink_metadata(&dir).is_ok_and(|m| !m.is_dir()) {
             return Err(not_a_dir());
         }
+        let changes = Changes::open(&dir.join(CHANGES_FILE))?;
         let keys = KeyFiles {
             dir,
             master,
             previous,
             read: std::sync::Mutex::default(),
+            changes,
         };
         keys.remove_stale_copies()?;
         if keys.check()?.is_none() {
@@ -616,21 +644,36 @@ impl KeyFiles {
         Ok((keys, current))
     }
 
+    /// `owner`'s keys as remembered, if no change to the key directory was made
+    /// since they were last seen in their file, and that was lately.
+    fn remembered(&self, owner: &KeyOwner) -> Option<Vec<DataKey>> {
+        let changes = self.changes.count()?;
+        let read = self.read.lock().unwrap_or_else(|e| e.into_inner());
+        let (_, _, keys, (seen, at)) = read.get(owner)?;
+        (*seen == changes && at.elapsed() < LOOK_AGAIN_AFTER).then(|| keys.clone())
+    }
+
     /// `owner`'s file name and path, and its keys (the current one first) as
     /// remembered while its file is the one read, else read; `None` when it has none.
     fn keys_of(&self, owner: &KeyOwner) -> Result<(String, PathBuf, Option<Vec<DataKey>>)> {
+        // Read before the file is looked at: a change made after it moves the count on.
+        let seen = (
+            self.changes.count().unwrap_or(u64::MAX),
+            std::time::Instant::now(),
+        );
         let (name, remembered) = match self
             .read
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(owner)
         {
-            Some((name, seen, keys)) => (name.clone(), Some((*seen, keys.clone()))),
+            Some((name, stamp, keys, _)) => (name.clone(), Some((*stamp, keys.clone()))),
             None => (Self::name(owner), None),
         };
         let path = self.dir.join(&name);
         let stamp = stamp_of(&path).map_err(|e| Error::io("read", &path, e))?;
-        if let Some((_, keys)) = remembered.filter(|(seen, _)| Some(*seen) == stamp) {
+        if let Some((stamp, keys)) = remembered.filter(|(seen, _)| Some(*seen) == stamp) {
+            self.remember(owner, (name.clone(), stamp, keys.clone(), seen));
             return Ok((name, path, Some(keys)));
         }
         let Some(wrapped) = self.read_wrapped(&path)? else {
@@ -643,13 +686,17 @@ impl KeyFiles {
         // Remembered with the stamp taken before the read: if the file was replaced in
         // between, the next call sees another stamp and reads again.
         if let Some(stamp) = stamp {
-            let mut read = self.read.lock().unwrap_or_else(|e| e.into_inner());
-            if read.len() >= KEYS_REMEMBERED {
-                read.clear();
-            }
-            read.insert(owner.clone(), (name.clone(), stamp, keys.clone()));
+            self.remember(owner, (name.clone(), stamp, keys.clone(), seen));
         }
         Ok((name, path, Some(keys)))
+    }
+
+    fn remember(&self, owner: &KeyOwner, remembered: Remembered) {
+        let mut read = self.read.lock().unwrap_or_else(|e| e.into_inner());
+        if read.len() >= KEYS_REMEMBERED && !read.contains_key(owner) {
+            read.clear();
+        }
+        read.insert(owner.clone(), remembered);
     }
 
     fn forget_remembered(&self, owner: &KeyOwner) {
@@ -671,8 +718,11 @@ impl KeyFiles {
             .map_err(|e| Error::io("open", &path, e))?;
         lock.lock().map_err(|e| Error::io("lock", &path, e))?;
         let result = change();
+        // Every process looks at its remembered keys' files again, whatever the change
+        // did (even a failed one may have replaced a file).
+        let counted = self.changes.count_one();
         drop(lock);
-        result
+        result.and_then(|changed| counted.map(|()| changed))
     }
 
     /// Replaces file `name` with `keys`, the current one first.
@@ -803,6 +853,9 @@ fn data_keys(bytes: &[u8], path: &Path) -> Result<Vec<DataKey>> {
 #[async_trait]
 impl KeyProvider for KeyFiles {
     async fn data_key(&self, owner: &KeyOwner, create: bool) -> Result<Option<DataKey>> {
+        if let Some(keys) = self.remembered(owner) {
+            return Ok(keys.into_iter().next());
+        }
         let (name, path, keys) = self.keys_of(owner)?;
         match keys {
             Some(keys) => Ok(keys.into_iter().next()),
@@ -832,6 +885,9 @@ impl KeyProvider for KeyFiles {
     }
 
     async fn data_keys(&self, owner: &KeyOwner) -> Result<Vec<DataKey>> {
+        if let Some(keys) = self.remembered(owner) {
+            return Ok(keys);
+        }
         Ok(self.keys_of(owner)?.2.unwrap_or_default())
     }
 
@@ -872,5 +928,57 @@ impl KeyProvider for KeyFiles {
             }
             Ok(before - kept.len())
         })
+    }
+}
+
+/// The key directory's change count, kept in a file of its own that every process
+/// opens: reading it is one read of 8 bytes from a file held open, where looking at a
+/// key file is a walk of its path. `None` where it cannot be kept (then every key file
+/// is looked at on every use).
+#[derive(Debug)]
+struct Changes(Option<std::fs::File>);
+
+impl Changes {
+    fn open(path: &Path) -> Result<Self> {
+        #[cfg(unix)]
+        {
+            let mut options = std::fs::OpenOptions::new();
+            options.read(true).write(true).create(true);
+            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+            let file = crate::store::fs::open_checked(&mut options, path)
+                .map_err(|e| Error::io("open", path, e))?;
+            Ok(Changes(Some(file)))
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = path;
+            Ok(Changes(None))
+        }
+    }
+
+    /// The count now; `None` when it cannot be read.
+    fn count(&self) -> Option<u64> {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::FileExt;
+            let mut bytes = [0u8; 8];
+            let read = self.0.as_ref()?.read_at(&mut bytes, 0).ok()?;
+            // A file not written yet counts 0.
+            (read == 8 || read == 0).then(|| u64::from_le_bytes(bytes))
+        }
+        #[cfg(not(unix))]
+        None
+    }
+
+    /// Moves the count on by one; called holding the key directory's lock.
+    fn count_one(&self) -> Result<()> {
+        #[cfg(unix)]
+        if let Some(file) = &self.0 {
+            use std::os::unix::fs::FileExt;
+            let next = self.count().unwrap_or(0).wrapping_add(1);
+            file.write_all_at(&next.to_le_bytes(), 0)
+                .map_err(|e| Error::io("write", CHANGES_FILE, e))?;
+        }
+        Ok(())
     }
 }
