@@ -1358,13 +1358,19 @@ async fn a_key_changed_through_another_process_keys_is_seen_by_the_next_use_and_
     );
     let jane = KeyOwner::Person(JANE.into());
     let first = one.data_key(&jane, true).await.unwrap().unwrap();
-    assert_eq!(other.data_key(&jane, false).await.unwrap(), Some(first.clone()));
+    assert_eq!(
+        other.data_key(&jane, false).await.unwrap(),
+        Some(first.clone())
+    );
 
     // A rotation in one is the current key in the other at once.
     assert!(one.rotate_key(&jane).await.unwrap());
     let rotated = other.data_keys(&jane).await.unwrap();
     assert_eq!(rotated.len(), 2);
-    assert_ne!(rotated[0], first, "the other process seals under the new key");
+    assert_ne!(
+        rotated[0], first,
+        "the other process seals under the new key"
+    );
     assert_eq!(rotated[1], first);
 
     // An erase in one leaves the other no key to open or seal with.
