@@ -4,7 +4,8 @@
 //! turns old (a restart, a new worker: the conversation's end is read and opened).
 //! Plain and sealed each run on a store of their own, filled alike (1,000 sessions,
 //! each backend's fast durability mode), with an 8,000-token window, so neither
-//! inherits what the other wrote.
+//! inherits what the other wrote; each timed turn is followed by an untimed one on
+//! the other store, so both are measured under the same conditions.
 //!
 //! `cargo bench --bench encryption --features encryption,sqlite,postgres` (PostgreSQL
 //! only when `AGENT_SESSIONS_TEST_POSTGRES_URL` names a server).
@@ -14,6 +15,7 @@ mod common;
 use agent_sessions::prelude::*;
 use agent_sessions::privacy::encryption::{KeyFiles, MasterKey};
 use criterion::{criterion_group, criterion_main, Criterion};
+use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
 
 const SESSIONS: usize = 1_000;
@@ -67,18 +69,44 @@ fn bench(c: &mut Criterion, runtime: &Runtime, name: &str, plain: Stores, sealed
         }
     });
     let mut group = c.benchmark_group(format!("encryption/{name}/{SESSIONS}"));
+    // Each measured turn is paired with one on the other store, run untimed between
+    // them: both see the same machine, the same moment and stores grown alike.
+    let paired = |b: &mut criterion::Bencher, timed: &SessionManager, other: &SessionManager| {
+        b.iter_custom(|iters| {
+            runtime.block_on(async {
+                let mut took = Duration::ZERO;
+                for _ in 0..iters {
+                    let start = Instant::now();
+                    one_turn(timed, &new).await;
+                    took += start.elapsed();
+                    one_turn(other, &new).await;
+                }
+                took
+            })
+        })
+    };
     group.bench_function("baseline_plain_turn", |b| {
-        b.iter(|| runtime.block_on(one_turn(&warm_plain, &new)))
+        paired(b, &warm_plain, &warm_sealed)
     });
-    group.bench_function("sealed_turn", |b| {
-        b.iter(|| runtime.block_on(one_turn(&warm_sealed, &new)))
-    });
+    group.bench_function("sealed_turn", |b| paired(b, &warm_sealed, &warm_plain));
+    let fresh = |b: &mut criterion::Bencher, seal: bool| {
+        b.iter_custom(|iters| {
+            runtime.block_on(async {
+                let mut took = Duration::ZERO;
+                for _ in 0..iters {
+                    let start = Instant::now();
+                    one_turn(&manager(if seal { &sealed } else { &plain }, seal), &old).await;
+                    took += start.elapsed();
+                    one_turn(&manager(if seal { &plain } else { &sealed }, !seal), &old).await;
+                }
+                took
+            })
+        })
+    };
     group.bench_function("baseline_plain_first_turn_of_a_fresh_manager", |b| {
-        b.iter(|| runtime.block_on(one_turn(&manager(&plain, false), &old)))
+        fresh(b, false)
     });
-    group.bench_function("sealed_first_turn_of_a_fresh_manager", |b| {
-        b.iter(|| runtime.block_on(one_turn(&manager(&sealed, true), &old)))
-    });
+    group.bench_function("sealed_first_turn_of_a_fresh_manager", |b| fresh(b, true));
     group.finish();
 }
 
