@@ -1398,4 +1398,13 @@ async fn a_key_changed_through_another_process_keys_is_seen_by_the_next_use_and_
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o600);
+
+    // A link put in its place is not followed: the directory is refused.
+    drop((one, other));
+    std::fs::remove_file(dir.path().join("keys.changes")).unwrap();
+    let elsewhere = tempfile::NamedTempFile::new().unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), dir.path().join("keys.changes")).unwrap();
+    let refused = KeyFiles::open(dir.path(), master).unwrap_err();
+    assert!(refused.to_string().contains("keys.changes"), "{refused}");
+    assert_eq!(std::fs::read(elsewhere.path()).unwrap(), b"");
 }

@@ -945,9 +945,19 @@ impl Changes {
             let mut options = std::fs::OpenOptions::new();
             options.read(true).write(true).create(true);
             std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-            let file = crate::store::fs::open_checked(&mut options, path)
-                .map_err(|e| Error::io("open", path, e))?;
-            Ok(Changes(Some(file)))
+            match crate::store::fs::open_checked(&mut options, path) {
+                Ok(file) => Ok(Changes(Some(file))),
+                // A directory this process may only read: it follows the count others
+                // keep, or looks at every key file when there is none.
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                    let mut options = std::fs::OpenOptions::new();
+                    options.read(true);
+                    Ok(Changes(
+                        crate::store::fs::open_checked(&mut options, path).ok(),
+                    ))
+                }
+                Err(e) => Err(Error::io("open", path, e)),
+            }
         }
         #[cfg(not(unix))]
         {
