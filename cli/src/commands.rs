@@ -635,6 +635,10 @@ fn refuse_ignored(given: Given, command: &Command) -> Outcome {
             "doctor",
             &[("--agent", given.agent, "it examines every agent")],
         ),
+        Command::Keys(args) if args.uses_store() => (
+            "keys",
+            &[("--agent", given.agent, "the keys serve every agent")],
+        ),
         Command::Keys(_) => (
             "keys",
             &[
@@ -723,7 +727,7 @@ pub async fn run(global: Global, given: Given, command: Command) -> Outcome {
         } => copy(&from, &to, json, overwrite_conflicts).await,
         Command::Serve(args) => serve(&global.store, given, args).await,
         Command::Views(args) => views(&global.store, json, args).await,
-        Command::Keys(args) => crate::keys::keys(json, args),
+        Command::Keys(args) => crate::keys::keys(&global.store, json, args).await,
         Command::Doctor {
             repair,
             prune_missing_transcripts,

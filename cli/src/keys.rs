@@ -1,9 +1,12 @@
 //! `keys`: the data keys of a sealed store (the library's `encryption` feature) — a new
-//! master key, the key directory's status, and replacing its master key.
+//! master key, the key directory's status, replacing its master key, and replacing the
+//! data keys.
 
 use std::path::PathBuf;
 
-use agent_sessions::privacy::encryption::{KeyFiles, MasterKey};
+use agent_sessions::privacy::encryption::{DataKeyRotation, KeyFiles, MasterKey};
+use agent_sessions::store::{Backend, OpenMode};
+use agent_sessions::SessionManager;
 use clap::Args;
 
 use crate::commands::{failure, Outcome, EXIT_NOT_FOUND, EXIT_USAGE};
@@ -12,7 +15,8 @@ use crate::commands::{failure, Outcome, EXIT_NOT_FOUND, EXIT_USAGE};
 #[derive(Debug, Args)]
 pub struct KeysArgs {
     /// `generate` a master key (printed once, as base64), show the key directory's
-    /// `status`, or `rotate` it to a new master key.
+    /// `status`, `rotate` it to a new master key, or give the --store's data a new data
+    /// key per owner (`rotate-data`) and let go of the replaced ones (`retire`).
     action: KeysAction,
     /// The key directory (the bot's `KeyFiles`): apart from the store and its backups.
     #[arg(long, env = "AGENT_SESSIONS_KEYS")]
@@ -25,7 +29,7 @@ pub struct KeysArgs {
     previous_key_env: String,
 }
 
-/// `keys generate`, `keys status` or `keys rotate`.
+/// `keys generate`, `status`, `rotate`, `rotate-data` or `retire`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum KeysAction {
     /// Print a new random master key.
@@ -35,10 +39,31 @@ pub enum KeysAction {
     Status,
     /// Seal every data key under the master key (from the previous one); resumable.
     Rotate,
+    /// Give every owner of sealed data in --store a new data key and seal anew under
+    /// it what the earlier one sealed, with the bot running; resumable.
+    RotateData,
+    /// Let go of each data key `rotate-data` replaced once nothing in --store is
+    /// sealed under it.
+    Retire,
 }
 
-/// `keys`.
-pub fn keys(json: bool, args: KeysArgs) -> Outcome {
+impl KeysAction {
+    /// Whether it works on the store's data (`--store`), not on the key directory
+    /// alone.
+    pub fn uses_store(self) -> bool {
+        matches!(self, KeysAction::RotateData | KeysAction::Retire)
+    }
+}
+
+impl KeysArgs {
+    /// Whether it works on the store's data (`--store`).
+    pub fn uses_store(&self) -> bool {
+        self.action.uses_store()
+    }
+}
+
+/// `keys`; `store` is the store `rotate-data` and `retire` work on.
+pub async fn keys(store: &str, json: bool, args: KeysArgs) -> Outcome {
     if args.action == KeysAction::Generate {
         let key = MasterKey::generate()?;
         match json {
@@ -61,6 +86,20 @@ pub fn keys(json: bool, args: KeysArgs) -> Outcome {
     }
     let master = MasterKey::from_env(&args.master_key_env)?;
     let fingerprint = master.fingerprint();
+    if args.action.uses_store() {
+        let keys = KeyFiles::open(&dir, master)?;
+        let backend = Backend::open_with(store, OpenMode::Existing).await?;
+        let manager = SessionManager::builder(backend.sessions().clone())
+            .backend(backend)
+            .encryption(keys)
+            .build()?;
+        let (done, report) = match args.action {
+            KeysAction::Retire => ("retired", manager.retire_data_keys().await?),
+            _ => ("rotated", manager.rotate_data_keys().await?),
+        };
+        print_rotation(json, done, &report);
+        return Ok(());
+    }
     let keys = match args.action {
         KeysAction::Rotate => {
             let previous = MasterKey::from_env(&args.previous_key_env)?;
@@ -89,4 +128,29 @@ pub fn keys(json: bool, args: KeysArgs) -> Outcome {
         );
     }
     Ok(())
+}
+
+/// What a data-key rotation or retirement did.
+fn print_rotation(json: bool, done: &str, report: &DataKeyRotation) {
+    if json {
+        let report = serde_json::json!({
+            "done": done,
+            "keys": report.keys,
+            "lines": report.lines,
+            "sessions": report.sessions,
+            "chatter": report.chatter,
+            "left": report.left,
+        });
+        println!("{report}");
+    } else if done == "retired" {
+        println!(
+            "retired {} replaced data keys; {} kept, still sealing something",
+            report.keys, report.left
+        );
+    } else {
+        println!(
+            "rotated {} data keys: sealed anew {} transcript lines, {} sessions, {} chatter entries; {} left under an earlier key",
+            report.keys, report.lines, report.sessions, report.chatter, report.left
+        );
+    }
 }

@@ -148,8 +148,9 @@ enum Command {
     /// and ClawOS (sessions) document, over a SQLite or PostgreSQL --store.
     Views(commands::ViewsArgs),
     /// Encryption at rest: print a new master key (`generate`), show a key
-    /// directory's `status`, or `rotate` it to a new master key (read from
-    /// AGENT_SESSIONS_MASTER_KEY; the old one from AGENT_SESSIONS_PREVIOUS_MASTER_KEY).
+    /// directory's `status`, `rotate` it to a new master key (read from
+    /// AGENT_SESSIONS_MASTER_KEY; the old one from AGENT_SESSIONS_PREVIOUS_MASTER_KEY),
+    /// or replace --store's data keys (`rotate-data`, then `retire`).
     Keys(keys::KeysArgs),
     /// Copy everything from one store to another, resumably, and verify the copy.
     Migrate {

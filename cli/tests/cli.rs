@@ -2283,3 +2283,132 @@ fn migrate_names_a_hostile_session_id_and_copies_the_rest() {
     assert!(stderr(&output).contains("refused"), "{}", stderr(&output));
     assert!(!std::path::Path::new("/etc/x.jsonl").exists());
 }
+
+/// `keys` over a sealed store: a master key generated, the directory's status, the
+/// master key replaced, the data keys replaced and the replaced ones retired — the bot
+/// still reading every line afterwards.
+#[tokio::test]
+async fn keys_generate_show_and_replace_the_master_key_and_the_data_keys() {
+    use agent_sessions::prelude::*;
+    use agent_sessions::privacy::encryption::{KeyFiles, MasterKey};
+
+    let work = tempfile::tempdir().unwrap();
+    let store = format!("json:{}", work.path().join("state").display());
+    let dir = work.path().join("keys");
+    let dir_arg = dir.to_str().unwrap();
+    let keys_cmd = |store: Option<&str>, env: &[(&str, &str)], args: &[&str]| -> Output {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_agent-sessions"));
+        command
+            .env_remove("AGENT_SESSIONS_STORE")
+            .env_remove("AGENT_SESSIONS_KEYS")
+            .env_remove("AGENT_SESSIONS_MASTER_KEY")
+            .env_remove("AGENT_SESSIONS_PREVIOUS_MASTER_KEY")
+            .envs(env.iter().copied());
+        if let Some(store) = store {
+            command.args(["--store", store]);
+        }
+        command.args(args).output().expect("the binary runs")
+    };
+
+    let generated = json(&keys_cmd(None, &[], &["--json", "keys", "generate"]));
+    let old = generated["masterKey"].as_str().unwrap().to_owned();
+    let master = MasterKey::parse(&old).unwrap();
+
+    // The bot writes a sealed store.
+    let open = |master: MasterKey| async {
+        let keys = KeyFiles::open(&dir, master).unwrap();
+        SessionManager::connect(&store)
+            .await
+            .unwrap()
+            .encryption(keys)
+            .build()
+            .unwrap()
+    };
+    let manager = open(master.clone()).await;
+    for peer in ["42", "43"] {
+        let said = format!("my PIN is 47{peer}");
+        let turn = manager
+            .turn(&InboundMessage::direct("telegram", peer, &said))
+            .await
+            .unwrap();
+        turn.complete("Noted.").await.unwrap();
+    }
+
+    let with_old = [("AGENT_SESSIONS_MASTER_KEY", old.as_str())];
+    let status = json(&keys_cmd(
+        None,
+        &with_old,
+        &["--json", "keys", "status", "--dir", dir_arg],
+    ));
+    assert_eq!(status["masterKey"], master.fingerprint());
+    let data_keys = status["dataKeys"].as_u64().unwrap();
+    assert!(data_keys >= 4, "a key per person and per session: {status}");
+    assert_eq!(status["underMasterKey"], data_keys);
+
+    // The data keys replaced: every owner gets one more, its lines sealed anew.
+    let rotated = json(&keys_cmd(
+        Some(&store),
+        &with_old,
+        &["--json", "keys", "rotate-data", "--dir", dir_arg],
+    ));
+    assert_eq!(rotated["done"], "rotated");
+    assert!(rotated["keys"].as_u64().unwrap() >= 4, "{rotated}");
+    assert!(rotated["lines"].as_u64().unwrap() >= 4, "{rotated}");
+    assert_eq!(rotated["left"], 0);
+    let retired = json(&keys_cmd(
+        Some(&store),
+        &with_old,
+        &["--json", "keys", "retire", "--dir", dir_arg],
+    ));
+    assert_eq!(retired["done"], "retired");
+    assert_eq!(retired["keys"], rotated["keys"], "each replaced key let go");
+    assert_eq!(retired["left"], 0);
+
+    // The master key replaced.
+    let new = json(&keys_cmd(None, &[], &["--json", "keys", "generate"]));
+    let new = new["masterKey"].as_str().unwrap().to_owned();
+    let both = [
+        ("AGENT_SESSIONS_MASTER_KEY", new.as_str()),
+        ("AGENT_SESSIONS_PREVIOUS_MASTER_KEY", old.as_str()),
+    ];
+    let replaced = keys_cmd(None, &both, &["keys", "rotate", "--dir", dir_arg]);
+    assert!(replaced.status.success(), "{}", stderr(&replaced));
+    let status = json(&keys_cmd(
+        None,
+        &[("AGENT_SESSIONS_MASTER_KEY", new.as_str())],
+        &["--json", "keys", "status", "--dir", dir_arg],
+    ));
+    assert_eq!(status["underMasterKey"], status["dataKeys"]);
+    // The old master key no longer opens the directory.
+    let refused = keys_cmd(None, &with_old, &["keys", "status", "--dir", dir_arg]);
+    assert_eq!(code(&refused), 1, "{}", stderr(&refused));
+
+    // The bot, with the new master key, still reads what it was told.
+    let manager = open(MasterKey::parse(&new).unwrap()).await;
+    let turn = manager
+        .turn(&InboundMessage::direct("telegram", "42", "what was it?"))
+        .await
+        .unwrap();
+    let seen = turn.messages().await.unwrap();
+    assert!(seen.iter().any(|m| m.content.contains("4742")), "{seen:?}");
+
+    // Refusals: no directory, --agent, and a plain store's data to rotate.
+    let with_new = [("AGENT_SESSIONS_MASTER_KEY", new.as_str())];
+    let missing = keys_cmd(None, &with_new, &["keys", "status"]);
+    assert_eq!(code(&missing), 2, "{}", stderr(&missing));
+    let agent = keys_cmd(
+        Some(&store),
+        &with_new,
+        &["--agent", "ops", "keys", "retire", "--dir", dir_arg],
+    );
+    assert_eq!(code(&agent), 2, "{}", stderr(&agent));
+    assert!(stderr(&agent).contains("--agent"), "{}", stderr(&agent));
+    let nowhere = format!("json:{}", work.path().join("none").display());
+    let no_store = keys_cmd(
+        Some(&nowhere),
+        &with_new,
+        &["keys", "rotate-data", "--dir", dir_arg],
+    );
+    assert_eq!(code(&no_store), 4, "{}", stderr(&no_store));
+    assert!(!work.path().join("none").exists(), "nothing created");
+}
