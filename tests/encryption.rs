@@ -1399,6 +1399,18 @@ async fn a_key_changed_through_another_process_keys_is_seen_by_the_next_use_and_
         .mode();
     assert_eq!(mode & 0o777, 0o600);
 
+    // The count's file removed (or a copy put back): each process opens the one there
+    // within a second, and changes are seen at once again.
+    std::fs::remove_file(dir.path().join("keys.changes")).unwrap();
+    let ana = KeyOwner::Person("person-ana".into());
+    let hers = one.data_key(&ana, true).await.unwrap().unwrap();
+    assert_eq!(other.data_key(&ana, false).await.unwrap(), Some(hers));
+    assert!(dir.path().join("keys.changes").exists());
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    assert!(other.data_key(&ana, false).await.unwrap().is_some());
+    assert!(one.destroy(&ana).await.unwrap());
+    assert_eq!(other.data_key(&ana, false).await.unwrap(), None);
+
     // A link put in its place is not followed: the directory is refused.
     drop((one, other));
     std::fs::remove_file(dir.path().join("keys.changes")).unwrap();

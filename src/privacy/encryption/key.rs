@@ -405,7 +405,10 @@ pub(crate) fn key_with_id<'k>(keys: &'k [DataKey], id: &str) -> Option<&'k DataK
 /// (`keys.changes`, which every rotation, retirement or erase through `KeyFiles` moves
 /// on, in any process) stands still: a key rotated or destroyed by another process is
 /// seen by the next use, at the cost of one read of 8 bytes. A key file changed by other
-/// means (removed by hand, a copy of the directory put back) is seen within a second.
+/// means (removed by hand, a copy of the directory put back) is seen within a second,
+/// and so is the count's file itself removed or replaced. A change the other processes
+/// cannot be told of (the count's file cannot be written) is refused, with nothing
+/// changed.
 ///
 /// ```
 /// use agent_sessions::privacy::encryption::{KeyFiles, KeyOwner, KeyProvider, MasterKey};
@@ -539,7 +542,7 @@ impl KeyFiles {
         if std::fs::symlink_metadata(&dir).is_ok_and(|m| !m.is_dir()) {
             return Err(not_a_dir());
         }
-        let changes = Changes::open(&dir.join(CHANGES_FILE))?;
+        let changes = Changes::new(dir.join(CHANGES_FILE));
         let keys = KeyFiles {
             dir,
             master,
@@ -551,6 +554,8 @@ impl KeyFiles {
         if keys.check()?.is_none() {
             keys.write_new(CHECK_FILE, CHECK_TEXT)?;
         }
+        // Once the master key is known to be the directory's.
+        keys.changes.open()?;
         Ok(keys)
     }
 
@@ -661,6 +666,7 @@ impl KeyFiles {
             self.changes.count().unwrap_or(u64::MAX),
             std::time::Instant::now(),
         );
+        self.changes.look_again();
         let (name, remembered) = match self
             .read
             .lock()
@@ -677,6 +683,8 @@ impl KeyFiles {
             return Ok((name, path, Some(keys)));
         }
         let Some(wrapped) = self.read_wrapped(&path)? else {
+            // Destroyed: its bytes are let go of here too.
+            self.forget_remembered(owner);
             return Ok((name, path, None));
         };
         let plain = self
@@ -717,12 +725,18 @@ impl KeyFiles {
         let lock = crate::store::fs::open_checked(&mut options, &path)
             .map_err(|e| Error::io("open", &path, e))?;
         lock.lock().map_err(|e| Error::io("lock", &path, e))?;
+        // Before the change, so that no process goes on using a key while its file
+        // changes; refused, with nothing changed, when the others cannot be told.
+        self.changes.count_one()?;
         let result = change();
-        // Every process looks at its remembered keys' files again, whatever the change
-        // did (even a failed one may have replaced a file).
-        let counted = self.changes.count_one();
+        // After it, whatever it did (even a failed one may have replaced a file): every
+        // process looks at its remembered keys' files again. Should this fail, they do
+        // within a second.
+        if let Err(e) = self.changes.count_one() {
+            tracing::warn!(error = %e, "the key directory's change count did not move on after a change");
+        }
         drop(lock);
-        result.and_then(|changed| counted.map(|()| changed))
+        result
     }
 
     /// Replaces file `name` with `keys`, the current one first.
@@ -933,36 +947,98 @@ impl KeyProvider for KeyFiles {
 
 /// The key directory's change count, kept in a file of its own that every process
 /// opens: reading it is one read of 8 bytes from a file held open, where looking at a
-/// key file is a walk of its path. `None` where it cannot be kept (then every key file
-/// is looked at on every use).
+/// key file is a walk of its path. Where it cannot be read (another platform, a file
+/// this process cannot open), every key file is looked at on every use.
 #[derive(Debug)]
-struct Changes(Option<std::fs::File>);
+struct Changes {
+    path: PathBuf,
+    /// The file as opened, and whether for writing too.
+    file: std::sync::RwLock<Option<(std::fs::File, bool)>>,
+}
 
 impl Changes {
-    fn open(path: &Path) -> Result<Self> {
+    fn new(path: PathBuf) -> Self {
+        Changes {
+            path,
+            file: std::sync::RwLock::new(None),
+        }
+    }
+
+    /// Opens the file (made owner-only if missing): for reading alone in a directory
+    /// this process may only read. [`Error::NotAFile`] for a link, or a file with
+    /// another name too (a hard link), in its place.
+    fn open(&self) -> Result<()> {
+        let opened = self.open_file()?;
+        *self.file.write().unwrap_or_else(|e| e.into_inner()) = opened;
+        Ok(())
+    }
+
+    #[cfg(unix)]
+    fn open_file(&self) -> Result<Option<(std::fs::File, bool)>> {
+        use std::os::unix::fs::MetadataExt;
+        let mut options = std::fs::OpenOptions::new();
+        options.read(true).write(true).create(true);
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let (file, writable) = match crate::store::fs::open_checked(&mut options, &self.path) {
+            Ok(file) => (file, true),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+                ) =>
+            {
+                let mut options = std::fs::OpenOptions::new();
+                options.read(true);
+                match crate::store::fs::open_checked(&mut options, &self.path) {
+                    Ok(file) => (file, false),
+                    Err(_) => return Ok(None),
+                }
+            }
+            Err(e) => return Err(Error::io("open", &self.path, e)),
+        };
+        let links = file
+            .metadata()
+            .map_err(|e| Error::io("read", &self.path, e))?
+            .nlink();
+        if links != 1 {
+            return Err(Error::io(
+                "open",
+                &self.path,
+                std::io::Error::other(format!(
+                    "it has {links} names (a hard link): the change count is the key directory's alone"
+                )),
+            ));
+        }
+        Ok(Some((file, writable)))
+    }
+
+    #[cfg(not(unix))]
+    fn open_file(&self) -> Result<Option<(std::fs::File, bool)>> {
+        Ok(None)
+    }
+
+    /// Opens the file again if the one held is no longer the one in the directory
+    /// (removed, or replaced by a copy put back): the count every other process moves
+    /// on is the file's there.
+    fn look_again(&self) {
         #[cfg(unix)]
         {
-            let mut options = std::fs::OpenOptions::new();
-            options.read(true).write(true).create(true);
-            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-            match crate::store::fs::open_checked(&mut options, path) {
-                Ok(file) => Ok(Changes(Some(file))),
-                // A directory this process may only read: it follows the count others
-                // keep, or looks at every key file when there is none.
-                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                    let mut options = std::fs::OpenOptions::new();
-                    options.read(true);
-                    Ok(Changes(
-                        crate::store::fs::open_checked(&mut options, path).ok(),
-                    ))
-                }
-                Err(e) => Err(Error::io("open", path, e)),
+            use std::os::unix::fs::MetadataExt;
+            let held = {
+                let file = self.file.read().unwrap_or_else(|e| e.into_inner());
+                file.as_ref()
+                    .and_then(|(file, _)| file.metadata().ok())
+                    .filter(|held| held.nlink() > 0)
+                    .map(|held| (held.dev(), held.ino()))
+            };
+            let there = std::fs::symlink_metadata(&self.path)
+                .ok()
+                .map(|there| (there.dev(), there.ino()));
+            if held.is_none() || held != there {
+                // A file this process cannot open leaves every key looked at on every use.
+                let opened = self.open_file().ok().flatten();
+                *self.file.write().unwrap_or_else(|e| e.into_inner()) = opened;
             }
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = path;
-            Ok(Changes(None))
         }
     }
 
@@ -972,7 +1048,8 @@ impl Changes {
         {
             use std::os::unix::fs::FileExt;
             let mut bytes = [0u8; 8];
-            let read = self.0.as_ref()?.read_at(&mut bytes, 0).ok()?;
+            let file = self.file.read().unwrap_or_else(|e| e.into_inner());
+            let read = file.as_ref()?.0.read_at(&mut bytes, 0).ok()?;
             // A file not written yet counts 0.
             (read == 8 || read == 0).then(|| u64::from_le_bytes(bytes))
         }
@@ -980,15 +1057,54 @@ impl Changes {
         None
     }
 
-    /// Moves the count on by one; called holding the key directory's lock.
+    /// Moves the count on by one; called holding the key directory's lock. An error
+    /// when the file cannot be written (then the other processes could not be told).
     fn count_one(&self) -> Result<()> {
         #[cfg(unix)]
-        if let Some(file) = &self.0 {
+        {
             use std::os::unix::fs::FileExt;
-            let next = self.count().unwrap_or(0).wrapping_add(1);
-            file.write_all_at(&next.to_le_bytes(), 0)
-                .map_err(|e| Error::io("write", CHANGES_FILE, e))?;
+            self.look_again();
+            let file = self.file.read().unwrap_or_else(|e| e.into_inner());
+            let Some((file, true)) = file.as_ref() else {
+                return Err(Error::io(
+                    "write",
+                    &self.path,
+                    std::io::Error::new(
+                        std::io::ErrorKind::PermissionDenied,
+                        "the key directory's change count cannot be written, so the bot's other processes could not be told of a change to a key: nothing was changed",
+                    ),
+                ));
+            };
+            let mut bytes = [0u8; 8];
+            let now = match file.read_at(&mut bytes, 0) {
+                Ok(8) => u64::from_le_bytes(bytes),
+                _ => 0,
+            };
+            file.write_all_at(&now.wrapping_add(1).to_le_bytes(), 0)
+                .map_err(|e| Error::io("write", &self.path, e))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_change_the_other_processes_cannot_be_told_of_is_refused_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = KeyFiles::open(dir.path(), MasterKey::generate().unwrap()).unwrap();
+        let ana = KeyOwner::Person("person-ana".into());
+        let key = keys.data_key(&ana, true).await.unwrap().unwrap();
+        // The count held for reading alone, as in a directory this process may only read.
+        let read_only = std::fs::File::open(dir.path().join(CHANGES_FILE)).unwrap();
+        *keys.changes.file.write().unwrap() = Some((read_only, false));
+
+        let refused = keys.destroy(&ana).await.unwrap_err();
+        assert!(refused.to_string().contains(CHANGES_FILE), "{refused}");
+        assert!(keys.rotate_key(&ana).await.is_err());
+        let other = KeyFiles::open(dir.path(), keys.master.clone()).unwrap();
+        assert_eq!(other.data_keys(&ana).await.unwrap(), vec![key]);
     }
 }
