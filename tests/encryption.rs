@@ -1420,3 +1420,55 @@ async fn a_key_changed_through_another_process_keys_is_seen_by_the_next_use_and_
     assert!(refused.to_string().contains("keys.changes"), "{refused}");
     assert_eq!(std::fs::read(elsewhere.path()).unwrap(), b"");
 }
+
+/// Hits in more sessions than are read one by one, and hits far apart in one session
+/// with many lines between them: every hit reads its own text, on every backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hits_across_many_sessions_and_far_apart_in_one_read_their_own_texts() {
+    let stores = stores::Stores::new("sealed_search_spread");
+    let keys = tempfile::tempdir().unwrap();
+    for store in sealed_stores(&stores, keys.path()) {
+        let (manager, backend) = with_backend(&store).await;
+        for n in 0..20 {
+            let said = format!("note {n}: the wordspreadhit is here");
+            let message = InboundMessage::direct("telegram", &format!("7000{n}"), &said)
+                .with_message_id(format!("many-{n}"));
+            answer(&manager, &message, "ok").await;
+        }
+        // One session: a hit, 30 turns of other words, a hit.
+        let dm = bob_dm;
+        answer(&manager, &dm("first wordfarapart", "far-0"), "ok").await;
+        for n in 0..30 {
+            answer(
+                &manager,
+                &dm(&format!("filler {n}"), &format!("fill-{n}")),
+                "ok",
+            )
+            .await;
+        }
+        answer(&manager, &dm("last wordfarapart", "far-1"), "ok").await;
+
+        let search = Search::shared(manager.search_index().await.unwrap());
+        search.sync(&**backend.transcripts()).await.unwrap();
+        let hits = search
+            .search(&SearchQuery::text("wordspreadhit").limit(50))
+            .await
+            .unwrap();
+        let mut many: Vec<String> = hits.into_iter().map(|hit| hit.message.text).collect();
+        many.sort();
+        let mut want: Vec<String> = (0..20)
+            .map(|n| format!("note {n}: the wordspreadhit is here"))
+            .collect();
+        want.sort();
+        assert_eq!(many, want, "{}", store.url);
+        let mut far = found(&search, "wordfarapart").await;
+        far.sort();
+        assert_eq!(
+            far,
+            ["first wordfarapart", "last wordfarapart"],
+            "{}",
+            store.url
+        );
+    }
+    stores.finish().await;
+}

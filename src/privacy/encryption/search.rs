@@ -8,7 +8,7 @@
 //! itself stays only where it was sealed, in its line, under its owner's data key: an
 //! erase, a key rotation or a restored backup treats it as it treats the line.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -66,23 +66,38 @@ impl SealedIndex {
     /// with a warning), reads [`ERASED_TEXT`]: it is still returned, so that an erase
     /// or a retention sweep finds it to remove it, and background work moves past it.
     async fn with_texts(&self, mut rows: Vec<LoggedMessage>) -> Result<Vec<LoggedMessage>> {
-        let mut sessions: BTreeSet<(&str, &str)> = BTreeSet::new();
+        // Each session's rows' first and last times.
+        let mut sessions: BTreeMap<(&str, &str), (DateTime<Utc>, DateTime<Utc>)> = BTreeMap::new();
         for row in &rows {
-            sessions.insert((&row.agent, &row.session_id));
+            let span = sessions
+                .entry((&row.agent, &row.session_id))
+                .or_insert((row.at, row.at));
+            *span = (span.0.min(row.at), span.1.max(row.at));
         }
-        // A few sessions are read one by one; more, in one pass over the rows' time.
+        let between = |mut query: LogQuery, (since, until): (DateTime<Utc>, DateTime<Utc>)| {
+            query.since = Some(since);
+            query.until = Some(until + chrono::Duration::milliseconds(1));
+            query
+        };
+        // A few sessions are read one by one, each between its rows' times; more, in
+        // one pass over the log between the rows' times.
         let queries: Vec<LogQuery> = if sessions.len() <= SESSIONS_READ_ONE_BY_ONE {
             sessions
                 .into_iter()
-                .map(|(agent, session_id)| Ok(LogQuery::session(AgentId::new(agent)?, session_id)))
+                .map(|((agent, session_id), span)| {
+                    Ok(between(
+                        LogQuery::session(AgentId::new(agent)?, session_id),
+                        span,
+                    ))
+                })
                 .collect::<Result<_>>()?
         } else {
-            let since = rows.iter().map(|row| row.at).min();
-            let until = rows.iter().map(|row| row.at).max();
-            let mut query = LogQuery::new();
-            query.since = since;
-            query.until = until.map(|at| at + chrono::Duration::milliseconds(1));
-            vec![query]
+            let since = sessions.values().map(|span| span.0).min();
+            let until = sessions.values().map(|span| span.1).max();
+            match since.zip(until) {
+                Some(span) => vec![between(LogQuery::new(), span)],
+                None => Vec::new(),
+            }
         };
         let wanted: HashSet<&str> = rows.iter().map(|row| row.id.as_str()).collect();
         let mut keyring = Keyring::new(&self.keys, true);
