@@ -74,7 +74,7 @@ impl SealedIndex {
                 .or_insert((row.at, row.at));
             *span = (span.0.min(row.at), span.1.max(row.at));
         }
-        let between = |mut query: LogQuery, (since, until): (DateTime<Utc>, DateTime<Utc>)| {
+        let between = |mut query: LogQuery, (since, until): Span| {
             query.since = Some(since);
             query.until = Some(until + chrono::Duration::milliseconds(1));
             query
@@ -165,6 +165,9 @@ impl SealedIndex {
         Ok(again)
     }
 }
+
+/// The first and last times of a session's rows.
+type Span = (DateTime<Utc>, DateTime<Utc>);
 
 /// Up to how many sessions a read of rows' texts reads one by one; more are read in one
 /// pass over the message log between the rows' times.
