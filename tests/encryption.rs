@@ -1431,7 +1431,7 @@ async fn hits_across_many_sessions_and_far_apart_in_one_read_their_own_texts() {
         let (manager, backend) = with_backend(&store).await;
         for n in 0..20 {
             let said = format!("note {n}: the wordspreadhit is here");
-            let message = InboundMessage::direct("telegram", &format!("7000{n}"), &said)
+            let message = InboundMessage::direct("telegram", format!("7000{n}"), &said)
                 .with_message_id(format!("many-{n}"));
             answer(&manager, &message, "ok").await;
         }

@@ -67,7 +67,7 @@ impl SealedIndex {
     /// or a retention sweep finds it to remove it, and background work moves past it.
     async fn with_texts(&self, mut rows: Vec<LoggedMessage>) -> Result<Vec<LoggedMessage>> {
         // Each session's rows' first and last times.
-        let mut sessions: BTreeMap<(&str, &str), (DateTime<Utc>, DateTime<Utc>)> = BTreeMap::new();
+        let mut sessions: BTreeMap<(&str, &str), Span> = BTreeMap::new();
         for row in &rows {
             let span = sessions
                 .entry((&row.agent, &row.session_id))
