@@ -87,8 +87,9 @@ pub async fn keys(store: &str, json: bool, args: KeysArgs) -> Outcome {
     let master = MasterKey::from_env(&args.master_key_env)?;
     let fingerprint = master.fingerprint();
     if args.action.uses_store() {
-        let keys = KeyFiles::open(&dir, master)?;
+        // The store first: a missing one leaves the key directory as it was.
         let backend = Backend::open_with(store, OpenMode::Existing).await?;
+        let keys = KeyFiles::open(&dir, master)?;
         let manager = SessionManager::builder(backend.sessions().clone())
             .backend(backend)
             .encryption(keys)

@@ -2411,4 +2411,14 @@ async fn keys_generate_show_and_replace_the_master_key_and_the_data_keys() {
     );
     assert_eq!(code(&no_store), 4, "{}", stderr(&no_store));
     assert!(!work.path().join("none").exists(), "nothing created");
+    // Nor is an empty key directory made a key directory by it.
+    let empty = work.path().join("empty-keys");
+    std::fs::create_dir(&empty).unwrap();
+    let no_store = keys_cmd(
+        Some(&nowhere),
+        &with_new,
+        &["keys", "retire", "--dir", empty.to_str().unwrap()],
+    );
+    assert_eq!(code(&no_store), 4, "{}", stderr(&no_store));
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
 }
