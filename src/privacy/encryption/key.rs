@@ -661,12 +661,12 @@ impl KeyFiles {
     /// `owner`'s file name and path, and its keys (the current one first) as
     /// remembered while its file is the one read, else read; `None` when it has none.
     fn keys_of(&self, owner: &KeyOwner) -> Result<(String, PathBuf, Option<Vec<DataKey>>)> {
+        self.changes.look_again();
         // Read before the file is looked at: a change made after it moves the count on.
         let seen = (
             self.changes.count().unwrap_or(u64::MAX),
             std::time::Instant::now(),
         );
-        self.changes.look_again();
         let (name, remembered) = match self
             .read
             .lock()
@@ -965,8 +965,8 @@ impl Changes {
     }
 
     /// Opens the file (made owner-only if missing): for reading alone in a directory
-    /// this process may only read. [`Error::NotAFile`] for a link, or a file with
-    /// another name too (a hard link), in its place.
+    /// this process may only read. An error for a link, anything but a file, or a file
+    /// with another name too (a hard link), in its place.
     fn open(&self) -> Result<()> {
         let opened = self.open_file()?;
         *self.file.write().unwrap_or_else(|e| e.into_inner()) = opened;
