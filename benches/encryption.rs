@@ -5,7 +5,8 @@
 //! Plain and sealed each run on a store of their own, filled alike (1,000 sessions,
 //! each backend's fast durability mode), with an 8,000-token window, so neither
 //! inherits what the other wrote; each timed turn is followed by an untimed one on
-//! the other store, so both are measured under the same conditions.
+//! the other store, so both are measured under the same conditions, and each
+//! measurement has sessions of its own (a turn costs more as its session grows).
 //!
 //! `cargo bench --bench encryption --features encryption,sqlite,postgres` (PostgreSQL
 //! only when `AGENT_SESSIONS_TEST_POSTGRES_URL` names a server).
@@ -61,43 +62,59 @@ fn bench(c: &mut Criterion, runtime: &Runtime, name: &str, plain: Stores, sealed
         .unwrap()
     };
     let (warm_plain, warm_sealed) = (manager(&plain, false), manager(&sealed, true));
-    let (old, new) = (message("300000001"), message("300000002"));
+    // A turn costs more as its session grows, and the sessions grow by every turn
+    // measured: each measurement has sessions of its own, so the sealed one, which
+    // runs second, does not meet older ones. Two sessions 100 turns old, two new ones.
+    let (old_for_plain, old_for_sealed) = (message("300000001"), message("300000003"));
+    let (new_for_plain, new_for_sealed) = (message("300000002"), message("300000004"));
     runtime.block_on(async {
         for _ in 0..HISTORY_TURNS {
-            one_turn(&warm_plain, &old).await;
-            one_turn(&warm_sealed, &old).await;
+            for old in [&old_for_plain, &old_for_sealed] {
+                one_turn(&warm_plain, old).await;
+                one_turn(&warm_sealed, old).await;
+            }
         }
     });
     let mut group = c.benchmark_group(format!("encryption/{name}/{SESSIONS}"));
     // Each measured turn is paired with one on the other store, run untimed between
     // them: both see the same machine, the same moment and stores grown alike.
-    let paired = |b: &mut criterion::Bencher, timed: &SessionManager, other: &SessionManager| {
+    let paired = |b: &mut criterion::Bencher,
+                  timed: &SessionManager,
+                  other: &SessionManager,
+                  new: &InboundMessage| {
         b.iter_custom(|iters| {
             runtime.block_on(async {
                 let mut took = Duration::ZERO;
                 for _ in 0..iters {
                     let start = Instant::now();
-                    one_turn(timed, &new).await;
+                    one_turn(timed, new).await;
                     took += start.elapsed();
-                    one_turn(other, &new).await;
+                    one_turn(other, new).await;
                 }
                 took
             })
         })
     };
     group.bench_function("baseline_plain_turn", |b| {
-        paired(b, &warm_plain, &warm_sealed)
+        paired(b, &warm_plain, &warm_sealed, &new_for_plain)
     });
-    group.bench_function("sealed_turn", |b| paired(b, &warm_sealed, &warm_plain));
+    group.bench_function("sealed_turn", |b| {
+        paired(b, &warm_sealed, &warm_plain, &new_for_sealed)
+    });
     let fresh = |b: &mut criterion::Bencher, seal: bool| {
+        let old = if seal {
+            &old_for_sealed
+        } else {
+            &old_for_plain
+        };
         b.iter_custom(|iters| {
             runtime.block_on(async {
                 let mut took = Duration::ZERO;
                 for _ in 0..iters {
                     let start = Instant::now();
-                    one_turn(&manager(if seal { &sealed } else { &plain }, seal), &old).await;
+                    one_turn(&manager(if seal { &sealed } else { &plain }, seal), old).await;
                     took += start.elapsed();
-                    one_turn(&manager(if seal { &plain } else { &sealed }, !seal), &old).await;
+                    one_turn(&manager(if seal { &plain } else { &sealed }, !seal), old).await;
                 }
                 took
             })
