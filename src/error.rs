@@ -481,6 +481,15 @@ impl Error {
         }
     }
 
+    /// [`Error::InvalidStoreUrl`] for `url`, with the password of a
+    /// `scheme://user:password@host` URL masked: an error is printed and logged.
+    pub(crate) fn invalid_store_url(url: &str, problem: impl Into<String>) -> Self {
+        Error::InvalidStoreUrl {
+            url: without_password(url),
+            problem: problem.into(),
+        }
+    }
+
     pub(crate) fn encode(what: impl Into<String>, source: serde_json::Error) -> Self {
         Error::Encode {
             what: what.into(),
@@ -777,9 +786,64 @@ fn truncate_for_display(value: &str) -> String {
     format!("{}…", &value[..end])
 }
 
+/// `url` with the password of its `user:password@` part, if any, as `***`.
+fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let Some((user_info, _)) = authority.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    let Some((user, _)) = user_info.split_once(':') else {
+        return url.to_owned();
+    };
+    format!("{scheme}://{user}:***{}", &rest[user_info.len()..])
+}
+
 /// Whether `error` says the process or the system has no file descriptor left
 /// (`EMFILE`, `ENFILE`): a condition that passes as other files close.
 pub(crate) fn is_out_of_descriptors(error: &io::Error) -> bool {
     // EMFILE and ENFILE on Linux and the BSDs.
     matches!(error.raw_os_error(), Some(23 | 24))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_url_in_an_error_shows_no_password() {
+        for (url, shown) in [
+            (
+                "postgres://u:secretpw@host/db?schema=x;drop",
+                "postgres://u:***@host/db?schema=x;drop",
+            ),
+            (
+                "postgresql://u:p@ss:w@rd@host:5/db",
+                "postgresql://u:***@host:5/db",
+            ),
+            ("postgres://u@host/db", "postgres://u@host/db"),
+            ("sqlite:/tmp/a:b@c", "sqlite:/tmp/a:b@c"),
+        ] {
+            let error = Error::invalid_store_url(url, "refused");
+            assert_eq!(
+                error.to_string(),
+                format!("invalid store url {shown:?}: refused")
+            );
+        }
+    }
+
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn a_postgres_url_refused_before_connecting_shows_no_password() {
+        for url in [
+            "postgres://u:secretpw@host/db?schema=x;drop",
+            "postgres://u:secretpw@host/db?schema=",
+            "postgres://u:secretpw@host:99999/db",
+        ] {
+            let error = crate::store::Backend::open(url).await.unwrap_err();
+            assert!(!error.to_string().contains("secretpw"), "{error}");
+        }
+    }
 }

@@ -51,10 +51,7 @@ impl FromStr for StoreUrl {
     type Err = Error;
 
     fn from_str(raw: &str) -> Result<Self> {
-        let invalid = |problem: &str| Error::InvalidStoreUrl {
-            url: raw.to_owned(),
-            problem: problem.to_owned(),
-        };
+        let invalid = |problem: &str| Error::invalid_store_url(raw, problem);
         let trimmed = raw.trim();
         let path = |rest: &str| {
             let rest = rest.strip_prefix("//").unwrap_or(rest);
@@ -412,11 +409,10 @@ impl Backend {
             }
             #[allow(unreachable_patterns)]
             other => {
-                return Err(Error::InvalidStoreUrl {
-                    url: other.to_string(),
-                    problem: "this build lacks the backend's feature (`sqlite` or `postgres`)"
-                        .into(),
-                })
+                return Err(Error::invalid_store_url(
+                    &other.to_string(),
+                    "this build lacks the backend's feature (`sqlite` or `postgres`)",
+                ))
             }
         };
         Ok(Backend {

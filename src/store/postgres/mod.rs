@@ -318,10 +318,7 @@ impl PostgresStore {
         mut options: PostgresOptions,
         access: OpenMode,
     ) -> Result<Self> {
-        let invalid = |problem: String| Error::InvalidStoreUrl {
-            url: url.to_owned(),
-            problem,
-        };
+        let invalid = |problem: String| Error::invalid_store_url(url, problem);
         // The same URLs as `SessionManager::connect` and the command line: a
         // `?schema=` names the schema (the options' schema must agree, or be the
         // default).
