@@ -1472,3 +1472,36 @@ async fn hits_across_many_sessions_and_far_apart_in_one_read_their_own_texts() {
     }
     stores.finish().await;
 }
+
+#[tokio::test]
+async fn a_key_directory_is_not_taken_over_through_a_link_or_by_a_key_its_files_do_not_open_with() {
+    use agent_sessions::privacy::encryption::{KeyOwner, KeyProvider};
+    let dir = tempfile::tempdir().unwrap();
+    let keys_dir = dir.path().join("keys");
+    let (right, wrong) = (
+        MasterKey::generate().unwrap(),
+        MasterKey::generate().unwrap(),
+    );
+    let keys = KeyFiles::open(&keys_dir, right.clone()).unwrap();
+    let jane = KeyOwner::Person(JANE.into());
+    let key = keys.data_key(&jane, true).await.unwrap().unwrap();
+    drop(keys);
+
+    // A link to it, however it is spelled, is not followed.
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&keys_dir, &link).unwrap();
+    for spelled in ["link", "link/", "link/."] {
+        let refused = KeyFiles::open(dir.path().join(spelled), right.clone()).unwrap_err();
+        assert_eq!(refused.kind(), "encryption", "{spelled}: {refused}");
+    }
+
+    // Its check file lost: another master key does not tie the directory to itself.
+    std::fs::remove_file(keys_dir.join("master.check")).unwrap();
+    let refused = KeyFiles::open(&keys_dir, wrong).unwrap_err();
+    assert!(refused.to_string().contains("do not open"), "{refused}");
+    assert!(!keys_dir.join("master.check").exists());
+    // The right one opens it, and the check file is made again.
+    let keys = KeyFiles::open(&keys_dir, right).unwrap();
+    assert_eq!(keys.data_key(&jane, false).await.unwrap(), Some(key));
+    assert!(keys_dir.join("master.check").exists());
+}

@@ -84,6 +84,16 @@ pub async fn keys(store: &str, json: bool, args: KeysArgs) -> Outcome {
             format!("there is no key directory at {}", dir.display()),
         ));
     }
+    // A bot's first run makes its key directory; this command only works on one.
+    if std::fs::symlink_metadata(dir.join("master.check")).is_err() {
+        return Err(failure(
+            EXIT_NOT_FOUND,
+            format!(
+                "{} is not a key directory (it has no master.check): name the directory the bot's KeyFiles opens",
+                dir.display()
+            ),
+        ));
+    }
     let master = MasterKey::from_env(&args.master_key_env)?;
     let fingerprint = master.fingerprint();
     if args.action.uses_store() {

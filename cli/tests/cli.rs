@@ -2421,4 +2421,20 @@ async fn keys_generate_show_and_replace_the_master_key_and_the_data_keys() {
     );
     assert_eq!(code(&no_store), 4, "{}", stderr(&no_store));
     assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
+    // A directory that is not a key directory is not made one by a look at it.
+    let other = work.path().join("notes");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("readme.txt"), "hi").unwrap();
+    let looked = keys_cmd(
+        None,
+        &with_new,
+        &["keys", "status", "--dir", other.to_str().unwrap()],
+    );
+    assert_eq!(code(&looked), 4, "{}", stderr(&looked));
+    assert!(
+        stderr(&looked).contains("not a key directory"),
+        "{}",
+        stderr(&looked)
+    );
+    assert_eq!(std::fs::read_dir(&other).unwrap().count(), 1);
 }

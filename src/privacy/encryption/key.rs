@@ -528,6 +528,8 @@ impl KeyFiles {
     }
 
     fn open_with(dir: PathBuf, master: MasterKey, previous: Option<MasterKey>) -> Result<Self> {
+        // `keys/` and `keys/.` name `keys` itself, a link too (which is refused below).
+        let dir: PathBuf = dir.components().collect();
         let not_a_dir = || {
             problem(format!(
                 "the key directory {} is not a directory (a symbolic link is not followed)",
@@ -552,11 +554,42 @@ impl KeyFiles {
         };
         keys.remove_stale_copies()?;
         if keys.check()?.is_none() {
+            keys.check_key_files()?;
             keys.write_new(CHECK_FILE, CHECK_TEXT)?;
         }
         // Once the master key is known to be the directory's.
         keys.changes.open()?;
         Ok(keys)
+    }
+
+    /// For a directory without its check file: [`Error::Encryption`] when it holds key
+    /// files and none opens with the master key (nor the previous one) — the directory
+    /// is not tied to a key that cannot read it.
+    fn check_key_files(&self) -> Result<()> {
+        let listing = std::fs::read_dir(&self.dir).map_err(|e| Error::io("list", &self.dir, e))?;
+        let mut unopened = None;
+        for entry in listing.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !name.ends_with(".key") {
+                continue;
+            }
+            let Ok(Some(wrapped)) = self.read_wrapped(&entry.path()) else {
+                continue;
+            };
+            if self.open_wrapped(&name, &wrapped).is_some() {
+                return Ok(());
+            }
+            unopened.get_or_insert(entry.path());
+        }
+        match unopened {
+            None => Ok(()),
+            Some(path) => Err(problem(format!(
+                "the key directory {} has no {CHECK_FILE} and its key files do not open with master key {} (the first: {}): give the master key they were made with",
+                self.dir.display(),
+                self.master.fingerprint(),
+                path.display()
+            ))),
+        }
     }
 
     /// Removes the temporary files a process killed while writing a key file left
