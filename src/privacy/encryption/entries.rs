@@ -43,6 +43,24 @@ fn each_field(
 /// The entry's field holding its other fields that carry what people wrote.
 const STATE_FIELD: &str = "sealedState";
 
+/// The sealed texts among the fields [`each_field`] runs on, read where they are.
+fn sealed_texts(entry: &SessionEntry) -> impl Iterator<Item = &str> {
+    [
+        &entry.last_message_preview,
+        &entry.display_name,
+        &entry.subject,
+        &entry.last_heartbeat_text,
+        &entry.description,
+        &entry.context_summary,
+        &entry.working_memory,
+    ]
+    .into_iter()
+    .filter_map(Option::as_deref)
+    .chain(entry.origin.as_ref().and_then(|o| o.label.as_deref()))
+    .chain(entry.extra.get(STATE_FIELD).and_then(|v| v.as_str()))
+    .filter(|text| is_sealed_text(text))
+}
+
 /// The entry's fields that are not text but carry what people wrote — the identity
 /// summary, the queued messages and what the queue dropped, the window's start and
 /// summary, the messages a run took — as one JSON text, sealed in a field of its own.
@@ -108,8 +126,27 @@ fn restore_state(entry: &mut SessionEntry, state: Option<String>) -> Result<()> 
     Ok(())
 }
 
-fn place(key: &SessionKey, field: &str) -> String {
-    format!("entry\0{key}\0{field}")
+/// Where an entry's field is sealed: the session key and the field's name, written
+/// into one buffer for every field of the entry.
+struct Place {
+    text: String,
+    base: usize,
+}
+
+impl Place {
+    fn new(key: &SessionKey) -> Self {
+        let text = format!("entry\0{key}\0");
+        Place {
+            base: text.len(),
+            text,
+        }
+    }
+
+    fn of(&mut self, field: &str) -> &str {
+        self.text.truncate(self.base);
+        self.text.push_str(field);
+        &self.text
+    }
 }
 
 fn damaged(key: &SessionKey, field: &str) -> Error {
@@ -129,6 +166,7 @@ fn open_entry(
     key: &SessionKey,
 ) -> Result<Vec<(&'static str, String, String)>> {
     let mut stored = Vec::new();
+    let mut place = Place::new(key);
     each_field(entry, |field, value| {
         let Some(text) = value.as_deref().filter(|text| is_sealed_text(text)) else {
             return Ok(());
@@ -136,7 +174,7 @@ fn open_entry(
         let sealed_under = sealed_text_key(text).and_then(|id| key_with_id(data_keys, id));
         let opened = match sealed_under {
             Some(data_key) => keys
-                .open_text(data_key, &place(key, field), text)
+                .open_text(data_key, place.of(field), text)
                 .ok_or_else(|| damaged(key, field))?,
             None => None,
         };
@@ -153,16 +191,10 @@ fn open_entry(
 const UPDATE_ATTEMPTS: usize = 3;
 
 /// Whether a sealed field of `entry` names a key not among `data_keys`.
-fn names_another_key(entry: &mut SessionEntry, data_keys: &[DataKey]) -> Result<bool> {
-    let mut found = false;
-    each_field(entry, |_, value| {
-        found |= value
-            .as_deref()
-            .and_then(sealed_text_key)
-            .is_some_and(|id| key_with_id(data_keys, id).is_none());
-        Ok(())
-    })?;
-    Ok(found)
+fn names_another_key(entry: &SessionEntry, data_keys: &[DataKey]) -> bool {
+    sealed_texts(entry)
+        .filter_map(sealed_text_key)
+        .any(|id| key_with_id(data_keys, id).is_none())
 }
 
 /// Seals the entry's fields; one unchanged since it was opened keeps its stored form,
@@ -177,6 +209,7 @@ fn seal_entry(
     entry
         .extra
         .insert(crate::privacy::SEALED_ENTRY.to_owned(), true.into());
+    let mut place = Place::new(key);
     each_field(entry, |field, value| {
         let Some(plain) = value.as_deref() else {
             return Ok(());
@@ -191,7 +224,7 @@ fn seal_entry(
             .map(|(_, sealed, _)| sealed.clone());
         *value = Some(match kept {
             Some(sealed) => sealed,
-            None => keys.seal_text(data_key, &place(key, field), plain)?,
+            None => keys.seal_text(data_key, place.of(field), plain)?,
         });
         Ok(())
     })
@@ -203,18 +236,11 @@ pub(crate) fn owner(key: &SessionKey) -> KeyOwner {
 }
 
 /// The ids of the keys a stored entry's sealed fields were sealed under.
-pub(crate) fn sealed_key_ids(entry: &SessionEntry) -> Result<Vec<String>> {
-    let mut ids = Vec::new();
-    each_field(&mut entry.clone(), |_, value| {
-        ids.extend(
-            value
-                .as_deref()
-                .and_then(sealed_text_key)
-                .map(str::to_owned),
-        );
-        Ok(())
-    })?;
-    Ok(ids)
+pub(crate) fn sealed_key_ids(entry: &SessionEntry) -> Vec<String> {
+    sealed_texts(entry)
+        .filter_map(sealed_text_key)
+        .map(str::to_owned)
+        .collect()
 }
 
 /// `inner`, its entries' text fields sealed under the data key of each session's key.
@@ -229,12 +255,7 @@ impl<S: ?Sized> EncryptedSessions<S> {
     }
 
     async fn open(&self, session: &mut StoredSession) -> Result<()> {
-        let mut sealed = false;
-        each_field(&mut session.entry, |_, value| {
-            sealed |= value.as_deref().is_some_and(is_sealed_text);
-            Ok(())
-        })?;
-        if sealed {
+        if sealed_texts(&session.entry).next().is_some() {
             let data_keys = self.keys.data_keys(&owner(&session.key)).await?;
             open_entry(&self.keys, &mut session.entry, &data_keys, &session.key)?;
         }
@@ -294,7 +315,7 @@ impl<S: SessionStore + ?Sized> SessionStore for EncryptedSessions<S> {
             let mut sealed = |slot: &mut Option<SessionEntry>, revision: Option<Revision>| {
                 let stored = match slot {
                     Some(entry) => {
-                        if attempt < UPDATE_ATTEMPTS && names_another_key(entry, &data_keys)? {
+                        if attempt < UPDATE_ATTEMPTS && names_another_key(entry, &data_keys) {
                             newer_key = true;
                             return Err(Error::Encryption {
                                 problem: format!("session {key} was sealed under a key made after its update began"),

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use base64::Engine;
-use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::aead::{Aead, AeadInPlace, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use sha2::Digest;
 
@@ -16,6 +16,8 @@ use crate::AgentId;
 
 const KEY_LEN: usize = 32;
 const NONCE_LEN: usize = 24;
+/// The length of the tag that authenticates a sealed value.
+const TAG_LEN: usize = 16;
 /// What a key file holds before its sealed key.
 const KEY_FILE_PREFIX: &str = "agent-sessions-data-key-v1:";
 /// Key files are a few dozen bytes; anything larger is not one.
@@ -50,13 +52,14 @@ pub(crate) fn random<const N: usize>() -> Result<[u8; N]> {
 /// ciphertext with its tag.
 pub(crate) fn seal_bytes(key: &[u8; KEY_LEN], aad: &[u8], plain: &[u8]) -> Result<Vec<u8>> {
     let nonce: [u8; NONCE_LEN] = random()?;
-    let cipher = XChaCha20Poly1305::new(key.into());
-    let sealed = cipher
-        .encrypt(XNonce::from_slice(&nonce), Payload { msg: plain, aad })
-        .map_err(|_| problem("a value could not be sealed"))?;
-    let mut out = Vec::with_capacity(NONCE_LEN + sealed.len());
+    // The nonce, then the text sealed in place after it, then its tag.
+    let mut out = Vec::with_capacity(NONCE_LEN + plain.len() + TAG_LEN);
     out.extend_from_slice(&nonce);
-    out.extend_from_slice(&sealed);
+    out.extend_from_slice(plain);
+    let tag = XChaCha20Poly1305::new(key.into())
+        .encrypt_in_place_detached(XNonce::from_slice(&nonce), aad, &mut out[NONCE_LEN..])
+        .map_err(|_| problem("a value could not be sealed"))?;
+    out.extend_from_slice(&tag);
     Ok(out)
 }
 

@@ -17,6 +17,10 @@ const MAX_BYTES: usize = 8 << 20;
 /// Opened values by their sealed text, each with the place it was opened for (a sealed
 /// text copied to another place is opened there, and fails). Bounded in bytes.
 ///
+/// Found by the sealed text's last bytes (its authentication tag, which a fresh nonce
+/// makes different for every value sealed) and then compared whole: a lookup hashes
+/// a few bytes, not the whole text.
+///
 /// A value is looked up only once the caller holds the key its sealed text names: one
 /// sealed under a key since destroyed is never found here.
 pub(crate) struct Opened<V> {
@@ -24,15 +28,35 @@ pub(crate) struct Opened<V> {
 }
 
 struct Values<V> {
-    by_sealed: HashMap<Box<str>, (Box<str>, V)>,
+    by_tag: HashMap<u64, Kept<V>>,
     bytes: usize,
+}
+
+/// A value with the sealed text it opened from and the place it was opened for.
+struct Kept<V> {
+    sealed: Box<str>,
+    place: Box<str>,
+    value: V,
+    /// About the bytes it holds, as counted.
+    size: usize,
+}
+
+/// The last bytes of a sealed text, folded: where [`Opened`] files it.
+fn tag(sealed: &str) -> u64 {
+    let bytes = sealed.as_bytes();
+    let tail = &bytes[bytes.len().saturating_sub(16)..];
+    tail.chunks(8).fold(0, |folded, chunk| {
+        let mut word = [0u8; 8];
+        word[..chunk.len()].copy_from_slice(chunk);
+        folded ^ u64::from_le_bytes(word).rotate_left(29)
+    })
 }
 
 impl<V: Clone> Opened<V> {
     fn new() -> Self {
         Opened {
             values: Mutex::new(Values {
-                by_sealed: HashMap::new(),
+                by_tag: HashMap::new(),
                 bytes: 0,
             }),
         }
@@ -41,8 +65,8 @@ impl<V: Clone> Opened<V> {
     /// The value `sealed` opened to at `place`, if it was opened (or sealed) lately.
     pub(crate) fn get(&self, sealed: &str, place: &str) -> Option<V> {
         let values = self.values.lock().unwrap_or_else(PoisonError::into_inner);
-        let (at, value) = values.by_sealed.get(sealed)?;
-        (**at == *place).then(|| value.clone())
+        let kept = values.by_tag.get(&tag(sealed))?;
+        (*kept.sealed == *sealed && *kept.place == *place).then(|| kept.value.clone())
     }
 
     /// Keeps `value` as what `sealed` opens to at `place`; `size` is about what the
@@ -54,21 +78,26 @@ impl<V: Clone> Opened<V> {
         }
         let mut values = self.values.lock().unwrap_or_else(PoisonError::into_inner);
         if values.bytes + size > MAX_BYTES {
-            values.by_sealed.clear();
+            values.by_tag.clear();
             values.bytes = 0;
         }
-        if values
-            .by_sealed
-            .insert(sealed.into(), (place.into(), value))
-            .is_none()
-        {
-            values.bytes += size;
+        let kept = Kept {
+            sealed: sealed.into(),
+            place: place.into(),
+            value,
+            size,
+        };
+        // A value filed under the same tag (another text: a collision) gives way, and
+        // its bytes are counted no more.
+        if let Some(earlier) = values.by_tag.insert(tag(sealed), kept) {
+            values.bytes -= earlier.size;
         }
+        values.bytes += size;
     }
 
     fn clear(&self) {
         let mut values = self.values.lock().unwrap_or_else(PoisonError::into_inner);
-        values.by_sealed.clear();
+        values.by_tag.clear();
         values.bytes = 0;
     }
 }
@@ -151,5 +180,33 @@ impl Keys {
         self.texts
             .put(&sealed, place, plain.to_owned(), plain.len());
         Ok(sealed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_value_is_found_by_its_whole_sealed_text_and_place_alone() {
+        let opened = Opened::new();
+        // Two texts with the same last bytes: filed in one place, told apart whole.
+        let (first, second) = (
+            "enc1:a:aaaa-same-tail-16-bytes",
+            "enc1:b:bbbb-same-tail-16-bytes",
+        );
+        assert_eq!(tag(first), tag(second));
+        opened.put(first, "session 1", "first".to_owned(), 5);
+        assert_eq!(opened.get(first, "session 1").as_deref(), Some("first"));
+        assert_eq!(opened.get(second, "session 1"), None);
+        assert_eq!(opened.get(first, "session 2"), None, "another place");
+        opened.put(second, "session 1", "second".to_owned(), 6);
+        assert_eq!(opened.get(first, "session 1"), None, "it gave way");
+        assert_eq!(opened.get(second, "session 1").as_deref(), Some("second"));
+        let bytes = opened.values.lock().unwrap().bytes;
+        assert_eq!(bytes, 6 + second.len() + "session 1".len());
+        // Short texts are filed too.
+        opened.put("x", "p", "short".to_owned(), 5);
+        assert_eq!(opened.get("x", "p").as_deref(), Some("short"));
     }
 }

@@ -237,7 +237,7 @@ impl SessionManager {
     ) -> Result<Vec<(crate::store::StoredSession, Vec<String>)>> {
         let mut found = Vec::new();
         for session in backend.sessions().list(&self.filter(status)).await? {
-            let ids = sealed_key_ids(&session.entry)?;
+            let ids = sealed_key_ids(&session.entry);
             if !ids.is_empty() {
                 found.push((session, ids));
             }

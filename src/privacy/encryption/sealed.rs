@@ -144,11 +144,13 @@ pub(crate) fn seal(
     }
     let plain = serde_json::to_vec(&secret).map_err(|e| Error::encode("a sealed entry", e))?;
     let sealed = seal_bytes(key.as_bytes(), &bound_to(agent, session_id, &id), &plain)?;
-    let text = format!(
-        "{PREFIX}{}:{id}:{}",
-        key.id(),
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sealed)
+    let mut text = String::with_capacity(
+        PREFIX.len() + key.id().len() + id.len() + 2 + sealed.len().div_ceil(3) * 4,
     );
+    for part in [PREFIX, key.id(), ":", &id, ":"] {
+        text.push_str(part);
+    }
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode_string(sealed, &mut text);
     opened.put(
         &text,
         &session_place(agent, session_id),
