@@ -515,6 +515,72 @@ async fn a_backup_restored_after_an_erase_shows_none_of_her_lines_and_all_of_eve
     stores.finish().await;
 }
 
+/// Someone known by their sender id alone (no person named), and someone else with the
+/// same id on another channel.
+fn by_id_alone(channel: &str, text: &str) -> InboundMessage {
+    InboundMessage::direct(channel, "15550001", text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sender_known_by_an_id_alone_is_erased_from_a_restored_backup_and_the_same_id_elsewhere_is_not(
+) {
+    let stores = stores::Stores::new("sealed_sender_alone");
+    let keys = tempfile::tempdir().unwrap();
+    let backups = tempfile::tempdir().unwrap();
+    for (n, store) in sealed_stores(&stores, keys.path()).into_iter().enumerate() {
+        let manager = store.manager().await;
+        answer(
+            &manager,
+            &by_id_alone("telegram", "my pin is tgpinnovember"),
+            "noted",
+        )
+        .await;
+        answer(
+            &manager,
+            &by_id_alone("whatsapp", "my pin is wapinoscar"),
+            "noted",
+        )
+        .await;
+        drop(manager);
+        let backup_dir = backups.path().join(n.to_string());
+        backup(&store.url, &backup_dir);
+
+        // A person id that is nobody's: the two senders' keys are theirs on their
+        // channels, and stay.
+        let report = store
+            .manager()
+            .await
+            .forget_person(&PersonRef::person("15550001"))
+            .await
+            .unwrap();
+        assert_eq!(report.data_keys, 0, "{}: {report:?}", store.url);
+        let manager = store.manager().await;
+        let seen = answer(&manager, &by_id_alone("whatsapp", "still there?"), "yes").await;
+        assert!(seen.contains("wapinoscar"), "{}: {seen}", store.url);
+        drop(manager);
+
+        let report = store
+            .manager()
+            .await
+            .forget_person(&PersonRef::sender("telegram", "15550001"))
+            .await
+            .unwrap();
+        assert!(report.data_keys >= 1, "{}: {report:?}", store.url);
+        restore(&store.url, &backup_dir);
+
+        // The restored backup, opened as the bot opens it: none of her words, all of his.
+        let manager = store.manager().await;
+        let seen = answer(&manager, &by_id_alone("telegram", "what was it?"), "?").await;
+        assert!(!seen.contains("tgpinnovember"), "{}: {seen}", store.url);
+        assert!(seen.contains(ERASED_TEXT), "{}: {seen}", store.url);
+        let seen = answer(&manager, &by_id_alone("whatsapp", "and mine?"), "ok").await;
+        assert!(seen.contains("wapinoscar"), "{}: {seen}", store.url);
+        let all = everything(&store.url);
+        assert!(hits(&all, &["tgpinnovember", "wapinoscar"]).is_empty());
+    }
+    stores.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_read_her_lines_before_the_erase_cannot_show_them_from_a_restored_backup() {
     let stores = stores::Stores::new("sealed_other_worker");
@@ -760,7 +826,27 @@ async fn a_manager_without_the_keys_refuses_a_sealed_session_and_writes_nothing(
         .unwrap_err();
     assert_eq!(refused.kind(), "encryption", "{refused}");
     assert!(refused.to_string().contains("encryption"), "{refused}");
+    // Nor does someone new start a session in plain text in it.
+    let refused = plain
+        .turn(&InboundMessage::direct(
+            "telegram",
+            "5550123",
+            "my pin is 9999",
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), "encryption", "{refused}");
+    assert!(refused.to_string().contains("half sealed"), "{refused}");
     assert_eq!(everything(&store.url), before, "nothing was written");
+    // Nor does it erase her: it could not destroy her keys, and her backups would
+    // still open.
+    let refused = plain
+        .forget_person(&PersonRef::person(JANE))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), "encryption", "{refused}");
+    assert!(refused.to_string().contains("--keys"), "{refused}");
+    assert_eq!(everything(&store.url), before, "nothing was changed");
 }
 
 /// The ids of the data keys the store's sealed values name (`enc1:<key id>:`).
@@ -1000,6 +1086,16 @@ async fn a_manager_with_keys_refuses_a_session_written_in_plain_text_and_writes_
         .unwrap_err();
     assert_eq!(refused.kind(), "encryption", "{refused}");
     assert!(refused.to_string().contains("migrate_sealed"), "{refused}");
+    // Nor does someone new start a sealed session in it.
+    let refused = sealed
+        .turn(&InboundMessage::direct(
+            "telegram",
+            "5550123",
+            "hi, new here",
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), "encryption", "{refused}");
     let after = everything(&store.url);
     let changed: Vec<&String> = after
         .iter()
@@ -1490,10 +1586,47 @@ async fn a_key_directory_is_not_taken_over_through_a_link_or_by_a_key_its_files_
     // A link to it, however it is spelled, is not followed.
     let link = dir.path().join("link");
     std::os::unix::fs::symlink(&keys_dir, &link).unwrap();
-    for spelled in ["link", "link/", "link/."] {
+    std::fs::create_dir(keys_dir.join("sub")).unwrap();
+    for spelled in [
+        "link",
+        "link/",
+        "link/.",
+        "link//",
+        "link/sub/..",
+        "keys/sub/..",
+    ] {
         let refused = KeyFiles::open(dir.path().join(spelled), right.clone()).unwrap_err();
         assert_eq!(refused.kind(), "encryption", "{spelled}: {refused}");
     }
+    std::fs::remove_dir(keys_dir.join("sub")).unwrap();
+
+    // A directory other users may write in is not taken for one.
+    use std::os::unix::fs::PermissionsExt;
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let refused = KeyFiles::open(&shared, right.clone()).unwrap_err();
+    assert!(refused.to_string().contains("chmod 700"), "{refused}");
+    assert_eq!(
+        std::fs::read_dir(&shared).unwrap().count(),
+        0,
+        "nothing made"
+    );
+
+    // Another master key leaves the directory as it is, even a killed write's copy.
+    let stale = keys_dir.join(".tmp-killed");
+    std::fs::write(&stale, b"a sealed copy").unwrap();
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(600);
+    std::fs::File::options()
+        .write(true)
+        .open(&stale)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let refused = KeyFiles::open(&keys_dir, wrong.clone()).unwrap_err();
+    assert_eq!(refused.kind(), "encryption", "{refused}");
+    assert!(stale.exists(), "a look with the wrong key removes nothing");
+    std::fs::remove_file(&stale).unwrap();
 
     // Its check file lost: another master key does not tie the directory to itself.
     std::fs::remove_file(keys_dir.join("master.check")).unwrap();

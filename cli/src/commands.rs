@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use agent_sessions::manager::{DeleteOptions, PruneOptions};
 use agent_sessions::ops::{migrate_with, MigrateOptions, MigrationProgress, MigrationReport};
+use agent_sessions::privacy::encryption::KeyFiles;
 use agent_sessions::privacy::{ForgetOptions, PersonRef, RetentionPolicy, RetentionRule};
 use agent_sessions::store::{Backend, OpenMode, StoreUrl};
 use agent_sessions::transcript::follow::{self, Position, Update};
@@ -136,6 +137,9 @@ pub struct ExportArgs {
     /// are listed in the copy.
     #[arg(long, requires = "person")]
     workspaces: Option<PathBuf>,
+    /// With --person, on a sealed store: their words are opened with these keys.
+    #[command(flatten)]
+    keys: crate::keys::KeyDirArgs,
     #[command(flatten)]
     scope: Scope,
 }
@@ -154,6 +158,10 @@ pub struct ForgetArgs {
     /// The folder holding the bot's session workspaces: the person's are removed.
     #[arg(long)]
     workspaces: Option<PathBuf>,
+    /// On a sealed store, the person's data keys are destroyed too, so what backups
+    /// hold of them no longer opens.
+    #[command(flatten)]
+    keys: crate::keys::KeyDirArgs,
 }
 
 /// A retention policy file, as `prune --retention` reads it.
@@ -283,6 +291,7 @@ async fn backend_manager(
     agent: &AgentId,
     workspaces: Option<&Path>,
     isolated: bool,
+    keys: Option<KeyFiles>,
 ) -> Result<SessionManager, Failure> {
     if let Some(dir) = workspaces {
         if !std::fs::metadata(dir).is_ok_and(|m| m.is_dir()) {
@@ -302,13 +311,17 @@ async fn backend_manager(
     if let Some(dir) = workspaces {
         builder = builder.workspaces(agent_sessions::identity::Workspaces::new(dir));
     }
+    if let Some(keys) = keys {
+        builder = builder.encryption(keys);
+    }
     Ok(builder.build()?)
 }
 
 async fn forget(store: &str, agent: &AgentId, json: bool, args: ForgetArgs) -> Outcome {
     let person = person_ref(&args.person)?;
+    let keys = args.keys.open()?;
     // An erase reaches every agent: a person's data is not left in one of them.
-    let manager = backend_manager(store, agent, args.workspaces.as_deref(), false).await?;
+    let manager = backend_manager(store, agent, args.workspaces.as_deref(), false, keys).await?;
     let mut options = ForgetOptions::new();
     if args.vacuum {
         options = options.vacuum();
@@ -1245,7 +1258,7 @@ async fn prune(store: &str, agent: &AgentId, json: bool, args: PruneArgs) -> Out
     if let Some(file) = &args.retention {
         let policy = retention_policy(file)?;
         let isolated = args.scope.agent(agent).is_some();
-        let manager = backend_manager(store, agent, None, isolated).await?;
+        let manager = backend_manager(store, agent, None, isolated, None).await?;
         let report = manager.apply_retention(&policy).await?;
         output::counts(json, "removed", &report);
         return Ok(());
@@ -1352,6 +1365,12 @@ async fn export(store: &str, agent: &AgentId, args: ExportArgs) -> Outcome {
     if let Some(person) = &args.person {
         return export_person(store, agent, person, &args).await;
     }
+    if args.keys.given() {
+        return Err(failure(
+            EXIT_USAGE,
+            "--keys is used with --person: a store's export is written as stored",
+        ));
+    }
     let backend = Backend::open_with(store, OpenMode::ReadOnly).await?;
     let (sessions, names) = exported(&backend, agent, &args).await?;
     let Some(path) = args.output else {
@@ -1393,7 +1412,8 @@ fn persist(out: Staged, path: &Path) -> Outcome {
 async fn export_person(store: &str, agent: &AgentId, raw: &str, args: &ExportArgs) -> Outcome {
     let person = person_ref(raw)?;
     // A person's copy holds what every agent keeps of them.
-    let manager = backend_manager(store, agent, args.workspaces.as_deref(), false).await?;
+    let keys = args.keys.open()?;
+    let manager = backend_manager(store, agent, args.workspaces.as_deref(), false, keys).await?;
     let Some(path) = &args.output else {
         let mut out = io::BufWriter::with_capacity(1 << 16, io::stdout());
         manager.export_person(&person, &mut out).await?;

@@ -62,6 +62,57 @@ impl KeysArgs {
     }
 }
 
+/// A sealed store's key directory, for a command that reads or erases a person.
+#[derive(Debug, Args)]
+pub struct KeyDirArgs {
+    /// A sealed store's key directory (the bot's `KeyFiles`), with the master key in
+    /// --master-key-env: a person of a sealed store is refused without it.
+    #[arg(long)]
+    keys: Option<PathBuf>,
+    /// The environment variable holding the master key, with --keys.
+    #[arg(long, default_value = "AGENT_SESSIONS_MASTER_KEY", requires = "keys")]
+    master_key_env: String,
+}
+
+impl KeyDirArgs {
+    /// The key files, when a directory was named.
+    pub fn open(&self) -> Result<Option<KeyFiles>, crate::commands::Failure> {
+        let Some(dir) = &self.keys else {
+            return Ok(None);
+        };
+        key_directory(dir)?;
+        let master = MasterKey::from_env(&self.master_key_env)?;
+        Ok(Some(KeyFiles::open(dir, master)?))
+    }
+
+    /// Whether a directory was named.
+    pub fn given(&self) -> bool {
+        self.keys.is_some()
+    }
+}
+
+/// Refuses `dir` unless it is a key directory a bot made: the commands work on one and
+/// never make one.
+pub fn key_directory(dir: &std::path::Path) -> Outcome {
+    if !dir.exists() {
+        return Err(failure(
+            EXIT_NOT_FOUND,
+            format!("there is no key directory at {}", dir.display()),
+        ));
+    }
+    // A bot's first run makes its key directory.
+    if std::fs::symlink_metadata(dir.join("master.check")).is_err() {
+        return Err(failure(
+            EXIT_NOT_FOUND,
+            format!(
+                "{} is not a key directory (it has no master.check): name the directory the bot's KeyFiles opens",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// `keys`; `store` is the store `rotate-data` and `retire` work on.
 pub async fn keys(store: &str, json: bool, args: KeysArgs) -> Outcome {
     if args.action == KeysAction::Generate {
@@ -78,22 +129,7 @@ pub async fn keys(store: &str, json: bool, args: KeysArgs) -> Outcome {
             "name the key directory with --dir or AGENT_SESSIONS_KEYS".to_owned(),
         )
     })?;
-    if !dir.exists() {
-        return Err(failure(
-            EXIT_NOT_FOUND,
-            format!("there is no key directory at {}", dir.display()),
-        ));
-    }
-    // A bot's first run makes its key directory; this command only works on one.
-    if std::fs::symlink_metadata(dir.join("master.check")).is_err() {
-        return Err(failure(
-            EXIT_NOT_FOUND,
-            format!(
-                "{} is not a key directory (it has no master.check): name the directory the bot's KeyFiles opens",
-                dir.display()
-            ),
-        ));
-    }
+    key_directory(&dir)?;
     let master = MasterKey::from_env(&args.master_key_env)?;
     let fingerprint = master.fingerprint();
     if args.action.uses_store() {
@@ -111,7 +147,7 @@ pub async fn keys(store: &str, json: bool, args: KeysArgs) -> Outcome {
         print_rotation(json, done, &report);
         return Ok(());
     }
-    let keys = match args.action {
+    let (keys, rotated) = match args.action {
         KeysAction::Rotate => {
             let previous = MasterKey::from_env(&args.previous_key_env)?;
             let keys = KeyFiles::rotating(&dir, master, previous)?;
@@ -119,18 +155,21 @@ pub async fn keys(store: &str, json: bool, args: KeysArgs) -> Outcome {
             if !json {
                 println!("sealed {rotated} data keys anew under master key {fingerprint}");
             }
-            keys
+            (keys, Some(rotated))
         }
-        _ => KeyFiles::open(&dir, master)?,
+        _ => (KeyFiles::open(&dir, master)?, None),
     };
     let (all, current) = keys.status()?;
     if json {
-        let status = serde_json::json!({
+        let mut status = serde_json::json!({
             "dir": dir.display().to_string(),
             "masterKey": fingerprint,
             "dataKeys": all,
             "underMasterKey": current,
         });
+        if let Some(rotated) = rotated {
+            status["sealedAnew"] = rotated.into();
+        }
         println!("{status}");
     } else {
         println!(

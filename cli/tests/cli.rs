@@ -1201,6 +1201,14 @@ fn a_store_is_never_copied_onto_itself() {
         stderr(&refused)
     );
     assert!(std::fs::read(&file).unwrap() == before);
+    // Nor through a hard link to its file.
+    let hard = work.path().join("hard.db");
+    std::fs::hard_link(&file, &hard).unwrap();
+    let hard_link = format!("sqlite:{}", hard.display());
+    let refused = run_bare(&["migrate", "--from", &store, "--to", &hard_link]);
+    assert_eq!(code(&refused), 2, "{}", stderr(&refused));
+    assert!(std::fs::read(&file).unwrap() == before);
+    assert!(!work.path().join("hard.db-wal").exists(), "nothing opened");
 
     // An OpenClaw tree imported into itself, named through a symlink.
     let link = work.path().join("link");
@@ -2371,8 +2379,13 @@ async fn keys_generate_show_and_replace_the_master_key_and_the_data_keys() {
         ("AGENT_SESSIONS_MASTER_KEY", new.as_str()),
         ("AGENT_SESSIONS_PREVIOUS_MASTER_KEY", old.as_str()),
     ];
-    let replaced = keys_cmd(None, &both, &["keys", "rotate", "--dir", dir_arg]);
-    assert!(replaced.status.success(), "{}", stderr(&replaced));
+    let replaced = json(&keys_cmd(
+        None,
+        &both,
+        &["--json", "keys", "rotate", "--dir", dir_arg],
+    ));
+    assert_eq!(replaced["underMasterKey"], replaced["dataKeys"]);
+    assert_eq!(replaced["sealedAnew"], replaced["dataKeys"], "{replaced}");
     let status = json(&keys_cmd(
         None,
         &[("AGENT_SESSIONS_MASTER_KEY", new.as_str())],
@@ -2391,6 +2404,8 @@ async fn keys_generate_show_and_replace_the_master_key_and_the_data_keys() {
         .unwrap();
     let seen = turn.messages().await.unwrap();
     assert!(seen.iter().any(|m| m.content.contains("4742")), "{seen:?}");
+    turn.complete("It was 4742.").await.unwrap();
+    drop(manager);
 
     // Refusals: no directory, --agent, and a plain store's data to rotate.
     let with_new = [("AGENT_SESSIONS_MASTER_KEY", new.as_str())];
@@ -2437,4 +2452,54 @@ async fn keys_generate_show_and_replace_the_master_key_and_the_data_keys() {
         stderr(&looked)
     );
     assert_eq!(std::fs::read_dir(&other).unwrap().count(), 1);
+
+    // A person's copy of a sealed store: refused without its keys (it would show none
+    // of their words), written with them.
+    let export = |extra: &[&str]| {
+        let mut args = vec!["export", "--person", "telegram:43"];
+        args.extend_from_slice(extra);
+        keys_cmd(Some(&store), &with_new, &args)
+    };
+    let refused = export(&[]);
+    assert_eq!(code(&refused), 1, "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("--keys"), "{}", stderr(&refused));
+    let copy = export(&["--keys", dir_arg]);
+    assert!(copy.status.success(), "{}", stderr(&copy));
+    assert!(String::from_utf8_lossy(&copy.stdout).contains("my PIN is 4743"));
+    let whole = keys_cmd(Some(&store), &with_new, &["export", "--keys", dir_arg]);
+    assert_eq!(code(&whole), 2, "{}", stderr(&whole));
+
+    // Erasing a person of a sealed store: refused without its keys (her backups would
+    // still open), done with them, her keys destroyed.
+    let forget = |env: &[(&str, &str)], extra: &[&str]| {
+        let mut args = vec!["--json", "forget", "--person", "telegram:42"];
+        args.extend_from_slice(extra);
+        keys_cmd(Some(&store), env, &args)
+    };
+    let refused = forget(&with_new, &[]);
+    assert_eq!(code(&refused), 1, "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("--keys"), "{}", stderr(&refused));
+    let erased = json(&forget(&with_new, &["--keys", dir_arg]));
+    assert!(erased["dataKeys"].as_u64().unwrap() >= 1, "{erased}");
+    let manager = open(MasterKey::parse(&new).unwrap()).await;
+    for (peer, kept) in [("42", false), ("43", true)] {
+        let turn = manager
+            .turn(&InboundMessage::direct("telegram", peer, "and my PIN?"))
+            .await
+            .unwrap();
+        let seen: Vec<String> = turn
+            .messages()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.content)
+            .collect();
+        let pin = format!("my PIN is 47{peer}");
+        assert_eq!(
+            seen.iter().any(|m| m.contains(&pin)),
+            kept,
+            "{peer}: {seen:?}"
+        );
+        turn.complete("ok").await.unwrap();
+    }
 }

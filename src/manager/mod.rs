@@ -169,6 +169,9 @@ pub(crate) struct Settings {
     pub(crate) queue: QueueSettings,
     /// Set once a DM session shared by everyone has seen a second sender (warned once).
     pub(crate) shared_dm_warned: AtomicBool,
+    /// Whether a session of the store was found sealed as this manager seals (or
+    /// plain, as it writes plain): new sessions may be added.
+    pub(crate) sealing_agrees: AtomicBool,
 }
 
 impl Settings {
@@ -799,6 +802,7 @@ impl SessionManager {
                     max_answer_attempts: crate::inbound::chat::DEFAULT_MAX_ANSWER_ATTEMPTS,
                     history_window: HistoryWindow::default(),
                     shared_dm_warned: AtomicBool::new(false),
+                    sealing_agrees: AtomicBool::new(false),
                 },
                 system_events: Arc::new(SystemEventQueue::default()),
                 histories: crate::inbound::history_cache::HistoryCache::default(),
@@ -1126,6 +1130,7 @@ impl SessionManager {
         let gate = mode.is_turn() && message.is_group();
         let (admit, intake) = (mode.admit(), mode.intake());
         let key = self.key_for(message)?;
+        self.refuse_other_sealing().await?;
         let span = tracing::Span::current();
         span.record("key", tracing::field::display(&key));
         span.record("agent", key.agent_id());

@@ -49,6 +49,9 @@ pub struct LogMessage {
     pub(super) log: LogFields,
     model: Option<ModelRef>,
     pub(super) usage: Option<Usage>,
+    /// Whether the person id is the sender's id on the message's channel (the
+    /// message named no person): the same id on another channel is someone else.
+    sender_only: bool,
 }
 
 impl LogMessage {
@@ -59,6 +62,7 @@ impl LogMessage {
             log: LogFields::default(),
             model: None,
             usage: None,
+            sender_only: false,
         }
     }
 
@@ -85,12 +89,15 @@ impl LogMessage {
         let mut logged = LogMessage::inbound(message.body.clone());
         let log = &mut logged.log;
         log.channel = normalize_channel(&message.channel);
-        log.person_id = message
-            .person_id
-            .clone()
-            .filter(|p| !p.trim().is_empty())
-            .or_else(|| message.sender.e164.clone())
-            .or_else(|| message.sender.id.clone());
+        log.person_id = message.person_id.clone().filter(|p| !p.trim().is_empty());
+        if log.person_id.is_none() {
+            log.person_id = message
+                .sender
+                .e164
+                .clone()
+                .or_else(|| message.sender.id.clone());
+            logged.sender_only = log.person_id.is_some();
+        }
         log.correlation_id = message.message_id.clone();
         log.attachments = crate::inbound::attachment::kept(&message.attachments);
         logged
@@ -99,6 +106,7 @@ impl LogMessage {
     /// Who the person is.
     pub fn from_person(mut self, person_id: impl Into<String>) -> Self {
         self.log.person_id = Some(person_id.into());
+        self.sender_only = false;
         self
     }
 
@@ -420,6 +428,7 @@ impl SessionManager {
             mut log,
             model,
             usage,
+            sender_only,
         } = message;
         log.message_id = Some(uuid::Uuid::new_v4().to_string());
         log.direction = Some(direction);
@@ -439,6 +448,8 @@ impl SessionManager {
                     .unwrap_or_else(|| raw.to_owned()),
             )
         });
+        // The sender's own id, not a person the session or the identity links know.
+        let on_channel = sender_only && raw.is_some() && log.person_id == raw;
         log.raw_person_id = raw.filter(|raw| Some(raw) != log.person_id.as_ref());
         log.agent_identity = log
             .agent_identity
@@ -447,6 +458,17 @@ impl SessionManager {
         log.channel = log
             .channel
             .or_else(|| entry.channel_name().map(str::to_owned));
+        // On a sealed store, a line whose person is known only by the sender's id on
+        // its channel is sealed under a key of that sender on that channel.
+        #[cfg(feature = "encryption")]
+        if on_channel && self.seams.data_keys.is_some() && log.channel.is_some() {
+            log.extra.insert(
+                crate::privacy::encryption::PERSON_ON_CHANNEL.to_owned(),
+                true.into(),
+            );
+        }
+        #[cfg(not(feature = "encryption"))]
+        let _ = on_channel;
         let line = match direction {
             Direction::Inbound => TranscriptEntry::user_text(text, now),
             Direction::Outbound => {

@@ -78,6 +78,7 @@ impl SessionManager {
         let transcripts = Privacy(self).exportable_transcripts()?;
         let ids = Privacy(self).person_ids(person).await?;
         let (current, closed) = Privacy(self).sessions_of(&ids).await?;
+        Privacy(self).refuse_sealed_without_keys(current.iter().chain(&closed), "export")?;
         let mut summary = PersonExportSummary::default();
         let write = |out: &mut (dyn Write + Send), bytes: &[u8]| {
             out.write_all(bytes)

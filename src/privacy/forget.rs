@@ -206,6 +206,9 @@ impl Privacy<'_> {
         let mut report = ForgetReport::default();
         let ids = self.person_ids(person).await?;
         let (current, closed) = self.sessions_of(&ids).await?;
+        // Without the keys, an erase could not destroy theirs: what backups hold of
+        // them would still open.
+        self.refuse_sealed_without_keys(current.iter().chain(&closed), "erase")?;
         let ids = widen(ids, current.iter().chain(&closed));
         // From here on, a message of theirs starts afresh: nothing read before the erase
         // is written back into what it erases.

@@ -112,8 +112,9 @@ impl fmt::Display for StoreUrl {
 
 impl StoreUrl {
     /// Whether `self` and `other` name the same store: the same resolved directory or
-    /// file (symlinks and `..` followed, `~` expanded), or the same PostgreSQL server,
-    /// database and schema. Copying a store onto itself is the mistake this catches.
+    /// file (symlinks and `..` followed, `~` expanded, a hard link to it), or the same
+    /// PostgreSQL server (`localhost` and the loopback addresses are one), database and
+    /// schema. Copying a store onto itself is the mistake this catches.
     ///
     /// ```
     /// use agent_sessions::store::StoreUrl;
@@ -128,13 +129,16 @@ impl StoreUrl {
     /// let other: StoreUrl = "postgres://bot@db/sessions?schema=support".parse()?;
     /// assert!(pg.same_store(&same));
     /// assert!(!pg.same_store(&other));
+    /// let local: StoreUrl = "postgres://bot@localhost/sessions".parse()?;
+    /// let loopback: StoreUrl = "postgres://bot@127.0.0.1:5432/sessions".parse()?;
+    /// assert!(local.same_store(&loopback));
     /// assert!(!a.same_store(&pg));
     /// # Ok::<(), agent_sessions::Error>(())
     /// ```
     pub fn same_store(&self, other: &StoreUrl) -> bool {
         match (self, other) {
             (StoreUrl::Json(a), StoreUrl::Json(b)) | (StoreUrl::Sqlite(a), StoreUrl::Sqlite(b)) => {
-                resolved(a) == resolved(b)
+                resolved(a) == resolved(b) || same_file(a, b)
             }
             (
                 StoreUrl::Postgres { url: a, schema: sa },
@@ -174,6 +178,25 @@ fn resolved(path: &std::path::Path) -> PathBuf {
     }
 }
 
+/// Whether `a` and `b` both exist and are one file or directory (a hard link).
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let id = |path: &std::path::Path| {
+            std::fs::metadata(crate::store::json::paths::expand_home(path))
+                .ok()
+                .map(|m| (m.dev(), m.ino()))
+        };
+        matches!((id(a), id(b)), (Some(a), Some(b)) if a == b)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (a, b);
+        false
+    }
+}
+
 #[cfg(feature = "postgres")]
 fn same_server(a: &str, b: &str) -> bool {
     let key = |url: &str| {
@@ -183,8 +206,27 @@ fn same_server(a: &str, b: &str) -> bool {
             } else {
                 config.get_ports().to_vec()
             };
+            // The loopback address by any of its names is one server.
+            let hosts: Vec<String> = config
+                .get_hosts()
+                .iter()
+                .map(|host| match host {
+                    tokio_postgres::config::Host::Tcp(name) => {
+                        let name = name.trim_start_matches('[').trim_end_matches(']');
+                        let loopback = name.eq_ignore_ascii_case("localhost")
+                            || name
+                                .parse::<std::net::IpAddr>()
+                                .is_ok_and(|ip| ip.is_loopback());
+                        match loopback {
+                            true => "loopback".to_owned(),
+                            false => name.to_ascii_lowercase(),
+                        }
+                    }
+                    other => format!("{other:?}"),
+                })
+                .collect();
             (
-                format!("{:?}", config.get_hosts()),
+                hosts,
                 ports,
                 config.get_dbname().or(config.get_user()).map(str::to_owned),
             )

@@ -533,6 +533,16 @@ impl KeyFiles {
     fn open_with(dir: PathBuf, master: MasterKey, previous: Option<MasterKey>) -> Result<Self> {
         // `keys/` and `keys/.` name `keys` itself, a link too (which is refused below).
         let dir: PathBuf = dir.components().collect();
+        // `link/sub/..` would name the directory a link leads to without naming the link.
+        if dir
+            .components()
+            .any(|part| part == std::path::Component::ParentDir)
+        {
+            return Err(problem(format!(
+                "the key directory {} is named through `..`: name it by its own path",
+                dir.display()
+            )));
+        }
         let not_a_dir = || {
             problem(format!(
                 "the key directory {} is not a directory (a symbolic link is not followed)",
@@ -547,6 +557,23 @@ impl KeyFiles {
         if std::fs::symlink_metadata(&dir).is_ok_and(|m| !m.is_dir()) {
             return Err(not_a_dir());
         }
+        #[cfg(unix)]
+        {
+            // Another user who may write in it could remove a key (erasing its owner's
+            // data) or put one of their own in.
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::symlink_metadata(&dir)
+                .map_err(|e| Error::io("read", &dir, e))?
+                .permissions()
+                .mode();
+            if mode & 0o022 != 0 {
+                return Err(problem(format!(
+                    "the key directory {} may be written by other users (mode {:o}): make it the bot's alone (chmod 700)",
+                    dir.display(),
+                    mode & 0o7777
+                )));
+            }
+        }
         let changes = Changes::new(dir.join(CHANGES_FILE));
         let keys = KeyFiles {
             dir,
@@ -555,11 +582,13 @@ impl KeyFiles {
             read: std::sync::Mutex::default(),
             changes,
         };
-        keys.remove_stale_copies()?;
         if keys.check()?.is_none() {
             keys.check_key_files()?;
             keys.write_new(CHECK_FILE, CHECK_TEXT)?;
         }
+        // Once the master key is known to be the directory's: opened with another
+        // key, the directory is left as it is.
+        keys.remove_stale_copies()?;
         // Once the master key is known to be the directory's.
         keys.changes.open()?;
         Ok(keys)

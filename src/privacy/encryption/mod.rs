@@ -52,6 +52,7 @@ mod transcripts;
 pub use key::{DataKey, KeyFiles, KeyOwner, KeyProvider, MasterKey};
 pub use rotation::DataKeyRotation;
 pub use sealed::ERASED_TEXT;
+pub(crate) use sealed::PERSON_ON_CHANNEL;
 
 pub(crate) use opened::Keys;
 pub(crate) use search::SealedIndex;

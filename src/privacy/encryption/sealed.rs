@@ -62,6 +62,10 @@ impl Secret {
             secret.attachments = std::mem::take(&mut log.attachments);
             secret.metadata = std::mem::take(&mut log.metadata);
             secret.log_extra = std::mem::take(&mut log.extra);
+            // Whose key sealed the line stays clear.
+            if let Some(on_channel) = secret.log_extra.remove(PERSON_ON_CHANNEL) {
+                log.extra.insert(PERSON_ON_CHANNEL.to_owned(), on_channel);
+            }
         }
         secret
     }
@@ -79,7 +83,11 @@ impl Secret {
             log.chatter = self.chatter;
             log.attachments = self.attachments;
             log.metadata = self.metadata;
+            let on_channel = log.extra.remove(PERSON_ON_CHANNEL);
             log.extra = self.log_extra;
+            if let Some(on_channel) = on_channel {
+                log.extra.insert(PERSON_ON_CHANNEL.to_owned(), on_channel);
+            }
         }
     }
 
@@ -96,15 +104,42 @@ impl Secret {
     }
 }
 
-/// Whose key seals `entry`: the person its message-log fields name, else the session.
+/// The message-log field that says a line's person id is its sender's id on the line's
+/// channel (the message named no person): such a line is sealed under a key of that
+/// sender on that channel (`telegram:77`), since `77` on another channel is someone
+/// else. It stays clear, so a reader knows whose key to ask for.
+pub(crate) const PERSON_ON_CHANNEL: &str = "personOnChannel";
+
+/// Whose key seals `entry`: the person its message-log fields name (a sender known by
+/// their id alone, on their channel: [`PERSON_ON_CHANNEL`]), else the session.
 pub(crate) fn owner_of(entry: &TranscriptEntry, agent: &AgentId, session_id: &str) -> KeyOwner {
-    match entry.log.as_ref().and_then(|log| log.person_id.as_deref()) {
-        Some(person) if !person.trim().is_empty() => KeyOwner::Person(person.to_owned()),
+    let log = entry.log.as_ref();
+    match log.and_then(|log| log.person_id.as_deref()) {
+        Some(person) if !person.trim().is_empty() => {
+            let on_channel = log
+                .filter(|log| log.extra.get(PERSON_ON_CHANNEL) == Some(&Value::Bool(true)))
+                .and_then(|log| log.channel.as_deref());
+            match on_channel {
+                Some(channel) => KeyOwner::Person(format!("{channel}:{person}")),
+                None => KeyOwner::Person(person.to_owned()),
+            }
+        }
         _ => KeyOwner::Session {
             agent: agent.clone(),
             session_id: session_id.to_owned(),
         },
     }
+}
+
+/// The owner a line may also be sealed under when its fields do not say
+/// ([`PERSON_ON_CHANNEL`]: a search index's row keeps the person and channel alone): its
+/// person's id on its channel.
+pub(crate) fn owner_on_channel(entry: &TranscriptEntry) -> Option<KeyOwner> {
+    let log = entry.log.as_ref()?;
+    let person = log.person_id.as_deref().filter(|p| !p.trim().is_empty())?;
+    let channel = log.channel.as_deref()?;
+    (!log.extra.contains_key(PERSON_ON_CHANNEL))
+        .then(|| KeyOwner::Person(format!("{channel}:{person}")))
 }
 
 /// What a sealed value is bound to: its agent, session and line (the entry's id).

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 
 use super::key::{key_with_id, DataKey, KeyOwner, KeyProvider};
 use super::opened::Keys;
-use super::sealed::{open, owner_of, seal, sealed_value};
+use super::sealed::{open, owner_of, owner_on_channel, seal, sealed_value};
 use crate::error::{Error, Result};
 use crate::transcript::lines::{new_entry_id, session_id_of_name, PARENT_ON_APPEND};
 use crate::transcript::{
@@ -118,8 +118,7 @@ impl<'a> Keyring<'a> {
         let Some(id) = sealed_value(entry).map(|value| value.key_id().to_owned()) else {
             return Ok(());
         };
-        let owner = owner_of(entry, place.0, place.1);
-        let key = self.key_with_id(owner, &id).await?;
+        let key = self.sealed_under(entry, place, &id).await?;
         open(
             entry,
             key.as_ref(),
@@ -159,8 +158,26 @@ impl<'a> Keyring<'a> {
         let Some(id) = sealed_value(&entry).map(|value| value.key_id().to_owned()) else {
             return Ok(true);
         };
-        let owner = owner_of(&entry, &record.agent, &record.session_id);
-        Ok(self.key_with_id(owner, &id).await?.is_some())
+        let place = (&record.agent, record.session_id.as_str());
+        Ok(self.sealed_under(&entry, place, &id).await?.is_some())
+    }
+
+    /// The key with id `id` that sealed `entry`, if it is left: its owner's
+    /// ([`owner_of`]), or for a record that does not say whose, its person's on its
+    /// channel.
+    async fn sealed_under(
+        &mut self,
+        entry: &TranscriptEntry,
+        place: (&AgentId, &str),
+        id: &str,
+    ) -> Result<Option<DataKey>> {
+        let found = self
+            .key_with_id(owner_of(entry, place.0, place.1), id)
+            .await?;
+        match (found, owner_on_channel(entry)) {
+            (None, Some(other)) => self.key_with_id(other, id).await,
+            (found, _) => Ok(found),
+        }
     }
 
     /// The text of a logged message whose text is its line's sealed value (what
@@ -178,6 +195,7 @@ impl<'a> Keyring<'a> {
             text: String::new(),
             log: crate::transcript::LogFields {
                 person_id: message.person_id.clone(),
+                channel: message.channel.clone(),
                 extra: [(
                     crate::privacy::SEALED_LINE.to_owned(),
                     message.text.clone().into(),
