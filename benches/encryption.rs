@@ -2,8 +2,9 @@
 //! store, measured in the same run on every backend: `turn_and_complete` once the
 //! manager knows the session, and `first_turn_of_a_fresh_manager` on a session 100
 //! turns old (a restart, a new worker: the conversation's end is read and opened).
-//! Plain and sealed each run on a store of their own, filled alike (1,000 sessions,
-//! each backend's fast durability mode), with an 8,000-token window, so neither
+//! Plain and sealed each run on a store of their own, filled alike (1,000 sessions of
+//! one exchange, each written through its store's own manager: a sealed store is sealed
+//! whole; each backend's fast durability mode), with an 8,000-token window, so neither
 //! inherits what the other wrote; each timed turn is followed by an untimed one on
 //! the other store, so both are measured under the same conditions, and each
 //! measurement has sessions of its own (a turn costs more as its session grows).
@@ -68,6 +69,11 @@ fn bench(c: &mut Criterion, runtime: &Runtime, name: &str, plain: Stores, sealed
     let (old_for_plain, old_for_sealed) = (message("300000001"), message("300000003"));
     let (new_for_plain, new_for_sealed) = (message("300000002"), message("300000004"));
     runtime.block_on(async {
+        for i in 0..SESSIONS {
+            let other = message(&(100_000_000 + i).to_string());
+            one_turn(&warm_plain, &other).await;
+            one_turn(&warm_sealed, &other).await;
+        }
         for _ in 0..HISTORY_TURNS {
             for old in [&old_for_plain, &old_for_sealed] {
                 one_turn(&warm_plain, old).await;
@@ -133,11 +139,11 @@ fn encryption(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    // Two stores of each backend filled alike: the plain turns on one, the sealed on
-    // the other.
+    // Two stores of each backend, empty: `bench` fills each through its manager, the
+    // plain turns on one, the sealed on the other.
     for name in common::backends() {
-        let plain = common::open_backend(&runtime, SESSIONS, name);
-        let sealed = common::open_backend(&runtime, SESSIONS, name);
+        let plain = common::open_backend(&runtime, 0, name);
+        let sealed = common::open_backend(&runtime, 0, name);
         bench(
             c,
             &runtime,

@@ -1626,7 +1626,13 @@ async fn a_key_directory_is_not_taken_over_through_a_link_or_by_a_key_its_files_
     let refused = KeyFiles::open(&keys_dir, wrong.clone()).unwrap_err();
     assert_eq!(refused.kind(), "encryption", "{refused}");
     assert!(stale.exists(), "a look with the wrong key removes nothing");
-    std::fs::remove_file(&stale).unwrap();
+    // An erase through the right key sweeps it with the key it destroys.
+    let keys = KeyFiles::open(&keys_dir, right.clone()).unwrap();
+    let bob = KeyOwner::Person("bob".into());
+    keys.data_key(&bob, true).await.unwrap();
+    assert!(keys.destroy(&bob).await.unwrap());
+    assert!(!stale.exists(), "a killed write's copy goes with an erase");
+    drop(keys);
 
     // Its check file lost: another master key does not tie the directory to itself.
     std::fs::remove_file(keys_dir.join("master.check")).unwrap();

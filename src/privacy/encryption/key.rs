@@ -586,9 +586,8 @@ impl KeyFiles {
             keys.check_key_files()?;
             keys.write_new(CHECK_FILE, CHECK_TEXT)?;
         }
-        // Once the master key is known to be the directory's: opened with another
-        // key, the directory is left as it is.
-        keys.remove_stale_copies()?;
+        // A killed write's copy is swept by a rotation or an erase, not here: opening
+        // does not list a directory of a key per person.
         // Once the master key is known to be the directory's.
         keys.changes.open()?;
         Ok(keys)
