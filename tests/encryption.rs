@@ -849,12 +849,15 @@ async fn a_manager_without_the_keys_refuses_a_sealed_session_and_writes_nothing(
     assert_eq!(everything(&store.url), before, "nothing was changed");
 }
 
-/// The ids of the data keys the store's sealed values name (`enc1:<key id>:`).
+/// The ids of the data keys the store's sealed values name (`enc2:<key id>:`, or `enc1:` from earlier builds).
 fn key_ids(all: &BTreeMap<String, Vec<u8>>) -> std::collections::BTreeSet<String> {
     let mut ids = std::collections::BTreeSet::new();
     for bytes in all.values() {
         let text = String::from_utf8_lossy(bytes);
-        for (at, _) in text.match_indices("enc1:") {
+        for (at, _) in text
+            .match_indices("enc2:")
+            .chain(text.match_indices("enc1:"))
+        {
             let id = &text[at + 5..(at + 13).min(text.len())];
             if id.len() == 8 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
                 ids.insert(id.to_owned());
@@ -1378,7 +1381,7 @@ async fn a_search_hit_whose_line_was_altered_reads_as_erased_and_the_search_goes
             .map(|line| match line.contains("\"personId\":\"bob\"") {
                 true => {
                     altered += 1;
-                    let at = line.find("enc1:").unwrap() + 40;
+                    let at = line.find("enc2:").unwrap() + 40;
                     let flipped = if &line[at..=at] == "A" { "B" } else { "A" };
                     format!("{}{flipped}{}", &line[..at], &line[at + 1..])
                 }

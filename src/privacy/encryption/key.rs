@@ -5,6 +5,7 @@ use std::fmt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use aes_gcm::Aes256Gcm;
 use async_trait::async_trait;
 use base64::Engine;
 use chacha20poly1305::aead::{Aead, AeadInPlace, KeyInit, Payload};
@@ -15,7 +16,8 @@ use crate::error::{Error, Result};
 use crate::AgentId;
 
 const KEY_LEN: usize = 32;
-const NONCE_LEN: usize = 24;
+/// The longest nonce of a [`Cipher`].
+const MAX_NONCE_LEN: usize = 24;
 /// The length of the tag that authenticates a sealed value.
 const TAG_LEN: usize = 16;
 /// What a key file holds before its sealed key.
@@ -48,51 +50,136 @@ pub(crate) fn random<const N: usize>() -> Result<[u8; N]> {
     Ok(bytes)
 }
 
-/// Seals `plain` under `key` with a fresh nonce, `aad` bound: the nonce, then the
-/// ciphertext with its tag.
-pub(crate) fn seal_bytes(key: &[u8; KEY_LEN], aad: &[u8], plain: &[u8]) -> Result<Vec<u8>> {
-    let nonce: [u8; NONCE_LEN] = random()?;
-    // The nonce, then the text sealed in place after it, then its tag.
-    let mut out = Vec::with_capacity(NONCE_LEN + plain.len() + TAG_LEN);
-    out.extend_from_slice(&nonce);
-    out.extend_from_slice(plain);
-    let tag = XChaCha20Poly1305::new(key.into())
-        .encrypt_in_place_detached(XNonce::from_slice(&nonce), aad, &mut out[NONCE_LEN..])
-        .map_err(|_| problem("a value could not be sealed"))?;
-    out.extend_from_slice(&tag);
-    Ok(out)
+/// The authenticated ciphers a sealed value may be sealed with: AES-256-GCM for every
+/// value sealed now (AES-NI and carry-less multiply where the processor has them);
+/// XChaCha20-Poly1305 for the values sealed by earlier builds, which still open, and
+/// for data key files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cipher {
+    /// XChaCha20-Poly1305, a 24-byte nonce: values that start `enc1:`, and key files.
+    XChaCha20Poly1305,
+    /// AES-256-GCM, a 12-byte nonce: values that start `enc2:`.
+    Aes256Gcm,
 }
 
-/// Opens what [`seal_bytes`] sealed; `None` when the key, the bound data or the bytes
-/// are not the ones it was sealed with.
-pub(crate) fn open_bytes(key: &[u8; KEY_LEN], aad: &[u8], sealed: &[u8]) -> Option<Vec<u8>> {
-    if sealed.len() < NONCE_LEN {
-        return None;
+impl Cipher {
+    /// The cipher values are sealed with now.
+    pub(crate) const VALUES: Cipher = Cipher::Aes256Gcm;
+
+    const fn nonce_len(self) -> usize {
+        match self {
+            Cipher::XChaCha20Poly1305 => 24,
+            Cipher::Aes256Gcm => 12,
+        }
     }
-    let (nonce, body) = sealed.split_at(NONCE_LEN);
-    XChaCha20Poly1305::new(key.into())
-        .decrypt(XNonce::from_slice(nonce), Payload { msg: body, aad })
+
+    /// How a sealed value sealed with this cipher starts: the format's version.
+    pub(crate) const fn prefix(self) -> &'static str {
+        match self {
+            Cipher::XChaCha20Poly1305 => "enc1:",
+            Cipher::Aes256Gcm => "enc2:",
+        }
+    }
+
+    /// The cipher a sealed value was sealed with, and the value after its prefix.
+    pub(crate) fn of(sealed: &str) -> Option<(Cipher, &str)> {
+        [Cipher::Aes256Gcm, Cipher::XChaCha20Poly1305]
+            .into_iter()
+            .find_map(|cipher| Some((cipher, sealed.strip_prefix(cipher.prefix())?)))
+    }
+
+    /// `body` sealed in place with `nonce`, `aad` bound: its tag.
+    fn seal_in_place(
+        self,
+        key: &[u8; KEY_LEN],
+        nonce: &[u8],
+        aad: &[u8],
+        body: &mut [u8],
+    ) -> Option<[u8; TAG_LEN]> {
+        let tag = match self {
+            Cipher::XChaCha20Poly1305 => XChaCha20Poly1305::new(key.into())
+                .encrypt_in_place_detached(XNonce::from_slice(nonce), aad, body),
+            Cipher::Aes256Gcm => Aes256Gcm::new(key.into()).encrypt_in_place_detached(
+                aes_gcm::Nonce::from_slice(nonce),
+                aad,
+                body,
+            ),
+        };
+        tag.ok().map(Into::into)
+    }
+
+    /// `sealed` (a nonce, the text, its tag) opened; `None` when it does not open.
+    pub(crate) fn open(self, key: &[u8; KEY_LEN], aad: &[u8], sealed: &[u8]) -> Option<Vec<u8>> {
+        if sealed.len() < self.nonce_len() + TAG_LEN {
+            return None;
+        }
+        let (nonce, body) = sealed.split_at(self.nonce_len());
+        let msg = Payload { msg: body, aad };
+        match self {
+            Cipher::XChaCha20Poly1305 => {
+                XChaCha20Poly1305::new(key.into()).decrypt(XNonce::from_slice(nonce), msg)
+            }
+            Cipher::Aes256Gcm => {
+                Aes256Gcm::new(key.into()).decrypt(aes_gcm::Nonce::from_slice(nonce), msg)
+            }
+        }
         .ok()
+    }
+
+    /// `plain` sealed under `key` with `nonce`, `aad` bound: the nonce, then the
+    /// ciphertext with its tag.
+    fn seal_with_nonce(
+        self,
+        key: &[u8; KEY_LEN],
+        nonce: &[u8],
+        aad: &[u8],
+        plain: &[u8],
+    ) -> Result<Vec<u8>> {
+        let nonce = &nonce[..self.nonce_len()];
+        let mut out = Vec::with_capacity(nonce.len() + plain.len() + TAG_LEN);
+        out.extend_from_slice(nonce);
+        out.extend_from_slice(plain);
+        let tag = self
+            .seal_in_place(key, nonce, aad, &mut out[nonce.len()..])
+            .ok_or_else(|| problem("a value could not be sealed"))?;
+        out.extend_from_slice(&tag);
+        Ok(out)
+    }
+
+    /// `plain` sealed under `key` with a fresh random nonce, `aad` bound.
+    pub(crate) fn seal(self, key: &[u8; KEY_LEN], aad: &[u8], plain: &[u8]) -> Result<Vec<u8>> {
+        let nonce: [u8; MAX_NONCE_LEN] = random()?;
+        self.seal_with_nonce(key, &nonce, aad, plain)
+    }
 }
 
-/// How a sealed text starts.
-const TEXT_PREFIX: &str = "enc1:";
+/// Seals `plain` under `key` with [`Cipher::VALUES`] and a fresh nonce, `aad` bound:
+/// the nonce, then the ciphertext with its tag.
+pub(crate) fn seal_bytes(key: &[u8; KEY_LEN], aad: &[u8], plain: &[u8]) -> Result<Vec<u8>> {
+    Cipher::VALUES.seal(key, aad, plain)
+}
 
 /// Whether `text` is a sealed text ([`seal_text`]).
 pub(crate) fn is_sealed_text(text: &str) -> bool {
-    text.starts_with(TEXT_PREFIX)
+    Cipher::of(text).is_some()
 }
 
 /// `plain` sealed under `key`, bound to `place` (what it is and where it is kept):
-/// `enc1:<key id>:<nonce and ciphertext in base64>`.
+/// `enc2:<key id>:<nonce and ciphertext in base64>`.
 pub(crate) fn seal_text(key: &DataKey, place: &str, plain: &str) -> Result<String> {
     let aad = format!("agent-sessions text v1\0{place}");
     let sealed = seal_bytes(&key.bytes, aad.as_bytes(), plain.as_bytes())?;
-    Ok(format!(
-        "{TEXT_PREFIX}{}:{}",
+    Ok(text_of(key, &sealed))
+}
+
+/// A sealed text: its prefix, the key's id, the sealed bytes in base64.
+fn text_of(key: &DataKey, sealed: &[u8]) -> String {
+    format!(
+        "{}{}:{}",
+        Cipher::VALUES.prefix(),
         key.id(),
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sealed)
-    ))
+    )
 }
 
 /// [`seal_text`] with a nonce drawn from the key, the place and the text instead of at
@@ -113,35 +200,26 @@ pub(crate) fn seal_text_repeatable(key: &DataKey, place: &str, plain: &str) -> R
         hasher.update(part);
     }
     let digest = hasher.finalize();
-    let nonce = XNonce::from_slice(&digest[..NONCE_LEN]);
-    let sealed = XChaCha20Poly1305::new((&key.bytes).into())
-        .encrypt(
-            nonce,
-            Payload {
-                msg: plain.as_bytes(),
-                aad: aad.as_bytes(),
-            },
-        )
-        .map_err(|_| problem("a value could not be sealed"))?;
-    let mut bytes = nonce.to_vec();
-    bytes.extend_from_slice(&sealed);
-    Ok(format!(
-        "{TEXT_PREFIX}{}:{}",
-        key.id(),
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-    ))
+    let sealed = Cipher::VALUES.seal_with_nonce(
+        &key.bytes,
+        &digest[..MAX_NONCE_LEN],
+        aad.as_bytes(),
+        plain.as_bytes(),
+    )?;
+    Ok(text_of(key, &sealed))
 }
 
 /// The id of the key `sealed` was sealed under, if it is a sealed text.
 pub(crate) fn sealed_text_key(sealed: &str) -> Option<&str> {
-    Some(sealed.strip_prefix(TEXT_PREFIX)?.split_once(':')?.0)
+    Some(Cipher::of(sealed)?.1.split_once(':')?.0)
 }
 
 /// What [`seal_text`] sealed: `Some(None)` when `key` is not the key it was sealed
 /// under (that one was destroyed: the text is erased), `None` when `key` is that key
 /// and it does not open (altered, or moved from another place).
 pub(crate) fn open_text(key: &DataKey, place: &str, sealed: &str) -> Option<Option<String>> {
-    let (key_id, b64) = sealed.strip_prefix(TEXT_PREFIX)?.split_once(':')?;
+    let (cipher, rest) = Cipher::of(sealed)?;
+    let (key_id, b64) = rest.split_once(':')?;
     if key_id != key.id() {
         return Some(None);
     }
@@ -149,7 +227,7 @@ pub(crate) fn open_text(key: &DataKey, place: &str, sealed: &str) -> Option<Opti
         .decode(b64)
         .ok()?;
     let aad = format!("agent-sessions text v1\0{place}");
-    let plain = open_bytes(&key.bytes, aad.as_bytes(), &bytes)?;
+    let plain = cipher.open(&key.bytes, aad.as_bytes(), &bytes)?;
     String::from_utf8(plain).ok().map(Some)
 }
 
@@ -248,11 +326,11 @@ impl MasterKey {
 
     /// `key` sealed under this key, bound to `name` (its file's name).
     fn wrap(&self, name: &str, key: &[u8]) -> Result<Vec<u8>> {
-        seal_bytes(&self.0, wrap_aad(name).as_bytes(), key)
+        Cipher::XChaCha20Poly1305.seal(&self.0, wrap_aad(name).as_bytes(), key)
     }
 
     fn unwrap_key(&self, name: &str, wrapped: &[u8]) -> Option<Vec<u8>> {
-        open_bytes(&self.0, wrap_aad(name).as_bytes(), wrapped)
+        Cipher::XChaCha20Poly1305.open(&self.0, wrap_aad(name).as_bytes(), wrapped)
     }
 }
 
@@ -1154,6 +1232,53 @@ impl Changes {
 #[cfg(all(test, unix))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_text_sealed_by_an_earlier_build_still_opens_and_a_new_one_is_sealed_with_aes_gcm() {
+        let key = DataKey::generate().unwrap();
+        let place = "main\0session-1\0body";
+        let aad = format!("agent-sessions text v1\0{place}");
+        // As builds before AES-256-GCM sealed it.
+        let earlier = Cipher::XChaCha20Poly1305
+            .seal(&key.bytes, aad.as_bytes(), b"my pin is 4321")
+            .unwrap();
+        let earlier = format!(
+            "enc1:{}:{}",
+            key.id(),
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(earlier)
+        );
+        assert!(is_sealed_text(&earlier));
+        assert_eq!(sealed_text_key(&earlier), Some(key.id()));
+        assert_eq!(
+            open_text(&key, place, &earlier),
+            Some(Some("my pin is 4321".into()))
+        );
+        assert_eq!(
+            open_text(&key, "elsewhere", &earlier),
+            None,
+            "bound to its place"
+        );
+
+        let now = seal_text(&key, place, "my pin is 4321").unwrap();
+        assert!(now.starts_with(&format!("enc2:{}:", key.id())), "{now}");
+        assert_eq!(
+            open_text(&key, place, &now),
+            Some(Some("my pin is 4321".into()))
+        );
+        // Read as the other cipher's value, it does not open.
+        let relabelled = now.replacen("enc2:", "enc1:", 1);
+        assert_eq!(open_text(&key, place, &relabelled), None);
+        let repeatable = seal_text_repeatable(&key, place, "joined").unwrap();
+        assert!(repeatable.starts_with("enc2:"), "{repeatable}");
+        assert_eq!(
+            seal_text_repeatable(&key, place, "joined").unwrap(),
+            repeatable
+        );
+        assert_eq!(
+            open_text(&key, place, &repeatable),
+            Some(Some("joined".into()))
+        );
+    }
 
     #[tokio::test]
     async fn a_change_the_other_processes_cannot_be_told_of_is_refused_and_changes_nothing() {

@@ -6,7 +6,7 @@
 //! sealed by a [`MasterKey`] the host keeps out of the store (an environment variable, a
 //! file). What a person or the model wrote — message text, tool calls and results, the
 //! chatter a mention carries, attachments' names and captions, custom data, summaries —
-//! is sealed with XChaCha20-Poly1305 under the data key of the person the line names
+//! is sealed with AES-256-GCM under the data key of the person the line names
 //! (its `log.personId`), else of its session, with a fresh nonce, bound to its agent,
 //! session and line: a sealed value copied to another line or session does not open.
 //! Ids, times, roles and token counts stay clear, so the stores still find, order and

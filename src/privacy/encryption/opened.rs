@@ -53,7 +53,7 @@ fn tag(sealed: &str) -> u64 {
 }
 
 impl<V: Clone> Opened<V> {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Opened {
             values: Mutex::new(Values {
                 by_tag: HashMap::new(),

@@ -4,7 +4,7 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::key::{open_bytes, seal_bytes, DataKey, KeyOwner};
+use super::key::{seal_bytes, Cipher, DataKey, KeyOwner};
 use super::opened::Opened;
 use crate::error::{Error, Result};
 use crate::inbound::Attachment;
@@ -13,8 +13,6 @@ use crate::AgentId;
 
 /// The field of a sealed entry that holds the sealed text.
 pub(crate) const SEALED_FIELD: &str = crate::privacy::SEALED_LINE;
-/// How a sealed value starts: the format's version.
-const PREFIX: &str = "enc1:";
 /// What a line shows for text whose key was destroyed (its owner was erased).
 pub const ERASED_TEXT: &str = "[erased]";
 
@@ -180,9 +178,13 @@ pub(crate) fn seal(
     let plain = serde_json::to_vec(&secret).map_err(|e| Error::encode("a sealed entry", e))?;
     let sealed = seal_bytes(key.as_bytes(), &bound_to(agent, session_id, &id), &plain)?;
     let mut text = String::with_capacity(
-        PREFIX.len() + key.id().len() + id.len() + 2 + sealed.len().div_ceil(3) * 4,
+        Cipher::VALUES.prefix().len()
+            + key.id().len()
+            + id.len()
+            + 2
+            + sealed.len().div_ceil(3) * 4,
     );
-    for part in [PREFIX, key.id(), ":", &id, ":"] {
+    for part in [Cipher::VALUES.prefix(), key.id(), ":", &id, ":"] {
         text.push_str(part);
     }
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode_string(sealed, &mut text);
@@ -196,9 +198,10 @@ pub(crate) fn seal(
     Ok(())
 }
 
-/// A sealed value's parts: the key it was sealed under, the line it was sealed for,
-/// and the sealed bytes in base64.
+/// A sealed value's parts: the cipher and key it was sealed with, the line it was
+/// sealed for, and the sealed bytes in base64.
 pub(crate) struct SealedValue<'a> {
+    cipher: Cipher,
     key_id: &'a str,
     line: &'a str,
     sealed: &'a str,
@@ -233,10 +236,11 @@ pub(crate) fn is_sealed_line(text: &str) -> bool {
 
 /// A sealed text's parts.
 fn parts(text: &str) -> Option<SealedValue<'_>> {
-    let rest = text.strip_prefix(PREFIX)?;
+    let (cipher, rest) = Cipher::of(text)?;
     let (key_id, rest) = rest.split_once(':')?;
     let (line, sealed) = rest.split_once(':')?;
     Some(SealedValue {
+        cipher,
         key_id,
         line,
         sealed,
@@ -258,6 +262,7 @@ pub(crate) fn open(
         return Ok(());
     };
     let Some(SealedValue {
+        cipher,
         key_id,
         line: sealed_for,
         sealed: b64,
@@ -285,12 +290,13 @@ pub(crate) fn open(
                 let sealed = base64::engine::general_purpose::URL_SAFE_NO_PAD
                     .decode(b64)
                     .map_err(|_| damaged())?;
-                let plain = open_bytes(
-                    key.as_bytes(),
-                    &bound_to(agent, session_id, sealed_for),
-                    &sealed,
-                )
-                .ok_or_else(damaged)?;
+                let plain = cipher
+                    .open(
+                        key.as_bytes(),
+                        &bound_to(agent, session_id, sealed_for),
+                        &sealed,
+                    )
+                    .ok_or_else(damaged)?;
                 let secret = serde_json::from_slice::<Secret>(&plain).map_err(|_| damaged())?;
                 if remember {
                     opened.put(&text, &place, secret.clone(), plain.len());
@@ -309,4 +315,58 @@ pub(crate) fn open(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Utc;
+
+    #[test]
+    fn a_line_sealed_by_an_earlier_build_still_opens_and_a_new_one_is_sealed_with_aes_gcm() {
+        let key = DataKey::generate().unwrap();
+        let agent = AgentId::new("main").unwrap();
+        let place = (&agent, "session-1");
+        let cache = Opened::new();
+        let mut entry = TranscriptEntry::user_text("my pin is 4321", Utc::now());
+        entry.id = Some("a1b2c3d4".into());
+        let plain = entry.clone();
+
+        // As builds before AES-256-GCM sealed it.
+        let mut earlier = entry.clone();
+        let secret = serde_json::to_vec(&Secret::take(&mut earlier)).unwrap();
+        let sealed = Cipher::XChaCha20Poly1305
+            .seal(
+                key.as_bytes(),
+                &bound_to(&agent, "session-1", "a1b2c3d4"),
+                &secret,
+            )
+            .unwrap();
+        let text = format!(
+            "enc1:{}:a1b2c3d4:{}",
+            key.id(),
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sealed)
+        );
+        slot(&mut earlier).insert(SEALED_FIELD.into(), Value::String(text));
+        assert_eq!(sealed_value(&earlier).unwrap().key_id(), key.id());
+        open(&mut earlier, Some(&key), place, (&cache, false)).unwrap();
+        assert_eq!(earlier.message, plain.message);
+
+        seal(&mut entry, &key, place, &cache).unwrap();
+        let text = sealed_text(&entry).unwrap().to_owned();
+        assert!(text.starts_with("enc2:"), "{text}");
+        assert!(!text.contains("4321"));
+        // Opened without the cache that remembers what it sealed.
+        open(&mut entry, Some(&key), place, (&Opened::new(), false)).unwrap();
+        assert_eq!(entry.message, plain.message);
+        // Moved to another session, it does not open.
+        let mut moved = TranscriptEntry {
+            id: Some("a1b2c3d4".into()),
+            ..plain.clone()
+        };
+        Secret::take(&mut moved);
+        slot(&mut moved).insert(SEALED_FIELD.into(), Value::String(text));
+        let other = (&agent, "session-2");
+        assert!(open(&mut moved, Some(&key), other, (&Opened::new(), false)).is_err());
+    }
 }
