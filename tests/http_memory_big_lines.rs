@@ -129,9 +129,30 @@ async fn stalled_readers_hold_bytes_not_lines(url: &str) {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = resident_mib();
     eprintln!("{backend}: resident {after} MiB after the readers went");
+
+    // The allocator may keep what the readers used for the next ones, so what the
+    // process holds after them says little; a second round says whether the first
+    // one's memory was let go: kept for good, it would be held twice.
+    let mut again = Vec::new();
+    for path in &paths {
+        again.push(stalled_reader(address, path).await);
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    drop(again);
+    // The service lets go of a stream once it sees its reader gone: on a busy machine
+    // that can take a while, so the check waits for it (ten seconds at most).
+    let mut second = resident_mib();
+    for _ in 0..100 {
+        if second.saturating_sub(after) <= bound / 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        second = resident_mib();
+    }
+    eprintln!("{backend}: resident {second} MiB after a second round of readers went");
     assert!(
-        after.saturating_sub(before) <= bound * 2 / 3,
-        "{backend}: memory is given back: {before} MiB before, {peak} with the readers, {after} after"
+        second.saturating_sub(after) <= bound / 3,
+        "{backend}: memory is given back: {after} MiB after a round of readers, {second} after a second"
     );
     let _ = stop.send(());
     service.await.unwrap();
