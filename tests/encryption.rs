@@ -1647,3 +1647,93 @@ async fn a_key_directory_is_not_taken_over_through_a_link_or_by_a_key_its_files_
     assert_eq!(keys.data_key(&jane, false).await.unwrap(), Some(key));
     assert!(keys_dir.join("master.check").exists());
 }
+
+/// How many times `needle` is in the live files of a JSON store (its `sessions.json`
+/// and transcripts).
+fn in_live_files(root: &Path, needle: &str) -> usize {
+    transcript_files(root)
+        .into_iter()
+        .chain([root.join("agents/main/sessions/sessions.json")])
+        .map(|path| {
+            std::fs::read_to_string(path)
+                .unwrap()
+                .matches(needle)
+                .count()
+        })
+        .sum()
+}
+
+/// What the model is given for a new message of `peer`, as one text.
+async fn seen_by(manager: &SessionManager, peer: &str) -> String {
+    let turn = manager
+        .turn(&InboundMessage::direct("telegram", peer, "what did I say?"))
+        .await
+        .unwrap();
+    let seen: Vec<String> = turn
+        .messages()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.content)
+        .collect();
+    turn.complete("here it is").await.unwrap();
+    seen.join("|")
+}
+
+/// A store sealed by a build from before values were sealed with AES-256-GCM — its
+/// values `enc1:`, XChaCha20-Poly1305; `tests/fixtures/sealed-enc1` is what that build
+/// wrote for two people on Telegram (77: "my pin is anaword0", 88: "bobword0 here",
+/// three exchanges each) — is read by this build, and a data-key rotation seals every
+/// live value anew as `enc2:`, both conversations still read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_sealed_by_an_earlier_build_is_read_and_a_rotation_seals_it_anew() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = common::fixture("sealed-enc1");
+    let (root, keys) = (dir.path().join("store"), dir.path().join("keys"));
+    // A checkout leaves the directory as the umask says; the key files are the bot's.
+    std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o700)).unwrap();
+    for file in std::fs::read_dir(&keys).unwrap() {
+        let path = file.unwrap().path();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let master = MasterKey::from_file(dir.path().join("master")).unwrap();
+    let manager = SessionManager::connect(&format!("json:{}", root.display()))
+        .await
+        .unwrap()
+        .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
+        .encryption(KeyFiles::open(&keys, master).unwrap())
+        .build()
+        .unwrap();
+    assert_eq!(in_live_files(&root, "enc2:"), 0);
+    assert!(
+        in_live_files(&root, "enc1:") >= 12,
+        "the fixture is sealed the old way"
+    );
+    assert_eq!(in_live_files(&root, "anaword"), 0);
+
+    let ana = seen_by(&manager, "77").await;
+    for said in [
+        "my pin is anaword0",
+        "noted anareply1",
+        "my pin is anaword2",
+    ] {
+        assert!(ana.contains(said), "{said} in {ana}");
+    }
+    assert!(!ana.contains("bobword"), "{ana}");
+
+    let rotation = manager.rotate_data_keys().await.unwrap();
+    assert_eq!(rotation.left, 0, "{rotation:?}");
+    assert_eq!(
+        in_live_files(&root, "enc1:"),
+        0,
+        "every live value sealed anew"
+    );
+    assert!(in_live_files(&root, "enc2:") >= 12);
+    assert_eq!(in_live_files(&root, "anaword"), 0);
+    let ana = seen_by(&manager, "77").await;
+    assert!(ana.contains("my pin is anaword0"), "{ana}");
+    let bob = seen_by(&manager, "88").await;
+    for said in ["bobword0 here", "hi bobreply2"] {
+        assert!(bob.contains(said), "{said} in {bob}");
+    }
+}

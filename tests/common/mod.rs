@@ -9,8 +9,13 @@ use agent_sessions::{AgentId, Durability, JsonFileOptions, JsonFileStore, LockOp
 
 /// The OpenClaw fixture tree, copied into a fresh temporary directory.
 pub fn openclaw_fixture() -> tempfile::TempDir {
+    fixture("openclaw")
+}
+
+/// The fixture tree `tests/fixtures/<name>`, copied into a fresh temporary directory.
+pub fn fixture(name: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temporary directory");
-    copy_tree(&fixtures().join("openclaw"), dir.path());
+    copy_tree(&fixtures().join(name), dir.path());
     dir
 }
 
