@@ -1737,3 +1737,78 @@ async fn a_store_sealed_by_an_earlier_build_is_read_and_a_rotation_seals_it_anew
         assert!(bob.contains(said), "{said} in {bob}");
     }
 }
+
+/// One line of a sealed store altered on disk does not stop a data-key rotation: the
+/// pass seals every other value anew and reports the line, which stays as it was (and
+/// reading it is still an error), under the key it names, which retiring keeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_altered_line_is_reported_by_a_rotation_and_does_not_stop_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = common::fixture("sealed-enc1");
+    let (root, keys) = (dir.path().join("store"), dir.path().join("keys"));
+    std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o700)).unwrap();
+    for file in std::fs::read_dir(&keys).unwrap() {
+        let path = file.unwrap().path();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    // One letter of one of Bob's sealed lines changed.
+    let bob_line = |line: &str| line.contains("\"sealed\"") && line.contains("telegram:dm:88");
+    let mut altered = None;
+    for path in transcript_files(&root) {
+        let text = std::fs::read_to_string(&path).unwrap();
+        if altered.is_some() || !text.lines().any(bob_line) {
+            continue;
+        }
+        let lines: Vec<String> = text
+            .lines()
+            .map(|line| match altered.is_none() && bob_line(line) {
+                true => {
+                    let at = line.find("enc1:").unwrap() + 60;
+                    let flipped = if &line[at..=at] == "A" { "B" } else { "A" };
+                    altered = Some(format!("{}{flipped}{}", &line[..at], &line[at + 1..]));
+                    altered.clone().unwrap()
+                }
+                false => line.to_owned(),
+            })
+            .collect();
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    }
+    let altered = altered.expect("a line of Bob's");
+    let master = MasterKey::from_file(dir.path().join("master")).unwrap();
+    let manager = SessionManager::connect(&format!("json:{}", root.display()))
+        .await
+        .unwrap()
+        .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
+        .encryption(KeyFiles::open(&keys, master).unwrap())
+        .build()
+        .unwrap();
+
+    let rotation = manager.rotate_data_keys().await.unwrap();
+    assert_eq!((rotation.damaged, rotation.left), (1, 0), "{rotation:?}");
+    assert_eq!(
+        in_live_files(&root, "enc1:"),
+        1,
+        "all but the altered line sealed anew"
+    );
+    let kept: Vec<String> = transcript_files(&root)
+        .iter()
+        .flat_map(|path| {
+            std::fs::read_to_string(path)
+                .unwrap()
+                .lines()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(kept.contains(&altered), "the altered line is as it was");
+    assert!(seen_by(&manager, "77").await.contains("my pin is anaword0"));
+    let turn = manager
+        .turn(&InboundMessage::direct("telegram", "88", "and mine?"))
+        .await
+        .unwrap();
+    let refused = turn.messages().await.unwrap_err();
+    assert_eq!(refused.kind(), "encryption", "{refused}");
+    // The key the altered line names is kept: nothing is lost by retiring.
+    let retired = manager.retire_data_keys().await.unwrap();
+    assert!(retired.left >= 1, "{retired:?}");
+}

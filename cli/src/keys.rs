@@ -190,6 +190,7 @@ fn print_rotation(json: bool, done: &str, report: &DataKeyRotation) {
             "sessions": report.sessions,
             "chatter": report.chatter,
             "left": report.left,
+            "damaged": report.damaged,
         });
         println!("{report}");
     } else if done == "retired" {
@@ -202,5 +203,11 @@ fn print_rotation(json: bool, done: &str, report: &DataKeyRotation) {
             "rotated {} data keys: sealed anew {} transcript lines, {} sessions, {} chatter entries; {} left under an earlier key",
             report.keys, report.lines, report.sessions, report.chatter, report.left
         );
+        if report.damaged > 0 {
+            println!(
+                "{} transcript lines did not open under the key they name (altered or moved): left as they are (reading them is an error)",
+                report.damaged
+            );
+        }
     }
 }

@@ -35,6 +35,10 @@ pub struct DataKeyRotation {
     /// waiting system events, which are sealed once); the next pass seals them.
     /// Retiring: earlier keys kept because something is still sealed under them.
     pub left: usize,
+    /// Rotating: transcript lines that did not open under the key they name (altered
+    /// on disk, or moved from another line or session), left as they are and under
+    /// that key; the pass seals the others. Reading them is an error, as before.
+    pub damaged: usize,
 }
 
 /// The owners a rotation pass gave a new key, each once.
@@ -72,7 +76,9 @@ impl SessionManager {
     /// nothing — the earlier keys stay until [`retire_data_keys`](Self::retire_data_keys)
     /// finds nothing sealed under them — and running it again finishes it (each owner
     /// it meets gets one more key; [`KeyFiles`](super::KeyFiles) keeps 16 per owner
-    /// until the earlier ones are retired).
+    /// until the earlier ones are retired). A transcript line that does not open under
+    /// the key it names (altered or moved) is left as it is and counted in
+    /// [`DataKeyRotation::damaged`]; the pass goes on.
     ///
     /// [`Error::NotConfigured`] without encryption or without a backend (one the
     /// manager connected to); [`Error::Encryption`] when the key provider cannot rotate.
@@ -109,9 +115,10 @@ impl SessionManager {
 
         let transcripts = EncryptedTranscripts::new(backend.transcripts().clone(), keys.clone());
         for (agent, name) in backend.transcripts().transcript_names(agent).await? {
-            let (lines, left) = transcripts.reseal(&agent, &name, &mut rotated).await?;
-            report.lines += lines;
-            report.left += left;
+            let resealed = transcripts.reseal(&agent, &name, &mut rotated).await?;
+            report.lines += resealed.lines;
+            report.left += resealed.left;
+            report.damaged += resealed.damaged;
         }
 
         let current = self.sessions_under(&backend, StatusFilter::Current).await?;

@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 
 use super::key::{key_with_id, DataKey, KeyOwner, KeyProvider};
 use super::opened::Keys;
+use super::rotation::DataKeyRotation;
 use super::sealed::{open, owner_of, owner_on_channel, seal, sealed_value};
 use crate::error::{Error, Result};
 use crate::transcript::lines::{new_entry_id, session_id_of_name, PARENT_ON_APPEND};
@@ -432,18 +433,18 @@ impl<T: TranscriptStore + ?Sized> TranscriptStore for EncryptedTranscripts<T> {
 impl<T: TranscriptExport + ?Sized> EncryptedTranscripts<T> {
     /// Seals anew, under its owner's current key, each line of transcript `name` that
     /// an earlier key of its owner sealed; first gives each owner found there and not
-    /// yet in `rotated` a new key (a rotation). How many lines it sealed anew, and how
-    /// many it left under an earlier key (a line changed meanwhile, which the next pass
-    /// seals). Each line keeps its length and place, so readers following the
-    /// transcript are not disturbed.
+    /// yet in `rotated` a new key (a rotation). How many lines it sealed anew, how many
+    /// it left under an earlier key (a line changed meanwhile, which the next pass
+    /// seals), and how many did not open (damaged: left as they are). Each line keeps
+    /// its length and place, so readers following the transcript are not disturbed.
     pub(crate) async fn reseal(
         &self,
         agent: &AgentId,
         name: &str,
         rotated: &mut super::rotation::Rotated,
-    ) -> Result<(usize, usize)> {
+    ) -> Result<DataKeyRotation> {
         let Some(lines) = self.inner.export_lines(agent, name).await? else {
-            return Ok((0, 0));
+            return Ok(DataKeyRotation::default());
         };
         let session_id = session_id_of_name(name);
         let place = (agent, session_id.as_str());
@@ -462,7 +463,7 @@ impl<T: TranscriptExport + ?Sized> EncryptedTranscripts<T> {
         }
         let mut keyring = self.keyring();
         keyring.remember = false;
-        let (mut edits, mut left) = (Vec::new(), 0);
+        let (mut edits, mut left, mut damaged) = (Vec::new(), 0, 0);
         for (index, line, mut entry) in sealed {
             let owner = owner_of(&entry, agent, &session_id);
             let Some(sealed_under) = sealed_value(&entry).map(|v| v.key_id().to_owned()) else {
@@ -478,7 +479,15 @@ impl<T: TranscriptExport + ?Sized> EncryptedTranscripts<T> {
                 // Under the current key already, or under a destroyed one (erased).
                 continue;
             }
-            keyring.open(&mut entry, place).await?;
+            // Its key was found above: a line that does not open under it was altered
+            // or moved, and is left for the reader to report rather than stop the pass.
+            match keyring.open(&mut entry, place).await {
+                Err(Error::Encryption { .. }) => {
+                    damaged += 1;
+                    continue;
+                }
+                opened => opened?,
+            }
             keyring.seal(&mut entry, place).await?;
             let new = serde_json::to_string(&entry)
                 .map_err(|e| Error::encode("a sealed transcript line", e))?;
@@ -495,7 +504,12 @@ impl<T: TranscriptExport + ?Sized> EncryptedTranscripts<T> {
             0 => 0,
             _ => self.inner.overwrite_lines(agent, name, edits).await?,
         };
-        Ok((done, left + asked - done))
+        Ok(DataKeyRotation {
+            lines: done,
+            left: left + asked - done,
+            damaged,
+            ..DataKeyRotation::default()
+        })
     }
 }
 
