@@ -1680,6 +1680,35 @@ async fn seen_by(manager: &SessionManager, peer: &str) -> String {
     seen.join("|")
 }
 
+/// `tests/fixtures/sealed-enc1`, copied: a JSON store (`store/`), its key directory
+/// (`keys/`) and master key (`master`), as a build from before values were sealed with
+/// AES-256-GCM wrote them.
+fn sealed_enc1() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = common::fixture("sealed-enc1");
+    let keys = dir.path().join("keys");
+    // A checkout leaves the directory as the umask says; the key files are the bot's.
+    std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o700)).unwrap();
+    for file in std::fs::read_dir(&keys).unwrap() {
+        let path = file.unwrap().path();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    dir
+}
+
+/// A sealed manager over a copy of [`sealed_enc1`] at `dir`, keyed as the build that
+/// wrote it keyed its sessions (one per person on each channel).
+async fn sealed_enc1_manager(dir: &Path) -> SessionManager {
+    let master = MasterKey::from_file(dir.join("master")).unwrap();
+    SessionManager::connect(&format!("json:{}", dir.join("store").display()))
+        .await
+        .unwrap()
+        .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
+        .encryption(KeyFiles::open(dir.join("keys"), master).unwrap())
+        .build()
+        .unwrap()
+}
+
 /// A store sealed by a build from before values were sealed with AES-256-GCM — its
 /// values `enc1:`, XChaCha20-Poly1305; `tests/fixtures/sealed-enc1` is what that build
 /// wrote for two people on Telegram (77: "my pin is anaword0", 88: "bobword0 here",
@@ -1687,23 +1716,9 @@ async fn seen_by(manager: &SessionManager, peer: &str) -> String {
 /// live value anew as `enc2:`, both conversations still read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_sealed_by_an_earlier_build_is_read_and_a_rotation_seals_it_anew() {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = common::fixture("sealed-enc1");
-    let (root, keys) = (dir.path().join("store"), dir.path().join("keys"));
-    // A checkout leaves the directory as the umask says; the key files are the bot's.
-    std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o700)).unwrap();
-    for file in std::fs::read_dir(&keys).unwrap() {
-        let path = file.unwrap().path();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    }
-    let master = MasterKey::from_file(dir.path().join("master")).unwrap();
-    let manager = SessionManager::connect(&format!("json:{}", root.display()))
-        .await
-        .unwrap()
-        .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
-        .encryption(KeyFiles::open(&keys, master).unwrap())
-        .build()
-        .unwrap();
+    let dir = sealed_enc1();
+    let root = dir.path().join("store");
+    let manager = sealed_enc1_manager(dir.path()).await;
     assert_eq!(in_live_files(&root, "enc2:"), 0);
     assert!(
         in_live_files(&root, "enc1:") >= 12,
@@ -1743,14 +1758,8 @@ async fn a_store_sealed_by_an_earlier_build_is_read_and_a_rotation_seals_it_anew
 /// reading it is still an error), under the key it names, which retiring keeps.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_altered_line_is_reported_by_a_rotation_and_does_not_stop_it() {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = common::fixture("sealed-enc1");
-    let (root, keys) = (dir.path().join("store"), dir.path().join("keys"));
-    std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o700)).unwrap();
-    for file in std::fs::read_dir(&keys).unwrap() {
-        let path = file.unwrap().path();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    }
+    let dir = sealed_enc1();
+    let root = dir.path().join("store");
     // One letter of one of Bob's sealed lines changed.
     let bob_line = |line: &str| line.contains("\"sealed\"") && line.contains("telegram:dm:88");
     let mut altered = None;
@@ -1774,14 +1783,7 @@ async fn an_altered_line_is_reported_by_a_rotation_and_does_not_stop_it() {
         std::fs::write(&path, lines.join("\n") + "\n").unwrap();
     }
     let altered = altered.expect("a line of Bob's");
-    let master = MasterKey::from_file(dir.path().join("master")).unwrap();
-    let manager = SessionManager::connect(&format!("json:{}", root.display()))
-        .await
-        .unwrap()
-        .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
-        .encryption(KeyFiles::open(&keys, master).unwrap())
-        .build()
-        .unwrap();
+    let manager = sealed_enc1_manager(dir.path()).await;
 
     let rotation = manager.rotate_data_keys().await.unwrap();
     assert_eq!((rotation.damaged, rotation.left), (1, 0), "{rotation:?}");
