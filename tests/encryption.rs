@@ -1665,19 +1665,8 @@ fn in_live_files(root: &Path, needle: &str) -> usize {
 
 /// What the model is given for a new message of `peer`, as one text.
 async fn seen_by(manager: &SessionManager, peer: &str) -> String {
-    let turn = manager
-        .turn(&InboundMessage::direct("telegram", peer, "what did I say?"))
-        .await
-        .unwrap();
-    let seen: Vec<String> = turn
-        .messages()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|m| m.content)
-        .collect();
-    turn.complete("here it is").await.unwrap();
-    seen.join("|")
+    let message = InboundMessage::direct("telegram", peer, "what did I say?");
+    answer(manager, &message, "here it is").await
 }
 
 /// `tests/fixtures/sealed-enc1`, copied: a JSON store (`store/`), its key directory
