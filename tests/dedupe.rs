@@ -7,6 +7,8 @@
 
 mod common;
 
+#[path = "common/flaky.rs"]
+mod flaky;
 #[path = "common/stores.rs"]
 mod stores;
 
@@ -17,6 +19,7 @@ use std::time::Duration;
 use agent_sessions::exactly_once::DEFAULT_DEDUPE_WINDOW;
 use agent_sessions::freshness::ManualClock;
 use agent_sessions::prelude::*;
+use agent_sessions::store::Backend;
 use agent_sessions::transcript::{InMemoryTranscriptStore, Offset};
 use stores::Stores;
 
@@ -239,6 +242,62 @@ async fn a_turn_dropped_anywhere_leaves_its_message_answered_or_taken_again_once
                 "{url}: {said}"
             );
         }
+    }
+    stores.finish().await;
+}
+
+/// A write that went out cannot be called back: a turn the host gave up on while its
+/// line was on its way still logs it. A delivery meanwhile is a duplicate rather than
+/// a message taken again, so the message is logged once and answered once.
+#[tokio::test]
+async fn a_turn_given_up_while_its_line_is_written_logs_and_answers_once() {
+    let stores = Stores::new("dedupe_late");
+    for url in &stores.urls {
+        let backend = Backend::open(url).await.unwrap();
+        let (manager, late) = flaky::late_manager(&backend, Duration::from_millis(300));
+        let message = update("2001", "Can you move my booking?");
+        // The host gives up once the inbound line is on its way; the channel delivers
+        // the message again at once.
+        tokio::select! {
+            biased;
+            () = late.next_append() => {}
+            _ = manager.turn(&message) => panic!("{url}: the line lands later"),
+        }
+        let again = manager.turn(&message).await.unwrap();
+        assert_eq!(
+            again.action(),
+            &TurnAction::Duplicate,
+            "{url}: its line is on its way"
+        );
+        drop(again);
+        late.landed().await;
+        // Delivered again once the line is there: the turn that logged it never
+        // answered, so this delivery does, from that line.
+        let after = manager.turn(&message).await.unwrap();
+        assert_eq!(after.action(), &TurnAction::Answer, "{url}");
+        assert!(after.input().unwrap().contains("move my booking"), "{url}");
+        let key = after.key().clone();
+        // The host gives up once the reply is on its way.
+        tokio::select! {
+            biased;
+            () = late.next_append() => {}
+            _ = after.complete("Moved to Friday.") => panic!("{url}: the reply lands later"),
+        }
+        let again = manager.turn(&message).await.unwrap();
+        assert_eq!(
+            again.action(),
+            &TurnAction::Duplicate,
+            "{url}: its reply is on its way"
+        );
+        drop(again);
+        late.landed().await;
+        let again = manager.turn(&message).await.unwrap();
+        assert_eq!(again.action(), &TurnAction::Duplicate, "{url}: answered");
+        drop(again);
+        let asked = lines_saying(&manager, &key, "Can you move my booking?").await;
+        assert_eq!(asked, 1, "{url}");
+        let answered = lines_saying(&manager, &key, "Moved to Friday.").await;
+        assert_eq!(answered, 1, "{url}");
     }
     stores.finish().await;
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::holders::{self, Hold};
+use super::holders::{self, Hold, Writing};
 use crate::error::Result;
 use crate::freshness::clock::to_millis;
 use crate::identity::key::AgentId;
@@ -180,6 +180,17 @@ async fn append_once(
     }
 }
 
+/// What a turn holds while its inbound line is written.
+#[derive(Debug)]
+pub(crate) struct LineHolds {
+    /// The turn's hold on its message (one with a message id), marked done at its time
+    /// once the line is logged and kept for as long as the duration says.
+    pub(crate) message: Option<(Hold, u64, Duration)>,
+    /// The turn's run, kept live until the append has landed or failed: a delivery
+    /// again meanwhile must not be taken for a message its dropped turn never logged.
+    pub(crate) run: Writing,
+}
+
 /// A claim of a group's chatter for one turn, and the lines it holds.
 #[derive(Debug)]
 pub(crate) struct ClaimedChatter {
@@ -222,29 +233,24 @@ impl SessionManager {
     /// id the claim's) to `transcript`, then settles the claim — or, when the append
     /// fails, releases it and returns the error. Runs to the end even when the caller
     /// stops waiting: a turn dropped half-way leaves no claim it cannot account for.
-    /// `done` is the turn's hold on its inbound message, marked done at its time once
-    /// the line is logged, and kept that long.
+    /// `holds` are what the turn holds while the line is written.
     pub(crate) async fn log_claimed(
         &self,
         transcript: &TranscriptRef,
         line: TranscriptEntry,
         claimed: Option<ClaimedChatter>,
-        done: Option<(Hold, u64, Duration)>,
+        holds: LineHolds,
     ) -> Result<Vec<SessionEvent>> {
-        let transcripts = self
-            .seams
-            .transcripts
-            .clone()
-            .ok_or(crate::Error::NotConfigured {
-                what: "a transcript store (SessionManagerBuilder::transcripts)",
-            })?;
+        let transcripts = std::sync::Arc::clone(self.shared_transcripts()?);
         let history = std::sync::Arc::clone(&self.seams.history);
         let transcript = transcript.clone();
         let work = async move {
             let appended = append_once(&*transcripts, &transcript, line).await;
-            if let (Ok(_), Some((hold, at, keep))) = (&appended, done) {
+            let LineHolds { message, run } = holds;
+            if let (Ok(_), Some((hold, at, keep))) = (&appended, message) {
                 hold.done(at, keep);
             }
+            drop(run);
             if let Some(ClaimedChatter {
                 group,
                 claim,

@@ -7,7 +7,7 @@
 //! machine while that process runs (its id and start time, under the same boot); a
 //! turn on another host for [`LEASE`] after it began.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -22,8 +22,9 @@ const MAX_DONE: usize = 100_000;
 
 #[derive(Default)]
 struct Registry {
-    /// The tokens of this process's running turns.
-    live: HashSet<String>,
+    /// The tokens of this process's running turns, each with how many keep it live: its
+    /// [`Hold`] and the [`Writing`]s of writes it began.
+    live: HashMap<String, usize>,
     /// The tokens of its finished turns.
     done: HashSet<String>,
     /// The same, oldest first, with when they finished (epoch ms) and how long they
@@ -49,7 +50,7 @@ pub(crate) struct Hold {
 impl Hold {
     /// A new live turn, with `token` (unique) as its token.
     pub(crate) fn new(token: String) -> Self {
-        registry().live.insert(token.clone());
+        keep_live(&token);
         Hold {
             holder: format!("{}#{token}", this_process()),
             token,
@@ -59,6 +60,17 @@ impl Hold {
     /// `<process>#<token>`, as records store it.
     pub(crate) fn holder(&self) -> &str {
         &self.holder
+    }
+
+    /// Keeps the turn live while a write it began is in flight, even once the turn is
+    /// dropped: a write cannot be called back once it went out (a statement on its way
+    /// to the server, a file write on a blocking thread), so whoever looks must not take
+    /// the turn's message over before it landed or failed.
+    pub(crate) fn writing(&self) -> Writing {
+        keep_live(&self.token);
+        Writing {
+            token: self.token.clone(),
+        }
     }
 
     /// Marks the turn done at `now_ms`: it stays live, for `keep`, to whoever looks.
@@ -83,7 +95,33 @@ impl Hold {
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        registry().live.remove(&self.token);
+        let_go(&self.token);
+    }
+}
+
+/// A write a turn began: the turn stays live until it is dropped ([`Hold::writing`]).
+#[derive(Debug)]
+pub(crate) struct Writing {
+    token: String,
+}
+
+impl Drop for Writing {
+    fn drop(&mut self) {
+        let_go(&self.token);
+    }
+}
+
+fn keep_live(token: &str) {
+    *registry().live.entry(token.to_owned()).or_default() += 1;
+}
+
+fn let_go(token: &str) {
+    let mut registry = registry();
+    if let Some(count) = registry.live.get_mut(token) {
+        *count -= 1;
+        if *count == 0 {
+            registry.live.remove(token);
+        }
     }
 }
 
@@ -139,7 +177,7 @@ pub(crate) fn alive(holder: &str, at_ms: u64, now_ms: u64) -> bool {
     let (process, token) = holder.split_once('#').unwrap_or((holder, ""));
     if process == this_process() {
         let registry = registry();
-        return registry.live.contains(token) || registry.done.contains(token);
+        return registry.live.contains_key(token) || registry.done.contains(token);
     }
     let mut parts = process.splitn(3, '/');
     let (Some(space), Some(pid), Some(start)) = (parts.next(), parts.next(), parts.next()) else {
@@ -193,6 +231,14 @@ mod tests {
         assert!(alive(&holder, now, now));
         drop(hold);
         assert!(!alive(&holder, now, now), "dropped before it was done");
+        // Dropped while a write it began is in flight: live until the write ends.
+        let hold = Hold::new("t3".into());
+        let holder = hold.holder().to_owned();
+        let writing = hold.writing();
+        drop(hold);
+        assert!(alive(&holder, now, now), "its write is in flight");
+        drop(writing);
+        assert!(!alive(&holder, now, now), "its write ended");
         let hold = Hold::new("t2".into());
         let holder = hold.holder().to_owned();
         hold.done(now, Duration::from_secs(60));

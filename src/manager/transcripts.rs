@@ -2,10 +2,12 @@
 //! the session events that go with a session's life.
 
 use serde_json::Value;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::SessionManager;
 use crate::error::{Error, Result};
+use crate::exactly_once::holders::Writing;
 use crate::freshness::triggers::ModelRef;
 use crate::identity::key::{normalize_channel, PeerKind, SessionKey};
 use crate::inbound::InboundMessage;
@@ -157,12 +159,14 @@ impl LogMessage {
 
 impl SessionManager {
     pub(crate) fn transcript_store(&self) -> Result<&dyn TranscriptStore> {
-        self.seams
-            .transcripts
-            .as_deref()
-            .ok_or(Error::NotConfigured {
-                what: "a transcript store (SessionManagerBuilder::transcripts)",
-            })
+        self.shared_transcripts().map(|store| &**store)
+    }
+
+    /// The transcript store, to hand to a task that outlives the call.
+    pub(crate) fn shared_transcripts(&self) -> Result<&Arc<dyn TranscriptStore>> {
+        self.seams.transcripts.as_ref().ok_or(Error::NotConfigured {
+            what: "a transcript store (SessionManagerBuilder::transcripts)",
+        })
     }
 
     /// The transcript of `key`'s current session, created on first use — as a fork of
@@ -408,6 +412,32 @@ impl SessionManager {
             .transcript_store()?
             .append(transcript, vec![line])
             .await?;
+        events
+            .pop()
+            .ok_or_else(|| Error::NotFound { key: key.clone() })
+    }
+
+    /// [`append_line`](Self::append_line) run to its end even when the caller stops
+    /// waiting, with `writing` (a turn's run) kept live until the line has landed or
+    /// failed: a reply whose write went out is not taken for one never written.
+    pub(crate) async fn append_line_held(
+        &self,
+        key: &SessionKey,
+        transcript: &TranscriptRef,
+        line: TranscriptEntry,
+        writing: Writing,
+    ) -> Result<SessionEvent> {
+        let transcripts = Arc::clone(self.shared_transcripts()?);
+        let transcript = transcript.clone();
+        let work = async move {
+            let appended = transcripts.append(&transcript, vec![line]).await;
+            drop(writing);
+            appended
+        };
+        let mut events = match tokio::spawn(work).await {
+            Ok(appended) => appended?,
+            Err(join) => std::panic::resume_unwind(join.into_panic()),
+        };
         events
             .pop()
             .ok_or_else(|| Error::NotFound { key: key.clone() })

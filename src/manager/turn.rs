@@ -14,10 +14,10 @@ use crate::memory::usage::{EngineSession, TurnUsage};
 use crate::reply::payload::ReplyPayload;
 use crate::store::entry::SessionEntry;
 use crate::transcript::{ChatterSender, SessionEvent, TranscriptRef};
-use std::time::Duration;
 
 use super::transcripts::record_location;
 use super::{LogMessage, Resolution, Resolved, SessionManager};
+use crate::exactly_once::claims::LineHolds;
 use crate::exactly_once::dedupe::{self, Intake, Seen};
 use crate::exactly_once::holders::Hold;
 use crate::exactly_once::outcome::{DeliveryReceipt, TurnFailure};
@@ -515,8 +515,11 @@ impl SessionManager {
                 taken(intake);
                 (text, entry)
             } else if self.seams.transcripts.is_some() {
-                let done = intake.map(|intake| (intake.hold, now_ms, window));
-                self.log_input(&mut turn, &resolution, &activation, entry, done, &place)
+                let holds = LineHolds {
+                    message: intake.map(|intake| (intake.hold, now_ms, window)),
+                    run: run.writing(),
+                };
+                self.log_input(&mut turn, &resolution, &activation, entry, &place, holds)
                     .await?
             } else {
                 let text = self.prepare_turn(&resolution, message, &activation).await;
@@ -552,15 +555,15 @@ impl SessionManager {
     /// chose) and logs it in the session's transcript, which is created on first use:
     /// the group's chatter claimed and settled by that line, the system events drained
     /// (and queued again if the line cannot be logged), and the message marked taken
-    /// (`done`) once it is logged. Returns the input and the entry as it is now.
+    /// once it is logged (`holds`). Returns the input and the entry as it is now.
     async fn log_input(
         &self,
         turn: &mut Turn<'_>,
         resolution: &Resolution,
         activation: &ActivationDecision,
         entry: SessionEntry,
-        done: Option<(Hold, u64, Duration)>,
         place: &Place,
+        holds: LineHolds,
     ) -> Result<(String, SessionEntry)> {
         let message = &turn.message;
         let (transcript, mut entry, location) =
@@ -623,7 +626,7 @@ impl SessionManager {
                 .collect();
             log.attachments = Lanes(self).collected_attachments(&message.attachments, place);
         }
-        match self.log_claimed(&transcript, line, claimed, done).await {
+        match self.log_claimed(&transcript, line, claimed, holds).await {
             Ok(mut logged) => turn.inbound = logged.pop(),
             Err(error) => {
                 // The events this turn drained are for the turn that answers.
@@ -893,7 +896,15 @@ impl<'m> Turn<'m> {
                         log.log.parts = parts;
                         log.usage = reply.usage.as_ref().map(TurnUsage::to_transcript_usage);
                         let line = manager.log_line(&self.key, entry, log);
-                        let line = manager.append_line(&self.key, transcript, line).await?;
+                        let line = match &self.run {
+                            Some(run) => {
+                                let writing = run.writing();
+                                manager
+                                    .append_line_held(&self.key, transcript, line, writing)
+                                    .await?
+                            }
+                            None => manager.append_line(&self.key, transcript, line).await?,
+                        };
                         DeliveryReceipt::give(&mut payloads, &self.key, entry, &line);
                     }
                     let mut outcome = TurnOutcome::completed();

@@ -1,9 +1,12 @@
-//! A transcript store whose appends fail on demand, for the tests of what a failed
-//! append leaves.
+//! A transcript store whose appends fail on demand, or land late, for the tests of
+//! what a failed append, or one whose caller gave up, leaves.
+
+#![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use agent_sessions::prelude::*;
 use agent_sessions::store::Backend;
@@ -22,6 +25,34 @@ pub struct Flaky {
     inner: Arc<dyn TranscriptStore>,
     failing: Arc<AtomicBool>,
     written: bool,
+    late: Option<Late>,
+}
+
+/// Appends that land `by` after they began (a slow disk, a far database), counted as
+/// they begin and as they end.
+#[derive(Clone)]
+pub struct Late {
+    by: Duration,
+    /// Appends begun, and ended.
+    count: Arc<tokio::sync::watch::Sender<(usize, usize)>>,
+}
+
+impl Late {
+    /// Waits until an append begins after this call.
+    pub async fn next_append(&self) {
+        let mut count = self.count.subscribe();
+        let begun = count.borrow_and_update().0;
+        count.wait_for(|now| now.0 > begun).await.unwrap();
+    }
+
+    /// Waits until every append that began has ended.
+    pub async fn landed(&self) {
+        let mut count = self.count.subscribe();
+        count
+            .wait_for(|(begun, ended)| begun == ended)
+            .await
+            .unwrap();
+    }
 }
 
 #[async_trait]
@@ -48,6 +79,13 @@ impl TranscriptStore for Flaky {
         transcript: &TranscriptRef,
         entries: Vec<TranscriptEntry>,
     ) -> agent_sessions::Result<Vec<SessionEvent>> {
+        if let Some(late) = &self.late {
+            late.count.send_modify(|(begun, _)| *begun += 1);
+            tokio::time::sleep(late.by).await;
+            let appended = self.inner.append(transcript, entries).await;
+            late.count.send_modify(|(_, ended)| *ended += 1);
+            return appended;
+        }
         if self.failing.load(Ordering::SeqCst) {
             if self.written {
                 self.inner.append(transcript, entries).await?;
@@ -102,12 +140,33 @@ pub fn flaky_manager(
     failing: &Arc<AtomicBool>,
     written: bool,
 ) -> SessionManager {
+    manager_over(backend, failing, written, None)
+}
+
+/// A manager over `backend` whose transcript appends land `by` after they began.
+pub fn late_manager(backend: &Backend, by: Duration) -> (SessionManager, Late) {
+    let late = Late {
+        by,
+        count: Arc::new(tokio::sync::watch::Sender::new((0, 0))),
+    };
+    let failing = Arc::new(AtomicBool::new(false));
+    let manager = manager_over(backend, &failing, false, Some(late.clone()));
+    (manager, late)
+}
+
+fn manager_over(
+    backend: &Backend,
+    failing: &Arc<AtomicBool>,
+    written: bool,
+    late: Option<Late>,
+) -> SessionManager {
     let inner: Arc<dyn TranscriptStore> = backend.transcripts().clone();
     SessionManager::builder(backend.sessions().clone())
         .transcripts(Flaky {
             inner,
             failing: failing.clone(),
             written,
+            late,
         })
         .chatter(backend.chatter().clone())
         .system_events(backend.system_events().clone())
