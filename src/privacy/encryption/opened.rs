@@ -28,7 +28,8 @@ pub(crate) struct Opened<V> {
 }
 
 struct Values<V> {
-    by_tag: HashMap<u64, Kept<V>>,
+    /// Boxed: a table of small slots grows and is written without moving the values.
+    by_tag: HashMap<u64, Box<Kept<V>>>,
     bytes: usize,
 }
 
@@ -72,7 +73,7 @@ impl<V: Clone> Opened<V> {
     /// Keeps `value` as what `sealed` opens to at `place`; `size` is about what the
     /// value holds, in bytes.
     pub(crate) fn put(&self, sealed: &str, place: &str, value: V, size: usize) {
-        let size = size + sealed.len() + place.len();
+        let size = size + sealed.len() + place.len() + std::mem::size_of::<Kept<V>>();
         if size > MAX_BYTES / 16 {
             return;
         }
@@ -81,12 +82,12 @@ impl<V: Clone> Opened<V> {
             values.by_tag.clear();
             values.bytes = 0;
         }
-        let kept = Kept {
+        let kept = Box::new(Kept {
             sealed: sealed.into(),
             place: place.into(),
             value,
             size,
-        };
+        });
         // A value filed under the same tag (another text: a collision) gives way, and
         // its bytes are counted no more.
         if let Some(earlier) = values.by_tag.insert(tag(sealed), kept) {
@@ -204,7 +205,8 @@ mod tests {
         assert_eq!(opened.get(first, "session 1"), None, "it gave way");
         assert_eq!(opened.get(second, "session 1").as_deref(), Some("second"));
         let bytes = opened.values.lock().unwrap().bytes;
-        assert_eq!(bytes, 6 + second.len() + "session 1".len());
+        let slot = std::mem::size_of::<Kept<String>>();
+        assert_eq!(bytes, 6 + second.len() + "session 1".len() + slot);
         // Short texts are filed too.
         opened.put("x", "p", "short".to_owned(), 5);
         assert_eq!(opened.get("x", "p").as_deref(), Some("short"));
