@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use agent_sessions::manager::{DeleteOptions, PruneOptions};
 use agent_sessions::ops::{migrate_with, MigrateOptions, MigrationProgress, MigrationReport};
-use agent_sessions::privacy::encryption::KeyFiles;
+use agent_sessions::privacy::encryption::{migrate_sealed, KeyFiles};
 use agent_sessions::privacy::{ForgetOptions, PersonRef, RetentionPolicy, RetentionRule};
 use agent_sessions::store::{Backend, OpenMode, StoreUrl};
 use agent_sessions::transcript::follow::{self, Position, Update};
@@ -731,13 +731,18 @@ pub async fn run(global: Global, given: Given, command: Command) -> Outcome {
         } => {
             let root = openclaw_root(&openclaw)?;
             let from = format!("json:{}", root.display());
-            copy(&from, &global.store, json, overwrite_conflicts).await
+            copy(&from, &global.store, json, overwrite_conflicts, None).await
         }
         Command::Migrate {
             from,
             to,
             overwrite_conflicts,
-        } => copy(&from, &to, json, overwrite_conflicts).await,
+            seal,
+            master_key_env,
+        } => {
+            let sealing = seal.as_deref().map(|dir| (dir, master_key_env.as_str()));
+            copy(&from, &to, json, overwrite_conflicts, sealing).await
+        }
         Command::Serve(args) => serve(&global.store, given, args).await,
         Command::Views(args) => views(&global.store, json, args).await,
         Command::Keys(args) => crate::keys::keys(&global.store, json, args).await,
@@ -1654,8 +1659,15 @@ async fn doctor(store: &str, json: bool, repair: bool, prune: bool) -> Outcome {
     }
 }
 
-/// Copies `from` into `to` and verifies.
-async fn copy(from: &str, to: &str, json: bool, overwrite_conflicts: bool) -> Outcome {
+/// Copies `from` into `to` — sealing the copy under the key directory `sealing` names
+/// (with the environment variable holding its master key), when given — and verifies.
+async fn copy(
+    from: &str,
+    to: &str,
+    json: bool,
+    overwrite_conflicts: bool,
+    sealing: Option<(&Path, &str)>,
+) -> Outcome {
     if from.parse::<StoreUrl>()?.same_store(&to.parse()?) {
         return Err(failure(
             EXIT_USAGE,
@@ -1663,6 +1675,10 @@ async fn copy(from: &str, to: &str, json: bool, overwrite_conflicts: bool) -> Ou
         ));
     }
     let source = Backend::open_with(from, OpenMode::ReadOnly).await?;
+    let sealing = match sealing {
+        Some((dir, master_key_env)) => Some(crate::keys::sealing_keys(dir, master_key_env)?),
+        None => None,
+    };
     let target = Backend::open(to).await?;
     let bar = Bar::new(!json);
     let options = if overwrite_conflicts {
@@ -1670,7 +1686,10 @@ async fn copy(from: &str, to: &str, json: bool, overwrite_conflicts: bool) -> Ou
     } else {
         MigrateOptions::default()
     };
-    let report: MigrationReport = migrate_with(&source, &target, &options, &bar).await?;
+    let report: MigrationReport = match sealing {
+        Some(keys) => migrate_sealed(&source, &target, keys, &options, &bar).await?,
+        None => migrate_with(&source, &target, &options, &bar).await?,
+    };
     output::migrated(json, from, to, &report);
     if report.verified() {
         Ok(())

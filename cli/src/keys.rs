@@ -91,6 +91,28 @@ impl KeyDirArgs {
     }
 }
 
+/// The key directory `migrate --seal` seals the copy under, with the master key in the
+/// environment variable `master_key_env`: made when it does not exist (turning
+/// encryption on is where a store's keys begin), else a key directory already (its
+/// master key must open it) or an empty directory — never a folder of other files.
+pub fn sealing_keys(
+    dir: &std::path::Path,
+    master_key_env: &str,
+) -> Result<KeyFiles, crate::commands::Failure> {
+    let holds_files = std::fs::read_dir(dir).is_ok_and(|mut listing| listing.next().is_some());
+    if holds_files && std::fs::symlink_metadata(dir.join("master.check")).is_err() {
+        return Err(failure(
+            EXIT_USAGE,
+            format!(
+                "{} holds other files and is not a key directory (it has no master.check): name a new directory, or the bot's",
+                dir.display()
+            ),
+        ));
+    }
+    let master = MasterKey::from_env(master_key_env)?;
+    Ok(KeyFiles::open(dir, master)?)
+}
+
 /// Refuses `dir` unless it is a key directory a bot made: the commands work on one and
 /// never make one.
 pub fn key_directory(dir: &std::path::Path) -> Outcome {

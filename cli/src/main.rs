@@ -164,6 +164,16 @@ enum Command {
         /// source's (by default such conflicts are reported and left alone).
         #[arg(long)]
         overwrite_conflicts: bool,
+        /// Seal the copy (encryption at rest): what people and the model wrote is
+        /// sealed under data keys kept in this key directory, made if it does not
+        /// exist. The source stays as it is; the bot then opens --to with `KeyFiles`
+        /// over this directory and the same master key.
+        #[arg(long, value_name = "KEY_DIR")]
+        seal: Option<std::path::PathBuf>,
+        /// The environment variable holding the master key, with --seal (64 hex
+        /// digits or base64; `keys generate` prints one).
+        #[arg(long, default_value = "AGENT_SESSIONS_MASTER_KEY", requires = "seal")]
+        master_key_env: String,
     },
 }
 

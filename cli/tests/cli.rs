@@ -2503,3 +2503,127 @@ async fn keys_generate_show_and_replace_the_master_key_and_the_data_keys() {
         turn.complete("ok").await.unwrap();
     }
 }
+
+/// `migrate --seal`: a plain store's copy is sealed under a new key directory — none of
+/// what people wrote is left plain in the copy's files, the bot reads it with the keys,
+/// and the source is left as it was. A folder of other files is not made a key
+/// directory, and a sealed store is not sealed again.
+#[tokio::test]
+async fn migrate_seal_copies_a_plain_store_sealed_and_the_bot_reads_it_with_its_keys() {
+    use agent_sessions::prelude::*;
+    use agent_sessions::privacy::encryption::{KeyFiles, MasterKey};
+
+    let work = tempfile::tempdir().unwrap();
+    let plain = format!("json:{}", work.path().join("plain").display());
+    let sealed_db = work.path().join("sealed.db");
+    let sealed = format!("sqlite:{}", sealed_db.display());
+    let dir = work.path().join("keys");
+    let manager = SessionManager::connect(&plain)
+        .await
+        .unwrap()
+        .build()
+        .unwrap();
+    for peer in ["42", "43"] {
+        let said = format!("my PIN is 58{peer}");
+        let turn = manager
+            .turn(&InboundMessage::direct("telegram", peer, &said))
+            .await
+            .unwrap();
+        turn.complete(format!("Noted, 58{peer}-reply."))
+            .await
+            .unwrap();
+    }
+    drop(manager);
+    let master = MasterKey::generate().unwrap();
+    let with_key = [("AGENT_SESSIONS_MASTER_KEY", master.to_base64())];
+    let migrate = |to: &str, seal: &Path, env: &[(&str, String)]| {
+        Command::new(env!("CARGO_BIN_EXE_agent-sessions"))
+            .env_remove("AGENT_SESSIONS_STORE")
+            .env_remove("AGENT_SESSIONS_MASTER_KEY")
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .args(["--json", "migrate", "--from", &plain, "--to", to, "--seal"])
+            .arg(seal)
+            .output()
+            .expect("the binary runs")
+    };
+
+    let report = json(&migrate(&sealed, &dir, &with_key));
+    assert_eq!(report["verified"], true, "{report}");
+    assert_eq!(report["sessionsCopied"], 2, "{report}");
+    // Nothing either person or the bot wrote is plain in the copy's files.
+    for file in std::fs::read_dir(work.path()).unwrap() {
+        let path = file.unwrap().path();
+        if !path.to_string_lossy().contains("sealed.db") {
+            continue;
+        }
+        let bytes = std::fs::read(&path).unwrap();
+        let text = String::from_utf8_lossy(&bytes);
+        for plain_text in ["my PIN is", "5842", "5843-reply"] {
+            assert!(
+                !text.contains(plain_text),
+                "{plain_text} in {}",
+                path.display()
+            );
+        }
+    }
+    // The bot, given the keys, reads her conversation; the source is as it was.
+    let manager = SessionManager::connect(&sealed)
+        .await
+        .unwrap()
+        .encryption(KeyFiles::open(&dir, master.clone()).unwrap())
+        .build()
+        .unwrap();
+    let turn = manager
+        .turn(&InboundMessage::direct("telegram", "42", "what was it?"))
+        .await
+        .unwrap();
+    let seen = turn.messages().await.unwrap();
+    assert!(
+        seen.iter().any(|m| m.content.contains("my PIN is 5842")),
+        "{seen:?}"
+    );
+    turn.complete("5842.").await.unwrap();
+    drop(manager);
+    let source = run(&plain, &["export"]);
+    assert!(
+        String::from_utf8_lossy(&source.stdout).contains("my PIN is 5842"),
+        "{} {}",
+        String::from_utf8_lossy(&source.stdout),
+        stderr(&source)
+    );
+
+    // Refused: a folder of other files as the key directory (left as it was), no
+    // master key, and a sealed store as the source.
+    let notes = work.path().join("notes");
+    std::fs::create_dir(&notes).unwrap();
+    std::fs::write(notes.join("todo.txt"), "hi").unwrap();
+    let elsewhere = format!("sqlite:{}", work.path().join("other.db").display());
+    let refused = migrate(&elsewhere, &notes, &with_key);
+    assert_eq!(code(&refused), 2, "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("not a key directory"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(std::fs::read_dir(&notes).unwrap().count(), 1);
+    let no_key = migrate(&elsewhere, &work.path().join("keys2"), &[]);
+    assert_eq!(code(&no_key), 1, "{}", stderr(&no_key));
+    assert!(
+        stderr(&no_key).contains("AGENT_SESSIONS_MASTER_KEY"),
+        "{}",
+        stderr(&no_key)
+    );
+    let again = Command::new(env!("CARGO_BIN_EXE_agent-sessions"))
+        .env_remove("AGENT_SESSIONS_STORE")
+        .env("AGENT_SESSIONS_MASTER_KEY", master.to_base64())
+        .args(["migrate", "--from", &sealed, "--to", &elsewhere, "--seal"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(code(&again), 1, "{}", stderr(&again));
+    assert!(
+        stderr(&again).contains("sealed already"),
+        "{}",
+        stderr(&again)
+    );
+}
