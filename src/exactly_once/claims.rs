@@ -270,10 +270,7 @@ impl SessionManager {
             }
             appended
         };
-        match tokio::spawn(work).await {
-            Ok(appended) => appended,
-            Err(join) => std::panic::resume_unwind(join.into_panic()),
-        }
+        super::finishing::finishing(work).await
     }
 }
 

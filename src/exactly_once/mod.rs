@@ -22,6 +22,7 @@
 
 pub(crate) mod claims;
 pub(crate) mod dedupe;
+pub(crate) mod finishing;
 pub(crate) mod holders;
 pub(crate) mod outcome;
 

@@ -434,10 +434,7 @@ impl SessionManager {
             drop(writing);
             appended
         };
-        let mut events = match tokio::spawn(work).await {
-            Ok(appended) => appended?,
-            Err(join) => std::panic::resume_unwind(join.into_panic()),
-        };
+        let mut events = crate::exactly_once::finishing::finishing(work).await?;
         events
             .pop()
             .ok_or_else(|| Error::NotFound { key: key.clone() })
