@@ -1803,3 +1803,57 @@ async fn an_altered_line_is_reported_by_a_rotation_and_does_not_stop_it() {
     let retired = manager.retire_data_keys().await.unwrap();
     assert!(retired.left >= 1, "{retired:?}");
 }
+
+/// One letter of a sealed field of Bob's entry changed in the store: what reads his
+/// entry stops with an error naming his session and the field — a listing that takes
+/// him in and an erase, changing nothing; a data-key rotation, once it reaches his
+/// entry; his turns — and Ana's turns go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_altered_entry_field_stops_what_reads_that_entry_and_no_one_elses_turn() {
+    let dir = sealed_enc1();
+    let root = dir.path().join("store");
+    let file = root.join("agents/main/sessions/sessions.json");
+    let mut store: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let preview = &mut store["agent:main:telegram:dm:88"]["lastMessagePreview"];
+    let sealed = preview.as_str().unwrap().to_owned();
+    let at = sealed.len() - 10;
+    let flipped = if &sealed[at..=at] == "A" { "B" } else { "A" };
+    *preview = format!("{}{flipped}{}", &sealed[..at], &sealed[at + 1..]).into();
+    std::fs::write(&file, serde_json::to_string_pretty(&store).unwrap()).unwrap();
+    let before = everything(&format!("json:{}", root.display()));
+    let manager = sealed_enc1_manager(dir.path()).await;
+
+    let named = |error: Error| {
+        assert_eq!(error.kind(), "encryption", "{error}");
+        let said = error.to_string();
+        assert!(said.contains("telegram:dm:88"), "{said}");
+        assert!(said.contains("lastMessagePreview"), "{said}");
+    };
+    named(manager.store().list(&ListFilter::new()).await.unwrap_err());
+    let changed = |step: &str| {
+        let now = everything(&format!("json:{}", root.display()));
+        let differ: Vec<&String> = now
+            .keys()
+            .chain(before.keys())
+            .filter(|file| now.get(*file) != before.get(*file))
+            .collect();
+        assert!(differ.is_empty(), "{step} changed {differ:?}");
+    };
+    changed("a listing");
+    named(
+        manager
+            .forget_person(&PersonRef::sender("telegram", "88"))
+            .await
+            .unwrap_err(),
+    );
+    changed("an erase");
+    // A rotation stops there too; what it sealed anew before still reads.
+    named(manager.rotate_data_keys().await.unwrap_err());
+    // His turns are refused; Ana's are not.
+    let his = manager
+        .turn(&InboundMessage::direct("telegram", "88", "hi"))
+        .await;
+    named(his.unwrap_err());
+    assert!(seen_by(&manager, "77").await.contains("my pin is anaword0"));
+}

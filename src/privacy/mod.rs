@@ -74,7 +74,17 @@ impl SessionManager {
             limit: Some(1),
             ..crate::store::ListFilter::new()
         };
-        let Some(session) = self.seams.store.list(&one).await?.into_iter().next() else {
+        let listed = match self.seams.store.list(&one).await {
+            // A sealed field that does not open (altered in the store) is a sealed
+            // session's: the store is sealed, as this manager seals, and that session
+            // refuses its own turns, not everyone's.
+            Err(crate::Error::Encryption { .. }) if self.seals() => {
+                self.settings.sealing_agrees.store(true, Ordering::Relaxed);
+                return Ok(());
+            }
+            listed => listed?,
+        };
+        let Some(session) = listed.into_iter().next() else {
             // An empty store: the first session decides.
             return Ok(());
         };
