@@ -9,7 +9,7 @@ use agent_sessions::manager::{DeleteOptions, PruneOptions};
 use agent_sessions::ops::{migrate_with, MigrateOptions, MigrationProgress, MigrationReport};
 use agent_sessions::privacy::encryption::{migrate_sealed, KeyFiles};
 use agent_sessions::privacy::{ForgetOptions, PersonRef, RetentionPolicy, RetentionRule};
-use agent_sessions::store::{Backend, OpenMode, StoreUrl};
+use agent_sessions::store::{Backend, OpenMode, SessionStore, StoreUrl};
 use agent_sessions::transcript::follow::{self, Position, Update};
 use agent_sessions::transcript::{Offset, ReadIssue, SessionEvent, TranscriptRef, TranscriptStore};
 use agent_sessions::{
@@ -692,7 +692,7 @@ pub async fn run(global: Global, given: Given, command: Command) -> Outcome {
     let json = global.json;
     match command {
         Command::List(args) => list(&global.store, &agent, json, args).await,
-        Command::Show { key } => show(&global.store, &agent, json, &key).await,
+        Command::Show { key, keys } => show(&global.store, &agent, json, &key, &keys).await,
         Command::Log(args) => log(&global.store, &agent, json, args).await,
         Command::Follow(args) => follow(&global.store, &agent, json, args).await,
         Command::Reset { key } => {
@@ -875,19 +875,30 @@ async fn warn_unreadable(backend: &Backend) -> Outcome {
     Ok(())
 }
 
-async fn show(store: &str, agent: &AgentId, json: bool, raw: &str) -> Outcome {
+async fn show(
+    store: &str,
+    agent: &AgentId,
+    json: bool,
+    raw: &str,
+    keys: &crate::keys::KeyDirArgs,
+) -> Outcome {
     let backend = Backend::open_with(store, OpenMode::ReadOnly).await?;
-    let session = find(&backend, agent, raw).await?;
+    let manager = reader(&backend, agent, keys.open()?)?;
+    let session = find(manager.store(), agent, raw).await?;
     output::session(json, &session);
     Ok(())
 }
 
 /// The session `raw` names: a key (under `agent`), a session id or its beginning.
-async fn find(backend: &Backend, agent: &AgentId, raw: &str) -> Result<StoredSession, Failure> {
+async fn find(
+    sessions: &dyn SessionStore,
+    agent: &AgentId,
+    raw: &str,
+) -> Result<StoredSession, Failure> {
     let key = key_of(agent, raw)?;
-    match backend.sessions().get(&key).await? {
+    match sessions.get(&key).await? {
         Some(session) => Ok(session),
-        None => by_session_id(backend, raw).await?.ok_or_else(|| {
+        None => by_session_id(sessions, raw).await?.ok_or_else(|| {
             failure(
                 EXIT_NOT_FOUND,
                 format!("no session {key} (no key or session id {raw:?})"),
@@ -896,12 +907,21 @@ async fn find(backend: &Backend, agent: &AgentId, raw: &str) -> Result<StoredSes
     }
 }
 
-/// A manager that only reads `backend`, for the commands that print conversations.
-fn reader(backend: &Backend, agent: &AgentId) -> Result<SessionManager, Failure> {
-    Ok(SessionManager::builder(backend.sessions().clone())
+/// A manager that only reads `backend`, for the commands that print conversations:
+/// with `keys`, what a sealed store holds is read opened.
+fn reader(
+    backend: &Backend,
+    agent: &AgentId,
+    keys: Option<KeyFiles>,
+) -> Result<SessionManager, Failure> {
+    let builder = SessionManager::builder(backend.sessions().clone())
         .transcripts(backend.transcripts().clone())
-        .default_agent(agent.clone())
-        .build()?)
+        .default_agent(agent.clone());
+    Ok(match keys {
+        Some(keys) => builder.encryption(keys),
+        None => builder,
+    }
+    .build()?)
 }
 
 /// What `log` prints.
@@ -918,14 +938,21 @@ pub struct LogArgs {
     /// `$PAGER`, or `less -FRX`).
     #[arg(long)]
     no_pager: bool,
+    /// On a sealed store: its lines are opened with these keys (without them a sealed
+    /// line's text prints empty).
+    #[command(flatten)]
+    keys: crate::keys::KeyDirArgs,
 }
 
 async fn log(store: &str, agent: &AgentId, json: bool, args: LogArgs) -> Outcome {
     let backend = Backend::open_with(store, OpenMode::ReadOnly).await?;
-    let session = find(&backend, agent, &args.key).await?;
-    let transcripts: std::sync::Arc<dyn TranscriptStore> = backend.transcripts().clone();
+    let manager = reader(&backend, agent, args.keys.open()?)?;
+    let session = find(manager.store(), agent, &args.key).await?;
+    let transcripts = manager
+        .transcripts()
+        .expect("a reader has the backend's transcripts");
     let sessions = if args.all {
-        key_sessions(&backend, &session.key).await?
+        key_sessions(manager.store(), &session.key).await?
     } else {
         vec![session]
     };
@@ -1007,8 +1034,8 @@ fn offset_in(position: &Position) -> u64 {
 }
 
 /// `follow --store-wide`: every session of `agent`, from now on, until Ctrl-C.
-async fn follow_agent(backend: &Backend, agent: &AgentId, json: bool) -> Outcome {
-    let manager = reader(backend, agent)?;
+async fn follow_agent(manager: &SessionManager, json: bool) -> Outcome {
+    let agent = manager.default_agent();
     let mut follow = manager
         .follow(follow::Scope::Agent(agent.clone()), Position::Now)
         .await?;
@@ -1080,17 +1107,19 @@ async fn follow_agent(backend: &Backend, agent: &AgentId, json: bool) -> Outcome
 }
 
 /// Every session `key` has had, oldest first: its closed sessions, then its current one.
-async fn key_sessions(backend: &Backend, key: &SessionKey) -> Result<Vec<StoredSession>, Failure> {
+async fn key_sessions(
+    store: &dyn SessionStore,
+    key: &SessionKey,
+) -> Result<Vec<StoredSession>, Failure> {
     let mut filter = ListFilter::all().key_prefix(key.as_str());
     filter.status = agent_sessions::store::StatusFilter::Only(vec![SessionStatus::Closed]);
-    let mut sessions: Vec<StoredSession> = backend
-        .sessions()
+    let mut sessions: Vec<StoredSession> = store
         .list(&filter)
         .await?
         .into_iter()
         .filter(|s| &s.key == key)
         .collect();
-    if let Some(current) = backend.sessions().get(key).await? {
+    if let Some(current) = store.get(key).await? {
         sessions.retain(|s| s.entry.session_id != current.entry.session_id);
         sessions.push(current);
     }
@@ -1133,14 +1162,18 @@ pub struct FollowArgs {
     /// How many of the current session's last lines to print before the new ones.
     #[arg(long, short = 'n', default_value_t = 10)]
     lines: usize,
+    /// On a sealed store: its lines are opened with these keys.
+    #[command(flatten)]
+    keys: crate::keys::KeyDirArgs,
 }
 
 async fn follow(store: &str, agent: &AgentId, json: bool, args: FollowArgs) -> Outcome {
     let backend = Backend::open_with(store, OpenMode::ReadOnly).await?;
+    let manager = reader(&backend, agent, args.keys.open()?)?;
     let Some(raw) = args.key.as_deref() else {
-        return follow_agent(&backend, agent, json).await;
+        return follow_agent(&manager, json).await;
     };
-    let key = match find(&backend, agent, raw).await {
+    let key = match find(manager.store(), agent, raw).await {
         Ok(session) => session.key,
         Err(failure) if failure.code == EXIT_NOT_FOUND => {
             let key = key_of(agent, raw)?;
@@ -1149,7 +1182,6 @@ async fn follow(store: &str, agent: &AgentId, json: bool, args: FollowArgs) -> O
         }
         Err(failure) => return Err(failure),
     };
-    let manager = reader(&backend, agent)?;
     let mut follow = manager
         .follow(follow::Scope::Key(key.clone()), Position::Start)
         .await?;
@@ -1224,13 +1256,15 @@ async fn follow(store: &str, agent: &AgentId, json: bool, args: FollowArgs) -> O
 /// The session, of any agent, whose session id is `raw` or starts with it (the short
 /// id `list` prints) — current, inactive or closed. An id that begins several is an
 /// error naming them.
-async fn by_session_id(backend: &Backend, raw: &str) -> Result<Option<StoredSession>, Failure> {
+async fn by_session_id(
+    sessions: &dyn SessionStore,
+    raw: &str,
+) -> Result<Option<StoredSession>, Failure> {
     let wanted = raw.trim().to_lowercase();
     if wanted.is_empty() {
         return Ok(None);
     }
-    let mut found: Vec<StoredSession> = backend
-        .sessions()
+    let mut found: Vec<StoredSession> = sessions
         .list(&ListFilter::new().any_status())
         .await?
         .into_iter()
@@ -1442,7 +1476,7 @@ async fn exported(
     }
     let sessions = match &args.session {
         Some(raw) => {
-            let session = find(backend, agent, raw).await?;
+            let session = find(&**backend.sessions(), agent, raw).await?;
             let active = args
                 .since
                 .is_none_or(|since| session.entry.updated_at >= since);

@@ -88,6 +88,10 @@ enum Command {
         /// --agent), its session id, or the beginning of the id (the short id `list`
         /// prints).
         key: String,
+        /// On a sealed store: its fields are opened with these keys (shown as
+        /// stored without them).
+        #[command(flatten)]
+        keys: keys::KeyDirArgs,
     },
     /// Print a session's conversation: when, who (user, assistant, tool, status,
     /// compaction, …) and what, each session headed by when and why it started.

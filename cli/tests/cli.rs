@@ -2582,8 +2582,31 @@ async fn migrate_seal_copies_a_plain_store_sealed_and_the_bot_reads_it_with_its_
         seen.iter().any(|m| m.content.contains("my PIN is 5842")),
         "{seen:?}"
     );
+    let key = turn.key().to_string();
     turn.complete("5842.").await.unwrap();
     drop(manager);
+    // An operator reads it with the keys, and sees sealed values without them.
+    let read = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_agent-sessions"))
+            .env_remove("AGENT_SESSIONS_STORE")
+            .env("AGENT_SESSIONS_MASTER_KEY", master.to_base64())
+            .args(["--store", &sealed])
+            .args(args)
+            .output()
+            .expect("the binary runs")
+    };
+    let keys_arg = ["--keys", dir.to_str().unwrap()];
+    let log = read(&[&["log", &key, "--no-pager"][..], &keys_arg].concat());
+    assert!(log.status.success(), "{}", stderr(&log));
+    let printed = String::from_utf8_lossy(&log.stdout);
+    assert!(printed.contains("my PIN is 5842"), "{printed}");
+    assert!(printed.contains("5842-reply"), "{printed}");
+    let sealed_log = read(&["log", &key, "--no-pager"]);
+    assert!(!String::from_utf8_lossy(&sealed_log.stdout).contains("my PIN is"));
+    let shown = json(&read(&[&["--json", "show", &key][..], &keys_arg].concat()));
+    let unopened = json(&read(&["--json", "show", &key]));
+    assert_ne!(shown, unopened, "the entry's sealed fields are opened");
+    assert!(!unopened.to_string().contains("5842"), "{unopened}");
     let source = run(&plain, &["export"]);
     assert!(
         String::from_utf8_lossy(&source.stdout).contains("my PIN is 5842"),

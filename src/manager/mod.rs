@@ -910,6 +910,25 @@ impl SessionManager {
         &*self.seams.store
     }
 
+    /// The transcript store, as the manager reads it — on a manager that seals
+    /// ([`SessionManagerBuilder::encryption`], feature `encryption`), its lines opened;
+    /// `None` without one.
+    ///
+    /// ```
+    /// use agent_sessions::prelude::*;
+    /// use agent_sessions::transcript::InMemoryTranscriptStore;
+    ///
+    /// let manager = SessionManager::builder(InMemoryStore::new())
+    ///     .transcripts(InMemoryTranscriptStore::new())
+    ///     .build()?;
+    /// assert!(manager.transcripts().is_some());
+    /// assert!(SessionManager::new(InMemoryStore::new()).transcripts().is_none());
+    /// # Ok::<(), agent_sessions::Error>(())
+    /// ```
+    pub fn transcripts(&self) -> Option<&dyn TranscriptStore> {
+        self.seams.transcripts.as_deref()
+    }
+
     /// The agent whose sessions a key without an agent belongs to (`main` unless
     /// [`SessionManagerBuilder::default_agent`] or
     /// [`SessionManagerBuilder::isolate_to_agent`] set another).
