@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use super::SessionManager;
 use crate::error::{Error, Result};
-use crate::exactly_once::holders::Writing;
 use crate::freshness::triggers::ModelRef;
 use crate::identity::key::{normalize_channel, PeerKind, SessionKey};
 use crate::inbound::InboundMessage;
@@ -412,29 +411,6 @@ impl SessionManager {
             .transcript_store()?
             .append(transcript, vec![line])
             .await?;
-        events
-            .pop()
-            .ok_or_else(|| Error::NotFound { key: key.clone() })
-    }
-
-    /// [`append_line`](Self::append_line) run to its end even when the caller stops
-    /// waiting, with `writing` (a turn's run) kept live until the line has landed or
-    /// failed: a reply whose write went out is not taken for one never written.
-    pub(crate) async fn append_line_held(
-        &self,
-        key: &SessionKey,
-        transcript: &TranscriptRef,
-        line: TranscriptEntry,
-        writing: Writing,
-    ) -> Result<SessionEvent> {
-        let transcripts = Arc::clone(self.shared_transcripts()?);
-        let transcript = transcript.clone();
-        let work = async move {
-            let appended = transcripts.append(&transcript, vec![line]).await;
-            drop(writing);
-            appended
-        };
-        let mut events = crate::exactly_once::finishing::finishing(work).await?;
         events
             .pop()
             .ok_or_else(|| Error::NotFound { key: key.clone() })

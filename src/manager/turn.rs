@@ -896,15 +896,10 @@ impl<'m> Turn<'m> {
                         log.log.parts = parts;
                         log.usage = reply.usage.as_ref().map(TurnUsage::to_transcript_usage);
                         let line = manager.log_line(&self.key, entry, log);
-                        let line = match &self.run {
-                            Some(run) => {
-                                let writing = run.writing();
-                                manager
-                                    .append_line_held(&self.key, transcript, line, writing)
-                                    .await?
-                            }
-                            None => manager.append_line(&self.key, transcript, line).await?,
-                        };
+                        // A host that drops `complete` before it returns sent nothing:
+                        // the reply is not held to its end, and a delivery of the
+                        // message again is answered unless its line landed.
+                        let line = manager.append_line(&self.key, transcript, line).await?;
                         DeliveryReceipt::give(&mut payloads, &self.key, entry, &line);
                     }
                     let mut outcome = TurnOutcome::completed();

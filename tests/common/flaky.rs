@@ -37,6 +37,15 @@ pub struct Late {
     count: Arc<tokio::sync::watch::Sender<(usize, usize)>>,
 }
 
+/// Counts an append as ended when dropped.
+struct Ends<'l>(&'l Late);
+
+impl Drop for Ends<'_> {
+    fn drop(&mut self) {
+        self.0.count.send_modify(|(_, ended)| *ended += 1);
+    }
+}
+
 impl Late {
     /// Waits until an append begins after this call.
     pub async fn next_append(&self) {
@@ -45,7 +54,7 @@ impl Late {
         count.wait_for(|now| now.0 > begun).await.unwrap();
     }
 
-    /// Waits until every append that began has ended.
+    /// Waits until every append that began has ended (landed, failed or dropped).
     pub async fn landed(&self) {
         let mut count = self.count.subscribe();
         count
@@ -81,10 +90,10 @@ impl TranscriptStore for Flaky {
     ) -> agent_sessions::Result<Vec<SessionEvent>> {
         if let Some(late) = &self.late {
             late.count.send_modify(|(begun, _)| *begun += 1);
+            // Ended when it lands, or when its caller drops it before.
+            let _ends = Ends(late);
             tokio::time::sleep(late.by).await;
-            let appended = self.inner.append(transcript, entries).await;
-            late.count.send_modify(|(_, ended)| *ended += 1);
-            return appended;
+            return self.inner.append(transcript, entries).await;
         }
         if self.failing.load(Ordering::SeqCst) {
             if self.written {
