@@ -510,6 +510,10 @@ pub struct ServeArgs {
     /// resolves to this address (DNS rebinding) is refused.
     #[arg(long = "allow-host", value_name = "NAME")]
     allow_hosts: Vec<String>,
+    /// On a sealed store: turns are sealed and read with these keys (without them a
+    /// sealed session's turns are refused).
+    #[command(flatten)]
+    keys: crate::keys::KeyDirArgs,
 }
 
 /// Filters of `list`.
@@ -1868,22 +1872,25 @@ async fn serve(store: &str, given: Given, args: ServeArgs) -> Outcome {
     options
         .validate()
         .map_err(|e| failure(EXIT_FAILURE, format!("refusing to start: {e}")))?;
+    let keys = args.keys.open()?;
     let backend = agent_sessions::store::Backend::open(store).await?;
-    if args.ui {
-        let transcripts: std::sync::Arc<dyn TranscriptStore> = backend.transcripts().clone();
-        let search =
-            agent_sessions::transcript::search::Search::shared(backend.search_index().await?);
-        options = options.inspector(Inspector::new().search(search, transcripts));
-    }
-    let manager = SessionManager::builder(backend.sessions().clone())
-        .transcripts(backend.transcripts().clone())
-        .chatter(backend.chatter().clone())
-        .system_events(backend.system_events().clone())
+    let builder = SessionManager::builder(backend.sessions().clone())
+        .backend(backend.clone())
         .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
         .reset_triggers(ResetTriggers::clawos())
-        .freshness(ResetConfig::default().reset(ResetSpec::idle(idle_minutes)))
-        .build()
-        .unwrap();
+        .freshness(ResetConfig::default().reset(ResetSpec::idle(idle_minutes)));
+    let manager = match keys {
+        Some(keys) => builder.encryption(keys),
+        None => builder,
+    }
+    .build()?;
+    if args.ui {
+        let transcripts: std::sync::Arc<dyn TranscriptStore> = backend.transcripts().clone();
+        // A sealed manager's index keeps words as keyed hashes and reads hits opened.
+        let search =
+            agent_sessions::transcript::search::Search::shared(manager.search_index().await?);
+        options = options.inspector(Inspector::new().search(search, transcripts));
+    }
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| {

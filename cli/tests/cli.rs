@@ -2650,3 +2650,149 @@ async fn migrate_seal_copies_a_plain_store_sealed_and_the_bot_reads_it_with_its_
         stderr(&again)
     );
 }
+
+/// `serve --keys` serves a sealed store: a turn recorded over HTTP is sealed with the
+/// bot's keys (none of its words in the store's files) and reads back with them;
+/// without the keys, a sealed session's turn is refused and nothing is written.
+#[tokio::test]
+async fn serve_with_keys_seals_the_turns_it_records_and_without_them_refuses_a_sealed_session() {
+    use agent_sessions::prelude::*;
+    use agent_sessions::privacy::encryption::{KeyFiles, MasterKey};
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let dir = tempfile::tempdir().unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let store = format!("json:{}", dir.path().display());
+    let master = MasterKey::generate().unwrap();
+    // A sealed store, as the bot wrote it.
+    let bot = SessionManager::connect(&store)
+        .await
+        .unwrap()
+        .key_builder(DefaultKeyBuilder::new().dm_scope(DmScope::PerChannelPeer))
+        .encryption(KeyFiles::open(keys.path(), master.clone()).unwrap())
+        .build()
+        .unwrap();
+    let message = InboundMessage::direct("sms", "+1555", "my locker is 4471").with_agent("ws_abc");
+    let turn = bot.turn(&message).await.unwrap();
+    turn.complete("Noted.").await.unwrap();
+    drop(bot);
+
+    let serve = |with_keys: bool| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_agent-sessions"));
+        command
+            .env_remove("AGENT_SESSIONS_MASTER_KEY")
+            .args(["serve", "--store", &store, "--listen", "127.0.0.1:0"])
+            .args(["--secret", "s3cret"])
+            .stderr(Stdio::piped());
+        if with_keys {
+            command
+                .arg("--keys")
+                .arg(keys.path())
+                .env("AGENT_SESSIONS_MASTER_KEY", master.to_base64());
+        }
+        let mut child = command.spawn().unwrap();
+        let mut banner = String::new();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        while !banner.contains("http://") {
+            banner.clear();
+            assert!(
+                stderr.read_line(&mut banner).unwrap() > 0,
+                "serve printed no address"
+            );
+        }
+        let base = banner
+            .split_whitespace()
+            .find(|word| word.starts_with("http://"))
+            .unwrap()
+            .to_owned();
+        (child, base)
+    };
+    let client = reqwest::Client::new();
+    let resolve = |base: &str, said: &str| {
+        client
+            .post(format!("{base}/kernel/sessions/resolve"))
+            .header("x-kernel-secret", "s3cret")
+            .json(&serde_json::json!({
+                "workspace_id": "ws_abc", "channel": "sms",
+                "remote_jid": "+1555", "user_message": said,
+            }))
+            .send()
+    };
+
+    let (mut child, base) = serve(true);
+    let resolved = resolve(&base, "and my pin is 9031").await.unwrap();
+    assert_eq!(resolved.status(), 200);
+    let resolved: Value = resolved.json().await.unwrap();
+    assert_eq!(resolved["decision"], "continue", "{resolved}");
+    let id = resolved["session_id"].as_str().unwrap().to_owned();
+    let recorded = client
+        .patch(format!("{base}/kernel/sessions/{id}"))
+        .header("x-kernel-secret", "s3cret")
+        .json(&serde_json::json!({
+            "user_message": "and my pin is 9031",
+            "assistant_response": "Kept safe, 9031-reply.",
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(recorded.status(), 200, "{}", recorded.text().await.unwrap());
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let files = || {
+        let mut all = Vec::new();
+        let mut dirs = vec![dir.path().to_path_buf()];
+        while let Some(next) = dirs.pop() {
+            for found in std::fs::read_dir(next).unwrap() {
+                let path = found.unwrap().path();
+                match path.is_dir() {
+                    true => dirs.push(path),
+                    false => all.push((path.clone(), std::fs::read(&path).unwrap())),
+                }
+            }
+        }
+        all
+    };
+    for (path, bytes) in files() {
+        let text = String::from_utf8_lossy(&bytes);
+        for word in ["4471", "9031", "Kept safe"] {
+            assert!(!text.contains(word), "{word} in {}", path.display());
+        }
+    }
+    // The bot reads what `serve` recorded (the exchange goes into the session's
+    // context summary, a sealed field).
+    let show = |with_keys: bool| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_agent-sessions"));
+        command.env_remove("AGENT_SESSIONS_MASTER_KEY").args([
+            "--store",
+            &store,
+            "--agent",
+            "ws_abc",
+            "--json",
+            "show",
+            "sms:dm:+1555",
+        ]);
+        if with_keys {
+            command
+                .arg("--keys")
+                .arg(keys.path())
+                .env("AGENT_SESSIONS_MASTER_KEY", master.to_base64());
+        }
+        json(&command.output().unwrap()).to_string()
+    };
+    let opened = show(true);
+    assert!(opened.contains("and my pin is 9031"), "{opened}");
+    assert!(!show(false).contains("9031"));
+
+    // Without the keys: refused, nothing written.
+    let before = files();
+    let (mut child, base) = serve(false);
+    let refused = resolve(&base, "a plain word 7777").await.unwrap();
+    let status = refused.status();
+    let body = refused.text().await.unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!status.is_success(), "{status}: {body}");
+    assert_eq!(files(), before, "nothing written without the keys");
+}
