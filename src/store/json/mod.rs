@@ -3,6 +3,7 @@
 mod chatter;
 mod closed;
 mod commit;
+mod compaction_hint;
 mod copies;
 mod courtesy;
 pub(crate) mod document;

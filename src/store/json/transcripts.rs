@@ -17,6 +17,7 @@ use crate::store::fs::{
     blocking, create_private_dir_all, identify, identify_file, open_checked, open_no_follow,
     process_mutex, FileId,
 };
+use crate::store::json::compaction_hint;
 use crate::store::json::io::create_private;
 use crate::store::json::paths;
 use crate::store::Durability;
@@ -877,7 +878,10 @@ pub(super) fn read_transcript_back(
 
 /// The last compaction line of the transcript at `path` (a torn last line left out):
 /// the file read backwards a chunk at a time, only the lines that hold the word
-/// `compaction` parsed.
+/// `compaction` parsed — back to where the file's [hint](compaction_hint) says it was
+/// searched before, when it still holds, else to the start. A search of more than
+/// [`WORTH_REMEMBERING`](compaction_hint::WORTH_REMEMBERING) bytes leaves a hint for
+/// the next.
 pub(super) fn find_last_compaction(path: &Path) -> Result<Option<SessionEvent>> {
     const CHUNK: u64 = 1024 * 1024;
     let mut file = match open_no_follow(path) {
@@ -889,13 +893,20 @@ pub(super) fn find_last_compaction(path: &Path) -> Result<Option<SessionEvent>> 
         .metadata()
         .map_err(|e| Error::io("stat", path, e))?
         .len();
+    let hinted = compaction_hint::Hint::believed(&mut file, len);
+    // Searched back to here: the hint's end (a line's end), or the start.
+    let stop = hinted.as_ref().map_or(0, |(hint, _)| hint.searched_to);
     let finder = memchr::memmem::FinderRev::new(b"compaction");
     // `bytes` holds the file from `start` up to the end of the last whole line not yet
     // searched.
     let (mut start, mut bytes) = (len, Vec::new());
-    let mut end_found = false;
-    while start > 0 {
-        let from = start.saturating_sub(CHUNK.max(bytes.len() as u64));
+    // The end of the last whole line, and its id: where the next search may stop.
+    let mut end: Option<(u64, Option<String>)> = None;
+    let mut found = None;
+    'search: while start > stop {
+        let from = start
+            .saturating_sub(CHUNK.max(bytes.len() as u64))
+            .max(stop);
         let mut chunk = vec![0; (start - from) as usize];
         file.seek(SeekFrom::Start(from))
             .and_then(|_| file.read_exact(&mut chunk))
@@ -903,16 +914,22 @@ pub(super) fn find_last_compaction(path: &Path) -> Result<Option<SessionEvent>> 
         chunk.extend_from_slice(&bytes);
         bytes = chunk;
         start = from;
-        if !end_found {
+        if end.is_none() {
             match bytes.iter().rposition(|b| *b == b'\n') {
                 Some(last) => bytes.truncate(last + 1),
-                None if start == 0 => return Ok(None),
+                None if start == stop => break,
                 None => continue,
             }
-            end_found = true;
+            // The last whole line's id, when the bytes read hold all of it.
+            let body = &bytes[..bytes.len() - 1];
+            let whole_line = start == stop || memchr::memrchr(b'\n', body).is_some();
+            let id = whole_line
+                .then(|| compaction_hint::last_line_id(&bytes))
+                .flatten();
+            end = Some((start + bytes.len() as u64, id));
         }
-        // The whole lines: after the first newline, unless at the start of the file.
-        let whole = if start == 0 {
+        // The whole lines: after the first newline, unless where the search stops.
+        let whole = if start == stop {
             0
         } else {
             match bytes.iter().position(|b| *b == b'\n') {
@@ -936,11 +953,12 @@ pub(super) fn find_last_compaction(path: &Path) -> Result<Option<SessionEvent>> 
                 crate::store::json_text::from_slice::<TranscriptEntry>(&bytes[line_start..line_end])
             {
                 if entry.kind == "compaction" {
-                    return Ok(Some(SessionEvent {
+                    found = Some(SessionEvent {
                         offset: Offset(start + line_start as u64),
                         line: 0,
                         entry,
-                    }));
+                    });
+                    break 'search;
                 }
             }
             searched_to = line_start;
@@ -948,7 +966,28 @@ pub(super) fn find_last_compaction(path: &Path) -> Result<Option<SessionEvent>> 
         // What is left to search: the partial line at the front.
         bytes.truncate(whole);
     }
-    Ok(None)
+    let found = found.or_else(|| {
+        let (hint, entry) = hinted?;
+        let (offset, _) = hint.compaction?;
+        Some(SessionEvent {
+            offset: Offset(offset),
+            line: 0,
+            entry: entry?,
+        })
+    });
+    if let Some((end, Some(line_id))) = end {
+        if end.saturating_sub(stop) >= compaction_hint::WORTH_REMEMBERING {
+            compaction_hint::Hint {
+                searched_to: end,
+                line_id,
+                compaction: found
+                    .as_ref()
+                    .and_then(|event| Some((event.offset.0, event.entry.id.clone()?))),
+            }
+            .remember(&file);
+        }
+    }
+    Ok(found)
 }
 
 /// About `max` bytes of `file` from where it is, ending after a newline: the whole
@@ -1450,6 +1489,7 @@ impl TranscriptExport for FileTranscriptStore {
                 done += 1;
             }
             if done > 0 {
+                compaction_hint::forget(&handle);
                 handle
                     .sync_all()
                     .map_err(|e| Error::io("fsync", &file, e))?;

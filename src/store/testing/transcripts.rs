@@ -282,6 +282,37 @@ pub async fn the_last_compaction_is_found<T: TranscriptStore + ?Sized>(store: &T
         found.entry.extra.get("summary"),
         Some(&serde_json::json!("second"))
     );
+    // Found again once more lines follow it, and a newer one once one is appended:
+    // whatever a store remembers of where its last search ended.
+    let more = (0..300).map(|n| {
+        said(
+            &format!("compaction again {n}? {}", "y".repeat(40 * n as usize)),
+            n,
+        )
+    });
+    store.append(&t, more.collect()).await.unwrap();
+    let again = store
+        .last_compaction(&t)
+        .await
+        .unwrap()
+        .expect("a compaction");
+    assert_eq!(
+        (again.offset, again.entry.id),
+        (second.offset, second.entry.id.clone())
+    );
+    let mut lines = vec![compaction("third")];
+    lines.extend((0..3).map(|n| said(&format!("compaction {n}"), n)));
+    let appended = store.append(&t, lines).await.unwrap();
+    let third = store
+        .last_compaction(&t)
+        .await
+        .unwrap()
+        .expect("a compaction");
+    assert_eq!(third.offset, appended[0].offset);
+    assert_eq!(
+        third.entry.extra.get("summary"),
+        Some(&serde_json::json!("third"))
+    );
 }
 
 /// `create` creates once; topics are transcripts of their own.
