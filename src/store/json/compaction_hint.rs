@@ -99,36 +99,48 @@ pub(super) fn last_line_id(bytes: &[u8]) -> Option<String> {
         .id
 }
 
-/// The line of `file` that ends just before `end` (which follows its newline).
+/// The line of `file` that ends just before `end` (which follows its newline): read
+/// back a few KiB at a time, up to [`MAX_LINE`].
 fn line_ending_at(file: &mut File, end: u64) -> Option<Vec<u8>> {
-    let from = end.saturating_sub(MAX_LINE);
-    let mut bytes = vec![0; (end - from) as usize];
-    file.seek(SeekFrom::Start(from)).ok()?;
-    file.read_exact(&mut bytes).ok()?;
-    let body = bytes.strip_suffix(b"\n")?;
-    match body.iter().rposition(|b| *b == b'\n') {
-        Some(at) => Some(body[at + 1..].to_vec()),
-        None if from == 0 => Some(body.to_vec()),
-        None => None,
+    let mut want = 4096u64;
+    loop {
+        let from = end.saturating_sub(want);
+        let bytes = read_at(file, from, end - from)?;
+        let body = bytes.strip_suffix(b"\n")?;
+        match memchr::memrchr(b'\n', body) {
+            Some(at) => return Some(body[at + 1..].to_vec()),
+            None if from == 0 => return Some(body.to_vec()),
+            None if want >= MAX_LINE => return None,
+            None => want *= 4,
+        }
     }
 }
 
-/// The line of `file` that starts at `offset`, ending before `limit`.
+/// The line of `file` that starts at `offset`, ending before `limit`: read a few KiB at
+/// a time, up to [`MAX_LINE`].
 fn line_at(file: &mut File, offset: u64, limit: u64) -> Option<Vec<u8>> {
-    let starts_a_line = offset == 0 || {
-        let mut before = [0u8];
-        file.seek(SeekFrom::Start(offset - 1)).ok()?;
-        file.read_exact(&mut before).ok()?;
-        before[0] == b'\n'
-    };
-    if !starts_a_line || offset >= limit {
+    if offset >= limit || (offset > 0 && read_at(file, offset - 1, 1)? != b"\n") {
         return None;
     }
-    let mut bytes = vec![0; (limit - offset).min(MAX_LINE) as usize];
-    file.seek(SeekFrom::Start(offset)).ok()?;
+    let mut want = 4096u64;
+    loop {
+        let mut bytes = read_at(file, offset, want.min(limit - offset))?;
+        match memchr::memchr(b'\n', &bytes) {
+            Some(end) => {
+                bytes.truncate(end);
+                return Some(bytes);
+            }
+            None if want >= MAX_LINE || offset + want >= limit => return None,
+            None => want *= 4,
+        }
+    }
+}
+
+/// `len` bytes of `file` from `from`.
+fn read_at(file: &mut File, from: u64, len: u64) -> Option<Vec<u8>> {
+    let mut bytes = vec![0; usize::try_from(len).ok()?];
+    file.seek(SeekFrom::Start(from)).ok()?;
     file.read_exact(&mut bytes).ok()?;
-    let end = bytes.iter().position(|b| *b == b'\n')?;
-    bytes.truncate(end);
     Some(bytes)
 }
 
@@ -334,6 +346,28 @@ mod tests {
         forget(&File::open(&path).unwrap());
         assert!(hint(&path).is_none());
         assert_eq!(found(&path), Some((at as u64, Some("c".into()))));
+    }
+
+    /// Lines far longer than what a hint's lines are first read back by.
+    #[test]
+    fn a_hint_holds_over_long_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let long = |n: usize| said(&format!("m{n}"), &"w".repeat(50_000 + n));
+        append(&path, &[compaction("c1", &"s".repeat(60_000))]);
+        append(&path, &(0..10).map(long).collect::<Vec<_>>());
+        assert_eq!(found(&path), Some((0, Some("c1".into()))));
+        assert_eq!(hint(&path).unwrap().line_id, "m9");
+        let (hint, entry) = Hint::believed(
+            &mut File::open(&path).unwrap(),
+            std::fs::metadata(&path).unwrap().len(),
+        )
+        .expect("believed");
+        assert_eq!(hint.compaction, Some((0, "c1".into())));
+        assert_eq!(entry.unwrap().id.as_deref(), Some("c1"));
+        append(&path, &(10..20).map(long).collect::<Vec<_>>());
+        assert_eq!(found(&path), Some((0, Some("c1".into()))));
+        assert_eq!(found(&path), found_whole(&path));
     }
 
     proptest::proptest! {
