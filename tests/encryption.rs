@@ -1857,3 +1857,53 @@ async fn an_altered_entry_field_stops_what_reads_that_entry_and_no_one_elses_tur
     named(his.unwrap_err());
     assert!(seen_by(&manager, "77").await.contains("my pin is anaword0"));
 }
+
+/// An id with capitals — a Slack sender known by `U024BE7LH` alone, a person the host
+/// calls `Ana-Lima` — is erased by the id however it is spelled: their lines, and
+/// the person's group chatter still waiting, no longer open in a backup restored
+/// after the erase; another sender's chatter beside theirs does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_with_capitals_is_erased_from_a_restored_backup_however_it_is_spelled() {
+    let stores = stores::Stores::new("sealed_capitals");
+    let keys = tempfile::tempdir().unwrap();
+    let backups = tempfile::tempdir().unwrap();
+    for (n, store) in sealed_stores(&stores, keys.path()).into_iter().enumerate() {
+        let manager = store.manager().await;
+        let dm = |text: &str| InboundMessage::direct("slack", "U024BE7LH", text);
+        let in_channel =
+            |sender: &str, text: &str| InboundMessage::group("slack", "C0FFEE", sender, text);
+        answer(&manager, &dm("my pin is slackpinpapa"), "noted").await;
+        for message in [
+            in_channel("U0ANA", "lunch at anachatterquebec?").from_person("Ana-Lima"),
+            in_channel("W0KEEPME", "or keptchatterromeo"),
+        ] {
+            let turn = manager.turn(&message).await.unwrap();
+            assert!(turn.messages().await.unwrap().is_empty(), "it waits");
+        }
+        drop(manager);
+        let backup_dir = backups.path().join(n.to_string());
+        backup(&store.url, &backup_dir);
+        for person in [
+            PersonRef::sender("slack", "u024be7lh"),
+            PersonRef::person("ana-lima"),
+        ] {
+            let report = store.manager().await.forget_person(&person).await.unwrap();
+            assert!(report.data_keys >= 1, "{}: {report:?}", store.url);
+        }
+        restore(&store.url, &backup_dir);
+
+        let manager = store.manager().await;
+        let seen = answer(&manager, &dm("what was it?"), "?").await;
+        assert!(!seen.contains("slackpinpapa"), "{}: {seen}", store.url);
+        assert!(seen.contains(ERASED_TEXT), "{}: {seen}", store.url);
+        let seen = answer(
+            &manager,
+            &in_channel("W0KEEPME", "@bot what did we say?").mentioning_agent(),
+            "lunch",
+        )
+        .await;
+        assert!(!seen.contains("anachatterquebec"), "{}: {seen}", store.url);
+        assert!(seen.contains("keptchatterromeo"), "{}: {seen}", store.url);
+    }
+    stores.finish().await;
+}

@@ -19,12 +19,41 @@ use crate::inbound::chatter::{
 };
 use crate::inbound::events::{SystemEvent, SystemEvents};
 
-/// Whose key seals a chatter entry: its sender's, else its group's.
+/// Whose key seals a chatter entry: its sender's, by the id erasing them names
+/// ([`KeyOwner::person`]); else its group's.
 pub(crate) fn owner(group: &str, entry: &ChatterEntry) -> KeyOwner {
-    match entry.sender_id.as_deref() {
-        Some(id) if !id.trim().is_empty() => KeyOwner::Person(id.to_owned()),
-        _ => KeyOwner::SessionKey(group.to_owned()),
+    match sender_of(entry) {
+        Some(id) => KeyOwner::person(id),
+        None => KeyOwner::SessionKey(group.to_owned()),
     }
+}
+
+/// The owner an earlier build sealed a sender's entry under: their id as written,
+/// when that differs.
+fn earlier_owner(group: &str, entry: &ChatterEntry) -> Option<KeyOwner> {
+    let earlier = KeyOwner::Person(sender_of(entry)?.to_owned());
+    (earlier != owner(group, entry)).then_some(earlier)
+}
+
+/// The entry's sender id (the person's, when the message named one).
+fn sender_of(entry: &ChatterEntry) -> Option<&str> {
+    entry
+        .sender_id
+        .as_deref()
+        .filter(|id| !id.trim().is_empty())
+}
+
+/// Every key that may have sealed `entry`: its owner's, then its earlier owner's.
+async fn keys_of(
+    keys: &dyn KeyProvider,
+    group: &str,
+    entry: &ChatterEntry,
+) -> Result<Vec<DataKey>> {
+    let mut all = keys.data_keys(&owner(group, entry)).await?;
+    if let Some(earlier) = earlier_owner(group, entry) {
+        all.extend(keys.data_keys(&earlier).await?);
+    }
+    Ok(all)
 }
 
 fn place(group: &str, field: &str) -> String {
@@ -71,9 +100,9 @@ impl<C: ?Sized> EncryptedChatter<C> {
         let mut keys = HashMap::new();
         let mut opened = Vec::with_capacity(entries.len());
         for mut entry in entries {
-            let owner = owner(group, &entry);
+            let owner = (owner(group, &entry), earlier_owner(group, &entry));
             if !keys.contains_key(&owner) {
-                let all = self.keys.data_keys(&owner).await?;
+                let all = keys_of(&*self.keys, group, &entry).await?;
                 keys.insert(owner.clone(), all);
             }
             if open_entry(&keys[&owner], group, &mut entry)? {
@@ -164,21 +193,23 @@ impl<C: ChatterBuffer + ?Sized> ChatterBuffer for EncryptedChatter<C> {
     async fn edit_entries(&self, edit: EntryEditor<'_>) -> Result<usize> {
         // The editor runs inside the store's update, where no key can be asked for:
         // the keys of every entry kept are fetched first.
-        let mut keys: HashMap<KeyOwner, (Option<DataKey>, Vec<DataKey>)> = HashMap::new();
+        type Owners = (KeyOwner, Option<KeyOwner>);
+        let mut keys: HashMap<Owners, (Option<DataKey>, Vec<DataKey>)> = HashMap::new();
         for (group, chatter) in self.inner.export_groups().await? {
             for entry in chatter.all_entries() {
-                let owner = owner(&group, entry);
-                if let std::collections::hash_map::Entry::Vacant(slot) = keys.entry(owner) {
-                    let current = self.key(slot.key(), false).await?;
-                    let all = self.keys.data_keys(slot.key()).await?;
+                let owners = (owner(&group, entry), earlier_owner(&group, entry));
+                if let std::collections::hash_map::Entry::Vacant(slot) = keys.entry(owners) {
+                    let current = self.key(&slot.key().0, false).await?;
+                    let all = keys_of(&*self.keys, &group, entry).await?;
                     slot.insert((current, all));
                 }
             }
         }
         let sealed_edit = |group: &str, stored: &ChatterEntry| -> ChatterEdit {
             let mut entry = stored.clone();
+            let owners = (owner(group, &entry), earlier_owner(group, &entry));
             // Written since the keys were asked (a new sender): left as it is.
-            let Some((key, all)) = keys.get(&owner(group, &entry)).cloned() else {
+            let Some((key, all)) = keys.get(&owners).cloned() else {
                 return ChatterEdit::Keep;
             };
             match open_entry(&all, group, &mut entry) {

@@ -369,6 +369,12 @@ pub enum KeyOwner {
 }
 
 impl KeyOwner {
+    /// A person's owner, by their id as erasing them names it (trimmed, lower-cased):
+    /// `Jane` and `jane`, `slack:U024BE7LH` and `slack:u024be7lh` are one owner, one key.
+    pub(crate) fn person(id: &str) -> KeyOwner {
+        KeyOwner::Person(id.trim().to_lowercase())
+    }
+
     /// The owner as one string, bound to its key when the key is wrapped.
     fn tag(&self) -> String {
         match self {

@@ -109,35 +109,63 @@ impl Secret {
 pub(crate) const PERSON_ON_CHANNEL: &str = "personOnChannel";
 
 /// Whose key seals `entry`: the person its message-log fields name (a sender known by
-/// their id alone, on their channel: [`PERSON_ON_CHANNEL`]), else the session.
+/// their id alone, on their channel: [`PERSON_ON_CHANNEL`]), by their id as erasing
+/// them names it ([`KeyOwner::person`]), else the session.
 pub(crate) fn owner_of(entry: &TranscriptEntry, agent: &AgentId, session_id: &str) -> KeyOwner {
-    let log = entry.log.as_ref();
-    match log.and_then(|log| log.person_id.as_deref()) {
-        Some(person) if !person.trim().is_empty() => {
-            let on_channel = log
-                .filter(|log| log.extra.get(PERSON_ON_CHANNEL) == Some(&Value::Bool(true)))
-                .and_then(|log| log.channel.as_deref());
-            match on_channel {
-                Some(channel) => KeyOwner::Person(format!("{channel}:{person}")),
-                None => KeyOwner::Person(person.to_owned()),
-            }
-        }
-        _ => KeyOwner::Session {
+    match person_of(entry) {
+        Some(person) => KeyOwner::person(&person),
+        None => KeyOwner::Session {
             agent: agent.clone(),
             session_id: session_id.to_owned(),
         },
     }
 }
 
-/// The owner a line may also be sealed under when its fields do not say
-/// ([`PERSON_ON_CHANNEL`]: a search index's row keeps the person and channel alone): its
-/// person's id on its channel.
-pub(crate) fn owner_on_channel(entry: &TranscriptEntry) -> Option<KeyOwner> {
+/// The person `entry` names, as its fields spell it (on its channel when known by
+/// their id alone).
+fn person_of(entry: &TranscriptEntry) -> Option<String> {
     let log = entry.log.as_ref()?;
     let person = log.person_id.as_deref().filter(|p| !p.trim().is_empty())?;
-    let channel = log.channel.as_deref()?;
-    (!log.extra.contains_key(PERSON_ON_CHANNEL))
-        .then(|| KeyOwner::Person(format!("{channel}:{person}")))
+    let on_channel = Some(log)
+        .filter(|log| log.extra.get(PERSON_ON_CHANNEL) == Some(&Value::Bool(true)))
+        .and_then(|log| log.channel.as_deref());
+    Some(match on_channel {
+        Some(channel) => format!("{channel}:{person}"),
+        None => person.to_owned(),
+    })
+}
+
+/// The owners a line may also be sealed under, after [`owner_of`]'s: its person's id on
+/// its channel when its fields do not say ([`PERSON_ON_CHANNEL`]: a search index's row
+/// keeps the person and channel alone), and each as earlier builds spelled it (the id's
+/// case as written).
+pub(crate) fn other_owners(entry: &TranscriptEntry) -> Vec<KeyOwner> {
+    let mut spelled = Vec::new();
+    if let Some(log) = entry.log.as_ref() {
+        if let (Some(person), Some(channel), false) = (
+            log.person_id.as_deref().filter(|p| !p.trim().is_empty()),
+            log.channel.as_deref(),
+            log.extra.contains_key(PERSON_ON_CHANNEL),
+        ) {
+            spelled.push(format!("{channel}:{person}"));
+        }
+    }
+    spelled.extend(person_of(entry));
+    let mut owners: Vec<KeyOwner> = Vec::new();
+    for id in &spelled {
+        owners.push(KeyOwner::person(id));
+    }
+    for id in spelled {
+        owners.push(KeyOwner::Person(id));
+    }
+    let first = person_of(entry).map(|p| KeyOwner::person(&p));
+    let mut seen = Vec::new();
+    owners.retain(|owner| {
+        let new = Some(owner) != first.as_ref() && !seen.contains(owner);
+        seen.push(owner.clone());
+        new
+    });
+    owners
 }
 
 /// What a sealed value is bound to: its agent, session and line (the entry's id).

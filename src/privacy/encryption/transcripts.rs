@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use super::key::{key_with_id, DataKey, KeyOwner, KeyProvider};
 use super::opened::Keys;
 use super::rotation::DataKeyRotation;
-use super::sealed::{open, owner_of, owner_on_channel, seal, sealed_value};
+use super::sealed::{open, other_owners, owner_of, seal, sealed_value};
 use crate::error::{Error, Result};
 use crate::transcript::lines::{new_entry_id, session_id_of_name, PARENT_ON_APPEND};
 use crate::transcript::{
@@ -164,8 +164,9 @@ impl<'a> Keyring<'a> {
     }
 
     /// The key with id `id` that sealed `entry`, if it is left: its owner's
-    /// ([`owner_of`]), or for a record that does not say whose, its person's on its
-    /// channel.
+    /// ([`owner_of`]), else one of the owners it may also be sealed under
+    /// ([`other_owners`]: for a record that does not say whose, its person's on its
+    /// channel; for a line an earlier build sealed, its person's id as written).
     async fn sealed_under(
         &mut self,
         entry: &TranscriptEntry,
@@ -175,10 +176,15 @@ impl<'a> Keyring<'a> {
         let found = self
             .key_with_id(owner_of(entry, place.0, place.1), id)
             .await?;
-        match (found, owner_on_channel(entry)) {
-            (None, Some(other)) => self.key_with_id(other, id).await,
-            (found, _) => Ok(found),
+        if found.is_some() {
+            return Ok(found);
         }
+        for other in other_owners(entry) {
+            if let Some(found) = self.key_with_id(other, id).await? {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
     }
 
     /// The text of a logged message whose text is its line's sealed value (what
