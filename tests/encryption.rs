@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 use agent_sessions::inbound::{Attachment, AttachmentKind};
 use agent_sessions::memory::MemoryOptions;
 use agent_sessions::prelude::*;
-use agent_sessions::privacy::encryption::{KeyFiles, MasterKey, ERASED_TEXT};
+use agent_sessions::privacy::encryption::{
+    KeyFiles, KeyOwner, KeyProvider, MasterKey, ERASED_TEXT,
+};
 use agent_sessions::privacy::PersonRef;
 use agent_sessions::store::{Backend, DescriptionSource};
 use agent_sessions::transcript::search::{
@@ -1904,6 +1906,90 @@ async fn an_id_with_capitals_is_erased_from_a_restored_backup_however_it_is_spel
         .await;
         assert!(!seen.contains("anachatterquebec"), "{}: {seen}", store.url);
         assert!(seen.contains("keptchatterromeo"), "{}: {seen}", store.url);
+    }
+    stores.finish().await;
+}
+
+/// Another key directory made with the same master key (a staging copy's) holds none of
+/// the store's keys: a data-key rotation or retirement with it is refused before it
+/// changes anything, and a turn through it keeps the entry's fields it cannot open as
+/// they were stored, so the bot's own keys still read them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_key_directory_is_refused_by_a_rotation_and_a_turn_through_it_drops_no_field() {
+    let stores = stores::Stores::new("sealed_other_dir");
+    let keys = tempfile::tempdir().unwrap();
+    let other = tempfile::tempdir().unwrap();
+    for (n, store) in sealed_stores(&stores, keys.path()).into_iter().enumerate() {
+        let dm = |text: &str| {
+            InboundMessage::direct("telegram", "4242", text).with_sender_name("Quillfeather")
+        };
+        let manager = store.manager().await;
+        answer(&manager, &dm("my pin is otherdirpin"), "noted").await;
+        let key = manager.resolve(&dm("x")).await.unwrap().key;
+        manager
+            .session(&key)
+            .set_description(Some("otherdirdescription"), DescriptionSource::User)
+            .await
+            .unwrap();
+        let before = manager.store().get(&key).await.unwrap().unwrap();
+        assert_eq!(
+            before.entry.description.as_deref(),
+            Some("otherdirdescription")
+        );
+        drop(manager);
+
+        // The same people's keys, made in a directory of their own.
+        let staging = Sealed {
+            url: store.url.clone(),
+            keys: other.path().join(n.to_string()),
+            master: store.master.clone(),
+        };
+        // It holds a key of the session's own, as a copy sealed there would.
+        KeyFiles::open(&staging.keys, staging.master.clone())
+            .unwrap()
+            .data_key(&KeyOwner::SessionKey(key.as_str().to_owned()), true)
+            .await
+            .unwrap();
+        let wrong = staging.manager().await;
+        for refused in [
+            wrong.rotate_data_keys().await,
+            wrong.retire_data_keys().await,
+        ] {
+            match refused {
+                Err(Error::Encryption { problem }) => {
+                    assert!(problem.contains("not the key directory"), "{problem}")
+                }
+                other => panic!("{}: {other:?}", store.url),
+            }
+        }
+        let after = store
+            .manager()
+            .await
+            .store()
+            .get(&key)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(after.entry, before.entry, "{}: nothing changed", store.url);
+
+        // A turn through the other directory: what it cannot open stays as stored.
+        let turn = wrong.turn(&dm("hello again")).await.unwrap();
+        turn.complete("hi").await.unwrap();
+        drop(wrong);
+        let after = store
+            .manager()
+            .await
+            .store()
+            .get(&key)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            after.entry.description.as_deref(),
+            Some("otherdirdescription"),
+            "{}",
+            store.url
+        );
     }
     stores.finish().await;
 }

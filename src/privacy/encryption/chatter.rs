@@ -213,10 +213,10 @@ impl<C: ChatterBuffer + ?Sized> ChatterBuffer for EncryptedChatter<C> {
                 return ChatterEdit::Keep;
             };
             match open_entry(&all, group, &mut entry) {
-                // Its owner's keys were destroyed: nothing of it can be read, it goes.
-                Ok(false) if all.is_empty() => ChatterEdit::Remove,
-                // Sealed under a key made since the keys were asked (a rotation on
-                // another worker): left as it is.
+                // Its key is not among its owner's: destroyed with its owner (nothing of
+                // it can be read), made since the keys were asked (a rotation on another
+                // worker), or in another key directory. Left as it is: an edit never
+                // drops what it could not read.
                 Ok(false) => ChatterEdit::Keep,
                 Err(_) => ChatterEdit::Keep,
                 Ok(true) => match edit(group, &entry) {

@@ -157,14 +157,20 @@ fn damaged(key: &SessionKey, field: &str) -> Error {
     }
 }
 
-/// Opens the entry's sealed fields; a field whose key was destroyed is left out.
-/// Returns the fields as they were stored, to seal unchanged fields back as they were.
+/// A sealed field of a stored entry: its name, its sealed text, and its text opened
+/// (`None` when its key is not among those given: destroyed with its owner, or not in
+/// this key directory).
+type StoredField = (&'static str, String, Option<String>);
+
+/// Opens the entry's sealed fields; a field whose key is not among `data_keys` is left
+/// out. Returns the fields as they were stored, to seal unchanged fields back as they
+/// were and keep those that did not open.
 fn open_entry(
     keys: &Keys,
     entry: &mut SessionEntry,
     data_keys: &[DataKey],
     key: &SessionKey,
-) -> Result<Vec<(&'static str, String, String)>> {
+) -> Result<Vec<StoredField>> {
     let mut stored = Vec::new();
     let mut place = Place::new(key);
     each_field(entry, |field, value| {
@@ -178,9 +184,7 @@ fn open_entry(
                 .ok_or_else(|| damaged(key, field))?,
             None => None,
         };
-        if let Some(opened) = &opened {
-            stored.push((field, text.to_owned(), opened.clone()));
-        }
+        stored.push((field, text.to_owned(), opened.clone()));
         *value = opened;
         Ok(())
     })?;
@@ -198,13 +202,15 @@ fn names_another_key(entry: &SessionEntry, data_keys: &[DataKey]) -> bool {
 }
 
 /// Seals the entry's fields; one unchanged since it was opened keeps its stored form,
-/// so an update that changes nothing writes nothing new.
+/// so an update that changes nothing writes nothing new, and one that did not open
+/// (its key not given) and was not set anew stays as stored: an update never drops what
+/// it could not read.
 fn seal_entry(
     keys: &Keys,
     entry: &mut SessionEntry,
     data_key: &DataKey,
     key: &SessionKey,
-    stored: &[(&'static str, String, String)],
+    stored: &[StoredField],
 ) -> Result<()> {
     entry
         .extra
@@ -212,6 +218,10 @@ fn seal_entry(
     let mut place = Place::new(key);
     each_field(entry, |field, value| {
         let Some(plain) = value.as_deref() else {
+            *value = stored
+                .iter()
+                .find(|(name, _, opened)| *name == field && opened.is_none())
+                .map(|(_, sealed, _)| sealed.clone());
             return Ok(());
         };
         // Kept as stored only when sealed under the current key: an update seals anew
@@ -219,7 +229,9 @@ fn seal_entry(
         let kept = stored
             .iter()
             .find(|(name, sealed, opened)| {
-                *name == field && opened == plain && sealed_text_key(sealed) == Some(data_key.id())
+                *name == field
+                    && opened.as_deref() == Some(plain)
+                    && sealed_text_key(sealed) == Some(data_key.id())
             })
             .map(|(_, sealed, _)| sealed.clone());
         *value = Some(match kept {

@@ -64,6 +64,28 @@ impl Rotated {
 /// owner, with the ids of the keys they were sealed under.
 type KeysInUse = HashMap<KeyOwner, HashSet<String>>;
 
+/// Refuses keys that hold none of those the store's sealed values were sealed under:
+/// another key directory (a staging copy's, another bot's) made with the same master
+/// key. A pass with it would take every sealed value for erased.
+async fn check_directory(keys: &Keys, in_use: &KeysInUse) -> Result<()> {
+    if in_use.is_empty() {
+        return Ok(());
+    }
+    for (owner, ids) in in_use {
+        if keys
+            .data_keys(owner)
+            .await?
+            .iter()
+            .any(|key| ids.contains(key.id()))
+        {
+            return Ok(());
+        }
+    }
+    Err(Error::Encryption {
+        problem: "none of the keys the store's sealed values were sealed under is among these keys: this is not the key directory the store was sealed with (or every key it named was destroyed); nothing was changed".into(),
+    })
+}
+
 impl SessionManager {
     /// Gives every owner of sealed data in the store (a person, a session, a session
     /// key) a new data key, and seals anew under it what its earlier keys sealed:
@@ -109,6 +131,7 @@ impl SessionManager {
     /// ```
     pub async fn rotate_data_keys(&self) -> Result<DataKeyRotation> {
         let (keys, backend) = self.sealed_backend()?;
+        check_directory(&keys, &self.keys_in_use(&backend).await?).await?;
         let mut rotated = Rotated::default();
         let mut report = DataKeyRotation::default();
         let agent = self.settings.isolated_to.as_ref();
@@ -199,6 +222,7 @@ impl SessionManager {
     pub async fn retire_data_keys(&self) -> Result<DataKeyRotation> {
         let (keys, backend) = self.sealed_backend()?;
         let in_use = self.keys_in_use(&backend).await?;
+        check_directory(&keys, &in_use).await?;
         let mut report = DataKeyRotation::default();
         for (owner, ids) in in_use {
             let all = keys.data_keys(&owner).await?;
