@@ -838,3 +838,58 @@ async fn a_state_directory_copied_elsewhere_goes_on_where_it_was() {
     }
     assert_eq!(texts, ["my name is Sam", "ok"]);
 }
+
+/// A writer that gives up while queued behind another (a host's timeout) is not waited
+/// for: the store's lock is released when the last call that is still there ends, not
+/// held until the process's next write, and another process takes it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_gave_up_in_the_queue_leaves_no_lock_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = key("agent:main:main");
+    let store = std::sync::Arc::new(store(dir.path()));
+    store.put(&k, SessionEntry::new("s", 1)).await.unwrap();
+    let lock = main_store_file(dir.path()).with_file_name("sessions.json.lock");
+    for round in 0..3 {
+        // A slow update holds the queue while another waits behind it and gives up.
+        let slow = {
+            let store = store.clone();
+            let k = k.clone();
+            tokio::spawn(async move {
+                store
+                    .apply(&k, &mut |slot, _| {
+                        std::thread::sleep(Duration::from_millis(150));
+                        if let Some(entry) = slot {
+                            entry.updated_at += 1;
+                        }
+                        Ok(())
+                    })
+                    .await
+                    .unwrap();
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let mut nothing =
+            |_: &mut Option<SessionEntry>, _: Option<agent_sessions::Revision>| Ok(());
+        let gave_up =
+            tokio::time::timeout(Duration::from_millis(20), store.apply(&k, &mut nothing)).await;
+        assert!(gave_up.is_err(), "round {round}: the waiter gave up");
+        slow.await.unwrap();
+        // An update that changes nothing, then nothing more from this process.
+        store.apply(&k, &mut |_, _| Ok(())).await.unwrap();
+        assert!(!lock.exists(), "round {round}: the lock is released");
+        let other = agent_sessions::JsonFileStore::new_with(
+            dir.path(),
+            JsonFileOptions {
+                lock: agent_sessions::LockOptions {
+                    timeout: Duration::from_millis(200),
+                    ..Default::default()
+                },
+                ..common::test_options()
+            },
+        );
+        other
+            .put(&key("agent:main:other"), SessionEntry::new("o", 1))
+            .await
+            .expect("another process takes the lock");
+    }
+}

@@ -96,4 +96,20 @@ impl FileQueue {
     pub(super) fn has_waiters(&self) -> bool {
         self.waiting.load(Ordering::SeqCst) > 0
     }
+
+    /// Counts a writer as queued until the returned guard is dropped (its caller got
+    /// the queue, or stopped waiting).
+    pub(super) fn waiting(&self) -> Waiting<'_> {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        Waiting(&self.waiting)
+    }
+}
+
+/// A writer counted as queued; see [`FileQueue::waiting`].
+pub(super) struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }

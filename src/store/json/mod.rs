@@ -536,14 +536,15 @@ impl JsonFileStore {
         queue: &FileQueue,
         started: Instant,
     ) -> Result<OwnedMutexGuard<QueueState>> {
-        use std::sync::atomic::Ordering;
-        queue.waiting.fetch_add(1, Ordering::SeqCst);
+        // Counted while waiting, and no longer once its caller stops waiting: a writer
+        // leaves its batch open only for a writer that is still there.
+        let waiting = queue.waiting();
         let acquired = tokio::time::timeout(
             self.inner.options.lock.timeout,
             queue.state.clone().lock_owned(),
         )
         .await;
-        queue.waiting.fetch_sub(1, Ordering::SeqCst);
+        drop(waiting);
         acquired.map_err(|_| {
             let path = lock_path(path);
             Error::LockTimeout {
@@ -641,37 +642,49 @@ impl JsonFileStore {
         result
     }
 
-    /// Waits until the batch holding this writer's change is written. If the writer
-    /// who should write it is gone, this one takes the queue and writes it.
     /// Ends a writer's turn on the open batch: leaves it open for the next writer when
     /// one waits (the write that holds this change acknowledges it, through `member`),
-    /// else writes it now.
+    /// else writes it now. A batch left open is closed by this writer if nobody else has
+    /// written it by the time the queue is free again — also when its caller stops
+    /// waiting (see [`finishing`](crate::exactly_once::finishing::finishing)): the lock file is never
+    /// left held for a writer that went away.
     async fn end_change(
         &self,
         path: &Path,
-        queue: &FileQueue,
+        queue: &Arc<FileQueue>,
         mut state: OwnedMutexGuard<QueueState>,
         member: Option<BatchOutcome>,
     ) -> Result<()> {
         let members = state.open.as_ref().map_or(0, |batch| batch.members);
         if queue.has_waiters() && members < MAX_BATCH {
             drop(state);
-            if let Some(outcome) = member {
-                self.await_batch(path, queue, outcome).await?;
-            }
-            Ok(())
+            let (store, path, queue) = (self.clone(), path.to_owned(), queue.clone());
+            crate::exactly_once::finishing::finishing(async move {
+                store.await_batch(&path, &queue, member).await
+            })
+            .await
         } else {
             let batch = state.open.take().expect("a batch is open");
             self.commit(path, state, batch).await
         }
     }
 
+    /// Waits until the batch holding this writer's change (`member`) is written; when
+    /// the queue comes free with the batch still open (its next writer went away), this
+    /// writer writes it. Without a change of its own, it only closes a batch left open.
     async fn await_batch(
         &self,
         path: &Path,
         queue: &FileQueue,
-        mut outcome: BatchOutcome,
+        member: Option<BatchOutcome>,
     ) -> Result<()> {
+        let Some(mut outcome) = member else {
+            let mut state = queue.state.clone().lock_owned().await;
+            return match state.open.take() {
+                Some(batch) => self.commit(path, state, batch).await,
+                None => Ok(()),
+            };
+        };
         let finished = |outcome: &Option<Result<(), Arc<Error>>>| match outcome {
             Some(Ok(())) => Ok(()),
             Some(Err(error)) => Err(Error::Shared(error.clone())),
