@@ -1993,3 +1993,59 @@ async fn another_key_directory_is_refused_by_a_rotation_and_a_turn_through_it_dr
     }
     stores.finish().await;
 }
+
+/// One of Bob's sealed lines altered on disk does not stop anyone else's erase or
+/// export: the pass gives it as stored and goes on. Jane is erased and exported whole;
+/// Bob's own erase takes his altered line too.
+#[tokio::test]
+async fn an_altered_line_of_one_person_stops_no_one_elses_erase_or_export() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Sealed {
+        url: format!("json:{}", dir.path().join("tree").display()),
+        keys: dir.path().join("keys"),
+        master: MasterKey::generate().unwrap(),
+    };
+    let manager = store.manager().await;
+    answer(&manager, &bob_dm("my bobdmkeepsake", "b1"), "fine").await;
+    answer(&manager, &telegram("my pin is jqalphadm", "t1"), "noted").await;
+    drop(manager);
+    let mut altered = 0;
+    for path in transcript_files(&dir.path().join("tree")) {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<String> = text
+            .lines()
+            .map(
+                |line| match line.contains("\"personId\":\"bob\"") && altered == 0 {
+                    true => {
+                        altered += 1;
+                        let at = line.find("enc2:").unwrap() + 40;
+                        let flipped = if &line[at..=at] == "A" { "B" } else { "A" };
+                        format!("{}{flipped}{}", &line[..at], &line[at + 1..])
+                    }
+                    false => line.to_owned(),
+                },
+            )
+            .collect();
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    }
+    assert_eq!(altered, 1);
+
+    let manager = store.manager().await;
+    let exported = export(&manager, &PersonRef::person(JANE)).await;
+    assert!(exported.contains("my pin is jqalphadm"), "{exported}");
+    let report = manager
+        .forget_person(&PersonRef::person(JANE))
+        .await
+        .unwrap();
+    assert!(report.data_keys >= 1, "{report:?}");
+    let report = manager
+        .forget_person(&PersonRef::person("bob"))
+        .await
+        .unwrap();
+    assert!(
+        report.redacted_lines + report.transcripts >= 1,
+        "{report:?}"
+    );
+    let all = everything(&store.url);
+    assert!(hits(&all, &["jqalphadm", "bobdmkeepsake"]).is_empty());
+}

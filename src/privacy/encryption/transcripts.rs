@@ -231,18 +231,41 @@ impl<'a> Keyring<'a> {
         Ok(())
     }
 
-    /// The line as it reads opened: sealed lines re-written with their text, every
-    /// other line (the header, a damaged line) as it is.
-    async fn open_line(&mut self, line: String, place: (&AgentId, &str)) -> Result<String> {
+    /// The line as it reads opened, for a pass over whole transcripts (an erase, a
+    /// person's export): sealed lines re-written with their text, every other line (the
+    /// header, a damaged line) as it is. A sealed line whose key is at hand but which
+    /// does not open with it (altered on disk) is given as stored too, with a warning,
+    /// rather than stop the pass for every person; a key provider's failure is an error.
+    async fn open_line_or_as_stored(
+        &mut self,
+        line: String,
+        (agent, name): (&AgentId, &str),
+        index: usize,
+    ) -> Result<String> {
+        let session_id = session_id_of_name(name);
+        let place = (agent, session_id.as_str());
         let Ok(mut entry) = crate::store::json_text::from_slice::<TranscriptEntry>(line.as_bytes())
         else {
             return Ok(line);
         };
-        if sealed_value(&entry).is_none() {
+        let Some(id) = sealed_value(&entry).map(|value| value.key_id().to_owned()) else {
             return Ok(line);
+        };
+        let key = self.sealed_under(&entry, place, &id).await?;
+        match open(
+            &mut entry,
+            key.as_ref(),
+            place,
+            (&self.provider.lines, self.remember),
+        ) {
+            Ok(()) => serde_json::to_string(&entry)
+                .map_err(|e| Error::encode("an opened transcript line", e)),
+            Err(Error::Encryption { problem }) => {
+                tracing::warn!(%agent, transcript = name, line = index, %problem, "a sealed line does not open: passed over as stored");
+                Ok(line)
+            }
+            Err(other) => Err(other),
         }
-        self.open(&mut entry, place).await?;
-        serde_json::to_string(&entry).map_err(|e| Error::encode("an opened transcript line", e))
     }
 
     /// The line sealed: an entry line not sealed yet is sealed, the header and a
@@ -531,11 +554,14 @@ impl<T: TranscriptExport + ?Sized> TranscriptExport for EncryptedTranscripts<T> 
         let Some(lines) = self.inner.export_lines(agent, name).await? else {
             return Ok(None);
         };
-        let session_id = session_id_of_name(name);
         let mut keyring = self.keyring();
         let mut opened = Vec::with_capacity(lines.len());
-        for line in lines {
-            opened.push(keyring.open_line(line, (agent, &session_id)).await?);
+        for (index, line) in lines.into_iter().enumerate() {
+            opened.push(
+                keyring
+                    .open_line_or_as_stored(line, (agent, name), index)
+                    .await?,
+            );
         }
         Ok(Some(opened))
     }
@@ -566,7 +592,9 @@ impl<T: TranscriptExport + ?Sized> TranscriptExport for EncryptedTranscripts<T> 
             let Some(old) = stored.get(edit.index) else {
                 continue;
             };
-            let opened = keyring.open_line(old.clone(), (agent, &session_id)).await?;
+            let opened = keyring
+                .open_line_or_as_stored(old.clone(), (agent, name), edit.index)
+                .await?;
             if opened != edit.old {
                 // The line changed since it was judged: left alone, as the store does.
                 continue;
