@@ -628,10 +628,17 @@ impl KeyFiles {
             )));
         }
         let not_a_dir = || {
-            problem(format!(
-                "the key directory {} is not a directory (a symbolic link is not followed)",
-                dir.display()
-            ))
+            let is_link = std::fs::symlink_metadata(&dir).is_ok_and(|m| m.file_type().is_symlink());
+            problem(match is_link {
+                true => format!(
+                    "the key directory {} is a symbolic link, which is not followed: name the directory itself",
+                    dir.display()
+                ),
+                false => format!(
+                    "the key directory {} is a file, not a directory",
+                    dir.display()
+                ),
+            })
         };
         if std::fs::symlink_metadata(&dir).is_ok_and(|m| !m.is_dir()) {
             return Err(not_a_dir());
@@ -668,6 +675,13 @@ impl KeyFiles {
         };
         if keys.check()?.is_none() {
             keys.check_key_files()?;
+            // Made a key directory now: the bot's alone, as one this call creates.
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&keys.dir, std::fs::Permissions::from_mode(0o700))
+                    .map_err(|e| Error::io("chmod", &keys.dir, e))?;
+            }
             keys.write_new(CHECK_FILE, CHECK_TEXT)?;
         }
         // A killed write's copy is swept by a rotation or an erase, not here: opening
@@ -908,11 +922,19 @@ impl KeyFiles {
                 .open_wrapped(CHECK_FILE, &wrapped)
                 .map(|_| Some(()))
                 .ok_or_else(|| {
-                    problem(format!(
-                        "master key {} is not the one the key directory {} was made with",
-                        self.master.fingerprint(),
-                        self.dir.display()
-                    ))
+                    problem(match &self.previous {
+                        None => format!(
+                            "master key {} is not the one the key directory {} was made with",
+                            self.master.fingerprint(),
+                            self.dir.display()
+                        ),
+                        Some(previous) => format!(
+                            "neither the new master key {} nor the previous one {} is the one the key directory {} was made with: give the key it was made with as the previous one",
+                            self.master.fingerprint(),
+                            previous.fingerprint(),
+                            self.dir.display()
+                        ),
+                    })
                 }),
         }
     }
@@ -1284,6 +1306,38 @@ mod tests {
             open_text(&key, place, &repeatable),
             Some(Some("joined".into()))
         );
+    }
+
+    #[test]
+    fn a_directory_made_a_key_directory_is_the_bots_alone_and_a_wrong_path_says_what_it_is() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        std::fs::set_permissions(&empty, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let master = MasterKey::generate().unwrap();
+        KeyFiles::open(&empty, master.clone()).unwrap();
+        let mode = std::fs::metadata(&empty).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+
+        let file = dir.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&empty, &link).unwrap();
+        for (path, says) in [(&file, "is a file"), (&link, "is a symbolic link")] {
+            let refused = KeyFiles::open(path, master.clone())
+                .unwrap_err()
+                .to_string();
+            assert!(refused.contains(says), "{refused}");
+        }
+        let (other, another) = (
+            MasterKey::generate().unwrap(),
+            MasterKey::generate().unwrap(),
+        );
+        let refused = KeyFiles::rotating(&empty, other, another)
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("neither the new master key"), "{refused}");
     }
 
     #[tokio::test]
