@@ -140,31 +140,20 @@ fn person_of(entry: &TranscriptEntry) -> Option<String> {
 /// keeps the person and channel alone), and each as earlier builds spelled it (the id's
 /// case as written).
 pub(crate) fn other_owners(entry: &TranscriptEntry) -> Vec<KeyOwner> {
-    let mut spelled = Vec::new();
-    if let Some(log) = entry.log.as_ref() {
-        if let (Some(person), Some(channel), false) = (
-            log.person_id.as_deref().filter(|p| !p.trim().is_empty()),
-            log.channel.as_deref(),
-            log.extra.contains_key(PERSON_ON_CHANNEL),
-        ) {
-            spelled.push(format!("{channel}:{person}"));
+    let on_channel = entry.log.as_ref().and_then(|log| {
+        let person = log.person_id.as_deref().filter(|p| !p.trim().is_empty())?;
+        let channel = log.channel.as_deref()?;
+        (!log.extra.contains_key(PERSON_ON_CHANNEL)).then(|| format!("{channel}:{person}"))
+    });
+    let spelled: Vec<String> = on_channel.into_iter().chain(person_of(entry)).collect();
+    let first = person_of(entry).map(|person| KeyOwner::person(&person));
+    let mut owners: Vec<KeyOwner> = Vec::new();
+    let candidates = spelled.iter().map(|id| KeyOwner::person(id));
+    for owner in candidates.chain(spelled.iter().map(|id| KeyOwner::Person(id.clone()))) {
+        if Some(&owner) != first.as_ref() && !owners.contains(&owner) {
+            owners.push(owner);
         }
     }
-    spelled.extend(person_of(entry));
-    let mut owners: Vec<KeyOwner> = Vec::new();
-    for id in &spelled {
-        owners.push(KeyOwner::person(id));
-    }
-    for id in spelled {
-        owners.push(KeyOwner::Person(id));
-    }
-    let first = person_of(entry).map(|p| KeyOwner::person(&p));
-    let mut seen = Vec::new();
-    owners.retain(|owner| {
-        let new = Some(owner) != first.as_ref() && !seen.contains(owner);
-        seen.push(owner.clone());
-        new
-    });
     owners
 }
 
