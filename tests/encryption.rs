@@ -1359,14 +1359,41 @@ async fn a_sealed_store_is_searched_by_words_it_keeps_only_as_keyed_hashes() {
     stores.finish().await;
 }
 
+/// Changes one letter of the sealed value of Bob's lines in the JSON tree `tree`, at
+/// most `most` of them; how many.
+fn alter_bobs_lines(tree: &Path, most: usize) -> usize {
+    let mut altered = 0;
+    for path in transcript_files(tree) {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut lines = Vec::new();
+        for line in text.lines() {
+            if line.contains("\"personId\":\"bob\"") && altered < most {
+                altered += 1;
+                let at = line.find("enc2:").unwrap() + 40;
+                let flipped = if &line[at..=at] == "A" { "B" } else { "A" };
+                lines.push(format!("{}{flipped}{}", &line[..at], &line[at + 1..]));
+            } else {
+                lines.push(line.to_owned());
+            }
+        }
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    }
+    altered
+}
+
+/// A sealed JSON store in `dir`, its keys beside it.
+fn sealed_json(dir: &Path) -> Sealed {
+    Sealed {
+        url: format!("json:{}", dir.join("tree").display()),
+        keys: dir.join("keys"),
+        master: MasterKey::generate().unwrap(),
+    }
+}
+
 #[tokio::test]
 async fn a_search_hit_whose_line_was_altered_reads_as_erased_and_the_search_goes_on() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Sealed {
-        url: format!("json:{}", dir.path().join("tree").display()),
-        keys: dir.path().join("keys"),
-        master: MasterKey::generate().unwrap(),
-    };
+    let store = sealed_json(dir.path());
     let (manager, backend) = with_backend(&store).await;
     answer(&manager, &bob_dm("my bobdmkeepsake", "b1"), "fine").await;
     answer(&manager, &telegram("my pin is jqalphadm", "t1"), "noted").await;
@@ -1375,24 +1402,7 @@ async fn a_search_hit_whose_line_was_altered_reads_as_erased_and_the_search_goes
     assert_eq!(found(&search, "bobdmkeepsake").await, ["my bobdmkeepsake"]);
 
     // One letter of each of Bob's sealed lines changed on disk.
-    let mut altered = 0;
-    for path in transcript_files(&dir.path().join("tree")) {
-        let text = std::fs::read_to_string(&path).unwrap();
-        let lines: Vec<String> = text
-            .lines()
-            .map(|line| match line.contains("\"personId\":\"bob\"") {
-                true => {
-                    altered += 1;
-                    let at = line.find("enc2:").unwrap() + 40;
-                    let flipped = if &line[at..=at] == "A" { "B" } else { "A" };
-                    format!("{}{flipped}{}", &line[..at], &line[at + 1..])
-                }
-                false => line.to_owned(),
-            })
-            .collect();
-        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
-    }
-    assert_eq!(altered, 2);
+    assert_eq!(alter_bobs_lines(&dir.path().join("tree"), usize::MAX), 2);
     assert_eq!(found(&search, "bobdmkeepsake").await, [ERASED_TEXT]);
     assert_eq!(found(&search, "jqalphadm").await, ["my pin is jqalphadm"]);
 }
@@ -2000,35 +2010,12 @@ async fn another_key_directory_is_refused_by_a_rotation_and_a_turn_through_it_dr
 #[tokio::test]
 async fn an_altered_line_of_one_person_stops_no_one_elses_erase_or_export() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Sealed {
-        url: format!("json:{}", dir.path().join("tree").display()),
-        keys: dir.path().join("keys"),
-        master: MasterKey::generate().unwrap(),
-    };
+    let store = sealed_json(dir.path());
     let manager = store.manager().await;
     answer(&manager, &bob_dm("my bobdmkeepsake", "b1"), "fine").await;
     answer(&manager, &telegram("my pin is jqalphadm", "t1"), "noted").await;
     drop(manager);
-    let mut altered = 0;
-    for path in transcript_files(&dir.path().join("tree")) {
-        let text = std::fs::read_to_string(&path).unwrap();
-        let lines: Vec<String> = text
-            .lines()
-            .map(
-                |line| match line.contains("\"personId\":\"bob\"") && altered == 0 {
-                    true => {
-                        altered += 1;
-                        let at = line.find("enc2:").unwrap() + 40;
-                        let flipped = if &line[at..=at] == "A" { "B" } else { "A" };
-                        format!("{}{flipped}{}", &line[..at], &line[at + 1..])
-                    }
-                    false => line.to_owned(),
-                },
-            )
-            .collect();
-        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
-    }
-    assert_eq!(altered, 1);
+    assert_eq!(alter_bobs_lines(&dir.path().join("tree"), 1), 1);
 
     let manager = store.manager().await;
     let exported = export(&manager, &PersonRef::person(JANE)).await;

@@ -245,6 +245,19 @@ mod tests {
         serde_json::from_slice(&read(&File::open(path).unwrap())?).ok()
     }
 
+    /// A transcript of a compaction (`c1`, at offset 0) and 200 lines of talk after
+    /// it; `None` where files keep no extended attributes.
+    fn compacted_then_talked() -> Option<(tempfile::TempDir, std::path::PathBuf)> {
+        let dir = tempfile::tempdir().unwrap();
+        if !keeps_hints(dir.path()) {
+            return None;
+        }
+        let path = dir.path().join("t.jsonl");
+        append(&path, &[compaction("c1", "first")]);
+        append(&path, &talk(0, 200));
+        Some((dir, path))
+    }
+
     /// Lines of about 2 KB: enough of them make a search worth remembering.
     fn talk(from: usize, lines: usize) -> Vec<String> {
         (from..from + lines)
@@ -259,13 +272,9 @@ mod tests {
 
     #[test]
     fn a_long_search_leaves_a_hint_and_the_next_search_finds_what_a_whole_search_finds() {
-        let dir = tempfile::tempdir().unwrap();
-        if !keeps_hints(dir.path()) {
+        let Some((_dir, path)) = compacted_then_talked() else {
             return;
-        }
-        let path = dir.path().join("t.jsonl");
-        append(&path, &[compaction("c1", "first")]);
-        append(&path, &talk(0, 200));
+        };
         assert_eq!(found(&path), Some((0, Some("c1".into()))));
         let left = hint(&path).expect("a hint after a search of 400 KB");
         assert_eq!(left.compaction, Some((0, "c1".into())));
@@ -298,13 +307,9 @@ mod tests {
 
     #[test]
     fn a_hint_that_no_longer_holds_is_not_believed() {
-        let dir = tempfile::tempdir().unwrap();
-        if !keeps_hints(dir.path()) {
+        let Some((dir, path)) = compacted_then_talked() else {
             return;
-        }
-        let path = dir.path().join("t.jsonl");
-        append(&path, &[compaction("c1", "first")]);
-        append(&path, &talk(0, 200));
+        };
         assert!(found(&path).is_some());
         assert!(hint(&path).is_some());
 
