@@ -16,10 +16,9 @@ use agent_sessions::freshness::{Clock, ManualClock};
 use agent_sessions::freshness::{DriftClassifier, DriftVerdict};
 use agent_sessions::freshness::{ModelRef, ResetTriggers, StaticModelCatalog};
 use agent_sessions::freshness::{ResetConfig, ResetSpec, ResetType, StaleReason, Zone};
-use agent_sessions::manager::{
-    DeleteOptions, OverrideKind, PruneOptions, SessionOverride, TurnOutcome,
-};
+use agent_sessions::manager::{DeleteOptions, OverrideKind, SessionOverride, TurnOutcome};
 use agent_sessions::prelude::*;
+use agent_sessions::privacy::PruneOptions;
 use agent_sessions::store::{DescriptionSource, SendPolicy};
 use agent_sessions::DeliveryContext;
 use agent_sessions::{DeleteRefusal, Error, SessionManager, ThreadId};

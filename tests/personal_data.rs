@@ -903,7 +903,7 @@ async fn a_killed_turn_holds_nothing_up(url: &str, workspaces: &Path) {
     answer(&manager, &bob, "hello again").await;
     killed_bob("");
     let pruned = manager
-        .prune(&agent_sessions::manager::PruneOptions::older_than(
+        .prune(&agent_sessions::privacy::PruneOptions::older_than(
             Duration::ZERO,
         ))
         .await

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use agent_sessions::freshness::ManualClock;
 use agent_sessions::freshness::{ResetConfig, ResetSpec};
-use agent_sessions::manager::{PruneOptions, SessionManagerBuilder};
+use agent_sessions::manager::SessionManagerBuilder;
 use agent_sessions::prelude::*;
+use agent_sessions::privacy::PruneOptions;
 use agent_sessions::{SessionKey, SessionStatus, StatusFilter};
 
 const START_MS: u64 = 1_770_000_000_000;

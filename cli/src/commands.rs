@@ -5,9 +5,10 @@ use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agent_sessions::manager::{DeleteOptions, PruneOptions};
+use agent_sessions::manager::DeleteOptions;
 use agent_sessions::ops::{migrate_with, MigrateOptions, MigrationProgress, MigrationReport};
 use agent_sessions::privacy::encryption::{migrate_sealed, KeyFiles};
+use agent_sessions::privacy::PruneOptions;
 use agent_sessions::privacy::{ForgetOptions, PersonRef, RetentionPolicy, RetentionRule};
 use agent_sessions::store::{Backend, OpenMode, SessionStore, StoreUrl};
 use agent_sessions::transcript::follow::{self, Position, Update};

@@ -71,7 +71,7 @@ use crate::transcript::{ArchiveReason, CheckpointReason, TranscriptRef, Transcri
 pub use crate::identity::scoped::ScopedManager;
 pub use resolution::{Decision, Reason, Resolution};
 pub use session::Session;
-pub use sessions::{DeleteOptions, OverrideKind, PruneOptions, SessionOverride};
+pub use sessions::{DeleteOptions, OverrideKind, SessionOverride};
 pub use transcripts::LogMessage;
 pub use turn::{Turn, TurnAction, TurnOutcome, TurnReply, DEFAULT_RESET_ACKNOWLEDGEMENT};
 

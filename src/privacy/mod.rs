@@ -6,6 +6,8 @@
 //! - [`SessionManager::apply_retention`] and [`SessionManager::spawn_retention`] keep
 //!   conversations, group chatter and closed sessions only as long as a
 //!   [`RetentionPolicy`] says, per agent and channel.
+//! - [`SessionManager::prune`] removes the sessions idle past a cutoff, or beyond the
+//!   newest so many ([`PruneOptions`]).
 //! - [`SessionManager::export_person`] writes what the crate keeps of a person as one
 //!   JSON document ([`PersonExportSummary`]).
 //!
@@ -17,6 +19,7 @@
 pub mod encryption;
 mod export;
 mod forget;
+mod prune;
 pub(crate) mod redact;
 mod retention;
 
@@ -24,6 +27,7 @@ use crate::manager::SessionManager;
 
 pub use export::PersonExportSummary;
 pub use forget::{ForgetOptions, ForgetReport, PersonRef};
+pub use prune::PruneOptions;
 pub use retention::{RetentionPolicy, RetentionReport, RetentionRule, RetentionSweep};
 
 /// The field of a session entry that says its text fields are sealed (feature
