@@ -119,7 +119,7 @@ impl<'de> Deserialize<'de> for Role {
 }
 
 /// A message's content: a plain string, or content blocks.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Content {
     /// A plain string (pi writes user messages this way).
@@ -145,7 +145,7 @@ impl Content {
 /// One content block. Known kinds are `text` (with `text`), `image` (`data`,
 /// `mimeType`), `thinking` and `toolCall` (`id`, `name`, `arguments`); their other
 /// fields are in `extra`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ContentBlock {
     /// The block's kind.
     #[serde(rename = "type")]
@@ -259,7 +259,7 @@ impl Usage {
 }
 
 /// The message of a `message` entry (pi's `AgentMessage`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentMessage {
     /// Who wrote it.
@@ -473,31 +473,8 @@ pub struct TranscriptEntry {
     pub extra: Map<String, Value>,
 }
 
-/// An entry as a line holds it.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct EntryWire {
-    #[serde(rename = "type")]
-    kind: String,
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    parent_id: Option<Option<String>>,
-    #[serde(default)]
-    timestamp: Option<String>,
-    #[serde(default)]
-    message: Option<AgentMessage>,
-    #[serde(default)]
-    custom_type: Option<String>,
-    #[serde(default)]
-    data: Option<Value>,
-    #[serde(default)]
-    log: Option<LogFields>,
-    #[serde(flatten)]
-    extra: Map<String, Value>,
-}
-
-/// [`EntryWire`] borrowing the entry, so writing one copies nothing.
+/// An entry as a line holds it, borrowed, so writing one copies nothing (lines are
+/// read field by field: `fields.rs`).
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct EntryWireRef<'a> {
@@ -536,23 +513,6 @@ impl Serialize for TranscriptEntry {
             extra: &self.extra,
         }
         .serialize(serializer)
-    }
-}
-
-impl<'de> Deserialize<'de> for TranscriptEntry {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let wire = EntryWire::deserialize(deserializer)?;
-        Ok(TranscriptEntry {
-            kind: wire.kind,
-            id: wire.id,
-            parent_id: wire.parent_id.flatten(),
-            timestamp: wire.timestamp,
-            message: wire.message,
-            custom_type: wire.custom_type,
-            data: wire.data,
-            log: wire.log,
-            extra: wire.extra,
-        })
     }
 }
 

@@ -37,6 +37,7 @@
 //! ```
 
 mod entry;
+mod fields;
 pub mod follow;
 mod in_memory;
 mod index;
