@@ -11,6 +11,7 @@ use crate::inbound::chat::{
 use crate::manager::SessionManager;
 use crate::memory::cuts::Cut;
 use crate::store::entry::{SessionEntry, WindowStart};
+use crate::store::SessionStore;
 use crate::transcript::{Offset, TranscriptRef};
 
 impl SessionManager {
@@ -191,28 +192,27 @@ impl SessionManager {
             .collect();
         Ok((messages, entry.window_start.clone(), cut(before, until)))
     }
+}
 
-    /// Records in `entry`'s session (unless it has been replaced since, or the run
-    /// `fence` lost it) that its model input's history starts at `window` now.
-    pub(crate) async fn record_window(
-        &self,
-        key: &SessionKey,
-        entry: &SessionEntry,
-        fence: Option<u64>,
-        window: Option<WindowStart>,
-    ) -> Result<()> {
-        self.seams
-            .store
-            .apply(key, &mut |slot, _| {
-                if let Some(current) = slot.as_mut().filter(|current| {
-                    current.session_id == entry.session_id
-                        && fence.is_none_or(|fence| !crate::lane::interrupted(current, fence))
-                }) {
-                    current.window_start.clone_from(&window);
-                }
-                Ok(())
-            })
-            .await?;
-        Ok(())
-    }
+/// Records in `entry`'s session in `store` (unless it has been replaced since, or the
+/// run `fence` lost it) that its model input's history starts at `window` now.
+pub(crate) async fn record_window(
+    store: &dyn SessionStore,
+    key: &SessionKey,
+    entry: &SessionEntry,
+    fence: Option<u64>,
+    window: Option<WindowStart>,
+) -> Result<()> {
+    store
+        .apply(key, &mut |slot, _| {
+            if let Some(current) = slot.as_mut().filter(|current| {
+                current.session_id == entry.session_id
+                    && fence.is_none_or(|fence| !crate::lane::interrupted(current, fence))
+            }) {
+                current.window_start.clone_from(&window);
+            }
+            Ok(())
+        })
+        .await?;
+    Ok(())
 }

@@ -80,9 +80,11 @@ impl Turn<'_> {
             let lines = messages
                 .iter()
                 .map(|(message, at, tracked)| {
-                    let activation = self
-                        .manager
-                        .activation(message, entry.group_activation.as_ref());
+                    let activation = crate::inbound::activation::decide(
+                        message,
+                        entry.group_activation.as_ref(),
+                        self.manager.settings.owner_chatter,
+                    );
                     let options = self.manager.pipeline_options(activation.mark_for_context);
                     let text = queued_text(&options, message, *at);
                     let log = LogMessage::from_inbound(message).with_text(text);

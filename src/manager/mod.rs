@@ -752,6 +752,11 @@ fn present(value: Option<&str>) -> Option<&str> {
     value.map(str::trim).filter(|v| !v.is_empty())
 }
 
+/// The agent `message` names, else `default`.
+fn agent_of(message: &InboundMessage, default: &AgentId) -> AgentId {
+    present(message.agent_id.as_deref()).map_or_else(|| default.clone(), AgentId::normalize)
+}
+
 impl SessionManager {
     /// A manager over `store` with every other seam at its default.
     pub fn new(store: impl SessionStore + 'static) -> Self {
@@ -952,7 +957,9 @@ impl SessionManager {
     /// else the key builder's.
     pub fn key_for(&self, message: &InboundMessage) -> Result<SessionKey> {
         match present(message.session_key.as_deref()) {
-            Some(explicit) => SessionKey::for_agent(&self.agent_of(message), explicit),
+            Some(explicit) => {
+                SessionKey::for_agent(&agent_of(message, &self.settings.default_agent), explicit)
+            }
             None => {
                 let mut conversation = message.conversation();
                 // A manager isolated to an agent answers as that agent.
@@ -962,11 +969,6 @@ impl SessionManager {
                 self.seams.keys.build(&conversation)
             }
         }
-    }
-
-    fn agent_of(&self, message: &InboundMessage) -> AgentId {
-        present(message.agent_id.as_deref())
-            .map_or_else(|| self.settings.default_agent.clone(), AgentId::normalize)
     }
 
     /// Decides which session `message` belongs to and records the message in it.
@@ -1190,7 +1192,8 @@ impl SessionManager {
             reset_triggered: trigger.is_some(),
         };
         let drifted = self.drifted_session(&key, message, &policy, gate).await?;
-        let fork = self.fork_origin(message, &key, admit).await?;
+        let fork = fork_origin(&*self.seams.store, &self.settings.default_agent, message, &key, admit)
+            .await?;
 
         let now = self.seams.clock.now();
         let agent_identity = key.agent_id().map(|agent| self.agent_identity_of(agent));
@@ -1229,7 +1232,11 @@ impl SessionManager {
                 routed = None;
                 if gate {
                     let activation = slot.as_ref().and_then(|e| e.group_activation.as_ref());
-                    let decided = self.activation(message, activation);
+                    let decided = crate::inbound::activation::decide(
+                        message,
+                        activation,
+                        self.settings.owner_chatter,
+                    );
                     if !decided.trigger {
                         // Chatter: recorded without counting a message or moving
                         // `updatedAt`, as OpenClaw records unanswered group messages.
@@ -1276,7 +1283,7 @@ impl SessionManager {
         tracing::Span::current().record("session_id", session.entry.session_id.as_str());
         crate::ops::telemetry::decided(decision.as_str(), reason.as_str());
         if let Some(senders) = shared_by {
-            self.shared_dm_session(&key, senders);
+            shared_dm_session(&self.settings.shared_dm_warned, &key, senders);
         }
         tracing::debug!(key = %key, session_id = %session.entry.session_id, decision = ?decision, reason = %reason, "session resolved");
         if decision == Decision::New {
@@ -1328,7 +1335,9 @@ impl SessionManager {
             return Ok(updated);
         };
         let transcript = TranscriptRef::of(key, old, &self.settings.default_agent);
-        if self.seams.introspector.is_some() && self.has_transcript(old, &transcript).await {
+        if self.seams.introspector.is_some()
+            && has_transcript(self.seams.transcripts.as_deref(), old, &transcript).await
+        {
             match self
                 .introspect(key, &transcript, old, CheckpointReason::NewSession)
                 .await
@@ -1346,56 +1355,6 @@ impl SessionManager {
                 .await;
         }
         Ok(updated)
-    }
-
-    /// Whether the session `entry` wrote a transcript: a file store records its
-    /// `sessionFile`; the database stores keep transcripts by session id, so they are
-    /// asked.
-    async fn has_transcript(
-        &self,
-        entry: &crate::store::entry::SessionEntry,
-        transcript: &TranscriptRef,
-    ) -> bool {
-        let Some(transcripts) = self.seams.transcripts.as_deref() else {
-            return false;
-        };
-        if entry.session_file.is_some() {
-            return true;
-        }
-        match transcripts
-            .read(transcript, crate::transcript::Offset::START)
-            .await
-        {
-            Ok(read) => !read.events.is_empty(),
-            Err(error) => {
-                tracing::warn!(session_id = %entry.session_id, %error, "could not read the transcript of the session that ended");
-                false
-            }
-        }
-    }
-
-    /// How `message` is routed in its group (see [`decide`](crate::inbound::activation::decide)).
-    pub(crate) fn activation(
-        &self,
-        message: &InboundMessage,
-        group_activation: Option<&crate::store::entry::GroupActivation>,
-    ) -> ActivationDecision {
-        crate::inbound::activation::decide(message, group_activation, self.settings.owner_chatter)
-    }
-
-    /// Warns (once per manager) and counts that `senders` people now share `key`'s main
-    /// DM session, as OpenClaw's security audit does.
-    fn shared_dm_session(&self, key: &SessionKey, senders: usize) {
-        crate::ops::telemetry::shared_dm_sender();
-        if !self.settings.shared_dm_warned.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                key = %key,
-                senders,
-                "several people send DMs into one shared session and each sees the others' \
-                 messages; give each their own with dm scope per-channel-peer \
-                 (openclaw.json: session.dmScope)"
-            );
-        }
     }
 
     /// The session id the drift gate fires for, if it is on and fires. Asked only when
@@ -1422,7 +1381,10 @@ impl SessionManager {
             return Ok(None);
         }
         let activation = current.entry.group_activation.as_ref();
-        if gate && !self.activation(message, activation).trigger {
+        if gate
+            && !crate::inbound::activation::decide(message, activation, self.settings.owner_chatter)
+                .trigger
+        {
             // Chatter does not start sessions: no need to ask the classifier.
             return Ok(None);
         }
@@ -1437,37 +1399,76 @@ impl SessionManager {
             }
         }
     }
+}
 
-    /// The parent a new thread session forks from: the message's parent session, when it
-    /// exists and is not this session.
-    ///
-    /// A parent that `admit` does not let the caller open is no parent: the new session
-    /// starts empty, as for a parent that does not exist, so a caller can neither read
-    /// a session through a fork nor learn whether it exists.
-    async fn fork_origin(
-        &self,
-        message: &InboundMessage,
-        key: &SessionKey,
-        admit: &Admission<'_>,
-    ) -> Result<Option<ForkOrigin>> {
-        let Some(raw) = present(message.parent_session_key.as_deref()) else {
-            return Ok(None);
-        };
-        let parent = SessionKey::for_agent(&self.agent_of(message), raw)?;
-        if parent == *key {
-            return Ok(None);
-        }
-        Ok(self
-            .seams
-            .store
-            .get(&parent)
-            .await?
-            .filter(|stored| admit(&parent, Some(&stored.entry)).is_ok())
-            .map(|stored| ForkOrigin {
-                session_key: parent.to_string(),
-                session_id: stored.entry.session_id,
-                session_file: stored.entry.session_file,
-                extra: Default::default(),
-            }))
+/// Whether the session `entry` wrote a transcript: a file store records its
+/// `sessionFile`; the database stores keep transcripts by session id, so they are asked.
+async fn has_transcript(
+    transcripts: Option<&dyn TranscriptStore>,
+    entry: &crate::store::entry::SessionEntry,
+    transcript: &TranscriptRef,
+) -> bool {
+    let Some(transcripts) = transcripts else {
+        return false;
+    };
+    if entry.session_file.is_some() {
+        return true;
     }
+    match transcripts
+        .read(transcript, crate::transcript::Offset::START)
+        .await
+    {
+        Ok(read) => !read.events.is_empty(),
+        Err(error) => {
+            tracing::warn!(session_id = %entry.session_id, %error, "could not read the transcript of the session that ended");
+            false
+        }
+    }
+}
+
+/// Warns (once per manager, `warned`) and counts that `senders` people now share `key`'s
+/// main DM session, as OpenClaw's security audit does.
+fn shared_dm_session(warned: &AtomicBool, key: &SessionKey, senders: usize) {
+    crate::ops::telemetry::shared_dm_sender();
+    if !warned.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            key = %key,
+            senders,
+            "several people send DMs into one shared session and each sees the others' \
+             messages; give each their own with dm scope per-channel-peer \
+             (openclaw.json: session.dmScope)"
+        );
+    }
+}
+
+/// The parent a new thread session `key` forks from: `message`'s parent session (under
+/// `default_agent` when the message names no agent), when it exists and is not `key`.
+///
+/// A parent that `admit` does not let the caller open is no parent: the new session
+/// starts empty, as for a parent that does not exist, so a caller can neither read a
+/// session through a fork nor learn whether it exists.
+async fn fork_origin(
+    store: &dyn SessionStore,
+    default_agent: &AgentId,
+    message: &InboundMessage,
+    key: &SessionKey,
+    admit: &Admission<'_>,
+) -> Result<Option<ForkOrigin>> {
+    let Some(raw) = present(message.parent_session_key.as_deref()) else {
+        return Ok(None);
+    };
+    let parent = SessionKey::for_agent(&agent_of(message, default_agent), raw)?;
+    if parent == *key {
+        return Ok(None);
+    }
+    Ok(store
+        .get(&parent)
+        .await?
+        .filter(|stored| admit(&parent, Some(&stored.entry)).is_ok())
+        .map(|stored| ForkOrigin {
+            session_key: parent.to_string(),
+            session_id: stored.entry.session_id,
+            session_file: stored.entry.session_file,
+            extra: Default::default(),
+        }))
 }

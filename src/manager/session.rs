@@ -1,10 +1,12 @@
 //! One session, by key: [`SessionManager::session`] and [`ScopedManager::session`].
 
 use serde_json::Value;
+use std::time::Duration;
 
 use uuid::Uuid;
 
 use super::sessions::{clear_override, is_shared, subagent_key};
+use super::transcripts::record_location;
 use super::Reason;
 use super::{
     DeleteOptions, LogMessage, OverrideKind, ScopedManager, SessionManager, SessionOverride,
@@ -188,9 +190,7 @@ impl Session<'_> {
     /// Closes a session: its next message starts a new one (`session_closed`).
     pub async fn close(&self) -> Result<StoredSession> {
         self.check().await?;
-        self.manager
-            .change_status(&self.key, SessionStatus::Closed, None)
-            .await
+        self.change_status(SessionStatus::Closed, None).await
     }
 
     /// Sets a session's status (a host marks turns `Running`, approvals
@@ -198,7 +198,7 @@ impl Session<'_> {
     /// change is also an event in the session's log.
     pub async fn set_status(&self, status: SessionStatus) -> Result<StoredSession> {
         self.check().await?;
-        self.manager.change_status(&self.key, status, None).await
+        self.change_status(status, None).await
     }
 
     /// Resets a session as an authorised `/new` would, without a message: the key gets
@@ -545,7 +545,8 @@ impl Session<'_> {
         self.check().await?;
         let key = &self.key;
         let (transcript, entry) = self.manager.transcript_of(key).await?;
-        self.manager.log_to(key, &transcript, &entry, message).await
+        let line = self.manager.log_line(key, &entry, message);
+        self.manager.append_line(key, &transcript, line).await
     }
 
     /// Mirrors a message delivered outside the model (a reminder, a broadcast) into the
@@ -882,13 +883,124 @@ impl Session<'_> {
             .ok_or_else(|| Error::NotFound { key: key.clone() })
     }
 
+    /// Sets a session's status and, when transcripts are kept, records the change in
+    /// its event log — one write of the store: a transcript created for it is recorded
+    /// in the same update, so the backup keeps the state before the call. The change
+    /// and its log line are of one session: with `session_id`, only that one (else
+    /// [`Error::NotFound`], nothing written); without, the key's current session, looked
+    /// for again when a reset replaces it meanwhile. When the line cannot be logged, the
+    /// change is undone and the error returned. A session already in `status` is left
+    /// as it is (a second close neither moves its `closedAt` nor logs a line).
+    async fn change_status(
+        &self,
+        status: SessionStatus,
+        session_id: Option<&str>,
+    ) -> Result<StoredSession> {
+        let (manager, key) = (self.manager, &self.key);
+        let now_ms = manager.seams.clock.now_millis();
+        let mut attempts = 0;
+        loop {
+            let prepared = match manager.seams.transcripts {
+                Some(_) => {
+                    let entry = manager.existing(key).await?.entry;
+                    Some(manager.prepare_transcript_for(key, entry).await?)
+                }
+                None => None,
+            };
+            let prepared_id = prepared
+                .as_ref()
+                .map(|(_, entry, _)| entry.session_id.as_str());
+            if session_id.is_some() && prepared_id.is_some() && session_id != prepared_id {
+                return Err(Error::NotFound { key: key.clone() });
+            }
+            let unrecorded = prepared.as_ref().and_then(|(_, entry, location)| {
+                Some((entry.session_id.clone(), location.clone()?))
+            });
+            let (mut before, mut unchanged) = (None, false);
+            let changed = manager
+                .change_of(key, session_id.or(prepared_id), |entry| {
+                    before = Some((entry.status.clone(), entry.closed_at));
+                    // A session in this status already keeps it, and its time.
+                    unchanged = entry.status.as_ref() == Some(&status);
+                    if !unchanged {
+                        entry.closed_at = status.is_closed().then_some(now_ms);
+                        entry.status = Some(status.clone());
+                    }
+                    if let Some((session_id, location)) = &unrecorded {
+                        record_location(entry, session_id, location);
+                    }
+                })
+                .await;
+            let stored = match changed {
+                // A reset replaced the session whose transcript was prepared: again,
+                // with its successor's.
+                Err(Error::NotFound { .. })
+                    if session_id.is_none() && prepared.is_some() && attempts < 3 =>
+                {
+                    attempts += 1;
+                    continue;
+                }
+                changed => changed?,
+            };
+            if let Some((transcript, _, _)) = prepared.filter(|_| !unchanged) {
+                let line =
+                    TranscriptEntry::status_change(status.as_str(), manager.seams.clock.now());
+                let logged = manager
+                    .transcript_store()?
+                    .append(&transcript, vec![line])
+                    .await;
+                if let (Err(error), Some(before)) = (logged, before) {
+                    self.undo_status(&stored, before).await;
+                    return Err(error);
+                }
+            }
+            return Ok(stored);
+        }
+    }
+
+    /// Puts back the status `before` of `changed`, a status change whose log line could
+    /// not be written, so the failed call changed nothing (a call again does it whole).
+    /// A change made by another since is kept, and so is a session a reset replaced
+    /// meanwhile; a store that fails for a moment (the same outage, often) is tried
+    /// again, a few times.
+    async fn undo_status(
+        &self,
+        changed: &StoredSession,
+        before: (Option<SessionStatus>, Option<u64>),
+    ) {
+        let key = &self.key;
+        let mut pause = Duration::from_millis(10);
+        for attempt in 1..=UNDO_ATTEMPTS {
+            let undone = self
+                .manager
+                .change_of(key, Some(&changed.entry.session_id), |entry| {
+                    if entry.status == changed.entry.status
+                        && entry.closed_at == changed.entry.closed_at
+                    {
+                        (entry.status, entry.closed_at) = before.clone();
+                    }
+                })
+                .await;
+            match undone {
+                Ok(_) | Err(Error::NotFound { .. }) => return,
+                Err(error) if error.is_transient() && attempt < UNDO_ATTEMPTS => {
+                    tokio::time::sleep(pause).await;
+                    pause *= 4;
+                }
+                Err(error) => {
+                    tracing::warn!(key = %key, %error, "the status change whose log line failed could not be undone; calling again logs it");
+                    return;
+                }
+            }
+        }
+    }
+
     #[cfg(feature = "http")]
     /// Closes the key's current session if it is `session_id`; [`Error::NotFound`] (and
     /// nothing written) when it is not.
     pub(crate) async fn close_if_current(&self, session_id: &str) -> Result<StoredSession> {
         self.check().await?;
-        self.manager
-            .change_status(&self.key, SessionStatus::Closed, Some(session_id))
+        self.change_status(SessionStatus::Closed, Some(session_id))
             .await
     }
 
@@ -1055,6 +1167,9 @@ impl Session<'_> {
         Ok(Uuid::parse_str(&entry.session_id).unwrap_or_else(|_| Uuid::new_v4()))
     }
 }
+
+/// How many times a status change whose log line failed is tried to be undone.
+const UNDO_ATTEMPTS: u32 = 4;
 
 #[cfg(test)]
 mod tests {

@@ -3,7 +3,6 @@
 
 use serde_json::Value;
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::SessionManager;
 use crate::error::{Error, Result};
@@ -11,7 +10,7 @@ use crate::freshness::triggers::ModelRef;
 use crate::identity::key::{normalize_channel, PeerKind, SessionKey};
 use crate::inbound::InboundMessage;
 use crate::store::entry::SessionEntry;
-use crate::store::{SessionStoreExt, StoredSession};
+use crate::store::SessionStoreExt;
 use crate::transcript::{
     ArchiveReason, Direction, LogFields, SessionEvent, SessionHeader, TranscriptEntry,
     TranscriptRef, TranscriptStore, Usage,
@@ -175,7 +174,8 @@ impl SessionManager {
         &self,
         key: &SessionKey,
     ) -> Result<(TranscriptRef, SessionEntry)> {
-        let (transcript, entry, unrecorded) = self.prepared_transcript(key).await?;
+        let entry = self.existing(key).await?.entry;
+        let (transcript, entry, unrecorded) = self.prepare_transcript_for(key, entry).await?;
         if let Some(location) = unrecorded {
             // Metadata only: `updatedAt` stays. Skipped if the session changed meanwhile.
             self.seams
@@ -190,19 +190,10 @@ impl SessionManager {
         Ok((transcript, entry))
     }
 
-    /// The transcript of `key`'s current session, created on first use (as a fork of
-    /// its parent's when the session was forked), with its location when the entry does
-    /// not record it yet — for the caller to record, in its own write.
-    async fn prepared_transcript(
-        &self,
-        key: &SessionKey,
-    ) -> Result<(TranscriptRef, SessionEntry, Option<String>)> {
-        let entry = self.existing(key).await?.entry;
-        self.prepare_transcript_for(key, entry).await
-    }
-
-    /// [`prepared_transcript`](Self::prepared_transcript) for `entry`, the session's
-    /// entry as the caller just read or wrote it.
+    /// The transcript of `key`'s session `entry` (as the caller just read or wrote it),
+    /// created on first use (as a fork of its parent's when the session was forked),
+    /// with its location when the entry does not record it yet — for the caller to
+    /// record, in its own write.
     pub(crate) async fn prepare_transcript_for(
         &self,
         key: &SessionKey,
@@ -247,113 +238,6 @@ impl SessionManager {
         Ok((transcript, entry, location))
     }
 
-    /// Sets a session's status and, when transcripts are kept, records the change in
-    /// its event log — one write of the store: a transcript created for it is recorded
-    /// in the same update, so the backup keeps the state before the call. The change
-    /// and its log line are of one session: with `session_id`, only that one (else
-    /// [`Error::NotFound`], nothing written); without, the key's current session, looked
-    /// for again when a reset replaces it meanwhile. When the line cannot be logged, the
-    /// change is undone and the error returned. A session already in `status` is left
-    /// as it is (a second close neither moves its `closedAt` nor logs a line).
-    pub(crate) async fn change_status(
-        &self,
-        key: &SessionKey,
-        status: crate::store::entry::SessionStatus,
-        session_id: Option<&str>,
-    ) -> Result<StoredSession> {
-        let now_ms = self.seams.clock.now_millis();
-        let mut attempts = 0;
-        loop {
-            let prepared = match self.seams.transcripts {
-                Some(_) => Some(self.prepared_transcript(key).await?),
-                None => None,
-            };
-            let prepared_id = prepared
-                .as_ref()
-                .map(|(_, entry, _)| entry.session_id.as_str());
-            if session_id.is_some() && prepared_id.is_some() && session_id != prepared_id {
-                return Err(Error::NotFound { key: key.clone() });
-            }
-            let unrecorded = prepared.as_ref().and_then(|(_, entry, location)| {
-                Some((entry.session_id.clone(), location.clone()?))
-            });
-            let (mut before, mut unchanged) = (None, false);
-            let changed = self
-                .change_of(key, session_id.or(prepared_id), |entry| {
-                    before = Some((entry.status.clone(), entry.closed_at));
-                    // A session in this status already keeps it, and its time.
-                    unchanged = entry.status.as_ref() == Some(&status);
-                    if !unchanged {
-                        entry.closed_at = status.is_closed().then_some(now_ms);
-                        entry.status = Some(status.clone());
-                    }
-                    if let Some((session_id, location)) = &unrecorded {
-                        record_location(entry, session_id, location);
-                    }
-                })
-                .await;
-            let stored = match changed {
-                // A reset replaced the session whose transcript was prepared: again,
-                // with its successor's.
-                Err(Error::NotFound { .. })
-                    if session_id.is_none() && prepared.is_some() && attempts < 3 =>
-                {
-                    attempts += 1;
-                    continue;
-                }
-                changed => changed?,
-            };
-            if let Some((transcript, _, _)) = prepared.filter(|_| !unchanged) {
-                let line = TranscriptEntry::status_change(status.as_str(), self.seams.clock.now());
-                let logged = self
-                    .transcript_store()?
-                    .append(&transcript, vec![line])
-                    .await;
-                if let (Err(error), Some(before)) = (logged, before) {
-                    self.undo_status(key, &stored, before).await;
-                    return Err(error);
-                }
-            }
-            return Ok(stored);
-        }
-    }
-
-    /// Puts back the status `before` of `changed`, a status change whose log line could
-    /// not be written, so the failed call changed nothing (a call again does it whole).
-    /// A change made by another since is kept, and so is a session a reset replaced
-    /// meanwhile; a store that fails for a moment (the same outage, often) is tried
-    /// again, a few times.
-    async fn undo_status(
-        &self,
-        key: &SessionKey,
-        changed: &StoredSession,
-        before: (Option<crate::store::entry::SessionStatus>, Option<u64>),
-    ) {
-        let mut pause = Duration::from_millis(10);
-        for attempt in 1..=UNDO_ATTEMPTS {
-            let undone = self
-                .change_of(key, Some(&changed.entry.session_id), |entry| {
-                    if entry.status == changed.entry.status
-                        && entry.closed_at == changed.entry.closed_at
-                    {
-                        (entry.status, entry.closed_at) = before.clone();
-                    }
-                })
-                .await;
-            match undone {
-                Ok(_) | Err(Error::NotFound { .. }) => return,
-                Err(error) if error.is_transient() && attempt < UNDO_ATTEMPTS => {
-                    tokio::time::sleep(pause).await;
-                    pause *= 4;
-                }
-                Err(error) => {
-                    tracing::warn!(key = %key, %error, "the status change whose log line failed could not be undone; calling again logs it");
-                    return;
-                }
-            }
-        }
-    }
-
     /// Archives (or erases) the transcript of a session that was reset or deleted.
     /// Failures are logged, not returned: the session change they follow has happened.
     pub(crate) async fn retire_transcript(
@@ -384,22 +268,7 @@ impl SessionManager {
     }
 }
 
-/// How many times a status change whose log line failed is tried to be undone.
-const UNDO_ATTEMPTS: u32 = 4;
-
 impl SessionManager {
-    /// Logs `message` in `transcript`, the transcript of `key`'s session `entry`.
-    pub(crate) async fn log_to(
-        &self,
-        key: &SessionKey,
-        transcript: &TranscriptRef,
-        entry: &SessionEntry,
-        message: LogMessage,
-    ) -> Result<SessionEvent> {
-        let line = self.log_line(key, entry, message);
-        self.append_line(key, transcript, line).await
-    }
-
     /// Appends `line` to `key`'s session `transcript`; returns it as appended.
     pub(crate) async fn append_line(
         &self,

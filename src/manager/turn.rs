@@ -483,7 +483,11 @@ impl SessionManager {
                 == crate::lane::QueueMode::Interrupt;
             // Decided in the same atomic update as the session (a direct message always runs).
             let activation = activation.unwrap_or_else(|| {
-                self.activation(message, resolution.entry().group_activation.as_ref())
+                crate::inbound::activation::decide(
+                    message,
+                    resolution.entry().group_activation.as_ref(),
+                    self.settings.owner_chatter,
+                )
             });
             let entry = resolution.entry().clone();
             // A run that died after logging this message: its line is this turn's input.
@@ -773,9 +777,14 @@ impl<'m> Turn<'m> {
         };
         // A cut: the next turns start where this one does, with the same summary.
         if window != entry.window_start {
-            self.manager
-                .record_window(&self.key, entry, self.fence, window)
-                .await?;
+            crate::inbound::window::record_window(
+                &*self.manager.seams.store,
+                &self.key,
+                entry,
+                self.fence,
+                window,
+            )
+            .await?;
         }
         *self
             .cut

@@ -130,11 +130,12 @@ impl SessionManager {
     /// # }
     /// ```
     pub async fn rotate_data_keys(&self) -> Result<DataKeyRotation> {
-        let (keys, backend) = self.sealed_backend()?;
-        check_directory(&keys, &self.keys_in_use(&backend).await?).await?;
+        let sealed = SealedData::of(self)?;
+        let SealedData { keys, backend, .. } = &sealed;
+        check_directory(keys, &sealed.keys_in_use().await?).await?;
         let mut rotated = Rotated::default();
         let mut report = DataKeyRotation::default();
-        let agent = self.settings.isolated_to.as_ref();
+        let agent = sealed.agent.as_ref();
 
         let transcripts = EncryptedTranscripts::new(backend.transcripts().clone(), keys.clone());
         for (agent, name) in backend.transcripts().transcript_names(agent).await? {
@@ -144,13 +145,13 @@ impl SessionManager {
             report.damaged += resealed.damaged;
         }
 
-        let current = self.sessions_under(&backend, StatusFilter::Current).await?;
+        let current = sealed.sessions_under(StatusFilter::Current).await?;
         let closed_filter = StatusFilter::Only(vec![SessionStatus::Closed]);
-        let closed = self.sessions_under(&backend, closed_filter.clone()).await?;
+        let closed = sealed.sessions_under(closed_filter.clone()).await?;
         let mut closed_ids = HashSet::new();
         for (session, ids) in current.iter().chain(&closed) {
             let owner = entry_owner(&session.key);
-            rotated.rotate(&*keys, owner.clone()).await?;
+            rotated.rotate(&**keys, owner.clone()).await?;
             let Some(now) = keys.data_key(&owner, false).await? else {
                 continue;
             };
@@ -172,7 +173,7 @@ impl SessionManager {
             let opened: Vec<_> = self
                 .seams
                 .store
-                .list(&self.filter(closed_filter))
+                .list(&sealed.filter(closed_filter))
                 .await?
                 .into_iter()
                 .filter(|s| closed_ids.contains(&s.entry.session_id))
@@ -186,7 +187,7 @@ impl SessionManager {
         for (group, held) in backend.chatter().export_groups().await? {
             for entry in held.all_entries() {
                 let owner = chatter::owner(&group, entry);
-                rotated.rotate(&*keys, owner).await?;
+                rotated.rotate(&**keys, owner).await?;
                 sealed_chatter |= sealed_text_key(&entry.body).is_some();
             }
         }
@@ -220,9 +221,10 @@ impl SessionManager {
     /// A backup taken before the rotation opens only while the earlier keys exist:
     /// retiring them makes it unreadable, like an erase.
     pub async fn retire_data_keys(&self) -> Result<DataKeyRotation> {
-        let (keys, backend) = self.sealed_backend()?;
-        let in_use = self.keys_in_use(&backend).await?;
-        check_directory(&keys, &in_use).await?;
+        let sealed = SealedData::of(self)?;
+        let in_use = sealed.keys_in_use().await?;
+        let keys = &sealed.keys;
+        check_directory(keys, &in_use).await?;
         let mut report = DataKeyRotation::default();
         for (owner, ids) in in_use {
             let all = keys.data_keys(&owner).await?;
@@ -239,21 +241,40 @@ impl SessionManager {
         }
         Ok(report)
     }
+}
 
-    /// The manager's keys and its backend: what a rotation walks.
-    fn sealed_backend(&self) -> Result<(Arc<Keys>, Backend)> {
-        let keys = self.seams.data_keys.clone().ok_or(Error::NotConfigured {
-            what: "encryption (SessionManagerBuilder::encryption)",
-        })?;
-        let backend = self.seams.backend.clone().ok_or(Error::NotConfigured {
+/// What a rotation walks: the manager's keys, its backend, and the agent it is isolated
+/// to.
+struct SealedData {
+    keys: Arc<Keys>,
+    backend: Backend,
+    agent: Option<crate::AgentId>,
+}
+
+impl SealedData {
+    /// `manager`'s sealed data; [`Error::NotConfigured`] without encryption or backend.
+    fn of(manager: &SessionManager) -> Result<Self> {
+        let keys = manager
+            .seams
+            .data_keys
+            .clone()
+            .ok_or(Error::NotConfigured {
+                what: "encryption (SessionManagerBuilder::encryption)",
+            })?;
+        let backend = manager.seams.backend.clone().ok_or(Error::NotConfigured {
             what: "the backend the sealed data is in (SessionManager::connect or SessionManagerBuilder::backend)",
         })?;
-        Ok((keys, backend))
+        let agent = manager.settings.isolated_to.clone();
+        Ok(Self {
+            keys,
+            backend,
+            agent,
+        })
     }
 
     fn filter(&self, status: StatusFilter) -> ListFilter {
         ListFilter {
-            agent: self.settings.isolated_to.clone(),
+            agent: self.agent.clone(),
             status,
             ..ListFilter::default()
         }
@@ -263,11 +284,10 @@ impl SessionManager {
     /// sealed fields were sealed under.
     async fn sessions_under(
         &self,
-        backend: &Backend,
         status: StatusFilter,
     ) -> Result<Vec<(crate::store::StoredSession, Vec<String>)>> {
         let mut found = Vec::new();
-        for session in backend.sessions().list(&self.filter(status)).await? {
+        for session in self.backend.sessions().list(&self.filter(status)).await? {
             let ids = sealed_key_ids(&session.entry);
             if !ids.is_empty() {
                 found.push((session, ids));
@@ -277,12 +297,13 @@ impl SessionManager {
     }
 
     /// Every sealed value's owner, and the keys they were sealed under.
-    async fn keys_in_use(&self, backend: &Backend) -> Result<KeysInUse> {
+    async fn keys_in_use(&self) -> Result<KeysInUse> {
+        let backend = &self.backend;
         let mut in_use = KeysInUse::new();
         let mut add = |owner: KeyOwner, id: &str| {
             in_use.entry(owner).or_default().insert(id.to_owned());
         };
-        let agent = self.settings.isolated_to.as_ref();
+        let agent = self.agent.as_ref();
         let transcripts = backend.transcripts();
         for (agent, name) in transcripts.transcript_names(agent).await? {
             let session_id = session_id_of_name(&name);
@@ -298,7 +319,7 @@ impl SessionManager {
                 }
             }
         }
-        for (session, ids) in self.sessions_under(backend, StatusFilter::Any).await? {
+        for (session, ids) in self.sessions_under(StatusFilter::Any).await? {
             for id in ids {
                 add(entry_owner(&session.key), &id);
             }
