@@ -202,7 +202,8 @@ pub(crate) struct HistoryMessage {
 struct MessageLine {
     offset: Offset,
     id: Option<String>,
-    /// The message-log fields of a reply, whose parts a delivery report names.
+    /// The message-log fields of a reply, whose parts a delivery report names: only its
+    /// [`parts`](LogFields::parts) are kept.
     log: Option<LogFields>,
     message: ChatMessage,
     tokens: usize,
@@ -345,9 +346,14 @@ impl History {
         self.lines.push_back(MessageLine {
             offset,
             id: entry.id.clone(),
-            log: (message.role == ChatRole::Assistant)
-                .then(|| entry.log.clone())
-                .flatten(),
+            log: entry
+                .log
+                .as_ref()
+                .filter(|_| message.role == ChatRole::Assistant)
+                .map(|log| LogFields {
+                    parts: log.parts.clone(),
+                    ..LogFields::default()
+                }),
             message,
             tokens,
         });

@@ -3,10 +3,10 @@
 mod chatter;
 mod closed;
 mod commit;
-mod compaction_hint;
 mod copies;
 mod courtesy;
 pub(crate) mod document;
+mod hints;
 pub(crate) mod io;
 mod keyed_files;
 mod legacy;

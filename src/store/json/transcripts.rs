@@ -17,7 +17,7 @@ use crate::store::fs::{
     blocking, create_private_dir_all, identify, identify_file, open_checked, open_no_follow,
     process_mutex, FileId,
 };
-use crate::store::json::compaction_hint;
+use crate::store::json::hints;
 use crate::store::json::io::create_private;
 use crate::store::json::paths;
 use crate::store::Durability;
@@ -659,26 +659,43 @@ fn read_tail(file: &mut File, len: u64) -> io::Result<(bool, Option<String>)> {
 
 /// The number of newlines in the first `len` bytes of `file` (at `path`, for errors).
 ///
-/// Counted through the handle the caller has open, never by opening `path` again: a
-/// reset that archives the transcript meanwhile renames the path, not the file.
-fn count_lines(path: &Path, file: &File, len: u64) -> Result<usize> {
+/// Counted from the nearest count known before `len` — one this process made, else the
+/// file's [line count](hints::LineCount) when it still holds — and, when more than
+/// [`WORTH_REMEMBERING`](hints::WORTH_REMEMBERING) bytes had to be counted, left on the
+/// file for the next process. Counted through the handle the caller has open, never by
+/// opening `path` again: a reset that archives the transcript meanwhile renames the
+/// path, not the file.
+pub(super) fn count_lines(path: &Path, file: &File, len: u64) -> Result<usize> {
     if len == 0 {
         return Ok(0);
     }
-    let (start, mut lines) = line_marks().before(file, len).unwrap_or((0, 0));
     let mut file = file.try_clone().map_err(|e| Error::io("open", path, e))?;
+    let (mut start, mut lines) = line_marks().before(&file, len).unwrap_or((0, 0));
+    if len - start >= hints::WORTH_REMEMBERING {
+        if let Some(count) = hints::LineCount::believed(&mut file, len) {
+            if count.end > start {
+                (start, lines) = (count.end, count.lines);
+            }
+        }
+    }
     file.seek(SeekFrom::Start(start))
         .map_err(|e| Error::io("seek", path, e))?;
-    let mut reader = io::BufReader::with_capacity(256 * 1024, file.take(len - start));
+    let mut reader = io::BufReader::with_capacity(256 * 1024, (&file).take(len - start));
     loop {
         let buffer = io::BufRead::fill_buf(&mut reader).map_err(|e| Error::io("read", path, e))?;
         if buffer.is_empty() {
-            return Ok(lines);
+            break;
         }
-        lines += buffer.iter().filter(|b| **b == b'\n').count();
+        lines += memchr::memchr_iter(b'\n', buffer).count();
         let consumed = buffer.len();
         io::BufRead::consume(&mut reader, consumed);
     }
+    drop(reader);
+    if len - start >= hints::WORTH_REMEMBERING {
+        line_marks().remember(&file, len, lines);
+        hints::LineCount::remember(&mut file, len, lines);
+    }
+    Ok(lines)
 }
 
 /// Reads `path` from `from`: complete lines only, damage reported.
@@ -878,9 +895,9 @@ pub(super) fn read_transcript_back(
 
 /// The last compaction line of the transcript at `path` (a torn last line left out):
 /// the file read backwards a chunk at a time, only the lines that hold the word
-/// `compaction` parsed — back to where the file's [hint](compaction_hint) says it was
+/// `compaction` parsed — back to where the file's [hint](hints::CompactionHint) says it was
 /// searched before, when it still holds, else to the start. A search of more than
-/// [`WORTH_REMEMBERING`](compaction_hint::WORTH_REMEMBERING) bytes leaves a hint for
+/// [`WORTH_REMEMBERING`](hints::WORTH_REMEMBERING) bytes leaves a hint for
 /// the next.
 pub(super) fn find_last_compaction(path: &Path) -> Result<Option<SessionEvent>> {
     const CHUNK: u64 = 1024 * 1024;
@@ -893,7 +910,7 @@ pub(super) fn find_last_compaction(path: &Path) -> Result<Option<SessionEvent>> 
         .metadata()
         .map_err(|e| Error::io("stat", path, e))?
         .len();
-    let hinted = compaction_hint::Hint::believed(&mut file, len);
+    let hinted = hints::CompactionHint::believed(&mut file, len);
     // Searched back to here: the hint's end (a line's end), or the start.
     let stop = hinted.as_ref().map_or(0, |(hint, _)| hint.searched_to);
     let finder = memchr::memmem::FinderRev::new(b"compaction");
@@ -923,9 +940,7 @@ pub(super) fn find_last_compaction(path: &Path) -> Result<Option<SessionEvent>> 
             // The last whole line's id, when the bytes read hold all of it.
             let body = &bytes[..bytes.len() - 1];
             let whole_line = start == stop || memchr::memrchr(b'\n', body).is_some();
-            let id = whole_line
-                .then(|| compaction_hint::last_line_id(&bytes))
-                .flatten();
+            let id = whole_line.then(|| hints::last_line_id(&bytes)).flatten();
             end = Some((start + bytes.len() as u64, id));
         }
         // The whole lines: after the first newline, unless where the search stops.
@@ -976,8 +991,8 @@ pub(super) fn find_last_compaction(path: &Path) -> Result<Option<SessionEvent>> 
         })
     });
     if let Some((end, Some(line_id))) = end {
-        if end.saturating_sub(stop) >= compaction_hint::WORTH_REMEMBERING {
-            compaction_hint::Hint {
+        if end.saturating_sub(stop) >= hints::WORTH_REMEMBERING {
+            hints::CompactionHint {
                 searched_to: end,
                 line_id,
                 compaction: found
@@ -1034,13 +1049,13 @@ fn read_whole_lines(file: &mut File, max: usize, lines: usize) -> io::Result<Vec
 /// Line counts at offsets of files read in chunks, so that reading the next chunk counts
 /// only the lines after the last one (a follower reading a long transcript from the
 /// start does not count it from the start at every chunk). Bounded.
-struct LineMarks(Mutex<HashMap<(u64, u64), BTreeMap<u64, usize>>>);
+pub(super) struct LineMarks(Mutex<HashMap<(u64, u64), BTreeMap<u64, usize>>>);
 
 /// The most files, and marks per file, kept.
 const MAX_MARKED_FILES: usize = 256;
 const MAX_MARKS_PER_FILE: usize = 64;
 
-fn line_marks() -> &'static LineMarks {
+pub(super) fn line_marks() -> &'static LineMarks {
     static MARKS: OnceLock<LineMarks> = OnceLock::new();
     MARKS.get_or_init(|| LineMarks(Mutex::new(HashMap::new())))
 }
@@ -1063,7 +1078,7 @@ impl LineMarks {
     }
 
     /// Forgets the marks of `file` (its end was cut back).
-    fn forget(&self, file: &File) {
+    pub(super) fn forget(&self, file: &File) {
         if let Ok((Some(id), _)) = identify_file(file) {
             let mut marks = self.0.lock().unwrap_or_else(PoisonError::into_inner);
             marks.remove(&id);
@@ -1489,7 +1504,7 @@ impl TranscriptExport for FileTranscriptStore {
                 done += 1;
             }
             if done > 0 {
-                compaction_hint::forget(&handle);
+                hints::forget(&handle);
                 handle
                     .sync_all()
                     .map_err(|e| Error::io("fsync", &file, e))?;

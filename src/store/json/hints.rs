@@ -1,13 +1,16 @@
-//! Where a transcript's last compaction is, remembered on the transcript file itself
-//! (an extended attribute), so a process that never read the file finds it without
-//! searching every byte: only what was appended since is searched.
+//! What a search of a transcript found, remembered on the transcript file itself (an
+//! extended attribute each), so a process that never read the file does not search
+//! every byte again: only what was appended since. Two hints: where the last
+//! compaction is ([`CompactionHint`]), and how many lines there are up to a line's end
+//! ([`LineCount`], what a read or an append numbers its lines from).
 //!
-//! The hint names how far the file was searched — the end of a whole line, and that
+//! The compaction hint names how far the file was searched — the end of a whole line, and that
 //! line's id — and the last compaction before it (its offset and id). It is believed
 //! only while both lines are still where it says, under the same ids: a file rewritten,
 //! cut back or replaced by a copy reads as if it had no hint, and an edit of lines in
-//! place (an erase, a key rotation) takes it off. It holds offsets and line ids, never
-//! text. A file system without extended attributes, or a file this process
+//! place (an erase, a key rotation) takes it off. The line count is believed only
+//! while the line it ends with is still there under the same id. Hints hold offsets,
+//! counts and line ids, never text. A file system without extended attributes, or a file this process
 //! may not change, keeps no hint; the whole file is searched then, as without one.
 
 use std::fs::File;
@@ -26,7 +29,7 @@ const MAX_HINT: usize = 1024;
 
 /// How far a transcript was searched for compactions, and the last one found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) struct Hint {
+pub(super) struct CompactionHint {
     /// The end of the last whole line searched (just after its newline).
     pub(super) searched_to: u64,
     /// The id of the line that ends there.
@@ -40,19 +43,18 @@ struct IdOnly {
     id: Option<String>,
 }
 
-impl Hint {
+impl CompactionHint {
     /// The hint `file` carries, if it still holds for the file as it is now (`len`
     /// bytes), with the compaction line it names, read again.
-    pub(super) fn believed(file: &mut File, len: u64) -> Option<(Hint, Option<TranscriptEntry>)> {
-        let hint: Hint = serde_json::from_slice(&read(file)?).ok()?;
+    pub(super) fn believed(
+        file: &mut File,
+        len: u64,
+    ) -> Option<(CompactionHint, Option<TranscriptEntry>)> {
+        let hint: CompactionHint = serde_json::from_slice(&read(file, COMPACTION)?).ok()?;
         if hint.searched_to > len || hint.searched_to == 0 {
             return None;
         }
-        let line = line_ending_at(file, hint.searched_to)?;
-        let id = crate::store::json_text::from_slice::<IdOnly>(&line)
-            .ok()?
-            .id;
-        if id.as_deref() != Some(hint.line_id.as_str()) {
+        if id_of_line_ending_at(file, hint.searched_to)? != hint.line_id {
             return None;
         }
         let compaction = match &hint.compaction {
@@ -76,14 +78,62 @@ impl Hint {
             return;
         };
         if bytes.len() <= MAX_HINT {
-            write(file, &bytes);
+            write(file, COMPACTION, &bytes);
         }
     }
 }
 
-/// Takes the hint off `file`: its lines were edited in place.
+/// How many lines (newlines) a transcript has before `end`, the end of the line whose
+/// id is `line_id`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct LineCount {
+    pub(super) end: u64,
+    pub(super) line_id: String,
+    pub(super) lines: usize,
+}
+
+impl LineCount {
+    /// The count `file` carries, if its line is still where it says in the file as it
+    /// is now (`len` bytes).
+    pub(super) fn believed(file: &mut File, len: u64) -> Option<LineCount> {
+        let count: LineCount = serde_json::from_slice(&read(file, LINES)?).ok()?;
+        if count.end > len || count.end == 0 {
+            return None;
+        }
+        (id_of_line_ending_at(file, count.end)? == count.line_id).then_some(count)
+    }
+
+    /// Leaves on `file` that it has `lines` lines before `end` (a line's end), when
+    /// that line has an id; a file system or file that cannot keep it is left as it is.
+    pub(super) fn remember(file: &mut File, end: u64, lines: usize) {
+        let Some(line_id) = id_of_line_ending_at(file, end) else {
+            return;
+        };
+        let count = LineCount {
+            end,
+            line_id,
+            lines,
+        };
+        if let Ok(bytes) = serde_json::to_vec(&count) {
+            if bytes.len() <= MAX_HINT {
+                write(file, LINES, &bytes);
+            }
+        }
+    }
+}
+
+/// Takes the hints off `file`: its lines were edited in place.
 pub(super) fn forget(file: &File) {
-    remove(file);
+    remove(file, COMPACTION);
+    remove(file, LINES);
+}
+
+/// The id of the line of `file` that ends just before `end` (after its newline).
+fn id_of_line_ending_at(file: &mut File, end: u64) -> Option<String> {
+    let line = line_ending_at(file, end)?;
+    crate::store::json_text::from_slice::<IdOnly>(&line)
+        .ok()?
+        .id
 }
 
 /// The id of the last line of `bytes` (whole lines, the last one ending with its
@@ -144,43 +194,43 @@ fn read_at(file: &mut File, from: u64, len: u64) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
-/// The name of the extended attribute the hint is kept in.
-#[cfg(any(target_os = "linux", target_os = "android"))]
-const ATTRIBUTE: &str = "user.agent_sessions.compaction";
+/// The extended attributes the hints are kept in.
+const COMPACTION: &str = "user.agent_sessions.compaction";
+const LINES: &str = "user.agent_sessions.lines";
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
-fn read(file: &File) -> Option<Vec<u8>> {
+fn read(file: &File, name: &str) -> Option<Vec<u8>> {
     let mut value = vec![0u8; MAX_HINT];
-    let read = rustix::fs::fgetxattr(file, ATTRIBUTE, &mut value[..]).ok()?;
+    let read = rustix::fs::fgetxattr(file, name, &mut value[..]).ok()?;
     value.truncate(read);
     Some(value)
 }
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
-fn write(file: &File, value: &[u8]) {
-    let _ = rustix::fs::fsetxattr(file, ATTRIBUTE, value, rustix::fs::XattrFlags::empty());
+fn write(file: &File, name: &str, value: &[u8]) {
+    let _ = rustix::fs::fsetxattr(file, name, value, rustix::fs::XattrFlags::empty());
 }
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
-fn remove(file: &File) {
-    let _ = rustix::fs::fremovexattr(file, ATTRIBUTE);
+fn remove(file: &File, name: &str) {
+    let _ = rustix::fs::fremovexattr(file, name);
 }
 
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
-fn remove(_file: &File) {}
+fn remove(_file: &File, _name: &str) {}
 
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
-fn read(_file: &File) -> Option<Vec<u8>> {
+fn read(_file: &File, _name: &str) -> Option<Vec<u8>> {
     None
 }
 
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
-fn write(_file: &File, _value: &[u8]) {}
+fn write(_file: &File, _name: &str, _value: &[u8]) {}
 
 #[cfg(all(test, any(target_os = "linux", target_os = "android")))]
 mod tests {
     use super::*;
-    use crate::store::json::transcripts::find_last_compaction;
+    use crate::store::json::transcripts::{count_lines, find_last_compaction, line_marks};
     use std::io::Write;
     use std::path::Path;
 
@@ -233,7 +283,7 @@ mod tests {
         let probe = dir.join("probe");
         std::fs::write(&probe, "").unwrap();
         let file = File::open(&probe).unwrap();
-        let kept = rustix::fs::fsetxattr(&file, ATTRIBUTE, b"1", rustix::fs::XattrFlags::empty());
+        let kept = rustix::fs::fsetxattr(&file, COMPACTION, b"1", rustix::fs::XattrFlags::empty());
         std::fs::remove_file(&probe).unwrap();
         if kept.is_err() {
             eprintln!("skipped: {} keeps no extended attributes", dir.display());
@@ -241,8 +291,8 @@ mod tests {
         kept.is_ok()
     }
 
-    fn hint(path: &Path) -> Option<Hint> {
-        serde_json::from_slice(&read(&File::open(path).unwrap())?).ok()
+    fn hint(path: &Path) -> Option<CompactionHint> {
+        serde_json::from_slice(&read(&File::open(path).unwrap(), COMPACTION)?).ok()
     }
 
     /// A transcript of a compaction (`c1`, at offset 0) and 200 lines of talk after
@@ -337,12 +387,12 @@ mod tests {
         let other = dir.path().join("other.jsonl");
         append(&other, &talk(5000, 300));
         assert_eq!(found(&other), None);
-        let bytes = read(&File::open(&other).unwrap()).unwrap();
-        write(&File::open(&path).unwrap(), &bytes);
+        let bytes = read(&File::open(&other).unwrap(), COMPACTION).unwrap();
+        write(&File::open(&path).unwrap(), COMPACTION, &bytes);
         assert_eq!(found(&path), found_whole(&path));
 
         // A hint that is not one.
-        write(&File::open(&path).unwrap(), b"{not json");
+        write(&File::open(&path).unwrap(), COMPACTION, b"{not json");
         assert_eq!(found(&path), found_whole(&path));
     }
 
@@ -389,7 +439,7 @@ mod tests {
         append(&path, &(0..10).map(long).collect::<Vec<_>>());
         assert_eq!(found(&path), Some((0, Some("c1".into()))));
         assert_eq!(hint(&path).unwrap().line_id, "m9");
-        let (hint, entry) = Hint::believed(
+        let (hint, entry) = CompactionHint::believed(
             &mut File::open(&path).unwrap(),
             std::fs::metadata(&path).unwrap().len(),
         )
@@ -399,6 +449,109 @@ mod tests {
         append(&path, &(10..20).map(long).collect::<Vec<_>>());
         assert_eq!(found(&path), Some((0, Some("c1".into()))));
         assert_eq!(found(&path), found_whole(&path));
+    }
+
+    /// `path`'s lines as a process that never counted them counts them (this one's own
+    /// marks forgotten), and as counted byte by byte.
+    fn counted(path: &Path) -> (usize, usize) {
+        let file = File::open(path).unwrap();
+        line_marks().forget(&file);
+        let len = file.metadata().unwrap().len();
+        let naive = std::fs::read(path)
+            .unwrap()
+            .iter()
+            .filter(|b| **b == b'\n')
+            .count();
+        (count_lines(path, &file, len).unwrap(), naive)
+    }
+
+    fn line_count(path: &Path) -> Option<LineCount> {
+        serde_json::from_slice(&read(&File::open(path).unwrap(), LINES)?).ok()
+    }
+
+    #[test]
+    fn a_long_count_is_left_on_the_file_and_the_next_process_counts_from_it() {
+        let dir = tempfile::tempdir().unwrap();
+        if !keeps_hints(dir.path()) {
+            return;
+        }
+        let path = dir.path().join("t.jsonl");
+        append(&path, &talk(0, 200));
+        let (lines, naive) = counted(&path);
+        assert_eq!((lines, naive), (200, 200));
+        let left = line_count(&path).expect("a count of 400 KB is left on the file");
+        assert_eq!((left.line_id.as_str(), left.lines), ("m199", 200));
+
+        // Appended since: counted from the hint (a count planted in it shows it is the
+        // one used), and a count of the new lines too short to leave a new one.
+        append(&path, &talk(200, 3));
+        assert_eq!(counted(&path), (203, 203));
+        write(
+            &File::open(&path).unwrap(),
+            LINES,
+            &serde_json::to_vec(&LineCount {
+                lines: 1000,
+                ..left.clone()
+            })
+            .unwrap(),
+        );
+        assert_eq!(counted(&path).0, 1003, "the count starts from the hint");
+        forget(&File::open(&path).unwrap());
+        assert!(line_count(&path).is_none());
+        assert_eq!(counted(&path), (203, 203));
+
+        // A count of another file's lines, or of lines cut back and written again,
+        // is not believed.
+        assert_eq!(counted(&path), (203, 203));
+        let len = std::fs::metadata(&path).unwrap().len();
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.set_len(len / 2).unwrap();
+        drop(file);
+        let half = std::fs::read(&path).unwrap();
+        let whole_lines = half.iter().rposition(|b| *b == b'\n').unwrap() + 1;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(whole_lines as u64)
+            .unwrap();
+        append(&path, &talk(5000, 150));
+        let (lines, naive) = counted(&path);
+        assert_eq!(lines, naive);
+        // A torn last line: counted, no count left ending inside it.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(br#"{"type":"message","id":"torn""#)
+            .unwrap();
+        let (lines, naive) = counted(&path);
+        assert_eq!(lines, naive);
+        assert_eq!(line_count(&path).unwrap().line_id, "m5149");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(24))]
+        /// Whatever is appended between counts, in any process, a count is the file's
+        /// number of newlines.
+        #[test]
+        fn a_hinted_count_is_the_number_of_lines(
+            steps in proptest::collection::vec((0usize..150, 0usize..3), 1..8)
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("t.jsonl");
+            let mut next = 0;
+            for (lines, counts) in steps {
+                append(&path, &talk(next, lines));
+                next += lines;
+                for _ in 0..counts {
+                    let (lines, naive) = counted(&path);
+                    proptest::prop_assert_eq!(lines, naive);
+                }
+            }
+            let (lines, naive) = counted(&path);
+            proptest::prop_assert_eq!(lines, naive);
+        }
     }
 
     proptest::proptest! {
