@@ -97,7 +97,8 @@ impl LineCount {
     /// is now (`len` bytes).
     pub(super) fn believed(file: &mut File, len: u64) -> Option<LineCount> {
         let count: LineCount = serde_json::from_slice(&read(file, LINES)?).ok()?;
-        if count.end > len || count.end == 0 {
+        // More lines than bytes is no count (and would overflow the numbering).
+        if count.end > len || count.end == 0 || count.lines as u64 > count.end {
             return None;
         }
         (id_of_line_ending_at(file, count.end)? == count.line_id).then_some(count)
@@ -496,6 +497,17 @@ mod tests {
             .unwrap(),
         );
         assert_eq!(counted(&path).0, 1003, "the count starts from the hint");
+        // A count that cannot be (more lines than bytes) is not believed.
+        write(
+            &File::open(&path).unwrap(),
+            LINES,
+            &serde_json::to_vec(&LineCount {
+                lines: usize::MAX,
+                ..left.clone()
+            })
+            .unwrap(),
+        );
+        assert_eq!(counted(&path), (203, 203));
         forget(&File::open(&path).unwrap());
         assert!(line_count(&path).is_none());
         assert_eq!(counted(&path), (203, 203));
