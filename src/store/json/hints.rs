@@ -542,6 +542,43 @@ mod tests {
         assert_eq!(line_count(&path).unwrap().line_id, "m5149");
     }
 
+    /// A count built on what this process remembers of the file (which can be stale:
+    /// another process cut the file back, or a removed file's inode was reused) is not
+    /// left on the file; nor is a count that ends before the one the file holds.
+    #[test]
+    fn only_a_count_checked_against_the_file_is_left_on_it() {
+        let dir = tempfile::tempdir().unwrap();
+        if !keeps_hints(dir.path()) {
+            return;
+        }
+        let path = dir.path().join("t.jsonl");
+        append(&path, &talk(0, 150));
+        let file = File::open(&path).unwrap();
+        let early = file.metadata().unwrap().len();
+        assert!(early >= WORTH_REMEMBERING);
+        line_marks().forget(&file);
+        line_marks().remember(&file, early, 7);
+        append(&path, &talk(150, 200));
+        let len = file.metadata().unwrap().len();
+        assert_eq!(
+            count_lines(&path, &file, len).unwrap(),
+            207,
+            "this process's mark"
+        );
+        assert!(
+            line_count(&path).is_none(),
+            "a stale mark stays in this process"
+        );
+        assert_eq!(counted(&path), (350, 350));
+        assert_eq!(line_count(&path).unwrap().end, len);
+
+        // A fresh count to an earlier line end leaves the later count in place.
+        line_marks().forget(&file);
+        assert_eq!(count_lines(&path, &file, early).unwrap(), 150);
+        assert_eq!(line_count(&path).unwrap().end, len);
+        assert_eq!(counted(&path), (350, 350));
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::test_runner::Config::with_cases(24))]
         /// Whatever is appended between counts, in any process, a count is the file's

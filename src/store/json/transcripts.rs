@@ -323,6 +323,10 @@ impl Inner {
 
     fn forget(&self, path: &Path) {
         let closed = known().forget(path);
+        // Its inode may be given to another file: its line marks would not hold there.
+        if let Some(file) = &closed {
+            line_marks().forget(file);
+        }
         drop(closed);
         self.logs
             .lock()
@@ -660,22 +664,31 @@ fn read_tail(file: &mut File, len: u64) -> io::Result<(bool, Option<String>)> {
 /// The number of newlines in the first `len` bytes of `file` (at `path`, for errors).
 ///
 /// Counted from the nearest count known before `len` — one this process made, else the
-/// file's [line count](hints::LineCount) when it still holds — and, when more than
-/// [`WORTH_REMEMBERING`](hints::WORTH_REMEMBERING) bytes had to be counted, left on the
-/// file for the next process. Counted through the handle the caller has open, never by
-/// opening `path` again: a reset that archives the transcript meanwhile renames the
-/// path, not the file.
+/// file's [line count](hints::LineCount) when it still holds. A count of more than
+/// [`WORTH_REMEMBERING`](hints::WORTH_REMEMBERING) bytes from the start or from the
+/// file's own count is left on the file for the next process (unless the file holds a
+/// count further on); one built on this process's marks is not, since a mark of a file
+/// another process cut back, or of a removed file whose inode was reused, can be stale.
+/// Counted through the handle the caller has open, never by opening `path` again: a
+/// reset that archives the transcript meanwhile renames the path, not the file.
 pub(super) fn count_lines(path: &Path, file: &File, len: u64) -> Result<usize> {
     if len == 0 {
         return Ok(0);
     }
     let mut file = file.try_clone().map_err(|e| Error::io("open", path, e))?;
     let (mut start, mut lines) = line_marks().before(&file, len).unwrap_or((0, 0));
+    let mut checked = start == 0;
+    let mut leave = true;
     if len - start >= hints::WORTH_REMEMBERING {
-        if let Some(count) = hints::LineCount::believed(&mut file, len) {
-            if count.end > start {
-                (start, lines) = (count.end, count.lines);
+        let file_len = file
+            .metadata()
+            .map_err(|e| Error::io("stat", path, e))?
+            .len();
+        if let Some(count) = hints::LineCount::believed(&mut file, file_len) {
+            if count.end <= len && count.end > start {
+                (start, lines, checked) = (count.end, count.lines, true);
             }
+            leave = count.end < len;
         }
     }
     file.seek(SeekFrom::Start(start))
@@ -693,7 +706,9 @@ pub(super) fn count_lines(path: &Path, file: &File, len: u64) -> Result<usize> {
     drop(reader);
     if len - start >= hints::WORTH_REMEMBERING {
         line_marks().remember(&file, len, lines);
-        hints::LineCount::remember(&mut file, len, lines);
+        if checked && leave {
+            hints::LineCount::remember(&mut file, len, lines);
+        }
     }
     Ok(lines)
 }
@@ -1062,7 +1077,7 @@ pub(super) fn line_marks() -> &'static LineMarks {
 
 impl LineMarks {
     /// Records that `file` has `lines` newlines before `offset`.
-    fn remember(&self, file: &File, offset: u64, lines: usize) {
+    pub(super) fn remember(&self, file: &File, offset: u64, lines: usize) {
         let Ok((Some(id), _)) = identify_file(file) else {
             return;
         };
