@@ -1,7 +1,8 @@
 //! What a fresh process pays for a session's first turn: the benchmark binary runs
-//! itself again as a child, and that child connects to a JSON store, answers one
-//! direct message (`turn`, `Turn::messages`, `Turn::complete`, an 8,000-token window)
-//! on a session 10, 1,000 or 10,000 turns old, and exits. Nothing is shared with the
+//! itself again as a child, and that child connects to a JSON store (and a SQLite one,
+//! with feature `sqlite`), answers one direct message (`turn`, `Turn::messages`,
+//! `Turn::complete`, an 8,000-token window) on a session 10, 1,000 or 10,000 turns old,
+//! and exits. Nothing is shared with the
 //! process that wrote the session (`turn_age`'s `first/<age>` runs a new manager in the
 //! process that wrote the session, so whatever a process remembers of a file it wrote
 //! is still there). The figure is the CPU time (user and system) of the whole child —
@@ -9,7 +10,7 @@
 //! not stretch as it does wall time; the session of 10 turns is the baseline the older
 //! ones are compared with. Each child's turn makes its session two lines older.
 //!
-//! `cargo bench --bench first_process`
+//! `cargo bench --bench first_process --features sqlite`
 
 use std::path::Path;
 use std::process::Command;
@@ -29,8 +30,18 @@ fn message(text: String) -> InboundMessage {
     InboundMessage::direct("telegram", "4242", text)
 }
 
-async fn manager(dir: &Path) -> SessionManager {
-    SessionManager::connect(&format!("json:{}", dir.display()))
+/// The store URLs this bench measures, for a directory of the session's own: JSON, and
+/// SQLite with feature `sqlite`.
+fn stores(dir: &Path) -> Vec<(&'static str, String)> {
+    let mut stores = vec![("json", format!("json:{}", dir.join("json").display()))];
+    if cfg!(feature = "sqlite") {
+        stores.push(("sqlite", format!("sqlite:{}", dir.join("s.db").display())));
+    }
+    stores
+}
+
+async fn manager(url: &str) -> SessionManager {
+    SessionManager::connect(url)
         .await
         .unwrap()
         .context_window(WINDOW)
@@ -40,7 +51,7 @@ async fn manager(dir: &Path) -> SessionManager {
 
 /// The child: one turn on the session, in a process of its own.
 fn run_child() -> bool {
-    let Ok(dir) = std::env::var(CHILD) else {
+    let Ok(url) = std::env::var(CHILD) else {
         return false;
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -48,7 +59,7 @@ fn run_child() -> bool {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let manager = manager(Path::new(&dir)).await;
+        let manager = manager(&url).await;
         let turn = manager
             .turn(&message("Is my Friday shift still on?".into()))
             .await
@@ -68,44 +79,50 @@ fn first_process(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let mut group = c.benchmark_group("first_process/json/window_8k");
-    group.sample_size(20);
-    group.measurement_time(Duration::from_secs(5));
-    let dirs: Vec<_> = AGES
-        .into_iter()
-        .map(|age| {
-            let dir = tempfile::tempdir().unwrap();
-            runtime.block_on(async {
-                let manager = manager(dir.path()).await;
-                for i in 0..age {
-                    let turn = manager
-                        .turn(&message(format!(
-                            "Can you move my Thursday shift to Friday afternoon? ({i})"
-                        )))
-                        .await
-                        .unwrap();
-                    turn.complete("Done: Friday afternoon. Anything else?")
-                        .await
-                        .unwrap();
-                }
-            });
-            (age, dir)
-        })
-        .collect();
+    let dir = tempfile::tempdir().unwrap();
     let exe = std::env::current_exe().unwrap();
-    for (age, dir) in &dirs {
-        group.bench_function(BenchmarkId::from_parameter(age), |b| {
-            b.iter_custom(|children| {
-                let before = children_cpu();
-                for _ in 0..children {
-                    let status = Command::new(&exe).env(CHILD, dir.path()).status().unwrap();
-                    assert!(status.success());
-                }
-                children_cpu() - before
+    for (backend, _) in stores(dir.path()) {
+        let mut group = c.benchmark_group(format!("first_process/{backend}/window_8k"));
+        group.sample_size(20);
+        group.measurement_time(Duration::from_secs(5));
+        let urls: Vec<_> = AGES
+            .into_iter()
+            .map(|age| {
+                let (_, url) = stores(&dir.path().join(age.to_string()))
+                    .into_iter()
+                    .find(|(name, _)| *name == backend)
+                    .unwrap();
+                runtime.block_on(async {
+                    let manager = manager(&url).await;
+                    for i in 0..age {
+                        let turn = manager
+                            .turn(&message(format!(
+                                "Can you move my Thursday shift to Friday afternoon? ({i})"
+                            )))
+                            .await
+                            .unwrap();
+                        turn.complete("Done: Friday afternoon. Anything else?")
+                            .await
+                            .unwrap();
+                    }
+                });
+                (age, url)
             })
-        });
+            .collect();
+        for (age, url) in &urls {
+            group.bench_function(BenchmarkId::from_parameter(age), |b| {
+                b.iter_custom(|children| {
+                    let before = children_cpu();
+                    for _ in 0..children {
+                        let status = Command::new(&exe).env(CHILD, url).status().unwrap();
+                        assert!(status.success());
+                    }
+                    children_cpu() - before
+                })
+            });
+        }
+        group.finish();
     }
-    group.finish();
 }
 
 /// The CPU time (user and system) of this process's children that have ended.
